@@ -1,0 +1,18 @@
+"""AT2PO companion library: every stage of "AT2PO: Agentic Turn-based Policy Optimization
+via Tree Search" (arXiv 2601.04767) as small, tested modules.
+
+Stages, in the paper's order:
+
+- environment: :mod:`at2po_lib.prompts`, :mod:`at2po_lib.actions`, :mod:`at2po_lib.reward`
+- data: :mod:`at2po_lib.data`, :mod:`at2po_lib.tinyworld`
+- retrieval: :mod:`at2po_lib.retrieval`
+- policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout`
+- credit assignment and losses: :mod:`at2po_lib.credit`, :mod:`at2po_lib.losses`
+- training: :mod:`at2po_lib.trainer`
+- evaluation and reporting: :mod:`at2po_lib.evaluation`
+
+Heavy dependencies (torch, transformers, trl, faiss) are imported by the modules that need
+them, never here, so ``import at2po_lib`` stays fast.
+"""
+
+__version__ = "0.1.0"

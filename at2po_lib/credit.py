@@ -1,0 +1,589 @@
+r"""Turn-wise credit assignment (method.md §6) and the outcome baselines (GRPO, Tree-GRPO).
+
+A rollout tree gives every leaf (a finished trajectory) a reward. AT2PO pushes those rewards up
+the tree so that every *turn* (node) gets its own value, then turns values into advantages, and
+every model token of a turn is trained with its node's advantage.
+
+Tree arrays (shared with the rollout stage; node 0 is the root)::
+
+    parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed
+    entropy[n]      float, H(n) = mean NLL of the turn's sampled tokens (root: 0)
+    leaf_reward[n]  float, the final reward on leaves, NaN on internal nodes
+
+A childless node whose reward is NaN is an *unscored* leaf (e.g. pruned by the rollout stage):
+like the authors' code, which skips children without a value, it takes no part in its parent's
+value, and a node whose whole subtree is unscored gets value NaN.
+
+Batched path: a :class:`Forest` is the flat concatenation of many trees (global node ids,
+``tree_index`` per node, ``offsets`` per tree). Training rows carry ``turn_node`` ids that are
+*local* to the row's tree (``row_tree``); :func:`batch_token_advantages` turns them into a
+(B, T) tensor of per-token advantages. All tree math runs level by level over depth (every
+node of one depth at once, with ``index_add``/``scatter_reduce``); no Python loop over nodes.
+
+Equations (method.md §6; paper vs authors' code named where they differ):
+
+1. Leaf value, normalised within the tree (population std, ddof 0)::
+
+       V_l = (r_l - mean_tree(r)) / (std_tree(r) + 1e-6)
+
+   When all scored leaves of a tree share one reward the centred values are set to exactly 0
+   (``r - mean`` can be a few ulps off otherwise, and ``/ 1e-6`` would blow that up).
+2. Internal node value from its (scored) children C(n)::
+
+       entropy_softmax (code default): V_n = sum_c softmax_c(H_c) V_c
+       entropy_linear  (paper text):   V_n = sum_c H_c / sum_c' H_c' V_c   (all H_c = 0: mean)
+       child_mean:                     V_n = mean_c V_c
+       leaf_mean:                      V_n = mean of all scored leaves below n
+
+   A single child passes its value up unchanged in every mode.
+3. Advantage per node::
+
+       node_value (default): A_n = V_n
+       diff_parent:          A_n = V_n - V_parent(n)
+       diff_global:          A_n = V_n - V_root
+       diff_localglobal:     A_n = (V_n - V_root) + (V_n - V_parent(n))
+
+   The root has no tokens; like the authors' code it keeps A_root = V_root.
+   ``vanilla`` (plain GRPO over the rows' leaf rewards) is per row, not per node: it is offered
+   by :func:`batch_token_advantages` only.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+VALUE_MODES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
+ADVANTAGE_MODES = ("node_value", "diff_parent", "diff_global", "diff_localglobal")
+LEAF_NORM_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# Tree containers
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TreeArrays:
+    """One rollout tree as arrays over nodes (node 0 = root, ``parent[0] = -1``)."""
+
+    parent: np.ndarray
+    entropy: np.ndarray
+    leaf_reward: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(len(self.parent))
+
+
+def _field(tree: Any, name: str) -> Any:
+    if isinstance(tree, Mapping):
+        if name not in tree:
+            raise ValueError(f"tree mapping has no field {name!r} (keys: {sorted(tree)})")
+        return tree[name]
+    if not hasattr(tree, name):
+        raise ValueError(f"tree object {type(tree).__name__} has no attribute {name!r}")
+    return getattr(tree, name)
+
+
+def as_tree_arrays(tree: Any) -> TreeArrays:
+    """Accept a :class:`TreeArrays`, a mapping or object with ``parent``/``entropy``/
+    ``leaf_reward``, or a ``(parent, entropy, leaf_reward)`` tuple."""
+    if isinstance(tree, TreeArrays):
+        return tree
+    if isinstance(tree, (tuple, list)) and len(tree) == 3:
+        parent, entropy, leaf_reward = tree
+    else:
+        parent, entropy, leaf_reward = (_field(tree, k) for k in ("parent", "entropy", "leaf_reward"))
+    to_np = lambda x: x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)  # noqa: E731
+    return TreeArrays(to_np(parent).astype(np.int64), to_np(entropy).astype(np.float64),
+                      to_np(leaf_reward).astype(np.float64))
+
+
+def _validate_tree(t: TreeArrays, name: str) -> None:
+    n = t.num_nodes
+    if n == 0:
+        raise ValueError(f"{name}: empty tree")
+    for field_name in ("parent", "entropy", "leaf_reward"):
+        arr = getattr(t, field_name)
+        if arr.shape != (n,):
+            raise ValueError(f"{name}: {field_name} has shape {arr.shape}, expected ({n},)")
+    if t.parent[0] != -1:
+        raise ValueError(f"{name}: parent[0] must be -1 (node 0 is the root), got {t.parent[0]}")
+    rest = t.parent[1:]
+    bad = np.flatnonzero((rest < 0) | (rest >= n) | (rest == np.arange(1, n)))
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ValueError(f"{name}: node {i} has invalid parent {t.parent[i]} (tree has {n} nodes)")
+
+
+@dataclass(frozen=True)
+class Forest:
+    """Many trees as one flat set of nodes.
+
+    parent (N,) int64: *global* parent id, -1 for each tree's root;
+    entropy, leaf_reward (N,) float; tree_index (N,) int64 (sorted, contiguous);
+    offsets (num_trees + 1,) int64: tree t owns global ids ``offsets[t]:offsets[t+1]``, and its
+    root is ``offsets[t]`` (local node 0).
+    """
+
+    parent: torch.Tensor
+    entropy: torch.Tensor
+    leaf_reward: torch.Tensor
+    tree_index: torch.Tensor
+    offsets: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.parent.numel())
+
+    @property
+    def num_trees(self) -> int:
+        return int(self.offsets.numel() - 1)
+
+    @property
+    def roots(self) -> torch.Tensor:
+        return self.offsets[:-1]
+
+    @classmethod
+    def from_trees(cls, trees: Sequence[Any], dtype: torch.dtype = torch.float32) -> "Forest":
+        """Concatenate trees (anything :func:`as_tree_arrays` accepts); local ids become global."""
+        arrays = [as_tree_arrays(t) for t in trees]
+        if not arrays:
+            raise ValueError("Forest.from_trees: no trees given")
+        for i, t in enumerate(arrays):
+            _validate_tree(t, f"tree {i}")
+        sizes = np.array([t.num_nodes for t in arrays], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        tree_index = np.repeat(np.arange(len(arrays)), sizes)
+        local_parent = np.concatenate([t.parent for t in arrays])
+        parent = np.where(local_parent >= 0, local_parent + offsets[tree_index], -1)
+        return cls(
+            parent=torch.as_tensor(parent, dtype=torch.long),
+            entropy=torch.as_tensor(np.concatenate([t.entropy for t in arrays]), dtype=dtype),
+            leaf_reward=torch.as_tensor(np.concatenate([t.leaf_reward for t in arrays]), dtype=dtype),
+            tree_index=torch.as_tensor(tree_index, dtype=torch.long),
+            offsets=torch.as_tensor(offsets, dtype=torch.long),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Structure: depth, children, levels
+# --------------------------------------------------------------------------------------------
+def node_depths(parent: torch.Tensor) -> torch.Tensor:
+    """Depth of every node (roots: 0) for global ``parent`` ids (N,), by repeated parent lookup
+    (one vectorised step per tree level). Raises on a cycle."""
+    n = parent.numel()
+    has_parent = parent >= 0
+    safe_parent = parent.clamp(min=0)
+    depth = torch.zeros(n, dtype=torch.long)
+    for _ in range(n + 1):
+        new = torch.where(has_parent, depth[safe_parent] + 1, 0)
+        if torch.equal(new, depth):
+            return depth
+        depth = new
+    raise ValueError("parent array contains a cycle (a node is its own ancestor)")
+
+
+def _levels(depth: torch.Tensor) -> list[torch.Tensor]:
+    """Node ids grouped by depth: ``levels[d]`` holds every node at depth d."""
+    order = torch.argsort(depth, stable=True)
+    counts = torch.bincount(depth).tolist()
+    return list(torch.split(order, counts))
+
+
+def _children_count(parent: torch.Tensor) -> torch.Tensor:
+    n = parent.numel()
+    kids = parent[parent >= 0]
+    return torch.bincount(kids, minlength=n)
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+def _group_equal(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Per element: do all elements of its group hold the same value? (max == min)."""
+    big = torch.finfo(values.dtype).max
+    gmax = torch.full((num_groups,), -big, dtype=values.dtype).scatter_reduce(
+        0, group, values, reduce="amax", include_self=True)
+    gmin = torch.full((num_groups,), big, dtype=values.dtype).scatter_reduce(
+        0, group, values, reduce="amin", include_self=True)
+    return (gmax == gmin)[group]
+
+
+def _scored_leaves_per_tree(forest: Forest, scored: torch.Tensor) -> torch.Tensor:
+    """Number of scored leaves per tree (num_trees,); raises if a tree has none."""
+    per_tree = torch.bincount(forest.tree_index[scored], minlength=forest.num_trees)
+    if bool((per_tree == 0).any()):
+        t = int(torch.nonzero(per_tree == 0)[0])
+        raise ValueError(f"tree {t} has no scored leaf (every leaf_reward is NaN)")
+    return per_tree
+
+
+def normalized_leaf_values(forest: Forest, is_leaf: torch.Tensor) -> torch.Tensor:
+    """(N,) leaf values (r - mean_tree) / (std_tree + 1e-6), population std; NaN elsewhere."""
+    scored = is_leaf & ~torch.isnan(forest.leaf_reward)
+    per_tree_scored = _scored_leaves_per_tree(forest, scored)
+    idx = torch.nonzero(scored).squeeze(1)
+    r, tree = forest.leaf_reward[idx], forest.tree_index[idx]
+    count = per_tree_scored.to(r.dtype)
+    mean = torch.zeros(forest.num_trees, dtype=r.dtype).index_add_(0, tree, r) / count
+    centred = r - mean[tree]
+    var = torch.zeros(forest.num_trees, dtype=r.dtype).index_add_(0, tree, centred**2) / count
+    # All-equal rewards: force exact zeros (see module docstring).
+    centred = torch.where(_group_equal(r, tree, forest.num_trees), torch.zeros_like(r), centred)
+    values = torch.full_like(forest.leaf_reward, float("nan"))
+    values[idx] = centred / (var.sqrt()[tree] + LEAF_NORM_EPS)
+    return values
+
+
+def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
+                       normalize_leaves: bool = True) -> torch.Tensor:
+    """Node values V (N,) for every tree of ``forest`` (equations in the module docstring).
+
+    Bottom-up over depth levels: all children at depth d+1 push ``w_c * V_c`` and ``w_c`` into
+    their parents with ``index_add`` at once (siblings share a depth, so the per-parent softmax
+    or linear normalisation is complete within one level).
+    """
+    if mode not in VALUE_MODES:
+        raise ValueError(f"unknown value mode {mode!r}; choose one of {VALUE_MODES}")
+    parent, entropy, n = forest.parent, forest.entropy, forest.num_nodes
+    is_leaf = _children_count(parent) == 0
+    internal_scored = ~is_leaf & ~torch.isnan(forest.leaf_reward)
+    if bool(internal_scored.any()):
+        g = int(torch.nonzero(internal_scored)[0])
+        t = int(forest.tree_index[g])
+        raise ValueError(f"tree {t}, node {g - int(forest.offsets[t])}: internal node has a "
+                         f"leaf_reward ({float(forest.leaf_reward[g])}); only leaves may")
+    if mode == "entropy_linear" and bool((entropy[parent >= 0] < 0).any()):
+        raise ValueError("entropy_linear needs non-negative node entropies")
+    if normalize_leaves:
+        values = normalized_leaf_values(forest, is_leaf)
+    else:
+        values = torch.where(is_leaf, forest.leaf_reward, torch.full_like(entropy, float("nan")))
+        _scored_leaves_per_tree(forest, is_leaf & ~torch.isnan(values))
+    has_value = is_leaf & ~torch.isnan(values)
+    num = torch.zeros(n, dtype=values.dtype)  # sum_c w_c V_c (leaf_mean: sum of leaf values)
+    den = torch.zeros(n, dtype=values.dtype)  # sum_c w_c      (leaf_mean: number of leaves)
+    levels = _levels(node_depths(parent))
+    for depth in range(len(levels) - 1, 0, -1):
+        kids = levels[depth]
+        kids = kids[has_value[kids]]
+        if kids.numel() == 0:
+            continue
+        up = parent[kids]
+        if mode == "leaf_mean":
+            leaf = is_leaf[kids]
+            contrib = torch.where(leaf, values[kids], num[kids])
+            weight = torch.where(leaf, torch.ones_like(contrib), den[kids])
+        else:
+            weight = _sibling_weights(mode, entropy[kids], up, n)
+            contrib = weight * values[kids]
+        num.index_add_(0, up, contrib)
+        den.index_add_(0, up, weight)
+        parents = torch.unique(up)
+        values[parents] = num[parents] / den[parents]
+        has_value[parents] = True
+    return values
+
+
+def _sibling_weights(mode: str, h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
+    """Unnormalised child weights w_c; the caller divides by the per-parent sum."""
+    if mode == "child_mean":
+        return torch.ones_like(h)
+    if mode == "entropy_softmax":
+        # exp(H_c - max_sibling H) is the softmax numerator, shifted for stability.
+        hmax = torch.full((n,), -float("inf"), dtype=h.dtype).scatter_reduce(
+            0, up, h, reduce="amax", include_self=True)
+        return torch.exp(h - hmax[up])
+    # entropy_linear: w_c = H_c; siblings whose entropies sum to 0 fall back to the plain mean.
+    total = torch.zeros(n, dtype=h.dtype).index_add_(0, up, h)
+    return torch.where(total[up] > 0, h, torch.ones_like(h))
+
+
+def forest_node_advantages(forest: Forest, values: torch.Tensor,
+                           mode: str = "node_value") -> torch.Tensor:
+    """Node advantages A (N,) from values V (N,) (modes in the module docstring)."""
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"unknown advantage mode {mode!r}; choose one of {ADVANTAGE_MODES}")
+    if values.shape != forest.parent.shape:
+        raise ValueError(f"values has shape {tuple(values.shape)}, expected ({forest.num_nodes},)")
+    if mode == "node_value":
+        return values.clone()
+    is_root = forest.parent < 0
+    v_parent = torch.where(is_root, values, values[forest.parent.clamp(min=0)])
+    v_root = values[forest.roots][forest.tree_index]
+    local, glob = values - v_parent, values - v_root
+    adv = {"diff_parent": local, "diff_global": glob, "diff_localglobal": local + glob}[mode]
+    return torch.where(is_root, values, adv)
+
+
+def node_values(parent: Any, entropy: Any, leaf_reward: Any, mode: str = "entropy_softmax",
+                normalize_leaves: bool = True) -> torch.Tensor:
+    """Values V (N,) of one tree (arrays or tensors of shape (N,)); see the module docstring."""
+    forest = Forest.from_trees([(parent, entropy, leaf_reward)], dtype=_float_dtype(leaf_reward))
+    return forest_node_values(forest, mode=mode, normalize_leaves=normalize_leaves)
+
+
+def node_advantages(parent: Any, values: Any, mode: str = "node_value") -> torch.Tensor:
+    """Advantages A (N,) of one tree from its node values (N,); root = node 0."""
+    values = torch.as_tensor(values)
+    zeros = np.zeros(values.numel())
+    forest = Forest.from_trees([(parent, zeros, zeros)], dtype=values.dtype)
+    return forest_node_advantages(forest, values, mode=mode)
+
+
+def _float_dtype(x: Any) -> torch.dtype:
+    if torch.is_tensor(x) and x.is_floating_point():
+        return x.dtype
+    return torch.float64
+
+
+# --------------------------------------------------------------------------------------------
+# Outcome baselines
+# --------------------------------------------------------------------------------------------
+def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6,
+                    scale: str = "std", unbiased: bool = True) -> torch.Tensor:
+    r"""GRPO outcome advantages (R,) for rewards (R,) grouped by ``group_ids`` (R,)::
+
+        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)      scale="std"  (GRPO)
+        A_i =  r_i - mean_g(r)                           scale="none" (Dr. GRPO)
+
+    ``unbiased=True`` (ddof 1) matches verl's and TRL's ``torch.std``; ``unbiased=False`` gives
+    the population std used for AT2PO's leaf normalisation. A group of one sample keeps its raw
+    reward (mean 0, std 1), as verl does. Groups whose rewards are all equal get exactly 0.
+    """
+    if scale not in ("std", "none"):
+        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    rewards = torch.as_tensor(rewards)
+    rewards = rewards if rewards.is_floating_point() else rewards.double()
+    group_ids = torch.as_tensor(group_ids)
+    if rewards.ndim != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
+                         "must both be (R,)")
+    if bool(torch.isnan(rewards).any()):
+        raise ValueError(f"rewards has NaN at row {int(torch.nonzero(torch.isnan(rewards))[0])}")
+    _, group = torch.unique(group_ids, return_inverse=True)
+    g = int(group.max()) + 1 if group.numel() else 0
+    count = torch.bincount(group, minlength=g).to(rewards.dtype)
+    mean = torch.zeros(g, dtype=rewards.dtype).index_add_(0, group, rewards) / count
+    single = count[group] == 1
+    centred = torch.where(single, rewards, rewards - mean[group])
+    centred = torch.where(_group_equal(rewards, group, g) & ~single, torch.zeros_like(rewards), centred)
+    if scale == "none":
+        return centred
+    ss = torch.zeros(g, dtype=rewards.dtype).index_add_(0, group, (rewards - mean[group]) ** 2)
+    std = (ss / (count - (1 if unbiased else 0)).clamp(min=1)).sqrt()
+    std = torch.where(single, torch.ones_like(centred), std[group])
+    return centred / (std + eps)
+
+
+def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
+                         prompt_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    r"""Tree-GRPO's advantage (its default ``tree`` estimator) for one row per leaf (R,)::
+
+        A_i = GRPO(r_i | all leaves of the prompt) + GRPO(r_i | leaves of the same tree)
+
+    Both terms normalise the raw rewards with the unbiased std, as the authors' verl code does.
+    Trees are grouped by the pair (prompt id, tree id), so tree ids may restart per prompt.
+    (Their ``tree_2norm`` variant, which normalises within the tree *after* the prompt-level
+    normalisation, is not offered here.)
+    """
+    prompt_ids, tree_ids = torch.as_tensor(prompt_ids), torch.as_tensor(tree_ids)
+    if tree_ids.shape != prompt_ids.shape:
+        raise ValueError(f"tree_ids {tuple(tree_ids.shape)} and prompt_ids "
+                         f"{tuple(prompt_ids.shape)} must have the same shape")
+    _, pair = torch.unique(torch.stack([prompt_ids, tree_ids], dim=1), dim=0, return_inverse=True)
+    inter = grpo_advantages(leaf_rewards, prompt_ids, eps=eps)
+    inner = grpo_advantages(leaf_rewards, pair, eps=eps)
+    return inter + inner
+
+
+# --------------------------------------------------------------------------------------------
+# Batched: trees -> per-token advantages
+# --------------------------------------------------------------------------------------------
+def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: torch.Tensor,
+                           value_mode: str = "entropy_softmax", adv_mode: str = "node_value",
+                           normalize_leaves: bool = True,
+                           row_leaf: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Per-token advantages (B, T) for B training rows drawn from the trees of ``forest``.
+
+    turn_node (B, T) int: the *local* node id (within the row's tree) of each model token,
+    -1 for observation/prompt/padding tokens; row_tree (B,) int: which tree each row came from.
+    Token t of row b gets ``A[offsets[row_tree[b]] + turn_node[b, t]]``, other tokens 0.
+
+    ``adv_mode="vanilla"`` (method.md §6.3) ignores the tree: every model token of a row gets
+    ``grpo_advantages`` of its leaf's raw reward among the rows of the same tree (the authors'
+    code runs verl's GRPO over the sampled rows). The row's leaf is ``row_leaf`` (B,) local
+    ids, or else the deepest node the row's tokens belong to.
+    """
+    turn_node, row_tree = torch.as_tensor(turn_node), torch.as_tensor(row_tree)
+    if turn_node.ndim != 2 or row_tree.shape != (turn_node.shape[0],):
+        raise ValueError(f"turn_node must be (B, T) and row_tree (B,); got "
+                         f"{tuple(turn_node.shape)} and {tuple(row_tree.shape)}")
+    if bool(((row_tree < 0) | (row_tree >= forest.num_trees)).any()):
+        b = int(torch.nonzero((row_tree < 0) | (row_tree >= forest.num_trees))[0])
+        raise ValueError(f"row {b}: row_tree {int(row_tree[b])} is not a tree of the forest "
+                         f"({forest.num_trees} trees)")
+    size = (forest.offsets[1:] - forest.offsets[:-1])[row_tree]  # (B,)
+    bad = (turn_node < -1) | (turn_node >= size[:, None])
+    if bool(bad.any()):
+        b, t = (int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"row {b}, token {t}: turn_node {int(turn_node[b, t])} is not a node of "
+                         f"tree {int(row_tree[b])} ({int(size[b])} nodes)")
+    is_model = turn_node >= 0
+    global_node = turn_node.clamp(min=0) + forest.offsets[row_tree][:, None]  # (B, T)
+    if adv_mode == "vanilla":
+        leaf = _row_leaves(forest, global_node, is_model, row_tree, row_leaf)
+        row_adv = grpo_advantages(forest.leaf_reward[leaf], row_tree)
+        return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype))
+    values = forest_node_values(forest, value_mode, normalize_leaves)
+    adv = forest_node_advantages(forest, values, adv_mode)
+    per_token = torch.where(is_model, adv[global_node], torch.zeros((), dtype=adv.dtype))
+    if bool(torch.isnan(per_token).any()):
+        b, t = (int(i) for i in torch.nonzero(torch.isnan(per_token))[0])
+        raise ValueError(f"row {b}, token {t}: node {int(turn_node[b, t])} of tree "
+                         f"{int(row_tree[b])} has no scored leaf below it (advantage NaN)")
+    return per_token
+
+
+def _row_leaves(forest: Forest, global_node: torch.Tensor, is_model: torch.Tensor,
+                row_tree: torch.Tensor, row_leaf: torch.Tensor | None) -> torch.Tensor:
+    if row_leaf is not None:
+        return torch.as_tensor(row_leaf) + forest.offsets[row_tree]
+    if bool((~is_model.any(dim=1)).any()):
+        b = int(torch.nonzero(~is_model.any(dim=1))[0])
+        raise ValueError(f"row {b} has no model token; pass row_leaf to say which leaf it is")
+    depth = torch.where(is_model, node_depths(forest.parent)[global_node], -1)
+    return global_node.gather(1, depth.argmax(dim=1, keepdim=True)).squeeze(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Paths, synthetic rows, example trees (notebooks, tests, benchmarks)
+# --------------------------------------------------------------------------------------------
+def leaf_paths(parent: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Root→leaf paths of one tree: (leaves (L,), paths (L, D+1)) with paths[i, k] the node at
+    depth k on leaf i's path (-1 past the leaf). One vectorised step per depth."""
+    parent = torch.as_tensor(np.asarray(parent), dtype=torch.long)
+    depth = node_depths(parent)
+    leaves = torch.nonzero(_children_count(parent) == 0).squeeze(1)
+    max_depth = int(depth.max())
+    paths = torch.full((leaves.numel(), max_depth + 1), -1, dtype=torch.long)
+    cur, d = leaves.clone(), depth[leaves].clone()
+    for _ in range(max_depth + 1):
+        alive = d >= 0
+        paths[alive.nonzero().squeeze(1), d[alive]] = cur[alive]
+        cur = torch.where(alive, parent[cur.clamp(min=0)], -1)
+        d = d - 1
+    return leaves, paths
+
+
+def synthetic_turn_rows(parent: Any, model_tokens: Any, obs_tokens: int | Any = 4) -> dict[str, torch.Tensor]:
+    """Token layout of every root→leaf row of one tree, for demos and tests.
+
+    Each non-root node on the path contributes ``obs_tokens[n]`` observation tokens (none for
+    depth-1 nodes, which follow the prompt) and then ``model_tokens[n]`` model tokens.
+    Returns ``turn_node`` (L, T) (local node id, -1 elsewhere), ``completion_mask`` (L, T) and
+    ``leaf`` (L,). Built with ``repeat_interleave``; no loop over rows.
+    """
+    parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
+    n = parent_t.numel()
+    model = torch.as_tensor(np.broadcast_to(np.asarray(model_tokens), (n,)).copy(), dtype=torch.long)
+    obs = torch.as_tensor(np.broadcast_to(np.asarray(obs_tokens), (n,)).copy(), dtype=torch.long)
+    obs = torch.where(node_depths(parent_t) >= 2, obs, 0)
+    leaves, paths = leaf_paths(parent_t)
+    nodes = paths[:, 1:]  # drop the root (prompt only)
+    valid = nodes >= 0
+    safe = nodes.clamp(min=0)
+    seg_len = torch.stack([obs[safe] * valid, model[safe] * valid], dim=2).flatten(1)  # (L, 2K)
+    seg_val = torch.stack([torch.full_like(nodes, -1), nodes], dim=2).flatten(1)
+    row_len = seg_len.sum(dim=1)
+    width = max(int(row_len.max()), 1)
+    token_val = torch.repeat_interleave(seg_val.flatten(), seg_len.flatten())
+    token_row = torch.repeat_interleave(torch.arange(leaves.numel()), row_len)
+    row_start = torch.cumsum(row_len, 0) - row_len
+    pos = torch.arange(token_val.numel()) - row_start[token_row]
+    turn_node = torch.full((leaves.numel(), width), -1, dtype=torch.long)
+    turn_node[token_row, pos] = token_val
+    return {"turn_node": turn_node, "completion_mask": (turn_node >= 0).long(), "leaf": leaves}
+
+
+def example_tree() -> TreeArrays:
+    """A small hand-made tree (9 nodes, 5 leaves) for notebooks, docs and tests.
+
+    ::
+
+        0 (root)
+        ├── 1 (H=0.9) ─┬─ 3 (H=0.4) ── 6 (H=0.3, r=1)    node 3 has a single child
+        │              └─ 4 (H=1.2, r=0)
+        ├── 2 (H=0.5) ─── 5 (H=0.7, r=1)
+        ├── 7 (H=1.5, r=0)                               an early wrong answer
+        └── 8 (H=0.2, r=1)                               an early right answer
+
+    Node ids are not topological (node 3's child 6 comes after node 5) on purpose.
+    """
+    parent = np.array([-1, 0, 0, 1, 1, 2, 3, 0, 0])
+    entropy = np.array([0.0, 0.9, 0.5, 0.4, 1.2, 0.7, 0.3, 1.5, 0.2])
+    nan = np.nan
+    leaf_reward = np.array([nan, nan, nan, nan, 0.0, 1.0, 1.0, 0.0, 1.0])
+    return TreeArrays(parent, entropy, leaf_reward)
+
+
+def random_tree(generator: np.random.Generator, num_chains: int = 10, num_expansions: int = 12,
+                max_turns: int = 6, stop_prob: float = 0.35, shuffle_ids: bool = True) -> TreeArrays:
+    """An AT2PO-shaped random tree: ``num_chains`` chains from the root (each turn ends the
+    trajectory with ``stop_prob``, at most ``max_turns`` deep), then ``num_expansions`` re-sampled
+    turns (a new child of a random non-leaf node, rolled out to a leaf). Rewards in {0, 1},
+    entropies uniform in [0.1, 2). With ``shuffle_ids`` the non-root ids are permuted, so
+    children may have smaller ids than their parents. (Python loops: a test/demo generator.)"""
+    parent, depth = [-1], [0]
+
+    def rollout(from_node: int) -> None:
+        node = from_node
+        while True:
+            parent.append(node)
+            depth.append(depth[node] + 1)
+            node = len(parent) - 1
+            if depth[node] >= max_turns or generator.random() < stop_prob:
+                return
+
+    for _ in range(num_chains):
+        rollout(0)
+    for _ in range(num_expansions):
+        has_child = np.zeros(len(parent), dtype=bool)
+        has_child[[p for p in parent[1:]]] = True
+        rollout(int(generator.choice(np.flatnonzero(has_child))))
+    n = len(parent)
+    parent_arr = np.array(parent)
+    if shuffle_ids:
+        perm = np.concatenate([[0], 1 + generator.permutation(n - 1)])  # old id -> new id
+        new_parent = np.full(n, -1)
+        new_parent[perm[1:]] = perm[parent_arr[1:]]
+        parent_arr = new_parent
+    is_leaf = np.bincount(parent_arr[1:], minlength=n) == 0
+    reward = np.where(is_leaf, generator.integers(0, 2, n).astype(float), np.nan)
+    entropy = generator.uniform(0.1, 2.0, n)
+    entropy[0] = 0.0
+    return TreeArrays(parent_arr, entropy, reward)
+
+
+def load_trees(path: str | Path) -> list[TreeArrays]:
+    """Trees saved by the rollout stage: a pickle holding a list of trees (anything
+    :func:`as_tree_arrays` accepts) or a dict with a ``"trees"`` list."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trees file not found: {path}")
+    with path.open("rb") as fh:
+        data = pickle.load(fh)
+    trees = data["trees"] if isinstance(data, Mapping) and "trees" in data else data
+    if not isinstance(trees, (list, tuple)) or not trees:
+        raise ValueError(f"{path}: expected a non-empty list of trees, got {type(trees).__name__}")
+    out = []
+    for i, t in enumerate(trees):
+        arrays = as_tree_arrays(t)
+        _validate_tree(arrays, f"{path}: tree {i}")
+        out.append(arrays)
+    return out

@@ -1,0 +1,274 @@
+"""The QA datasets: FlashRAG rows from the HF hub or a local folder, VeRL parquet, trainer rows.
+
+method.md §3:
+
+- "Source: ``RUC-NLPIR/FlashRAG_datasets`` on the HF hub, rows ``{id, question,
+  golden_answers, metadata}``."
+- Multi-hop setting: train on HotpotQA ``train``; test on HotpotQA dev (7,405), 2WikiMultihopQA
+  dev (12,576), MuSiQue dev (2,417), Bamboogle test (125). Single-hop setting: train on NQ
+  ``train``; test on NQ test (3,610), TriviaQA test (11,313), PopQA test (14,267).
+- "Training rows (VeRL parquet): ``data_source``, ``prompt`` (chat messages), ``ability``
+  ("fact-reasoning"), ``reward_model = {"style": "rule", "ground_truth": {"target":
+  golden_answers}}``, ``extra_info = {"split", "index"}``."
+
+The hub repository stores one JSONL file per split: ``<name>/<split>.jsonl``; a local copy in
+the same layout (``<local_dir>/<name>/<split>.jsonl``) works without network.
+
+    >>> rows = load_flashrag("nq", "test", local_dir="data/flashrag")   # or from the hub
+    >>> write_verl_parquet(to_verl_rows(rows, "nq", "atpo", "test"), "nq_test.parquet")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .prompts import PromptTemplate, build_messages, get_template
+
+HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
+ABILITY = "fact-reasoning"
+
+
+class DataError(ValueError):
+    """A data file or row that does not validate; the message names the file and row."""
+
+
+class HubUnreachableError(RuntimeError):
+    """The HF hub could not be reached (offline mode or a network error)."""
+
+
+# ----------------------------------------------------------------------------- paper splits
+
+
+@dataclass(frozen=True)
+class BenchmarkSplit:
+    """One test set of the paper (method.md §3, §4: sizes weight the "Avg" columns)."""
+
+    dataset: str
+    group: str
+    flashrag_name: str
+    split: str
+    size: int
+
+
+PAPER_TEST_SPLITS: dict[str, BenchmarkSplit] = {
+    s.dataset: s
+    for s in (
+        BenchmarkSplit("hotpotqa", "multihop", "hotpotqa", "dev", 7405),
+        BenchmarkSplit("2wikimultihopqa", "multihop", "2wikimultihopqa", "dev", 12576),
+        BenchmarkSplit("musique", "multihop", "musique", "dev", 2417),
+        BenchmarkSplit("bamboogle", "multihop", "bamboogle", "test", 125),
+        BenchmarkSplit("nq", "singlehop", "nq", "test", 3610),
+        BenchmarkSplit("triviaqa", "singlehop", "triviaqa", "test", 11313),
+        BenchmarkSplit("popqa", "singlehop", "popqa", "test", 14267),
+    )
+}
+"""The seven test sets of Table 1 with their full sizes."""
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "multihop": ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
+    "singlehop": ("nq", "triviaqa", "popqa"),
+}
+"""Benchmark groups; each is a separate training run."""
+
+TRAIN_SPLITS: dict[str, tuple[str, str]] = {"multihop": ("hotpotqa", "train"), "singlehop": ("nq", "train")}
+"""Training (dataset, split) of each group."""
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _validate_row(row: Any, where: str) -> dict[str, Any]:
+    """Check one FlashRAG row; return a clean copy. ``where`` names file and line."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    row_id = row.get("id")
+    label = f"{where} (id {row_id!r})"
+    if row_id is None:
+        raise DataError(f"{where}: row has no 'id'")
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{label}: row has no non-empty 'question'")
+    answers = row.get("golden_answers")
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(answers, list) or not answers:
+        raise DataError(f"{label}: row has no golden answers ('golden_answers' must be a non-empty list)")
+    clean_answers = []
+    for i, answer in enumerate(answers):
+        # Numbers occur in some QA sets; they are compared as text.
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            answer = str(answer)
+        if not isinstance(answer, str):
+            raise DataError(f"{label}: golden answer {i} is {type(answer).__name__}, not a string")
+        clean_answers.append(answer)
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise DataError(f"{label}: 'metadata' must be an object")
+    clean = dict(row)
+    clean.update(id=str(row_id), question=question, golden_answers=clean_answers, metadata=metadata)
+    return clean
+
+
+def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source: str | None = None) -> list[dict]:
+    """Read and validate a FlashRAG JSONL file: ``{id, question, golden_answers, metadata?}``.
+
+    Bad JSON, a row without golden answers or without a question raise :class:`DataError`
+    naming the file, the line and (when readable) the row id. ``limit`` keeps the first rows;
+    ``data_source`` is stored on every row (used by :func:`to_trainer_rows`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    rows: list[dict] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if limit is not None and len(rows) >= limit:
+                break
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from err
+            row = _validate_row(raw, where)
+            if data_source is not None:
+                row["data_source"] = data_source
+            rows.append(row)
+    return rows
+
+
+def _hub_offline() -> bool:
+    """Offline when ``HF_HUB_OFFLINE`` is set now or was set when huggingface_hub was imported."""
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    try:
+        from huggingface_hub import constants
+
+        return flag or bool(constants.is_offline_mode())
+    except (ImportError, AttributeError):
+        return flag
+
+
+def _download_from_hub(name: str, split: str, cache_dir: str | Path | None, revision: str | None) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    filename = f"{name}/{split}.jsonl"
+    offline = _hub_offline()
+    hint = (
+        f"Download the file once elsewhere (huggingface-cli download {HUB_REPO} {filename} "
+        f"--repo-type dataset --local-dir DIR) and pass local_dir=DIR, which must hold {filename}."
+    )
+    try:
+        # local_files_only while offline: a file already in the cache still loads.
+        return Path(hf_hub_download(HUB_REPO, filename, repo_type="dataset", cache_dir=cache_dir,
+                                    revision=revision, local_files_only=offline))
+    except LocalEntryNotFoundError as err:  # offline, or the network failed and nothing is cached
+        why = "HF_HUB_OFFLINE is set" if offline else f"the hub could not be reached ({err.__class__.__name__})"
+        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: {why} and the file is not cached. {hint}") from err
+    except (EntryNotFoundError, RepositoryNotFoundError) as err:
+        raise DataError(f"{HUB_REPO} has no file {filename} (dataset {name!r}, split {split!r})") from err
+    except HfHubHTTPError as err:  # reached, but the server failed (5xx, rate limit)
+        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: the hub answered with an error ({err}). {hint}") from err
+    except OSError as err:  # connection errors from the HTTP client are OSErrors too
+        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: network error {err}. {hint}") from err
+
+
+def load_flashrag(
+    name: str,
+    split: str,
+    local_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    limit: int | None = None,
+    revision: str | None = None,
+) -> list[dict]:
+    """Rows of one FlashRAG dataset split, validated, each with ``data_source = name``.
+
+    ``local_dir`` reads ``<local_dir>/<name>/<split>.jsonl`` (no network); otherwise the file
+    comes from the ``RUC-NLPIR/FlashRAG_datasets`` hub repository (cached in ``cache_dir``).
+    Raises :class:`HubUnreachableError` when the hub cannot be reached and the file is not
+    cached, saying how to pass ``local_dir`` instead.
+    """
+    if local_dir is not None:
+        path = Path(local_dir) / name / f"{split}.jsonl"
+        if not path.is_file():
+            raise DataError(f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)")
+    else:
+        path = _download_from_hub(name, split, cache_dir, revision)
+    return read_flashrag_jsonl(path, limit=limit, data_source=name)
+
+
+# ----------------------------------------------------------------------------- converting
+
+
+def to_verl_rows(
+    rows: Sequence[dict], data_source: str, template: PromptTemplate | str, split: str
+) -> list[dict]:
+    """VeRL parquet rows (method.md §3): prompt messages, rule reward with golden targets."""
+    t = get_template(template)
+    return [
+        {
+            "data_source": data_source,
+            "prompt": build_messages(t, row["question"]),
+            "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": {"target": list(row["golden_answers"])}},
+            "extra_info": {"split": split, "index": index},
+        }
+        for index, row in enumerate(rows)
+    ]
+
+
+def write_verl_parquet(rows: Iterable[dict], path: str | Path) -> Path:
+    """Write VeRL rows to parquet (parent folders created); returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(rows)
+    if not rows:
+        raise DataError(f"{path}: refusing to write an empty parquet file")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def read_verl_parquet(path: str | Path) -> list[dict]:
+    """Read VeRL rows back as plain dicts and lists."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    return pq.read_table(path).to_pylist()
+
+
+def to_trainer_rows(
+    rows: Sequence[dict], template: PromptTemplate | str, data_source: str | None = None
+) -> list[dict]:
+    """Rows the trainer reads: ``prompt`` messages, ``golden_answers``, ``id``, ``data_source``,
+    ``metadata``. ``data_source`` overrides the rows' own (set by :func:`load_flashrag`)."""
+    t = get_template(template)
+    out = []
+    for index, row in enumerate(rows):
+        source = data_source if data_source is not None else row.get("data_source")
+        if not source:
+            raise DataError(f"row {index} (id {row.get('id')!r}) has no data_source; pass data_source=")
+        out.append(
+            {
+                "prompt": build_messages(t, row["question"]),
+                "golden_answers": list(row["golden_answers"]),
+                "id": str(row["id"]),
+                "data_source": source,
+                "metadata": dict(row.get("metadata") or {}),
+            }
+        )
+    return out

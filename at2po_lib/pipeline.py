@@ -1,0 +1,162 @@
+"""Run the numbered notebooks headless with papermill, in order, under one profile.
+
+``./run_all.sh`` calls :func:`main`. Each stage (notebook) is skipped when its executed copy is
+up to date: the stamp beside it records a hash of the notebook, the resolved profile, the
+library's sources and the stamps of all earlier stages, so a change anywhere upstream re-runs
+everything downstream of it. ``--force`` re-runs regardless.
+
+If a notebook fails, the run stops with exit status 1 and names the notebook and the failing
+cell; the executed copy (with the traceback) is kept, and so is everything earlier stages made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ProfileError, load_profile
+from .paths import repo_root, results_dir
+
+
+@dataclass
+class StageResult:
+    notebook: Path
+    status: str  # "ran", "skipped" or "failed"
+    seconds: float = 0.0
+    message: str = ""
+
+
+def list_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
+    """Numbered notebooks (``NN_name.ipynb``) in order; ``only`` keeps the given prefixes."""
+    found = sorted(p for p in notebooks_dir.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        unknown = [o for o in only if not any(p.name.startswith(o) for p in found)]
+        if unknown:
+            names = ", ".join(p.name for p in found)
+            raise ValueError(f"--only {','.join(unknown)}: no such notebook (have: {names})")
+        found = [p for p in found if any(p.name.startswith(o) for o in only)]
+    return found
+
+
+def library_fingerprint(root: Path) -> str:
+    """Hash of every library source file: a code change invalidates executed notebooks."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "at2po_lib").rglob("*")):
+        if path.suffix in {".py", ".yaml", ".json", ".jinja"} and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def stage_stamp(notebook: Path, profile_json: str, lib_hash: str, upstream: str) -> str:
+    digest = hashlib.sha256()
+    for part in (notebook.read_bytes(), profile_json.encode(), lib_hash.encode(), upstream.encode()):
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _failure_message(exc: Exception, notebook: Path) -> str:
+    """Name the failing cell by its index in the *original* notebook (papermill's index counts
+    the injected-parameters cell too), plus its execution count."""
+    cell = getattr(exc, "cell_index", None)
+    source = getattr(exc, "source", None)
+    if source is not None:
+        import nbformat
+
+        cells = nbformat.read(notebook, as_version=4).cells
+        matches = [i for i, c in enumerate(cells) if c.source == source]
+        if matches:
+            cell = matches[0]
+    exec_count = getattr(exc, "exec_count", None)
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    where = f"cell {cell}" if cell is not None else "an unknown cell"
+    if exec_count is not None:
+        where += f" (execution count {exec_count})"
+    return f"{where}: {ename}: {evalue}"
+
+
+def run_notebooks(
+    profile: str,
+    only: list[str] | None = None,
+    force: bool = False,
+    notebooks_dir: Path | None = None,
+    out_dir: Path | None = None,
+    kernel_name: str = "python3",
+) -> list[StageResult]:
+    """Execute the notebooks in order; stops at the first failure (its result is last)."""
+    import papermill
+
+    root = repo_root()
+    cfg = load_profile(profile)  # unknown profile: error listing the known ones, before any work
+    profile_json = json.dumps(cfg.to_dict(), sort_keys=True)
+    notebooks_dir = notebooks_dir or root / "notebooks"
+    out_dir = out_dir or results_dir("executed", cfg.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib_hash = library_fingerprint(root)
+
+    results: list[StageResult] = []
+    upstream = ""
+    for notebook in list_notebooks(notebooks_dir, only):
+        output = out_dir / notebook.name
+        stamp_path = out_dir / f"{notebook.stem}.stamp"
+        stamp = stage_stamp(notebook, profile_json, lib_hash, upstream)
+        upstream += stamp
+        if not force and output.exists() and stamp_path.exists() and stamp_path.read_text() == stamp:
+            print(f"[{cfg.name}] {notebook.name}: up to date, skipped", flush=True)
+            results.append(StageResult(notebook, "skipped"))
+            continue
+        print(f"[{cfg.name}] {notebook.name}: running ...", flush=True)
+        stamp_path.unlink(missing_ok=True)
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters={"profile": cfg.name},
+                kernel_name=kernel_name, cwd=str(root), progress_bar=False,
+            )
+        except Exception as exc:  # papermill wraps cell errors; anything else is a failure too
+            message = _failure_message(exc, notebook)
+            shown = notebook.relative_to(root) if notebook.is_relative_to(root) else notebook
+            print(f"[{cfg.name}] FAILED {shown}: {message}\n"
+                  f"  executed copy with the traceback: {output}", file=sys.stderr, flush=True)
+            results.append(StageResult(notebook, "failed", time.perf_counter() - start, message))
+            return results
+        seconds = time.perf_counter() - start
+        stamp_path.write_text(stamp)
+        print(f"[{cfg.name}] {notebook.name}: done in {seconds:.1f} s", flush=True)
+        results.append(StageResult(notebook, "ran", seconds))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="at2po run-notebooks", description="Execute the numbered notebooks with papermill."
+    )
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--only", default=None, help="comma-separated prefixes, e.g. 00,01")
+    parser.add_argument("--force", action="store_true", help="re-run stages that are up to date")
+    parser.add_argument("--notebooks-dir", type=Path, default=None)
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    only = [o.strip() for o in args.only.split(",") if o.strip()] if args.only else None
+    os.environ.setdefault("AT2PO_HOME", str(repo_root()))
+    try:
+        results = run_notebooks(args.profile, only, args.force, args.notebooks_dir, args.out_dir)
+    except (ProfileError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if results and results[-1].status == "failed":
+        return 1
+    ran = sum(r.status == "ran" for r in results)
+    print(f"{ran} notebook(s) ran, {len(results) - ran} up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

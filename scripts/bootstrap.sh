@@ -1,0 +1,44 @@
+# Sourced by run_all.sh and run_tests.sh: create or reuse a virtual environment and install the
+# project into it. Idempotent and quick when nothing changed.
+#
+#   AT2PO_VENV         where the environment lives (default: .venv in the repository)
+#   AT2PO_PYTHON       the interpreter to create it with (default: python3, >= 3.10)
+#   AT2PO_TORCH_INDEX  a pip index for torch (e.g. PyTorch's CPU wheel index on a CPU machine
+#                      whose PyPI only serves CUDA builds); unset: plain 'pip install torch==2.13.0'
+#   AT2PO_SKIP_INSTALL=1  use the environment as it is
+set -euo pipefail
+
+AT2PO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${AT2PO_VENV:-$AT2PO_ROOT/.venv}"
+PY="${AT2PO_PYTHON:-python3}"
+CPU_TORCH="2.13.0"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || { echo "bootstrap: $PY is older than Python 3.10" >&2; exit 1; }
+    echo "bootstrap: creating virtual environment $VENV"
+    "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
+
+if [ "${AT2PO_SKIP_INSTALL:-0}" != 1 ]; then
+    stamp="$VENV/.at2po-install-stamp"
+    want="$(cat "$AT2PO_ROOT/pyproject.toml" "$AT2PO_ROOT/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        python -m pip install -q --upgrade pip
+        if ! python -c 'import torch' 2>/dev/null; then
+            if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+                echo "bootstrap: GPU found; installing torch (CUDA build). Conda users: environment.yml"
+                python -m pip install -q torch
+            else
+                # Never a multi-GB CUDA build on a CPU-only machine: pin the CPU release.
+                echo "bootstrap: no GPU; installing CPU torch==$CPU_TORCH"
+                python -m pip install -q "torch==$CPU_TORCH" ${AT2PO_TORCH_INDEX:+--index-url "$AT2PO_TORCH_INDEX"}
+            fi
+        fi
+        python -m pip install -q -e "$AT2PO_ROOT[dev]"
+        echo "$want" > "$stamp"
+    fi
+fi

@@ -1,0 +1,89 @@
+"""./run_all.sh's engine: order, skipping up-to-date stages, and failing loudly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from at2po_lib.pipeline import list_notebooks, run_notebooks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _notebook(path: Path, *sources: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('profile = "tiny"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params] + [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.fixture()
+def two_notebooks(tmp_path):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    _notebook(nbdir / "00_first.ipynb", "x = 1")
+    _notebook(nbdir / "01_second.ipynb", "assert profile == 'smoke', profile")
+    return nbdir
+
+
+@pytest.mark.integration
+def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypatch):
+    # pin the library fingerprint: this test is about the stamps, not about source edits
+    library = {"hash": "v1"}
+    monkeypatch.setattr("at2po_lib.pipeline.library_fingerprint", lambda root: library["hash"])
+    out = tmp_path / "out"
+    first = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
+    assert [r.status for r in first] == ["ran", "ran"]
+    assert (out / "00_first.ipynb").exists() and (out / "01_second.ipynb").exists()
+    second = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
+    assert [r.status for r in second] == ["skipped", "skipped"]
+    # changing an upstream notebook re-runs it and everything after it
+    _notebook(two_notebooks / "00_first.ipynb", "x = 2")
+    third = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
+    assert [r.status for r in third] == ["ran", "ran"]
+    # a library change re-runs every stage
+    library["hash"] = "v2"
+    fourth = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
+    assert [r.status for r in fourth] == ["ran", "ran"]
+    forced = run_notebooks("smoke", only=["01"], force=True, notebooks_dir=two_notebooks, out_dir=out)
+    assert [(r.notebook.name, r.status) for r in forced] == [("01_second.ipynb", "ran")]
+
+
+def test_only_rejects_unknown_prefix(two_notebooks):
+    with pytest.raises(ValueError, match="07"):
+        list_notebooks(two_notebooks, ["07"])
+
+
+@pytest.mark.integration
+def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, tmp_path):
+    _notebook(two_notebooks / "02_broken.ipynb", "y = 1", "raise RuntimeError('boom in stage 02')")
+    _notebook(two_notebooks / "03_after.ipynb", "z = 3")
+    out = tmp_path / "out"
+    env = {**os.environ, "AT2PO_HOME": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.pipeline", "--profile", "smoke",
+         "--notebooks-dir", str(two_notebooks), "--out-dir", str(out)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "02_broken.ipynb" in proc.stderr
+    assert "cell 2" in proc.stderr and "boom in stage 02" in proc.stderr
+    # earlier stages' outputs stay; later stages never ran
+    assert (out / "00_first.ipynb").exists() and (out / "01_second.stamp").exists()
+    assert not (out / "03_after.ipynb").exists()
+
+
+def test_unknown_profile_is_an_error_listing_known_ones(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.pipeline", "--profile", "nope"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "tiny" in proc.stderr and "smoke" in proc.stderr
