@@ -38,12 +38,22 @@ class WorldConfig:
     n_companies: int = 50
     n_universities: int = 20
     n_films: int = 50
+    dev_fraction: float = 0.15
+    """Share of each entity type in the ``dev`` pool (validation questions, unseen facts)."""
+    test_fraction: float = 0.35
+    """Share of each entity type in the ``test`` pool; the rest is ``train``. Pools never
+    share facts, so test questions can only be answered by searching."""
     train_per_dataset: int = 300
     """Training questions per dataset (tiny_bamboogle has none: the paper tests on it only)."""
+    dev_per_dataset: int = 100
+    """Validation questions per dataset, for picking checkpoints (none for tiny_bamboogle)."""
     test_per_dataset: int = 200
     """Test questions per dataset (tiny_bamboogle always has 125, like Bamboogle)."""
     distractor_rate: float = 0.5
-    """Share of entities that get a near-miss name twin (distractors for retrieval)."""
+    """Name sharing: half of it makes near-miss twins ("Karin"/"Karan"), half shared words
+    (a company root, a city base); first names are always shared (~3 people per name)."""
+    max_passage_words: int = 70
+    """Word budget per passage (20-100); longer entities get two passages."""
 
 
 @dataclass
@@ -69,6 +79,14 @@ class RetrievalConfig:
     """Prebuilt index folder; None means ``artifacts/<profile>/index``."""
     url: str | None = None
     """A running retrieval server (``http://127.0.0.1:8000/retrieve``); None searches in-process."""
+    shard_size: int = 100_000
+    """Passages per saved embedding shard: a killed dense build resumes at the first missing one."""
+    device: str | None = None
+    """Encoder device (``cpu``, ``cuda``); None picks cuda when visible."""
+    timeout_s: float = 30.0
+    """HTTP client (``url`` set): seconds per request before a retry."""
+    retries: int = 5
+    """HTTP client: retries (exponential backoff from 0.5 s) before giving up."""
 
 
 @dataclass
@@ -139,24 +157,56 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """RL training (``at2po_lib.trainer``): method.md §7–§9."""
+    """RL training (``at2po_lib.trainer``): method.md §7–§9. One *step* is one rollout batch
+    (the paper's "240 training steps"); it makes ``prompts_per_step / mini_batch_prompts``
+    optimizer updates."""
 
     methods: list[str] = field(default_factory=lambda: ["grpo", "dapo", "gspo", "aepo", "at2po"])
+    """Methods the notebook and the table scripts train by default (``at2po train --list-methods``)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     train_datasets: list[str] = field(default_factory=lambda: ["tiny_hotpotqa"])
+    """Training split(s) the prompts come from."""
     max_steps: int = 240
+    """Rollout steps (method.md §9: 240)."""
     prompts_per_step: int = 64
+    """Prompts per rollout step (train batch 64)."""
     mini_batch_prompts: int = 8
+    """Prompts per optimizer update (PPO mini-batch 8: 8 updates per rollout step)."""
+    chain_leaves: int = 16
+    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO) and AEPO's budget (method.md §8);
+    tree methods get M + L*K from ``rollout``."""
+    micro_batch_rows: int = 0
+    """Rows per forward/backward pass per device (gradient accumulation); 0 = a whole update."""
     learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"
+    """method.md §9: constant learning rate."""
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     beta: float = 0.0
+    """KL coefficient for methods whose preset sets none (method.md §9: 0); GRPO's preset: 1e-3."""
     eval_every: int = 20
+    """Greedy validation every this many steps (and at step 0); 0 turns it off."""
+    val_questions: int | None = 100
+    """Questions per dataset in each periodic validation (None: ``eval.max_questions``)."""
+    val_datasets: list[str] = field(default_factory=list)
+    """Datasets of the periodic validation; empty means ``eval.datasets``."""
+    final_eval: bool = True
+    """Evaluate the final policy on ``eval.datasets`` (Table 1's numbers) when training ends."""
     save_every: int = 20
+    """Checkpoint every this many steps (and at the end)."""
+    save_total_limit: int = 2
+    """Checkpoints kept (older ones are deleted)."""
     bf16: bool = False
+    activation_checkpointing: bool = False
+    """Recompute activations in the backward pass (paper scale: long responses)."""
     use_vllm: bool = False
     vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.35
+    """Share of GPU memory vLLM may take in colocate mode (the rest trains)."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """TRL/transformers loggers (``tensorboard``, ``wandb``, ...); [] writes only metrics.jsonl."""
+    progress_bar: bool = True
+    """Show a progress bar with steps, reward and time left."""
 
 
 @dataclass

@@ -148,6 +148,15 @@ class Forest:
     def roots(self) -> torch.Tensor:
         return self.offsets[:-1]
 
+    @property
+    def device(self) -> torch.device:
+        return self.parent.device
+
+    def to(self, device: torch.device | str) -> "Forest":
+        """The same forest on another device (the math follows the forest's device)."""
+        return Forest(*(getattr(self, f).to(device) for f in
+                        ("parent", "entropy", "leaf_reward", "tree_index", "offsets")))
+
     @classmethod
     def from_trees(cls, trees: Sequence[Any], dtype: torch.dtype = torch.float32) -> "Forest":
         """Concatenate trees (anything :func:`as_tree_arrays` accepts); local ids become global."""
@@ -179,7 +188,7 @@ def node_depths(parent: torch.Tensor) -> torch.Tensor:
     n = parent.numel()
     has_parent = parent >= 0
     safe_parent = parent.clamp(min=0)
-    depth = torch.zeros(n, dtype=torch.long)
+    depth = torch.zeros(n, dtype=torch.long, device=parent.device)
     for _ in range(n + 1):
         new = torch.where(has_parent, depth[safe_parent] + 1, 0)
         if torch.equal(new, depth):
@@ -207,9 +216,10 @@ def _children_count(parent: torch.Tensor) -> torch.Tensor:
 def _group_equal(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
     """Per element: do all elements of its group hold the same value? (max == min)."""
     big = torch.finfo(values.dtype).max
-    gmax = torch.full((num_groups,), -big, dtype=values.dtype).scatter_reduce(
+    kw = dict(dtype=values.dtype, device=values.device)
+    gmax = torch.full((num_groups,), -big, **kw).scatter_reduce(
         0, group, values, reduce="amax", include_self=True)
-    gmin = torch.full((num_groups,), big, dtype=values.dtype).scatter_reduce(
+    gmin = torch.full((num_groups,), big, **kw).scatter_reduce(
         0, group, values, reduce="amin", include_self=True)
     return (gmax == gmin)[group]
 
@@ -230,9 +240,10 @@ def normalized_leaf_values(forest: Forest, is_leaf: torch.Tensor) -> torch.Tenso
     idx = torch.nonzero(scored).squeeze(1)
     r, tree = forest.leaf_reward[idx], forest.tree_index[idx]
     count = per_tree_scored.to(r.dtype)
-    mean = torch.zeros(forest.num_trees, dtype=r.dtype).index_add_(0, tree, r) / count
+    zeros = torch.zeros(forest.num_trees, dtype=r.dtype, device=r.device)
+    mean = zeros.clone().index_add_(0, tree, r) / count
     centred = r - mean[tree]
-    var = torch.zeros(forest.num_trees, dtype=r.dtype).index_add_(0, tree, centred**2) / count
+    var = zeros.clone().index_add_(0, tree, centred**2) / count
     # All-equal rewards: force exact zeros (see module docstring).
     centred = torch.where(_group_equal(r, tree, forest.num_trees), torch.zeros_like(r), centred)
     values = torch.full_like(forest.leaf_reward, float("nan"))
@@ -266,8 +277,8 @@ def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
         values = torch.where(is_leaf, forest.leaf_reward, torch.full_like(entropy, float("nan")))
         _scored_leaves_per_tree(forest, is_leaf & ~torch.isnan(values))
     has_value = is_leaf & ~torch.isnan(values)
-    num = torch.zeros(n, dtype=values.dtype)  # sum_c w_c V_c (leaf_mean: sum of leaf values)
-    den = torch.zeros(n, dtype=values.dtype)  # sum_c w_c      (leaf_mean: number of leaves)
+    num = torch.zeros_like(values)  # sum_c w_c V_c (leaf_mean: sum of leaf values)
+    den = torch.zeros_like(values)  # sum_c w_c      (leaf_mean: number of leaves)
     levels = _levels(node_depths(parent))
     for depth in range(len(levels) - 1, 0, -1):
         kids = levels[depth]
@@ -296,11 +307,11 @@ def _sibling_weights(mode: str, h: torch.Tensor, up: torch.Tensor, n: int) -> to
         return torch.ones_like(h)
     if mode == "entropy_softmax":
         # exp(H_c - max_sibling H) is the softmax numerator, shifted for stability.
-        hmax = torch.full((n,), -float("inf"), dtype=h.dtype).scatter_reduce(
+        hmax = torch.full((n,), -float("inf"), dtype=h.dtype, device=h.device).scatter_reduce(
             0, up, h, reduce="amax", include_self=True)
         return torch.exp(h - hmax[up])
     # entropy_linear: w_c = H_c; siblings whose entropies sum to 0 fall back to the plain mean.
-    total = torch.zeros(n, dtype=h.dtype).index_add_(0, up, h)
+    total = torch.zeros(n, dtype=h.dtype, device=h.device).index_add_(0, up, h)
     return torch.where(total[up] > 0, h, torch.ones_like(h))
 
 
@@ -369,13 +380,14 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
     _, group = torch.unique(group_ids, return_inverse=True)
     g = int(group.max()) + 1 if group.numel() else 0
     count = torch.bincount(group, minlength=g).to(rewards.dtype)
-    mean = torch.zeros(g, dtype=rewards.dtype).index_add_(0, group, rewards) / count
+    zeros = torch.zeros(g, dtype=rewards.dtype, device=rewards.device)
+    mean = zeros.clone().index_add_(0, group, rewards) / count
     single = count[group] == 1
     centred = torch.where(single, rewards, rewards - mean[group])
     centred = torch.where(_group_equal(rewards, group, g) & ~single, torch.zeros_like(rewards), centred)
     if scale == "none":
         return centred
-    ss = torch.zeros(g, dtype=rewards.dtype).index_add_(0, group, (rewards - mean[group]) ** 2)
+    ss = zeros.clone().index_add_(0, group, (rewards - mean[group]) ** 2)
     std = (ss / (count - (1 if unbiased else 0)).clamp(min=1)).sqrt()
     std = torch.where(single, torch.ones_like(centred), std[group])
     return centred / (std + eps)
@@ -420,7 +432,9 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     code runs verl's GRPO over the sampled rows). The row's leaf is ``row_leaf`` (B,) local
     ids, or else the deepest node the row's tokens belong to.
     """
-    turn_node, row_tree = torch.as_tensor(turn_node), torch.as_tensor(row_tree)
+    out_device = torch.as_tensor(turn_node).device
+    turn_node = torch.as_tensor(turn_node).to(forest.device)
+    row_tree = torch.as_tensor(row_tree).to(forest.device)
     if turn_node.ndim != 2 or row_tree.shape != (turn_node.shape[0],):
         raise ValueError(f"turn_node must be (B, T) and row_tree (B,); got "
                          f"{tuple(turn_node.shape)} and {tuple(row_tree.shape)}")
@@ -439,21 +453,21 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     if adv_mode == "vanilla":
         leaf = _row_leaves(forest, global_node, is_model, row_tree, row_leaf)
         row_adv = grpo_advantages(forest.leaf_reward[leaf], row_tree)
-        return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype))
+        return torch.where(is_model, row_adv[:, None], 0.0).to(out_device)
     values = forest_node_values(forest, value_mode, normalize_leaves)
     adv = forest_node_advantages(forest, values, adv_mode)
-    per_token = torch.where(is_model, adv[global_node], torch.zeros((), dtype=adv.dtype))
+    per_token = torch.where(is_model, adv[global_node], 0.0)
     if bool(torch.isnan(per_token).any()):
         b, t = (int(i) for i in torch.nonzero(torch.isnan(per_token))[0])
         raise ValueError(f"row {b}, token {t}: node {int(turn_node[b, t])} of tree "
                          f"{int(row_tree[b])} has no scored leaf below it (advantage NaN)")
-    return per_token
+    return per_token.to(out_device)
 
 
 def _row_leaves(forest: Forest, global_node: torch.Tensor, is_model: torch.Tensor,
                 row_tree: torch.Tensor, row_leaf: torch.Tensor | None) -> torch.Tensor:
     if row_leaf is not None:
-        return torch.as_tensor(row_leaf) + forest.offsets[row_tree]
+        return torch.as_tensor(row_leaf).to(forest.device) + forest.offsets[row_tree]
     if bool((~is_model.any(dim=1)).any()):
         b = int(torch.nonzero(~is_model.any(dim=1))[0])
         raise ValueError(f"row {b} has no model token; pass row_leaf to say which leaf it is")

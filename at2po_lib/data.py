@@ -12,10 +12,11 @@ method.md §3:
   golden_answers}}``, ``extra_info = {"split", "index"}``."
 
 The hub repository stores one JSONL file per split: ``<name>/<split>.jsonl``; a local copy in
-the same layout (``<local_dir>/<name>/<split>.jsonl``) works without network.
+the same layout (``<local_dir>/<name>/<split>.jsonl``) works without network::
 
-    >>> rows = load_flashrag("nq", "test", local_dir="data/flashrag")   # or from the hub
-    >>> write_verl_parquet(to_verl_rows(rows, "nq", "atpo", "test"), "nq_test.parquet")
+    rows = load_flashrag("nq", "test", local_dir="data/flashrag")  # or from the hub
+    write_verl_parquet(to_verl_rows(rows, "nq", "atpo", "test"), "data/nq_test.parquet")
+    trainer_rows = to_trainer_rows(rows, "atpo")
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ def _hub_offline() -> bool:
         return flag
 
 
-def _download_from_hub(name: str, split: str, cache_dir: str | Path | None, revision: str | None) -> Path:
+def _download_from_hub(
+    name: str, split: str, cache_dir: str | Path | None, revision: str | None, endpoint: str | None
+) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -171,7 +174,7 @@ def _download_from_hub(name: str, split: str, cache_dir: str | Path | None, revi
     try:
         # local_files_only while offline: a file already in the cache still loads.
         return Path(hf_hub_download(HUB_REPO, filename, repo_type="dataset", cache_dir=cache_dir,
-                                    revision=revision, local_files_only=offline))
+                                    revision=revision, endpoint=endpoint, local_files_only=offline))
     except LocalEntryNotFoundError as err:  # offline, or the network failed and nothing is cached
         why = "HF_HUB_OFFLINE is set" if offline else f"the hub could not be reached ({err.__class__.__name__})"
         raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: {why} and the file is not cached. {hint}") from err
@@ -190,20 +193,23 @@ def load_flashrag(
     cache_dir: str | Path | None = None,
     limit: int | None = None,
     revision: str | None = None,
+    endpoint: str | None = None,
 ) -> list[dict]:
     """Rows of one FlashRAG dataset split, validated, each with ``data_source = name``.
 
     ``local_dir`` reads ``<local_dir>/<name>/<split>.jsonl`` (no network); otherwise the file
     comes from the ``RUC-NLPIR/FlashRAG_datasets`` hub repository (cached in ``cache_dir``).
     Raises :class:`HubUnreachableError` when the hub cannot be reached and the file is not
-    cached, saying how to pass ``local_dir`` instead.
+    cached, saying how to pass ``local_dir`` instead. ``endpoint`` is the hub URL (None: the
+    ``HF_ENDPOINT`` setting, normally huggingface.co; a mirror works too); ``revision`` pins a
+    commit of the dataset repository.
     """
     if local_dir is not None:
         path = Path(local_dir) / name / f"{split}.jsonl"
         if not path.is_file():
             raise DataError(f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)")
     else:
-        path = _download_from_hub(name, split, cache_dir, revision)
+        path = _download_from_hub(name, split, cache_dir, revision, endpoint)
     return read_flashrag_jsonl(path, limit=limit, data_source=name)
 
 

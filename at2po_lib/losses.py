@@ -71,11 +71,13 @@ class TurnSegments:
     """Every (row, turn) pair as one segment id.
 
     seg (B, T) int64: segment of each model token, ``num`` (a dummy bucket) elsewhere;
-    row (num,) int64: the row of each segment; num: number of segments S.
+    row (num,) int64: the row of each segment; length (num,) int64: its number of tokens;
+    num: number of segments S.
     """
 
     seg: torch.Tensor
     row: torch.Tensor
+    length: torch.Tensor
     num: int
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -117,7 +119,9 @@ def turn_segments(mask: torch.Tensor, turn_ids: torch.Tensor | None = None) -> T
         seg[is_tok] = inverse
         row = torch.div(uniq, width, rounding_mode="floor")
     num = int(row.numel())
-    return TurnSegments(torch.where(is_tok, seg, num), row, num)
+    seg = torch.where(is_tok, seg, num)
+    length = torch.bincount(seg.flatten(), minlength=num + 1)[:num]
+    return TurnSegments(seg, row, length, num)
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,18 +138,21 @@ def _stop_gradient_ratio(logp: torch.Tensor, log_s: torch.Tensor, is_tok: torch.
 
 
 def importance_ratio(level: str, logp: torch.Tensor, log_ratio: torch.Tensor, is_tok: torch.Tensor,
-                     segments: TurnSegments, turn_ratio: str = "geometric") -> torch.Tensor:
-    """Per-token ratio (B, T) at the given level (equations in the module docstring)."""
+                     segments: TurnSegments, turn_ratio: str = "geometric",
+                     turn_sum: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token ratio (B, T) at the given level (equations in the module docstring).
+    ``turn_sum`` (S,): Σ of the log-ratio per turn, if already computed."""
     if level == "token":
         return torch.exp(log_ratio)
-    m = is_tok.to(log_ratio.dtype)
     with torch.no_grad():
         if level == "sequence":
+            m = is_tok.to(log_ratio.dtype)
             log_s = ((log_ratio * m).sum(1) / m.sum(1).clamp(min=1))[:, None].expand_as(log_ratio)
         else:
-            turn_sum = segments.sum(log_ratio.detach())
+            if turn_sum is None:
+                turn_sum = segments.sum(log_ratio.detach())
             if turn_ratio == "geometric":
-                turn_sum = turn_sum / segments.sum(m).clamp(min=1)
+                turn_sum = turn_sum / segments.length.clamp(min=1)
             log_s = segments.broadcast(turn_sum)
     return _stop_gradient_ratio(logp, log_s, is_tok)
 
@@ -175,12 +182,11 @@ def aggregate(per_token_loss: torch.Tensor, m: torch.Tensor, agg: str) -> torch.
     return (per_row * has_tokens).sum() / has_tokens.sum().clamp(min=1)
 
 
-def turn_kl_entropy(log_ratio: torch.Tensor, segments: TurnSegments, num_rows: int) -> torch.Tensor:
-    """The authors' diagnostic (method.md §7): per row, softmax over its turns of each turn's
-    share of the row's summed log-ratio, Shannon entropy / log(#turns); 0 for rows with one
-    turn or a zero sum; mean over all rows."""
-    row_sum = torch.zeros(num_rows, dtype=log_ratio.dtype, device=log_ratio.device)
-    turn_sum = segments.sum(log_ratio)
+def turn_kl_entropy(turn_sum: torch.Tensor, segments: TurnSegments, num_rows: int) -> torch.Tensor:
+    """The authors' diagnostic (method.md §7), from the per-turn sums of the log-ratio (S,):
+    per row, softmax over its turns of each turn's share of the row's summed log-ratio,
+    Shannon entropy / log(#turns); 0 for rows with one turn or a zero sum; mean over rows."""
+    row_sum = torch.zeros(num_rows, dtype=turn_sum.dtype, device=turn_sum.device)
     row_sum.index_add_(0, segments.row, turn_sum)
     usable = (row_sum != 0)[segments.row]
     share = torch.where(usable, turn_sum / torch.where(row_sum == 0, 1, row_sum)[segments.row], 0)
@@ -275,8 +281,10 @@ def policy_loss(
     if entropy_aware_adv:
         adv = entropy_aware_advantages(adv, token_entropy, is_tok, entropy_aware_adv)
     segments = turn_segments(mask, turn_ids)
+    with torch.no_grad():  # shared by the turn ratio and the turn_kl_entropy diagnostic
+        turn_sum = segments.sum(log_ratio.detach())
 
-    ratio = importance_ratio(level, logp, log_ratio, is_tok, segments, turn_ratio)
+    ratio = importance_ratio(level, logp, log_ratio, is_tok, segments, turn_ratio, turn_sum)
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
     if entropy_balanced_clip:
         upper_bound = upper * ratio / ratio.detach().clamp(min=torch.finfo(ratio.dtype).tiny)
@@ -301,7 +309,7 @@ def policy_loss(
             "clip_frac": _masked_mean(binds.to(m.dtype), m).item(),
             "approx_kl": _masked_mean(-log_ratio, m).item(),
             "ratio_mean": _masked_mean(ratio, m).item(),
-            "turn_kl_entropy": turn_kl_entropy(log_ratio.detach(), segments, logp.shape[0]).item(),
+            "turn_kl_entropy": turn_kl_entropy(turn_sum, segments, logp.shape[0]).item(),
             "single_turn_rows": int((turns <= 1).sum()),
             "mean_turns_per_row": turns.to(m.dtype).mean().item(),
         }
@@ -321,8 +329,10 @@ def simulate_policy_change(old_logp: torch.Tensor, mask: torch.Tensor,
     per turn (a coherent change of the turn's behaviour) plus per-token noise
     ε_t ~ N(0, σ_tok²) (the token-level jitter an update also causes)."""
     segments = turn_segments(mask, turn_ids)
+    # Drawn on the CPU (where the generator lives), then moved next to the log-probs.
     drift = torch.randn(segments.num, generator=generator, dtype=old_logp.dtype) * turn_drift_std
     noise = torch.randn(old_logp.shape, generator=generator, dtype=old_logp.dtype) * token_noise_std
+    drift, noise = drift.to(old_logp.device), noise.to(old_logp.device)
     return old_logp + torch.where(mask.bool(), segments.broadcast(drift) + noise, 0)
 
 

@@ -64,7 +64,7 @@ class PromptTemplate:
     user: str
     """User message; ``{question}`` is replaced by the question (with ``?`` appended)."""
     observation: str
-    """Observation text appended after a search call; ``{docs}`` is replaced by the rendered
+    r"""Observation text appended after a search call; ``{docs}`` is replaced by the rendered
     documents. Holds the tags and their surrounding newlines, e.g. ``" <result>\n{docs}\n</result>"``."""
     observation_open: str
     """Opening observation tag: ``<result>`` (authors) or ``<information>`` (Search-R1)."""
@@ -78,7 +78,7 @@ class PromptTemplate:
     empty_result_text: str
     """Rendered in place of the documents when a search returns nothing."""
     answer_style: AnswerStyle
-    """``boxed``: the prediction is the last ``\boxed{}`` inside ``<answer>``; ``plain``: the
+    r"""``boxed``: the prediction is the last ``\boxed{}`` inside ``<answer>``; ``plain``: the
     whole stripped answer."""
     tool_limit_notice: str
     """Inserted (loss mask 0) when the model calls the tool after the limit (6 calls)."""

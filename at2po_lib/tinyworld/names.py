@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import random
 
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-           "br", "dr", "kr", "tr", "st", "sh")
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
+_CLUSTERS = ("br", "dr", "kr", "tr", "st", "sh")  # only word-initial, one word in five
 _VOWELS = ("a", "e", "i", "o", "u")
 _FINAL_CODAS = ("", "", "", "n", "r", "l", "s")
 _COUNTRY_ENDINGS = ("ria", "land", "via", "nia", "stan")
@@ -57,15 +57,18 @@ class NameBank:
         self.rng = rng
         self.used: set[str] = set(_RESERVED)
 
-    def _syllable(self, final: bool) -> str:
+    def _syllable(self, first: bool, final: bool) -> str:
+        cluster = first and self.rng.random() < 0.2
+        onset = self.rng.choice(_CLUSTERS if cluster else _ONSETS)
         coda = self.rng.choice(_FINAL_CODAS) if final else ""
-        return self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + coda
+        return onset + self.rng.choice(_VOWELS) + coda
 
     def fresh(self, min_syllables: int = 2, max_syllables: int = 3, ending: str = "") -> str:
-        """A new capitalised word of 2-3 syllables (plus ``ending``) not used before."""
+        """A new capitalised word of 2-3 syllables (plus ``ending``) not used before; the
+        longest length is drawn one time in four, so most names stay short."""
         for _ in range(10_000):
-            n = self.rng.randint(min_syllables, max_syllables)
-            parts = [self._syllable(final=(i == n - 1 and not ending)) for i in range(n)]
+            n = max_syllables if self.rng.random() < 0.25 else min_syllables
+            parts = [self._syllable(i == 0, i == n - 1 and not ending) for i in range(n)]
             word = ("".join(parts) + ending).capitalize()
             if word.lower() not in self.used:
                 self.used.add(word.lower())

@@ -1,0 +1,285 @@
+"""Greedy evaluation (method.md §4, §5 "Validation: greedy single chain"): one greedy chain per
+test question, exact match and F1 per dataset, sample-weighted group averages, turn counts.
+
+The paper's protocol: temperature 0, one sample, full test splits, EM x100 per dataset, and
+"Avg" columns that are **sample-weighted** — the micro-average over every question of the
+group, ``Σ_d n_d · EM_d / Σ_d n_d`` — not the mean of the dataset columns. Weighting by the
+split sizes (HotpotQA 7,405, 2Wiki 12,576, MuSiQue 2,417, Bamboogle 125) reproduces 34 of the
+38 published averages within 0.02 (method.md §4). Here EM and F1 are fractions in [0, 1].
+
+Tidy output, one row per (profile, label, seed, dataset)::
+
+    profile label seed dataset group n em f1 mean_turns mean_tool_calls git_revision
+
+with extra rows ``dataset = "multihop avg"`` / ``"singlehop avg"`` from
+:func:`weighted_group_average`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .provenance import git_revision, run_metadata, write_meta
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .config import ProfileConfig
+
+MULTI_HOP = "multihop"
+SINGLE_HOP = "singlehop"
+"""Group labels, as in :data:`at2po_lib.data.GROUPS`."""
+_ALIASES = {"2wiki": "2wikimultihopqa"}
+"""TinyWorld short names that differ from the paper's dataset names."""
+SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
+                   "mean_turns", "mean_tool_calls", "git_revision"]
+
+
+def paper_dataset(name: str) -> str:
+    """The paper dataset a (TinyWorld) name stands for: ``tiny_2wiki`` → ``2wikimultihopqa``."""
+    key = name.lower().removeprefix("tiny_")
+    return _ALIASES.get(key, key)
+
+
+def dataset_group(name: str) -> str:
+    """``multihop`` or ``singlehop`` for a paper or TinyWorld dataset name."""
+    from .data import PAPER_TEST_SPLITS
+
+    key = paper_dataset(name)
+    if key not in PAPER_TEST_SPLITS:
+        raise ValueError(f"dataset {name!r} belongs to no group; known: "
+                         f"{', '.join(PAPER_TEST_SPLITS)} (optionally with a tiny_ prefix)")
+    return PAPER_TEST_SPLITS[key].group
+
+
+def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
+                   max_questions: int | None = None) -> list[dict[str, Any]]:
+    """Test rows of one dataset: TinyWorld's ``test.jsonl`` for ``tiny_*`` names, else the
+    FlashRAG split the paper reports (``data.PAPER_TEST_SPLITS``). The first ``max_questions`` rows."""
+    if dataset.startswith("tiny_"):
+        from .data import read_flashrag_jsonl
+        from .tinyworld import ensure_world
+
+        world = ensure_world(profile_cfg)
+        rows = read_flashrag_jsonl(world_dataset_path(world, dataset, "test"))
+    else:
+        from .data import PAPER_TEST_SPLITS, load_flashrag
+
+        split = PAPER_TEST_SPLITS[dataset].split if dataset in PAPER_TEST_SPLITS else "test"
+        rows = load_flashrag(dataset, split)
+    rows = list(rows)
+    return rows if max_questions is None else rows[:max_questions]
+
+
+def world_dataset_path(world: Any, dataset: str, split: str) -> Path:
+    """``datasets/<name>/<split>.jsonl`` inside a TinyWorld (``WorldFiles``)."""
+    root = Path(getattr(world, "datasets_dir", None) or Path(world.root) / "datasets")
+    path = root / dataset / f"{split}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"TinyWorld has no {split} split for {dataset!r}: {path}")
+    return path
+
+
+def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -> pd.DataFrame:
+    """Per-question scores: EM and F1 of each trajectory's extracted answer (None scores 0)."""
+    import pandas as pd
+
+    from .reward import exact_match, f1_score
+
+    if len(rows) != len(trajectories):
+        raise ValueError(f"{len(rows)} questions but {len(trajectories)} trajectories")
+    records = []
+    for row, traj in zip(rows, trajectories):
+        golden = row["golden_answers"]
+        records.append({
+            "id": row.get("id"), "question": row["question"], "prediction": traj.answer,
+            "golden": " | ".join(golden), "em": exact_match(traj.answer, golden),
+            "f1": f1_score(traj.answer, golden), "num_turns": traj.num_turns,
+            "num_tool_calls": traj.num_tool_calls, "finish_reason": traj.finish_reason,
+        })
+    return pd.DataFrame.from_records(records)
+
+
+def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping[str, Any]],
+                   rollout_cfg, batch_size: int = 32) -> list[Any]:
+    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches."""
+    from .rollout import rollout_chains
+
+    questions = [row["question"] for row in rows]
+    trajectories: list[Any] = []
+    for start in range(0, len(questions), batch_size):
+        trajectories += rollout_chains(model, tokenizer, template, retriever,
+                                       questions[start:start + batch_size], rollout_cfg, greedy=True)
+    return trajectories
+
+
+def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
+                       datasets: Sequence[str] | None = None,
+                       max_questions: int | None = None) -> pd.DataFrame:
+    """Per-question results (``dataset``, ``group`` columns added) over several test sets."""
+    import pandas as pd
+
+    from .prompts import get_template
+
+    template = get_template(profile_cfg.policy.template)
+    datasets = list(datasets or profile_cfg.eval.datasets)
+    limit = max_questions if max_questions is not None else profile_cfg.eval.max_questions
+    frames = []
+    for dataset in datasets:
+        rows = load_eval_rows(profile_cfg, dataset, limit)
+        frames.append(questions_frame(model, tokenizer, template, retriever, rows, profile_cfg,
+                                      dataset))
+    return pd.concat(frames, ignore_index=True)
+
+
+def questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset: str):
+    """Greedy chains and their scores for the rows of one dataset."""
+    trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
+                                  profile_cfg.rollout, profile_cfg.eval.batch_size)
+    frame = score_rows(rows, trajectories)
+    frame.insert(0, "group", dataset_group(dataset))
+    frame.insert(0, "dataset", dataset)
+    return frame
+
+
+def summarise(details: pd.DataFrame, profile: str, label: str, seed: int | None,
+              revision: str | None = None) -> pd.DataFrame:
+    """Per-dataset tidy rows from per-question results, plus the weighted group averages."""
+    import pandas as pd
+
+    per_dataset = (details.groupby(["dataset", "group"], sort=False)
+                   .agg(n=("em", "size"), em=("em", "mean"), f1=("f1", "mean"),
+                        mean_turns=("num_turns", "mean"),
+                        mean_tool_calls=("num_tool_calls", "mean"))
+                   .reset_index())
+    per_dataset.insert(0, "seed", seed)
+    per_dataset.insert(0, "label", label)
+    per_dataset.insert(0, "profile", profile)
+    per_dataset["git_revision"] = revision if revision is not None else git_revision()
+    out = pd.concat([per_dataset, weighted_group_average(per_dataset)], ignore_index=True)
+    return out[SUMMARY_COLUMNS]
+
+
+def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
+    """Sample-weighted ("micro") averages per group, method.md §4.
+
+    For each (profile, label, seed, group): ``n = Σ n_d`` and, for each metric m,
+    ``m = Σ_d n_d · m_d / Σ_d n_d``. Rows whose ``dataset`` already ends in ``avg`` are ignored,
+    so the function is idempotent on its own output. Returns rows with
+    ``dataset = "<group> avg"``.
+
+    Example (the paper's multi-hop split sizes): EM 0.5, 0.6, 0.2, 0.4 on n = 7405, 12576,
+    2417, 125 gives (3702.5 + 7545.6 + 483.4 + 50) / 22523 = 0.5231, where the plain mean of
+    the four columns would be 0.425.
+    """
+    import pandas as pd
+
+    base = df[~df["dataset"].astype(str).str.endswith("avg")]
+    if (base["n"] <= 0).any():
+        raise ValueError("weighted_group_average: every dataset needs n > 0")
+    keys = [k for k in ("profile", "label", "seed", "group") if k in base.columns]
+    metrics = [m for m in ("em", "f1", "mean_turns", "mean_tool_calls") if m in base.columns]
+    weighted = base[metrics].mul(base["n"], axis=0)
+    weighted[keys + ["n"]] = base[keys + ["n"]]
+    sums = weighted.groupby(keys, sort=False, dropna=False).sum(numeric_only=False).reset_index()
+    out = sums[keys + ["n"]].copy()
+    for metric in metrics:
+        out[metric] = sums[metric] / sums["n"]
+    out["dataset"] = out["group"] + " avg"
+    if "git_revision" in base.columns:
+        out["git_revision"] = base["git_revision"].iloc[0] if len(base) else None
+    return out[[c for c in df.columns if c in out.columns]]
+
+
+def turn_distribution(details: pd.DataFrame) -> pd.DataFrame:
+    """Share of questions per number of turns, per group (the paper's Figure 4)."""
+    counts = details.groupby(["group", "num_turns"]).size().rename("count").reset_index()
+    counts["share"] = counts["count"] / counts.groupby("group")["count"].transform("sum")
+    return counts
+
+
+def evaluate(profile_cfg: ProfileConfig, model, tokenizer, retriever,
+             datasets: Sequence[str] | None = None, max_questions: int | None = None,
+             label: str = "policy", seed: int | None = None,
+             return_details: bool = False):
+    """Greedy EM/F1 of ``model`` on ``datasets`` (default: the profile's ``eval.datasets``).
+
+    Returns the tidy summary (per dataset + weighted group averages); with ``return_details``
+    also the per-question frame (predictions, turns, finish reasons) as a second value.
+    """
+    details = evaluate_questions(profile_cfg, model, tokenizer, retriever, datasets, max_questions)
+    summary = summarise(details, profile_cfg.name, label, seed)
+    return (summary, details) if return_details else summary
+
+
+def write_eval(df: pd.DataFrame, path: str | Path, profile: str | None = None,
+               seed: int | None = None, config: Any = None, **extra: Any) -> Path:
+    """Write ``df`` as CSV and ``<path>.meta.json`` (profile, seed, git revision, config)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False, float_format="%.4f")
+    if profile is None and "profile" in df.columns and len(df):
+        profile = str(df["profile"].iloc[0])
+    write_meta(path, run_metadata(profile or "unknown", seed=seed, config=config, **extra))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``at2po evaluate --profile P --checkpoint PATH --label NAME``."""
+    from .config import load_profile, parse_override
+    from .paths import results_dir
+
+    parser = argparse.ArgumentParser(prog="at2po evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--checkpoint", default=None,
+                        help="model folder or hub name (default: the profile's warm start, or "
+                             "policy.model at paper scale)")
+    parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
+    parser.add_argument("--max-questions", type=int, default=None)
+    parser.add_argument("--out", default=None, help="CSV path (default results/<profile>/eval_<label>.csv)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    args = parser.parse_args(argv)
+
+    overrides: dict[str, Any] = {}
+    for text in args.set:
+        _merge(overrides, parse_override(text))
+    cfg = load_profile(args.profile, overrides or None)
+    checkpoint = args.checkpoint or cfg.policy.model
+    if checkpoint is None:
+        from .policy.warmstart import ensure_warmstart
+
+        checkpoint = str(ensure_warmstart(cfg))
+    label = args.label or Path(str(checkpoint)).name
+    from .policy.model import load_policy
+    from .retrieval import build_retriever
+
+    model, tokenizer = load_policy(checkpoint, cfg.policy.dtype)
+    retriever = build_retriever(cfg)
+    datasets = args.datasets.split(",") if args.datasets else None
+    summary, details = evaluate(cfg, model, tokenizer, retriever, datasets, args.max_questions,
+                                label=label, seed=args.seed, return_details=True)
+    out = Path(args.out) if args.out else results_dir(cfg.name) / f"eval_{label}.csv"
+    write_eval(summary, out, cfg.name, args.seed, cfg, checkpoint=str(checkpoint),
+               turn_distribution=turn_distribution(details).to_dict("records"))
+    print(summary.to_string(index=False))
+    print(f"wrote {out}")
+    return 0
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

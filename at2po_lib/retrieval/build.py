@@ -1,0 +1,219 @@
+"""Profiles → indexes → retrievers, and the ``at2po index`` command.
+
+- :func:`profile_corpus_path`: ``retrieval.corpus`` (relative paths are under the repository
+  root) or the profile's TinyWorld corpus ``artifacts/<profile>/world/corpus.jsonl``, generated
+  on demand by :func:`at2po_lib.tinyworld.ensure_world`.
+- :func:`index_dirs`: ``retrieval.index_dir`` or ``artifacts/<profile>/index``, with ``dense/``
+  and ``bm25/`` inside (a folder that itself holds a faiss file, such as a downloaded
+  ``e5_Flat.index``, is used as the dense index directly).
+- :func:`ensure_index`: build what is missing or stale (an index whose recorded corpus checksum,
+  encoder or index type no longer matches the profile is rebuilt).
+- :func:`build_retriever`: the retriever a profile asks for: :class:`HTTPRetriever` when
+  ``retrieval.url`` is set, else in-process dense or BM25.
+
+Command line::
+
+    at2po index --profile tiny --method both            # the profile's indexes
+    at2po index --corpus wiki-18.jsonl --out index/e5 --encoder intfloat/e5-base-v2 \\
+        --query-prefix "query: " --passage-prefix "passage: " --fp16 --index-type Flat
+    at2po index --corpus wiki-18.jsonl --out index/bm25 --bm25
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..paths import artifacts_dir, repo_root
+from .base import RetrievalError, Retriever
+from .encoders import EncoderSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import ProfileConfig
+
+METHODS = ("dense", "bm25")
+
+
+def _resolve(path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else repo_root() / p
+
+
+def profile_corpus_path(cfg: "ProfileConfig") -> Path:
+    """The corpus a profile retrieves from (TinyWorld's is generated if missing)."""
+    if cfg.retrieval.corpus:
+        path = _resolve(cfg.retrieval.corpus)
+        if not path.is_file():
+            raise RetrievalError(
+                f"profile {cfg.name!r}: retrieval.corpus {path} does not exist. For wiki-18: "
+                "download PeterJinGo/wiki-18-corpus (wiki-18.jsonl.gz) and gzip -d it there."
+            )
+        return path
+    path = artifacts_dir(cfg.name) / "world" / "corpus.jsonl"
+    if not path.is_file():
+        try:
+            tinyworld = importlib.import_module("at2po_lib.tinyworld")
+        except ModuleNotFoundError as exc:
+            if exc.name != "at2po_lib.tinyworld":
+                raise
+            raise RetrievalError(f"{path} is missing and at2po_lib.tinyworld is not available") from None
+        tinyworld.ensure_world(cfg)
+        if not path.is_file():
+            raise RetrievalError(f"ensure_world({cfg.name!r}) did not write {path}")
+    return path
+
+
+def _holds_faiss_file(folder: Path) -> bool:
+    return (folder / "index.faiss").is_file() or any(folder.glob("*.index"))
+
+
+def index_dirs(cfg: "ProfileConfig") -> dict[str, Path]:
+    """``{"dense": folder, "bm25": folder}`` for a profile (nothing is created)."""
+    if cfg.retrieval.index_dir:
+        base = _resolve(cfg.retrieval.index_dir)
+    else:
+        base = artifacts_dir(cfg.name) / "index"
+    dense = base if _holds_faiss_file(base) else base / "dense"
+    return {"dense": dense, "bm25": base / "bm25"}
+
+
+def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> bool:
+    from .corpus import Corpus
+
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        # A downloaded prebuilt faiss file has no meta.json: use it as it is.
+        return method == "dense" and _holds_faiss_file(folder)
+    meta = json.loads(meta_path.read_text())
+    if meta.get("kind") != method:
+        return False
+    if meta.get("corpus_checksum") != Corpus(corpus_path, cache_dir=folder).checksum():
+        return False
+    if method == "dense":
+        spec = EncoderSpec.from_config(cfg.retrieval).to_dict()
+        return meta.get("encoder") == spec and meta.get("index_type") == cfg.retrieval.index_type
+    return True
+
+
+def ensure_index(
+    cfg: "ProfileConfig",
+    methods: Iterable[str] | None = None,
+    *,
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Path]:
+    """Build the profile's index(es) unless an up-to-date one exists; returns their folders.
+
+    ``methods`` defaults to ``(retrieval.method,)``; pass ``("dense", "bm25")`` for both.
+    """
+    methods = tuple(methods) if methods is not None else (cfg.retrieval.method,)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown retrieval method(s) {unknown}; use {METHODS}")
+    folders = index_dirs(cfg)
+    corpus_path = profile_corpus_path(cfg)
+    rcfg = cfg.retrieval
+    for method in methods:
+        folder = folders[method]
+        if not force and _is_current(method, folder, cfg, corpus_path):
+            continue
+        if method == "dense":
+            from .dense import build_dense_index
+
+            build_dense_index(
+                corpus_path, folder, EncoderSpec.from_config(rcfg), index_type=rcfg.index_type,
+                shard_size=rcfg.shard_size, batch_size=rcfg.batch_size, device=rcfg.device,
+                fp16=rcfg.fp16, force=force, progress=progress,
+            )
+        else:
+            from .bm25 import build_bm25_index
+
+            build_bm25_index(corpus_path, folder, progress=progress)
+    return {m: folders[m] for m in methods}
+
+
+def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True) -> Retriever:
+    """The retriever ``cfg`` asks for: HTTP when ``retrieval.url`` is set, else in-process
+    (``method`` overrides ``retrieval.method``), building the index first when ``build``."""
+    rcfg = cfg.retrieval
+    if rcfg.url:
+        from .client import HTTPRetriever
+
+        return HTTPRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
+    method = method or rcfg.method
+    folders = ensure_index(cfg, (method,)) if build else index_dirs(cfg)
+    corpus_path = profile_corpus_path(cfg)
+    if method == "dense":
+        from .dense import DenseRetriever
+
+        return DenseRetriever(folders["dense"], corpus_path, EncoderSpec.from_config(rcfg),
+                              batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16)
+    if method == "bm25":
+        from .bm25 import BM25Retriever
+
+        return BM25Retriever(folders["bm25"], corpus_path)
+    raise ValueError(f"retrieval.method must be one of {METHODS}, got {method!r}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="at2po index", description="Build a dense (faiss) or BM25 index.")
+    p.add_argument("--profile", help="build the profile's index(es) (corpus and settings from it)")
+    p.add_argument("--method", choices=[*METHODS, "both"], help="with --profile: which index (default: retrieval.method)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="profile override")
+    p.add_argument("--corpus", help="wiki-18-format JSONL (.gz streams) when not using --profile")
+    p.add_argument("--out", help="index folder when not using --profile")
+    p.add_argument("--bm25", action="store_true", help="build BM25 instead of dense")
+    d = EncoderSpec()
+    p.add_argument("--encoder", default=d.name, help="minilm-offline, a hub name or a local folder")
+    p.add_argument("--pooling", default=d.pooling, choices=["mean", "cls"])
+    p.add_argument("--query-prefix", default=d.query_prefix)
+    p.add_argument("--passage-prefix", default=d.passage_prefix)
+    p.add_argument("--max-length", type=int, default=d.max_length)
+    p.add_argument("--index-type", default="Flat", help="Flat, HNSW (=HNSW64) or HNSW<M>")
+    p.add_argument("--shard-size", type=int, default=100_000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default=None)
+    p.add_argument("--fp16", action="store_true")
+    p.add_argument("--keep-embeddings", action="store_true")
+    p.add_argument("--force", action="store_true", help="rebuild even if an up-to-date index exists")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.profile:
+        from ..config import load_profile, parse_override
+
+        overrides: dict[str, Any] = {}
+        for text in args.set:
+            for section, values in parse_override(text).items():
+                overrides.setdefault(section, {}).update(values)
+        cfg = load_profile(args.profile, overrides or None)
+        methods = METHODS if args.method == "both" else (args.method or cfg.retrieval.method,)
+        for method, folder in ensure_index(cfg, methods, force=args.force).items():
+            print(f"{method}: {folder}")
+        return 0
+    if not (args.corpus and args.out):
+        _parser().error("give --profile, or both --corpus and --out")
+    if args.bm25:
+        from .bm25 import build_bm25_index
+
+        report = build_bm25_index(args.corpus, args.out)
+    else:
+        from .dense import build_dense_index
+
+        spec = EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length)
+        report = build_dense_index(
+            args.corpus, args.out, spec, index_type=args.index_type, shard_size=args.shard_size,
+            batch_size=args.batch_size, device=args.device, fp16=args.fp16,
+            keep_embeddings=args.keep_embeddings, force=args.force,
+        )
+    print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""Dense retrieval with faiss: build an index over a corpus, load it, search it (method.md §2).
+
+Index types (inner product over L2-normalised vectors = cosine similarity):
+
+- ``Flat``: ``IndexFlatIP``, exact search; the paper's index (wiki-18 with e5-base-v2:
+  21,015,324 × 768 × 4 bytes ≈ 64.6 GB).
+- ``HNSW`` (= ``HNSW64``; ``HNSW<M>`` picks another M): ``IndexHNSWFlat`` with the
+  inner-product metric, approximate and much faster on CPU; Search-R1 publishes one for wiki-18.
+  Searched with ``efSearch = max(hnsw_ef_search, k)`` (faiss's default of 16 loses recall).
+
+Building streams the corpus in shards (:mod:`.shards`, resumable), then adds the shards to the
+index one at a time, so memory holds the index plus one shard. GPU: when faiss-gpu is installed
+and GPUs are visible, a ``Flat`` index is sharded over all of them for search (float16 storage,
+``index_cpu_to_all_gpus`` with ``shard=True``: Search-R1's setting); HNSW has no faiss GPU
+version and stays on CPU. Embedding uses the GPU through torch whenever one is visible.
+
+A folder holding only a prebuilt faiss file (Search-R1's ``e5_Flat.index``, no ``meta.json``)
+loads too: the encoder then comes from the caller and only the passage count can be checked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .base import DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever, check_search_args, hits_from_rows
+from .corpus import Corpus
+from .encoders import DenseEncoder, EncoderSpec
+from .metadata import check_corpus, check_encoder, read_metadata, write_metadata
+from .shards import ShardReport, embed_corpus_to_shards, iter_shards
+
+INDEX_FILE = "index.faiss"
+DEFAULT_HNSW_M = 64
+
+
+def parse_index_type(index_type: str) -> tuple[str, int | None]:
+    """``Flat`` → ``("Flat", None)``; ``HNSW`` → ``("HNSW", 64)``; ``HNSW32`` → ``("HNSW", 32)``."""
+    if index_type == "Flat":
+        return "Flat", None
+    if index_type.startswith("HNSW"):
+        digits = index_type[4:]
+        if digits == "" or (digits.isdigit() and int(digits) > 1):
+            return "HNSW", int(digits) if digits else DEFAULT_HNSW_M
+    raise ValueError(f"unknown index_type {index_type!r}; use 'Flat', 'HNSW' or 'HNSW<M>'")
+
+
+def new_faiss_index(index_type: str, dim: int) -> Any:
+    import faiss
+
+    kind, m = parse_index_type(index_type)
+    if kind == "Flat":
+        return faiss.IndexFlatIP(dim)
+    return faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+
+
+def gpus_available() -> int:
+    """GPUs faiss can use (0 with faiss-cpu)."""
+    import faiss
+
+    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+
+
+def to_gpus(index: Any) -> Any:
+    """Shard a Flat index over all visible GPUs, float16 storage (Search-R1's server setting)."""
+    import faiss
+
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True
+    options.useFloat16 = True
+    return faiss.index_cpu_to_all_gpus(index, co=options)
+
+
+@dataclass
+class DenseBuildReport:
+    index_dir: Path
+    meta: dict[str, Any]
+    shards: ShardReport
+
+
+def build_dense_index(
+    corpus_path: str | Path,
+    index_dir: str | Path,
+    spec: EncoderSpec = EncoderSpec(),
+    *,
+    index_type: str = "Flat",
+    shard_size: int = 100_000,
+    batch_size: int = 64,
+    device: str | None = None,
+    fp16: bool = False,
+    embeddings_dir: str | Path | None = None,
+    keep_embeddings: bool = False,
+    force: bool = False,
+    on_shard_done: Callable[[int], None] | None = None,
+    progress: bool = True,
+) -> DenseBuildReport:
+    """Embed ``corpus_path`` with ``spec`` and write ``index.faiss`` + ``meta.json`` to ``index_dir``.
+
+    Resumable: finished embedding shards in ``embeddings_dir`` (default ``index_dir/embeddings``)
+    are reused. They are deleted after a successful build unless ``keep_embeddings``.
+    """
+    from tqdm.auto import tqdm
+
+    parse_index_type(index_type)
+    index_dir = Path(index_dir)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    (index_dir / "meta.json").unlink(missing_ok=True)  # unfinished until the new meta is written
+    corpus = Corpus(corpus_path, cache_dir=index_dir)
+    if len(corpus) == 0:
+        raise RetrievalError(f"{corpus.path}: corpus is empty")
+    encoder = DenseEncoder(spec, batch_size=batch_size, device=device, fp16=fp16)
+    shard_dir = Path(embeddings_dir) if embeddings_dir is not None else index_dir / "embeddings"
+    report = embed_corpus_to_shards(
+        corpus, encoder, shard_dir, shard_size, force=force, on_shard_done=on_shard_done,
+        progress=progress,
+    )
+    index = new_faiss_index(index_type, report.dim)
+    for shard in tqdm(iter_shards(shard_dir, report.n_shards), total=report.n_shards,
+                      desc=f"faiss {index_type}", disable=not progress):
+        index.add(np.ascontiguousarray(shard, dtype=np.float32))
+    if index.ntotal != len(corpus):
+        raise RetrievalError(f"{index_dir}: index holds {index.ntotal} vectors, corpus has {len(corpus)}")
+    _write_faiss(index, index_dir / INDEX_FILE)
+    write_metadata(index_dir, {
+        "kind": "dense", "encoder": spec.to_dict(), "dim": report.dim, "index_type": index_type,
+        "passages": len(corpus), "corpus_checksum": corpus.checksum(),
+        "corpus_path": str(corpus.path), "shard_size": shard_size,
+    })
+    if not keep_embeddings:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+    corpus.close()
+    return DenseBuildReport(index_dir, read_metadata(index_dir, "dense"), report)
+
+
+def _write_faiss(index: Any, path: Path) -> None:
+    import faiss
+
+    tmp = path.with_name(path.name + ".tmp")
+    faiss.write_index(index, str(tmp))
+    os.replace(tmp, path)
+
+
+def find_faiss_file(index_dir: Path) -> Path:
+    """``index.faiss``, or the single ``*.index`` file of a prebuilt folder."""
+    if index_dir.is_file():
+        return index_dir
+    if (index_dir / INDEX_FILE).is_file():
+        return index_dir / INDEX_FILE
+    candidates = sorted(index_dir.glob("*.index"))
+    if len(candidates) == 1:
+        return candidates[0]
+    found = ", ".join(p.name for p in candidates) or "none"
+    raise RetrievalError(f"{index_dir}: no {INDEX_FILE} and not exactly one *.index file (found: {found})")
+
+
+class DenseIndex:
+    """A loaded faiss index and its metadata; ``search`` takes vectors, returns rows."""
+
+    def __init__(self, index: Any, meta: dict[str, Any], source: Path) -> None:
+        self.index = index
+        self.meta = meta
+        self.source = source
+
+    @classmethod
+    def load(cls, index_dir: str | Path, *, use_gpu: bool | str = "auto",
+             hnsw_ef_search: int = 128, fallback_spec: EncoderSpec | None = None) -> "DenseIndex":
+        import faiss
+
+        index_dir = Path(index_dir)
+        path = find_faiss_file(index_dir)
+        folder = path.parent
+        index = faiss.read_index(str(path))
+        if (folder / "meta.json").is_file():
+            meta = read_metadata(folder, "dense")
+        else:  # a prebuilt index (e.g. Search-R1's e5_Flat.index): nothing recorded to check
+            if fallback_spec is None:
+                raise RetrievalError(f"{path}: prebuilt index without meta.json; say which encoder made it")
+            meta = {"kind": "dense", "encoder": fallback_spec.to_dict(), "dim": index.d,
+                    "index_type": "HNSW" if "HNSW" in type(index).__name__ else "Flat",
+                    "passages": index.ntotal, "corpus_checksum": None, "prebuilt": True}
+        if index.ntotal != meta["passages"] or index.d != meta["dim"]:
+            raise IndexMismatchError(f"{path}: faiss file ({index.ntotal}×{index.d}) disagrees with meta.json")
+        if hasattr(index, "hnsw"):
+            index.hnsw.efSearch = max(index.hnsw.efSearch, hnsw_ef_search)
+        want_gpu = gpus_available() > 0 if use_gpu == "auto" else bool(use_gpu)
+        if want_gpu:
+            if gpus_available() == 0:
+                raise RetrievalError("use_gpu=True but faiss sees no GPU (is faiss-gpu installed?)")
+            if meta["index_type"] == "Flat":
+                index = to_gpus(index)
+            else:
+                warnings.warn("faiss has no GPU HNSW; searching on CPU", stacklevel=2)
+        return cls(index, meta, path)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``vectors`` (n, dim) float32 → ``scores`` (n, k) float32, ``rows`` (n, k) int64."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.index.d:
+            raise ValueError(f"query vectors must have shape (n, {self.index.d}), got {vectors.shape}")
+        k = min(k, self.ntotal)
+        if hasattr(self.index, "hnsw"):
+            self.index.hnsw.efSearch = max(self.index.hnsw.efSearch, k)
+        return self.index.search(vectors, k)
+
+
+class DenseRetriever(Retriever):
+    """Encode queries, search faiss, look passages up in the corpus.
+
+    ``spec=None`` queries with the encoder recorded in the index; a given ``spec`` must match it
+    (:class:`IndexMismatchError` otherwise). ``corpus_path=None`` uses the recorded corpus path.
+    """
+
+    def __init__(
+        self,
+        index_dir: str | Path,
+        corpus_path: str | Path | None = None,
+        spec: EncoderSpec | None = None,
+        *,
+        batch_size: int = 64,
+        device: str | None = None,
+        fp16: bool = False,
+        use_gpu: bool | str = "auto",
+        hnsw_ef_search: int = 128,
+    ) -> None:
+        self.index = DenseIndex.load(index_dir, use_gpu=use_gpu, hnsw_ef_search=hnsw_ef_search,
+                                     fallback_spec=spec)
+        meta = self.index.meta
+        corpus_path = corpus_path or meta.get("corpus_path")
+        if corpus_path is None:
+            raise RetrievalError(f"{index_dir}: prebuilt index: pass the corpus path")
+        self.corpus = Corpus(corpus_path, cache_dir=self.index.source.parent)
+        if meta.get("corpus_checksum") is not None:
+            check_corpus(meta, self.corpus, index_dir)
+        elif len(self.corpus) != self.index.ntotal:
+            raise IndexMismatchError(
+                f"{index_dir}: index has {self.index.ntotal} vectors, corpus {self.corpus.path} has "
+                f"{len(self.corpus)} passages"
+            )
+        if spec is None:
+            spec = EncoderSpec(**meta["encoder"])
+        else:
+            check_encoder(meta, spec, index_dir)
+        self.encoder = DenseEncoder(spec, batch_size=batch_size, device=device, fp16=fp16)
+        if self.encoder.dim != self.index.index.d:
+            raise IndexMismatchError(
+                f"{index_dir}: encoder {spec.name!r} makes {self.encoder.dim}-dim vectors, index holds {self.index.index.d}"
+            )
+
+    def search(self, queries: Sequence[str], topk: int = DEFAULT_TOPK) -> list[list[Hit]]:
+        queries = check_search_args(queries, topk)
+        if not queries:
+            return []
+        scores, rows = self.index.search(self.encoder.encode_queries(queries), topk)
+        return hits_from_rows(self.corpus, rows, scores)
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.index.meta
+        return {"method": "dense", "passages": self.index.ntotal, "index_type": meta["index_type"],
+                "encoder": self.encoder.spec.name, "dim": meta["dim"], "device": self.encoder.device,
+                "corpus": str(self.corpus.path)}
+
+    def close(self) -> None:
+        self.corpus.close()

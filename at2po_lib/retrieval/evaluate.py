@@ -1,0 +1,72 @@
+r"""Retrieval quality: recall@k of the supporting passages.
+
+For question :math:`q` with supporting passage ids :math:`S_q` (non-empty) and ranked retrieved
+ids :math:`R_q`:
+
+.. math::
+
+    \mathrm{recall@}k = \frac{1}{|Q|} \sum_{q \in Q} \frac{|R_q[:k] \cap S_q|}{|S_q|}
+
+With one supporting passage per question (single-hop, or the first hop of a multi-hop
+question) this is the share of questions whose passage is in the top k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from .base import Retriever
+
+
+def recall_at_k(
+    retrieved: Sequence[Sequence[str]],
+    relevant: Sequence[Collection[str]],
+    ks: Iterable[int],
+) -> dict[int, float]:
+    """``retrieved[i]``: ranked ids for question i; ``relevant[i]``: its supporting ids.
+
+    Returns ``{k: recall@k}``. Duplicate retrieved ids count once.
+    """
+    if len(retrieved) != len(relevant):
+        raise ValueError(f"{len(retrieved)} retrieved lists but {len(relevant)} relevant sets")
+    if not retrieved:
+        raise ValueError("recall_at_k needs at least one question")
+    ks = sorted(set(ks))
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive integers, got {ks}")
+    for i, ids in enumerate(relevant):
+        if not ids:
+            raise ValueError(f"question {i} has no relevant ids")
+    totals = dict.fromkeys(ks, 0.0)
+    for ranked, gold in zip(retrieved, relevant):
+        gold = set(gold)
+        for k in ks:
+            totals[k] += len(set(ranked[:k]) & gold) / len(gold)
+    return {k: totals[k] / len(retrieved) for k in ks}
+
+
+def retrieved_ids(retriever: Retriever, queries: Sequence[str], k: int, batch_size: int = 256) -> list[list[str]]:
+    """Ranked passage ids, top ``k``, for every query (searched in batches)."""
+    out: list[list[str]] = []
+    for start in range(0, len(queries), batch_size):
+        hits = retriever.search(list(queries[start : start + batch_size]), topk=k)
+        out.extend([h["document"]["id"] for h in query_hits] for query_hits in hits)
+    return out
+
+
+def recall_table(
+    retrievers: dict[str, Retriever],
+    queries: Sequence[str],
+    relevant: Sequence[Collection[str]],
+    ks: Sequence[int] = (1, 3, 5, 10),
+) -> Any:
+    """A tidy ``pandas.DataFrame`` with columns ``retriever, k, recall``."""
+    import pandas as pd
+
+    rows = []
+    for name, retriever in retrievers.items():
+        ranked = retrieved_ids(retriever, queries, max(ks))
+        for k, value in recall_at_k(ranked, relevant, ks).items():
+            rows.append({"retriever": name, "k": k, "recall": value})
+    return pd.DataFrame(rows)

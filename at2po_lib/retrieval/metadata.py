@@ -1,0 +1,77 @@
+"""Index metadata (``meta.json`` beside every index) and the checks made when an index loads.
+
+An index is only meaningful with the corpus whose rows it numbers and, for dense indexes, the
+encoder that made its vectors. Both are recorded at build time and compared at load time, so a
+swapped corpus or encoder is a clear :class:`IndexMismatchError` instead of silently wrong
+passages.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .base import IndexMismatchError, RetrievalError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .corpus import Corpus
+    from .encoders import EncoderSpec
+
+META_FILE = "meta.json"
+FORMAT_VERSION = 1
+ENCODER_FIELDS = ("name", "pooling", "query_prefix", "passage_prefix")
+"""Fields that must match between an index and the encoder used to query it. ``max_length``
+is recorded but may differ (queries are short either way)."""
+
+
+def write_metadata(index_dir: str | Path, meta: dict[str, Any]) -> Path:
+    path = Path(index_dir) / META_FILE
+    record = {"format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **meta}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)  # a half-written meta.json never looks like a finished index
+    return path
+
+
+def read_metadata(index_dir: str | Path, kind: str) -> dict[str, Any]:
+    """Load ``meta.json`` and check it describes an index of ``kind`` (``dense``/``bm25``)."""
+    path = Path(index_dir) / META_FILE
+    if not path.is_file():
+        raise RetrievalError(f"{index_dir}: no {META_FILE}; not an index built by at2po (or unfinished)")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RetrievalError(f"{path}: not valid JSON ({exc})") from None
+    if meta.get("kind") != kind:
+        raise IndexMismatchError(f"{path}: this is a {meta.get('kind')!r} index, expected {kind!r}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise IndexMismatchError(
+            f"{path}: format_version {meta.get('format_version')} (this code reads {FORMAT_VERSION}); rebuild"
+        )
+    return meta
+
+
+def check_corpus(meta: dict[str, Any], corpus: "Corpus", where: str | Path) -> None:
+    """The corpus must be the one the index was built from (same checksum)."""
+    actual = corpus.checksum()
+    if meta.get("corpus_checksum") != actual:
+        raise IndexMismatchError(
+            f"{where}: index was built from a different corpus\n"
+            f"  index: {meta.get('corpus_path')} (checksum {meta.get('corpus_checksum')})\n"
+            f"  given: {corpus.path} (checksum {actual})\n"
+            "Use the corpus the index was built from, or rebuild the index (force=True / --force)."
+        )
+
+
+def check_encoder(meta: dict[str, Any], spec: "EncoderSpec", where: str | Path) -> None:
+    """A query encoder must match the passage encoder of the index (name, pooling, prefixes)."""
+    stored = meta.get("encoder", {})
+    wanted = spec.to_dict()
+    diffs = [f"{k}: index {stored.get(k)!r} vs asked {wanted[k]!r}" for k in ENCODER_FIELDS if stored.get(k) != wanted[k]]
+    if diffs:
+        raise IndexMismatchError(
+            f"{where}: index was built with a different encoder ({'; '.join(diffs)}). "
+            "Query with the index's encoder, or rebuild the index."
+        )

@@ -1,0 +1,340 @@
+"""The retrieval server: Search-R1's ``/retrieve`` contract (method.md §2) over any retriever.
+
+``POST /retrieve`` with ``{"queries": [str, ...], "topk": int | null, "return_scores": bool}``:
+
+- ``return_scores: true`` → ``{"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}``
+- ``return_scores: false`` (the default, as in Search-R1) → ``{"result": [[document, ...], ...]}``
+  (Search-R1's own server crashes on this path; here it works.)
+- ``topk: null`` or missing → the server's default (3).
+
+``GET /health`` → ``{"status": "ok", "passages", "index_type", "encoder", "method", "batching", ...}``.
+
+Bad requests get a 4xx with a message and the server keeps serving: a body that is not JSON or
+has wrong types/missing ``queries`` (422), an empty query list, ``topk`` outside
+``[1, min(max_topk, passages)]`` or a query longer than ``max_query_chars`` (422), too many
+queries or too large a body (413). Concurrent requests are micro-batched (:mod:`.batcher`);
+``--no-batching`` answers each request with its own search call (the benchmark's baseline).
+All searches run in one worker thread, so the encoder and index are never used concurrently.
+
+Command line (binds 127.0.0.1 unless ``--host`` says otherwise)::
+
+    at2po serve-retriever --profile tiny --port 8000
+    at2po serve-retriever --corpus wiki-18.jsonl --index data/e5_Flat_index \\
+        --encoder intfloat/e5-base-v2 --query-prefix "query: " --passage-prefix "passage: " --fp16
+    at2po serve-retriever --corpus corpus.jsonl --index index/bm25 --bm25
+
+For notebooks and tests, :func:`start_server` (a thread in this process) and
+:func:`start_server_process` (a subprocess) return a handle with ``.url`` and ``.stop()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+
+from .base import DEFAULT_TOPK, Retriever
+
+
+class RetrieveRequest(BaseModel):
+    """The body Search-R1's client posts; strict types, so ``"3"`` is not a ``topk``."""
+
+    model_config = ConfigDict(extra="ignore")
+    queries: list[StrictStr]
+    topk: StrictInt | None = None
+    return_scores: StrictBool = False
+
+
+@dataclass
+class ServerLimits:
+    """Request limits; anything beyond them is answered 413/422 instead of being served."""
+
+    max_queries: int = 4096
+    max_topk: int = 100
+    max_query_chars: int = 4096
+    max_body_bytes: int = 32 << 20
+
+
+def create_app(
+    retriever: Retriever,
+    *,
+    default_topk: int = DEFAULT_TOPK,
+    batching: bool = True,
+    max_wait_ms: float = 3.0,
+    max_batch_queries: int = 256,
+    limits: ServerLimits | None = None,
+) -> Any:
+    """A FastAPI app serving ``retriever``; start it with uvicorn."""
+    import asyncio
+
+    from .batcher import MicroBatcher
+
+    limits = limits or ServerLimits()
+    info = retriever.describe()
+    passages = int(info.get("passages") or 0) or None
+    topk_cap = min(limits.max_topk, passages) if passages else limits.max_topk
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval")
+    batcher = MicroBatcher(retriever.search, executor, max_wait_s=max_wait_ms / 1000,
+                           max_batch_queries=max_batch_queries)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's protocol
+        if batching:
+            batcher.start()
+        yield
+        if batching:
+            await batcher.stop()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="AT2PO retrieval server (Search-R1 contract)", lifespan=lifespan)
+    app.state.batcher = batcher
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        def where(e: dict) -> str:
+            if e.get("type") == "json_invalid":
+                return "body is not valid JSON"
+            return ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+
+        problems = "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
+        return error(422, f"invalid request: {problems}")
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):  # noqa: ANN001, ANN202
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limits.max_body_bytes:
+            return error(413, f"request body of {length} bytes exceeds {limits.max_body_bytes}")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **info, "batching": batching, "default_topk": default_topk,
+                "limits": asdict(limits)}
+
+    @app.post("/retrieve")
+    async def retrieve(body: RetrieveRequest) -> JSONResponse:
+        queries, topk = body.queries, body.topk if body.topk is not None else default_topk
+        if not queries:
+            return error(422, "queries must be a non-empty list of strings")
+        if len(queries) > limits.max_queries:
+            return error(413, f"{len(queries)} queries in one request; the limit is {limits.max_queries}")
+        if not 1 <= topk <= topk_cap:
+            return error(422, f"topk must be between 1 and {topk_cap}, got {topk}")
+        too_long = [i for i, q in enumerate(queries) if len(q) > limits.max_query_chars]
+        if too_long:
+            return error(422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters")
+        try:
+            if batching:
+                hits = await batcher.submit(queries, topk)
+            else:
+                hits = await asyncio.get_running_loop().run_in_executor(executor, retriever.search, queries, topk)
+        except Exception as exc:  # the server stays up; the client sees why
+            return error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
+        if body.return_scores:
+            return JSONResponse({"result": hits})
+        return JSONResponse({"result": [[hit["document"] for hit in query_hits] for query_hits in hits]})
+
+    return app
+
+
+# -- running it ------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_health(url: str, timeout: float, alive: Any = None) -> dict[str, Any]:
+    """Poll ``{url}/health`` until it answers 200; ``alive()`` returning False aborts early."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise RuntimeError(f"retrieval server for {url} exited during start-up{last}")
+        try:
+            response = httpx.get(url + "/health", timeout=2.0)
+            if response.status_code == 200:
+                return response.json()
+            last = f" (last answer: HTTP {response.status_code})"
+        except httpx.TransportError as exc:
+            last = f" (last error: {type(exc).__name__})"
+        time.sleep(0.1)
+    raise TimeoutError(f"retrieval server at {url} not healthy after {timeout:.0f} s{last}")
+
+
+class ServerHandle:
+    """A running server: ``url`` (``http://host:port``), ``retrieve_url``, ``stop()``."""
+
+    def __init__(self, url: str, stop: Any, log_path: Path | None = None) -> None:
+        self.url = url
+        self.retrieve_url = url + "/retrieve"
+        self.log_path = log_path
+        self._stop = stop
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ServerHandle({self.url!r})"
+
+
+def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0,
+                 startup_timeout: float = 30.0, **app_kwargs: Any) -> ServerHandle:
+    """Serve ``retriever`` from a background thread of this process (port 0: a free port)."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(retriever, **app_kwargs), log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
+                              name=f"retrieval-server-{port}")
+    thread.start()
+    url = f"http://{host}:{port}"
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+    try:
+        wait_for_health(url, startup_timeout, alive=thread.is_alive)
+    except Exception:
+        stop()
+        raise
+    return ServerHandle(url, stop)
+
+
+def start_server_process(server_args: list[str], *, host: str = "127.0.0.1", port: int = 0,
+                         startup_timeout: float = 300.0, env: dict[str, str] | None = None) -> ServerHandle:
+    """Run ``at2po serve-retriever <server_args>`` in a subprocess; its log goes to a temp file."""
+    port = port or free_port(host)
+    log = Path(tempfile.mkstemp(prefix="retrieval-server-", suffix=".log")[1])
+    cmd = [sys.executable, "-m", "at2po_lib.retrieval.server", *server_args, "--host", host, "--port", str(port)]
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})
+    url = f"http://{host}:{port}"
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    try:
+        wait_for_health(url, startup_timeout, alive=lambda: proc.poll() is None)
+    except Exception as exc:
+        stop()
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{exc}\n--- server log ({log}) ---\n{tail}") from None
+    return ServerHandle(url, stop, log)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="at2po serve-retriever", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", help="serve the profile's retriever (index built if missing)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--corpus", help="wiki-18-format JSONL (default: the path recorded in the index)")
+    p.add_argument("--index", help="index folder (dense, or BM25 with --bm25)")
+    p.add_argument("--bm25", action="store_true")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--topk", type=int, default=DEFAULT_TOPK, help="default when a request sends topk null")
+    p.add_argument("--no-batching", action="store_true", help="one search call per request")
+    p.add_argument("--max-wait-ms", type=float, default=3.0)
+    p.add_argument("--max-batch-queries", type=int, default=256)
+    d = ServerLimits()
+    p.add_argument("--max-queries", type=int, default=d.max_queries)
+    p.add_argument("--max-topk", type=int, default=d.max_topk)
+    p.add_argument("--max-query-chars", type=int, default=d.max_query_chars)
+    p.add_argument("--encoder", help="query encoder (default: the one recorded in the index); "
+                   "required for a prebuilt index without meta.json")
+    p.add_argument("--pooling", default="mean", choices=["mean", "cls"])
+    p.add_argument("--query-prefix", default="")
+    p.add_argument("--passage-prefix", default="")
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--device", default=None)
+    p.add_argument("--fp16", action="store_true")
+    p.add_argument("--no-gpu-index", action="store_true", help="keep the faiss index on CPU")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--access-log", action="store_true")
+    return p
+
+
+def _retriever_from_args(args: argparse.Namespace) -> Retriever:
+    if args.index:
+        if args.bm25:
+            from .bm25 import BM25Retriever
+
+            return BM25Retriever(args.index, args.corpus)
+        from .dense import DenseRetriever
+        from .encoders import EncoderSpec
+
+        spec = (EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length)
+                if args.encoder else None)
+        return DenseRetriever(args.index, args.corpus, spec, device=args.device, fp16=args.fp16,
+                              use_gpu=False if args.no_gpu_index else "auto")
+    if not args.profile:
+        raise SystemExit("at2po serve-retriever: give --profile or --index")
+    from ..config import load_profile, parse_override
+    from .build import build_retriever
+
+    overrides: dict[str, Any] = {"retrieval": {"url": None}}  # serve in-process, never proxy
+    for text in args.set:
+        for section, values in parse_override(text).items():
+            overrides.setdefault(section, {}).update(values)
+    cfg = load_profile(args.profile, overrides)
+    return build_retriever(cfg, method="bm25" if args.bm25 else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    args = _parser().parse_args(argv)
+    retriever = _retriever_from_args(args)
+    limits = ServerLimits(args.max_queries, args.max_topk, args.max_query_chars)
+    app = create_app(retriever, default_topk=args.topk, batching=not args.no_batching,
+                     max_wait_ms=args.max_wait_ms, max_batch_queries=args.max_batch_queries, limits=limits)
+    print(f"serving {retriever.describe()} on http://{args.host}:{args.port}/retrieve", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+r"""Every trained row of the paper's tables as a named preset of :class:`AT2POConfig` fields.
+
+A preset is a small dict of overrides: which rollout (``tree_expansion``), which credit
+(``credit_*``), which ratio level and clip (``loss_level``, ``epsilon``, ``epsilon_high``), plus
+a method's extras (KL, dynamic sampling, AEPO's options). Sizes (leaves per prompt, batch,
+learning rate) come from the profile, so one preset serves ``smoke``, ``tiny`` and ``paper-*``.
+
+Table 1 (method.md §8):
+
+=============  =========  ============================  ========  ==================
+method         rollout    advantage                     ratio     clip low / high
+=============  =========  ============================  ========  ==================
+react          —          (no training: evaluation only)
+grpo           chain      GRPO (group-normalised)       token     0.2 / 0.2, KL 1e-3
+dapo           chain      GRPO + dynamic sampling       token     0.2 / 0.28, token-mean
+gspo           chain      GRPO                          sequence  3e-4 / 4e-4
+tree_grpo      random     Tree-GRPO (prompt + tree)     token     0.2 / 0.2
+aepo           aepo       GRPO, entropy-aware           token     0.2 / 0.28, balanced
+at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3
+=============  =========  ============================  ========  ==================
+
+Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
+token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
+expansion) → ``at2po`` (+ turn-wise credit). Table 3: ``credit_<value>_<advantage>`` for every
+value mode × advantage mode of :mod:`at2po_lib.credit` (``credit_entropy_softmax_node_value``
+is AT2PO itself).
+
+Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
+``train.chain_leaves`` chains and AEPO has the same budget (16 at paper scale, method.md §8).
+The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
+
+Choices method.md leaves open (named here so they stay visible): AEPO's clip is DAPO's
+clip-higher 0.2/0.28 (AEPO builds on it); GRPO's KL 1e-3 (method.md §8) uses TRL's k3
+estimator against the warm-start policy; Tree-GRPO and the Table 2 ablations use the same
+tree budget as AT2PO.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..credit import ADVANTAGE_MODES, VALUE_MODES
+
+_TOKEN_CLIP = {"epsilon": 0.2, "epsilon_high": 0.2}
+_CLIP_HIGHER = {"epsilon": 0.2, "epsilon_high": 0.28}
+_TURN_LOSS = {"loss_level": "turn", "epsilon": 3e-3, "epsilon_high": 4e-3, "loss_type": "grpo"}
+_GRPO_CREDIT = {"credit_advantage": "vanilla"}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One named training recipe."""
+
+    name: str
+    summary: str
+    """One line for ``at2po train --list-methods``."""
+    table: str
+    """Where it appears in the paper (``Table 1``, ``Table 2 step 1``, ``Table 3``)."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """``AT2POConfig`` fields this method sets (applied over the profile's values)."""
+    trains: bool = True
+    """False for ``react``: the warm-start policy is evaluated as is."""
+
+
+def _method(name: str, summary: str, table: str, **overrides: Any) -> Method:
+    return Method(name, summary, table, dict(overrides))
+
+
+_TABLE1 = [
+    Method("react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1", {}, False),
+    _method("grpo", "chains, GRPO advantage, token ratio, clip 0.2, KL 1e-3", "Table 1",
+            tree_expansion="chain", loss_level="token", loss_type="grpo", beta=1e-3,
+            **_GRPO_CREDIT, **_TOKEN_CLIP),
+    _method("dapo", "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean loss", "Table 1",
+            tree_expansion="chain", loss_level="token", loss_type="dapo",
+            tree_dynamic_sampling=True, **_GRPO_CREDIT, **_CLIP_HIGHER),
+    _method("gspo", "chains, sequence ratio, clip 3e-4/4e-4", "Table 1",
+            tree_expansion="chain", loss_level="sequence", loss_type="grpo",
+            epsilon=3e-4, epsilon_high=4e-4, **_GRPO_CREDIT),
+    _method("tree_grpo", "random tree, Tree-GRPO advantage, token ratio, clip 0.2", "Table 1",
+            tree_expansion="random", credit_advantage="tree_grpo", loss_level="token",
+            loss_type="grpo", **_TOKEN_CLIP),
+    _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage", "Table 1",
+            tree_expansion="aepo", loss_level="token", loss_type="grpo",
+            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
+            **_GRPO_CREDIT, **_CLIP_HIGHER),
+    _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
+            "Table 1", tree_expansion="entropy", credit_value="entropy_softmax",
+            credit_advantage="node_value", **_TURN_LOSS),
+]
+
+_TABLE2 = [
+    _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token loss",
+            "Table 2 step 1", tree_expansion="random", loss_level="token", loss_type="grpo",
+            **_GRPO_CREDIT, **_TOKEN_CLIP),
+    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
+            tree_expansion="random", **_GRPO_CREDIT, **_TURN_LOSS),
+    _method("ablation_entropy_tree", "step 3: + entropy-guided expansion", "Table 2 step 3",
+            tree_expansion="entropy", **_GRPO_CREDIT, **_TURN_LOSS),
+]
+
+_TABLE3 = [
+    _method(f"credit_{value}_{adv}", f"entropy tree + turn loss, credit value={value}, "
+            f"advantage={adv}", "Table 3", tree_expansion="entropy", credit_value=value,
+            credit_advantage=adv, **_TURN_LOSS)
+    for value in VALUE_MODES for adv in ADVANTAGE_MODES
+]
+
+METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_TABLE2, *_TABLE3)}
+"""Every preset by name (Table 1, then Table 2's steps, then Table 3's credit grid)."""
+
+TABLE1_METHODS = tuple(m.name for m in _TABLE1)
+TABLE2_METHODS = (*(m.name for m in _TABLE2), "at2po")
+
+
+def get_method(name: str) -> Method:
+    """The preset called ``name``; an unknown name lists the closest known ones."""
+    if name not in METHODS:
+        close = difflib.get_close_matches(name, METHODS, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise KeyError(f"unknown method {name!r}{hint}; `at2po train --list-methods` lists all")
+    return METHODS[name]
+
+
+def list_methods() -> list[Method]:
+    return list(METHODS.values())
+
+
+def format_methods() -> str:
+    """The ``--list-methods`` table: name, where in the paper, summary."""
+    width = max(map(len, METHODS))
+    lines = [f"{'method':<{width}}  {'paper':<14}  summary"]
+    lines += [f"{m.name:<{width}}  {m.table:<14}  {m.summary}" for m in METHODS.values()]
+    return "\n".join(lines)

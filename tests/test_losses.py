@@ -1,0 +1,336 @@
+"""Tests for at2po_lib.losses: hand cases, special cases between ratio levels, gradients of
+the stop-gradient form, masking, clip fractions, AEPO options and the diagnostics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from at2po_lib.losses import (
+    clip_fraction_by_level,
+    importance_ratio,
+    policy_loss,
+    simulate_policy_change,
+    turn_segments,
+)
+
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """Float64 keeps hand-computed comparisons tight; restored after each test."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _grad(loss_fn, logp):
+    x = logp.clone().requires_grad_(True)
+    loss, metrics = loss_fn(x)
+    (g,) = torch.autograd.grad(loss, x)
+    return loss.detach(), g, metrics
+
+
+def random_batch(seed, b=3, t=16, scale=0.01):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, t, generator=g) * 3
+    logp = old + scale * torch.randn(b, t, generator=g)
+    mask = (torch.rand(b, t, generator=g) < 0.7).long()
+    adv = torch.randn(b, generator=g)
+    return logp, old, adv, mask
+
+
+# ------------------------------------------------------------------------------------------
+# Turn segments
+# ------------------------------------------------------------------------------------------
+def test_turn_segments_from_mask_runs():
+    mask = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]])
+    seg = turn_segments(mask)
+    # runs: row 0 -> {0,1}, {3}; row 1 -> {1,2,3}; S = 3 is the dummy bucket
+    assert seg.seg.tolist() == [[0, 0, 3, 1], [3, 2, 2, 2]]
+    assert seg.row.tolist() == [0, 0, 1]
+    assert seg.turns_per_row(2).tolist() == [2, 1]
+
+
+def test_turn_segments_from_ids_group_by_id():
+    mask = torch.tensor([[1, 1, 0, 1, 1]])
+    ids = torch.tensor([[4, 4, -1, 9, 4]])  # id 4 appears twice, non-contiguously: one turn
+    seg = turn_segments(mask, ids)
+    assert seg.seg.tolist() == [[0, 0, 2, 1, 0]]
+    assert seg.num == 2
+    with pytest.raises(ValueError, match=r"turn_ids\[0, 1\]"):
+        turn_segments(mask, torch.tensor([[4, -1, -1, 9, 4]]))
+
+
+def test_geometric_and_product_turn_ratios_by_hand():
+    # one turn of two tokens with log-ratios 0.002, 0.004
+    # geometric: log s = (0.002 + 0.004)/2 = 0.003; product: log s = 0.006
+    old = torch.zeros(1, 3)
+    logp = torch.tensor([[0.002, 0.004, 5.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    log_ratio = torch.where(mask.bool(), logp - old, 0)
+    seg = turn_segments(mask)
+    geo = importance_ratio("turn", logp, log_ratio, mask.bool(), seg, "geometric")
+    prod = importance_ratio("turn", logp, log_ratio, mask.bool(), seg, "product")
+    torch.testing.assert_close(geo, torch.tensor([[math.exp(0.003)] * 2 + [1.0]]))
+    torch.testing.assert_close(prod, torch.tensor([[math.exp(0.006)] * 2 + [1.0]]))
+
+
+# ------------------------------------------------------------------------------------------
+# Hand cases: aggregation, clipping, KL
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("agg, expected", [
+    # ratio 1, per-token loss -A; row 0: A=1 on 2 tokens, row 1: A=2 on 4 tokens
+    ("token-mean", (-1 * 2 - 2 * 4) / 6),      # -10/6
+    ("seq-mean-token-mean", (-1 - 2) / 2),     # -1.5
+    ("seq-mean-token-sum", (-2 - 8) / 2),      # -5
+])
+def test_aggregations_by_hand(agg, expected):
+    old = torch.zeros(2, 4)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    for level in ("token", "sequence", "turn"):
+        loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level, agg=agg)
+        assert loss.item() == pytest.approx(expected)
+
+
+def test_seq_mean_skips_rows_without_model_tokens():
+    old = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 1], [0, 0, 0]])
+    loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 5.0]), mask, level="token")
+    assert loss.item() == pytest.approx(-1.0)
+
+
+def test_clip_fractions_by_hand():
+    # token level, eps 0.003/0.004, bounds [0.997, 1.004]
+    # row 0 (A=+1): log-ratios 0, 0.01, -0.01, 0.001 -> only r=1.01 binds (high)
+    #   (r=0.99 with A>0: max(-0.99, -0.997) = -0.99 is the unclipped branch: not binding)
+    # row 1 (A=-1): -0.01, 0.01, 0, 0 -> only r=0.99 binds (low)
+    old = torch.zeros(2, 4)
+    logp = torch.tensor([[0.0, 0.01, -0.01, 0.001], [-0.01, 0.01, 0.0, 0.0]])
+    _, m = policy_loss(logp, old, torch.tensor([1.0, -1.0]), torch.ones(2, 4), level="token")
+    assert m["clip_frac_high"] == pytest.approx(1 / 8)
+    assert m["clip_frac_low"] == pytest.approx(1 / 8)
+    assert m["clip_frac"] == pytest.approx(2 / 8)
+    # approx_kl = mean(old - new) = -(0 + 0.01 - 0.01 + 0.001 - 0.01 + 0.01 + 0 + 0)/8
+    assert m["approx_kl"] == pytest.approx(-0.001 / 8)
+
+
+def test_k3_kl_penalty_by_hand():
+    # ref - logp = 0.1 on both tokens: KL = e^0.1 - 0.1 - 1 = 0.0051709
+    old = torch.zeros(1, 2)
+    ref = torch.full((1, 2), 0.1)
+    loss, m = policy_loss(old.clone(), old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref,
+                          beta=0.5)
+    kl = math.exp(0.1) - 0.1 - 1
+    assert m["ref_kl"] == pytest.approx(kl)
+    assert loss.item() == pytest.approx(0.5 * kl)
+
+
+def test_advantages_per_row_equal_broadcast_per_token():
+    logp, old, adv, mask = random_batch(0)
+    a, _ = policy_loss(logp, old, adv, mask)
+    b, _ = policy_loss(logp, old, adv[:, None].expand_as(logp).clone(), mask)
+    torch.testing.assert_close(a, b)
+
+
+# ------------------------------------------------------------------------------------------
+# Special cases between levels (method.md §7)
+# ------------------------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["token-mean", "seq-mean-token-mean",
+                                                 "seq-mean-token-sum"]))
+def test_every_token_its_own_turn_is_token_level(seed, agg):
+    logp, old, adv, mask = random_batch(seed)
+    own_turn = torch.arange(logp.shape[1]).expand_as(logp)
+    kw = dict(agg=agg, eps_low=0.003, eps_high=0.004)
+    l_tok, g_tok, m_tok = _grad(lambda x: policy_loss(x, old, adv, mask, level="token", **kw), logp)
+    l_turn, g_turn, m_turn = _grad(
+        lambda x: policy_loss(x, old, adv, mask, level="turn", turn_ids=own_turn, **kw), logp)
+    torch.testing.assert_close(l_turn, l_tok)
+    torch.testing.assert_close(g_turn, g_tok)
+    assert m_turn["clip_frac"] == pytest.approx(m_tok["clip_frac"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_one_turn_per_row_is_sequence_level(seed):
+    logp, old, adv, mask = random_batch(seed)
+    one_turn = torch.zeros_like(mask)  # every model token of a row shares id 0
+    l_seq, g_seq, _ = _grad(lambda x: policy_loss(x, old, adv, mask, level="sequence"), logp)
+    l_turn, g_turn, _ = _grad(
+        lambda x: policy_loss(x, old, adv, mask, level="turn", turn_ids=one_turn), logp)
+    torch.testing.assert_close(l_turn, l_seq)
+    torch.testing.assert_close(g_turn, g_seq)
+
+
+def test_contiguous_single_run_is_sequence_level_without_turn_ids():
+    logp, old, adv, _ = random_batch(3)
+    mask = torch.zeros_like(logp, dtype=torch.long)
+    mask[:, 2:11] = 1  # one run per row
+    a, _ = policy_loss(logp, old, adv, mask, level="turn")
+    b, _ = policy_loss(logp, old, adv, mask, level="sequence")
+    torch.testing.assert_close(a, b)
+
+
+def test_stop_gradient_form_gradient_is_s_k_grad_logp():
+    # one row, two turns: tokens 0-1 (log-ratios 0.01, 0.03) and 3-4 (-0.02, 0.0)
+    # s_1 = exp(0.02), s_2 = exp(-0.01); with wide clips, loss = sum_t -A s_k(t)
+    # dL/dlogp_t = -A s_k(t) for model tokens, 0 for the observation token
+    old = torch.zeros(1, 5)
+    logp = torch.tensor([[0.01, 0.03, 0.7, -0.02, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 1, 1]])
+    a = 1.5
+    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([a]), mask, level="turn",
+                                          eps_low=0.5, eps_high=0.5, agg="seq-mean-token-sum"),
+                    logp)
+    s1, s2 = math.exp(0.02), math.exp(-0.01)
+    torch.testing.assert_close(g, torch.tensor([[-a * s1, -a * s1, 0.0, -a * s2, -a * s2]]))
+
+
+def test_product_turn_ratio_same_gradient_form():
+    # product: s_1 = exp(0.04), s_2 = exp(-0.02)
+    old = torch.zeros(1, 5)
+    logp = torch.tensor([[0.01, 0.03, 0.7, -0.02, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 1, 1]])
+    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), mask, level="turn",
+                                          eps_low=0.5, eps_high=0.5, agg="seq-mean-token-sum",
+                                          turn_ratio="product"), logp)
+    s1, s2 = math.exp(0.04), math.exp(-0.02)
+    torch.testing.assert_close(g, torch.tensor([[-s1, -s1, 0.0, -s2, -s2]]))
+
+
+@pytest.mark.parametrize("level", ["token", "sequence", "turn"])
+def test_masked_tokens_contribute_nothing(level):
+    logp, old, adv, mask = random_batch(7)
+    adv_tok = adv[:, None].expand_as(logp).clone()
+    loss, g, _ = _grad(lambda x: policy_loss(x, old, adv_tok, mask, level=level), logp)
+    # garbage (inf, NaN, huge) on every masked position changes nothing
+    off = ~mask.bool()
+    logp2, old2, adv2 = logp.clone(), old.clone(), adv_tok.clone()
+    logp2[off], old2[off], adv2[off] = -math.inf, math.nan, 1e9
+    loss2, g2, _ = _grad(lambda x: policy_loss(x, old2, adv2, mask, level=level), logp2)
+    torch.testing.assert_close(loss2, loss)
+    torch.testing.assert_close(g2, g)
+    assert torch.all(g2[off] == 0)
+
+
+# ------------------------------------------------------------------------------------------
+# AEPO options
+# ------------------------------------------------------------------------------------------
+def test_entropy_balanced_clip_keeps_gradient_of_clipped_tokens():
+    # A = 1, log-ratio 0.05 > log(1.004): standard clip -> zero gradient;
+    # balanced: clipped value (1+eps_h) r/sg(r) -> gradient -(1 + eps_h) per token
+    old = torch.zeros(1, 2)
+    logp = torch.full((1, 2), 0.05)
+    kw = dict(level="token", agg="seq-mean-token-sum", eps_high=0.004)
+    _, g_std, m = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), torch.ones(1, 2), **kw),
+                        logp)
+    _, g_bal, m_bal = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), torch.ones(1, 2),
+                                                  entropy_balanced_clip=True, **kw), logp)
+    assert torch.all(g_std == 0)
+    torch.testing.assert_close(g_bal, torch.full((1, 2), -1.004))
+    assert m["clip_frac"] == m_bal["clip_frac"] == 1.0
+
+
+def test_entropy_aware_advantage_by_hand():
+    # H = (1, 3): mean 2, unbiased std sqrt(2): z = (-0.7071, +0.7071); gamma 0.2
+    # A' = 2 (1 -+ 0.141421) = (1.717157, 2.282843); ratio 1, token-sum -> grad = -A'
+    old = torch.zeros(1, 2)
+    h = torch.tensor([[1.0, 3.0]])
+    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([2.0]), torch.ones(1, 2),
+                                          level="token", agg="seq-mean-token-sum",
+                                          eps_low=0.5, eps_high=0.5, token_entropy=h,
+                                          entropy_aware_adv=0.2), old.clone())
+    torch.testing.assert_close(g, torch.tensor([[-1.717157, -2.282843]]), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# Diagnostics
+# ------------------------------------------------------------------------------------------
+def test_turn_kl_entropy_and_turn_counts_by_hand():
+    # row 0: turns with summed log-ratio 0.03 and 0.01 -> shares 0.75, 0.25
+    #   softmax: p = sigmoid(0.5) = 0.622459, 0.377541
+    #   H = 0.622459*0.474077 + 0.377541*0.974077 = 0.662848; / ln 2 = 0.956288
+    # row 1: one turn -> 0;  mean over rows = 0.478144
+    old = torch.zeros(2, 5)
+    logp = torch.tensor([[0.01, 0.02, 0.0, 0.01, 0.0], [0.02, 0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]])
+    _, m = policy_loss(logp, old, torch.tensor([1.0, 1.0]), mask)
+    assert m["turn_kl_entropy"] == pytest.approx(0.478144, abs=1e-6)
+    assert m["single_turn_rows"] == 1
+    assert m["mean_turns_per_row"] == pytest.approx(1.5)
+
+
+def test_turn_kl_entropy_is_zero_when_nothing_changed():
+    logp, old, adv, mask = random_batch(1)
+    _, m = policy_loss(old.clone(), old, adv, mask)
+    assert m["turn_kl_entropy"] == 0.0
+    assert m["approx_kl"] == 0.0
+    assert m["clip_frac"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# Validation
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(level="word"), "level must be"),
+    (dict(agg="mean"), "agg must be"),
+    (dict(turn_ratio="arith"), "turn_ratio"),
+    (dict(beta=0.1), "needs ref_logp"),
+    (dict(entropy_aware_adv=0.2), "needs token_entropy"),
+])
+def test_bad_options_raise(kwargs, match):
+    logp, old, adv, mask = random_batch(0)
+    with pytest.raises(ValueError, match=match):
+        policy_loss(logp, old, adv, mask, **kwargs)
+
+
+def test_bad_inputs_raise_with_position():
+    logp, old, adv, mask = random_batch(0)
+    with pytest.raises(ValueError, match="old_logp has shape"):
+        policy_loss(logp, old[:, :3], adv, mask)
+    with pytest.raises(ValueError, match="advantages must be"):
+        policy_loss(logp, old, adv[:2], mask)
+    bad = logp.clone()
+    r, c = (int(i) for i in torch.nonzero(mask)[0])
+    bad[r, c] = math.nan
+    with pytest.raises(ValueError, match=rf"logp\[{r}, {c}\] is not finite"):
+        policy_loss(bad, old, adv, mask)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        policy_loss(logp, old, adv, mask * 2)
+
+
+# ------------------------------------------------------------------------------------------
+# Simulated policy change (notebook 03)
+# ------------------------------------------------------------------------------------------
+def test_simulated_change_shifts_whole_turns_and_leaves_masked_tokens():
+    mask = torch.tensor([[1, 1, 0, 1, 1, 1, 0]])
+    old = -torch.arange(7.0)[None]
+    new = simulate_policy_change(old, mask, turn_drift_std=0.1, token_noise_std=0.0,
+                                 generator=torch.Generator().manual_seed(0))
+    d = new - old
+    assert d[0, 2] == 0 and d[0, 6] == 0
+    torch.testing.assert_close(d[0, 1], d[0, 0])
+    torch.testing.assert_close(d[0, 3:6], d[0, 3].expand(3))
+    assert abs(float(d[0, 0] - d[0, 3])) > 1e-6
+
+
+def test_turn_level_clips_fewer_tokens_under_token_noise():
+    # per-token noise averages out inside a turn's geometric mean, so turn ratios stay
+    # inside [1 - 3e-3, 1 + 4e-3] far more often than token ratios do
+    g = torch.Generator().manual_seed(0)
+    b, t = 32, 240
+    mask = torch.zeros(b, t, dtype=torch.long)
+    for k in range(4):  # four turns of 40 tokens, 20 observation tokens between them
+        mask[:, k * 60: k * 60 + 40] = 1
+    old = -torch.rand(b, t, generator=g)
+    new = simulate_policy_change(old, mask, turn_drift_std=5e-4, token_noise_std=1e-2, generator=g)
+    adv = torch.randn(b, generator=g)
+    frac = clip_fraction_by_level(new, old, adv, mask)
+    assert frac["turn"] < 0.5 * frac["token"]
+    assert frac["sequence"] <= frac["turn"] + 0.05

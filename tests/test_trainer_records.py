@@ -1,0 +1,124 @@
+"""Trainer pieces that need no model: the config subclass, method presets, run records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from at2po_lib.trainer import records
+from at2po_lib.trainer.methods import (METHODS, TABLE1_METHODS, TABLE2_METHODS, format_methods,
+                                       get_method)
+
+
+# ----------------------------------------------------------------------------- presets
+def test_table1_methods_follow_method_md_section_8():
+    assert TABLE1_METHODS == ("react", "grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po")
+    assert not get_method("react").trains
+    grpo = get_method("grpo").overrides
+    assert (grpo["tree_expansion"], grpo["loss_level"], grpo["epsilon"], grpo["beta"]) == \
+        ("chain", "token", 0.2, 1e-3)
+    dapo = get_method("dapo").overrides
+    assert (dapo["epsilon"], dapo["epsilon_high"], dapo["loss_type"]) == (0.2, 0.28, "dapo")
+    assert dapo["tree_dynamic_sampling"]
+    gspo = get_method("gspo").overrides
+    assert (gspo["loss_level"], gspo["epsilon"], gspo["epsilon_high"]) == ("sequence", 3e-4, 4e-4)
+    assert get_method("tree_grpo").overrides["credit_advantage"] == "tree_grpo"
+    aepo = get_method("aepo").overrides
+    assert aepo["loss_entropy_balanced_clip"] and aepo["loss_entropy_aware_adv"] == 0.2
+    at2po = get_method("at2po").overrides
+    assert (at2po["tree_expansion"], at2po["credit_value"], at2po["credit_advantage"],
+            at2po["loss_level"], at2po["epsilon"], at2po["epsilon_high"]) == \
+        ("entropy", "entropy_softmax", "node_value", "turn", 3e-3, 4e-3)
+
+
+def test_table2_adds_one_component_per_step():
+    steps = [get_method(name).overrides for name in TABLE2_METHODS]
+    keys = ("tree_expansion", "credit_advantage", "loss_level")
+    rows = [tuple(s.get(k) for k in keys) for s in steps]
+    assert rows == [("random", "vanilla", "token"), ("random", "vanilla", "turn"),
+                    ("entropy", "vanilla", "turn"), ("entropy", "node_value", "turn")]
+
+
+def test_table3_grid_and_listing():
+    grid = [name for name in METHODS if name.startswith("credit_")]
+    assert len(grid) == 16  # 4 value modes x 4 advantage modes
+    assert get_method("credit_entropy_softmax_node_value").overrides["credit_advantage"] == \
+        "node_value"
+    listing = format_methods()
+    assert all(name in listing for name in METHODS)
+    with pytest.raises(KeyError, match="did you mean at2po"):
+        get_method("at2p0")
+
+
+# ------------------------------------------------------------------------ config class
+def test_config_derives_leaves_per_prompt(tmp_path):
+    from at2po_lib.trainer.config import AT2POConfig
+
+    common = dict(output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44)
+    # paper tree: M + L*K = 10 + 2*6 = 22 leaves per prompt
+    assert AT2POConfig(**common).num_generations == 22
+    assert AT2POConfig(tree_expansion="chain", num_generations=4, **common).num_generations == 4
+    with pytest.raises(ValueError, match="contradicts the tree"):
+        AT2POConfig(num_generations=16, **common)
+    with pytest.raises(ValueError, match="loss_level"):
+        AT2POConfig(loss_level="word", **common)
+    with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):
+        AT2POConfig(vllm_importance_sampling_correction=True, **common)
+
+
+# ----------------------------------------------------------------------------- records
+def test_jsonl_append_read_truncate(tmp_path):
+    path = tmp_path / "m.jsonl"
+    for step in range(5):
+        records.append_jsonl(path, {"step": step, "reward": step / 10, "bad": float("nan")})
+    rows = records.read_jsonl(path)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["bad"] is None  # NaN is not JSON: stored as null
+    assert records.truncate_jsonl(path, 2) == 3
+    assert [r["step"] for r in records.read_jsonl(path)] == [0, 1, 2]
+    # a torn last line (killed mid-write) is skipped; a bad line elsewhere is an error
+    with path.open("a") as fh:
+        fh.write('{"step": 3, "rew')
+    assert len(records.read_jsonl(path)) == 3
+    path.write_text('{"step": 0}\nnot json\n{"step": 1}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        records.read_jsonl(path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=20), st.integers(-1, 60))
+def test_truncate_keeps_exactly_rows_up_to_step(tmp_path_factory, steps, cut):
+    path = tmp_path_factory.mktemp("t") / "x.jsonl"
+    for s in steps:
+        records.append_jsonl(path, {"step": s})
+    records.truncate_jsonl(path, cut)
+    assert [r["step"] for r in records.read_jsonl(path)] == [s for s in steps if s <= cut]
+
+
+def test_only_marked_checkpoints_count(tmp_path):
+    folder = tmp_path / "checkpoints"
+    for step in (2, 4, 6):
+        (folder / f"checkpoint-{step}").mkdir(parents=True)
+    records.mark_checkpoint_complete(folder / "checkpoint-2", step=1)
+    records.mark_checkpoint_complete(folder / "checkpoint-4", step=2)
+    # checkpoint-6 was being written when the run died: no marker
+    assert records.latest_complete_checkpoint(folder).name == "checkpoint-4"
+    removed = records.remove_incomplete_checkpoints(folder)
+    assert [p.name for p in removed] == ["checkpoint-6"]
+    assert json.loads((folder / "checkpoint-4" / records.COMPLETE_MARKER).read_text())["step"] == 2
+
+
+def test_finished_run_is_recognised_by_config_hash(tmp_path):
+    run = records.RunDir(tmp_path / "run")
+    run.root.mkdir()
+    h = records.config_hash({"a": 1, "b": [1, 2]})
+    assert h == records.config_hash({"b": [1, 2], "a": 1})  # key order does not matter
+    assert not records.is_finished(run, h)
+    records.mark_finished(run, h, wall_time=1.0)
+    assert records.is_finished(run, h)
+    assert not records.is_finished(run, records.config_hash({"a": 2}))
+    records.clear_run(run)
+    assert not run.done.exists()
