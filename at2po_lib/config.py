@@ -133,26 +133,54 @@ class RolloutConfig:
     """Multi-turn rollouts and trees (``at2po_lib.rollout``): method.md §1, §5, §8."""
 
     backend: str = "hf"
-    """``hf`` (transformers generate, CPU or GPU) or ``vllm``."""
+    """``hf`` (hand-written sampling loop over a transformers model with reusable KV
+    prefixes, CPU or GPU) or ``vllm`` (paper scale)."""
     temperature: float = 1.0
+    """Sampling temperature; log-probs are recorded as ``log_softmax(logits / T)`` and the
+    trainer must recompute them with the same ``T``. 0 means greedy."""
     top_p: float = 1.0
     max_tool_calls: int = 6
+    """Searches per trajectory; a later search gets the tool-limit notice (method.md §1)."""
     max_turn_tokens: int = 64
+    """Tokens one turn may generate; a turn cut by it ends the branch."""
     max_response_tokens: int = 512
+    """Completion budget (turns + observations) per trajectory."""
     max_prompt_tokens: int = 256
+    """A longer prompt is an error naming the question."""
     tree_m: int = 10
+    """M: chains from the root (method.md §5); the number of chains for ``chain``."""
     tree_l: int = 2
+    """L: expansion rounds."""
     tree_k: int = 6
+    """K: nodes re-sampled per round (a tree ends with M + L*K leaves)."""
     tree_alpha: float = 0.05
+    """alpha in score = H(n) - alpha * b(n) (hard-coded 0.05 in the authors' code)."""
     expansion: str = "entropy"
     """``chain`` (M independent chains), ``random`` (Tree-GRPO) or ``entropy`` (AT2PO)."""
     entropy_estimate: str = "sampled_nll"
     """``sampled_nll`` (authors' code) or ``exact`` (full-distribution entropy, the paper's)."""
-    invalid_action: str = "end"
-    """``end`` the branch (authors' code) or ``retry`` with a corrective message (Search-R1)."""
+    invalid_action: str = "template"
+    """``end`` the branch (authors' code), ``retry`` with a corrective message (Search-R1), or
+    ``template``: the template's own policy (atpo and tiny end, searchr1 retries)."""
+    keep_cache: bool = True
+    """HF backend: keep each chain's KV cache so later turns and branches only compute their
+    new tokens (memory: one cache per leaf)."""
+    max_batch_rows: int = 512
+    """HF backend: sequences decoded together at most (bounds GPU memory)."""
     aepo_budget: int = 16
+    """AEPO: leaves per prompt (method.md §8)."""
     aepo_initial: int = 8
+    """AEPO: chains sampled before any branching."""
     aepo_beam: int = 2
+    """AEPO: a branching point makes at most beam - 1 new branches."""
+    aepo_entropy_weight: float = 0.2
+    """AEPO: p = u + weight * (H_now - H_init), u ~ U(0, 1)."""
+    aepo_branch_threshold: float = 0.5
+    """AEPO: branch when p (after the penalty) reaches this."""
+    aepo_branch_penalty: float = 0.05
+    """AEPO: p is multiplied by 1 - penalty * (consecutive branching rounds)."""
+    aepo_entropy_tokens: int = 20
+    """AEPO: the turn entropy uses the first this-many tokens' top-10 entropies, / log|V|."""
 
 
 @dataclass

@@ -97,10 +97,14 @@ def as_tree_arrays(tree: Any) -> TreeArrays:
     if isinstance(tree, (tuple, list)) and len(tree) == 3:
         parent, entropy, leaf_reward = tree
     else:
-        parent, entropy, leaf_reward = (_field(tree, k) for k in ("parent", "entropy", "leaf_reward"))
-    to_np = lambda x: x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)  # noqa: E731
-    return TreeArrays(to_np(parent).astype(np.int64), to_np(entropy).astype(np.float64),
-                      to_np(leaf_reward).astype(np.float64))
+        parent, entropy, leaf_reward = (_field(tree, k)
+                                        for k in ("parent", "entropy", "leaf_reward"))
+    return TreeArrays(_to_numpy(parent).astype(np.int64), _to_numpy(entropy).astype(np.float64),
+                      _to_numpy(leaf_reward).astype(np.float64))
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
 
 
 def _validate_tree(t: TreeArrays, name: str) -> None:
@@ -173,7 +177,8 @@ class Forest:
         return cls(
             parent=torch.as_tensor(parent, dtype=torch.long),
             entropy=torch.as_tensor(np.concatenate([t.entropy for t in arrays]), dtype=dtype),
-            leaf_reward=torch.as_tensor(np.concatenate([t.leaf_reward for t in arrays]), dtype=dtype),
+            leaf_reward=torch.as_tensor(np.concatenate([t.leaf_reward for t in arrays]),
+                                        dtype=dtype),
             tree_index=torch.as_tensor(tree_index, dtype=torch.long),
             offsets=torch.as_tensor(offsets, dtype=torch.long),
         )
@@ -251,6 +256,31 @@ def normalized_leaf_values(forest: Forest, is_leaf: torch.Tensor) -> torch.Tenso
     return values
 
 
+def _node_name(forest: Forest, g: int) -> str:
+    t = int(forest.tree_index[g])
+    return f"tree {t}, node {g - int(forest.offsets[t])}"
+
+
+def _check_rewards_and_entropies(forest: Forest, is_leaf: torch.Tensor, mode: str) -> None:
+    """Only leaves carry rewards; entropy modes need finite (linear: non-negative) entropies."""
+    internal_scored = ~is_leaf & ~torch.isnan(forest.leaf_reward)
+    if bool(internal_scored.any()):
+        g = int(torch.nonzero(internal_scored)[0])
+        raise ValueError(f"{_node_name(forest, g)}: internal node has a leaf_reward "
+                         f"({float(forest.leaf_reward[g])}); only leaves may")
+    if not mode.startswith("entropy"):
+        return
+    not_root, h = forest.parent >= 0, forest.entropy
+    bad = not_root & ~torch.isfinite(h)
+    if mode == "entropy_linear":
+        bad |= not_root & (h < 0)
+    if bool(bad.any()):
+        g = int(torch.nonzero(bad)[0])
+        need = "finite, non-negative" if mode == "entropy_linear" else "finite"
+        raise ValueError(f"{_node_name(forest, g)}: entropy {float(h[g])} is not usable by "
+                         f"{mode} ({need} needed)")
+
+
 def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
                        normalize_leaves: bool = True) -> torch.Tensor:
     """Node values V (N,) for every tree of ``forest`` (equations in the module docstring).
@@ -263,14 +293,7 @@ def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
         raise ValueError(f"unknown value mode {mode!r}; choose one of {VALUE_MODES}")
     parent, entropy, n = forest.parent, forest.entropy, forest.num_nodes
     is_leaf = _children_count(parent) == 0
-    internal_scored = ~is_leaf & ~torch.isnan(forest.leaf_reward)
-    if bool(internal_scored.any()):
-        g = int(torch.nonzero(internal_scored)[0])
-        t = int(forest.tree_index[g])
-        raise ValueError(f"tree {t}, node {g - int(forest.offsets[t])}: internal node has a "
-                         f"leaf_reward ({float(forest.leaf_reward[g])}); only leaves may")
-    if mode == "entropy_linear" and bool((entropy[parent >= 0] < 0).any()):
-        raise ValueError("entropy_linear needs non-negative node entropies")
+    _check_rewards_and_entropies(forest, is_leaf, mode)
     if normalize_leaves:
         values = normalized_leaf_values(forest, is_leaf)
     else:
@@ -384,7 +407,8 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
     mean = zeros.clone().index_add_(0, group, rewards) / count
     single = count[group] == 1
     centred = torch.where(single, rewards, rewards - mean[group])
-    centred = torch.where(_group_equal(rewards, group, g) & ~single, torch.zeros_like(rewards), centred)
+    all_equal = _group_equal(rewards, group, g) & ~single
+    centred = torch.where(all_equal, torch.zeros_like(rewards), centred)
     if scale == "none":
         return centred
     ss = zeros.clone().index_add_(0, group, (rewards - mean[group]) ** 2)
@@ -495,7 +519,8 @@ def leaf_paths(parent: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return leaves, paths
 
 
-def synthetic_turn_rows(parent: Any, model_tokens: Any, obs_tokens: int | Any = 4) -> dict[str, torch.Tensor]:
+def synthetic_turn_rows(parent: Any, model_tokens: Any,
+                        obs_tokens: Any = 4) -> dict[str, torch.Tensor]:
     """Token layout of every root→leaf row of one tree, for demos and tests.
 
     Each non-root node on the path contributes ``obs_tokens[n]`` observation tokens (none for
@@ -505,8 +530,8 @@ def synthetic_turn_rows(parent: Any, model_tokens: Any, obs_tokens: int | Any = 
     """
     parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
     n = parent_t.numel()
-    model = torch.as_tensor(np.broadcast_to(np.asarray(model_tokens), (n,)).copy(), dtype=torch.long)
-    obs = torch.as_tensor(np.broadcast_to(np.asarray(obs_tokens), (n,)).copy(), dtype=torch.long)
+    model = torch.as_tensor(np.broadcast_to(np.asarray(model_tokens), (n,)).copy()).long()
+    obs = torch.as_tensor(np.broadcast_to(np.asarray(obs_tokens), (n,)).copy()).long()
     obs = torch.where(node_depths(parent_t) >= 2, obs, 0)
     leaves, paths = leaf_paths(parent_t)
     nodes = paths[:, 1:]  # drop the root (prompt only)
@@ -547,7 +572,8 @@ def example_tree() -> TreeArrays:
 
 
 def random_tree(generator: np.random.Generator, num_chains: int = 10, num_expansions: int = 12,
-                max_turns: int = 6, stop_prob: float = 0.35, shuffle_ids: bool = True) -> TreeArrays:
+                max_turns: int = 6, stop_prob: float = 0.35,
+                shuffle_ids: bool = True) -> TreeArrays:
     """An AT2PO-shaped random tree: ``num_chains`` chains from the root (each turn ends the
     trajectory with ``stop_prob``, at most ``max_turns`` deep), then ``num_expansions`` re-sampled
     turns (a new child of a random non-leaf node, rolled out to a leaf). Rewards in {0, 1},

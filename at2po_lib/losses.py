@@ -131,7 +131,8 @@ def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / m.sum().clamp(min=1)
 
 
-def _stop_gradient_ratio(logp: torch.Tensor, log_s: torch.Tensor, is_tok: torch.Tensor) -> torch.Tensor:
+def _stop_gradient_ratio(logp: torch.Tensor, log_s: torch.Tensor,
+                         is_tok: torch.Tensor) -> torch.Tensor:
     """exp(log π − sg[log π] + sg[log s]) clamped at 10: value s, gradient s ∇log π."""
     log_ratio = (logp - logp.detach() + log_s.detach()).clamp(max=LOG_RATIO_CLAMP)
     return torch.exp(torch.where(is_tok, log_ratio, torch.zeros_like(log_ratio)))
@@ -165,7 +166,7 @@ def entropy_aware_advantages(advantages: torch.Tensor, token_entropy: torch.Tens
         return advantages
     std = h.std() if h.numel() > 1 else h.new_zeros(())
     std = torch.where(std > 0, std, torch.ones_like(std))
-    z = (token_entropy.detach() - h.mean()) / std
+    z = torch.where(is_tok, (token_entropy.detach() - h.mean()) / std, 0)  # padding may be NaN
     return advantages * (1 + gamma * z)
 
 
@@ -205,8 +206,11 @@ def turn_kl_entropy(turn_sum: torch.Tensor, segments: TurnSegments, num_rows: in
 # --------------------------------------------------------------------------------------------
 # The loss
 # --------------------------------------------------------------------------------------------
-def _check_inputs(logp, old_logp, advantages, mask, level, agg, turn_ratio, turn_ids, ref_logp,
-                  beta, token_entropy, entropy_aware_adv) -> None:
+def _check_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                  mask: torch.Tensor, level: str, agg: str, turn_ratio: str,
+                  turn_ids: torch.Tensor | None, ref_logp: torch.Tensor | None, beta: float,
+                  token_entropy: torch.Tensor | None, entropy_aware_adv: float) -> None:
+    """Raise a ValueError naming the input (and the row, column) that is wrong."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     if agg not in AGGREGATIONS:

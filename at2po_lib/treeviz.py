@@ -118,7 +118,8 @@ def draw_tree(
         else:
             norm = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1e-9)
         colormap = plt.get_cmap(cmap)
-        facecolors = [colormap(norm(v)) if np.isfinite(v) else (0.85, 0.85, 0.85, 1.0) for v in values]
+        grey = (0.85, 0.85, 0.85, 1.0)
+        facecolors = [colormap(norm(v)) if np.isfinite(v) else grey for v in values]
         mappable = plt.cm.ScalarMappable(norm=norm, cmap=colormap)
         fig.colorbar(mappable, ax=ax, shrink=0.8, pad=0.02, label=colorbar_label)
     ax.scatter(x, y, s=520, c=facecolors, edgecolors="0.25", linewidths=1.0, zorder=2)

@@ -1,7 +1,7 @@
 """Speed of the turn-level loss against the token-level one, and of batched credit assignment.
 
-    python benchmarks/bench_losses.py                 # paper-sized batch (about 40 s on 2 cores)
-    python benchmarks/bench_losses.py --rows 16       # quick look
+    python benchmarks/bench_losses.py                 # paper-sized batch, about 20 s
+    python benchmarks/bench_losses.py --threads 2 --clock wall   # wall time on 2 threads
 
 1. Policy loss, forward + backward, on ``rows`` x ``tokens`` (default 176 x 2,048: 8 prompts x
    22 leaves, one PPO mini-batch of the paper) with ``turns`` model turns per row separated by
@@ -14,7 +14,10 @@
 
 Timings are the best (minimum) of ``repeats`` interleaved runs in one process: on a machine
 shared with other jobs the minimum is the least disturbed estimate (as ``timeit`` advises).
-The last line is the turn/token time ratio of (1) with the logits leaf.
+Both wall time and process CPU time are printed; the ratios use ``--clock`` (default ``cpu``:
+CPU time counts the work done and barely moves when other jobs compete for the cores, while
+wall time on a busy 2-core machine varied 10x between runs). The last line is the turn/token
+time ratio of (1) with the logits leaf.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from at2po_lib.losses import policy_loss
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
-    """(rows, tokens) mask with ``turns`` model runs per row, observations between, padding after."""
+    """(rows, tokens) mask: ``turns`` model runs per row, observations between, then padding."""
     mask = torch.zeros(rows, tokens, dtype=torch.long)
     budget = int(tokens * 0.9)  # leave some padding
     for r in range(rows):
@@ -50,8 +53,9 @@ def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generat
     return mask
 
 
-def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> float:
-    start = time.perf_counter()
+def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one forward + backward."""
+    start, start_cpu = time.perf_counter(), time.process_time()
     if logits_leaf:
         logits = data["logits"].detach().requires_grad_(True)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, data["ids"][..., None]).squeeze(-1)
@@ -60,7 +64,7 @@ def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> float:
     loss, _ = policy_loss(logp, data["old_logp"], data["advantages"], data["mask"], level=level)
     loss.backward()
     assert logits.grad is not None
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - start_cpu
 
 
 def bench_loss(args: argparse.Namespace) -> tuple[float, float]:
@@ -78,23 +82,30 @@ def bench_loss(args: argparse.Namespace) -> tuple[float, float]:
     }
     ratios = {}
     for logits_leaf in (False, True):
-        times: dict[str, list[float]] = {"token": [], "turn": []}
+        times: dict[str, list[tuple[float, float]]] = {"token": [], "turn": []}
         for level in times:  # warm-up
             time_loss(level, logits_leaf, data, v)
         for _ in range(args.repeats):
             for level in times:
                 times[level].append(time_loss(level, logits_leaf, data, v))
-        tok, turn = min(times["token"]), min(times["turn"])
+        wall = {k: min(w for w, _ in x) for k, x in times.items()}
+        cpu = {k: min(c for _, c in x) for k, x in times.items()}
         leaf = f"logits (vocab {v}) -> log_softmax -> gather" if logits_leaf else "log-probs only"
-        print(f"policy loss fwd+bwd, {b} rows x {t} tokens, {args.turns} turns/row, leaf = {leaf}: "
-              f"token {tok * 1e3:.1f} ms, turn {turn * 1e3:.1f} ms, ratio {turn / tok:.2f}")
-        ratios[logits_leaf] = turn / tok
+        print(f"policy loss fwd+bwd, {b} rows x {t} tokens, {args.turns} turns/row, "
+              f"leaf = {leaf}:\n"
+              f"  wall: token {wall['token'] * 1e3:.1f} ms, turn {wall['turn'] * 1e3:.1f} ms, "
+              f"ratio {wall['turn'] / wall['token']:.2f}\n"
+              f"  cpu:  token {cpu['token'] * 1e3:.1f} ms, turn {cpu['turn'] * 1e3:.1f} ms, "
+              f"ratio {cpu['turn'] / cpu['token']:.2f}")
+        clock = cpu if args.clock == "cpu" else wall
+        ratios[logits_leaf] = clock["turn"] / clock["token"]
     return ratios[False], ratios[True]
 
 
 def bench_credit(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
-    trees = [random_tree(rng, num_chains=10, num_expansions=12, max_turns=6) for _ in range(args.trees)]
+    trees = [random_tree(rng, num_chains=10, num_expansions=12, max_turns=6)
+             for _ in range(args.trees)]
     start = time.perf_counter()
     forest = Forest.from_trees(trees)
     build_ms = (time.perf_counter() - start) * 1e3
@@ -133,14 +144,19 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--vocab", type=int, default=128)
     parser.add_argument("--trees", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads; 1 (default) keeps the ratio free of "
+                             "thread-scheduling noise on a shared machine")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="clock of the printed ratios: process CPU time (robust on a shared "
+                             "machine) or wall time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bench_credit(args)
     loss_only, with_logits = bench_loss(args)
-    print(f"turn/token time ratio (loss only): {loss_only:.2f}")
+    print(f"turn/token time ratio (loss only, {args.clock} clock): {loss_only:.2f}")
     print(f"turn/token time ratio: {with_logits:.2f}")
 
 

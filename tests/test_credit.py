@@ -214,9 +214,13 @@ def test_bad_trees_raise(parent, reward, match):
         node_values(parent, [0.5] * len(parent), reward)
 
 
-def test_negative_entropy_rejected_for_linear_weights():
-    with pytest.raises(ValueError, match="non-negative"):
+def test_unusable_entropies_rejected_by_entropy_modes():
+    with pytest.raises(ValueError, match="node 1: entropy -1.0 .* non-negative"):
         node_values(T1_PARENT, [0, -1.0, 1, 1, 1], T1_REWARD, mode="entropy_linear")
+    with pytest.raises(ValueError, match="node 3: entropy nan"):
+        node_values(T1_PARENT, [0, 1, 1, NAN, 1], T1_REWARD, mode="entropy_softmax")
+    # child_mean ignores entropies, and the root's entropy is never used
+    node_values(T1_PARENT, [NAN, 1, 1, NAN, 1], T1_REWARD, mode="child_mean")
 
 
 # ------------------------------------------------------------------------------------------
@@ -324,7 +328,8 @@ def test_batch_token_advantages_matches_naive(tree_list, value_mode, adv_mode):
             rows.append(lay["turn_node"][r])
             row_tree.append(t)
     width = max(len(r) for r in rows)
-    turn_node = torch.stack([torch.nn.functional.pad(r, (0, width - len(r)), value=-1) for r in rows])
+    turn_node = torch.stack([torch.nn.functional.pad(r, (0, width - len(r)), value=-1)
+                             for r in rows])
     got = batch_token_advantages(forest, turn_node, torch.tensor(row_tree), value_mode, adv_mode)
     for b in range(len(rows)):
         tree = tree_list[row_tree[b]]

@@ -94,7 +94,8 @@ def test_aggregations_by_hand(agg, expected):
     old = torch.zeros(2, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     for level in ("token", "sequence", "turn"):
-        loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level, agg=agg)
+        loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level,
+                              agg=agg)
         assert loss.item() == pytest.approx(expected)
 
 
@@ -208,12 +209,15 @@ def test_product_turn_ratio_same_gradient_form():
 def test_masked_tokens_contribute_nothing(level):
     logp, old, adv, mask = random_batch(7)
     adv_tok = adv[:, None].expand_as(logp).clone()
-    loss, g, _ = _grad(lambda x: policy_loss(x, old, adv_tok, mask, level=level), logp)
+    h, ref = torch.rand_like(logp), logp - 0.05
+    kw = dict(level=level, ref_logp=ref, beta=0.1, token_entropy=h, entropy_aware_adv=0.2)
+    loss, g, _ = _grad(lambda x: policy_loss(x, old, adv_tok, mask, **kw), logp)
     # garbage (inf, NaN, huge) on every masked position changes nothing
     off = ~mask.bool()
-    logp2, old2, adv2 = logp.clone(), old.clone(), adv_tok.clone()
-    logp2[off], old2[off], adv2[off] = -math.inf, math.nan, 1e9
-    loss2, g2, _ = _grad(lambda x: policy_loss(x, old2, adv2, mask, level=level), logp2)
+    logp2, old2, adv2, h2, ref2 = logp.clone(), old.clone(), adv_tok.clone(), h.clone(), ref.clone()
+    logp2[off], old2[off], adv2[off], h2[off], ref2[off] = -math.inf, math.nan, 1e9, math.nan, 7.0
+    kw2 = dict(kw, ref_logp=ref2, token_entropy=h2)
+    loss2, g2, _ = _grad(lambda x: policy_loss(x, old2, adv2, mask, **kw2), logp2)
     torch.testing.assert_close(loss2, loss)
     torch.testing.assert_close(g2, g)
     assert torch.all(g2[off] == 0)

@@ -96,10 +96,11 @@ def test_split_title():
 
 
 def test_render_observation_atpo():
+    # the authors' rendering: "Page i: " + the raw wiki-18 contents ("Title"\ntext)
     rendered = render_observation("atpo", DOCS)
     assert rendered == (
-        " <result>\nDoc 1(Title: Paris) Paris is the capital of France.\n"
-        "Doc 2(Title: Lyon) Lyon is a city in France.\n</result>"
+        ' <result>\nPage 1: "Paris"\nParis is the capital of France.\n'
+        'Page 2: "Lyon"\nLyon is a city in France.\n</result>'
     )
 
 
@@ -110,10 +111,11 @@ def test_render_observation_searchr1_keeps_raw_title():
 
 def test_render_observation_real_wiki18_top3():
     docs = wiki18_docs(3)
-    rendered = render_observation("atpo", docs)
+    rendered = render_observation("searchr1", docs)
     assert rendered.count("Doc ") >= 3 and "Doc 3(Title: " in rendered
     title, text = split_title(docs[0]["contents"])
-    assert f"Doc 1(Title: {title}) {text}" in rendered
+    assert text in rendered and title in rendered
+    assert f"Page 1: {docs[0]['contents']}" in render_observation("atpo", docs)
 
 
 def test_render_observation_empty():

@@ -98,14 +98,16 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000,
 
 
 def _without_tags(texts: Iterable[str]) -> Iterable[str]:
-    """Strip tag and special strings from training text: they are added whole afterwards, and
-    letting BPE see them would waste merges on ``<``, ``/`` and ``>`` fragments."""
+    """Replace tag and special strings by a newline: they are added whole afterwards, and
+    letting BPE see them would waste merges on ``<``, ``/`` and ``>`` fragments. A newline (not
+    a space) keeps the word after ``<|im_start|>`` (``user``, ``assistant``) space-less, as it
+    is in the chat template."""
     markers = SPECIAL_TOKENS + TAG_TOKENS
     for text in texts:
         if not isinstance(text, str):
             raise TypeError(f"tokenizer training text must be str, got {type(text).__name__}")
         for marker in markers:
-            text = text.replace(marker, " ")
+            text = text.replace(marker, "\n")
         yield text
 
 

@@ -78,13 +78,20 @@ def create_app(
     max_wait_ms: float = 3.0,
     max_batch_queries: int = 256,
     limits: ServerLimits | None = None,
+    warmup: bool = True,
 ) -> Any:
-    """A FastAPI app serving ``retriever``; start it with uvicorn."""
+    """A FastAPI app serving ``retriever``; start it with uvicorn.
+
+    ``warmup`` runs one search now, so lazy model loading happens before ``/health`` answers
+    rather than inside the first client's request time-out.
+    """
     import asyncio
 
     from .batcher import MicroBatcher
 
     limits = limits or ServerLimits()
+    if warmup:
+        retriever.search(["warm-up"], 1)
     info = retriever.describe()
     passages = int(info.get("passages") or 0) or None
     topk_cap = min(limits.max_topk, passages) if passages else limits.max_topk
@@ -187,10 +194,12 @@ def wait_for_health(url: str, timeout: float, alive: Any = None) -> dict[str, An
 class ServerHandle:
     """A running server: ``url`` (``http://host:port``), ``retrieve_url``, ``stop()``."""
 
-    def __init__(self, url: str, stop: Any, log_path: Path | None = None) -> None:
+    def __init__(self, url: str, stop: Any, log_path: Path | None = None, app: Any = None) -> None:
         self.url = url
         self.retrieve_url = url + "/retrieve"
         self.log_path = log_path
+        self.app = app
+        """The FastAPI app when served from this process (``app.state.batcher.batches``)."""
         self._stop = stop
 
     def stop(self) -> None:
@@ -217,7 +226,8 @@ def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(retriever, **app_kwargs), log_level="warning", access_log=False)
+    app = create_app(retriever, **app_kwargs)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"retrieval-server-{port}")
@@ -234,7 +244,7 @@ def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0
     except Exception:
         stop()
         raise
-    return ServerHandle(url, stop)
+    return ServerHandle(url, stop, app=app)
 
 
 def start_server_process(server_args: list[str], *, host: str = "127.0.0.1", port: int = 0,

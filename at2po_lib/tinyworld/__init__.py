@@ -28,6 +28,7 @@ API::
     files = ensure_world(load_profile("tiny"))             # artifacts/tiny/world
     world_stats(files)                                     # DataFrame per dataset and split
     entity_stats(files)                                    # DataFrame per entity type and pool
+    bm25_recall(files, k=3)                                # can BM25 find the supporting passages?
     load_world(files), read_rows(files, name, split), read_corpus(files)
     generate(cfg.world)                                    # everything in memory, no files
     DATASETS                                               # name -> "multihop" | "singlehop"
@@ -53,10 +54,11 @@ from .build import (
     world_stats,
 )
 from .datasets import BAMBOOGLE_TEST_SIZE, DATASETS, MIRRORS, RECIPES, SPLITS
+from .diagnostics import bm25_recall
 from .entities import ENTITY_TYPES, POOLS, RELATIONS
 
 __all__ = [
-    "BAMBOOGLE_TEST_SIZE", "DATASETS", "ENTITY_TYPES", "GENERATOR_VERSION", "GeneratedWorld",
+    "BAMBOOGLE_TEST_SIZE", "DATASETS", "bm25_recall", "ENTITY_TYPES", "GENERATOR_VERSION", "GeneratedWorld",
     "MIRRORS", "POOLS", "RECIPES", "RELATIONS", "SPLITS", "WorldFiles", "build_world",
     "cache_key", "ensure_world", "entity_stats", "generate", "load_world", "main", "read_corpus",
     "read_rows", "world_stats",

@@ -64,9 +64,11 @@ class Part:
 
 
 RECIPES: dict[str, list[Part]] = {
-    "tiny_hotpotqa": [Part("chain", 0.75, 2, "hotpot", "bridge"), Part("compare", 0.25, 1)],
-    "tiny_2wiki": [Part("chain", 0.45, 2, "wiki2", "compositional"), Part("compare", 0.40, 1),
-                   Part("compare", 0.15, 2)],
+    "tiny_hotpotqa": [Part("chain", 0.75, 2, "hotpot", "bridge"),
+                      Part("compare", 0.25, 1, "hotpot", "comparison")],
+    "tiny_2wiki": [Part("chain", 0.45, 2, "wiki2", "compositional"),
+                   Part("compare", 0.40, 1, "wiki2", "comparison"),
+                   Part("compare", 0.15, 2, "wiki2", "comparison")],
     "tiny_musique": [Part("chain", 0.6, 3, "musique", "compositional"),
                      Part("chain", 0.4, 4, "musique", "compositional")],
     "tiny_bamboogle": [Part("chain", 1.0, 2, "bamboogle", "compositional")],
@@ -105,7 +107,7 @@ def _part_rows(world, canonical, mentions, part: Part, pool: str, n: int, rng) -
     if part.kind == "chain":
         return Q.sample_chains(world, canonical, pool, part.hops, n, part.style, part.qtype, rng)
     if part.kind == "compare":
-        return Q.sample_comparisons(world, canonical, pool, part.hops, n, rng)
+        return Q.sample_comparisons(world, canonical, pool, part.hops, n, part.style, rng)
     raise ValueError(f"unknown question kind {part.kind!r}")
 
 

@@ -163,6 +163,7 @@ class _Builder:
     def __init__(self, cfg, rng: random.Random):
         self.cfg, self.rng = cfg, rng
         self.entities: list[Entity] = []
+        self.per_type: dict[str, int] = {}
         self.counts = {
             t: pool_sizes(_config_count(cfg, t), t, cfg.dev_fraction, cfg.test_fraction)
             for t in ENTITY_TYPES
@@ -181,7 +182,8 @@ class _Builder:
             rng.shuffle(seq)  # names are spread over pools at random
 
     def add(self, etype: str, name: str, pool: str, short: str, **extra: str) -> Entity:
-        index = sum(1 for e in self.entities if e.type == etype)
+        index = self.per_type.get(etype, 0)
+        self.per_type[etype] = index + 1
         entity = Entity(f"{etype}_{index:03d}", etype, name, pool, short, {}, dict(extra))
         self.entities.append(entity)
         return entity
@@ -288,6 +290,25 @@ def _config_count(cfg, etype: str) -> int:
     return int(getattr(cfg, f"n_{plural}"))
 
 
+def check_config(cfg) -> None:
+    """Raise a ``ValueError`` naming the ``WorldConfig`` field that cannot make a world."""
+    for etype in ENTITY_TYPES:
+        if _config_count(cfg, etype) < 1:
+            raise ValueError(f"WorldConfig.n_{etype}: must be at least 1")
+    if not (0 < cfg.dev_fraction and 0 < cfg.test_fraction and cfg.dev_fraction + cfg.test_fraction < 1):
+        raise ValueError(f"WorldConfig.dev_fraction={cfg.dev_fraction}, test_fraction="
+                         f"{cfg.test_fraction}: both must be > 0 and sum to less than 1")
+    if not 0 <= cfg.distractor_rate <= 1:
+        raise ValueError(f"WorldConfig.distractor_rate={cfg.distractor_rate}: must lie in [0, 1]")
+    for pool in POOLS:
+        cities = pool_sizes(cfg.n_cities, "city", cfg.dev_fraction, cfg.test_fraction)[pool]
+        countries = pool_sizes(cfg.n_countries, "country", cfg.dev_fraction, cfg.test_fraction)[pool]
+        if cities < countries:
+            raise ValueError(f"WorldConfig.n_cities={cfg.n_cities}: the {pool} pool gets {cities} "
+                             f"cities for {countries} countries; every country needs a capital")
+
+
 def build_entities(cfg, rng: random.Random) -> World:
     """The entity graph for a ``WorldConfig`` (see the module docstring)."""
+    check_config(cfg)
     return _Builder(cfg, rng).build()

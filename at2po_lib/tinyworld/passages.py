@@ -2,8 +2,9 @@
 
 A passage is what the wiki-18 corpus holds: ``{"id": "17", "contents": "\"Title\"\ntext"}``,
 the title being the entity's name and the text naming the entity again (retrievers index
-``contents`` as a whole, so a search for the name finds both). Passages aim at 30-80 words and
-never exceed ``max_passage_words`` (at most 100).
+``contents`` as a whole, so a search for the name finds both). Passages have about 25-50 words
+(mean ~36 for the tiny profile) and never exceed ``max_passage_words`` (at most 100), so three
+observations of three passages fit a ~1,000-token trajectory.
 
 How a passage is made:
 
@@ -15,8 +16,9 @@ How a passage is made:
    searches for them return this passage as a distractor;
 4. filler sentences without facts, until the passage has about 35 words.
 
-Sentences are packed into one passage, or two when they exceed the word budget (both carry the
-entity's name, as consecutive wiki-18 passages of one article carry its title). Each fact
+Sentences are packed into one passage, or two when they exceed the word budget or, for variety,
+for a third of the entities with four or more sentences (both passages carry the entity's name,
+as consecutive wiki-18 passages of one article carry its title). Each fact
 ``(entity, relation)`` has exactly one *canonical* passage: the one whose sentence states it.
 Questions cite canonical passages as ``supporting_ids``; back-references may repeat a fact in
 another passage, as Wikipedia does.
@@ -107,6 +109,8 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("{S} is one of the larger firms in the region.", ()),
         ("{S} sells its products in many countries.", ()),
         ("The company has grown quickly in recent years.", ()),
+        ("{S} is known for the quality of its products.", ()),
+        ("Many young engineers start their careers at {s}.", ()),
     ],
     "film.intro": [("{name} is a {release_year} {genre} film directed by {directed_by}.", ("release_year", "genre", "directed_by")),
                    ("{name} is a {genre} film released in {release_year}.", ("release_year", "genre")),
@@ -183,7 +187,7 @@ def _render(template: str, fields: dict[str, str], ref: str) -> str:
     return text[0].upper() + text[1:]
 
 
-def _sentences(world: World, e: Entity, rng: random.Random, backrefs: dict) -> list[tuple[str, tuple[str, ...]]]:
+def _sentences(e: Entity, rng: random.Random, backrefs: dict) -> list[tuple[str, tuple[str, ...]]]:
     """(template, covered relation keys) in passage order: intro, facts, back-references."""
     rel = lambda name: f"{e.type}.{name}"  # noqa: E731 (template keys → relation keys)
     intro, covers = rng.choice(_TEMPLATES[f"{e.type}.intro"])
@@ -253,7 +257,7 @@ def write_passages(world: World, rng: random.Random, max_words: int):
     canonical: dict[tuple[str, str], str] = {}
     for e in order:
         fields = _fields(world, e)
-        sentences = _sentences(world, e, rng, backrefs)
+        sentences = _sentences(e, rng, backrefs)
         fillers = _TEMPLATES[f"{e.type}.filler"]
         for chunk in _pack(sentences, fillers, fields, e, max_words, rng):
             texts = [_render(t, fields, e.name if i == 0 else e.short) for i, (t, _) in enumerate(chunk)]

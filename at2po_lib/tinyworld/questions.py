@@ -145,18 +145,17 @@ def comparison_row(world: World, canonical: dict, a: Entity, b: Entity, path: tu
     plan_b = _hop_plan(world, canonical, side_b, path)
     va, vb = plan_a["hop_answers"][-1], plan_b["hop_answers"][-1]
     if op == "same":
-        answer, table = ("yes" if va == vb else "no"), T.COMPARE_SAME
+        answer = "yes" if va == vb else "no"
     else:
         if va == vb:
             raise ValueError(f"comparison {a.id}/{b.id} on {path}: equal values {va}")
         first = a if int(va) < int(vb) else b
         answer = first if op == "earlier" else (b if first is a else a)
-        table = T.COMPARE_EARLIER if op == "earlier" else T.COMPARE_LATER
     meta = {"hops": 2 * len(path), "type": "comparison",
             **{k: plan_a[k] + plan_b[k] for k in plan_a},
             "answer_type": "yesno" if op == "same" else a.type,
             "comparison": {"op": op, "entities": [a.name, b.name], "values": [va, vb]}}
-    text = rng.choice(table[path]).format(a=a.name, b=b.name)
+    text = rng.choice(T.compare_templates(style, op, path)).format(a=a.name, b=b.name)
     golden = [answer] if op == "same" else entity_aliases(answer)
     return Row(text, golden, meta, ("compare", op, path, tuple(sorted((a.id, b.id)))))
 
@@ -209,7 +208,7 @@ def long_tail_subjects(world: World, pool: str, mentions: dict[str, int], n_fact
     return {e.id for e in entities}
 
 
-def sample_comparisons(world, canonical, pool, side_hops, n, rng) -> list[Row]:
+def sample_comparisons(world, canonical, pool, side_hops, n, style, rng) -> list[Row]:
     """``n`` comparisons with sides of ``side_hops`` relations; yes/no balanced for ``same``."""
     specs = [(p, "earlier") for p in T.COMPARE_EARLIER if len(p) == side_hops]
     specs += [(p, "later") for p in T.COMPARE_LATER if len(p) == side_hops]
@@ -221,7 +220,7 @@ def sample_comparisons(world, canonical, pool, side_hops, n, rng) -> list[Row]:
         path, op = specs[attempt % len(specs)] if attempt < len(specs) else rng.choice(specs)
         pair = _pick_pair(world, pool, path, op, rng)
         if pair is not None:
-            row = comparison_row(world, canonical, *pair, path, op, "plain", rng)
+            row = comparison_row(world, canonical, *pair, path, op, style, rng)
             rows.setdefault(row.key, row)
     return list(rows.values())
 

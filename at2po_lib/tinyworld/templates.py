@@ -201,11 +201,33 @@ COMPARE_SAME: dict[tuple[str, ...], list[str]] = {
     ("film.directed_by", "person.born_in"): ["Were the directors of {a} and {b} born in the same city?"],
 }
 
+# Style overrides of the comparison wordings: (op, side chain) → templates. HotpotQA words
+# comparisons without naming the type ("Which was founded first, X or Y?").
+COMPARE_STYLE: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {
+    "hotpot": {
+        ("earlier", ("person.birth_year",)): ["Who was born earlier, {a} or {b}?"],
+        ("earlier", ("company.founded_year",)): ["Which was founded first, {a} or {b}?"],
+        ("earlier", ("university.founded_year",)): ["Which was founded first, {a} or {b}?"],
+        ("earlier", ("city.founded_year",)): ["Which was founded first, {a} or {b}?"],
+        ("earlier", ("film.release_year",)): ["Which was released first, {a} or {b}?"],
+        ("later", ("film.release_year",)): ["Which was released later, {a} or {b}?"],
+        ("later", ("company.founded_year",)): ["Which was founded later, {a} or {b}?"],
+        ("same", ("person.born_in",)): ["Are {a} and {b} from the same city?"],
+        ("same", ("city.country",)): ["Are both {a} and {b} located in the same country?"],
+        ("same", ("film.directed_by",)): ["Were both {a} and {b} made by the same director?"],
+    },
+}
+
 # How a style names the subject of a question: entity type → pattern on {name}.
 MENTION: dict[str, dict[str, str]] = {
     "trivia": {"film": "the film {name}", "company": "the company {name}", "city": "the city of {name}"},
     "wiki2": {"film": "film {name}", "company": "company {name}"},
 }
+
+
+def compare_templates(style: str, op: str, path: tuple[str, ...]) -> list[str]:
+    table = {"earlier": COMPARE_EARLIER, "later": COMPARE_LATER, "same": COMPARE_SAME}[op]
+    return COMPARE_STYLE.get(style, {}).get((op, path)) or table[path]
 
 
 def final_templates(style: str, key: str) -> list[str]:

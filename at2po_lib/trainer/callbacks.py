@@ -55,7 +55,7 @@ METRIC_KEYS: dict[str, str] = {
 }
 """What ``metrics.jsonl`` keeps (absent keys are skipped; e.g. ``kl`` only with a KL term)."""
 
-WALL_TIME_KEYS = ("rollout_time", "step_time", "wall_time")
+WALL_TIME_KEYS = ("rollout_time", "step_time", "wall_time", "eval_time")
 """Record fields that measure time (excluded when comparing two runs' records)."""
 
 
@@ -88,49 +88,45 @@ class MetricsRecorder(TrainerCallback):
 class GreedyValidation(TrainerCallback):
     """Greedy validation EM per dataset at step 0 and every ``every`` rollout steps.
 
-    ``evaluate(model) -> pandas.DataFrame`` (per-dataset rows with ``dataset``, ``group``,
-    ``n``, ``em``, ``f1``, ``mean_turns``) is supplied by the run, so this callback knows
-    nothing about retrievers or datasets. The model is switched to eval mode and back.
+    ``evaluate() -> pandas.DataFrame`` (per-dataset rows with ``dataset``, ``group``, ``n``,
+    ``em``, ``f1``, ``mean_turns``) is supplied by the run (``run.Validator``: it takes the
+    trainer's current policy and shards questions over processes), so this callback knows
+    nothing about models, retrievers or datasets. It runs on every process (generation may
+    need collective weight gathering); the main process writes the rows.
     """
 
-    def __init__(self, path: Path, evaluate: Callable[[Any], Any], every: int,
-                 updates_per_step: int, model_getter: Callable[[Any], Any] | None = None):
+    def __init__(self, path: Path, evaluate: Callable[[], Any], every: int,
+                 updates_per_step: int):
         self.path = path
         self.evaluate = evaluate
         self.every = every
         self.updates_per_step = updates_per_step
-        self.model_getter = model_getter
         self.last: dict[str, float] = {}
 
-    def _run(self, step: int, model) -> None:
-        model = self.model_getter(model) if self.model_getter else model
-        was_training = model.training
-        model.eval()
+    def _run(self, step: int, state) -> None:
         start = time.perf_counter()
-        try:
-            frame = self.evaluate(model)
-        finally:
-            model.train(was_training)
+        frame = self.evaluate()
         seconds = time.perf_counter() - start
+        if not state.is_world_process_zero:
+            return
         for rec in frame.to_dict("records"):
             row = {"step": step, "dataset": rec["dataset"], "group": rec.get("group"),
                    "n": rec.get("n"), "em": rec.get("em"), "f1": rec.get("f1"),
-                   "mean_turns": rec.get("mean_turns"), "eval_time": seconds}
+                   "mean_turns": rec.get("mean_turns"),
+                   "mean_tool_calls": rec.get("mean_tool_calls"), "eval_time": seconds}
             records.append_jsonl(self.path, row)
             self.last[str(rec["dataset"])] = float(rec.get("em"))
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.every > 0 and state.global_step == 0 and state.is_world_process_zero:
-            self._run(0, model)
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.every > 0 and state.global_step == 0:
+            self._run(0, state)
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.every <= 0 or not state.is_world_process_zero:
-            return
-        if state.global_step % self.updates_per_step:
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every <= 0 or state.global_step % self.updates_per_step:
             return
         step = rollout_step(state.global_step, self.updates_per_step)
         if step % self.every == 0 or state.global_step >= state.max_steps:
-            self._run(step, model)
+            self._run(step, state)
 
 
 class CheckpointMarker(TrainerCallback):

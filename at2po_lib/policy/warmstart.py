@@ -1,0 +1,410 @@
+"""Warm start: supervised fine-tuning (TRL ``SFTTrainer``) of the tiny policy on scripted
+demonstrations, with the checkpoint picked on a validation split so that RL has room to improve.
+
+Why a deliberately imperfect policy: toy_scale.md measured that a converged warm start leaves
+RL nothing to learn (greedy EM 1.0), and that noisy demonstrations do *not* make the greedy
+policy imperfect (greedy decoding follows the majority behaviour). So the demonstrations are
+clean, and the imperfection comes from task difficulty plus *where training stops*:
+
+1. Every ``sft.eval_every`` steps the callback saves a checkpoint and measures greedy EM on a
+   validation split: the ``dev`` split of TinyWorld's multi-hop training datasets (entities of
+   the dev pool, whose facts appear in no training demonstration — the same situation as the
+   test sets; ``sft.eval_questions`` questions spread evenly over the datasets). A dataset
+   without a dev split holds out the last training rows instead.
+2. The chosen checkpoint is the one whose multi-hop validation EM lies in
+   ``[sft.target_em_low, sft.target_em_high]`` and is closest to the band's middle (ties: the
+   earlier step). If none lies in the band, the one closest to the band is taken and
+   ``in_band: false`` is recorded. Training stops early once the validation EM exceeds the band
+   (later checkpoints would not be chosen).
+3. The learning rate is constant after a linear warm-up (``constant_with_warmup``), so a
+   checkpoint does not depend on ``max_steps`` and stopping early changes nothing before it.
+
+Loss: the demonstrations are pre-tokenised (``input_ids`` + ``assistant_masks``), so TRL builds
+``labels`` with -100 on prompt and observation tokens and trains on model tokens only (TRL 1.16
+additionally projects through the LM head only at labelled positions).
+
+Outputs (``artifacts_dir(profile)/"policy"``): ``warmstart/`` (model + tokenizer, loadable with
+``load_policy``), ``warmstart.json`` beside it (resolved config, cache key, wall times, demo
+statistics, the validation table, the chosen step) and ``warmstart_checkpoints/step-N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..paths import artifacts_dir
+
+if TYPE_CHECKING:
+    from ..config import ProfileConfig
+
+WARMSTART_VERSION = 1
+"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts)."""
+_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "max_response_tokens", "max_prompt_tokens",
+                 "invalid_action")
+"""Rollout settings that change greedy validation (and so the chosen checkpoint)."""
+
+
+# ----------------------------------------------------------------------------- paths and cache
+
+
+def warmstart_dir(profile: str) -> Path:
+    return artifacts_dir(profile) / "policy" / "warmstart"
+
+
+def warmstart_record_path(profile: str) -> Path:
+    return artifacts_dir(profile) / "policy" / "warmstart.json"
+
+
+def cache_key(profile_cfg: ProfileConfig) -> str:
+    """Hash of everything the warm start depends on: world, retrieval, policy, SFT, rollout
+    limits used by validation, and :data:`WARMSTART_VERSION`."""
+    rollout = asdict(profile_cfg.rollout)
+    payload = {
+        "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
+        "retrieval": asdict(profile_cfg.retrieval), "policy": asdict(profile_cfg.policy),
+        "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
+    """The cached warm start if it exists and was built from the same configuration."""
+    folder, record = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
+    if not (record.is_file() and (folder / "model.safetensors").is_file()):
+        return None
+    try:
+        stored = json.loads(record.read_text()).get("cache_key")
+    except json.JSONDecodeError:
+        return None
+    return folder if stored == cache_key(profile_cfg) else None
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def sft_datasets(profile_cfg: ProfileConfig) -> list[str]:
+    """Datasets whose training rows become demonstrations: every evaluated dataset that has a
+    ``train`` split (tiny_bamboogle is test-only, like Bamboogle)."""
+    from ..tinyworld import ensure_world
+
+    world = ensure_world(profile_cfg)
+    return [d for d in profile_cfg.eval.datasets if world.dataset(d, "train").is_file()]
+
+
+def split_rows(profile_cfg: ProfileConfig) -> tuple[list[dict], dict[str, list[dict]]]:
+    """``(training rows, validation rows per multi-hop dataset)`` (see the module docstring)."""
+    from ..evaluation import MULTI_HOP, dataset_group
+    from ..tinyworld import ensure_world, read_rows
+
+    world = ensure_world(profile_cfg)
+    names = sft_datasets(profile_cfg)
+    multihop = [d for d in names if dataset_group(d) == MULTI_HOP]
+    if not multihop:
+        raise ValueError(f"profile {profile_cfg.name!r}: no multi-hop dataset with a train split "
+                         f"in eval.datasets={profile_cfg.eval.datasets} to validate on")
+    per_dataset = math.ceil(profile_cfg.sft.eval_questions / len(multihop))
+    train, validation = [], {}
+    for name in names:
+        rows = read_rows(world, name, "train")
+        if name in multihop:
+            if world.dataset(name, "dev").is_file():
+                validation[name] = read_rows(world, name, "dev")[:per_dataset]
+            else:  # hold out the last training rows
+                rows, validation[name] = rows[:-per_dataset], rows[-per_dataset:]
+        train += rows
+    return train, validation
+
+
+def tokenizer_texts(corpus: dict[str, str], demos: Sequence[Any]) -> list[str]:
+    """What the tokenizer is trained on: passages, prompts (with the chat roles) and the
+    demonstrations' model turns and observations."""
+    texts = list(corpus.values()) + ["system", "user", "assistant"]
+    for demo in demos:
+        texts += [m["content"] for m in demo.messages]
+        texts.append("".join(segment.text for segment in demo.segments))
+    return texts
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def trl_config(sft_cfg, output_dir: Path, max_length: int, max_steps: int | None = None):
+    """TRL ``SFTConfig`` for the tiny policy on CPU (float32, no saving: the callback saves)."""
+    from trl import SFTConfig as TRLSFTConfig
+
+    return TRLSFTConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps if max_steps is not None else sft_cfg.max_steps,
+        per_device_train_batch_size=sft_cfg.batch_size,
+        learning_rate=sft_cfg.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=sft_cfg.warmup_steps,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        seed=sft_cfg.seed,
+        data_seed=sft_cfg.seed,
+        max_length=max_length,
+        packing=False,
+        bf16=False,
+        fp16=False,
+        save_strategy="no",
+        logging_steps=max(1, min(sft_cfg.eval_every, 10)),
+        report_to=[],
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        # Sequences of similar length in a batch: less padding, the main cost on CPU.
+        train_sampling_strategy="group_by_length",
+    )
+
+
+def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Path,
+                 max_length: int, callbacks: Sequence[Any] = (), max_steps: int | None = None):
+    """An ``SFTTrainer`` over pre-tokenised examples ``{"input_ids", "assistant_masks"}``."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    dataset = Dataset.from_list(examples)
+    return SFTTrainer(
+        model=model,
+        args=trl_config(sft_cfg, output_dir, max_length, max_steps),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
+
+
+def masked_loss(model, examples: Sequence[dict], batch_size: int = 16) -> float:
+    """Mean cross-entropy over the model tokens (mask 1) of ``examples``: the SFT objective."""
+    import torch
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for ex in examples:
+            ids = torch.tensor([ex["input_ids"]])
+            labels = torch.tensor([[t if m else -100 for t, m in zip(ex["input_ids"],
+                                                                     ex["assistant_masks"])]])
+            n = int((labels[:, 1:] != -100).sum())
+            total += float(model(input_ids=ids, labels=labels).loss) * n
+            count += n
+    return total / max(count, 1)
+
+
+class CheckpointSelector:
+    """Trainer callback: every ``every`` steps, save a checkpoint and score it on validation.
+
+    ``score_fn(model) -> dict`` returns at least ``{"em": multi-hop EM}``; training stops once
+    that EM exceeds ``stop_above`` (None: never).
+    """
+
+    def __init__(self, score_fn: Callable[[Any], dict], every: int, checkpoints_dir: Path,
+                 tokenizer, stop_above: float | None) -> None:
+        from transformers import TrainerCallback
+
+        self.score_fn, self.every, self.dir = score_fn, every, checkpoints_dir
+        self.tokenizer, self.stop_above = tokenizer, stop_above
+        self.table: list[dict] = []
+        self.seconds = 0.0
+        # TrainerCallback is a plain class with no-op hooks; build a subclass instance lazily
+        # so this module imports without transformers.
+        selector = self
+
+        class _Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                return selector.on_step_end(args, state, control, model)
+
+        self.callback = _Callback()
+
+    def on_step_end(self, args, state, control, model):
+        step = state.global_step
+        if step % self.every and step != state.max_steps:
+            return control
+        from .model import save_policy
+
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        scores = self.score_fn(model)
+        path = save_policy(model, self.tokenizer, self.dir / f"step-{step:05d}")
+        model.train(was_training)
+        loss = next((log["loss"] for log in reversed(state.log_history) if "loss" in log), None)
+        self.table.append({"step": step, "train_loss": loss, "path": str(path), **scores})
+        self.seconds += time.perf_counter() - start
+        print(f"[warmstart] step {step}: loss {loss} validation {scores}", flush=True)
+        if self.stop_above is not None and scores["em"] > self.stop_above:
+            control.should_training_stop = True
+        return control
+
+
+def choose_checkpoint(table: Sequence[dict], low: float, high: float) -> tuple[dict, bool]:
+    """The row whose ``em`` is in ``[low, high]`` and closest to the middle (earliest on ties);
+    else the row closest to the band. Returns ``(row, in_band)``."""
+    if not table:
+        raise ValueError("no checkpoint was evaluated (is sft.eval_every > sft.max_steps?)")
+    middle = (low + high) / 2
+
+    def distance_to_band(row: dict) -> float:
+        return max(low - row["em"], row["em"] - high, 0.0)
+
+    inside = [row for row in table if low <= row["em"] <= high]
+    if inside:
+        return min(inside, key=lambda r: (abs(r["em"] - middle), r["step"])), True
+    return min(table, key=lambda r: (distance_to_band(r), r["step"])), False
+
+
+def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
+                      validation: dict[str, list[dict]]) -> Callable[[Any], dict]:
+    """``model -> {"em": multi-hop EM (micro-average), "em_<dataset>": ..., "n": ...}``."""
+    from ..evaluation import greedy_answers, score_rows
+    from ..prompts import get_template
+
+    template = get_template(profile_cfg.policy.template)
+
+    def score(model) -> dict:
+        out, hits, total = {}, 0.0, 0
+        for name, rows in validation.items():
+            trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
+                                          profile_cfg.rollout, profile_cfg.eval.batch_size)
+            em = score_rows(rows, trajectories)["em"]
+            out[f"em_{name}"] = float(em.mean())
+            hits, total = hits + float(em.sum()), total + len(em)
+        return {"em": hits / max(total, 1), "n": total, **out}
+
+    return score
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+
+def train_warmstart(profile_cfg: ProfileConfig) -> Path:
+    """Run the whole recipe (demos → tokenizer → model → SFT with selection) and save it."""
+    import torch
+
+    from ..retrieval import build_retriever
+    from ..tinyworld import ensure_world, read_corpus
+    from .demos import build_sft_examples, script_demos
+    from .model import build_policy, count_parameters, load_policy
+    from .tokenizer import train_tokenizer
+
+    cfg, sft = profile_cfg, profile_cfg.sft
+    if cfg.policy.model is not None:
+        raise ValueError(f"profile {cfg.name!r} sets policy.model={cfg.policy.model!r}: the warm "
+                         "start trains the tiny from-scratch policy only (policy.model: null)")
+    started, load_start = time.perf_counter(), os.getloadavg()
+    world = ensure_world(cfg)
+    retriever = build_retriever(cfg)
+    train_rows, validation = split_rows(cfg)
+    demos = script_demos(train_rows, cfg.policy.template, retriever, topk=cfg.retrieval.topk)
+    tokenizer = train_tokenizer(tokenizer_texts(read_corpus(world), demos), cfg.policy.vocab_size)
+    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings)
+    if not examples:
+        raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
+    model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    prepared = time.perf_counter()
+
+    policy_root = artifacts_dir(cfg.name) / "policy"
+    checkpoints = policy_root / "warmstart_checkpoints"
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    selector = CheckpointSelector(validation_scorer(cfg, tokenizer, retriever, validation),
+                                  sft.eval_every, checkpoints, tokenizer, sft.target_em_high)
+    trainer = make_trainer(model, tokenizer, examples, sft, policy_root / "trainer",
+                           cfg.policy.max_position_embeddings, [selector.callback])
+    train_start = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - train_start
+    shutil.rmtree(policy_root / "trainer", ignore_errors=True)
+
+    chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
+    out = warmstart_dir(cfg.name)
+    staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(chosen["path"], staging)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    chosen_model, _ = load_policy(out)
+    record = {
+        "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
+        "chosen_step": chosen["step"], "chosen_validation_em": chosen["em"], "in_band": in_band,
+        "target_band": [sft.target_em_low, sft.target_em_high],
+        "steps_run": trainer.state.global_step,
+        "sft_seconds": train_seconds - selector.seconds,
+        "validation_seconds": selector.seconds,
+        "sft_plus_validation_seconds": train_seconds,
+        "prepare_seconds": prepared - started,
+        "total_seconds": time.perf_counter() - started,
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "timing_note": "CPU shared with other processes; see load averages",
+        "parameters": count_parameters(chosen_model), "vocab_size": len(tokenizer),
+        "demos": asdict(stats), "train_examples": len(examples),
+        "validation_questions": {k: len(v) for k, v in validation.items()},
+        "selection": selector.table,
+        "log_history": trainer.state.log_history,
+        "config": cfg.to_dict(),
+    }
+    from ..provenance import git_revision
+
+    record["git_revision"] = git_revision()
+    warmstart_record_path(cfg.name).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return out
+
+
+def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> Path:
+    """The profile's warm-start policy folder, trained if missing, stale or ``force``."""
+    from ..config import load_profile
+
+    if isinstance(profile_cfg, str):
+        profile_cfg = load_profile(profile_cfg)
+    if not force:
+        cached = cached_warmstart(profile_cfg)
+        if cached is not None:
+            return cached
+    return train_warmstart(profile_cfg)
+
+
+def read_warmstart_record(profile: str) -> dict:
+    """``warmstart.json`` of a profile (raises if the warm start was never trained)."""
+    path = warmstart_record_path(profile)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)")
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``at2po warmstart --profile P [--force]``."""
+    from ..config import load_profile, parse_override
+
+    parser = argparse.ArgumentParser(prog="at2po warmstart",
+                                     description="Train the tiny policy's SFT warm start.")
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--force", action="store_true", help="retrain even if cached")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    args = parser.parse_args(argv)
+    overrides: dict[str, Any] = {}
+    for text in args.set:
+        for section, values in parse_override(text).items():
+            overrides.setdefault(section, {}).update(values)
+    cfg = load_profile(args.profile, overrides or None)
+    path = ensure_warmstart(cfg, force=args.force)
+    record = read_warmstart_record(cfg.name)
+    print(f"warm start: {path}")
+    print(f"chosen step {record['chosen_step']} (validation multi-hop EM "
+          f"{record['chosen_validation_em']:.3f}, in band: {record['in_band']}); "
+          f"SFT {record['sft_seconds']:.0f} s + validation {record['validation_seconds']:.0f} s; "
+          f"{record['parameters']:,} parameters, vocabulary {record['vocab_size']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+r"""Tree rollouts: independent chains, random expansion (Tree-GRPO), entropy-guided expansion
+(AT2PO), method.md §5.
+
+Per prompt (all prompts' turns are batched together)::
+
+    1. the root (prompt only, H = 0) gets M children, each rolled out as a full chain;
+    2. repeat L times (round r = 1..L):
+         score every non-leaf node n (root included) and pick K of them;
+         for each pick, add a new child of n's parent (for the root: of the root) -- i.e.
+         re-sample turn n from the same context -- and roll it out to a leaf;
+    3. keep exactly M + L*K leaves.
+
+Entropy-guided pick (AT2PO)::
+
+    score(n) = H(n) - alpha * b(n),   b(n) = |children(parent(n))| - 1   (root: |children(root)| - 1)
+
+deterministic top-K by score; ties keep node order (stable sort); when fewer than K
+candidates exist the sorted list is repeated from the best (authors' code: ``[a, b, c]`` for
+K = 5 gives ``[a, b, c, a, b]``). H(n) is the turn's mean sampled-token NLL (authors' code,
+``rollout.entropy_estimate = "sampled_nll"``) or its mean exact entropy (``"exact"``, the
+paper's -sum p log p). alpha = 0.05 (hard-coded in the code, a parameter here).
+
+Random pick (Tree-GRPO): K non-leaf nodes uniformly without replacement (with replacement when
+fewer than K exist, as the authors' code does).
+
+Leaf count. Every chain ends in exactly one leaf and every pick starts one chain, so a tree
+has M + L*K leaves by construction. :func:`equalize_leaves` still enforces it (authors' code):
+surplus leaves are pruned at random together with ancestors left childless; a shortfall is
+filled with ``duplicate`` copies of the last leaf (siblings holding the same turn).
+
+KV reuse: the prompt is prefilled once per tree and shared by its M chains; a re-sampled turn
+starts from a slice of the cache of the chain that generated the picked node (see
+:mod:`.kvcache`), so only its own new tokens are computed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import numpy as np
+
+from .agent import (RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees, run_chains,
+                    score_trees, start_chain)
+from .backends import TurnBackend, make_backend
+from .structures import ROOT, RolloutTree
+
+EXPANSIONS = ("chain", "random", "entropy")
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def sibling_counts(parent: np.ndarray) -> np.ndarray:
+    """b(n) for every node: children of n's parent minus 1; for the root its own children - 1.
+
+    parent (N,) int with parent[root] = -1 -> (N,) int. Negative values (an only child with
+    no siblings is 0; a childless root gives -1) are clipped at 0, as the authors' max(0, .).
+    """
+    parent = np.asarray(parent)
+    children = np.bincount(parent[parent >= 0], minlength=len(parent))
+    anchor = np.where(parent >= 0, parent, np.arange(len(parent)))
+    return np.maximum(children[anchor] - 1, 0)
+
+
+def expansion_scores(entropy: np.ndarray, parent: np.ndarray, alpha: float) -> np.ndarray:
+    """score(n) = H(n) - alpha * b(n) for every node; (N,) -> (N,)."""
+    return np.asarray(entropy, dtype=np.float64) - alpha * sibling_counts(parent)
+
+
+def top_k_cycled(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    """The K best candidates by score (stable: ties keep candidate order); if fewer than K
+    candidates, the sorted list repeats from the best."""
+    candidates = np.asarray(candidates)
+    if candidates.size == 0 or k <= 0:
+        return candidates[:0]
+    ranked = candidates[np.argsort(-np.asarray(scores)[candidates], kind="stable")]
+    return np.resize(ranked, k)  # np.resize cycles through the array
+
+
+def select_entropy(entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray, k: int,
+                   alpha: float) -> np.ndarray:
+    """AT2PO's pick: top-K non-leaf nodes by H(n) - alpha * b(n)."""
+    candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
+    return top_k_cycled(expansion_scores(entropy, parent, alpha), candidates, k)
+
+
+def select_random(is_leaf: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Tree-GRPO's pick: K non-leaf nodes uniformly (with replacement only if too few)."""
+    candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
+    if candidates.size == 0 or k <= 0:
+        return candidates[:0]
+    return rng.choice(candidates, size=k, replace=candidates.size < k)
+
+
+def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
+    """H(n) for every node (root 0) with the chosen estimate."""
+    if estimate not in ("sampled_nll", "exact"):
+        raise ValueError(f"rollout.entropy_estimate={estimate!r}; expected sampled_nll or exact")
+    attr = "entropy_nll" if estimate == "sampled_nll" else "entropy_exact"
+    return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
+
+
+def pick_nodes(tree: RolloutTree, expansion: str, k: int, alpha: float, estimate: str,
+               rng: np.random.Generator) -> list[int]:
+    parent = np.array([n.parent for n in tree.nodes])
+    is_leaf = np.array([n.is_leaf for n in tree.nodes])
+    if expansion == "entropy":
+        picked = select_entropy(node_entropy(tree, estimate), parent, is_leaf, k, alpha)
+    elif expansion == "random":
+        picked = select_random(is_leaf, k, rng)
+    else:
+        raise ValueError(f"no node selection for expansion {expansion!r}")
+    return [int(i) for i in picked]
+
+
+# ----------------------------------------------------------------------------- leaf budget
+
+
+def equalize_leaves(tree: RolloutTree, target: int, rng: np.random.Generator) -> RolloutTree:
+    """Exactly ``target`` leaves: prune random surplus leaves (and ancestors left childless),
+    or add ``duplicate`` copies of the last leaf as its siblings. Returns a re-indexed tree
+    (node ids stay in creation order)."""
+    leaves = tree.leaves()
+    if len(leaves) == target:
+        return tree
+    if len(leaves) < target:
+        if not leaves:
+            raise ValueError(f"tree of prompt {tree.prompt_index} has no leaf to duplicate")
+        source = tree.nodes[leaves[-1]]
+        for _ in range(target - len(leaves)):
+            dup = tree.add_child(source.parent, source.expansion_round)
+            for name in ("token_ids", "logps", "entropies", "topk_entropies", "text", "action",
+                         "tool_calls", "finish_reason", "reward"):
+                setattr(dup, name, copy.copy(getattr(source, name)))
+            dup.is_leaf, dup.duplicate_of = True, source.id
+        return tree
+    drop = set(rng.choice(leaves, size=len(leaves) - target, replace=False).tolist())
+    children = {n.id: list(n.children) for n in tree.nodes}
+    removed = set()
+    for leaf in drop:
+        node = leaf
+        while node != ROOT:
+            removed.add(node)
+            parent = tree.nodes[node].parent
+            children[parent].remove(node)
+            if children[parent]:
+                break
+            node = parent
+    return _reindex(tree, removed)
+
+
+def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
+    kept = [n for n in tree.nodes if n.id not in removed]
+    new_id = {n.id: i for i, n in enumerate(kept)}
+    nodes = []
+    for n in kept:
+        m = copy.copy(n)
+        m.id = new_id[n.id]
+        m.parent = new_id[n.parent] if n.parent >= 0 else -1
+        m.children = [new_id[c] for c in n.children if c in new_id]
+        m.duplicate_of = new_id.get(n.duplicate_of, -1)
+        nodes.append(m)
+    return RolloutTree(tree.prompt_index, tree.question, tree.golden_answers, tree.prompt_ids,
+                       nodes=nodes)
+
+
+# ----------------------------------------------------------------------------- rollout
+
+
+def expected_leaves(expansion: str, rollout_cfg, num_chains: int | None = None) -> int:
+    if expansion == "chain":
+        return num_chains if num_chains is not None else rollout_cfg.tree_m
+    return rollout_cfg.tree_m + rollout_cfg.tree_l * rollout_cfg.tree_k
+
+
+def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str],
+                  golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
+                  expansion: str | None = None, num_chains: int | None = None, seed: int = 0,
+                  prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
+                  reward_fn: RewardFn | None = None) -> list[RolloutTree]:
+    """One tree per question; leaves scored with the reward function when golden answers
+    are given.
+
+    expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style), ``random``
+    (Tree-GRPO) or ``entropy`` (AT2PO); default ``rollout_cfg.expansion``.
+    """
+    expansion = expansion or rollout_cfg.expansion
+    if expansion not in EXPANSIONS:
+        raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)} "
+                         "(AEPO lives in at2po_lib.rollout.aepo)")
+    env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
+    backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
+    rng = np.random.default_rng(seed)
+    trees = make_trees(env, questions, golden_answers, prompt_ids)
+    state = init_state(backend, trees)
+    first = expected_leaves(expansion, rollout_cfg, num_chains) if expansion == "chain" else rollout_cfg.tree_m
+    chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i])
+              for i, t in enumerate(trees) for _ in range(first)]
+    run_chains(backend, env, chains, state)
+    rounds = 0 if expansion == "chain" else rollout_cfg.tree_l
+    for round_ in range(1, rounds + 1):
+        chains = []
+        for i, tree in enumerate(trees):
+            for n in pick_nodes(tree, expansion, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
+                                rollout_cfg.entropy_estimate, rng):
+                parent = n if n == ROOT else tree.nodes[n].parent
+                chains.append(start_chain(tree, i, parent, round_, state.box_for_context_of(i, n)))
+        run_chains(backend, env, chains, state)
+    target = expected_leaves(expansion, rollout_cfg, num_chains)
+    trees = [equalize_leaves(t, target, rng) for t in trees]
+    if golden_answers is not None:
+        score_trees(env, trees)
+    return trees
+
+
+def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
+            golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
+            expansion: str | None = None, num_leaves: int | None = None, seed: int = 0,
+            **kwargs) -> list[RolloutTree]:
+    """One entry point for every rollout shape: ``chain`` / ``random`` / ``entropy`` trees
+    (:func:`~.trees.rollout_trees`) or ``aepo``. ``num_leaves`` sets the number of chains
+    (``chain``) or AEPO's budget; tree expansions always give M + L*K leaves."""
+    expansion = expansion or rollout_cfg.expansion
+    if expansion == "aepo":
+        from .aepo import rollout_aepo
+
+        return rollout_aepo(model, tokenizer, template, retriever, questions, golden_answers,
+                            rollout_cfg, budget=num_leaves, seed=seed, **kwargs)
+    return rollout_trees(model, tokenizer, template, retriever, questions, golden_answers,
+                         rollout_cfg, expansion=expansion, num_chains=num_leaves, seed=seed,
+                         **kwargs)

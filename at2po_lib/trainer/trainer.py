@@ -1,0 +1,424 @@
+r"""``AT2POTrainer``: TRL's ``GRPOTrainer`` with tree rollouts, per-token credit and the ATPO loss.
+
+AT2PO ("Agentic Turn-based Policy Optimization via Tree Search", arXiv 2601.04767) changes
+three stages of the GRPO loop (method.md §5–§7); this subclass swaps exactly those and
+inherits everything else from ``trl==1.16.0`` (optimisation, gradient accumulation, rollout
+buffering over ``steps_per_generation``, old/reference log-probs, logging, checkpointing,
+accelerate/DeepSpeed, PEFT, vLLM weight sync):
+
+=====================  =========================================================================
+stage                  how it is plugged in
+=====================  =========================================================================
+rollout (§5, §8)       TRL's ``rollout_func`` hook → :meth:`AT2POTrainer._rollout`: the prompts
+                       of a generation batch grow trees (or chains / AEPO branches) with the
+                       project's agent; each *leaf* becomes one training row: prompt ids,
+                       completion ids (model turns and observations), the observation mask
+                       (TRL's ``env_mask`` → ``tool_mask``), sampling log-probs, the reward.
+credit (§6)            override of ``_generate_and_score_completions``: calls the parent (which
+                       pads, recomputes old/reference log-probs and logs rewards), then replaces
+                       its per-row GRPO advantage by the per-*token* advantage (B, T) computed by
+                       :mod:`at2po_lib.credit` from the trees, and adds ``turn_ids`` (B, T).
+loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies from the
+                       parent's ``_get_per_token_logps_and_entropies`` (TRL's fused LM head at
+                       ``args.temperature`` = the sampling temperature), then
+                       :func:`at2po_lib.losses.policy_loss` at the method's ratio level.
+=====================  =========================================================================
+
+Rows and groups: TRL repeats every prompt ``num_generations`` times in a generation batch; here
+``num_generations`` is the number of *leaves* per prompt, and the rollout turns each group of
+repeats into one tree whose leaves fill exactly those slots. A process must hold whole groups
+(``per_device_train_batch_size * steps_per_generation`` a multiple of ``num_generations``),
+which :func:`at2po_lib.trainer.run.build_training_args` guarantees.
+
+Reproducibility: every rollout step seeds its sampler from ``(args.seed, step, process)``, so a
+run resumed from a checkpoint samples exactly what the uninterrupted run sampled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from .. import credit
+from ..losses import policy_loss
+from .config import LOSS_TYPES, AT2POConfig
+
+
+def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs: Any) -> list[float]:
+    """TRL reward function: the reward the rollout already gave each leaf (EM, or the authors'
+    −1/0/1 format reward). Logged by TRL as ``rewards/leaf_reward/mean``."""
+    return [float(r) for r in reward]
+
+
+@dataclass
+class RolloutBatch:
+    """Training rows of one generation batch (one per leaf) and the trees they came from.
+
+    Row fields are lists of length R (rows); ``trees`` holds one ``(parent, entropy,
+    leaf_reward)`` triple per tree. ``row_tree`` indexes ``trees``; ``turn_node`` ids are local
+    to the row's tree (−1 on observation tokens); ``group`` is the row's prompt slot (0..P−1).
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    completion_mask: list[list[int]]
+    turn_node: list[list[int]]
+    old_logps: list[list[float]]
+    reward: list[float]
+    row_tree: list[int]
+    row_leaf: list[int]
+    group: list[int]
+    trees: list[Any]
+    num_turns: list[int]
+    num_tool_calls: list[int]
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+
+def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_softmax",
+                     normalize_leaves: bool = True) -> torch.Tensor:
+    r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.credit`.
+
+    - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
+      over the batch's trees (every token of turn n gets A_n, method.md §6);
+    - ``vanilla``: GRPO over the leaves of each prompt, ``credit.grpo_advantages``, broadcast
+      to the row's model tokens;
+    - ``tree_grpo``: ``credit.tree_grpo_advantages`` (prompt-level + tree-level GRPO). Our
+      rollout grows one tree per prompt whose root has M children; the subtree under each
+      root child (an initial chain and the turns re-sampled inside it) plays the role of one
+      of Tree-GRPO's M trees. A subtree with a single leaf keeps its raw reward in the
+      tree-level term (credit's, i.e. verl's, rule for a group of one).
+
+    T is the longest completion; observation and padding tokens get 0.
+    """
+    turn_node = _pad([torch.tensor(t, dtype=torch.long) for t in batch.turn_node], -1)
+    is_model = turn_node >= 0
+    if advantage in credit.ADVANTAGE_MODES:
+        forest = credit.Forest.from_trees(batch.trees, dtype=torch.float64)
+        return credit.batch_token_advantages(
+            forest, turn_node, torch.tensor(batch.row_tree), value_mode=value, adv_mode=advantage,
+            normalize_leaves=normalize_leaves).float()
+    rewards = torch.tensor(batch.reward, dtype=torch.float64)
+    group = torch.tensor(batch.group)
+    if advantage == "vanilla":
+        row_adv = credit.grpo_advantages(rewards, group)
+    elif advantage == "tree_grpo":
+        # The depth-1 node of a row is the node of its first model token.
+        branch = torch.tensor([next((n for n in nodes if n >= 0), -1) for nodes in batch.turn_node])
+        subtree = torch.tensor(batch.row_tree) * (1 + int(branch.max())) + branch
+        row_adv = credit.tree_grpo_advantages(rewards, subtree, group)
+    else:
+        raise ValueError(f"unknown credit_advantage {advantage!r}")
+    return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype)).float()
+
+
+def _pad(rows: Sequence[torch.Tensor], fill: float, width: int | None = None) -> torch.Tensor:
+    """Right-pad 1-D tensors into (R, width)."""
+    width = max([len(r) for r in rows] + [1]) if width is None else width
+    out = torch.full((len(rows), width), fill, dtype=rows[0].dtype if rows else torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r[:width]
+    return out
+
+
+class AT2POTrainer(GRPOTrainer):
+    """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
+
+    Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
+    parent's scoring) and ``_compute_loss`` (``at2po_lib.losses.policy_loss``); the rollout is
+    TRL's ``rollout_func`` hook bound to :meth:`_rollout`. Everything else is inherited.
+
+    Args:
+        model: a model folder / hub name (loaded by TRL with ``args.model_init_kwargs``) or a
+            ``PreTrainedModel``.
+        args: :class:`AT2POConfig` (a method preset applied, see ``methods``).
+        train_dataset: rows with ``prompt`` (chat messages), ``question``, ``golden_answers``
+            and ``id`` (``at2po_lib.data.to_trainer_rows``).
+        processing_class: the policy's tokenizer.
+        agent: the environment the rollout runs in: ``agent.sample(policy, rows, args, seed)``
+            returns a :class:`RolloutBatch` (see :func:`at2po_lib.trainer.run.make_agent`).
+        callbacks, peft_config: as in ``GRPOTrainer``.
+    """
+
+    _tag_names = ["trl", "at2po"]
+    _name = "AT2PO"
+    _paper = {
+        "title": "AT2PO: Agentic Turn-based Policy Optimization via Tree Search",
+        "id": "2601.04767",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{at2po2026,
+                title   = {{AT2PO: Agentic Turn-based Policy Optimization via Tree Search}},
+                year    = 2026,
+                eprint  = {arXiv:2601.04767},
+            }"""),
+    }
+
+    def __init__(self, model, args: AT2POConfig, train_dataset, processing_class, agent,
+                 callbacks=None, peft_config=None):
+        if not isinstance(args, AT2POConfig):
+            raise TypeError(f"args must be an AT2POConfig, got {type(args).__name__}")
+        self.agent = agent
+        self._rollout_inputs: list[dict] | None = None
+        self._rollout_extras: dict[str, Any] | None = None
+        self.last_rollout: RolloutBatch | None = None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
+            super().__init__(model=model, reward_funcs=[leaf_reward], args=args,
+                             train_dataset=train_dataset, processing_class=processing_class,
+                             callbacks=callbacks, peft_config=peft_config,
+                             rollout_func=self._rollout)
+        per_process_rows = args.per_device_train_batch_size * args.steps_per_generation
+        if per_process_rows % self.num_generations:
+            raise ValueError(
+                f"each process must hold whole prompt groups: per_device_train_batch_size "
+                f"({args.per_device_train_batch_size}) * steps_per_generation "
+                f"({args.steps_per_generation}) = {per_process_rows} rows is not a multiple "
+                f"of num_generations ({self.num_generations} leaves per prompt)")
+
+    # ------------------------------------------------------------------------- rollout
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer updates per rollout step (one generation batch)."""
+        return max(self.args.steps_per_generation // self.args.gradient_accumulation_steps, 1)
+
+    @property
+    def rollout_step(self) -> int:
+        return self.state.global_step // self.updates_per_step
+
+    def rollout_seed(self, step: int, round_: int = 0) -> int:
+        """Sampler seed of a rollout step: a pure function of (seed, step, round, process)."""
+        mix = np.random.SeedSequence([self.args.seed, step, round_, self.accelerator.process_index])
+        return int(mix.generate_state(1)[0])
+
+    @contextlib.contextmanager
+    def policy_for_generation(self, sync: bool = False) -> Iterator[Any]:
+        """The model the agent samples from: vLLM's colocated engine (weights synced by TRL
+        before ``rollout_func`` runs; ``sync=True`` syncs them here, for validation after an
+        update) or the unwrapped training model (ZeRO-3 weights gathered by TRL's
+        ``unwrap_model_for_generation``), in eval mode, without gradients."""
+        if self.use_vllm:
+            if self.vllm_mode != "colocate":
+                raise NotImplementedError("AT2POTrainer drives vLLM turn by turn: use "
+                                          "vllm_mode='colocate'")
+            if sync and self.state.global_step != self._last_loaded_step:
+                self.vllm_generation.sync_weights()
+                self._last_loaded_step = self.state.global_step
+            yield self.vllm_generation.llm
+            return
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ) as unwrapped, torch.no_grad():
+            was_training = unwrapped.training
+            unwrapped.eval()
+            try:
+                yield unwrapped
+            finally:
+                unwrapped.train(was_training)
+
+    def _prompt_groups(self, inputs: list[dict]) -> list[dict]:
+        """One input row per prompt group (TRL repeats each prompt ``num_generations`` times
+        in a row); checks that the repeats agree."""
+        g = self.num_generations
+        if len(inputs) % g:
+            raise ValueError(f"{len(inputs)} rollout inputs are not whole groups of {g}")
+        heads = inputs[::g]
+        for i, head in enumerate(heads):
+            ids = {str(row.get("id")) for row in inputs[i * g:(i + 1) * g]}
+            if len(ids) != 1:
+                raise ValueError(f"prompt group {i} mixes rows {sorted(ids)}: the sampler must "
+                                 "repeat each prompt num_generations times consecutively")
+        return heads
+
+    def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, Any]:
+        """TRL ``rollout_func``: grow the trees of this process's prompt groups and return one
+        row per leaf (TRL's keys, plus ``env_mask`` and the ``reward`` column)."""
+        if self._rollout_inputs is None or len(self._rollout_inputs) != len(prompts):
+            raise RuntimeError("AT2POTrainer._rollout called outside _generate_and_score_completions")
+        groups = self._prompt_groups(self._rollout_inputs)
+        step = self.rollout_step
+        start = time.perf_counter()
+        with self.policy_for_generation() as policy:
+            batch = self.agent.sample(policy, groups, self.args, self.rollout_seed(step))
+            rounds = 1
+            if self.args.tree_dynamic_sampling and self.model.training:
+                batch, rounds = self._dynamic_sampling(policy, batch, groups, step)
+        expected = len(groups) * self.num_generations
+        if len(batch) != expected:
+            raise RuntimeError(f"the rollout returned {len(batch)} rows for {len(groups)} prompts; "
+                               f"expected {expected} ({self.num_generations} leaves per prompt)")
+        advantages = token_advantages(batch, self.args.credit_advantage, self.args.credit_value,
+                                      self.args.credit_normalize_leaves)
+        self.last_rollout = batch
+        self._rollout_extras = {
+            "advantages": advantages, "turn_ids": batch.turn_node,
+            "metrics": {
+                "rollout/seconds": time.perf_counter() - start,
+                "rollout/turns_mean": float(np.mean(batch.num_turns)),
+                "rollout/tool_calls_mean": float(np.mean(batch.num_tool_calls)),
+                "rollout/leaves_per_prompt": len(batch) / max(len(groups), 1),
+                "rollout/tree_nodes_mean": float(np.mean([len(credit.as_tree_arrays(t).parent)
+                                                          for t in batch.trees])),
+                "rollout/dynamic_sampling_rounds": float(rounds),
+            },
+        }
+        return {"prompt_ids": batch.prompt_ids, "completion_ids": batch.completion_ids,
+                "logprobs": batch.old_logps, "env_mask": batch.completion_mask,
+                "reward": list(batch.reward)}
+
+    def _dynamic_sampling(self, policy, batch: RolloutBatch, groups: list[dict],
+                          step: int) -> tuple[RolloutBatch, int]:
+        """DAPO's dynamic sampling: a prompt whose leaves all share one reward carries no
+        signal; replace it by a prompt drawn from the training set whose leaves differ.
+
+        Up to ``tree_dynamic_sampling_rounds`` rollout rounds (the first included, verl's
+        ``max_num_gen_batches``); each extra round samples as many fresh prompts as there are
+        slots left (prompts drawn with a generator seeded by (seed, step, round)). Slots still
+        empty afterwards keep their degenerate groups (advantage 0). Returns the batch and
+        the number of rounds used.
+        """
+        keep = [g for g in range(len(groups)) if _group_has_signal(batch, g)]
+        parts = [(batch, keep)]
+        missing = len(groups) - len(keep)
+        rounds = 1
+        while missing and rounds < self.args.tree_dynamic_sampling_rounds:
+            rng = np.random.default_rng(self.rollout_seed(step, rounds))
+            picks = rng.choice(len(self.train_dataset), size=missing, replace=False)
+            fresh = [self.train_dataset[int(i)] for i in picks]
+            extra = self.agent.sample(policy, fresh, self.args, self.rollout_seed(step, rounds))
+            good = [g for g in range(len(fresh)) if _group_has_signal(extra, g)]
+            parts.append((extra, good))
+            missing -= len(good)
+            rounds += 1
+        chosen = [(b, g) for b, gs in parts for g in gs][: len(groups)]
+        degenerate = [g for g in range(len(groups)) if g not in keep]
+        chosen += [(batch, g) for g in degenerate[: len(groups) - len(chosen)]]
+        self._metrics["train"]["rollout/dynamic_sampling_kept"].append(len(keep) / len(groups))
+        return _select_groups(chosen), rounds
+
+    # ----------------------------------------------------------------- credit (scoring)
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
+        """Parent's scoring, then per-token advantages (B, T) and turn ids (B, T)."""
+        self._rollout_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._rollout_inputs = None
+        extras, self._rollout_extras = self._rollout_extras, None
+        width = output["completion_ids"].shape[1]
+        device = output["completion_ids"].device
+        output["advantages"] = _pad(list(extras["advantages"]), 0.0, width).to(device)
+        output["turn_ids"] = _pad([torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]],
+                                  -1, width).to(device)
+        mode = "train" if self.model.training else "eval"
+        mask = output["completion_mask"] * output["tool_mask"]
+        adv_abs = (output["advantages"].abs() * mask).sum() / mask.sum().clamp(min=1)
+        for key, value in {**extras["metrics"], "advantages/abs_mean": adv_abs.item()}.items():
+            self._metrics[mode][key].append(self._mean_over_processes(value))
+        return output
+
+    # ------------------------------------------------------------------------- loss
+    def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """``policy_loss`` on this micro-batch, scaled for gradient accumulation like TRL."""
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        # Loss mask: the model's own tokens (observations have tool_mask 0, padding mask 0).
+        mask = completion_mask * inputs["tool_mask"]
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
+        # TRL skips the old log-probs when the batch is used for exactly one update: ratio = 1.
+        old_per_token_logps = inputs.get("old_per_token_logps")
+        if old_per_token_logps is None:
+            old_per_token_logps = per_token_logps.detach()
+        args = self.args
+        loss, stats = policy_loss(
+            per_token_logps, old_per_token_logps, inputs["advantages"], mask,
+            level=args.loss_level, eps_low=self.epsilon_low, eps_high=self.epsilon_high,
+            agg=LOSS_TYPES[self.loss_type], turn_ids=inputs["turn_ids"],
+            ref_logp=inputs.get("ref_per_token_logps"), beta=self.beta,
+            entropy_balanced_clip=args.loss_entropy_balanced_clip, token_entropy=entropies,
+            entropy_aware_adv=args.loss_entropy_aware_adv, turn_ratio=args.loss_turn_ratio)
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        if self.loss_type == "dapo":
+            # Token mean over the whole accumulated batch (TRL's normaliser for "dapo").
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normalizer = normalizer * accumulation / self.args.steps_per_generation
+            loss = loss * mask.sum() / normalizer
+        else:
+            loss = loss / accumulation
+        self._log_loss_metrics(mode, stats, per_token_logps, entropies, mask, inputs)
+        return loss
+
+    def _log_loss_metrics(self, mode: str, stats: dict[str, float], per_token_logps, entropies,
+                          mask, inputs) -> None:
+        m = mask.float()
+        entropy = ((entropies.detach() * m).sum() / m.sum().clamp(min=1)).item()
+        values = {
+            "entropy": entropy,
+            "clip_ratio/low_mean": stats["clip_frac_low"],
+            "clip_ratio/high_mean": stats["clip_frac_high"],
+            "clip_ratio/region_mean": stats["clip_frac"],
+            "approx_kl": stats["approx_kl"],
+            "ratio_mean": stats["ratio_mean"],
+            "turn_kl_entropy": stats["turn_kl_entropy"],
+            "single_turn_rows": float(stats["single_turn_rows"]),
+        }
+        if "ref_kl" in stats:
+            values["kl"] = stats["ref_kl"]
+        sampling = inputs.get("sampling_per_token_logps")
+        if sampling is not None:
+            # |trainer log-prob − sampler log-prob|: ~0 when both use the same temperature
+            # (checked before the first update of a batch, when the policy has not moved).
+            diff = (per_token_logps.detach() - sampling).abs().nan_to_num(0.0)
+            values["sampling/logp_abs_diff"] = ((diff * m).sum() / m.sum().clamp(min=1)).item()
+        for key, value in values.items():
+            self._metrics[mode][key].append(self._mean_over_processes(value))
+
+    def _mean_over_processes(self, value: float) -> float:
+        if self.accelerator.num_processes == 1:
+            return float(value)
+        tensor = torch.tensor([float(value)], device=self.accelerator.device)
+        return self.accelerator.gather(tensor).mean().item()
+
+
+# ------------------------------------------------------------------------- group helpers
+def _group_rows(batch: RolloutBatch, group: int) -> list[int]:
+    return [i for i, g in enumerate(batch.group) if g == group]
+
+
+def _group_has_signal(batch: RolloutBatch, group: int) -> bool:
+    rewards = [batch.reward[i] for i in _group_rows(batch, group)]
+    return len(set(rewards)) > 1
+
+
+def _select_groups(chosen: list[tuple[RolloutBatch, int]]) -> RolloutBatch:
+    """Concatenate the rows of the chosen (batch, group) pairs, renumbering groups and trees."""
+    fields: dict[str, list] = {name: [] for name in RolloutBatch.__dataclass_fields__}
+    for new_group, (batch, group) in enumerate(chosen):
+        rows = _group_rows(batch, group)
+        tree_ids = sorted({batch.row_tree[i] for i in rows})
+        remap = {old: len(fields["trees"]) + k for k, old in enumerate(tree_ids)}
+        fields["trees"] += [batch.trees[t] for t in tree_ids]
+        for i in rows:
+            for name in ("prompt_ids", "completion_ids", "completion_mask", "turn_node",
+                         "old_logps", "reward", "row_leaf", "num_turns", "num_tool_calls"):
+                fields[name].append(getattr(batch, name)[i])
+            fields["row_tree"].append(remap[batch.row_tree[i]])
+            fields["group"].append(new_group)
+    return RolloutBatch(**fields)
