@@ -1,0 +1,154 @@
+"""The Hugging Face turn backend on a real tiny Qwen3: KV-prefix reuse, log-probs, entropies,
+stop rules. Every check compares against a plain full forward pass of the same model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from at2po_lib.config import PolicyConfig
+from at2po_lib.policy.model import build_policy
+from at2po_lib.policy.tokenizer import train_tokenizer
+from at2po_lib.rollout.backends import HFBackend, TurnRequest, grouped_attention
+from at2po_lib.rollout.sampling import SamplingSpec
+from at2po_lib.rollout.toy import tag_biased_policy
+
+STOPS = ("</search>", "</answer>")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(fixtures_dir):
+    lines = (fixtures_dir / "wiki18_sample.jsonl").read_text().splitlines()[:150]
+    return train_tokenizer([json.loads(x)["contents"] for x in lines], vocab_size=500)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tag_biased_policy(tokenizer, seed=0,
+                             tag_bias={"<search>": 1.0, "</search>": 2.0, "</answer>": 1.0})
+
+
+@pytest.fixture(scope="module")
+def contexts(tokenizer, fixtures_dir):
+    lines = (fixtures_dir / "wiki18_sample.jsonl").read_text().splitlines()[150:156]
+    # different lengths on purpose: rows are left-padded against each other
+    return [tokenizer.encode(json.loads(x)["contents"][: 40 + 25 * i]) for i, x in enumerate(lines)]
+
+
+def full_logps(model, ids: list[int], start: int, tokens: list[int], temperature: float = 1.0):
+    """log_softmax(logits / T) of ``tokens`` placed at ``ids[start:]``, by one plain forward."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    return [lp[start - 1 + i, t].item() for i, t in enumerate(tokens)], lp
+
+
+def test_two_turns_and_a_branch_match_a_full_recompute(model, tokenizer, contexts):
+    backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.7), STOPS, seed=3,
+                        compact_below=0.9)
+    first = backend.generate_turns([TurnRequest(c, 12) for c in contexts])
+    obs = tokenizer.encode(" <result> some passage text </result> ")
+    second_req = [TurnRequest(c + r.token_ids + obs, 10, r.prefix) for c, r in zip(contexts, first)]
+    second = backend.generate_turns(second_req)
+    # A branch: re-sample turn 2 from its context with the (longer) prefix of turn 2's result.
+    branch_req = [TurnRequest(q.context, 10, r.prefix) for q, r in zip(second_req, second)]
+    branch = backend.generate_turns(branch_req)
+    for ctx, r1, q2, r2, r3 in zip(contexts, first, second_req, second, branch):
+        assert r2.prefix.length == len(q2.context) + len(r2.token_ids) - 1
+        ids = q2.context + r2.token_ids
+        ref1, _ = full_logps(model, ids, len(ctx), r1.token_ids, 0.7)
+        ref2, _ = full_logps(model, ids, len(q2.context), r2.token_ids, 0.7)
+        ref3, _ = full_logps(model, q2.context + r3.token_ids, len(q2.context), r3.token_ids, 0.7)
+        for ref, got in ((ref1, r1.logps), (ref2, r2.logps), (ref3, r3.logps)):
+            assert max(abs(a - b) for a, b in zip(ref, got)) < 1e-5
+
+
+def test_cache_reuse_is_invisible_in_tokens_and_logps(model, tokenizer, contexts):
+    """Greedy, with and without KV reuse: same tokens, same log-probs (1e-5), fewer prefill
+    tokens with reuse."""
+    outs = {}
+    for keep in (True, False):
+        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS, keep_cache=keep)
+        first = backend.generate_turns([TurnRequest(c, 8) for c in contexts])
+        req = [TurnRequest(c + r.token_ids + [5, 6, 7], 8, r.prefix) for c, r in zip(contexts, first)]
+        outs[keep] = (first, backend.generate_turns(req), backend.stats.prefill_tokens)
+    for a, b in zip(outs[True][0] + outs[True][1], outs[False][0] + outs[False][1]):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logps, b.logps)) < 1e-5
+    assert outs[True][2] < outs[False][2]
+
+
+def test_compaction_does_not_change_results(model, tokenizer, contexts):
+    results = []
+    for compact in (0.0, 1.01):  # never / whenever a row is done
+        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS,
+                            compact_below=compact)
+        first = backend.generate_turns([TurnRequest(c, 14) for c in contexts])
+        req = [TurnRequest(c + r.token_ids + [9, 9], 6, r.prefix) for c, r in zip(contexts, first)]
+        results.append([(r.token_ids, r.logps) for r in first + backend.generate_turns(req)])
+    for (ta, la), (tb, lb) in zip(*results):
+        assert ta == tb and max(abs(x - y) for x, y in zip(la, lb)) < 1e-5
+
+
+def test_exact_entropy_equals_direct_computation(model, tokenizer, contexts):
+    backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.7), STOPS, seed=1)
+    (res,) = backend.generate_turns([TurnRequest(contexts[2], 10)])
+    _, lp = full_logps(model, contexts[2] + res.token_ids, len(contexts[2]), res.token_ids, 0.7)
+    start = len(contexts[2]) - 1
+    direct = [-(lp[start + i].exp() * lp[start + i]).sum().item() for i in range(len(res.token_ids))]
+    assert max(abs(a - b) for a, b in zip(direct, res.entropies)) < 1e-5
+    # the authors' estimate: mean sampled-token NLL (not equal to the exact mean in general)
+    assert all(lp_ <= 0 for lp_ in res.logps)
+
+
+def test_turn_stops_at_tag_tokens_and_budget(model, tokenizer, contexts):
+    backend = HFBackend(model, tokenizer, SamplingSpec(temperature=1.0), STOPS, seed=0)
+    stop_ids = {tokenizer.convert_tokens_to_ids(t) for t in STOPS} | {tokenizer.eos_token_id}
+    results = backend.generate_turns([TurnRequest(c, 9) for c in contexts * 4])
+    for r in results:
+        assert 1 <= len(r.token_ids) <= 9
+        assert not stop_ids & set(r.token_ids[:-1])  # nothing after a stop token
+        assert r.stopped == (r.token_ids[-1] in stop_ids)
+
+
+def test_multi_token_stop_string(tokenizer, contexts):
+    plain = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=64),
+                         tokenizer, seed=4).eval()
+    ref = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), (), seed=0)
+    (free,) = ref.generate_turns([TurnRequest(contexts[0], 12)])
+    pieces = [tokenizer.decode([t]) for t in free.token_ids]
+    # a stop string made of two consecutive tokens' text, first occurring at tokens k-1, k
+    k = next(i for i in range(4, len(pieces))
+             if pieces[i - 1] + pieces[i] not in tokenizer.decode(free.token_ids[:i]))
+    stop = pieces[k - 1] + pieces[k]
+    assert len(tokenizer.encode(stop, add_special_tokens=False)) > 1 or stop in tokenizer.get_vocab()
+    backend = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), (stop,), seed=0)
+    (cut,) = backend.generate_turns([TurnRequest(contexts[0], 12)])
+    if backend.stop_strings:  # the two tokens' text is not itself one token
+        assert cut.token_ids == free.token_ids[: k + 1] and cut.stopped
+
+
+def test_grouped_attention_equals_eager_formula():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.zeros(2, 1, 3, 5)
+    mask[0, :, :, 0] = torch.finfo(torch.float32).min
+    out, _ = grouped_attention(None, q, k, v, mask, scaling=8 ** -0.5)
+    # eager reference: repeat each kv head for its 2 query heads
+    kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    ref = torch.softmax(q @ kr.transpose(2, 3) * 8 ** -0.5 + mask, -1) @ vr
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-6)
+
+
+def test_sdpa_and_grouped_attention_give_the_same_logps(model, tokenizer, contexts):
+    results = []
+    for attention in ("at2po_grouped", "sdpa"):
+        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS,
+                            attention=attention)
+        results.append(backend.generate_turns([TurnRequest(c, 6) for c in contexts]))
+    for a, b in zip(*results):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logps, b.logps)) < 1e-5
