@@ -1,10 +1,10 @@
 """Tests for at2po_lib.credit: hand-computed trees, degenerate trees, baselines, and the
-vectorised forest path against a naive recursive reference on random trees."""
+vectorised forest path against a naive recursive reference on random trees. The tree
+containers and demo/loading helpers of at2po_lib.forest are tested in tests/test_forest.py."""
 
 from __future__ import annotations
 
 import math
-import pickle
 
 import numpy as np
 import pytest
@@ -15,22 +15,15 @@ from hypothesis import strategies as st
 from at2po_lib.credit import (
     ADVANTAGE_MODES,
     VALUE_MODES,
-    Forest,
-    TreeArrays,
     batch_token_advantages,
-    example_tree,
     forest_node_advantages,
     forest_node_values,
     grpo_advantages,
-    leaf_paths,
-    load_trees,
     node_advantages,
-    node_depths,
     node_values,
-    random_tree,
-    synthetic_turn_rows,
     tree_grpo_advantages,
 )
+from at2po_lib.forest import Forest, TreeArrays, example_tree, synthetic_turn_rows
 
 NAN = float("nan")
 
@@ -356,29 +349,8 @@ def test_permuting_node_ids_permutes_values(tree, rnd, mode):
 
 
 # ------------------------------------------------------------------------------------------
-# Rows and tokens
+# Per-token advantages
 # ------------------------------------------------------------------------------------------
-def test_synthetic_rows_layout_by_hand():
-    t = example_tree()
-    # model tokens per node 0..8, observations of 2 tokens before every depth >= 2 turn
-    lay = synthetic_turn_rows(t.parent, model_tokens=[0, 3, 2, 4, 3, 2, 3, 2, 1], obs_tokens=2)
-    assert lay["leaf"].tolist() == [4, 5, 6, 7, 8]
-    # leaf 6: path 0 -> 1 -> 3 -> 6: 1,1,1, obs,obs, 3x4, obs,obs, 6x3
-    row = lay["turn_node"][2].tolist()
-    assert row == [1, 1, 1, -1, -1, 3, 3, 3, 3, -1, -1, 6, 6, 6]
-    # leaf 8: a depth-1 leaf, one turn, then padding
-    assert lay["turn_node"][4].tolist()[:2] == [8, -1]
-    assert torch.equal(lay["completion_mask"], (lay["turn_node"] >= 0).long())
-
-
-def test_leaf_paths():
-    t = example_tree()
-    leaves, paths = leaf_paths(t.parent)
-    assert leaves.tolist() == [4, 5, 6, 7, 8]
-    assert paths[2].tolist() == [0, 1, 3, 6]
-    assert paths[3].tolist() == [0, 7, -1, -1]
-
-
 def test_batch_token_advantages_every_turn_shares_its_node_value():
     t = example_tree()
     forest = Forest.from_trees([t, t])
@@ -411,27 +383,3 @@ def test_batch_token_advantages_errors_name_the_row():
         batch_token_advantages(forest, torch.tensor([[1, -1], [9, -1]]), torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="row 0: row_tree 3"):
         batch_token_advantages(forest, torch.tensor([[1, -1]]), torch.tensor([3]))
-
-
-def test_random_tree_shape():
-    rng = np.random.default_rng(0)
-    t = random_tree(rng, num_chains=10, num_expansions=12, max_turns=6)
-    leaves = np.bincount(t.parent[1:], minlength=t.num_nodes) == 0
-    assert leaves.sum() == 22  # every chain and every expansion ends in exactly one leaf
-    assert int(node_depths(torch.as_tensor(t.parent)).max()) <= 6
-    assert np.all(np.isnan(t.leaf_reward) == ~leaves)
-    assert np.any(t.parent[1:] > np.arange(1, t.num_nodes))  # ids are not topological
-
-
-def test_load_trees_roundtrip(tmp_path):
-    t = example_tree()
-    path = tmp_path / "trees.pkl"
-    path.write_bytes(pickle.dumps({"trees": [{"parent": t.parent, "entropy": t.entropy,
-                                              "leaf_reward": t.leaf_reward}]}))
-    (loaded,) = load_trees(path)
-    np.testing.assert_array_equal(loaded.parent, t.parent)
-    with pytest.raises(FileNotFoundError):
-        load_trees(tmp_path / "missing.pkl")
-    (tmp_path / "bad.pkl").write_bytes(pickle.dumps([{"parent": [0, 0]}]))
-    with pytest.raises(ValueError, match="entropy"):
-        load_trees(tmp_path / "bad.pkl")

@@ -114,21 +114,24 @@ def test_turn_stops_at_tag_tokens_and_budget(model, tokenizer, contexts):
 
 
 def test_multi_token_stop_string(tokenizer, contexts):
+    """A stop string spanning two tokens ends the turn at the token that completes it (same
+    seed, so both runs draw the same tokens up to there)."""
     plain = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                       num_key_value_heads=1, intermediate_size=64),
                          tokenizer, seed=4).eval()
-    ref = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), (), seed=0)
-    (free,) = ref.generate_turns([TurnRequest(contexts[0], 12)])
+    spec = SamplingSpec(temperature=1.0)
+    (free,) = HFBackend(plain, tokenizer, spec, (), seed=7).generate_turns(
+        [TurnRequest(contexts[0], 16)])
     pieces = [tokenizer.decode([t]) for t in free.token_ids]
-    # a stop string made of two consecutive tokens' text, first occurring at tokens k-1, k
-    k = next(i for i in range(4, len(pieces))
-             if pieces[i - 1] + pieces[i] not in tokenizer.decode(free.token_ids[:i]))
-    stop = pieces[k - 1] + pieces[k]
-    assert len(tokenizer.encode(stop, add_special_tokens=False)) > 1 or stop in tokenizer.get_vocab()
-    backend = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), (stop,), seed=0)
-    (cut,) = backend.generate_turns([TurnRequest(contexts[0], 12)])
-    if backend.stop_strings:  # the two tokens' text is not itself one token
-        assert cut.token_ids == free.token_ids[: k + 1] and cut.stopped
+    candidates = [i for i in range(2, len(pieces))
+                  if (pieces[i - 1] + pieces[i]) not in tokenizer.decode(free.token_ids[:i])
+                  and len(tokenizer.encode(pieces[i - 1] + pieces[i], add_special_tokens=False)) > 1]
+    assert candidates, f"no usable stop string in {pieces}"
+    k = candidates[0]
+    backend = HFBackend(plain, tokenizer, spec, (pieces[k - 1] + pieces[k],), seed=7)
+    assert backend.stop_strings
+    (cut,) = backend.generate_turns([TurnRequest(contexts[0], 16)])
+    assert cut.token_ids == free.token_ids[: k + 1] and cut.stopped
 
 
 def test_grouped_attention_equals_eager_formula():

@@ -28,11 +28,14 @@ from .trainer import RolloutBatch
 class SearchAgent:
     """Rollouts for training: ``sample(policy, rows, args, seed) -> RolloutBatch``."""
 
-    def __init__(self, tokenizer, template, retriever, rollout_cfg) -> None:
+    def __init__(self, tokenizer, template, retriever, rollout_cfg, reward_fn=None) -> None:
         self.tokenizer = tokenizer
         self.template = template
         self.retriever = retriever
         self.rollout_cfg = rollout_cfg
+        self.reward_fn = reward_fn
+        """``reward_fn(response_text, golden_answers) -> float``; None: the rollout's default
+        (the authors' format-checked EM for boxed templates, plain EM otherwise)."""
 
     def rollout_config(self, args: AT2POConfig):
         """The profile's rollout section with the method's shape and sampling settings."""
@@ -59,7 +62,7 @@ class SearchAgent:
         num_leaves = args.num_generations if args.tree_expansion in ("chain", "aepo") else None
         trees = rollout(policy, self.tokenizer, self.template, self.retriever, questions, golden,
                         cfg, expansion=args.tree_expansion, num_leaves=num_leaves, seed=seed,
-                        prompt_ids=list(range(len(rows))))
+                        prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn)
         return to_rollout_batch(trees, cfg.entropy_estimate)
 
 

@@ -50,6 +50,7 @@ METRIC_KEYS: dict[str, str] = {
     "loss": "loss",
     "grad_norm": "grad_norm",
     "learning_rate": "learning_rate",
+    "sampling_logp_diff": "sampling/logp_abs_diff",
     "rollout_time": "rollout/seconds",
     "step_time": "step_time",
 }

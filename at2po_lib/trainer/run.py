@@ -248,8 +248,13 @@ class TrainResult:
 def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
           max_steps: int | None = None, force: bool = False,
           profile_overrides: Mapping[str, Any] | None = None,
-          trainer_overrides: Mapping[str, Any] | None = None) -> TrainResult:
-    """Train (or reuse) one run; see the module docstring. Returns where its records live."""
+          trainer_overrides: Mapping[str, Any] | None = None,
+          callbacks: Sequence[Any] = (), reward_fn=None) -> TrainResult:
+    """Train (or reuse) one run; see the module docstring. Returns where its records live.
+
+    ``callbacks``: extra ``TrainerCallback`` objects; ``reward_fn``: see :func:`build_trainer`
+    (a custom reward is not part of the resolved config: use it for tests only).
+    """
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         profile_overrides or {}) or None)
     if max_steps is not None:
@@ -285,7 +290,8 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
 
     start = time.time()
     if preset.trains:
-        final = _train_and_evaluate(cfg, method, seed, run, checkpoint, trainer_overrides)
+        final = _train_and_evaluate(cfg, method, seed, run, checkpoint, trainer_overrides,
+                                    callbacks, reward_fn)
         status = "resumed" if checkpoint else "trained"
     else:
         final = _evaluate_warmstart(cfg, method, seed, run)
@@ -356,8 +362,14 @@ def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: records
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
 
-def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
-                        checkpoint: Path | None, trainer_overrides: Mapping[str, Any] | None):
+def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
+                  trainer_overrides: Mapping[str, Any] | None = None,
+                  start_time: float | None = None, reward_fn=None):
+    """The :class:`AT2POTrainer` of one run with its record callbacks (not trained yet).
+
+    ``reward_fn(response_text, golden_answers) -> float`` replaces the rollout's default
+    reward (tests use it to get a learning signal from an untrained smoke policy).
+    """
     import datasets
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -376,10 +388,9 @@ def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
     dataset = datasets.Dataset.from_list(training_rows(cfg))
+    agent = SearchAgent(tokenizer, cfg.policy.template, retriever, cfg.rollout, reward_fn)
     trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
-                           processing_class=tokenizer,
-                           agent=SearchAgent(tokenizer, cfg.policy.template, retriever, cfg.rollout),
-                           peft_config=_peft_config(cfg))
+                           processing_class=tokenizer, agent=agent, peft_config=_peft_config(cfg))
     updates = trainer.updates_per_step
     for callback in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(callback)
@@ -389,12 +400,23 @@ def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records
                               cfg.train.val_questions or cfg.eval.max_questions, method, seed)
         validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates)
         trainer.add_callback(validation)
-    trainer.add_callback(MetricsRecorder(run.metrics, updates,
-                                         start_time=time.time() - _previous_wall_time(run, checkpoint)))
+    trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
     if cfg.train.progress_bar:
         trainer.add_callback(StepProgress(cfg.train.max_steps, updates,
                                           f"{cfg.name}/{method}/seed{seed}", validation))
+    trainer.retriever = retriever
+    return trainer
+
+
+def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
+                        checkpoint: Path | None, trainer_overrides: Mapping[str, Any] | None,
+                        callbacks: Sequence[Any] = (), reward_fn=None):
+    trainer = build_trainer(cfg, method, seed, run, trainer_overrides,
+                            start_time=time.time() - _previous_wall_time(run, checkpoint),
+                            reward_fn=reward_fn)
+    for callback in callbacks:
+        trainer.add_callback(callback)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if not cfg.train.final_eval:
         return None
@@ -407,7 +429,8 @@ def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    return _final_evaluation(cfg, model.eval(), tokenizer, retriever, method, seed, run)
+    return _final_evaluation(cfg, model.eval(), trainer.processing_class, trainer.retriever,
+                             method, seed, run)
 
 
 def _peft_config(cfg: ProfileConfig):

@@ -53,6 +53,10 @@ from ..losses import policy_loss
 from .config import LOSS_TYPES, AT2POConfig
 
 
+_GLOBAL_RNG_ROUND = 1_000
+"""Seed-sequence slot of the global torch RNG (rounds below it seed the samplers)."""
+
+
 def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs: Any) -> list[float]:
     """TRL reward function: the reward the rollout already gave each leaf (EM, or the authors'
     −1/0/1 format reward). Logged by TRL as ``rewards/leaf_reward/mean``."""
@@ -311,6 +315,10 @@ class AT2POTrainer(GRPOTrainer):
     # ----------------------------------------------------------------- credit (scoring)
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
         """Parent's scoring, then per-token advantages (B, T) and turn ids (B, T)."""
+        if self.model.training:
+            # The global RNG (TRL shuffles the rows with it) restarts from a function of the
+            # step, so a resumed run draws what the uninterrupted run drew.
+            torch.manual_seed(self.rollout_seed(self.rollout_step, _GLOBAL_RNG_ROUND))
         self._rollout_inputs = inputs
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -382,9 +390,10 @@ class AT2POTrainer(GRPOTrainer):
         if "ref_kl" in stats:
             values["kl"] = stats["ref_kl"]
         sampling = inputs.get("sampling_per_token_logps")
-        if sampling is not None:
+        first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
+        if sampling is not None and mode == "train" and first_update:
             # |trainer log-prob − sampler log-prob|: ~0 when both use the same temperature
-            # (checked before the first update of a batch, when the policy has not moved).
+            # (measured on the first micro-batch of a rollout, before the policy moved).
             diff = (per_token_logps.detach() - sampling).abs().nan_to_num(0.0)
             values["sampling/logp_abs_diff"] = ((diff * m).sum() / m.sum().clamp(min=1)).item()
         for key, value in values.items():
