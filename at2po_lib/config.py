@@ -167,6 +167,9 @@ class RolloutConfig:
     new tokens (memory: one cache per leaf)."""
     max_batch_rows: int = 512
     """HF backend: sequences decoded together at most (bounds GPU memory)."""
+    num_threads: int = 0
+    """HF backend on CPU: torch threads while rolling out; 0 leaves torch's setting (the
+    toy policy's tiny matmuls run fastest on 1 thread when the cores are shared)."""
     aepo_budget: int = 16
     """AEPO: leaves per prompt (method.md §8)."""
     aepo_initial: int = 8

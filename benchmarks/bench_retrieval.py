@@ -1,7 +1,10 @@
 """Retrieval speed, measured in one run on this machine (ratios, not absolute claims).
 
 1. ``/retrieve`` throughput with 16 concurrent clients sending single-query requests (the
-   shape of a rollout's search calls), against the same server with ``--no-batching``.
+   shape of a rollout's search calls), against the same server with ``--no-batching``; plus
+   the encoder's own cost per query alone and in calls of 16, the ceiling of what batching can
+   gain on the encoder side (on CPU a small encoder is compute-bound, so batching mostly saves
+   per-call overhead; on a GPU the gain is far larger).
 2. faiss ``IndexFlatIP`` search against NumPy brute force (``Q @ E.T`` + top-k) on the same
    embeddings (the fixture's MiniLM vectors, tiled with small noise to 50,000 rows), for a batch
    of 64 queries and for a single query.
@@ -10,13 +13,20 @@ The server runs in a subprocess (as in deployment) over a Flat index of the firs
 wiki-18 passages (MiniLM, max length 64), cached under ``artifacts/bench``. The last line
 printed holds the batching ratio.
 
-    python benchmarks/bench_retrieval.py [--seconds 8] [--clients 16]
+Threads: ``--threads 1`` (default) gives the server's torch/faiss and the search comparison one
+compute thread each. On a small shared machine, OpenMP with as many threads as cores collapses
+when other processes also load the cores (measured on 2 busy cores: MiniLM encoded one query in
+0.05 s with 1 torch thread and 0.7-1.0 s with 2), which would measure the neighbours, not the
+server.
+
+    python benchmarks/bench_retrieval.py [--seconds 10] [--clients 16] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -30,6 +40,7 @@ from at2po_lib.paths import artifacts_dir, repo_root  # noqa: E402
 from at2po_lib.retrieval.corpus import Corpus  # noqa: E402
 from at2po_lib.retrieval.dense import DenseIndex, build_dense_index  # noqa: E402
 from at2po_lib.retrieval.encoders import EncoderSpec  # noqa: E402
+from at2po_lib.retrieval.metadata import read_metadata  # noqa: E402
 from at2po_lib.retrieval.server import start_server_process  # noqa: E402
 
 PASSAGES = 300
@@ -46,8 +57,10 @@ def bench_index() -> tuple[Path, Path]:
         corpus.write_text("".join(lines[:PASSAGES]))
     index = root / "index_flat"
     try:
-        DenseIndex.load(index)
-    except Exception:  # missing or stale: build it (about 10-30 s on 2 cores)
+        current = read_metadata(index, "dense")["encoder"] == SPEC.to_dict()
+    except Exception:
+        current = False
+    if not current:  # missing or stale: build it (about 10-30 s on 2 cores)
         build_dense_index(corpus, index, SPEC, index_type="Flat", progress=False)
     return corpus, index
 
@@ -63,7 +76,7 @@ def queries_from(corpus: Path, n: int) -> list[str]:
     return out
 
 
-async def _throughput(url: str, queries: list[str], clients: int, seconds: float) -> tuple[float, int]:
+async def _throughput(url: str, queries: list[str], clients: int, seconds: float) -> tuple[float, int, dict]:
     import httpx
 
     done = 0
@@ -86,15 +99,17 @@ async def _throughput(url: str, queries: list[str], clients: int, seconds: float
         stop_at = start + seconds
         await asyncio.gather(*(client(w, http) for w in range(clients)))
         elapsed = time.monotonic() - start
-    return done / elapsed, done
+        health = (await http.get(url.rsplit("/", 1)[0] + "/health")).json()
+    return done / elapsed, done, health
 
 
 def server_throughput(corpus: Path, index: Path, batching: bool, queries: list[str],
-                      clients: int, seconds: float) -> tuple[float, int]:
+                      clients: int, seconds: float, threads: int) -> tuple[float, int, dict]:
     args = ["--index", str(index), "--corpus", str(corpus), "--log-level", "warning"]
     if not batching:
         args.append("--no-batching")
-    with start_server_process(args) as handle:
+    env = {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    with start_server_process(args, env=env) as handle:
         return asyncio.run(_throughput(handle.retrieve_url, queries, clients, seconds))
 
 
@@ -111,6 +126,8 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
     q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
     flat = faiss.IndexFlatIP(tiled.shape[1])
     flat.add(tiled)
+    served = DenseIndex(flat, {"index_type": "Flat"}, index)  # the server's search path
+    defaults = DenseIndex(flat, {"index_type": "Flat"}, index, blas_threshold=None)  # faiss's own settings
 
     def numpy_search(queries: np.ndarray) -> np.ndarray:
         scores = queries @ tiled.T  # (n_queries, rows)
@@ -126,36 +143,75 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
             times.append(time.perf_counter() - start)
         return min(times), out
 
-    t_faiss, (_, ids_faiss) = best_of(lambda: flat.search(q, k), 2)
-    t_numpy, ids_numpy = best_of(lambda: numpy_search(q), 2)
-    t_faiss_1, _ = best_of(lambda: flat.search(q[:1], k), 10)
+    t_faiss, (_, ids_faiss) = best_of(lambda: served.search(q, k), 3)
+    t_default, _ = best_of(lambda: defaults.search(q, k), 2)
+    t_numpy, ids_numpy = best_of(lambda: numpy_search(q), 3)
+    t_faiss_1, _ = best_of(lambda: served.search(q[:1], k), 10)
     t_numpy_1, _ = best_of(lambda: numpy_search(q[:1]), 10)
-    return {"faiss": t_faiss, "numpy": t_numpy, "faiss_1": t_faiss_1, "numpy_1": t_numpy_1,
-            "agree": float(np.mean(ids_faiss == ids_numpy))}
+    return {"faiss": t_faiss, "faiss_default": t_default, "numpy": t_numpy, "faiss_1": t_faiss_1,
+            "numpy_1": t_numpy_1, "agree": float(np.mean(ids_faiss == ids_numpy))}
+
+
+def encoder_cost_per_query(queries: list[str], threads: int) -> dict[int, float]:
+    """Seconds per query when the encoder gets 1 or 16 queries per call: the most batching can
+    gain on the encoder side (the rest of a request's cost is HTTP and JSON)."""
+    import torch
+
+    from at2po_lib.retrieval.encoders import DenseEncoder
+
+    torch.set_num_threads(threads)
+    encoder = DenseEncoder(SPEC)
+    encoder.encode_queries(queries[:2])  # load + warm up
+    out = {}
+    for batch in (1, 16):
+        calls = 64 // batch
+        start = time.perf_counter()
+        for i in range(calls):
+            encoder.encode_queries(queries[i * batch : (i + 1) * batch])
+        out[batch] = (time.perf_counter() - start) / (calls * batch)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=8.0, help="measuring time per server mode")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measuring time per server mode")
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads for the server's torch/faiss and for the search comparison")
     args = parser.parse_args()
 
     started = time.monotonic()
     corpus, index = bench_index()
     queries = queries_from(corpus, 200)
-    print(f"index: Flat over {PASSAGES} wiki-18 passages, MiniLM (max length {SPEC.max_length}), CPU threads: {os.cpu_count()}")
+    print(f"index: Flat over {PASSAGES} wiki-18 passages, MiniLM (max length {SPEC.max_length}); "
+          f"{os.cpu_count()} CPUs, {args.threads} compute thread(s) per process")
 
-    t = faiss_vs_numpy(index)
-    print(f"exact top-10 over {ROWS:,} x 384 embeddings: 64 queries: faiss IndexFlatIP {t['faiss'] * 1000:.0f} ms, "
-          f"NumPy brute force {t['numpy'] * 1000:.0f} ms; 1 query: faiss {t['faiss_1'] * 1000:.1f} ms, "
-          f"NumPy {t['numpy_1'] * 1000:.1f} ms; identical top-10 ids: {t['agree']:.3f}")
+    try:  # faiss's OpenMP and NumPy's BLAS alike (threadpoolctl comes with scikit-learn)
+        from threadpoolctl import threadpool_limits
+
+        limiter = threadpool_limits(limits=args.threads)
+    except ImportError:
+        limiter = contextlib.nullcontext()
+    with limiter:
+        t = faiss_vs_numpy(index)
+    print(f"exact top-10 over {ROWS:,} x 384 embeddings: 64 queries: faiss IndexFlatIP {t['faiss'] * 1000:.0f} ms "
+          f"(with faiss's default BLAS threshold {t['faiss_default'] * 1000:.0f} ms), NumPy brute force "
+          f"{t['numpy'] * 1000:.0f} ms; 1 query: faiss {t['faiss_1'] * 1000:.1f} ms, NumPy {t['numpy_1'] * 1000:.1f} ms; "
+          f"identical top-10 ids: {t['agree']:.3f}")
     print(f"faiss speed-up over NumPy brute force: {t['numpy'] / t['faiss']:.2f}x (64 queries), "
           f"{t['numpy_1'] / t['faiss_1']:.2f}x (1 query)")
 
-    plain, n_plain = server_throughput(corpus, index, False, queries, args.clients, args.seconds)
-    batched, n_batched = server_throughput(corpus, index, True, queries, args.clients, args.seconds)
+    cost = encoder_cost_per_query(queries, args.threads)
+    print(f"encoder alone: {cost[1] * 1000:.1f} ms per query one at a time, {cost[16] * 1000:.1f} ms per query "
+          f"in calls of 16 (encoder-side ceiling for batching: {cost[1] / cost[16]:.2f}x)")
+    plain, n_plain, h_plain = server_throughput(corpus, index, False, queries, args.clients, args.seconds, args.threads)
+    batched, n_batched, h_batched = server_throughput(corpus, index, True, queries, args.clients, args.seconds, args.threads)
     print(f"/retrieve, {args.clients} concurrent clients, single-query requests, {args.seconds:.0f} s each: "
           f"no batching {plain:.1f} req/s ({n_plain} requests), micro-batching {batched:.1f} req/s ({n_batched} requests)")
+    for name, h in (("no batching", h_plain), ("micro-batching", h_batched)):
+        calls, searched = max(h["search_calls"], 1), max(h["queries_searched"], 1)
+        print(f"  server side, {name}: {searched / calls:.1f} queries per encoder+faiss call, "
+              f"{h['search_seconds'] / searched * 1000:.1f} ms of search per query")
     print(f"total benchmark time: {time.monotonic() - started:.0f} s")
     print(f"batching speed-up (/retrieve throughput, {args.clients} clients, batched / unbatched): {batched / plain:.2f}x")
 

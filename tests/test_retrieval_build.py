@@ -79,3 +79,13 @@ def test_command_line(isolated_outputs, tmp_path, capsys):
     assert "bm25 index (1000 passages)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--corpus", str(FIXTURE)])  # no --out
+
+
+def test_importing_the_package_loads_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, at2po_lib.retrieval as r; r.Retriever; r.recall_at_k; "
+            "heavy = [m for m in ('torch', 'faiss', 'transformers', 'bm25s', 'fastapi') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from at2po_lib.retrieval.base import Retriever
-from at2po_lib.retrieval.evaluate import recall_at_k, recall_table, retrieved_ids
+from at2po_lib.retrieval.evaluate import (
+    example_hits,
+    first_hop_ids,
+    recall_at_k,
+    recall_for_datasets,
+    recall_table,
+    retrieved_ids,
+)
 
 
 def test_hand_computed_recall():
@@ -74,3 +81,30 @@ def test_retrieved_ids_and_recall_table():
         {"retriever": "words", "k": 1, "recall": 0.5},
         {"retriever": "words", "k": 2, "recall": 1.0},
     ]
+
+
+ROWS = [
+    {"id": "q1", "question": "apple colour", "metadata": {"supporting_ids": ["2", "3"], "hop_queries": ["green apple", "x"]}},
+    {"id": "q2", "question": "car", "metadata": {"supporting_ids": ["3"], "hop_queries": ["red car"]}},
+]
+
+
+def test_recall_for_datasets_uses_the_first_hop():
+    retriever = ListRetriever({"1": "red apple", "2": "green apple", "3": "red car"})
+    table = recall_for_datasets({"words": retriever}, {"toy": ROWS}, ks=(1, 2), queries=("question", "hop_query"))
+    got = {(r["query"], r["k"]): r["recall"] for r in table.to_dict("records")}
+    # question: "apple colour" → ["1","2"]; first hop "2" at rank 2. "car" → ["3"] hit at rank 1.
+    # hop_query: "green apple" → ["1","2"] (corpus order); "red car" → ["1","3"] ("3" at rank 2).
+    assert got == {("question", 1): 0.5, ("question", 2): 1.0, ("hop_query", 1): 0.0, ("hop_query", 2): 1.0}
+    assert set(table["questions"]) == {2} and set(table["dataset"]) == {"toy"}
+
+
+def test_example_hits_marks_the_supporting_passage():
+    retriever = ListRetriever({"1": '"Red"\nred apple', "3": '"Car"\nred car'})
+    table = example_hits({"words": retriever}, ROWS[1:], k=2)
+    assert table[["rank", "title", "supporting"]].to_dict("records") == [{"rank": 1, "title": "Car", "supporting": True}]
+
+
+def test_rows_without_supporting_ids_are_rejected():
+    with pytest.raises(ValueError, match="row 'x': no metadata.supporting_ids"):
+        first_hop_ids({"id": "x", "question": "q"})

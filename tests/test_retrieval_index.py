@@ -125,6 +125,21 @@ def test_flat_matches_numpy_brute_force(built, flat_retriever):
     assert got == expected.tolist()  # fixture ids equal row numbers
 
 
+def test_batched_flat_search_through_blas_is_exact_and_leaves_faiss_settings_alone(built, flat_retriever):
+    import faiss
+
+    embeddings = np.concatenate([np.load(shard_path(built["shards"], s)) for s in range(3)])
+    rng = np.random.default_rng(0)
+    queries = embeddings[rng.choice(N, 40, replace=False)] + rng.normal(0, 0.05, (40, embeddings.shape[1]))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    before = faiss.cvar.distance_compute_blas_threshold
+    scores, rows = flat_retriever.index.search(queries, 5)  # 40 queries >= 16: the BLAS path
+    assert faiss.cvar.distance_compute_blas_threshold == before
+    expected = np.argsort(-(queries @ embeddings.T), axis=1)[:, :5]
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ embeddings.T, expected, axis=1), atol=1e-5)
+
+
 def test_topk_larger_than_corpus_and_empty_inputs(flat_retriever):
     assert len(flat_retriever.search(["x"], topk=500)[0]) == N
     assert flat_retriever.search([], topk=3) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from at2po_lib.prompts import invalid_action_message, render_observation, tool_limit_notice
 from at2po_lib.rollout.agent import SearchEnv, rollout_chains
@@ -20,6 +21,7 @@ from at2po_lib.rollout.trees import rollout_trees
 def toy(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
+        torch.set_num_threads(1)  # a tiny model on shared cores: one thread is fastest
         yield ToySetup("smoke", seed=0)
 
 
@@ -123,7 +125,7 @@ class RecordingBackend(HFBackend):
 
 def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
     cfg = toy.cfg.rollout
-    questions, golden = toy.questions(2)
+    questions, golden = toy.questions(6)
     backend = RecordingBackend(toy.model, toy.tokenizer, SamplingSpec(temperature=1.0),
                                ("</search>", "</answer>"), seed=0)
     trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,

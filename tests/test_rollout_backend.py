@@ -20,6 +20,7 @@ STOPS = ("</search>", "</answer>")
 
 @pytest.fixture(scope="module")
 def tokenizer(fixtures_dir):
+    torch.set_num_threads(1)  # a tiny model on shared cores: one thread is fastest
     lines = (fixtures_dir / "wiki18_sample.jsonl").read_text().splitlines()[:150]
     return train_tokenizer([json.loads(x)["contents"] for x in lines], vocab_size=500)
 

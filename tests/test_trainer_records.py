@@ -122,3 +122,52 @@ def test_finished_run_is_recognised_by_config_hash(tmp_path):
     assert not records.is_finished(run, records.config_hash({"a": 2}))
     records.clear_run(run)
     assert not run.done.exists()
+
+
+# ----------------------------------------------------------------------------- reporting
+def _synthetic_records():
+    import pandas as pd
+
+    metrics = pd.DataFrame([{"method": m, "seed": s, "step": t, "reward": 0.1 * t + s,
+                             "entropy": 1.0 - 0.1 * t, "clip_frac": 0.01}
+                            for m in ("grpo", "at2po") for s in (0, 1) for t in range(1, 5)])
+    evals = pd.DataFrame([{"method": m, "seed": 0, "step": t, "dataset": "tiny_hotpotqa",
+                           "em": 0.3 + 0.05 * t} for m in ("grpo", "at2po") for t in (0, 2, 4)])
+    return metrics, evals
+
+
+def test_plots_return_figures_without_writing(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from at2po_lib import reporting
+
+    monkeypatch.chdir(tmp_path)
+    metrics, evals = _synthetic_records()
+    fig, axes = reporting.plot_training_curves(metrics, ["reward", "entropy", "missing"])
+    assert len(axes) == 2  # unknown columns are skipped
+    assert [line.get_label() for line in axes[0].get_lines()] == ["grpo", "at2po"]
+    # mean over the two seeds: reward at step 1 = (0.1 + 1.1) / 2 = 0.6
+    assert axes[0].get_lines()[0].get_ydata()[0] == pytest.approx(0.6)
+    fig, axes = reporting.plot_figure3(metrics, evals, "tiny_hotpotqa")
+    assert len(axes) == 2
+    with pytest.raises(ValueError, match="no validation rows"):
+        reporting.plot_validation_em(evals, "tiny_nq")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_table1_frame_mean_and_std_over_seeds():
+    import pandas as pd
+
+    from at2po_lib import reporting
+
+    finals = pd.DataFrame([
+        {"method": "grpo", "seed": 0, "dataset": "tiny_nq", "em": 0.40},
+        {"method": "grpo", "seed": 1, "dataset": "tiny_nq", "em": 0.50},
+        {"method": "at2po", "seed": 0, "dataset": "tiny_nq", "em": 0.60},
+    ])
+    table = reporting.table1_frame(finals)
+    # mean 45.0, sample std of (40, 50) = 7.07
+    assert table.loc["grpo", "tiny_nq"] == "45.0 ± 7.1"
+    assert table.loc["at2po", "tiny_nq"] == "60.0"
+    assert list(table.index) == ["grpo", "at2po"] and table.loc["grpo", "seeds"] == 2

@@ -35,6 +35,7 @@ _EXPORTS = {
     "HTTPRetriever": ".client",
     "start_server": ".server", "start_server_process": ".server", "create_app": ".server",
     "recall_at_k": ".evaluate", "recall_table": ".evaluate", "retrieved_ids": ".evaluate",
+    "recall_for_datasets": ".evaluate", "example_hits": ".evaluate", "first_hop_ids": ".evaluate",
 }
 
 __all__ = sorted(_EXPORTS)

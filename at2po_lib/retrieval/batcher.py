@@ -47,7 +47,7 @@ class MicroBatcher:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self.batches = 0
-        """Search calls made so far (a test and the benchmark read it)."""
+        """Search calls made so far (a test reads it)."""
 
     def start(self) -> None:
         """Start the background task (call from inside the running event loop)."""

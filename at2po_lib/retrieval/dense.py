@@ -158,13 +158,27 @@ def find_faiss_file(index_dir: Path) -> Path:
     raise RetrievalError(f"{index_dir}: no {INDEX_FILE} and not exactly one *.index file (found: {found})")
 
 
-class DenseIndex:
-    """A loaded faiss index and its metadata; ``search`` takes vectors, returns rows."""
+BLAS_THRESHOLD = 16
+"""Batches of at least this many queries go through faiss's BLAS path (see DenseIndex)."""
 
-    def __init__(self, index: Any, meta: dict[str, Any], source: Path) -> None:
+
+class DenseIndex:
+    """A loaded faiss index and its metadata; ``search`` takes vectors, returns rows.
+
+    Exact (Flat) search of a batch of queries: faiss 1.15 only uses its BLAS matrix-product path
+    from 128,000 queries up (``faiss.cvar.distance_compute_blas_threshold``); below that it scans
+    the whole index once per query. ``search`` lowers the threshold to ``blas_threshold`` for the
+    duration of the call (faiss's global setting is restored), because a batched server sends
+    tens to hundreds of queries at once. Measured on 2 CPU cores, one thread, 50,000 × 384
+    vectors: 64 queries took 926 ms by scans and 235 ms through BLAS; 256 queries 3.8 s and 0.7 s.
+    """
+
+    def __init__(self, index: Any, meta: dict[str, Any], source: Path,
+                 blas_threshold: int | None = BLAS_THRESHOLD) -> None:
         self.index = index
         self.meta = meta
         self.source = source
+        self.blas_threshold = blas_threshold
 
     @classmethod
     def load(cls, index_dir: str | Path, *, use_gpu: bool | str = "auto",
@@ -209,7 +223,17 @@ class DenseIndex:
         k = min(k, self.ntotal)
         if hasattr(self.index, "hnsw"):
             self.index.hnsw.efSearch = max(self.index.hnsw.efSearch, k)
-        return self.index.search(vectors, k)
+            return self.index.search(vectors, k)
+        if self.blas_threshold is None:
+            return self.index.search(vectors, k)
+        import faiss
+
+        previous = faiss.cvar.distance_compute_blas_threshold
+        faiss.cvar.distance_compute_blas_threshold = self.blas_threshold
+        try:
+            return self.index.search(vectors, k)
+        finally:
+            faiss.cvar.distance_compute_blas_threshold = previous
 
 
 class DenseRetriever(Retriever):

@@ -70,3 +70,67 @@ def recall_table(
         for k, value in recall_at_k(ranked, relevant, ks).items():
             rows.append({"retriever": name, "k": k, "recall": value})
     return pd.DataFrame(rows)
+
+
+def first_hop_ids(row: dict[str, Any]) -> list[str]:
+    """The passage a question's first search should find: ``metadata.supporting_ids[0]``
+    (for a single-hop question, its only supporting passage)."""
+    try:
+        supporting = row["metadata"]["supporting_ids"]
+    except (KeyError, TypeError):
+        raise ValueError(f"row {row.get('id')!r}: no metadata.supporting_ids (TinyWorld rows have them)") from None
+    if not supporting:
+        raise ValueError(f"row {row.get('id')!r}: metadata.supporting_ids is empty")
+    return [str(supporting[0])]
+
+
+def row_query(row: dict[str, Any], query: str) -> str:
+    """``question`` (what the agent is asked) or ``hop_query`` (the ideal first search,
+    ``metadata.hop_queries[0]``)."""
+    if query == "question":
+        return row["question"]
+    if query == "hop_query":
+        return row["metadata"]["hop_queries"][0]
+    raise ValueError(f"query must be 'question' or 'hop_query', got {query!r}")
+
+
+def recall_for_datasets(
+    retrievers: dict[str, Retriever],
+    rows_by_dataset: dict[str, Sequence[dict[str, Any]]],
+    ks: Sequence[int] = (1, 3, 5, 10),
+    queries: Sequence[str] = ("question",),
+) -> Any:
+    """Tidy ``DataFrame`` (``dataset, query, retriever, k, recall, questions``): recall@k of the
+    first-hop supporting passage for every dataset, retriever and query kind."""
+    import pandas as pd
+
+    frames = []
+    for dataset, rows in rows_by_dataset.items():
+        relevant = [first_hop_ids(r) for r in rows]
+        for query in queries:
+            texts = [row_query(r, query) for r in rows]
+            table = recall_table(retrievers, texts, relevant, ks)
+            frames.append(table.assign(dataset=dataset, query=query, questions=len(rows)))
+    columns = ["dataset", "query", "retriever", "k", "recall", "questions"]
+    return pd.concat(frames, ignore_index=True)[columns]
+
+
+def example_hits(retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]], k: int = 3) -> Any:
+    """One line per (question, retriever, rank): title of the hit, score, and whether it is the
+    first-hop supporting passage, for showing examples."""
+    import pandas as pd
+
+    from .corpus import split_contents
+
+    records = []
+    for name, retriever in retrievers.items():
+        hits = retriever.search([r["question"] for r in rows], topk=k)
+        for row, query_hits in zip(rows, hits):
+            gold = set(first_hop_ids(row))
+            for rank, hit in enumerate(query_hits, start=1):
+                records.append({
+                    "question": row["question"], "retriever": name, "rank": rank,
+                    "title": split_contents(hit["document"]["contents"])[0],
+                    "score": round(hit["score"], 3), "supporting": hit["document"]["id"] in gold,
+                })
+    return pd.DataFrame(records)

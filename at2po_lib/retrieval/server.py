@@ -7,7 +7,9 @@
   (Search-R1's own server crashes on this path; here it works.)
 - ``topk: null`` or missing → the server's default (3).
 
-``GET /health`` → ``{"status": "ok", "passages", "index_type", "encoder", "method", "batching", ...}``.
+``GET /health`` → ``{"status": "ok", "passages", "index_type", "encoder", "method", "batching",
+"search_calls", "queries_searched", "search_seconds", ...}`` (the counters show how well
+requests are being batched: ``queries_searched / search_calls``).
 
 Bad requests get a 4xx with a message and the server keeps serving: a body that is not JSON or
 has wrong types/missing ``queries`` (422), an empty query list, ``topk`` outside
@@ -96,7 +98,18 @@ def create_app(
     passages = int(info.get("passages") or 0) or None
     topk_cap = min(limits.max_topk, passages) if passages else limits.max_topk
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval")
-    batcher = MicroBatcher(retriever.search, executor, max_wait_s=max_wait_ms / 1000,
+    stats = {"search_calls": 0, "queries_searched": 0, "search_seconds": 0.0}
+
+    def search(queries: list[str], topk: int) -> list:
+        """The one place the index is searched (in the worker thread); counts for /health."""
+        start = time.perf_counter()
+        hits = retriever.search(queries, topk)
+        stats["search_calls"] += 1
+        stats["queries_searched"] += len(queries)
+        stats["search_seconds"] += time.perf_counter() - start
+        return hits
+
+    batcher = MicroBatcher(search, executor, max_wait_s=max_wait_ms / 1000,
                            max_batch_queries=max_batch_queries)
 
     @contextlib.asynccontextmanager
@@ -134,7 +147,7 @@ def create_app(
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", **info, "batching": batching, "default_topk": default_topk,
-                "limits": asdict(limits)}
+                "limits": asdict(limits), **stats}
 
     @app.post("/retrieve")
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
@@ -152,7 +165,7 @@ def create_app(
             if batching:
                 hits = await batcher.submit(queries, topk)
             else:
-                hits = await asyncio.get_running_loop().run_in_executor(executor, retriever.search, queries, topk)
+                hits = await asyncio.get_running_loop().run_in_executor(executor, search, queries, topk)
         except Exception as exc:  # the server stays up; the client sees why
             return error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
         if body.return_scores:

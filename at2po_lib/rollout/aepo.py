@@ -37,8 +37,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .agent import (Chain, RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees,
+from .agent import (STOP_SEQUENCES, Chain, RewardFn, RolloutState, init_state, make_trees,
                     run_chains, score_trees, start_chain)
+from .agent import SearchEnv
 from .backends import TurnBackend, TurnResult, make_backend
 from .structures import ROOT, Node, RolloutTree
 
@@ -58,9 +59,9 @@ def branch_probability(u: float, h_now: float, h_init: float, consecutive: int,
 class AEPOBrancher:
     """The ``on_round`` hook of :func:`~.agent.run_chains` that implements AEPO's branching."""
 
-    def __init__(self, trees: Sequence[RolloutTree], root_boxes, rollout_cfg, vocab_size: int,
-                 budget: int, initial: int, rng: np.random.Generator) -> None:
-        self.trees, self.root_boxes, self.cfg = trees, root_boxes, rollout_cfg
+    def __init__(self, trees: Sequence[RolloutTree], state: RolloutState, rollout_cfg,
+                 vocab_size: int, budget: int, initial: int, rng: np.random.Generator) -> None:
+        self.trees, self.state, self.cfg = trees, state, rollout_cfg
         self.vocab_size, self.budget, self.rng = vocab_size, budget, rng
         self.rollouts = [initial] * len(trees)
         self.consecutive = [0] * len(trees)
@@ -89,14 +90,16 @@ class AEPOBrancher:
                                               cfg.aepo_entropy_weight, cfg.aepo_branch_penalty)
                     if prob < cfg.aepo_branch_threshold:
                         continue
-                    new.append(start_chain(chain.tree, t, last.id, self.round, chain.box))
+                    source = chain.box if self.state.share_prefixes else None
+                    new.append(start_chain(chain.tree, t, last.id, self.round, source))
                     made += 1
             if made:
                 self.rollouts[t] += made
                 grew.add(t)
         for t, tree in enumerate(self.trees):
             if t not in by_tree and self.rollouts[t] < self.budget:
-                new.append(start_chain(tree, t, ROOT, self.round, self.root_boxes[t]))
+                new.append(start_chain(tree, t, ROOT, self.round,
+                                       self.state.box_for_context_of(t, ROOT)))
                 self.rollouts[t] += 1
                 grew.add(t)
         for t in range(len(self.trees)):
@@ -108,7 +111,8 @@ def rollout_aepo(model, tokenizer, template, retriever, questions: Sequence[str]
                  golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
                  budget: int | None = None, initial: int | None = None, seed: int = 0,
                  prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
-                 reward_fn: RewardFn | None = None) -> list[RolloutTree]:
+                 reward_fn: RewardFn | None = None,
+                 share_prefixes: bool = True) -> list[RolloutTree]:
     """AEPO rollouts: exactly ``budget`` (default ``rollout_cfg.aepo_budget``) leaves per
     question, grown by entropy-triggered branching from ``initial`` chains."""
     budget = budget if budget is not None else rollout_cfg.aepo_budget
@@ -118,10 +122,10 @@ def rollout_aepo(model, tokenizer, template, retriever, questions: Sequence[str]
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
     backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
     trees = make_trees(env, questions, golden_answers, prompt_ids)
-    state = init_state(backend, trees)
-    brancher = AEPOBrancher(trees, state.root_boxes, rollout_cfg, len(tokenizer.get_vocab()),
+    state = init_state(backend, trees, share_prefixes)
+    brancher = AEPOBrancher(trees, state, rollout_cfg, len(tokenizer.get_vocab()),
                             budget, initial, np.random.default_rng(seed))
-    chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i])
+    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
               for i, t in enumerate(trees) for _ in range(initial)]
     run_chains(backend, env, chains, state, on_round=brancher)
     if golden_answers is not None:

@@ -37,7 +37,7 @@ others (``tiny``, ``searchr1``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..actions import Action, parse_action
 from ..prompts import (PromptTemplate, build_messages, get_template, invalid_action_message,
@@ -146,9 +146,13 @@ class RolloutState:
 
     boxes: dict[tuple[int, int], PrefixBox] = field(default_factory=dict)
     root_boxes: dict[int, PrefixBox] = field(default_factory=dict)
+    share_prefixes: bool = True
 
-    def box_for_context_of(self, tree_index: int, node_id: int) -> PrefixBox:
-        """A box whose sequence starts with the context of ``node_id``'s turn."""
+    def box_for_context_of(self, tree_index: int, node_id: int) -> PrefixBox | None:
+        """A box whose sequence starts with the context of ``node_id``'s turn (None when
+        prefixes are not shared between chains)."""
+        if not self.share_prefixes:
+            return None
         if node_id == ROOT:
             return self.root_boxes[tree_index]
         return self.boxes[(tree_index, node_id)]
@@ -261,10 +265,17 @@ def make_trees(env: SearchEnv, questions: Sequence[str],
             for i, (pid, q, g) in enumerate(zip(ids, questions, golden))]
 
 
-def init_state(backend: TurnBackend, trees: Sequence[RolloutTree]) -> RolloutState:
-    """Prefill every prompt once; all chains of a prompt then share its KV prefix."""
-    state = RolloutState()
-    for i, prefix in enumerate(backend.prefill([t.prompt_ids for t in trees])):
+def init_state(backend: TurnBackend, trees: Sequence[RolloutTree],
+               share_prefixes: bool = True) -> RolloutState:
+    """Prefill every prompt once; all chains of a prompt then share its KV prefix.
+
+    ``share_prefixes=False`` (benchmarks) gives every new chain an empty cache instead: a chain
+    still reuses its own cache from turn to turn, but the prompt and, for a branch, the
+    ancestor's context are recomputed.
+    """
+    state = RolloutState(share_prefixes=share_prefixes)
+    prefixes = backend.prefill([t.prompt_ids for t in trees]) if share_prefixes else [None] * len(trees)
+    for i, prefix in enumerate(prefixes):
         state.root_boxes[i] = PrefixBox(prefix)
     return state
 

@@ -18,7 +18,9 @@ Per tree, :func:`tree_arrays` gives numpy arrays over nodes (node 0 = root)::
 
     prompt_ids, completion_ids, completion_mask (1 = sampled token), turn_node (node id per
     completion token, -1 on observation tokens), old_logps (log-prob at the sampling
-    temperature, 0 where the mask is 0), reward, tree_id (position of the tree in the batch),
+    temperature, 0 where the mask is 0), token_entropy (exact entropy of the sampling
+    distribution per token, 0 where the mask is 0, NaN from vLLM; AEPO's entropy-aware
+    advantage can use it), reward, tree_id (position of the tree in the batch),
     prompt_id (the caller's prompt id), leaf_node
 
 :func:`tree_table` gives one pandas row per node (prompt_id, node, parent, depth, round,
@@ -80,15 +82,17 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
     rows = []
     for tree_id, tree in enumerate(trees):
         for leaf in tree.leaves():
-            completion, mask, turn_node, logps = [], [], [], []
+            completion, mask, turn_node, logps, entropies = [], [], [], [], []
             for n in (tree.nodes[i] for i in tree.path(leaf)):
                 completion += n.token_ids + n.obs_ids
                 mask += [1] * len(n.token_ids) + [0] * len(n.obs_ids)
                 turn_node += [n.id] * len(n.token_ids) + [-1] * len(n.obs_ids)
                 logps += list(n.logps) + [0.0] * len(n.obs_ids)
+                entropies += list(n.entropies) + [0.0] * len(n.obs_ids)
             rows.append({
                 "prompt_ids": list(tree.prompt_ids), "completion_ids": completion,
                 "completion_mask": mask, "turn_node": turn_node, "old_logps": logps,
+                "token_entropy": entropies,
                 "reward": float(tree.nodes[leaf].reward), "tree_id": tree_id,
                 "prompt_id": tree.prompt_index, "leaf_node": leaf,
             })
@@ -112,6 +116,27 @@ def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:
             "reward": n.reward if n.is_leaf else np.nan, "tool_calls": n.tool_calls,
         })
     return records
+
+
+def trajectory_table(trajectory, decode) -> pd.DataFrame:
+    """One row per segment of a trajectory: each model turn (mask 1) and each observation /
+    notice / corrective message (mask 0), with its token count and text (``decode(ids)``)."""
+    import pandas as pd
+
+    records, start = [], 0
+    ids, mask, turn_ids = trajectory.completion_ids, trajectory.completion_mask, trajectory.turn_ids
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or mask[end] != mask[start] or turn_ids[end] != turn_ids[start]:
+            turn = trajectory.turns[turn_ids[start]] if mask[start] else None
+            records.append({
+                "segment": "turn" if mask[start] else "environment", "tokens": end - start,
+                "loss_mask": mask[start], "action": getattr(turn.action, "kind", None) if turn else None,
+                "entropy_nll": turn.entropy_nll if turn else None,
+                "entropy_exact": turn.entropy_exact if turn else None,
+                "text": decode(ids[start:end]),
+            })
+            start = end
+    return pd.DataFrame.from_records(records)
 
 
 def tree_table(trees: Sequence[RolloutTree]) -> pd.DataFrame:

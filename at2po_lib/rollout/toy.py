@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from .backends import BackendStats, TurnRequest, TurnResult
 
-DEFAULT_TAG_BIAS = {"<search>": 3.5, "</search>": 3.0, "<answer>": 2.0, "</answer>": 2.5}
+DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
 
 def tag_biased_policy(tokenizer, policy_cfg=None, seed: int = 0,
@@ -64,6 +64,7 @@ class ScriptedBackend:
             [tokenizer.eos_token] if tokenizer.eos_token else [])
         self.stats = BackendStats()
         self.requests: list[TurnRequest] = []
+        self.results: list[TurnResult] = []
 
     def prefill(self, contexts):
         return [None] * len(contexts)
@@ -82,6 +83,7 @@ class ScriptedBackend:
             ents = [self.rng.uniform(0.01, 3.0) for _ in cut]
             out.append(TurnResult(token_ids=cut, logps=logps, entropies=ents,
                                   topk_entropies=list(ents), stopped=stopped))
+            self.results.append(out[-1])
             self.stats.generated_tokens += len(cut)
         self.stats.turns += len(requests)
         return out

@@ -106,7 +106,11 @@ def pick_nodes(tree: RolloutTree, expansion: str, k: int, alpha: float, estimate
     parent = np.array([n.parent for n in tree.nodes])
     is_leaf = np.array([n.is_leaf for n in tree.nodes])
     if expansion == "entropy":
-        picked = select_entropy(node_entropy(tree, estimate), parent, is_leaf, k, alpha)
+        entropy = node_entropy(tree, estimate)
+        if np.isnan(entropy).any():
+            raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
+                             "backend has no full distributions (vLLM); use 'sampled_nll'")
+        picked = select_entropy(entropy, parent, is_leaf, k, alpha)
     elif expansion == "random":
         picked = select_random(is_leaf, k, rng)
     else:
@@ -178,12 +182,16 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
                   golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
                   expansion: str | None = None, num_chains: int | None = None, seed: int = 0,
                   prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
-                  reward_fn: RewardFn | None = None) -> list[RolloutTree]:
+                  reward_fn: RewardFn | None = None,
+                  share_prefixes: bool = True) -> list[RolloutTree]:
     """One tree per question; leaves scored with the reward function when golden answers
     are given.
 
     expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style), ``random``
     (Tree-GRPO) or ``entropy`` (AT2PO); default ``rollout_cfg.expansion``.
+    prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
+    share_prefixes: start new chains from the cached prompt / ancestor context (default);
+    False recomputes them (benchmarks compare the two).
     """
     expansion = expansion or rollout_cfg.expansion
     if expansion not in EXPANSIONS:
@@ -193,9 +201,9 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
     rng = np.random.default_rng(seed)
     trees = make_trees(env, questions, golden_answers, prompt_ids)
-    state = init_state(backend, trees)
+    state = init_state(backend, trees, share_prefixes)
     first = expected_leaves(expansion, rollout_cfg, num_chains) if expansion == "chain" else rollout_cfg.tree_m
-    chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i])
+    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
               for i, t in enumerate(trees) for _ in range(first)]
     run_chains(backend, env, chains, state)
     rounds = 0 if expansion == "chain" else rollout_cfg.tree_l

@@ -62,8 +62,20 @@ class SearchAgent:
         num_leaves = args.num_generations if args.tree_expansion in ("chain", "aepo") else None
         trees = rollout(policy, self.tokenizer, self.template, self.retriever, questions, golden,
                         cfg, expansion=args.tree_expansion, num_leaves=num_leaves, seed=seed,
-                        prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn)
+                        prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
+                        backend=turn_backend(policy, self.tokenizer, cfg, seed))
         return to_rollout_batch(trees, cfg.entropy_estimate)
+
+
+def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False):
+    """A vLLM turn backend around the trainer's colocated engine (``policy`` is a
+    ``vllm.LLM``), or None: the rollout then builds its Hugging Face backend from ``policy``."""
+    if rollout_cfg.backend != "vllm":
+        return None
+    from ..rollout import STOP_SEQUENCES, make_backend
+
+    return make_backend(None, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed, greedy=greedy,
+                        llm=policy)
 
 
 def _field(row: dict[str, Any], name: str, index: int) -> Any:

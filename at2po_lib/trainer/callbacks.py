@@ -46,6 +46,7 @@ METRIC_KEYS: dict[str, str] = {
     "model_tokens_per_trajectory": "completions/mean_length",
     "num_tokens": "num_tokens",
     "dynamic_sampling_rounds": "rollout/dynamic_sampling_rounds",
+    "dynamic_sampling_kept": "rollout/dynamic_sampling_kept",
     "adv_abs_mean": "advantages/abs_mean",
     "loss": "loss",
     "grad_norm": "grad_norm",

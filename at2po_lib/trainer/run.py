@@ -114,6 +114,8 @@ def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
         tree_m=rollout.tree_m, tree_l=rollout.tree_l, tree_k=rollout.tree_k,
         tree_alpha=rollout.tree_alpha, tree_aepo_beam=rollout.aepo_beam,
     )
+    if train.use_vllm:
+        fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens
     fields.update(get_method(method).overrides)
     fields.update(overrides or {})
     expansion = fields.get("tree_expansion", "entropy")
@@ -147,6 +149,27 @@ def _no_accelerator() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
+                 columns: Sequence[str] = ("tree_expansion", "credit_advantage", "credit_value",
+                                           "loss_level", "epsilon", "epsilon_high", "beta",
+                                           "loss_type", "leaves_per_prompt", "updates_per_step",
+                                           "temperature", "learning_rate")):
+    """What each method resolves to on a profile (one row per method; notebook 04)."""
+    import pandas as pd
+
+    rows = {}
+    for method in methods:
+        if not get_method(method).trains:
+            rows[method] = {c: "" for c in columns}
+            continue
+        fields = trainer_fields(profile_cfg, method, 0, world_size=1)
+        fields["leaves_per_prompt"] = leaves_per_prompt(profile_cfg, fields["tree_expansion"])
+        fields["updates_per_step"] = fields["logging_steps"]
+        fields.setdefault("credit_value", "entropy_softmax")
+        rows[method] = {c: fields.get(c, "") for c in columns}
+    return pd.DataFrame(rows).T
 
 
 def build_training_args(profile_cfg: ProfileConfig, method: str, seed: int, output_dir: Path,
@@ -218,19 +241,30 @@ class Validator:
         import pandas as pd
         from accelerate.utils import gather_object
 
-        from ..evaluation import questions_frame, summarise
-        from ..prompts import get_template
+        from ..evaluation import dataset_group, score_rows, summarise
+        from ..rollout import rollout_chains
+        from .agent import turn_backend
 
         acc = self.trainer.accelerator
-        template = get_template(self.cfg.policy.template)
+        tokenizer = self.trainer.processing_class
         frames = []
         with self.trainer.policy_for_generation(sync=True) as policy:
+            backend = turn_backend(policy, tokenizer, self.cfg.rollout, seed=0, greedy=True)
             for dataset, rows in self.rows.items():
                 shard = rows[acc.process_index::acc.num_processes]
+                trajectories = []
+                for start in range(0, len(shard), self.cfg.eval.batch_size):
+                    batch = shard[start:start + self.cfg.eval.batch_size]
+                    trajectories += rollout_chains(policy, tokenizer, self.cfg.policy.template,
+                                                   self.retriever, [r["question"] for r in batch],
+                                                   self.cfg.rollout, greedy=True, backend=backend)
                 if shard:
-                    frames.append(questions_frame(policy, self.trainer.processing_class, template,
-                                                  self.retriever, shard, self.cfg, dataset))
-        frames = [f for f in gather_object(frames) if len(f)] if acc.num_processes > 1 else frames
+                    frame = score_rows(shard, trajectories)
+                    frame.insert(0, "group", dataset_group(dataset))
+                    frame.insert(0, "dataset", dataset)
+                    frames.append(frame)
+        if acc.num_processes > 1:
+            frames = [f for f in gather_object(frames) if len(f)]
         return summarise(pd.concat(frames, ignore_index=True), self.cfg.name, self.label,
                          self.seed)
 
@@ -297,8 +331,8 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         final = _evaluate_warmstart(cfg, method, seed, run)
         status = "evaluated"
     wall = time.time() - start + _previous_wall_time(run, checkpoint)
-    if final is not None:
-        records.mark_finished(run, digest, wall_time=wall, status=status)
+    records.mark_finished(run, digest, wall_time=wall, status=status,
+                          final_eval=str(run.final_eval) if final is not None else None)
     return TrainResult(run, status, wall, final)
 
 

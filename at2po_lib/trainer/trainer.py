@@ -150,7 +150,7 @@ class AT2POTrainer(GRPOTrainer):
             and ``id`` (``at2po_lib.data.to_trainer_rows``).
         processing_class: the policy's tokenizer.
         agent: the environment the rollout runs in: ``agent.sample(policy, rows, args, seed)``
-            returns a :class:`RolloutBatch` (see :func:`at2po_lib.trainer.run.make_agent`).
+            returns a :class:`RolloutBatch` (:class:`at2po_lib.trainer.agent.SearchAgent`).
         callbacks, peft_config: as in ``GRPOTrainer``.
     """
 
@@ -220,17 +220,20 @@ class AT2POTrainer(GRPOTrainer):
                 self._last_loaded_step = self.state.global_step
             yield self.vllm_generation.llm
             return
-        with unwrap_model_for_generation(
-            self.model_wrapped, self.accelerator,
-            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-        ) as unwrapped, torch.no_grad():
-            was_training = unwrapped.training
-            unwrapped.eval()
-            try:
-                yield unwrapped
-            finally:
-                unwrapped.train(was_training)
+        with warnings.catch_warnings():
+            # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` here.
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            with unwrap_model_for_generation(
+                self.model_wrapped, self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped, torch.no_grad():
+                was_training = unwrapped.training
+                unwrapped.eval()
+                try:
+                    yield unwrapped
+                finally:
+                    unwrapped.train(was_training)
 
     def _prompt_groups(self, inputs: list[dict]) -> list[dict]:
         """One input row per prompt group (TRL repeats each prompt ``num_generations`` times
@@ -299,7 +302,8 @@ class AT2POTrainer(GRPOTrainer):
         rounds = 1
         while missing and rounds < self.args.tree_dynamic_sampling_rounds:
             rng = np.random.default_rng(self.rollout_seed(step, rounds))
-            picks = rng.choice(len(self.train_dataset), size=missing, replace=False)
+            picks = rng.choice(len(self.train_dataset), size=missing,
+                               replace=missing > len(self.train_dataset))
             fresh = [self.train_dataset[int(i)] for i in picks]
             extra = self.agent.sample(policy, fresh, self.args, self.rollout_seed(step, rounds))
             good = [g for g in range(len(fresh)) if _group_has_signal(extra, g)]

@@ -1,0 +1,104 @@
+r"""The toy Table 1: every method of the paper's Table 1 trained on one profile, several seeds.
+
+    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0,1,2
+    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0 --methods react,grpo,at2po
+
+Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call (a finished run with the
+same configuration is reused). ``react`` is the warm-start policy evaluated as is; greedy
+evaluation is deterministic, so it runs for the first seed only. The table is tidy, one row per
+(method, seed, dataset) — the seven datasets plus the sample-weighted ``multihop avg`` /
+``singlehop avg`` rows of :func:`at2po_lib.evaluation.summarise` — with the run's wall time
+(training + evaluation, seconds), and is written to ``results/<profile>/table1_<profile>.csv``
+with a ``.meta.json`` beside it (config, versions, git revision, hardware).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from ..config import load_profile
+from . import records
+from .methods import TABLE1_METHODS, get_method
+
+TABLE_COLUMNS = ["profile", "method", "seed", "dataset", "group", "n", "em", "f1",
+                 "mean_turns", "mean_tool_calls", "wall_time", "git_revision"]
+
+
+def table1_methods(profile: str) -> list[str]:
+    """Table 1's methods (Tree-GRPO included; the paper reports it for Qwen2.5-7B only)."""
+    return list(TABLE1_METHODS)
+
+
+def run_table1(profile: str, methods: Sequence[str] | None = None,
+               seeds: Sequence[int] = (0,), force: bool = False):
+    """Train (or reuse) every (method, seed) and return the tidy table (not written)."""
+    from .run import train
+
+    methods = list(methods or table1_methods(profile))
+    for method in methods:
+        get_method(method)  # fail on a typo before hours of training
+    for seed in seeds:
+        for method in methods:
+            if not get_method(method).trains and seed != seeds[0]:
+                continue
+            result = train(profile, method, seed, force=force)
+            print(f"[table1] {method} seed {seed}: {result.status} in {result.wall_time:.0f} s "
+                  f"({result.run.root})", flush=True)
+    return collect_table1(profile, methods, seeds)
+
+
+def collect_table1(profile: str, methods: Sequence[str], seeds: Sequence[int]):
+    """Tidy rows of the finished runs' ``final_eval.csv`` with their wall times."""
+    import pandas as pd
+
+    frames = []
+    for method in methods:
+        for seed in seeds:
+            run = records.run_dir(profile, method, seed)
+            if not (run.final_eval.is_file() and run.done.is_file()):
+                continue
+            frame = pd.read_csv(run.final_eval)
+            frame["method"], frame["seed"] = method, seed
+            frame["wall_time"] = json.loads(run.done.read_text()).get("wall_time")
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=TABLE_COLUMNS)
+    table = pd.concat(frames, ignore_index=True)
+    return table[[c for c in TABLE_COLUMNS if c in table.columns]]
+
+
+def write_table1(table, profile: str, seeds: Sequence[int]):
+    """``results/<profile>/table1_<profile>.csv`` + meta."""
+    from ..evaluation import write_eval
+    from ..paths import results_dir
+    from .run import _hardware
+
+    path = results_dir(profile) / f"table1_{profile}.csv"
+    cfg = load_profile(profile)
+    return write_eval(table, path, profile, None, cfg, seeds=list(seeds), hardware=_hardware(),
+                      command=" ".join(sys.argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m at2po_lib.trainer.table1",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    parser.add_argument("--methods", default=None, help="comma-separated (default: Table 1's)")
+    parser.add_argument("--force", action="store_true", help="re-run finished runs")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    methods = args.methods.split(",") if args.methods else None
+    table = run_table1(args.profile, methods, seeds, args.force)
+    path = write_table1(table, args.profile, seeds)
+    view = table[table["dataset"].str.endswith("avg")] if len(table) else table
+    print(view.to_string(index=False))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

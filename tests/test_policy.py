@@ -1,0 +1,214 @@
+"""The tiny policy: tokenizer, Qwen3 model, save/load through ``from_pretrained``, SFT, warm
+start selection. Everything runs offline on the smoke profile's TinyWorld."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from at2po_lib.config import load_profile
+from at2po_lib.policy.tokenizer import (CHATML_TEMPLATE, IM_END, IM_START, SPECIAL_TOKENS,
+                                        TAG_TOKENS, load_tokenizer, save_tokenizer,
+                                        train_tokenizer)
+
+CORPUS = [
+    '"Fusi Motors"\nFusi Motors is an automobile company based in Nibebre. Fusi was founded by '
+    "Drukretrir Talen. Fusi was established in 2013.",
+    '"Nibebre"\nNibebre is a city in Boshuria. The city was founded in 843.',
+    "Who founded Fusi Motors? Where was O'Brien-Smith born?",
+] * 3
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(CORPUS, vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def smoke_env(tmp_path_factory):
+    """The smoke profile with artefacts in a temporary folder (module scope: built once)."""
+    root = tmp_path_factory.mktemp("policy")
+    old = {k: os.environ.get(k) for k in ("AT2PO_ARTIFACTS", "AT2PO_RESULTS")}
+    os.environ["AT2PO_ARTIFACTS"] = str(root / "artifacts")
+    os.environ["AT2PO_RESULTS"] = str(root / "results")
+    yield load_profile("smoke")
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def test_tags_and_chat_tokens_are_single_tokens(tokenizer):
+    for token in SPECIAL_TOKENS + TAG_TOKENS:
+        assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
+    text = "<search> Fusi Motors founder </search> <result> x </result>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    assert pieces[0] == "<search>" and "</search>" in pieces and "<result>" in pieces
+
+
+def test_eos_pad_and_tags_survive_skip_special_tokens(tokenizer):
+    assert tokenizer.eos_token == IM_END and tokenizer.pad_token == "<|endoftext|>"
+    ids = tokenizer.encode("<answer> Nibebre </answer>", add_special_tokens=False)
+    ids = ids + [tokenizer.eos_token_id]
+    # Tags are not special: a decoded response keeps them (the reward parses them).
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "<answer> Nibebre </answer>"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                             "0123456789 .,;:?!'\"-()\n<>/éü")), max_size=80))
+def test_decode_encode_round_trips_exactly(tokenizer, text):
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+
+
+def test_round_trip_of_tagged_trajectory(tokenizer):
+    text = ("<search> Fusi Motors founder </search> <result> Fusi Motors : Fusi was founded by "
+            "Drukretrir Talen. </result> <answer> Drukretrir Talen </answer>")
+    assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+
+
+def test_chat_template_is_chatml(tokenizer):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q?"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == (f"{IM_START}system\nbe brief{IM_END}\n{IM_START}user\nq?{IM_END}\n"
+                    f"{IM_START}assistant\n")
+    no_prompt = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert not no_prompt.endswith("assistant\n")
+
+
+def test_tokenizer_saves_and_loads_with_autotokenizer(tokenizer, tmp_path):
+    save_tokenizer(tokenizer, tmp_path / "tok")
+    loaded = load_tokenizer(tmp_path / "tok")
+    text = "<search> Nibebre country </search>"
+    assert loaded.encode(text, add_special_tokens=False) == tokenizer.encode(text, add_special_tokens=False)
+    assert loaded.chat_template == CHATML_TEMPLATE
+    assert (loaded.eos_token_id, loaded.pad_token_id) == (tokenizer.eos_token_id, tokenizer.pad_token_id)
+    assert loaded.padding_side == "left"
+
+
+def test_too_small_vocabulary_is_an_error():
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(CORPUS, vocab_size=100)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def test_model_builds_saves_and_loads_offline(tokenizer, tmp_path):
+    import torch
+
+    from at2po_lib.policy.model import build_policy, count_parameters, load_policy, save_policy
+
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    cfg = load_profile("smoke").policy
+    model = build_policy(cfg, tokenizer, seed=0)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert model.config.head_dim == cfg.hidden_size // cfg.num_attention_heads
+    assert model.config.vocab_size == len(tokenizer)
+    # Tied embeddings: the output projection is the input embedding.
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    n = count_parameters(model)
+    assert n < 200_000
+    save_policy(model, tokenizer, tmp_path / "m")
+    loaded, loaded_tok = load_policy(tmp_path / "m")
+    assert type(loaded).__name__ == "Qwen3ForCausalLM" and not loaded.training
+    ids = torch.tensor([tokenizer.encode("Fusi Motors founder", add_special_tokens=False)])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, loaded(ids).logits, atol=1e-6)
+    assert loaded_tok.encode("Nibebre") == tokenizer.encode("Nibebre")
+
+
+def test_saved_generation_config_changes_no_probability(tokenizer, tmp_path):
+    from at2po_lib.policy.model import build_policy, load_policy, save_policy
+
+    save_policy(build_policy(load_profile("smoke").policy, tokenizer), tokenizer, tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    # top_k must be explicitly 0: unset, transformers would apply top_k=50 when sampling.
+    assert saved["top_k"] == 0 and saved["top_p"] == 1.0 and saved["temperature"] == 1.0
+    assert saved["eos_token_id"] == tokenizer.eos_token_id
+    model, _ = load_policy(tmp_path / "m")
+    assert model.generation_config.top_k == 0
+
+
+def test_bad_head_count_is_an_error(tokenizer):
+    from at2po_lib.policy.model import build_policy
+
+    cfg = load_profile("smoke").policy
+    cfg.num_attention_heads = 3
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        build_policy(cfg, tokenizer)
+
+
+# ----------------------------------------------------------------------------- SFT
+
+
+def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
+    from at2po_lib.policy.demos import build_sft_examples, script_demos
+    from at2po_lib.policy.model import build_policy
+    from at2po_lib.policy.warmstart import make_trainer, masked_loss, split_rows, tokenizer_texts
+    from at2po_lib.retrieval import build_retriever
+    from at2po_lib.tinyworld import ensure_world, read_corpus
+
+    cfg = smoke_env
+    train_rows, _ = split_rows(cfg)
+    demos = script_demos(train_rows[:24], cfg.policy.template, build_retriever(cfg))
+    tok = train_tokenizer(tokenizer_texts(read_corpus(ensure_world(cfg)), demos), 600)
+    examples, _ = build_sft_examples(demos, tok, cfg.policy.max_position_embeddings)
+    model = build_policy(cfg.policy, tok, seed=0)
+    before = masked_loss(model, examples)
+    cfg.sft.learning_rate, cfg.sft.warmup_steps = 3e-3, 0
+    make_trainer(model, tok, examples, cfg.sft, tmp_path / "trainer",
+                 cfg.policy.max_position_embeddings, max_steps=8).train()
+    after = masked_loss(model, examples)
+    # A fresh model predicts ~uniformly: loss ≈ ln(vocab) ≈ 6.4; 8 steps cut it well below.
+    assert before > 5.0
+    assert after < before - 1.0
+
+
+def test_choose_checkpoint_prefers_the_middle_of_the_band():
+    from at2po_lib.policy.warmstart import choose_checkpoint
+
+    # Band [0.25, 0.75], middle 0.5 (dyadic numbers: exact in floating point).
+    table = [{"step": 100, "em": 0.125}, {"step": 200, "em": 0.375}, {"step": 300, "em": 0.5625},
+             {"step": 400, "em": 0.625}, {"step": 500, "em": 0.875}]
+    # Distances to 0.5: 0.125, 0.0625, 0.125 -> step 300.
+    assert choose_checkpoint(table, 0.25, 0.75) == (table[2], True)
+    # Tie (0.375 and 0.625 are both 0.125 away): the earlier step.
+    assert choose_checkpoint([table[3], table[1]], 0.25, 0.75) == (table[1], True)
+    # Nothing in the band: the closest to it (0.125 is 0.125 below, 0.875 is 0.125 above ->
+    # tie -> earlier step); 0.9375 is farther than 0.125.
+    assert choose_checkpoint([table[0], table[4]], 0.25, 0.75) == (table[0], False)
+    far = {"step": 50, "em": 0.0}
+    assert choose_checkpoint([far, table[4]], 0.25, 0.75) == (table[4], False)
+    with pytest.raises(ValueError):
+        choose_checkpoint([], 0.25, 0.75)
+
+
+def test_warmstart_on_smoke_profile_is_cached(smoke_env):
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.policy.warmstart import (cache_key, ensure_warmstart, read_warmstart_record,
+                                            warmstart_dir)
+
+    cfg = smoke_env
+    path = ensure_warmstart(cfg)
+    assert path == warmstart_dir(cfg.name)
+    record = read_warmstart_record(cfg.name)
+    assert record["cache_key"] == cache_key(cfg)
+    assert record["chosen_step"] in [row["step"] for row in record["selection"]]
+    assert record["sft_seconds"] > 0 and record["parameters"] > 0
+    assert record["config"]["sft"] == json.loads(json.dumps(record["config"]["sft"]))
+    model, tok = load_policy(path)
+    assert type(model).__name__ == "Qwen3ForCausalLM" and len(tok) == record["vocab_size"]
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+    assert ensure_warmstart(cfg) == path  # cached: not retrained
+    assert (path / "model.safetensors").stat().st_mtime_ns == mtime

@@ -1,0 +1,93 @@
+"""Exports of rollout trees: arrays, training rows, tidy table, and ``trees.pkl`` read back by
+the credit stage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from at2po_lib import credit
+from at2po_lib.rollout.export import (load_trees, save_trees, training_rows, tree_arrays,
+                                      tree_summary, tree_table)
+from at2po_lib.rollout.structures import RolloutTree
+
+
+def small_tree() -> RolloutTree:
+    """root ─ 1 (search, obs 2 tokens) ─┬─ 2 (answer, r=1)
+                                        └─ 3 (answer, r=0, round 1)"""
+    tree = RolloutTree(7, "q?", ["a"], prompt_ids=[100, 101])
+    n1 = tree.add_child(0, 0)
+    n1.token_ids, n1.logps, n1.entropies = [10, 11, 12], [-1.0, -2.0, -3.0], [0.5, 0.5, 0.5]
+    n1.obs_ids, n1.obs_kind, n1.tool_calls = [50, 51], "observation", 1
+    n2 = tree.add_child(1, 0)
+    n2.token_ids, n2.logps, n2.entropies = [20], [-0.5], [0.1]
+    n2.is_leaf, n2.finish_reason, n2.reward = True, "answer", 1.0
+    n3 = tree.add_child(1, 1)
+    n3.token_ids, n3.logps, n3.entropies = [30, 31], [-1.0, -1.0], [0.2, 0.4]
+    n3.is_leaf, n3.finish_reason, n3.reward = True, "answer", 0.0
+    return tree
+
+
+def test_arrays_by_hand():
+    a = tree_arrays(small_tree())
+    assert a["parent"].tolist() == [-1, 0, 1, 1]
+    # H(1) = (1 + 2 + 3) / 3 = 2; H(2) = 0.5; H(3) = 1
+    assert a["entropy"].tolist() == [0.0, 2.0, 0.5, 1.0]
+    assert np.allclose(a["entropy_exact"], [0.0, 0.5, 0.1, 0.3])
+    # node 1 spans [0, 3); its observation takes [3, 5); children start at 5
+    assert a["turn_start"].tolist() == [0, 0, 5, 5] and a["turn_end"].tolist() == [0, 3, 6, 7]
+    assert a["expansion_round"].tolist() == [0, 0, 0, 1]
+    assert a["is_leaf"].tolist() == [False, False, True, True]
+    assert math.isnan(a["reward"][0]) and math.isnan(a["reward"][1])
+    assert a["reward"][2:].tolist() == [1.0, 0.0]
+    assert np.array_equal(a["leaf_reward"], a["reward"], equal_nan=True)
+
+
+def test_training_rows_by_hand():
+    rows = training_rows([small_tree()])
+    assert [r["leaf_node"] for r in rows] == [2, 3]
+    r = rows[1]
+    assert r["completion_ids"] == [10, 11, 12, 50, 51, 30, 31]
+    assert r["completion_mask"] == [1, 1, 1, 0, 0, 1, 1]
+    assert r["turn_node"] == [1, 1, 1, -1, -1, 3, 3]
+    assert r["old_logps"] == [-1.0, -2.0, -3.0, 0.0, 0.0, -1.0, -1.0]
+    assert (r["reward"], r["tree_id"], r["prompt_id"]) == (0.0, 0, 7)
+
+
+def test_table_and_summary():
+    df = tree_table([small_tree(), small_tree()])
+    assert len(df) == 8 and set(df.tree_id) == {0, 1}
+    assert {"prompt_id", "node", "parent", "depth", "round", "entropy_nll", "entropy_exact",
+            "text", "action", "query", "answer", "reward"} <= set(df.columns)
+    s = tree_summary([small_tree()])
+    assert s["leaves_per_tree"] == 2 and s["correct_leaf_share"] == 0.5
+    assert s["generated_tokens"] == 6
+
+
+def test_pickle_round_trip_and_credit_reads_it(tmp_path):
+    path = save_trees([small_tree()], tmp_path / "rollout" / "trees.pkl", meta={"seed": 0})
+    payload = load_trees(path)
+    assert payload["meta"]["seed"] == 0 and len(payload["trees"][0]["rows"]) == 2
+    (arrays,) = credit.load_trees(path)
+    assert arrays.parent.tolist() == [-1, 0, 1, 1]
+    values = credit.node_values(arrays.parent, arrays.entropy, arrays.leaf_reward)
+    assert values.shape == (4,)
+
+
+def test_labels_and_drawing():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from at2po_lib.actions import Action
+    from at2po_lib.rollout.plots import draw_rollout_tree, turn_label
+
+    tree = small_tree()
+    tree.nodes[1].action = Action("search", query="capital of avaria")
+    tree.nodes[2].action = Action("answer", answer="belmont")
+    assert turn_label(tree, 0) == "Q"
+    assert turn_label(tree, 1, width=9) == "S:capita…"
+    assert turn_label(tree, 2) == "A:belmont"
+    fig, ax = draw_rollout_tree(tree)
+    assert ax.get_legend() is not None  # node 3 comes from expansion round 1
+    fig.clf()

@@ -1,0 +1,228 @@
+"""Tree rollouts (method.md §5): node selection on hand-built arrays, leaf budget, and the
+invariants of whole trees (scripted backend for many shapes, the real tiny Qwen3 for ids and
+log-probs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from at2po_lib.rollout.agent import SearchEnv
+from at2po_lib.rollout.export import training_rows
+from at2po_lib.rollout.structures import RolloutTree
+from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
+from at2po_lib.rollout.trees import (equalize_leaves, expansion_scores, rollout_trees,
+                                     select_entropy, select_random, sibling_counts, top_k_cycled)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
+        torch.set_num_threads(1)
+        yield ToySetup("smoke", seed=0)
+
+
+# Hand-built tree:            0 (root)
+#                  ┌──────────┼──────────┐
+#                  1 (1.0)    2 (0.8)    3 (0.5, leaf)
+#                ┌─┴─┐        │
+#         4 (1.2, leaf) 5 (0.3, leaf)   6 (0.9, leaf)
+PARENT = np.array([-1, 0, 0, 0, 1, 1, 2])
+ENTROPY = np.array([0.0, 1.0, 0.8, 0.5, 1.2, 0.3, 0.9])
+IS_LEAF = np.array([False, False, False, True, True, True, True])
+
+
+def test_sibling_counts_by_hand():
+    # root: its own 3 children - 1 = 2; nodes 1-3: root has 3 children -> 2;
+    # nodes 4, 5: node 1 has 2 children -> 1; node 6: only child -> 0
+    assert sibling_counts(PARENT).tolist() == [2, 2, 2, 2, 1, 1, 0]
+
+
+def test_scores_and_top_k_by_hand():
+    # alpha 0.1: root 0 - 0.2 = -0.2, n1 1.0 - 0.2 = 0.8, n2 0.8 - 0.2 = 0.6 (non-leaves)
+    scores = expansion_scores(ENTROPY, PARENT, 0.1)
+    assert scores[:3] == pytest.approx([-0.2, 0.8, 0.6])
+    assert select_entropy(ENTROPY, PARENT, IS_LEAF, 2, 0.1).tolist() == [1, 2]
+    # fewer candidates than K: the sorted list repeats from the best
+    assert select_entropy(ENTROPY, PARENT, IS_LEAF, 5, 0.1).tolist() == [1, 2, 0, 1, 2]
+    # a large alpha: n1 and n2 both lose 2 * 5 = 10, the root also 10 -> by entropy again;
+    # with alpha = 0.45: n1 = 0.1, n2 = -0.1, root = -0.9
+    assert select_entropy(ENTROPY, PARENT, IS_LEAF, 3, 0.45).tolist() == [1, 2, 0]
+
+
+def test_alpha_penalises_crowded_parents():
+    # root with children 1, 2; node 1 has four children (3-6), node 2 one child (7)
+    parent = np.array([-1, 0, 0, 1, 1, 1, 1, 2])
+    entropy = np.array([0.0, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 0.9])
+    is_leaf = np.array([False, False, False, False, True, True, True, False])
+    # alpha 0: node 3 (H = 1.0) beats node 7 (0.9); alpha 0.05: 1.0 - 0.15 = 0.85 < 0.9
+    assert select_entropy(entropy, parent, is_leaf, 1, 0.0).tolist() == [3]
+    assert select_entropy(entropy, parent, is_leaf, 1, 0.05).tolist() == [7]
+
+
+def test_ties_keep_node_order():
+    assert top_k_cycled(np.array([1.0, 1.0, 1.0]), np.array([2, 0, 1]), 2).tolist() == [2, 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(2, 25), k=st.integers(1, 8),
+       alpha=st.floats(0.0, 1.0))
+def test_entropy_selection_matches_a_brute_force(data, n, k, alpha):
+    parent = np.array([-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)])
+    entropy = np.array([0.0] + data.draw(st.lists(st.floats(0, 5), min_size=n - 1, max_size=n - 1)))
+    has_child = np.bincount(parent[1:], minlength=n) > 0
+    is_leaf = ~has_child & np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    is_leaf[0] = False
+    picked = select_entropy(entropy, parent, is_leaf, k, alpha)
+    cands = [i for i in range(n) if not is_leaf[i]]
+    siblings = [max((parent[1:] == (parent[i] if parent[i] >= 0 else i)).sum() - 1, 0) for i in range(n)]
+    brute = sorted(cands, key=lambda i: (-(entropy[i] - alpha * siblings[i]), cands.index(i)))
+    assert len(picked) == k
+    assert picked.tolist() == [brute[j % len(brute)] for j in range(k)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_inner=st.integers(1, 10), k=st.integers(1, 12), seed=st.integers(0, 99))
+def test_random_selection(n_inner, k, seed):
+    is_leaf = np.array([False] * n_inner + [True] * 5)
+    picked = select_random(is_leaf, k, np.random.default_rng(seed))
+    assert len(picked) == k and not is_leaf[picked].any()
+    if n_inner >= k:
+        assert len(set(picked.tolist())) == k
+
+
+def hand_tree(num_chains: int, depth: int) -> RolloutTree:
+    tree = RolloutTree(0, "q", ["a"], [1, 2, 3])
+    for _ in range(num_chains):
+        node = tree.add_child(0, 0)
+        for _ in range(depth - 1):
+            node.token_ids, node.obs_ids = [7], [8]
+            node = tree.add_child(node.id, 0)
+        node.token_ids, node.is_leaf, node.finish_reason, node.reward = [9], True, "answer", 1.0
+    return tree
+
+
+def test_equalize_prunes_surplus_leaves_with_their_branches():
+    tree = hand_tree(5, 2)  # 5 chains of 2 nodes: 11 nodes, 5 leaves
+    out = equalize_leaves(tree, 3, np.random.default_rng(0))
+    assert len(out.leaves()) == 3
+    assert len(out.nodes) == 1 + 3 * 2  # each pruned chain lost both of its nodes
+    for n in out.nodes[1:]:
+        assert out.nodes[n.parent].children.count(n.id) == 1
+        assert n.is_leaf or n.children  # no childless inner node remains
+
+
+def test_equalize_duplicates_the_last_leaf():
+    tree = hand_tree(2, 2)
+    out = equalize_leaves(tree, 4, np.random.default_rng(0))
+    leaves = out.leaves()
+    assert len(leaves) == 4
+    last = out.nodes[leaves[1]]
+    for dup in (out.nodes[i] for i in leaves[2:]):
+        assert dup.parent == last.parent and dup.token_ids == last.token_ids
+        assert dup.duplicate_of == last.id and dup.finish_reason == last.finish_reason
+
+
+def check_tree_invariants(tree, context_of, max_round):
+    for node in tree.nodes[1:]:
+        parent = tree.nodes[node.parent]
+        # prefix consistency: the context a turn was sampled from is the parent's context,
+        # the parent's turn and the parent's observation
+        expected = tree.prompt_ids if node.parent == 0 else \
+            tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
+        assert context_of[id(node.token_ids)] == expected
+        assert node.is_leaf != bool(node.children)
+        assert not (node.is_leaf and node.obs_ids)
+        assert 0 <= node.expansion_round <= max_round
+    for row in training_rows([tree]):
+        mask = np.array(row["completion_mask"])
+        turn_node = np.array(row["turn_node"])
+        assert len(row["completion_ids"]) == len(mask) == len(turn_node) == len(row["old_logps"])
+        assert ((turn_node >= 0) == (mask == 1)).all()
+        assert all(lp == 0.0 for lp, m in zip(row["old_logps"], mask) if m == 0)
+        assert turn_node[mask == 1][-1] == row["leaf_node"] if mask.any() else True
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(1, 4), l_rounds=st.integers(0, 3), k=st.integers(1, 4),
+       expansion=st.sampled_from(["entropy", "random"]), seed=st.integers(0, 1000),
+       p_search=st.floats(0.2, 0.8))
+def test_tree_invariants_over_many_shapes(toy, m, l_rounds, k, expansion, seed, p_search):
+    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=m, tree_l=l_rounds, tree_k=k,
+                              max_response_tokens=600, max_tool_calls=3)
+    questions, golden = toy.questions(2)
+    backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
+    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
+                          cfg, expansion=expansion, seed=seed, backend=backend)
+    context_of = {id(r.token_ids): list(q.context) for q, r in
+                  zip(backend.requests, backend.results)}
+    for tree in trees:
+        assert len(tree.leaves()) == m + l_rounds * k
+        check_tree_invariants(tree, context_of, l_rounds)
+        # every expansion round started exactly K new chains (new nodes whose parent is older)
+        for r in range(1, l_rounds + 1):
+            starts = [n for n in tree.nodes[1:] if n.expansion_round == r
+                      and tree.nodes[n.parent].expansion_round != r]
+            assert len(starts) == k
+
+
+def test_real_model_tree_rows_match_a_full_recompute(toy):
+    """Leaves of an entropy tree grown with KV reuse: every row's log-probs equal one plain
+    forward pass over the row (1e-5), and there are exactly M + L*K leaves per tree."""
+    cfg = toy.cfg.rollout
+    questions, golden = toy.questions(3)
+    trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
+                          golden, cfg, expansion="entropy", seed=1)
+    assert all(len(t.leaves()) == cfg.tree_m + cfg.tree_l * cfg.tree_k for t in trees)
+    assert max(n.depth for t in trees for n in t.nodes) >= 2, "want some multi-turn paths"
+    temperature = cfg.temperature
+    for row in training_rows(trees):
+        ids = row["prompt_ids"] + row["completion_ids"]
+        with torch.no_grad():
+            logits = toy.model(torch.tensor([ids])).logits[0].float()
+        lp = torch.log_softmax(logits / temperature, dim=-1)
+        p = len(row["prompt_ids"])
+        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["completion_mask"],
+                                              row["old_logps"])):
+            if m:
+                assert abs(lp[p + t - 1, tok].item() - old) < 1e-5
+
+
+def test_entropy_estimate_choice_changes_the_exported_entropy(toy):
+    from at2po_lib.rollout.export import tree_arrays
+
+    questions, golden = toy.questions(1)
+    (tree,) = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
+                            golden, toy.cfg.rollout, seed=2)
+    nll, exact = tree_arrays(tree, "sampled_nll"), tree_arrays(tree, "exact")
+    assert nll["entropy"][0] == exact["entropy"][0] == 0.0
+    assert np.allclose(nll["entropy"], nll["entropy_nll"])
+    assert np.allclose(exact["entropy"], exact["entropy_exact"])
+    assert not np.allclose(nll["entropy"][1:], exact["entropy"][1:])
+
+
+def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
+    """With reuse, each prompt is prefilled once however many chains start from it."""
+    from at2po_lib.rollout.backends import make_backend
+    from at2po_lib.rollout.agent import STOP_SEQUENCES
+
+    questions, golden = toy.questions(2)
+    env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout)
+    prompt_tokens = sum(len(env.prompt_ids(q)) for q in questions)
+    counts = {}
+    for keep in (True, False):
+        backend = make_backend(toy.model, toy.tokenizer, toy.cfg.rollout, STOP_SEQUENCES,
+                               keep_cache=keep)
+        cfg = dataclasses.replace(toy.cfg.rollout, max_turn_tokens=1)  # every chain: 1 turn
+        rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden,
+                      cfg, expansion="chain", num_chains=5, backend=backend)
+        counts[keep] = backend.stats.prefill_tokens
+    # reuse: prompt[:-1] once per prompt + the last prompt token once per chain
+    assert counts[True] == (prompt_tokens - 2) + 2 * 5
+    assert counts[False] == 5 * prompt_tokens

@@ -1,0 +1,237 @@
+"""AT2POTrainer on the smoke profile (CPU): every method trains, the advantages that reach the
+loss are credit's, and a killed-and-resumed run ends with the records of an uninterrupted one.
+
+The smoke warm start is nearly untrained (it answers nothing right), so the tests give the
+rollout a reward with variance across leaves — the parity of the response's length — to make
+the policy gradient non-zero; everything else is the real pipeline (TinyWorld, BM25, the tiny
+Qwen3, TRL).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from at2po_lib import credit
+from at2po_lib.config import load_profile
+from at2po_lib.trainer import records
+from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
+from at2po_lib.trainer.run import batch_geometry, build_trainer, train, trainer_fields
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+def parity_reward(response: str, golden) -> float:
+    """A reward that differs between leaves of an untrained policy (tests only)."""
+    return float(len(response) % 2)
+
+
+def smoke_profile(**train):
+    cfg = load_profile("smoke", {"train": {"eval_every": 0, "final_eval": False,
+                                           "progress_bar": False, "save_every": 0, **train}})
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """Results go to a temporary folder; artefacts (world, index, warm start) are shared with
+    the checkout's smoke artefacts so they are built once."""
+    import os
+
+    results = tmp_path_factory.mktemp("results")
+    old = os.environ.get("AT2PO_RESULTS")
+    os.environ["AT2PO_RESULTS"] = str(results)
+    yield results
+    if old is None:
+        os.environ.pop("AT2PO_RESULTS", None)
+    else:
+        os.environ["AT2PO_RESULTS"] = old
+
+
+# ----------------------------------------------------------------------------- geometry
+def test_batch_geometry_matches_method_md_section_9():
+    # 64 prompts x 22 leaves on 8 GPUs, mini-batch 8 prompts, micro-batches of 2 rows:
+    # 8*22/8 = 22 rows per update per GPU -> GA 11; 64/8 = 8 updates per step -> spg 88.
+    geo = batch_geometry(64, 8, 22, world_size=8, micro_batch_rows=2)
+    assert (geo.updates_per_step, geo.per_device_train_batch_size,
+            geo.gradient_accumulation_steps, geo.steps_per_generation) == (8, 2, 11, 88)
+    # whole update per micro-batch on one CPU: 4 prompts x 8 leaves = 32 rows, 2 updates
+    geo = batch_geometry(8, 4, 8)
+    assert (geo.per_device_train_batch_size, geo.steps_per_generation) == (32, 2)
+    with pytest.raises(ValueError, match="whole prompt groups"):
+        batch_geometry(6, 2, 8, world_size=4)
+
+
+def test_presets_resolve_on_the_profiles():
+    tiny = load_profile("tiny")
+    fields = trainer_fields(tiny, "at2po", 0, world_size=1)
+    assert fields["epsilon"] == 3e-3 and fields["loss_level"] == "turn"
+    assert fields["max_steps"] == tiny.train.max_steps * (tiny.train.prompts_per_step
+                                                          // tiny.train.mini_batch_prompts)
+    grpo = trainer_fields(tiny, "grpo", 0, world_size=1)
+    assert grpo["num_generations"] == tiny.train.chain_leaves and grpo["beta"] == 1e-3
+    paper = trainer_fields(load_profile("paper-qwen3-4b"), "aepo", 0, world_size=8)
+    assert paper["num_generations"] == 16 and paper["tree_aepo_initial"] == 8
+    assert trainer_fields(load_profile("paper-qwen3-4b"), "at2po", 0, world_size=8)[
+        "steps_per_generation"] % 8 == 0
+
+
+# ------------------------------------------------------------------------ every method
+TRAINED = ["grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po", "ablation_atpo_loss"]
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_every_method_takes_smoke_steps(outputs, method):
+    cfg = smoke_profile(max_steps=1)
+    run = records.run_dir(cfg.name, method, 0)
+    records.clear_run(run)
+    trainer = build_trainer(cfg, method, 0, run, reward_fn=parity_reward)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    rows = records.read_jsonl(run.metrics)
+    assert [r["step"] for r in rows] == [1]
+    row = rows[0]
+    assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+    assert row["grad_norm"] > 0
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, f"{method}: no parameter changed"
+    # the trainer recomputes the sampler's log-probs (same temperature) before the update
+    assert row["sampling_logp_diff"] < 1e-3
+    assert row["leaves_per_prompt"] == trainer.num_generations
+    if method == "grpo":
+        assert "kl" in row  # GRPO's KL term against the warm start
+
+
+# --------------------------------------------------------------- advantages reach the loss
+class _Capture:
+    def __init__(self, trainer):
+        self.generated, self.loss_inputs = [], []
+        gen, loss = trainer._generate_and_score_completions, trainer._compute_loss
+
+        def gen_wrapper(inputs):
+            out = gen(inputs)
+            self.generated.append((out, trainer.last_rollout))
+            return out
+
+        def loss_wrapper(model, inputs):
+            self.loss_inputs.append(inputs)
+            return loss(model, inputs)
+
+        trainer._generate_and_score_completions = gen_wrapper
+        trainer._compute_loss = loss_wrapper
+
+
+def _expected_advantages(batch, method_args) -> torch.Tensor:
+    turn_node = torch.full((len(batch), max(map(len, batch.turn_node))), -1)
+    for i, nodes in enumerate(batch.turn_node):
+        turn_node[i, : len(nodes)] = torch.tensor(nodes)
+    if method_args.credit_advantage == "vanilla":
+        adv = credit.grpo_advantages(torch.tensor(batch.reward, dtype=torch.float64),
+                                     torch.tensor(batch.group))
+        return torch.where(turn_node >= 0, adv[:, None], 0.0).float()
+    forest = credit.Forest.from_trees(batch.trees, dtype=torch.float64)
+    return credit.batch_token_advantages(forest, turn_node, torch.tensor(batch.row_tree),
+                                         method_args.credit_value,
+                                         method_args.credit_advantage).float()
+
+
+@pytest.mark.parametrize("method", ["at2po", "grpo"])
+def test_advantages_reaching_the_loss_are_credits(outputs, method):
+    cfg = smoke_profile(max_steps=1)
+    run = records.run_dir(cfg.name, f"capture_{method}", 0)
+    records.clear_run(run)
+    trainer = build_trainer(cfg, method, 0, run, reward_fn=parity_reward)
+    capture = _Capture(trainer)
+    trainer.train()
+    (generated, batch), = capture.generated
+    expected = _expected_advantages(batch, trainer.args)
+    width = generated["advantages"].shape[1]
+    assert torch.allclose(generated["advantages"][:, : expected.shape[1]], expected[:, :width],
+                          atol=1e-6)
+    assert expected.abs().sum() > 0  # the parity reward gives a signal
+    # every row the loss saw is a generated row with the same advantages (TRL shuffles rows)
+    gen_rows = {tuple(ids.tolist()): adv for ids, adv in
+                zip(generated["completion_ids"], generated["advantages"])}
+    seen = 0
+    for inputs in capture.loss_inputs:
+        for ids, adv in zip(inputs["completion_ids"], inputs["advantages"]):
+            assert torch.equal(gen_rows[tuple(ids.tolist())], adv)
+            seen += 1
+    assert seen == len(batch)
+    # observation tokens (tool_mask 0) carry no advantage
+    obs = generated["tool_mask"] == 0
+    assert bool((generated["advantages"][obs & (generated["completion_mask"] == 1)] == 0).all())
+
+
+# --------------------------------------------------------------------------- resume
+class _Kill(Exception):
+    pass
+
+
+class _KillAfterStep:
+    """Raise once the metrics row of rollout step ``step`` was written (a crash mid-run)."""
+
+    def __init__(self, step: int):
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Callback(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "reward" in logs and state.global_step == outer.global_step:
+                    raise _Kill()
+
+        self.step = step
+        self.global_step = None
+        self.callback = _Callback()
+
+
+def _comparable(rows):
+    return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in rows]
+
+
+def test_killed_and_resumed_run_matches_uninterrupted(outputs):
+    overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
+                           "val_datasets": ["tiny_hotpotqa"],
+                           "final_eval": False, "progress_bar": False}}
+    straight = train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
+                     reward_fn=parity_reward)
+    expected_metrics = records.read_jsonl(straight.run.metrics)
+    expected_eval = records.read_jsonl(straight.run.eval)
+    assert [r["step"] for r in expected_metrics] == [1, 2, 3, 4]
+    assert sorted({r["step"] for r in expected_eval}) == [0, 2, 4]
+    records.clear_run(straight.run)
+
+    # killed after step 3's record was written; the last complete checkpoint is step 2
+    kill = _KillAfterStep(3)
+    kill.global_step = 3 * 2  # 2 updates per step on the smoke profile
+    with pytest.raises(_Kill):
+        train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
+              callbacks=[kill.callback], reward_fn=parity_reward)
+    run = straight.run
+    assert [r["step"] for r in records.read_jsonl(run.metrics)] == [1, 2, 3]
+    assert not run.done.exists()
+    resumed = train("smoke", "at2po", 0, resume=True, profile_overrides=overrides,
+                    reward_fn=parity_reward)
+    assert resumed.status == "resumed"
+    got_metrics, got_eval = records.read_jsonl(run.metrics), records.read_jsonl(run.eval)
+    assert [r["step"] for r in got_metrics] == [1, 2, 3, 4]
+    assert _approx_rows(_comparable(got_metrics), _comparable(expected_metrics))
+    assert _approx_rows(_comparable(got_eval), _comparable(expected_eval))
+    # a finished run with the same configuration is skipped
+    again = train("smoke", "at2po", 0, profile_overrides=overrides, reward_fn=parity_reward)
+    assert again.status == "skipped"
+
+
+def _approx_rows(got, expected, rel=1e-5) -> bool:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.keys() == e.keys(), (g.keys() ^ e.keys())
+        for key in g:
+            if isinstance(e[key], float):
+                assert g[key] == pytest.approx(e[key], rel=rel, abs=1e-7), key
+            else:
+                assert g[key] == e[key], key
+    return True
