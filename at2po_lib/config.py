@@ -116,16 +116,22 @@ class SFTConfig:
     """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``)."""
 
     seed: int = 0
+    """Seeds the model's initial weights and the data order."""
     max_steps: int = 600
+    """Upper bound: training stops earlier once validation EM exceeds ``target_em_high``."""
     batch_size: int = 32
     learning_rate: float = 3e-3
+    """Constant after a linear warm-up (checkpoints do not depend on ``max_steps``)."""
     warmup_steps: int = 20
     eval_every: int = 100
+    """Save a checkpoint and measure greedy validation EM every this many steps."""
     eval_questions: int = 60
-    """Validation questions per check when picking the warm-start checkpoint."""
+    """Validation questions per check (multi-hop dev splits, spread evenly over datasets)."""
     target_em_low: float = 0.3
     target_em_high: float = 0.7
     """Pick a checkpoint whose multi-hop validation EM falls in this band (room for RL)."""
+    require_supported: bool = True
+    """Keep only demonstrations whose every hop's answer is in that hop's retrieved passages."""
 
 
 @dataclass

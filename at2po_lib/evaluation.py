@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -231,6 +232,9 @@ def write_eval(df: pd.DataFrame, path: str | Path, profile: str | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """``at2po evaluate --profile P --checkpoint PATH --label NAME``."""
+    # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
+    # several times slower (measured). Only effective before torch is first imported.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .config import load_profile, parse_override
     from .paths import results_dir
 

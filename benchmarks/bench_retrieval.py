@@ -14,7 +14,7 @@ wiki-18 passages (MiniLM, max length 64), cached under ``artifacts/bench``. The 
 printed holds the batching ratio.
 
 Threads: ``--threads 1`` (default) gives the server's torch/faiss and the search comparison one
-compute thread each. On a small shared machine, OpenMP with as many threads as cores collapses
+compute thread each (through ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS``). On a small shared machine, OpenMP with as many threads as cores collapses
 when other processes also load the cores (measured on 2 busy cores: MiniLM encoded one query in
 0.05 s with 1 torch thread and 0.7-1.0 s with 2), which would measure the neighbours, not the
 server.
@@ -26,13 +26,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _threads_from_argv() -> int:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--threads", type=int, default=1)
+    return pre.parse_known_args()[0].threads
+
+
+# Thread pools size themselves when their library loads, so this precedes the NumPy/faiss imports;
+# the server subprocess inherits it.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+for _name in THREAD_VARS:
+    os.environ[_name] = str(_threads_from_argv())
 
 import numpy as np  # noqa: E402
 
@@ -108,7 +120,7 @@ def server_throughput(corpus: Path, index: Path, batching: bool, queries: list[s
     args = ["--index", str(index), "--corpus", str(corpus), "--log-level", "warning"]
     if not batching:
         args.append("--no-batching")
-    env = {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    env = {name: str(threads) for name in THREAD_VARS}
     with start_server_process(args, env=env) as handle:
         return asyncio.run(_throughput(handle.retrieve_url, queries, clients, seconds))
 
@@ -135,19 +147,22 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
         order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
         return np.take_along_axis(top, order, axis=1)
 
-    def best_of(fn, repeats: int) -> tuple[float, object]:
-        times, out = [], None
+    def interleaved(fns: dict[str, object], repeats: int) -> tuple[dict[str, float], dict[str, object]]:
+        """Best time of each, timed in turn (ABCABC...) so a load spike hits all alike."""
+        best, outputs = dict.fromkeys(fns, float("inf")), {}
         for _ in range(repeats):
-            start = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - start)
-        return min(times), out
+            for name, fn in fns.items():
+                start = time.perf_counter()
+                outputs[name] = fn()
+                best[name] = min(best[name], time.perf_counter() - start)
+        return best, outputs
 
-    t_faiss, (_, ids_faiss) = best_of(lambda: served.search(q, k), 3)
-    t_default, _ = best_of(lambda: defaults.search(q, k), 2)
-    t_numpy, ids_numpy = best_of(lambda: numpy_search(q), 3)
-    t_faiss_1, _ = best_of(lambda: served.search(q[:1], k), 10)
-    t_numpy_1, _ = best_of(lambda: numpy_search(q[:1]), 10)
+    batch_t, batch_out = interleaved({"faiss": lambda: served.search(q, k), "faiss_default": lambda: defaults.search(q, k),
+                                      "numpy": lambda: numpy_search(q)}, 3)
+    single_t, _ = interleaved({"faiss_1": lambda: served.search(q[:1], k), "numpy_1": lambda: numpy_search(q[:1])}, 10)
+    t_faiss, t_default, t_numpy = batch_t["faiss"], batch_t["faiss_default"], batch_t["numpy"]
+    t_faiss_1, t_numpy_1 = single_t["faiss_1"], single_t["numpy_1"]
+    ids_faiss, ids_numpy = batch_out["faiss"][1], batch_out["numpy"]
     return {"faiss": t_faiss, "faiss_default": t_default, "numpy": t_numpy, "faiss_1": t_faiss_1,
             "numpy_1": t_numpy_1, "agree": float(np.mean(ids_faiss == ids_numpy))}
 
@@ -186,14 +201,7 @@ def main() -> None:
     print(f"index: Flat over {PASSAGES} wiki-18 passages, MiniLM (max length {SPEC.max_length}); "
           f"{os.cpu_count()} CPUs, {args.threads} compute thread(s) per process")
 
-    try:  # faiss's OpenMP and NumPy's BLAS alike (threadpoolctl comes with scikit-learn)
-        from threadpoolctl import threadpool_limits
-
-        limiter = threadpool_limits(limits=args.threads)
-    except ImportError:
-        limiter = contextlib.nullcontext()
-    with limiter:
-        t = faiss_vs_numpy(index)
+    t = faiss_vs_numpy(index)
     print(f"exact top-10 over {ROWS:,} x 384 embeddings: 64 queries: faiss IndexFlatIP {t['faiss'] * 1000:.0f} ms "
           f"(with faiss's default BLAS threshold {t['faiss_default'] * 1000:.0f} ms), NumPy brute force "
           f"{t['numpy'] * 1000:.0f} ms; 1 query: faiss {t['faiss_1'] * 1000:.1f} ms, NumPy {t['numpy_1'] * 1000:.1f} ms; "

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true", help="a 2-layer model (CPU smoke test)")
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -307,7 +307,8 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     train_rows, validation = split_rows(cfg)
     demos = script_demos(train_rows, cfg.policy.template, retriever, topk=cfg.retrieval.topk)
     tokenizer = train_tokenizer(tokenizer_texts(read_corpus(world), demos), cfg.policy.vocab_size)
-    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings)
+    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
+                                         require_supported=sft.require_supported)
     if not examples:
         raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
     model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
@@ -383,6 +384,9 @@ def read_warmstart_record(profile: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """``at2po warmstart --profile P [--force]``."""
+    # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
+    # several times slower (measured). Only effective before torch is first imported.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..config import load_profile, parse_override
 
     parser = argparse.ArgumentParser(prog="at2po warmstart",

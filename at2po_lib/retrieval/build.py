@@ -22,10 +22,12 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..paths import artifacts_dir, repo_root
 from .base import RetrievalError, Retriever
@@ -120,19 +122,41 @@ def ensure_index(
         folder = folders[method]
         if not force and _is_current(method, folder, cfg, corpus_path):
             continue
-        if method == "dense":
-            from .dense import build_dense_index
+        with _build_lock(folder):
+            # Another process (a parallel training run) may have built it while we waited.
+            if not force and _is_current(method, folder, cfg, corpus_path):
+                continue
+            if method == "dense":
+                from .dense import build_dense_index
 
-            build_dense_index(
-                corpus_path, folder, EncoderSpec.from_config(rcfg), index_type=rcfg.index_type,
-                shard_size=rcfg.shard_size, batch_size=rcfg.batch_size, device=rcfg.device,
-                fp16=rcfg.fp16, force=force, progress=progress,
-            )
-        else:
-            from .bm25 import build_bm25_index
+                build_dense_index(
+                    corpus_path, folder, EncoderSpec.from_config(rcfg), index_type=rcfg.index_type,
+                    shard_size=rcfg.shard_size, batch_size=rcfg.batch_size, device=rcfg.device,
+                    fp16=rcfg.fp16, force=force, progress=progress,
+                )
+            else:
+                from .bm25 import build_bm25_index
 
-            build_bm25_index(corpus_path, folder, progress=progress)
+                build_bm25_index(corpus_path, folder, progress=progress)
     return {m: folders[m] for m in methods}
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock file beside ``folder`` while it is built (POSIX ``flock``; elsewhere
+    no lock), so concurrent runs of one profile build an index once instead of racing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True) -> Retriever:

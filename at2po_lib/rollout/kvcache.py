@@ -153,7 +153,7 @@ class BatchCache:
 
     def extract(self, rows: torch.Tensor | None = None) -> list[KVPrefix]:
         """Compact ``rows`` (default: all) into :class:`KVPrefix` objects of their valid
-        positions: one gather per layer for all rows; the prefixes are views of its result."""
+        positions: one gather per layer for all rows, then one exact-length copy per row."""
         valid = self.valid[:, : self.filled]
         if rows is not None:
             valid = valid.index_select(0, rows)
@@ -169,7 +169,10 @@ class BatchCache:
             index = order[:, None, :, None].expand(-1, lk.shape[1], -1, lk.shape[3])
             keys.append(torch.gather(lk, 2, index))
             values.append(torch.gather(lv, 2, index))
+        # Each prefix gets its own exact-length copy: a view would keep the whole padded batch
+        # tensor alive for as long as any one chain of the batch may still be branched from.
         return [
-            KVPrefix(tuple(k[row] for k in keys), tuple(v[row] for v in values), int(n))
+            KVPrefix(tuple(k[row, :, :n].clone() for k in keys),
+                     tuple(v[row, :, :n].clone() for v in values), int(n))
             for row, n in enumerate(counts.tolist())
         ]
