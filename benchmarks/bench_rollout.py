@@ -2,6 +2,7 @@
 
     python benchmarks/bench_rollout.py                      # tiny profile, 8 prompts, ~1-2 min
     python benchmarks/bench_rollout.py --profile smoke --prompts 4
+    python benchmarks/bench_rollout.py --policy artifacts/tiny/policy/warmstart_checkpoints/step-00100
 
 One run, one policy, the same prompts, the same number of leaves per prompt (M + L*K):
 
@@ -49,6 +50,11 @@ def load_policy_and_world(profile: str, policy: str):
     from at2po_lib.tinyworld.build import read_rows
 
     cfg = load_profile(profile)
+    if policy not in ("auto", "warmstart", "toy"):  # a checkpoint folder
+        model, tokenizer = load_policy(policy)
+        rows = read_rows(ensure_world(cfg), "tiny_hotpotqa", "train")
+        return (model, tokenizer, get_template(cfg.policy.template), build_retriever(cfg), rows,
+                f"checkpoint {policy}")
     cached = cached_warmstart(cfg) if policy in ("auto", "warmstart") else None
     if policy == "warmstart" and cached is None:
         raise SystemExit(f"no cached warm start for profile {profile!r}: run `at2po warmstart "
@@ -85,7 +91,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads while rolling out (1: fastest for the tiny model "
                              "on shared cores; 0: torch's default)")
-    parser.add_argument("--policy", choices=("auto", "warmstart", "toy"), default="auto")
+    parser.add_argument("--policy", default="auto",
+                        help="auto (warm start if cached, else toy), warmstart, toy, or a "
+                             "checkpoint folder")
     args = parser.parse_args(argv)
 
     model, tokenizer, template, retriever, rows, described = load_policy_and_world(
