@@ -214,6 +214,9 @@ class TrainConfig:
     tree methods get M + L*K from ``rollout``."""
     micro_batch_rows: int = 0
     """Rows per forward/backward pass per device (gradient accumulation); 0 = a whole update."""
+    loss_chunk_rows: int = 0
+    """Log-probs in length-sorted chunks of this many rows, each trimmed to its own width
+    (saves padding compute on CPU); 0 = one padded batch (TRL's behaviour)."""
     learning_rate: float = 1e-6
     lr_scheduler_type: str = "constant"
     """method.md §9: constant learning rate."""

@@ -87,6 +87,10 @@ class AT2POConfig(GRPOConfig):
         "help": "AEPO: an upper-clipped token keeps a scaled gradient."})
     loss_entropy_aware_adv: float = field(default=0.0, metadata={
         "help": "AEPO: gamma in A * (1 + gamma * z(H_t)); 0 turns it off (AEPO uses 0.2)."})
+    loss_chunk_rows: int = field(default=0, metadata={
+        "help": "Compute log-probs in chunks of this many rows of similar length, each trimmed "
+                "to its own longest completion (saves the padding's compute on CPU); 0 = TRL's "
+                "single padded batch."})
 
     # ---------------------------------------------------------- TRL fields with new defaults
     num_generations: int | None = field(default=None, metadata={
@@ -147,6 +151,8 @@ class AT2POConfig(GRPOConfig):
                                                              or self.tree_k < 0):
             raise ValueError(f"tree shape M={self.tree_m}, L={self.tree_l}, K={self.tree_k}: "
                              "need M >= 1 and L, K >= 0")
+        if self.loss_chunk_rows < 0:
+            raise ValueError("loss_chunk_rows must be >= 0")
         if self.tree_dynamic_sampling_rounds < 1:
             raise ValueError("tree_dynamic_sampling_rounds must be >= 1")
         if self.vllm_importance_sampling_correction:

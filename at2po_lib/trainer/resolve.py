@@ -87,6 +87,7 @@ def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
         max_completion_length=rollout.max_response_tokens,
         tree_m=rollout.tree_m, tree_l=rollout.tree_l, tree_k=rollout.tree_k,
         tree_alpha=rollout.tree_alpha, tree_aepo_beam=rollout.aepo_beam,
+        loss_chunk_rows=train.loss_chunk_rows,
     )
     if train.use_vllm:
         fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens

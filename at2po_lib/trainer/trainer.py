@@ -342,6 +342,42 @@ class AT2POTrainer(GRPOTrainer):
         return output
 
     # ------------------------------------------------------------------------- loss
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           batch_size=None, compute_entropy=False,
+                                           compute_aux_loss=False, **multimodal):
+        """The parent's log-probs, run on length-sorted chunks trimmed to their own width.
+
+        Tree leaves differ a lot in length (a one-turn answer vs four searches with their
+        observations); TRL pads every row to the longest, and attention costs grow with the
+        square of that width. With ``args.loss_chunk_rows > 0`` rows are sorted by completion
+        length, cut into chunks of that many rows, and each chunk is passed to the parent
+        without its all-padding right columns; outputs are padded back to (B, T) with zeros
+        (masked positions) and returned in the original row order. Values are unchanged
+        (padding never reaches a real token); text-only inputs only.
+        """
+        chunk_rows = self.args.loss_chunk_rows
+        if not chunk_rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                compute_aux_loss, **multimodal)
+        prompt_width = input_ids.size(1) - logits_to_keep
+        lengths = attention_mask[:, prompt_width:].sum(dim=1)  # completions are right-padded
+        order = torch.argsort(lengths, descending=True)
+        logps, entropies = [], []
+        for chunk in order.split(chunk_rows):
+            width = max(int(lengths[chunk].max()), 1)
+            chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                model, input_ids[chunk, :prompt_width + width],
+                attention_mask[chunk, :prompt_width + width], width,
+                compute_entropy=compute_entropy)
+            logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - width)))
+            if compute_entropy:
+                entropies.append(torch.nn.functional.pad(chunk_entropies,
+                                                         (0, logits_to_keep - width)))
+        restore = torch.argsort(order)
+        logps = torch.cat(logps)[restore]
+        return logps, (torch.cat(entropies)[restore] if compute_entropy else None), None
+
     def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """``policy_loss`` on this micro-batch, scaled for gradient accumulation like TRL."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
