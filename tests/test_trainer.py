@@ -235,3 +235,28 @@ def _approx_rows(got, expected, rel=1e-5) -> bool:
             else:
                 assert g[key] == e[key], key
     return True
+
+
+def test_chunked_log_probs_equal_the_padded_batch(outputs):
+    """Length-sorted, trimmed chunks give the log-probs and entropies of TRL's padded batch."""
+    cfg = smoke_profile(max_steps=1)
+    trainer = build_trainer(cfg, "at2po", 0, records.run_dir(cfg.name, "chunks", 0))
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 200, (5, 6), generator=generator)
+    completion = torch.randint(3, 200, (5, 9), generator=generator)
+    lengths = torch.tensor([9, 2, 7, 1, 5])  # right padding after these many tokens
+    completion_mask = (torch.arange(9)[None] < lengths[:, None]).long()
+    prompt_mask = torch.ones_like(prompt)
+    prompt_mask[0, :2] = 0  # a left-padded prompt
+    ids = torch.cat([prompt, completion], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    trainer.args.loss_chunk_rows = 0
+    ref_logps, ref_ent, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, mask, 9, compute_entropy=True)
+    trainer.args.loss_chunk_rows = 2
+    logps, ent, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, mask, 9, compute_entropy=True)
+    real = completion_mask.bool()
+    assert torch.allclose(logps[real], ref_logps[real], atol=1e-5)
+    assert torch.allclose(ent[real], ref_ent[real], atol=1e-5)
+    assert bool((logps[~real] == 0).all())
