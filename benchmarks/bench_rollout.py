@@ -15,8 +15,8 @@ One run, one policy, the same prompts, the same number of leaves per prompt (M +
    ``chain`` (a chain keeps its own cache, but every chain re-reads the prompt and, for a
    branch, the ancestor's context) and ``none`` (every turn re-reads its whole context).
    Tokens are counted, not timed, so the ratios do not depend on the machine's load.
-3. Wall time and trajectories per second of each run (these do depend on the load; the
-   load average is printed).
+3. Wall time, process CPU time and trajectories per second (wall) of each run. Wall time
+   depends on the machine's load (printed); CPU time much less so.
 
 The policy is the profile's warm start when it is cached (``at2po warmstart``), else a random
 tag-biased tiny Qwen3 (:func:`at2po_lib.rollout.toy.tag_biased_policy`), which makes shorter,
@@ -71,16 +71,16 @@ def load_policy_and_world(profile: str, policy: str):
 
 
 def run(args, model, tokenizer, template, retriever, questions, golden, cfg, expansion: str,
-        cache: str) -> tuple[dict, float, object]:
+        cache: str) -> tuple[dict, float, object, float]:
     backend = make_backend(model, tokenizer, cfg, STOP_SEQUENCES, seed=args.seed,
                            keep_cache=cache != "none", num_threads=args.threads)
     leaves = cfg.tree_m + cfg.tree_l * cfg.tree_k
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     trees = rollout_trees(model, tokenizer, template, retriever, questions, golden, cfg,
                           expansion=expansion, num_chains=leaves, seed=args.seed, backend=backend,
                           share_prefixes=cache == "tree")
-    seconds = time.perf_counter() - start
-    return tree_summary(trees), seconds, backend.stats
+    seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    return tree_summary(trees), seconds, backend.stats, cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -118,11 +118,11 @@ def main(argv: list[str] | None = None) -> None:
                             expansion, cache)
 
     print(f"\n{'run':32s} {'gen tok/leaf':>12s} {'prefill tok':>12s} {'decode tok':>11s} "
-          f"{'seconds':>8s} {'traj/s':>7s} {'reward':>7s}")
-    for name, (summary, seconds, stats) in results.items():
+          f"{'wall s':>7s} {'cpu s':>6s} {'traj/s':>7s} {'reward':>7s}")
+    for name, (summary, seconds, stats, cpu) in results.items():
         n_leaves = summary["leaves_per_tree"] * summary["trees"]
         print(f"{name:32s} {summary['generated_tokens_per_leaf']:12.1f} {stats.prefill_tokens:12d} "
-              f"{stats.decode_tokens:11d} {seconds:8.2f} {n_leaves / seconds:7.1f} "
+              f"{stats.decode_tokens:11d} {seconds:7.2f} {cpu:6.2f} {n_leaves / seconds:7.1f} "
               f"{summary['mean_reward']:7.3f}")
     tree = results["entropy tree"][2].prefill_tokens
     print(f"\nprefill tokens, entropy tree: tree cache {tree}, chain-only cache "

@@ -342,7 +342,9 @@ def _parse_value(text: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="at2po train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="at2po train", description="Train one method (AT2PO or a baseline) on one profile "
+        "and seed; records go to results/runs/<profile>/<method>/seed<S>/.")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--method", help="a preset name (see --list-methods)")
     parser.add_argument("--seed", type=int, default=0)
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                        max_steps=args.max_steps, force=args.force,
                        profile_overrides=profile_overrides, trainer_overrides=trainer_overrides)
     except (KeyError, ProfileError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     print(f"{result.status}: {result.run.root} ({result.wall_time:.1f} s)")
     if result.final_eval is not None:

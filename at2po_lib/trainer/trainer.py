@@ -53,6 +53,9 @@ from ..losses import policy_loss
 from .config import LOSS_TYPES, AT2POConfig
 
 
+# TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` on every rollout.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+
 _GLOBAL_RNG_ROUND = 1_000
 """Seed-sequence slot of the global torch RNG (rounds below it seed the samplers)."""
 
@@ -220,20 +223,17 @@ class AT2POTrainer(GRPOTrainer):
                 self._last_loaded_step = self.state.global_step
             yield self.vllm_generation.llm
             return
-        with warnings.catch_warnings():
-            # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` here.
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            with unwrap_model_for_generation(
-                self.model_wrapped, self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as unwrapped, torch.no_grad():
-                was_training = unwrapped.training
-                unwrapped.eval()
-                try:
-                    yield unwrapped
-                finally:
-                    unwrapped.train(was_training)
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ) as unwrapped, torch.no_grad():
+            was_training = unwrapped.training
+            unwrapped.eval()
+            try:
+                yield unwrapped
+            finally:
+                unwrapped.train(was_training)
 
     def _prompt_groups(self, inputs: list[dict]) -> list[dict]:
         """One input row per prompt group (TRL repeats each prompt ``num_generations`` times
