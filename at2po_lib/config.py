@@ -132,6 +132,14 @@ class SFTConfig:
     """Pick a checkpoint whose multi-hop validation EM falls in this band (room for RL)."""
     require_supported: bool = True
     """Keep only demonstrations whose every hop's answer is in that hop's retrieved passages."""
+    aux_worlds: int = 4
+    """Extra TinyWorlds (other seeds) whose questions become demonstrations and whose passages
+    are the pretraining text, so that a model trained from scratch must copy names from the
+    context instead of memorising them (``at2po_lib.policy.sft_data``)."""
+    pretrain_steps: int = 0
+    """Language-model steps on the auxiliary worlds' passages before SFT (0: none)."""
+    pretrain_batch_size: int = 32
+    pretrain_seq_len: int = 128
 
 
 @dataclass

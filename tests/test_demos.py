@@ -21,7 +21,7 @@ def world(tmp_path_factory):
     old = os.environ.get("AT2PO_ARTIFACTS")
     os.environ["AT2PO_ARTIFACTS"] = str(root / "artifacts")
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.policy.warmstart import tokenizer_texts
+    from at2po_lib.policy.sft_data import tokenizer_texts
     from at2po_lib.retrieval import build_retriever
     from at2po_lib.tinyworld import ensure_world, read_corpus, read_rows
 

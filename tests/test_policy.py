@@ -155,14 +155,14 @@ def test_bad_head_count_is_an_error(tokenizer):
 def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     from at2po_lib.policy.demos import build_sft_examples, script_demos
     from at2po_lib.policy.model import build_policy
-    from at2po_lib.policy.warmstart import make_trainer, masked_loss, split_rows, tokenizer_texts
-    from at2po_lib.retrieval import build_retriever
-    from at2po_lib.tinyworld import ensure_world, read_corpus
+    from at2po_lib.policy.sft_data import (corpus_texts, tokenizer_texts, training_rows,
+                                           world_sources)
+    from at2po_lib.policy.warmstart import make_trainer, masked_loss
 
     cfg = smoke_env
-    train_rows, _ = split_rows(cfg)
-    demos = script_demos(train_rows[:24], cfg.policy.template, build_retriever(cfg))
-    tok = train_tokenizer(tokenizer_texts(read_corpus(ensure_world(cfg)), demos), 600)
+    main = world_sources(cfg)[0]
+    demos = script_demos(training_rows(cfg, main)[:24], cfg.policy.template, main.retriever)
+    tok = train_tokenizer(tokenizer_texts(corpus_texts([main]), demos), 600)
     examples, _ = build_sft_examples(demos, tok, cfg.policy.max_position_embeddings)
     model = build_policy(cfg.policy, tok, seed=0)
     before = masked_loss(model, examples)

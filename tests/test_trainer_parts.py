@@ -1,4 +1,4 @@
-"""Trainer pieces that need no model: the config subclass, method presets, run records."""
+"""Trainer pieces that need no model: config subclass, presets, records, credit wiring, plots."""
 
 from __future__ import annotations
 
@@ -171,3 +171,82 @@ def test_table1_frame_mean_and_std_over_seeds():
     assert table.loc["grpo", "tiny_nq"] == "45.0 ± 7.1"
     assert table.loc["at2po", "tiny_nq"] == "60.0"
     assert list(table.index) == ["grpo", "at2po"] and table.loc["grpo", "seeds"] == 2
+
+
+# ------------------------------------------------------------------------ credit wiring
+def _hand_batch():
+    """Two prompts. Prompt 0: a tree root -> {1 -> {3 (r=1), 4 (r=0)}, 2 (r=1)}; rows are the
+    leaves 3, 4, 2. Prompt 1: two chains (nodes 1, 2), rewards 0 and 0 (no signal)."""
+    import numpy as np
+
+    from at2po_lib.trainer.trainer import RolloutBatch
+
+    nan = np.nan
+    tree0 = {"parent": np.array([-1, 0, 0, 1, 1]), "entropy": np.array([0, 1.0, 0.5, 0.2, 0.9]),
+             "leaf_reward": np.array([nan, nan, 1.0, 1.0, 0.0])}
+    tree1 = {"parent": np.array([-1, 0, 0]), "entropy": np.array([0, 0.3, 0.4]),
+             "leaf_reward": np.array([nan, 0.0, 0.0])}
+    # completion layout: turn tokens (node id) and observation tokens (-1)
+    turn_node = [[1, 1, -1, -1, 3, 3], [1, 1, -1, -1, 4], [2, 2, 2], [1, 1], [2]]
+    return RolloutBatch(
+        prompt_ids=[[0]] * 5, completion_ids=[[5] * len(t) for t in turn_node],
+        completion_mask=[[int(n >= 0) for n in t] for t in turn_node], turn_node=turn_node,
+        old_logps=[[0.0] * len(t) for t in turn_node], reward=[1.0, 0.0, 1.0, 0.0, 0.0],
+        row_tree=[0, 0, 0, 1, 1], row_leaf=[3, 4, 2, 1, 2], group=[0, 0, 0, 1, 1],
+        trees=[tree0, tree1], num_turns=[2, 2, 1, 1, 1], num_tool_calls=[1, 1, 0, 0, 0])
+
+
+def test_token_advantages_vanilla_is_grpo_per_prompt():
+    from at2po_lib.trainer.trainer import token_advantages
+
+    adv = token_advantages(_hand_batch(), "vanilla")
+    # prompt 0 rewards (1, 0, 1): mean 2/3, unbiased std sqrt(1/3) = 0.5774
+    # -> (1 - 2/3) / 0.5774 = 0.5774 and (0 - 2/3) / 0.5774 = -1.1547
+    assert adv[0, 0].item() == pytest.approx(0.57735, abs=1e-4)
+    assert adv[1, 4].item() == pytest.approx(-1.15470, abs=1e-4)
+    assert adv[0, 2].item() == 0.0 and adv[0, 3].item() == 0.0  # observation tokens
+    assert adv.shape == (5, 6) and adv[3:].abs().sum() == 0  # prompt 1: all-equal rewards
+
+
+def test_token_advantages_turnwise_match_credit():
+    import torch
+
+    from at2po_lib import credit
+    from at2po_lib.trainer.trainer import token_advantages
+
+    batch = _hand_batch()
+    adv = token_advantages(batch, "node_value", "entropy_softmax")
+    v = credit.node_values(batch.trees[0]["parent"], batch.trees[0]["entropy"],
+                           batch.trees[0]["leaf_reward"], "entropy_softmax")
+    # every token of a turn carries its node's value; node 1 is shared by rows 0 and 1
+    assert adv[0, 0].item() == pytest.approx(float(v[1])) and adv[1, 1].item() == pytest.approx(float(v[1]))
+    assert adv[0, 4].item() == pytest.approx(float(v[3])) and adv[2, 2].item() == pytest.approx(float(v[2]))
+    # leaf values normalised in tree 0: rewards (1, 1, 0) -> mean 2/3, population std 0.4714
+    assert float(v[4]) == pytest.approx((0 - 2 / 3) / 0.471404, abs=1e-4)
+    assert torch.all(adv[3:] == 0)  # tree 1: equal rewards -> zero values everywhere
+
+
+def test_tree_grpo_uses_root_subtrees_as_trees():
+    from at2po_lib import credit
+    from at2po_lib.trainer.trainer import token_advantages
+
+    import torch
+
+    batch = _hand_batch()
+    adv = token_advantages(batch, "tree_grpo")
+    rewards = torch.tensor(batch.reward, dtype=torch.float64)
+    # subtrees of prompt 0: rows 0, 1 under node 1, row 2 under node 2
+    expected = credit.tree_grpo_advantages(rewards, torch.tensor([1, 1, 2, 1, 2]),
+                                           torch.tensor(batch.group))
+    assert adv[:, 0].double().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+def test_dynamic_sampling_helpers_keep_whole_groups():
+    from at2po_lib.trainer.trainer import _group_has_signal, _select_groups
+
+    batch = _hand_batch()
+    assert _group_has_signal(batch, 0) and not _group_has_signal(batch, 1)
+    picked = _select_groups([(batch, 1), (batch, 0)])  # reorder: prompt 1 first
+    assert picked.group == [0, 0, 1, 1, 1]
+    assert picked.row_tree == [0, 0, 1, 1, 1] and len(picked.trees) == 2
+    assert picked.reward == [0.0, 0.0, 1.0, 0.0, 1.0]

@@ -1,0 +1,166 @@
+"""Training data of the warm start: which questions become demonstrations, which are held out
+for validation, and the auxiliary TinyWorlds that keep a from-scratch model from memorising.
+
+Why auxiliary worlds
+--------------------
+With one world, a tiny model trained from scratch memorises its few hundred entity names: on
+TinyWorld it reached a training loss of 0.5 while predicting *training* names for every
+validation question (measured; toy_scale.md warns of the same). A pretrained LLM does not
+have this problem — it reads names from the context because it has seen millions of them.
+The toy stand-in: ``sft.aux_worlds`` extra TinyWorlds, generated with other seeds (so other
+names and facts), each with its own retriever. Their questions (all splits) become
+demonstrations whose observations come from *their* retriever, so names change from one
+demonstration to the next and only copying from the context is rewarded. Their passages are
+also the text of the optional language-model pretraining (``sft.pretrain_steps``), standing in
+for the pretraining a real backbone has. The evaluation world contributes its ``train`` split
+only: no passage or question of its ``dev``/``test`` pools is ever a training target.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..paths import artifacts_dir
+
+if TYPE_CHECKING:
+    from ..config import ProfileConfig
+
+AUX_SEED_OFFSET = 1000
+"""Auxiliary world k uses ``world.seed + AUX_SEED_OFFSET + k``."""
+
+
+@dataclass
+class WorldSource:
+    """A TinyWorld with its retriever and the splits that feed demonstrations."""
+
+    name: str
+    files: Any
+    """``tinyworld.WorldFiles``."""
+    retriever: Any
+    splits: tuple[str, ...]
+
+
+def aux_profile(profile_cfg: ProfileConfig, k: int) -> ProfileConfig:
+    """A copy of the profile whose world is auxiliary world ``k`` (own seed, corpus, index)."""
+    cfg = copy.deepcopy(profile_cfg)
+    cfg.world.seed = profile_cfg.world.seed + AUX_SEED_OFFSET + k
+    root = aux_root(profile_cfg.name, k)
+    cfg.retrieval.corpus = str(root / "corpus.jsonl")
+    cfg.retrieval.index_dir = str(root / "index")
+    return cfg
+
+
+def aux_root(profile: str, k: int) -> Path:
+    return artifacts_dir(profile) / "policy" / "aux_worlds" / f"world-{k}"
+
+
+def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
+    """The evaluation world (``train`` split) and ``sft.aux_worlds`` auxiliary worlds (all
+    splits), each built if missing, with a retriever of the profile's method."""
+    from ..retrieval import build_retriever
+    from ..tinyworld import SPLITS, build_world, ensure_world
+
+    sources = [WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg),
+                           ("train",))]
+    for k in range(1, profile_cfg.sft.aux_worlds + 1):
+        cfg = aux_profile(profile_cfg, k)
+        files = build_world(cfg.world, aux_root(profile_cfg.name, k))
+        sources.append(WorldSource(f"aux-{k}", files, build_retriever(cfg), tuple(SPLITS)))
+    return sources
+
+
+def demo_datasets(profile_cfg: ProfileConfig, files) -> list[str]:
+    """Datasets of the profile's evaluation list that have a ``train`` split in ``files``
+    (tiny_bamboogle is test-only, like Bamboogle)."""
+    return [d for d in profile_cfg.eval.datasets if files.dataset(d, "train").is_file()]
+
+
+def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
+    """Validation questions per multi-hop dataset: ``sft.eval_questions`` spread evenly, from
+    the ``dev`` split (unseen entities, like the test sets), else the last ``train`` rows."""
+    from ..evaluation import MULTI_HOP, dataset_group
+    from ..tinyworld import read_rows
+
+    multihop = [d for d in demo_datasets(profile_cfg, files) if dataset_group(d) == MULTI_HOP]
+    if not multihop:
+        raise ValueError(f"profile {profile_cfg.name!r}: no multi-hop dataset with a train split "
+                         f"in eval.datasets={profile_cfg.eval.datasets} to validate on")
+    per_dataset = math.ceil(profile_cfg.sft.eval_questions / len(multihop))
+    out = {}
+    for name in multihop:
+        split = "dev" if files.dataset(name, "dev").is_file() else "train"
+        rows = read_rows(files, name, split)
+        out[name] = rows[-per_dataset:] if split == "train" else rows[:per_dataset]
+    return out
+
+
+def training_rows(profile_cfg: ProfileConfig, source: WorldSource,
+                  held_out: dict[str, list[dict]] | None = None) -> list[dict]:
+    """Rows of ``source`` that become demonstrations (validation rows excluded)."""
+    from ..tinyworld import read_rows
+
+    skip = {(name, row["id"]) for name, rows in (held_out or {}).items() for row in rows}
+    rows = []
+    for name in demo_datasets(profile_cfg, source.files):
+        for split in source.splits:
+            if source.files.dataset(name, split).is_file():
+                rows += [r for r in read_rows(source.files, name, split) if (name, r["id"]) not in skip]
+    return rows
+
+
+def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
+                  validation: dict[str, list[dict]]) -> list[Any]:
+    """Scripted demonstrations from every source, observations from each world's retriever."""
+    from .demos import script_demos
+
+    demos = []
+    for source in sources:
+        held_out = validation if source.name == "main" else None
+        rows = training_rows(profile_cfg, source, held_out)
+        demos += script_demos(rows, profile_cfg.policy.template, source.retriever,
+                              topk=profile_cfg.retrieval.topk)
+    return demos
+
+
+def corpus_texts(sources: Sequence[WorldSource], auxiliary_only: bool = False) -> list[str]:
+    """Passage contents of the sources (``auxiliary_only``: skip the evaluation world)."""
+    from ..tinyworld import read_corpus
+
+    return [text for source in sources if not (auxiliary_only and source.name == "main")
+            for text in read_corpus(source.files).values()]
+
+
+def tokenizer_texts(corpus: Sequence[str], demos: Sequence[Any]) -> list[str]:
+    """What the tokenizer is trained on: passages, prompts (with the chat roles) and the
+    demonstrations' model turns and observations."""
+    texts = list(corpus) + ["system", "user", "assistant"]
+    for demo in demos:
+        texts += [m["content"] for m in demo.messages]
+        texts.append("".join(segment.text for segment in demo.segments))
+    return texts
+
+
+def pretraining_chunks(passages: Sequence[str], tokenizer, seq_len: int, epochs: int = 1,
+                       seed: int = 0) -> list[dict[str, list[int]]]:
+    """Language-model training sequences: passages shuffled, each encoded and followed by the
+    pad/end-of-text token, concatenated and cut into ``seq_len``-token chunks (every token
+    is a target, as in pretraining). ``epochs`` reshuffled passes over the passages."""
+    if seq_len < 2:
+        raise ValueError(f"sft.pretrain_seq_len={seq_len} must be at least 2")
+    rng = random.Random(seed)
+    encoded = [tokenizer.encode(p, add_special_tokens=False) + [tokenizer.pad_token_id]
+               for p in passages]
+    stream: list[int] = []
+    for _ in range(epochs):
+        order = list(range(len(encoded)))
+        rng.shuffle(order)
+        for i in order:
+            stream += encoded[i]
+    return [{"input_ids": stream[i:i + seq_len]}
+            for i in range(0, len(stream) - seq_len + 1, seq_len)]
