@@ -179,7 +179,7 @@ def _hand_batch():
     leaves 3, 4, 2. Prompt 1: two chains (nodes 1, 2), rewards 0 and 0 (no signal)."""
     import numpy as np
 
-    from at2po_lib.trainer.trainer import RolloutBatch
+    from at2po_lib.trainer.batch import RolloutBatch
 
     nan = np.nan
     tree0 = {"parent": np.array([-1, 0, 0, 1, 1]), "entropy": np.array([0, 1.0, 0.5, 0.2, 0.9]),
@@ -197,7 +197,7 @@ def _hand_batch():
 
 
 def test_token_advantages_vanilla_is_grpo_per_prompt():
-    from at2po_lib.trainer.trainer import token_advantages
+    from at2po_lib.trainer.batch import token_advantages
 
     adv = token_advantages(_hand_batch(), "vanilla")
     # prompt 0 rewards (1, 0, 1): mean 2/3, unbiased std sqrt(1/3) = 0.5774
@@ -212,7 +212,7 @@ def test_token_advantages_turnwise_match_credit():
     import torch
 
     from at2po_lib import credit
-    from at2po_lib.trainer.trainer import token_advantages
+    from at2po_lib.trainer.batch import token_advantages
 
     batch = _hand_batch()
     adv = token_advantages(batch, "node_value", "entropy_softmax")
@@ -228,7 +228,7 @@ def test_token_advantages_turnwise_match_credit():
 
 def test_tree_grpo_uses_root_subtrees_as_trees():
     from at2po_lib import credit
-    from at2po_lib.trainer.trainer import token_advantages
+    from at2po_lib.trainer.batch import token_advantages
 
     import torch
 
@@ -242,11 +242,11 @@ def test_tree_grpo_uses_root_subtrees_as_trees():
 
 
 def test_dynamic_sampling_helpers_keep_whole_groups():
-    from at2po_lib.trainer.trainer import _group_has_signal, _select_groups
+    from at2po_lib.trainer.batch import group_has_signal, select_groups
 
     batch = _hand_batch()
-    assert _group_has_signal(batch, 0) and not _group_has_signal(batch, 1)
-    picked = _select_groups([(batch, 1), (batch, 0)])  # reorder: prompt 1 first
+    assert group_has_signal(batch, 0) and not group_has_signal(batch, 1)
+    picked = select_groups([(batch, 1), (batch, 0)])  # reorder: prompt 1 first
     assert picked.group == [0, 0, 1, 1, 1]
     assert picked.row_tree == [0, 0, 1, 1, 1] and len(picked.trees) == 2
     assert picked.reward == [0.0, 0.0, 1.0, 0.0, 1.0]

@@ -1,7 +1,8 @@
 """RL training of AT2PO and its baselines on TRL's ``GRPOTrainer`` (method.md §5–§9).
 
 Modules: :mod:`.config` (``AT2POConfig``, a ``GRPOConfig`` subclass), :mod:`.trainer`
-(``AT2POTrainer``, a ``GRPOTrainer`` subclass), :mod:`.agent` (tree rollouts as training rows),
+(``AT2POTrainer``, a ``GRPOTrainer`` subclass), :mod:`.batch` (training rows and
+their per-token advantages), :mod:`.agent` (tree rollouts as training rows),
 :mod:`.methods` (named presets: Table 1–3), :mod:`.records` (run folders, metrics, resume),
 :mod:`.callbacks` (records and progress), :mod:`.run` (``at2po train``).
 
@@ -17,8 +18,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "AT2POConfig": ".config", "AT2POTrainer": ".trainer", "RolloutBatch": ".trainer",
-    "token_advantages": ".trainer", "SearchAgent": ".agent",
+    "AT2POConfig": ".config", "AT2POTrainer": ".trainer", "RolloutBatch": ".batch",
+    "token_advantages": ".batch", "SearchAgent": ".agent",
     "METHODS": ".methods", "Method": ".methods", "get_method": ".methods",
     "list_methods": ".methods", "TABLE1_METHODS": ".methods", "TABLE2_METHODS": ".methods",
     "RunDir": ".records", "run_dir": ".records",

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from .config import AT2POConfig
-from .trainer import RolloutBatch
+from .batch import RolloutBatch
 
 
 class SearchAgent:

@@ -20,7 +20,8 @@ credit (§6)            override of ``_generate_and_score_completions``: calls t
                        :mod:`at2po_lib.credit` from the trees, and adds ``turn_ids`` (B, T).
 loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies from the
                        parent's ``_get_per_token_logps_and_entropies`` (TRL's fused LM head at
-                       ``args.temperature`` = the sampling temperature), then
+                       ``args.temperature`` = the sampling temperature; optionally on
+                       length-sorted, padding-trimmed chunks), then
                        :func:`at2po_lib.losses.policy_loss` at the method's ratio level.
 =====================  =========================================================================
 
@@ -40,8 +41,7 @@ import contextlib
 import textwrap
 import time
 import warnings
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -50,6 +50,7 @@ from trl.models import unwrap_model_for_generation
 
 from .. import credit
 from ..losses import policy_loss
+from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .config import LOSS_TYPES, AT2POConfig
 
 
@@ -66,84 +67,14 @@ def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs:
     return [float(r) for r in reward]
 
 
-@dataclass
-class RolloutBatch:
-    """Training rows of one generation batch (one per leaf) and the trees they came from.
-
-    Row fields are lists of length R (rows); ``trees`` holds one ``(parent, entropy,
-    leaf_reward)`` triple per tree. ``row_tree`` indexes ``trees``; ``turn_node`` ids are local
-    to the row's tree (−1 on observation tokens); ``group`` is the row's prompt slot (0..P−1).
-    """
-
-    prompt_ids: list[list[int]]
-    completion_ids: list[list[int]]
-    completion_mask: list[list[int]]
-    turn_node: list[list[int]]
-    old_logps: list[list[float]]
-    reward: list[float]
-    row_tree: list[int]
-    row_leaf: list[int]
-    group: list[int]
-    trees: list[Any]
-    num_turns: list[int]
-    num_tool_calls: list[int]
-
-    def __len__(self) -> int:
-        return len(self.reward)
-
-
-def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_softmax",
-                     normalize_leaves: bool = True) -> torch.Tensor:
-    r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.credit`.
-
-    - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
-      over the batch's trees (every token of turn n gets A_n, method.md §6);
-    - ``vanilla``: GRPO over the leaves of each prompt, ``credit.grpo_advantages``, broadcast
-      to the row's model tokens;
-    - ``tree_grpo``: ``credit.tree_grpo_advantages`` (prompt-level + tree-level GRPO). Our
-      rollout grows one tree per prompt whose root has M children; the subtree under each
-      root child (an initial chain and the turns re-sampled inside it) plays the role of one
-      of Tree-GRPO's M trees. A subtree with a single leaf keeps its raw reward in the
-      tree-level term (credit's, i.e. verl's, rule for a group of one).
-
-    T is the longest completion; observation and padding tokens get 0.
-    """
-    turn_node = _pad([torch.tensor(t, dtype=torch.long) for t in batch.turn_node], -1)
-    is_model = turn_node >= 0
-    if advantage in credit.ADVANTAGE_MODES:
-        forest = credit.Forest.from_trees(batch.trees, dtype=torch.float64)
-        return credit.batch_token_advantages(
-            forest, turn_node, torch.tensor(batch.row_tree), value_mode=value, adv_mode=advantage,
-            normalize_leaves=normalize_leaves).float()
-    rewards = torch.tensor(batch.reward, dtype=torch.float64)
-    group = torch.tensor(batch.group)
-    if advantage == "vanilla":
-        row_adv = credit.grpo_advantages(rewards, group)
-    elif advantage == "tree_grpo":
-        # The depth-1 node of a row is the node of its first model token.
-        branch = torch.tensor([next((n for n in nodes if n >= 0), -1) for nodes in batch.turn_node])
-        subtree = torch.tensor(batch.row_tree) * (1 + int(branch.max())) + branch
-        row_adv = credit.tree_grpo_advantages(rewards, subtree, group)
-    else:
-        raise ValueError(f"unknown credit_advantage {advantage!r}")
-    return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype)).float()
-
-
-def _pad(rows: Sequence[torch.Tensor], fill: float, width: int | None = None) -> torch.Tensor:
-    """Right-pad 1-D tensors into (R, width)."""
-    width = max([len(r) for r in rows] + [1]) if width is None else width
-    out = torch.full((len(rows), width), fill, dtype=rows[0].dtype if rows else torch.float32)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r[:width]
-    return out
-
-
 class AT2POTrainer(GRPOTrainer):
     """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
 
     Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
     parent's scoring) and ``_compute_loss`` (``at2po_lib.losses.policy_loss``); the rollout is
-    TRL's ``rollout_func`` hook bound to :meth:`_rollout`. Everything else is inherited.
+    TRL's ``rollout_func`` hook bound to :meth:`_rollout`. ``_get_per_token_logps_and_entropies``
+    is wrapped only to skip padding (``loss_chunk_rows``; off by default) and calls the parent
+    for the computation. Everything else is inherited.
 
     Args:
         model: a model folder / hub name (loaded by TRL with ``args.model_init_kwargs``) or a
@@ -296,7 +227,7 @@ class AT2POTrainer(GRPOTrainer):
         empty afterwards keep their degenerate groups (advantage 0). Returns the batch and
         the number of rounds used.
         """
-        keep = [g for g in range(len(groups)) if _group_has_signal(batch, g)]
+        keep = [g for g in range(len(groups)) if group_has_signal(batch, g)]
         parts = [(batch, keep)]
         missing = len(groups) - len(keep)
         rounds = 1
@@ -306,7 +237,7 @@ class AT2POTrainer(GRPOTrainer):
                                replace=missing > len(self.train_dataset))
             fresh = [self.train_dataset[int(i)] for i in picks]
             extra = self.agent.sample(policy, fresh, self.args, self.rollout_seed(step, rounds))
-            good = [g for g in range(len(fresh)) if _group_has_signal(extra, g)]
+            good = [g for g in range(len(fresh)) if group_has_signal(extra, g)]
             parts.append((extra, good))
             missing -= len(good)
             rounds += 1
@@ -314,7 +245,7 @@ class AT2POTrainer(GRPOTrainer):
         degenerate = [g for g in range(len(groups)) if g not in keep]
         chosen += [(batch, g) for g in degenerate[: len(groups) - len(chosen)]]
         self._metrics["train"]["rollout/dynamic_sampling_kept"].append(len(keep) / len(groups))
-        return _select_groups(chosen), rounds
+        return select_groups(chosen), rounds
 
     # ----------------------------------------------------------------- credit (scoring)
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
@@ -331,9 +262,9 @@ class AT2POTrainer(GRPOTrainer):
         extras, self._rollout_extras = self._rollout_extras, None
         width = output["completion_ids"].shape[1]
         device = output["completion_ids"].device
-        output["advantages"] = _pad(list(extras["advantages"]), 0.0, width).to(device)
-        output["turn_ids"] = _pad([torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]],
-                                  -1, width).to(device)
+        output["advantages"] = pad_rows(list(extras["advantages"]), 0.0, width).to(device)
+        turn_ids = [torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]]
+        output["turn_ids"] = pad_rows(turn_ids, -1, width).to(device)
         mode = "train" if self.model.training else "eval"
         mask = output["completion_mask"] * output["tool_mask"]
         adv_abs = (output["advantages"].abs() * mask).sum() / mask.sum().clamp(min=1)
@@ -444,30 +375,3 @@ class AT2POTrainer(GRPOTrainer):
             return float(value)
         tensor = torch.tensor([float(value)], device=self.accelerator.device)
         return self.accelerator.gather(tensor).mean().item()
-
-
-# ------------------------------------------------------------------------- group helpers
-def _group_rows(batch: RolloutBatch, group: int) -> list[int]:
-    return [i for i, g in enumerate(batch.group) if g == group]
-
-
-def _group_has_signal(batch: RolloutBatch, group: int) -> bool:
-    rewards = [batch.reward[i] for i in _group_rows(batch, group)]
-    return len(set(rewards)) > 1
-
-
-def _select_groups(chosen: list[tuple[RolloutBatch, int]]) -> RolloutBatch:
-    """Concatenate the rows of the chosen (batch, group) pairs, renumbering groups and trees."""
-    fields: dict[str, list] = {name: [] for name in RolloutBatch.__dataclass_fields__}
-    for new_group, (batch, group) in enumerate(chosen):
-        rows = _group_rows(batch, group)
-        tree_ids = sorted({batch.row_tree[i] for i in rows})
-        remap = {old: len(fields["trees"]) + k for k, old in enumerate(tree_ids)}
-        fields["trees"] += [batch.trees[t] for t in tree_ids]
-        for i in rows:
-            for name in ("prompt_ids", "completion_ids", "completion_mask", "turn_node",
-                         "old_logps", "reward", "row_leaf", "num_turns", "num_tool_calls"):
-                fields[name].append(getattr(batch, name)[i])
-            fields["row_tree"].append(remap[batch.row_tree[i]])
-            fields["group"].append(new_group)
-    return RolloutBatch(**fields)
