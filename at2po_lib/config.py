@@ -132,12 +132,19 @@ class SFTConfig:
     """Pick a checkpoint whose multi-hop validation EM falls in this band (room for RL)."""
     require_supported: bool = True
     """Keep only demonstrations whose every hop's answer is in that hop's retrieved passages."""
-    aux_worlds: int = 4
-    """Extra TinyWorlds (other seeds) whose questions become demonstrations and whose passages
-    are the pretraining text, so that a model trained from scratch must copy names from the
-    context instead of memorising them (``at2po_lib.policy.sft_data``)."""
+    aux_worlds: int = 6
+    """Extra TinyWorlds (other seeds) whose questions become the demonstrations and whose text
+    trains the tokenizer and the pretraining, so that a model trained from scratch must copy
+    names from the context instead of memorising them (``at2po_lib.policy.sft_data``)."""
+    main_world_demos: bool = False
+    """Also learn from the evaluation world's ``train`` split (and put its corpus in the
+    tokenizer text); off by default: its unseen names then became untrained tokens."""
     pretrain_steps: int = 0
     """Language-model steps on the auxiliary worlds' passages before SFT (0: none)."""
+    pretrain_eval_corpus: bool = False
+    """Also pretrain on the evaluation world's passages (and put them in the tokenizer text):
+    the toy counterpart of an LLM that has read Wikipedia before it is asked about it. Its
+    questions, answers and reasoning chains are still never trained on."""
     pretrain_batch_size: int = 32
     pretrain_seq_len: int = 128
 
@@ -395,3 +402,20 @@ def parse_override(text: str) -> dict[str, Any]:
         node = node.setdefault(key, {})
     node[keys[-1]] = value
     return out
+
+
+def parse_overrides(texts: typing.Iterable[str]) -> dict[str, Any] | None:
+    """Several ``--set`` values merged into one nested dict (None when there are none):
+    ``["train.max_steps=3", "train.seed=1"]`` → ``{"train": {"max_steps": 3, "seed": 1}}``."""
+    merged: dict[str, Any] = {}
+    for text in texts:
+        _deep_merge(merged, parse_override(text))
+    return merged or None
+
+
+def _deep_merge(into: dict[str, Any], extra: typing.Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, typing.Mapping) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
     # several times slower (measured). Only effective before torch is first imported.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from .config import load_profile, parse_override
+    from .config import load_profile, parse_overrides
     from .paths import results_dir
 
     parser = argparse.ArgumentParser(prog="at2po evaluate", description=__doc__.splitlines()[0])
@@ -244,23 +244,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="model folder or hub name (default: the profile's warm start, or "
                              "policy.model at paper scale)")
     parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed column: the evaluated run's training seed (default sft.seed)")
     parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
     parser.add_argument("--max-questions", type=int, default=None)
     parser.add_argument("--out", default=None, help="CSV path (default results/<profile>/eval_<label>.csv)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = parser.parse_args(argv)
 
-    overrides: dict[str, Any] = {}
-    for text in args.set:
-        _merge(overrides, parse_override(text))
-    cfg = load_profile(args.profile, overrides or None)
+    cfg = load_profile(args.profile, parse_overrides(args.set))
     checkpoint = args.checkpoint or cfg.policy.model
+    provenance: dict[str, Any] = {}
     if checkpoint is None:
-        from .policy.warmstart import ensure_warmstart
+        from .policy.warmstart import ensure_warmstart, warmstart_summary
 
         checkpoint = str(ensure_warmstart(cfg))
+        provenance["warmstart"] = warmstart_summary(cfg.name)
     label = args.label or Path(str(checkpoint)).name
+    seed = args.seed if args.seed is not None else cfg.sft.seed
     from .policy.model import load_policy
     from .retrieval import build_retriever
 
@@ -268,21 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     retriever = build_retriever(cfg)
     datasets = args.datasets.split(",") if args.datasets else None
     summary, details = evaluate(cfg, model, tokenizer, retriever, datasets, args.max_questions,
-                                label=label, seed=args.seed, return_details=True)
+                                label=label, seed=seed, return_details=True)
     out = Path(args.out) if args.out else results_dir(cfg.name) / f"eval_{label}.csv"
-    write_eval(summary, out, cfg.name, args.seed, cfg, checkpoint=str(checkpoint),
-               turn_distribution=turn_distribution(details).to_dict("records"))
+    write_eval(summary, out, cfg.name, seed, cfg, checkpoint=str(checkpoint),
+               turn_distribution=turn_distribution(details).to_dict("records"), **provenance)
     print(summary.to_string(index=False))
     print(f"wrote {out}")
     return 0
-
-
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from at2po_lib.config import ProfileError, known_profiles, load_profile, parse_override
+from at2po_lib.config import (ProfileError, known_profiles, load_profile, parse_override,
+                              parse_overrides)
 
 
 def test_all_shipped_profiles_resolve():
@@ -44,3 +45,12 @@ def test_overrides_apply_last():
     assert cfg.train.max_steps == 7
     with pytest.raises(ProfileError):
         parse_override("train.max_steps")
+
+
+def test_several_overrides_merge_per_section():
+    merged = parse_overrides(["train.max_steps=7", "train.eval_every=2", "rollout.tree_m=3",
+                              "train.max_steps=9"])
+    assert merged == {"train": {"max_steps": 9, "eval_every": 2}, "rollout": {"tree_m": 3}}
+    assert parse_overrides([]) is None
+    cfg = load_profile("smoke", merged)
+    assert (cfg.train.max_steps, cfg.rollout.tree_m) == (9, 3)

@@ -1,19 +1,30 @@
-"""Training data of the warm start: which questions become demonstrations, which are held out
-for validation, and the auxiliary TinyWorlds that keep a from-scratch model from memorising.
+"""Training data of the warm start: the auxiliary TinyWorlds it learns from, the validation
+questions it is judged on, and the text its tokenizer and pretraining read.
 
-Why auxiliary worlds
---------------------
-With one world, a tiny model trained from scratch memorises its few hundred entity names: on
-TinyWorld it reached a training loss of 0.5 while predicting *training* names for every
-validation question (measured; toy_scale.md warns of the same). A pretrained LLM does not
-have this problem — it reads names from the context because it has seen millions of them.
-The toy stand-in: ``sft.aux_worlds`` extra TinyWorlds, generated with other seeds (so other
-names and facts), each with its own retriever. Their questions (all splits) become
-demonstrations whose observations come from *their* retriever, so names change from one
-demonstration to the next and only copying from the context is rewarded. Their passages are
-also the text of the optional language-model pretraining (``sft.pretrain_steps``), standing in
-for the pretraining a real backbone has. The evaluation world contributes its ``train`` split
-only: no passage or question of its ``dev``/``test`` pools is ever a training target.
+Why auxiliary worlds, and why not the evaluation world
+------------------------------------------------------
+A pretrained LLM reads names from its context because it has seen millions of them; a tiny
+model trained from scratch on one world instead memorises that world's few hundred names.
+Measured on TinyWorld: trained on the evaluation world's ``train`` split alone, the policy
+reached a training loss of 0.5 while answering every validation question with a *training*
+name. And when the evaluation world's passages were in the tokenizer's training text, its
+unseen (dev/test) names became whole tokens whose embeddings no training step ever touched,
+which the model then almost never produced (greedy EM on single-hop dev 0.15 against 0.5 on
+a training world).
+
+So the warm start never reads the evaluation world, just as a real backbone never saw the
+benchmark: ``sft.aux_worlds`` TinyWorlds generated with other seeds (other names, other
+facts, the same relations and question styles), each with its own retriever, provide
+
+- the demonstrations (all their splits; observations from *their* retriever),
+- the tokenizer's training text (so evaluation-world names split into pieces the model
+  knows, like rare words in a real LLM's tokenizer),
+- the optional pretraining text (``sft.pretrain_steps``).
+
+``sft.main_world_demos: true`` adds the evaluation world's ``train`` split to the
+demonstrations and its corpus to the tokenizer text (the first design; kept as an option).
+The evaluation world's ``dev`` split is the validation set either way; its ``test`` split is
+never read here.
 """
 
 from __future__ import annotations
@@ -61,13 +72,15 @@ def aux_root(profile: str, k: int) -> Path:
 
 
 def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
-    """The evaluation world (``train`` split) and ``sft.aux_worlds`` auxiliary worlds (all
-    splits), each built if missing, with a retriever of the profile's method."""
+    """The evaluation world first (its ``train`` split when ``sft.main_world_demos``, else no
+    split) and ``sft.aux_worlds`` auxiliary worlds (all splits), each built if missing, with a
+    retriever of the profile's method."""
     from ..retrieval import build_retriever
     from ..tinyworld import SPLITS, build_world, ensure_world
 
+    main_splits = ("train",) if profile_cfg.sft.main_world_demos else ()
     sources = [WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg),
-                           ("train",))]
+                           main_splits)]
     for k in range(1, profile_cfg.sft.aux_worlds + 1):
         cfg = aux_profile(profile_cfg, k)
         files = build_world(cfg.world, aux_root(profile_cfg.name, k))
@@ -128,11 +141,12 @@ def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
     return demos
 
 
-def corpus_texts(sources: Sequence[WorldSource], auxiliary_only: bool = False) -> list[str]:
-    """Passage contents of the sources (``auxiliary_only``: skip the evaluation world)."""
+def corpus_texts(sources: Sequence[WorldSource], include_main: bool) -> list[str]:
+    """Passage contents of the auxiliary worlds, and of the evaluation world (the source named
+    ``main``) when ``include_main``."""
     from ..tinyworld import read_corpus
 
-    return [text for source in sources if not (auxiliary_only and source.name == "main")
+    return [text for source in sources if include_main or source.name != "main"
             for text in read_corpus(source.files).values()]
 
 

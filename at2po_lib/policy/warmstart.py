@@ -208,10 +208,9 @@ class CheckpointSelector:
         scores = self.score_fn(model)
         path = save_policy(model, self.tokenizer, self.dir / f"step-{step:05d}")
         model.train(was_training)
-        loss = next((log["loss"] for log in reversed(state.log_history) if "loss" in log), None)
-        self.table.append({"step": step, "train_loss": loss, "path": str(path), **scores})
+        self.table.append({"step": step, "path": str(path), **scores})
         self.seconds += time.perf_counter() - start
-        print(f"[warmstart] step {step}: loss {loss} validation {scores}", flush=True)
+        print(f"[warmstart] step {step}: validation {scores}", flush=True)
         if self.stop_above is not None and scores["em"] > self.stop_above:
             control.should_training_stop = True
         return control
@@ -301,7 +300,9 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     main = sources[0]
     validation = validation_rows(cfg, main.files)
     demos = collect_demos(cfg, sources, validation)
-    tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources), demos), cfg.policy.vocab_size)
+    main_text = sft.main_world_demos or sft.pretrain_eval_corpus
+    tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
+                                cfg.policy.vocab_size)
     examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
                                          require_supported=sft.require_supported)
     if not examples:
@@ -310,7 +311,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     prepared = time.perf_counter()
 
     policy_root = artifacts_dir(cfg.name) / "policy"
-    pretraining = pretrain(model, tokenizer, corpus_texts(sources, auxiliary_only=True), cfg,
+    pretraining = pretrain(model, tokenizer, corpus_texts(sources, sft.pretrain_eval_corpus), cfg,
                            policy_root / "trainer")
     checkpoints = policy_root / "warmstart_checkpoints"
     shutil.rmtree(checkpoints, ignore_errors=True)
@@ -323,6 +324,10 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     train_seconds = time.perf_counter() - train_start
     shutil.rmtree(policy_root / "trainer", ignore_errors=True)
 
+    # The trainer logs a step's loss after the callback ran: attach it now.
+    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
+    for row in selector.table:
+        row["train_loss"] = losses.get(row["step"])
     chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
     out = warmstart_dir(cfg.name)
     staging = out.with_name(out.name + ".tmp")
@@ -383,12 +388,29 @@ def read_warmstart_record(profile: str) -> dict:
     return json.loads(path.read_text())
 
 
+_SUMMARY_KEYS = ("git_revision", "chosen_step", "chosen_validation_em", "in_band", "target_band",
+                 "steps_run", "pretrain", "sft_seconds", "validation_seconds", "training_seconds",
+                 "total_seconds", "torch_threads", "cpu_count", "load_average_start",
+                 "load_average_end", "parameters", "vocab_size", "worlds", "train_examples",
+                 "validation_questions", "selection")
+
+
+def warmstart_summary(profile: str) -> dict[str, Any]:
+    """The warm start's provenance for a results file: how it was chosen and how long it took
+    (the record's selection table without checkpoint paths, no log history)."""
+    record = read_warmstart_record(profile)
+    summary = {key: record.get(key) for key in _SUMMARY_KEYS}
+    summary["selection"] = [{k: v for k, v in row.items() if k != "path"}
+                            for row in record.get("selection", [])]
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     """``at2po warmstart --profile P [--force]``."""
     # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
     # several times slower (measured). Only effective before torch is first imported.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..config import load_profile, parse_override
+    from ..config import load_profile, parse_overrides
 
     parser = argparse.ArgumentParser(prog="at2po warmstart",
                                      description="Train the tiny policy's SFT warm start.")
@@ -396,11 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = parser.parse_args(argv)
-    overrides: dict[str, Any] = {}
-    for text in args.set:
-        for section, values in parse_override(text).items():
-            overrides.setdefault(section, {}).update(values)
-    cfg = load_profile(args.profile, overrides or None)
+    cfg = load_profile(args.profile, parse_overrides(args.set))
     path = ensure_warmstart(cfg, force=args.force)
     record = read_warmstart_record(cfg.name)
     print(f"warm start: {path}")

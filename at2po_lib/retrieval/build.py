@@ -27,7 +27,7 @@ import importlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..paths import artifacts_dir, repo_root
 from .base import RetrievalError, Retriever
@@ -209,13 +209,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.profile:
-        from ..config import load_profile, parse_override
+        from ..config import load_profile, parse_overrides
 
-        overrides: dict[str, Any] = {}
-        for text in args.set:
-            for section, values in parse_override(text).items():
-                overrides.setdefault(section, {}).update(values)
-        cfg = load_profile(args.profile, overrides or None)
+        cfg = load_profile(args.profile, parse_overrides(args.set))
         methods = METHODS if args.method == "both" else (args.method or cfg.retrieval.method,)
         for method, folder in ensure_index(cfg, methods, force=args.force).items():
             print(f"{method}: {folder}")

@@ -335,13 +335,11 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
                               use_gpu=False if args.no_gpu_index else "auto")
     if not args.profile:
         raise SystemExit("at2po serve-retriever: give --profile or --index")
-    from ..config import load_profile, parse_override
+    from ..config import load_profile, parse_overrides
     from .build import build_retriever
 
-    overrides: dict[str, Any] = {"retrieval": {"url": None}}  # serve in-process, never proxy
-    for text in args.set:
-        for section, values in parse_override(text).items():
-            overrides.setdefault(section, {}).update(values)
+    overrides = parse_overrides(args.set) or {}
+    overrides.setdefault("retrieval", {})["url"] = None  # serve in-process, never proxy
     cfg = load_profile(args.profile, overrides)
     return build_retriever(cfg, method="bm25" if args.bm25 else None)
 

@@ -265,7 +265,7 @@ def entity_stats(files: WorldFiles):
 
 def main(argv: list[str] | None = None) -> int:
     """``at2po world --profile P [--force] [--out DIR] [--set world.key=value ...]``."""
-    from ..config import ProfileError, load_profile, parse_override
+    from ..config import ProfileError, load_profile, parse_overrides
 
     parser = argparse.ArgumentParser(prog="at2po world", description="Generate TinyWorld.")
     parser.add_argument("--profile", default="tiny")
@@ -276,11 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a profile value, e.g. world.seed=3 (repeatable)")
     args = parser.parse_args(argv)
     try:
-        overrides: dict = {}
-        for text in args.set:
-            for section, values in parse_override(text).items():
-                overrides.setdefault(section, {}).update(values)
-        cfg = load_profile(args.profile, overrides or None)
+        cfg = load_profile(args.profile, parse_overrides(args.set))
     except ProfileError as exc:
         print(f"at2po world: {exc}", file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import ProfileConfig, ProfileError, load_profile, parse_override
+from ..config import ProfileConfig, ProfileError, load_profile, parse_overrides
 from . import records
 from .methods import format_methods, get_method
 from .resolve import (batch_geometry, build_training_args, leaves_per_prompt, method_table,
@@ -169,6 +169,9 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
             records.truncate_jsonl(run.metrics, step)
             records.truncate_jsonl(run.eval, step)
     if checkpoint is None:
+        if not resume and records.complete_checkpoints(run.checkpoints):
+            print(f"{run.root}: an unfinished run is there; starting over (pass --resume to "
+                  "continue it)", file=sys.stderr)
         records.clear_run(run)
         run.root.mkdir(parents=True, exist_ok=True)
     records.write_config(run, {**resolved, "config_hash": digest})
@@ -366,9 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--method is required (see --list-methods)")
     try:
         get_method(args.method)
-        profile_overrides: dict[str, Any] = {}
-        for text in args.set:
-            _merge(profile_overrides, parse_override(text))
+        profile_overrides = parse_overrides(args.set) or {}
         trainer_overrides = {}
         for text in args.arg:
             if "=" not in text:
@@ -385,14 +386,6 @@ def main(argv: list[str] | None = None) -> int:
     if result.final_eval is not None:
         print(result.final_eval.to_string(index=False))
     return 0
-
-
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 if __name__ == "__main__":
