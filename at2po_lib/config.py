@@ -145,6 +145,12 @@ class SFTConfig:
     """Also pretrain on the evaluation world's passages (and put them in the tokenizer text):
     the toy counterpart of an LLM that has read Wikipedia before it is asked about it. Its
     questions, answers and reasoning chains are still never trained on."""
+    lm_mix: float = 0.0
+    """Share of SFT examples that are language-model chunks of the pretraining text (every
+    token a target). Without them the softmax of the SFT loss pushed down, step after step,
+    the logits of every name that is never a target, which with tied embeddings are the
+    evaluation world's names: the policy could then not copy them (measured: median rank
+    1,264 of the right name token against 0 on an auxiliary world)."""
     pretrain_batch_size: int = 32
     pretrain_seq_len: int = 128
 

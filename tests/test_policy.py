@@ -213,3 +213,18 @@ def test_warmstart_on_smoke_profile_is_cached(smoke_env):
     mtime = (path / "model.safetensors").stat().st_mtime_ns
     assert ensure_warmstart(cfg) == path  # cached: not retrained
     assert (path / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_lm_mix_adds_fully_supervised_chunks_in_the_asked_share(tokenizer):
+    from at2po_lib.config import SFTConfig
+    from at2po_lib.policy.warmstart import lm_examples
+
+    sft = SFTConfig(lm_mix=0.25, pretrain_seq_len=8)
+    chunks = lm_examples(CORPUS, tokenizer, sft, n_demos=30)
+    assert len(chunks) == 10  # 10 / (30 + 10) = 0.25
+    for chunk in chunks:
+        assert len(chunk["input_ids"]) == 8
+        assert chunk["assistant_masks"] == [1] * 8  # every token is a target, as in pretraining
+    assert lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=0.0), n_demos=30) == []
+    with pytest.raises(ValueError, match="lm_mix"):
+        lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=1.0), n_demos=30)

@@ -12,19 +12,19 @@ unseen (dev/test) names became whole tokens whose embeddings no training step ev
 which the model then almost never produced (greedy EM on single-hop dev 0.15 against 0.5 on
 a training world).
 
-So the warm start never reads the evaluation world, just as a real backbone never saw the
-benchmark: ``sft.aux_worlds`` TinyWorlds generated with other seeds (other names, other
-facts, the same relations and question styles), each with its own retriever, provide
+So the demonstrations come from ``sft.aux_worlds`` TinyWorlds generated with other seeds
+(other names, other facts, the same relations and question styles), each with its own
+retriever: all their splits, observations from *their* retriever. Their passages are also the
+tokenizer's and the optional pretraining's text (``sft.pretrain_steps``).
 
-- the demonstrations (all their splits; observations from *their* retriever),
-- the tokenizer's training text (so evaluation-world names split into pieces the model
-  knows, like rare words in a real LLM's tokenizer),
-- the optional pretraining text (``sft.pretrain_steps``).
-
+The evaluation world's passages join the tokenizer and pretraining text with
+``sft.pretrain_eval_corpus`` (the tiny profile's choice): the toy counterpart of an LLM that has
+read Wikipedia. Then its names are whole tokens whose embeddings pretraining has trained; a
+big enough vocabulary matters (``policy.vocab_size``), see :mod:`.warmstart`.
 ``sft.main_world_demos: true`` adds the evaluation world's ``train`` split to the
-demonstrations and its corpus to the tokenizer text (the first design; kept as an option).
-The evaluation world's ``dev`` split is the validation set either way; its ``test`` split is
-never read here.
+demonstrations (its corpus then joins the tokenizer text too). The evaluation world's ``dev``
+split is the validation set either way; its ``test`` split is never read here, and no
+question or answer of its ``dev``/``test`` pools is ever a training target.
 """
 
 from __future__ import annotations
