@@ -228,3 +228,31 @@ def test_lm_mix_adds_fully_supervised_chunks_in_the_asked_share(tokenizer):
     assert lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=0.0), n_demos=30) == []
     with pytest.raises(ValueError, match="lm_mix"):
         lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=1.0), n_demos=30)
+
+
+def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):
+    import pandas as pd
+    import torch
+
+    from at2po_lib.config import PolicyConfig
+    from at2po_lib.policy.diagnostics import rank_table, summarise_ranks, target_ranks
+    from at2po_lib.policy.model import build_policy
+
+    model = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=64), tokenizer)
+    ids = tokenizer.encode("Who founded Fusi Motors? Drukretrir Talen.", add_special_tokens=False)
+    mask = [0] * 5 + [1] * (len(ids) - 5)
+    positions, ranks = target_ranks(model, {"input_ids": ids, "assistant_masks": mask})
+    assert positions == list(range(5, len(ids)))
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    for position, rank in zip(positions, ranks):
+        order = torch.argsort(logits[position - 1], descending=True).tolist()
+        assert order.index(ids[position]) == rank  # random logits: no ties
+
+    table = rank_table(model, tokenizer, [{"input_ids": ids, "assistant_masks": mask}], "w")
+    assert table["rank"].tolist() == ranks
+    summary = summarise_ranks(pd.DataFrame({
+        "label": ["a"] * 4, "is_name": [True, True, True, False], "rank": [0, 4, 10, 0]}))
+    names = summary[summary["kind"] == "name"].iloc[0]
+    assert (names["tokens"], names["top1"], names["median_rank"]) == (3, 1 / 3, 4)
