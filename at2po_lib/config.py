@@ -54,6 +54,15 @@ class WorldConfig:
     (a company root, a city base); first names are always shared (~3 people per name)."""
     max_passage_words: int = 70
     """Word budget per passage (20-100); longer entities get two passages."""
+    name_seed: int | None = None
+    """Seed of the name generator alone; None draws names from the ``seed`` stream. The warm
+    start's auxiliary worlds copy it, so with a fixed ``name_seed`` (the tiny profile's) every
+    world of a profile uses the same names for other entities and other facts: each name is
+    then a word the demonstrations produce, yet no fact can be memorised across worlds."""
+    filler_words: int = 35
+    """Passages shorter than this many words get filler sentences (no facts) up to it, as
+    Wikipedia passages carry text beside the asked fact; 0 writes facts only (shorter
+    observations: the tiny profile's choice, for CPU time)."""
 
 
 @dataclass
@@ -151,6 +160,9 @@ class SFTConfig:
     the logits of every name that is never a target, which with tied embeddings are the
     evaluation world's names: the policy could then not copy them (measured: median rank
     1,264 of the right name token against 0 on an auxiliary world)."""
+    group_batches: int = 4
+    """SFT batches of similar length come from groups of this many random batches, sorted by
+    length, then all batches are shuffled (``ShuffledLengthBatches``); 1: random batches."""
     pretrain_batch_size: int = 32
     pretrain_seq_len: int = 128
 

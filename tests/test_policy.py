@@ -126,6 +126,9 @@ def test_model_builds_saves_and_loads_offline(tokenizer, tmp_path):
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, loaded(ids).logits, atol=1e-6)
     assert loaded_tok.encode("Nibebre") == tokenizer.encode("Nibebre")
+    # A missing local folder is named as such (not the hub's "repo id must be ..." error).
+    with pytest.raises(FileNotFoundError, match="step-00700"):
+        load_policy(tmp_path / "step-00700")
 
 
 def test_saved_generation_config_changes_no_probability(tokenizer, tmp_path):
@@ -174,6 +177,69 @@ def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     # cut it clearly (about 1.3 nats measured; the tags alone are easy to learn).
     assert before > 5.0
     assert after < before - 0.5
+
+
+def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenizer):
+    """The LM head applied at labelled positions only gives the loss (and gradient) of the
+    model's own full-logits loss, and the metrics TRL logs."""
+    import torch
+
+    from at2po_lib.config import PolicyConfig
+    from at2po_lib.policy.model import build_policy
+    from at2po_lib.policy.warmstart import targets_only_loss
+
+    model = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, intermediate_size=64),
+                         tokenizer, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, len(tokenizer), (3, 12), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[2, 9:] = 0  # a padded row
+    labels = ids.clone()
+    labels[:, :5] = -100  # prompt / observation positions
+    labels[mask == 0] = -100
+
+    loss, n_valid, entropy_sum, n_correct = targets_only_loss(model, ids, mask, labels)
+    (grad,) = torch.autograd.grad(loss, [model.get_output_embeddings().weight])
+    reference = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    (ref_grad,) = torch.autograd.grad(reference, [model.get_output_embeddings().weight])
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(grad, ref_grad)
+    assert int(n_valid) == int((labels[:, 1:] != -100).sum()) == 3 * 7 - 3
+
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1][labels[:, 1:] != -100]
+    log_p = torch.log_softmax(logits, -1)
+    torch.testing.assert_close(entropy_sum, -(log_p.exp() * log_p).sum())
+    assert int(n_correct) == int((logits.argmax(-1) == labels[:, 1:][labels[:, 1:] != -100]).sum())
+
+
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=120), st.integers(1, 9),
+       st.integers(1, 5), st.integers(0, 3))
+@settings(max_examples=60, deadline=None)
+def test_shuffled_length_batches_cover_every_example_once(lengths, batch_size, group, seed):
+    from at2po_lib.policy.warmstart import ShuffledLengthBatches
+
+    sampler = ShuffledLengthBatches(lengths, batch_size, group, seed)
+    for epoch in range(2):
+        batches = sampler.batches(epoch)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        assert all(1 <= len(b) <= batch_size for b in batches)
+        # Within a batch, longest first (sorted inside its group of batches).
+        assert all([lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+                   for b in batches)
+    assert list(sampler) == [i for b in sampler.batches(0) for i in b]
+
+
+def test_shuffled_length_batches_do_not_run_from_long_to_short():
+    """The failure it replaces: runs of long batches, then runs of short ones."""
+    from at2po_lib.policy.warmstart import ShuffledLengthBatches
+
+    lengths = [100] * 400 + [300] * 400  # single-hop-like and multi-hop-like demonstrations
+    batches = ShuffledLengthBatches(lengths, 16, 4, seed=0).batches(0)
+    kinds = [lengths[b[0]] for b in batches]
+    assert all(len({lengths[i] for i in b}) <= 2 for b in batches)
+    # Runs of equal kind stay short: 50 batches in a random order change kind ~25 times.
+    changes = sum(a != b for a, b in zip(kinds, kinds[1:]))
+    assert changes > 15
 
 
 def test_choose_checkpoint_prefers_the_middle_of_the_band():

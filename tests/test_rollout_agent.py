@@ -131,6 +131,8 @@ def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
     trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
                           golden, cfg, backend=backend, seed=0)
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, cfg)
+    # Observations hold the profile's top-k (smoke inherits tiny's 2), as the demonstrations do.
+    assert env.topk == toy.cfg.retrieval.topk == 2
     context_of = {id(r.token_ids): ctx for ctx, r in backend.log}  # sampled list -> its context
     searched = 0
     for tree in trees:
@@ -143,7 +145,7 @@ def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
                 expect += node.token_ids
                 if node.obs_kind == "observation":
                     searched += 1
-                    hits = toy.retriever.search([node.action.query], topk=3)[0]
+                    hits = toy.retriever.search([node.action.query], topk=2)[0]
                     obs = env.encode(render_observation(toy.template, [h["document"] for h in hits]))
                     assert node.obs_ids == obs
                 expect += node.obs_ids

@@ -86,7 +86,42 @@ def test_corpus_reads_with_the_retrieval_parser(smoke_world):
 def test_passages_respect_the_word_budget(corpus):
     words = [len(c.split("\n", 1)[1].split()) for c in corpus.values()]
     assert max(words) <= SMOKE.max_passage_words <= 100
-    assert 25 <= sum(words) / len(words) <= 80
+    assert 15 <= sum(words) / len(words) <= 80  # ~24 without filler (smoke, tiny), ~36 with
+
+
+def test_filler_words_zero_writes_facts_only():
+    """``filler_words: 0`` (the tiny profile) drops the fact-free sentences, nothing else."""
+    from at2po_lib.tinyworld.passages import _TEMPLATES
+
+    fillers = [re.escape(t).replace(r"\{S\}", ".+").replace(r"\{s\}", ".+")
+               for key, options in _TEMPLATES.items() if key.endswith(".filler") for t, _ in options]
+    filler = re.compile("|".join(fillers))
+    padded = generate(dataclasses.replace(SMOKE, filler_words=35))
+    bare = generate(dataclasses.replace(SMOKE, filler_words=0))
+    assert any(filler.search(p.text) for p in padded.passages)
+    assert not any(filler.search(p.text) for p in bare.passages)
+    mean_words = lambda g: sum(p.words for p in g.passages) / len(g.passages)  # noqa: E731
+    assert mean_words(bare) < mean_words(padded)
+    # Every fact still has its canonical passage, so every question stays answerable.
+    assert set(bare.canonical) == set(padded.canonical)
+
+
+def test_name_seed_shares_names_across_worlds_but_not_facts():
+    """Worlds with other seeds and one ``name_seed`` (the tiny profile's auxiliary worlds) use
+    the same person, city and country names for other entities with other facts."""
+    def people(cfg):
+        world = generate(cfg).world
+        return {e.name: (e.pool, e.attrs["person.birth_year"], e.attrs["person.born_in"])
+                for e in world.entities if e.type == "person"}
+
+    one = people(dataclasses.replace(SMOKE, name_seed=7))
+    other = people(dataclasses.replace(SMOKE, seed=SMOKE.seed + 1, name_seed=7))
+    unshared = people(dataclasses.replace(SMOKE, seed=SMOKE.seed + 1))
+    assert set(one) == set(other)
+    assert len(set(one) & set(unshared)) < len(one) / 4
+    # Same names, other facts: birth years and pools differ for most people.
+    differ = sum(one[n][:2] != other[n][:2] for n in one)
+    assert differ > 0.8 * len(one)
 
 
 def test_rows_are_flashrag_rows(all_rows, fixtures_dir):
@@ -378,8 +413,9 @@ def test_ensure_world_uses_the_profile_artifacts(isolated_outputs):
 
 
 def test_default_config_is_the_tiny_world():
-    # the tiny profile keeps the dataclass defaults for the world
-    assert load_profile("tiny").world == WorldConfig()
+    # the tiny profile keeps the dataclass defaults for the world's sizes; it only shares one
+    # name stream between worlds and drops filler sentences (configs/tiny.yaml says why)
+    assert load_profile("tiny").world == WorldConfig(name_seed=0, filler_words=0)
 
 
 @pytest.mark.slow

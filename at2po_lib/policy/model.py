@@ -127,7 +127,12 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
     """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path_or_name), dtype=torch_dtype(dtype))
+    text = str(path_or_name)
+    if (isinstance(path_or_name, Path) or text.startswith((".", "/", "~"))) and not Path(
+            text).expanduser().is_dir():
+        # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
+        raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
+    model = AutoModelForCausalLM.from_pretrained(text, dtype=torch_dtype(dtype))
     tokenizer = load_tokenizer(path_or_name)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -17,6 +17,12 @@ So the demonstrations come from ``sft.aux_worlds`` TinyWorlds generated with oth
 retriever: all their splits, observations from *their* retriever. Their passages are also the
 tokenizer's and the optional pretraining's text (``sft.pretrain_steps``).
 
+The tiny profile also fixes ``world.name_seed``, which the auxiliary worlds copy: every world
+then draws the *same names* for other entities, pools and facts. Each evaluation-world name is
+a word the demonstrations produce (a name seen only in context was a token the SFT softmax
+kept suppressing), while no fact carries over from one world to another, so the policy can
+only answer by copying from its search results.
+
 The evaluation world's passages join the tokenizer and pretraining text with
 ``sft.pretrain_eval_corpus`` (the tiny profile's choice): the toy counterpart of an LLM that has
 read Wikipedia. Then its names are whole tokens whose embeddings pretraining has trained; a

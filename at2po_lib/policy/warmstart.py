@@ -25,8 +25,8 @@ and to read facts from search results. The recipe (:func:`train_warmstart`):
    token's median rank 1,264 on the evaluation world against 0 on an auxiliary one). The
    demonstrations' loss is on model tokens only: the examples are pre-tokenised
    (``input_ids`` + ``assistant_masks``), TRL turns them into ``labels`` with -100 on prompt
-   and observation tokens (TRL 1.16 then projects through the LM head only at labelled
-   positions). The learning rate is constant after a linear warm-up
+   and observation tokens, and :func:`targets_only_loss` projects through the LM head only
+   at labelled positions (on CPU TRL 1.16 projects every position). The learning rate is constant after a linear warm-up
    (``constant_with_warmup``), so a checkpoint does not depend on ``max_steps``.
 5. **Checkpoint selection.** toy_scale.md measured that a converged warm start leaves RL
    nothing to learn and that noisy demonstrations do *not* make the greedy policy imperfect,
@@ -73,7 +73,7 @@ from ..paths import artifacts_dir
 if TYPE_CHECKING:
     from ..config import ProfileConfig
 
-WARMSTART_VERSION = 2
+WARMSTART_VERSION = 3
 """Bump when the recipe changes for an unchanged config (invalidates cached warm starts)."""
 _ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "max_response_tokens", "max_prompt_tokens",
                  "invalid_action")
@@ -142,19 +142,120 @@ def trl_config(sft_cfg, output_dir: Path, max_length: int, max_steps: int | None
         report_to=[],
         dataloader_num_workers=0,
         disable_tqdm=True,
-        # Sequences of similar length in a batch: less padding, the main cost on CPU.
-        train_sampling_strategy="group_by_length",
+        # The sampler is ShuffledLengthBatches (see TargetsOnlySFTTrainer).
     )
+
+
+def targets_only_loss(model, input_ids, attention_mask, labels, num_items_in_batch=None):
+    """Mean next-token NLL over the labelled positions, projecting through the LM head only
+    there: ``-sum_{t: y_t != -100} log p(y_t | x_<t) / N``. The same loss as TRL's; TRL 1.16
+    scores only labelled positions on CUDA (Triton) but every position elsewhere, and in a
+    demonstration ~85% of the positions are prompt and observation tokens (measured on the
+    tiny profile: the full projection made an SFT step ~2x a plain forward/backward).
+
+    Returns ``(loss, n_valid, entropy_sum, n_correct)``; the last three feed TRL's metrics."""
+    import torch
+    import torch.nn.functional as F
+
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                 use_cache=False).last_hidden_state
+    targets = labels[:, 1:]
+    valid = targets != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][valid]).float()
+    log_probs = F.log_softmax(logits, dim=-1)
+    chosen = targets[valid]
+    n_valid = valid.sum()
+    denominator = n_valid.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    loss = -log_probs.gather(-1, chosen[:, None]).sum() / denominator
+    with torch.no_grad():
+        entropy_sum = -(log_probs.exp() * log_probs).sum()
+        n_correct = (log_probs.argmax(-1) == chosen).sum()
+    return loss, n_valid, entropy_sum, n_correct
+
+
+class ShuffledLengthBatches:
+    """Sampler: batches of similar length (little padding), in random order.
+
+    Transformers' ``group_by_length`` sorts each "megabatch" of 50 batches longest first, so
+    the batches come in runs from long to short: on TinyWorld ~25 steps of multi-hop
+    demonstrations (search again after the first result) and then ~25 of single-hop ones
+    (answer after it). The policy then learned "answer after one search" for every question
+    (the loss cycled with a 50-step period; greedy EM 0 on multi-hop after 900 steps).
+    Here each group of ``group_batches`` random batches is sorted by length and cut into
+    batches, and all batches are then shuffled; ``group_batches=1`` is plain random batching.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, group_batches: int, seed: int):
+        if batch_size < 1 or group_batches < 1:
+            raise ValueError(f"batch_size={batch_size} and group_batches={group_batches} must be >= 1")
+        self.lengths, self.batch_size, self.group_batches = list(lengths), batch_size, group_batches
+        self.seed, self.epoch = seed, 0
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        import torch
+
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.lengths), generator=gen).tolist()
+        group = self.batch_size * self.group_batches
+        batches = []
+        for start in range(0, len(order), group):
+            chunk = sorted(order[start:start + group], key=lambda i: -self.lengths[i])
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        shuffled = torch.randperm(len(batches), generator=gen).tolist()
+        return [batches[i] for i in shuffled]
+
+    def __iter__(self):
+        batches = self.batches(self.epoch)
+        self.epoch += 1
+        for batch in batches:
+            yield from batch
+
+
+def _sft_trainer_class():
+    from trl import SFTTrainer
+
+    class TargetsOnlySFTTrainer(SFTTrainer):
+        """TRL's ``SFTTrainer`` with :func:`targets_only_loss` (no PEFT, no sequence
+        parallelism: the tiny from-scratch policy only) and :class:`ShuffledLengthBatches`."""
+
+        def __init__(self, *args, group_batches: int = 4, **kwargs):
+            self._sft_group_batches = group_batches
+            super().__init__(*args, **kwargs)
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            return ShuffledLengthBatches([len(ids) for ids in dataset["input_ids"]],
+                                         self.args.train_batch_size,
+                                         self._sft_group_batches, self.args.seed)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            mode = "train" if model.training else "eval"
+            loss, n_valid, entropy_sum, n_correct = targets_only_loss(
+                model, inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"],
+                num_items_in_batch)
+            n = max(int(n_valid), 1)
+            self._metrics[mode]["entropy"].append(float(entropy_sum) / n)
+            self._metrics[mode]["mean_token_accuracy"].append(float(n_correct) / n)
+            if mode == "train" and "attention_mask" in inputs:
+                self._total_train_tokens += int(inputs["attention_mask"].sum())
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return (loss, None) if return_outputs else loss
+
+    return TargetsOnlySFTTrainer
 
 
 def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Path,
                  max_length: int, callbacks: Sequence[Any] = (), max_steps: int | None = None):
-    """An ``SFTTrainer`` over pre-tokenised examples ``{"input_ids", "assistant_masks"}``."""
+    """An SFT trainer (TRL's, with :func:`targets_only_loss`) over pre-tokenised examples
+    ``{"input_ids", "assistant_masks"}``."""
     from datasets import Dataset
-    from trl import SFTTrainer
 
     dataset = Dataset.from_list(examples)
-    return SFTTrainer(
+    return _sft_trainer_class()(
+        group_batches=sft_cfg.group_batches,
         model=model,
         args=trl_config(sft_cfg, output_dir, max_length, max_steps),
         train_dataset=dataset,

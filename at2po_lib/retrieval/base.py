@@ -58,6 +58,10 @@ def check_search_args(queries: Sequence[str], topk: int) -> list[str]:
 class Retriever(ABC):
     """Search a passage collection; ``search`` is the whole interface an agent needs."""
 
+    default_topk: int = DEFAULT_TOPK
+    """Passages per observation for an agent that does not say (``SearchEnv``): the profile's
+    ``retrieval.topk``, which :func:`at2po_lib.retrieval.build_retriever` sets."""
+
     @abstractmethod
     def search(self, queries: Sequence[str], topk: int = DEFAULT_TOPK) -> list[list[Hit]]:
         """Top-``topk`` hits per query, best first (fewer if the collection is smaller)."""

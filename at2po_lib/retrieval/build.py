@@ -162,6 +162,13 @@ def _build_lock(folder: Path) -> Iterator[None]:
 def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True) -> Retriever:
     """The retriever ``cfg`` asks for: HTTP when ``retrieval.url`` is set, else in-process
     (``method`` overrides ``retrieval.method``), building the index first when ``build``."""
+    retriever = _build_retriever(cfg, method, build)
+    # The agent's observations hold the profile's top-k, as the demonstrations do.
+    retriever.default_topk = cfg.retrieval.topk
+    return retriever
+
+
+def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool) -> Retriever:
     rcfg = cfg.retrieval
     if rcfg.url:
         from .client import HTTPRetriever

@@ -42,6 +42,7 @@ from typing import Callable, Sequence
 from ..actions import Action, parse_action
 from ..prompts import (PromptTemplate, build_messages, get_template, invalid_action_message,
                        render_observation, tool_limit_notice)
+from ..retrieval.base import DEFAULT_TOPK
 from .backends import TurnBackend, TurnRequest, TurnResult, make_backend
 from .kvcache import KVPrefix
 from .structures import ROOT, Node, RolloutTree, Trajectory, Turn
@@ -66,7 +67,11 @@ class SearchEnv:
     """Everything between the model and the world: prompts, actions, observations, rewards."""
 
     def __init__(self, tokenizer, template: str | PromptTemplate, retriever, rollout_cfg,
-                 reward_fn: RewardFn | None = None, topk: int = 3) -> None:
+                 reward_fn: RewardFn | None = None, topk: int | None = None) -> None:
+        # topk None: the retriever's default_topk (the profile's retrieval.topk when the
+        # retriever came from build_retriever), so rollouts see what demonstrations saw.
+        if topk is None:
+            topk = getattr(retriever, "default_topk", DEFAULT_TOPK)
         self.tokenizer, self.retriever, self.cfg, self.topk = tokenizer, retriever, rollout_cfg, topk
         self.template = get_template(template)
         policy = rollout_cfg.invalid_action

@@ -99,7 +99,8 @@ def generate(cfg) -> GeneratedWorld:
     """
     world = build_entities(cfg, random.Random(f"{cfg.seed}:entities"))
     passages, canonical, mentions = write_passages(
-        world, random.Random(f"{cfg.seed}:passages"), cfg.max_passage_words)
+        world, random.Random(f"{cfg.seed}:passages"), cfg.max_passage_words,
+        cfg.filler_words)
     datasets = {
         name: {split: make_split(world, canonical, mentions, name, split, n, cfg.seed)
                for split, n in split_sizes(cfg, name).items()}

@@ -168,7 +168,10 @@ class _Builder:
             t: pool_sizes(_config_count(cfg, t), t, cfg.dev_fraction, cfg.test_fraction)
             for t in ENTITY_TYPES
         }
-        bank = N.NameBank(rng)
+        # A separate name stream (world.name_seed) gives other worlds the same names; which
+        # entity and pool gets which name still follows this world's own stream (shuffles below).
+        names_rng = rng if cfg.name_seed is None else random.Random(f"{cfg.name_seed}:names")
+        bank = N.NameBank(names_rng)
         total = {t: sum(self.counts[t].values()) for t in ENTITY_TYPES}
         rate = cfg.distractor_rate
         self.person_names = N.person_names(bank, total["person"], rate)

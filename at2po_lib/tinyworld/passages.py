@@ -14,7 +14,8 @@ How a passage is made:
 3. *back-references*: facts of other entities seen from this one ("Karin directed The Silent
    Harbor.", "Notable people born in Sanolo include …"), which mention other entities and make
    searches for them return this passage as a distractor;
-4. filler sentences without facts, until the passage has about 35 words.
+4. filler sentences without facts, until the passage has about ``filler_words`` words (35 by
+   default; the tiny profile writes none).
 
 Sentences are packed into one passage, or two when they exceed the word budget or, for variety,
 for a third of the entities with four or more sentences (both passages carry the entity's name,
@@ -144,8 +145,6 @@ _BACKREFS: dict[str, list[tuple[str, list[str]]]] = {
     "film": [],
 }
 _MAX_BACKREF_ITEMS = 2
-_MIN_WORDS = 35
-"""Passages shorter than this get filler sentences (no facts), as long as they fit."""
 _VOWEL_START = re.compile(r"^[aeiou]", re.IGNORECASE)
 
 
@@ -211,10 +210,12 @@ def _words(chunk, fields, e: Entity) -> int:
     return sum(len(_render(t, fields, e.name).split()) for t, _ in chunk)
 
 
-def _pack(sentences, fillers, fields, e: Entity, max_words: int, rng: random.Random):
+def _pack(sentences, fillers, fields, e: Entity, max_words: int, rng: random.Random,
+          filler_words: int):
     """Split sentences into one passage, or two when they exceed ``max_words`` (and, for
-    variety, a third of the entities with four or more sentences); then pad each passage with filler sentences up
-    to about ``_MIN_WORDS`` words. Every passage opens with a sentence naming the entity."""
+    variety, a third of the entities with four or more sentences); then pad each passage with
+    filler sentences up to about ``filler_words`` words (0: no filler). Every passage opens
+    with a sentence naming the entity."""
     total = _words(sentences, fields, e)
     split = total > max_words or (len(sentences) >= 4 and rng.random() < 0.35)
     cut = max(1, len(sentences) // 2)
@@ -222,7 +223,7 @@ def _pack(sentences, fillers, fields, e: Entity, max_words: int, rng: random.Ran
     fillers = list(fillers)
     rng.shuffle(fillers)
     for chunk in chunks:
-        while fillers and _words(chunk, fields, e) < _MIN_WORDS:
+        while fillers and _words(chunk, fields, e) < filler_words:
             filler = fillers.pop()
             if _words(chunk + [filler], fields, e) <= max_words:
                 chunk.append(filler)
@@ -241,7 +242,7 @@ def _backref_index(world: World, rng: random.Random) -> dict[tuple[str, str], li
     return index
 
 
-def write_passages(world: World, rng: random.Random, max_words: int):
+def write_passages(world: World, rng: random.Random, max_words: int, filler_words: int = 35):
     """All passages, the canonical passage of every fact, and mention counts.
 
     Returns ``(passages, canonical, mentions)``: ``canonical[(entity_id, relation_key)]`` is
@@ -259,7 +260,7 @@ def write_passages(world: World, rng: random.Random, max_words: int):
         fields = _fields(world, e)
         sentences = _sentences(e, rng, backrefs)
         fillers = _TEMPLATES[f"{e.type}.filler"]
-        for chunk in _pack(sentences, fillers, fields, e, max_words, rng):
+        for chunk in _pack(sentences, fillers, fields, e, max_words, rng, filler_words):
             texts = [_render(t, fields, e.name if i == 0 else e.short) for i, (t, _) in enumerate(chunk)]
             if e.name not in texts[0]:
                 raise RuntimeError(f"passage of {e.id} does not open with its name: {texts[0]!r}")
