@@ -6,28 +6,31 @@ scale a ~1M-parameter Qwen3 starts from random weights and must first learn the 
 and to read facts from search results. The recipe (:func:`train_warmstart`):
 
 1. **Data** (:mod:`.sft_data`): demonstrations from ``sft.aux_worlds`` auxiliary TinyWorlds
-   (other seeds, other names; optionally also the evaluation world's ``train`` split,
+   (other seeds: other facts, and other names unless ``world.name_seed`` is fixed; optionally
+   also the evaluation world's ``train`` split,
    ``sft.main_world_demos``), observations from each world's real retriever. A from-scratch
    model trained on one world memorised its names instead of copying from results (measured:
    training loss 0.5, validation EM 0).
 2. **Tokenizer and model**: byte-level BPE on all that text (:mod:`.tokenizer`), a fresh
-   ``Qwen3ForCausalLM`` (:mod:`.model`). The vocabulary must be large enough for every name
-   to be one or two tokens (``policy.vocab_size``): when it was full, the evaluation world's
-   rarer names split into pieces no demonstration used, and the policy could not copy them.
+   ``Qwen3ForCausalLM`` (:mod:`.model`). Every evaluation-world name must be made of tokens
+   that some demonstration produces as a target: with the tiny profile's shared name stream
+   (``world.name_seed``, copied by the auxiliary worlds) names are one or two such tokens.
+   With names of their own, the evaluation world's names were tokens that were never a
+   target, and the policy could not produce them.
 3. **Pretraining** (optional, ``sft.pretrain_steps``): plain language modelling on the
    auxiliary worlds' passages, and on the evaluation world's with ``sft.pretrain_eval_corpus``
    (the toy counterpart of an LLM that has read Wikipedia; its questions, answers and
    reasoning chains are never trained on). It stands in for a real backbone's pretraining.
-4. **SFT** with the loss on model tokens only, mixed (``sft.lm_mix``) with language-model
-   chunks of the pretraining text. Without that mix the SFT softmax kept pushing down the
-   logits of every token that is never a target — the evaluation world's names — and with
-   tied embeddings the policy lost the ability to produce them (measured: the right name
-   token's median rank 1,264 on the evaluation world against 0 on an auxiliary one). The
-   demonstrations' loss is on model tokens only: the examples are pre-tokenised
+4. **SFT** with the loss on model tokens only, optionally mixed (``sft.lm_mix``) with
+   language-model chunks of the pretraining text (it partly countered suppressed names
+   before the shared name stream; off in the tiny profile). The examples are pre-tokenised
    (``input_ids`` + ``assistant_masks``), TRL turns them into ``labels`` with -100 on prompt
    and observation tokens, and :func:`targets_only_loss` projects through the LM head only
-   at labelled positions (on CPU TRL 1.16 projects every position). The learning rate is constant after a linear warm-up
-   (``constant_with_warmup``), so a checkpoint does not depend on ``max_steps``.
+   at labelled positions (on CPU TRL 1.16 projects every position). Batches hold
+   demonstrations of similar length in random order (:class:`ShuffledLengthBatches`; the
+   long-to-short runs of ``group_by_length`` taught "answer after one search"). The
+   learning rate is constant after a linear warm-up (``constant_with_warmup``), so a
+   checkpoint does not depend on ``max_steps``.
 5. **Checkpoint selection.** toy_scale.md measured that a converged warm start leaves RL
    nothing to learn and that noisy demonstrations do *not* make the greedy policy imperfect,
    so the demonstrations are clean and the imperfection comes from task difficulty plus
