@@ -63,10 +63,12 @@ def test_invalid_action_ends_the_branch_by_default(toy):
 
 
 def test_invalid_action_retry_appends_the_corrective_message(toy):
-    def script(ctx, rng):  # first turn invalid, then an answer
-        return "<answer> 1222 </answer>" if len(ctx) > len(script.prompt) else "oops <|im_end|>"
-
     questions, golden = toy.questions(1)
+    gold = golden[0][0]
+
+    def script(ctx, rng):  # first turn invalid, then the right answer
+        return f"<answer> {gold} </answer>" if len(ctx) > len(script.prompt) else "oops <|im_end|>"
+
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout)
     script.prompt = env.prompt_ids(questions[0])
     trees, _ = run_script(toy, script, invalid_action="retry")
@@ -78,7 +80,7 @@ def test_invalid_action_retry_appends_the_corrective_message(toy):
     # the corrective message is masked out of the loss
     assert traj.completion_mask == [1] * len(first.token_ids) + [0] * len(first.obs_ids) + \
         [1] * len(second.token_ids)
-    assert traj.answer == "1222" and traj.reward == 1.0 and traj.num_turns == 2
+    assert traj.answer == gold and traj.reward == 1.0 and traj.num_turns == 2
 
 
 def test_empty_query_is_invalid(toy):

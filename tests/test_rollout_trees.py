@@ -175,7 +175,9 @@ def test_tree_invariants_over_many_shapes(toy, m, l_rounds, k, expansion, seed, 
 def test_real_model_tree_rows_match_a_full_recompute(toy):
     """Leaves of an entropy tree grown with KV reuse: every row's log-probs equal one plain
     forward pass over the row (1e-5), and there are exactly M + L*K leaves per tree."""
-    cfg = toy.cfg.rollout
+    # Temperature 1 (not the profile's 0.5): the random tag-biased toy policy then searches
+    # more than once in some paths, which this test needs.
+    cfg = dataclasses.replace(toy.cfg.rollout, temperature=1.0)
     questions, golden = toy.questions(3)
     trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
                           golden, cfg, expansion="entropy", seed=1)

@@ -260,3 +260,26 @@ def test_chunked_log_probs_equal_the_padded_batch(outputs):
     assert torch.allclose(logps[real], ref_logps[real], atol=1e-5)
     assert torch.allclose(ent[real], ref_ent[real], atol=1e-5)
     assert bool((logps[~real] == 0).all())
+
+
+def test_table1_cli_applies_set_overrides_to_every_run(outputs):
+    """``--set`` reaches each run's resolved config and the table's meta (react: evaluation
+    only, so this takes seconds)."""
+    import json
+
+    import yaml
+
+    from at2po_lib.trainer import table1
+
+    assert table1.main(["--profile", "smoke", "--seeds", "0", "--methods", "react",
+                        "--set", "eval.max_questions=2", "--force"]) == 0
+    run = records.run_dir("smoke", "react", 0)
+    assert yaml.safe_load(run.config.read_text())["profile"]["eval"]["max_questions"] == 2
+    path = outputs / "smoke" / "table1_smoke.csv"
+    meta = json.loads(path.with_name(path.name + ".meta.json").read_text())
+    assert meta["config"]["eval"]["max_questions"] == 2
+    import pandas as pd
+
+    table = pd.read_csv(path)
+    single = table[~table["dataset"].str.endswith("avg")]
+    assert set(single["n"]) == {2}

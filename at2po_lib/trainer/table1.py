@@ -2,6 +2,7 @@ r"""The toy Table 1: every method of the paper's Table 1 trained on one profile,
 
     python -m at2po_lib.trainer.table1 --profile tiny --seeds 0,1,2
     python -m at2po_lib.trainer.table1 --profile tiny --seeds 0 --methods react,grpo,at2po
+    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0,1,2 --set train.max_steps=96
 
 Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call (a finished run with the
 same configuration is reused). ``react`` is the warm-start policy evaluated as is; greedy
@@ -19,7 +20,7 @@ import json
 import sys
 from typing import Sequence
 
-from ..config import load_profile
+from ..config import load_profile, parse_overrides
 from . import records
 from .methods import TABLE1_METHODS, get_method
 
@@ -33,8 +34,10 @@ def table1_methods(profile: str) -> list[str]:
 
 
 def run_table1(profile: str, methods: Sequence[str] | None = None,
-               seeds: Sequence[int] = (0,), force: bool = False):
-    """Train (or reuse) every (method, seed) and return the tidy table (not written)."""
+               seeds: Sequence[int] = (0,), force: bool = False,
+               overrides: dict | None = None):
+    """Train (or reuse) every (method, seed) and return the tidy table (not written).
+    ``overrides``: profile overrides (nested dict) for every run, e.g. a longer training."""
     from .run import train
 
     methods = list(methods or table1_methods(profile))
@@ -44,7 +47,7 @@ def run_table1(profile: str, methods: Sequence[str] | None = None,
         for method in methods:
             if not get_method(method).trains and seed != seeds[0]:
                 continue
-            result = train(profile, method, seed, force=force)
+            result = train(profile, method, seed, force=force, profile_overrides=overrides)
             print(f"[table1] {method} seed {seed}: {result.status} in {result.wall_time:.0f} s "
                   f"({result.run.root})", flush=True)
     return collect_table1(profile, methods, seeds)
@@ -70,14 +73,14 @@ def collect_table1(profile: str, methods: Sequence[str], seeds: Sequence[int]):
     return table[[c for c in TABLE_COLUMNS if c in table.columns]]
 
 
-def write_table1(table, profile: str, seeds: Sequence[int]):
-    """``results/<profile>/table1_<profile>.csv`` + meta."""
+def write_table1(table, profile: str, seeds: Sequence[int], overrides: dict | None = None):
+    """``results/<profile>/table1_<profile>.csv`` + meta (the resolved config, overrides in)."""
     from ..evaluation import write_eval
     from ..paths import results_dir
     from .run import _hardware
 
     path = results_dir(profile) / f"table1_{profile}.csv"
-    cfg = load_profile(profile)
+    cfg = load_profile(profile, overrides)
     return write_eval(table, path, profile, None, cfg, seeds=list(seeds), hardware=_hardware(),
                       command=" ".join(sys.argv))
 
@@ -89,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
     parser.add_argument("--methods", default=None, help="comma-separated (default: Table 1's)")
     parser.add_argument("--force", action="store_true", help="re-run finished runs")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="profile override for every run (repeatable), e.g. train.max_steps=96")
     args = parser.parse_args(argv)
+    overrides = parse_overrides(args.set)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     methods = args.methods.split(",") if args.methods else None
-    table = run_table1(args.profile, methods, seeds, args.force)
-    path = write_table1(table, args.profile, seeds)
+    table = run_table1(args.profile, methods, seeds, args.force, overrides)
+    path = write_table1(table, args.profile, seeds, overrides)
     view = table[table["dataset"].str.endswith("avg")] if len(table) else table
     print(view.to_string(index=False))
     print(f"wrote {path}")
