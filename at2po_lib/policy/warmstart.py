@@ -28,7 +28,7 @@ and to read facts from search results. The recipe (:func:`train_warmstart`):
    and observation tokens, and :func:`targets_only_loss` projects through the LM head only
    at labelled positions (on CPU TRL 1.16 projects every position). Batches hold
    demonstrations of similar length in random order (:class:`ShuffledLengthBatches`; the
-   long-to-short runs of ``group_by_length`` taught "answer after one search"). The
+   long-to-short runs of ``group_by_length`` made the loss cycle). The
    learning rate is constant after a linear warm-up (``constant_with_warmup``), so a
    checkpoint does not depend on ``max_steps``.
 5. **Checkpoint selection.** toy_scale.md measured that a converged warm start leaves RL
@@ -182,15 +182,17 @@ class ShuffledLengthBatches:
     Transformers' ``group_by_length`` sorts each "megabatch" of 50 batches longest first, so
     the batches come in runs from long to short: on TinyWorld ~25 steps of multi-hop
     demonstrations (search again after the first result) and then ~25 of single-hop ones
-    (answer after it). The policy then learned "answer after one search" for every question
-    (the loss cycled with a 50-step period; greedy EM 0 on multi-hop after 900 steps).
+    (answer after it): the loss cycled with that period, and the policy answered after one
+    search for every question (greedy multi-hop EM 0 after 900 steps; the effect of the
+    sampler alone was not isolated, see the README).
     Here each group of ``group_batches`` random batches is sorted by length and cut into
     batches, and all batches are then shuffled; ``group_batches=1`` is plain random batching.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, group_batches: int, seed: int):
         if batch_size < 1 or group_batches < 1:
-            raise ValueError(f"batch_size={batch_size} and group_batches={group_batches} must be >= 1")
+            raise ValueError(f"batch_size={batch_size} and group_batches={group_batches} "
+                             "must be >= 1")
         self.lengths, self.batch_size, self.group_batches = list(lengths), batch_size, group_batches
         self.seed, self.epoch = seed, 0
 
