@@ -1,6 +1,6 @@
 """What one turn of model output asks the environment to do: search, answer, or nothing valid.
 
-method.md §1: "Turn. The model generates until it closes a tool call (``</search>``) or ends
+docs/method.md §1: "Turn. The model generates until it closes a tool call (``</search>``) or ends
 (EOS / ``</answer>``)." … "Invalid action (no well-formed tag): Search-R1 appends a fixed
 corrective message and lets the model try again; the authors' code ends the branch as a leaf."
 

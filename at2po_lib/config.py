@@ -67,7 +67,7 @@ class WorldConfig:
 
 @dataclass
 class RetrievalConfig:
-    """Retriever (``at2po_lib.retrieval``): method.md §2."""
+    """Retriever (``at2po_lib.retrieval``): docs/method.md §2."""
 
     method: str = "bm25"
     """What the agent searches with: ``bm25`` or ``dense``."""
@@ -169,7 +169,7 @@ class SFTConfig:
 
 @dataclass
 class RolloutConfig:
-    """Multi-turn rollouts and trees (``at2po_lib.rollout``): method.md §1, §5, §8."""
+    """Multi-turn rollouts and trees (``at2po_lib.rollout``): docs/method.md §1, §5, §8."""
 
     backend: str = "hf"
     """``hf`` (hand-written sampling loop over a transformers model with reusable KV
@@ -179,7 +179,7 @@ class RolloutConfig:
     trainer must recompute them with the same ``T``. 0 means greedy."""
     top_p: float = 1.0
     max_tool_calls: int = 6
-    """Searches per trajectory; a later search gets the tool-limit notice (method.md §1)."""
+    """Searches per trajectory; a later search gets the tool-limit notice (docs/method.md §1)."""
     max_turn_tokens: int = 64
     """Tokens one turn may generate; a turn cut by it ends the branch."""
     max_response_tokens: int = 512
@@ -187,7 +187,7 @@ class RolloutConfig:
     max_prompt_tokens: int = 256
     """A longer prompt is an error naming the question."""
     tree_m: int = 10
-    """M: chains from the root (method.md §5); the number of chains for ``chain``."""
+    """M: chains from the root (docs/method.md §5); the number of chains for ``chain``."""
     tree_l: int = 2
     """L: expansion rounds."""
     tree_k: int = 6
@@ -210,7 +210,7 @@ class RolloutConfig:
     """HF backend on CPU: torch threads while rolling out; 0 leaves torch's setting (the
     toy policy's tiny matmuls run fastest on 1 thread when the cores are shared)."""
     aepo_budget: int = 16
-    """AEPO: leaves per prompt (method.md §8)."""
+    """AEPO: leaves per prompt (docs/method.md §8)."""
     aepo_initial: int = 8
     """AEPO: chains sampled before any branching."""
     aepo_beam: int = 2
@@ -227,7 +227,7 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """RL training (``at2po_lib.trainer``): method.md §7–§9. One *step* is one rollout batch
+    """RL training (``at2po_lib.trainer``): docs/method.md §7–§9. One *step* is one rollout batch
     (the paper's "240 training steps"); it makes ``prompts_per_step / mini_batch_prompts``
     optimizer updates."""
 
@@ -237,13 +237,13 @@ class TrainConfig:
     train_datasets: list[str] = field(default_factory=lambda: ["tiny_hotpotqa"])
     """Training split(s) the prompts come from."""
     max_steps: int = 240
-    """Rollout steps (method.md §9: 240)."""
+    """Rollout steps (docs/method.md §9: 240)."""
     prompts_per_step: int = 64
     """Prompts per rollout step (train batch 64)."""
     mini_batch_prompts: int = 8
     """Prompts per optimizer update (PPO mini-batch 8: 8 updates per rollout step)."""
     chain_leaves: int = 16
-    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO) and AEPO's budget (method.md §8);
+    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO) and AEPO's budget (docs/method.md §8);
     tree methods get M + L*K from ``rollout``."""
     micro_batch_rows: int = 0
     """Rows per forward/backward pass per device (gradient accumulation); 0 = a whole update."""
@@ -252,11 +252,11 @@ class TrainConfig:
     (saves padding compute on CPU); 0 = one padded batch (TRL's behaviour)."""
     learning_rate: float = 1e-6
     lr_scheduler_type: str = "constant"
-    """method.md §9: constant learning rate."""
+    """docs/method.md §9: constant learning rate."""
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     beta: float = 0.0
-    """KL coefficient for methods whose preset sets none (method.md §9: 0); GRPO's preset: 1e-3."""
+    """KL coefficient for methods whose preset sets none (docs/method.md §9: 0); GRPO's preset: 1e-3."""
     eval_every: int = 20
     """Greedy validation every this many steps (and at step 0); 0 turns it off."""
     val_questions: int | None = 100
@@ -284,7 +284,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """Greedy evaluation (``at2po_lib.evaluation``): method.md §4."""
+    """Greedy evaluation (``at2po_lib.evaluation``): docs/method.md §4."""
 
     datasets: list[str] = field(
         default_factory=lambda: [

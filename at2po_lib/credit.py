@@ -1,4 +1,4 @@
-r"""Turn-wise credit assignment (method.md §6) and the outcome baselines (GRPO, Tree-GRPO).
+r"""Turn-wise credit assignment (docs/method.md §6) and the outcome baselines (GRPO, Tree-GRPO).
 
 A rollout tree gives every leaf (a finished trajectory) a reward. AT2PO pushes those rewards up
 the tree so that every *turn* (node) gets its own value, then turns values into advantages, and
@@ -19,7 +19,7 @@ Batched path: a :class:`Forest` is the flat concatenation of many trees (global 
 (B, T) tensor of per-token advantages. All tree math runs level by level over depth (every
 node of one depth at once, with ``index_add``/``scatter_reduce``); no Python loop over nodes.
 
-Equations (method.md §6; paper vs authors' code named where they differ):
+Equations (docs/method.md §6; paper vs authors' code named where they differ):
 
 1. Leaf value, normalised within the tree (population std, ddof 0)::
 
@@ -318,7 +318,7 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     -1 for observation/prompt/padding tokens; row_tree (B,) int: which tree each row came from.
     Token t of row b gets ``A[offsets[row_tree[b]] + turn_node[b, t]]``, other tokens 0.
 
-    ``adv_mode="vanilla"`` (method.md §6.3) ignores the tree: every model token of a row gets
+    ``adv_mode="vanilla"`` (docs/method.md §6.3) ignores the tree: every model token of a row gets
     ``grpo_advantages`` of its leaf's raw reward among the rows of the same tree (the authors'
     code runs verl's GRPO over the sampled rows). The row's leaf is ``row_leaf`` (B,) local
     ids, or else the deepest node the row's tokens belong to.

@@ -1,6 +1,6 @@
 """The QA datasets: FlashRAG rows from the HF hub or a local folder, VeRL parquet, trainer rows.
 
-method.md §3:
+docs/method.md §3:
 
 - "Source: ``RUC-NLPIR/FlashRAG_datasets`` on the HF hub, rows ``{id, question,
   golden_answers, metadata}``."
@@ -46,7 +46,7 @@ class HubUnreachableError(RuntimeError):
 
 @dataclass(frozen=True)
 class BenchmarkSplit:
-    """One test set of the paper (method.md §3, §4: sizes weight the "Avg" columns)."""
+    """One test set of the paper (docs/method.md §3, §4: sizes weight the "Avg" columns)."""
 
     dataset: str
     group: str
@@ -219,7 +219,7 @@ def load_flashrag(
 def to_verl_rows(
     rows: Sequence[dict], data_source: str, template: PromptTemplate | str, split: str
 ) -> list[dict]:
-    """VeRL parquet rows (method.md §3): prompt messages, rule reward with golden targets."""
+    """VeRL parquet rows (docs/method.md §3): prompt messages, rule reward with golden targets."""
     t = get_template(template)
     return [
         {

@@ -1,11 +1,11 @@
-"""Greedy evaluation (method.md §4, §5 "Validation: greedy single chain"): one greedy chain per
+"""Greedy evaluation (docs/method.md §4, §5 "Validation: greedy single chain"): one greedy chain per
 test question, exact match and F1 per dataset, sample-weighted group averages, turn counts.
 
 The paper's protocol: temperature 0, one sample, full test splits, EM x100 per dataset, and
 "Avg" columns that are **sample-weighted** — the micro-average over every question of the
 group, ``Σ_d n_d · EM_d / Σ_d n_d`` — not the mean of the dataset columns. Weighting by the
 split sizes (HotpotQA 7,405, 2Wiki 12,576, MuSiQue 2,417, Bamboogle 125) reproduces 34 of the
-38 published averages within 0.02 (method.md §4). Here EM and F1 are fractions in [0, 1].
+38 published averages within 0.02 (docs/method.md §4). Here EM and F1 are fractions in [0, 1].
 
 Tidy output, one row per (profile, label, seed, dataset)::
 
@@ -167,7 +167,7 @@ def summarise(details: pd.DataFrame, profile: str, label: str, seed: int | None,
 
 
 def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
-    """Sample-weighted ("micro") averages per group, method.md §4.
+    """Sample-weighted ("micro") averages per group, docs/method.md §4.
 
     For each (profile, label, seed, group): ``n = Σ n_d`` and, for each metric m,
     ``m = Σ_d n_d · m_d / Σ_d n_d``. Rows whose ``dataset`` already ends in ``avg`` are ignored,

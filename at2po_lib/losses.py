@@ -1,4 +1,4 @@
-r"""Clipped policy losses with token, sequence or turn importance ratios (method.md §7–§8).
+r"""Clipped policy losses with token, sequence or turn importance ratios (docs/method.md §7–§8).
 
 One function, :func:`policy_loss`, covers the paper's methods:
 
@@ -40,7 +40,7 @@ Equations. With r_t = log π_θ(y_t) − log π_old(y_t) on model tokens:
   ``token-mean``: Σ_{b,t} m ℓ / Σ m; ``seq-mean-token-mean``: mean over rows with at least
   one model token of (Σ_t m ℓ / Σ_t m); ``seq-mean-token-sum``: mean over rows of Σ_t m ℓ.
 * KL (k3 estimator, TRL's): KL_t = exp(ref_t − logp_t) − (ref_t − logp_t) − 1.
-* AEPO (method.md §8, as in its released code): entropy-balanced clipping replaces the upper
+* AEPO (docs/method.md §8, as in its released code): entropy-balanced clipping replaces the upper
   bound by (1 + eps_high)·s/sg(s), so an upper-clipped token keeps a gradient scaled by
   (1 + eps_high)/s (the lower bound stays a constant); entropy-aware advantage
   A_t ← A_t (1 + γ z(H_t)), z the standardisation of ``token_entropy`` over the batch's model
@@ -184,7 +184,7 @@ def aggregate(per_token_loss: torch.Tensor, m: torch.Tensor, agg: str) -> torch.
 
 
 def turn_kl_entropy(turn_sum: torch.Tensor, segments: TurnSegments, num_rows: int) -> torch.Tensor:
-    """The authors' diagnostic (method.md §7), from the per-turn sums of the log-ratio (S,):
+    """The authors' diagnostic (docs/method.md §7), from the per-turn sums of the log-ratio (S,):
     per row, softmax over its turns of each turn's share of the row's summed log-ratio,
     Shannon entropy / log(#turns); 0 for rows with one turn or a zero sum; mean over rows."""
     row_sum = torch.zeros(num_rows, dtype=turn_sum.dtype, device=turn_sum.device)

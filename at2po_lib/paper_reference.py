@@ -1,12 +1,12 @@
 """The paper's published numbers, for putting toy-scale or reproduced results beside them.
 
 Table 1's "Avg" columns are **sample-weighted** (a micro-average over all questions of the
-group, method.md §4), not the mean of the dataset columns:
+group, docs/method.md §4), not the mean of the dataset columns:
 
     Avg_group = Σ_d n_d · EM_d / Σ_d n_d      (n_d = test split size of dataset d)
 
 Weighting by the split sizes reproduces 34 of the 38 published averages within 0.02; the other
-four differ by 0.03 to 0.12 (method.md §11, item 8). :func:`check_published_averages` shows it.
+four differ by 0.03 to 0.12 (docs/method.md §11, item 8). :func:`check_published_averages` shows it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Prompt templates of the search agent: what the model is told, how search results are shown.
 
-method.md §1: "The instruction sits in a *system* message; the question is the user message
+docs/method.md §1: "The instruction sits in a *system* message; the question is the user message
 (a ``?`` is appended if missing). Search-R1 (the older standard) uses ``<information>``
 instead of ``<result>``, a plain ``<answer> … </answer>``, and puts the instruction in the
 user message. Support both formats." The project writes its own instruction wording with the
@@ -10,7 +10,7 @@ Built-in templates (YAML files in ``at2po_lib/templates/``):
 
 - ``atpo``: instruction in a system message, ``<think>``/``<search>``/``<result>``, final
   ``<answer> The final answer is \[ \boxed{…} \] </answer>``; an invalid action ends the branch.
-  Paper vs code: method.md describes a system instruction plus a user question, which is what
+  Paper vs code: docs/method.md describes a system instruction plus a user question, which is what
   this template builds; the authors' ``data_process/*.py`` actually writes a *single* system
   message holding the instruction, the text ``\nuser\n`` and the question.
 - ``searchr1``: instruction and question in one user message, ``<information>``, plain
@@ -19,7 +19,7 @@ Built-in templates (YAML files in ``at2po_lib/templates/``):
   ``<search>``/``<result>`` with a plain ``<answer>`` and no ``<think>`` (a model trained from
   scratch has nothing to think with, and every instruction word costs context).
 
-Observations (method.md §1: "Top-3 passages, each rendered with its title") are rendered from
+Observations (docs/method.md §1: "Top-3 passages, each rendered with its title") are rendered from
 wiki-18 documents ``{"id", "contents"}`` where contents is ``"Title"\ntext``:
 ``Doc 1(Title: Paris) Paris is the capital …`` (Search-R1's rendering), one document a line,
 inside the template's observation tags. The authors' code renders ``Page 1: <contents>``

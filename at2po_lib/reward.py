@@ -1,6 +1,6 @@
-r"""Answer extraction, the EM/F1 metrics and the two training rewards (method.md §4).
+r"""Answer extraction, the EM/F1 metrics and the two training rewards (docs/method.md §4).
 
-method.md §4:
+docs/method.md §4:
 
 - "SQuAD normalisation: lowercase, drop punctuation, drop articles (a|an|the), collapse spaces."
 - "Exact match (EM) = 1 if the normalised prediction equals any normalised golden answer."
@@ -13,7 +13,7 @@ Paper/code notes kept visible:
 
 - The authors' extractor reads the *first* ``<answer>`` block; their format check demands
   exactly one, so training is unaffected. Without the check (validation) we read the last one,
-  as method.md states.
+  as docs/method.md states.
 - The authors' reward returns EM when F1 > 0 and 0 otherwise; since EM = 1 implies F1 > 0,
   that is EM itself, which is what :func:`atpo_reward` returns.
 - F1 follows the authors' (and FlashRAG's / HotpotQA's) rule that a yes/no/noanswer

@@ -8,7 +8,7 @@ One run, one policy, the same prompts, the same number of leaves per prompt (M +
 
 1. **Generated tokens per leaf**: AT2PO's entropy-guided tree against independent chains.
    A re-sampled turn shares everything before it with its sibling, so a tree generates fewer
-   tokens per training row than chains do (method.md §5).
+   tokens per training row than chains do (docs/method.md §5).
 2. **Prefill tokens** (context tokens run through the model) of the entropy tree under three
    cache policies of the HF backend: ``tree`` (the default: the prompt is read once per tree,
    a chain keeps its cache between turns, a branch starts from its ancestor's cache),

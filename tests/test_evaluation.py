@@ -22,7 +22,7 @@ def _summary(datasets, groups, ns, ems, label="m", seed=0) -> pd.DataFrame:
 
 
 def test_weighted_average_uses_the_paper_split_sizes():
-    # Multi-hop dev/test sizes (method.md §4): HotpotQA 7405, 2Wiki 12576, MuSiQue 2417,
+    # Multi-hop dev/test sizes (docs/method.md §4): HotpotQA 7405, 2Wiki 12576, MuSiQue 2417,
     # Bamboogle 125. EM 0.5, 0.6, 0.2, 0.4:
     #   (0.5*7405 + 0.6*12576 + 0.2*2417 + 0.4*125) / 22523
     # = (3702.5 + 7545.6 + 483.4 + 50) / 22523 = 11781.5 / 22523 = 0.523088...

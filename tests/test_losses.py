@@ -140,7 +140,7 @@ def test_advantages_per_row_equal_broadcast_per_token():
 
 
 # ------------------------------------------------------------------------------------------
-# Special cases between levels (method.md §7)
+# Special cases between levels (docs/method.md §7)
 # ------------------------------------------------------------------------------------------
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from(["token-mean", "seq-mean-token-mean",

@@ -20,7 +20,7 @@ def test_published_averages_are_sample_weighted():
     checks = check_published_averages()
     assert len(checks) == 38
     within = (checks["gap"] <= 0.02).sum()
-    # method.md §4: 34 of 38 reproduce within 0.02, the other four are off by 0.03 to 0.12
+    # docs/method.md §4: 34 of 38 reproduce within 0.02, the other four are off by 0.03 to 0.12
     assert within == 34
     assert checks["gap"].max() <= 0.125
     # and the plain mean does much worse: it is not how the paper averages

@@ -1,4 +1,4 @@
-"""AEPO's online branching (method.md §8): the branch rule by hand, the exact budget of leaves
+"""AEPO's online branching (docs/method.md §8): the branch rule by hand, the exact budget of leaves
 over many shapes (scripted backend), and a real tiny-model run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tree rollouts (method.md §5): node selection on hand-built arrays, leaf budget, and the
+"""Tree rollouts (docs/method.md §5): node selection on hand-built arrays, leaf budget, and the
 invariants of whole trees (scripted backend for many shapes, the real tiny Qwen3 for ids and
 log-probs)."""
 

@@ -17,14 +17,14 @@ Templates whose instruction mentions ``<think>`` (``atpo``, ``searchr1``) get a 
 reasoning section before each action, and ``boxed`` templates wrap the answer as
 ``The final answer is \[ \boxed{…} \]``.
 
-Token ids, not text (method.md §1): every segment is encoded on its own and the ids are
+Token ids, not text (docs/method.md §1): every segment is encoded on its own and the ids are
 concatenated, exactly as the rollout appends a sampled turn and then the encoded observation;
 a demonstration is never decoded and re-encoded as a whole. Byte-level BPE never merges across
 a segment boundary, so the ids equal what the rollout would hold for the same text.
 
 A hop is *supported* when its answer string appears in that hop's observation; by default
 only demonstrations whose every hop is supported are kept, so the warm start learns to copy
-facts from results rather than to recall them (toy_scale.md: a model that can memorise stops
+facts from results rather than to recall them (docs/toy_scale.md: a model that can memorise stops
 searching).
 """
 

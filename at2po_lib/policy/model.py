@@ -5,9 +5,9 @@ any hub causal LM (``Qwen/Qwen3-4B`` at paper scale), loaded through the same
 Generation defaults and the sampling temperature
 ------------------------------------------------
 RL methods compare log-probabilities recorded at sampling time with those the trainer
-recomputes (the importance ratio, method.md §7). Both must be taken from the *same*
+recomputes (the importance ratio, docs/method.md §7). Both must be taken from the *same*
 distribution: the rollout samples from ``softmax(logits / T)`` and the trainer recomputes
-``log_softmax(logits / T)`` with the same ``T`` (``rollout.temperature``); toy_scale.md measured
+``log_softmax(logits / T)`` with the same ``T`` (``rollout.temperature``); docs/toy_scale.md measured
 that a mismatch corrupts the ratio. ``transformers`` fills unset generation fields from global
 defaults — notably ``top_k=50`` — which would silently truncate the sampling distribution while
 the trainer's log-probs stay untruncated. :func:`neutral_generation_config` therefore saves an
@@ -16,7 +16,7 @@ explicit, neutral generation config with every tiny model: ``temperature=1.0``, 
 from exactly ``softmax(logits)``. ``do_sample`` is stored as ``True`` (as in Qwen3's own
 generation config) because ``transformers`` refuses to save ``top_k=0`` beside
 ``do_sample=False`` — and leaving ``top_k`` unset would bring back the hidden ``top_k=50``.
-Greedy decoding (evaluation, method.md §4) therefore passes ``do_sample=False`` explicitly, and
+Greedy decoding (evaluation, docs/method.md §4) therefore passes ``do_sample=False`` explicitly, and
 sampling callers pass the temperature they train with. Qwen3-4B's shipped config (temperature
 0.6, top-k 20, top-p 0.95) is *not* neutral: the rollout overrides it at paper scale.
 """

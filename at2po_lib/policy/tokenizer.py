@@ -5,9 +5,9 @@ Qwen3's tokenizer does at paper scale.
 Design (why each choice):
 
 - **Byte-level BPE, no normalisation** (as Qwen's): every string encodes, and
-  ``decode(encode(x)) == x`` exactly — no lower-casing, no unknown token. method.md §1 stresses
+  ``decode(encode(x)) == x`` exactly — no lower-casing, no unknown token. docs/method.md §1 stresses
   that re-tokenisation drift breaks training; an exact round trip keeps the tiny tokenizer from
-  hiding that class of bug. Names may span several tokens (toy_scale.md asks for that).
+  hiding that class of bug. Names may span several tokens (docs/toy_scale.md asks for that).
 - **Tags are single tokens**: ``<think>``, ``<search>``, ``<result>``, ``<answer>`` (and closing
   forms), plus Search-R1's ``<information>`` pair, are added tokens that are *not* special, so
   ``decode(..., skip_special_tokens=True)`` keeps them (Qwen3 treats ``<think>`` the same way).
@@ -45,7 +45,7 @@ TAG_TOKENS: tuple[str, ...] = (
     "<answer>", "</answer>",
     "<information>", "</information>",
 )
-"""Agent tags (method.md §1); each must encode as exactly one token."""
+"""Agent tags (docs/method.md §1); each must encode as exactly one token."""
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}"

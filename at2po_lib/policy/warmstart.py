@@ -31,7 +31,7 @@ and to read facts from search results. The recipe (:func:`train_warmstart`):
    long-to-short runs of ``group_by_length`` made the loss cycle). The
    learning rate is constant after a linear warm-up (``constant_with_warmup``), so a
    checkpoint does not depend on ``max_steps``.
-5. **Checkpoint selection.** toy_scale.md measured that a converged warm start leaves RL
+5. **Checkpoint selection.** docs/toy_scale.md measured that a converged warm start leaves RL
    nothing to learn and that noisy demonstrations do *not* make the greedy policy imperfect,
    so the demonstrations are clean and the imperfection comes from task difficulty plus
    *where training stops*: every ``sft.eval_every`` steps a callback saves a checkpoint and

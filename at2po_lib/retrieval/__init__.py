@@ -1,4 +1,4 @@
-"""Retrieval for the search agent (method.md §2): corpus access, dense (faiss) and BM25 indexes,
+"""Retrieval for the search agent (docs/method.md §2): corpus access, dense (faiss) and BM25 indexes,
 a Search-R1-compatible HTTP server and its client, all behind one interface::
 
     from at2po_lib.config import load_profile

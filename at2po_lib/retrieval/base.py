@@ -1,4 +1,4 @@
-"""The retriever interface shared by every backend (method.md §2).
+"""The retriever interface shared by every backend (docs/method.md §2).
 
 One call, one shape, whether the search runs in this process or behind HTTP::
 

@@ -1,4 +1,4 @@
-"""HTTP client for a retrieval server speaking Search-R1's ``/retrieve`` contract (method.md §2).
+"""HTTP client for a retrieval server speaking Search-R1's ``/retrieve`` contract (docs/method.md §2).
 
 Sends what Search-R1's rollout sends (``_batch_search`` in ``search_r1/llm_agent/generation.py``):
 ``POST {"queries": [...], "topk": k, "return_scores": true}`` and returns the ``"result"`` list,

@@ -1,5 +1,5 @@
 """Passage collections in the wiki-18 format: one JSON object per line,
-``{"id": "0", "contents": "\\"Title\\"\\ntext"}`` (method.md §2), plain or ``.gz``.
+``{"id": "0", "contents": "\\"Title\\"\\ntext"}`` (docs/method.md §2), plain or ``.gz``.
 
 wiki-18 is 21,015,324 passages in 14 GB, far too much to hold as Python objects, so a
 :class:`Corpus` never loads it. Instead:

@@ -1,4 +1,4 @@
-"""Dense retrieval with faiss: build an index over a corpus, load it, search it (method.md §2).
+"""Dense retrieval with faiss: build an index over a corpus, load it, search it (docs/method.md §2).
 
 Index types (inner product over L2-normalised vectors = cosine similarity):
 

@@ -1,5 +1,5 @@
 r"""Dense text encoders: any Hugging Face encoder (``AutoModel`` + ``AutoTokenizer``) turned into
-L2-normalised vectors, the way Search-R1's retriever uses ``intfloat/e5-base-v2`` (method.md §2).
+L2-normalised vectors, the way Search-R1's retriever uses ``intfloat/e5-base-v2`` (docs/method.md §2).
 
 For a text with token states :math:`h_1..h_T` (last hidden layer, shape ``(T, d)``) and
 attention mask :math:`m_t \in \{0, 1\}`:

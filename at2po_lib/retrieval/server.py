@@ -1,4 +1,4 @@
-"""The retrieval server: Search-R1's ``/retrieve`` contract (method.md §2) over any retriever.
+"""The retrieval server: Search-R1's ``/retrieve`` contract (docs/method.md §2) over any retriever.
 
 ``POST /retrieve`` with ``{"queries": [str, ...], "topk": int | null, "return_scores": bool}``:
 

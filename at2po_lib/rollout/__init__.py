@@ -1,4 +1,4 @@
-"""Rollouts of the multi-turn search agent: chains, trees, AEPO branching (method.md §1, §5, §8).
+"""Rollouts of the multi-turn search agent: chains, trees, AEPO branching (docs/method.md §1, §5, §8).
 
     from at2po_lib.rollout import rollout_trees, rollout_chains, training_rows
 

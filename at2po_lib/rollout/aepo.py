@@ -1,4 +1,4 @@
-r"""AEPO's online, entropy-triggered branching (method.md §8; the AEPO baseline of Table 1).
+r"""AEPO's online, entropy-triggered branching (docs/method.md §8; the AEPO baseline of Table 1).
 
 AEPO ("Agentic Entropy-Balanced Policy Optimization") grows a budget of ``aepo_budget``
 trajectories per prompt while rolling out, instead of expanding a finished tree::

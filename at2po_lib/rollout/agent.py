@@ -1,4 +1,4 @@
-r"""The multi-turn search agent on token ids: environment, turn loop, greedy chains (method.md §1).
+r"""The multi-turn search agent on token ids: environment, turn loop, greedy chains (docs/method.md §1).
 
 One trajectory::
 
@@ -13,7 +13,7 @@ Rules (authors' code unless named otherwise):
 
 - **Token ids only.** Turns are appended as the sampled ids and observations as the ids of the
   observation text encoded *on its own*; the trajectory is never decoded and re-tokenised
-  (method.md §1: re-tokenisation drift destabilised Tree-GRPO on Qwen3). Text is decoded per
+  (docs/method.md §1: re-tokenisation drift destabilised Tree-GRPO on Qwen3). Text is decoded per
   turn only to parse the action, and per trajectory only for the reward and for display.
 - **Tool limit.** At most ``max_tool_calls`` (6) searches; a later search gets the template's
   tool-limit notice (mask 0) instead of results, and generation goes on.
@@ -297,7 +297,7 @@ def rollout_chains(model, tokenizer, template, retriever, questions: Sequence[st
                    greedy: bool = True, golden_answers: Sequence[Sequence[str]] | None = None,
                    seed: int = 0, backend: TurnBackend | None = None,
                    reward_fn: RewardFn | None = None) -> list[Trajectory]:
-    """One chain per question (greedy by default: validation, method.md §5), batched.
+    """One chain per question (greedy by default: validation, docs/method.md §5), batched.
 
     Returns one :class:`Trajectory` per question, in order; ``reward`` is filled when
     ``golden_answers`` are given.

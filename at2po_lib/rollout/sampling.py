@@ -5,7 +5,7 @@ samples from :math:`\pi_T = \mathrm{softmax}(z / T)` (restricted to the top-p nu
 ``top_p < 1``) and records, per row:
 
 - ``logp``: :math:`\log \pi_T(y)` of the sampled token, i.e. ``log_softmax(z / T)[y]``.
-  **The trainer must recompute log-probabilities with the same temperature** (toy_scale.md: a
+  **The trainer must recompute log-probabilities with the same temperature** (docs/toy_scale.md: a
   mismatch corrupts the importance ratio). With ``top_p < 1`` the recorded value is still the
   un-truncated tempered log-probability, which is what a trainer recomputes from the logits
   (vLLM's ``processed_logprobs`` behave the same way).
@@ -18,7 +18,7 @@ samples from :math:`\pi_T = \mathrm{softmax}(z / T)` (restricted to the top-p nu
 Greedy decoding (``temperature == 0``) takes the arg-max; its ``logp``/``entropy`` are those
 of :math:`T = 1` (the distribution has no other natural temperature).
 
-The mean of ``-logp`` over a turn is the authors' Monte-Carlo entropy estimate (method.md §5);
+The mean of ``-logp`` over a turn is the authors' Monte-Carlo entropy estimate (docs/method.md §5);
 its expectation is the mean of ``entropy``.
 """
 

@@ -1,4 +1,4 @@
-r"""Data of a rollout: turns, trajectories and trees (method.md §1, §5).
+r"""Data of a rollout: turns, trajectories and trees (docs/method.md §1, §5).
 
 Vocabulary
 ----------
@@ -111,7 +111,7 @@ class Node:
 
     @property
     def entropy_nll(self) -> float:
-        """H(n) = -(1/|y_n|) sum_t log pi(y_t | context): method.md §5 (authors' code)."""
+        """H(n) = -(1/|y_n|) sum_t log pi(y_t | context): docs/method.md §5 (authors' code)."""
         return -sum(self.logps) / len(self.logps) if self.logps else 0.0
 
     @property

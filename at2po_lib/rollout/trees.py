@@ -1,5 +1,5 @@
 r"""Tree rollouts: independent chains, random expansion (Tree-GRPO), entropy-guided expansion
-(AT2PO), method.md §5.
+(AT2PO), docs/method.md §5.
 
 Per prompt (all prompts' turns are batched together)::
 

@@ -20,7 +20,7 @@ hops) and comparison questions in per-benchmark styles (:mod:`.questions`,
 
 Why test facts are unseen: entities live in disjoint ``train``/``dev``/``test`` pools and
 relations never cross pools, so a test question's passages support no training question; a
-policy trained on TinyWorld can answer test questions only by searching (toy_scale.md).
+policy trained on TinyWorld can answer test questions only by searching (docs/toy_scale.md).
 
 API::
 

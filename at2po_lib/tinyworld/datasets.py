@@ -1,4 +1,4 @@
-"""The seven TinyWorld datasets, each mirroring one of the paper's benchmarks (method.md §3).
+"""The seven TinyWorld datasets, each mirroring one of the paper's benchmarks (docs/method.md §3).
 
 =================  =========  ==================  ==========================================
 dataset            group      mirrors (FlashRAG)  what it asks

@@ -16,7 +16,7 @@ Every relation is functional (one object per subject), so every question has one
 relation stays inside its pool (a test film is directed by a test person born in a test city of
 a test country). Questions of a split are built from its pool only, so the facts a test
 question needs sit in passages that no training question ever uses: a policy can answer test
-questions only by searching, never from memory (toy_scale.md). Names are drawn for the whole
+questions only by searching, never from memory (docs/toy_scale.md). Names are drawn for the whole
 world before the pools are split, so near-miss twins often sit in different pools (the
 distractor a model may have memorised is the wrong entity).
 """

@@ -1,4 +1,4 @@
-"""RL training of AT2PO and its baselines on TRL's ``GRPOTrainer`` (method.md §5–§9).
+"""RL training of AT2PO and its baselines on TRL's ``GRPOTrainer`` (docs/method.md §5–§9).
 
 Modules: :mod:`.config` (``AT2POConfig``, a ``GRPOConfig`` subclass), :mod:`.trainer`
 (``AT2POTrainer``, a ``GRPOTrainer`` subclass), :mod:`.batch` (training rows and

@@ -1,4 +1,4 @@
-r"""Training rows of one rollout batch and their per-token advantages (method.md §6, §8).
+r"""Training rows of one rollout batch and their per-token advantages (docs/method.md §6, §8).
 
 :class:`RolloutBatch` holds one row per leaf (prompt ids, completion ids with the observation
 mask, turn node ids, sampling log-probs, reward) plus the credit arrays of the trees the rows
@@ -48,7 +48,7 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
     r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.credit`.
 
     - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
-      over the batch's trees (every token of turn n gets A_n, method.md §6);
+      over the batch's trees (every token of turn n gets A_n, docs/method.md §6);
     - ``vanilla``: GRPO over the leaves of each prompt, ``credit.grpo_advantages``, broadcast
       to the row's model tokens;
     - ``tree_grpo``: ``credit.tree_grpo_advantages`` (prompt-level + tree-level GRPO). Our

@@ -2,7 +2,7 @@ r"""``AT2POConfig``: TRL's ``GRPOConfig`` plus the knobs of AT2PO's three stages
 
 Every field TRL already has keeps TRL's name and meaning (``epsilon``, ``epsilon_high``, ``beta``,
 ``num_generations``, ``loss_type``, ``temperature``, ``use_vllm``, ...). New fields are prefixed
-by the stage they act on (method.md §5–§7):
+by the stage they act on (docs/method.md §5–§7):
 
 - ``tree_*``: how the rollout grows (chains, Tree-GRPO's random tree, AT2PO's entropy tree,
   AEPO's branching) and DAPO's dynamic sampling (``tree_dynamic_sampling``);
@@ -12,7 +12,7 @@ by the stage they act on (method.md §5–§7):
 Meaning of ``num_generations`` here: the number of *leaves* (training rows) per prompt, which is
 what TRL's grouping needs. It is derived from the tree shape (``tree_m + tree_l * tree_k``:
 22 for the paper's M=10, L=2, K=6) for the tree expansions, is the number of chains for
-``chain`` and AEPO's rollout budget for ``aepo`` (16 in the paper, method.md §8).
+``chain`` and AEPO's rollout budget for ``aepo`` (16 in the paper, docs/method.md §8).
 
 ``loss_type`` keeps TRL's aggregation names; only the three that ``policy_loss`` reproduces are
 allowed: ``grpo`` = verl's "seq-mean-token-mean" (the authors' setting; TRL's default is
@@ -54,7 +54,7 @@ class AT2POConfig(GRPOConfig):
     tree_expansion: str = field(default="entropy", metadata={
         "help": "chain (independent chains: GRPO/DAPO/GSPO), random (Tree-GRPO), entropy (AT2PO) "
                 "or aepo (AEPO's entropy-triggered branching)."})
-    tree_m: int = field(default=10, metadata={"help": "M: chains from the root (method.md §5)."})
+    tree_m: int = field(default=10, metadata={"help": "M: chains from the root (docs/method.md §5)."})
     tree_l: int = field(default=2, metadata={"help": "L: expansion rounds."})
     tree_k: int = field(default=6, metadata={"help": "K: nodes re-sampled per round."})
     tree_alpha: float = field(default=0.05, metadata={
@@ -76,7 +76,7 @@ class AT2POConfig(GRPOConfig):
         "help": "Node value from children: entropy_softmax (code) | entropy_linear (paper) | "
                 "child_mean | leaf_mean."})
     credit_normalize_leaves: bool = field(default=True, metadata={
-        "help": "Normalise leaf rewards within the tree before propagation (method.md §6.1)."})
+        "help": "Normalise leaf rewards within the tree before propagation (docs/method.md §6.1)."})
 
     # --------------------------------------------------------------------------- loss (§7)
     loss_level: str = field(default="turn", metadata={

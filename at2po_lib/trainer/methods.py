@@ -5,7 +5,7 @@ A preset is a small dict of overrides: which rollout (``tree_expansion``), which
 a method's extras (KL, dynamic sampling, AEPO's options). Sizes (leaves per prompt, batch,
 learning rate) come from the profile, so one preset serves ``smoke``, ``tiny`` and ``paper-*``.
 
-Table 1 (method.md §8):
+Table 1 (docs/method.md §8):
 
 =============  =========  ============================  ========  ==================
 method         rollout    advantage                     ratio     clip low / high
@@ -26,11 +26,11 @@ value mode × advantage mode of :mod:`at2po_lib.credit` (``credit_entropy_softma
 is AT2PO itself).
 
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
-``train.chain_leaves`` chains and AEPO has the same budget (16 at paper scale, method.md §8).
+``train.chain_leaves`` chains and AEPO has the same budget (16 at paper scale, docs/method.md §8).
 The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
 
-Choices method.md leaves open (named here so they stay visible): AEPO's clip is DAPO's
-clip-higher 0.2/0.28 (AEPO builds on it); GRPO's KL 1e-3 (method.md §8) uses TRL's k3
+Choices docs/method.md leaves open (named here so they stay visible): AEPO's clip is DAPO's
+clip-higher 0.2/0.28 (AEPO builds on it); GRPO's KL 1e-3 (docs/method.md §8) uses TRL's k3
 estimator against the warm-start policy; Tree-GRPO and the Table 2 ablations use the same
 tree budget as AT2PO.
 """

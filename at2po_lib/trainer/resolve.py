@@ -2,7 +2,7 @@ r"""From a profile and a method preset to TRL's arguments: batch geometry and th
 configuration of a run.
 
 One *step* is a rollout batch of ``train.prompts_per_step`` prompts × leaves per prompt, split
-into ``prompts_per_step / mini_batch_prompts`` optimizer updates (method.md §9: 64 prompts,
+into ``prompts_per_step / mini_batch_prompts`` optimizer updates (docs/method.md §9: 64 prompts,
 mini-batch 8 → 8 updates per step). TRL counts optimizer updates, so ``max_steps``,
 ``logging_steps`` and ``save_steps`` are the profile's step counts times the updates per step.
 
@@ -40,7 +40,7 @@ def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
     Rows per update per process = p·G / W; a micro-batch of ``micro_batch_rows`` (0: the whole
     update) gives gradient accumulation GA = p·G / (W · micro); ``steps_per_generation`` =
     (P / p) · GA. Every process must hold whole prompt groups (P divisible by W).
-    Example (method.md §9 on 8 GPUs): P=64, p=8, G=22, W=8, micro=2 → 22 rows per update per
+    Example (docs/method.md §9 on 8 GPUs): P=64, p=8, G=22, W=8, micro=2 → 22 rows per update per
     GPU, GA 11, 8 updates per step, steps_per_generation 88.
     """
     if prompts_per_step % mini_batch_prompts:
@@ -64,7 +64,7 @@ def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
 
 
 def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str) -> int:
-    """M + L·K for tree expansions, ``train.chain_leaves`` for chains and AEPO (method.md §8)."""
+    """M + L·K for tree expansions, ``train.chain_leaves`` for chains and AEPO (docs/method.md §8)."""
     r = profile_cfg.rollout
     if expansion in ("random", "entropy"):
         return r.tree_m + r.tree_l * r.tree_k

@@ -1,7 +1,7 @@
 r"""``AT2POTrainer``: TRL's ``GRPOTrainer`` with tree rollouts, per-token credit and the ATPO loss.
 
 AT2PO ("Agentic Turn-based Policy Optimization via Tree Search", arXiv 2601.04767) changes
-three stages of the GRPO loop (method.md §5–§7); this subclass swaps exactly those and
+three stages of the GRPO loop (docs/method.md §5–§7); this subclass swaps exactly those and
 inherits everything else from ``trl==1.16.0`` (optimisation, gradient accumulation, rollout
 buffering over ``steps_per_generation``, old/reference log-probs, logging, checkpointing,
 accelerate/DeepSpeed, PEFT, vLLM weight sync):
