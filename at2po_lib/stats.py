@@ -1,0 +1,275 @@
+r"""Statistics for comparing methods on per-question outcomes: bootstrap CIs a reader can trust.
+
+Every comparison in the companion (README, notebooks, tables) rests on the *per-question
+outcomes* of each run: one row per (method, seed, dataset, question) with a score in [0, 1]
+(greedy EM, or the sampled metric: the mean reward of k samples at the training temperature).
+
+Design of the resampling (docs/method.md §10 says what the tables are):
+
+- A difference "method A − method B" is **paired over questions** (both answered the same test
+  questions) and **unpaired over seeds** (seed ``s`` of A and seed ``s`` of B are different
+  training runs that share nothing but a number). So one bootstrap replicate draws, with
+  replacement, A's seeds, B's seeds and the questions, and computes
+
+  .. math::  \hat\Delta^* = \bar{y}_A(S_A^*, Q^*) - \bar{y}_B(S_B^*, Q^*)
+
+  where :math:`\bar y(S, Q)` is the mean score over the drawn seeds and questions. A method
+  evaluated once (the warm start: greedy decoding is deterministic) has one "seed" and
+  contributes question-level variation only. The resampling itself is
+  :func:`scipy.stats.bootstrap` with the three index vectors as independent samples
+  (``paired=False``), i.e. a crossed (seeds × questions) bootstrap, percentile intervals
+  (BCa's jackknife over 3–5 seeds is unstable, so percentile is the default).
+- Group averages come in the paper's form, **sample-weighted** (micro average over every
+  question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and
+  **unweighted** (mean of the dataset means), side by side.
+- **Probability of improvement** (Agarwal et al., 2021, "Deep RL at the edge of the statistical
+  precipice"): P(a random run of A scores higher than a random run of B) on the group score,
+  ties counted half, with a bootstrap CI over both methods' seeds.
+
+Everything is vectorised: a replicate is a gather on a (seed, question) score matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OUTCOME_KEYS = ("method", "seed", "dataset", "question_id")
+"""Columns that identify one per-question outcome row."""
+
+DEFAULT_RESAMPLES = 4_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its two-sided bootstrap confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n_seeds_a: int
+    n_seeds_b: int
+    n_questions: int
+    confidence: float = 0.95
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:  # "+0.021 [-0.010, +0.052]"
+        return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+
+def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
+                 metric: str = "em") -> np.ndarray:
+    """(n_seeds, n_questions) scores of one method over the given question keys.
+
+    ``questions`` holds ``(dataset, question_id)`` pairs; every seed of the method must have
+    answered every one of them (a missing answer is an error naming the seed, not a silent 0).
+    """
+    rows = outcomes[outcomes["method"] == method]
+    if rows.empty:
+        raise KeyError(f"no outcomes for method {method!r}")
+    table = rows.pivot_table(index="seed", columns=["dataset", "question_id"], values=metric,
+                             aggfunc="mean")
+    missing = questions.difference(table.columns)
+    if len(missing):
+        raise ValueError(f"method {method!r}: {len(missing)} questions have no outcome "
+                         f"(e.g. {list(missing[:3])}); seeds present: {list(table.index)}")
+    table = table[questions]
+    if table.isna().any().any():
+        seeds = table.index[table.isna().any(axis=1)].tolist()
+        raise ValueError(f"method {method!r}: seeds {seeds} did not answer every question")
+    return table.to_numpy(dtype=float)
+
+
+def _question_keys(outcomes: pd.DataFrame, methods: Sequence[str],
+                   datasets: Sequence[str] | None) -> pd.Index:
+    """The (dataset, question_id) pairs every method answered (the comparison's questions)."""
+    import pandas as pd
+
+    keys = None
+    for method in methods:
+        rows = outcomes[outcomes["method"] == method]
+        if datasets is not None:
+            rows = rows[rows["dataset"].isin(datasets)]
+        these = pd.MultiIndex.from_frame(rows[["dataset", "question_id"]].drop_duplicates())
+        keys = these if keys is None else keys.intersection(these)
+    if keys is None or len(keys) == 0:
+        raise ValueError(f"methods {list(methods)} share no question"
+                         + (f" in datasets {list(datasets)}" if datasets else ""))
+    return keys.sort_values()
+
+
+def _weights(questions: pd.Index, weighting: str) -> np.ndarray:
+    """Per-question weights: 'sample' (each question counts once: the paper's Avg) or
+    'dataset' (each dataset counts once: the unweighted mean of dataset means)."""
+    datasets = np.asarray(questions.get_level_values("dataset"))
+    if weighting == "sample":
+        return np.full(len(datasets), 1.0 / len(datasets))
+    if weighting == "dataset":
+        names, inverse, counts = np.unique(datasets, return_inverse=True, return_counts=True)
+        return 1.0 / (len(names) * counts[inverse])
+    raise ValueError(f"weighting must be 'sample' or 'dataset', got {weighting!r}")
+
+
+def _counts(idx: np.ndarray, size: int) -> np.ndarray:
+    """How often each of ``size`` items was drawn, per replicate: (..., n) indices → (..., size)."""
+    idx = np.asarray(idx, dtype=np.intp)
+    batch = idx.reshape(-1, idx.shape[-1])                                   # (B, n)
+    offsets = (np.arange(batch.shape[0]) * size)[:, None]                    # (B, 1)
+    counts = np.bincount((batch + offsets).ravel(), minlength=batch.shape[0] * size)
+    return counts.reshape(*idx.shape[:-1], size).astype(float)               # (..., size)
+
+
+def _weighted_mean(scores: np.ndarray, seed_idx: np.ndarray, q_idx: np.ndarray,
+                   weights: np.ndarray) -> np.ndarray:
+    """Mean score over drawn seeds and weighted drawn questions, for a batch of replicates.
+
+    scores (S, Q); seed_idx (..., s); q_idx (..., q) → (...). Draws become counts, so a
+    replicate is two matrix products instead of a (..., s, q) gather. Weights are renormalised
+    over the drawn questions, so a replicate that misses a dataset stays a proper mean.
+    """
+    seed_counts = _counts(seed_idx, scores.shape[0])                         # (..., S)
+    per_question = seed_counts @ scores / seed_counts.sum(-1, keepdims=True)  # (..., Q)
+    q_weight = _counts(q_idx, scores.shape[1]) * weights                     # (..., Q)
+    return (per_question * q_weight).sum(-1) / q_weight.sum(-1)
+
+
+def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_resamples: int,
+                       seed: int, method: str = "percentile") -> tuple[float, float]:
+    """CI of ``statistic(*index_vectors)`` when each index vector is drawn with replacement
+    from ``range(size)`` independently (a crossed bootstrap), by :func:`scipy.stats.bootstrap`.
+
+    A factor of size 1 (a method evaluated once) cannot be resampled: it stays fixed.
+    """
+    from scipy.stats import bootstrap
+
+    free = [i for i, n in enumerate(sizes) if n > 1]
+    if not free:
+        value = float(statistic(*[np.zeros(1, np.intp) for _ in sizes]))
+        return value, value
+
+    def on_free(*drawn, axis=-1):
+        batch = drawn[0].shape[:-1]
+        full, it = [], iter(drawn)
+        for n in sizes:
+            full.append(next(it) if n > 1 else np.zeros((*batch, 1), np.intp))
+        return statistic(*full)
+
+    result = bootstrap(tuple(np.arange(sizes[i]) for i in free), on_free, paired=False,
+                       vectorized=True, n_resamples=n_resamples, batch=500,
+                       confidence_level=confidence, method=method,
+                       rng=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
+                  datasets: Sequence[str] | None = None, metric: str = "em",
+                  weighting: str = "sample", confidence: float = 0.95,
+                  n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+    """Bootstrap CI of mean(A) − mean(B) over the questions both answered (see module doc).
+
+    Args:
+        outcomes: long frame with columns ``method, seed, dataset, question_id, <metric>``.
+        datasets: restrict to these datasets (a group); None: every shared question.
+        weighting: 'sample' (micro average, the paper's Avg) or 'dataset' (unweighted).
+    """
+    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    a = score_matrix(outcomes, method_a, questions, metric)          # (Sa, Q)
+    b = score_matrix(outcomes, method_b, questions, metric)          # (Sb, Q)
+    w = _weights(questions, weighting)                               # (Q,)
+
+    def statistic(ia, ib, iq):
+        return _weighted_mean(a, ia, iq, w) - _weighted_mean(b, ib, iq, w)
+
+    sizes = (a.shape[0], b.shape[0], len(questions))
+    estimate = float(statistic(*(np.arange(n) for n in sizes)))
+    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
+    return Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence)
+
+
+def probability_of_improvement(outcomes: pd.DataFrame, method_a: str, method_b: str,
+                               datasets: Sequence[str] | None = None, metric: str = "em",
+                               weighting: str = "sample", confidence: float = 0.95,
+                               n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+    """P(run of A > run of B) on the group score, ties half (Mann–Whitney form), with a
+    bootstrap CI over both methods' seeds. With one run on both sides the estimate is 0, ½
+    or 1 and the interval is degenerate: say so rather than read it as evidence."""
+    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    w = _weights(questions, weighting)
+    run_a = score_matrix(outcomes, method_a, questions, metric) @ w / w.sum()   # (Sa,)
+    run_b = score_matrix(outcomes, method_b, questions, metric) @ w / w.sum()   # (Sb,)
+
+    def statistic(ia, ib):
+        x, y = run_a[ia], run_b[ib]                                  # (..., sa), (..., sb)
+        wins = (x[..., :, None] > y[..., None, :]) + 0.5 * (x[..., :, None] == y[..., None, :])
+        return wins.mean(axis=(-2, -1))
+
+    sizes = (len(run_a), len(run_b))
+    estimate = float(statistic(*(np.arange(n) for n in sizes)))
+    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
+    return Interval(estimate, low, high, len(run_a), len(run_b), len(questions), confidence)
+
+
+def comparison_table(outcomes: pd.DataFrame, baselines: Sequence[str],
+                     groups: dict[str, Sequence[str]], metric: str = "em",
+                     methods: Sequence[str] | None = None,
+                     n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """Every method minus every baseline, per dataset and per group, both weightings.
+
+    ``groups`` maps a group name (e.g. 'multihop') to its datasets; each dataset is also its
+    own one-dataset group. Returns one tidy row per (method, baseline, scope, weighting) with
+    the difference, its CI, the probability of improvement and its CI, and the counts the
+    interval rests on.
+    """
+    import pandas as pd
+
+    methods = list(methods or sorted(outcomes["method"].unique()))
+    scopes = {name: list(ds) for name, ds in groups.items()}
+    for dataset in sorted(outcomes["dataset"].unique()):
+        scopes.setdefault(dataset, [dataset])
+    rows = []
+    for baseline in baselines:
+        for method in methods:
+            if method == baseline:
+                continue
+            for scope, datasets in scopes.items():
+                weightings = ("sample", "dataset") if len(datasets) > 1 else ("sample",)
+                for weighting in weightings:
+                    diff = difference_ci(outcomes, method, baseline, datasets, metric, weighting,
+                                         n_resamples=n_resamples, seed=seed)
+                    poi = probability_of_improvement(outcomes, method, baseline, datasets,
+                                                     metric, weighting,
+                                                     n_resamples=n_resamples, seed=seed)
+                    rows.append({
+                        "method": method, "baseline": baseline, "scope": scope,
+                        "weighting": weighting, "metric": metric,
+                        "diff": diff.estimate, "ci_low": diff.low, "ci_high": diff.high,
+                        "p_improve": poi.estimate, "p_improve_low": poi.low,
+                        "p_improve_high": poi.high, "n_seeds": diff.n_seeds_a,
+                        "n_seeds_baseline": diff.n_seeds_b, "n_questions": diff.n_questions,
+                    })
+    return pd.DataFrame.from_records(rows)
+
+
+def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None = None,
+            metric: str = "em", weighting: str = "sample", confidence: float = 0.95,
+            n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+    """A method's own mean score with a (seeds × questions) bootstrap CI."""
+    questions = _question_keys(outcomes, [method], datasets)
+    scores = score_matrix(outcomes, method, questions, metric)       # (S, Q)
+    w = _weights(questions, weighting)
+
+    def statistic(i_s, i_q):
+        return _weighted_mean(scores, i_s, i_q, w)
+
+    sizes = (scores.shape[0], len(questions))
+    estimate = float(statistic(*(np.arange(n) for n in sizes)))
+    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
+    return Interval(estimate, low, high, scores.shape[0], 0, len(questions), confidence)

@@ -1,0 +1,91 @@
+"""at2po_lib.stats: crossed (seeds × questions) bootstrap CIs on hand-checkable outcomes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from at2po_lib import stats
+
+
+def outcomes(table: dict[tuple[str, int], dict[str, list[float]]]) -> pd.DataFrame:
+    """{(method, seed): {dataset: [score per question]}} → the long outcome frame."""
+    rows = [{"method": m, "seed": s, "dataset": d, "question_id": f"q{i}", "em": v}
+            for (m, s), by_dataset in table.items()
+            for d, scores in by_dataset.items() for i, v in enumerate(scores)]
+    return pd.DataFrame(rows)
+
+
+def test_identical_methods_have_zero_difference_and_zero_width():
+    scores = {"x": [1, 0, 1, 1], "y": [0, 0, 1]}
+    df = outcomes({("a", 0): scores, ("a", 1): scores, ("b", 0): scores, ("b", 1): scores})
+    ci = stats.difference_ci(df, "a", "b", n_resamples=500)
+    assert (ci.estimate, ci.low, ci.high) == (0.0, 0.0, 0.0)
+    assert (ci.n_seeds_a, ci.n_seeds_b, ci.n_questions) == (2, 2, 7)
+
+
+def test_sample_and_dataset_weighting_by_hand():
+    # A wins both questions of x, ties the one question of y.
+    df = outcomes({("a", 0): {"x": [1, 1], "y": [0]}, ("b", 0): {"x": [0, 0], "y": [0]}})
+    sample = stats.difference_ci(df, "a", "b", weighting="sample", n_resamples=500)
+    dataset = stats.difference_ci(df, "a", "b", weighting="dataset", n_resamples=500)
+    assert sample.estimate == pytest.approx(2 / 3)   # micro average: 2 of 3 questions
+    assert dataset.estimate == pytest.approx(0.5)    # mean of dataset means: (1 + 0) / 2
+
+
+def test_interval_brackets_the_estimate_and_narrows_with_more_questions():
+    rng = np.random.default_rng(1)
+
+    def frame(n: int) -> pd.DataFrame:
+        return outcomes({(m, s): {"x": list((rng.random(n) < p).astype(float))}
+                         for m, p in (("a", 0.6), ("b", 0.4)) for s in range(3)})
+
+    small = stats.difference_ci(frame(40), "a", "b", n_resamples=1000)
+    large = stats.difference_ci(frame(640), "a", "b", n_resamples=1000)
+    for ci in (small, large):
+        assert ci.low <= ci.estimate <= ci.high
+    assert (large.high - large.low) < 0.5 * (small.high - small.low)
+    assert large.low > 0  # a 20-point gap over 640 questions × 3 seeds is resolved
+
+
+def test_single_run_baseline_is_held_fixed():
+    # The warm start is evaluated once: only questions (and A's seeds) are resampled.
+    df = outcomes({("a", 0): {"x": [1, 1, 0, 1]}, ("a", 1): {"x": [1, 0, 0, 1]},
+                   ("ws", 0): {"x": [0, 1, 0, 1]}})
+    ci = stats.difference_ci(df, "a", "ws", n_resamples=500)
+    assert ci.estimate == pytest.approx((3 / 4 + 2 / 4) / 2 - 2 / 4)  # 0.125
+    assert ci.n_seeds_b == 1 and ci.low <= ci.estimate <= ci.high
+
+
+def test_probability_of_improvement_by_hand():
+    # Run scores: A = {0.5, 1.0}, B = {0.5, 0.5}: A wins 2 of 4 pairs, ties 2 → 0.75.
+    df = outcomes({("a", 0): {"x": [1, 0]}, ("a", 1): {"x": [1, 1]},
+                   ("b", 0): {"x": [0, 1]}, ("b", 1): {"x": [1, 0]}})
+    poi = stats.probability_of_improvement(df, "a", "b", n_resamples=500)
+    assert poi.estimate == pytest.approx(0.75)
+    assert 0.0 <= poi.low <= poi.estimate <= poi.high <= 1.0
+
+
+def test_missing_outcome_is_an_error_naming_the_method():
+    df = outcomes({("a", 0): {"x": [1, 0, 1]}, ("a", 1): {"x": [1, 0]},
+                   ("b", 0): {"x": [0, 0, 0]}})
+    with pytest.raises(ValueError, match="'a'.*seeds \\[1\\]"):
+        stats.difference_ci(df, "a", "b")
+
+
+def test_counts_match_bincount_per_replicate():
+    idx = np.array([[0, 0, 2], [1, 2, 2]])
+    assert stats._counts(idx, 3).tolist() == [[2, 0, 1], [0, 1, 2]]
+
+
+def test_comparison_table_covers_groups_datasets_and_weightings():
+    scores = {"x": [1, 0, 1], "y": [0, 1]}
+    df = outcomes({("a", 0): scores, ("b", 0): {"x": [0, 0, 1], "y": [0, 0]}})
+    table = stats.comparison_table(df, baselines=["b"], groups={"all": ["x", "y"]},
+                                   n_resamples=200)
+    assert set(zip(table["scope"], table["weighting"])) == {
+        ("all", "sample"), ("all", "dataset"), ("x", "sample"), ("y", "sample")}
+    row = table[(table["scope"] == "all") & (table["weighting"] == "sample")].iloc[0]
+    assert row["diff"] == pytest.approx(2 / 5)
+    assert row["n_questions"] == 5
