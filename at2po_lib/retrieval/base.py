@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import numpy as np
-
-    from .corpus import Corpus
 
 Document = dict[str, str]
 """``{"id": str, "contents": str}``; ``contents`` is ``"\\"Title\\"\\ntext"`` in wiki-18."""
@@ -42,6 +40,21 @@ class IndexMismatchError(RetrievalError):
     """An index does not belong to the corpus or encoder it is used with."""
 
 
+class InvalidQueryError(RetrievalError, ValueError):
+    """A query that no backend can search (e.g. a lone surrogate, which is not encodable text)."""
+
+
+def check_query_text(query: str, index: int) -> None:
+    """A query must be encodable as UTF-8: a lone surrogate (``"\\ud800"``, which JSON can
+    carry) breaks tokenizers and HTTP bodies alike, so it is refused here, naming the query."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidQueryError(
+            f"queries[{index}] is not valid Unicode text ({exc.reason} at character {exc.start}: "
+            f"{query[exc.start]!r})") from None
+
+
 def check_search_args(queries: Sequence[str], topk: int) -> list[str]:
     """Validate the arguments of :meth:`Retriever.search`; returns ``queries`` as a list."""
     if isinstance(queries, str):
@@ -50,6 +63,7 @@ def check_search_args(queries: Sequence[str], topk: int) -> list[str]:
     for i, query in enumerate(queries):
         if not isinstance(query, str):
             raise TypeError(f"queries[{i}] must be a string, got {type(query).__name__}")
+        check_query_text(query, i)
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
         raise ValueError(f"topk must be a positive integer, got {topk!r}")
     return queries
@@ -80,7 +94,14 @@ class Retriever(ABC):
         self.close()
 
 
-def hits_from_rows(corpus: "Corpus", rows: "np.ndarray", scores: "np.ndarray") -> list[list[Hit]]:
+class PassageLookup(Protocol):
+    """What :func:`hits_from_rows` needs of a corpus (:class:`~.corpus.Corpus` has it); a
+    protocol, so this module need not import :mod:`.corpus`, which imports it."""
+
+    def get(self, rows: Sequence[int]) -> list[Document]: ...
+
+
+def hits_from_rows(corpus: PassageLookup, rows: "np.ndarray", scores: "np.ndarray") -> list[list[Hit]]:
     """Turn index results into hits: ``rows``/``scores`` have shape (n_queries, k).
 
     Negative rows (faiss's "no result", e.g. k > number of passages) are dropped. Each distinct

@@ -5,19 +5,31 @@ Sends what Search-R1's rollout sends (``_batch_search`` in ``search_r1/llm_agent
 so :meth:`HTTPRetriever.search` gives the same hits as the in-process retrievers.
 
 Failures: connection errors, time-outs and 5xx answers are retried with exponential backoff
-(``backoff · 2^attempt`` seconds, capped at 30 s), so a server restart inside the retry budget
-goes unnoticed; a 4xx answer is the caller's mistake and raises at once with the server's
-message; when no server answers, the error names the URL.
+(``backoff · 2^attempt`` seconds, capped at 30 s; a 503's ``Retry-After`` is honoured), so a
+server restart inside the retry budget goes unnoticed; a 4xx answer is the caller's mistake and
+raises at once with the server's message. When the retries run out, the error names the URL and
+says what happened: no server answered (connection errors), or the server answered with errors
+(the HTTP statuses seen and the last message). A query that cannot be sent (a lone surrogate)
+is refused before any request with :class:`~.base.InvalidQueryError` naming it.
+
+The request body is JSON with non-ASCII characters escaped, so any valid text travels as ASCII.
+``api_key`` (default ``$AT2PO_RETRIEVER_API_KEY``) is sent in the ``X-API-Key`` header, which a
+server bound beyond loopback requires.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from collections import Counter
 from typing import Any, Sequence
 
 from .base import DEFAULT_TOPK, Hit, RetrievalError, Retriever, check_search_args
 
 MAX_BACKOFF_S = 30.0
+API_KEY_HEADER = "X-API-Key"
+API_KEY_ENV = "AT2PO_RETRIEVER_API_KEY"
 
 
 class RetrievalServerError(RetrievalError):
@@ -42,6 +54,15 @@ def _check_result(body: Any, n_queries: int, url: str) -> list[list[Hit]]:
     return result
 
 
+def _retry_after(response: Any) -> float:
+    """Seconds a 503's ``Retry-After`` header asks for (0 when absent or not a number)."""
+    value = response.headers.get("retry-after", "")
+    try:
+        return min(max(float(value), 0.0), MAX_BACKOFF_S)
+    except ValueError:
+        return 0.0
+
+
 class HTTPRetriever(Retriever):
     """A :class:`Retriever` backed by a running server.
 
@@ -56,6 +77,7 @@ class HTTPRetriever(Retriever):
         retries: int = 5,
         backoff: float = 0.5,
         batch_size: int = 512,
+        api_key: str | None = None,
     ) -> None:
         import httpx
 
@@ -65,22 +87,34 @@ class HTTPRetriever(Retriever):
         self.retries = retries
         self.backoff = backoff
         self.batch_size = batch_size
-        self._client = httpx.Client(timeout=timeout)
+        api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers[API_KEY_HEADER] = api_key
+        self._client = httpx.Client(timeout=timeout, headers=headers)
 
     def _post(self, payload: dict[str, Any]) -> Any:
         import httpx
 
-        last_error: str = ""
+        body = json.dumps(payload).encode("ascii")  # ensure_ascii: any valid str is sendable
+        transport_errors: list[str] = []
+        server_errors: list[int] = []
+        last_error = ""
+        wait = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S))
+                time.sleep(max(wait, min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S)))
+            wait = 0.0
             try:
-                response = self._client.post(self.url, json=payload)
+                response = self._client.post(self.url, content=body)
             except httpx.TransportError as exc:  # refused, reset, timed out: try again
                 last_error = f"{type(exc).__name__}: {exc}"
+                transport_errors.append(last_error)
                 continue
             if response.status_code >= 500:
                 last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                server_errors.append(response.status_code)
+                wait = _retry_after(response)
                 continue
             if response.status_code >= 400:
                 raise RetrievalServerError(f"{self.url} rejected the request (HTTP {response.status_code}): {response.text[:500]}")
@@ -88,8 +122,16 @@ class HTTPRetriever(Retriever):
                 return response.json()
             except ValueError:
                 raise RetrievalServerError(f"{self.url}: answer is not JSON: {response.text[:200]}") from None
+        attempts = self.retries + 1
+        if server_errors:
+            statuses = ", ".join(f"HTTP {code} ×{n}" for code, n in sorted(Counter(server_errors).items()))
+            also = f" and {len(transport_errors)} connection error(s)" if transport_errors else ""
+            raise RetrievalServerError(
+                f"the retrieval server at {self.url} answered with errors to all {attempts} attempts "
+                f"({statuses}{also}); last: {last_error}. See the server's log."
+            )
         raise RetrievalError(
-            f"no retrieval server answered at {self.url} after {self.retries + 1} attempts "
+            f"no retrieval server answered at {self.url} after {attempts} attempts "
             f"(last error: {last_error}). Start one with `at2po serve-retriever` or unset retrieval.url."
         )
 

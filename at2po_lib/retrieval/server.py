@@ -11,12 +11,22 @@
 "search_calls", "queries_searched", "search_seconds", ...}`` (the counters show how well
 requests are being batched: ``queries_searched / search_calls``).
 
-Bad requests get a 4xx with a message and the server keeps serving: a body that is not JSON or
-has wrong types/missing ``queries`` (422), an empty query list, ``topk`` outside
-``[1, min(max_topk, passages)]`` or a query longer than ``max_query_chars`` (422), too many
-queries or too large a body (413). Concurrent requests are micro-batched (:mod:`.batcher`);
+Each request is validated on its own before it can join a batch, and gets a 4xx with a message
+while the server keeps serving: a body that is not JSON or has wrong types/missing ``queries``
+(422), an empty query list, ``topk`` outside ``[1, min(max_topk, passages)]``, a query longer
+than ``max_query_chars`` or one that is not valid Unicode text such as a lone surrogate (422),
+too many queries, too many characters in all, or too large a body, chunked bodies counted as
+they arrive (413). Beyond the request limits (:class:`ServerLimits`): a full queue answers 503
+with ``Retry-After``; a request not answered within ``request_timeout_s`` gets 504; the work of
+a client that disconnects (or times out) is dropped from the queue. Concurrent requests are
+micro-batched fairly (:mod:`.batcher`: a big request is cut so it cannot stall small ones, and a
+batch whose search fails is retried request by request, so one bad request fails alone);
 ``--no-batching`` answers each request with its own search call (the benchmark's baseline).
 All searches run in one worker thread, so the encoder and index are never used concurrently.
+
+Binding to an address other than loopback requires an API key (``$AT2PO_RETRIEVER_API_KEY`` or
+``--api-key-file``); ``/retrieve`` then answers 401 unless the ``X-API-Key`` header carries it,
+and the server says so when it starts. :class:`~.client.HTTPRetriever` sends the same variable.
 
 Command line (binds 127.0.0.1 unless ``--host`` says otherwise)::
 
@@ -46,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
@@ -64,12 +73,90 @@ class RetrieveRequest(BaseModel):
 
 @dataclass
 class ServerLimits:
-    """Request limits; anything beyond them is answered 413/422 instead of being served."""
+    """Request limits; anything beyond them is answered 4xx/503/504 instead of being served.
+
+    The cost of a request grows with its queries and their length (the encoder truncates each
+    query to its ``max_length`` tokens, but tokenising still reads every character), so both are
+    capped per request, and ``max_request_chars`` caps their product.
+    """
 
     max_queries: int = 4096
+    """Queries in one request (413 beyond)."""
     max_topk: int = 100
     max_query_chars: int = 4096
-    max_body_bytes: int = 32 << 20
+    """Characters in one query (422 beyond)."""
+    max_request_chars: int = 1 << 20
+    """Characters of all queries of one request together (413 beyond)."""
+    max_body_bytes: int = 8 << 20
+    """Request body, counted as it arrives, chunked bodies included (413 beyond)."""
+    max_queued_queries: int = 16_384
+    """Queries waiting for a search, all clients together (503 with ``Retry-After`` beyond)."""
+    request_timeout_s: float = 60.0
+    """A request not answered within this time gets 504 and its remaining queries are dropped."""
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"ServerLimits.{name} must be positive, got {value}")
+        if self.max_queued_queries < self.max_queries:
+            raise ValueError("ServerLimits.max_queued_queries must be >= max_queries "
+                             f"({self.max_queued_queries} < {self.max_queries})")
+
+
+API_KEY_HEADER = "X-API-Key"
+API_KEY_ENV = "AT2PO_RETRIEVER_API_KEY"
+"""Environment variable holding the API key (server: required off loopback; client: sent)."""
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.1``, ``::1``, ``localhost``: only this machine can connect."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_binding(host: str, api_key: str | None) -> None:
+    """Refuse to serve beyond this machine without an API key."""
+    if not is_loopback(host) and not api_key:
+        raise ValueError(
+            f"binding the retrieval server to {host!r} (not a loopback address) requires an API "
+            f"key: set {API_KEY_ENV} (or --api-key-file); clients send it in the {API_KEY_HEADER} "
+            "header (HTTPRetriever reads the same variable)")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Any, limit: int) -> bytes:
+    """The request body, refusing it as soon as more than ``limit`` bytes have arrived
+    (a declared Content-Length is checked before reading; chunked bodies are counted)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge(f"request body of {declared} bytes exceeds {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _BodyTooLarge(f"request body exceeds {limit} bytes (refused after {len(body)} "
+                                "bytes had arrived)")
+    return bytes(body)
+
+
+async def _wait_for_disconnect(receive: Any) -> None:
+    """Returns when the client closes the connection (call after the body was read)."""
+    import asyncio
+
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return
+        await asyncio.sleep(0.01)  # a stray empty body message: do not spin
 
 
 def create_app(
@@ -80,16 +167,24 @@ def create_app(
     max_wait_ms: float = 3.0,
     max_batch_queries: int = 256,
     limits: ServerLimits | None = None,
+    api_key: str | None = None,
     warmup: bool = True,
 ) -> Any:
     """A FastAPI app serving ``retriever``; start it with uvicorn.
 
-    ``warmup`` runs one search now, so lazy model loading happens before ``/health`` answers
-    rather than inside the first client's request time-out.
+    ``api_key``: when set, ``/retrieve`` answers 401 unless the request carries it in the
+    ``X-API-Key`` header (or ``Authorization: Bearer <key>``). ``warmup`` runs one search now,
+    so lazy model loading happens before ``/health`` answers rather than inside the first
+    client's request time-out.
     """
     import asyncio
+    import hmac
+    import json
 
-    from .batcher import MicroBatcher
+    from pydantic import ValidationError
+
+    from .base import InvalidQueryError, check_query_text
+    from .batcher import MicroBatcher, QueueFullError
 
     limits = limits or ServerLimits()
     if warmup:
@@ -98,7 +193,8 @@ def create_app(
     passages = int(info.get("passages") or 0) or None
     topk_cap = min(limits.max_topk, passages) if passages else limits.max_topk
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval")
-    stats = {"search_calls": 0, "queries_searched": 0, "search_seconds": 0.0}
+    stats = {"search_calls": 0, "queries_searched": 0, "search_seconds": 0.0,
+             "rejected_queue_full": 0, "timed_out": 0, "abandoned": 0, "unauthorized": 0}
 
     def search(queries: list[str], topk: int) -> list:
         """The one place the index is searched (in the worker thread); counts for /health."""
@@ -110,48 +206,50 @@ def create_app(
         return hits
 
     batcher = MicroBatcher(search, executor, max_wait_s=max_wait_ms / 1000,
-                           max_batch_queries=max_batch_queries)
+                           max_batch_queries=max_batch_queries,
+                           max_queued_queries=limits.max_queued_queries, batching=batching)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's protocol
-        if batching:
-            batcher.start()
+        batcher.start()
         yield
-        if batching:
-            await batcher.stop()
+        await batcher.stop()
         executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="AT2PO retrieval server (Search-R1 contract)", lifespan=lifespan)
     app.state.batcher = batcher
+    app.state.stats = stats
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    def authorised(request: Request) -> bool:
+        if not api_key:
+            return True
+        given = request.headers.get(API_KEY_HEADER, "")
+        bearer = request.headers.get("authorization", "")
+        if not given and bearer.lower().startswith("bearer "):
+            given = bearer[7:].strip()
+        return hmac.compare_digest(given.encode(), api_key.encode())
+
+    def validation_message(exc: ValidationError) -> str:
         def where(e: dict) -> str:
-            if e.get("type") == "json_invalid":
-                return "body is not valid JSON"
-            return ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+            return ".".join(str(p) for p in e.get("loc", ())) or "body"
 
-        problems = "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
-        return error(422, f"invalid request: {problems}")
+        return "invalid request: " + "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):  # noqa: ANN001, ANN202
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limits.max_body_bytes:
-            return error(413, f"request body of {length} bytes exceeds {limits.max_body_bytes}")
-        return await call_next(request)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", **info, "batching": batching, "default_topk": default_topk,
-                "limits": asdict(limits), **stats}
-
-    @app.post("/retrieve")
-    async def retrieve(body: RetrieveRequest) -> JSONResponse:
-        queries, topk = body.queries, body.topk if body.topk is not None else default_topk
+    def parse(body: bytes) -> RetrieveRequest | JSONResponse:
+        """Validate one request on its own, before it can join a batch."""
+        try:
+            obj = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(422, f"invalid request: body is not valid JSON ({exc})")
+        try:
+            req = RetrieveRequest.model_validate(obj)
+        except ValidationError as exc:
+            return error(422, validation_message(exc))
+        queries = req.queries
+        topk = req.topk if req.topk is not None else default_topk
         if not queries:
             return error(422, "queries must be a non-empty list of strings")
         if len(queries) > limits.max_queries:
@@ -161,14 +259,67 @@ def create_app(
         too_long = [i for i, q in enumerate(queries) if len(q) > limits.max_query_chars]
         if too_long:
             return error(422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters")
+        total = sum(len(q) for q in queries)
+        if total > limits.max_request_chars:
+            return error(413, f"the queries hold {total} characters together; the limit per "
+                         f"request is {limits.max_request_chars}")
         try:
-            if batching:
-                hits = await batcher.submit(queries, topk)
-            else:
-                hits = await asyncio.get_running_loop().run_in_executor(executor, search, queries, topk)
-        except Exception as exc:  # the server stays up; the client sees why
-            return error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
-        if body.return_scores:
+            for i, query in enumerate(queries):
+                check_query_text(query, i)
+        except InvalidQueryError as exc:
+            return error(422, str(exc))
+        return req
+
+    async def answer(request: Request, queries: list[str], topk: int) -> list | JSONResponse:
+        """Queue the search; give up on a time-out or when the client disconnects."""
+        work = asyncio.ensure_future(batcher.submit(queries, topk))
+        gone = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        try:
+            done, _ = await asyncio.wait({work, gone}, timeout=limits.request_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if work in done:
+            try:
+                return work.result()
+            except QueueFullError as exc:
+                stats["rejected_queue_full"] += 1
+                return error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+            except Exception as exc:  # the server stays up; the client sees why
+                return error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
+        work.cancel()  # drops this request's queries that were not searched yet
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        if gone in done:
+            stats["abandoned"] += 1
+            return error(499, "client disconnected")  # nobody reads it
+        stats["timed_out"] += 1
+        return error(504, f"request not answered within {limits.request_timeout_s:g} s "
+                     f"({len(queries)} queries); send fewer queries per request")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **info, "batching": batching, "default_topk": default_topk,
+                "limits": asdict(limits), "api_key_required": bool(api_key),
+                "queued_queries": batcher.queued_queries(), **stats}
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request) -> JSONResponse:
+        if not authorised(request):
+            stats["unauthorized"] += 1
+            return error(401, f"missing or wrong API key (send it in the {API_KEY_HEADER} header)")
+        try:
+            body = await _read_body(request, limits.max_body_bytes)
+        except _BodyTooLarge as exc:  # stop reading: close the connection after answering
+            return error(413, str(exc), {"Connection": "close"})
+        parsed = parse(body)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        topk = parsed.topk if parsed.topk is not None else default_topk
+        hits = await answer(request, parsed.queries, topk)
+        if isinstance(hits, JSONResponse):
+            return hits
+        if parsed.return_scores:
             return JSONResponse({"result": hits})
         return JSONResponse({"result": [[hit["document"] for hit in query_hits] for query_hits in hits]})
 
@@ -232,14 +383,21 @@ class ServerHandle:
 
 def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0,
                  startup_timeout: float = 30.0, **app_kwargs: Any) -> ServerHandle:
-    """Serve ``retriever`` from a background thread of this process (port 0: a free port)."""
+    """Serve ``retriever`` from a background thread of this process (port 0: a free port).
+
+    A non-loopback ``host`` needs ``api_key=...`` (see :func:`check_binding`)."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    app = create_app(retriever, **app_kwargs)
+    try:
+        check_binding(host, app_kwargs.get("api_key"))
+        app = create_app(retriever, **app_kwargs)
+    except Exception:
+        sock.close()
+        raise
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
@@ -306,6 +464,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queries", type=int, default=d.max_queries)
     p.add_argument("--max-topk", type=int, default=d.max_topk)
     p.add_argument("--max-query-chars", type=int, default=d.max_query_chars)
+    p.add_argument("--max-request-chars", type=int, default=d.max_request_chars)
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument("--max-queued-queries", type=int, default=d.max_queued_queries,
+                   help="queue bound; beyond it requests get 503 with Retry-After")
+    p.add_argument("--request-timeout", type=float, default=d.request_timeout_s,
+                   help="seconds before a request is answered 504 and its work dropped")
+    p.add_argument("--api-key-file", help=f"file holding the API key (default: ${API_KEY_ENV}); "
+                   "required when --host is not a loopback address")
+    p.add_argument("--prebuilt", action="store_true",
+                   help="--index is a downloaded faiss file without meta.json (needs --encoder)")
     p.add_argument("--encoder", help="query encoder (default: the one recorded in the index); "
                    "required for a prebuilt index without meta.json")
     p.add_argument("--pooling", default="mean", choices=["mean", "cls"])
@@ -332,7 +500,8 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
         spec = (EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length)
                 if args.encoder else None)
         return DenseRetriever(args.index, args.corpus, spec, device=args.device, fp16=args.fp16,
-                              use_gpu=False if args.no_gpu_index else "auto")
+                              use_gpu=False if args.no_gpu_index else "auto",
+                              prebuilt=args.prebuilt)
     if not args.profile:
         raise SystemExit("at2po serve-retriever: give --profile or --index")
     from ..config import load_profile, parse_overrides
@@ -340,19 +509,43 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
 
     overrides = parse_overrides(args.set) or {}
     overrides.setdefault("retrieval", {})["url"] = None  # serve in-process, never proxy
+    if args.prebuilt:
+        overrides["retrieval"]["prebuilt"] = True
     cfg = load_profile(args.profile, overrides)
     return build_retriever(cfg, method="bm25" if args.bm25 else None)
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file:
+        key = Path(args.api_key_file).read_text().strip()
+        if not key:
+            raise SystemExit(f"at2po serve-retriever: {args.api_key_file} is empty")
+        return key
+    return os.environ.get(API_KEY_ENV) or None
 
 
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     args = _parser().parse_args(argv)
+    api_key = _api_key(args)
+    try:
+        check_binding(args.host, api_key)
+        limits = ServerLimits(args.max_queries, args.max_topk, args.max_query_chars,
+                              args.max_request_chars, args.max_body_bytes, args.max_queued_queries,
+                              args.request_timeout)
+    except ValueError as exc:
+        raise SystemExit(f"at2po serve-retriever: {exc}") from None
     retriever = _retriever_from_args(args)
-    limits = ServerLimits(args.max_queries, args.max_topk, args.max_query_chars)
     app = create_app(retriever, default_topk=args.topk, batching=not args.no_batching,
-                     max_wait_ms=args.max_wait_ms, max_batch_queries=args.max_batch_queries, limits=limits)
+                     max_wait_ms=args.max_wait_ms, max_batch_queries=args.max_batch_queries,
+                     limits=limits, api_key=api_key)
     print(f"serving {retriever.describe()} on http://{args.host}:{args.port}/retrieve", flush=True)
+    if api_key:
+        print(f"API key required: clients send it in the {API_KEY_HEADER} header "
+              f"(HTTPRetriever reads ${API_KEY_ENV})", flush=True)
+    else:
+        print(f"no API key: reachable from this machine only ({args.host})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 
