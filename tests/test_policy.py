@@ -155,6 +155,7 @@ def test_bad_head_count_is_an_error(tokenizer):
 # ----------------------------------------------------------------------------- SFT
 
 
+@pytest.mark.slow  # trains the tiny policy (SFT steps)
 def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     from at2po_lib.policy.demos import build_sft_examples, script_demos
     from at2po_lib.policy.model import build_policy
@@ -261,6 +262,7 @@ def test_choose_checkpoint_prefers_the_middle_of_the_band():
         choose_checkpoint([], 0.25, 0.75)
 
 
+@pytest.mark.slow  # trains the smoke warm start
 def test_warmstart_on_smoke_profile_is_cached(smoke_env):
     from at2po_lib.policy.model import load_policy
     from at2po_lib.policy.warmstart import (cache_key, ensure_warmstart, read_warmstart_record,

@@ -10,43 +10,178 @@ from hypothesis import strategies as st
 
 from at2po_lib.trainer import records
 from at2po_lib.trainer.methods import (METHODS, TABLE1_METHODS, TABLE2_METHODS, format_methods,
-                                       get_method)
+                                       get_method, list_methods)
 
 
 # ----------------------------------------------------------------------------- presets
-def test_table1_methods_follow_method_md_section_8():
-    assert TABLE1_METHODS == ("react", "grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po")
-    assert not get_method("react").trains
-    grpo = get_method("grpo").overrides
-    assert (grpo["tree_expansion"], grpo["loss_level"], grpo["epsilon"], grpo["beta"]) == \
-        ("chain", "token", 0.2, 1e-3)
-    dapo = get_method("dapo").overrides
-    assert (dapo["epsilon"], dapo["epsilon_high"], dapo["loss_type"]) == (0.2, 0.28, "dapo")
-    assert dapo["tree_dynamic_sampling"]
-    gspo = get_method("gspo").overrides
-    assert (gspo["loss_level"], gspo["epsilon"], gspo["epsilon_high"]) == ("sequence", 3e-4, 4e-4)
-    assert get_method("tree_grpo").overrides["credit_advantage"] == "tree_grpo"
-    aepo = get_method("aepo").overrides
-    assert aepo["loss_entropy_balanced_clip"] and aepo["loss_entropy_aware_adv"] == 0.2
-    at2po = get_method("at2po").overrides
-    assert (at2po["tree_expansion"], at2po["credit_value"], at2po["credit_advantage"],
-            at2po["loss_level"], at2po["epsilon"], at2po["epsilon_high"]) == \
-        ("entropy", "entropy_softmax", "node_value", "turn", 3e-3, 4e-3)
+# Behaviour, not a copy of the preset table: each preset is resolved on a profile into an
+# ``AT2POConfig``, and the config is run through the real loss and credit code on small hand-made
+# batches. What is measured (ratio level, advantage kind, clip window) must be what the method
+# requires (docs/method.md §6–§8); the exact values may change without touching these tests.
+TOKEN_RATIO = {"grpo", "dapo", "tree_grpo", "aepo", "ablation_random_tree_grpo"}
+SEQUENCE_RATIO = {"gspo"}
+OUTCOME_ADVANTAGE = {"grpo", "dapo", "gspo", "aepo", "ablation_random_tree_grpo",
+                     "ablation_atpo_loss", "ablation_entropy_tree"}
+TRAINED = [m.name for m in list_methods() if m.trains]
 
 
-def test_table2_adds_one_component_per_step():
-    steps = [get_method(name).overrides for name in TABLE2_METHODS]
-    keys = ("tree_expansion", "credit_advantage", "loss_level")
-    rows = [tuple(s.get(k) for k in keys) for s in steps]
-    assert rows == [("random", "vanilla", "token"), ("random", "vanilla", "turn"),
-                    ("entropy", "vanilla", "turn"), ("entropy", "node_value", "turn")]
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    """Every trained preset resolved on the ``tiny`` profile (one CPU process)."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.config import AT2POConfig
+    from at2po_lib.trainer.resolve import trainer_fields
+
+    tiny, out = load_profile("tiny"), str(tmp_path_factory.mktemp("cfg"))
+    return {name: AT2POConfig(output_dir=out, **trainer_fields(tiny, name, 0, world_size=1))
+            for name in TRAINED}
 
 
-def test_table3_grid_and_listing():
-    grid = [name for name in METHODS if name.startswith("credit_")]
-    assert len(grid) == 16  # 4 value modes x 4 advantage modes
-    assert get_method("credit_entropy_softmax_node_value").overrides["credit_advantage"] == \
-        "node_value"
+def _loss(cfg, delta, advantage=1.0):
+    """The preset's policy loss (as the trainer calls it) on one row of two turns: model tokens
+    0-1 and 4-5, observation 2-3; log π − log π_old = ``delta``. Returns (loss, stats, ∇logp)."""
+    import torch
+
+    from at2po_lib.losses import policy_loss
+    from at2po_lib.trainer.config import LOSS_TYPES
+
+    old = torch.full((1, 6), -2.0, dtype=torch.float64)
+    logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
+    loss, stats = policy_loss(
+        logp, old, torch.tensor([advantage], dtype=torch.float64), mask, level=cfg.loss_level,
+        eps_low=cfg.epsilon, eps_high=cfg.epsilon_high, agg=LOSS_TYPES[cfg.loss_type],
+        ref_logp=old, beta=cfg.beta, entropy_balanced_clip=cfg.loss_entropy_balanced_clip,
+        token_entropy=torch.ones_like(old), entropy_aware_adv=cfg.loss_entropy_aware_adv,
+        turn_ratio=cfg.loss_turn_ratio)
+    loss.backward()
+    return loss, stats, logp.grad[0]
+
+
+def measured_ratio_level(cfg) -> str:
+    """Token ratios inside the clip window differ within turn 1; the gradient of a token is
+    proportional to the ratio it is weighted by, so equal gradients reveal a shared ratio."""
+    grad = _loss(cfg, [1e-3, -1e-3, 0.0, 0.0, 2e-3, 0.0])[2]
+    same = lambda a, b: abs(float(grad[a] - grad[b])) < 1e-6  # noqa: E731 (KL adds ~1e-7)
+    if not same(0, 1):
+        return "token"
+    return "sequence" if same(0, 4) else "turn"
+
+
+def measured_advantage(cfg) -> str:
+    """On the hand batch below: ``turn`` when the two turns of a row get different advantages,
+    ``prompt`` when every row carries its GRPO-normalised reward, ``tree`` otherwise."""
+    from at2po_lib.trainer.batch import token_advantages
+
+    batch = _hand_batch()
+    adv = token_advantages(batch, cfg.credit_advantage, getattr(cfg, "credit_value",
+                                                                "entropy_softmax"))
+    if abs(float(adv[0, 0] - adv[0, 4])) > 1e-6:
+        return "turn"
+    vanilla = token_advantages(batch, "vanilla")
+    return "prompt" if bool((adv - vanilla).abs().max() < 1e-6) else "tree"
+
+
+def behaviour(cfg) -> tuple[str, str, str]:
+    return cfg.tree_expansion, measured_advantage(cfg), measured_ratio_level(cfg)
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_each_preset_uses_the_ratio_level_its_method_requires(configs, name):
+    expected = ("token" if name in TOKEN_RATIO else
+                "sequence" if name in SEQUENCE_RATIO else "turn")
+    assert measured_ratio_level(configs[name]) == expected
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_each_preset_uses_the_advantage_its_method_requires(configs, name):
+    expected = ("prompt" if name in OUTCOME_ADVANTAGE else
+                "tree" if name == "tree_grpo" else "turn")
+    assert measured_advantage(configs[name]) == expected
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_each_preset_rolls_out_its_leaf_budget(configs, name):
+    """Trees (random, entropy) grow M + L·K leaves with L·K > 0 re-sampled; chains sample
+    ``num_generations`` chains and never expand (docs/method.md §5, §8)."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.resolve import leaves_per_prompt
+
+    cfg = configs[name]
+    assert cfg.num_generations == leaves_per_prompt(load_profile("tiny"), cfg.tree_expansion)
+    if cfg.tree_expansion in ("random", "entropy"):
+        assert cfg.tree_l * cfg.tree_k > 0
+        assert cfg.num_generations == cfg.tree_m + cfg.tree_l * cfg.tree_k
+    elif cfg.tree_expansion == "chain":
+        assert cfg.tree_l == 0 and cfg.tree_m == cfg.num_generations
+
+
+def test_turn_and_sequence_ratios_clip_a_one_percent_drift_token_ratios_do_not(configs):
+    """Length-normalised ratios stay near 1, so GSPO/ATPO clip in a window of ~1e-3 while
+    token-level methods keep ε ≈ 0.2 (docs/method.md §7, §8): a 1 % drift of every token
+    binds the clip of the first kind only."""
+    drift = [0.01, 0.01, 0.0, 0.0, 0.01, 0.01]
+    for name, cfg in configs.items():
+        clipped = _loss(cfg, drift)[1]["clip_frac"] > 0
+        assert clipped == (measured_ratio_level(cfg) != "token"), name
+
+
+def test_clip_higher_and_entropy_balanced_clipping(configs):
+    """DAPO/AEPO clip higher (a ratio of 1.25 with A > 0 is not clipped, GRPO's 0.2 clips it);
+    AEPO's entropy-balanced clip keeps the gradient of a clipped token (ratio 1.5), DAPO's
+    plain clip zeroes it (docs/method.md §8)."""
+    import math
+
+    up = [math.log(1.25)] * 2 + [0.0] * 2 + [math.log(1.25)] * 2
+    assert _loss(configs["grpo"], up)[1]["clip_frac_high"] == 1.0
+    assert _loss(configs["tree_grpo"], up)[1]["clip_frac_high"] == 1.0
+    for name in ("dapo", "aepo"):
+        assert _loss(configs[name], up)[1]["clip_frac"] == 0.0, name
+    far = [math.log(1.5)] * 2 + [0.0] * 2 + [math.log(1.5)] * 2
+    assert _loss(configs["dapo"], far)[2].abs().max() == 0
+    assert _loss(configs["aepo"], far)[2][[0, 1, 4, 5]].abs().min() > 0
+
+
+def test_table2_adds_one_component_per_step(configs):
+    """GRPO on a random tree → + turn loss → + entropy expansion → + turn-wise credit (= at2po),
+    each step changing exactly one measured behaviour (docs/method.md §10)."""
+    steps = [behaviour(configs[name]) for name in TABLE2_METHODS]
+    assert steps[0] == ("random", "prompt", "token")
+    changed = [[i for i in range(3) if a[i] != b[i]] for a, b in zip(steps, steps[1:])]
+    assert changed == [[2], [0], [1]]
+    assert steps[-1] == behaviour(configs["at2po"]) == ("entropy", "turn", "turn")
+
+
+def test_table3_grid_varies_only_the_credit(configs):
+    """Every value mode × advantage mode once, all on AT2PO's rollout and loss; the
+    (entropy_softmax, node_value) cell gives AT2PO's own advantages (docs/method.md §6)."""
+    import torch
+
+    from at2po_lib.credit import ADVANTAGE_MODES, VALUE_MODES
+    from at2po_lib.trainer.batch import token_advantages
+
+    grid = {(configs[n].credit_value, configs[n].credit_advantage)
+            for n in configs if n.startswith("credit_")}
+    assert grid == {(v, a) for v in VALUE_MODES for a in ADVANTAGE_MODES}
+    at2po = configs["at2po"]
+    for name in (n for n in configs if n.startswith("credit_")):
+        cfg = configs[name]
+        assert (cfg.tree_expansion, measured_ratio_level(cfg)) == ("entropy", "turn"), name
+        assert (cfg.epsilon, cfg.epsilon_high, cfg.loss_type) == \
+            (at2po.epsilon, at2po.epsilon_high, at2po.loss_type), name
+    cell = configs["credit_entropy_softmax_node_value"]
+    assert torch.equal(token_advantages(_hand_batch(), cell.credit_advantage, cell.credit_value),
+                       token_advantages(_hand_batch(), at2po.credit_advantage,
+                                        at2po.credit_value))
+
+
+def test_table1_lists_react_first_and_every_method_once():
+    assert TABLE1_METHODS[0] == "react" and not get_method("react").trains
+    assert len(set(TABLE1_METHODS)) == len(TABLE1_METHODS)
+    assert {"grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po"} <= set(TABLE1_METHODS)
+
+
+def test_listing_and_unknown_names():
     listing = format_methods()
     assert all(name in listing for name in METHODS)
     with pytest.raises(KeyError, match="did you mean at2po"):
