@@ -7,7 +7,9 @@ every model token of a turn is trained with its node's advantage.
 The trees come as arrays over nodes (``parent``, ``entropy``, ``leaf_reward``; node 0 is the
 root) and are batched into a :class:`~at2po_lib.forest.Forest`; both containers, their structure
 helpers and the demo/loading helpers live in :mod:`at2po_lib.forest` and are re-exported here,
-so ``from at2po_lib.credit import Forest, example_tree, load_trees`` keeps working.
+so ``from at2po_lib.credit import Forest, example_tree, load_trees`` keeps working. A tree is a
+:class:`~at2po_lib.forest.TreeArrays` (the project's one tree type); the functions below also
+take the three arrays directly.
 
 A childless node whose reward is NaN is an *unscored* leaf (e.g. pruned by the rollout stage):
 like the authors' code, which skips children without a value, it takes no part in its parent's
@@ -292,6 +294,11 @@ def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
 
     Both terms normalise the raw rewards with the unbiased std, as the authors' verl code does.
     Trees are grouped by the pair (prompt id, tree id), so tree ids may restart per prompt.
+    A tree whose leaves all share one reward gets a tree-level term of exactly 0.
+
+    A tree with a single leaf is an error: GRPO's rule for a group of one (mean 0, std 1)
+    would hand that leaf its raw reward as the tree-level term, a bias. Tree-GRPO's own
+    expansion never makes one (every tree holds 1 + L*n >= 2 leaves; docs/method.md §5).
     (Their ``tree_2norm`` variant, which normalises within the tree *after* the prompt-level
     normalisation, is not offered here.)
     """
@@ -299,7 +306,13 @@ def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
     if tree_ids.shape != prompt_ids.shape:
         raise ValueError(f"tree_ids {tuple(tree_ids.shape)} and prompt_ids "
                          f"{tuple(prompt_ids.shape)} must have the same shape")
-    _, pair = torch.unique(torch.stack([prompt_ids, tree_ids], dim=1), dim=0, return_inverse=True)
+    pairs, pair = torch.unique(torch.stack([prompt_ids, tree_ids], dim=1), dim=0,
+                               return_inverse=True)
+    sizes = torch.bincount(pair, minlength=len(pairs))
+    if bool((sizes == 1).any()):
+        p, t = (int(v) for v in pairs[int(torch.nonzero(sizes == 1)[0])])
+        raise ValueError(f"Tree-GRPO: tree {t} of prompt {p} has a single leaf; its tree-level "
+                         "advantage would be its raw reward (each tree needs >= 2 leaves)")
     inter = grpo_advantages(leaf_rewards, prompt_ids, eps=eps)
     inner = grpo_advantages(leaf_rewards, pair, eps=eps)
     return inter + inner

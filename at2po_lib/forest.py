@@ -1,38 +1,52 @@
-r"""Tree arrays and batches of trees: the data the credit stage consumes.
+r"""Tree arrays, batches of trees and tree files: the one tree type every stage shares.
 
-One rollout tree is a set of arrays over its nodes (node 0 is the root), shared with the rollout
-stage (:mod:`at2po_lib.rollout.export` writes them, :func:`load_trees` reads them back)::
+One rollout tree is a :class:`TreeArrays`: arrays over its nodes (node 0 is the root). The
+rollout stage makes them (:func:`at2po_lib.rollout.export.tree_arrays`, the one place where
+its growing ``RolloutTree`` becomes arrays), the trainer's :class:`~at2po_lib.trainer.batch.
+RolloutBatch` holds them, :mod:`at2po_lib.credit` computes on them, :mod:`at2po_lib.treeviz`
+draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
 
     parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed
     entropy[n]      float, H(n) = mean NLL of the turn's sampled tokens (root: 0)
     leaf_reward[n]  float, the final reward on leaves, NaN on internal nodes
+
+and a tree may carry more (prompt id, per-node arrays such as turn spans and expansion
+rounds, per-node text records, question and golden answers): see :class:`TreeArrays`.
 
 A childless node whose reward is NaN is an *unscored* leaf (e.g. pruned by the rollout stage);
 how the credit math treats it is described in :mod:`at2po_lib.credit`.
 
 Containers:
 
-- :class:`TreeArrays`: one tree as numpy arrays (N,); :func:`as_tree_arrays` accepts a
-  ``TreeArrays``, a mapping or object with the three fields, or a ``(parent, entropy,
-  leaf_reward)`` tuple.
+- :class:`TreeArrays`: one tree as numpy arrays (N,); :func:`as_tree_arrays` also builds one
+  from a mapping or object with the three fields, or a ``(parent, entropy, leaf_reward)``
+  tuple.
 - :class:`Forest`: many trees as one flat set of torch tensors (global node ids, ``tree_index``
   per node, ``offsets`` per tree), so :mod:`at2po_lib.credit` can run the math of every tree at
   once, level by level over depth.
 
+Files (:func:`save_trees`, :func:`load_trees`): one ``.npz`` archive, numbers as arrays and
+text/metadata as a JSON document inside it, read with ``np.load(allow_pickle=False)``: a trees
+file can never run code. Old ``trees.pkl`` pickles load only with ``trust_pickle=True``.
+
 Structure helpers (vectorised, one step per tree level, no loop over nodes):
 :func:`node_depths`, :func:`children_count`, :func:`leaf_paths`.
 
-Demo and loading helpers (notebooks, tests, benchmarks): :func:`synthetic_turn_rows` (the token
-layout of every root→leaf row), :func:`example_tree` (a hand-made tree), :func:`random_tree`
-(an AT2PO-shaped random tree), :func:`load_trees` (the rollout stage's ``trees.pkl``).
+Demo helpers (notebooks, tests, benchmarks): :func:`synthetic_turn_rows` (the token layout of
+every root→leaf row), :func:`example_tree` (a hand-made tree), :func:`random_tree` (an
+AT2PO-shaped random tree).
 
 Every name here is also importable from :mod:`at2po_lib.credit`, where it used to live.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
-from dataclasses import dataclass
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -43,17 +57,58 @@ import torch
 # --------------------------------------------------------------------------------------------
 # Tree containers
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TreeArrays:
-    """One rollout tree as arrays over nodes (node 0 = root, ``parent[0] = -1``)."""
+    """One rollout tree as arrays over nodes (node 0 = root, ``parent[0] = -1``).
+
+    The three credit arrays (module docstring) are all :mod:`at2po_lib.credit` reads. The
+    rollout stage (:func:`at2po_lib.rollout.export.tree_arrays`) also fills:
+
+    - ``prompt_id``: the prompt the tree grew from. Several trees may share one (Tree-GRPO
+      grows ``rollout.tree_grpo_trees`` separate trees per prompt, docs/method.md §5);
+    - ``node_arrays``: further numeric (N,) arrays by name (``entropy_nll``,
+      ``entropy_exact``, ``turn_start``, ``turn_end``, ``expansion_round``, ``depth``, ...);
+    - ``records``: one JSON-able dict per node with its text (``text``, ``action``,
+      ``query``, ``answer``, ``finish_reason``) for tables and drawings, or empty;
+    - ``info``: JSON-able facts about the tree (``question``, ``golden_answers``, ...).
+
+    Arrays are compared by :meth:`equals` (``==`` on arrays is elementwise, so the dataclass
+    does not define it).
+    """
 
     parent: np.ndarray
     entropy: np.ndarray
     leaf_reward: np.ndarray
+    prompt_id: int = 0
+    node_arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    records: Sequence[Mapping[str, Any]] = ()
+    info: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def num_nodes(self) -> int:
         return int(len(self.parent))
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        """(N,) bool: childless nodes (every rollout leaf; the root only if it has no child)."""
+        return np.bincount(self.parent[self.parent >= 0], minlength=self.num_nodes) == 0
+
+    def equals(self, other: "TreeArrays") -> bool:
+        """Same arrays (dtype and values, NaN equal to NaN), prompt id, records and info."""
+        if not isinstance(other, TreeArrays) or self.prompt_id != other.prompt_id:
+            return False
+        if set(self.node_arrays) != set(other.node_arrays):
+            return False
+        pairs = [(getattr(self, f), getattr(other, f)) for f in CREDIT_FIELDS]
+        pairs += [(self.node_arrays[k], other.node_arrays[k]) for k in self.node_arrays]
+        same_arrays = all(a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+                          for a, b in pairs)
+        return (same_arrays and [dict(r) for r in self.records] == [dict(r) for r in other.records]
+                and dict(self.info) == dict(other.info))
+
+
+CREDIT_FIELDS = ("parent", "entropy", "leaf_reward")
+"""The arrays every tree carries (what the credit math reads)."""
 
 
 def _field(tree: Any, name: str) -> Any:
@@ -68,14 +123,14 @@ def _field(tree: Any, name: str) -> Any:
 
 def as_tree_arrays(tree: Any) -> TreeArrays:
     """Accept a :class:`TreeArrays`, a mapping or object with ``parent``/``entropy``/
-    ``leaf_reward``, or a ``(parent, entropy, leaf_reward)`` tuple."""
+    ``leaf_reward``, or a ``(parent, entropy, leaf_reward)`` tuple (then only those three
+    arrays are kept)."""
     if isinstance(tree, TreeArrays):
         return tree
     if isinstance(tree, (tuple, list)) and len(tree) == 3:
         parent, entropy, leaf_reward = tree
     else:
-        parent, entropy, leaf_reward = (_field(tree, k)
-                                        for k in ("parent", "entropy", "leaf_reward"))
+        parent, entropy, leaf_reward = (_field(tree, k) for k in CREDIT_FIELDS)
     return TreeArrays(_to_numpy(parent).astype(np.int64), _to_numpy(entropy).astype(np.float64),
                       _to_numpy(leaf_reward).astype(np.float64))
 
@@ -92,6 +147,11 @@ def _validate_tree(t: TreeArrays, name: str) -> None:
         arr = getattr(t, field_name)
         if arr.shape != (n,):
             raise ValueError(f"{name}: {field_name} has shape {arr.shape}, expected ({n},)")
+    for key, arr in t.node_arrays.items():
+        if np.shape(arr) != (n,):
+            raise ValueError(f"{name}: node array {key!r} has shape {np.shape(arr)}, expected ({n},)")
+    if len(t.records) not in (0, n):
+        raise ValueError(f"{name}: {len(t.records)} node records for {n} nodes")
     if t.parent[0] != -1:
         raise ValueError(f"{name}: parent[0] must be -1 (node 0 is the root), got {t.parent[0]}")
     rest = t.parent[1:]
@@ -297,20 +357,199 @@ def random_tree(generator: np.random.Generator, num_chains: int = 10, num_expans
     return TreeArrays(parent_arr, entropy, reward)
 
 
-def load_trees(path: str | Path) -> list[TreeArrays]:
-    """Trees saved by the rollout stage: a pickle holding a list of trees (anything
-    :func:`as_tree_arrays` accepts) or a dict with a ``"trees"`` list."""
+# --------------------------------------------------------------------------------------------
+# Files: one .npz archive per batch of trees (no pickle)
+# --------------------------------------------------------------------------------------------
+TREES_FORMAT = "at2po-trees/2"
+"""Format tag of :func:`save_trees` archives."""
+
+_JSON_MEMBER = "json"
+_NODE_PREFIX = "node."
+
+
+class UntrustedPickleError(ValueError):
+    """A trees file is a pickle and the caller did not say it trusts it."""
+
+
+def save_trees(trees: Sequence[Any], path: str | Path,
+               meta: Mapping[str, Any] | None = None) -> Path:
+    """Write trees to one ``.npz`` archive that :func:`load_trees` reads without pickle.
+
+    Layout (T trees, N nodes in all; each tree's nodes are contiguous, ids stay local)::
+
+        tree_offsets   (T+1,) int64  tree t owns rows tree_offsets[t]:tree_offsets[t+1]
+        prompt_id      (T,)   int64
+        parent, entropy, leaf_reward        (N,)  the credit arrays
+        node.<name>                          (N,)  each of the trees' ``node_arrays``
+        json           uint8  UTF-8 JSON: {"format", "meta", "node_arrays": [names],
+                                            "trees": [{"info", "records"}]}
+
+    Every tree must carry the same ``node_arrays`` names (numeric or bool arrays only: text
+    belongs in ``records``). ``meta`` is JSON-able run information (profile, seed, ...). The
+    archive is written to a temporary file and moved into place, so a crash never leaves half
+    a file under ``path``.
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise ValueError(f"{path}: trees are saved as a .npz archive; give a path ending in .npz")
+    arrays = [as_tree_arrays(t) for t in trees]
+    if not arrays:
+        raise ValueError(f"{path}: no trees to save")
+    names = sorted(arrays[0].node_arrays)
+    for i, t in enumerate(arrays):
+        _validate_tree(t, f"tree {i}")
+        if sorted(t.node_arrays) != names:
+            raise ValueError(f"tree {i} has node arrays {sorted(t.node_arrays)}, tree 0 has "
+                             f"{names}; every tree of one file must carry the same ones")
+        for key, arr in t.node_arrays.items():
+            if np.asarray(arr).dtype.kind not in "biuf":
+                raise ValueError(f"tree {i}: node array {key!r} has dtype {np.asarray(arr).dtype};"
+                                 " only numbers and booleans are stored as arrays (text goes in "
+                                 "records)")
+    sizes = np.array([t.num_nodes for t in arrays], dtype=np.int64)
+    members: dict[str, np.ndarray] = {
+        "tree_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        "prompt_id": np.array([int(t.prompt_id) for t in arrays], dtype=np.int64),
+    }
+    for name in CREDIT_FIELDS:
+        members[name] = np.concatenate([getattr(t, name) for t in arrays])
+    for name in names:
+        members[_NODE_PREFIX + name] = np.concatenate([np.asarray(t.node_arrays[name])
+                                                       for t in arrays])
+    document = {"format": TREES_FORMAT, "meta": dict(meta or {}), "node_arrays": names,
+                "trees": [{"info": dict(t.info), "records": [dict(r) for r in t.records]}
+                          for t in arrays]}
+    text = json.dumps(document, allow_nan=False, default=_json_default)
+    members[_JSON_MEMBER] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".npz.tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **members)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    """JSON for the few non-JSON types run metadata holds (numpy scalars/arrays, paths)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} value {value!r:.80} is not JSON-serialisable "
+                    "(tree info, records and meta must be JSON)")
+
+
+def load_trees(path: str | Path, *, trust_pickle: bool = False) -> list[TreeArrays]:
+    """Trees from a :func:`save_trees` archive (``.npz``, read with ``allow_pickle=False``).
+
+    A legacy ``trees.pkl`` (pickle: a list of trees, or a dict with a ``"trees"`` list) is read
+    only with ``trust_pickle=True``: unpickling runs whatever code the file names, so without
+    the flag it raises :class:`UntrustedPickleError` naming the file and never unpickles it.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trees file not found: {path}")
     with path.open("rb") as fh:
-        data = pickle.load(fh)
+        head = fh.read(4)
+    if head.startswith(b"PK"):  # a zip archive: .npz
+        return _trees_from_archive(path, *_read_archive(path))
+    if head.startswith(b"\x80") or path.suffix in (".pkl", ".pickle"):
+        if not trust_pickle:
+            raise UntrustedPickleError(
+                f"{path} is a pickle; loading a pickle can run arbitrary code, so it is refused. "
+                "If you wrote this file yourself, pass trust_pickle=True, then re-save it with "
+                "save_trees(trees, '....npz')")
+        return _trees_from_pickle(path)
+    raise ValueError(f"{path}: not a trees file (expected a .npz archive written by save_trees)")
+
+
+def load_trees_meta(path: str | Path) -> dict[str, Any]:
+    """The ``meta`` a :func:`save_trees` archive was written with (profile, seed, ...)."""
+    document, _ = _read_archive(Path(path))
+    return dict(document["meta"])
+
+
+def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"trees file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            members = {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as err:
+        raise ValueError(f"{path}: cannot read the trees archive ({err})") from err
+    missing = [k for k in ("tree_offsets", "prompt_id", *CREDIT_FIELDS, _JSON_MEMBER)
+               if k not in members]
+    if missing:
+        raise ValueError(f"{path}: not a trees archive (missing {', '.join(missing)})")
+    try:
+        document = json.loads(members.pop(_JSON_MEMBER).tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: the archive's json member is not valid JSON ({err})") from err
+    if not isinstance(document, dict) or document.get("format") != TREES_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path}: not an {TREES_FORMAT} archive (format {found!r})")
+    return document, members
+
+
+def _trees_from_archive(path: Path, document: dict[str, Any],
+                        members: dict[str, np.ndarray]) -> list[TreeArrays]:
+    offsets, entries = members["tree_offsets"], document.get("trees", [])
+    total = len(members["parent"])
+    if (offsets.ndim != 1 or len(offsets) != len(entries) + 1 or len(entries) == 0
+            or offsets[0] != 0 or offsets[-1] != total or np.any(np.diff(offsets) < 1)
+            or len(members["prompt_id"]) != len(entries)):
+        raise ValueError(f"{path}: tree_offsets {offsets.tolist()[:8]} do not match "
+                         f"{len(entries)} trees and {total} nodes")
+    names = list(document.get("node_arrays", []))
+    absent = [n for n in names if _NODE_PREFIX + n not in members]
+    if absent:
+        raise ValueError(f"{path}: node arrays {absent} listed but not stored")
+    columns = {n: members[n] for n in CREDIT_FIELDS}
+    columns.update({n: members[_NODE_PREFIX + n] for n in names})
+    bad = [n for n, col in columns.items() if col.shape != (total,)]
+    if bad:
+        raise ValueError(f"{path}: arrays {bad} do not have one value per node ({total})")
+    trees = []
+    for t, entry in enumerate(entries):
+        rows = slice(int(offsets[t]), int(offsets[t + 1]))
+        tree = TreeArrays(
+            parent=columns["parent"][rows], entropy=columns["entropy"][rows],
+            leaf_reward=columns["leaf_reward"][rows], prompt_id=int(members["prompt_id"][t]),
+            node_arrays={n: columns[n][rows] for n in names},
+            records=list(entry.get("records", [])), info=dict(entry.get("info", {})))
+        _validate_tree(tree, f"{path}: tree {t}")
+        trees.append(tree)
+    return trees
+
+
+_LEGACY_NODE_ARRAYS = ("entropy_nll", "entropy_exact", "turn_start", "turn_end",
+                       "expansion_round", "depth")
+_RECORD_TEXT = ("text", "action", "query", "answer", "finish_reason")
+
+
+def _trees_from_pickle(path: Path) -> list[TreeArrays]:
+    """A trusted legacy pickle (``at2po-rollout-trees/1`` or a plain list of trees)."""
+    with path.open("rb") as fh:
+        data = pickle.load(fh)  # noqa: S301  (only reached with trust_pickle=True)
     trees = data["trees"] if isinstance(data, Mapping) and "trees" in data else data
     if not isinstance(trees, (list, tuple)) or not trees:
         raise ValueError(f"{path}: expected a non-empty list of trees, got {type(trees).__name__}")
     out = []
-    for i, t in enumerate(trees):
-        arrays = as_tree_arrays(t)
+    for i, entry in enumerate(trees):
+        arrays = as_tree_arrays(entry)
+        if isinstance(entry, Mapping):  # the rollout stage's old export dicts carry more
+            arrays = TreeArrays(
+                arrays.parent, arrays.entropy, arrays.leaf_reward,
+                prompt_id=int(entry.get("prompt_id", 0)),
+                node_arrays={k: np.asarray(entry[k]) for k in _LEGACY_NODE_ARRAYS if k in entry},
+                records=[{k: r.get(k) for k in _RECORD_TEXT} for r in entry.get("table", [])],
+                info={k: entry[k] for k in ("question", "golden_answers") if k in entry})
         _validate_tree(arrays, f"{path}: tree {i}")
         out.append(arrays)
     return out

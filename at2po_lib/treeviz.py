@@ -82,7 +82,8 @@ def draw_tree(
 ) -> tuple[Any, Any]:
     """Draw one tree; returns ``(fig, ax)``.
 
-    parent (N,) int; node_color (N,) floats mapped through ``cmap`` (NaN → grey; a diverging
+    parent (N,) int, or a :class:`at2po_lib.forest.TreeArrays` (its ``parent``, and its
+    ``leaf_reward`` unless given); node_color (N,) floats mapped through ``cmap`` (NaN → grey; a diverging
     norm centred on 0 when the values take both signs, as values and advantages do);
     node_labels (N,) strings written in the nodes (default: node ids); leaf_reward (N,) floats,
     written as ``r=…`` under each leaf (NaN skipped).
@@ -90,6 +91,9 @@ def draw_tree(
     import matplotlib.pyplot as plt
     from matplotlib.colors import Normalize, TwoSlopeNorm
 
+    if hasattr(parent, "parent") and hasattr(parent, "leaf_reward"):  # TreeArrays
+        leaf_reward = parent.leaf_reward if leaf_reward is None else leaf_reward
+        parent = parent.parent
     parent_np = _as_numpy(parent).astype(np.int64)
     x, y = tree_layout(parent_np)
     n = len(parent_np)

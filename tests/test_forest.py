@@ -145,18 +145,18 @@ def test_random_tree_shape():
     assert np.any(t.parent[1:] > np.arange(1, t.num_nodes))  # ids are not topological
 
 
-def test_load_trees_roundtrip(tmp_path):
+def test_load_trees_reads_a_trusted_legacy_pickle(tmp_path):
     t = example_tree()
     path = tmp_path / "trees.pkl"
     path.write_bytes(pickle.dumps({"trees": [{"parent": t.parent, "entropy": t.entropy,
                                               "leaf_reward": t.leaf_reward}]}))
-    (loaded,) = load_trees(path)
+    (loaded,) = load_trees(path, trust_pickle=True)
     np.testing.assert_array_equal(loaded.parent, t.parent)
     with pytest.raises(FileNotFoundError):
         load_trees(tmp_path / "missing.pkl")
     (tmp_path / "bad.pkl").write_bytes(pickle.dumps([{"parent": [0, 0]}]))
     with pytest.raises(ValueError, match="entropy"):
-        load_trees(tmp_path / "bad.pkl")
+        load_trees(tmp_path / "bad.pkl", trust_pickle=True)
 
 
 def test_random_tree_is_reproducible_and_topological_without_shuffle():
@@ -171,11 +171,11 @@ def test_load_trees_accepts_a_plain_list_and_rejects_other_content(tmp_path):
     t = example_tree()
     path = tmp_path / "list.pkl"
     path.write_bytes(pickle.dumps([(t.parent, t.entropy, t.leaf_reward), t]))
-    loaded = load_trees(path)
+    loaded = load_trees(path, trust_pickle=True)
     assert len(loaded) == 2 and all(isinstance(x, TreeArrays) for x in loaded)
     (tmp_path / "empty.pkl").write_bytes(pickle.dumps({"trees": []}))
     with pytest.raises(ValueError, match="empty.pkl: expected a non-empty list of trees"):
-        load_trees(tmp_path / "empty.pkl")
+        load_trees(tmp_path / "empty.pkl", trust_pickle=True)
     (tmp_path / "bad_root.pkl").write_bytes(pickle.dumps([([0, 0], [0, 1], [NAN, 1])]))
     with pytest.raises(ValueError, match=r"bad_root.pkl: tree 0: parent\[0\] must be -1"):
-        load_trees(tmp_path / "bad_root.pkl")
+        load_trees(tmp_path / "bad_root.pkl", trust_pickle=True)

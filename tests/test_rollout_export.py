@@ -1,5 +1,5 @@
-"""Exports of rollout trees: arrays, training rows, tidy table, and ``trees.pkl`` read back by
-the credit stage."""
+"""Exports of rollout trees: TreeArrays, training rows, tidy table, and a trees file read back
+by the credit stage."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from at2po_lib import credit
-from at2po_lib.rollout.export import (load_trees, save_trees, training_rows, tree_arrays,
-                                      tree_summary, tree_table)
+from at2po_lib.forest import TreeArrays, load_trees, save_trees
+from at2po_lib.rollout.export import training_rows, tree_arrays, tree_summary, tree_table
 from at2po_lib.rollout.structures import RolloutTree
 
 
@@ -31,17 +31,21 @@ def small_tree() -> RolloutTree:
 
 def test_arrays_by_hand():
     a = tree_arrays(small_tree())
-    assert a["parent"].tolist() == [-1, 0, 1, 1]
+    assert isinstance(a, TreeArrays) and a.prompt_id == 7
+    assert a.parent.tolist() == [-1, 0, 1, 1]
     # H(1) = (1 + 2 + 3) / 3 = 2; H(2) = 0.5; H(3) = 1
-    assert a["entropy"].tolist() == [0.0, 2.0, 0.5, 1.0]
-    assert np.allclose(a["entropy_exact"], [0.0, 0.5, 0.1, 0.3])
+    assert a.entropy.tolist() == [0.0, 2.0, 0.5, 1.0]
+    nodes = a.node_arrays
+    assert np.allclose(nodes["entropy_exact"], [0.0, 0.5, 0.1, 0.3])
     # node 1 spans [0, 3); its observation takes [3, 5); children start at 5
-    assert a["turn_start"].tolist() == [0, 0, 5, 5] and a["turn_end"].tolist() == [0, 3, 6, 7]
-    assert a["expansion_round"].tolist() == [0, 0, 0, 1]
-    assert a["is_leaf"].tolist() == [False, False, True, True]
-    assert math.isnan(a["reward"][0]) and math.isnan(a["reward"][1])
-    assert a["reward"][2:].tolist() == [1.0, 0.0]
-    assert np.array_equal(a["leaf_reward"], a["reward"], equal_nan=True)
+    assert nodes["turn_start"].tolist() == [0, 0, 5, 5] and nodes["turn_end"].tolist() == [0, 3, 6, 7]
+    assert nodes["expansion_round"].tolist() == [0, 0, 0, 1]
+    assert nodes["num_obs_tokens"].tolist() == [0, 2, 0, 0]
+    assert a.is_leaf.tolist() == [False, False, True, True]
+    assert math.isnan(a.leaf_reward[0]) and math.isnan(a.leaf_reward[1])
+    assert a.leaf_reward[2:].tolist() == [1.0, 0.0]
+    assert a.records[0]["text"] == "q?" and a.records[2]["finish_reason"] == "answer"
+    assert a.info == {"question": "q?", "golden_answers": ["a"], "entropy_estimate": "sampled_nll"}
 
 
 def test_training_rows_by_hand():
@@ -63,16 +67,20 @@ def test_table_and_summary():
     s = tree_summary([small_tree()])
     assert s["leaves_per_tree"] == 2 and s["correct_leaf_share"] == 0.5
     assert s["generated_tokens"] == 6
+    # two trees of one prompt (Tree-GRPO's shape): per-prompt numbers pool them
+    s = tree_summary([small_tree(), small_tree()])
+    assert (s["trees"], s["prompts"]) == (2, 1)
+    assert s["leaves_per_tree"] == 2 and s["leaves_per_prompt"] == 4
 
 
-def test_pickle_round_trip_and_credit_reads_it(tmp_path):
-    path = save_trees([small_tree()], tmp_path / "rollout" / "trees.pkl", meta={"seed": 0})
-    payload = load_trees(path)
-    assert payload["meta"]["seed"] == 0 and len(payload["trees"][0]["rows"]) == 2
+def test_file_round_trip_and_credit_reads_it(tmp_path):
+    path = save_trees([tree_arrays(small_tree())], tmp_path / "rollout" / "trees.npz",
+                      meta={"seed": 0})
     (arrays,) = credit.load_trees(path)
-    assert arrays.parent.tolist() == [-1, 0, 1, 1]
+    assert arrays.equals(tree_arrays(small_tree()))
     values = credit.node_values(arrays.parent, arrays.entropy, arrays.leaf_reward)
     assert values.shape == (4,)
+    assert load_trees(path)[0].records[1]["text"] == ""
 
 
 def test_labels_and_drawing():
@@ -90,4 +98,10 @@ def test_labels_and_drawing():
     assert turn_label(tree, 2) == "A:belmont"
     fig, ax = draw_rollout_tree(tree)
     assert ax.get_legend() is not None  # node 3 comes from expansion round 1
+    labels = sorted(t.get_text() for t in ax.texts)
+    fig.clf()
+    # the same drawing from the arrays (e.g. read back from a file)
+    fig, ax = draw_rollout_tree(tree_arrays(tree))
+    assert sorted(t.get_text() for t in ax.texts) == labels and ax.get_legend() is not None
+    assert turn_label(tree_arrays(tree), 2) == "A:belmont"
     fig.clf()

@@ -17,7 +17,8 @@ from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
 from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
 from at2po_lib.rollout.trees import (equalize_leaves, expansion_scores, rollout_trees,
-                                     select_entropy, select_random, sibling_counts, top_k_cycled)
+                                     select_entropy, select_random, sibling_counts, top_k_cycled,
+                                     tree_grpo_shape)
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +91,18 @@ def test_entropy_selection_matches_a_brute_force(data, n, k, alpha):
 @settings(max_examples=40, deadline=None)
 @given(n_inner=st.integers(1, 10), k=st.integers(1, 12), seed=st.integers(0, 99))
 def test_random_selection(n_inner, k, seed):
+    """Tree-GRPO's pick: k non-leaf nodes, uniformly with replacement (random.choices)."""
     is_leaf = np.array([False] * n_inner + [True] * 5)
     picked = select_random(is_leaf, k, np.random.default_rng(seed))
     assert len(picked) == k and not is_leaf[picked].any()
-    if n_inner >= k:
-        assert len(set(picked.tolist())) == k
+
+
+def test_random_selection_is_uniform_with_replacement():
+    is_leaf = np.array([False, False, True, False, True])
+    picked = select_random(is_leaf, 30_000, np.random.default_rng(0))
+    counts = np.bincount(picked, minlength=5)
+    assert counts[[2, 4]].sum() == 0
+    assert np.allclose(counts[[0, 1, 3]] / 30_000, 1 / 3, atol=0.01)
 
 
 def hand_tree(num_chains: int, depth: int) -> RolloutTree:
@@ -151,15 +159,14 @@ def check_tree_invariants(tree, context_of, max_round):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(m=st.integers(1, 4), l_rounds=st.integers(0, 3), k=st.integers(1, 4),
-       expansion=st.sampled_from(["entropy", "random"]), seed=st.integers(0, 1000),
-       p_search=st.floats(0.2, 0.8))
-def test_tree_invariants_over_many_shapes(toy, m, l_rounds, k, expansion, seed, p_search):
+       seed=st.integers(0, 1000), p_search=st.floats(0.2, 0.8))
+def test_entropy_tree_invariants_over_many_shapes(toy, m, l_rounds, k, seed, p_search):
     cfg = dataclasses.replace(toy.cfg.rollout, tree_m=m, tree_l=l_rounds, tree_k=k,
                               max_response_tokens=600, max_tool_calls=3)
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
     trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                          cfg, expansion=expansion, seed=seed, backend=backend)
+                          cfg, expansion="entropy", seed=seed, backend=backend)
     context_of = {id(r.token_ids): list(q.context) for q, r in
                   zip(backend.requests, backend.results)}
     for tree in trees:
@@ -170,6 +177,51 @@ def test_tree_invariants_over_many_shapes(toy, m, l_rounds, k, expansion, seed, 
             starts = [n for n in tree.nodes[1:] if n.expansion_round == r
                       and tree.nodes[n.parent].expansion_round != r]
             assert len(starts) == k
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(trees_per_prompt=st.integers(1, 3), l_rounds=st.integers(1, 3), n=st.integers(1, 3),
+       seed=st.integers(0, 1000), p_search=st.floats(0.2, 0.8))
+def test_random_expansion_is_tree_grpo(toy, trees_per_prompt, l_rounds, n, seed, p_search):
+    """Tree-GRPO's expansion: m trees per question, each 1 + L*n leaves; every new chain of a
+    round continues after a node that existed before the round (a child of the picked node,
+    generated from its full state), so every tree has >= 2 leaves."""
+    # Choose M, K so that M + L*K = m * (1 + L*n): M = m, K = m*n.
+    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=trees_per_prompt, tree_l=l_rounds,
+                              tree_k=trees_per_prompt * n, tree_grpo_trees=trees_per_prompt,
+                              max_response_tokens=600, max_tool_calls=3)
+    assert tree_grpo_shape(cfg) == (trees_per_prompt, l_rounds, n)
+    questions, golden = toy.questions(2)
+    backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
+    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
+                          cfg, expansion="random", seed=seed, prompt_ids=[10, 20], backend=backend)
+    assert [t.prompt_index for t in trees] == [10] * trees_per_prompt + [20] * trees_per_prompt
+    context_of = {id(r.token_ids): list(q.context) for q, r in
+                  zip(backend.requests, backend.results)}
+    for tree in trees:
+        assert len(tree.leaves()) == 1 + l_rounds * n >= 2
+        assert len(tree.nodes[0].children) >= 1
+        check_tree_invariants(tree, context_of, l_rounds)
+        assert sum(1 for c in tree.nodes[0].children if tree.nodes[c].expansion_round == 0) == 1
+        for r in range(1, l_rounds + 1):
+            # the first node of each new chain hangs under a node made in an earlier round
+            starts = [x for x in tree.nodes[1:] if x.expansion_round == r
+                      and tree.nodes[x.parent].expansion_round < r]
+            assert len(starts) == n
+            assert all(not tree.nodes[x.parent].is_leaf for x in starts)
+
+
+def test_tree_grpo_shape_at_the_profiles_budgets(toy):
+    paper = dataclasses.replace(toy.cfg.rollout, tree_m=10, tree_l=2, tree_k=6, tree_grpo_trees=2)
+    assert tree_grpo_shape(paper) == (2, 2, 5)  # 2 trees x (1 + 2*5) = 22 = 10 + 2*6
+    tiny = dataclasses.replace(paper, tree_m=4, tree_l=1, tree_k=4)
+    assert tree_grpo_shape(tiny) == (2, 1, 3)  # 2 x 4 = 8
+    smoke = dataclasses.replace(paper, tree_m=2, tree_l=1, tree_k=2)
+    assert tree_grpo_shape(smoke) == (2, 1, 1)  # 2 x 2 = 4
+    with pytest.raises(ValueError, match="cannot be split into rollout.tree_grpo_trees = 3"):
+        tree_grpo_shape(dataclasses.replace(paper, tree_grpo_trees=3))
+    with pytest.raises(ValueError, match="L = 0"):
+        tree_grpo_shape(dataclasses.replace(paper, tree_l=0))
 
 
 def test_real_model_tree_rows_match_a_full_recompute(toy):
@@ -203,10 +255,10 @@ def test_entropy_estimate_choice_changes_the_exported_entropy(toy):
     (tree,) = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
                             golden, toy.cfg.rollout, seed=2)
     nll, exact = tree_arrays(tree, "sampled_nll"), tree_arrays(tree, "exact")
-    assert nll["entropy"][0] == exact["entropy"][0] == 0.0
-    assert np.allclose(nll["entropy"], nll["entropy_nll"])
-    assert np.allclose(exact["entropy"], exact["entropy_exact"])
-    assert not np.allclose(nll["entropy"][1:], exact["entropy"][1:])
+    assert nll.entropy[0] == exact.entropy[0] == 0.0
+    assert np.allclose(nll.entropy, nll.node_arrays["entropy_nll"])
+    assert np.allclose(exact.entropy, exact.node_arrays["entropy_exact"])
+    assert not np.allclose(nll.entropy[1:], exact.entropy[1:])
 
 
 def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):

@@ -351,8 +351,8 @@ def test_token_advantages_turnwise_match_credit():
 
     batch = _hand_batch()
     adv = token_advantages(batch, "node_value", "entropy_softmax")
-    v = credit.node_values(batch.trees[0]["parent"], batch.trees[0]["entropy"],
-                           batch.trees[0]["leaf_reward"], "entropy_softmax")
+    v = credit.node_values(batch.trees[0].parent, batch.trees[0].entropy,
+                           batch.trees[0].leaf_reward, "entropy_softmax")
     # every token of a turn carries its node's value; node 1 is shared by rows 0 and 1
     assert adv[0, 0].item() == pytest.approx(float(v[1])) and adv[1, 1].item() == pytest.approx(float(v[1]))
     assert adv[0, 4].item() == pytest.approx(float(v[3])) and adv[2, 2].item() == pytest.approx(float(v[2]))
@@ -361,7 +361,7 @@ def test_token_advantages_turnwise_match_credit():
     assert torch.all(adv[3:] == 0)  # tree 1: equal rewards -> zero values everywhere
 
 
-def test_tree_grpo_uses_root_subtrees_as_trees():
+def test_tree_grpo_groups_by_prompt_and_by_tree():
     from at2po_lib import credit
     from at2po_lib.trainer.batch import token_advantages
 
@@ -370,8 +370,8 @@ def test_tree_grpo_uses_root_subtrees_as_trees():
     batch = _hand_batch()
     adv = token_advantages(batch, "tree_grpo")
     rewards = torch.tensor(batch.reward, dtype=torch.float64)
-    # subtrees of prompt 0: rows 0, 1 under node 1, row 2 under node 2
-    expected = credit.tree_grpo_advantages(rewards, torch.tensor([1, 1, 2, 1, 2]),
+    # each tree of the batch is one of Tree-GRPO's trees (here one per prompt)
+    expected = credit.tree_grpo_advantages(rewards, torch.tensor(batch.row_tree),
                                            torch.tensor(batch.group))
     assert adv[:, 0].double().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
 

@@ -10,7 +10,8 @@ Modules: :mod:`.structures` (Turn, Trajectory, Node, RolloutTree), :mod:`.sampli
 prefixes, the batched turn cache), :mod:`.backends` (Hugging Face turn generator),
 :mod:`.vllm_backend` (vLLM), :mod:`.agent` (environment and turn loop, greedy chains),
 :mod:`.trees` (chains, random and entropy-guided expansion), :mod:`.aepo` (AEPO's online
-branching), :mod:`.export` (arrays, tidy tables, training rows, ``trees.pkl``), :mod:`.plots`
+branching), :mod:`.export` (trees as :class:`at2po_lib.forest.TreeArrays`, tidy tables,
+training rows; files: ``at2po_lib.forest.save_trees``), :mod:`.plots`
 (tree figures), :mod:`.toy` (stand-ins for tests and benchmarks).
 
 Names are imported lazily so ``import at2po_lib.rollout`` does not load torch.
@@ -33,7 +34,8 @@ _EXPORTS = {
     "expansion_scores": ".trees", "equalize_leaves": ".trees",
     "rollout_aepo": ".aepo",
     "tree_arrays": ".export", "tree_table": ".export", "training_rows": ".export",
-    "tree_summary": ".export", "save_trees": ".export", "load_trees": ".export",
+    "tree_summary": ".export", "save_trees": "..forest", "load_trees": "..forest",
+    "TreeArrays": "..forest",
     "trajectory_table": ".export",
     "draw_rollout_tree": ".plots", "plot_expansion_comparison": ".plots",
     "rollout": ".trees",

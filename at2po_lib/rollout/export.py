@@ -1,80 +1,90 @@
-r"""Rollout trees as arrays, tidy tables, training rows, and the ``trees.pkl`` file.
+r"""Rollout trees at the boundary: arrays, tidy tables, training rows.
 
-Per tree, :func:`tree_arrays` gives numpy arrays over nodes (node 0 = root)::
+The rollout grows :class:`~.structures.RolloutTree` objects (nodes with token ids, the shape
+the agent loop needs). Everything downstream uses two things made here:
 
-    parent           (N,) int64    parent id, -1 for the root
-    entropy          (N,) float64  H(n) by rollout.entropy_estimate (root 0)
-    entropy_nll      (N,) float64  mean sampled-token NLL of the turn (authors' estimate)
-    entropy_exact    (N,) float64  mean exact entropy of the turn (paper's -sum p log p)
-    turn_start       (N,) int64    turn span [turn_start, turn_end) in completion coordinates
-    turn_end         (N,) int64    (root: 0, 0)
-    expansion_round  (N,) int64    0 for the initial chains, 1..L for expansions
-    depth            (N,) int64
-    is_leaf          (N,) bool
-    reward           (N,) float64  leaf reward, NaN on non-leaf nodes
-    leaf_reward      (N,) float64  the same array under the name at2po_lib.credit reads
+- :func:`tree_arrays`: the tree as a :class:`at2po_lib.forest.TreeArrays`, the project's one
+  tree type (credit, trainer, drawings and files use it)::
 
-:func:`training_rows` gives one row per leaf (its root→leaf path)::
+      parent, entropy, leaf_reward  (N,)  the credit arrays (entropy by rollout.entropy_estimate;
+                                          leaf_reward NaN on non-leaf nodes)
+      prompt_id                           the caller's prompt id (RolloutTree.prompt_index)
+      node_arrays:
+        entropy_nll      (N,) float64  mean sampled-token NLL of the turn (authors' estimate)
+        entropy_exact    (N,) float64  mean exact entropy of the turn (paper's -sum p log p)
+        turn_start       (N,) int64    turn span [turn_start, turn_end) in completion coordinates
+        turn_end         (N,) int64    (root: 0, 0)
+        expansion_round  (N,) int64    0 for the initial chains, 1..L for expansions
+        depth            (N,) int64
+        num_tokens, num_obs_tokens, tool_calls, duplicate_of   (N,) int64
+      records: per node text, action, query, answer, finish_reason (root: the question)
+      info: question, golden_answers, entropy_estimate
 
-    prompt_ids, completion_ids, completion_mask (1 = sampled token), turn_node (node id per
-    completion token, -1 on observation tokens), old_logps (log-prob at the sampling
-    temperature, 0 where the mask is 0), token_entropy (exact entropy of the sampling
-    distribution per token, 0 where the mask is 0, NaN from vLLM; AEPO's entropy-aware
-    advantage can use it), reward, tree_id (position of the tree in the batch),
-    prompt_id (the caller's prompt id), leaf_node
+  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.forest.
+  save_trees` / :func:`~at2po_lib.forest.load_trees` store them (``.npz`` + JSON, no pickle).
+- :func:`training_rows`: one row per leaf (its root→leaf path), the token ids the trainer needs::
+
+      prompt_ids, completion_ids, completion_mask (1 = sampled token), turn_node (node id per
+      completion token, -1 on observation tokens), old_logps (log-prob at the sampling
+      temperature, 0 where the mask is 0), token_entropy (exact entropy of the sampling
+      distribution per token, 0 where the mask is 0, NaN from vLLM; AEPO's entropy-aware
+      advantage can use it), reward, tree_id (position of the tree in the batch),
+      prompt_id (the caller's prompt id), leaf_node
 
 :func:`tree_table` gives one pandas row per node (prompt_id, node, parent, depth, round,
-entropy_nll, entropy_exact, text, action, query, answer, reward, ...).
-
-``trees.pkl`` (:func:`save_trees` / :func:`load_trees`) is a pickled dict::
-
-    {"format": "at2po-rollout-trees/1",
-     "meta": {...},                      # profile, seed, expansion, git revision, ...
-     "trees": [ {**tree_arrays(tree),    # parent / entropy / leaf_reward / ...
-                 "tree_id", "prompt_id", "question", "golden_answers",
-                 "rows": training_rows of this tree,
-                 "table": list of tree_table records of this tree} ]}
-
-``at2po_lib.credit.load_trees`` reads it directly (it uses ``parent``, ``entropy`` and
-``leaf_reward`` of each entry of ``"trees"``).
+entropy_nll, entropy_exact, text, action, query, answer, reward, ...); :func:`tree_summary`
+gives per-batch numbers.
 """
 
 from __future__ import annotations
 
-import pickle
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..forest import TreeArrays
 from .structures import ROOT, RolloutTree
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FORMAT = "at2po-rollout-trees/1"
+_INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of")
 
 
-def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> dict[str, np.ndarray]:
-    """The node arrays of one tree (module docstring)."""
+def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> TreeArrays:
+    """The tree as :class:`~at2po_lib.forest.TreeArrays` (module docstring)."""
     from .trees import node_entropy
 
     nodes = tree.nodes
-    is_leaf = np.array([n.is_leaf for n in nodes], dtype=bool)
     reward = np.array([n.reward if n.is_leaf else np.nan for n in nodes], dtype=np.float64)
-    return {
-        "parent": np.array([n.parent for n in nodes], dtype=np.int64),
-        "entropy": node_entropy(tree, entropy_estimate),
+    node_arrays = {
         "entropy_nll": np.array([n.entropy_nll for n in nodes], dtype=np.float64),
         "entropy_exact": np.array([n.entropy_exact for n in nodes], dtype=np.float64),
         "turn_start": np.array([n.start if n.id != ROOT else 0 for n in nodes], dtype=np.int64),
         "turn_end": np.array([n.end if n.id != ROOT else 0 for n in nodes], dtype=np.int64),
-        "expansion_round": np.array([n.expansion_round for n in nodes], dtype=np.int64),
-        "depth": np.array([n.depth for n in nodes], dtype=np.int64),
-        "is_leaf": is_leaf,
-        "reward": reward,
-        "leaf_reward": reward.copy(),
+        "num_tokens": np.array([len(n.token_ids) for n in nodes], dtype=np.int64),
+        "num_obs_tokens": np.array([len(n.obs_ids) for n in nodes], dtype=np.int64),
+        **{name: np.array([getattr(n, name) for n in nodes], dtype=np.int64)
+           for name in _INT_NODE_FIELDS},
     }
+    records = [node_record(tree, n.id) for n in nodes]
+    return TreeArrays(
+        parent=np.array([n.parent for n in nodes], dtype=np.int64),
+        entropy=np.asarray(node_entropy(tree, entropy_estimate), dtype=np.float64),
+        leaf_reward=reward, prompt_id=int(tree.prompt_index), node_arrays=node_arrays,
+        records=records,
+        info={"question": tree.question, "golden_answers": list(tree.golden_answers),
+              "entropy_estimate": entropy_estimate})
+
+
+def node_record(tree: RolloutTree, node_id: int) -> dict[str, Any]:
+    """The text of one node as JSON-able fields (the root's text is the question)."""
+    n = tree.nodes[node_id]
+    return {"text": tree.question if n.id == ROOT else n.text,
+            "action": getattr(n.action, "kind", "root" if n.id == ROOT else None),
+            "query": getattr(n.action, "query", None),
+            "answer": getattr(n.action, "answer", None),
+            "finish_reason": n.finish_reason or None}
 
 
 def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
@@ -147,58 +157,41 @@ def tree_table(trees: Sequence[RolloutTree]) -> pd.DataFrame:
         [r for i, t in enumerate(trees) for r in tree_records(t, i)])
 
 
+def _distinct(tree: RolloutTree, kind: str, field: str) -> set[str]:
+    return {getattr(n.action, field) for n in tree.nodes[1:] if getattr(n.action, "kind", "") == kind}
+
+
 def tree_summary(trees: Sequence[RolloutTree]) -> dict[str, float]:
-    """Per-batch numbers: leaves, distinct queries/answers per tree, correct share, tokens."""
+    """Per-batch numbers: leaves, distinct queries/answers, correct share, tokens.
+
+    ``*_per_tree`` averages over trees; ``*_per_prompt`` over prompts, pooling the trees that
+    share a ``prompt_index`` (Tree-GRPO's ``random`` expansion grows several trees per prompt,
+    so only the per-prompt numbers compare rollout methods at one leaf budget).
+    """
     leaves = [t.nodes[i] for t in trees for i in t.leaves()]
-    distinct_q = [len({n.action.query for n in t.nodes[1:] if getattr(n.action, "kind", "") == "search"})
-                  for t in trees]
-    distinct_a = [len({n.action.answer for n in t.nodes[1:] if getattr(n.action, "kind", "") == "answer"})
-                  for t in trees]
+    distinct_q = [len(_distinct(t, "search", "query")) for t in trees]
+    distinct_a = [len(_distinct(t, "answer", "answer")) for t in trees]
+    by_prompt: dict[int, list[RolloutTree]] = {}
+    for t in trees:
+        by_prompt.setdefault(t.prompt_index, []).append(t)
+    prompt_q = [len(set().union(*(_distinct(t, "search", "query") for t in group)))
+                for group in by_prompt.values()]
+    prompt_a = [len(set().union(*(_distinct(t, "answer", "answer") for t in group)))
+                for group in by_prompt.values()]
     rewards = np.array([n.reward for n in leaves], dtype=float)
+    generated = float(sum(len(n.token_ids) for t in trees for n in t.nodes if n.duplicate_of < 0))
     return {
         "trees": len(trees),
+        "prompts": len(by_prompt),
         "leaves_per_tree": len(leaves) / max(len(trees), 1),
+        "leaves_per_prompt": len(leaves) / max(len(by_prompt), 1),
         "nodes_per_tree": sum(len(t.nodes) for t in trees) / max(len(trees), 1),
         "distinct_queries_per_tree": float(np.mean(distinct_q)) if trees else 0.0,
         "distinct_answers_per_tree": float(np.mean(distinct_a)) if trees else 0.0,
+        "distinct_queries_per_prompt": float(np.mean(prompt_q)) if trees else 0.0,
+        "distinct_answers_per_prompt": float(np.mean(prompt_a)) if trees else 0.0,
         "correct_leaf_share": float(np.mean(rewards > 0)) if rewards.size else float("nan"),
         "mean_reward": float(np.nanmean(rewards)) if rewards.size else float("nan"),
-        "generated_tokens": float(sum(len(n.token_ids) for t in trees for n in t.nodes
-                                      if n.duplicate_of < 0)),
-        "generated_tokens_per_leaf": float(sum(len(n.token_ids) for t in trees for n in t.nodes
-                                               if n.duplicate_of < 0)) / max(len(leaves), 1),
+        "generated_tokens": generated,
+        "generated_tokens_per_leaf": generated / max(len(leaves), 1),
     }
-
-
-def save_trees(trees: Sequence[RolloutTree], path: str | Path, meta: dict[str, Any] | None = None,
-               entropy_estimate: str = "sampled_nll") -> Path:
-    """Write ``trees.pkl`` (format in the module docstring)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = training_rows(trees)
-    entries = []
-    for tree_id, tree in enumerate(trees):
-        entry: dict[str, Any] = tree_arrays(tree, entropy_estimate)
-        entry.update(tree_id=tree_id, prompt_id=tree.prompt_index, question=tree.question,
-                     golden_answers=list(tree.golden_answers),
-                     rows=[r for r in rows if r["tree_id"] == tree_id],
-                     table=tree_records(tree, tree_id))
-        entries.append(entry)
-    payload = {"format": FORMAT, "meta": dict(meta or {}, entropy_estimate=entropy_estimate),
-               "trees": entries}
-    with path.open("wb") as fh:
-        pickle.dump(payload, fh)
-    return path
-
-
-def load_trees(path: str | Path) -> dict[str, Any]:
-    """Read a ``trees.pkl`` written by :func:`save_trees`; checks the format tag."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"trees file not found: {path}")
-    with path.open("rb") as fh:
-        payload = pickle.load(fh)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"{path}: not an {FORMAT} file (found {found!r})")
-    return payload

@@ -1,7 +1,7 @@
 r"""Tree rollouts: independent chains, random expansion (Tree-GRPO), entropy-guided expansion
 (AT2PO), docs/method.md §5.
 
-Per prompt (all prompts' turns are batched together)::
+Entropy-guided expansion (AT2PO), per prompt (all prompts' turns are batched together)::
 
     1. the root (prompt only, H = 0) gets M children, each rolled out as a full chain;
     2. repeat L times (round r = 1..L):
@@ -9,8 +9,6 @@ Per prompt (all prompts' turns are batched together)::
          for each pick, add a new child of n's parent (for the root: of the root) -- i.e.
          re-sample turn n from the same context -- and roll it out to a leaf;
     3. keep exactly M + L*K leaves.
-
-Entropy-guided pick (AT2PO)::
 
     score(n) = H(n) - alpha * b(n),   b(n) = |children(parent(n))| - 1   (root: |children(root)| - 1)
 
@@ -20,17 +18,38 @@ K = 5 gives ``[a, b, c, a, b]``). H(n) is the turn's mean sampled-token NLL (aut
 ``rollout.entropy_estimate = "sampled_nll"``) or its mean exact entropy (``"exact"``, the
 paper's -sum p log p). alpha = 0.05 (hard-coded in the code, a parameter here).
 
-Random pick (Tree-GRPO): K non-leaf nodes uniformly without replacement (with replacement when
-fewer than K exist, as the authors' code does).
+Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per prompt::
 
-Leaf count. Every chain ends in exactly one leaf and every pick starts one chain, so a tree
-has M + L*K leaves by construction. :func:`equalize_leaves` still enforces it (authors' code):
-surplus leaves are pruned at random together with ancestors left childless; a shortfall is
-filled with ``duplicate`` copies of the last leaf (siblings holding the same turn).
+    1. m = rollout.tree_grpo_trees separate trees; each root gets ONE chain;
+    2. repeat L times: in every tree pick n nodes uniformly, with replacement, among the root
+       and the non-leaf nodes, and for each pick p add a new child of p -- i.e. CONTINUE
+       AFTER p, from p's full state (its context, its turn and its observation) -- rolled
+       out to a leaf;
+    3. each tree ends with 1 + L*n leaves (one per chain), all kept (its scripts set
+       ``ts_k = 1 + ts_l * ts_n``).
 
-KV reuse: the prompt is prefilled once per tree and shared by its M chains; a re-sampled turn
-starts from a slice of the cache of the chain that generated the picked node (see
-:mod:`.kvcache`), so only its own new tokens are computed.
+A picked node p is never a leaf and always gains a child, so every inner node of such a tree
+that branches has >= 2 leaves below it, and every tree has >= 2 leaves: no group of one in
+Tree-GRPO's tree-level advantage (at2po_lib.credit.tree_grpo_advantages). Shape at AT2PO's
+leaf budget B = M + L*K (so every tree method trains on the same number of rows): m trees of
+B / m leaves, n = (B / m - 1) / L expansions per tree and round (:func:`tree_grpo_shape`;
+paper M=10, L=2, K=6 -> m=2 trees, n=5; the original's scripts use m=2, n=2, L=1). The
+trees are returned prompt-major, m per prompt, sharing ``prompt_index``.
+
+The same ``random`` expansion serves Table 2 step 1 ("GRPO with a random tree"): the random
+tree the paper starts its ablation from is Tree-GRPO's, trained there with the plain GRPO
+advantage over all leaves of the prompt. Step 3 (+ entropy-guided expansion) therefore
+changes the tree's shape (m separate trees that continue after a node -> one tree that
+re-samples a turn) together with the node choice; named here because it is a choice.
+
+Leaf count. Every chain ends in exactly one leaf and every pick starts one chain, so the leaf
+counts above hold by construction. :func:`equalize_leaves` still enforces them (authors'
+code): surplus leaves are pruned at random together with ancestors left childless; a
+shortfall is filled with ``duplicate`` copies of the last leaf (siblings holding the same turn).
+
+KV reuse: the prompt is prefilled once per prompt and shared by all its chains (all its trees
+for ``random``); a re-sampled or continued turn starts from a slice of the cache of the chain
+that generated the node (see :mod:`.kvcache`), so only its own new tokens are computed.
 """
 
 from __future__ import annotations
@@ -85,12 +104,14 @@ def select_entropy(entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray,
     return top_k_cycled(expansion_scores(entropy, parent, alpha), candidates, k)
 
 
-def select_random(is_leaf: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Tree-GRPO's pick: K non-leaf nodes uniformly (with replacement only if too few)."""
+def select_random(is_leaf: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Tree-GRPO's pick in one tree: n nodes uniformly *with replacement* among the non-leaf
+    nodes, the root included (its ``random.choices`` over the root and the subtree's non-leaf
+    nodes). (N,) bool -> (n,) node ids."""
     candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
-    if candidates.size == 0 or k <= 0:
+    if candidates.size == 0 or n <= 0:
         return candidates[:0]
-    return rng.choice(candidates, size=k, replace=candidates.size < k)
+    return rng.choice(candidates, size=n, replace=True)
 
 
 def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
@@ -101,21 +122,31 @@ def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
     return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
 
 
-def pick_nodes(tree: RolloutTree, expansion: str, k: int, alpha: float, estimate: str,
-               rng: np.random.Generator) -> list[int]:
+def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str) -> list[int]:
+    """AT2PO's K picks in one tree (entropy-guided)."""
     parent = np.array([n.parent for n in tree.nodes])
     is_leaf = np.array([n.is_leaf for n in tree.nodes])
-    if expansion == "entropy":
-        entropy = node_entropy(tree, estimate)
-        if np.isnan(entropy).any():
-            raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
-                             "backend has no full distributions (vLLM); use 'sampled_nll'")
-        picked = select_entropy(entropy, parent, is_leaf, k, alpha)
-    elif expansion == "random":
-        picked = select_random(is_leaf, k, rng)
-    else:
-        raise ValueError(f"no node selection for expansion {expansion!r}")
-    return [int(i) for i in picked]
+    entropy = node_entropy(tree, estimate)
+    if np.isnan(entropy).any():
+        raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
+                         "backend has no full distributions (vLLM); use 'sampled_nll'")
+    return [int(i) for i in select_entropy(entropy, parent, is_leaf, k, alpha)]
+
+
+def tree_grpo_shape(rollout_cfg) -> tuple[int, int, int]:
+    """Tree-GRPO's (m trees, L rounds, n expansions per tree and round) at AT2PO's leaf budget
+    B = M + L*K: m = ``rollout.tree_grpo_trees``, n = (B / m - 1) / L, so m * (1 + L*n) = B.
+    Raises naming the numbers when they do not divide or leave a tree with one leaf."""
+    m, rounds = rollout_cfg.tree_grpo_trees, rollout_cfg.tree_l
+    budget = rollout_cfg.tree_m + rollout_cfg.tree_l * rollout_cfg.tree_k
+    per_tree = budget // m if m >= 1 else 0
+    if m < 1 or rounds < 1 or budget % m or (per_tree - 1) % rounds or per_tree < 2:
+        raise ValueError(
+            f"random (Tree-GRPO) expansion: M + L*K = {rollout_cfg.tree_m} + {rounds} * "
+            f"{rollout_cfg.tree_k} = {budget} leaves cannot be split into "
+            f"rollout.tree_grpo_trees = {m} trees of 1 + L*n leaves (L = {rounds} >= 1, "
+            "n >= 1 whole); change tree_grpo_trees or the tree shape")
+    return m, rounds, (per_tree - 1) // rounds
 
 
 # ----------------------------------------------------------------------------- leaf budget
@@ -173,6 +204,7 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
 
 
 def expected_leaves(expansion: str, rollout_cfg, num_chains: int | None = None) -> int:
+    """Leaves per prompt: the chains for ``chain``, M + L*K for the tree expansions."""
     if expansion == "chain":
         return num_chains if num_chains is not None else rollout_cfg.tree_m
     return rollout_cfg.tree_m + rollout_cfg.tree_l * rollout_cfg.tree_k
@@ -184,11 +216,13 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
                   prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
                   reward_fn: RewardFn | None = None,
                   share_prefixes: bool = True) -> list[RolloutTree]:
-    """One tree per question; leaves scored with the reward function when golden answers
+    """Trees for every question; leaves scored with the reward function when golden answers
     are given.
 
-    expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style), ``random``
-    (Tree-GRPO) or ``entropy`` (AT2PO); default ``rollout_cfg.expansion``.
+    expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style: one tree per
+    question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
+    prompt-major) or ``entropy`` (AT2PO: one tree per question); default
+    ``rollout_cfg.expansion``. Every question ends with :func:`expected_leaves` leaves.
     prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
     share_prefixes: start new chains from the cached prompt / ancestor context (default);
     False recomputes them (benchmarks compare the two).
@@ -200,6 +234,21 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
     backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
     rng = np.random.default_rng(seed)
+    if expansion == "random":
+        trees = _grow_tree_grpo(env, backend, questions, golden_answers, rollout_cfg, prompt_ids,
+                                rng, share_prefixes)
+    else:
+        trees = _grow_at2po(env, backend, questions, golden_answers, rollout_cfg, expansion,
+                            num_chains, prompt_ids, rng, share_prefixes)
+    if golden_answers is not None:
+        score_trees(env, trees)
+    return trees
+
+
+def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
+                expansion: str, num_chains: int | None, prompt_ids, rng: np.random.Generator,
+                share_prefixes: bool) -> list[RolloutTree]:
+    """``chain`` and ``entropy``: one tree per question (module docstring)."""
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
     first = expected_leaves(expansion, rollout_cfg, num_chains) if expansion == "chain" else rollout_cfg.tree_m
@@ -210,16 +259,42 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     for round_ in range(1, rounds + 1):
         chains = []
         for i, tree in enumerate(trees):
-            for n in pick_nodes(tree, expansion, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
-                                rollout_cfg.entropy_estimate, rng):
+            for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
+                                rollout_cfg.entropy_estimate):
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chains.append(start_chain(tree, i, parent, round_, state.box_for_context_of(i, n)))
         run_chains(backend, env, chains, state)
     target = expected_leaves(expansion, rollout_cfg, num_chains)
-    trees = [equalize_leaves(t, target, rng) for t in trees]
-    if golden_answers is not None:
-        score_trees(env, trees)
-    return trees
+    return [equalize_leaves(t, target, rng) for t in trees]
+
+
+def _grow_tree_grpo(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
+                    prompt_ids, rng: np.random.Generator,
+                    share_prefixes: bool) -> list[RolloutTree]:
+    """``random``: m separate trees per question, each expanded n times per round by
+    continuing after uniformly picked nodes (module docstring)."""
+    m, rounds, n = tree_grpo_shape(rollout_cfg)
+    ids = list(prompt_ids) if prompt_ids is not None else list(range(len(questions)))
+    golden = golden_answers if golden_answers is not None else [[] for _ in questions]
+    trees = make_trees(env, [q for q in questions for _ in range(m)],
+                       [g for g in golden for _ in range(m)], [p for p in ids for _ in range(m)])
+    # One prefill per question: its m trees share the prompt's cache.
+    state = init_state(backend, trees[::m], share_prefixes)
+    state.root_boxes = {i: state.root_boxes[i // m] for i in range(len(trees))}
+    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
+              for i, t in enumerate(trees)]
+    run_chains(backend, env, chains, state)
+    for round_ in range(1, rounds + 1):
+        chains = []
+        for i, tree in enumerate(trees):
+            is_leaf = np.array([node.is_leaf for node in tree.nodes])
+            for picked in select_random(is_leaf, n, rng).tolist():
+                # Continue after the picked node: the new turn is its child, generated from
+                # the picked node's context + turn + observation.
+                chains.append(start_chain(tree, i, picked, round_,
+                                          state.box_for_context_of(i, picked)))
+        run_chains(backend, env, chains, state)
+    return [equalize_leaves(t, 1 + rounds * n, rng) for t in trees]
 
 
 def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
@@ -228,7 +303,9 @@ def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
             **kwargs) -> list[RolloutTree]:
     """One entry point for every rollout shape: ``chain`` / ``random`` / ``entropy`` trees
     (:func:`~.trees.rollout_trees`) or ``aepo``. ``num_leaves`` sets the number of chains
-    (``chain``) or AEPO's budget; tree expansions always give M + L*K leaves."""
+    (``chain``) or AEPO's budget; tree expansions always give M + L*K leaves per question
+    (``random``: over ``rollout.tree_grpo_trees`` trees per question, grouped by
+    ``prompt_index``). Convert with :func:`.export.tree_arrays` / :func:`.export.training_rows`."""
     expansion = expansion or rollout_cfg.expansion
     if expansion == "aepo":
         from .aepo import rollout_aepo

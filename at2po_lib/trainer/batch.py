@@ -1,29 +1,32 @@
 r"""Training rows of one rollout batch and their per-token advantages (docs/method.md §6, §8).
 
 :class:`RolloutBatch` holds one row per leaf (prompt ids, completion ids with the observation
-mask, turn node ids, sampling log-probs, reward) plus the credit arrays of the trees the rows
-came from. :func:`token_advantages` turns a batch into the (R, T) advantages the loss sees,
-always through :mod:`at2po_lib.credit`; :func:`group_has_signal` and :func:`select_groups`
-serve DAPO's dynamic sampling.
+mask, turn node ids, sampling log-probs, reward) plus the trees the rows came from, as
+:class:`at2po_lib.forest.TreeArrays`. :func:`token_advantages` turns a batch into the (R, T)
+advantages the loss sees, always through :mod:`at2po_lib.credit`; :func:`group_has_signal`
+and :func:`select_groups` serve DAPO's dynamic sampling.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from .. import credit
+from ..forest import TreeArrays, as_tree_arrays
 
 
 @dataclass
 class RolloutBatch:
     """Training rows of one generation batch (one per leaf) and the trees they came from.
 
-    Row fields are lists of length R (rows); ``trees`` holds one ``(parent, entropy,
-    leaf_reward)`` triple per tree. ``row_tree`` indexes ``trees``; ``turn_node`` ids are local
-    to the row's tree (−1 on observation tokens); ``group`` is the row's prompt slot (0..P−1).
+    Row fields are lists of length R (rows); ``trees`` holds the batch's trees (a prompt may
+    own several: Tree-GRPO's ``random`` expansion grows ``rollout.tree_grpo_trees`` per
+    prompt). ``row_tree`` indexes ``trees``; ``turn_node`` ids are local to the row's tree (−1
+    on observation tokens); ``group`` is the row's prompt slot (0..P−1). Trees given in another
+    form :func:`~at2po_lib.forest.as_tree_arrays` accepts are converted on construction.
     """
 
     prompt_ids: list[list[int]]
@@ -35,9 +38,12 @@ class RolloutBatch:
     row_tree: list[int]
     row_leaf: list[int]
     group: list[int]
-    trees: list[Any]
+    trees: list[TreeArrays]
     num_turns: list[int]
     num_tool_calls: list[int]
+
+    def __post_init__(self) -> None:
+        self.trees = [as_tree_arrays(t) for t in self.trees]
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -51,11 +57,11 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
       over the batch's trees (every token of turn n gets A_n, docs/method.md §6);
     - ``vanilla``: GRPO over the leaves of each prompt, ``credit.grpo_advantages``, broadcast
       to the row's model tokens;
-    - ``tree_grpo``: ``credit.tree_grpo_advantages`` (prompt-level + tree-level GRPO). Our
-      rollout grows one tree per prompt whose root has M children; the subtree under each
-      root child (an initial chain and the turns re-sampled inside it) plays the role of one
-      of Tree-GRPO's M trees. A subtree with a single leaf keeps its raw reward in the
-      tree-level term (credit's, i.e. verl's, rule for a group of one).
+    - ``tree_grpo``: ``credit.tree_grpo_advantages``: GRPO over all leaves of the prompt
+      (``group``) plus GRPO over the leaves of the row's tree (``row_tree``). With the
+      ``random`` expansion each of a prompt's trees is one of Tree-GRPO's separate trees
+      (docs/method.md §5, §8); a tree with a single leaf is an error (its tree-level term
+      would be its raw reward).
 
     T is the longest completion; observation and padding tokens get 0.
     """
@@ -71,10 +77,7 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
     if advantage == "vanilla":
         row_adv = credit.grpo_advantages(rewards, group)
     elif advantage == "tree_grpo":
-        # The depth-1 node of a row is the node of its first model token.
-        branch = torch.tensor([next((n for n in nodes if n >= 0), -1) for nodes in batch.turn_node])
-        subtree = torch.tensor(batch.row_tree) * (1 + int(branch.max())) + branch
-        row_adv = credit.tree_grpo_advantages(rewards, subtree, group)
+        row_adv = credit.tree_grpo_advantages(rewards, torch.tensor(batch.row_tree), group)
     else:
         raise ValueError(f"unknown credit_advantage {advantage!r}")
     return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype)).float()
