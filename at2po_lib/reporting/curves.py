@@ -1,12 +1,8 @@
-r"""Training records as tidy frames and figures (notebook 04, Figure 3, the toy Table 1).
+r"""Training curves over rollout steps (notebook 04; Figure 3 builds on them).
 
-Loading functions read the run folders written by :mod:`at2po_lib.trainer` (see
-``trainer.records``); plotting functions take those frames, return ``(fig, axes)`` and write
-no files, so a notebook decides where (and whether) a figure is saved.
+Plotting functions take the frames of :mod:`.records`, return ``(fig, axes)`` and write no
+files, so a notebook decides where (and whether) a figure is saved.
 
-- :func:`load_training_records` → ``metrics`` (one row per method, seed, rollout step) and
-  ``evals`` (one row per method, seed, validation step, dataset).
-- :func:`load_final_evals` → the final greedy EM of every run (Table 1's cells).
 - :func:`plot_training_curves`: reward, policy entropy, clip fractions... over steps.
 - :func:`plot_figure3`: Figure 3 — policy entropy (left) and HotpotQA EM (right) over steps.
 - :func:`table1_frame`: mean ± std over seeds per method and dataset column.
@@ -30,42 +26,6 @@ CURVE_LABELS = {
     "turns_per_trajectory": "turns per trajectory",
     "tool_calls_per_trajectory": "searches per trajectory",
 }
-
-
-def _runs(profile: str, methods: Iterable[str], seeds: Iterable[int]):
-    from .trainer.records import run_dir
-
-    for method in methods:
-        for seed in seeds:
-            yield method, seed, run_dir(profile, method, seed)
-
-
-def load_training_records(profile: str, methods: Sequence[str],
-                          seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
-    import pandas as pd
-
-    from .trainer.records import read_jsonl
-
-    metrics, evals = [], []
-    for method, seed, run in _runs(profile, methods, seeds):
-        tag = {"profile": profile, "method": method, "seed": seed}
-        metrics += [{**tag, **row} for row in read_jsonl(run.metrics)]
-        evals += [{**tag, **row} for row in read_jsonl(run.eval)]
-    return pd.DataFrame.from_records(metrics), pd.DataFrame.from_records(evals)
-
-
-def load_final_evals(profile: str, methods: Sequence[str], seeds: Sequence[int]) -> pd.DataFrame:
-    """Concatenated ``final_eval.csv`` of every finished run (with ``method`` and ``seed``)."""
-    import pandas as pd
-
-    frames = []
-    for method, seed, run in _runs(profile, methods, seeds):
-        if run.final_eval.is_file():
-            frame = pd.read_csv(run.final_eval)
-            frame["method"], frame["seed"] = method, seed
-            frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _smooth(values: pd.Series, window: int) -> pd.Series:

@@ -1,0 +1,25 @@
+r"""Reporting: the paper's tables and figures regenerated from stored run records.
+
+One module per table or figure; notebooks (04, 05) and ``at2po report`` only call them.
+
+- :mod:`.records`: read run folders (``results/runs/<profile>/<method>/seed<S>/``): training
+  curves, validation EM, final evaluations and per-question outcomes.
+- :mod:`.curves`: training curves over steps (reward, entropy, clip fractions, ...).
+- :mod:`.table1`, :mod:`.table2`, :mod:`.table3`: the paper's Tables 1–3 (toy or paper scale)
+  with bootstrap CIs (:mod:`at2po_lib.stats`) beside the published numbers.
+- :mod:`.figure3`, :mod:`.figure4`: policy entropy and HotpotQA EM over steps; turns per sample.
+- :mod:`.output`: writers (CSV + Markdown + LaTeX tables, PNG + PDF figures), each with a
+  ``.meta.json`` naming the run folders, seeds and git revision it came from.
+- :mod:`.readme`: the README's result tables, generated from the written Markdown files.
+- :mod:`.report`: :func:`write_report`, everything above for one profile (``at2po report``).
+"""
+
+from __future__ import annotations
+
+from .curves import (CURVE_LABELS, plot_figure3, plot_training_curves, plot_validation_em,
+                     table1_frame)
+from .records import load_final_evals, load_outcomes, load_training_records, discover_runs
+
+__all__ = ["CURVE_LABELS", "discover_runs", "load_final_evals", "load_outcomes",
+           "load_training_records", "plot_figure3", "plot_training_curves",
+           "plot_validation_em", "table1_frame"]

@@ -1,0 +1,82 @@
+r"""Figure 3: policy entropy over training steps per method (left) and the HotpotQA(-analogue)
+EM over steps (right), mean over seeds with a 95% band.
+
+The paper (docs/method.md §10) reads its Figure 3 as "token-level GRPO's entropy collapses
+early while AT2PO's stays stable" and "AT2PO's validation EM rises highest". The band here is
+the t-interval of the mean over seeds (none with one seed), so a reader can see whether the
+toy's curves separate at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from .common import method_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def seed_band(per_seed: pd.DataFrame, confidence: float = 0.95):
+    """Mean over the columns (seeds) and its t-interval, per row (step). With one seed the
+    band collapses onto the mean."""
+    from scipy.stats import t
+
+    mean = per_seed.mean(axis=1)
+    n = per_seed.count(axis=1)
+    sem = per_seed.std(axis=1, ddof=1) / np.sqrt(n)
+    half = sem * t.ppf(0.5 + confidence / 2, (n - 1).clip(lower=1))
+    half = half.where(n > 1, 0.0).fillna(0.0)
+    return mean, mean - half, mean + half
+
+
+def _plot_band(ax, frame: pd.DataFrame, x: str, y: str, label: str, smooth: int = 1) -> None:
+    per_seed = frame.pivot_table(index=x, columns="seed", values=y)
+    if smooth > 1:  # a trailing mean per seed, before the band: noisy per-step metrics
+        per_seed = per_seed.rolling(smooth, min_periods=1).mean()
+    mean, low, high = seed_band(per_seed)
+    (line,) = ax.plot(mean.index, mean.values, label=label)
+    if per_seed.shape[1] > 1:
+        ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.15,
+                        linewidth=0)
+
+
+def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
+            methods: Sequence[str] | None = None, smooth: int = 4):
+    """``(fig, axes)``; methods in the given order (default: as they appear in ``metrics``).
+    ``smooth``: trailing mean over that many steps of each seed's entropy (1: raw)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    if metrics.empty:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no training records", ha="center", va="center",
+                    transform=ax.transAxes)
+        return fig, axes
+    methods = list(methods or dict.fromkeys(metrics["method"]))
+    for method in methods:
+        label = method_label(method)
+        rows = metrics[metrics["method"] == method]
+        if len(rows) and "entropy" in rows:
+            _plot_band(axes[0], rows, "step", "entropy", label, smooth)
+        if len(evals):
+            val = evals[(evals["method"] == method) & (evals["dataset"] == dataset)]
+            if len(val):
+                _plot_band(axes[1], val, "step", "em", label)
+    seeds = metrics.groupby("method")["seed"].nunique()
+    axes[0].set_title("policy entropy (sampled tokens)"
+                      + (f", {smooth}-step mean" if smooth > 1 else ""))
+    axes[0].set_ylabel("nats / token")
+    axes[1].set_title(f"{dataset}: greedy EM on validation")
+    axes[1].set_ylabel("EM")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    count = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
+    title = f"mean of {count} seeds\nband: 95% CI" if seeds.max() > 1 else "one seed"
+    axes[1].legend(fontsize="small", title=title, title_fontsize="small",
+                   loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig, axes

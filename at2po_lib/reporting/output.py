@@ -1,0 +1,97 @@
+r"""Writers for tables and figures, each with a ``.meta.json`` that says where it came from.
+
+- Tables: the tidy frame as CSV (the numbers, one per row, with their CI bounds), and the
+  display frame (one row per method, "48.8 [46.1, 51.2]" cells) as Markdown and LaTeX
+  (pandas' ``Styler.to_latex``).
+- Figures: PNG (for notebooks and the README) and PDF (for papers), without the timestamps
+  matplotlib would embed, so a rerun on unchanged records rewrites identical bytes.
+- Meta: the profile, the run folders and seeds that fed the result, and the git revision
+  (:func:`at2po_lib.provenance.write_meta`, which also keeps an existing meta when only its
+  volatile fields would change).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..paths import figures_dir, repo_root, results_dir
+from ..provenance import run_metadata, write_meta
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_PNG_METADATA = {"Software": None}
+_PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None}
+
+
+def tables_dir(profile: str) -> Path:
+    """``results/<profile>/tables/``."""
+    return results_dir(profile, "tables")
+
+
+def source_meta(profile: str, runs: pd.DataFrame | None = None, **extra: Any) -> dict:
+    """Provenance of a table or figure: profile, git revision and the runs (method, seed,
+    folder relative to the repository) it was computed from."""
+    sources = []
+    if runs is not None and len(runs):
+        root = repo_root()
+        for row in runs.itertuples():
+            path = Path(row.path)
+            try:
+                path = path.resolve().relative_to(root)
+            except ValueError:
+                pass
+            sources.append({"method": row.method, "seed": int(row.seed), "run": str(path)})
+    return run_metadata(profile, None, None, sources=sources, **extra)
+
+
+def markdown_table(display: pd.DataFrame) -> str:
+    """A GitHub Markdown table of a display frame (index as the first column)."""
+    frame = display.reset_index()
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = ["| " + " | ".join(_cell(v) for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None or value != value else str(value)  # NaN → empty
+    return text.replace("|", "\\|")
+
+
+def write_table(tidy: pd.DataFrame, display: pd.DataFrame, name: str, profile: str,
+                meta: dict, caption: str = "") -> dict[str, Path]:
+    """Write ``<name>.csv`` (tidy), ``<name>.md`` and ``<name>.tex`` (display) under
+    ``results/<profile>/tables/``, each CSV with its meta. Returns the paths."""
+    folder = tables_dir(profile)
+    paths = {"csv": folder / f"{name}.csv", "md": folder / f"{name}.md",
+             "tex": folder / f"{name}.tex"}
+    tidy.to_csv(paths["csv"], index=False, float_format="%.4f", lineterminator="\n")
+    paths["md"].write_text(markdown_table(display))
+    latex = display.style.to_latex(caption=caption or None, hrules=True,
+                                   label=f"tab:{name}")
+    paths["tex"].write_text(_latex_escape_percent(latex))
+    write_meta(paths["csv"], {**meta, "table": name, "caption": caption,
+                              "files": [p.name for p in paths.values()]})
+    return paths
+
+
+def _latex_escape_percent(text: str) -> str:
+    return text.replace("%", r"\%").replace(r"\\%", r"\%")
+
+
+def write_figure(fig, name: str, profile: str, meta: dict,
+                 formats: Sequence[str] = ("png", "pdf")) -> dict[str, Path]:
+    """Save ``figures/<name>_<profile>.{png,pdf}`` (no embedded timestamps) with a meta."""
+    folder = figures_dir()
+    paths = {}
+    for fmt in formats:
+        path = folder / f"{name}_{profile}.{fmt}"
+        metadata = _PNG_METADATA if fmt == "png" else _PDF_METADATA if fmt == "pdf" else None
+        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
+        paths[fmt] = path
+    write_meta(paths[formats[0]], {**meta, "figure": name,
+                                   "files": [p.name for p in paths.values()]})
+    return paths

@@ -1,0 +1,69 @@
+r"""The README's result tables are generated, never typed: blocks between markers
+
+    <!-- at2po-report: tiny/table1_summary -->
+    ...
+    <!-- /at2po-report -->
+
+hold exactly ``results/tiny/tables/table1_summary.md``. :func:`update_readme` rewrites the
+blocks from the files (``at2po report --profile P --readme``); :func:`stale_blocks` lists the
+blocks that disagree with their files (a test fails on any).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..paths import repo_root, results_dir
+
+BLOCK = re.compile(r"(<!-- at2po-report: (?P<key>[\w.-]+/[\w.-]+) -->\n)(?P<body>.*?)"
+                   r"(<!-- /at2po-report -->)", re.S)
+
+
+def table_file(key: str) -> Path:
+    """``<profile>/<table>`` → ``results/<profile>/tables/<table>.md``."""
+    profile, name = key.split("/", 1)
+    return results_dir(profile, "tables") / f"{name}.md"
+
+
+def _expected(key: str) -> str:
+    path = table_file(key)
+    if not path.is_file():
+        raise FileNotFoundError(f"README block {key!r} needs {path}; run `at2po report "
+                                f"--profile {key.split('/')[0]}` first")
+    return path.read_text()
+
+
+def stale_blocks(readme: str | Path | None = None) -> list[str]:
+    """Keys of README blocks whose body differs from their table file (or whose file is missing)."""
+    text = Path(readme or repo_root() / "README.md").read_text()
+    stale = []
+    for match in BLOCK.finditer(text):
+        try:
+            if match.group("body") != _expected(match.group("key")):
+                stale.append(match.group("key"))
+        except FileNotFoundError:
+            stale.append(match.group("key"))
+    return stale
+
+
+def update_readme(readme: str | Path | None = None, profiles: set[str] | None = None) -> list[str]:
+    """Rewrite the README's blocks (of ``profiles``, default all) from their files; returns
+    the keys rewritten."""
+    path = Path(readme or repo_root() / "README.md")
+    text = path.read_text()
+    changed = []
+
+    def replace(match: re.Match) -> str:
+        key = match.group("key")
+        if profiles is not None and key.split("/")[0] not in profiles:
+            return match.group(0)
+        body = _expected(key)
+        if body != match.group("body"):
+            changed.append(key)
+        return match.group(1) + body + match.group(4)
+
+    new = BLOCK.sub(replace, text)
+    if new != text:
+        path.write_text(new)
+    return changed

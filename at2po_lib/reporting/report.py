@@ -1,0 +1,117 @@
+r"""``at2po report --profile P``: every table and figure of the paper from stored records.
+
+Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, each with a
+``.meta.json`` (runs, seeds, git revision):
+
+- ``results/<profile>/tables/table1.{csv,md,tex}`` and ``table1_summary`` (group averages),
+  ``table1_differences`` (every method minus GRPO and minus ReAct, CIs), ``table2``, ``table3``
+  and ``credit_accuracy`` when those runs exist;
+- ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
+
+With ``readme=True`` the README's generated blocks of this profile are refreshed
+(:mod:`.readme`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Report:
+    """What a report call wrote, and the frames behind it (for a notebook to display)."""
+
+    profile: str
+    paths: dict[str, dict[str, Path]] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def summary_display(display: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's group-average columns only (the README's compact table)."""
+    keep = [c for c in display.columns if "avg" in c or c == "seeds"]
+    return display[keep]
+
+
+def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
+                 readme: bool = False, figures: bool = True) -> Report:
+    """Write every table and figure that the records of ``profile`` allow (see module doc)."""
+    import matplotlib.pyplot as plt
+
+    from ..config import load_profile
+    from . import figure3, figure4, table1, table2, table3
+    from .output import source_meta, write_figure, write_table
+    from .readme import update_readme
+    from .records import discover_runs, load_final_evals, load_outcomes, load_training_records
+
+    cfg = load_profile(profile)
+    report = Report(profile)
+    runs = discover_runs(profile)
+    finished = runs[runs["finished"]]
+    outcomes = load_outcomes(profile)
+    finals = load_final_evals(profile)
+    if finished.empty:
+        report.notes.append(f"no finished runs under results/runs/{profile}/: only the "
+                            "published numbers are shown")
+
+    def meta_for(methods) -> dict:
+        return source_meta(profile, finished[finished["method"].isin(list(methods))],
+                           n_resamples=n_resamples, confidence=0.95)
+
+    tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,
+                                  n_resamples=n_resamples)
+    if len(display):
+        meta = meta_for(table1.TABLE1_ORDER)
+        report.paths["table1"] = write_table(tidy, display, "table1", profile, meta,
+                                             "Table 1: EM x 100 [95% CI] per dataset and group")
+        short = summary_display(display)
+        report.paths["table1_summary"] = write_table(
+            tidy[tidy["column"].str.contains("avg")], short, "table1_summary", profile, meta,
+            "Table 1, group averages: EM x 100 [95% CI]")
+        report.tables.update(table1=display, table1_summary=short)
+    tidy, display = table1.table1_differences(profile, outcomes, n_resamples=n_resamples)
+    if len(display):
+        report.paths["table1_differences"] = write_table(
+            tidy, display, "table1_differences", profile, meta_for(table1.TABLE1_ORDER),
+            "Differences in EM x 100 [95% CI] and probability of improvement")
+        report.tables["table1_differences"] = display
+    tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
+    report.paths["table2"] = write_table(tidy, display, "table2", profile,
+                                         meta_for(table2.STEPS),
+                                         "Table 2: progressive ablation, multi-hop EM x 100")
+    report.tables["table2"] = display
+    tidy, display = table3.table3(profile, outcomes, n_resamples=n_resamples)
+    if len(display):
+        report.paths["table3"] = write_table(tidy, display, "table3", profile,
+                                             meta_for(tidy["method"]),
+                                             "Table 3: credit variants, multi-hop EM x 100")
+        report.tables["table3"] = display
+    accuracy = table3.load_credit_accuracy(profile)
+    if accuracy is not None:
+        report.tables["credit_accuracy"] = accuracy
+    if figures:
+        metrics, evals = load_training_records(profile)
+        rl = [m for m in table1.TABLE1_ORDER if m != "react"]
+        metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
+        evals = evals[evals["method"].isin(rl)] if len(evals) else evals
+        dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
+        fig, _ = figure3.figure3(metrics, evals, dataset, rl)
+        report.paths["fig3"] = write_figure(fig, "fig3_training", profile, meta_for(rl))
+        plt.close(fig)
+        method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)),
+                      None)
+        if method:
+            fig, _ = figure4.figure4(outcomes, method)
+            report.paths["fig4"] = write_figure(fig, "fig4_turns", profile, meta_for([method]))
+            plt.close(fig)
+            report.tables["turns"] = figure4.turn_summary(outcomes, method)
+    if readme:
+        update_readme(profiles={profile})
+    return report

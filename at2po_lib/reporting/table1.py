@@ -1,0 +1,182 @@
+r"""Table 1: EM per dataset and group for every method, beside the published numbers.
+
+The paper's Table 1 (docs/method.md §10) reports greedy EM × 100 on seven test sets and the
+multi-hop / single-hop "Avg" columns, which are sample-weighted (docs/method.md §4). Here each
+of our cells is the mean over seeds and questions with its 95% bootstrap CI; group averages
+appear both sample-weighted (the paper's form) and unweighted (mean of the dataset columns).
+The published row of the matching backbone (:func:`.common.published_backbone`) sits under
+each of ours, labelled "published".
+
+A second table, :func:`table1_differences`, gives every method minus GRPO and minus the warm
+start (ReAct): paired over questions, unpaired over seeds (:func:`at2po_lib.stats.difference_ci`),
+with the probability of improvement.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from .. import stats
+from ..paper_reference import published_table1
+from .common import (column_label, groups_of, method_label, ordered_datasets,
+                     published_backbone, rows_with_outcomes)
+from .common import cell as format_cell
+from .common import signed_cell
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLE1_ORDER = ("react", "grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po")
+GROUP_LABELS = {"multihop": "Multi-hop avg", "singlehop": "Single-hop avg"}
+UNWEIGHTED = " (unweighted)"
+
+
+def _our_rows(outcomes: pd.DataFrame, finals: pd.DataFrame, methods: Sequence[str],
+              n_resamples: int) -> list[dict]:
+    rows = []
+    for method in methods:
+        if rows_with_outcomes(outcomes, method):
+            rows += _rows_from_outcomes(outcomes, method, n_resamples)
+        elif len(finals) and (finals["method"] == method).any():
+            rows += _rows_from_finals(finals[finals["method"] == method], method)
+    return rows
+
+
+def _rows_from_outcomes(outcomes: pd.DataFrame, method: str, n_resamples: int) -> list[dict]:
+    mine = outcomes[outcomes["method"] == method]
+    datasets = ordered_datasets(mine["dataset"].unique())
+    scopes = [(column_label(d), [d], "sample") for d in datasets]
+    for group, members in groups_of(datasets).items():
+        scopes.append((GROUP_LABELS[group], members, "sample"))
+        scopes.append((GROUP_LABELS[group] + UNWEIGHTED, members, "dataset"))
+    rows = []
+    for column, members, weighting in scopes:
+        ci = stats.mean_ci(outcomes, method, members, weighting=weighting,
+                           n_resamples=n_resamples)
+        rows.append({"source": "ours", "method": method, "column": column, "em": ci.estimate,
+                     "ci_low": ci.low, "ci_high": ci.high, "n_seeds": ci.n_seeds_a,
+                     "n_questions": ci.n_questions})
+    return rows
+
+
+def _rows_from_finals(finals: pd.DataFrame, method: str) -> list[dict]:
+    """Runs recorded before per-question outcomes: means over seeds, no interval."""
+    rows = []
+    base = finals[~finals["dataset"].astype(str).str.endswith("avg")]
+    datasets = ordered_datasets(base["dataset"].unique())
+    seeds = int(finals["seed"].nunique())
+    for d in datasets:
+        sel = base[base["dataset"] == d]
+        rows.append({"source": "ours", "method": method, "column": column_label(d),
+                     "em": float(sel["em"].mean()), "ci_low": None, "ci_high": None,
+                     "n_seeds": seeds, "n_questions": int(sel["n"].iloc[0])})
+    for group, members in groups_of(datasets).items():
+        sel = base[base["dataset"].isin(members)]
+        per_dataset = sel.groupby("dataset")["em"].mean()
+        sizes = sel.groupby("dataset")["n"].first()
+        for column, value in ((GROUP_LABELS[group], float((per_dataset * sizes).sum() / sizes.sum())),
+                              (GROUP_LABELS[group] + UNWEIGHTED, float(per_dataset.mean()))):
+            rows.append({"source": "ours", "method": method, "column": column, "em": value,
+                         "ci_low": None, "ci_high": None, "n_seeds": seeds,
+                         "n_questions": int(sizes.sum())})
+    return rows
+
+
+def _published_rows(backbone: str, methods: Sequence[str]) -> list[dict]:
+    table = published_table1()
+    table = table[table["backbone"] == backbone]
+    rows = []
+    for method in methods:
+        sel = table[table["method"] == method_label(method)]
+        if sel.empty:
+            continue
+        cells = dict(zip(sel["dataset"], sel["em"] / 100))
+        for key, value in cells.items():
+            if key.endswith("_avg"):
+                group = key.removesuffix("_avg")
+                rows.append(_published(method, backbone, GROUP_LABELS[group], value))
+                members = [cells[d] for d in groups_of([k for k in cells if not k.endswith("_avg")])
+                           .get(group, []) if d in cells]
+                if members:
+                    rows.append(_published(method, backbone, GROUP_LABELS[group] + UNWEIGHTED,
+                                           sum(members) / len(members)))
+            else:
+                rows.append(_published(method, backbone, column_label(key), value))
+    return rows
+
+
+def _published(method: str, backbone: str, column: str, value: float) -> dict:
+    return {"source": f"published ({backbone})", "method": method, "column": column,
+            "em": value, "ci_low": None, "ci_high": None, "n_seeds": None, "n_questions": None}
+
+
+def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
+           model: str | None = None, methods: Sequence[str] = TABLE1_ORDER,
+           n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)``: our cells with CIs and the published cells of the matching
+    backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
+    import pandas as pd
+
+    ours = _our_rows(outcomes, finals, methods, n_resamples)
+    present = [m for m in methods if any(r["method"] == m for r in ours)]
+    backbone = published_backbone(profile, model)
+    published = _published_rows(backbone, methods)
+    tidy = pd.DataFrame(ours + published,
+                        columns=["source", "method", "column", "em", "ci_low", "ci_high",
+                                 "n_seeds", "n_questions"])
+    if tidy.empty:
+        return tidy, pd.DataFrame()
+    tidy.insert(0, "profile", profile)
+    columns = list(dict.fromkeys(r["column"] for r in ours)) or list(
+        dict.fromkeys(r["column"] for r in published))
+    display_rows = []
+    for method in dict.fromkeys([*present, *(r["method"] for r in published)]):
+        for source in ("ours", f"published ({backbone})"):
+            sel = tidy[(tidy["method"] == method) & (tidy["source"] == source)]
+            if sel.empty:
+                continue
+            by_column = {r.column: format_cell(r.em, r.ci_low, r.ci_high) for r in sel.itertuples()}
+            seeds = sel["n_seeds"].dropna()
+            display_rows.append({"method": method_label(method), "source": source,
+                                 **{c: by_column.get(c, "–") for c in columns},
+                                 "seeds": int(seeds.iloc[0]) if len(seeds) else "–"})
+    display = pd.DataFrame(display_rows).set_index(["method", "source"])
+    return tidy, display
+
+
+def table1_differences(profile: str, outcomes: pd.DataFrame,
+                       baselines: Sequence[str] = ("grpo", "react"),
+                       methods: Sequence[str] = TABLE1_ORDER,
+                       n_resamples: int = stats.DEFAULT_RESAMPLES
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method minus each baseline (per dataset, per group, both weightings) with CIs and
+    the probability of improvement. ``(tidy, display)``; display: sample-weighted groups."""
+    import pandas as pd
+
+    present = [m for m in methods if rows_with_outcomes(outcomes, m)]
+    baselines = [b for b in baselines if b in present]
+    if not baselines or len(present) < 2:
+        return pd.DataFrame(), pd.DataFrame()
+    groups = groups_of(outcomes["dataset"].unique())
+    tidy = stats.comparison_table(outcomes[outcomes["method"].isin(present)], baselines, groups,
+                                  methods=present, n_resamples=n_resamples)
+    tidy.insert(0, "profile", profile)
+    display_rows = []
+    for method in present:
+        row = {"method": method_label(method)}
+        for baseline in baselines:
+            if baseline == method:
+                continue
+            for group in groups:
+                sel = tidy[(tidy["method"] == method) & (tidy["baseline"] == baseline)
+                           & (tidy["scope"] == group) & (tidy["weighting"] == "sample")]
+                if sel.empty:
+                    continue
+                r = sel.iloc[0]
+                label = f"{GROUP_LABELS[group].removesuffix(' avg')} vs {method_label(baseline)}"
+                row[f"Δ {label}"] = signed_cell(r["diff"], r["ci_low"], r["ci_high"])
+                row[f"P(better) {label}"] = f"{r['p_improve']:.2f}"
+        if len(row) > 1:
+            display_rows.append(row)
+    display = pd.DataFrame(display_rows).set_index("method") if display_rows else pd.DataFrame()
+    return tidy, display

@@ -1,0 +1,84 @@
+r"""Table 3: the credit-assignment variants (value mode × advantage mode), and how well each
+credit mode's turn advantages separate useful from useless turns.
+
+The paper's Table 3 (docs/method.md §6, §10) compares node-value modes (entropy-weighted
+children, child mean, leaf mean) and advantage modes (the node value itself, its difference to
+the parent, ...) by multi-hop EM after training; it finds the entropy-weighted value used
+directly as the advantage best, but publishes no cells we could put beside ours. Our grid is
+the runs ``credit_<value>_<advantage>``, each with its multi-hop average and its difference to
+AT2PO's default (``entropy_softmax`` / ``node_value``).
+
+The *credit-accuracy* table (written by :mod:`at2po_lib.credit_accuracy` when its study ran)
+is the toy's noise-free analogue: TinyWorld knows each question's plan, so every turn of a
+saved tree is labelled useful or not, and each credit mode is scored by the AUC of its turn
+advantages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import stats
+from ..credit import ADVANTAGE_MODES, VALUE_MODES
+from ..paths import results_dir
+from .common import cell, groups_of, rows_with_outcomes, signed_cell
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT = "credit_entropy_softmax_node_value"
+CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
+
+
+def credit_method(value: str, advantage: str) -> str:
+    return f"credit_{value}_{advantage}"
+
+
+def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
+           n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
+    display: value modes × advantage modes, ``avg [CI]`` and ``Δ vs default [CI]``."""
+    import pandas as pd
+
+    members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
+    default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
+        "at2po" if rows_with_outcomes(outcomes, "at2po") else None)
+    rows = []
+    for value in VALUE_MODES:
+        for advantage in ADVANTAGE_MODES:
+            method = credit_method(value, advantage)
+            if not members or not rows_with_outcomes(outcomes, method):
+                continue
+            own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
+            row = {"profile": profile, "value_mode": value, "advantage_mode": advantage,
+                   "method": method, "em": own.estimate, "ci_low": own.low,
+                   "ci_high": own.high, "n_seeds": own.n_seeds_a,
+                   "n_questions": own.n_questions}
+            if default and method != default:
+                diff = stats.difference_ci(outcomes, method, default, members,
+                                           n_resamples=n_resamples)
+                row.update(delta=diff.estimate, delta_low=diff.low, delta_high=diff.high,
+                           delta_against=default)
+            rows.append(row)
+    tidy = pd.DataFrame(rows)
+    if tidy.empty:
+        return tidy, pd.DataFrame()
+    text = {(r["value_mode"], r["advantage_mode"]):
+            cell(r["em"], r["ci_low"], r["ci_high"])
+            + (f"; Δ {signed_cell(r['delta'], r['delta_low'], r['delta_high'])}"
+               if "delta" in r else "")
+            for r in rows}
+    display = pd.DataFrame(
+        [{"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
+         for v in VALUE_MODES if any((v, a) in text for a in ADVANTAGE_MODES)]
+    ).set_index("value mode")
+    return tidy, display
+
+
+def load_credit_accuracy(profile: str) -> pd.DataFrame | None:
+    """The credit-accuracy study's table, or None when it has not been run for ``profile``."""
+    import pandas as pd
+
+    path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
+    return pd.read_csv(path) if path.is_file() else None

@@ -1,0 +1,145 @@
+"""at2po_lib.reporting: Tables 1-3 and Figures 3-4 from run folders, with provenance and the
+README's generated blocks. Run folders are written here by hand, in the trainer's format."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from at2po_lib.reporting import readme, records, report, table1, table2  # noqa: E402
+
+DATASETS = ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
+N_QUESTIONS = 12
+
+
+def write_run(root, method: str, seed: int, em: np.ndarray, turns: int = 3,
+              outcomes: bool = True) -> None:
+    """A finished run folder: outcomes, final_eval, metrics, eval, DONE."""
+    run = root / "runs" / "smoke" / method / f"seed{seed}"
+    run.mkdir(parents=True)
+    rows = [{"dataset": d, "group": "singlehop" if d == "tiny_nq" else "multihop",
+             "id": f"{d}-{i}", "prediction": "x", "em": float(em[j, i]), "f1": float(em[j, i]),
+             "num_turns": turns if d != "tiny_nq" else 2, "num_tool_calls": turns - 1,
+             "finish_reason": "answer"}
+            for j, d in enumerate(DATASETS) for i in range(N_QUESTIONS)]
+    frame = pd.DataFrame(rows)
+    if outcomes:
+        frame.to_csv(run / "outcomes.csv", index=False)
+    final = frame.groupby(["dataset", "group"], sort=False).agg(
+        n=("em", "size"), em=("em", "mean")).reset_index()
+    final.to_csv(run / "final_eval.csv", index=False)
+    with open(run / "metrics.jsonl", "w") as fh:
+        for step in range(1, 5):
+            fh.write(json.dumps({"step": step, "entropy": 0.1 + 0.01 * seed + 0.001 * step}) + "\n")
+    with open(run / "eval.jsonl", "w") as fh:
+        for step in (0, 4):
+            fh.write(json.dumps({"step": step, "dataset": "tiny_hotpotqa",
+                                 "em": float(em[0].mean())}) + "\n")
+    (run / "DONE.json").write_text("{}")
+
+
+@pytest.fixture()
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    root = tmp_path / "results"
+    rng = np.random.default_rng(0)
+    base = (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float)
+    write_run(root, "react", 0, base)
+    for seed in (0, 1):
+        write_run(root, "grpo", seed, base)
+        better = base.copy()
+        better[0, :3] = 1.0  # AT2PO gets the first 3 HotpotQA questions right as well
+        write_run(root, "at2po", seed, better, turns=4)
+    return root
+
+
+def test_records_discover_and_outcomes(results):
+    runs = records.discover_runs("smoke")
+    assert list(runs["method"]) == ["at2po", "at2po", "grpo", "grpo", "react"]
+    assert runs["finished"].all() and runs["has_outcomes"].all()
+    outcomes = records.load_outcomes("smoke")
+    assert {"question_id", "turns", "searches"} <= set(outcomes.columns)
+    assert len(outcomes) == 5 * len(DATASETS) * N_QUESTIONS
+
+
+def test_table1_cells_and_published_rows(results):
+    outcomes, finals = records.load_outcomes("smoke"), records.load_final_evals("smoke")
+    tidy, display = table1.table1("smoke", outcomes, finals, n_resamples=200)
+    ours = tidy[(tidy["source"] == "ours") & (tidy["method"] == "at2po")].set_index("column")
+    at2po = outcomes[outcomes["method"] == "at2po"]
+    multihop = at2po[at2po["dataset"] != "tiny_nq"]["em"].mean()
+    assert ours.loc["Multi-hop avg", "em"] == pytest.approx(multihop)
+    unweighted = at2po[at2po["dataset"] != "tiny_nq"].groupby("dataset")["em"].mean().mean()
+    assert ours.loc["Multi-hop avg (unweighted)", "em"] == pytest.approx(unweighted)
+    assert ours.loc["Multi-hop avg", "ci_low"] <= multihop <= ours.loc["Multi-hop avg", "ci_high"]
+    # the published Qwen3-4B row sits under ours, labelled
+    assert ("AT2PO", "published (Qwen3-4B)") in display.index
+    published = tidy[(tidy["source"] == "published (Qwen3-4B)") & (tidy["method"] == "at2po")]
+    assert published.set_index("column").loc["Multi-hop avg", "em"] == pytest.approx(0.4881)
+
+
+def test_table1_differences_are_paired_over_questions(results):
+    outcomes = records.load_outcomes("smoke")
+    tidy, display = table1.table1_differences("smoke", outcomes, n_resamples=200)
+    row = tidy[(tidy["method"] == "at2po") & (tidy["baseline"] == "grpo")
+               & (tidy["scope"] == "tiny_hotpotqa")].iloc[0]
+    base = outcomes[(outcomes["method"] == "grpo") & (outcomes["dataset"] == "tiny_hotpotqa")]
+    expected = (3 - base["em"].iloc[:3].sum()) / N_QUESTIONS
+    assert row["diff"] == pytest.approx(expected)
+    assert row["p_improve"] == pytest.approx(1.0 if expected > 0 else 0.5)
+
+
+def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    write_run(tmp_path, "grpo", 0, np.ones((len(DATASETS), N_QUESTIONS)), outcomes=False)
+    tidy, display = table1.table1("smoke", records.load_outcomes("smoke"),
+                                  records.load_final_evals("smoke"), n_resamples=100)
+    ours = tidy[tidy["source"] == "ours"]
+    assert ours["ci_low"].isna().all() and (ours["em"] == 1.0).all()
+    assert display.loc[("GRPO", "ours"), "Multi-hop avg"] == "100.0"
+
+
+def test_table2_without_runs_shows_published_only(results):
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    assert list(display["published avg"]) == ["45.42", "47.75", "48.33", "48.81"]
+    assert display.loc[4, "toy avg [95% CI]"] != "–"   # at2po exists
+    assert display.loc[1, "toy avg [95% CI]"] == "–"
+
+
+@pytest.mark.slow
+def test_write_report_files_and_meta(results, tmp_path):
+    written = report.write_report("smoke", n_resamples=100)
+    for name in ("table1", "table1_summary", "table1_differences", "table2"):
+        paths = written.paths[name]
+        assert all(p.is_file() for p in paths.values())
+        meta = json.loads(paths["csv"].with_name(paths["csv"].name + ".meta.json").read_text())
+        assert meta["profile"] == "smoke" and "git_revision" in meta
+    meta = json.loads((results / "smoke" / "tables" / "table1.csv.meta.json").read_text())
+    assert {(s["method"], s["seed"]) for s in meta["sources"]} >= {("at2po", 0), ("grpo", 1)}
+    for fig in ("fig3", "fig4"):
+        assert all(p.stat().st_size > 0 for p in written.paths[fig].values())
+    # deterministic: a second report rewrites identical bytes
+    first = {p: p.read_bytes() for paths in written.paths.values() for p in paths.values()}
+    report.write_report("smoke", n_resamples=100)
+    assert all(p.read_bytes() == data for p, data in first.items())
+
+
+@pytest.mark.slow
+def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
+    report.write_report("smoke", n_resamples=100, figures=False)
+    page = tmp_path / "README.md"
+    page.write_text("intro\n<!-- at2po-report: smoke/table1_summary -->\nold\n"
+                    "<!-- /at2po-report -->\noutro\n")
+    assert readme.stale_blocks(page) == ["smoke/table1_summary"]
+    assert readme.update_readme(page) == ["smoke/table1_summary"]
+    assert readme.stale_blocks(page) == []
+    text = page.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "| AT2PO |" in text
