@@ -20,7 +20,8 @@ from at2po_lib.trainer import records
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 from at2po_lib.trainer.run import batch_geometry, build_trainer, train, trainer_fields
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# Marks per test: the arithmetic runs in the fast loop; the tests that build a trainer on
+# the smoke artefacts are integration tests, and those that train for > ~5 s are slow.
 
 
 def parity_reward(response: str, golden) -> float:
@@ -82,6 +83,8 @@ def test_presets_resolve_on_the_profiles():
 TRAINED = ["grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po", "ablation_atpo_loss"]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("method", TRAINED)
 def test_every_method_takes_smoke_steps(outputs, method):
     cfg = smoke_profile(max_steps=1)
@@ -137,6 +140,7 @@ def _expected_advantages(batch, method_args) -> torch.Tensor:
                                          method_args.credit_advantage).float()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["at2po", "grpo"])
 def test_advantages_reaching_the_loss_are_credits(outputs, method):
     cfg = smoke_profile(max_steps=1)
@@ -192,6 +196,8 @@ def _comparable(rows):
     return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in rows]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_killed_and_resumed_run_matches_uninterrupted(outputs):
     overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
                            "val_datasets": ["tiny_hotpotqa"],
@@ -237,6 +243,7 @@ def _approx_rows(got, expected, rel=1e-5) -> bool:
     return True
 
 
+@pytest.mark.integration
 def test_chunked_log_probs_equal_the_padded_batch(outputs):
     """Length-sorted, trimmed chunks give the log-probs and entropies of TRL's padded batch."""
     cfg = smoke_profile(max_steps=1)
@@ -262,6 +269,7 @@ def test_chunked_log_probs_equal_the_padded_batch(outputs):
     assert bool((logps[~real] == 0).all())
 
 
+@pytest.mark.integration
 def test_table1_cli_applies_set_overrides_to_every_run(outputs):
     """``--set`` reaches each run's resolved config and the table's meta (react: evaluation
     only, so this takes seconds)."""
