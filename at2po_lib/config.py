@@ -194,6 +194,9 @@ class RolloutConfig:
     """K: nodes re-sampled per round (a tree ends with M + L*K leaves)."""
     tree_alpha: float = 0.05
     """alpha in score = H(n) - alpha * b(n) (hard-coded 0.05 in the authors' code)."""
+    tree_grpo_trees: int = 2
+    """``random`` (Tree-GRPO) expansion: separate trees per prompt (its scripts' ``ts_m=2``);
+    each grows (M + L*K) / tree_grpo_trees leaves (at2po_lib.rollout.trees.tree_grpo_shape)."""
     expansion: str = "entropy"
     """``chain`` (M independent chains), ``random`` (Tree-GRPO) or ``entropy`` (AT2PO)."""
     entropy_estimate: str = "sampled_nll"

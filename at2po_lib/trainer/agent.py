@@ -4,7 +4,7 @@ r"""The trainer's view of the search agent: prompt groups in, a :class:`RolloutB
 limits once; :meth:`SearchAgent.sample` runs one rollout round with the method's rollout shape
 (``AT2POConfig.tree_*``) through :func:`at2po_lib.rollout.rollout` and converts the trees into
 training rows (:func:`at2po_lib.rollout.training_rows`) and credit arrays
-(:func:`at2po_lib.rollout.tree_arrays`: ``parent``, ``entropy``, ``leaf_reward``).
+(:func:`at2po_lib.rollout.tree_arrays`: :class:`at2po_lib.forest.TreeArrays`).
 
 Which rollout settings come from where:
 
@@ -107,8 +107,7 @@ def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBat
         row_tree=[int(r["tree_id"]) for r in rows],
         row_leaf=[int(r["leaf_node"]) for r in rows],
         group=[int(r["prompt_id"]) for r in rows],
-        trees=[{"parent": a["parent"], "entropy": a["entropy"], "leaf_reward": a["leaf_reward"]}
-               for a in arrays],
+        trees=arrays,
         num_turns=[len({n for n in r["turn_node"] if n >= 0}) for r in rows],
         num_tool_calls=leaf_calls,
     )
