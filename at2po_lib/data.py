@@ -78,47 +78,97 @@ GROUPS: dict[str, tuple[str, ...]] = {
 TRAIN_SPLITS: dict[str, tuple[str, str]] = {"multihop": ("hotpotqa", "train"), "singlehop": ("nq", "train")}
 """Training (dataset, split) of each group."""
 
+MULTI_HOP = "multihop"
+SINGLE_HOP = "singlehop"
+"""Group labels, the keys of :data:`GROUPS`."""
+_TINY_ALIASES = {"2wiki": "2wikimultihopqa"}
+"""TinyWorld short names that differ from the paper's dataset names."""
+
+
+def paper_dataset(name: str) -> str:
+    """The paper dataset a (TinyWorld) name stands for: ``tiny_2wiki`` → ``2wikimultihopqa``."""
+    key = name.lower().removeprefix("tiny_")
+    return _TINY_ALIASES.get(key, key)
+
+
+def dataset_group(name: str) -> str:
+    """``multihop`` or ``singlehop`` for a paper or TinyWorld dataset name."""
+    key = paper_dataset(name)
+    if key not in PAPER_TEST_SPLITS:
+        raise ValueError(f"dataset {name!r} belongs to no group; known: "
+                         f"{', '.join(PAPER_TEST_SPLITS)} (optionally with a tiny_ prefix)")
+    return PAPER_TEST_SPLITS[key].group
+
 
 # ----------------------------------------------------------------------------- reading
 
 
-def _validate_row(row: Any, where: str) -> dict[str, Any]:
-    """Check one FlashRAG row; return a clean copy. ``where`` names file and line."""
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-    row_id = row.get("id")
-    label = f"{where} (id {row_id!r})"
-    if row_id is None:
-        raise DataError(f"{where}: row has no 'id'")
-    question = row.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise DataError(f"{label}: row has no non-empty 'question'")
-    answers = row.get("golden_answers")
-    if isinstance(answers, str):
-        answers = [answers]
-    if not isinstance(answers, list) or not answers:
-        raise DataError(f"{label}: row has no golden answers ('golden_answers' must be a non-empty list)")
-    clean_answers = []
-    for i, answer in enumerate(answers):
+ANSWER_FIELDS = ("golden_answers", "answers", "answer")
+"""Where QA files keep the gold answers, first found wins: FlashRAG/Search-R1 ``golden_answers``
+(a list), ``answers`` (a list, e.g. NQ exports), ARPO/Search-R1 evaluation files ``answer`` (a
+string or list). A dict value with ``aliases``/``value`` (TriviaQA's shape) gives both."""
+
+
+def _answer_list(value: Any, field: str, label: str) -> list[str]:
+    """The gold answers of one row as strings; errors name the row and the field."""
+    if isinstance(value, dict) and ("aliases" in value or "value" in value):
+        aliases = value.get("aliases") or []
+        value = ([value["value"]] if value.get("value") is not None else []) + list(aliases)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise DataError(f"{label}: field {field!r} must hold golden answers (a non-empty string or "
+                        f"list of strings), got {type(value).__name__} {str(value)[:60]!r}")
+    answers = []
+    for i, answer in enumerate(value):
         # Numbers occur in some QA sets; they are compared as text.
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
         if not isinstance(answer, str):
-            raise DataError(f"{label}: golden answer {i} is {type(answer).__name__}, not a string")
-        clean_answers.append(answer)
+            raise DataError(f"{label}: field {field!r}, answer {i} is {type(answer).__name__}, not a string")
+        answers.append(answer)
+    return answers
+
+
+def _validate_row(row: Any, where: str, default_id: str | None = None) -> dict[str, Any]:
+    """Check one QA row and return a clean FlashRAG-shaped copy. ``where`` names file and line.
+
+    Accepted shapes: ``{id, question, golden_answers, metadata?}`` (FlashRAG) and the common
+    variants with ``answer``/``answers`` instead of ``golden_answers`` (:data:`ANSWER_FIELDS`);
+    a row without ``id`` gets ``default_id`` (its position in the file) when one is given.
+    """
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    row_id = row.get("id")
+    if row_id is None:
+        if default_id is None:
+            raise DataError(f"{where}: row has no 'id'")
+        row_id = default_id
+    label = f"{where} (id {row_id!r})"
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{label}: field 'question' must be a non-empty string "
+                        f"(row fields: {', '.join(map(str, row)) or 'none'})")
+    field = next((f for f in ANSWER_FIELDS if row.get(f) is not None), None)
+    if field is None:
+        raise DataError(f"{label}: row has no golden answers (expected one of the fields "
+                        f"{', '.join(ANSWER_FIELDS)}; row fields: {', '.join(map(str, row))})")
+    clean_answers = _answer_list(row[field], field, label)
     metadata = row.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise DataError(f"{label}: 'metadata' must be an object")
-    clean = dict(row)
+        raise DataError(f"{label}: field 'metadata' must be an object")
+    clean = {k: v for k, v in row.items() if k not in ANSWER_FIELDS}
     clean.update(id=str(row_id), question=question, golden_answers=clean_answers, metadata=metadata)
     return clean
 
 
 def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source: str | None = None) -> list[dict]:
-    """Read and validate a FlashRAG JSONL file: ``{id, question, golden_answers, metadata?}``.
+    """Read and validate a QA JSONL file: ``{id, question, golden_answers, metadata?}``
+    (FlashRAG), or the same with ``answer``/``answers`` and without ``id`` (ARPO and Search-R1
+    evaluation files); a missing id becomes ``<file stem>_<row index>``.
 
     Bad JSON, a row without golden answers or without a question raise :class:`DataError`
-    naming the file, the line and (when readable) the row id. ``limit`` keeps the first rows;
+    naming the file, the line, the field and (when readable) the row id. ``limit`` keeps the first rows;
     ``data_source`` is stored on every row (used by :func:`to_trainer_rows`).
     """
     path = Path(path)
@@ -136,7 +186,7 @@ def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source:
                 raw = json.loads(line)
             except json.JSONDecodeError as err:
                 raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from err
-            row = _validate_row(raw, where)
+            row = _validate_row(raw, where, default_id=f"{path.stem}_{len(rows)}")
             if data_source is not None:
                 row["data_source"] = data_source
             rows.append(row)

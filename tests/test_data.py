@@ -149,14 +149,47 @@ def test_bad_json_names_file_and_line(tmp_path):
 @pytest.mark.parametrize(
     "row, message",
     [
-        ({"question": "q", "golden_answers": ["x"]}, "no 'id'"),
         ({"id": "a", "question": "  ", "golden_answers": ["x"]}, "question"),
-        ({"id": "a", "question": "q", "golden_answers": [["nested"]]}, "golden answer 0 is list"),
+        ({"id": "a", "question": "q", "golden_answers": [["nested"]]}, "field 'golden_answers', answer 0 is list"),
         ({"id": "a", "question": "q", "golden_answers": ["x"], "metadata": [1]}, "metadata"),
         ([1, 2], "JSON object"),
     ],
 )
 def test_other_bad_rows(tmp_path, row, message):
+    path = _write_lines(tmp_path / "rows.jsonl", [json.dumps(row)])
+    with pytest.raises(DataError, match=message):
+        read_flashrag_jsonl(path)
+
+
+def test_common_qa_row_shapes_load_and_missing_ids_are_generated(tmp_path):
+    """ARPO / Search-R1 evaluation files are ``{"question", "answer"}`` without ids."""
+    rows = [
+        {"question": "who?", "answer": "Ada"},
+        {"question": "where?", "answer": ["Paris", "paris, france"]},
+        {"question": "when?", "answers": ["1885"], "id": "q7"},
+        {"question": "what?", "answer": {"value": "Gold", "aliases": ["Au"]}},
+        {"question": "which?", "golden_answers": ["x"], "answer": "ignored"},
+    ]
+    path = _write_lines(tmp_path / "arpo_eval.jsonl", [json.dumps(r) for r in rows])
+    loaded = read_flashrag_jsonl(path)
+    assert [r["id"] for r in loaded] == ["arpo_eval_0", "arpo_eval_1", "q7", "arpo_eval_3", "arpo_eval_4"]
+    assert [r["golden_answers"] for r in loaded] == [["Ada"], ["Paris", "paris, france"], ["1885"],
+                                                     ["Gold", "Au"], ["x"]]
+    assert all("answer" not in r and "answers" not in r for r in loaded)
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"question": "q", "answer": None}, r"rows\.jsonl:1 \(id 'rows_0'\): row has no golden answers "
+                                            r"\(expected one of the fields golden_answers, answers, answer; "
+                                            r"row fields: question, answer\)"),
+        ({"question": "q", "answer": {"text": "x"}}, r"rows\.jsonl:1 .*field 'answer' must hold golden answers"),
+        ({"question": "q", "answers": [None]}, r"field 'answers', answer 0 is NoneType"),
+        ({"query": "q", "answer": "x"}, r"field 'question' must be a non-empty string \(row fields: query, answer\)"),
+    ],
+)
+def test_unrecognised_rows_name_file_row_and_field(tmp_path, row, message):
     path = _write_lines(tmp_path / "rows.jsonl", [json.dumps(row)])
     with pytest.raises(DataError, match=message):
         read_flashrag_jsonl(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -244,3 +246,27 @@ def test_retrieval_hit():
     assert retrieval_hit(VALID_R1, ["the Paris"])
     assert not retrieval_hit(VALID_R1, ["Lyon"])
     assert not retrieval_hit("<answer> Paris </answer>", ["Paris"])
+
+
+# -- answer blocks: linear scan, same result as the regex it replaces ------------------------
+
+_REFERENCE_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["<answer>", "</answer>", "a", " ", "\\boxed{x}", "<", ">", "answer"]),
+                max_size=30).map("".join))
+def test_answer_blocks_equal_the_regex(text):
+    from at2po_lib.reward import _answer_blocks
+
+    assert _answer_blocks(text) == [m.group(1) for m in _REFERENCE_BLOCK.finditer(text)]
+
+
+def test_unclosed_answer_tags_give_no_prediction_and_earlier_blocks_still_count():
+    from at2po_lib.reward import _answer_blocks
+
+    unclosed = "<answer>" * 20_000  # quadratic for the regex (seconds); a linear scan here
+    assert extract_answer(unclosed) is None and search_r1_extract_answer(unclosed) is None
+    text = "<answer>first</answer> then <answer>\\boxed{two}</answer>" + "<answer>" * 1000
+    assert _answer_blocks(text) == ["first", "\\boxed{two}"]
+    assert extract_answer(text) == "two"
