@@ -3,6 +3,7 @@ revision. ``run_metadata`` is written beside each result (``*.meta.json``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import subprocess
@@ -44,6 +45,21 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def hardware() -> dict[str, Any]:
+    """Where a result was computed: CPU count, torch threads, the GPU if any (``meta.json``
+    of training runs and of the Table 1 study). Imports torch."""
+    import os
+
+    import torch
+
+    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                            "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
 def run_metadata(profile: str, seed: int | None = None, config: Any = None, **extra: Any) -> dict:
     """Everything needed to trace a result: profile, seed, git revision, config, versions."""
     if is_dataclass(config):
@@ -61,9 +77,33 @@ def run_metadata(profile: str, seed: int | None = None, config: Any = None, **ex
     }
 
 
+VOLATILE_META_KEYS = ("created", "git_revision", "platform")
+"""Meta fields that change on every run or machine without the result changing."""
+
+
 def write_meta(result_path: str | Path, meta: dict) -> Path:
-    """Write ``<result>.meta.json`` beside a result file and return its path."""
+    """Write ``<result>.meta.json`` beside a result file and return its path.
+
+    The meta records the result's sha256. If the existing meta describes the same bytes and
+    differs only in :data:`VOLATILE_META_KEYS`, it is kept as it is: re-running a deterministic
+    stage on a clean checkout then leaves ``git status`` clean, and the kept meta still names a
+    revision that produced exactly these bytes.
+    """
     result_path = Path(result_path)
     meta_path = result_path.with_name(result_path.name + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    if result_path.is_file():
+        meta = {**meta, "result_sha256": hashlib.sha256(result_path.read_bytes()).hexdigest()}
+    text = json.dumps(meta, indent=2, default=str) + "\n"
+    if meta_path.is_file():
+        try:
+            old = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            old = None  # a broken meta file is replaced
+        if isinstance(old, dict) and _stable_fields(old) == _stable_fields(json.loads(text)):
+            return meta_path
+    meta_path.write_text(text)
     return meta_path
+
+
+def _stable_fields(meta: dict) -> dict:
+    return {k: v for k, v in meta.items() if k not in VOLATILE_META_KEYS}

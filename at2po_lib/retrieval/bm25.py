@@ -88,6 +88,28 @@ def build_bm25_index(
     return BM25BuildReport(index_dir, read_metadata(index_dir, "bm25"))
 
 
+def top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best rows of one query's ``scores`` (n,), best first; equal scores in row order.
+
+    Why not bm25s's own selection: it orders tied scores with numpy's ``argpartition`` and
+    ``argsort``, whose SIMD kernels numpy picks per CPU (AVX2 vs AVX-512), so two machines
+    returned different passages for the same query. Ties are common in a small corpus (211 of
+    TinyWorld's 2,650 test queries tie within their top 3), and notebook 01's BM25 recall@1
+    moved by up to 0.035 between machines. Here only the k-th largest *value* comes from a
+    partition (a value does not depend on the kernel); the order is decided by (score, row).
+    """
+    n = len(scores)
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=scores.dtype), np.zeros(0, dtype=np.int64)
+    kth = np.partition(scores, n - k)[n - k]
+    above = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)[: k - len(above)]
+    rows = np.concatenate([above, tied])
+    rows = rows[np.lexsort((rows, -scores[rows]))]  # last key first: score descending, then row
+    return scores[rows], rows.astype(np.int64)
+
+
 class BM25Index:
     """A loaded bm25s model with its tokenizer; ``search`` takes strings, returns rows."""
 
@@ -109,14 +131,22 @@ class BM25Index:
         """``queries`` (n,) → ``scores`` (n, k) float32, ``rows`` (n, k) int64, best first.
 
         Words not in the corpus vocabulary are dropped; a query with no known word scores 0
-        everywhere and returns k arbitrary (but deterministic) passages.
+        everywhere and returns the first k rows.
         """
         from bm25s.tokenization import Tokenized
 
+        from bm25s.tokenization import convert_tokenized_to_string_list
+
         ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
-        tokens = Tokenized(ids=ids, vocab=self.tokenizer.get_vocab_dict())
-        rows, scores = self.model.retrieve(tokens, k=min(k, self.ntotal), show_progress=False)
-        return np.asarray(scores, dtype=np.float32), np.asarray(rows, dtype=np.int64)
+        words = convert_tokenized_to_string_list(Tokenized(ids=ids, vocab=self.tokenizer.get_vocab_dict()))
+        k = min(k, self.ntotal)
+        out_scores = np.zeros((len(words), k), dtype=np.float32)
+        out_rows = np.zeros((len(words), k), dtype=np.int64)
+        for i, query_words in enumerate(words):  # bm25s scores one query at a time too
+            scores = (self.model.get_scores(query_words) if query_words
+                      else np.zeros(self.ntotal, dtype=np.float32))
+            out_scores[i], out_rows[i] = top_k_rows(np.asarray(scores, dtype=np.float32), k)
+        return out_scores, out_rows
 
 
 class BM25Retriever(Retriever):
