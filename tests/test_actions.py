@@ -100,6 +100,7 @@ FRAGMENTS = [
 turn_text = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=14).map("".join)
 
 
+@pytest.mark.slow  # 10000 hypothesis examples (46 s measured)
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=turn_text, template=st.sampled_from([None, "atpo", "searchr1", "tiny"]))
 def test_fuzz_never_raises_and_classifies_once(text, template):

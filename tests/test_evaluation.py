@@ -107,6 +107,7 @@ def test_write_eval_writes_csv_and_provenance(tmp_path):
     assert meta["profile"] == "p" and meta["seed"] == 0 and "git_revision" in meta
 
 
+@pytest.mark.slow
 def test_greedy_evaluation_end_to_end_on_smoke(isolated_outputs):
     """An untrained tiny policy through the real rollout, retriever and TinyWorld files."""
     from at2po_lib.config import load_profile

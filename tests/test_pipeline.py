@@ -33,6 +33,7 @@ def two_notebooks(tmp_path):
     return nbdir
 
 
+@pytest.mark.slow  # executes notebooks
 @pytest.mark.integration
 def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypatch):
     # pin the library fingerprint: this test is about the stamps, not about source edits
@@ -61,6 +62,7 @@ def test_only_rejects_unknown_prefix(two_notebooks):
         list_notebooks(two_notebooks, ["07"])
 
 
+@pytest.mark.slow  # executes notebooks
 @pytest.mark.integration
 def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, tmp_path):
     _notebook(two_notebooks / "02_broken.ipynb", "y = 1", "raise RuntimeError('boom in stage 02')")

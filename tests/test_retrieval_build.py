@@ -24,6 +24,7 @@ def smoke(isolated_outputs):
     return load_profile("smoke", {"retrieval": {"max_length": 96}})
 
 
+@pytest.mark.slow  # builds indexes
 def test_ensure_index_builds_once_and_rebuilds_when_the_profile_changes(smoke, isolated_outputs):
     folders = ensure_index(smoke, ("dense", "bm25"), progress=False)
     root = isolated_outputs / "artifacts" / "smoke" / "index"
@@ -38,6 +39,7 @@ def test_ensure_index_builds_once_and_rebuilds_when_the_profile_changes(smoke, i
     assert json.loads((folders["dense"] / "meta.json").read_text())["encoder"]["max_length"] == 64
 
 
+@pytest.mark.slow  # builds indexes
 def test_build_retriever_follows_the_profile(smoke, isolated_outputs):
     from at2po_lib.tinyworld import ensure_world, read_rows
 

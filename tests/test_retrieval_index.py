@@ -61,6 +61,7 @@ def test_offline_minilm_resolves_to_the_package_files():
     assert resolve_encoder_path("intfloat/e5-base-v2") == "intfloat/e5-base-v2"
 
 
+@pytest.mark.slow  # MiniLM-embedded index (session fixture)
 def test_encoder_vectors_are_unit_norm_and_order_independent(flat_retriever):
     encoder = flat_retriever.encoder
     texts = ["short", "a much longer sentence about the history of Washington lobbying", "mid length text"]
@@ -72,6 +73,7 @@ def test_encoder_vectors_are_unit_norm_and_order_independent(flat_retriever):
     np.testing.assert_allclose(encoder.encode([texts[1]])[0], vectors[1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_pooling_and_prefixes_change_the_vectors(flat_retriever):
     mean = flat_retriever.encoder
     cls = DenseEncoder(EncoderSpec(pooling="cls", max_length=64, query_prefix="query: "))
@@ -100,6 +102,7 @@ def test_hub_encoder_missing_offline_is_a_clear_error(monkeypatch):
 # -- dense ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
 def test_a_passage_finds_itself_at_rank_one(built, corpus_n, kind):
     retriever = DenseRetriever(built[kind], corpus_n)
@@ -115,6 +118,7 @@ def test_a_passage_finds_itself_at_rank_one(built, corpus_n, kind):
     assert retriever.describe()["index_type"] == ("Flat" if kind == "flat" else "HNSW")
 
 
+@pytest.mark.slow
 def test_flat_matches_numpy_brute_force(built, flat_retriever):
     # Exact inner-product search = argsort of Q·Eᵀ over the saved embeddings.
     embeddings = np.concatenate([np.load(shard_path(built["shards"], s)) for s in range(3)])
@@ -125,6 +129,7 @@ def test_flat_matches_numpy_brute_force(built, flat_retriever):
     assert got == expected.tolist()  # fixture ids equal row numbers
 
 
+@pytest.mark.slow
 def test_batched_flat_search_through_blas_is_exact_and_leaves_faiss_settings_alone(built, flat_retriever):
     import faiss
 
@@ -140,6 +145,7 @@ def test_batched_flat_search_through_blas_is_exact_and_leaves_faiss_settings_alo
     np.testing.assert_allclose(scores, np.take_along_axis(queries @ embeddings.T, expected, axis=1), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_topk_larger_than_corpus_and_empty_inputs(flat_retriever):
     assert len(flat_retriever.search(["x"], topk=500)[0]) == N
     assert flat_retriever.search([], topk=3) == []
@@ -150,6 +156,7 @@ def test_topk_larger_than_corpus_and_empty_inputs(flat_retriever):
         flat_retriever.search("x", topk=1)
 
 
+@pytest.mark.slow
 def test_metadata_records_what_built_the_index(built, corpus_n):
     meta = json.loads((built["flat"] / "meta.json").read_text())
     assert meta["kind"] == "dense" and meta["index_type"] == "Flat" and meta["dim"] == 384
@@ -157,6 +164,7 @@ def test_metadata_records_what_built_the_index(built, corpus_n):
     assert meta["corpus_checksum"] == Corpus(corpus_n).checksum()
 
 
+@pytest.mark.slow
 def test_a_different_corpus_is_refused(built, tmp_path, corpus_n):
     other = tmp_path / "other.jsonl"
     lines = corpus_n.read_text().splitlines(keepends=True)
@@ -167,6 +175,7 @@ def test_a_different_corpus_is_refused(built, tmp_path, corpus_n):
         BM25Retriever(built["bm25"], other)
 
 
+@pytest.mark.slow
 def test_a_different_encoder_is_refused(built, corpus_n):
     with pytest.raises(IndexMismatchError, match="query_prefix"):
         DenseRetriever(built["flat"], corpus_n, EncoderSpec(query_prefix="query: ", max_length=64))
@@ -174,6 +183,7 @@ def test_a_different_encoder_is_refused(built, corpus_n):
         DenseRetriever(built["flat"], corpus_n, EncoderSpec(pooling="cls"))
 
 
+@pytest.mark.slow
 def test_wrong_kind_and_unfinished_index_are_refused(built, tmp_path, corpus_n):
     with pytest.raises(RetrievalError):
         BM25Retriever(built["flat"], corpus_n)
@@ -184,6 +194,7 @@ def test_wrong_kind_and_unfinished_index_are_refused(built, tmp_path, corpus_n):
         DenseRetriever(broken, corpus_n)
 
 
+@pytest.mark.slow
 def test_a_prebuilt_faiss_file_loads_with_a_given_encoder(built, tmp_path, corpus_n):
     """Search-R1's downloads are a bare ``e5_Flat.index``: no meta.json, encoder from the caller."""
     prebuilt = tmp_path / "prebuilt"
@@ -198,6 +209,7 @@ def test_a_prebuilt_faiss_file_loads_with_a_given_encoder(built, tmp_path, corpu
         DenseRetriever(prebuilt, short, SPEC)
 
 
+@pytest.mark.slow  # embeds a corpus
 def test_embedding_resumes_from_saved_shards(tmp_path, corpus_n):
     small = tmp_path / "small.jsonl"
     small.write_text("".join(corpus_n.read_text().splitlines(keepends=True)[:20]))
@@ -230,6 +242,7 @@ def test_embedding_resumes_from_saved_shards(tmp_path, corpus_n):
 # -- BM25 ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bm25_finds_a_passage_from_its_title_and_text(built, corpus_n):
     retriever = BM25Retriever(built["bm25"], corpus_n)
     passages = Corpus(corpus_n).get([3, 110])
@@ -239,6 +252,7 @@ def test_bm25_finds_a_passage_from_its_title_and_text(built, corpus_n):
     assert retriever.describe() == {**retriever.describe(), "method": "bm25", "passages": N}
 
 
+@pytest.mark.slow
 def test_bm25_unknown_words_and_empty_queries_still_answer(built, corpus_n):
     retriever = BM25Retriever(built["bm25"], corpus_n)
     hits = retriever.search(["zzqxv unknownword", ""], topk=2)

@@ -191,6 +191,7 @@ def test_no_batching_and_mixed_topk_give_the_same_answers(bm25):
             assert a == b == {"result": bm25.search(QUERIES, topk)}
 
 
+@pytest.mark.slow  # builds a MiniLM index
 def test_http_equals_in_process_for_dense(dense):
     queries = ["evan morris lobbyist", "pentagon attack rescue", ""]
     with start_server(dense) as handle:

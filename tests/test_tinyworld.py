@@ -418,7 +418,6 @@ def test_default_config_is_the_tiny_world():
     assert load_profile("tiny").world == WorldConfig(name_seed=0, filler_words=0)
 
 
-@pytest.mark.slow
 def test_tiny_profile_builds_full_sized(tmp_path):
     files = build_world(load_profile("tiny").world, tmp_path)
     stats = world_stats(files)
