@@ -11,4 +11,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh
-exec python -m at2po_lib.pipeline "$@"
+exec python -m at2po_lib.cli run-notebooks "$@"

@@ -17,4 +17,4 @@ if [ "$fast" = 1 ]; then
     exit
 fi
 python -m pytest "$@"
-python -m at2po_lib.pipeline --profile smoke --force
+python -m at2po_lib.cli run-notebooks --profile smoke --force

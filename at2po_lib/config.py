@@ -11,6 +11,8 @@ saved with every artefact (``dataclasses.asdict(cfg)``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -121,8 +123,10 @@ class PolicyConfig:
 
 
 @dataclass
-class SFTConfig:
-    """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``)."""
+class WarmStartConfig:
+    """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``);
+    the profile section ``sft:``. Named apart from TRL's ``SFTConfig``, the trainer arguments
+    :func:`at2po_lib.policy.warmstart.trl_config` builds from it."""
 
     seed: int = 0
     """Seeds the model's initial weights and the data order."""
@@ -213,9 +217,11 @@ class RolloutConfig:
     """HF backend on CPU: torch threads while rolling out; 0 leaves torch's setting (the
     toy policy's tiny matmuls run fastest on 1 thread when the cores are shared)."""
     aepo_budget: int = 16
-    """AEPO: leaves per prompt (docs/method.md §8)."""
+    """AEPO: leaves per prompt (docs/method.md §8: 16, the chain methods' budget). The one source
+    of AEPO's budget: the trainer's ``num_generations`` for ``aepo`` is this number
+    (``train.chain_leaves`` sizes GRPO/DAPO/GSPO only)."""
     aepo_initial: int = 8
-    """AEPO: chains sampled before any branching."""
+    """AEPO: chains sampled before any branching (at most ``aepo_budget``)."""
     aepo_beam: int = 2
     """AEPO: a branching point makes at most beam - 1 new branches."""
     aepo_entropy_weight: float = 0.2
@@ -226,6 +232,26 @@ class RolloutConfig:
     """AEPO: p is multiplied by 1 - penalty * (consecutive branching rounds)."""
     aepo_entropy_tokens: int = 20
     """AEPO: the turn entropy uses the first this-many tokens' top-10 entropies, / log|V|."""
+
+    def leaves_per_prompt(self, expansion: str | None = None) -> int:
+        """Leaves (training rows) one prompt's rollout ends with, for ``expansion`` (default
+        ``self.expansion``): M chains for ``chain``, M + L·K for ``random``/``entropy``,
+        ``aepo_budget`` for ``aepo``. The one place this number is derived."""
+        expansion = expansion or self.expansion
+        if expansion in ("random", "entropy"):
+            return tree_leaves(self.tree_m, self.tree_l, self.tree_k)
+        if expansion == "chain":
+            return self.tree_m
+        if expansion == "aepo":
+            return self.aepo_budget
+        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, entropy "
+                           "or aepo")
+
+
+def tree_leaves(m: int, l: int, k: int) -> int:
+    """M + L·K: the leaves of a tree of M root chains grown by L rounds that each re-sample K
+    nodes into a new leaf (docs/method.md §5; 10 + 2·6 = 22 at paper scale)."""
+    return m + l * k
 
 
 @dataclass
@@ -246,8 +272,8 @@ class TrainConfig:
     mini_batch_prompts: int = 8
     """Prompts per optimizer update (PPO mini-batch 8: 8 updates per rollout step)."""
     chain_leaves: int = 16
-    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO) and AEPO's budget (docs/method.md §8);
-    tree methods get M + L*K from ``rollout``."""
+    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO, docs/method.md §8); tree methods get
+    M + L*K and AEPO ``aepo_budget`` from ``rollout``."""
     micro_batch_rows: int = 0
     """Rows per forward/backward pass per device (gradient accumulation); 0 = a whole update."""
     loss_chunk_rows: int = 0
@@ -307,7 +333,7 @@ class ProfileConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    sft: WarmStartConfig = field(default_factory=WarmStartConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -381,7 +407,7 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_Yaml12Loader) or {}  # noqa: S506 - safe
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -410,12 +436,101 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     return cfg
 
 
-def parse_override(text: str) -> dict[str, Any]:
-    """``train.max_steps=3`` → ``{"train": {"max_steps": 3}}`` (value parsed as YAML)."""
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but ``1e-4`` is a float as in YAML 1.2 (YAML 1.1, which PyYAML
+    implements, needs a dot in a float: there ``1e-4`` is the string ``"1e-4"``)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    key: list(resolvers) for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def _admits_text(annotation: Any) -> bool:
+    """True for ``str`` and ``str | None``: such a value is taken verbatim from the command line
+    (``--set retrieval.query_prefix=query: `` would be a YAML mapping otherwise)."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return str in options and all(o in (str, type(None)) for o in options)
+
+
+def parse_value(raw: str, annotation: Any = Any, where: str = "value") -> Any:
+    """One command-line value, parsed for a field of type ``annotation`` and checked against it.
+
+    Strings (``str`` fields) are taken verbatim (``null``/``~`` give None where allowed);
+    everything else is YAML with YAML 1.2 numbers: ``3``, ``1e-4``, ``0.5``, ``true``,
+    ``null``, ``[a, b]``, ``[1, 2]``. A value of the wrong type is a :class:`ProfileError`
+    naming ``where`` (the key)."""
+    if _admits_text(annotation):
+        if raw.strip() in ("null", "~") and type(None) in typing.get_args(annotation):
+            return None
+        return raw
+    try:
+        value = yaml.load(raw, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{where}: {raw!r} is not a valid value ({exc})") from exc
+    return _check_type(value, annotation, where)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """Field name → annotation of a dataclass (``Any`` where the annotation cannot be
+    resolved, e.g. a forward reference in a third-party class)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: check names only
+        hints = {}
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def _schema_field(schema: type, dotted: str, where: str) -> Any:
+    """The annotation of ``section.key`` in the dataclass ``schema``; an unknown key is an
+    error naming it and the closest known keys."""
+    node: Any = schema
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        fields = _field_types(node)
+        prefix = ".".join(parts[:depth])
+        if part not in fields:
+            known = [f"{prefix}.{k}" if prefix else k for k in fields]
+            close = difflib.get_close_matches(dotted, known, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ProfileError(f"{where}: unknown key {dotted!r}{hint}; known keys"
+                               f"{' of ' + prefix if prefix else ''}: {', '.join(sorted(fields))}")
+        annotation = fields[part]
+        is_section = isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+        last = depth == len(parts) - 1
+        if last and is_section:
+            raise ProfileError(f"{where}: {dotted!r} is a section; set one of its keys, e.g. "
+                               f"{dotted}.{next(iter(_field_types(annotation)))}=...")
+        if not last and not is_section:
+            raise ProfileError(f"{where}: {'.'.join(parts[:depth + 1])!r} is a value, not a "
+                               f"section")
+        node = annotation
+    return annotation
+
+
+def parse_override(text: str, extra_sections: typing.Mapping[str, type] | None = None
+                   ) -> dict[str, Any]:
+    """``train.max_steps=3`` → ``{"train": {"max_steps": 3}}``, checked against the config
+    dataclasses before anything runs: the key must exist and the value have its type
+    (:func:`parse_value`). ``extra_sections`` adds sections beyond the profile's, e.g.
+    ``{"trainer": AT2POConfig}`` for ``at2po train`` (their keys are checked the same way)."""
     if "=" not in text:
-        raise ProfileError(f"override {text!r} is not of the form section.key=value")
+        raise ProfileError(f"--set {text!r} is not of the form section.key=value")
     dotted, raw = text.split("=", 1)
-    value = yaml.safe_load(raw)
+    dotted = dotted.strip()
+    where = f"--set {dotted}"
+    section = dotted.split(".", 1)[0]
+    if extra_sections and section in extra_sections:
+        if "." not in dotted:
+            raise ProfileError(f"{where}: give a key of the section, e.g. {section}.beta=0")
+        annotation = _schema_field(extra_sections[section], dotted.split(".", 1)[1], where)
+    else:
+        annotation = _schema_field(ProfileConfig, dotted, where)
+    value = parse_value(raw, annotation, where)
     out: dict[str, Any] = {}
     node = out
     keys = dotted.split(".")
@@ -425,12 +540,16 @@ def parse_override(text: str) -> dict[str, Any]:
     return out
 
 
-def parse_overrides(texts: typing.Iterable[str]) -> dict[str, Any] | None:
-    """Several ``--set`` values merged into one nested dict (None when there are none):
-    ``["train.max_steps=3", "train.seed=1"]`` → ``{"train": {"max_steps": 3, "seed": 1}}``."""
+def parse_overrides(texts: typing.Iterable[str],
+                    extra_sections: typing.Mapping[str, type] | None = None
+                    ) -> dict[str, Any] | None:
+    """Several ``--set`` values merged into one nested dict (None when there are none; a
+    later value of the same key wins):
+    ``["train.max_steps=3", "train.eval_every=1"]`` → ``{"train": {"max_steps": 3, "eval_every": 1}}``.
+    Every key and value is checked first (:func:`parse_override`)."""
     merged: dict[str, Any] = {}
     for text in texts:
-        _deep_merge(merged, parse_override(text))
+        _deep_merge(merged, parse_override(text, extra_sections))
     return merged or None
 
 

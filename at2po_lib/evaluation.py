@@ -13,18 +13,20 @@ Tidy output, one row per (profile, label, seed, dataset)::
 
 with extra rows ``dataset = "multihop avg"`` / ``"singlehop avg"`` from
 :func:`weighted_group_average`.
+
+:func:`score_datasets` is the one greedy evaluation loop: :func:`evaluate` and the trainer's
+periodic validation (:class:`at2po_lib.trainer.run.Validator`) both run it. The command line
+(``at2po evaluate``) is :mod:`at2po_lib.cli.evaluate`; dataset groups live in
+:mod:`at2po_lib.data` (re-exported here).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .data import MULTI_HOP, SINGLE_HOP, dataset_group, paper_dataset  # noqa: F401 - re-exported
 from .provenance import git_revision, run_metadata, write_meta
 
 if TYPE_CHECKING:
@@ -32,30 +34,8 @@ if TYPE_CHECKING:
 
     from .config import ProfileConfig
 
-MULTI_HOP = "multihop"
-SINGLE_HOP = "singlehop"
-"""Group labels, as in :data:`at2po_lib.data.GROUPS`."""
-_ALIASES = {"2wiki": "2wikimultihopqa"}
-"""TinyWorld short names that differ from the paper's dataset names."""
 SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
                    "mean_turns", "mean_tool_calls", "git_revision"]
-
-
-def paper_dataset(name: str) -> str:
-    """The paper dataset a (TinyWorld) name stands for: ``tiny_2wiki`` → ``2wikimultihopqa``."""
-    key = name.lower().removeprefix("tiny_")
-    return _ALIASES.get(key, key)
-
-
-def dataset_group(name: str) -> str:
-    """``multihop`` or ``singlehop`` for a paper or TinyWorld dataset name."""
-    from .data import PAPER_TEST_SPLITS
-
-    key = paper_dataset(name)
-    if key not in PAPER_TEST_SPLITS:
-        raise ValueError(f"dataset {name!r} belongs to no group; known: "
-                         f"{', '.join(PAPER_TEST_SPLITS)} (optionally with a tiny_ prefix)")
-    return PAPER_TEST_SPLITS[key].group
 
 
 def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
@@ -107,15 +87,17 @@ def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -
 
 
 def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping[str, Any]],
-                   rollout_cfg, batch_size: int = 32) -> list[Any]:
-    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches."""
+                   rollout_cfg, batch_size: int = 32, backend: Any = None) -> list[Any]:
+    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches.
+    ``backend``: a turn backend to reuse (the trainer's vLLM engine); None builds one."""
     from .rollout import rollout_chains
 
     questions = [row["question"] for row in rows]
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch_size):
         trajectories += rollout_chains(model, tokenizer, template, retriever,
-                                       questions[start:start + batch_size], rollout_cfg, greedy=True)
+                                       questions[start:start + batch_size], rollout_cfg,
+                                       greedy=True, backend=backend)
     return trajectories
 
 
@@ -125,23 +107,34 @@ def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     """Per-question results (``dataset``, ``group`` columns added) over several test sets."""
     import pandas as pd
 
-    from .prompts import get_template
-
-    template = get_template(profile_cfg.policy.template)
     datasets = list(datasets or profile_cfg.eval.datasets)
     limit = max_questions if max_questions is not None else profile_cfg.eval.max_questions
-    frames = []
-    for dataset in datasets:
-        rows = load_eval_rows(profile_cfg, dataset, limit)
-        frames.append(questions_frame(model, tokenizer, template, retriever, rows, profile_cfg,
-                                      dataset))
+    rows = {dataset: load_eval_rows(profile_cfg, dataset, limit) for dataset in datasets}
+    frames = score_datasets(profile_cfg, model, tokenizer, retriever, rows)
+    if not frames:
+        raise ValueError(f"no test questions in {datasets} (max_questions={limit})")
     return pd.concat(frames, ignore_index=True)
 
 
-def questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset: str):
+def score_datasets(profile_cfg: ProfileConfig, model, tokenizer, retriever,
+                   rows_by_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                   backend: Any = None) -> list[pd.DataFrame]:
+    """The greedy evaluation loop, shared by :func:`evaluate` and the trainer's periodic
+    validation: per dataset, one greedy chain per row (``eval.batch_size`` at a time) and its
+    scores, with ``dataset`` and ``group`` columns; datasets without rows are left out."""
+    from .prompts import get_template
+
+    template = get_template(profile_cfg.policy.template)
+    return [questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset,
+                            backend)
+            for dataset, rows in rows_by_dataset.items() if rows]
+
+
+def questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset: str,
+                    backend: Any = None):
     """Greedy chains and their scores for the rows of one dataset."""
     trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
-                                  profile_cfg.rollout, profile_cfg.eval.batch_size)
+                                  profile_cfg.rollout, profile_cfg.eval.batch_size, backend)
     frame = score_rows(rows, trajectories)
     frame.insert(0, "group", dataset_group(dataset))
     frame.insert(0, "dataset", dataset)
@@ -178,8 +171,6 @@ def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
     2417, 125 gives (3702.5 + 7545.6 + 483.4 + 50) / 22523 = 0.5231, where the plain mean of
     the four columns would be 0.425.
     """
-    import pandas as pd
-
     base = df[~df["dataset"].astype(str).str.endswith("avg")]
     if (base["n"] <= 0).any():
         raise ValueError("weighted_group_average: every dataset needs n > 0")
@@ -228,55 +219,3 @@ def write_eval(df: pd.DataFrame, path: str | Path, profile: str | None = None,
         profile = str(df["profile"].iloc[0])
     write_meta(path, run_metadata(profile or "unknown", seed=seed, config=config, **extra))
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``at2po evaluate --profile P --checkpoint PATH --label NAME``."""
-    # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
-    # several times slower (measured). Only effective before torch is first imported.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from .config import load_profile, parse_overrides
-    from .paths import results_dir
-
-    parser = argparse.ArgumentParser(prog="at2po evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--checkpoint", default=None,
-                        help="model folder or hub name (default: the profile's warm start, or "
-                             "policy.model at paper scale)")
-    parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed column: the evaluated run's training seed (default sft.seed)")
-    parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
-    parser.add_argument("--max-questions", type=int, default=None)
-    parser.add_argument("--out", default=None, help="CSV path (default results/<profile>/eval_<label>.csv)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    args = parser.parse_args(argv)
-
-    cfg = load_profile(args.profile, parse_overrides(args.set))
-    checkpoint = args.checkpoint or cfg.policy.model
-    provenance: dict[str, Any] = {}
-    if checkpoint is None:
-        from .policy.warmstart import ensure_warmstart, warmstart_summary
-
-        checkpoint = str(ensure_warmstart(cfg))
-        provenance["warmstart"] = warmstart_summary(cfg.name)
-    label = args.label or Path(str(checkpoint)).name
-    seed = args.seed if args.seed is not None else cfg.sft.seed
-    from .policy.model import load_policy
-    from .retrieval import build_retriever
-
-    model, tokenizer = load_policy(checkpoint, cfg.policy.dtype)
-    retriever = build_retriever(cfg)
-    datasets = args.datasets.split(",") if args.datasets else None
-    summary, details = evaluate(cfg, model, tokenizer, retriever, datasets, args.max_questions,
-                                label=label, seed=seed, return_details=True)
-    out = Path(args.out) if args.out else results_dir(cfg.name) / f"eval_{label}.csv"
-    write_eval(summary, out, cfg.name, seed, cfg, checkpoint=str(checkpoint),
-               turn_distribution=turn_distribution(details).to_dict("records"), **provenance)
-    print(summary.to_string(index=False))
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

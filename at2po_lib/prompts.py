@@ -218,6 +218,14 @@ def build_messages(template: PromptTemplate | str, question: str) -> list[dict[s
     return messages
 
 
+def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """The chat prompt as ids, ending with the assistant header (``add_generation_prompt``):
+    the exact ids the rollout starts from and the warm-start demonstrations are trained on."""
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)
+    return list(encoded["input_ids"])
+
+
 # ----------------------------------------------------------------------------- observations
 
 

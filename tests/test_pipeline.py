@@ -70,7 +70,7 @@ def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, 
     out = tmp_path / "out"
     env = {**os.environ, "AT2PO_HOME": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "at2po_lib.pipeline", "--profile", "smoke",
+        [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "smoke",
          "--notebooks-dir", str(two_notebooks), "--out-dir", str(out)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )
@@ -84,7 +84,7 @@ def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, 
 
 def test_unknown_profile_is_an_error_listing_known_ones(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "at2po_lib.pipeline", "--profile", "nope"],
+        [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "nope"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert proc.returncode == 2

@@ -159,13 +159,13 @@ def test_bad_head_count_is_an_error(tokenizer):
 def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     from at2po_lib.policy.demos import build_sft_examples, script_demos
     from at2po_lib.policy.model import build_policy
-    from at2po_lib.policy.sft_data import (corpus_texts, tokenizer_texts, training_rows,
+    from at2po_lib.policy.sft_data import (corpus_texts, demo_source_rows, tokenizer_texts,
                                            world_sources)
     from at2po_lib.policy.warmstart import make_trainer, masked_loss
 
     cfg = smoke_env
     aux = world_sources(cfg)[1]  # smoke: one auxiliary world
-    demos = script_demos(training_rows(cfg, aux)[:24], cfg.policy.template, aux.retriever)
+    demos = script_demos(demo_source_rows(cfg, aux)[:24], cfg.policy.template, aux.retriever)
     tok = train_tokenizer(tokenizer_texts(corpus_texts([aux], include_main=False), demos), 600)
     examples, _ = build_sft_examples(demos, tok, cfg.policy.max_position_embeddings)
     model = build_policy(cfg.policy, tok, seed=0)
@@ -284,18 +284,18 @@ def test_warmstart_on_smoke_profile_is_cached(smoke_env):
 
 
 def test_lm_mix_adds_fully_supervised_chunks_in_the_asked_share(tokenizer):
-    from at2po_lib.config import SFTConfig
+    from at2po_lib.config import WarmStartConfig
     from at2po_lib.policy.warmstart import lm_examples
 
-    sft = SFTConfig(lm_mix=0.25, pretrain_seq_len=8)
+    sft = WarmStartConfig(lm_mix=0.25, pretrain_seq_len=8)
     chunks = lm_examples(CORPUS, tokenizer, sft, n_demos=30)
     assert len(chunks) == 10  # 10 / (30 + 10) = 0.25
     for chunk in chunks:
         assert len(chunk["input_ids"]) == 8
         assert chunk["assistant_masks"] == [1] * 8  # every token is a target, as in pretraining
-    assert lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=0.0), n_demos=30) == []
+    assert lm_examples(CORPUS, tokenizer, WarmStartConfig(lm_mix=0.0), n_demos=30) == []
     with pytest.raises(ValueError, match="lm_mix"):
-        lm_examples(CORPUS, tokenizer, SFTConfig(lm_mix=1.0), n_demos=30)
+        lm_examples(CORPUS, tokenizer, WarmStartConfig(lm_mix=1.0), n_demos=30)
 
 
 def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):

@@ -20,7 +20,8 @@ from at2po_lib.retrieval.base import InvalidQueryError, RetrievalError, Retrieve
 from at2po_lib.retrieval.batcher import MicroBatcher, QueueFullError
 from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
 from at2po_lib.retrieval.client import HTTPRetriever, RetrievalServerError
-from at2po_lib.retrieval.server import ServerLimits, main, start_server, start_server_process
+from at2po_lib.cli.serve_retriever import main
+from at2po_lib.retrieval.server import ServerLimits, start_server, start_server_process
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 GOOD = ["evan morris", "pentagon attack", "genentech", "football club", "river valley",

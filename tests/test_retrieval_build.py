@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from at2po_lib.cli.index import main
 from at2po_lib.config import load_profile
 from at2po_lib.retrieval.base import RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever
-from at2po_lib.retrieval.build import build_retriever, ensure_index, index_dirs, main, profile_corpus_path
+from at2po_lib.retrieval.build import build_retriever, ensure_index, index_dirs, profile_corpus_path
 from at2po_lib.retrieval.client import HTTPRetriever
 from at2po_lib.retrieval.dense import DenseRetriever
 from at2po_lib.retrieval.evaluate import recall_at_k, retrieved_ids
@@ -68,10 +69,12 @@ def test_missing_configured_corpus_explains_the_download(isolated_outputs):
         profile_corpus_path(cfg)
 
 
-def test_a_folder_with_a_prebuilt_faiss_file_is_the_dense_index(isolated_outputs, tmp_path):
+def test_a_folder_with_a_prebuilt_faiss_file_is_the_dense_index_only_when_asked(isolated_outputs, tmp_path):
     (tmp_path / "e5_Flat.index").write_bytes(b"")
-    cfg = load_profile("smoke", {"retrieval": {"index_dir": str(tmp_path)}})
+    cfg = load_profile("smoke", {"retrieval": {"index_dir": str(tmp_path), "prebuilt": True}})
     assert index_dirs(cfg) == {"dense": tmp_path, "bm25": tmp_path / "bm25"}
+    implicit = load_profile("smoke", {"retrieval": {"index_dir": str(tmp_path)}})
+    assert index_dirs(implicit)["dense"] == tmp_path / "dense"  # never a fallback
 
 
 def test_command_line(isolated_outputs, tmp_path, capsys):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from at2po_lib.cli.world import main
 from at2po_lib.config import WorldConfig, load_profile
 from at2po_lib.tinyworld import (
     BAMBOOGLE_TEST_SIZE,
@@ -22,7 +23,6 @@ from at2po_lib.tinyworld import (
     entity_stats,
     generate,
     load_world,
-    main,
     read_corpus,
     read_rows,
     world_stats,

@@ -277,7 +277,7 @@ def test_table1_cli_applies_set_overrides_to_every_run(outputs):
 
     import yaml
 
-    from at2po_lib.trainer import table1
+    from at2po_lib.cli import table1
 
     assert table1.main(["--profile", "smoke", "--seeds", "0", "--methods", "react",
                         "--set", "eval.max_questions=2", "--force"]) == 0

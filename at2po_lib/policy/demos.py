@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import PromptTemplate, build_messages, get_template, render_observation
+from ..prompts import PromptTemplate, build_messages, get_template, prompt_ids, render_observation
 
 
 @dataclass(frozen=True)
@@ -139,13 +139,6 @@ def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | s
         demos.append(script_demo(row, template, hits[start:start + len(qs)]))
         start += len(qs)
     return demos
-
-
-def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """The chat prompt as ids, ending with the assistant header (``add_generation_prompt``)."""
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)
-    return list(encoded["input_ids"])
 
 
 def tokenize_demo(demo: Demo, tokenizer) -> dict[str, list[int]]:

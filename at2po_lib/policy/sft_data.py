@@ -103,7 +103,7 @@ def demo_datasets(profile_cfg: ProfileConfig, files) -> list[str]:
 def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     """Validation questions per multi-hop dataset: ``sft.eval_questions`` spread evenly, from
     the ``dev`` split (unseen entities, like the test sets), else the last ``train`` rows."""
-    from ..evaluation import MULTI_HOP, dataset_group
+    from ..data import MULTI_HOP, dataset_group
     from ..tinyworld import read_rows
 
     multihop = [d for d in demo_datasets(profile_cfg, files) if dataset_group(d) == MULTI_HOP]
@@ -119,7 +119,7 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     return out
 
 
-def training_rows(profile_cfg: ProfileConfig, source: WorldSource,
+def demo_source_rows(profile_cfg: ProfileConfig, source: WorldSource,
                   held_out: dict[str, list[dict]] | None = None) -> list[dict]:
     """Rows of ``source`` that become demonstrations (validation rows excluded)."""
     from ..tinyworld import read_rows
@@ -141,7 +141,7 @@ def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
     demos = []
     for source in sources:
         held_out = validation if source.name == "main" else None
-        rows = training_rows(profile_cfg, source, held_out)
+        rows = demo_source_rows(profile_cfg, source, held_out)
         demos += script_demos(rows, profile_cfg.policy.template, source.retriever,
                               topk=profile_cfg.retrieval.topk)
     return demos

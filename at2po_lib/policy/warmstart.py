@@ -51,20 +51,19 @@ machine load, demo statistics, the validation table, the chosen step),
 ``warmstart_checkpoints/step-N`` and ``aux_worlds/``.
 
 CPU note: on a shared 2-core machine, idle OpenMP threads spinning made torch several times
-slower; ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads (set it yourself in a
+slower; ``at2po warmstart`` (:mod:`at2po_lib.cli.warmstart`, the command line of this module)
+sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads (set it yourself in a
 notebook, before ``import torch``).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -541,31 +540,3 @@ def warmstart_summary(profile: str) -> dict[str, Any]:
     summary["selection"] = [{k: v for k, v in row.items() if k != "path"}
                             for row in record.get("selection", [])]
     return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``at2po warmstart --profile P [--force]``."""
-    # Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
-    # several times slower (measured). Only effective before torch is first imported.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..config import load_profile, parse_overrides
-
-    parser = argparse.ArgumentParser(prog="at2po warmstart",
-                                     description="Train the tiny policy's SFT warm start.")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--force", action="store_true", help="retrain even if cached")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    args = parser.parse_args(argv)
-    cfg = load_profile(args.profile, parse_overrides(args.set))
-    path = ensure_warmstart(cfg, force=args.force)
-    record = read_warmstart_record(cfg.name)
-    print(f"warm start: {path}")
-    print(f"chosen step {record['chosen_step']} (validation multi-hop EM "
-          f"{record['chosen_validation_em']:.3f}, in band: {record['in_band']}); "
-          f"SFT {record['sft_seconds']:.0f} s + validation {record['validation_seconds']:.0f} s; "
-          f"{record['parameters']:,} parameters, vocabulary {record['vocab_size']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

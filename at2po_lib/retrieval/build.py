@@ -1,4 +1,4 @@
-"""Profiles → indexes → retrievers, and the ``at2po index`` command.
+"""Profiles → indexes → retrievers (the ``at2po index`` command is :mod:`at2po_lib.cli.index`).
 
 - :func:`profile_corpus_path`: ``retrieval.corpus`` (relative paths are under the repository
   root) or the profile's TinyWorld corpus ``artifacts/<profile>/world/corpus.jsonl``, generated
@@ -11,7 +11,7 @@
 - :func:`build_retriever`: the retriever a profile asks for: :class:`HTTPRetriever` when
   ``retrieval.url`` is set, else in-process dense or BM25.
 
-Command line::
+Command line (:mod:`at2po_lib.cli.index`)::
 
     at2po index --profile tiny --method both            # the profile's indexes
     at2po index --corpus wiki-18.jsonl --out index/e5 --encoder intfloat/e5-base-v2 \\
@@ -21,7 +21,6 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import json
@@ -187,60 +186,3 @@ def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool) -> R
 
         return BM25Retriever(folders["bm25"], corpus_path)
     raise ValueError(f"retrieval.method must be one of {METHODS}, got {method!r}")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="at2po index", description="Build a dense (faiss) or BM25 index.")
-    p.add_argument("--profile", help="build the profile's index(es) (corpus and settings from it)")
-    p.add_argument("--method", choices=[*METHODS, "both"], help="with --profile: which index (default: retrieval.method)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="profile override")
-    p.add_argument("--corpus", help="wiki-18-format JSONL (.gz streams) when not using --profile")
-    p.add_argument("--out", help="index folder when not using --profile")
-    p.add_argument("--bm25", action="store_true", help="build BM25 instead of dense")
-    d = EncoderSpec()
-    p.add_argument("--encoder", default=d.name, help="minilm-offline, a hub name or a local folder")
-    p.add_argument("--pooling", default=d.pooling, choices=["mean", "cls"])
-    p.add_argument("--query-prefix", default=d.query_prefix)
-    p.add_argument("--passage-prefix", default=d.passage_prefix)
-    p.add_argument("--max-length", type=int, default=d.max_length)
-    p.add_argument("--index-type", default="Flat", help="Flat, HNSW (=HNSW64) or HNSW<M>")
-    p.add_argument("--shard-size", type=int, default=100_000)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None)
-    p.add_argument("--fp16", action="store_true")
-    p.add_argument("--keep-embeddings", action="store_true")
-    p.add_argument("--force", action="store_true", help="rebuild even if an up-to-date index exists")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.profile:
-        from ..config import load_profile, parse_overrides
-
-        cfg = load_profile(args.profile, parse_overrides(args.set))
-        methods = METHODS if args.method == "both" else (args.method or cfg.retrieval.method,)
-        for method, folder in ensure_index(cfg, methods, force=args.force).items():
-            print(f"{method}: {folder}")
-        return 0
-    if not (args.corpus and args.out):
-        _parser().error("give --profile, or both --corpus and --out")
-    if args.bm25:
-        from .bm25 import build_bm25_index
-
-        report = build_bm25_index(args.corpus, args.out)
-    else:
-        from .dense import build_dense_index
-
-        spec = EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length)
-        report = build_dense_index(
-            args.corpus, args.out, spec, index_type=args.index_type, shard_size=args.shard_size,
-            batch_size=args.batch_size, device=args.device, fp16=args.fp16,
-            keep_embeddings=args.keep_embeddings, force=args.force,
-        )
-    print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 from ..actions import Action, parse_action
 from ..prompts import (PromptTemplate, build_messages, get_template, invalid_action_message,
-                       render_observation, tool_limit_notice)
+                       prompt_ids, render_observation, tool_limit_notice)
 from ..retrieval.base import DEFAULT_TOPK
 from .backends import TurnBackend, TurnRequest, TurnResult, make_backend
 from .kvcache import KVPrefix
@@ -93,8 +93,6 @@ class SearchEnv:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def prompt_ids(self, question: str, index: int = 0) -> list[int]:
-        from ..policy.demos import prompt_ids  # the exact prompt the warm start was trained on
-
         ids = prompt_ids(self.tokenizer, build_messages(self.template, question))
         if len(ids) > self.cfg.max_prompt_tokens:
             raise ValueError(f"question {index} ({question[:60]!r}...) has a prompt of {len(ids)} "

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from .backends import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
+from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
 

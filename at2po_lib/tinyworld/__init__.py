@@ -32,9 +32,9 @@ API::
     load_world(files), read_rows(files, name, split), read_corpus(files)
     generate(cfg.world)                                    # everything in memory, no files
     DATASETS                                               # name -> "multihop" | "singlehop"
-    main(["--profile", "smoke"])                           # `at2po world --profile smoke`
 
-With ``at2po_lib.data.load_flashrag(name, split, local_dir=files.datasets_dir)`` the datasets
+The command line is ``at2po world`` (:mod:`at2po_lib.cli.world`). With
+``at2po_lib.data.load_flashrag(name, split, local_dir=files.datasets_dir)`` the datasets
 load like the real FlashRAG ones.
 """
 
@@ -48,7 +48,6 @@ from .build import (
     entity_stats,
     generate,
     load_world,
-    main,
     read_corpus,
     read_rows,
     world_stats,
@@ -60,6 +59,6 @@ from .entities import ENTITY_TYPES, POOLS, RELATIONS
 __all__ = [
     "BAMBOOGLE_TEST_SIZE", "DATASETS", "bm25_recall", "ENTITY_TYPES", "GENERATOR_VERSION", "GeneratedWorld",
     "MIRRORS", "POOLS", "RECIPES", "RELATIONS", "SPLITS", "WorldFiles", "build_world",
-    "cache_key", "ensure_world", "entity_stats", "generate", "load_world", "main", "read_corpus",
+    "cache_key", "ensure_world", "entity_stats", "generate", "load_world", "read_corpus",
     "read_rows", "world_stats",
 ]

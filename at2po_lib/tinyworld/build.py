@@ -12,21 +12,19 @@ Everything is a pure function of the ``WorldConfig`` and :data:`GENERATOR_VERSIO
 config gives byte-identical files (no timestamps, no unordered iteration), and ``build_world``
 skips the work when ``stamp.json`` matches.
 
-Command line (wired as ``at2po world``)::
+Command line (:mod:`at2po_lib.cli.world`)::
 
     at2po world --profile tiny            # build artifacts/tiny/world (skipped if up to date)
     at2po world --profile smoke --force   # rebuild
-    python -m at2po_lib.tinyworld --profile tiny --set world.seed=3 --out /tmp/w
+    at2po world --profile tiny --set world.seed=3 --out /tmp/w
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -262,33 +260,3 @@ def entity_stats(files: WorldFiles):
 
 
 # --------------------------------------------------------------------------- CLI
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``at2po world --profile P [--force] [--out DIR] [--set world.key=value ...]``."""
-    from ..config import ProfileError, load_profile, parse_overrides
-
-    parser = argparse.ArgumentParser(prog="at2po world", description="Generate TinyWorld.")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: artifacts/<profile>/world)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a profile value, e.g. world.seed=3 (repeatable)")
-    args = parser.parse_args(argv)
-    try:
-        cfg = load_profile(args.profile, parse_overrides(args.set))
-    except ProfileError as exc:
-        print(f"at2po world: {exc}", file=sys.stderr)
-        return 2
-    if args.out is None:
-        files = ensure_world(cfg, force=args.force)
-    else:
-        files = build_world(cfg.world, args.out, force=args.force)
-    state = f"built in {files.seconds:.2f} s" if files.rebuilt else "up to date (skipped)"
-    print(f"TinyWorld ({cfg.name}, seed {cfg.world.seed}) at {files.root}: {state}")
-    stats = load_world(files)["stats"]
-    print(f"{stats['passages']} passages, words per passage {stats['passage_words']}, "
-          f"vocabulary {stats['vocabulary']} words")
-    print(world_stats(files).to_string(index=False))
-    return 0

@@ -4,7 +4,9 @@ Modules: :mod:`.config` (``AT2POConfig``, a ``GRPOConfig`` subclass), :mod:`.tra
 (``AT2POTrainer``, a ``GRPOTrainer`` subclass), :mod:`.batch` (training rows and
 their per-token advantages), :mod:`.agent` (tree rollouts as training rows),
 :mod:`.methods` (named presets: Table 1–3), :mod:`.records` (run folders, metrics, resume),
-:mod:`.callbacks` (records and progress), :mod:`.run` (``at2po train``).
+:mod:`.callbacks` (records and progress), :mod:`.resolve` (profile + preset → one
+:class:`RunSpec`), :mod:`.run` (``train``: one run with its records), :mod:`.table1` (the
+Table 1 study). Their command lines are in :mod:`at2po_lib.cli`.
 
     from at2po_lib.trainer import train
     result = train("tiny", "at2po", seed=0)      # records in result.run.root
@@ -24,7 +26,7 @@ _EXPORTS = {
     "list_methods": ".methods", "TABLE1_METHODS": ".methods", "TABLE2_METHODS": ".methods",
     "RunDir": ".records", "run_dir": ".records",
     "train": ".run", "TrainResult": ".run", "build_training_args": ".run",
-    "batch_geometry": ".run", "main": ".run",
+    "batch_geometry": ".run", "RunSpec": ".resolve", "resolve_run": ".resolve",
 }
 
 __all__ = sorted(_EXPORTS)

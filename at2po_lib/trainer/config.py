@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ..config import RolloutConfig, tree_leaves
+
 TREE_EXPANSIONS = ("chain", "random", "entropy", "aepo")
 CREDIT_ADVANTAGES = ("node_value", "diff_parent", "diff_global", "diff_localglobal", "vanilla",
                      "tree_grpo")
@@ -119,7 +121,7 @@ class AT2POConfig(GRPOConfig):
     def leaves_per_prompt(self) -> int:
         """Training rows per prompt implied by the rollout shape (checks ``num_generations``)."""
         if self.tree_expansion in ("random", "entropy"):
-            leaves = self.tree_m + self.tree_l * self.tree_k
+            leaves = tree_leaves(self.tree_m, self.tree_l, self.tree_k)
             if self.num_generations is not None and self.num_generations != leaves:
                 raise ValueError(
                     f"num_generations={self.num_generations} contradicts the tree: "
@@ -128,8 +130,10 @@ class AT2POConfig(GRPOConfig):
             return leaves
         if self.tree_expansion == "chain":
             return self.num_generations if self.num_generations is not None else self.tree_m
-        # aepo: the budget of leaves per prompt (16 in the paper)
-        budget = self.num_generations if self.num_generations is not None else 16
+        # aepo: the budget of leaves per prompt; unset, the profile default (16, the paper's).
+        # A run always sets it (at2po_lib.trainer.resolve: rollout.aepo_budget).
+        budget = (self.num_generations if self.num_generations is not None
+                  else RolloutConfig.aepo_budget)
         if budget < self.tree_aepo_initial:
             raise ValueError(f"AEPO budget num_generations={budget} is below "
                              f"tree_aepo_initial={self.tree_aepo_initial}")

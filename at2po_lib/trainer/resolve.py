@@ -6,19 +6,28 @@ into ``prompts_per_step / mini_batch_prompts`` optimizer updates (docs/method.md
 mini-batch 8 → 8 updates per step). TRL counts optimizer updates, so ``max_steps``,
 ``logging_steps`` and ``save_steps`` are the profile's step counts times the updates per step.
 
-Order of precedence for :class:`AT2POConfig` fields: the profile (``train`` and ``rollout``
-sections), then the method preset (:mod:`.methods`), then explicit overrides, then the derived
-batch geometry.
+:func:`resolve_run` builds a run's :class:`RunSpec` once: the rollout configuration the
+sampler runs and the :class:`AT2POConfig` fields, both from the same numbers. Order of
+precedence for :class:`AT2POConfig` fields: the profile (``train`` and ``rollout`` sections),
+then the method preset (:mod:`.methods`), then explicit overrides of fields the profile does
+not set (``--set trainer.<field>=...``; :data:`PROFILE_FIELDS` lists the refused ones), then
+the derived rollout shape and batch geometry.
+
+Leaves per prompt (``num_generations``) come from one place,
+:meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` of :func:`method_rollout`: M + L·K for
+the trees, ``train.chain_leaves`` for chains, ``rollout.aepo_budget`` for AEPO (its only
+source; ``rollout.aepo_initial`` chains start it, capped at the budget).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import ProfileConfig
+from ..config import ProfileConfig, ProfileError, RolloutConfig
 from .methods import get_method
 
 
@@ -63,20 +72,124 @@ def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
     return BatchGeometry(leaves, updates, micro, accumulation, updates * accumulation)
 
 
+# ----------------------------------------------------------------------- the run spec
+PROFILE_FIELDS: dict[str, str] = {
+    "learning_rate": "train.learning_rate", "lr_scheduler_type": "train.lr_scheduler_type",
+    "weight_decay": "train.weight_decay", "max_grad_norm": "train.max_grad_norm",
+    "bf16": "train.bf16", "activation_checkpointing": "train.activation_checkpointing",
+    "use_vllm": "train.use_vllm", "vllm_mode": "train.vllm_mode",
+    "vllm_gpu_memory_utilization": "train.vllm_gpu_memory_utilization",
+    "loss_chunk_rows": "train.loss_chunk_rows", "save_total_limit": "train.save_total_limit",
+    "report_to": "train.report_to", "max_steps": "train.max_steps",
+    "logging_steps": "train.prompts_per_step / train.mini_batch_prompts",
+    "save_steps": "train.save_every", "save_strategy": "train.save_every",
+    "temperature": "rollout.temperature", "top_p": "rollout.top_p",
+    "max_completion_length": "rollout.max_response_tokens",
+    "vllm_max_model_length": "rollout.max_prompt_tokens + rollout.max_response_tokens",
+    "tree_m": "rollout.tree_m", "tree_l": "rollout.tree_l", "tree_k": "rollout.tree_k",
+    "tree_alpha": "rollout.tree_alpha", "tree_aepo_beam": "rollout.aepo_beam",
+    "tree_aepo_initial": "rollout.aepo_initial",
+    "num_generations": "train.chain_leaves, rollout.tree_m/tree_l/tree_k or rollout.aepo_budget",
+    "per_device_train_batch_size": "train.mini_batch_prompts and train.micro_batch_rows",
+    "gradient_accumulation_steps": "train.micro_batch_rows",
+    "steps_per_generation": "train.prompts_per_step / train.mini_batch_prompts",
+    "seed": "--seed", "output_dir": "the run folder",
+}
+"""``AT2POConfig`` fields a run derives from the profile (or its seed and folder). Each has one
+source, named here: an override of such a field (``--set trainer.<field>``) is refused with the
+profile key to set instead. Every other ``AT2POConfig`` field may be overridden after the
+method preset (``--set trainer.beta=0``)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run, resolved once from the profile, the method preset and the overrides.
+
+    ``rollout`` is what the sampler runs (:class:`at2po_lib.trainer.agent.SearchAgent` gets it
+    as is); ``trainer`` holds the ``AT2POConfig`` keyword arguments, derived from the same
+    numbers (``num_generations == rollout.leaves_per_prompt()``). Nothing is copied back.
+    ``react`` (no training) has ``geometry`` None and an empty ``trainer``.
+    """
+
+    profile: ProfileConfig
+    method: str
+    seed: int
+    preset: Mapping[str, Any]
+    trainer_overrides: Mapping[str, Any]
+    rollout: RolloutConfig
+    geometry: BatchGeometry | None
+    trainer: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def leaves_per_prompt(self) -> int:
+        return self.rollout.leaves_per_prompt()
+
+    def record(self) -> dict[str, Any]:
+        """Everything that determines the run's result (hashed to recognise a finished run);
+        where it ran (``use_cpu``) is provenance (``meta.json``), not configuration."""
+        fields = {k: v for k, v in self.trainer.items() if k != "use_cpu"}
+        return {"profile": self.profile.to_dict(), "method": self.method, "seed": self.seed,
+                "preset": dict(self.preset), "trainer_overrides": dict(self.trainer_overrides),
+                "trainer": fields}
+
+    def training_args(self, output_dir: Path):
+        """The run's :class:`AT2POConfig` (TRL's arguments) writing to ``output_dir``."""
+        from .config import AT2POConfig
+
+        if self.geometry is None:
+            raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")
+        return AT2POConfig(output_dir=str(output_dir), **self.trainer)
+
+
+def method_rollout(profile_cfg: ProfileConfig, expansion: str) -> RolloutConfig:
+    """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
+    ``chain`` runs ``train.chain_leaves`` chains; ``aepo`` starts ``min(aepo_initial,
+    aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
+    the M, L, K tree."""
+    rollout = dataclasses.replace(profile_cfg.rollout, expansion=expansion)
+    if expansion == "chain":
+        return dataclasses.replace(rollout, tree_m=profile_cfg.train.chain_leaves, tree_l=0,
+                                   tree_k=0)
+    if expansion == "aepo":
+        return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
+                                                             rollout.aepo_budget))
+    rollout.leaves_per_prompt()  # an unknown expansion is an error here, naming it
+    return rollout
+
+
 def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str) -> int:
-    """M + L·K for tree expansions, ``train.chain_leaves`` for chains and AEPO (docs/method.md §8)."""
-    r = profile_cfg.rollout
-    if expansion in ("random", "entropy"):
-        return r.tree_m + r.tree_l * r.tree_k
-    return profile_cfg.train.chain_leaves
+    """Leaves per prompt of ``expansion`` on a profile (:meth:`RolloutConfig.leaves_per_prompt`
+    of :func:`method_rollout`)."""
+    return method_rollout(profile_cfg, expansion).leaves_per_prompt()
 
 
-def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
-                   overrides: Mapping[str, Any] | None = None,
-                   world_size: int | None = None) -> dict[str, Any]:
-    """``AT2POConfig`` keyword arguments (no output paths): profile, then preset, then
-    ``overrides`` (``AT2POConfig`` field names), then the derived batch geometry."""
-    train, rollout = profile_cfg.train, profile_cfg.rollout
+def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`)."""
+    for key in overrides:
+        if key in PROFILE_FIELDS:
+            raise ProfileError(f"trainer.{key} comes from the profile: set {PROFILE_FIELDS[key]} "
+                               f"instead (e.g. --set {PROFILE_FIELDS[key].split(' ')[0]}=...)")
+
+
+def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
+                trainer_overrides: Mapping[str, Any] | None = None,
+                world_size: int | None = None) -> RunSpec:
+    """The :class:`RunSpec` of one run: profile, then the method preset, then
+    ``trainer_overrides`` (``AT2POConfig`` fields the profile does not set), then the derived
+    rollout shape and batch geometry."""
+    preset = get_method(method)
+    overrides = dict(trainer_overrides or {})
+    check_trainer_overrides(overrides)
+    if not preset.trains:
+        return RunSpec(profile_cfg, method, seed, dict(preset.overrides), overrides,
+                       profile_cfg.rollout, None)
+    method_fields = {**preset.overrides, **overrides}
+    rollout = method_rollout(profile_cfg, method_fields.get("tree_expansion", "entropy"))
+    leaves = rollout.leaves_per_prompt()
+    train = profile_cfg.train
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    geo = batch_geometry(train.prompts_per_step, train.mini_batch_prompts, leaves, world_size,
+                         train.micro_batch_rows)
     fields: dict[str, Any] = dict(
         seed=seed, learning_rate=train.learning_rate, lr_scheduler_type=train.lr_scheduler_type,
         weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm, beta=train.beta,
@@ -91,20 +204,11 @@ def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
     )
     if train.use_vllm:
         fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens
-    fields.update(get_method(method).overrides)
-    fields.update(overrides or {})
-    expansion = fields.get("tree_expansion", "entropy")
-    leaves = leaves_per_prompt(profile_cfg, expansion)
-    if expansion == "chain":
-        fields.update(tree_m=leaves, tree_l=0, tree_k=0, num_generations=leaves)
-    elif expansion == "aepo":
-        # AEPO's initial chains scale with its budget (paper: 8 of 16).
-        initial = max(1, round(rollout.aepo_initial * leaves / rollout.aepo_budget))
-        fields.update(num_generations=leaves, tree_aepo_initial=min(initial, leaves))
-    world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    geo = batch_geometry(train.prompts_per_step, train.mini_batch_prompts, leaves, world_size,
-                         train.micro_batch_rows)
+    fields.update(method_fields)
+    if rollout.expansion == "aepo":
+        fields["tree_aepo_initial"] = rollout.aepo_initial
     fields.update(
+        num_generations=leaves,
         per_device_train_batch_size=geo.per_device_train_batch_size,
         gradient_accumulation_steps=geo.gradient_accumulation_steps,
         steps_per_generation=geo.steps_per_generation,
@@ -117,7 +221,15 @@ def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
         disable_tqdm=True,
         use_cpu=_no_accelerator(),
     )
-    return fields
+    return RunSpec(profile_cfg, method, seed, dict(preset.overrides), overrides, rollout, geo,
+                   fields)
+
+
+def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
+                   overrides: Mapping[str, Any] | None = None,
+                   world_size: int | None = None) -> dict[str, Any]:
+    """``AT2POConfig`` keyword arguments of a run (no output paths): ``resolve_run(...).trainer``."""
+    return resolve_run(profile_cfg, method, seed, overrides, world_size).trainer
 
 
 def _no_accelerator() -> bool:
@@ -136,12 +248,13 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
 
     rows = {}
     for method in methods:
-        if not get_method(method).trains:
+        spec = resolve_run(profile_cfg, method, 0, world_size=1)
+        if spec.geometry is None:
             rows[method] = {c: "" for c in columns}
             continue
-        fields = trainer_fields(profile_cfg, method, 0, world_size=1)
-        fields["leaves_per_prompt"] = leaves_per_prompt(profile_cfg, fields["tree_expansion"])
-        fields["updates_per_step"] = fields["logging_steps"]
+        fields = dict(spec.trainer)
+        fields["leaves_per_prompt"] = spec.leaves_per_prompt
+        fields["updates_per_step"] = spec.geometry.updates_per_step
         if fields.get("credit_advantage", "node_value") in ("vanilla", "tree_grpo"):
             fields["credit_value"] = ""  # outcome advantages: no node values
         fields.setdefault("credit_value", "entropy_softmax")
@@ -151,19 +264,11 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
 
 def build_training_args(profile_cfg: ProfileConfig, method: str, seed: int, output_dir: Path,
                         overrides: Mapping[str, Any] | None = None):
-    from .config import AT2POConfig
-
-    return AT2POConfig(output_dir=str(output_dir),
-                       **trainer_fields(profile_cfg, method, seed, overrides))
+    """The :class:`AT2POConfig` of a run (``resolve_run(...).training_args(output_dir)``)."""
+    return resolve_run(profile_cfg, method, seed, overrides).training_args(output_dir)
 
 
 def resolved_config(profile_cfg: ProfileConfig, method: str, seed: int,
                     trainer_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Everything that determines a run's result (hashed to recognise a finished run)."""
-    preset = get_method(method)
-    fields = (trainer_fields(profile_cfg, method, seed, trainer_overrides)
-              if preset.trains else {})
-    fields.pop("use_cpu", None)  # where it ran is provenance (meta.json), not configuration
-    return {"profile": profile_cfg.to_dict(), "method": method, "seed": seed,
-            "preset": dict(preset.overrides), "trainer_overrides": dict(trainer_overrides or {}),
-            "trainer": fields}
+    """Everything that determines a run's result (``resolve_run(...).record()``)."""
+    return resolve_run(profile_cfg, method, seed, trainer_overrides).record()

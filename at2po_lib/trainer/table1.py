@@ -1,8 +1,9 @@
 r"""The toy Table 1: every method of the paper's Table 1 trained on one profile, several seeds.
 
-    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0,1,2
-    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0 --methods react,grpo,at2po
-    python -m at2po_lib.trainer.table1 --profile tiny --seeds 0,1,2 --set train.max_steps=96
+    at2po table1 --profile tiny --seeds 0,1,2
+    at2po table1 --profile tiny --seeds 0 --methods react,grpo,at2po
+    at2po table1 --profile tiny --seeds 0,1,2 --set train.max_steps=96
+    at2po report --profile tiny --seeds 0,1,2      # only collect the finished runs' table
 
 Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call (a finished run with the
 same configuration is reused). ``react`` is the warm-start policy evaluated as is; greedy
@@ -10,17 +11,17 @@ evaluation is deterministic, so it runs for the first seed only. The table is ti
 (method, seed, dataset) — the seven datasets plus the sample-weighted ``multihop avg`` /
 ``singlehop avg`` rows of :func:`at2po_lib.evaluation.summarise` — with the run's wall time
 (training + evaluation, seconds), and is written to ``results/<profile>/table1_<profile>.csv``
-with a ``.meta.json`` beside it (config, versions, git revision, hardware).
+with a ``.meta.json`` beside it (config, versions, git revision, hardware). The command lines
+are :mod:`at2po_lib.cli.table1` and :mod:`at2po_lib.cli.report`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Sequence
 
-from ..config import load_profile, parse_overrides
+from ..config import load_profile
 from . import records
 from .methods import TABLE1_METHODS, get_method
 
@@ -77,34 +78,9 @@ def write_table1(table, profile: str, seeds: Sequence[int], overrides: dict | No
     """``results/<profile>/table1_<profile>.csv`` + meta (the resolved config, overrides in)."""
     from ..evaluation import write_eval
     from ..paths import results_dir
-    from .run import _hardware
+    from ..provenance import hardware
 
     path = results_dir(profile) / f"table1_{profile}.csv"
     cfg = load_profile(profile, overrides)
-    return write_eval(table, path, profile, None, cfg, seeds=list(seeds), hardware=_hardware(),
+    return write_eval(table, path, profile, None, cfg, seeds=list(seeds), hardware=hardware(),
                       command=" ".join(sys.argv))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m at2po_lib.trainer.table1",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
-    parser.add_argument("--methods", default=None, help="comma-separated (default: Table 1's)")
-    parser.add_argument("--force", action="store_true", help="re-run finished runs")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="profile override for every run (repeatable), e.g. train.max_steps=96")
-    args = parser.parse_args(argv)
-    overrides = parse_overrides(args.set)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    methods = args.methods.split(",") if args.methods else None
-    table = run_table1(args.profile, methods, seeds, args.force, overrides)
-    path = write_table1(table, args.profile, seeds, overrides)
-    view = table[table["dataset"].str.endswith("avg")] if len(table) else table
-    print(view.to_string(index=False))
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

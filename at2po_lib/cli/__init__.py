@@ -1,0 +1,55 @@
+"""The ``at2po`` command: one subcommand per pipeline stage, one module per subcommand.
+
+    at2po world | index | serve-retriever | warmstart | evaluate | train | table1 | report
+          | run-notebooks          (at2po <command> --help for each one's options)
+
+Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
+the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``policy.warmstart``,
+``evaluation``, ``trainer``, ``pipeline``) and has no command line of its own. Every command
+that reads a profile takes the same two options from :mod:`.common`: ``--profile NAME`` and
+``--set SECTION.KEY=VALUE`` (repeatable), the one way to override a profile value; each key
+and value is checked against the config dataclasses before anything runs.
+
+Subcommand modules are imported only when called, so ``at2po --help`` is instant and a stage's
+heavy imports (torch, trl, faiss) stay with that stage. ``python -m at2po_lib.cli <command>``
+is the same as ``at2po <command>`` (``accelerate launch -m at2po_lib.cli train ...``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "world": ("world", "generate the TinyWorld corpus and datasets"),
+    "index": ("index", "build a dense (faiss) or BM25 index"),
+    "serve-retriever": ("serve_retriever", "serve /retrieve (Search-R1 contract)"),
+    "warmstart": ("warmstart", "train the tiny policy's SFT warm start"),
+    "evaluate": ("evaluate", "greedy evaluation on the test sets"),
+    "train": ("train", "RL training of one method (AT2PO or a baseline)"),
+    "table1": ("table1", "the toy Table 1: every method, several seeds, one table"),
+    "report": ("report", "write the tables of finished runs (Table 1 CSV)"),
+    "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
+}
+"""Subcommand → (module of this package, one-line help)."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: at2po <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run 'at2po <command> --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"at2po: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
+    return int(module.main(rest) or 0)

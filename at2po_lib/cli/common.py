@@ -1,0 +1,97 @@
+"""What every subcommand shares: ``--profile`` / ``--set``, error reporting, list options.
+
+``--set SECTION.KEY=VALUE`` (repeatable) is the one channel for overriding a profile value on
+the command line. :func:`at2po_lib.config.parse_overrides` checks each key and value against
+the config dataclasses before anything runs (an unknown key or a wrong type is an error
+naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+SET_METAVAR = "SECTION.KEY=VALUE"
+
+
+def add_profile_options(parser: argparse.ArgumentParser, *, default: str | None = "tiny",
+                        example: str = "train.max_steps=3",
+                        profile_help: str | None = None) -> None:
+    """``--profile`` and the repeatable ``--set`` override."""
+    parser.add_argument("--profile", default=default, help=profile_help or (
+        "a profile name (configs/<name>.yaml) or a YAML file"
+        + (f" (default: {default})" if default else "")))
+    parser.add_argument("--set", action="append", default=[], metavar=SET_METAVAR,
+                        dest="overrides",
+                        help=f"override a profile value, e.g. {example} (repeatable; checked "
+                             "against the config before anything runs)")
+
+
+def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
+              ) -> dict[str, Any]:
+    """The ``--set`` values as one nested dict ({} when there are none)."""
+    from ..config import parse_overrides
+
+    return parse_overrides(texts, extra_sections) or {}
+
+
+def load_profile_args(args: argparse.Namespace):
+    """The profile named by ``--profile`` with the ``--set`` overrides applied."""
+    from ..config import load_profile
+
+    return load_profile(args.profile, parse_set(args.overrides) or None)
+
+
+def comma_list(text: str | None, option: str) -> list[str] | None:
+    """``"a,b"`` → ``["a", "b"]``; None stays None; a list with no item (``",,"``) is an error
+    naming the option."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{option} {text!r} names nothing (give e.g. {option} a,b)")
+    return items
+
+
+def int_list(text: str, option: str) -> list[int]:
+    items = comma_list(text, option) or []
+    try:
+        return [int(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected integers separated by commas") from None
+
+
+class UsageError(ValueError):
+    """Bad command-line input (reported like a bad profile value, exit status 2)."""
+
+
+def quiet_openmp() -> None:
+    """Idle OpenMP threads spin by default; on a shared 2-core machine that made every torch op
+    several times slower (measured). Only effective before torch is first imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def run_guarded(prog: str, body: Callable[[], int]) -> int:
+    """Run a subcommand; bad input (a profile, key, value, method or list) is one line on
+    stderr naming it, and exit status 2."""
+    from ..config import ProfileError
+
+    try:
+        return int(body() or 0)
+    except (ProfileError, UsageError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def check_methods(names: list[str]) -> None:
+    """Unknown method names are a :class:`UsageError` with the closest known ones."""
+    from ..trainer.methods import get_method
+
+    for name in names:
+        try:
+            get_method(name)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None

@@ -1,0 +1,105 @@
+"""``at2po train``: RL training of one method on one profile and seed
+(:func:`at2po_lib.trainer.run.train`).
+
+Overrides go through ``--set`` only: ``--set SECTION.KEY=VALUE`` for a profile value and
+``--set trainer.FIELD=VALUE`` for an ``AT2POConfig`` field the profile does not set (applied
+after the method preset, e.g. ``trainer.beta``; a field the run derives from the profile, such
+as ``trainer.learning_rate``, is refused with the profile key to use). ``--max-steps N`` and
+``--arg FIELD=VALUE`` are kept as shorthands for ``--set train.max_steps=N`` and
+``--set trainer.FIELD=VALUE`` and go through the same parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import (UsageError, add_profile_options, check_methods, parse_set, quiet_openmp,
+                     run_guarded)
+
+PROG = "at2po train"
+TRAINER_SECTION = "trainer"
+
+EXAMPLES = """\
+examples:
+  at2po train --list-methods
+  at2po train --profile tiny --method at2po --seed 0
+  at2po train --profile tiny --method grpo --seed 1 --set train.max_steps=20 \\
+      --set train.learning_rate=1e-4
+  at2po train --profile tiny --method at2po --set trainer.epsilon_high=0.005
+  at2po train --profile tiny --method at2po --seed 0 --resume     # continue a killed run
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train one method (AT2PO or a baseline) on one profile and seed; records "
+                    "go to results/runs/<profile>/<method>/seed<S>/.")
+    add_profile_options(parser, example="train.learning_rate=1e-4, or trainer.beta=0 for an "
+                                        "AT2POConfig field after the method preset")
+    parser.add_argument("--method", help="a preset name (see --list-methods)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run's last complete checkpoint")
+    parser.add_argument("--force", action="store_true", help="re-run a finished run")
+    parser.add_argument("--list-methods", action="store_true")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="shorthand for --set train.max_steps=N")
+    parser.add_argument("--arg", action="append", default=[], metavar="FIELD=VALUE",
+                        help="shorthand for --set trainer.FIELD=VALUE")
+    return parser
+
+
+def override_texts(args: argparse.Namespace) -> list[str]:
+    """Every override as ``--set`` text: the ``--set`` values, then the shorthands."""
+    texts = list(args.overrides)
+    if args.max_steps is not None:
+        texts.append(f"train.max_steps={args.max_steps}")
+    for text in args.arg:
+        if "=" not in text:
+            raise UsageError(f"--arg {text!r} is not FIELD=VALUE")
+        texts.append(f"{TRAINER_SECTION}.{text}")
+    return texts
+
+
+def split_overrides(texts: list[str]) -> tuple[dict, dict]:
+    """(profile overrides, ``AT2POConfig`` overrides), every key and value checked up front;
+    ``trainer.*`` keys are checked against ``AT2POConfig`` (which loads trl) only when given."""
+    extra = None
+    if any(t.split("=", 1)[0].strip().split(".", 1)[0] == TRAINER_SECTION for t in texts):
+        from ..trainer.config import AT2POConfig
+        from ..trainer.resolve import check_trainer_overrides
+
+        extra = {TRAINER_SECTION: AT2POConfig}
+    merged = parse_set(texts, extra)
+    trainer = merged.pop(TRAINER_SECTION, {})
+    if trainer:
+        check_trainer_overrides(trainer)
+    return merged, trainer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_methods:
+        from ..trainer.methods import format_methods
+
+        print(format_methods())
+        return 0
+    if not args.method:
+        parser.error("--method is required (see --list-methods)")
+    quiet_openmp()
+    return run_guarded(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    check_methods([args.method])
+    profile_overrides, trainer_overrides = split_overrides(override_texts(args))
+    from ..trainer.run import train
+
+    result = train(args.profile, args.method, args.seed, resume=args.resume, force=args.force,
+                   profile_overrides=profile_overrides, trainer_overrides=trainer_overrides)
+    print(f"{result.status}: {result.run.root} ({result.wall_time:.1f} s)")
+    if result.final_eval is not None:
+        print(result.final_eval.to_string(index=False))
+    return 0

@@ -1,0 +1,173 @@
+"""The ``at2po`` command: one subcommand per stage, one ``--profile``/``--set`` parser, help
+that is instant, bad input that fails up front naming the key, and examples that work."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from at2po_lib import cli
+from at2po_lib.cli import train as train_cli
+from at2po_lib.config import ProfileError
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE_MODULES = ["evaluation", "trainer/run", "trainer/table1", "policy/warmstart",
+                 "retrieval/build", "retrieval/server", "tinyworld/build", "pipeline"]
+
+
+def test_every_subcommand_has_a_module_with_a_parser_and_main():
+    import importlib
+
+    assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
+                                 "train", "table1", "report", "run-notebooks"}
+    for name, (module_name, _) in cli.COMMANDS.items():
+        module = importlib.import_module(f"at2po_lib.cli.{module_name}")
+        parser = module.build_parser()
+        assert parser.prog == f"at2po {name}"
+        assert callable(module.main)
+
+
+@pytest.mark.parametrize("relative", STAGE_MODULES)
+def test_stage_modules_keep_no_command_line(relative):
+    text = (ROOT / "at2po_lib" / f"{relative}.py").read_text()
+    assert "argparse" not in text and not re.search(r"^def main\(", text, re.M), relative
+    assert '__name__ == "__main__"' not in text, relative
+
+
+def test_top_level_help_is_instant_and_lists_every_command():
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "--help"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0
+    for name in cli.COMMANDS:
+        assert name in proc.stdout
+    assert seconds < 5, f"at2po --help took {seconds:.1f} s"
+    probe = ("import sys, at2po_lib.cli as c; c.main(['--help']); "
+             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'faiss', 'pandas') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60).stdout
+    assert out.strip().endswith("[]"), out
+
+
+def test_unknown_command_is_an_error(capsys):
+    assert cli.main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+
+
+def test_train_help_examples_parse_and_pass_the_up_front_checks(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    examples = [line for line in help_text.splitlines() if "--set" in line or "\\" in line]
+    assert any("train.learning_rate=1e-4" in line for line in examples)
+    sets = re.findall(r"--set (\S+)", help_text[help_text.index("examples:"):])
+    profile, trainer = train_cli.split_overrides(sets)
+    assert profile["train"]["learning_rate"] == 1e-4 and profile["train"]["max_steps"] == 20
+    assert trainer == {"epsilon_high": 0.005}
+
+
+def test_shorthands_go_through_the_same_parser():
+    args = train_cli.build_parser().parse_args(
+        ["--method", "at2po", "--max-steps", "4", "--arg", "beta=1e-3",
+         "--set", "train.learning_rate=1e-4"])
+    profile, trainer = train_cli.split_overrides(train_cli.override_texts(args))
+    assert profile == {"train": {"learning_rate": 1e-4, "max_steps": 4}}
+    assert trainer == {"beta": 1e-3}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "train.learnin_rate=1e-4"], "did you mean train.learning_rate"),
+    (["--set", "train.max_steps=many"], "train.max_steps: expected int"),
+    (["--arg", "beta=high"], "trainer.beta: expected float"),
+    (["--arg", "betta=0"], "unknown key 'betta'"),
+    (["--set", "trainer.learning_rate=1e-4"], "set train.learning_rate instead"),
+    (["--set", "trainer.tree_m=3"], "set rollout.tree_m instead"),
+    (["--arg", "beta"], "not FIELD=VALUE"),
+])
+def test_bad_train_overrides_fail_before_training(argv, message, capsys, tmp_path,
+                                                  monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))  # nothing may be written anyway
+    assert cli.main(["train", "--profile", "smoke", "--method", "at2po", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("at2po train: error:") and message in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_method_and_profile_are_one_line_errors(capsys):
+    assert cli.main(["train", "--profile", "smoke", "--method", "at2pp"]) == 2
+    assert "did you mean at2po" in capsys.readouterr().err
+    assert cli.main(["world", "--profile", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown profile 'nope'" in err and "smoke" in err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["table1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
+    (["table1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
+    (["report", "--profile", "smoke", "--methods", ",,,"], "--methods"),
+    (["run-notebooks", "--profile", "smoke", "--only", ",,,"], "--only"),
+    (["evaluate", "--profile", "smoke", "--datasets", ","], "--datasets"),
+])
+def test_empty_or_malformed_lists_are_errors_naming_the_option(argv, option, capsys):
+    assert cli.main(argv) == 2
+    assert option in capsys.readouterr().err
+
+
+def test_report_writes_the_table1_csv_of_finished_runs(tmp_path, monkeypatch, capsys):
+    """``at2po report`` collects finished runs without training (a hand-made finished run)."""
+    import json
+
+    import pandas as pd
+
+    from at2po_lib.trainer import records
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    assert cli.main(["report", "--profile", "smoke", "--seeds", "0",
+                     "--methods", "react"]) == 1  # nothing finished yet
+    run = records.run_dir("smoke", "react", 0)
+    run.root.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"profile": "smoke", "label": "react", "seed": 0, "dataset": "tiny_nq",
+                   "group": "singlehop", "n": 2, "em": 0.5, "f1": 0.5, "mean_turns": 1.0,
+                   "mean_tool_calls": 0.0, "git_revision": "x"},
+                  {"profile": "smoke", "label": "react", "seed": 0, "dataset": "singlehop avg",
+                   "group": "singlehop", "n": 2, "em": 0.5, "f1": 0.5, "mean_turns": 1.0,
+                   "mean_tool_calls": 0.0, "git_revision": "x"}]).to_csv(run.final_eval,
+                                                                        index=False)
+    run.done.write_text(json.dumps({"wall_time": 1.5}))
+    capsys.readouterr()
+    assert cli.main(["report", "--profile", "smoke", "--seeds", "0", "--methods", "react"]) == 0
+    table = pd.read_csv(tmp_path / "smoke" / "table1_smoke.csv")
+    assert list(table["method"]) == ["react", "react"] and list(table["wall_time"]) == [1.5, 1.5]
+    assert (tmp_path / "smoke" / "table1_smoke.csv.meta.json").is_file()
+
+
+def test_python_dash_m_runs_the_same_command():
+    proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "train", "--list-methods"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and "at2po" in proc.stdout and "tree_grpo" in proc.stdout
+
+
+def test_entry_point_is_the_package_main():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["at2po"] == "at2po_lib.cli:main"
+    assert cli.main is not None
+
+
+def test_profile_errors_are_reported_not_raised(capsys):
+    """The shared guard turns a ProfileError into one line and exit status 2."""
+    from at2po_lib.cli.common import run_guarded
+
+    def body() -> int:
+        raise ProfileError("configs/x.yaml: unknown key 'y'")
+
+    assert run_guarded("at2po x", body) == 2
+    assert capsys.readouterr().err == "at2po x: error: configs/x.yaml: unknown key 'y'\n"
