@@ -35,6 +35,8 @@ class StageResult:
 def list_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
     """Numbered notebooks (``NN_name.ipynb``) in order; ``only`` keeps the given prefixes."""
     found = sorted(p for p in notebooks_dir.glob("[0-9][0-9]_*.ipynb"))
+    if only is not None and not [o for o in only if o.strip()]:  # e.g. --only ",,,"
+        raise ValueError(f"--only names no notebook (got {only!r}); give prefixes such as 00,01")
     if only:
         unknown = [o for o in only if not any(p.name.startswith(o) for p in found)]
         if unknown:
@@ -59,6 +61,18 @@ def stage_stamp(notebook: Path, profile_json: str, lib_hash: str, upstream: str)
     for part in (notebook.read_bytes(), profile_json.encode(), lib_hash.encode(), upstream.encode()):
         digest.update(part)
     return digest.hexdigest()
+
+
+def _unreadable(notebook: Path) -> str | None:
+    """Why ``notebook`` is not a readable notebook file (None when it is)."""
+    import nbformat
+
+    try:
+        nbformat.validate(nbformat.read(notebook, as_version=4))
+    except Exception as exc:  # nbformat raises JSON, validation and version errors
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"{type(exc).__name__}: {first[:200]}"
+    return None
 
 
 def _failure_message(exc: Exception, notebook: Path) -> str:
@@ -121,10 +135,13 @@ def run_notebooks(
                 kernel_name=kernel_name, cwd=str(root), progress_bar=False,
             )
         except Exception as exc:  # papermill wraps cell errors; anything else is a failure too
-            message = _failure_message(exc, notebook)
+            unreadable = _unreadable(notebook)
+            message = (f"the notebook file cannot be read ({unreadable})" if unreadable
+                       else _failure_message(exc, notebook))
             shown = notebook.relative_to(root) if notebook.is_relative_to(root) else notebook
-            print(f"[{cfg.name}] FAILED {shown}: {message}\n"
-                  f"  executed copy with the traceback: {output}", file=sys.stderr, flush=True)
+            where = (f"  executed copy with the traceback: {output}" if output.exists() and not unreadable
+                     else f"  no executed copy was written; fix {notebook} (e.g. restore it with git)")
+            print(f"[{cfg.name}] FAILED {shown}: {message}\n{where}", file=sys.stderr, flush=True)
             results.append(StageResult(notebook, "failed", time.perf_counter() - start, message))
             return results
         seconds = time.perf_counter() - start

@@ -89,3 +89,27 @@ def test_unknown_profile_is_an_error_listing_known_ones(tmp_path):
     )
     assert proc.returncode == 2
     assert "tiny" in proc.stderr and "smoke" in proc.stderr
+
+
+def test_only_with_no_prefix_is_an_error_not_every_stage(two_notebooks):
+    for only in ([], ["", " "]):
+        with pytest.raises(ValueError, match="names no notebook"):
+            list_notebooks(two_notebooks, only)
+    proc = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "smoke", "--only", ",,,",
+         "--notebooks-dir", str(two_notebooks)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 2 and "--only" in proc.stderr, proc.stderr
+
+
+@pytest.mark.integration
+def test_a_corrupt_notebook_is_named_and_no_executed_copy_is_promised(two_notebooks, tmp_path, capsys):
+    (two_notebooks / "01_second.ipynb").write_text('{"cells": [')  # truncated JSON
+    out = tmp_path / "out"
+    results = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
+    assert [r.status for r in results] == ["ran", "failed"]
+    assert "cannot be read" in results[-1].message
+    err = capsys.readouterr().err
+    assert "01_second.ipynb" in err and "no executed copy was written" in err
+    assert "executed copy with the traceback" not in err and not (out / "01_second.ipynb").exists()

@@ -117,6 +117,25 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+class CheckpointError(OSError):
+    """A checkpoint file that cannot be read (the message names it)."""
+
+
+def check_weight_files(folder: Path) -> None:
+    """Open the header of every ``*.safetensors`` file in ``folder``: a truncated or corrupt
+    file raises :class:`CheckpointError` naming it (``from_pretrained``'s own error does not).
+    Reading a header is cheap (the tensors are not loaded)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt? "
+                                  f"{exc}); re-save or re-download the checkpoint") from None
+
+
 def load_policy(path_or_name: str | Path, dtype: str = "float32",
                 device: str = "cpu") -> tuple[PreTrainedModel, Any]:
     """Load ``(model, tokenizer)`` with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
@@ -132,6 +151,8 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
             text).expanduser().is_dir():
         # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
         raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
+    if Path(text).expanduser().is_dir():
+        check_weight_files(Path(text).expanduser())
     model = AutoModelForCausalLM.from_pretrained(text, dtype=torch_dtype(dtype))
     tokenizer = load_tokenizer(path_or_name)
     if model.generation_config.pad_token_id is None:
