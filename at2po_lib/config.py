@@ -87,7 +87,10 @@ class RetrievalConfig:
     corpus: str | None = None
     """wiki-18-format JSONL; None means the profile's TinyWorld corpus."""
     index_dir: str | None = None
-    """Prebuilt index folder; None means ``artifacts/<profile>/index``."""
+    """Index folder; None means ``artifacts/<profile>/index``."""
+    prebuilt: bool = False
+    """``index_dir`` holds a downloaded faiss file without ``meta.json`` (Search-R1's
+    ``e5_Flat.index``): use it as it is, never rebuild it. Off: such a file is refused."""
     url: str | None = None
     """A running retrieval server (``http://127.0.0.1:8000/retrieve``); None searches in-process."""
     shard_size: int = 100_000

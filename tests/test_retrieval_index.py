@@ -20,6 +20,7 @@ from at2po_lib.retrieval.corpus import Corpus
 from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_index, parse_index_type
 from at2po_lib.retrieval.encoders import DenseEncoder, EncoderSpec, offline_minilm_path, resolve_encoder_path
 from at2po_lib.retrieval.shards import shard_path
+from at2po_lib.staging import staging_path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 SPEC = EncoderSpec(max_length=64)
@@ -200,13 +201,15 @@ def test_a_prebuilt_faiss_file_loads_with_a_given_encoder(built, tmp_path, corpu
     prebuilt = tmp_path / "prebuilt"
     prebuilt.mkdir()
     shutil.copy(built["flat"] / "index.faiss", prebuilt / "e5_Flat.index")
-    retriever = DenseRetriever(prebuilt, corpus_n, SPEC)
+    with pytest.raises(RetrievalError, match="without meta.json.*prebuilt=True"):
+        DenseRetriever(prebuilt, corpus_n, SPEC)  # never a silent fallback
+    retriever = DenseRetriever(prebuilt, corpus_n, SPEC, prebuilt=True)
     passage = Corpus(corpus_n).get([12])[0]
     assert retriever.search([passage["contents"]], 1)[0][0]["document"] == passage
     short = tmp_path / "short.jsonl"
     short.write_text("".join(corpus_n.read_text().splitlines(keepends=True)[:50]))
     with pytest.raises(IndexMismatchError, match="120 vectors"):
-        DenseRetriever(prebuilt, short, SPEC)
+        DenseRetriever(prebuilt, short, SPEC, prebuilt=True)
 
 
 @pytest.mark.slow  # embeds a corpus
@@ -224,19 +227,27 @@ def test_embedding_resumes_from_saved_shards(tmp_path, corpus_n):
 
     with pytest.raises(Killed):
         build_dense_index(small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False)
-    shards = index_dir / "embeddings"
+    # The build happens beside the final folder; nothing loadable exists until it completes.
+    shards = staging_path(index_dir) / "embeddings"
     assert sorted(p.name for p in shards.glob("shard_*.npy")) == ["shard_000000.npy", "shard_000001.npy"]
-    assert not (index_dir / "meta.json").exists()
+    assert not index_dir.exists()
     before = {p.name: p.stat().st_mtime_ns for p in shards.glob("shard_*.npy")}
     report = build_dense_index(small, index_dir, SPEC, shard_size=5, keep_embeddings=True, progress=False)
     assert report.shards.reused == [0, 1] and report.shards.embedded == [2, 3]
+    shards = index_dir / "embeddings"  # moved with the finished index
     assert {p: shards.joinpath(p).stat().st_mtime_ns for p in before} == before  # not rewritten
-    assert DenseIndex.load(index_dir).ntotal == 20
-    # Shards made with another encoder are never mixed in.
+    assert DenseIndex.load(index_dir).ntotal == 20 and not staging_path(index_dir).exists()
+    # Shards a killed build left with another encoder are never mixed in; the finished index
+    # stays loadable meanwhile.
+    with pytest.raises(Killed):
+        build_dense_index(small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False)
     with pytest.raises(IndexMismatchError, match="other settings"):
         build_dense_index(small, index_dir, EncoderSpec(max_length=32), shard_size=5, progress=False)
+    assert DenseIndex.load(index_dir).meta["encoder"]["max_length"] == 64
     rebuilt = build_dense_index(small, index_dir, EncoderSpec(max_length=32), shard_size=5, force=True, progress=False)
-    assert rebuilt.shards.embedded == [0, 1, 2, 3] and not shards.exists()  # deleted after the build
+    assert rebuilt.shards.embedded == [0, 1, 2, 3]
+    assert not (index_dir / "embeddings").exists() and not staging_path(index_dir).exists()  # deleted after the build
+    assert DenseIndex.load(index_dir).meta["encoder"]["max_length"] == 32
 
 
 # -- BM25 ----------------------------------------------------------------------------------

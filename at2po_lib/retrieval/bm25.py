@@ -25,9 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .base import DEFAULT_TOPK, Hit, RetrievalError, Retriever, check_search_args, hits_from_rows
+from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
+                   check_search_args, hits_from_rows)
 from .corpus import Corpus
-from .metadata import check_corpus, read_metadata, write_metadata
+from .metadata import check_corpus, file_sizes, read_metadata, write_metadata
 
 STOPWORDS = "en"
 
@@ -59,10 +60,14 @@ def build_bm25_index(
     from bm25s.tokenization import Tokenized
     from tqdm.auto import tqdm
 
+    from ..staging import discard, recover, staging_path, swap_in
+
     index_dir = Path(index_dir)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    (index_dir / "meta.json").unlink(missing_ok=True)
-    corpus = Corpus(corpus_path, cache_dir=index_dir)
+    recover(index_dir, lambda folder: (folder / "meta.json").is_file())
+    work = staging_path(index_dir)  # built here, swapped in when complete
+    discard(work)  # tokenising is cheap: a killed build starts over
+    work.mkdir(parents=True)
+    corpus = Corpus(corpus_path, cache_dir=work)
     if len(corpus) == 0:
         raise RetrievalError(f"{corpus.path}: corpus is empty")
     tokenizer = _new_tokenizer()
@@ -76,15 +81,19 @@ def build_bm25_index(
     model = bm25s.BM25(k1=k1, b=b, method=method)
     model.index(Tokenized(ids=token_ids, vocab=tokenizer.get_vocab_dict()), show_progress=progress)
     del token_ids
-    model.save(str(index_dir), show_progress=False)
-    tokenizer.save_vocab(str(index_dir))
-    tokenizer.save_stopwords(str(index_dir))
-    write_metadata(index_dir, {
+    model.save(str(work), show_progress=False)
+    tokenizer.save_vocab(str(work))
+    tokenizer.save_stopwords(str(work))
+    index_files = sorted(p.name for p in work.iterdir()
+                         if p.is_file() and not p.name.startswith(("corpus_offsets", "meta.json")))
+    write_metadata(work, {  # last: the identity checked on every load
         "kind": "bm25", "index_type": "BM25", "encoder": f"bm25s ({method}, k1={k1}, b={b})",
         "k1": k1, "b": b, "method": method, "stopwords": STOPWORDS, "lower": True, "stemmer": None,
         "passages": len(corpus), "corpus_checksum": corpus.checksum(), "corpus_path": str(corpus.path),
+        "files": file_sizes(work, index_files),
     })
     corpus.close()
+    swap_in(work, index_dir)
     return BM25BuildReport(index_dir, read_metadata(index_dir, "bm25"))
 
 
@@ -117,11 +126,20 @@ class BM25Index:
         import bm25s
 
         self.index_dir = Path(index_dir)
-        self.meta = read_metadata(self.index_dir, "bm25")
-        self.model = bm25s.BM25.load(str(self.index_dir), mmap=mmap, show_progress=False)
-        self.tokenizer = _new_tokenizer()
-        self.tokenizer.load_vocab(str(self.index_dir))
-        self.tokenizer.load_stopwords(str(self.index_dir))
+        self.meta = read_metadata(self.index_dir, "bm25")  # also checks the recorded file sizes
+        try:
+            self.model = bm25s.BM25.load(str(self.index_dir), mmap=mmap, show_progress=False)
+            self.tokenizer = _new_tokenizer()
+            self.tokenizer.load_vocab(str(self.index_dir))
+            self.tokenizer.load_stopwords(str(self.index_dir))
+        except (OSError, ValueError, KeyError, EOFError) as exc:  # json/npy readers' errors
+            where = getattr(exc, "filename", None) or self.index_dir
+            raise RetrievalError(f"{where}: cannot read the BM25 index in {self.index_dir} "
+                                 f"({type(exc).__name__}: {str(exc)[:200]}); rebuild it") from None
+        docs = int(self.model.scores.get("num_docs", self.meta["passages"]))
+        if docs != int(self.meta["passages"]):
+            raise IndexMismatchError(f"{self.index_dir}: the BM25 model holds {docs} passages, "
+                                     f"meta.json says {self.meta['passages']}; rebuild the index")
 
     @property
     def ntotal(self) -> int:

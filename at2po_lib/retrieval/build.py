@@ -4,10 +4,13 @@
   root) or the profile's TinyWorld corpus ``artifacts/<profile>/world/corpus.jsonl``, generated
   on demand by :func:`at2po_lib.tinyworld.ensure_world`.
 - :func:`index_dirs`: ``retrieval.index_dir`` or ``artifacts/<profile>/index``, with ``dense/``
-  and ``bm25/`` inside (a folder that itself holds a faiss file, such as a downloaded
-  ``e5_Flat.index``, is used as the dense index directly).
+  and ``bm25/`` inside (with ``retrieval.prebuilt``, a folder that itself holds a faiss file,
+  such as a downloaded ``e5_Flat.index``, is used as the dense index directly).
 - :func:`ensure_index`: build what is missing or stale (an index whose recorded corpus checksum,
-  encoder or index type no longer matches the profile is rebuilt).
+  encoder or index type no longer matches the profile, or whose ``meta.json`` is missing or
+  unreadable, is rebuilt, in a staging folder swapped in when complete). A prebuilt index is
+  an explicit choice (``retrieval.prebuilt``, ``at2po index --prebuilt``), never a fallback: it
+  is checked (passage count against the corpus, encoder dimension) and never rebuilt.
 - :func:`build_retriever`: the retriever a profile asks for: :class:`HTTPRetriever` when
   ``retrieval.url`` is set, else in-process dense or BM25.
 
@@ -77,18 +80,23 @@ def index_dirs(cfg: "ProfileConfig") -> dict[str, Path]:
         base = _resolve(cfg.retrieval.index_dir)
     else:
         base = artifacts_dir(cfg.name) / "index"
-    dense = base if _holds_faiss_file(base) else base / "dense"
+    dense = base if cfg.retrieval.prebuilt and _holds_faiss_file(base) else base / "dense"
     return {"dense": dense, "bm25": base / "bm25"}
 
 
 def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> bool:
+    """A finished index matching the profile (no or unreadable ``meta.json``: not finished)."""
+    from ..staging import recover
     from .corpus import Corpus
 
+    recover(folder, lambda f: (f / "meta.json").is_file())  # finish an interrupted swap
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
-        # A downloaded prebuilt faiss file has no meta.json: use it as it is.
-        return method == "dense" and _holds_faiss_file(folder)
-    meta = json.loads(meta_path.read_text())
+        return False
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
     if meta.get("kind") != method:
         return False
     if meta.get("corpus_checksum") != Corpus(corpus_path, cache_dir=folder).checksum():
@@ -97,6 +105,17 @@ def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Pa
         spec = EncoderSpec.from_config(cfg.retrieval).to_dict()
         return meta.get("encoder") == spec and meta.get("index_type") == cfg.retrieval.index_type
     return True
+
+
+def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> None:
+    """``retrieval.prebuilt``: the folder must hold a faiss file that fits the corpus."""
+    from .dense import DenseRetriever
+
+    if not _holds_faiss_file(folder):
+        raise RetrievalError(f"retrieval.prebuilt is set but {folder} holds no index.faiss or *.index "
+                             "file; download the index there, or unset retrieval.prebuilt to build one")
+    DenseRetriever(folder, corpus_path, EncoderSpec.from_config(cfg.retrieval), prebuilt=True,
+                   use_gpu=False).close()  # raises on a count or dimension mismatch
 
 
 def ensure_index(
@@ -119,6 +138,9 @@ def ensure_index(
     rcfg = cfg.retrieval
     for method in methods:
         folder = folders[method]
+        if method == "dense" and rcfg.prebuilt:
+            _check_prebuilt(folder, cfg, corpus_path)
+            continue
         if not force and _is_current(method, folder, cfg, corpus_path):
             continue
         with _build_lock(folder):
@@ -180,7 +202,8 @@ def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool) -> R
         from .dense import DenseRetriever
 
         return DenseRetriever(folders["dense"], corpus_path, EncoderSpec.from_config(rcfg),
-                              batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16)
+                              batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16,
+                              prebuilt=rcfg.prebuilt)
     if method == "bm25":
         from .bm25 import BM25Retriever
 

@@ -14,8 +14,14 @@ and GPUs are visible, a ``Flat`` index is sharded over all of them for search (f
 ``index_cpu_to_all_gpus`` with ``shard=True``: Search-R1's setting); HNSW has no faiss GPU
 version and stays on CPU. Embedding uses the GPU through torch whenever one is visible.
 
+Building happens in a staging folder beside ``index_dir`` (``.<name>.staging``, where the
+resumable embedding shards live too) and the finished index is swapped in atomically
+(:mod:`at2po_lib.staging`): a failed or killed rebuild never leaves a folder that loads.
+
 A folder holding only a prebuilt faiss file (Search-R1's ``e5_Flat.index``, no ``meta.json``)
-loads too: the encoder then comes from the caller and only the passage count can be checked.
+loads only when asked for explicitly (``prebuilt=True``, ``--prebuilt``, ``retrieval.prebuilt``):
+the encoder then comes from the caller and only the passage count can be checked. A faiss file
+without ``meta.json`` is otherwise an unfinished build and refused.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 from .base import DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever, check_search_args, hits_from_rows
 from .corpus import Corpus
 from .encoders import DenseEncoder, EncoderSpec
-from .metadata import check_corpus, check_encoder, read_metadata, write_metadata
+from .metadata import check_corpus, check_encoder, file_sizes, read_metadata, write_metadata
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 INDEX_FILE = "index.faiss"
@@ -106,15 +112,20 @@ def build_dense_index(
     """
     from tqdm.auto import tqdm
 
+    from ..staging import recover, staging_path, swap_in
+
     parse_index_type(index_type)
     index_dir = Path(index_dir)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    (index_dir / "meta.json").unlink(missing_ok=True)  # unfinished until the new meta is written
-    corpus = Corpus(corpus_path, cache_dir=index_dir)
+    recover(index_dir, _build_is_complete)
+    work = staging_path(index_dir)  # built here, swapped in when complete
+    work.mkdir(parents=True, exist_ok=True)
+    for stale in (work / "meta.json", work / INDEX_FILE):  # from a build killed at its end
+        stale.unlink(missing_ok=True)
+    corpus = Corpus(corpus_path, cache_dir=work)
     if len(corpus) == 0:
         raise RetrievalError(f"{corpus.path}: corpus is empty")
     encoder = DenseEncoder(spec, batch_size=batch_size, device=device, fp16=fp16)
-    shard_dir = Path(embeddings_dir) if embeddings_dir is not None else index_dir / "embeddings"
+    shard_dir = Path(embeddings_dir) if embeddings_dir is not None else work / "embeddings"
     report = embed_corpus_to_shards(
         corpus, encoder, shard_dir, shard_size, force=force, on_shard_done=on_shard_done,
         progress=progress,
@@ -125,16 +136,24 @@ def build_dense_index(
         index.add(np.ascontiguousarray(shard, dtype=np.float32))
     if index.ntotal != len(corpus):
         raise RetrievalError(f"{index_dir}: index holds {index.ntotal} vectors, corpus has {len(corpus)}")
-    _write_faiss(index, index_dir / INDEX_FILE)
-    write_metadata(index_dir, {
+    _write_faiss(index, work / INDEX_FILE)
+    if not keep_embeddings:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+    write_metadata(work, {  # last: the identity checked on every load
         "kind": "dense", "encoder": spec.to_dict(), "dim": report.dim, "index_type": index_type,
         "passages": len(corpus), "corpus_checksum": corpus.checksum(),
         "corpus_path": str(corpus.path), "shard_size": shard_size,
+        "files": file_sizes(work, [INDEX_FILE]),
     })
-    if not keep_embeddings:
-        shutil.rmtree(shard_dir, ignore_errors=True)
     corpus.close()
+    swap_in(work, index_dir)
+    if embeddings_dir is None:
+        report.shard_dir = index_dir / "embeddings"
     return DenseBuildReport(index_dir, read_metadata(index_dir, "dense"), report)
+
+
+def _build_is_complete(folder: Path) -> bool:
+    return (folder / "meta.json").is_file()
 
 
 def _write_faiss(index: Any, path: Path) -> None:
@@ -143,6 +162,17 @@ def _write_faiss(index: Any, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     faiss.write_index(index, str(tmp))
     os.replace(tmp, path)
+
+
+def _read_faiss(path: Path) -> Any:
+    """``faiss.read_index`` with an error that names the file (faiss's own does not help)."""
+    import faiss
+
+    try:
+        return faiss.read_index(str(path))
+    except (RuntimeError, MemoryError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RetrievalError(f"{path}: not a readable faiss index (truncated or corrupt?): {first[:200]}") from None
 
 
 def find_faiss_file(index_dir: Path) -> Path:
@@ -182,18 +212,30 @@ class DenseIndex:
 
     @classmethod
     def load(cls, index_dir: str | Path, *, use_gpu: bool | str = "auto",
-             hnsw_ef_search: int = 128, fallback_spec: EncoderSpec | None = None) -> "DenseIndex":
-        import faiss
+             hnsw_ef_search: int = 128, fallback_spec: EncoderSpec | None = None,
+             prebuilt: bool = False) -> "DenseIndex":
+        """Load and check an index folder (``meta.json`` + faiss file).
 
+        ``prebuilt=True`` accepts a faiss file without ``meta.json`` (a downloaded index);
+        ``fallback_spec`` then names its encoder. Any file that is missing, truncated or
+        unreadable raises :class:`RetrievalError` naming it.
+        """
         index_dir = Path(index_dir)
         path = find_faiss_file(index_dir)
         folder = path.parent
-        index = faiss.read_index(str(path))
         if (folder / "meta.json").is_file():
-            meta = read_metadata(folder, "dense")
-        else:  # a prebuilt index (e.g. Search-R1's e5_Flat.index): nothing recorded to check
+            meta = read_metadata(folder, "dense")  # also checks the recorded file sizes
+            index = _read_faiss(path)
+        elif not prebuilt:
+            raise RetrievalError(
+                f"{path}: faiss file without meta.json, so nothing says which corpus and encoder "
+                "it belongs to (an unfinished build, or a downloaded index). Rebuild it "
+                "(`at2po index`), or use a downloaded index as it is with prebuilt=True "
+                "(--prebuilt, retrieval.prebuilt) and its encoder.")
+        else:  # a prebuilt index (e.g. Search-R1's e5_Flat.index): the caller vouches for it
             if fallback_spec is None:
                 raise RetrievalError(f"{path}: prebuilt index without meta.json; say which encoder made it")
+            index = _read_faiss(path)
             meta = {"kind": "dense", "encoder": fallback_spec.to_dict(), "dim": index.d,
                     "index_type": "HNSW" if "HNSW" in type(index).__name__ else "Flat",
                     "passages": index.ntotal, "corpus_checksum": None, "prebuilt": True}
@@ -254,9 +296,10 @@ class DenseRetriever(Retriever):
         fp16: bool = False,
         use_gpu: bool | str = "auto",
         hnsw_ef_search: int = 128,
+        prebuilt: bool = False,
     ) -> None:
         self.index = DenseIndex.load(index_dir, use_gpu=use_gpu, hnsw_ef_search=hnsw_ef_search,
-                                     fallback_spec=spec)
+                                     fallback_spec=spec, prebuilt=prebuilt)
         meta = self.index.meta
         corpus_path = corpus_path or meta.get("corpus_path")
         if corpus_path is None:

@@ -1,9 +1,19 @@
 """Index metadata (``meta.json`` beside every index) and the checks made when an index loads.
 
 An index is only meaningful with the corpus whose rows it numbers and, for dense indexes, the
-encoder that made its vectors. Both are recorded at build time and compared at load time, so a
-swapped corpus or encoder is a clear :class:`IndexMismatchError` instead of silently wrong
-passages.
+encoder that made its vectors. Its identity is recorded at build time and checked on every
+load, so a swapped corpus or encoder is a clear :class:`IndexMismatchError` instead of silently
+wrong passages:
+
+- ``corpus_checksum`` and ``passages`` (the count): compared with the corpus it is used with;
+- ``encoder`` (name, pooling, prefixes, max length) for dense indexes: compared with the
+  query encoder;
+- ``files``: the size in bytes of every index file, so a truncated or replaced file is refused
+  with its name before the index library reads it.
+
+Indexes are built in a staging folder beside their final place and swapped in only when
+complete (:mod:`at2po_lib.staging`), so a failed rebuild leaves the previous index (or none),
+never a half-written folder that loads.
 """
 
 from __future__ import annotations
@@ -35,6 +45,26 @@ def write_metadata(index_dir: str | Path, meta: dict[str, Any]) -> Path:
     return path
 
 
+def file_sizes(index_dir: str | Path, names: list[str]) -> dict[str, int]:
+    """``{file name: size in bytes}`` of the index files, for ``meta["files"]``."""
+    folder = Path(index_dir)
+    return {name: (folder / name).stat().st_size for name in names}
+
+
+def check_files(meta: dict[str, Any], index_dir: str | Path) -> None:
+    """Every file recorded in ``meta["files"]`` must exist with its recorded size."""
+    folder = Path(index_dir)
+    for name, size in (meta.get("files") or {}).items():
+        path = folder / name
+        if not path.is_file():
+            raise RetrievalError(f"{path}: missing (the index in {folder} is incomplete); rebuild it")
+        actual = path.stat().st_size
+        if actual != size:
+            raise IndexMismatchError(
+                f"{path}: {actual} bytes, but the index was built with {size} bytes (truncated or "
+                "replaced); rebuild the index")
+
+
 def read_metadata(index_dir: str | Path, kind: str) -> dict[str, Any]:
     """Load ``meta.json`` and check it describes an index of ``kind`` (``dense``/``bm25``)."""
     path = Path(index_dir) / META_FILE
@@ -50,6 +80,7 @@ def read_metadata(index_dir: str | Path, kind: str) -> dict[str, Any]:
         raise IndexMismatchError(
             f"{path}: format_version {meta.get('format_version')} (this code reads {FORMAT_VERSION}); rebuild"
         )
+    check_files(meta, index_dir)
     return meta
 
 

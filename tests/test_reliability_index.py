@@ -1,0 +1,201 @@
+"""No stale or damaged index is ever used (issue 13): every index carries its identity (corpus
+checksum, encoder with pooling, passage count, file sizes) checked on every load; truncated or
+corrupt files are refused naming the file; a failed rebuild leaves the previous index intact
+and nothing loadable-looking; a prebuilt index is an explicit choice, never a fallback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from at2po_lib.config import load_profile
+from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
+from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
+from at2po_lib.retrieval.build import ensure_index
+from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_index
+from at2po_lib.retrieval.encoders import EncoderSpec
+from at2po_lib.staging import staging_path
+
+FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
+SPEC = EncoderSpec(max_length=32)
+
+
+@pytest.fixture(scope="module")
+def corpus20(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "wiki20.jsonl"
+    path.write_text("".join(FIXTURE.read_text().splitlines(keepends=True)[:20]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory, corpus20) -> Path:
+    folder = tmp_path_factory.mktemp("dense") / "index"
+    build_dense_index(corpus20, folder, SPEC, shard_size=10, progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bm25_dir(tmp_path_factory, corpus20) -> Path:
+    folder = tmp_path_factory.mktemp("bm25") / "index"
+    build_bm25_index(corpus20, folder, progress=False)
+    return folder
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    target = tmp_path / folder.name
+    shutil.copytree(folder, target)
+    return target
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _scramble(path: Path) -> None:
+    """Same size, garbage content: only the reader can notice."""
+    path.write_bytes(bytes((b * 7 + 13) % 256 for b in path.read_bytes()))
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_the_identity_is_recorded(dense_dir, bm25_dir, corpus20):
+    from at2po_lib.retrieval.corpus import Corpus
+
+    dense = json.loads((dense_dir / "meta.json").read_text())
+    assert dense["encoder"] == SPEC.to_dict() and dense["encoder"]["pooling"] == "mean"
+    assert dense["passages"] == 20 and dense["corpus_checksum"] == Corpus(corpus20).checksum()
+    assert dense["files"] == {"index.faiss": (dense_dir / "index.faiss").stat().st_size}
+    bm25 = json.loads((bm25_dir / "meta.json").read_text())
+    assert bm25["passages"] == 20 and "data.csc.index.npy" in bm25["files"]
+    assert not staging_path(dense_dir).exists() and not staging_path(bm25_dir).exists()
+
+
+# -- truncated and corrupt files are refused, naming the file --------------------------------
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_truncated_faiss_file_is_refused_naming_it(dense_dir, corpus20, tmp_path):
+    folder = _copy(dense_dir, tmp_path)
+    _truncate(folder / "index.faiss")
+    with pytest.raises(IndexMismatchError, match=r"index\.faiss: \d+ bytes, but the index was built with"):
+        DenseRetriever(folder, corpus20)
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_corrupt_faiss_file_of_the_right_size_is_refused_naming_it(dense_dir, corpus20, tmp_path):
+    folder = _copy(dense_dir, tmp_path)
+    _scramble(folder / "index.faiss")
+    with pytest.raises(RetrievalError, match=r"index\.faiss: not a readable faiss index"):
+        DenseRetriever(folder, corpus20)
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_corrupt_meta_json_is_refused_naming_it(dense_dir, corpus20, tmp_path):
+    folder = _copy(dense_dir, tmp_path)
+    _truncate(folder / "meta.json")
+    with pytest.raises(RetrievalError, match=r"meta\.json: not valid JSON"):
+        DenseRetriever(folder, corpus20)
+
+
+@pytest.mark.parametrize("name", ["data.csc.index.npy", "vocab.index.json", "params.index.json"])
+def test_truncated_bm25_files_are_refused_naming_them(bm25_dir, corpus20, tmp_path, name):
+    folder = _copy(bm25_dir, tmp_path)
+    _truncate(folder / name)
+    with pytest.raises(IndexMismatchError, match=rf"{name.replace('.', '[.]')}: \d+ bytes"):
+        BM25Retriever(folder, corpus20)
+
+
+def test_a_corrupt_bm25_file_of_the_right_size_is_refused_naming_the_index(bm25_dir, corpus20, tmp_path):
+    folder = _copy(bm25_dir, tmp_path)
+    _scramble(folder / "params.index.json")
+    with pytest.raises(RetrievalError, match="cannot read the BM25 index") as caught:
+        BM25Retriever(folder, corpus20)
+    assert str(folder) in str(caught.value)
+
+
+def test_a_missing_bm25_file_is_named(bm25_dir, corpus20, tmp_path):
+    folder = _copy(bm25_dir, tmp_path)
+    (folder / "indptr.csc.index.npy").unlink()
+    with pytest.raises(RetrievalError, match=r"indptr\.csc\.index\.npy: missing"):
+        BM25Retriever(folder, corpus20)
+
+
+# -- failed rebuilds and prebuilt indexes ------------------------------------------------------
+
+
+class Killed(Exception):
+    pass
+
+
+def _die(shard: int) -> None:
+    raise Killed
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_failed_rebuild_keeps_the_previous_index_whole(dense_dir, corpus20, tmp_path):
+    folder = _copy(dense_dir, tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(Killed):  # a rebuild with another encoder dies half-way
+        build_dense_index(corpus20, folder, EncoderSpec(max_length=16), shard_size=10,
+                          on_shard_done=_die, progress=False)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert DenseRetriever(folder, corpus20).search(["anything"], 2)  # the old index, checked
+    assert not (staging_path(folder) / "meta.json").exists()  # the attempt is not loadable
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_faiss_file_without_meta_json_is_never_used_silently(dense_dir, corpus20, tmp_path):
+    """What a failed rebuild used to leave: index.faiss without meta.json."""
+    folder = _copy(dense_dir, tmp_path)
+    (folder / "meta.json").unlink()
+    with pytest.raises(RetrievalError, match="without meta.json"):
+        DenseRetriever(folder, corpus20, SPEC)
+    with pytest.raises(RetrievalError, match="without meta.json"):
+        DenseIndex.load(folder, fallback_spec=SPEC)
+
+
+def _profile(corpus: Path, index_dir: Path, **retrieval):
+    return load_profile("smoke", {"retrieval": {"method": "dense", "corpus": str(corpus),
+                                                "index_dir": str(index_dir), "max_length": 32,
+                                                **retrieval}})
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_ensure_index_rebuilds_an_index_whose_identity_is_missing(corpus20, tmp_path, isolated_outputs):
+    cfg = _profile(corpus20, tmp_path / "index")
+    dense = ensure_index(cfg, ("dense",), progress=False)["dense"]
+    (dense / "meta.json").unlink()  # the stale state of a rebuild that died (old code)
+    assert (dense / "index.faiss").is_file()
+    ensure_index(cfg, ("dense",), progress=False)
+    meta = json.loads((dense / "meta.json").read_text())
+    assert meta["passages"] == 20 and meta["encoder"]["max_length"] == 32
+    (dense / "meta.json").write_text("{not json")  # unreadable identity: rebuilt too
+    ensure_index(cfg, ("dense",), progress=False)
+    assert json.loads((dense / "meta.json").read_text())["passages"] == 20
+
+
+@pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
+def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(dense_dir, corpus20, tmp_path, isolated_outputs):
+    download = tmp_path / "download"
+    download.mkdir()
+    shutil.copy(dense_dir / "index.faiss", download / "e5_Flat.index")
+    explicit = _profile(corpus20, download, prebuilt=True)
+    folders = ensure_index(explicit, ("dense",), progress=False)
+    assert folders["dense"] == download
+    assert not (download / "meta.json").exists() and not (download / "dense").exists()  # nothing built
+    from at2po_lib.retrieval.build import build_retriever
+
+    retriever = build_retriever(explicit)
+    assert retriever.describe()["passages"] == 20
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(corpus20.read_text().splitlines(keepends=True)[:12]))
+    with pytest.raises(IndexMismatchError, match="20 vectors"):
+        ensure_index(_profile(short, download, prebuilt=True), ("dense",), progress=False)
+    with pytest.raises(RetrievalError, match="holds no index.faiss"):
+        ensure_index(_profile(corpus20, tmp_path / "empty", prebuilt=True), ("dense",), progress=False)
+    # Without the flag the download is not the index: a fresh one is built under dense/.
+    implicit = ensure_index(_profile(corpus20, download), ("dense",), progress=False)
+    assert implicit["dense"] == download / "dense" and (download / "dense" / "meta.json").is_file()
