@@ -217,8 +217,11 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
         train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
               callbacks=[kill.callback], reward_fn=parity_reward)
     run = straight.run
-    assert [r["step"] for r in records.read_jsonl(run.metrics)] == [1, 2, 3]
-    assert not run.done.exists()
+    from at2po_lib.staging import staging_path
+
+    unfinished = records.RunDir(staging_path(run.root))  # a killed run stays in its staging folder
+    assert [r["step"] for r in records.read_jsonl(unfinished.metrics)] == [1, 2, 3]
+    assert not unfinished.done.exists() and not run.done.exists()
     resumed = train("smoke", "at2po", 0, resume=True, profile_overrides=overrides,
                     reward_fn=parity_reward)
     assert resumed.status == "resumed"

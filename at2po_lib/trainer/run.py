@@ -2,57 +2,69 @@ r"""``at2po train``: train one method of the paper on one profile and seed, with
 
     at2po train --list-methods
     at2po train --profile tiny --method at2po --seed 0
-    at2po train --profile tiny --method grpo --seed 1 --max-steps 20
+    at2po train --profile tiny --method grpo --seed 1 --set train.max_steps=20
     at2po train --profile tiny --method at2po --seed 0 --resume      # continue a killed run
     accelerate launch --config_file configs/accelerate/zero3_8gpu.yaml \
-        -m at2po_lib.trainer.run --profile paper-qwen3-4b --method at2po --seed 0
+        -m at2po_lib.cli train --profile paper-qwen3-4b --method at2po --seed 0
+
+(the command line is :mod:`at2po_lib.cli.train`; this module is the Python API).
 
 What a run does (:func:`train`):
 
-1. resolve the configuration: the profile (``configs/<profile>.yaml`` + ``--set`` overrides),
-   the method preset (``methods.py``) and the batch geometry → :class:`AT2POConfig`;
+1. resolve the run once: the profile (``configs/<profile>.yaml`` + ``--set`` overrides), the
+   method preset (``methods.py``) and the batch geometry → a
+   :class:`~at2po_lib.trainer.resolve.RunSpec` (the rollout configuration and the
+   :class:`AT2POConfig` fields, from the same numbers);
    a run whose ``DONE.json`` carries the same resolved-config hash is skipped (``--force``
-   re-runs it);
-2. write ``config.yaml`` and ``meta.json`` into ``results/runs/<profile>/<method>/seed<S>/``;
+   re-runs it); a finished run with *another* configuration is never replaced without
+   ``--force`` (:class:`RunExistsError`);
+2. write ``config.yaml`` and ``meta.json`` into the staging folder
+   ``results/runs/<profile>/<method>/.seed<S>.staging/``, where the whole run is built (a
+   killed run resumes from there with ``--resume``);
 3. train with :class:`AT2POTrainer` from the profile's warm start (``policy.model`` at paper
    scale), recording ``metrics.jsonl`` per step and greedy validation ``eval.jsonl`` every
    ``train.eval_every`` steps, checkpointing every ``train.save_every`` steps;
 4. evaluate the final policy greedily on ``eval.datasets`` → ``final_eval.csv``
-   (Table 1's cells), then write ``DONE.json``.
+   (Table 1's cells), then write ``DONE.json``;
+5. swap the staging folder in as ``results/runs/<profile>/<method>/seed<S>/`` atomically
+   (:mod:`at2po_lib.staging`): a re-run that fails or is killed at any point leaves the
+   previous finished run exactly as it was.
 
 ``react`` trains nothing: it evaluates the warm start (the toy "ReAct" row) and records it
 the same way.
 
-Batch geometry and the resolved configuration: :mod:`.resolve`.
+Periodic validation (:class:`Validator`) and the final evaluation run the greedy loop of
+:func:`at2po_lib.evaluation.score_datasets`. Batch geometry and the run spec: :mod:`.resolve`.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import ProfileConfig, ProfileError, load_profile, parse_overrides
+from ..config import ProfileConfig, ProfileError, load_profile
+from ..staging import recover, staging_path, swap_in
 from . import records
-from .methods import format_methods, get_method
-from .resolve import (batch_geometry, build_training_args, leaves_per_prompt, method_table,
-                      resolved_config, trainer_fields)
+from .methods import get_method
+from .resolve import (RunSpec, batch_geometry, build_training_args, leaves_per_prompt,
+                      method_table, resolve_run, resolved_config, trainer_fields)
 
-__all__ = ["train", "TrainResult", "build_trainer", "main", "batch_geometry",
-           "build_training_args", "leaves_per_prompt", "method_table", "resolved_config",
-           "trainer_fields"]
+__all__ = ["train", "TrainResult", "build_trainer", "training_prompts", "batch_geometry",
+           "build_training_args", "leaves_per_prompt", "method_table", "resolve_run",
+           "resolved_config", "trainer_fields", "RunSpec"]
 
 
 # --------------------------------------------------------------------------------- data
-def training_rows(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
+def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
     """Prompts of ``train.train_datasets``: TinyWorld ``train`` splits (``tiny_*``) or the
-    FlashRAG training splits; each row keeps ``question`` and ``golden_answers``."""
+    FlashRAG training splits; each row keeps ``question`` and ``golden_answers``. (Not
+    :func:`at2po_lib.rollout.training_rows`, which turns rollout trees into one row per leaf.)"""
     from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
 
     out: list[dict[str, Any]] = []
@@ -98,28 +110,16 @@ class Validator:
         import pandas as pd
         from accelerate.utils import gather_object
 
-        from ..evaluation import dataset_group, score_rows, summarise
-        from ..rollout import rollout_chains
+        from ..evaluation import score_datasets, summarise
         from .agent import turn_backend
 
         acc = self.trainer.accelerator
         tokenizer = self.trainer.processing_class
-        frames = []
+        shards = {dataset: rows[acc.process_index::acc.num_processes]
+                  for dataset, rows in self.rows.items()}
         with self.trainer.policy_for_generation(sync=True) as policy:
             backend = turn_backend(policy, tokenizer, self.cfg.rollout, seed=0, greedy=True)
-            for dataset, rows in self.rows.items():
-                shard = rows[acc.process_index::acc.num_processes]
-                trajectories = []
-                for start in range(0, len(shard), self.cfg.eval.batch_size):
-                    batch = shard[start:start + self.cfg.eval.batch_size]
-                    trajectories += rollout_chains(policy, tokenizer, self.cfg.policy.template,
-                                                   self.retriever, [r["question"] for r in batch],
-                                                   self.cfg.rollout, greedy=True, backend=backend)
-                if shard:
-                    frame = score_rows(shard, trajectories)
-                    frame.insert(0, "group", dataset_group(dataset))
-                    frame.insert(0, "dataset", dataset)
-                    frames.append(frame)
+            frames = score_datasets(self.cfg, policy, tokenizer, self.retriever, shards, backend)
         if acc.num_processes > 1:
             frames = [f for f in gather_object(frames) if len(f)]
         return summarise(pd.concat(frames, ignore_index=True), self.cfg.name, self.label,
@@ -137,63 +137,106 @@ class TrainResult:
 
 
 def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
-          max_steps: int | None = None, force: bool = False,
-          profile_overrides: Mapping[str, Any] | None = None,
+          force: bool = False, profile_overrides: Mapping[str, Any] | None = None,
           trainer_overrides: Mapping[str, Any] | None = None,
           callbacks: Sequence[Any] = (), reward_fn=None) -> TrainResult:
     """Train (or reuse) one run; see the module docstring. Returns where its records live.
 
+    ``profile_overrides``: nested profile values (``{"train": {"max_steps": 20}}``, what
+    ``--set train.max_steps=20`` gives); ``trainer_overrides``: ``AT2POConfig`` fields the
+    profile does not set, applied after the method preset (``--set trainer.beta=0``).
     ``callbacks``: extra ``TrainerCallback`` objects; ``reward_fn``: see :func:`build_trainer`
     (a custom reward is not part of the resolved config: use it for tests only).
     """
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         profile_overrides or {}) or None)
-    if max_steps is not None:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=max_steps))
     preset = get_method(method)
     _check_backend(cfg)
     run = records.run_dir(cfg.name, method, seed)
-    resolved = resolved_config(cfg, method, seed, trainer_overrides)
+    spec = resolve_run(cfg, method, seed, trainer_overrides)
+    resolved = spec.record()
     digest = records.config_hash(resolved)
+    _recover_run_folder(run)
     if not force and records.is_finished(run, digest):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
+    if not force and records.is_finished(run):
+        raise RunExistsError(
+            f"{run.root}: a finished run with another configuration is there (config hash "
+            f"{_done_hash(run)}, now {digest}); pass --force (force=True) to replace it. The "
+            "finished run is kept until the new one has finished.")
+    # Everything below writes into the staging folder; the committed run is untouched until
+    # the new one is complete (at2po_lib.staging).
+    work = records.RunDir(staging_path(run.root))
     checkpoint = None
     if resume and not force:
-        records.remove_incomplete_checkpoints(run.checkpoints)
-        checkpoint = records.latest_complete_checkpoint(run.checkpoints)
+        _adopt_unfinished_legacy_run(run, work)
+        records.remove_incomplete_checkpoints(work.checkpoints)
+        checkpoint = records.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
-            _check_same_config(run, digest)
+            _check_same_config(work, digest)
             step = json.loads((checkpoint / records.COMPLETE_MARKER).read_text())["step"]
-            records.truncate_jsonl(run.metrics, step)
-            records.truncate_jsonl(run.eval, step)
+            records.truncate_jsonl(work.metrics, step)
+            records.truncate_jsonl(work.eval, step)
     if checkpoint is None:
-        if not resume and records.complete_checkpoints(run.checkpoints):
-            print(f"{run.root}: an unfinished run is there; starting over (pass --resume to "
+        if not resume and records.complete_checkpoints(work.checkpoints):
+            print(f"{work.root}: an unfinished run is there; starting over (pass --resume to "
                   "continue it)", file=sys.stderr)
-        records.clear_run(run)
-        run.root.mkdir(parents=True, exist_ok=True)
-    records.write_config(run, {**resolved, "config_hash": digest})
-    from ..provenance import run_metadata
+        shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
+        work.root.mkdir(parents=True)
+    records.write_config(work, {**resolved, "config_hash": digest})
+    from ..provenance import hardware, run_metadata
 
     meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                        resumed_from=str(checkpoint) if checkpoint else None,
-                        hardware=_hardware())
-    run.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+                        hardware=hardware())
+    work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
     start = time.time()
     if preset.trains:
-        final = _train_and_evaluate(cfg, method, seed, run, checkpoint, trainer_overrides,
-                                    callbacks, reward_fn)
+        final = _train_and_evaluate(spec, work, checkpoint, callbacks, reward_fn)
         status = "resumed" if checkpoint else "trained"
     else:
-        final = _evaluate_warmstart(cfg, method, seed, run)
+        final = _evaluate_warmstart(cfg, method, seed, work)
         status = "evaluated"
-    wall = time.time() - start + _previous_wall_time(run, checkpoint)
-    records.mark_finished(run, digest, wall_time=wall, status=status,
+    wall = time.time() - start + _previous_wall_time(work, checkpoint)
+    records.mark_finished(work, digest, wall_time=wall, status=status,
                           final_eval=str(run.final_eval) if final is not None else None)
+    swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
     return TrainResult(run, status, wall, final)
+
+
+# ---------------------------------------------------------------- run folder (staging)
+class RunExistsError(ProfileError):
+    """A finished run with another configuration would be replaced without ``force`` (a
+    :class:`ProfileError`, so the command line reports it as a usage error, exit status 2)."""
+
+
+def _run_is_complete(folder: Path) -> bool:
+    return (folder / "DONE.json").is_file()
+
+
+def _recover_run_folder(run: records.RunDir) -> None:
+    """Finish or undo a swap that a crash interrupted (:func:`at2po_lib.staging.recover`)."""
+    recover(run.root, _run_is_complete)
+
+
+def _done_hash(run: records.RunDir) -> str | None:
+    try:
+        return json.loads(run.done.read_text()).get("config_hash")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _adopt_unfinished_legacy_run(run: records.RunDir, work: records.RunDir) -> None:
+    """A run killed before runs were built in a staging folder left its checkpoints in the
+    final folder: move that unfinished folder to the staging place so ``--resume`` goes on."""
+    if work.root.exists() or records.is_finished(run):
+        return
+    if records.complete_checkpoints(run.checkpoints):
+        os.rename(run.root, work.root)
+        run.root.mkdir(parents=True, exist_ok=True)
 
 
 def _check_backend(cfg: ProfileConfig) -> None:
@@ -226,17 +269,6 @@ def _read_csv(path: Path):
     return pd.read_csv(path) if path.is_file() else None
 
 
-def _hardware() -> dict[str, Any]:
-    import torch
-
-    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                            "cuda": torch.cuda.is_available()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
-    return info
-
-
 def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int,
                       run: records.RunDir):
     from ..evaluation import evaluate, turn_distribution, write_eval
@@ -258,9 +290,12 @@ def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: records
 
 def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
                   trainer_overrides: Mapping[str, Any] | None = None,
-                  start_time: float | None = None, reward_fn=None):
+                  start_time: float | None = None, reward_fn=None,
+                  spec: RunSpec | None = None):
     """The :class:`AT2POTrainer` of one run with its record callbacks (not trained yet).
 
+    ``spec``: the run's :class:`RunSpec` when the caller resolved it already (else it is
+    resolved here from ``cfg``, ``method``, ``seed`` and ``trainer_overrides``).
     ``reward_fn(response_text, golden_answers) -> float`` replaces the rollout's default
     reward (tests use it to get a learning signal from an untrained smoke policy).
     """
@@ -276,13 +311,14 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
 
     if "tensorboard" in cfg.train.report_to:
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
-    args = build_training_args(cfg, method, seed, run.checkpoints, trainer_overrides)
+    spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
+    args = spec.training_args(run.checkpoints)
     args.model_init_kwargs = {"dtype": torch_dtype(cfg.policy.dtype)}
     model = policy_path(cfg)
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
-    dataset = datasets.Dataset.from_list(training_rows(cfg))
-    agent = SearchAgent(tokenizer, cfg.policy.template, retriever, cfg.rollout, reward_fn)
+    dataset = datasets.Dataset.from_list(training_prompts(cfg))
+    agent = SearchAgent(tokenizer, cfg.policy.template, retriever, spec.rollout, reward_fn)
     trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
                            processing_class=tokenizer, agent=agent, peft_config=_peft_config(cfg))
     updates = trainer.updates_per_step
@@ -303,12 +339,12 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
     return trainer
 
 
-def _train_and_evaluate(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
-                        checkpoint: Path | None, trainer_overrides: Mapping[str, Any] | None,
+def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | None,
                         callbacks: Sequence[Any] = (), reward_fn=None):
-    trainer = build_trainer(cfg, method, seed, run, trainer_overrides,
+    cfg, method, seed = spec.profile, spec.method, spec.seed
+    trainer = build_trainer(cfg, method, seed, run, spec.trainer_overrides,
                             start_time=time.time() - _previous_wall_time(run, checkpoint),
-                            reward_fn=reward_fn)
+                            reward_fn=reward_fn, spec=spec)
     for callback in callbacks:
         trainer.add_callback(callback)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -335,58 +371,3 @@ def _peft_config(cfg: ProfileConfig):
     return LoraConfig(r=cfg.policy.lora_r, lora_alpha=cfg.policy.lora_alpha, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                       "up_proj", "down_proj"])
-
-
-# ---------------------------------------------------------------------------------- CLI
-def _parse_value(text: str) -> Any:
-    import yaml
-
-    return yaml.safe_load(text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="at2po train", description="Train one method (AT2PO or a baseline) on one profile "
-        "and seed; records go to results/runs/<profile>/<method>/seed<S>/.")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--method", help="a preset name (see --list-methods)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the run's last complete checkpoint")
-    parser.add_argument("--max-steps", type=int, default=None, help="rollout steps (overrides "
-                        "train.max_steps)")
-    parser.add_argument("--force", action="store_true", help="re-run a finished run")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="profile override, e.g. train.learning_rate=1e-4")
-    parser.add_argument("--arg", action="append", default=[], metavar="FIELD=VALUE",
-                        help="AT2POConfig override after the preset, e.g. beta=0")
-    parser.add_argument("--list-methods", action="store_true")
-    args = parser.parse_args(argv)
-    if args.list_methods:
-        print(format_methods())
-        return 0
-    if not args.method:
-        parser.error("--method is required (see --list-methods)")
-    try:
-        get_method(args.method)
-        profile_overrides = parse_overrides(args.set) or {}
-        trainer_overrides = {}
-        for text in args.arg:
-            if "=" not in text:
-                raise ProfileError(f"--arg {text!r} is not FIELD=VALUE")
-            key, value = text.split("=", 1)
-            trainer_overrides[key] = _parse_value(value)
-        result = train(args.profile, args.method, args.seed, resume=args.resume,
-                       max_steps=args.max_steps, force=args.force,
-                       profile_overrides=profile_overrides, trainer_overrides=trainer_overrides)
-    except (KeyError, ProfileError) as exc:
-        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    print(f"{result.status}: {result.run.root} ({result.wall_time:.1f} s)")
-    if result.final_eval is not None:
-        print(result.final_eval.to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
