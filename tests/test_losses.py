@@ -15,6 +15,7 @@ from at2po_lib.losses import (
     importance_ratio,
     policy_loss,
     simulate_policy_change,
+    token_turns,
     turn_segments,
 )
 
@@ -73,12 +74,13 @@ def test_geometric_and_product_turn_ratios_by_hand():
     old = torch.zeros(1, 3)
     logp = torch.tensor([[0.002, 0.004, 5.0]])
     mask = torch.tensor([[1, 1, 0]])
-    log_ratio = torch.where(mask.bool(), logp - old, 0)
-    seg = turn_segments(mask)
-    geo = importance_ratio("turn", logp, log_ratio, mask.bool(), seg, "geometric")
-    prod = importance_ratio("turn", logp, log_ratio, mask.bool(), seg, "product")
-    torch.testing.assert_close(geo, torch.tensor([[math.exp(0.003)] * 2 + [1.0]]))
-    torch.testing.assert_close(prod, torch.tensor([[math.exp(0.006)] * 2 + [1.0]]))
+    turns = token_turns(mask)
+    lp = turns.gather(logp)  # the two model tokens
+    log_ratio = lp - turns.gather(old)
+    geo = importance_ratio("turn", lp, log_ratio, turns, "geometric")
+    prod = importance_ratio("turn", lp, log_ratio, turns, "product")
+    torch.testing.assert_close(geo, torch.tensor([math.exp(0.003)] * 2))
+    torch.testing.assert_close(prod, torch.tensor([math.exp(0.006)] * 2))
 
 
 # ------------------------------------------------------------------------------------------
@@ -338,3 +340,58 @@ def test_turn_level_clips_fewer_tokens_under_token_noise():
     frac = clip_fraction_by_level(new, old, adv, mask)
     assert frac["turn"] < 0.5 * frac["token"]
     assert frac["sequence"] <= frac["turn"] + 0.05
+
+
+# ------------------------------------------------------------------------------------------
+# verl's low-var-KL clamp; the vectorised loss against a per-row loop
+# ------------------------------------------------------------------------------------------
+def test_k3_kl_is_clamped_per_token_at_10_as_verl():
+    # token 0: ref - logp = 5 -> e^5 - 5 - 1 = 142.41 -> clamped to 10 (no gradient);
+    # token 1: ref - logp = 0.1 -> 0.0051709 (unclamped, gradient 1 - e^0.1 per unit beta)
+    logp = torch.zeros(1, 2)
+    ref = torch.tensor([[5.0, 0.1]])
+    loss, g, m = _grad(lambda x: policy_loss(x, x.detach(), torch.tensor([0.0]),
+                                             torch.ones(1, 2), ref_logp=ref, beta=1.0,
+                                             agg="token-mean"), logp)
+    small = math.exp(0.1) - 0.1 - 1
+    assert m["ref_kl"] == pytest.approx((10.0 + small) / 2)
+    assert loss.item() == pytest.approx((10.0 + small) / 2)
+    torch.testing.assert_close(g, torch.tensor([[0.0, (1 - math.exp(0.1)) / 2]]))
+
+
+def _authors_loop():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_losses.py"
+    spec = importlib.util.spec_from_file_location("bench_losses", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.authors_turn_loss
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_vectorised_turn_loss_equals_a_per_row_loop(seed):
+    """The benchmark's per-row, per-turn loop (authors' organisation) and ``policy_loss`` agree
+    on loss, gradient and diagnostics (float64: to 1e-12)."""
+    logp, old, adv, mask = random_batch(seed, b=6, t=40, scale=0.01)
+    mask[seed % 6] = 0  # a row without model tokens
+    authors = _authors_loop()
+    loss_a, grad_a, m_a = _grad(lambda x: authors(x, old, adv, mask), logp)
+    loss_b, grad_b, m_b = _grad(lambda x: policy_loss(x, old, adv, mask, level="turn"), logp)
+    assert loss_a.item() == pytest.approx(loss_b.item(), abs=1e-12)
+    torch.testing.assert_close(grad_a, grad_b, atol=1e-12, rtol=0)
+    for key in m_a:
+        assert m_a[key] == pytest.approx(m_b[key], abs=1e-12), key
+
+
+def test_turn_ids_out_of_order_give_the_same_loss():
+    """Segments that are not contiguous runs (ids that jump back) take the index_add path."""
+    logp, old, adv, mask = random_batch(3, b=2, t=12)
+    mask = torch.ones_like(mask)
+    ordered = torch.tensor([[0] * 4 + [1] * 4 + [2] * 4, [0] * 6 + [1] * 6])
+    shuffled = torch.tensor([[5] * 4 + [1] * 4 + [3] * 4, [9] * 6 + [2] * 6])
+    a, ma = policy_loss(logp, old, adv, mask, turn_ids=ordered)
+    b, mb = policy_loss(logp, old, adv, mask, turn_ids=shuffled)
+    assert a.item() == pytest.approx(b.item(), abs=1e-12)
+    assert ma == pytest.approx(mb)

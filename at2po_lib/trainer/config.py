@@ -15,9 +15,10 @@ what TRL's grouping needs. It is derived from the tree shape (``tree_m + tree_l 
 ``chain`` and AEPO's rollout budget for ``aepo`` (16 in the paper, docs/method.md §8).
 
 ``loss_type`` keeps TRL's aggregation names; only the three that ``policy_loss`` reproduces are
-allowed: ``grpo`` = verl's "seq-mean-token-mean" (the authors' setting; TRL's default is
-``dapo``, so the default is changed here), ``dapo`` = token mean over the whole accumulated
-batch (TRL's normaliser), ``bnpo`` = token mean over each micro-batch.
+allowed: ``grpo`` = verl's "seq-mean-token-mean" (the authors' setting for their GSPO and ATPO
+losses, so the default here; TRL's default is ``dapo``), ``dapo`` = token mean over the whole
+accumulated batch (TRL's normaliser; the authors' GRPO/AEPO configs and DAPO aggregate
+token-mean, see ``methods``), ``bnpo`` = token mean over each micro-batch.
 
 Paper vs TRL defaults changed here: clip 3e-3/4e-3 (ATPO), ``vllm_importance_sampling_correction``
 off (the authors' verl recomputes the old log-probs with the trainer and applies no vLLM
@@ -39,6 +40,8 @@ CREDIT_ADVANTAGES = ("node_value", "diff_parent", "diff_global", "diff_localglob
                      "tree_grpo")
 CREDIT_VALUES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
 LOSS_LEVELS = ("token", "sequence", "turn")
+LOGP_POSITIONS = ("auto", "policy", "all")
+OLD_LOGPS = ("auto", "rollout", "recompute")
 LOSS_TYPES = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean"}
 """TRL ``loss_type`` → ``policy_loss`` aggregation (``dapo`` is rescaled to the window)."""
 
@@ -93,6 +96,14 @@ class AT2POConfig(GRPOConfig):
         "help": "Compute log-probs in chunks of this many rows of similar length, each trimmed "
                 "to its own longest completion (saves the padding's compute on CPU); 0 = TRL's "
                 "single padded batch."})
+    loss_logp_positions: str = field(default="auto", metadata={
+        "help": "Positions whose log-probs are computed for the loss (and the reference model): "
+                "policy (only the sampled tokens: backbone, gather, LM head), all (TRL's fused "
+                "head over every completion position) or auto (policy on CPU, measured; all on "
+                "an accelerator, not measured). See at2po_lib.trainer.trainer."})
+    loss_old_logps: str = field(default="auto", metadata={
+        "help": "Old log-probs: rollout (the sampler's record: exact with the HF backend), "
+                "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."})
 
     # ---------------------------------------------------------- TRL fields with new defaults
     num_generations: int | None = field(default=None, metadata={
@@ -147,6 +158,8 @@ class AT2POConfig(GRPOConfig):
             "loss_level": (self.loss_level, LOSS_LEVELS),
             "loss_turn_ratio": (self.loss_turn_ratio, ("geometric", "product")),
             "loss_type": (self.loss_type, tuple(LOSS_TYPES)),
+            "loss_logp_positions": (self.loss_logp_positions, LOGP_POSITIONS),
+            "loss_old_logps": (self.loss_old_logps, OLD_LOGPS),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:

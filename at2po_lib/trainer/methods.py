@@ -7,17 +7,25 @@ learning rate) come from the profile, so one preset serves ``smoke``, ``tiny`` a
 
 Table 1 (docs/method.md §8):
 
-=============  =========  ============================  ========  ==================
-method         rollout    advantage                     ratio     clip low / high
-=============  =========  ============================  ========  ==================
+=============  =========  ============================  ========  ==================  ===========
+method         rollout    advantage                     ratio     clip low / high     aggregation
+=============  =========  ============================  ========  ==================  ===========
 react          —          (no training: evaluation only)
-grpo           chain      GRPO (group-normalised)       token     0.2 / 0.2, KL 1e-3
-dapo           chain      GRPO + dynamic sampling       token     0.2 / 0.28, token-mean
-gspo           chain      GRPO                          sequence  3e-4 / 4e-4
-tree_grpo      random     Tree-GRPO (prompt + tree)     token     0.2 / 0.2
-aepo           aepo       GRPO, entropy-aware           token     0.2 / 0.28, balanced
-at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3
-=============  =========  ============================  ========  ==================
+grpo           chain      GRPO (group-normalised)       token     0.2 / 0.2, KL 1e-3  token-mean
+dapo           chain      GRPO + dynamic sampling       token     0.2 / 0.28          token-mean
+gspo           chain      GRPO                          sequence  3e-4 / 4e-4         seq-mean-
+                                                                                      token-mean
+tree_grpo      random     Tree-GRPO (prompt + tree)     token     0.2 / 0.2, KL 1e-3  token-mean
+aepo           aepo       GRPO, entropy-aware           token     0.2 / 0.28, balanced token-mean
+at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3         seq-mean-
+                                                                                      token-mean
+=============  =========  ============================  ========  ==================  ===========
+
+Aggregation as each method's authors configure it (docs/method.md §8): token-mean for GRPO,
+AEPO, DAPO and Tree-GRPO (``loss_type="dapo"``: the token mean over the whole update, TRL's
+normaliser), seq-mean-token-mean for GSPO and ATPO (``loss_type="grpo"``). The KL (GRPO,
+Tree-GRPO: 1e-3) is verl's low-var-KL, the k3 estimator clamped per token at ±10
+(:func:`at2po_lib.losses.low_var_kl`), against the warm-start policy.
 
 Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
 token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
@@ -29,10 +37,19 @@ Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/G
 ``train.chain_leaves`` chains and AEPO has the same budget (16 at paper scale, docs/method.md §8).
 The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
 
-Choices docs/method.md leaves open (named here so they stay visible): AEPO's clip is DAPO's
-clip-higher 0.2/0.28 (AEPO builds on it); GRPO's KL 1e-3 (docs/method.md §8) uses TRL's k3
-estimator against the warm-start policy; Tree-GRPO and the Table 2 ablations use the same
-tree budget as AT2PO.
+Deviations that remain (named here so they stay visible):
+
+- GRPO: verl's dual clip (c = 3 on negative advantages) of the authors' GRPO path is not applied
+  (TRL has none; :mod:`at2po_lib.losses`).
+- DAPO: no overlong reward shaping (the authors' search-agent setting, docs/method.md §8, lists
+  clip-higher, dynamic sampling and token-level aggregation only); groups still degenerate
+  after ``tree_dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
+  ``max_num_gen_batches`` would stop the step instead).
+- AEPO: the clip is DAPO's clip-higher 0.2/0.28 (AEPO builds on DAPO; docs/method.md leaves it
+  open).
+- Tree-GRPO and the Table 2 ablations use the same tree budget as AT2PO. The Table 2 step 1
+  (random tree, GRPO) aggregates token-mean like GRPO and has no KL, like the AT2PO it leads to.
+- Budgets: GRPO/DAPO/GSPO/AEPO 16 leaves vs AT2PO 22 at paper scale, as in the paper.
 """
 
 from __future__ import annotations
@@ -70,20 +87,24 @@ def _method(name: str, summary: str, table: str, **overrides: Any) -> Method:
 
 _TABLE1 = [
     Method("react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1", {}, False),
-    _method("grpo", "chains, GRPO advantage, token ratio, clip 0.2, KL 1e-3", "Table 1",
-            tree_expansion="chain", loss_level="token", loss_type="grpo", beta=1e-3,
+    _method("grpo", "chains, GRPO advantage, token ratio, clip 0.2, low-var KL 1e-3, "
+            "token-mean (no dual clip)", "Table 1",
+            tree_expansion="chain", loss_level="token", loss_type="dapo", beta=1e-3,
             **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("dapo", "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean loss", "Table 1",
+    _method("dapo", "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean (no overlong "
+            "shaping)", "Table 1",
             tree_expansion="chain", loss_level="token", loss_type="dapo",
             tree_dynamic_sampling=True, **_GRPO_CREDIT, **_CLIP_HIGHER),
-    _method("gspo", "chains, sequence ratio, clip 3e-4/4e-4", "Table 1",
+    _method("gspo", "chains, sequence ratio, clip 3e-4/4e-4, seq-mean-token-mean", "Table 1",
             tree_expansion="chain", loss_level="sequence", loss_type="grpo",
             epsilon=3e-4, epsilon_high=4e-4, **_GRPO_CREDIT),
-    _method("tree_grpo", "random tree, Tree-GRPO advantage, token ratio, clip 0.2", "Table 1",
+    _method("tree_grpo", "random tree, Tree-GRPO advantage, token ratio, clip 0.2, low-var KL "
+            "1e-3, token-mean", "Table 1",
             tree_expansion="random", credit_advantage="tree_grpo", loss_level="token",
-            loss_type="grpo", **_TOKEN_CLIP),
-    _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage", "Table 1",
-            tree_expansion="aepo", loss_level="token", loss_type="grpo",
+            loss_type="dapo", beta=1e-3, **_TOKEN_CLIP),
+    _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage, "
+            "token-mean", "Table 1",
+            tree_expansion="aepo", loss_level="token", loss_type="dapo",
             loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
             **_GRPO_CREDIT, **_CLIP_HIGHER),
     _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
@@ -92,8 +113,9 @@ _TABLE1 = [
 ]
 
 _TABLE2 = [
-    _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token loss",
-            "Table 2 step 1", tree_expansion="random", loss_level="token", loss_type="grpo",
+    _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token ratio, "
+            "token-mean", "Table 2 step 1", tree_expansion="random", loss_level="token",
+            loss_type="dapo",
             **_GRPO_CREDIT, **_TOKEN_CLIP),
     _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
             tree_expansion="random", **_GRPO_CREDIT, **_TURN_LOSS),

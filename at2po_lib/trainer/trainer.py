@@ -15,15 +15,38 @@ rollout (§5, §8)       TRL's ``rollout_func`` hook → :meth:`AT2POTrainer._ro
                        completion ids (model turns and observations), the observation mask
                        (TRL's ``env_mask`` → ``tool_mask``), sampling log-probs, the reward.
 credit (§6)            override of ``_generate_and_score_completions``: calls the parent (which
-                       pads, recomputes old/reference log-probs and logs rewards), then replaces
-                       its per-row GRPO advantage by the per-*token* advantage (B, T) computed by
-                       :mod:`at2po_lib.credit` from the trees, and adds ``turn_ids`` (B, T).
-loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies from the
-                       parent's ``_get_per_token_logps_and_entropies`` (TRL's fused LM head at
-                       ``args.temperature`` = the sampling temperature; optionally on
-                       length-sorted, padding-trimmed chunks), then
+                       pads, logs rewards and, where needed, computes old/reference log-probs),
+                       then replaces its per-row GRPO advantage by the per-*token* advantage
+                       (B, T) computed by :mod:`at2po_lib.credit` from the trees, and adds
+                       ``turn_ids`` (B, T).
+loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies at the
+                       sampling temperature (``args.temperature``), then
                        :func:`at2po_lib.losses.policy_loss` at the method's ratio level.
 =====================  =========================================================================
+
+Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
+
+- **Scored positions** (``args.loss_logp_positions``). ``"policy"``: only the tokens the policy
+  sampled (``completion_mask * tool_mask``) go through the LM head: the backbone runs on
+  length-sorted chunks of ``loss_chunk_rows`` rows (0 = one chunk) trimmed to their last scored
+  token, the hidden states of the scored positions are gathered, and the head (logits / T, as
+  TRL's fused head) gives log-probs and entropies. ``"all"``: TRL's fused LM head over every
+  completion position (prompt and observations included on CPU, where TRL does not compact).
+  ``"auto"`` (default) = ``"policy"`` on a CPU, ``"all"`` on an accelerator — the CPU choice
+  is measured (``benchmarks/README.md``); the accelerator choice was **not measured** (no GPU
+  in this project's sessions so far), it keeps TRL's path, whose Triton kernel already scores
+  only labelled positions. The same switch computes the reference model's log-probs (``beta >
+  0``). ``"policy"`` needs a single-process, non-PEFT, text-only model without logit scaling;
+  ``"auto"`` falls back to ``"all"`` otherwise, an explicit ``"policy"`` raises.
+- **Old log-probs** (``args.loss_old_logps``), one rule: the old policy of every update of a
+  rollout batch is the policy that sampled it. With the HF backend (same weights, same
+  temperature, ``log_softmax(logits / T)`` in float32) the rollout already recorded exactly
+  those values (``sampling/logp_abs_diff`` ~1e-7), so ``"auto"`` reuses them (TRL receives them
+  as ``sampling_per_token_logps``) instead of TRL's extra no-grad forward over the batch. With
+  vLLM another engine sampled (other kernels, possibly other precision): ``"auto"`` keeps
+  TRL's recomputation with the training model (TRL's vLLM importance-sampling correction stays
+  refused by :class:`AT2POConfig`, as the authors' verl applies none). ``"recompute"`` forces
+  TRL's path. When a batch feeds exactly one update TRL needs no old log-probs (ratio 1).
 
 Rows and groups: TRL repeats every prompt ``num_generations`` times in a generation batch; here
 ``num_generations`` is the number of *leaves* per prompt, and the rollout turns each group of
@@ -53,6 +76,11 @@ from ..losses import policy_loss
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .config import LOSS_TYPES, AT2POConfig
 
+_SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                     "lm_head_multiplier", "logits_scaling")
+"""Config keys of models whose logits TRL's fused head rescales (the policy-position path
+reproduces only a plain ``logits / T`` head)."""
+
 
 # TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` on every rollout.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -67,14 +95,74 @@ def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs:
     return [float(r) for r in reward]
 
 
+def policy_position_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          positions: torch.Tensor, temperature: float, chunk_rows: int = 0,
+                          compute_entropy: bool = False, head_fp32: bool = False,
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the completion tokens at ``positions`` only.
+
+    ``input_ids``/``attention_mask`` (B, P + T): TRL's layout (left-padded prompts of width P,
+    right-padded completions of width T); ``positions`` (B, T): 1 where a completion token is
+    scored. Rows are sorted by the column of their last scored token and run through the
+    backbone in chunks of ``chunk_rows`` (0 = all rows at once), each trimmed to its widest row
+    (right padding never changes a real token's state); rows with nothing to score are skipped.
+    The state that predicts completion token j sits at column P + j − 1; only those states go
+    through the LM head, logits / ``temperature``. Returns log-probs (B, T) with the gradient to
+    the model and entropies (B, T) without it (or None), both 0 where ``positions`` is 0.
+    """
+    b, t = positions.shape
+    prompt_width = input_ids.size(1) - t
+    scored = positions.bool()  # (B, T)
+    columns = torch.arange(1, t + 1, device=scored.device)  # (T,)
+    need = (scored * columns).amax(dim=1) if t else scored.new_zeros(b, dtype=torch.long)  # (B,)
+    rows = torch.nonzero(need > 0).squeeze(1)  # (R,) rows with a scored token
+    if rows.numel() == 0:  # keep the graph connected: one row, nothing scored, zero gradient
+        rows = torch.zeros(1, dtype=torch.long, device=scored.device)
+    rows = rows[torch.argsort(need[rows], descending=True, stable=True)]  # (R,) widest first
+    backbone, head = model.base_model, model.get_output_embeddings()
+    flat_index, logp_parts, entropy_parts = [], [], []
+    for chunk in rows.split(chunk_rows or rows.numel()):
+        width = int(need[chunk[0]])  # this chunk's widest row
+        ids = input_ids[chunk, : prompt_width + width]  # (c, P + w)
+        hidden = backbone(input_ids=ids, attention_mask=attention_mask[chunk, : prompt_width + width],
+                          use_cache=False).last_hidden_state  # (c, P + w, H)
+        r, j = torch.nonzero(scored[chunk, :width], as_tuple=True)  # (n,), (n,)
+        states = hidden[r, prompt_width + j - 1]  # (n, H)
+        if head_fp32:
+            with torch.autocast(states.device.type, enabled=False):
+                logits = torch.nn.functional.linear(
+                    states.float(), head.weight.float(),
+                    None if head.bias is None else head.bias.float())  # (n, V)
+        else:
+            logits = head(states)  # (n, V)
+        logits = logits / temperature  # (n, V)
+        log_norm = torch.logsumexp(logits, dim=-1)  # (n,)
+        labels = ids[r, prompt_width + j]  # (n,)
+        logp_parts.append(logits.gather(1, labels[:, None]).squeeze(1) - log_norm)  # (n,)
+        if compute_entropy:
+            with torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)  # (n, V)
+                entropy_parts.append(log_norm - (probs * logits).sum(-1))  # (n,)
+        flat_index.append(chunk[r] * t + j)  # (n,) positions in the flattened (B, T)
+    index = torch.cat(flat_index)  # (N,)
+    values = torch.cat(logp_parts)  # (N,)
+    logps = values.new_zeros(b * t).index_put((index,), values).view(b, t)  # (B, T)
+    entropies = None
+    if compute_entropy:
+        entropies = values.new_zeros(b * t).index_put(
+            (index,), torch.cat(entropy_parts)).view(b, t)  # (B, T)
+    return logps, entropies
+
+
 class AT2POTrainer(GRPOTrainer):
     """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
 
     Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
     parent's scoring) and ``_compute_loss`` (``at2po_lib.losses.policy_loss``); the rollout is
     TRL's ``rollout_func`` hook bound to :meth:`_rollout`. ``_get_per_token_logps_and_entropies``
-    is wrapped only to skip padding (``loss_chunk_rows``; off by default) and calls the parent
-    for the computation. Everything else is inherited.
+    is wrapped to skip padding (``loss_chunk_rows``) and to let the parent's scoring skip the
+    no-grad passes this trainer serves otherwise (old log-probs from the rollout, reference
+    log-probs at the policy's positions; module docstring). Everything else is inherited.
 
     Args:
         model: a model folder / hub name (loaded by TRL with ``args.model_init_kwargs``) or a
@@ -110,6 +198,7 @@ class AT2POTrainer(GRPOTrainer):
         self._rollout_inputs: list[dict] | None = None
         self._rollout_extras: dict[str, Any] | None = None
         self.last_rollout: RolloutBatch | None = None
+        self._parent_logp_passes: list[tuple[str, bool]] | None = None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
             super().__init__(model=model, reward_funcs=[leaf_reward], args=args,
@@ -123,6 +212,47 @@ class AT2POTrainer(GRPOTrainer):
                 f"({args.per_device_train_batch_size}) * steps_per_generation "
                 f"({args.steps_per_generation}) = {per_process_rows} rows is not a multiple "
                 f"of num_generations ({self.num_generations} leaves per prompt)")
+        self.logp_positions = self._resolve_logp_positions()
+        self.old_logps_source = self._resolve_old_logps()
+
+    def _policy_positions_unsupported(self) -> str | None:
+        """Why the policy-position log-probs cannot run here (None: they can)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.accelerator.num_processes > 1 or model is not self.model:
+            return "the model is wrapped for distributed training (its forward must be called)"
+        if hasattr(model, "peft_config"):
+            return "PEFT models keep TRL's path (adapter switching for the reference model)"
+        text_config = model.config.get_text_config()
+        scaled = [k for k in _SCALED_HEAD_KEYS if getattr(text_config, k, None) is not None]
+        if scaled:
+            return f"the model's config rescales its logits ({', '.join(scaled)})"
+        if model.get_output_embeddings() is None or model.base_model is model:
+            return "the model exposes no separate backbone and LM head"
+        return None
+
+    def _resolve_logp_positions(self) -> str:
+        """``args.loss_logp_positions`` with ``auto`` resolved (module docstring)."""
+        choice = self.args.loss_logp_positions
+        reason = self._policy_positions_unsupported()
+        if choice == "policy" and reason:
+            raise ValueError(f"loss_logp_positions='policy' is not supported here: {reason}; "
+                             "use 'all' or 'auto'")
+        if choice == "auto":
+            # measured on CPU (benchmarks/bench_train_step.py); on an accelerator not measured
+            # here: TRL's Triton head already scores only labelled positions.
+            return "policy" if self.accelerator.device.type == "cpu" and not reason else "all"
+        return choice
+
+    def _resolve_old_logps(self) -> str:
+        """``args.loss_old_logps`` with ``auto`` resolved: the rollout's record with the HF
+        backend, TRL's recomputation with vLLM (module docstring)."""
+        choice = self.args.loss_old_logps
+        if choice == "rollout" and self.use_vllm:
+            raise ValueError("loss_old_logps='rollout' needs the HF rollout backend: vLLM's "
+                             "log-probs come from another engine; use 'recompute' or 'auto'")
+        if choice == "auto":
+            return "recompute" if self.use_vllm else "rollout"
+        return choice
 
     # ------------------------------------------------------------------------- rollout
     @property
@@ -188,10 +318,12 @@ class AT2POTrainer(GRPOTrainer):
         groups = self._prompt_groups(self._rollout_inputs)
         step = self.rollout_step
         start = time.perf_counter()
+        # Decided before entering: policy_for_generation() puts this same module in eval mode.
+        resample = self.args.tree_dynamic_sampling and self.model.training
         with self.policy_for_generation() as policy:
             batch = self.agent.sample(policy, groups, self.args, self.rollout_seed(step))
             rounds = 1
-            if self.args.tree_dynamic_sampling and self.model.training:
+            if resample:
                 batch, rounds = self._dynamic_sampling(policy, batch, groups, step)
         expected = len(groups) * self.num_generations
         if len(batch) != expected:
@@ -248,25 +380,55 @@ class AT2POTrainer(GRPOTrainer):
         return select_groups(chosen), rounds
 
     # ----------------------------------------------------------------- credit (scoring)
+    def _parent_scoring_passes(self) -> list[tuple[str, bool]]:
+        """The no-grad log-prob passes TRL 1.16's scoring will make, in its order, each with
+        whether this trainer serves it instead (then the parent gets a placeholder)."""
+        passes = []
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self.args.gradient_accumulation_steps % generate_every != 0:  # TRL's own condition
+            passes.append(("old", self.old_logps_source == "rollout"))
+        if self.beta != 0.0:
+            passes.append(("ref", self.logp_positions == "policy" and self.ref_model is not None))
+        return passes
+
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
-        """Parent's scoring, then per-token advantages (B, T) and turn ids (B, T)."""
+        """Parent's scoring, then old/reference log-probs where this trainer serves them,
+        per-token advantages (B, T) and turn ids (B, T)."""
         if self.model.training:
             # The global RNG (TRL shuffles the rows with it) restarts from a function of the
             # step, so a resumed run draws what the uninterrupted run drew.
             torch.manual_seed(self.rollout_seed(self.rollout_step, _GLOBAL_RNG_ROUND))
         self._rollout_inputs = inputs
+        planned = self._parent_scoring_passes()
+        self._parent_logp_passes = list(planned)
         try:
             output = super()._generate_and_score_completions(inputs)
+            if self._parent_logp_passes:
+                raise RuntimeError(f"TRL's scoring skipped the log-prob passes "
+                                   f"{self._parent_logp_passes}: AT2POTrainer expects trl 1.16")
         finally:
             self._rollout_inputs = None
+            self._parent_logp_passes = None
         extras, self._rollout_extras = self._rollout_extras, None
         width = output["completion_ids"].shape[1]
         device = output["completion_ids"].device
-        output["advantages"] = pad_rows(list(extras["advantages"]), 0.0, width).to(device)
+        mask = output["completion_mask"] * output["tool_mask"]  # (B, T) the policy's tokens
+        served = {name for name, skipped in planned if skipped}
+        if "old" in served:
+            # The rollout's own record of log π_old at the sampling temperature (exact here).
+            recorded = output["sampling_per_token_logps"].nan_to_num(0.0)  # (B, T)
+            output["old_per_token_logps"] = recorded * mask  # (B, T)
+        if "ref" in served:
+            prompt_completion = torch.cat([output["prompt_ids"], output["completion_ids"]], 1)
+            attention = torch.cat([output["prompt_mask"], output["completion_mask"]], 1)
+            with torch.no_grad(), self.accelerator.autocast():
+                output["ref_per_token_logps"], _ = policy_position_logps(
+                    self.ref_model, prompt_completion, attention, mask, self.temperature,
+                    self.args.loss_chunk_rows, head_fp32=self.args.cast_lm_head_to_fp32)  # (B, T)
+        output["advantages"] = pad_rows(list(extras["advantages"]), 0.0, width).to(device)  # (B, T)
         turn_ids = [torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]]
-        output["turn_ids"] = pad_rows(turn_ids, -1, width).to(device)
+        output["turn_ids"] = pad_rows(turn_ids, -1, width).to(device)  # (B, T)
         mode = "train" if self.model.training else "eval"
-        mask = output["completion_mask"] * output["tool_mask"]
         adv_abs = (output["advantages"].abs() * mask).sum() / mask.sum().clamp(min=1)
         for key, value in {**extras["metrics"], "advantages/abs_mean": adv_abs.item()}.items():
             self._metrics[mode][key].append(self._mean_over_processes(value))
@@ -285,14 +447,23 @@ class AT2POTrainer(GRPOTrainer):
         without its all-padding right columns; outputs are padded back to (B, T) with zeros
         (masked positions) and returned in the original row order. Values are unchanged
         (padding never reaches a real token); text-only inputs only.
+
+        During the parent's scoring, a no-grad pass this trainer serves itself (old log-probs
+        from the rollout, reference log-probs at the policy's positions) returns a zero
+        placeholder (B, T), replaced right after the parent returns.
         """
+        if self._parent_logp_passes:
+            _, served_here = self._parent_logp_passes.pop(0)
+            if served_here:
+                return input_ids.new_zeros((input_ids.size(0), logits_to_keep),
+                                           dtype=torch.float32), None, None
         chunk_rows = self.args.loss_chunk_rows
         if not chunk_rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                 compute_aux_loss, **multimodal)
         prompt_width = input_ids.size(1) - logits_to_keep
-        lengths = attention_mask[:, prompt_width:].sum(dim=1)  # completions are right-padded
+        lengths = attention_mask[:, prompt_width:].sum(dim=1)  # (B,) completions are right-padded
         order = torch.argsort(lengths, descending=True)
         logps, entropies = [], []
         for chunk in order.split(chunk_rows):
@@ -306,23 +477,31 @@ class AT2POTrainer(GRPOTrainer):
                 entropies.append(torch.nn.functional.pad(chunk_entropies,
                                                          (0, logits_to_keep - width)))
         restore = torch.argsort(order)
-        logps = torch.cat(logps)[restore]
+        logps = torch.cat(logps)[restore]  # (B, T)
         return logps, (torch.cat(entropies)[restore] if compute_entropy else None), None
 
     def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """``policy_loss`` on this micro-batch, scaled for gradient accumulation like TRL."""
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]  # (B, P)
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]  # (B, T)
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + T)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + T)
         # Loss mask: the model's own tokens (observations have tool_mask 0, padding mask 0).
-        mask = completion_mask * inputs["tool_mask"]
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
+        mask = completion_mask * inputs["tool_mask"]  # (B, T)
+        if self.logp_positions == "policy":
+            with self.accelerator.autocast():
+                per_token_logps, entropies = policy_position_logps(
+                    model, input_ids, attention_mask, mask, self.temperature,
+                    self.args.loss_chunk_rows, compute_entropy=True,
+                    head_fp32=self.args.cast_lm_head_to_fp32)  # (B, T), (B, T)
+        else:
+            per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, completion_ids.size(1),
+                compute_entropy=True)  # (B, T), (B, T)
         # TRL skips the old log-probs when the batch is used for exactly one update: ratio = 1.
-        old_per_token_logps = inputs.get("old_per_token_logps")
+        old_per_token_logps = inputs.get("old_per_token_logps")  # (B, T) or None
         if old_per_token_logps is None:
-            old_per_token_logps = per_token_logps.detach()
+            old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
         loss, stats = policy_loss(
             per_token_logps, old_per_token_logps, inputs["advantages"], mask,
@@ -346,7 +525,7 @@ class AT2POTrainer(GRPOTrainer):
 
     def _log_loss_metrics(self, mode: str, stats: dict[str, float], per_token_logps, entropies,
                           mask, inputs) -> None:
-        m = mask.float()
+        m = mask.float()  # (B, T)
         entropy = ((entropies.detach() * m).sum() / m.sum().clamp(min=1)).item()
         values = {
             "entropy": entropy,
@@ -365,7 +544,7 @@ class AT2POTrainer(GRPOTrainer):
         if sampling is not None and mode == "train" and first_update:
             # |trainer log-prob − sampler log-prob|: ~0 when both use the same temperature
             # (measured on the first micro-batch of a rollout, before the policy moved).
-            diff = (per_token_logps.detach() - sampling).abs().nan_to_num(0.0)
+            diff = (per_token_logps.detach() - sampling).abs().nan_to_num(0.0)  # (B, T)
             values["sampling/logp_abs_diff"] = ((diff * m).sum() / m.sum().clamp(min=1)).item()
         for key, value in values.items():
             self._metrics[mode][key].append(self._mean_over_processes(value))
