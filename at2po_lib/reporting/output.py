@@ -12,9 +12,11 @@ r"""Writers for tables and figures, each with a ``.meta.json`` that says where i
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..outputs import write_if_changed
 from ..paths import figures_dir, repo_root, results_dir
 from ..provenance import run_metadata, write_meta
 
@@ -68,11 +70,13 @@ def write_table(tidy: pd.DataFrame, display: pd.DataFrame, name: str, profile: s
     folder = tables_dir(profile)
     paths = {"csv": folder / f"{name}.csv", "md": folder / f"{name}.md",
              "tex": folder / f"{name}.tex"}
-    tidy.to_csv(paths["csv"], index=False, float_format="%.4f", lineterminator="\n")
-    paths["md"].write_text(markdown_table(display))
+    # Written only when the bytes change: a rerun on unchanged records leaves git clean.
+    write_if_changed(paths["csv"], tidy.to_csv(index=False, float_format="%.4f",
+                                               lineterminator="\n"))
+    write_if_changed(paths["md"], markdown_table(display))
     latex = display.style.to_latex(caption=caption or None, hrules=True,
                                    label=f"tab:{name}")
-    paths["tex"].write_text(_latex_escape_percent(latex))
+    write_if_changed(paths["tex"], _latex_escape_percent(latex))
     write_meta(paths["csv"], {**meta, "table": name, "caption": caption,
                               "files": [p.name for p in paths.values()]})
     return paths
@@ -90,7 +94,9 @@ def write_figure(fig, name: str, profile: str, meta: dict,
     for fmt in formats:
         path = folder / f"{name}_{profile}.{fmt}"
         metadata = _PNG_METADATA if fmt == "png" else _PDF_METADATA if fmt == "pdf" else None
-        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
+        write_if_changed(path, buffer.getvalue())
         paths[fmt] = path
     write_meta(paths[formats[0]], {**meta, "figure": name,
                                    "files": [p.name for p in paths.values()]})

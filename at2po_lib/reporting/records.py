@@ -33,7 +33,8 @@ _OUTCOME_RENAMES = {"id": "question_id", "num_turns": "turns", "num_tool_calls":
 
 
 def runs_root(profile: str) -> Path:
-    return results_dir("runs", profile)
+    """``results/runs/<profile>/`` (not created: looking must leave no empty folders)."""
+    return results_dir() / "runs" / profile
 
 
 def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.DataFrame:
@@ -43,7 +44,8 @@ def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.Data
 
     root = runs_root(profile)
     rows = []
-    for method_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    method_dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for method_dir in method_dirs:
         if methods is not None and method_dir.name not in methods:
             continue
         for seed_dir in sorted(method_dir.iterdir()):
