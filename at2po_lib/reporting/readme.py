@@ -5,8 +5,9 @@ r"""The README's result tables are generated, never typed: blocks between marker
     <!-- /at2po-report -->
 
 hold exactly the generated file the key names, ``results/<profile>/tables/<name>.md``.
-:func:`update_readme` rewrites the blocks from the files (``at2po report --profile P --readme``); :func:`stale_blocks` lists the
-blocks that disagree with their files (a test fails on any).
+:func:`update_readme` rewrites the blocks from the files (``at2po report --profile P
+--readme``); :func:`stale_blocks` lists the blocks that disagree with their files (a test fails
+on any).
 """
 
 from __future__ import annotations
