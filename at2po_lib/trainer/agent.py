@@ -1,24 +1,20 @@
 r"""The trainer's view of the search agent: prompt groups in, a :class:`RolloutBatch` out.
 
 :class:`SearchAgent` binds the tokenizer, prompt template, retriever and the profile's rollout
-limits once; :meth:`SearchAgent.sample` runs one rollout round with the method's rollout shape
-(``AT2POConfig.tree_*``) through :func:`at2po_lib.rollout.rollout` and converts the trees into
+limits once; :meth:`SearchAgent.sample` runs one rollout round with the run's rollout
+configuration through :func:`at2po_lib.rollout.rollout` and converts the trees into
 training rows (:func:`at2po_lib.rollout.training_rows`) and credit arrays
 (:func:`at2po_lib.rollout.tree_arrays`: :class:`at2po_lib.forest.TreeArrays`).
 
-Which rollout settings come from where:
-
-- the trainer config (they define the method): expansion, M/L/K, alpha, AEPO's initial chains
-  and beam, the number of leaves per prompt (``num_generations``), ``temperature`` and
-  ``top_p`` (TRL recomputes log-probs with ``args.temperature``, so the sampler must use the
-  same value), the backend (``use_vllm``);
-- the profile's ``rollout`` section: turn/response/prompt lengths, tool limit, invalid-action
-  policy, entropy estimate.
+The rollout configuration is the run's :attr:`at2po_lib.trainer.resolve.RunSpec.rollout`:
+the profile's ``rollout`` section shaped by the method (expansion, chains or tree, AEPO's
+budget), resolved once. The trainer's ``AT2POConfig`` was derived from the same numbers
+(``num_generations`` = leaves per prompt, ``temperature``: TRL recomputes log-probs with it), so
+nothing is copied back from the trainer arguments here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 from .config import AT2POConfig
@@ -26,7 +22,10 @@ from .batch import RolloutBatch
 
 
 class SearchAgent:
-    """Rollouts for training: ``sample(policy, rows, args, seed) -> RolloutBatch``."""
+    """Rollouts for training: ``sample(policy, rows, args, seed) -> RolloutBatch``.
+
+    ``rollout_cfg``: the run's resolved rollout configuration (``RunSpec.rollout``), whose
+    ``expansion`` and shape are the method's."""
 
     def __init__(self, tokenizer, template, retriever, rollout_cfg, reward_fn=None) -> None:
         self.tokenizer = tokenizer
@@ -37,31 +36,22 @@ class SearchAgent:
         """``reward_fn(response_text, golden_answers) -> float``; None: the rollout's default
         (the authors' format-checked EM for boxed templates, plain EM otherwise)."""
 
-    def rollout_config(self, args: AT2POConfig):
-        """The profile's rollout section with the method's shape and sampling settings."""
-        aepo_budget = args.num_generations
-        return dataclasses.replace(
-            self.rollout_cfg, expansion=args.tree_expansion, temperature=args.temperature, top_p=args.top_p,
-            tree_m=args.tree_m, tree_l=args.tree_l, tree_k=args.tree_k,
-            tree_alpha=args.tree_alpha, aepo_budget=aepo_budget,
-            aepo_initial=args.tree_aepo_initial, aepo_beam=args.tree_aepo_beam,
-            backend="vllm" if args.use_vllm else "hf")
-
     def sample(self, policy, rows: Sequence[dict[str, Any]], args: AT2POConfig,
                seed: int) -> RolloutBatch:
         """One tree (chains / random / entropy / AEPO) per row; one training row per leaf.
 
         ``rows`` need ``question`` and ``golden_answers``; the returned rows are grouped by
-        prompt in the order of ``rows`` (``group`` = position in ``rows``).
+        prompt in the order of ``rows`` (``group`` = position in ``rows``). ``args`` (the
+        trainer's ``AT2POConfig``) must describe the same rollout: it is checked, not read.
         """
         from ..rollout import rollout
 
-        cfg = self.rollout_config(args)
+        cfg = self.rollout_cfg
+        _check_same_rollout(cfg, args)
         questions = [_field(row, "question", i) for i, row in enumerate(rows)]
         golden = [list(_field(row, "golden_answers", i)) for i, row in enumerate(rows)]
-        num_leaves = args.num_generations if args.tree_expansion in ("chain", "aepo") else None
         trees = rollout(policy, self.tokenizer, self.template, self.retriever, questions, golden,
-                        cfg, expansion=args.tree_expansion, num_leaves=num_leaves, seed=seed,
+                        cfg, expansion=cfg.expansion, seed=seed,
                         prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
                         backend=turn_backend(policy, self.tokenizer, cfg, seed))
         return to_rollout_batch(trees, cfg.entropy_estimate)
@@ -76,6 +66,19 @@ def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False
 
     return make_backend(None, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed, greedy=greedy,
                         llm=policy)
+
+
+def _check_same_rollout(cfg, args: AT2POConfig) -> None:
+    """The trainer groups ``num_generations`` rows per prompt and recomputes log-probs at
+    ``temperature``: both must be the sampler's (a mismatch is a wiring error, not data)."""
+    pairs = {"tree_expansion": (args.tree_expansion, cfg.expansion),
+             "num_generations": (args.num_generations, cfg.leaves_per_prompt()),
+             "temperature": (args.temperature, cfg.temperature)}
+    wrong = {k: v for k, v in pairs.items() if v[0] != v[1]}
+    if wrong:
+        raise ValueError("trainer arguments and rollout configuration disagree: " + ", ".join(
+            f"{k}={a!r} vs rollout {r!r}" for k, (a, r) in wrong.items())
+            + " (build both with at2po_lib.trainer.resolve.resolve_run)")
 
 
 def _field(row: dict[str, Any], name: str, index: int) -> Any:
