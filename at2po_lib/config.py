@@ -4,6 +4,11 @@ holds overrides only (each with its source), optionally ``extends:`` another pro
 Unknown keys and wrong types are errors naming the file and the key; the resolved config is
 saved with every artefact (``dataclasses.asdict(cfg)``).
 
+Command-line overrides (``--set SECTION.KEY=VALUE``, :mod:`at2po_lib.cli`) go through one
+parser, :func:`parse_overrides`: every key and value is checked against these dataclasses
+before anything runs, and numbers read as in YAML 1.2 (``1e-4`` is a float; PyYAML's YAML 1.1
+would give the string ``"1e-4"``). Profile files are read with the same number rule.
+
     >>> cfg = load_profile("tiny")
     >>> cfg.rollout.tree_m
 """
@@ -327,6 +332,12 @@ class EvalConfig:
     max_questions: int | None = None
     """Questions per dataset; None means the whole test split."""
     batch_size: int = 32
+    sampled_k: int = 0
+    """Samples per question at the rollout temperature for the *sampled metric* (mean EM of k
+    samples, the ``sampled_em`` outcome column); 0 turns it off. RL at toy scale mostly sharpens
+    sampling, which greedy EM may not show."""
+    sampled_datasets: list[str] = field(default_factory=list)
+    """Datasets the sampled metric covers; empty means all evaluated datasets."""
 
 
 @dataclass

@@ -103,8 +103,10 @@ def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping
 
 def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
                        datasets: Sequence[str] | None = None,
-                       max_questions: int | None = None) -> pd.DataFrame:
-    """Per-question results (``dataset``, ``group`` columns added) over several test sets."""
+                       max_questions: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """Per-question results (``dataset``, ``group`` columns added) over several test sets;
+    with ``eval.sampled_k > 0`` also ``sampled_em`` (:func:`sampled_em`; NaN for datasets
+    outside ``eval.sampled_datasets``), sampled with a generator seeded by ``seed``."""
     import pandas as pd
 
     datasets = list(datasets or profile_cfg.eval.datasets)
@@ -113,7 +115,45 @@ def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     frames = score_datasets(profile_cfg, model, tokenizer, retriever, rows)
     if not frames:
         raise ValueError(f"no test questions in {datasets} (max_questions={limit})")
-    return pd.concat(frames, ignore_index=True)
+    details = pd.concat(frames, ignore_index=True)
+    k = profile_cfg.eval.sampled_k
+    if k > 0:
+        sampled_sets = set(profile_cfg.eval.sampled_datasets or datasets)
+        details["sampled_em"] = float("nan")
+        for dataset, dataset_rows in rows.items():
+            if dataset in sampled_sets and dataset_rows:
+                values = sampled_em(model, tokenizer, retriever, dataset_rows, profile_cfg, k,
+                                    seed=seed)
+                details.loc[details["dataset"] == dataset, "sampled_em"] = values
+    return details
+
+
+def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
+               profile_cfg: ProfileConfig, k: int, seed: int = 0) -> list[float]:
+    """The *sampled metric*: per question, the mean EM of ``k`` chains sampled at the rollout
+    temperature (the training distribution, where greedy EM only sees the mode).
+
+    Each question is repeated ``k`` times in one batch; the sampler is seeded by ``seed``, so
+    the values are reproducible. Returns one value in [0, 1] per row, in order.
+    """
+    import numpy as np
+
+    from .prompts import get_template
+    from .reward import exact_match
+    from .rollout import rollout_chains
+
+    template = get_template(profile_cfg.policy.template)
+    questions = [row["question"] for row in rows for _ in range(k)]
+    batch = max(profile_cfg.eval.batch_size, 1)
+    trajectories: list[Any] = []
+    for start in range(0, len(questions), batch):
+        trajectories += rollout_chains(model, tokenizer, template, retriever,
+                                       questions[start:start + batch], profile_cfg.rollout,
+                                       greedy=False, seed=seed + start)
+    hits = np.array([exact_match(traj.answer, row["golden_answers"])
+                     for traj, row in zip(trajectories, (r for r in rows for _ in range(k)))],
+                    dtype=float)
+    return hits.reshape(len(rows), k).mean(axis=1).tolist()
 
 
 def score_datasets(profile_cfg: ProfileConfig, model, tokenizer, retriever,
@@ -146,17 +186,18 @@ def summarise(details: pd.DataFrame, profile: str, label: str, seed: int | None,
     """Per-dataset tidy rows from per-question results, plus the weighted group averages."""
     import pandas as pd
 
+    extra = {"sampled_em": ("sampled_em", "mean")} if "sampled_em" in details else {}
     per_dataset = (details.groupby(["dataset", "group"], sort=False)
                    .agg(n=("em", "size"), em=("em", "mean"), f1=("f1", "mean"),
                         mean_turns=("num_turns", "mean"),
-                        mean_tool_calls=("num_tool_calls", "mean"))
+                        mean_tool_calls=("num_tool_calls", "mean"), **extra)
                    .reset_index())
     per_dataset.insert(0, "seed", seed)
     per_dataset.insert(0, "label", label)
     per_dataset.insert(0, "profile", profile)
     per_dataset["git_revision"] = revision if revision is not None else git_revision()
     out = pd.concat([per_dataset, weighted_group_average(per_dataset)], ignore_index=True)
-    return out[SUMMARY_COLUMNS]
+    return out[SUMMARY_COLUMNS + list(extra)]
 
 
 def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
@@ -175,7 +216,8 @@ def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
     if (base["n"] <= 0).any():
         raise ValueError("weighted_group_average: every dataset needs n > 0")
     keys = [k for k in ("profile", "label", "seed", "group") if k in base.columns]
-    metrics = [m for m in ("em", "f1", "mean_turns", "mean_tool_calls") if m in base.columns]
+    metrics = [m for m in ("em", "f1", "mean_turns", "mean_tool_calls", "sampled_em")
+               if m in base.columns]
     weighted = base[metrics].mul(base["n"], axis=0)
     weighted[keys + ["n"]] = base[keys + ["n"]]
     sums = weighted.groupby(keys, sort=False, dropna=False).sum(numeric_only=False).reset_index()
@@ -204,9 +246,40 @@ def evaluate(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     Returns the tidy summary (per dataset + weighted group averages); with ``return_details``
     also the per-question frame (predictions, turns, finish reasons) as a second value.
     """
-    details = evaluate_questions(profile_cfg, model, tokenizer, retriever, datasets, max_questions)
+    details = evaluate_questions(profile_cfg, model, tokenizer, retriever, datasets, max_questions,
+                                 seed=seed or 0)
     summary = summarise(details, profile_cfg.name, label, seed)
     return (summary, details) if return_details else summary
+
+
+OUTCOME_COLUMNS = ["dataset", "group", "id", "prediction", "em", "f1", "num_turns",
+                   "num_tool_calls", "finish_reason", "sampled_em"]
+"""Columns of a per-question outcome file (``sampled_em`` only when it was measured)."""
+
+
+def write_outcomes(details: pd.DataFrame, path: str | Path) -> Path:
+    """Per-question outcomes (one row per test question: prediction, EM, F1, turns, searches,
+    finish reason, sampled EM) as CSV: the unit every confidence interval rests on
+    (:mod:`at2po_lib.stats`). Question text and golden answers stay in the dataset files."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = [c for c in OUTCOME_COLUMNS if c in details.columns]
+    details[columns].to_csv(path, index=False, float_format="%.4f", lineterminator="\n")
+    return path
+
+
+def read_outcomes(path: str | Path) -> pd.DataFrame:
+    """An outcome file back as written (ids and predictions as strings); a missing column is
+    an error naming the file."""
+    import pandas as pd
+
+    path = Path(path)
+    frame = pd.read_csv(path, dtype={"id": str, "prediction": str, "finish_reason": str},
+                        keep_default_na=False, na_values={"sampled_em": [""]})
+    missing = [c for c in OUTCOME_COLUMNS[:-1] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not an outcome file (missing columns {missing})")
+    return frame
 
 
 def write_eval(df: pd.DataFrame, path: str | Path, profile: str | None = None,

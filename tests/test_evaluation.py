@@ -130,3 +130,51 @@ def test_greedy_evaluation_end_to_end_on_smoke(isolated_outputs):
     assert summary["n"].tolist() == [3, 3, 3, 3]
     assert summary["em"].between(0, 1).all() and (summary["label"] == "random").all()
     assert (details["num_turns"] >= 1).all()
+
+
+def test_outcome_file_round_trip(tmp_path):
+    """Per-question outcomes are written and read back as they were (None prediction: '',
+    sampled_em NaN where not measured; ids stay strings)."""
+    import math
+
+    from at2po_lib.evaluation import read_outcomes, write_outcomes
+
+    details = pd.DataFrame({
+        "dataset": ["tiny_nq", "tiny_hotpotqa"], "group": [SINGLE_HOP, MULTI_HOP],
+        "id": ["007", "hq-1"], "question": ["q1?", "q2?"], "prediction": ["Dadar Bay", None],
+        "golden": ["Dadar Bay", "x"], "em": [1.0, 0.0], "f1": [1.0, 0.0], "num_turns": [2, 5],
+        "num_tool_calls": [1, 4], "finish_reason": ["answer", "length"],
+        "sampled_em": [0.75, float("nan")],
+    })
+    path = write_outcomes(details, tmp_path / "run" / "outcomes.csv")
+    back = read_outcomes(path)
+    assert "question" not in back.columns and "golden" not in back.columns
+    assert back["id"].tolist() == ["007", "hq-1"]
+    assert back["prediction"].tolist() == ["Dadar Bay", ""]
+    assert back["em"].tolist() == [1.0, 0.0] and back["num_turns"].tolist() == [2, 5]
+    assert back["sampled_em"].iloc[0] == 0.75 and math.isnan(back["sampled_em"].iloc[1])
+    (tmp_path / "bad.csv").write_text("dataset,em\nx,1\n")
+    with pytest.raises(ValueError, match="bad.csv.*missing columns"):
+        read_outcomes(tmp_path / "bad.csv")
+
+
+@pytest.mark.slow
+def test_sampled_metric_on_smoke(isolated_outputs):
+    """eval.sampled_k adds a per-question mean of k sampled EMs, reproducible for a seed."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.evaluation import evaluate_questions
+    from at2po_lib.policy.model import build_policy
+    from at2po_lib.policy.tokenizer import train_tokenizer
+    from at2po_lib.retrieval import build_retriever
+    from at2po_lib.tinyworld import ensure_world, read_corpus
+
+    cfg = load_profile("smoke", {"eval": {"sampled_k": 3, "sampled_datasets": ["tiny_nq"]}})
+    tok = train_tokenizer(list(read_corpus(ensure_world(cfg)).values()), 600)
+    model = build_policy(cfg.policy, tok).eval()
+    retriever = build_retriever(cfg)
+    first = evaluate_questions(cfg, model, tok, retriever, ["tiny_hotpotqa", "tiny_nq"], 2, seed=5)
+    again = evaluate_questions(cfg, model, tok, retriever, ["tiny_hotpotqa", "tiny_nq"], 2, seed=5)
+    nq = first[first["dataset"] == "tiny_nq"]["sampled_em"]
+    assert nq.between(0, 1).all() and len(nq) == 2
+    assert first[first["dataset"] == "tiny_hotpotqa"]["sampled_em"].isna().all()
+    pd.testing.assert_series_equal(first["sampled_em"], again["sampled_em"])

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..evaluation import evaluate, turn_distribution, write_eval
+    from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
     from ..paths import results_dir
 
     cfg = load_profile_args(args)
@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else results_dir(cfg.name) / f"eval_{label}.csv"
     write_eval(summary, out, cfg.name, seed, cfg, checkpoint=str(checkpoint),
                turn_distribution=turn_distribution(details).to_dict("records"), **provenance)
+    outcomes = write_outcomes(details, out.with_name(out.stem + "_outcomes.csv"))
     print(summary.to_string(index=False))
-    print(f"wrote {out}")
+    print(f"wrote {out} and {outcomes} (one row per question)")
     return 0

@@ -103,15 +103,9 @@ def load_final_evals(profile: str, methods: Sequence[str] | None = None,
 def read_outcomes(path: str | Path) -> pd.DataFrame:
     """One ``outcomes.csv``, with the column names :mod:`at2po_lib.stats` expects
     (``question_id``, ``turns``, ``searches``); ids are read as strings."""
-    import pandas as pd
+    from ..evaluation import read_outcomes as read_outcome_file
 
-    path = Path(path)
-    frame = pd.read_csv(path, dtype={"id": str, "question_id": str, "prediction": str})
-    frame = frame.rename(columns=_OUTCOME_RENAMES)
-    missing = {"dataset", "question_id", "em"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"{path}: outcome file lacks columns {sorted(missing)}")
-    return frame
+    return read_outcome_file(path).rename(columns=_OUTCOME_RENAMES)
 
 
 def load_outcomes(profile: str, methods: Sequence[str] | None = None,

@@ -8,6 +8,8 @@ Every training run owns one folder (small files kept by git, checkpoints ignored
         metrics.jsonl      one row per rollout step: reward, entropy, clip fractions, KL, ...
         eval.jsonl         one row per (validation step, dataset): greedy EM
         final_eval.csv     greedy EM of the final policy on the test sets (Table 1's cells)
+        outcomes.csv       one row per test question: prediction, EM, F1, turns, searches,
+                           finish reason, sampled EM (every CI rests on these)
         DONE.json          written last: the run finished (config hash, wall time, summary)
         checkpoints/       TRL checkpoints (git-ignored); a COMPLETE marker inside each one
                            that finished writing
@@ -68,6 +70,11 @@ class RunDir:
         return self.root / "final_eval.csv"
 
     @property
+    def outcomes(self) -> Path:
+        """Per-question outcomes of the final evaluation (:func:`evaluation.write_outcomes`)."""
+        return self.root / "outcomes.csv"
+
+    @property
     def done(self) -> Path:
         return self.root / "DONE.json"
 
@@ -82,7 +89,8 @@ class RunDir:
     def files(self) -> dict[str, Path]:
         """What lives where (notebook 04 prints this)."""
         return {name: getattr(self, name) for name in
-                ("config", "meta", "metrics", "eval", "final_eval", "done", "checkpoints",
+                ("config", "meta", "metrics", "eval", "final_eval", "outcomes", "done",
+                 "checkpoints",
                  "tensorboard")}
 
 

@@ -271,10 +271,11 @@ def _read_csv(path: Path):
 
 def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int,
                       run: records.RunDir):
-    from ..evaluation import evaluate, turn_distribution, write_eval
+    from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
 
     summary, details = evaluate(cfg, model, tokenizer, retriever, label=method, seed=seed,
                                 return_details=True)
+    write_outcomes(details, run.outcomes)
     write_eval(summary, run.final_eval, cfg.name, seed, None, method=method,
                turn_distribution=turn_distribution(details).to_dict("records"))
     return summary
