@@ -9,7 +9,11 @@ Stages, in the paper's order:
 - policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout`
 - credit assignment and losses: :mod:`at2po_lib.credit`, :mod:`at2po_lib.losses`
 - training: :mod:`at2po_lib.trainer`
-- evaluation and reporting: :mod:`at2po_lib.evaluation`
+- evaluation and reporting: :mod:`at2po_lib.evaluation`, :mod:`at2po_lib.reporting`
+- the ``at2po`` command: :mod:`at2po_lib.cli` (one module per subcommand; the stage modules
+  above have no command line of their own)
+
+No module imports one that imports it back (``tests/test_architecture.py``).
 
 Heavy dependencies (torch, transformers, trl, faiss) are imported by the modules that need
 them, never here, so ``import at2po_lib`` stays fast.

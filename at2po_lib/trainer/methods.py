@@ -34,8 +34,11 @@ value mode × advantage mode of :mod:`at2po_lib.credit` (``credit_entropy_softma
 is AT2PO itself).
 
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
-``train.chain_leaves`` chains and AEPO has the same budget (16 at paper scale, docs/method.md §8).
+``train.chain_leaves`` chains and AEPO grows ``rollout.aepo_budget`` leaves, which every shipped
+profile sets to the same number (16 at paper scale, docs/method.md §8; a test checks it).
 The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
+All three come from :meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` of the run's
+resolved rollout (:func:`at2po_lib.trainer.resolve.method_rollout`).
 
 Deviations that remain (named here so they stay visible):
 
