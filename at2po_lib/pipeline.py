@@ -24,6 +24,10 @@ from .config import ProfileError, load_profile
 from .paths import repo_root, results_dir
 
 
+KERNEL_NAME = "at2po"
+"""The Jupyter kernel every notebook names: this environment, registered by scripts/bootstrap.sh."""
+
+
 @dataclass
 class StageResult:
     notebook: Path
@@ -102,10 +106,15 @@ def run_notebooks(
     force: bool = False,
     notebooks_dir: Path | None = None,
     out_dir: Path | None = None,
-    kernel_name: str = "python3",
+    kernel_name: str = KERNEL_NAME,
 ) -> list[StageResult]:
-    """Execute the notebooks in order; stops at the first failure (its result is last)."""
+    """Execute the notebooks in order; stops at the first failure (its result is last).
+
+    Each stage's measured time goes to ``timings.json`` beside the executed copies (not in git;
+    ``docs/timings.yaml`` holds the times the notebooks and the README quote)."""
     import papermill
+
+    check_kernel(kernel_name)
 
     root = repo_root()
     cfg = load_profile(profile)  # unknown profile: error listing the known ones, before any work
@@ -148,7 +157,34 @@ def run_notebooks(
         stamp_path.write_text(stamp)
         print(f"[{cfg.name}] {notebook.name}: done in {seconds:.1f} s", flush=True)
         results.append(StageResult(notebook, "ran", seconds))
+        record_timing(out_dir / "timings.json", notebook.stem, seconds)
     return results
+
+
+def check_kernel(kernel_name: str) -> None:
+    """Fail early, naming the fix, when ``kernel_name`` is missing or runs another Python
+    (papermill would run the notebooks in whatever environment that kernel points to)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    fix = (f"run scripts/bootstrap.sh, or `{sys.executable} -m ipykernel install --sys-prefix "
+           f"--name {kernel_name}`")
+    try:
+        spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    except NoSuchKernel:
+        raise ValueError(f"no Jupyter kernel named {kernel_name!r}: {fix}") from None
+    python = Path(spec.argv[0]) if spec.argv else None
+    if kernel_name == KERNEL_NAME and python is not None and python.parent != Path(sys.executable).parent:
+        raise ValueError(f"the Jupyter kernel {kernel_name!r} runs {python}, not this environment's "
+                         f"{sys.executable}: {fix}")
+
+
+def record_timing(path: Path, stage: str, seconds: float) -> None:
+    """Add one stage's measured seconds to ``timings.json`` (``{stage: seconds}``)."""
+    timings = json.loads(path.read_text()) if path.is_file() else {}
+    timings[stage] = round(seconds, 1)
+    path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,11 @@
 #   AT2PO_TORCH_INDEX  a pip index for torch (e.g. PyTorch's CPU wheel index on a CPU machine
 #                      whose PyPI only serves CUDA builds); unset: plain 'pip install torch==2.13.0'
 #   AT2PO_SKIP_INSTALL=1  use the environment as it is
+#   AT2PO_LAB=0        skip the 'lab' extra (JupyterLab, ipywidgets; ~20 s on a first install)
+#
+# It also registers the environment as the Jupyter kernel 'at2po' ("AT2PO (<venv>)"), in the
+# environment itself (what ./run_all.sh and scripts/lab.sh use) and for the user (so a Jupyter
+# installed elsewhere lists it too). Every notebook names that kernel.
 set -euo pipefail
 
 AT2PO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +30,9 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
 
 if [ "${AT2PO_SKIP_INSTALL:-0}" != 1 ]; then
     stamp="$VENV/.at2po-install-stamp"
-    want="$(cat "$AT2PO_ROOT/pyproject.toml" "$AT2PO_ROOT/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
+    extras="dev"
+    [ "${AT2PO_LAB:-1}" = 0 ] || extras="dev,lab"
+    want="$( (cat "$AT2PO_ROOT/pyproject.toml" "$AT2PO_ROOT/scripts/bootstrap.sh"; echo "$extras") | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         python -m pip install -q --upgrade pip
         if ! python -c 'import torch' 2>/dev/null; then
@@ -38,7 +45,23 @@ if [ "${AT2PO_SKIP_INSTALL:-0}" != 1 ]; then
                 python -m pip install -q "torch==$CPU_TORCH" ${AT2PO_TORCH_INDEX:+--index-url "$AT2PO_TORCH_INDEX"}
             fi
         fi
-        python -m pip install -q -e "$AT2PO_ROOT[dev]"
+        python -m pip install -q -e "$AT2PO_ROOT[$extras]"
         echo "$want" > "$stamp"
     fi
+fi
+
+# The named kernel: a file test each time, a python call only when a kernel.json is missing or
+# names another interpreter (idempotent; ~1 s when it runs).
+AT2PO_KERNEL="at2po"
+at2po_kernel_ok() {  # $1: a kernels folder
+    grep -qF "\"$VENV/bin/python\"" "$1/$AT2PO_KERNEL/kernel.json" 2>/dev/null
+}
+user_kernels="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels"
+kernel_label="AT2PO ($(basename "$(dirname "$VENV")")/$(basename "$VENV"))"
+if ! at2po_kernel_ok "$VENV/share/jupyter/kernels"; then
+    python -m ipykernel install --sys-prefix --name "$AT2PO_KERNEL" --display-name "$kernel_label" >/dev/null
+fi
+if ! at2po_kernel_ok "$user_kernels"; then
+    python -m ipykernel install --user --name "$AT2PO_KERNEL" --display-name "$kernel_label" >/dev/null \
+        || echo "bootstrap: could not register the kernel '$AT2PO_KERNEL' for the user (only in $VENV)" >&2
 fi
