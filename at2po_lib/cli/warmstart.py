@@ -2,6 +2,7 @@
 
     at2po warmstart --profile tiny            # cached: trains only when missing or stale
     at2po warmstart --profile smoke --force
+    at2po warmstart --profile tiny --force --ship   # rebuild and replace the committed copy
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "validation EM).")
     add_profile_options(parser, example="sft.max_steps=300")
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
+    parser.add_argument("--ship", action="store_true",
+                        help="copy the warm start to results/<profile>/warmstart/, the copy git "
+                             "keeps (a fresh clone then skips SFT)")
     return parser
 
 
@@ -29,10 +33,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..policy.warmstart import ensure_warmstart, read_warmstart_record
+    from ..policy.warmstart import ensure_warmstart, read_warmstart_record, ship_warmstart
 
     cfg = load_profile_args(args)
     path = ensure_warmstart(cfg, force=args.force)
+    if args.ship:
+        path = ship_warmstart(cfg)
     record = read_warmstart_record(cfg.name)
     print(f"warm start: {path}")
     print(f"chosen step {record['chosen_step']} (validation multi-hop EM "

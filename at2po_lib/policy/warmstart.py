@@ -80,6 +80,12 @@ WARMSTART_VERSION = 3
 _ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "max_response_tokens", "max_prompt_tokens",
                  "invalid_action")
 """Rollout settings that change greedy validation (and so the chosen checkpoint)."""
+_RETRIEVAL_KEYS = ("method", "encoder", "pooling", "query_prefix", "passage_prefix", "max_length",
+                   "index_type", "topk", "corpus")
+"""Retrieval settings that change what the demonstrations and validation observe (not how a
+server is reached, how big its batches are, or whether an index was downloaded)."""
+SHIPPED_RECORD = "warmstart.json"
+"""The shipped copy's record (``results/<profile>/warmstart/warmstart.json``)."""
 
 
 # ----------------------------------------------------------------------------- paths and cache
@@ -96,25 +102,70 @@ def warmstart_record_path(profile: str) -> Path:
 def cache_key(profile_cfg: ProfileConfig) -> str:
     """Hash of everything the warm start depends on: world, retrieval, policy, SFT, rollout
     limits used by validation, and :data:`WARMSTART_VERSION`."""
-    rollout = asdict(profile_cfg.rollout)
+    rollout, retrieval = asdict(profile_cfg.rollout), asdict(profile_cfg.retrieval)
     payload = {
         "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
-        "retrieval": asdict(profile_cfg.retrieval), "policy": asdict(profile_cfg.policy),
+        "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
+        "policy": asdict(profile_cfg.policy),
         "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
-    """The cached warm start if it exists and was built from the same configuration."""
-    folder, record = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
+def shipped_warmstart_dir(profile: str) -> Path:
+    """``results/<profile>/warmstart/``: the copy of the warm start that git keeps (tiny: a few
+    MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT."""
+    from ..paths import results_dir
+
+    return results_dir() / profile / "warmstart"
+
+
+def _matching(folder: Path, record: Path, key: str) -> bool:
     if not (record.is_file() and (folder / "model.safetensors").is_file()):
-        return None
+        return False
     try:
-        stored = json.loads(record.read_text()).get("cache_key")
+        return json.loads(record.read_text()).get("cache_key") == key
     except json.JSONDecodeError:
-        return None
-    return folder if stored == cache_key(profile_cfg) else None
+        return False
+
+
+def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
+    """The warm start built from this configuration: the local cache (``artifacts/``) if it
+    matches, else the shipped copy (``results/<profile>/warmstart/``) if that matches; a changed
+    world, retrieval, policy or SFT setting invalidates both."""
+    key = cache_key(profile_cfg)
+    local = warmstart_dir(profile_cfg.name)
+    if _matching(local, warmstart_record_path(profile_cfg.name), key):
+        return local
+    shipped = shipped_warmstart_dir(profile_cfg.name)
+    if _matching(shipped, shipped / SHIPPED_RECORD, key):
+        return shipped
+    return None
+
+
+def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
+    """Copy the local warm start (which must match ``profile_cfg``) to
+    :func:`shipped_warmstart_dir` with its record (selection curve, timings, config, cache key;
+    no per-step log), replacing the old copy only once the new one is complete."""
+    local, record_path = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
+    if not _matching(local, record_path, cache_key(profile_cfg)):
+        raise FileNotFoundError(f"{local}: no local warm start for this configuration of "
+                                f"profile {profile_cfg.name!r} (run `at2po warmstart` first)")
+    record = json.loads(record_path.read_text())
+    record.pop("log_history", None)
+    record["path"] = None  # the shipped copy is found by its place, not by a machine's path
+    out = shipped_warmstart_dir(profile_cfg.name)
+    staging = out.with_name(out.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(local, staging)
+    (staging / SHIPPED_RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
 
 
 # ----------------------------------------------------------------------------- training
@@ -518,8 +569,11 @@ def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> P
 
 
 def read_warmstart_record(profile: str) -> dict:
-    """``warmstart.json`` of a profile (raises if the warm start was never trained)."""
+    """``warmstart.json`` of a profile: the local one, else the shipped copy's (raises if
+    there is neither)."""
     path = warmstart_record_path(profile)
+    if not path.is_file():
+        path = shipped_warmstart_dir(profile) / SHIPPED_RECORD
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)")
     return json.loads(path.read_text())

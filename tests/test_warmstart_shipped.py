@@ -1,0 +1,74 @@
+"""The shipped tiny warm start (results/tiny/warmstart/): found without training, invalidated by
+a changed configuration, and reproducing its committed greedy evaluation question by question."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from at2po_lib.config import load_profile
+from at2po_lib.paths import repo_root
+from at2po_lib.policy import warmstart
+
+SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
+OUTCOMES = repo_root() / "results" / "tiny" / "warmstart_eval_outcomes.csv"
+
+
+@pytest.fixture()
+def fresh_clone_artifacts(tmp_path, monkeypatch):
+    """No local cache (a fresh clone); results are read from the repository."""
+    monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.delenv("AT2PO_RESULTS", raising=False)
+    return tmp_path
+
+
+def test_shipped_copy_has_weights_tokenizer_and_provenance():
+    assert (SHIPPED / "model.safetensors").stat().st_size < 8_000_000  # "a few MB"
+    record = json.loads((SHIPPED / warmstart.SHIPPED_RECORD).read_text())
+    for key in ("cache_key", "git_revision", "chosen_step", "selection", "config"):
+        assert key in record, key
+    assert "log_history" not in record and record["path"] is None
+    assert [row["step"] for row in record["selection"]] == sorted(
+        row["step"] for row in record["selection"])
+
+
+def test_fresh_clone_uses_the_shipped_copy_and_a_changed_config_does_not(fresh_clone_artifacts):
+    cfg = load_profile("tiny")
+    assert warmstart.cached_warmstart(cfg) == SHIPPED
+    assert warmstart.read_warmstart_record("tiny")["cache_key"] == warmstart.cache_key(cfg)
+    changed = load_profile("tiny", {"sft": {"max_steps": 1999}})
+    assert warmstart.cached_warmstart(changed) is None
+    # settings that do not touch SFT keep it valid (how a server is reached, Tree-GRPO's trees)
+    same = load_profile("tiny", {"retrieval": {"timeout_s": 5.0},
+                                 "rollout": {"tree_grpo_trees": 4}})
+    assert warmstart.cached_warmstart(same) == SHIPPED
+
+
+def test_ship_refuses_without_a_matching_local_warm_start(fresh_clone_artifacts):
+    with pytest.raises(FileNotFoundError, match="no local warm start"):
+        warmstart.ship_warmstart(load_profile("tiny"))
+
+
+@pytest.mark.slow
+def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_artifacts):
+    """Greedy decoding of the first batch (eval.batch_size questions, the same batch as in the
+    committed run) of two test sets gives the committed predictions and EM exactly."""
+    import pandas as pd
+
+    from at2po_lib.evaluation import evaluate_questions, read_outcomes
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.retrieval import build_retriever
+
+    cfg = load_profile("tiny")
+    model, tokenizer = load_policy(warmstart.cached_warmstart(cfg), cfg.policy.dtype)
+    batch = cfg.eval.batch_size
+    details = evaluate_questions(cfg, model.eval(), tokenizer, build_retriever(cfg),
+                                 ["tiny_hotpotqa", "tiny_nq"], max_questions=batch)
+    committed = read_outcomes(OUTCOMES)
+    committed = pd.concat([committed[committed["dataset"] == d].head(batch)
+                           for d in ("tiny_hotpotqa", "tiny_nq")], ignore_index=True)
+    assert details["id"].astype(str).tolist() == committed["id"].tolist()
+    assert details["prediction"].fillna("").tolist() == committed["prediction"].tolist()
+    assert details["em"].tolist() == committed["em"].tolist()
+    assert details["num_turns"].tolist() == committed["num_turns"].tolist()
