@@ -104,8 +104,11 @@ def save_policy(model, tokenizer, path: str | Path) -> Path:
     """``save_pretrained`` the model (safetensors + config + generation config) and tokenizer."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    from ..quiet import hf_progress_bars_off
+
+    with hf_progress_bars_off():  # a "Writing model shards" bar per save of a 1-shard model
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
     return path
 
 
@@ -151,9 +154,12 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
             text).expanduser().is_dir():
         # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
         raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
+    from ..quiet import hf_progress_bars_off
+
     if Path(text).expanduser().is_dir():
         check_weight_files(Path(text).expanduser())
-    model = AutoModelForCausalLM.from_pretrained(text, dtype=torch_dtype(dtype))
+    with hf_progress_bars_off():  # a "Loading weights" bar per load, milliseconds at toy scale
+        model = AutoModelForCausalLM.from_pretrained(text, dtype=torch_dtype(dtype))
     tokenizer = load_tokenizer(path_or_name)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

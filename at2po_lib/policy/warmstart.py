@@ -114,10 +114,11 @@ def cache_key(profile_cfg: ProfileConfig) -> str:
 
 def shipped_warmstart_dir(profile: str) -> Path:
     """``results/<profile>/warmstart/``: the copy of the warm start that git keeps (tiny: a few
-    MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT."""
-    from ..paths import results_dir
+    MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT.
+    Always in the checkout (not under ``AT2PO_RESULTS``): redirected results still find it."""
+    from ..paths import repo_root
 
-    return results_dir() / profile / "warmstart"
+    return repo_root() / "results" / profile / "warmstart"
 
 
 def _matching(folder: Path, record: Path, key: str) -> bool:

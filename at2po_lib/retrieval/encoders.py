@@ -131,8 +131,11 @@ class DenseEncoder:
 
         path = resolve_encoder_path(self.spec.name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModel.from_pretrained(path)
+            from ..quiet import hf_progress_bars_off
+
+            with hf_progress_bars_off():  # the "Loading weights" bar: noise in notebook outputs
+                tokenizer = AutoTokenizer.from_pretrained(path)
+                model = AutoModel.from_pretrained(path)
         except OSError as exc:
             offline = os.environ.get("HF_HUB_OFFLINE") == "1"
             hint = (

@@ -9,7 +9,10 @@ loop stays TRL's:
 - :class:`GreedyValidation` (``on_train_begin`` / ``on_step_end``): greedy EM per dataset on the
   validation questions at step 0 and every ``eval_every`` rollout steps → ``eval.jsonl``.
 - :class:`CheckpointMarker` (``on_save``): the COMPLETE marker once TRL's save returned.
-- :class:`StepProgress`: a progress bar over rollout steps with reward, entropy and time left.
+- :class:`StepProgress`: a progress bar over rollout steps with reward, entropy and time left;
+  in a notebook also a live plot of reward and validation EM.
+- :class:`TrainingProgress`: the same for a plain (SFT) trainer: one bar and a live loss plot,
+  instead of transformers' printed ``{'loss': ...}`` dicts.
 
 A *rollout step* (``step`` in every record) is ``global_step // updates_per_step``: one batch of
 rollouts, the paper's unit ("240 training steps").
@@ -18,6 +21,7 @@ rollouts, the paper's unit ("240 training steps").
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -104,6 +108,7 @@ class GreedyValidation(TrainerCallback):
         self.every = every
         self.updates_per_step = updates_per_step
         self.last: dict[str, float] = {}
+        self.history: list[tuple[int, float]] = []  # (step, mean EM over datasets)
 
     def _run(self, step: int, state) -> None:
         start = time.perf_counter()
@@ -118,6 +123,8 @@ class GreedyValidation(TrainerCallback):
                    "mean_tool_calls": rec.get("mean_tool_calls"), "eval_time": seconds}
             records.append_jsonl(self.path, row)
             self.last[str(rec["dataset"])] = float(rec.get("em"))
+        if self.last:
+            self.history.append((step, sum(self.last.values()) / len(self.last)))
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.every > 0 and state.global_step == 0:
@@ -148,15 +155,82 @@ class CheckpointMarker(TrainerCallback):
                 step=rollout_step(state.global_step, self.updates_per_step))
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, or papermill executing a notebook)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class LivePlot:
+    """A small figure that redraws in place in a notebook: one output, updated as training goes.
+
+    ``panels`` name the y axes; :meth:`update` takes ``{panel: {series: (steps, values)}}``.
+    The figure is rendered to PNG and shown through an IPython display handle, so it never
+    touches pyplot's current figure and appears once, not once per update. Redraws are at
+    most every ``every_s`` seconds (rendering costs ~0.1 s) unless forced.
+    """
+
+    def __init__(self, panels: Sequence[str], title: str = "", every_s: float = 5.0):
+        self.panels = list(panels)
+        self.title = title
+        self.every_s = every_s
+        self.handle = None
+        self.last_draw = 0.0
+
+    def update(self, data: dict[str, dict[str, tuple[Sequence[float], Sequence[float]]]],
+               force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self.last_draw < self.every_s:
+            return
+        if not any(xs for series in data.values() for xs, _ in series.values()):
+            return  # nothing to draw yet
+        from IPython.display import Image, display
+
+        image = Image(data=self._render(data), format="png")
+        if self.handle is None:
+            self.handle = display(image, display_id=True)
+        else:
+            self.handle.update(image)
+        self.last_draw = now
+
+    def _render(self, data) -> bytes:
+        import io
+
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(4.0 * len(self.panels), 2.6), layout="constrained")
+        axes = fig.subplots(1, len(self.panels), squeeze=False)[0]
+        for ax, panel in zip(axes, self.panels):
+            for name, (xs, ys) in data.get(panel, {}).items():
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
+            ax.set_xlabel("step")
+            ax.set_ylabel(panel)
+            if len(data.get(panel, {})) > 1:
+                ax.legend(fontsize="small")
+        if self.title:
+            fig.suptitle(self.title, fontsize="medium")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=90)
+        return buffer.getvalue()
+
+
 class StepProgress(TrainerCallback):
-    """A tqdm bar over rollout steps: reward, entropy, latest validation EM, time left."""
+    """A tqdm bar over rollout steps: reward, entropy, latest validation EM, time left; in a
+    notebook also a live plot of the mean reward and the validation EM per step."""
 
     def __init__(self, total_steps: int, updates_per_step: int, description: str = "",
-                 validation: GreedyValidation | None = None):
+                 validation: GreedyValidation | None = None, plot: bool | None = None):
         self.total = total_steps
         self.updates_per_step = updates_per_step
         self.description = description
         self.validation = validation
+        self.plot = LivePlot(["reward", "validation EM"], description) if (
+            in_notebook() if plot is None else plot) else None
+        self.rewards: tuple[list[int], list[float]] = ([], [])
         self.bar = None
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -166,20 +240,88 @@ class StepProgress(TrainerCallback):
             self.bar = tqdm(total=self.total, desc=self.description, unit="step",
                             initial=rollout_step(state.global_step, self.updates_per_step))
 
+    def _draw(self, force: bool = False) -> None:
+        if self.plot is None:
+            return
+        history = self.validation.history if self.validation is not None else []
+        self.plot.update({"reward": {"sampled leaves": self.rewards},
+                          "validation EM": {"greedy": ([s for s, _ in history],
+                                                       [em for _, em in history])}},
+                         force=force)
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.bar is None or not logs or "reward" not in logs:
             return
         step = rollout_step(state.global_step, self.updates_per_step)
         self.bar.update(max(step - self.bar.n, 0))
+        self.rewards[0].append(step)
+        self.rewards[1].append(float(logs["reward"]))
         postfix = {"reward": f"{logs['reward']:.3f}"}
         if logs.get("entropy") is not None:
             postfix["entropy"] = f"{logs['entropy']:.3f}"
-        if self.validation is not None and self.validation.last:
-            em = sum(self.validation.last.values()) / len(self.validation.last)
-            postfix["val_em"] = f"{em:.3f}"
+        if self.validation is not None and self.validation.history:
+            postfix["val_em"] = f"{self.validation.history[-1][1]:.3f}"
         self.bar.set_postfix(postfix, refresh=False)
+        self._draw()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
+            self._draw(force=True)
+            self.bar.close()
+            self.bar = None
+
+
+class TrainingProgress(TrainerCallback):
+    """One tqdm bar over optimizer steps with the latest loss, and in a notebook a live plot
+    of the training loss (plus any points ``extra_points()`` returns, e.g. validation EM of
+    saved checkpoints: ``{"validation EM": [(step, em), ...]}``, drawn in a second panel).
+
+    Replaces transformers' ``PrinterCallback``, which prints every log dict (a ~50 KB wall of
+    ``{'loss': ...}`` lines for the tiny warm start); the records stay in
+    ``trainer.state.log_history``.
+    """
+
+    def __init__(self, description: str = "training",
+                 extra_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None,
+                 plot: bool | None = None):
+        self.description = description
+        self.extra_points = extra_points
+        panels = ["loss"] + (["validation"] if extra_points is not None else [])
+        self.plot = LivePlot(panels, description) if (
+            in_notebook() if plot is None else plot) else None
+        self.losses: tuple[list[int], list[float]] = ([], [])
+        self.bar = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, desc=self.description, unit="step",
+                            initial=state.global_step)
+
+    def _draw(self, force: bool = False) -> None:
+        if self.plot is None:
+            return
+        data = {"loss": {"train": self.losses}}
+        if self.extra_points is not None:
+            data["validation"] = {name: ([s for s, _ in pts], [v for _, v in pts])
+                                  for name, pts in self.extra_points().items()}
+        self.plot.update(data, force=force)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(max(state.global_step - self.bar.n, 0))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.bar is None or not logs or "loss" not in logs:
+            return
+        self.losses[0].append(state.global_step)
+        self.losses[1].append(float(logs["loss"]))
+        self.bar.set_postfix({"loss": f"{logs['loss']:.3f}"}, refresh=False)
+        self._draw()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self._draw(force=True)
             self.bar.close()
             self.bar = None

@@ -320,8 +320,11 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
     retriever = build_retriever(cfg)
     dataset = datasets.Dataset.from_list(training_prompts(cfg))
     agent = SearchAgent(tokenizer, cfg.policy.template, retriever, spec.rollout, reward_fn)
-    trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
-                           processing_class=tokenizer, agent=agent, peft_config=_peft_config(cfg))
+    from ..quiet import hf_progress_bars_off
+
+    with hf_progress_bars_off():  # "Loading weights" of the policy: noise in notebook outputs
+        trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
+                               processing_class=tokenizer, agent=agent, peft_config=_peft_config(cfg))
     updates = trainer.updates_per_step
     for callback in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(callback)
@@ -348,7 +351,10 @@ def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | N
                             reward_fn=reward_fn, spec=spec)
     for callback in callbacks:
         trainer.add_callback(callback)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    from ..quiet import hf_progress_bars_off
+
+    with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if not cfg.train.final_eval:
         return None
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:

@@ -1,0 +1,34 @@
+"""Keep library chatter a student can do nothing about out of notebook outputs, at the call.
+
+transformers draws a "Loading weights" bar on every ``from_pretrained`` and a "Writing model
+shards" bar on every ``save_pretrained``; datasets draws one bar per ``map`` that TRL runs while
+preparing a training set ("Building labels", "Truncating", ...). For a 1M-parameter policy these
+take milliseconds, and in a notebook each is a red stderr box. :func:`hf_progress_bars_off` hides
+them around the one call that makes them and restores the previous setting afterwards, so a
+user who wants the bars elsewhere keeps them; the project's own progress bars (tqdm) are not
+affected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def hf_progress_bars_off() -> Iterator[None]:
+    """Disable transformers' and datasets' progress bars inside the ``with`` block only."""
+    from datasets.utils import logging as datasets_logging
+    from transformers.utils import logging as transformers_logging
+
+    transformers_on = transformers_logging.is_progress_bar_enabled()
+    datasets_on = datasets_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if transformers_on:
+            transformers_logging.enable_progress_bar()
+        if datasets_on:
+            datasets_logging.enable_progress_bar()
