@@ -195,7 +195,9 @@ def trl_config(sft_cfg, output_dir: Path, max_length: int, max_steps: int | None
         logging_steps=max(1, min(sft_cfg.eval_every, 10)),
         report_to=[],
         dataloader_num_workers=0,
-        disable_tqdm=True,
+        dataloader_pin_memory=False,  # CPU training: pinning needs an accelerator (else it warns)
+        activation_checkpointing=True,  # TRL's SFT default, by the name that does not warn
+        disable_tqdm=True,  # TrainingProgress (make_trainer) shows one bar and the loss
         # The sampler is ShuffledLengthBatches (see TargetsOnlySFTTrainer).
     )
 
@@ -304,20 +306,31 @@ def _sft_trainer_class():
 
 
 def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Path,
-                 max_length: int, callbacks: Sequence[Any] = (), max_steps: int | None = None):
+                 max_length: int, callbacks: Sequence[Any] = (), max_steps: int | None = None,
+                 description: str = "SFT",
+                 progress_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None):
     """An SFT trainer (TRL's, with :func:`targets_only_loss`) over pre-tokenised examples
-    ``{"input_ids", "assistant_masks"}``."""
+    ``{"input_ids", "assistant_masks"}``. Progress: one bar and, in a notebook, a live loss
+    plot (plus ``progress_points()``, e.g. validation EM) instead of printed log dicts."""
     from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+
+    from ..quiet import hf_progress_bars_off
+    from ..trainer.callbacks import TrainingProgress
 
     dataset = Dataset.from_list(examples)
-    return _sft_trainer_class()(
-        group_batches=sft_cfg.group_batches,
-        model=model,
-        args=trl_config(sft_cfg, output_dir, max_length, max_steps),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-    )
+    with hf_progress_bars_off():  # TRL's dataset preparation: one bar per map, milliseconds each
+        trainer = _sft_trainer_class()(
+            group_batches=sft_cfg.group_batches,
+            model=model,
+            args=trl_config(sft_cfg, output_dir, max_length, max_steps),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=list(callbacks),
+        )
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(TrainingProgress(description, progress_points))
+    return trainer
 
 
 def masked_loss(model, examples: Sequence[dict], batch_size: int = 16) -> float:
@@ -376,7 +389,10 @@ class CheckpointSelector:
         model.train(was_training)
         self.table.append({"step": step, "path": str(path), **scores})
         self.seconds += time.perf_counter() - start
-        print(f"[warmstart] step {step}: validation {scores}", flush=True)
+        from ..trainer.callbacks import in_notebook
+
+        if not in_notebook():  # a notebook plots the validation EM live (TrainingProgress)
+            print(f"[warmstart] step {step}: validation {scores}", flush=True)
         if self.stop_above is not None and scores["em"] > self.stop_above:
             control.should_training_stop = True
         return control
@@ -438,7 +454,7 @@ def pretrain(model, tokenizer, passages: Sequence[str], profile_cfg: ProfileConf
     pt_cfg = copy.deepcopy(sft)
     pt_cfg.batch_size = sft.pretrain_batch_size
     trainer = make_trainer(model, tokenizer, chunks, pt_cfg, output_dir, sft.pretrain_seq_len,
-                           max_steps=sft.pretrain_steps)
+                           max_steps=sft.pretrain_steps, description="warm start: pretraining")
     start = time.perf_counter()
     trainer.train()
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
@@ -507,7 +523,10 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     selector = CheckpointSelector(validation_scorer(cfg, tokenizer, main.retriever, validation),
                                   sft.eval_every, checkpoints, tokenizer, sft.target_em_high)
     trainer = make_trainer(model, tokenizer, examples, sft, policy_root / "trainer",
-                           cfg.policy.max_position_embeddings, [selector.callback])
+                           cfg.policy.max_position_embeddings, [selector.callback],
+                           description="warm start: SFT",
+                           progress_points=lambda: {"multi-hop dev EM": [
+                               (row["step"], row["em"]) for row in selector.table]})
     train_start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_start
