@@ -1,0 +1,108 @@
+"""Committed outputs are rewritten only when their content changes (a clean re-run leaves git
+clean), and library progress bars are off only inside hf_progress_bars_off()."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from at2po_lib.outputs import figure_png, save_figure, write_if_changed  # noqa: E402
+from at2po_lib.provenance import write_meta  # noqa: E402
+from at2po_lib.quiet import hf_progress_bars_off  # noqa: E402
+
+
+def test_meta_is_kept_when_only_volatile_fields_change(tmp_path):
+    result = tmp_path / "table.csv"
+    result.write_text("a,b\n1,2\n")
+    meta = write_meta(result, {"profile": "tiny", "created": "monday", "git_revision": "abc"})
+    first = meta.read_text()
+    assert json.loads(first)["result_sha256"]
+    write_meta(result, {"profile": "tiny", "created": "tuesday", "git_revision": "def"})
+    assert meta.read_text() == first  # same result bytes: the old meta stays
+
+    result.write_text("a,b\n1,3\n")  # the result changed: a new meta
+    write_meta(result, {"profile": "tiny", "created": "tuesday", "git_revision": "def"})
+    assert json.loads(meta.read_text())["created"] == "tuesday"
+    write_meta(result, {"profile": "smoke", "created": "tuesday", "git_revision": "def"})
+    assert json.loads(meta.read_text())["profile"] == "smoke"  # a stable field changed
+
+
+def test_broken_meta_is_replaced(tmp_path):
+    result = tmp_path / "r.csv"
+    result.write_text("x\n")
+    (tmp_path / "r.csv.meta.json").write_text("{not json")
+    assert json.loads(write_meta(result, {"profile": "tiny"}).read_text())["profile"] == "tiny"
+
+
+def _figure():
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [1, 0, 1])
+    ax.set_title("t")
+    return fig
+
+
+def test_save_figure_is_byte_stable_without_a_software_tag_and_skips_unchanged(tmp_path):
+    path = tmp_path / "f.png"
+    fig = _figure()
+    save_figure(fig, path, dpi=50)
+    data, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    assert b"Software" not in data and b"matplotlib" not in data.lower()
+    save_figure(_figure(), path, dpi=50)  # a second, identical figure
+    assert path.read_bytes() == data and path.stat().st_mtime_ns == mtime
+    assert figure_png(fig, dpi=50) == data
+    plt.close("all")
+
+
+def test_write_if_changed(tmp_path):
+    path = tmp_path / "sub" / "x.txt"
+    assert write_if_changed(path, "a") is True
+    assert write_if_changed(path, "a") is False
+    assert write_if_changed(path, b"b") is True and path.read_text() == "b"
+
+
+def test_hf_progress_bars_off_restores_the_previous_setting():
+    from datasets.utils import logging as datasets_logging
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.enable_progress_bar()
+    datasets_logging.enable_progress_bar()
+    with hf_progress_bars_off():
+        assert not transformers_logging.is_progress_bar_enabled()
+        assert not datasets_logging.is_progress_bar_enabled()
+    assert transformers_logging.is_progress_bar_enabled()
+    assert datasets_logging.is_progress_bar_enabled()
+
+    transformers_logging.disable_progress_bar()  # a user who turned them off keeps them off
+    with hf_progress_bars_off():
+        pass
+    assert not transformers_logging.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()
+
+
+def test_training_progress_keeps_the_loss_and_closes_its_bar():
+    from types import SimpleNamespace
+
+    from at2po_lib.trainer.callbacks import TrainingProgress
+
+    progress = TrainingProgress("sft", extra_points=lambda: {"dev EM": [(10, 0.5)]}, plot=False)
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=20, global_step=0)
+    progress.on_train_begin(None, state, None)
+    state.global_step = 10
+    progress.on_step_end(None, state, None)
+    progress.on_log(None, state, None, logs={"loss": 1.5, "grad_norm": 0.3})
+    progress.on_log(None, state, None, logs={"train_runtime": 3.0})  # the final summary: no loss
+    assert progress.losses == ([10], [1.5]) and progress.bar.n == 10
+    progress.on_train_end(None, state, None)
+    assert progress.bar is None
+
+
+def test_live_plot_renders_a_png_with_every_panel():
+    from at2po_lib.trainer.callbacks import LivePlot
+
+    png = LivePlot(["loss", "validation"], "t")._render(
+        {"loss": {"train": ([1, 2, 3], [3.0, 2.0, 1.5])}, "validation": {"dev EM": ([2], [0.5])}})
+    assert png.startswith(b"\x89PNG")
