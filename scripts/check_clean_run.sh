@@ -25,6 +25,9 @@ echo "check_clean_run: $(git rev-parse --short HEAD) cloned into $work/repo"
 # in this shell and in the notebook kernels it starts.
 unset AT2PO_RESULTS AT2PO_FIGURES AT2PO_HOME
 export PYTHONPATH="$work/repo${PYTHONPATH:+:$PYTHONPATH}"
+# Never `pip install -e` the clone into a reused environment: it would point that environment
+# at a folder deleted below.
+[ -z "${AT2PO_VENV:-}" ] || export AT2PO_SKIP_INSTALL="${AT2PO_SKIP_INSTALL:-1}"
 ./run_all.sh "$@"
 # shellcheck disable=SC1091
 source scripts/bootstrap.sh >/dev/null
