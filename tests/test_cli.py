@@ -16,7 +16,7 @@ from at2po_lib.cli import train as train_cli
 from at2po_lib.config import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_MODULES = ["evaluation", "trainer/run", "trainer/table1", "policy/warmstart",
+STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "policy/warmstart",
                  "retrieval/build", "retrieval/server", "tinyworld/build", "pipeline"]
 
 
@@ -24,7 +24,7 @@ def test_every_subcommand_has_a_module_with_a_parser_and_main():
     import importlib
 
     assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
-                                 "train", "table1", "report", "run-notebooks"}
+                                 "train", "study", "table1", "report", "run-notebooks"}
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(f"at2po_lib.cli.{module_name}")
         parser = module.build_parser()
@@ -111,7 +111,7 @@ def test_unknown_method_and_profile_are_one_line_errors(capsys):
 @pytest.mark.parametrize("argv, option", [
     (["table1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
     (["table1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
-    (["report", "--profile", "smoke", "--methods", ",,,"], "--methods"),
+    (["study", "--table", "1", "--profile", "smoke", "--methods", ",,,"], "--methods"),
     (["run-notebooks", "--profile", "smoke", "--only", ",,,"], "--only"),
     (["evaluate", "--profile", "smoke", "--datasets", ","], "--datasets"),
 ])
@@ -120,8 +120,9 @@ def test_empty_or_malformed_lists_are_errors_naming_the_option(argv, option, cap
     assert option in capsys.readouterr().err
 
 
-def test_report_writes_the_table1_csv_of_finished_runs(tmp_path, monkeypatch, capsys):
-    """``at2po report`` collects finished runs without training (a hand-made finished run)."""
+def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkeypatch, capsys):
+    """``at2po report`` reads finished runs (a hand-made one) and trains nothing; with none it
+    still writes the published Table 2 and says so."""
     import json
 
     import pandas as pd
@@ -129,23 +130,27 @@ def test_report_writes_the_table1_csv_of_finished_runs(tmp_path, monkeypatch, ca
     from at2po_lib.trainer import records
 
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
-    assert cli.main(["report", "--profile", "smoke", "--seeds", "0",
-                     "--methods", "react"]) == 1  # nothing finished yet
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
+    assert "no finished runs" in capsys.readouterr().err
     run = records.run_dir("smoke", "react", 0)
-    run.root.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([{"profile": "smoke", "label": "react", "seed": 0, "dataset": "tiny_nq",
-                   "group": "singlehop", "n": 2, "em": 0.5, "f1": 0.5, "mean_turns": 1.0,
-                   "mean_tool_calls": 0.0, "git_revision": "x"},
-                  {"profile": "smoke", "label": "react", "seed": 0, "dataset": "singlehop avg",
-                   "group": "singlehop", "n": 2, "em": 0.5, "f1": 0.5, "mean_turns": 1.0,
-                   "mean_tool_calls": 0.0, "git_revision": "x"}]).to_csv(run.final_eval,
-                                                                        index=False)
+    pd.DataFrame([{"dataset": "tiny_nq", "group": "singlehop", "id": str(i),
+                   "prediction": "x", "em": float(i % 2), "f1": 0.0, "num_turns": 2,
+                   "num_tool_calls": 1, "finish_reason": "answer"}
+                  for i in range(4)]).to_csv(run.outcomes, index=False)
+    pd.DataFrame([{"dataset": "tiny_nq", "group": "singlehop", "n": 4, "em": 0.5}]).to_csv(
+        run.final_eval, index=False)
     run.done.write_text(json.dumps({"wall_time": 1.5}))
-    capsys.readouterr()
-    assert cli.main(["report", "--profile", "smoke", "--seeds", "0", "--methods", "react"]) == 0
-    table = pd.read_csv(tmp_path / "smoke" / "table1_smoke.csv")
-    assert list(table["method"]) == ["react", "react"] and list(table["wall_time"]) == [1.5, 1.5]
-    assert (tmp_path / "smoke" / "table1_smoke.csv.meta.json").is_file()
+    assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
+    table = pd.read_csv(tmp_path / "smoke" / "tables" / "table1.csv")
+    ours = table[(table["source"] == "ours") & (table["column"] == "NQ")]
+    assert ours["em"].tolist() == [0.5] and ours["n_questions"].tolist() == [4]
+    assert (tmp_path / "smoke" / "tables" / "table1.csv.meta.json").is_file()
+
+
+def test_study_rejects_an_unknown_method_before_training(capsys):
+    assert cli.main(["study", "--table", "2", "--profile", "smoke", "--methods", "grpoo"]) == 2
+    assert "grpo" in capsys.readouterr().err
 
 
 def test_python_dash_m_runs_the_same_command():

@@ -1,6 +1,6 @@
 """The ``at2po`` command: one subcommand per pipeline stage, one module per subcommand.
 
-    at2po world | index | serve-retriever | warmstart | evaluate | train | table1 | report
+    at2po world | index | serve-retriever | warmstart | evaluate | train | study | table1 | report
           | run-notebooks          (at2po <command> --help for each one's options)
 
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
@@ -27,8 +27,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warmstart": ("warmstart", "train the tiny policy's SFT warm start"),
     "evaluate": ("evaluate", "greedy evaluation on the test sets"),
     "train": ("train", "RL training of one method (AT2PO or a baseline)"),
-    "table1": ("table1", "the toy Table 1: every method, several seeds, one table"),
-    "report": ("report", "write the tables of finished runs (Table 1 CSV)"),
+    "study": ("study", "train (or reuse) the runs of Table 1, 2 or 3 for several seeds"),
+    "table1": ("table1", "the same as `study --table 1`"),
+    "report": ("report", "Tables 1-3 and Figures 3-4 from stored records (no training)"),
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
 }
 """Subcommand → (module of this package, one-line help)."""

@@ -1,12 +1,11 @@
-"""``at2po report``: the tables the reporting code makes from finished runs, without training.
+"""``at2po report``: every table and figure of a profile from its stored records, no training
+(:func:`at2po_lib.reporting.report.write_report`): Tables 1–3 with 95% bootstrap CIs beside
+the published numbers, Figures 3 and 4, each as CSV/Markdown/LaTeX or PNG/PDF with a
+``.meta.json`` naming the runs, seeds and git revision.
 
-Today: the Table 1 collection, ``results/<profile>/table1_<profile>.csv`` (+ ``.meta.json``),
-from the ``final_eval.csv`` of every finished (method, seed) run of the profile
-(:func:`at2po_lib.trainer.table1.collect_table1`); runs that are missing are named, not
-trained (``at2po table1`` trains them).
-
-    at2po report --profile tiny --seeds 0,1,2
-    at2po report --profile tiny --seeds 0 --methods react,grpo,at2po
+    at2po report --profile tiny                 # about a minute on 2 cores
+    at2po report --profile tiny --readme        # also refresh the README's generated tables
+    AT2PO_RESULTS=results/tiny/pilot/lr5e-4_mb4 at2po report --profile tiny   # another record set
 """
 
 from __future__ import annotations
@@ -14,20 +13,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import (add_profile_options, check_methods, comma_list, int_list, parse_set,
-                     run_guarded)
+from .common import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po report"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Write the result tables of a "
+    parser = argparse.ArgumentParser(prog=PROG, description="Write the tables and figures of a "
                                      "profile's finished runs (no training).")
-    add_profile_options(parser, example="train.max_steps=96 (recorded in the table's meta, as "
-                                        "the runs were trained with it)")
-    parser.add_argument("--seeds", default=None,
-                        help="comma-separated (default: the profile's train.seeds)")
-    parser.add_argument("--methods", default=None, help="comma-separated (default: Table 1's)")
+    add_profile_options(parser, example="eval.max_questions=50")
+    parser.add_argument("--resamples", type=int, default=None,
+                        help="bootstrap replicates per interval (default 4000)")
+    parser.add_argument("--readme", action="store_true",
+                        help="refresh the README blocks generated from these tables")
+    parser.add_argument("--no-figures", action="store_true", help="tables only")
     return parser
 
 
@@ -37,25 +36,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..config import load_profile
-    from ..trainer import records
-    from ..trainer.table1 import collect_table1, table1_methods, write_table1
+    from .. import stats
+    from ..reporting.report import write_report
 
-    overrides = parse_set(args.overrides) or None
-    cfg = load_profile(args.profile, overrides)
-    seeds = int_list(args.seeds, "--seeds") if args.seeds else list(cfg.train.seeds)
-    methods = comma_list(args.methods, "--methods") or table1_methods(cfg.name)
-    check_methods(methods)
-    table = collect_table1(cfg.name, methods, seeds)
-    missing = [f"{m}/seed{s}" for m in methods for s in seeds
-               if not records.run_dir(cfg.name, m, s).done.is_file()]
-    if missing:
-        print(f"{PROG}: not finished (left out): {', '.join(missing)}", file=sys.stderr)
-    if not len(table):
-        print(f"{PROG}: no finished run of profile {cfg.name!r} to report", file=sys.stderr)
-        return 1
-    path = write_table1(table, cfg.name, seeds, overrides)
-    view = table[table["dataset"].str.endswith("avg")]
-    print(view.to_string(index=False))
-    print(f"wrote {path}")
+    cfg = load_profile_args(args)
+    report = write_report(cfg.name, n_resamples=args.resamples or stats.DEFAULT_RESAMPLES,
+                          readme=args.readme, figures=not args.no_figures)
+    for note in report.notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
+    for name, paths in report.paths.items():
+        print(f"wrote {name}: {', '.join(str(p) for p in paths.values())}")
+    summary = report.tables.get("table1_summary")
+    if summary is not None:
+        print(summary.to_string())
     return 0

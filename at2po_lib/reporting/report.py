@@ -54,7 +54,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     cfg = load_profile(profile)
     report = Report(profile)
     runs = discover_runs(profile)
-    finished = runs[runs["finished"]]
+    finished = runs.loc[runs["finished"].astype(bool)]
     outcomes = load_outcomes(profile)
     finals = load_final_evals(profile)
     if finished.empty:
@@ -62,7 +62,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                             "published numbers are shown")
 
     def meta_for(methods) -> dict:
-        return source_meta(profile, finished[finished["method"].isin(list(methods))],
+        return source_meta(profile, finished.loc[finished["method"].isin(list(methods))],
                            n_resamples=n_resamples, confidence=0.95)
 
     tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,

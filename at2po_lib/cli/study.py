@@ -1,0 +1,58 @@
+"""``at2po study``: train (or reuse) the runs of one of the paper's tables for several seeds,
+then write every table and figure from the records (:mod:`at2po_lib.trainer.study`).
+
+    at2po study --profile tiny --table 1 --seeds 0,1,2,3,4
+    at2po study --profile tiny --table 1 --seeds 0,1 --methods grpo,at2po   # a slice of it
+    at2po study --profile tiny --table 3 --seeds 0,1,2 --no-report
+
+Resumable: finished runs are reused, interrupted ones continue from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import (add_profile_options, check_methods, comma_list, int_list, parse_set,
+                     quiet_openmp, run_guarded)
+
+PROG = "at2po study"
+
+
+def build_parser(prog: str = PROG, table: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Train (or reuse) every (method, "
+                                     "seed) of one of the paper's tables, then write the tables "
+                                     "and figures of the profile from its records.")
+    add_profile_options(parser, example="train.max_steps=96 (applies to every run)")
+    if table is None:
+        parser.add_argument("--table", required=True, choices=["1", "2", "3"])
+    parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated (default: the table's runs)")
+    parser.add_argument("--force", action="store_true", help="re-run finished runs")
+    parser.add_argument("--no-report", action="store_true",
+                        help="train only (e.g. while another worker still trains)")
+    parser.set_defaults(table=table)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = None) -> int:
+    args = build_parser(prog, table).parse_args(argv)
+    quiet_openmp()
+    return run_guarded(prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..trainer.study import run_study
+
+    overrides = parse_set(args.overrides) or None
+    seeds = int_list(args.seeds, "--seeds")
+    methods = comma_list(args.methods, "--methods")
+    check_methods(methods or [])
+    run_study(args.profile, args.table, seeds, methods, args.force, overrides)
+    if not args.no_report:
+        from ..reporting.report import write_report
+
+        report = write_report(args.profile)
+        for name, paths in report.paths.items():
+            print(f"wrote {name}: {', '.join(str(p) for p in paths.values())}")
+    return 0

@@ -1,0 +1,69 @@
+r"""The toy study: the runs behind Tables 1–3, trained (or reused) for several seeds.
+
+    at2po study --profile tiny --table 1 --seeds 0,1,2,3,4
+    at2po study --profile tiny --table 2 --seeds 0,1,2,3,4     # ablation steps 1-3 (+ at2po)
+    at2po study --profile tiny --table 3 --seeds 0,1,2         # the credit grid
+
+Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call: a finished run with the
+same configuration is reused, an interrupted one resumes from its last complete checkpoint,
+so a study can be stopped at any point and continued later (or split over machines by
+``--methods``). ``react`` (the warm start evaluated as is; greedy decoding is deterministic)
+runs for the first seed only. The tables and figures are then computed from the stored
+records by :func:`at2po_lib.reporting.report.write_report` (``at2po report`` alone redoes
+that part, in about a minute).
+
+Which runs each table needs (docs/method.md §10):
+
+- Table 1: ReAct, GRPO, DAPO, GSPO, Tree-GRPO, AEPO, AT2PO.
+- Table 2: the three ablation steps; step 4 is AT2PO itself (Table 1's runs).
+- Table 3: the credit grid, value modes × {node value, difference to the parent} by default
+  (``--methods`` for the full 4 × 4 grid); its default cell (entropy_softmax, node_value) *is*
+  AT2PO, so Table 1's runs serve there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..credit import VALUE_MODES
+from .methods import TABLE1_METHODS, TABLE2_METHODS, get_method
+
+TABLE3_ADVANTAGES = ("node_value", "diff_parent")
+"""The advantage modes Table 3's study trains by default (the paper's main contrast)."""
+
+STUDY_TABLES: dict[str, tuple[str, ...]] = {
+    "1": tuple(TABLE1_METHODS),
+    "2": tuple(m for m in TABLE2_METHODS if m != "at2po"),
+    "3": tuple(f"credit_{value}_{adv}" for value in VALUE_MODES for adv in TABLE3_ADVANTAGES
+               if (value, adv) != ("entropy_softmax", "node_value")),
+}
+"""Runs each table adds to the study (Tables 2 and 3 reuse Table 1's AT2PO runs)."""
+
+
+def study_methods(table: str, methods: Sequence[str] | None = None) -> list[str]:
+    """The methods of ``table`` ('1', '2', '3'), or the given ones (each checked to exist)."""
+    if table not in STUDY_TABLES:
+        raise ValueError(f"unknown table {table!r}; known: {', '.join(STUDY_TABLES)}")
+    chosen = list(methods or STUDY_TABLES[table])
+    for method in chosen:
+        get_method(method)  # a typo fails before hours of training
+    return chosen
+
+
+def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[str] | None = None,
+              force: bool = False, overrides: dict[str, Any] | None = None) -> list[Any]:
+    """Train or reuse every (method, seed) of ``table``, seed by seed (so the first seeds of
+    every method finish first); returns the :class:`TrainResult` of each call."""
+    from .run import train
+
+    chosen = study_methods(table, methods)
+    results = []
+    for seed in seeds:
+        for method in chosen:
+            if not get_method(method).trains and seed != seeds[0]:
+                continue
+            result = train(profile, method, seed, force=force, profile_overrides=overrides)
+            print(f"[study] table {table}: {method} seed {seed}: {result.status} in "
+                  f"{result.wall_time:.0f} s ({result.run.root})", flush=True)
+            results.append(result)
+    return results
