@@ -1,6 +1,7 @@
 """Run the numbered notebooks headless with papermill, in order, under one profile.
 
-``./run_all.sh`` calls :func:`main`. Each stage (notebook) is skipped when its executed copy is
+``at2po run-notebooks`` (:mod:`at2po_lib.cli.run_notebooks`; ``./run_all.sh`` calls it) runs
+:func:`run_notebooks`. Each stage (notebook) is skipped when its executed copy is
 up to date: the stamp beside it records a hash of the notebook, the resolved profile, the
 library's sources and the stamps of all earlier stages, so a change anywhere upstream re-runs
 everything downstream of it. ``--force`` re-runs regardless.
@@ -11,16 +12,14 @@ cell; the executed copy (with the traceback) is kept, and so is everything earli
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ProfileError, load_profile
+from .config import load_profile
 from .paths import repo_root, results_dir
 
 
@@ -183,33 +182,3 @@ def record_timing(path: Path, stage: str, seconds: float) -> None:
     timings = json.loads(path.read_text()) if path.is_file() else {}
     timings[stage] = round(seconds, 1)
     path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
-
-
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="at2po run-notebooks", description="Execute the numbered notebooks with papermill."
-    )
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--only", default=None, help="comma-separated prefixes, e.g. 00,01")
-    parser.add_argument("--force", action="store_true", help="re-run stages that are up to date")
-    parser.add_argument("--notebooks-dir", type=Path, default=None)
-    parser.add_argument("--out-dir", type=Path, default=None)
-    args = parser.parse_args(argv)
-    only = [o.strip() for o in args.only.split(",") if o.strip()] if args.only else None
-    os.environ.setdefault("AT2PO_HOME", str(repo_root()))
-    try:
-        results = run_notebooks(args.profile, only, args.force, args.notebooks_dir, args.out_dir)
-    except (ProfileError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if results and results[-1].status == "failed":
-        return 1
-    ran = sum(r.status == "ran" for r in results)
-    print(f"{ran} notebook(s) ran, {len(results) - ran} up to date")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
