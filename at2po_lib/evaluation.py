@@ -219,11 +219,15 @@ def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
     metrics = [m for m in ("em", "f1", "mean_turns", "mean_tool_calls", "sampled_em")
                if m in base.columns]
     weighted = base[metrics].mul(base["n"], axis=0)
+    # A metric measured on only some datasets (the sampled metric) averages over those only;
+    # measured on none of a group's datasets, it stays NaN (not 0).
+    counted = base[metrics].notna().mul(base["n"], axis=0).add_prefix("n_")
+    weighted[list(counted.columns)] = counted
     weighted[keys + ["n"]] = base[keys + ["n"]]
     sums = weighted.groupby(keys, sort=False, dropna=False).sum(numeric_only=False).reset_index()
     out = sums[keys + ["n"]].copy()
     for metric in metrics:
-        out[metric] = sums[metric] / sums["n"]
+        out[metric] = sums[metric] / sums["n_" + metric].where(sums["n_" + metric] > 0)
     out["dataset"] = out["group"] + " avg"
     if "git_revision" in base.columns:
         out["git_revision"] = base["git_revision"].iloc[0] if len(base) else None

@@ -178,3 +178,17 @@ def test_sampled_metric_on_smoke(isolated_outputs):
     assert nq.between(0, 1).all() and len(nq) == 2
     assert first[first["dataset"] == "tiny_hotpotqa"]["sampled_em"].isna().all()
     pd.testing.assert_series_equal(first["sampled_em"], again["sampled_em"])
+
+
+def test_weighted_average_of_a_metric_measured_on_some_datasets_only():
+    """The sampled metric may cover only the multi-hop sets: its group average uses the
+    datasets that have it, and is NaN (not 0) for a group that has none."""
+    import math
+
+    df = _summary(["tiny_hotpotqa", "tiny_2wiki", "tiny_nq"], [MULTI_HOP, MULTI_HOP, SINGLE_HOP],
+                  [100, 300, 50], [0.5, 0.1, 0.9])
+    df["sampled_em"] = [0.4, float("nan"), float("nan")]
+    out = weighted_group_average(df).set_index("group")
+    assert out.loc[MULTI_HOP, "sampled_em"] == pytest.approx(0.4)
+    assert math.isnan(out.loc[SINGLE_HOP, "sampled_em"])
+    assert out.loc[MULTI_HOP, "em"] == pytest.approx((50 + 30) / 400)
