@@ -221,13 +221,13 @@ def turn_segments(mask: torch.Tensor, turn_ids: torch.Tensor | None = None) -> T
 # --------------------------------------------------------------------------------------------
 # Pieces of the loss (every tensor here is (N,): one entry per model token)
 # --------------------------------------------------------------------------------------------
-def importance_ratio(level: str, logp: torch.Tensor, log_ratio: torch.Tensor, turns: TokenTurns,
-                     turn_ratio: str = "geometric",
-                     turn_sum: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token ratio (N,) at the given level (equations in the module docstring).
-    ``logp``, ``log_ratio`` (N,); ``turn_sum`` (S,): Σ of the log-ratio per turn, if computed."""
+def level_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
+                    turn_ratio: str = "geometric",
+                    turn_sum: torch.Tensor | None = None) -> torch.Tensor:
+    """log s per token (N,), no gradient: r_t (token), the row's mean (sequence) or the turn's
+    mean / sum (turn, geometric / product). ``turn_sum`` (S,): Σ r_t per turn, if computed."""
     if level == "token":
-        return torch.exp(log_ratio)
+        return log_ratio.detach()
     with torch.no_grad():
         if level == "sequence":
             row_mean = turns.row_sum(log_ratio) / turns.row_tokens.clamp(min=1)  # (B,)
@@ -238,6 +238,18 @@ def importance_ratio(level: str, logp: torch.Tensor, log_ratio: torch.Tensor, tu
             if turn_ratio == "geometric":
                 turn_sum = turn_sum / turns.length.clamp(min=1)  # (S,)
             log_s = turns.per_token_of_segment(turn_sum)  # (N,)
+    return log_s
+
+
+def importance_ratio(level: str, logp: torch.Tensor, log_ratio: torch.Tensor, turns: TokenTurns,
+                     turn_ratio: str = "geometric",
+                     turn_sum: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token ratio (N,) at the given level, differentiable (equations in the module
+    docstring). ``logp``, ``log_ratio`` (N,); ``turn_sum`` (S,) as in :func:`level_log_ratio`.
+    ``policy_loss`` uses the same values with the gradient written out (``_ClippedSurrogate``)."""
+    if level == "token":
+        return torch.exp(log_ratio)
+    log_s = level_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)  # (N,)
     # exp(log π − sg[log π] + sg[log s]) clamped at 10: value s, gradient s ∇log π.
     return torch.exp((logp - logp.detach() + log_s).clamp(max=LOG_RATIO_CLAMP))
 
@@ -261,16 +273,55 @@ def low_var_kl(ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(-KL_CLAMP, KL_CLAMP)
 
 
-def aggregate(per_token_loss: torch.Tensor, turns: TokenTurns, agg: str) -> torch.Tensor:
-    """Scalar loss from the per-token losses (N,) of the model tokens."""
+def aggregation_weights(turns: TokenTurns, agg: str, dtype: torch.dtype) -> torch.Tensor:
+    """Weight (N,) of each model token's loss in the scalar loss Σ_t w_t ℓ_t: ``token-mean``
+    1/N; ``seq-mean-token-sum`` 1/B; ``seq-mean-token-mean`` 1/(|row| · rows with a token)."""
+    n = turns.index.numel()
     if agg == "token-mean":
-        return per_token_loss.sum() / max(per_token_loss.numel(), 1)
+        return torch.full((n,), 1.0 / max(n, 1), dtype=dtype, device=turns.index.device)
     if agg == "seq-mean-token-sum":
-        return per_token_loss.sum() / max(turns.num_rows, 1)
-    # seq-mean-token-mean: each token weighs 1/|row|; mean over rows with a model token
-    weight = turns.per_token(1.0 / turns.row_tokens.clamp(min=1).to(per_token_loss.dtype))  # (N,)
-    rows_with_tokens = max(int((turns.row_tokens > 0).sum()), 1)
-    return (per_token_loss * weight).sum() / rows_with_tokens
+        return torch.full((n,), 1.0 / max(turns.num_rows, 1), dtype=dtype,
+                          device=turns.index.device)
+    rows_with_tokens = max(int(torch.count_nonzero(turns.row_tokens)), 1)
+    per_row = 1.0 / (turns.row_tokens.clamp(min=1).to(dtype) * rows_with_tokens)  # (B,)
+    return turns.per_token(per_row)  # (N,)
+
+
+class _ClippedSurrogate(torch.autograd.Function):
+    r"""Σ_t w_t max(−A_t r_t, −A_t clip(r_t, lower, upper)) with a one-multiply backward.
+
+    Inputs (N,): ``logp`` (receives the gradient), ``ratio`` r_t (value), ``adv``, ``weight``
+    (:func:`aggregation_weights`), ``live`` (bool: ∂r_t/∂logp_t = r_t there, 0 where the log
+    ratio hit its clamp); ``balanced``: AEPO's entropy-balanced clip. The gradient is what
+    autograd gives the stop-gradient form of the module docstring, written out:
+    ∂ℓ_t/∂logp_t = −A_t r_t on the unclipped branch (ties included: both branches agree
+    there), 0 where the clip binds, and −A_t (1 + eps_high) where an entropy-balanced upper
+    clip binds (its bound (1 + eps_high)·r/sg(r) keeps the gradient). Fused so that the
+    backward pass is one multiply instead of the chain exp → clamp → maximum → weights
+    (measured in ``benchmarks/bench_losses.py``). Returns the scalar and ``binds`` (N,).
+    """
+
+    @staticmethod
+    def forward(ctx, logp, ratio, adv, weight, live, lower: float, upper: float,
+                balanced: bool):
+        neg_adv = -adv  # (N,)
+        unclipped = neg_adv * ratio  # (N,)
+        clipped = neg_adv * ratio.clamp(lower, upper)  # (N,)
+        binds = clipped > unclipped  # (N,) the clipped branch is the larger loss
+        loss = torch.dot(torch.maximum(unclipped, clipped), weight)
+        no_gradient = binds if live is None else binds | ~live  # (N,)
+        slope = torch.where(no_gradient, 0.0, unclipped)  # (N,) ∂ℓ_t/∂logp_t
+        if balanced:  # an upper clip that binds keeps the gradient −A (1 + eps_high)
+            kept = binds & (ratio > upper) if live is None else binds & (ratio > upper) & live
+            slope = torch.where(kept, neg_adv * upper, slope)
+        ctx.save_for_backward(slope * weight)
+        ctx.mark_non_differentiable(binds)
+        return loss, binds
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_binds):
+        (slope,) = ctx.saved_tensors
+        return grad_loss * slope, None, None, None, None, None, None, None
 
 
 def turn_kl_entropy(turn_sum: torch.Tensor, segments: TokenTurns | TurnSegments,
@@ -395,29 +446,29 @@ def policy_loss(
     with torch.no_grad():  # shared by the turn ratio and the turn_kl_entropy diagnostic
         turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
 
-    ratio = importance_ratio(level, lp, log_ratio, turns, turn_ratio, turn_sum)  # (N,)
+    with torch.no_grad():
+        log_s = level_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)  # (N,)
+        # Where the log ratio exceeds its clamp the ratio has no gradient (rare: checked once).
+        clamped = level != "token" and bool((log_s > LOG_RATIO_CLAMP).any())
+        live = log_s <= LOG_RATIO_CLAMP if clamped else None  # (N,) or None: all live
+        ratio = torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP) if clamped else log_s)  # (N,)
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
-    if entropy_balanced_clip:
-        upper_bound = upper * ratio / ratio.detach().clamp(min=torch.finfo(ratio.dtype).tiny)
-        clipped = torch.clamp(ratio, min=torch.full_like(ratio, lower), max=upper_bound)  # (N,)
-    else:
-        clipped = ratio.clamp(lower, upper)  # (N,)
-    unclipped_loss, clipped_loss = -adv * ratio, -adv * clipped  # (N,), (N,)
-    per_token_loss = torch.maximum(unclipped_loss, clipped_loss)  # (N,)
+    weight = aggregation_weights(turns, agg, lp.dtype)  # (N,)
+    loss, binds = _ClippedSurrogate.apply(lp, ratio, adv, weight, live, lower, upper,
+                                          entropy_balanced_clip)
     ref_kl = None
     if beta:
         ref_kl = low_var_kl(ref, lp)  # (N,)
-        per_token_loss = per_token_loss + beta * ref_kl
-    loss = aggregate(per_token_loss, turns, agg)
+        loss = loss + beta * (ref_kl * weight).sum()
 
     with torch.no_grad():
-        binds = clipped_loss > unclipped_loss  # (N,)
         turn_counts = turns.turns_per_row()  # (B,)
         count = max(lp.numel(), 1)
+        # A binding clip means r < lower or r > upper (exclusive): high = all − low.
+        low, binding = torch.count_nonzero(binds & (ratio < lower)), torch.count_nonzero(binds)
         stats = torch.stack([x.to(torch.float64) for x in (
-            torch.count_nonzero(binds & (ratio < lower)) / count,
-            torch.count_nonzero(binds & (ratio > upper)) / count,
-            torch.count_nonzero(binds) / count, -log_ratio.sum() / count, ratio.sum() / count,
+            low / count, (binding - low) / count,
+            binding / count, -(log_ratio.sum()) / count, ratio.sum() / count,
             turn_kl_entropy(turn_sum, turns, turns.num_rows),
             torch.count_nonzero(turn_counts <= 1), turn_counts.to(lp.dtype).mean(),
             ref_kl.sum() / count if ref_kl is not None else lp.new_zeros(()),
