@@ -106,8 +106,14 @@ def run_notebooks(
     notebooks_dir: Path | None = None,
     out_dir: Path | None = None,
     kernel_name: str = KERNEL_NAME,
+    retrain: bool = False,
+    overrides: dict | None = None,
 ) -> list[StageResult]:
     """Execute the notebooks in order; stops at the first failure (its result is last).
+
+    Every notebook gets the parameters ``profile``, ``overrides`` (nested profile values, what
+    ``--set`` gives; part of the stage stamps) and ``retrain`` (re-run committed training runs
+    and the warm start instead of reusing them; implies re-running every stage).
 
     Each stage's measured time goes to ``timings.json`` beside the executed copies (not in git;
     ``docs/timings.yaml`` holds the times the notebooks and the README quote)."""
@@ -116,8 +122,11 @@ def run_notebooks(
     check_kernel(kernel_name)
 
     root = repo_root()
-    cfg = load_profile(profile)  # unknown profile: error listing the known ones, before any work
-    profile_json = json.dumps(cfg.to_dict(), sort_keys=True)
+    overrides = dict(overrides or {})
+    # unknown profile or key: an error naming it, before any work
+    cfg = load_profile(profile, overrides or None)
+    profile_json = json.dumps({"config": cfg.to_dict(), "retrain": retrain}, sort_keys=True)
+    force = force or retrain
     notebooks_dir = notebooks_dir or root / "notebooks"
     out_dir = out_dir or results_dir("executed", cfg.name)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +148,8 @@ def run_notebooks(
         start = time.perf_counter()
         try:
             papermill.execute_notebook(
-                str(notebook), str(output), parameters={"profile": cfg.name},
+                str(notebook), str(output),
+                parameters={"profile": cfg.name, "overrides": overrides, "retrain": retrain},
                 kernel_name=kernel_name, cwd=str(root), progress_bar=False,
             )
         except Exception as exc:  # papermill wraps cell errors; anything else is a failure too

@@ -113,3 +113,21 @@ def test_a_corrupt_notebook_is_named_and_no_executed_copy_is_promised(two_notebo
     err = capsys.readouterr().err
     assert "01_second.ipynb" in err and "no executed copy was written" in err
     assert "executed copy with the traceback" not in err and not (out / "01_second.ipynb").exists()
+
+
+@pytest.mark.slow  # executes a notebook
+@pytest.mark.integration
+def test_set_and_retrain_reach_every_notebook_and_its_stamp(tmp_path):
+    """``--set`` values arrive as the ``overrides`` parameter (checked before anything runs),
+    ``--retrain`` as ``retrain``; a changed override re-runs an up-to-date stage."""
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    _notebook(nbdir / "00_params.ipynb",
+              "assert overrides == {'train': {'max_steps': 3}}, overrides\n"
+              "assert retrain is True")
+    out = tmp_path / "out"
+    first = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, retrain=True,
+                          overrides={"train": {"max_steps": 3}})
+    assert [r.status for r in first] == ["ran"]
+    with pytest.raises(Exception, match="nope"):
+        run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, overrides={"train": {"nope": 1}})

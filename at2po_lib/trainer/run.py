@@ -131,7 +131,8 @@ class Validator:
 class TrainResult:
     run: records.RunDir
     status: str
-    """``trained``, ``resumed``, ``evaluated`` (react) or ``skipped`` (already finished)."""
+    """``trained``, ``resumed``, ``evaluated`` (react), ``skipped`` (already finished with this
+    configuration) or ``reused`` (finished with another one, ``reuse_finished=True``)."""
     wall_time: float
     final_eval: Any = None
 
@@ -139,8 +140,14 @@ class TrainResult:
 def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
           force: bool = False, profile_overrides: Mapping[str, Any] | None = None,
           trainer_overrides: Mapping[str, Any] | None = None,
-          callbacks: Sequence[Any] = (), reward_fn=None) -> TrainResult:
+          callbacks: Sequence[Any] = (), reward_fn=None,
+          reuse_finished: bool = False) -> TrainResult:
     """Train (or reuse) one run; see the module docstring. Returns where its records live.
+
+    ``reuse_finished``: a finished run made with *another* configuration is returned as it is
+    (status ``reused``, a note on stderr names both config hashes) instead of raising
+    :class:`RunExistsError`; notebooks use it so that committed records are shown, not retrained
+    (``./run_all.sh --retrain`` sets ``force`` instead).
 
     ``profile_overrides``: nested profile values (``{"train": {"max_steps": 20}}``, what
     ``--set train.max_steps=20`` gives); ``trainer_overrides``: ``AT2POConfig`` fields the
@@ -161,6 +168,12 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
+    if not force and records.is_finished(run) and reuse_finished:
+        print(f"{run.root}: reusing a finished run made with another configuration (config "
+              f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
+              file=sys.stderr)
+        return TrainResult(run, "reused", json.loads(run.done.read_text()).get("wall_time", 0.0),
+                           _read_csv(run.final_eval))
     if not force and records.is_finished(run):
         raise RunExistsError(
             f"{run.root}: a finished run with another configuration is there (config hash "
