@@ -24,7 +24,8 @@ def test_every_subcommand_has_a_module_with_a_parser_and_main():
     import importlib
 
     assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
-                                 "train", "study", "table1", "report", "run-notebooks"}
+                                 "train", "study", "table1", "report", "run-notebooks",
+                                 "expansion-stats", "credit-accuracy"}
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(f"at2po_lib.cli.{module_name}")
         parser = module.build_parser()

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "table1": ("table1", "the same as `study --table 1`"),
     "report": ("report", "Tables 1-3 and Figures 3-4 from stored records (no training)"),
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
+    "expansion-stats": ("expansion", "where entropy-guided expansion branches, per alpha"),
+    "credit-accuracy": ("credit_accuracy", "AUC of each credit mode against useful-turn labels"),
 }
 """Subcommand → (module of this package, one-line help)."""
 

@@ -1,0 +1,62 @@
+"""``at2po credit-accuracy``: how well each credit mode's turn advantages separate useful from
+useless turns on real trees (:mod:`at2po_lib.analysis.credit_accuracy`, docs/method.md §6, §8).
+
+    at2po credit-accuracy --profile tiny --prompts 300 --seed 0
+    at2po credit-accuracy --profile tiny --prompts 50 --resamples 500 --trees-dir /tmp/trees
+
+Writes ``results/<profile>/credit_accuracy.csv`` (AUC per credit mode with bootstrap CIs) and
+``credit_weights.csv`` (how far the entropy weights are from uniform), each with its
+``.meta.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from .common import (add_profile_options, comma_list, load_profile_args, parse_set, quiet_openmp,
+                     run_guarded)
+
+PROG = "at2po credit-accuracy"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Grow AT2PO's and Tree-GRPO's trees "
+                                     "with the warm start, label each turn useful or not from "
+                                     "TinyWorld's plan, and score every credit mode by AUC.")
+    add_profile_options(parser, example="rollout.tree_alpha=0.05")
+    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt draw, sampling and bootstrap seed")
+    parser.add_argument("--datasets", default=None,
+                        help="training splits to draw from (default train.train_datasets)")
+    parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
+    parser.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples")
+    parser.add_argument("--trees-dir", default=None,
+                        help="scratch folder: reuse entropy.npz / random.npz grown with the same "
+                             "settings, else save them there (never commit them)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_openmp()
+    return run_guarded(PROG, lambda: _run(args, argv))
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from ..analysis.credit_accuracy import run_credit_accuracy
+
+    load_profile_args(args)  # checks the profile and the --set values before any rollout
+    command = "at2po credit-accuracy " + shlex.join(sys.argv[2:] if argv is None else argv)
+    result = run_credit_accuracy(args.profile, args.prompts, args.seed,
+                                 comma_list(args.datasets, "--datasets"), args.policy,
+                                 parse_set(args.overrides), args.resamples,
+                                 trees_dir=args.trees_dir, command=command)
+    table = result["accuracy"]
+    shown = table[table["turns"] != "answer"]
+    print(shown.drop(columns=["n_trees", "n_prompts"]).round(3).to_string(index=False))
+    print(result["weights"].round(4).to_string(index=False))
+    for path in result["paths"].values():
+        print(f"wrote {path}")
+    return 0
