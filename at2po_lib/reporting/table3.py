@@ -8,8 +8,8 @@ directly as the advantage best, but publishes no cells we could put beside ours.
 the runs ``credit_<value>_<advantage>``, each with its multi-hop average and its difference to
 AT2PO's default (``entropy_softmax`` / ``node_value``).
 
-The *credit-accuracy* table (written by :mod:`at2po_lib.credit_accuracy` when its study ran)
-is the toy's noise-free analogue: TinyWorld knows each question's plan, so every turn of a
+The *credit-accuracy* table (written by :mod:`at2po_lib.analysis.credit_accuracy`,
+``at2po credit-accuracy``) is the toy's noise-free analogue: TinyWorld knows each question's plan, so every turn of a
 saved tree is labelled useful or not, and each credit mode is scored by the AUC of its turn
 advantages.
 """
