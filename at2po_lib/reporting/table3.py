@@ -9,9 +9,9 @@ the runs ``credit_<value>_<advantage>``, each with its multi-hop average and its
 AT2PO's default (``entropy_softmax`` / ``node_value``).
 
 The *credit-accuracy* table (written by :mod:`at2po_lib.analysis.credit_accuracy`,
-``at2po credit-accuracy``) is the toy's noise-free analogue: TinyWorld knows each question's plan, so every turn of a
-saved tree is labelled useful or not, and each credit mode is scored by the AUC of its turn
-advantages.
+``at2po credit-accuracy``) is the toy's noise-free analogue: TinyWorld knows each question's
+plan, so every turn of a saved tree is labelled useful or not, and each credit mode is scored
+by the AUC of its turn advantages.
 """
 
 from __future__ import annotations
