@@ -7,12 +7,24 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from at2po_lib.analysis.credit_accuracy import (ClusteredAUC, accuracy_table, auc,
-                                                baseline_node_advantages, forest_rows,
-                                                gigpo_row_advantages, group_normalise,
-                                                mean_over_rows, turn_labels)
-from at2po_lib.analysis.expansion import (credit_weight_stats, expansion_counts, node_table,
-                                          selection_stats, sibling_weights)
+from at2po_lib.analysis.credit_accuracy import (
+    ClusteredAUC,
+    accuracy_table,
+    auc,
+    baseline_node_advantages,
+    forest_rows,
+    gigpo_row_advantages,
+    group_normalise,
+    mean_over_rows,
+    turn_labels,
+)
+from at2po_lib.analysis.expansion import (
+    credit_weight_stats,
+    expansion_counts,
+    node_table,
+    selection_stats,
+    sibling_weights,
+)
 from at2po_lib.analysis.sample import searched_nodes
 from at2po_lib.forest import TreeArrays, random_tree
 from at2po_lib.rollout.trees import select_entropy
@@ -108,7 +120,8 @@ def test_clustered_auc_weights_clusters_by_their_draw_counts():
     scores, labels = rng.normal(size=60), rng.random(60) < 0.5
     cluster = np.repeat(np.arange(6), 10)
     counts = np.array([2, 0, 1, 3, 0, 1])
-    take = np.concatenate([np.flatnonzero(cluster == c) for c in range(6) for _ in range(counts[c])])
+    take = np.concatenate([np.flatnonzero(cluster == c)
+                           for c in range(6) for _ in range(counts[c])])
     scorer = ClusteredAUC(scores, labels, cluster)
     assert scorer(counts.astype(float)) == pytest.approx(auc(scores[take], labels[take]))
     low, high = scorer.interval(n_resamples=300, seed=0)

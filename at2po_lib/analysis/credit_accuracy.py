@@ -63,15 +63,23 @@ its ``.meta.json``; :func:`at2po_lib.reporting.table3.load_credit_accuracy` read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..credit import (ADVANTAGE_MODES, VALUE_MODES, Forest, forest_node_advantages,
-                      forest_node_values, grpo_advantages, leaf_paths, node_depths,
-                      tree_grpo_advantages)
+from ..credit import (
+    ADVANTAGE_MODES,
+    VALUE_MODES,
+    Forest,
+    forest_node_advantages,
+    forest_node_values,
+    grpo_advantages,
+    leaf_paths,
+    node_depths,
+    tree_grpo_advantages,
+)
 from ..forest import TreeArrays
 from .sample import searched_nodes
 
@@ -273,7 +281,8 @@ class ClusteredAUC:
     def estimate(self) -> float:
         return float(self(np.ones(self.num_clusters)))
 
-    def interval(self, n_resamples: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
+    def interval(self, n_resamples: int, seed: int,
+                 confidence: float = 0.95) -> tuple[float, float]:
         from ..stats import _bootstrap_indices, _counts
 
         return _bootstrap_indices([self.num_clusters],
@@ -394,8 +403,9 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     meta = run_metadata(cfg.name, seed, config=cfg.rollout, command=command, policy=str(folder),
                         datasets=datasets, prompts=num_prompts, n_resamples=n_resamples,
                         gigpo={"gamma": GIGPO_GAMMA, "omega": GIGPO_OMEGA},
-                        useful_share={k: float(labels.useful[labels.scored & (labels.kind == k)].mean())
-                                      for k in ("search", "answer")},
+                        useful_share={
+                            k: float(labels.useful[labels.scored & (labels.kind == k)].mean())
+                            for k in ("search", "answer")},
                         trees="grown by the command (not stored): entropy = AT2PO's tree, "
                               "random = Tree-GRPO's, same prompts and seed")
     paths = {}

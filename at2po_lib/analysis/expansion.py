@@ -29,8 +29,8 @@ Command: ``at2po expansion-stats --profile tiny --prompts 300 --seed 0``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -128,7 +128,10 @@ def selection_stats(nodes: NodeTable, estimator: str, alpha: float, k: int,
     total = counts.sum()
     non_root = nodes.is_candidate & (nodes.parent >= 0)
     d = nodes.depth
-    share = lambda mask: float(counts[mask].sum() / total)  # noqa: E731
+
+    def share(mask: np.ndarray) -> float:
+        return float(counts[mask].sum() / total)
+
     stats = {
         "estimator": estimator, "alpha": alpha, "k": k,
         "n_trees": int(nodes.tree.max()) + 1,
@@ -206,7 +209,8 @@ def entropy_distribution(nodes: NodeTable, estimators: Sequence[str] = tuple(EST
 
 
 def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int = 0,
-                        alphas: Sequence[float] = DEFAULT_ALPHAS, datasets: Sequence[str] | None = None,
+                        alphas: Sequence[float] = DEFAULT_ALPHAS,
+                        datasets: Sequence[str] | None = None,
                         policy: str | None = None, overrides: dict | None = None,
                         trees_file: str | None = None, command: str = "") -> dict[str, object]:
     """Grow M chains per prompt with the warm start, measure selection for every α and both

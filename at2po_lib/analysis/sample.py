@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,11 +50,13 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
             row = json.loads(line)
             missing = [k for k in ("id", "question", "golden_answers", "metadata") if k not in row]
             if missing or "supporting_ids" not in row.get("metadata", {}):
-                raise ValueError(f"{path}, line {line_no}: row lacks {missing or ['metadata.supporting_ids']}"
-                                 " (a TinyWorld row carries its plan)")
+                lacks = missing or ["metadata.supporting_ids"]
+                raise ValueError(f"{path}, line {line_no}: row lacks {lacks} (a TinyWorld row "
+                                 "carries its plan)")
             rows.append({**row, "dataset": name})
     if num_prompts > len(rows):
-        raise ValueError(f"--prompts {num_prompts}: only {len(rows)} {split} rows in {list(datasets)}")
+        raise ValueError(f"--prompts {num_prompts}: only {len(rows)} {split} rows in "
+                         f"{list(datasets)}")
     order = np.random.default_rng(seed).permutation(len(rows))[:num_prompts]
     return [rows[i] for i in order]
 

@@ -15,8 +15,14 @@ import argparse
 import shlex
 import sys
 
-from .common import (add_profile_options, comma_list, load_profile_args, parse_set, quiet_openmp,
-                     run_guarded)
+from .common import (
+    add_profile_options,
+    comma_list,
+    load_profile_args,
+    parse_set,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po credit-accuracy"
 
@@ -27,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "TinyWorld's plan, and score every credit mode by AUC.")
     add_profile_options(parser, example="rollout.tree_alpha=0.05")
     parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
-    parser.add_argument("--seed", type=int, default=0, help="prompt draw, sampling and bootstrap seed")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="prompt draw, sampling and bootstrap seed")
     parser.add_argument("--datasets", default=None,
                         help="training splits to draw from (default train.train_datasets)")
     parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")

@@ -14,8 +14,15 @@ import argparse
 import shlex
 import sys
 
-from .common import (add_profile_options, comma_list, load_profile_args, parse_set, quiet_openmp,
-                     run_guarded, UsageError)
+from .common import (
+    UsageError,
+    add_profile_options,
+    comma_list,
+    load_profile_args,
+    parse_set,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po expansion-stats"
 
@@ -54,7 +61,8 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         alphas = [float(a) for a in comma_list(args.alphas, "--alphas")] if args.alphas \
             else list(DEFAULT_ALPHAS)
     except ValueError:
-        raise UsageError(f"--alphas {args.alphas!r}: expected numbers separated by commas") from None
+        raise UsageError(f"--alphas {args.alphas!r}: expected numbers separated by "
+                         "commas") from None
     command = "at2po expansion-stats " + shlex.join(sys.argv[2:] if argv is None else argv)
     result = run_expansion_study(args.profile, args.prompts, args.seed, alphas,
                                  comma_list(args.datasets, "--datasets"), args.policy,
