@@ -276,7 +276,7 @@ def low_var_kl(ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
 def aggregation_weights(turns: TokenTurns, agg: str, dtype: torch.dtype) -> torch.Tensor:
     """Weight (N,) of each model token's loss in the scalar loss Σ_t w_t ℓ_t: ``token-mean``
     1/N; ``seq-mean-token-sum`` 1/B; ``seq-mean-token-mean`` 1/(|row| · rows with a token)."""
-    n = turns.index.numel()
+    n = turns.index.numel()  # N
     if agg == "token-mean":
         return torch.full((n,), 1.0 / max(n, 1), dtype=dtype, device=turns.index.device)
     if agg == "seq-mean-token-sum":
@@ -290,7 +290,8 @@ def aggregation_weights(turns: TokenTurns, agg: str, dtype: torch.dtype) -> torc
 class _ClippedSurrogate(torch.autograd.Function):
     r"""Σ_t w_t max(−A_t r_t, −A_t clip(r_t, lower, upper)) with a one-multiply backward.
 
-    Inputs (N,): ``logp`` (receives the gradient), ``ratio`` r_t (value), ``adv``, ``weight``
+    ``logp`` (B, T) receives the gradient at the model tokens ``index`` (N,); inputs (N,):
+    ``ratio`` r_t (value), ``adv``, ``weight``
     (:func:`aggregation_weights`), ``live`` (bool: ∂r_t/∂logp_t = r_t there, 0 where the log
     ratio hit its clamp); ``balanced``: AEPO's entropy-balanced clip. The gradient is what
     autograd gives the stop-gradient form of the module docstring, written out:
@@ -302,7 +303,7 @@ class _ClippedSurrogate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logp, ratio, adv, weight, live, lower: float, upper: float,
+    def forward(ctx, logp, index, ratio, adv, weight, live, lower: float, upper: float,
                 balanced: bool):
         neg_adv = -adv  # (N,)
         unclipped = neg_adv * ratio  # (N,)
@@ -314,14 +315,16 @@ class _ClippedSurrogate(torch.autograd.Function):
         if balanced:  # an upper clip that binds keeps the gradient −A (1 + eps_high)
             kept = binds & (ratio > upper) if live is None else binds & (ratio > upper) & live
             slope = torch.where(kept, neg_adv * upper, slope)
-        ctx.save_for_backward(slope * weight)
+        ctx.save_for_backward(index, slope * weight)
+        ctx.logp_shape = logp.shape
         ctx.mark_non_differentiable(binds)
         return loss, binds
 
     @staticmethod
     def backward(ctx, grad_loss, grad_binds):
-        (slope,) = ctx.saved_tensors
-        return grad_loss * slope, None, None, None, None, None, None, None
+        index, slope = ctx.saved_tensors
+        grad = slope.new_zeros(ctx.logp_shape.numel()).index_copy_(0, index, grad_loss * slope)
+        return grad.view(ctx.logp_shape), None, None, None, None, None, None, None, None
 
 
 def turn_kl_entropy(turn_sum: torch.Tensor, segments: TokenTurns | TurnSegments,
@@ -382,15 +385,19 @@ def _check_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.
         raise ValueError("entropy_aware_adv > 0 needs token_entropy")
 
 
-def _check_finite(turns: TokenTurns, width: int, **values: torch.Tensor) -> None:
-    """Every (N,) input finite? One sum per input and one device sync (a NaN or ±inf makes
-    the sum non-finite; finite log-probs and advantages cannot overflow it); on failure,
-    name the input, row and column."""
-    sums = torch.stack([v.detach().sum() for v in values.values()])  # (K,)
-    if bool(torch.isfinite(sums).all()):
+def _check_finite(turns: TokenTurns, width: int, gathered: list[torch.Tensor],
+                  named: dict[str, torch.Tensor | None]) -> None:
+    """Are the model tokens' inputs finite? One sum per ``gathered`` (N,) vector and one device
+    sync (a NaN or ±inf makes the sum non-finite; finite log-probs and advantages cannot
+    overflow it). On failure, the ``named`` (B, T) or (B,) inputs are searched to name the
+    input, row and column."""
+    if bool(torch.isfinite(torch.stack([v.sum() for v in gathered])).all()):
         return
-    for name, v in values.items():
-        bad = torch.nonzero(~torch.isfinite(v.detach()))
+    for name, x in named.items():
+        if x is None:
+            continue
+        v = turns.per_token(x.detach()) if x.ndim == 1 else turns.gather(x.detach())
+        bad = torch.nonzero(~torch.isfinite(v))
         if bad.numel():
             r, c = divmod(int(turns.index[bad[0, 0]]), width)
             raise ValueError(f"{name}[{r}, {c}] is not finite on a model token")
@@ -433,18 +440,20 @@ def policy_loss(
     _check_inputs(logp, old_logp, advantages, mask, level, agg, turn_ratio, turn_ids, ref_logp,
                   beta, token_entropy, entropy_aware_adv)
     turns = token_turns(mask, turn_ids)
-    lp = turns.gather(logp)  # (N,) carries the gradient
-    old = turns.gather(old_logp).detach()  # (N,)
-    adv = (turns.per_token(advantages) if advantages.ndim == 1
-           else turns.gather(advantages)).detach().to(lp.dtype)  # (N,)
-    ref = turns.gather(ref_logp).detach() if beta else None  # (N,)
-    finite = {"logp": lp, "old_logp": old, "advantages": adv}
-    _check_finite(turns, logp.shape[1], **finite, **({"ref_logp": ref} if beta else {}))
-    if entropy_aware_adv:
-        adv = entropy_aware_advantages(adv, turns.gather(token_entropy), entropy_aware_adv)
-    log_ratio = lp - old  # (N,) r_t
-    with torch.no_grad():  # shared by the turn ratio and the turn_kl_entropy diagnostic
-        turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
+    with torch.no_grad():
+        # r_t: one gather of the grid difference (positions off the mask may hold -inf; they
+        # are never gathered). The gradient reaches logp through _ClippedSurrogate.
+        log_ratio = turns.gather(logp.detach() - old_logp.detach())  # (N,)
+        adv = (turns.per_token(advantages) if advantages.ndim == 1
+               else turns.gather(advantages)).detach().to(logp.dtype)  # (N,)
+        lp = turns.gather(logp.detach()) if beta else None  # (N,)
+        ref = turns.gather(ref_logp.detach()) if beta else None  # (N,)
+        _check_finite(turns, logp.shape[1], [v for v in (log_ratio, adv, ref) if v is not None],
+                      {"logp": logp, "old_logp": old_logp, "advantages": advantages,
+                       "ref_logp": ref_logp if beta else None})
+        if entropy_aware_adv:
+            adv = entropy_aware_advantages(adv, turns.gather(token_entropy), entropy_aware_adv)
+        turn_sum = turns.segment_sum(log_ratio)  # (S,) turn ratio and turn_kl_entropy
 
     with torch.no_grad():
         log_s = level_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)  # (N,)
@@ -453,25 +462,25 @@ def policy_loss(
         live = log_s <= LOG_RATIO_CLAMP if clamped else None  # (N,) or None: all live
         ratio = torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP) if clamped else log_s)  # (N,)
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
-    weight = aggregation_weights(turns, agg, lp.dtype)  # (N,)
-    loss, binds = _ClippedSurrogate.apply(lp, ratio, adv, weight, live, lower, upper,
-                                          entropy_balanced_clip)
+    weight = aggregation_weights(turns, agg, logp.dtype)  # (N,)
+    loss, binds = _ClippedSurrogate.apply(logp, turns.index, ratio, adv, weight, live, lower,
+                                          upper, entropy_balanced_clip)
     ref_kl = None
     if beta:
-        ref_kl = low_var_kl(ref, lp)  # (N,)
+        ref_kl = low_var_kl(ref, turns.gather(logp))  # (N,) differentiable
         loss = loss + beta * (ref_kl * weight).sum()
 
     with torch.no_grad():
         turn_counts = turns.turns_per_row()  # (B,)
-        count = max(lp.numel(), 1)
+        count = max(log_ratio.numel(), 1)
         # A binding clip means r < lower or r > upper (exclusive): high = all − low.
         low, binding = torch.count_nonzero(binds & (ratio < lower)), torch.count_nonzero(binds)
         stats = torch.stack([x.to(torch.float64) for x in (
             low / count, (binding - low) / count,
             binding / count, -(log_ratio.sum()) / count, ratio.sum() / count,
             turn_kl_entropy(turn_sum, turns, turns.num_rows),
-            torch.count_nonzero(turn_counts <= 1), turn_counts.to(lp.dtype).mean(),
-            ref_kl.sum() / count if ref_kl is not None else lp.new_zeros(()),
+            torch.count_nonzero(turn_counts <= 1), turn_counts.to(log_ratio.dtype).mean(),
+            ref_kl.sum() / count if ref_kl is not None else log_ratio.new_zeros(()),
         )]).tolist()  # one device sync for every diagnostic
     names = ("clip_frac_low", "clip_frac_high", "clip_frac", "approx_kl", "ratio_mean",
              "turn_kl_entropy", "single_turn_rows", "mean_turns_per_row", "ref_kl")
