@@ -3,8 +3,8 @@ r"""Tree arrays, batches of trees and tree files: the one tree type every stage 
 One rollout tree is a :class:`TreeArrays`: arrays over its nodes (node 0 is the root). The
 rollout stage makes them (:func:`at2po_lib.rollout.export.tree_arrays`, the one place where
 its growing ``RolloutTree`` becomes arrays), the trainer's :class:`~at2po_lib.trainer.batch.
-RolloutBatch` holds them, :mod:`at2po_lib.credit` computes on them, :mod:`at2po_lib.treeviz`
-draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
+RolloutBatch` holds them, :mod:`at2po_lib.credit` computes on them,
+:mod:`at2po_lib.reporting.trees` draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
 
     parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed
     entropy[n]      float, H(n) = mean NLL of the turn's sampled tokens (root: 0)

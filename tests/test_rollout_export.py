@@ -88,20 +88,23 @@ def test_labels_and_drawing():
 
     matplotlib.use("Agg")
     from at2po_lib.actions import Action
-    from at2po_lib.rollout.plots import draw_rollout_tree, turn_label
+    from at2po_lib.reporting.trees import draw_rollout_tree, turn_label
 
     tree = small_tree()
     tree.nodes[1].action = Action("search", query="capital of avaria")
     tree.nodes[2].action = Action("answer", answer="belmont")
     assert turn_label(tree, 0) == "Q"
-    assert turn_label(tree, 1, width=9) == "S:capita…"
-    assert turn_label(tree, 2) == "A:belmont"
+    wrapped = turn_label(tree, 1, width=9)  # wrapped, never cut: the full query is short
+    assert wrapped.replace("\n", " ") == "S: capital of avaria"
+    assert max(len(line) for line in wrapped.splitlines()) <= 9
+    assert turn_label(tree, 2) == "A: belmont\nr=1"
     fig, ax = draw_rollout_tree(tree)
     assert ax.get_legend() is not None  # node 3 comes from expansion round 1
     labels = sorted(t.get_text() for t in ax.texts)
+    assert {"0", "1", "2", "3"} <= set(labels)  # node ids drawn in the nodes
     fig.clf()
     # the same drawing from the arrays (e.g. read back from a file)
     fig, ax = draw_rollout_tree(tree_arrays(tree))
     assert sorted(t.get_text() for t in ax.texts) == labels and ax.get_legend() is not None
-    assert turn_label(tree_arrays(tree), 2) == "A:belmont"
+    assert turn_label(tree_arrays(tree), 2) == "A: belmont\nr=1"
     fig.clf()

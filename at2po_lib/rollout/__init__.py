@@ -11,8 +11,8 @@ prefixes, the batched turn cache), :mod:`.backends` (Hugging Face turn generator
 :mod:`.vllm_backend` (vLLM), :mod:`.agent` (environment and turn loop, greedy chains),
 :mod:`.trees` (chains, random and entropy-guided expansion), :mod:`.aepo` (AEPO's online
 branching), :mod:`.export` (trees as :class:`at2po_lib.forest.TreeArrays`, tidy tables,
-training rows; files: ``at2po_lib.forest.save_trees``), :mod:`.plots`
-(tree figures), :mod:`.toy` (stand-ins for tests and benchmarks).
+training rows; files: ``at2po_lib.forest.save_trees``), :mod:`.toy` (stand-ins for tests
+and benchmarks). Tree figures: :mod:`at2po_lib.reporting.trees`.
 
 Names are imported lazily so ``import at2po_lib.rollout`` does not load torch.
 """
@@ -37,7 +37,6 @@ _EXPORTS = {
     "tree_summary": ".export", "save_trees": "..forest", "load_trees": "..forest",
     "TreeArrays": "..forest",
     "trajectory_table": ".export",
-    "draw_rollout_tree": ".plots", "plot_expansion_comparison": ".plots",
     "rollout": ".trees",
 }
 
