@@ -23,8 +23,9 @@ largest parameter difference after the step, each variant's best and median time
 average and, on the last line, the speed-up of the new default (old time / new time, best of
 the repeats; goal >= 2.5).
 
-The policy is the profile's warm start (``artifacts/<profile>/policy/warmstart``), else the
-newest ``warmstart_checkpoints/step-*`` (while it trains), else ``--policy DIR``. World and
+The policy is ``--policy DIR``, else the profile's warm start (``artifacts/<profile>/policy/
+warmstart``), else the committed one (``results/<profile>/warmstart``), else the newest
+``warmstart_checkpoints/step-*`` (while it trains). World and
 index are copied from ``artifacts/<profile>`` into a temporary folder (nothing in the checkout
 is written). ``--profile smoke`` builds its own artefacts in the temporary folder (seconds).
 """
@@ -50,6 +51,9 @@ def find_policy(profile: str, given: str | None) -> str | None:
     base = ROOT / "artifacts" / profile / "policy"
     if (base / "warmstart" / "config.json").exists():
         return str(base / "warmstart")
+    shipped = ROOT / "results" / profile / "warmstart"  # the committed warm start
+    if (shipped / "config.json").exists():
+        return str(shipped)
     steps = sorted((base / "warmstart_checkpoints").glob("step-*"))
     steps = [s for s in steps if (s / "model.safetensors").exists()]
     return str(steps[-1]) if steps else None

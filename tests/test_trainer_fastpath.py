@@ -214,3 +214,19 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     assert row["dynamic_sampling_kept"] == pytest.approx(kept)
     assert row["dynamic_sampling_rounds"] == len(counting.batches)
     assert (row["dynamic_sampling_rounds"] > 1) == (kept < 1)
+
+
+def test_update_threads_apply_to_the_update_only(outputs):
+    seen = []
+    trainer, _ = _trainer("gspo", "update_threads", {"update_num_threads": 1})
+    compute_loss = trainer._compute_loss
+
+    def recording(model, inputs):
+        seen.append(torch.get_num_threads())
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording
+    before = torch.get_num_threads()
+    trainer.train()
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before

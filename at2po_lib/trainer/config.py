@@ -101,6 +101,12 @@ class AT2POConfig(GRPOConfig):
                 "policy (only the sampled tokens: backbone, gather, LM head), all (TRL's fused "
                 "head over every completion position) or auto (policy on CPU, measured; all on "
                 "an accelerator, not measured). See at2po_lib.trainer.trainer."})
+    update_num_threads: int = field(default=0, metadata={
+        "help": "torch intra-op threads of the update stage (scoring, loss and backward; the "
+                "rollout has rollout.num_threads); 0 = torch's default (one per core). "
+                "Measured on the tiny step (benchmarks/bench_train_step.py --threads-study): one "
+                "thread 4.3x faster at load ~5 on 2 cores; on a quiet machine one thread was "
+                "1.35-1.43x slower (issue #16)."})
     loss_old_logps: str = field(default="auto", metadata={
         "help": "Old log-probs: rollout (the sampler's record: exact with the HF backend), "
                 "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."})
@@ -168,6 +174,8 @@ class AT2POConfig(GRPOConfig):
                                                              or self.tree_k < 0):
             raise ValueError(f"tree shape M={self.tree_m}, L={self.tree_l}, K={self.tree_k}: "
                              "need M >= 1 and L, K >= 0")
+        if self.update_num_threads < 0:
+            raise ValueError("update_num_threads must be >= 0 (0 = torch's default)")
         if self.loss_chunk_rows < 0:
             raise ValueError("loss_chunk_rows must be >= 0")
         if self.tree_dynamic_sampling_rounds < 1:

@@ -73,6 +73,7 @@ from trl.models import unwrap_model_for_generation
 
 from .. import credit
 from ..losses import policy_loss
+from ..rollout.backends import torch_threads
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .config import LOSS_TYPES, AT2POConfig
 
@@ -253,6 +254,12 @@ class AT2POTrainer(GRPOTrainer):
         if choice == "auto":
             return "recompute" if self.use_vllm else "rollout"
         return choice
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's step (rollout when due, scoring, loss, backward) with ``update_num_threads``
+        torch threads; the rollout inside sets its own (``rollout.num_threads``)."""
+        with torch_threads(self.args.update_num_threads):
+            return super().training_step(model, inputs, num_items_in_batch)
 
     # ------------------------------------------------------------------------- rollout
     @property
