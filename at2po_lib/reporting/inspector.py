@@ -1,0 +1,617 @@
+r"""An interactive tree and credit inspector (notebook 03, "Inspect a tree yourself").
+
+In JupyterLab (ipywidgets, installed by the ``lab`` extra): pick a question, an expansion
+(``chain``, ``random``, ``entropy``, ``aepo``; docs/method.md §5, §8) and M, L, K, α, grow the
+tree with the profile's warm-start policy, step through its rounds, and pick a node to see
+
+- its text, turn entropy H(n) and node value V_n under every value mode (docs/method.md §6);
+- its advantage under every credit rule side by side (:func:`credit_table`): AT2PO's 4 value
+  modes × 4 advantage modes, GRPO, Tree-GRPO and a GiGPO-style step grouping;
+- its turn-level importance ratio after one *simulated* update and whether ATPO's clip binds
+  (:func:`simulated_turn_ratios`; docs/method.md §7).
+
+Without a widget frontend (papermill, ``nbconvert``, a plain console) :func:`inspect` draws the
+same views as static figures and tables for the default choices (:func:`static_inspection`):
+the tree chosen by :func:`at2po_lib.reporting.trees.choose_example_tree`, each round of its
+growth, and the node where the credit rules disagree most (:func:`most_disputed_node`).
+
+Baselines, per node. GRPO and GiGPO give one advantage per *row* (root→leaf path) and a node
+lies on every row below it; its tokens are trained once per row, so the inspector shows the
+mean over those rows (the node's effective advantage, as
+:mod:`at2po_lib.analysis.credit_accuracy` scores it):
+
+- ``grpo``: :func:`at2po_lib.credit.grpo_advantages` of the rows' rewards, one group per
+  prompt (all trees of the prompt);
+- ``tree_grpo``: :func:`at2po_lib.credit.tree_grpo_advantages` (prompt-level + tree-level
+  GRPO). Tree-GRPO grows ``rollout.tree_grpo_trees`` trees per prompt (``random`` expansion);
+  on a single tree both terms are GRPO over the same leaves, so it is twice GRPO;
+- ``gigpo``: :func:`at2po_lib.analysis.credit_accuracy.gigpo_row_advantages` (episode GRPO +
+  step returns γ^k r normalised within an *anchor state*: the passages the path retrieved
+  before the turn). Trees grown here carry their passages (``retrieved`` records); trees
+  without them (e.g. read from notebook 02's file) use the set of queries searched before the
+  turn, which names the same passages because BM25 top-k is deterministic (two different
+  queries that return the same passages then count as two states). NaN, with a note, when
+  that module is not installed.
+
+The ratio is simulated, not trained: ``log π_new = log π_old + d_n + ε_t`` with one drift
+``d_n ~ N(0, σ_turn²)`` per turn and jitter ``ε_t ~ N(0, σ_tok²)`` per token
+(:func:`at2po_lib.losses.simulate_policy_change`, notebook 03 §4); the turn ratio is the
+geometric mean of its token ratios, ``exp(mean_t (log π_new − log π_old))``, and the clip binds
+when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0`` and it is below ``1 − ε_low``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..forest import TreeArrays
+from .trees import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EXPANSIONS = ("chain", "random", "entropy", "aepo")
+BASELINES = ("grpo", "tree_grpo", "gigpo")
+DEFAULT_MODE = ("entropy_softmax", "node_value")
+"""AT2PO's default credit (the authors' code): the advantage the clip check uses."""
+
+
+# --------------------------------------------------------------------------------------------
+# Credit of every node under every rule
+# --------------------------------------------------------------------------------------------
+def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Root→leaf rows of a forest: (leaf (R,), pair_row (P,), pair_node (P,)) over every
+    (row, non-root node on the row) pair, vectorised."""
+    from ..credit import leaf_paths
+
+    leaves, paths = leaf_paths(forest.parent)
+    nodes = paths[:, 1:].numpy()
+    row, col = np.nonzero(nodes >= 0)
+    return leaves.numpy(), row, nodes[row, col]
+
+
+def _mean_over_rows(pair_row: np.ndarray, pair_node: np.ndarray, per_row: np.ndarray,
+                    num_nodes: int) -> np.ndarray:
+    total = np.bincount(pair_node, weights=per_row[pair_row], minlength=num_nodes)
+    count = np.bincount(pair_node, minlength=num_nodes)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
+    """(N,) anchor-state id of every node of the trees (Forest order): the set of passages the
+    path retrieved before the node (``retrieved`` records), else the set of queries searched
+    before it (module docstring). Trees are one prompt's, so the prompt is not part of it."""
+    keys: list[frozenset] = []
+    for t in trees:
+        seen: list[frozenset] = [frozenset()] * t.num_nodes
+        depth_order = np.argsort(_depth(t.parent), kind="stable")
+        for n in depth_order[1:]:  # parents come first: one pass in depth order
+            p = int(t.parent[n])
+            record = t.records[p] if len(t.records) else {}
+            found = record.get("retrieved") or ([record["query"]] if record.get("action") == "search"
+                                                and record.get("query") else [])
+            seen[n] = seen[p] | frozenset(str(v) for v in found) if p > 0 else frozenset()
+        keys += seen
+    index: dict[frozenset, int] = {}
+    return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(len(parent), dtype=np.int64)
+    for _ in range(len(parent)):
+        new = np.where(parent >= 0, depth[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(new, depth):
+            break
+        depth = new
+    return depth
+
+
+def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "pd.DataFrame":
+    """One row per node of ``trees[index]`` (``trees``: every tree of one prompt): ``entropy``,
+    ``V:<value mode>`` for the 4 value modes, ``<value mode>/<advantage mode>`` for the 16 AT2PO
+    advantages, and ``grpo``, ``tree_grpo``, ``gigpo`` (module docstring). ``attrs["notes"]``
+    says why a baseline column is NaN, if one is."""
+    import pandas as pd
+    import torch
+
+    from ..credit import (ADVANTAGE_MODES, VALUE_MODES, Forest, forest_node_advantages,
+                          forest_node_values, grpo_advantages, tree_grpo_advantages)
+
+    trees = [trees] if isinstance(trees, TreeArrays) else list(trees)
+    tree = trees[index]
+    single = Forest.from_trees([tree], dtype=torch.float64)
+    columns: dict[str, np.ndarray] = {"entropy": tree.entropy.astype(float)}
+    for vm in VALUE_MODES:
+        columns[f"V:{vm}"] = forest_node_values(single, vm).numpy()
+    for vm in VALUE_MODES:
+        values = torch.as_tensor(columns[f"V:{vm}"])
+        for am in ADVANTAGE_MODES:
+            columns[f"{vm}/{am}"] = forest_node_advantages(single, values, am).numpy()
+
+    forest = Forest.from_trees(trees, dtype=torch.float64)
+    start = int(forest.offsets[index])
+    own = slice(start, start + tree.num_nodes)
+    leaf, pair_row, pair_node = _rows(forest)
+    reward = forest.leaf_reward.numpy()[leaf]
+    notes: list[str] = []
+    if np.isnan(reward).any():
+        notes.append("rows ending in an unscored leaf are left out of the baselines")
+        keep = ~np.isnan(reward)
+        leaf, reward = leaf[keep], reward[keep]
+        renumber = np.cumsum(keep) - 1
+        pairs = keep[pair_row]
+        pair_row, pair_node = renumber[pair_row[pairs]], pair_node[pairs]
+    prompt = torch.zeros(len(leaf), dtype=torch.long)
+    grpo = grpo_advantages(torch.as_tensor(reward), prompt).numpy()
+    columns["grpo"] = _mean_over_rows(pair_row, pair_node, grpo, forest.num_nodes)[own]
+    try:
+        tree_ids = forest.tree_index.numpy()[leaf]
+        tg = tree_grpo_advantages(torch.as_tensor(reward), torch.as_tensor(tree_ids), prompt).numpy()
+        columns["tree_grpo"] = _mean_over_rows(pair_row, pair_node, tg, forest.num_nodes)[own]
+        if len(trees) == 1:
+            notes.append("tree_grpo on one tree: both of its terms are GRPO over the same "
+                         "leaves (Tree-GRPO grows several trees per prompt: expansion 'random')")
+    except ValueError as err:
+        columns["tree_grpo"] = np.full(tree.num_nodes, np.nan)
+        notes.append(f"tree_grpo: {err}")
+    columns["gigpo"], note = _gigpo(forest, trees, leaf, pair_row, pair_node, own)
+    if note:
+        notes.append(note)
+    frame = pd.DataFrame(columns)
+    frame.index.name = "node"
+    frame.attrs["notes"] = notes
+    return frame
+
+
+def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row: np.ndarray,
+           pair_node: np.ndarray, own: slice) -> tuple[np.ndarray, str]:
+    n_own = own.stop - own.start
+    try:
+        from ..analysis.credit_accuracy import gigpo_row_advantages
+    except ImportError:
+        return np.full(n_own, np.nan), ("gigpo: at2po_lib.analysis.credit_accuracy is not "
+                                        "available in this checkout")
+    depth = _depth(forest.parent.numpy())
+    labels = SimpleNamespace(forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64),
+                             state=anchor_states(trees))
+    rows = SimpleNamespace(leaf=leaf, pair_row=pair_row, pair_node=pair_node,
+                           turns_after=depth[leaf][pair_row] - depth[pair_node])
+    per_pair = gigpo_row_advantages(labels, rows)
+    total = np.bincount(pair_node, weights=per_pair, minlength=forest.num_nodes)
+    count = np.bincount(pair_node, minlength=forest.num_nodes)
+    effective = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    passages = any(r.get("retrieved") for t in trees for r in t.records)
+    note = "" if passages else ("gigpo: anchor states from the queries searched before each "
+                                "turn (these trees carry no retrieved passage ids)")
+    return effective[own], note
+
+
+def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
+    """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes),
+    with the node value V_n as the first column."""
+    import pandas as pd
+
+    from ..credit import ADVANTAGE_MODES, VALUE_MODES
+
+    row = table.loc[node]
+    return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
+                         **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
+                            for am in ADVANTAGE_MODES}},
+                        index=pd.Index(VALUE_MODES, name="value mode"))
+
+
+def most_disputed_node(table: "pd.DataFrame") -> tuple[int, str]:
+    """(node, sentence): the non-root node the credit rules disagree on most: the most rules on
+    the minority side of the sign (some push the turn up, others down), then the widest spread
+    (max − min) of its advantages; node 1 when every rule agrees on every turn."""
+    adv = table[[c for c in table.columns if "/" in c or c in BASELINES]].iloc[1:]
+    eps = 1e-9
+    minority = np.minimum((adv > eps).sum(axis=1), (adv < -eps).sum(axis=1)).to_numpy()
+    spread = (adv.max(axis=1) - adv.min(axis=1)).fillna(0.0).to_numpy()
+    if adv.empty or (spread.max() <= eps):
+        first = int(table.index[1]) if len(table) > 1 else 0
+        return first, f"node {first}: every credit rule gives every turn the same advantage here"
+    best = int(np.lexsort((-spread, -minority))[0])
+    node = int(adv.index[best])
+    if minority[best] > 0:
+        return node, (f"node {node}: the turn the credit rules disagree on most ({minority[best]} "
+                      f"of {adv.shape[1]} rules on the minority side of the sign; spread "
+                      f"{spread[best]:.3f})")
+    return node, (f"node {node}: every rule agrees on the sign of every turn; this one's "
+                  f"advantages spread most (max − min = {spread[best]:.3f})")
+
+
+# --------------------------------------------------------------------------------------------
+# Turn ratio after one simulated update
+# --------------------------------------------------------------------------------------------
+def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = 3e-3,
+                          eps_high: float = 4e-3, turn_drift_std: float = 2e-3,
+                          token_noise_std: float = 1e-2, seed: int = 0,
+                          tokens_per_turn: int = 16) -> "pd.DataFrame":
+    """Per node: ``tokens``, the turn ratio ``exp(mean_t log r_t)`` after one simulated update
+    (module docstring), the range of its token ratios, the share of its tokens a *token*-level
+    clip would bind, and ``turn_clipped`` (ATPO's turn-level clip binds, given the sign of
+    ``advantages`` (N,)). Token counts from ``num_tokens`` when the tree has them."""
+    import pandas as pd
+    import torch
+
+    from ..losses import simulate_policy_change
+
+    n = tree.num_nodes
+    counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))
+    counts = np.where(np.arange(n) > 0, np.maximum(counts, 1), 0).astype(np.int64)
+    turn_of_token = np.repeat(np.arange(n), counts)
+    mask = torch.ones(1, len(turn_of_token), dtype=torch.long)
+    turn_ids = torch.as_tensor(turn_of_token)[None]
+    old = torch.zeros(1, len(turn_of_token), dtype=torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    new = simulate_policy_change(old, mask, turn_ids=turn_ids, turn_drift_std=turn_drift_std,
+                                 token_noise_std=token_noise_std, generator=generator)
+    log_r = (new - old)[0].numpy()
+    mean_log = np.bincount(turn_of_token, weights=log_r, minlength=n) / np.maximum(counts, 1)
+    turn_ratio = np.exp(mean_log)
+    adv = np.asarray(advantages, dtype=float)
+    token_ratio = np.exp(log_r)
+    sign = np.sign(adv)[turn_of_token]
+    token_binds = ((sign > 0) & (token_ratio > 1 + eps_high)) | ((sign < 0) & (token_ratio < 1 - eps_low))
+    lo = pd.Series(token_ratio).groupby(turn_of_token).min().reindex(range(n)).to_numpy()
+    hi = pd.Series(token_ratio).groupby(turn_of_token).max().reindex(range(n)).to_numpy()
+    clipped = ((adv > 0) & (turn_ratio > 1 + eps_high)) | ((adv < 0) & (turn_ratio < 1 - eps_low))
+    frame = pd.DataFrame({
+        "tokens": counts, "turn_ratio": np.where(counts > 0, turn_ratio, np.nan),
+        "token_ratio_min": lo, "token_ratio_max": hi,
+        "token_clip_share": np.where(counts > 0, np.bincount(turn_of_token, weights=token_binds,
+                                                              minlength=n) / np.maximum(counts, 1),
+                                     np.nan),
+        "turn_clipped": np.where(counts > 0, clipped, False),
+    })
+    frame.index.name = "node"
+    frame.attrs["window"] = (1 - eps_low, 1 + eps_high)
+    return frame
+
+
+# --------------------------------------------------------------------------------------------
+# One node, in words and tables
+# --------------------------------------------------------------------------------------------
+def describe_node(tree: TreeArrays, table: "pd.DataFrame", ratios: "pd.DataFrame",
+                  node: int) -> str:
+    """A few lines on one node: its action and full text, entropy, reward, default advantage,
+    turn ratio and whether the turn-level clip binds."""
+    side = node_text_table(tree).loc[node]
+    lo, hi = ratios.attrs["window"]
+    lines = [f"node {node} (parent {int(side['parent'])}, depth {int(side['depth'])}, "
+             f"round {int(side['round'])}): {side['action']}"]
+    if side["query_or_answer"]:
+        lines.append(f"  query/answer: {side['query_or_answer']}")
+    if side["turn_text"]:
+        lines.append(f"  text: {side['turn_text'][:400]}")
+    lines.append(f"  entropy H = {tree.entropy[node]:.4f}"
+                 + (f", reward r = {tree.leaf_reward[node]:g}" if np.isfinite(tree.leaf_reward[node]) else ""))
+    adv = table.loc[node, "/".join(DEFAULT_MODE)]
+    if node == 0:
+        lines.append("  the root holds only the prompt: no tokens, no ratio")
+    else:
+        r = ratios.loc[node]
+        binds = "binds (no gradient from this turn)" if r["turn_clipped"] else "does not bind"
+        lines.append(f"  AT2PO default advantage ({'/'.join(DEFAULT_MODE)}) {adv:+.4f}; "
+                     f"turn ratio after one simulated update {r['turn_ratio']:.5f} over "
+                     f"{int(r['tokens'])} tokens; clip window [{lo:.4f}, {hi:.4f}]: the turn-level "
+                     f"clip {binds}; a token-level clip would bind on "
+                     f"{100 * r['token_clip_share']:.0f}% of its tokens")
+    return "\n".join(lines)
+
+
+def baseline_frame(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
+    import pandas as pd
+
+    return pd.DataFrame({"advantage": [table.loc[node, b] for b in BASELINES]},
+                        index=pd.Index(BASELINES, name="baseline"))
+
+
+def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None) -> tuple[Any, Any]:
+    """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines)."""
+    import matplotlib.pyplot as plt
+
+    names = [c for c in table.columns if "/" in c] + list(BASELINES)
+    vals = np.array([table.loc[node, c] for c in names], dtype=float)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 0.22 * len(names) + 1.0))
+    else:
+        fig = ax.figure
+    colours = ["C0" if "/" in n else "C3" for n in names]
+    ax.barh(range(len(names)), np.nan_to_num(vals), color=colours)
+    for i, v in enumerate(vals):
+        if not np.isfinite(v):
+            ax.text(0, i, " n/a", va="center", fontsize=7, color="0.4")
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="0.3", lw=0.8)
+    ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)")
+    ax.set_title(f"node {node} under every credit rule (blue: AT2PO value/advantage mode, "
+                 "red: baselines)", fontsize=9)
+    fig.tight_layout()
+    return fig, ax
+
+
+def draw_growth(tree: TreeArrays, title: str | None = None) -> list[tuple[Any, Any]]:
+    """One drawing per round, 0 (the initial chains) to the last expansion round, later nodes
+    faint, the layout of the final tree throughout."""
+    rounds = tree.node_arrays.get("expansion_round")
+    last = int(np.max(rounds)) if rounds is not None and len(rounds) else 0
+    out = []
+    for r in range(last + 1):
+        grown = int(grown_by_round(tree, r).sum())
+        label = f"after round {r}: {grown} of {tree.num_nodes} nodes"
+        out.append(draw_rollout_tree(tree, upto_round=r,
+                                     title=f"{title}\n{label}" if title else label))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Static fallback
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Inspection:
+    """What :func:`static_inspection` showed: the tree, its node, the tables and figures."""
+
+    tree: TreeArrays
+    node: int
+    why_tree: str
+    why_node: str
+    credit: "pd.DataFrame"
+    ratios: "pd.DataFrame"
+    figures: list[Any]
+
+
+def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
+                      eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0,
+                      show: bool = True) -> Inspection:
+    """The inspector's views as static figures and tables for the default choices: the tree by
+    :func:`~at2po_lib.reporting.trees.choose_example_tree` (with the other trees of its prompt
+    for the baselines), each round of its growth, and ``node`` (default:
+    :func:`most_disputed_node`). ``show``: display them (in a notebook) as they are made."""
+    index, why_tree = choose_example_tree(trees)
+    tree = trees[index]
+    same_prompt = [i for i, t in enumerate(trees) if t.prompt_id == tree.prompt_id]
+    table = credit_table([trees[i] for i in same_prompt], same_prompt.index(index))
+    if node is None:
+        node, why_node = most_disputed_node(table)
+    else:
+        why_node = f"node {node}: chosen by the caller"
+    ratios = simulated_turn_ratios(tree, table["/".join(DEFAULT_MODE)].to_numpy(),
+                                   eps_low=eps_low, eps_high=eps_high, seed=seed)
+    figures = [fig for fig, _ in draw_growth(tree, title=str(tree.info.get("question", "")))]
+    figures.append(plot_node_credit(table, node)[0])
+    inspection = Inspection(tree, node, why_tree, why_node, table, ratios, figures)
+    if show:
+        _show_static(inspection)
+    return inspection
+
+
+def _show_static(ins: Inspection) -> None:
+    import matplotlib.pyplot as plt
+
+    display = _display()
+    print(f"tree: {ins.why_tree}\nnode: {ins.why_node}")
+    for fig in ins.figures[:-1]:
+        display(fig)
+        plt.close(fig)
+    print(describe_node(ins.tree, ins.credit, ins.ratios, ins.node))
+    display(node_credit_grid(ins.credit, ins.node).round(4))
+    display(baseline_frame(ins.credit, ins.node).round(4))
+    for note in ins.credit.attrs.get("notes", []):
+        print(f"note: {note}")
+    display(ins.figures[-1])
+    plt.close(ins.figures[-1])
+
+
+def _display() -> Any:
+    try:
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - IPython ships with the notebooks' environment
+        return print
+    return display
+
+
+# --------------------------------------------------------------------------------------------
+# Live rollouts and the widget
+# --------------------------------------------------------------------------------------------
+def widget_frontend() -> bool:
+    """Is there a frontend that renders ipywidgets? True in a kernel started by a Jupyter
+    server (JupyterLab, Notebook: ``JPY_SESSION_NAME``) or VS Code, with ipywidgets installed;
+    False under papermill / nbconvert (their kernels get neither), in a console, or without
+    ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return False
+    return bool(os.environ.get("JPY_SESSION_NAME") or os.environ.get("VSCODE_PID"))
+
+
+class LiveRollout:
+    """The profile's warm-start policy, retriever and training questions, loaded once, to grow
+    trees on demand (:meth:`grow`). Raises if the warm start is not built yet."""
+
+    def __init__(self, profile: str, overrides: dict | None = None):
+        from ..config import load_profile
+        from ..policy.model import load_policy
+        from ..policy.warmstart import cached_warmstart
+        from ..prompts import get_template
+        from ..retrieval import build_retriever
+        from ..tinyworld import ensure_world
+        from ..tinyworld.build import read_rows
+
+        self.cfg = load_profile(profile, overrides or None)
+        policy = cached_warmstart(self.cfg)
+        if policy is None:
+            raise FileNotFoundError(f"no warm start for profile {profile!r}: run notebook 02 or "
+                                    f"`at2po warmstart --profile {profile}` first")
+        self.policy = policy
+        self.model, self.tokenizer = load_policy(policy)
+        self.template = get_template(self.cfg.policy.template)
+        self.retriever = build_retriever(self.cfg)
+        rows = read_rows(ensure_world(self.cfg), self.cfg.train.train_datasets[0], "train")
+        self.questions = [r["question"] for r in rows]
+        self.golden = [list(r["golden_answers"]) for r in rows]
+
+    def grow(self, question: int, expansion: str, m: int, l: int, k: int, alpha: float,
+             seed: int = 0) -> list[TreeArrays]:
+        """The trees of one question (``random``: ``rollout.tree_grpo_trees`` of them) grown
+        with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Search nodes carry their
+        passages (``retrieved``) when :mod:`at2po_lib.analysis.sample` is available."""
+        from ..rollout import rollout, tree_arrays
+
+        if expansion not in EXPANSIONS:
+            raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
+        cfg = replace(self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k),
+                      tree_alpha=float(alpha))
+        leaves = int(m) + int(l) * int(k)
+        grown = rollout(self.model, self.tokenizer, self.template, self.retriever,
+                        [self.questions[question]], [self.golden[question]], cfg,
+                        expansion=expansion, num_leaves=leaves if expansion in ("chain", "aepo")
+                        else None, seed=seed)
+        trees = [tree_arrays(t, cfg.entropy_estimate) for t in grown]
+        try:
+            from ..analysis.sample import with_retrievals
+        except ImportError:
+            return trees
+        return with_retrievals(trees, self.retriever, self.cfg.retrieval.topk)
+
+
+class TreeInspector:
+    """The ipywidgets inspector (module docstring). ``trees``: trees to start from (e.g.
+    notebook 02's file); ``live``: a :class:`LiveRollout` for the Grow button (made on first
+    use from ``profile`` when None)."""
+
+    def __init__(self, profile: str, trees: Sequence[TreeArrays] = (), live: LiveRollout | None = None,
+                 eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0):
+        import ipywidgets as w
+
+        self.profile, self.live, self.seed = profile, live, seed
+        self.eps = (eps_low, eps_high)
+        from ..config import load_profile
+
+        r = load_profile(profile).rollout
+        style = {"description_width": "initial"}
+        self.question = w.BoundedIntText(value=0, min=0, max=10**6, description="question #",
+                                         style=style, layout=w.Layout(width="160px"))
+        self.question_text = w.HTML()
+        self.expansion = w.ToggleButtons(options=EXPANSIONS, value="entropy", description="expansion")
+        self.m = w.IntSlider(value=r.tree_m, min=1, max=8, description="M")
+        self.l = w.IntSlider(value=r.tree_l, min=0, max=4, description="L")
+        self.k = w.IntSlider(value=r.tree_k, min=1, max=8, description="K")
+        self.alpha = w.FloatLogSlider(value=max(r.tree_alpha, 1e-4), base=10, min=-4, max=0,
+                                      description="α", readout_format=".4f")
+        self.grow_button = w.Button(description="Grow", button_style="primary")
+        self.round = w.IntSlider(value=0, min=0, max=0, description="round")
+        self.node = w.Dropdown(options=[0], description="node")
+        self.status = w.HTML()
+        self.tree_out, self.node_out = w.Output(), w.Output()
+        self.trees: list[TreeArrays] = list(trees)
+        self.index = 0
+        self.table = self.ratios = None
+        self.grow_button.on_click(lambda _: self._grow())
+        self.round.observe(lambda _: self._draw_tree(), names="value")
+        self.node.observe(lambda _: self._show_node(), names="value")
+        self.question.observe(lambda _: self._show_question(), names="value")
+        self.widget = w.VBox([
+            w.HBox([self.question, self.question_text]), self.expansion,
+            w.HBox([self.m, self.l, self.k]), w.HBox([self.alpha, self.grow_button, self.status]),
+            w.HBox([self.round, self.node]), self.tree_out, self.node_out])
+        if self.trees:
+            self.index, _ = choose_example_tree(self.trees)
+            self._set_tree()
+
+    def _live(self) -> LiveRollout:
+        if self.live is None:
+            self.status.value = "loading the warm-start policy …"
+            self.live = LiveRollout(self.profile)
+            self.question.max = len(self.live.questions) - 1
+        return self.live
+
+    def _show_question(self) -> None:
+        if self.live is not None:
+            q = self.live.questions[self.question.value]
+            self.question_text.value = f"<i>{q}</i> (gold: {self.live.golden[self.question.value][0]})"
+
+    def _grow(self) -> None:
+        try:
+            live = self._live()
+            self._show_question()
+            self.status.value = "growing …"
+            self.trees = live.grow(self.question.value, self.expansion.value, self.m.value,
+                                   self.l.value, self.k.value, self.alpha.value, self.seed)
+        except Exception as err:  # shown in the widget: a failed rollout must not pass silently
+            self.status.value = f"<b>failed:</b> {type(err).__name__}: {err}"
+            return
+        self.index = 0
+        self.status.value = f"grown: {len(self.trees)} tree(s)"
+        self._set_tree()
+
+    def _set_tree(self) -> None:
+        tree = self.trees[self.index]
+        same = [i for i, t in enumerate(self.trees) if t.prompt_id == tree.prompt_id]
+        self.table = credit_table([self.trees[i] for i in same], same.index(self.index))
+        self.ratios = simulated_turn_ratios(tree, self.table["/".join(DEFAULT_MODE)].to_numpy(),
+                                            *self.eps, seed=self.seed)
+        rounds = tree.node_arrays.get("expansion_round")
+        last = int(np.max(rounds)) if rounds is not None else 0
+        self.round.max, self.round.value = last, last
+        self.node.options = list(range(tree.num_nodes))
+        self.node.value = most_disputed_node(self.table)[0]
+        self._draw_tree()
+        self._show_node()
+
+    def _draw_tree(self) -> None:
+        import matplotlib.pyplot as plt
+
+        tree = self.trees[self.index]
+        self.tree_out.clear_output(wait=True)
+        with self.tree_out:
+            fig, _ = draw_rollout_tree(tree, upto_round=self.round.value,
+                                       title=str(tree.info.get("question", "")))
+            _display()(fig)
+            plt.close(fig)
+
+    def _show_node(self) -> None:
+        import matplotlib.pyplot as plt
+
+        if self.table is None:
+            return
+        node, tree, display = int(self.node.value), self.trees[self.index], _display()
+        self.node_out.clear_output(wait=True)
+        with self.node_out:
+            print(describe_node(tree, self.table, self.ratios, node))
+            display(node_credit_grid(self.table, node).round(4))
+            display(baseline_frame(self.table, node).round(4))
+            for note in self.table.attrs.get("notes", []):
+                print(f"note: {note}")
+            fig, _ = plot_node_credit(self.table, node)
+            display(fig)
+            plt.close(fig)
+
+
+def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",
+            eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0) -> Any:
+    """Show the inspector: ``mode="widgets"`` (JupyterLab), ``"static"`` (figures and tables
+    for the default choices, :func:`static_inspection`), or ``"auto"`` (widgets when
+    :func:`widget_frontend`, else static). Returns the :class:`TreeInspector` or the
+    :class:`Inspection`. Static mode needs ``trees``; widgets can start empty and grow."""
+    if mode not in ("auto", "widgets", "static"):
+        raise ValueError(f"inspector mode {mode!r}; choose auto, widgets or static")
+    if mode == "widgets" or (mode == "auto" and widget_frontend()):
+        inspector = TreeInspector(profile, trees, eps_low=eps_low, eps_high=eps_high, seed=seed)
+        _display()(inspector.widget)
+        return inspector
+    if not trees:
+        raise ValueError("the static inspector needs trees (e.g. notebook 02's trees file)")
+    return static_inspection(list(trees), eps_low=eps_low, eps_high=eps_high, seed=seed)

@@ -1,0 +1,120 @@
+"""The tree and credit inspector (at2po_lib.reporting.inspector): credit under every rule by
+hand, the simulated turn ratio and its clip, and the static fallback without a widget frontend."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from at2po_lib.credit import example_tree  # noqa: E402
+from at2po_lib.forest import TreeArrays  # noqa: E402
+from at2po_lib.reporting import inspector as insp  # noqa: E402
+
+nan = np.nan
+
+
+def searched_tree() -> TreeArrays:
+    """0 ─┬─ 1 S:"a" ─┬─ 3 A r=1
+          │           └─ 4 A r=0      (round 1)
+          └─ 2 S:"a" ── 5 A r=0
+
+    Nodes 3, 4 and 5 all follow one search for "a": one anchor state."""
+    parent = np.array([-1, 0, 0, 1, 1, 2])
+    records = [{"action": "root"}, {"action": "search", "query": "a"},
+               {"action": "search", "query": "a"}, {"action": "answer", "answer": "x"},
+               {"action": "answer", "answer": "y"}, {"action": "answer", "answer": "y"}]
+    return TreeArrays(parent, np.array([0, .5, .7, .2, .9, .3]),
+                      np.array([nan, nan, nan, 1, 0, 0]), records=records,
+                      node_arrays={"expansion_round": np.array([0, 0, 0, 0, 1, 0]),
+                                   "num_tokens": np.array([0, 5, 5, 3, 3, 3])})
+
+
+def test_credit_table_by_hand():
+    table = insp.credit_table([example_tree()])
+    assert len(table.columns) == 1 + 4 + 16 + 3
+    # GRPO over leaves 4, 5, 6, 7, 8 with rewards 0, 1, 1, 0, 1: mean 0.6, unbiased std sqrt(0.3)
+    std = np.sqrt(0.3)
+    assert table.loc[8, "grpo"] == pytest.approx(0.4 / (std + 1e-6))
+    # node 1 lies on the rows of leaves 6 (r=1) and 4 (r=0): the mean of their advantages
+    assert table.loc[1, "grpo"] == pytest.approx(((0.4 - 0.6) / 2) / (std + 1e-6))
+    # one tree: Tree-GRPO's two terms are the same GRPO, and the table says so
+    np.testing.assert_allclose(table["tree_grpo"].iloc[1:], 2 * table["grpo"].iloc[1:])
+    assert any("one tree" in note for note in table.attrs["notes"])
+    # AT2PO: node_value advantages are the values; a leaf's value is its normalised reward
+    np.testing.assert_allclose(table["entropy_softmax/node_value"], table["V:entropy_softmax"])
+    assert table.loc[7, "V:child_mean"] == pytest.approx(-0.6 / (np.sqrt(0.24) + 1e-6))
+
+
+def test_anchor_states_group_turns_after_the_same_search():
+    state = insp.anchor_states([searched_tree()])
+    assert state[3] == state[4] == state[5]          # all after one search for "a"
+    assert state[1] == state[2] != state[3]          # first turns: nothing searched yet
+
+
+def test_gigpo_column_when_the_study_module_is_there():
+    table = insp.credit_table([searched_tree()])
+    try:
+        import at2po_lib.analysis.credit_accuracy  # noqa: F401
+    except ImportError:
+        assert table["gigpo"].isna().all() and any("gigpo" in n for n in table.attrs["notes"])
+        return
+    # one anchor state for 3, 4, 5: step returns 1, 0, 0 normalised within it; the right
+    # answer gets a larger GiGPO advantage than the wrong ones
+    assert np.isfinite(table["gigpo"].iloc[1:]).all()
+    assert table.loc[3, "gigpo"] > table.loc[4, "gigpo"] == pytest.approx(table.loc[5, "gigpo"])
+
+
+def test_simulated_ratio_is_one_without_an_update_and_clips_in_the_advantage_direction():
+    tree = searched_tree()
+    adv = np.array([0, 1.0, -1.0, 1.0, -1.0, 1.0])
+    still = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.0, token_noise_std=0.0)
+    np.testing.assert_allclose(still["turn_ratio"].iloc[1:], 1.0)
+    assert not still["turn_clipped"].any()
+    moved = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.5, token_noise_std=0.0, seed=1)
+    r, clipped = moved["turn_ratio"].to_numpy(), moved["turn_clipped"].to_numpy()
+    expected = ((adv > 0) & (r > 1.004)) | ((adv < 0) & (r < 0.997))
+    np.testing.assert_array_equal(clipped[1:], expected[1:])
+    assert moved.attrs["window"] == pytest.approx((0.997, 1.004))
+    assert moved["tokens"].tolist() == [0, 5, 5, 3, 3, 3]
+
+
+def test_static_fallback_without_a_widget_frontend(monkeypatch):
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.delenv("VSCODE_PID", raising=False)
+    assert insp.widget_frontend() is False
+    shown = insp.inspect("smoke", [searched_tree()], mode="auto")
+    assert isinstance(shown, insp.Inspection)
+    assert shown.tree is not None and "mixed rewards" in shown.why_tree
+    # round 0 and round 1 of the growth, then the node's credit bars
+    assert len(shown.figures) == 3 and all(f.axes for f in shown.figures)
+    assert 1 <= shown.node < shown.tree.num_nodes
+    text = insp.describe_node(shown.tree, shown.credit, shown.ratios, shown.node)
+    assert f"node {shown.node}" in text and "clip window" in text
+    plt.close("all")
+
+
+def test_most_disputed_node_prefers_sign_disagreement():
+    import pandas as pd
+
+    # node 1: wide spread, one sign; node 2: narrow spread, the rules split on the sign
+    table = pd.DataFrame({"entropy": [0, 1, 1], "V:child_mean": [0, 0, 0],
+                          "child_mean/node_value": [0, 3.0, 0.1], "grpo": [nan, 0.5, -0.1],
+                          "gigpo": [nan, 1.0, -0.2]})
+    node, why = insp.most_disputed_node(table)
+    assert node == 2 and "disagree" in why
+    node, why = insp.most_disputed_node(table.assign(grpo=[nan, 0.5, 0.2], gigpo=[nan, 1, 0.2]))
+    assert node == 1 and "spread most" in why
+    same = table.assign(**{"child_mean/node_value": 0.0, "grpo": 0.0, "gigpo": 0.0})
+    assert insp.most_disputed_node(same)[0] == 1
+
+
+def test_inspect_rejects_an_unknown_mode_and_static_without_trees():
+    with pytest.raises(ValueError, match="inspector mode"):
+        insp.inspect("smoke", [example_tree()], mode="gui")
+    with pytest.raises(ValueError, match="needs trees"):
+        insp.inspect("smoke", [], mode="static")
