@@ -76,12 +76,16 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
             tidy[tidy["column"].str.contains("avg")], short, "table1_summary", profile, meta,
             "Table 1, group averages: EM x 100 [95% CI]")
         report.tables.update(table1=display, table1_summary=short)
-    tidy, display = table1.table1_differences(profile, outcomes, n_resamples=n_resamples)
-    if len(display):
-        report.paths["table1_differences"] = write_table(
-            tidy, display, "table1_differences", profile, meta_for(table1.TABLE1_ORDER),
-            "Differences in EM x 100 [95% CI] and probability of improvement")
-        report.tables["table1_differences"] = display
+    for metric, name, what in (("em", "table1_differences", "greedy EM"),
+                               ("sampled_em", "table1_differences_sampled",
+                                "sampled EM (mean of k samples at the training temperature)")):
+        tidy, display = table1.table1_differences(profile, outcomes, n_resamples=n_resamples,
+                                                  metric=metric)
+        if len(display):
+            report.paths[name] = write_table(
+                tidy, display, name, profile, meta_for(table1.TABLE1_ORDER),
+                f"Differences in {what} x 100 [95% CI] and probability of improvement")
+            report.tables[name] = display
     tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
     report.paths["table2"] = write_table(tidy, display, "table2", profile,
                                          meta_for(table2.STEPS),

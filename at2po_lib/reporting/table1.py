@@ -147,19 +147,25 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
 def table1_differences(profile: str, outcomes: pd.DataFrame,
                        baselines: Sequence[str] = ("grpo", "react"),
                        methods: Sequence[str] = TABLE1_ORDER,
-                       n_resamples: int = stats.DEFAULT_RESAMPLES
+                       n_resamples: int = stats.DEFAULT_RESAMPLES, metric: str = "em"
                        ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method minus each baseline (per dataset, per group, both weightings) with CIs and
-    the probability of improvement. ``(tidy, display)``; display: sample-weighted groups."""
+    the probability of improvement. ``(tidy, display)``; display: sample-weighted groups.
+
+    ``metric``: ``em`` (greedy) or ``sampled_em`` (the mean EM of k samples at the training
+    temperature), computed over the datasets where every compared run measured it."""
     import pandas as pd
 
+    if metric not in outcomes.columns:
+        return pd.DataFrame(), pd.DataFrame()
+    outcomes = outcomes[outcomes[metric].notna()]
     present = [m for m in methods if rows_with_outcomes(outcomes, m)]
     baselines = [b for b in baselines if b in present]
     if not baselines or len(present) < 2:
         return pd.DataFrame(), pd.DataFrame()
     groups = groups_of(outcomes["dataset"].unique())
     tidy = stats.comparison_table(outcomes[outcomes["method"].isin(present)], baselines, groups,
-                                  methods=present, n_resamples=n_resamples)
+                                  metric=metric, methods=present, n_resamples=n_resamples)
     tidy.insert(0, "profile", profile)
     display_rows = []
     for method in present:
