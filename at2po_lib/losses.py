@@ -59,6 +59,7 @@ offered here (TRL does not use it either).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -83,7 +84,8 @@ class TokenTurns:
     ``index_add`` over a segment id, whatever the number of rows or turns.
 
     index (N,) int64: flat position (row * T + column) of each model token, row-major;
-    token_row (N,), seg (N,): the row and the segment of each token;
+    token_row (N,), seg (N,): the row and the segment of each token (``seg`` None until
+    :meth:`token_segments` needs it, on the contiguous path);
     row (S,): the row of each segment; length (S,): its number of tokens;
     row_tokens (B,): model tokens per row; num: S; num_rows: B;
     first (S,) or None: each segment's first token when every segment is a contiguous run of
@@ -92,7 +94,7 @@ class TokenTurns:
 
     index: torch.Tensor
     token_row: torch.Tensor
-    seg: torch.Tensor
+    seg: torch.Tensor | None
     row: torch.Tensor
     length: torch.Tensor
     row_tokens: torch.Tensor
@@ -111,7 +113,19 @@ class TokenTurns:
 
     def per_token_of_segment(self, per_segment: torch.Tensor) -> torch.Tensor:
         """(S,) → (N,): each model token gets its turn's entry."""
-        return per_segment.index_select(0, self.seg)
+        if self.first is not None:  # contiguous runs: no per-token segment ids needed
+            return torch.repeat_interleave(per_segment, self.length,
+                                           output_size=self.index.numel())
+        return per_segment.index_select(0, self.token_segments())
+
+    def token_segments(self) -> torch.Tensor:
+        """``seg`` (N,), computed on first use on the contiguous path (the loss never needs
+        it there on a CPU); cached in the frozen instance."""
+        if self.seg is None:
+            ids = torch.arange(self.num, device=self.index.device)
+            object.__setattr__(self, "seg", torch.repeat_interleave(
+                ids, self.length, output_size=self.index.numel()))
+        return self.seg
 
     def segment_sum(self, values: torch.Tensor) -> torch.Tensor:
         """(N,) → (S,): Σ over each (row, turn) segment (no gradient on the contiguous path).
@@ -122,7 +136,7 @@ class TokenTurns:
         if self.first is not None and values.device.type == "cpu" and self.num:
             sums = np.add.reduceat(values.detach().numpy(), self.first.numpy())
             return torch.from_numpy(sums)
-        return values.new_zeros(self.num).index_add_(0, self.seg, values)
+        return values.new_zeros(self.num).index_add_(0, self.token_segments(), values)
 
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
         """(N,) → (B,): Σ over each row's model tokens."""
@@ -157,12 +171,11 @@ def token_turns(mask: torch.Tensor, turn_ids: torch.Tensor | None = None) -> Tok
         start_grid = is_tok.clone()  # (B, T)
         start_grid[:, 1:] &= ~is_tok[:, :-1]
         start = start_grid.reshape(-1).index_select(0, index)  # (N,)
-        seg = torch.cumsum(start, 0) - 1  # (N,)
         first = _flat_nonzero(start).to(mask.device)  # (S,) first token of each turn
         row = token_row.index_select(0, first)  # (S,)
         num = int(first.numel())
         length = torch.diff(first, append=first.new_full((1,), index.numel()))  # (S,)
-        return TokenTurns(index=index, token_row=token_row, seg=seg, row=row, length=length,
+        return TokenTurns(index=index, token_row=token_row, seg=None, row=row, length=length,
                           row_tokens=row_tokens, num=num, num_rows=b, first=first)
     ids = turn_ids.reshape(-1).index_select(0, index).long()  # (N,)
     negative = torch.nonzero(ids < 0)
@@ -214,31 +227,39 @@ def turn_segments(mask: torch.Tensor, turn_ids: torch.Tensor | None = None) -> T
     """:func:`token_turns` laid out on the (B, T) grid."""
     turns = token_turns(mask, turn_ids)
     seg = torch.full((mask.numel(),), turns.num, dtype=torch.long, device=mask.device)  # (B*T,)
-    seg[turns.index] = turns.seg
+    seg[turns.index] = turns.token_segments()
     return TurnSegments(seg.view(mask.shape), turns.row, turns.length, turns.num)
 
 
 # --------------------------------------------------------------------------------------------
 # Pieces of the loss (every tensor here is (N,): one entry per model token)
 # --------------------------------------------------------------------------------------------
+def unit_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
+                   turn_ratio: str = "geometric", turn_sum: torch.Tensor | None = None,
+                   ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """log s of each ratio unit, no gradient, and the map from units to tokens: tokens (N,)
+    with r_t (token), rows (B,) with their mean (sequence), turns (S,) with their mean / sum
+    (turn, geometric / product). ``turn_sum`` (S,): Σ r_t per turn, if computed. Per-unit
+    work (exp, clamp checks) then runs on B or S entries instead of N."""
+    with torch.no_grad():
+        if level == "token":
+            return log_ratio.detach(), lambda x: x
+        if level == "sequence":
+            row_mean = turns.row_sum(log_ratio) / turns.row_tokens.clamp(min=1)  # (B,)
+            return row_mean, turns.per_token
+        if turn_sum is None:
+            turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
+        if turn_ratio == "geometric":
+            turn_sum = turn_sum / turns.length.clamp(min=1)  # (S,)
+        return turn_sum, turns.per_token_of_segment
+
+
 def level_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
                     turn_ratio: str = "geometric",
                     turn_sum: torch.Tensor | None = None) -> torch.Tensor:
-    """log s per token (N,), no gradient: r_t (token), the row's mean (sequence) or the turn's
-    mean / sum (turn, geometric / product). ``turn_sum`` (S,): Σ r_t per turn, if computed."""
-    if level == "token":
-        return log_ratio.detach()
-    with torch.no_grad():
-        if level == "sequence":
-            row_mean = turns.row_sum(log_ratio) / turns.row_tokens.clamp(min=1)  # (B,)
-            log_s = turns.per_token(row_mean)  # (N,)
-        else:
-            if turn_sum is None:
-                turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
-            if turn_ratio == "geometric":
-                turn_sum = turn_sum / turns.length.clamp(min=1)  # (S,)
-            log_s = turns.per_token_of_segment(turn_sum)  # (N,)
-    return log_s
+    """log s per token (N,), no gradient (:func:`unit_log_ratio` broadcast to the tokens)."""
+    unit, to_tokens = unit_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)
+    return to_tokens(unit)
 
 
 def importance_ratio(level: str, logp: torch.Tensor, log_ratio: torch.Tensor, turns: TokenTurns,
@@ -456,11 +477,12 @@ def policy_loss(
         turn_sum = turns.segment_sum(log_ratio)  # (S,) turn ratio and turn_kl_entropy
 
     with torch.no_grad():
-        log_s = level_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)  # (N,)
-        # Where the log ratio exceeds its clamp the ratio has no gradient (rare: checked once).
-        clamped = level != "token" and bool((log_s > LOG_RATIO_CLAMP).any())
-        live = log_s <= LOG_RATIO_CLAMP if clamped else None  # (N,) or None: all live
-        ratio = torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP) if clamped else log_s)  # (N,)
+        unit, to_tokens = unit_log_ratio(level, log_ratio, turns, turn_ratio, turn_sum)
+        # Where the log ratio exceeds its clamp the ratio has no gradient (rare: checked once,
+        # per unit: S turns or B rows, not N tokens).
+        clamped = level != "token" and bool((unit > LOG_RATIO_CLAMP).any())
+        live = to_tokens(unit <= LOG_RATIO_CLAMP) if clamped else None  # (N,) or None: all live
+        ratio = to_tokens(torch.exp(unit.clamp(max=LOG_RATIO_CLAMP) if clamped else unit))  # (N,)
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
     weight = aggregation_weights(turns, agg, logp.dtype)  # (N,)
     loss, binds = _ClippedSurrogate.apply(logp, turns.index, ratio, adv, weight, live, lower,
