@@ -287,6 +287,9 @@ class TrainConfig:
     loss_chunk_rows: int = 0
     """Log-probs in length-sorted chunks of this many rows, each trimmed to its own width
     (saves padding compute on CPU); 0 = one padded batch (TRL's behaviour)."""
+    update_num_threads: int = 0
+    """Torch intra-op threads during the update (loss forward + backward); 0 leaves torch's
+    setting. ``rollout.num_threads`` is the rollout's."""
     learning_rate: float = 1e-6
     lr_scheduler_type: str = "constant"
     """docs/method.md §9: constant learning rate."""

@@ -130,7 +130,8 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
     columns = list(dict.fromkeys(r["column"] for r in ours)) or list(
         dict.fromkeys(r["column"] for r in published))
     display_rows = []
-    for method in dict.fromkeys([*present, *(r["method"] for r in published)]):
+    published_methods = {r["method"] for r in published}
+    for method in [m for m in methods if m in present or m in published_methods]:
         for source in ("ours", f"published ({backbone})"):
             sel = tidy[(tidy["method"] == method) & (tidy["source"] == source)]
             if sel.empty:

@@ -80,6 +80,7 @@ PROFILE_FIELDS: dict[str, str] = {
     "use_vllm": "train.use_vllm", "vllm_mode": "train.vllm_mode",
     "vllm_gpu_memory_utilization": "train.vllm_gpu_memory_utilization",
     "loss_chunk_rows": "train.loss_chunk_rows", "save_total_limit": "train.save_total_limit",
+    "update_num_threads": "train.update_num_threads",
     "report_to": "train.report_to", "max_steps": "train.max_steps",
     "logging_steps": "train.prompts_per_step / train.mini_batch_prompts",
     "save_steps": "train.save_every", "save_strategy": "train.save_every",
@@ -200,7 +201,7 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
         max_completion_length=rollout.max_response_tokens,
         tree_m=rollout.tree_m, tree_l=rollout.tree_l, tree_k=rollout.tree_k,
         tree_alpha=rollout.tree_alpha, tree_aepo_beam=rollout.aepo_beam,
-        loss_chunk_rows=train.loss_chunk_rows,
+        loss_chunk_rows=train.loss_chunk_rows, update_num_threads=train.update_num_threads,
     )
     if train.use_vllm:
         fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens
