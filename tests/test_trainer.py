@@ -273,24 +273,21 @@ def test_chunked_log_probs_equal_the_padded_batch(outputs):
 
 
 @pytest.mark.integration
-def test_table1_cli_applies_set_overrides_to_every_run(outputs):
-    """``--set`` reaches each run's resolved config and the table's meta (react: evaluation
-    only, so this takes seconds)."""
-    import json
-
+def test_study_cli_applies_set_overrides_to_every_run(outputs):
+    """``at2po study --set`` reaches each run's resolved config, its per-question outcomes and
+    the report written afterwards (react: evaluation only, so this takes seconds)."""
+    import pandas as pd
     import yaml
 
-    from at2po_lib.cli import table1
+    from at2po_lib.cli import study
+    from at2po_lib.evaluation import read_outcomes
 
-    assert table1.main(["--profile", "smoke", "--seeds", "0", "--methods", "react",
-                        "--set", "eval.max_questions=2", "--force"]) == 0
+    assert study.main(["--profile", "smoke", "--table", "1", "--seeds", "0", "--methods",
+                       "react", "--set", "eval.max_questions=2", "--force"]) == 0
     run = records.run_dir("smoke", "react", 0)
     assert yaml.safe_load(run.config.read_text())["profile"]["eval"]["max_questions"] == 2
-    path = outputs / "smoke" / "table1_smoke.csv"
-    meta = json.loads(path.with_name(path.name + ".meta.json").read_text())
-    assert meta["config"]["eval"]["max_questions"] == 2
-    import pandas as pd
-
-    table = pd.read_csv(path)
-    single = table[~table["dataset"].str.endswith("avg")]
-    assert set(single["n"]) == {2}
+    outcomes = read_outcomes(run.outcomes)
+    assert outcomes.groupby("dataset").size().eq(2).all()
+    table = pd.read_csv(outputs / "smoke" / "tables" / "table1.csv")
+    ours = table[(table["source"] == "ours") & (table["method"] == "react")]
+    assert set(ours[~ours["column"].str.contains("avg")]["n_questions"]) == {2}
