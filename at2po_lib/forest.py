@@ -272,7 +272,7 @@ def synthetic_turn_rows(parent: Any, model_tokens: Any,
 
     Each non-root node on the path contributes ``obs_tokens[n]`` observation tokens (none for
     depth-1 nodes, which follow the prompt) and then ``model_tokens[n]`` model tokens.
-    Returns ``turn_node`` (L, T) (local node id, -1 elsewhere), ``completion_mask`` (L, T) and
+    Returns ``turn_node`` (L, T) (local node id, -1 elsewhere), ``sampled_mask`` (L, T) and
     ``leaf`` (L,). Built with ``repeat_interleave``; no loop over rows.
     """
     parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
@@ -294,7 +294,7 @@ def synthetic_turn_rows(parent: Any, model_tokens: Any,
     pos = torch.arange(token_val.numel()) - row_start[token_row]
     turn_node = torch.full((leaves.numel(), width), -1, dtype=torch.long)
     turn_node[token_row, pos] = token_val
-    return {"turn_node": turn_node, "completion_mask": (turn_node >= 0).long(), "leaf": leaves}
+    return {"turn_node": turn_node, "sampled_mask": (turn_node >= 0).long(), "leaf": leaves}
 
 
 def example_tree() -> TreeArrays:

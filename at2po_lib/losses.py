@@ -17,7 +17,8 @@ AT2PO      turn         3e-3 / 4e-3 (the defaults)     ``agg="seq-mean-token-mea
 =========  ===========  ============================  ==================================
 
 Shapes: every input is (B, T) (B rows = root→leaf trajectories, T tokens); ``advantages`` may
-also be (B,). ``mask`` is 1 on the model's own tokens (``completion_mask``), 0 on prompt,
+also be (B,). ``mask`` is 1 on the model's own tokens (the rollout's ``sampled_mask``; TRL's
+``completion_mask * tool_mask``), 0 on prompt,
 observation and padding tokens. The loss first gathers the N model tokens (N ≪ B·T: prompts,
 observations and padding carry nothing) and works on (N,) vectors: turn and row sums are one
 ``index_add`` each over flattened (row, turn) segment ids, with no Python loop over rows or

@@ -116,7 +116,7 @@ def recompute_gap(model, rows, temperature: float, device: str, limit: int = 4) 
         with torch.no_grad():
             lp = torch.log_softmax(model(ids).logits[0].float() / temperature, dim=-1)
         p = len(row["prompt_ids"])
-        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["completion_mask"],
+        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["sampled_mask"],
                                               row["old_logps"])):
             if m:
                 gap = max(gap, abs(lp[p + t - 1, tok].item() - old))

@@ -71,7 +71,7 @@ def test_dataset_groups_for_tiny_and_paper_names():
 def _trajectory(answer, turns):
     from at2po_lib.rollout.structures import Trajectory
 
-    return Trajectory(prompt_ids=[1], completion_ids=[2], completion_mask=[1], turn_ids=[0],
+    return Trajectory(prompt_ids=[1], completion_ids=[2], sampled_mask=[1], turn_ids=[0],
                       logps=[0.0], turns=[], response_text=f"<answer> {answer} </answer>",
                       answer=answer, num_tool_calls=turns - 1, num_turns=turns,
                       finish_reason="answer")

@@ -124,7 +124,7 @@ def test_synthetic_rows_layout_by_hand():
     assert row == [1, 1, 1, -1, -1, 3, 3, 3, 3, -1, -1, 6, 6, 6]
     # leaf 8: a depth-1 leaf, one turn, then padding
     assert lay["turn_node"][4].tolist()[:2] == [8, -1]
-    assert torch.equal(lay["completion_mask"], (lay["turn_node"] >= 0).long())
+    assert torch.equal(lay["sampled_mask"], (lay["turn_node"] >= 0).long())
 
 
 def test_leaf_paths():

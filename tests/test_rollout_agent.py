@@ -78,7 +78,7 @@ def test_invalid_action_retry_appends_the_corrective_message(toy):
     assert second.finish_reason == "answer"
     traj = trees[0].trajectory(second.id, env.decode, env.extract_answer)
     # the corrective message is masked out of the loss
-    assert traj.completion_mask == [1] * len(first.token_ids) + [0] * len(first.obs_ids) + \
+    assert traj.sampled_mask == [1] * len(first.token_ids) + [0] * len(first.obs_ids) + \
         [1] * len(second.token_ids)
     assert traj.answer == gold and traj.reward == 1.0 and traj.num_turns == 2
 
@@ -164,7 +164,7 @@ def test_greedy_chains_are_deterministic_and_complete(toy):
     assert [t.completion_ids for t in a] == [t.completion_ids for t in b]
     for t in a:
         assert t.num_turns == len(t.turns) and t.finish_reason
-        assert len(t.completion_ids) == len(t.completion_mask) == len(t.logps) == len(t.turn_ids)
+        assert len(t.completion_ids) == len(t.sampled_mask) == len(t.logps) == len(t.turn_ids)
         assert t.reward in (0.0, 1.0)
         for i, turn in enumerate(t.turns):
             assert set(t.turn_ids[turn.start:turn.end]) == {i}

@@ -53,7 +53,7 @@ def test_training_rows_by_hand():
     assert [r["leaf_node"] for r in rows] == [2, 3]
     r = rows[1]
     assert r["completion_ids"] == [10, 11, 12, 50, 51, 30, 31]
-    assert r["completion_mask"] == [1, 1, 1, 0, 0, 1, 1]
+    assert r["sampled_mask"] == [1, 1, 1, 0, 0, 1, 1]
     assert r["turn_node"] == [1, 1, 1, -1, -1, 3, 3]
     assert r["old_logps"] == [-1.0, -2.0, -3.0, 0.0, 0.0, -1.0, -1.0]
     assert (r["reward"], r["tree_id"], r["prompt_id"]) == (0.0, 0, 7)

@@ -149,7 +149,7 @@ def check_tree_invariants(tree, context_of, max_round):
         assert not (node.is_leaf and node.obs_ids)
         assert 0 <= node.expansion_round <= max_round
     for row in training_rows([tree]):
-        mask = np.array(row["completion_mask"])
+        mask = np.array(row["sampled_mask"])
         turn_node = np.array(row["turn_node"])
         assert len(row["completion_ids"]) == len(mask) == len(turn_node) == len(row["old_logps"])
         assert ((turn_node >= 0) == (mask == 1)).all()
@@ -242,7 +242,7 @@ def test_real_model_tree_rows_match_a_full_recompute(toy):
             logits = toy.model(torch.tensor([ids])).logits[0].float()
         lp = torch.log_softmax(logits / temperature, dim=-1)
         p = len(row["prompt_ids"])
-        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["completion_mask"],
+        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["sampled_mask"],
                                               row["old_logps"])):
             if m:
                 assert abs(lp[p + t - 1, tok].item() - old) < 1e-5

@@ -325,7 +325,7 @@ def _hand_batch():
     turn_node = [[1, 1, -1, -1, 3, 3], [1, 1, -1, -1, 4], [2, 2, 2], [1, 1], [2]]
     return RolloutBatch(
         prompt_ids=[[0]] * 5, completion_ids=[[5] * len(t) for t in turn_node],
-        completion_mask=[[int(n >= 0) for n in t] for t in turn_node], turn_node=turn_node,
+        sampled_mask=[[int(n >= 0) for n in t] for t in turn_node], turn_node=turn_node,
         old_logps=[[0.0] * len(t) for t in turn_node], reward=[1.0, 0.0, 1.0, 0.0, 0.0],
         row_tree=[0, 0, 0, 1, 1], row_leaf=[3, 4, 2, 1, 2], group=[0, 0, 0, 1, 1],
         trees=[tree0, tree1], num_turns=[2, 2, 1, 1, 1], num_tool_calls=[1, 1, 0, 0, 0])

@@ -66,7 +66,7 @@ def tree_grpo_batches(draw):
     num = len(rows["reward"])
     turn_node = [[leaf] for leaf in rows["row_leaf"]]  # one token per row: its leaf's turn
     batch = RolloutBatch(prompt_ids=[[0]] * num, completion_ids=[[1]] * num,
-                         completion_mask=[[1]] * num, turn_node=turn_node,
+                         sampled_mask=[[1]] * num, turn_node=turn_node,
                          old_logps=[[0.0]] * num, trees=trees, num_turns=[1] * num,
                          num_tool_calls=[0] * num, **rows)
     return batch, rounds, n

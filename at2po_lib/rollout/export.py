@@ -24,7 +24,7 @@ the agent loop needs). Everything downstream uses two things made here:
   save_trees` / :func:`~at2po_lib.forest.load_trees` store them (``.npz`` + JSON, no pickle).
 - :func:`training_rows`: one row per leaf (its root→leaf path), the token ids the trainer needs::
 
-      prompt_ids, completion_ids, completion_mask (1 = sampled token), turn_node (node id per
+      prompt_ids, completion_ids, sampled_mask (1 = sampled token), turn_node (node id per
       completion token, -1 on observation tokens), old_logps (log-prob at the sampling
       temperature, 0 where the mask is 0), token_entropy (exact entropy of the sampling
       distribution per token, 0 where the mask is 0, NaN from vLLM; AEPO's entropy-aware
@@ -101,7 +101,7 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
                 entropies += list(n.entropies) + [0.0] * len(n.obs_ids)
             rows.append({
                 "prompt_ids": list(tree.prompt_ids), "completion_ids": completion,
-                "completion_mask": mask, "turn_node": turn_node, "old_logps": logps,
+                "sampled_mask": mask, "turn_node": turn_node, "old_logps": logps,
                 "token_entropy": entropies,
                 "reward": float(tree.nodes[leaf].reward), "tree_id": tree_id,
                 "prompt_id": tree.prompt_index, "leaf_node": leaf,
@@ -134,7 +134,7 @@ def trajectory_table(trajectory, decode) -> pd.DataFrame:
     import pandas as pd
 
     records, start = [], 0
-    ids, mask, turn_ids = trajectory.completion_ids, trajectory.completion_mask, trajectory.turn_ids
+    ids, mask, turn_ids = trajectory.completion_ids, trajectory.sampled_mask, trajectory.turn_ids
     for end in range(1, len(ids) + 1):
         if end == len(ids) or mask[end] != mask[start] or turn_ids[end] != turn_ids[start]:
             turn = trajectory.turns[turn_ids[start]] if mask[start] else None

@@ -12,7 +12,8 @@ Vocabulary
 - **Trajectory**: the root→leaf path as one sequence of ids: ``prompt_ids`` followed by
   ``completion_ids`` (turns and observations interleaved). Nothing is ever decoded and
   re-tokenised: ``completion_ids`` is the concatenation of the sampled ids and the
-  observation ids, and ``completion_mask`` is 1 exactly on the sampled ones.
+  observation ids, and ``sampled_mask`` is 1 exactly on the sampled ones (TRL calls this
+  mask ``env_mask``/``tool_mask``; its own ``completion_mask`` marks padding).
 
 Coordinates: a turn's ``start``/``end`` are offsets into ``completion_ids`` (completion
 coordinates), ``[start, end)``.
@@ -52,7 +53,7 @@ class Trajectory:
 
     prompt_ids: list[int]
     completion_ids: list[int]
-    completion_mask: list[int]
+    sampled_mask: list[int]
     """1 on tokens the model sampled, 0 on observations / notices / corrective messages."""
     turn_ids: list[int]
     """Per completion token: index of its turn in :attr:`turns`, -1 on mask-0 tokens."""
@@ -72,7 +73,7 @@ class Trajectory:
 
     @property
     def num_generated_tokens(self) -> int:
-        return sum(self.completion_mask)
+        return sum(self.sampled_mask)
 
 
 @dataclass
@@ -203,7 +204,7 @@ class RolloutTree:
         last = self.nodes[leaf]
         response = decode(completion)
         return Trajectory(
-            prompt_ids=list(self.prompt_ids), completion_ids=completion, completion_mask=mask,
+            prompt_ids=list(self.prompt_ids), completion_ids=completion, sampled_mask=mask,
             turn_ids=turn_ids, logps=logps, turns=turns, response_text=response,
             answer=extract_answer(response), num_tool_calls=last.tool_calls,
             num_turns=len(turns), finish_reason=last.finish_reason,

@@ -103,7 +103,7 @@ def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBat
     return RolloutBatch(
         prompt_ids=[r["prompt_ids"] for r in rows],
         completion_ids=[r["completion_ids"] for r in rows],
-        completion_mask=[r["completion_mask"] for r in rows],
+        sampled_mask=[r["sampled_mask"] for r in rows],
         turn_node=[r["turn_node"] for r in rows],
         old_logps=[r["old_logps"] for r in rows],
         reward=[float(r["reward"]) for r in rows],

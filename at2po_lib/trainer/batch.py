@@ -31,7 +31,7 @@ class RolloutBatch:
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
-    completion_mask: list[list[int]]
+    sampled_mask: list[list[int]]
     turn_node: list[list[int]]
     old_logps: list[list[float]]
     reward: list[float]
@@ -113,7 +113,7 @@ def select_groups(chosen: list[tuple[RolloutBatch, int]]) -> RolloutBatch:
         remap = {old: len(fields["trees"]) + k for k, old in enumerate(tree_ids)}
         fields["trees"] += [batch.trees[t] for t in tree_ids]
         for i in rows:
-            for name in ("prompt_ids", "completion_ids", "completion_mask", "turn_node",
+            for name in ("prompt_ids", "completion_ids", "sampled_mask", "turn_node",
                          "old_logps", "reward", "row_leaf", "num_turns", "num_tool_calls"):
                 fields[name].append(getattr(batch, name)[i])
             fields["row_tree"].append(remap[batch.row_tree[i]])

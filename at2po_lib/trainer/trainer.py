@@ -352,7 +352,7 @@ class AT2POTrainer(GRPOTrainer):
             },
         }
         return {"prompt_ids": batch.prompt_ids, "completion_ids": batch.completion_ids,
-                "logprobs": batch.old_logps, "env_mask": batch.completion_mask,
+                "logprobs": batch.old_logps, "env_mask": batch.sampled_mask,
                 "reward": list(batch.reward)}
 
     def _dynamic_sampling(self, policy, batch: RolloutBatch, groups: list[dict],
