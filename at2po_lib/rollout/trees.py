@@ -59,6 +59,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config import tree_leaves
 from .agent import (RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees, run_chains,
                     score_trees, start_chain)
 from .backends import TurnBackend, make_backend
@@ -138,7 +139,7 @@ def tree_grpo_shape(rollout_cfg) -> tuple[int, int, int]:
     B = M + L*K: m = ``rollout.tree_grpo_trees``, n = (B / m - 1) / L, so m * (1 + L*n) = B.
     Raises naming the numbers when they do not divide or leave a tree with one leaf."""
     m, rounds = rollout_cfg.tree_grpo_trees, rollout_cfg.tree_l
-    budget = rollout_cfg.tree_m + rollout_cfg.tree_l * rollout_cfg.tree_k
+    budget = tree_leaves(rollout_cfg.tree_m, rollout_cfg.tree_l, rollout_cfg.tree_k)
     per_tree = budget // m if m >= 1 else 0
     if m < 1 or rounds < 1 or budget % m or (per_tree - 1) % rounds or per_tree < 2:
         raise ValueError(
@@ -207,7 +208,7 @@ def expected_leaves(expansion: str, rollout_cfg, num_chains: int | None = None) 
     """Leaves per prompt: the chains for ``chain``, M + L*K for the tree expansions."""
     if expansion == "chain":
         return num_chains if num_chains is not None else rollout_cfg.tree_m
-    return rollout_cfg.tree_m + rollout_cfg.tree_l * rollout_cfg.tree_k
+    return tree_leaves(rollout_cfg.tree_m, rollout_cfg.tree_l, rollout_cfg.tree_k)
 
 
 def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str],
