@@ -5,11 +5,11 @@
 #
 #   scripts/check_clean_run.sh                          # profile 'tiny', a new .venv in the clone
 #   AT2PO_VENV=$PWD/.venv scripts/check_clean_run.sh    # reuse an environment (no install)
-#   AT2PO_ARTIFACTS=$PWD/artifacts scripts/check_clean_run.sh   # reuse the cached warm start
+#   AT2PO_ARTIFACTS=$PWD/artifacts scripts/check_clean_run.sh   # reuse the built world and indexes
 #   scripts/check_clean_run.sh --profile smoke          # arguments go to ./run_all.sh
 #   AT2PO_KEEP_CLONE=1 scripts/check_clean_run.sh       # keep the clone to inspect it
 #
-# From nothing, the 'tiny' run trains the warm start (docs/timings.yaml: ~40 min on 2 cores).
+# The tiny warm start and the toy study's runs are committed, so the run trains nothing.
 set -euo pipefail
 source_repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/at2po-clean-run.XXXXXX")"
