@@ -217,8 +217,10 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
 
 
 def test_update_threads_apply_to_the_update_only(outputs):
+    """train.update_num_threads (a profile key) reaches the trainer and holds for the loss only."""
     seen = []
-    trainer, _ = _trainer("gspo", "update_threads", {"update_num_threads": 1})
+    trainer, _ = _trainer("gspo", "update_threads", update_num_threads=1)
+    assert trainer.args.update_num_threads == 1
     compute_loss = trainer._compute_loss
 
     def recording(model, inputs):
