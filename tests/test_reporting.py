@@ -143,3 +143,18 @@ def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
     assert readme.stale_blocks(page) == []
     text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "| AT2PO |" in text
+
+
+def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
+    from at2po_lib.reporting import table3
+
+    rng = np.random.default_rng(3)
+    write_run(results, "credit_child_mean_diff_parent", 0,
+              (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float))
+    outcomes = records.load_outcomes("smoke")
+    tidy, display = table3.table3("smoke", outcomes, n_resamples=100)
+    assert set(tidy["method"]) == {"at2po", "credit_child_mean_diff_parent"}
+    assert display.loc["entropy_softmax", "node_value"].startswith(
+        f"{100 * tidy.set_index('method').loc['at2po', 'em']:.1f}")
+    other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
+    assert other["delta_against"] == "at2po" and "Δ" in display.loc["child_mean", "diff_parent"]

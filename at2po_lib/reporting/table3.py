@@ -6,7 +6,8 @@ children, child mean, leaf mean) and advantage modes (the node value itself, its
 the parent, ...) by multi-hop EM after training; it finds the entropy-weighted value used
 directly as the advantage best, but publishes no cells we could put beside ours. Our grid is
 the runs ``credit_<value>_<advantage>``, each with its multi-hop average and its difference to
-AT2PO's default (``entropy_softmax`` / ``node_value``).
+AT2PO's default (``entropy_softmax`` / ``node_value``), whose cell is filled by the ``at2po``
+runs when no separate ``credit_entropy_softmax_node_value`` run exists (same configuration).
 
 The *credit-accuracy* table (written by :mod:`at2po_lib.analysis.credit_accuracy`,
 ``at2po credit-accuracy``) is the toy's noise-free analogue: TinyWorld knows each question's
@@ -48,6 +49,8 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     for value in VALUE_MODES:
         for advantage in ADVANTAGE_MODES:
             method = credit_method(value, advantage)
+            if method == DEFAULT and not rows_with_outcomes(outcomes, method):
+                method = "at2po"  # the default cell *is* AT2PO: the study reuses its runs
             if not members or not rows_with_outcomes(outcomes, method):
                 continue
             own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
@@ -55,7 +58,8 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
                    "method": method, "em": own.estimate, "ci_low": own.low,
                    "ci_high": own.high, "n_seeds": own.n_seeds_a,
                    "n_questions": own.n_questions}
-            if default and method != default:
+            if default and method != default and (value, advantage) != (
+                    "entropy_softmax", "node_value"):
                 diff = stats.difference_ci(outcomes, method, default, members,
                                            n_resamples=n_resamples)
                 row.update(delta=diff.estimate, delta_low=diff.low, delta_high=diff.high,
