@@ -149,7 +149,8 @@ def run_notebooks(
         try:
             papermill.execute_notebook(
                 str(notebook), str(output),
-                parameters={"profile": cfg.name, "overrides": overrides, "retrain": retrain},
+                parameters=_declared(notebook, {"profile": cfg.name, "overrides": overrides,
+                                                "retrain": retrain}),
                 kernel_name=kernel_name, cwd=str(root), progress_bar=False,
             )
         except Exception as exc:  # papermill wraps cell errors; anything else is a failure too
@@ -168,6 +169,15 @@ def run_notebooks(
         results.append(StageResult(notebook, "ran", seconds))
         record_timing(out_dir / "timings.json", notebook.stem, seconds)
     return results
+
+
+def _declared(notebook: Path, parameters: dict) -> dict:
+    """The parameters a notebook's ``parameters`` cell declares (``profile`` always): a notebook
+    that trains nothing has no ``retrain``, and papermill would warn about every extra one."""
+    import papermill
+
+    declared = set(papermill.inspect_notebook(str(notebook)))
+    return {k: v for k, v in parameters.items() if k == "profile" or k in declared}
 
 
 def check_kernel(kernel_name: str) -> None:

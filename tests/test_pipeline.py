@@ -122,12 +122,19 @@ def test_set_and_retrain_reach_every_notebook_and_its_stamp(tmp_path):
     ``--retrain`` as ``retrain``; a changed override re-runs an up-to-date stage."""
     nbdir = tmp_path / "nbs"
     nbdir.mkdir()
-    _notebook(nbdir / "00_params.ipynb",
-              "assert overrides == {'train': {'max_steps': 3}}, overrides\n"
-              "assert retrain is True")
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('profile = "tiny"\noverrides = {}\nretrain = False')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(
+        "assert overrides == {'train': {'max_steps': 3}}, overrides\nassert retrain is True")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, nbdir / "00_params.ipynb")
+    # a notebook that declares neither gets neither (papermill would warn about each)
+    _notebook(nbdir / "01_plain.ipynb", "assert 'retrain' not in dir() and 'overrides' not in dir()")
     out = tmp_path / "out"
     first = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, retrain=True,
                           overrides={"train": {"max_steps": 3}})
-    assert [r.status for r in first] == ["ran"]
+    assert [r.status for r in first] == ["ran", "ran"]
     with pytest.raises(Exception, match="nope"):
         run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, overrides={"train": {"nope": 1}})
