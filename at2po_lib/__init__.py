@@ -7,9 +7,13 @@ Stages, in the paper's order:
 - data: :mod:`at2po_lib.data`, :mod:`at2po_lib.tinyworld`
 - retrieval: :mod:`at2po_lib.retrieval`
 - policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout`
-- credit assignment and losses: :mod:`at2po_lib.credit`, :mod:`at2po_lib.losses`
-- training: :mod:`at2po_lib.trainer`
-- evaluation and reporting: :mod:`at2po_lib.evaluation`, :mod:`at2po_lib.reporting`
+- trees, credit assignment and losses: :mod:`at2po_lib.forest` (``TreeArrays``, the one tree
+  type), :mod:`at2po_lib.credit`, :mod:`at2po_lib.losses`
+- training and the toy study: :mod:`at2po_lib.trainer` (``study`` runs Tables 1-3)
+- evaluation and reporting: :mod:`at2po_lib.evaluation` (per-question outcomes),
+  :mod:`at2po_lib.stats` (bootstrap CIs), :mod:`at2po_lib.reporting` (Tables 1-3, Figures 3-4,
+  tree drawings, the inspector), :mod:`at2po_lib.analysis` (expansion and credit measured at toy
+  scale)
 - the ``at2po`` command: :mod:`at2po_lib.cli` (one module per subcommand; the stage modules
   above have no command line of their own)
 
