@@ -12,10 +12,14 @@ cell; the executed copy (with the traceback) is kept, and so is everything earli
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,12 +151,14 @@ def run_notebooks(
         stamp_path.unlink(missing_ok=True)
         start = time.perf_counter()
         try:
-            papermill.execute_notebook(
-                str(notebook), str(output),
-                parameters=_declared(notebook, {"profile": cfg.name, "overrides": overrides,
-                                                "retrain": retrain}),
-                kernel_name=kernel_name, cwd=str(root), progress_bar=False,
-            )
+            with _local_kernel() as kernel_args:
+                papermill.execute_notebook(
+                    str(notebook), str(output),
+                    parameters=_declared(notebook, {"profile": cfg.name, "overrides": overrides,
+                                                    "retrain": retrain}),
+                    kernel_name=kernel_name, cwd=str(root), progress_bar=False,
+                    **kernel_args,
+                )
         except Exception as exc:  # papermill wraps cell errors; anything else is a failure too
             unreadable = _unreadable(notebook)
             message = (f"the notebook file cannot be read ({unreadable})" if unreadable
@@ -169,6 +175,22 @@ def run_notebooks(
         results.append(StageResult(notebook, "ran", seconds))
         record_timing(out_dir / "timings.json", notebook.stem, seconds)
     return results
+
+
+@contextlib.contextmanager
+def _local_kernel() -> Iterator[dict]:
+    """papermill arguments that make the kernel talk over Unix sockets in a private temporary
+    folder (POSIX): the kernel opens no TCP port, and ipykernel >= 7 has no unencrypted TCP
+    traffic to warn about. nbclient still creates, owns and shuts down the kernel. Elsewhere:
+    no arguments (papermill's default TCP kernel)."""
+    if os.name != "posix":
+        yield {}
+        return
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="at2po-kernel-") as folder:
+        yield {"config": Config({"KernelManager": {"transport": "ipc",
+                                                   "ip": os.path.join(folder, "kernel")}})}
 
 
 def _declared(notebook: Path, parameters: dict) -> dict:

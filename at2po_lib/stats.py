@@ -273,3 +273,24 @@ def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None 
     estimate = float(statistic(*(np.arange(n) for n in sizes)))
     low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
     return Interval(estimate, low, high, scores.shape[0], 0, len(questions), confidence)
+
+
+def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Mean over runs (seeds) with Student's t interval, for a quantity that has one value per
+    run and no questions to resample (a training-curve statistic such as the entropy over the
+    last steps). With one run the interval is undefined (NaN bounds): one seed is no evidence.
+
+    .. math::  \\bar x \\pm t_{(1+c)/2,\\,n-1}\\; s / \\sqrt{n}
+    """
+    from scipy import stats as scipy_stats
+
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        raise ValueError("seed_mean_ci: no finite values")
+    mean = float(x.mean())
+    if len(x) < 2:
+        return Interval(mean, float("nan"), float("nan"), 1, 0, 0, confidence)
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, len(x) - 1) * x.std(ddof=1)
+                 / np.sqrt(len(x)))
+    return Interval(mean, mean - half, mean + half, len(x), 0, 0, confidence)

@@ -186,7 +186,7 @@ def main() -> None:
             print(f"  run {i + 1} {variant} ({resolved[0]} positions, {resolved[1]} old "
                   f"log-probs): {clock.wall:.2f} s wall, {clock.cpu:.2f} s CPU; loss "
                   f"{row['loss']:.6f}, grad norm {row['grad_norm']:.6f}, entropy "
-                  f"{row['entropy']:.6f}; rollout {row['rollout_time']:.2f} s")
+                  f"{row['entropy']:.6f}; rollout {row['rollout/seconds']:.2f} s")
     base, other = list(variants)[:2]
     a, b = rows[base], rows[other]
     param_diff = max(float((params[base][n] - params[other][n]).abs().max()) for n in params[base])

@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         wall = row["wall_time"] - previous
         previous = row["wall_time"]
-        update = wall - row.get("rollout_time", 0.0)
-        print(f"{row['step']:>4}  {wall:6.2f}  {row.get('rollout_time', float('nan')):9.2f}  "
+        update = wall - row.get("rollout/seconds", 0.0)
+        print(f"{row['step']:>4}  {wall:6.2f}  {row.get('rollout/seconds', float('nan')):9.2f}  "
               f"{update:8.2f}  {row['reward']:6.3f}  {row['entropy']:7.3f}  {row['loss']:+.4f}  "
-              f"{row.get('model_tokens_per_trajectory', float('nan')):6.1f}")
+              f"{row.get('completions/mean_length', float('nan')):6.1f}")
     finite = all(row.get("loss") is not None for row in rows) and len(rows) == args.steps
     # The first step's wall time includes the trainer's set-up; later steps are steady state.
     steady = ((rows[-1]["wall_time"] - rows[0]["wall_time"]) / (len(rows) - 1)

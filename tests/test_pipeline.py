@@ -57,6 +57,21 @@ def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypa
     assert [(r.notebook.name, r.status) for r in forced] == [("01_second.ipynb", "ran")]
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(os.name != "posix", reason="Unix-socket kernels are POSIX only")
+def test_kernel_talks_over_unix_sockets_and_prints_no_warning(tmp_path, capfd):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    _notebook(nbdir / "00_transport.ipynb",
+              "from ipykernel.kernelapp import IPKernelApp\n"
+              "app = IPKernelApp.instance()\n"
+              "assert app.transport == 'ipc', app.transport")
+    results = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=tmp_path / "out")
+    assert [r.status for r in results] == ["ran"], results
+    err = capfd.readouterr().err
+    assert "WARNING" not in err, err  # e.g. ipykernel 7's "running over TCP without encryption"
+
+
 def test_only_rejects_unknown_prefix(two_notebooks):
     with pytest.raises(ValueError, match="07"):
         list_notebooks(two_notebooks, ["07"])

@@ -89,3 +89,15 @@ def test_comparison_table_covers_groups_datasets_and_weightings():
     row = table[(table["scope"] == "all") & (table["weighting"] == "sample")].iloc[0]
     assert row["diff"] == pytest.approx(2 / 5)
     assert row["n_questions"] == 5
+
+
+def test_seed_mean_ci_is_students_t_by_hand():
+    # mean 2, sd 1, n 3: half-width t(0.975, 2) / sqrt(3) = 4.3027 / 1.7321 = 2.4841
+    ci = stats.seed_mean_ci([1.0, 2.0, 3.0])
+    assert ci.estimate == pytest.approx(2.0)
+    assert (ci.low, ci.high) == pytest.approx((2.0 - 2.4841, 2.0 + 2.4841), abs=1e-4)
+    assert ci.n_seeds_a == 3
+    one = stats.seed_mean_ci([0.7])
+    assert one.estimate == 0.7 and np.isnan(one.low) and np.isnan(one.high)
+    with pytest.raises(ValueError, match="no finite values"):
+        stats.seed_mean_ci([float("nan")])

@@ -101,8 +101,11 @@ def test_every_method_takes_smoke_steps(outputs, method):
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert changed, f"{method}: no parameter changed"
     # the trainer recomputes the sampler's log-probs (same temperature) before the update
-    assert row["sampling_logp_diff"] < 1e-3
-    assert row["leaves_per_prompt"] == trainer.num_generations
+    assert row["sampling/logp_abs_diff"] < 1e-3
+    assert row["rollout/leaves_per_prompt"] == trainer.num_generations
+    # TRL's metric names as TRL logs them (docs: GRPOTrainer "Logged metrics"), never renamed
+    assert {"clip_ratio/region_mean", "completions/mean_length", "num_tokens"} <= set(row)
+    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(row)
     if method == "grpo":
         assert "kl" in row  # GRPO's KL term against the warm start
 

@@ -200,8 +200,8 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     row = records.read_jsonl(run.metrics)[0]
     rounds = trainer.args.tree_dynamic_sampling_rounds
     assert len(counting.batches) == rounds > 1
-    assert row["dynamic_sampling_rounds"] == rounds
-    assert row["dynamic_sampling_kept"] == 0.0
+    assert row["rollout/dynamic_sampling_rounds"] == rounds
+    assert row["rollout/dynamic_sampling_kept"] == 0.0
 
     # test rewards that vary: the records show the share of first-round groups with signal
     trainer, run = _trainer("dapo", "dapo_parity", reward_fn=parity_reward)
@@ -211,9 +211,9 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     first = counting.batches[0]
     groups = len(set(first.group))
     kept = sum(group_has_signal(first, g) for g in range(groups)) / groups
-    assert row["dynamic_sampling_kept"] == pytest.approx(kept)
-    assert row["dynamic_sampling_rounds"] == len(counting.batches)
-    assert (row["dynamic_sampling_rounds"] > 1) == (kept < 1)
+    assert row["rollout/dynamic_sampling_kept"] == pytest.approx(kept)
+    assert row["rollout/dynamic_sampling_rounds"] == len(counting.batches)
+    assert (row["rollout/dynamic_sampling_rounds"] > 1) == (kept < 1)
 
 
 def test_update_threads_apply_to_the_update_only(outputs):

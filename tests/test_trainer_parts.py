@@ -223,6 +223,50 @@ def test_jsonl_append_read_truncate(tmp_path):
         records.read_jsonl(path)
 
 
+def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
+    from types import SimpleNamespace
+
+    from at2po_lib.trainer.callbacks import MetricsRecorder
+
+    path = tmp_path / "metrics.jsonl"
+    recorder = MetricsRecorder(path, updates_per_step=4, start_time=0.0)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=8)
+    logs = {"reward": 0.5, "clip_ratio/region_mean": 0.1, "rollout/turns_mean": 2.5,
+            "completions/mean_length": 40.0, "kl": None, "step": 99}
+    recorder.on_log(None, state, None, logs=logs)
+    recorder.on_log(None, state, None, logs={"train_loss": 1.0})  # the final summary: no row
+    (row,) = records.read_jsonl(path)
+    assert row["step"] == 2 and row["global_step"] == 8  # the recorder's own fields win
+    assert {k: row[k] for k in ("reward", "clip_ratio/region_mean", "rollout/turns_mean",
+                                "completions/mean_length")} == {k: logs[k] for k in (
+        "reward", "clip_ratio/region_mean", "rollout/turns_mean", "completions/mean_length")}
+    assert "kl" not in row and row["wall_time"] > 0
+
+
+def test_legacy_metric_names_read_under_the_logged_names(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    # a run recorded with the early names, resumed by the current code (both in one file)
+    records.append_jsonl(path, {"step": 1, "clip_frac": 0.2, "turns_per_trajectory": 3.0,
+                                "rollout_time": 1.5, "reward": 0.1})
+    records.append_jsonl(path, {"step": 2, "clip_ratio/region_mean": 0.3,
+                                "rollout/turns_mean": 2.0, "rollout/seconds": 1.0, "reward": 0.2})
+    rows = records.read_metrics(path)
+    assert [sorted(r) for r in rows] == [sorted(rows[1])] * 2
+    assert [r["clip_ratio/region_mean"] for r in rows] == [0.2, 0.3]
+    assert [r["rollout/turns_mean"] for r in rows] == [3.0, 2.0]
+    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(records.LEGACY_METRIC_NAMES.values())
+
+
+def test_committed_study_records_load_under_the_logged_names():
+    from at2po_lib import reporting
+
+    metrics, _ = reporting.load_training_records("tiny", ["grpo"], [0])
+    if metrics.empty:
+        pytest.skip("no committed tiny/grpo/seed0 run")
+    assert {"clip_ratio/region_mean", "rollout/turns_mean", "rollout/seconds"} <= set(metrics)
+    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(metrics.columns)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=20), st.integers(-1, 60))
 def test_truncate_keeps_exactly_rows_up_to_step(tmp_path_factory, steps, cut):
@@ -264,7 +308,8 @@ def _synthetic_records():
     import pandas as pd
 
     metrics = pd.DataFrame([{"method": m, "seed": s, "step": t, "reward": 0.1 * t + s,
-                             "entropy": 1.0 - 0.1 * t, "clip_frac": 0.01}
+                             "entropy": 1.0 - 0.1 * t,
+                             "clip_ratio/region_mean": 0.01}
                             for m in ("grpo", "at2po") for s in (0, 1) for t in range(1, 5)])
     evals = pd.DataFrame([{"method": m, "seed": 0, "step": t, "dataset": "tiny_hotpotqa",
                            "em": 0.3 + 0.05 * t} for m in ("grpo", "at2po") for t in (0, 2, 4)])
@@ -289,6 +334,31 @@ def test_plots_return_figures_without_writing(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="no validation rows"):
         reporting.plot_validation_em(evals, "tiny_nq")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_start_end_table_by_hand():
+    import pandas as pd
+
+    from at2po_lib import reporting
+
+    # 8 steps per run: window = 8 // 4 = 2 steps at each end
+    rows = [{"method": "grpo", "seed": seed, "step": t, "entropy": float(t + seed)}
+            for seed in (0, 1) for t in range(1, 9)]
+    rows += [{"method": "at2po", "seed": 0, "step": t, "entropy": 1.0} for t in range(1, 3)]
+    table = reporting.start_end_table(pd.DataFrame(rows), ["entropy", "missing"])
+    grpo = table.set_index("method").loc["grpo"]
+    # seed 0: start mean(1, 2) = 1.5, end mean(7, 8) = 7.5; seed 1: 2.5 and 8.5
+    assert (grpo["start"], grpo["end"], grpo["change"]) == pytest.approx((2.0, 8.0, 6.0))
+    # the change is the same in both seeds: a zero-width interval (paired within seed)
+    assert (grpo["change_low"], grpo["change_high"]) == pytest.approx((6.0, 6.0))
+    assert grpo["start_low"] < 2.0 < grpo["start_high"] and grpo["seeds"] == 2
+    at2po = table.set_index("method").loc["at2po"]
+    assert at2po["seeds"] == 1 and pd.isna(at2po["change_low"]) and list(table["metric"]) == [
+        "entropy", "entropy"]
+    shown = reporting.format_start_end(table)
+    assert shown.loc["grpo", ("entropy", "change")] == "+6.000 [+6.000, +6.000]"
+    assert shown.loc["at2po", ("entropy", "start")] == "1.000"  # one seed: no interval
+    assert shown.loc["grpo", ("", "seeds")] == 2
 
 
 def test_table1_frame_mean_and_std_over_seeds():

@@ -17,9 +17,9 @@ One module per table or figure; notebooks (04, 05) and ``at2po report`` only cal
 from __future__ import annotations
 
 from .curves import (CURVE_LABELS, plot_figure3, plot_training_curves, plot_validation_em,
-                     table1_frame)
+                     format_start_end, start_end_table, table1_frame)
 from .records import load_final_evals, load_outcomes, load_training_records, discover_runs
 
-__all__ = ["CURVE_LABELS", "discover_runs", "load_final_evals", "load_outcomes",
+__all__ = ["CURVE_LABELS", "discover_runs", "format_start_end", "load_final_evals", "load_outcomes",
            "load_training_records", "plot_figure3", "plot_training_curves",
-           "plot_validation_em", "table1_frame"]
+           "plot_validation_em", "start_end_table", "table1_frame"]

@@ -5,6 +5,9 @@ files, so a notebook decides where (and whether) a figure is saved.
 
 - :func:`plot_training_curves`: reward, policy entropy, clip fractions... over steps.
 - :func:`plot_figure3`: Figure 3 — policy entropy (left) and HotpotQA EM (right) over steps.
+- :func:`start_end_table`: a metric over the first and the last steps of each run, and its
+  change, with t intervals over seeds (is the entropy collapsing? is the reward rising?);
+  :func:`format_start_end` for reading it.
 - :func:`table1_frame`: mean ± std over seeds per method and dataset column.
 """
 
@@ -16,15 +19,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CURVE_LABELS = {
+    # metric name as TRL / AT2POTrainer log it (the metrics.jsonl column): axis label
     "reward": "mean leaf reward",
     "entropy": "policy entropy (nats/token)",
-    "clip_frac": "clipped tokens (share)",
-    "clip_frac_low": "clipped low (share)",
-    "clip_frac_high": "clipped high (share)",
+    "clip_ratio/region_mean": "clipped tokens (share)",
+    "clip_ratio/low_mean": "clipped low (share)",
+    "clip_ratio/high_mean": "clipped high (share)",
     "kl": "KL to reference",
     "turn_kl_entropy": "turn KL entropy",
-    "turns_per_trajectory": "turns per trajectory",
-    "tool_calls_per_trajectory": "searches per trajectory",
+    "rollout/turns_mean": "turns per trajectory",
+    "rollout/tool_calls_mean": "searches per trajectory",
+    "completions/mean_length": "policy tokens per trajectory",
 }
 
 
@@ -33,7 +38,7 @@ def _smooth(values: pd.Series, window: int) -> pd.Series:
 
 
 def plot_training_curves(metrics: pd.DataFrame,
-                         columns: Sequence[str] = ("reward", "entropy", "clip_frac"),
+                         columns: Sequence[str] = ("reward", "entropy", "clip_ratio/region_mean"),
                          smooth: int = 1, hue: str = "method", axes=None):
     """One panel per metric over rollout steps, one line per ``hue`` (mean over seeds, with a
     min–max band when there are several seeds). Returns ``(fig, axes)``."""
@@ -123,3 +128,63 @@ def table1_frame(finals: pd.DataFrame, value: str = "em") -> pd.DataFrame:
     table = table[[c for c in order if c in table.columns]]
     table["seeds"] = stats.groupby("method")["count"].max()
     return table.loc[list(dict.fromkeys(finals["method"]))]
+
+
+def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", "reward"),
+                    max_window: int = 8, confidence: float = 0.95) -> pd.DataFrame:
+    """Each metric over the first and the last steps of every run, and the change between them.
+
+    Per run (method, seed) the window is the first / last quarter of its recorded steps (at
+    least 1, at most ``max_window`` steps); per method the table gives the mean over seeds of
+    the start value, the end value and the change (end − start, paired within each seed),
+    each with its Student-t interval over seeds (:func:`at2po_lib.stats.seed_mean_ci`; NaN
+    bounds with one seed). One tidy row per (method, metric).
+    """
+    import pandas as pd
+
+    from ..stats import seed_mean_ci
+
+    columns = [c for c in columns if c in metrics.columns]
+    if metrics.empty or not columns:
+        return pd.DataFrame()
+    ordered = metrics.sort_values(["method", "seed", "step"], kind="stable")
+    runs = ordered.groupby(["method", "seed"], sort=False)
+    size = runs["step"].transform("size")
+    window = (size // 4).clip(lower=1, upper=max_window)
+    position = runs.cumcount()
+    start = ordered[position < window].groupby(["method", "seed"], sort=False)[columns].mean()
+    end = ordered[position >= size - window].groupby(["method", "seed"], sort=False)[columns].mean()
+    rows = []
+    for method in dict.fromkeys(metrics["method"]):
+        for column in columns:
+            first, last = start.loc[method, column], end.loc[method, column]
+            row = {"method": method, "metric": column, "seeds": len(first)}
+            for name, values in (("start", first), ("end", last), ("change", last - first)):
+                ci = seed_mean_ci(values.to_numpy(), confidence)
+                row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
+            rows.append(row)
+    return pd.DataFrame.from_records(rows)
+
+
+def format_start_end(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """:func:`start_end_table` for reading: one row per method, ``0.083 [0.078, 0.089]`` cells
+    per (metric, start / end / change), and the number of seeds."""
+    import pandas as pd
+
+    if table.empty:
+        return table
+
+    def fmt(row, name: str) -> str:
+        low, high = row[f"{name}_low"], row[f"{name}_high"]
+        sign = "+" if name == "change" else ""
+        text = f"{row[name]:{sign}.{digits}f}"
+        return text if pd.isna(low) else f"{text} [{low:{sign}.{digits}f}, {high:{sign}.{digits}f}]"
+
+    cells = [{"method": row["method"], "seeds": row["seeds"],
+              **{(row["metric"], name): fmt(row, name) for name in ("start", "end", "change")}}
+             for _, row in table.iterrows()]
+    frame = pd.DataFrame(cells).groupby("method", sort=False).first()
+    seeds = frame.pop("seeds")
+    frame.columns = pd.MultiIndex.from_tuples(frame.columns)
+    frame[("", "seeds")] = seeds
+    return frame

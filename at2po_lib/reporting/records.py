@@ -76,12 +76,12 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
     import pandas as pd
 
-    from ..trainer.records import read_jsonl
+    from ..trainer.records import read_jsonl, read_metrics
 
     metrics, evals = [], []
     for method, seed, path in _runs(profile, methods, seeds):
         tag = {"profile": profile, "method": method, "seed": seed}
-        metrics += [{**tag, **row} for row in read_jsonl(path / "metrics.jsonl")]
+        metrics += [{**tag, **row} for row in read_metrics(path / "metrics.jsonl")]
         evals += [{**tag, **row} for row in read_jsonl(path / "eval.jsonl")]
     return pd.DataFrame.from_records(metrics), pd.DataFrame.from_records(evals)
 

@@ -3,9 +3,9 @@ r"""Trainer callbacks that write a run's records (``records.RunDir``) and show i
 All act on the main process only and hook TRL/transformers' callback events, so the training
 loop stays TRL's:
 
-- :class:`MetricsRecorder` (``on_log``): one ``metrics.jsonl`` row per rollout step, from the
-  metrics TRL and :class:`AT2POTrainer` log (TRL logs every ``logging_steps`` optimizer steps,
-  which the run sets to the updates of one rollout step).
+- :class:`MetricsRecorder` (``on_log``): one ``metrics.jsonl`` row per rollout step with the
+  metrics TRL and :class:`AT2POTrainer` log, under their logged names (TRL logs every
+  ``logging_steps`` optimizer steps, which the run sets to the updates of one rollout step).
 - :class:`GreedyValidation` (``on_train_begin`` / ``on_step_end``): greedy EM per dataset on the
   validation questions at step 0 and every ``eval_every`` rollout steps → ``eval.jsonl``.
 - :class:`CheckpointMarker` (``on_save``): the COMPLETE marker once TRL's save returned.
@@ -29,39 +29,10 @@ from transformers import TrainerCallback
 
 from . import records
 
-METRIC_KEYS: dict[str, str] = {
-    # record name: TRL / AT2POTrainer log key
-    "reward": "reward",
-    "reward_std": "reward_std",
-    "frac_reward_zero_std": "frac_reward_zero_std",
-    "entropy": "entropy",
-    "clip_frac_low": "clip_ratio/low_mean",
-    "clip_frac_high": "clip_ratio/high_mean",
-    "clip_frac": "clip_ratio/region_mean",
-    "kl": "kl",
-    "approx_kl": "approx_kl",
-    "ratio_mean": "ratio_mean",
-    "turn_kl_entropy": "turn_kl_entropy",
-    "single_turn_rows": "single_turn_rows",
-    "turns_per_trajectory": "rollout/turns_mean",
-    "tool_calls_per_trajectory": "rollout/tool_calls_mean",
-    "leaves_per_prompt": "rollout/leaves_per_prompt",
-    "tree_nodes": "rollout/tree_nodes_mean",
-    "model_tokens_per_trajectory": "completions/mean_length",
-    "num_tokens": "num_tokens",
-    "dynamic_sampling_rounds": "rollout/dynamic_sampling_rounds",
-    "dynamic_sampling_kept": "rollout/dynamic_sampling_kept",
-    "adv_abs_mean": "advantages/abs_mean",
-    "loss": "loss",
-    "grad_norm": "grad_norm",
-    "learning_rate": "learning_rate",
-    "sampling_logp_diff": "sampling/logp_abs_diff",
-    "rollout_time": "rollout/seconds",
-    "step_time": "step_time",
-}
-"""What ``metrics.jsonl`` keeps (absent keys are skipped; e.g. ``kl`` only with a KL term)."""
+RECORD_FIELDS = ("step", "global_step", "wall_time")
+"""What :class:`MetricsRecorder` adds to the logged metrics of a rollout step."""
 
-WALL_TIME_KEYS = ("rollout_time", "step_time", "wall_time", "eval_time")
+WALL_TIME_KEYS = ("rollout/seconds", "step_time", "wall_time", "eval_time")
 """Record fields that measure time (excluded when comparing two runs' records)."""
 
 
@@ -70,7 +41,13 @@ def rollout_step(global_step: int, updates_per_step: int) -> int:
 
 
 class MetricsRecorder(TrainerCallback):
-    """Append one row per logged rollout step to ``metrics.jsonl``."""
+    """Append one row per logged rollout step to ``metrics.jsonl``.
+
+    The row holds every metric of the log under the name TRL or :class:`AT2POTrainer` logged
+    it (``clip_ratio/region_mean``, ``rollout/turns_mean``, ``completions/mean_length``...),
+    so a record, TensorBoard and TRL's documentation all use one vocabulary; the recorder
+    only adds :data:`RECORD_FIELDS`.
+    """
 
     def __init__(self, path: Path, updates_per_step: int, start_time: float | None = None):
         self.path = path
@@ -83,9 +60,8 @@ class MetricsRecorder(TrainerCallback):
             return  # evaluation logs and the final train summary carry no rollout metrics
         row: dict[str, Any] = {"step": rollout_step(state.global_step, self.updates_per_step),
                                "global_step": state.global_step}
-        for name, key in METRIC_KEYS.items():
-            if key in logs and logs[key] is not None:
-                row[name] = logs[key]
+        row.update((key, value) for key, value in logs.items()
+                   if value is not None and key not in RECORD_FIELDS)
         row["wall_time"] = time.time() - self.start_time
         records.append_jsonl(self.path, row)
         self.last = row

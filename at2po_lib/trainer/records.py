@@ -5,7 +5,10 @@ Every training run owns one folder (small files kept by git, checkpoints ignored
     results/runs/<profile>/<method>/seed<S>/
         config.yaml        the resolved configuration (profile, method preset, trainer args)
         meta.json          provenance: git revision, versions, hardware (run_metadata)
-        metrics.jsonl      one row per rollout step: reward, entropy, clip fractions, KL, ...
+        metrics.jsonl      one row per rollout step: every metric TRL and AT2POTrainer log, under
+                           the names they log it (``reward``, ``entropy``,
+                           ``clip_ratio/region_mean``, ``rollout/turns_mean``, ...), plus
+                           ``step``, ``global_step`` and ``wall_time``
         eval.jsonl         one row per (validation step, dataset): greedy EM
         final_eval.csv     greedy EM of the final policy on the test sets (Table 1's cells)
         outcomes.csv       one row per test question: prediction, EM, F1, turns, searches,
@@ -184,6 +187,32 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+LEGACY_METRIC_NAMES: dict[str, str] = {
+    # name in records written up to revision 85f19e9 (the toy study's runs): name logged today
+    "clip_frac_low": "clip_ratio/low_mean",
+    "clip_frac_high": "clip_ratio/high_mean",
+    "clip_frac": "clip_ratio/region_mean",
+    "turns_per_trajectory": "rollout/turns_mean",
+    "tool_calls_per_trajectory": "rollout/tool_calls_mean",
+    "leaves_per_prompt": "rollout/leaves_per_prompt",
+    "tree_nodes": "rollout/tree_nodes_mean",
+    "model_tokens_per_trajectory": "completions/mean_length",
+    "dynamic_sampling_rounds": "rollout/dynamic_sampling_rounds",
+    "dynamic_sampling_kept": "rollout/dynamic_sampling_kept",
+    "adv_abs_mean": "advantages/abs_mean",
+    "sampling_logp_diff": "sampling/logp_abs_diff",
+    "rollout_time": "rollout/seconds",
+}
+"""Early records renamed TRL's log keys to names of their own; :func:`read_metrics` reads them
+under the logged names, so old and new run folders load into the same columns."""
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` under today's names (see :data:`LEGACY_METRIC_NAMES`)."""
+    return [{LEGACY_METRIC_NAMES.get(key, key): value for key, value in row.items()}
+            for row in read_jsonl(path)]
+
+
 def truncate_jsonl(path: Path, max_step: int, key: str = "step") -> int:
     """Keep only rows with ``row[key] <= max_step`` (atomic rewrite); returns rows kept."""
     rows = [r for r in read_jsonl(path) if r.get(key, -1) <= max_step]
@@ -239,13 +268,3 @@ def _atomic_write(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-
-
-def load_records(runs: Iterable[RunDir]) -> tuple[list[dict], list[dict]]:
-    """All metrics and eval rows of several runs (each row tagged by its run's folder)."""
-    metrics, evals = [], []
-    for run in runs:
-        tag = {"run": str(run.root)}
-        metrics += [{**tag, **r} for r in read_jsonl(run.metrics)]
-        evals += [{**tag, **r} for r in read_jsonl(run.eval)]
-    return metrics, evals

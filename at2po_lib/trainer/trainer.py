@@ -534,6 +534,8 @@ class AT2POTrainer(GRPOTrainer):
                           mask, inputs) -> None:
         m = mask.float()  # (B, T)
         entropy = ((entropies.detach() * m).sum() / m.sum().clamp(min=1)).item()
+        # policy_loss names its statistics after what they measure; they are logged once,
+        # under TRL's names, and recorded as logged (callbacks.MetricsRecorder).
         values = {
             "entropy": entropy,
             "clip_ratio/low_mean": stats["clip_frac_low"],
