@@ -38,6 +38,23 @@ def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
     return parse_overrides(texts, extra_sections) or {}
 
 
+def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
+    """``--prompts``, ``--seed``, ``--datasets``, ``--policy``: the analyses that grow trees
+    with the warm start on a sample of training prompts (expansion-stats, credit-accuracy)."""
+    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--datasets", default=None,
+                        help="training splits to draw from (default train.train_datasets)")
+    parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
+
+
+def invocation(prog: str, argv: list[str] | None) -> str:
+    """The command line as typed (recorded in the ``.meta.json`` of what it writes)."""
+    import shlex
+
+    return f"{prog} " + shlex.join(sys.argv[2:] if argv is None else argv)
+
+
 def load_profile_args(args: argparse.Namespace):
     """The profile named by ``--profile`` with the ``--set`` overrides applied."""
     from ..config import load_profile

@@ -12,12 +12,12 @@ Writes ``results/<profile>/credit_accuracy.csv`` (AUC per credit mode with boots
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 from .common import (
     add_profile_options,
+    add_warm_start_sample_options,
     comma_list,
+    invocation,
     load_profile_args,
     parse_set,
     quiet_openmp,
@@ -32,12 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "with the warm start, label each turn useful or not from "
                                      "TinyWorld's plan, and score every credit mode by AUC.")
     add_profile_options(parser, example="rollout.tree_alpha=0.05")
-    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="prompt draw, sampling and bootstrap seed")
-    parser.add_argument("--datasets", default=None,
-                        help="training splits to draw from (default train.train_datasets)")
-    parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
+    add_warm_start_sample_options(parser, "prompt draw, sampling and bootstrap seed")
     parser.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples")
     parser.add_argument("--trees-dir", default=None,
                         help="scratch folder: reuse entropy.npz / random.npz grown with the same "
@@ -55,7 +50,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from ..analysis.credit_accuracy import run_credit_accuracy
 
     load_profile_args(args)  # checks the profile and the --set values before any rollout
-    command = "at2po credit-accuracy " + shlex.join(sys.argv[2:] if argv is None else argv)
+    command = invocation(PROG, argv)
     result = run_credit_accuracy(args.profile, args.prompts, args.seed,
                                  comma_list(args.datasets, "--datasets"), args.policy,
                                  parse_set(args.overrides), args.resamples,

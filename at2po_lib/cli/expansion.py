@@ -11,13 +11,13 @@ Writes ``results/<profile>/expansion_stats.csv`` (round-1 picks per estimator an
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 from .common import (
     UsageError,
     add_profile_options,
+    add_warm_start_sample_options,
     comma_list,
+    invocation,
     load_profile_args,
     parse_set,
     quiet_openmp,
@@ -33,14 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "round branches, for several alphas and both entropy "
                                      "estimators.")
     add_profile_options(parser, example="rollout.temperature=0.7")
-    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
-    parser.add_argument("--seed", type=int, default=0, help="prompt draw and sampling seed")
+    add_warm_start_sample_options(parser, "prompt draw and sampling seed")
     parser.add_argument("--alphas", default=None,
                         help="comma-separated sibling penalties (default 0,0.001,0.002,0.005,"
                              "0.01,0.02,0.05,0.15)")
-    parser.add_argument("--datasets", default=None,
-                        help="training splits to draw from (default train.train_datasets)")
-    parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
     parser.add_argument("--trees", default=None,
                         help="scratch .npz: reuse its trees if grown with the same settings, "
                              "else save them there (never commit it)")
@@ -63,7 +59,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     except ValueError:
         raise UsageError(f"--alphas {args.alphas!r}: expected numbers separated by "
                          "commas") from None
-    command = "at2po expansion-stats " + shlex.join(sys.argv[2:] if argv is None else argv)
+    command = invocation(PROG, argv)
     result = run_expansion_study(args.profile, args.prompts, args.seed, alphas,
                                  comma_list(args.datasets, "--datasets"), args.policy,
                                  parse_set(args.overrides), args.trees, command)

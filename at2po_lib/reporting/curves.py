@@ -13,7 +13,7 @@ files, so a notebook decides where (and whether) a figure is saved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
