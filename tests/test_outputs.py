@@ -100,6 +100,27 @@ def test_training_progress_keeps_the_loss_and_closes_its_bar():
     assert progress.bar is None
 
 
+def test_step_progress_counts_rollout_steps_and_shows_validation_em():
+    from types import SimpleNamespace
+
+    from at2po_lib.trainer.callbacks import StepProgress
+
+    validation = SimpleNamespace(history=[(0, 0.2), (2, 0.25)])
+    progress = StepProgress(8, updates_per_step=4, description="grpo", validation=validation,
+                            plot=False)
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=32, global_step=4)
+    progress.on_train_begin(None, state, None)  # resumed after one rollout step
+    assert (progress.bar.total, progress.bar.n) == (8, 1)
+    state.global_step = 12
+    progress.on_log(None, state, None, logs={"reward": 0.4, "entropy": 0.08})
+    progress.on_log(None, state, None, logs={"train_runtime": 3.0})  # no reward: ignored
+    assert progress.rewards == ([3], [0.4]) and progress.bar.n == 3
+    assert progress.bar.postfix == "reward=0.400, entropy=0.080, val_em=0.250"
+    assert progress._plot_data()["validation EM"]["greedy"] == ([0, 2], [0.2, 0.25])
+    progress.on_train_end(None, state, None)
+    assert progress.bar is None
+
+
 def test_live_plot_renders_a_png_with_every_panel():
     from at2po_lib.trainer.callbacks import LivePlot
 

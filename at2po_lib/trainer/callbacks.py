@@ -194,36 +194,60 @@ class LivePlot:
         return buffer.getvalue()
 
 
-class StepProgress(TrainerCallback):
-    """A tqdm bar over rollout steps: reward, entropy, latest validation EM, time left; in a
-    notebook also a live plot of the mean reward and the validation EM per step."""
+class _BarWithLivePlot(TrainerCallback):
+    """A tqdm bar on the main process and, in a notebook, a :class:`LivePlot`; subclasses say
+    what the bar counts (:meth:`_bar_position`) and what the plot shows (:meth:`_plot_data`)."""
 
-    def __init__(self, total_steps: int, updates_per_step: int, description: str = "",
-                 validation: GreedyValidation | None = None, plot: bool | None = None):
-        self.total = total_steps
-        self.updates_per_step = updates_per_step
+    def __init__(self, description: str, panels: Sequence[str], plot: bool | None):
         self.description = description
-        self.validation = validation
-        self.plot = LivePlot(["reward", "validation EM"], description) if (
+        self.plot = LivePlot(panels, description) if (
             in_notebook() if plot is None else plot) else None
-        self.rewards: tuple[list[int], list[float]] = ([], [])
         self.bar = None
+
+    def _bar_position(self, state) -> tuple[int, int]:
+        """``(total, done)`` when training begins."""
+        raise NotImplementedError
+
+    def _plot_data(self) -> dict[str, dict[str, tuple[Sequence[float], Sequence[float]]]]:
+        raise NotImplementedError
+
+    def _draw(self, force: bool = False) -> None:
+        if self.plot is not None:
+            self.plot.update(self._plot_data(), force=force)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.total, desc=self.description, unit="step",
-                            initial=rollout_step(state.global_step, self.updates_per_step))
+            total, done = self._bar_position(state)
+            self.bar = tqdm(total=total, desc=self.description, unit="step", initial=done)
 
-    def _draw(self, force: bool = False) -> None:
-        if self.plot is None:
-            return
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self._draw(force=True)
+            self.bar.close()
+            self.bar = None
+
+
+class StepProgress(_BarWithLivePlot):
+    """A tqdm bar over rollout steps: reward, entropy, latest validation EM, time left; in a
+    notebook also a live plot of the mean reward and the validation EM per step."""
+
+    def __init__(self, total_steps: int, updates_per_step: int, description: str = "",
+                 validation: GreedyValidation | None = None, plot: bool | None = None):
+        super().__init__(description, ["reward", "validation EM"], plot)
+        self.total = total_steps
+        self.updates_per_step = updates_per_step
+        self.validation = validation
+        self.rewards: tuple[list[int], list[float]] = ([], [])
+
+    def _bar_position(self, state) -> tuple[int, int]:
+        return self.total, rollout_step(state.global_step, self.updates_per_step)
+
+    def _plot_data(self):
         history = self.validation.history if self.validation is not None else []
-        self.plot.update({"reward": {"sampled leaves": self.rewards},
-                          "validation EM": {"greedy": ([s for s, _ in history],
-                                                       [em for _, em in history])}},
-                         force=force)
+        return {"reward": {"sampled leaves": self.rewards},
+                "validation EM": {"greedy": ([s for s, _ in history], [em for _, em in history])}}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.bar is None or not logs or "reward" not in logs:
@@ -240,14 +264,8 @@ class StepProgress(TrainerCallback):
         self.bar.set_postfix(postfix, refresh=False)
         self._draw()
 
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self._draw(force=True)
-            self.bar.close()
-            self.bar = None
 
-
-class TrainingProgress(TrainerCallback):
+class TrainingProgress(_BarWithLivePlot):
     """One tqdm bar over optimizer steps with the latest loss, and in a notebook a live plot
     of the training loss (plus any points ``extra_points()`` returns, e.g. validation EM of
     saved checkpoints: ``{"validation EM": [(step, em), ...]}``, drawn in a second panel).
@@ -260,29 +278,20 @@ class TrainingProgress(TrainerCallback):
     def __init__(self, description: str = "training",
                  extra_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None,
                  plot: bool | None = None):
-        self.description = description
+        super().__init__(description,
+                         ["loss"] + (["validation"] if extra_points is not None else []), plot)
         self.extra_points = extra_points
-        panels = ["loss"] + (["validation"] if extra_points is not None else [])
-        self.plot = LivePlot(panels, description) if (
-            in_notebook() if plot is None else plot) else None
         self.losses: tuple[list[int], list[float]] = ([], [])
-        self.bar = None
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            from tqdm.auto import tqdm
+    def _bar_position(self, state) -> tuple[int, int]:
+        return state.max_steps, state.global_step
 
-            self.bar = tqdm(total=state.max_steps, desc=self.description, unit="step",
-                            initial=state.global_step)
-
-    def _draw(self, force: bool = False) -> None:
-        if self.plot is None:
-            return
+    def _plot_data(self):
         data = {"loss": {"train": self.losses}}
         if self.extra_points is not None:
             data["validation"] = {name: ([s for s, _ in pts], [v for _, v in pts])
                                   for name, pts in self.extra_points().items()}
-        self.plot.update(data, force=force)
+        return data
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -295,9 +304,3 @@ class TrainingProgress(TrainerCallback):
         self.losses[1].append(float(logs["loss"]))
         self.bar.set_postfix({"loss": f"{logs['loss']:.3f}"}, refresh=False)
         self._draw()
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self._draw(force=True)
-            self.bar.close()
-            self.bar = None
