@@ -3,6 +3,8 @@ hand, the simulated turn ratio and its clip, and the static fallback without a w
 
 from __future__ import annotations
 
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -118,3 +120,31 @@ def test_inspect_rejects_an_unknown_mode_and_static_without_trees():
         insp.inspect("smoke", [example_tree()], mode="gui")
     with pytest.raises(ValueError, match="needs trees"):
         insp.inspect("smoke", [], mode="static")
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return os.environ.get("AT2PO_CHROMIUM") or shutil.which("chromium")
+
+
+@pytest.mark.slow  # JupyterLab + a browser: ~50 s
+@pytest.mark.integration
+def test_inspector_in_a_real_browser():
+    """scripts/check_inspector_browser.py on the smoke profile: the widgets render in
+    JupyterLab, a node pick redraws, Grow rolls a tree out. Needs Playwright and Chromium
+    (`pip install -e '.[browser]'`, Debian's `chromium` or AT2PO_CHROMIUM)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("playwright")
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("no Chromium (set AT2PO_CHROMIUM or install Debian's chromium)")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "scripts/check_inspector_browser.py", "--profile",
+                           "smoke", "--chromium", chromium, "--timeout", "300"],
+                          cwd=root, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Grow: grown:" in done.stdout
