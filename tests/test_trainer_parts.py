@@ -202,6 +202,8 @@ def test_config_derives_leaves_per_prompt(tmp_path):
         AT2POConfig(loss_level="word", **common)
     with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):
         AT2POConfig(vllm_importance_sampling_correction=True, **common)
+    with pytest.raises(ValueError, match="mask_truncated_completions.*stop string"):
+        AT2POConfig(mask_truncated_completions=True, **common)
 
 
 # ----------------------------------------------------------------------------- records
@@ -455,3 +457,12 @@ def test_dynamic_sampling_helpers_keep_whole_groups():
     assert picked.group == [0, 0, 1, 1, 1]
     assert picked.row_tree == [0, 0, 1, 1, 1] and len(picked.trees) == 2
     assert picked.reward == [0.0, 0.0, 1.0, 0.0, 1.0]
+    assert picked.finish_reason == []  # the hand batch has none: none is invented
+    from dataclasses import replace
+
+    reasons = ["answer", "turn_length", "answer", "invalid", "answer"]
+    picked = select_groups([(replace(batch, finish_reason=reasons), 1),
+                            (replace(batch, finish_reason=reasons), 0)])
+    assert picked.finish_reason == ["invalid", "answer", "answer", "turn_length", "answer"]
+    mixed = select_groups([(batch, 1), (replace(batch, finish_reason=reasons), 0)])
+    assert mixed.finish_reason == []  # partly known: dropped rather than misaligned

@@ -29,6 +29,7 @@ CURVE_LABELS = {
     "turn_kl_entropy": "turn KL entropy",
     "rollout/turns_mean": "turns per trajectory",
     "rollout/tool_calls_mean": "searches per trajectory",
+    "rollout/answered": "leaves that answered (share)",
     "completions/mean_length": "policy tokens per trajectory",
 }
 

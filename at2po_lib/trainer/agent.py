@@ -94,12 +94,13 @@ def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBat
 
     rows = training_rows(trees)
     arrays = [tree_arrays(t, entropy_estimate) for t in trees]
-    leaf_calls = []
+    leaf_calls, finish_reasons = [], []
     for row in rows:
         node = trees[row["tree_id"]].nodes[row["leaf_node"]]
         if node.duplicate_of >= 0:  # a copy made to reach the leaf budget: its source's count
             node = trees[row["tree_id"]].nodes[node.duplicate_of]
         leaf_calls.append(node.tool_calls)
+        finish_reasons.append(node.finish_reason)
     return RolloutBatch(
         prompt_ids=[r["prompt_ids"] for r in rows],
         completion_ids=[r["completion_ids"] for r in rows],
@@ -113,4 +114,5 @@ def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBat
         trees=arrays,
         num_turns=[len({n for n in r["turn_node"] if n >= 0}) for r in rows],
         num_tool_calls=leaf_calls,
+        finish_reason=finish_reasons,
     )

@@ -9,7 +9,7 @@ and :func:`select_groups` serve DAPO's dynamic sampling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -41,6 +41,9 @@ class RolloutBatch:
     trees: list[TreeArrays]
     num_turns: list[int]
     num_tool_calls: list[int]
+    finish_reason: list[str] = field(default_factory=list)
+    """Why each row's leaf ended (``answer``, ``turn_length``, ``response_length``, ``invalid``,
+    ``no_room``; see ``rollout.agent``); empty when the rows were built by hand."""
 
     def __post_init__(self) -> None:
         self.trees = [as_tree_arrays(t) for t in self.trees]
@@ -116,6 +119,10 @@ def select_groups(chosen: list[tuple[RolloutBatch, int]]) -> RolloutBatch:
             for name in ("prompt_ids", "completion_ids", "sampled_mask", "turn_node",
                          "old_logps", "reward", "row_leaf", "num_turns", "num_tool_calls"):
                 fields[name].append(getattr(batch, name)[i])
+            if batch.finish_reason:
+                fields["finish_reason"].append(batch.finish_reason[i])
             fields["row_tree"].append(remap[batch.row_tree[i]])
             fields["group"].append(new_group)
+    if len(fields["finish_reason"]) != len(fields["reward"]):
+        fields["finish_reason"] = []  # some batch had none: keep none rather than misalign
     return RolloutBatch(**fields)

@@ -180,6 +180,13 @@ class AT2POConfig(GRPOConfig):
             raise ValueError("loss_chunk_rows must be >= 0")
         if self.tree_dynamic_sampling_rounds < 1:
             raise ValueError("tree_dynamic_sampling_rounds must be >= 1")
+        if self.mask_truncated_completions:
+            raise ValueError(
+                "mask_truncated_completions=True is not supported by AT2POTrainer: TRL calls a "
+                "completion truncated when it does not end in EOS, and the search agent's "
+                "completions end at a stop string (</answer>), so every row would be masked. "
+                "The agent records why each leaf ended (rollout/answered in metrics.jsonl, "
+                "finish_reason in outcomes.csv). Set it to False.")
         if self.vllm_importance_sampling_correction:
             raise ValueError(
                 "vllm_importance_sampling_correction=True is not supported by AT2POTrainer: "

@@ -8,7 +8,10 @@ Every training run owns one folder (small files kept by git, checkpoints ignored
         metrics.jsonl      one row per rollout step: every metric TRL and AT2POTrainer log, under
                            the names they log it (``reward``, ``entropy``,
                            ``clip_ratio/region_mean``, ``rollout/turns_mean``, ...), plus
-                           ``step``, ``global_step`` and ``wall_time``
+                           ``step``, ``global_step`` and ``wall_time`` (TRL's
+                           ``completions/clipped_ratio`` counts completions without EOS and
+                           reads 1.0 for the agent, which stops at a stop string;
+                           ``rollout/answered`` is the share of leaves that answered)
         eval.jsonl         one row per (validation step, dataset): greedy EM
         final_eval.csv     greedy EM of the final policy on the test sets (Table 1's cells)
         outcomes.csv       one row per test question: prediction, EM, F1, turns, searches,

@@ -339,18 +339,23 @@ class AT2POTrainer(GRPOTrainer):
         advantages = token_advantages(batch, self.args.credit_advantage, self.args.credit_value,
                                       self.args.credit_normalize_leaves)
         self.last_rollout = batch
-        self._rollout_extras = {
-            "advantages": advantages, "turn_ids": batch.turn_node,
-            "metrics": {
-                "rollout/seconds": time.perf_counter() - start,
-                "rollout/turns_mean": float(np.mean(batch.num_turns)),
-                "rollout/tool_calls_mean": float(np.mean(batch.num_tool_calls)),
-                "rollout/leaves_per_prompt": len(batch) / max(len(groups), 1),
-                "rollout/tree_nodes_mean": float(np.mean([len(credit.as_tree_arrays(t).parent)
-                                                          for t in batch.trees])),
-                "rollout/dynamic_sampling_rounds": float(rounds),
-            },
+        metrics = {
+            "rollout/seconds": time.perf_counter() - start,
+            "rollout/turns_mean": float(np.mean(batch.num_turns)),
+            "rollout/tool_calls_mean": float(np.mean(batch.num_tool_calls)),
+            "rollout/leaves_per_prompt": len(batch) / max(len(groups), 1),
+            "rollout/tree_nodes_mean": float(np.mean([len(credit.as_tree_arrays(t).parent)
+                                                      for t in batch.trees])),
+            "rollout/dynamic_sampling_rounds": float(rounds),
         }
+        if batch.finish_reason:
+            # Share of leaves that ended with an answer. TRL's completions/clipped_ratio counts
+            # completions that do not end in EOS; the agent stops at a stop string (</answer>),
+            # so TRL's reads 1.0 whatever happened: this is the agent's own account.
+            metrics["rollout/answered"] = float(np.mean([r == "answer"
+                                                         for r in batch.finish_reason]))
+        self._rollout_extras = {"advantages": advantages, "turn_ids": batch.turn_node,
+                                "metrics": metrics}
         return {"prompt_ids": batch.prompt_ids, "completion_ids": batch.completion_ids,
                 "logprobs": batch.old_logps, "env_mask": batch.sampled_mask,
                 "reward": list(batch.reward)}
