@@ -276,11 +276,11 @@ def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None 
 
 
 def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Mean over runs (seeds) with Student's t interval, for a quantity that has one value per
+    r"""Mean over runs (seeds) with Student's t interval, for a quantity that has one value per
     run and no questions to resample (a training-curve statistic such as the entropy over the
     last steps). With one run the interval is undefined (NaN bounds): one seed is no evidence.
 
-    .. math::  \\bar x \\pm t_{(1+c)/2,\\,n-1}\\; s / \\sqrt{n}
+    .. math::  \bar x \pm t_{(1+c)/2,\,n-1}\; s / \sqrt{n}
     """
     from scipy import stats as scipy_stats
 
@@ -294,3 +294,30 @@ def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     half = float(scipy_stats.t.ppf((1 + confidence) / 2, len(x) - 1) * x.std(ddof=1)
                  / np.sqrt(len(x)))
     return Interval(mean, mean - half, mean + half, len(x), 0, 0, confidence)
+
+
+def seed_difference_ci(values_a: Sequence[float], values_b: Sequence[float],
+                       confidence: float = 0.95) -> Interval:
+    r"""mean(A) − mean(B) over two sets of independent runs, with Welch's t interval (unequal
+    variances, Welch–Satterthwaite degrees of freedom): the unpaired counterpart of
+    :func:`seed_mean_ci` for per-run quantities. NaN bounds unless both sides have 2+ runs.
+
+    .. math::  \bar a - \bar b \pm t_{(1+c)/2,\,\nu}\sqrt{s_a^2/n_a + s_b^2/n_b}
+    """
+    from scipy import stats as scipy_stats
+
+    a = np.asarray(values_a, dtype=float)
+    b = np.asarray(values_b, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError("seed_difference_ci: a side has no finite values")
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return Interval(diff, float("nan"), float("nan"), len(a), len(b), 0, confidence)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return Interval(diff, diff, diff, len(a), len(b), 0, confidence)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, dof) * se)
+    return Interval(diff, diff - half, diff + half, len(a), len(b), 0, confidence)

@@ -101,3 +101,18 @@ def test_seed_mean_ci_is_students_t_by_hand():
     assert one.estimate == 0.7 and np.isnan(one.low) and np.isnan(one.high)
     with pytest.raises(ValueError, match="no finite values"):
         stats.seed_mean_ci([float("nan")])
+
+
+def test_seed_difference_ci_is_welchs_interval():
+    from scipy import stats as scipy_stats
+
+    a, b = [0.10, 0.14, 0.12, 0.15], [0.05, 0.11, 0.02]
+    ci = stats.seed_difference_ci(a, b)
+    reference = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert ci.estimate == pytest.approx(np.mean(a) - np.mean(b))
+    assert (ci.low, ci.high) == pytest.approx((reference.low, reference.high))
+    assert (ci.n_seeds_a, ci.n_seeds_b) == (4, 3)
+    # by hand: equal spreads of 1 on both sides, n = 2 each: se = 1, dof = 2, t = 4.3027
+    same = stats.seed_difference_ci([0.0, 2.0 ** 0.5], [1.0, 1.0 + 2.0 ** 0.5])
+    assert (same.low, same.high) == pytest.approx((-1 - 4.3027, -1 + 4.3027), abs=1e-3)
+    assert np.isnan(stats.seed_difference_ci([1.0], [0.0, 1.0]).low)

@@ -361,6 +361,12 @@ def test_start_end_table_by_hand():
     assert shown.loc["grpo", ("entropy", "change")] == "+6.000 [+6.000, +6.000]"
     assert shown.loc["at2po", ("entropy", "start")] == "1.000"  # one seed: no interval
     assert shown.loc["grpo", ("", "seeds")] == 2
+    # AT2PO's change (0, one seed) minus GRPO's (6): -6, no interval with one AT2PO seed
+    versus = reporting.start_end_table(pd.DataFrame(rows), ["entropy"], baseline="grpo")
+    assert versus.set_index("method").loc["at2po", "vs_baseline"] == pytest.approx(-6.0)
+    shown = reporting.format_start_end(versus)
+    assert shown.loc["at2po", ("entropy", "change vs grpo")] == "-6.000"
+    assert shown.loc["grpo", ("entropy", "change vs grpo")] == "–"
 
 
 def test_table1_frame_mean_and_std_over_seeds():

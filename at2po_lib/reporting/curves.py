@@ -132,18 +132,21 @@ def table1_frame(finals: pd.DataFrame, value: str = "em") -> pd.DataFrame:
 
 
 def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", "reward"),
-                    max_window: int = 8, confidence: float = 0.95) -> pd.DataFrame:
+                    max_window: int = 8, confidence: float = 0.95,
+                    baseline: str | None = None) -> pd.DataFrame:
     """Each metric over the first and the last steps of every run, and the change between them.
 
     Per run (method, seed) the window is the first / last quarter of its recorded steps (at
     least 1, at most ``max_window`` steps); per method the table gives the mean over seeds of
     the start value, the end value and the change (end − start, paired within each seed),
     each with its Student-t interval over seeds (:func:`at2po_lib.stats.seed_mean_ci`; NaN
-    bounds with one seed). One tidy row per (method, metric).
+    bounds with one seed). With a ``baseline`` method, ``vs_baseline`` is each method's change
+    minus the baseline's, with Welch's interval (runs of two methods are unpaired:
+    :func:`at2po_lib.stats.seed_difference_ci`). One tidy row per (method, metric).
     """
     import pandas as pd
 
-    from ..stats import seed_mean_ci
+    from ..stats import seed_difference_ci, seed_mean_ci
 
     columns = [c for c in columns if c in metrics.columns]
     if metrics.empty or not columns:
@@ -163,26 +166,38 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
             for name, values in (("start", first), ("end", last), ("change", last - first)):
                 ci = seed_mean_ci(values.to_numpy(), confidence)
                 row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
+            if baseline is not None and baseline != method and baseline in start.index:
+                base = end.loc[baseline, column] - start.loc[baseline, column]
+                ci = seed_difference_ci((last - first).to_numpy(), base.to_numpy(), confidence)
+                row.update({"vs_baseline": ci.estimate, "vs_baseline_low": ci.low,
+                            "vs_baseline_high": ci.high, "baseline": baseline})
             rows.append(row)
     return pd.DataFrame.from_records(rows)
 
 
 def format_start_end(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """:func:`start_end_table` for reading: one row per method, ``0.083 [0.078, 0.089]`` cells
-    per (metric, start / end / change), and the number of seeds."""
+    per (metric, start / end / change [/ change vs the baseline]), and the number of seeds."""
     import pandas as pd
 
     if table.empty:
         return table
+    baseline = table["baseline"].dropna().iloc[0] if "baseline" in table and \
+        table["baseline"].notna().any() else None
+    labels = {"start": "start", "end": "end", "change": "change"}
+    if baseline is not None:
+        labels["vs_baseline"] = f"change vs {baseline}"
 
     def fmt(row, name: str) -> str:
-        low, high = row[f"{name}_low"], row[f"{name}_high"]
-        sign = "+" if name == "change" else ""
-        text = f"{row[name]:{sign}.{digits}f}"
+        value, low, high = row[name], row[f"{name}_low"], row[f"{name}_high"]
+        if pd.isna(value):
+            return "–"
+        sign = "+" if name in ("change", "vs_baseline") else ""
+        text = f"{value:{sign}.{digits}f}"
         return text if pd.isna(low) else f"{text} [{low:{sign}.{digits}f}, {high:{sign}.{digits}f}]"
 
     cells = [{"method": row["method"], "seeds": row["seeds"],
-              **{(row["metric"], name): fmt(row, name) for name in ("start", "end", "change")}}
+              **{(row["metric"], label): fmt(row, name) for name, label in labels.items()}}
              for _, row in table.iterrows()]
     frame = pd.DataFrame(cells).groupby("method", sort=False).first()
     seeds = frame.pop("seeds")
