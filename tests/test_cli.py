@@ -154,6 +154,23 @@ def test_study_rejects_an_unknown_method_before_training(capsys):
     assert "grpo" in capsys.readouterr().err
 
 
+def test_study_methods_expand_patterns_in_preset_order():
+    from at2po_lib.trainer.study import study_methods
+
+    assert study_methods("3", ["credit_*_diff_global"]) == [
+        "credit_entropy_softmax_diff_global", "credit_entropy_linear_diff_global",
+        "credit_child_mean_diff_global", "credit_leaf_mean_diff_global"]
+    assert study_methods("1", ["at2po", "ae*", "grpo", "at2po"]) == ["at2po", "aepo", "grpo"]
+    with pytest.raises(KeyError, match="matches no preset"):
+        study_methods("3", ["credit_*_diff_nowhere"])
+
+
+def test_study_rejects_a_pattern_that_matches_nothing(capsys):
+    assert cli.main(["study", "--table", "3", "--profile", "smoke", "--methods",
+                     "credit_*_diff_nowhere"]) == 2
+    assert "matches no preset" in capsys.readouterr().err
+
+
 def test_python_dash_m_runs_the_same_command():
     proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "train", "--list-methods"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)

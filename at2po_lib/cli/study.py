@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (add_profile_options, check_methods, comma_list, int_list, parse_set,
+from .common import (UsageError, add_profile_options, comma_list, int_list, parse_set,
                      quiet_openmp, run_guarded)
 
 PROG = "at2po study"
@@ -27,7 +27,8 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
         parser.add_argument("--table", required=True, choices=["1", "2", "3"])
     parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated (default: the table's runs)")
+                        help="comma-separated names or patterns, e.g. "
+                             "'credit_*_diff_global' (default: the table's runs)")
     parser.add_argument("--force", action="store_true", help="re-run finished runs")
     parser.add_argument("--no-report", action="store_true",
                         help="train only (e.g. while another worker still trains)")
@@ -42,12 +43,14 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..trainer.study import run_study
+    from ..trainer.study import run_study, study_methods
 
     overrides = parse_set(args.overrides) or None
     seeds = int_list(args.seeds, "--seeds")
-    methods = comma_list(args.methods, "--methods")
-    check_methods(methods or [])
+    try:  # names and patterns checked (and patterns expanded) before any training
+        methods = study_methods(args.table, comma_list(args.methods, "--methods"))
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
     run_study(args.profile, args.table, seeds, methods, args.force, overrides)
     if not args.no_report:
         from ..reporting.report import write_report

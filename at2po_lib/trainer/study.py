@@ -1,8 +1,11 @@
 r"""The toy study: the runs behind Tables 1–3, trained (or reused) for several seeds.
 
     at2po study --profile tiny --table 1 --seeds 0,1,2,3,4
+    at2po study --profile tiny --table 1 --methods grpo,at2po --seeds 5,6,7,8,9
     at2po study --profile tiny --table 2 --seeds 0,1,2,3,4     # ablation steps 1-3 (+ at2po)
-    at2po study --profile tiny --table 3 --seeds 0,1,2         # the credit grid
+    at2po study --profile tiny --table 3 --seeds 0,1,2,3,4     # the credit grid
+    at2po study --profile tiny --table 3 --seeds 0,1,2 \
+        --methods 'credit_*_diff_global,credit_*_diff_localglobal'   # the code's other modes
 
 Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call: a finished run with the
 same configuration is reused, an interrupted one resumes from its last complete checkpoint,
@@ -23,10 +26,11 @@ Which runs each table needs (docs/method.md §10):
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any, Sequence
 
 from ..credit import VALUE_MODES
-from .methods import TABLE1_METHODS, TABLE2_METHODS, get_method
+from .methods import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
 
 TABLE3_ADVANTAGES = ("node_value", "diff_parent")
 """The advantage modes Table 3's study trains by default (the paper's main contrast)."""
@@ -41,12 +45,25 @@ STUDY_TABLES: dict[str, tuple[str, ...]] = {
 
 
 def study_methods(table: str, methods: Sequence[str] | None = None) -> list[str]:
-    """The methods of ``table`` ('1', '2', '3'), or the given ones (each checked to exist)."""
+    """The methods of ``table`` ('1', '2', '3'), or the given ones (each checked to exist).
+
+    A given name may be a shell-style pattern over the presets, e.g. ``credit_*_diff_global``
+    (every value mode with that advantage mode, in preset order); a pattern that matches
+    nothing is an error, like an unknown name.
+    """
     if table not in STUDY_TABLES:
         raise ValueError(f"unknown table {table!r}; known: {', '.join(STUDY_TABLES)}")
-    chosen = list(methods or STUDY_TABLES[table])
-    for method in chosen:
-        get_method(method)  # a typo fails before hours of training
+    chosen: list[str] = []
+    for name in methods or STUDY_TABLES[table]:
+        if any(ch in name for ch in "*?["):
+            matches = fnmatch.filter(METHODS, name)
+            if not matches:
+                raise KeyError(f"method pattern {name!r} matches no preset; "
+                               "`at2po train --list-methods` lists all")
+            chosen += [m for m in matches if m not in chosen]
+        elif name not in chosen:
+            get_method(name)  # a typo fails before hours of training
+            chosen.append(name)
     return chosen
 
 
