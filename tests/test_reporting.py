@@ -126,6 +126,11 @@ def test_write_report_files_and_meta(results, tmp_path):
     assert {(s["method"], s["seed"]) for s in meta["sources"]} >= {("at2po", 0), ("grpo", 1)}
     for fig in ("fig3", "fig4"):
         assert all(p.stat().st_size > 0 for p in written.paths[fig].values())
+    # entropy 0.1 + 0.01 seed + 0.001 step over 4 steps: window 1, change 0.003 in every run
+    change = pd.read_csv(written.paths["fig3_entropy_change"]["csv"]).set_index(["method", "metric"])
+    assert change.loc[("at2po", "entropy"), "change"] == pytest.approx(0.003)
+    assert change.loc[("at2po", "entropy"), "vs_baseline"] == pytest.approx(0.0)
+    assert change.loc[("at2po", "entropy"), "baseline"] == "grpo"
     # deterministic: a second report rewrites identical bytes
     first = {p: p.read_bytes() for paths in written.paths.values() for p in paths.values()}
     report.write_report("smoke", n_resamples=100)

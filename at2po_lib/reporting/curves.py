@@ -175,9 +175,10 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     return pd.DataFrame.from_records(rows)
 
 
-def format_start_end(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+def format_start_end(table: pd.DataFrame, digits: int = 3, flat: bool = False) -> pd.DataFrame:
     """:func:`start_end_table` for reading: one row per method, ``0.083 [0.078, 0.089]`` cells
-    per (metric, start / end / change [/ change vs the baseline]), and the number of seeds."""
+    per (metric, start / end / change [/ change vs the baseline]), and the number of seeds.
+    ``flat``: one level of column names (``entropy change``), for Markdown and LaTeX."""
     import pandas as pd
 
     if table.empty:
@@ -201,6 +202,10 @@ def format_start_end(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
              for _, row in table.iterrows()]
     frame = pd.DataFrame(cells).groupby("method", sort=False).first()
     seeds = frame.pop("seeds")
+    if flat:
+        frame.columns = [f"{metric} {label}" for metric, label in frame.columns]
+        frame["seeds"] = seeds
+        return frame
     frame.columns = pd.MultiIndex.from_tuples(frame.columns)
     frame[("", "seeds")] = seeds
     return frame

@@ -5,7 +5,9 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
 
 - ``results/<profile>/tables/table1.{csv,md,tex}`` and ``table1_summary`` (group averages),
   ``table1_differences`` (every method minus GRPO and minus ReAct, CIs), ``table2``, ``table3``
-  and ``credit_accuracy`` when those runs exist;
+  and ``credit_accuracy`` when those runs exist; ``fig3_entropy_change`` (Figure 3's claim in
+  numbers: entropy and reward over the first vs the last steps, the change, and each
+  method's change minus GRPO's);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
 
 With ``readme=True`` the README's generated blocks of this profile are refreshed
@@ -49,6 +51,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     from . import figure3, figure4, table1, table2, table3
     from .output import source_meta, write_figure, write_table
     from .readme import update_readme
+    from .curves import format_start_end, start_end_table
     from .records import discover_runs, load_final_evals, load_outcomes, load_training_records
 
     cfg = load_profile(profile)
@@ -100,11 +103,23 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
         report.tables["credit_accuracy"] = accuracy
+    metrics, evals = load_training_records(profile)
+    rl = [m for m in table1.TABLE1_ORDER if m != "react"]
+    metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
+    evals = evals[evals["method"].isin(rl)] if len(evals) else evals
+    # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
+    change = start_end_table(metrics, ["entropy", "reward"],
+                             baseline="grpo" if "method" in metrics and
+                             (metrics["method"] == "grpo").any() else None)
+    if len(change):
+        change.insert(0, "profile", profile)
+        shown = format_start_end(change, flat=True)
+        report.paths["fig3_entropy_change"] = write_table(
+            change, shown, "fig3_entropy_change", profile, meta_for(change["method"]),
+            "Policy entropy and reward over the first and last steps (at most 8 each), their "
+            "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
+        report.tables["fig3_entropy_change"] = shown
     if figures:
-        metrics, evals = load_training_records(profile)
-        rl = [m for m in table1.TABLE1_ORDER if m != "react"]
-        metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
-        evals = evals[evals["method"].isin(rl)] if len(evals) else evals
         dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
         fig, _ = figure3.figure3(metrics, evals, dataset, rl)
         report.paths["fig3"] = write_figure(fig, "fig3_training", profile, meta_for(rl))
