@@ -51,6 +51,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     from . import figure3, figure4, table1, table2, table3
     from .output import source_meta, write_figure, write_table
     from .readme import update_readme
+    from .common import method_label
     from .curves import format_start_end, start_end_table
     from .records import discover_runs, load_final_evals, load_outcomes, load_training_records
 
@@ -112,8 +113,13 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                              baseline="grpo" if "method" in metrics and
                              (metrics["method"] == "grpo").any() else None)
     if len(change):
+        order = {m: i for i, m in enumerate(rl)}
+        change = change.sort_values("method", key=lambda c: c.map(order), kind="stable",
+                                    ignore_index=True)
         change.insert(0, "profile", profile)
         shown = format_start_end(change, flat=True)
+        shown.index = [method_label(m) for m in shown.index]
+        shown.index.name = "method"
         report.paths["fig3_entropy_change"] = write_table(
             change, shown, "fig3_entropy_change", profile, meta_for(change["method"]),
             "Policy entropy and reward over the first and last steps (at most 8 each), their "
