@@ -19,15 +19,22 @@ from .paths import repo_root
 _PACKAGES = ("torch", "transformers", "trl", "peft", "faiss-cpu", "bm25s", "numpy", "vllm")
 
 
+OUTPUT_PATHS = ("results", "figures", "README.md")
+"""What the stages write (records, tables, figures, the README's generated blocks): edits
+there do not change the code that produced a result, so they do not make a revision dirty."""
+
+
 def git_revision() -> str:
-    """Current commit (with ``-dirty`` when the tree has uncommitted changes), or ``unknown``."""
+    """Current commit, with ``-dirty`` when tracked files other than :data:`OUTPUT_PATHS` have
+    uncommitted changes (the code differs from the commit), or ``unknown``."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
             check=True, timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root(),
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+             *(f":(exclude){path}" for path in OUTPUT_PATHS)], cwd=repo_root(),
             capture_output=True, text=True, timeout=10,
         ).stdout.strip()
         return rev + ("-dirty" if dirty else "")

@@ -127,3 +127,33 @@ def test_live_plot_renders_a_png_with_every_panel():
     png = LivePlot(["loss", "validation"], "t")._render(
         {"loss": {"train": ([1, 2, 3], [3.0, 2.0, 1.5])}, "validation": {"dev EM": ([2], [0.5])}})
     assert png.startswith(b"\x89PNG")
+
+
+def test_git_revision_is_dirty_for_code_not_for_outputs(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    from at2po_lib.provenance import git_revision
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    for folder in ("configs", "at2po_lib", "results", "figures"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "f.txt").write_text("0\n")
+    (tmp_path / "README.md").write_text("# x\n")
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setenv("AT2PO_HOME", str(tmp_path))
+    clean = git_revision()
+    assert len(clean) == 40
+    for output in ("results/f.txt", "figures/f.txt", "README.md"):
+        (tmp_path / output).write_text("changed by a stage\n")
+    (tmp_path / "results" / "f.txt").unlink()  # a deleted record is an output change too
+    assert git_revision() == clean
+    (tmp_path / "at2po_lib" / "f.txt").write_text("edited code\n")
+    assert git_revision() == clean + "-dirty"
