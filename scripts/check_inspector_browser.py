@@ -7,14 +7,16 @@
                                                                                # (`playwright install chromium`)
 
 What it does, and fails on (exit 1, naming the step):
-1. starts JupyterLab on 127.0.0.1 (a free port, a random token) over the project's checkout;
+1. starts JupyterLab through ``scripts/lab.sh`` on 127.0.0.1 (a free port, a random token);
 2. opens a scratch copy of ``notebooks/03_credit_assignment.ipynb`` under
    ``results/executed/browser/`` (git-ignored, so the notebook in git keeps no outputs) and runs
    every cell with the ``at2po`` kernel and the given profile;
 3. checks that the inspector's widgets render (its "Grow" button, no "Error displaying
    widget"), that picking another node in the dropdown redraws the node panel, and that
    **Grow** rolls a new tree out with the warm start ("grown: N tree(s)");
-4. writes a screenshot of each step next to the scratch notebook and stops JupyterLab.
+4. checks JupyterLab's log for warnings from the kernel (e.g. ipykernel's "running over TCP
+   without encryption": lab.sh starts kernels on Unix sockets);
+5. writes a screenshot of each step next to the scratch notebook and stops JupyterLab.
 
 Needs the notebook's inputs (the profile's index, warm start, notebook 02's trees): run
 ``./run_all.sh --profile PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``)
@@ -47,16 +49,15 @@ def free_port() -> int:
 
 
 def start_lab(port: int, token: str) -> subprocess.Popen:
-    lab = shutil.which("jupyter-lab")
-    if lab is None:
-        sys.exit("check_inspector_browser: jupyter-lab not found: pip install -e '.[lab]'")
-    command = [lab, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}"]
-    if os.geteuid() == 0:
-        command.append("--allow-root")  # containers and CI machines run as root
+    """``scripts/lab.sh`` itself (the front door a user opens), in this Python's environment
+    with no install step, on a given port and token."""
+    command = ["bash", str(ROOT / "scripts" / "lab.sh"), "--no-browser", f"--port={port}",
+               f"--IdentityProvider.token={token}"]
     log = open(ROOT / SCRATCH / "jupyterlab.log", "w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AT2PO_VENV": sys.prefix,
+           "AT2PO_SKIP_INSTALL": "1"}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -182,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         stop(lab)
+    log = (ROOT / SCRATCH / "jupyterlab.log").read_text(errors="replace")
+    warnings = [line for line in log.splitlines() if "IPKernelApp] WARNING" in line]
+    if warnings:
+        print("FAILED: the kernel warned:\n" + "\n".join(warnings), file=sys.stderr)
+        return 1
     print("\n".join(seen))
     print(f"ok: screenshots in {SCRATCH}/ (1_inspector.png, 2_other_node.png, 3_grown.png)")
     return 0
