@@ -367,6 +367,10 @@ def test_start_end_table_by_hand():
     shown = reporting.format_start_end(versus)
     assert shown.loc["at2po", ("entropy", "change vs grpo")] == "-6.000"
     assert shown.loc["grpo", ("entropy", "change vs grpo")] == "–"
+    # a metric one method's runs never recorded: no row for it, no error
+    rows += [{"method": "gspo", "seed": 0, "step": t, "entropy": float("nan")} for t in (1, 2)]
+    partial = reporting.start_end_table(pd.DataFrame(rows), ["entropy"])
+    assert list(partial["method"]) == ["grpo", "at2po"]
 
 
 def test_table1_frame_mean_and_std_over_seeds():

@@ -162,13 +162,18 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     for method in dict.fromkeys(metrics["method"]):
         for column in columns:
             first, last = start.loc[method, column], end.loc[method, column]
-            row = {"method": method, "metric": column, "seeds": len(first)}
-            for name, values in (("start", first), ("end", last), ("change", last - first)):
+            change = last - first
+            row = {"method": method, "metric": column, "seeds": int(change.notna().sum())}
+            if not row["seeds"]:
+                continue  # a metric these runs did not record (e.g. added after them)
+            for name, values in (("start", first), ("end", last), ("change", change)):
                 ci = seed_mean_ci(values.to_numpy(), confidence)
                 row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
-            if baseline is not None and baseline != method and baseline in start.index:
-                base = end.loc[baseline, column] - start.loc[baseline, column]
-                ci = seed_difference_ci((last - first).to_numpy(), base.to_numpy(), confidence)
+            base = (end.loc[baseline, column] - start.loc[baseline, column]
+                    if baseline is not None and baseline != method and baseline in start.index
+                    else None)
+            if base is not None and base.notna().any():
+                ci = seed_difference_ci(change.to_numpy(), base.to_numpy(), confidence)
                 row.update({"vs_baseline": ci.estimate, "vs_baseline_low": ci.low,
                             "vs_baseline_high": ci.high, "baseline": baseline})
             rows.append(row)
