@@ -7,8 +7,8 @@ Stages, in the paper's order:
 - data: :mod:`at2po_lib.data`, :mod:`at2po_lib.tinyworld`
 - retrieval: :mod:`at2po_lib.retrieval`
 - policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout`
-- trees, credit assignment and losses: :mod:`at2po_lib.forest` (``TreeArrays``, the one tree
-  type), :mod:`at2po_lib.credit`, :mod:`at2po_lib.losses`
+- trees, credit assignment and losses: :mod:`at2po_lib.method.tree` (``TreeArrays``, the one tree
+  type), :mod:`at2po_lib.method.credit`, :mod:`at2po_lib.method.loss`
 - training and the toy study: :mod:`at2po_lib.trainer` (``study`` runs Tables 1-3)
 - evaluation and reporting: :mod:`at2po_lib.evaluation` (per-question outcomes),
   :mod:`at2po_lib.stats` (bootstrap CIs), :mod:`at2po_lib.reporting` (Tables 1-3, Figures 3-4,

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from .paths import configs_dir
+from .util.paths import configs_dir
 
 
 class ProfileError(ValueError):

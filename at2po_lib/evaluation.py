@@ -17,7 +17,7 @@ with extra rows ``dataset = "multihop avg"`` / ``"singlehop avg"`` from
 :func:`score_datasets` is the one greedy evaluation loop: :func:`evaluate` and the trainer's
 periodic validation (:class:`at2po_lib.trainer.run.Validator`) both run it. The command line
 (``at2po evaluate``) is :mod:`at2po_lib.cli.evaluate`; dataset groups live in
-:mod:`at2po_lib.data` (re-exported here).
+:mod:`at2po_lib.data`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data import MULTI_HOP, SINGLE_HOP, dataset_group, paper_dataset  # noqa: F401 - re-exported
-from .provenance import git_revision, run_metadata, write_meta
+from .data import dataset_group
+from .util.provenance import git_revision, run_metadata, write_meta
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +44,7 @@ def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
     FlashRAG split the paper reports (``data.PAPER_TEST_SPLITS``). The first ``max_questions`` rows."""
     if dataset.startswith("tiny_"):
         from .data import read_flashrag_jsonl
-        from .tinyworld import ensure_world
+        from .tinyworld.build import ensure_world
 
         world = ensure_world(profile_cfg)
         rows = read_flashrag_jsonl(world_dataset_path(world, dataset, "test"))
@@ -90,7 +90,7 @@ def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping
                    rollout_cfg, batch_size: int = 32, backend: Any = None) -> list[Any]:
     """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches.
     ``backend``: a turn backend to reuse (the trainer's vLLM engine); None builds one."""
-    from .rollout import rollout_chains
+    from .rollout.agent import rollout_chains
 
     questions = [row["question"] for row in rows]
     trajectories: list[Any] = []
@@ -140,7 +140,7 @@ def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
 
     from .prompts import get_template
     from .reward import exact_match
-    from .rollout import rollout_chains
+    from .rollout.agent import rollout_chains
 
     template = get_template(profile_cfg.policy.template)
     questions = [row["question"] for row in rows for _ in range(k)]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import load_profile
-from .paths import repo_root, results_dir
+from .util.paths import repo_root, results_dir
 
 
 KERNEL_NAME = "at2po"

@@ -37,15 +37,10 @@ import time
 import numpy as np
 import torch
 
-from at2po_lib.credit import (
-    Forest,
-    batch_token_advantages,
-    forest_node_advantages,
-    forest_node_values,
-    random_tree,
-    synthetic_turn_rows,
-)
-from at2po_lib.losses import policy_loss
+from at2po_lib.method.tree import Forest, random_tree, synthetic_turn_rows
+from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
+                                     forest_node_values)
+from at2po_lib.method.loss import policy_loss
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
@@ -67,7 +62,7 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
                       eps_high: float = 4e-3) -> tuple[torch.Tensor, dict[str, float]]:
     """ATPO's turn-level loss (geometric turn ratio, seq-mean-token-mean) with per-row, per-turn
     Python loops, as the authors' code computes turn ratios and ``turn_kl_entropy``: the
-    reference the vectorised :func:`at2po_lib.losses.policy_loss` is timed against.
+    reference the vectorised :func:`at2po_lib.method.loss.policy_loss` is timed against.
     ``logp``/``old_logp``/``mask`` (B, T), ``advantages`` (B,)."""
     m = mask.to(logp.dtype)  # (B, T)
     log_ratio = (logp - old_logp) * m  # (B, T)

@@ -48,7 +48,7 @@ for _name in THREAD_VARS:
 
 import numpy as np  # noqa: E402
 
-from at2po_lib.paths import artifacts_dir, repo_root  # noqa: E402
+from at2po_lib.util.paths import artifacts_dir, repo_root  # noqa: E402
 from at2po_lib.retrieval.corpus import Corpus  # noqa: E402
 from at2po_lib.retrieval.dense import DenseIndex, build_dense_index  # noqa: E402
 from at2po_lib.retrieval.encoders import EncoderSpec  # noqa: E402

@@ -44,9 +44,9 @@ def load_policy_and_world(profile: str, policy: str):
     from at2po_lib.policy.model import load_policy
     from at2po_lib.policy.warmstart import cached_warmstart
     from at2po_lib.prompts import get_template
-    from at2po_lib.retrieval import build_retriever
+    from at2po_lib.retrieval.indexes import build_retriever
     from at2po_lib.rollout.toy import ToySetup
-    from at2po_lib.tinyworld import ensure_world
+    from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_rows
 
     cfg = load_profile(profile)

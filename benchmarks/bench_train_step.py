@@ -6,7 +6,7 @@
 
 A *step* is one rollout batch of the profile (tiny: 8 prompts, 8 leaves each, two optimizer
 updates): rollout, credit, and both updates (forward, backward, optimizer). Two variants of
-:class:`at2po_lib.trainer.AT2POTrainer`, same seed, same rollout:
+:class:`at2po_lib.trainer.trainer.AT2POTrainer`, same seed, same rollout:
 
 - ``old``: the path before issue #16 — TRL's fused LM head over every completion position
   (prompt, search results, padding included on a CPU) in one padded batch, and the old
@@ -97,11 +97,11 @@ class _StepClock:
 def run_once(cfg, method: str, overrides: dict, name: str, update_threads: int):
     import torch
 
-    from at2po_lib.trainer import records
+    from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 
-    run = records.run_dir(cfg.name, name, 0)
-    records.clear_run(run)
+    run = run_folder.run_dir(cfg.name, name, 0)
+    run_folder.clear_run(run)
     trainer = build_trainer(cfg, method, 0, run, overrides or None)
     clock = _StepClock()
     trainer.add_callback(clock.callback)
@@ -112,7 +112,7 @@ def run_once(cfg, method: str, overrides: dict, name: str, update_threads: int):
         trainer.train()
     finally:
         torch.set_num_threads(previous)
-    row = records.read_jsonl(run.metrics)[0]
+    row = run_folder.read_jsonl(run.metrics)[0]
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     return clock, row, params, (trainer.logp_positions, trainer.old_logps_source)
 

@@ -60,14 +60,14 @@ class WordOverlapRetriever:
 def build_world(profile: str):
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.prompts import get_template
-    from at2po_lib.tinyworld import ensure_world
+    from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_corpus, read_rows
 
     cfg = load_profile(profile)
     world = ensure_world(cfg)
     corpus = read_corpus(world)
     try:
-        from at2po_lib.retrieval import build_retriever
+        from at2po_lib.retrieval.indexes import build_retriever
 
         retriever, kind = build_retriever(cfg), "BM25 (bm25s)"
     except ImportError:

@@ -48,7 +48,7 @@ def build_random_policy(profile_cfg, shape: dict, dtype: str, out: Path) -> Path
 
     from at2po_lib.policy.model import build_policy, count_parameters, save_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.tinyworld import ensure_world
+    from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_corpus
 
     world = ensure_world(profile_cfg)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from at2po_lib.config import load_profile
-    from at2po_lib.trainer import records
+    from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import train
 
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "none (CPU)"
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         result = train(args.profile, args.method, 0, force=True, profile_overrides=overrides,
                        reward_fn=parity_reward)
         total_s = time.perf_counter() - start
-        rows = records.read_jsonl(result.run.metrics)
+        rows = run_folder.read_jsonl(result.run.metrics)
     print(f"model + tokenizer build: {build_s:.1f} s; train() total: {total_s:.1f} s "
           f"({args.steps} steps, incl. trainer set-up and checkpoint)")
     print("step  wall_s  rollout_s  update_s  reward  entropy  loss  model_tokens/traj")

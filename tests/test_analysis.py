@@ -18,7 +18,7 @@ from at2po_lib.analysis.credit_accuracy import (
     mean_over_rows,
     turn_labels,
 )
-from at2po_lib.analysis.expansion import (
+from at2po_lib.analysis.expansion_stats import (
     credit_weight_stats,
     expansion_counts,
     node_table,
@@ -26,7 +26,7 @@ from at2po_lib.analysis.expansion import (
     sibling_weights,
 )
 from at2po_lib.analysis.sample import searched_nodes
-from at2po_lib.forest import TreeArrays, random_tree
+from at2po_lib.method.tree import TreeArrays, random_tree
 from at2po_lib.rollout.trees import select_entropy
 
 NAN = np.nan

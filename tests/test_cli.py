@@ -17,14 +17,14 @@ from at2po_lib.config import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "policy/warmstart",
-                 "retrieval/build", "retrieval/server", "tinyworld/build", "pipeline"]
+                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "pipeline"]
 
 
 def test_every_subcommand_has_a_module_with_a_parser_and_main():
     import importlib
 
     assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
-                                 "train", "study", "table1", "report", "run-notebooks",
+                                 "train", "study", "report", "run-notebooks",
                                  "expansion-stats", "credit-accuracy"}
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(f"at2po_lib.cli.{module_name}")
@@ -110,8 +110,8 @@ def test_unknown_method_and_profile_are_one_line_errors(capsys):
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["table1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
-    (["table1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
+    (["study", "--table", "1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
+    (["study", "--table", "1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
     (["study", "--table", "1", "--profile", "smoke", "--methods", ",,,"], "--methods"),
     (["run-notebooks", "--profile", "smoke", "--only", ",,,"], "--only"),
     (["evaluate", "--profile", "smoke", "--datasets", ","], "--datasets"),
@@ -128,13 +128,13 @@ def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkey
 
     import pandas as pd
 
-    from at2po_lib.trainer import records
+    from at2po_lib.trainer import run_folder
 
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
     assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
     assert "no finished runs" in capsys.readouterr().err
-    run = records.run_dir("smoke", "react", 0)
+    run = run_folder.run_dir("smoke", "react", 0)
     pd.DataFrame([{"dataset": "tiny_nq", "group": "singlehop", "id": str(i),
                    "prediction": "x", "em": float(i % 2), "f1": 0.0, "num_turns": 2,
                    "num_tool_calls": 1, "finish_reason": "answer"}
@@ -187,7 +187,7 @@ def test_entry_point_is_the_package_main():
 
 def test_profile_errors_are_reported_not_raised(capsys):
     """The shared guard turns a ProfileError into one line and exit status 2."""
-    from at2po_lib.cli.common import run_guarded
+    from at2po_lib.cli.options import run_guarded
 
     def body() -> int:
         raise ProfileError("configs/x.yaml: unknown key 'y'")

@@ -1,6 +1,6 @@
-"""Tests for at2po_lib.credit: hand-computed trees, degenerate trees, baselines, and the
+"""Tests for at2po_lib.method.credit: hand-computed trees, degenerate trees, baselines, and the
 vectorised forest path against a naive recursive reference on random trees. The tree
-containers and demo/loading helpers of at2po_lib.forest are tested in tests/test_forest.py."""
+containers and demo/loading helpers of at2po_lib.method.tree are tested in tests/test_method_tree.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.credit import (
+from at2po_lib.method.credit import (
     ADVANTAGE_MODES,
     VALUE_MODES,
     batch_token_advantages,
@@ -23,7 +23,7 @@ from at2po_lib.credit import (
     node_values,
     tree_grpo_advantages,
 )
-from at2po_lib.forest import Forest, TreeArrays, example_tree, synthetic_turn_rows
+from at2po_lib.method.tree import Forest, TreeArrays, example_tree, synthetic_turn_rows
 
 NAN = float("nan")
 

@@ -8,8 +8,8 @@ import pytest
 
 from at2po_lib.config import load_profile
 from at2po_lib.policy.demos import (Demo, Segment, build_sft_examples, format_answer, hop_plan,
-                                    prompt_ids, script_demo, script_demos, tokenize_demo,
-                                    uses_think)
+                                    script_demo, script_demos, tokenize_demo, uses_think)
+from at2po_lib.prompts import prompt_ids
 from at2po_lib.prompts import build_messages, get_template, render_observation
 from at2po_lib.reward import extract_prediction
 
@@ -22,8 +22,8 @@ def world(tmp_path_factory):
     os.environ["AT2PO_ARTIFACTS"] = str(root / "artifacts")
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.policy.sft_data import tokenizer_texts
-    from at2po_lib.retrieval import build_retriever
-    from at2po_lib.tinyworld import ensure_world, read_corpus, read_rows
+    from at2po_lib.retrieval.indexes import build_retriever
+    from at2po_lib.tinyworld.build import ensure_world, read_corpus, read_rows
 
     cfg = load_profile("smoke")
     files = ensure_world(cfg)

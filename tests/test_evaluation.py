@@ -8,8 +8,8 @@ import os
 import pandas as pd
 import pytest
 
-from at2po_lib.evaluation import (MULTI_HOP, SINGLE_HOP, SUMMARY_COLUMNS, dataset_group,
-                                  score_rows, summarise, turn_distribution,
+from at2po_lib.data import MULTI_HOP, SINGLE_HOP, dataset_group
+from at2po_lib.evaluation import (SUMMARY_COLUMNS, score_rows, summarise, turn_distribution,
                                   weighted_group_average, write_eval)
 
 
@@ -114,8 +114,8 @@ def test_greedy_evaluation_end_to_end_on_smoke(isolated_outputs):
     from at2po_lib.evaluation import evaluate
     from at2po_lib.policy.model import build_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.retrieval import build_retriever
-    from at2po_lib.tinyworld import ensure_world, read_corpus
+    from at2po_lib.retrieval.indexes import build_retriever
+    from at2po_lib.tinyworld.build import ensure_world, read_corpus
 
     assert os.environ["AT2PO_ARTIFACTS"].startswith(str(isolated_outputs))
     cfg = load_profile("smoke")
@@ -165,8 +165,8 @@ def test_sampled_metric_on_smoke(isolated_outputs):
     from at2po_lib.evaluation import evaluate_questions
     from at2po_lib.policy.model import build_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.retrieval import build_retriever
-    from at2po_lib.tinyworld import ensure_world, read_corpus
+    from at2po_lib.retrieval.indexes import build_retriever
+    from at2po_lib.tinyworld.build import ensure_world, read_corpus
 
     cfg = load_profile("smoke", {"eval": {"sampled_k": 3, "sampled_datasets": ["tiny_nq"]}})
     tok = train_tokenizer(list(read_corpus(ensure_world(cfg)).values()), 600)

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from at2po_lib.credit import example_tree  # noqa: E402
-from at2po_lib.forest import TreeArrays  # noqa: E402
+from at2po_lib.method.tree import example_tree
+from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
 
 nan = np.nan

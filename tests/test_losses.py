@@ -1,4 +1,4 @@
-"""Tests for at2po_lib.losses: hand cases, special cases between ratio levels, gradients of
+"""Tests for at2po_lib.method.loss: hand cases, special cases between ratio levels, gradients of
 the stop-gradient form, masking, clip fractions, AEPO options and the diagnostics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.losses import (
+from at2po_lib.method.loss import (
     clip_fraction_by_level,
     importance_ratio,
     policy_loss,

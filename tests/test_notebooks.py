@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from at2po_lib.pipeline import KERNEL_NAME, list_notebooks, run_notebooks
-from at2po_lib.timings import PROFILES, format_duration, load_timings, markdown_table, timing_lines
+from at2po_lib.util.timings import PROFILES, format_duration, load_timings, markdown_table, timing_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = list_notebooks(ROOT / "notebooks")
@@ -126,7 +126,7 @@ def test_readme_timing_table_is_the_timings_file():
     block = readme.split(README_BEGIN, 1)[1].split(README_END, 1)[0].strip()
     assert block == markdown_table(), (
         "README's 'Time per notebook' table differs from docs/timings.yaml: paste the output of "
-        "`python -m at2po_lib.timings --markdown` between the markers")
+        "`python -m at2po_lib.util.timings --markdown` between the markers")
 
 
 def test_format_duration_examples():

@@ -10,9 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from at2po_lib.outputs import figure_png, save_figure, write_if_changed  # noqa: E402
-from at2po_lib.provenance import write_meta  # noqa: E402
-from at2po_lib.quiet import hf_progress_bars_off  # noqa: E402
+from at2po_lib.util.writing import figure_png, save_figure, write_if_changed  # noqa: E402
+from at2po_lib.util.provenance import write_meta  # noqa: E402
+from at2po_lib.util.quiet import hf_progress_bars_off  # noqa: E402
 
 
 def test_meta_is_kept_when_only_volatile_fields_change(tmp_path):
@@ -133,7 +133,7 @@ def test_git_revision_is_dirty_for_code_not_for_outputs(tmp_path, monkeypatch):
     import shutil
     import subprocess
 
-    from at2po_lib.provenance import git_revision
+    from at2po_lib.util.provenance import git_revision
 
     if shutil.which("git") is None:
         pytest.skip("git not installed")

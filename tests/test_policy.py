@@ -303,7 +303,7 @@ def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):
     import torch
 
     from at2po_lib.config import PolicyConfig
-    from at2po_lib.policy.diagnostics import rank_table, summarise_ranks, target_ranks
+    from at2po_lib.policy.token_ranks import rank_table, summarise_ranks, target_ranks
     from at2po_lib.policy.model import build_policy
 
     model = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

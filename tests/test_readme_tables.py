@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from at2po_lib.paths import repo_root
+from at2po_lib.util.paths import repo_root
 from at2po_lib.reporting import readme
 
 

@@ -14,10 +14,10 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
-from at2po_lib.retrieval.build import ensure_index
+from at2po_lib.retrieval.indexes import ensure_index
 from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_index
 from at2po_lib.retrieval.encoders import EncoderSpec
-from at2po_lib.staging import staging_path
+from at2po_lib.util.staging import staging_path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 SPEC = EncoderSpec(max_length=32)
@@ -186,7 +186,7 @@ def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(dense_dir, corpus
     folders = ensure_index(explicit, ("dense",), progress=False)
     assert folders["dense"] == download
     assert not (download / "meta.json").exists() and not (download / "dense").exists()  # nothing built
-    from at2po_lib.retrieval.build import build_retriever
+    from at2po_lib.retrieval.indexes import build_retriever
 
     retriever = build_retriever(explicit)
     assert retriever.describe()["passages"] == 20

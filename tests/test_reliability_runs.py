@@ -1,5 +1,5 @@
 """Nothing finished is lost (issue 13): folders are built beside their final place and swapped in
-only when complete (:mod:`at2po_lib.staging`), and ``train()`` never removes a finished run
+only when complete (:mod:`at2po_lib.util.staging`), and ``train()`` never removes a finished run
 before a new one has succeeded. Fault injection: exceptions mid-run, a refused re-run, and
 processes killed (``os._exit``) at every step of the swap."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib import staging
-from at2po_lib.staging import REPLACED_MARKER, recover, replaced_path, staging_path, swap_in
+from at2po_lib.util import staging
+from at2po_lib.util.staging import REPLACED_MARKER, recover, replaced_path, staging_path, swap_in
 
 
 def _complete(folder: Path) -> bool:
@@ -63,7 +63,7 @@ def test_swap_into_a_missing_folder_is_a_rename(tmp_path):
 KILL_SCRIPT = """
 import os, sys
 from pathlib import Path
-from at2po_lib import staging
+from at2po_lib.util import staging
 
 final = Path(sys.argv[1])
 point = sys.argv[2]

@@ -12,10 +12,10 @@ from at2po_lib.cli.index import main
 from at2po_lib.config import load_profile
 from at2po_lib.retrieval.base import RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever
-from at2po_lib.retrieval.build import build_retriever, ensure_index, index_dirs, profile_corpus_path
+from at2po_lib.retrieval.indexes import build_retriever, ensure_index, index_dirs, profile_corpus_path
 from at2po_lib.retrieval.client import HTTPRetriever
 from at2po_lib.retrieval.dense import DenseRetriever
-from at2po_lib.retrieval.evaluate import recall_at_k, retrieved_ids
+from at2po_lib.retrieval.recall import recall_at_k, retrieved_ids
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 
@@ -42,7 +42,7 @@ def test_ensure_index_builds_once_and_rebuilds_when_the_profile_changes(smoke, i
 
 @pytest.mark.slow  # builds indexes
 def test_build_retriever_follows_the_profile(smoke, isolated_outputs):
-    from at2po_lib.tinyworld import ensure_world, read_rows
+    from at2po_lib.tinyworld.build import ensure_world, read_rows
 
     retriever = build_retriever(smoke)  # smoke (from tiny) searches with BM25
     assert isinstance(retriever, BM25Retriever)

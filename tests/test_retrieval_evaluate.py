@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from at2po_lib.retrieval.base import Retriever
-from at2po_lib.retrieval.evaluate import (
+from at2po_lib.retrieval.recall import (
     example_hits,
     first_hop_ids,
     recall_at_k,

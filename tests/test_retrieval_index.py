@@ -20,7 +20,7 @@ from at2po_lib.retrieval.corpus import Corpus
 from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_index, parse_index_type
 from at2po_lib.retrieval.encoders import DenseEncoder, EncoderSpec, offline_minilm_path, resolve_encoder_path
 from at2po_lib.retrieval.shards import shard_path
-from at2po_lib.staging import staging_path
+from at2po_lib.util.staging import staging_path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 SPEC = EncoderSpec(max_length=64)

@@ -11,7 +11,8 @@ import torch
 from at2po_lib.config import PolicyConfig
 from at2po_lib.policy.model import build_policy
 from at2po_lib.policy.tokenizer import train_tokenizer
-from at2po_lib.rollout.backends import HFBackend, TurnRequest, grouped_attention
+from at2po_lib.rollout.backends import HFBackend, grouped_attention
+from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.toy import tag_biased_policy
 

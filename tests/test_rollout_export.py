@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from at2po_lib import credit
-from at2po_lib.forest import TreeArrays, load_trees, save_trees
+from at2po_lib.method import credit
+from at2po_lib.method.tree import TreeArrays, load_trees, save_trees
 from at2po_lib.rollout.export import training_rows, tree_arrays, tree_summary, tree_table
 from at2po_lib.rollout.structures import RolloutTree
 
@@ -88,7 +88,7 @@ def test_labels_and_drawing():
 
     matplotlib.use("Agg")
     from at2po_lib.actions import Action
-    from at2po_lib.reporting.trees import draw_rollout_tree, turn_label
+    from at2po_lib.reporting.tree_drawings import draw_rollout_tree, turn_label
 
     tree = small_tree()
     tree.nodes[1].action = Action("search", query="capital of avaria")

@@ -25,7 +25,8 @@ def test_vllm_turns_match_the_hf_backend_greedy(tmp_path):  # pragma: no cover -
     from at2po_lib.config import PolicyConfig
     from at2po_lib.policy.model import build_policy, save_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.rollout.backends import HFBackend, TurnRequest
+    from at2po_lib.rollout.backends import HFBackend
+    from at2po_lib.rollout.turns import TurnRequest
     from at2po_lib.rollout.sampling import SamplingSpec
     from at2po_lib.rollout.vllm_backend import VLLMBackend
 

@@ -14,19 +14,10 @@ from hypothesis import strategies as st
 
 from at2po_lib.cli.world import main
 from at2po_lib.config import WorldConfig, load_profile
-from at2po_lib.tinyworld import (
-    BAMBOOGLE_TEST_SIZE,
-    DATASETS,
-    bm25_recall,
-    build_world,
-    ensure_world,
-    entity_stats,
-    generate,
-    load_world,
-    read_corpus,
-    read_rows,
-    world_stats,
-)
+from at2po_lib.tinyworld.datasets import BAMBOOGLE_TEST_SIZE, DATASETS
+from at2po_lib.tinyworld.bm25_check import bm25_recall
+from at2po_lib.tinyworld.build import (build_world, ensure_world, entity_stats, generate,
+                                       load_world, read_corpus, read_rows, world_stats)
 from at2po_lib.tinyworld.datasets import RECIPES, _part_sizes
 from at2po_lib.tinyworld.names import NameBank
 from at2po_lib.tinyworld.questions import relation_paths

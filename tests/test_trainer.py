@@ -14,11 +14,12 @@ import math
 import pytest
 import torch
 
-from at2po_lib import credit
+from at2po_lib.method import credit
 from at2po_lib.config import load_profile
-from at2po_lib.trainer import records
+from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
-from at2po_lib.trainer.run import batch_geometry, build_trainer, train, trainer_fields
+from at2po_lib.trainer.resolve import batch_geometry, trainer_fields
+from at2po_lib.trainer.run import build_trainer, train
 
 # Marks per test: the arithmetic runs in the fast loop; the tests that build a trainer on
 # the smoke artefacts are integration tests, and those that train for > ~5 s are slow.
@@ -88,12 +89,12 @@ TRAINED = ["grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po", "ablation_atpo_
 @pytest.mark.parametrize("method", TRAINED)
 def test_every_method_takes_smoke_steps(outputs, method):
     cfg = smoke_profile(max_steps=1)
-    run = records.run_dir(cfg.name, method, 0)
-    records.clear_run(run)
+    run = run_folder.run_dir(cfg.name, method, 0)
+    run_folder.clear_run(run)
     trainer = build_trainer(cfg, method, 0, run, reward_fn=parity_reward)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
-    rows = records.read_jsonl(run.metrics)
+    rows = run_folder.read_jsonl(run.metrics)
     assert [r["step"] for r in rows] == [1]
     row = rows[0]
     assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
@@ -105,7 +106,7 @@ def test_every_method_takes_smoke_steps(outputs, method):
     assert row["rollout/leaves_per_prompt"] == trainer.num_generations
     # TRL's metric names as TRL logs them (docs: GRPOTrainer "Logged metrics"), never renamed
     assert {"clip_ratio/region_mean", "completions/mean_length", "num_tokens"} <= set(row)
-    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(row)
+    assert set(run_folder.LEGACY_METRIC_NAMES).isdisjoint(row)
     assert 0.0 <= row["rollout/answered"] <= 1.0  # the agent's finish reasons reach the record
     if method == "grpo":
         assert "kl" in row  # GRPO's KL term against the warm start
@@ -148,8 +149,8 @@ def _expected_advantages(batch, method_args) -> torch.Tensor:
 @pytest.mark.parametrize("method", ["at2po", "grpo"])
 def test_advantages_reaching_the_loss_are_credits(outputs, method):
     cfg = smoke_profile(max_steps=1)
-    run = records.run_dir(cfg.name, f"capture_{method}", 0)
-    records.clear_run(run)
+    run = run_folder.run_dir(cfg.name, f"capture_{method}", 0)
+    run_folder.clear_run(run)
     trainer = build_trainer(cfg, method, 0, run, reward_fn=parity_reward)
     capture = _Capture(trainer)
     trainer.train()
@@ -208,11 +209,11 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
                            "final_eval": False, "progress_bar": False}}
     straight = train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
                      reward_fn=parity_reward)
-    expected_metrics = records.read_jsonl(straight.run.metrics)
-    expected_eval = records.read_jsonl(straight.run.eval)
+    expected_metrics = run_folder.read_jsonl(straight.run.metrics)
+    expected_eval = run_folder.read_jsonl(straight.run.eval)
     assert [r["step"] for r in expected_metrics] == [1, 2, 3, 4]
     assert sorted({r["step"] for r in expected_eval}) == [0, 2, 4]
-    records.clear_run(straight.run)
+    run_folder.clear_run(straight.run)
 
     # killed after step 3's record was written; the last complete checkpoint is step 2
     kill = _KillAfterStep(3)
@@ -221,15 +222,15 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
         train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
               callbacks=[kill.callback], reward_fn=parity_reward)
     run = straight.run
-    from at2po_lib.staging import staging_path
+    from at2po_lib.util.staging import staging_path
 
-    unfinished = records.RunDir(staging_path(run.root))  # a killed run stays in its staging folder
-    assert [r["step"] for r in records.read_jsonl(unfinished.metrics)] == [1, 2, 3]
+    unfinished = run_folder.RunDir(staging_path(run.root))  # a killed run stays in its staging folder
+    assert [r["step"] for r in run_folder.read_jsonl(unfinished.metrics)] == [1, 2, 3]
     assert not unfinished.done.exists() and not run.done.exists()
     resumed = train("smoke", "at2po", 0, resume=True, profile_overrides=overrides,
                     reward_fn=parity_reward)
     assert resumed.status == "resumed"
-    got_metrics, got_eval = records.read_jsonl(run.metrics), records.read_jsonl(run.eval)
+    got_metrics, got_eval = run_folder.read_jsonl(run.metrics), run_folder.read_jsonl(run.eval)
     assert [r["step"] for r in got_metrics] == [1, 2, 3, 4]
     assert _approx_rows(_comparable(got_metrics), _comparable(expected_metrics))
     assert _approx_rows(_comparable(got_eval), _comparable(expected_eval))
@@ -254,7 +255,7 @@ def _approx_rows(got, expected, rel=1e-5) -> bool:
 def test_chunked_log_probs_equal_the_padded_batch(outputs):
     """Length-sorted, trimmed chunks give the log-probs and entropies of TRL's padded batch."""
     cfg = smoke_profile(max_steps=1)
-    trainer = build_trainer(cfg, "at2po", 0, records.run_dir(cfg.name, "chunks", 0))
+    trainer = build_trainer(cfg, "at2po", 0, run_folder.run_dir(cfg.name, "chunks", 0))
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, 200, (5, 6), generator=generator)
     completion = torch.randint(3, 200, (5, 9), generator=generator)
@@ -288,7 +289,7 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
 
     assert study.main(["--profile", "smoke", "--table", "1", "--seeds", "0", "--methods",
                        "react", "--set", "eval.max_questions=2", "--force"]) == 0
-    run = records.run_dir("smoke", "react", 0)
+    run = run_folder.run_dir("smoke", "react", 0)
     assert yaml.safe_load(run.config.read_text())["profile"]["eval"]["max_questions"] == 2
     outcomes = read_outcomes(run.outcomes)
     assert outcomes.groupby("dataset").size().eq(2).all()

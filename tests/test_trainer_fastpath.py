@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from at2po_lib.config import load_profile
-from at2po_lib.trainer import records
+from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.batch import group_has_signal
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 from at2po_lib.trainer.run import build_trainer
@@ -64,8 +64,8 @@ def outputs(tmp_path_factory):
 
 def _trainer(method: str, name: str, overrides=None, reward_fn=parity_reward, **train):
     cfg = smoke_profile(**train)
-    run = records.run_dir(cfg.name, name, 0)
-    records.clear_run(run)
+    run = run_folder.run_dir(cfg.name, name, 0)
+    run_folder.clear_run(run)
     return build_trainer(cfg, method, 0, run, overrides, reward_fn=reward_fn), run
 
 
@@ -136,7 +136,7 @@ def test_new_default_step_equals_the_old_path(outputs, method):
     for name, overrides in (("new", None), ("old", OLD_PATH)):
         trainer, run = _trainer(method, f"fastpath_{method}_{name}", overrides)
         trainer.train()
-        rows[name] = _comparable(records.read_jsonl(run.metrics)[0])
+        rows[name] = _comparable(run_folder.read_jsonl(run.metrics)[0])
         params[name] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     new, old = rows["new"], rows["old"]
     assert new.keys() == old.keys()
@@ -197,7 +197,7 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     trainer, run = _trainer("dapo", "dapo_all_equal", reward_fn=constant_reward)
     counting = trainer.agent = _CountingAgent(trainer.agent)
     trainer.train()
-    row = records.read_jsonl(run.metrics)[0]
+    row = run_folder.read_jsonl(run.metrics)[0]
     rounds = trainer.args.tree_dynamic_sampling_rounds
     assert len(counting.batches) == rounds > 1
     assert row["rollout/dynamic_sampling_rounds"] == rounds
@@ -207,7 +207,7 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     trainer, run = _trainer("dapo", "dapo_parity", reward_fn=parity_reward)
     counting = trainer.agent = _CountingAgent(trainer.agent)
     trainer.train()
-    row = records.read_jsonl(run.metrics)[0]
+    row = run_folder.read_jsonl(run.metrics)[0]
     first = counting.batches[0]
     groups = len(set(first.group))
     kept = sum(group_has_signal(first, g) for g in range(groups)) / groups

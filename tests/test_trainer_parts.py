@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.trainer import records
-from at2po_lib.trainer.methods import (METHODS, TABLE1_METHODS, TABLE2_METHODS, format_methods,
+from at2po_lib.trainer import run_folder
+from at2po_lib.method.presets import (METHODS, TABLE1_METHODS, TABLE2_METHODS, format_methods,
                                        get_method, list_methods)
 
 
@@ -29,7 +29,7 @@ TRAINED = [m.name for m in list_methods() if m.trains]
 def configs(tmp_path_factory):
     """Every trained preset resolved on the ``tiny`` profile (one CPU process)."""
     from at2po_lib.config import load_profile
-    from at2po_lib.trainer.config import AT2POConfig
+    from at2po_lib.trainer.at2po_config import AT2POConfig
     from at2po_lib.trainer.resolve import trainer_fields
 
     tiny, out = load_profile("tiny"), str(tmp_path_factory.mktemp("cfg"))
@@ -42,8 +42,8 @@ def _loss(cfg, delta, advantage=1.0):
     0-1 and 4-5, observation 2-3; log π − log π_old = ``delta``. Returns (loss, stats, ∇logp)."""
     import torch
 
-    from at2po_lib.losses import policy_loss
-    from at2po_lib.trainer.config import LOSS_TYPES
+    from at2po_lib.method.loss import policy_loss
+    from at2po_lib.trainer.at2po_config import LOSS_TYPES
 
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
@@ -157,7 +157,7 @@ def test_table3_grid_varies_only_the_credit(configs):
     (entropy_softmax, node_value) cell gives AT2PO's own advantages (docs/method.md §6)."""
     import torch
 
-    from at2po_lib.credit import ADVANTAGE_MODES, VALUE_MODES
+    from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
     from at2po_lib.trainer.batch import token_advantages
 
     grid = {(configs[n].credit_value, configs[n].credit_advantage)
@@ -190,7 +190,7 @@ def test_listing_and_unknown_names():
 
 # ------------------------------------------------------------------------ config class
 def test_config_derives_leaves_per_prompt(tmp_path):
-    from at2po_lib.trainer.config import AT2POConfig
+    from at2po_lib.trainer.at2po_config import AT2POConfig
 
     common = dict(output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44)
     # paper tree: M + L*K = 10 + 2*6 = 22 leaves per prompt
@@ -210,19 +210,19 @@ def test_config_derives_leaves_per_prompt(tmp_path):
 def test_jsonl_append_read_truncate(tmp_path):
     path = tmp_path / "m.jsonl"
     for step in range(5):
-        records.append_jsonl(path, {"step": step, "reward": step / 10, "bad": float("nan")})
-    rows = records.read_jsonl(path)
+        run_folder.append_jsonl(path, {"step": step, "reward": step / 10, "bad": float("nan")})
+    rows = run_folder.read_jsonl(path)
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     assert rows[0]["bad"] is None  # NaN is not JSON: stored as null
-    assert records.truncate_jsonl(path, 2) == 3
-    assert [r["step"] for r in records.read_jsonl(path)] == [0, 1, 2]
+    assert run_folder.truncate_jsonl(path, 2) == 3
+    assert [r["step"] for r in run_folder.read_jsonl(path)] == [0, 1, 2]
     # a torn last line (killed mid-write) is skipped; a bad line elsewhere is an error
     with path.open("a") as fh:
         fh.write('{"step": 3, "rew')
-    assert len(records.read_jsonl(path)) == 3
+    assert len(run_folder.read_jsonl(path)) == 3
     path.write_text('{"step": 0}\nnot json\n{"step": 1}\n')
     with pytest.raises(ValueError, match="line 2"):
-        records.read_jsonl(path)
+        run_folder.read_jsonl(path)
 
 
 def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
@@ -237,7 +237,7 @@ def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
             "completions/mean_length": 40.0, "kl": None, "step": 99}
     recorder.on_log(None, state, None, logs=logs)
     recorder.on_log(None, state, None, logs={"train_loss": 1.0})  # the final summary: no row
-    (row,) = records.read_jsonl(path)
+    (row,) = run_folder.read_jsonl(path)
     assert row["step"] == 2 and row["global_step"] == 8  # the recorder's own fields win
     assert {k: row[k] for k in ("reward", "clip_ratio/region_mean", "rollout/turns_mean",
                                 "completions/mean_length")} == {k: logs[k] for k in (
@@ -248,25 +248,25 @@ def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
 def test_legacy_metric_names_read_under_the_logged_names(tmp_path):
     path = tmp_path / "metrics.jsonl"
     # a run recorded with the early names, resumed by the current code (both in one file)
-    records.append_jsonl(path, {"step": 1, "clip_frac": 0.2, "turns_per_trajectory": 3.0,
+    run_folder.append_jsonl(path, {"step": 1, "clip_frac": 0.2, "turns_per_trajectory": 3.0,
                                 "rollout_time": 1.5, "reward": 0.1})
-    records.append_jsonl(path, {"step": 2, "clip_ratio/region_mean": 0.3,
+    run_folder.append_jsonl(path, {"step": 2, "clip_ratio/region_mean": 0.3,
                                 "rollout/turns_mean": 2.0, "rollout/seconds": 1.0, "reward": 0.2})
-    rows = records.read_metrics(path)
+    rows = run_folder.read_metrics(path)
     assert [sorted(r) for r in rows] == [sorted(rows[1])] * 2
     assert [r["clip_ratio/region_mean"] for r in rows] == [0.2, 0.3]
     assert [r["rollout/turns_mean"] for r in rows] == [3.0, 2.0]
-    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(records.LEGACY_METRIC_NAMES.values())
+    assert set(run_folder.LEGACY_METRIC_NAMES).isdisjoint(run_folder.LEGACY_METRIC_NAMES.values())
 
 
 def test_committed_study_records_load_under_the_logged_names():
-    from at2po_lib import reporting
+    from at2po_lib.reporting.records import load_training_records
 
-    metrics, _ = reporting.load_training_records("tiny", ["grpo"], [0])
+    metrics, _ = load_training_records("tiny", ["grpo"], [0])
     if metrics.empty:
         pytest.skip("no committed tiny/grpo/seed0 run")
     assert {"clip_ratio/region_mean", "rollout/turns_mean", "rollout/seconds"} <= set(metrics)
-    assert set(records.LEGACY_METRIC_NAMES).isdisjoint(metrics.columns)
+    assert set(run_folder.LEGACY_METRIC_NAMES).isdisjoint(metrics.columns)
 
 
 @settings(max_examples=30, deadline=None)
@@ -274,34 +274,34 @@ def test_committed_study_records_load_under_the_logged_names():
 def test_truncate_keeps_exactly_rows_up_to_step(tmp_path_factory, steps, cut):
     path = tmp_path_factory.mktemp("t") / "x.jsonl"
     for s in steps:
-        records.append_jsonl(path, {"step": s})
-    records.truncate_jsonl(path, cut)
-    assert [r["step"] for r in records.read_jsonl(path)] == [s for s in steps if s <= cut]
+        run_folder.append_jsonl(path, {"step": s})
+    run_folder.truncate_jsonl(path, cut)
+    assert [r["step"] for r in run_folder.read_jsonl(path)] == [s for s in steps if s <= cut]
 
 
 def test_only_marked_checkpoints_count(tmp_path):
     folder = tmp_path / "checkpoints"
     for step in (2, 4, 6):
         (folder / f"checkpoint-{step}").mkdir(parents=True)
-    records.mark_checkpoint_complete(folder / "checkpoint-2", step=1)
-    records.mark_checkpoint_complete(folder / "checkpoint-4", step=2)
+    run_folder.mark_checkpoint_complete(folder / "checkpoint-2", step=1)
+    run_folder.mark_checkpoint_complete(folder / "checkpoint-4", step=2)
     # checkpoint-6 was being written when the run died: no marker
-    assert records.latest_complete_checkpoint(folder).name == "checkpoint-4"
-    removed = records.remove_incomplete_checkpoints(folder)
+    assert run_folder.latest_complete_checkpoint(folder).name == "checkpoint-4"
+    removed = run_folder.remove_incomplete_checkpoints(folder)
     assert [p.name for p in removed] == ["checkpoint-6"]
-    assert json.loads((folder / "checkpoint-4" / records.COMPLETE_MARKER).read_text())["step"] == 2
+    assert json.loads((folder / "checkpoint-4" / run_folder.COMPLETE_MARKER).read_text())["step"] == 2
 
 
 def test_finished_run_is_recognised_by_config_hash(tmp_path):
-    run = records.RunDir(tmp_path / "run")
+    run = run_folder.RunDir(tmp_path / "run")
     run.root.mkdir()
-    h = records.config_hash({"a": 1, "b": [1, 2]})
-    assert h == records.config_hash({"b": [1, 2], "a": 1})  # key order does not matter
-    assert not records.is_finished(run, h)
-    records.mark_finished(run, h, wall_time=1.0)
-    assert records.is_finished(run, h)
-    assert not records.is_finished(run, records.config_hash({"a": 2}))
-    records.clear_run(run)
+    h = run_folder.config_hash({"a": 1, "b": [1, 2]})
+    assert h == run_folder.config_hash({"b": [1, 2], "a": 1})  # key order does not matter
+    assert not run_folder.is_finished(run, h)
+    run_folder.mark_finished(run, h, wall_time=1.0)
+    assert run_folder.is_finished(run, h)
+    assert not run_folder.is_finished(run, run_folder.config_hash({"a": 2}))
+    run_folder.clear_run(run)
     assert not run.done.exists()
 
 
@@ -322,32 +322,32 @@ def test_plots_return_figures_without_writing(tmp_path, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    from at2po_lib import reporting
+    from at2po_lib.reporting.curves import plot_figure3, plot_training_curves, plot_validation_em
 
     monkeypatch.chdir(tmp_path)
     metrics, evals = _synthetic_records()
-    fig, axes = reporting.plot_training_curves(metrics, ["reward", "entropy", "missing"])
+    fig, axes = plot_training_curves(metrics, ["reward", "entropy", "missing"])
     assert len(axes) == 2  # unknown columns are skipped
     assert [line.get_label() for line in axes[0].get_lines()] == ["grpo", "at2po"]
     # mean over the two seeds: reward at step 1 = (0.1 + 1.1) / 2 = 0.6
     assert axes[0].get_lines()[0].get_ydata()[0] == pytest.approx(0.6)
-    fig, axes = reporting.plot_figure3(metrics, evals, "tiny_hotpotqa")
+    fig, axes = plot_figure3(metrics, evals, "tiny_hotpotqa")
     assert len(axes) == 2
     with pytest.raises(ValueError, match="no validation rows"):
-        reporting.plot_validation_em(evals, "tiny_nq")
+        plot_validation_em(evals, "tiny_nq")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_start_end_table_by_hand():
     import pandas as pd
 
-    from at2po_lib import reporting
+    from at2po_lib.reporting.curves import format_start_end, start_end_table
 
     # 8 steps per run: window = 8 // 4 = 2 steps at each end
     rows = [{"method": "grpo", "seed": seed, "step": t, "entropy": float(t + seed)}
             for seed in (0, 1) for t in range(1, 9)]
     rows += [{"method": "at2po", "seed": 0, "step": t, "entropy": 1.0} for t in range(1, 3)]
-    table = reporting.start_end_table(pd.DataFrame(rows), ["entropy", "missing"])
+    table = start_end_table(pd.DataFrame(rows), ["entropy", "missing"])
     grpo = table.set_index("method").loc["grpo"]
     # seed 0: start mean(1, 2) = 1.5, end mean(7, 8) = 7.5; seed 1: 2.5 and 8.5
     assert (grpo["start"], grpo["end"], grpo["change"]) == pytest.approx((2.0, 8.0, 6.0))
@@ -357,33 +357,33 @@ def test_start_end_table_by_hand():
     at2po = table.set_index("method").loc["at2po"]
     assert at2po["seeds"] == 1 and pd.isna(at2po["change_low"]) and list(table["metric"]) == [
         "entropy", "entropy"]
-    shown = reporting.format_start_end(table)
+    shown = format_start_end(table)
     assert shown.loc["grpo", ("entropy", "change")] == "+6.000 [+6.000, +6.000]"
     assert shown.loc["at2po", ("entropy", "start")] == "1.000"  # one seed: no interval
     assert shown.loc["grpo", ("", "seeds")] == 2
     # AT2PO's change (0, one seed) minus GRPO's (6): -6, no interval with one AT2PO seed
-    versus = reporting.start_end_table(pd.DataFrame(rows), ["entropy"], baseline="grpo")
+    versus = start_end_table(pd.DataFrame(rows), ["entropy"], baseline="grpo")
     assert versus.set_index("method").loc["at2po", "vs_baseline"] == pytest.approx(-6.0)
-    shown = reporting.format_start_end(versus)
+    shown = format_start_end(versus)
     assert shown.loc["at2po", ("entropy", "change vs grpo")] == "-6.000"
     assert shown.loc["grpo", ("entropy", "change vs grpo")] == "–"
     # a metric one method's runs never recorded: no row for it, no error
     rows += [{"method": "gspo", "seed": 0, "step": t, "entropy": float("nan")} for t in (1, 2)]
-    partial = reporting.start_end_table(pd.DataFrame(rows), ["entropy"])
+    partial = start_end_table(pd.DataFrame(rows), ["entropy"])
     assert list(partial["method"]) == ["grpo", "at2po"]
 
 
 def test_table1_frame_mean_and_std_over_seeds():
     import pandas as pd
 
-    from at2po_lib import reporting
+    from at2po_lib.reporting.curves import table1_frame
 
     finals = pd.DataFrame([
         {"method": "grpo", "seed": 0, "dataset": "tiny_nq", "em": 0.40},
         {"method": "grpo", "seed": 1, "dataset": "tiny_nq", "em": 0.50},
         {"method": "at2po", "seed": 0, "dataset": "tiny_nq", "em": 0.60},
     ])
-    table = reporting.table1_frame(finals)
+    table = table1_frame(finals)
     # mean 45.0, sample std of (40, 50) = 7.07
     assert table.loc["grpo", "tiny_nq"] == "45.0 ± 7.1"
     assert table.loc["at2po", "tiny_nq"] == "60.0"
@@ -428,7 +428,7 @@ def test_token_advantages_vanilla_is_grpo_per_prompt():
 def test_token_advantages_turnwise_match_credit():
     import torch
 
-    from at2po_lib import credit
+    from at2po_lib.method import credit
     from at2po_lib.trainer.batch import token_advantages
 
     batch = _hand_batch()
@@ -444,7 +444,7 @@ def test_token_advantages_turnwise_match_credit():
 
 
 def test_tree_grpo_groups_by_prompt_and_by_tree():
-    from at2po_lib import credit
+    from at2po_lib.method import credit
     from at2po_lib.trainer.batch import token_advantages
 
     import torch

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.forest import (TreeArrays, UntrustedPickleError, example_tree, load_trees,
+from at2po_lib.method.tree import (TreeArrays, UntrustedPickleError, example_tree, load_trees,
                               load_trees_meta, random_tree, save_trees)
 
 

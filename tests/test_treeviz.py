@@ -1,4 +1,4 @@
-"""Tests for at2po_lib.reporting.trees: the layout's invariants, readable drawings (ids, no
+"""Tests for at2po_lib.reporting.tree_drawings: the layout's invariants, readable drawings (ids, no
 overlapping labels, contrast, distinct near-miss answers, legend, colour range) and the rules
 that choose the default example trees."""
 
@@ -14,9 +14,10 @@ import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from at2po_lib.credit import example_tree, node_values, random_tree  # noqa: E402
-from at2po_lib.forest import TreeArrays  # noqa: E402
-from at2po_lib.reporting.trees import (  # noqa: E402
+from at2po_lib.method.tree import example_tree, random_tree
+from at2po_lib.method.credit import node_values
+from at2po_lib.method.tree import TreeArrays  # noqa: E402
+from at2po_lib.reporting.tree_drawings import (  # noqa: E402
     branch_depths, choose_credit_example, choose_example_tree, colour_norm, contrast_ratio,
     draw_rollout_tree, draw_tree, grown_by_round, label_overlaps, node_labels, node_text_table,
     shorten_distinct, text_color_for, tree_layout,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from at2po_lib.config import load_profile
-from at2po_lib.paths import repo_root
+from at2po_lib.util.paths import repo_root
 from at2po_lib.policy import warmstart
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
@@ -58,7 +58,7 @@ def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_arti
 
     from at2po_lib.evaluation import evaluate_questions, read_outcomes
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.retrieval import build_retriever
+    from at2po_lib.retrieval.indexes import build_retriever
 
     cfg = load_profile("tiny")
     model, tokenizer = load_policy(warmstart.cached_warmstart(cfg), cfg.policy.dtype)

@@ -24,7 +24,7 @@ wrong answer, an invalid or truncated turn. Duplicate leaves (copies made to rea
 budget, docs/method.md §5) are not sampled turns and are not scored; the root has no tokens.
 
 **A turn's advantage.** AT2PO's modes give each node one advantage A_n
-(:mod:`at2po_lib.credit`). The outcome baselines give one advantage per row (root→leaf path) and
+(:mod:`at2po_lib.method.credit`). The outcome baselines give one advantage per row (root→leaf path) and
 a node lies on every row below it; its tokens are trained once per row, so its *effective*
 advantage is the mean over those rows (the sum up to the row count): that mean is scored.
 
@@ -57,7 +57,7 @@ replicates take milliseconds.
 
 Command: ``at2po credit-accuracy --profile tiny --prompts 300 --seed 0`` writes
 ``results/<profile>/credit_accuracy.csv`` and ``credit_weights.csv`` (how far the entropy
-weights are from uniform, :func:`at2po_lib.analysis.expansion.credit_weight_stats`), each with
+weights are from uniform, :func:`at2po_lib.analysis.expansion_stats.credit_weight_stats`), each with
 its ``.meta.json``; :func:`at2po_lib.reporting.table3.load_credit_accuracy` reads the first.
 """
 
@@ -69,18 +69,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..credit import (
-    ADVANTAGE_MODES,
-    VALUE_MODES,
-    Forest,
-    forest_node_advantages,
-    forest_node_values,
-    grpo_advantages,
-    leaf_paths,
-    node_depths,
-    tree_grpo_advantages,
-)
-from ..forest import TreeArrays
+from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
+                             forest_node_values, grpo_advantages, tree_grpo_advantages)
+from ..method.tree import Forest, leaf_paths, node_depths
+from ..method.tree import TreeArrays
 from .sample import searched_nodes
 
 GIGPO_GAMMA = 0.95
@@ -236,7 +228,7 @@ def baseline_node_advantages(labels: TurnLabels, rows: Rows, mode: str) -> np.nd
 
 
 def at2po_node_advantages(labels: TurnLabels, value_mode: str, advantage_mode: str) -> np.ndarray:
-    """AT2PO's node advantages (N,) (docs/method.md §6, :mod:`at2po_lib.credit`)."""
+    """AT2PO's node advantages (N,) (docs/method.md §6, :mod:`at2po_lib.method.credit`)."""
     values = forest_node_values(labels.forest, value_mode)
     return forest_node_advantages(labels.forest, values, advantage_mode).numpy()
 
@@ -316,7 +308,7 @@ def node_advantages_for(labels: TurnLabels, rows: Rows, mode: tuple[str, str, st
 
 
 def tempered_softmax_advantages(labels: TurnLabels, temperature: float) -> np.ndarray:
-    """What-if (no such knob in :mod:`at2po_lib.credit`): ``entropy_softmax`` node values with
+    """What-if (no such knob in :mod:`at2po_lib.method.credit`): ``entropy_softmax`` node values with
     weights softmax(H / temperature), i.e. the entropies scaled by 1 / temperature."""
     f = labels.forest
     scaled = Forest(f.parent, f.entropy / temperature, f.leaf_reward, f.tree_index, f.offsets)
@@ -381,9 +373,9 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     import pandas as pd
 
     from ..config import load_profile
-    from ..paths import results_dir
-    from ..provenance import run_metadata, write_meta
-    from .expansion import credit_weight_stats
+    from ..util.paths import results_dir
+    from ..util.provenance import run_metadata, write_meta
+    from .expansion_stats import credit_weight_stats
     from .sample import cached_trees, policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..forest import Forest, TreeArrays, children_count, node_depths
+from ..method.tree import Forest, TreeArrays, children_count, node_depths
 from ..rollout.trees import sibling_counts
 
 ESTIMATORS = {"sampled_nll": "entropy_nll", "exact": "entropy_exact"}
@@ -220,8 +220,8 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
     ``trees_file`` (a scratch ``.npz``): read the trees from it when it exists, else save the
     grown trees there (to re-analyse without rolling out again; never commit it)."""
     from ..config import load_profile
-    from ..paths import results_dir
-    from ..provenance import run_metadata, write_meta
+    from ..util.paths import results_dir
+    from ..util.provenance import run_metadata, write_meta
     from .sample import cached_trees, policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)
@@ -253,7 +253,7 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
 def sibling_weights(h: np.ndarray, parent: np.ndarray, mode: str) -> np.ndarray:
     """Normalised weight of every child among its siblings (N,) (NaN at roots):
     ``softmax`` exp(H_c) / Σ exp(H_c'), ``linear`` H_c / Σ H_c' (all zero: uniform), as
-    :mod:`at2po_lib.credit` weighs children."""
+    :mod:`at2po_lib.method.credit` weighs children."""
     n = len(parent)
     kid = parent >= 0
     up = parent[kid]
@@ -280,7 +280,7 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
     import pandas as pd
     import torch
 
-    from ..credit import forest_node_values
+    from ..method.credit import forest_node_values
 
     forest = Forest.from_trees(trees, dtype=torch.float64)
     parent = forest.parent.numpy()

@@ -3,8 +3,8 @@ r"""Trees for a toy study: the warm start at the profile's temperature and tree 
 Every study of :mod:`at2po_lib.analysis` needs the same thing: a few hundred real rollout trees
 of one policy, each carrying its question's plan. :func:`study_rows` draws the prompts from the
 profile's training split(s), :func:`grow_trees` rolls them out with
-:func:`at2po_lib.rollout.rollout` (docs/method.md §5) and returns
-:class:`~at2po_lib.forest.TreeArrays` whose ``info`` holds the TinyWorld plan (``dataset``,
+:func:`at2po_lib.rollout.trees.rollout` (docs/method.md §5) and returns
+:class:`~at2po_lib.method.tree.TreeArrays` whose ``info`` holds the TinyWorld plan (``dataset``,
 ``question_id``, ``hops``, ``type``, ``supporting_ids``, ``hop_answers``) and whose search
 nodes' ``records`` hold ``retrieved``: the passage ids their observation showed.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..forest import TreeArrays
+from ..method.tree import TreeArrays
 
 PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers")
 """Row ``metadata`` fields copied into each tree's ``info``."""
@@ -36,7 +36,7 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
                split: str = "train") -> list[dict[str, Any]]:
     """``num_prompts`` rows drawn without replacement from the pooled ``split`` of ``datasets``
     (TinyWorld jsonl under ``artifacts_dir(profile)/world``), in a seeded random order."""
-    from ..paths import artifacts_dir
+    from ..util.paths import artifacts_dir
 
     rows: list[dict[str, Any]] = []
     for name in datasets:
@@ -87,8 +87,9 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
 
     from ..policy.model import load_policy
     from ..prompts import get_template
-    from ..retrieval import build_retriever
-    from ..rollout import rollout, tree_arrays
+    from ..retrieval.build import build_retriever
+    from ..rollout.trees import rollout
+    from ..rollout.export import tree_arrays
 
     rollout_cfg = replace(cfg.rollout, **(rollout_overrides or {}))
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
@@ -157,7 +158,7 @@ def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, An
     rebuildable from the command and seed, never committed."""
     from dataclasses import asdict
 
-    from ..forest import load_trees, load_trees_meta, save_trees
+    from ..method.tree import load_trees, load_trees_meta, save_trees
 
     settings = {"profile": cfg.name, "expansion": expansion, "seed": seed, "policy": str(policy),
                 "questions": [r["id"] + "@" + r["dataset"] for r in rows],

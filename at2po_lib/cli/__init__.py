@@ -1,12 +1,12 @@
 """The ``at2po`` command: one subcommand per pipeline stage, one module per subcommand.
 
-    at2po world | index | serve-retriever | warmstart | evaluate | train | study | table1 | report
-          | run-notebooks          (at2po <command> --help for each one's options)
+    at2po world | index | serve-retriever | warmstart | evaluate | train | study | report
+          | run-notebooks | expansion-stats | credit-accuracy   (at2po <command> --help each)
 
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
 the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``policy.warmstart``,
-``evaluation``, ``trainer``, ``pipeline``) and has no command line of its own. Every command
-that reads a profile takes the same two options from :mod:`.common`: ``--profile NAME`` and
+``evaluation``, ``trainer``, ``analysis``, ``pipeline``) and has no command line of its own.
+Every command that reads a profile takes the same two options from :mod:`.options`: ``--profile NAME`` and
 ``--set SECTION.KEY=VALUE`` (repeatable), the one way to override a profile value; each key
 and value is checked against the config dataclasses before anything runs.
 
@@ -28,10 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("evaluate", "greedy evaluation on the test sets"),
     "train": ("train", "RL training of one method (AT2PO or a baseline)"),
     "study": ("study", "train (or reuse) the runs of Table 1, 2 or 3 for several seeds"),
-    "table1": ("table1", "the same as `study --table 1`"),
     "report": ("report", "Tables 1-3 and Figures 3-4 from stored records (no training)"),
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
-    "expansion-stats": ("expansion", "where entropy-guided expansion branches, per alpha"),
+    "expansion-stats": ("expansion_stats", "where entropy-guided expansion branches, per alpha"),
     "credit-accuracy": ("credit_accuracy", "AUC of each credit mode against useful-turn labels"),
 }
 """Subcommand → (module of this package, one-line help)."""

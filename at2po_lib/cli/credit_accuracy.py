@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
+from .options import (
     add_profile_options,
     add_warm_start_sample_options,
     comma_list,

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import (add_profile_options, comma_list, load_profile_args, quiet_openmp,
+from .options import (add_profile_options, comma_list, load_profile_args, quiet_openmp,
                      run_guarded)
 
 PROG = "at2po evaluate"
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
-    from ..paths import results_dir
+    from ..util.paths import results_dir
 
     cfg = load_profile_args(args)
     datasets = comma_list(args.datasets, "--datasets")
@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     label = args.label or Path(str(checkpoint)).name
     seed = args.seed if args.seed is not None else cfg.sft.seed
     from ..policy.model import load_policy
-    from ..retrieval import build_retriever
+    from ..retrieval.build import build_retriever
 
     model, tokenizer = load_policy(checkpoint, cfg.policy.dtype)
     retriever = build_retriever(cfg)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
+from .options import (
     UsageError,
     add_profile_options,
     add_warm_start_sample_options,
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from ..analysis.expansion import DEFAULT_ALPHAS, run_expansion_study
+    from ..analysis.expansion_stats import DEFAULT_ALPHAS, run_expansion_study
 
     load_profile_args(args)  # checks the profile and the --set values before any rollout
     try:

@@ -1,4 +1,4 @@
-"""``at2po index``: build a dense (faiss) or BM25 index (:mod:`at2po_lib.retrieval.build`).
+"""``at2po index``: build a dense (faiss) or BM25 index (:mod:`at2po_lib.retrieval.indexes`).
 
     at2po index --profile tiny --method both            # the profile's indexes
     at2po index --corpus wiki-18.jsonl --out index/e5 --encoder intfloat/e5-base-v2 \\
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..retrieval.build import METHODS
-from .common import add_profile_options, load_profile_args, run_guarded
+from ..retrieval.indexes import METHODS
+from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po index"
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.profile:
-        from ..retrieval.build import ensure_index
+        from ..retrieval.indexes import ensure_index
 
         cfg = load_profile_args(args)
         if args.prebuilt:  # an explicit choice, never a fallback (retrieval.build)

@@ -105,7 +105,7 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
 
 def check_methods(names: list[str]) -> None:
     """Unknown method names are a :class:`UsageError` with the closest known ones."""
-    from ..trainer.methods import get_method
+    from ..method.presets import get_method
 
     for name in names:
         try:

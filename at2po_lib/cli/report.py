@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_profile_options, load_profile_args, run_guarded
+from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po report"
 

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from .common import SET_METAVAR, comma_list, parse_set, run_guarded
+from .options import SET_METAVAR, comma_list, parse_set, run_guarded
 
 PROG = "at2po run-notebooks"
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..paths import repo_root
+    from ..util.paths import repo_root
     from ..pipeline import run_notebooks
 
     only = comma_list(args.only, "--only")

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..retrieval.base import DEFAULT_TOPK, Retriever
 from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check_binding,
                                 create_app)
-from .common import add_profile_options, parse_set, run_guarded
+from .options import add_profile_options, parse_set, run_guarded
 
 PROG = "at2po serve-retriever"
 
@@ -82,7 +82,7 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
     if not args.profile:
         raise SystemExit("at2po serve-retriever: give --profile or --index")
     from ..config import load_profile
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
 
     overrides = parse_set(args.overrides)
     overrides.setdefault("retrieval", {})["url"] = None  # serve in-process, never proxy

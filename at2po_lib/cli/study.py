@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (UsageError, add_profile_options, comma_list, int_list, parse_set,
+from .options import (UsageError, add_profile_options, comma_list, int_list, parse_set,
                      quiet_openmp, run_guarded)
 
 PROG = "at2po study"

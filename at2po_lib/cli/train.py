@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (UsageError, add_profile_options, check_methods, parse_set, quiet_openmp,
+from .options import (UsageError, add_profile_options, check_methods, parse_set, quiet_openmp,
                      run_guarded)
 
 PROG = "at2po train"
@@ -67,7 +67,7 @@ def split_overrides(texts: list[str]) -> tuple[dict, dict]:
     ``trainer.*`` keys are checked against ``AT2POConfig`` (which loads trl) only when given."""
     extra = None
     if any(t.split("=", 1)[0].strip().split(".", 1)[0] == TRAINER_SECTION for t in texts):
-        from ..trainer.config import AT2POConfig
+        from ..trainer.at2po_config import AT2POConfig
         from ..trainer.resolve import check_trainer_overrides
 
         extra = {TRAINER_SECTION: AT2POConfig}
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_methods:
-        from ..trainer.methods import format_methods
+        from ..method.presets import format_methods
 
         print(format_methods())
         return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_profile_options, load_profile_args, quiet_openmp, run_guarded
+from .options import add_profile_options, load_profile_args, quiet_openmp, run_guarded
 
 PROG = "at2po warmstart"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_profile_options, load_profile_args, run_guarded
+from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po world"
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..tinyworld import build_world, ensure_world, load_world, world_stats
+    from ..tinyworld.build import build_world, ensure_world, load_world, world_stats
 
     cfg = load_profile_args(args)
     if args.out is None:

@@ -5,11 +5,9 @@ the tree so that every *turn* (node) gets its own value, then turns values into 
 every model token of a turn is trained with its node's advantage.
 
 The trees come as arrays over nodes (``parent``, ``entropy``, ``leaf_reward``; node 0 is the
-root) and are batched into a :class:`~at2po_lib.forest.Forest`; both containers, their structure
-helpers and the demo/loading helpers live in :mod:`at2po_lib.forest` and are re-exported here,
-so ``from at2po_lib.credit import Forest, example_tree, load_trees`` keeps working. A tree is a
-:class:`~at2po_lib.forest.TreeArrays` (the project's one tree type); the functions below also
-take the three arrays directly.
+root) and are batched into a :class:`~at2po_lib.method.tree.Forest`. A tree is a
+:class:`~at2po_lib.method.tree.TreeArrays` (the project's one tree type, :mod:`.tree`); the
+functions below also take the three arrays directly.
 
 A childless node whose reward is NaN is an *unscored* leaf (e.g. pruned by the rollout stage):
 like the authors' code, which skips children without a value, it takes no part in its parent's
@@ -56,18 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .forest import (  # noqa: F401  (re-exported: callers import these from at2po_lib.credit)
-    Forest,
-    TreeArrays,
-    as_tree_arrays,
-    children_count,
-    example_tree,
-    leaf_paths,
-    load_trees,
-    node_depths,
-    random_tree,
-    synthetic_turn_rows,
-)
+from .tree import Forest, children_count, node_depths
 
 VALUE_MODES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
 ADVANTAGE_MODES = ("node_value", "diff_parent", "diff_global", "diff_localglobal")
@@ -75,7 +62,7 @@ LEAF_NORM_EPS = 1e-6
 
 
 # --------------------------------------------------------------------------------------------
-# Structure: levels (depth and children counts come from at2po_lib.forest)
+# Structure: levels (depth and children counts come from at2po_lib.method.tree)
 # --------------------------------------------------------------------------------------------
 def _levels(depth: torch.Tensor) -> list[torch.Tensor]:
     """Node ids grouped by depth: ``levels[d]`` holds every node at depth d."""

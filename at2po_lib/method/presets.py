@@ -25,12 +25,12 @@ Aggregation as each method's authors configure it (docs/method.md §8): token-me
 AEPO, DAPO and Tree-GRPO (``loss_type="dapo"``: the token mean over the whole update, TRL's
 normaliser), seq-mean-token-mean for GSPO and ATPO (``loss_type="grpo"``). The KL (GRPO,
 Tree-GRPO: 1e-3) is verl's low-var-KL, the k3 estimator clamped per token at ±10
-(:func:`at2po_lib.losses.low_var_kl`), against the warm-start policy.
+(:func:`at2po_lib.method.loss.low_var_kl`), against the warm-start policy.
 
 Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
 token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
 expansion) → ``at2po`` (+ turn-wise credit). Table 3: ``credit_<value>_<advantage>`` for every
-value mode × advantage mode of :mod:`at2po_lib.credit` (``credit_entropy_softmax_node_value``
+value mode × advantage mode of :mod:`at2po_lib.method.credit` (``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
@@ -43,7 +43,7 @@ resolved rollout (:func:`at2po_lib.trainer.resolve.method_rollout`).
 Deviations that remain (named here so they stay visible):
 
 - GRPO: verl's dual clip (c = 3 on negative advantages) of the authors' GRPO path is not applied
-  (TRL has none; :mod:`at2po_lib.losses`).
+  (TRL has none; :mod:`at2po_lib.method.loss`).
 - DAPO: no overlong reward shaping (the authors' search-agent setting, docs/method.md §8, lists
   clip-higher, dynamic sampling and token-level aggregation only); groups still degenerate
   after ``tree_dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
@@ -61,7 +61,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..credit import ADVANTAGE_MODES, VALUE_MODES
+from .credit import ADVANTAGE_MODES, VALUE_MODES
 
 _TOKEN_CLIP = {"epsilon": 0.2, "epsilon_high": 0.2}
 _CLIP_HIGHER = {"epsilon": 0.2, "epsilon_high": 0.28}

@@ -3,8 +3,8 @@ r"""Tree arrays, batches of trees and tree files: the one tree type every stage 
 One rollout tree is a :class:`TreeArrays`: arrays over its nodes (node 0 is the root). The
 rollout stage makes them (:func:`at2po_lib.rollout.export.tree_arrays`, the one place where
 its growing ``RolloutTree`` becomes arrays), the trainer's :class:`~at2po_lib.trainer.batch.
-RolloutBatch` holds them, :mod:`at2po_lib.credit` computes on them,
-:mod:`at2po_lib.reporting.trees` draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
+RolloutBatch` holds them, :mod:`at2po_lib.method.credit` computes on them,
+:mod:`at2po_lib.reporting.tree_drawings` draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
 
     parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed
     entropy[n]      float, H(n) = mean NLL of the turn's sampled tokens (root: 0)
@@ -14,7 +14,7 @@ and a tree may carry more (prompt id, per-node arrays such as turn spans and exp
 rounds, per-node text records, question and golden answers): see :class:`TreeArrays`.
 
 A childless node whose reward is NaN is an *unscored* leaf (e.g. pruned by the rollout stage);
-how the credit math treats it is described in :mod:`at2po_lib.credit`.
+how the credit math treats it is described in :mod:`at2po_lib.method.credit`.
 
 Containers:
 
@@ -22,7 +22,7 @@ Containers:
   from a mapping or object with the three fields, or a ``(parent, entropy, leaf_reward)``
   tuple.
 - :class:`Forest`: many trees as one flat set of torch tensors (global node ids, ``tree_index``
-  per node, ``offsets`` per tree), so :mod:`at2po_lib.credit` can run the math of every tree at
+  per node, ``offsets`` per tree), so :mod:`at2po_lib.method.credit` can run the math of every tree at
   once, level by level over depth.
 
 Files (:func:`save_trees`, :func:`load_trees`): one ``.npz`` archive, numbers as arrays and
@@ -35,8 +35,6 @@ Structure helpers (vectorised, one step per tree level, no loop over nodes):
 Demo helpers (notebooks, tests, benchmarks): :func:`synthetic_turn_rows` (the token layout of
 every root→leaf row), :func:`example_tree` (a hand-made tree), :func:`random_tree` (an
 AT2PO-shaped random tree).
-
-Every name here is also importable from :mod:`at2po_lib.credit`, where it used to live.
 """
 
 from __future__ import annotations
@@ -61,7 +59,7 @@ import torch
 class TreeArrays:
     """One rollout tree as arrays over nodes (node 0 = root, ``parent[0] = -1``).
 
-    The three credit arrays (module docstring) are all :mod:`at2po_lib.credit` reads. The
+    The three credit arrays (module docstring) are all :mod:`at2po_lib.method.credit` reads. The
     rollout stage (:func:`at2po_lib.rollout.export.tree_arrays`) also fills:
 
     - ``prompt_id``: the prompt the tree grew from. Several trees may share one (Tree-GRPO

@@ -104,7 +104,7 @@ def save_policy(model, tokenizer, path: str | Path) -> Path:
     """``save_pretrained`` the model (safetensors + config + generation config) and tokenizer."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    from ..quiet import hf_progress_bars_off
+    from ..util.quiet import hf_progress_bars_off
 
     with hf_progress_bars_off():  # a "Writing model shards" bar per save of a 1-shard model
         model.save_pretrained(path)
@@ -154,7 +154,7 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
             text).expanduser().is_dir():
         # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
         raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
-    from ..quiet import hf_progress_bars_off
+    from ..util.quiet import hf_progress_bars_off
 
     if Path(text).expanduser().is_dir():
         check_weight_files(Path(text).expanduser())

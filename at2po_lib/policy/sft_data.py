@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..paths import artifacts_dir
+from ..util.paths import artifacts_dir
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
@@ -81,8 +81,9 @@ def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
     """The evaluation world first (its ``train`` split when ``sft.main_world_demos``, else no
     split) and ``sft.aux_worlds`` auxiliary worlds (all splits), each built if missing, with a
     retriever of the profile's method."""
-    from ..retrieval import build_retriever
-    from ..tinyworld import SPLITS, build_world, ensure_world
+    from ..retrieval.build import build_retriever
+    from ..tinyworld.datasets import SPLITS
+    from ..tinyworld.build import build_world, ensure_world
 
     main_splits = ("train",) if profile_cfg.sft.main_world_demos else ()
     sources = [WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg),
@@ -104,7 +105,7 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     """Validation questions per multi-hop dataset: ``sft.eval_questions`` spread evenly, from
     the ``dev`` split (unseen entities, like the test sets), else the last ``train`` rows."""
     from ..data import MULTI_HOP, dataset_group
-    from ..tinyworld import read_rows
+    from ..tinyworld.build import read_rows
 
     multihop = [d for d in demo_datasets(profile_cfg, files) if dataset_group(d) == MULTI_HOP]
     if not multihop:
@@ -122,7 +123,7 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
 def demo_source_rows(profile_cfg: ProfileConfig, source: WorldSource,
                   held_out: dict[str, list[dict]] | None = None) -> list[dict]:
     """Rows of ``source`` that become demonstrations (validation rows excluded)."""
-    from ..tinyworld import read_rows
+    from ..tinyworld.build import read_rows
 
     skip = {(name, row["id"]) for name, rows in (held_out or {}).items() for row in rows}
     rows = []
@@ -150,7 +151,7 @@ def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
 def corpus_texts(sources: Sequence[WorldSource], include_main: bool) -> list[str]:
     """Passage contents of the auxiliary worlds, and of the evaluation world (the source named
     ``main``) when ``include_main``."""
-    from ..tinyworld import read_corpus
+    from ..tinyworld.build import read_corpus
 
     return [text for source in sources if include_main or source.name != "main"
             for text in read_corpus(source.files).values()]

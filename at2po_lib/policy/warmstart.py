@@ -70,7 +70,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..paths import artifacts_dir
+from ..util.paths import artifacts_dir
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
@@ -116,7 +116,7 @@ def shipped_warmstart_dir(profile: str) -> Path:
     """``results/<profile>/warmstart/``: the copy of the warm start that git keeps (tiny: a few
     MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT.
     Always in the checkout (not under ``AT2PO_RESULTS``): redirected results still find it."""
-    from ..paths import repo_root
+    from ..util.paths import repo_root
 
     return repo_root() / "results" / profile / "warmstart"
 
@@ -315,7 +315,7 @@ def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Pa
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
 
-    from ..quiet import hf_progress_bars_off
+    from ..util.quiet import hf_progress_bars_off
     from ..trainer.callbacks import TrainingProgress
 
     dataset = Dataset.from_list(examples)
@@ -544,7 +544,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     chosen_model, _ = load_policy(out)
-    from ..provenance import git_revision
+    from ..util.provenance import git_revision
 
     record = {
         "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),

@@ -13,13 +13,3 @@ One module per table or figure; notebooks (04, 05) and ``at2po report`` only cal
 - :mod:`.readme`: the README's result tables, generated from the written Markdown files.
 - :mod:`.report`: :func:`write_report`, everything above for one profile (``at2po report``).
 """
-
-from __future__ import annotations
-
-from .curves import (CURVE_LABELS, plot_figure3, plot_training_curves, plot_validation_em,
-                     format_start_end, start_end_table, table1_frame)
-from .records import load_final_evals, load_outcomes, load_training_records, discover_runs
-
-__all__ = ["CURVE_LABELS", "discover_runs", "format_start_end", "load_final_evals", "load_outcomes",
-           "load_training_records", "plot_figure3", "plot_training_curves",
-           "plot_validation_em", "start_end_table", "table1_frame"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .common import method_label
+from .labels import method_label
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import stats
-from .common import groups_of, method_label
+from .labels import groups_of, method_label
 
 if TYPE_CHECKING:
     import pandas as pd

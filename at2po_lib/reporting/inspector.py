@@ -12,7 +12,7 @@ tree with the profile's warm-start policy, step through its rounds, and pick a n
 
 Without a widget frontend (papermill, ``nbconvert``, a plain console) :func:`inspect` draws the
 same views as static figures and tables for the default choices (:func:`static_inspection`):
-the tree chosen by :func:`at2po_lib.reporting.trees.choose_example_tree`, each round of its
+the tree chosen by :func:`at2po_lib.reporting.tree_drawings.choose_example_tree`, each round of its
 growth, and the node where the credit rules disagree most (:func:`most_disputed_node`).
 
 Baselines, per node. GRPO and GiGPO give one advantage per *row* (root→leaf path) and a node
@@ -20,9 +20,9 @@ lies on every row below it; its tokens are trained once per row, so the inspecto
 mean over those rows (the node's effective advantage, as
 :mod:`at2po_lib.analysis.credit_accuracy` scores it):
 
-- ``grpo``: :func:`at2po_lib.credit.grpo_advantages` of the rows' rewards, one group per
+- ``grpo``: :func:`at2po_lib.method.credit.grpo_advantages` of the rows' rewards, one group per
   prompt (all trees of the prompt);
-- ``tree_grpo``: :func:`at2po_lib.credit.tree_grpo_advantages` (prompt-level + tree-level
+- ``tree_grpo``: :func:`at2po_lib.method.credit.tree_grpo_advantages` (prompt-level + tree-level
   GRPO). Tree-GRPO grows ``rollout.tree_grpo_trees`` trees per prompt (``random`` expansion);
   on a single tree both terms are GRPO over the same leaves, so it is twice GRPO;
 - ``gigpo``: :func:`at2po_lib.analysis.credit_accuracy.gigpo_row_advantages` (episode GRPO +
@@ -35,7 +35,7 @@ mean over those rows (the node's effective advantage, as
 
 The ratio is simulated, not trained: ``log π_new = log π_old + d_n + ε_t`` with one drift
 ``d_n ~ N(0, σ_turn²)`` per turn and jitter ``ε_t ~ N(0, σ_tok²)`` per token
-(:func:`at2po_lib.losses.simulate_policy_change`, notebook 03 §4); the turn ratio is the
+(:func:`at2po_lib.method.loss.simulate_policy_change`, notebook 03 §4); the turn ratio is the
 geometric mean of its token ratios, ``exp(mean_t (log π_new − log π_old))``, and the clip binds
 when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0`` and it is below ``1 − ε_low``.
 """
@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..forest import TreeArrays
-from .trees import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
+from ..method.tree import TreeArrays
+from .tree_drawings import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,7 +67,7 @@ DEFAULT_MODE = ("entropy_softmax", "node_value")
 def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Root→leaf rows of a forest: (leaf (R,), pair_row (P,), pair_node (P,)) over every
     (row, non-root node on the row) pair, vectorised."""
-    from ..credit import leaf_paths
+    from ..method.tree import leaf_paths
 
     leaves, paths = leaf_paths(forest.parent)
     nodes = paths[:, 1:].numpy()
@@ -119,8 +119,9 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "p
     import pandas as pd
     import torch
 
-    from ..credit import (ADVANTAGE_MODES, VALUE_MODES, Forest, forest_node_advantages,
-                          forest_node_values, grpo_advantages, tree_grpo_advantages)
+    from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
+                                 forest_node_values, grpo_advantages, tree_grpo_advantages)
+    from ..method.tree import Forest
 
     trees = [trees] if isinstance(trees, TreeArrays) else list(trees)
     tree = trees[index]
@@ -196,7 +197,7 @@ def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
     with the node value V_n as the first column."""
     import pandas as pd
 
-    from ..credit import ADVANTAGE_MODES, VALUE_MODES
+    from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 
     row = table.loc[node]
     return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
@@ -240,7 +241,7 @@ def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = 3e
     import pandas as pd
     import torch
 
-    from ..losses import simulate_policy_change
+    from ..method.loss import simulate_policy_change
 
     n = tree.num_nodes
     counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))
@@ -372,7 +373,7 @@ def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
                       eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0,
                       show: bool = True) -> Inspection:
     """The inspector's views as static figures and tables for the default choices: the tree by
-    :func:`~at2po_lib.reporting.trees.choose_example_tree` (with the other trees of its prompt
+    :func:`~at2po_lib.reporting.tree_drawings.choose_example_tree` (with the other trees of its prompt
     for the baselines), each round of its growth, and ``node`` (default:
     :func:`most_disputed_node`). ``show``: display them (in a notebook) as they are made."""
     index, why_tree = choose_example_tree(trees)
@@ -446,8 +447,8 @@ class LiveRollout:
         from ..policy.model import load_policy
         from ..policy.warmstart import cached_warmstart
         from ..prompts import get_template
-        from ..retrieval import build_retriever
-        from ..tinyworld import ensure_world
+        from ..retrieval.build import build_retriever
+        from ..tinyworld.build import ensure_world
         from ..tinyworld.build import read_rows
 
         self.cfg = load_profile(profile, overrides or None)
@@ -468,7 +469,8 @@ class LiveRollout:
         """The trees of one question (``random``: ``rollout.tree_grpo_trees`` of them) grown
         with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Search nodes carry their
         passages (``retrieved``) when :mod:`at2po_lib.analysis.sample` is available."""
-        from ..rollout import rollout, tree_arrays
+        from ..rollout.trees import rollout
+        from ..rollout.export import tree_arrays
 
         if expansion not in EXPANSIONS:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")

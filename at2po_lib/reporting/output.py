@@ -6,7 +6,7 @@ r"""Writers for tables and figures, each with a ``.meta.json`` that says where i
 - Figures: PNG (for notebooks and the README) and PDF (for papers), without the timestamps
   matplotlib would embed, so a rerun on unchanged records rewrites identical bytes.
 - Meta: the profile, the run folders and seeds that fed the result, and the git revision
-  (:func:`at2po_lib.provenance.write_meta`, which also keeps an existing meta when only its
+  (:func:`at2po_lib.util.provenance.write_meta`, which also keeps an existing meta when only its
   volatile fields would change).
 """
 
@@ -16,9 +16,9 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..outputs import write_if_changed
-from ..paths import figures_dir, repo_root, results_dir
-from ..provenance import run_metadata, write_meta
+from ..util.writing import write_if_changed
+from ..util.paths import figures_dir, repo_root, results_dir
+from ..util.provenance import run_metadata, write_meta
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..paths import repo_root, results_dir
+from ..util.paths import repo_root, results_dir
 
 BLOCK = re.compile(r"(<!-- at2po-report: (?P<key>[\w.-]+/[\w.-]+) -->\n)(?P<body>.*?)"
                    r"(<!-- /at2po-report -->)", re.S)

@@ -1,6 +1,6 @@
 r"""Read the run folders the trainer writes, as tidy frames.
 
-A run folder (``results/runs/<profile>/<method>/seed<S>/``, see :mod:`at2po_lib.trainer.records`)
+A run folder (``results/runs/<profile>/<method>/seed<S>/``, see :mod:`at2po_lib.trainer.run_folder`)
 holds ``metrics.jsonl`` (one row per rollout step), ``eval.jsonl`` (validation EM per step and
 dataset), ``final_eval.csv`` (greedy EM per test set) and ``outcomes.csv`` (one row per test
 question: prediction, EM, F1, turns, searches, finish reason). Paper-scale runs made on a GPU
@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..paths import results_dir
+from ..util.paths import results_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,7 +76,7 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
     import pandas as pd
 
-    from ..trainer.records import read_jsonl, read_metrics
+    from ..trainer.run_folder import read_jsonl, read_metrics
 
     metrics, evals = [], []
     for method, seed, path in _runs(profile, methods, seeds):

@@ -51,7 +51,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     from . import figure3, figure4, table1, table2, table3
     from .output import source_meta, write_figure, write_table
     from .readme import update_readme
-    from .common import method_label
+    from .labels import method_label
     from .curves import format_start_end, start_end_table
     from .records import discover_runs, load_final_evals, load_outcomes, load_training_records
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import stats
 from ..paper_reference import published_table1
-from .common import (column_label, groups_of, method_label, ordered_datasets,
+from .labels import (column_label, groups_of, method_label, ordered_datasets,
                      published_backbone, rows_with_outcomes)
-from .common import cell as format_cell
-from .common import signed_cell
+from .labels import cell as format_cell
+from .labels import signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import stats
 from ..paper_reference import published_table2
-from .common import cell, groups_of, rows_with_outcomes, signed_cell
+from .labels import cell, groups_of, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd

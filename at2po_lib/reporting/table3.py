@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import stats
-from ..credit import ADVANTAGE_MODES, VALUE_MODES
-from ..paths import results_dir
-from .common import cell, groups_of, rows_with_outcomes, signed_cell
+from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
+from ..util.paths import results_dir
+from .labels import cell, groups_of, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -25,8 +25,8 @@ Default examples are chosen by a stated rule, not by position: :func:`choose_exa
 depths) and :func:`choose_credit_example` (notebook 03: the tree where the value modes of
 docs/method.md §6 disagree most).
 
-    >>> from at2po_lib.forest import example_tree
-    >>> from at2po_lib.credit import node_values
+    >>> from at2po_lib.method.tree import example_tree
+    >>> from at2po_lib.method.credit import node_values
     >>> t = example_tree()
     >>> fig, ax = draw_tree(t.parent, node_color=node_values(t.parent, t.entropy, t.leaf_reward),
     ...                     leaf_reward=t.leaf_reward, title="entropy_softmax values")
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..forest import TreeArrays
+from ..method.tree import TreeArrays
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -339,7 +339,7 @@ def draw_tree(
 ) -> tuple[Any, Any]:
     """Draw one tree; returns ``(fig, ax)``.
 
-    parent (N,) int, or a :class:`~at2po_lib.forest.TreeArrays` (its ``parent``, and its
+    parent (N,) int, or a :class:`~at2po_lib.method.tree.TreeArrays` (its ``parent``, and its
     ``leaf_reward`` unless given). node_color (N,) floats through ``cmap`` (NaN: grey, kept out
     of the scale; :func:`colour_norm`). node_labels (N,) strings written *under* the nodes
     (multi-line allowed; default: ``r=…`` on scored leaves); the node id is always written
@@ -614,7 +614,8 @@ def value_mode_spread(trees: Sequence[TreeArrays]) -> np.ndarray:
     max_mode V_n − min_mode V_n; docs/method.md §6), all trees in one batched call per mode."""
     import torch
 
-    from ..credit import VALUE_MODES, Forest, forest_node_values
+    from ..method.credit import VALUE_MODES, forest_node_values
+    from ..method.tree import Forest
 
     forest = Forest.from_trees(list(trees), dtype=torch.float64)
     stacked = torch.stack([forest_node_values(forest, m) for m in VALUE_MODES])  # (modes, N)

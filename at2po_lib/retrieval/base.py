@@ -74,7 +74,7 @@ class Retriever(ABC):
 
     default_topk: int = DEFAULT_TOPK
     """Passages per observation for an agent that does not say (``SearchEnv``): the profile's
-    ``retrieval.topk``, which :func:`at2po_lib.retrieval.build_retriever` sets."""
+    ``retrieval.topk``, which :func:`at2po_lib.retrieval.indexes.build_retriever` sets."""
 
     @abstractmethod
     def search(self, queries: Sequence[str], topk: int = DEFAULT_TOPK) -> list[list[Hit]]:

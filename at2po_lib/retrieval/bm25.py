@@ -60,7 +60,7 @@ def build_bm25_index(
     from bm25s.tokenization import Tokenized
     from tqdm.auto import tqdm
 
-    from ..staging import discard, recover, staging_path, swap_in
+    from ..util.staging import discard, recover, staging_path, swap_in
 
     index_dir = Path(index_dir)
     recover(index_dir, lambda folder: (folder / "meta.json").is_file())

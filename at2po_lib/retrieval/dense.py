@@ -16,7 +16,7 @@ version and stays on CPU. Embedding uses the GPU through torch whenever one is v
 
 Building happens in a staging folder beside ``index_dir`` (``.<name>.staging``, where the
 resumable embedding shards live too) and the finished index is swapped in atomically
-(:mod:`at2po_lib.staging`): a failed or killed rebuild never leaves a folder that loads.
+(:mod:`at2po_lib.util.staging`): a failed or killed rebuild never leaves a folder that loads.
 
 A folder holding only a prebuilt faiss file (Search-R1's ``e5_Flat.index``, no ``meta.json``)
 loads only when asked for explicitly (``prebuilt=True``, ``--prebuilt``, ``retrieval.prebuilt``):
@@ -112,7 +112,7 @@ def build_dense_index(
     """
     from tqdm.auto import tqdm
 
-    from ..staging import recover, staging_path, swap_in
+    from ..util.staging import recover, staging_path, swap_in
 
     parse_index_type(index_type)
     index_dir = Path(index_dir)

@@ -131,7 +131,7 @@ class DenseEncoder:
 
         path = resolve_encoder_path(self.spec.name)
         try:
-            from ..quiet import hf_progress_bars_off
+            from ..util.quiet import hf_progress_bars_off
 
             with hf_progress_bars_off():  # the "Loading weights" bar: noise in notebook outputs
                 tokenizer = AutoTokenizer.from_pretrained(path)

@@ -2,7 +2,7 @@
 
 - :func:`profile_corpus_path`: ``retrieval.corpus`` (relative paths are under the repository
   root) or the profile's TinyWorld corpus ``artifacts/<profile>/world/corpus.jsonl``, generated
-  on demand by :func:`at2po_lib.tinyworld.ensure_world`.
+  on demand by :func:`at2po_lib.tinyworld.build.ensure_world`.
 - :func:`index_dirs`: ``retrieval.index_dir`` or ``artifacts/<profile>/index``, with ``dense/``
   and ``bm25/`` inside (with ``retrieval.prebuilt``, a folder that itself holds a faiss file,
   such as a downloaded ``e5_Flat.index``, is used as the dense index directly).
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..paths import artifacts_dir, repo_root
+from ..util.paths import artifacts_dir, repo_root
 from .base import RetrievalError, Retriever
 from .encoders import EncoderSpec
 
@@ -86,7 +86,7 @@ def index_dirs(cfg: "ProfileConfig") -> dict[str, Path]:
 
 def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> bool:
     """A finished index matching the profile (no or unreadable ``meta.json``: not finished)."""
-    from ..staging import recover
+    from ..util.staging import recover
     from .corpus import Corpus
 
     recover(folder, lambda f: (f / "meta.json").is_file())  # finish an interrupted swap

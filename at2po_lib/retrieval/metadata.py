@@ -12,7 +12,7 @@ wrong passages:
   with its name before the index library reads it.
 
 Indexes are built in a staging folder beside their final place and swapped in only when
-complete (:mod:`at2po_lib.staging`), so a failed rebuild leaves the previous index (or none),
+complete (:mod:`at2po_lib.util.staging`), so a failed rebuild leaves the previous index (or none),
 never a half-written folder that loads.
 """
 

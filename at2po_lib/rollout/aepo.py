@@ -40,7 +40,8 @@ import numpy as np
 from .agent import (STOP_SEQUENCES, Chain, RewardFn, RolloutState, init_state, make_trees,
                     run_chains, score_trees, start_chain)
 from .agent import SearchEnv
-from .backends import TurnBackend, TurnResult, make_backend
+from .turns import TurnBackend, TurnResult
+from .backends import make_backend
 from .structures import ROOT, Node, RolloutTree
 
 

@@ -43,12 +43,13 @@ from ..actions import Action, parse_action
 from ..prompts import (PromptTemplate, build_messages, get_template, invalid_action_message,
                        prompt_ids, render_observation, tool_limit_notice)
 from ..retrieval.base import DEFAULT_TOPK
-from .backends import TurnBackend, TurnRequest, TurnResult, make_backend
+from .turns import TurnBackend, TurnRequest, TurnResult
+from .backends import make_backend
 from .kvcache import KVPrefix
-from .structures import ROOT, Node, RolloutTree, Trajectory, Turn
+from .structures import ROOT, Node, RolloutTree, Trajectory
 
 __all__ = ["SearchEnv", "Chain", "run_chains", "rollout_chains", "default_reward_fn",
-           "score_trees", "Trajectory", "Turn"]
+           "score_trees"]
 
 RewardFn = Callable[[str, Sequence[str]], float]
 STOP_SEQUENCES = ("</search>", "</answer>")

@@ -36,7 +36,7 @@ import torch
 
 from .kvcache import BatchCache, KVPrefix
 from .sampling import SamplingSpec, sample_step
-from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult,  # noqa: F401 - re-exported
+from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult,
                     eos_token_ids, split_stop_sequences)
 
 GROUPED_ATTENTION = "at2po_grouped"

@@ -3,7 +3,7 @@ r"""Rollout trees at the boundary: arrays, tidy tables, training rows.
 The rollout grows :class:`~.structures.RolloutTree` objects (nodes with token ids, the shape
 the agent loop needs). Everything downstream uses two things made here:
 
-- :func:`tree_arrays`: the tree as a :class:`at2po_lib.forest.TreeArrays`, the project's one
+- :func:`tree_arrays`: the tree as a :class:`at2po_lib.method.tree.TreeArrays`, the project's one
   tree type (credit, trainer, drawings and files use it)::
 
       parent, entropy, leaf_reward  (N,)  the credit arrays (entropy by rollout.entropy_estimate;
@@ -20,8 +20,8 @@ the agent loop needs). Everything downstream uses two things made here:
       records: per node text, action, query, answer, finish_reason (root: the question)
       info: question, golden_answers, entropy_estimate
 
-  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.forest.
-  save_trees` / :func:`~at2po_lib.forest.load_trees` store them (``.npz`` + JSON, no pickle).
+  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.method.tree.
+  save_trees` / :func:`~at2po_lib.method.tree.load_trees` store them (``.npz`` + JSON, no pickle).
 - :func:`training_rows`: one row per leaf (its root→leaf path), the token ids the trainer needs::
 
       prompt_ids, completion_ids, sampled_mask (1 = sampled token), turn_node (node id per
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..forest import TreeArrays
+from ..method.tree import TreeArrays
 from .structures import ROOT, RolloutTree
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ _INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of")
 
 
 def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> TreeArrays:
-    """The tree as :class:`~at2po_lib.forest.TreeArrays` (module docstring)."""
+    """The tree as :class:`~at2po_lib.method.tree.TreeArrays` (module docstring)."""
     from .trees import node_entropy
 
     nodes = tree.nodes

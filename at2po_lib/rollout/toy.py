@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
-from .backends import BackendStats, TurnRequest, TurnResult
+from .turns import BackendStats, TurnRequest, TurnResult
 
 DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
@@ -116,7 +116,7 @@ class ToySetup:
         from ..config import load_profile
         from ..policy.tokenizer import train_tokenizer
         from ..prompts import get_template
-        from ..retrieval import build_retriever
+        from ..retrieval.build import build_retriever
         from ..tinyworld.build import ensure_world, read_corpus, read_rows
 
         self.cfg = load_profile(profile)

@@ -33,32 +33,8 @@ API::
     generate(cfg.world)                                    # everything in memory, no files
     DATASETS                                               # name -> "multihop" | "singlehop"
 
-The command line is ``at2po world`` (:mod:`at2po_lib.cli.world`). With
+Each name is imported from the module that defines it (``from at2po_lib.tinyworld.build import
+build_world``). The command line is ``at2po world`` (:mod:`at2po_lib.cli.world`). With
 ``at2po_lib.data.load_flashrag(name, split, local_dir=files.datasets_dir)`` the datasets
 load like the real FlashRAG ones.
 """
-
-from .build import (
-    GENERATOR_VERSION,
-    GeneratedWorld,
-    WorldFiles,
-    build_world,
-    cache_key,
-    ensure_world,
-    entity_stats,
-    generate,
-    load_world,
-    read_corpus,
-    read_rows,
-    world_stats,
-)
-from .datasets import BAMBOOGLE_TEST_SIZE, DATASETS, MIRRORS, RECIPES, SPLITS
-from .diagnostics import bm25_recall
-from .entities import ENTITY_TYPES, POOLS, RELATIONS
-
-__all__ = [
-    "BAMBOOGLE_TEST_SIZE", "DATASETS", "bm25_recall", "ENTITY_TYPES", "GENERATOR_VERSION", "GeneratedWorld",
-    "MIRRORS", "POOLS", "RECIPES", "RELATIONS", "SPLITS", "WorldFiles", "build_world",
-    "cache_key", "ensure_world", "entity_stats", "generate", "load_world", "read_corpus",
-    "read_rows", "world_stats",
-]

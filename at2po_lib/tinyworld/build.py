@@ -194,7 +194,7 @@ def ensure_world(profile_cfg, force: bool = False) -> WorldFiles:
     """The profile's TinyWorld under ``artifacts_dir(profile)/"world"``, built if missing.
     ``profile_cfg`` is a ``ProfileConfig`` or a profile name."""
     from ..config import load_profile
-    from ..paths import artifacts_dir
+    from ..util.paths import artifacts_dir
 
     if isinstance(profile_cfg, str):
         profile_cfg = load_profile(profile_cfg)

@@ -6,8 +6,8 @@ by the stage they act on (docs/method.md §5–§7):
 
 - ``tree_*``: how the rollout grows (chains, Tree-GRPO's random tree, AT2PO's entropy tree,
   AEPO's branching) and DAPO's dynamic sampling (``tree_dynamic_sampling``);
-- ``credit_*``: how leaf rewards become per-token advantages (``at2po_lib.credit``);
-- ``loss_*``: the ratio level and AEPO's options of ``at2po_lib.losses.policy_loss``.
+- ``credit_*``: how leaf rewards become per-token advantages (``at2po_lib.method.credit``);
+- ``loss_*``: the ratio level and AEPO's options of ``at2po_lib.method.loss.policy_loss``.
 
 Meaning of ``num_generations`` here: the number of *leaves* (training rows) per prompt, which is
 what TRL's grouping needs. It is derived from the tree shape (``tree_m + tree_l * tree_k``:
@@ -48,11 +48,11 @@ LOSS_TYPES = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "toke
 
 @dataclass
 class AT2POConfig(GRPOConfig):
-    r"""Configuration of :class:`~at2po_lib.trainer.AT2POTrainer` (arXiv 2601.04767).
+    r"""Configuration of :class:`~at2po_lib.trainer.trainer.AT2POTrainer` (arXiv 2601.04767).
 
     Inherits every ``GRPOConfig`` field; adds the ``tree_*``, ``credit_*`` and ``loss_*`` fields
     below and changes the defaults named in the module docstring. Named presets of these fields
-    (one per method of Table 1–3) are in :mod:`at2po_lib.trainer.methods`.
+    (one per method of Table 1–3) are in :mod:`at2po_lib.method.presets`.
     """
 
     # ----------------------------------------------------------------------- rollout (§5, §8)

@@ -2,8 +2,8 @@ r"""Training rows of one rollout batch and their per-token advantages (docs/meth
 
 :class:`RolloutBatch` holds one row per leaf (prompt ids, completion ids with the observation
 mask, turn node ids, sampling log-probs, reward) plus the trees the rows came from, as
-:class:`at2po_lib.forest.TreeArrays`. :func:`token_advantages` turns a batch into the (R, T)
-advantages the loss sees, always through :mod:`at2po_lib.credit`; :func:`group_has_signal`
+:class:`at2po_lib.method.tree.TreeArrays`. :func:`token_advantages` turns a batch into the (R, T)
+advantages the loss sees, always through :mod:`at2po_lib.method.credit`; :func:`group_has_signal`
 and :func:`select_groups` serve DAPO's dynamic sampling.
 """
 
@@ -14,8 +14,8 @@ from typing import Sequence
 
 import torch
 
-from .. import credit
-from ..forest import TreeArrays, as_tree_arrays
+from ..method import credit
+from ..method.tree import TreeArrays, as_tree_arrays
 
 
 @dataclass
@@ -26,7 +26,7 @@ class RolloutBatch:
     own several: Tree-GRPO's ``random`` expansion grows ``rollout.tree_grpo_trees`` per
     prompt). ``row_tree`` indexes ``trees``; ``turn_node`` ids are local to the row's tree (−1
     on observation tokens); ``group`` is the row's prompt slot (0..P−1). Trees given in another
-    form :func:`~at2po_lib.forest.as_tree_arrays` accepts are converted on construction.
+    form :func:`~at2po_lib.method.tree.as_tree_arrays` accepts are converted on construction.
     """
 
     prompt_ids: list[list[int]]
@@ -54,7 +54,7 @@ class RolloutBatch:
 
 def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_softmax",
                      normalize_leaves: bool = True) -> torch.Tensor:
-    r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.credit`.
+    r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.method.credit`.
 
     - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
       over the batch's trees (every token of turn n gets A_n, docs/method.md §6);

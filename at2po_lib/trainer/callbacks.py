@@ -1,4 +1,4 @@
-r"""Trainer callbacks that write a run's records (``records.RunDir``) and show its progress.
+r"""Trainer callbacks that write a run's records (``run_folder.RunDir``) and show its progress.
 
 All act on the main process only and hook TRL/transformers' callback events, so the training
 loop stays TRL's:
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from . import records
+from . import run_folder
 
 RECORD_FIELDS = ("step", "global_step", "wall_time")
 """What :class:`MetricsRecorder` adds to the logged metrics of a rollout step."""
@@ -63,7 +63,7 @@ class MetricsRecorder(TrainerCallback):
         row.update((key, value) for key, value in logs.items()
                    if value is not None and key not in RECORD_FIELDS)
         row["wall_time"] = time.time() - self.start_time
-        records.append_jsonl(self.path, row)
+        run_folder.append_jsonl(self.path, row)
         self.last = row
 
 
@@ -97,7 +97,7 @@ class GreedyValidation(TrainerCallback):
                    "n": rec.get("n"), "em": rec.get("em"), "f1": rec.get("f1"),
                    "mean_turns": rec.get("mean_turns"),
                    "mean_tool_calls": rec.get("mean_tool_calls"), "eval_time": seconds}
-            records.append_jsonl(self.path, row)
+            run_folder.append_jsonl(self.path, row)
             self.last[str(rec["dataset"])] = float(rec.get("em"))
         if self.last:
             self.history.append((step, sum(self.last.values()) / len(self.last)))
@@ -126,7 +126,7 @@ class CheckpointMarker(TrainerCallback):
             return
         folder = self.checkpoints / f"checkpoint-{state.global_step}"
         if folder.is_dir():
-            records.mark_checkpoint_complete(
+            run_folder.mark_checkpoint_complete(
                 folder, global_step=state.global_step,
                 step=rollout_step(state.global_step, self.updates_per_step))
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
-from .methods import get_method
+from ..method.presets import get_method
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ method preset (``--set trainer.beta=0``)."""
 class RunSpec:
     """One training run, resolved once from the profile, the method preset and the overrides.
 
-    ``rollout`` is what the sampler runs (:class:`at2po_lib.trainer.agent.SearchAgent` gets it
+    ``rollout`` is what the sampler runs (:class:`at2po_lib.trainer.search_agent.SearchAgent` gets it
     as is); ``trainer`` holds the ``AT2POConfig`` keyword arguments, derived from the same
     numbers (``num_generations == rollout.leaves_per_prompt()``). Nothing is copied back.
     ``react`` (no training) has ``geometry`` None and an empty ``trainer``.
@@ -135,7 +135,7 @@ class RunSpec:
 
     def training_args(self, output_dir: Path):
         """The run's :class:`AT2POConfig` (TRL's arguments) writing to ``output_dir``."""
-        from .config import AT2POConfig
+        from .at2po_config import AT2POConfig
 
         if self.geometry is None:
             raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")

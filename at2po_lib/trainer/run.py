@@ -27,7 +27,7 @@ What a run does (:func:`train`):
 4. evaluate the final policy greedily on ``eval.datasets`` → ``final_eval.csv``
    (Table 1's cells), then write ``DONE.json``;
 5. swap the staging folder in as ``results/runs/<profile>/<method>/seed<S>/`` atomically
-   (:mod:`at2po_lib.staging`): a re-run that fails or is killed at any point leaves the
+   (:mod:`at2po_lib.util.staging`): a re-run that fails or is killed at any point leaves the
    previous finished run exactly as it was.
 
 ``react`` trains nothing: it evaluates the warm start (the toy "ReAct" row) and records it
@@ -49,29 +49,26 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, load_profile
-from ..staging import recover, staging_path, swap_in
-from . import records
-from .methods import get_method
-from .resolve import (RunSpec, batch_geometry, build_training_args, leaves_per_prompt,
-                      method_table, resolve_run, resolved_config, trainer_fields)
+from ..util.staging import recover, staging_path, swap_in
+from . import run_folder
+from ..method.presets import get_method
+from .resolve import RunSpec, resolve_run
 
-__all__ = ["train", "TrainResult", "build_trainer", "training_prompts", "batch_geometry",
-           "build_training_args", "leaves_per_prompt", "method_table", "resolve_run",
-           "resolved_config", "trainer_fields", "RunSpec"]
+__all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 
 
 # --------------------------------------------------------------------------------- data
 def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
     """Prompts of ``train.train_datasets``: TinyWorld ``train`` splits (``tiny_*``) or the
     FlashRAG training splits; each row keeps ``question`` and ``golden_answers``. (Not
-    :func:`at2po_lib.rollout.training_rows`, which turns rollout trees into one row per leaf.)"""
+    :func:`at2po_lib.rollout.export.training_rows`, which turns rollout trees into one row per leaf.)"""
     from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
 
     out: list[dict[str, Any]] = []
     for name in profile_cfg.train.train_datasets:
         if name.startswith("tiny_"):
             from ..evaluation import world_dataset_path
-            from ..tinyworld import ensure_world
+            from ..tinyworld.build import ensure_world
 
             rows = read_flashrag_jsonl(world_dataset_path(ensure_world(profile_cfg), name, "train"))
         else:
@@ -111,7 +108,7 @@ class Validator:
         from accelerate.utils import gather_object
 
         from ..evaluation import score_datasets, summarise
-        from .agent import turn_backend
+        from .search_agent import turn_backend
 
         acc = self.trainer.accelerator
         tokenizer = self.trainer.processing_class
@@ -129,7 +126,7 @@ class Validator:
 # -------------------------------------------------------------------------------- train
 @dataclass
 class TrainResult:
-    run: records.RunDir
+    run: run_folder.RunDir
     status: str
     """``trained``, ``resumed``, ``evaluated`` (react), ``skipped`` (already finished with this
     configuration) or ``reused`` (finished with another one, ``reuse_finished=True``)."""
@@ -159,47 +156,47 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         profile_overrides or {}) or None)
     preset = get_method(method)
     _check_backend(cfg)
-    run = records.run_dir(cfg.name, method, seed)
+    run = run_folder.run_dir(cfg.name, method, seed)
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
-    digest = records.config_hash(resolved)
+    digest = run_folder.config_hash(resolved)
     _recover_run_folder(run)
-    if not force and records.is_finished(run, digest):
+    if not force and run_folder.is_finished(run, digest):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
-    if not force and records.is_finished(run) and reuse_finished:
+    if not force and run_folder.is_finished(run) and reuse_finished:
         print(f"{run.root}: reusing a finished run made with another configuration (config "
               f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
               file=sys.stderr)
         return TrainResult(run, "reused", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            _read_csv(run.final_eval))
-    if not force and records.is_finished(run):
+    if not force and run_folder.is_finished(run):
         raise RunExistsError(
             f"{run.root}: a finished run with another configuration is there (config hash "
             f"{_done_hash(run)}, now {digest}); pass --force (force=True) to replace it. The "
             "finished run is kept until the new one has finished.")
     # Everything below writes into the staging folder; the committed run is untouched until
-    # the new one is complete (at2po_lib.staging).
-    work = records.RunDir(staging_path(run.root))
+    # the new one is complete (at2po_lib.util.staging).
+    work = run_folder.RunDir(staging_path(run.root))
     checkpoint = None
     if resume and not force:
         _adopt_unfinished_legacy_run(run, work)
-        records.remove_incomplete_checkpoints(work.checkpoints)
-        checkpoint = records.latest_complete_checkpoint(work.checkpoints)
+        run_folder.remove_incomplete_checkpoints(work.checkpoints)
+        checkpoint = run_folder.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
             _check_same_config(work, digest)
-            step = json.loads((checkpoint / records.COMPLETE_MARKER).read_text())["step"]
-            records.truncate_jsonl(work.metrics, step)
-            records.truncate_jsonl(work.eval, step)
+            step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
+            run_folder.truncate_jsonl(work.metrics, step)
+            run_folder.truncate_jsonl(work.eval, step)
     if checkpoint is None:
-        if not resume and records.complete_checkpoints(work.checkpoints):
+        if not resume and run_folder.complete_checkpoints(work.checkpoints):
             print(f"{work.root}: an unfinished run is there; starting over (pass --resume to "
                   "continue it)", file=sys.stderr)
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
-    records.write_config(work, {**resolved, "config_hash": digest})
-    from ..provenance import hardware, run_metadata
+    run_folder.write_config(work, {**resolved, "config_hash": digest})
+    from ..util.provenance import hardware, run_metadata
 
     meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
                         resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
@@ -214,7 +211,7 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         final = _evaluate_warmstart(cfg, method, seed, work)
         status = "evaluated"
     wall = time.time() - start + _previous_wall_time(work, checkpoint)
-    records.mark_finished(work, digest, wall_time=wall, status=status,
+    run_folder.mark_finished(work, digest, wall_time=wall, status=status,
                           final_eval=str(run.final_eval) if final is not None else None)
     swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
     return TrainResult(run, status, wall, final)
@@ -230,24 +227,24 @@ def _run_is_complete(folder: Path) -> bool:
     return (folder / "DONE.json").is_file()
 
 
-def _recover_run_folder(run: records.RunDir) -> None:
-    """Finish or undo a swap that a crash interrupted (:func:`at2po_lib.staging.recover`)."""
+def _recover_run_folder(run: run_folder.RunDir) -> None:
+    """Finish or undo a swap that a crash interrupted (:func:`at2po_lib.util.staging.recover`)."""
     recover(run.root, _run_is_complete)
 
 
-def _done_hash(run: records.RunDir) -> str | None:
+def _done_hash(run: run_folder.RunDir) -> str | None:
     try:
         return json.loads(run.done.read_text()).get("config_hash")
     except (OSError, json.JSONDecodeError):
         return None
 
 
-def _adopt_unfinished_legacy_run(run: records.RunDir, work: records.RunDir) -> None:
+def _adopt_unfinished_legacy_run(run: run_folder.RunDir, work: run_folder.RunDir) -> None:
     """A run killed before runs were built in a staging folder left its checkpoints in the
     final folder: move that unfinished folder to the staging place so ``--resume`` goes on."""
-    if work.root.exists() or records.is_finished(run):
+    if work.root.exists() or run_folder.is_finished(run):
         return
-    if records.complete_checkpoints(run.checkpoints):
+    if run_folder.complete_checkpoints(run.checkpoints):
         os.rename(run.root, work.root)
         run.root.mkdir(parents=True, exist_ok=True)
 
@@ -258,7 +255,7 @@ def _check_backend(cfg: ProfileConfig) -> None:
                            f"rollout.backend={cfg.rollout.backend!r}; set both for vLLM rollouts")
 
 
-def _check_same_config(run: records.RunDir, digest: str) -> None:
+def _check_same_config(run: run_folder.RunDir, digest: str) -> None:
     if run.config.is_file():
         import yaml
 
@@ -268,11 +265,11 @@ def _check_same_config(run: records.RunDir, digest: str) -> None:
                              f"configuration (hash {old} != {digest}); drop --resume or use --force")
 
 
-def _previous_wall_time(run: records.RunDir, checkpoint: Path | None) -> float:
+def _previous_wall_time(run: run_folder.RunDir, checkpoint: Path | None) -> float:
     """Wall time spent before the checkpoint a resumed run started from."""
     if checkpoint is None:
         return 0.0
-    rows = records.read_jsonl(run.metrics)
+    rows = run_folder.read_jsonl(run.metrics)
     return float(rows[-1].get("wall_time", 0.0)) if rows else 0.0
 
 
@@ -283,7 +280,7 @@ def _read_csv(path: Path):
 
 
 def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int,
-                      run: records.RunDir):
+                      run: run_folder.RunDir):
     from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
 
     summary, details = evaluate(cfg, model, tokenizer, retriever, label=method, seed=seed,
@@ -294,15 +291,15 @@ def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: s
     return summary
 
 
-def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir):
+def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
     from ..policy.model import load_policy
-    from ..retrieval import build_retriever
+    from ..retrieval.build import build_retriever
 
     model, tokenizer = load_policy(policy_path(cfg), cfg.policy.dtype)
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
 
-def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
+def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir,
                   trainer_overrides: Mapping[str, Any] | None = None,
                   start_time: float | None = None, reward_fn=None,
                   spec: RunSpec | None = None):
@@ -318,8 +315,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
 
     from ..policy.model import torch_dtype
     from ..policy.tokenizer import load_tokenizer
-    from ..retrieval import build_retriever
-    from .agent import SearchAgent
+    from ..retrieval.build import build_retriever
+    from .search_agent import SearchAgent
     from .callbacks import CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress
     from .trainer import AT2POTrainer
 
@@ -333,7 +330,7 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
     retriever = build_retriever(cfg)
     dataset = datasets.Dataset.from_list(training_prompts(cfg))
     agent = SearchAgent(tokenizer, cfg.policy.template, retriever, spec.rollout, reward_fn)
-    from ..quiet import hf_progress_bars_off
+    from ..util.quiet import hf_progress_bars_off
 
     with hf_progress_bars_off():  # "Loading weights" of the policy: noise in notebook outputs
         trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
@@ -356,7 +353,7 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
     return trainer
 
 
-def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | None,
+def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path | None,
                         callbacks: Sequence[Any] = (), reward_fn=None):
     cfg, method, seed = spec.profile, spec.method, spec.seed
     trainer = build_trainer(cfg, method, seed, run, spec.trainer_overrides,
@@ -364,7 +361,7 @@ def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | N
                             reward_fn=reward_fn, spec=spec)
     for callback in callbacks:
         trainer.add_callback(callback)
-    from ..quiet import hf_progress_bars_off
+    from ..util.quiet import hf_progress_bars_off
 
     with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -373,7 +370,7 @@ def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | N
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:
         print(f"final evaluation skipped under {trainer.accelerator.num_processes} processes: run "
               f"`at2po evaluate --profile {cfg.name} --checkpoint "
-              f"{records.latest_complete_checkpoint(run.checkpoints)} --label {method} "
+              f"{run_folder.latest_complete_checkpoint(run.checkpoints)} --label {method} "
               f"--seed {seed}`", file=sys.stderr)
         return None
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from ..paths import results_dir
+from ..util.paths import results_dir
 
 COMPLETE_MARKER = "COMPLETE"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

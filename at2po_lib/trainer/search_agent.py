@@ -2,9 +2,9 @@ r"""The trainer's view of the search agent: prompt groups in, a :class:`RolloutB
 
 :class:`SearchAgent` binds the tokenizer, prompt template, retriever and the profile's rollout
 limits once; :meth:`SearchAgent.sample` runs one rollout round with the run's rollout
-configuration through :func:`at2po_lib.rollout.rollout` and converts the trees into
-training rows (:func:`at2po_lib.rollout.training_rows`) and credit arrays
-(:func:`at2po_lib.rollout.tree_arrays`: :class:`at2po_lib.forest.TreeArrays`).
+configuration through :func:`at2po_lib.rollout.trees.rollout` and converts the trees into
+training rows (:func:`at2po_lib.rollout.export.training_rows`) and credit arrays
+(:func:`at2po_lib.rollout.export.tree_arrays`: :class:`at2po_lib.method.tree.TreeArrays`).
 
 The rollout configuration is the run's :attr:`at2po_lib.trainer.resolve.RunSpec.rollout`:
 the profile's ``rollout`` section shaped by the method (expansion, chains or tree, AEPO's
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .config import AT2POConfig
+from .at2po_config import AT2POConfig
 from .batch import RolloutBatch
 
 
@@ -44,7 +44,7 @@ class SearchAgent:
         prompt in the order of ``rows`` (``group`` = position in ``rows``). ``args`` (the
         trainer's ``AT2POConfig``) must describe the same rollout: it is checked, not read.
         """
-        from ..rollout import rollout
+        from ..rollout.trees import rollout
 
         cfg = self.rollout_cfg
         _check_same_rollout(cfg, args)
@@ -62,7 +62,8 @@ def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False
     ``vllm.LLM``), or None: the rollout then builds its Hugging Face backend from ``policy``."""
     if rollout_cfg.backend != "vllm":
         return None
-    from ..rollout import STOP_SEQUENCES, make_backend
+    from ..rollout.agent import STOP_SEQUENCES
+    from ..rollout.backends import make_backend
 
     return make_backend(None, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed, greedy=greedy,
                         llm=policy)
@@ -90,7 +91,7 @@ def _field(row: dict[str, Any], name: str, index: int) -> Any:
 
 def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBatch:
     """Training rows and credit arrays of rollout trees (one row per leaf, trees in order)."""
-    from ..rollout import training_rows, tree_arrays
+    from ..rollout.export import training_rows, tree_arrays
 
     rows = training_rows(trees)
     arrays = [tree_arrays(t, entropy_estimate) for t in trees]

@@ -29,8 +29,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Sequence
 
-from ..credit import VALUE_MODES
-from .methods import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
+from ..method.credit import VALUE_MODES
+from ..method.presets import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
 
 TABLE3_ADVANTAGES = ("node_value", "diff_parent")
 """The advantage modes Table 3's study trains by default (the paper's main contrast)."""

@@ -17,11 +17,11 @@ rollout (§5, §8)       TRL's ``rollout_func`` hook → :meth:`AT2POTrainer._ro
 credit (§6)            override of ``_generate_and_score_completions``: calls the parent (which
                        pads, logs rewards and, where needed, computes old/reference log-probs),
                        then replaces its per-row GRPO advantage by the per-*token* advantage
-                       (B, T) computed by :mod:`at2po_lib.credit` from the trees, and adds
+                       (B, T) computed by :mod:`at2po_lib.method.credit` from the trees, and adds
                        ``turn_ids`` (B, T).
 loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies at the
                        sampling temperature (``args.temperature``), then
-                       :func:`at2po_lib.losses.policy_loss` at the method's ratio level.
+                       :func:`at2po_lib.method.loss.policy_loss` at the method's ratio level.
 =====================  =========================================================================
 
 Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
@@ -52,7 +52,7 @@ Rows and groups: TRL repeats every prompt ``num_generations`` times in a generat
 ``num_generations`` is the number of *leaves* per prompt, and the rollout turns each group of
 repeats into one tree whose leaves fill exactly those slots. A process must hold whole groups
 (``per_device_train_batch_size * steps_per_generation`` a multiple of ``num_generations``),
-which :func:`at2po_lib.trainer.run.build_training_args` guarantees.
+which :func:`at2po_lib.trainer.resolve.build_training_args` guarantees.
 
 Reproducibility: every rollout step seeds its sampler from ``(args.seed, step, process)``, so a
 run resumed from a checkpoint samples exactly what the uninterrupted run sampled.
@@ -71,11 +71,11 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from .. import credit
-from ..losses import policy_loss
+from ..method import credit
+from ..method.loss import policy_loss
 from ..rollout.backends import torch_threads
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
-from .config import LOSS_TYPES, AT2POConfig
+from .at2po_config import LOSS_TYPES, AT2POConfig
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                      "lm_head_multiplier", "logits_scaling")
@@ -159,7 +159,7 @@ class AT2POTrainer(GRPOTrainer):
     """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
 
     Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
-    parent's scoring) and ``_compute_loss`` (``at2po_lib.losses.policy_loss``); the rollout is
+    parent's scoring) and ``_compute_loss`` (``at2po_lib.method.loss.policy_loss``); the rollout is
     TRL's ``rollout_func`` hook bound to :meth:`_rollout`. ``_get_per_token_logps_and_entropies``
     is wrapped to skip padding (``loss_chunk_rows``) and to let the parent's scoring skip the
     no-grad passes this trainer serves otherwise (old log-probs from the rollout, reference
@@ -173,7 +173,7 @@ class AT2POTrainer(GRPOTrainer):
             and ``id`` (``at2po_lib.data.to_trainer_rows``).
         processing_class: the policy's tokenizer.
         agent: the environment the rollout runs in: ``agent.sample(policy, rows, args, seed)``
-            returns a :class:`RolloutBatch` (:class:`at2po_lib.trainer.agent.SearchAgent`).
+            returns a :class:`RolloutBatch` (:class:`at2po_lib.trainer.search_agent.SearchAgent`).
         callbacks, peft_config: as in ``GRPOTrainer``.
     """
 

@@ -1,7 +1,7 @@
 """Measured notebook run times, read from ``docs/timings.yaml``: the one place they live.
 
 Each notebook prints its own row under its introduction (:func:`show_timings`), and the
-README's "Time per notebook" table is :func:`markdown_table` (``python -m at2po_lib.timings
+README's "Time per notebook" table is :func:`markdown_table` (``python -m at2po_lib.util.timings
 --markdown`` prints it; ``tests/test_notebooks.py`` checks that the README shows exactly that).
 """
 
@@ -94,7 +94,7 @@ def show_timings(stem: str, profile: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m at2po_lib.timings",
+    parser = argparse.ArgumentParser(prog="python -m at2po_lib.util.timings",
                                      description="Print the measured notebook times.")
     parser.add_argument("--markdown", action="store_true", help="the README's table")
     parser.add_argument("--notebook", default=None, help="one notebook's lines, e.g. 02_tree_rollout")

@@ -1,5 +1,5 @@
-"""Tests for at2po_lib.forest: tree containers (TreeArrays, Forest), structure helpers, the
-demo/loading helpers, and that every moved name is still importable from at2po_lib.credit."""
+"""Tests for at2po_lib.method.tree: tree containers (TreeArrays, Forest), structure helpers, the
+demo and loading helpers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from at2po_lib import credit, forest
-from at2po_lib.forest import (
+from at2po_lib.method.tree import (
     Forest,
     TreeArrays,
     as_tree_arrays,
@@ -25,16 +24,6 @@ from at2po_lib.forest import (
 )
 
 NAN = float("nan")
-
-
-# ------------------------------------------------------------------------------------------
-# Backwards compatibility: the names used to live in at2po_lib.credit
-# ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["Forest", "TreeArrays", "as_tree_arrays", "node_depths",
-                                  "leaf_paths", "synthetic_turn_rows", "example_tree",
-                                  "random_tree", "load_trees"])
-def test_moved_names_are_reexported_by_credit(name):
-    assert getattr(credit, name) is getattr(forest, name)
 
 
 # ------------------------------------------------------------------------------------------
