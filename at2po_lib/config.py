@@ -198,8 +198,11 @@ class RolloutConfig:
     """Completion budget (turns + observations) per trajectory."""
     max_prompt_tokens: int = 256
     """A longer prompt is an error naming the question."""
+    chains: int = 16
+    """Independent chains per prompt of the ``chain`` expansion (GRPO/DAPO/GSPO, docs/method.md
+    §8: 16); the chain methods' leaves per prompt."""
     tree_m: int = 10
-    """M: chains from the root (docs/method.md §5); the number of chains for ``chain``."""
+    """M: chains from the root of an AT2PO tree (docs/method.md §5)."""
     tree_l: int = 2
     """L: expansion rounds."""
     tree_k: int = 6
@@ -227,7 +230,7 @@ class RolloutConfig:
     aepo_budget: int = 16
     """AEPO: leaves per prompt (docs/method.md §8: 16, the chain methods' budget). The one source
     of AEPO's budget: the trainer's ``num_generations`` for ``aepo`` is this number
-    (``train.chain_leaves`` sizes GRPO/DAPO/GSPO only)."""
+    (``chains`` sizes GRPO/DAPO/GSPO only)."""
     aepo_initial: int = 8
     """AEPO: chains sampled before any branching (at most ``aepo_budget``)."""
     aepo_beam: int = 2
@@ -243,13 +246,15 @@ class RolloutConfig:
 
     def leaves_per_prompt(self, expansion: str | None = None) -> int:
         """Leaves (training rows) one prompt's rollout ends with, for ``expansion`` (default
-        ``self.expansion``): M chains for ``chain``, M + L·K for ``random``/``entropy``,
-        ``aepo_budget`` for ``aepo``. The one place this number is derived."""
+        ``self.expansion``): ``chains`` for ``chain``, M + L·K for ``random``/``entropy``,
+        ``aepo_budget`` for ``aepo``. The one place this number is derived: the sampler, the
+        trainer's ``num_generations`` (set once by ``at2po_lib.trainer.resolve.resolve_run``)
+        and the reports all read it from here."""
         expansion = expansion or self.expansion
         if expansion in ("random", "entropy"):
             return tree_leaves(self.tree_m, self.tree_l, self.tree_k)
         if expansion == "chain":
-            return self.tree_m
+            return self.chains
         if expansion == "aepo":
             return self.aepo_budget
         raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, entropy "
@@ -279,9 +284,6 @@ class TrainConfig:
     """Prompts per rollout step (train batch 64)."""
     mini_batch_prompts: int = 8
     """Prompts per optimizer update (PPO mini-batch 8: 8 updates per rollout step)."""
-    chain_leaves: int = 16
-    """Leaves per prompt of the chain methods (GRPO/DAPO/GSPO, docs/method.md §8); tree methods get
-    M + L*K and AEPO ``aepo_budget`` from ``rollout``."""
     micro_batch_rows: int = 0
     """Rows per forward/backward pass per device (gradient accumulation); 0 = a whole update."""
     loss_chunk_rows: int = 0
@@ -407,10 +409,17 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
+MOVED_KEYS = {"train.chain_leaves": "rollout.chains"}
+"""Profile keys that moved (old ``section.key`` → new): an old key is an error naming the new."""
+
+
 def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
     hints = typing.get_type_hints(type(obj))
     names = {f.name for f in dataclasses.fields(obj)}
     for key, value in overrides.items():
+        moved = MOVED_KEYS.get(f"{where.rsplit('.', 1)[-1]}.{key}")
+        if key not in names and moved:
+            raise ProfileError(f"{where}: {key!r} moved to {moved}; set that instead")
         if key not in names:
             raise ProfileError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(names))})")
         current = getattr(obj, key)
@@ -510,6 +519,9 @@ def _schema_field(schema: type, dotted: str, where: str) -> Any:
     for depth, part in enumerate(parts):
         fields = _field_types(node)
         prefix = ".".join(parts[:depth])
+        if part not in fields and dotted in MOVED_KEYS:
+            raise ProfileError(f"{where}: {dotted!r} moved to {MOVED_KEYS[dotted]}; set that "
+                               "instead")
         if part not in fields:
             known = [f"{prefix}.{k}" if prefix else k for k in fields]
             close = difflib.get_close_matches(dotted, known, n=3)

@@ -74,7 +74,7 @@ def run(args, model, tokenizer, template, retriever, questions, golden, cfg, exp
         cache: str) -> tuple[dict, float, object, float]:
     backend = make_backend(model, tokenizer, cfg, STOP_SEQUENCES, seed=args.seed,
                            keep_cache=cache != "none", num_threads=args.threads)
-    leaves = cfg.tree_m + cfg.tree_l * cfg.tree_k
+    leaves = cfg.leaves_per_prompt("entropy")
     start, start_cpu = time.perf_counter(), time.process_time()
     trees = rollout_trees(model, tokenizer, template, retriever, questions, golden, cfg,
                           expansion=expansion, num_chains=leaves, seed=args.seed, backend=backend,
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_profile(args.profile).rollout
     questions = [r["question"] for r in rows[: args.prompts]]
     golden = [list(r["golden_answers"]) for r in rows[: args.prompts]]
-    leaves = cfg.tree_m + cfg.tree_l * cfg.tree_k
+    leaves = cfg.leaves_per_prompt("entropy")
     print(f"profile {args.profile}: {len(questions)} prompts x {leaves} leaves "
           f"(M={cfg.tree_m}, L={cfg.tree_l}, K={cfg.tree_k}), temperature {cfg.temperature}")
     print(f"policy: {described}; torch threads {args.threads or torch.get_num_threads()}; "

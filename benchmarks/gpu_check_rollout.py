@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     rollout = cfg.rollout
-    leaves = rollout.tree_m + rollout.tree_l * rollout.tree_k
+    leaves = rollout.leaves_per_prompt("entropy")
     print(f"device: {device_name} ({args.device}), dtype {dtype}, torch {torch.__version__}")
     print(f"model: random Qwen3, {n_params / 1e6:.1f}M parameters, vocab {model.config.vocab_size}")
     print(f"workload: profile {args.profile}, {args.prompts} prompts x {leaves} leaves "

@@ -4,6 +4,7 @@ hand-built trees (docs/method.md §5, §6, §8)."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 from scipy.stats import mannwhitneyu
 
@@ -23,11 +24,11 @@ from at2po_lib.analysis.expansion_stats import (
     expansion_counts,
     node_table,
     selection_stats,
-    sibling_weights,
 )
 from at2po_lib.analysis.sample import searched_nodes
 from at2po_lib.method.tree import TreeArrays, random_tree
-from at2po_lib.rollout.trees import select_entropy
+from at2po_lib.method.credit import sibling_weights
+from at2po_lib.method.expansion import select_entropy
 
 NAN = np.nan
 
@@ -226,12 +227,12 @@ def test_vectorised_picks_equal_select_entropy_tree_by_tree(alpha, k):
 
 
 def test_sibling_weights_softmax_and_linear():
-    parent = np.array([-1, 0, 0, 0])
-    h = np.array([0.0, 0.0, np.log(2.0), 0.0])
-    soft = sibling_weights(h, parent, "softmax")
+    parent = torch.tensor([-1, 0, 0, 0])
+    h = torch.tensor([0.0, 0.0, np.log(2.0), 0.0], dtype=torch.float64)
+    soft = sibling_weights(parent, h, "entropy_softmax").numpy()
     assert soft[1:] == pytest.approx([0.25, 0.5, 0.25])
-    assert sibling_weights(h, parent, "linear")[1:] == pytest.approx([0, 1, 0])
-    zero = sibling_weights(np.zeros(4), parent, "linear")
+    assert sibling_weights(parent, h, "entropy_linear").numpy()[1:] == pytest.approx([0, 1, 0])
+    zero = sibling_weights(parent, torch.zeros(4, dtype=torch.float64), "entropy_linear").numpy()
     assert zero[1:] == pytest.approx([1 / 3] * 3) and np.isnan(zero[0])
 
 

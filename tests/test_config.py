@@ -155,5 +155,5 @@ def test_shipped_profiles_give_aepo_the_chain_budget():
     """docs/method.md §8: AEPO samples as many leaves as the chain baselines (16 vs 16)."""
     for name in known_profiles():
         cfg = load_profile(name)
-        assert cfg.rollout.aepo_budget == cfg.train.chain_leaves, name
+        assert cfg.rollout.aepo_budget == cfg.rollout.chains, name
         assert cfg.rollout.aepo_initial <= cfg.rollout.aepo_budget, name

@@ -16,9 +16,9 @@ from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
 from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
-from at2po_lib.rollout.trees import (equalize_leaves, expansion_scores, rollout_trees,
-                                     select_entropy, select_random, sibling_counts, top_k_cycled,
-                                     tree_grpo_shape)
+from at2po_lib.method.expansion import (expansion_scores, select_entropy, select_random,
+                                        sibling_counts, top_k_cycled)
+from at2po_lib.rollout.trees import equalize_leaves, rollout_trees, tree_grpo_shape
 
 
 @pytest.fixture(scope="module")

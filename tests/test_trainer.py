@@ -18,7 +18,7 @@ from at2po_lib.method import credit
 from at2po_lib.config import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
-from at2po_lib.trainer.resolve import batch_geometry, trainer_fields
+from at2po_lib.trainer.resolve import batch_geometry, resolve_run, trainer_fields
 from at2po_lib.trainer.run import build_trainer, train
 
 # Marks per test: the arithmetic runs in the fast loop; the tests that build a trainer on
@@ -73,9 +73,9 @@ def test_presets_resolve_on_the_profiles():
     assert fields["max_steps"] == tiny.train.max_steps * (tiny.train.prompts_per_step
                                                           // tiny.train.mini_batch_prompts)
     grpo = trainer_fields(tiny, "grpo", 0, world_size=1)
-    assert grpo["num_generations"] == tiny.train.chain_leaves and grpo["beta"] == 1e-3
-    paper = trainer_fields(load_profile("paper-qwen3-4b"), "aepo", 0, world_size=8)
-    assert paper["num_generations"] == 16 and paper["tree_aepo_initial"] == 8
+    assert grpo["num_generations"] == tiny.rollout.chains and grpo["beta"] == 1e-3
+    paper = resolve_run(load_profile("paper-qwen3-4b"), "aepo", 0, world_size=8)
+    assert paper.trainer["num_generations"] == 16 and paper.rollout.aepo_initial == 8
     assert trainer_fields(load_profile("paper-qwen3-4b"), "at2po", 0, world_size=8)[
         "steps_per_generation"] % 8 == 0
 

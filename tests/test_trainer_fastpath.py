@@ -198,7 +198,7 @@ def test_dapo_dynamic_sampling_runs_in_a_real_step(outputs):
     counting = trainer.agent = _CountingAgent(trainer.agent)
     trainer.train()
     row = run_folder.read_jsonl(run.metrics)[0]
-    rounds = trainer.args.tree_dynamic_sampling_rounds
+    rounds = trainer.args.dynamic_sampling_rounds
     assert len(counting.batches) == rounds > 1
     assert row["rollout/dynamic_sampling_rounds"] == rounds
     assert row["rollout/dynamic_sampling_kept"] == 0.0

@@ -26,15 +26,20 @@ TRAINED = [m.name for m in list_methods() if m.trains]
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory):
+def specs():
     """Every trained preset resolved on the ``tiny`` profile (one CPU process)."""
     from at2po_lib.config import load_profile
-    from at2po_lib.trainer.at2po_config import AT2POConfig
-    from at2po_lib.trainer.resolve import trainer_fields
+    from at2po_lib.trainer.resolve import resolve_run
 
-    tiny, out = load_profile("tiny"), str(tmp_path_factory.mktemp("cfg"))
-    return {name: AT2POConfig(output_dir=out, **trainer_fields(tiny, name, 0, world_size=1))
-            for name in TRAINED}
+    tiny = load_profile("tiny")
+    return {name: resolve_run(tiny, name, 0, world_size=1) for name in TRAINED}
+
+
+@pytest.fixture(scope="module")
+def configs(specs, tmp_path_factory):
+    """Each preset's ``AT2POConfig``."""
+    out = tmp_path_factory.mktemp("cfg")
+    return {name: spec.training_args(out) for name, spec in specs.items()}
 
 
 def _loss(cfg, delta, advantage=1.0):
@@ -43,14 +48,13 @@ def _loss(cfg, delta, advantage=1.0):
     import torch
 
     from at2po_lib.method.loss import policy_loss
-    from at2po_lib.trainer.at2po_config import LOSS_TYPES
 
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
     loss, stats = policy_loss(
         logp, old, torch.tensor([advantage], dtype=torch.float64), mask, level=cfg.loss_level,
-        eps_low=cfg.epsilon, eps_high=cfg.epsilon_high, agg=LOSS_TYPES[cfg.loss_type],
+        eps_low=cfg.epsilon, eps_high=cfg.epsilon_high, agg=cfg.loss_aggregation,
         ref_logp=old, beta=cfg.beta, entropy_balanced_clip=cfg.loss_entropy_balanced_clip,
         token_entropy=torch.ones_like(old), entropy_aware_adv=cfg.loss_entropy_aware_adv,
         turn_ratio=cfg.loss_turn_ratio)
@@ -82,8 +86,8 @@ def measured_advantage(cfg) -> str:
     return "prompt" if bool((adv - vanilla).abs().max() < 1e-6) else "tree"
 
 
-def behaviour(cfg) -> tuple[str, str, str]:
-    return cfg.tree_expansion, measured_advantage(cfg), measured_ratio_level(cfg)
+def behaviour(spec, cfg) -> tuple[str, str, str]:
+    return spec.rollout.expansion, measured_advantage(cfg), measured_ratio_level(cfg)
 
 
 @pytest.mark.parametrize("name", TRAINED)
@@ -101,19 +105,16 @@ def test_each_preset_uses_the_advantage_its_method_requires(configs, name):
 
 
 @pytest.mark.parametrize("name", TRAINED)
-def test_each_preset_rolls_out_its_leaf_budget(configs, name):
+def test_each_preset_rolls_out_its_leaf_budget(specs, configs, name):
     """Trees (random, entropy) grow M + L·K leaves with L·K > 0 re-sampled; chains sample
-    ``num_generations`` chains and never expand (docs/method.md §5, §8)."""
-    from at2po_lib.config import load_profile
-    from at2po_lib.trainer.resolve import leaves_per_prompt
-
-    cfg = configs[name]
-    assert cfg.num_generations == leaves_per_prompt(load_profile("tiny"), cfg.tree_expansion)
-    if cfg.tree_expansion in ("random", "entropy"):
-        assert cfg.tree_l * cfg.tree_k > 0
-        assert cfg.num_generations == cfg.tree_m + cfg.tree_l * cfg.tree_k
-    elif cfg.tree_expansion == "chain":
-        assert cfg.tree_l == 0 and cfg.tree_m == cfg.num_generations
+    ``rollout.chains`` chains (docs/method.md §5, §8); TRL groups exactly that many rows."""
+    rollout, cfg = specs[name].rollout, configs[name]
+    assert cfg.num_generations == rollout.leaves_per_prompt()
+    if rollout.expansion in ("random", "entropy"):
+        assert rollout.tree_l * rollout.tree_k > 0
+        assert cfg.num_generations == rollout.tree_m + rollout.tree_l * rollout.tree_k
+    elif rollout.expansion == "chain":
+        assert cfg.num_generations == rollout.chains
 
 
 def test_turn_and_sequence_ratios_clip_a_one_percent_drift_token_ratios_do_not(configs):
@@ -142,17 +143,17 @@ def test_clip_higher_and_entropy_balanced_clipping(configs):
     assert _loss(configs["aepo"], far)[2][[0, 1, 4, 5]].abs().min() > 0
 
 
-def test_table2_adds_one_component_per_step(configs):
+def test_table2_adds_one_component_per_step(specs, configs):
     """GRPO on a random tree → + turn loss → + entropy expansion → + turn-wise credit (= at2po),
     each step changing exactly one measured behaviour (docs/method.md §10)."""
-    steps = [behaviour(configs[name]) for name in TABLE2_METHODS]
+    steps = [behaviour(specs[name], configs[name]) for name in TABLE2_METHODS]
     assert steps[0] == ("random", "prompt", "token")
     changed = [[i for i in range(3) if a[i] != b[i]] for a, b in zip(steps, steps[1:])]
     assert changed == [[2], [0], [1]]
-    assert steps[-1] == behaviour(configs["at2po"]) == ("entropy", "turn", "turn")
+    assert steps[-1] == behaviour(specs["at2po"], configs["at2po"]) == ("entropy", "turn", "turn")
 
 
-def test_table3_grid_varies_only_the_credit(configs):
+def test_table3_grid_varies_only_the_credit(specs, configs):
     """Every value mode × advantage mode once, all on AT2PO's rollout and loss; the
     (entropy_softmax, node_value) cell gives AT2PO's own advantages (docs/method.md §6)."""
     import torch
@@ -166,9 +167,9 @@ def test_table3_grid_varies_only_the_credit(configs):
     at2po = configs["at2po"]
     for name in (n for n in configs if n.startswith("credit_")):
         cfg = configs[name]
-        assert (cfg.tree_expansion, measured_ratio_level(cfg)) == ("entropy", "turn"), name
-        assert (cfg.epsilon, cfg.epsilon_high, cfg.loss_type) == \
-            (at2po.epsilon, at2po.epsilon_high, at2po.loss_type), name
+        assert (specs[name].rollout.expansion, measured_ratio_level(cfg)) == ("entropy", "turn")
+        assert (cfg.epsilon, cfg.epsilon_high, cfg.loss_aggregation) == \
+            (at2po.epsilon, at2po.epsilon_high, at2po.loss_aggregation), name
     cell = configs["credit_entropy_softmax_node_value"]
     assert torch.equal(token_advantages(_hand_batch(), cell.credit_advantage, cell.credit_value),
                        token_advantages(_hand_batch(), at2po.credit_advantage,
@@ -189,15 +190,18 @@ def test_listing_and_unknown_names():
 
 
 # ------------------------------------------------------------------------ config class
-def test_config_derives_leaves_per_prompt(tmp_path):
-    from at2po_lib.trainer.at2po_config import AT2POConfig
+def test_config_checks_its_choices_and_derives_trls_loss_type(tmp_path):
+    from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES, AT2POConfig
 
-    common = dict(output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44)
-    # paper tree: M + L*K = 10 + 2*6 = 22 leaves per prompt
-    assert AT2POConfig(**common).num_generations == 22
-    assert AT2POConfig(tree_expansion="chain", num_generations=4, **common).num_generations == 4
-    with pytest.raises(ValueError, match="contradicts the tree"):
-        AT2POConfig(num_generations=16, **common)
+    common = dict(output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44,
+                  num_generations=22)
+    assert AT2POConfig(**common).loss_type == "grpo"  # seq-mean-token-mean, the default
+    for aggregation, loss_type in TRL_LOSS_TYPES.items():
+        assert AT2POConfig(loss_aggregation=aggregation, **common).loss_type == loss_type
+    with pytest.raises(ValueError, match="contradicts loss_aggregation"):
+        AT2POConfig(loss_aggregation="token-mean", loss_type="grpo", **common)
+    with pytest.raises(ValueError, match="loss_aggregation"):
+        AT2POConfig(loss_aggregation="seq-mean-token-sum", **common)
     with pytest.raises(ValueError, match="loss_level"):
         AT2POConfig(loss_level="word", **common)
     with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from at2po_lib.method import credit
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.rollout.trees import select_random
+from at2po_lib.method.expansion import select_random
 from at2po_lib.trainer.batch import RolloutBatch, token_advantages
 
 

@@ -5,7 +5,7 @@ AT2PO's expansion round scores every non-leaf node n (root included) by
 .. math::  \mathrm{score}(n) = H(n) - \alpha\, b(n),
 
 b(n) = siblings of n (children of n's parent minus one; the root: its children minus one), and
-re-samples the K best (:func:`at2po_lib.rollout.trees.select_entropy`). After the M initial
+re-samples the K best (:func:`at2po_lib.method.expansion.select_entropy`). After the M initial
 chains of round 1, every first turn (depth 1) and the root have b = M − 1 and every deeper
 node b = 0; so with a penalty α·(M − 1) larger than the spread of turn entropies, the round
 can only ever pick the deepest turns, whatever their entropy. This module measures that on
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..method.tree import Forest, TreeArrays, children_count, node_depths
-from ..rollout.trees import sibling_counts
+from ..method.expansion import expansion_scores, sibling_counts
 
 ESTIMATORS = {"sampled_nll": "entropy_nll", "exact": "entropy_exact"}
 """rollout.entropy_estimate → the node array holding it (docs/method.md §5)."""
@@ -97,7 +97,7 @@ def expansion_counts(nodes: NodeTable, estimator: str, alpha: float, k: int) -> 
     as ``select_entropy``); the K picks are the ranked list cycled from the best, so with c
     candidates the candidate of rank r < K is picked ⌊(K − 1 − r) / c⌋ + 1 times.
     """
-    score = nodes.entropy[estimator] - alpha * nodes.siblings
+    score = expansion_scores(nodes.entropy[estimator], nodes.parent, alpha)
     cand = np.flatnonzero(nodes.is_candidate)
     order = cand[np.lexsort((cand, -score[cand], nodes.tree[cand]))]  # tree, -score, id
     tree_of = nodes.tree[order]
@@ -250,27 +250,6 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
 # --------------------------------------------------------------------------------------------
 # The credit's entropy weights (docs/method.md §6)
 # --------------------------------------------------------------------------------------------
-def sibling_weights(h: np.ndarray, parent: np.ndarray, mode: str) -> np.ndarray:
-    """Normalised weight of every child among its siblings (N,) (NaN at roots):
-    ``softmax`` exp(H_c) / Σ exp(H_c'), ``linear`` H_c / Σ H_c' (all zero: uniform), as
-    :mod:`at2po_lib.method.credit` weighs children."""
-    n = len(parent)
-    kid = parent >= 0
-    up = parent[kid]
-    if mode == "softmax":
-        hmax = np.full(n, -np.inf)
-        np.maximum.at(hmax, up, h[kid])
-        raw = np.exp(h[kid] - hmax[up])
-    elif mode == "linear":
-        total = np.bincount(up, weights=h[kid], minlength=n)
-        raw = np.where(total[up] > 0, h[kid], 1.0)
-    else:
-        raise ValueError(f"weighting {mode!r}: expected softmax or linear")
-    w = np.full(n, np.nan)
-    w[kid] = raw / np.bincount(up, weights=raw, minlength=n)[up]
-    return w
-
-
 def credit_weight_stats(trees: Sequence[TreeArrays]):
     """How far the entropy weights of the credit are from uniform on real trees, per entropy
     estimator and weighting: over every node with >= 2 children (a branching point),
@@ -280,7 +259,7 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
     import pandas as pd
     import torch
 
-    from ..method.credit import forest_node_values
+    from ..method.credit import forest_node_values, sibling_weights
 
     forest = Forest.from_trees(trees, dtype=torch.float64)
     parent = forest.parent.numpy()
@@ -298,7 +277,7 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
         with_h = Forest(forest.parent, torch.as_tensor(h), forest.leaf_reward,
                         forest.tree_index, forest.offsets)
         for weighting in ("softmax", "linear"):
-            w = sibling_weights(h, parent, weighting)
+            w = sibling_weights(forest.parent, torch.as_tensor(h), f"entropy_{weighting}").numpy()
             uniform = 1.0 / n_kids[np.maximum(parent, 0)]
             wmax = np.zeros(len(h))
             np.maximum.at(wmax, parent[kid_of_branch], w[kid_of_branch])

@@ -87,7 +87,7 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
 
     from ..policy.model import load_policy
     from ..prompts import get_template
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
     from ..rollout.trees import rollout
     from ..rollout.export import tree_arrays
 

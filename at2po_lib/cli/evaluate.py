@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     label = args.label or Path(str(checkpoint)).name
     seed = args.seed if args.seed is not None else cfg.sft.seed
     from ..policy.model import load_policy
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
 
     model, tokenizer = load_policy(checkpoint, cfg.policy.dtype)
     retriever = build_retriever(cfg)

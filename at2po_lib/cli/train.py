@@ -66,10 +66,14 @@ def split_overrides(texts: list[str]) -> tuple[dict, dict]:
     """(profile overrides, ``AT2POConfig`` overrides), every key and value checked up front;
     ``trainer.*`` keys are checked against ``AT2POConfig`` (which loads trl) only when given."""
     extra = None
-    if any(t.split("=", 1)[0].strip().split(".", 1)[0] == TRAINER_SECTION for t in texts):
+    keys = [t.split("=", 1)[0].strip().split(".", 1) for t in texts]
+    if any(key[0] == TRAINER_SECTION for key in keys):
         from ..trainer.at2po_config import AT2POConfig
         from ..trainer.resolve import check_trainer_overrides
 
+        # Rollout knobs first: they are not AT2POConfig fields, and the error names their home.
+        check_trainer_overrides({key[1]: None for key in keys
+                                 if key[0] == TRAINER_SECTION and len(key) == 2})
         extra = {TRAINER_SECTION: AT2POConfig}
     merged = parse_set(texts, extra)
     trainer = merged.pop(TRAINER_SECTION, {})

@@ -8,7 +8,7 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
 - :mod:`.credit`: turn-wise credit, leaf rewards -> node values -> node advantages, by name
   (``VALUE_MODES``, ``ADVANTAGE_MODES``), and the outcome baselines (GRPO, Tree-GRPO).
 - :mod:`.loss`: the ATPO loss, a clipped surrogate whose importance ratio is per token, per
-  sequence or per turn (``LOSS_LEVELS``), aggregated as verl names it (``AGGREGATIONS``).
+  sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``).
 - :mod:`.presets`: every trained row of the paper's Tables 1-3 as a named preset.
 
 Nothing here imports the engine that runs it (``rollout``, ``trainer``, ``reporting``, ``cli``;

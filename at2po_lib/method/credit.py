@@ -56,9 +56,62 @@ import torch
 
 from .tree import Forest, children_count, node_depths
 
-VALUE_MODES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
-ADVANTAGE_MODES = ("node_value", "diff_parent", "diff_global", "diff_localglobal")
 LEAF_NORM_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# The registries: value modes (how children weigh) and advantage modes, by name
+# --------------------------------------------------------------------------------------------
+def _softmax_weights(h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
+    """entropy_softmax: w_c = exp(H_c - max_siblings H), the softmax numerator shifted for
+    stability. h (C,) children's entropies, up (C,) their parents, n nodes -> (C,)."""
+    hmax = torch.full((n,), -float("inf"), dtype=h.dtype, device=h.device).scatter_reduce(
+        0, up, h, reduce="amax", include_self=True)
+    return torch.exp(h - hmax[up])
+
+
+def _linear_weights(h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
+    """entropy_linear: w_c = H_c; siblings whose entropies sum to 0 fall back to the plain mean."""
+    total = torch.zeros(n, dtype=h.dtype, device=h.device).index_add_(0, up, h)
+    return torch.where(total[up] > 0, h, torch.ones_like(h))
+
+
+def _uniform_weights(h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
+    """child_mean: w_c = 1."""
+    return torch.ones_like(h)
+
+
+SIBLING_WEIGHTS = {"entropy_softmax": _softmax_weights, "entropy_linear": _linear_weights,
+                   "child_mean": _uniform_weights}
+"""Value mode → unnormalised child weights w_c (the caller divides by the per-parent sum)."""
+VALUE_MODES = (*SIBLING_WEIGHTS, "leaf_mean")
+"""Every value mode; ``leaf_mean`` averages the scored leaves below a node instead."""
+
+
+def _node_value(v: torch.Tensor, v_parent: torch.Tensor, v_root: torch.Tensor) -> torch.Tensor:
+    return v
+
+
+def _diff_parent(v: torch.Tensor, v_parent: torch.Tensor, v_root: torch.Tensor) -> torch.Tensor:
+    return v - v_parent
+
+
+def _diff_global(v: torch.Tensor, v_parent: torch.Tensor, v_root: torch.Tensor) -> torch.Tensor:
+    return v - v_root
+
+
+def _diff_localglobal(v: torch.Tensor, v_parent: torch.Tensor,
+                      v_root: torch.Tensor) -> torch.Tensor:
+    return (v - v_parent) + (v - v_root)
+
+
+NODE_ADVANTAGES = {"node_value": _node_value, "diff_parent": _diff_parent,
+                   "diff_global": _diff_global, "diff_localglobal": _diff_localglobal}
+"""Advantage mode → A_n from (V_n, V_parent(n), V_root), each (N,)."""
+ADVANTAGE_MODES = tuple(NODE_ADVANTAGES)
+OUTCOME_ADVANTAGES = ("vanilla", "tree_grpo")
+"""Advantages of whole rows, not nodes: GRPO over a prompt's leaves (:func:`grpo_advantages`)
+and Tree-GRPO's prompt + tree sum (:func:`tree_grpo_advantages`)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,7 +223,7 @@ def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
             contrib = torch.where(leaf, values[kids], num[kids])
             weight = torch.where(leaf, torch.ones_like(contrib), den[kids])
         else:
-            weight = _sibling_weights(mode, entropy[kids], up, n)
+            weight = SIBLING_WEIGHTS[mode](entropy[kids], up, n)
             contrib = weight * values[kids]
         num.index_add_(0, up, contrib)
         den.index_add_(0, up, weight)
@@ -180,18 +233,17 @@ def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
     return values
 
 
-def _sibling_weights(mode: str, h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
-    """Unnormalised child weights w_c; the caller divides by the per-parent sum."""
-    if mode == "child_mean":
-        return torch.ones_like(h)
-    if mode == "entropy_softmax":
-        # exp(H_c - max_sibling H) is the softmax numerator, shifted for stability.
-        hmax = torch.full((n,), -float("inf"), dtype=h.dtype, device=h.device).scatter_reduce(
-            0, up, h, reduce="amax", include_self=True)
-        return torch.exp(h - hmax[up])
-    # entropy_linear: w_c = H_c; siblings whose entropies sum to 0 fall back to the plain mean.
-    total = torch.zeros(n, dtype=h.dtype, device=h.device).index_add_(0, up, h)
-    return torch.where(total[up] > 0, h, torch.ones_like(h))
+def sibling_weights(parent: torch.Tensor, entropy: torch.Tensor, mode: str) -> torch.Tensor:
+    """The normalised weight w_c / sum_siblings w_c' of every child (N,) under ``mode``'s
+    weighting (NaN at roots): how an entropy value mode weighs a node among its siblings.
+    parent (N,) int, entropy (N,) float."""
+    kid = parent >= 0
+    up = parent[kid]
+    raw = SIBLING_WEIGHTS[mode](entropy[kid], up, parent.numel())
+    total = torch.zeros(parent.numel(), dtype=raw.dtype, device=raw.device).index_add_(0, up, raw)
+    weights = torch.full(parent.shape, float("nan"), dtype=raw.dtype, device=raw.device)
+    weights[kid] = raw / total[up]
+    return weights
 
 
 def forest_node_advantages(forest: Forest, values: torch.Tensor,
@@ -206,9 +258,8 @@ def forest_node_advantages(forest: Forest, values: torch.Tensor,
     is_root = forest.parent < 0
     v_parent = torch.where(is_root, values, values[forest.parent.clamp(min=0)])
     v_root = values[forest.roots][forest.tree_index]
-    local, glob = values - v_parent, values - v_root
-    adv = {"diff_parent": local, "diff_global": glob, "diff_localglobal": local + glob}[mode]
-    return torch.where(is_root, values, adv)
+    adv = NODE_ADVANTAGES[mode](values, v_parent, v_root)
+    return torch.where(is_root, values, adv)  # the root keeps A_root = V_root (authors' code)
 
 
 def node_values(parent: Any, entropy: Any, leaf_reward: Any, mode: str = "entropy_softmax",

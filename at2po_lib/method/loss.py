@@ -65,8 +65,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-LEVELS = ("token", "sequence", "turn")
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 TURN_RATIOS = ("geometric", "product")
 LOG_RATIO_CLAMP = 10.0
 KL_CLAMP = 10.0
@@ -235,6 +233,34 @@ def turn_segments(mask: torch.Tensor, turn_ids: torch.Tensor | None = None) -> T
 # --------------------------------------------------------------------------------------------
 # Pieces of the loss (every tensor here is (N,): one entry per model token)
 # --------------------------------------------------------------------------------------------
+def _token_units(log_ratio: torch.Tensor, turns: TokenTurns, turn_ratio: str,
+                 turn_sum: torch.Tensor | None):
+    """token (GRPO/DAPO): every token is its own unit, log s_t = r_t."""
+    return log_ratio.detach(), lambda x: x
+
+
+def _sequence_units(log_ratio: torch.Tensor, turns: TokenTurns, turn_ratio: str,
+                    turn_sum: torch.Tensor | None):
+    """sequence (GSPO): one unit per row, log s = mean of its r_t (B,)."""
+    row_mean = turns.row_sum(log_ratio) / turns.row_tokens.clamp(min=1)  # (B,)
+    return row_mean, turns.per_token
+
+
+def _turn_units(log_ratio: torch.Tensor, turns: TokenTurns, turn_ratio: str,
+                turn_sum: torch.Tensor | None):
+    """turn (ATPO): one unit per turn, log s_k = mean (geometric) or sum (product) of r_t (S,)."""
+    if turn_sum is None:
+        turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
+    if turn_ratio == "geometric":
+        turn_sum = turn_sum / turns.length.clamp(min=1)  # (S,)
+    return turn_sum, turns.per_token_of_segment
+
+
+RATIO_UNITS = {"token": _token_units, "sequence": _sequence_units, "turn": _turn_units}
+"""Ratio level → (log s per unit, the map from units to tokens): the loss's registry by name."""
+LEVELS = tuple(RATIO_UNITS)
+
+
 def unit_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
                    turn_ratio: str = "geometric", turn_sum: torch.Tensor | None = None,
                    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
@@ -243,16 +269,7 @@ def unit_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
     (turn, geometric / product). ``turn_sum`` (S,): Σ r_t per turn, if computed. Per-unit
     work (exp, clamp checks) then runs on B or S entries instead of N."""
     with torch.no_grad():
-        if level == "token":
-            return log_ratio.detach(), lambda x: x
-        if level == "sequence":
-            row_mean = turns.row_sum(log_ratio) / turns.row_tokens.clamp(min=1)  # (B,)
-            return row_mean, turns.per_token
-        if turn_sum is None:
-            turn_sum = turns.segment_sum(log_ratio.detach())  # (S,)
-        if turn_ratio == "geometric":
-            turn_sum = turn_sum / turns.length.clamp(min=1)  # (S,)
-        return turn_sum, turns.per_token_of_segment
+        return RATIO_UNITS[level](log_ratio, turns, turn_ratio, turn_sum)
 
 
 def level_log_ratio(level: str, log_ratio: torch.Tensor, turns: TokenTurns,
@@ -295,18 +312,35 @@ def low_var_kl(ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(-KL_CLAMP, KL_CLAMP)
 
 
-def aggregation_weights(turns: TokenTurns, agg: str, dtype: torch.dtype) -> torch.Tensor:
-    """Weight (N,) of each model token's loss in the scalar loss Σ_t w_t ℓ_t: ``token-mean``
-    1/N; ``seq-mean-token-sum`` 1/B; ``seq-mean-token-mean`` 1/(|row| · rows with a token)."""
+def _token_mean(turns: TokenTurns, dtype: torch.dtype) -> torch.Tensor:
+    """token-mean: 1/N for each of the N model tokens."""
     n = turns.index.numel()  # N
-    if agg == "token-mean":
-        return torch.full((n,), 1.0 / max(n, 1), dtype=dtype, device=turns.index.device)
-    if agg == "seq-mean-token-sum":
-        return torch.full((n,), 1.0 / max(turns.num_rows, 1), dtype=dtype,
-                          device=turns.index.device)
+    return torch.full((n,), 1.0 / max(n, 1), dtype=dtype, device=turns.index.device)
+
+
+def _seq_mean_token_sum(turns: TokenTurns, dtype: torch.dtype) -> torch.Tensor:
+    """seq-mean-token-sum: 1/B."""
+    return torch.full((turns.index.numel(),), 1.0 / max(turns.num_rows, 1), dtype=dtype,
+                      device=turns.index.device)
+
+
+def _seq_mean_token_mean(turns: TokenTurns, dtype: torch.dtype) -> torch.Tensor:
+    """seq-mean-token-mean: 1/(|row| · rows with a model token)."""
     rows_with_tokens = max(int(torch.count_nonzero(turns.row_tokens)), 1)
     per_row = 1.0 / (turns.row_tokens.clamp(min=1).to(dtype) * rows_with_tokens)  # (B,)
     return turns.per_token(per_row)  # (N,)
+
+
+AGGREGATION_WEIGHTS = {"token-mean": _token_mean, "seq-mean-token-mean": _seq_mean_token_mean,
+                       "seq-mean-token-sum": _seq_mean_token_sum}
+"""verl's ``loss_agg_mode`` names → the weight of each model token in the scalar loss."""
+AGGREGATIONS = tuple(AGGREGATION_WEIGHTS)
+
+
+def aggregation_weights(turns: TokenTurns, agg: str, dtype: torch.dtype) -> torch.Tensor:
+    """Weight (N,) of each model token's loss in the scalar loss Σ_t w_t ℓ_t
+    (:data:`AGGREGATION_WEIGHTS`)."""
+    return AGGREGATION_WEIGHTS[agg](turns, dtype)
 
 
 class _ClippedSurrogate(torch.autograd.Function):

@@ -1,9 +1,12 @@
-r"""Every trained row of the paper's tables as a named preset of :class:`AT2POConfig` fields.
+r"""Every trained row of the paper's tables as a named preset: a rollout shape and the trainer's
+fields.
 
-A preset is a small dict of overrides: which rollout (``tree_expansion``), which credit
-(``credit_*``), which ratio level and clip (``loss_level``, ``epsilon``, ``epsilon_high``), plus
-a method's extras (KL, dynamic sampling, AEPO's options). Sizes (leaves per prompt, batch,
-learning rate) come from the profile, so one preset serves ``smoke``, ``tiny`` and ``paper-*``.
+A preset names its rollout (``expansion``: the one rollout knob a method chooses, applied to the
+profile's ``rollout`` section) and a small dict of ``AT2POConfig`` overrides: which credit
+(``credit_*``), which ratio level, clip and aggregation (``loss_level``, ``epsilon``,
+``epsilon_high``, ``loss_aggregation``), plus a method's extras (KL, dynamic sampling, AEPO's
+options). Sizes (leaves per prompt, batch, learning rate) come from the profile, so one preset
+serves ``smoke``, ``tiny`` and ``paper-*``.
 
 Table 1 (docs/method.md §8):
 
@@ -21,32 +24,33 @@ at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3   
                                                                                       token-mean
 =============  =========  ============================  ========  ==================  ===========
 
-Aggregation as each method's authors configure it (docs/method.md §8): token-mean for GRPO,
-AEPO, DAPO and Tree-GRPO (``loss_type="dapo"``: the token mean over the whole update, TRL's
-normaliser), seq-mean-token-mean for GSPO and ATPO (``loss_type="grpo"``). The KL (GRPO,
+Aggregation as each method's authors configure it, in verl's names (``loss_agg_mode``,
+docs/method.md §8): ``token-mean`` for GRPO, AEPO, DAPO and Tree-GRPO (the token mean over the
+whole update), ``seq-mean-token-mean`` for GSPO and ATPO; the one map to TRL's ``loss_type`` is
+:data:`at2po_lib.trainer.at2po_config.TRL_LOSS_TYPES`. The KL (GRPO,
 Tree-GRPO: 1e-3) is verl's low-var-KL, the k3 estimator clamped per token at ±10
-(:func:`at2po_lib.method.loss.low_var_kl`), against the warm-start policy.
+(:func:`.loss.low_var_kl`), against the warm-start policy.
 
 Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
 token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
 expansion) → ``at2po`` (+ turn-wise credit). Table 3: ``credit_<value>_<advantage>`` for every
-value mode × advantage mode of :mod:`at2po_lib.method.credit` (``credit_entropy_softmax_node_value``
+value mode × advantage mode of :mod:`.credit` (``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
-``train.chain_leaves`` chains and AEPO grows ``rollout.aepo_budget`` leaves, which every shipped
+``rollout.chains`` chains and AEPO grows ``rollout.aepo_budget`` leaves, which every shipped
 profile sets to the same number (16 at paper scale, docs/method.md §8; a test checks it).
 The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
-All three come from :meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` of the run's
-resolved rollout (:func:`at2po_lib.trainer.resolve.method_rollout`).
+All three come from :meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` (``rollout.chains``,
+M + L·K, ``rollout.aepo_budget``).
 
 Deviations that remain (named here so they stay visible):
 
 - GRPO: verl's dual clip (c = 3 on negative advantages) of the authors' GRPO path is not applied
-  (TRL has none; :mod:`at2po_lib.method.loss`).
+  (TRL has none; :mod:`.loss`).
 - DAPO: no overlong reward shaping (the authors' search-agent setting, docs/method.md §8, lists
   clip-higher, dynamic sampling and token-level aggregation only); groups still degenerate
-  after ``tree_dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
+  after ``dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
   ``max_num_gen_batches`` would stop the step instead).
 - AEPO: the clip is DAPO's clip-higher 0.2/0.28 (AEPO builds on DAPO; docs/method.md leaves it
   open).
@@ -65,7 +69,9 @@ from .credit import ADVANTAGE_MODES, VALUE_MODES
 
 _TOKEN_CLIP = {"epsilon": 0.2, "epsilon_high": 0.2}
 _CLIP_HIGHER = {"epsilon": 0.2, "epsilon_high": 0.28}
-_TURN_LOSS = {"loss_level": "turn", "epsilon": 3e-3, "epsilon_high": 4e-3, "loss_type": "grpo"}
+_TOKEN_MEAN = {"loss_aggregation": "token-mean"}
+_TURN_LOSS = {"loss_level": "turn", "epsilon": 3e-3, "epsilon_high": 4e-3,
+              "loss_aggregation": "seq-mean-token-mean"}
 _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 
 
@@ -78,57 +84,68 @@ class Method:
     """One line for ``at2po train --list-methods``."""
     table: str
     """Where it appears in the paper (``Table 1``, ``Table 2 step 1``, ``Table 3``)."""
+    expansion: str = "entropy"
+    """The rollout (``rollout.expansion``): ``chain``, ``random`` (Tree-GRPO), ``entropy``
+    (AT2PO) or ``aepo``; every size of it comes from the profile's ``rollout`` section."""
     overrides: Mapping[str, Any] = field(default_factory=dict)
     """``AT2POConfig`` fields this method sets (applied over the profile's values)."""
     trains: bool = True
     """False for ``react``: the warm-start policy is evaluated as is."""
 
 
-def _method(name: str, summary: str, table: str, **overrides: Any) -> Method:
-    return Method(name, summary, table, dict(overrides))
+def _method(name: str, summary: str, table: str, expansion: str, **overrides: Any) -> Method:
+    return Method(name, summary, table, expansion, dict(overrides))
+
+
+def credit_method(value: str, advantage: str) -> str:
+    """The Table 3 preset of one credit cell: ``credit_<value>_<advantage>``."""
+    return f"credit_{value}_{advantage}"
 
 
 _TABLE1 = [
-    Method("react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1", {}, False),
+    Method("react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1",
+           trains=False),
     _method("grpo", "chains, GRPO advantage, token ratio, clip 0.2, low-var KL 1e-3, "
-            "token-mean (no dual clip)", "Table 1",
-            tree_expansion="chain", loss_level="token", loss_type="dapo", beta=1e-3,
+            "token-mean (no dual clip)", "Table 1", "chain",
+            loss_level="token", **_TOKEN_MEAN, beta=1e-3,
             **_GRPO_CREDIT, **_TOKEN_CLIP),
     _method("dapo", "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean (no overlong "
-            "shaping)", "Table 1",
-            tree_expansion="chain", loss_level="token", loss_type="dapo",
-            tree_dynamic_sampling=True, **_GRPO_CREDIT, **_CLIP_HIGHER),
+            "shaping)", "Table 1", "chain",
+            loss_level="token", **_TOKEN_MEAN,
+            dynamic_sampling=True, **_GRPO_CREDIT, **_CLIP_HIGHER),
     _method("gspo", "chains, sequence ratio, clip 3e-4/4e-4, seq-mean-token-mean", "Table 1",
-            tree_expansion="chain", loss_level="sequence", loss_type="grpo",
+            "chain",
+            loss_level="sequence", loss_aggregation="seq-mean-token-mean",
             epsilon=3e-4, epsilon_high=4e-4, **_GRPO_CREDIT),
     _method("tree_grpo", "random tree, Tree-GRPO advantage, token ratio, clip 0.2, low-var KL "
-            "1e-3, token-mean", "Table 1",
-            tree_expansion="random", credit_advantage="tree_grpo", loss_level="token",
-            loss_type="dapo", beta=1e-3, **_TOKEN_CLIP),
+            "1e-3, token-mean", "Table 1", "random",
+            credit_advantage="tree_grpo", loss_level="token",
+            **_TOKEN_MEAN, beta=1e-3, **_TOKEN_CLIP),
     _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage, "
-            "token-mean", "Table 1",
-            tree_expansion="aepo", loss_level="token", loss_type="dapo",
+            "token-mean", "Table 1", "aepo",
+            loss_level="token", **_TOKEN_MEAN,
             loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
             **_GRPO_CREDIT, **_CLIP_HIGHER),
     _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
-            "Table 1", tree_expansion="entropy", credit_value="entropy_softmax",
+            "Table 1", "entropy", credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
 ]
 
 _TABLE2 = [
     _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token ratio, "
-            "token-mean", "Table 2 step 1", tree_expansion="random", loss_level="token",
-            loss_type="dapo",
+            "token-mean", "Table 2 step 1", "random", loss_level="token",
+            **_TOKEN_MEAN,
             **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
-            tree_expansion="random", **_GRPO_CREDIT, **_TURN_LOSS),
+    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2", "random",
+            **_GRPO_CREDIT, **_TURN_LOSS),
     _method("ablation_entropy_tree", "step 3: + entropy-guided expansion", "Table 2 step 3",
-            tree_expansion="entropy", **_GRPO_CREDIT, **_TURN_LOSS),
+            "entropy",
+            **_GRPO_CREDIT, **_TURN_LOSS),
 ]
 
 _TABLE3 = [
-    _method(f"credit_{value}_{adv}", f"entropy tree + turn loss, credit value={value}, "
-            f"advantage={adv}", "Table 3", tree_expansion="entropy", credit_value=value,
+    _method(credit_method(value, adv), f"entropy tree + turn loss, credit value={value}, "
+            f"advantage={adv}", "Table 3", "entropy", credit_value=value,
             credit_advantage=adv, **_TURN_LOSS)
     for value in VALUE_MODES for adv in ADVANTAGE_MODES
 ]
@@ -137,7 +154,11 @@ METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_TABLE2, *_TABLE3)}
 """Every preset by name (Table 1, then Table 2's steps, then Table 3's credit grid)."""
 
 TABLE1_METHODS = tuple(m.name for m in _TABLE1)
+"""Table 1's rows in the paper's order (the reports read it from here)."""
 TABLE2_METHODS = (*(m.name for m in _TABLE2), "at2po")
+"""Table 2's progressive steps, ending at AT2PO."""
+TABLE3_METHODS = tuple(m.name for m in _TABLE3)
+"""Table 3's credit grid, value mode-major."""
 
 
 def get_method(name: str) -> Method:

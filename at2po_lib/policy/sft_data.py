@@ -81,7 +81,7 @@ def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
     """The evaluation world first (its ``train`` split when ``sft.main_world_demos``, else no
     split) and ``sft.aux_worlds`` auxiliary worlds (all splits), each built if missing, with a
     retriever of the profile's method."""
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
     from ..tinyworld.datasets import SPLITS
     from ..tinyworld.build import build_world, ensure_world
 

@@ -447,7 +447,7 @@ class LiveRollout:
         from ..policy.model import load_policy
         from ..policy.warmstart import cached_warmstart
         from ..prompts import get_template
-        from ..retrieval.build import build_retriever
+        from ..retrieval.indexes import build_retriever
         from ..tinyworld.build import ensure_world
         from ..tinyworld.build import read_rows
 
@@ -476,7 +476,7 @@ class LiveRollout:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
         cfg = replace(self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k),
                       tree_alpha=float(alpha))
-        leaves = int(m) + int(l) * int(k)
+        leaves = cfg.leaves_per_prompt("entropy")
         grown = rollout(self.model, self.tokenizer, self.template, self.retriever,
                         [self.questions[question]], [self.golden[question]], cfg,
                         expansion=expansion, num_leaves=leaves if expansion in ("chain", "aepo")

@@ -116,7 +116,7 @@ class ToySetup:
         from ..config import load_profile
         from ..policy.tokenizer import train_tokenizer
         from ..prompts import get_template
-        from ..retrieval.build import build_retriever
+        from ..retrieval.indexes import build_retriever
         from ..tinyworld.build import ensure_world, read_corpus, read_rows
 
         self.cfg = load_profile(profile)

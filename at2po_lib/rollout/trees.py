@@ -5,18 +5,13 @@ Entropy-guided expansion (AT2PO), per prompt (all prompts' turns are batched tog
 
     1. the root (prompt only, H = 0) gets M children, each rolled out as a full chain;
     2. repeat L times (round r = 1..L):
-         score every non-leaf node n (root included) and pick K of them;
+         pick K nodes by score(n) = H(n) - alpha * b(n) (at2po_lib.method.expansion);
          for each pick, add a new child of n's parent (for the root: of the root) -- i.e.
          re-sample turn n from the same context -- and roll it out to a leaf;
     3. keep exactly M + L*K leaves.
 
-    score(n) = H(n) - alpha * b(n),   b(n) = |children(parent(n))| - 1   (root: |children(root)| - 1)
-
-deterministic top-K by score; ties keep node order (stable sort); when fewer than K
-candidates exist the sorted list is repeated from the best (authors' code: ``[a, b, c]`` for
-K = 5 gives ``[a, b, c, a, b]``). H(n) is the turn's mean sampled-token NLL (authors' code,
-``rollout.entropy_estimate = "sampled_nll"``) or its mean exact entropy (``"exact"``, the
-paper's -sum p log p). alpha = 0.05 (hard-coded in the code, a parameter here).
+H(n) is the turn's mean sampled-token NLL (authors' code, ``rollout.entropy_estimate =
+"sampled_nll"``) or its mean exact entropy (``"exact"``, the paper's -sum p log p).
 
 Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per prompt::
 
@@ -59,61 +54,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import tree_leaves
 from .agent import (RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees, run_chains,
                     score_trees, start_chain)
 from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
+from ..method.expansion import select_entropy, select_random
 
 EXPANSIONS = ("chain", "random", "entropy")
 
 
 # ----------------------------------------------------------------------------- selection
-
-
-def sibling_counts(parent: np.ndarray) -> np.ndarray:
-    """b(n) for every node: children of n's parent minus 1; for the root its own children - 1.
-
-    parent (N,) int with parent[root] = -1 -> (N,) int. Negative values (an only child with
-    no siblings is 0; a childless root gives -1) are clipped at 0, as the authors' max(0, .).
-    """
-    parent = np.asarray(parent)
-    children = np.bincount(parent[parent >= 0], minlength=len(parent))
-    anchor = np.where(parent >= 0, parent, np.arange(len(parent)))
-    return np.maximum(children[anchor] - 1, 0)
-
-
-def expansion_scores(entropy: np.ndarray, parent: np.ndarray, alpha: float) -> np.ndarray:
-    """score(n) = H(n) - alpha * b(n) for every node; (N,) -> (N,)."""
-    return np.asarray(entropy, dtype=np.float64) - alpha * sibling_counts(parent)
-
-
-def top_k_cycled(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
-    """The K best candidates by score (stable: ties keep candidate order); if fewer than K
-    candidates, the sorted list repeats from the best."""
-    candidates = np.asarray(candidates)
-    if candidates.size == 0 or k <= 0:
-        return candidates[:0]
-    ranked = candidates[np.argsort(-np.asarray(scores)[candidates], kind="stable")]
-    return np.resize(ranked, k)  # np.resize cycles through the array
-
-
-def select_entropy(entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray, k: int,
-                   alpha: float) -> np.ndarray:
-    """AT2PO's pick: top-K non-leaf nodes by H(n) - alpha * b(n)."""
-    candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
-    return top_k_cycled(expansion_scores(entropy, parent, alpha), candidates, k)
-
-
-def select_random(is_leaf: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Tree-GRPO's pick in one tree: n nodes uniformly *with replacement* among the non-leaf
-    nodes, the root included (its ``random.choices`` over the root and the subtree's non-leaf
-    nodes). (N,) bool -> (n,) node ids."""
-    candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
-    if candidates.size == 0 or n <= 0:
-        return candidates[:0]
-    return rng.choice(candidates, size=n, replace=True)
 
 
 def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
@@ -140,7 +91,7 @@ def tree_grpo_shape(rollout_cfg) -> tuple[int, int, int]:
     B = M + L*K: m = ``rollout.tree_grpo_trees``, n = (B / m - 1) / L, so m * (1 + L*n) = B.
     Raises naming the numbers when they do not divide or leave a tree with one leaf."""
     m, rounds = rollout_cfg.tree_grpo_trees, rollout_cfg.tree_l
-    budget = tree_leaves(rollout_cfg.tree_m, rollout_cfg.tree_l, rollout_cfg.tree_k)
+    budget = rollout_cfg.leaves_per_prompt("random")
     per_tree = budget // m if m >= 1 else 0
     if m < 1 or rounds < 1 or budget % m or (per_tree - 1) % rounds or per_tree < 2:
         raise ValueError(
@@ -205,13 +156,6 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
 # ----------------------------------------------------------------------------- rollout
 
 
-def expected_leaves(expansion: str, rollout_cfg, num_chains: int | None = None) -> int:
-    """Leaves per prompt: the chains for ``chain``, M + L*K for the tree expansions."""
-    if expansion == "chain":
-        return num_chains if num_chains is not None else rollout_cfg.tree_m
-    return tree_leaves(rollout_cfg.tree_m, rollout_cfg.tree_l, rollout_cfg.tree_k)
-
-
 def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str],
                   golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
                   expansion: str | None = None, num_chains: int | None = None, seed: int = 0,
@@ -221,10 +165,11 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     """Trees for every question; leaves scored with the reward function when golden answers
     are given.
 
-    expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style: one tree per
-    question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
+    expansion: ``chain`` (``num_chains`` or ``rollout.chains`` independent chains, GRPO-style:
+    one tree per question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
     prompt-major) or ``entropy`` (AT2PO: one tree per question); default
-    ``rollout_cfg.expansion``. Every question ends with :func:`expected_leaves` leaves.
+    ``rollout_cfg.expansion``. Every question ends with ``rollout_cfg.leaves_per_prompt()`` leaves
+    (``num_chains`` for ``chain`` when given).
     prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
     share_prefixes: start new chains from the cached prompt / ancestor context (default);
     False recomputes them (benchmarks compare the two).
@@ -253,7 +198,9 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
     """``chain`` and ``entropy``: one tree per question (module docstring)."""
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
-    first = expected_leaves(expansion, rollout_cfg, num_chains) if expansion == "chain" else rollout_cfg.tree_m
+    target = (num_chains if expansion == "chain" and num_chains is not None
+              else rollout_cfg.leaves_per_prompt(expansion))
+    first = target if expansion == "chain" else rollout_cfg.tree_m
     chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
               for i, t in enumerate(trees) for _ in range(first)]
     run_chains(backend, env, chains, state)
@@ -266,7 +213,6 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chains.append(start_chain(tree, i, parent, round_, state.box_for_context_of(i, n)))
         run_chains(backend, env, chains, state)
-    target = expected_leaves(expansion, rollout_cfg, num_chains)
     return [equalize_leaves(t, target, rng) for t in trees]
 
 

@@ -1,24 +1,27 @@
-r"""``AT2POConfig``: TRL's ``GRPOConfig`` plus the knobs of AT2PO's three stages.
+r"""``AT2POConfig``: TRL's ``GRPOConfig`` plus the trainer's knobs of AT2PO's credit and loss.
 
 Every field TRL already has keeps TRL's name and meaning (``epsilon``, ``epsilon_high``, ``beta``,
-``num_generations``, ``loss_type``, ``temperature``, ``use_vllm``, ...). New fields are prefixed
-by the stage they act on (docs/method.md §5–§7):
+``num_generations``, ``temperature``, ``use_vllm``, ...). New fields are prefixed by the stage
+they act on (docs/method.md §6–§8):
 
-- ``tree_*``: how the rollout grows (chains, Tree-GRPO's random tree, AT2PO's entropy tree,
-  AEPO's branching) and DAPO's dynamic sampling (``tree_dynamic_sampling``);
-- ``credit_*``: how leaf rewards become per-token advantages (``at2po_lib.method.credit``);
-- ``loss_*``: the ratio level and AEPO's options of ``at2po_lib.method.loss.policy_loss``.
+- ``credit_*``: how leaf rewards become per-token advantages (:mod:`at2po_lib.method.credit`);
+- ``loss_*``: the ratio level, aggregation and AEPO's options of
+  :func:`at2po_lib.method.loss.policy_loss`;
+- ``dynamic_sampling*``: DAPO's refill of prompts whose leaves all share one reward.
 
-Meaning of ``num_generations`` here: the number of *leaves* (training rows) per prompt, which is
-what TRL's grouping needs. It is derived from the tree shape (``tree_m + tree_l * tree_k``:
-22 for the paper's M=10, L=2, K=6) for the tree expansions, is the number of chains for
-``chain`` and AEPO's rollout budget for ``aepo`` (16 in the paper, docs/method.md §8).
+The rollout is not configured here: its shape (expansion, M, L, K, alpha, chains, AEPO's
+budget) lives in one place, the profile's ``rollout`` section
+(:class:`at2po_lib.config.RolloutConfig`), which the sampler reads as is. The run derives TRL's
+``num_generations`` from it once (:func:`at2po_lib.trainer.resolve.resolve_run`:
+``RolloutConfig.leaves_per_prompt()``, the number of *leaves* (training rows) per prompt, which
+is what TRL's grouping needs).
 
-``loss_type`` keeps TRL's aggregation names; only the three that ``policy_loss`` reproduces are
-allowed: ``grpo`` = verl's "seq-mean-token-mean" (the authors' setting for their GSPO and ATPO
-losses, so the default here; TRL's default is ``dapo``), ``dapo`` = token mean over the whole
-accumulated batch (TRL's normaliser; the authors' GRPO/AEPO configs and DAPO aggregate
-token-mean, see ``methods``), ``bnpo`` = token mean over each micro-batch.
+Aggregation is named as verl names it (``loss_aggregation``: ``token-mean``,
+``seq-mean-token-mean``); :data:`TRL_LOSS_TYPES` is the one map to TRL's ``loss_type``, which is
+derived from it (``token-mean`` → ``dapo``: the token mean over the whole accumulated batch, TRL's
+normaliser; ``seq-mean-token-mean`` → ``grpo``: per-sequence token means averaged over the
+micro-batch). The authors' GSPO and ATPO losses aggregate seq-mean-token-mean (the default here);
+their GRPO/AEPO configs and DAPO token-mean (see :mod:`at2po_lib.method.presets`).
 
 Paper vs TRL defaults changed here: clip 3e-3/4e-3 (ATPO), ``vllm_importance_sampling_correction``
 off (the authors' verl recomputes the old log-probs with the trainer and applies no vLLM
@@ -33,43 +36,31 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..config import RolloutConfig, tree_leaves
+from ..method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
+from ..method.loss import LEVELS, TURN_RATIOS
 
-TREE_EXPANSIONS = ("chain", "random", "entropy", "aepo")
-CREDIT_ADVANTAGES = ("node_value", "diff_parent", "diff_global", "diff_localglobal", "vanilla",
-                     "tree_grpo")
-CREDIT_VALUES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
-LOSS_LEVELS = ("token", "sequence", "turn")
+CREDIT_ADVANTAGES = (*ADVANTAGE_MODES, *OUTCOME_ADVANTAGES)
 LOGP_POSITIONS = ("auto", "policy", "all")
 OLD_LOGPS = ("auto", "rollout", "recompute")
-LOSS_TYPES = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean"}
-"""TRL ``loss_type`` → ``policy_loss`` aggregation (``dapo`` is rescaled to the window)."""
+TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo"}
+"""verl's aggregation name (``loss_aggregation``) → TRL's ``loss_type``: the one place they meet.
+``policy_loss`` aggregates by the verl name; the trainer rescales ``token-mean`` to the window."""
 
 
 @dataclass
 class AT2POConfig(GRPOConfig):
     r"""Configuration of :class:`~at2po_lib.trainer.trainer.AT2POTrainer` (arXiv 2601.04767).
 
-    Inherits every ``GRPOConfig`` field; adds the ``tree_*``, ``credit_*`` and ``loss_*`` fields
-    below and changes the defaults named in the module docstring. Named presets of these fields
-    (one per method of Table 1–3) are in :mod:`at2po_lib.method.presets`.
+    Inherits every ``GRPOConfig`` field; adds the ``credit_*``, ``loss_*`` and
+    ``dynamic_sampling*`` fields below and changes the defaults named in the module docstring.
+    Named presets of these fields (one per method of Table 1–3) are in
+    :mod:`at2po_lib.method.presets`.
     """
 
-    # ----------------------------------------------------------------------- rollout (§5, §8)
-    tree_expansion: str = field(default="entropy", metadata={
-        "help": "chain (independent chains: GRPO/DAPO/GSPO), random (Tree-GRPO), entropy (AT2PO) "
-                "or aepo (AEPO's entropy-triggered branching)."})
-    tree_m: int = field(default=10, metadata={"help": "M: chains from the root (docs/method.md §5)."})
-    tree_l: int = field(default=2, metadata={"help": "L: expansion rounds."})
-    tree_k: int = field(default=6, metadata={"help": "K: nodes re-sampled per round."})
-    tree_alpha: float = field(default=0.05, metadata={
-        "help": "alpha in score = H(n) - alpha * (siblings of n); hard-coded 0.05 in the code."})
-    tree_aepo_initial: int = field(default=8, metadata={
-        "help": "AEPO: chains sampled before branching (its budget is num_generations)."})
-    tree_aepo_beam: int = field(default=2, metadata={"help": "AEPO: branches per branching."})
-    tree_dynamic_sampling: bool = field(default=False, metadata={
+    # ---------------------------------------------------------------- dynamic sampling (§8)
+    dynamic_sampling: bool = field(default=False, metadata={
         "help": "DAPO: drop prompts whose leaves all share one reward and refill from new prompts."})
-    tree_dynamic_sampling_rounds: int = field(default=3, metadata={
+    dynamic_sampling_rounds: int = field(default=3, metadata={
         "help": "DAPO: rollout rounds per step at most (the first included), verl's "
                 "max_num_gen_batches; groups still degenerate after that are kept."})
 
@@ -86,6 +77,9 @@ class AT2POConfig(GRPOConfig):
     # --------------------------------------------------------------------------- loss (§7)
     loss_level: str = field(default="turn", metadata={
         "help": "Importance-ratio level: token (GRPO/DAPO/AEPO), sequence (GSPO), turn (ATPO)."})
+    loss_aggregation: str = field(default="seq-mean-token-mean", metadata={
+        "help": "verl's loss_agg_mode: token-mean (over the whole update) or seq-mean-token-mean "
+                "(mean over sequences of their token means); TRL's loss_type follows from it."})
     loss_turn_ratio: str = field(default="geometric", metadata={
         "help": "Turn ratio: geometric (code, length-normalised) or product (paper text)."})
     loss_entropy_balanced_clip: bool = field(default=False, metadata={
@@ -112,13 +106,11 @@ class AT2POConfig(GRPOConfig):
                 "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."})
 
     # ---------------------------------------------------------- TRL fields with new defaults
-    num_generations: int | None = field(default=None, metadata={
-        "help": "Leaves per prompt; None derives it from the tree (see the module docstring)."})
     epsilon: float = field(default=3e-3, metadata={"help": "Lower clip (ATPO: 3e-3)."})
     epsilon_high: float | None = field(default=4e-3, metadata={"help": "Upper clip (ATPO: 4e-3)."})
-    loss_type: str = field(default="grpo", metadata={
-        "help": "Aggregation: grpo (seq-mean-token-mean), dapo (token mean over the accumulated "
-                "batch) or bnpo (token mean per micro-batch)."})
+    loss_type: str | None = field(default=None, metadata={
+        "help": "TRL's name of the aggregation, derived from loss_aggregation (TRL_LOSS_TYPES); "
+                "leave it unset."})
     vllm_importance_sampling_correction: bool = field(default=False, metadata={
         "help": "Off: the authors recompute old log-probs with the trainer and apply no vLLM "
                 "correction. Turning it on is refused (policy_loss takes no per-token weight)."})
@@ -131,55 +123,38 @@ class AT2POConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         self._check_choices()
-        self.num_generations = self.leaves_per_prompt()
+        self.loss_type = self._trl_loss_type()
         super().__post_init__()
 
     # ------------------------------------------------------------------------------------
-    def leaves_per_prompt(self) -> int:
-        """Training rows per prompt implied by the rollout shape (checks ``num_generations``)."""
-        if self.tree_expansion in ("random", "entropy"):
-            leaves = tree_leaves(self.tree_m, self.tree_l, self.tree_k)
-            if self.num_generations is not None and self.num_generations != leaves:
-                raise ValueError(
-                    f"num_generations={self.num_generations} contradicts the tree: "
-                    f"tree_m + tree_l * tree_k = {self.tree_m} + {self.tree_l} * {self.tree_k} "
-                    f"= {leaves} leaves per prompt (leave num_generations unset)")
-            return leaves
-        if self.tree_expansion == "chain":
-            return self.num_generations if self.num_generations is not None else self.tree_m
-        # aepo: the budget of leaves per prompt; unset, the profile default (16, the paper's).
-        # A run always sets it (at2po_lib.trainer.resolve: rollout.aepo_budget).
-        budget = (self.num_generations if self.num_generations is not None
-                  else RolloutConfig.aepo_budget)
-        if budget < self.tree_aepo_initial:
-            raise ValueError(f"AEPO budget num_generations={budget} is below "
-                             f"tree_aepo_initial={self.tree_aepo_initial}")
-        return budget
+    def _trl_loss_type(self) -> str:
+        """TRL's ``loss_type`` of ``loss_aggregation``; a contradicting explicit one is an error."""
+        derived = TRL_LOSS_TYPES[self.loss_aggregation]
+        if self.loss_type is not None and self.loss_type != derived:
+            raise ValueError(f"AT2POConfig.loss_type={self.loss_type!r} contradicts "
+                             f"loss_aggregation={self.loss_aggregation!r} (TRL's {derived!r}); "
+                             "set loss_aggregation only")
+        return derived
 
     def _check_choices(self) -> None:
         choices = {
-            "tree_expansion": (self.tree_expansion, TREE_EXPANSIONS),
             "credit_advantage": (self.credit_advantage, CREDIT_ADVANTAGES),
-            "credit_value": (self.credit_value, CREDIT_VALUES),
-            "loss_level": (self.loss_level, LOSS_LEVELS),
-            "loss_turn_ratio": (self.loss_turn_ratio, ("geometric", "product")),
-            "loss_type": (self.loss_type, tuple(LOSS_TYPES)),
+            "credit_value": (self.credit_value, VALUE_MODES),
+            "loss_level": (self.loss_level, LEVELS),
+            "loss_aggregation": (self.loss_aggregation, tuple(TRL_LOSS_TYPES)),
+            "loss_turn_ratio": (self.loss_turn_ratio, TURN_RATIOS),
             "loss_logp_positions": (self.loss_logp_positions, LOGP_POSITIONS),
             "loss_old_logps": (self.loss_old_logps, OLD_LOGPS),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"AT2POConfig.{name}={value!r}; expected one of {allowed}")
-        if self.tree_expansion in ("random", "entropy") and (self.tree_m < 1 or self.tree_l < 0
-                                                             or self.tree_k < 0):
-            raise ValueError(f"tree shape M={self.tree_m}, L={self.tree_l}, K={self.tree_k}: "
-                             "need M >= 1 and L, K >= 0")
         if self.update_num_threads < 0:
             raise ValueError("update_num_threads must be >= 0 (0 = torch's default)")
         if self.loss_chunk_rows < 0:
             raise ValueError("loss_chunk_rows must be >= 0")
-        if self.tree_dynamic_sampling_rounds < 1:
-            raise ValueError("tree_dynamic_sampling_rounds must be >= 1")
+        if self.dynamic_sampling_rounds < 1:
+            raise ValueError("dynamic_sampling_rounds must be >= 1")
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions=True is not supported by AT2POTrainer: TRL calls a "

@@ -7,15 +7,18 @@ mini-batch 8 → 8 updates per step). TRL counts optimizer updates, so ``max_ste
 ``logging_steps`` and ``save_steps`` are the profile's step counts times the updates per step.
 
 :func:`resolve_run` builds a run's :class:`RunSpec` once: the rollout configuration the
-sampler runs and the :class:`AT2POConfig` fields, both from the same numbers. Order of
-precedence for :class:`AT2POConfig` fields: the profile (``train`` and ``rollout`` sections),
-then the method preset (:mod:`.methods`), then explicit overrides of fields the profile does
-not set (``--set trainer.<field>=...``; :data:`PROFILE_FIELDS` lists the refused ones), then
-the derived rollout shape and batch geometry.
+sampler runs (the profile's ``rollout`` section with the preset's ``expansion``) and the
+:class:`AT2POConfig` fields. The rollout's knobs (M, L, K, alpha, chains, AEPO's) live only in
+the rollout configuration; the trainer's only copy of them is TRL's ``num_generations``, set
+here once. Order of precedence for :class:`AT2POConfig` fields: the profile (``train``
+section, and the rollout's ``temperature``/``top_p`` that TRL needs to recompute log-probs),
+then the method preset (:mod:`at2po_lib.method.presets`), then explicit overrides of fields
+the profile does not set (``--set trainer.<field>=...``; :data:`PROFILE_FIELDS` lists the
+refused ones), then the batch geometry.
 
 Leaves per prompt (``num_generations``) come from one place,
 :meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` of :func:`method_rollout`: M + L·K for
-the trees, ``train.chain_leaves`` for chains, ``rollout.aepo_budget`` for AEPO (its only
+the trees, ``rollout.chains`` for chains, ``rollout.aepo_budget`` for AEPO (its only
 source; ``rollout.aepo_initial`` chains start it, capped at the budget).
 """
 
@@ -87,10 +90,8 @@ PROFILE_FIELDS: dict[str, str] = {
     "temperature": "rollout.temperature", "top_p": "rollout.top_p",
     "max_completion_length": "rollout.max_response_tokens",
     "vllm_max_model_length": "rollout.max_prompt_tokens + rollout.max_response_tokens",
-    "tree_m": "rollout.tree_m", "tree_l": "rollout.tree_l", "tree_k": "rollout.tree_k",
-    "tree_alpha": "rollout.tree_alpha", "tree_aepo_beam": "rollout.aepo_beam",
-    "tree_aepo_initial": "rollout.aepo_initial",
-    "num_generations": "train.chain_leaves, rollout.tree_m/tree_l/tree_k or rollout.aepo_budget",
+    "num_generations": "rollout.chains, rollout.tree_m/tree_l/tree_k or rollout.aepo_budget",
+    "loss_type": "the preset's loss_aggregation (trainer.loss_aggregation)",
     "per_device_train_batch_size": "train.mini_batch_prompts and train.micro_batch_rows",
     "gradient_accumulation_steps": "train.micro_batch_rows",
     "steps_per_generation": "train.prompts_per_step / train.mini_batch_prompts",
@@ -106,9 +107,9 @@ method preset (``--set trainer.beta=0``)."""
 class RunSpec:
     """One training run, resolved once from the profile, the method preset and the overrides.
 
-    ``rollout`` is what the sampler runs (:class:`at2po_lib.trainer.search_agent.SearchAgent` gets it
-    as is); ``trainer`` holds the ``AT2POConfig`` keyword arguments, derived from the same
-    numbers (``num_generations == rollout.leaves_per_prompt()``). Nothing is copied back.
+    ``rollout`` is what the sampler runs (:class:`at2po_lib.trainer.search_agent.SearchAgent`
+    gets it as is); ``trainer`` holds the ``AT2POConfig`` keyword arguments, whose only number
+    from the rollout's shape is ``num_generations == rollout.leaves_per_prompt()``.
     ``react`` (no training) has ``geometry`` None and an empty ``trainer``.
     """
 
@@ -144,13 +145,10 @@ class RunSpec:
 
 def method_rollout(profile_cfg: ProfileConfig, expansion: str) -> RolloutConfig:
     """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
-    ``chain`` runs ``train.chain_leaves`` chains; ``aepo`` starts ``min(aepo_initial,
+    ``chain`` runs ``rollout.chains`` chains; ``aepo`` starts ``min(aepo_initial,
     aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
     the M, L, K tree."""
     rollout = dataclasses.replace(profile_cfg.rollout, expansion=expansion)
-    if expansion == "chain":
-        return dataclasses.replace(rollout, tree_m=profile_cfg.train.chain_leaves, tree_l=0,
-                                   tree_k=0)
     if expansion == "aepo":
         return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
                                                              rollout.aepo_budget))
@@ -164,9 +162,24 @@ def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str) -> int:
     return method_rollout(profile_cfg, expansion).leaves_per_prompt()
 
 
+def rollout_knob(key: str) -> str | None:
+    """The profile key of a rollout knob named as a trainer field (``tree_m`` →
+    ``rollout.tree_m``; the old ``tree_expansion``/``tree_aepo_*`` names too), else None: the
+    rollout is configured only in the profile's ``rollout`` section."""
+    names = {f.name for f in dataclasses.fields(RolloutConfig)}
+    old = {"tree_expansion": "expansion", "tree_aepo_initial": "aepo_initial",
+           "tree_aepo_beam": "aepo_beam"}
+    name = old.get(key, key)
+    return f"rollout.{name}" if name in names else None
+
+
 def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
-    """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`)."""
+    """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`)
+    and of rollout knobs (:func:`rollout_knob`)."""
     for key in overrides:
+        if rollout_knob(key) and key not in PROFILE_FIELDS:
+            raise ProfileError(f"trainer.{key} is a rollout knob: set {rollout_knob(key)} "
+                               f"instead (e.g. --set {rollout_knob(key)}=...)")
         if key in PROFILE_FIELDS:
             raise ProfileError(f"trainer.{key} comes from the profile: set {PROFILE_FIELDS[key]} "
                                f"instead (e.g. --set {PROFILE_FIELDS[key].split(' ')[0]}=...)")
@@ -185,7 +198,7 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
         return RunSpec(profile_cfg, method, seed, dict(preset.overrides), overrides,
                        profile_cfg.rollout, None)
     method_fields = {**preset.overrides, **overrides}
-    rollout = method_rollout(profile_cfg, method_fields.get("tree_expansion", "entropy"))
+    rollout = method_rollout(profile_cfg, preset.expansion)
     leaves = rollout.leaves_per_prompt()
     train = profile_cfg.train
     world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
@@ -199,15 +212,11 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
         vllm_gpu_memory_utilization=train.vllm_gpu_memory_utilization,
         temperature=rollout.temperature, top_p=rollout.top_p,
         max_completion_length=rollout.max_response_tokens,
-        tree_m=rollout.tree_m, tree_l=rollout.tree_l, tree_k=rollout.tree_k,
-        tree_alpha=rollout.tree_alpha, tree_aepo_beam=rollout.aepo_beam,
         loss_chunk_rows=train.loss_chunk_rows, update_num_threads=train.update_num_threads,
     )
     if train.use_vllm:
         fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens
     fields.update(method_fields)
-    if rollout.expansion == "aepo":
-        fields["tree_aepo_initial"] = rollout.aepo_initial
     fields.update(
         num_generations=leaves,
         per_device_train_batch_size=geo.per_device_train_batch_size,
@@ -240,10 +249,10 @@ def _no_accelerator() -> bool:
 
 
 def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
-                 columns: Sequence[str] = ("tree_expansion", "credit_advantage", "credit_value",
+                 columns: Sequence[str] = ("expansion", "credit_advantage", "credit_value",
                                            "loss_level", "epsilon", "epsilon_high", "beta",
-                                           "loss_type", "leaves_per_prompt", "updates_per_step",
-                                           "temperature", "learning_rate")):
+                                           "loss_aggregation", "leaves_per_prompt",
+                                           "updates_per_step", "temperature", "learning_rate")):
     """What each method resolves to on a profile (one row per method; notebook 04)."""
     import pandas as pd
 
@@ -254,6 +263,7 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
             rows[method] = {c: "" for c in columns}
             continue
         fields = dict(spec.trainer)
+        fields["expansion"] = spec.rollout.expansion
         fields["leaves_per_prompt"] = spec.leaves_per_prompt
         fields["updates_per_step"] = spec.geometry.updates_per_step
         if fields.get("credit_advantage", "node_value") in ("vanilla", "tree_grpo"):

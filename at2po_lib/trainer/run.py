@@ -293,7 +293,7 @@ def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: s
 
 def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
     from ..policy.model import load_policy
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
 
     model, tokenizer = load_policy(policy_path(cfg), cfg.policy.dtype)
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
@@ -315,7 +315,7 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
 
     from ..policy.model import torch_dtype
     from ..policy.tokenizer import load_tokenizer
-    from ..retrieval.build import build_retriever
+    from ..retrieval.indexes import build_retriever
     from .search_agent import SearchAgent
     from .callbacks import CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress
     from .trainer import AT2POTrainer

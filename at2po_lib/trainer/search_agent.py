@@ -8,9 +8,9 @@ training rows (:func:`at2po_lib.rollout.export.training_rows`) and credit arrays
 
 The rollout configuration is the run's :attr:`at2po_lib.trainer.resolve.RunSpec.rollout`:
 the profile's ``rollout`` section shaped by the method (expansion, chains or tree, AEPO's
-budget), resolved once. The trainer's ``AT2POConfig`` was derived from the same numbers
-(``num_generations`` = leaves per prompt, ``temperature``: TRL recomputes log-probs with it), so
-nothing is copied back from the trainer arguments here.
+budget), resolved once; it is the one home of those knobs. The trainer's ``AT2POConfig`` holds
+only what TRL needs from it (``num_generations`` = leaves per prompt, ``temperature``: TRL
+recomputes log-probs with it), set once by ``resolve_run`` and checked here.
 """
 
 from __future__ import annotations
@@ -72,8 +72,7 @@ def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False
 def _check_same_rollout(cfg, args: AT2POConfig) -> None:
     """The trainer groups ``num_generations`` rows per prompt and recomputes log-probs at
     ``temperature``: both must be the sampler's (a mismatch is a wiring error, not data)."""
-    pairs = {"tree_expansion": (args.tree_expansion, cfg.expansion),
-             "num_generations": (args.num_generations, cfg.leaves_per_prompt()),
+    pairs = {"num_generations": (args.num_generations, cfg.leaves_per_prompt()),
              "temperature": (args.temperature, cfg.temperature)}
     wrong = {k: v for k, v in pairs.items() if v[0] != v[1]}
     if wrong:

@@ -75,7 +75,7 @@ from ..method import credit
 from ..method.loss import policy_loss
 from ..rollout.backends import torch_threads
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
-from .at2po_config import LOSS_TYPES, AT2POConfig
+from .at2po_config import AT2POConfig
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                      "lm_head_multiplier", "logits_scaling")
@@ -326,7 +326,7 @@ class AT2POTrainer(GRPOTrainer):
         step = self.rollout_step
         start = time.perf_counter()
         # Decided before entering: policy_for_generation() puts this same module in eval mode.
-        resample = self.args.tree_dynamic_sampling and self.model.training
+        resample = self.args.dynamic_sampling and self.model.training
         with self.policy_for_generation() as policy:
             batch = self.agent.sample(policy, groups, self.args, self.rollout_seed(step))
             rounds = 1
@@ -365,7 +365,7 @@ class AT2POTrainer(GRPOTrainer):
         """DAPO's dynamic sampling: a prompt whose leaves all share one reward carries no
         signal; replace it by a prompt drawn from the training set whose leaves differ.
 
-        Up to ``tree_dynamic_sampling_rounds`` rollout rounds (the first included, verl's
+        Up to ``dynamic_sampling_rounds`` rollout rounds (the first included, verl's
         ``max_num_gen_batches``); each extra round samples as many fresh prompts as there are
         slots left (prompts drawn with a generator seeded by (seed, step, round)). Slots still
         empty afterwards keep their degenerate groups (advantage 0). Returns the batch and
@@ -375,7 +375,7 @@ class AT2POTrainer(GRPOTrainer):
         parts = [(batch, keep)]
         missing = len(groups) - len(keep)
         rounds = 1
-        while missing and rounds < self.args.tree_dynamic_sampling_rounds:
+        while missing and rounds < self.args.dynamic_sampling_rounds:
             rng = np.random.default_rng(self.rollout_seed(step, rounds))
             picks = rng.choice(len(self.train_dataset), size=missing,
                                replace=missing > len(self.train_dataset))
@@ -518,14 +518,14 @@ class AT2POTrainer(GRPOTrainer):
         loss, stats = policy_loss(
             per_token_logps, old_per_token_logps, inputs["advantages"], mask,
             level=args.loss_level, eps_low=self.epsilon_low, eps_high=self.epsilon_high,
-            agg=LOSS_TYPES[self.loss_type], turn_ids=inputs["turn_ids"],
+            agg=args.loss_aggregation, turn_ids=inputs["turn_ids"],
             ref_logp=inputs.get("ref_per_token_logps"), beta=self.beta,
             entropy_balanced_clip=args.loss_entropy_balanced_clip, token_entropy=entropies,
             entropy_aware_adv=args.loss_entropy_aware_adv, turn_ratio=args.loss_turn_ratio)
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        if self.loss_type == "dapo":
-            # Token mean over the whole accumulated batch (TRL's normaliser for "dapo").
+        if args.loss_aggregation == "token-mean":
+            # Token mean over the whole accumulated batch (TRL's normaliser of its "dapo").
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
                 normalizer = normalizer * accumulation / self.args.steps_per_generation
