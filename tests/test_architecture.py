@@ -1,4 +1,6 @@
-"""The import graph of ``at2po_lib`` has no cycle.
+"""The shape of ``at2po_lib``: its import graph has no cycle, the method (``at2po_lib.method``)
+imports none of the layers that use it, every name has one import path, and each knob of the
+method has one home.
 
 Read with ``ast``, never by importing: every ``import``/``from ... import`` anywhere in a module
 counts — at module level, inside functions (the lazy imports that keep ``at2po --help`` and
@@ -165,3 +167,156 @@ def test_graph_sees_function_level_relative_and_lazy_imports(tmp_path):
 ])
 def test_find_cycles_by_hand(graph, expected):
     assert find_cycles(graph) == expected
+
+
+# ------------------------------------------------------------------------ the method's room
+METHOD = "at2po_lib.method"
+USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "pipeline",
+         "policy", "retrieval", "tinyworld", "util", "config", "data", "prompts", "reward")
+
+
+def test_method_imports_nothing_of_its_users():
+    """The paper's math reads on its own: method/ imports only method/ (and no engine, trainer,
+    report, command line or plumbing, even lazily inside a function)."""
+    graph = import_graph()
+    method = {m for m in graph if m == METHOD or m.startswith(METHOD + ".")}
+    assert method >= {f"{METHOD}.{n}" for n in ("tree", "expansion", "credit", "loss", "presets")}
+    upward = {m: sorted(e for e in graph[m] if e not in method) for m in method}
+    assert not any(upward.values()), f"method/ imports its users: {upward}"
+
+
+def test_the_method_room_check_catches_an_upward_import(tmp_path):
+    pkg = tmp_path / "at2po_lib"
+    (pkg / "method").mkdir(parents=True)
+    (pkg / "rollout").mkdir()
+    for init in (pkg, pkg / "method", pkg / "rollout"):
+        (init / "__init__.py").write_text("")
+    (pkg / "rollout" / "trees.py").write_text("from ..method import expansion\n")
+    (pkg / "method" / "expansion.py").write_text("def f():\n    from ..rollout import trees\n")
+    graph = import_graph(pkg)
+    assert graph["at2po_lib.method.expansion"] == {"at2po_lib.rollout.trees"}
+
+
+# ----------------------------------------------------------------- one import path per name
+def _defined_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level other than by importing them."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def re_exports(package: Path = PACKAGE) -> list[str]:
+    """Every ``from <module of the package> import name`` (anywhere in the package) whose module
+    does not define ``name`` itself: the name is reached through a second path."""
+    paths = {_module_name(p, package): p for p in package.rglob("*.py")}
+    trees = {name: ast.parse(path.read_text()) for name, path in paths.items()}
+    defined = {name: _defined_names(tree) for name, tree in trees.items()}
+    found = []
+    for name, tree in trees.items():
+        is_package = paths[name].name == "__init__.py"
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve(name, is_package, node.level, node.module)
+            if base not in paths:
+                continue
+            for alias in node.names:
+                if f"{base}.{alias.name}" not in paths and alias.name not in defined[base]:
+                    found.append(f"{name}: from {base} import {alias.name}")
+    return found
+
+
+def test_every_name_has_one_import_path():
+    """No re-exports: a name is imported from the module that defines it, and no package
+    ``__init__`` but the command line's lazily exports names (``_EXPORTS``/``__getattr__``)."""
+    assert re_exports() == []
+    lazy = [p for p in PACKAGE.rglob("__init__.py")
+            if p.parent.name != "cli" and any(
+                isinstance(n, ast.FunctionDef) and n.name == "__getattr__" or
+                isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("_EXPORTS", "__all__")
+                                                  for t in n.targets)
+                for n in ast.parse(p.read_text()).body)]
+    assert lazy == [], f"lazy export tables outside cli/: {lazy}"
+
+
+def test_re_export_check_finds_a_second_path(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def thing():\n    pass\n")
+    (pkg / "b.py").write_text("from .a import thing\n")
+    (pkg / "c.py").write_text("from .b import thing\nfrom .a import thing as same\n")
+    assert re_exports(pkg) == ["pkg.c: from pkg.b import thing"]
+
+
+def test_module_file_names_are_unique_by_role():
+    """Two modules never share a file name, except a ``cli/`` module named after its command."""
+    from collections import Counter
+
+    names = Counter(p.name for p in PACKAGE.rglob("*.py")
+                    if p.name != "__init__.py" and p.parent.name != "cli")
+    assert [n for n, c in names.items() if c > 1] == []
+
+
+# ----------------------------------------------------------------------- each knob one home
+def test_the_trainer_config_has_no_rollout_knob():
+    """M, L, K, alpha, chains and AEPO's budget live in ``RolloutConfig`` only: ``AT2POConfig``
+    adds no ``tree_*`` field and none named after a rollout field (TRL's own ``temperature``,
+    ``top_p``, ``num_generations`` are set once from it by ``resolve_run``)."""
+    import dataclasses
+
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    from at2po_lib.config import RolloutConfig, TrainConfig
+    from at2po_lib.trainer.at2po_config import AT2POConfig
+    from at2po_lib.trainer.resolve import PROFILE_FIELDS
+
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    own = {f.name for f in dataclasses.fields(AT2POConfig)} - trl_fields
+    assert not {n for n in own if n.startswith("tree_")}
+    assert not own & {f.name for f in dataclasses.fields(RolloutConfig)}
+    # A profile value the trainer needs reaches it by one path, which refuses a second one.
+    assert own & {f.name for f in dataclasses.fields(TrainConfig)} <= set(PROFILE_FIELDS)
+
+
+def _calls_with_keyword(keyword: str) -> set[str]:
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and any(k.arg == keyword for k in node.keywords):
+                found.add(_module_name(path, PACKAGE))
+    return found
+
+
+def _products_of_l_and_k(path: Path) -> list[int]:
+    """Lines of ``path`` that multiply ``<x>.tree_l`` by ``<y>.tree_k`` (the L·K of M + L·K)."""
+    return [n.lineno for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
+            and {getattr(side, "attr", None) for side in (n.left, n.right)} >= {"tree_l", "tree_k"}]
+
+
+def test_each_derived_number_is_derived_in_one_place():
+    """M + L·K is computed by ``RolloutConfig.leaves_per_prompt`` alone (through
+    ``config.tree_leaves``, which nothing else calls; no module or benchmark multiplies L by K),
+    and TRL's ``num_generations`` is set by ``resolve_run`` alone."""
+    root = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+    products = {str(p.relative_to(root)): lines for p in files if (lines := _products_of_l_and_k(p))}
+    assert products == {}
+    callers = {_module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
+               if any(isinstance(n, ast.Name) and n.id == "tree_leaves"
+                      for n in ast.walk(ast.parse(p.read_text())))}
+    assert callers == {"at2po_lib.config"}
+    assert _calls_with_keyword("num_generations") == {"at2po_lib.trainer.resolve"}
+
+
+def test_the_product_check_sees_l_times_k(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("leaves = cfg.tree_m + cfg.tree_l * cfg.tree_k\nrounds = cfg.tree_l\n")
+    assert _products_of_l_and_k(path) == [1]

@@ -76,7 +76,7 @@ def test_table_and_summary():
 def test_file_round_trip_and_credit_reads_it(tmp_path):
     path = save_trees([tree_arrays(small_tree())], tmp_path / "rollout" / "trees.npz",
                       meta={"seed": 0})
-    (arrays,) = credit.load_trees(path)
+    (arrays,) = load_trees(path)
     assert arrays.equals(tree_arrays(small_tree()))
     values = credit.node_values(arrays.parent, arrays.entropy, arrays.leaf_reward)
     assert values.shape == (4,)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from at2po_lib.method import credit
+from at2po_lib.method.tree import Forest
 from at2po_lib.config import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
@@ -139,7 +140,7 @@ def _expected_advantages(batch, method_args) -> torch.Tensor:
         adv = credit.grpo_advantages(torch.tensor(batch.reward, dtype=torch.float64),
                                      torch.tensor(batch.group))
         return torch.where(turn_node >= 0, adv[:, None], 0.0).float()
-    forest = credit.Forest.from_trees(batch.trees, dtype=torch.float64)
+    forest = Forest.from_trees(batch.trees, dtype=torch.float64)
     return credit.batch_token_advantages(forest, turn_node, torch.tensor(batch.row_tree),
                                          method_args.credit_value,
                                          method_args.credit_advantage).float()

@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 
 from ..method import credit
-from ..method.tree import TreeArrays, as_tree_arrays
+from ..method.tree import Forest, TreeArrays, as_tree_arrays
 
 
 @dataclass
@@ -71,7 +71,7 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
     turn_node = pad_rows([torch.tensor(t, dtype=torch.long) for t in batch.turn_node], -1)
     is_model = turn_node >= 0
     if advantage in credit.ADVANTAGE_MODES:
-        forest = credit.Forest.from_trees(batch.trees, dtype=torch.float64)
+        forest = Forest.from_trees(batch.trees, dtype=torch.float64)
         return credit.batch_token_advantages(
             forest, turn_node, torch.tensor(batch.row_tree), value_mode=value, adv_mode=advantage,
             normalize_leaves=normalize_leaves).float()

@@ -73,6 +73,7 @@ from trl.models import unwrap_model_for_generation
 
 from ..method import credit
 from ..method.loss import policy_loss
+from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .at2po_config import AT2POConfig
@@ -344,7 +345,7 @@ class AT2POTrainer(GRPOTrainer):
             "rollout/turns_mean": float(np.mean(batch.num_turns)),
             "rollout/tool_calls_mean": float(np.mean(batch.num_tool_calls)),
             "rollout/leaves_per_prompt": len(batch) / max(len(groups), 1),
-            "rollout/tree_nodes_mean": float(np.mean([len(credit.as_tree_arrays(t).parent)
+            "rollout/tree_nodes_mean": float(np.mean([len(as_tree_arrays(t).parent)
                                                       for t in batch.trees])),
             "rollout/dynamic_sampling_rounds": float(rounds),
         }
