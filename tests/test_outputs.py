@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from at2po_lib.util.writing import figure_png, save_figure, write_if_changed  # noqa: E402
-from at2po_lib.util.provenance import write_meta  # noqa: E402
+from at2po_lib.util.provenance import run_metadata, write_meta  # noqa: E402
 from at2po_lib.util.quiet import hf_progress_bars_off  # noqa: E402
 
 
@@ -29,6 +29,43 @@ def test_meta_is_kept_when_only_volatile_fields_change(tmp_path):
     assert json.loads(meta.read_text())["created"] == "tuesday"
     write_meta(result, {"profile": "smoke", "created": "tuesday", "git_revision": "def"})
     assert json.loads(meta.read_text())["profile"] == "smoke"  # a stable field changed
+
+
+def _table_maker(profile: str) -> dict:
+    """Stands for a function that computes a result and collects its meta."""
+    return run_metadata(profile)
+
+
+def test_meta_names_the_function_and_the_command_that_wrote_it(monkeypatch):
+    monkeypatch.delenv("AT2PO_COMMAND", raising=False)
+    meta = _table_maker("tiny")
+    assert meta["writer"] == f"{__name__}:_table_maker"
+    assert "pytest" in meta["command"] or "py.test" in meta["command"]  # this process's argv
+    from at2po_lib.reporting.output import source_meta
+    from at2po_lib.reporting.table1 import table1
+
+    assert source_meta("tiny", writer=table1)["writer"] == "at2po_lib.reporting.table1:table1"
+    monkeypatch.setenv("AT2PO_COMMAND", "at2po report --profile tiny")
+    assert run_metadata("tiny", writer="notebooks/05.ipynb")["command"] == \
+        "at2po report --profile tiny"
+
+
+def test_the_at2po_command_is_recorded_while_it_runs_and_only_then(monkeypatch, capsys):
+    """cli.main sets AT2PO_COMMAND around the subcommand (notebooks it runs inherit it)."""
+    import types
+
+    from at2po_lib import cli
+
+    seen = {}
+    fake = types.SimpleNamespace(main=lambda rest: seen.setdefault("meta", run_metadata("smoke"))
+                                 and 0)
+    monkeypatch.delenv("AT2PO_COMMAND", raising=False)
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
+    assert cli.main(["report", "--profile", "smoke"]) == 0
+    assert seen["meta"]["command"] == "at2po report --profile smoke"
+    import os
+
+    assert "AT2PO_COMMAND" not in os.environ
 
 
 def test_broken_meta_is_replaced(tmp_path):

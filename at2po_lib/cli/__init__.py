@@ -18,7 +18,11 @@ is the same as ``at2po <command>`` (``accelerate launch -m at2po_lib.cli train .
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
 import sys
+
+from ..util.provenance import COMMAND_ENV
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "world": ("world", "generate the TinyWorld corpus and datasets"),
@@ -54,4 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"at2po: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
-    return int(module.main(rest) or 0)
+    # Every .meta.json written below names this command (at2po_lib.util.provenance).
+    previous = os.environ.get(COMMAND_ENV)
+    os.environ[COMMAND_ENV] = shlex.join(["at2po", *argv])
+    try:
+        return int(module.main(rest) or 0)
+    finally:
+        if previous is None:
+            os.environ.pop(COMMAND_ENV, None)
+        else:
+            os.environ[COMMAND_ENV] = previous

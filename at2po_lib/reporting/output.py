@@ -33,8 +33,9 @@ def tables_dir(profile: str) -> Path:
 
 
 def source_meta(profile: str, runs: pd.DataFrame | None = None, **extra: Any) -> dict:
-    """Provenance of a table or figure: profile, git revision and the runs (method, seed,
-    folder relative to the repository) it was computed from."""
+    """Provenance of a table or figure: profile, git revision, the runs (method, seed, folder
+    relative to the repository) it was computed from, and the function (``writer=``, a function
+    or ``module:qualname``) and command that computed it (:func:`run_metadata`)."""
     sources = []
     if runs is not None and len(runs):
         root = repo_root()

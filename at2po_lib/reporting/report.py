@@ -48,6 +48,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     import matplotlib.pyplot as plt
 
     from ..config import load_profile
+    from ..method.presets import TABLE1_METHODS, TABLE2_METHODS
     from . import figure3, figure4, table1, table2, table3
     from .output import source_meta, write_figure, write_table
     from .readme import update_readme
@@ -65,14 +66,15 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
         report.notes.append(f"no finished runs under results/runs/{profile}/: only the "
                             "published numbers are shown")
 
-    def meta_for(methods) -> dict:
+    def meta_for(methods, writer) -> dict:
+        """The meta of a result computed by ``writer`` from the runs of ``methods``."""
         return source_meta(profile, finished.loc[finished["method"].isin(list(methods))],
-                           n_resamples=n_resamples, confidence=0.95)
+                           writer=writer, n_resamples=n_resamples, confidence=0.95)
 
     tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,
                                   n_resamples=n_resamples)
     if len(display):
-        meta = meta_for(table1.TABLE1_ORDER)
+        meta = meta_for(TABLE1_METHODS, table1.table1)
         report.paths["table1"] = write_table(tidy, display, "table1", profile, meta,
                                              "Table 1: EM x 100 [95% CI] per dataset and group")
         short = summary_display(display)
@@ -87,25 +89,26 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                                                   metric=metric)
         if len(display):
             report.paths[name] = write_table(
-                tidy, display, name, profile, meta_for(table1.TABLE1_ORDER),
+                tidy, display, name, profile,
+                meta_for(TABLE1_METHODS, table1.table1_differences),
                 f"Differences in {what} x 100 [95% CI] and probability of improvement")
             report.tables[name] = display
     tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
     report.paths["table2"] = write_table(tidy, display, "table2", profile,
-                                         meta_for(table2.STEPS),
+                                         meta_for(TABLE2_METHODS, table2.table2),
                                          "Table 2: progressive ablation, multi-hop EM x 100")
     report.tables["table2"] = display
     tidy, display = table3.table3(profile, outcomes, n_resamples=n_resamples)
     if len(display):
         report.paths["table3"] = write_table(tidy, display, "table3", profile,
-                                             meta_for(tidy["method"]),
+                                             meta_for(tidy["method"], table3.table3),
                                              "Table 3: credit variants, multi-hop EM x 100")
         report.tables["table3"] = display
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
         report.tables["credit_accuracy"] = accuracy
     metrics, evals = load_training_records(profile)
-    rl = [m for m in table1.TABLE1_ORDER if m != "react"]
+    rl = [m for m in TABLE1_METHODS if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
     # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
@@ -121,20 +124,23 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
         shown.index = [method_label(m) for m in shown.index]
         shown.index.name = "method"
         report.paths["fig3_entropy_change"] = write_table(
-            change, shown, "fig3_entropy_change", profile, meta_for(change["method"]),
+            change, shown, "fig3_entropy_change", profile,
+            meta_for(change["method"], start_end_table),
             "Policy entropy and reward over the first and last steps (at most 8 each), their "
             "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
         report.tables["fig3_entropy_change"] = shown
     if figures:
         dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
         fig, _ = figure3.figure3(metrics, evals, dataset, rl)
-        report.paths["fig3"] = write_figure(fig, "fig3_training", profile, meta_for(rl))
+        report.paths["fig3"] = write_figure(fig, "fig3_training", profile,
+                                             meta_for(rl, figure3.figure3))
         plt.close(fig)
         method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)),
                       None)
         if method:
             fig, _ = figure4.figure4(outcomes, method)
-            report.paths["fig4"] = write_figure(fig, "fig4_turns", profile, meta_for([method]))
+            report.paths["fig4"] = write_figure(fig, "fig4_turns", profile,
+                                                 meta_for([method], figure4.figure4))
             plt.close(fig)
             report.tables["turns"] = figure4.turn_summary(outcomes, method)
     if readme:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from .. import stats
+from ..method.presets import TABLE1_METHODS
 from ..paper_reference import published_table1
 from .labels import (column_label, groups_of, method_label, ordered_datasets,
                      published_backbone, rows_with_outcomes)
@@ -26,7 +27,6 @@ from .labels import signed_cell
 if TYPE_CHECKING:
     import pandas as pd
 
-TABLE1_ORDER = ("react", "grpo", "dapo", "gspo", "tree_grpo", "aepo", "at2po")
 GROUP_LABELS = {"multihop": "Multi-hop avg", "singlehop": "Single-hop avg"}
 UNWEIGHTED = " (unweighted)"
 
@@ -111,7 +111,7 @@ def _published(method: str, backbone: str, column: str, value: float) -> dict:
 
 
 def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
-           model: str | None = None, methods: Sequence[str] = TABLE1_ORDER,
+           model: str | None = None, methods: Sequence[str] = TABLE1_METHODS,
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: our cells with CIs and the published cells of the matching
     backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
@@ -147,7 +147,7 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
 
 def table1_differences(profile: str, outcomes: pd.DataFrame,
                        baselines: Sequence[str] = ("grpo", "react"),
-                       methods: Sequence[str] = TABLE1_ORDER,
+                       methods: Sequence[str] = TABLE1_METHODS,
                        n_resamples: int = stats.DEFAULT_RESAMPLES, metric: str = "em"
                        ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method minus each baseline (per dataset, per group, both weightings) with CIs and

@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import stats
+from ..method.presets import TABLE2_METHODS
 from ..paper_reference import published_table2
 from .labels import cell, groups_of, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd
 
-STEPS = ("ablation_random_tree_grpo", "ablation_atpo_loss", "ablation_entropy_tree", "at2po")
 
 
 def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
@@ -30,7 +30,7 @@ def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     published = published_table2().set_index("method")
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     rows, previous = [], None
-    for number, method in enumerate(STEPS, start=1):
+    for number, method in enumerate(TABLE2_METHODS, start=1):
         pub = published.loc[method] if method in published.index else None
         row = {"profile": profile, "step": number, "method": method,
                "configuration": pub["configuration"] if pub is not None else method,

@@ -22,18 +22,15 @@ from typing import TYPE_CHECKING
 
 from .. import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
+from ..method.presets import credit_method
 from ..util.paths import results_dir
 from .labels import cell, groups_of, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT = "credit_entropy_softmax_node_value"
+DEFAULT = credit_method("entropy_softmax", "node_value")
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
-
-
-def credit_method(value: str, advantage: str) -> str:
-    return f"credit_{value}_{advantage}"
 
 
 def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",

@@ -1,11 +1,23 @@
-"""Provenance: every number in a table or figure traces back to a profile, a seed and a git
-revision. ``run_metadata`` is written beside each result (``*.meta.json``)."""
+"""Provenance: every number in a table or figure traces back to a profile, a seed, a git
+revision, the function that wrote it and the command that ran it. ``run_metadata`` is written
+beside each result (``*.meta.json``):
+
+- ``writer``: the function that made the result, as ``module:qualname``
+  (``at2po_lib.reporting.table1:table1``), given by the caller or else the function that called
+  :func:`run_metadata` (helpers that only format or write are skipped, :data:`_HELPERS`);
+- ``command``: how it was run: the ``at2po`` command line (:mod:`at2po_lib.cli` records it in
+  ``AT2PO_COMMAND``, which notebooks run by ``at2po run-notebooks`` inherit), else this
+  process's own command line.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -67,13 +79,54 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def run_metadata(profile: str, seed: int | None = None, config: Any = None, **extra: Any) -> dict:
-    """Everything needed to trace a result: profile, seed, git revision, config, versions."""
+COMMAND_ENV = "AT2PO_COMMAND"
+"""Environment variable holding the ``at2po`` command line that runs this process (set by
+:func:`at2po_lib.cli.main`; inherited by the notebooks ``at2po run-notebooks`` executes)."""
+_HELPERS = {("at2po_lib.util.provenance", "run_metadata"),
+            ("at2po_lib.reporting.output", "source_meta"),
+            ("at2po_lib.evaluation", "write_eval")}
+"""Functions that only collect or write a meta: the writer is whoever called them."""
+
+
+def function_name(function: Any) -> str:
+    """``module:qualname`` of a function (``at2po_lib.reporting.table1:table1``)."""
+    return f"{function.__module__}:{function.__qualname__}"
+
+
+def current_command() -> str:
+    """The ``at2po`` command running this process, else the process's command line."""
+    if os.environ.get(COMMAND_ENV):
+        return os.environ[COMMAND_ENV]
+    program = Path(sys.argv[0])
+    name = f"python -m {program.parent.name}" if program.name == "__main__.py" else program.name
+    return " ".join([name, shlex.join(sys.argv[1:])]).strip()
+
+
+def calling_function() -> str:
+    """``module:qualname`` of the first caller outside :data:`_HELPERS` (notebook cells are
+    ``__main__:<module>``)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "?")
+        if (module, frame.f_code.co_name) not in _HELPERS and module != __name__:
+            return f"{module}:{frame.f_code.co_qualname}"
+        frame = frame.f_back
+    return "unknown"
+
+
+def run_metadata(profile: str, seed: int | None = None, config: Any = None, *,
+                 writer: Any = None, command: str | None = None, **extra: Any) -> dict:
+    """Everything needed to trace a result: profile, seed, git revision, the writing function
+    and command (module docstring), config, versions. ``writer``: a function or its name."""
     if is_dataclass(config):
         config = asdict(config)
+    if writer is None:
+        writer = calling_function()
     return {
         "profile": profile,
         "seed": seed,
+        "writer": writer if isinstance(writer, str) else function_name(writer),
+        "command": command or current_command(),
         "git_revision": git_revision(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": sys.version.split()[0],
