@@ -10,6 +10,7 @@ One module per table or figure; notebooks (04, 05) and ``at2po report`` only cal
 - :mod:`.figure3`, :mod:`.figure4`: policy entropy and HotpotQA EM over steps; turns per sample.
 - :mod:`.output`: writers (CSV + Markdown + LaTeX tables, PNG + PDF figures), each with a
   ``.meta.json`` naming the run folders, seeds and git revision it came from.
-- :mod:`.readme`: the README's result tables, generated from the written Markdown files.
+- :mod:`.readme`: the result tables of the README and ``docs/toy_study.md``, generated from the
+  written Markdown files.
 - :mod:`.report`: :func:`write_report`, everything above for one profile (``at2po report``).
 """

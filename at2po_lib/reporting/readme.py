@@ -1,13 +1,14 @@
-r"""The README's result tables are generated, never typed: blocks between markers
+r"""The documents' result tables are generated, never typed: blocks between markers
 
     <!-- at2po-report: tiny/table1_summary -->
     ...
     <!-- /at2po-report -->
 
-hold exactly the generated file the key names, ``results/<profile>/tables/<name>.md``.
-:func:`update_readme` rewrites the blocks from the files (``at2po report --profile P
---readme``); :func:`stale_blocks` lists the blocks that disagree with their files (a test fails
-on any).
+hold exactly the generated file the key names, ``results/<profile>/tables/<name>.md``. The
+documents that carry such blocks are :data:`DOCUMENTS` (the README and the toy study's page,
+``docs/toy_study.md``). :func:`update_readme` rewrites the blocks from the files (``at2po report
+--profile P --readme``); :func:`stale_blocks` lists the blocks that disagree with their files (a
+test fails on any).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from ..util.paths import repo_root, results_dir
 
+DOCUMENTS = ("README.md", "docs/toy_study.md")
+"""Repository-relative documents whose generated blocks :func:`update_readme` keeps current."""
 BLOCK = re.compile(r"(<!-- at2po-report: (?P<key>[\w.-]+/[\w.-]+) -->\n)(?P<body>.*?)"
                    r"(<!-- /at2po-report -->)", re.S)
 
@@ -36,22 +39,31 @@ def _expected(key: str) -> str:
 
 
 def stale_blocks(readme: str | Path | None = None) -> list[str]:
-    """Keys of README blocks whose body differs from their table file (or whose file is missing)."""
-    text = Path(readme or repo_root() / "README.md").read_text()
+    """Keys of blocks whose body differs from their table file (or whose file is missing), in
+    ``readme`` (one document) or, by default, in every document of :data:`DOCUMENTS`."""
+    paths = [Path(readme)] if readme else [repo_root() / d for d in DOCUMENTS]
     stale = []
-    for match in BLOCK.finditer(text):
-        try:
-            if match.group("body") != _expected(match.group("key")):
+    for path in paths:
+        for match in BLOCK.finditer(path.read_text()):
+            try:
+                if match.group("body") != _expected(match.group("key")):
+                    stale.append(match.group("key"))
+            except FileNotFoundError:
                 stale.append(match.group("key"))
-        except FileNotFoundError:
-            stale.append(match.group("key"))
     return stale
 
 
 def update_readme(readme: str | Path | None = None, profiles: set[str] | None = None) -> list[str]:
-    """Rewrite the README's blocks (of ``profiles``, default all) from their files; returns
-    the keys rewritten."""
-    path = Path(readme or repo_root() / "README.md")
+    """Rewrite the blocks (of ``profiles``, default all) of ``readme`` or, by default, of every
+    document of :data:`DOCUMENTS` from their files; returns the keys rewritten."""
+    paths = [Path(readme)] if readme else [repo_root() / d for d in DOCUMENTS]
+    changed: list[str] = []
+    for path in paths:
+        changed += _update_document(path, profiles)
+    return changed
+
+
+def _update_document(path: Path, profiles: set[str] | None) -> list[str]:
     text = path.read_text()
     changed = []
 

@@ -10,8 +10,8 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
   method's change minus GRPO's);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
 
-With ``readme=True`` the README's generated blocks of this profile are refreshed
-(:mod:`.readme`).
+With ``readme=True`` the generated blocks of this profile in the README and the docs pages are
+refreshed (:mod:`.readme`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Report:
 
 
 def summary_display(display: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's group-average columns only (the README's compact table)."""
+    """Table 1's group-average columns only (the toy study page's compact table)."""
     keep = [c for c in display.columns if "avg" in c or c == "seeds"]
     return display[keep]
 

@@ -1,8 +1,9 @@
 """Measured notebook run times, read from ``docs/timings.yaml``: the one place they live.
 
 Each notebook prints its own row under its introduction (:func:`show_timings`), and the
-README's "Time per notebook" table is :func:`markdown_table` (``python -m at2po_lib.util.timings
---markdown`` prints it; ``tests/test_notebooks.py`` checks that the README shows exactly that).
+"Time per notebook" table of ``docs/setup.md`` is :func:`markdown_table` (``python -m
+at2po_lib.util.timings --markdown`` prints it; ``tests/test_notebooks.py`` checks that the page
+shows exactly that).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def describe(entry: dict[str, Any]) -> str:
 
 
 def markdown_table(data: dict[str, Any] | None = None) -> str:
-    """The README's table: one row per notebook, one column per profile."""
+    """The set-up page's table: one row per notebook, one column per profile."""
     data = data or load_timings()
     lines = ["| notebook | " + " | ".join(f"`{p}`" for p in PROFILES) + " |",
              "| --- |" + " --- |" * len(PROFILES)]
@@ -96,7 +97,7 @@ def show_timings(stem: str, profile: str | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m at2po_lib.util.timings",
                                      description="Print the measured notebook times.")
-    parser.add_argument("--markdown", action="store_true", help="the README's table")
+    parser.add_argument("--markdown", action="store_true", help="docs/setup.md's table")
     parser.add_argument("--notebook", default=None, help="one notebook's lines, e.g. 02_tree_rollout")
     args = parser.parse_args(argv)
     if args.notebook:
