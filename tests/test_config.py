@@ -45,6 +45,18 @@ def test_unknown_key_and_wrong_type_are_errors(tmp_path):
         load_profile(str(bad_type))
 
 
+def test_a_moved_key_names_its_new_home(tmp_path):
+    """train.chain_leaves became rollout.chains (the rollout owns every leaf count)."""
+    old = tmp_path / "old.yaml"
+    old.write_text("train:\n  chain_leaves: 6\n")
+    with pytest.raises(ProfileError, match="moved to rollout.chains"):
+        load_profile(str(old))
+    with pytest.raises(ProfileError, match="moved to rollout.chains"):
+        parse_override("train.chain_leaves=6")
+    assert load_profile("smoke", parse_override("rollout.chains=5")).rollout.leaves_per_prompt(
+        "chain") == 5
+
+
 def test_overrides_apply_last():
     cfg = load_profile("smoke", parse_override("train.max_steps=7"))
     assert cfg.train.max_steps == 7

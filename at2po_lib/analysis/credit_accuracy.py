@@ -374,7 +374,8 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
 
     from ..config import load_profile
     from ..util.paths import results_dir
-    from ..util.provenance import run_metadata, write_meta
+    from ..util.provenance import run_metadata
+    from ..util.writing import write_csv_tables
     from .expansion_stats import credit_weight_stats
     from .sample import cached_trees, policy_folder, study_rows
 
@@ -400,10 +401,6 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
                             for k in ("search", "answer")},
                         trees="grown by the command (not stored): entropy = AT2PO's tree, "
                               "random = Tree-GRPO's, same prompts and seed")
-    paths = {}
-    for name, frame in (("credit_accuracy.csv", table), ("credit_weights.csv", weights)):
-        path = out / name
-        frame.to_csv(path, index=False, float_format="%.4f")
-        write_meta(path, meta)
-        paths[name] = path
+    paths = write_csv_tables(out, {"credit_accuracy.csv": table, "credit_weights.csv": weights},
+                             meta)
     return {"accuracy": table, "weights": weights, "paths": paths}

@@ -221,7 +221,8 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
     grown trees there (to re-analyse without rolling out again; never commit it)."""
     from ..config import load_profile
     from ..util.paths import results_dir
-    from ..util.provenance import run_metadata, write_meta
+    from ..util.provenance import run_metadata
+    from ..util.writing import write_csv_tables
     from .sample import cached_trees, policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)
@@ -238,12 +239,8 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
                         policy=str(folder), datasets=datasets, prompts=num_prompts,
                         trees="chains: rollout.tree_m per prompt (round-1 state of the "
                               "entropy-guided tree); rebuild with the command")
-    paths = {}
-    for name, table in (("expansion_stats.csv", selection), ("turn_entropy.csv", entropy)):
-        path = out / name
-        table.to_csv(path, index=False, float_format="%.4f")
-        write_meta(path, meta)
-        paths[name] = path
+    paths = write_csv_tables(out, {"expansion_stats.csv": selection, "turn_entropy.csv": entropy},
+                             meta)
     return {"selection": selection, "entropy": entropy, "paths": paths}
 
 
