@@ -59,9 +59,9 @@ def profile_corpus_path(cfg: "ProfileConfig") -> Path:
     path = artifacts_dir(cfg.name) / "world" / "corpus.jsonl"
     if not path.is_file():
         try:
-            tinyworld = importlib.import_module("at2po_lib.tinyworld")
+            tinyworld = importlib.import_module("at2po_lib.tinyworld.build")
         except ModuleNotFoundError as exc:
-            if exc.name != "at2po_lib.tinyworld":
+            if exc.name not in ("at2po_lib.tinyworld", "at2po_lib.tinyworld.build"):
                 raise
             raise RetrievalError(f"{path} is missing and at2po_lib.tinyworld is not available") from None
         tinyworld.ensure_world(cfg)
