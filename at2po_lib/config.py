@@ -177,6 +177,22 @@ class WarmStartConfig:
     length, then all batches are shuffled (``ShuffledLengthBatches``); 1: random batches."""
     pretrain_batch_size: int = 32
     pretrain_seq_len: int = 128
+    strategy_mix: bool = False
+    """Draw each demonstration's behaviour at its decision turns from several strategies
+    (``at2po_lib.policy.strategies``: follow the plan, stop early, repeat a query) instead of
+    always following the plan, so the warm start's sampled behaviour is mixed where an agent
+    decides. Off: every demonstration is perfect."""
+    follow_rate_hard: float = 0.35
+    """With ``strategy_mix``: how often a demonstration follows the plan at a decision keyed by
+    one of ``strategies.HARD_RELATIONS`` (below 0.5: the greedy policy fails there)."""
+    follow_rate_easy: float = 0.85
+    """With ``strategy_mix``: how often it follows at every other decision."""
+    init_from: str | None = None
+    """Start SFT from this policy folder (its model and tokenizer; a path relative to the
+    repository root, or absolute) instead of a new model: no tokenizer training, no
+    pretraining. The tiny profile's second stage starts from the first stage's warm start."""
+    select: str = "band"
+    """Checkpoint choice: ``band`` (validation EM closest to the target band) or ``last``."""
 
 
 @dataclass

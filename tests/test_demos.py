@@ -131,3 +131,30 @@ def test_bad_rows_raise_clear_errors(world):
         hop_plan({"id": "r1", "question": "q", "golden_answers": ["a"]})
     with pytest.raises(ValueError, match="results"):
         script_demo(world["rows"][0], "tiny", [])
+
+
+def test_strategy_plans_shape_the_demonstration(world):
+    """A stop plan answers after its searches with the last value read; a repeat plan searches
+    the previous query again and sees the same observation twice."""
+    import random
+
+    from at2po_lib.policy.strategies import REPEAT, STOP, StrategyPlan
+
+    row = next(r for r in world["rows"] if len(r["metadata"]["hop_queries"]) >= 3)
+    queries, answers, _ = hop_plan(row)
+    hits = world["retriever"].search(queries, topk=3)
+    stop = StrategyPlan(STOP, 1, (queries[0],), (0,), answers[0])
+    demo = script_demo(row, "tiny", hits, stop)
+    turns = [s.text for s in demo.segments if s.trainable]
+    assert turns == [f"<search> {queries[0]} </search>", f"<answer> {answers[0]} </answer>"]
+    assert demo.strategy == STOP and demo.answer == answers[0]
+    repeat = StrategyPlan(REPEAT, 2, (queries[0], queries[1], queries[1]), (0, 1, 1), answers[1])
+    demo = script_demo(row, "tiny", hits, repeat)
+    turns = [s.text for s in demo.segments if s.trainable]
+    assert turns[1] == turns[2] == f"<search> {queries[1]} </search>"
+    assert demo.observations[1] == demo.observations[2]
+    assert demo.strategy == REPEAT
+    # script_demos takes one plan per row and refuses a count mismatch
+    with pytest.raises(ValueError, match="strategy plans"):
+        script_demos(world["rows"], "tiny", world["retriever"], plans=[stop])
+
