@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import PromptTemplate, build_messages, get_template, prompt_ids, render_observation
+from ..prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
+                       render_observation)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Demo:
 
 def uses_think(template: PromptTemplate) -> bool:
     """A template asks for ``<think>`` sections when its instruction mentions the tag."""
-    return "<think>" in (template.system or "") + template.user
+    return "<think>" in (template.system or "") + (template.user or "")
 
 
 def format_answer(template: PromptTemplate, answer: str) -> str:
@@ -130,7 +131,8 @@ def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | s
                  topk: int = 3) -> list[Demo]:
     """Demonstrations for many rows with one batched ``retriever.search`` call."""
     plans = [hop_plan(row) for row in rows]
-    queries = [q for qs, _, _ in plans for q in qs]
+    # searched as the rollout's tool searches them (the template's query cleaning)
+    queries = [clean_query(template, q) for qs, _, _ in plans for q in qs]
     hits = retriever.search(queries, topk=topk) if queries else []
     if len(hits) != len(queries):
         raise ValueError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
