@@ -5,13 +5,14 @@ retriever, tokenised turn by turn with a loss mask.
 A demonstration of a k-hop row (``metadata.hop_queries = [q_1 … q_k]``) is, for the ``tiny``
 template (no ``<think>`` section)::
 
-    <prompt via the chat template>              mask 0
+    <prompt via the chat template>              mask 0   (one system message: instruction + question)
     <search> q_1 </search>                      mask 1   (model turn 1)
      <result> top-3 of search(q_1) </result>    mask 0   (observation, rendered by prompts.py)
     <search> q_2 </search>                      mask 1
      <result> … </result>                       mask 0
     …
-    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos)
+    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos, as the rollout
+                                                         runs an answer to EOS and trains it)
 
 Templates whose instruction mentions ``<think>`` (``atpo``, ``searchr1``) get a short scripted
 reasoning section before each action, and ``boxed`` templates wrap the answer as
