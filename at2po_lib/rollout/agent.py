@@ -136,9 +136,14 @@ class SearchEnv:
         return parse_action(text, self.template)
 
     def stop_string(self, token_ids: Sequence[int]) -> str | None:
-        """The stop string a stopped generation call ended on, or None (it ended on EOS)."""
-        tail = self.decode(list(token_ids)[-self._tail_tokens:]).rstrip()
-        return next((s for s in self.stops if tail.endswith(s)), None)
+        """The stop string a stopped generation call ended on, or None when it ended on EOS
+        (a special token: it decodes to nothing). A stop string ends a call as soon as it is
+        complete, so it lies in the last few tokens (a token may carry text after it)."""
+        ids = list(token_ids)
+        if not ids or not self.decode(ids[-1:]):
+            return None
+        tail = self.decode(ids[-self._tail_tokens:])
+        return next((s for s in self.stops if s in tail), None)
 
     def query_of(self, text: str) -> str:
         """The cleaned query of a turn that stopped at ``</search>`` ('' when there is none)."""
