@@ -207,9 +207,15 @@ class RolloutConfig:
     trainer must recompute them with the same ``T``. 0 means greedy."""
     top_p: float = 1.0
     max_tool_calls: int = 6
-    """Searches per trajectory; a later search gets the tool-limit notice (docs/method.md §1)."""
-    max_turn_tokens: int = 64
-    """Tokens one turn may generate; a turn cut by it ends the branch."""
+    """Searches per trajectory; at a later ``</search>`` the tool-limit notice is inserted in
+    the same node, which goes on and can only end (docs/method.md §1)."""
+    max_turn_tokens: int = 0
+    """Tokens one generation call may sample; 0 (default, authors' code): no per-turn cap, a
+    call gets the rest of the response budget. With a cap, a call that reaches it goes on in
+    the same node (the authors' ``length`` handling), unless ``turn_length_ends_branch``."""
+    turn_length_ends_branch: bool = False
+    """End the branch (``turn_length``) when a call reaches ``max_turn_tokens``: the project's
+    behaviour before issue #22, kept to re-measure results made with it (off: the authors')."""
     max_response_tokens: int = 512
     """Completion budget (turns + observations) per trajectory."""
     max_prompt_tokens: int = 256

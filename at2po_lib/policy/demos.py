@@ -5,13 +5,14 @@ retriever, tokenised turn by turn with a loss mask.
 A demonstration of a k-hop row (``metadata.hop_queries = [q_1 … q_k]``) is, for the ``tiny``
 template (no ``<think>`` section)::
 
-    <prompt via the chat template>              mask 0
+    <prompt via the chat template>              mask 0   (one system message: instruction + question)
     <search> q_1 </search>                      mask 1   (model turn 1)
      <result> top-3 of search(q_1) </result>    mask 0   (observation, rendered by prompts.py)
     <search> q_2 </search>                      mask 1
      <result> … </result>                       mask 0
     …
-    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos)
+    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos, as the rollout
+                                                         runs an answer to EOS and trains it)
 
 Templates whose instruction mentions ``<think>`` (``atpo``, ``searchr1``) get a short scripted
 reasoning section before each action, and ``boxed`` templates wrap the answer as
@@ -34,7 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import PromptTemplate, build_messages, get_template, prompt_ids, render_observation
+from ..prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
+                       render_observation)
 from .strategies import StrategyPlan, follow_plan
 
 
@@ -63,7 +65,7 @@ class Demo:
 
 def uses_think(template: PromptTemplate) -> bool:
     """A template asks for ``<think>`` sections when its instruction mentions the tag."""
-    return "<think>" in (template.system or "") + template.user
+    return "<think>" in (template.system or "") + (template.user or "")
 
 
 def format_answer(template: PromptTemplate, answer: str) -> str:
@@ -143,7 +145,8 @@ def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | s
     if plans is not None and len(plans) != len(rows):
         raise ValueError(f"{len(plans)} strategy plans for {len(rows)} rows")
     hop_plans = [hop_plan(row) for row in rows]
-    queries = [q for qs, _, _ in hop_plans for q in qs]
+    # searched as the rollout's tool searches them (the template's query cleaning)
+    queries = [clean_query(template, q) for qs, _, _ in hop_plans for q in qs]
     hits = retriever.search(queries, topk=topk) if queries else []
     if len(hits) != len(queries):
         raise ValueError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")

@@ -75,10 +75,12 @@ from ..paths import artifacts_dir
 if TYPE_CHECKING:
     from ..config import ProfileConfig
 
-WARMSTART_VERSION = 3
-"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts)."""
-_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "max_response_tokens", "max_prompt_tokens",
-                 "invalid_action")
+WARMSTART_VERSION = 4
+"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts).
+4: the authors' trajectory format (issue #22): one system message, no stop at ``</answer>``,
+cleaned observations; the key also holds the template's content (:func:`template_payload`)."""
+_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "turn_length_ends_branch",
+                 "max_response_tokens", "max_prompt_tokens", "invalid_action")
 """Rollout settings that change greedy validation (and so the chosen checkpoint)."""
 _RETRIEVAL_KEYS = ("method", "encoder", "pooling", "query_prefix", "passage_prefix", "max_length",
                    "index_type", "topk", "corpus")
@@ -99,14 +101,25 @@ def warmstart_record_path(profile: str) -> Path:
     return artifacts_dir(profile) / "policy" / "warmstart.json"
 
 
+def template_payload(template) -> dict[str, Any]:
+    """The prompt template's fields (instruction, tags, stops, observation rendering): what
+    the demonstrations and greedy validation are written in, so that editing a template file
+    invalidates the warm start trained on the old text."""
+    from ..prompts import get_template
+
+    return {k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(get_template(template)).items()}
+
+
 def cache_key(profile_cfg: ProfileConfig) -> str:
-    """Hash of everything the warm start depends on: world, retrieval, policy, SFT, rollout
-    limits used by validation, and :data:`WARMSTART_VERSION`."""
+    """Hash of everything the warm start depends on: world, retrieval, policy, its prompt
+    template's content, SFT, rollout limits used by validation, and :data:`WARMSTART_VERSION`."""
     rollout, retrieval = asdict(profile_cfg.rollout), asdict(profile_cfg.retrieval)
     payload = {
         "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
         "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
         "policy": asdict(profile_cfg.policy),
+        "template": template_payload(profile_cfg.policy.template),
         "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }
     initial = initial_policy(profile_cfg)
