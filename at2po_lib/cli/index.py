@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
         from ..retrieval.indexes import ensure_index
 
         cfg = load_profile_args(args)
-        if args.prebuilt:  # an explicit choice, never a fallback (retrieval.build)
+        if args.prebuilt:  # an explicit choice, never a fallback (retrieval.indexes)
             import dataclasses
 
             cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, prebuilt=True))

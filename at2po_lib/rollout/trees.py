@@ -54,8 +54,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .agent import (RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees, run_chains,
-                    score_trees, start_chain)
+from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, score_trees,
+                    start_chain, turn_stops)
 from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
@@ -118,8 +118,9 @@ def equalize_leaves(tree: RolloutTree, target: int, rng: np.random.Generator) ->
         source = tree.nodes[leaves[-1]]
         for _ in range(target - len(leaves)):
             dup = tree.add_child(source.parent, source.expansion_round)
-            for name in ("token_ids", "logps", "entropies", "topk_entropies", "text", "action",
-                         "tool_calls", "finish_reason", "reward"):
+            for name in ("token_ids", "token_mask", "logps", "entropies", "topk_entropies",
+                         "segment_start", "text", "action", "obs_ids", "obs_kind", "tool_calls",
+                         "finish_reason", "reward"):
                 setattr(dup, name, copy.copy(getattr(source, name)))
             dup.is_leaf, dup.duplicate_of = True, source.id
         return tree
@@ -179,7 +180,7 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
         raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)} "
                          "(AEPO lives in at2po_lib.rollout.aepo)")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
+    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)
     rng = np.random.default_rng(seed)
     if expansion == "random":
         trees = _grow_tree_grpo(env, backend, questions, golden_answers, rollout_cfg, prompt_ids,
