@@ -320,3 +320,42 @@ def test_the_product_check_sees_l_times_k(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("leaves = cfg.tree_m + cfg.tree_l * cfg.tree_k\nrounds = cfg.tree_l\n")
     assert _products_of_l_and_k(path) == [1]
+
+
+def _name_lists(path: Path, names: set[str], at_least: int) -> list[int]:
+    """Lines of tuple/list/set literals in ``path`` holding ``at_least`` of ``names``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            strings = {e.value for e in node.elts
+                       if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            if len(strings & names) >= at_least:
+                found.append(node.lineno)
+    return found
+
+
+def test_each_registry_of_names_is_written_once():
+    """Value modes, advantage modes, ratio levels, aggregations and the tables' method lists
+    are tuples of :mod:`at2po_lib.method`; every other module imports them."""
+    from at2po_lib.method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
+    from at2po_lib.method.loss import AGGREGATIONS, LEVELS
+    from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
+
+    registries = {"at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES),
+                                                 set(OUTCOME_ADVANTAGES)],
+                  "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
+                  "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"},
+                                                  set(TABLE2_METHODS)]}
+    # The profile's default choice of methods to train is a choice, not a registry.
+    choices = {"at2po_lib/config.py"}
+    root = PACKAGE.parent
+    repeated = {}
+    for home, name_sets in registries.items():
+        for names in name_sets:
+            for path in PACKAGE.rglob("*.py"):
+                where = path.relative_to(root).as_posix()
+                if where in choices or where == home:
+                    continue
+                if lines := _name_lists(path, names, min(3, len(names))):
+                    repeated[f"{where} {sorted(names)}"] = lines
+    assert repeated == {}

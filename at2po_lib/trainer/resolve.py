@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
+from ..method.credit import OUTCOME_ADVANTAGES
 from ..method.presets import get_method
 
 
@@ -266,7 +267,7 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
         fields["expansion"] = spec.rollout.expansion
         fields["leaves_per_prompt"] = spec.leaves_per_prompt
         fields["updates_per_step"] = spec.geometry.updates_per_step
-        if fields.get("credit_advantage", "node_value") in ("vanilla", "tree_grpo"):
+        if fields.get("credit_advantage", "node_value") in OUTCOME_ADVANTAGES:
             fields["credit_value"] = ""  # outcome advantages: no node values
         fields.setdefault("credit_value", "entropy_softmax")
         rows[method] = {c: fields.get(c, "") for c in columns}
