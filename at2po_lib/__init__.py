@@ -1,23 +1,26 @@
 """AT2PO companion library: every stage of "AT2PO: Agentic Turn-based Policy Optimization
 via Tree Search" (arXiv 2601.04767) as small, tested modules.
 
-Stages, in the paper's order:
+The method itself is one package, :mod:`at2po_lib.method` (the tree type, entropy-guided
+expansion, turn-wise credit, the ATPO loss, the presets of Tables 1-3), which imports none of
+the others. Around it, in the paper's order:
 
 - environment: :mod:`at2po_lib.prompts`, :mod:`at2po_lib.actions`, :mod:`at2po_lib.reward`
 - data: :mod:`at2po_lib.data`, :mod:`at2po_lib.tinyworld`
 - retrieval: :mod:`at2po_lib.retrieval`
-- policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout`
-- trees, credit assignment and losses: :mod:`at2po_lib.method.tree` (``TreeArrays``, the one tree
-  type), :mod:`at2po_lib.method.credit`, :mod:`at2po_lib.method.loss`
-- training and the toy study: :mod:`at2po_lib.trainer` (``study`` runs Tables 1-3)
+- policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout` (the engine: backends,
+  the agent loop, growing trees)
+- training and the toy study: :mod:`at2po_lib.trainer` (the TRL glue; ``study`` runs Tables 1-3)
 - evaluation and reporting: :mod:`at2po_lib.evaluation` (per-question outcomes),
   :mod:`at2po_lib.stats` (bootstrap CIs), :mod:`at2po_lib.reporting` (Tables 1-3, Figures 3-4,
   tree drawings, the inspector), :mod:`at2po_lib.analysis` (expansion and credit measured at toy
   scale)
 - the ``at2po`` command: :mod:`at2po_lib.cli` (one module per subcommand; the stage modules
   above have no command line of their own)
+- plumbing: :mod:`at2po_lib.util` (paths, staging, provenance, output writing, quiet, timings)
 
-No module imports one that imports it back (``tests/test_architecture.py``).
+No module imports one that imports it back, and every name is imported from the module that
+defines it (``tests/test_architecture.py``).
 
 Heavy dependencies (torch, transformers, trl, faiss) are imported by the modules that need
 them, never here, so ``import at2po_lib`` stays fast.
