@@ -124,6 +124,14 @@ def test_write_report_files_and_meta(results, tmp_path):
         assert meta["profile"] == "smoke" and "git_revision" in meta
     meta = json.loads((results / "smoke" / "tables" / "table1.csv.meta.json").read_text())
     assert {(s["method"], s["seed"]) for s in meta["sources"]} >= {("at2po", 0), ("grpo", 1)}
+    # from the cell to its function: each table's meta names the function that computed it
+    writers = {name: json.loads(written.paths[name]["csv"].with_name(
+        written.paths[name]["csv"].name + ".meta.json").read_text())["writer"]
+        for name in ("table1", "table1_differences", "table2")}
+    assert writers == {"table1": "at2po_lib.reporting.table1:table1",
+                       "table1_differences": "at2po_lib.reporting.table1:table1_differences",
+                       "table2": "at2po_lib.reporting.table2:table2"}
+    assert meta["command"]
     for fig in ("fig3", "fig4"):
         assert all(p.stat().st_size > 0 for p in written.paths[fig].values())
     # entropy 0.1 + 0.01 seed + 0.001 step over 4 steps: window 1, change 0.003 in every run
