@@ -21,7 +21,8 @@ def test_meta_is_kept_when_only_volatile_fields_change(tmp_path):
     meta = write_meta(result, {"profile": "tiny", "created": "monday", "git_revision": "abc"})
     first = meta.read_text()
     assert json.loads(first)["result_sha256"]
-    write_meta(result, {"profile": "tiny", "created": "tuesday", "git_revision": "def"})
+    write_meta(result, {"profile": "tiny", "created": "tuesday", "git_revision": "def",
+                        "command": "at2po report --profile tiny"})
     assert meta.read_text() == first  # same result bytes: the old meta stays
 
     result.write_text("a,b\n1,3\n")  # the result changed: a new meta

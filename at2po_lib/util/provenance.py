@@ -137,8 +137,10 @@ def run_metadata(profile: str, seed: int | None = None, config: Any = None, *,
     }
 
 
-VOLATILE_META_KEYS = ("created", "git_revision", "platform")
-"""Meta fields that change on every run or machine without the result changing."""
+VOLATILE_META_KEYS = ("created", "git_revision", "platform", "command")
+"""Meta fields that change on every run or machine without the result changing (the same result
+comes from ``./run_all.sh``, ``at2po run-notebooks --only 05`` or ``at2po report``: a kept meta
+names a command that produced exactly these bytes)."""
 
 
 def write_meta(result_path: str | Path, meta: dict) -> Path:
