@@ -157,3 +157,53 @@ def test_classify_separates_decisions_from_misreadings():
 def test_classify_all_refuses_mismatched_lengths():
     with pytest.raises(ValueError, match="2 rows but 1 trajectories"):
         classify_all([BRIDGE_HARD_STOP] * 2, [_traj([], None)])
+
+
+# ----------------------------------------------------------------------------- re-sampled turns
+
+
+def _tree(parent, reward, entropy, source, actions=None):
+    import numpy as np
+
+    from at2po_lib.forest import TreeArrays
+
+    records = [{"action": a} for a in (actions or ["root"] + ["search"] * (len(parent) - 1))]
+    return TreeArrays(parent=np.array(parent), entropy=np.array(entropy, float),
+                      leaf_reward=np.array(reward, float),
+                      node_arrays={"resampled_from": np.array(source)}, records=records)
+
+
+def test_subtree_leaf_means_on_a_hand_made_tree():
+    import numpy as np
+
+    from at2po_lib.analysis.decisions import subtree_leaf_means
+
+    #        0
+    #      /   \
+    #     1     2          leaves: 3 (1.0), 4 (0.0), 2 (1.0)
+    #    / \
+    #   3   4
+    nan = float("nan")
+    means = subtree_leaf_means(np.array([-1, 0, 0, 1, 1]), np.array([nan, nan, 1.0, 1.0, 0.0]))
+    assert means.tolist() == [2 / 3, 0.5, 1.0, 1.0, 0.0]
+
+
+def test_resample_flips_compare_a_resampled_branch_with_its_source():
+    from at2po_lib.analysis.decisions import resample_flips, search_turn_entropy
+
+    nan = float("nan")
+    # chain 0-1-2 (leaf reward 0); node 3 re-samples node 2 (a sibling under 1), reward 1 vs 0:
+    # a flip; node 4 re-samples node 1 and ends with reward 0, against the mean 0.5 of 1's
+    # leaves {2, 3}: a flip; node 5 re-samples the root (left out: no outcome of its own).
+    tree = _tree(parent=[-1, 0, 1, 1, 0, 0], reward=[nan, nan, 0.0, 1.0, 0.0, 1.0],
+                 entropy=[0.0, 0.1, 0.7, 0.2, 0.3, 0.4], source=[-1, -1, -1, 2, 1, 0])
+    out = resample_flips([tree])
+    assert out["resamples"] == 2 and out["root_picks"] == 1
+    assert out["flip_share"] == 1.0
+    assert out["picked_median_entropy"] == (0.7 + 0.1) / 2
+    same = _tree(parent=[-1, 0, 1, 1], reward=[nan, nan, 1.0, 1.0], entropy=[0, 0.1, 0.2, 0.3],
+                 source=[-1, -1, -1, 2])
+    assert resample_flips([same])["flip_share"] == 0.0
+    ent = search_turn_entropy([_tree([-1, 0, 1], [nan, nan, 1.0], [0.0, 0.2, 0.6], [-1, -1, -1],
+                                     ["root", "search", "answer"])])
+    assert ent == {"search_turns": 1, "median": 0.2, "mean": 0.2}

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..policy.strategies import label_turn
@@ -95,3 +96,60 @@ def failure_split(frame: pd.DataFrame) -> dict[str, Any]:
             "misread_share": share["misread"],
             "supported_in_context_share": float(failed["supported_in_context"].mean()) if n else 0.0,
             "class_shares": share}
+
+
+# ----------------------------------------------------------------------------- re-sampled turns
+
+
+def subtree_leaf_means(parent: np.ndarray, leaf_reward: np.ndarray) -> np.ndarray:
+    """(N,) mean final reward of the leaves under each node (a leaf: its own reward).
+
+    Sums flow from the deepest level up, one ``np.add.at`` per level."""
+    n = len(parent)
+    is_leaf = np.bincount(parent[parent >= 0], minlength=n) == 0
+    total = np.where(is_leaf, np.nan_to_num(leaf_reward), 0.0)
+    count = is_leaf.astype(float)
+    depth = np.zeros(n, dtype=int)
+    for i in range(1, n):  # parents precede children (ids in creation order)
+        depth[i] = depth[parent[i]] + 1
+    for d in range(int(depth.max()), 0, -1):
+        level = np.flatnonzero(depth == d)
+        np.add.at(total, parent[level], total[level])
+        np.add.at(count, parent[level], count[level])
+    return total / np.maximum(count, 1)
+
+
+def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
+    """How often re-sampling a picked turn changes the outcome.
+
+    For every expansion chain whose first node x re-samples a picked node n
+    (``node_arrays["resampled_from"]``; picks of the root are left out: the root has no
+    outcome of its own), x's branch *flips* when the mean final reward of the leaves under x
+    differs from that under n (with L = 1, one leaf each). Returns the share of flips, the
+    number of re-samples, and the picked turns' median entropy (``entropy`` of the tree)."""
+    flips, picked_entropy, root_picks = [], [], 0
+    for tree in trees:
+        source = np.asarray(tree.node_arrays.get("resampled_from", []))
+        if source.size == 0:
+            continue
+        means = subtree_leaf_means(np.asarray(tree.parent), np.asarray(tree.leaf_reward, float))
+        new = np.flatnonzero(source >= 0)
+        root_picks += int((source[new] == 0).sum())
+        new = new[source[new] > 0]
+        flips.append(np.abs(means[new] - means[source[new]]) > 1e-9)
+        picked_entropy.append(np.asarray(tree.entropy, float)[source[new]])
+    flipped = np.concatenate(flips) if flips else np.zeros(0, bool)
+    entropy = np.concatenate(picked_entropy) if picked_entropy else np.zeros(0)
+    return {"resamples": int(flipped.size), "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
+            "root_picks": root_picks,
+            "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan")}
+
+
+def search_turn_entropy(trees: Sequence[Any]) -> dict[str, float]:
+    """Median and mean entropy of the trees' search turns (``records[i]["action"] == "search"``)."""
+    values = [float(tree.entropy[i]) for tree in trees for i, rec in enumerate(tree.records)
+              if i > 0 and rec.get("action") == "search"]
+    arr = np.asarray(values)
+    return {"search_turns": int(arr.size),
+            "median": float(np.median(arr)) if arr.size else float("nan"),
+            "mean": float(arr.mean()) if arr.size else float("nan")}

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
     "expansion-stats": ("expansion_stats", "where entropy-guided expansion branches, per alpha"),
     "credit-accuracy": ("credit_accuracy", "AUC of each credit mode against useful-turn labels"),
+    "regime-pilot": ("regime_pilot", "does RL learn on a profile; do its turns decide the outcome"),
 }
 """Subcommand → (module of this package, one-line help)."""
 

@@ -16,7 +16,8 @@ the agent loop needs). Everything downstream uses two things made here:
         turn_end         (N,) int64    (root: 0, 0)
         expansion_round  (N,) int64    0 for the initial chains, 1..L for expansions
         depth            (N,) int64
-        num_tokens, num_obs_tokens, tool_calls, duplicate_of   (N,) int64
+        num_tokens, num_obs_tokens, tool_calls, duplicate_of,
+        resampled_from                                     (N,) int64
       records: per node text, action, query, answer, finish_reason (root: the question)
       info: question, golden_answers, entropy_estimate
 
@@ -48,7 +49,7 @@ from .structures import ROOT, RolloutTree
 if TYPE_CHECKING:
     import pandas as pd
 
-_INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of")
+_INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "resampled_from")
 
 
 def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> TreeArrays:

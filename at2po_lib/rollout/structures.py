@@ -124,6 +124,9 @@ class Node:
     children: list[int] = field(default_factory=list)
     duplicate_of: int = -1
     """For ``duplicate`` leaves: the leaf they copy."""
+    resampled_from: int = -1
+    """For the first node of an expansion chain: the picked node whose turn it re-samples
+    (its sibling; ``analysis/decisions.py`` compares their outcomes), -1 otherwise."""
 
     def append_sampled(self, token_ids, logps, entropies, topk_entropies) -> None:
         """Add sampled tokens (one generation call) to the turn. The first call's id list is

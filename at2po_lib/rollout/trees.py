@@ -149,6 +149,7 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
         m.parent = new_id[n.parent] if n.parent >= 0 else -1
         m.children = [new_id[c] for c in n.children if c in new_id]
         m.duplicate_of = new_id.get(n.duplicate_of, -1)
+        m.resampled_from = new_id.get(n.resampled_from, -1)
         nodes.append(m)
     return RolloutTree(tree.prompt_index, tree.question, tree.golden_answers, tree.prompt_ids,
                        nodes=nodes)
@@ -212,7 +213,9 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
             for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
                                 rollout_cfg.entropy_estimate):
                 parent = n if n == ROOT else tree.nodes[n].parent
-                chains.append(start_chain(tree, i, parent, round_, state.box_for_context_of(i, n)))
+                chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
+                chain.node.resampled_from = n
+                chains.append(chain)
         run_chains(backend, env, chains, state)
     return [equalize_leaves(t, target, rng) for t in trees]
 
