@@ -165,7 +165,7 @@ def test_classify_all_refuses_mismatched_lengths():
 def _tree(parent, reward, entropy, source, actions=None):
     import numpy as np
 
-    from at2po_lib.forest import TreeArrays
+    from at2po_lib.method.tree import TreeArrays
 
     records = [{"action": a} for a in (actions or ["root"] + ["search"] * (len(parent) - 1))]
     return TreeArrays(parent=np.array(parent), entropy=np.array(entropy, float),

@@ -103,8 +103,8 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
     from ..evaluation import greedy_answers
     from ..policy.model import load_policy
     from ..prompts import get_template
-    from ..retrieval import build_retriever
-    from ..tinyworld import ensure_world, read_rows
+    from ..retrieval.indexes import build_retriever
+    from ..tinyworld.build import ensure_world, read_rows
     from .decisions import classify_all, failure_split
 
     files = ensure_world(cfg)
@@ -150,9 +150,9 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
     import matplotlib.pyplot as plt
 
     from ..config import load_profile
-    from ..outputs import save_figure
-    from ..paths import results_dir
-    from ..provenance import run_metadata, write_meta
+    from ..util.writing import save_figure
+    from ..util.paths import results_dir
+    from ..util.provenance import run_metadata, write_meta
     from .sample import policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)

@@ -1,7 +1,8 @@
 """The ``at2po`` command: one subcommand per pipeline stage, one module per subcommand.
 
     at2po world | index | serve-retriever | warmstart | evaluate | train | study | report
-          | run-notebooks | expansion-stats | credit-accuracy   (at2po <command> --help each)
+          | run-notebooks | expansion-stats | credit-accuracy | regime-pilot
+                                                 (at2po <command> --help for each one's options)
 
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
 the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``policy.warmstart``,

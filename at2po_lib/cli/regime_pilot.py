@@ -13,17 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
-    UsageError,
-    add_profile_options,
-    add_warm_start_sample_options,
-    comma_list,
-    invocation,
-    load_profile_args,
-    parse_set,
-    quiet_openmp,
-    run_guarded,
-)
+from .options import (UsageError, add_profile_options, add_warm_start_sample_options, comma_list,
+                      invocation, load_profile_args, parse_set, quiet_openmp, run_guarded)
 
 PROG = "at2po regime-pilot"
 
