@@ -247,3 +247,12 @@ def test_credit_rule_picks_the_tree_where_value_modes_differ_most():
     # flat: the root's two leaves weigh alike in child_mean and leaf_mean, but softmax(H)
     # weighs them 0.475 / 0.525: a spread of ~0.1, smaller than example_tree's
     assert choose_credit_example([flat])[0] == 0
+
+
+def test_control_characters_in_a_turn_are_drawn_as_escapes():
+    """A sampled turn may hold any token: labels never carry a character no font can draw."""
+    from at2po_lib.reporting.tree_drawings import action_text
+
+    label = action_text({"action": "invalid", "text": "ab\x0ecd\n e\x00"}, 3)
+    assert label == "x: ab\\x0ecd e\\x00" and label.isprintable()
+    assert action_text({"action": "answer", "answer": "Dadar\u00a0Bay"}, 2) == "A: Dadar Bay"

@@ -155,7 +155,10 @@ def colour_norm(values: Any, vmin: float | None = None, vmax: float | None = Non
 # Labels
 # --------------------------------------------------------------------------------------------
 def _clean(text: Any) -> str:
-    return " ".join(str(text or "").split())
+    """One line of drawable text: white space folded, other control characters (a sampled turn
+    may hold any token, and no font has a glyph for them) written as escapes (``\\x0e``)."""
+    folded = " ".join(str(text or "").split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in folded)
 
 
 def action_text(record: Mapping[str, Any], node_id: int) -> str:
