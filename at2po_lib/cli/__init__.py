@@ -7,9 +7,10 @@
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
 the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``policy.warmstart``,
 ``evaluation``, ``trainer``, ``analysis``, ``pipeline``) and has no command line of its own.
-Every command that reads a profile takes the same two options from :mod:`.options`: ``--profile NAME`` and
-``--set SECTION.KEY=VALUE`` (repeatable), the one way to override a profile value; each key
-and value is checked against the config dataclasses before anything runs.
+Every command that reads a profile takes the same two options from :mod:`.options`:
+``--profile NAME`` and ``--set SECTION.KEY=VALUE`` (repeatable), the one way to override a
+profile value; each key and value is checked against the config dataclasses before anything
+runs.
 
 Subcommand modules are imported only when called, so ``at2po --help`` is instant and a stage's
 heavy imports (torch, trl, faiss) stay with that stage. ``python -m at2po_lib.cli <command>``

@@ -4,7 +4,7 @@ the published numbers, Figures 3 and 4, each as CSV/Markdown/LaTeX or PNG/PDF wi
 ``.meta.json`` naming the runs, seeds and git revision.
 
     at2po report --profile tiny                 # about a minute on 2 cores
-    at2po report --profile tiny --readme        # also refresh the generated tables of the README and docs/
+    at2po report --profile tiny --readme        # also refresh the generated tables in docs/
     AT2PO_RESULTS=results/tiny/pilot/lr5e-4_mb4 at2po report --profile tiny   # another record set
 """
 
@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=int, default=None,
                         help="bootstrap replicates per interval (default 4000)")
     parser.add_argument("--readme", action="store_true",
-                        help="refresh the blocks of the README and docs/ generated from these tables")
+                        help="refresh the blocks of the README and docs/ generated from "
+                             "these tables")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
     return parser
 

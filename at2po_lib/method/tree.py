@@ -4,7 +4,8 @@ One rollout tree is a :class:`TreeArrays`: arrays over its nodes (node 0 is the 
 rollout stage makes them (:func:`at2po_lib.rollout.export.tree_arrays`, the one place where
 its growing ``RolloutTree`` becomes arrays), the trainer's :class:`~at2po_lib.trainer.batch.
 RolloutBatch` holds them, :mod:`at2po_lib.method.credit` computes on them,
-:mod:`at2po_lib.reporting.tree_drawings` draws them, and :func:`save_trees` / :func:`load_trees` store them. The credit math reads::
+:mod:`at2po_lib.reporting.tree_drawings` draws them, and :func:`save_trees` /
+:func:`load_trees` store them. The credit math reads::
 
     parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed
     entropy[n]      float, H(n) = mean NLL of the turn's sampled tokens (root: 0)
@@ -22,8 +23,8 @@ Containers:
   from a mapping or object with the three fields, or a ``(parent, entropy, leaf_reward)``
   tuple.
 - :class:`Forest`: many trees as one flat set of torch tensors (global node ids, ``tree_index``
-  per node, ``offsets`` per tree), so :mod:`at2po_lib.method.credit` can run the math of every tree at
-  once, level by level over depth.
+  per node, ``offsets`` per tree), so :mod:`at2po_lib.method.credit` can run the math of every
+  tree at once, level by level over depth.
 
 Files (:func:`save_trees`, :func:`load_trees`): one ``.npz`` archive, numbers as arrays and
 text/metadata as a JSON document inside it, read with ``np.load(allow_pickle=False)``: a trees
