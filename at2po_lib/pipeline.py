@@ -120,7 +120,7 @@ def run_notebooks(
     and the warm start instead of reusing them; implies re-running every stage).
 
     Each stage's measured time goes to ``timings.json`` beside the executed copies (not in git;
-    ``docs/timings.yaml`` holds the times the notebooks and the README quote)."""
+    ``docs/timings.yaml`` holds the times the notebooks and docs/setup.md quote)."""
     import papermill
 
     check_kernel(kernel_name)

@@ -253,7 +253,7 @@ class ShuffledLengthBatches:
     demonstrations (search again after the first result) and then ~25 of single-hop ones
     (answer after it): the loss cycled with that period, and the policy answered after one
     search for every question (greedy multi-hop EM 0 after 900 steps; the effect of the
-    sampler alone was not isolated, see the README).
+    sampler alone was not isolated, see docs/warmstart.md).
     Here each group of ``group_batches`` random batches is sorted by length and cut into
     batches, and all batches are then shuffled; ``group_batches=1`` is plain random batching.
     """

@@ -3,7 +3,7 @@ r"""Writers for tables and figures, each with a ``.meta.json`` that says where i
 - Tables: the tidy frame as CSV (the numbers, one per row, with their CI bounds), and the
   display frame (one row per method, "48.8 [46.1, 51.2]" cells) as Markdown and LaTeX
   (pandas' ``Styler.to_latex``).
-- Figures: PNG (for notebooks and the README) and PDF (for papers), without the timestamps
+- Figures: PNG (for notebooks, the README and docs pages) and PDF (for papers), without the timestamps
   matplotlib would embed, so a rerun on unchanged records rewrites identical bytes.
 - Meta: the profile, the run folders and seeds that fed the result, and the git revision
   (:func:`at2po_lib.util.provenance.write_meta`, which also keeps an existing meta when only its

@@ -33,7 +33,7 @@ def table_file(key: str) -> Path:
 def _expected(key: str) -> str:
     path = table_file(key)
     if not path.is_file():
-        raise FileNotFoundError(f"README block {key!r} needs {path}; run `at2po report "
+        raise FileNotFoundError(f"generated block {key!r} needs {path}; run `at2po report "
                                 f"--profile {key.split('/')[0]}` first")
     return path.read_text()
 

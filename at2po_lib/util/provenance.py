@@ -31,8 +31,8 @@ from .paths import repo_root
 _PACKAGES = ("torch", "transformers", "trl", "peft", "faiss-cpu", "bm25s", "numpy", "vllm")
 
 
-OUTPUT_PATHS = ("results", "figures", "README.md")
-"""What the stages write (records, tables, figures, the README's generated blocks): edits
+OUTPUT_PATHS = ("results", "figures", "README.md", "docs/toy_study.md")
+"""What the stages write (records, tables, figures, the documents' generated blocks): edits
 there do not change the code that produced a result, so they do not make a revision dirty."""
 
 
