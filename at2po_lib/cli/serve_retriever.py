@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..retrieval.base import DEFAULT_TOPK, Retriever
 from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check_binding,
-                                create_app)
+                                create_app, uvicorn_options)
 from .common import add_profile_options, parse_set, run_guarded
 
 PROG = "at2po serve-retriever"
@@ -127,5 +127,6 @@ def _serve(args: argparse.Namespace) -> int:
               f"(HTTPRetriever reads ${API_KEY_ENV})", flush=True)
     else:
         print(f"no API key: reachable from this machine only ({args.host})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.access_log, **uvicorn_options(limits))
     return 0
