@@ -176,17 +176,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     any other bad line is an error naming the file and line."""
     if not path.is_file():
         return []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): a damaged record") from None
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, too deep, too long a number
             if i == len(lines) - 1:
                 break
-            raise ValueError(f"{path}, line {i + 1}: not valid JSON ({exc})") from exc
+            raise ValueError(f"{path}, line {i + 1}: not valid JSON ({str(exc)[:200]})") from None
     return rows
 
 
