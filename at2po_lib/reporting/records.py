@@ -164,8 +164,9 @@ def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float
             bad |= values.notna() & (values != values.round())
         if bad.any():
             index = int(bad.to_numpy().nonzero()[0][0])
-            raise RecordError(f"{path}, line {index + 2}: {column}={frame[column].iloc[index]!r} "
-                              f"is not a number in [{low:g}, {high:g}]"
+            shown = str(frame[column].iloc[index])[:40]
+            raise RecordError(f"{path}, line {index + 2}: {column}={shown} is not a number"
+                              f" in [{low:g}, {high:g}]"
                               f"{' (an integer)' if column in integer else ''}")
 
 
