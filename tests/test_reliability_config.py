@@ -137,7 +137,8 @@ def test_every_profile_field_has_a_range_rule():
 
 def test_run_all_refuses_a_bad_set_before_notebook_00(tmp_path):
     env = {**os.environ, "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
-           "AT2PO_RESULTS": str(tmp_path / "results"), "AT2PO_ARTIFACTS": str(tmp_path / "art")}
+           "AT2PO_RESULTS": str(tmp_path / "results"), "AT2PO_ARTIFACTS": str(tmp_path / "art"),
+           "AT2PO_GIT_FILTER": "0"}
     proc = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--set", "rollout.tree_m=0"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _lab_dry_run(runtime_parent: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_parent), "AT2PO_LAB_DRY_RUN": "1",
-           "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent)}
+           "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
+           "AT2PO_GIT_FILTER": "0"}
     return subprocess.run(["bash", str(ROOT / "scripts" / "lab.sh")], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
