@@ -179,3 +179,30 @@ def test_headless_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(cap
             client.stop_channels()
             manager.shutdown_kernel(now=True)
     assert "Bad pipe message" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("through_link", [True, False])
+def test_run_notebooks_accepts_a_venv_reached_through_a_symlink(tmp_path, monkeypatch,
+                                                                  through_link):
+    from at2po_lib.pipeline import KERNEL_NAME, check_kernel
+
+    real = tmp_path / "real-venv" / "bin"
+    real.mkdir(parents=True)
+    (real / "python").symlink_to(sys.executable)
+    (tmp_path / "venv-link").symlink_to(tmp_path / "real-venv")
+    other = tmp_path / "other-venv" / "bin"
+    other.mkdir(parents=True)
+    kernel_python = (tmp_path / "venv-link" / "bin" / "python" if through_link
+                     else other / "python")
+    spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [str(kernel_python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "AT2PO", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setattr(sys, "executable", str(real / "python"))
+    if through_link:
+        check_kernel(KERNEL_NAME)  # the same environment, named through a link
+    else:
+        with pytest.raises(ValueError, match="not this environment"):
+            check_kernel(KERNEL_NAME)
