@@ -102,6 +102,11 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
     except (ProfileError, UsageError, RecordError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a missing or damaged file: errno and path, one line
+        from ..storage import describe
+
+        print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
+        return 1
 
 
 def check_methods(names: list[str]) -> None:

@@ -164,8 +164,10 @@ def _json_safe(value: Any) -> Any:
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     """Append one row and flush it to disk (a crash loses at most the row being written)."""
+    from ..storage import reported_writes
+
     line = json.dumps({k: _json_safe(v) for k, v in row.items()}, default=str)
-    with path.open("a") as fh:
+    with reported_writes(path), path.open("a") as fh:
         fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())
@@ -267,10 +269,17 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- helpers
 def _atomic_write(path: Path, text: str) -> None:
     """Write to a temporary sibling, fsync, then rename over ``path``."""
+    from ..storage import reported_writes
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with reported_writes(path):  # a full disk: ENOSPC naming the file, the old one kept
+        try:
+            with tmp.open("w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     os.replace(tmp, path)
