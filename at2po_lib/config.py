@@ -1,8 +1,9 @@
 """Profiles: one dataclass per pipeline stage holds the defaults; ``configs/<profile>.yaml``
 holds overrides only (each with its source), optionally ``extends:`` another profile.
 
-Unknown keys and wrong types are errors naming the file and the key; the resolved config is
-saved with every artefact (``dataclasses.asdict(cfg)``).
+Unknown keys and wrong types are errors naming the file and the key; every value's range and
+the values' consistency are checked in one table (:mod:`at2po_lib.config_checks`) before any
+work; the resolved config is saved with every artefact (``dataclasses.asdict(cfg)``).
 
 Command-line overrides (``--set SECTION.KEY=VALUE``, :mod:`at2po_lib.cli`) go through one
 parser, :func:`parse_overrides`: every key and value is checked against these dataclasses
@@ -187,8 +188,9 @@ class RolloutConfig:
     """``hf`` (hand-written sampling loop over a transformers model with reusable KV
     prefixes, CPU or GPU) or ``vllm`` (paper scale)."""
     temperature: float = 1.0
-    """Sampling temperature; log-probs are recorded as ``log_softmax(logits / T)`` and the
-    trainer must recompute them with the same ``T``. 0 means greedy."""
+    """Sampling temperature (> 0: a profile value of 0 is refused, the trainer divides by it;
+    evaluation decodes greedily whatever it is); log-probs are recorded as
+    ``log_softmax(logits / T)`` and the trainer must recompute them with the same ``T``."""
     top_p: float = 1.0
     max_tool_calls: int = 6
     """Searches per trajectory; a later search gets the tool-limit notice (docs/method.md §1)."""
