@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from .config_checks import MAX_SHOWN_CHARS, name_problem, problems, shown
 from .paths import configs_dir
 
 
@@ -464,40 +465,22 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     cfg.name = check_name(Path(name).stem, f"profile name (from {shown(name)})")
     if overrides:
         _apply(cfg, overrides, "overrides")
-    from .config_checks import check_profile
-
-    check_profile(cfg)  # every value's range and the values' consistency, before any work
+    found = problems(cfg)  # every value's range and the values' consistency, before any work
+    if found:
+        raise ProfileError(f"profile {shown(cfg.name)}: " + "; ".join(found))
     return cfg
 
 
 MAX_YAML_CHARS = 1 << 16
 """A profile file or one ``--set`` value longer than this (64 KiB; the shipped profiles are
 under 8 KiB) is refused unread: PyYAML parses ~50 kB per second, so this bounds the time."""
-MAX_SHOWN_CHARS = 80
-"""Error messages show at most this much of a value (a huge one must not become the message)."""
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-"""Profile and dataset names: one path component, never ``..`` (they become folder names)."""
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` cut to :data:`MAX_SHOWN_CHARS` (the cut marked), computed without
-    rendering more than that of a large nested value."""
-    import reprlib
-
-    short = reprlib.Repr()
-    short.maxstring = short.maxother = short.maxlong = MAX_SHOWN_CHARS
-    short.maxlevel = 3
-    text = short.repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
-
-
 def check_name(name: str, what: str) -> str:
-    """``name`` if it is one plain path component (letters, digits, ``_.-``, not starting with
-    a dot); else a :class:`ProfileError` naming ``what``: names become folders, and
-    ``../../x`` must not write outside them."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or set(name) == {"."}:
-        raise ProfileError(f"{what} {shown(name)}: expected a plain name (letters, digits, "
-                           "'_', '.', '-'; not starting with '.'; at most 128 characters)")
+    """``name`` if it is one plain path component (:func:`~.config_checks.name_problem`);
+    else a :class:`ProfileError` naming ``what``: names become folders, and ``../../x``
+    must not write outside them."""
+    problem = name_problem(name, what)
+    if problem:
+        raise ProfileError(problem)
     return name
 
 

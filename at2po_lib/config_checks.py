@@ -1,6 +1,6 @@
 """The one place every profile value's range, and the values' consistency, are checked.
 
-:func:`at2po_lib.config.load_profile` calls :func:`check_profile` on the resolved profile (file
+:func:`at2po_lib.config.load_profile` calls :func:`problems` on the resolved profile (file
 and ``--set`` overrides applied), so a bad value is refused before any work starts: ``at2po
 train``, ``at2po run-notebooks`` and ``./run_all.sh --set rollout.tree_m=0`` stop with one line
 naming the key, its value and the allowed range, before notebook 00 or any model is loaded.
@@ -9,20 +9,58 @@ run, ``train.max_steps=-1`` trained 90 steps and ``rollout.tree_m=-2`` ended in
 ``ZeroDivisionError``.
 
 The table :data:`RULES` names each key (``section.key``) with a rule; a test checks that every
-field of the profile dataclasses has one, so a new knob cannot go unchecked.
+field of the profile dataclasses has one, so a new knob cannot go unchecked. This module imports
+nothing of the package (``config`` imports it), so it reads the profile by attribute only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
-from .config import ProfileConfig, ProfileError, check_name, shown
-
 Rule = tuple[Callable[[Any], bool], str]
-"""(predicate on the value, the allowed values in words)."""
+"""(predicate on the value, the allowed values in words); a predicate may raise
+:class:`_Problem` to say exactly what is wrong (a bad item of a list)."""
+
+MAX_SHOWN_CHARS = 80
+"""Error messages show at most this much of a value (a huge one must not become the message)."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Profile and dataset names: one path component, never ``..`` (they become folder names)."""
+
+
+class _Problem(ValueError):
+    """What a rule found wrong, in words."""
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to :data:`MAX_SHOWN_CHARS` (the cut marked), computed without
+    rendering more than that of a large nested value."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = MAX_SHOWN_CHARS
+    short.maxlevel = 3
+    text = short.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
+
+
+def name_problem(name: Any, what: str) -> str | None:
+    """None if ``name`` is one plain path component (letters, digits, ``_.-``, not starting
+    with a dot, at most 128 characters), else the problem in words, naming ``what``."""
+    if isinstance(name, str) and NAME_PATTERN.fullmatch(name) and set(name) != {"."}:
+        return None
+    return (f"{what} {shown(name)}: expected a plain name (letters, digits, '_', '.', '-'; "
+            "not starting with '.'; at most 128 characters)")
+
+
+def check_name(name: Any, what: str) -> bool:
+    problem = name_problem(name, what)
+    if problem:
+        raise _Problem(problem)
+    return True
 
 
 def _int_at_least(low: int) -> Rule:
@@ -78,7 +116,7 @@ def _seeds() -> Rule:
 
 
 def _profile_name() -> Rule:
-    return (lambda v: check_name(v, "profile name") == v, "a plain name")
+    return (lambda v: check_name(v, "profile name"), "a plain name")
 
 
 POSITIVE = _int_at_least(1)
@@ -188,7 +226,7 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _consistency(cfg: ProfileConfig) -> list[str]:
+def _consistency(cfg: Any) -> list[str]:
     """Rules that relate two or more values; each message names the keys."""
     problems = []
     world, sft, rollout, train = cfg.world, cfg.sft, cfg.rollout, cfg.train
@@ -212,7 +250,7 @@ def _consistency(cfg: ProfileConfig) -> list[str]:
     return problems
 
 
-def _values(cfg: ProfileConfig) -> dict[str, Any]:
+def _values(cfg: Any) -> dict[str, Any]:
     """``section.key`` → value for every field of the profile (one level of sections)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
@@ -225,25 +263,21 @@ def _values(cfg: ProfileConfig) -> dict[str, Any]:
     return out
 
 
-def check_profile(cfg: ProfileConfig) -> ProfileConfig:
-    """``cfg`` if every value is in range and consistent; else one :class:`ProfileError`
-    listing each bad key with its value and the allowed values."""
-    problems = []
+def problems(cfg: Any) -> list[str]:
+    """Every bad key of a resolved profile with its value and the allowed values, then (when
+    each value is in range) the consistency problems; [] for a good profile."""
+    found = []
     for key, value in _values(cfg).items():
         rule = RULES.get(key)
-        if rule is None:  # a new field without a rule is a bug caught by tests/test_config.py
-            problems.append(f"{key}: no range rule in at2po_lib/config_checks.py")
+        if rule is None:  # a new field without a rule is a bug caught by the tests
+            found.append(f"{key}: no range rule in at2po_lib/config_checks.py")
             continue
         check, words = rule
         try:
             ok = check(value)
-        except ProfileError as exc:
-            problems.append(f"{key}: {exc}")
+        except _Problem as exc:
+            found.append(f"{key}: {exc}")
             continue
         if not ok:
-            problems.append(f"{key}={shown(value)}: expected {words}")
-    if not problems:
-        problems = _consistency(cfg)
-    if problems:
-        raise ProfileError(f"profile {shown(cfg.name)}: " + "; ".join(problems))
-    return cfg
+            found.append(f"{key}={shown(value)}: expected {words}")
+    return found or _consistency(cfg)

@@ -121,7 +121,11 @@ def full_disk(tmp_path):
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        import gc
+
+        gc.collect()  # a file torch left open keeps the mount busy
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)  # detach it regardless
 
 
 def _fill(folder: Path) -> None:

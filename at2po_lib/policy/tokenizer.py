@@ -151,7 +151,7 @@ def load_tokenizer(path_or_name: str | Path):
     """``AutoTokenizer.from_pretrained``: the same call that loads ``Qwen/Qwen3-4B``'s tokenizer."""
     from transformers import AutoTokenizer
 
-    from .model import check_json_files
+    from .files import check_json_files
 
     if Path(str(path_or_name)).expanduser().is_dir():  # a damaged file is named, not a bare error
         check_json_files(Path(str(path_or_name)).expanduser())

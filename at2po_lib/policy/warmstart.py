@@ -147,7 +147,7 @@ def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
 def _verified(folder: Path, record: Path) -> Path:
     """``folder`` once every file has the sha256 its record lists (``files``; a record from
     before digests were kept lists none and is trusted as before)."""
-    from .model import check_digests
+    from .files import check_digests
 
     recorded = json.loads(record.read_text()).get("files")
     if recorded:
@@ -170,7 +170,7 @@ def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(local, staging)
-    from .model import file_digests
+    from .files import file_digests
 
     record["files"] = file_digests(staging, skip=(SHIPPED_RECORD,))
     (staging / SHIPPED_RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
@@ -559,7 +559,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging.rename(out)
     chosen_model, _ = load_policy(out)
     from ..provenance import git_revision
-    from .model import file_digests
+    from .files import file_digests
 
     record = {
         "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
