@@ -184,3 +184,17 @@ def test_the_command_line_reports_a_full_disk_in_one_line(full_disk, capsys, mon
     assert status == 1 and "[Errno 28] No space left on device" in err
     assert str(full_disk / "m.jsonl") in err and "Traceback" not in err
     assert os.path.exists(full_disk)
+
+
+@pytest.mark.parametrize("bad", [b'{"id": "1", "contents": "caf\xe9"}', b"[" * 100_000,
+                                 b'{"id": ' + b"9" * 5000 + b"}"])
+def test_corpus_and_world_readers_name_the_file_and_line(tmp_path, bad):
+    from at2po_lib.retrieval.corpus import CorpusError, parse_passage
+    from at2po_lib.tinyworld.build import _jsonl_rows
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'{"id": "0", "contents": "fine"}\n' + bad + b"\n")
+    with pytest.raises(CorpusError, match=r"corpus\.jsonl:2: not valid JSON"):
+        parse_passage(bad, path, 2)
+    with pytest.raises(ValueError, match=r"corpus\.jsonl:2: not a valid UTF-8 JSON row"):
+        _jsonl_rows(path)
