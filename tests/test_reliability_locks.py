@@ -79,3 +79,16 @@ def test_a_killed_holder_leaves_the_lock_free(tmp_path, holder):
     first.wait(timeout=10)
     with folder_lock(folder, "test"):  # the kernel dropped the dead holder's lock
         assert (tmp_path / ".run.lock").read_text().strip() == str(os.getpid())
+    assert not (tmp_path / ".run.lock").exists(), "a released lock leaves nothing behind"
+
+
+def test_a_waiting_build_takes_the_lock_once_the_holder_is_done(tmp_path, holder):
+    import threading
+
+    from at2po_lib.locks import folder_lock
+
+    folder = tmp_path / "index"
+    first = holder(folder)
+    threading.Timer(1.0, first.kill).start()
+    with folder_lock(folder, "index build", wait=True):  # blocks until the holder is gone
+        assert first.wait(timeout=10) is not None
