@@ -50,8 +50,7 @@ def storage_error(exc: BaseException, path: str | Path) -> OSError | None:
     else:
         return None
     detail = "" if isinstance(exc, OSError) else f" ({type(exc).__name__}: {str(exc)[:200]})"
-    error = OSError(code, f"{os.strerror(code)} while writing{detail}", str(path))
-    return error
+    return OSError(code, f"{os.strerror(code)} while writing{detail}", str(path))
 
 
 @contextlib.contextmanager
@@ -59,7 +58,7 @@ def reported_writes(path: str | Path) -> Iterator[None]:
     """Run a write of ``path``; a storage failure leaves as ``OSError(errno, ..., path)``."""
     try:
         yield
-    except (OSError, RuntimeError, ValueError, Exception) as exc:  # safetensors: its own type
+    except Exception as exc:  # noqa: BLE001 - torch: RuntimeError, safetensors: its own type
         if isinstance(exc, OSError) and exc.filename:
             raise  # already names errno and path
         error = storage_error(exc, path)
