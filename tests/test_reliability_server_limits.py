@@ -134,8 +134,13 @@ def test_open_connections_are_capped_and_the_open_ones_keep_working(bm25):
 
 
 def test_a_client_that_goes_away_mid_upload_logs_no_traceback(bm25_dir):
-    args = ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE)]
+    """Against ``at2po serve-retriever`` itself (its log, and its limit options reach uvicorn)."""
+    args = ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE),
+            "--header-timeout", "1"]
     with start_server_process(args) as handle:
+        with _connect(handle.url) as slow:
+            slow.sendall(b"POST /retrieve HTTP/1.1\r\n")
+            assert _closed_by_server(slow, 4.0), "--header-timeout 1 cuts a slow client"
         for _ in range(5):
             with _connect(handle.url) as sock:
                 sock.sendall(_request(b'{"queries": ["' + b"a" * 1000 + b'"]}')[:-500])
