@@ -92,3 +92,13 @@ def test_a_waiting_build_takes_the_lock_once_the_holder_is_done(tmp_path, holder
     threading.Timer(1.0, first.kill).start()
     with folder_lock(folder, "index build", wait=True):  # blocks until the holder is gone
         assert first.wait(timeout=10) is not None
+
+
+def test_a_method_name_cannot_make_folders_outside_the_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path / "results"))
+    from at2po_lib.trainer.run import train
+
+    with pytest.raises(KeyError):
+        train("tiny", "../../../outside", 0)
+    assert not (tmp_path / "outside").exists()
+    assert not (tmp_path / "results" / "runs").exists()

@@ -147,6 +147,7 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
 
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         options.pop("profile_overrides", None) or {}) or None)
+    get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
     with folder_lock(records.run_dir(cfg.name, method, seed).root, "training run"):
         return _train_locked(cfg, method, seed, **options)
 
