@@ -140,8 +140,8 @@ def test_missing_golden_field(tmp_path):
 
 
 def test_bad_json_names_file_and_line(tmp_path):
-    good = json.dumps({"id": "a", "question": "q", "golden_answers": ["x"]})
-    path = _write_lines(tmp_path / "broken.jsonl", [good, good, '{"id": "c", "question": '])
+    good = [json.dumps({"id": i, "question": "q", "golden_answers": ["x"]}) for i in "ab"]
+    path = _write_lines(tmp_path / "broken.jsonl", [*good, '{"id": "c", "question": '])
     with pytest.raises(DataError, match=r"broken\.jsonl:3: not valid JSON"):
         read_flashrag_jsonl(path)
 

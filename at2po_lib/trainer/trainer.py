@@ -64,6 +64,7 @@ import contextlib
 import textwrap
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -215,6 +216,15 @@ class AT2POTrainer(GRPOTrainer):
                 f"of num_generations ({self.num_generations} leaves per prompt)")
         self.logp_positions = self._resolve_logp_positions()
         self.old_logps_source = self._resolve_old_logps()
+
+    def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
+        """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
+        (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.storage`."""
+        from ..storage import reported_writes
+
+        folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        with reported_writes(folder):
+            return super()._save_checkpoint(model, trial)
 
     def _policy_positions_unsupported(self) -> str | None:
         """Why the policy-position log-probs cannot run here (None: they can)."""
