@@ -228,7 +228,7 @@ def test_config_derives_leaves_per_prompt(tmp_path):
         AT2POConfig(loss_level="word", **common)
     with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):
         AT2POConfig(vllm_importance_sampling_correction=True, **common)
-    with pytest.raises(ValueError, match="mask_truncated_completions.*stop string"):
+    with pytest.raises(ValueError, match="mask_truncated_completions.*does not end in EOS"):
         AT2POConfig(mask_truncated_completions=True, **common)
 
 
