@@ -235,7 +235,9 @@ class RolloutConfig:
     """``random`` (Tree-GRPO) expansion: separate trees per prompt (its scripts' ``ts_m=2``);
     each grows (M + L*K) / tree_grpo_trees leaves (at2po_lib.rollout.trees.tree_grpo_shape)."""
     expansion: str = "entropy"
-    """``chain`` (M independent chains), ``random`` (Tree-GRPO) or ``entropy`` (AT2PO)."""
+    """``chain`` (M independent chains), ``random`` (Tree-GRPO), ``random_siblings`` (the
+    authors' ablation mode: AT2PO's tree, K uniform picks without replacement) or ``entropy``
+    (AT2PO)."""
     entropy_estimate: str = "sampled_nll"
     """``sampled_nll`` (authors' code) or ``exact`` (full-distribution entropy, the paper's)."""
     invalid_action: str = "template"
@@ -271,14 +273,14 @@ class RolloutConfig:
         ``self.expansion``): M chains for ``chain``, M + L·K for ``random``/``entropy``,
         ``aepo_budget`` for ``aepo``. The one place this number is derived."""
         expansion = expansion or self.expansion
-        if expansion in ("random", "entropy"):
+        if expansion in ("random", "random_siblings", "entropy"):
             return tree_leaves(self.tree_m, self.tree_l, self.tree_k)
         if expansion == "chain":
             return self.tree_m
         if expansion == "aepo":
             return self.aepo_budget
-        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, entropy "
-                           "or aepo")
+        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, "
+                           "random_siblings, entropy or aepo")
 
 
 def tree_leaves(m: int, l: int, k: int) -> int:
@@ -323,7 +325,9 @@ class TrainConfig:
     beta: float = 0.0
     """KL coefficient for methods whose preset sets none (docs/method.md §9: 0); GRPO's preset: 1e-3."""
     eval_every: int = 20
-    """Greedy validation every this many steps (and at step 0); 0 turns it off."""
+    """Greedy validation every this many steps (and at the end); 0 turns it off."""
+    val_before_train: bool = False
+    """Also validate at step 0, before any update (the authors' scripts: ``False``)."""
     val_questions: int | None = 100
     """Questions per dataset in each periodic validation (None: ``eval.max_questions``)."""
     val_datasets: list[str] = field(default_factory=list)

@@ -12,11 +12,18 @@ Entropy-guided expansion (AT2PO), per prompt (all prompts' turns are batched tog
 
     score(n) = H(n) - alpha * b(n),   b(n) = |children(parent(n))| - 1   (root: |children(root)| - 1)
 
-deterministic top-K by score; ties keep node order (stable sort); when fewer than K
-candidates exist the sorted list is repeated from the best (authors' code: ``[a, b, c]`` for
-K = 5 gives ``[a, b, c, a, b]``). H(n) is the turn's mean sampled-token NLL (authors' code,
+deterministic top-K by score; ties keep breadth-first order (the authors' candidates are
+the root then ``get_subtree_nodes``, a breadth-first walk, sorted by a stable sort); when fewer
+than K candidates exist the sorted list is repeated from the best (authors' code: ``[a, b, c]``
+for K = 5 gives ``[a, b, c, a, b]``). H(n) is the turn's mean sampled-token NLL (authors' code,
 ``rollout.entropy_estimate = "sampled_nll"``) or its mean exact entropy (``"exact"``, the
 paper's -sum p log p). alpha = 0.05 (hard-coded in the code, a parameter here).
+
+Random siblings (the authors' ablation mode ``expansion_mode=random``,
+``ToolTreeNode.sample_expansion_nodes``; Table 2's steps 1-2): AT2PO's single tree and its
+sibling re-sampling, with the K picks of a round drawn uniformly *without replacement* among
+the non-leaf nodes (root included; with replacement when there are fewer than K, as their
+``random.choices``).
 
 Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per prompt::
 
@@ -36,11 +43,9 @@ B / m leaves, n = (B / m - 1) / L expansions per tree and round (:func:`tree_grp
 paper M=10, L=2, K=6 -> m=2 trees, n=5; the original's scripts use m=2, n=2, L=1). The
 trees are returned prompt-major, m per prompt, sharing ``prompt_index``.
 
-The same ``random`` expansion serves Table 2 step 1 ("GRPO with a random tree"): the random
-tree the paper starts its ablation from is Tree-GRPO's, trained there with the plain GRPO
-advantage over all leaves of the prompt. Step 3 (+ entropy-guided expansion) therefore
-changes the tree's shape (m separate trees that continue after a node -> one tree that
-re-samples a turn) together with the node choice; named here because it is a choice.
+Table 2's steps 1-2 ("GRPO with a random tree") use ``random_siblings``, the authors' own
+ablation mode, so that step 3 (+ entropy-guided expansion) changes the node choice only; the
+Tree-GRPO row of Table 1 keeps Tree-GRPO's own ``random`` expansion.
 
 Leaf count. Every chain ends in exactly one leaf and every pick starts one chain, so the leaf
 counts above hold by construction. :func:`equalize_leaves` still enforces them (authors'
@@ -65,7 +70,7 @@ from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, sco
 from .backends import TurnBackend, make_backend
 from .structures import ROOT, RolloutTree
 
-EXPANSIONS = ("chain", "random", "entropy")
+EXPANSIONS = ("chain", "random", "random_siblings", "entropy")
 
 
 # ----------------------------------------------------------------------------- selection
@@ -88,6 +93,29 @@ def expansion_scores(entropy: np.ndarray, parent: np.ndarray, alpha: float) -> n
     return np.asarray(entropy, dtype=np.float64) - alpha * sibling_counts(parent)
 
 
+def breadth_first(parent: np.ndarray) -> np.ndarray:
+    """Node ids in breadth-first order from the root (children in creation order): the
+    authors' candidate order (root, then ``get_subtree_nodes``). (N,) -> (N,). With several
+    roots (a forest) the walk starts from all of them; within a tree the order is the same."""
+    parent = np.asarray(parent)
+    children: dict[int, list[int]] = {}
+    for node, p in enumerate(parent.tolist()):
+        if p >= 0:
+            children.setdefault(p, []).append(node)
+    order, queue = [], [int(r) for r in np.flatnonzero(parent < 0)]
+    while queue:
+        node = queue.pop(0)
+        order.append(node)
+        queue.extend(children.get(node, []))
+    return np.array(order, dtype=np.int64)
+
+
+def candidates_in_order(parent: np.ndarray, is_leaf: np.ndarray) -> np.ndarray:
+    """The non-leaf nodes (root included) in breadth-first order."""
+    order = breadth_first(parent)
+    return order[~np.asarray(is_leaf, dtype=bool)[order]]
+
+
 def top_k_cycled(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
     """The K best candidates by score (stable: ties keep candidate order); if fewer than K
     candidates, the sorted list repeats from the best."""
@@ -100,9 +128,19 @@ def top_k_cycled(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarr
 
 def select_entropy(entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray, k: int,
                    alpha: float) -> np.ndarray:
-    """AT2PO's pick: top-K non-leaf nodes by H(n) - alpha * b(n)."""
-    candidates = np.flatnonzero(~np.asarray(is_leaf, dtype=bool))
+    """AT2PO's pick: top-K non-leaf nodes by H(n) - alpha * b(n), ties in breadth-first order."""
+    candidates = candidates_in_order(parent, is_leaf)
     return top_k_cycled(expansion_scores(entropy, parent, alpha), candidates, k)
+
+
+def select_random_siblings(parent: np.ndarray, is_leaf: np.ndarray, k: int,
+                           rng: np.random.Generator) -> np.ndarray:
+    """The authors' ``expansion_mode=random`` pick: K distinct non-leaf nodes (root included)
+    drawn uniformly without replacement; with replacement when fewer than K exist."""
+    candidates = candidates_in_order(parent, is_leaf)
+    if candidates.size == 0 or k <= 0:
+        return candidates[:0]
+    return rng.choice(candidates, size=k, replace=candidates.size < k)
 
 
 def select_random(is_leaf: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -123,10 +161,14 @@ def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
     return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
 
 
-def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str) -> list[int]:
-    """AT2PO's K picks in one tree (entropy-guided)."""
+def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str,
+               rng: np.random.Generator | None = None) -> list[int]:
+    """The K picks of one round in one tree: entropy-guided (AT2PO), or uniform without
+    replacement when ``rng`` is given (``random_siblings``)."""
     parent = np.array([n.parent for n in tree.nodes])
     is_leaf = np.array([n.is_leaf for n in tree.nodes])
+    if rng is not None:
+        return [int(i) for i in select_random_siblings(parent, is_leaf, k, rng)]
     entropy = node_entropy(tree, estimate)
     if np.isnan(entropy).any():
         raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
@@ -224,7 +266,8 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
 
     expansion: ``chain`` (``num_chains`` or M independent chains, GRPO-style: one tree per
     question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
-    prompt-major) or ``entropy`` (AT2PO: one tree per question); default
+    prompt-major), ``random_siblings`` (the authors' ablation: AT2PO's tree with uniform
+    picks) or ``entropy`` (AT2PO: one tree per question); default
     ``rollout_cfg.expansion``. Every question ends with :func:`expected_leaves` leaves.
     prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
     share_prefixes: start new chains from the cached prompt / ancestor context (default);
@@ -251,7 +294,7 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
 def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
                 expansion: str, num_chains: int | None, prompt_ids, rng: np.random.Generator,
                 share_prefixes: bool) -> list[RolloutTree]:
-    """``chain`` and ``entropy``: one tree per question (module docstring)."""
+    """``chain``, ``entropy`` and ``random_siblings``: one tree per question (module docstring)."""
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
     first = expected_leaves(expansion, rollout_cfg, num_chains) if expansion == "chain" else rollout_cfg.tree_m
@@ -263,7 +306,8 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
         chains = []
         for i, tree in enumerate(trees):
             for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
-                                rollout_cfg.entropy_estimate):
+                                rollout_cfg.entropy_estimate,
+                                rng if expansion == "random_siblings" else None):
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
                 chain.node.resampled_from = n

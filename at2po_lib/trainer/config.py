@@ -35,7 +35,9 @@ from trl import GRPOConfig
 
 from ..config import RolloutConfig, tree_leaves
 
-TREE_EXPANSIONS = ("chain", "random", "entropy", "aepo")
+TREE_EXPANSIONS = ("chain", "random", "random_siblings", "entropy", "aepo")
+TREE_SHAPED = ("random", "random_siblings", "entropy")
+"""Expansions that grow M + L*K leaves per prompt."""
 CREDIT_ADVANTAGES = ("node_value", "diff_parent", "diff_global", "diff_localglobal", "vanilla",
                      "tree_grpo")
 CREDIT_VALUES = ("entropy_softmax", "entropy_linear", "child_mean", "leaf_mean")
@@ -57,8 +59,9 @@ class AT2POConfig(GRPOConfig):
 
     # ----------------------------------------------------------------------- rollout (§5, §8)
     tree_expansion: str = field(default="entropy", metadata={
-        "help": "chain (independent chains: GRPO/DAPO/GSPO), random (Tree-GRPO), entropy (AT2PO) "
-                "or aepo (AEPO's entropy-triggered branching)."})
+        "help": "chain (independent chains: GRPO/DAPO/GSPO), random (Tree-GRPO), "
+                "random_siblings (the authors' ablation: AT2PO's tree, uniform picks; Table 2), "
+                "entropy (AT2PO) or aepo (AEPO's entropy-triggered branching)."})
     tree_m: int = field(default=10, metadata={"help": "M: chains from the root (docs/method.md §5)."})
     tree_l: int = field(default=2, metadata={"help": "L: expansion rounds."})
     tree_k: int = field(default=6, metadata={"help": "K: nodes re-sampled per round."})
@@ -137,7 +140,7 @@ class AT2POConfig(GRPOConfig):
     # ------------------------------------------------------------------------------------
     def leaves_per_prompt(self) -> int:
         """Training rows per prompt implied by the rollout shape (checks ``num_generations``)."""
-        if self.tree_expansion in ("random", "entropy"):
+        if self.tree_expansion in TREE_SHAPED:
             leaves = tree_leaves(self.tree_m, self.tree_l, self.tree_k)
             if self.num_generations is not None and self.num_generations != leaves:
                 raise ValueError(
@@ -170,7 +173,7 @@ class AT2POConfig(GRPOConfig):
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"AT2POConfig.{name}={value!r}; expected one of {allowed}")
-        if self.tree_expansion in ("random", "entropy") and (self.tree_m < 1 or self.tree_l < 0
+        if self.tree_expansion in TREE_SHAPED and (self.tree_m < 1 or self.tree_l < 0
                                                              or self.tree_k < 0):
             raise ValueError(f"tree shape M={self.tree_m}, L={self.tree_l}, K={self.tree_k}: "
                              "need M >= 1 and L, K >= 0")
@@ -183,8 +186,9 @@ class AT2POConfig(GRPOConfig):
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions=True is not supported by AT2POTrainer: TRL calls a "
-                "completion truncated when it does not end in EOS, and the search agent's "
-                "completions end at a stop string (</answer>), so every row would be masked. "
+                "completion truncated when it does not end in EOS, and a search agent's leaf "
+                "may end otherwise (the response budget, an observation cut to it, an empty "
+                "query's EOS kept as an observation); the authors' code trains those rows. "
                 "The agent records why each leaf ended (rollout/answered in metrics.jsonl, "
                 "finish_reason in outcomes.csv). Set it to False.")
         if self.vllm_importance_sampling_correction:

@@ -16,7 +16,7 @@ dapo           chain      GRPO + dynamic sampling       token     0.2 / 0.28    
 gspo           chain      GRPO                          sequence  3e-4 / 4e-4         seq-mean-
                                                                                       token-mean
 tree_grpo      random     Tree-GRPO (prompt + tree)     token     0.2 / 0.2, KL 1e-3  token-mean
-aepo           aepo       GRPO, entropy-aware           token     0.2 / 0.28, balanced token-mean
+aepo           aepo       GRPO                          token     0.2 / 0.2, balanced  token-mean
 at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3         seq-mean-
                                                                                       token-mean
 =============  =========  ============================  ========  ==================  ===========
@@ -27,9 +27,19 @@ normaliser), seq-mean-token-mean for GSPO and ATPO (``loss_type="grpo"``). The K
 Tree-GRPO: 1e-3) is verl's low-var-KL, the k3 estimator clamped per token at ±10
 (:func:`at2po_lib.losses.low_var_kl`), against the warm-start policy.
 
+``aepo`` is the AEPO baseline as the AT2PO authors ran it (``AEPO/scripts/AEPO_qwen3_4B.sh``):
+clip 0.2 / 0.2 with entropy-balanced clipping; its script enables the entropy-balanced
+advantage, but with ``entropy_coeff: 0`` their actor never computes the token entropies and the
+term is skipped, so the preset has none. ``aepo_paper`` is the AEPO paper's formulation
+(DAPO's clip-higher 0.2 / 0.28, entropy-aware advantage A·(1 + 0.2·z(H_t))): a named option,
+not a row of the paper's Table 1.
+
 Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
 token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
-expansion) → ``at2po`` (+ turn-wise credit). Table 3: ``credit_<value>_<advantage>`` for every
+expansion) → ``at2po`` (+ turn-wise credit). The random tree of steps 1-2 is the authors' own
+ablation mode (``expansion_mode=random``: AT2PO's single tree, K nodes picked uniformly without
+replacement and re-sampled as siblings, ``tree_expansion="random_siblings"``), so step 3
+changes only how nodes are picked; the ``tree_grpo`` row keeps Tree-GRPO's own expansion. Table 3: ``credit_<value>_<advantage>`` for every
 value mode × advantage mode of :mod:`at2po_lib.credit` (``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
@@ -48,8 +58,6 @@ Deviations that remain (named here so they stay visible):
   clip-higher, dynamic sampling and token-level aggregation only); groups still degenerate
   after ``tree_dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
   ``max_num_gen_batches`` would stop the step instead).
-- AEPO: the clip is DAPO's clip-higher 0.2/0.28 (AEPO builds on DAPO; docs/method.md leaves it
-  open).
 - Tree-GRPO and the Table 2 ablations use the same tree budget as AT2PO. The Table 2 step 1
   (random tree, GRPO) aggregates token-mean like GRPO and has no KL, like the AT2PO it leads to.
 - Budgets: GRPO/DAPO/GSPO/AEPO 16 leaves vs AT2PO 22 at paper scale, as in the paper.
@@ -105,23 +113,31 @@ _TABLE1 = [
             "1e-3, token-mean", "Table 1",
             tree_expansion="random", credit_advantage="tree_grpo", loss_level="token",
             loss_type="dapo", beta=1e-3, **_TOKEN_CLIP),
-    _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage, "
-            "token-mean", "Table 1",
+    _method("aepo", "AEPO branching, entropy-balanced clip 0.2/0.2, no entropy-aware "
+            "advantage, token-mean (the authors' AEPO_qwen3_4B.sh)", "Table 1",
             tree_expansion="aepo", loss_level="token", loss_type="dapo",
-            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
-            **_GRPO_CREDIT, **_CLIP_HIGHER),
+            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.0,
+            **_GRPO_CREDIT, **_TOKEN_CLIP),
     _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
             "Table 1", tree_expansion="entropy", credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
 ]
 
+_OPTIONS = [
+    _method("aepo_paper", "AEPO as its paper writes it: branching, entropy-balanced clip-higher "
+            "0.2/0.28, entropy-aware advantage 0.2, token-mean", "option",
+            tree_expansion="aepo", loss_level="token", loss_type="dapo",
+            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
+            **_GRPO_CREDIT, **_CLIP_HIGHER),
+]
+
 _TABLE2 = [
-    _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token ratio, "
-            "token-mean", "Table 2 step 1", tree_expansion="random", loss_level="token",
-            loss_type="dapo",
+    _method("ablation_random_tree_grpo", "step 1: random tree (uniform sibling picks), GRPO "
+            "advantage, token ratio, token-mean", "Table 2 step 1",
+            tree_expansion="random_siblings", loss_level="token", loss_type="dapo",
             **_GRPO_CREDIT, **_TOKEN_CLIP),
     _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
-            tree_expansion="random", **_GRPO_CREDIT, **_TURN_LOSS),
+            tree_expansion="random_siblings", **_GRPO_CREDIT, **_TURN_LOSS),
     _method("ablation_entropy_tree", "step 3: + entropy-guided expansion", "Table 2 step 3",
             tree_expansion="entropy", **_GRPO_CREDIT, **_TURN_LOSS),
 ]
@@ -133,8 +149,8 @@ _TABLE3 = [
     for value in VALUE_MODES for adv in ADVANTAGE_MODES
 ]
 
-METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_TABLE2, *_TABLE3)}
-"""Every preset by name (Table 1, then Table 2's steps, then Table 3's credit grid)."""
+METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_OPTIONS, *_TABLE2, *_TABLE3)}
+"""Every preset by name (Table 1, named options, Table 2's steps, Table 3's credit grid)."""
 
 TABLE1_METHODS = tuple(m.name for m in _TABLE1)
 TABLE2_METHODS = (*(m.name for m in _TABLE2), "at2po")

@@ -361,7 +361,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
     if cfg.train.eval_every > 0:
         validator = Validator(trainer, cfg, retriever, cfg.train.val_datasets or cfg.eval.datasets,
                               cfg.train.val_questions or cfg.eval.max_questions, method, seed)
-        validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates)
+        validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates,
+                                      before_train=cfg.train.val_before_train)
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))

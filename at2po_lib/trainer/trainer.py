@@ -360,8 +360,8 @@ class AT2POTrainer(GRPOTrainer):
         }
         if batch.finish_reason:
             # Share of leaves that ended with an answer. TRL's completions/clipped_ratio counts
-            # completions that do not end in EOS; the agent stops at a stop string (</answer>),
-            # so TRL's reads 1.0 whatever happened: this is the agent's own account.
+            # completions that do not end in EOS, which misses an answer written without EOS
+            # before the budget ran out and counts an empty query's EOS: the agent's own account.
             metrics["rollout/answered"] = float(np.mean([r == "answer"
                                                          for r in batch.finish_reason]))
         self._rollout_extras = {"advantages": advantages, "turn_ids": batch.turn_node,
