@@ -203,6 +203,7 @@ RULES: dict[str, Rule] = {
     "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),
     "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": POSITIVE,
     # train
+    "train.val_before_train": (lambda v: isinstance(v, bool), "true or false"),
     "train.methods": (lambda v: isinstance(v, list) and bool(v) and all(
         isinstance(m, str) and m for m in v), "a non-empty list of method names"),
     "train.seeds": _seeds(),
