@@ -1,8 +1,9 @@
 """Profiles: one dataclass per pipeline stage holds the defaults; ``configs/<profile>.yaml``
 holds overrides only (each with its source), optionally ``extends:`` another profile.
 
-Unknown keys and wrong types are errors naming the file and the key; the resolved config is
-saved with every artefact (``dataclasses.asdict(cfg)``).
+Unknown keys and wrong types are errors naming the file and the key; every value's range and
+the values' consistency are checked in one table (:mod:`at2po_lib.config_checks`) before any
+work; the resolved config is saved with every artefact (``dataclasses.asdict(cfg)``).
 
 Command-line overrides (``--set SECTION.KEY=VALUE``, :mod:`at2po_lib.cli`) go through one
 parser, :func:`parse_overrides`: every key and value is checked against these dataclasses
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from .config_checks import MAX_SHOWN_CHARS, name_problem, problems, shown
 from .util.paths import configs_dir
 
 
@@ -203,8 +205,9 @@ class RolloutConfig:
     """``hf`` (hand-written sampling loop over a transformers model with reusable KV
     prefixes, CPU or GPU) or ``vllm`` (paper scale)."""
     temperature: float = 1.0
-    """Sampling temperature; log-probs are recorded as ``log_softmax(logits / T)`` and the
-    trainer must recompute them with the same ``T``. 0 means greedy."""
+    """Sampling temperature (> 0: a profile value of 0 is refused, the trainer divides by it;
+    evaluation decodes greedily whatever it is); log-probs are recorded as
+    ``log_softmax(logits / T)`` and the trainer must recompute them with the same ``T``."""
     top_p: float = 1.0
     max_tool_calls: int = 6
     """Searches per trajectory; at a later ``</search>`` the tool-limit notice is inserted in
@@ -235,7 +238,9 @@ class RolloutConfig:
     """``random`` (Tree-GRPO) expansion: separate trees per prompt (its scripts' ``ts_m=2``);
     each grows (M + L*K) / tree_grpo_trees leaves (at2po_lib.rollout.trees.tree_grpo_shape)."""
     expansion: str = "entropy"
-    """``chain`` (M independent chains), ``random`` (Tree-GRPO) or ``entropy`` (AT2PO)."""
+    """``chain`` (M independent chains), ``random`` (Tree-GRPO), ``random_siblings`` (the
+    authors' ablation mode: AT2PO's tree, K uniform picks without replacement) or ``entropy``
+    (AT2PO)."""
     entropy_estimate: str = "sampled_nll"
     """``sampled_nll`` (authors' code) or ``exact`` (full-distribution entropy, the paper's)."""
     invalid_action: str = "template"
@@ -268,19 +273,19 @@ class RolloutConfig:
 
     def leaves_per_prompt(self, expansion: str | None = None) -> int:
         """Leaves (training rows) one prompt's rollout ends with, for ``expansion`` (default
-        ``self.expansion``): ``chains`` for ``chain``, M + L·K for ``random``/``entropy``,
+        ``self.expansion``): ``chains`` for ``chain``, M + L·K for the tree expansions,
         ``aepo_budget`` for ``aepo``. The one place this number is derived: the sampler, the
         trainer's ``num_generations`` (set once by ``at2po_lib.trainer.resolve.resolve_run``)
         and the reports all read it from here."""
         expansion = expansion or self.expansion
-        if expansion in ("random", "entropy"):
+        if expansion in ("random", "random_siblings", "entropy"):
             return tree_leaves(self.tree_m, self.tree_l, self.tree_k)
         if expansion == "chain":
             return self.chains
         if expansion == "aepo":
             return self.aepo_budget
-        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, entropy "
-                           "or aepo")
+        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, "
+                           "random_siblings, entropy or aepo")
 
 
 def tree_leaves(m: int, l: int, k: int) -> int:
@@ -322,7 +327,9 @@ class TrainConfig:
     beta: float = 0.0
     """KL coefficient for methods whose preset sets none (docs/method.md §9: 0); GRPO's preset: 1e-3."""
     eval_every: int = 20
-    """Greedy validation every this many steps (and at step 0); 0 turns it off."""
+    """Greedy validation every this many steps (and at the end); 0 turns it off."""
+    val_before_train: bool = False
+    """Also validate at step 0, before any update (the authors' scripts: ``False``)."""
     val_questions: int | None = 100
     """Questions per dataset in each periodic validation (None: ``eval.max_questions``)."""
     val_datasets: list[str] = field(default_factory=list)
@@ -394,7 +401,7 @@ def _profile_path(name: str) -> Path:
     path = configs_dir() / f"{name}.yaml"
     if not path.is_file():
         raise ProfileError(
-            f"unknown profile {name!r}; known profiles: {', '.join(known_profiles())}"
+            f"unknown profile {shown(name)}; known profiles: {', '.join(known_profiles())}"
         )
     return path
 
@@ -417,7 +424,7 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
         raise ProfileError(errors[0])
     if origin is list:
         if not isinstance(value, list):
-            raise ProfileError(f"{where}: expected a list, got {value!r}")
+            raise ProfileError(f"{where}: expected a list, got {shown(value)}")
         (item_type,) = typing.get_args(annotation) or (Any,)
         return [_check_type(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
     if annotation is Any:
@@ -425,9 +432,9 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if annotation is int and isinstance(value, bool):
-        raise ProfileError(f"{where}: expected int, got {value!r}")
+        raise ProfileError(f"{where}: expected int, got {shown(value)}")
     if isinstance(annotation, type) and not isinstance(value, annotation):
-        raise ProfileError(f"{where}: expected {annotation.__name__}, got {value!r}")
+        raise ProfileError(f"{where}: expected {annotation.__name__}, got {shown(value)}")
     return value
 
 
@@ -443,11 +450,11 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
         if key not in names and moved:
             raise ProfileError(f"{where}: {key!r} moved to {moved}; set that instead")
         if key not in names:
-            raise ProfileError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(names))})")
+            raise ProfileError(f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(names))})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise ProfileError(f"{where}.{key}: expected a mapping, got {value!r}")
+                raise ProfileError(f"{where}.{key}: expected a mapping, got {shown(value)}")
             _apply(current, value, f"{where}.{key}")
         else:
             setattr(obj, key, _check_type(value, hints[key], f"{where}.{key}"))
@@ -455,12 +462,24 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.load(path.read_text(), Loader=_Yaml12Loader) or {}  # noqa: S506 - safe
+        data = _load_yaml_text(_read_text(path), str(path)) or {}
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, refused unread past :data:`MAX_YAML_CHARS` bytes and naming the file
+    when it is not UTF-8."""
+    if path.stat().st_size > MAX_YAML_CHARS:
+        raise ProfileError(f"{path}: {path.stat().st_size:,} bytes, more than the "
+                           f"{MAX_YAML_CHARS:,} a profile file may have")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileConfig:
@@ -478,23 +497,85 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     cfg = ProfileConfig()
     for path, data in reversed(chain):
         _apply(cfg, data, str(path))
-    cfg.name = Path(name).stem
+    cfg.name = check_name(Path(name).stem, f"profile name (from {shown(name)})")
     if overrides:
         _apply(cfg, overrides, "overrides")
+    found = problems(cfg)  # every value's range and the values' consistency, before any work
+    if found:
+        raise ProfileError(f"profile {shown(cfg.name)}: " + "; ".join(found))
     return cfg
 
 
+MAX_YAML_CHARS = 1 << 16
+"""A profile file or one ``--set`` value longer than this (64 KiB; the shipped profiles are
+under 8 KiB) is refused unread: PyYAML parses ~50 kB per second, so this bounds the time."""
+def check_name(name: str, what: str) -> str:
+    """``name`` if it is one plain path component (:func:`~.config_checks.name_problem`);
+    else a :class:`ProfileError` naming ``what``: names become folders, and ``../../x``
+    must not write outside them."""
+    problem = name_problem(name, what)
+    if problem:
+        raise ProfileError(problem)
+    return name
+
+
 class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, but ``1e-4`` is a float as in YAML 1.2 (YAML 1.1, which PyYAML
-    implements, needs a dot in a float: there ``1e-4`` is the string ``"1e-4"``)."""
+    """PyYAML's safe loader with YAML 1.2's core-schema numbers (PyYAML implements YAML 1.1:
+    there ``1e-4`` is a string, ``010`` is octal 8, ``1:20`` is sexagesimal 80 and ``0o17`` is a
+    string). Here ``010`` is 10, ``0o17`` is 15, ``0x1f`` is 31, ``1:20`` is a string, ``1e-4``
+    a float. Aliases (``*name``) are refused: expanding nested ones ("billion laughs") builds
+    values of any size from a few lines, and no profile needs them."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in profiles", event.start_mark)
+        return super().compose_node(parent, index)
 
 
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"
+                       r"|\.[0-9]+[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 _Yaml12Loader.yaml_implicit_resolvers = {
-    key: list(resolvers) for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+    key: [(tag, regexp) for tag, regexp in resolvers
+          if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def _construct_int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    if len(text.lstrip("+-")) > 4000:  # Python's own limit on int(str) is 4,300 digits
+        raise yaml.constructor.ConstructorError(None, None, "integer of more than 4,000 "
+                                                "digits", node.start_mark)
+    return int(text, 10)
+
+
+def _construct_float_12(loader: yaml.SafeLoader, node: yaml.Node) -> float:
+    text = loader.construct_scalar(node)
+    lowered = text.lower()
+    if lowered.endswith(".inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    if lowered == ".nan":
+        return float("nan")
+    return float(text)
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int_12)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _construct_float_12)
+
+
+def _load_yaml_text(text: str, where: str) -> Any:
+    """YAML 1.2 numbers, no aliases, at most :data:`MAX_YAML_CHARS`: parsing is bounded in
+    time and memory whatever the input."""
+    if len(text) > MAX_YAML_CHARS:
+        raise ProfileError(f"{where}: {len(text):,} characters, more than the "
+                           f"{MAX_YAML_CHARS:,} a profile value may have")
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _admits_text(annotation: Any) -> bool:
@@ -517,9 +598,9 @@ def parse_value(raw: str, annotation: Any = Any, where: str = "value") -> Any:
             return None
         return raw
     try:
-        value = yaml.load(raw, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+        value = _load_yaml_text(raw, where)
     except yaml.YAMLError as exc:
-        raise ProfileError(f"{where}: {raw!r} is not a valid value ({exc})") from exc
+        raise ProfileError(f"{where}: {shown(raw)} is not a valid value ({exc})") from exc
     return _check_type(value, annotation, where)
 
 
@@ -546,18 +627,18 @@ def _schema_field(schema: type, dotted: str, where: str) -> Any:
                                "instead")
         if part not in fields:
             known = [f"{prefix}.{k}" if prefix else k for k in fields]
-            close = difflib.get_close_matches(dotted, known, n=3)
+            close = difflib.get_close_matches(dotted, known, n=3) if len(dotted) < 200 else []
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ProfileError(f"{where}: unknown key {dotted!r}{hint}; known keys"
+            raise ProfileError(f"{where}: unknown key {shown(dotted)}{hint}; known keys"
                                f"{' of ' + prefix if prefix else ''}: {', '.join(sorted(fields))}")
         annotation = fields[part]
         is_section = isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
         last = depth == len(parts) - 1
         if last and is_section:
-            raise ProfileError(f"{where}: {dotted!r} is a section; set one of its keys, e.g. "
+            raise ProfileError(f"{where}: {shown(dotted)} is a section; set one of its keys, e.g. "
                                f"{dotted}.{next(iter(_field_types(annotation)))}=...")
         if not last and not is_section:
-            raise ProfileError(f"{where}: {'.'.join(parts[:depth + 1])!r} is a value, not a "
+            raise ProfileError(f"{where}: {shown('.'.join(parts[:depth + 1]))} is a value, not a "
                                f"section")
         node = annotation
     return annotation
@@ -570,10 +651,10 @@ def parse_override(text: str, extra_sections: typing.Mapping[str, type] | None =
     (:func:`parse_value`). ``extra_sections`` adds sections beyond the profile's, e.g.
     ``{"trainer": AT2POConfig}`` for ``at2po train`` (their keys are checked the same way)."""
     if "=" not in text:
-        raise ProfileError(f"--set {text!r} is not of the form section.key=value")
+        raise ProfileError(f"--set {shown(text)} is not of the form section.key=value")
     dotted, raw = text.split("=", 1)
     dotted = dotted.strip()
-    where = f"--set {dotted}"
+    where = f"--set {dotted if len(dotted) <= MAX_SHOWN_CHARS else shown(dotted)}"
     section = dotted.split(".", 1)[0]
     if extra_sections and section in extra_sections:
         if "." not in dotted:

@@ -175,18 +175,30 @@ def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     rows: list[dict] = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    first_line: dict[str, int] = {}  # id -> line, so a repeated id names both lines
+    with path.open("rb") as handle:
+        for line_number, data in enumerate(handle, start=1):
             if limit is not None and len(rows) >= limit:
                 break
-            if not line.strip():
-                continue
             where = f"{path}:{line_number}"
             try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start} of "
+                                "the line; re-encode the file as UTF-8)") from None
+            if not line.strip():
+                continue
+            try:
                 raw = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from err
+            except (json.JSONDecodeError, RecursionError, ValueError) as err:
+                why = (f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError)
+                       else "nested too deeply" if isinstance(err, RecursionError) else str(err))
+                raise DataError(f"{where}: not valid JSON ({why})") from None
             row = _validate_row(raw, where, default_id=f"{path.stem}_{len(rows)}")
+            if row["id"] in first_line:
+                raise DataError(f"{where}: id {row['id']!r} repeats the id of line "
+                                f"{first_line[row['id']]} (ids must be unique in a file)")
+            first_line[row["id"]] = line_number
             if data_source is not None:
                 row["data_source"] = data_source
             rows.append(row)
@@ -254,6 +266,13 @@ def load_flashrag(
     ``HF_ENDPOINT`` setting, normally huggingface.co; a mirror works too); ``revision`` pins a
     commit of the dataset repository.
     """
+    from .config import ProfileError, check_name
+
+    try:  # both become path components: "../x" must not read outside local_dir
+        check_name(name, "dataset name")
+        check_name(split, "split name")
+    except ProfileError as exc:
+        raise DataError(str(exc)) from None
     if local_dir is not None:
         path = Path(local_dir) / name / f"{split}.jsonl"
         if not path.is_file():

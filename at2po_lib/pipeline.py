@@ -214,9 +214,17 @@ def check_kernel(kernel_name: str) -> None:
     except NoSuchKernel:
         raise ValueError(f"no Jupyter kernel named {kernel_name!r}: {fix}") from None
     python = Path(spec.argv[0]) if spec.argv else None
-    if kernel_name == KERNEL_NAME and python is not None and python.parent != Path(sys.executable).parent:
+    # Folders compared resolved: a venv reached through a symlink (~/venvs/at2po -> /data/...)
+    # is the same environment. Not the interpreters themselves: every venv's python links to
+    # the same base interpreter.
+    if kernel_name == KERNEL_NAME and python is not None and not _same_folder(
+            python.parent, Path(sys.executable).parent):
         raise ValueError(f"the Jupyter kernel {kernel_name!r} runs {python}, not this environment's "
                          f"{sys.executable}: {fix}")
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def record_timing(path: Path, stage: str, seconds: float) -> None:

@@ -7,6 +7,7 @@
 #                      whose PyPI only serves CUDA builds); unset: plain 'pip install torch==2.13.0'
 #   AT2PO_SKIP_INSTALL=1  use the environment as it is
 #   AT2PO_LAB=0        skip the 'lab' extra (JupyterLab, ipywidgets; ~20 s on a first install)
+#   AT2PO_GIT_FILTER=0 do not install the notebook output filter in the checkout's git config
 #
 # It also registers the environment as the Jupyter kernel 'at2po' ("AT2PO (<venv>)"), in the
 # environment itself (what ./run_all.sh and scripts/lab.sh use) and for the user (so a Jupyter
@@ -64,4 +65,16 @@ fi
 if ! at2po_kernel_ok "$user_kernels"; then
     python -m ipykernel install --user --name "$AT2PO_KERNEL" --display-name "$kernel_label" >/dev/null \
         || echo "bootstrap: could not register the kernel '$AT2PO_KERNEL' for the user (only in $VENV)" >&2
+fi
+
+# Notebooks reach git without outputs: .gitattributes names the filter 'at2po-notebook' for
+# notebooks/*.ipynb, defined here in the checkout's git config (saving a notebook in the lab
+# otherwise showed all six as modified). Set once; a file test and one git call otherwise.
+if [ "${AT2PO_GIT_FILTER:-1}" != 0 ] && git -C "$AT2PO_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    at2po_filter='python3 scripts/strip_notebook_outputs.py'
+    if [ "$(git -C "$AT2PO_ROOT" config --get filter.at2po-notebook.clean)" != "$at2po_filter" ]; then
+        git -C "$AT2PO_ROOT" config filter.at2po-notebook.clean "$at2po_filter"
+        git -C "$AT2PO_ROOT" config filter.at2po-notebook.smudge cat
+        echo "bootstrap: installed the git filter that keeps notebook outputs out of git"
+    fi
 fi

@@ -129,3 +129,18 @@ def test_fuzz_never_raises_and_classifies_once(text, template):
 def test_search_query_round_trip(query):
     action = parse_action(f"<think> plan </think> <search>{query}</search>")
     assert action.kind == "search" and action.query == query.strip()
+
+
+_NO_ANGLE = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=40)
+
+
+@given(before=_NO_ANGLE, query=_NO_ANGLE, after_open=_NO_ANGLE)
+def test_last_tag_content_takes_the_last_search_block(before, query, after_open):
+    """The authors' _extract_content: text between the last </search> and the last <search>
+    before it; None when either tag is missing. Never raises for a string."""
+    from at2po_lib.actions import last_tag_content
+
+    text = f"{before}<search> first </search>{after_open}<search>{query}</search>"
+    assert last_tag_content(text, "search") == query.strip()
+    assert last_tag_content(before + query, "search") is None
+    assert last_tag_content(f"{before}{query}</search>", "search") is None

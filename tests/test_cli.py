@@ -160,7 +160,7 @@ def test_study_methods_expand_patterns_in_preset_order():
     assert study_methods("3", ["credit_*_diff_global"]) == [
         "credit_entropy_softmax_diff_global", "credit_entropy_linear_diff_global",
         "credit_child_mean_diff_global", "credit_leaf_mean_diff_global"]
-    assert study_methods("1", ["at2po", "ae*", "grpo", "at2po"]) == ["at2po", "aepo", "grpo"]
+    assert study_methods("1", ["at2po", "ae*", "grpo", "at2po"]) == ["at2po", "aepo", "aepo_paper", "grpo"]
     with pytest.raises(KeyError, match="matches no preset"):
         study_methods("3", ["credit_*_diff_nowhere"])
 

@@ -140,8 +140,8 @@ def test_missing_golden_field(tmp_path):
 
 
 def test_bad_json_names_file_and_line(tmp_path):
-    good = json.dumps({"id": "a", "question": "q", "golden_answers": ["x"]})
-    path = _write_lines(tmp_path / "broken.jsonl", [good, good, '{"id": "c", "question": '])
+    good = [json.dumps({"id": i, "question": "q", "golden_answers": ["x"]}) for i in "ab"]
+    path = _write_lines(tmp_path / "broken.jsonl", [*good, '{"id": "c", "question": '])
     with pytest.raises(DataError, match=r"broken\.jsonl:3: not valid JSON"):
         read_flashrag_jsonl(path)
 
@@ -216,14 +216,14 @@ def test_verl_rows_schema_and_parquet_round_trip(tmp_path):
     verl = to_verl_rows(rows, "nq", "atpo", "test")
     assert verl[2] == {
         "data_source": "nq",
-        "prompt": [
-            {"role": "system", "content": verl[2]["prompt"][0]["content"]},
-            {"role": "user", "content": "which mode is used for short wave broadcast service?"},
-        ],
+        # the authors' rows: ONE system message, instruction + "\nuser\n" + question
+        "prompt": [{"role": "system", "content": verl[2]["prompt"][0]["content"]}],
         "ability": "fact-reasoning",
         "reward_model": {"style": "rule", "ground_truth": {"target": ["Olivia", "MFSK"]}},
         "extra_info": {"split": "test", "index": 2},
     }
+    assert verl[2]["prompt"][0]["content"].endswith(
+        "\nuser\nwhich mode is used for short wave broadcast service?")
     path = write_verl_parquet(verl, tmp_path / "out" / "nq_test.parquet")
     assert read_verl_parquet(path) == verl
 
@@ -243,7 +243,7 @@ def test_trainer_rows(flashrag_dir):
     rows = load_flashrag("nq", "test", local_dir=flashrag_dir)
     trainer = to_trainer_rows(rows, "tiny")
     assert trainer[0] == {
-        "prompt": [{"role": "user", "content": trainer[0]["prompt"][0]["content"]}],
+        "prompt": [{"role": "system", "content": trainer[0]["prompt"][0]["content"]}],
         "golden_answers": ["Wilhelm Conrad Röntgen"],
         "id": "test_0",
         "data_source": "nq",

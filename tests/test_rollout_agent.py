@@ -11,7 +11,8 @@ import torch
 
 from at2po_lib.prompts import invalid_action_message, render_observation, tool_limit_notice
 from at2po_lib.rollout.agent import SearchEnv, rollout_chains
-from at2po_lib.rollout.backends import HFBackend, TurnResult
+from at2po_lib.rollout.backends import HFBackend
+from at2po_lib.rollout.turns import TurnResult
 from at2po_lib.rollout.export import training_rows, tree_arrays
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.toy import ScriptedBackend, ToySetup
@@ -258,6 +259,10 @@ def test_observation_that_does_not_fit_is_truncated_and_its_child_is_an_empty_le
     assert child.is_leaf and child.token_ids == [] and child.finish_reason == "response_length"
     assert not parent.is_leaf and parent.id in tree.inner_nodes()  # still a candidate
     assert len(backend.requests) == 1
+    env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout)
+    traj = tree.trajectory(child.id, env.decode, env.extract_answer)
+    assert len(traj.completion_ids) == 30 and traj.num_turns == 1  # the empty leaf is no turn
+    assert traj.finish_reason == "response_length"
 
 
 def test_prompt_longer_than_the_limit_is_an_error(toy):

@@ -16,8 +16,9 @@ from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
 from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
-from at2po_lib.method.expansion import (expansion_scores, select_entropy, select_random,
-                                        sibling_counts, top_k_cycled)
+from at2po_lib.method.expansion import (breadth_first, expansion_scores, select_entropy,
+                                        select_random, select_random_siblings, sibling_counts,
+                                        top_k_cycled)
 from at2po_lib.rollout.trees import equalize_leaves, rollout_trees, tree_grpo_shape
 
 
@@ -71,6 +72,31 @@ def test_ties_keep_node_order():
     assert top_k_cycled(np.array([1.0, 1.0, 1.0]), np.array([2, 0, 1]), 2).tolist() == [2, 0]
 
 
+def test_selection_ties_are_ranked_in_breadth_first_order():
+    """The authors rank the root, then get_subtree_nodes (breadth-first), with a stable sort:
+    node 4, a later sibling of 1 and 2 (an expansion), comes before node 3, 1's child."""
+    parent = np.array([-1, 0, 0, 1, 0, 3])  # 0 -> 1, 2, 4; 1 -> 3; 3 -> 5
+    assert breadth_first(parent).tolist() == [0, 1, 2, 4, 3, 5]
+    entropy = np.array([0.0, 0.5, 0.5, 0.7, 0.7, 0.1])
+    is_leaf = np.array([False, False, True, False, False, True])
+    # alpha 0: nodes 3 and 4 tie at 0.7 -> 4 first (breadth-first), not 3 (creation order)
+    assert select_entropy(entropy, parent, is_leaf, 3, 0.0).tolist() == [4, 3, 1]
+
+
+def test_random_siblings_pick_k_distinct_candidates():
+    """The authors' expansion_mode=random: random.sample (no replacement) over the non-leaf
+    nodes, root included; random.choices (with replacement) when there are fewer than K."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        picked = select_random_siblings(PARENT, IS_LEAF, 2, rng)
+        assert len(set(picked.tolist())) == 2 and not IS_LEAF[picked].any()
+    counts = np.bincount(np.concatenate([select_random_siblings(PARENT, IS_LEAF, 1, rng)
+                                         for _ in range(6000)]), minlength=7)
+    assert np.allclose(counts[:3] / 6000, 1 / 3, atol=0.03) and counts[3:].sum() == 0
+    short = select_random_siblings(PARENT, IS_LEAF, 5, rng)
+    assert len(short) == 5 and set(short.tolist()) <= {0, 1, 2}
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), n=st.integers(2, 25), k=st.integers(1, 8),
        alpha=st.floats(0.0, 1.0))
@@ -81,7 +107,12 @@ def test_entropy_selection_matches_a_brute_force(data, n, k, alpha):
     is_leaf = ~has_child & np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     is_leaf[0] = False
     picked = select_entropy(entropy, parent, is_leaf, k, alpha)
-    cands = [i for i in range(n) if not is_leaf[i]]
+    bfs, queue = [], [0]  # breadth-first from the root, children in creation order
+    while queue:
+        node = queue.pop(0)
+        bfs.append(node)
+        queue += [c for c in range(1, n) if parent[c] == node]
+    cands = [i for i in bfs if not is_leaf[i]]
     siblings = [max((parent[1:] == (parent[i] if parent[i] >= 0 else i)).sum() - 1, 0) for i in range(n)]
     brute = sorted(cands, key=lambda i: (-(entropy[i] - alpha * siblings[i]), cands.index(i)))
     assert len(picked) == k
@@ -289,3 +320,42 @@ def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
     # reuse: prompt[:-1] once per prompt + the last prompt token once per chain
     assert counts[True] == (prompt_tokens - 2) + 2 * 5
     assert counts[False] == 5 * prompt_tokens
+
+
+def test_random_siblings_rollout_adds_k_siblings_per_round(toy):
+    """expansion="random_siblings" (Table 2 steps 1-2): one tree per question; each round
+    starts K new chains, each a new child of a picked node's parent (a sibling of the picked
+    node; the root's own child when the root is picked); M + L*K leaves."""
+    m, l_rounds, k = 3, 2, 2
+    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=m, tree_l=l_rounds, tree_k=k,
+                              max_response_tokens=600, max_tool_calls=3)
+    questions, golden = toy.questions(3)
+    backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=1)
+    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
+                          cfg, expansion="random_siblings", backend=backend, seed=1)
+    assert len(trees) == len(questions)
+    calls = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
+    for tree in trees:
+        assert len(tree.leaves()) == m + l_rounds * k
+        check_tree_invariants(tree, calls, l_rounds)
+        for round_ in range(1, l_rounds + 1):
+            starts = [n for n in tree.nodes[1:] if n.expansion_round == round_
+                      and n.duplicate_of < 0
+                      and (n.parent == 0 or tree.nodes[n.parent].expansion_round < round_)]
+            assert len(starts) == k  # one new chain per pick (each pick yields one leaf)
+            for start in starts:  # a sibling of an earlier node: its parent is an inner node
+                assert not tree.nodes[start.parent].is_leaf
+
+
+def test_random_siblings_is_reproducible(toy):
+    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=2, tree_l=1, tree_k=2,
+                              max_response_tokens=600, max_tool_calls=3)
+    questions, golden = toy.questions(2)
+
+    def grow(expansion, seed):
+        backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=5)
+        trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions,
+                              golden, cfg, expansion=expansion, backend=backend, seed=seed)
+        return [[(n.parent, tuple(n.token_ids)) for n in t.nodes] for t in trees]
+
+    assert grow("random_siblings", 3) == grow("random_siblings", 3)

@@ -8,7 +8,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from at2po_lib.rollout.vllm_backend import topk_entropy, vllm_available
+from at2po_lib.rollout.vllm_backend import request_seeds, topk_entropy, vllm_available
+
+
+def test_request_seeds_are_a_pure_function_of_run_seed_and_call():
+    """Issue #22: per-request SamplingParams seeds from (seed, call, position): reruns and
+    resumes repeat them, another --seed (another rollout seed) changes them, and identical
+    contexts of one call get different seeds."""
+    a = request_seeds(1234, 0, 22)
+    assert a == request_seeds(1234, 0, 22) and len(set(a)) == 22
+    assert a[:5] == request_seeds(1234, 0, 5)  # a request's seed does not depend on the batch size
+    assert request_seeds(1234, 1, 22) != a and request_seeds(1235, 0, 22) != a
+    assert all(0 <= x < 2**31 for x in a) and request_seeds(7, 0, 0) == []
 
 
 def test_topk_entropy_uses_the_k_best_entries():

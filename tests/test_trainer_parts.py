@@ -18,9 +18,9 @@ from at2po_lib.method.presets import (METHODS, TABLE1_METHODS, TABLE2_METHODS, f
 # ``AT2POConfig``, and the config is run through the real loss and credit code on small hand-made
 # batches. What is measured (ratio level, advantage kind, clip window) must be what the method
 # requires (docs/method.md §6–§8); the exact values may change without touching these tests.
-TOKEN_RATIO = {"grpo", "dapo", "tree_grpo", "aepo", "ablation_random_tree_grpo"}
+TOKEN_RATIO = {"grpo", "dapo", "tree_grpo", "aepo", "aepo_paper", "ablation_random_tree_grpo"}
 SEQUENCE_RATIO = {"gspo"}
-OUTCOME_ADVANTAGE = {"grpo", "dapo", "gspo", "aepo", "ablation_random_tree_grpo",
+OUTCOME_ADVANTAGE = {"grpo", "dapo", "gspo", "aepo", "aepo_paper", "ablation_random_tree_grpo",
                      "ablation_atpo_loss", "ablation_entropy_tree"}
 TRAINED = [m.name for m in list_methods() if m.trains]
 
@@ -128,26 +128,53 @@ def test_turn_and_sequence_ratios_clip_a_one_percent_drift_token_ratios_do_not(c
 
 
 def test_clip_higher_and_entropy_balanced_clipping(configs):
-    """DAPO/AEPO clip higher (a ratio of 1.25 with A > 0 is not clipped, GRPO's 0.2 clips it);
-    AEPO's entropy-balanced clip keeps the gradient of a clipped token (ratio 1.5), DAPO's
-    plain clip zeroes it (docs/method.md §8)."""
+    """DAPO and the AEPO paper's variant clip higher (a ratio of 1.25 with A > 0 is not
+    clipped, GRPO's 0.2 clips it); AEPO as the authors ran it clips at 0.2 / 0.2 like GRPO
+    (issue #22), and its entropy-balanced clip keeps the gradient of a clipped token, where
+    DAPO's plain clip zeroes it (docs/method.md §8)."""
     import math
 
     up = [math.log(1.25)] * 2 + [0.0] * 2 + [math.log(1.25)] * 2
-    assert _loss(configs["grpo"], up)[1]["clip_frac_high"] == 1.0
-    assert _loss(configs["tree_grpo"], up)[1]["clip_frac_high"] == 1.0
-    for name in ("dapo", "aepo"):
+    for name in ("grpo", "tree_grpo", "aepo"):
+        assert _loss(configs[name], up)[1]["clip_frac_high"] == 1.0, name
+    for name in ("dapo", "aepo_paper"):
         assert _loss(configs[name], up)[1]["clip_frac"] == 0.0, name
     far = [math.log(1.5)] * 2 + [0.0] * 2 + [math.log(1.5)] * 2
     assert _loss(configs["dapo"], far)[2].abs().max() == 0
-    assert _loss(configs["aepo"], far)[2][[0, 1, 4, 5]].abs().min() > 0
+    for name in ("aepo", "aepo_paper"):
+        assert _loss(configs[name], far)[2][[0, 1, 4, 5]].abs().min() > 0, name
+    assert _loss(configs["aepo"], up)[2][[0, 1, 4, 5]].abs().min() > 0  # clipped, still a gradient
+
+
+def test_aepo_resolves_to_the_authors_script_and_the_paper_variant_is_an_option():
+    """AEPO_qwen3_4B.sh: clip_ratio 0.2/0.2, entropy-balanced clipping, and (entropy_coeff 0)
+    no entropy-aware advantage; the AEPO paper's variant adds clip-higher and the 0.2 term."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.resolve import resolve_run, trainer_fields
+
+    paper = load_profile("paper-qwen3-4b")
+    spec = resolve_run(paper, "aepo", 0, world_size=8)
+    aepo = spec.trainer
+    assert (aepo["epsilon"], aepo["epsilon_high"]) == (0.2, 0.2)
+    assert aepo["loss_entropy_balanced_clip"] is True and aepo["loss_entropy_aware_adv"] == 0.0
+    assert spec.rollout.expansion == "aepo" and aepo["num_generations"] == 16
+    variant = trainer_fields(paper, "aepo_paper", 0, world_size=8)
+    assert (variant["epsilon"], variant["epsilon_high"]) == (0.2, 0.28)
+    assert variant["loss_entropy_aware_adv"] == 0.2 and variant["loss_entropy_balanced_clip"]
+    assert "aepo_paper" not in TABLE1_METHODS
+
+
+def test_table2_steps_1_2_use_the_authors_random_mode_and_tree_grpo_its_own(specs):
+    assert [specs[n].rollout.expansion for n in TABLE2_METHODS] == [
+        "random_siblings", "random_siblings", "entropy", "entropy"]
+    assert specs["tree_grpo"].rollout.expansion == "random"
 
 
 def test_table2_adds_one_component_per_step(specs, configs):
     """GRPO on a random tree → + turn loss → + entropy expansion → + turn-wise credit (= at2po),
     each step changing exactly one measured behaviour (docs/method.md §10)."""
     steps = [behaviour(specs[name], configs[name]) for name in TABLE2_METHODS]
-    assert steps[0] == ("random", "prompt", "token")
+    assert steps[0] == ("random_siblings", "prompt", "token")
     changed = [[i for i in range(3) if a[i] != b[i]] for a, b in zip(steps, steps[1:])]
     assert changed == [[2], [0], [1]]
     assert steps[-1] == behaviour(specs["at2po"], configs["at2po"]) == ("entropy", "turn", "turn")
@@ -206,7 +233,7 @@ def test_config_checks_its_choices_and_derives_trls_loss_type(tmp_path):
         AT2POConfig(loss_level="word", **common)
     with pytest.raises(ValueError, match="vllm_importance_sampling_correction"):
         AT2POConfig(vllm_importance_sampling_correction=True, **common)
-    with pytest.raises(ValueError, match="mask_truncated_completions.*stop string"):
+    with pytest.raises(ValueError, match="mask_truncated_completions.*does not end in EOS"):
         AT2POConfig(mask_truncated_completions=True, **common)
 
 
@@ -480,3 +507,30 @@ def test_dynamic_sampling_helpers_keep_whole_groups():
     assert picked.finish_reason == ["invalid", "answer", "answer", "turn_length", "answer"]
     mixed = select_groups([(batch, 1), (replace(batch, finish_reason=reasons), 0)])
     assert mixed.finish_reason == []  # partly known: dropped rather than misaligned
+
+
+def test_validation_skips_step_0_unless_asked(tmp_path):
+    """The authors' scripts set val_before_train=False: no validation before the first update
+    by default; the periodic checks still run."""
+    import types
+
+    import pandas as pd
+
+    from at2po_lib.config import TrainConfig, load_profile
+    from at2po_lib.trainer.callbacks import GreedyValidation
+
+    assert TrainConfig().val_before_train is False
+    assert load_profile("paper-qwen3-4b").train.val_before_train is False
+    assert load_profile("paper-qwen3-4b").train.val_questions is None  # the full sets
+    frame = pd.DataFrame([{"dataset": "d", "group": "multi", "n": 1, "em": 0.5, "f1": 0.5,
+                           "mean_turns": 1.0, "mean_tool_calls": 1.0}])
+    for before in (False, True):
+        calls = []
+        cb = GreedyValidation(tmp_path / f"eval{before}.jsonl", lambda: calls.append(1) or frame,
+                              every=2, updates_per_step=1, before_train=before)
+        state = types.SimpleNamespace(global_step=0, max_steps=4, is_world_process_zero=True)
+        cb.on_train_begin(None, state, None)
+        assert len(calls) == int(before)
+        state.global_step = 2
+        cb.on_step_end(None, state, None)
+        assert len(calls) == int(before) + 1

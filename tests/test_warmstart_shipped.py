@@ -83,7 +83,9 @@ def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_arti
     from at2po_lib.retrieval.indexes import build_retriever
 
     cfg = load_profile("tiny")
-    model, tokenizer = load_policy(warmstart.cached_warmstart(cfg), cfg.policy.dtype)
+    shipped = warmstart.cached_warmstart(cfg)
+    assert shipped is not None, "the shipped tiny warm start is stale: retrain and ship it"
+    model, tokenizer = load_policy(shipped, cfg.policy.dtype)
     batch = cfg.eval.batch_size
     details = evaluate_questions(cfg, model.eval(), tokenizer, build_retriever(cfg),
                                  ["tiny_hotpotqa", "tiny_nq"], max_questions=batch)

@@ -12,7 +12,7 @@ can only ever pick the deepest turns, whatever their entropy. This module measur
 real trees of the warm start:
 
 - :func:`expansion_counts`: round-1 picks for any α, for every tree at once (vectorised; equal
-  to ``select_entropy`` tree by tree, ties by node order, cycling when fewer than K candidates);
+  to ``select_entropy`` tree by tree, ties in breadth-first order, cycling when fewer than K candidates);
 - :func:`selection_stats`: depth of the picked nodes, share of picks that are the last search
   turn of their chain, and the Spearman correlation of being picked with entropy and with
   depth, among the candidates;
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..method.tree import Forest, TreeArrays, children_count, node_depths
-from ..method.expansion import expansion_scores, sibling_counts
+from ..method.expansion import breadth_first, expansion_scores, sibling_counts
 
 ESTIMATORS = {"sampled_nll": "entropy_nll", "exact": "entropy_exact"}
 """rollout.entropy_estimate → the node array holding it (docs/method.md §5)."""
@@ -93,13 +93,15 @@ def node_table(trees: Sequence[TreeArrays]) -> NodeTable:
 def expansion_counts(nodes: NodeTable, estimator: str, alpha: float, k: int) -> np.ndarray:
     """How often each node is picked (N,) int by one round of entropy-guided expansion.
 
-    Per tree: candidates ranked by score H − α·b (descending, ties by node id: a stable sort,
-    as ``select_entropy``); the K picks are the ranked list cycled from the best, so with c
-    candidates the candidate of rank r < K is picked ⌊(K − 1 − r) / c⌋ + 1 times.
+    Per tree: candidates ranked by score H − α·b (descending, ties in breadth-first order, as
+    ``select_entropy`` and the authors' code); the K picks are the ranked list cycled from the
+    best, so with c candidates the candidate of rank r < K is picked ⌊(K − 1 − r) / c⌋ + 1 times.
     """
     score = expansion_scores(nodes.entropy[estimator], nodes.parent, alpha)
+    bfs_rank = np.empty(len(nodes.parent), dtype=np.int64)
+    bfs_rank[breadth_first(nodes.parent)] = np.arange(len(nodes.parent))
     cand = np.flatnonzero(nodes.is_candidate)
-    order = cand[np.lexsort((cand, -score[cand], nodes.tree[cand]))]  # tree, -score, id
+    order = cand[np.lexsort((bfs_rank[cand], -score[cand], nodes.tree[cand]))]  # tree, -score, bfs
     tree_of = nodes.tree[order]
     first = np.searchsorted(tree_of, tree_of, side="left")
     rank = np.arange(order.size) - first

@@ -44,10 +44,16 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no {split} split of {name!r} (run `at2po world "
                                     f"--profile {profile}` first)")
-        for line_no, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
+        for line_no, data in enumerate(path.read_bytes().splitlines(), 1):
+            if not data.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise ValueError(f"{path}, line {line_no}: not a valid UTF-8 JSON row "
+                                 f"({str(exc)[:120]})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}, line {line_no}: expected a JSON object")
             missing = [k for k in ("id", "question", "golden_answers", "metadata") if k not in row]
             if missing or "supporting_ids" not in row.get("metadata", {}):
                 lacks = missing or ["metadata.supporting_ids"]

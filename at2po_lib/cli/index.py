@@ -67,6 +67,19 @@ def _run(args: argparse.Namespace) -> int:
         for method, folder in ensure_index(cfg, methods, force=args.force).items():
             print(f"{method}: {folder}")
         return 0
+    from pathlib import Path
+
+    from ..locks import folder_lock
+
+    # One writer per index folder: a second build of the same --out stops naming the first's PID.
+    with folder_lock(Path(args.out), "index build"):
+        report = _build_explicit(args)
+    print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
+    return 0
+
+
+def _build_explicit(args: argparse.Namespace):
+    """``--corpus`` / ``--out``: one index built as the options say."""
     if args.bm25:
         from ..retrieval.bm25 import build_bm25_index
 
@@ -82,5 +95,4 @@ def _run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size, device=args.device, fp16=args.fp16,
             keep_embeddings=args.keep_embeddings, force=args.force,
         )
-    print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
-    return 0
+    return report

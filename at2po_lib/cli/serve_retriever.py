@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..retrieval.base import DEFAULT_TOPK, Retriever
 from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check_binding,
-                                create_app)
+                                create_app, uvicorn_options)
 from .options import add_profile_options, parse_set, run_guarded
 
 PROG = "at2po serve-retriever"
@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queue bound; beyond it requests get 503 with Retry-After")
     p.add_argument("--request-timeout", type=float, default=d.request_timeout_s,
                    help="seconds before a request is answered 504 and its work dropped")
+    p.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
+                   help="seconds a connection has for a request's headers (slow clients are cut)")
+    p.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
+                   help="seconds a request's body may take to arrive (408 beyond)")
+    p.add_argument("--max-connections", type=int, default=d.max_connections,
+                   help="open connections at most (one beyond is closed unread)")
     p.add_argument("--api-key-file", help=f"file holding the API key (default: ${API_KEY_ENV}); "
                    "required when --host is not a loopback address")
     p.add_argument("--prebuilt", action="store_true",
@@ -114,7 +120,8 @@ def _serve(args: argparse.Namespace) -> int:
         check_binding(args.host, api_key)
         limits = ServerLimits(args.max_queries, args.max_topk, args.max_query_chars,
                               args.max_request_chars, args.max_body_bytes, args.max_queued_queries,
-                              args.request_timeout)
+                              args.request_timeout, args.header_timeout, args.body_timeout,
+                              args.max_connections)
     except ValueError as exc:
         raise SystemExit(f"at2po serve-retriever: {exc}") from None
     retriever = _retriever_from_args(args)
@@ -127,5 +134,6 @@ def _serve(args: argparse.Namespace) -> int:
               f"(HTTPRetriever reads ${API_KEY_ENV})", flush=True)
     else:
         print(f"no API key: reachable from this machine only ({args.host})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.access_log, **uvicorn_options(limits))
     return 0

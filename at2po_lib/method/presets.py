@@ -19,7 +19,7 @@ dapo           chain      GRPO + dynamic sampling       token     0.2 / 0.28    
 gspo           chain      GRPO                          sequence  3e-4 / 4e-4         seq-mean-
                                                                                       token-mean
 tree_grpo      random     Tree-GRPO (prompt + tree)     token     0.2 / 0.2, KL 1e-3  token-mean
-aepo           aepo       GRPO, entropy-aware           token     0.2 / 0.28, balanced token-mean
+aepo           aepo       GRPO                          token     0.2 / 0.2, balanced  token-mean
 at2po          entropy    entropy_softmax / node_value  turn      3e-3 / 4e-3         seq-mean-
                                                                                       token-mean
 =============  =========  ============================  ========  ==================  ===========
@@ -31,10 +31,21 @@ whole update), ``seq-mean-token-mean`` for GSPO and ATPO; the one map to TRL's `
 Tree-GRPO: 1e-3) is verl's low-var-KL, the k3 estimator clamped per token at ±10
 (:func:`.loss.low_var_kl`), against the warm-start policy.
 
+``aepo`` is the AEPO baseline as the AT2PO authors ran it (``AEPO/scripts/AEPO_qwen3_4B.sh``):
+clip 0.2 / 0.2 with entropy-balanced clipping; its script enables the entropy-balanced
+advantage, but with ``entropy_coeff: 0`` their actor never computes the token entropies and the
+term is skipped, so the preset has none. ``aepo_paper`` is the AEPO paper's formulation
+(DAPO's clip-higher 0.2 / 0.28, entropy-aware advantage A·(1 + 0.2·z(H_t))): a named option,
+not a row of the paper's Table 1.
+
 Table 2 (progressive ablation): ``ablation_random_tree_grpo`` (random tree + GRPO advantage +
 token loss) → ``ablation_atpo_loss`` (+ turn loss) → ``ablation_entropy_tree`` (+ entropy
-expansion) → ``at2po`` (+ turn-wise credit). Table 3: ``credit_<value>_<advantage>`` for every
-value mode × advantage mode of :mod:`.credit` (``credit_entropy_softmax_node_value``
+expansion) → ``at2po`` (+ turn-wise credit). The random tree of steps 1-2 is the authors' own
+ablation mode (``expansion_mode=random``: AT2PO's single tree, K nodes picked uniformly without
+replacement and re-sampled as siblings, ``expansion="random_siblings"``), so step 3 changes only
+how nodes are picked; the ``tree_grpo`` row keeps Tree-GRPO's own expansion. Table 3:
+``credit_<value>_<advantage>`` for every value mode × advantage mode of :mod:`.credit`
+(``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
@@ -52,8 +63,6 @@ Deviations that remain (named here so they stay visible):
   clip-higher, dynamic sampling and token-level aggregation only); groups still degenerate
   after ``dynamic_sampling_rounds`` rollout rounds are kept with advantage 0 (verl's
   ``max_num_gen_batches`` would stop the step instead).
-- AEPO: the clip is DAPO's clip-higher 0.2/0.28 (AEPO builds on DAPO; docs/method.md leaves it
-  open).
 - Tree-GRPO and the Table 2 ablations use the same tree budget as AT2PO. The Table 2 step 1
   (random tree, GRPO) aggregates token-mean like GRPO and has no KL, like the AT2PO it leads to.
 - Budgets: GRPO/DAPO/GSPO/AEPO 16 leaves vs AT2PO 22 at paper scale, as in the paper.
@@ -121,23 +130,30 @@ _TABLE1 = [
             "1e-3, token-mean", "Table 1", "random",
             credit_advantage="tree_grpo", loss_level="token",
             **_TOKEN_MEAN, beta=1e-3, **_TOKEN_CLIP),
-    _method("aepo", "AEPO branching, entropy-balanced clip, entropy-aware advantage, "
-            "token-mean", "Table 1", "aepo",
+    _method("aepo", "AEPO branching, entropy-balanced clip 0.2/0.2, no entropy-aware "
+            "advantage, token-mean (the authors' AEPO_qwen3_4B.sh)", "Table 1", "aepo",
             loss_level="token", **_TOKEN_MEAN,
-            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
-            **_GRPO_CREDIT, **_CLIP_HIGHER),
+            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.0,
+            **_GRPO_CREDIT, **_TOKEN_CLIP),
     _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
             "Table 1", "entropy", credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
 ]
 
+_OPTIONS = [
+    _method("aepo_paper", "AEPO as its paper writes it: branching, entropy-balanced clip-higher "
+            "0.2/0.28, entropy-aware advantage 0.2, token-mean", "option", "aepo",
+            loss_level="token", **_TOKEN_MEAN,
+            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
+            **_GRPO_CREDIT, **_CLIP_HIGHER),
+]
+
 _TABLE2 = [
-    _method("ablation_random_tree_grpo", "step 1: random tree, GRPO advantage, token ratio, "
-            "token-mean", "Table 2 step 1", "random", loss_level="token",
-            **_TOKEN_MEAN,
-            **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2", "random",
-            **_GRPO_CREDIT, **_TURN_LOSS),
+    _method("ablation_random_tree_grpo", "step 1: random tree (uniform sibling picks), GRPO "
+            "advantage, token ratio, token-mean", "Table 2 step 1", "random_siblings",
+            loss_level="token", **_TOKEN_MEAN, **_GRPO_CREDIT, **_TOKEN_CLIP),
+    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
+            "random_siblings", **_GRPO_CREDIT, **_TURN_LOSS),
     _method("ablation_entropy_tree", "step 3: + entropy-guided expansion", "Table 2 step 3",
             "entropy",
             **_GRPO_CREDIT, **_TURN_LOSS),
@@ -150,8 +166,8 @@ _TABLE3 = [
     for value in VALUE_MODES for adv in ADVANTAGE_MODES
 ]
 
-METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_TABLE2, *_TABLE3)}
-"""Every preset by name (Table 1, then Table 2's steps, then Table 3's credit grid)."""
+METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_OPTIONS, *_TABLE2, *_TABLE3)}
+"""Every preset by name (Table 1, named options, Table 2's steps, Table 3's credit grid)."""
 
 TABLE1_METHODS = tuple(m.name for m in _TABLE1)
 """Table 1's rows in the paper's order (the reports read it from here)."""

@@ -151,6 +151,8 @@ def _validate_tree(t: TreeArrays, name: str) -> None:
             raise ValueError(f"{name}: node array {key!r} has shape {np.shape(arr)}, expected ({n},)")
     if len(t.records) not in (0, n):
         raise ValueError(f"{name}: {len(t.records)} node records for {n} nodes")
+    if not np.issubdtype(np.asarray(t.parent).dtype, np.integer):
+        raise ValueError(f"{name}: parent ids must be integers, got dtype {t.parent.dtype}")
     if t.parent[0] != -1:
         raise ValueError(f"{name}: parent[0] must be -1 (node 0 is the root), got {t.parent[0]}")
     rest = t.parent[1:]
@@ -158,6 +160,20 @@ def _validate_tree(t: TreeArrays, name: str) -> None:
     if bad.size:
         i = int(bad[0]) + 1
         raise ValueError(f"{name}: node {i} has invalid parent {t.parent[i]} (tree has {n} nodes)")
+    cyclic = _nodes_not_reaching_root(t.parent)
+    if cyclic.size:
+        raise ValueError(f"{name}: node {int(cyclic[0])} never reaches the root (a cycle of "
+                         f"parents; {cyclic.size} node(s) affected)")
+
+
+def _nodes_not_reaching_root(parent: np.ndarray) -> np.ndarray:
+    """Nodes whose chain of parents never reaches node 0 (they sit on or under a cycle), by
+    pointer doubling: O(n log n), no Python loop over nodes."""
+    ancestor = np.asarray(parent, dtype=np.int64).copy()
+    ancestor[0] = 0  # the root points to itself, so reaching it is a fixed point
+    for _ in range(max(1, int(ancestor.size).bit_length()) + 1):
+        ancestor = ancestor[ancestor]
+    return np.flatnonzero(ancestor != 0)
 
 
 @dataclass(frozen=True)
@@ -474,9 +490,33 @@ def load_trees_meta(path: str | Path) -> dict[str, Any]:
     return dict(document["meta"])
 
 
+MAX_MEMBER_BYTES = 1 << 30
+"""A trees archive member larger than this (1 GiB uncompressed) is refused before reading."""
+MAX_MEMBER_RATIO = 100
+"""...and so is a member above 16 MiB that compresses more than 100-fold (numeric arrays and
+JSON text compress 2-10-fold; a 256 MiB member squeezed into 262 kB is a decompression bomb)."""
+
+
+def _check_member_sizes(path: Path) -> None:
+    """Refuse oversized or bomb-like members from the zip directory, before decompressing."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ValueError(f"{path}: cannot read the trees archive ({err})") from err
+    for info in infos:
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > MAX_MEMBER_BYTES or (info.file_size > 16 << 20
+                                                 and ratio > MAX_MEMBER_RATIO):
+            raise ValueError(f"{path}: member {info.filename} holds {info.file_size:,} bytes "
+                             f"({info.compress_size:,} compressed): refused unread (limits: "
+                             f"{MAX_MEMBER_BYTES:,} bytes, {MAX_MEMBER_RATIO}-fold compression)")
+
+
 def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not path.is_file():
         raise FileNotFoundError(f"trees file not found: {path}")
+    _check_member_sizes(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
             members = {name: archive[name] for name in archive.files}
@@ -488,8 +528,9 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"{path}: not a trees archive (missing {', '.join(missing)})")
     try:
         document = json.loads(members.pop(_JSON_MEMBER).tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: the archive's json member is not valid JSON ({err})") from err
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path}: the archive's json member is not valid JSON "
+                         f"({str(err)[:200]})") from None
     if not isinstance(document, dict) or document.get("format") != TREES_FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path}: not an {TREES_FORMAT} archive (format {found!r})")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .files import CheckpointError, check_json_files  # noqa: F401 - CheckpointError re-exported
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -120,10 +121,6 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-class CheckpointError(OSError):
-    """A checkpoint file that cannot be read (the message names it)."""
-
-
 def check_weight_files(folder: Path) -> None:
     """Open the header of every ``*.safetensors`` file in ``folder``: a truncated or corrupt
     file raises :class:`CheckpointError` naming it (``from_pretrained``'s own error does not).
@@ -158,6 +155,7 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
 
     if Path(text).expanduser().is_dir():
         check_weight_files(Path(text).expanduser())
+        check_json_files(Path(text).expanduser())
     with hf_progress_bars_off():  # a "Loading weights" bar per load, milliseconds at toy scale
         model = AutoModelForCausalLM.from_pretrained(text, dtype=torch_dtype(dtype))
     tokenizer = load_tokenizer(path_or_name)

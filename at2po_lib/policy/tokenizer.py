@@ -151,6 +151,10 @@ def load_tokenizer(path_or_name: str | Path):
     """``AutoTokenizer.from_pretrained``: the same call that loads ``Qwen/Qwen3-4B``'s tokenizer."""
     from transformers import AutoTokenizer
 
+    from .files import check_json_files
+
+    if Path(str(path_or_name)).expanduser().is_dir():  # a damaged file is named, not a bare error
+        check_json_files(Path(str(path_or_name)).expanduser())
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name))
     if tokenizer.pad_token is None:  # some hub tokenizers ship without one
         tokenizer.pad_token = tokenizer.eos_token

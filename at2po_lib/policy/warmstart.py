@@ -153,11 +153,22 @@ def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
     key = cache_key(profile_cfg)
     local = warmstart_dir(profile_cfg.name)
     if _matching(local, warmstart_record_path(profile_cfg.name), key):
-        return local
+        return _verified(local, warmstart_record_path(profile_cfg.name))
     shipped = shipped_warmstart_dir(profile_cfg.name)
     if _matching(shipped, shipped / SHIPPED_RECORD, key):
-        return shipped
+        return _verified(shipped, shipped / SHIPPED_RECORD)
     return None
+
+
+def _verified(folder: Path, record: Path) -> Path:
+    """``folder`` once every file has the sha256 its record lists (``files``; a record from
+    before digests were kept lists none and is trusted as before)."""
+    from .files import check_digests
+
+    recorded = json.loads(record.read_text()).get("files")
+    if recorded:
+        check_digests(folder, recorded, record)
+    return folder
 
 
 def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
@@ -175,6 +186,9 @@ def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(local, staging)
+    from .files import file_digests
+
+    record["files"] = file_digests(staging, skip=(SHIPPED_RECORD,))
     (staging / SHIPPED_RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -573,6 +587,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging.rename(out)
     chosen_model, _ = load_policy(out)
     from ..util.provenance import git_revision
+    from .files import file_digests
 
     record = {
         "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
@@ -600,6 +615,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "selection": selector.table,
         "log_history": trainer.state.log_history,
         "config": cfg.to_dict(),
+        "files": file_digests(out),  # checked at every load (cached_warmstart)
     }
     warmstart_record_path(cfg.name).write_text(json.dumps(record, indent=1, default=str) + "\n")
     return out

@@ -55,7 +55,7 @@ from .tree_drawings import choose_example_tree, draw_rollout_tree, grown_by_roun
 if TYPE_CHECKING:
     import pandas as pd
 
-EXPANSIONS = ("chain", "random", "entropy", "aepo")
+EXPANSIONS = ("chain", "random", "random_siblings", "entropy", "aepo")
 BASELINES = ("grpo", "tree_grpo", "gigpo")
 DEFAULT_MODE = ("entropy_softmax", "node_value")
 """AT2PO's default credit (the authors' code): the advantage the clip check uses."""

@@ -57,8 +57,8 @@ def parse_passage(line: bytes | str, path: str | Path, line_no: int) -> Document
     """One corpus line → ``{"id": str, "contents": str}``; errors name ``path:line_no``."""
     try:
         obj = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorpusError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # incl. too deep / long ints
+        raise CorpusError(f"{path}:{line_no}: not valid JSON ({str(exc)[:200]})") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}")
     contents = obj.get("contents")

@@ -162,22 +162,13 @@ def ensure_index(
     return {m: folders[m] for m in methods}
 
 
-@contextlib.contextmanager
-def _build_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock file beside ``folder`` while it is built (POSIX ``flock``; elsewhere
-    no lock), so concurrent runs of one profile build an index once instead of racing."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _build_lock(folder: Path):
+    """The index folder's exclusive lock (:mod:`at2po_lib.locks`) while it is built; a second
+    build of the same profile waits for the first (a note names its PID) and then finds the
+    index current instead of racing it."""
+    from ..locks import folder_lock
+
+    return folder_lock(folder, "index build", wait=True)
 
 
 def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True) -> Retriever:

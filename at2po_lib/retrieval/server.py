@@ -93,6 +93,15 @@ class ServerLimits:
     """Queries waiting for a search, all clients together (503 with ``Retry-After`` beyond)."""
     request_timeout_s: float = 60.0
     """A request not answered within this time gets 504 and its remaining queries are dropped."""
+    header_timeout_s: float = 10.0
+    """A connection must deliver a request's complete headers within this time of opening (or
+    of its previous answer), else it is closed: slow-header clients ("slowloris") cannot hold
+    connections open forever."""
+    body_timeout_s: float = 30.0
+    """The whole body must arrive within this time of the headers (408 and close beyond)."""
+    max_connections: int = 256
+    """Open connections at most; one beyond is closed at once, before anything is read, so the
+    server never runs out of file descriptors and keeps serving the connections it has."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -137,7 +146,7 @@ async def _read_body(request: Any, limit: int) -> bytes:
     """The request body, refusing it as soon as more than ``limit`` bytes have arrived
     (a declared Content-Length is checked before reading; chunked bodies are counted)."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
         raise _BodyTooLarge(f"request body of {declared} bytes exceeds {limit}")
     body = bytearray()
     async for chunk in request.stream():
@@ -146,6 +155,68 @@ async def _read_body(request: Any, limit: int) -> bytes:
             raise _BodyTooLarge(f"request body exceeds {limit} bytes (refused after {len(body)} "
                                 "bytes had arrived)")
     return bytes(body)
+
+
+def _public(info: dict[str, Any]) -> dict[str, Any]:
+    """What ``/health`` may show anyone: no file-system paths (the corpus's, an encoder's
+    folder), only the last component of an absolute path."""
+    return {k: (Path(v).name if isinstance(v, str) and os.path.isabs(v) else v)
+            for k, v in info.items() if k != "corpus"}
+
+
+def guarded_protocol(limits: ServerLimits) -> type:
+    """uvicorn's h11 protocol with the connection limits of ``limits``: a cap on open
+    connections (one beyond is closed before anything is read) and a time-out for complete
+    request headers (uvicorn has none: a client sending one header byte a second kept its
+    connection, and 250 of them made every good request time out)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:  # noqa: D401 - asyncio protocol
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                transport.close()  # over the cap: the connections already open keep working
+                return
+            self._arm_header_timer()
+
+        def _arm_header_timer(self) -> None:
+            self._cancel_header_timer()
+            self._header_timer = self.loop.call_later(limits.header_timeout_s,
+                                                      self._header_time_out)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_time_out(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()  # headers incomplete (or none) after the time-out
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:  # a request's headers are complete
+                self._cancel_header_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_header_timer()  # the next request's headers are timed again
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def uvicorn_options(limits: ServerLimits | None) -> dict[str, Any]:
+    """uvicorn settings that enforce the connection limits (both ways of serving use them)."""
+    return {"http": guarded_protocol(limits or ServerLimits()), "timeout_keep_alive": 5}
 
 
 async def _wait_for_disconnect(receive: Any) -> None:
@@ -216,7 +287,10 @@ def create_app(
         await batcher.stop()
         executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="AT2PO retrieval server (Search-R1 contract)", lifespan=lifespan)
+    # With a key, nothing but /retrieve and a bare /health answers without it: the interactive
+    # docs and the schema are off (they describe the server to anyone who can connect).
+    docs = {} if not api_key else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="AT2PO retrieval server (Search-R1 contract)", lifespan=lifespan, **docs)
     app.state.batcher = batcher
     app.state.stats = stats
 
@@ -242,8 +316,10 @@ def create_app(
         """Validate one request on its own, before it can join a batch."""
         try:
             obj = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(422, f"invalid request: body is not valid JSON ({exc})")
+        except RecursionError:  # nesting deeper than the interpreter's recursion limit
+            return error(422, "invalid request: body is nested too deeply")
+        except (ValueError, UnicodeDecodeError) as exc:  # bad JSON, an integer > 4,300 digits
+            return error(422, f"invalid request: body is not valid JSON ({str(exc)[:200]})")
         try:
             req = RetrieveRequest.model_validate(obj)
         except ValidationError as exc:
@@ -298,20 +374,32 @@ def create_app(
                      f"({len(queries)} queries); send fewer queries per request")
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", **info, "batching": batching, "default_topk": default_topk,
-                "limits": asdict(limits), "api_key_required": bool(api_key),
-                "queued_queries": batcher.queued_queries(), **stats}
+    async def health(request: Request) -> dict[str, Any]:
+        if not authorised(request):  # alive, and nothing else, without the key
+            return {"status": "ok", "api_key_required": True}
+        return {"status": "ok", **_public(info), "batching": batching,
+                "default_topk": default_topk, "limits": asdict(limits),
+                "api_key_required": bool(api_key), "queued_queries": batcher.queued_queries(),
+                **stats}
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
         if not authorised(request):
             stats["unauthorized"] += 1
             return error(401, f"missing or wrong API key (send it in the {API_KEY_HEADER} header)")
+        from starlette.requests import ClientDisconnect
+
         try:
-            body = await _read_body(request, limits.max_body_bytes)
+            body = await asyncio.wait_for(_read_body(request, limits.max_body_bytes),
+                                          limits.body_timeout_s)
         except _BodyTooLarge as exc:  # stop reading: close the connection after answering
             return error(413, str(exc), {"Connection": "close"})
+        except asyncio.TimeoutError:
+            return error(408, f"request body not received within {limits.body_timeout_s:g} s",
+                         {"Connection": "close"})
+        except ClientDisconnect:  # the client went away mid-upload: nobody to answer
+            stats["abandoned"] += 1
+            return error(499, "client disconnected")
         parsed = parse(body)
         if isinstance(parsed, JSONResponse):
             return parsed
@@ -398,7 +486,8 @@ def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0
     except Exception:
         sock.close()
         raise
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
+                            **uvicorn_options(app_kwargs.get("limits")))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"retrieval-server-{port}")

@@ -248,7 +248,7 @@ def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> tuple[str, 
         return SAME_NODE, None
     stop = env.stop_string(result.token_ids)
     if stop == "</search>":
-        return _after_search_stop(env, node, segment, budget_left)
+        return _after_search_stop(env, node, segment)
     # EOS, or a template's other stop (Search-R1's </answer>)
     if action.kind == "answer":
         _finish(node, "answer")
@@ -260,8 +260,7 @@ def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> tuple[str, 
     return LEAF, None
 
 
-def _after_search_stop(env: SearchEnv, node: Node, segment: str,
-                       budget_left: bool) -> tuple[str, str | None]:
+def _after_search_stop(env: SearchEnv, node: Node, segment: str) -> tuple[str, str | None]:
     """A call that ended at ``</search>``: search, the tool-limit notice, or an empty query."""
     if node.tool_calls >= env.cfg.max_tool_calls:
         node.append_inserted(env.tool_limit_ids)

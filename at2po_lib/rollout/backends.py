@@ -1,6 +1,6 @@
 r"""Turn generators: given contexts (token ids), sample one *turn* each, batched.
 
-A turn runs until a stop token (``</search>``, ``</answer>``, EOS, ...), a stop string found in
+A turn runs until a stop token (``</search>``, EOS, ...; the template's stops), a stop string found in
 the decoded tail of the turn (for tokenizers where a tag spans several tokens), or the turn's
 token budget. The agent loop (:mod:`.agent`) never sees text it did not get as ids: a backend
 returns the sampled ids, their log-probabilities at the sampling temperature

@@ -251,8 +251,10 @@ class RolloutTree:
         """
         completion, mask, turn_ids, logps, turns = [], [], [], [], []
         path = self.path(leaf)
-        for index, n in enumerate(self.nodes[i] for i in path):
-            start = len(completion)
+        for n in (self.nodes[i] for i in path):
+            if not n.token_ids and not n.obs_ids:
+                continue  # the empty leaf after an observation cut to the budget: no turn
+            index, start = len(turns), len(completion)
             own = n.sampled_mask
             completion += n.token_ids + n.obs_ids
             mask += own + [0] * len(n.obs_ids)

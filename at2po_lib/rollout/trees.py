@@ -11,7 +11,14 @@ Entropy-guided expansion (AT2PO), per prompt (all prompts' turns are batched tog
     3. keep exactly M + L*K leaves.
 
 H(n) is the turn's mean sampled-token NLL (authors' code, ``rollout.entropy_estimate =
-"sampled_nll"``) or its mean exact entropy (``"exact"``, the paper's -sum p log p).
+"sampled_nll"``) or its mean exact entropy (``"exact"``, the paper's -sum p log p); ties keep
+breadth-first order (at2po_lib.method.expansion).
+
+Random siblings (the authors' ablation mode ``expansion_mode=random``,
+``ToolTreeNode.sample_expansion_nodes``; Table 2's steps 1-2): AT2PO's single tree and its
+sibling re-sampling, with the K picks of a round drawn uniformly *without replacement* among
+the non-leaf nodes (root included; with replacement when there are fewer than K, as their
+``random.choices``).
 
 Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per prompt::
 
@@ -31,11 +38,9 @@ B / m leaves, n = (B / m - 1) / L expansions per tree and round (:func:`tree_grp
 paper M=10, L=2, K=6 -> m=2 trees, n=5; the original's scripts use m=2, n=2, L=1). The
 trees are returned prompt-major, m per prompt, sharing ``prompt_index``.
 
-The same ``random`` expansion serves Table 2 step 1 ("GRPO with a random tree"): the random
-tree the paper starts its ablation from is Tree-GRPO's, trained there with the plain GRPO
-advantage over all leaves of the prompt. Step 3 (+ entropy-guided expansion) therefore
-changes the tree's shape (m separate trees that continue after a node -> one tree that
-re-samples a turn) together with the node choice; named here because it is a choice.
+Table 2's steps 1-2 ("GRPO with a random tree") use ``random_siblings``, the authors' own
+ablation mode, so that step 3 (+ entropy-guided expansion) changes the node choice only; the
+Tree-GRPO row of Table 1 keeps Tree-GRPO's own ``random`` expansion.
 
 Leaf count. Every chain ends in exactly one leaf and every pick starts one chain, so the leaf
 counts above hold by construction. :func:`equalize_leaves` still enforces them (authors'
@@ -59,9 +64,9 @@ from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, sco
 from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
-from ..method.expansion import select_entropy, select_random
+from ..method.expansion import select_entropy, select_random, select_random_siblings
 
-EXPANSIONS = ("chain", "random", "entropy")
+EXPANSIONS = ("chain", "random", "random_siblings", "entropy")
 
 
 # ----------------------------------------------------------------------------- selection
@@ -75,10 +80,14 @@ def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
     return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
 
 
-def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str) -> list[int]:
-    """AT2PO's K picks in one tree (entropy-guided)."""
+def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str,
+               rng: np.random.Generator | None = None) -> list[int]:
+    """The K picks of one round in one tree: entropy-guided (AT2PO), or uniform without
+    replacement when ``rng`` is given (``random_siblings``)."""
     parent = np.array([n.parent for n in tree.nodes])
     is_leaf = np.array([n.is_leaf for n in tree.nodes])
+    if rng is not None:
+        return [int(i) for i in select_random_siblings(parent, is_leaf, k, rng)]
     entropy = node_entropy(tree, estimate)
     if np.isnan(entropy).any():
         raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
@@ -169,7 +178,8 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
 
     expansion: ``chain`` (``num_chains`` or ``rollout.chains`` independent chains, GRPO-style:
     one tree per question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
-    prompt-major) or ``entropy`` (AT2PO: one tree per question); default
+    prompt-major), ``random_siblings`` (the authors' ablation: AT2PO's tree with uniform
+    picks) or ``entropy`` (AT2PO: one tree per question); default
     ``rollout_cfg.expansion``. Every question ends with ``rollout_cfg.leaves_per_prompt()`` leaves
     (``num_chains`` for ``chain`` when given).
     prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
@@ -197,7 +207,7 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
 def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
                 expansion: str, num_chains: int | None, prompt_ids, rng: np.random.Generator,
                 share_prefixes: bool) -> list[RolloutTree]:
-    """``chain`` and ``entropy``: one tree per question (module docstring)."""
+    """``chain``, ``entropy`` and ``random_siblings``: one tree per question (module docstring)."""
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
     target = (num_chains if expansion == "chain" and num_chains is not None
@@ -211,7 +221,8 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
         chains = []
         for i, tree in enumerate(trees):
             for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
-                                rollout_cfg.entropy_estimate):
+                                rollout_cfg.entropy_estimate,
+                                rng if expansion == "random_siblings" else None):
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
                 chain.node.resampled_from = n

@@ -19,12 +19,22 @@ How it maps onto the rollout's needs:
   ``log_softmax(logits / T)`` as the trainer recomputes it. With ``top_p < 1`` vLLM's
   processed values are renormalised over the nucleus (the HF backend records untruncated
   values); the paper samples with ``top_p = 1``, where both agree.
+- **Sampling seed.** Every request gets its own ``SamplingParams.seed``, a pure function of
+  the backend's ``seed`` (the trainer passes its rollout seed, itself a function of ``--seed``,
+  the rollout step, the dynamic-sampling round and the process: ``AT2POTrainer.rollout_seed``),
+  the number of ``generate_turns`` calls made so far and the request's position
+  (:func:`request_seeds`). Runs with different ``--seed`` therefore sample different streams, a
+  rerun repeats its stream, and a resumed run samples step N exactly as the uninterrupted run did
+  (the backend is made afresh for every rollout step). Identical contexts in one call (the M
+  chains of a root) get different seeds, so they are not copies of one another. Exact repeats
+  also need vLLM's batch-invariant kernels: the seed fixes the random draws, not the
+  floating-point order of a differently batched forward pass.
 - **Entropies.** vLLM returns the top-``k`` log-probs only (``k = topk_entropy_k``, 10 as in
   the AEPO code), so the exact per-token entropy is not available (NaN; use
   ``rollout.entropy_estimate = "sampled_nll"``, the authors' estimate) and AEPO's top-k
   entropy is computed from those values, as the AEPO code does.
 
-    backend = VLLMBackend("Qwen/Qwen3-4B", tokenizer, SamplingSpec(1.0), STOP_SEQUENCES,
+    backend = VLLMBackend("Qwen/Qwen3-4B", tokenizer, SamplingSpec(1.0), turn_stops("atpo"),
                           gpu_memory_utilization=0.6, max_model_len=8192)
 """
 
@@ -32,6 +42,8 @@ from __future__ import annotations
 
 import math
 from typing import Any, Sequence
+
+import numpy as np
 
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 from .kvcache import KVPrefix
@@ -51,6 +63,16 @@ def topk_entropy(logprobs: dict[int, Any], k: int) -> float:
     dict may also hold the sampled token when it ranked below ``k``)."""
     values = sorted((lp.logprob for lp in logprobs.values()), reverse=True)[:k]
     return -sum(math.exp(v) * v for v in values if math.isfinite(v))
+
+
+def request_seeds(seed: int, call: int, count: int) -> list[int]:
+    """Per-request sampling seeds of one ``generate_turns`` call: ``count`` 31-bit integers from
+    ``numpy.random.SeedSequence([seed, call])`` (distinct with overwhelming probability;
+    deterministic in ``(seed, call)``)."""
+    if count <= 0:
+        return []
+    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(call)]).generate_state(count)
+    return [int(x) & 0x7FFFFFFF for x in state]
 
 
 class VLLMBackend:
@@ -79,15 +101,18 @@ class VLLMBackend:
             stop_ids.add(tokenizer.eos_token_id)
         self.stop_ids = sorted(stop_ids)
         self.stats = BackendStats()
+        self.calls = 0
+        """``generate_turns`` calls so far (the second input of :func:`request_seeds`)."""
 
     def prefill(self, contexts: Sequence[list[int]]) -> list[KVPrefix | None]:
         return [None] * len(contexts)  # the engine's prefix cache shares prompts by itself
 
-    def sampling_params(self, max_tokens: int):
+    def sampling_params(self, max_tokens: int, seed: int | None = None):
         from vllm import SamplingParams
 
         return SamplingParams(
             n=1,
+            seed=seed,
             temperature=self.sampling.temperature,  # 0 = greedy in vLLM too
             top_p=self.sampling.top_p,
             top_k=-1,  # no top-k truncation (-1 is accepted by old and current vLLM)
@@ -105,7 +130,9 @@ class VLLMBackend:
         if not requests:
             return []
         prompts = [TokensPrompt(prompt_token_ids=list(r.context)) for r in requests]
-        params = [self.sampling_params(r.max_new_tokens) for r in requests]
+        seeds = request_seeds(self.seed, self.calls, len(requests))
+        self.calls += 1
+        params = [self.sampling_params(r.max_new_tokens, s) for r, s in zip(requests, seeds)]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
         results = [self._result(out.outputs[0]) for out in outputs]
         self.stats.turns += len(requests)

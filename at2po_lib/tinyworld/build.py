@@ -213,13 +213,27 @@ def read_rows(files: WorldFiles, name: str, split: str) -> list[dict]:
     path = files.dataset(name, split)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no split {split!r} of {name!r} (run build_world)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return _jsonl_rows(path)
 
 
 def read_corpus(files: WorldFiles) -> dict[str, str]:
     """Passage id → ``contents``."""
-    rows = (json.loads(line) for line in files.corpus.read_text().splitlines() if line.strip())
-    return {r["id"]: r["contents"] for r in rows}
+    return {r["id"]: r["contents"] for r in _jsonl_rows(files.corpus)}
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    """Rows of a world's JSONL file; bad bytes or JSON are an error naming file and line."""
+    rows = []
+    for line_no, data in enumerate(path.read_bytes().splitlines(), 1):
+        if not data.strip():
+            continue
+        try:
+            rows.append(json.loads(data.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"{path}:{line_no}: not a valid UTF-8 JSON row "
+                             f"({str(exc)[:120]}); rebuild the world (at2po world --force)"
+                             ) from None
+    return rows
 
 
 def world_stats(files: WorldFiles):

@@ -158,8 +158,9 @@ class AT2POConfig(GRPOConfig):
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions=True is not supported by AT2POTrainer: TRL calls a "
-                "completion truncated when it does not end in EOS, and the search agent's "
-                "completions end at a stop string (</answer>), so every row would be masked. "
+                "completion truncated when it does not end in EOS, and a search agent's leaf "
+                "may end otherwise (the response budget, an observation cut to it, an empty "
+                "query's EOS kept as an observation); the authors' code trains those rows. "
                 "The agent records why each leaf ended (rollout/answered in metrics.jsonl, "
                 "finish_reason in outcomes.csv). Set it to False.")
         if self.vllm_importance_sampling_correction:

@@ -7,7 +7,8 @@ loop stays TRL's:
   metrics TRL and :class:`AT2POTrainer` log, under their logged names (TRL logs every
   ``logging_steps`` optimizer steps, which the run sets to the updates of one rollout step).
 - :class:`GreedyValidation` (``on_train_begin`` / ``on_step_end``): greedy EM per dataset on the
-  validation questions at step 0 and every ``eval_every`` rollout steps → ``eval.jsonl``.
+  validation questions every ``eval_every`` rollout steps (and at step 0 with
+  ``train.val_before_train``) → ``eval.jsonl``.
 - :class:`CheckpointMarker` (``on_save``): the COMPLETE marker once TRL's save returned.
 - :class:`StepProgress`: a progress bar over rollout steps with reward, entropy and time left;
   in a notebook also a live plot of reward and validation EM.
@@ -68,7 +69,8 @@ class MetricsRecorder(TrainerCallback):
 
 
 class GreedyValidation(TrainerCallback):
-    """Greedy validation EM per dataset at step 0 and every ``every`` rollout steps.
+    """Greedy validation EM per dataset every ``every`` rollout steps, at the last step, and at
+    step 0 when ``before_train`` (the authors' scripts set ``val_before_train=False``).
 
     ``evaluate() -> pandas.DataFrame`` (per-dataset rows with ``dataset``, ``group``, ``n``,
     ``em``, ``f1``, ``mean_turns``) is supplied by the run (``run.Validator``: it takes the
@@ -78,8 +80,9 @@ class GreedyValidation(TrainerCallback):
     """
 
     def __init__(self, path: Path, evaluate: Callable[[], Any], every: int,
-                 updates_per_step: int):
+                 updates_per_step: int, before_train: bool = False):
         self.path = path
+        self.before_train = before_train
         self.evaluate = evaluate
         self.every = every
         self.updates_per_step = updates_per_step
@@ -103,7 +106,7 @@ class GreedyValidation(TrainerCallback):
             self.history.append((step, sum(self.last.values()) / len(self.last)))
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.every > 0 and state.global_step == 0:
+        if self.before_train and self.every > 0 and state.global_step == 0:
             self._run(0, state)
 
     def on_step_end(self, args, state, control, **kwargs):

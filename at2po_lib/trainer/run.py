@@ -135,7 +135,22 @@ class TrainResult:
     final_eval: Any = None
 
 
-def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
+def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: Any
+          ) -> TrainResult:
+    """Train (or reuse) one run while holding its folder's exclusive lock
+    (:mod:`at2po_lib.locks`): a second process on the same run stops at once with
+    :class:`~at2po_lib.locks.FolderLockedError` naming the first one's PID. The options are
+    :func:`_train_locked`'s; see there and the module docstring."""
+    from ..locks import folder_lock
+
+    cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
+        options.pop("profile_overrides", None) or {}) or None)
+    get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
+    with folder_lock(records.run_dir(cfg.name, method, seed).root, "training run"):
+        return _train_locked(cfg, method, seed, **options)
+
+
+def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
           force: bool = False, profile_overrides: Mapping[str, Any] | None = None,
           trainer_overrides: Mapping[str, Any] | None = None,
           callbacks: Sequence[Any] = (), reward_fn=None,
@@ -343,7 +358,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     if cfg.train.eval_every > 0:
         validator = Validator(trainer, cfg, retriever, cfg.train.val_datasets or cfg.eval.datasets,
                               cfg.train.val_questions or cfg.eval.max_questions, method, seed)
-        validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates)
+        validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates,
+                                      before_train=cfg.train.val_before_train)
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))

@@ -164,8 +164,10 @@ def _json_safe(value: Any) -> Any:
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     """Append one row and flush it to disk (a crash loses at most the row being written)."""
+    from ..storage import reported_writes
+
     line = json.dumps({k: _json_safe(v) for k, v in row.items()}, default=str)
-    with path.open("a") as fh:
+    with reported_writes(path), path.open("a") as fh:
         fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())
@@ -176,17 +178,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     any other bad line is an error naming the file and line."""
     if not path.is_file():
         return []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): a damaged record") from None
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, too deep, too long a number
             if i == len(lines) - 1:
                 break
-            raise ValueError(f"{path}, line {i + 1}: not valid JSON ({exc})") from exc
+            raise ValueError(f"{path}, line {i + 1}: not valid JSON ({str(exc)[:200]})") from None
     return rows
 
 
@@ -264,10 +269,17 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- helpers
 def _atomic_write(path: Path, text: str) -> None:
     """Write to a temporary sibling, fsync, then rename over ``path``."""
+    from ..storage import reported_writes
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with reported_writes(path):  # a full disk: ENOSPC naming the file, the old one kept
+        try:
+            with tmp.open("w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     os.replace(tmp, path)

@@ -64,6 +64,7 @@ import contextlib
 import textwrap
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -217,6 +218,15 @@ class AT2POTrainer(GRPOTrainer):
         self.logp_positions = self._resolve_logp_positions()
         self.old_logps_source = self._resolve_old_logps()
 
+    def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
+        """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
+        (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.storage`."""
+        from ..storage import reported_writes
+
+        folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        with reported_writes(folder):
+            return super()._save_checkpoint(model, trial)
+
     def _policy_positions_unsupported(self) -> str | None:
         """Why the policy-position log-probs cannot run here (None: they can)."""
         model = self.accelerator.unwrap_model(self.model)
@@ -351,8 +361,8 @@ class AT2POTrainer(GRPOTrainer):
         }
         if batch.finish_reason:
             # Share of leaves that ended with an answer. TRL's completions/clipped_ratio counts
-            # completions that do not end in EOS; the agent stops at a stop string (</answer>),
-            # so TRL's reads 1.0 whatever happened: this is the agent's own account.
+            # completions that do not end in EOS, which misses an answer written without EOS
+            # before the budget ran out and counts an empty query's EOS: the agent's own account.
             metrics["rollout/answered"] = float(np.mean([r == "answer"
                                                          for r in batch.finish_reason]))
         self._rollout_extras = {"advantages": advantages, "turn_ids": batch.turn_node,

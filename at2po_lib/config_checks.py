@@ -1,0 +1,291 @@
+"""The one place every profile value's range, and the values' consistency, are checked.
+
+:func:`at2po_lib.config.load_profile` calls :func:`problems` on the resolved profile (file
+and ``--set`` overrides applied), so a bad value is refused before any work starts: ``at2po
+train``, ``at2po run-notebooks`` and ``./run_all.sh --set rollout.tree_m=0`` stop with one line
+naming the key, its value and the allowed range, before notebook 00 or any model is loaded.
+Before this table, ``eval.max_questions=-1`` evaluated 9 of 10 questions and recorded a finished
+run, ``train.max_steps=-1`` trained 90 steps and ``rollout.tree_m=-2`` ended in
+``ZeroDivisionError``.
+
+The table :data:`RULES` names each key (``section.key``) with a rule; a test checks that every
+field of the profile dataclasses has one, so a new knob cannot go unchecked. This module imports
+nothing of the package (``config`` imports it), so it reads the profile by attribute only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+Rule = tuple[Callable[[Any], bool], str]
+"""(predicate on the value, the allowed values in words); a predicate may raise
+:class:`_Problem` to say exactly what is wrong (a bad item of a list)."""
+
+MAX_SHOWN_CHARS = 80
+"""Error messages show at most this much of a value (a huge one must not become the message)."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Profile and dataset names: one path component, never ``..`` (they become folder names)."""
+
+
+class _Problem(ValueError):
+    """What a rule found wrong, in words."""
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to :data:`MAX_SHOWN_CHARS` (the cut marked), computed without
+    rendering more than that of a large nested value."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = MAX_SHOWN_CHARS
+    short.maxlevel = 3
+    text = short.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
+
+
+def name_problem(name: Any, what: str) -> str | None:
+    """None if ``name`` is one plain path component (letters, digits, ``_.-``, not starting
+    with a dot, at most 128 characters), else the problem in words, naming ``what``."""
+    if isinstance(name, str) and NAME_PATTERN.fullmatch(name) and set(name) != {"."}:
+        return None
+    return (f"{what} {shown(name)}: expected a plain name (letters, digits, '_', '.', '-'; "
+            "not starting with '.'; at most 128 characters)")
+
+
+def check_name(name: Any, what: str) -> bool:
+    problem = name_problem(name, what)
+    if problem:
+        raise _Problem(problem)
+    return True
+
+
+def _int_at_least(low: int) -> Rule:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
+            f"an integer >= {low}")
+
+
+def _optional(rule: Rule) -> Rule:
+    check, words = rule
+    return (lambda v: v is None or check(v), f"null or {words}")
+
+
+def _finite(low: float | None = None, high: float | None = None, *, open_low: bool = False,
+            open_high: bool = False) -> Rule:
+    def check(v: Any) -> bool:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            return False
+        if low is not None and (v <= low if open_low else v < low):
+            return False
+        return not (high is not None and (v >= high if open_high else v > high))
+
+    lo = "" if low is None else f"{'(' if open_low else '['}{low}"
+    hi = "" if high is None else f"{high}{')' if open_high else ']'}"
+    words = (f"a finite number in {lo}, {hi}" if low is not None and high is not None
+             else f"a finite number {'>' if open_low else '>='} {low}" if low is not None
+             else "a finite number")
+    return check, words
+
+
+def _one_of(*choices: str) -> Rule:
+    return (lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def _any_text() -> Rule:
+    return (lambda v: v is None or isinstance(v, str), "text")
+
+
+def _names(*, allow_empty: bool) -> Rule:
+    def check(v: Any) -> bool:
+        if not isinstance(v, list) or (not v and not allow_empty):
+            return False
+        for item in v:
+            check_name(item, "dataset name")  # raises naming the bad item
+        return True
+
+    return check, ("a list of plain names" if allow_empty else "a non-empty list of plain names")
+
+
+def _seeds() -> Rule:
+    return (lambda v: isinstance(v, list) and bool(v) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v),
+        "a non-empty list of integers >= 0")
+
+
+def _profile_name() -> Rule:
+    return (lambda v: check_name(v, "profile name"), "a plain name")
+
+
+POSITIVE = _int_at_least(1)
+NON_NEGATIVE = _int_at_least(0)
+SHARE = _finite(0.0, 1.0)
+RATE = _finite(0.0, open_low=True)
+
+RULES: dict[str, Rule] = {
+    "name": _profile_name(),
+    "description": _any_text(),
+    # world
+    "world.seed": NON_NEGATIVE,
+    "world.n_countries": POSITIVE, "world.n_cities": POSITIVE, "world.n_people": POSITIVE,
+    "world.n_companies": POSITIVE, "world.n_universities": POSITIVE, "world.n_films": POSITIVE,
+    "world.dev_fraction": _finite(0.0, 1.0, open_high=True),
+    "world.test_fraction": _finite(0.0, 1.0, open_high=True),
+    "world.train_per_dataset": NON_NEGATIVE, "world.dev_per_dataset": NON_NEGATIVE,
+    "world.test_per_dataset": POSITIVE,
+    "world.distractor_rate": SHARE,
+    "world.max_passage_words": (lambda v: isinstance(v, int) and 20 <= v <= 100,
+                                "an integer in [20, 100]"),
+    "world.name_seed": _optional(NON_NEGATIVE),
+    "world.filler_words": NON_NEGATIVE,
+    # retrieval
+    "retrieval.method": _one_of("bm25", "dense"),
+    "retrieval.encoder": _any_text(),
+    "retrieval.pooling": _one_of("mean", "cls"),
+    "retrieval.query_prefix": _any_text(), "retrieval.passage_prefix": _any_text(),
+    "retrieval.max_length": POSITIVE,
+    "retrieval.index_type": _one_of("Flat", "HNSW"),
+    "retrieval.topk": POSITIVE, "retrieval.batch_size": POSITIVE,
+    "retrieval.fp16": (lambda v: isinstance(v, bool), "true or false"),
+    "retrieval.corpus": _any_text(), "retrieval.index_dir": _any_text(),
+    "retrieval.prebuilt": (lambda v: isinstance(v, bool), "true or false"),
+    "retrieval.url": _any_text(),
+    "retrieval.shard_size": POSITIVE,
+    "retrieval.device": _any_text(),
+    "retrieval.timeout_s": RATE,
+    "retrieval.retries": NON_NEGATIVE,
+    # policy
+    "policy.model": _any_text(), "policy.template": _any_text(),
+    "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
+    "policy.hidden_size": POSITIVE, "policy.num_hidden_layers": POSITIVE,
+    "policy.num_attention_heads": POSITIVE, "policy.num_key_value_heads": POSITIVE,
+    "policy.intermediate_size": POSITIVE, "policy.max_position_embeddings": POSITIVE,
+    "policy.vocab_size": POSITIVE,
+    "policy.lora_r": NON_NEGATIVE, "policy.lora_alpha": POSITIVE,
+    # sft (warm start)
+    "sft.seed": NON_NEGATIVE, "sft.max_steps": NON_NEGATIVE, "sft.batch_size": POSITIVE,
+    "sft.learning_rate": RATE, "sft.warmup_steps": NON_NEGATIVE, "sft.eval_every": POSITIVE,
+    "sft.eval_questions": POSITIVE,
+    "sft.target_em_low": SHARE, "sft.target_em_high": SHARE,
+    "sft.require_supported": (lambda v: isinstance(v, bool), "true or false"),
+    "sft.aux_worlds": NON_NEGATIVE,
+    "sft.main_world_demos": (lambda v: isinstance(v, bool), "true or false"),
+    "sft.pretrain_steps": NON_NEGATIVE,
+    "sft.pretrain_eval_corpus": (lambda v: isinstance(v, bool), "true or false"),
+    "sft.lm_mix": _finite(0.0, 1.0, open_high=True),
+    "sft.group_batches": POSITIVE, "sft.pretrain_batch_size": POSITIVE,
+    "sft.pretrain_seq_len": POSITIVE,
+    "sft.strategy_mix": (lambda v: isinstance(v, bool), "true or false"),
+    "sft.follow_rate_hard": SHARE, "sft.follow_rate_easy": SHARE,
+    "sft.init_from": _any_text(),
+    "sft.select": _one_of("band", "last"),
+    # rollout
+    "rollout.backend": _one_of("hf", "vllm"),
+    "rollout.temperature": RATE,
+    "rollout.top_p": _finite(0.0, 1.0, open_low=True),
+    "rollout.max_tool_calls": NON_NEGATIVE,
+    "rollout.max_turn_tokens": NON_NEGATIVE,  # 0: no per-turn cap (the authors' code)
+    "rollout.max_response_tokens": POSITIVE,
+    "rollout.turn_length_ends_branch": (lambda v: isinstance(v, bool), "true or false"),
+    "rollout.max_prompt_tokens": POSITIVE,
+    "rollout.chains": POSITIVE,
+    "rollout.tree_m": POSITIVE, "rollout.tree_l": NON_NEGATIVE, "rollout.tree_k": NON_NEGATIVE,
+    "rollout.tree_alpha": _finite(),
+    "rollout.tree_grpo_trees": POSITIVE,
+    "rollout.expansion": _one_of("chain", "random", "random_siblings", "entropy", "aepo"),
+    "rollout.entropy_estimate": _one_of("sampled_nll", "exact"),
+    "rollout.invalid_action": _one_of("end", "retry", "template"),
+    "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
+    "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,
+    "rollout.aepo_budget": POSITIVE, "rollout.aepo_initial": POSITIVE,
+    "rollout.aepo_beam": POSITIVE,
+    "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),
+    "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": POSITIVE,
+    # train
+    "train.val_before_train": (lambda v: isinstance(v, bool), "true or false"),
+    "train.methods": (lambda v: isinstance(v, list) and bool(v) and all(
+        isinstance(m, str) and m for m in v), "a non-empty list of method names"),
+    "train.seeds": _seeds(),
+    "train.train_datasets": _names(allow_empty=False),
+    "train.max_steps": POSITIVE, "train.prompts_per_step": POSITIVE,
+    "train.mini_batch_prompts": POSITIVE,
+    "train.micro_batch_rows": NON_NEGATIVE, "train.loss_chunk_rows": NON_NEGATIVE,
+    "train.update_num_threads": NON_NEGATIVE,
+    "train.learning_rate": RATE,
+    "train.lr_scheduler_type": (lambda v: isinstance(v, str) and bool(v), "a scheduler name"),
+    "train.weight_decay": _finite(0.0), "train.max_grad_norm": RATE, "train.beta": _finite(0.0),
+    "train.eval_every": NON_NEGATIVE, "train.val_questions": _optional(POSITIVE),
+    "train.val_datasets": _names(allow_empty=True),
+    "train.final_eval": (lambda v: isinstance(v, bool), "true or false"),
+    "train.save_every": NON_NEGATIVE, "train.save_total_limit": POSITIVE,
+    "train.bf16": (lambda v: isinstance(v, bool), "true or false"),
+    "train.activation_checkpointing": (lambda v: isinstance(v, bool), "true or false"),
+    "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
+    "train.vllm_mode": _one_of("colocate", "server"),
+    "train.vllm_gpu_memory_utilization": _finite(0.0, 1.0, open_low=True),
+    "train.report_to": (lambda v: isinstance(v, list), "a list of logger names"),
+    "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),
+    # eval
+    "eval.datasets": _names(allow_empty=False),
+    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": POSITIVE,
+    "eval.sampled_k": NON_NEGATIVE, "eval.sampled_datasets": _names(allow_empty=True),
+}
+
+
+def _consistency(cfg: Any) -> list[str]:
+    """Rules that relate two or more values; each message names the keys."""
+    problems = []
+    world, sft, rollout, train = cfg.world, cfg.sft, cfg.rollout, cfg.train
+    if world.dev_fraction + world.test_fraction >= 1:
+        problems.append(f"world.dev_fraction + world.test_fraction = "
+                        f"{world.dev_fraction + world.test_fraction:g}: must be below 1 (the "
+                        "rest is the train pool)")
+    if sft.target_em_low > sft.target_em_high:
+        problems.append(f"sft.target_em_low={sft.target_em_low:g} is above "
+                        f"sft.target_em_high={sft.target_em_high:g}")
+    if rollout.aepo_initial > rollout.aepo_budget:
+        problems.append(f"rollout.aepo_initial={rollout.aepo_initial} is above "
+                        f"rollout.aepo_budget={rollout.aepo_budget}")
+    if train.mini_batch_prompts > train.prompts_per_step:
+        problems.append(f"train.mini_batch_prompts={train.mini_batch_prompts} is above "
+                        f"train.prompts_per_step={train.prompts_per_step}")
+    policy = cfg.policy
+    if policy.model is None and policy.num_attention_heads % policy.num_key_value_heads:
+        problems.append(f"policy.num_attention_heads={policy.num_attention_heads} is not a "
+                        f"multiple of policy.num_key_value_heads={policy.num_key_value_heads}")
+    return problems
+
+
+def _values(cfg: Any) -> dict[str, Any]:
+    """``section.key`` → value for every field of the profile (one level of sections)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            for sub in dataclasses.fields(value):
+                out[f"{f.name}.{sub.name}"] = getattr(value, sub.name)
+        else:
+            out[f.name] = value
+    return out
+
+
+def problems(cfg: Any) -> list[str]:
+    """Every bad key of a resolved profile with its value and the allowed values, then (when
+    each value is in range) the consistency problems; [] for a good profile."""
+    found = []
+    for key, value in _values(cfg).items():
+        rule = RULES.get(key)
+        if rule is None:  # a new field without a rule is a bug caught by the tests
+            found.append(f"{key}: no range rule in at2po_lib/config_checks.py")
+            continue
+        check, words = rule
+        try:
+            ok = check(value)
+        except _Problem as exc:
+            found.append(f"{key}: {exc}")
+            continue
+        if not ok:
+            found.append(f"{key}={shown(value)}: expected {words}")
+    return found or _consistency(cfg)

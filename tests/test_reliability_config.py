@@ -1,0 +1,163 @@
+"""Profiles and ``--set`` values: bounded parsing, YAML 1.2 numbers, names confined to their
+folders, and every value's range checked before any work (issue #24, items 2-5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from at2po_lib.config import ProfileConfig, ProfileError, load_profile, parse_overrides
+from at2po_lib.config_checks import RULES
+from at2po_lib.data import DataError, load_flashrag, read_flashrag_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+                 + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, "
+                    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+                    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
+                    for i in range(9)])
+
+
+def _bounded(call, seconds: float = 5.0) -> ProfileError:
+    start = time.perf_counter()
+    with pytest.raises(ProfileError) as err:
+        call()
+    assert time.perf_counter() - start < seconds
+    assert len(str(err.value)) < 2_000, "the message must not render the expanded value"
+    return err.value
+
+
+def test_billion_laughs_in_a_profile_file_is_refused_quickly(tmp_path):
+    profile = tmp_path / "bomb.yaml"
+    profile.write_text(f"world:\n  seed: &s 1\n{BOMB}\n".replace("a: &a", "description: &a", 1))
+    err = _bounded(lambda: load_profile(str(profile)))
+    assert "alias" in str(err) and str(profile) in str(err)
+
+
+def test_billion_laughs_in_a_set_value_is_refused_quickly():
+    flow = "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], " \
+           "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], " \
+           "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e], " \
+           "&g [*f,*f,*f,*f,*f,*f,*f,*f,*f], [*g,*g,*g,*g,*g,*g,*g,*g,*g]]"
+    err = _bounded(lambda: parse_overrides([f"world.seed={flow}"]))
+    assert "world.seed" in str(err)
+
+
+def test_a_huge_value_is_never_rendered_whole():
+    err = _bounded(lambda: parse_overrides(["world.seed=" + "x" * 500_000]))
+    assert "world.seed" in str(err)
+    err = _bounded(lambda: parse_overrides(["train.seeds=[" + "1," * 20_000 + "a]"]))
+    assert "train.seeds" in str(err)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("010", 10), ("0o17", 15), ("0x1f", 31), ("-7", -7), ("+3", 3)])
+def test_integers_read_as_yaml_1_2(raw, expected):
+    assert parse_overrides([f"rollout.tree_alpha={raw}"])["rollout"]["tree_alpha"] == expected
+    if expected >= 0:
+        assert load_profile("tiny", parse_overrides([f"world.seed={raw}"])).world.seed == expected
+
+
+@pytest.mark.parametrize("raw", ["1:20", "1_000", "0b11"])
+def test_yaml_1_1_only_integers_are_not_numbers(raw):
+    with pytest.raises(ProfileError, match="world.seed"):
+        parse_overrides([f"world.seed={raw}"])
+
+
+def test_floats_read_as_yaml_1_2(tmp_path):
+    assert parse_overrides(["train.learning_rate=1e-4"])["train"]["learning_rate"] == 1e-4
+    assert parse_overrides(["train.learning_rate=.5"])["train"]["learning_rate"] == 0.5
+    with pytest.raises(ProfileError, match="train.learning_rate"):
+        parse_overrides(["train.learning_rate=1:30"])  # YAML 1.1: sexagesimal 90.0
+    profile = tmp_path / "numbers.yaml"
+    profile.write_text("extends: tiny\nworld:\n  seed: 010\ntrain:\n  learning_rate: 1e-5\n")
+    cfg = load_profile(str(profile))
+    assert cfg.world.seed == 10 and cfg.train.learning_rate == 1e-5
+
+
+def test_a_name_cannot_leave_its_folder(tmp_path):
+    with pytest.raises(ProfileError, match="name"):
+        load_profile("tiny", parse_overrides(["name=../../x"]))
+    dots = tmp_path / "...yaml"
+    dots.write_text("extends: tiny\n")
+    with pytest.raises(ProfileError, match="profile name"):
+        load_profile(str(dots))
+    with pytest.raises(ProfileError, match="dataset name"):
+        load_profile("tiny", parse_overrides(["eval.datasets=[../../etc]"]))
+
+
+def test_a_dataset_name_cannot_leave_local_dir(tmp_path):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "test.jsonl").write_text(
+        '{"id": "1", "question": "q?", "golden_answers": ["a"]}\n')
+    local = tmp_path / "local"
+    local.mkdir()
+    with pytest.raises(DataError, match="dataset name"):
+        load_flashrag("../outside", "test", local_dir=local)
+    with pytest.raises(DataError, match="dataset name"):
+        load_flashrag("..", "outside/test", local_dir=local)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("eval.max_questions=-1", "eval.max_questions"),
+    ("train.max_steps=-1", "train.max_steps"),
+    ("train.max_steps=0", "train.max_steps"),
+    ("rollout.tree_m=-2", "rollout.tree_m"),
+    ("rollout.tree_m=0", "rollout.tree_m"),
+    ("rollout.temperature=0", "rollout.temperature"),
+    ("retrieval.topk=0", "retrieval.topk"),
+    ("train.learning_rate=.nan", "train.learning_rate"),
+    ("train.learning_rate=.inf", "train.learning_rate"),
+    ("rollout.top_p=1.5", "rollout.top_p"),
+    ("world.dev_fraction=0.7", "world.dev_fraction"),
+    ("rollout.aepo_initial=99", "rollout.aepo_initial"),
+])
+def test_out_of_range_values_are_refused_naming_the_key(override, key):
+    with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
+        load_profile("tiny", parse_overrides([override]))
+
+
+def test_every_profile_field_has_a_range_rule():
+    keys = set()
+    for f in dataclasses.fields(ProfileConfig):
+        if dataclasses.is_dataclass(f.type) or isinstance(f.default_factory, type):
+            keys |= {f"{f.name}.{sub.name}" for sub in dataclasses.fields(f.default_factory)}
+        else:
+            keys.add(f.name)
+    assert keys == set(RULES)
+
+
+def test_run_all_refuses_a_bad_set_before_notebook_00(tmp_path):
+    env = {**os.environ, "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
+           "AT2PO_RESULTS": str(tmp_path / "results"), "AT2PO_ARTIFACTS": str(tmp_path / "art"),
+           "AT2PO_GIT_FILTER": "0"}
+    proc = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--set", "rollout.tree_m=0"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "rollout.tree_m=0" in proc.stderr
+    assert "00_tinyworld" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "results" / "executed").exists()
+
+
+def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"id": "1", "question": "Caf\u00e9?", "golden_answers": ["a"]}\n'
+                      .encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin\.jsonl:1: not UTF-8"):
+        read_flashrag_jsonl(latin)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": "7", "question": "q?", "golden_answers": ["a"]}\n'
+                   '{"id": "7", "question": "r?", "golden_answers": ["b"]}\n')
+    with pytest.raises(DataError, match=r"dup\.jsonl:2: id '7' repeats the id of line 1"):
+        read_flashrag_jsonl(dup)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"deep\.jsonl:1"):
+        read_flashrag_jsonl(deep)

@@ -1,0 +1,198 @@
+"""Files that are damaged, bomb-like or cannot be written (issue #24, items 9-10): the warm
+start's sha256s checked at load, checkpoint JSON named when damaged, trees validated at load,
+a full disk reported as ENOSPC with the path."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from at2po_lib.method.tree import TreeArrays, load_trees, save_trees
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "results" / "tiny" / "warmstart"
+
+
+@pytest.fixture
+def shipped_copy(tmp_path, monkeypatch):
+    """The shipped tiny warm start copied to a scratch folder that cached_warmstart finds."""
+    from at2po_lib.policy import warmstart
+
+    copy = tmp_path / "shipped" / "warmstart"
+    shutil.copytree(SHIPPED, copy)
+    monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
+    monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))  # no local cache
+    return copy
+
+
+def test_the_shipped_record_lists_the_sha256_of_each_file():
+    record = json.loads((SHIPPED / "warmstart.json").read_text())
+    names = {p.name for p in SHIPPED.iterdir() if p.name != "warmstart.json"}
+    assert set(record["files"]) == names
+
+
+def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import cached_warmstart
+
+    cfg = load_profile("tiny")
+    assert cached_warmstart(cfg) == shipped_copy  # intact: found and verified
+    weights = shipped_copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-4096:] = np.full(1024, np.nan, dtype=np.float32).tobytes()  # NaN bytes, same size
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: sha256 .* differs"):
+        cached_warmstart(cfg)
+
+
+def test_a_truncated_tokenizer_file_is_named(shipped_copy):
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.tokenizer import load_tokenizer
+
+    tokenizer = shipped_copy / "tokenizer.json"
+    tokenizer.write_bytes(tokenizer.read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: not a readable JSON file"):
+        load_tokenizer(shipped_copy)
+
+
+def _tree(parent) -> TreeArrays:
+    n = len(parent)
+    return TreeArrays(parent=np.asarray(parent), entropy=np.zeros(n), leaf_reward=np.zeros(n))
+
+
+def _rewrite_member(path: Path, member: str, array: np.ndarray) -> None:
+    """Replace one ``.npy`` member of an archive (what a damaged or crafted file holds)."""
+    import io
+
+    with zipfile.ZipFile(path) as src:
+        members = {name: src.read(name) for name in src.namelist()}
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    members[f"{member}.npy"] = buffer.getvalue()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
+        for name, data in members.items():
+            dst.writestr(name, data)
+
+
+def test_a_saved_tree_with_a_parent_cycle_is_refused_at_load(tmp_path):
+    path = save_trees([_tree([-1, 0, 0, 2])], tmp_path / "trees.npz")
+    _rewrite_member(path, "parent", np.array([-1, 2, 3, 1]))  # 1 -> 2 -> 3 -> 1
+    with pytest.raises(ValueError, match=r"trees\.npz: tree 0: node 1 never reaches the root"):
+        load_trees(path)
+
+
+def test_a_saved_tree_with_fractional_ids_is_refused_at_load(tmp_path):
+    path = save_trees([_tree([-1, 0, 0, 2])], tmp_path / "trees.npz")
+    _rewrite_member(path, "parent", np.array([-1.0, 0.5, 0.0, 2.0]))
+    with pytest.raises(ValueError, match=r"trees\.npz: tree 0: parent ids must be integers"):
+        load_trees(path)
+
+
+def test_a_decompression_bomb_member_is_refused_unread(tmp_path):
+    path = save_trees([_tree([-1, 0, 0])], tmp_path / "trees.npz")
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("node.padding.npy", "w", force_zip64=True) as member:
+            block = b"\0" * (1 << 20)
+            for _ in range(256):  # 256 MiB of zeros: ~260 kB compressed
+                member.write(block)
+    assert path.stat().st_size < 2 << 20
+    with pytest.raises(ValueError, match=r"member node\.padding\.npy holds 268,435,456 bytes"):
+        load_trees(path)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs (root only; skipped elsewhere), nearly filled."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.decode().strip()})")
+    try:
+        yield mount
+    finally:
+        import gc
+
+        gc.collect()  # a file torch left open keeps the mount busy
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)  # detach it regardless
+
+
+def _fill(folder: Path) -> None:
+    with contextlib_suppress_enospc():
+        with open(folder / "filler", "wb") as fh:
+            fh.write(b"\0" * (2 << 20))
+
+
+class contextlib_suppress_enospc:  # noqa: N801 - contextlib.suppress for ENOSPC only
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, OSError) and value.errno == errno.ENOSPC
+
+
+def test_torch_save_on_a_full_disk_is_enospc_with_the_path(full_disk):
+    import torch
+
+    from at2po_lib.storage import reported_writes
+
+    target = full_disk / "checkpoint-4" / "optimizer.pt"
+    target.parent.mkdir()
+    _fill(full_disk)
+    with pytest.raises(OSError) as caught:
+        with reported_writes(target):
+            torch.save({"state": torch.zeros(100_000)}, target)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert "No space left on device" in str(caught.value)
+
+
+def test_run_records_on_a_full_disk_are_enospc_with_the_path_and_the_old_file_kept(full_disk):
+    from at2po_lib.trainer.run_folder import _atomic_write, append_jsonl
+
+    done = full_disk / "DONE.json"
+    done.write_text('{"config_hash": "old"}\n')
+    _fill(full_disk)
+    with pytest.raises(OSError) as caught:
+        _atomic_write(done, json.dumps({"config_hash": "new", "pad": "x" * 100_000}))
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(done)
+    assert json.loads(done.read_text()) == {"config_hash": "old"}
+    metrics = full_disk / "metrics.jsonl"
+    with pytest.raises(OSError) as caught:
+        append_jsonl(metrics, {"step": 1, "pad": "x" * 100_000})
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(metrics)
+
+
+def test_the_command_line_reports_a_full_disk_in_one_line(full_disk, capsys, monkeypatch):
+    from at2po_lib.cli.options import run_guarded
+    from at2po_lib.trainer.run_folder import append_jsonl
+
+    _fill(full_disk)
+    status = run_guarded("at2po train", lambda: append_jsonl(full_disk / "m.jsonl",
+                                                             {"step": 1, "x": "y" * 100_000}))
+    err = capsys.readouterr().err
+    assert status == 1 and "[Errno 28] No space left on device" in err
+    assert str(full_disk / "m.jsonl") in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", [b'{"id": "1", "contents": "caf\xe9"}', b"[" * 100_000,
+                                 b'{"id": ' + b"9" * 5000 + b"}"])
+def test_corpus_and_world_readers_name_the_file_and_line(tmp_path, bad):
+    from at2po_lib.retrieval.corpus import CorpusError, parse_passage
+    from at2po_lib.tinyworld.build import _jsonl_rows
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'{"id": "0", "contents": "fine"}\n' + bad + b"\n")
+    with pytest.raises(CorpusError, match=r"corpus\.jsonl:2: not valid JSON"):
+        parse_passage(bad, path, 2)
+    with pytest.raises(ValueError, match=r"corpus\.jsonl:2: not a valid UTF-8 JSON row"):
+        _jsonl_rows(path)
