@@ -75,7 +75,7 @@ def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
 
             rows = read_flashrag_jsonl(world_dataset_path(ensure_world(profile_cfg), name, "train"))
         else:
-            rows = load_flashrag(name, "train")
+            rows = load_flashrag(name, "train", local_dir=profile_cfg.data.local_dir)
         rows = list(rows)
         for row, trainer_row in zip(rows, to_trainer_rows(rows, profile_cfg.policy.template, name)):
             trainer_row.pop("metadata", None)  # heterogeneous dicts; not needed for training
@@ -159,7 +159,7 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         profile_overrides or {}) or None)
     preset = get_method(method)
     _check_backend(cfg)
-    run = records.run_dir(cfg.name, method, seed)
+    run = records.run_dir(records.run_profile_key(cfg), method, seed)
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = records.config_hash(resolved)
@@ -302,6 +302,25 @@ def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: records
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
 
+def uses_deepspeed(args) -> bool:
+    """Whether this process trains under DeepSpeed: ``args.deepspeed`` or an ``accelerate
+    launch`` with a DeepSpeed config (it sets ``ACCELERATE_USE_DEEPSPEED=true``)."""
+    return bool(getattr(args, "deepspeed", None)) or \
+        os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in {"1", "true"}
+
+
+def master_weights_dtype(policy_dtype: str, deepspeed: bool) -> str:
+    """The dtype the trained weights are loaded in. DeepSpeed (ZeRO, bf16 on) keeps fp32
+    master weights in its optimizer, so the model may load in ``policy.dtype``; plain torch
+    (``single_gpu.yaml``, ``python -m``) would update the bf16 weights themselves, where AdamW's
+    step at lr 1e-6 (≈ lr·sign(g) per weight) is below half a bf16 ulp (2^-8 relative) of
+    most weights and rounds to zero. So without DeepSpeed a half-precision ``policy.dtype``
+    loads as float32 (the master copy) and ``train.bf16`` autocasts the compute."""
+    if policy_dtype in {"bfloat16", "float16"} and not deepspeed:
+        return "float32"
+    return policy_dtype
+
+
 def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDir,
                   trainer_overrides: Mapping[str, Any] | None = None,
                   start_time: float | None = None, reward_fn=None,
@@ -327,7 +346,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
     args = spec.training_args(run.checkpoints)
-    args.model_init_kwargs = {"dtype": torch_dtype(cfg.policy.dtype)}
+    args.model_init_kwargs = {"dtype": torch_dtype(master_weights_dtype(cfg.policy.dtype,
+                                                                        uses_deepspeed(args)))}
     model = policy_path(cfg)
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
