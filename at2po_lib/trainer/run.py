@@ -107,10 +107,16 @@ class Validator:
         self.rows = {d: load_eval_rows(profile_cfg, d, max_questions) for d in datasets}
 
     def __call__(self):
+        from ..evaluation import summarise
+
+        return summarise(self.details(), self.cfg.name, self.label, self.seed)
+
+    def details(self):
+        """Per-question results of every process's shard, gathered (on every process)."""
         import pandas as pd
         from accelerate.utils import gather_object
 
-        from ..evaluation import score_datasets, summarise
+        from ..evaluation import score_datasets
         from .agent import turn_backend
 
         acc = self.trainer.accelerator
@@ -122,8 +128,7 @@ class Validator:
             frames = score_datasets(self.cfg, policy, tokenizer, self.retriever, shards, backend)
         if acc.num_processes > 1:
             frames = [f for f in gather_object(frames) if len(f)]
-        return summarise(pd.concat(frames, ignore_index=True), self.cfg.name, self.label,
-                         self.seed)
+        return pd.concat(frames, ignore_index=True)
 
 
 # -------------------------------------------------------------------------------- train
@@ -163,7 +168,12 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = records.config_hash(resolved)
-    _recover_run_folder(run)
+    # Under several processes (accelerate launch, torchrun) only the main process changes the
+    # run folder; the others read it. Training's collectives keep them in step: no process
+    # writes a checkpoint before the main process has set the staging folder up.
+    main = _is_main_process()
+    if main:
+        _recover_run_folder(run)
     if not force and records.is_finished(run, digest):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
@@ -184,27 +194,31 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
     work = records.RunDir(staging_path(run.root))
     checkpoint = None
     if resume and not force:
-        _adopt_unfinished_legacy_run(run, work)
-        records.remove_incomplete_checkpoints(work.checkpoints)
+        if main:
+            _adopt_unfinished_legacy_run(run, work)
+            records.remove_incomplete_checkpoints(work.checkpoints)
         checkpoint = records.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
             _check_same_config(work, digest)
             step = json.loads((checkpoint / records.COMPLETE_MARKER).read_text())["step"]
-            records.truncate_jsonl(work.metrics, step)
-            records.truncate_jsonl(work.eval, step)
-    if checkpoint is None:
+            if main:
+                records.truncate_jsonl(work.metrics, step)
+                records.truncate_jsonl(work.eval, step)
+                _truncate_rank_records(work, step)
+    if checkpoint is None and main:
         if not resume and records.complete_checkpoints(work.checkpoints):
             print(f"{work.root}: an unfinished run is there; starting over (pass --resume to "
                   "continue it)", file=sys.stderr)
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
-    records.write_config(work, {**resolved, "config_hash": digest})
-    from ..provenance import hardware, run_metadata
+    if main:
+        records.write_config(work, {**resolved, "config_hash": digest})
+        from ..provenance import hardware, run_metadata
 
-    meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                        hardware=hardware())
-    work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
+                            resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+                            hardware=hardware(), world_size=_world_size())
+        work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
     start = time.time()
     if preset.trains:
@@ -214,10 +228,28 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         final = _evaluate_warmstart(cfg, method, seed, work)
         status = "evaluated"
     wall = time.time() - start + _previous_wall_time(work, checkpoint)
-    records.mark_finished(work, digest, wall_time=wall, status=status,
-                          final_eval=str(run.final_eval) if final is not None else None)
-    swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
+    if main:
+        records.mark_finished(work, digest, wall_time=wall, status=status,
+                              final_eval=str(run.final_eval) if final is not None else None,
+                              world_size=_world_size())
+        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
     return TrainResult(run, status, wall, final)
+
+
+def _world_size() -> int:
+    """Processes of this run (``WORLD_SIZE``, set by accelerate launch / torchrun; 1 alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _is_main_process() -> bool:
+    """``RANK`` 0, or no launcher at all."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _truncate_rank_records(work: records.RunDir, step: int) -> None:
+    """Per-process records past the checkpoint's step go, as metrics rows do (resume)."""
+    for path in sorted((work.root / "ranks").glob("rank*.jsonl")):
+        records.truncate_jsonl(path, step, key="rollout_step")
 
 
 # ---------------------------------------------------------------- run folder (staging)
@@ -369,6 +401,10 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: records.RunDi
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
+    from . import rank_record
+
+    if rank_record.enabled():
+        trainer.add_callback(rank_record.RankRecord(trainer, run.root / "ranks"))
     if cfg.train.progress_bar:
         trainer.add_callback(StepProgress(cfg.train.max_steps, updates,
                                           f"{cfg.name}/{method}/seed{seed}", validation))
@@ -391,16 +427,38 @@ def _train_and_evaluate(spec: RunSpec, run: records.RunDir, checkpoint: Path | N
     if not cfg.train.final_eval:
         return None
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:
-        print(f"final evaluation skipped under {trainer.accelerator.num_processes} processes: run "
-              f"`at2po evaluate --profile {cfg.name} --checkpoint "
-              f"{records.latest_complete_checkpoint(run.checkpoints)} --label {method} "
-              f"--seed {seed}`", file=sys.stderr)
-        return None
+        return _sharded_final_evaluation(trainer, cfg, method, seed, run)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     return _final_evaluation(cfg, model.eval(), trainer.processing_class, trainer.retriever,
                              method, seed, run)
+
+
+def _sharded_final_evaluation(trainer, cfg: ProfileConfig, method: str, seed: int,
+                              run: records.RunDir):
+    """The final evaluation under several processes (or ZeRO): each process answers every
+    W-th question of each test set with the trainer's generation policy (weights gathered
+    under ZeRO-3), the per-question frames are gathered, and the main process writes
+    ``outcomes.csv`` and ``final_eval.csv``. The sampled metric (``eval.sampled_k``) is
+    single-process only: refused here rather than left out silently."""
+    from ..evaluation import summarise, turn_distribution, write_eval, write_outcomes
+
+    if cfg.eval.sampled_k > 0:
+        raise ProfileError(f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
+                           "process; set eval.sampled_k=0 for a multi-process run and compute it "
+                           "afterwards with `at2po evaluate --checkpoint ...`")
+    validator = Validator(trainer, cfg, trainer.retriever, cfg.eval.datasets,
+                          cfg.eval.max_questions, method, seed)
+    details = validator.details()
+    if not trainer.accelerator.is_main_process:
+        return None
+    summary = summarise(details, cfg.name, method, seed)
+    write_outcomes(details, run.outcomes)
+    write_eval(summary, run.final_eval, cfg.name, seed, None, method=method,
+               turn_distribution=turn_distribution(details).to_dict("records"),
+               processes=trainer.accelerator.num_processes)
+    return summary
 
 
 def _peft_config(cfg: ProfileConfig):
