@@ -4,16 +4,13 @@
 repeats it line for line, and environment.yml's pip section reads it with ``-r`` and adds the
 project's other dependencies except those the GPU list replaces (``torch``, ``transformers``,
 ``faiss-cpu``). tests/test_gpu_env.py checks both; ``scripts/check_gpu_env.sh`` resolves the
-result with pip's resolver (``python -m at2po_lib.gpu_env requirements`` writes its input and
-``summarize`` reads pip's ``--report``).
+result with pip's resolver (``at2po gpu-env requirements`` writes its input and ``at2po gpu-env
+summarize`` reads pip's ``--report``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 import tomllib
 from pathlib import Path
 
@@ -82,25 +79,3 @@ def summarize_report(report: dict) -> list[tuple[str, str]]:
         raise ValueError("the resolution installs both faiss-cpu and faiss-gpu: one `faiss` module")
     return [(name, versions.get(name, "-")) for name in SUMMARY_PACKAGES] + [
         ("(packages in all)", str(len(versions)))]
-
-
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m at2po_lib.gpu_env")
-    sub = parser.add_subparsers(dest="command", required=True)
-    req = sub.add_parser("requirements", help="environment.yml's pip section as a requirements file")
-    req.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
-    summ = sub.add_parser("summarize", help="the key versions of a pip --report")
-    summ.add_argument("report", type=Path)
-    args = parser.parse_args(argv)
-    if args.command == "requirements":
-        print("\n".join(environment_requirements(args.root)))
-        return 0
-    rows = summarize_report(json.loads(args.report.read_text()))
-    width = max(len(n) for n, _ in rows)
-    for name, version in rows:
-        print(f"  {name:<{width}}  {version}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -14,14 +14,12 @@ stand-ins made here, offline:
   corpus, the questions and the template (``save_pretrained``, loaded by path as
   ``Qwen/Qwen3-4B`` would be).
 
-    python -m at2po_lib.rehearsal --out artifacts/rehearsal
+    at2po rehearsal --out artifacts/rehearsal
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,18 +86,3 @@ def prepare(out: Path, profile_cfg: ProfileConfig | None = None, passages: int =
     tokenizer = train_tokenizer(texts, vocab_size=cfg.policy.vocab_size)
     save_policy(build_policy(cfg.policy, tokenizer, seed=seed), tokenizer, files.policy)
     return files
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m at2po_lib.rehearsal",
-                                     description="Write the rehearsal profile's stand-in files.")
-    parser.add_argument("--out", type=Path, default=Path("artifacts") / "rehearsal")
-    parser.add_argument("--passages", type=int, default=200)
-    args = parser.parse_args(argv)
-    files = prepare(args.out, passages=args.passages)
-    print("\n".join(f"--set {text}" for text in files.overrides()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,8 +29,8 @@ PY
 REQS="$(mktemp -t gpu-env-reqs.XXXXXX.txt)"
 trap 'rm -f "$REQS"' EXIT
 # environment.yml's pip section as a requirements file (its `-r` line resolved from the root)
-"$PYTHON" -m at2po_lib.gpu_env requirements --root "$ROOT" > "$REQS" 2>/dev/null \
-    || PYTHONPATH="$ROOT" "$PYTHON" -m at2po_lib.gpu_env requirements --root "$ROOT" > "$REQS"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m at2po_lib.cli gpu-env requirements \
+    --root "$ROOT" > "$REQS"
 
 if [ "${AT2PO_GPU_ENV_KEEP_PIP_CONFIG:-0}" != 1 ]; then
     # os.devnull as PIP_CONFIG_FILE: pip loads no configuration file (no local find-links or
@@ -46,5 +46,4 @@ start=$(date +%s)
 "$PYTHON" -m pip install --dry-run --ignore-installed --quiet --disable-pip-version-check \
     --report "$REPORT" -r "$REQS"
 echo "check_gpu_env: resolvable in $(( $(date +%s) - start )) s; report: $REPORT"
-"$PYTHON" -m at2po_lib.gpu_env summarize "$REPORT" 2>/dev/null \
-    || PYTHONPATH="$ROOT" "$PYTHON" -m at2po_lib.gpu_env summarize "$REPORT"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m at2po_lib.cli gpu-env summarize "$REPORT"

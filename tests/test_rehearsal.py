@@ -57,13 +57,15 @@ def _launch(args: list[str], env: dict, timeout_s: int = 400) -> subprocess.Comp
 
 
 def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
+    from at2po_lib.cli import rehearsal as rehearsal_cli
     from at2po_lib.config import load_profile
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.rehearsal import prepare
+    from at2po_lib.rehearsal import RehearsalFiles
     from at2po_lib.trainer.rank_record import weights_digest
 
     started = time.time()
-    files = prepare(tmp_path / "files", passages=100)
+    assert rehearsal_cli.main(["--out", str(tmp_path / "files"), "--passages", "100"]) == 0
+    files = RehearsalFiles(tmp_path / "files")
     port = _free_port()
     sets = [*files.overrides(), f"retrieval.url=http://127.0.0.1:{port}/retrieve"]
     set_args = [a for text in sets for a in ("--set", text)]
