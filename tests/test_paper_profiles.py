@@ -151,3 +151,17 @@ def test_gpu_check_all_lists_its_checks_within_ten_minutes(capsys):
     assert gpu_check_all.last_json('noise\n{"check": "x", "v": 1}\n') == {"check": "x", "v": 1}
     with pytest.raises(SystemExit):
         gpu_check_all.main(["--only", "nope"])
+
+
+def test_optimizer_offload_without_a_compiler_is_refused_naming_the_fix(tmp_path):
+    from at2po_lib.config import ProfileError
+    from at2po_lib.trainer.run import check_optimizer_offload
+
+    bare = {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu", "PATH": str(tmp_path)}
+    with pytest.raises(ProfileError, match="DS_BUILD_CPU_ADAM=1.*zero3_8gpu.yaml"):
+        check_optimizer_offload(bare)
+    check_optimizer_offload({"PATH": str(tmp_path)})  # no offload: nothing to check
+    for tool in ("c++", "nvcc"):  # both tools found: the JIT build can run
+        (tmp_path / tool).write_text("#!/bin/sh\n")
+        (tmp_path / tool).chmod(0o755)
+    check_optimizer_offload(bare)

@@ -164,6 +164,8 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: b
         profile_overrides or {}) or None)
     preset = get_method(method)
     _check_backend(cfg)
+    if preset.trains:
+        check_optimizer_offload()
     run = records.run_dir(records.run_profile_key(cfg), method, seed)
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
@@ -332,6 +334,32 @@ def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: records
 
     model, tokenizer = load_policy(policy_path(cfg), cfg.policy.dtype)
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
+
+
+def check_optimizer_offload(environ=os.environ) -> None:
+    """Refuse up front an optimizer offload DeepSpeed cannot run: ``offload_optimizer_device:
+    cpu`` (zero3_offload_8gpu.yaml) steps with DeepSpeedCPUAdam, which a deepspeed wheel does
+    not prebuild; it is JIT-compiled at the first step, and that needs a C++ compiler and the
+    CUDA toolkit (nvcc) -- otherwise the run dies after the model was loaded."""
+    if environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower() != "cpu":
+        return
+    try:
+        from deepspeed.git_version_info import installed_ops
+
+        if installed_ops.get("cpu_adam"):
+            return
+    except ImportError:
+        pass
+    cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    missing = [tool for tool in ("c++", "nvcc") if shutil.which(tool, path=environ.get("PATH"))
+               is None and not (tool == "nvcc" and cuda_home and Path(cuda_home, "bin", "nvcc").is_file())]
+    if missing:
+        raise ProfileError(
+            "offload_optimizer_device: cpu needs DeepSpeedCPUAdam, which this deepspeed did not "
+            f"prebuild and cannot compile here (no {' and no '.join(missing)}). Install a "
+            "compiler and the CUDA toolkit (conda install -c conda-forge gxx_linux-64 cuda-nvcc "
+            "cuda-cudart-dev), or reinstall deepspeed with DS_BUILD_CPU_ADAM=1, or train "
+            "without offload (configs/accelerate/zero3_8gpu.yaml)")
 
 
 def uses_deepspeed(args) -> bool:
