@@ -94,6 +94,8 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
                           "--data-dir", str(files.flashrag)], env)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         assert "resumed:" in second.stdout
+        served = _wait_healthy(f"http://127.0.0.1:{port}/health", server)
+        assert served["queries_searched"] > 0  # rollouts searched through the HTTP server
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -106,6 +108,7 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
     metrics = records.read_jsonl(run.metrics)
     assert [m["step"] for m in metrics] == [1, 2]
     assert metrics[0]["grad_norm"] > 0  # step 1 had a gradient to all-reduce
+    assert max(m["rollout/tool_calls_mean"] for m in metrics) > 0
 
     ranks = [records.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl") for r in (0, 1)]
     for rank, rows in enumerate(ranks):
