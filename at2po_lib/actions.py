@@ -28,9 +28,11 @@ How the references do it, and where this differs:
   opening tag (``a <search> b``); an empty query is sent to the retriever.
 - The authors' code (``vllm_rollout_with_tools_tree_offline.py``) stops generation at
   ``</search>`` only and takes the text between the last ``<search>`` and that ``</search>``
-  (rule 2); an empty query ends the branch (rule 3). An answer simply ends with EOS, so a
-  model that wrote ``</answer>`` and then searched would search there; here it answers. A
-  rollout that wants the authors' behaviour exactly adds only ``</search>`` as stop string.
+  (:func:`last_tag_content`); an empty query ends the branch. An answer simply ends with EOS,
+  so a model that wrote ``</answer>`` and then searched searches there. The rollout
+  (:mod:`at2po_lib.rollout.agent`) does exactly that: what follows a turn is decided by the
+  stop it ended on (``</search>``: :func:`last_tag_content`; EOS: the branch ends), and
+  :func:`parse_action` only names the turn's action for records and for Search-R1's retry.
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ def _first_closing_tag(text: str) -> tuple[str, int] | None:
         return None
     pos, tag = min(found)
     return tag, pos
+
+
+def last_tag_content(text: str, tag: str) -> str | None:
+    """Stripped text between the last ``</tag>`` and the last ``<tag>`` before it, None when
+    either is missing (the authors' ``_extract_content``, applied here to the turn's own text)."""
+    close_at = text.rfind(f"</{tag}>")
+    if close_at < 0:
+        return None
+    open_at = text.rfind(f"<{tag}>", 0, close_at)
+    if open_at < 0:
+        return None
+    return text[open_at + len(tag) + 2 : close_at].strip()
 
 
 def _no_action_reason(text: str) -> str:

@@ -187,6 +187,22 @@ class WarmStartConfig:
     length, then all batches are shuffled (``ShuffledLengthBatches``); 1: random batches."""
     pretrain_batch_size: int = 32
     pretrain_seq_len: int = 128
+    strategy_mix: bool = False
+    """Draw each demonstration's behaviour at its decision turns from several strategies
+    (``at2po_lib.policy.strategies``: follow the plan, stop early, repeat a query) instead of
+    always following the plan, so the warm start's sampled behaviour is mixed where an agent
+    decides. Off: every demonstration is perfect."""
+    follow_rate_hard: float = 0.35
+    """With ``strategy_mix``: how often a demonstration follows the plan at a decision keyed by
+    one of ``strategies.HARD_RELATIONS`` (below 0.5: the greedy policy fails there)."""
+    follow_rate_easy: float = 0.85
+    """With ``strategy_mix``: how often it follows at every other decision."""
+    init_from: str | None = None
+    """Start SFT from this policy folder (its model and tokenizer; a path relative to the
+    repository root, or absolute) instead of a new model: no tokenizer training, no
+    pretraining. The tiny profile's second stage starts from the first stage's warm start."""
+    select: str = "band"
+    """Checkpoint choice: ``band`` (validation EM closest to the target band) or ``last``."""
 
 
 @dataclass
@@ -201,9 +217,15 @@ class RolloutConfig:
     trainer must recompute them with the same ``T``. 0 means greedy."""
     top_p: float = 1.0
     max_tool_calls: int = 6
-    """Searches per trajectory; a later search gets the tool-limit notice (docs/method.md §1)."""
-    max_turn_tokens: int = 64
-    """Tokens one turn may generate; a turn cut by it ends the branch."""
+    """Searches per trajectory; at a later ``</search>`` the tool-limit notice is inserted in
+    the same node, which goes on and can only end (docs/method.md §1)."""
+    max_turn_tokens: int = 0
+    """Tokens one generation call may sample; 0 (default, authors' code): no per-turn cap, a
+    call gets the rest of the response budget. With a cap, a call that reaches it goes on in
+    the same node (the authors' ``length`` handling), unless ``turn_length_ends_branch``."""
+    turn_length_ends_branch: bool = False
+    """End the branch (``turn_length``) when a call reaches ``max_turn_tokens``: the project's
+    behaviour before issue #22, kept to re-measure results made with it (off: the authors')."""
     max_response_tokens: int = 512
     """Completion budget (turns + observations) per trajectory."""
     max_prompt_tokens: int = 256

@@ -1,33 +1,39 @@
 r"""Prompt templates of the search agent: what the model is told, how search results are shown.
 
-docs/method.md §1: "The instruction sits in a *system* message; the question is the user message
-(a ``?`` is appended if missing). Search-R1 (the older standard) uses ``<information>``
-instead of ``<result>``, a plain ``<answer> … </answer>``, and puts the instruction in the
-user message. Support both formats." The project writes its own instruction wording with the
-same structure; a user can load any template file.
+docs/method.md §1. The authors' rows are **one system message** holding the instruction, the
+text ``\nuser\n`` and the question (``data_process/hotpotqa_multihop_train.py``,
+``make_prefix``; a ``?`` is appended when the question has none); there is no user turn.
+Search-R1 (the older standard) puts the instruction and the question in one *user* message,
+wraps observations in ``<information>`` and uses a plain ``<answer> … </answer>``. Both are
+supported; the project writes its own instruction wording with the same structure, and a user
+can load any template file.
 
 Built-in templates (YAML files in ``at2po_lib/templates/``):
 
-- ``atpo``: instruction in a system message, ``<think>``/``<search>``/``<result>``, final
-  ``<answer> The final answer is \[ \boxed{…} \] </answer>``; an invalid action ends the branch.
-  Paper vs code: docs/method.md describes a system instruction plus a user question, which is what
-  this template builds; the authors' ``data_process/*.py`` actually writes a *single* system
-  message holding the instruction, the text ``\nuser\n`` and the question.
+- ``atpo``: one system message (instruction, ``\nuser\n``, question), ``<think>``/``<search>``/
+  ``<result>``, final ``<answer> The final answer is \[ \boxed{…} \] </answer>``; turns stop at
+  ``</search>`` or EOS; an invalid action ends the branch.
 - ``searchr1``: instruction and question in one user message, ``<information>``, plain
-  ``<answer> … </answer>``; an invalid action gets a corrective message and a retry.
-- ``tiny``: a one-line instruction for the toy policy (small context, word-level tokenizer):
-  ``<search>``/``<result>`` with a plain ``<answer>`` and no ``<think>`` (a model trained from
-  scratch has nothing to think with, and every instruction word costs context).
+  ``<answer> … </answer>``; turns stop at ``</search>``, ``</answer>`` or EOS (Search-R1's
+  ``generation.py``); an invalid action gets a corrective message and a retry.
+- ``tiny``: the ``atpo`` structure (one system message, same stops and node rules) with a
+  one-line instruction for the toy policy (small context, word-level tokenizer): ``<search>``/
+  ``<result>`` with a plain ``<answer>`` and no ``<think>`` (a model trained from scratch has
+  nothing to think with, and every instruction word costs context).
 
-Observations (docs/method.md §1: "Top-3 passages, each rendered with its title") are rendered from
-wiki-18 documents ``{"id", "contents"}`` where contents is ``"Title"\ntext``:
-``Doc 1(Title: Paris) Paris is the capital …`` (Search-R1's rendering), one document a line,
-inside the template's observation tags. The authors' code renders ``Page 1: <contents>``
-instead; a template's ``doc_format`` can reproduce either.
+Observations (docs/method.md §1) are rendered from wiki-18 documents ``{"id", "contents"}``
+where contents is ``"Title"\ntext``. The authors' tool (``search_tool.py``, ``execute`` and
+``_format_results``) removes ``"`` from the query, drops passages whose stripped contents repeat
+an earlier one, cuts each to 1,000 characters and writes ``Page i: <contents>`` lines, or
+``No search results found.``; the ``atpo`` template does the same (``strip_query_quotes``,
+``dedupe_passages``, ``max_passage_chars``, ``doc_format``). Search-R1 renders
+``Doc i(Title: …) text`` and cleans nothing (``searchr1``).
 
     >>> t = get_template("atpo")
-    >>> build_messages(t, "who wrote hamlet")[1]
-    {'role': 'user', 'content': 'who wrote hamlet?'}
+    >>> [m["role"] for m in build_messages(t, "who wrote hamlet")]
+    ['system']
+    >>> build_messages(t, "who wrote hamlet")[0]["content"].endswith("\nuser\nwho wrote hamlet?")
+    True
 """
 
 from __future__ import annotations
@@ -60,9 +66,11 @@ class PromptTemplate:
     name: str
     """Short identifier, recorded with every result."""
     system: str | None
-    """System message, or None for no system message (Search-R1, tiny)."""
-    user: str
-    """User message; ``{question}`` is replaced by the question (with ``?`` appended)."""
+    """System message, or None for none (Search-R1). ``{question}`` in it is replaced by the
+    question (the authors' and the tiny format: instruction and question in this one message)."""
+    user: str | None
+    """User message, or None for no user turn (the authors' format). Exactly one of ``system``
+    and ``user`` holds ``{question}``, once; it is replaced by the question (``?`` appended)."""
     observation: str
     r"""Observation text appended after a search call; ``{docs}`` is replaced by the rendered
     documents. Holds the tags and their surrounding newlines, e.g. ``" <result>\n{docs}\n</result>"``."""
@@ -89,12 +97,26 @@ class PromptTemplate:
     (Search-R1)."""
     description: str = ""
     """Optional free text."""
+    stops: tuple[str, ...] = ("</search>",)
+    """Strings that end a turn besides EOS. Authors' code: the tool tags only (``</search>``),
+    so a final answer runs on to EOS, which is generated and trained; Search-R1 also stops at
+    ``</answer>``."""
+    strip_query_quotes: bool = True
+    """Remove ``"`` from a query before it is searched (authors' ``search_tool.py``)."""
+    dedupe_passages: bool = True
+    """Drop a passage whose stripped contents equal an earlier one's (authors' tool)."""
+    max_passage_chars: int = 1000
+    """Cut each passage's contents to this many characters before rendering (authors' tool:
+    1,000); 0 keeps them whole (Search-R1)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.stops, list):  # YAML lists; the dataclass is frozen and hashable
+            object.__setattr__(self, "stops", tuple(self.stops))
         _validate(self, source=f"template {self.name!r}")
 
 
-_REQUIRED = [f.name for f in dataclasses.fields(PromptTemplate) if f.name != "description"]
+_OPTIONAL = {"description", "stops", "strip_query_quotes", "dedupe_passages", "max_passage_chars"}
+_REQUIRED = [f.name for f in dataclasses.fields(PromptTemplate) if f.name not in _OPTIONAL]
 _ALLOWED = {f.name for f in dataclasses.fields(PromptTemplate)}
 
 
@@ -107,9 +129,9 @@ def _validate(t: PromptTemplate, source: str) -> None:
     """Check types and placeholders; every error names ``source``."""
     for name in _REQUIRED:
         value = getattr(t, name)
-        if name == "system":
+        if name in ("system", "user"):
             if value is not None and not isinstance(value, str):
-                raise TemplateError(f"{source}: field 'system' must be a string or null")
+                raise TemplateError(f"{source}: field {name!r} must be a string or null")
         elif not isinstance(value, str):
             raise TemplateError(f"{source}: field {name!r} must be a string, got {type(value).__name__}")
     if t.answer_style not in ("boxed", "plain"):
@@ -118,12 +140,18 @@ def _validate(t: PromptTemplate, source: str) -> None:
         raise TemplateError(
             f"{source}: on_invalid_action must be 'end' or 'retry', got {t.on_invalid_action!r}"
         )
-    # user/observation are filled with str.replace (instructions may hold \boxed{} braces),
-    # so only the one placeholder each is checked.
-    for name, marker in (("user", "{question}"), ("observation", "{docs}")):
-        count = getattr(t, name).count(marker)
-        if count != 1:
-            raise TemplateError(f"{source}: field {name!r} must contain {marker} exactly once, found {count}")
+    if t.system is None and t.user is None:
+        raise TemplateError(f"{source}: 'system' and 'user' are both null; one must hold {{question}}")
+    # system/user/observation are filled with str.replace (instructions may hold \boxed{}
+    # braces), so only the one placeholder each is checked.
+    questions = sum((getattr(t, name) or "").count("{question}") for name in ("system", "user"))
+    if questions != 1:
+        raise TemplateError(f"{source}: 'system' and 'user' together must contain {{question}} "
+                            f"exactly once, found {questions}")
+    count = t.observation.count("{docs}")
+    if count != 1:
+        raise TemplateError(f"{source}: field 'observation' must contain {{docs}} exactly once, found {count}")
+    _validate_tool_options(t, source)
     try:
         doc_fields = _placeholders(t.doc_format)
     except ValueError as err:
@@ -139,6 +167,19 @@ def _validate(t: PromptTemplate, source: str) -> None:
         raise TemplateError(
             f"{source}: observation must contain {t.observation_open!r}, then {{docs}}, then {t.observation_close!r}"
         )
+
+
+def _validate_tool_options(t: PromptTemplate, source: str) -> None:
+    if not isinstance(t.stops, tuple) or not all(isinstance(x, str) and x for x in t.stops):
+        raise TemplateError(f"{source}: 'stops' must be a list of non-empty strings, got {t.stops!r}")
+    if "</search>" not in t.stops:
+        raise TemplateError(f"{source}: 'stops' must include '</search>' (a search turn ends there)")
+    for name in ("strip_query_quotes", "dedupe_passages"):
+        if not isinstance(getattr(t, name), bool):
+            raise TemplateError(f"{source}: {name!r} must be true or false")
+    chars = t.max_passage_chars
+    if isinstance(chars, bool) or not isinstance(chars, int) or chars < 0:
+        raise TemplateError(f"{source}: 'max_passage_chars' must be an integer >= 0, got {chars!r}")
 
 
 def template_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PromptTemplate:
@@ -209,13 +250,13 @@ def normalize_question(question: str) -> str:
 
 
 def build_messages(template: PromptTemplate | str, question: str) -> list[dict[str, str]]:
-    """Chat messages for one question: ``[system?, user]`` as ``{"role", "content"}`` dicts."""
+    """Chat messages for one question as ``{"role", "content"}`` dicts: ``[system]`` (authors'
+    format, tiny), ``[user]`` (Search-R1) or ``[system, user]`` (a user template)."""
     t = get_template(template)
+    q = normalize_question(question)
     # str.replace, not str.format: the instruction may hold braces (\boxed{}).
-    user = t.user.replace("{question}", normalize_question(question))
-    messages = [] if t.system is None else [{"role": "system", "content": t.system}]
-    messages.append({"role": "user", "content": user})
-    return messages
+    return [{"role": role, "content": text.replace("{question}", q)}
+            for role, text in (("system", t.system), ("user", t.user)) if text is not None]
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -264,13 +305,44 @@ def render_document(template: PromptTemplate | str, doc: Mapping[str, Any], inde
     )
 
 
+def clean_query(template: PromptTemplate | str, query: str) -> str:
+    """The query as the tool searches it: ``"`` removed when the template says so (authors'
+    ``search_tool.py``, ``execute``), then stripped."""
+    t = get_template(template)
+    return (query.replace('"', "") if t.strip_query_quotes else query).strip()
+
+
+def clean_passages(template: PromptTemplate | str,
+                   docs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The documents as the tool shows them: contents stripped, repeats dropped
+    (``dedupe_passages``) and each cut to ``max_passage_chars`` characters (authors'
+    ``search_tool.py``, ``_extract_and_format_results`` and ``_format_results``), rank order
+    kept. Documents with empty contents are dropped as the authors' tool drops them."""
+    t = get_template(template)
+    if not (t.dedupe_passages or t.max_passage_chars):
+        return [dict(d) for d in docs]
+    out, seen = [], set()
+    for doc in docs:
+        if "contents" not in doc:
+            raise ValueError(f"document {doc.get('id', '?')!r} has no 'contents' field")
+        contents = str(doc["contents"]).strip()
+        if not contents or (t.dedupe_passages and contents in seen):
+            continue
+        seen.add(contents)
+        cut = contents[: t.max_passage_chars] if t.max_passage_chars else contents
+        out.append({**doc, "contents": cut})
+    return out
+
+
 def render_observation(template: PromptTemplate | str, docs: Sequence[Mapping[str, Any]]) -> str:
-    """The observation appended after a search call: the top-k documents inside the tags.
+    """The observation appended after a search call: the cleaned documents inside the tags.
 
     ``docs`` are ``{"id", "contents"}`` dicts in rank order (the retriever's top-k, k=3 in the
-    paper). An empty list renders the template's ``empty_result_text``.
+    paper), cleaned by :func:`clean_passages`. No document left renders the template's
+    ``empty_result_text``.
     """
     t = get_template(template)
+    docs = clean_passages(t, docs)
     if docs:
         body = t.doc_separator.join(render_document(t, d, i) for i, d in enumerate(docs, start=1))
     else:

@@ -89,8 +89,8 @@ def prepare(out: Path, profile_cfg: ProfileConfig | None = None, passages: int =
     tokenizer = train_tokenizer(texts, vocab_size=cfg.policy.vocab_size)
     model = build_policy(cfg.policy, tokenizer, seed=seed)
     if search_steps > 0:
-        # 6 questions x 25 steps at lr 2e-2: ~3 of 10 sampled first turns then close a search
-        # within the rehearsal's 16-token turns (measured), in seconds on one core
+        # 6 questions x 25 steps at lr 2e-2: ~3 of 10 sampled first turns close a search
+        # within 16 tokens (measured; the rehearsal's calls may run to 64), in seconds
         prime_search_calls(model, tokenizer, template, [r["question"] for r in questions[:6]],
                            search_steps, learning_rate=2e-2)
     save_policy(model, tokenizer, files.policy)

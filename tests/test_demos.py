@@ -131,3 +131,60 @@ def test_bad_rows_raise_clear_errors(world):
         hop_plan({"id": "r1", "question": "q", "golden_answers": ["a"]})
     with pytest.raises(ValueError, match="results"):
         script_demo(world["rows"][0], "tiny", [])
+
+
+def test_strategy_plans_shape_the_demonstration(world):
+    """A stop plan answers after its searches with the last value read; a repeat plan searches
+    the previous query again and sees the same observation twice."""
+    import random
+
+    from at2po_lib.policy.strategies import REPEAT, STOP, StrategyPlan
+
+    row = next(r for r in world["rows"] if len(r["metadata"]["hop_queries"]) >= 3)
+    queries, answers, _ = hop_plan(row)
+    hits = world["retriever"].search(queries, topk=3)
+    stop = StrategyPlan(STOP, 1, (queries[0],), (0,), answers[0])
+    demo = script_demo(row, "tiny", hits, stop)
+    turns = [s.text for s in demo.segments if s.trainable]
+    assert turns == [f"<search> {queries[0]} </search>", f"<answer> {answers[0]} </answer>"]
+    assert demo.strategy == STOP and demo.answer == answers[0]
+    repeat = StrategyPlan(REPEAT, 2, (queries[0], queries[1], queries[1]), (0, 1, 1), answers[1])
+    demo = script_demo(row, "tiny", hits, repeat)
+    turns = [s.text for s in demo.segments if s.trainable]
+    assert turns[1] == turns[2] == f"<search> {queries[1]} </search>"
+    assert demo.observations[1] == demo.observations[2]
+    assert demo.strategy == REPEAT
+    # script_demos takes one plan per row and refuses a count mismatch
+    with pytest.raises(ValueError, match="strategy plans"):
+        script_demos(world["rows"], "tiny", world["retriever"], plans=[stop])
+
+
+def test_a_demo_is_exactly_what_the_rollout_produces_for_the_same_turns(world):
+    """Issue #22: demonstrations hold the rollout's format: one system message, the tool's
+    observations, and the final answer followed by EOS, trained (mask 1)."""
+    import dataclasses
+
+    from at2po_lib.rollout.toy import ScriptedBackend
+    from at2po_lib.rollout.trees import rollout_trees
+
+    tok, row, retriever = world["tok"], world["rows"][0], world["retriever"]
+    (demo,) = script_demos([row], "tiny", retriever, topk=retriever.default_topk)
+    model_turns = [s.text for s in demo.segments if s.trainable]
+    model_turns[-1] += tok.eos_token  # the rollout's final turn runs to EOS
+
+    def script(context, rng):
+        return model_turns[script.calls.__next__()]
+
+    script.calls = iter(range(len(model_turns)))
+    cfg = dataclasses.replace(world["cfg"].rollout, max_response_tokens=4000,
+                              max_prompt_tokens=1000)
+    (tree,) = rollout_trees(None, tok, "tiny", world["retriever"], [row["question"]],
+                            [row["golden_answers"]], cfg, expansion="chain", num_chains=1,
+                            backend=ScriptedBackend(tok, script))
+    traj = tree.trajectory(tree.leaves()[0], tok.decode, lambda text: None)
+    example = tokenize_demo(demo, tok)
+    assert example["input_ids"] == traj.prompt_ids + traj.completion_ids
+    assert example["assistant_masks"] == [0] * len(traj.prompt_ids) + traj.sampled_mask
+    assert example["input_ids"][-1] == tok.eos_token_id and example["assistant_masks"][-1] == 1
+    assert build_messages("tiny", row["question"])[0]["role"] == "system"
+    assert tree.nodes[tree.leaves()[0]].finish_reason == "answer"

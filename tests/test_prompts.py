@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -41,8 +43,10 @@ def test_builtin_templates_load(name):
 
 
 def test_atpo_structure():
+    # the authors' make_prefix: one system message, instruction + "\nuser\n" + question
     t = get_template("atpo")
-    assert t.system is not None and t.user == "{question}"
+    assert t.user is None and t.system.endswith("\nuser\n{question}")
+    assert t.stops == ("</search>",)
     for tag in ("<think>", "<search>", "<result>", "<answer>", "\\boxed{"):
         assert tag in t.system
     assert (t.observation_open, t.observation_close) == ("<result>", "</result>")
@@ -54,21 +58,34 @@ def test_searchr1_structure():
     assert t.system is None
     assert "<information>" in t.user and "{question}" in t.user
     assert t.answer_style == "plain" and t.on_invalid_action == "retry"
+    assert t.stops == ("</search>", "</answer>")  # Search-R1's generation.py
+    assert not (t.strip_query_quotes or t.dedupe_passages or t.max_passage_chars)
 
 
-def test_tiny_is_short():
-    # The tiny policy has a small context: the instruction stays under 25 words.
+def test_tiny_is_short_with_the_atpo_structure():
+    # The tiny policy has a small context: the instruction stays under 25 words; structure,
+    # stops and cleaning are the authors' (one system message, no user turn).
     t = get_template("tiny")
-    assert len(t.user.split()) < 25
-    assert t.system is None
+    assert len(t.system.split()) < 25 and "{question}" in t.system
+    assert t.user is None and t.stops == ("</search>",)
+    assert t.strip_query_quotes and t.dedupe_passages and t.max_passage_chars == 1000
 
 
-def test_build_messages_system_and_question_mark():
-    messages = build_messages("atpo", "  who wrote hamlet ")
-    assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[1]["content"] == "who wrote hamlet?"
+@pytest.mark.parametrize("name", ["atpo", "tiny"])
+def test_build_messages_one_system_message_and_question_mark(name):
+    messages = build_messages(name, "  who wrote hamlet ")
+    assert [m["role"] for m in messages] == ["system"]
+    assert messages[0]["content"].endswith("who wrote hamlet?")
     # An existing question mark is not doubled.
-    assert build_messages("atpo", "who wrote hamlet?")[1]["content"] == "who wrote hamlet?"
+    assert build_messages(name, "who wrote hamlet?")[0]["content"].endswith("who wrote hamlet?")
+    assert not build_messages(name, "who wrote hamlet?")[0]["content"].endswith("??")
+
+
+def test_a_user_template_may_keep_system_and_user_messages():
+    data = {f.name: getattr(get_template("atpo"), f.name) for f in dataclasses.fields(PromptTemplate)}
+    data.update(system="instruction", user="{question}", name="two")
+    messages = build_messages(PromptTemplate(**data), "q")
+    assert messages == [{"role": "system", "content": "instruction"}, {"role": "user", "content": "q?"}]
 
 
 def test_build_messages_searchr1_single_user_message():
@@ -79,7 +96,7 @@ def test_build_messages_searchr1_single_user_message():
 
 def test_build_messages_question_with_braces_is_not_formatted():
     # str.format would choke on braces inside a question; replace leaves them alone.
-    assert build_messages("atpo", "what is {x}")[1]["content"] == "what is {x}?"
+    assert build_messages("atpo", "what is {x}")[0]["content"].endswith("\nwhat is {x}?")
 
 
 def test_build_messages_rejects_empty_question():
@@ -116,6 +133,27 @@ def test_render_observation_real_wiki18_top3():
     title, text = split_title(docs[0]["contents"])
     assert text in rendered and title in rendered
     assert f"Page 1: {docs[0]['contents']}" in render_observation("atpo", docs)
+
+
+def test_observation_cleaning_as_the_authors_tool():
+    """Repeated passages dropped (after stripping), each cut to 1,000 characters, numbered
+    after the de-duplication; Search-R1 cleans nothing."""
+    long = {"id": "3", "contents": '"Long"\n' + "x" * 1500}
+    docs = [DOCS[0], {"id": "9", "contents": "  " + DOCS[0]["contents"] + " "}, long]
+    rendered = render_observation("atpo", docs)
+    assert rendered.count("Page ") == 2 and "Page 2: \"Long\"" in rendered
+    page2 = rendered.split("Page 2: ", 1)[1].rsplit("\n</result>", 1)[0]
+    assert page2 == long["contents"][:1000] and len(page2) == 1000
+    assert render_observation("searchr1", docs).count("Doc ") == 3
+    assert "x" * 1500 in render_observation("searchr1", docs)
+
+
+def test_clean_query_strips_double_quotes_for_the_authors_format():
+    from at2po_lib.prompts import clean_query
+
+    assert clean_query("atpo", ' "Paris" capital ') == "Paris capital"
+    assert clean_query("tiny", '""') == ""
+    assert clean_query("searchr1", '"Paris"') == '"Paris"'
 
 
 def test_render_observation_empty():
@@ -165,7 +203,13 @@ def test_user_file_missing_field_names_file(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"user": "no placeholder"}, "question"),
+        ({"system": "no placeholder"}, "question"),
+        ({"user": "{question} again"}, "exactly once, found 2"),
+        ({"system": None, "user": None}, "both null"),
+        ({"stops": ["</answer>"]}, "stops"),
+        ({"stops": "</search>"}, "stops"),
+        ({"max_passage_chars": -1}, "max_passage_chars"),
+        ({"dedupe_passages": "yes"}, "dedupe_passages"),
         ({"observation": "<result></result>"}, "docs"),
         ({"answer_style": "fancy"}, "answer_style"),
         ({"on_invalid_action": "explode"}, "on_invalid_action"),

@@ -137,6 +137,14 @@ def test_equalize_duplicates_the_last_leaf():
         assert dup.duplicate_of == last.id and dup.finish_reason == last.finish_reason
 
 
+def sampled_from(node, expected, calls):
+    """The node's first generation call was made from ``expected`` (``calls``: the backend's
+    (context, result ids) pairs); an empty leaf (observation cut to the budget) made none."""
+    if not node.token_ids:
+        return node.is_leaf and node.finish_reason == "response_length"
+    return any(ctx == expected and node.token_ids[:len(ids)] == ids for ctx, ids in calls)
+
+
 def check_tree_invariants(tree, context_of, max_round):
     for node in tree.nodes[1:]:
         parent = tree.nodes[node.parent]
@@ -144,9 +152,9 @@ def check_tree_invariants(tree, context_of, max_round):
         # the parent's turn and the parent's observation
         expected = tree.prompt_ids if node.parent == 0 else \
             tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
-        assert context_of[id(node.token_ids)] == expected
+        assert sampled_from(node, expected, context_of)
         assert node.is_leaf != bool(node.children)
-        assert not (node.is_leaf and node.obs_ids)
+        assert not (node.is_leaf and node.obs_ids) or node.obs_kind == "eos"  # empty query
         assert 0 <= node.expansion_round <= max_round
     for row in training_rows([tree]):
         mask = np.array(row["sampled_mask"])
@@ -167,8 +175,8 @@ def test_entropy_tree_invariants_over_many_shapes(toy, m, l_rounds, k, seed, p_s
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
     trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
                           cfg, expansion="entropy", seed=seed, backend=backend)
-    context_of = {id(r.token_ids): list(q.context) for q, r in
-                  zip(backend.requests, backend.results)}
+    context_of = [(list(q.context), r.token_ids) for q, r in
+                  zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == m + l_rounds * k
         check_tree_invariants(tree, context_of, l_rounds)
@@ -196,8 +204,8 @@ def test_random_expansion_is_tree_grpo(toy, trees_per_prompt, l_rounds, n, seed,
     trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
                           cfg, expansion="random", seed=seed, prompt_ids=[10, 20], backend=backend)
     assert [t.prompt_index for t in trees] == [10] * trees_per_prompt + [20] * trees_per_prompt
-    context_of = {id(r.token_ids): list(q.context) for q, r in
-                  zip(backend.requests, backend.results)}
+    context_of = [(list(q.context), r.token_ids) for q, r in
+                  zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == 1 + l_rounds * n >= 2
         assert len(tree.nodes[0].children) >= 1
@@ -273,7 +281,8 @@ def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
     for keep in (True, False):
         backend = make_backend(toy.model, toy.tokenizer, toy.cfg.rollout, STOP_SEQUENCES,
                                keep_cache=keep)
-        cfg = dataclasses.replace(toy.cfg.rollout, max_turn_tokens=1)  # every chain: 1 turn
+        cfg = dataclasses.replace(toy.cfg.rollout, max_turn_tokens=1,  # every chain: 1 turn
+                                  turn_length_ends_branch=True)
         rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden,
                       cfg, expansion="chain", num_chains=5, backend=backend)
         counts[keep] = backend.stats.prefill_tokens

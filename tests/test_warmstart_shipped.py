@@ -33,16 +33,38 @@ def test_shipped_copy_has_weights_tokenizer_and_provenance():
         row["step"] for row in record["selection"])
 
 
-def test_fresh_clone_uses_the_shipped_copy_and_a_changed_config_does_not(fresh_clone_artifacts):
+def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
+        fresh_clone_artifacts, monkeypatch):
+    """The selection logic, on a copy of the shipped record whose key is set to the current
+    configuration's (whether the real shipped copy is current is the next test)."""
     cfg = load_profile("tiny")
-    assert warmstart.cached_warmstart(cfg) == SHIPPED
-    assert warmstart.read_warmstart_record("tiny")["cache_key"] == warmstart.cache_key(cfg)
+    copy = fresh_clone_artifacts / "shipped"
+    copy.mkdir()
+    (copy / "model.safetensors").write_bytes(b"weights")
+    record = json.loads((SHIPPED / warmstart.SHIPPED_RECORD).read_text())
+    record["cache_key"] = warmstart.cache_key(cfg)
+    (copy / warmstart.SHIPPED_RECORD).write_text(json.dumps(record))
+    monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
+    assert warmstart.cached_warmstart(cfg) == copy
     changed = load_profile("tiny", {"sft": {"max_steps": 1999}})
     assert warmstart.cached_warmstart(changed) is None
+    # a changed trajectory format invalidates it too (issue #22)
+    assert warmstart.cached_warmstart(load_profile("tiny", {"policy": {"template": "atpo"}})) is None
+    assert warmstart.cached_warmstart(
+        load_profile("tiny", {"rollout": {"turn_length_ends_branch": True}})) is None
     # settings that do not touch SFT keep it valid (how a server is reached, Tree-GRPO's trees)
     same = load_profile("tiny", {"retrieval": {"timeout_s": 5.0},
                                  "rollout": {"tree_grpo_trees": 4}})
-    assert warmstart.cached_warmstart(same) == SHIPPED
+    assert warmstart.cached_warmstart(same) == copy
+
+
+def test_the_shipped_copy_is_current(fresh_clone_artifacts):
+    """Fails while results/tiny/warmstart/ was trained for another configuration or format
+    (after issue #22 until it is retrained: `at2po warmstart --profile tiny`, then shipped)."""
+    cfg = load_profile("tiny")
+    assert warmstart.read_warmstart_record("tiny")["cache_key"] == warmstart.cache_key(cfg), (
+        "the shipped tiny warm start is stale: retrain and ship it")
+    assert warmstart.cached_warmstart(cfg) == SHIPPED
 
 
 def test_ship_refuses_without_a_matching_local_warm_start(fresh_clone_artifacts):

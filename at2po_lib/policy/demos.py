@@ -5,13 +5,14 @@ retriever, tokenised turn by turn with a loss mask.
 A demonstration of a k-hop row (``metadata.hop_queries = [q_1 … q_k]``) is, for the ``tiny``
 template (no ``<think>`` section)::
 
-    <prompt via the chat template>              mask 0
+    <prompt via the chat template>              mask 0   (one system message: instruction + question)
     <search> q_1 </search>                      mask 1   (model turn 1)
      <result> top-3 of search(q_1) </result>    mask 0   (observation, rendered by prompts.py)
     <search> q_2 </search>                      mask 1
      <result> … </result>                       mask 0
     …
-    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos)
+    <answer> golden </answer><|im_end|>         mask 1   (final turn, then eos, as the rollout
+                                                         runs an answer to EOS and trains it)
 
 Templates whose instruction mentions ``<think>`` (``atpo``, ``searchr1``) get a short scripted
 reasoning section before each action, and ``boxed`` templates wrap the answer as
@@ -34,7 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import PromptTemplate, build_messages, get_template, prompt_ids, render_observation
+from ..prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
+                       render_observation)
+from .strategies import StrategyPlan, follow_plan
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,13 @@ class Demo:
     supported: bool
     """Every hop's answer appears in that hop's observation."""
     observations: list[str] = field(default_factory=list)
+    strategy: str = "follow"
+    """The :mod:`.strategies` strategy the demonstration took (``follow``, ``stop``, ``repeat``)."""
 
 
 def uses_think(template: PromptTemplate) -> bool:
     """A template asks for ``<think>`` sections when its instruction mentions the tag."""
-    return "<think>" in (template.system or "") + template.user
+    return "<think>" in (template.system or "") + (template.user or "")
 
 
 def format_answer(template: PromptTemplate, answer: str) -> str:
@@ -93,7 +98,8 @@ def hop_plan(row: Mapping[str, Any]) -> tuple[list[str], list[str], str]:
 
 
 def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
-                hits_per_hop: Sequence[Sequence[Mapping[str, Any]]]) -> Demo:
+                hits_per_hop: Sequence[Sequence[Mapping[str, Any]]],
+                plan: StrategyPlan | None = None) -> Demo:
     """Build the trajectory of one row from the retriever's results for its hop queries.
 
     Args:
@@ -101,42 +107,53 @@ def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
         template: the prompt template (name or object).
         hits_per_hop: ``retriever.search(hop_queries)`` — per hop, the ranked
             ``{"document": {"id", "contents"}, "score"}`` hits.
+        plan: what the demonstration does (:mod:`.strategies`); None follows the whole
+            plan. A repeated query reads its hop's hits again; an early answer ends it.
     """
     t = get_template(template)
     queries, hop_answers, answer = hop_plan(row)
     if len(hits_per_hop) != len(queries):
         raise ValueError(f"row {row.get('id')!r}: {len(queries)} hops but {len(hits_per_hop)} results")
+    plan = plan or follow_plan(row)
     think = uses_think(t)
     segments: list[Segment] = []
     observations: list[str] = []
     supported = True
-    for hop, (query, hop_answer, hits) in enumerate(zip(queries, hop_answers, hits_per_hop)):
+    for step, (query, hop) in enumerate(zip(plan.queries, plan.hops_read)):
         reason = ""
         if think:
-            reason = (f"<think> I need to look up {query}. </think>\n" if hop == 0 else
-                      f"<think> The result says {hop_answers[hop - 1]}. Next I need {query}. </think>\n")
+            reason = (f"<think> I need to look up {query}. </think>\n" if step == 0 else
+                      f"<think> The result says {hop_answers[plan.hops_read[step - 1]]}. "
+                      f"Next I need {query}. </think>\n")
         segments.append(Segment(f"{reason}<search> {query} </search>", True))
-        observation = render_observation(t, [h["document"] for h in hits])
+        observation = render_observation(t, [h["document"] for h in hits_per_hop[hop]])
         observations.append(observation)
         segments.append(Segment(observation, False))
-        supported &= hop_answer.lower() in observation.lower()
-    reason = f"<think> The result says {hop_answers[-1]}. So the answer is {answer}. </think>\n" if think else ""
+        supported &= hop_answers[hop].lower() in observation.lower()
+    answer = plan.answer
+    last_read = hop_answers[plan.hops_read[-1]] if plan.hops_read else answer
+    reason = f"<think> The result says {last_read}. So the answer is {answer}. </think>\n" if think else ""
     segments.append(Segment(reason + format_answer(t, answer), True))
     return Demo(str(row.get("id", "")), build_messages(t, row["question"]), segments, answer,
-                supported, observations)
+                supported, observations, plan.strategy)
 
 
 def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | str, retriever,
-                 topk: int = 3) -> list[Demo]:
-    """Demonstrations for many rows with one batched ``retriever.search`` call."""
-    plans = [hop_plan(row) for row in rows]
-    queries = [q for qs, _, _ in plans for q in qs]
+                 topk: int = 3, plans: Sequence[StrategyPlan] | None = None) -> list[Demo]:
+    """Demonstrations for many rows with one batched ``retriever.search`` call (``plans``: one
+    :class:`~.strategies.StrategyPlan` per row, None: every row follows its plan)."""
+    if plans is not None and len(plans) != len(rows):
+        raise ValueError(f"{len(plans)} strategy plans for {len(rows)} rows")
+    hop_plans = [hop_plan(row) for row in rows]
+    # searched as the rollout's tool searches them (the template's query cleaning)
+    queries = [clean_query(template, q) for qs, _, _ in hop_plans for q in qs]
     hits = retriever.search(queries, topk=topk) if queries else []
     if len(hits) != len(queries):
         raise ValueError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
     demos, start = [], 0
-    for row, (qs, _, _) in zip(rows, plans):
-        demos.append(script_demo(row, template, hits[start:start + len(qs)]))
+    for row, (qs, _, _) in zip(rows, hop_plans):
+        demos.append(script_demo(row, template, hits[start:start + len(qs)],
+                                 None if plans is None else plans[len(demos)]))
         start += len(qs)
     return demos
 

@@ -139,12 +139,25 @@ def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
     from .demos import script_demos
 
     demos = []
-    for source in sources:
+    for k, source in enumerate(sources):
         held_out = validation if source.name == "main" else None
         rows = demo_source_rows(profile_cfg, source, held_out)
         demos += script_demos(rows, profile_cfg.policy.template, source.retriever,
-                              topk=profile_cfg.retrieval.topk)
+                              topk=profile_cfg.retrieval.topk,
+                              plans=demo_plans(profile_cfg, rows, k))
     return demos
+
+
+def demo_plans(profile_cfg: ProfileConfig, rows: Sequence[dict], source_index: int):
+    """Each row's strategy plan under ``sft.strategy_mix`` (None without it: all follow).
+    One seeded stream per source, so adding a world does not redraw the others."""
+    sft = profile_cfg.sft
+    if not sft.strategy_mix:
+        return None
+    from .strategies import plans_for
+
+    return plans_for(rows, sft.follow_rate_hard, sft.follow_rate_easy,
+                     seed=sft.seed * 1_000 + source_index)
 
 
 def corpus_texts(sources: Sequence[WorldSource], include_main: bool) -> list[str]:

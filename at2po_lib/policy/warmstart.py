@@ -76,10 +76,12 @@ from ..paths import artifacts_dir
 if TYPE_CHECKING:
     from ..config import ProfileConfig
 
-WARMSTART_VERSION = 3
-"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts)."""
-_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "max_response_tokens", "max_prompt_tokens",
-                 "invalid_action")
+WARMSTART_VERSION = 4
+"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts).
+4: the authors' trajectory format (issue #22): one system message, no stop at ``</answer>``,
+cleaned observations; the key also holds the template's content (:func:`template_payload`)."""
+_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "turn_length_ends_branch",
+                 "max_response_tokens", "max_prompt_tokens", "invalid_action")
 """Rollout settings that change greedy validation (and so the chosen checkpoint)."""
 _RETRIEVAL_KEYS = ("method", "encoder", "pooling", "query_prefix", "passage_prefix", "max_length",
                    "index_type", "topk", "corpus")
@@ -100,16 +102,30 @@ def warmstart_record_path(profile: str) -> Path:
     return artifacts_dir(profile) / "policy" / "warmstart.json"
 
 
+def template_payload(template) -> dict[str, Any]:
+    """The prompt template's fields (instruction, tags, stops, observation rendering): what
+    the demonstrations and greedy validation are written in, so that editing a template file
+    invalidates the warm start trained on the old text."""
+    from ..prompts import get_template
+
+    return {k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(get_template(template)).items()}
+
+
 def cache_key(profile_cfg: ProfileConfig) -> str:
-    """Hash of everything the warm start depends on: world, retrieval, policy, SFT, rollout
-    limits used by validation, and :data:`WARMSTART_VERSION`."""
+    """Hash of everything the warm start depends on: world, retrieval, policy, its prompt
+    template's content, SFT, rollout limits used by validation, and :data:`WARMSTART_VERSION`."""
     rollout, retrieval = asdict(profile_cfg.rollout), asdict(profile_cfg.retrieval)
     payload = {
         "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
         "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
         "policy": asdict(profile_cfg.policy),
+        "template": template_payload(profile_cfg.policy.template),
         "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }
+    initial = initial_policy(profile_cfg)
+    if initial is not None:  # the starting weights, not just their folder's name
+        payload["init_from_sha256"] = initial["model_sha256"]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -505,25 +521,34 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     main = sources[0]
     validation = validation_rows(cfg, main.files)
     demos = collect_demos(cfg, sources, validation)
-    main_text = sft.main_world_demos or sft.pretrain_eval_corpus
-    tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
-                                cfg.policy.vocab_size)
+    initial = initial_policy(cfg)
+    if initial is None:
+        main_text = sft.main_world_demos or sft.pretrain_eval_corpus
+        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
+                                    cfg.policy.vocab_size)
+    else:
+        model, tokenizer = load_policy(initial["path"])
     examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
                                          require_supported=sft.require_supported)
     if not examples:
         raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
     examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
                             len(examples))
-    model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    if initial is None:
+        model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
     prepared = time.perf_counter()
 
     policy_root = artifacts_dir(cfg.name) / "policy"
-    pretraining = pretrain(model, tokenizer, corpus_texts(sources, sft.pretrain_eval_corpus), cfg,
-                           policy_root / "trainer")
+    pretraining = ({"steps": 0, "seconds": 0.0} if initial is not None else
+                   pretrain(model, tokenizer, corpus_texts(sources, sft.pretrain_eval_corpus),
+                            cfg, policy_root / "trainer"))
     checkpoints = policy_root / "warmstart_checkpoints"
     shutil.rmtree(checkpoints, ignore_errors=True)
+    if sft.select not in ("band", "last"):
+        raise ValueError(f"sft.select={sft.select!r}: expected 'band' or 'last'")
     selector = CheckpointSelector(validation_scorer(cfg, tokenizer, main.retriever, validation),
-                                  sft.eval_every, checkpoints, tokenizer, sft.target_em_high)
+                                  sft.eval_every, checkpoints, tokenizer,
+                                  sft.target_em_high if sft.select == "band" else None)
     trainer = make_trainer(model, tokenizer, examples, sft, policy_root / "trainer",
                            cfg.policy.max_position_embeddings, [selector.callback],
                            description="warm start: SFT",
@@ -539,6 +564,9 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     for row in selector.table:
         row["train_loss"] = losses.get(row["step"])
     chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
+    if sft.select == "last":
+        chosen = selector.table[-1]
+        in_band = sft.target_em_low <= chosen["em"] <= sft.target_em_high
     out = warmstart_dir(cfg.name)
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -568,6 +596,8 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "parameters": count_parameters(chosen_model), "vocab_size": len(tokenizer),
         "worlds": [s.name for s in sources],
         "demos": asdict(stats), "train_examples": len(examples),
+        "strategies": demo_strategy_summary(demos, sft),
+        "init_from": initial,
         "validation_questions": {k: len(v) for k, v in validation.items()},
         "selection": selector.table,
         "log_history": trainer.state.log_history,
@@ -575,6 +605,42 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     }
     warmstart_record_path(cfg.name).write_text(json.dumps(record, indent=1, default=str) + "\n")
     return out
+
+
+def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
+    """Where SFT starts (``sft.init_from``): the folder, the sha256 of its weights and the git
+    revision its own record names; None for a new model. A missing folder is an error that
+    names it (never a silent fall-back to training from scratch)."""
+    init = profile_cfg.sft.init_from
+    if not init:
+        return None
+    from ..paths import repo_root
+
+    path = Path(init) if Path(init).is_absolute() else repo_root() / init
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"sft.init_from={init!r}: no model.safetensors in {path}")
+    record = path / SHIPPED_RECORD
+    revision = None
+    if record.is_file():
+        try:
+            revision = json.loads(record.read_text()).get("git_revision")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{record}: not valid JSON ({err})") from err
+    return {"path": str(path), "setting": init,
+            "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+            "git_revision": revision}
+
+
+def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
+    """The demonstration mix actually trained on: each strategy's count and share."""
+    from .strategies import STRATEGIES
+
+    n = len(demos)
+    counts = {s: sum(getattr(d, "strategy", "follow") == s for d in demos) for s in STRATEGIES}
+    return {"strategy_mix": sft.strategy_mix, "follow_rate_hard": sft.follow_rate_hard,
+            "follow_rate_easy": sft.follow_rate_easy, "demos": n, "counts": counts,
+            "shares": {s: (c / n if n else 0.0) for s, c in counts.items()}}
 
 
 def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> Path:

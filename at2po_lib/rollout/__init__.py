@@ -29,7 +29,7 @@ _EXPORTS = {
     "HFBackend": ".backends", "TurnRequest": ".backends", "TurnResult": ".backends",
     "make_backend": ".backends",
     "SearchEnv": ".agent", "rollout_chains": ".agent", "default_reward_fn": ".agent",
-    "STOP_SEQUENCES": ".agent",
+    "STOP_SEQUENCES": ".agent", "turn_stops": ".agent",
     "rollout_trees": ".trees", "select_entropy": ".trees", "select_random": ".trees",
     "expansion_scores": ".trees", "equalize_leaves": ".trees",
     "rollout_aepo": ".aepo",

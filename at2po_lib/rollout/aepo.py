@@ -37,8 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .agent import (STOP_SEQUENCES, Chain, RewardFn, RolloutState, init_state, make_trees,
-                    run_chains, score_trees, start_chain)
+from .agent import (Chain, RewardFn, RolloutState, init_state, make_trees, run_chains,
+                    score_trees, start_chain, turn_stops)
 from .agent import SearchEnv
 from .backends import TurnBackend, TurnResult, make_backend
 from .structures import ROOT, Node, RolloutTree
@@ -79,6 +79,8 @@ class AEPOBrancher:
             remaining = self.budget - self.rollouts[t]
             made = 0
             for chain in chains:
+                if chain.node.token_ids:  # the same turn goes on: no tool call to branch after
+                    continue
                 last = chain.tree.nodes[chain.node.parent]  # the turn just generated
                 h_now = aepo_turn_entropy(last, self.vocab_size, cfg.aepo_entropy_tokens)
                 if chain.first_turn_entropy is None:
@@ -120,7 +122,7 @@ def rollout_aepo(model, tokenizer, template, retriever, questions: Sequence[str]
     if not 1 <= initial <= budget:
         raise ValueError(f"AEPO needs 1 <= initial ({initial}) <= budget ({budget})")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
+    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
     brancher = AEPOBrancher(trees, state, rollout_cfg, len(tokenizer.get_vocab()),

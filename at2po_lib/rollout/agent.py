@@ -1,13 +1,17 @@
 r"""The multi-turn search agent on token ids: environment, turn loop, greedy chains (docs/method.md §1).
 
-One trajectory::
+One trajectory (authors' code, ``vllm_rollout_with_tools_tree_offline.py``,
+``_process_node_outputs`` and ``_create_child_nodes_from_tool_results``)::
 
     prompt = chat_template(build_messages(template, question), add_generation_prompt=True)
     repeat:
-        turn   = sample until </search>, </answer>, EOS or the turn budget     (loss mask 1)
-        action = parse_action(decode(turn))
-        search -> obs = encode(render_observation(template, retriever.search(query)))  (mask 0)
-        answer -> leaf
+        sample until a stop string (</search>), EOS, or the call's token budget   (loss mask 1)
+        </search>, calls left  -> query = clean(last <search> ... </search>); obs = render(search)
+                                  -> a child node: obs (mask 0) + the next turn
+        </search>, limit hit   -> the notice is inserted (mask 0) and generation goes on IN THE
+                                  SAME NODE, which can then only end (a leaf)
+        EOS                    -> leaf
+        budget of the call hit -> response budget left: go on in the same node; else leaf
 
 Rules (authors' code unless named otherwise):
 
@@ -15,16 +19,27 @@ Rules (authors' code unless named otherwise):
   observation text encoded *on its own*; the trajectory is never decoded and re-tokenised
   (docs/method.md §1: re-tokenisation drift destabilised Tree-GRPO on Qwen3). Text is decoded per
   turn only to parse the action, and per trajectory only for the reward and for display.
-- **Tool limit.** At most ``max_tool_calls`` (6) searches; a later search gets the template's
-  tool-limit notice (mask 0) instead of results, and generation goes on.
-- **Invalid action** (no well-formed tag, or an empty query): ``end`` the branch as a leaf
-  (authors' code) or ``retry`` after the template's corrective message (Search-R1).
-  ``rollout.invalid_action = "template"`` uses the template's own policy.
-- **Lengths.** A turn gets at most ``min(max_turn_tokens, max_response_tokens - used)``
-  tokens; a turn cut by that budget ends the branch (``turn_length`` / ``response_length``).
-  An observation that does not fit in the response budget (with one token to spare) ends the
-  branch (``no_room``): the authors' code truncates the observation to the model length
-  instead. A prompt longer than ``max_prompt_tokens`` is an error naming the question.
+- **Stops.** The template's ``stops`` (``</search>``; Search-R1's also ``</answer>``) and EOS.
+  A final answer therefore runs on to EOS, which is sampled, kept in the turn and trained, and
+  the reward's format check sees whatever was written after ``</answer>``.
+- **Turn length.** No per-turn cap by default (``rollout.max_turn_tokens = 0``): a call gets
+  the whole remaining response budget. With a cap, a call that reaches it continues in the
+  same node (the authors' ``length`` handling), unless ``rollout.turn_length_ends_branch``
+  (the behaviour before issue #22) ends the branch there (``turn_length``).
+- **Tool limit.** At most ``max_tool_calls`` (6) searches; at a later ``</search>`` the
+  template's tool-limit notice is inserted inside the node (mask 0) and the same node goes on,
+  so no node after the limit is an expansion candidate with a value of its own.
+- **Empty query** (nothing between the last ``<search>`` and ``</search>`` after cleaning):
+  EOS is appended and the branch ends (``invalid``). The authors' EOS is trained (mask 1);
+  here it has mask 0, as the HF backend's recorded old log-probs hold none for a token that
+  was not sampled (docs/method.md §11).
+- **Invalid action** under the ``retry`` policy (Search-R1): a turn that stops without a
+  usable action gets the corrective message and a retry; under ``end`` (authors') EOS ends the
+  branch whatever the text holds.
+- **Observation too long.** An observation that does not fit in the response budget is cut to
+  what is left; its child is an empty leaf (``response_length``), as the authors' code builds
+  the child and marks it a leaf when the response budget is spent. A prompt longer than
+  ``max_prompt_tokens`` is an error naming the question.
 - **Log-probabilities** are recorded at the sampling temperature (``log_softmax(logits/T)``,
   :mod:`.sampling`); the trainer must recompute them with the same ``T``.
 
@@ -39,19 +54,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..actions import Action, parse_action
-from ..prompts import (PromptTemplate, build_messages, get_template, invalid_action_message,
-                       prompt_ids, render_observation, tool_limit_notice)
+from ..actions import Action, last_tag_content, parse_action
+from ..prompts import (PromptTemplate, build_messages, clean_query, get_template,
+                       invalid_action_message, prompt_ids, render_observation, tool_limit_notice)
 from ..retrieval.base import DEFAULT_TOPK
 from .backends import TurnBackend, TurnRequest, TurnResult, make_backend
 from .kvcache import KVPrefix
 from .structures import ROOT, Node, RolloutTree, Trajectory, Turn
 
 __all__ = ["SearchEnv", "Chain", "run_chains", "rollout_chains", "default_reward_fn",
-           "score_trees", "Trajectory", "Turn"]
+           "score_trees", "Trajectory", "Turn", "turn_stops"]
 
 RewardFn = Callable[[str, Sequence[str]], float]
-STOP_SEQUENCES = ("</search>", "</answer>")
+STOP_SEQUENCES = ("</search>",)
+"""The authors' stops (the ``atpo`` and ``tiny`` templates'); :func:`turn_stops` gives a
+template's own."""
+
+
+def turn_stops(template: str | PromptTemplate) -> tuple[str, ...]:
+    """The strings that end a turn besides EOS for ``template`` (its ``stops`` field)."""
+    return tuple(get_template(template).stops)
 
 
 def default_reward_fn(template: PromptTemplate) -> RewardFn:
@@ -80,9 +102,18 @@ class SearchEnv:
         if policy not in ("end", "retry"):
             raise ValueError(f"rollout.invalid_action={policy!r}; expected end, retry or template")
         self.invalid_policy = policy
+        if rollout_cfg.max_turn_tokens < 0:
+            raise ValueError(f"rollout.max_turn_tokens={rollout_cfg.max_turn_tokens}; expected 0 "
+                             "(no per-turn cap) or a positive cap")
         self.reward_fn = reward_fn or default_reward_fn(self.template)
         self.tool_limit_ids = self.encode(tool_limit_notice(self.template))
         self.retry_ids = self.encode(invalid_action_message(self.template))
+        self.stops = turn_stops(self.template)
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError("the tokenizer has no eos_token_id: a turn could never end")
+        self.eos_id = int(eos)
+        self._tail_tokens = max(len(self.encode(s)) for s in self.stops) + 2
 
     # -- text <-> ids ----------------------------------------------------------------------
 
@@ -104,8 +135,23 @@ class SearchEnv:
     def parse(self, text: str) -> Action:
         return parse_action(text, self.template)
 
+    def stop_string(self, token_ids: Sequence[int]) -> str | None:
+        """The stop string a stopped generation call ended on, or None when it ended on EOS
+        (a special token: it decodes to nothing). A stop string ends a call as soon as it is
+        complete, so it lies in the last few tokens (a token may carry text after it)."""
+        ids = list(token_ids)
+        if not ids or not self.decode(ids[-1:]):
+            return None
+        tail = self.decode(ids[-self._tail_tokens:])
+        return next((s for s in self.stops if s in tail), None)
+
+    def query_of(self, text: str) -> str:
+        """The cleaned query of a turn that stopped at ``</search>`` ('' when there is none)."""
+        content = last_tag_content(text, "search")
+        return clean_query(self.template, content) if content is not None else ""
+
     def search(self, queries: Sequence[str]) -> list[list[int]]:
-        """Observation ids for each query (one batched retriever call)."""
+        """Observation ids for each (cleaned) query (one batched retriever call)."""
         if not queries:
             return []
         hits = self.retriever.search(list(queries), topk=self.topk)
@@ -165,48 +211,93 @@ OnRound = Callable[[list[Chain], list[TurnResult]], list[Chain]]
 
 
 def _turn_budget(cfg, completion_len: int) -> int:
-    return min(cfg.max_turn_tokens, cfg.max_response_tokens - completion_len)
+    """Tokens the next generation call may sample: the rest of the response budget, or less
+    when a per-turn cap is set (``max_turn_tokens > 0``)."""
+    left = cfg.max_response_tokens - completion_len
+    return min(cfg.max_turn_tokens, left) if cfg.max_turn_tokens > 0 else left
 
 
 def _finish(node: Node, reason: str) -> None:
     node.is_leaf, node.finish_reason = True, reason
 
 
-def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> str | None:
-    """Store the sampled turn on the chain's node; return the query to search, if any."""
+SAME_NODE, NEW_CHILD, SEARCH, LEAF = "same", "child", "search", "leaf"
+"""What follows a generation call: more generation in the same node, a child after the
+retry message, a search (then a child), or nothing (a leaf)."""
+
+
+def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> tuple[str, str | None]:
+    """Store a generation call's tokens on the chain's node and decide what comes next;
+    returns ``(next, query)`` with ``query`` set for :data:`SEARCH`."""
     node, cfg = chain.node, env.cfg
-    node.token_ids, node.logps = result.token_ids, result.logps
-    node.entropies, node.topk_entropies = result.entropies, result.topk_entropies
-    node.text = env.decode(result.token_ids)
-    node.action = action = env.parse(node.text)
+    node.append_sampled(result.token_ids, result.logps, result.entropies, result.topk_entropies)
     chain.context = chain.context + result.token_ids
     chain.box.prefix = result.prefix
-    used = node.end
+    node.text = env.decode(node.token_ids)
+    segment = env.decode(node.token_ids[node.segment_start:])
+    node.action = action = env.parse(segment)
+    budget_left = cfg.max_response_tokens - node.end > 0
+    if not result.stopped:  # the call's token budget ended it
+        if not budget_left:
+            _finish(node, "response_length")
+            return LEAF, None
+        if cfg.turn_length_ends_branch:
+            _finish(node, "turn_length")
+            return LEAF, None
+        return SAME_NODE, None
+    stop = env.stop_string(result.token_ids)
+    if stop == "</search>":
+        return _after_search_stop(env, node, segment, budget_left)
+    # EOS, or a template's other stop (Search-R1's </answer>)
     if action.kind == "answer":
         _finish(node, "answer")
-    elif action.kind == "search":
-        if node.tool_calls >= cfg.max_tool_calls:
-            node.obs_ids, node.obs_kind = list(env.tool_limit_ids), "tool_limit"
-        else:
-            node.tool_calls += 1
-            return action.query
-    elif not result.stopped:  # cut by the budget: no closing tag could come
-        _finish(node, "response_length" if used >= cfg.max_response_tokens else "turn_length")
-    elif env.invalid_policy == "retry":
+        return LEAF, None
+    if env.invalid_policy == "retry":
         node.obs_ids, node.obs_kind = list(env.retry_ids), "retry"
-    else:
-        _finish(node, "invalid")
-    return None
+        return NEW_CHILD, None
+    _finish(node, "eos" if stop is None else "invalid")
+    return LEAF, None
+
+
+def _after_search_stop(env: SearchEnv, node: Node, segment: str,
+                       budget_left: bool) -> tuple[str, str | None]:
+    """A call that ended at ``</search>``: search, the tool-limit notice, or an empty query."""
+    if node.tool_calls >= env.cfg.max_tool_calls:
+        node.append_inserted(env.tool_limit_ids)
+        node.obs_kind = "tool_limit"
+        if env.cfg.max_response_tokens - node.end > 0:
+            return SAME_NODE, None
+        _finish(node, "response_length")
+        return LEAF, None
+    node.tool_calls += 1
+    query = env.query_of(segment)
+    if query:
+        # the query the tool gets decides, even if an </answer> closed earlier in the turn
+        node.action = Action("search", query=query, content=query, end=len(segment))
+        return SEARCH, query
+    node.action = Action("invalid", content="", reason="empty search query", end=len(segment))
+    if env.invalid_policy == "retry":
+        node.obs_ids, node.obs_kind = list(env.retry_ids), "retry"
+        return NEW_CHILD, None
+    node.obs_ids, node.obs_kind = [env.eos_id], "eos"
+    _finish(node, "invalid")
+    return LEAF, None
 
 
 def _continue(chain: Chain, cfg, expansion_round: int) -> Chain | None:
-    """After the observation: a new child node to generate, or None if the branch ends."""
+    """After the observation: a new child node to generate, or None if the branch ends.
+
+    An observation that does not fit in the response budget is cut to what is left and its
+    child is an empty leaf (authors' code: the child exists, and is a leaf because the
+    response budget is spent)."""
     node = chain.node
     if node.is_leaf:
         return None
-    if node.end + len(node.obs_ids) >= cfg.max_response_tokens:
-        node.obs_ids, node.obs_kind = [], ""
-        _finish(node, "no_room")
+    left = cfg.max_response_tokens - node.end
+    if len(node.obs_ids) >= left:
+        node.obs_ids = node.obs_ids[:max(left, 0)]
+        child = chain.tree.add_child(node.id, expansion_round)
+        _finish(child, "response_length")
         return None
     chain.context = chain.context + node.obs_ids
     chain.node = chain.tree.add_child(node.id, expansion_round)
@@ -218,7 +309,9 @@ def run_chains(backend: TurnBackend, env: SearchEnv, chains: list[Chain], state:
     """Roll every chain out to a leaf, all chains' turns batched together round by round.
 
     ``on_round(continuing, results)`` (AEPO) sees the chains that go on after each round, with
-    the results of their last turn, and may return extra chains to add.
+    the results of their last generation call, and may return extra chains to add. A chain
+    whose node already holds tokens goes on inside the same turn (a length stop, the
+    tool-limit notice); the others start a new turn after a tool result.
     """
     active = list(chains)
     while active:
@@ -228,17 +321,22 @@ def run_chains(backend: TurnBackend, env: SearchEnv, chains: list[Chain], state:
                                 c.box.prefix) for c in active]
         results = backend.generate_turns(requests)
         queries: list[tuple[Chain, str]] = []
+        steps: list[str] = []
         for chain, result in zip(active, results):
-            query = _apply_turn(env, chain, result)
-            if query is not None:
+            step, query = _apply_turn(env, chain, result)
+            steps.append(step)
+            if step == SEARCH:
                 queries.append((chain, query))
         for (chain, _), obs in zip(queries, env.search([q for _, q in queries])):
             chain.node.obs_ids, chain.node.obs_kind = obs, "observation"
         by_chain = {id(c): r for c, r in zip(active, results)}
         continuing = []
-        for chain in active:
-            round_ = chain.node.expansion_round
-            if _continue(chain, env.cfg, round_) is not None:
+        for chain, step in zip(active, steps):
+            if step == SAME_NODE:  # the same turn goes on (its node already has tokens),
+                # after the inserted notice if there is one
+                chain.context = chain.tree.context_ids(chain.node.id) + chain.node.token_ids
+                continuing.append(chain)
+            elif step != LEAF and _continue(chain, env.cfg, chain.node.expansion_round) is not None:
                 continuing.append(chain)
         if on_round is not None:
             continuing += on_round(continuing, [by_chain[id(c)] for c in continuing])
@@ -301,8 +399,8 @@ def rollout_chains(model, tokenizer, template, retriever, questions: Sequence[st
     ``golden_answers`` are given.
     """
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed,
-                                      greedy=greedy)
+    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template),
+                                      seed=seed, greedy=greedy)
     trees = make_trees(env, questions, golden_answers)
     state = init_state(backend, trees)
     chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i]) for i, t in enumerate(trees)]

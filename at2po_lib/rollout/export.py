@@ -16,7 +16,8 @@ the agent loop needs). Everything downstream uses two things made here:
         turn_end         (N,) int64    (root: 0, 0)
         expansion_round  (N,) int64    0 for the initial chains, 1..L for expansions
         depth            (N,) int64
-        num_tokens, num_obs_tokens, tool_calls, duplicate_of   (N,) int64
+        num_tokens, num_obs_tokens, tool_calls, duplicate_of,
+        resampled_from                                     (N,) int64
       records: per node text, action, query, answer, finish_reason (root: the question)
       info: question, golden_answers, entropy_estimate
 
@@ -48,7 +49,7 @@ from .structures import ROOT, RolloutTree
 if TYPE_CHECKING:
     import pandas as pd
 
-_INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of")
+_INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "resampled_from")
 
 
 def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> TreeArrays:
@@ -62,7 +63,7 @@ def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> Tre
         "entropy_exact": np.array([n.entropy_exact for n in nodes], dtype=np.float64),
         "turn_start": np.array([n.start if n.id != ROOT else 0 for n in nodes], dtype=np.int64),
         "turn_end": np.array([n.end if n.id != ROOT else 0 for n in nodes], dtype=np.int64),
-        "num_tokens": np.array([len(n.token_ids) for n in nodes], dtype=np.int64),
+        "num_tokens": np.array([n.num_sampled for n in nodes], dtype=np.int64),
         "num_obs_tokens": np.array([len(n.obs_ids) for n in nodes], dtype=np.int64),
         **{name: np.array([getattr(n, name) for n in nodes], dtype=np.int64)
            for name in _INT_NODE_FIELDS},
@@ -94,9 +95,10 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
         for leaf in tree.leaves():
             completion, mask, turn_node, logps, entropies = [], [], [], [], []
             for n in (tree.nodes[i] for i in tree.path(leaf)):
+                own = n.sampled_mask  # 0 on a tool-limit notice inside the turn
                 completion += n.token_ids + n.obs_ids
-                mask += [1] * len(n.token_ids) + [0] * len(n.obs_ids)
-                turn_node += [n.id] * len(n.token_ids) + [-1] * len(n.obs_ids)
+                mask += own + [0] * len(n.obs_ids)
+                turn_node += [n.id if m else -1 for m in own] + [-1] * len(n.obs_ids)
                 logps += list(n.logps) + [0.0] * len(n.obs_ids)
                 entropies += list(n.entropies) + [0.0] * len(n.obs_ids)
             rows.append({
@@ -118,7 +120,7 @@ def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:
             "tree_id": tree_id, "prompt_id": tree.prompt_index, "node": n.id, "parent": n.parent,
             "depth": n.depth, "round": n.expansion_round,
             "entropy_nll": n.entropy_nll, "entropy_exact": n.entropy_exact,
-            "num_tokens": len(n.token_ids), "num_obs_tokens": len(n.obs_ids),
+            "num_tokens": n.num_sampled, "num_obs_tokens": len(n.obs_ids),
             "text": n.text if n.id != ROOT else tree.question,
             "action": getattr(action, "kind", "root" if n.id == ROOT else None),
             "query": getattr(action, "query", None), "answer": getattr(action, "answer", None),
@@ -179,7 +181,7 @@ def tree_summary(trees: Sequence[RolloutTree]) -> dict[str, float]:
     prompt_a = [len(set().union(*(_distinct(t, "answer", "answer") for t in group)))
                 for group in by_prompt.values()]
     rewards = np.array([n.reward for n in leaves], dtype=float)
-    generated = float(sum(len(n.token_ids) for t in trees for n in t.nodes if n.duplicate_of < 0))
+    generated = float(sum(n.num_sampled for t in trees for n in t.nodes if n.duplicate_of < 0))
     return {
         "trees": len(trees),
         "prompts": len(by_prompt),

@@ -2,13 +2,17 @@ r"""Data of a rollout: turns, trajectories and trees (docs/method.md §1, §5).
 
 Vocabulary
 ----------
-- **Turn**: the tokens the model generated in one call, up to ``</search>``, ``</answer>``,
-  EOS or a length limit.
+- **Turn**: what the model generates between two tool results: up to a stop string
+  (``</search>``; Search-R1's template also ``</answer>``) or EOS. A generation call that stops
+  on its token budget with response budget left is continued *in the same node* (authors'
+  code, the ``length`` stop in ``vllm_rollout_with_tools_tree_offline.py``).
 - **Node** (of a tree): one turn. The root holds the prompt only (no tokens, entropy 0).
-  Whatever the environment appends after a node's turn (the search result, the tool-limit
-  notice or the corrective message of a retry) is stored on that node as ``obs_ids`` (loss
-  mask 0), so a child's context is exactly ``context(parent) + parent.token_ids +
-  parent.obs_ids``. A **leaf** is a node whose trajectory ended.
+  After the tool limit, the environment's notice is inserted *inside* the node (``token_mask``
+  0) and generation goes on there, so the node stays one turn and becomes a leaf (authors'
+  code). Whatever the environment appends after a node's turn (the search result, the
+  corrective message of a retry) is stored on that node as ``obs_ids`` (loss mask 0), so a
+  child's context is exactly ``context(parent) + parent.token_ids + parent.obs_ids``. A
+  **leaf** is a node whose trajectory ended.
 - **Trajectory**: the root→leaf path as one sequence of ids: ``prompt_ids`` followed by
   ``completion_ids`` (turns and observations interleaved). Nothing is ever decoded and
   re-tokenised: ``completion_ids`` is the concatenation of the sampled ids and the
@@ -89,10 +93,18 @@ class Node:
     """Completion offset where this turn's tokens start (= length of the parent's context
     minus the prompt)."""
     token_ids: list[int] = field(default_factory=list)
+    """The turn's ids: sampled ones and, after the tool limit, the inserted notice."""
+    token_mask: list[int] = field(default_factory=list)
+    """Per token of ``token_ids``: 1 sampled (trained), 0 inserted by the environment."""
     logps: list[float] = field(default_factory=list)
+    """Per token; 0 on inserted tokens."""
     entropies: list[float] = field(default_factory=list)
-    """Exact per-step entropies (NaN when the backend has no full distribution)."""
+    """Exact per-step entropies (NaN when the backend has no full distribution); 0 on inserted
+    tokens."""
     topk_entropies: list[float] = field(default_factory=list)
+    segment_start: int = 0
+    """Index in ``token_ids`` where the latest run of sampled tokens began (after the last
+    inserted notice): the text the latest action is parsed from."""
     text: str = ""
     action: Any = None
     obs_ids: list[int] = field(default_factory=list)
@@ -102,23 +114,70 @@ class Node:
     """Tool calls on the root→node path, this turn's included."""
     is_leaf: bool = False
     finish_reason: str = ""
-    """Why a leaf ended: ``answer``, ``invalid``, ``turn_length``, ``response_length``,
-    ``no_room`` (no room for the observation), ``duplicate`` (a copy made to reach the leaf
-    budget); empty on inner nodes."""
+    """Why a leaf ended: ``answer`` (EOS or ``</answer>`` after an answer block), ``eos`` (EOS
+    without one), ``invalid`` (policy ``end``: a stop without a usable action, e.g. a search
+    with an empty query, which gets EOS as its observation), ``response_length`` (the
+    response budget is spent: a turn, or an observation truncated to what was left, whose
+    child is then an empty leaf), ``turn_length`` (``rollout.turn_length_ends_branch``),
+    ``duplicate`` (a copy made to reach the leaf budget); empty on inner nodes."""
     reward: float = math.nan
     children: list[int] = field(default_factory=list)
     duplicate_of: int = -1
     """For ``duplicate`` leaves: the leaf they copy."""
+    resampled_from: int = -1
+    """For the first node of an expansion chain: the picked node whose turn it re-samples
+    (its sibling; ``analysis/decisions.py`` compares their outcomes), -1 otherwise."""
+
+    def append_sampled(self, token_ids, logps, entropies, topk_entropies) -> None:
+        """Add sampled tokens (one generation call) to the turn. The first call's id list is
+        kept as the backend returned it (never copied or re-encoded); later calls extend a new
+        list (lists are never changed in place)."""
+        self.token_ids = self.token_ids + list(token_ids) if self.token_ids else token_ids
+        self.token_mask = self.token_mask + [1] * len(token_ids)
+        self.logps = self.logps + list(logps)
+        self.entropies = self.entropies + list(entropies)
+        self.topk_entropies = self.topk_entropies + list(topk_entropies)
+
+    def append_inserted(self, token_ids) -> None:
+        """Add environment tokens inside the turn (the tool-limit notice): mask 0, log-prob 0;
+        the next sampled run starts after them."""
+        n = len(token_ids)
+        self.token_ids = self.token_ids + list(token_ids)
+        self.token_mask = self.token_mask + [0] * n
+        self.logps = self.logps + [0.0] * n
+        self.entropies = self.entropies + [0.0] * n
+        self.topk_entropies = self.topk_entropies + [0.0] * n
+        self.segment_start = len(self.token_ids)
+
+    def _sampled(self, values: list[float]) -> list[float]:
+        if len(self.token_mask) != len(values):  # a node filled by hand: every token sampled
+            return values
+        return [v for v, m in zip(values, self.token_mask) if m]
+
+    @property
+    def num_sampled(self) -> int:
+        """Tokens the model generated in this turn (inserted notices excluded)."""
+        return sum(self.token_mask) if len(self.token_mask) == len(self.token_ids) else len(self.token_ids)
 
     @property
     def entropy_nll(self) -> float:
-        """H(n) = -(1/|y_n|) sum_t log pi(y_t | context): docs/method.md §5 (authors' code)."""
-        return -sum(self.logps) / len(self.logps) if self.logps else 0.0
+        """H(n) = -(1/|y_n|) sum_t log pi(y_t | context) over the turn's sampled tokens:
+        docs/method.md §5 (authors' code)."""
+        logps = self._sampled(self.logps)
+        return -sum(logps) / len(logps) if logps else 0.0
 
     @property
     def entropy_exact(self) -> float:
-        """Mean over the turn's steps of -sum_v p(v) log p(v) (the paper's formula)."""
-        return sum(self.entropies) / len(self.entropies) if self.entropies else 0.0
+        """Mean over the turn's sampled steps of -sum_v p(v) log p(v) (the paper's formula)."""
+        values = self._sampled(self.entropies)
+        return sum(values) / len(values) if values else 0.0
+
+    @property
+    def sampled_mask(self) -> list[int]:
+        """``token_mask``, or all ones for a node filled by hand without one."""
+        if len(self.token_mask) == len(self.token_ids):
+            return list(self.token_mask)
+        return [1] * len(self.token_ids)
 
     @property
     def end(self) -> int:
@@ -194,9 +253,10 @@ class RolloutTree:
         path = self.path(leaf)
         for index, n in enumerate(self.nodes[i] for i in path):
             start = len(completion)
+            own = n.sampled_mask
             completion += n.token_ids + n.obs_ids
-            mask += [1] * len(n.token_ids) + [0] * len(n.obs_ids)
-            turn_ids += [index] * len(n.token_ids) + [-1] * len(n.obs_ids)
+            mask += own + [0] * len(n.obs_ids)
+            turn_ids += [index if m else -1 for m in own] + [-1] * len(n.obs_ids)
             logps += list(n.logps) + [0.0] * len(n.obs_ids)
             turns.append(Turn(start=start, end=start + len(n.token_ids), text=n.text,
                               action=n.action, entropy_nll=n.entropy_nll,

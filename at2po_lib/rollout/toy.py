@@ -47,16 +47,19 @@ Script = Callable[[list[int], random.Random], str]
 
 
 class ScriptedBackend:
-    """Turns from ``script(context_ids, rng) -> text`` (encoded, cut to the turn budget).
+    """Turns from ``script(context_ids, rng) -> text`` (encoded, cut to the call's budget).
 
-    ``stopped`` is True when the whole text fit and ends with a stop sequence. Log-probs are
+    ``stopped`` is True when the whole text fit and ends with a stop sequence (``</search>``
+    or EOS by default, the authors' stops); a text that ends otherwise behaves like a call
+    cut by its token budget (the rollout goes on in the same node and calls the script again).
+    A final answer is therefore scripted as ``<answer> x </answer><|im_end|>``. Log-probs are
     drawn from the rng in [-3, -0.01]; exact entropies likewise.
     """
 
     keeps_cache = False
 
     def __init__(self, tokenizer, script: Script, seed: int = 0,
-                 stop_sequences: Sequence[str] = ("</search>", "</answer>")) -> None:
+                 stop_sequences: Sequence[str] = ("</search>",)) -> None:
         self.tokenizer, self.script = tokenizer, script
         self.rng = random.Random(seed)
         # A turn also stops at EOS (a script ends an invalid turn with the eos token's text).
@@ -100,7 +103,7 @@ def random_action_script(p_search: float = 0.5, p_answer: float = 0.3,
         if draw < p_search:
             return f"<search> {word} </search>"
         if draw < p_search + p_answer:
-            return f"<answer> {word} </answer>"
+            return f"<answer> {word} </answer>{eos}"
         return f" {word} .{eos}"  # no tag, then EOS: an invalid action
 
     return script
@@ -125,7 +128,7 @@ class ToySetup:
         self.rows = read_rows(self.world, dataset, "train")
         template = get_template(self.cfg.policy.template)
         texts = list(read_corpus(self.world).values()) + [r["question"] for r in self.rows]
-        texts += [template.user, template.observation, template.tool_limit_notice,
+        texts += [template.system or "", template.user or "", template.observation, template.tool_limit_notice,
                   template.invalid_action_message]
         self.tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
         self.model = tag_biased_policy(self.tokenizer, policy_cfg, seed=seed, tag_bias=tag_bias)

@@ -60,8 +60,8 @@ from typing import Sequence
 import numpy as np
 
 from ..config import tree_leaves
-from .agent import (RewardFn, SearchEnv, STOP_SEQUENCES, init_state, make_trees, run_chains,
-                    score_trees, start_chain)
+from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, score_trees,
+                    start_chain, turn_stops)
 from .backends import TurnBackend, make_backend
 from .structures import ROOT, RolloutTree
 
@@ -166,8 +166,9 @@ def equalize_leaves(tree: RolloutTree, target: int, rng: np.random.Generator) ->
         source = tree.nodes[leaves[-1]]
         for _ in range(target - len(leaves)):
             dup = tree.add_child(source.parent, source.expansion_round)
-            for name in ("token_ids", "logps", "entropies", "topk_entropies", "text", "action",
-                         "tool_calls", "finish_reason", "reward"):
+            for name in ("token_ids", "token_mask", "logps", "entropies", "topk_entropies",
+                         "segment_start", "text", "action", "obs_ids", "obs_kind", "tool_calls",
+                         "finish_reason", "reward"):
                 setattr(dup, name, copy.copy(getattr(source, name)))
             dup.is_leaf, dup.duplicate_of = True, source.id
         return tree
@@ -196,6 +197,7 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
         m.parent = new_id[n.parent] if n.parent >= 0 else -1
         m.children = [new_id[c] for c in n.children if c in new_id]
         m.duplicate_of = new_id.get(n.duplicate_of, -1)
+        m.resampled_from = new_id.get(n.resampled_from, -1)
         nodes.append(m)
     return RolloutTree(tree.prompt_index, tree.question, tree.golden_answers, tree.prompt_ids,
                        nodes=nodes)
@@ -233,7 +235,7 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
         raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)} "
                          "(AEPO lives in at2po_lib.rollout.aepo)")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed)
+    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)
     rng = np.random.default_rng(seed)
     if expansion == "random":
         trees = _grow_tree_grpo(env, backend, questions, golden_answers, rollout_cfg, prompt_ids,
@@ -263,7 +265,9 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
             for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
                                 rollout_cfg.entropy_estimate):
                 parent = n if n == ROOT else tree.nodes[n].parent
-                chains.append(start_chain(tree, i, parent, round_, state.box_for_context_of(i, n)))
+                chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
+                chain.node.resampled_from = n
+                chains.append(chain)
         run_chains(backend, env, chains, state)
     target = expected_leaves(expansion, rollout_cfg, num_chains)
     return [equalize_leaves(t, target, rng) for t in trees]

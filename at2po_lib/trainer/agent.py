@@ -53,19 +53,22 @@ class SearchAgent:
         trees = rollout(policy, self.tokenizer, self.template, self.retriever, questions, golden,
                         cfg, expansion=cfg.expansion, seed=seed,
                         prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
-                        backend=turn_backend(policy, self.tokenizer, cfg, seed))
+                        backend=turn_backend(policy, self.tokenizer, cfg, seed,
+                                             template=self.template))
         return to_rollout_batch(trees, cfg.entropy_estimate)
 
 
-def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False):
+def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False,
+                 template="atpo"):
     """A vLLM turn backend around the trainer's colocated engine (``policy`` is a
-    ``vllm.LLM``), or None: the rollout then builds its Hugging Face backend from ``policy``."""
+    ``vllm.LLM``), stopping at ``template``'s stops, or None: the rollout then builds its
+    Hugging Face backend from ``policy``."""
     if rollout_cfg.backend != "vllm":
         return None
-    from ..rollout import STOP_SEQUENCES, make_backend
+    from ..rollout import make_backend, turn_stops
 
-    return make_backend(None, tokenizer, rollout_cfg, STOP_SEQUENCES, seed=seed, greedy=greedy,
-                        llm=policy)
+    return make_backend(None, tokenizer, rollout_cfg, turn_stops(template), seed=seed,
+                        greedy=greedy, llm=policy)
 
 
 def _check_same_rollout(cfg, args: AT2POConfig) -> None:

@@ -124,7 +124,8 @@ class Validator:
         shards = {dataset: rows[acc.process_index::acc.num_processes]
                   for dataset, rows in self.rows.items()}
         with self.trainer.policy_for_generation(sync=True) as policy:
-            backend = turn_backend(policy, tokenizer, self.cfg.rollout, seed=0, greedy=True)
+            backend = turn_backend(policy, tokenizer, self.cfg.rollout, seed=0, greedy=True,
+                                   template=self.cfg.policy.template)
             frames = score_datasets(self.cfg, policy, tokenizer, self.retriever, shards, backend)
         if acc.num_processes > 1:
             frames = [f for f in gather_object(frames) if len(f)]

@@ -1,0 +1,155 @@
+r"""Where a policy's trajectories go wrong: at a decision turn, or in reading a passage.
+
+Every trajectory of a TinyWorld question is compared with the question's plan
+(``metadata.hop_queries`` / ``hop_answers``) turn by turn (:func:`at2po_lib.policy.strategies.label_turn`)
+and put in exactly one class:
+
+=================  ==========================================================================
+``correct``        the answer is right (EM 1)
+``misread``        every hop was searched and the last hop's supporting answer string was in
+                   an observation, yet the answer is wrong: the policy read the wrong fact
+``stopped_early``  it answered before searching every hop (a stop decision)
+``repeated``       it searched a query it had searched before (a search decision)
+``off_plan``       it searched something that is not the plan's next query, no repeat
+                   (a search decision: wrong bridge, mangled name)
+``no_answer``      it ended without an answer (length, tool limit, invalid action)
+=================  ==========================================================================
+
+The first three failure classes after ``misread`` are *decision* failures: what the policy
+searched for and when it stopped. :func:`failure_split` reports, among failed trajectories,
+the share of each, and the share that had the supporting passages in context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..policy.strategies import label_turn
+from ..reward import exact_match
+
+DECISION_FAILURES = ("stopped_early", "repeated", "off_plan")
+CLASSES = ("correct", "misread", *DECISION_FAILURES, "no_answer")
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).lower().split())
+
+
+def classify(row: Mapping[str, Any], trajectory: Any) -> dict[str, Any]:
+    """The class of one trajectory (see the module docstring) and its turn labels."""
+    meta = row["metadata"]
+    plan = [_norm(q) for q in meta["hop_queries"]]
+    labels, searched, done = [], [], 0
+    for turn in trajectory.turns:
+        kind = getattr(turn.action.kind, "value", turn.action.kind)
+        label = label_turn(row, str(kind), turn.action.query, searched, done)
+        labels.append(label)
+        if str(kind) == "search":
+            q = _norm(turn.action.query or "")
+            if done < len(plan) and q == plan[done]:
+                done += 1
+            searched.append(turn.action.query or "")
+    em = float(exact_match(trajectory.answer or "", row["golden_answers"])) if trajectory.answer else 0.0
+    last_answer = _norm(meta["hop_answers"][-1])
+    supported = last_answer in _norm(trajectory.response_text)
+    if em:
+        cls = "correct"
+    elif trajectory.answer is None:
+        cls = "no_answer"
+    elif "repeat" in labels:
+        cls = "repeated"
+    elif "off_plan" in labels:
+        cls = "off_plan"
+    elif done < len(plan):
+        cls = "stopped_early"
+    else:
+        cls = "misread"
+    return {"class": cls, "em": em, "supported_in_context": supported, "hops": len(plan),
+            "hops_searched": done, "turn_labels": labels}
+
+
+def classify_all(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any],
+                 dataset: str | None = None) -> pd.DataFrame:
+    """One row per trajectory: ``id``, ``dataset``, ``class``, ``em``, ``supported_in_context`` …"""
+    if len(rows) != len(trajectories):
+        raise ValueError(f"{len(rows)} rows but {len(trajectories)} trajectories")
+    records = []
+    for row, traj in zip(rows, trajectories):
+        rec = classify(row, traj)
+        rec["turn_labels"] = " ".join(rec["turn_labels"])
+        records.append({"id": row.get("id"), "dataset": dataset or row["metadata"].get("dataset"), **rec})
+    return pd.DataFrame.from_records(records)
+
+
+def failure_split(frame: pd.DataFrame) -> dict[str, Any]:
+    """Among failed trajectories: the share of each failure class, of decision failures, and
+    of those that had the last hop's supporting answer in context."""
+    failed = frame[frame["class"] != "correct"]
+    n = len(failed)
+    share = {c: (float((failed["class"] == c).mean()) if n else 0.0) for c in CLASSES[1:]}
+    return {"trajectories": len(frame), "failed": n,
+            "decision_failure_share": float(failed["class"].isin(DECISION_FAILURES).mean()) if n else 0.0,
+            "misread_share": share["misread"],
+            "supported_in_context_share": float(failed["supported_in_context"].mean()) if n else 0.0,
+            "class_shares": share}
+
+
+# ----------------------------------------------------------------------------- re-sampled turns
+
+
+def subtree_leaf_means(parent: np.ndarray, leaf_reward: np.ndarray) -> np.ndarray:
+    """(N,) mean final reward of the leaves under each node (a leaf: its own reward).
+
+    Sums flow from the deepest level up, one ``np.add.at`` per level."""
+    n = len(parent)
+    is_leaf = np.bincount(parent[parent >= 0], minlength=n) == 0
+    total = np.where(is_leaf, np.nan_to_num(leaf_reward), 0.0)
+    count = is_leaf.astype(float)
+    depth = np.zeros(n, dtype=int)
+    for i in range(1, n):  # parents precede children (ids in creation order)
+        depth[i] = depth[parent[i]] + 1
+    for d in range(int(depth.max()), 0, -1):
+        level = np.flatnonzero(depth == d)
+        np.add.at(total, parent[level], total[level])
+        np.add.at(count, parent[level], count[level])
+    return total / np.maximum(count, 1)
+
+
+def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
+    """How often re-sampling a picked turn changes the outcome.
+
+    For every expansion chain whose first node x re-samples a picked node n
+    (``node_arrays["resampled_from"]``; picks of the root are left out: the root has no
+    outcome of its own), x's branch *flips* when the mean final reward of the leaves under x
+    differs from that under n (with L = 1, one leaf each). Returns the share of flips, the
+    number of re-samples, and the picked turns' median entropy (``entropy`` of the tree)."""
+    flips, picked_entropy, root_picks = [], [], 0
+    for tree in trees:
+        source = np.asarray(tree.node_arrays.get("resampled_from", []))
+        if source.size == 0:
+            continue
+        means = subtree_leaf_means(np.asarray(tree.parent), np.asarray(tree.leaf_reward, float))
+        new = np.flatnonzero(source >= 0)
+        root_picks += int((source[new] == 0).sum())
+        new = new[source[new] > 0]
+        flips.append(np.abs(means[new] - means[source[new]]) > 1e-9)
+        picked_entropy.append(np.asarray(tree.entropy, float)[source[new]])
+    flipped = np.concatenate(flips) if flips else np.zeros(0, bool)
+    entropy = np.concatenate(picked_entropy) if picked_entropy else np.zeros(0)
+    return {"resamples": int(flipped.size), "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
+            "root_picks": root_picks,
+            "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan")}
+
+
+def search_turn_entropy(trees: Sequence[Any]) -> dict[str, float]:
+    """Median and mean entropy of the trees' search turns (``records[i]["action"] == "search"``)."""
+    values = [float(tree.entropy[i]) for tree in trees for i, rec in enumerate(tree.records)
+              if i > 0 and rec.get("action") == "search"]
+    arr = np.asarray(values)
+    return {"search_turns": int(arr.size),
+            "median": float(np.median(arr)) if arr.size else float("nan"),
+            "mean": float(arr.mean()) if arr.size else float("nan")}
