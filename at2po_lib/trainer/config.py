@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..config import RolloutConfig, tree_leaves
+from ..hf_compat import checkpointing_field
 
 TREE_EXPANSIONS = ("chain", "random", "random_siblings", "entropy", "aepo")
 TREE_SHAPED = ("random", "random_siblings", "entropy")
@@ -135,6 +136,9 @@ class AT2POConfig(GRPOConfig):
     def __post_init__(self) -> None:
         self._check_choices()
         self.num_generations = self.leaves_per_prompt()
+        if checkpointing_field() == "gradient_checkpointing" and self.activation_checkpointing:
+            # transformers < 5.18 (the GPU list's 5.17.0) reads only the older name
+            self.gradient_checkpointing = True
         super().__post_init__()
 
     # ------------------------------------------------------------------------------------
