@@ -111,6 +111,16 @@ class RetrievalConfig:
 
 
 @dataclass
+class DataConfig:
+    """Where the FlashRAG question files are read from (the profile section ``data:``)."""
+
+    local_dir: str | None = None
+    """A folder in FlashRAG's layout, ``<local_dir>/<dataset>/<split>.jsonl`` (e.g. the
+    ``RUC-NLPIR/FlashRAG_datasets`` files downloaded once): training, validation and evaluation
+    read it and never the hub. None: the hub or its cache. ``at2po train|evaluate --data-dir``."""
+
+
+@dataclass
 class PolicyConfig:
     """The policy LM (``at2po_lib.policy``)."""
 
@@ -385,9 +395,14 @@ class ProfileConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The configuration that determines results (hashed for runs and the pipeline):
+        ``data`` is left out, since where the same question files lie changes no result."""
+        out = dataclasses.asdict(self)
+        out.pop("data")
+        return out
 
 
 def known_profiles() -> list[str]:

@@ -127,6 +127,8 @@ RATE = _finite(0.0, open_low=True)
 RULES: dict[str, Rule] = {
     "name": _profile_name(),
     "description": _any_text(),
+    # data
+    "data.local_dir": _any_text(),  # FlashRAG files on disk (None: the hub or its cache)
     # world
     "world.seed": NON_NEGATIVE,
     "world.n_countries": POSITIVE, "world.n_cities": POSITIVE, "world.n_people": POSITIVE,

@@ -231,7 +231,8 @@ def _download_from_hub(
     offline = _hub_offline()
     hint = (
         f"Download the file once elsewhere (huggingface-cli download {HUB_REPO} {filename} "
-        f"--repo-type dataset --local-dir DIR) and pass local_dir=DIR, which must hold {filename}."
+        f"--repo-type dataset --local-dir DIR) and pass local_dir=DIR (at2po train|evaluate --data-dir DIR, "
+        f"or --set data.local_dir=DIR), which must hold {filename}."
     )
     try:
         # local_files_only while offline: a file already in the cache still loads.

@@ -52,7 +52,7 @@ def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
         from .data import PAPER_TEST_SPLITS, load_flashrag
 
         split = PAPER_TEST_SPLITS[dataset].split if dataset in PAPER_TEST_SPLITS else "test"
-        rows = load_flashrag(dataset, split)
+        rows = load_flashrag(dataset, split, local_dir=profile_cfg.data.local_dir)
     rows = list(rows)
     return rows if max_questions is None else rows[:max_questions]
 

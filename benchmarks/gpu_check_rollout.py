@@ -21,6 +21,7 @@ few leaf rows (bf16: expect ~1e-2; float32: ~1e-5).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import time
@@ -177,6 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     gap = recompute_gap(model, training_rows(trees), rollout.temperature, args.device)
     print(f"max |recorded - recomputed| log-prob over 4 rows: {gap:.2e}")
     print(f"load average {os.getloadavg()[0]:.1f}")
+    summary = {"check": "hf-rollout", "device": device_name, "params_m": round(n_params / 1e6, 1),
+               "traj_per_s": round(n_leaves / seconds, 2),
+               "rollout_tokens_per_s": round(st.generated_tokens / seconds, 1),
+               "logp_gap_max": gap}
+    if args.device.startswith("cuda"):
+        summary["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    print(json.dumps(summary))  # last line: read by benchmarks/gpu_check_all.py
 
 
 if __name__ == "__main__":

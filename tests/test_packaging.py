@@ -24,9 +24,10 @@ def _pyproject_requirements() -> dict[str, str]:
 
 
 def _conda_pip_requirements() -> dict[str, str]:
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    return {_name(r): r.replace(" ", "") for r in pip_section}
+    """environment.yml's pip section, its ``-r requirements-gpu.txt`` expanded."""
+    from at2po_lib.gpu_env import environment_requirements
+
+    return {_name(r): r.replace(" ", "") for r in environment_requirements(ROOT)}
 
 
 def _exact(spec: str) -> str | None:
@@ -61,9 +62,9 @@ def test_trl_pinned_exactly_and_vllm_in_its_range():
     assert _exact(conda["vllm"]) in vllm_range
 
 
-def test_environment_yml_is_python_311_with_cuda_torch_and_faiss_gpu():
+def test_environment_yml_is_python_311_with_the_gpu_list_and_no_faiss_cpu():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     deps = [d for d in env["dependencies"] if isinstance(d, str)]
     assert any(d.startswith("python=3.11") for d in deps)
-    assert any("faiss-gpu" in d for d in deps)
-    assert any("pytorch-cuda" in d for d in deps)
+    conda = _conda_pip_requirements()
+    assert _exact(conda["torch"]) and _exact(conda["faiss-gpu"]) and "faiss-cpu" not in conda

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=None,
                         help="model folder or hub name (default: the profile's warm start, or "
                              "policy.model at paper scale)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
+                             "for --set data.local_dir=DIR)")
     parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed column: the evaluated run's training seed (default sft.seed)")
@@ -45,6 +48,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
     from ..util.paths import results_dir
 
+    if args.data_dir is not None:
+        args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
     cfg = load_profile_args(args)
     datasets = comma_list(args.datasets, "--datasets")
     checkpoint = args.checkpoint or cfg.policy.model

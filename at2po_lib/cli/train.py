@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--list-methods", action="store_true")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="shorthand for --set train.max_steps=N")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
+                             "for --set data.local_dir=DIR)")
     parser.add_argument("--arg", action="append", default=[], metavar="FIELD=VALUE",
                         help="shorthand for --set trainer.FIELD=VALUE")
     return parser
@@ -55,6 +58,8 @@ def override_texts(args: argparse.Namespace) -> list[str]:
     texts = list(args.overrides)
     if args.max_steps is not None:
         texts.append(f"train.max_steps={args.max_steps}")
+    if getattr(args, "data_dir", None) is not None:
+        texts.append(f"data.local_dir={args.data_dir}")
     for text in args.arg:
         if "=" not in text:
             raise UsageError(f"--arg {text!r} is not FIELD=VALUE")

@@ -70,6 +70,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..hf_compat import checkpointing_kwargs
 from ..util.paths import artifacts_dir
 
 if TYPE_CHECKING:
@@ -226,7 +227,8 @@ def trl_config(sft_cfg, output_dir: Path, max_length: int, max_steps: int | None
         report_to=[],
         dataloader_num_workers=0,
         dataloader_pin_memory=False,  # CPU training: pinning needs an accelerator (else it warns)
-        activation_checkpointing=True,  # TRL's SFT default, by the name that does not warn
+        # TRL's SFT default, by the name this transformers release reads without a warning
+        **checkpointing_kwargs(True),
         disable_tqdm=True,  # TrainingProgress (make_trainer) shows one bar and the loss
         # The sampler is ShuffledLengthBatches (see TargetsOnlySFTTrainer).
     )

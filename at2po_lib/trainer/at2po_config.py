@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ..hf_compat import checkpointing_field
 from ..method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
 from ..method.loss import LEVELS, TURN_RATIOS
 
@@ -124,6 +125,9 @@ class AT2POConfig(GRPOConfig):
     def __post_init__(self) -> None:
         self._check_choices()
         self.loss_type = self._trl_loss_type()
+        if checkpointing_field() == "gradient_checkpointing" and self.activation_checkpointing:
+            # transformers < 5.18 (the GPU list's 5.17.0) reads only the older name
+            self.gradient_checkpointing = True
         super().__post_init__()
 
     # ------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
 
             rows = read_flashrag_jsonl(world_dataset_path(ensure_world(profile_cfg), name, "train"))
         else:
-            rows = load_flashrag(name, "train")
+            rows = load_flashrag(name, "train", local_dir=profile_cfg.data.local_dir)
         rows = list(rows)
         for row, trainer_row in zip(rows, to_trainer_rows(rows, profile_cfg.policy.template, name)):
             trainer_row.pop("metadata", None)  # heterogeneous dicts; not needed for training
@@ -104,10 +104,16 @@ class Validator:
         self.rows = {d: load_eval_rows(profile_cfg, d, max_questions) for d in datasets}
 
     def __call__(self):
+        from ..evaluation import summarise
+
+        return summarise(self.details(), self.cfg.name, self.label, self.seed)
+
+    def details(self):
+        """Per-question results of every process's shard, gathered (on every process)."""
         import pandas as pd
         from accelerate.utils import gather_object
 
-        from ..evaluation import score_datasets, summarise
+        from ..evaluation import score_datasets
         from .search_agent import turn_backend
 
         acc = self.trainer.accelerator
@@ -120,8 +126,7 @@ class Validator:
             frames = score_datasets(self.cfg, policy, tokenizer, self.retriever, shards, backend)
         if acc.num_processes > 1:
             frames = [f for f in gather_object(frames) if len(f)]
-        return summarise(pd.concat(frames, ignore_index=True), self.cfg.name, self.label,
-                         self.seed)
+        return pd.concat(frames, ignore_index=True)
 
 
 # -------------------------------------------------------------------------------- train
@@ -146,7 +151,7 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         options.pop("profile_overrides", None) or {}) or None)
     get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
-    with folder_lock(records.run_dir(cfg.name, method, seed).root, "training run"):
+    with folder_lock(run_folder.run_dir(cfg.name, method, seed).root, "training run"):
         return _train_locked(cfg, method, seed, **options)
 
 
@@ -172,11 +177,18 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
         profile_overrides or {}) or None)
     preset = get_method(method)
     _check_backend(cfg)
-    run = run_folder.run_dir(cfg.name, method, seed)
+    if preset.trains:
+        check_optimizer_offload()
+    run = run_folder.run_dir(run_folder.run_profile_key(cfg), method, seed)
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
-    _recover_run_folder(run)
+    # Under several processes (accelerate launch, torchrun) only the main process changes the
+    # run folder; the others read it. Training's collectives keep them in step: no process
+    # writes a checkpoint before the main process has set the staging folder up.
+    main = _is_main_process()
+    if main:
+        _recover_run_folder(run)
     if not force and run_folder.is_finished(run, digest):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
@@ -197,27 +209,31 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     work = run_folder.RunDir(staging_path(run.root))
     checkpoint = None
     if resume and not force:
-        _adopt_unfinished_legacy_run(run, work)
-        run_folder.remove_incomplete_checkpoints(work.checkpoints)
+        if main:
+            _adopt_unfinished_legacy_run(run, work)
+            run_folder.remove_incomplete_checkpoints(work.checkpoints)
         checkpoint = run_folder.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
             _check_same_config(work, digest)
             step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
-            run_folder.truncate_jsonl(work.metrics, step)
-            run_folder.truncate_jsonl(work.eval, step)
-    if checkpoint is None:
+            if main:
+                run_folder.truncate_jsonl(work.metrics, step)
+                run_folder.truncate_jsonl(work.eval, step)
+                _truncate_rank_records(work, step)
+    if checkpoint is None and main:
         if not resume and run_folder.complete_checkpoints(work.checkpoints):
             print(f"{work.root}: an unfinished run is there; starting over (pass --resume to "
                   "continue it)", file=sys.stderr)
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
-    run_folder.write_config(work, {**resolved, "config_hash": digest})
-    from ..util.provenance import hardware, run_metadata
+    if main:
+        run_folder.write_config(work, {**resolved, "config_hash": digest})
+        from ..util.provenance import hardware, run_metadata
 
-    meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                        hardware=hardware())
-    work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
+                            resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+                            hardware=hardware(), world_size=_world_size())
+        work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
     start = time.time()
     if preset.trains:
@@ -227,10 +243,28 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
         final = _evaluate_warmstart(cfg, method, seed, work)
         status = "evaluated"
     wall = time.time() - start + _previous_wall_time(work, checkpoint)
-    run_folder.mark_finished(work, digest, wall_time=wall, status=status,
-                          final_eval=str(run.final_eval) if final is not None else None)
-    swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
+    if main:
+        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
+                              final_eval=str(run.final_eval) if final is not None else None,
+                              world_size=_world_size())
+        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
     return TrainResult(run, status, wall, final)
+
+
+def _world_size() -> int:
+    """Processes of this run (``WORLD_SIZE``, set by accelerate launch / torchrun; 1 alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _is_main_process() -> bool:
+    """``RANK`` 0, or no launcher at all."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _truncate_rank_records(work: run_folder.RunDir, step: int) -> None:
+    """Per-process records past the checkpoint's step go, as metrics rows do (resume)."""
+    for path in sorted((work.root / "ranks").glob("rank*.jsonl")):
+        run_folder.truncate_jsonl(path, step, key="rollout_step")
 
 
 # ---------------------------------------------------------------- run folder (staging)
@@ -315,6 +349,51 @@ def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_fol
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
 
+def check_optimizer_offload(environ=os.environ) -> None:
+    """Refuse up front an optimizer offload DeepSpeed cannot run: ``offload_optimizer_device:
+    cpu`` (zero3_offload_8gpu.yaml) steps with DeepSpeedCPUAdam, which a deepspeed wheel does
+    not prebuild; it is JIT-compiled at the first step, and that needs a C++ compiler and the
+    CUDA toolkit (nvcc) -- otherwise the run dies after the model was loaded."""
+    if environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none").lower() != "cpu":
+        return
+    try:
+        from deepspeed.git_version_info import installed_ops
+
+        if installed_ops.get("cpu_adam"):
+            return
+    except ImportError:
+        pass
+    cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    missing = [tool for tool in ("c++", "nvcc") if shutil.which(tool, path=environ.get("PATH"))
+               is None and not (tool == "nvcc" and cuda_home and Path(cuda_home, "bin", "nvcc").is_file())]
+    if missing:
+        raise ProfileError(
+            "offload_optimizer_device: cpu needs DeepSpeedCPUAdam, which this deepspeed did not "
+            f"prebuild and cannot compile here (no {' and no '.join(missing)}). Install a "
+            "compiler and the CUDA toolkit (conda install -c conda-forge gxx_linux-64 cuda-nvcc "
+            "cuda-cudart-dev), or reinstall deepspeed with DS_BUILD_CPU_ADAM=1, or train "
+            "without offload (configs/accelerate/zero3_8gpu.yaml)")
+
+
+def uses_deepspeed(args) -> bool:
+    """Whether this process trains under DeepSpeed: ``args.deepspeed`` or an ``accelerate
+    launch`` with a DeepSpeed config (it sets ``ACCELERATE_USE_DEEPSPEED=true``)."""
+    return bool(getattr(args, "deepspeed", None)) or \
+        os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in {"1", "true"}
+
+
+def master_weights_dtype(policy_dtype: str, deepspeed: bool) -> str:
+    """The dtype the trained weights are loaded in. DeepSpeed (ZeRO, bf16 on) keeps fp32
+    master weights in its optimizer, so the model may load in ``policy.dtype``; plain torch
+    (``single_gpu.yaml``, ``python -m``) would update the bf16 weights themselves, where AdamW's
+    step at lr 1e-6 (≈ lr·sign(g) per weight) is below half a bf16 ulp (2^-8 relative) of
+    most weights and rounds to zero. So without DeepSpeed a half-precision ``policy.dtype``
+    loads as float32 (the master copy) and ``train.bf16`` autocasts the compute."""
+    if policy_dtype in {"bfloat16", "float16"} and not deepspeed:
+        return "float32"
+    return policy_dtype
+
+
 def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir,
                   trainer_overrides: Mapping[str, Any] | None = None,
                   start_time: float | None = None, reward_fn=None,
@@ -340,7 +419,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
     args = spec.training_args(run.checkpoints)
-    args.model_init_kwargs = {"dtype": torch_dtype(cfg.policy.dtype)}
+    args.model_init_kwargs = {"dtype": torch_dtype(master_weights_dtype(cfg.policy.dtype,
+                                                                        uses_deepspeed(args)))}
     model = policy_path(cfg)
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
@@ -363,6 +443,10 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
+    from . import rank_record
+
+    if rank_record.enabled():
+        trainer.add_callback(rank_record.RankRecord(trainer, run.root / "ranks"))
     if cfg.train.progress_bar:
         trainer.add_callback(StepProgress(cfg.train.max_steps, updates,
                                           f"{cfg.name}/{method}/seed{seed}", validation))
@@ -385,16 +469,38 @@ def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path 
     if not cfg.train.final_eval:
         return None
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:
-        print(f"final evaluation skipped under {trainer.accelerator.num_processes} processes: run "
-              f"`at2po evaluate --profile {cfg.name} --checkpoint "
-              f"{run_folder.latest_complete_checkpoint(run.checkpoints)} --label {method} "
-              f"--seed {seed}`", file=sys.stderr)
-        return None
+        return _sharded_final_evaluation(trainer, cfg, method, seed, run)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     return _final_evaluation(cfg, model.eval(), trainer.processing_class, trainer.retriever,
                              method, seed, run)
+
+
+def _sharded_final_evaluation(trainer, cfg: ProfileConfig, method: str, seed: int,
+                              run: run_folder.RunDir):
+    """The final evaluation under several processes (or ZeRO): each process answers every
+    W-th question of each test set with the trainer's generation policy (weights gathered
+    under ZeRO-3), the per-question frames are gathered, and the main process writes
+    ``outcomes.csv`` and ``final_eval.csv``. The sampled metric (``eval.sampled_k``) is
+    single-process only: refused here rather than left out silently."""
+    from ..evaluation import summarise, turn_distribution, write_eval, write_outcomes
+
+    if cfg.eval.sampled_k > 0:
+        raise ProfileError(f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
+                           "process; set eval.sampled_k=0 for a multi-process run and compute it "
+                           "afterwards with `at2po evaluate --checkpoint ...`")
+    validator = Validator(trainer, cfg, trainer.retriever, cfg.eval.datasets,
+                          cfg.eval.max_questions, method, seed)
+    details = validator.details()
+    if not trainer.accelerator.is_main_process:
+        return None
+    summary = summarise(details, cfg.name, method, seed)
+    write_outcomes(details, run.outcomes)
+    write_eval(summary, run.final_eval, cfg.name, seed, None, method=method,
+               turn_distribution=turn_distribution(details).to_dict("records"),
+               processes=trainer.accelerator.num_processes)
+    return summary
 
 
 def _peft_config(cfg: ProfileConfig):

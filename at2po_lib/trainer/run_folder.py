@@ -101,8 +101,24 @@ class RunDir:
 
 
 def run_dir(profile: str, method: str, seed: int) -> RunDir:
-    """``results/runs/<profile>/<method>/seed<S>/`` (created)."""
+    """``results/runs/<profile>/<method>/seed<S>/`` (created); ``profile`` is
+    :func:`run_profile_key` for a training run."""
     return RunDir(results_dir("runs", profile, method, f"seed{seed}"))
+
+
+def run_profile_key(profile_cfg: Any) -> str:
+    """The profile part of a run folder: the profile's name, or ``<name>@<datasets>`` when the
+    run trains on other datasets than the profile file declares (``--set
+    train.train_datasets=[nq]`` on a HotpotQA profile), so that a single-hop and a multi-hop
+    run never share a folder. A profile given as a YAML path outside configs/ keys by its name."""
+    from ..config import ProfileError, load_profile
+
+    name, trained = profile_cfg.name, list(profile_cfg.train.train_datasets)
+    try:
+        declared = list(load_profile(name).train.train_datasets)
+    except ProfileError:
+        return name
+    return name if trained == declared else f"{name}@{'+'.join(trained)}"
 
 
 # ------------------------------------------------------------------------- resolved config

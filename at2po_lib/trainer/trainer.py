@@ -334,6 +334,8 @@ class AT2POTrainer(GRPOTrainer):
         if self._rollout_inputs is None or len(self._rollout_inputs) != len(prompts):
             raise RuntimeError("AT2POTrainer._rollout called outside _generate_and_score_completions")
         groups = self._prompt_groups(self._rollout_inputs)
+        # which prompts this process rolled out (RankRecord writes them per process)
+        self.last_rollout_ids = [str(head.get("id", head.get("question"))) for head in groups]
         step = self.rollout_step
         start = time.perf_counter()
         # Decided before entering: policy_for_generation() puts this same module in eval mode.

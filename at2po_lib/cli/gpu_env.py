@@ -1,0 +1,51 @@
+"""``at2po gpu-env``: the GPU environment's pip input and the summary of pip's report
+(:mod:`at2po_lib.gpu_env`; scripts/check_gpu_env.sh calls both).
+
+    at2po gpu-env requirements > reqs.txt     # environment.yml's pip section, -r expanded
+    at2po gpu-env summarize report.json       # key versions of `pip install --dry-run --report`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .options import UsageError, run_guarded
+
+PROG = "at2po gpu-env"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="The GPU environment's pip input "
+                                     "(requirements) or a summary of pip's --report (summarize).")
+    sub = parser.add_subparsers(dest="action", required=True)
+    req = sub.add_parser("requirements", help="environment.yml's pip section, -r expanded")
+    req.add_argument("--root", type=Path, default=None, help="repository root (default: this one)")
+    summ = sub.add_parser("summarize", help="the key versions of a pip --report")
+    summ.add_argument("report", type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..gpu_env import environment_requirements, summarize_report
+    from ..util.paths import repo_root
+
+    if args.action == "requirements":
+        print("\n".join(environment_requirements(args.root or repo_root())))
+        return 0
+    if not args.report.is_file():
+        raise UsageError(f"{args.report}: no such pip report")
+    try:
+        rows = summarize_report(json.loads(args.report.read_text()))
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise UsageError(f"{args.report}: {exc}") from None
+    width = max(len(n) for n, _ in rows)
+    for name, version in rows:
+        print(f"  {name:<{width}}  {version}")
+    return 0

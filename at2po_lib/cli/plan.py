@@ -1,0 +1,72 @@
+"""``at2po plan``: what one training step of a profile will cost on N GPUs (no GPU needed).
+
+    at2po plan --profile paper-qwen3-4b --gpus 8
+    at2po plan --profile paper-qwen3-8b --gpus 8 --zero 2 --gpu-memory-gib 80 --json
+
+Memory per GPU, generated tokens and retrieval queries per step, the query rate the retrieval
+server must sustain and whether CPU faiss can: the formulas are in :mod:`at2po_lib.planning`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .options import UsageError, add_profile_options, load_profile_args, run_guarded
+
+PROG = "at2po plan"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..planning import ZERO_STAGES, Hardware
+
+    d = Hardware(gpus=1)
+    parser = argparse.ArgumentParser(prog=PROG, description="Estimate memory per GPU and the "
+                                     "rollout and retrieval load of one training step.")
+    add_profile_options(parser, default=None, example="train.micro_batch_rows=1")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs, one process each")
+    parser.add_argument("--zero", choices=ZERO_STAGES, default=None,
+                        help="DeepSpeed ZeRO stage; none: no DeepSpeed (fp32 master weights in "
+                             "the trainer). Default: 3 with more than one GPU, else none")
+    parser.add_argument("--offload-optimizer", action="store_true",
+                        help="optimizer states on the CPU (zero3_offload_8gpu.yaml)")
+    parser.add_argument("--gpu-memory-gib", type=float, default=d.gpu_memory_gib,
+                        help=f"memory of one GPU (default {d.gpu_memory_gib:g}: the paper's H20)")
+    parser.add_argument("--no-fused-lm-head", action="store_true",
+                        help="count the fp32 log-softmax over the vocabulary (no chunked LM head)")
+    parser.add_argument("--faiss-fp16", action="store_true", help="faiss shards stored in fp16")
+    parser.add_argument("--cpu-gflops", type=float, default=d.cpu_gflops,
+                        help=f"sustained CPU sgemm GFLOP/s of the server (default {d.cpu_gflops:g})")
+    parser.add_argument("--gpu-tflops", type=float, default=d.gpu_tflops,
+                        help=f"sustained fp32 TFLOP/s of one GPU (default {d.gpu_tflops:g})")
+    parser.add_argument("--mean-searches", type=float, default=d.mean_searches,
+                        help=f"searches per trajectory (default {d.mean_searches:g})")
+    parser.add_argument("--passages", type=int, default=d.passages,
+                        help=f"passages in the index (default {d.passages:,}: wiki-18)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..planning import Hardware, PlanError, format_plan, plan
+
+    if args.profile is None:
+        raise UsageError("--profile is required (e.g. --profile paper-qwen3-4b)")
+    cfg = load_profile_args(args)
+    zero = args.zero or ("3" if args.gpus > 1 else "none")
+    hw = Hardware(gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib, zero_stage=zero,
+                  offload_optimizer=args.offload_optimizer, fused_lm_head=not args.no_fused_lm_head,
+                  faiss_fp16=args.faiss_fp16, cpu_gflops=args.cpu_gflops,
+                  gpu_tflops=args.gpu_tflops, mean_searches=args.mean_searches,
+                  passages=args.passages)
+    try:
+        result = plan(cfg, hw)
+    except PlanError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(result, indent=2, default=float) if args.json else format_plan(result, cfg.name))
+    return 0
