@@ -75,7 +75,7 @@ def test_the_checkpointing_name_matches_the_installed_transformers():
 
     from transformers import TrainingArguments
 
-    from at2po_lib.hf_compat import checkpointing_field
+    from at2po_lib.util.hf_compat import checkpointing_field
 
     assert checkpointing_field() in {f.name for f in dataclasses.fields(TrainingArguments)}
 

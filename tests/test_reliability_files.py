@@ -144,7 +144,7 @@ class contextlib_suppress_enospc:  # noqa: N801 - contextlib.suppress for ENOSPC
 def test_torch_save_on_a_full_disk_is_enospc_with_the_path(full_disk):
     import torch
 
-    from at2po_lib.storage import reported_writes
+    from at2po_lib.util.storage import reported_writes
 
     target = full_disk / "checkpoint-4" / "optimizer.pt"
     target.parent.mkdir()

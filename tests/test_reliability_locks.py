@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from at2po_lib.locks import folder_lock
+    from at2po_lib.util.locks import folder_lock
     with folder_lock(Path(sys.argv[1]), "test"):
         print("held", flush=True)
         time.sleep(120)
@@ -71,7 +71,7 @@ def test_a_second_index_build_into_one_folder_stops_naming_the_first(tmp_path, h
 
 
 def test_a_killed_holder_leaves_the_lock_free(tmp_path, holder):
-    from at2po_lib.locks import folder_lock
+    from at2po_lib.util.locks import folder_lock
 
     folder = tmp_path / "run"
     first = holder(folder)
@@ -85,7 +85,7 @@ def test_a_killed_holder_leaves_the_lock_free(tmp_path, holder):
 def test_a_waiting_build_takes_the_lock_once_the_holder_is_done(tmp_path, holder):
     import threading
 
-    from at2po_lib.locks import folder_lock
+    from at2po_lib.util.locks import folder_lock
 
     folder = tmp_path / "index"
     first = holder(folder)

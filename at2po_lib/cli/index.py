@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from ..locks import folder_lock
+    from ..util.locks import folder_lock
 
     # One writer per index folder: a second build of the same --out stops naming the first's PID.
     with folder_lock(Path(args.out), "index build"):

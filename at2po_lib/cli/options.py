@@ -103,7 +103,7 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk, a missing or damaged file: errno and path, one line
-        from ..storage import describe
+        from ..util.storage import describe
 
         print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
         return 1

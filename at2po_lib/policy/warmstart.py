@@ -70,7 +70,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..hf_compat import checkpointing_kwargs
+from ..util.hf_compat import checkpointing_kwargs
 from ..util.paths import artifacts_dir
 
 if TYPE_CHECKING:

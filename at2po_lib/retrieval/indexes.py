@@ -163,10 +163,10 @@ def ensure_index(
 
 
 def _build_lock(folder: Path):
-    """The index folder's exclusive lock (:mod:`at2po_lib.locks`) while it is built; a second
+    """The index folder's exclusive lock (:mod:`at2po_lib.util.locks`) while it is built; a second
     build of the same profile waits for the first (a note names its PID) and then finds the
     index current instead of racing it."""
-    from ..locks import folder_lock
+    from ..util.locks import folder_lock
 
     return folder_lock(folder, "index build", wait=True)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..hf_compat import checkpointing_field
+from ..util.hf_compat import checkpointing_field
 from ..method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
 from ..method.loss import LEVELS, TURN_RATIOS
 

@@ -143,10 +143,10 @@ class TrainResult:
 def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: Any
           ) -> TrainResult:
     """Train (or reuse) one run while holding its folder's exclusive lock
-    (:mod:`at2po_lib.locks`): a second process on the same run stops at once with
-    :class:`~at2po_lib.locks.FolderLockedError` naming the first one's PID. The options are
+    (:mod:`at2po_lib.util.locks`): a second process on the same run stops at once with
+    :class:`~at2po_lib.util.locks.FolderLockedError` naming the first one's PID. The options are
     :func:`_train_locked`'s; see there and the module docstring."""
-    from ..locks import folder_lock
+    from ..util.locks import folder_lock
 
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         options.pop("profile_overrides", None) or {}) or None)

@@ -180,7 +180,7 @@ def _json_safe(value: Any) -> Any:
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     """Append one row and flush it to disk (a crash loses at most the row being written)."""
-    from ..storage import reported_writes
+    from ..util.storage import reported_writes
 
     line = json.dumps({k: _json_safe(v) for k, v in row.items()}, default=str)
     with reported_writes(path), path.open("a") as fh:
@@ -285,7 +285,7 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- helpers
 def _atomic_write(path: Path, text: str) -> None:
     """Write to a temporary sibling, fsync, then rename over ``path``."""
-    from ..storage import reported_writes
+    from ..util.storage import reported_writes
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -220,8 +220,8 @@ class AT2POTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
         """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
-        (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.storage`."""
-        from ..storage import reported_writes
+        (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.util.storage`."""
+        from ..util.storage import reported_writes
 
         folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
         with reported_writes(folder):
