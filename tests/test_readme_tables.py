@@ -43,3 +43,20 @@ def test_readme_python_example_runs():
     # scores H - 0.1 b: node 1: 0.9 - 0.3, node 3: 0.4 - 0.1, node 2: 0.5 - 0.3, root: 0 - 0.3
     assert scope["picks"].tolist() == [1, 3]
     assert scope["values"].shape == scope["advantages"].shape == (9,)
+
+
+def test_readme_figure_is_committed_and_its_script_draws_it():
+    """The README's one figure exists, names the script that draws it, and the script runs."""
+    import json
+    import runpy
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    root = repo_root()
+    (image,) = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", (root / "README.md").read_text())
+    meta = json.loads((root / (image + ".meta.json")).read_text())
+    assert (root / image).is_file() and meta["command"] == "python scripts/readme_figure.py"
+    script = runpy.run_path(str(root / "scripts" / "readme_figure.py"))  # not as __main__
+    fig = script["draw"]()
+    assert len(fig.axes) >= 2
