@@ -91,6 +91,7 @@ def test_shorthands_go_through_the_same_parser():
     (["--arg", "betta=0"], "unknown key 'betta'"),
     (["--set", "trainer.learning_rate=1e-4"], "set train.learning_rate instead"),
     (["--set", "trainer.tree_m=3"], "set rollout.tree_m instead"),
+    (["--set", "trainer.loss_type=dapo"], "follows from trainer.loss_aggregation"),
     (["--arg", "beta"], "not FIELD=VALUE"),
 ])
 def test_bad_train_overrides_fail_before_training(argv, message, capsys, tmp_path,

@@ -92,7 +92,6 @@ PROFILE_FIELDS: dict[str, str] = {
     "max_completion_length": "rollout.max_response_tokens",
     "vllm_max_model_length": "rollout.max_prompt_tokens + rollout.max_response_tokens",
     "num_generations": "rollout.chains, rollout.tree_m/tree_l/tree_k or rollout.aepo_budget",
-    "loss_type": "the preset's loss_aggregation (trainer.loss_aggregation)",
     "per_device_train_batch_size": "train.mini_batch_prompts and train.micro_batch_rows",
     "gradient_accumulation_steps": "train.micro_batch_rows",
     "steps_per_generation": "train.prompts_per_step / train.mini_batch_prompts",
@@ -163,6 +162,11 @@ def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str) -> int:
     return method_rollout(profile_cfg, expansion).leaves_per_prompt()
 
 
+DERIVED_FIELDS: dict[str, str] = {"loss_type": "trainer.loss_aggregation"}
+"""``AT2POConfig`` fields derived from another field (TRL's ``loss_type`` from verl's aggregation
+name, ``at2po_lib.trainer.at2po_config.TRL_LOSS_TYPES``): an override names the field to set."""
+
+
 def rollout_knob(key: str) -> str | None:
     """The profile key of a rollout knob named as a trainer field (``tree_m`` →
     ``rollout.tree_m``; the old ``tree_expansion``/``tree_aepo_*`` names too), else None: the
@@ -178,6 +182,9 @@ def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
     """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`)
     and of rollout knobs (:func:`rollout_knob`)."""
     for key in overrides:
+        if key in DERIVED_FIELDS:
+            raise ProfileError(f"trainer.{key} follows from {DERIVED_FIELDS[key]}: set that "
+                               f"instead (e.g. --set {DERIVED_FIELDS[key]}=token-mean)")
         if rollout_knob(key) and key not in PROFILE_FIELDS:
             raise ProfileError(f"trainer.{key} is a rollout knob: set {rollout_knob(key)} "
                                f"instead (e.g. --set {rollout_knob(key)}=...)")
