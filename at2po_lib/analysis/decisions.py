@@ -153,3 +153,59 @@ def search_turn_entropy(trees: Sequence[Any]) -> dict[str, float]:
     return {"search_turns": int(arr.size),
             "median": float(np.median(arr)) if arr.size else float("nan"),
             "mean": float(arr.mean()) if arr.size else float("nan")}
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa", "tiny_2wiki",
+                                                                 "tiny_musique", "tiny_nq"),
+                         rows_per_dataset: int = 80, split: str = "train") -> pd.DataFrame:
+    """Teacher-forced P(``<answer>`` opens the turn) at every decision of perfect
+    demonstrations of the evaluation world's ``split`` rows, against the rate the demonstration
+    mix trains (``1 - follow_rate`` for ``stop`` decisions, 0 for ``repeat`` ones, whose
+    failure is a search). One row per kind of decision: ``easy``/``hard-stop``/``hard-repeat``
+    at the first search (``hop0``) or a later one, and ``final`` (after the last hop: always an
+    answer)."""
+    import torch
+
+    from ..policy.demos import script_demos, tokenize_demo
+    from ..policy.model import load_policy
+    from ..policy.strategies import STOP, decisions
+    from ..retrieval.indexes import build_retriever
+    from ..tinyworld.build import ensure_world, read_rows
+
+    files = ensure_world(cfg)
+    retriever = build_retriever(cfg, build=False)
+    model, tokenizer = load_policy(policy, cfg.policy.dtype)
+    model.eval()
+    answer_id = tokenizer.convert_tokens_to_ids("<answer>")
+    records = []
+    for name in datasets:
+        rows = read_rows(files, name, split)[:rows_per_dataset]
+        for row, demo in zip(rows, script_demos(rows, cfg.policy.template, retriever,
+                                                topk=cfg.retrieval.topk)):
+            ex = tokenize_demo(demo, tokenizer)
+            ids, mask = ex["input_ids"], ex["assistant_masks"]
+            starts = [i for i in range(1, len(ids)) if mask[i] and not mask[i - 1]]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids])).logits[0, [s - 1 for s in starts]]
+            p_answer = torch.softmax(logits.float(), -1)[:, answer_id].tolist()
+            decs = decisions(row, cfg.sft.follow_rate_hard, cfg.sft.follow_rate_easy)
+            for k, p in enumerate(p_answer):
+                if k < len(decs):
+                    d = decs[k]
+                    kind = ("hard-" + d.failure) if d.hard else "easy"
+                    trained = (1 - d.follow_rate) if d.failure == STOP else 0.0
+                    where = "hop0" if k == 0 else "later"
+                else:
+                    kind, trained, where = "final", 1.0, ""
+                if not cfg.sft.strategy_mix and kind != "final":
+                    trained = 0.0  # perfect demonstrations never stop early
+                records.append({"decision": kind, "where": where, "p_answer": p,
+                                "trained_rate": trained})
+    frame = pd.DataFrame.from_records(records)
+    return (frame.groupby(["decision", "where"], as_index=False)
+            .agg(n=("p_answer", "size"), mean_p_answer=("p_answer", "mean"),
+                 share_above_half=("p_answer", lambda p: float((p > 0.5).mean())),
+                 trained_rate=("trained_rate", "mean")))

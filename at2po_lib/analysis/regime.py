@@ -153,6 +153,7 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
     from ..util.writing import save_figure
     from ..util.paths import results_dir
     from ..util.provenance import run_metadata, write_meta
+    from .decisions import decision_calibration
     from .sample import policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)
@@ -166,6 +167,7 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
         "gate1_sampled_gain": em_gain(cfg.name, seeds, metric="sampled_em"),
         "gate2_signal": signal_and_reward(cfg.name, seeds),
         "gate3_failures": warmstart_failures(cfg, folder),
+        "gate3_decision_calibration": decision_calibration(cfg, folder).to_dict(orient="records"),
         "gate3_flips": {"prompts": num_prompts, "seed": seed,
                         **expansion_flips(cfg, folder, rows, seed)},
     }
