@@ -148,7 +148,11 @@ def searched_nodes(tree: TreeArrays) -> np.ndarray:
 def with_retrievals(trees: Sequence[TreeArrays], retriever, topk: int) -> list[TreeArrays]:
     """Add ``retrieved`` (passage ids, best first) to the record of every node in
     :func:`searched_nodes` (one batched retriever call for all of them)."""
-    where = [(i, int(n)) for i, t in enumerate(trees) for n in np.flatnonzero(searched_nodes(t))]
+    # Nodes whose record has no query (an empty query ends the branch with EOS as its
+    # observation, docs/method.md §1; a node can also go on after the tool-limit notice, so its
+    # record holds a later action) have nothing to re-run: they get no ``retrieved``.
+    where = [(i, int(n)) for i, t in enumerate(trees) for n in np.flatnonzero(searched_nodes(t))
+             if t.records[n].get("query")]
     queries = [trees[i].records[n]["query"] for i, n in where]
     hits = retriever.search(queries, topk=topk) if queries else []
     records = [[dict(r) for r in t.records] for t in trees]
