@@ -18,10 +18,30 @@ def test_generated_blocks_equal_their_generated_tables(monkeypatch):
                          "`at2po report --profile tiny --readme`")
 
 
-def test_the_toy_study_page_has_generated_blocks_for_the_toy_tables():
+TOY_STUDY_TABLES = ("table1_summary", "table1_differences", "table1_differences_sampled",
+                    "table2", "table3", "fig3_entropy_change")
+"""The tables of ``at2po report --profile tiny`` that docs/toy_study.md shows."""
+
+
+def test_every_written_toy_table_has_its_block_on_the_toy_study_page(monkeypatch):
+    """A table the report wrote is shown (its block), never left out or typed by hand. The
+    study's tables exist only once its runs do (the earlier regime's were removed with it)."""
+    monkeypatch.delenv("AT2PO_RESULTS", raising=False)
     text = (repo_root() / "docs" / "toy_study.md").read_text()
     keys = set(re.findall(r"<!-- at2po-report: ([\w.-]+/[\w.-]+) -->", text))
-    assert {"tiny/table1_summary", "tiny/table1_differences", "tiny/table2"} <= keys
+    written = {f"tiny/{name}" for name in TOY_STUDY_TABLES if readme.table_file(f"tiny/{name}").is_file()}
+    assert written <= keys, (f"add a block <!-- at2po-report: KEY --> ... <!-- /at2po-report --> "
+                             f"to docs/toy_study.md for {sorted(written - keys)}, then run "
+                             "`at2po report --profile tiny --readme`")
+
+
+def test_the_block_rule_sees_a_written_table_without_its_block(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    readme.table_file("tiny/table2").write_text("| step |\n| --- |\n")  # under AT2PO_RESULTS
+    page = tmp_path / "page.txt"
+    page.write_text("<!-- at2po-report: tiny/table2 -->\nold\n<!-- /at2po-report -->\n")
+    assert readme.stale_blocks(page) == ["tiny/table2"]
+    assert readme.update_readme(page) == ["tiny/table2"] and readme.stale_blocks(page) == []
 
 
 def test_readme_is_a_short_front_door_linking_its_pages():
