@@ -534,3 +534,28 @@ def test_validation_skips_step_0_unless_asked(tmp_path):
         state.global_step = 2
         cb.on_step_end(None, state, None)
         assert len(calls) == int(before) + 1
+
+
+@pytest.mark.parametrize("method", ["grpo", "react"])
+def test_runs_recorded_before_the_renovation_are_recognised(method):
+    """The pilot runs committed at 83dc95b were recorded by the code before issue #25 renamed
+    the knobs; RunSpec.legacy_record gives their exact config hash, so ``train``/``study`` reuse
+    them, while the new record (no tree_* trainer fields) hashes differently."""
+    import yaml
+
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.resolve import resolve_run
+    from at2po_lib.util.paths import results_dir
+
+    folder = results_dir("runs", "tiny", method, "seed0")
+    if not (folder / "DONE.json").is_file():
+        pytest.skip(f"no committed tiny/{method}/seed0 run")
+    recorded = yaml.safe_load((folder / "config.yaml").read_text())
+    if "chain_leaves" not in recorded["profile"]["train"]:
+        pytest.skip("the committed run was recorded after the renovation")
+    spec = resolve_run(load_profile("tiny"), method, 0, world_size=1)
+    if spec.legacy_record()["profile"] != recorded["profile"]:
+        pytest.skip("configs/tiny.yaml changed since the committed run")
+    done = json.loads((folder / "DONE.json").read_text())["config_hash"]
+    assert run_folder.config_hash(spec.legacy_record()) == done
+    assert run_folder.config_hash(spec.record()) != done

@@ -24,6 +24,7 @@ source; ``rollout.aepo_initial`` chains start it, capped at the budget).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -134,6 +135,31 @@ class RunSpec:
                 "preset": dict(self.preset), "trainer_overrides": dict(self.trainer_overrides),
                 "trainer": fields}
 
+    def legacy_record(self) -> dict[str, Any]:
+        """:meth:`record` as the code before issue #25's renovation wrote it, so that a run it
+        recorded with the same configuration is recognised (the renovation renamed, it did not
+        change behaviour: the smoke and tiny records of both reproduce value for value). Then
+        the trainer fields mirrored the rollout's knobs (``tree_m``/``tree_l``/``tree_k``, for
+        chains the chain count and 0, 0; ``tree_alpha``, ``tree_aepo_beam``, ``tree_expansion``,
+        AEPO's ``tree_aepo_initial``), presets named their rollout ``tree_expansion``, the
+        aggregation was TRL's ``loss_type``, DAPO's refill ``tree_dynamic_sampling``, and the
+        chain count was ``train.chain_leaves``."""
+        record = copy.deepcopy(self.record())
+        record["profile"]["train"]["chain_leaves"] = record["profile"]["rollout"].pop("chains")
+        for fields in (record["preset"], record["trainer_overrides"], record["trainer"]):
+            _legacy_names(fields)
+        if self.geometry is None:
+            return record
+        rollout, chain = self.rollout, self.rollout.expansion == "chain"
+        record["preset"]["tree_expansion"] = rollout.expansion
+        record["trainer"].update(
+            tree_m=rollout.chains if chain else rollout.tree_m, tree_l=0 if chain else rollout.tree_l,
+            tree_k=0 if chain else rollout.tree_k, tree_alpha=rollout.tree_alpha,
+            tree_aepo_beam=rollout.aepo_beam, tree_expansion=rollout.expansion)
+        if rollout.expansion == "aepo":
+            record["trainer"]["tree_aepo_initial"] = rollout.aepo_initial
+        return record
+
     def training_args(self, output_dir: Path):
         """The run's :class:`AT2POConfig` (TRL's arguments) writing to ``output_dir``."""
         from .at2po_config import AT2POConfig
@@ -141,6 +167,16 @@ class RunSpec:
         if self.geometry is None:
             raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
+
+
+def _legacy_names(fields: dict[str, Any]) -> None:
+    """Rename, in place, the fields the renovation renamed back to their old names."""
+    from .at2po_config import TRL_LOSS_TYPES
+
+    if "loss_aggregation" in fields:
+        fields["loss_type"] = TRL_LOSS_TYPES[fields.pop("loss_aggregation")]
+    if "dynamic_sampling" in fields:
+        fields["tree_dynamic_sampling"] = fields.pop("dynamic_sampling")
 
 
 def method_rollout(profile_cfg: ProfileConfig, expansion: str) -> RolloutConfig:

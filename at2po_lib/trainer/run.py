@@ -183,13 +183,16 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
+    # A run recorded before the renovation of issue #25 with the same configuration is the same
+    # run (RunSpec.legacy_record); new runs record the new hash.
+    same = {digest, run_folder.config_hash(spec.legacy_record())}
     # Under several processes (accelerate launch, torchrun) only the main process changes the
     # run folder; the others read it. Training's collectives keep them in step: no process
     # writes a checkpoint before the main process has set the staging folder up.
     main = _is_main_process()
     if main:
         _recover_run_folder(run)
-    if not force and run_folder.is_finished(run, digest):
+    if not force and any(run_folder.is_finished(run, d) for d in same):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
@@ -214,7 +217,7 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
             run_folder.remove_incomplete_checkpoints(work.checkpoints)
         checkpoint = run_folder.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
-            _check_same_config(work, digest)
+            _check_same_config(work, same)
             step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
             if main:
                 run_folder.truncate_jsonl(work.metrics, step)
@@ -305,14 +308,17 @@ def _check_backend(cfg: ProfileConfig) -> None:
                            f"rollout.backend={cfg.rollout.backend!r}; set both for vLLM rollouts")
 
 
-def _check_same_config(run: run_folder.RunDir, digest: str) -> None:
+def _check_same_config(run: run_folder.RunDir, digests: set[str]) -> None:
+    """Refuse to resume a checkpoint written with another configuration (``digests``: the
+    hashes this configuration is known by)."""
     if run.config.is_file():
         import yaml
 
         old = (yaml.safe_load(run.config.read_text()) or {}).get("config_hash")
-        if old and old != digest:
+        if old and old not in digests:
             raise ValueError(f"{run.config}: the checkpoint was written with another "
-                             f"configuration (hash {old} != {digest}); drop --resume or use --force")
+                             f"configuration (hash {old} not in {sorted(digests)}); drop --resume "
+                             "or use --force")
 
 
 def _previous_wall_time(run: run_folder.RunDir, checkpoint: Path | None) -> float:
