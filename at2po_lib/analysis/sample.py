@@ -69,9 +69,14 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
 
 def policy_folder(profile: str, policy: str | Path | None = None) -> Path:
     """The policy to roll out: ``policy`` or the profile's warm start (never trained here)."""
-    from ..policy.warmstart import warmstart_dir
+    from ..policy.warmstart import cached_warmstart, warmstart_dir
 
-    folder = Path(policy) if policy else warmstart_dir(profile)
+    if policy:
+        folder = Path(policy)
+    else:  # the local build if current, else the shipped copy (a fresh clone has only that)
+        from ..config import load_profile
+
+        folder = cached_warmstart(load_profile(profile)) or warmstart_dir(profile)
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder}: no model.safetensors (train the warm start with "
                                 f"`at2po warmstart --profile {profile}` or pass --policy)")
