@@ -207,3 +207,31 @@ def test_resample_flips_compare_a_resampled_branch_with_its_source():
     ent = search_turn_entropy([_tree([-1, 0, 1], [nan, nan, 1.0], [0.0, 0.2, 0.6], [-1, -1, -1],
                                      ["root", "search", "answer"])])
     assert ent == {"search_turns": 1, "median": 0.2, "mean": 0.2}
+
+
+def test_tree_decision_labels_follow_each_path():
+    """Every turn of a hand-made tree labelled from the plan: a path that follows, one that
+    repeats, one that stops early, one off the plan."""
+    import numpy as np
+
+    from at2po_lib.analysis.decisions import tree_decision_labels
+    from at2po_lib.method.tree import TreeArrays
+
+    #            0
+    #        /   |    \\
+    #       1    5     6            1: search E0 kw0 (follow)   5: answer (early)
+    #     /   \\         \\           2: search E1 kw1 (follow)   3: answer after both (final)
+    #    2     4         7          4: search E0 kw0 again (repeat)
+    #    |                          6: search E0 kw0 (follow)   7: search E9 kw1 (off_plan)
+    #    3
+    parent = [-1, 0, 1, 2, 1, 0, 0, 6]
+    actions = [("root", None), ("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None),
+               ("search", "E0 kw0"), ("answer", None), ("search", "E0 kw0"), ("search", "E9 kw1")]
+    tree = TreeArrays(parent=np.array(parent), entropy=np.zeros(8), leaf_reward=np.zeros(8),
+                      records=[{"action": a, "query": q} for a, q in actions],
+                      info={"hop_queries": ["E0 kw0", "E1 kw1"]})
+    assert tree_decision_labels(tree).tolist() == [
+        "root", "follow", "follow", "final", "repeat", "early", "follow", "off_plan"]
+    with pytest.raises(ValueError, match="hop_queries"):
+        tree_decision_labels(TreeArrays(parent=np.array([-1]), entropy=np.zeros(1),
+                                        leaf_reward=np.zeros(1)))

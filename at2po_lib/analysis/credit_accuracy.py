@@ -23,6 +23,12 @@ entity), a search over the tool limit or whose observation did not fit (no passa
 wrong answer, an invalid or truncated turn. Duplicate leaves (copies made to reach the leaf
 budget, docs/method.md §5) are not sampled turns and are not scored; the root has no tokens.
 
+**What the turn decided** (``TurnLabels.decision``, :func:`at2po_lib.analysis.decisions.
+tree_decision_labels`): each turn against the plan's queries on its path — ``follow`` (the
+next hop's query), ``repeat`` (a query searched before), ``off_plan``, ``early`` (an answer
+before the last hop was searched), ``final``, ``invalid`` — the decisions the regime's
+demonstrations mix (``at2po_lib.policy.strategies``).
+
 **A turn's advantage.** AT2PO's modes give each node one advantage A_n
 (:mod:`at2po_lib.method.credit`). The outcome baselines give one advantage per row (root→leaf path) and
 a node lies on every row below it; its tokens are trained once per row, so its *effective*
@@ -73,6 +79,7 @@ from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantage
                              forest_node_values, grpo_advantages, tree_grpo_advantages)
 from ..method.tree import Forest, leaf_paths, node_depths
 from ..method.tree import TreeArrays
+from .decisions import tree_decision_labels
 from .sample import searched_nodes
 
 GIGPO_GAMMA = 0.95
@@ -93,6 +100,8 @@ class TurnLabels:
     useful: np.ndarray      # (N,) bool (module docstring)
     scored: np.ndarray      # (N,) bool: a sampled turn (not the root, not a duplicate leaf)
     state: np.ndarray       # (N,) int: anchor-state id (prompt, passages retrieved before)
+    decision: np.ndarray    # (N,) what the turn decided against the plan: follow / repeat /
+                            # off_plan / early / final / invalid / root (decisions.tree_decision_labels)
 
 
 def _passage_matrices(trees: Sequence[TreeArrays], parent: np.ndarray, depth: np.ndarray,
@@ -145,8 +154,11 @@ def turn_labels(trees: Sequence[TreeArrays]) -> TurnLabels:
     prompt = np.array([t.prompt_id for t in trees], dtype=np.int64)[tree_of]
     packed = np.packbits(before, axis=1)
     _, state = np.unique(np.column_stack([prompt[:, None], packed]), axis=0, return_inverse=True)
+    # trees saved before the plan carried its queries get "unknown" (their useful labels stand)
+    decision = np.concatenate([tree_decision_labels(t) if t.info.get("hop_queries")
+                               else np.full(t.num_nodes, "unknown", dtype=object) for t in trees])
     return TurnLabels(forest=forest, prompt=prompt, kind=kind, useful=useful,
-                      scored=(parent >= 0) & ~duplicate, state=state.ravel())
+                      scored=(parent >= 0) & ~duplicate, state=state.ravel(), decision=decision)
 
 
 # --------------------------------------------------------------------------------------------

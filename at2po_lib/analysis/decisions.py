@@ -98,6 +98,38 @@ def failure_split(frame: pd.DataFrame) -> dict[str, Any]:
             "class_shares": share}
 
 
+# ----------------------------------------------------------------------------- tree turns
+
+
+def tree_decision_labels(tree: Any) -> np.ndarray:
+    """(N,) the :func:`~at2po_lib.policy.strategies.label_turn` label of every node of a tree
+    (``root`` for the root): what the turn decided, read from the node's record (``action``,
+    ``query``) and the queries on its path, against the plan in ``tree.info["hop_queries"]``.
+    Parents precede children (node ids in creation order), so one pass carries each path's
+    queries down."""
+    plan = tree.info.get("hop_queries")
+    if not plan:
+        raise ValueError(f"tree of prompt {tree.prompt_id}: info has no hop_queries (grow it "
+                         "with at2po_lib.analysis.sample.grow_trees)")
+    row = {"metadata": {"hop_queries": list(plan)}}
+    normalised = [_norm(q) for q in plan]
+    searched: list[list[str]] = [[] for _ in range(tree.num_nodes)]
+    done = np.zeros(tree.num_nodes, dtype=int)
+    labels = np.empty(tree.num_nodes, dtype=object)
+    labels[0] = "root"
+    for n in range(1, tree.num_nodes):
+        p = int(tree.parent[n])
+        record = tree.records[n] if n < len(tree.records) else {}
+        kind, query = str(record.get("action") or "invalid"), record.get("query")
+        labels[n] = label_turn(row, kind, query, searched[p], int(done[p]))
+        searched[n], done[n] = searched[p], done[p]
+        if kind == "search" and query:
+            searched[n] = searched[p] + [query]
+            if done[p] < len(normalised) and _norm(query) == normalised[done[p]]:
+                done[n] = done[p] + 1
+    return labels
+
+
 # ----------------------------------------------------------------------------- re-sampled turns
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..method.tree import TreeArrays
 
-PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers")
+PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers", "hop_queries")
 """Row ``metadata`` fields copied into each tree's ``info``."""
 
 
