@@ -151,6 +151,11 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         options.pop("profile_overrides", None) or {}) or None)
     get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
+    if not _is_main_process():
+        # Under several processes only rank 0 writes the run folder, so only it holds the
+        # lock; the other ranks of its launch share its run (a second launch's rank 0 is
+        # refused by the lock, and its other ranks then fail at their first collective).
+        return _train_locked(cfg, method, seed, **options)
     with folder_lock(run_folder.run_dir(cfg.name, method, seed).root, "training run"):
         return _train_locked(cfg, method, seed, **options)
 
