@@ -253,6 +253,10 @@ class RolloutConfig:
     (AT2PO)."""
     entropy_estimate: str = "sampled_nll"
     """``sampled_nll`` (authors' code) or ``exact`` (full-distribution entropy, the paper's)."""
+    turn_entropy: str = "mean"
+    """How a turn's per-token entropies become H(n), for expansion and credit alike: ``mean``
+    (the paper's and the authors') or ``max`` (ours, docs/method.md §11: a one-token decision
+    inside a near-certain turn stands out)."""
     invalid_action: str = "template"
     """``end`` the branch (authors' code), ``retry`` with a corrective message (Search-R1), or
     ``template``: the template's own policy (atpo and tiny end, searchr1 retries)."""

@@ -198,6 +198,7 @@ RULES: dict[str, Rule] = {
     "rollout.tree_grpo_trees": POSITIVE,
     "rollout.expansion": _one_of("chain", "random", "random_siblings", "entropy", "aepo"),
     "rollout.entropy_estimate": _one_of("sampled_nll", "exact"),
+    "rollout.turn_entropy": _one_of("mean", "max"),
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,

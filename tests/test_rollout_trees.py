@@ -359,3 +359,56 @@ def test_random_siblings_is_reproducible(toy):
         return [[(n.parent, tuple(n.token_ids)) for n in t.nodes] for t in trees]
 
     assert grow("random_siblings", 3) == grow("random_siblings", 3)
+
+
+def _turn_tree(token_entropies: list[list[float]]):
+    """A root with one inner turn per entry (each with a leaf child), the entry's per-token
+    exact entropies and sampled-token NLLs equal to them."""
+    from at2po_lib.rollout.structures import RolloutTree
+
+    tree = RolloutTree(prompt_index=0, question="q", golden_answers=["a"], prompt_ids=[1])
+    for values in token_entropies:
+        node = tree.add_child(0, 0)
+        node.append_sampled(list(range(len(values))), [-v for v in values], values,
+                            [0.0] * len(values))
+        leaf = tree.add_child(node.id, 0)
+        leaf.append_sampled([7], [0.0], [0.0], [0.0])
+        leaf.is_leaf, leaf.reward = True, 0.0
+    return tree
+
+
+def test_turn_entropy_max_lets_a_one_token_decision_stand_out():
+    """Node 1: one uncertain token (0.69, a coin-flip decision) among six certain ones, mean
+    0.0986; node 3: every token a little uncertain (0.2), mean 0.2. The paper's mean picks
+    node 3, the max picks node 1; both estimates agree by construction here."""
+    from at2po_lib.rollout.trees import node_entropy, pick_nodes
+
+    tree = _turn_tree([[0.0, 0.0, 0.69, 0.0, 0.0, 0.0, 0.0], [0.2] * 4])
+    for estimate in ("sampled_nll", "exact"):
+        mean = node_entropy(tree, estimate, "mean")
+        assert mean[[1, 3]] == pytest.approx([0.69 / 7, 0.2])
+        assert node_entropy(tree, estimate, "max")[[1, 3]] == pytest.approx([0.69, 0.2])
+        assert pick_nodes(tree, 1, 0.0, estimate) == [3]
+        assert pick_nodes(tree, 1, 0.0, estimate, reduce="max") == [1]
+
+
+def test_turn_entropy_max_ignores_inserted_tokens_and_names_a_bad_choice():
+    from at2po_lib.rollout.trees import node_entropy
+
+    tree = _turn_tree([[0.1, 0.3]])
+    tree.nodes[1].append_inserted([9, 9])  # the tool-limit notice: not sampled
+    tree.nodes[1].entropies[-1] = 5.0       # would win if inserted tokens counted
+    assert node_entropy(tree, "exact", "max")[1] == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="rollout.turn_entropy='median'"):
+        node_entropy(tree, "exact", "median")
+    tree.nodes[1].entropies[0] = float("nan")  # a backend without full distributions
+    assert np.isnan(node_entropy(tree, "exact", "max")[1])
+
+
+def test_turn_entropy_reaches_the_credit_arrays():
+    from at2po_lib.rollout.export import tree_arrays
+
+    tree = _turn_tree([[0.0, 0.6, 0.0]])
+    assert tree_arrays(tree, "exact", "max").entropy[1] == pytest.approx(0.6)
+    assert tree_arrays(tree, "exact").entropy[1] == pytest.approx(0.2)
+    assert tree_arrays(tree, "exact", "max").info["turn_entropy"] == "max"

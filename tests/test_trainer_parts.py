@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -554,8 +555,25 @@ def test_runs_recorded_before_the_renovation_are_recognised(method):
     if "chain_leaves" not in recorded["profile"]["train"]:
         pytest.skip("the committed run was recorded after the renovation")
     spec = resolve_run(load_profile("tiny"), method, 0, world_size=1)
-    if spec.legacy_record()["profile"] != recorded["profile"]:
+    earlier = spec.earlier_records()
+    if all(r["profile"] != recorded["profile"] for r in earlier):
         pytest.skip("configs/tiny.yaml changed since the committed run")
     done = json.loads((folder / "DONE.json").read_text())["config_hash"]
-    assert run_folder.config_hash(spec.legacy_record()) == done
+    assert done in {run_folder.config_hash(r) for r in earlier}
     assert run_folder.config_hash(spec.record()) != done
+
+
+def test_a_profile_field_added_at_its_neutral_value_keeps_the_run_hash():
+    """rollout.turn_entropy was added after runs were recorded: at "mean" (what they did) the
+    record without it is among the earlier records; at "max" it is not (another run)."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.resolve import resolve_run
+
+    mean = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
+    old_style = copy.deepcopy(mean.record())
+    del old_style["profile"]["rollout"]["turn_entropy"]
+    assert old_style in mean.earlier_records()
+    other = resolve_run(load_profile("smoke", {"rollout": {"turn_entropy": "max"}}), "at2po", 0,
+                        world_size=1)
+    assert old_style not in other.earlier_records()
+    assert run_folder.config_hash(other.record()) != run_folder.config_hash(mean.record())

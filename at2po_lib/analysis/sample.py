@@ -115,7 +115,8 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
                         [list(r["golden_answers"]) for r in part], rollout_cfg,
                         expansion=expansion, num_leaves=num_chains, seed=seed + c,
                         prompt_ids=list(range(first, first + len(part))))
-        arrays = [tree_arrays(t, rollout_cfg.entropy_estimate) for t in grown]
+        arrays = [tree_arrays(t, rollout_cfg.entropy_estimate, rollout_cfg.turn_entropy)
+                  for t in grown]
         trees += with_plans(arrays, rows)
         if log:
             print(f"  {expansion}: {first + len(part)}/{len(rows)} prompts, "

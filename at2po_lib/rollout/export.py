@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 _INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "resampled_from")
 
 
-def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> TreeArrays:
+def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
+                turn_entropy: str = "mean") -> TreeArrays:
     """The tree as :class:`~at2po_lib.method.tree.TreeArrays` (module docstring)."""
     from .trees import node_entropy
 
@@ -71,11 +72,11 @@ def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll") -> Tre
     records = [node_record(tree, n.id) for n in nodes]
     return TreeArrays(
         parent=np.array([n.parent for n in nodes], dtype=np.int64),
-        entropy=np.asarray(node_entropy(tree, entropy_estimate), dtype=np.float64),
+        entropy=np.asarray(node_entropy(tree, entropy_estimate, turn_entropy), dtype=np.float64),
         leaf_reward=reward, prompt_id=int(tree.prompt_index), node_arrays=node_arrays,
         records=records,
         info={"question": tree.question, "golden_answers": list(tree.golden_answers),
-              "entropy_estimate": entropy_estimate})
+              "entropy_estimate": entropy_estimate, "turn_entropy": turn_entropy})
 
 
 def node_record(tree: RolloutTree, node_id: int) -> dict[str, Any]:

@@ -172,6 +172,13 @@ class Node:
         values = self._sampled(self.entropies)
         return sum(values) / len(values) if values else 0.0
 
+    def token_entropies(self, estimate: str) -> list[float]:
+        """Per sampled token: -log pi(y_t) (``sampled_nll``) or -sum_v p(v) log p(v)
+        (``exact``); the values whose mean is :attr:`entropy_nll` / :attr:`entropy_exact`."""
+        if estimate == "sampled_nll":
+            return [-v for v in self._sampled(self.logps)]
+        return self._sampled(self.entropies)
+
     @property
     def sampled_mask(self) -> list[int]:
         """``token_mask``, or all ones for a node filled by hand without one."""

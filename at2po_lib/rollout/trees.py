@@ -12,7 +12,8 @@ Entropy-guided expansion (AT2PO), per prompt (all prompts' turns are batched tog
 
 H(n) is the turn's mean sampled-token NLL (authors' code, ``rollout.entropy_estimate =
 "sampled_nll"``) or its mean exact entropy (``"exact"``, the paper's -sum p log p); ties keep
-breadth-first order (at2po_lib.method.expansion).
+breadth-first order (at2po_lib.method.expansion). ``rollout.turn_entropy = "max"`` (ours, not
+the paper's) takes the largest per-token value instead of the mean.
 
 Random siblings (the authors' ablation mode ``expansion_mode=random``,
 ``ToolTreeNode.sample_expansion_nodes``; Table 2's steps 1-2): AT2PO's single tree and its
@@ -72,23 +73,42 @@ EXPANSIONS = ("chain", "random", "random_siblings", "entropy")
 # ----------------------------------------------------------------------------- selection
 
 
-def node_entropy(tree: RolloutTree, estimate: str) -> np.ndarray:
-    """H(n) for every node (root 0) with the chosen estimate."""
+TURN_ENTROPIES = ("mean", "max")
+
+
+def node_entropy(tree: RolloutTree, estimate: str, reduce: str = "mean") -> np.ndarray:
+    """H(n) for every node (root 0) with the chosen estimate, reduced over the turn's sampled
+    tokens by ``reduce`` (``rollout.turn_entropy``): ``mean`` is the paper's H(n) =
+    (1/|y_n|) sum_t H_t; ``max`` = max_t H_t, an option of ours (docs/method.md §11) that lets
+    one uncertain token -- a decision such as ``<search>`` vs ``<answer>`` -- stand out from
+    the near-certain tokens around it."""
     if estimate not in ("sampled_nll", "exact"):
         raise ValueError(f"rollout.entropy_estimate={estimate!r}; expected sampled_nll or exact")
-    attr = "entropy_nll" if estimate == "sampled_nll" else "entropy_exact"
-    return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
+    if reduce not in TURN_ENTROPIES:
+        raise ValueError(f"rollout.turn_entropy={reduce!r}; expected one of {TURN_ENTROPIES}")
+    if reduce == "mean":
+        attr = "entropy_nll" if estimate == "sampled_nll" else "entropy_exact"
+        return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
+    # max() of a list holding NaN depends on its order: propagate NaN explicitly
+    return np.array([0.0 if n.id == ROOT else _max_or_zero(n.token_entropies(estimate))
+                     for n in tree.nodes])
+
+
+def _max_or_zero(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    return float("nan") if any(np.isnan(values)) else float(max(values))
 
 
 def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str,
-               rng: np.random.Generator | None = None) -> list[int]:
+               rng: np.random.Generator | None = None, reduce: str = "mean") -> list[int]:
     """The K picks of one round in one tree: entropy-guided (AT2PO), or uniform without
     replacement when ``rng`` is given (``random_siblings``)."""
     parent = np.array([n.parent for n in tree.nodes])
     is_leaf = np.array([n.is_leaf for n in tree.nodes])
     if rng is not None:
         return [int(i) for i in select_random_siblings(parent, is_leaf, k, rng)]
-    entropy = node_entropy(tree, estimate)
+    entropy = node_entropy(tree, estimate, reduce)
     if np.isnan(entropy).any():
         raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
                          "backend has no full distributions (vLLM); use 'sampled_nll'")
@@ -222,7 +242,8 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
         for i, tree in enumerate(trees):
             for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
                                 rollout_cfg.entropy_estimate,
-                                rng if expansion == "random_siblings" else None):
+                                rng if expansion == "random_siblings" else None,
+                                rollout_cfg.turn_entropy):
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
                 chain.node.resampled_from = n

@@ -135,6 +135,16 @@ class RunSpec:
                 "preset": dict(self.preset), "trainer_overrides": dict(self.trainer_overrides),
                 "trainer": fields}
 
+    def earlier_records(self) -> list[dict[str, Any]]:
+        """:meth:`record` as earlier code wrote it for the same configuration: without the
+        profile fields added since (:data:`ADDED_PROFILE_FIELDS`, at their neutral values),
+        with and without the renovation's names (:meth:`legacy_record`)."""
+        out = []
+        for record in (self.record(), self.legacy_record()):
+            trimmed = _without_added_fields(record)
+            out += [record] + ([trimmed] if trimmed != record else [])
+        return out
+
     def legacy_record(self) -> dict[str, Any]:
         """:meth:`record` as the code before issue #25's renovation wrote it, so that a run it
         recorded with the same configuration is recognised (the renovation renamed, it did not
@@ -167,6 +177,19 @@ class RunSpec:
         if self.geometry is None:
             raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
+
+
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean"}
+"""Profile fields added after runs were recorded, with the value that reproduces what those
+runs did: a run recorded without the field is the same run as one with it at that value."""
+
+
+def _without_added_fields(record: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(record)
+    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
+        if out["profile"].get(section, {}).get(name, neutral) == neutral:
+            out["profile"].get(section, {}).pop(name, None)
+    return out
 
 
 def _legacy_names(fields: dict[str, Any]) -> None:

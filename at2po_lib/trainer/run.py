@@ -188,9 +188,10 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
-    # A run recorded before the renovation of issue #25 with the same configuration is the same
-    # run (RunSpec.legacy_record); new runs record the new hash.
-    same = {digest, run_folder.config_hash(spec.legacy_record())}
+    # A run recorded by earlier code with the same configuration (before the renovation of
+    # issue #25, or before a profile field was added) is the same run
+    # (RunSpec.earlier_records); new runs record the new hash.
+    same = {digest} | {run_folder.config_hash(r) for r in spec.earlier_records()}
     # Under several processes (accelerate launch, torchrun) only the main process changes the
     # run folder; the others read it. Training's collectives keep them in step: no process
     # writes a checkpoint before the main process has set the staging folder up.

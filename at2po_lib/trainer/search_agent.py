@@ -55,7 +55,7 @@ class SearchAgent:
                         prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
                         backend=turn_backend(policy, self.tokenizer, cfg, seed,
                                              template=self.template))
-        return to_rollout_batch(trees, cfg.entropy_estimate)
+        return to_rollout_batch(trees, cfg.entropy_estimate, cfg.turn_entropy)
 
 
 def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False,
@@ -91,12 +91,13 @@ def _field(row: dict[str, Any], name: str, index: int) -> Any:
     return row[name]
 
 
-def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll") -> RolloutBatch:
+def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll",
+                     turn_entropy: str = "mean") -> RolloutBatch:
     """Training rows and credit arrays of rollout trees (one row per leaf, trees in order)."""
     from ..rollout.export import training_rows, tree_arrays
 
     rows = training_rows(trees)
-    arrays = [tree_arrays(t, entropy_estimate) for t in trees]
+    arrays = [tree_arrays(t, entropy_estimate, turn_entropy) for t in trees]
     leaf_calls, finish_reasons = [], []
     for row in rows:
         node = trees[row["tree_id"]].nodes[row["leaf_node"]]
