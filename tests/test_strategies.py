@@ -204,6 +204,7 @@ def test_resample_flips_compare_a_resampled_branch_with_its_source():
     same = _tree(parent=[-1, 0, 1, 1], reward=[nan, nan, 1.0, 1.0], entropy=[0, 0.1, 0.2, 0.3],
                  source=[-1, -1, -1, 2])
     assert resample_flips([same])["flip_share"] == 0.0
+    assert out["per_prompt"] == {0: (2, 2)}
     ent = search_turn_entropy([_tree([-1, 0, 1], [nan, nan, 1.0], [0.0, 0.2, 0.6], [-1, -1, -1],
                                      ["root", "search", "answer"])])
     assert ent == {"search_turns": 1, "median": 0.2, "mean": 0.2}
@@ -235,3 +236,18 @@ def test_tree_decision_labels_follow_each_path():
     with pytest.raises(ValueError, match="hop_queries"):
         tree_decision_labels(TreeArrays(parent=np.array([-1]), entropy=np.zeros(1),
                                         leaf_reward=np.zeros(1)))
+
+
+def test_flip_ratio_ci_pairs_prompts_and_brackets_the_ratio():
+    from at2po_lib.analysis.decisions import flip_ratio_ci
+
+    # entropy picks flip 6 of 20 re-samples, uniform picks 3 of 20, on the same 4 prompts
+    a = {0: (2, 5), 1: (2, 5), 2: (1, 5), 3: (1, 5)}
+    b = {0: (1, 5), 1: (1, 5), 2: (1, 5), 3: (0, 5), 9: (5, 5)}  # prompt 9: only in b, left out
+    out = flip_ratio_ci(a, b)
+    assert out["prompts"] == 4 and out["ratio"] == pytest.approx((6 / 20) / (3 / 20))
+    assert out["low"] <= out["ratio"] <= out["high"]
+    # equal measurements: the ratio is 1 in every resample
+    assert flip_ratio_ci(a, a)["low"] == flip_ratio_ci(a, a)["high"] == 1.0
+    with pytest.raises(ValueError, match="share no prompt"):
+        flip_ratio_ci({0: (1, 2)}, {1: (1, 2)})

@@ -159,7 +159,7 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
     outcome of its own), x's branch *flips* when the mean final reward of the leaves under x
     differs from that under n (with L = 1, one leaf each). Returns the share of flips, the
     number of re-samples, and the picked turns' median entropy (``entropy`` of the tree)."""
-    flips, picked_entropy, root_picks = [], [], 0
+    flips, picked_entropy, root_picks, per_prompt = [], [], 0, {}
     for tree in trees:
         source = np.asarray(tree.node_arrays.get("resampled_from", []))
         if source.size == 0:
@@ -170,11 +170,37 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
         new = new[source[new] > 0]
         flips.append(np.abs(means[new] - means[source[new]]) > 1e-9)
         picked_entropy.append(np.asarray(tree.entropy, float)[source[new]])
+        counts = per_prompt.setdefault(int(tree.prompt_id), [0, 0])
+        counts[0] += int(flips[-1].sum())
+        counts[1] += int(flips[-1].size)
     flipped = np.concatenate(flips) if flips else np.zeros(0, bool)
     entropy = np.concatenate(picked_entropy) if picked_entropy else np.zeros(0)
     return {"resamples": int(flipped.size), "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
             "root_picks": root_picks,
-            "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan")}
+            "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan"),
+            "per_prompt": {k: tuple(v) for k, v in sorted(per_prompt.items())}}
+
+
+def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],
+                  confidence: float = 0.95, n_resamples: int = 4000,
+                  seed: int = 0) -> dict[str, float]:
+    """share_a / share_b of flipped re-samples (``resample_flips(...)["per_prompt"]``: prompt ->
+    (flips, re-samples)) with a bootstrap interval over the prompts both measured, resampled
+    together (paired: the same prompts under both expansions)."""
+    prompts = sorted(set(a) & set(b))
+    if not prompts:
+        raise ValueError("flip_ratio_ci: the two measurements share no prompt")
+    counts = np.array([[*a[p], *b[p]] for p in prompts], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    draws = counts[rng.integers(0, len(prompts), size=(n_resamples, len(prompts)))].sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (draws[:, 0] / draws[:, 1]) / (draws[:, 2] / draws[:, 3])
+    total = counts.sum(axis=0)
+    tail = (1 - confidence) / 2
+    finite = ratios[np.isfinite(ratios)]
+    low, high = (np.quantile(finite, [tail, 1 - tail]) if finite.size else (np.nan, np.nan))
+    return {"ratio": float((total[0] / total[1]) / (total[2] / total[3])),
+            "low": float(low), "high": float(high), "prompts": len(prompts)}
 
 
 def search_turn_entropy(trees: Sequence[Any]) -> dict[str, float]:

@@ -124,7 +124,7 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
 def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
                     expansions: Sequence[str] = ("entropy", "random_siblings")) -> dict[str, Any]:
     """Flip shares of re-sampled turns per expansion, on the same prompts and leaf budget."""
-    from .decisions import resample_flips, search_turn_entropy
+    from .decisions import flip_ratio_ci, resample_flips, search_turn_entropy
     from .sample import grow_trees
 
     out = {}
@@ -134,6 +134,9 @@ def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
     if all(e in out for e in ("entropy", "random_siblings")):
         base = out["random_siblings"]["flip_share"]
         out["entropy_over_random"] = (out["entropy"]["flip_share"] / base) if base else float("nan")
+        if base:  # 95% interval, paired over prompts
+            out["entropy_over_random_ci"] = flip_ratio_ci(out["entropy"]["per_prompt"],
+                                                          out["random_siblings"]["per_prompt"])
     return out
 
 
