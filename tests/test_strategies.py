@@ -7,6 +7,7 @@ import math
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -205,6 +206,8 @@ def test_resample_flips_compare_a_resampled_branch_with_its_source():
                  source=[-1, -1, -1, 2])
     assert resample_flips([same])["flip_share"] == 0.0
     assert out["per_prompt"] == {0: (2, 2)}
+    assert out["picked_mean_depth"] == (2 + 1) / 2  # node 2 at depth 2, node 1 at depth 1
+    assert out["changed_action_share"] == 0.0  # records without queries: "search" both times
     ent = search_turn_entropy([_tree([-1, 0, 1], [nan, nan, 1.0], [0.0, 0.2, 0.6], [-1, -1, -1],
                                      ["root", "search", "answer"])])
     assert ent == {"search_turns": 1, "median": 0.2, "mean": 0.2}
@@ -251,3 +254,22 @@ def test_flip_ratio_ci_pairs_prompts_and_brackets_the_ratio():
     assert flip_ratio_ci(a, a)["low"] == flip_ratio_ci(a, a)["high"] == 1.0
     with pytest.raises(ValueError, match="share no prompt"):
         flip_ratio_ci({0: (1, 2)}, {1: (1, 2)})
+
+
+def test_resample_flips_say_whether_the_resampled_turn_itself_changed():
+    from at2po_lib.analysis.decisions import resample_flips
+    from at2po_lib.method.tree import TreeArrays
+
+    nan = float("nan")
+    # node 3 re-samples node 2 with the same query (a flip through later randomness is not
+    # possible here: both are leaves); node 4 re-samples node 1 with another query
+    records = [{"action": "root"}, {"action": "search", "query": "a"},
+               {"action": "search", "query": "b"}, {"action": "search", "query": "b"},
+               {"action": "search", "query": "c"}]
+    tree = TreeArrays(parent=np.array([-1, 0, 1, 1, 0]), entropy=np.zeros(5),
+                      leaf_reward=np.array([nan, nan, 0.0, 0.0, 1.0]),
+                      node_arrays={"resampled_from": np.array([-1, -1, -1, 2, 1])},
+                      records=records)
+    out = resample_flips([tree])
+    assert out["resamples"] == 2 and out["changed_action_share"] == 0.5
+    assert out["flip_share"] == 0.5  # node 4: 1.0 against node 1's mean 0.0

@@ -158,8 +158,12 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
     (``node_arrays["resampled_from"]``; picks of the root are left out: the root has no
     outcome of its own), x's branch *flips* when the mean final reward of the leaves under x
     differs from that under n (with L = 1, one leaf each). Returns the share of flips, the
-    number of re-samples, and the picked turns' median entropy (``entropy`` of the tree)."""
+    number of re-samples, the picked turns' median entropy (``entropy`` of the tree), how
+    often the re-sampled turn itself took another action (search vs answer, another query or
+    answer; ``records``), and the picked turns' mean depth: a re-sample redraws every turn
+    after it too, so an early pick can flip through later turns alone."""
     flips, picked_entropy, root_picks, per_prompt = [], [], 0, {}
+    changed, depths = [], []
     for tree in trees:
         source = np.asarray(tree.node_arrays.get("resampled_from", []))
         if source.size == 0:
@@ -170,6 +174,11 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
         new = new[source[new] > 0]
         flips.append(np.abs(means[new] - means[source[new]]) > 1e-9)
         picked_entropy.append(np.asarray(tree.entropy, float)[source[new]])
+        records = list(getattr(tree, "records", None) or [])
+        if records:
+            changed += [_turn_action(records[x]) != _turn_action(records[n])
+                        for x, n in zip(new, source[new])]
+        depths.append(_depths(np.asarray(tree.parent))[source[new]])
         counts = per_prompt.setdefault(int(tree.prompt_id), [0, 0])
         counts[0] += int(flips[-1].sum())
         counts[1] += int(flips[-1].size)
@@ -178,7 +187,23 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
     return {"resamples": int(flipped.size), "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
             "root_picks": root_picks,
             "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan"),
+            "changed_action_share": float(np.mean(changed)) if changed else float("nan"),
+            "picked_mean_depth": (float(np.concatenate(depths).mean())
+                                  if depths and flipped.size else float("nan")),
             "per_prompt": {k: tuple(v) for k, v in sorted(per_prompt.items())}}
+
+
+def _turn_action(record: dict[str, Any]) -> tuple:
+    """What a turn did, as compared between a re-sample and its source."""
+    return (record.get("action"), record.get("query"), record.get("answer"))
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    import torch
+
+    from ..method.tree import node_depths
+
+    return node_depths(torch.as_tensor(parent, dtype=torch.long)).numpy()
 
 
 def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],
