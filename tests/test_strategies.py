@@ -273,3 +273,29 @@ def test_resample_flips_say_whether_the_resampled_turn_itself_changed():
     out = resample_flips([tree])
     assert out["resamples"] == 2 and out["changed_action_share"] == 0.5
     assert out["flip_share"] == 0.5  # node 4: 1.0 against node 1's mean 0.0
+
+
+def test_expansion_flips_measure_three_expansions_on_the_same_prompts(tmp_path, monkeypatch):
+    """Real rollouts of a small random policy on smoke's TinyWorld: every expansion re-samples
+    turns of the same prompts, and each ratio to uniform picks comes with its interval."""
+    import torch
+
+    from at2po_lib.analysis.regime import expansion_flips
+    from at2po_lib.rollout.toy import ToySetup
+
+    monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))
+    torch.set_num_threads(1)
+    toy = ToySetup("smoke", seed=0)
+    folder = tmp_path / "policy"
+    toy.model.save_pretrained(folder)
+    toy.tokenizer.save_pretrained(folder)
+    rows = [{**row, "dataset": "tiny_hotpotqa"} for row in toy.rows[:4]]
+    out = expansion_flips(toy.cfg, folder, rows, seed=0)
+    picks = len(rows) * toy.cfg.rollout.tree_l * toy.cfg.rollout.tree_k
+    for name in ("entropy", "random_siblings", "entropy_max"):
+        assert set(out[name]["per_prompt"]) <= {0, 1, 2, 3}
+        assert out[name]["resamples"] == sum(n for _, n in out[name]["per_prompt"].values())
+        assert out[name]["resamples"] + out[name]["root_picks"] == picks  # every pick counted
+    if out["random_siblings"]["flip_share"]:
+        ci = out["entropy_max_over_random_ci"]
+        assert ci["ratio"] == pytest.approx(out["entropy_max_over_random"], nan_ok=True)

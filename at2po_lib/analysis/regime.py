@@ -122,20 +122,30 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
 
 
 def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
-                    expansions: Sequence[str] = ("entropy", "random_siblings")) -> dict[str, Any]:
-    """Flip shares of re-sampled turns per expansion, on the same prompts and leaf budget."""
+                    expansions: Sequence[str] = ("entropy", "random_siblings", "entropy_max"),
+                    ) -> dict[str, Any]:
+    """Flip shares of re-sampled turns per expansion, on the same prompts and leaf budget.
+    ``entropy_max`` is the entropy-guided expansion with ``rollout.turn_entropy = "max"``
+    (docs/method.md §11); each ``*_over_random`` ratio carries a 95% interval paired over
+    prompts (``*_over_random_ci``)."""
+    from dataclasses import replace
+
     from .decisions import flip_ratio_ci, resample_flips, search_turn_entropy
     from .sample import grow_trees
 
     out = {}
     for expansion in expansions:
-        trees = grow_trees(cfg, rows, expansion, seed, policy, log=False)
+        run_cfg, grown = cfg, expansion
+        if expansion == "entropy_max":
+            run_cfg = replace(cfg, rollout=replace(cfg.rollout, turn_entropy="max"))
+            grown = "entropy"
+        trees = grow_trees(run_cfg, rows, grown, seed, policy, log=False)
         out[expansion] = {**resample_flips(trees), "search_turn_entropy": search_turn_entropy(trees)}
-    if all(e in out for e in ("entropy", "random_siblings")):
-        base = out["random_siblings"]["flip_share"]
-        out["entropy_over_random"] = (out["entropy"]["flip_share"] / base) if base else float("nan")
-        if base:  # 95% interval, paired over prompts
-            out["entropy_over_random_ci"] = flip_ratio_ci(out["entropy"]["per_prompt"],
+    base = out.get("random_siblings", {}).get("flip_share")
+    for name in ("entropy", "entropy_max"):
+        if name in out and base:
+            out[f"{name}_over_random"] = out[name]["flip_share"] / base
+            out[f"{name}_over_random_ci"] = flip_ratio_ci(out[name]["per_prompt"],
                                                           out["random_siblings"]["per_prompt"])
     return out
 

@@ -57,7 +57,9 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     fail, flips = result["gate3_failures"]["split"], result["gate3_flips"]
     print(f"3. warm-start failures at a decision: {fail['decision_failure_share']:.2f}, supporting "
           f"answer in context: {fail['supported_in_context_share']:.2f}")
-    print("   flips: " + json.dumps({k: v for k, v in flips.items() if k not in ("prompts", "seed")}))
+    shown = {k: ({f: x for f, x in v.items() if f != "per_prompt"} if isinstance(v, dict) else v)
+             for k, v in flips.items() if k not in ("prompts", "seed")}
+    print("   flips: " + json.dumps(shown, default=float))
     for path in result["paths"]:
         print(f"wrote {path}")
     return 0
