@@ -25,10 +25,10 @@ def test_tiny_profile_architecture_counts_the_real_tiny_qwen3():
     pol = load_profile("tiny").policy
     arch = architecture_of(load_profile("tiny"))
     assert (pol.hidden_size, pol.num_hidden_layers, pol.num_attention_heads,
-            pol.num_key_value_heads, pol.intermediate_size) == (128, 2, 4, 2, 512)
+            pol.num_key_value_heads, pol.intermediate_size) == (128, 4, 4, 2, 512)
     # by hand: d=32; layer 2*128*128 + 2*128*64 + 3*128*512 + 2*128 + 2*32 = 246,080;
-    # embeddings V*128 (tied) + 2 layers + final norm 128
-    assert arch.parameters() == pol.vocab_size * 128 + 2 * 246_080 + 128
+    # embeddings V*128 (tied) + 4 layers + final norm 128
+    assert arch.parameters() == pol.vocab_size * 128 + 4 * 246_080 + 128
     model = Qwen3ForCausalLM(Qwen3Config(
         hidden_size=pol.hidden_size, num_hidden_layers=pol.num_hidden_layers,
         num_attention_heads=pol.num_attention_heads, num_key_value_heads=pol.num_key_value_heads,
