@@ -35,11 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..method.tree import TreeArrays
 from .decisions import subtree_leaf_means, tree_decision_labels
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_ENTROPY = 0.05
 """Nats per token; docs/regime.md: candidate turns' 5th percentile on the warm start."""
@@ -191,3 +195,45 @@ def teaching_tree_before_expansion() -> TreeArrays:
                       prompt_id=full.prompt_id,
                       node_arrays={k: v[keep] for k, v in full.node_arrays.items()},
                       records=list(full.records[keep]), info=dict(full.info))
+
+
+def tree_before_round(tree: TreeArrays, expansion_round: int) -> tuple[TreeArrays, np.ndarray]:
+    """(the tree as the expansion round ``expansion_round`` scored it, ids): the nodes grown in
+    earlier rounds (``expansion_round`` < r), renumbered in order; ``ids[j]`` is the full tree's
+    id of node j. Scores of :func:`at2po_lib.method.expansion.expansion_scores` on it are the
+    scores that round ranked."""
+    rounds = np.asarray(tree.node_arrays.get("expansion_round", np.zeros(tree.num_nodes)))
+    ids = np.flatnonzero((rounds < expansion_round) | (np.arange(tree.num_nodes) == 0))
+    new_id = np.full(tree.num_nodes, -1, dtype=np.int64)
+    new_id[ids] = np.arange(len(ids))
+    parent = np.where(tree.parent[ids] >= 0, new_id[np.maximum(tree.parent[ids], 0)], -1)
+    if (parent[1:] < 0).any():
+        raise ValueError("a node of an earlier round has a parent grown later")
+    records = [tree.records[i] for i in ids] if len(tree.records) else []
+    sub = TreeArrays(parent, tree.entropy[ids], tree.leaf_reward[ids], prompt_id=tree.prompt_id,
+                     node_arrays={k: np.asarray(v)[ids] for k, v in tree.node_arrays.items()},
+                     records=records, info=dict(tree.info))
+    return sub, ids
+
+
+def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.DataFrame":
+    """The score table of one expansion round, in the full tree's ids: entropy, siblings b(n),
+    score H − α·b, whether the node was a candidate (leaves never are), and whether the round
+    re-sampled it (``resampled_from`` of the nodes it grew); best candidates first."""
+    import pandas as pd
+
+    from ..method.expansion import expansion_scores, sibling_counts
+
+    sub, ids = tree_before_round(tree, expansion_round)
+    rounds = np.asarray(tree.node_arrays.get("expansion_round", np.zeros(tree.num_nodes)))
+    source = np.asarray(tree.node_arrays.get("resampled_from", np.full(tree.num_nodes, -1)))
+    picked = set(source[(rounds == expansion_round) & (source >= 0)].tolist())
+    labels = _labels(sub)
+    frame = pd.DataFrame({
+        "node": ids, "decision": labels, "entropy": sub.entropy,
+        "siblings b(n)": sibling_counts(sub.parent),
+        "score": expansion_scores(sub.entropy, sub.parent, alpha),
+        "candidate": ~sub.is_leaf, "re-sampled": [int(i) in picked for i in ids]})
+    frame.loc[~frame["candidate"], "score"] = np.nan  # a leaf is never scored for a pick
+    return (frame.sort_values(["candidate", "score"], ascending=[False, False])
+            .set_index("node"))
