@@ -392,8 +392,9 @@ def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None 
         marks[int(node)] = "chosen node"
     heading = title if title is not None else str(tree.info.get("question", ""))
     gold = (list(tree.info.get("golden_answers") or []) or [None])[0]
-    if gold is not None:
-        heading = f"{heading}  (gold: {gold})"
+    if gold is not None:  # on the question's line, before any round label
+        first, _, rest = heading.partition("\n")
+        heading = f"{first}  (gold: {gold})" + (f"\n{rest}" if rest else "")
     note = signal_note(tree)
     if note:
         heading = f"{heading}\n{note.split(':')[0]}: all leaves share one reward"
