@@ -124,7 +124,9 @@ def wait_done(page, name: str, timeout_s: float) -> None:
         """() => {
             const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
             if (!panel) return false;
-            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            // a collapsed input (an exercise's answer) shows a placeholder and no prompt number
+            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                .filter(p => !p.closest('.jp-Cell').querySelector('.jp-InputPlaceholder'));
             return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
         }""", timeout=timeout_s * 1000)
     errors = page.evaluate(

@@ -10,10 +10,18 @@ tree with the profile's warm-start policy, step through its rounds, and pick a n
 - its turn-level importance ratio after one *simulated* update and whether ATPO's clip binds
   (:func:`simulated_turn_ratios`; docs/method.md §7).
 
+It starts on the notebooks' running example (:func:`default_choice`,
+:mod:`at2po_lib.analysis.running_example`) with its picked turn and re-sample ringed, lists the
+questions of the trees it shows (:func:`questions_table`), offers every tree of a multi-tree
+expansion (``random``), rings the chosen node, and says when a tree carries no signal
+(:func:`signal_note`). Each view is one PNG (:func:`render_png` of :func:`tree_view`), so the
+widget shows exactly the offline drawing of the same view.
+
 Without a widget frontend (papermill, ``nbconvert``, a plain console) :func:`inspect` draws the
 same views as static figures and tables for the default choices (:func:`static_inspection`):
-the tree chosen by :func:`at2po_lib.reporting.tree_drawings.choose_example_tree`, each round of its
-growth, and the node where the credit rules disagree most (:func:`most_disputed_node`).
+the running example's tree and turn (else the tree chosen by
+:func:`at2po_lib.reporting.tree_drawings.choose_example_tree` and the node where the credit rules
+disagree most, :func:`most_disputed_node`), each round of its growth, and that node's credit.
 
 Baselines, per node. GRPO and GiGPO give one advantage per *row* (root→leaf path) and a node
 lies on every row below it; its tokens are trained once per row, so the inspector shows the
