@@ -114,15 +114,32 @@ def wait_idle(page, timeout_ms: int = 120_000) -> None:
 
 
 def run_all(page) -> None:
-    page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
-    page.click("text=Run All Cells")
+    """Run > Run All Cells, until a cell is seen queued or run (a click can land while the
+    freshly opened tab is still taking focus, or under JupyterLab's news pop-up)."""
+    no = page.get_by_role("button", name="No", exact=True)
+    if no.count() and no.first.is_visible():  # "... notified about official Jupyter news?"
+        no.first.click()
+    for _ in range(4):
+        page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
+        page.click("text=Run All Cells")
+        try:
+            page.wait_for_function(
+                """() => { const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
+                    return panel && [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent)); }""", timeout=20_000)
+            return
+        except Exception:
+            page.keyboard.press("Escape")
+    raise Failed("Run All Cells started no cell")
 
 
 def wait_done(page, name: str, timeout_s: float) -> None:
     """Every cell of the active notebook ran: no "[*]" prompt left, none without a number."""
     page.wait_for_function(
         """() => {
-            const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
             if (!panel) return false;
             // a collapsed input (an exercise's answer) shows a placeholder and no prompt number
             const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
@@ -131,7 +148,8 @@ def wait_done(page, name: str, timeout_s: float) -> None:
         }""", timeout=timeout_s * 1000)
     errors = page.evaluate(
         """() => {
-            const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
             return [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
                 .map(e => e.textContent).filter(t => t.includes('Traceback') || t.includes('Error'));
         }""")
@@ -168,7 +186,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     if "Error displaying widget" in page.inner_text("body"):
         raise Failed(f"{phase}: JupyterLab shows 'Error displaying widget'")
     width = page.evaluate("() => document.querySelector('.widget-image').getBoundingClientRect().width")
-    column = page.evaluate("() => document.querySelector('.jp-OutputArea-output').getBoundingClientRect().width")
+    column = page.evaluate("() => document.querySelector('.widget-image').closest('.jp-OutputArea').getBoundingClientRect().width")
     seen.append(f"{phase}: tree image shown {width:.0f} px wide in a {column:.0f} px output column")
     first = image_bytes(page, shots / f"{phase}_tree_before.png")
     grow.scroll_into_view_if_needed()
