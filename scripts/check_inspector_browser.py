@@ -1,26 +1,34 @@
 #!/usr/bin/env python
-"""Notebook 03's tree inspector in a real browser: JupyterLab + Chromium, driven by Playwright.
+"""All six notebooks and notebook 03's tree inspector in a real browser: JupyterLab + Chromium,
+driven by Playwright, from a clean and from a restored workspace.
 
     pip install -e '.[lab,browser]'
     python scripts/check_inspector_browser.py --chromium /usr/bin/chromium     # Debian's chromium
     python scripts/check_inspector_browser.py                                  # Playwright's own
-                                                                               # (`playwright install chromium`)
+    python scripts/check_inspector_browser.py --only-inspector                 # 03 only, faster
 
 What it does, and fails on (exit 1, naming the step):
-1. starts JupyterLab through ``scripts/lab.sh`` on 127.0.0.1 (a free port, a random token);
-2. opens a scratch copy of ``notebooks/03_credit_assignment.ipynb`` under
-   ``results/executed/browser/`` (git-ignored, so the notebook in git keeps no outputs) and runs
-   every cell with the ``at2po`` kernel and the given profile;
-3. checks that the inspector's widgets render (its "Grow" button, no "Error displaying
-   widget"), that picking another node in the dropdown redraws the node panel, and that
-   **Grow** rolls a new tree out with the warm start ("grown: N tree(s)");
-4. checks JupyterLab's log for warnings from the kernel (e.g. ipykernel's "running over TCP
-   without encryption": lab.sh starts kernels on Unix sockets);
-5. writes a screenshot of each step next to the scratch notebook and stops JupyterLab.
 
-Needs the notebook's inputs (the profile's index, warm start, notebook 02's trees): run
-``./run_all.sh --profile PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``)
-first.
+*Clean workspace* (a scratch ``--LabApp.workspaces_dir``, emptied first):
+1. starts JupyterLab through ``scripts/lab.sh`` on 127.0.0.1 (a free port, a random token);
+2. opens scratch copies of the six notebooks under ``results/executed/browser/`` (git-ignored,
+   so the notebooks in git keep no outputs), each in its own tab with the ``at2po`` kernel,
+   and runs every cell of each (notebook 03 last); fails on an error output in any;
+3. in notebook 03's inspector: the widgets render (no "Error displaying widget"); picking
+   another node changes the node panel **and the tree image** (its pixels, not only text);
+   **Grow** rolls a new tree out ("grown: N tree(s)") and the tree image's pixels change;
+
+*Restored workspace* (the same workspaces folder, JupyterLab restarted):
+4. JupyterLab reopens the six tabs and starts their kernels together; every kernel must reach
+   "idle" within 120 s (a shared IPC socket once left 6 of 7 "starting");
+5. notebook 03 is run again and step 3's checks repeated.
+
+Each phase checks JupyterLab's log for kernel warnings and "Invalid Signature", and writes
+screenshots (``<phase>_<step>.png``, plus the tree image alone before and after Grow) next to
+the scratch notebooks.
+
+Needs the notebooks' inputs (the profile's index, warm start): run ``./run_all.sh --profile
+PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``) first.
 """
 
 from __future__ import annotations
@@ -39,7 +47,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "03_credit_assignment.ipynb"
+NOTEBOOKS = ("00_tinyworld.ipynb", "01_build_index.ipynb", "02_tree_rollout.ipynb",
+             "04_at2po_training.ipynb", "05_paper_tables_figures.ipynb", NOTEBOOK)
+"""Opened in this order: notebook 03 last, so its inspector is the active tab."""
 SCRATCH = Path("results/executed/browser")
+WORKSPACES = SCRATCH / "workspaces"
 
 
 def free_port() -> int:
@@ -48,12 +60,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_lab(port: int, token: str) -> subprocess.Popen:
+def start_lab(port: int, token: str, log_name: str = "jupyterlab.log") -> subprocess.Popen:
     """``scripts/lab.sh`` itself (the front door a user opens), in this Python's environment
-    with no install step, on a given port and token."""
+    with no install step, on a given port and token, with the scratch workspaces folder."""
     command = ["bash", str(ROOT / "scripts" / "lab.sh"), "--no-browser", f"--port={port}",
-               f"--IdentityProvider.token={token}"]
-    log = open(ROOT / SCRATCH / "jupyterlab.log", "w")
+               f"--IdentityProvider.token={token}",
+               f"--LabApp.workspaces_dir={ROOT / WORKSPACES}"]
+    log = open(ROOT / SCRATCH / log_name, "w")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "AT2PO_VENV": sys.prefix,
            "AT2PO_SKIP_INSTALL": "1"}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -95,29 +108,91 @@ class Failed(Exception):
     pass
 
 
-def drive(page, url: str, shots: Path, timeout_s: float) -> list[str]:
-    """The browser steps; returns what was seen, raises :class:`Failed` naming the step."""
+def wait_idle(page, timeout_ms: int = 120_000) -> None:
+    """The active notebook's kernel is up: the status bar reads "<kernel> | Idle"."""
+    page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=timeout_ms)
+
+
+def run_all(page) -> None:
+    """Run > Run All Cells, until a cell is seen queued or run (a click can land while the
+    freshly opened tab is still taking focus, or under JupyterLab's news pop-up)."""
+    no = page.get_by_role("button", name="No", exact=True)
+    if no.count() and no.first.is_visible():  # "... notified about official Jupyter news?"
+        no.first.click()
+    for _ in range(4):
+        page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
+        page.click("text=Run All Cells")
+        try:
+            page.wait_for_function(
+                """() => { const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
+                    return panel && [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent)); }""", timeout=20_000)
+            return
+        except Exception:
+            page.keyboard.press("Escape")
+    raise Failed("Run All Cells started no cell")
+
+
+def wait_done(page, name: str, timeout_s: float) -> None:
+    """Every cell of the active notebook ran: no "[*]" prompt left, none without a number."""
+    page.wait_for_function(
+        """() => {
+            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
+            if (!panel) return false;
+            // a collapsed input (an exercise's answer) shows a placeholder and no prompt number
+            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                .filter(p => !p.closest('.jp-Cell').querySelector('.jp-InputPlaceholder'));
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=timeout_s * 1000)
+    errors = page.evaluate(
+        """() => {
+            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                     return tab ? document.getElementById(tab.dataset.id) : null; })();
+            return [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
+                .map(e => e.textContent).filter(t => t.includes('Traceback') || t.includes('Error'));
+        }""")
+    if errors:
+        raise Failed(f"{name}: an error output: {errors[0][:300]}")
+
+
+def tree_image(page):
+    """The inspector's tree image (the first Image widget) as a locator."""
+    return page.locator(".widget-image").first
+
+
+def image_bytes(page, path: Path) -> bytes:
+    """The tree image's pixels as the browser shows them (an element screenshot), saved."""
+    image = tree_image(page)
+    image.scroll_into_view_if_needed()
+    page.wait_for_function("""() => { const i = document.querySelector('.widget-image');
+                                      return i && i.complete && i.naturalWidth > 0; }""",
+                           timeout=60_000)
+    return image.screenshot(path=str(path))
+
+
+def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str]:
+    """Step 3 of the module docstring on the active notebook 03; returns what was seen."""
     seen = []
-    page.goto(url)
-    page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000)
-    # the kernel is up: the status bar reads "<kernel> | Idle"
-    page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=120_000)
-    page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
-    page.click("text=Run All Cells")
     start = time.time()
     try:
         grow = page.wait_for_selector("button:has-text('Grow')", timeout=timeout_s * 1000)
     except Exception as exc:
-        page.screenshot(path=str(shots / "failed_run_all.png"))
-        raise Failed(f"the inspector did not appear within {timeout_s:.0f} s of Run All") from exc
-    seen.append(f"inspector rendered {time.time() - start:.0f} s after Run All")
+        page.screenshot(path=str(shots / f"{phase}_failed_run_all.png"))
+        raise Failed(f"{phase}: the inspector did not appear within {timeout_s:.0f} s") from exc
+    seen.append(f"{phase}: inspector rendered {time.time() - start:.0f} s after Run All")
     page.wait_for_selector("text=/node \\d+ \\(parent/", timeout=60_000)
-    grow.scroll_into_view_if_needed()
-    page.screenshot(path=str(shots / "1_inspector.png"))
     if "Error displaying widget" in page.inner_text("body"):
-        raise Failed("JupyterLab shows 'Error displaying widget' (widget frontend missing?)")
+        raise Failed(f"{phase}: JupyterLab shows 'Error displaying widget'")
+    width = page.evaluate("() => document.querySelector('.widget-image').getBoundingClientRect().width")
+    column = page.evaluate("() => document.querySelector('.widget-image').closest('.jp-OutputArea').getBoundingClientRect().width")
+    seen.append(f"{phase}: tree image shown {width:.0f} px wide in a {column:.0f} px output column")
+    first = image_bytes(page, shots / f"{phase}_tree_before.png")
+    grow.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{phase}_1_inspector.png"))
 
-    select = page.locator("div.widget-dropdown select").first
+    select = page.locator("div.widget-dropdown select").nth(2)  # question, tree, node
     node_panel = page.locator("text=/node \\d+ \\(parent/").first
     before, current = node_panel.inner_text(), select.input_value()
     other = next(o for o in select.locator("option").all_inner_texts() if o != current)
@@ -125,19 +200,67 @@ def drive(page, url: str, shots: Path, timeout_s: float) -> list[str]:
     page.wait_for_selector(f"text=/node {other} \\(parent/", timeout=60_000)
     after = page.locator("text=/node \\d+ \\(parent/").first.inner_text()
     if after == before:
-        raise Failed(f"picking node {other} did not redraw the node panel")
-    seen.append(f"node {current} -> {other}: {after.splitlines()[0]}")
-    page.screenshot(path=str(shots / "2_other_node.png"))
+        raise Failed(f"{phase}: picking node {other} did not redraw the node panel")
+    time.sleep(1.0)
+    picked = image_bytes(page, shots / f"{phase}_tree_other_node.png")
+    if picked == first:
+        raise Failed(f"{phase}: picking node {other} left the tree image unchanged (no ring moved)")
+    seen.append(f"{phase}: node {current} -> {other}: panel and tree image redrawn")
+    page.screenshot(path=str(shots / f"{phase}_2_other_node.png"))
 
     page.click("button:has-text('Grow')")
     status = page.wait_for_selector("text=/grown: \\d+ tree|failed:/", timeout=timeout_s * 1000)
     text = status.inner_text()
-    page.locator("button:has-text('Grow')").scroll_into_view_if_needed()
-    page.screenshot(path=str(shots / "3_grown.png"))
     if not text.startswith("grown"):
-        raise Failed(f"Grow: {text}")
-    seen.append(f"Grow: {text}")
+        raise Failed(f"{phase}: Grow: {text}")
+    time.sleep(1.0)
+    grown = image_bytes(page, shots / f"{phase}_tree_after_grow.png")
+    page.locator("button:has-text('Grow')").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{phase}_3_grown.png"))
+    if grown == picked:
+        raise Failed(f"{phase}: Grow said '{text}' but the tree image did not change")
+    seen.append(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes)")
     return seen
+
+
+def open_notebooks(page, base: str, token: str, names, shots: Path, timeout_s: float,
+                   run: bool) -> list[str]:
+    """Open each scratch notebook in its own tab (the workspace remembers them); with ``run``
+    execute every cell of each and check for error outputs."""
+    seen = []
+    for name in names:
+        page.goto(f"{base}/lab/tree/{SCRATCH.as_posix()}/{name}?token={token}")
+        page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000)
+        wait_idle(page)
+        if run:
+            start = time.time()
+            run_all(page)
+            if name != NOTEBOOK:
+                wait_done(page, name, timeout_s)
+                seen.append(f"clean: {name} ran without errors in {time.time() - start:.0f} s")
+                page.screenshot(path=str(shots / f"clean_{name.split('_')[0]}.png"))
+    return seen
+
+
+def kernels_idle(base: str, token: str, expected: int, timeout_s: float = 120) -> str:
+    """Every kernel of the restored workspace reaches "idle" (Jupyter's REST API)."""
+    import json
+
+    deadline = time.time() + timeout_s
+    states: list[str] = []
+    while time.time() < deadline:
+        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=5) as answer:
+            states = [k["execution_state"] for k in json.load(answer)]
+        if len(states) >= expected and all(s == "idle" for s in states):
+            return f"restored: {len(states)} kernels started together, all idle"
+        time.sleep(2)
+    raise Failed(f"restored: kernels not all idle after {timeout_s:.0f} s: {states}")
+
+
+def log_problems(log_name: str) -> list[str]:
+    log = (ROOT / SCRATCH / log_name).read_text(errors="replace")
+    return [line for line in log.splitlines()
+            if "IPKernelApp] WARNING" in line or "Invalid Signature" in line]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chromium", default=None,
                         help="a Chromium binary (e.g. /usr/bin/chromium); default: Playwright's")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per waiting step")
+    parser.add_argument("--only-inspector", action="store_true",
+                        help="open and run notebook 03 only (both phases)")
     args = parser.parse_args(argv)
     try:
         from playwright.sync_api import sync_playwright
@@ -156,40 +281,59 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     shots = ROOT / SCRATCH
     shots.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, shots / NOTEBOOK)
-    set_profile(shots / NOTEBOOK, args.profile)
-    port, token = free_port(), secrets.token_hex(16)
-    lab = start_lab(port, token)
-    url = f"http://127.0.0.1:{port}/lab/tree/{SCRATCH.as_posix()}/{NOTEBOOK}?token={token}"
-    try:
-        with sync_playwright() as playwright:
-            launch = {"args": ["--no-sandbox"]}
-            if args.chromium:
-                launch["executable_path"] = args.chromium
-            browser = playwright.chromium.launch(**launch)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            try:
-                seen = drive(page, url, shots, args.timeout)
-            except Failed:
-                raise
-            except Exception as exc:  # a Playwright time-out: which wait, in its first line
-                page.screenshot(path=str(shots / "failed.png"))
-                raise Failed(str(exc).splitlines()[0]) from exc
-            finally:
-                browser.close()
-    except Failed as failure:
-        print(f"FAILED: {failure}; screenshots and the JupyterLab log in {SCRATCH}/",
-              file=sys.stderr)
-        return 1
-    finally:
-        stop(lab)
-    log = (ROOT / SCRATCH / "jupyterlab.log").read_text(errors="replace")
-    warnings = [line for line in log.splitlines() if "IPKernelApp] WARNING" in line]
-    if warnings:
-        print("FAILED: the kernel warned:\n" + "\n".join(warnings), file=sys.stderr)
-        return 1
+    shutil.rmtree(ROOT / WORKSPACES, ignore_errors=True)  # the clean phase starts clean
+    names = (NOTEBOOK,) if args.only_inspector else NOTEBOOKS
+    for name in names:
+        shutil.copy(ROOT / "notebooks" / name, shots / name)
+        set_profile(shots / name, args.profile)
+    seen: list[str] = []
+    for phase in ("clean", "restored"):
+        port, token = free_port(), secrets.token_hex(16)
+        log_name = f"jupyterlab_{phase}.log"
+        lab = start_lab(port, token, log_name)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            with sync_playwright() as playwright:
+                launch = {"args": ["--no-sandbox"]}
+                if args.chromium:
+                    launch["executable_path"] = args.chromium
+                browser = playwright.chromium.launch(**launch)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                try:
+                    if phase == "clean":
+                        seen += open_notebooks(page, base, token, names, shots, args.timeout,
+                                               run=True)
+                    else:
+                        page.goto(f"{base}/lab?token={token}")
+                        page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')",
+                                               timeout=120_000)
+                        seen.append(kernels_idle(base, token, len(names)))
+                        page.screenshot(path=str(shots / "restored_0_tabs.png"))
+                        page.click(f"li.lm-TabBar-tab:has-text('{NOTEBOOK}')")
+                        wait_idle(page)
+                        run_all(page)
+                    seen += check_inspector(page, shots, phase, args.timeout)
+                except Failed:
+                    page.screenshot(path=str(shots / f"{phase}_failed.png"))
+                    raise
+                except Exception as exc:  # a Playwright time-out: which wait, in its first line
+                    page.screenshot(path=str(shots / f"{phase}_failed.png"))
+                    raise Failed(f"{phase}: {str(exc).splitlines()[0]}") from exc
+                finally:
+                    browser.close()
+        except Failed as failure:
+            print("\n".join(seen), file=sys.stderr)
+            print(f"FAILED: {failure}; screenshots and the JupyterLab logs in {SCRATCH}/",
+                  file=sys.stderr)
+            return 1
+        finally:
+            stop(lab)
+        problems = log_problems(log_name)
+        if problems:
+            print(f"FAILED: {phase}: the log shows:\n" + "\n".join(problems[:10]), file=sys.stderr)
+            return 1
     print("\n".join(seen))
-    print(f"ok: screenshots in {SCRATCH}/ (1_inspector.png, 2_other_node.png, 3_grown.png)")
+    print(f"ok: clean and restored workspace; screenshots in {SCRATCH}/")
     return 0
 
 

@@ -148,3 +148,100 @@ def test_inspector_in_a_real_browser():
                           cwd=root, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Grow: grown:" in done.stdout
+
+
+class FakeLive:
+    """Stands in for LiveRollout: every Grow returns fresh random trees (with text), sometimes
+    two per prompt (Tree-GRPO's ``random``), sometimes with all-equal rewards (no signal)."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.questions = [f"question {i}?" for i in range(5)]
+        self.golden = [["gold"] for _ in range(5)]
+        self.calls = 0
+
+    def grow(self, question, expansion, m, l, k, alpha, seed=0):
+        from dataclasses import replace
+
+        from at2po_lib.method.tree import random_tree
+        from tests.test_notebook_figures import with_text
+
+        self.calls += 1
+        count = 2 if expansion == "random" else 1
+        trees = []
+        for _ in range(count):
+            t = with_text(random_tree(self.rng, num_chains=int(m), num_expansions=int(l * k),
+                                      max_turns=3), self.rng)
+            rounds = np.where(np.arange(t.num_nodes) > 0, self.rng.integers(0, l + 1, t.num_nodes), 0)
+            reward = t.leaf_reward
+            if self.rng.random() < 0.2:  # an all-equal tree
+                reward = np.where(np.isfinite(reward), 1.0, np.nan)
+            trees.append(replace(t, leaf_reward=reward, prompt_id=question,
+                                 node_arrays={"expansion_round": rounds},
+                                 info={"question": self.questions[question],
+                                       "golden_answers": ["gold"]}))
+        return trees
+
+
+@pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
+def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
+    """100 random Grows, headless: after each (and after a random tree / round / node pick)
+    the widget's image is byte for byte the offline drawing of the same view; one render per
+    view, no figure left open, the chosen node ringed, every tree of the expansion listed."""
+    pytest.importorskip("ipywidgets")
+    live = FakeLive(0)
+    inspector = insp.TreeInspector("smoke", live=live)
+    inspector._live()  # the question list, as the first Grow loads it
+    assert len(inspector.question.options) == 5
+    rng = np.random.default_rng(1)
+    for grow in range(100):
+        inspector.question.value = int(rng.integers(0, 5))
+        inspector.expansion.value = str(rng.choice(["chain", "random", "entropy"]))
+        inspector.m.value, inspector.l.value, inspector.k.value = (int(rng.integers(2, 5)),
+                                                                   int(rng.integers(0, 3)), 2)
+        draws = inspector.draws
+        inspector._grow()
+        assert "grown:" in inspector.status.value, inspector.status.value
+        assert inspector.draws == draws + 1  # one render per Grow, not one per widget change
+        tree = inspector.trees[0]
+        same = [t for t in inspector.trees if t.prompt_id == tree.prompt_id]
+        node, _ = insp.most_disputed_node(insp.credit_table(same, 0))
+        last = int(tree.node_arrays["expansion_round"].max())
+        offline = insp.render_png(insp.tree_view(tree, upto_round=last, node=node))
+        assert inspector.tree_image.value == offline, f"Grow {grow}"
+        assert len(inspector.tree_pick.options) == len(inspector.trees)
+        assert f"prompt {tree.prompt_id}:" in inspector.listing.value
+        assert ("no signal" in inspector.signal.value) == bool(insp.signal_note(tree))
+        # another tree, round and node of the same expansion
+        inspector.tree_pick.value = int(rng.integers(0, len(inspector.trees)))
+        shown = inspector.trees[inspector.tree_pick.value]
+        inspector.round.value = int(rng.integers(0, inspector.round.max + 1))
+        inspector.node.value = int(rng.integers(0, shown.num_nodes))
+        offline = insp.render_png(insp.tree_view(shown, upto_round=inspector.round.value,
+                                                 node=inspector.node.value))
+        assert inspector.tree_image.value == offline, f"Grow {grow}, after picks"
+        assert plt.get_fignums() == []
+    assert live.calls == 100
+
+
+def test_inspector_starts_on_the_running_example_and_lists_its_questions():
+    pytest.importorskip("ipywidgets")
+    from dataclasses import replace
+
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    other = replace(teaching_tree(), prompt_id=1, info={"question": "Who?", "golden_answers": ["x"]},
+                    node_arrays={})
+    inspector = insp.TreeInspector("smoke", [other, teaching_tree()])
+    assert inspector.index == 1 and inspector.node.value == 2
+    assert inspector.highlight == {2: "picked turn n", 10: "its re-sample x"}
+    assert "Who?" in inspector.listing.value and "Neko Labs" in inspector.listing.value
+    assert "running example" in inspector.status.value
+
+
+def test_no_signal_is_said():
+    from dataclasses import replace
+
+    flat = replace(example_tree(), leaf_reward=np.where(np.isfinite(example_tree().leaf_reward),
+                                                        0.0, np.nan))
+    assert "no signal" in insp.signal_note(flat) and insp.signal_note(example_tree()) == ""

@@ -152,3 +152,18 @@ def test_smoke_notebooks_run_with_the_project_kernel_and_clean_outputs(isolated_
         if found:
             problems[path.name] = found
     assert problems == {}, problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_teaches_in_its_frame(path):
+    """Opens with what to learn and notice, its first code cell is the parameters cell, and it
+    ends with a recap, exercises, and their answer in a collapsed cell (JupyterLab's
+    ``source_hidden``)."""
+    nb = _read(path)
+    assert "**What you will learn**" in nb.cells[0].source and "**What to notice**" in nb.cells[0].source
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "parameters" in first_code.metadata.get("tags", [])
+    tail = "\n".join(c.source for c in nb.cells[-4:])
+    assert "## Recap" in tail and "## Exercises" in tail, f"{path.name}: no recap / exercises at the end"
+    hidden = [c for c in nb.cells[-3:] if c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert hidden and any("Answer" in c.source or "answer" in c.source for c in hidden)

@@ -49,10 +49,14 @@ def plot_training_curves(metrics: pd.DataFrame,
     columns = [c for c in columns if c in metrics.columns]
     if not columns:
         raise ValueError("none of the requested metric columns is in the records")
-    if axes is None:
-        fig, axes = plt.subplots(1, len(columns), figsize=(4.2 * len(columns), 3.2),
-                                 squeeze=False)
-        axes = axes[0]
+    own = axes is None
+    if own:
+        rows = (len(columns) + 1) // 2  # two panels per row: readable in a notebook column
+        fig, grid = plt.subplots(rows, 2, figsize=(8, 2.9 * rows + 0.5), squeeze=False)
+        spare = list(grid.ravel()[len(columns):])
+        for ax in spare:
+            ax.set_axis_off()
+        axes = grid.ravel()[:len(columns)]
     else:
         axes = np.atleast_1d(axes)
         fig = axes[0].figure
@@ -66,10 +70,21 @@ def plot_training_curves(metrics: pd.DataFrame,
                 ax.fill_between(mean.index, per_seed.min(axis=1), per_seed.max(axis=1),
                                 color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_xlabel("training step")
-        ax.set_ylabel(CURVE_LABELS.get(column, column))
+        ax.set_title(f"{CURVE_LABELS.get(column, column)} per step", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not own:
+        axes[0].legend(fontsize="small")  # drawn into a caller's figure: keep it local
+        return fig, axes
+    seeds = metrics.groupby(hue)["seed"].nunique().max() if "seed" in metrics else 1
+    title = "mean over seeds, band: min-max" if seeds > 1 else "one seed per method"
+    if spare:  # the empty panel holds the legend, away from every curve
+        spare[0].legend(handles, labels, loc="center", fontsize=9, title=title, title_fontsize=9)
+        fig.tight_layout()
+    else:
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9,
+                   frameon=False, title=title, title_fontsize=9)
+        fig.tight_layout(rect=(0, 0.7 / fig.get_size_inches()[1], 1, 1))
     return fig, axes
 
 

@@ -10,10 +10,18 @@ tree with the profile's warm-start policy, step through its rounds, and pick a n
 - its turn-level importance ratio after one *simulated* update and whether ATPO's clip binds
   (:func:`simulated_turn_ratios`; docs/method.md §7).
 
+It starts on the notebooks' running example (:func:`default_choice`,
+:mod:`at2po_lib.analysis.running_example`) with its picked turn and re-sample ringed, lists the
+questions of the trees it shows (:func:`questions_table`), offers every tree of a multi-tree
+expansion (``random``), rings the chosen node, and says when a tree carries no signal
+(:func:`signal_note`). Each view is one PNG (:func:`render_png` of :func:`tree_view`), so the
+widget shows exactly the offline drawing of the same view.
+
 Without a widget frontend (papermill, ``nbconvert``, a plain console) :func:`inspect` draws the
 same views as static figures and tables for the default choices (:func:`static_inspection`):
-the tree chosen by :func:`at2po_lib.reporting.tree_drawings.choose_example_tree`, each round of its
-growth, and the node where the credit rules disagree most (:func:`most_disputed_node`).
+the running example's tree and turn (else the tree chosen by
+:func:`at2po_lib.reporting.tree_drawings.choose_example_tree` and the node where the credit rules
+disagree most, :func:`most_disputed_node`), each round of its growth, and that node's credit.
 
 Baselines, per node. GRPO and GiGPO give one advantage per *row* (root→leaf path) and a node
 lies on every row below it; its tokens are trained once per row, so the inspector shows the
@@ -43,9 +51,10 @@ when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0`` and it is belo
 from __future__ import annotations
 
 import os
+import textwrap
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -314,33 +323,111 @@ def baseline_frame(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
                         index=pd.Index(BASELINES, name="baseline"))
 
 
-def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None) -> tuple[Any, Any]:
-    """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines)."""
+def signal_note(tree: TreeArrays) -> str:
+    """A sentence when the tree carries no learning signal (every scored leaf has one reward,
+    so every normalised value and every AT2PO advantage is 0), else ''."""
+    scored = tree.leaf_reward[np.isfinite(tree.leaf_reward)]
+    if scored.size == 0:
+        return "no signal here: no leaf of this tree is scored"
+    if np.all(scored == scored[0]):
+        return (f"no signal here: all {scored.size} leaves have reward {scored[0]:g}, so every "
+                "value and every AT2PO advantage of this tree is 0 (GRPO too, if the prompt's "
+                "other trees agree)")
+    return ""
+
+
+def questions_table(trees: Sequence[TreeArrays]) -> "pd.DataFrame":
+    """One row per prompt of ``trees``: its question, gold answer, how many trees and leaves it
+    has, and its leaves' mean reward (the inspector lists what it shows)."""
+    import pandas as pd
+
+    rows: dict[int, dict] = {}
+    for i, t in enumerate(trees):
+        scored = t.leaf_reward[np.isfinite(t.leaf_reward)]
+        row = rows.setdefault(t.prompt_id, {
+            "prompt": t.prompt_id, "question": t.info.get("question", ""),
+            "gold": (list(t.info.get("golden_answers") or [""]) or [""])[0],
+            "trees": [], "leaves": 0, "_sum": 0.0})
+        row["trees"].append(i)
+        row["leaves"] += int(scored.size)
+        row["_sum"] += float(scored.sum())
+    frame = pd.DataFrame([{**{k: v for k, v in r.items() if k != "_sum"},
+                           "mean_reward": r["_sum"] / max(r["leaves"], 1)} for r in rows.values()])
+    return frame.set_index("prompt") if len(frame) else frame
+
+
+def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None,
+                     note: str = "") -> tuple[Any, Any]:
+    """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines);
+    ``note`` (e.g. :func:`signal_note`) is written in the plot."""
     import matplotlib.pyplot as plt
 
     names = [c for c in table.columns if "/" in c] + list(BASELINES)
     vals = np.array([table.loc[node, c] for c in names], dtype=float)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6.5, 0.22 * len(names) + 1.0))
+        fig, ax = plt.subplots(figsize=(7.5, 0.24 * len(names) + 1.4))
     else:
         fig = ax.figure
     colours = ["C0" if "/" in n else "C3" for n in names]
     ax.barh(range(len(names)), np.nan_to_num(vals), color=colours)
     for i, v in enumerate(vals):
         if not np.isfinite(v):
-            ax.text(0, i, " n/a", va="center", fontsize=7, color="0.4")
-    ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.text(0, i, " n/a", va="center", fontsize=8, color="0.4")
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)")
-    ax.set_title(f"node {node} under every credit rule (blue: AT2PO value/advantage mode, "
-                 "red: baselines)", fontsize=9)
+    if not np.nan_to_num(vals).any():
+        ax.set_xlim(-1, 1)
+    ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)", fontsize=9)
+    ax.set_title(f"Advantage of node {node} under every credit rule\n(blue: AT2PO value/advantage "
+                 "mode, red: baselines)", fontsize=10)
+    if note:
+        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 60)), transform=ax.transAxes,
+                ha="center", va="center", fontsize=9,
+                bbox=dict(boxstyle="round", facecolor="#fff3cd", edgecolor="#c9a227"))
     fig.tight_layout()
     return fig, ax
 
 
-def draw_growth(tree: TreeArrays, title: str | None = None) -> list[tuple[Any, Any]]:
-    """One drawing per round, 0 (the initial chains) to the last expansion round, later nodes
+def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None = None,
+              title: str | None = None, highlight: Mapping[int, str] | None = None) -> Any:
+    """The inspector's tree figure: the tree after ``upto_round`` with ``node`` ringed as the
+    chosen node (or the rings of ``highlight``) and a no-signal line in the title. The widget and
+    the offline drawing both call this, so their images can be compared byte for byte."""
+    marks = dict(highlight or {})
+    if node is not None and node not in marks:
+        marks[int(node)] = "chosen node"
+    heading = title if title is not None else str(tree.info.get("question", ""))
+    gold = (list(tree.info.get("golden_answers") or []) or [None])[0]
+    if gold is not None:  # on the question's line, before any round label
+        first, _, rest = heading.partition("\n")
+        heading = f"{first}  (gold: {gold})" + (f"\n{rest}" if rest else "")
+    note = signal_note(tree)
+    if note:
+        heading = f"{heading}\n{note.split(':')[0]}: all leaves share one reward"
+    fig, _ = draw_rollout_tree(tree, upto_round=upto_round, title=heading, highlight=marks)
+    return fig
+
+
+def render_png(fig: Any) -> bytes:
+    """``fig`` as PNG bytes, then closed: one image per view, nothing left on pyplot's stack
+    (a figure left open is what the inline backend redraws over a later view)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()
+
+
+def draw_growth(tree: TreeArrays, title: str | None = None,
+                highlight: Mapping[int, str] | None = None) -> list[Any]:
+    """One figure per round, 0 (the initial chains) to the last expansion round, later nodes
     faint, the layout of the final tree throughout."""
     rounds = tree.node_arrays.get("expansion_round")
     last = int(np.max(rounds)) if rounds is not None and len(rounds) else 0
@@ -348,8 +435,8 @@ def draw_growth(tree: TreeArrays, title: str | None = None) -> list[tuple[Any, A
     for r in range(last + 1):
         grown = int(grown_by_round(tree, r).sum())
         label = f"after round {r}: {grown} of {tree.num_nodes} nodes"
-        out.append(draw_rollout_tree(tree, upto_round=r,
-                                     title=f"{title}\n{label}" if title else label))
+        head = f"{title}\n{label}" if title else label
+        out.append(tree_view(tree, upto_round=r, title=head, highlight=highlight))
     return out
 
 
@@ -367,28 +454,48 @@ class Inspection:
     credit: "pd.DataFrame"
     ratios: "pd.DataFrame"
     figures: list[Any]
+    questions: "pd.DataFrame | None" = None
+
+
+def default_choice(trees: Sequence[TreeArrays]) -> tuple[int, int | None, str, dict[int, str]]:
+    """(tree index, node or None, sentence, highlight): the running example
+    (:func:`at2po_lib.analysis.running_example.choose_running_example`) when one qualifies,
+    else the tree by :func:`choose_example_tree` and no node."""
+    from ..analysis.running_example import choose_running_example
+
+    example = choose_running_example(trees)
+    if example.found:
+        return (example.tree_index, example.node, f"the running example: {example.why}",
+                example.highlight())
+    index, why = choose_example_tree(trees)
+    return index, None, f"{why} (no running example: {example.why})", {}
 
 
 def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
                       eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0,
                       show: bool = True) -> Inspection:
-    """The inspector's views as static figures and tables for the default choices: the tree by
-    :func:`~at2po_lib.reporting.tree_drawings.choose_example_tree` (with the other trees of its prompt
-    for the baselines), each round of its growth, and ``node`` (default:
-    :func:`most_disputed_node`). ``show``: display them (in a notebook) as they are made."""
-    index, why_tree = choose_example_tree(trees)
+    """The inspector's views as static figures and tables for the default choices: the running
+    example's tree and turn (:func:`default_choice`; else the tree by
+    :func:`~at2po_lib.reporting.tree_drawings.choose_example_tree` and
+    :func:`most_disputed_node`), each round of its growth, and its node's credit. ``show``:
+    display them (in a notebook) as they are made."""
+    index, example_node, why_tree, highlight = default_choice(trees)
     tree = trees[index]
     same_prompt = [i for i, t in enumerate(trees) if t.prompt_id == tree.prompt_id]
     table = credit_table([trees[i] for i in same_prompt], same_prompt.index(index))
-    if node is None:
-        node, why_node = most_disputed_node(table)
-    else:
+    if node is not None:
         why_node = f"node {node}: chosen by the caller"
+    elif example_node is not None:
+        node, why_node = example_node, f"node {example_node}: the running example's picked turn"
+    else:
+        node, why_node = most_disputed_node(table)
     ratios = simulated_turn_ratios(tree, table["/".join(DEFAULT_MODE)].to_numpy(),
                                    eps_low=eps_low, eps_high=eps_high, seed=seed)
-    figures = [fig for fig, _ in draw_growth(tree, title=str(tree.info.get("question", "")))]
-    figures.append(plot_node_credit(table, node)[0])
-    inspection = Inspection(tree, node, why_tree, why_node, table, ratios, figures)
+    marks = highlight or {node: "chosen node"}
+    figures = draw_growth(tree, title=str(tree.info.get("question", "")), highlight=marks)
+    figures.append(plot_node_credit(table, node, note=signal_note(tree))[0])
+    inspection = Inspection(tree, node, why_tree, why_node, table, ratios, figures,
+                            questions_table(trees))
     if show:
         _show_static(inspection)
     return inspection
@@ -399,14 +506,20 @@ def _show_static(ins: Inspection) -> None:
 
     display = _display()
     print(f"tree: {ins.why_tree}\nnode: {ins.why_node}")
+    if ins.questions is not None and len(ins.questions) > 1:
+        print("the questions of these trees (prompt = the trees' prompt id):")
+        display(ins.questions)
+    note = signal_note(ins.tree)
+    if note:
+        print(note)
     for fig in ins.figures[:-1]:
         display(fig)
         plt.close(fig)
     print(describe_node(ins.tree, ins.credit, ins.ratios, ins.node))
     display(node_credit_grid(ins.credit, ins.node).round(4))
     display(baseline_frame(ins.credit, ins.node).round(4))
-    for note in ins.credit.attrs.get("notes", []):
-        print(f"note: {note}")
+    for n in ins.credit.attrs.get("notes", []):
+        print(f"note: {n}")
     display(ins.figures[-1])
     plt.close(ins.figures[-1])
 
@@ -460,17 +573,20 @@ class LiveRollout:
         self.model, self.tokenizer = load_policy(policy)
         self.template = get_template(self.cfg.policy.template)
         self.retriever = build_retriever(self.cfg)
-        rows = read_rows(ensure_world(self.cfg), self.cfg.train.train_datasets[0], "train")
-        self.questions = [r["question"] for r in rows]
-        self.golden = [list(r["golden_answers"]) for r in rows]
+        self.dataset = self.cfg.train.train_datasets[0]
+        self.rows = [{**r, "dataset": self.dataset}
+                     for r in read_rows(ensure_world(self.cfg), self.dataset, "train")]
+        self.questions = [r["question"] for r in self.rows]
+        self.golden = [list(r["golden_answers"]) for r in self.rows]
 
     def grow(self, question: int, expansion: str, m: int, l: int, k: int, alpha: float,
              seed: int = 0) -> list[TreeArrays]:
         """The trees of one question (``random``: ``rollout.tree_grpo_trees`` of them) grown
-        with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Search nodes carry their
-        passages (``retrieved``) when :mod:`at2po_lib.analysis.sample` is available."""
-        from ..rollout.trees import rollout
+        with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Trees carry the question's
+        plan (decision labels) and search nodes their passages (``retrieved``)."""
+        from ..analysis.sample import with_plans, with_retrievals
         from ..rollout.export import tree_arrays
+        from ..rollout.trees import rollout
 
         if expansion not in EXPANSIONS:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
@@ -480,19 +596,25 @@ class LiveRollout:
         grown = rollout(self.model, self.tokenizer, self.template, self.retriever,
                         [self.questions[question]], [self.golden[question]], cfg,
                         expansion=expansion, num_leaves=leaves if expansion in ("chain", "aepo")
-                        else None, seed=seed)
-        trees = [tree_arrays(t, cfg.entropy_estimate) for t in grown]
-        try:
-            from ..analysis.sample import with_retrievals
-        except ImportError:
-            return trees
+                        else None, seed=seed, prompt_ids=[question])
+        trees = with_plans([tree_arrays(t, cfg.entropy_estimate) for t in grown],
+                           {question: self.rows[question]})
         return with_retrievals(trees, self.retriever, self.cfg.retrieval.topk)
+
+
+QUESTIONS_LISTED = 200
+"""Training questions offered by the inspector's question list (the first ones of the split)."""
 
 
 class TreeInspector:
     """The ipywidgets inspector (module docstring). ``trees``: trees to start from (e.g.
-    notebook 02's file); ``live``: a :class:`LiveRollout` for the Grow button (made on first
-    use from ``profile`` when None)."""
+    notebook 02's file; the running example is shown first); ``live``: a :class:`LiveRollout`
+    for the Grow button (made on first use from ``profile`` when None).
+
+    Every view is one PNG in an ``Image`` widget, rendered from a fresh figure that is closed
+    at once (:func:`render_png`): a redraw replaces the image's bytes, so two layouts can never
+    overlay and no figure of an earlier view can reappear. Updates that change several widgets
+    draw once, at the end (``_quiet``)."""
 
     def __init__(self, profile: str, trees: Sequence[TreeArrays] = (), live: LiveRollout | None = None,
                  eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0):
@@ -504,9 +626,9 @@ class TreeInspector:
 
         r = load_profile(profile).rollout
         style = {"description_width": "initial"}
-        self.question = w.BoundedIntText(value=0, min=0, max=10**6, description="question #",
-                                         style=style, layout=w.Layout(width="160px"))
-        self.question_text = w.HTML()
+        self.question = w.Dropdown(options=[("(press Grow to load the training questions)", 0)],
+                                   value=0, description="question", style=style,
+                                   layout=w.Layout(width="640px"))
         self.expansion = w.ToggleButtons(options=EXPANSIONS, value="entropy", description="expansion")
         self.m = w.IntSlider(value=r.tree_m, min=1, max=8, description="M")
         self.l = w.IntSlider(value=r.tree_l, min=0, max=4, description="L")
@@ -514,79 +636,131 @@ class TreeInspector:
         self.alpha = w.FloatLogSlider(value=max(r.tree_alpha, 1e-4), base=10, min=-4, max=0,
                                       description="α", readout_format=".4f")
         self.grow_button = w.Button(description="Grow", button_style="primary")
+        self.tree_pick = w.Dropdown(options=[("tree 0", 0)], value=0, description="tree")
         self.round = w.IntSlider(value=0, min=0, max=0, description="round")
         self.node = w.Dropdown(options=[0], description="node")
         self.status = w.HTML()
-        self.tree_out, self.node_out = w.Output(), w.Output()
+        self.listing = w.HTML()
+        self.signal = w.HTML()
+        self.tree_image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.credit_image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.node_out = w.Output()
         self.trees: list[TreeArrays] = list(trees)
         self.index = 0
+        self.highlight: dict[int, str] = {}
         self.table = self.ratios = None
+        self.draws = 0
+        """Tree images rendered so far (tests count redraws)."""
+        self._quiet = False
         self.grow_button.on_click(lambda _: self._grow())
-        self.round.observe(lambda _: self._draw_tree(), names="value")
-        self.node.observe(lambda _: self._show_node(), names="value")
-        self.question.observe(lambda _: self._show_question(), names="value")
+        self.tree_pick.observe(lambda _: self._on_tree(), names="value")
+        self.round.observe(lambda _: self._on_view(), names="value")
+        self.node.observe(lambda _: self._on_node(), names="value")
         self.widget = w.VBox([
-            w.HBox([self.question, self.question_text]), self.expansion,
-            w.HBox([self.m, self.l, self.k]), w.HBox([self.alpha, self.grow_button, self.status]),
-            w.HBox([self.round, self.node]), self.tree_out, self.node_out])
+            self.question, self.expansion, w.HBox([self.m, self.l, self.k]),
+            w.HBox([self.alpha, self.grow_button, self.status]), self.listing,
+            w.HBox([self.tree_pick, self.round, self.node]), self.signal, self.tree_image,
+            self.node_out, self.credit_image])
         if self.trees:
-            self.index, _ = choose_example_tree(self.trees)
-            self._set_tree()
+            index, node, why, self.highlight = default_choice(self.trees)
+            self.status.value = f"showing {why}"
+            self._set_trees(index, node)
 
     def _live(self) -> LiveRollout:
         if self.live is None:
             self.status.value = "loading the warm-start policy …"
             self.live = LiveRollout(self.profile)
-            self.question.max = len(self.live.questions) - 1
+        if len(self.question.options) == 1 and len(self.live.questions) > 1:
+            shown = self.live.questions[:QUESTIONS_LISTED]
+            self.question.options = [(f"{i}: {q}", i) for i, q in enumerate(shown)]
+            self.question.value = 0
         return self.live
-
-    def _show_question(self) -> None:
-        if self.live is not None:
-            q = self.live.questions[self.question.value]
-            self.question_text.value = f"<i>{q}</i> (gold: {self.live.golden[self.question.value][0]})"
 
     def _grow(self) -> None:
         try:
             live = self._live()
-            self._show_question()
             self.status.value = "growing …"
-            self.trees = live.grow(self.question.value, self.expansion.value, self.m.value,
-                                   self.l.value, self.k.value, self.alpha.value, self.seed)
+            trees = live.grow(self.question.value, self.expansion.value, self.m.value,
+                              self.l.value, self.k.value, self.alpha.value, self.seed)
         except Exception as err:  # shown in the widget: a failed rollout must not pass silently
             self.status.value = f"<b>failed:</b> {type(err).__name__}: {err}"
             return
-        self.index = 0
-        self.status.value = f"grown: {len(self.trees)} tree(s)"
-        self._set_tree()
+        self.trees, self.highlight = trees, {}
+        self.status.value = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
+                             f"({self.expansion.value})")
+        self._set_trees(0, None)
 
-    def _set_tree(self) -> None:
-        tree = self.trees[self.index]
+    def _set_trees(self, index: int, node: int | None) -> None:
+        self._quiet = True
+        try:
+            self.tree_pick.options = [(f"tree {i} (prompt {t.prompt_id})", i)
+                                      for i, t in enumerate(self.trees)]
+            self.tree_pick.value = index
+            self._load_tree(index, node)
+        finally:
+            self._quiet = False
+        self._list_questions()
+        self._redraw()
+
+    def _load_tree(self, index: int, node: int | None) -> None:
+        self.index = index
+        tree = self.trees[index]
         same = [i for i, t in enumerate(self.trees) if t.prompt_id == tree.prompt_id]
-        self.table = credit_table([self.trees[i] for i in same], same.index(self.index))
+        self.table = credit_table([self.trees[i] for i in same], same.index(index))
         self.ratios = simulated_turn_ratios(tree, self.table["/".join(DEFAULT_MODE)].to_numpy(),
                                             *self.eps, seed=self.seed)
         rounds = tree.node_arrays.get("expansion_round")
-        last = int(np.max(rounds)) if rounds is not None else 0
+        last = int(np.max(rounds)) if rounds is not None and len(rounds) else 0
         self.round.max, self.round.value = last, last
         self.node.options = list(range(tree.num_nodes))
-        self.node.value = most_disputed_node(self.table)[0]
+        self.node.value = node if node is not None else most_disputed_node(self.table)[0]
+
+    def _list_questions(self) -> None:
+        import html
+
+        table = questions_table(self.trees)
+        items = "".join(f"<li>prompt {p}: <i>{html.escape(str(r['question']))}</i> (gold: "
+                        f"{html.escape(str(r['gold']))}; trees {r['trees']}, mean reward "
+                        f"{r['mean_reward']:.2f})</li>" for p, r in table.iterrows())
+        self.listing.value = f"<b>questions shown:</b><ul style='margin:0'>{items}</ul>"
+
+    def _on_tree(self) -> None:
+        if self._quiet:
+            return
+        self._quiet = True
+        try:
+            self.highlight = {}
+            self._load_tree(int(self.tree_pick.value), None)
+        finally:
+            self._quiet = False
+        self._redraw()
+
+    def _on_view(self) -> None:
+        if not self._quiet:
+            self._draw_tree()
+
+    def _on_node(self) -> None:
+        if not self._quiet:
+            self._draw_tree()
+            self._show_node()
+
+    def _redraw(self) -> None:
         self._draw_tree()
         self._show_node()
 
-    def _draw_tree(self) -> None:
-        import matplotlib.pyplot as plt
-
+    def view_png(self) -> bytes:
+        """The tree view the widget shows now, rendered offline (what the image must hold)."""
         tree = self.trees[self.index]
-        self.tree_out.clear_output(wait=True)
-        with self.tree_out:
-            fig, _ = draw_rollout_tree(tree, upto_round=self.round.value,
-                                       title=str(tree.info.get("question", "")))
-            _display()(fig)
-            plt.close(fig)
+        return render_png(tree_view(tree, upto_round=self.round.value, node=int(self.node.value),
+                                    highlight=self.highlight))
+
+    def _draw_tree(self) -> None:
+        note = signal_note(self.trees[self.index])
+        self.signal.value = f"<b style='color:#8a6d00'>{note}</b>" if note else ""
+        self.tree_image.value = self.view_png()
+        self.draws += 1
 
     def _show_node(self) -> None:
-        import matplotlib.pyplot as plt
-
         if self.table is None:
             return
         node, tree, display = int(self.node.value), self.trees[self.index], _display()
@@ -595,11 +769,10 @@ class TreeInspector:
             print(describe_node(tree, self.table, self.ratios, node))
             display(node_credit_grid(self.table, node).round(4))
             display(baseline_frame(self.table, node).round(4))
-            for note in self.table.attrs.get("notes", []):
-                print(f"note: {note}")
-            fig, _ = plot_node_credit(self.table, node)
-            display(fig)
-            plt.close(fig)
+            for n in self.table.attrs.get("notes", []):
+                print(f"note: {n}")
+        self.credit_image.value = render_png(plot_node_credit(self.table, node,
+                                                              note=signal_note(tree))[0])
 
 
 def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",

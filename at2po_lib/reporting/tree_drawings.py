@@ -51,7 +51,16 @@ NODE_SIZE = 400.0
 """Marker area of a node (points²): radius ~10 pt, room for a three-digit id."""
 LABEL_FONTSIZE = 7.0
 LABEL_WIDTH = 18
-"""Characters per label line."""
+"""Characters per label line (narrowed, down to :data:`MIN_LABEL_WIDTH`, to fit a column)."""
+MIN_LABEL_WIDTH = 10
+NOTEBOOK_COLUMN_PX = 900
+"""Width of JupyterLab's output column on a laptop screen (1,280-1,440 px window, file browser
+open), in CSS pixels. A wider image is scaled down to it, and its text with it."""
+MIN_DISPLAYED_TEXT_PX = 8.0
+"""The label-size rule: no text of a notebook figure is smaller than this as displayed in the
+column (:func:`displayed_text_px`); the issue's illegible panels had ~4 px labels."""
+HIGHLIGHT_COLOURS = ("#e7298a", "#ff7f00")
+"""Solid rings around highlighted nodes (the running example's n and x)."""
 REWARD_EDGE = {True: "#1a9641", False: "#d7191c"}
 """Leaf box edge: green for a positive reward, red for reward 0."""
 _KIND_MARK = {"search": "S", "answer": "A"}
@@ -339,8 +348,12 @@ def draw_tree(
     rings: Any = None,
     visible: Any = None,
     legend: bool = True,
+    highlight: Mapping[int, str] | None = None,
 ) -> tuple[Any, Any]:
     """Draw one tree; returns ``(fig, ax)``.
+
+    highlight: node → role (e.g. ``{5: "picked turn n"}``): a thick solid ring and a legend
+    entry per node (the running example, the inspector's chosen node).
 
     parent (N,) int, or a :class:`~at2po_lib.method.tree.TreeArrays` (its ``parent``, and its
     ``leaf_reward`` unless given). node_color (N,) floats through ``cmap`` (NaN: grey, kept out
@@ -433,6 +446,16 @@ def draw_tree(
                                    markerfacecolor="none", markeredgecolor=f"C{r}",
                                    label=f"dashed ring: grown in expansion round {r}"))
 
+    for k, (node, role) in enumerate((highlight or {}).items()):
+        if not 0 <= int(node) < n:
+            continue
+        colour = HIGHLIGHT_COLOURS[k % len(HIGHLIGHT_COLOURS)]
+        ax.scatter([x[node]], [y[node]], s=NODE_SIZE * 2.6, facecolors="none",
+                   edgecolors=colour, linewidths=3.0, zorder=1.6)
+        ring_handles.append(Line2D([], [], marker="o", markersize=13, linestyle="none",
+                                   markerfacecolor="none", markeredgecolor=colour,
+                                   markeredgewidth=3.0, label=f"node {int(node)}: {role}"))
+
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=10)
@@ -496,24 +519,54 @@ def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
 
 def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_nll",
                       ax: Any = None, title: str | None = None, label_width: int = LABEL_WIDTH,
-                      upto_round: int | None = None) -> tuple[Any, Any]:
+                      upto_round: int | None = None, highlight: Mapping[int, str] | None = None,
+                      column_px: float = NOTEBOOK_COLUMN_PX) -> tuple[Any, Any]:
     """One rollout tree: colour = turn entropy H(n) (root grey), node ids in the nodes, labels
     (:func:`node_labels`) under them, green/red boxes on the leaves by reward, a dashed ring
-    (one colour per round) around nodes grown by an expansion round, and a legend.
-    ``upto_round``: draw the tree as it stood after that round (later nodes faint).
+    (one colour per round) around nodes grown by an expansion round, a solid ring around each
+    ``highlight`` node, and a legend. ``upto_round``: draw the tree as it stood after that
+    round (later nodes faint). On its own figure (``ax`` None) the labels are wrapped narrower,
+    down to :data:`MIN_LABEL_WIDTH` characters, until the figure fits ``column_px`` (so its
+    text stays readable in a notebook column; :func:`displayed_text_px`).
     A ``RolloutTree`` is converted with :func:`at2po_lib.rollout.export.tree_arrays`
     (``entropy_estimate`` applies to it; arrays carry their own entropy)."""
+    import matplotlib.pyplot as plt
+
     arrays = tree if isinstance(tree, TreeArrays) else _rollout_arrays(tree, entropy_estimate)
     estimate = arrays.info.get("entropy_estimate", entropy_estimate)
     color = arrays.entropy.astype(float).copy()
     color[ROOT] = np.nan  # the root has no turn: grey, and kept out of the colour scale
     rounds = arrays.node_arrays.get("expansion_round")
     visible = None if upto_round is None else grown_by_round(arrays, upto_round)
-    return draw_tree(arrays.parent, node_color=color,
-                     node_labels=node_labels(arrays, width=label_width),
-                     leaf_reward=arrays.leaf_reward, ax=ax, cmap="viridis", title=title,
-                     colorbar_label=f"fill: turn entropy H(n) ({estimate})", rings=rounds,
-                     visible=visible)
+    width = label_width
+    while True:
+        fig, out_ax = draw_tree(arrays.parent, node_color=color,
+                                node_labels=node_labels(arrays, width=width),
+                                leaf_reward=arrays.leaf_reward, ax=ax, cmap="viridis", title=title,
+                                colorbar_label=f"fill: turn entropy H(n) ({estimate})",
+                                rings=rounds, visible=visible, highlight=highlight)
+        too_wide = fig.get_size_inches()[0] * fig.dpi > column_px
+        if ax is not None or not too_wide or width <= MIN_LABEL_WIDTH:
+            return fig, out_ax
+        plt.close(fig)
+        width = max(MIN_LABEL_WIDTH, width - 3)
+
+
+def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
+    """The height in CSS pixels of the smallest text of ``fig`` as a notebook shows it: the
+    inline backend writes the PNG at ``fig.dpi`` and JupyterLab scales an image wider than its
+    column down to the column, so a font of s points shows as
+    s/72 · min(dpi, column_px / width in inches) pixels. Tick labels, titles, legends and node
+    labels all count; empty and invisible texts do not."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.figure is not None]
+    if not sizes:
+        return float("inf")
+    scale = min(fig.dpi, column_px / fig.get_size_inches()[0])
+    return float(min(sizes)) / 72.0 * scale
 
 
 def _rollout_arrays(tree: Any, entropy_estimate: str) -> TreeArrays:
@@ -546,21 +599,73 @@ def grown_by_round(tree: TreeArrays, upto_round: int) -> np.ndarray:
     return keep
 
 
-def plot_expansion_comparison(table, metrics: Sequence[str] = (
-        "distinct_queries_per_prompt", "distinct_answers_per_prompt", "correct_leaf_share",
-        "generated_tokens_per_leaf"), method_column: str = "method") -> tuple[Any, Any]:
-    """One bar chart per metric, one bar per rollout method (rows of ``table``)."""
-    import matplotlib.pyplot as plt
+COMPARISON_METRICS = {
+    "distinct_queries": "distinct queries per prompt",
+    "distinct_answers": "distinct answers per prompt",
+    "correct_leaf_share": "share of correct leaves",
+    "generated_tokens_per_leaf": "generated tokens per leaf",
+}
 
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0))
-    axes = np.atleast_1d(axes)
-    methods = list(table[method_column])
-    for ax, metric in zip(axes, metrics):
-        ax.bar(methods, table[metric], color=[f"C{i}" for i in range(len(methods))])
-        ax.set_title(metric.replace("_", " "), fontsize=9)
-        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+
+def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "method",
+                              metrics: Mapping[str, str] = COMPARISON_METRICS,
+                              confidence: float = 0.95) -> tuple[Any, Any]:
+    """Small multiples (2 per row, readable in a notebook column): per metric, one bar per
+    rollout method at its mean over prompts, with its 95% Student-t interval over prompts as
+    error bar (``per_prompt``: one row per (method, prompt),
+    :func:`at2po_lib.rollout.export.prompt_summary`). The intervals are returned in
+    ``fig.at2po_intervals`` (method, metric, mean, low, high, prompts)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from ..stats import seed_mean_ci
+
+    names = list(metrics)
+    rows = int(np.ceil(len(names) / 2))
+    fig, axes = plt.subplots(rows, 2, figsize=(8.0, 2.9 * rows), squeeze=False)
+    methods = list(dict.fromkeys(per_prompt[method_column]))
+    intervals = []
+    for ax, metric in zip(axes.ravel(), names):
+        means, errs = [], [[], []]
+        for m in methods:
+            values = per_prompt.loc[per_prompt[method_column] == m, metric].to_numpy(float)
+            ci = seed_mean_ci(values, confidence)
+            low, high = (ci.low, ci.high) if np.isfinite(ci.low) else (ci.estimate, ci.estimate)
+            means.append(ci.estimate)
+            errs[0].append(ci.estimate - low)
+            errs[1].append(high - ci.estimate)
+            intervals.append({"method": m, "metric": metric, "mean": ci.estimate, "low": low,
+                              "high": high, "prompts": int(np.isfinite(values).sum())})
+        ax.bar(methods, means, yerr=errs, capsize=4, color=[f"C{i}" for i in range(len(methods))])
+        ax.set_title(metrics[metric], fontsize=10)
+        ax.tick_params(labelsize=9)
+    for ax in axes.ravel()[len(names):]:
+        ax.set_axis_off()
+    n = per_prompt.groupby(method_column).size().min() if len(per_prompt) else 0
+    fig.suptitle(f"Rollout methods on the same {n} prompts and leaf budget "
+                 f"(mean, {confidence:.0%} t-interval over prompts)", fontsize=10)
     fig.tight_layout()
+    fig.at2po_intervals = pd.DataFrame(intervals)
     return fig, axes
+
+
+def comparison_sentence(intervals: "pd.DataFrame", method: str = "entropy") -> str:
+    """One generated sentence per metric: the best method, and whether ``method``'s interval
+    overlaps the best one's (at a few prompts, the comparison rarely separates methods)."""
+    lower_is_better = {"generated_tokens_per_leaf"}
+    parts = []
+    for metric, group in intervals.groupby("metric", sort=False):
+        g = group.set_index("method")
+        best = g["mean"].idxmin() if metric in lower_is_better else g["mean"].idxmax()
+        text = f"{COMPARISON_METRICS.get(metric, metric)}: best {best} ({g.loc[best, 'mean']:.2f})"
+        if method in g.index and best != method:
+            overlap = not (g.loc[method, "high"] < g.loc[best, "low"]
+                           or g.loc[method, "low"] > g.loc[best, "high"])
+            text += (f", {method} {g.loc[method, 'mean']:.2f}: "
+                     + ("the intervals overlap, no difference shown" if overlap
+                        else "clearly behind"))
+        parts.append(text)
+    return "; ".join(parts) + "."
 
 
 # --------------------------------------------------------------------------------------------

@@ -198,3 +198,28 @@ def tree_summary(trees: Sequence[RolloutTree]) -> dict[str, float]:
         "generated_tokens": generated,
         "generated_tokens_per_leaf": generated / max(len(leaves), 1),
     }
+
+
+def prompt_summary(trees: Sequence[RolloutTree]) -> "pd.DataFrame":
+    """One row per prompt (the trees sharing a ``prompt_index`` pooled, as Tree-GRPO's several
+    trees per prompt must be): ``distinct_queries``, ``distinct_answers``,
+    ``correct_leaf_share``, ``generated_tokens_per_leaf`` — the per-prompt values whose means
+    :func:`tree_summary` reports, so that a comparison can carry intervals over prompts."""
+    import pandas as pd
+
+    by_prompt: dict[int, list[RolloutTree]] = {}
+    for t in trees:
+        by_prompt.setdefault(t.prompt_index, []).append(t)
+    rows = []
+    for prompt, group in by_prompt.items():
+        leaves = [t.nodes[i] for t in group for i in t.leaves()]
+        rewards = np.array([n.reward for n in leaves], dtype=float)
+        generated = sum(n.num_sampled for t in group for n in t.nodes if n.duplicate_of < 0)
+        rows.append({
+            "prompt": prompt, "trees": len(group), "leaves": len(leaves),
+            "distinct_queries": len(set().union(*(_distinct(t, "search", "query") for t in group))),
+            "distinct_answers": len(set().union(*(_distinct(t, "answer", "answer") for t in group))),
+            "correct_leaf_share": float(np.mean(rewards > 0)) if rewards.size else float("nan"),
+            "generated_tokens_per_leaf": generated / max(len(leaves), 1),
+        })
+    return pd.DataFrame.from_records(rows)

@@ -238,17 +238,24 @@ class StepProgress(_BarWithLivePlot):
 
     def __init__(self, total_steps: int, updates_per_step: int, description: str = "",
                  validation: GreedyValidation | None = None, plot: bool | None = None):
-        super().__init__(description, ["reward", "validation EM"], plot)
+        # without validation (a short live run) the second panel is the policy entropy: an
+        # empty validation panel would only say nothing was measured
+        second = "validation EM" if validation is not None else "policy entropy"
+        super().__init__(description, ["reward", second], plot)
         self.total = total_steps
         self.updates_per_step = updates_per_step
         self.validation = validation
         self.rewards: tuple[list[int], list[float]] = ([], [])
+        self.entropies: tuple[list[int], list[float]] = ([], [])
 
     def _bar_position(self, state) -> tuple[int, int]:
         return self.total, rollout_step(state.global_step, self.updates_per_step)
 
     def _plot_data(self):
-        history = self.validation.history if self.validation is not None else []
+        if self.validation is None:
+            return {"reward": {"sampled leaves": self.rewards},
+                    "policy entropy": {"policy tokens": self.entropies}}
+        history = self.validation.history
         return {"reward": {"sampled leaves": self.rewards},
                 "validation EM": {"greedy": ([s for s, _ in history], [em for _, em in history])}}
 
@@ -259,6 +266,9 @@ class StepProgress(_BarWithLivePlot):
         self.bar.update(max(step - self.bar.n, 0))
         self.rewards[0].append(step)
         self.rewards[1].append(float(logs["reward"]))
+        if "entropy" in logs:
+            self.entropies[0].append(step)
+            self.entropies[1].append(float(logs["entropy"]))
         postfix = {"reward": f"{logs['reward']:.3f}"}
         if logs.get("entropy") is not None:
             postfix["entropy"] = f"{logs['entropy']:.3f}"

@@ -1,0 +1,200 @@
+"""One generated sentence of conclusion under each of notebook 05's tables, from the numbers.
+
+Each function reads the tidy CSV that :func:`at2po_lib.reporting.report.write_report` wrote
+(``results/<profile>/tables/<name>.csv``; the credit-accuracy study's
+``results/<profile>/credit_accuracy.csv``) and says what it shows, including when it shows
+nothing: a table with no or one method says so, never a fabricated comparison. An interval
+that contains 0 is read as "cannot tell apart". :func:`credit_accuracy_summary` keeps the rows
+of the credit-accuracy table that matter instead of its 72 × 16 raw form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .labels import method_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _read(path: Path) -> "pd.DataFrame | None":
+    import pandas as pd
+
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def _tables(profile: str) -> Path:
+    from ..util.paths import results_dir
+
+    return results_dir(profile, "tables")
+
+
+def _ci(value: float, low: float, high: float, scale: float = 100.0, signed: bool = True) -> str:
+    fmt = "{:+.1f}" if signed else "{:.1f}"
+    return f"{fmt.format(scale * value)} [{fmt.format(scale * low)}, {fmt.format(scale * high)}]"
+
+
+def _reading(low: float, high: float) -> str:
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "not distinguishable"
+
+
+def table1_conclusion(profile: str) -> str:
+    """Which methods have records, and each method's multi-hop difference to GRPO."""
+    summary = _read(_tables(profile) / "table1_summary.csv")
+    if summary is None:
+        return "No Table 1 records for this profile yet: only the published rows can be shown."
+    ours = summary[(summary["source"] == "ours") & (summary["column"] == "Multi-hop avg")]
+    methods = list(dict.fromkeys(ours["method"]))
+    if not methods:
+        return "No Table 1 run of ours is recorded yet: only the published rows are shown."
+    seeds = {m: int(ours.loc[ours["method"] == m, "n_seeds"].max()) for m in methods}
+    listed = ", ".join(f"{method_label(m)} ({seeds[m]} seed{'s' * (seeds[m] > 1)})" for m in methods)
+    text = f"Recorded so far: {listed}, out of the paper's seven rows."
+    diffs = _read(_tables(profile) / "table1_differences.csv")
+    if diffs is not None and len(diffs):
+        sel = diffs[(diffs["baseline"] == "grpo") & (diffs["scope"] == "multihop")
+                    & (diffs["weighting"] == "sample")]
+        parts = [f"{method_label(r.method)} {_ci(r.diff, r.ci_low, r.ci_high)} points "
+                 f"({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]
+        if parts:
+            text += " Multi-hop EM minus GRPO's, 95% CI: " + "; ".join(parts) + "."
+    if len(methods) < 3:
+        text += (" With this few methods the toy table cannot rank the paper's methods; "
+                 "`at2po study --profile tiny --table 1` records the rest.")
+    return text
+
+
+def table2_conclusion(profile: str) -> str:
+    """How many of the ablation's four steps have toy runs."""
+    table = _read(_tables(profile) / "table2.csv")
+    if table is None:
+        return "No Table 2 file for this profile yet."
+    have = [c for c in table.columns if c.startswith("toy") or c in ("em", "ours", "toy_avg")]
+    filled = table[have].notna().any(axis=1).sum() if have else 0
+    if not filled:
+        return (f"None of the ablation's {len(table)} steps has a toy run yet, so the table shows "
+                "the published column alone: the toy says nothing about Table 2 so far.")
+    return (f"{int(filled)} of the ablation's {len(table)} steps have toy runs; a step's change "
+            "counts only where its interval excludes 0.")
+
+
+def table3_conclusion(profile: str) -> str:
+    """Whether any credit-variant run exists."""
+    table = _read(_tables(profile) / "table3.csv")
+    if table is None or table.empty:
+        return ("No credit-variant (`credit_*`) runs are recorded, so Table 3 has no toy cells; "
+                "the credit-accuracy study below is the toy's evidence on credit.")
+    return f"{table['method'].nunique()} credit variants recorded."
+
+
+def fig3_conclusion(profile: str) -> str:
+    """The entropy change of each method over its run, with its interval."""
+    table = _read(_tables(profile) / "fig3_entropy_change.csv")
+    if table is None or table.empty:
+        return "No training records: Figure 3 is empty."
+    rows = table[table["metric"] == "entropy"]
+    parts = []
+    for r in rows.itertuples():
+        change = (f"{r.change:+.3f} [{r.change_low:+.3f}, {r.change_high:+.3f}]"
+                  if r.seeds > 1 else f"{r.change:+.3f} (one seed: no interval)")
+        verdict = {"worse": "a clear fall", "better": "a clear rise"}.get(
+            _reading(r.change_low, r.change_high), "no clear change") if r.seeds > 1 else "no evidence"
+        parts.append(f"{method_label(r.method)} {change} nats ({verdict}, {int(r.seeds)} seeds)")
+    return ("Entropy change from the first to the last steps: " + "; ".join(parts)
+            + ". The paper's claim (GRPO collapses, AT2PO stays stable) needs both methods; "
+            + ("only one is recorded." if rows["method"].nunique() < 2 else "compare the rows."))
+
+
+def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
+    """Our mean turns (multi-hop) and one-call share (single-hop) beside the paper's."""
+    from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
+
+    if turns is None or turns.empty:
+        return "Figure 4 needs per-question outcomes."
+    t = turns.set_index(["group", "metric"])
+    parts = []
+    if ("multihop", "turns") in t.index:
+        r = t.loc[("multihop", "turns")]
+        parts.append(f"multi-hop samples take {r['value']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] "
+                     f"turns (paper: {PAPER_MULTIHOP_MEAN_TURNS})")
+    if ("singlehop", "one_search") in t.index:
+        r = t.loc[("singlehop", "one_search")]
+        parts.append(f"{100 * r['value']:.1f}% [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] "
+                     f"of single-hop samples make one call (paper: {100 * PAPER_SINGLEHOP_ONE_TURN_SHARE:.1f}%)")
+    method = method_label(str(turns["method"].iloc[0]))
+    return (f"{method}: " + "; ".join(parts) + ". TinyWorld's plans fix the hops, so these follow "
+            "the datasets' hop counts more than any method.") if parts else "No turn counts."
+
+
+SUMMARY_ROWS = (
+    # (label, credit_mode, value_mode, advantage_mode, rollout)
+    ("AT2PO default (entropy_softmax / node_value)", "at2po", "entropy_softmax", "node_value", "entropy"),
+    ("AT2PO child_mean / node_value", "at2po", "child_mean", "node_value", "entropy"),
+    ("AT2PO entropy_softmax / diff_parent", "at2po", "entropy_softmax", "diff_parent", "entropy"),
+    ("GRPO (leaf advantage on every turn)", "grpo", None, None, "entropy"),
+    ("GiGPO-style step groups", "gigpo", None, None, "entropy"),
+    ("Tree-GRPO, its own random trees", "tree_grpo", None, None, "random"),
+)
+
+
+def credit_accuracy_summary(frame: "pd.DataFrame | None") -> "pd.DataFrame":
+    """The rows of the credit-accuracy table that matter (:data:`SUMMARY_ROWS`, at softmax
+    temperature 1): AUC over all turns and over search turns with 95% CIs, and Δ vs GRPO."""
+    import numpy as np
+    import pandas as pd
+
+    if frame is None or frame.empty:
+        return pd.DataFrame()
+    base = frame[np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0)]
+    out = []
+    for label, mode, vm, am, rollout in SUMMARY_ROWS:
+        sel = base[(base["credit_mode"] == mode) & (base["rollout"] == rollout)]
+        if vm is not None:
+            sel = sel[(sel["value_mode"] == vm) & (sel["advantage_mode"] == am)]
+        if sel.empty:
+            continue
+        row = {"credit": label}
+        for turns in ("all", "search"):
+            r = sel[sel["turns"] == turns]
+            if len(r):
+                r = r.iloc[0]
+                row[f"AUC, {turns} turns"] = f"{r['auc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+                if turns == "all":
+                    row["Δ vs GRPO (all)"] = ("—" if mode == "grpo" or not np.isfinite(r["delta_vs_grpo"])
+                                              else f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, "
+                                                   f"{r['delta_high']:+.3f}]")
+        out.append(row)
+    return pd.DataFrame(out).set_index("credit")
+
+
+def credit_accuracy_conclusion(frame: "pd.DataFrame | None") -> str:
+    """Does AT2PO's default credit single out useful turns better than GRPO's?"""
+    import numpy as np
+
+    if frame is None or frame.empty:
+        return "The credit-accuracy study has not run for this profile."
+    base = frame[np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0) & (frame["turns"] == "all")]
+    at2po = base[(base["credit_mode"] == "at2po") & (base["value_mode"] == "entropy_softmax")
+                 & (base["advantage_mode"] == "node_value")]
+    if at2po.empty:
+        return "The credit-accuracy table has no row for AT2PO's default credit."
+    r = at2po.iloc[0]
+    verdict = {"better": "better than", "worse": "worse than"}.get(
+        _reading(r["delta_low"], r["delta_high"]), "indistinguishable from")
+    best = base.loc[base["auc"].idxmax()]
+    best_name = best["credit_mode"] + (f" {best['value_mode']}/{best['advantage_mode']}"
+                                       if best["credit_mode"] == "at2po" else "")
+    if best["rollout"] != "entropy":
+        best_name += f" (on its own {best['rollout']} trees)"
+    return (f"On {int(r['n_prompts'])} prompts ({int(r['n_turns'])} turns, {int(r['n_useful'])} useful), "
+            f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
+            f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
+            f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
+            f"({best['auc']:.3f}). At toy scale the entropy weights are near uniform, so the value "
+            "modes rank turns as GRPO does.")

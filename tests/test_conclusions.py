@@ -1,0 +1,61 @@
+"""Notebook 05's generated sentences (at2po_lib.reporting.conclusions): they follow the
+numbers, and say so plainly when a table has few or no methods."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from at2po_lib.reporting import conclusions as c
+
+
+def _write(root, name, rows):
+    folder = root / "tiny" / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / f"{name}.csv", index=False)
+
+
+def test_no_records_are_said_and_nothing_is_compared(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    assert "No Table 1 records" in c.table1_conclusion("tiny")
+    assert "No Table 2 file" in c.table2_conclusion("tiny")
+    assert "No credit-variant" in c.table3_conclusion("tiny")
+    assert "not run" in c.credit_accuracy_conclusion(None)
+    assert c.credit_accuracy_summary(None).empty
+
+
+def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    summary = [{"source": "ours", "method": m, "column": "Multi-hop avg", "n_seeds": s}
+               for m, s in (("react", 1), ("grpo", 2), ("at2po", 3))]
+    _write(tmp_path, "table1_summary", summary)
+    diffs = [{"method": "react", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
+              "diff": -0.06, "ci_low": -0.09, "ci_high": -0.03},
+             {"method": "at2po", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
+              "diff": 0.01, "ci_low": -0.02, "ci_high": 0.04}]
+    _write(tmp_path, "table1_differences", diffs)
+    text = c.table1_conclusion("tiny")
+    assert "ReAct -6.0 [-9.0, -3.0] points (worse)" in text
+    assert "(not distinguishable)" in text and "cannot rank" not in text
+
+
+def test_credit_accuracy_rows_that_matter():
+    rows = []
+    for mode, vm, am, rollout, auc, delta in (
+            ("at2po", "entropy_softmax", "node_value", "entropy", 0.66, -0.001),
+            ("at2po", "entropy_softmax", "diff_parent", "entropy", 0.54, -0.12),
+            ("grpo", None, None, "entropy", 0.661, 0.0)):
+        for turns in ("all", "search", "answer"):
+            rows.append({"credit_mode": mode, "value_mode": vm, "advantage_mode": am,
+                         "softmax_temperature": 1.0, "rollout": rollout, "turns": turns,
+                         "auc": auc, "ci_low": auc - 0.02, "ci_high": auc + 0.02,
+                         "delta_vs_grpo": delta, "delta_low": delta - 0.002,
+                         "delta_high": delta + 0.002, "n_prompts": 300, "n_turns": 5000,
+                         "n_useful": 2000})
+    frame = pd.DataFrame(rows)
+    summary = c.credit_accuracy_summary(frame)
+    assert list(summary.index) == ["AT2PO default (entropy_softmax / node_value)",
+                                   "AT2PO entropy_softmax / diff_parent",
+                                   "GRPO (leaf advantage on every turn)"]
+    assert summary.loc["GRPO (leaf advantage on every turn)", "Δ vs GRPO (all)"] == "—"
+    text = c.credit_accuracy_conclusion(frame)
+    assert "indistinguishable from GRPO" in text and "highest AUC is grpo" in text
