@@ -84,7 +84,7 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9,
                title=what, title_fontsize=9, frameon=False)
-    fig.suptitle("Figure 3 at toy scale (TinyWorld, a sub-million-parameter policy): "
+    fig.suptitle("Figure 3 at toy scale (TinyWorld, a 1.3M-parameter policy): "
                  "not the paper's numbers", fontsize=10)
     fig.tight_layout(rect=(0, 0.1 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
     return fig, axes
