@@ -45,7 +45,8 @@ def test_arrays_by_hand():
     assert math.isnan(a.leaf_reward[0]) and math.isnan(a.leaf_reward[1])
     assert a.leaf_reward[2:].tolist() == [1.0, 0.0]
     assert a.records[0]["text"] == "q?" and a.records[2]["finish_reason"] == "answer"
-    assert a.info == {"question": "q?", "golden_answers": ["a"], "entropy_estimate": "sampled_nll"}
+    assert a.info == {"question": "q?", "golden_answers": ["a"], "entropy_estimate": "sampled_nll",
+                      "turn_entropy": "mean"}
 
 
 def test_training_rows_by_hand():
