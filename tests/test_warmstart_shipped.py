@@ -12,7 +12,8 @@ from at2po_lib.util.paths import repo_root
 from at2po_lib.policy import warmstart
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
-OUTCOMES = repo_root() / "results" / "tiny" / "warmstart_eval_outcomes.csv"
+# The warm start on every test question: the regime pilot's ReAct run (docs/warmstart.md)
+OUTCOMES = repo_root() / "results" / "tiny" / "pilot" / "runs" / "tiny" / "react" / "seed0" / "outcomes.csv"
 
 
 @pytest.fixture()
