@@ -4,7 +4,8 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
 ``.meta.json`` (runs, seeds, git revision):
 
 - ``results/<profile>/tables/table1.{csv,md,tex}`` and ``table1_summary`` (group averages),
-  ``table1_differences`` (every method minus GRPO and minus ReAct, CIs), ``table2``, ``table3``
+  ``table1_differences`` (every method minus GRPO and minus ReAct, CIs), ``table2``, ``table3``,
+  ``claims`` (the paper's claims one by one, :mod:`.claims`)
   and ``credit_accuracy`` when those runs exist; ``fig3_entropy_change`` (Figure 3's claim in
   numbers: entropy and reward over the first vs the last steps, the change, and each
   method's change minus GRPO's);
@@ -50,7 +51,9 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     from ..config import load_profile
     from ..method.presets import TABLE1_METHODS, TABLE2_METHODS
     from . import figure3, figure4, table1, table2, table3
-    from .output import source_meta, write_figure, write_table
+    from ..util.provenance import write_meta
+    from ..util.writing import write_if_changed
+    from .output import source_meta, tables_dir, write_figure, write_table
     from .readme import update_readme
     from .labels import method_label
     from .curves import format_start_end, start_end_table
@@ -129,6 +132,20 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
             "Policy entropy and reward over the first and last steps (at most 8 each), their "
             "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
         report.tables["fig3_entropy_change"] = shown
+    if len(outcomes):
+        from . import claims
+
+        tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples)
+        report.paths["claims"] = write_table(
+            tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
+                                                       claims.claims_table),
+            "The paper's claims at toy scale: each as one number with its 95% CI")
+        report.tables["claims"] = display
+        summary_path = tables_dir(profile) / "claims_summary.md"
+        write_if_changed(summary_path, claims.claims_summary(tidy, runs))
+        write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
+                                  "table": "claims_summary", "files": [summary_path.name]})
+        report.paths["claims_summary"] = {"md": summary_path}
     if figures:
         dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
         fig, _ = figure3.figure3(metrics, evals, dataset, rl)

@@ -1,0 +1,132 @@
+"""The paper's claims at toy scale (at2po_lib.reporting.claims) and the multi-hop vs single-hop
+contrast behind one of them (at2po_lib.stats.gain_contrast_ci), on hand-checkable outcomes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from at2po_lib import stats
+from at2po_lib.reporting.claims import Claim, claims_table
+
+MH, SH = "tiny_hotpotqa", "tiny_nq"
+
+
+def outcomes(table: dict[tuple[str, int], dict[str, list[float]]]) -> pd.DataFrame:
+    """{(method, seed): {dataset: [EM per question]}} → the long outcome frame (with the turn
+    counts Figure 4's claims read: two searches on multi-hop, one on single-hop)."""
+    rows = [{"method": m, "seed": s, "dataset": d, "question_id": f"q{i}", "em": float(v),
+             "turns": 3 if d == MH else 2, "searches": 2 if d == MH else 1}
+            for (m, s), by_dataset in table.items()
+            for d, scores in by_dataset.items() for i, v in enumerate(scores)]
+    return pd.DataFrame(rows)
+
+
+def test_gain_contrast_by_hand():
+    # multi-hop: A 2/4, B 1/4 -> gain 0.25; single-hop: A 1/2, B 1/2 -> gain 0
+    df = outcomes({("a", 0): {MH: [1, 1, 0, 0], SH: [1, 0]},
+                   ("b", 0): {MH: [0, 1, 0, 0], SH: [1, 0]}})
+    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=500)
+    assert ci.estimate == pytest.approx(0.25)
+    assert ci.low <= ci.estimate <= ci.high
+    assert (ci.n_seeds_a, ci.n_seeds_b, ci.n_questions) == (1, 1, 6)
+
+
+def test_gain_contrast_is_zero_when_the_gain_is_the_same_in_both_groups():
+    df = outcomes({("a", 0): {MH: [1, 0], SH: [1, 0]}, ("a", 1): {MH: [1, 1], SH: [1, 1]},
+                   ("b", 0): {MH: [0, 0], SH: [0, 0]}, ("b", 1): {MH: [0, 1], SH: [0, 1]}})
+    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=300)
+    assert ci.estimate == pytest.approx(0.0)
+
+
+def test_gain_contrast_refuses_a_seed_that_answered_one_group_only():
+    df = outcomes({("a", 0): {MH: [1, 0], SH: [1, 0]}, ("a", 1): {MH: [1, 1]},
+                   ("b", 0): {MH: [0, 0], SH: [0, 0]}})
+    with pytest.raises(ValueError, match=r"seeds \[1\] did not answer"):
+        stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=100)
+
+
+@pytest.mark.parametrize("low, high, direction, reading", [
+    (0.5, 2.0, 1, "agrees"), (-2.0, -0.5, 1, "opposite"), (-0.5, 2.0, 1, "cannot tell"),
+    (-2.0, -0.5, -1, "agrees"), (0.5, 2.0, -1, "opposite"),
+    (float("nan"), float("nan"), 1, "one seed"), (1.0, 2.0, 0, "measured")])
+def test_a_claim_is_read_from_its_interval_against_the_paper_direction(low, high, direction,
+                                                                       reading):
+    claim = Claim("k", "c", "+1", estimate=1.0, low=low, high=high, direction=direction)
+    assert claim.reading == reading
+    assert Claim("k", "c", "+1").reading == "not run yet"
+
+
+def _study() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    n_mh, n_sh = 300, 200
+
+    def run(p_mh: float, p_sh: float) -> dict[str, list[float]]:
+        return {MH: list(rng.random(n_mh) < p_mh), SH: list(rng.random(n_sh) < p_sh)}
+
+    table = {("react", 0): run(0.2, 0.6)}
+    for seed in range(3):
+        table[("grpo", seed)] = run(0.45, 0.7)
+        table[("dapo", seed)] = run(0.35, 0.7)
+        table[("at2po", seed)] = run(0.45, 0.7)
+    return outcomes(table)
+
+
+def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_the_rest():
+    tidy, display = claims_table("tiny", _study(), n_resamples=400)
+    rows = tidy.set_index("key")
+    assert len(display) == len(tidy) == 12
+    # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
+    assert "DAPO" in rows.loc["rl_over_react", "note"]
+    assert rows.loc["rl_over_react", "reading"] == "agrees"
+    assert rows.loc["rl_over_react", "estimate"] == pytest.approx(
+        100 * stats.difference_ci(_study(), "dapo", "react", [MH], n_resamples=10).estimate)
+    # GRPO is the strongest baseline on these records; AT2PO equals it in expectation
+    assert "GRPO" in rows.loc["at2po_over_strongest", "note"]
+    assert rows.loc["at2po_over_strongest", "seeds"] == "3 vs 3"
+    # no ablation, credit-variant or training-curve records: said, not filled in
+    for key in ("ablation_step2", "ablation_step3", "ablation_step4",
+                "node_value_over_diff_parent", "grpo_entropy_falls", "at2po_entropy_stabler"):
+        assert rows.loc[key, "reading"] == "not run yet", key
+    assert display.loc[display.index[3], "toy [95% CI]"] == "–"
+    # Figure 4's rows describe the toy: AT2PO makes exactly one call on every single-hop question
+    assert rows.loc["singlehop_one_call", "estimate"] == pytest.approx(100.0)
+    assert rows.loc["multihop_turns", "reading"] == "measured"
+
+
+def test_entropy_claims_read_the_start_end_table():
+    change = pd.DataFrame([
+        {"method": "grpo", "metric": "entropy", "seeds": 3, "change": -0.05,
+         "change_low": -0.08, "change_high": -0.02},
+        {"method": "at2po", "metric": "entropy", "seeds": 3, "change": -0.01,
+         "change_low": -0.03, "change_high": 0.01, "vs_baseline": 0.04,
+         "vs_baseline_low": 0.01, "vs_baseline_high": 0.07, "baseline": "grpo"}])
+    tidy, _ = claims_table("tiny", _study(), change, n_resamples=200)
+    rows = tidy.set_index("key")
+    assert rows.loc["grpo_entropy_falls", "reading"] == "agrees"      # a fall, as the paper says
+    assert rows.loc["at2po_entropy_stabler", "reading"] == "agrees"
+    assert rows.loc["at2po_entropy_stabler", "seeds"] == "3 vs 3"
+
+
+def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
+    import json
+
+    from at2po_lib.reporting.claims import claims_summary
+
+    rows = []
+    for method, seeds in (("react", 1), ("grpo", 3), ("dapo", 3), ("at2po", 3)):
+        for seed in range(seeds):
+            folder = tmp_path / method / f"seed{seed}"
+            folder.mkdir(parents=True)
+            (folder / "meta.json").write_text(json.dumps({"git_revision": "0c35b88" + "0" * 33}))
+            rows.append({"method": method, "seed": seed, "path": folder, "finished": True})
+    rows.append({"method": "gspo", "seed": 0, "path": tmp_path / "gspo", "finished": False})
+    tidy, _ = claims_table("tiny", _study(), n_resamples=200)
+    text = claims_summary(tidy, pd.DataFrame(rows))
+    assert text.startswith("Read from 10 finished runs") and "revision 0c35b88." in text
+    assert "GRPO 3" in text and "GSPO" not in text        # an unfinished run is not counted
+    assert "The toy agrees with the paper on RL over ReAct" in text
+    assert "Not run yet: ablation step 2 (turn-level loss)" in text
+    assert "turns per multi-hop" not in text                  # descriptions stay in the table
+    assert "No finished runs" in claims_summary(tidy, pd.DataFrame(rows[-1:]))
