@@ -76,7 +76,7 @@ def _study() -> pd.DataFrame:
 def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_the_rest():
     tidy, display = claims_table("tiny", _study(), n_resamples=400)
     rows = tidy.set_index("key")
-    assert len(display) == len(tidy) == 12
+    assert len(display) == len(tidy) == 13
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
@@ -85,11 +85,14 @@ def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_t
     # GRPO is the strongest baseline on these records; AT2PO equals it in expectation
     assert "GRPO" in rows.loc["at2po_over_strongest", "note"]
     assert rows.loc["at2po_over_strongest", "seeds"] == "3 vs 3"
+    # these outcomes have no sampled metric: its row waits rather than reading greedy EM
+    assert rows.loc["at2po_over_strongest_sampled_em", "reading"] == "not run yet"
     # no ablation, credit-variant or training-curve records: said, not filled in
     for key in ("ablation_step2", "ablation_step3", "ablation_step4",
                 "node_value_over_diff_parent", "grpo_entropy_falls", "at2po_entropy_stabler"):
         assert rows.loc[key, "reading"] == "not run yet", key
-    assert display.loc[display.index[3], "toy [95% CI]"] == "–"
+    step2 = int(np.flatnonzero(tidy["key"] == "ablation_step2")[0])
+    assert display["toy [95% CI]"].iloc[step2] == "–"
     # Figure 4's rows describe the toy: AT2PO makes exactly one call on every single-hop question
     assert rows.loc["singlehop_one_call", "estimate"] == pytest.approx(100.0)
     assert rows.loc["multihop_turns", "reading"] == "measured"
@@ -127,6 +130,15 @@ def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
     assert text.startswith("Read from 10 finished runs") and "revision 0c35b88." in text
     assert "GRPO 3" in text and "GSPO" not in text        # an unfinished run is not counted
     assert "The toy agrees with the paper on RL over ReAct" in text
-    assert "Not run yet: ablation step 2 (turn-level loss)" in text
+    assert "ablation step 2 (turn-level loss)" in text.split("Not run yet:")[1]
     assert "turns per multi-hop" not in text                  # descriptions stay in the table
     assert "No finished runs" in claims_summary(tidy, pd.DataFrame(rows[-1:]))
+
+
+def test_the_sampled_metric_row_compares_the_sampled_scores():
+    frame = _study()
+    frame["sampled_em"] = np.where(frame["method"] == "at2po", 1.0, 0.5)  # AT2PO +50 points
+    tidy, _ = claims_table("tiny", frame, n_resamples=200)
+    row = tidy.set_index("key").loc["at2po_over_strongest_sampled_em"]
+    assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees"
+    assert row["published"] == "–"  # the paper reports greedy EM only

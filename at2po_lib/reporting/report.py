@@ -5,10 +5,10 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
 
 - ``results/<profile>/tables/table1.{csv,md,tex}`` and ``table1_summary`` (group averages),
   ``table1_differences`` (every method minus GRPO and minus ReAct, CIs), ``table2``, ``table3``,
-  ``claims`` (the paper's claims one by one, :mod:`.claims`)
-  and ``credit_accuracy`` when those runs exist; ``fig3_entropy_change`` (Figure 3's claim in
-  numbers: entropy and reward over the first vs the last steps, the change, and each
-  method's change minus GRPO's);
+  ``claims`` (the paper's claims one by one, :mod:`.claims`) and ``credit_accuracy_summary``
+  when those runs and studies exist; ``fig3_entropy_change`` (Figure 3's claim in numbers:
+  entropy and reward over the first vs the last steps, the change, and each method's change
+  minus GRPO's);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
 
 With ``readme=True`` the generated blocks of this profile in the README and the docs pages are
@@ -109,7 +109,18 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
         report.tables["table3"] = display
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
+        from .conclusions import credit_accuracy_summary
+
         report.tables["credit_accuracy"] = accuracy
+        summary = credit_accuracy_summary(accuracy)
+        if len(summary):
+            report.paths["credit_accuracy_summary"] = write_table(
+                accuracy, summary, "credit_accuracy_summary", profile,
+                {**source_meta(profile, writer=credit_accuracy_summary),
+                 **table3.credit_accuracy_provenance(profile)},
+                "Credit against the truth: AUC of each credit mode's turn advantages for "
+                "useful vs useless turns [95% CI over prompts], and the difference to GRPO's")
+            report.tables["credit_accuracy_summary"] = summary
     metrics, evals = load_training_records(profile)
     rl = [m for m in TABLE1_METHODS if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics

@@ -83,3 +83,15 @@ def load_credit_accuracy(profile: str) -> pd.DataFrame | None:
 
     path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
     return pd.read_csv(path) if path.is_file() else None
+
+
+def credit_accuracy_provenance(profile: str) -> dict:
+    """Where the credit-accuracy table came from: its file, and the command and git revision
+    its own meta records (the study runs apart from the report)."""
+    import json
+
+    path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
+    meta_path = path.with_name(path.name + ".meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return {"source": CREDIT_ACCURACY_FILE, "source_command": meta.get("command"),
+            "source_git_revision": meta.get("git_revision")}
