@@ -142,3 +142,21 @@ def test_the_sampled_metric_row_compares_the_sampled_scores():
     row = tidy.set_index("key").loc["at2po_over_strongest_sampled_em"]
     assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees"
     assert row["published"] == "–"  # the paper reports greedy EM only
+
+
+def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs():
+    from at2po_lib.reporting.table1 import table1_seeds
+
+    # multi-hop EM per run (five questions each): GRPO 0.5 / 0.6, AT2PO 0.4 / 0.8
+    frame = outcomes({("grpo", 0): {MH: [1, 0, 1, 0, 0.5], SH: [1]},
+                      ("grpo", 1): {MH: [1, 1, 0, 1, 0], SH: [0]},
+                      ("at2po", 0): {MH: [1, 0, 0, 0, 1], SH: [1]},
+                      ("at2po", 1): {MH: [1, 1, 1, 1, 0], SH: [1]}})
+    tidy, display = table1_seeds("tiny", frame)
+    assert display.loc["AT2PO", "greedy: per seed"] == "40.0 / 80.0"
+    assert display.loc["GRPO", "greedy: per seed"] == "50.0 / 60.0"
+    assert display.loc["AT2PO", "greedy: sd over seeds"] == f"{100 * np.std([0.4, 0.8], ddof=1):.1f}"
+    # n >= 1.96^2 (0.283^2 + 0.0707^2) / 0.02^2 = 1.96^2 * 0.085 / 0.0004 = 816.3 -> 817
+    assert display.loc["AT2PO", "seeds for ±2 vs GRPO"] == "817"
+    assert display.loc["GRPO", "seeds for ±2 vs GRPO"] == "–"
+    assert set(tidy["metric"]) == {"em"} and len(tidy) == 4

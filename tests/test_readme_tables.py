@@ -19,7 +19,8 @@ def test_generated_blocks_equal_their_generated_tables(monkeypatch):
 
 
 TOY_STUDY_TABLES = ("table1_summary", "table1_differences", "table1_differences_sampled",
-                    "table2", "table3", "fig3_entropy_change", "credit_accuracy_summary")
+                    "table2", "table3", "fig3_entropy_change", "credit_accuracy_summary",
+                    "table1_seeds")
 """The tables of ``at2po report --profile tiny`` that docs/toy_study.md shows."""
 
 

@@ -96,6 +96,13 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                 meta_for(TABLE1_METHODS, table1.table1_differences),
                 f"Differences in {what} x 100 [95% CI] and probability of improvement")
             report.tables[name] = display
+    tidy, display = table1.table1_seeds(profile, outcomes)
+    if len(display):
+        report.paths["table1_seeds"] = write_table(
+            tidy, display, "table1_seeds", profile, meta_for(TABLE1_METHODS, table1.table1_seeds),
+            "Table 1's runs one by one: multi-hop EM x 100 per seed, its spread, and the seeds "
+            "a difference to GRPO would need for a seed-level half-width of 2 points")
+        report.tables["table1_seeds"] = display
     tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
     report.paths["table2"] = write_table(tidy, display, "table2", profile,
                                          meta_for(TABLE2_METHODS, table2.table2),

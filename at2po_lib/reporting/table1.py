@@ -187,3 +187,58 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
             display_rows.append(row)
     display = pd.DataFrame(display_rows).set_index("method") if display_rows else pd.DataFrame()
     return tidy, display
+
+
+def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = TABLE1_METHODS,
+                 baseline: str = "grpo", target_half_width: float = 0.02,
+                 confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    r"""Each run's multi-hop average (greedy EM and the sampled metric), and how far the seeds
+    spread: the intervals of the other tables mix question-level and seed-level variation, and
+    this table shows the seed-level part on its own.
+
+    Per method: the mean and standard deviation over seeds, and a projection of the seeds per
+    method that a difference to ``baseline`` would need for a seed-level half-width of
+    ``target_half_width``, with both methods at the same number of seeds n and the
+    seeds' standard deviations as measured (a rough guide, itself uncertain with few seeds):
+
+    .. math::  n \ge z^2\,(s_m^2 + s_b^2) / h^2
+
+    ``(tidy, display)``; tidy: one row per (method, seed, metric).
+    """
+    import numpy as np
+    import pandas as pd
+    from scipy.stats import norm
+
+    groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
+    members = groups.get("multihop", [])
+    present = [m for m in methods if rows_with_outcomes(outcomes, m)]
+    if not members or not present:
+        return pd.DataFrame(), pd.DataFrame()
+    rows = outcomes[outcomes["method"].isin(present) & outcomes["dataset"].isin(members)]
+    metrics = [c for c in ("em", "sampled_em") if c in rows and rows[c].notna().any()]
+    per_run = rows.groupby(["method", "seed"])[metrics].mean()          # sample-weighted
+    tidy = (per_run.reset_index().melt(["method", "seed"], var_name="metric", value_name="value")
+            .dropna(subset=["value"]))
+    tidy.insert(0, "profile", profile)
+    z = float(norm.ppf((1 + confidence) / 2))
+    spread = per_run.groupby(level="method").std(ddof=1)
+    display_rows = []
+    for method in present:
+        runs = per_run.loc[method]
+        row = {"method": method_label(method), "seeds": len(runs)}
+        for metric, label in (("em", "greedy"), ("sampled_em", "sampled")):
+            if metric not in runs or runs[metric].isna().all():
+                continue
+            values = runs[metric].dropna()
+            row[f"{label}: per seed"] = " / ".join(f"{100 * v:.1f}" for v in values)
+            row[f"{label}: mean"] = f"{100 * values.mean():.1f}"
+            sd = spread.loc[method, metric] if len(values) > 1 else float("nan")
+            row[f"{label}: sd over seeds"] = "–" if sd != sd else f"{100 * sd:.1f}"
+            base_sd = spread.loc[baseline, metric] if baseline in spread.index else float("nan")
+            if metric == "em" and method not in (baseline, "react") and np.isfinite(sd) \
+                    and np.isfinite(base_sd):
+                need = int(np.ceil(z ** 2 * (sd ** 2 + base_sd ** 2) / target_half_width ** 2))
+                row[f"seeds for ±{100 * target_half_width:.0f} vs {method_label(baseline)}"] = str(need)
+        display_rows.append(row)
+    display = pd.DataFrame(display_rows).set_index("method").fillna("–")
+    return tidy, display
