@@ -126,9 +126,12 @@ def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
             rows.append({"method": method, "seed": seed, "path": folder, "finished": True})
     rows.append({"method": "gspo", "seed": 0, "path": tmp_path / "gspo", "finished": False})
     tidy, _ = claims_table("tiny", _study(), n_resamples=200)
-    text = claims_summary(tidy, pd.DataFrame(rows))
+    per_seed = pd.DataFrame({"method": ["grpo"] * 3 + ["react"], "seed": [0, 1, 2, 0],
+                             "metric": "em", "value": [0.40, 0.42, 0.44, 0.2]})
+    text = claims_summary(tidy, pd.DataFrame(rows), per_seed)
     assert text.startswith("Read from 10 finished runs") and "revision 0c35b88." in text
     assert "GRPO 3" in text and "GSPO" not in text        # an unfinished run is not counted
+    assert "greedy multi-hop average: GRPO 2.0 points." in text   # ReAct's one run: no spread
     assert "The toy agrees with the paper on RL over ReAct" in text
     assert "ablation step 2 (turn-level loss)" in text.split("Not run yet:")[1]
     assert "turns per multi-hop" not in text                  # descriptions stay in the table

@@ -304,10 +304,13 @@ def _toy_cell(c: Claim) -> str:
     return f"{value} [{c.low:{sign}.{digits}f}, {c.high:{sign}.{digits}f}]{suffix}"
 
 
-def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame") -> str:
+def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
+                   per_seed: "pd.DataFrame | None" = None) -> str:
     """One generated paragraph over :func:`claims_table`'s tidy rows: which runs (methods,
-    seeds, training revisions) the claims rest on, and which claims the toy agrees with, cannot
-    tell, contradicts or has not run. The Figure 4 descriptions are left to the table."""
+    seeds, training revisions) the claims rest on, how far the seeds of the methods with 3 or
+    more spread (``per_seed``: :func:`~at2po_lib.reporting.table1.table1_seeds`' tidy frame),
+    and which claims the toy agrees with, cannot tell, contradicts or has not run. The Figure 4
+    descriptions are left to the table."""
     import json
     from pathlib import Path
 
@@ -323,6 +326,13 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame") -> str:
     listed = ", ".join(f"{method_label(m)} {seeds[m]}" for m in seeds.index)
     text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
             f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}.")
+    if per_seed is not None and len(per_seed):
+        greedy = per_seed[per_seed["metric"] == "em"].groupby("method")["value"]
+        spread = greedy.std(ddof=1)[greedy.size() >= 3].dropna()
+        if len(spread):
+            text += (" Standard deviation over seeds of a run's greedy multi-hop average: "
+                     + ", ".join(f"{method_label(m)} {100 * v:.1f}" for m, v in spread.items())
+                     + " points.")
     verdicts = tidy[tidy["reading"] != "measured"]
     for reading, words in (("agrees", "The toy agrees with the paper on"),
                            ("cannot tell", "Its 95% intervals contain 0 for"),

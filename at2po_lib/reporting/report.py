@@ -97,6 +97,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                 f"Differences in {what} x 100 [95% CI] and probability of improvement")
             report.tables[name] = display
     tidy, display = table1.table1_seeds(profile, outcomes)
+    per_seed = tidy
     if len(display):
         report.paths["table1_seeds"] = write_table(
             tidy, display, "table1_seeds", profile, meta_for(TABLE1_METHODS, table1.table1_seeds),
@@ -160,7 +161,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
             "The paper's claims at toy scale: each as one number with its 95% CI")
         report.tables["claims"] = display
         summary_path = tables_dir(profile) / "claims_summary.md"
-        write_if_changed(summary_path, claims.claims_summary(tidy, runs))
+        write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed))
         write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
                                   "table": "claims_summary", "files": [summary_path.name]})
         report.paths["claims_summary"] = {"md": summary_path}
