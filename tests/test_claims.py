@@ -130,7 +130,7 @@ def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
                              "metric": "em", "value": [0.40, 0.42, 0.44, 0.2]})
     text = claims_summary(tidy, pd.DataFrame(rows), per_seed)
     assert text.startswith("Read from 10 finished runs") and "revision 0c35b88." in text
-    assert "GRPO 3" in text and "GSPO" not in text        # an unfinished run is not counted
+    assert "GRPO: 3" in text and "GSPO" not in text        # an unfinished run is not counted
     assert "greedy multi-hop average: GRPO 2.0 points." in text   # ReAct's one run: no spread
     assert "The toy agrees with the paper on RL over ReAct" in text
     assert "ablation step 2 (turn-level loss)" in text.split("Not run yet:")[1]

@@ -59,3 +59,28 @@ def test_credit_accuracy_rows_that_matter():
     assert summary.loc["GRPO (leaf advantage on every turn)", "Δ vs GRPO (all)"] == "—"
     text = c.credit_accuracy_conclusion(frame)
     assert "indistinguishable from GRPO" in text and "highest AUC is grpo" in text
+
+
+def test_credit_accuracy_conclusion_reads_the_weights_table():
+    """The weights sentence comes from credit_weights.csv's sampled-NLL softmax row, not from
+    prose; without the table the conclusion says nothing about the weights."""
+    rows = [{"credit_mode": mode, "value_mode": vm, "advantage_mode": "node_value" if vm else None,
+             "softmax_temperature": 1.0, "rollout": "entropy", "turns": "all", "auc": auc,
+             "ci_low": auc - 0.02, "ci_high": auc + 0.02, "delta_vs_grpo": d,
+             "delta_low": d - 0.01, "delta_high": d + 0.01, "n_prompts": 10, "n_turns": 50,
+             "n_useful": 20}
+            for mode, vm, auc, d in (("at2po", "entropy_softmax", 0.7, 0.0), ("grpo", None, 0.7, 0.0))]
+    frame = pd.DataFrame(rows)
+    weights = pd.DataFrame([
+        {"estimator": "exact", "weighting": "entropy_softmax", "branching_nodes": 9,
+         "mean_children": 2.0, "mean_abs_w_minus_uniform": 0.001, "mean_n_times_max_w": 1.01,
+         "corr_value_with_child_mean": 0.999},
+        {"estimator": "sampled_nll", "weighting": "entropy_softmax", "branching_nodes": 40,
+         "mean_children": 2.5, "mean_abs_w_minus_uniform": 0.25, "mean_n_times_max_w": 1.8,
+         "corr_value_with_child_mean": 0.61}])
+    plain = c.credit_accuracy_conclusion(frame)
+    assert "uniform" not in plain
+    text = c.credit_accuracy_conclusion(frame, weights)
+    assert "40 branching nodes" in text and "by 0.250 per child" in text
+    assert "n·max w is 1.80" in text and "correlate 0.61" in text
+    assert c.credit_accuracy_conclusion(frame, weights.iloc[:1]) == plain

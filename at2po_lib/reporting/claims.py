@@ -323,7 +323,7 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
         meta = Path(path) / "meta.json"
         if meta.is_file():
             revisions.add(str(json.loads(meta.read_text()).get("git_revision", "?"))[:7])
-    listed = ", ".join(f"{method_label(m)} {seeds[m]}" for m in seeds.index)
+    listed = "; ".join(f"{method_label(m)}: {seeds[m]}" for m in seeds.index)
     text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
             f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}.")
     if per_seed is not None and len(per_seed):

@@ -173,8 +173,13 @@ def credit_accuracy_summary(frame: "pd.DataFrame | None") -> "pd.DataFrame":
     return pd.DataFrame(out).set_index("credit")
 
 
-def credit_accuracy_conclusion(frame: "pd.DataFrame | None") -> str:
-    """Does AT2PO's default credit single out useful turns better than GRPO's?"""
+def credit_accuracy_conclusion(frame: "pd.DataFrame | None",
+                               weights: "pd.DataFrame | None" = None) -> str:
+    """Does AT2PO's default credit single out useful turns better than GRPO's?
+
+    ``weights`` (``credit_weights.csv``, optional) adds how far the default's softmax weights sit
+    from uniform on the sampled-NLL estimator the rollout uses: ``n·max w`` is 1 for uniform
+    weights and ``n`` when one child takes all."""
     import numpy as np
 
     if frame is None or frame.empty:
@@ -196,5 +201,18 @@ def credit_accuracy_conclusion(frame: "pd.DataFrame | None") -> str:
             f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
             f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
             f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
-            f"({best['auc']:.3f}). At toy scale the entropy weights are near uniform, so the value "
-            "modes rank turns as GRPO does.")
+            f"({best['auc']:.3f})." + _weights_sentence(weights))
+
+
+def _weights_sentence(weights: "pd.DataFrame | None") -> str:
+    """One sentence on the softmax weights' distance from uniform, or nothing without the table."""
+    if weights is None or weights.empty:
+        return ""
+    row = weights[(weights["estimator"] == "sampled_nll") & (weights["weighting"] == "entropy_softmax")]
+    if row.empty:
+        return ""
+    r = row.iloc[0]
+    return (f" Over {int(r['branching_nodes'])} branching nodes ({r['mean_children']:.1f} children "
+            f"on average) the softmax weights differ from uniform by {r['mean_abs_w_minus_uniform']:.3f} "
+            f"per child and n·max w is {r['mean_n_times_max_w']:.2f} (1 is uniform); the node values "
+            f"correlate {r['corr_value_with_child_mean']:.2f} with the plain child mean.")

@@ -73,7 +73,14 @@ def signed_cell(diff: float, low: float, high: float) -> str:
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """The paper's row label; a Table 2 step reads as its place (``Table 2 step 1``), since the
+    paper names those rows by what each step adds; any other name is shown as it is."""
+    if method in METHOD_LABELS:
+        return METHOD_LABELS[method]
+    from ..method.presets import METHODS
+
+    preset = METHODS.get(method)
+    return preset.table if preset is not None and preset.table.startswith("Table 2") else method
 
 
 def rows_with_outcomes(outcomes: pd.DataFrame, method: str) -> bool:

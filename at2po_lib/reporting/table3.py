@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
+CREDIT_WEIGHTS_FILE = "credit_weights.csv"
 
 
 def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
@@ -82,6 +83,15 @@ def load_credit_accuracy(profile: str) -> pd.DataFrame | None:
     import pandas as pd
 
     path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def load_credit_weights(profile: str) -> pd.DataFrame | None:
+    """How far the entropy weights sit from uniform (written beside the credit-accuracy table),
+    or None when that study has not been run for ``profile``."""
+    import pandas as pd
+
+    path = Path(results_dir(profile)) / CREDIT_WEIGHTS_FILE
     return pd.read_csv(path) if path.is_file() else None
 
 
