@@ -163,3 +163,26 @@ def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs
     assert display.loc["AT2PO", "seeds for ±2 vs GRPO"] == "817"
     assert display.loc["GRPO", "seeds for ±2 vs GRPO"] == "–"
     assert set(tidy["metric"]) == {"em"} and len(tidy) == 4
+
+
+def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
+    """1 vs 1: the interval covers questions only, so a clear question-level difference is not a
+    verdict; with two seeds a side it is read. ReAct's one seed is the fixed warm start."""
+    rng = np.random.default_rng(1)
+
+    def run(p: float) -> dict[str, list[float]]:
+        return {MH: list(rng.random(400) < p), SH: list(rng.random(50) < 0.5)}
+
+    one = {("react", 0): run(0.1), ("grpo", 0): run(0.5),
+                          ("ablation_random_tree_grpo", 0): run(0.2),
+                          ("ablation_atpo_loss", 0): run(0.6)}
+    rows = claims_table("tiny", outcomes(one), n_resamples=300)[0].set_index("key")
+    step2 = rows.loc["ablation_step2"]
+    assert step2["ci_low"] > 0 and step2["seeds"] == "1 vs 1"   # clear over the questions ...
+    assert step2["reading"] == "one seed"                      # ... yet one seed a side
+    assert rows.loc["rl_over_react", "reading"] == "one seed"  # GRPO has one seed
+    two = {**one, ("ablation_random_tree_grpo", 1): run(0.2), ("ablation_atpo_loss", 1): run(0.6),
+           ("grpo", 1): run(0.5)}
+    rows = claims_table("tiny", outcomes(two), n_resamples=300)[0].set_index("key")
+    assert rows.loc["ablation_step2", "reading"] == "agrees"
+    assert rows.loc["rl_over_react", "reading"] == "agrees"    # 2 GRPO seeds vs the warm start

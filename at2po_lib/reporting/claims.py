@@ -13,7 +13,11 @@ it rests on, and a reading of the interval against the paper's direction:
 - ``agrees``: the interval lies on the paper's side of 0;
 - ``opposite``: it lies on the other side;
 - ``cannot tell``: it contains 0;
-- ``not run yet`` / ``one seed``: no records, or no interval to read.
+- ``not run yet``: no records;
+- ``one seed``: a trained side rests on a single seed (or there is no interval), so its interval
+  covers the questions but not the seeds, whose spread is the larger part here
+  (``table1_seeds``); the number is shown and not read. The ReAct warm start is one fixed
+  model, so its single "seed" is the whole of it.
 
 EM differences are paired over questions and unpaired over seeds
 (:func:`at2po_lib.stats.difference_ci`); the multi-hop-vs-single-hop contrast is a difference of
@@ -74,6 +78,7 @@ class Claim:
     questions: int | None = None
     direction: int = 1          # +1: the paper says the number is > 0; 0: a description
     note: str = ""
+    one_seed: bool = False      # a trained side has one seed: the interval misses seed spread
 
     @property
     def reading(self) -> str:
@@ -81,7 +86,7 @@ class Claim:
             return "not run yet"
         if self.direction == 0:
             return "measured"
-        if not (np.isfinite(self.low) and np.isfinite(self.high)):
+        if self.one_seed or not (np.isfinite(self.low) and np.isfinite(self.high)):
             return "one seed"
         if self.low > 0:
             return "agrees" if self.direction > 0 else "opposite"
@@ -110,12 +115,15 @@ def _seeds(interval: stats.Interval) -> str:
 
 
 def _em_claim(key: str, claim: str, published: str, interval: stats.Interval | None,
-              note: str = "") -> Claim:
+              note: str = "", fixed_b: bool = False) -> Claim:
+    """``fixed_b``: side b is the untrained warm start, whose one seed is not a sample."""
     if interval is None:
         return Claim(key, claim, published, note=note)
+    sides = (interval.n_seeds_a,) if fixed_b or not interval.n_seeds_b else \
+        (interval.n_seeds_a, interval.n_seeds_b)
     return Claim(key, claim, published, 100 * interval.estimate, 100 * interval.low,
                  100 * interval.high, seeds=_seeds(interval), questions=interval.n_questions,
-                 note=note)
+                 note=note, one_seed=min(sides) < 2)
 
 
 def _difference(outcomes, a: str, b: str, members, n_resamples: int,
@@ -137,7 +145,8 @@ def _rl_over_react(outcomes, groups, n_resamples) -> Claim:
         return _em_claim("rl_over_react", claim, f"{published:+.1f}", None)
     weakest = min(gains, key=lambda m: gains[m].estimate)
     return _em_claim("rl_over_react", claim, f"{published:+.1f}", gains[weakest],
-                     note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods")
+                     note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods",
+                     fixed_b=True)
 
 
 def _strongest_baseline(outcomes, groups, n_resamples, metric: str = "em") -> Claim:
@@ -323,7 +332,8 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
         meta = Path(path) / "meta.json"
         if meta.is_file():
             revisions.add(str(json.loads(meta.read_text()).get("git_revision", "?"))[:7])
-    listed = "; ".join(f"{method_label(m)}: {seeds[m]}" for m in seeds.index)
+    listed = "; ".join(f"{method_label(m)}: {seeds[m]}"
+                       for m in sorted(seeds.index, key=method_label))
     text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
             f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}.")
     if per_seed is not None and len(per_seed):
@@ -337,7 +347,7 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     for reading, words in (("agrees", "The toy agrees with the paper on"),
                            ("cannot tell", "Its 95% intervals contain 0 for"),
                            ("opposite", "It finds the opposite of"),
-                           ("one seed", "One seed, no interval yet:"),
+                           ("one seed", "One seed on a side, so not read yet:"),
                            ("not run yet", "Not run yet:")):
         names = verdicts.loc[verdicts["reading"] == reading, "short"].tolist()
         if names:
