@@ -163,6 +163,11 @@ def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs
     assert display.loc["AT2PO", "seeds for ±2 vs GRPO"] == "817"
     assert display.loc["GRPO", "seeds for ±2 vs GRPO"] == "–"
     assert set(tidy["metric"]) == {"em"} and len(tidy) == 4
+    frame.loc[(frame["method"] == "at2po") & (frame["seed"] == 1) & (frame["dataset"] == MH)
+              & (frame["question_id"] == "q0"), "searches"] = 7   # one deep search: mean 3.00
+    display = table1_seeds("tiny", frame)[1]
+    assert display.loc["AT2PO", "calls per question: per seed"] == "2.00 / 3.00"
+    assert display.loc["GRPO", "calls per question: per seed"] == "2.00 / 2.00"
 
 
 def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():

@@ -196,8 +196,9 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
     spread: the intervals of the other tables mix question-level and seed-level variation, and
     this table shows the seed-level part on its own.
 
-    Per method: the mean and standard deviation over seeds, and a projection of the seeds per
-    method that a difference to ``baseline`` would need for a seed-level half-width of
+    Per method: the mean and standard deviation over seeds, each seed's mean tool calls per
+    multi-hop question (a seed that stops searching early answers from fewer passages), and a
+    projection of the seeds per method that a difference to ``baseline`` would need for a seed-level half-width of
     ``target_half_width``, with both methods at the same number of seeds n and the
     seeds' standard deviations as measured (a rough guide, itself uncertain with few seeds):
 
@@ -239,6 +240,9 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
                     and np.isfinite(base_sd):
                 need = int(np.ceil(z ** 2 * (sd ** 2 + base_sd ** 2) / target_half_width ** 2))
                 row[f"seeds for ±{100 * target_half_width:.0f} vs {method_label(baseline)}"] = str(need)
+        if "searches" in rows:  # how deep each seed searches: one reading of the spread
+            calls = rows[rows["method"] == method].groupby("seed")["searches"].mean()
+            row["calls per question: per seed"] = " / ".join(f"{v:.2f}" for v in calls)
         display_rows.append(row)
     display = pd.DataFrame(display_rows).set_index("method").fillna("–")
     return tidy, display
