@@ -191,3 +191,12 @@ def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
     rows = claims_table("tiny", outcomes(two), n_resamples=300)[0].set_index("key")
     assert rows.loc["ablation_step2", "reading"] == "agrees"
     assert rows.loc["rl_over_react", "reading"] == "agrees"    # 2 GRPO seeds vs the warm start
+
+
+def test_study_presets_read_as_their_place_in_the_paper():
+    from at2po_lib.reporting.labels import method_label
+
+    assert method_label("at2po") == "AT2PO"
+    assert method_label("ablation_random_tree_grpo") == "Table 2 step 1"
+    assert method_label("credit_leaf_mean_diff_parent") == "Table 3 leaf_mean / diff_parent"
+    assert method_label("not_a_preset") == "not_a_preset"

@@ -74,13 +74,21 @@ def signed_cell(diff: float, low: float, high: float) -> str:
 
 def method_label(method: str) -> str:
     """The paper's row label; a Table 2 step reads as its place (``Table 2 step 1``), since the
-    paper names those rows by what each step adds; any other name is shown as it is."""
+    paper names those rows by what each step adds, and a Table 3 cell as its value and advantage
+    modes (``Table 3 child_mean / node_value``); any other name is shown as it is."""
     if method in METHOD_LABELS:
         return METHOD_LABELS[method]
     from ..method.presets import METHODS
 
     preset = METHODS.get(method)
-    return preset.table if preset is not None and preset.table.startswith("Table 2") else method
+    if preset is None:
+        return method
+    if preset.table.startswith("Table 2"):
+        return preset.table
+    if preset.table == "Table 3":  # a credit cell: its value mode / advantage mode
+        return (f"Table 3 {preset.overrides['credit_value']} / "
+                f"{preset.overrides['credit_advantage']}")
+    return method
 
 
 def rows_with_outcomes(outcomes: pd.DataFrame, method: str) -> bool:
