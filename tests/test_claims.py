@@ -76,7 +76,7 @@ def _study() -> pd.DataFrame:
 def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_the_rest():
     tidy, display = claims_table("tiny", _study(), n_resamples=400)
     rows = tidy.set_index("key")
-    assert len(display) == len(tidy) == 13
+    assert len(display) == len(tidy) == 14
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
@@ -89,13 +89,36 @@ def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_t
     assert rows.loc["at2po_over_strongest_sampled_em", "reading"] == "not run yet"
     # no ablation, credit-variant or training-curve records: said, not filled in
     for key in ("ablation_step2", "ablation_step3", "ablation_step4",
-                "node_value_over_diff_parent", "grpo_entropy_falls", "at2po_entropy_stabler"):
+                "node_value_over_diff_parent", "credit_cell_best", "grpo_entropy_falls",
+                "at2po_entropy_stabler"):
         assert rows.loc[key, "reading"] == "not run yet", key
     step2 = int(np.flatnonzero(tidy["key"] == "ablation_step2")[0])
     assert display["toy [95% CI]"].iloc[step2] == "–"
     # Figure 4's rows describe the toy: AT2PO makes exactly one call on every single-hop question
     assert rows.loc["singlehop_one_call", "estimate"] == pytest.approx(100.0)
     assert rows.loc["multihop_turns", "reading"] == "measured"
+
+
+def test_the_best_cell_claim_compares_with_the_strongest_cell_of_the_papers_grid_only():
+    rng = np.random.default_rng(1)
+
+    def run(p: float) -> dict[str, list[float]]:
+        return {MH: list(rng.random(400) < p), SH: list(rng.random(100) < 0.7)}
+
+    table = {}
+    for seed in range(2):
+        table[("at2po", seed)] = run(0.40)
+        table[("credit_child_mean_node_value", seed)] = run(0.30)
+        table[("credit_leaf_mean_diff_parent", seed)] = run(0.55)
+        # the authors' code's other advantage modes are not in the paper's grid: never the rival
+        table[("credit_child_mean_diff_global", seed)] = run(0.90)
+    tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
+    row = tidy.set_index("key").loc["credit_cell_best"]
+    assert "leaf_mean / diff_parent" in row["note"] and "of 2 of 7 cells" in row["note"]
+    assert row["estimate"] == pytest.approx(100 * stats.difference_ci(
+        outcomes(table), "at2po", "credit_leaf_mean_diff_parent", [MH], n_resamples=10).estimate)
+    assert row["reading"] == "opposite"          # 15 points below over 800 question-seeds
+    assert row["seeds"] == "2 vs 2"
 
 
 def test_entropy_claims_read_the_start_end_table():
