@@ -84,3 +84,52 @@ def test_credit_accuracy_conclusion_reads_the_weights_table():
     assert "40 branching nodes" in text and "by 0.250 per child" in text
     assert "n·max w is 1.80" in text and "correlate 0.61" in text
     assert c.credit_accuracy_conclusion(frame, weights.iloc[:1]) == plain
+
+
+def test_table2_conclusion_gives_each_step_with_its_interval(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    nan = float("nan")
+    _write(tmp_path, "table2", [
+        {"step": 1, "method": "a", "configuration": "GRPO with random tree rollout", "em": 0.45,
+         "n_seeds": 3, "delta": nan, "delta_low": nan, "delta_high": nan, "published_delta": nan},
+        {"step": 2, "method": "b", "configuration": "+ ATPO turn-level loss", "em": 0.50,
+         "n_seeds": 3, "delta": 0.05, "delta_low": 0.01, "delta_high": 0.09,
+         "published_delta": 0.0233},
+        {"step": 3, "method": "c", "configuration": "+ entropy-guided tree expansion", "em": 0.49,
+         "n_seeds": 2, "delta": -0.01, "delta_low": -0.05, "delta_high": 0.03,
+         "published_delta": 0.0058},
+        {"step": 4, "method": "at2po", "configuration": "+ turn-wise credit", "em": nan,
+         "n_seeds": nan, "delta": nan, "delta_low": nan, "delta_high": nan,
+         "published_delta": 0.0048}])
+    text = c.table2_conclusion("tiny")
+    assert text.startswith("3 of the ablation's 4 steps have toy runs.")
+    assert "step 2, ATPO turn-level loss: +5.0 [+1.0, +9.0] points, 3 vs 3 seeds, better " \
+           "(published +2.33)" in text
+    assert "step 3, entropy-guided tree expansion: -1.0 [-5.0, +3.0] points, 2 vs 3 seeds, " \
+           "not distinguishable" in text
+    assert "1 of 2 steps' intervals exclude 0." in text
+
+
+def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    nan = float("nan")
+    rows = [("entropy_softmax", "node_value", 0.47, nan, nan, nan, 5),
+            ("child_mean", "node_value", 0.49, 0.02, -0.02, 0.06, 3),
+            ("leaf_mean", "diff_parent", 0.40, -0.07, -0.11, -0.03, 3),
+            ("leaf_mean", "diff_global", 0.41, -0.06, -0.10, -0.02, 3)]
+    _write(tmp_path, "table3", [
+        {"value_mode": v, "advantage_mode": a, "method": f"credit_{v}_{a}", "em": em,
+         "delta": d, "delta_low": lo, "delta_high": hi, "n_seeds": n}
+        for v, a, em, d, lo, hi, n in rows])
+    text = c.table3_conclusion("tiny")
+    assert text.startswith("3 of the paper's 8 cells (value mode × node_value / diff_parent) "
+                           "have toy runs, and 1 of the authors' code's other advantage modes.")
+    assert "default (entropy_softmax / node_value, 5 seeds)" in text
+    assert "child_mean / node_value +2.0 [-2.0, +6.0] (3 seeds)" in text
+    assert "2 cells lie below the default (the paper's finding) and 0 above it" in text
+    # without any cell outside 0 the sentence says the toy cannot rank them
+    _write(tmp_path, "table3", [
+        {"value_mode": v, "advantage_mode": a, "method": f"credit_{v}_{a}", "em": em,
+         "delta": d, "delta_low": lo, "delta_high": hi, "n_seeds": n}
+        for v, a, em, d, lo, hi, n in rows[:2]])
+    assert "Every interval contains 0" in c.table3_conclusion("tiny")

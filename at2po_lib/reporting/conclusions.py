@@ -70,27 +70,87 @@ def table1_conclusion(profile: str) -> str:
     return text
 
 
+PAPER_ADVANTAGE_MODES = ("node_value", "diff_parent")
+"""Table 3's advantage modes in the paper (the authors' code has two more)."""
+
+
+def _finite(*values) -> bool:
+    import math
+    from numbers import Real
+
+    return all(isinstance(v, Real) and math.isfinite(v) for v in values)
+
+
+def _questions(table: "pd.DataFrame") -> str:
+    counts = table["n_questions"].dropna().unique() if "n_questions" in table else []
+    return f" ({int(counts[0])} test questions)" if len(counts) == 1 else ""
+
+
 def table2_conclusion(profile: str) -> str:
-    """How many of the ablation's four steps have toy runs."""
+    """Each ablation step's multi-hop change over the step before, with its interval, seeds and
+    the published change."""
     table = _read(_tables(profile) / "table2.csv")
     if table is None:
         return "No Table 2 file for this profile yet."
-    have = [c for c in table.columns if c.startswith("toy") or c in ("em", "ours", "toy_avg")]
-    filled = table[have].notna().any(axis=1).sum() if have else 0
-    if not filled:
+    filled = table[table["em"].notna()] if "em" in table else table.iloc[:0]
+    if filled.empty:
         return (f"None of the ablation's {len(table)} steps has a toy run yet, so the table shows "
                 "the published column alone: the toy says nothing about Table 2 so far.")
-    return (f"{int(filled)} of the ablation's {len(table)} steps have toy runs; a step's change "
-            "counts only where its interval excludes 0.")
+    text = f"{len(filled)} of the ablation's {len(table)} steps have toy runs."
+    parts, seeds_before = [], None
+    for r in table.itertuples():
+        if _finite(r.em, r.delta, r.delta_low, r.delta_high):
+            published = (f" (published {100 * r.published_delta:+.2f})"
+                         if _finite(r.published_delta) else "")
+            seeds = f"{int(r.n_seeds)} vs {seeds_before}" if seeds_before else f"{int(r.n_seeds)}"
+            parts.append(f"step {r.step}, {r.configuration.removeprefix('+ ')}: "
+                         f"{_ci(r.delta, r.delta_low, r.delta_high)} points, {seeds} seeds, "
+                         f"{_reading(r.delta_low, r.delta_high)}{published}")
+        seeds_before = int(r.n_seeds) if _finite(r.n_seeds) else None
+    if parts:
+        reads = sum("not distinguishable" not in p for p in parts)
+        questions = _questions(filled)
+        text += (f" Multi-hop EM over the step before{questions}, 95% CI: " + "; ".join(parts) + ". "
+                 + (f"{reads} of {len(parts)} steps' intervals exclude 0." if reads else
+                    "Every step's interval contains 0: the toy cannot tell whether any step adds."))
+    return text
 
 
 def table3_conclusion(profile: str) -> str:
-    """Whether any credit-variant run exists."""
+    """How many credit cells have runs, and each one's multi-hop difference to AT2PO's default
+    cell (entropy_softmax / node_value), read against the paper's finding that the default is
+    best (a cell below it agrees)."""
     table = _read(_tables(profile) / "table3.csv")
     if table is None or table.empty:
         return ("No credit-variant (`credit_*`) runs are recorded, so Table 3 has no toy cells; "
                 "the credit-accuracy study below is the toy's evidence on credit.")
-    return f"{table['method'].nunique()} credit variants recorded."
+    from ..method.credit import VALUE_MODES
+
+    cells = table[table["em"].notna()]
+    paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
+    text = (f"{int(paper_grid.sum())} of the paper's {len(VALUE_MODES) * len(PAPER_ADVANTAGE_MODES)}"
+            f" cells (value mode × {' / '.join(PAPER_ADVANTAGE_MODES)}) have toy runs"
+            + (f", and {int((~paper_grid).sum())} of the authors' code's other advantage modes"
+               if (~paper_grid).any() else "") + ".")
+    rows = [r for r in cells.itertuples() if _finite(r.delta, r.delta_low, r.delta_high)]
+    if rows:
+        parts = [f"{r.value_mode} / {r.advantage_mode} {_ci(r.delta, r.delta_low, r.delta_high)} "
+                 f"({int(r.n_seeds)} seeds)" for r in rows]
+        default = table[(table["value_mode"] == "entropy_softmax")
+                        & (table["advantage_mode"] == "node_value")]
+        default_seeds = (f", {int(default['n_seeds'].iloc[0])} seeds"
+                         if len(default) and _finite(default["n_seeds"].iloc[0]) else "")
+        below = sum(r.delta_high < 0 for r in rows)
+        above = sum(r.delta_low > 0 for r in rows)
+        text += (" Each cell minus AT2PO's default (entropy_softmax / node_value"
+                 f"{default_seeds}), multi-hop EM points{_questions(cells)}, 95% CI: " + "; ".join(parts) + ". ")
+        if below or above:
+            text += (f"{below} cell{'s' * (below != 1)} lie{'s' * (below == 1)} below the default "
+                     f"(the paper's finding) and {above} above it; the rest cannot be told apart.")
+        else:
+            text += ("Every interval contains 0: on the toy no cell can be told apart from the "
+                     "default, so it neither confirms nor contradicts the paper's ranking.")
+    return text
 
 
 def fig3_conclusion(profile: str) -> str:
