@@ -9,6 +9,7 @@ Qwen3, TRL).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -237,6 +238,31 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
     assert _approx_rows(_comparable(got_eval), _comparable(expected_eval))
     # a finished run with the same configuration is skipped
     again = train("smoke", "at2po", 0, profile_overrides=overrides, reward_fn=parity_reward)
+    assert again.status == "skipped"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
+    """`at2po study` is the multi-session command: a run killed at a session's end must resume,
+    not start over (the study at revision 0c35b88 restarted it)."""
+    from at2po_lib.trainer.study import run_study
+
+    overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
+                           "val_datasets": ["tiny_hotpotqa"], "final_eval": False,
+                           "progress_bar": False}}
+    kill = _KillAfterStep(3)
+    kill.global_step = 3 * 2  # 2 updates per step on the smoke profile
+    with pytest.raises(_Kill):
+        train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
+              callbacks=[kill.callback], reward_fn=parity_reward)
+    (result,) = run_study("smoke", "1", [0], ["grpo"], overrides=overrides)
+    assert result.status == "resumed"
+    meta = json.loads(result.run.meta.read_text())
+    # the checkpoint of rollout step 2 (global step 4), not a fresh start
+    assert meta["resumed_from"] == "checkpoints/checkpoint-4"
+    assert [r["step"] for r in run_folder.read_jsonl(result.run.metrics)] == [1, 2, 3, 4]
+    (again,) = run_study("smoke", "1", [0], ["grpo"], overrides=overrides)
     assert again.status == "skipped"
 
 

@@ -79,7 +79,10 @@ def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[
         for method in chosen:
             if not get_method(method).trains and seed != seeds[0]:
                 continue
-            result = train(profile, method, seed, force=force, profile_overrides=overrides)
+            # resume: a run killed earlier (a session's end) continues from its last complete
+            # checkpoint instead of starting over; force starts every run afresh
+            result = train(profile, method, seed, resume=not force, force=force,
+                           profile_overrides=overrides)
             print(f"[study] table {table}: {method} seed {seed}: {result.status} in "
                   f"{result.wall_time:.0f} s ({result.run.root})", flush=True)
             results.append(result)
