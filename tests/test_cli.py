@@ -173,6 +173,40 @@ def test_study_rejects_a_pattern_that_matches_nothing(capsys):
     assert "matches no preset" in capsys.readouterr().err
 
 
+def test_study_plan_reads_the_run_folders_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    """``--plan``: a finished run is reused, one finished with another configuration is kept,
+    an interrupted one with a complete checkpoint resumes, the rest are new; nothing written."""
+    import json
+
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer import run_folder
+    from at2po_lib.trainer.resolve import resolve_run
+    from at2po_lib.util.staging import staging_path
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    runs = tmp_path / "runs" / "smoke"
+    digest = run_folder.config_hash(resolve_run(load_profile("smoke"), "grpo", 0).record())
+    (runs / "grpo" / "seed0").mkdir(parents=True)
+    (runs / "grpo" / "seed0" / "DONE.json").write_text(json.dumps(
+        {"config_hash": digest, "wall_time": 600}))
+    (runs / "grpo" / "seed1").mkdir(parents=True)
+    (runs / "grpo" / "seed1" / "DONE.json").write_text(json.dumps({"config_hash": "other"}))
+    checkpoint = staging_path(runs / "at2po" / "seed0") / "checkpoints" / "checkpoint-8"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / run_folder.COMPLETE_MARKER).write_text(json.dumps({"step": 4}))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert cli.main(["study", "--table", "1", "--profile", "smoke", "--methods", "grpo,at2po",
+                     "--seeds", "0,1", "--plan"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    states = {tuple(line.split()[:3]): line.split()[3] for line in out[:-1]}
+    assert states == {("grpo", "seed", "0"): "finished", ("at2po", "seed", "0"): "resumes",
+                      ("grpo", "seed", "1"): "other", ("at2po", "seed", "1"): "new"}
+    assert "from step 4" in next(line for line in out if line.startswith("at2po  seed 0"))
+    assert "10 min" in out[0]
+    assert out[-1] == "table 1: 4 runs: 1 finished, 1 new, 1 other config, 1 resumes"
+    assert sorted(p for p in tmp_path.rglob("*")) == before     # nothing trained or written
+
+
 def test_python_dash_m_runs_the_same_command():
     proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "train", "--list-methods"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)

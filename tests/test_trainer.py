@@ -246,7 +246,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
 def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
     """`at2po study` is the multi-session command: a run killed at a session's end must resume,
     not start over (the study at revision 0c35b88 restarted it)."""
-    from at2po_lib.trainer.study import run_study
+    from at2po_lib.trainer.study import run_study, study_plan
 
     overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
                            "val_datasets": ["tiny_hotpotqa"], "final_eval": False,
@@ -256,6 +256,8 @@ def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
     with pytest.raises(_Kill):
         train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
               callbacks=[kill.callback], reward_fn=parity_reward)
+    (planned,) = study_plan("smoke", "1", [0], ["grpo"], overrides=overrides)
+    assert (planned.state, planned.detail) == ("resumes", "from step 2")
     (result,) = run_study("smoke", "1", [0], ["grpo"], overrides=overrides)
     assert result.status == "resumed"
     meta = json.loads(result.run.meta.read_text())
@@ -264,6 +266,7 @@ def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
     assert [r["step"] for r in run_folder.read_jsonl(result.run.metrics)] == [1, 2, 3, 4]
     (again,) = run_study("smoke", "1", [0], ["grpo"], overrides=overrides)
     assert again.status == "skipped"
+    assert study_plan("smoke", "1", [0], ["grpo"], overrides=overrides)[0].state == "finished"
 
 
 def _approx_rows(got, expected, rel=1e-5) -> bool:

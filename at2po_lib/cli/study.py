@@ -4,6 +4,7 @@ then write every table and figure from the records (:mod:`at2po_lib.trainer.stud
     at2po study --profile tiny --table 1 --seeds 0,1,2,3,4
     at2po study --profile tiny --table 1 --seeds 0,1 --methods grpo,at2po   # a slice of it
     at2po study --profile tiny --table 3 --seeds 0,1,2 --no-report
+    at2po study --profile tiny --table 3 --seeds 0,1,2 --plan     # what is done, what is left
 
 Resumable: finished runs are reused, interrupted ones continue from their last checkpoint.
 """
@@ -32,6 +33,9 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
     parser.add_argument("--force", action="store_true", help="re-run finished runs")
     parser.add_argument("--no-report", action="store_true",
                         help="train only (e.g. while another worker still trains)")
+    parser.add_argument("--plan", action="store_true",
+                        help="list each run's state (finished, resumes, new) and exit: nothing "
+                             "is trained or written")
     parser.set_defaults(table=table)
     return parser
 
@@ -51,6 +55,8 @@ def _run(args: argparse.Namespace) -> int:
         methods = study_methods(args.table, comma_list(args.methods, "--methods"))
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
+    if args.plan:
+        return _print_plan(args.profile, args.table, seeds, methods, overrides, args.force)
     run_study(args.profile, args.table, seeds, methods, args.force, overrides)
     if not args.no_report:
         from ..reporting.report import write_report
@@ -58,4 +64,21 @@ def _run(args: argparse.Namespace) -> int:
         report = write_report(args.profile)
         for name, paths in report.paths.items():
             print(f"wrote {name}: {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def _print_plan(profile: str, table: str, seeds: list[int], methods: list[str],
+                overrides: dict | None, force: bool) -> int:
+    from collections import Counter
+
+    from ..trainer.study import study_plan
+
+    plan = study_plan(profile, table, seeds, methods, overrides)
+    width = max(len(p.method) for p in plan) if plan else 0
+    for p in plan:
+        state = "retrains (--force)" if force else p.state
+        print(f"{p.method:<{width}}  seed {p.seed:<3} {state:<13} {p.detail}".rstrip())
+    counts = Counter("retrains" if force else p.state for p in plan)
+    print(f"table {table}: {len(plan)} runs: "
+          + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     return 0

@@ -27,6 +27,7 @@ Which runs each table needs (docs/method.md §10):
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..method.credit import VALUE_MODES
@@ -87,3 +88,57 @@ def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[
                   f"{result.wall_time:.0f} s ({result.run.root})", flush=True)
             results.append(result)
     return results
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What ``at2po study`` would do with one (method, seed)."""
+
+    method: str
+    seed: int
+    state: str
+    """``finished`` (reused), ``other config`` (finished with another configuration: kept
+    unless ``--force``), ``resumes`` (an interrupted run with a complete checkpoint) or ``new``."""
+    detail: str = ""
+
+
+def study_plan(profile: str, table: str, seeds: Sequence[int],
+               methods: Sequence[str] | None = None,
+               overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
+    """Each (method, seed) that :func:`run_study` would visit and its state, read from the run
+    folders without training or writing anything: what is left of a study spread over
+    sessions (``at2po study ... --plan``)."""
+    import json
+
+    from ..config import load_profile
+    from ..util.paths import results_dir
+    from ..util.staging import staging_path
+    from . import run_folder
+    from .resolve import resolve_run
+
+    cfg = load_profile(profile, overrides or None)
+    chosen = study_methods(table, methods)
+    runs_root = results_dir("runs") / run_folder.run_profile_key(cfg)
+    plan = []
+    for seed in seeds:
+        for method in chosen:
+            if not get_method(method).trains and seed != seeds[0]:
+                continue
+            run = run_folder.RunDir(runs_root / method / f"seed{seed}")
+            spec = resolve_run(cfg, method, seed)
+            same = {run_folder.config_hash(r) for r in (spec.record(), *spec.earlier_records())}
+            checkpoint = run_folder.latest_complete_checkpoint(
+                run_folder.RunDir(staging_path(run.root)).checkpoints)
+            if any(run_folder.is_finished(run, h) for h in same):
+                wall = json.loads(run.done.read_text()).get("wall_time")
+                plan.append(PlannedRun(method, seed, "finished",
+                                       f"{wall / 60:.0f} min" if wall else ""))
+            elif run_folder.is_finished(run):
+                plan.append(PlannedRun(method, seed, "other config",
+                                       "kept; --force retrains it"))
+            elif checkpoint is not None:
+                step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
+                plan.append(PlannedRun(method, seed, "resumes", f"from step {step}"))
+            else:
+                plan.append(PlannedRun(method, seed, "new"))
+    return plan
