@@ -171,3 +171,4 @@ def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
         f"{100 * tidy.set_index('method').loc['at2po', 'em']:.1f}")
     other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
     assert other["delta_against"] == "at2po" and "Δ" in display.loc["child_mean", "diff_parent"]
+    assert display.loc["child_mean", "diff_parent"].endswith("(1 seed)")

@@ -37,7 +37,8 @@ CREDIT_WEIGHTS_FILE = "credit_weights.csv"
 def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
-    display: value modes × advantage modes, ``avg [CI]`` and ``Δ vs default [CI]``."""
+    display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]`` and the cell's
+    seeds (a one-seed cell's interval covers the questions only)."""
     import pandas as pd
 
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
@@ -70,6 +71,7 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
             cell(r["em"], r["ci_low"], r["ci_high"])
             + (f"; Δ {signed_cell(r['delta'], r['delta_low'], r['delta_high'])}"
                if "delta" in r else "")
+            + f" ({r['n_seeds']} seed{'s' * (r['n_seeds'] != 1)})"
             for r in rows}
     display = pd.DataFrame(
         [{"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
