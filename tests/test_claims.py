@@ -114,7 +114,7 @@ def test_the_best_cell_claim_compares_with_the_strongest_cell_of_the_papers_grid
         table[("credit_child_mean_diff_global", seed)] = run(0.90)
     tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
     row = tidy.set_index("key").loc["credit_cell_best"]
-    assert "leaf_mean / diff_parent" in row["note"] and "of 2 of 7 cells" in row["note"]
+    assert "leaf_mean / diff_parent" in row["note"] and "of 2 of 7 other cells" in row["note"]
     assert row["estimate"] == pytest.approx(100 * stats.difference_ci(
         outcomes(table), "at2po", "credit_leaf_mean_diff_parent", [MH], n_resamples=10).estimate)
     assert row["reading"] == "opposite"          # 15 points below over 800 question-seeds

@@ -248,8 +248,9 @@ def _best_cell_claim(outcomes, members, n_resamples) -> Claim:
     present = sum(bool(rows_with_outcomes(outcomes, m)) for m in TABLE3_GRID_RIVALS)
     return _em_claim("credit_cell_best", claim, "best (no cells published)",
                      _difference(outcomes, "at2po", strongest, members, n_resamples),
-                     note=f"best other here: {method_label(strongest)}, of {present} of "
-                          f"{len(TABLE3_GRID_RIVALS)} cells")
+                     note=f"best other here: {method_label(strongest)}, of "
+                          + (f"all {present}" if present == len(TABLE3_GRID_RIVALS) else
+                             f"{present} of {len(TABLE3_GRID_RIVALS)}") + " other cells")
 
 
 def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
