@@ -195,3 +195,17 @@ def test_git_revision_is_dirty_for_code_not_for_outputs(tmp_path, monkeypatch):
     assert git_revision() == clean
     (tmp_path / "at2po_lib" / "f.txt").write_text("edited code\n")
     assert git_revision() == clean + "-dirty"
+
+
+def test_a_table_csv_keeps_enough_decimals_to_round_like_its_markdown(tmp_path, monkeypatch):
+    # 0.03449 is -3.449 points: shown as -3.4. Four decimals would store 0.0345, which a reader
+    # rounding the CSV turns into -3.5 (the double-rounding mismatch notebook 05 once showed).
+    import pandas as pd
+
+    from at2po_lib.reporting.output import write_table
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    tidy = pd.DataFrame({"delta": [-0.03449]})
+    paths = write_table(tidy, tidy.assign(delta=["-3.4"]), "t", "tiny", {})
+    stored = pd.read_csv(paths["csv"])["delta"].iloc[0]
+    assert f"{stored * 100:.1f}" == "-3.4"

@@ -71,8 +71,10 @@ def write_table(tidy: pd.DataFrame, display: pd.DataFrame, name: str, profile: s
     folder = tables_dir(profile)
     paths = {"csv": folder / f"{name}.csv", "md": folder / f"{name}.md",
              "tex": folder / f"{name}.tex"}
-    # Written only when the bytes change: a rerun on unchanged records leaves git clean.
-    write_if_changed(paths["csv"], tidy.to_csv(index=False, float_format="%.4f",
+    # Written only when the bytes change: a rerun on unchanged records leaves git clean. Six
+    # decimals, so that a reader who rounds a CSV value to the displayed 0.1 point gets the
+    # displayed number (four decimals of a fraction rounded twice could differ by 0.1).
+    write_if_changed(paths["csv"], tidy.to_csv(index=False, float_format="%.6f",
                                                lineterminator="\n"))
     write_if_changed(paths["md"], markdown_table(display))
     latex = display.style.to_latex(caption=caption or None, hrules=True,
