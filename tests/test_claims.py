@@ -183,9 +183,19 @@ def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs
     assert display.loc["GRPO", "greedy: per seed"] == "50.0 / 60.0"
     assert display.loc["AT2PO", "greedy: sd over seeds"] == f"{100 * np.std([0.4, 0.8], ddof=1):.1f}"
     # n >= 1.96^2 (0.283^2 + 0.0707^2) / 0.02^2 = 1.96^2 * 0.085 / 0.0004 = 816.3 -> 817
-    assert display.loc["AT2PO", "seeds for ±2 vs GRPO"] == "817"
-    assert display.loc["GRPO", "seeds for ±2 vs GRPO"] == "–"
+    assert display.loc["AT2PO", "greedy: seeds for ±2 vs GRPO"] == "817"
+    assert display.loc["GRPO", "greedy: seeds for ±2 vs GRPO"] == "–"
+    assert "sampled: seeds for ±2 vs GRPO" not in display       # no sampled metric measured
     assert set(tidy["metric"]) == {"em"} and len(tidy) == 4
+    # the sampled metric gets its own projection: AT2PO 0.40 / 0.44, GRPO 0.40 / 0.40 ->
+    # n >= 1.96^2 (0.0283^2 + 0) / 0.02^2 = 7.7 -> 8
+    sampled = frame.copy()
+    sampled["sampled_em"] = 0.4
+    sampled.loc[(sampled["method"] == "at2po") & (sampled["seed"] == 1)
+                & (sampled["dataset"] == MH), "sampled_em"] = 0.44
+    display = table1_seeds("tiny", sampled)[1]
+    assert display.loc["AT2PO", "sampled: seeds for ±2 vs GRPO"] == "8"
+    assert display.loc["AT2PO", "greedy: seeds for ±2 vs GRPO"] == "817"
     frame.loc[(frame["method"] == "at2po") & (frame["seed"] == 1) & (frame["dataset"] == MH)
               & (frame["question_id"] == "q0"), "searches"] = 7   # one deep search: mean 3.00
     display = table1_seeds("tiny", frame)[1]

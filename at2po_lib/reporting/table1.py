@@ -197,10 +197,11 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
     this table shows the seed-level part on its own.
 
     Per method: the mean and standard deviation over seeds, each seed's mean tool calls per
-    multi-hop question (a seed that stops searching early answers from fewer passages), and a
-    projection of the seeds per method that a difference to ``baseline`` would need for a seed-level half-width of
-    ``target_half_width``, with both methods at the same number of seeds n and the
-    seeds' standard deviations as measured (a rough guide, itself uncertain with few seeds):
+    multi-hop question (a seed that stops searching early answers from fewer passages), and,
+    for each metric, a projection of the seeds per method that a difference to ``baseline``
+    would need for a seed-level half-width of ``target_half_width``, with both methods at the
+    same number of seeds n and the seeds' standard deviations as measured (a rough guide,
+    itself uncertain with few seeds; the question level adds a little on top):
 
     .. math::  n \ge z^2\,(s_m^2 + s_b^2) / h^2
 
@@ -236,10 +237,10 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
             sd = spread.loc[method, metric] if len(values) > 1 else float("nan")
             row[f"{label}: sd over seeds"] = "–" if sd != sd else f"{100 * sd:.1f}"
             base_sd = spread.loc[baseline, metric] if baseline in spread.index else float("nan")
-            if metric == "em" and method not in (baseline, "react") and np.isfinite(sd) \
-                    and np.isfinite(base_sd):
+            if method not in (baseline, "react") and np.isfinite(sd) and np.isfinite(base_sd):
                 need = int(np.ceil(z ** 2 * (sd ** 2 + base_sd ** 2) / target_half_width ** 2))
-                row[f"seeds for ±{100 * target_half_width:.0f} vs {method_label(baseline)}"] = str(need)
+                row[f"{label}: seeds for ±{100 * target_half_width:.0f} vs "
+                    f"{method_label(baseline)}"] = str(need)
         if "searches" in rows:  # how deep each seed searches: one reading of the spread
             calls = rows[rows["method"] == method].groupby("seed")["searches"].mean()
             row["calls per question: per seed"] = " / ".join(f"{v:.2f}" for v in calls)
