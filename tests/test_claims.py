@@ -76,12 +76,18 @@ def _study() -> pd.DataFrame:
 def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_the_rest():
     tidy, display = claims_table("tiny", _study(), n_resamples=400)
     rows = tidy.set_index("key")
-    assert len(display) == len(tidy) == 14
+    assert len(display) == len(tidy) == 16
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
     assert rows.loc["rl_over_react", "estimate"] == pytest.approx(
         100 * stats.difference_ci(_study(), "dapo", "react", [MH], n_resamples=10).estimate)
+    # the headline pair: AT2PO minus GRPO itself, whichever baseline is the strongest
+    assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(
+        100 * stats.difference_ci(_study(), "at2po", "grpo", [MH], n_resamples=10).estimate)
+    assert rows.loc["at2po_over_grpo", "seeds"] == "3 vs 3"
+    assert rows.loc["at2po_over_grpo", "published"] == "+2.8"      # 48.8 - 46.0, Qwen3-4B
+    assert rows.loc["at2po_over_grpo_sampled_em", "reading"] == "not run yet"
     # GRPO is the strongest baseline on these records; AT2PO equals it in expectation
     assert "GRPO" in rows.loc["at2po_over_strongest", "note"]
     assert rows.loc["at2po_over_strongest", "seeds"] == "3 vs 3"
@@ -99,19 +105,20 @@ def test_claims_table_names_the_weakest_and_the_strongest_method_and_waits_for_t
     assert rows.loc["multihop_turns", "reading"] == "measured"
 
 
+def _runs(rng_seed: int, n_seeds: int, multihop_em: dict[str, float]
+          ) -> dict[tuple[str, int], dict[str, list[float]]]:
+    """Seeds of each method answering 400 multi-hop questions with its given EM rate (and 100
+    single-hop ones at 0.7), for :func:`outcomes`."""
+    rng = np.random.default_rng(rng_seed)
+    return {(method, seed): {MH: list(rng.random(400) < p), SH: list(rng.random(100) < 0.7)}
+            for seed in range(n_seeds) for method, p in multihop_em.items()}
+
+
 def test_the_best_cell_claim_compares_with_the_strongest_cell_of_the_papers_grid_only():
-    rng = np.random.default_rng(1)
-
-    def run(p: float) -> dict[str, list[float]]:
-        return {MH: list(rng.random(400) < p), SH: list(rng.random(100) < 0.7)}
-
-    table = {}
-    for seed in range(2):
-        table[("at2po", seed)] = run(0.40)
-        table[("credit_child_mean_node_value", seed)] = run(0.30)
-        table[("credit_leaf_mean_diff_parent", seed)] = run(0.55)
-        # the authors' code's other advantage modes are not in the paper's grid: never the rival
-        table[("credit_child_mean_diff_global", seed)] = run(0.90)
+    # the authors' code's other advantage modes are not in the paper's grid: never the rival
+    table = _runs(1, 2, {"at2po": 0.40, "credit_child_mean_node_value": 0.30,
+                         "credit_leaf_mean_diff_parent": 0.55,
+                         "credit_child_mean_diff_global": 0.90})
     tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
     row = tidy.set_index("key").loc["credit_cell_best"]
     assert "leaf_mean / diff_parent" in row["note"] and "of 2 of 7 other cells" in row["note"]
@@ -119,6 +126,17 @@ def test_the_best_cell_claim_compares_with_the_strongest_cell_of_the_papers_grid
         outcomes(table), "at2po", "credit_leaf_mean_diff_parent", [MH], n_resamples=10).estimate)
     assert row["reading"] == "opposite"          # 15 points below over 800 question-seeds
     assert row["seeds"] == "2 vs 2"
+
+
+def test_the_headline_pair_row_compares_with_grpo_even_when_another_baseline_is_stronger():
+    table = _runs(2, 3, {"grpo": 0.30, "dapo": 0.60, "at2po": 0.45})
+    tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
+    rows = tidy.set_index("key")
+    assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(100 * stats.difference_ci(
+        outcomes(table), "at2po", "grpo", [MH], n_resamples=10).estimate)
+    assert rows.loc["at2po_over_grpo", "reading"] == "agrees"      # ~15 points above GRPO
+    assert "DAPO" in rows.loc["at2po_over_strongest", "note"]
+    assert rows.loc["at2po_over_strongest", "reading"] == "opposite"  # ~15 points below DAPO
 
 
 def test_entropy_claims_read_the_start_end_table():
@@ -165,9 +183,11 @@ def test_the_sampled_metric_row_compares_the_sampled_scores():
     frame = _study()
     frame["sampled_em"] = np.where(frame["method"] == "at2po", 1.0, 0.5)  # AT2PO +50 points
     tidy, _ = claims_table("tiny", frame, n_resamples=200)
-    row = tidy.set_index("key").loc["at2po_over_strongest_sampled_em"]
-    assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees"
-    assert row["published"] == "–"  # the paper reports greedy EM only
+    for key in ("at2po_over_strongest_sampled_em", "at2po_over_grpo_sampled_em"):
+        row = tidy.set_index("key").loc[key]
+        assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees", key
+        assert row["published"] == "–"  # the paper reports greedy EM only
+        assert row["claim"].endswith(", sampled metric)")
 
 
 def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs():
