@@ -9,7 +9,8 @@ import numpy as np
 
 from at2po_lib.method import credit
 from at2po_lib.method.tree import TreeArrays, load_trees, save_trees
-from at2po_lib.rollout.export import training_rows, tree_arrays, tree_summary, tree_table
+from at2po_lib.rollout.export import (training_rows, tree_arrays, tree_summary, tree_table,
+                                      with_decisions)
 from at2po_lib.rollout.structures import RolloutTree
 
 
@@ -109,3 +110,65 @@ def test_labels_and_drawing():
     assert sorted(t.get_text() for t in ax.texts) == labels and ax.get_legend() is not None
     assert turn_label(tree_arrays(tree), 2) == "A: belmont\nr=1"
     fig.clf()
+
+
+def test_entropy_summaries_by_hand():
+    # node 1: NLLs 1, 2, 3 and exact 0.5 x 3; node 3: NLLs 1, 1 and exact 0.2, 0.4
+    nodes = tree_arrays(small_tree()).node_arrays
+    assert nodes["entropy_nll_max"].tolist() == [0.0, 3.0, 0.5, 1.0]
+    assert nodes["entropy_nll_first"].tolist() == [0.0, 1.0, 0.5, 1.0]
+    assert np.allclose(nodes["entropy_exact_max"], [0.0, 0.5, 0.1, 0.4])
+    assert np.allclose(nodes["entropy_exact_first"], [0.0, 0.5, 0.1, 0.2])
+    assert nodes["num_tokens"].tolist() == [0, 3, 1, 2]
+
+
+def test_entropy_summaries_skip_inserted_tokens_and_keep_nan():
+    tree = small_tree()
+    n3 = tree.nodes[3]
+    n3.token_mask = [1, 1]
+    n3.append_inserted([90])  # a tool-limit notice: not the policy's token
+    n3.append_sampled([32], [-4.0], [float("nan")], [0.0])
+    nodes = tree_arrays(tree).node_arrays
+    assert nodes["entropy_nll_max"][3] == 4.0 and nodes["entropy_nll_first"][3] == 1.0
+    assert math.isnan(nodes["entropy_exact_max"][3])  # vLLM has no exact entropy
+    assert nodes["entropy_exact_first"][3] == 0.2
+
+
+def _decision_tree() -> RolloutTree:
+    """root ─ 1 search "a x" ─┬─ 2 search "b y" ─ 4 answer
+                              ├─ 3 search "a x" (repeat)
+                              └─ 5 answer (early)"""
+    from at2po_lib.actions import Action
+
+    tree = RolloutTree(0, "q?", ["v"], prompt_ids=[1])
+    for parent, kind, query in ((0, "search", "a x"), (1, "search", "b y"), (1, "search", "A  X"),
+                                (2, "answer", None), (1, "answer", None)):
+        node = tree.add_child(parent, 0)
+        node.token_ids, node.logps, node.entropies = [5], [-0.1], [0.1]
+        node.action = Action(kind=kind, query=query, answer="v" if kind == "answer" else None)
+    for leaf in (3, 4, 5):
+        tree.nodes[leaf].is_leaf, tree.nodes[leaf].reward = True, 0.0
+    return tree
+
+
+def test_decision_labels_read_each_nodes_own_path():
+    plan = {"id": "q", "metadata": {"hop_queries": ["a x", "b y"]}}
+    arrays = with_decisions(tree_arrays(_decision_tree()), plan)
+    assert [r["decision"] for r in arrays.records] == [
+        "root", "follow", "follow", "repeat", "final", "early"]
+    # a question without a plan (wiki-18): the action kind
+    plain = with_decisions(tree_arrays(_decision_tree()), {"id": "q", "metadata": {}})
+    assert [r["decision"] for r in plain.records] == [
+        "root", "search", "search", "search", "answer", "answer"]
+    # the labels travel through a trees file
+    assert [r["decision"] for r in _round_trip(arrays).records] == [
+        r["decision"] for r in arrays.records]
+
+
+def _round_trip(arrays: TreeArrays) -> TreeArrays:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = save_trees([arrays], Path(folder) / "t.npz")
+        return load_trees(path)[0]

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from at2po_lib.method import credit
-from at2po_lib.method.tree import Forest
+from at2po_lib.method.tree import Forest, load_trees
+from at2po_lib.policy.strategies import TURN_LABELS
 from at2po_lib.config import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
@@ -112,6 +113,27 @@ def test_every_method_takes_smoke_steps(outputs, method):
     assert 0.0 <= row["rollout/answered"] <= 1.0  # the agent's finish reasons reach the record
     if method == "grpo":
         assert "kl" in row  # GRPO's KL term against the warm start
+    # both ratio levels' clipped shares of the same update, at the method's clip range
+    assert 0.0 <= row["clip_ratio/token_level"] <= 1.0
+    assert 0.0 <= row["clip_ratio/turn_level"] <= 1.0
+    level = trainer.args.loss_level
+    if level in ("token", "turn"):  # what the loss clipped is its own level's share
+        assert row[f"clip_ratio/{level}_level"] == pytest.approx(row["clip_ratio/region_mean"])
+    # the first (= last) step's trees are kept, every node with its entropy summaries and
+    # its decision label
+    trees = load_trees(run.trees / "step0001.npz")
+    assert len({t.prompt_id for t in trees}) == cfg.train.prompts_per_step
+    for tree in trees:
+        assert {"entropy_exact_max", "entropy_exact_first", "entropy_nll_max",
+                "entropy_nll_first", "entropy_exact", "entropy_nll", "num_tokens"} <= set(
+            tree.node_arrays)
+        # TinyWorld questions carry their plan: every turn gets a plan label
+        assert all(r["decision"] in (*TURN_LABELS, "root") for r in tree.records)
+        inner = tree.parent >= 0
+        assert (tree.node_arrays["entropy_exact_max"][inner]
+                >= tree.node_arrays["entropy_exact"][inner] - 1e-9).all()
+    # how far softmax credit sits from the child mean (chains: the root's children only)
+    assert 0.0 <= row["credit/weight_dev_nll"] < 0.5
 
 
 # --------------------------------------------------------------- advantages reach the loss

@@ -19,10 +19,11 @@ from at2po_lib.method.presets import (METHODS, TABLE1_METHODS, TABLE2_METHODS, f
 # ``AT2POConfig``, and the config is run through the real loss and credit code on small hand-made
 # batches. What is measured (ratio level, advantage kind, clip window) must be what the method
 # requires (docs/method.md §6–§8); the exact values may change without touching these tests.
-TOKEN_RATIO = {"grpo", "dapo", "tree_grpo", "aepo", "aepo_paper", "ablation_random_tree_grpo"}
+TOKEN_RATIO = {"grpo", "grpo_tree_budget", "dapo", "tree_grpo", "aepo", "aepo_paper",
+               "ablation_random_tree_grpo"}
 SEQUENCE_RATIO = {"gspo"}
-OUTCOME_ADVANTAGE = {"grpo", "dapo", "gspo", "aepo", "aepo_paper", "ablation_random_tree_grpo",
-                     "ablation_atpo_loss", "ablation_entropy_tree"}
+OUTCOME_ADVANTAGE = {"grpo", "grpo_tree_budget", "dapo", "gspo", "aepo", "aepo_paper",
+                     "ablation_random_tree_grpo", "ablation_atpo_loss", "ablation_entropy_tree"}
 TRAINED = [m.name for m in list_methods() if m.trains]
 
 

@@ -48,6 +48,20 @@ how nodes are picked; the ``tree_grpo`` row keeps Tree-GRPO's own expansion. Tab
 (``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
+Expansion settings. The ``at2po`` preset fixes the two settings of its expansion that the
+authors' code fixes (:data:`AUTHORS_EXPANSION`): a turn's entropy is the mean NLL of its sampled
+tokens (their rollout: ``node.entropy = -sum(logprobs) / len(logprobs)``) and the sibling
+penalty is α = 0.05 (hard-coded there), whatever the profile's ``rollout`` section says. The
+other entropy-tree presets (Table 2 step 3, Table 3's cells) take them from the profile. A
+*variant* is a preset that differs from a paper row in named settings and carries its own name:
+
+==================  ===========================================================================
+``at2po_exact``     AT2PO with the exact entropy and α = 0.001 (the ``tiny`` profile's settings
+                    before issue #35; its 21 study runs were recorded as ``at2po``)
+``grpo_tree_budget``  GRPO with as many chains per prompt as AT2PO's tree has leaves (M + L·K):
+                    does the tree beat simply sampling as many chains?
+==================  ===========================================================================
+
 Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/GSPO sample
 ``rollout.chains`` chains and AEPO grows ``rollout.aepo_budget`` leaves, which every shipped
 profile sets to the same number (16 at paper scale, docs/method.md §8; a test checks it).
@@ -83,6 +97,15 @@ _TURN_LOSS = {"loss_level": "turn", "epsilon": 3e-3, "epsilon_high": 4e-3,
               "loss_aggregation": "seq-mean-token-mean"}
 _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 
+AUTHORS_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "sampled_nll", "tree_alpha": 0.05}
+"""The expansion settings the authors' code fixes (turn entropy = mean sampled-token NLL,
+sibling penalty α = 0.05); the ``at2po`` preset fixes them too."""
+EXACT_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "exact", "tree_alpha": 0.001}
+"""The ``tiny`` profile's expansion settings (exact entropy, α = 0.001), chosen from
+measurements of an earlier, near-deterministic regime: the ``at2po_exact`` variant."""
+TREE_LEAVES = "M+L*K"
+"""A ``rollout.chains`` value of a preset: as many chains as the profile's tree has leaves."""
+
 
 @dataclass(frozen=True)
 class Method:
@@ -100,10 +123,21 @@ class Method:
     """``AT2POConfig`` fields this method sets (applied over the profile's values)."""
     trains: bool = True
     """False for ``react``: the warm-start policy is evaluated as is."""
+    rollout: Mapping[str, Any] = field(default_factory=dict)
+    """``rollout`` settings this method fixes over the profile's (e.g. the authors' entropy
+    estimate and α for ``at2po``; ``chains``: :data:`TREE_LEAVES` for the tree's leaf count).
+    A ``--set rollout.<key>`` of a fixed key is refused, naming the method."""
+    recorded_as: str | None = None
+    """A variant whose runs were recorded under another preset's name (``at2po_exact``: its
+    study runs were trained as ``at2po`` when the profile held its settings): a run recorded
+    as that preset, with this preset's rollout settings in the profile, is the same run."""
 
 
-def _method(name: str, summary: str, table: str, expansion: str, **overrides: Any) -> Method:
-    return Method(name, summary, table, expansion, dict(overrides))
+def _method(name: str, summary: str, table: str, expansion: str, *,
+            rollout: Mapping[str, Any] | None = None, recorded_as: str | None = None,
+            **overrides: Any) -> Method:
+    return Method(name, summary, table, expansion, dict(overrides), rollout=dict(rollout or {}),
+                  recorded_as=recorded_as)
 
 
 def credit_method(value: str, advantage: str) -> str:
@@ -135,9 +169,20 @@ _TABLE1 = [
             loss_level="token", **_TOKEN_MEAN,
             loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.0,
             **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("at2po", "entropy tree, turn-wise credit (entropy_softmax/node_value), turn loss",
-            "Table 1", "entropy", credit_value="entropy_softmax",
+    _method("at2po", "entropy tree (sampled-token NLL, alpha 0.05: the authors' code), turn-wise "
+            "credit (entropy_softmax/node_value), turn loss", "Table 1", "entropy",
+            rollout=AUTHORS_EXPANSION, credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
+]
+
+_VARIANTS = [
+    _method("at2po_exact", "AT2PO with the exact entropy and alpha 0.001 (the tiny profile's "
+            "earlier settings)", "variant", "entropy", rollout=EXACT_EXPANSION,
+            recorded_as="at2po", credit_value="entropy_softmax",
+            credit_advantage="node_value", **_TURN_LOSS),
+    _method("grpo_tree_budget", "GRPO with as many chains as AT2PO's tree has leaves (M + L*K)",
+            "variant", "chain", rollout={"chains": TREE_LEAVES},
+            loss_level="token", **_TOKEN_MEAN, beta=1e-3, **_GRPO_CREDIT, **_TOKEN_CLIP),
 ]
 
 _OPTIONS = [
@@ -166,8 +211,9 @@ _TABLE3 = [
     for value in VALUE_MODES for adv in ADVANTAGE_MODES
 ]
 
-METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_OPTIONS, *_TABLE2, *_TABLE3)}
-"""Every preset by name (Table 1, named options, Table 2's steps, Table 3's credit grid)."""
+METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_OPTIONS, *_VARIANTS, *_TABLE2,
+                                                  *_TABLE3)}
+"""Every preset by name (Table 1, named options, variants, Table 2's steps, Table 3's grid)."""
 
 TABLE1_METHODS = tuple(m.name for m in _TABLE1)
 """Table 1's rows in the paper's order (the reports read it from here)."""
@@ -175,6 +221,8 @@ TABLE2_METHODS = (*(m.name for m in _TABLE2), "at2po")
 """Table 2's progressive steps, ending at AT2PO."""
 TABLE3_METHODS = tuple(m.name for m in _TABLE3)
 """Table 3's credit grid, value mode-major."""
+VARIANT_METHODS = tuple(m.name for m in _VARIANTS)
+"""The variants (module docstring): reported beside Table 1's rows under their own names."""
 
 
 def get_method(name: str) -> Method:

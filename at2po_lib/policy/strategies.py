@@ -206,3 +206,39 @@ def label_turn(row: Mapping[str, Any], kind: str, query: str | None, searched_be
     if hops_done < len(queries) and q == queries[hops_done]:
         return "follow"
     return "off_plan"
+
+
+TURN_LABELS = ("follow", "repeat", "off_plan", "final", "early", "invalid")
+"""What :func:`label_turn` says of a turn, from the question's plan."""
+DECISION_LABELS = (*TURN_LABELS, "search", "answer", "root")
+"""What :func:`label_tree_turns` says of a node: a plan label, the action kind where the
+question has no plan, ``root`` for the prompt."""
+
+
+def label_tree_turns(row: Mapping[str, Any], parent: Sequence[int],
+                     actions: Sequence[str | None], queries: Sequence[str | None]) -> list[str]:
+    """:func:`label_turn` for every node of a rollout tree (node 0 = the root, ``parent[0] =
+    -1``, parents before children), each read on its own root→node path: ``root`` for the root.
+    A row without a plan (``metadata.hop_queries``, e.g. wiki-18 questions) gets the action kind
+    (``search``, ``answer``, ``invalid``) instead of a plan label."""
+    meta = row.get("metadata")
+    planned = isinstance(meta, Mapping) and bool(meta.get("hop_queries"))
+    plan = [_norm(q) for q in meta["hop_queries"]] if planned else []
+    labels: list[str] = []
+    searched: list[list[str]] = []  # per node: the search queries on its path, its own included
+    done: list[int] = []  # per node: plan hops searched on its path, its own turn included
+    for node, up in enumerate(parent):
+        if up < 0:
+            labels.append("root")
+            searched.append([])
+            done.append(0)
+            continue
+        kind, query = str(actions[node] or "invalid"), queries[node]
+        before, hops = searched[up], done[up]
+        labels.append(label_turn(row, kind, query, before, hops) if planned
+                      else (kind if kind in ("search", "answer") else "invalid"))
+        is_search = kind == "search"
+        follows = is_search and hops < len(plan) and _norm(query or "") == plan[hops]
+        searched.append(before + [query or ""] if is_search else before)
+        done.append(hops + 1 if follows else hops)
+    return labels

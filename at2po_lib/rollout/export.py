@@ -12,13 +12,18 @@ the agent loop needs). Everything downstream uses two things made here:
       node_arrays:
         entropy_nll      (N,) float64  mean sampled-token NLL of the turn (authors' estimate)
         entropy_exact    (N,) float64  mean exact entropy of the turn (paper's -sum p log p)
+        entropy_exact_max, entropy_exact_first, entropy_nll_max, entropy_nll_first
+                         (N,) float64  the largest and the first sampled token's value of
+                                       each estimate (a one-token decision is diluted in
+                                       the turn's mean; root 0)
         turn_start       (N,) int64    turn span [turn_start, turn_end) in completion coordinates
         turn_end         (N,) int64    (root: 0, 0)
         expansion_round  (N,) int64    0 for the initial chains, 1..L for expansions
         depth            (N,) int64
         num_tokens, num_obs_tokens, tool_calls, duplicate_of,
         resampled_from                                     (N,) int64
-      records: per node text, action, query, answer, finish_reason (root: the question)
+      records: per node text, action, query, answer, finish_reason (root: the question);
+               ``decision`` where the caller knows the question's plan (:func:`with_decisions`)
       info: question, golden_answers, entropy_estimate
 
   ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.method.tree.
@@ -39,11 +44,13 @@ gives per-batch numbers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+import dataclasses
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from ..method.tree import TreeArrays
+from ..policy.strategies import label_tree_turns
 from .structures import ROOT, RolloutTree
 
 if TYPE_CHECKING:
@@ -69,6 +76,10 @@ def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
         **{name: np.array([getattr(n, name) for n in nodes], dtype=np.int64)
            for name in _INT_NODE_FIELDS},
     }
+    for estimate, name in (("exact", "entropy_exact"), ("sampled_nll", "entropy_nll")):
+        summary = np.array([n.token_entropy_summary(estimate) if n.id != ROOT else (0.0, 0.0)
+                            for n in nodes], dtype=np.float64).reshape(len(nodes), 2)  # (N, 2)
+        node_arrays[f"{name}_max"], node_arrays[f"{name}_first"] = summary[:, 0], summary[:, 1]
     records = [node_record(tree, n.id) for n in nodes]
     return TreeArrays(
         parent=np.array([n.parent for n in nodes], dtype=np.int64),
@@ -77,6 +88,19 @@ def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
         records=records,
         info={"question": tree.question, "golden_answers": list(tree.golden_answers),
               "entropy_estimate": entropy_estimate, "turn_entropy": turn_entropy})
+
+
+def with_decisions(arrays: TreeArrays, row: Mapping[str, Any]) -> TreeArrays:
+    """``arrays`` with a ``decision`` in every node's record: the turn's ground-truth label
+    from the question's plan (:func:`at2po_lib.policy.strategies.label_tree_turns`: ``follow``,
+    ``repeat``, ``off_plan``, ``final``, ``early``, ``invalid``; ``root``), or its action kind
+    when ``row`` has no plan."""
+    records = [dict(r) for r in arrays.records]
+    labels = label_tree_turns(row, arrays.parent.tolist(), [r.get("action") for r in records],
+                              [r.get("query") for r in records])
+    for record, label in zip(records, labels):
+        record["decision"] = label
+    return dataclasses.replace(arrays, records=records)
 
 
 def node_record(tree: RolloutTree, node_id: int) -> dict[str, Any]:

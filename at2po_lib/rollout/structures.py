@@ -172,6 +172,16 @@ class Node:
         values = self._sampled(self.entropies)
         return sum(values) / len(values) if values else 0.0
 
+    def token_entropy_summary(self, estimate: str) -> tuple[float, float]:
+        """(largest, first) of :meth:`token_entropies` over the turn's sampled tokens; (0, 0)
+        for a turn without any. A one-token decision (``<search>`` vs ``<answer>``, the entity
+        named) shows in these where the turn's mean dilutes it; NaN (vLLM's ``exact``) stays."""
+        values = self.token_entropies(estimate)
+        if not values:
+            return 0.0, 0.0
+        largest = float("nan") if any(math.isnan(v) for v in values) else float(max(values))
+        return largest, float(values[0])
+
     def token_entropies(self, estimate: str) -> list[float]:
         """Per sampled token: -log pi(y_t) (``sampled_nll``) or -sum_v p(v) log p(v)
         (``exact``); the values whose mean is :attr:`entropy_nll` / :attr:`entropy_exact`."""

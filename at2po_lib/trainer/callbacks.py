@@ -10,6 +10,9 @@ loop stays TRL's:
   validation questions every ``eval_every`` rollout steps (and at step 0 with
   ``train.val_before_train``) → ``eval.jsonl``.
 - :class:`CheckpointMarker` (``on_save``): the COMPLETE marker once TRL's save returned.
+- :class:`TreeRecord` (``on_step_end``): the rollout trees of the first and the last rollout
+  step → ``trees/step<S>.npz``, every node with its entropy summaries and decision label
+  (:func:`at2po_lib.rollout.export.tree_arrays`), so analyses can read trained trees.
 - :class:`StepProgress`: a progress bar over rollout steps with reward, entropy and time left;
   in a notebook also a live plot of reward and validation EM.
 - :class:`TrainingProgress`: the same for a plain (SFT) trainer: one bar and a live loss plot,
@@ -28,6 +31,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from ..method.tree import save_trees
 from . import run_folder
 
 RECORD_FIELDS = ("step", "global_step", "wall_time")
@@ -115,6 +119,29 @@ class GreedyValidation(TrainerCallback):
         step = rollout_step(state.global_step, self.updates_per_step)
         if step % self.every == 0 or state.global_step >= state.max_steps:
             self._run(step, state)
+
+
+class TreeRecord(TrainerCallback):
+    """Save the trees of the rollout steps in ``steps`` (default: the first and the last) to
+    ``<folder>/step<S:04d>.npz`` (:func:`at2po_lib.method.tree.save_trees`; one file per
+    process, ``.rank<R>`` added under several). Output only: nothing the run computes reads it,
+    so the run's configuration and results do not depend on it."""
+
+    def __init__(self, trainer, folder: Path, steps: Sequence[int]):
+        self.trainer, self.folder, self.steps = trainer, Path(folder), set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        updates = self.trainer.updates_per_step
+        batch = self.trainer.last_rollout
+        step = rollout_step(state.global_step, updates)
+        if state.global_step % updates or step not in self.steps or batch is None:
+            return
+        acc = self.trainer.accelerator
+        rank = f".rank{acc.process_index}" if acc.num_processes > 1 else ""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        save_trees(batch.trees, self.folder / f"step{step:04d}{rank}.npz",
+                   meta={"step": step, "global_step": state.global_step,
+                         "rank": acc.process_index, "world_size": acc.num_processes})
 
 
 class CheckpointMarker(TrainerCallback):

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
 from ..method.credit import OUTCOME_ADVANTAGES
-from ..method.presets import get_method
+from ..method.presets import TREE_LEAVES, Method, get_method
 
 
 @dataclass(frozen=True)
@@ -140,10 +140,26 @@ class RunSpec:
         profile fields added since (:data:`ADDED_PROFILE_FIELDS`, at their neutral values),
         with and without the renovation's names (:meth:`legacy_record`)."""
         out = []
-        for record in (self.record(), self.legacy_record()):
+        for record in (self.record(), self.legacy_record(), *self.recorded_as_record()):
             trimmed = _without_added_fields(record)
             out += [record] + ([trimmed] if trimmed != record else [])
         return out
+
+    def recorded_as_record(self) -> list[dict[str, Any]]:
+        """For a variant with ``recorded_as`` (``at2po_exact``): :meth:`record` as the preset it
+        was recorded under wrote it when the profile itself held the variant's rollout
+        settings, which is the same run. Empty when the profile holds other values (then the
+        old record was another configuration)."""
+        preset = get_method(self.method)
+        if preset.recorded_as is None:
+            return []
+        profile = self.profile.to_dict()
+        if any(profile["rollout"][k] != v for k, v in preset.rollout.items()):
+            return []
+        record = copy.deepcopy(self.record())
+        record["method"] = preset.recorded_as
+        record["preset"].pop("rollout", None)
+        return [record]
 
     def legacy_record(self) -> dict[str, Any]:
         """:meth:`record` as the code before issue #25's renovation wrote it, so that a run it
@@ -202,12 +218,17 @@ def _legacy_names(fields: dict[str, Any]) -> None:
         fields["tree_dynamic_sampling"] = fields.pop("dynamic_sampling")
 
 
-def method_rollout(profile_cfg: ProfileConfig, expansion: str) -> RolloutConfig:
+def method_rollout(profile_cfg: ProfileConfig, expansion: str,
+                   fixed: Mapping[str, Any] | None = None) -> RolloutConfig:
     """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
     ``chain`` runs ``rollout.chains`` chains; ``aepo`` starts ``min(aepo_initial,
     aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
-    the M, L, K tree."""
-    rollout = dataclasses.replace(profile_cfg.rollout, expansion=expansion)
+    the M, L, K tree. ``fixed``: the settings the method fixes (``Method.rollout``), applied
+    over the profile's; ``chains: "M+L*K"`` is the profile's tree leaf count."""
+    fixed = dict(fixed or {})
+    if fixed.get("chains") == TREE_LEAVES:
+        fixed["chains"] = profile_cfg.rollout.leaves_per_prompt("entropy")
+    rollout = dataclasses.replace(profile_cfg.rollout, **fixed, expansion=expansion)
     if expansion == "aepo":
         return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
                                                              rollout.aepo_budget))
@@ -215,10 +236,26 @@ def method_rollout(profile_cfg: ProfileConfig, expansion: str) -> RolloutConfig:
     return rollout
 
 
-def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str) -> int:
+def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str,
+                      fixed: Mapping[str, Any] | None = None) -> int:
     """Leaves per prompt of ``expansion`` on a profile (:meth:`RolloutConfig.leaves_per_prompt`
     of :func:`method_rollout`)."""
-    return method_rollout(profile_cfg, expansion).leaves_per_prompt()
+    return method_rollout(profile_cfg, expansion, fixed).leaves_per_prompt()
+
+
+def check_fixed_rollout(method: str, profile_overrides: Mapping[str, Any] | None) -> None:
+    """Refuse a ``--set rollout.<key>`` that ``method`` fixes (``Method.rollout``): the run would
+    silently ignore it. Names the method, the fixed value and a preset that takes the key from
+    the profile."""
+    preset = get_method(method)
+    asked = dict((profile_overrides or {}).get("rollout") or {})
+    clash = sorted(set(asked) & set(preset.rollout))
+    if clash:
+        fixed = ", ".join(f"rollout.{k}={preset.rollout[k]!r}" for k in clash)
+        raise ProfileError(
+            f"method {method!r} fixes {fixed}: `--set rollout.{clash[0]}=...` would be ignored; "
+            "the presets of Table 2 step 3 and Table 3 (e.g. credit_entropy_softmax_node_value, "
+            "AT2PO's own cell) take the expansion settings from the profile")
 
 
 DERIVED_FIELDS: dict[str, str] = {"loss_type": "trainer.loss_aggregation"}
@@ -261,11 +298,12 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
     preset = get_method(method)
     overrides = dict(trainer_overrides or {})
     check_trainer_overrides(overrides)
+    recorded_preset = preset_record(preset)
     if not preset.trains:
-        return RunSpec(profile_cfg, method, seed, dict(preset.overrides), overrides,
+        return RunSpec(profile_cfg, method, seed, recorded_preset, overrides,
                        profile_cfg.rollout, None)
     method_fields = {**preset.overrides, **overrides}
-    rollout = method_rollout(profile_cfg, preset.expansion)
+    rollout = method_rollout(profile_cfg, preset.expansion, preset.rollout)
     leaves = rollout.leaves_per_prompt()
     train = profile_cfg.train
     world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
@@ -298,8 +336,16 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
         disable_tqdm=True,
         use_cpu=_no_accelerator(),
     )
-    return RunSpec(profile_cfg, method, seed, dict(preset.overrides), overrides, rollout, geo,
-                   fields)
+    return RunSpec(profile_cfg, method, seed, recorded_preset, overrides, rollout, geo, fields)
+
+
+def preset_record(preset: Method) -> dict[str, Any]:
+    """What a run records of its preset: the trainer fields, and the rollout settings it fixes
+    under ``rollout`` (absent when it fixes none, as runs recorded before presets could)."""
+    record = dict(preset.overrides)
+    if preset.rollout:
+        record["rollout"] = dict(preset.rollout)
+    return record
 
 
 def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,

@@ -52,7 +52,7 @@ from ..config import ProfileConfig, ProfileError, load_profile
 from ..util.staging import recover, staging_path, swap_in
 from . import run_folder
 from ..method.presets import get_method
-from .resolve import RunSpec, resolve_run
+from .resolve import RunSpec, check_fixed_rollout, resolve_run
 
 __all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 
@@ -75,11 +75,19 @@ def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
             rows = load_flashrag(name, "train", local_dir=profile_cfg.data.local_dir)
         rows = list(rows)
         for row, trainer_row in zip(rows, to_trainer_rows(rows, profile_cfg.policy.template, name)):
-            trainer_row.pop("metadata", None)  # heterogeneous dicts; not needed for training
+            # The metadata dicts differ between datasets (a Dataset needs one schema); the
+            # trees' decision labels need the plan only (empty where there is none).
+            trainer_row["metadata"] = {"hop_queries": list(_plan(row))}
             out.append({**trainer_row, "question": row["question"]})
     if not out:
         raise ValueError(f"train.train_datasets={profile_cfg.train.train_datasets} gave no rows")
     return out
+
+
+def _plan(row: dict[str, Any]) -> list[str]:
+    """A question's plan (TinyWorld's ``metadata.hop_queries``), or [] (FlashRAG rows)."""
+    meta = row.get("metadata")
+    return [str(q) for q in meta.get("hop_queries") or []] if isinstance(meta, dict) else []
 
 
 def policy_path(profile_cfg: ProfileConfig) -> str:
@@ -148,9 +156,10 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
     :func:`_train_locked`'s; see there and the module docstring."""
     from ..util.locks import folder_lock
 
+    get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
+    check_fixed_rollout(method, options.get("profile_overrides"))
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         options.pop("profile_overrides", None) or {}) or None)
-    get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
     if not _is_main_process():
         # Under several processes only rank 0 writes the run folder, so only it holds the
         # lock; the other ranks of its launch share its run (a second launch's rank 0 is
@@ -424,7 +433,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     from ..policy.tokenizer import load_tokenizer
     from ..retrieval.indexes import build_retriever
     from .search_agent import SearchAgent
-    from .callbacks import CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress
+    from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress,
+                            TreeRecord)
     from .trainer import AT2POTrainer
 
     if "tensorboard" in cfg.train.report_to:
@@ -455,6 +465,7 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
+    trainer.add_callback(TreeRecord(trainer, run.trees, (1, cfg.train.max_steps)))
     from . import rank_record
 
     if rank_record.enabled():

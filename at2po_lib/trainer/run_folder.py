@@ -17,6 +17,8 @@ Every training run owns one folder (small files kept by git, checkpoints ignored
         outcomes.csv       one row per test question: prediction, EM, F1, turns, searches,
                            finish reason, sampled EM (every CI rests on these)
         DONE.json          written last: the run finished (config hash, wall time, summary)
+        trees/             the rollout trees of the first and last rollout step
+                           (``step<S>.npz``: every node's entropy summaries and decision label)
         checkpoints/       TRL checkpoints (git-ignored); a COMPLETE marker inside each one
                            that finished writing
         tensorboard/       TRL's ``report_to`` logs (git-ignored)
@@ -85,6 +87,11 @@ class RunDir:
         return self.root / "DONE.json"
 
     @property
+    def trees(self) -> Path:
+        """Rollout trees of chosen steps (:class:`at2po_lib.trainer.callbacks.TreeRecord`)."""
+        return self.root / "trees"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
@@ -96,7 +103,7 @@ class RunDir:
         """What lives where (notebook 04 prints this)."""
         return {name: getattr(self, name) for name in
                 ("config", "meta", "metrics", "eval", "final_eval", "outcomes", "done",
-                 "checkpoints",
+                 "trees", "checkpoints",
                  "tensorboard")}
 
 
@@ -164,7 +171,7 @@ def clear_run(run: RunDir) -> None:
     """Remove the records and checkpoints of a run (a fresh start, ``force``)."""
     for path in (run.metrics, run.eval, run.final_eval, run.done, run.meta, run.config):
         path.unlink(missing_ok=True)
-    for folder in (run.checkpoints, run.tensorboard):
+    for folder in (run.checkpoints, run.tensorboard, run.trees):
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..rollout.export import with_decisions
 from .at2po_config import AT2POConfig
 from .batch import RolloutBatch
 
@@ -55,7 +56,10 @@ class SearchAgent:
                         prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
                         backend=turn_backend(policy, self.tokenizer, cfg, seed,
                                              template=self.template))
-        return to_rollout_batch(trees, cfg.entropy_estimate, cfg.turn_entropy)
+        batch = to_rollout_batch(trees, cfg.entropy_estimate, cfg.turn_entropy)
+        # each node's decision label from its question's plan (the trees' records keep it)
+        batch.trees = [with_decisions(t, rows[t.prompt_id]) for t in batch.trees]
+        return batch
 
 
 def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False,

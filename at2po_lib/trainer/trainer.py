@@ -73,7 +73,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from ..method import credit
-from ..method.loss import policy_loss
+from ..method.loss import clip_fraction_by_level, policy_loss
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
@@ -90,6 +90,23 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 
 _GLOBAL_RNG_ROUND = 1_000
 """Seed-sequence slot of the global torch RNG (rounds below it seed the samplers)."""
+
+
+def credit_spread_metrics(trees) -> dict[str, float]:
+    """How far entropy-softmax credit weights sit from the plain child mean in this batch, under
+    both entropy estimates (:func:`at2po_lib.method.credit.sibling_spread`): the mean over
+    sibling sets of mean |w - 1/n| and of the siblings' entropy range; empty for chains (no
+    sibling sets)."""
+    out: dict[str, float] = {}
+    for estimate, name in (("nll", "entropy_nll"), ("exact", "entropy_exact")):
+        spreads = [credit.sibling_spread(t.parent, t.node_arrays[name]) for t in trees
+                   if name in t.node_arrays]
+        dev = np.concatenate([d for d, _, _ in spreads]) if spreads else np.zeros(0)
+        if dev.size and np.isfinite(dev).all():
+            out[f"credit/weight_dev_{estimate}"] = float(dev.mean())
+            out[f"credit/sibling_range_{estimate}"] = float(
+                np.concatenate([r for _, r, _ in spreads]).mean())
+    return out
 
 
 def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs: Any) -> list[float]:
@@ -360,6 +377,7 @@ class AT2POTrainer(GRPOTrainer):
             "rollout/tree_nodes_mean": float(np.mean([len(as_tree_arrays(t).parent)
                                                       for t in batch.trees])),
             "rollout/dynamic_sampling_rounds": float(rounds),
+            **credit_spread_metrics(batch.trees),
         }
         if batch.finish_reason:
             # Share of leaves that ended with an answer. TRL's completions/clipped_ratio counts
@@ -566,6 +584,15 @@ class AT2POTrainer(GRPOTrainer):
         }
         if "ref_kl" in stats:
             values["kl"] = stats["ref_kl"]
+        # The same update's clipped share at both ratio levels, at this method's clip range:
+        # the paper says a turn-level ratio clips far fewer tokens than a token-level one.
+        turn_ids = inputs["turn_ids"]
+        old = inputs.get("old_per_token_logps")
+        if old is not None:
+            by_level = clip_fraction_by_level(
+                per_token_logps.detach(), old, inputs["advantages"], mask, turn_ids,
+                levels=("token", "turn"), eps_low=self.epsilon_low, eps_high=self.epsilon_high)
+            values.update({f"clip_ratio/{level}_level": v for level, v in by_level.items()})
         sampling = inputs.get("sampling_per_token_logps")
         first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
         if sampling is not None and mode == "train" and first_update:
