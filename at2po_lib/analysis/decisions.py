@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..policy.strategies import label_turn
+from ..policy.strategies import label_tree_turns, label_turn
 from ..reward import exact_match
 
 DECISION_FAILURES = ("stopped_early", "repeated", "off_plan")
@@ -112,22 +112,10 @@ def tree_decision_labels(tree: Any) -> np.ndarray:
         raise ValueError(f"tree of prompt {tree.prompt_id}: info has no hop_queries (grow it "
                          "with at2po_lib.analysis.sample.grow_trees)")
     row = {"metadata": {"hop_queries": list(plan)}}
-    normalised = [_norm(q) for q in plan]
-    searched: list[list[str]] = [[] for _ in range(tree.num_nodes)]
-    done = np.zeros(tree.num_nodes, dtype=int)
-    labels = np.empty(tree.num_nodes, dtype=object)
-    labels[0] = "root"
-    for n in range(1, tree.num_nodes):
-        p = int(tree.parent[n])
-        record = tree.records[n] if n < len(tree.records) else {}
-        kind, query = str(record.get("action") or "invalid"), record.get("query")
-        labels[n] = label_turn(row, kind, query, searched[p], int(done[p]))
-        searched[n], done[n] = searched[p], done[p]
-        if kind == "search" and query:
-            searched[n] = searched[p] + [query]
-            if done[p] < len(normalised) and _norm(query) == normalised[done[p]]:
-                done[n] = done[p] + 1
-    return labels
+    records = [tree.records[n] if n < len(tree.records) else {} for n in range(tree.num_nodes)]
+    return np.array(label_tree_turns(row, tree.parent.tolist(),
+                                     [r.get("action") for r in records],
+                                     [r.get("query") for r in records]), dtype=object)
 
 
 # ----------------------------------------------------------------------------- re-sampled turns

@@ -237,8 +237,8 @@ def label_tree_turns(row: Mapping[str, Any], parent: Sequence[int],
         before, hops = searched[up], done[up]
         labels.append(label_turn(row, kind, query, before, hops) if planned
                       else (kind if kind in ("search", "answer") else "invalid"))
-        is_search = kind == "search"
-        follows = is_search and hops < len(plan) and _norm(query or "") == plan[hops]
-        searched.append(before + [query or ""] if is_search else before)
+        is_search = kind == "search" and bool(query)  # an empty query searched nothing
+        follows = is_search and hops < len(plan) and _norm(query) == plan[hops]
+        searched.append(before + [query] if is_search else before)
         done.append(hops + 1 if follows else hops)
     return labels
