@@ -1,8 +1,8 @@
 """The ``at2po`` command: one subcommand per pipeline stage, one module per subcommand.
 
     at2po world | index | serve-retriever | warmstart | evaluate | train | study | report
-          | run-notebooks | expansion-stats | credit-accuracy | regime-pilot | plan | rehearsal
-          | gpu-env                                (at2po <command> --help for each one's options)
+          | run-notebooks | expansion-stats | credit-accuracy | dissect | regime-pilot | plan
+          | rehearsal | gpu-env            (at2po <command> --help for each one's options)
 
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
 the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``policy.warmstart``,
@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
     "expansion-stats": ("expansion_stats", "where entropy-guided expansion branches, per alpha"),
     "credit-accuracy": ("credit_accuracy", "AUC of each credit mode against useful-turn labels"),
+    "dissect": ("dissect", "what each part of AT2PO does: credit spread, clip levels, expansion oracle"),
     "regime-pilot": ("regime_pilot", "does RL learn on a profile; do its turns decide the outcome"),
     "plan": ("plan", "memory per GPU and rollout/retrieval load of a step, before a GPU hour"),
     "rehearsal": ("rehearsal", "write the rehearsal profile's stand-in files (policy, corpus, data)"),

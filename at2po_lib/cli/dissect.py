@@ -1,0 +1,101 @@
+"""``at2po dissect``: what each part of AT2PO does on a profile (issue #35).
+
+    at2po dissect runs --profile tiny                        # credit spread + clip levels from the runs
+    at2po dissect expansion --profile tiny --shape toy --prompts 600 --resamples 8
+    at2po dissect expansion --profile tiny --shape paper --policy PATH --name trained
+
+``runs`` reads the runs' saved trees and metrics (seconds) and writes
+``results/<profile>/dissection/credit_spread.csv`` (the fitted rule mean |w − 1/n| ≈ c·range/n
+per estimate and stage) and ``clip_levels.csv`` (per run). ``expansion`` grows chains with a
+policy (default: the warm start), re-samples every candidate turn ``--resamples`` times and
+appends per-candidate rows to ``expansion_oracle_<name>_<shape>.csv`` (resumable: a rerun
+continues), then writes its summary ``..._summary.csv``. Every CSV has its ``.meta.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import (add_profile_options, add_warm_start_sample_options, comma_list,
+                      invocation, load_profile_args, quiet_openmp, run_guarded)
+
+PROG = "at2po dissect"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="What each part of AT2PO does: "
+                                     "credit weights and clip levels from the runs' records, "
+                                     "and the expansion oracle (per-candidate flip rates).")
+    parser.add_argument("what", choices=("runs", "expansion"))
+    add_profile_options(parser, example="rollout.temperature=1.0")
+    add_warm_start_sample_options(parser, "prompt draw and sampling seed")
+    parser.add_argument("--shape", choices=("toy", "paper"), default="toy",
+                        help="first-round tree shape: toy M=4, K=4; paper M=10, K=6")
+    parser.add_argument("--resamples", type=int, default=8, help="re-samples per candidate")
+    parser.add_argument("--chunk", type=int, default=10, help="prompts per rollout batch")
+    parser.add_argument("--name", default="warmstart",
+                        help="the policy's name in the output file (default warmstart)")
+    parser.add_argument("--methods", default="at2po,at2po_exact,grpo,grpo_tree_budget",
+                        help="run folders read by `runs` (comma-separated)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_openmp()
+    return run_guarded(PROG, lambda: _run(args, argv))
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from ..util.paths import results_dir
+    from ..util.provenance import run_metadata
+    from ..util.writing import write_csv_tables
+
+    cfg = load_profile_args(args)
+    out = results_dir(cfg.name, "dissection")
+    out.mkdir(parents=True, exist_ok=True)
+    command = invocation(PROG, argv)
+    if args.what == "runs":
+        from ..analysis.dissection import clip_levels, credit_from_runs
+
+        roots = [p for m in comma_list(args.methods, "--methods")
+                 for p in sorted((results_dir("runs", cfg.name) / m).glob("seed*"))
+                 if (p / "DONE.json").is_file()]
+        _, fits = credit_from_runs(roots)
+        clips = clip_levels(roots)
+        meta = run_metadata(cfg.name, None, command=command,
+                            runs=[f"{p.parent.name}/{p.name}" for p in roots])
+        paths = write_csv_tables(out, {"credit_spread.csv": fits, "clip_levels.csv": clips}, meta)
+        print(fits.round(4).to_string(index=False))
+        print(clips.round(4).to_string(index=False))
+    else:
+        from ..analysis.expansion_oracle import SHAPES, oracle_summary, run_oracle
+        from ..analysis.sample import policy_folder, study_rows
+
+        if args.resamples < 2 or args.prompts < 1 or args.chunk < 1:
+            raise ValueError(f"--resamples {args.resamples} (>= 2), --prompts {args.prompts} "
+                             f"and --chunk {args.chunk} (>= 1) out of range")
+        chains, k = SHAPES[args.shape]
+        datasets = comma_list(args.datasets, "--datasets") or list(cfg.train.train_datasets)
+        rows = study_rows(cfg.name, datasets, args.prompts, args.seed)
+        policy = policy_folder(cfg.name, args.policy)
+        raw = out / f"expansion_oracle_{args.name}_{args.shape}.csv"
+        frame = run_oracle(cfg, rows, policy, raw, chains=chains, resamples=args.resamples,
+                           seed=args.seed, chunk=args.chunk)
+        summary = oracle_summary(frame, k, seed=args.seed)
+        meta = run_metadata(cfg.name, args.seed, config=cfg.rollout, command=command,
+                            policy=str(policy), datasets=datasets, prompts=args.prompts,
+                            shape={"chains": chains, "k": k}, resamples=args.resamples)
+        paths = write_csv_tables(out, {raw.name.replace(".csv", "_summary.csv"): summary}, meta)
+        from ..util.provenance import write_meta
+
+        write_meta(raw, meta)
+        print(summary.round(3).to_string(index=False))
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

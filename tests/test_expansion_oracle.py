@@ -1,0 +1,96 @@
+"""The expansion oracle (issue #35 item 4): per-candidate flip probabilities from re-samples,
+and the summaries that rank scores against them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from at2po_lib.analysis.expansion_oracle import SCORES, measure_chunk, oracle_summary, per_prompt
+from at2po_lib.rollout.toy import ScriptedBackend, ToySetup
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
+        torch.set_num_threads(1)
+        yield ToySetup("smoke", seed=0)
+
+
+def search_then_guess(gold: str, p_right: float):
+    """First turn: a search (always the same); second: the right answer with p_right."""
+    first_len: list[int] = []
+
+    def script(context: list[int], rng: random.Random) -> str:
+        first_len.append(first_len[0] if first_len else len(context))
+        if len(context) == first_len[0]:
+            return "<search> the capital </search>"
+        answer = gold if rng.random() < p_right else "nobody"
+        return f"<answer> {answer} </answer><|im_end|>"
+
+    return script
+
+
+@pytest.mark.slow
+def test_flip_probability_of_a_scripted_policy_is_known(toy):
+    # Re-sampling the search turn gives a new answer: right with p = 0.3. A candidate whose own
+    # chain was right flips with 1 - p = 0.7, a wrong one with p = 0.3.
+    row = dict(toy.rows[0], dataset="tiny_hotpotqa")
+    gold = row["golden_answers"][0]
+    cfg = dataclasses.replace(toy.cfg.rollout, max_response_tokens=600, max_tool_calls=3)
+    backend = ScriptedBackend(toy.tokenizer, search_then_guess(gold, 0.3), seed=3)
+    records = measure_chunk(None, toy.tokenizer, toy.template, toy.retriever, [row], cfg,
+                            chains=4, resamples=300, seed=0, first_prompt=0, backend=backend)
+    frame = pd.DataFrame(records)
+    assert len(frame) == 4  # the four search turns; the answers are leaves
+    assert (frame["decision"] != "root").all() and (frame["depth"] == 1).all()
+    assert (frame["siblings_before"] == 3).all()  # four chains from the root
+    assert np.allclose(frame["authors_score"], frame["entropy_nll"] - 0.05 * 3)
+    for _, c in frame.iterrows():
+        rewards = json.loads(c["resample_rewards"])
+        p_flip = np.mean([r != c["original_reward"] for r in rewards])
+        expected = 0.7 if c["original_reward"] == 1.0 else 0.3
+        assert abs(p_flip - expected) < 0.09  # 300 draws: sd 0.027
+
+
+def hand_frame() -> pd.DataFrame:
+    """One prompt, four candidates with p_flip 0, 0.5, 0.25, 1 from four re-samples."""
+    resamples = [[0, 0, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]]
+    frame = pd.DataFrame({"prompt": 0, "node": [1, 2, 3, 4], "original_reward": 0.0,
+                          "resample_rewards": [json.dumps(r) for r in resamples]})
+    for score in SCORES:
+        frame[score] = [1.0, 2.0, 3.0, 4.0]
+    frame["resamples"] = 4
+    frame["flips"] = [sum(r) for r in resamples]
+    frame["p_flip"] = frame["flips"] / 4
+    return frame
+
+
+def test_per_prompt_by_hand():
+    got = per_prompt(hand_frame(), k=2).iloc[0]
+    # ranks of p_flip (0, .5, .25, 1) are 1, 3, 2, 4: rho = 1 - 6 * 2 / (4 * 15) = 0.8
+    assert got["spearman_entropy_exact"] == pytest.approx(0.8)
+    assert got["uniform_expected"] == pytest.approx(2 * 0.4375)
+    assert got["picked_entropy_exact"] == pytest.approx(1.0 + 0.25)  # nodes 4 and 3
+    # the oracle ranks by the first half of the re-samples (0, .5, 0, 1) and is scored on the
+    # second (0, .5, .5, 1): its picks are nodes 4 and 2
+    assert got["picked_oracle"] == pytest.approx(1.0 + 0.5)
+    assert got["uniform_expected_eval_half"] == pytest.approx(2 * 0.5)
+
+
+def test_summary_ratios_and_intervals():
+    frames = [hand_frame().assign(prompt=p) for p in range(5)]
+    summary = oracle_summary(pd.concat(frames), k=2, draws=200).set_index("score")
+    assert summary.loc["entropy_exact", "flips_vs_uniform"] == pytest.approx(1.25 / 0.875)
+    assert summary.loc["oracle", "flips_vs_uniform"] == pytest.approx(1.5 / 1.0)
+    assert summary.loc["entropy_exact", "spearman"] == pytest.approx(0.8)
+    # identical prompts: the bootstrap interval is the point
+    assert summary.loc["entropy_exact", "spearman_lo"] == pytest.approx(0.8)
+    assert (summary["prompts"] == 5).all() and (summary["candidates"] == 20).all()
