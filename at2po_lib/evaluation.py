@@ -15,7 +15,10 @@ with extra rows ``dataset = "multihop avg"`` / ``"singlehop avg"`` from
 :func:`weighted_group_average`.
 
 :func:`score_datasets` is the one greedy evaluation loop: :func:`evaluate` and the trainer's
-periodic validation (:class:`at2po_lib.trainer.run.Validator`) both run it. The command line
+periodic validation (:class:`at2po_lib.trainer.run.Validator`) both run it. On the vLLM backend
+the ``model`` every function here takes is the engine that holds the evaluated weights (one
+engine for the whole evaluation, greedy and sampled: :func:`load_evaluation_policy`, or the
+trainer's colocated engine after a weight sync), never a model object. The command line
 (``at2po evaluate``) is :mod:`at2po_lib.cli.evaluate`; dataset groups live in
 :mod:`at2po_lib.data`.
 """
@@ -36,6 +39,36 @@ if TYPE_CHECKING:
 
 SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
                    "mean_turns", "mean_tool_calls", "git_revision"]
+
+
+def load_evaluation_policy(profile_cfg: ProfileConfig, checkpoint: str | Path) -> tuple[Any, Any]:
+    """``(policy, tokenizer)`` that evaluates ``checkpoint`` on the profile's rollout backend:
+    the Hugging Face model (``hf``), or one vLLM engine started here, once, from the checkpoint
+    itself with the profile's GPU share (``vllm``: :func:`~.rollout.vllm_backend.build_engine`;
+    no Hugging Face copy of the weights is loaded beside it)."""
+    if profile_cfg.rollout.backend == "vllm":
+        from .policy.tokenizer import load_tokenizer
+        from .rollout.vllm_backend import build_engine
+
+        return build_engine(checkpoint, profile_cfg), load_tokenizer(checkpoint)
+    from .policy.model import load_policy
+
+    return load_policy(checkpoint, profile_cfg.policy.dtype)
+
+
+def check_evaluation_policy(profile_cfg: ProfileConfig, policy: Any) -> None:
+    """On the vLLM backend the policy evaluated must be an engine holding its weights (the
+    trainer's colocated engine after a weight sync, or :func:`load_evaluation_policy`'s): a
+    model object would have each batch start an engine from its ``name_or_path``."""
+    if profile_cfg.rollout.backend != "vllm":
+        return
+    from .rollout.vllm_backend import is_engine
+
+    if not is_engine(policy):
+        raise TypeError(
+            f"profile {profile_cfg.name}: rollout.backend='vllm' evaluates a vLLM engine, got "
+            f"{type(policy).__name__}; use load_evaluation_policy(profile, checkpoint) or the "
+            "trainer's policy_for_generation(sync=True)")
 
 
 def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
@@ -109,6 +142,7 @@ def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     outside ``eval.sampled_datasets``), sampled with a generator seeded by ``seed``."""
     import pandas as pd
 
+    check_evaluation_policy(profile_cfg, model)
     datasets = list(datasets or profile_cfg.eval.datasets)
     limit = max_questions if max_questions is not None else profile_cfg.eval.max_questions
     rows = {dataset: load_eval_rows(profile_cfg, dataset, limit) for dataset in datasets}

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from at2po_lib.rollout.agent import STOP_SEQUENCES
     from at2po_lib.rollout.sampling import SamplingSpec
     from at2po_lib.rollout.turns import TurnRequest
-    from at2po_lib.rollout.vllm_backend import VLLMBackend, vllm_available
+    from at2po_lib.rollout.vllm_backend import VLLMBackend, build_engine, vllm_available
     from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_rows
 
@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                     for i in range(args.contexts)]
         sampling = SamplingSpec(cfg.rollout.temperature)
         start = time.perf_counter()
-        backend = VLLMBackend(str(policy), tokenizer, sampling, STOP_SEQUENCES,
-                              gpu_memory_utilization=args.gpu_memory_utilization,
-                              max_model_len=2048, dtype="bfloat16")
+        engine = build_engine(policy, cfg, gpu_memory_utilization=args.gpu_memory_utilization,
+                              max_model_len=2048, dtype="bfloat16", disable_log_stats=False)
+        backend = VLLMBackend(engine, tokenizer, sampling, STOP_SEQUENCES)
         engine_s = time.perf_counter() - start
         requests = [TurnRequest(list(c), args.max_tokens) for c in contexts]
         start = time.perf_counter()
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         backend.generate_turns(branches)
         branch_s = time.perf_counter() - start
         after = prefix_cache_counters(backend.llm)
-        del backend
+        del backend, engine
         torch.cuda.empty_cache()
         gap_max, gap_mean = recompute_gap(policy, contexts, results, cfg.rollout.temperature)
     hits = after.get("prefix_cache_hits", 0.0) - before.get("prefix_cache_hits", 0.0)

@@ -49,7 +49,11 @@ def test_vllm_turns_match_the_hf_backend_greedy(tmp_path):  # pragma: no cover -
     ctx = [tok.encode("the capital of")]
     hf = HFBackend(model.to("cuda" if torch.cuda.is_available() else "cpu"), tok, spec,
                    ("</search>",)).generate_turns([TurnRequest(ctx[0], 8)])
-    vb = VLLMBackend(str(tmp_path / "m"), tok, spec, ("</search>",), gpu_memory_utilization=0.2,
-                     max_model_len=256, enforce_eager=True)
+    from at2po_lib.config import load_profile
+    from at2po_lib.rollout.vllm_backend import build_engine
+
+    engine = build_engine(tmp_path / "m", load_profile("smoke"), gpu_memory_utilization=0.2,
+                          max_model_len=256, enforce_eager=True)
+    vb = VLLMBackend(engine, tok, spec, ("</search>",))
     out = vb.generate_turns([TurnRequest(ctx[0], 8)])
     assert out[0].token_ids == hf[0].token_ids

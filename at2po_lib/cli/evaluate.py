@@ -61,10 +61,11 @@ def _run(args: argparse.Namespace) -> int:
         provenance["warmstart"] = warmstart_summary(cfg.name)
     label = args.label or Path(str(checkpoint)).name
     seed = args.seed if args.seed is not None else cfg.sft.seed
-    from ..policy.model import load_policy
+    from ..evaluation import load_evaluation_policy
     from ..retrieval.indexes import build_retriever
 
-    model, tokenizer = load_policy(checkpoint, cfg.policy.dtype)
+    # one policy for every batch and the sampled metric; on vLLM one engine from the checkpoint
+    model, tokenizer = load_evaluation_policy(cfg, checkpoint)
     retriever = build_retriever(cfg)
     summary, details = evaluate(cfg, model, tokenizer, retriever, datasets, args.max_questions,
                                 label=label, seed=seed, return_details=True)

@@ -351,7 +351,8 @@ class HFBackend:
 
 def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], seed: int = 0,
                  greedy: bool = False, keep_cache: bool = True, **kwargs) -> TurnBackend:
-    """The backend named by ``rollout_cfg.backend`` (``hf`` or ``vllm``)."""
+    """The backend named by ``rollout_cfg.backend`` (``hf`` or ``vllm``). For ``vllm``,
+    ``model`` (or ``llm=``) is a ready engine: a backend never starts one."""
     spec = SamplingSpec(temperature=0.0 if greedy else rollout_cfg.temperature,
                         top_p=1.0 if greedy else rollout_cfg.top_p)
     if rollout_cfg.backend == "hf":
@@ -362,5 +363,7 @@ def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], s
     if rollout_cfg.backend == "vllm":
         from .vllm_backend import VLLMBackend
 
-        return VLLMBackend(model, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
+        # ``model`` is the engine itself (evaluation) unless it comes as ``llm`` (the trainer)
+        engine = kwargs.pop("llm", None) or model
+        return VLLMBackend(engine, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
     raise ValueError(f"rollout.backend={rollout_cfg.backend!r}; expected 'hf' or 'vllm'")

@@ -34,16 +34,27 @@ How it maps onto the rollout's needs:
   ``rollout.entropy_estimate = "sampled_nll"``, the authors' estimate) and AEPO's top-k
   entropy is computed from those values, as the AEPO code does.
 
-    backend = VLLMBackend("Qwen/Qwen3-4B", tokenizer, SamplingSpec(1.0), turn_stops("atpo"),
-                          gpu_memory_utilization=0.6, max_model_len=8192)
+- **One engine per policy, never one per call.** The backend never starts an engine: it is
+  handed one, either the trainer's colocated engine (TRL's, whose weights it syncs from the
+  policy being trained) or the one :func:`build_engine` starts once from the checkpoint being
+  evaluated, with the profile's share of the GPU (``train.vllm_gpu_memory_utilization``). A
+  backend is a cheap view of that engine (its sampling settings and seeds), so evaluation makes
+  one per batch without a second engine start; a model object (whose ``name_or_path`` may still
+  be the hub name of the untrained weights) is refused (issue #36).
+
+    engine = build_engine("results/runs/.../checkpoints/checkpoint-240", profile_cfg)
+    backend = VLLMBackend(engine, tokenizer, SamplingSpec(1.0), turn_stops("atpo"))
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 from .kvcache import KVPrefix
@@ -56,6 +67,54 @@ def vllm_available() -> bool:
     except Exception:  # ImportError, or a broken CUDA install raising at import
         return False
     return True
+
+
+def is_engine(obj: Any) -> bool:
+    """A vLLM engine (or a wrapper with its ``generate``), not a torch module, a name or None."""
+    return (obj is not None and not isinstance(obj, (str, torch.nn.Module))
+            and callable(getattr(obj, "generate", None)))
+
+
+def engine_max_model_len(profile_cfg) -> int:
+    """The context an engine must hold: ``rollout.max_prompt_tokens + max_response_tokens`` (as
+    the trainer sets ``vllm_max_model_length``)."""
+    rollout = profile_cfg.rollout
+    return rollout.max_prompt_tokens + rollout.max_response_tokens
+
+
+def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kwargs: Any):
+    """The one engine that evaluates ``model_path`` (a checkpoint folder, or the hub name
+    when the hub weights are the policy being evaluated, as for the ReAct row): started once,
+    with the profile's GPU share (``train.vllm_gpu_memory_utilization``: what the colocated
+    engine takes during training) and context length, prefix caching on and log-probs after
+    the temperature (as TRL's engine). ``engine_kwargs`` override these.
+
+    The EOS ids of the checkpoint's ``generation_config.json`` (Qwen3 has two) are kept on the
+    engine as ``at2po_eos_ids`` for the backends that sample from it."""
+    from vllm import LLM  # heavy, GPU-only: imported when an engine is started
+
+    kwargs = {"gpu_memory_utilization": profile_cfg.train.vllm_gpu_memory_utilization,
+              "max_model_len": engine_max_model_len(profile_cfg),
+              "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
+              "seed": seed, **engine_kwargs}
+    engine = LLM(model=str(model_path), **kwargs)
+    engine.at2po_eos_ids = checkpoint_eos_ids(model_path)
+    return engine
+
+
+def checkpoint_eos_ids(model_path: str | Path) -> set[int]:
+    """``eos_token_id`` of a checkpoint folder's ``generation_config.json`` (empty when there
+    is none, e.g. a hub name: the tokenizer's EOS then stops turns)."""
+    path = Path(str(model_path)).expanduser() / "generation_config.json"
+    if not path.is_file():
+        return set()
+    try:
+        value = json.loads(path.read_text()).get("eos_token_id")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if value is None:
+        return set()
+    return {int(value)} if isinstance(value, int) else {int(v) for v in value}
 
 
 def topk_entropy(logprobs: dict[int, Any], k: int) -> float:
@@ -76,29 +135,23 @@ def request_seeds(seed: int, call: int, count: int) -> list[int]:
 
 
 class VLLMBackend:
-    """Batched turns with ``vllm.LLM``; see the module docstring."""
+    """Batched turns with a ready vLLM engine (``vllm.LLM`` or anything with its ``generate``);
+    see the module docstring."""
 
     keeps_cache = False  # vLLM's prefix cache does the reuse inside the engine
 
-    def __init__(self, model, tokenizer, sampling: SamplingSpec, stop_sequences: Sequence[str],
-                 seed: int = 0, llm: Any = None, **engine_kwargs: Any) -> None:
-        from vllm import LLM
-
+    def __init__(self, llm: Any, tokenizer, sampling: SamplingSpec,
+                 stop_sequences: Sequence[str], seed: int = 0) -> None:
+        if not is_engine(llm):
+            raise TypeError(
+                f"VLLMBackend needs a vLLM engine, got {type(llm).__name__}: pass the trainer's "
+                "colocated engine (AT2POTrainer.policy_for_generation) or "
+                "build_engine(checkpoint, profile) once; a model object would make vLLM load "
+                "its name_or_path (the hub weights, not the ones being evaluated)")
         self.tokenizer, self.sampling, self.seed = tokenizer, sampling, seed
-        if llm is None:
-            name = model if isinstance(model, str) else getattr(model, "name_or_path", None)
-            if not name:
-                raise ValueError("VLLMBackend needs a model name/path (or a ready vllm.LLM as llm=)")
-            engine_kwargs.setdefault("enable_prefix_caching", True)
-            engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
-            engine_kwargs.setdefault("seed", seed)
-            llm = LLM(model=str(name), **engine_kwargs)
         self.llm = llm
         stop_ids, self.stop_strings = split_stop_sequences(tokenizer, stop_sequences)
-        if not isinstance(model, str) and model is not None:
-            stop_ids |= eos_token_ids(model, tokenizer)
-        elif tokenizer.eos_token_id is not None:
-            stop_ids.add(tokenizer.eos_token_id)
+        stop_ids |= eos_token_ids(None, tokenizer) | set(getattr(llm, "at2po_eos_ids", ()))
         self.stop_ids = sorted(stop_ids)
         self.stats = BackendStats()
         self.calls = 0

@@ -363,10 +363,10 @@ def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: s
 
 
 def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
-    from ..policy.model import load_policy
+    from ..evaluation import load_evaluation_policy
     from ..retrieval.indexes import build_retriever
 
-    model, tokenizer = load_policy(policy_path(cfg), cfg.policy.dtype)
+    model, tokenizer = load_evaluation_policy(cfg, policy_path(cfg))  # vLLM: one engine
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
 
@@ -491,8 +491,20 @@ def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path 
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if not cfg.train.final_eval:
         return None
+    return _evaluate_trained(trainer, cfg, method, seed, run)
+
+
+def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int,
+                      run: run_folder.RunDir):
+    """The final evaluation of the trained policy: sharded over several processes (or under
+    ZeRO); in one process on vLLM the colocated engine after a weight sync (the trained weights,
+    no second engine); else the unwrapped model (LoRA merged)."""
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:
         return _sharded_final_evaluation(trainer, cfg, method, seed, run)
+    if trainer.use_vllm:
+        with trainer.policy_for_generation(sync=True) as engine:
+            return _final_evaluation(cfg, engine, trainer.processing_class, trainer.retriever,
+                                     method, seed, run)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
