@@ -359,6 +359,9 @@ class TrainConfig:
     """Recompute activations in the backward pass (paper scale: long responses)."""
     use_vllm: bool = False
     vllm_mode: str = "colocate"
+    """Only ``colocate``: one engine in each training process (``server`` is refused when the
+    profile loads). Sleep mode and tensor parallelism are TRL's ``AT2POConfig`` fields:
+    ``--set trainer.vllm_enable_sleep_mode=true``, ``--set trainer.vllm_tensor_parallel_size=2``."""
     vllm_gpu_memory_utilization: float = 0.35
     """Share of GPU memory vLLM may take in colocate mode (the rest trains)."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])

@@ -226,7 +226,12 @@ RULES: dict[str, Rule] = {
     "train.bf16": (lambda v: isinstance(v, bool), "true or false"),
     "train.activation_checkpointing": (lambda v: isinstance(v, bool), "true or false"),
     "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
-    "train.vllm_mode": _one_of("colocate", "server"),
+    # "server" (a separate `trl vllm-serve`) is refused here, not after TRL's 240 s connection
+    # wait: the agent generates turn by turn with per-request stops and seeds through the
+    # engine in the training process, which TRL's server client does not offer (issue #36).
+    "train.vllm_mode": (lambda v: v == "colocate",
+                        "colocate (the vLLM engine in the training processes; a vLLM server, "
+                        "'server', is not supported: the agent drives the engine turn by turn)"),
     "train.vllm_gpu_memory_utilization": _finite(0.0, 1.0, open_low=True),
     "train.report_to": (lambda v: isinstance(v, list), "a list of logger names"),
     "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),

@@ -8,8 +8,10 @@ tokens the HF backend gives for the same weights, so a test can tell *which* wei
 evaluation used, not only how many engines it started. Per-request ``SamplingParams`` (stops,
 seeds, temperature, max tokens) are honoured as the backend reads them.
 
-The colocated engine's sleep mode (``sleep``/``wake_up``) is recorded in :attr:`LLM.events`,
-and an engine asleep refuses to generate (vLLM would run without a KV cache).
+The colocated engine's sleep mode (``sleep``/``wake_up``) is recorded in ``events``, and an
+engine asleep, or whose weights a level-2 sleep discarded, refuses to generate (vLLM would run
+without a KV cache, or on freed weights). :class:`EchoLLM` is an engine without a model, for
+tests of the calls themselves.
 """
 
 from __future__ import annotations
@@ -61,41 +63,71 @@ class _RequestOutput:
     outputs: list[_Completion]
 
 
-class LLM:
-    """Records its construction; generates with the HF backend on the loaded checkpoint."""
+class _Engine:
+    """What every stand-in engine records: construction, calls, sleep mode."""
 
     def __init__(self, model: str, **kwargs: Any) -> None:
-        from at2po_lib.policy.model import load_policy
-
         self.model_path = str(model)
         self.kwargs = kwargs
-        self.policy, self.tokenizer = load_policy(self.model_path)
         self.generate_calls = 0
         self.prompts_seen = 0
+        self.inputs: list[list[tuple[list[int], int | None]]] = []
+        """Per ``generate`` call: (prompt ids, request seed) of every request, in order."""
         self.events: list[str] = []
         self.asleep = False
+        self.weights_loaded = True
         ENGINES.append(self)
 
     def sleep(self, level: int = 1) -> None:
         self.events.append(f"sleep({level})")
         self.asleep = True
+        if level == 2:  # level 2 discards the weights: they must be loaded again
+            self.weights_loaded = False
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         self.events.append(f"wake_up({','.join(tags or [])})")
         if tags is None or "kv_cache" in tags:
             self.asleep = False
 
+    def load_weights(self) -> None:
+        """What TRL's ``sync_weights`` does to the engine (``model.load_weights``)."""
+        self.events.append("load_weights")
+        self.weights_loaded = True
+
     def reset_prefix_cache(self) -> None:
         self.events.append("reset_prefix_cache")
 
     def generate(self, prompts, sampling_params, use_tqdm: bool = True) -> list[_RequestOutput]:
-        if self.asleep:
-            raise RuntimeError("stand-in vLLM: generate() while the engine sleeps (no KV cache)")
+        if self.asleep or not self.weights_loaded:
+            raise RuntimeError("stand-in vLLM: generate() while the engine sleeps "
+                               f"(KV cache asleep: {self.asleep}, weights loaded: "
+                               f"{self.weights_loaded})")
         params = sampling_params if isinstance(sampling_params, list) else \
             [sampling_params] * len(prompts)
         self.generate_calls += 1
         self.prompts_seen += len(prompts)
+        self.inputs.append([(list(p["prompt_token_ids"]), sp.seed) for p, sp in zip(prompts, params)])
         return [self._one(p["prompt_token_ids"], sp) for p, sp in zip(prompts, params)]
+
+
+class EchoLLM(_Engine):
+    """No model: the completion of a prompt is its last id + 1, + 2, ... (``max_tokens`` of
+    them), so a caller can check that it got the answers to its own prompts."""
+
+    def _one(self, context: list[int], sp: SamplingParams) -> _RequestOutput:
+        tokens = [int(context[-1]) + i for i in range(1, sp.max_tokens + 1)]
+        return _RequestOutput(list(context), [_Completion(
+            tokens, [{t: _Logprob(-0.5)} for t in tokens], "length")])
+
+
+class LLM(_Engine):
+    """Records its construction; generates with the HF backend on the loaded checkpoint."""
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        from at2po_lib.policy.model import load_policy
+
+        super().__init__(model, **kwargs)
+        self.policy, self.tokenizer = load_policy(self.model_path)
 
     def _one(self, context: list[int], sp: SamplingParams) -> _RequestOutput:
         from at2po_lib.rollout.backends import HFBackend

@@ -42,16 +42,31 @@ How it maps onto the rollout's needs:
   one per batch without a second engine start; a model object (whose ``name_or_path`` may still
   be the hub name of the untrained weights) is refused (issue #36).
 
+- **The colocated engine, driven as TRL drives it.** The trainer does not call the engine TRL
+  built directly: :func:`colocated_engine` wraps TRL's ``VLLMGeneration`` with what its own
+  ``generate`` does around ``llm.generate`` (issue #36), over a whole rollout instead of one
+  call, because the agent generates turn by turn. *Sleep mode*
+  (``vllm_enable_sleep_mode``): weights re-pushed from the training model if they were
+  discarded (TRL's ``sync_weights``), the KV cache woken before the first turn, the engine
+  put back to sleep (level 2) after the last. *Tensor parallelism*
+  (``vllm_tensor_parallel_size > 1``): the ranks of one TP group run one engine together and
+  must submit identical requests, so every call gathers the group's requests
+  (``all_gather_object`` over TRL's ``tp_group``), generates all of them and keeps this rank's
+  share; a rank whose rollout ends first keeps joining its group's calls (with no requests of
+  its own) until every rank of the group has finished, so no rank waits on a collective the
+  others never enter.
+
     engine = build_engine("results/runs/.../checkpoints/checkpoint-240", profile_cfg)
     backend = VLLMBackend(engine, tokenizer, SamplingSpec(1.0), turn_stops("atpo"))
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -115,6 +130,108 @@ def checkpoint_eos_ids(model_path: str | Path) -> set[int]:
     if value is None:
         return set()
     return {int(value)} if isinstance(value, int) else {int(v) for v in value}
+
+
+AllGather = Callable[[Any], list[Any]]
+"""``all_gather(obj) -> [obj of rank 0, obj of rank 1, ...]`` over one tensor-parallel group."""
+
+
+def tp_all_gather(generation: Any) -> AllGather:
+    """``torch.distributed.all_gather_object`` over TRL's TP group (``generation.tp_group``)."""
+    size = generation.tensor_parallel_size
+
+    def gather(obj: Any) -> list[Any]:
+        out: list[Any] = [None] * size
+        torch.distributed.all_gather_object(out, obj, group=generation.tp_group)
+        return out
+
+    return gather
+
+
+class ColocatedEngine:
+    """TRL's colocated engine (``VLLMGeneration.llm``) with ``VLLMGeneration.generate``'s TP
+    gathering, for per-request ``SamplingParams``; see the module docstring. Made by
+    :func:`colocated_engine`, which also handles sleep mode around it.
+
+    ``all_gather``/``group_rank``: this rank's TP group (TRL's ``tp_group`` by default)."""
+
+    def __init__(self, generation: Any, all_gather: AllGather | None = None,
+                 group_rank: int | None = None) -> None:
+        self.generation = generation
+        self.llm = generation.llm
+        self.tp_size = int(getattr(generation, "tensor_parallel_size", 1) or 1)
+        self.at2po_eos_ids = set(getattr(self.llm, "at2po_eos_ids", ()))
+        if self.tp_size > 1:
+            self.all_gather = all_gather or tp_all_gather(generation)
+            self.group_rank = (group_rank if group_rank is not None
+                               else torch.distributed.get_rank(group=generation.tp_group))
+        self.generate_calls = 0
+        """``llm.generate`` calls (several per rollout: one per turn, plus the drain's)."""
+
+    def generate(self, prompts: Sequence[Any], sampling_params: Any = None,
+                 use_tqdm: bool = False) -> list[Any]:
+        """``llm.generate`` on this rank's prompts; with TP, on the whole group's prompts (one
+        list of ``SamplingParams`` per prompt, or one for all), returning this rank's share.
+        Never called with no prompts: a rank without requests joins through :meth:`drain`."""
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        params = (list(sampling_params) if isinstance(sampling_params, (list, tuple))
+                  else [sampling_params] * len(prompts))
+        if self.tp_size == 1:
+            return self._generate(prompts, params)
+        parts = self.all_gather((prompts, params))
+        outputs = self._generate([p for part in parts for p in part[0]],
+                                 [sp for part in parts for sp in part[1]])
+        start = sum(len(part[0]) for part in parts[:self.group_rank])
+        return outputs[start:start + len(prompts)]
+
+    def drain(self) -> None:
+        """TP: take part in the group's calls until every rank has finished its rollout (a
+        round in which no rank brings requests)."""
+        if self.tp_size == 1:
+            return
+        while True:
+            parts = self.all_gather(([], []))
+            prompts = [p for part in parts for p in part[0]]
+            if not prompts:
+                return
+            self._generate(prompts, [sp for part in parts for sp in part[1]])
+
+    def _generate(self, prompts: list[Any], params: list[Any]) -> list[Any]:
+        self.generate_calls += 1
+        return self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+
+
+@contextlib.contextmanager
+def colocated_engine(generation: Any, all_gather: AllGather | None = None,
+                     group_rank: int | None = None) -> Iterator[ColocatedEngine]:
+    """The colocated engine, awake, for one rollout (or one evaluation): what TRL's
+    ``VLLMGeneration.generate`` does around its single call, around all of the agent's turns.
+
+    Sleep mode: weights discarded by an earlier sleep (level 2) are pushed again from the
+    training model (``generation.sync_weights()``: TRL's own re-push, since vLLM's reload would
+    read the initial checkpoint), the KV cache is woken, and on exit the engine sleeps again
+    (level 2) and TRL's flag says so, so its next sync knows. TP: on exit the rank drains its
+    group (:meth:`ColocatedEngine.drain`); after an error it does not (the run is failing)."""
+    sleep_mode = bool(getattr(generation, "enable_sleep_mode", False))
+    if sleep_mode:
+        if getattr(generation, "_llm_weights_sleeping", False):
+            generation.sync_weights()  # wakes the weights and loads the policy's into them
+        generation.llm.wake_up(tags=["kv_cache"])
+    engine = ColocatedEngine(generation, all_gather, group_rank)
+    failed = False
+    try:
+        yield engine
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if not failed:
+            engine.drain()
+        if sleep_mode:
+            generation.llm.sleep(level=2)
+            generation._llm_weights_sleeping = True  # TRL's flag: re-push before the next use
 
 
 def topk_entropy(logprobs: dict[int, Any], k: int) -> float:

@@ -76,6 +76,7 @@ from ..method import credit
 from ..method.loss import clip_fraction_by_level, policy_loss
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
+from ..rollout.vllm_backend import colocated_engine
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .at2po_config import AT2POConfig
 
@@ -308,8 +309,10 @@ class AT2POTrainer(GRPOTrainer):
     def policy_for_generation(self, sync: bool = False) -> Iterator[Any]:
         """The model the agent samples from: vLLM's colocated engine (weights synced by TRL
         before ``rollout_func`` runs; ``sync=True`` syncs them here, for validation after an
-        update) or the unwrapped training model (ZeRO-3 weights gathered by TRL's
-        ``unwrap_model_for_generation``), in eval mode, without gradients."""
+        update), awake and TP-gathered as TRL's own generation drives it
+        (:func:`~at2po_lib.rollout.vllm_backend.colocated_engine`), or the unwrapped training
+        model (ZeRO-3 weights gathered by TRL's ``unwrap_model_for_generation``), in eval
+        mode, without gradients."""
         if self.use_vllm:
             if self.vllm_mode != "colocate":
                 raise NotImplementedError("AT2POTrainer drives vLLM turn by turn: use "
@@ -317,7 +320,9 @@ class AT2POTrainer(GRPOTrainer):
             if sync and self.state.global_step != self._last_loaded_step:
                 self.vllm_generation.sync_weights()
                 self._last_loaded_step = self.state.global_step
-            yield self.vllm_generation.llm
+            # TRL's sleep-mode wake/sleep and TP gathering around the agent's turn-by-turn calls
+            with colocated_engine(self.vllm_generation) as engine:
+                yield engine
             return
         with unwrap_model_for_generation(
             self.model_wrapped, self.accelerator,
