@@ -5,26 +5,31 @@ Notation: ``P`` parameters of the policy, ``N`` GPUs (one process each), ``h`` h
 ``n_L`` layers, ``V`` vocabulary, ``b`` rows per micro-batch (``train.micro_batch_rows``),
 ``s = max_prompt_tokens + max_response_tokens`` tokens per row.
 
-Memory per GPU (bytes; GiB = 2^30 bytes in the table):
+Memory per GPU (bytes; GiB = 2^30 bytes in the table), one function per term below (each
+with its formula), for the fullest GPU (GPU 0: the retrieval server's encoder runs there):
 
-- weights (bf16): ``2P``, divided by ``N`` under ZeRO-3;
-- gradients (bf16): ``2P``, divided by ``N`` under ZeRO-2 and 3;
-- optimizer states (fp32 master weights + Adam's two moments): ``12P`` (ZeRO paper, K=12),
-  divided by ``N`` under ZeRO-1, 2 and 3; 0 on the GPU with optimizer offload. Without
-  DeepSpeed (stage ``none``) there is no bf16 copy: fp32 weights ``4P``, fp32 gradients ``4P``
-  and moments ``8P`` on every GPU (the trainer keeps fp32 master weights itself);
-- activations with checkpointing: the checkpointed layer inputs ``2·n_L·b·s·h``, one layer
-  recomputed in backward ``34·b·s·h`` (Korthikanti et al. 2022, flash attention: no ``s²``
-  term), and the fp32 log-softmax over the vocabulary ``4·b·s·V`` (0 when the loss scores only
-  labelled positions in chunks, TRL's fused LM head);
+- the CUDA context of the process, and NCCL's buffers with more than one GPU
+  (:func:`cuda_context_bytes`);
+- weights, gradients, optimizer states under the ZeRO stage (:func:`training_memory`), with
+  LoRA the frozen bf16 base and fp32 adapters (:func:`lora_parameters`); DeepSpeed's fp32
+  gradient partition at the step (:func:`fp32_gradient_partition_bytes`), ZeRO-3's gathered
+  parameters (:func:`zero3_gathered_bytes`), the bf16 working copy of fp32 weights under
+  autocast without DeepSpeed (:func:`autocast_copy_bytes`);
+- activations with checkpointing: the checkpointed layer inputs ``2·n_L·b·s·h`` and one
+  layer recomputed in backward (:func:`layer_activation_bytes`: ``(21 + 8·I/h)·b·s·h`` for
+  Qwen's SwiGLU MLP, ~50·b·s·h), and without a fused LM head the fp32 log-softmax
+  ``4·b·s·V``; with TRL's fused LM head its fp32 weight gradient (:func:`lm_head_grad_bytes`);
 - vLLM (colocate): ``u·G`` of the GPU's ``G`` bytes (``train.vllm_gpu_memory_utilization``),
   held throughout training; inside it the weights ``2P`` and the KV cache
   ``u·G − 2P − 2 GiB`` (2 GiB: vLLM's own activations and CUDA graphs, a rough allowance);
   a token's KV costs ``2·n_L·n_kv·d_head·2`` bytes;
-- faiss shards (a Flat index sharded over the GPUs, Search-R1's server):
-  ``n_passages·d_enc·4 / N`` (``·2`` with fp16 storage);
-- the encoder (e5 on every GPU the server uses): ``2·P_enc`` plus one batch's activations
-  ``34·B·s_enc·h_enc`` (``B`` = ``retrieval.batch_size``, ``s_enc`` = ``retrieval.max_length``).
+- the retrieval server on the GPUs (Search-R1's layout; ``retriever_on_gpu``): the faiss Flat
+  index sharded over the GPUs in fp16 (:func:`faiss_shard_bytes`, as ``to_gpus`` stores it),
+  the encoder on GPU 0 only, inference only (:func:`encoder_bytes`).
+
+The verdict leaves a margin (:func:`margin_bytes`: 5% of the card, at least 3 GiB) for what
+no formula here holds (allocator fragmentation, kernels' workspaces): a total above
+``G − margin`` but within ``G`` is *tight*, not *fits*.
 
 Per step (``p`` prompts, trees of ``M`` roots and ``L`` rounds of ``K`` expansions: ``M + L·K``
 leaves; ``T`` mean searches per trajectory, default 3.7):
@@ -54,9 +59,22 @@ from .config import ProfileConfig
 
 GIB = 2 ** 30
 VLLM_OVERHEAD_BYTES = 2 * GIB
+CUDA_CONTEXT_BYTES = 1 * GIB
+"""The CUDA context of a training process (driver state, cuBLAS/cuDNN workspaces; vLLM's
+engine shares the process's context), a round allowance: ~0.5-1 GiB is typical."""
+NCCL_BUFFER_BYTES = 1 * GIB
+"""NCCL's communicator buffers with more than one GPU (channels x peers x NCCL_BUFFSIZE),
+an allowance of the same kind."""
+ZERO3_MAX_LIVE_PARAMETERS = 10 ** 9
+"""DeepSpeed's ``stage3_max_live_parameters`` default (accelerate's configs do not set it)."""
 ADAM_STATE_BYTES = 12  # fp32 master copy (4) + two fp32 moments (8), per parameter
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The modules ``run._peft_config`` adapts (every linear layer of a Qwen decoder layer)."""
+DEFAULT_LORA_RANK = 16
+"""Rank of the LoRA column of ``at2po plan --cards`` when the profile trains all weights."""
 WIKI18_PASSAGES = 21_015_324
 ZERO_STAGES = ("none", "0", "1", "2", "3")
+VERDICTS = ("fits", "tight", "does not fit")
 
 
 class PlanError(ValueError):
@@ -90,6 +108,15 @@ class Architecture:
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return embeddings + self.num_layers * layer + h
 
+    def lora_parameters(self, rank: int) -> int:
+        """Adapter parameters of LoRA rank ``r`` on every linear layer (:data:`LORA_TARGETS`):
+        per layer ``r·(in + out)`` summed over q ``(h, a·d)``, k and v ``(h, k·d)``, o
+        ``(a·d, h)``, gate and up ``(h, I)``, down ``(I, h)``."""
+        h, inter = self.hidden_size, self.intermediate_size
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        per_layer = (h + q) * 2 + (h + kv) * 2 + (h + inter) * 3
+        return rank * per_layer * self.num_layers
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """``2 (k, v) · n_L · n_kv · d_head · dtype_bytes``."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
@@ -97,6 +124,7 @@ class Architecture:
 
 # The published config.json values of the paper's backbones (so a plan needs no download).
 KNOWN_ARCHITECTURES: dict[str, Architecture] = {
+    "Qwen/Qwen3-1.7B": Architecture(2048, 28, 16, 8, 128, 6144, 151936, True, qk_norm=True),
     "Qwen/Qwen3-4B": Architecture(2560, 36, 32, 8, 128, 9728, 151936, True, qk_norm=True),
     "Qwen/Qwen3-8B": Architecture(4096, 36, 32, 8, 128, 12288, 151936, False, qk_norm=True),
     "Qwen/Qwen2.5-7B": Architecture(3584, 28, 28, 4, 128, 18944, 152064, False, qkv_bias=True),
@@ -110,11 +138,12 @@ class Encoder:
     parameters: int
     hidden_size: int
     dim: int  # embedding dimension stored in the index
+    intermediate_size: int
 
 
 KNOWN_ENCODERS: dict[str, Encoder] = {
-    "intfloat/e5-base-v2": Encoder(109_482_240, 768, 768),
-    "minilm-offline": Encoder(22_713_216, 384, 384),
+    "intfloat/e5-base-v2": Encoder(109_482_240, 768, 768, 3072),
+    "minilm-offline": Encoder(22_713_216, 384, 384, 1536),
 }
 
 
@@ -125,7 +154,7 @@ class Hardware:
     zero_stage: str = "3"
     offload_optimizer: bool = False
     fused_lm_head: bool = True
-    faiss_fp16: bool = False
+    retriever_on_gpu: bool = True  # the retrieval server's faiss shards and encoder on the GPUs
     cpu_gflops: float = 1000.0    # sustained sgemm of a many-core server
     gpu_tflops: float = 40.0      # sustained fp32 sgemm of one datacenter GPU
     mean_searches: float = 3.7
@@ -168,44 +197,142 @@ def encoder_of(profile_cfg: ProfileConfig) -> Encoder | None:
     return KNOWN_ENCODERS[rcfg.encoder]
 
 
-def training_memory(params: int, hw: Hardware) -> dict[str, float]:
-    """Weights, gradients and optimizer states per GPU in bytes (see the module docstring)."""
+def cuda_context_bytes(gpus: int) -> float:
+    """``C_ctx + (C_nccl if N > 1)``: :data:`CUDA_CONTEXT_BYTES` per process, plus
+    :data:`NCCL_BUFFER_BYTES` when there are other GPUs to talk to."""
+    return float(CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if gpus > 1 else 0))
+
+
+def training_memory(params: int, hw: Hardware, lora_params: int = 0) -> dict[str, float]:
+    """Weights, gradients and optimizer states per GPU in bytes.
+
+    Full fine-tuning under ZeRO stage z (bf16 weights and gradients, fp32 Adam): weights
+    ``2P`` (``/N`` at z = 3), gradients ``2P`` (``/N`` at z >= 2), optimizer states ``12P``
+    (``/N`` at z >= 1; 0 with offload). Without DeepSpeed (``none``): fp32 weights ``4P``,
+    fp32 gradients ``4P``, moments ``8P`` on every GPU.
+
+    LoRA (``lora_params`` = A > 0): the frozen base in bf16 ``2P`` (``/N`` at z = 3), and for
+    the fp32 adapters ``4A`` weights, ``4A`` gradients, ``8A`` moments (sharded as above)."""
     if hw.zero_stage not in ZERO_STAGES:
         raise PlanError(f"zero stage {hw.zero_stage!r}: expected one of {', '.join(ZERO_STAGES)}")
     n = hw.gpus
-    if hw.zero_stage == "none":
+    stage = -1 if hw.zero_stage == "none" else int(hw.zero_stage)
+    if lora_params:
+        shard = n if stage >= 1 else 1
+        optimizer = 0.0 if hw.offload_optimizer else 8.0 * lora_params / shard
+        return {"weights": 2.0 * params / (n if stage >= 3 else 1) + 4.0 * lora_params,
+                "gradients": 4.0 * lora_params / (n if stage >= 2 else 1),
+                "optimizer states": optimizer}
+    if stage < 0:
         return {"weights": 4.0 * params, "gradients": 4.0 * params,
                 "optimizer states": 8.0 * params}
-    stage = int(hw.zero_stage)
     optimizer = 0.0 if hw.offload_optimizer else ADAM_STATE_BYTES * params / (n if stage >= 1 else 1)
     return {"weights": 2.0 * params / (n if stage >= 3 else 1),
             "gradients": 2.0 * params / (n if stage >= 2 else 1),
             "optimizer states": optimizer}
 
 
+def fp32_gradient_partition_bytes(trained_params: int, hw: Hardware) -> float:
+    """``4P/N`` at ZeRO 1-3 without optimizer offload: at the optimizer step DeepSpeed turns its
+    bf16 gradient partition into the fp32 gradient of its fp32 master partition (0 without
+    DeepSpeed, where the gradients are fp32 already, and with offload, where it lives on the
+    CPU). ``P``: the trained parameters (the adapters with LoRA)."""
+    if hw.zero_stage in ("none", "0") or hw.offload_optimizer:
+        return 0.0
+    return 4.0 * trained_params / hw.gpus
+
+
+def zero3_gathered_bytes(params: int, hw: Hardware) -> float:
+    """``2·min(P, L)`` at ZeRO-3: the parameters gathered for the layers being computed, at
+    most ``L`` = :data:`ZERO3_MAX_LIVE_PARAMETERS` (DeepSpeed's ``stage3_max_live_parameters``)
+    at once, in bf16. 0 at other stages (every GPU holds the whole model already)."""
+    return 2.0 * min(params, ZERO3_MAX_LIVE_PARAMETERS) if hw.zero_stage == "3" else 0.0
+
+
+def autocast_copy_bytes(params: int, hw: Hardware, lora: bool) -> float:
+    """``2P`` without DeepSpeed and without LoRA: the weights are fp32 master weights
+    (``run.master_weights_dtype``) and bf16 autocast casts each to bf16 for its matmul; the
+    copies are cached for the forward pass and saved for backward. 0 otherwise (DeepSpeed
+    keeps bf16 weights; LoRA's base is bf16 already)."""
+    return 2.0 * params if hw.zero_stage == "none" and not lora else 0.0
+
+
+def layer_activation_bytes(arch: Architecture, rows: int, seq: int) -> float:
+    """``(21 + 8·I/h)·b·s·h``: the activations one decoder layer saves for backward (bf16),
+    Korthikanti et al. 2022's ``34·b·s·h`` with flash attention (no ``s²`` term) and Qwen's
+    layer instead of GPT's: attention ``11·b·s·h``; two RMSNorms that keep their input in
+    fp32 (``2 × 4·b·s·h``, where a LayerNorm keeps ``2·b·s·h``); the MLP's input ``2·b·s·h``
+    and its SwiGLU gate, up, SiLU and product outputs ``4 × 2·b·s·I``. Qwen3-8B
+    (I = 3h): 45·b·s·h; Qwen3-4B (I = 3.8h): 51.4·b·s·h."""
+    ratio = arch.intermediate_size / arch.hidden_size
+    return (21.0 + 8.0 * ratio) * rows * seq * arch.hidden_size
+
+
 def activation_memory(arch: Architecture, rows: int, seq: int, fused_lm_head: bool) -> float:
-    """``2·n_L·b·s·h + 34·b·s·h + 4·b·s·V`` bytes (the last term without a fused LM head)."""
+    """``2·n_L·b·s·h`` (checkpointed layer inputs, bf16) + one layer recomputed
+    (:func:`layer_activation_bytes`) + ``4·b·s·V`` (the fp32 log-softmax; 0 with a fused LM
+    head, which scores in chunks)."""
     bsh = rows * seq * arch.hidden_size
     logits = 0 if fused_lm_head else 4 * rows * seq * arch.vocab_size
-    return 2.0 * arch.num_layers * bsh + 34.0 * bsh + logits
+    return 2.0 * arch.num_layers * bsh + layer_activation_bytes(arch, rows, seq) + logits
 
 
-def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
-    """The plan of one step: ``memory`` (rows of (what, bytes per GPU)), ``step`` and ``retrieval``."""
-    if hw.gpus < 1:
-        raise PlanError(f"--gpus {hw.gpus}: at least 1")
+def lm_head_grad_bytes(arch: Architecture, hw: Hardware, lora: bool) -> float:
+    """``4·V·h``: TRL's fused LM head accumulates the gradient of the head's weight in fp32
+    (151,936 × 4,096 × 4 B = 2.32 GiB for Qwen3-8B), beside the bf16 gradients DeepSpeed keeps.
+    0 without the fused head, without DeepSpeed (the gradients are fp32 already: counted
+    there) and with LoRA (the head is frozen)."""
+    if not hw.fused_lm_head or lora or hw.zero_stage == "none":
+        return 0.0
+    return 4.0 * arch.vocab_size * arch.hidden_size
+
+
+def faiss_shard_bytes(passages: int, dim: int, hw: Hardware) -> float:
+    """``n·d·2 / N``: the Flat index sharded over the N GPUs in fp16 (``dense.to_gpus``:
+    ``useFloat16``); 0 with the retriever on the CPU. Wiki-18 with e5 (d = 768): 32.3 GB."""
+    return passages * dim * 2.0 / hw.gpus if hw.retriever_on_gpu else 0.0
+
+
+def encoder_bytes(enc: Encoder, batch: int, length: int, fp16: bool) -> float:
+    """``e·P_enc + e·B·s_enc·(2h + I)`` on GPU 0, where the server encodes queries (inference
+    only: no activations are kept for a backward pass): the weights, and at the widest point
+    of a layer the residual stream, its copy and the MLP's intermediate output for one batch
+    of ``B = retrieval.batch_size`` queries padded to ``s_enc = retrieval.max_length`` tokens
+    (``e`` = 2 bytes in fp16, else 4)."""
+    e = 2.0 if fp16 else 4.0
+    return e * enc.parameters + e * batch * length * (2 * enc.hidden_size + enc.intermediate_size)
+
+
+def margin_bytes(gpu_bytes: float) -> float:
+    """``max(0.05·G, 3 GiB)``: what the verdict keeps free of a ``G``-byte card."""
+    return max(0.05 * gpu_bytes, 3.0 * GIB)
+
+
+def verdict(total: float, gpu_bytes: float) -> str:
+    """``fits`` up to ``G − margin``, ``tight`` up to ``G``, else ``does not fit``."""
+    if total <= gpu_bytes - margin_bytes(gpu_bytes):
+        return "fits"
+    return "tight" if total <= gpu_bytes else "does not fit"
+
+
+def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, float], int]:
+    """The memory rows of GPU 0 (what, bytes) and the vLLM KV cache's tokens."""
     arch, enc = architecture_of(profile_cfg), encoder_of(profile_cfg)
     ro, tr, rc = profile_cfg.rollout, profile_cfg.train, profile_cfg.retrieval
     params = arch.parameters()
+    lora = arch.lora_parameters(profile_cfg.policy.lora_r) if profile_cfg.policy.lora_r > 0 else 0
     seq = ro.max_prompt_tokens + ro.max_response_tokens
-    gpu_bytes = hw.gpu_memory_gib * GIB
-
-    memory: dict[str, float] = training_memory(params, hw)
-    memory["activations (checkpointed)"] = activation_memory(arch, tr.micro_batch_rows, seq,
+    memory: dict[str, float] = {"CUDA context (+ NCCL)": cuda_context_bytes(hw.gpus)}
+    memory.update(training_memory(params, hw, lora))
+    memory["fp32 gradient partition (step)"] = fp32_gradient_partition_bytes(lora or params, hw)
+    memory["ZeRO-3 gathered parameters"] = zero3_gathered_bytes(params, hw)
+    memory["bf16 autocast copy of the weights"] = autocast_copy_bytes(params, hw, bool(lora))
+    memory["activations (checkpointed)"] = activation_memory(arch, tr.micro_batch_rows or 1, seq,
                                                              hw.fused_lm_head)
+    memory["fused LM head fp32 weight gradient"] = lm_head_grad_bytes(arch, hw, bool(lora))
     kv_tokens = 0
     if tr.use_vllm:
-        share = tr.vllm_gpu_memory_utilization * gpu_bytes
+        share = tr.vllm_gpu_memory_utilization * hw.gpu_memory_gib * GIB
         kv_cache = share - 2.0 * params - VLLM_OVERHEAD_BYTES
         if kv_cache <= 0:
             raise PlanError(f"train.vllm_gpu_memory_utilization={tr.vllm_gpu_memory_utilization}: "
@@ -215,12 +342,29 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
         memory["vLLM KV cache"] = kv_cache
         memory["vLLM overhead"] = float(VLLM_OVERHEAD_BYTES)
         kv_tokens = int(kv_cache // arch.kv_bytes_per_token())
-    flop_per_query = 0.0
     if enc is not None:
-        memory["faiss shard (Flat)"] = hw.passages * enc.dim * (2 if hw.faiss_fp16 else 4) / hw.gpus
-        memory["encoder"] = 2.0 * enc.parameters + 34.0 * rc.batch_size * rc.max_length * enc.hidden_size
-        flop_per_query = 2.0 * hw.passages * enc.dim
+        memory["faiss shard (Flat, fp16)"] = faiss_shard_bytes(hw.passages, enc.dim, hw)
+        memory["encoder (GPU 0 only, inference)"] = (
+            encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16) if hw.retriever_on_gpu
+            else 0.0)
+    kept = set(training_memory(params, hw, lora))  # always shown, 0 included (offload)
+    return {k: v for k, v in memory.items() if v or k in kept}, kv_tokens
+
+
+def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
+    """The plan of one step: ``memory`` (rows of (what, bytes) on GPU 0, the fullest),
+    ``verdict``, ``step`` and ``retrieval``."""
+    if hw.gpus < 1:
+        raise PlanError(f"--gpus {hw.gpus}: at least 1")
+    if hw.gpu_memory_gib <= 0:
+        raise PlanError(f"--gpu-memory-gib {hw.gpu_memory_gib:g}: must be positive")
+    arch, enc = architecture_of(profile_cfg), encoder_of(profile_cfg)
+    ro, tr, rc = profile_cfg.rollout, profile_cfg.train, profile_cfg.retrieval
+    seq = ro.max_prompt_tokens + ro.max_response_tokens
+    gpu_bytes = hw.gpu_memory_gib * GIB
+    memory, kv_tokens = memory_per_gpu(profile_cfg, hw)
     total = sum(memory.values())
+    flop_per_query = 2.0 * hw.passages * enc.dim if enc is not None else 0.0
 
     leaves = ro.leaves_per_prompt("entropy")  # M + L*K
     prompts = tr.prompts_per_step
@@ -230,12 +374,15 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     needed_qps = burst / rc.timeout_s
     cpu_qps = hw.cpu_gflops * 1e9 / flop_per_query if flop_per_query else math.inf
     gpu_qps = hw.gpus * hw.gpu_tflops * 1e12 / flop_per_query if flop_per_query else math.inf
+    decision = verdict(total, gpu_bytes)
     return {
-        "parameters": params,
+        "parameters": arch.parameters(),
         "memory": memory,
         "total_bytes": total,
         "gpu_bytes": gpu_bytes,
-        "fits": total <= gpu_bytes,
+        "margin_bytes": margin_bytes(gpu_bytes),
+        "verdict": decision,
+        "fits": decision == "fits",
         "step": {
             "leaves per prompt": leaves,
             "trajectories": burst,
@@ -265,14 +412,50 @@ def _fmt(value: Any) -> str:
 
 
 def format_plan(result: dict[str, Any], profile: str) -> str:
-    """The plan as a Markdown table (memory in GiB per GPU, then the step's counts)."""
+    """The plan as a Markdown table (memory in GiB on GPU 0, the verdict, then the step's
+    counts)."""
     hw = result["hardware"]
     lines = [f"plan: profile {profile}, {hw['gpus']} GPU(s) of {hw['gpu_memory_gib']:g} GiB, "
-             f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}; "
+             f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}"
+             f"{'' if hw['retriever_on_gpu'] else ', retriever on CPU'}; "
              f"policy {result['parameters'] / 1e9:.3f} B parameters", "",
-             "| memory per GPU | GiB |", "| --- | ---: |"]
+             "| memory on GPU 0 (the fullest) | GiB |", "| --- | ---: |"]
     lines += [f"| {what} | {size / GIB:,.2f} |" for what, size in result["memory"].items()]
+    free = (result["gpu_bytes"] - result["total_bytes"]) / GIB
     lines += [f"| **total** (of {result['gpu_bytes'] / GIB:g}) | **{result['total_bytes'] / GIB:,.2f}** |",
-              f"| fits | {_fmt(result['fits'])} |", "", "| per step | value |", "| --- | ---: |"]
+              f"| verdict (margin {result['margin_bytes'] / GIB:.1f} GiB) | {result['verdict']} "
+              f"({free:,.1f} GiB free) |", "", "| per step | value |", "| --- | ---: |"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in {**result["step"], **result["retrieval"]}.items()]
+    return "\n".join(lines)
+
+
+def card_table(profile_cfg: ProfileConfig, hw: Hardware, cards_gib: list[float],
+               lora_rank: int = DEFAULT_LORA_RANK) -> list[dict[str, Any]]:
+    """One row per card size: the verdict and total of the profile as it is, and with LoRA
+    (the profile's rank, else ``lora_rank``) when it trains all weights."""
+    rank = profile_cfg.policy.lora_r or lora_rank
+    lora_cfg = dataclasses.replace(profile_cfg, policy=dataclasses.replace(profile_cfg.policy,
+                                                                           lora_r=rank))
+    rows = []
+    for gib in cards_gib:
+        card = dataclasses.replace(hw, gpu_memory_gib=gib)
+        row: dict[str, Any] = {"card (GiB)": gib}
+        for label, cfg in (("as configured", profile_cfg), (f"LoRA r={rank}", lora_cfg)):
+            try:
+                result = plan(cfg, card)
+                row[label] = f"{result['verdict']} ({result['total_bytes'] / GIB:,.1f} GiB)"
+            except PlanError as exc:
+                row[label] = f"does not fit ({exc})"
+        rows.append(row)
+    return rows
+
+
+def format_cards(rows: list[dict[str, Any]], profile: str, hw: Hardware) -> str:
+    """:func:`card_table` as Markdown."""
+    header = list(rows[0])
+    lines = [f"plan: profile {profile} on {hw.gpus} GPU(s), ZeRO {hw.zero_stage}"
+             f"{'' if hw.retriever_on_gpu else ', retriever on CPU'}", "",
+             "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(f"{row[k]:g}" if isinstance(row[k], float) else str(row[k])
+                                for k in header) + " |" for row in rows]
     return "\n".join(lines)

@@ -134,7 +134,7 @@ def test_documented_plan_runs(capsys):
     for words in _documented_commands():
         if words[0] == "plan":
             assert plan.main(words[1:]) == 0
-    assert "| fits |" in capsys.readouterr().out
+    assert "| verdict (margin" in capsys.readouterr().out
 
 
 def test_gpu_check_all_lists_its_checks_within_ten_minutes(capsys):

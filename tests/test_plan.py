@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
 from at2po_lib.cli import plan as plan_cli
 from at2po_lib.config import load_profile
-from at2po_lib.planning import (GIB, KNOWN_ARCHITECTURES, Architecture, Hardware, PlanError,
-                                activation_memory, architecture_of, plan, training_memory)
+from at2po_lib.planning import (GIB, KNOWN_ARCHITECTURES, KNOWN_ENCODERS, Architecture, Hardware,
+                                PlanError, activation_memory, architecture_of, autocast_copy_bytes,
+                                cuda_context_bytes, encoder_bytes, faiss_shard_bytes,
+                                fp32_gradient_partition_bytes, layer_activation_bytes,
+                                lm_head_grad_bytes, margin_bytes, plan, training_memory, verdict,
+                                zero3_gathered_bytes)
+
+P4B, P8B = 4_022_468_096, 8_190_735_360
+QWEN3_4B, QWEN3_8B = KNOWN_ARCHITECTURES["Qwen/Qwen3-4B"], KNOWN_ARCHITECTURES["Qwen/Qwen3-8B"]
 
 
 def test_parameter_counts_match_the_published_backbones():
@@ -58,10 +68,118 @@ def test_unknown_zero_stage_is_refused():
 
 def test_activation_memory_by_hand():
     arch = Architecture(10, 3, 2, 1, 5, 40, 100, True)
-    # b*s*h = 2*5*10 = 100: checkpoints 2*3*100 = 600, one layer 34*100 = 3400
-    assert activation_memory(arch, rows=2, seq=5, fused_lm_head=True) == 4000
+    # b*s*h = 2*5*10 = 100: checkpoints 2*3*100 = 600, one SwiGLU layer (21 + 8*40/10)*100 = 5300
+    assert activation_memory(arch, rows=2, seq=5, fused_lm_head=True) == 5900
     # + fp32 log-softmax 4*2*5*100 = 4000
-    assert activation_memory(arch, rows=2, seq=5, fused_lm_head=False) == 8000
+    assert activation_memory(arch, rows=2, seq=5, fused_lm_head=False) == 9900
+
+
+# ------------------------------------------------------- issue #36: the terms by hand
+def test_swiglu_layer_activations_of_qwen3_by_hand():
+    # Qwen3-8B: I/h = 12288/4096 = 3 -> 21 + 24 = 45; b*s*h = 2*8192*4096 = 67,108,864
+    assert layer_activation_bytes(QWEN3_8B, 2, 8192) == 45 * 67_108_864 == 3_019_898_880
+    # Qwen3-4B: I/h = 9728/2560 = 3.8 -> 21 + 30.4 = 51.4; b*s*h = 2*8192*2560 = 41,943,040
+    assert layer_activation_bytes(QWEN3_4B, 2, 8192) == pytest.approx(51.4 * 41_943_040)
+
+
+def test_cuda_context_and_nccl_buffers():
+    assert cuda_context_bytes(1) == 1 * GIB and cuda_context_bytes(8) == 2 * GIB
+
+
+def test_fused_lm_head_fp32_weight_gradient_by_hand():
+    zero2 = Hardware(gpus=8, zero_stage="2")
+    assert lm_head_grad_bytes(QWEN3_8B, zero2, lora=False) == 151_936 * 4_096 * 4 == 2_489_319_424
+    assert lm_head_grad_bytes(QWEN3_4B, zero2, lora=False) == 151_936 * 2_560 * 4
+    # fp32 gradients already (no DeepSpeed), a frozen head (LoRA), no fused head: nothing extra
+    assert lm_head_grad_bytes(QWEN3_8B, Hardware(gpus=1, zero_stage="none"), lora=False) == 0
+    assert lm_head_grad_bytes(QWEN3_8B, zero2, lora=True) == 0
+    assert lm_head_grad_bytes(QWEN3_8B, Hardware(gpus=8, zero_stage="2", fused_lm_head=False),
+                              lora=False) == 0
+
+
+@pytest.mark.parametrize("stage, offload, expected", [
+    ("2", False, 4 * P8B / 8),   # 4,095,367,680 B = 3.81 GiB: the issue's ZeRO-2 step term
+    ("3", False, 4 * P8B / 8), ("1", False, 4 * P8B / 8),
+    ("3", True, 0.0), ("none", False, 0.0), ("0", False, 0.0),
+])
+def test_fp32_gradient_partition_at_the_step(stage, offload, expected):
+    hw = Hardware(gpus=8, zero_stage=stage, offload_optimizer=offload)
+    assert fp32_gradient_partition_bytes(P8B, hw) == expected
+    assert fp32_gradient_partition_bytes(P8B, Hardware(gpus=8, zero_stage="2")) == 4_095_367_680
+
+
+def test_zero3_gathered_parameters_are_capped_by_max_live():
+    assert zero3_gathered_bytes(P8B, Hardware(gpus=8, zero_stage="3")) == 2 * 10 ** 9
+    assert zero3_gathered_bytes(P4B, Hardware(gpus=8, zero_stage="3")) == 2 * 10 ** 9
+    assert zero3_gathered_bytes(1000, Hardware(gpus=8, zero_stage="3")) == 2000
+    assert zero3_gathered_bytes(P8B, Hardware(gpus=8, zero_stage="2")) == 0
+
+
+def test_autocast_copy_only_for_fp32_master_weights_without_deepspeed():
+    assert autocast_copy_bytes(P4B, Hardware(gpus=1, zero_stage="none"), lora=False) == 2 * P4B
+    assert autocast_copy_bytes(P4B, Hardware(gpus=1, zero_stage="none"), lora=True) == 0
+    assert autocast_copy_bytes(P4B, Hardware(gpus=8, zero_stage="3"), lora=False) == 0
+
+
+def test_faiss_shard_in_fp16_and_the_encoder_on_gpu0_only():
+    # wiki-18 x e5 (768) in fp16 over 8 GPUs: 21,015,324 * 768 * 2 / 8
+    assert faiss_shard_bytes(21_015_324, 768, Hardware(gpus=8)) == 4_034_942_208
+    assert faiss_shard_bytes(21_015_324, 768, Hardware(gpus=8, retriever_on_gpu=False)) == 0
+    # e5-base-v2 fp16: weights 2 * 109,482,240; one batch 2 * 512 * 256 * (2*768 + 3072)
+    e5 = KNOWN_ENCODERS["intfloat/e5-base-v2"]
+    assert encoder_bytes(e5, 512, 256, fp16=True) == 218_964_480 + 1_207_959_552
+
+
+def test_margin_and_verdict():
+    assert margin_bytes(80 * GIB) == 4 * GIB and margin_bytes(40 * GIB) == 3 * GIB
+    assert margin_bytes(141 * GIB) == pytest.approx(7.05 * GIB)
+    assert verdict(76 * GIB, 80 * GIB) == "fits"
+    assert verdict(76.5 * GIB, 80 * GIB) == "tight" and verdict(80 * GIB, 80 * GIB) == "tight"
+    assert verdict(80.5 * GIB, 80 * GIB) == "does not fit"
+
+
+def test_lora_parameters_match_peft():
+    """Adapters on every linear layer: the formula against peft's own count (tiny Qwen3), and
+    Qwen3-8B r=16 by hand."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from at2po_lib.planning import LORA_TARGETS
+
+    arch = Architecture(64, 2, 4, 2, 16, 96, 300, True, qk_norm=True)
+    model = Qwen3ForCausalLM(Qwen3Config(hidden_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=16, intermediate_size=96, vocab_size=300,
+                                         tie_word_embeddings=True))
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=list(LORA_TARGETS)))
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert arch.lora_parameters(4) == trainable
+    # per layer (4096+4096)*2 + (4096+1024)*2 + (4096+12288)*3 = 75,776; x 16 x 36
+    assert QWEN3_8B.lora_parameters(16) == 75_776 * 16 * 36 == 43_646_976
+
+
+def test_paper_qwen3_8b_on_8_x_80_gib_zero2_does_not_fit():
+    """Issue #36: the plan said 78.1 of 80 GiB, "fits"; with the missing terms it is 81.1."""
+    cfg = load_profile("paper-qwen3-8b")
+    result = plan(cfg, Hardware(gpus=8, gpu_memory_gib=80, zero_stage="2"))
+    mem = result["memory"]
+    by_hand = {
+        "CUDA context (+ NCCL)": 2 * GIB,
+        "weights": 2 * P8B, "gradients": 2 * P8B / 8, "optimizer states": 12 * P8B / 8,
+        "fp32 gradient partition (step)": 4 * P8B / 8,
+        "activations (checkpointed)": 2 * 36 * 67_108_864 + 45 * 67_108_864,
+        "fused LM head fp32 weight gradient": 2_489_319_424,
+        "vLLM weights (bf16)": 2 * P8B, "vLLM KV cache": 0.4 * 80 * GIB - 2 * P8B - 2 * GIB,
+        "vLLM overhead": 2 * GIB,
+        "faiss shard (Flat, fp16)": 4_034_942_208,
+        "encoder (GPU 0 only, inference)": 218_964_480 + 1_207_959_552,
+    }
+    assert mem.keys() == by_hand.keys()
+    for key, value in by_hand.items():
+        assert mem[key] == pytest.approx(value), key
+    assert result["total_bytes"] == pytest.approx(sum(by_hand.values()))
+    assert result["total_bytes"] / GIB == pytest.approx(81.14, abs=0.01)
+    assert result["verdict"] == "does not fit" and result["fits"] is False
 
 
 def test_paper_qwen3_4b_on_8_gpus_by_hand():
@@ -72,7 +190,8 @@ def test_paper_qwen3_4b_on_8_gpus_by_hand():
     assert mem["weights"] == 2 * p / 8 and mem["optimizer states"] == 12 * p / 8
     share = cfg.train.vllm_gpu_memory_utilization * 96 * GIB
     assert mem["vLLM KV cache"] == pytest.approx(share - 2 * p - 2 * GIB)
-    assert mem["faiss shard (Flat)"] == 21_015_324 * 768 * 4 / 8
+    assert mem["faiss shard (Flat, fp16)"] == 21_015_324 * 768 * 2 / 8
+    assert mem["ZeRO-3 gathered parameters"] == 2e9 and result["verdict"] == "fits"
     assert result["total_bytes"] == pytest.approx(sum(mem.values()))
     step, ret = result["step"], result["retrieval"]
     assert step["leaves per prompt"] == 22 and step["trajectories"] == 64 * 22
@@ -95,6 +214,7 @@ def test_cli_prints_the_table_and_json(capsys):
     out = capsys.readouterr().out
     assert "| optimizer states | 5.62 |" in out          # 12 * 4.022e9 / 8 / 2**30
     assert "| CPU faiss keeps up | NO |" in out
+    assert "| verdict (margin 4.8 GiB) | fits (" in out
     assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["hardware"]["zero_stage"] == "none"       # one GPU: no DeepSpeed by default
@@ -108,3 +228,47 @@ def test_cli_bad_input_names_it(capsys):
                           "--set", "retrieval.method=dense",
                           "--set", "retrieval.encoder=my/encoder"]) == 2
     assert "retrieval.encoder='my/encoder'" in capsys.readouterr().err
+
+
+def test_cli_cards_gives_a_verdict_per_card_size(capsys):
+    assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8", "--cards", "40,96",
+                          "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["card (GiB)"] for r in rows] == [40.0, 96.0]
+    assert rows[0]["as configured"].startswith("does not fit (40.6")
+    assert rows[1]["as configured"].startswith("fits (63.0") and "LoRA r=16" in rows[1]
+    assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8", "--cards", "40,x"]) == 2
+    assert "--cards '40,x'" in capsys.readouterr().err
+
+
+# ------------------------------------------------- every accelerate config's comment
+ACCELERATE = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
+PLAN_LINE = re.compile(r"^# plan: at2po plan (?P<args>.+?) -> (?P<verdict>fits|tight|does not fit)$")
+
+
+def _plan_lines(path: Path) -> list[tuple[list[str], str]]:
+    return [(shlex.split(m["args"]), m["verdict"]) for line in path.read_text().splitlines()
+            if (m := PLAN_LINE.match(line))]
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in ACCELERATE.glob("*.yaml")))
+def test_every_accelerate_config_comment_agrees_with_the_plan(config, capsys):
+    """Each configs/accelerate/*.yaml says what the plan gives for the setting it recommends
+    (``# plan: at2po plan ... -> verdict``): the plan must give that verdict, and the command
+    must describe the config (processes = --gpus, its ZeRO stage, its optimizer offload)."""
+    import yaml
+
+    path = ACCELERATE / config
+    lines = _plan_lines(path)
+    assert lines, f"{path}: no '# plan: at2po plan ... -> verdict' line"
+    accel = yaml.safe_load(path.read_text())
+    deepspeed = accel.get("deepspeed_config") or {}
+    stage = str(deepspeed.get("zero_stage", "none"))
+    offload = deepspeed.get("offload_optimizer_device", "none") == "cpu"
+    for argv, expected in lines:
+        args = plan_cli.build_parser().parse_args(argv)
+        assert args.gpus == accel["num_processes"], f"{config}: {argv}"
+        assert args.zero == stage and args.offload_optimizer == offload, f"{config}: {argv}"
+        assert plan_cli.main([*argv, "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["verdict"] == expected, f"{config}: {' '.join(argv)}"

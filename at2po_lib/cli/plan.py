@@ -2,9 +2,12 @@
 
     at2po plan --profile paper-qwen3-4b --gpus 8
     at2po plan --profile paper-qwen3-8b --gpus 8 --zero 2 --gpu-memory-gib 80 --json
+    at2po plan --profile paper-qwen3-1.7b-1gpu --gpus 1 --cards 24,48,80,141
 
-Memory per GPU, generated tokens and retrieval queries per step, the query rate the retrieval
-server must sustain and whether CPU faiss can: the formulas are in :mod:`at2po_lib.planning`.
+Memory per GPU with a verdict (fits, tight, does not fit), generated tokens and retrieval
+queries per step, the query rate the retrieval server must sustain and whether CPU faiss can:
+the formulas are in :mod:`at2po_lib.planning`. ``--cards`` gives the verdict for several card
+sizes, as configured and with LoRA.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import UsageError, add_profile_options, load_profile_args, run_guarded
+from .options import UsageError, add_profile_options, comma_list, load_profile_args, run_guarded
 
 PROG = "at2po plan"
 
@@ -34,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"memory of one GPU (default {d.gpu_memory_gib:g}: the paper's H20)")
     parser.add_argument("--no-fused-lm-head", action="store_true",
                         help="count the fp32 log-softmax over the vocabulary (no chunked LM head)")
-    parser.add_argument("--faiss-fp16", action="store_true", help="faiss shards stored in fp16")
+    parser.add_argument("--retriever-on-cpu", action="store_true",
+                        help="the retrieval server's faiss index and encoder on the CPU (nothing "
+                             "of it on the GPUs; default: sharded over them in fp16)")
+    parser.add_argument("--cards", default=None, metavar="GIB,GIB,...",
+                        help="verdicts for these card sizes (e.g. 24,48,80,141), as configured "
+                             "and with LoRA, instead of one plan")
     parser.add_argument("--cpu-gflops", type=float, default=d.cpu_gflops,
                         help=f"sustained CPU sgemm GFLOP/s of the server (default {d.cpu_gflops:g})")
     parser.add_argument("--gpu-tflops", type=float, default=d.gpu_tflops,
@@ -53,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..planning import Hardware, PlanError, format_plan, plan
+    from ..planning import Hardware, PlanError, card_table, format_cards, format_plan, plan
 
     if args.profile is None:
         raise UsageError("--profile is required (e.g. --profile paper-qwen3-4b)")
@@ -61,12 +69,28 @@ def _run(args: argparse.Namespace) -> int:
     zero = args.zero or ("3" if args.gpus > 1 else "none")
     hw = Hardware(gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib, zero_stage=zero,
                   offload_optimizer=args.offload_optimizer, fused_lm_head=not args.no_fused_lm_head,
-                  faiss_fp16=args.faiss_fp16, cpu_gflops=args.cpu_gflops,
+                  retriever_on_gpu=not args.retriever_on_cpu, cpu_gflops=args.cpu_gflops,
                   gpu_tflops=args.gpu_tflops, mean_searches=args.mean_searches,
                   passages=args.passages)
     try:
+        if args.cards is not None:
+            rows = card_table(cfg, hw, _card_sizes(args.cards))
+            print(json.dumps(rows, indent=2) if args.json else format_cards(rows, cfg.name, hw))
+            return 0
         result = plan(cfg, hw)
     except PlanError as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(result, indent=2, default=float) if args.json else format_plan(result, cfg.name))
     return 0
+
+
+def _card_sizes(text: str) -> list[float]:
+    """``--cards 24,48,80,141`` -> [24.0, 48.0, 80.0, 141.0]; anything else names the value."""
+    try:
+        sizes = [float(part) for part in comma_list(text, "--cards") or []]
+    except ValueError:
+        raise UsageError(f"--cards {text!r}: expected GiB sizes separated by commas, "
+                         "e.g. 24,48,80,141") from None
+    if not sizes or any(not size > 0 for size in sizes):
+        raise UsageError(f"--cards {text!r}: expected positive GiB sizes, e.g. 24,48,80,141")
+    return sizes
