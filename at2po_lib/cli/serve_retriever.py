@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--device", default=None)
     p.add_argument("--fp16", action="store_true")
-    p.add_argument("--no-gpu-index", action="store_true", help="keep the faiss index on CPU")
+    p.add_argument("--no-gpu-index", action="store_true",
+                   help="keep the faiss index on CPU (by default it is sharded over the GPUs "
+                        "when the shards fit their free memory)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--access-log", action="store_true")
     return p
@@ -95,7 +97,8 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
     if args.prebuilt:
         overrides["retrieval"]["prebuilt"] = True
     cfg = load_profile(args.profile, overrides)
-    return build_retriever(cfg, method="bm25" if args.bm25 else None)
+    return build_retriever(cfg, method="bm25" if args.bm25 else None,
+                           use_gpu=False if args.no_gpu_index else "auto")
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

@@ -9,10 +9,19 @@ Index types (inner product over L2-normalised vectors = cosine similarity):
   Searched with ``efSearch = max(hnsw_ef_search, k)`` (faiss's default of 16 loses recall).
 
 Building streams the corpus in shards (:mod:`.shards`, resumable), then adds the shards to the
-index one at a time, so memory holds the index plus one shard. GPU: when faiss-gpu is installed
-and GPUs are visible, a ``Flat`` index is sharded over all of them for search (float16 storage,
-``index_cpu_to_all_gpus`` with ``shard=True``: Search-R1's setting); HNSW has no faiss GPU
-version and stays on CPU. Embedding uses the GPU through torch whenever one is visible.
+index one at a time, so memory holds the index plus one shard. Embedding uses the GPU through
+torch whenever one is visible.
+
+Loading reads the faiss file once (issue #36), memory-mapped (``IO_FLAG_MMAP_IFC``: the flat
+codes of Flat and HNSW indexes stay in the page cache, shared by every process serving the same
+file, instead of a private 64.6 GB copy); checks that need only the counts read the file's
+header (:func:`faiss_header`) and the corpus's cached line count. GPU: when faiss-gpu is
+installed and GPUs are visible, a ``Flat`` index is sharded over all of them in float16
+(``index_cpu_to_all_gpus`` with ``shard=True``: Search-R1's setting) *if the shards fit*: each
+GPU's free memory must hold its shard plus faiss's scratch space (:func:`place_flat_index`).
+When they do not (wiki-18 is 32.3 GB in fp16: Search-R1's issue 54 is this copy running out of
+memory on one 80 GB card), the index stays on the CPU and a warning says so, with the sizes.
+HNSW has no faiss GPU version and stays on CPU.
 
 Building happens in a staging folder beside ``index_dir`` (``.<name>.staging``, where the
 resumable embedding shards live too) and the finished index is swapped in atomically
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,14 +82,57 @@ def gpus_available() -> int:
     return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
 
 
-def to_gpus(index: Any) -> Any:
-    """Shard a Flat index over all visible GPUs, float16 storage (Search-R1's server setting)."""
+def to_gpus(index: Any, gpus: int = -1) -> Any:
+    """Shard a Flat index over ``gpus`` GPUs (-1: all visible), float16 storage (Search-R1's
+    server setting)."""
     import faiss
 
     options = faiss.GpuMultipleClonerOptions()
     options.shard = True
     options.useFloat16 = True
-    return faiss.index_cpu_to_all_gpus(index, co=options)
+    return faiss.index_cpu_to_all_gpus(index, co=options, ngpu=gpus)
+
+
+FAISS_GPU_SCRATCH_BYTES = 1.5 * 2 ** 30
+"""Scratch memory faiss's ``StandardGpuResources`` takes on each GPU (its default temporary
+memory for cards of 8 GiB and more), besides the index itself."""
+
+
+def gpu_free_bytes() -> list[float]:
+    """Free memory of each visible GPU (``torch.cuda.mem_get_info``), in bytes."""
+    import torch  # heavy: only when a GPU placement is decided (BM25 servers never import it)
+
+    return [float(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a loaded Flat index is searched: ``gpus`` > 0 shards it over that many GPUs."""
+
+    gpus: int
+    message: str
+
+
+def place_flat_index(ntotal: int, dim: int, free_bytes: Sequence[float]) -> Placement:
+    """Shard over every GPU when each holds its shard, ``ntotal·dim·2 / G`` bytes in fp16, plus
+    :data:`FAISS_GPU_SCRATCH_BYTES` within its free memory; else the CPU, with a message that
+    gives the sizes and what would lift it. ``free_bytes``: free memory per GPU."""
+    gib = 2 ** 30
+    gpus = len(free_bytes)
+    if gpus == 0:
+        return Placement(0, "faiss: no GPU visible; searching the index on the CPU")
+    shard = ntotal * dim * 2.0 / gpus
+    short = [i for i, free in enumerate(free_bytes) if shard + FAISS_GPU_SCRATCH_BYTES > free]
+    if not short:
+        return Placement(gpus, f"faiss: {ntotal:,} vectors sharded over {gpus} GPU(s) in fp16, "
+                               f"{shard / gib:.1f} GiB each")
+    worst = min(free_bytes[i] for i in short)
+    return Placement(0, (
+        f"faiss: the Flat index ({ntotal:,} x {dim}) needs {shard / gib:.1f} GiB in fp16 on each "
+        f"of {gpus} GPU(s) plus {FAISS_GPU_SCRATCH_BYTES / gib:.1f} GiB of scratch, but GPU "
+        f"{short[0]} has {worst / gib:.1f} GiB free; searching it on the CPU instead (exact, "
+        "slower: `at2po plan` gives the query rate). More GPUs, free memory, an HNSW index or "
+        "a retrieval server on another machine lift this."))
 
 
 @dataclass
@@ -164,12 +217,60 @@ def _write_faiss(index: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _read_faiss(path: Path) -> Any:
-    """``faiss.read_index`` with an error that names the file (faiss's own does not help)."""
+FAISS_HEADER = struct.Struct("<4siq")
+"""A faiss file starts with its type's four-character code, then ``d`` (int32) and
+``ntotal`` (int64): faiss's ``write_index_header``."""
+FLAT_FOURCCS = {b"IxFI": 1, b"IxF2": 1}
+"""IndexFlatIP / IndexFlatL2: header (37 bytes: the three fields above, two int64 placeholders,
+``is_trained``, ``metric_type``), then the codes as a vector (an int64 size, ``ntotal·d·4``
+bytes)."""
+
+
+@dataclass(frozen=True)
+class FaissHeader:
+    kind: str
+    dim: int
+    ntotal: int
+
+
+def faiss_header(path: Path) -> FaissHeader:
+    """Type, dimension and vector count of a faiss file, from its first 16 bytes (no index is
+    read). A Flat file whose size is not ``45 + ntotal·d·4`` bytes is truncated or padded."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(FAISS_HEADER.size)
+    except OSError as exc:
+        raise RetrievalError(f"{path}: cannot read the faiss file ({exc.strerror})") from None
+    if len(head) < FAISS_HEADER.size:
+        raise RetrievalError(f"{path}: not a faiss index ({len(head)} bytes)")
+    fourcc, dim, ntotal = FAISS_HEADER.unpack(head)
+    if not fourcc.isalnum() or dim <= 0 or ntotal < 0:
+        raise RetrievalError(f"{path}: not a faiss index (header {head[:16]!r})")
+    if fourcc in FLAT_FOURCCS:
+        expected = 37 + 8 + ntotal * dim * 4
+        size = path.stat().st_size
+        if size != expected:
+            raise RetrievalError(f"{path}: a Flat index of {ntotal:,} x {dim} is {expected:,} "
+                                 f"bytes, the file {size:,} (truncated or corrupt?)")
+    return FaissHeader(fourcc.decode("ascii"), dim, ntotal)
+
+
+def read_faiss(path: Path, mmap: bool = True) -> Any:
+    """The one read of a faiss file: memory-mapped where faiss allows (``IO_FLAG_MMAP_IFC``,
+    read-only: flat codes, as in Flat and HNSW indexes), else read into memory."""
     import faiss
 
+    flags = 0
+    if mmap and hasattr(faiss, "IO_FLAG_MMAP_IFC"):
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY
+    return faiss.read_index(str(path), flags)
+
+
+def _read_faiss(path: Path) -> Any:
+    """:func:`read_faiss` with an error that names the file (faiss's own does not help)."""
     try:
-        return faiss.read_index(str(path))
+        return read_faiss(path)
     except (RuntimeError, MemoryError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RetrievalError(f"{path}: not a readable faiss index (truncated or corrupt?): {first[:200]}") from None
@@ -209,16 +310,21 @@ class DenseIndex:
         self.meta = meta
         self.source = source
         self.blas_threshold = blas_threshold
+        self.placement = "cpu"
+        """Where the index is searched (``cpu``, or the message of :func:`place_flat_index`)."""
 
     @classmethod
     def load(cls, index_dir: str | Path, *, use_gpu: bool | str = "auto",
              hnsw_ef_search: int = 128, fallback_spec: EncoderSpec | None = None,
-             prebuilt: bool = False) -> "DenseIndex":
-        """Load and check an index folder (``meta.json`` + faiss file).
+             prebuilt: bool = False,
+             gpu_budget: Callable[[], Sequence[float]] | None = None) -> "DenseIndex":
+        """Load and check an index folder (``meta.json`` + faiss file), reading the file once.
 
         ``prebuilt=True`` accepts a faiss file without ``meta.json`` (a downloaded index);
         ``fallback_spec`` then names its encoder. Any file that is missing, truncated or
-        unreadable raises :class:`RetrievalError` naming it.
+        unreadable raises :class:`RetrievalError` naming it. ``gpu_budget()``: bytes each GPU
+        may give the index (default: its free memory, :func:`gpu_free_bytes`); a Flat index
+        whose shards do not fit stays on the CPU (:func:`place_flat_index`, a warning).
         """
         index_dir = Path(index_dir)
         path = find_faiss_file(index_dir)
@@ -244,14 +350,23 @@ class DenseIndex:
         if hasattr(index, "hnsw"):
             index.hnsw.efSearch = max(index.hnsw.efSearch, hnsw_ef_search)
         want_gpu = gpus_available() > 0 if use_gpu == "auto" else bool(use_gpu)
+        placement = "cpu"
         if want_gpu:
             if gpus_available() == 0:
                 raise RetrievalError("use_gpu=True but faiss sees no GPU (is faiss-gpu installed?)")
             if meta["index_type"] == "Flat":
-                index = to_gpus(index)
+                free = list((gpu_budget or gpu_free_bytes)())[:gpus_available()]
+                where = place_flat_index(index.ntotal, index.d, free)
+                if where.gpus:
+                    index = to_gpus(index, where.gpus)
+                else:
+                    warnings.warn(where.message, RuntimeWarning, stacklevel=2)
+                placement = where.message
             else:
                 warnings.warn("faiss has no GPU HNSW; searching on CPU", stacklevel=2)
-        return cls(index, meta, path)
+        loaded = cls(index, meta, path)
+        loaded.placement = placement
+        return loaded
 
     @property
     def ntotal(self) -> int:
@@ -297,9 +412,10 @@ class DenseRetriever(Retriever):
         use_gpu: bool | str = "auto",
         hnsw_ef_search: int = 128,
         prebuilt: bool = False,
+        gpu_budget: Callable[[], Sequence[float]] | None = None,
     ) -> None:
         self.index = DenseIndex.load(index_dir, use_gpu=use_gpu, hnsw_ef_search=hnsw_ef_search,
-                                     fallback_spec=spec, prebuilt=prebuilt)
+                                     fallback_spec=spec, prebuilt=prebuilt, gpu_budget=gpu_budget)
         meta = self.index.meta
         corpus_path = corpus_path or meta.get("corpus_path")
         if corpus_path is None:
@@ -333,7 +449,7 @@ class DenseRetriever(Retriever):
         meta = self.index.meta
         return {"method": "dense", "passages": self.index.ntotal, "index_type": meta["index_type"],
                 "encoder": self.encoder.spec.name, "dim": meta["dim"], "device": self.encoder.device,
-                "corpus": str(self.corpus.path)}
+                "corpus": str(self.corpus.path), "index_placement": self.index.placement}
 
     def close(self) -> None:
         self.corpus.close()

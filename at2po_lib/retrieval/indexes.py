@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..util.paths import artifacts_dir, repo_root
-from .base import RetrievalError, Retriever
+from .base import IndexMismatchError, RetrievalError, Retriever
 from .encoders import EncoderSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,14 +108,26 @@ def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Pa
 
 
 def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> None:
-    """``retrieval.prebuilt``: the folder must hold a faiss file that fits the corpus."""
-    from .dense import DenseRetriever
+    """``retrieval.prebuilt``: the folder must hold a faiss file that fits the corpus. Checked
+    from counts alone (issue #36): the file's header (type, dimension, vectors; a Flat file's
+    exact size) against the corpus's cached passage count; the index itself is read once, by
+    the retriever that serves it (which checks the encoder's dimension)."""
+    from .corpus import Corpus
+    from .dense import faiss_header, find_faiss_file
 
     if not _holds_faiss_file(folder):
         raise RetrievalError(f"retrieval.prebuilt is set but {folder} holds no index.faiss or *.index "
                              "file; download the index there, or unset retrieval.prebuilt to build one")
-    DenseRetriever(folder, corpus_path, EncoderSpec.from_config(cfg.retrieval), prebuilt=True,
-                   use_gpu=False).close()  # raises on a count or dimension mismatch
+    path = find_faiss_file(folder)
+    header = faiss_header(path)
+    corpus = Corpus(corpus_path, cache_dir=folder)
+    try:
+        passages = len(corpus)
+    finally:
+        corpus.close()
+    if header.ntotal != passages:
+        raise IndexMismatchError(f"{path}: index has {header.ntotal} vectors, corpus {corpus_path} "
+                                 f"has {passages} passages")
 
 
 def ensure_index(
@@ -171,16 +183,19 @@ def _build_lock(folder: Path):
     return folder_lock(folder, "index build", wait=True)
 
 
-def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True) -> Retriever:
+def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True,
+                    use_gpu: bool | str = "auto") -> Retriever:
     """The retriever ``cfg`` asks for: HTTP when ``retrieval.url`` is set, else in-process
-    (``method`` overrides ``retrieval.method``), building the index first when ``build``."""
-    retriever = _build_retriever(cfg, method, build)
+    (``method`` overrides ``retrieval.method``), building the index first when ``build``.
+    ``use_gpu``: where a dense index is searched (``auto``: the GPUs when its shards fit)."""
+    retriever = _build_retriever(cfg, method, build, use_gpu)
     # The agent's observations hold the profile's top-k, as the demonstrations do.
     retriever.default_topk = cfg.retrieval.topk
     return retriever
 
 
-def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool) -> Retriever:
+def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool,
+                     use_gpu: bool | str) -> Retriever:
     rcfg = cfg.retrieval
     if rcfg.url:
         from .client import HTTPRetriever
@@ -194,7 +209,7 @@ def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool) -> R
 
         return DenseRetriever(folders["dense"], corpus_path, EncoderSpec.from_config(rcfg),
                               batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16,
-                              prebuilt=rcfg.prebuilt)
+                              prebuilt=rcfg.prebuilt, use_gpu=use_gpu)
     if method == "bm25":
         from .bm25 import BM25Retriever
 
