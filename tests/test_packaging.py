@@ -62,9 +62,11 @@ def test_trl_pinned_exactly_and_vllm_in_its_range():
     assert _exact(conda["vllm"]) in vllm_range
 
 
-def test_environment_yml_is_python_311_with_the_gpu_list_and_no_faiss_cpu():
+def test_environment_yml_is_python_311_with_the_gpu_list_and_faiss_cpu():
+    """The training environment: the GPU list's torch, and faiss-cpu (the GPU faiss is the
+    retrieval server's, requirements-retriever-gpu.txt: another CUDA major, issue #36)."""
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     deps = [d for d in env["dependencies"] if isinstance(d, str)]
     assert any(d.startswith("python=3.11") for d in deps)
     conda = _conda_pip_requirements()
-    assert _exact(conda["torch"]) and _exact(conda["faiss-gpu"]) and "faiss-cpu" not in conda
+    assert _exact(conda["torch"]) and _exact(conda["faiss-cpu"]) and "faiss-gpu" not in conda

@@ -2,6 +2,7 @@
 (:mod:`at2po_lib.gpu_env`; scripts/check_gpu_env.sh calls both).
 
     at2po gpu-env requirements > reqs.txt     # environment.yml's pip section, -r expanded
+    at2po gpu-env requirements --list retriever   # the retrieval server's own environment
     at2po gpu-env summarize report.json       # key versions of `pip install --dry-run --report`
 """
 
@@ -22,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
     req = sub.add_parser("requirements", help="environment.yml's pip section, -r expanded")
     req.add_argument("--root", type=Path, default=None, help="repository root (default: this one)")
+    req.add_argument("--list", choices=("training", "retriever"), default="training",
+                     help="training: environment.yml's pip section (default); retriever: "
+                          "requirements-retriever-gpu.txt, the retrieval server's process")
     summ = sub.add_parser("summarize", help="the key versions of a pip --report")
     summ.add_argument("report", type=Path)
     return parser
@@ -33,11 +37,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..gpu_env import environment_requirements, summarize_report
+    from ..gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
     from ..util.paths import repo_root
 
     if args.action == "requirements":
-        print("\n".join(environment_requirements(args.root or repo_root())))
+        root = args.root or repo_root()
+        reqs = (environment_requirements(root) if args.list == "training"
+                else gpu_pins(root, LISTS[args.list]))
+        print("\n".join(reqs))
         return 0
     if not args.report.is_file():
         raise UsageError(f"{args.report}: no such pip report")

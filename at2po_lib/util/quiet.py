@@ -11,20 +11,29 @@ affected.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 @contextmanager
 def hf_progress_bars_off() -> Iterator[None]:
-    """Disable transformers' and datasets' progress bars inside the ``with`` block only."""
-    from datasets.utils import logging as datasets_logging
+    """Disable transformers' and datasets' progress bars inside the ``with`` block only.
+
+    datasets' bars are touched only when datasets is already imported (TRL imports it): the
+    retrieval server's process loads encoders through here and has no datasets installed
+    (requirements-retriever-gpu.txt), so importing it here would fail there."""
     from transformers.utils import logging as transformers_logging
 
+    datasets_logging = None
+    if "datasets" in sys.modules:
+        from datasets.utils import logging as datasets_logging
+
     transformers_on = transformers_logging.is_progress_bar_enabled()
-    datasets_on = datasets_logging.is_progress_bar_enabled()
+    datasets_on = datasets_logging is not None and datasets_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
-    datasets_logging.disable_progress_bar()
+    if datasets_logging is not None:
+        datasets_logging.disable_progress_bar()
     try:
         yield
     finally:
