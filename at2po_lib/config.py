@@ -416,6 +416,13 @@ def known_profiles() -> list[str]:
     return sorted(p.stem for p in configs_dir().glob("*.yaml"))
 
 
+def profile_name(name: str) -> str:
+    """The profile's name: a file's name without ``.yaml``/``.yml``, or the name as given
+    (``paper-qwen3-1.7b-1gpu`` keeps its dots: not a suffix)."""
+    path = Path(name)
+    return path.stem if path.suffix in {".yaml", ".yml"} else path.name
+
+
 def _profile_path(name: str) -> Path:
     path = Path(name)
     if path.suffix in {".yaml", ".yml"} and path.is_file():
@@ -519,7 +526,7 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     cfg = ProfileConfig()
     for path, data in reversed(chain):
         _apply(cfg, data, str(path))
-    cfg.name = check_name(Path(name).stem, f"profile name (from {shown(name)})")
+    cfg.name = check_name(profile_name(name), f"profile name (from {shown(name)})")
     if overrides:
         _apply(cfg, overrides, "overrides")
     found = problems(cfg)  # every value's range and the values' consistency, before any work

@@ -156,3 +156,36 @@ def test_a_model_object_is_refused_on_the_vllm_backend(two_policies, monkeypatch
     with pytest.raises(TypeError, match="needs a vLLM engine.*name_or_path"):
         make_backend(model, tok, cfg.rollout, ("</search>",))
     assert vllm_standin.ENGINES == []
+
+
+@pytest.mark.slow
+def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypatch):
+    """A LoRA run's checkpoint holds adapters only: the engine loads the base with them merged
+    (written once to <checkpoint>/merged), whose outputs are the adapted model's."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from at2po_lib.planning import LORA_TARGETS
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.rollout.vllm_backend import build_engine
+
+    vllm_standin.install(monkeypatch)
+    base, tok = load_policy(two_policies["base"])
+    adapted = get_peft_model(base, LoraConfig(r=4, target_modules=list(LORA_TARGETS),
+                                              init_lora_weights=False))
+    checkpoint = two_policies["base"].parent / "lora-checkpoint"
+    adapted.save_pretrained(checkpoint)
+    tok.save_pretrained(checkpoint)
+    assert not (checkpoint / "config.json").exists()
+    cfg = _vllm_profile(two_policies["base"])
+    engine = build_engine(checkpoint, cfg)
+    assert engine.model_path == str(checkpoint / "merged")
+    ids = torch.tensor([tok.encode("the capital of")])
+    fresh, _ = load_policy(two_policies["base"])
+    reference = PeftModel.from_pretrained(fresh, str(checkpoint)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(engine.policy(ids).logits, reference(ids).logits,
+                                   rtol=1e-4, atol=1e-4)
+    stamp = (checkpoint / "merged" / "config.json").stat().st_mtime_ns
+    assert build_engine(checkpoint, cfg).model_path == str(checkpoint / "merged")
+    assert (checkpoint / "merged" / "config.json").stat().st_mtime_ns == stamp  # merged once

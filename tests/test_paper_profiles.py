@@ -90,6 +90,14 @@ def test_master_weights_are_fp32_unless_zero_keeps_them(dtype, deepspeed, expect
     assert master_weights_dtype(dtype, deepspeed) == expected
 
 
+def test_lora_loads_the_frozen_base_in_the_policy_dtype():
+    """peft keeps the adapters in fp32; the frozen base needs no fp32 master copy (the plan's
+    LoRA rows count it in bf16)."""
+    from at2po_lib.trainer.run import master_weights_dtype
+
+    assert master_weights_dtype("bfloat16", False, lora=True) == "bfloat16"
+
+
 def test_uses_deepspeed_reads_accelerates_flag(monkeypatch):
     from types import SimpleNamespace
 

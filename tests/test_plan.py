@@ -272,3 +272,52 @@ def test_every_accelerate_config_comment_agrees_with_the_plan(config, capsys):
         assert plan_cli.main([*argv, "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
         assert result["verdict"] == expected, f"{config}: {' '.join(argv)}"
+
+
+# ------------------------------------------------------------- the one-GPU profile
+P17B = 1_720_574_976
+
+
+def test_qwen3_1_7b_by_hand():
+    # per layer: q, o 2*2048*2048; k, v 2*2048*1024; MLP 3*2048*6144; norms 2*2048 + 2*128
+    layer = 8_388_608 + 4_194_304 + 37_748_736 + 4_096 + 256
+    assert layer == 50_336_000
+    assert KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"].parameters() == \
+        151_936 * 2_048 + 28 * layer + 2_048 == P17B
+
+
+def test_one_gpu_profile_fits_an_80_gib_card_by_hand():
+    cfg = load_profile("paper-qwen3-1.7b-1gpu")
+    assert cfg.name == "paper-qwen3-1.7b-1gpu" and cfg.policy.model == "Qwen/Qwen3-1.7B"
+    result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=80, zero_stage="none",
+                                retriever_on_gpu=False))
+    bsh = 2 * (2_000 + 6_192) * 2_048
+    by_hand = {
+        "CUDA context (+ NCCL)": GIB, "weights": 4 * P17B, "gradients": 4 * P17B,
+        "optimizer states": 8 * P17B, "bf16 autocast copy of the weights": 2 * P17B,
+        "activations (checkpointed)": 2 * 28 * bsh + (21 + 8 * 3) * bsh,
+        "vLLM weights (bf16)": 2 * P17B, "vLLM KV cache": 0.3 * 80 * GIB - 2 * P17B - 2 * GIB,
+        "vLLM overhead": 2 * GIB,
+    }
+    assert result["memory"] == pytest.approx(by_hand)
+    assert result["total_bytes"] / GIB == pytest.approx(57.0, abs=0.05)
+    assert result["verdict"] == "fits"
+    assert result["retrieval"]["CPU faiss keeps up"] is True  # 352 queries / 30 s < 31 q/s
+
+
+def test_one_gpu_profile_on_24_48_80_141_gib(capsys):
+    argv = ["--profile", "paper-qwen3-1.7b-1gpu", "--gpus", "1", "--retriever-on-cpu",
+            "--cards", "24,48,80,141", "--json"]
+    assert plan_cli.main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    verdicts = [(r["as configured"].split(" (")[0], r["LoRA r=16"].split(" (")[0]) for r in rows]
+    assert verdicts == [("does not fit", "fits"), ("tight", "fits"), ("fits", "fits"),
+                        ("fits", "fits")]
+
+
+def test_one_gpu_profile_resolves_a_run_on_one_process():
+    from at2po_lib.trainer.resolve import resolve_run
+
+    spec = resolve_run(load_profile("paper-qwen3-1.7b-1gpu"), "at2po", 0, world_size=1)
+    assert spec.geometry.updates_per_step == 4  # 16 prompts / 4 per update
+    assert spec.trainer["per_device_train_batch_size"] == 2 and spec.trainer["num_generations"] == 22

@@ -98,8 +98,9 @@ def engine_max_model_len(profile_cfg) -> int:
 
 
 def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kwargs: Any):
-    """The one engine that evaluates ``model_path`` (a checkpoint folder, or the hub name
-    when the hub weights are the policy being evaluated, as for the ReAct row): started once,
+    """The one engine that evaluates ``model_path`` (a checkpoint folder, a LoRA checkpoint
+    merged first by :func:`engine_weights`, or the hub name when the hub weights are the policy
+    being evaluated, as for the ReAct row): started once,
     with the profile's GPU share (``train.vllm_gpu_memory_utilization``: what the colocated
     engine takes during training) and context length, prefix caching on and log-probs after
     the temperature (as TRL's engine). ``engine_kwargs`` override these.
@@ -108,6 +109,7 @@ def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kw
     engine as ``at2po_eos_ids`` for the backends that sample from it."""
     from vllm import LLM  # heavy, GPU-only: imported when an engine is started
 
+    model_path = engine_weights(model_path)
     kwargs = {"gpu_memory_utilization": profile_cfg.train.vllm_gpu_memory_utilization,
               "max_model_len": engine_max_model_len(profile_cfg),
               "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
@@ -115,6 +117,33 @@ def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kw
     engine = LLM(model=str(model_path), **kwargs)
     engine.at2po_eos_ids = checkpoint_eos_ids(model_path)
     return engine
+
+
+MERGED_FOLDER = "merged"
+"""Where :func:`engine_weights` writes a LoRA checkpoint's merged model (inside it)."""
+
+
+def engine_weights(model_path: str | Path) -> str | Path:
+    """What vLLM loads for ``model_path``: the folder itself, or for a LoRA checkpoint (peft's
+    ``adapter_config.json``, no ``config.json``: what a LoRA run saves) the base with the
+    adapters merged in, written once to ``<checkpoint>/merged`` (vLLM loads whole models)."""
+    folder = Path(str(model_path)).expanduser()
+    if not (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return model_path
+    merged = folder / MERGED_FOLDER
+    if (merged / "config.json").is_file():
+        return merged
+    from peft import AutoPeftModelForCausalLM
+
+    from ..policy.tokenizer import load_tokenizer
+    from ..util.staging import staging_path, swap_in
+
+    model = AutoPeftModelForCausalLM.from_pretrained(str(folder)).merge_and_unload()
+    work = staging_path(merged)
+    model.save_pretrained(work)
+    load_tokenizer(folder).save_pretrained(work)
+    swap_in(work, merged)  # a killed merge leaves no folder that looks finished
+    return merged
 
 
 def checkpoint_eos_ids(model_path: str | Path) -> set[int]:

@@ -403,14 +403,16 @@ def uses_deepspeed(args) -> bool:
         os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in {"1", "true"}
 
 
-def master_weights_dtype(policy_dtype: str, deepspeed: bool) -> str:
+def master_weights_dtype(policy_dtype: str, deepspeed: bool, lora: bool = False) -> str:
     """The dtype the trained weights are loaded in. DeepSpeed (ZeRO, bf16 on) keeps fp32
     master weights in its optimizer, so the model may load in ``policy.dtype``; plain torch
     (``single_gpu.yaml``, ``python -m``) would update the bf16 weights themselves, where AdamW's
     step at lr 1e-6 (≈ lr·sign(g) per weight) is below half a bf16 ulp (2^-8 relative) of
     most weights and rounds to zero. So without DeepSpeed a half-precision ``policy.dtype``
-    loads as float32 (the master copy) and ``train.bf16`` autocasts the compute."""
-    if policy_dtype in {"bfloat16", "float16"} and not deepspeed:
+    loads as float32 (the master copy) and ``train.bf16`` autocasts the compute. With LoRA
+    the base is frozen and peft keeps the adapters in fp32 (its ``autocast_adapter_dtype``):
+    the base loads in ``policy.dtype`` (half the memory of an fp32 copy)."""
+    if policy_dtype in {"bfloat16", "float16"} and not deepspeed and not lora:
         return "float32"
     return policy_dtype
 
@@ -441,8 +443,8 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
     args = spec.training_args(run.checkpoints)
-    args.model_init_kwargs = {"dtype": torch_dtype(master_weights_dtype(cfg.policy.dtype,
-                                                                        uses_deepspeed(args)))}
+    args.model_init_kwargs = {"dtype": torch_dtype(master_weights_dtype(
+        cfg.policy.dtype, uses_deepspeed(args), lora=cfg.policy.lora_r > 0))}
     model = policy_path(cfg)
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
