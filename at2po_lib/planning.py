@@ -249,12 +249,13 @@ def zero3_gathered_bytes(params: int, hw: Hardware) -> float:
     return 2.0 * min(params, ZERO3_MAX_LIVE_PARAMETERS) if hw.zero_stage == "3" else 0.0
 
 
-def autocast_copy_bytes(params: int, hw: Hardware, lora: bool) -> float:
-    """``2P`` without DeepSpeed and without LoRA: the weights are fp32 master weights
-    (``run.master_weights_dtype``) and bf16 autocast casts each to bf16 for its matmul; the
-    copies are cached for the forward pass and saved for backward. 0 otherwise (DeepSpeed
-    keeps bf16 weights; LoRA's base is bf16 already)."""
-    return 2.0 * params if hw.zero_stage == "none" and not lora else 0.0
+def autocast_copy_bytes(params: int, hw: Hardware, lora: bool, autocast: bool = True) -> float:
+    """``2P`` without DeepSpeed and without LoRA under bf16 autocast (``train.bf16``): the
+    weights are fp32 master weights (``run.master_weights_dtype``) and autocast casts each to
+    bf16 for its matmul; the copies are cached for the forward pass and saved for backward.
+    0 otherwise (DeepSpeed keeps bf16 weights; LoRA's base is bf16 already; no autocast, no
+    copy)."""
+    return 2.0 * params if hw.zero_stage == "none" and not lora and autocast else 0.0
 
 
 def layer_activation_bytes(arch: Architecture, rows: int, seq: int) -> float:
@@ -326,7 +327,8 @@ def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, 
     memory.update(training_memory(params, hw, lora))
     memory["fp32 gradient partition (step)"] = fp32_gradient_partition_bytes(lora or params, hw)
     memory["ZeRO-3 gathered parameters"] = zero3_gathered_bytes(params, hw)
-    memory["bf16 autocast copy of the weights"] = autocast_copy_bytes(params, hw, bool(lora))
+    memory["bf16 autocast copy of the weights"] = autocast_copy_bytes(params, hw, bool(lora),
+                                                                      tr.bf16)
     memory["activations (checkpointed)"] = activation_memory(arch, tr.micro_batch_rows or 1, seq,
                                                              hw.fused_lm_head)
     memory["fused LM head fp32 weight gradient"] = lm_head_grad_bytes(arch, hw, bool(lora))

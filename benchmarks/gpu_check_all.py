@@ -1,5 +1,6 @@
-"""Every GPU-side check in one go (within 10 minutes on one GPU), then a table to paste into
-benchmarks/README.md.
+"""Every GPU-side check of the pinned GPU environment (requirements-gpu.txt: vLLM, DeepSpeed) in
+one go (within 10 minutes on one GPU), then a table to paste into benchmarks/README.md. On the
+machine that can be lent (no vLLM, DeepSpeed or faiss) use gpu_check_h200.sh instead.
 
     python benchmarks/gpu_check_all.py                 # all checks, ~8 min on one H200
     python benchmarks/gpu_check_all.py --only vllm,plan
@@ -9,10 +10,10 @@ Checks (each a subprocess with its own time limit, so one failure or hang costs 
 
 | name | what | limit |
 | --- | --- | ---: |
-| env | torch/vllm/faiss/deepspeed import, CUDA devices, ``faiss.get_num_gpus()`` | 60 s |
+| env | torch/vllm/faiss/deepspeed import (a failed import fails it), CUDA devices, ``faiss.get_num_gpus()`` | 60 s |
 | vllm | gpu_check_vllm.py: vLLM tokens/s, prefix-cache hit rate, log-prob gap to the trainer | 180 s |
 | hf-rollout | gpu_check_rollout.py: entropy-guided trees on the HF backend (tokens/s, log-prob gap) | 90 s |
-| zero2 / zero3 | gpu_check_train.py under ``accelerate launch`` with DeepSpeed ZeRO-2 / ZeRO-3: 2 at2po steps on a random ~0.45B Qwen3 | 120 s each |
+| zero2 / zero3 | gpu_check_train.py under ``accelerate launch`` with DeepSpeed ZeRO-2 / ZeRO-3: 2 at2po steps on a random Qwen3-0.6B (0.60B) | 120 s each |
 | plan | ``at2po plan --profile paper-qwen3-4b --gpus 8``: no GPU, for the record | 20 s |
 
 Each check's last stdout line is a JSON summary; the table lists them, ``FAILED (rc)`` or
@@ -48,6 +49,8 @@ try:
 except Exception:
     out["faiss_gpus"] = None
 print(json.dumps(out))
+# a failed import fails the check (its state is then FAILED, never "ok")
+raise SystemExit(1 if any(str(v).startswith("import failed") for v in out.values()) else 0)
 """
 
 

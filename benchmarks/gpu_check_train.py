@@ -1,17 +1,18 @@
-r"""GPU check of the trainer: a few AT2PO steps on CUDA in bf16 with a ~0.5B Qwen3.
+r"""GPU check of the trainer: a few AT2PO steps on CUDA in bf16 with a random Qwen3-0.6B.
 
 What it exercises: the whole ``at2po train`` path (TinyWorld + BM25, the agent with the HF
 rollout backend and its KV cache, entropy-guided trees, turn-wise credit, the ATPO loss,
-TRL's optimiser, checkpoint) on a *randomly initialised* Qwen3 of about 0.45B parameters
-(Qwen3-0.6B's shape: 28 layers, hidden 1024, 16 heads of 128, 8 KV heads, FFN 3072, with the
-tiny byte-level tokenizer, so nothing is downloaded). A random model answers nothing right, so
+TRL's optimiser, checkpoint) on a *randomly initialised* Qwen3 of Qwen3-0.6B's shape (28
+layers, hidden 1024, 16 heads of 128, 8 KV heads, FFN 3072, vocabulary 151,936: 0.60B
+parameters), with the tiny byte-level tokenizer padded to that vocabulary, so nothing is
+downloaded. A random model answers nothing right, so
 the run uses a reward with variance across leaves (the parity of the response length) to keep
 the gradient non-zero; the numbers measure cost, not learning.
 
 Prints: GPU model, parameters, per-step wall time (rollout / update split), peak GPU memory,
 tokens generated per second, and whether every step's loss was finite.
 
-    python benchmarks/gpu_check_train.py                      # CUDA, bf16, ~0.45B, 3 steps
+    python benchmarks/gpu_check_train.py                      # CUDA, bf16, 0.60B, 3 steps
     python benchmarks/gpu_check_train.py --device cpu --small # CPU smoke test (seconds)
 
 Budget on one H200 (estimate): model build ~10 s, world + index ~10 s, ~20-40 s per step
@@ -31,11 +32,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-QWEN3_06B_SHAPE = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8, intermediate_size=3072,
-                       max_position_embeddings=2048)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check_h200 import QWEN3_VOCAB, SHAPES, build_qwen3  # noqa: E402
+
+QWEN3_06B_SHAPE = SHAPES["0.6b"]  # Qwen3-0.6B's config.json: head_dim 128, vocabulary 151,936
 SMALL_SHAPE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
+                   num_key_value_heads=2, head_dim=16, intermediate_size=128)
 
 
 def parity_reward(response: str, golden) -> float:
@@ -43,21 +45,14 @@ def parity_reward(response: str, golden) -> float:
 
 
 def build_random_policy(profile_cfg, shape: dict, dtype: str, out: Path) -> Path:
-    """Tokenizer trained on the profile's TinyWorld text + a random Qwen3 of ``shape``."""
-    import dataclasses
+    """A random Qwen3 of ``shape`` (Qwen3's vocabulary for the real shapes, the tokenizer's
+    own for SMALL_SHAPE) saved to ``out`` (gpu_check_h200.build_qwen3)."""
+    from at2po_lib.policy.model import count_parameters
 
-    from at2po_lib.policy.model import build_policy, count_parameters, save_policy
-    from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.tinyworld.build import ensure_world
-    from at2po_lib.tinyworld.build import read_corpus
-
-    world = ensure_world(profile_cfg)
-    texts = list(read_corpus(world).values())
-    tokenizer = train_tokenizer(texts, vocab_size=profile_cfg.policy.vocab_size)
-    policy_cfg = dataclasses.replace(profile_cfg.policy, dtype=dtype, **shape)
-    model = build_policy(policy_cfg, tokenizer, seed=0)
+    vocab = QWEN3_VOCAB if shape is not SMALL_SHAPE else profile_cfg.policy.vocab_size
+    model, folder = build_qwen3(profile_cfg, shape, vocab, dtype, out)
     print(f"policy: {count_parameters(model) / 1e6:.1f}M parameters, {dtype}")
-    return save_policy(model, tokenizer, out)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:

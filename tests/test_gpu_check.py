@@ -1,0 +1,108 @@
+"""Issue #36, part 7: the GPU check sized for the machine that can be lent
+(benchmarks/gpu_check_h200.py and its wrapper). Its ``--dry-run`` runs here, on CPU with tiny
+shapes, through the same wrapper and the same sub-checks; a failed import is a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_check_h200 as check  # noqa: E402
+
+
+def _wrapper(out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_VENV": "none", "OUT": str(out)}
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run",
+                           *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.slow  # ~20 s: a tiny model trained one AT2PO step on CPU
+def test_the_dry_run_passes_every_sub_check_through_the_wrapper(tmp_path):
+    proc = _wrapper(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "checks.json").read_text())
+    assert summary["failed"] == []
+    states = {name: summary[name]["state"] for name in ("env", "model", "train", "plan", "vllm")}
+    assert states == {"env": "ok", "model": "ok", "train": "ok",
+                      "plan": "SKIPPED: no GPU memory measured (CPU)",
+                      "vllm": "SKIPPED: --dry-run (CPU)"}
+    model, train = summary["model"], summary["train"]
+    assert model["parameters"] == model["planned_parameters"] and model["vocab"] == 4096
+    assert train["steps"] == 1 and train["generated_tokens"] > 0 and train["losses_finite"]
+    assert summary["plan"]["predicted_gib"] > 0
+    table = (tmp_path / "table.md").read_text()
+    assert "| check | state | seconds | result |" in table and "| train | ok |" in table
+    assert "gpu_check: exit 0" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_failed_import_fails_the_check_and_its_exit_status(tmp_path):
+    proc = _wrapper(tmp_path, "--also-require", "surely_not_a_module_xyz")
+    assert proc.returncode == 1
+    summary = json.loads((tmp_path / "checks.json").read_text())
+    assert summary["env"]["state"] == "FAILED: cannot import surely_not_a_module_xyz"
+    assert summary["env"]["surely_not_a_module_xyz"] == "import failed: ModuleNotFoundError"
+    assert "env" in summary["failed"]
+    assert "| env | FAILED: cannot import surely_not_a_module_xyz |" in \
+        (tmp_path / "table.md").read_text()
+
+
+def test_env_reports_each_failed_import_and_never_ok():
+    result = check.run_check(check.Check("env"), lambda c: check.env_check(
+        c, True, ("json", "surely_not_a_module_xyz", "also_not_a_module_abc")))
+    assert result.state == ("FAILED: cannot import surely_not_a_module_xyz, "
+                            "also_not_a_module_abc") and result.failed
+
+
+def test_an_exception_inside_a_sub_check_is_a_failure_naming_it():
+    def boom(c):
+        c.result["partial"] = 1
+        raise RuntimeError("CUDA out of memory\nmore")
+
+    result = check.run_check(check.Check("train"), boom)
+    assert result.state == "FAILED: RuntimeError: CUDA out of memory" and result.failed
+
+
+def test_the_padded_tokenizer_has_qwen3s_vocabulary(tmp_path):
+    from at2po_lib.policy.tokenizer import train_tokenizer
+
+    train_tokenizer(["the capital of avaria is belmont <search> x </search>"] * 20,
+                    vocab_size=300).save_pretrained(tmp_path)
+    tokenizer = check.padded_tokenizer(tmp_path, check.QWEN3_VOCAB)
+    assert len(tokenizer) == 151_936
+    assert tokenizer.decode([151_935]) == "x151935" and tokenizer.decode([5_000]) == "x5000"
+    assert max(tokenizer.encode("the capital of avaria")) < 300  # the trained merges are kept
+    assert tokenizer.convert_tokens_to_ids("</search>") < 300  # the tags keep their ids
+    assert tokenizer.eos_token_id < 300 and tokenizer.pad_token_id < 300
+
+
+def test_the_real_shapes_are_qwen3s():
+    from at2po_lib.planning import KNOWN_ARCHITECTURES
+
+    shape = check.SHAPES["1.7b"]
+    arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"]
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"],
+            shape["num_key_value_heads"], shape["head_dim"], shape["intermediate_size"]) == (
+        arch.hidden_size, arch.num_layers, arch.num_heads, arch.num_kv_heads, arch.head_dim,
+        arch.intermediate_size)
+    assert check.SHAPES["0.6b"]["head_dim"] == 128 and check.QWEN3_VOCAB == arch.vocab_size
+
+
+def test_the_carried_wheels_are_listed_exactly():
+    """Every carried wheel is pinned; trl's and transformers' pins are the GPU list's."""
+    from at2po_lib.gpu_env import gpu_pins
+
+    lines = [line.split("#")[0].strip() for line in
+             (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()]
+    pins = dict(line.split("==") for line in lines if line)
+    assert all(pins.values()) and {"trl", "datasets", "bm25s", "pyarrow"} <= set(pins)
+    gpu = dict(p.split("==") for p in gpu_pins(ROOT))
+    assert pins["trl"] == gpu["trl"] and pins["transformers"] == gpu["transformers"]
