@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU, tiny shapes, one step: what the test suite runs")
     parser.add_argument("--size", choices=("0.6b", "1.7b"), default="0.6b")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default 3; 1 dry)")
-    parser.add_argument("--out", type=Path, default=None, help="folder for table.md and checks.json")
+    parser.add_argument("--out", type=Path, default=None, help="folder for table.txt and checks.json")
     parser.add_argument("--profile", default="smoke", help="world, retriever and tree shape")
     parser.add_argument("--also-require", action="append", default=[], metavar="MODULE",
                         help="one more module env must import (the tests check that a failed "
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks}}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "table.md").write_text(table + "\n")
+        (args.out / "table.txt").write_text(table + "\n")
         (args.out / "checks.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(json.dumps(summary, default=str))
     return 1 if summary["failed"] else 0

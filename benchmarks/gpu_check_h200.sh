@@ -6,7 +6,7 @@
 # into a virtual environment that also sees the machine's packages (its torch), resolved with no
 # index; if they cannot be resolved together there, each is installed without its dependencies
 # and the check's env step names whatever is still missing. Results: $OUT (the device
-# machine's output folder) or benchmarks/gpu_check_out/: table.md and checks.json.
+# machine's output folder) or benchmarks/gpu_check_out/: table.txt and checks.json.
 # AT2PO_CHECK_VENV=none runs with $PYTHON as it is (no environment made, nothing installed).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

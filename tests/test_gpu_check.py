@@ -38,7 +38,7 @@ def test_the_dry_run_passes_every_sub_check_through_the_wrapper(tmp_path):
     assert model["parameters"] == model["planned_parameters"] and model["vocab"] == 4096
     assert train["steps"] == 1 and train["generated_tokens"] > 0 and train["losses_finite"]
     assert summary["plan"]["predicted_gib"] > 0
-    table = (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.txt").read_text()
     assert "| check | state | seconds | result |" in table and "| train | ok |" in table
     assert "gpu_check: exit 0" in proc.stdout
 
@@ -52,7 +52,7 @@ def test_a_failed_import_fails_the_check_and_its_exit_status(tmp_path):
     assert summary["env"]["surely_not_a_module_xyz"] == "import failed: ModuleNotFoundError"
     assert "env" in summary["failed"]
     assert "| env | FAILED: cannot import surely_not_a_module_xyz |" in \
-        (tmp_path / "table.md").read_text()
+        (tmp_path / "table.txt").read_text()
 
 
 def test_env_reports_each_failed_import_and_never_ok():

@@ -119,7 +119,7 @@ def _documented_commands() -> list[list[str]]:
         for line in text.splitlines():
             line = line.split("#", 1)[0].strip().rstrip("&").strip()
             words = shlex.split(line) if line else []
-            if words[:1] == ["at2po"]:
+            if words[:1] == ["at2po"] or (words and words[0].endswith("/bin/at2po")):
                 commands.append(words[1:])
             elif "at2po_lib.cli" in words:
                 commands.append(words[words.index("at2po_lib.cli") + 1:])
@@ -134,6 +134,55 @@ def test_every_documented_at2po_command_parses():
     for words in commands:
         module = importlib.import_module(f"at2po_lib.cli.{COMMANDS[words[0]][0]}")
         module.build_parser().parse_args(words[1:])  # SystemExit on an unknown option
+
+
+TAGS = ("tested: ", "GPU", "network")
+
+
+def _tagged_lines() -> list[tuple[str, str]]:
+    """(command, tag) of every line of the doc's bash blocks (continuations joined)."""
+    out = []
+    for block in DOC.split("```bash")[1:]:
+        text = block.split("```", 1)[0].replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.strip():
+                command, _, comment = line.partition("#")
+                out.append((command.strip().rstrip("&").strip(), comment.strip()))
+    return out
+
+
+def test_every_documented_command_is_tagged_and_exercised(capsys):
+    """docs/paper_scale.md: each command says whether a test runs it (which), or that it needs
+    a GPU or the downloads; a named test exists and runs that command; the commands this file
+    is named for (plan, gpu-env) run here, as written."""
+    from at2po_lib.cli import gpu_env, plan
+
+    runners = {"plan": plan.main, "gpu-env": gpu_env.main}
+    lines = _tagged_lines()
+    assert len(lines) >= 25
+    for command, tag in lines:
+        assert tag.startswith(TAGS), f"docs/paper_scale.md: {command!r} has no tag ({TAGS})"
+        if not tag.startswith("tested: "):
+            continue
+        test = ROOT / tag.removeprefix("tested: ").split()[0]
+        assert test.is_file(), f"{command!r}: {test} does not exist"
+        words = shlex.split(command)
+        if test.name == Path(__file__).name:
+            assert words[0] == "at2po" and words[1] in runners, command
+            assert runners[words[1]](words[2:]) == 0, command
+            continue
+        # the named test runs this command: its subcommand or script, with its options
+        key = words[1] if words[0] == "at2po" else (
+            "train" if "at2po_lib.cli" in words else Path(words[-2 if words[-1].startswith("-")
+                                                              else -1]).name)
+        source = test.read_text()
+        assert key in source, f"{test} does not run {key!r} ({command!r})"
+        for option in (w for w in words if w.startswith("--") and w != "--out"):
+            assert option in source or option in ("--method", "--port"), \
+                f"{test} does not pass {option} ({command!r})"
+    out = capsys.readouterr().out
+    assert "| 24 | does not fit (40.2 GiB) | fits (14.8 GiB) |" in out  # the doc's table
+    assert "faiss-gpu==1.15.1" in out and "torch==2.10.0" in out  # the retriever's own list
 
 
 def test_documented_plan_runs(capsys):
