@@ -26,3 +26,25 @@ def isolated_outputs(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
     return tmp_path
+
+
+# A 20-passage wiki-18 corpus and its dense index (the offline MiniLM encoder, 32 tokens), shared
+# by the index tests (building one takes ~20 s on 2 cores: once per module).
+WIKI18_SAMPLE = FIXTURES / "wiki18_sample.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus20(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "wiki20.jsonl"
+    path.write_text("".join(WIKI18_SAMPLE.read_text().splitlines(keepends=True)[:20]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory, corpus20) -> Path:
+    from at2po_lib.retrieval.dense import build_dense_index
+    from at2po_lib.retrieval.encoders import EncoderSpec
+
+    folder = tmp_path_factory.mktemp("dense") / "index"
+    build_dense_index(corpus20, folder, EncoderSpec(max_length=32), shard_size=10, progress=False)
+    return folder

@@ -19,22 +19,10 @@ from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_in
 from at2po_lib.retrieval.encoders import EncoderSpec
 from at2po_lib.util.staging import staging_path
 
-FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 SPEC = EncoderSpec(max_length=32)
 
 
-@pytest.fixture(scope="module")
-def corpus20(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "wiki20.jsonl"
-    path.write_text("".join(FIXTURE.read_text().splitlines(keepends=True)[:20]))
-    return path
-
-
-@pytest.fixture(scope="module")
-def dense_dir(tmp_path_factory, corpus20) -> Path:
-    folder = tmp_path_factory.mktemp("dense") / "index"
-    build_dense_index(corpus20, folder, SPEC, shard_size=10, progress=False)
-    return folder
+# corpus20 and dense_dir (the 20-passage corpus and its dense index): tests/conftest.py
 
 
 @pytest.fixture(scope="module")

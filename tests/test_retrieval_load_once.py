@@ -16,29 +16,15 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.retrieval import dense
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
-from at2po_lib.retrieval.dense import (FAISS_GPU_SCRATCH_BYTES, DenseIndex, build_dense_index,
-                                       faiss_header, place_flat_index)
-from at2po_lib.retrieval.encoders import EncoderSpec
+from at2po_lib.retrieval.dense import (FAISS_GPU_SCRATCH_BYTES, DenseIndex, faiss_header,
+                                       place_flat_index)
 from at2po_lib.retrieval.indexes import build_retriever, ensure_index
 
-FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
-SPEC = EncoderSpec(max_length=32)
 GIB = 2 ** 30
 WIKI18 = 21_015_324
 
 
-@pytest.fixture(scope="module")
-def corpus20(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "wiki20.jsonl"
-    path.write_text("".join(FIXTURE.read_text().splitlines(keepends=True)[:20]))
-    return path
-
-
-@pytest.fixture(scope="module")
-def dense_dir(tmp_path_factory, corpus20) -> Path:
-    folder = tmp_path_factory.mktemp("dense") / "index"
-    build_dense_index(corpus20, folder, SPEC, shard_size=10, progress=False)
-    return folder
+# corpus20 and dense_dir (the 20-passage corpus and its dense index): tests/conftest.py
 
 
 @pytest.fixture()
@@ -55,6 +41,14 @@ def counting_reader(monkeypatch):
     return calls
 
 
+def _downloaded(dense_dir: Path, tmp_path: Path) -> Path:
+    """A folder holding only the index's faiss file, as Search-R1's download does."""
+    download = tmp_path / "download"
+    download.mkdir()
+    shutil.copy(dense_dir / "index.faiss", download / "e5_Flat.index")
+    return download
+
+
 def _prebuilt_profile(corpus: Path, folder: Path):
     return load_profile("smoke", {"retrieval": {
         "method": "dense", "corpus": str(corpus), "index_dir": str(folder), "prebuilt": True,
@@ -64,9 +58,7 @@ def _prebuilt_profile(corpus: Path, folder: Path):
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
 def test_a_prebuilt_index_is_read_once_memory_mapped(dense_dir, corpus20, tmp_path,
                                                      counting_reader, isolated_outputs):
-    download = tmp_path / "download"
-    download.mkdir()
-    shutil.copy(dense_dir / "index.faiss", download / "e5_Flat.index")
+    download = _downloaded(dense_dir, tmp_path)
     cfg = _prebuilt_profile(corpus20, download)
     ensure_index(cfg, ("dense",), progress=False)  # `at2po index --prebuilt`: counts only
     assert counting_reader == []
@@ -80,9 +72,7 @@ def test_a_prebuilt_index_is_read_once_memory_mapped(dense_dir, corpus20, tmp_pa
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
 def test_the_prebuilt_check_compares_counts_from_the_header(dense_dir, corpus20, tmp_path,
                                                             counting_reader, isolated_outputs):
-    download = tmp_path / "download"
-    download.mkdir()
-    shutil.copy(dense_dir / "index.faiss", download / "e5_Flat.index")
+    download = _downloaded(dense_dir, tmp_path)
     short = tmp_path / "short.jsonl"
     short.write_text("".join(corpus20.read_text().splitlines(keepends=True)[:12]))
     with pytest.raises(IndexMismatchError, match="20 vectors.*12 passages"):
