@@ -25,7 +25,7 @@ def test_every_subcommand_has_a_module_with_a_parser_and_main():
 
     assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
                                  "train", "study", "report", "run-notebooks",
-                                 "expansion-stats", "credit-accuracy", "regime-pilot", "plan",
+                                 "expansion-stats", "credit-accuracy", "dissect", "regime-pilot", "plan",
                                  "rehearsal", "gpu-env"}
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(f"at2po_lib.cli.{module_name}")
