@@ -8,23 +8,29 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 
 - A difference "method A − method B" is **paired over questions** (both answered the same test
   questions) and **unpaired over seeds** (seed ``s`` of A and seed ``s`` of B are different
-  training runs that share nothing but a number). So one bootstrap replicate draws, with
-  replacement, A's seeds, B's seeds and the questions, and computes
+  training runs that share nothing but a number). Its interval is a **crossed t interval**
+  (issue #35): seeds and questions are both random draws, so with r_s = Σ_q w_q y_{s,q} the
+  run score of seed s, d_q = ȳ_{A,q} − ȳ_{B,q} the seed-averaged paired question difference
+  and MS_e the residual mean square of a method's (seed × question) table,
 
-  .. math::  \hat\Delta^* = \bar{y}_A(S_A^*, Q^*) - \bar{y}_B(S_B^*, Q^*)
+  .. math::  \widehat{\mathrm{Var}}(\hat\Delta) = \frac{s^2_{r_A}}{n_A} + \frac{s^2_{r_B}}{n_B}
+             + \Big(\sum_q w_q^2\Big)\Big[\tfrac{1}{Q-1}\sum_q (d_q - \bar d)^2
+             - \tfrac{MS_{e,A}}{n_A} - \tfrac{MS_{e,B}}{n_B}\Big]_+
 
-  where :math:`\bar y(S, Q)` is the mean score over the drawn seeds and questions. A method
-  evaluated once (the warm start: greedy decoding is deterministic) has one "seed" and
-  contributes question-level variation only. The resampling itself is
-  :func:`scipy.stats.bootstrap` with the three index vectors as independent samples
-  (``paired=False``), i.e. a crossed (seeds × questions) bootstrap, percentile intervals
-  (BCa's jackknife over 3–5 seeds is unstable, so percentile is the default).
+  (the seed terms already carry the seed × question noise that also sits in var(d_q), so it
+  is taken out once), and :math:`\hat\Delta \pm t_{0.975,\nu}\sqrt{\widehat{\mathrm{Var}}}`
+  with Welch–Satterthwaite degrees of freedom ν over the three terms (n_A − 1, n_B − 1,
+  Q − 1). At 3 seeds a side ν is ~4, so t ≈ 2.8, where a percentile bootstrap over 3 seeds
+  behaves like z = 1.96 and is too narrow; a simulation test checks 95% coverage at 3, 5 and
+  21 seeds (``tests/test_stats.py``). A method evaluated once (the warm start: greedy
+  decoding is deterministic) has no seed term: its one run is fixed.
 - Group averages come in the paper's form, **sample-weighted** (micro average over every
   question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and
   **unweighted** (mean of the dataset means), side by side.
 - **Probability of improvement** (Agarwal et al., 2021, "Deep RL at the edge of the statistical
   precipice"): P(a random run of A scores higher than a random run of B) on the group score,
-  ties counted half, with a bootstrap CI over both methods' seeds.
+  ties counted half, with a percentile bootstrap CI over both methods' seeds (a rough
+  guide at few seeds; the claims rest on the t intervals).
 
 Everything is vectorised: a replicate is a gather on a (seed, question) score matrix.
 """
@@ -126,20 +132,6 @@ def _counts(idx: np.ndarray, size: int) -> np.ndarray:
     return counts.reshape(*idx.shape[:-1], size).astype(float)               # (..., size)
 
 
-def _weighted_mean(scores: np.ndarray, seed_idx: np.ndarray, q_idx: np.ndarray,
-                   weights: np.ndarray) -> np.ndarray:
-    """Mean score over drawn seeds and weighted drawn questions, for a batch of replicates.
-
-    scores (S, Q); seed_idx (..., s); q_idx (..., q) → (...). Draws become counts, so a
-    replicate is two matrix products instead of a (..., s, q) gather. Weights are renormalised
-    over the drawn questions, so a replicate that misses a dataset stays a proper mean.
-    """
-    seed_counts = _counts(seed_idx, scores.shape[0])                         # (..., S)
-    per_question = seed_counts @ scores / seed_counts.sum(-1, keepdims=True)  # (..., Q)
-    q_weight = _counts(q_idx, scores.shape[1]) * weights                     # (..., Q)
-    return (per_question * q_weight).sum(-1) / q_weight.sum(-1)
-
-
 def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_resamples: int,
                        seed: int, method: str = "percentile") -> tuple[float, float]:
     """CI of ``statistic(*index_vectors)`` when each index vector is drawn with replacement
@@ -169,29 +161,80 @@ def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_res
     return float(low), float(high)
 
 
+@dataclass(frozen=True)
+class _Side:
+    """One method's (seeds × questions) scores reduced to what the crossed t interval needs."""
+
+    mean: float          # Σ_q w_q ȳ_q
+    seed_term: float     # s²(r_s) / n  (0 with one seed)
+    residual: float      # MS_e / n    (0 with one seed)
+    n: int
+
+
+def _side(scores: np.ndarray, w: np.ndarray) -> _Side:
+    """scores (n, Q), weights (Q,) summing to 1."""
+    n, q = scores.shape
+    runs = scores @ w                                                        # (n,)
+    if n < 2:
+        return _Side(float(runs.mean()), 0.0, 0.0, n)
+    resid = scores - scores.mean(1, keepdims=True) - scores.mean(0, keepdims=True) + scores.mean()
+    mse = float((resid ** 2).sum() / ((n - 1) * max(q - 1, 1)))
+    return _Side(float(runs.mean()), float(runs.var(ddof=1) / n), mse / n, n)
+
+
+def crossed_t_interval(estimate: float, sides: Sequence[_Side], question_term: float,
+                       n_questions: int, confidence: float) -> tuple[float, float]:
+    """estimate ± t_ν · sqrt(Σ seed terms + question term), ν by Welch–Satterthwaite over the
+    seed terms (n − 1 each) and the question term (Q − 1); see the module docstring."""
+    from scipy import stats as scipy_stats
+
+    parts = [(s.seed_term, s.n - 1) for s in sides if s.n > 1]
+    parts.append((max(question_term, 0.0), max(n_questions - 1, 1)))
+    variance = sum(v for v, _ in parts)
+    if variance <= 0:
+        return estimate, estimate
+    dof = variance ** 2 / sum(v ** 2 / d for v, d in parts if v > 0)
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, dof) * np.sqrt(variance))
+    return estimate - half, estimate + half
+
+
+def _question_term(diff_q: np.ndarray, w: np.ndarray, sides: Sequence[_Side]) -> float:
+    """(Σ w²)[var_q(d) − Σ MS_e / n]: the question-sampling variance of a weighted mean of
+    paired question differences, less the seed × question noise the seed terms carry."""
+    centred = diff_q - diff_q @ w
+    var_q = float((centred ** 2).sum() / max(len(diff_q) - 1, 1))
+    return float((w ** 2).sum()) * (var_q - sum(s.residual for s in sides))
+
+
 def difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
                   datasets: Sequence[str] | None = None, metric: str = "em",
                   weighting: str = "sample", confidence: float = 0.95,
                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
-    """Bootstrap CI of mean(A) − mean(B) over the questions both answered (see module doc).
+    """Crossed t interval of mean(A) − mean(B) over the questions both answered (module doc).
 
     Args:
         outcomes: long frame with columns ``method, seed, dataset, question_id, <metric>``.
         datasets: restrict to these datasets (a group); None: every shared question.
         weighting: 'sample' (micro average, the paper's Avg) or 'dataset' (unweighted).
+        n_resamples, seed: unused (the interval is analytic); kept for callers.
     """
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
     a = score_matrix(outcomes, method_a, questions, metric)          # (Sa, Q)
     b = score_matrix(outcomes, method_b, questions, metric)          # (Sb, Q)
     w = _weights(questions, weighting)                               # (Q,)
-
-    def statistic(ia, ib, iq):
-        return _weighted_mean(a, ia, iq, w) - _weighted_mean(b, ib, iq, w)
-
-    sizes = (a.shape[0], b.shape[0], len(questions))
-    estimate = float(statistic(*(np.arange(n) for n in sizes)))
-    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
+    estimate, low, high = paired_difference_interval(a, b, w, confidence)
     return Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence)
+
+
+def paired_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
+                               confidence: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high) of Σ_q w_q (ȳ_A,q − ȳ_B,q) for score tables a (n_A, Q) and
+    b (n_B, Q) over the same questions: the crossed t interval of the module docstring."""
+    sides = (_side(a, w), _side(b, w))
+    estimate = sides[0].mean - sides[1].mean
+    term = _question_term(a.mean(0) - b.mean(0), w, sides)
+    low, high = crossed_t_interval(estimate, sides, term, a.shape[1], confidence)
+    return estimate, low, high
 
 
 def gain_contrast_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
@@ -215,16 +258,21 @@ def gain_contrast_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
                       score_matrix(outcomes, method_b, questions, metric),
                       _weights(questions, weighting)))
     (a1, b1, w1), (a2, b2, w2) = parts
-    # score_matrix refuses a seed that missed a question, so a1/a2 and b1/b2 share their seeds
-
-    def statistic(ia, ib, iq1, iq2):
-        gain_1 = _weighted_mean(a1, ia, iq1, w1) - _weighted_mean(b1, ib, iq1, w1)
-        gain_2 = _weighted_mean(a2, ia, iq2, w2) - _weighted_mean(b2, ib, iq2, w2)
-        return gain_1 - gain_2
-
+    # score_matrix refuses a seed that missed a question, so a1/a2 and b1/b2 share their seeds.
+    # A run's contrast (group-1 score − group-2 score) is one number per seed: the seed terms
+    # come from those; each group's questions add their own question term.
+    sides = []
+    for m1, m2 in ((a1, a2), (b1, b2)):
+        contrast = m1 @ w1 - m2 @ w2                                       # (n,)
+        one, two = _side(m1, w1), _side(m2, w2)
+        seed_term = float(contrast.var(ddof=1) / len(contrast)) if len(contrast) > 1 else 0.0
+        sides.append((_Side(float(contrast.mean()), seed_term, 0.0, len(contrast)), one, two))
+    (ca, a_1, a_2), (cb, b_1, b_2) = sides
+    term = (_question_term(a1.mean(0) - b1.mean(0), w1, (a_1, b_1))
+            + _question_term(a2.mean(0) - b2.mean(0), w2, (a_2, b_2)))
+    estimate = ca.mean - cb.mean
     sizes = (a1.shape[0], b1.shape[0], a1.shape[1], a2.shape[1])
-    estimate = float(statistic(*(np.arange(n) for n in sizes)))
-    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
+    low, high = crossed_t_interval(estimate, (ca, cb), term, sizes[2] + sizes[3], confidence)
     return Interval(estimate, low, high, sizes[0], sizes[1], sizes[2] + sizes[3], confidence)
 
 
@@ -295,18 +343,15 @@ def comparison_table(outcomes: pd.DataFrame, baselines: Sequence[str],
 def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None = None,
             metric: str = "em", weighting: str = "sample", confidence: float = 0.95,
             n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
-    """A method's own mean score with a (seeds × questions) bootstrap CI."""
+    """A method's own mean score with the crossed t interval (module doc; the question term
+    of one method's seed-averaged scores)."""
     questions = _question_keys(outcomes, [method], datasets)
     scores = score_matrix(outcomes, method, questions, metric)       # (S, Q)
     w = _weights(questions, weighting)
-
-    def statistic(i_s, i_q):
-        return _weighted_mean(scores, i_s, i_q, w)
-
-    sizes = (scores.shape[0], len(questions))
-    estimate = float(statistic(*(np.arange(n) for n in sizes)))
-    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
-    return Interval(estimate, low, high, scores.shape[0], 0, len(questions), confidence)
+    side = _side(scores, w)
+    term = _question_term(scores.mean(0), w, (side,))
+    low, high = crossed_t_interval(side.mean, (side,), term, len(questions), confidence)
+    return Interval(side.mean, low, high, scores.shape[0], 0, len(questions), confidence)
 
 
 def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
