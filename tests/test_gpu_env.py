@@ -152,7 +152,12 @@ def test_check_gpu_env_resolves_against_the_registry(tmp_path):
                 for i in json.loads(report.read_text())["install"]}
     for name, req in _by_name(gpu_pins(ROOT)).items():
         assert versions[name] in req.specifier, f"{name} resolved to {versions[name]}"
-    assert "faiss-cpu" not in versions
+    # training processes carry the CPU faiss (the toy's in-process index), never the CUDA 12
+    # faiss-gpu; the retrieval server's own list carries faiss-gpu and no CPU copy beside it
+    assert "faiss-gpu" not in versions and "faiss-cpu" in versions
+    retriever = {requirement_name(i["metadata"]["name"])
+                 for i in json.loads(report.with_suffix(".retriever.json").read_text())["install"]}
+    assert "faiss-gpu" in retriever and "faiss-cpu" not in retriever
     assert "resolvable in" in proc.stdout
 
 

@@ -4,6 +4,7 @@ README's generated blocks. Run folders are written here by hand, in the trainer'
 from __future__ import annotations
 
 import json
+import shutil
 
 import matplotlib
 
@@ -13,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from at2po_lib.reporting import readme, records, report, table1, table2  # noqa: E402
+from at2po_lib.reporting import labels, readme, records, report, table1, table2  # noqa: E402
 
 DATASETS = ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
 N_QUESTIONS = 12
@@ -110,8 +111,15 @@ def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):
 def test_table2_without_runs_shows_published_only(results):
     tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
     assert list(display["published avg"]) == ["45.42", "47.75", "48.33", "48.81"]
-    assert display.loc[4, "toy avg [95% CI]"] != "–"   # at2po exists
+    # step 4 is the AT2PO preset with the profile's expansion settings (steps 1-3 take them
+    # from the profile): at2po_exact on smoke/tiny, so the authors' at2po runs do not fill it
+    assert labels.profile_at2po("smoke") == "at2po_exact"
+    assert display.loc[4, "toy avg [95% CI]"] == "–"
     assert display.loc[1, "toy avg [95% CI]"] == "–"
+    write_run(results, "at2po_exact", 0, np.ones((len(DATASETS), N_QUESTIONS)))
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    assert display.loc[4, "toy avg [95% CI]"] != "–"
+    assert tidy.loc[tidy["step"] == 4, "method"].item() == "at2po_exact"
 
 
 @pytest.mark.slow
@@ -159,16 +167,21 @@ def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
 
 
 def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
+    """The default cell is the AT2PO preset whose expansion settings the grid's cells share
+    (at2po_exact on smoke/tiny): the fixture's at2po runs are copied under that name."""
     from at2po_lib.reporting import table3
 
     rng = np.random.default_rng(3)
+    at2po = results / "runs" / "smoke" / "at2po"
+    shutil.copytree(at2po, at2po.with_name("at2po_exact"))
+    shutil.rmtree(at2po)
     write_run(results, "credit_child_mean_diff_parent", 0,
               (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float))
     outcomes = records.load_outcomes("smoke")
     tidy, display = table3.table3("smoke", outcomes, n_resamples=100)
-    assert set(tidy["method"]) == {"at2po", "credit_child_mean_diff_parent"}
+    assert set(tidy["method"]) == {"at2po_exact", "credit_child_mean_diff_parent"}
     assert display.loc["entropy_softmax", "node_value"].startswith(
-        f"{100 * tidy.set_index('method').loc['at2po', 'em']:.1f}")
+        f"{100 * tidy.set_index('method').loc['at2po_exact', 'em']:.1f}")
     other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
-    assert other["delta_against"] == "at2po" and "Δ" in display.loc["child_mean", "diff_parent"]
+    assert other["delta_against"] == "at2po_exact" and "Δ" in display.loc["child_mean", "diff_parent"]
     assert display.loc["child_mean", "diff_parent"].endswith("(1 seed)")

@@ -223,6 +223,18 @@ TABLE3_METHODS = tuple(m.name for m in _TABLE3)
 """Table 3's credit grid, value mode-major."""
 VARIANT_METHODS = tuple(m.name for m in _VARIANTS)
 """The variants (module docstring): reported beside Table 1's rows under their own names."""
+TABLE1_REPORTED = (*TABLE1_METHODS, *VARIANT_METHODS)
+"""Table 1's rows as the reports show them: the paper's, then the variants."""
+
+
+def matching_at2po(rollout: Any) -> str:
+    """The AT2PO preset whose fixed expansion settings are ``rollout``'s (a profile's
+    ``rollout`` section): Table 2's step 3 and Table 3's cells take those settings from the
+    profile, so their step 4 / AT2PO cell is this preset (``at2po_exact`` on ``tiny``)."""
+    for name in ("at2po", "at2po_exact"):
+        if all(getattr(rollout, key) == value for key, value in METHODS[name].rollout.items()):
+            return name
+    return "at2po"
 
 
 def get_method(name: str) -> Method:

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 METHOD_LABELS = {"react": "ReAct", "grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO",
-                 "tree_grpo": "Tree-GRPO", "aepo": "AEPO", "at2po": "AT2PO"}
+                 "tree_grpo": "Tree-GRPO", "aepo": "AEPO", "at2po": "AT2PO",
+                 "at2po_exact": "AT2PO (exact entropy, α = 0.001)",
+                 "grpo_tree_budget": "GRPO (AT2PO's budget: M + L·K chains)"}
 """Project method names → the paper's row labels."""
 
 DATASET_LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue",
@@ -89,6 +91,16 @@ def method_label(method: str) -> str:
         return (f"Table 3 {preset.overrides['credit_value']} / "
                 f"{preset.overrides['credit_advantage']}")
     return method
+
+
+def profile_at2po(profile: str) -> str:
+    """The runs that stand for AT2PO in Table 2 (step 4) and Table 3 (the default cell) of
+    ``profile``: the AT2PO preset with the expansion settings those tables' presets take from
+    the profile (:func:`at2po_lib.method.presets.matching_at2po`)."""
+    from ..config import load_profile
+    from ..method.presets import matching_at2po
+
+    return matching_at2po(load_profile(profile).rollout)
 
 
 def rows_with_outcomes(outcomes: pd.DataFrame, method: str) -> bool:

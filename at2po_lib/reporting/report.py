@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import stats
+from ..analysis.dissection import clip_levels
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +50,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     import matplotlib.pyplot as plt
 
     from ..config import load_profile
-    from ..method.presets import TABLE1_METHODS, TABLE2_METHODS
+    from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
     from . import figure3, figure4, table1, table2, table3
     from ..util.provenance import write_meta
     from ..util.writing import write_if_changed
@@ -77,7 +78,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,
                                   n_resamples=n_resamples)
     if len(display):
-        meta = meta_for(TABLE1_METHODS, table1.table1)
+        meta = meta_for(TABLE1_REPORTED, table1.table1)
         report.paths["table1"] = write_table(tidy, display, "table1", profile, meta,
                                              "Table 1: EM x 100 [95% CI] per dataset and group")
         short = summary_display(display)
@@ -93,14 +94,14 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
         if len(display):
             report.paths[name] = write_table(
                 tidy, display, name, profile,
-                meta_for(TABLE1_METHODS, table1.table1_differences),
+                meta_for(TABLE1_REPORTED, table1.table1_differences),
                 f"Differences in {what} x 100 [95% CI] and probability of improvement")
             report.tables[name] = display
     tidy, display = table1.table1_seeds(profile, outcomes)
     per_seed = tidy
     if len(display):
         report.paths["table1_seeds"] = write_table(
-            tidy, display, "table1_seeds", profile, meta_for(TABLE1_METHODS, table1.table1_seeds),
+            tidy, display, "table1_seeds", profile, meta_for(TABLE1_REPORTED, table1.table1_seeds),
             "Table 1's runs one by one: multi-hop EM x 100 per seed, its spread, and the seeds "
             "a difference to GRPO would need for a seed-level half-width of 2 points")
         report.tables["table1_seeds"] = display
@@ -130,7 +131,7 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                 "useful vs useless turns [95% CI over prompts], and the difference to GRPO's")
             report.tables["credit_accuracy_summary"] = summary
     metrics, evals = load_training_records(profile)
-    rl = [m for m in TABLE1_METHODS if m != "react"]
+    rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
     # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
@@ -154,7 +155,9 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     if len(outcomes):
         from . import claims
 
-        tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples)
+        clips = clip_levels(Path(p) for p in finished["path"])
+        tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
+                                            clips=clips)
         report.paths["claims"] = write_table(
             tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
                                                        claims.claims_table),

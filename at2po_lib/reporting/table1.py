@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from .. import stats
-from ..method.presets import TABLE1_METHODS
+from ..method.presets import TABLE1_REPORTED
 from ..paper_reference import published_table1
 from .labels import (column_label, groups_of, method_label, ordered_datasets,
                      published_backbone, rows_with_outcomes)
@@ -111,7 +111,7 @@ def _published(method: str, backbone: str, column: str, value: float) -> dict:
 
 
 def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
-           model: str | None = None, methods: Sequence[str] = TABLE1_METHODS,
+           model: str | None = None, methods: Sequence[str] = TABLE1_REPORTED,
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: our cells with CIs and the published cells of the matching
     backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
@@ -147,7 +147,7 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
 
 def table1_differences(profile: str, outcomes: pd.DataFrame,
                        baselines: Sequence[str] = ("grpo", "react"),
-                       methods: Sequence[str] = TABLE1_METHODS,
+                       methods: Sequence[str] = TABLE1_REPORTED,
                        n_resamples: int = stats.DEFAULT_RESAMPLES, metric: str = "em"
                        ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method minus each baseline (per dataset, per group, both weightings) with CIs and
@@ -189,7 +189,7 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
     return tidy, display
 
 
-def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = TABLE1_METHODS,
+def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = TABLE1_REPORTED,
                  baseline: str = "grpo", target_half_width: float = 0.02,
                  confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     r"""Each run's multi-hop average (greedy EM and the sampled metric), and how far the seeds

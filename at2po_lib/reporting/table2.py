@@ -1,7 +1,8 @@
 r"""Table 2: the progressive ablation, step by step, beside the paper's multi-hop averages.
 
 Steps (docs/method.md §10): (1) GRPO with a random tree, (2) + the ATPO turn-level loss,
-(3) + entropy-guided expansion, (4) + turn-wise credit (= AT2PO). Each row gives the
+(3) + entropy-guided expansion, (4) + turn-wise credit (= AT2PO, read from the AT2PO preset
+with the expansion settings steps 1-3 take from the profile: ``at2po_exact`` on ``tiny``). Each row gives the
 multi-hop average (sample-weighted, 95% CI) and the change from the previous step, paired over
 questions and unpaired over seeds (:func:`at2po_lib.stats.difference_ci`); the published
 average and published change sit beside it (Qwen3-4B; the paper gives no per-dataset cells).
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from .. import stats
 from ..method.presets import TABLE2_METHODS
 from ..paper_reference import published_table2
-from .labels import cell, groups_of, rows_with_outcomes, signed_cell
+from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,8 +31,10 @@ def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     published = published_table2().set_index("method")
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     rows, previous = [], None
-    for number, method in enumerate(TABLE2_METHODS, start=1):
-        pub = published.loc[method] if method in published.index else None
+    for number, step in enumerate(TABLE2_METHODS, start=1):
+        # step 4 is AT2PO with the expansion settings of steps 1-3 (at2po_exact on tiny)
+        method = profile_at2po(profile) if step == "at2po" else step
+        pub = published.loc[step] if step in published.index else None
         row = {"profile": profile, "step": number, "method": method,
                "configuration": pub["configuration"] if pub is not None else method,
                "published_avg": float(pub["multihop_avg"]) / 100 if pub is not None else None}

@@ -24,7 +24,7 @@ from .. import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import credit_method
 from ..util.paths import results_dir
-from .labels import cell, groups_of, rows_with_outcomes, signed_cell
+from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,14 +42,15 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     import pandas as pd
 
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
+    at2po = profile_at2po(profile)  # the AT2PO with the cells' expansion settings
     default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
-        "at2po" if rows_with_outcomes(outcomes, "at2po") else None)
+        at2po if rows_with_outcomes(outcomes, at2po) else None)
     rows = []
     for value in VALUE_MODES:
         for advantage in ADVANTAGE_MODES:
             method = credit_method(value, advantage)
             if method == DEFAULT and not rows_with_outcomes(outcomes, method):
-                method = "at2po"  # the default cell *is* AT2PO: the study reuses its runs
+                method = at2po  # the default cell *is* AT2PO: the study reuses its runs
             if not members or not rows_with_outcomes(outcomes, method):
                 continue
             own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
