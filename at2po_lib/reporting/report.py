@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from .. import stats
 from ..analysis.dissection import clip_levels
+from .budget import budget_display, budget_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,6 +135,15 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
+    if len(metrics):
+        spent = budget_table(metrics, finished, cfg.train.prompts_per_step, rl)
+        if len(spent):
+            report.paths["table1_budget"] = write_table(
+                spent, budget_display(spent), "table1_budget", profile,
+                meta_for(spent["method"], budget_table),
+                "What each Table 1 row spends per step: trajectories, generated and trained "
+                "policy tokens (means over steps, then seeds)")
+            report.tables["table1_budget"] = budget_display(spent)
     # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
     change = start_end_table(metrics, ["entropy", "reward"],
                              baseline="grpo" if "method" in metrics and
