@@ -58,6 +58,7 @@ def test_runs_read_back(tmp_path):
     assert set(sets["stage"]) == {"first", "last"}
     first = sets[(sets["stage"] == "first") & (sets["estimate"] == "nll")].iloc[0]
     assert first["range"] == pytest.approx(0.4)
+    assert set(fits["method"]) == {"at2po"}  # one fit per method and stage
     clips = clip_levels([run]).iloc[0]
     assert (clips["token_level"], clips["turn_level"]) == (pytest.approx(0.15), pytest.approx(0.4))
     # a run without the both-level records is left out, not read as zeros
@@ -77,5 +78,6 @@ def test_dissect_runs_cli_on_a_committed_run(tmp_path, monkeypatch):
     assert main(["dissect", "runs", "--profile", "tiny", "--methods", "at2po"]) == 0
     fits = pd.read_csv(tmp_path / "tiny" / "dissection" / "credit_spread.csv")
     assert set(fits["estimate"]) == {"nll", "exact"} and set(fits["stage"]) == {"first", "last"}
+    assert set(fits["method"]) == {"at2po"}
     assert ((fits["c"] > 0.2) & (fits["c"] <= 0.5 + 1e-9)).all()
     assert (tmp_path / "tiny" / "dissection" / "clip_levels.csv.meta.json").is_file()

@@ -98,7 +98,7 @@ def run_tree_files(run_roots: Iterable[Path]) -> list[tuple[Path, int, Path]]:
 
 def credit_from_runs(run_roots: Iterable[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sibling set of the runs' saved trees (with ``method``, ``seed``, ``step``), and
-    the fitted rule per (step kind, estimate): ``first`` = the first rollout step (the warm
+    the fitted rule per (method, step kind, estimate): ``first`` = the first rollout step (the warm
     start's policy), ``last`` = the last."""
     parts = []
     for root, step, path in run_tree_files(run_roots):
@@ -110,8 +110,10 @@ def credit_from_runs(run_roots: Iterable[Path]) -> tuple[pd.DataFrame, pd.DataFr
     sets = pd.concat(parts, ignore_index=True)
     first = sets.groupby(["method", "seed"])["step"].transform("min")
     sets["stage"] = np.where(sets["step"] == first, "first", "last")
-    fits = [fit_spread_rule(group).assign(stage=stage)
-            for stage, group in sets.groupby("stage", sort=True)]
+    # per method: a chain method's only sibling sets are its chains' first turns, whose weights
+    # say nothing of AT2PO's; the rule itself (c) is the softmax's and should agree across them
+    fits = [fit_spread_rule(group).assign(method=method, stage=stage)
+            for (method, stage), group in sets.groupby(["method", "stage"], sort=True)]
     return sets, pd.concat(fits, ignore_index=True)
 
 
