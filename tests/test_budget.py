@@ -60,3 +60,9 @@ def test_a_tree_run_without_saved_trees_leaves_generated_tokens_empty(tmp_path):
     assert table["trained_tokens"].item() == pytest.approx(80)
     assert np.isnan(table["generated_tokens"].item())
     assert budget_display(table).loc["Tree-GRPO", "generated tokens / step"] == "–"
+
+
+def test_records_without_rollout_counts_give_an_empty_table(tmp_path):
+    metrics = pd.DataFrame([{"method": "grpo", "seed": 0, "step": 1, "loss": 0.1}])
+    finished = pd.DataFrame({"method": ["grpo"], "seed": [0], "path": [tmp_path]})
+    assert budget_table(metrics, finished, 4, ["grpo"]).empty

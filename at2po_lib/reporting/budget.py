@@ -73,6 +73,8 @@ def budget_table(metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step
     import pandas as pd
 
     rows = []
+    if not {TRAJECTORIES, TOKENS_PER_TRAJECTORY} <= set(metrics.columns):
+        methods = ()  # records without the rollout's counts: nothing to read
     for method in methods:
         runs = finished[finished["method"] == method]
         per_run = []

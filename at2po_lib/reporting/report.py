@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 
 from .. import stats
 from ..analysis.dissection import clip_levels
+from ..util.paths import results_dir
 from .budget import budget_display, budget_table
+from .dissection_summary import dissection_summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,6 +180,16 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
         write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
                                   "table": "claims_summary", "files": [summary_path.name]})
         report.paths["claims_summary"] = {"md": summary_path}
+        parts, shown = dissection_summary(profile, tidy)
+        if len(parts):
+            report.paths["dissection_summary"] = write_table(
+                parts, shown, "dissection_summary", profile,
+                {**meta_for(outcomes["method"].unique(), dissection_summary),
+                 "dissection_records": sorted(
+                     f.name for f in results_dir(profile, "dissection").glob("*.csv"))},
+                "What each part of AT2PO does on the toy: the dissection's records and the "
+                "claims that put the parts together")
+            report.tables["dissection_summary"] = shown
     if figures:
         dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
         fig, _ = figure3.figure3(metrics, evals, dataset, rl)

@@ -1,0 +1,137 @@
+r"""What each part of AT2PO does on the toy, one row per mechanism, read from the dissection's
+records (``results/<profile>/dissection/``, written by ``at2po dissect``) and the study's
+claims (``claims.csv``).
+
+Rows, in the order a training step meets them:
+
+- **expansion**: how often re-sampling the turns a score picks flips the outcome, against
+  picking uniformly (:mod:`at2po_lib.analysis.expansion_oracle`); per policy and tree shape,
+  for the authors' score (mean sampled-token NLL − α·b), and for the perfect picker (the
+  ceiling any score could reach on that shape); intervals over prompts;
+- **credit**: how far AT2PO's softmax weights sit from the plain child mean, mean
+  |w − 1/n| over sibling sets, at the first and the last rollout step
+  (:func:`at2po_lib.analysis.dissection.credit_from_runs`), with the fitted c of
+  |w − 1/n| ≈ c·Δ/n (Δ: the siblings' entropy range); the interval of c is over trees;
+  beside it, Table 3's claim that entropy weights beat the child mean;
+- **loss**: the claim rows on the turn-level ratio: the share of model tokens it clips against a
+  token-level ratio on the same AT2PO updates, and Table 2's step 2;
+- **whole**: the claim rows that put the parts together (the tree against as many chains, AT2PO
+  against GRPO, the authors' settings against the exact-entropy variant).
+
+Claim rows are copied from ``claims.csv`` (:mod:`.claims`) with their seeds and reading.
+
+Each row names the records it rests on. Nothing here is typed in: a missing record leaves its
+row out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..util.paths import results_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training"}
+ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
+ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
+                 "oracle": "the perfect picker"}
+"""The scores shown (every score's row is in the oracle's own summary files)."""
+CREDIT_CLAIMS = ("entropy_weights_over_child_mean",)
+LOSS_CLAIMS = ("turn_ratio_clips_less", "ablation_step2")
+WHOLE_CLAIMS = ("at2po_over_grpo_budget", "at2po_over_grpo", "authors_over_exact_variant")
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    import pandas as pd
+
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def _row(part: str, question: str, measured: str, basis: str, estimate: float,
+         low: float, high: float) -> dict:
+    return {"part": part, "question": question, "measured": measured, "basis": basis,
+            "estimate": estimate, "ci_low": low, "ci_high": high}
+
+
+def expansion_rows(folder: Path) -> list[dict]:
+    """One row per (policy, shape) oracle summary and score of :data:`ORACLE_SCORES`."""
+    rows = []
+    for policy, policy_label in ORACLE_POLICIES.items():
+        for shape, shape_label in ORACLE_SHAPES.items():
+            summary = _read(folder / f"expansion_oracle_{policy}_{shape}_summary.csv")
+            if summary is None:
+                continue
+            summary = summary.set_index("score")
+            for score, score_label in ORACLE_SCORES.items():
+                if score not in summary.index:
+                    continue
+                s = summary.loc[score]
+                rows.append(_row(
+                    "expansion", f"{score_label}: flips per re-sample vs uniform picks, "
+                    f"{policy_label}, {shape_label}",
+                    f"{s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
+                    f"{s['flips_vs_uniform_hi']:.2f}]",
+                    f"{int(s['prompts'])} prompts, {int(s['candidates'])} candidates, "
+                    f"{int(s['resamples'])} re-samples each, K = {int(s['k'])}",
+                    s["flips_vs_uniform"], s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"]))
+    return rows
+
+
+def credit_rows(folder: Path, method: str = "at2po", estimate: str = "nll") -> list[dict]:
+    """AT2PO's weights' distance from the child mean at the first and last rollout step."""
+    fits = _read(folder / "credit_spread.csv")
+    if fits is None or "method" not in fits:
+        return []
+    fits = fits[(fits["method"] == method) & (fits["estimate"] == estimate)]
+    rows = []
+    for fit in fits.itertuples():
+        rows.append(_row(
+            "credit", f"mean |w − 1/n| of AT2PO's softmax weights, {fit.stage} rollout step "
+            f"(sampled-token NLL; siblings' range {fit.mean_range:.3f} nats)",
+            f"{fit.mean_dev:.3f} (c = {fit.c:.2f} [{fit.c_lo:.2f}, {fit.c_hi:.2f}])",
+            f"{fit.sibling_sets} sibling sets in {fit.trees} trees", fit.mean_dev,
+            np.nan, np.nan))
+    return rows
+
+
+def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) -> list[dict]:
+    """The claim rows ``keys`` of ``claims.csv`` under ``part``, as the claims table reads them
+    (estimate and interval already in the claim's unit)."""
+    if claims is None:
+        return []
+    rows = []
+    for key in keys:
+        found = claims[claims["key"] == key]
+        if not len(found) or not np.isfinite(found.iloc[0]["estimate"]):
+            continue
+        c = found.iloc[0]
+        unit = "EM points" if c["unit"] == "EM points" else c["unit"]
+        rows.append(_row(part, c["claim"],
+                         f"{c['estimate']:+.1f} [{c['ci_low']:+.1f}, {c['ci_high']:+.1f}] "
+                         f"{unit} ({c['reading']})",
+                         f"seeds {c['seeds']}" + (f", {int(c['n_questions'])} questions"
+                                                  if np.isfinite(c["n_questions"]) else ""),
+                         c["estimate"], c["ci_low"], c["ci_high"]))
+    return rows
+
+
+def dissection_summary(profile: str, claims: pd.DataFrame | None = None
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)``: the rows of the module docstring that have records."""
+    import pandas as pd
+
+    folder = results_dir(profile, "dissection")
+    tidy = pd.DataFrame(expansion_rows(folder) + credit_rows(folder)
+                        + claim_rows(claims, "credit", CREDIT_CLAIMS)
+                        + claim_rows(claims, "loss", LOSS_CLAIMS)
+                        + claim_rows(claims, "whole", WHOLE_CLAIMS),
+                        columns=["part", "question", "measured", "basis", "estimate", "ci_low",
+                                 "ci_high"])
+    tidy.insert(0, "profile", profile)
+    display = tidy[["part", "question", "measured", "basis"]].set_index("part")
+    return tidy, display

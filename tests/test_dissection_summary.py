@@ -1,0 +1,57 @@
+"""The dissection's summary rows (at2po_lib/reporting/dissection_summary.py) from hand-made records."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from at2po_lib.reporting.dissection_summary import dissection_summary
+
+ORACLE = """score,k,prompts,candidates,resamples,trees_with_spearman,spearman,spearman_lo,spearman_hi,flips_vs_uniform,flips_vs_uniform_lo,flips_vs_uniform_hi
+authors_score,4,10,70,8,9,0.1,0.0,0.2,0.97,0.90,1.04
+uniform,4,10,70,8,9,0.0,-0.1,0.1,1.0,0.95,1.05
+oracle,4,10,70,8,,,,,1.25,1.10,1.40
+"""
+SPREAD = """estimate,c,c_lo,c_hi,sibling_sets,trees,mean_dev,mean_range,method,stage
+nll,0.47,0.46,0.48,130,32,0.0328,0.1641,at2po,first
+exact,0.49,0.48,0.50,130,32,0.0091,0.0369,at2po,first
+nll,0.30,0.29,0.31,16,16,0.0112,0.2614,grpo_tree_budget,first
+"""
+
+
+def test_rows_come_from_the_records_and_the_claims(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    folder = tmp_path / "tiny" / "dissection"
+    folder.mkdir(parents=True)
+    (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
+    (folder / "credit_spread.csv").write_text(SPREAD)
+    claims = pd.DataFrame([
+        {"key": "turn_ratio_clips_less", "claim": "turn clips fewer", "estimate": 4.8,
+         "ci_low": 4.6, "ci_high": 5.0, "unit": "%", "seeds": "2", "n_questions": float("nan"),
+         "reading": "opposite"},
+        {"key": "at2po_over_grpo", "claim": "AT2PO beats GRPO", "estimate": -0.9, "ci_low": -2.7,
+         "ci_high": 0.9, "unit": "EM points", "seeds": "12 vs 21", "n_questions": 725.0,
+         "reading": "cannot tell"},
+        {"key": "at2po_over_grpo_budget", "claim": "tree vs chains", "estimate": float("nan"),
+         "ci_low": float("nan"), "ci_high": float("nan"), "unit": "EM points", "seeds": "",
+         "n_questions": 725.0, "reading": "no runs"}])
+    tidy, display = dissection_summary("tiny", claims)
+    assert list(tidy["part"]) == ["expansion", "expansion", "credit", "loss", "whole"]
+    authors, oracle = tidy.iloc[0], tidy.iloc[1]
+    assert "authors' score" in authors["question"] and "the warm start" in authors["question"]
+    assert (authors["estimate"], authors["ci_low"], authors["ci_high"]) == (0.97, 0.90, 1.04)
+    assert display.iloc[1]["measured"] == "1.25× [1.10, 1.40]"
+    # credit: AT2PO's sampled-NLL fit only (not the exact estimate, not another method's)
+    credit = tidy[tidy["part"] == "credit"].iloc[0]
+    assert credit["estimate"] == pytest.approx(0.0328) and "first" in credit["question"]
+    assert display.iloc[2]["basis"] == "130 sibling sets in 32 trees"
+    assert display.iloc[3]["measured"] == "+4.8 [+4.6, +5.0] % (opposite)"
+    assert display.iloc[4]["basis"] == "seeds 12 vs 21, 725 questions"
+    # a claim without runs (nan) is left out, not shown as nan
+    assert "tree vs chains" not in set(tidy["question"])
+
+
+def test_no_records_no_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    tidy, display = dissection_summary("tiny", None)
+    assert tidy.empty and display.empty
