@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from at2po_lib.reporting.dissection_summary import dissection_summary
+from at2po_lib.reporting.dissection_summary import dissection_summary, why_sentences
 
 ORACLE = """score,k,prompts,candidates,resamples,trees_with_spearman,spearman,spearman_lo,spearman_hi,flips_vs_uniform,flips_vs_uniform_lo,flips_vs_uniform_hi
 authors_score,4,10,70,8,9,0.1,0.0,0.2,0.97,0.90,1.04
@@ -55,3 +55,31 @@ def test_no_records_no_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     tidy, display = dissection_summary("tiny", None)
     assert tidy.empty and display.empty
+
+
+def test_why_sentences_read_each_number_from_the_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    folder = tmp_path / "tiny" / "dissection"
+    folder.mkdir(parents=True)
+    (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
+    (folder / "credit_spread.csv").write_text(SPREAD.replace(
+        "nll,0.30,0.29,0.31,16,16,0.0112,0.2614,grpo_tree_budget,first",
+        "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last"))
+    claims = pd.DataFrame([
+        {"key": "at2po_over_grpo", "claim": "AT2PO beats GRPO", "published": "+2.8",
+         "estimate": -0.9, "ci_low": -2.7, "ci_high": 0.9, "unit": "EM points",
+         "seeds": "12 vs 21", "n_questions": 725.0, "reading": "cannot tell", "note": ""},
+        {"key": "turn_ratio_clips_less", "claim": "turn clips fewer", "published": "far fewer",
+         "estimate": 4.8, "ci_low": 4.6, "ci_high": 5.0, "unit": "%", "seeds": "2",
+         "n_questions": float("nan"), "reading": "opposite",
+         "note": "turn 6.9% vs token 2.1% of model tokens"}])
+    parts, _ = dissection_summary("tiny", claims)
+    result, expansion, credit, clip = why_sentences(claims, parts)
+    assert "-0.9 [-2.7, +0.9]" in result and "seeds 12 vs 21" in result
+    assert "+2.8 lies above the interval" in result     # 0.9 < 2.8
+    assert "0.97× [0.90, 1.04]" in expansion and "1.25× [1.10, 1.40]" in expansion
+    assert "no better than a uniform pick" in expansion  # the interval holds 1
+    assert "0.033 from the child mean" in credit and "0.020 at the last" in credit
+    assert "turn 6.9% vs token 2.1%" in clip and "opposite" in clip
+    # without records, no sentence
+    assert why_sentences(None, parts.iloc[0:0]) == []
