@@ -185,3 +185,21 @@ def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
     other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
     assert other["delta_against"] == "at2po_exact" and "Δ" in display.loc["child_mean", "diff_parent"]
     assert display.loc["child_mean", "diff_parent"].endswith("(1 seed)")
+
+
+def test_figure3_draws_the_headline_pair_apart_from_the_rest():
+    """GRPO and AT2PO bold in fixed colours, the other methods thin: six lines stay readable."""
+    from matplotlib.colors import to_rgba
+
+    from at2po_lib.reporting import figure3
+
+    rows = [{"method": m, "seed": s, "step": t, "entropy": 0.1 + 0.001 * t}
+            for m in ("grpo", "dapo", "at2po") for s in (0, 1) for t in range(1, 5)]
+    fig, axes = figure3.figure3(pd.DataFrame(rows), pd.DataFrame(), "tiny_hotpotqa",
+                                ["grpo", "dapo", "at2po"], smooth=1)
+    lines = {line.get_label(): line for line in axes[0].get_lines()
+             if not line.get_label().startswith("_")}
+    assert to_rgba(lines["GRPO"].get_color()) == to_rgba("black")
+    assert to_rgba(lines["AT2PO"].get_color()) == to_rgba("tab:red")
+    assert lines["GRPO"].get_linewidth() >= 2 * lines["DAPO"].get_linewidth()
+    fig.clf()

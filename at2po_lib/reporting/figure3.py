@@ -3,8 +3,8 @@ EM over steps (right), mean over seeds with a 95% band.
 
 The paper (docs/method.md §10) reads its Figure 3 as "token-level GRPO's entropy collapses
 early while AT2PO's stays stable" and "AT2PO's validation EM rises highest". The band here is
-the t-interval of the mean over seeds (none with one seed), so a reader can see whether the
-toy's curves separate at all.
+the t-interval of the mean over seeds (none under three seeds), so a reader can see whether the
+toy's curves separate at all; GRPO and AT2PO, the pair the claim is about, are drawn bold.
 """
 
 from __future__ import annotations
@@ -32,13 +32,28 @@ def seed_band(per_seed: pd.DataFrame, confidence: float = 0.95):
     return mean, mean - half, mean + half
 
 
-def _plot_band(ax, frame: pd.DataFrame, x: str, y: str, label: str, smooth: int = 1) -> None:
+FOCUS_STYLES = {"grpo": {"color": "black", "lw": 2.2},
+                "at2po": {"color": "tab:red", "lw": 2.2},
+                "at2po_exact": {"color": "tab:red", "lw": 1.4, "ls": "--"}}
+"""The headline pair drawn bold (the claim is about GRPO against AT2PO), the exact-entropy
+variant dashed in AT2PO's colour; every other method thin, in the default cycle."""
+OTHER_STYLE = {"lw": 1.0, "alpha": 0.75}
+OTHER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+                 "tab:olive", "tab:cyan", "tab:gray")
+"""The other methods' colours, in order: none is black or red (the headline pair's)."""
+MIN_BAND_SEEDS = 3
+"""Fewer seeds draw no band: with 2, t has one degree of freedom (12.7) and the band would
+swamp the panel; the line alone is drawn."""
+
+
+def _plot_band(ax, frame: pd.DataFrame, x: str, y: str, label: str, smooth: int = 1,
+               style: dict | None = None) -> None:
     per_seed = frame.pivot_table(index=x, columns="seed", values=y)
     if smooth > 1:  # a trailing mean per seed, before the band: noisy per-step metrics
         per_seed = per_seed.rolling(smooth, min_periods=1).mean()
     mean, low, high = seed_band(per_seed)
-    (line,) = ax.plot(mean.index, mean.values, label=label)
-    if per_seed.shape[1] > 1:
+    (line,) = ax.plot(mean.index, mean.values, label=label, **(style or {}))
+    if per_seed.shape[1] >= MIN_BAND_SEEDS:
         # a faint fill with its edges drawn: several methods' bands stay tellable apart
         ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.08,
                         linewidth=0)
@@ -59,15 +74,17 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
                     transform=ax.transAxes)
         return fig, axes
     methods = list(methods or dict.fromkeys(metrics["method"]))
+    others = iter(OTHER_COLOURS * (1 + len(methods) // len(OTHER_COLOURS)))
     for method in methods:
         label = method_label(method)
+        style = FOCUS_STYLES.get(method) or {**OTHER_STYLE, "color": next(others)}
         rows = metrics[metrics["method"] == method]
         if len(rows) and "entropy" in rows:
-            _plot_band(axes[0], rows, "step", "entropy", label, smooth)
+            _plot_band(axes[0], rows, "step", "entropy", label, smooth, style)
         if len(evals):
             val = evals[(evals["method"] == method) & (evals["dataset"] == dataset)]
             if len(val):
-                _plot_band(axes[1], val, "step", "em", label)
+                _plot_band(axes[1], val, "step", "em", label, style=style)
     seeds = metrics.groupby("method")["seed"].nunique()
     axes[0].set_title("Policy entropy over training (entropy of the next-token distribution, "
                       "policy tokens)" + (f", {smooth}-step mean" if smooth > 1 else ""),
@@ -79,8 +96,9 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
     for ax in axes:
         ax.grid(alpha=0.3)
     count = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
-    what = (f"mean of {count} seeds, band: 95% CI (dotted edges)" if seeds.max() > 1
-            else "one seed, no band")
+    what = (f"mean of {count} seeds, band: 95% CI (dotted edges; none under "
+            f"{MIN_BAND_SEEDS} seeds)" if seeds.max() >= MIN_BAND_SEEDS else
+            f"mean of {count} seeds, no band (under {MIN_BAND_SEEDS} seeds)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9,
                title=what, title_fontsize=9, frameon=False)
