@@ -187,3 +187,84 @@ def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(dense_dir, corpus
     # Without the flag the download is not the index: a fresh one is built under dense/.
     implicit = ensure_index(_profile(corpus20, download), ("dense",), progress=False)
     assert implicit["dense"] == download / "dense" and (download / "dense" / "meta.json").is_file()
+
+
+# ------------------------------------------------ the destination an index build may replace
+def _user_folder(root: Path) -> Path:
+    folder = root / "mine"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "thesis.txt").write_text("two years of work\n")
+    (folder / "sub" / "notes.md").write_text("notes\n")
+    return folder
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["bm25", "dense"])
+def test_a_build_never_replaces_a_users_folder(kind, corpus20, tmp_path):
+    folder = _user_folder(tmp_path)
+    before = _tree(folder)
+    with pytest.raises(RetrievalError, match=r"mine: holds files no index build wrote \(sub, thesis.txt\)"):
+        if kind == "bm25":
+            build_bm25_index(corpus20, folder, progress=False)
+        else:
+            build_dense_index(corpus20, folder, EncoderSpec("no-encoder-needed"), progress=False)
+    assert _tree(folder) == before                        # every file kept, byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]   # no staging left beside it
+
+
+def test_a_build_into_the_corpus_folder_is_refused(corpus20, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    corpus = folder / "corpus.jsonl"
+    shutil.copy(corpus20, corpus)
+    with pytest.raises(RetrievalError, match="corpus.jsonl"):
+        build_bm25_index(corpus, folder, progress=False)
+    assert corpus.read_bytes() == Path(corpus20).read_bytes()
+
+
+def test_a_link_or_a_file_as_destination_is_refused_before_the_build(corpus20, tmp_path):
+    target = tmp_path / "real"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(RetrievalError, match="a symbolic link"):
+        build_bm25_index(corpus20, link, progress=False)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    file = tmp_path / "file.txt"
+    file.write_text("keep me\n")
+    with pytest.raises(RetrievalError, match="a file, not a folder"):
+        build_bm25_index(corpus20, file, progress=False)
+    assert file.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "link", "real"]
+
+
+def test_an_index_is_marked_and_rebuilt_in_place(bm25_dir, corpus20, tmp_path):
+    from at2po_lib.retrieval.metadata import INDEX_MARKER
+
+    index = _copy(bm25_dir, tmp_path)
+    assert (index / INDEX_MARKER).is_file()
+    build_bm25_index(corpus20, index, progress=False)    # its own index: replaced
+    assert (index / INDEX_MARKER).is_file() and (index / "meta.json").is_file()
+    # an index from before the marker (meta.json and its files only) is recognised too
+    (index / INDEX_MARKER).unlink()
+    build_bm25_index(corpus20, index, progress=False)
+    assert (index / INDEX_MARKER).is_file()
+    # ...but not once a stranger's file sits in it
+    (index / INDEX_MARKER).unlink()
+    (index / "thesis.txt").write_text("x\n")
+    with pytest.raises(RetrievalError, match="thesis.txt"):
+        build_bm25_index(corpus20, index, progress=False)
+
+
+def test_the_index_command_refuses_a_users_folder_in_one_line(corpus20, tmp_path, capsys):
+    from at2po_lib.cli import main
+
+    folder = _user_folder(tmp_path)
+    before = _tree(folder)
+    assert main(["index", "--corpus", str(corpus20), "--out", str(folder), "--bm25"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "holds files no index build wrote" in err and str(folder) in err
+    assert _tree(folder) == before

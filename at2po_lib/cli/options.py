@@ -92,14 +92,16 @@ def quiet_openmp() -> None:
 
 
 def run_guarded(prog: str, body: Callable[[], int]) -> int:
-    """Run a subcommand; bad input (a profile, key, value, method, list or a damaged run
-    record) is one line on stderr naming it, and exit status 2."""
+    """Run a subcommand; bad input (a profile, key, value, method, list, a damaged run record,
+    a corpus or index the retrieval stage refuses) is one line on stderr naming it, and exit
+    status 2."""
     from ..config import ProfileError
     from ..reporting.records import RecordError
+    from ..retrieval.base import RetrievalError
 
     try:
         return int(body() or 0)
-    except (ProfileError, UsageError, RecordError) as exc:
+    except (ProfileError, UsageError, RecordError, RetrievalError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk, a missing or damaged file: errno and path, one line

@@ -28,7 +28,8 @@ import numpy as np
 from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
                    check_search_args, hits_from_rows)
 from .corpus import Corpus
-from .metadata import check_corpus, file_sizes, read_metadata, write_metadata
+from .metadata import (check_corpus, check_index_destination, file_sizes, read_metadata,
+                       write_metadata)
 
 STOPWORDS = "en"
 
@@ -63,6 +64,7 @@ def build_bm25_index(
     from ..util.staging import discard, recover, staging_path, swap_in
 
     index_dir = Path(index_dir)
+    check_index_destination(index_dir)  # before any work: the swap replaces the whole folder
     recover(index_dir, lambda folder: (folder / "meta.json").is_file())
     work = staging_path(index_dir)  # built here, swapped in when complete
     discard(work)  # tokenising is cheap: a killed build starts over

@@ -48,7 +48,8 @@ import numpy as np
 from .base import DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever, check_search_args, hits_from_rows
 from .corpus import Corpus
 from .encoders import DenseEncoder, EncoderSpec
-from .metadata import check_corpus, check_encoder, file_sizes, read_metadata, write_metadata
+from .metadata import (check_corpus, check_encoder, check_index_destination, file_sizes,
+                       read_metadata, write_metadata)
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 INDEX_FILE = "index.faiss"
@@ -169,6 +170,7 @@ def build_dense_index(
 
     parse_index_type(index_type)
     index_dir = Path(index_dir)
+    check_index_destination(index_dir)  # before any work: the swap replaces the whole folder
     recover(index_dir, _build_is_complete)
     work = staging_path(index_dir)  # built here, swapped in when complete
     work.mkdir(parents=True, exist_ok=True)
