@@ -348,3 +348,46 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
     table = pd.read_csv(outputs / "smoke" / "tables" / "table1.csv")
     ours = table[(table["source"] == "ours") & (table["method"] == "react")]
     assert set(ours[~ours["column"].str.contains("avg")]["n_questions"]) == {2}
+
+
+class _KillAtTrainEnd:
+    """Raise when training ends: the last checkpoint is written, the run is not finished."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        class _Callback(TrainerCallback):
+            def on_train_end(self, args, state, control, **kwargs):
+                raise _Kill()
+
+        self.callback = _Callback()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(outputs):
+    """Resuming from the checkpoint of the last step trains nothing more: the records and the
+    checkpoint's step equal the uninterrupted run's (an extra update used to follow)."""
+    overrides = {"train": {"max_steps": 2, "save_every": 2, "eval_every": 2, "val_questions": 2,
+                           "val_datasets": ["tiny_hotpotqa"], "final_eval": True,
+                           "progress_bar": False}}
+    straight = train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
+                     reward_fn=parity_reward)
+    expected = run_folder.read_jsonl(straight.run.metrics)
+    expected_outcomes = straight.run.outcomes.read_text()
+    run_folder.clear_run(straight.run)
+    with pytest.raises(_Kill):
+        train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
+              callbacks=[_KillAtTrainEnd().callback], reward_fn=parity_reward)
+    resumed = train("smoke", "grpo", 0, resume=True, profile_overrides=overrides,
+                    reward_fn=parity_reward)
+    assert resumed.status == "resumed"
+    got = run_folder.read_jsonl(resumed.run.metrics)
+    assert [r["step"] for r in got] == [1, 2]
+    assert _approx_rows(_comparable(got), _comparable(expected))
+    checkpoints = sorted(p.name for p in resumed.run.checkpoints.glob("checkpoint-*"))
+    assert checkpoints[-1] == "checkpoint-4"  # 2 steps x 2 updates: no checkpoint-5
+    state = json.loads((resumed.run.checkpoints / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    # the final evaluation is the uninterrupted run's model's, question by question
+    assert resumed.run.outcomes.read_text() == expected_outcomes

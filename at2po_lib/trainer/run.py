@@ -489,11 +489,36 @@ def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path 
         trainer.add_callback(callback)
     from ..util.quiet import hf_progress_bars_off
 
-    with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if checkpoint is not None and _checkpoint_rollout_step(checkpoint) >= cfg.train.max_steps \
+            and _loads_without_training(trainer):
+        # Killed after its last checkpoint: the training is done. Transformers' loop runs one
+        # update before it checks max_steps, so resuming there would train an extra update and
+        # evaluate another model than the uninterrupted run's: load the weights instead.
+        trainer._load_from_checkpoint(str(checkpoint))
+    else:
+        with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if not cfg.train.final_eval:
         return None
     return _evaluate_trained(trainer, cfg, method, seed, run)
+
+
+def _checkpoint_rollout_step(checkpoint: Path) -> int:
+    """The rollout step a complete checkpoint was saved at (its COMPLETE marker)."""
+    return int(json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"])
+
+
+def _loads_without_training(trainer) -> bool:
+    """One process without DeepSpeed: the checkpoint's weights load into the model as they are.
+    Under DeepSpeed the engine that reads its checkpoint exists only inside ``train()``; such a
+    run resumed after its last checkpoint goes through ``train()`` with a warning."""
+    if trainer.is_deepspeed_enabled or trainer.accelerator.num_processes > 1:
+        print("resuming after the last checkpoint under DeepSpeed or several processes: "
+              "transformers' loop trains one more update before it stops; evaluate the last "
+              "checkpoint with `at2po evaluate --checkpoint` for the uninterrupted run's model",
+              file=sys.stderr)
+        return False
+    return True
 
 
 def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int,
