@@ -83,3 +83,21 @@ def test_why_sentences_read_each_number_from_the_records(tmp_path, monkeypatch):
     assert "turn 6.9% vs token 2.1%" in clip and "opposite" in clip
     # without records, no sentence
     assert why_sentences(None, parts.iloc[0:0]) == []
+
+
+def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp_path, monkeypatch):
+    from at2po_lib.reporting.dissection_summary import credit_truth_rows
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    (tmp_path / "tiny").mkdir()
+    head = ("credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
+            "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n")
+    rows = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
+            "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
+            "at2po,child_mean,node_value,1.0,entropy,all,0.71,0.69,0.73,0.0,0.0,0.0,300,300,5673,2950",
+            "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950"]
+    (tmp_path / "tiny" / "credit_accuracy.csv").write_text(head + "\n".join(rows) + "\n")
+    got = credit_truth_rows("tiny")
+    assert [r["estimate"] for r in got] == [-0.002, -0.006]       # all turns, τ = 1 then 0.01
+    assert got[0]["measured"] == "-0.002 [-0.003, -0.001] (AUC 0.700)"
+    assert "τ = 0.01" in got[1]["question"] and got[1]["basis"] == "300 prompts, 5673 turns"

@@ -194,7 +194,7 @@ def _user_folder(root: Path) -> Path:
     folder = root / "mine"
     (folder / "sub").mkdir(parents=True)
     (folder / "thesis.txt").write_text("two years of work\n")
-    (folder / "sub" / "notes.md").write_text("notes\n")
+    (folder / "sub" / "notes.txt").write_text("notes\n")
     return folder
 
 

@@ -12,7 +12,9 @@ Rows, in the order a training step meets them:
   |w − 1/n| over sibling sets, at the first and the last rollout step
   (:func:`at2po_lib.analysis.dissection.credit_from_runs`), with the fitted c of
   |w − 1/n| ≈ c·Δ/n (Δ: the siblings' entropy range); the interval of c is over trees;
-  beside it, Table 3's claim that entropy weights beat the child mean;
+  beside it, the credit against TinyWorld's truth (AUC of the turn advantages for the turns the
+  question's plan needs, minus GRPO's; ``credit_accuracy.csv``, with a sharper softmax τ as a
+  what-if) and Table 3's claim that entropy weights beat the child mean;
 - **loss**: the claim rows on the turn-level ratio: the share of model tokens it clips against a
   token-level ratio on the same AT2PO updates, and Table 2's step 2;
 - **whole**: the claim rows that put the parts together (the tree against as many chains, AT2PO
@@ -99,6 +101,31 @@ def credit_rows(folder: Path, method: str = "at2po", estimate: str = "nll") -> l
     return rows
 
 
+def credit_truth_rows(profile: str, temperatures: tuple[float, ...] = (1.0, 0.01)) -> list[dict]:
+    """AT2PO's default credit against TinyWorld's ground truth (``credit_accuracy.csv``, every
+    turn labelled useful or not from the question's plan): its AUC minus GRPO's on the same
+    turns, at the softmax temperatures ``temperatures`` (τ < 1 sharpens the entropy weights)."""
+    table = _read(results_dir(profile) / "credit_accuracy.csv")
+    if table is None:
+        return []
+    mine = table[(table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
+                 & (table["advantage_mode"] == "node_value") & (table["turns"] == "all")
+                 & (table["rollout"] == "entropy")]
+    rows = []
+    for tau in temperatures:
+        found = mine[np.isclose(mine["softmax_temperature"], tau)]
+        if not len(found):
+            continue
+        r = found.iloc[0]
+        rows.append(_row(
+            "credit", f"AUC of AT2PO's turn advantages for the useful turns minus GRPO's, softmax "
+            f"τ = {tau:g} (the warm start's trees; TinyWorld's plans label the turns)",
+            f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, {r['delta_high']:+.3f}] "
+            f"(AUC {r['auc']:.3f})", f"{int(r['n_prompts'])} prompts, {int(r['n_turns'])} turns",
+            r["delta_vs_grpo"], r["delta_low"], r["delta_high"]))
+    return rows
+
+
 def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) -> list[dict]:
     """The claim rows ``keys`` of ``claims.csv`` under ``part``, as the claims table reads them
     (estimate and interval already in the claim's unit)."""
@@ -126,7 +153,7 @@ def dissection_summary(profile: str, claims: pd.DataFrame | None = None
     import pandas as pd
 
     folder = results_dir(profile, "dissection")
-    tidy = pd.DataFrame(expansion_rows(folder) + credit_rows(folder)
+    tidy = pd.DataFrame(expansion_rows(folder) + credit_rows(folder) + credit_truth_rows(profile)
                         + claim_rows(claims, "credit", CREDIT_CLAIMS)
                         + claim_rows(claims, "loss", LOSS_CLAIMS)
                         + claim_rows(claims, "whole", WHOLE_CLAIMS),
