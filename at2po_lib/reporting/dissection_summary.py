@@ -138,9 +138,7 @@ def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) ->
             continue
         c = found.iloc[0]
         unit = "EM points" if c["unit"] == "EM points" else c["unit"]
-        rows.append(_row(part, c["claim"],
-                         f"{c['estimate']:+.1f} [{c['ci_low']:+.1f}, {c['ci_high']:+.1f}] "
-                         f"{unit} ({c['reading']})",
+        rows.append(_row(part, c["claim"], f"{_ci_text(c)} {unit} ({c['reading']})",
                          f"seeds {c['seeds']}" + (f", {int(c['n_questions'])} questions"
                                                   if np.isfinite(c["n_questions"]) else ""),
                          c["estimate"], c["ci_low"], c["ci_high"]))
@@ -164,6 +162,11 @@ def dissection_summary(profile: str, claims: pd.DataFrame | None = None
     return tidy, display
 
 
+def _ci_text(row: pd.Series) -> str:
+    """``+1.2 [-0.3, +2.7]``: a claim row's estimate and interval, in its unit."""
+    return f"{row['estimate']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+
+
 def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
     found = claims[claims["key"] == key] if claims is not None else ()
     if not len(found) or not np.isfinite(found.iloc[0]["estimate"]):
@@ -183,55 +186,68 @@ def _versus_uniform(row: pd.Series) -> str:
     return "better than a uniform pick" if row["ci_low"] > 1 else "no better than a uniform pick"
 
 
-def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame) -> list[str]:
-    """The toy's result and the mechanisms behind it, one sentence each, every number read from
-    ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
-    seeds or prompts. A sentence whose records are missing is left out."""
-    out = []
+def _result_sentence(claims: pd.DataFrame | None) -> str | None:
     head = _claim(claims, "at2po_over_grpo")
-    if head is not None:
-        paper = float(str(head["published"]).replace("+", ""))
-        where = ("above the interval: the toy's AT2PO does not reach the paper's gain"
-                 if head["ci_high"] < paper else
-                 "below the interval" if head["ci_low"] > paper else
-                 "inside the interval: the toy cannot rule it out")
-        out.append(
-            f"**The result.** AT2PO minus GRPO on the multi-hop average is {head['estimate']:+.1f} "
-            f"[{head['ci_low']:+.1f}, {head['ci_high']:+.1f}] EM points (seeds {head['seeds']}, "
-            f"{int(head['n_questions'])} questions): {head['reading']}. The paper's "
-            f"{paper:+.1f} lies {where}.")
+    if head is None:
+        return None
+    paper = float(str(head["published"]).replace("+", ""))
+    where = ("above the interval: the toy's AT2PO does not reach the paper's gain"
+             if head["ci_high"] < paper else
+             "below the interval" if head["ci_low"] > paper else
+             "inside the interval: the toy cannot rule it out")
+    return (f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
+            f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
+            f"{head['reading']}. The paper's {paper:+.1f} lies {where}.")
+
+
+def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
     budget = _claim(claims, "at2po_over_grpo_budget")
-    if budget is not None:
-        out.append(
-            f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
-            f"the tree has leaves: {budget['estimate']:+.1f} [{budget['ci_low']:+.1f}, "
-            f"{budget['ci_high']:+.1f}] (seeds {budget['seeds']}): "
-            + ("one seed on a side, not read yet." if budget["reading"] == "one seed"
-               else f"{budget['reading']}."))
+    if budget is None:
+        return None
+    reading = ("one seed on a side, not read yet" if budget["reading"] == "one seed"
+               else budget["reading"])
+    return (f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
+            f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}.")
+
+
+def _expansion_sentence(parts: pd.DataFrame) -> str | None:
     picks = _oracle(parts, "the authors' score", "the warm start", "toy tree")
     ceiling = _oracle(parts, "the perfect picker", "the warm start", "toy tree")
-    if picks is not None and ceiling is not None:
-        out.append(
-            f"**Why expansion adds little here.** Re-sampling the turns the authors' score picks "
+    if picks is None or ceiling is None:
+        return None
+    return (f"**Why expansion adds little here.** Re-sampling the turns the authors' score picks "
             f"flips the outcome {picks['measured']} as often as re-sampling uniform picks "
             f"({picks['basis']}); a perfect picker would reach {ceiling['measured']}: on these "
             f"trees there is little for any score to find, and the authors' score does "
             f"{_versus_uniform(picks)}.")
+
+
+def _credit_sentence(parts: pd.DataFrame) -> str | None:
     credit = parts[parts["part"] == "credit"]
     first = credit[credit["question"].str.contains("first")]
     last = credit[credit["question"].str.contains("last")]
-    if len(first) and len(last):
-        out.append(
-            f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
-            f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights sit "
-            f"{first.iloc[0]['estimate']:.3f} from the child mean 1/n at the first rollout step and "
-            f"{last.iloc[0]['estimate']:.3f} at the last ({first.iloc[0]['basis']}; "
-            f"{last.iloc[0]['basis']}).")
+    if not (len(first) and len(last)):
+        return None
+    first, last = first.iloc[0], last.iloc[0]
+    return (f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
+            f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights "
+            f"sit {first['estimate']:.3f} from the child mean 1/n at the first rollout step and "
+            f"{last['estimate']:.3f} at the last ({first['basis']}; {last['basis']}).")
+
+
+def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
     clip = _claim(claims, "turn_ratio_clips_less")
-    if clip is not None:
-        out.append(
-            f"**The turn-level ratio.** On AT2PO's own updates it clips {clip['note']} "
-            f"(turn − token {clip['estimate']:+.1f} [{clip['ci_low']:+.1f}, "
-            f"{clip['ci_high']:+.1f}] points, {clip['seeds']} seeds): {clip['reading']} of the "
-            f"paper's reading; a clipped turn takes all its tokens with it.")
-    return out
+    if clip is None:
+        return None
+    return (f"**The turn-level ratio.** On AT2PO's own updates it clips {clip['note']} "
+            f"(turn − token {_ci_text(clip)} points, {clip['seeds']} seeds): {clip['reading']} "
+            f"of the paper's reading; a clipped turn takes all its tokens with it.")
+
+
+def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame) -> list[str]:
+    """The toy's result and the mechanisms behind it, one sentence each, every number read from
+    ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
+    seeds or prompts. A sentence whose records are missing is left out."""
+    sentences = (_result_sentence(claims), _budget_sentence(claims), _expansion_sentence(parts),
+                 _credit_sentence(parts), _clip_sentence(claims))
+    return [s for s in sentences if s is not None]
