@@ -80,7 +80,7 @@ def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[
         for method in chosen:
             if not get_method(method).trains and seed != seeds[0]:
                 continue
-            # resume: a run killed earlier (a session's end) continues from its last complete
+            # resume: a run killed earlier (a machine that stopped, a kill) continues from its last complete
             # checkpoint instead of starting over; force starts every run afresh
             result = train(profile, method, seed, resume=not force, force=force,
                            profile_overrides=overrides)
@@ -107,7 +107,7 @@ def study_plan(profile: str, table: str, seeds: Sequence[int],
                overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
     """Each (method, seed) that :func:`run_study` would visit and its state, read from the run
     folders without training or writing anything: what is left of a study spread over
-    sessions (``at2po study ... --plan``)."""
+    several sittings or machines (``at2po study ... --plan``)."""
     import json
 
     from ..config import load_profile
