@@ -115,22 +115,56 @@ def test_a_slow_body_gets_408(bm25):
         assert status == 408 and b"not received within 1 s" in body
 
 
-def test_open_connections_are_capped_and_the_open_ones_keep_working(bm25):
-    limits = ServerLimits(max_connections=5, header_timeout_s=30.0)
+def test_busy_connections_are_never_shed_and_one_beyond_them_is_closed(bm25):
+    """At the cap with every connection mid-request, a new connection is closed unread and the
+    busy ones are answered."""
+    limits = ServerLimits(max_connections=5, max_connections_per_client=5, header_timeout_s=30.0)
     with start_server(bm25, limits=limits) as handle:
-        kept = _connect(handle.url)
-        kept.sendall(_request(GOOD))
-        assert _read_response(kept)[0] == 200
-        idle = [_connect(handle.url) for _ in range(4)]
-        time.sleep(0.3)  # let the server accept them
-        extra = _connect(handle.url)
-        assert _closed_by_server(extra, 3.0), "a connection beyond the cap is closed at once"
-        kept.sendall(_request(GOOD))
-        assert _read_response(kept)[0] == 200
-        for sock in (kept, extra, *idle):
-            sock.close()
+        busy = [_connect(handle.url) for _ in range(5)]
+        request = _request(GOOD)
+        for sock in busy:  # headers and all but the body's last byte: a request in progress
+            sock.sendall(request[:-1])
         time.sleep(0.3)
-        assert httpx.post(handle.retrieve_url, content=GOOD, timeout=5).status_code == 200
+        extra = _connect(handle.url)
+        assert _closed_by_server(extra, 3.0), "a connection beyond busy ones is closed at once"
+        for sock in busy:
+            sock.sendall(request[-1:])
+            assert _read_response(sock)[0] == 200
+        for sock in (extra, *busy):
+            sock.close()
+
+
+def test_sockets_held_open_cannot_lock_good_clients_out(bm25):
+    """Twice the cap of sockets held open without a request (re-opened when closed, as an
+    attacker would): every good client is still answered, and the idle ones are shed."""
+    limits = ServerLimits(max_connections=8, max_connections_per_client=8, header_timeout_s=30.0)
+    with start_server(bm25, limits=limits) as handle:
+        held = [_connect(handle.url) for _ in range(16)]
+        time.sleep(0.3)
+        answered = 0
+        for _ in range(10):
+            held.append(_connect(handle.url))  # the attacker keeps opening
+            answered += httpx.post(handle.retrieve_url, content=GOOD, timeout=5).status_code == 200
+        assert answered == 10
+        shed = sum(_closed_by_server(sock, 0.05) for sock in held)
+        assert shed >= len(held) - limits.max_connections
+        for sock in held:
+            sock.close()
+
+
+def test_one_client_cannot_take_every_slot(bm25):
+    """Per address: a client's own idle connections are shed when it opens one more."""
+    limits = ServerLimits(max_connections=50, max_connections_per_client=3, header_timeout_s=30.0)
+    with start_server(bm25, limits=limits) as handle:
+        first = [_connect(handle.url) for _ in range(3)]
+        time.sleep(0.2)
+        fourth = _connect(handle.url)
+        time.sleep(0.2)
+        assert _closed_by_server(first[0], 2.0), "the client's longest-idle connection is shed"
+        fourth.sendall(_request(GOOD))
+        assert _read_response(fourth)[0] == 200
+        for sock in (*first, fourth):
+            sock.close()
 
 
 def test_a_client_that_goes_away_mid_upload_logs_no_traceback(bm25_dir):

@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
                    help="seconds a request's body may take to arrive (408 beyond)")
     p.add_argument("--max-connections", type=int, default=d.max_connections,
-                   help="open connections at most (one beyond is closed unread)")
+                   help="open connections at most; beyond, the longest-idle one is closed (or "
+                        "the new one, unread, when all are busy)")
+    p.add_argument("--max-connections-per-client", type=int,
+                   default=d.max_connections_per_client,
+                   help="open connections from one address at most (its idle ones shed first)")
     p.add_argument("--api-key-file", help=f"file holding the API key (default: ${API_KEY_ENV}); "
                    "required when --host is not a loopback address")
     p.add_argument("--prebuilt", action="store_true",
@@ -124,7 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits = ServerLimits(args.max_queries, args.max_topk, args.max_query_chars,
                               args.max_request_chars, args.max_body_bytes, args.max_queued_queries,
                               args.request_timeout, args.header_timeout, args.body_timeout,
-                              args.max_connections)
+                              args.max_connections, args.max_connections_per_client)
     except ValueError as exc:
         raise SystemExit(f"at2po serve-retriever: {exc}") from None
     retriever = _retriever_from_args(args)

@@ -100,8 +100,13 @@ class ServerLimits:
     body_timeout_s: float = 30.0
     """The whole body must arrive within this time of the headers (408 and close beyond)."""
     max_connections: int = 256
-    """Open connections at most; one beyond is closed at once, before anything is read, so the
-    server never runs out of file descriptors and keeps serving the connections it has."""
+    """Open connections at most, all clients together. A connection beyond it first makes room
+    by closing the longest-idle connection (no request in progress); only when every connection
+    is busy is the new one closed, before anything is read. The server never runs out of file
+    descriptors, and sockets held open without a request cannot lock good clients out."""
+    max_connections_per_client: int = 64
+    """Open connections from one address at most; beyond, that client's own longest-idle
+    connection is closed (or the new one, when all of its connections are busy)."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -164,23 +169,60 @@ def _public(info: dict[str, Any]) -> dict[str, Any]:
             for k, v in info.items() if k != "corpus"}
 
 
+def _idle(protocol: Any) -> bool:
+    """A connection with no request in progress (between requests, or none sent yet)."""
+    import h11
+
+    return (protocol.conn.their_state is h11.IDLE and not getattr(protocol, "_shed", False)
+            and (protocol.cycle is None or protocol.cycle.response_complete)
+            and not protocol.transport.is_closing())
+
+
+def _shed_idlest(protocols: list[Any]) -> bool:
+    """Close the longest-idle of ``protocols``; False when none is idle."""
+    idle = [p for p in protocols if _idle(p)]
+    if not idle:
+        return False
+    victim = min(idle, key=lambda p: p._last_active)
+    victim._shed = True
+    victim._cancel_header_timer()
+    victim.transport.close()
+    return True
+
+
 def guarded_protocol(limits: ServerLimits) -> type:
-    """uvicorn's h11 protocol with the connection limits of ``limits``: a cap on open
-    connections (one beyond is closed before anything is read) and a time-out for complete
-    request headers (uvicorn has none: a client sending one header byte a second kept its
-    connection, and 250 of them made every good request time out)."""
+    """uvicorn's h11 protocol with the connection limits of ``limits``: caps on open connections,
+    total and per client address, enforced when a connection opens (before anything is read) by
+    shedding the longest-idle connection first, and a time-out for complete request headers
+    (uvicorn has none: a client sending one header byte a second kept its connection, and 250 of
+    them made every good request time out; 300 sockets merely held open used to fill every
+    slot)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: Any = None
+        _last_active: float = 0.0
+        _peer: str = ""
+        _shed: bool = False
 
         def connection_made(self, transport: Any) -> None:  # noqa: D401 - asyncio protocol
             super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
-                transport.close()  # over the cap: the connections already open keep working
+            self._last_active = self.loop.time()
+            self._peer = str((transport.get_extra_info("peername") or ("?",))[0])
+            if not self._make_room():
+                self._shed = True
+                transport.close()  # every other connection is busy: they keep working
                 return
             self._arm_header_timer()
+
+        def _make_room(self) -> bool:
+            open_ = [c for c in self.connections if c is not self and not getattr(c, "_shed", False)]
+            mine = [c for c in open_ if getattr(c, "_peer", None) == self._peer]
+            if len(mine) >= limits.max_connections_per_client and not _shed_idlest(mine):
+                return False
+            open_ = [c for c in open_ if not c._shed]
+            return len(open_) < limits.max_connections or _shed_idlest(open_)
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
@@ -197,12 +239,17 @@ def guarded_protocol(limits: ServerLimits) -> type:
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.close()  # headers incomplete (or none) after the time-out
 
+        def data_received(self, data: bytes) -> None:
+            self._last_active = self.loop.time()
+            super().data_received(data)
+
         def handle_events(self) -> None:
             super().handle_events()
             if self.conn.their_state is not h11.IDLE:  # a request's headers are complete
                 self._cancel_header_timer()
 
         def on_response_complete(self) -> None:
+            self._last_active = self.loop.time()
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm_header_timer()  # the next request's headers are timed again
