@@ -285,8 +285,17 @@ def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
             raise ProfileError(f"trainer.{key} is a rollout knob: set {rollout_knob(key)} "
                                f"instead (e.g. --set {rollout_knob(key)}=...)")
         if key in PROFILE_FIELDS:
-            raise ProfileError(f"trainer.{key} comes from the profile: set {PROFILE_FIELDS[key]} "
-                               f"instead (e.g. --set {PROFILE_FIELDS[key].split(' ')[0]}=...)")
+            raise ProfileError(f"trainer.{key} comes from {_source_hint(PROFILE_FIELDS[key])}")
+
+
+def _source_hint(source: str) -> str:
+    """Where a derived ``AT2POConfig`` field is set instead, as a user would set it."""
+    if source == "--seed":
+        return "the run's seed: pass --seed N instead"
+    if source == "the run folder":
+        return ("the run folder, results/runs/<profile>/<method>/seed<S>/: choose it with "
+                "--profile, --method and --seed (AT2PO_RESULTS moves results/)")
+    return f"the profile: set {source} instead (e.g. --set {source.split(' ')[0]}=...)"
 
 
 def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,

@@ -26,7 +26,7 @@ def repo_root() -> Path:
         if all((candidate / m).is_dir() for m in _MARKERS):
             return candidate
     # Installed elsewhere (pip install .): fall back to the source tree of this file.
-    source = Path(__file__).resolve().parent.parent
+    source = Path(__file__).resolve().parents[2]  # at2po_lib/util/paths.py -> the checkout
     if all((source / m).is_dir() for m in _MARKERS):
         return source
     return here
