@@ -101,3 +101,33 @@ def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp
     assert [r["estimate"] for r in got] == [-0.002, -0.006]       # all turns, τ = 1 then 0.01
     assert got[0]["measured"] == "-0.002 [-0.003, -0.001] (AUC 0.700)"
     assert "τ = 0.01" in got[1]["question"] and got[1]["basis"] == "300 prompts, 5673 turns"
+
+
+def test_the_dissection_figure_draws_both_panels_from_records(tmp_path):
+    """Left: one point per sibling set and the fitted line; right: one bar group per oracle
+    summary, with the perfect picker's bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+
+    from at2po_lib.method.tree import TreeArrays, save_trees
+    from at2po_lib.reporting.dissection_figure import dissection_figure
+
+    run = tmp_path / "at2po" / "seed0"
+    (run / "trees").mkdir(parents=True)
+    parent = np.array([-1, 0, 0, 0])
+    tree = TreeArrays(parent, np.zeros(4), np.array([0.0, 1.0, 0.0, 1.0]),
+                      node_arrays={"entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
+                                   "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1])})
+    save_trees([tree], run / "trees" / "step0001.npz")
+    save_trees([tree], run / "trees" / "step0096.npz")
+    folder = tmp_path / "dissection"
+    folder.mkdir()
+    (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
+    fig, (credit, expansion) = dissection_figure([run], folder)
+    assert len(credit.collections) == 2            # first and last step, one set each
+    assert any("fit" in t.get_text() for t in credit.get_legend().get_texts())
+    heights = sorted(round(1 + b.get_height(), 2) for b in expansion.patches)
+    assert heights == [0.97, 1.25]                 # the authors' score and the perfect picker
+    fig.clf()

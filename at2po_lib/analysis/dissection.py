@@ -61,7 +61,7 @@ def credit_spread(trees: Sequence[TreeArrays]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def _slope(frame: pd.DataFrame) -> float:
+def spread_slope(frame: pd.DataFrame) -> float:
     """Least squares through the origin of dev on range / n."""
     x = (frame["range"] / frame["n"]).to_numpy()
     y = frame["dev"].to_numpy()
@@ -77,10 +77,10 @@ def fit_spread_rule(sets: pd.DataFrame, draws: int = 2000, seed: int = 0) -> pd.
     for short, group in sets.groupby("estimate", sort=True):
         trees = group["tree"].unique()
         by_tree = {t: g for t, g in group.groupby("tree")}
-        boot = [_slope(pd.concat([by_tree[t] for t in rng.choice(trees, len(trees))]))
+        boot = [spread_slope(pd.concat([by_tree[t] for t in rng.choice(trees, len(trees))]))
                 for _ in range(draws)]
         lo, hi = np.nanpercentile(boot, [2.5, 97.5])
-        rows.append({"estimate": short, "c": _slope(group), "c_lo": float(lo), "c_hi": float(hi),
+        rows.append({"estimate": short, "c": spread_slope(group), "c_lo": float(lo), "c_hi": float(hi),
                      "sibling_sets": len(group), "trees": len(trees),
                      "mean_dev": float(group["dev"].mean()),
                      "mean_range": float(group["range"].mean())})
@@ -96,7 +96,8 @@ def run_tree_files(run_roots: Iterable[Path]) -> list[tuple[Path, int, Path]]:
     return out
 
 
-def credit_from_runs(run_roots: Iterable[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def credit_from_runs(run_roots: Iterable[Path], fit: bool = True
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sibling set of the runs' saved trees (with ``method``, ``seed``, ``step``), and
     the fitted rule per (method, step kind, estimate): ``first`` = the first rollout step (the warm
     start's policy), ``last`` = the last."""
@@ -110,6 +111,8 @@ def credit_from_runs(run_roots: Iterable[Path]) -> tuple[pd.DataFrame, pd.DataFr
     sets = pd.concat(parts, ignore_index=True)
     first = sets.groupby(["method", "seed"])["step"].transform("min")
     sets["stage"] = np.where(sets["step"] == first, "first", "last")
+    if not fit:  # the sets alone (a figure): the bootstrap of the fits is the slow part
+        return sets, pd.DataFrame()
     # per method: a chain method's only sibling sets are its chains' first turns, whose weights
     # say nothing of AT2PO's; the rule itself (c) is the softmax's and should agree across them
     fits = [fit_spread_rule(group).assign(method=method, stage=stage)

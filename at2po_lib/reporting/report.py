@@ -25,6 +25,7 @@ from .. import stats
 from ..analysis.dissection import clip_levels
 from ..util.paths import results_dir
 from .budget import budget_display, budget_table
+from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary
 
 if TYPE_CHECKING:
@@ -190,6 +191,15 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                 "What each part of AT2PO does on the toy: the dissection's records and the "
                 "claims that put the parts together")
             report.tables["dissection_summary"] = shown
+        if figures:
+            at2po_runs = [Path(p) for p in finished.loc[finished["method"] == "at2po", "path"]]
+            fig, _ = dissection_figure(at2po_runs, results_dir(profile, "dissection"))
+            report.paths["dissection"] = write_figure(
+                fig, "dissection", profile,
+                {**meta_for(["at2po"], dissection_figure),
+                 "dissection_records": sorted(
+                     f.name for f in results_dir(profile, "dissection").glob("*_summary.csv"))})
+            plt.close(fig)
     if figures:
         dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
         fig, _ = figure3.figure3(metrics, evals, dataset, rl)

@@ -1,0 +1,107 @@
+r"""The dissection in two pictures: why AT2PO's credit is the child mean here, and how much an
+expansion score could find.
+
+- **Left, credit.** Every sibling set of AT2PO's saved trees (first and last rollout step of
+  each run, sampled-token NLL as the authors' code scores a turn): the distance of its softmax
+  weights from the child mean, mean |w − 1/n|, against Δ/n (Δ: the siblings' entropy range).
+  A softmax ignores a common shift, so the points lie under the line c·Δ/n with c ≤ ½; the
+  fitted c is drawn. Small Δ, small distance: the weights stay near 1/n.
+- **Right, expansion.** Per policy and tree shape, the flips per re-sample of the turns each
+  score would pick, as a multiple of uniform picks (1 = no better than chance), with the
+  oracle's 95% interval over prompts; the perfect picker is the ceiling on that shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from ..analysis.dissection import credit_from_runs, spread_slope
+from .dissection_summary import ORACLE_POLICIES, ORACLE_SHAPES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exact": "mean exact\nentropy",
+                "entropy_nll_first": "first-token\nNLL", "depth": "depth",
+                "oracle": "perfect\npicker"}
+"""The oracle's scores drawn, left to right (every score is in its summary CSV)."""
+
+
+def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
+    for stage, colour in (("first", "tab:blue"), ("last", "tab:orange")):
+        part = sets[(sets["estimate"] == estimate) & (sets["stage"] == stage)]
+        if not len(part):
+            continue
+        ax.scatter(part["range"] / part["n"], part["dev"], s=9, alpha=0.5, color=colour,
+                   label=f"{stage} rollout step ({len(part)} sets)")
+    part = sets[sets["estimate"] == estimate]
+    x_all = part["range"] / part["n"]
+    if len(part) > 20:  # a few wide sets would squeeze the rest into a corner: say how many
+        edge = float(np.quantile(x_all, 0.99)) * 1.1
+        ax.set_xlim(-0.02 * edge, edge)
+        shown = part.loc[x_all <= edge, "dev"]
+        ax.set_ylim(-0.02 * shown.max(), 1.1 * shown.max())
+        beyond = int((x_all > edge).sum())
+        if beyond:
+            ax.text(0.98, 0.02, f"{beyond} set(s) beyond the right edge", ha="right",
+                    va="bottom", fontsize=7, transform=ax.transAxes)
+    if len(part):
+        c = spread_slope(part)
+        x = np.linspace(0, float(x_all.max()), 50)
+        ax.plot(x, c * x, color="black", lw=1.2, label=f"fit: |w − 1/n| = {c:.2f}·Δ/n")
+    ax.set_xlabel("Δ / n  (siblings' entropy range over their count, nats)")
+    ax.set_ylabel("mean |w − 1/n|")
+    ax.set_title("Credit: AT2PO's weights stay near the child mean", fontsize=10)
+    ax.legend(fontsize=8, frameon=False)
+    ax.grid(alpha=0.3)
+
+
+def _expansion_panel(ax, folder: Path) -> None:
+    drawn = 0
+    width = 0.8 / max(1, len(ORACLE_POLICIES) * len(ORACLE_SHAPES))
+    for policy, policy_label in ORACLE_POLICIES.items():
+        for shape, shape_label in ORACLE_SHAPES.items():
+            path = folder / f"expansion_oracle_{policy}_{shape}_summary.csv"
+            if not path.is_file():
+                continue
+            import pandas as pd
+
+            summary = pd.read_csv(path).set_index("score")
+            scores = [s for s in SCORES_SHOWN if s in summary.index]
+            x = np.arange(len(scores)) + drawn * width
+            y = summary.loc[scores, "flips_vs_uniform"].to_numpy()
+            err = np.vstack([y - summary.loc[scores, "flips_vs_uniform_lo"].to_numpy(),
+                             summary.loc[scores, "flips_vs_uniform_hi"].to_numpy() - y])
+            ax.bar(x, y - 1, width, bottom=1, yerr=err, capsize=2,
+                   label=f"{policy_label}, {shape_label} ({int(summary['prompts'].iloc[0])} prompts)")
+            drawn += 1
+    if drawn:
+        ax.set_xticks(np.arange(len(SCORES_SHOWN)) + (drawn - 1) * width / 2)
+        ax.set_xticklabels(list(SCORES_SHOWN.values()), fontsize=8)
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set_ylabel("flips per re-sample vs uniform picks (×)")
+    ax.set_title("Expansion: what a score finds, and the ceiling", fontsize=10)
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def dissection_figure(run_roots: Iterable[Path], folder: Path):
+    """``(fig, axes)`` of the module docstring from AT2PO's run folders (their saved trees) and
+    the oracle's summaries in ``folder`` (``results/<profile>/dissection``)."""
+    import matplotlib.pyplot as plt
+
+    sets, _ = credit_from_runs(run_roots, fit=False)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    if len(sets):
+        _credit_panel(axes[0], sets)
+    else:
+        axes[0].text(0.5, 0.5, "no saved trees", ha="center", va="center",
+                     transform=axes[0].transAxes)
+    _expansion_panel(axes[1], Path(folder))
+    fig.suptitle("What each part of AT2PO does on the toy (TinyWorld, a 1.3M-parameter policy)",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig, axes
