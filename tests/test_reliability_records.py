@@ -1,16 +1,21 @@
 """Reporting refuses damaged run records naming the file and line, and never drops a run
-silently (issue #24, item 6)."""
+silently (issue #24, item 6); it refuses duplicated questions, copied runs, seeds of another
+configuration and torn record lines before writing anything (issue #39, item 3)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
+import yaml
 
 from at2po_lib.cli.report import main as report_main
-from at2po_lib.reporting.records import (RecordError, load_final_evals, load_outcomes,
-                                         load_training_records)
+from at2po_lib.reporting import report
+from at2po_lib.reporting import table2 as report_table2
+from at2po_lib.reporting.records import (RecordError, check_seeds, load_final_evals,
+                                         load_outcomes, load_training_records)
 from test_reporting import DATASETS, N_QUESTIONS, write_run
 
 
@@ -109,3 +114,176 @@ def test_at2po_report_names_the_damaged_file_without_a_traceback(runs, capsys, t
     err = capsys.readouterr().err
     assert "seed1/outcomes.csv, line 4" in err and "Traceback" not in err
     assert json.loads((runs / "seed0" / "DONE.json").read_text()) == {}
+
+
+# ----------------------------------------------- issue #39 item 3: duplicated or damaged
+def _tables(root):
+    """Every file of the tables folder with its bytes."""
+    folder = root.parent.parent.parent / "smoke" / "tables"
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _record_provenance(run, seed: int, method: str = "grpo", epsilon: float = 0.2,
+                       revision: str = "a" * 40, profile: str = "smoke") -> None:
+    """config.yaml, meta.json and DONE.json as the trainer writes them (hash of the config)."""
+    from at2po_lib.trainer.run_folder import config_hash
+
+    config = {"profile": {"name": profile, "train": {"max_steps": 4}}, "method": method,
+              "seed": seed, "preset": {"epsilon": epsilon},
+              "trainer": {"seed": seed, "epsilon": epsilon}}
+    digest = config_hash(config)
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "config_hash": digest},
+                                                    sort_keys=False))
+    (run / "meta.json").write_text(json.dumps({"profile": profile, "seed": seed,
+                                               "git_revision": revision, "method": method,
+                                               "config_hash": digest}))
+    (run / "DONE.json").write_text(json.dumps({"config_hash": digest, "status": "trained"}))
+
+
+@pytest.fixture()
+def recorded(runs):
+    """The three GRPO seeds with the trainer's provenance records."""
+    for seed in range(3):
+        _record_provenance(runs / f"seed{seed}", seed)
+    check_seeds("smoke")  # the well-formed records pass
+    return runs
+
+
+def test_a_duplicated_question_id_is_refused_naming_both_lines(runs):
+    path = runs / "seed1" / "outcomes.csv"
+    lines = path.read_text().splitlines()
+    first = lines[3].split(",")
+    first[lines[0].split(",").index("em")] = "1.0" if first[4] != "1.0" else "0.0"
+    path.write_text("\n".join(lines + [",".join(first)]) + "\n")  # line 4 again, other EM
+    with pytest.raises(RecordError, match=rf"seed1/outcomes\.csv, line {len(lines) + 1}: "
+                                          r"question tiny_hotpotqa/tiny_hotpotqa-2 again "
+                                          r"\(first on line 4\)"):
+        load_outcomes("smoke")
+
+
+def test_the_same_id_in_two_datasets_is_two_questions(runs):
+    path = runs / "seed0" / "outcomes.csv"
+    text = path.read_text().replace("tiny_nq-0,", "tiny_hotpotqa-0,")
+    path.write_text(text)
+    assert len(load_outcomes("smoke")) == 3 * len(DATASETS) * N_QUESTIONS
+
+
+def test_a_torn_last_metrics_line_of_a_finished_run_is_refused(runs):
+    with open(runs / "seed2" / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 5, "entropy": 0.1')
+    with pytest.raises(RecordError, match=r"seed2/metrics\.jsonl, line 5: not valid JSON "
+                                          r"\(a torn last line"):
+        load_training_records("smoke")
+    with open(runs / "seed0" / "eval.jsonl", "a") as fh:
+        fh.write('{"step": 9, "data')
+    (runs / "seed2" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(RecordError, match=r"seed0/eval\.jsonl, line 3: .*torn"):
+        load_training_records("smoke")
+
+
+@pytest.mark.parametrize("name", ["outcomes.csv", "metrics.jsonl"])
+def test_a_run_copied_to_another_seed_is_refused(runs, name):
+    copy = runs / "seed3"
+    shutil.copytree(runs / "seed1", copy)
+    if name == "metrics.jsonl":  # only the metrics are the same: outcomes edited apart
+        _edit_line(copy / "outcomes.csv", 2, "em", "1.0")
+        _edit_line(copy / "outcomes.csv", 3, "em", "0.0")
+    else:  # only the outcomes: metrics differ
+        (copy / "metrics.jsonl").write_text('{"step": 1, "entropy": 0.5}\n')
+    with pytest.raises(RecordError, match=rf"seed3/{name.replace('.', '[.]')}: the same "
+                                          rf"{name.replace('.', '[.]')} as grpo/seed1"):
+        check_seeds("smoke")
+    check_seeds("smoke", methods=["at2po"])  # other methods are not concerned
+
+
+def test_seeds_of_other_methods_may_agree(runs):
+    shutil.copytree(runs / "seed0", runs.with_name("dapo") / "seed0")
+    check_seeds("smoke")  # two presets may train alike; only seeds of one method must differ
+
+
+@pytest.mark.parametrize("change, file, match", [
+    ({"epsilon": 0.3}, "config.yaml", r"configuration less the seed .* preset\.epsilon: 0\.3 "
+                                      r"here, 0\.2 there"),
+    ({"revision": "b" * 40}, "meta.json", r"git revision \(meta\.json\) differs .*bbbb"),
+])
+def test_a_seed_of_another_configuration_or_revision_is_refused(recorded, change, file, match):
+    _record_provenance(recorded / "seed1", 1, **change)
+    with pytest.raises(RecordError, match=rf"seed1/{file.replace('.', '[.]')}: {match}"):
+        check_seeds("smoke")
+
+
+def test_a_seed_recorded_for_another_profile_seed_or_method_is_refused(recorded):
+    _record_provenance(recorded / "seed2", 2, profile="tiny")
+    with pytest.raises(RecordError, match=r"seed2/meta\.json: records profile 'tiny', but it "
+                                          r"lies in results/runs/smoke/"):
+        check_seeds("smoke")
+    _record_provenance(recorded / "seed2", 0)  # seed0's records in seed2's folder
+    with pytest.raises(RecordError, match=r"seed2/meta\.json: records seed 0, but it lies "
+                                          r"in seed2"):
+        check_seeds("smoke")
+    _record_provenance(recorded / "seed2", 2, method="dapo")
+    with pytest.raises(RecordError, match=r"seed2/config\.yaml: records method 'dapo'"):
+        check_seeds("smoke")
+
+
+def test_hashes_that_do_not_match_the_config_are_refused(recorded):
+    config = recorded / "seed0" / "config.yaml"
+    config.write_text(config.read_text().replace("epsilon: 0.2", "epsilon: 0.25"))
+    with pytest.raises(RecordError, match=r"seed0/config\.yaml: config_hash \w+ is not the "
+                                          r"hash of the configuration"):
+        check_seeds("smoke")
+    _record_provenance(recorded / "seed0", 0)
+    (recorded / "seed0" / "DONE.json").write_text(json.dumps({"config_hash": "0" * 16}))
+    with pytest.raises(RecordError, match=r"seed0/DONE\.json: config_hash 0+ is not "
+                                          r"config\.yaml's"):
+        check_seeds("smoke")
+
+
+def test_a_seed_without_the_records_its_siblings_have_is_refused(recorded):
+    (recorded / "seed2" / "config.yaml").unlink()
+    with pytest.raises(RecordError, match=r"seed2/config\.yaml: absent, while seed0, seed1 "
+                                          r"record their configuration"):
+        check_seeds("smoke")
+
+
+def test_a_variant_recorded_under_its_former_name_is_accepted(runs):
+    exact = runs.with_name("at2po_exact")
+    runs.rename(exact)
+    for seed in range(3):  # at2po_exact's runs were recorded as at2po (Method.recorded_as)
+        _record_provenance(exact / f"seed{seed}", seed, method="at2po")
+    check_seeds("smoke")
+
+
+def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(
+        recorded, capsys, tmp_path, monkeypatch):
+    """Refused records leave every table as it was; a failure half-way puts back what it had
+    already rewritten (issue #39 item 3)."""
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    assert report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"]) == 0
+    before = _tables(recorded)
+    assert any(p.name == "table1.csv" for p in before)
+    capsys.readouterr()
+    shutil.copytree(recorded / "seed2", recorded / "seed3")
+    _record_provenance(recorded / "seed3", 3)  # a copy with its own records: same outcomes
+    assert report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "seed3/outcomes.csv: the same outcomes.csv as grpo/seed2" in err
+    assert "Traceback" not in err
+    assert _tables(recorded) == before
+    # records that pass, and a table that fails after Table 1 was rewritten: all put back
+    shutil.rmtree(recorded / "seed3")
+    for line in range(2, 8):  # seed0 answers six more questions: Table 1 changes
+        _edit_line(recorded / "seed0" / "outcomes.csv", line, "em", "1.0")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a table that cannot be computed")
+
+    table2 = report_table2.table2
+    monkeypatch.setattr("at2po_lib.reporting.table2.table2", broken)
+    with pytest.raises(RuntimeError, match="cannot be computed"):
+        report.write_report("smoke", n_resamples=50, figures=False)
+    assert _tables(recorded) == before
+    monkeypatch.setattr("at2po_lib.reporting.table2.table2", table2)
+    report.write_report("smoke", n_resamples=50, figures=False)
+    after = _tables(recorded)
+    assert after.keys() == before.keys() and after != before  # there was something to undo

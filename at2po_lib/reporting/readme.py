@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from ..util.paths import repo_root, results_dir
+from ..util.writing import write_if_changed
 
 DOCUMENTS = ("README.md", "docs/toy_study.md")
 """Repository-relative documents whose generated blocks :func:`update_readme` keeps current."""
@@ -78,5 +79,5 @@ def _update_document(path: Path, profiles: set[str] | None) -> list[str]:
 
     new = BLOCK.sub(replace, text)
     if new != text:
-        path.write_text(new)
+        write_if_changed(path, new)  # undone with the tables inside writing.all_or_none
     return changed

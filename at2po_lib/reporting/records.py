@@ -16,19 +16,33 @@ them the same way.
 What they read is validated (:class:`RecordError` names the file and, for a bad row, its line):
 a run counts only with a readable ``DONE.json`` (a JSON object); ``outcomes.csv`` and
 ``final_eval.csv`` need their columns, at least one row, EM/F1 in [0, 1] and non-negative
-counts; ``metrics.jsonl`` rows must be objects with an integer ``step``. A run left out (not
-finished, or finished without the file a table needs) is never dropped silently: a note on
-stderr lists the runs the result rests on and those left out, with why.
+counts, and each question once (a duplicated (dataset, id) would count its EM twice in the
+seed's mean); ``metrics.jsonl`` and ``eval.jsonl`` rows must be objects with an integer
+``step``, and a finished run's files must parse to the last line (a torn line there is damage,
+not a writer mid-append). A run left out (not finished, or finished without the file a table
+needs) is never dropped silently: a note on stderr lists the runs the result rests on and those
+left out, with why.
+
+- :func:`check_seeds`: the seeds of a method are independent runs of one configuration (what
+  every interval over seeds assumes): each records its own seed, one config hash in
+  ``DONE.json``, ``config.yaml`` and ``meta.json`` that is the hash of its ``config.yaml``, and
+  the same configuration less the seed, profile and git revision as its siblings; no two seeds
+  hold the same outcomes or the same metrics (a copied folder). ``at2po report`` runs it before
+  writing anything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import yaml
 
 from ..util.paths import results_dir
 
@@ -191,17 +205,19 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
     import pandas as pd
 
-    from ..trainer.run_folder import read_jsonl, read_metrics
+    from ..trainer.run_folder import read_jsonl, today_names
 
     metrics, evals = [], []
     coverage = _Coverage(f"training records of {profile}")
     for method, seed, path in _runs(profile, methods, seeds, coverage):
         tag = {"profile": profile, "method": method, "seed": seed}
         try:
-            rows = _check_metric_rows(read_jsonl(path / "metrics.jsonl"), path / "metrics.jsonl")
-            metrics += [{**tag, **row} for row in read_metrics(path / "metrics.jsonl")]
-            evals += [{**tag, **row} for row in
-                      _check_metric_rows(read_jsonl(path / "eval.jsonl"), path / "eval.jsonl")]
+            # a finished run's records are whole: a torn last line is refused, not dropped
+            rows = _check_metric_rows(read_jsonl(path / "metrics.jsonl", torn_ok=False),
+                                      path / "metrics.jsonl")
+            metrics += [{**tag, **row} for row in today_names(rows)]
+            evals += [{**tag, **row} for row in _check_metric_rows(
+                read_jsonl(path / "eval.jsonl", torn_ok=False), path / "eval.jsonl")]
         except (UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -251,7 +267,26 @@ def read_outcomes(path: str | Path) -> pd.DataFrame:
         raise RecordError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
     _check_columns(frame, path, _OUTCOME_RULES, integer=("turns", "searches"),
                    optional=("sampled_em",))
+    _check_unique_questions(frame, path)
     return frame
+
+
+def _check_unique_questions(frame: pd.DataFrame, path: Path) -> None:
+    """Each (dataset, question id) once: a seed's EM is the mean over its questions, so a
+    repeated row with another EM would move it. Ids repeat across datasets (``q0`` of HotpotQA
+    and of NQ), not within one."""
+    keys = [c for c in ("dataset", "question_id") if c in frame.columns]
+    if "question_id" not in keys:
+        return
+    repeated = frame.duplicated(keys, keep="first")
+    if not repeated.any():
+        return
+    index = int(repeated.to_numpy().nonzero()[0][0])
+    row = frame.iloc[index]
+    same = (frame[keys] == row[keys]).all(axis=1).to_numpy().nonzero()[0]
+    name = "/".join(str(row[k]) for k in keys)
+    raise RecordError(f"{path}, line {index + 2}: question {name} again (first on line "
+                      f"{int(same[0]) + 2}): a duplicated record; each question counts once")
 
 
 def load_outcomes(profile: str, methods: Sequence[str] | None = None,
@@ -274,3 +309,181 @@ def load_outcomes(profile: str, methods: Sequence[str] | None = None,
     coverage.report()
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["method", "seed", "dataset", "question_id", "em"])
+
+
+# ----------------------------------------------------------------- seeds of one method
+_SEED_FIELDS = (("seed",), ("trainer", "seed"))
+"""Where ``config.yaml`` records the run's seed: all that may differ between two seeds of a
+method (the hash covers it, so each seed's hash differs; the rest of the file may not)."""
+
+_SHARED = {"config": "configuration less the seed (config.yaml)",
+           "profile": "profile (meta.json)", "git_revision": "git revision (meta.json)"}
+"""What the seeds of one method must share, and where it is recorded."""
+
+
+def check_seeds(profile: str, methods: Sequence[str] | None = None) -> None:
+    """Refuse (:class:`RecordError` naming the file) the finished runs of ``profile`` whose
+    seeds are not independent runs of one configuration: a record of another seed, method or
+    profile than its folder; a config hash in ``DONE.json``, ``config.yaml`` or ``meta.json``
+    that is not the hash of the ``config.yaml`` beside it; a configuration less the seed,
+    profile or git revision that differs from the method's other seeds (the majority; a tie
+    goes to the lowest seed); two seeds with the same outcomes or metrics (a copied folder).
+    Runs recorded before these files existed (none of them) are compared on what they hold."""
+    by_method: dict[str, list[tuple[int, Path]]] = {}
+    for method, seed, path in _runs(profile, methods, None):
+        by_method.setdefault(method, []).append((seed, path))
+    for method, runs in by_method.items():
+        shared = {seed: _run_provenance(profile, method, seed, path) for seed, path in runs}
+        for key in _SHARED:
+            _check_agreement(method, key, {seed: record[key] for seed, record in shared.items()})
+        _check_not_copies(method, runs)
+
+
+def _read_object(path: Path) -> dict | None:
+    """A JSON or YAML record that must hold an object (None when absent)."""
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_bytes().decode("utf-8")
+        record = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (UnicodeDecodeError, ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise RecordError(f"{path}: not a readable record ({str(exc)[:200]})") from None
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: expected an object, got {type(record).__name__}")
+    return record
+
+
+def _run_provenance(profile: str, method: str, seed: int,
+                    path: Path) -> dict[str, tuple[Path, Any]]:
+    """What a run records about itself, checked against its folder: each of :data:`_SHARED`
+    as (file, value), value None when the file is absent."""
+    from ..trainer.run_folder import config_hash
+
+    done = _read_object(path / "DONE.json") or {}
+    meta = _read_object(path / "meta.json")
+    config = _read_object(path / "config.yaml")
+    hashes = {"DONE.json": done.get("config_hash")}
+    if meta is not None:
+        hashes["meta.json"] = meta.get("config_hash")
+        _check_field(path / "meta.json", "seed", meta.get("seed"), seed, f"seed{seed}")
+        _check_field(path / "meta.json", "profile", meta.get("profile"), profile,
+                     f"results/runs/{profile}/")
+    less_seed = None
+    if config is not None:
+        recorded = config.pop("config_hash", None)
+        computed = config_hash(config)
+        if recorded != computed:
+            raise RecordError(f"{path / 'config.yaml'}: config_hash {recorded} is not the hash "
+                              f"of the configuration the file holds ({computed}): edited after "
+                              "the run, or damaged")
+        for name, value in hashes.items():
+            if value is not None and value != computed:
+                raise RecordError(f"{path / name}: config_hash {value} is not config.yaml's "
+                                  f"({computed}): these records come from different runs")
+        less_seed = json.loads(json.dumps(config, default=str))
+        for keys in _SEED_FIELDS:
+            holder = less_seed
+            for key in keys[:-1]:
+                holder = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(holder, dict) and keys[-1] in holder:
+                _check_field(path / "config.yaml", ".".join(keys), holder.pop(keys[-1]), seed,
+                             f"seed{seed}")
+        _check_field(path / "config.yaml", "method", config.get("method"),
+                     _method_names(method), f"{method}/")
+    return {"config": (path / "config.yaml", less_seed),
+            "profile": (path / "meta.json", None if meta is None else meta.get("profile")),
+            "git_revision": (path / "meta.json",
+                             None if meta is None else meta.get("git_revision"))}
+
+
+def _method_names(method: str) -> set[str]:
+    """The names a run of ``method`` may be recorded under: its own, and for a variant the
+    preset it was recorded as before it had a name (``at2po_exact`` as ``at2po``)."""
+    from ..method.presets import METHODS
+
+    preset = METHODS.get(method)
+    alias = getattr(preset, "recorded_as", None)
+    return {method} | ({alias} if alias else set())
+
+
+def _check_field(path: Path, key: str, value: Any, expected: Any, folder: str) -> None:
+    """``value`` is ``expected`` (or one of a set of them), else the record is another run's."""
+    if value is None:
+        return
+    ok = value in expected if isinstance(expected, set) else value == expected
+    if not ok:
+        raise RecordError(f"{path}: records {key} {value!r}, but it lies in {folder}: a copy of "
+                          "another run's records? Move it where it belongs or remove it")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _check_agreement(method: str, key: str, values: dict[int, tuple[Path, Any]]) -> None:
+    """Every seed's ``key`` equals the majority's (a tie goes to the lowest seed), else the
+    first seed that differs is named with the first field that differs."""
+    counts = Counter(_canonical(value) for _, value in values.values())
+    if len(counts) <= 1:
+        return
+    top = max(counts.values())
+    seeds = sorted(values)
+    majority = next(_canonical(values[s][1]) for s in seeds
+                    if counts[_canonical(values[s][1])] == top)
+    agree = [s for s in seeds if _canonical(values[s][1]) == majority]
+    for seed in seeds:
+        path, value = values[seed]
+        if _canonical(value) == majority:
+            continue
+        theirs = values[agree[0]][1]
+        where = ", ".join(f"seed{s}" for s in agree[:5]) + (" ..." if len(agree) > 5 else "")
+        if value is None:
+            what = f"absent, while {where} record their {_SHARED[key]}"
+        elif theirs is None:
+            what = f"present, while {where} have none"
+        else:
+            what = f"{_SHARED[key]} differs from {method}'s other seeds ({where}): " \
+                   f"{_first_difference(value, theirs, key)}"
+        raise RecordError(f"{path}: {what}. The seeds of a method must be one configuration at "
+                          "one revision (Table 1's intervals treat them as repeats); rerun this "
+                          "seed like the others or move it out of the runs folder")
+
+
+def _first_difference(ours: Any, theirs: Any, where: str) -> str:
+    """``where.key: ours vs theirs`` at the first (sorted) key where two records differ."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in sorted(set(ours) | set(theirs)):
+            if _canonical(ours.get(key)) != _canonical(theirs.get(key)):
+                return _first_difference(ours.get(key), theirs.get(key),
+                                         key if where == "config" else f"{where}.{key}")
+    return f"{where}: {str(ours)[:80]} here, {str(theirs)[:80]} there"
+
+
+def _fingerprints(path: Path) -> dict[str, str]:
+    """sha256 of a run's outcomes (rows sorted by question, as read) and of its metrics rows:
+    two independent seeds share neither (sampling and updates differ from the first step)."""
+    from ..trainer.run_folder import read_jsonl
+
+    found = {}
+    if (path / OUTCOMES_FILE).is_file():
+        frame = read_outcomes(path / OUTCOMES_FILE)
+        keys = [c for c in ("dataset", "question_id") if c in frame.columns]
+        frame = frame.sort_values(keys, kind="stable", ignore_index=True) if keys else frame
+        found[OUTCOMES_FILE] = frame.to_csv(index=False)
+    rows = read_jsonl(path / "metrics.jsonl", torn_ok=False)
+    if rows:  # an evaluated-only run has none to compare
+        found["metrics.jsonl"] = _canonical(rows)
+    return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in found.items()}
+
+
+def _check_not_copies(method: str, runs: list[tuple[int, Path]]) -> None:
+    """No two seeds of ``method`` with the same outcomes or metrics."""
+    seen: dict[tuple[str, str], tuple[int, Path]] = {}
+    for seed, path in runs:
+        for name, digest in _fingerprints(path).items():
+            first_seed, first = seen.setdefault((name, digest), (seed, path))
+            if first_seed != seed:
+                raise RecordError(
+                    f"{path / name}: the same {name} as {method}/seed{first_seed} "
+                    f"({first / name}): a copied run, which would count as a second "
+                    "independent seed and narrow every interval; remove the copy")

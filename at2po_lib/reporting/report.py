@@ -31,6 +31,8 @@ from .dissection_summary import dissection_summary
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..config import ProfileConfig
+
 
 @dataclass
 class Report:
@@ -50,10 +52,34 @@ def summary_display(display: pd.DataFrame) -> pd.DataFrame:
 
 def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                  readme: bool = False, figures: bool = True) -> Report:
-    """Write every table and figure that the records of ``profile`` allow (see module doc)."""
+    """Write every table and figure that the records of ``profile`` allow (see module doc).
+
+    All or none: every record is read and checked first (:mod:`.records`, :func:`.records.
+    check_seeds`), so a damaged or duplicated record is refused, naming its file, before
+    anything is written; a failure while writing puts back every file already rewritten
+    (:func:`at2po_lib.util.writing.all_or_none`)."""
+    from ..config import load_profile
+    from ..util.writing import all_or_none
+    from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
+                          load_training_records)
+
+    cfg = load_profile(profile)
+    runs = discover_runs(profile)
+    outcomes = load_outcomes(profile)
+    finals = load_final_evals(profile)
+    metrics, evals = load_training_records(profile)
+    check_seeds(profile)
+    with all_or_none():
+        return _write(profile, cfg, runs, outcomes, finals, metrics, evals,
+                      n_resamples=n_resamples, readme=readme, figures=figures)
+
+
+def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,
+           finals: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame, *,
+           n_resamples: int, readme: bool, figures: bool) -> Report:
+    """:func:`write_report`'s writing, from records already read and checked."""
     import matplotlib.pyplot as plt
 
-    from ..config import load_profile
     from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
     from . import figure3, figure4, table1, table2, table3
     from ..util.provenance import write_meta
@@ -62,14 +88,9 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     from .readme import update_readme
     from .labels import method_label
     from .curves import format_start_end, start_end_table
-    from .records import discover_runs, load_final_evals, load_outcomes, load_training_records
 
-    cfg = load_profile(profile)
     report = Report(profile)
-    runs = discover_runs(profile)
     finished = runs.loc[runs["finished"].astype(bool)]
-    outcomes = load_outcomes(profile)
-    finals = load_final_evals(profile)
     if finished.empty:
         report.notes.append(f"no finished runs under results/runs/{profile}/: only the "
                             "published numbers are shown")
@@ -134,7 +155,6 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
                 "Credit against the truth: AUC of each credit mode's turn advantages for "
                 "useful vs useless turns [95% CI over prompts], and the difference to GRPO's")
             report.tables["credit_accuracy_summary"] = summary
-    metrics, evals = load_training_records(profile)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals

@@ -196,9 +196,10 @@ def append_jsonl(path: Path, row: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
     """Rows of a JSONL file ([] if absent); a torn last line (a crash mid-write) is skipped,
-    any other bad line is an error naming the file and line."""
+    any other bad line is an error naming the file and line. ``torn_ok=False`` (the records
+    of a finished run, which no writer is appending to) refuses a torn last line as well."""
     if not path.is_file():
         return []
     try:
@@ -212,9 +213,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         try:
             rows.append(json.loads(line))
         except (ValueError, RecursionError) as exc:  # bad JSON, too deep, too long a number
-            if i == len(lines) - 1:
+            if i == len(lines) - 1 and torn_ok:
                 break
-            raise ValueError(f"{path}, line {i + 1}: not valid JSON ({str(exc)[:200]})") from None
+            torn = " (a torn last line: the record ends mid-write)" if i == len(lines) - 1 else ""
+            raise ValueError(f"{path}, line {i + 1}: not valid JSON{torn} "
+                             f"({str(exc)[:200]})") from None
     return rows
 
 
@@ -238,10 +241,15 @@ LEGACY_METRIC_NAMES: dict[str, str] = {
 under the logged names, so old and new run folders load into the same columns."""
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
     """Rows of a ``metrics.jsonl`` under today's names (see :data:`LEGACY_METRIC_NAMES`)."""
+    return today_names(read_jsonl(path, torn_ok))
+
+
+def today_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``metrics.jsonl`` rows with :data:`LEGACY_METRIC_NAMES` renamed to today's names."""
     return [{LEGACY_METRIC_NAMES.get(key, key): value for key, value in row.items()}
-            for row in read_jsonl(path)]
+            for row in rows]
 
 
 def truncate_jsonl(path: Path, max_step: int, key: str = "step") -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import repo_root
+from .writing import write_if_changed
 
 _PACKAGES = ("torch", "transformers", "trl", "peft", "faiss-cpu", "bm25s", "numpy", "vllm")
 
@@ -163,7 +164,7 @@ def write_meta(result_path: str | Path, meta: dict) -> Path:
             old = None  # a broken meta file is replaced
         if isinstance(old, dict) and _stable_fields(old) == _stable_fields(json.loads(text)):
             return meta_path
-    meta_path.write_text(text)
+    write_if_changed(meta_path, text)  # undone with the result inside writing.all_or_none
     return meta_path
 
 
