@@ -387,7 +387,7 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     from ..config import load_profile
     from ..util.paths import results_dir
     from ..util.provenance import run_metadata
-    from ..util.writing import write_csv_tables
+    from ..util.provenance import write_csv_tables
     from .expansion_stats import credit_weight_stats
     from .sample import cached_trees, policy_folder, study_rows
 

@@ -224,7 +224,7 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
     from ..config import load_profile
     from ..util.paths import results_dir
     from ..util.provenance import run_metadata
-    from ..util.writing import write_csv_tables
+    from ..util.provenance import write_csv_tables
     from .sample import cached_trees, policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)

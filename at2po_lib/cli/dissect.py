@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from ..util.paths import results_dir
     from ..util.provenance import run_metadata
-    from ..util.writing import write_csv_tables
+    from ..util.provenance import write_csv_tables
 
     cfg = load_profile_args(args)
     out = results_dir(cfg.name, "dissection")

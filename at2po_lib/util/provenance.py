@@ -170,3 +170,15 @@ def write_meta(result_path: str | Path, meta: dict) -> Path:
 
 def _stable_fields(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if k not in VOLATILE_META_KEYS}
+
+
+def write_csv_tables(folder: str | Path, frames: dict[str, Any], meta: dict) -> dict[str, Path]:
+    """Each ``name -> DataFrame`` as ``folder/name`` (CSV, 4 decimals) with ``meta`` beside it
+    (:func:`write_meta`); returns the paths by name."""
+    paths = {}
+    for name, frame in frames.items():
+        path = Path(folder) / name
+        frame.to_csv(path, index=False, float_format="%.4f")
+        write_meta(path, meta)
+        paths[name] = path
+    return paths

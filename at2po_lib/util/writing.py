@@ -7,7 +7,6 @@ re-run on another machine or day must then produce the same bytes, or leave the 
   (matplotlib's ``Software`` tag) and skips the write when the bytes are unchanged;
 - :func:`write_if_changed` does the same for any bytes or text;
 - ``provenance.write_meta`` keeps a ``*.meta.json`` whose result is unchanged;
-- :func:`write_csv_tables` writes tidy frames as CSV, each with that meta;
 - :func:`all_or_none` makes a stage's writes one unit: if the stage raises, every file it
   wrote gets its earlier bytes back (or is removed if it is new), so a refused record never
   leaves a tables folder half rewritten.
@@ -83,17 +82,3 @@ def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> Path:
         raise ValueError(f"save_figure writes PNG files; got {path}")
     write_if_changed(path, figure_png(fig, **savefig_kwargs))
     return path
-
-
-def write_csv_tables(folder: str | Path, frames: dict[str, Any], meta: dict) -> dict[str, Path]:
-    """Each ``name -> DataFrame`` as ``folder/name`` (CSV, 4 decimals) with ``meta`` beside it
-    (``provenance.write_meta``); returns the paths by name."""
-    from .provenance import write_meta
-
-    paths = {}
-    for name, frame in frames.items():
-        path = Path(folder) / name
-        frame.to_csv(path, index=False, float_format="%.4f")
-        write_meta(path, meta)
-        paths[name] = path
-    return paths
