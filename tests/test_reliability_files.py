@@ -63,6 +63,145 @@ def test_a_truncated_tokenizer_file_is_named(shipped_copy):
         load_tokenizer(shipped_copy)
 
 
+# ------------------------------------------------ the warm start verified whole (issue #39 item 4)
+def _corrupt_weights(folder: Path) -> None:
+    """The same size, other numbers: what only a sha256 tells apart."""
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-4096:] = np.full(1024, np.nan, dtype=np.float32).tobytes()
+    weights.write_bytes(bytes(data))
+
+
+def _no_training(monkeypatch) -> None:
+    """A refusal must not fall through to SFT (66 minutes at tiny scale)."""
+    from at2po_lib.policy import warmstart
+
+    def refuse(cfg):
+        raise AssertionError("the warm start was retrained")
+
+    monkeypatch.setattr(warmstart, "train_warmstart", refuse)
+
+
+def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_copy):
+    """transformers loads an adapter found beside the weights (the model changed while every
+    recorded sha256 still matched): an entry the record does not list is refused."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import cached_warmstart
+
+    cfg = load_profile("tiny")
+    (shipped_copy / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
+    (shipped_copy / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(CheckpointError, match=r"warmstart: holds adapter_config\.json, "
+                       r"adapter_model\.safetensors, not listed in .*warmstart\.json"):
+        cached_warmstart(cfg)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (shipped_copy / name).unlink()
+    (shipped_copy / "extra").mkdir()   # a folder counts too
+    with pytest.raises(CheckpointError, match=r"holds extra, not listed"):
+        cached_warmstart(cfg)
+    (shipped_copy / "extra").rmdir()
+    assert cached_warmstart(cfg) == shipped_copy
+
+
+@pytest.mark.parametrize("files, refusal", [
+    ({}, r"warmstart\.json: lists no files"),
+    (None, r"warmstart\.json: lists no files"),
+    ("model.safetensors", r"warmstart\.json: its 'files' is not a table"),
+    ("tokenizer.json", r"warmstart\.json: lists no model\.safetensors"),
+    ("all but config.json", r"holds config\.json, not listed in"),
+])
+def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
+        shipped_copy, files, refusal):
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import cached_warmstart
+
+    record_path = shipped_copy / "warmstart.json"
+    record = json.loads(record_path.read_text())
+    if files == "tokenizer.json":
+        files = {"tokenizer.json": record["files"]["tokenizer.json"]}
+    elif files == "all but config.json":
+        files = {k: v for k, v in record["files"].items() if k != "config.json"}
+    record["files"] = files
+    record_path.write_text(json.dumps(record))
+    _corrupt_weights(shipped_copy)
+    with pytest.raises(CheckpointError, match=refusal):
+        cached_warmstart(load_profile("tiny"))
+
+
+@pytest.mark.parametrize("damage, refusal", [
+    ("missing", r"warmstart\.json: missing, so the warm start in .* cannot be verified"),
+    ("torn", r"warmstart\.json: not a readable warm-start record"),
+    ("list", r"warmstart\.json: not a warm-start record \(a JSON list"),
+])
+def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command(
+        shipped_copy, monkeypatch, damage, refusal):
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import ensure_warmstart
+
+    _no_training(monkeypatch)
+    record = shipped_copy / "warmstart.json"
+    if damage == "missing":
+        record.unlink()
+    elif damage == "torn":
+        record.write_bytes(record.read_bytes()[:3000])
+    else:
+        record.write_text("[]\n")
+    with pytest.raises(CheckpointError, match=refusal) as refused:
+        ensure_warmstart(load_profile("tiny"))
+    assert "`git checkout -- results/tiny/warmstart`" in str(refused.value)
+    assert "`at2po warmstart --profile tiny --force --ship`" in str(refused.value)
+
+
+def _local_copy(shipped: Path, artifacts: Path) -> tuple[Path, Path]:
+    """The shipped warm start as a local build: the folder and its record beside it."""
+    policy = artifacts / "tiny" / "policy"
+    folder = policy / "warmstart"
+    shutil.copytree(shipped, folder)
+    record = policy / "warmstart.json"
+    (folder / "warmstart.json").rename(record)
+    return folder, record
+
+
+def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path, monkeypatch):
+    """The local build is checked before the shipped copy: a torn or missing record there is
+    named with the local rebuild command; a record for another configuration is simply stale."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import cached_warmstart, ensure_warmstart
+
+    _no_training(monkeypatch)
+    cfg = load_profile("tiny")
+    folder, record = _local_copy(shipped_copy, tmp_path / "artifacts")
+    assert cached_warmstart(cfg) == folder            # intact: the local build is used
+    whole = record.read_bytes()
+    record.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CheckpointError, match=r"policy/warmstart\.json: not a readable .*"
+                       r"rebuild it with `at2po warmstart --profile tiny --force`"):
+        ensure_warmstart(cfg)
+    record.unlink()
+    with pytest.raises(CheckpointError, match=r"policy/warmstart\.json: missing"):
+        ensure_warmstart(cfg)
+    stale = json.loads(whole)
+    stale["cache_key"] = "another-config"
+    record.write_text(json.dumps(stale))
+    assert cached_warmstart(cfg) == shipped_copy      # stale, not damaged: the shipped copy
+
+
+def test_the_warmstart_command_names_a_damaged_record_in_one_line(shipped_copy, monkeypatch,
+                                                                  capsys):
+    from at2po_lib.cli import main
+
+    _no_training(monkeypatch)
+    record = shipped_copy / "warmstart.json"
+    record.write_bytes(record.read_bytes()[:3000])
+    assert main(["warmstart", "--profile", "tiny"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(record) in err and "--force --ship" in err
+
+
 def _tree(parent) -> TreeArrays:
     n = len(parent)
     return TreeArrays(parent=np.asarray(parent), entropy=np.zeros(n), leaf_reward=np.zeros(n))

@@ -10,6 +10,7 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.util.paths import repo_root
 from at2po_lib.policy import warmstart
+from at2po_lib.policy.files import file_digests
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
 # The warm start on every test question: the regime pilot's ReAct run (docs/warmstart.md)
@@ -44,7 +45,7 @@ def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
     (copy / "model.safetensors").write_bytes(b"weights")
     record = json.loads((SHIPPED / warmstart.SHIPPED_RECORD).read_text())
     record["cache_key"] = warmstart.cache_key(cfg)
-    record.pop("files", None)  # the fake weights have no recorded digests (tests/test_reliability_files.py)
+    record["files"] = file_digests(copy)  # the fake weights' own digests
     (copy / warmstart.SHIPPED_RECORD).write_text(json.dumps(record))
     monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
     assert warmstart.cached_warmstart(cfg) == copy

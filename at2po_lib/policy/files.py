@@ -1,5 +1,6 @@
 """Checks of a checkpoint folder's files that the model and tokenizer loaders share: JSON
-files parse, and every file has the sha256 its record lists (:mod:`.warmstart`)."""
+files parse, and the folder holds exactly the files its record lists, each with its sha256
+(:mod:`.warmstart`)."""
 
 from __future__ import annotations
 
@@ -40,15 +41,32 @@ def file_digests(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     return digests
 
 
-def check_digests(folder: Path, recorded: dict[str, str], record: Path) -> None:
-    """Every file of ``recorded`` present in ``folder`` with that sha256; else
-    :class:`CheckpointError` naming the file and the record (a same-size corrupt
-    ``model.safetensors`` loaded silently before)."""
-    actual = file_digests(folder)
+def check_digests(folder: Path, recorded: dict[str, str], record: Path,
+                  remedy: str = "restore it (git checkout) or retrain it") -> None:
+    """``folder`` holds exactly the files of ``recorded``, each with that sha256; else
+    :class:`CheckpointError` naming the file, the record and ``remedy``.
+
+    Exactly: transformers loads whatever loadable file sits in a checkpoint folder (an
+    ``adapter_config.json`` + ``adapter_model.safetensors`` beside the weights changed the model
+    while every listed file kept its sha256), so an entry the record does not list is refused,
+    and so is a record listing none (a changed ``model.safetensors`` loaded under an empty or
+    partial list). The record itself may sit in the folder (the shipped copy's)."""
+    if not recorded:
+        raise CheckpointError(f"{record}: lists no files, so {folder} cannot be verified; {remedy}")
+    own = (record.name,) if record.parent == folder else ()  # the shipped copy's record
+    entries = sorted(p.name for p in folder.iterdir() if p.name not in own) \
+        if folder.is_dir() else []
+    unlisted = [name for name in entries if name not in recorded]
+    if unlisted:
+        shown = ", ".join(unlisted[:5]) + (f" and {len(unlisted) - 5} more"
+                                           if len(unlisted) > 5 else "")
+        raise CheckpointError(f"{folder}: holds {shown}, not listed in {record} (the loader "
+                              f"would read them); remove them, or {remedy}")
+    actual = file_digests(folder, skip=own) if folder.is_dir() else {}
     for name, digest in recorded.items():
         if name not in actual:
-            raise CheckpointError(f"{folder / name}: missing (listed in {record})")
+            raise CheckpointError(f"{folder / name}: missing (listed in {record}); {remedy}")
         if actual[name] != digest:
             raise CheckpointError(f"{folder / name}: sha256 {actual[name][:16]}... differs from "
                                   f"{digest[:16]}... recorded in {record}: a damaged copy; "
-                                  "restore it (git checkout) or retrain it")
+                                  f"{remedy}")

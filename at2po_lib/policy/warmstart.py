@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..util.hf_compat import checkpointing_kwargs
 from ..util.paths import artifacts_dir
+from .files import CheckpointError, check_digests, file_digests
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
@@ -138,37 +139,73 @@ def shipped_warmstart_dir(profile: str) -> Path:
     return repo_root() / "results" / profile / "warmstart"
 
 
-def _matching(folder: Path, record: Path, key: str) -> bool:
-    if not (record.is_file() and (folder / "model.safetensors").is_file()):
-        return False
+def rebuild_hint(profile: str, shipped: bool) -> str:
+    """What to run when a warm start or its record is damaged (said in every refusal)."""
+    if shipped:
+        return (f"restore it with `git checkout -- results/{profile}/warmstart`, or rebuild it "
+                f"with `at2po warmstart --profile {profile} --force --ship`")
+    return f"rebuild it with `at2po warmstart --profile {profile} --force`"
+
+
+def _read_record(folder: Path, record: Path, hint: str) -> dict[str, Any] | None:
+    """The record of the warm start in ``folder``, or None when nothing is cached there.
+
+    A folder without its record, or a record that is not a JSON object, is a
+    :class:`CheckpointError` naming the file and ``hint``: taking it for "no warm start" started
+    a retraining (66 minutes at tiny scale) without a word about the damaged file."""
+    if not record.exists():
+        held = folder.is_dir() and any(p.name != record.name for p in folder.iterdir())
+        if held:
+            raise CheckpointError(f"{record}: missing, so the warm start in {folder} cannot be "
+                                  f"verified; {hint}")
+        return None
     try:
-        return json.loads(record.read_text()).get("cache_key") == key
-    except json.JSONDecodeError:
-        return False
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{record}: not a readable warm-start record (truncated or "
+                              f"corrupt? {str(exc)[:120]}); {hint}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{record}: not a warm-start record (a JSON "
+                              f"{type(data).__name__}, not an object); {hint}")
+    return data
+
+
+def _cached_in(folder: Path, record: Path, key: str, hint: str) -> Path | None:
+    """``folder`` if its record has cache key ``key`` and the folder is verified whole
+    (:func:`_verified`); None if nothing is cached there or it was built for another key."""
+    data = _read_record(folder, record, hint)
+    if data is None or data.get("cache_key") != key:
+        return None  # built for another configuration: retraining is expected, not damage
+    return _verified(folder, record, data, hint)
 
 
 def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
     """The warm start built from this configuration: the local cache (``artifacts/``) if it
     matches, else the shipped copy (``results/<profile>/warmstart/``) if that matches; a changed
-    world, retrieval, policy or SFT setting invalidates both."""
-    key = cache_key(profile_cfg)
-    local = warmstart_dir(profile_cfg.name)
-    if _matching(local, warmstart_record_path(profile_cfg.name), key):
-        return _verified(local, warmstart_record_path(profile_cfg.name))
-    shipped = shipped_warmstart_dir(profile_cfg.name)
-    if _matching(shipped, shipped / SHIPPED_RECORD, key):
-        return _verified(shipped, shipped / SHIPPED_RECORD)
-    return None
+    world, retrieval, policy or SFT setting invalidates both. A damaged copy or record is an
+    error naming it and the rebuild command (:func:`rebuild_hint`), never a silent retraining."""
+    key, name = cache_key(profile_cfg), profile_cfg.name
+    local = _cached_in(warmstart_dir(name), warmstart_record_path(name), key,
+                       rebuild_hint(name, shipped=False))
+    if local is not None:
+        return local
+    shipped = shipped_warmstart_dir(name)
+    return _cached_in(shipped, shipped / SHIPPED_RECORD, key, rebuild_hint(name, shipped=True))
 
 
-def _verified(folder: Path, record: Path) -> Path:
-    """``folder`` once every file has the sha256 its record lists (``files``; a record from
-    before digests were kept lists none and is trusted as before)."""
-    from .files import check_digests
-
-    recorded = json.loads(record.read_text()).get("files")
-    if recorded:
-        check_digests(folder, recorded, record)
+def _verified(folder: Path, record: Path, data: dict[str, Any], hint: str) -> Path:
+    """``folder`` once it holds exactly the files the record lists (``files``), each with its
+    sha256, weights included (:func:`.files.check_digests`). A record listing none is refused
+    too: its weights could be anything."""
+    recorded = data.get("files") or {}  # absent or empty: refused by check_digests
+    if not isinstance(recorded, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()):
+        raise CheckpointError(f"{record}: its 'files' is not a table of file names and sha256s, "
+                              f"so {folder} cannot be verified; {hint}")
+    if recorded and "model.safetensors" not in recorded:
+        raise CheckpointError(f"{record}: lists no model.safetensors, so the weights of {folder} "
+                              f"cannot be verified; {hint}")
+    check_digests(folder, recorded, record, remedy=hint)
     return folder
 
 
@@ -177,7 +214,8 @@ def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
     :func:`shipped_warmstart_dir` with its record (selection curve, timings, config, cache key;
     no per-step log), replacing the old copy only once the new one is complete."""
     local, record_path = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
-    if not _matching(local, record_path, cache_key(profile_cfg)):
+    if _cached_in(local, record_path, cache_key(profile_cfg),
+                  rebuild_hint(profile_cfg.name, shipped=False)) is None:
         raise FileNotFoundError(f"{local}: no local warm start for this configuration of "
                                 f"profile {profile_cfg.name!r} (run `at2po warmstart` first)")
     record = json.loads(record_path.read_text())
@@ -187,10 +225,8 @@ def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(local, staging)
-    from .files import file_digests
-
     record["files"] = file_digests(staging, skip=(SHIPPED_RECORD,))
-    (staging / SHIPPED_RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    write_record(staging / SHIPPED_RECORD, record)
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
@@ -585,11 +621,13 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(chosen["path"], staging)
+    # The old record goes first: it must never describe the new folder (a kill before the new
+    # record is written leaves a folder without one, refused at load with the rebuild command).
+    warmstart_record_path(cfg.name).unlink(missing_ok=True)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     chosen_model, _ = load_policy(out)
     from ..util.provenance import git_revision
-    from .files import file_digests
 
     record = {
         "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
@@ -619,8 +657,16 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "config": cfg.to_dict(),
         "files": file_digests(out),  # checked at every load (cached_warmstart)
     }
-    warmstart_record_path(cfg.name).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    write_record(warmstart_record_path(cfg.name), record)
     return out
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write a warm-start record whole or not at all (a temporary file renamed over it): a
+    torn record would be refused at every load until the warm start is rebuilt."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
 
 
 def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
@@ -675,12 +721,13 @@ def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> P
 def read_warmstart_record(profile: str) -> dict:
     """``warmstart.json`` of a profile: the local one, else the shipped copy's (raises if
     there is neither)."""
-    path = warmstart_record_path(profile)
+    folder, path, shipped = warmstart_dir(profile), warmstart_record_path(profile), False
     if not path.is_file():
-        path = shipped_warmstart_dir(profile) / SHIPPED_RECORD
+        folder, shipped = shipped_warmstart_dir(profile), True
+        path = folder / SHIPPED_RECORD
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)")
-    return json.loads(path.read_text())
+    return _read_record(folder, path, rebuild_hint(profile, shipped))
 
 
 _SUMMARY_KEYS = ("git_revision", "chosen_step", "chosen_validation_em", "in_band", "target_band",
