@@ -12,10 +12,10 @@ token-level loss, and of batched credit assignment.
    loss-only ratio (log-probs as the leaf tensor) is printed too.
 2. Credit assignment for ``trees`` AT2PO-shaped random trees with 22 leaves each: node values
    and advantages of the whole forest, then per-token advantages of every leaf row.
-3. The turn-level loss (``policy_loss``, forward + backward, log-probs as the leaf, with all its
-   diagnostics) against :func:`authors_turn_loss`, the same loss written as the authors' code
-   is organised: a Python loop over rows, and inside it over turns, for the turn ratios and the
-   ``turn_kl_entropy`` diagnostic (written here from docs/method.md §7; the rest vectorised as
+3. The turn-level loss (``fused_policy_loss``, forward + backward, log-probs as the leaf, with
+   all its diagnostics) against :func:`authors_turn_loss`, the same loss written as the authors'
+   code is organised: a Python loop over rows, and inside it over turns, for the turn ratios and
+   the ``turn_kl_entropy`` diagnostic (written here from docs/method.md §7; the rest vectorised as
    verl does). Both on the same inputs, interleaved; their loss, gradient and diagnostics are
    checked equal before timing.
 
@@ -24,7 +24,7 @@ shared with other jobs the minimum is the least disturbed estimate (as ``timeit`
 Both wall time and process CPU time are printed; the ratios use ``--clock`` (default ``cpu``:
 CPU time counts the work done and barely moves when other jobs compete for the cores, while
 wall time on a busy 2-core machine varied 10x between runs). The last line is the turn/token
-speed-up of (3): the authors'-style loop's time over ``policy_loss``'s.
+speed-up of (3): the authors'-style loop's time over ``fused_policy_loss``'s.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 from at2po_lib.method.tree import Forest, random_tree, synthetic_turn_rows
 from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
                                      forest_node_values)
-from at2po_lib.method.loss import policy_loss
+from at2po_lib.trainer.fused_loss import fused_policy_loss
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
@@ -62,7 +62,8 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
                       eps_high: float = 4e-3) -> tuple[torch.Tensor, dict[str, float]]:
     """ATPO's turn-level loss (geometric turn ratio, seq-mean-token-mean) with per-row, per-turn
     Python loops, as the authors' code computes turn ratios and ``turn_kl_entropy``: the
-    reference the vectorised :func:`at2po_lib.method.loss.policy_loss` is timed against.
+    reference the vectorised :func:`at2po_lib.trainer.fused_loss.fused_policy_loss` is timed
+    against.
     ``logp``/``old_logp``/``mask`` (B, T), ``advantages`` (B,)."""
     m = mask.to(logp.dtype)  # (B, T)
     log_ratio = (logp - old_logp) * m  # (B, T)
@@ -104,7 +105,7 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
 
 
 def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
-    """Time (3); returns the speed-up of ``policy_loss`` over :func:`authors_turn_loss`."""
+    """Time (3); returns the speed-up of ``fused_policy_loss`` over :func:`authors_turn_loss`."""
     # a policy that moved: turn ratios != 1, some tokens clipped
     g = torch.Generator().manual_seed(1)
     old = data["logp"] + 2e-3 * torch.randn(data["logp"].shape, generator=g)
@@ -119,7 +120,7 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
                     loss.item(), logp.grad, metrics)
         return once
 
-    ours = run(lambda x: policy_loss(x, old, data["advantages"], data["mask"], level="turn"))
+    ours = run(lambda x: fused_policy_loss(x, old, data["advantages"], data["mask"], level="turn"))
     authors = run(lambda x: authors_turn_loss(x, old, data["advantages"], data["mask"]))
     a, b = ours(), authors()
     grad_diff = float((a[3] - b[3]).abs().max())
@@ -134,9 +135,9 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
             times[name].append((wall, cpu))
     wall = {k: min(w for w, _ in x) for k, x in times.items()}
     cpu = {k: min(c for _, c in x) for k, x in times.items()}
-    print(f"  wall: policy_loss {wall['ours'] * 1e3:.1f} ms, authors' loop "
+    print(f"  wall: fused_policy_loss {wall['ours'] * 1e3:.1f} ms, authors' loop "
           f"{wall['authors'] * 1e3:.1f} ms, speed-up {wall['authors'] / wall['ours']:.2f}\n"
-          f"  cpu:  policy_loss {cpu['ours'] * 1e3:.1f} ms, authors' loop "
+          f"  cpu:  fused_policy_loss {cpu['ours'] * 1e3:.1f} ms, authors' loop "
           f"{cpu['authors'] * 1e3:.1f} ms, speed-up {cpu['authors'] / cpu['ours']:.2f}")
     clock = cpu if args.clock == "cpu" else wall
     return clock["authors"] / clock["ours"]
@@ -150,7 +151,8 @@ def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> tuple[fl
         logp = torch.log_softmax(logits, dim=-1).gather(-1, data["ids"][..., None]).squeeze(-1)
     else:
         logits = logp = data["logp"].detach().requires_grad_(True)
-    loss, _ = policy_loss(logp, data["old_logp"], data["advantages"], data["mask"], level=level)
+    loss, _ = fused_policy_loss(logp, data["old_logp"], data["advantages"], data["mask"],
+                                level=level)
     loss.backward()
     assert logits.grad is not None
     return time.perf_counter() - start, time.process_time() - start_cpu

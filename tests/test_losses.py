@@ -1,5 +1,7 @@
-"""Tests for at2po_lib.method.loss: hand cases, special cases between ratio levels, gradients of
-the stop-gradient form, masking, clip fractions, AEPO options and the diagnostics."""
+"""Tests for the policy loss: its definition (``at2po_lib.method.loss.policy_loss``) and the
+trainer's fused form (``at2po_lib.trainer.fused_loss.fused_policy_loss``), equal on random
+inputs; hand cases, special cases between ratio levels, gradients of the stop-gradient form,
+masking, clip fractions, AEPO options, the diagnostics and the simulated policy change."""
 
 from __future__ import annotations
 
@@ -10,16 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.method.loss import (
-    clip_fraction_by_level,
-    importance_ratio,
-    policy_loss,
-    simulate_policy_change,
-    token_turns,
-    turn_segments,
-)
+from at2po_lib.analysis.policy_change import clip_fraction_by_level, simulate_policy_change
+from at2po_lib.method.loss import AGGREGATIONS, importance_ratios, policy_loss, ratio_units
+from at2po_lib.trainer.fused_loss import fused_policy_loss
 
-
+LOSSES = {"reference": lambda *a, **k: (policy_loss(*a, **k), {}), "fused": fused_policy_loss}
+"""Both forms, each returning (loss, metrics) (the reference has no metrics)."""
 
 @pytest.fixture(autouse=True)
 def _float64():
@@ -47,25 +45,26 @@ def random_batch(seed, b=3, t=16, scale=0.01):
 
 
 # ------------------------------------------------------------------------------------------
-# Turn segments
+# Ratio units and ratios
 # ------------------------------------------------------------------------------------------
-def test_turn_segments_from_mask_runs():
+def test_ratio_units_from_mask_runs():
     mask = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]])
-    seg = turn_segments(mask)
-    # runs: row 0 -> {0,1}, {3}; row 1 -> {1,2,3}; S = 3 is the dummy bucket
-    assert seg.seg.tolist() == [[0, 0, 3, 1], [3, 2, 2, 2]]
-    assert seg.row.tolist() == [0, 0, 1]
-    assert seg.turns_per_row(2).tolist() == [2, 1]
+    # runs: row 0 -> {0,1}, {3}; row 1 -> {1,2,3}
+    assert ratio_units(mask, "turn").tolist() == [0, 0, 1, 2, 2, 2]
+    assert ratio_units(mask, "sequence").tolist() == [0, 0, 0, 1, 1, 1]
+    assert ratio_units(mask, "token").tolist() == [0, 1, 2, 3, 4, 5]
 
 
-def test_turn_segments_from_ids_group_by_id():
+def test_ratio_units_from_ids_group_by_id():
     mask = torch.tensor([[1, 1, 0, 1, 1]])
     ids = torch.tensor([[4, 4, -1, 9, 4]])  # id 4 appears twice, non-contiguously: one turn
-    seg = turn_segments(mask, ids)
-    assert seg.seg.tolist() == [[0, 0, 2, 1, 0]]
-    assert seg.num == 2
-    with pytest.raises(ValueError, match=r"turn_ids\[0, 1\]"):
-        turn_segments(mask, torch.tensor([[4, -1, -1, 9, 4]]))
+    assert ratio_units(mask, "turn", ids).tolist() == [0, 0, 1, 0]
+    bad = torch.tensor([[4, -1, -1, 9, 4]])
+    for loss in (lambda: ratio_units(mask, "turn", bad),
+                 lambda: fused_policy_loss(torch.zeros(1, 5), torch.zeros(1, 5),
+                                           torch.ones(1), mask, turn_ids=bad)):
+        with pytest.raises(ValueError, match=r"turn_ids\[0, 1\]"):
+            loss()
 
 
 def test_geometric_and_product_turn_ratios_by_hand():
@@ -74,37 +73,72 @@ def test_geometric_and_product_turn_ratios_by_hand():
     old = torch.zeros(1, 3)
     logp = torch.tensor([[0.002, 0.004, 5.0]])
     mask = torch.tensor([[1, 1, 0]])
-    turns = token_turns(mask)
-    lp = turns.gather(logp)  # the two model tokens
-    log_ratio = lp - turns.gather(old)
-    geo = importance_ratio("turn", lp, log_ratio, turns, "geometric")
-    prod = importance_ratio("turn", lp, log_ratio, turns, "product")
+    geo = importance_ratios(logp, old, mask, "turn", turn_ratio="geometric")
+    prod = importance_ratios(logp, old, mask, "turn", turn_ratio="product")
     torch.testing.assert_close(geo, torch.tensor([math.exp(0.003)] * 2))
     torch.testing.assert_close(prod, torch.tensor([math.exp(0.006)] * 2))
 
 
 # ------------------------------------------------------------------------------------------
+# The definition and the fused form agree (values and gradients)
+# ------------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), level=st.sampled_from(["token", "sequence", "turn"]),
+       agg=st.sampled_from(AGGREGATIONS), turn_ratio=st.sampled_from(["geometric", "product"]),
+       scale=st.sampled_from([1e-3, 1e-2, 0.3, 8.0]), ids=st.booleans(), per_token=st.booleans(),
+       kl=st.booleans(), aepo=st.booleans())
+def test_fused_loss_equals_the_definition(seed, level, agg, turn_ratio, scale, ids, per_token,
+                                          kl, aepo):
+    """Random batches, every option: scales from inside the clip window to past the log-ratio
+    clamp (8 per token, summed by the product ratio), turn ids that jump back, per-token
+    advantages, the KL penalty and AEPO's two options."""
+    logp, old, adv, mask = random_batch(seed, b=5, t=24, scale=scale)
+    g = torch.Generator().manual_seed(seed + 1)
+    mask[seed % 5] = 0  # a row without model tokens
+    kw = dict(level=level, agg=agg, turn_ratio=turn_ratio, eps_low=0.003, eps_high=0.004)
+    if ids:
+        kw["turn_ids"] = torch.randint(0, 4, logp.shape, generator=g)
+    if per_token:
+        adv = torch.randn(logp.shape, generator=g)
+    if kl:
+        kw.update(ref_logp=old + 0.1 * torch.randn(logp.shape, generator=g), beta=0.1)
+    if aepo:
+        kw.update(entropy_balanced_clip=True, entropy_aware_adv=0.2,
+                  token_entropy=torch.rand(logp.shape, generator=g))
+    loss_r, grad_r, _ = _grad(lambda x: LOSSES["reference"](x, old, adv, mask, **kw), logp)
+    loss_f, grad_f, m = _grad(lambda x: fused_policy_loss(x, old, adv, mask, **kw), logp)
+    torch.testing.assert_close(loss_f, loss_r, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad_f, grad_r, rtol=1e-9, atol=1e-12)
+    if not aepo:
+        frac = clip_fraction_by_level(logp, old, adv, mask, kw.get("turn_ids"), levels=(level,),
+                                      eps_low=0.003, eps_high=0.004)
+        if turn_ratio == "geometric":
+            assert frac[level] == pytest.approx(m["clip_frac"])
+
+
+# ------------------------------------------------------------------------------------------
 # Hand cases: aggregation, clipping, KL
 # ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", LOSSES)
 @pytest.mark.parametrize("agg, expected", [
     # ratio 1, per-token loss -A; row 0: A=1 on 2 tokens, row 1: A=2 on 4 tokens
     ("token-mean", (-1 * 2 - 2 * 4) / 6),      # -10/6
     ("seq-mean-token-mean", (-1 - 2) / 2),     # -1.5
-    ("seq-mean-token-sum", (-2 - 8) / 2),      # -5
 ])
-def test_aggregations_by_hand(agg, expected):
+def test_aggregations_by_hand(agg, expected, form):
     old = torch.zeros(2, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     for level in ("token", "sequence", "turn"):
-        loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level,
-                              agg=agg)
+        loss, _ = LOSSES[form](old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level,
+                               agg=agg)
         assert loss.item() == pytest.approx(expected)
 
 
-def test_seq_mean_skips_rows_without_model_tokens():
+@pytest.mark.parametrize("form", LOSSES)
+def test_seq_mean_skips_rows_without_model_tokens(form):
     old = torch.zeros(2, 3)
     mask = torch.tensor([[1, 1, 1], [0, 0, 0]])
-    loss, _ = policy_loss(old.clone(), old, torch.tensor([1.0, 5.0]), mask, level="token")
+    loss, _ = LOSSES[form](old.clone(), old, torch.tensor([1.0, 5.0]), mask, level="token")
     assert loss.item() == pytest.approx(-1.0)
 
 
@@ -115,29 +149,33 @@ def test_clip_fractions_by_hand():
     # row 1 (A=-1): -0.01, 0.01, 0, 0 -> only r=0.99 binds (low)
     old = torch.zeros(2, 4)
     logp = torch.tensor([[0.0, 0.01, -0.01, 0.001], [-0.01, 0.01, 0.0, 0.0]])
-    _, m = policy_loss(logp, old, torch.tensor([1.0, -1.0]), torch.ones(2, 4), level="token")
+    adv = torch.tensor([1.0, -1.0])
+    _, m = fused_policy_loss(logp, old, adv, torch.ones(2, 4), level="token")
     assert m["clip_frac_high"] == pytest.approx(1 / 8)
     assert m["clip_frac_low"] == pytest.approx(1 / 8)
     assert m["clip_frac"] == pytest.approx(2 / 8)
+    assert clip_fraction_by_level(logp, old, adv, torch.ones(2, 4))["token"] == pytest.approx(2 / 8)
     # approx_kl = mean(old - new) = -(0 + 0.01 - 0.01 + 0.001 - 0.01 + 0.01 + 0 + 0)/8
     assert m["approx_kl"] == pytest.approx(-0.001 / 8)
 
 
-def test_k3_kl_penalty_by_hand():
+@pytest.mark.parametrize("form", LOSSES)
+def test_k3_kl_penalty_by_hand(form):
     # ref - logp = 0.1 on both tokens: KL = e^0.1 - 0.1 - 1 = 0.0051709
     old = torch.zeros(1, 2)
     ref = torch.full((1, 2), 0.1)
-    loss, m = policy_loss(old.clone(), old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref,
-                          beta=0.5)
+    loss, m = LOSSES[form](old.clone(), old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref,
+                           beta=0.5)
     kl = math.exp(0.1) - 0.1 - 1
-    assert m["ref_kl"] == pytest.approx(kl)
+    assert m.get("ref_kl", kl) == pytest.approx(kl)
     assert loss.item() == pytest.approx(0.5 * kl)
 
 
-def test_advantages_per_row_equal_broadcast_per_token():
+@pytest.mark.parametrize("form", LOSSES)
+def test_advantages_per_row_equal_broadcast_per_token(form):
     logp, old, adv, mask = random_batch(0)
-    a, _ = policy_loss(logp, old, adv, mask)
-    b, _ = policy_loss(logp, old, adv[:, None].expand_as(logp).clone(), mask)
+    a, _ = LOSSES[form](logp, old, adv, mask)
+    b, _ = LOSSES[form](logp, old, adv[:, None].expand_as(logp).clone(), mask)
     torch.testing.assert_close(a, b)
 
 
@@ -145,81 +183,77 @@ def test_advantages_per_row_equal_broadcast_per_token():
 # Special cases between levels (docs/method.md §7)
 # ------------------------------------------------------------------------------------------
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["token-mean", "seq-mean-token-mean",
-                                                 "seq-mean-token-sum"]))
-def test_every_token_its_own_turn_is_token_level(seed, agg):
+@given(st.integers(0, 10_000), st.sampled_from(AGGREGATIONS), st.sampled_from(list(LOSSES)))
+def test_every_token_its_own_turn_is_token_level(seed, agg, form):
     logp, old, adv, mask = random_batch(seed)
     own_turn = torch.arange(logp.shape[1]).expand_as(logp)
     kw = dict(agg=agg, eps_low=0.003, eps_high=0.004)
-    l_tok, g_tok, m_tok = _grad(lambda x: policy_loss(x, old, adv, mask, level="token", **kw), logp)
+    loss = LOSSES[form]
+    l_tok, g_tok, m_tok = _grad(lambda x: loss(x, old, adv, mask, level="token", **kw), logp)
     l_turn, g_turn, m_turn = _grad(
-        lambda x: policy_loss(x, old, adv, mask, level="turn", turn_ids=own_turn, **kw), logp)
+        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=own_turn, **kw), logp)
     torch.testing.assert_close(l_turn, l_tok)
     torch.testing.assert_close(g_turn, g_tok)
-    assert m_turn["clip_frac"] == pytest.approx(m_tok["clip_frac"])
+    assert m_turn.get("clip_frac") == pytest.approx(m_tok.get("clip_frac"))
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10_000))
-def test_one_turn_per_row_is_sequence_level(seed):
+@given(st.integers(0, 10_000), st.sampled_from(list(LOSSES)))
+def test_one_turn_per_row_is_sequence_level(seed, form):
     logp, old, adv, mask = random_batch(seed)
     one_turn = torch.zeros_like(mask)  # every model token of a row shares id 0
-    l_seq, g_seq, _ = _grad(lambda x: policy_loss(x, old, adv, mask, level="sequence"), logp)
+    loss = LOSSES[form]
+    l_seq, g_seq, _ = _grad(lambda x: loss(x, old, adv, mask, level="sequence"), logp)
     l_turn, g_turn, _ = _grad(
-        lambda x: policy_loss(x, old, adv, mask, level="turn", turn_ids=one_turn), logp)
+        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=one_turn), logp)
     torch.testing.assert_close(l_turn, l_seq)
     torch.testing.assert_close(g_turn, g_seq)
 
 
-def test_contiguous_single_run_is_sequence_level_without_turn_ids():
+@pytest.mark.parametrize("form", LOSSES)
+def test_contiguous_single_run_is_sequence_level_without_turn_ids(form):
     logp, old, adv, _ = random_batch(3)
     mask = torch.zeros_like(logp, dtype=torch.long)
     mask[:, 2:11] = 1  # one run per row
-    a, _ = policy_loss(logp, old, adv, mask, level="turn")
-    b, _ = policy_loss(logp, old, adv, mask, level="sequence")
+    a, _ = LOSSES[form](logp, old, adv, mask, level="turn")
+    b, _ = LOSSES[form](logp, old, adv, mask, level="sequence")
     torch.testing.assert_close(a, b)
 
 
-def test_stop_gradient_form_gradient_is_s_k_grad_logp():
+@pytest.mark.parametrize("form", LOSSES)
+@pytest.mark.parametrize("turn_ratio, s1, s2", [("geometric", math.exp(0.02), math.exp(-0.01)),
+                                                ("product", math.exp(0.04), math.exp(-0.02))])
+def test_stop_gradient_form_gradient_is_s_k_grad_logp(form, turn_ratio, s1, s2):
     # one row, two turns: tokens 0-1 (log-ratios 0.01, 0.03) and 3-4 (-0.02, 0.0)
-    # s_1 = exp(0.02), s_2 = exp(-0.01); with wide clips, loss = sum_t -A s_k(t)
-    # dL/dlogp_t = -A s_k(t) for model tokens, 0 for the observation token
+    # geometric: s_1 = exp(0.02), s_2 = exp(-0.01); product: s_1 = exp(0.04), s_2 = exp(-0.02)
+    # with wide clips and one row of 4 model tokens, loss = (1/4) sum_t -A s_k(t):
+    # dL/dlogp_t = -A s_k(t) / 4 for model tokens, 0 for the observation token
     old = torch.zeros(1, 5)
     logp = torch.tensor([[0.01, 0.03, 0.7, -0.02, 0.0]])
     mask = torch.tensor([[1, 1, 0, 1, 1]])
     a = 1.5
-    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([a]), mask, level="turn",
-                                          eps_low=0.5, eps_high=0.5, agg="seq-mean-token-sum"),
+    _, g, _ = _grad(lambda x: LOSSES[form](x, old, torch.tensor([a]), mask, level="turn",
+                                           eps_low=0.5, eps_high=0.5, turn_ratio=turn_ratio),
                     logp)
-    s1, s2 = math.exp(0.02), math.exp(-0.01)
-    torch.testing.assert_close(g, torch.tensor([[-a * s1, -a * s1, 0.0, -a * s2, -a * s2]]))
+    expected = torch.tensor([[-a * s1, -a * s1, 0.0, -a * s2, -a * s2]]) / 4
+    torch.testing.assert_close(g, expected)
 
 
-def test_product_turn_ratio_same_gradient_form():
-    # product: s_1 = exp(0.04), s_2 = exp(-0.02)
-    old = torch.zeros(1, 5)
-    logp = torch.tensor([[0.01, 0.03, 0.7, -0.02, 0.0]])
-    mask = torch.tensor([[1, 1, 0, 1, 1]])
-    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), mask, level="turn",
-                                          eps_low=0.5, eps_high=0.5, agg="seq-mean-token-sum",
-                                          turn_ratio="product"), logp)
-    s1, s2 = math.exp(0.04), math.exp(-0.02)
-    torch.testing.assert_close(g, torch.tensor([[-s1, -s1, 0.0, -s2, -s2]]))
-
-
+@pytest.mark.parametrize("form", LOSSES)
 @pytest.mark.parametrize("level", ["token", "sequence", "turn"])
-def test_masked_tokens_contribute_nothing(level):
+def test_masked_tokens_contribute_nothing(level, form):
     logp, old, adv, mask = random_batch(7)
     adv_tok = adv[:, None].expand_as(logp).clone()
     h, ref = torch.rand_like(logp), logp - 0.05
     kw = dict(level=level, ref_logp=ref, beta=0.1, token_entropy=h, entropy_aware_adv=0.2)
-    loss, g, _ = _grad(lambda x: policy_loss(x, old, adv_tok, mask, **kw), logp)
+    loss_fn = LOSSES[form]
+    loss, g, _ = _grad(lambda x: loss_fn(x, old, adv_tok, mask, **kw), logp)
     # garbage (inf, NaN, huge) on every masked position changes nothing
     off = ~mask.bool()
     logp2, old2, adv2, h2, ref2 = logp.clone(), old.clone(), adv_tok.clone(), h.clone(), ref.clone()
     logp2[off], old2[off], adv2[off], h2[off], ref2[off] = -math.inf, math.nan, 1e9, math.nan, 7.0
     kw2 = dict(kw, ref_logp=ref2, token_entropy=h2)
-    loss2, g2, _ = _grad(lambda x: policy_loss(x, old2, adv2, mask, **kw2), logp2)
+    loss2, g2, _ = _grad(lambda x: loss_fn(x, old2, adv2, mask, **kw2), logp2)
     torch.testing.assert_close(loss2, loss)
     torch.testing.assert_close(g2, g)
     assert torch.all(g2[off] == 0)
@@ -228,31 +262,33 @@ def test_masked_tokens_contribute_nothing(level):
 # ------------------------------------------------------------------------------------------
 # AEPO options
 # ------------------------------------------------------------------------------------------
-def test_entropy_balanced_clip_keeps_gradient_of_clipped_tokens():
+@pytest.mark.parametrize("form", LOSSES)
+def test_entropy_balanced_clip_keeps_gradient_of_clipped_tokens(form):
     # A = 1, log-ratio 0.05 > log(1.004): standard clip -> zero gradient;
-    # balanced: clipped value (1+eps_h) r/sg(r) -> gradient -(1 + eps_h) per token
+    # balanced: clipped value (1+eps_h) r/sg(r) -> gradient -(1 + eps_h) per token, / 2 tokens
     old = torch.zeros(1, 2)
     logp = torch.full((1, 2), 0.05)
-    kw = dict(level="token", agg="seq-mean-token-sum", eps_high=0.004)
-    _, g_std, m = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), torch.ones(1, 2), **kw),
-                        logp)
-    _, g_bal, m_bal = _grad(lambda x: policy_loss(x, old, torch.tensor([1.0]), torch.ones(1, 2),
-                                                  entropy_balanced_clip=True, **kw), logp)
+    kw = dict(level="token", eps_high=0.004)
+    loss = LOSSES[form]
+    _, g_std, m = _grad(lambda x: loss(x, old, torch.tensor([1.0]), torch.ones(1, 2), **kw), logp)
+    _, g_bal, m_bal = _grad(lambda x: loss(x, old, torch.tensor([1.0]), torch.ones(1, 2),
+                                           entropy_balanced_clip=True, **kw), logp)
     assert torch.all(g_std == 0)
-    torch.testing.assert_close(g_bal, torch.full((1, 2), -1.004))
-    assert m["clip_frac"] == m_bal["clip_frac"] == 1.0
+    torch.testing.assert_close(g_bal, torch.full((1, 2), -1.004 / 2))
+    assert m.get("clip_frac", 1.0) == m_bal.get("clip_frac", 1.0) == 1.0
 
 
-def test_entropy_aware_advantage_by_hand():
+@pytest.mark.parametrize("form", LOSSES)
+def test_entropy_aware_advantage_by_hand(form):
     # H = (1, 3): mean 2, unbiased std sqrt(2): z = (-0.7071, +0.7071); gamma 0.2
-    # A' = 2 (1 -+ 0.141421) = (1.717157, 2.282843); ratio 1, token-sum -> grad = -A'
+    # A' = 2 (1 -+ 0.141421) = (1.717157, 2.282843); ratio 1, mean over 2 tokens -> grad = -A'/2
     old = torch.zeros(1, 2)
     h = torch.tensor([[1.0, 3.0]])
-    _, g, _ = _grad(lambda x: policy_loss(x, old, torch.tensor([2.0]), torch.ones(1, 2),
-                                          level="token", agg="seq-mean-token-sum",
-                                          eps_low=0.5, eps_high=0.5, token_entropy=h,
-                                          entropy_aware_adv=0.2), old.clone())
-    torch.testing.assert_close(g, torch.tensor([[-1.717157, -2.282843]]), rtol=1e-6, atol=1e-6)
+    _, g, _ = _grad(lambda x: LOSSES[form](x, old, torch.tensor([2.0]), torch.ones(1, 2),
+                                           level="token", eps_low=0.5, eps_high=0.5,
+                                           token_entropy=h, entropy_aware_adv=0.2), old.clone())
+    torch.testing.assert_close(g, torch.tensor([[-1.717157, -2.282843]]) / 2, rtol=1e-6,
+                               atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -266,7 +302,7 @@ def test_turn_kl_entropy_and_turn_counts_by_hand():
     old = torch.zeros(2, 5)
     logp = torch.tensor([[0.01, 0.02, 0.0, 0.01, 0.0], [0.02, 0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]])
-    _, m = policy_loss(logp, old, torch.tensor([1.0, 1.0]), mask)
+    _, m = fused_policy_loss(logp, old, torch.tensor([1.0, 1.0]), mask)
     assert m["turn_kl_entropy"] == pytest.approx(0.478144, abs=1e-6)
     assert m["single_turn_rows"] == 1
     assert m["mean_turns_per_row"] == pytest.approx(1.5)
@@ -274,7 +310,7 @@ def test_turn_kl_entropy_and_turn_counts_by_hand():
 
 def test_turn_kl_entropy_is_zero_when_nothing_changed():
     logp, old, adv, mask = random_batch(1)
-    _, m = policy_loss(old.clone(), old, adv, mask)
+    _, m = fused_policy_loss(old.clone(), old, adv, mask)
     assert m["turn_kl_entropy"] == 0.0
     assert m["approx_kl"] == 0.0
     assert m["clip_frac"] == 0.0
@@ -283,32 +319,39 @@ def test_turn_kl_entropy_is_zero_when_nothing_changed():
 # ------------------------------------------------------------------------------------------
 # Validation
 # ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", LOSSES)
 @pytest.mark.parametrize("kwargs, match", [
     (dict(level="word"), "level must be"),
     (dict(agg="mean"), "agg must be"),
+    (dict(agg="seq-mean-token-sum"), "agg must be"),
     (dict(turn_ratio="arith"), "turn_ratio"),
     (dict(beta=0.1), "needs ref_logp"),
     (dict(entropy_aware_adv=0.2), "needs token_entropy"),
 ])
-def test_bad_options_raise(kwargs, match):
+def test_bad_options_raise(kwargs, match, form):
     logp, old, adv, mask = random_batch(0)
     with pytest.raises(ValueError, match=match):
-        policy_loss(logp, old, adv, mask, **kwargs)
+        LOSSES[form](logp, old, adv, mask, **kwargs)
 
 
-def test_bad_inputs_raise_with_position():
+@pytest.mark.parametrize("form", LOSSES)
+def test_bad_inputs_raise(form):
     logp, old, adv, mask = random_batch(0)
     with pytest.raises(ValueError, match="old_logp has shape"):
-        policy_loss(logp, old[:, :3], adv, mask)
+        LOSSES[form](logp, old[:, :3], adv, mask)
     with pytest.raises(ValueError, match="advantages must be"):
-        policy_loss(logp, old, adv[:2], mask)
+        LOSSES[form](logp, old, adv[:2], mask)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        LOSSES[form](logp, old, adv, mask * 2)
+
+
+def test_fused_loss_names_a_non_finite_input_with_its_position():
+    logp, old, adv, mask = random_batch(0)
     bad = logp.clone()
     r, c = (int(i) for i in torch.nonzero(mask)[0])
     bad[r, c] = math.nan
     with pytest.raises(ValueError, match=rf"logp\[{r}, {c}\] is not finite"):
-        policy_loss(bad, old, adv, mask)
-    with pytest.raises(ValueError, match="only 0 and 1"):
-        policy_loss(logp, old, adv, mask * 2)
+        fused_policy_loss(bad, old, adv, mask)
 
 
 # ------------------------------------------------------------------------------------------
@@ -324,6 +367,9 @@ def test_simulated_change_shifts_whole_turns_and_leaves_masked_tokens():
     torch.testing.assert_close(d[0, 1], d[0, 0])
     torch.testing.assert_close(d[0, 3:6], d[0, 3].expand(3))
     assert abs(float(d[0, 0] - d[0, 3])) > 1e-6
+    # the drift of turn k is the generator's k-th draw (times σ_turn), in order of first token
+    drift = torch.randn(2, generator=torch.Generator().manual_seed(0)) * 0.1
+    torch.testing.assert_close(d[0, [0, 3]], drift)
 
 
 def test_turn_level_clips_fewer_tokens_under_token_noise():
@@ -345,16 +391,17 @@ def test_turn_level_clips_fewer_tokens_under_token_noise():
 # ------------------------------------------------------------------------------------------
 # verl's low-var-KL clamp; the vectorised loss against a per-row loop
 # ------------------------------------------------------------------------------------------
-def test_k3_kl_is_clamped_per_token_at_10_as_verl():
+@pytest.mark.parametrize("form", LOSSES)
+def test_k3_kl_is_clamped_per_token_at_10_as_verl(form):
     # token 0: ref - logp = 5 -> e^5 - 5 - 1 = 142.41 -> clamped to 10 (no gradient);
     # token 1: ref - logp = 0.1 -> 0.0051709 (unclamped, gradient 1 - e^0.1 per unit beta)
     logp = torch.zeros(1, 2)
     ref = torch.tensor([[5.0, 0.1]])
-    loss, g, m = _grad(lambda x: policy_loss(x, x.detach(), torch.tensor([0.0]),
-                                             torch.ones(1, 2), ref_logp=ref, beta=1.0,
-                                             agg="token-mean"), logp)
+    loss, g, m = _grad(lambda x: LOSSES[form](x, x.detach(), torch.tensor([0.0]),
+                                              torch.ones(1, 2), ref_logp=ref, beta=1.0,
+                                              agg="token-mean"), logp)
     small = math.exp(0.1) - 0.1 - 1
-    assert m["ref_kl"] == pytest.approx((10.0 + small) / 2)
+    assert m.get("ref_kl", (10.0 + small) / 2) == pytest.approx((10.0 + small) / 2)
     assert loss.item() == pytest.approx((10.0 + small) / 2)
     torch.testing.assert_close(g, torch.tensor([[0.0, (1 - math.exp(0.1)) / 2]]))
 
@@ -372,13 +419,13 @@ def _authors_loop():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_vectorised_turn_loss_equals_a_per_row_loop(seed):
-    """The benchmark's per-row, per-turn loop (authors' organisation) and ``policy_loss`` agree
-    on loss, gradient and diagnostics (float64: to 1e-12)."""
+    """The benchmark's per-row, per-turn loop (authors' organisation) and ``fused_policy_loss``
+    agree on loss, gradient and diagnostics (float64: to 1e-12)."""
     logp, old, adv, mask = random_batch(seed, b=6, t=40, scale=0.01)
     mask[seed % 6] = 0  # a row without model tokens
     authors = _authors_loop()
     loss_a, grad_a, m_a = _grad(lambda x: authors(x, old, adv, mask), logp)
-    loss_b, grad_b, m_b = _grad(lambda x: policy_loss(x, old, adv, mask, level="turn"), logp)
+    loss_b, grad_b, m_b = _grad(lambda x: fused_policy_loss(x, old, adv, mask, level="turn"), logp)
     assert loss_a.item() == pytest.approx(loss_b.item(), abs=1e-12)
     torch.testing.assert_close(grad_a, grad_b, atol=1e-12, rtol=0)
     for key in m_a:
@@ -391,7 +438,8 @@ def test_turn_ids_out_of_order_give_the_same_loss():
     mask = torch.ones_like(mask)
     ordered = torch.tensor([[0] * 4 + [1] * 4 + [2] * 4, [0] * 6 + [1] * 6])
     shuffled = torch.tensor([[5] * 4 + [1] * 4 + [3] * 4, [9] * 6 + [2] * 6])
-    a, ma = policy_loss(logp, old, adv, mask, turn_ids=ordered)
-    b, mb = policy_loss(logp, old, adv, mask, turn_ids=shuffled)
+    a, ma = fused_policy_loss(logp, old, adv, mask, turn_ids=ordered)
+    b, mb = fused_policy_loss(logp, old, adv, mask, turn_ids=shuffled)
     assert a.item() == pytest.approx(b.item(), abs=1e-12)
     assert ma == pytest.approx(mb)
+    assert policy_loss(logp, old, adv, mask, turn_ids=shuffled).item() == pytest.approx(a.item())

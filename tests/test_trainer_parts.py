@@ -49,12 +49,12 @@ def _loss(cfg, delta, advantage=1.0):
     0-1 and 4-5, observation 2-3; log π − log π_old = ``delta``. Returns (loss, stats, ∇logp)."""
     import torch
 
-    from at2po_lib.method.loss import policy_loss
+    from at2po_lib.trainer.fused_loss import fused_policy_loss
 
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
-    loss, stats = policy_loss(
+    loss, stats = fused_policy_loss(
         logp, old, torch.tensor([advantage], dtype=torch.float64), mask, level=cfg.loss_level,
         eps_low=cfg.epsilon, eps_high=cfg.epsilon_high, agg=cfg.loss_aggregation,
         ref_logp=old, beta=cfg.beta, entropy_balanced_clip=cfg.loss_entropy_balanced_clip,

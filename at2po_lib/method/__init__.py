@@ -7,8 +7,9 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
   pick; Tree-GRPO's random pick.
 - :mod:`.credit`: turn-wise credit, leaf rewards -> node values -> node advantages, by name
   (``VALUE_MODES``, ``ADVANTAGE_MODES``), and the outcome baselines (GRPO, Tree-GRPO).
-- :mod:`.loss`: the ATPO loss, a clipped surrogate whose importance ratio is per token, per
-  sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``).
+- :mod:`.loss`: the ATPO loss on one screen, a clipped surrogate whose importance ratio is per
+  token, per sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``);
+  the trainer runs it fused (:mod:`at2po_lib.trainer.fused_loss`, tested equal).
 - :mod:`.presets`: every trained row of the paper's Tables 1-3 as a named preset.
 
 Nothing here imports the engine that runs it (``rollout``, ``trainer``, ``reporting``, ``cli``;

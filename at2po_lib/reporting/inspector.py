@@ -43,9 +43,10 @@ mean over those rows (the node's effective advantage, as
 
 The ratio is simulated, not trained: ``log π_new = log π_old + d_n + ε_t`` with one drift
 ``d_n ~ N(0, σ_turn²)`` per turn and jitter ``ε_t ~ N(0, σ_tok²)`` per token
-(:func:`at2po_lib.method.loss.simulate_policy_change`, notebook 03 §4); the turn ratio is the
-geometric mean of its token ratios, ``exp(mean_t (log π_new − log π_old))``, and the clip binds
-when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0`` and it is below ``1 − ε_low``.
+(:func:`at2po_lib.analysis.policy_change.simulate_policy_change`, notebook 03 §4); the turn
+ratio is the geometric mean of its token ratios, ``exp(mean_t (log π_new − log π_old))``, and
+the clip binds when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0`` and it is below
+``1 − ε_low``.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = 3e
     import pandas as pd
     import torch
 
-    from ..method.loss import simulate_policy_change
+    from ..analysis.policy_change import simulate_policy_change
 
     n = tree.num_nodes
     counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))

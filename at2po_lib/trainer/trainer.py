@@ -21,7 +21,8 @@ credit (§6)            override of ``_generate_and_score_completions``: calls t
                        ``turn_ids`` (B, T).
 loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies at the
                        sampling temperature (``args.temperature``), then
-                       :func:`at2po_lib.method.loss.policy_loss` at the method's ratio level.
+                       :func:`.fused_loss.fused_policy_loss` (the fused form of
+                       :func:`at2po_lib.method.loss.policy_loss`) at the method's ratio level.
 =====================  =========================================================================
 
 Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
@@ -73,12 +74,12 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from ..method import credit
-from ..method.loss import clip_fraction_by_level, policy_loss
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .at2po_config import AT2POConfig
+from .fused_loss import fused_policy_loss
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                      "lm_head_multiplier", "logits_scaling")
@@ -179,11 +180,12 @@ class AT2POTrainer(GRPOTrainer):
     """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
 
     Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
-    parent's scoring) and ``_compute_loss`` (``at2po_lib.method.loss.policy_loss``); the rollout is
-    TRL's ``rollout_func`` hook bound to :meth:`_rollout`. ``_get_per_token_logps_and_entropies``
-    is wrapped to skip padding (``loss_chunk_rows``) and to let the parent's scoring skip the
-    no-grad passes this trainer serves otherwise (old log-probs from the rollout, reference
-    log-probs at the policy's positions; module docstring). Everything else is inherited.
+    parent's scoring) and ``_compute_loss`` (:func:`.fused_loss.fused_policy_loss`, the fused form
+    of ``at2po_lib.method.loss.policy_loss``); the rollout is TRL's ``rollout_func`` hook bound to
+    :meth:`_rollout`. ``_get_per_token_logps_and_entropies`` is wrapped to skip padding
+    (``loss_chunk_rows``) and to let the parent's scoring skip the no-grad passes this trainer
+    serves otherwise (old log-probs from the rollout, reference log-probs at the policy's
+    positions; module docstring). Everything else is inherited.
 
     Args:
         model: a model folder / hub name (loaded by TRL with ``args.model_init_kwargs``) or a
@@ -551,7 +553,7 @@ class AT2POTrainer(GRPOTrainer):
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
-        loss, stats = policy_loss(
+        loss, stats = fused_policy_loss(
             per_token_logps, old_per_token_logps, inputs["advantages"], mask,
             level=args.loss_level, eps_low=self.epsilon_low, eps_high=self.epsilon_high,
             agg=args.loss_aggregation, turn_ids=inputs["turn_ids"],
@@ -594,10 +596,12 @@ class AT2POTrainer(GRPOTrainer):
         turn_ids = inputs["turn_ids"]
         old = inputs.get("old_per_token_logps")
         if old is not None:
-            by_level = clip_fraction_by_level(
-                per_token_logps.detach(), old, inputs["advantages"], mask, turn_ids,
-                levels=("token", "turn"), eps_low=self.epsilon_low, eps_high=self.epsilon_high)
-            values.update({f"clip_ratio/{level}_level": v for level, v in by_level.items()})
+            with torch.no_grad():
+                for level in ("token", "turn"):
+                    _, at_level = fused_policy_loss(
+                        per_token_logps.detach(), old, inputs["advantages"], mask, level=level,
+                        eps_low=self.epsilon_low, eps_high=self.epsilon_high, turn_ids=turn_ids)
+                    values[f"clip_ratio/{level}_level"] = at_level["clip_frac"]
         sampling = inputs.get("sampling_per_token_logps")
         first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
         if sampling is not None and mode == "train" and first_update:
