@@ -37,7 +37,8 @@ import time
 import numpy as np
 import torch
 
-from at2po_lib.method.tree import Forest, random_tree, synthetic_turn_rows
+from at2po_lib.method.examples import random_tree, synthetic_turn_rows
+from at2po_lib.method.tree import Forest
 from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
                                      forest_node_values)
 from at2po_lib.trainer.fused_loss import fused_policy_loss

@@ -23,7 +23,8 @@ import torch  # noqa: E402
 
 from at2po_lib.method.credit import forest_node_advantages, forest_node_values  # noqa: E402
 from at2po_lib.method.expansion import expansion_scores, select_entropy  # noqa: E402
-from at2po_lib.method.tree import Forest, example_tree  # noqa: E402
+from at2po_lib.method.examples import example_tree  # noqa: E402
+from at2po_lib.method.tree import Forest  # noqa: E402
 from at2po_lib.reporting.tree_drawings import draw_tree  # noqa: E402
 from at2po_lib.util.paths import figures_dir  # noqa: E402
 from at2po_lib.util.provenance import run_metadata, write_meta  # noqa: E402

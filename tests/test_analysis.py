@@ -26,7 +26,8 @@ from at2po_lib.analysis.expansion_stats import (
     selection_stats,
 )
 from at2po_lib.analysis.sample import searched_nodes
-from at2po_lib.method.tree import TreeArrays, random_tree
+from at2po_lib.method.examples import random_tree
+from at2po_lib.method.tree import TreeArrays
 from at2po_lib.method.credit import sibling_weights
 from at2po_lib.method.expansion import select_entropy
 

@@ -23,7 +23,8 @@ from at2po_lib.method.credit import (
     node_values,
     tree_grpo_advantages,
 )
-from at2po_lib.method.tree import Forest, TreeArrays, example_tree, synthetic_turn_rows
+from at2po_lib.method.examples import example_tree, synthetic_turn_rows
+from at2po_lib.method.tree import Forest, TreeArrays
 
 NAN = float("nan")
 

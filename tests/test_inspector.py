@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from at2po_lib.method.tree import example_tree
+from at2po_lib.method.examples import example_tree
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
 
@@ -163,7 +163,7 @@ class FakeLive:
     def grow(self, question, expansion, m, l, k, alpha, seed=0):
         from dataclasses import replace
 
-        from at2po_lib.method.tree import random_tree
+        from at2po_lib.method.examples import random_tree
         from tests.test_notebook_figures import with_text
 
         self.calls += 1

@@ -1,27 +1,17 @@
-"""Tests for at2po_lib.method.tree: tree containers (TreeArrays, Forest), structure helpers, the
-demo and loading helpers."""
+"""Tests for at2po_lib.method.tree (tree containers TreeArrays and Forest, structure helpers) and
+the demo trees of at2po_lib.method.examples (tree files: tests/test_tree_files.py)."""
 
 from __future__ import annotations
 
-import pickle
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from at2po_lib.method.tree import (
-    Forest,
-    TreeArrays,
-    as_tree_arrays,
-    children_count,
-    example_tree,
-    leaf_paths,
-    load_trees,
-    node_depths,
-    random_tree,
-    synthetic_turn_rows,
-)
+from at2po_lib.method.examples import example_tree, random_tree, synthetic_turn_rows
+from at2po_lib.method.tree import (Forest, TreeArrays, as_tree_arrays, children_count, leaf_paths,
+                                   node_depths)
 
 NAN = float("nan")
 
@@ -100,8 +90,15 @@ def test_node_depths_rejects_a_cycle():
         node_depths(torch.tensor([-1, 2, 1]))
 
 
+def test_node_depths_takes_a_numpy_parent_array():
+    # the example tree: 0 <- {1, 2, 7, 8}; 1 <- {3, 4}; 2 <- 5; 3 <- 6
+    depth = node_depths(example_tree().parent)
+    assert depth.dtype == torch.long
+    assert depth.tolist() == [0, 1, 1, 2, 2, 2, 3, 1, 1]
+
+
 # ------------------------------------------------------------------------------------------
-# Rows, example and random trees, loading
+# Rows, example and random trees
 # ------------------------------------------------------------------------------------------
 def test_synthetic_rows_layout_by_hand():
     t = example_tree()
@@ -134,37 +131,9 @@ def test_random_tree_shape():
     assert np.any(t.parent[1:] > np.arange(1, t.num_nodes))  # ids are not topological
 
 
-def test_load_trees_reads_a_trusted_legacy_pickle(tmp_path):
-    t = example_tree()
-    path = tmp_path / "trees.pkl"
-    path.write_bytes(pickle.dumps({"trees": [{"parent": t.parent, "entropy": t.entropy,
-                                              "leaf_reward": t.leaf_reward}]}))
-    (loaded,) = load_trees(path, trust_pickle=True)
-    np.testing.assert_array_equal(loaded.parent, t.parent)
-    with pytest.raises(FileNotFoundError):
-        load_trees(tmp_path / "missing.pkl")
-    (tmp_path / "bad.pkl").write_bytes(pickle.dumps([{"parent": [0, 0]}]))
-    with pytest.raises(ValueError, match="entropy"):
-        load_trees(tmp_path / "bad.pkl", trust_pickle=True)
-
-
 def test_random_tree_is_reproducible_and_topological_without_shuffle():
     a = random_tree(np.random.default_rng(3), shuffle_ids=False)
     b = random_tree(np.random.default_rng(3), shuffle_ids=False)
     np.testing.assert_array_equal(a.parent, b.parent)
     assert np.all(a.parent[1:] < np.arange(1, a.num_nodes))  # a chain grows by appending
     assert a.entropy[0] == 0.0 and np.all((a.entropy[1:] >= 0.1) & (a.entropy[1:] < 2.0))
-
-
-def test_load_trees_accepts_a_plain_list_and_rejects_other_content(tmp_path):
-    t = example_tree()
-    path = tmp_path / "list.pkl"
-    path.write_bytes(pickle.dumps([(t.parent, t.entropy, t.leaf_reward), t]))
-    loaded = load_trees(path, trust_pickle=True)
-    assert len(loaded) == 2 and all(isinstance(x, TreeArrays) for x in loaded)
-    (tmp_path / "empty.pkl").write_bytes(pickle.dumps({"trees": []}))
-    with pytest.raises(ValueError, match="empty.pkl: expected a non-empty list of trees"):
-        load_trees(tmp_path / "empty.pkl", trust_pickle=True)
-    (tmp_path / "bad_root.pkl").write_bytes(pickle.dumps([([0, 0], [0, 1], [NAN, 1])]))
-    with pytest.raises(ValueError, match=r"bad_root.pkl: tree 0: parent\[0\] must be -1"):
-        load_trees(tmp_path / "bad_root.pkl", trust_pickle=True)

@@ -13,7 +13,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from at2po_lib.analysis.running_example import teaching_tree  # noqa: E402
-from at2po_lib.method.tree import TreeArrays, random_tree  # noqa: E402
+from at2po_lib.method.examples import random_tree  # noqa: E402
+from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
 from at2po_lib.reporting.tree_drawings import (MIN_DISPLAYED_TEXT_PX, NOTEBOOK_COLUMN_PX,  # noqa: E402
                                                displayed_text_px, draw_rollout_tree,

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from at2po_lib.method.tree import TreeArrays, load_trees, save_trees
+from at2po_lib.method.tree import TreeArrays
+from at2po_lib.tree_files import load_trees, save_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "tiny" / "warmstart"

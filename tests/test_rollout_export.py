@@ -8,7 +8,8 @@ import math
 import numpy as np
 
 from at2po_lib.method import credit
-from at2po_lib.method.tree import TreeArrays, load_trees, save_trees
+from at2po_lib.method.tree import TreeArrays
+from at2po_lib.tree_files import load_trees, save_trees
 from at2po_lib.rollout.export import (training_rows, tree_arrays, tree_summary, tree_table,
                                       with_decisions)
 from at2po_lib.rollout.structures import RolloutTree

@@ -10,7 +10,7 @@ import numpy as np
 from at2po_lib.analysis.running_example import (MIN_ENTROPY, choose_running_example,
                                                 teaching_tree, teaching_tree_before_expansion)
 from at2po_lib.method.expansion import select_entropy
-from at2po_lib.method.tree import example_tree
+from at2po_lib.method.examples import example_tree
 
 
 def test_teaching_tree_picks_its_decision_turn_not_the_uncertain_leaf():

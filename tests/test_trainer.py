@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from at2po_lib.method import credit
-from at2po_lib.method.tree import Forest, load_trees
+from at2po_lib.method.tree import Forest
+from at2po_lib.tree_files import load_trees
 from at2po_lib.policy.strategies import TURN_LABELS
 from at2po_lib.config import load_profile
 from at2po_lib.trainer import run_folder

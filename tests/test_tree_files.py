@@ -1,5 +1,5 @@
-"""Tree files (issue 13 item 5): ``save_trees`` writes a ``.npz`` archive that cannot run code;
-an old pickle needs ``trust_pickle=True``; round trips are exact (hypothesis on random trees);
+"""Tree files (issue 13 item 5, issue 37 item 2): ``save_trees`` writes a ``.npz`` archive that
+cannot run code; a pickle is never read; round trips are exact (hypothesis on random trees);
 bad files fail with an error naming the file."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.method.tree import (TreeArrays, UntrustedPickleError, example_tree, load_trees,
-                              load_trees_meta, random_tree, save_trees)
+from at2po_lib.method.examples import example_tree, random_tree
+from at2po_lib.method.tree import TreeArrays
+from at2po_lib.tree_files import UntrustedPickleError, load_trees, load_trees_meta, save_trees
 
 
 class _RunsCode:
@@ -27,11 +28,11 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_crafted_pickle_does_not_run_code_without_the_flag(tmp_path):
+def test_a_crafted_pickle_is_refused_unread(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "trees.pkl"
     path.write_bytes(pickle.dumps({"trees": [_RunsCode(str(marker))]}))
-    with pytest.raises(UntrustedPickleError, match=f"{path}.*trust_pickle=True"):
+    with pytest.raises(UntrustedPickleError, match=f"{path} is a pickle.*refused"):
         load_trees(path)
     assert not marker.exists()
     # the same file under an innocent name: still refused (recognised by its bytes)
@@ -40,10 +41,14 @@ def test_a_crafted_pickle_does_not_run_code_without_the_flag(tmp_path):
     with pytest.raises(UntrustedPickleError, match="trees.bin"):
         load_trees(disguised)
     assert not marker.exists()
-    # With the flag the pickle is trusted, and it does run (the reason for the flag).
-    with pytest.raises(ValueError):
-        load_trees(path, trust_pickle=True)
-    assert marker.exists()
+    # a plain list of trees, as old files held, is refused as well: pickles are never read
+    t = example_tree()
+    plain = tmp_path / "list.pkl"
+    plain.write_bytes(pickle.dumps([(t.parent, t.entropy, t.leaf_reward)]))
+    with pytest.raises(UntrustedPickleError, match="list.pkl"):
+        load_trees(plain)
+    with pytest.raises(FileNotFoundError, match="missing.pkl"):
+        load_trees(tmp_path / "missing.pkl")
 
 
 def test_an_archive_holding_a_pickled_object_array_is_refused(tmp_path):

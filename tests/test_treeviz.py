@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from at2po_lib.method.tree import example_tree, random_tree
+from at2po_lib.method.examples import example_tree, random_tree
 from at2po_lib.method.credit import node_values
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting.tree_drawings import (  # noqa: E402

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..method.tree import node_depths
 from ..policy.strategies import label_tree_turns, label_turn
 from ..reward import exact_match
 
@@ -166,7 +167,7 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
         if records:
             changed += [_turn_action(records[x]) != _turn_action(records[n])
                         for x, n in zip(new, source[new])]
-        depths.append(_depths(np.asarray(tree.parent))[source[new]])
+        depths.append(node_depths(tree.parent).numpy()[source[new]])
         counts = per_prompt.setdefault(int(tree.prompt_id), [0, 0])
         counts[0] += int(flips[-1].sum())
         counts[1] += int(flips[-1].size)
@@ -186,12 +187,6 @@ def _turn_action(record: dict[str, Any]) -> tuple:
     return (record.get("action"), record.get("query"), record.get("answer"))
 
 
-def _depths(parent: np.ndarray) -> np.ndarray:
-    import torch
-
-    from ..method.tree import node_depths
-
-    return node_depths(torch.as_tensor(parent, dtype=torch.long)).numpy()
 
 
 def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],

@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from ..method.credit import sibling_spread
-from ..method.tree import TreeArrays, load_trees
+from ..method.tree import TreeArrays
+from ..tree_files import load_trees
 
 ESTIMATES = {"nll": "entropy_nll", "exact": "entropy_exact"}
 """The two turn-entropy estimates, by the short names the records use, → node array."""

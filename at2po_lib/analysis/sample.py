@@ -174,7 +174,7 @@ def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, An
     rebuildable from the command and seed, never committed."""
     from dataclasses import asdict
 
-    from ..method.tree import load_trees, load_trees_meta, save_trees
+    from ..tree_files import load_trees, load_trees_meta, save_trees
 
     settings = {"profile": cfg.name, "expansion": expansion, "seed": seed, "policy": str(policy),
                 "questions": [r["id"] + "@" + r["dataset"] for r in rows],

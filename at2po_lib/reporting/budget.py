@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..method.presets import METHODS
-from ..method.tree import load_trees
+from ..tree_files import load_trees
 
 if TYPE_CHECKING:
     import pandas as pd

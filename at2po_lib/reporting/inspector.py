@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..method.tree import TreeArrays
+from ..method.tree import TreeArrays, node_depths
 from .tree_drawings import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
     keys: list[frozenset] = []
     for t in trees:
         seen: list[frozenset] = [frozenset()] * t.num_nodes
-        depth_order = np.argsort(_depth(t.parent), kind="stable")
+        depth_order = np.argsort(node_depths(t.parent).numpy(), kind="stable")
         for n in depth_order[1:]:  # parents come first: one pass in depth order
             p = int(t.parent[n])
             record = t.records[p] if len(t.records) else {}
@@ -109,16 +109,6 @@ def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
         keys += seen
     index: dict[frozenset, int] = {}
     return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
-
-
-def _depth(parent: np.ndarray) -> np.ndarray:
-    depth = np.zeros(len(parent), dtype=np.int64)
-    for _ in range(len(parent)):
-        new = np.where(parent >= 0, depth[np.maximum(parent, 0)] + 1, 0)
-        if np.array_equal(new, depth):
-            break
-        depth = new
-    return depth
 
 
 def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "pd.DataFrame":
@@ -187,7 +177,7 @@ def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row:
     except ImportError:
         return np.full(n_own, np.nan), ("gigpo: at2po_lib.analysis.credit_accuracy is not "
                                         "available in this checkout")
-    depth = _depth(forest.parent.numpy())
+    depth = node_depths(forest.parent).numpy()
     labels = SimpleNamespace(forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64),
                              state=anchor_states(trees))
     rows = SimpleNamespace(leaf=leaf, pair_row=pair_row, pair_node=pair_node,

@@ -25,7 +25,7 @@ Default examples are chosen by a stated rule, not by position: :func:`choose_exa
 depths) and :func:`choose_credit_example` (notebook 03: the tree where the value modes of
 docs/method.md §6 disagree most).
 
-    >>> from at2po_lib.method.tree import example_tree
+    >>> from at2po_lib.method.examples import example_tree
     >>> from at2po_lib.method.credit import node_values
     >>> t = example_tree()
     >>> fig, ax = draw_tree(t.parent, node_color=node_values(t.parent, t.entropy, t.leaf_reward),
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..method.tree import TreeArrays
+from ..method.tree import TreeArrays, node_depths
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -264,7 +264,7 @@ def node_text_table(tree: TreeArrays) -> "pd.DataFrame":
     depth = tree.node_arrays.get("depth")
     frame = pd.DataFrame({
         "node": np.arange(n), "parent": tree.parent,
-        "depth": depth if depth is not None else _depths(tree.parent),
+        "depth": depth if depth is not None else node_depths(tree.parent).numpy(),
         "round": tree.node_arrays.get("expansion_round", np.zeros(n, dtype=np.int64)),
         "entropy": tree.entropy,
         "action": [r.get("action") or ("root" if i == ROOT else None) for i, r in enumerate(records)],
@@ -273,16 +273,6 @@ def node_text_table(tree: TreeArrays) -> "pd.DataFrame":
         "turn_text": [_clean(r.get("text")) or None for r in records],
     })
     return frame.set_index("node")
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    depth = np.zeros(len(parent), dtype=np.int64)
-    for _ in range(len(parent)):  # one step per level (vectorised over nodes)
-        new = np.where(parent >= 0, depth[np.maximum(parent, 0)] + 1, 0)
-        if np.array_equal(new, depth):
-            break
-        depth = new
-    return depth
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,7 +668,7 @@ EXAMPLE_RULE = ("the first tree whose scored leaves have mixed rewards (some rig
 def branch_depths(tree: TreeArrays) -> np.ndarray:
     """Sorted depths of the nodes where the tree branches: parents of expansion-grown nodes
     when the tree records rounds, else nodes with two or more children."""
-    depth = _depths(tree.parent)
+    depth = node_depths(tree.parent).numpy()
     rounds = tree.node_arrays.get("expansion_round")
     if rounds is not None and (_as_numpy(rounds) > 0).any():
         grown = np.flatnonzero(_as_numpy(rounds) > 0)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from ..method.tree import save_trees
+from ..tree_files import save_trees
 from . import run_folder
 
 RECORD_FIELDS = ("step", "global_step", "wall_time")
@@ -123,7 +123,7 @@ class GreedyValidation(TrainerCallback):
 
 class TreeRecord(TrainerCallback):
     """Save the trees of the rollout steps in ``steps`` (default: the first and the last) to
-    ``<folder>/step<S:04d>.npz`` (:func:`at2po_lib.method.tree.save_trees`; one file per
+    ``<folder>/step<S:04d>.npz`` (:func:`at2po_lib.tree_files.save_trees`; one file per
     process, ``.rank<R>`` added under several). Output only: nothing the run computes reads it,
     so the run's configuration and results do not depend on it."""
 
