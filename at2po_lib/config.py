@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .config_checks import MAX_SHOWN_CHARS, name_problem, problems, shown
+from .method.expansion import EXPANSIONS, TREE_EXPANSIONS
 from .util.paths import configs_dir
 
 
@@ -292,14 +293,14 @@ class RolloutConfig:
         trainer's ``num_generations`` (set once by ``at2po_lib.trainer.resolve.resolve_run``)
         and the reports all read it from here."""
         expansion = expansion or self.expansion
-        if expansion in ("random", "random_siblings", "entropy"):
+        if expansion in TREE_EXPANSIONS:
             return tree_leaves(self.tree_m, self.tree_l, self.tree_k)
         if expansion == "chain":
             return self.chains
         if expansion == "aepo":
             return self.aepo_budget
-        raise ProfileError(f"rollout.expansion={expansion!r}; expected chain, random, "
-                           "random_siblings, entropy or aepo")
+        raise ProfileError(f"rollout.expansion={expansion!r}; expected one of "
+                           f"{', '.join(EXPANSIONS)}")
 
 
 def tree_leaves(m: int, l: int, k: int) -> int:

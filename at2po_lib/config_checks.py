@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .method.expansion import EXPANSIONS
+
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
 :class:`_Problem` to say exactly what is wrong (a bad item of a list)."""
@@ -196,7 +198,7 @@ RULES: dict[str, Rule] = {
     "rollout.tree_m": POSITIVE, "rollout.tree_l": NON_NEGATIVE, "rollout.tree_k": NON_NEGATIVE,
     "rollout.tree_alpha": _finite(),
     "rollout.tree_grpo_trees": POSITIVE,
-    "rollout.expansion": _one_of("chain", "random", "random_siblings", "entropy", "aepo"),
+    "rollout.expansion": _one_of(*EXPANSIONS),
     "rollout.entropy_estimate": _one_of("sampled_nll", "exact"),
     "rollout.turn_entropy": _one_of("mean", "max"),
     "rollout.invalid_action": _one_of("end", "retry", "template"),

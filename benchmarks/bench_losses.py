@@ -37,10 +37,11 @@ import time
 import numpy as np
 import torch
 
-from at2po_lib.method.examples import random_tree, synthetic_turn_rows
-from at2po_lib.method.tree import Forest
 from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
                                      forest_node_values)
+from at2po_lib.method.examples import random_tree, synthetic_turn_rows
+from at2po_lib.method.loss import EPS_HIGH, EPS_LOW
+from at2po_lib.method.tree import Forest
 from at2po_lib.trainer.fused_loss import fused_policy_loss
 
 
@@ -59,8 +60,8 @@ def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generat
 
 
 def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, eps_low: float = 3e-3,
-                      eps_high: float = 4e-3) -> tuple[torch.Tensor, dict[str, float]]:
+                      mask: torch.Tensor, eps_low: float = EPS_LOW,
+                      eps_high: float = EPS_HIGH) -> tuple[torch.Tensor, dict[str, float]]:
     """ATPO's turn-level loss (geometric turn ratio, seq-mean-token-mean) with per-row, per-turn
     Python loops, as the authors' code computes turn ratios and ``turn_kl_entropy``: the
     reference the vectorised :func:`at2po_lib.trainer.fused_loss.fused_policy_loss` is timed

@@ -335,14 +335,16 @@ def _name_lists(path: Path, names: set[str], at_least: int) -> list[int]:
 
 
 def test_each_registry_of_names_is_written_once():
-    """Value modes, advantage modes, ratio levels, aggregations and the tables' method lists
-    are tuples of :mod:`at2po_lib.method`; every other module imports them."""
+    """Value modes, advantage modes, expansions, ratio levels, aggregations and the tables'
+    method lists are tuples of :mod:`at2po_lib.method`; every other module imports them."""
     from at2po_lib.method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
+    from at2po_lib.method.expansion import EXPANSIONS, TREE_EXPANSIONS
     from at2po_lib.method.loss import AGGREGATIONS, LEVELS
     from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
 
     registries = {"at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES),
                                                  set(OUTCOME_ADVANTAGES)],
+                  "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
                   "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
                   "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"},
                                                   set(TABLE2_METHODS)]}
@@ -359,3 +361,23 @@ def test_each_registry_of_names_is_written_once():
                 if lines := _name_lists(path, names, min(3, len(names))):
                     repeated[f"{where} {sorted(names)}"] = lines
     assert repeated == {}
+
+
+def _modules_with_both(path: Path, numbers: set[float]) -> bool:
+    """Does ``path`` write every one of ``numbers`` as a literal (docstrings do not count)?"""
+    found = {n.value for n in ast.walk(ast.parse(path.read_text()))
+             if isinstance(n, ast.Constant) and type(n.value) is float}
+    return numbers <= found
+
+
+def test_the_turn_clip_defaults_are_written_once():
+    """ATPO's clip range 3e-3 / 4e-3 is ``method.loss.EPS_LOW, EPS_HIGH``; the presets, the
+    trainer's config, the inspector and the benchmarks import it."""
+    from at2po_lib.method.loss import EPS_HIGH, EPS_LOW
+
+    root = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+    homes = [p.relative_to(root).as_posix() for p in files
+             if _modules_with_both(p, {EPS_LOW, EPS_HIGH})]
+    assert homes == ["at2po_lib/method/loss.py"]
+

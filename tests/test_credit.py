@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from at2po_lib.method.credit import (
     ADVANTAGE_MODES,
+    OUTCOME_ADVANTAGES,
     VALUE_MODES,
     batch_token_advantages,
     forest_node_advantages,
@@ -365,17 +366,23 @@ def test_batch_token_advantages_every_turn_shares_its_node_value():
     assert torch.all(got[tn < 0] == 0)
 
 
-def test_vanilla_mode_is_grpo_over_the_tree_rows():
+def test_vanilla_is_grpo_over_the_prompt_rows_and_not_a_node_mode():
     t = example_tree()
-    forest = Forest.from_trees([t])
-    lay = synthetic_turn_rows(t.parent, model_tokens=2, obs_tokens=1)
-    got = batch_token_advantages(forest, lay["turn_node"], torch.zeros(5, dtype=torch.long),
-                                 adv_mode="vanilla")
-    # leaves 4..8 rewards 0,1,1,0,1: mean 0.6, unbiased std sqrt(1.2/4) = 0.547723
-    expected_rows = torch.tensor([-1.095445, 0.730297, 0.730297, -1.095445, 0.730297])
-    mask = lay["turn_node"] >= 0
-    torch.testing.assert_close(got, torch.where(mask, expected_rows[:, None], 0.0), rtol=1e-5,
+    # leaves 4..8 rewards 0,1,1,0,1 of one prompt: mean 0.6, unbiased std sqrt(1.2/4) = 0.547723
+    rewards = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    got = OUTCOME_ADVANTAGES["vanilla"](rewards, torch.zeros(5), torch.zeros(5))
+    expected = torch.tensor([-1.095445, 0.730297, 0.730297, -1.095445, 0.730297],
+                            dtype=torch.float64)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # two prompts: each is its own group (tree ids do not matter to GRPO)
+    two = OUTCOME_ADVANTAGES["vanilla"](torch.tensor([0.0, 1.0, 1.0, 1.0]), torch.arange(4),
+                                        torch.tensor([0, 0, 1, 1]))
+    torch.testing.assert_close(two, torch.tensor([-0.707106, 0.707106, 0.0, 0.0]), rtol=1e-5,
                                atol=1e-6)
+    lay = synthetic_turn_rows(t.parent, model_tokens=2, obs_tokens=1)
+    with pytest.raises(ValueError, match="unknown advantage mode 'vanilla'"):
+        batch_token_advantages(Forest.from_trees([t]), lay["turn_node"],
+                               torch.zeros(5, dtype=torch.long), adv_mode="vanilla")
 
 
 def test_batch_token_advantages_errors_name_the_row():

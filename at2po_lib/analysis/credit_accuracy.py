@@ -75,8 +75,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                             forest_node_values, grpo_advantages, tree_grpo_advantages)
+from ..method.credit import (ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES,
+                             forest_node_advantages, forest_node_values, grpo_advantages)
 from ..method.tree import Forest, leaf_paths, node_depths
 from ..method.tree import TreeArrays
 from .decisions import tree_decision_labels
@@ -227,11 +227,10 @@ def baseline_node_advantages(labels: TurnLabels, rows: Rows, mode: str) -> np.nd
     forest = labels.forest
     reward = torch.as_tensor(forest.leaf_reward.numpy()[rows.leaf])
     prompt = torch.as_tensor(labels.prompt[rows.leaf])
-    if mode == "grpo":
-        per_row = grpo_advantages(reward, prompt).numpy()[rows.pair_row]
-    elif mode == "tree_grpo":
+    if mode in ("grpo", "tree_grpo"):  # the trainer's credit_advantage vanilla / tree_grpo
         tree = forest.tree_index[torch.as_tensor(rows.leaf)]
-        per_row = tree_grpo_advantages(reward, tree, prompt).numpy()[rows.pair_row]
+        outcome = OUTCOME_ADVANTAGES["vanilla" if mode == "grpo" else mode]
+        per_row = outcome(reward, tree, prompt).numpy()[rows.pair_row]
     elif mode == "gigpo":
         per_row = gigpo_row_advantages(labels, rows)
     else:

@@ -43,8 +43,8 @@ Equations (docs/method.md §6; paper vs authors' code named where they differ):
        diff_localglobal:     A_n = (V_n - V_root) + (V_n - V_parent(n))
 
    The root has no tokens; like the authors' code it keeps A_root = V_root.
-   ``vanilla`` (plain GRPO over the rows' leaf rewards) is per row, not per node: it is offered
-   by :func:`batch_token_advantages` only.
+   ``vanilla`` (plain GRPO over a prompt's leaf rewards) and ``tree_grpo`` are per row, not per
+   node: :data:`OUTCOME_ADVANTAGES`.
 """
 
 from __future__ import annotations
@@ -109,9 +109,14 @@ NODE_ADVANTAGES = {"node_value": _node_value, "diff_parent": _diff_parent,
                    "diff_global": _diff_global, "diff_localglobal": _diff_localglobal}
 """Advantage mode → A_n from (V_n, V_parent(n), V_root), each (N,)."""
 ADVANTAGE_MODES = tuple(NODE_ADVANTAGES)
-OUTCOME_ADVANTAGES = ("vanilla", "tree_grpo")
-"""Advantages of whole rows, not nodes: GRPO over a prompt's leaves (:func:`grpo_advantages`)
-and Tree-GRPO's prompt + tree sum (:func:`tree_grpo_advantages`)."""
+OUTCOME_ADVANTAGES = {
+    "vanilla": lambda rewards, tree_ids, prompt_ids: grpo_advantages(rewards, prompt_ids),
+    "tree_grpo": lambda rewards, tree_ids, prompt_ids: tree_grpo_advantages(rewards, tree_ids,
+                                                                            prompt_ids),
+}
+"""Advantages (R,) of whole rows, not nodes, from each row's leaf reward, tree id and prompt id
+(R,): GRPO over a prompt's leaves (:func:`grpo_advantages`) and Tree-GRPO's prompt + tree sum
+(:func:`tree_grpo_advantages`)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -387,18 +392,13 @@ def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
 # --------------------------------------------------------------------------------------------
 def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: torch.Tensor,
                            value_mode: str = "entropy_softmax", adv_mode: str = "node_value",
-                           normalize_leaves: bool = True,
-                           row_leaf: torch.Tensor | None = None) -> torch.Tensor:
+                           normalize_leaves: bool = True) -> torch.Tensor:
     r"""Per-token advantages (B, T) for B training rows drawn from the trees of ``forest``.
 
     turn_node (B, T) int: the *local* node id (within the row's tree) of each model token,
     -1 for observation/prompt/padding tokens; row_tree (B,) int: which tree each row came from.
     Token t of row b gets ``A[offsets[row_tree[b]] + turn_node[b, t]]``, other tokens 0.
-
-    ``adv_mode="vanilla"`` (docs/method.md §6.3) ignores the tree: every model token of a row gets
-    ``grpo_advantages`` of its leaf's raw reward among the rows of the same tree (the authors'
-    code runs verl's GRPO over the sampled rows). The row's leaf is ``row_leaf`` (B,) local
-    ids, or else the deepest node the row's tokens belong to.
+    (Advantages of whole rows, GRPO's and Tree-GRPO's, are :data:`OUTCOME_ADVANTAGES`.)
     """
     out_device = torch.as_tensor(turn_node).device
     turn_node = torch.as_tensor(turn_node).to(forest.device)
@@ -418,10 +418,6 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
                          f"tree {int(row_tree[b])} ({int(size[b])} nodes)")
     is_model = turn_node >= 0
     global_node = turn_node.clamp(min=0) + forest.offsets[row_tree][:, None]  # (B, T)
-    if adv_mode == "vanilla":
-        leaf = _row_leaves(forest, global_node, is_model, row_tree, row_leaf)
-        row_adv = grpo_advantages(forest.leaf_reward[leaf], row_tree)
-        return torch.where(is_model, row_adv[:, None], 0.0).to(out_device)
     values = forest_node_values(forest, value_mode, normalize_leaves)
     adv = forest_node_advantages(forest, values, adv_mode)
     per_token = torch.where(is_model, adv[global_node], 0.0)
@@ -430,14 +426,3 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
         raise ValueError(f"row {b}, token {t}: node {int(turn_node[b, t])} of tree "
                          f"{int(row_tree[b])} has no scored leaf below it (advantage NaN)")
     return per_token.to(out_device)
-
-
-def _row_leaves(forest: Forest, global_node: torch.Tensor, is_model: torch.Tensor,
-                row_tree: torch.Tensor, row_leaf: torch.Tensor | None) -> torch.Tensor:
-    if row_leaf is not None:
-        return torch.as_tensor(row_leaf).to(forest.device) + forest.offsets[row_tree]
-    if bool((~is_model.any(dim=1)).any()):
-        b = int(torch.nonzero(~is_model.any(dim=1))[0])
-        raise ValueError(f"row {b} has no model token; pass row_leaf to say which leaf it is")
-    depth = torch.where(is_model, node_depths(forest.parent)[global_node], -1)
-    return global_node.gather(1, depth.argmax(dim=1, keepdim=True)).squeeze(1)

@@ -89,11 +89,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .credit import ADVANTAGE_MODES, VALUE_MODES
+from .loss import EPS_HIGH, EPS_LOW
 
 _TOKEN_CLIP = {"epsilon": 0.2, "epsilon_high": 0.2}
 _CLIP_HIGHER = {"epsilon": 0.2, "epsilon_high": 0.28}
 _TOKEN_MEAN = {"loss_aggregation": "token-mean"}
-_TURN_LOSS = {"loss_level": "turn", "epsilon": 3e-3, "epsilon_high": 4e-3,
+_TURN_LOSS = {"loss_level": "turn", "epsilon": EPS_LOW, "epsilon_high": EPS_HIGH,
               "loss_aggregation": "seq-mean-token-mean"}
 _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 

@@ -59,13 +59,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from ..method.expansion import EXPANSIONS
+from ..method.loss import EPS_HIGH, EPS_LOW
 from ..method.tree import TreeArrays, node_depths
 from .tree_drawings import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
 
 if TYPE_CHECKING:
     import pandas as pd
 
-EXPANSIONS = ("chain", "random", "random_siblings", "entropy", "aepo")
 BASELINES = ("grpo", "tree_grpo", "gigpo")
 DEFAULT_MODE = ("entropy_softmax", "node_value")
 """AT2PO's default credit (the authors' code): the advantage the clip check uses."""
@@ -230,8 +231,8 @@ def most_disputed_node(table: "pd.DataFrame") -> tuple[int, str]:
 # --------------------------------------------------------------------------------------------
 # Turn ratio after one simulated update
 # --------------------------------------------------------------------------------------------
-def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = 3e-3,
-                          eps_high: float = 4e-3, turn_drift_std: float = 2e-3,
+def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EPS_LOW,
+                          eps_high: float = EPS_HIGH, turn_drift_std: float = 2e-3,
                           token_noise_std: float = 1e-2, seed: int = 0,
                           tokens_per_turn: int = 16) -> "pd.DataFrame":
     """Per node: ``tokens``, the turn ratio ``exp(mean_t log r_t)`` after one simulated update
@@ -463,7 +464,7 @@ def default_choice(trees: Sequence[TreeArrays]) -> tuple[int, int | None, str, d
 
 
 def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
-                      eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0,
+                      eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0,
                       show: bool = True) -> Inspection:
     """The inspector's views as static figures and tables for the default choices: the running
     example's tree and turn (:func:`default_choice`; else the tree by
@@ -608,7 +609,7 @@ class TreeInspector:
     draw once, at the end (``_quiet``)."""
 
     def __init__(self, profile: str, trees: Sequence[TreeArrays] = (), live: LiveRollout | None = None,
-                 eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0):
+                 eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0):
         import ipywidgets as w
 
         self.profile, self.live, self.seed = profile, live, seed
@@ -767,7 +768,7 @@ class TreeInspector:
 
 
 def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",
-            eps_low: float = 3e-3, eps_high: float = 4e-3, seed: int = 0) -> Any:
+            eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0) -> Any:
     """Show the inspector: ``mode="widgets"`` (JupyterLab), ``"static"`` (figures and tables
     for the default choices, :func:`static_inspection`), or ``"auto"`` (widgets when
     :func:`widget_frontend`, else static). Returns the :class:`TreeInspector` or the

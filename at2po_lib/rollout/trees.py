@@ -65,9 +65,11 @@ from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, sco
 from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
-from ..method.expansion import select_entropy, select_random, select_random_siblings
+from ..method.expansion import (EXPANSIONS, select_entropy, select_random,
+                                select_random_siblings)
 
-EXPANSIONS = ("chain", "random", "random_siblings", "entropy")
+GROWN_HERE = tuple(e for e in EXPANSIONS if e != "aepo")
+"""The expansions this module grows (chains and trees; AEPO's is :mod:`.aepo`)."""
 
 
 # ----------------------------------------------------------------------------- selection
@@ -207,8 +209,8 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     False recomputes them (benchmarks compare the two).
     """
     expansion = expansion or rollout_cfg.expansion
-    if expansion not in EXPANSIONS:
-        raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)} "
+    if expansion not in GROWN_HERE:
+        raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(GROWN_HERE)} "
                          "(AEPO lives in at2po_lib.rollout.aepo)")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
     backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)

@@ -38,7 +38,7 @@ from trl import GRPOConfig
 
 from ..util.hf_compat import checkpointing_field
 from ..method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
-from ..method.loss import LEVELS, TURN_RATIOS
+from ..method.loss import EPS_HIGH, EPS_LOW, LEVELS, TURN_RATIOS
 
 CREDIT_ADVANTAGES = (*ADVANTAGE_MODES, *OUTCOME_ADVANTAGES)
 LOGP_POSITIONS = ("auto", "policy", "all")
@@ -107,8 +107,9 @@ class AT2POConfig(GRPOConfig):
                 "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."})
 
     # ---------------------------------------------------------- TRL fields with new defaults
-    epsilon: float = field(default=3e-3, metadata={"help": "Lower clip (ATPO: 3e-3)."})
-    epsilon_high: float | None = field(default=4e-3, metadata={"help": "Upper clip (ATPO: 4e-3)."})
+    epsilon: float = field(default=EPS_LOW, metadata={"help": f"Lower clip (ATPO: {EPS_LOW:g})."})
+    epsilon_high: float | None = field(default=EPS_HIGH, metadata={
+        "help": f"Upper clip (ATPO: {EPS_HIGH:g})."})
     loss_type: str | None = field(default=None, metadata={
         "help": "TRL's name of the aggregation, derived from loss_aggregation (TRL_LOSS_TYPES); "
                 "leave it unset."})
