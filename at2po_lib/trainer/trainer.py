@@ -35,7 +35,7 @@ Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measur
   completion position (prompt and observations included on CPU, where TRL does not compact).
   ``"auto"`` (default) = ``"policy"`` on a CPU, ``"all"`` on an accelerator — the CPU choice
   is measured (``benchmarks/README.md``); the accelerator choice was **not measured** (no GPU
-  in this project's sessions so far), it keeps TRL's path, whose Triton kernel already scores
+  measurement in this repository yet), it keeps TRL's path, whose Triton kernel already scores
   only labelled positions. The same switch computes the reference model's log-probs (``beta >
   0``). ``"policy"`` needs a single-process, non-PEFT, text-only model without logit scaling;
   ``"auto"`` falls back to ``"all"`` otherwise, an explicit ``"policy"`` raises.
