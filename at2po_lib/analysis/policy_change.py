@@ -40,5 +40,7 @@ def clip_fraction_by_level(logp: torch.Tensor, old_logp: torch.Tensor, advantage
         for level in levels:
             s = importance_ratios(logp, old_logp, mask, level, turn_ids)  # (N,)
             binds = -adv * s.clamp(1 - eps_low, 1 + eps_high) > -adv * s
-            out[level] = float(binds.sum()) / max(binds.numel(), 1)
+            # the count over the count of tokens as a tensor of the default dtype, as the
+            # trainer's diagnostics compute it (the same number to the last bit)
+            out[level] = float(torch.count_nonzero(binds) / max(binds.numel(), 1))
     return out
