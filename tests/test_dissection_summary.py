@@ -111,7 +111,8 @@ def test_the_dissection_figure_draws_both_panels_from_records(tmp_path):
     matplotlib.use("Agg")
     import numpy as np
 
-    from at2po_lib.method.tree import TreeArrays, save_trees
+    from at2po_lib.method.tree import TreeArrays
+    from at2po_lib.tree_files import save_trees
     from at2po_lib.reporting.dissection_figure import dissection_figure
 
     run = tmp_path / "at2po" / "seed0"
