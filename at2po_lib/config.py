@@ -524,6 +524,8 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
         data = _read_yaml(path)
         chain.append((path, data))
         current = data.pop("extends", None)
+        if current is not None and not isinstance(current, str):
+            raise ProfileError(f"{path}: extends: {shown(current)}: expected one profile name")
     cfg = ProfileConfig()
     for path, data in reversed(chain):
         _apply(cfg, data, str(path))
@@ -536,6 +538,11 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     return cfg
 
 
+MAX_YAML_DEPTH = 32
+"""Nesting levels a profile or ``--set`` value may have (the shipped profiles use 3)."""
+MAX_INT_CHARS = 64
+"""Characters of one integer in a profile (any base): no setting needs more, and a 20,000-digit
+hexadecimal number passed every check and crashed after the run folder existed."""
 MAX_YAML_CHARS = 1 << 16
 """A profile file or one ``--set`` value longer than this (64 KiB; the shipped profiles are
 under 8 KiB) is refused unread: PyYAML parses ~50 kB per second, so this bounds the time."""
@@ -556,12 +563,34 @@ class _Yaml12Loader(yaml.SafeLoader):
     a float. Aliases (``*name``) are refused: expanding nested ones ("billion laughs") builds
     values of any size from a few lines, and no profile needs them."""
 
+    _depth = 0
+
     def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
                 None, None, "aliases (*name) are not allowed in profiles", event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:  # deeper would end in a RecursionError of 100s of KB
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001 - PyYAML's signature
+        """A key given twice is an error (PyYAML keeps the last silently)."""
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
@@ -577,11 +606,11 @@ _Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("
 
 def _construct_int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     text = loader.construct_scalar(node)
+    if len(text.lstrip("+-")) > MAX_INT_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer of more than {MAX_INT_CHARS} characters", node.start_mark)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
-    if len(text.lstrip("+-")) > 4000:  # Python's own limit on int(str) is 4,300 digits
-        raise yaml.constructor.ConstructorError(None, None, "integer of more than 4,000 "
-                                                "digits", node.start_mark)
     return int(text, 10)
 
 

@@ -65,9 +65,12 @@ def check_name(name: Any, what: str) -> bool:
     return True
 
 
-def _int_at_least(low: int) -> Rule:
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
-            f"an integer >= {low}")
+def _int_at_least(low: int, high: int | None = None) -> Rule:
+    if high is None:
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
+                f"an integer >= {low}")
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
+            f"an integer in [{low}, {high:,}]")
 
 
 def _optional(rule: Rule) -> Rule:
@@ -125,6 +128,15 @@ POSITIVE = _int_at_least(1)
 NON_NEGATIVE = _int_at_least(0)
 SHARE = _finite(0.0, 1.0)
 RATE = _finite(0.0, open_low=True)
+# Upper bounds: far above any real setting (the paper's included), low enough that a typo such as
+# 1e9 is refused naming its key instead of hanging, aborting natively or failing deep inside.
+COUNT = _int_at_least(1, 1_000_000)
+"""World sizes, steps, prompts and batch sizes."""
+WIDTH = _int_at_least(1, 1 << 20)
+"""Model widths, vocabulary, positions and token budgets (Qwen's vocabulary is 151,936)."""
+FAN = _int_at_least(1, 1024)
+"""Branching: chains, tree M, K, beam, Tree-GRPO trees, layers and heads."""
+LEARNING_RATE = _finite(0.0, 1.0, open_low=True)
 
 RULES: dict[str, Rule] = {
     "name": _profile_name(),
@@ -133,12 +145,12 @@ RULES: dict[str, Rule] = {
     "data.local_dir": _any_text(),  # FlashRAG files on disk (None: the hub or its cache)
     # world
     "world.seed": NON_NEGATIVE,
-    "world.n_countries": POSITIVE, "world.n_cities": POSITIVE, "world.n_people": POSITIVE,
-    "world.n_companies": POSITIVE, "world.n_universities": POSITIVE, "world.n_films": POSITIVE,
+    "world.n_countries": COUNT, "world.n_cities": COUNT, "world.n_people": COUNT,
+    "world.n_companies": COUNT, "world.n_universities": COUNT, "world.n_films": COUNT,
     "world.dev_fraction": _finite(0.0, 1.0, open_high=True),
     "world.test_fraction": _finite(0.0, 1.0, open_high=True),
     "world.train_per_dataset": NON_NEGATIVE, "world.dev_per_dataset": NON_NEGATIVE,
-    "world.test_per_dataset": POSITIVE,
+    "world.test_per_dataset": COUNT,
     "world.distractor_rate": SHARE,
     "world.max_passage_words": (lambda v: isinstance(v, int) and 20 <= v <= 100,
                                 "an integer in [20, 100]"),
@@ -149,9 +161,9 @@ RULES: dict[str, Rule] = {
     "retrieval.encoder": _any_text(),
     "retrieval.pooling": _one_of("mean", "cls"),
     "retrieval.query_prefix": _any_text(), "retrieval.passage_prefix": _any_text(),
-    "retrieval.max_length": POSITIVE,
+    "retrieval.max_length": WIDTH,
     "retrieval.index_type": _one_of("Flat", "HNSW"),
-    "retrieval.topk": POSITIVE, "retrieval.batch_size": POSITIVE,
+    "retrieval.topk": _int_at_least(1, 1000), "retrieval.batch_size": COUNT,
     "retrieval.fp16": (lambda v: isinstance(v, bool), "true or false"),
     "retrieval.corpus": _any_text(), "retrieval.index_dir": _any_text(),
     "retrieval.prebuilt": (lambda v: isinstance(v, bool), "true or false"),
@@ -163,14 +175,14 @@ RULES: dict[str, Rule] = {
     # policy
     "policy.model": _any_text(), "policy.template": _any_text(),
     "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
-    "policy.hidden_size": POSITIVE, "policy.num_hidden_layers": POSITIVE,
-    "policy.num_attention_heads": POSITIVE, "policy.num_key_value_heads": POSITIVE,
-    "policy.intermediate_size": POSITIVE, "policy.max_position_embeddings": POSITIVE,
-    "policy.vocab_size": POSITIVE,
+    "policy.hidden_size": WIDTH, "policy.num_hidden_layers": FAN,
+    "policy.num_attention_heads": FAN, "policy.num_key_value_heads": FAN,
+    "policy.intermediate_size": WIDTH, "policy.max_position_embeddings": WIDTH,
+    "policy.vocab_size": WIDTH,
     "policy.lora_r": NON_NEGATIVE, "policy.lora_alpha": POSITIVE,
     # sft (warm start)
     "sft.seed": NON_NEGATIVE, "sft.max_steps": NON_NEGATIVE, "sft.batch_size": POSITIVE,
-    "sft.learning_rate": RATE, "sft.warmup_steps": NON_NEGATIVE, "sft.eval_every": POSITIVE,
+    "sft.learning_rate": LEARNING_RATE, "sft.warmup_steps": NON_NEGATIVE, "sft.eval_every": POSITIVE,
     "sft.eval_questions": POSITIVE,
     "sft.target_em_low": SHARE, "sft.target_em_high": SHARE,
     "sft.require_supported": (lambda v: isinstance(v, bool), "true or false"),
@@ -191,21 +203,22 @@ RULES: dict[str, Rule] = {
     "rollout.top_p": _finite(0.0, 1.0, open_low=True),
     "rollout.max_tool_calls": NON_NEGATIVE,
     "rollout.max_turn_tokens": NON_NEGATIVE,  # 0: no per-turn cap (the authors' code)
-    "rollout.max_response_tokens": POSITIVE,
+    "rollout.max_response_tokens": WIDTH,
     "rollout.turn_length_ends_branch": (lambda v: isinstance(v, bool), "true or false"),
-    "rollout.max_prompt_tokens": POSITIVE,
-    "rollout.chains": POSITIVE,
-    "rollout.tree_m": POSITIVE, "rollout.tree_l": NON_NEGATIVE, "rollout.tree_k": NON_NEGATIVE,
+    "rollout.max_prompt_tokens": WIDTH,
+    "rollout.chains": FAN,
+    "rollout.tree_m": FAN, "rollout.tree_l": _int_at_least(0, 16),
+    "rollout.tree_k": _int_at_least(0, 1024),
     "rollout.tree_alpha": _finite(),
-    "rollout.tree_grpo_trees": POSITIVE,
+    "rollout.tree_grpo_trees": FAN,
     "rollout.expansion": _one_of(*EXPANSIONS),
     "rollout.entropy_estimate": _one_of("sampled_nll", "exact"),
     "rollout.turn_entropy": _one_of("mean", "max"),
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,
-    "rollout.aepo_budget": POSITIVE, "rollout.aepo_initial": POSITIVE,
-    "rollout.aepo_beam": POSITIVE,
+    "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
+    "rollout.aepo_beam": FAN,
     "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),
     "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": POSITIVE,
     # train
@@ -214,11 +227,11 @@ RULES: dict[str, Rule] = {
         isinstance(m, str) and m for m in v), "a non-empty list of method names"),
     "train.seeds": _seeds(),
     "train.train_datasets": _names(allow_empty=False),
-    "train.max_steps": POSITIVE, "train.prompts_per_step": POSITIVE,
-    "train.mini_batch_prompts": POSITIVE,
+    "train.max_steps": COUNT, "train.prompts_per_step": _int_at_least(1, 65_536),
+    "train.mini_batch_prompts": _int_at_least(1, 65_536),
     "train.micro_batch_rows": NON_NEGATIVE, "train.loss_chunk_rows": NON_NEGATIVE,
     "train.update_num_threads": NON_NEGATIVE,
-    "train.learning_rate": RATE,
+    "train.learning_rate": LEARNING_RATE,
     "train.lr_scheduler_type": (lambda v: isinstance(v, str) and bool(v), "a scheduler name"),
     "train.weight_decay": _finite(0.0), "train.max_grad_norm": RATE, "train.beta": _finite(0.0),
     "train.eval_every": NON_NEGATIVE, "train.val_questions": _optional(POSITIVE),
@@ -239,9 +252,46 @@ RULES: dict[str, Rule] = {
     "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),
     # eval
     "eval.datasets": _names(allow_empty=False),
-    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": POSITIVE,
-    "eval.sampled_k": NON_NEGATIVE, "eval.sampled_datasets": _names(allow_empty=True),
+    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": COUNT,
+    "eval.sampled_k": _int_at_least(0, 1024), "eval.sampled_datasets": _names(allow_empty=True),
 }
+
+
+TRAINER_RULES: dict[str, Rule] = {
+    "num_iterations": _int_at_least(1, 1024),
+    "epsilon": _finite(0.0, 10.0, open_low=True),
+    "epsilon_high": _optional(_finite(0.0, 10.0, open_low=True)),
+    "beta": _finite(0.0, 10.0),
+    "delta": _optional(_finite(0.0, open_low=True)),
+    "dynamic_sampling_rounds": _int_at_least(1, 1024),
+    "loss_entropy_aware_adv": _finite(-10.0, 10.0),
+    "loss_chunk_rows": _int_at_least(0, 1 << 20),
+    "update_num_threads": _int_at_least(0, 1024),
+    "logging_steps": _finite(0.0, 1e6, open_low=True),
+}
+"""``--set trainer.<field>`` values after the method preset (``AT2POConfig`` fields): the range
+of the fields whose nonsense values used to train to completion (``num_iterations=0`` trained
+nothing, ``epsilon=nan`` or ``epsilon_high=-5`` clipped nothing). Any other numeric override
+must at least be finite (:func:`trainer_problems`)."""
+
+
+def trainer_problems(overrides: dict[str, Any]) -> list[str]:
+    """Every ``trainer.<field>`` override out of :data:`TRAINER_RULES`' range, or a number that
+    is not finite; ``None`` values are names only (checked elsewhere)."""
+    found = []
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        check, words = TRAINER_RULES.get(key, (_finite_if_number, "a finite number"))
+        if not check(value):
+            found.append(f"trainer.{key}={shown(value)}: expected {words}")
+    return found
+
+
+def _finite_if_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return math.isfinite(value) and abs(value) < 1e18
 
 
 def _consistency(cfg: Any) -> list[str]:

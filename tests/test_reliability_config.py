@@ -164,3 +164,56 @@ def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
     deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(DataError, match=r"deep\.jsonl:1"):
         read_flashrag_jsonl(deep)
+
+
+# --------------------------------------------- bounds, depth, duplicates, extends (issue #39)
+@pytest.mark.parametrize("key, value", [
+    ("train.prompts_per_step", "1000000000"), ("world.n_people", "1000000000"),
+    ("policy.vocab_size", "1000000000000"), ("rollout.tree_m", "1000000"),
+    ("policy.hidden_size", "1000000000"), ("rollout.max_response_tokens", "1000000000"),
+    ("retrieval.topk", "1000000000"), ("train.learning_rate", "1e300"),
+])
+def test_absurd_sizes_are_refused_naming_the_key(key, value):
+    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+
+    with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
+        load_profile("smoke", parse_overrides([f"{key}={value}"]))
+
+
+@pytest.mark.parametrize("field, value", [("num_iterations", 0), ("epsilon", float("nan")),
+                                          ("epsilon_high", -5.0), ("beta", float("inf"))])
+def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value):
+    from at2po_lib.config import ProfileError
+    from at2po_lib.trainer.resolve import check_trainer_overrides
+
+    with pytest.raises(ProfileError, match=f"trainer\\.{field}="):
+        check_trainer_overrides({field: value})
+    check_trainer_overrides({"beta": 0.0, "epsilon": 0.2})  # in range: accepted
+
+
+def test_deep_nesting_and_long_integers_are_one_line_errors(tmp_path):
+    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+
+    with pytest.raises(ProfileError, match="nested more than") as deep:
+        load_profile("smoke", parse_overrides(["train.report_to=" + "[" * 1000 + "]" * 1000]))
+    assert len(str(deep.value)) < 2000
+    deep_file = tmp_path / "deep.yaml"
+    deep_file.write_text("train:\n  report_to: " + "[" * 3000 + "]" * 3000 + "\n")
+    with pytest.raises(ProfileError, match="deep.yaml.*nested more than"):
+        load_profile(str(deep_file))
+    with pytest.raises(ProfileError, match="integer of more than"):
+        load_profile("smoke", parse_overrides(["world.seed=0x" + "f" * 20_000]))
+
+
+def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
+    from at2po_lib.config import ProfileError, load_profile
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("extends: smoke\ntrain:\n  max_steps: 2\n  max_steps: 3\n")
+    with pytest.raises(ProfileError, match="twice.yaml.*duplicate key 'max_steps'"):
+        load_profile(str(twice))
+    for bad in ("[smoke]", "5", "{a: 1}"):
+        path = tmp_path / "bad.yaml"
+        path.write_text(f"extends: {bad}\n")
+        with pytest.raises(ProfileError, match="bad.yaml: extends: .*expected one profile name"):
+            load_profile(str(path))

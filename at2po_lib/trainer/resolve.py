@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
+from ..config_checks import trainer_problems
 from ..method.credit import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, Method, get_method
 
@@ -275,8 +276,12 @@ def rollout_knob(key: str) -> str | None:
 
 
 def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
-    """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`)
-    and of rollout knobs (:func:`rollout_knob`)."""
+    """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`),
+    of rollout knobs (:func:`rollout_knob`), and values out of range
+    (:func:`at2po_lib.config_checks.trainer_problems`), before any work."""
+    found = trainer_problems(dict(overrides))
+    if found:
+        raise ProfileError("; ".join(found))
     for key in overrides:
         if key in DERIVED_FIELDS:
             raise ProfileError(f"trainer.{key} follows from {DERIVED_FIELDS[key]}: set that "
