@@ -217,3 +217,14 @@ def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
         path.write_text(f"extends: {bad}\n")
         with pytest.raises(ProfileError, match="bad.yaml: extends: .*expected one profile name"):
             load_profile(str(path))
+
+
+def test_a_shorthand_and_its_set_key_together_are_refused():
+    """`--max-steps 2 --set train.max_steps=-1` used to drop the -1 without a word."""
+    from at2po_lib.cli.options import UsageError
+    from at2po_lib.cli.train import build_parser, override_texts
+
+    args = build_parser().parse_args(["--max-steps", "2", "--set", "train.max_steps=-1"])
+    with pytest.raises(UsageError, match="--max-steps 2 and --set train.max_steps"):
+        override_texts(args)
+    assert override_texts(build_parser().parse_args(["--max-steps", "2"])) == ["train.max_steps=2"]

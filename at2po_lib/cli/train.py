@@ -56,10 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 def override_texts(args: argparse.Namespace) -> list[str]:
     """Every override as ``--set`` text: the ``--set`` values, then the shorthands."""
     texts = list(args.overrides)
-    if args.max_steps is not None:
-        texts.append(f"train.max_steps={args.max_steps}")
-    if getattr(args, "data_dir", None) is not None:
-        texts.append(f"data.local_dir={args.data_dir}")
+    given = {t.split("=", 1)[0].strip() for t in texts}
+    for option, key, value in (("--max-steps", "train.max_steps", args.max_steps),
+                               ("--data-dir", "data.local_dir", getattr(args, "data_dir", None))):
+        if value is None:
+            continue
+        if key in given:  # one of the two would be dropped without a word
+            raise UsageError(f"{option} {value} and --set {key}=... both given; give one")
+        texts.append(f"{key}={value}")
     for text in args.arg:
         if "=" not in text:
             raise UsageError(f"--arg {text!r} is not FIELD=VALUE")
