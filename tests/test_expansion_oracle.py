@@ -94,3 +94,38 @@ def test_summary_ratios_and_intervals():
     # identical prompts: the bootstrap interval is the point
     assert summary.loc["entropy_exact", "spearman_lo"] == pytest.approx(0.8)
     assert (summary["prompts"] == 5).all() and (summary["candidates"] == 20).all()
+
+
+def test_committed_style_summaries_are_read_and_said(tmp_path):
+    from at2po_lib.analysis.expansion_oracle import flip_ratio_sentence, read_summaries
+
+    def summary(ratio, lo, hi, k, prompts):
+        return pd.DataFrame({"score": ["entropy_exact", "oracle"], "k": k, "prompts": prompts,
+                             "candidates": 10 * prompts, "resamples": 8,
+                             "flips_vs_uniform": [ratio, 1.5], "flips_vs_uniform_lo": [lo, 1.4],
+                             "flips_vs_uniform_hi": [hi, 1.6]})
+
+    assert read_summaries(tmp_path).empty
+    summary(1.04, 0.89, 1.21, 6, 100).to_csv(tmp_path / "expansion_oracle_warmstart_paper_summary.csv")
+    summary(0.99, 0.97, 1.01, 4, 595).to_csv(tmp_path / "expansion_oracle_warmstart_toy_summary.csv")
+    frame = read_summaries(tmp_path)
+    assert list(frame.drop_duplicates(["policy", "shape"])["shape"]) == ["toy", "paper"]
+    text = flip_ratio_sentence(frame, "entropy_exact")
+    assert "the warm start, toy tree (K = 4, 595 prompts" in text and "0.99× [0.97, 1.01]" in text
+    assert "1.04× [0.89, 1.21]" in text and "perfect picker: 1.50×" in text
+    assert text.index("toy tree") < text.index("paper's tree")
+    with pytest.raises(ValueError, match="entropy_nll"):
+        flip_ratio_sentence(frame, "entropy_nll")
+    assert "No expansion oracle records" in flip_ratio_sentence(read_summaries(tmp_path / "none"), "x")
+
+
+def test_oracle_records_fall_back_to_tiny(tmp_path, monkeypatch):
+    from at2po_lib.analysis.expansion_oracle import oracle_records
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    assert oracle_records("smoke")[1].empty
+    (tmp_path / "tiny" / "dissection").mkdir(parents=True)
+    pd.DataFrame({"score": ["entropy_exact"], "k": [4]}).to_csv(
+        tmp_path / "tiny" / "dissection" / "expansion_oracle_warmstart_toy_summary.csv", index=False)
+    name, frame = oracle_records("smoke")
+    assert name == "tiny" and list(frame["policy"]) == ["warmstart"]

@@ -267,3 +267,68 @@ def oracle_summary(frame: pd.DataFrame, k: int, draws: int = 2000, seed: int = 0
                        draws, seed)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the committed summaries
+# --------------------------------------------------------------------------------------------
+ESTIMATE_SCORES = {"exact": "entropy_exact", "sampled_nll": "entropy_nll"}
+"""``rollout.entropy_estimate`` → the oracle's score of the same turn entropy."""
+SUMMARY_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training"}
+SUMMARY_SHAPES = {"toy": "toy tree", "paper": "paper's tree"}
+
+
+def read_summaries(folder: Path) -> pd.DataFrame:
+    """Every ``expansion_oracle_<policy>_<shape>_summary.csv`` of ``folder`` (what ``at2po
+    dissect expansion`` writes), stacked with ``policy`` and ``shape`` columns; empty when
+    there is none."""
+    parts = []
+    for path in sorted(Path(folder).glob("expansion_oracle_*_summary.csv")):
+        stem = path.name.removeprefix("expansion_oracle_").removesuffix("_summary.csv")
+        policy, _, shape = stem.rpartition("_")
+        if not policy:
+            raise ValueError(f"{path}: expected expansion_oracle_<policy>_<shape>_summary.csv")
+        parts.append(pd.read_csv(path).assign(policy=policy, shape=shape))
+    order = {name: i for i, name in enumerate([*SUMMARY_POLICIES, *SUMMARY_SHAPES])}
+    parts.sort(key=lambda f: (order.get(f["policy"].iat[0], 99), order.get(f["shape"].iat[0], 99)))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def flip_ratio_sentence(summaries: pd.DataFrame, score: str) -> str:
+    """One clause per (policy, shape) summary: how often re-sampling the top-K turns by
+    ``score`` flips the outcome relative to K uniform picks (1 = no better than uniform), with
+    its 95% interval over prompts and what it rests on, and the perfect picker's ceiling."""
+    if summaries.empty:
+        return "No expansion oracle records (run `at2po dissect expansion`)."
+    if score not in set(summaries["score"]):
+        raise ValueError(f"score {score!r} is not in the summaries; they hold "
+                         f"{sorted(set(summaries['score']))}")
+    clauses = []
+    for (policy, shape), group in summaries.groupby(["policy", "shape"], sort=False):
+        rows = group.set_index("score")
+        s = rows.loc[score]
+        text = (f"{SUMMARY_POLICIES.get(policy, policy)}, {SUMMARY_SHAPES.get(shape, shape)} "
+                f"(K = {int(s['k'])}, {int(s['prompts'])} prompts, {int(s['resamples'])} re-samples "
+                f"per candidate): {s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
+                f"{s['flips_vs_uniform_hi']:.2f}]")
+        if "oracle" in rows.index:
+            o = rows.loc["oracle"]
+            text += (f" (the perfect picker: {o['flips_vs_uniform']:.2f}× "
+                     f"[{o['flips_vs_uniform_lo']:.2f}, {o['flips_vs_uniform_hi']:.2f}])")
+        clauses.append(text)
+    return (f"Flips of the outcome per re-sample when the K turns with the highest {score} are "
+            "re-sampled, relative to K uniformly picked turns (1× = no better than uniform; 95% "
+            "intervals over prompts): " + "; ".join(clauses) + ".")
+
+
+def oracle_records(profile: str, fallback: str = "tiny") -> tuple[str, pd.DataFrame]:
+    """(the profile whose records were read, :func:`read_summaries` of
+    ``results/<profile>/dissection/``); ``fallback``'s records when ``profile`` has none (the
+    smoke profile runs no oracle)."""
+    from ..util.paths import results_dir
+
+    for name in dict.fromkeys((profile, fallback)):
+        frame = read_summaries(results_dir() / name / "dissection")
+        if not frame.empty:
+            return name, frame
+    return profile, pd.DataFrame()

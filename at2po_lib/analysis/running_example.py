@@ -18,8 +18,12 @@ re-sampled it (``node_arrays["resampled_from"][x] == n``), where
 3. the re-sample changed the outcome: the mean reward of the leaves under x differs from that
    under n (:func:`at2po_lib.analysis.decisions.subtree_leaf_means`).
 
-Among the pairs that qualify: the largest change of outcome, then a re-sample that decided
-differently (another label), then the highest H(n), then the first tree and lowest id.
+Among the pairs that qualify: the largest change of outcome, then an *untied* pick (no other
+candidate of its round had its entropy to within :data:`TIE_TOL`: entropy singled it out, not a
+tie-break), then a re-sample that decided differently (another label), then the highest H(n),
+then the first tree and lowest id. The sentence says when the chosen pick is a tie, and
+:func:`pick_odds` gives the chance a uniform pick of K of the round's candidates would have
+picked the same turn.
 
 Why leaves are never the example. Only nodes with children are expansion candidates (the
 authors' code scores the root and the subtree's inner nodes; :func:`at2po_lib.method.expansion.
@@ -45,6 +49,9 @@ from .decisions import subtree_leaf_means, tree_decision_labels
 if TYPE_CHECKING:
     import pandas as pd
 
+TIE_TOL = 5e-4
+"""Nats per token: two candidates' entropies closer than this are a tie (the round's order among
+them is a tie-break, not guidance; identical turns in two chains have identical entropies)."""
 MIN_ENTROPY = 0.05
 """Nats per token; docs/regime.md: candidate turns' 5th percentile on the warm start."""
 SEARCH_DECISIONS = ("follow", "repeat", "off_plan")
@@ -52,7 +59,8 @@ RULE = ("a turn n that entropy-guided expansion picked and re-sampled as branch 
         f"search decision (label follow / repeat / off_plan against the plan), n was uncertain "
         f"(H(n) >= {MIN_ENTROPY} nats per token), and the re-sample changed the outcome (mean "
         "leaf reward under x != under n); the largest change first, then a re-sample that "
-        "decided differently, then the highest H(n), then the first tree")
+        "is no entropy tie, then one that decided differently, then the highest H(n), then the "
+        "first tree")
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class RunningExample:
     why: str
     candidates: int = 0
     """How many (n, x) pairs qualified."""
+    tied_with: tuple[int, ...] = ()
+    """The candidates of n's round with n's entropy (within :data:`TIE_TOL`): empty when
+    entropy singled n out."""
 
     def highlight(self) -> dict[int, str]:
         """Node → role, for drawings."""
@@ -101,14 +112,46 @@ def qualifying_pairs(tree: TreeArrays) -> list[dict]:
                       "change": float(means[x] - means[n]),
                       "is_decision": str(labels[n]) in SEARCH_DECISIONS,
                       "uncertain": float(tree.entropy[n]) >= MIN_ENTROPY,
-                      "flips": abs(float(means[x] - means[n])) > 1e-9})
+                      "flips": abs(float(means[x] - means[n])) > 1e-9,
+                      "tied_with": pick_odds(tree, n, int(x))["tied_with"]})
     return pairs
+
+
+def tie_words(tied_with: Sequence[int]) -> str:
+    """'no entropy tie' or the sentence naming the tied candidates."""
+    if not tied_with:
+        return "no other candidate of its round had its entropy (no tie)"
+    names = ", ".join(str(t) for t in tied_with)
+    return (f"an entropy tie: candidate(s) {names} had the same entropy (within {TIE_TOL:g}), "
+            "so entropy did not single it out")
+
+
+def pick_odds(tree: TreeArrays, node: int, resample: int) -> dict:
+    """How special the pick of ``node`` was in the round that grew ``resample``: the round's
+    candidates C (nodes with children before it, root included), its picks K, the chance
+    K / C that a uniform pick of K of the C candidates includes ``node``, the candidates tied
+    with it on entropy (``tied_with``, within :data:`TIE_TOL`) and whether the tie straddled
+    the cut (``tie_break``: a tied candidate was left unpicked)."""
+    rounds = np.asarray(tree.node_arrays.get("expansion_round", np.zeros(tree.num_nodes)))
+    source = np.asarray(tree.node_arrays.get("resampled_from", np.full(tree.num_nodes, -1)))
+    if not 0 <= resample < tree.num_nodes or source[resample] != node:
+        raise ValueError(f"node {resample} is not a re-sample of node {node} in this tree")
+    r = int(rounds[resample])
+    sub, ids = tree_before_round(tree, r)
+    candidates = ids[~sub.is_leaf]
+    picks = source[(rounds == r) & (source >= 0)]
+    h = np.asarray(tree.entropy, dtype=float)
+    tied = [int(c) for c in candidates if c != node and abs(h[c] - h[node]) <= TIE_TOL]
+    k, c = len(picks), len(candidates)
+    return {"round": r, "candidates": c, "picks": k,
+            "uniform_chance": min(k, c) / c if c else float("nan"), "tied_with": tied,
+            "tie_break": any(t not in set(picks.tolist()) for t in tied)}
 
 
 def choose_running_example(trees: Sequence[TreeArrays]) -> RunningExample:
     """The running example by :data:`RULE` among ``trees`` (entropy-grown, with
     ``resampled_from``); ``found=False`` and a sentence naming the unmet condition otherwise."""
-    best, best_key, count = None, None, 0
+    best, best_key, count, untied = None, None, 0, 0
     seen = {"pairs": 0, "is_decision": 0, "uncertain": 0, "flips": 0}
     for i, tree in enumerate(trees):
         for p in qualifying_pairs(tree):
@@ -118,8 +161,9 @@ def choose_running_example(trees: Sequence[TreeArrays]) -> RunningExample:
             if not (p["is_decision"] and p["uncertain"] and p["flips"]):
                 continue
             count += 1
-            key = (-abs(p["change"]), p["resample_decision"] == p["decision"], -p["entropy"],
-                   i, p["node"])
+            untied += int(not p["tied_with"])
+            key = (-abs(p["change"]), bool(p["tied_with"]), p["resample_decision"] == p["decision"],
+                   -p["entropy"], i, p["node"])
             if best_key is None or key < best_key:
                 best, best_key = (i, p), key
     if best is None:
@@ -135,8 +179,9 @@ def choose_running_example(trees: Sequence[TreeArrays]) -> RunningExample:
     verb = "raised" if p["change"] > 0 else "lowered"
     why = (f"tree {i}, turn {p['node']} ({p['decision']}, H = {p['entropy']:.3f}) re-sampled as "
            f"node {p['resample']} ({p['resample_decision']}): the re-sample {verb} the mean leaf "
-           f"reward by {abs(p['change']):.2f}; {count} turn(s) qualified")
-    return RunningExample(True, i, p["node"], p["resample"], why, count)
+           f"reward by {abs(p['change']):.2f}; {tie_words(p['tied_with'])}; {count} turn(s) qualified "
+           f"({untied} without a tie)")
+    return RunningExample(True, i, p["node"], p["resample"], why, count, tuple(p["tied_with"]))
 
 
 def teaching_tree() -> TreeArrays:
@@ -218,8 +263,10 @@ def tree_before_round(tree: TreeArrays, expansion_round: int) -> tuple[TreeArray
 
 def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.DataFrame":
     """The score table of one expansion round, in the full tree's ids: entropy, siblings b(n),
-    score H − α·b, whether the node was a candidate (leaves never are), and whether the round
-    re-sampled it (``resampled_from`` of the nodes it grew); best candidates first."""
+    score H − α·b, whether the node was a candidate (leaves never are), ``entropy ties`` (the
+    other candidates with its entropy within :data:`TIE_TOL`: the round's order among them
+    is a tie-break) and whether the round re-sampled it (``resampled_from`` of the nodes it
+    grew); best candidates first."""
     import pandas as pd
 
     from ..method.expansion import expansion_scores, sibling_counts
@@ -234,6 +281,9 @@ def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.Da
         "siblings b(n)": sibling_counts(sub.parent),
         "score": expansion_scores(sub.entropy, sub.parent, alpha),
         "candidate": ~sub.is_leaf, "re-sampled": [int(i) in picked for i in ids]})
+    cand_h = sub.entropy[~sub.is_leaf]
+    frame["entropy ties"] = [int((np.abs(cand_h - h) <= TIE_TOL).sum()) - 1 if c else 0
+                             for h, c in zip(sub.entropy, frame["candidate"])]
     frame.loc[~frame["candidate"], "score"] = np.nan  # a leaf is never scored for a pick
     return (frame.sort_values(["candidate", "score"], ascending=[False, False])
             .set_index("node"))
