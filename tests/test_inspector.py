@@ -183,18 +183,18 @@ class FakeLive:
         return trees
 
 
-@pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
-def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
-    """100 random Grows, headless: after each (and after a random tree / round / node pick)
-    the widget's image is byte for byte the offline drawing of the same view; one render per
-    view, no figure left open, the chosen node ringed, every tree of the expansion listed."""
+def _click_through(grows: int, seed: int = 0) -> None:
+    """``grows`` random Grows, headless: after each (and after a random tree / round / node
+    pick) the widget's tree image *and credit chart* are byte for byte the offline drawings of
+    the same view; one render per view, no figure left open, no busy sign left, the status
+    line naming the shown tree, every tree of the expansion listed, images at natural width."""
     pytest.importorskip("ipywidgets")
-    live = FakeLive(0)
+    live = FakeLive(seed)
     inspector = insp.TreeInspector("smoke", live=live)
     inspector._live()  # the question list, as the first Grow loads it
     assert len(inspector.question.options) == 5
-    rng = np.random.default_rng(1)
-    for grow in range(100):
+    rng = np.random.default_rng(seed + 1)
+    for grow in range(grows):
         inspector.question.value = int(rng.integers(0, 5))
         inspector.expansion.value = str(rng.choice(["chain", "random", "entropy"]))
         inspector.m.value, inspector.l.value, inspector.k.value = (int(rng.integers(2, 5)),
@@ -209,6 +209,13 @@ def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
         last = int(tree.node_arrays["expansion_round"].max())
         offline = insp.render_png(insp.tree_view(tree, upto_round=last, node=node))
         assert inspector.tree_image.value == offline, f"Grow {grow}"
+        chart = insp.render_png(insp.plot_node_credit(insp.credit_table(same, 0), node,
+                                                      note=insp.signal_note(tree))[0])
+        assert inspector.credit_image.value == chart, f"Grow {grow}: credit chart"
+        assert inspector.busy.value == "" and not inspector.node.disabled
+        assert f"tree 0 of {len(inspector.trees)}" in inspector.status.value
+        for image in (inspector.tree_image, inspector.credit_image):
+            assert image.layout.width == f"{insp.png_size(image.value)[0]}px"
         assert len(inspector.tree_pick.options) == len(inspector.trees)
         assert f"prompt {tree.prompt_id}:" in inspector.listing.value
         assert ("no signal" in inspector.signal.value) == bool(insp.signal_note(tree))
@@ -220,8 +227,65 @@ def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
         offline = insp.render_png(insp.tree_view(shown, upto_round=inspector.round.value,
                                                  node=inspector.node.value))
         assert inspector.tree_image.value == offline, f"Grow {grow}, after picks"
+        assert inspector.credit_image.value == inspector.chart_png(), f"Grow {grow}, after picks"
+        assert (f"tree {inspector.tree_pick.value} of" in inspector.status.value
+                and f"node {inspector.node.value}" in inspector.status.value)
+        assert inspector.busy.value == ""
         assert plt.get_fignums() == []
-    assert live.calls == 100
+    assert live.calls == grows
+
+
+@pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
+def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
+    _click_through(100)
+
+
+def test_inspector_redraws_a_few_views_exactly():
+    _click_through(4, seed=3)
+
+
+def test_charts_rendered_on_side_threads_match_and_leave_pyplot_alone():
+    """The widget's callbacks run on a kernel side thread: its figures are detached from
+    pyplot, so charts rendered on 4 threads while the main thread uses pyplot are byte for byte
+    the serial ones, and pyplot's figure list holds only the main thread's figure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    table = insp.credit_table([teaching_tree()])
+    nodes = list(range(1, 11))
+    serial = [insp.render_png(insp.plot_node_credit(table, n)[0]) for n in nodes]
+    main = plt.figure()
+    with ThreadPoolExecutor(4) as pool:
+        charts = pool.map(lambda n: insp.render_png(insp.plot_node_credit(table, n)[0]), nodes * 2)
+        trees = pool.map(lambda n: insp.render_png(insp.tree_view(teaching_tree(), node=n)), nodes)
+        for _ in range(20):
+            plt.figure(main.number)
+            plt.plot([0, 1], [1, 0])
+        charts, trees = list(charts), list(trees)
+    assert charts == serial * 2
+    assert trees == [insp.render_png(insp.tree_view(teaching_tree(), node=n)) for n in nodes]
+    assert plt.get_fignums() == [main.number]
+    plt.close("all")
+
+
+def test_one_meaning_per_ring_colour():
+    """The running example's two rings and the chosen node's ring differ in colour, and none is
+    a dashed expansion-round ring's colour."""
+    from matplotlib.colors import to_hex
+
+    from at2po_lib.analysis.running_example import teaching_tree
+    from at2po_lib.reporting.tree_drawings import CHOSEN_COLOUR
+
+    fig = insp.tree_view(teaching_tree(), node=5, highlight={2: "picked turn n", 10: "its re-sample x"})
+    legend = fig.axes[0].get_legend()
+    colours = {t.get_text(): to_hex(h.get_markeredgecolor())
+               for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    rings = {k: v for k, v in colours.items() if k.startswith("node ")}
+    assert len(rings) == 3 and len(set(rings.values())) == 3
+    assert rings["node 5: chosen node"] == CHOSEN_COLOUR
+    dashed = {v for k, v in colours.items() if k.startswith("dashed ring")}
+    assert dashed and not dashed & set(rings.values())
 
 
 def test_inspector_starts_on_the_running_example_and_lists_its_questions():
@@ -236,7 +300,13 @@ def test_inspector_starts_on_the_running_example_and_lists_its_questions():
     assert inspector.index == 1 and inspector.node.value == 2
     assert inspector.highlight == {2: "picked turn n", 10: "its re-sample x"}
     assert "Who?" in inspector.listing.value and "Neko Labs" in inspector.listing.value
-    assert "running example" in inspector.status.value
+    assert "running example" in inspector.status.value and "tree 1 of 2" in inspector.status.value
+    assert "Neko Labs" in inspector.status.value
+    # another tree: the status line follows it and no longer claims the running example
+    inspector.tree_pick.value = 0
+    assert "tree 0 of 2" in inspector.status.value and "Who?" in inspector.status.value
+    assert "running example" not in inspector.status.value
+    assert inspector.busy.value == "" and not any(c.disabled for c in inspector.controls)
 
 
 def test_no_signal_is_said():

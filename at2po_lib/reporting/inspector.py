@@ -51,8 +51,10 @@ the clip binds when ``A > 0`` and the ratio exceeds ``1 + ε_high`` or ``A < 0``
 
 from __future__ import annotations
 
+import html
 import os
 import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -62,7 +64,8 @@ import numpy as np
 from ..method.expansion import EXPANSIONS
 from ..method.loss import EPS_HIGH, EPS_LOW
 from ..method.tree import TreeArrays, node_depths
-from .tree_drawings import choose_example_tree, draw_rollout_tree, grown_by_round, node_text_table
+from .tree_drawings import (CHOSEN_ROLE, choose_example_tree, draw_rollout_tree, grown_by_round,
+                            new_figure, node_text_table)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -351,13 +354,13 @@ def questions_table(trees: Sequence[TreeArrays]) -> "pd.DataFrame":
 def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None,
                      note: str = "") -> tuple[Any, Any]:
     """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines);
-    ``note`` (e.g. :func:`signal_note`) is written in the plot."""
-    import matplotlib.pyplot as plt
-
+    ``note`` (e.g. :func:`signal_note`) is written in the plot. Without ``ax`` the figure is
+    detached from pyplot (:func:`~at2po_lib.reporting.tree_drawings.new_figure`): the widget's
+    callbacks build it on a kernel side thread."""
     names = [c for c in table.columns if "/" in c] + list(BASELINES)
     vals = np.array([table.loc[node, c] for c in names], dtype=float)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7.5, 0.24 * len(names) + 1.4))
+        fig, ax = new_figure((7.5, 0.24 * len(names) + 1.4), detached=True)
     else:
         fig = ax.figure
     colours = ["C0" if "/" in n else "C3" for n in names]
@@ -386,10 +389,11 @@ def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None 
               title: str | None = None, highlight: Mapping[int, str] | None = None) -> Any:
     """The inspector's tree figure: the tree after ``upto_round`` with ``node`` ringed as the
     chosen node (or the rings of ``highlight``) and a no-signal line in the title. The widget and
-    the offline drawing both call this, so their images can be compared byte for byte."""
+    the offline drawing both call this, so their images can be compared byte for byte. The
+    figure is detached from pyplot (safe on a widget callback's side thread)."""
     marks = dict(highlight or {})
     if node is not None and node not in marks:
-        marks[int(node)] = "chosen node"
+        marks[int(node)] = CHOSEN_ROLE
     heading = title if title is not None else str(tree.info.get("question", ""))
     gold = (list(tree.info.get("golden_answers") or []) or [None])[0]
     if gold is not None:  # on the question's line, before any round label
@@ -398,23 +402,32 @@ def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None 
     note = signal_note(tree)
     if note:
         heading = f"{heading}\n{note.split(':')[0]}: all leaves share one reward"
-    fig, _ = draw_rollout_tree(tree, upto_round=upto_round, title=heading, highlight=marks)
+    fig, _ = draw_rollout_tree(tree, upto_round=upto_round, title=heading, highlight=marks,
+                               detached=True)
     return fig
 
 
 def render_png(fig: Any) -> bytes:
     """``fig`` as PNG bytes, then closed: one image per view, nothing left on pyplot's stack
-    (a figure left open is what the inline backend redraws over a later view)."""
+    (a figure left open is what the inline backend redraws over a later view). The inspector's
+    own figures are detached (never on the stack): rasterising them touches no global state."""
     import io
 
-    import matplotlib.pyplot as plt
+    from .tree_drawings import close_figure
 
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        close_figure(fig)
     return buffer.getvalue()
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels of PNG bytes, from the IHDR chunk."""
+    if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not PNG bytes")
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
 def draw_growth(tree: TreeArrays, title: str | None = None,
@@ -594,8 +607,25 @@ class LiveRollout:
         return with_retrievals(trees, self.retriever, self.cfg.retrieval.topk)
 
 
+QUESTION_PLACEHOLDER = "(Grow: the training questions load with the first Grow)"
+"""The question list before the first Grow (the trees already shown are listed below it)."""
 QUESTIONS_LISTED = 200
 """Training questions offered by the inspector's question list (the first ones of the split)."""
+
+
+def _natural_layout(w: Any) -> Any:
+    """An image layout that keeps a PNG at its natural size: not stretched by the box around it
+    (``align_self``), scaled down in proportion only when wider than the column."""
+    return w.Layout(max_width="100%", height="auto", align_self="flex-start",
+                    object_fit="contain")
+
+
+def _show_png(image: Any, png: bytes) -> None:
+    """Put ``png`` into an ``Image`` widget at its natural pixel width (see
+    :func:`_natural_layout`)."""
+    width, _ = png_size(png)
+    image.layout.width = f"{width}px"
+    image.value = png
 
 
 class TreeInspector:
@@ -603,10 +633,14 @@ class TreeInspector:
     notebook 02's file; the running example is shown first); ``live``: a :class:`LiveRollout`
     for the Grow button (made on first use from ``profile`` when None).
 
-    Every view is one PNG in an ``Image`` widget, rendered from a fresh figure that is closed
-    at once (:func:`render_png`): a redraw replaces the image's bytes, so two layouts can never
-    overlay and no figure of an earlier view can reappear. Updates that change several widgets
-    draw once, at the end (``_quiet``)."""
+    Every view is one PNG in an ``Image`` widget, rendered from a fresh figure detached from
+    pyplot (:func:`render_png`; callbacks run on a kernel side thread, where pyplot's shared
+    state could mix two figures): a redraw replaces the image's bytes, so two layouts can never
+    overlay and no figure of an earlier view can reappear. Each image is shown at its natural
+    pixel size (scaled down only to fit the column, never up or out of proportion). Updates that
+    change several widgets draw once, at the end (``_quiet``); while one runs, ``busy`` says
+    so and the controls are disabled, and afterwards ``status`` names what is shown (tree,
+    prompt, question, round, node)."""
 
     def __init__(self, profile: str, trees: Sequence[TreeArrays] = (), live: LiveRollout | None = None,
                  eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0):
@@ -618,7 +652,7 @@ class TreeInspector:
 
         r = load_profile(profile).rollout
         style = {"description_width": "initial"}
-        self.question = w.Dropdown(options=[("(press Grow to load the training questions)", 0)],
+        self.question = w.Dropdown(options=[(QUESTION_PLACEHOLDER, 0)],
                                    value=0, description="question", style=style,
                                    layout=w.Layout(width="640px"))
         self.expansion = w.ToggleButtons(options=EXPANSIONS, value="entropy", description="expansion")
@@ -632,10 +666,13 @@ class TreeInspector:
         self.round = w.IntSlider(value=0, min=0, max=0, description="round")
         self.node = w.Dropdown(options=[0], description="node")
         self.status = w.HTML()
+        self.busy = w.HTML()
         self.listing = w.HTML()
         self.signal = w.HTML()
-        self.tree_image = w.Image(format="png", layout=w.Layout(max_width="100%"))
-        self.credit_image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.tree_image = w.Image(format="png", layout=_natural_layout(w))
+        self.credit_image = w.Image(format="png", layout=_natural_layout(w))
+        self.origin = ""
+        """How the shown trees came (the running example's sentence, or the last Grow)."""
         self.node_out = w.Output()
         self.trees: list[TreeArrays] = list(trees)
         self.index = 0
@@ -650,17 +687,51 @@ class TreeInspector:
         self.node.observe(lambda _: self._on_node(), names="value")
         self.widget = w.VBox([
             self.question, self.expansion, w.HBox([self.m, self.l, self.k]),
-            w.HBox([self.alpha, self.grow_button, self.status]), self.listing,
+            w.HBox([self.alpha, self.grow_button]), self.status, self.busy, self.listing,
             w.HBox([self.tree_pick, self.round, self.node]), self.signal, self.tree_image,
             self.node_out, self.credit_image])
         if self.trees:
             index, node, why, self.highlight = default_choice(self.trees)
-            self.status.value = f"showing {why}"
+            self.origin = why
             self._set_trees(index, node)
+
+    @property
+    def controls(self) -> list[Any]:
+        return [self.question, self.expansion, self.m, self.l, self.k, self.alpha,
+                self.grow_button, self.tree_pick, self.round, self.node]
+
+    @contextmanager
+    def _busy(self, what: str):
+        """Say ``what`` is being updated and disable the controls until it is done: the images
+        and the node panel change together, never one of them stale without a sign."""
+        self.busy.value = f"<b style='color:#b35900'>⏳ {html.escape(what)} …</b>"
+        enabled = [c for c in self.controls if not c.disabled]
+        for c in enabled:
+            c.disabled = True
+        try:
+            yield
+        finally:
+            for c in enabled:
+                c.disabled = False
+            self.busy.value = ""
+
+    def status_line(self) -> str:
+        """What the views show now: the tree, its prompt and question, the round and the node,
+        and how the trees came (running example or Grow)."""
+        if not self.trees:
+            return self.origin
+        tree = self.trees[self.index]
+        question = str(tree.info.get("question", ""))
+        shown = (f"showing tree {self.index} of {len(self.trees)} (prompt {tree.prompt_id}"
+                 + (f": <i>{html.escape(question)}</i>" if question else "") + f"), round "
+                 f"{self.round.value}, node {self.node.value}")
+        if self.highlight:
+            shown += " — the running example"
+        return f"{shown}<br><small>{html.escape(self.origin)}</small>" if self.origin else shown
 
     def _live(self) -> LiveRollout:
         if self.live is None:
-            self.status.value = "loading the warm-start policy …"
+            self.busy.value = "<b style='color:#b35900'>⏳ loading the warm-start policy …</b>"
             self.live = LiveRollout(self.profile)
         if len(self.question.options) == 1 and len(self.live.questions) > 1:
             shown = self.live.questions[:QUESTIONS_LISTED]
@@ -669,18 +740,19 @@ class TreeInspector:
         return self.live
 
     def _grow(self) -> None:
-        try:
-            live = self._live()
-            self.status.value = "growing …"
-            trees = live.grow(self.question.value, self.expansion.value, self.m.value,
-                              self.l.value, self.k.value, self.alpha.value, self.seed)
-        except Exception as err:  # shown in the widget: a failed rollout must not pass silently
-            self.status.value = f"<b>failed:</b> {type(err).__name__}: {err}"
-            return
-        self.trees, self.highlight = trees, {}
-        self.status.value = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
-                             f"({self.expansion.value})")
-        self._set_trees(0, None)
+        with self._busy("growing a tree with the warm-start policy"):
+            try:
+                live = self._live()
+                trees = live.grow(self.question.value, self.expansion.value, self.m.value,
+                                  self.l.value, self.k.value, self.alpha.value, self.seed)
+            except Exception as err:  # shown in the widget: a failed rollout must not pass silently
+                self.status.value = (f"<b>failed:</b> {html.escape(type(err).__name__)}: "
+                                     f"{html.escape(str(err))}")
+                return
+            self.trees, self.highlight = trees, {}
+            self.origin = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
+                           f"({self.expansion.value})")
+            self._set_trees(0, None)
 
     def _set_trees(self, index: int, node: int | None) -> None:
         self._quiet = True
@@ -708,7 +780,6 @@ class TreeInspector:
         self.node.value = node if node is not None else most_disputed_node(self.table)[0]
 
     def _list_questions(self) -> None:
-        import html
 
         table = questions_table(self.trees)
         items = "".join(f"<li>prompt {p}: <i>{html.escape(str(r['question']))}</i> (gold: "
@@ -719,26 +790,31 @@ class TreeInspector:
     def _on_tree(self) -> None:
         if self._quiet:
             return
-        self._quiet = True
-        try:
-            self.highlight = {}
-            self._load_tree(int(self.tree_pick.value), None)
-        finally:
-            self._quiet = False
-        self._redraw()
+        with self._busy(f"drawing tree {self.tree_pick.value}"):
+            self._quiet = True
+            try:
+                if self.highlight:  # the running example's rings and sentence stay with its tree
+                    self.highlight, self.origin = {}, ""
+                self._load_tree(int(self.tree_pick.value), None)
+            finally:
+                self._quiet = False
+            self._redraw()
 
     def _on_view(self) -> None:
         if not self._quiet:
-            self._draw_tree()
+            with self._busy(f"drawing round {self.round.value}"):
+                self._draw_tree()
+                self.status.value = self.status_line()
 
     def _on_node(self) -> None:
         if not self._quiet:
-            self._draw_tree()
-            self._show_node()
+            with self._busy(f"drawing node {self.node.value}"):
+                self._redraw()
 
     def _redraw(self) -> None:
         self._draw_tree()
         self._show_node()
+        self.status.value = self.status_line()
 
     def view_png(self) -> bytes:
         """The tree view the widget shows now, rendered offline (what the image must hold)."""
@@ -746,10 +822,15 @@ class TreeInspector:
         return render_png(tree_view(tree, upto_round=self.round.value, node=int(self.node.value),
                                     highlight=self.highlight))
 
+    def chart_png(self) -> bytes:
+        """The credit chart the widget shows now, rendered offline (what its image must hold)."""
+        return render_png(plot_node_credit(self.table, int(self.node.value),
+                                           note=signal_note(self.trees[self.index]))[0])
+
     def _draw_tree(self) -> None:
         note = signal_note(self.trees[self.index])
         self.signal.value = f"<b style='color:#8a6d00'>{note}</b>" if note else ""
-        self.tree_image.value = self.view_png()
+        _show_png(self.tree_image, self.view_png())
         self.draws += 1
 
     def _show_node(self) -> None:
@@ -763,8 +844,7 @@ class TreeInspector:
             display(baseline_frame(self.table, node).round(4))
             for n in self.table.attrs.get("notes", []):
                 print(f"note: {n}")
-        self.credit_image.value = render_png(plot_node_credit(self.table, node,
-                                                              note=signal_note(tree))[0])
+        _show_png(self.credit_image, self.chart_png())
 
 
 def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",

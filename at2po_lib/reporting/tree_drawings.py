@@ -59,8 +59,38 @@ open), in CSS pixels. A wider image is scaled down to it, and its text with it."
 MIN_DISPLAYED_TEXT_PX = 8.0
 """The label-size rule: no text of a notebook figure is smaller than this as displayed in the
 column (:func:`displayed_text_px`); the issue's illegible panels had ~4 px labels."""
-HIGHLIGHT_COLOURS = ("#e7298a", "#ff7f00")
-"""Solid rings around highlighted nodes (the running example's n and x)."""
+HIGHLIGHT_COLOURS = ("#e7298a", "#8c510a", "#01665e")
+"""Solid rings around highlighted nodes (the running example's n and x), in the order given;
+none is a colour of the dashed expansion-round rings (C1, C2, ...)."""
+CHOSEN_ROLE = "chosen node"
+CHOSEN_COLOUR = "#000000"
+"""The inspector's chosen node has its own ring colour, never one of a highlight's: one meaning
+per colour in a drawing."""
+
+
+def new_figure(figsize: tuple[float, float], detached: bool = False) -> tuple[Any, Any]:
+    """(fig, ax): a pyplot figure, or with ``detached`` a :class:`matplotlib.figure.Figure` on
+    its own Agg canvas that pyplot never sees. A detached figure touches no global state, so a
+    widget callback on a kernel side thread can build and rasterise it while the main thread
+    draws (pyplot's figure stack and current-figure pointer are shared and not thread-safe)."""
+    if detached:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+        FigureCanvasAgg(fig)
+        return fig, fig.add_subplot()
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=figsize)
+
+
+def close_figure(fig: Any) -> None:
+    """Close a pyplot figure; a detached one (:func:`new_figure`) needs nothing."""
+    import matplotlib.pyplot as plt
+
+    if getattr(fig.canvas, "manager", None) is not None:
+        plt.close(fig)
 REWARD_EDGE = {True: "#1a9641", False: "#d7191c"}
 """Leaf box edge: green for a positive reward, red for reward 0."""
 _KIND_MARK = {"search": "S", "answer": "A"}
@@ -339,11 +369,14 @@ def draw_tree(
     visible: Any = None,
     legend: bool = True,
     highlight: Mapping[int, str] | None = None,
+    detached: bool = False,
 ) -> tuple[Any, Any]:
     """Draw one tree; returns ``(fig, ax)``.
 
     highlight: node → role (e.g. ``{5: "picked turn n"}``): a thick solid ring and a legend
-    entry per node (the running example, the inspector's chosen node).
+    entry per node (the running example, the inspector's chosen node), one colour per role
+    (:data:`HIGHLIGHT_COLOURS` in order; the role :data:`CHOSEN_ROLE` always
+    :data:`CHOSEN_COLOUR`). detached: a new figure outside pyplot (:func:`new_figure`).
 
     parent (N,) int, or a :class:`~at2po_lib.method.tree.TreeArrays` (its ``parent``, and its
     ``leaf_reward`` unless given). node_color (N,) floats through ``cmap`` (NaN: grey, kept out
@@ -355,7 +388,8 @@ def draw_tree(
     stays that of the whole tree, so rounds line up). The figure is sized so that no two labels
     overlap (widened when ``ax`` is given and labels would touch).
     """
-    import matplotlib.pyplot as plt
+    import matplotlib
+    from matplotlib.cm import ScalarMappable
     from matplotlib.lines import Line2D
 
     if isinstance(parent, TreeArrays):
@@ -380,7 +414,7 @@ def draw_tree(
 
     own_figure = ax is None
     if own_figure:
-        fig, ax = plt.subplots(figsize=(4, 3))
+        fig, ax = new_figure((4, 3), detached)
     else:
         fig = ax.figure
 
@@ -392,9 +426,9 @@ def draw_tree(
         if values.shape != (n,):
             raise ValueError(f"node_color has shape {values.shape}, expected ({n},)")
         norm = colour_norm(values, vmin, vmax)
-        colormap = plt.get_cmap(cmap)
+        colormap = matplotlib.colormaps[cmap]
         fills = [colormap(norm(v)) if np.isfinite(v) else grey for v in values]
-        mappable = plt.cm.ScalarMappable(norm=norm, cmap=colormap)
+        mappable = ScalarMappable(norm=norm, cmap=colormap)
         fig.colorbar(mappable, ax=ax, shrink=0.8, pad=0.02, label=colorbar_label)
 
     alpha = np.where(shown, 1.0, 0.12)
@@ -436,10 +470,11 @@ def draw_tree(
                                    markerfacecolor="none", markeredgecolor=f"C{r}",
                                    label=f"dashed ring: grown in expansion round {r}"))
 
-    for k, (node, role) in enumerate((highlight or {}).items()):
+    others = (c for c in HIGHLIGHT_COLOURS * (1 + len(highlight or {})))
+    for node, role in (highlight or {}).items():
         if not 0 <= int(node) < n:
             continue
-        colour = HIGHLIGHT_COLOURS[k % len(HIGHLIGHT_COLOURS)]
+        colour = CHOSEN_COLOUR if role == CHOSEN_ROLE else next(others)
         ax.scatter([x[node]], [y[node]], s=NODE_SIZE * 2.6, facecolors="none",
                    edgecolors=colour, linewidths=3.0, zorder=1.6)
         ring_handles.append(Line2D([], [], marker="o", markersize=13, linestyle="none",
@@ -510,7 +545,8 @@ def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
 def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_nll",
                       ax: Any = None, title: str | None = None, label_width: int = LABEL_WIDTH,
                       upto_round: int | None = None, highlight: Mapping[int, str] | None = None,
-                      column_px: float = NOTEBOOK_COLUMN_PX) -> tuple[Any, Any]:
+                      column_px: float = NOTEBOOK_COLUMN_PX,
+                      detached: bool = False) -> tuple[Any, Any]:
     """One rollout tree: colour = turn entropy H(n) (root grey), node ids in the nodes, labels
     (:func:`node_labels`) under them, green/red boxes on the leaves by reward, a dashed ring
     (one colour per round) around nodes grown by an expansion round, a solid ring around each
@@ -519,9 +555,8 @@ def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_n
     down to :data:`MIN_LABEL_WIDTH` characters, until the figure fits ``column_px`` (so its
     text stays readable in a notebook column; :func:`displayed_text_px`).
     A ``RolloutTree`` is converted with :func:`at2po_lib.rollout.export.tree_arrays`
-    (``entropy_estimate`` applies to it; arrays carry their own entropy)."""
-    import matplotlib.pyplot as plt
-
+    (``entropy_estimate`` applies to it; arrays carry their own entropy). ``detached``: on a
+    figure outside pyplot (:func:`new_figure`)."""
     arrays = tree if isinstance(tree, TreeArrays) else _rollout_arrays(tree, entropy_estimate)
     estimate = arrays.info.get("entropy_estimate", entropy_estimate)
     color = arrays.entropy.astype(float).copy()
@@ -534,11 +569,12 @@ def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_n
                                 node_labels=node_labels(arrays, width=width),
                                 leaf_reward=arrays.leaf_reward, ax=ax, cmap="viridis", title=title,
                                 colorbar_label=f"fill: turn entropy H(n) ({estimate})",
-                                rings=rounds, visible=visible, highlight=highlight)
+                                rings=rounds, visible=visible, highlight=highlight,
+                                detached=detached)
         too_wide = fig.get_size_inches()[0] * fig.dpi > column_px
         if ax is not None or not too_wide or width <= MIN_LABEL_WIDTH:
             return fig, out_ax
-        plt.close(fig)
+        close_figure(fig)
         width = max(MIN_LABEL_WIDTH, width - 3)
 
 
