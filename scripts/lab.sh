@@ -44,7 +44,10 @@ if [ -L "$sockets" ] || [ ! -O "$sockets" ]; then
 fi
 chmod 700 "$sockets"
 export JUPYTER_RUNTIME_DIR="$sockets"
+# After each save of a tracked notebook whose cells did not change, git's index is refreshed
+# (at2po_lib/util/lab_git.py): the output filter alone leaves `git status` listing it.
 cmd=(jupyter lab --ip=127.0.0.1 --ServerApp.root_dir="$PWD" --KernelManager.transport=ipc
+     --ContentsManager.post_save_hook=at2po_lib.util.lab_git.refresh_saved_notebook
      --LabApp.default_url=/lab/tree/notebooks/00_tinyworld.ipynb "${extra[@]}" "$@")
 if [ "$dry_run" = 1 ]; then
     echo "JUPYTER_RUNTIME_DIR=$JUPYTER_RUNTIME_DIR"

@@ -6,8 +6,13 @@ Installed by scripts/bootstrap.sh (``git config filter.at2po-notebook.clean``) a
 ``notebooks/*.ipynb`` in .gitattributes. Reads a notebook on stdin, writes it on stdout with:
 
 - every code cell's ``outputs`` emptied and ``execution_count`` null;
-- cell metadata reduced to ``tags`` and ``jupyter`` (hidden sources, collapsed answers): the
-  lab's ``execution`` timings, ``scrolled``, ``collapsed`` and papermill's records are dropped;
+- cell metadata reduced to ``tags`` and ``jupyter.source_hidden`` (collapsed answers): the
+  lab's ``execution`` timings, ``scrolled``, ``collapsed``, ``jupyter.outputs_hidden`` and
+  papermill's records are dropped;
+- an exercise-answer markdown cell (its source opens with ``<details>``) stored with
+  ``jupyter.source_hidden`` true: JupyterLab 4 ignores that flag on markdown cells and drops it
+  when it saves (issue #38), so the answers hide in the ``<details>`` block and the flag is put
+  back here, where the notebooks' tests read it;
 - notebook metadata: ``widgets`` state dropped, ``language_info`` reduced to its name, and the
   project kernel's display name back to ``AT2PO`` (bootstrap registers it as "AT2PO (<venv>)").
 
@@ -24,6 +29,24 @@ from typing import Any
 
 KEPT_CELL_METADATA = ("tags", "jupyter")
 PROJECT_KERNEL = "at2po"
+ANSWER_OPENING = "<details>"
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _cell_metadata(cell: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The kept metadata of one cell (module docstring)."""
+    kept = {k: metadata[k] for k in KEPT_CELL_METADATA if k in metadata}
+    jupyter = kept.pop("jupyter", None)
+    hidden = isinstance(jupyter, dict) and jupyter.get("source_hidden") is True
+    if cell.get("cell_type") == "markdown" and _source(cell).lstrip().startswith(ANSWER_OPENING):
+        hidden = True
+    if hidden:
+        kept["jupyter"] = {"source_hidden": True}
+    return kept
 
 
 def strip(notebook: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +57,7 @@ def strip(notebook: dict[str, Any]) -> dict[str, Any]:
             cell["execution_count"] = None
         metadata = cell.get("metadata")
         if isinstance(metadata, dict):
-            cell["metadata"] = {k: metadata[k] for k in KEPT_CELL_METADATA if k in metadata}
+            cell["metadata"] = _cell_metadata(cell, metadata)
     metadata = notebook.get("metadata")
     if isinstance(metadata, dict):
         metadata.pop("widgets", None)
