@@ -87,6 +87,14 @@ def test_every_hidden_answer_is_a_details_block(path):
             assert source.lstrip().startswith("<details>"), f"{path.name}: {source[:60]!r}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_its_own_id(path):
+    """The lab gives a cell without an id one when it saves, and the filter keeps ids: a
+    committed cell without one would show as a change after every save."""
+    ids = [cell.get("id") for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: cells without or sharing an id"
+
+
 def test_input_that_is_not_a_notebook_is_kept_as_it_is():
     for data in (b"", b"not json \xff", b"[1, 2]\n", b'{"cells": '):
         assert _clean(data) == data
