@@ -132,3 +132,27 @@ def test_the_dissection_figure_draws_both_panels_from_records(tmp_path):
     heights = sorted(round(1 + b.get_height(), 2) for b in expansion.patches)
     assert heights == [0.97, 1.25]                 # the authors' score and the perfect picker
     fig.clf()
+
+
+def test_missing_records_draw_no_warning_and_text_cells_read_as_missing(tmp_path, monkeypatch):
+    """The smoke profile: no saved AT2PO trees, no oracle, claims whose cells are text."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from at2po_lib.reporting.dissection_figure import dissection_figure
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig, _ = dissection_figure([], tmp_path)
+        fig.clf()
+    claims = pd.DataFrame([{"key": "at2po_over_grpo", "claim": "c", "published": "+2.8",
+                            "estimate": "–", "ci_low": None, "ci_high": None, "unit": "EM points",
+                            "seeds": "", "n_questions": "–", "reading": "not run yet"},
+                           {"key": "turn_ratio_clips_less", "claim": "t", "published": "far",
+                            "estimate": 4.8, "ci_low": 4.6, "ci_high": 5.0, "unit": "%",
+                            "seeds": "2", "n_questions": "–", "reading": "opposite", "note": ""}])
+    tidy, _ = dissection_summary("tiny", claims)
+    assert list(tidy["part"]) == ["loss"] and tidy["basis"].item() == "seeds 2"

@@ -55,7 +55,8 @@ def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
     ax.set_xlabel("Δ / n  (siblings' entropy range over their count, nats)")
     ax.set_ylabel("mean |w − 1/n|")
     ax.set_title("Credit: AT2PO's weights stay near the child mean", fontsize=10)
-    ax.legend(fontsize=8, frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
 
 
@@ -84,7 +85,11 @@ def _expansion_panel(ax, folder: Path) -> None:
     ax.axhline(1, color="black", lw=0.8)
     ax.set_ylabel("flips per re-sample vs uniform picks (×)")
     ax.set_title("Expansion: what a score finds, and the ceiling", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    if drawn:
+        ax.legend(fontsize=7, frameon=False, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no expansion-oracle records\n(at2po dissect expansion)",
+                ha="center", va="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="y")
 
 

@@ -29,7 +29,7 @@ row out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,14 @@ def _read(path: Path) -> pd.DataFrame | None:
     import pandas as pd
 
     return pd.read_csv(path) if path.is_file() else None
+
+
+def _number(value: Any) -> float:
+    """A claim cell as a float; NaN for a missing or non-numeric one (``None``, ``"–"``)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _row(part: str, question: str, measured: str, basis: str, estimate: float,
@@ -133,14 +141,14 @@ def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) ->
         return []
     rows = []
     for key in keys:
-        found = claims[claims["key"] == key]
-        if not len(found) or not np.isfinite(found.iloc[0]["estimate"]):
+        c = _claim(claims, key)
+        if c is None:
             continue
-        c = found.iloc[0]
         unit = "EM points" if c["unit"] == "EM points" else c["unit"]
         rows.append(_row(part, c["claim"], f"{_ci_text(c)} {unit} ({c['reading']})",
                          f"seeds {c['seeds']}" + (f", {int(c['n_questions'])} questions"
-                                                  if np.isfinite(c["n_questions"]) else ""),
+                                                  if np.isfinite(_number(c["n_questions"]))
+                                                  else ""),
                          c["estimate"], c["ci_low"], c["ci_high"]))
     return rows
 
@@ -169,7 +177,7 @@ def _ci_text(row: pd.Series) -> str:
 
 def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
     found = claims[claims["key"] == key] if claims is not None else ()
-    if not len(found) or not np.isfinite(found.iloc[0]["estimate"]):
+    if not len(found) or not np.isfinite(_number(found.iloc[0]["estimate"])):
         return None
     return found.iloc[0]
 
