@@ -178,8 +178,31 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return document, members
 
 
+def _check_document(path: Path, document: dict[str, Any]) -> None:
+    """The json member's types, checked before use: a damaged or hand-edited archive is one
+    error naming the file and the field, not a bare TypeError from deep inside."""
+    def fail(field: str, expected: str, value: Any) -> None:
+        raise ValueError(f"{path}: the archive's json member: {field} should be {expected}, "
+                         f"not {type(value).__name__}")
+
+    trees, names = document.get("trees", []), document.get("node_arrays", [])
+    if not isinstance(trees, list):
+        fail("trees", "a list", trees)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        fail("node_arrays", "a list of names", names)
+    for t, entry in enumerate(trees):
+        if not isinstance(entry, dict):
+            fail(f"trees[{t}]", "an object", entry)
+        records, info = entry.get("records", []), entry.get("info", {})
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            fail(f"trees[{t}].records", "a list of objects", records)
+        if not isinstance(info, dict):
+            fail(f"trees[{t}].info", "an object", info)
+
+
 def _trees_from_archive(path: Path, document: dict[str, Any],
                         members: dict[str, np.ndarray]) -> list[TreeArrays]:
+    _check_document(path, document)
     offsets, entries = members["tree_offsets"], document.get("trees", [])
     total = len(members["parent"])
     if (offsets.ndim != 1 or len(offsets) != len(entries) + 1 or len(entries) == 0

@@ -168,3 +168,31 @@ def test_save_refuses_what_it_cannot_store(tmp_path):
         save_trees([t], tmp_path / "trees.npz", meta={"when": object()})
     assert not (tmp_path / "trees.npz").exists()
     assert not list(tmp_path.glob("*.tmp"))  # no half-written file left behind
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("trees", {"a": 1}, "trees should be a list"),
+    ("node_arrays", [1, 2], "node_arrays should be a list of names"),
+    ("entry", "x", r"trees\[0\] should be an object"),
+    ("records", "x", r"trees\[0\].records should be a list of objects"),
+    ("info", [1], r"trees\[0\].info should be an object"),
+])
+def test_a_json_member_of_the_wrong_types_is_named(tmp_path, field, value, message):
+    """A hand-edited archive: one error naming the file and the field, not a bare TypeError."""
+    import json
+
+    good = save_trees([example_tree()], tmp_path / "good.npz")
+    with np.load(good, allow_pickle=False) as archive:
+        members = {name: archive[name] for name in archive.files}
+    document = json.loads(members["json"].tobytes().decode("utf-8"))
+    if field in ("trees", "node_arrays"):
+        document[field] = value
+    elif field == "entry":
+        document["trees"][0] = value
+    else:
+        document["trees"][0][field] = value
+    members["json"] = np.frombuffer(json.dumps(document).encode("utf-8"), dtype=np.uint8)
+    bad = tmp_path / "edited.npz"
+    np.savez(bad, **members)
+    with pytest.raises(ValueError, match=f"edited.npz: the archive's json member: {message}"):
+        load_trees(bad)
