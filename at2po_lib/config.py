@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -515,6 +516,12 @@ def _read_text(path: Path) -> str:
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileConfig:
     """Resolve a profile: dataclass defaults, then the ``extends`` chain, then the profile file,
     then ``overrides`` (nested dict, e.g. ``{"train": {"max_steps": 3}}``)."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise ProfileError(f"profile {shown(name)}: expected a profile name or a YAML file path, "
+                           f"not {type(name).__name__} (a notebook's `profile` parameter?)")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ProfileError(f"overrides {shown(overrides)}: expected a mapping of sections, e.g. "
+                           "{'train': {'max_steps': 8}}, not " + type(overrides).__name__)
     chain: list[tuple[Path, dict[str, Any]]] = []
     current: str | None = name
     while current is not None:

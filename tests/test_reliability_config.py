@@ -228,3 +228,16 @@ def test_a_shorthand_and_its_set_key_together_are_refused():
     with pytest.raises(UsageError, match="--max-steps 2 and --set train.max_steps"):
         override_texts(args)
     assert override_texts(build_parser().parse_args(["--max-steps", "2"])) == ["train.max_steps=2"]
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    (5, None, "profile 5: expected a profile name"),
+    ("smoke", "train.max_steps=2", "expected a mapping of sections"),
+])
+def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, message):
+    """A papermill run with `-p profile 5` or `-p overrides "..."`: a ProfileError, not a bare
+    TypeError or AttributeError from inside the loader."""
+    from at2po_lib.config import ProfileError, load_profile
+
+    with pytest.raises(ProfileError, match=message):
+        load_profile(name, overrides)
