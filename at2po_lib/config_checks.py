@@ -19,9 +19,11 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .method.expansion import EXPANSIONS
+from .prompts import BUILTIN_TEMPLATES
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -114,6 +116,17 @@ def _names(*, allow_empty: bool) -> Rule:
     return check, ("a list of plain names" if allow_empty else "a non-empty list of plain names")
 
 
+def _template() -> Rule:
+    return (lambda v: isinstance(v, str) and (v in BUILTIN_TEMPLATES or Path(v).is_file()),
+            f"a built-in template ({', '.join(BUILTIN_TEMPLATES)}) or an existing YAML file")
+
+
+def _server_url() -> Rule:
+    return (lambda v: v is None or (isinstance(v, str) and v.startswith(("http://", "https://"))
+                                    and len(v) > len("http://")),
+            "null or an http:// or https:// address of a retrieval server")
+
+
 def _seeds() -> Rule:
     return (lambda v: isinstance(v, list) and bool(v) and all(
         isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v),
@@ -167,13 +180,13 @@ RULES: dict[str, Rule] = {
     "retrieval.fp16": (lambda v: isinstance(v, bool), "true or false"),
     "retrieval.corpus": _any_text(), "retrieval.index_dir": _any_text(),
     "retrieval.prebuilt": (lambda v: isinstance(v, bool), "true or false"),
-    "retrieval.url": _any_text(),
+    "retrieval.url": _server_url(),
     "retrieval.shard_size": POSITIVE,
     "retrieval.device": _any_text(),
     "retrieval.timeout_s": RATE,
     "retrieval.retries": NON_NEGATIVE,
     # policy
-    "policy.model": _any_text(), "policy.template": _any_text(),
+    "policy.model": _any_text(), "policy.template": _template(),
     "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
     "policy.hidden_size": WIDTH, "policy.num_hidden_layers": FAN,
     "policy.num_attention_heads": FAN, "policy.num_key_value_heads": FAN,

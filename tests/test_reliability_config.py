@@ -241,3 +241,14 @@ def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, messag
 
     with pytest.raises(ProfileError, match=message):
         load_profile(name, overrides)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("policy.template=nope", "policy.template='nope': expected a built-in template"),
+    ("retrieval.url=file:///etc/passwd", "retrieval.url=.*expected null or an http"),
+])
+def test_template_and_server_address_are_checked_before_any_work(setting, message):
+    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+
+    with pytest.raises(ProfileError, match=message):
+        load_profile("smoke", parse_overrides([setting]))
