@@ -207,7 +207,9 @@ def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],
     tail = (1 - confidence) / 2
     finite = ratios[np.isfinite(ratios)]
     low, high = (np.quantile(finite, [tail, 1 - tail]) if finite.size else (np.nan, np.nan))
-    return {"ratio": float((total[0] / total[1]) / (total[2] / total[3])),
+    with np.errstate(divide="ignore", invalid="ignore"):  # no flips on a side: NaN, not a warning
+        ratio = float((total[0] / total[1]) / (total[2] / total[3]))
+    return {"ratio": ratio,
             "low": float(low), "high": float(high), "prompts": len(prompts)}
 
 
