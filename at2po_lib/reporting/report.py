@@ -161,12 +161,13 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
     if len(metrics):
         spent = budget_table(metrics, finished, cfg.train.prompts_per_step, rl)
         if len(spent):
+            shown = budget_display(spent)
             report.paths["table1_budget"] = write_table(
-                spent, budget_display(spent), "table1_budget", profile,
+                spent, shown, "table1_budget", profile,
                 meta_for(spent["method"], budget_table),
                 "What each Table 1 row spends per step: trajectories, generated and trained "
                 "policy tokens (means over steps, then seeds)")
-            report.tables["table1_budget"] = budget_display(spent)
+            report.tables["table1_budget"] = shown
     # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
     change = start_end_table(metrics, ["entropy", "reward"],
                              baseline="grpo" if "method" in metrics and
