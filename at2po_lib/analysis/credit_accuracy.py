@@ -75,8 +75,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..method.credit import (ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES,
-                             forest_node_advantages, forest_node_values, grpo_advantages)
+from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
+                             forest_node_values)
+from ..method.outcome import OUTCOME_ADVANTAGES, grpo_advantages
 from ..method.tree import Forest, leaf_paths, node_depths
 from ..method.tree import TreeArrays
 from .decisions import tree_decision_labels

@@ -28,9 +28,9 @@ lies on every row below it; its tokens are trained once per row, so the inspecto
 mean over those rows (the node's effective advantage, as
 :mod:`at2po_lib.analysis.credit_accuracy` scores it):
 
-- ``grpo``: :func:`at2po_lib.method.credit.grpo_advantages` of the rows' rewards, one group per
+- ``grpo``: :func:`at2po_lib.method.outcome.grpo_advantages` of the rows' rewards, one group per
   prompt (all trees of the prompt);
-- ``tree_grpo``: :func:`at2po_lib.method.credit.tree_grpo_advantages` (prompt-level + tree-level
+- ``tree_grpo``: :func:`at2po_lib.method.outcome.tree_grpo_advantages` (prompt-level + tree-level
   GRPO). Tree-GRPO grows ``rollout.tree_grpo_trees`` trees per prompt (``random`` expansion);
   on a single tree both terms are GRPO over the same leaves, so it is twice GRPO;
 - ``gigpo``: :func:`at2po_lib.analysis.credit_accuracy.gigpo_row_advantages` (episode GRPO +
@@ -124,7 +124,8 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "p
     import torch
 
     from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                                 forest_node_values, grpo_advantages, tree_grpo_advantages)
+                                 forest_node_values)
+    from ..method.outcome import grpo_advantages, tree_grpo_advantages
     from ..method.tree import Forest
 
     trees = [trees] if isinstance(trees, TreeArrays) else list(trees)

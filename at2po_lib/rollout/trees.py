@@ -33,7 +33,7 @@ Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per p
 
 A picked node p is never a leaf and always gains a child, so every inner node of such a tree
 that branches has >= 2 leaves below it, and every tree has >= 2 leaves: no group of one in
-Tree-GRPO's tree-level advantage (at2po_lib.method.credit.tree_grpo_advantages). Shape at AT2PO's
+Tree-GRPO's tree-level advantage (at2po_lib.method.outcome.tree_grpo_advantages). Shape at AT2PO's
 leaf budget B = M + L*K (so every tree method trains on the same number of rows): m trees of
 B / m leaves, n = (B / m - 1) / L expansions per tree and round (:func:`tree_grpo_shape`;
 paper M=10, L=2, K=6 -> m=2 trees, n=5; the original's scripts use m=2, n=2, L=1). The

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
 from ..config_checks import trainer_problems
-from ..method.credit import OUTCOME_ADVANTAGES
+from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, Method, get_method
 
 

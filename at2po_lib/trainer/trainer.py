@@ -73,7 +73,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from ..method import credit
+from ..analysis.dissection import sibling_spread
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
@@ -96,12 +96,12 @@ _GLOBAL_RNG_ROUND = 1_000
 
 def credit_spread_metrics(trees) -> dict[str, float]:
     """How far entropy-softmax credit weights sit from the plain child mean in this batch, under
-    both entropy estimates (:func:`at2po_lib.method.credit.sibling_spread`): the mean over
+    both entropy estimates (:func:`at2po_lib.analysis.dissection.sibling_spread`): the mean over
     sibling sets of mean |w - 1/n| and of the siblings' entropy range; empty for chains (no
     sibling sets)."""
     out: dict[str, float] = {}
     for estimate, name in (("nll", "entropy_nll"), ("exact", "entropy_exact")):
-        spreads = [credit.sibling_spread(t.parent, t.node_arrays[name]) for t in trees
+        spreads = [sibling_spread(t.parent, t.node_arrays[name]) for t in trees
                    if name in t.node_arrays]
         dev = np.concatenate([d for d, _, _ in spreads]) if spreads else np.zeros(0)
         if dev.size and np.isfinite(dev).all():
