@@ -23,10 +23,22 @@ from typing import TYPE_CHECKING
 
 from .. import stats
 from ..analysis.dissection import clip_levels
+from ..config import load_profile
+from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
 from ..util.paths import results_dir
+from ..util.provenance import write_meta
+from ..util.writing import all_or_none, write_if_changed
+from . import claims, figure3, figure4, table1, table2, table3
 from .budget import budget_display, budget_table
+from .conclusions import credit_accuracy_summary
+from .curves import format_start_end, start_end_table
 from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary
+from .labels import method_label
+from .output import source_meta, tables_dir, write_figure, write_table
+from .readme import update_readme
+from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
+                      load_training_records)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,11 +70,6 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     check_seeds`), so a damaged or duplicated record is refused, naming its file, before
     anything is written; a failure while writing puts back every file already rewritten
     (:func:`at2po_lib.util.writing.all_or_none`)."""
-    from ..config import load_profile
-    from ..util.writing import all_or_none
-    from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
-                          load_training_records)
-
     cfg = load_profile(profile)
     runs = discover_runs(profile)
     outcomes = load_outcomes(profile)
@@ -79,15 +86,6 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
            n_resamples: int, readme: bool, figures: bool) -> Report:
     """:func:`write_report`'s writing, from records already read and checked."""
     import matplotlib.pyplot as plt
-
-    from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
-    from . import figure3, figure4, table1, table2, table3
-    from ..util.provenance import write_meta
-    from ..util.writing import write_if_changed
-    from .output import source_meta, tables_dir, write_figure, write_table
-    from .readme import update_readme
-    from .labels import method_label
-    from .curves import format_start_end, start_end_table
 
     report = Report(profile)
     finished = runs.loc[runs["finished"].astype(bool)]
@@ -143,8 +141,6 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
         report.tables["table3"] = display
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
-        from .conclusions import credit_accuracy_summary
-
         report.tables["credit_accuracy"] = accuracy
         summary = credit_accuracy_summary(accuracy)
         if len(summary):
@@ -187,8 +183,6 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
             "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
         report.tables["fig3_entropy_change"] = shown
     if len(outcomes):
-        from . import claims
-
         clips = clip_levels(Path(p) for p in finished["path"])
         tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
                                             clips=clips)

@@ -41,7 +41,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..method.tree import TreeArrays, node_depths
+from ..method.credit import VALUE_MODES, forest_node_values
+from ..method.tree import Forest, TreeArrays, node_depths
+from ..rollout.export import tree_arrays
+from ..stats import seed_mean_ci
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -596,8 +599,6 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
 
 
 def _rollout_arrays(tree: Any, entropy_estimate: str) -> TreeArrays:
-    from ..rollout.export import tree_arrays
-
     return tree_arrays(tree, entropy_estimate)
 
 
@@ -643,8 +644,6 @@ def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "
     ``fig.at2po_intervals`` (method, metric, mean, low, high, prompts)."""
     import matplotlib.pyplot as plt
     import pandas as pd
-
-    from ..stats import seed_mean_ci
 
     names = list(metrics)
     rows = int(np.ceil(len(names) / 2))
@@ -747,9 +746,6 @@ def value_mode_spread(trees: Sequence[TreeArrays]) -> np.ndarray:
     """(T,) per tree: the largest difference between value modes at any node (max over nodes of
     max_mode V_n − min_mode V_n; docs/method.md §6), all trees in one batched call per mode."""
     import torch
-
-    from ..method.credit import VALUE_MODES, forest_node_values
-    from ..method.tree import Forest
 
     forest = Forest.from_trees(list(trees), dtype=torch.float64)
     stacked = torch.stack([forest_node_values(forest, m) for m in VALUE_MODES])  # (modes, N)

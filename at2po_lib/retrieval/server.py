@@ -59,7 +59,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
-from .base import DEFAULT_TOPK, Retriever
+from .base import DEFAULT_TOPK, InvalidQueryError, Retriever, check_query_text
+from .batcher import MicroBatcher, QueueFullError
 
 
 class RetrieveRequest(BaseModel):
@@ -300,9 +301,6 @@ def create_app(
     import json
 
     from pydantic import ValidationError
-
-    from .base import InvalidQueryError, check_query_text
-    from .batcher import MicroBatcher, QueueFullError
 
     limits = limits or ServerLimits()
     if warmup:

@@ -60,13 +60,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..method.expansion import EXPANSIONS, select_entropy, select_random, select_random_siblings
+from .aepo import rollout_aepo
 from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, score_trees,
                     start_chain, turn_stops)
-from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
-from ..method.expansion import (EXPANSIONS, select_entropy, select_random,
-                                select_random_siblings)
+from .turns import TurnBackend
 
 GROWN_HERE = tuple(e for e in EXPANSIONS if e != "aepo")
 """The expansions this module grows (chains and trees; AEPO's is :mod:`.aepo`)."""
@@ -294,8 +294,6 @@ def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
     ``prompt_index``). Convert with :func:`.export.tree_arrays` / :func:`.export.training_rows`."""
     expansion = expansion or rollout_cfg.expansion
     if expansion == "aepo":
-        from .aepo import rollout_aepo
-
         return rollout_aepo(model, tokenizer, template, retriever, questions, golden_answers,
                             rollout_cfg, budget=num_leaves, seed=seed, **kwargs)
     return rollout_trees(model, tokenizer, template, retriever, questions, golden_answers,

@@ -77,8 +77,9 @@ from ..analysis.dissection import sibling_spread
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
-from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
+from ..util.storage import reported_writes
 from .at2po_config import AT2POConfig
+from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .fused_loss import fused_policy_loss
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
@@ -241,8 +242,6 @@ class AT2POTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
         """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
         (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.util.storage`."""
-        from ..util.storage import reported_writes
-
         folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
         with reported_writes(folder):
             return super()._save_checkpoint(model, trial)
