@@ -562,20 +562,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     validation = validation_rows(cfg, main.files)
     demos = collect_demos(cfg, sources, validation)
     initial = initial_policy(cfg)
-    if initial is None:
-        main_text = sft.main_world_demos or sft.pretrain_eval_corpus
-        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
-                                    cfg.policy.vocab_size)
-    else:
-        model, tokenizer = load_policy(initial["path"])
-    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
-                                         require_supported=sft.require_supported)
-    if not examples:
-        raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
-    examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
-                            len(examples))
-    if initial is None:
-        model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    model, tokenizer, examples, stats = _model_and_examples(cfg, sources, demos, initial)
     prepared = time.perf_counter()
 
     policy_root = artifacts_dir(cfg.name) / "policy"
@@ -599,23 +586,8 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     train_seconds = time.perf_counter() - train_start
     shutil.rmtree(policy_root / "trainer", ignore_errors=True)
 
-    # The trainer logs a step's loss after the callback ran: attach it now.
-    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
-    for row in selector.table:
-        row["train_loss"] = losses.get(row["step"])
-    chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
-    if sft.select == "last":
-        chosen = selector.table[-1]
-        in_band = sft.target_em_low <= chosen["em"] <= sft.target_em_high
-    out = warmstart_dir(cfg.name)
-    staging = out.with_name(out.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(chosen["path"], staging)
-    # The old record goes first: it must never describe the new folder (a kill before the new
-    # record is written leaves a folder without one, refused at load with the rebuild command).
-    warmstart_record_path(cfg.name).unlink(missing_ok=True)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    chosen, in_band = _chosen_checkpoint(selector, trainer, sft)
+    out = _install_warmstart(Path(chosen["path"]), cfg.name)
     chosen_model, _ = load_policy(out)
 
     record = {
@@ -647,6 +619,58 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "files": file_digests(out),  # checked at every load (cached_warmstart)
     }
     write_record(warmstart_record_path(cfg.name), record)
+    return out
+
+
+def _model_and_examples(cfg: ProfileConfig, sources: list, demos: list, initial: dict | None
+                        ) -> tuple[Any, Any, list, Any]:
+    """The policy to fine-tune and its SFT examples: from scratch, a tokenizer trained on the
+    worlds' texts and demonstrations and a new model; with ``sft.init_from``, that policy.
+    Demonstrations come first, then language-modelling chunks of the corpus."""
+    sft = cfg.sft
+    model = None
+    if initial is None:
+        main_text = sft.main_world_demos or sft.pretrain_eval_corpus
+        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
+                                    cfg.policy.vocab_size)
+    else:
+        model, tokenizer = load_policy(initial["path"])
+    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
+                                         require_supported=sft.require_supported)
+    if not examples:
+        raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
+    examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
+                            len(examples))
+    if initial is None:
+        model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    return model, tokenizer, examples, stats
+
+
+def _chosen_checkpoint(selector: Any, trainer: Any, sft: Any) -> tuple[dict, bool]:
+    """The validated checkpoint to keep (``sft.select``: the band rule of
+    :func:`choose_checkpoint`, or the last one) and whether its EM is inside the target band."""
+    # The trainer logs a step's loss after the callback ran: attach it now.
+    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
+    for row in selector.table:
+        row["train_loss"] = losses.get(row["step"])
+    chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
+    if sft.select == "last":
+        chosen = selector.table[-1]
+        in_band = sft.target_em_low <= chosen["em"] <= sft.target_em_high
+    return chosen, in_band
+
+
+def _install_warmstart(checkpoint: Path, profile: str) -> Path:
+    """Copy ``checkpoint`` to the warm-start folder, replacing the old one by a rename."""
+    out = warmstart_dir(profile)
+    staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(checkpoint, staging)
+    # The old record goes first: it must never describe the new folder (a kill before the new
+    # record is written leaves a folder without one, refused at load with the rebuild command).
+    warmstart_record_path(profile).unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
     return out
 
 

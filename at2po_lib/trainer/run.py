@@ -208,24 +208,61 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     main = _is_main_process()
     if main:
         _recover_run_folder(run)
-    if not force and any(run_folder.is_finished(run, d) for d in same):
+    if not force:
+        done = _finished_run(run, same, digest, reuse_finished)
+        if done is not None:
+            return done
+    # Everything below writes into the staging folder; the committed run is untouched until
+    # the new one is complete (at2po_lib.util.staging).
+    work = run_folder.RunDir(staging_path(run.root))
+    checkpoint = _prepare_staging(work, run, same, resume=resume, force=force, main=main)
+    if main:
+        _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint)
+
+    start = time.time()
+    if preset.trains:
+        final = _train_and_evaluate(spec, work, checkpoint, callbacks, reward_fn)
+        status = "resumed" if checkpoint else "trained"
+    else:
+        final = _evaluate_warmstart(cfg, method, seed, work)
+        status = "evaluated"
+    wall = time.time() - start + _previous_wall_time(work, checkpoint)
+    if main:
+        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
+                              final_eval=str(run.final_eval) if final is not None else None,
+                              world_size=_world_size())
+        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
+    return TrainResult(run, status, wall, final)
+
+
+def _finished_run(run: run_folder.RunDir, same: set[str], digest: str,
+                  reuse_finished: bool) -> TrainResult | None:
+    """A finished run of this configuration (``skipped``), or of another one when
+    ``reuse_finished`` (``reused``); another configuration's finished run otherwise is a
+    :class:`RunExistsError`; None when nothing is finished there."""
+    if any(run_folder.is_finished(run, d) for d in same):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
-    if not force and run_folder.is_finished(run) and reuse_finished:
+    if run_folder.is_finished(run) and reuse_finished:
         print(f"{run.root}: reusing a finished run made with another configuration (config "
               f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
               file=sys.stderr)
         return TrainResult(run, "reused", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            _read_csv(run.final_eval))
-    if not force and run_folder.is_finished(run):
+    if run_folder.is_finished(run):
         raise RunExistsError(
             f"{run.root}: a finished run with another configuration is there (config hash "
             f"{_done_hash(run)}, now {digest}); pass --force (force=True) to replace it. The "
             "finished run is kept until the new one has finished.")
-    # Everything below writes into the staging folder; the committed run is untouched until
-    # the new one is complete (at2po_lib.util.staging).
-    work = run_folder.RunDir(staging_path(run.root))
+    return None
+
+
+def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, same: set[str], *,
+                     resume: bool, force: bool, main: bool) -> Path | None:
+    """The staging folder to train in: with ``resume`` (and not ``force``), its last complete
+    checkpoint (records cut back to that step), returned; else (or without one) an empty
+    folder, and None."""
     checkpoint = None
     if resume and not force:
         if main:
@@ -245,28 +282,18 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
                   "continue it)", file=sys.stderr)
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
-    if main:
-        run_folder.write_config(work, {**resolved, "config_hash": digest})
+    return checkpoint
 
-        meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                            resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                            hardware=hardware(), world_size=_world_size())
-        work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
-    start = time.time()
-    if preset.trains:
-        final = _train_and_evaluate(spec, work, checkpoint, callbacks, reward_fn)
-        status = "resumed" if checkpoint else "trained"
-    else:
-        final = _evaluate_warmstart(cfg, method, seed, work)
-        status = "evaluated"
-    wall = time.time() - start + _previous_wall_time(work, checkpoint)
-    if main:
-        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
-                              final_eval=str(run.final_eval) if final is not None else None,
-                              world_size=_world_size())
-        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
-    return TrainResult(run, status, wall, final)
+def _write_run_header(work: run_folder.RunDir, cfg: ProfileConfig, method: str, seed: int,
+                      resolved: dict[str, Any], digest: str, checkpoint: Path | None) -> None:
+    """The run's resolved config (with its hash) and ``meta.json`` (revision, hardware, what it
+    resumed from)."""
+    run_folder.write_config(work, {**resolved, "config_hash": digest})
+    meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
+                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+                        hardware=hardware(), world_size=_world_size())
+    work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
 
 def _world_size() -> int:
