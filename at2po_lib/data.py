@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .config import ProfileError, check_name
 from .prompts import PromptTemplate, build_messages, get_template
 
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
@@ -267,8 +268,6 @@ def load_flashrag(
     ``HF_ENDPOINT`` setting, normally huggingface.co; a mirror works too); ``revision`` pins a
     commit of the dataset repository.
     """
-    from .config import ProfileError, check_name
-
     try:  # both become path components: "../x" must not read outside local_dir
         check_name(name, "dataset name")
         check_name(split, "split name")

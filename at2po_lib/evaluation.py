@@ -29,7 +29,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data import dataset_group
+from .data import PAPER_TEST_SPLITS, dataset_group, load_flashrag, read_flashrag_jsonl
+from .policy.model import load_policy
+from .policy.tokenizer import load_tokenizer
+from .prompts import get_template
+from .reward import exact_match, f1_score
+from .rollout.agent import rollout_chains
+from .rollout.vllm_backend import build_engine, is_engine
+from .tinyworld.build import ensure_world
 from .util.provenance import git_revision, run_metadata, write_meta
 
 if TYPE_CHECKING:
@@ -47,11 +54,7 @@ def load_evaluation_policy(profile_cfg: ProfileConfig, checkpoint: str | Path) -
     itself with the profile's GPU share (``vllm``: :func:`~.rollout.vllm_backend.build_engine`;
     no Hugging Face copy of the weights is loaded beside it)."""
     if profile_cfg.rollout.backend == "vllm":
-        from .policy.tokenizer import load_tokenizer
-        from .rollout.vllm_backend import build_engine
-
         return build_engine(checkpoint, profile_cfg), load_tokenizer(checkpoint)
-    from .policy.model import load_policy
 
     return load_policy(checkpoint, profile_cfg.policy.dtype)
 
@@ -62,7 +65,6 @@ def check_evaluation_policy(profile_cfg: ProfileConfig, policy: Any) -> None:
     model object would have each batch start an engine from its ``name_or_path``."""
     if profile_cfg.rollout.backend != "vllm":
         return
-    from .rollout.vllm_backend import is_engine
 
     if not is_engine(policy):
         raise TypeError(
@@ -76,14 +78,9 @@ def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
     """Test rows of one dataset: TinyWorld's ``test.jsonl`` for ``tiny_*`` names, else the
     FlashRAG split the paper reports (``data.PAPER_TEST_SPLITS``). The first ``max_questions`` rows."""
     if dataset.startswith("tiny_"):
-        from .data import read_flashrag_jsonl
-        from .tinyworld.build import ensure_world
-
         world = ensure_world(profile_cfg)
         rows = read_flashrag_jsonl(world_dataset_path(world, dataset, "test"))
     else:
-        from .data import PAPER_TEST_SPLITS, load_flashrag
-
         split = PAPER_TEST_SPLITS[dataset].split if dataset in PAPER_TEST_SPLITS else "test"
         rows = load_flashrag(dataset, split, local_dir=profile_cfg.data.local_dir)
     rows = list(rows)
@@ -103,8 +100,6 @@ def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -
     """Per-question scores: EM and F1 of each trajectory's extracted answer (None scores 0)."""
     import pandas as pd
 
-    from .reward import exact_match, f1_score
-
     if len(rows) != len(trajectories):
         raise ValueError(f"{len(rows)} questions but {len(trajectories)} trajectories")
     records = []
@@ -123,8 +118,6 @@ def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping
                    rollout_cfg, batch_size: int = 32, backend: Any = None) -> list[Any]:
     """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches.
     ``backend``: a turn backend to reuse (the trainer's vLLM engine); None builds one."""
-    from .rollout.agent import rollout_chains
-
     questions = [row["question"] for row in rows]
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch_size):
@@ -172,10 +165,6 @@ def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
     """
     import numpy as np
 
-    from .prompts import get_template
-    from .reward import exact_match
-    from .rollout.agent import rollout_chains
-
     template = get_template(profile_cfg.policy.template)
     questions = [row["question"] for row in rows for _ in range(k)]
     batch = max(profile_cfg.eval.batch_size, 1)
@@ -196,8 +185,6 @@ def score_datasets(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     """The greedy evaluation loop, shared by :func:`evaluate` and the trainer's periodic
     validation: per dataset, one greedy chain per row (``eval.batch_size`` at a time) and its
     scores, with ``dataset`` and ``group`` columns; datasets without rows are left out."""
-    from .prompts import get_template
-
     template = get_template(profile_cfg.policy.template)
     return [questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset,
                             backend)

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ProfileConfig, load_profile
+from .policy.model import build_policy, save_policy
+from .policy.tokenizer import train_tokenizer
+from .prompts import build_messages, get_template, prompt_ids
 from .util.paths import repo_root
 
 FIXTURES = Path("tests") / "fixtures"
@@ -72,10 +75,6 @@ def prepare(out: Path, profile_cfg: ProfileConfig | None = None, passages: int =
             corpus_src: Path | None = None, questions_src: Path | None = None,
             seed: int = 0, search_steps: int = 25) -> RehearsalFiles:
     """Write the corpus, the FlashRAG folder and the random policy under ``out``."""
-    from .policy.model import build_policy, save_policy
-    from .policy.tokenizer import train_tokenizer
-    from .prompts import get_template
-
     cfg = profile_cfg or load_profile("rehearsal")
     files = RehearsalFiles(Path(out))
     corpus = _read_jsonl(corpus_src or repo_root() / DEFAULT_CORPUS, passages)
@@ -102,8 +101,6 @@ def prime_search_calls(model, tokenizer, template, questions: list[str], steps: 
     """``steps`` AdamW steps of next-token loss on ``prompt -> <search> question </search>``
     (loss on the completion only, all questions in one batch); returns the losses."""
     import torch
-
-    from .prompts import build_messages, prompt_ids
 
     rows = []
     for question in questions:

@@ -337,13 +337,14 @@ def _name_lists(path: Path, names: set[str], at_least: int) -> list[int]:
 def test_each_registry_of_names_is_written_once():
     """Value modes, advantage modes, expansions, ratio levels, aggregations and the tables'
     method lists are tuples of :mod:`at2po_lib.method`; every other module imports them."""
-    from at2po_lib.method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
+    from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
+    from at2po_lib.method.outcome import OUTCOME_ADVANTAGES
     from at2po_lib.method.expansion import EXPANSIONS, TREE_EXPANSIONS
     from at2po_lib.method.loss import AGGREGATIONS, LEVELS
     from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
 
-    registries = {"at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES),
-                                                 set(OUTCOME_ADVANTAGES)],
+    registries = {"at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES)],
+                  "at2po_lib/method/outcome.py": [set(OUTCOME_ADVANTAGES)],
                   "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
                   "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
                   "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"},

@@ -14,16 +14,14 @@ from hypothesis import strategies as st
 
 from at2po_lib.method.credit import (
     ADVANTAGE_MODES,
-    OUTCOME_ADVANTAGES,
     VALUE_MODES,
     batch_token_advantages,
     forest_node_advantages,
     forest_node_values,
-    grpo_advantages,
     node_advantages,
     node_values,
-    tree_grpo_advantages,
 )
+from at2po_lib.method.outcome import OUTCOME_ADVANTAGES, grpo_advantages, tree_grpo_advantages
 from at2po_lib.method.examples import example_tree, synthetic_turn_rows
 from at2po_lib.method.tree import Forest, TreeArrays
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from at2po_lib.analysis.dissection import sibling_spread
 from at2po_lib.config import ProfileError, load_profile
-from at2po_lib.method.credit import sibling_spread
 from at2po_lib.method.presets import AUTHORS_EXPANSION, METHODS, VARIANT_METHODS
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.resolve import check_fixed_rollout, resolve_run

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from at2po_lib.method import credit
+from at2po_lib.method import credit, outcome
 from at2po_lib.method.tree import Forest
 from at2po_lib.tree_files import load_trees
 from at2po_lib.policy.strategies import TURN_LABELS
@@ -161,8 +161,8 @@ def _expected_advantages(batch, method_args) -> torch.Tensor:
     for i, nodes in enumerate(batch.turn_node):
         turn_node[i, : len(nodes)] = torch.tensor(nodes)
     if method_args.credit_advantage == "vanilla":
-        adv = credit.grpo_advantages(torch.tensor(batch.reward, dtype=torch.float64),
-                                     torch.tensor(batch.group))
+        adv = outcome.grpo_advantages(torch.tensor(batch.reward, dtype=torch.float64),
+                                      torch.tensor(batch.group))
         return torch.where(turn_node >= 0, adv[:, None], 0.0).float()
     forest = Forest.from_trees(batch.trees, dtype=torch.float64)
     return credit.batch_token_advantages(forest, turn_node, torch.tensor(batch.row_tree),

@@ -477,7 +477,7 @@ def test_token_advantages_turnwise_match_credit():
 
 
 def test_tree_grpo_groups_by_prompt_and_by_tree():
-    from at2po_lib.method import credit
+    from at2po_lib.method import outcome
     from at2po_lib.trainer.batch import token_advantages
 
     import torch
@@ -486,8 +486,8 @@ def test_tree_grpo_groups_by_prompt_and_by_tree():
     adv = token_advantages(batch, "tree_grpo")
     rewards = torch.tensor(batch.reward, dtype=torch.float64)
     # each tree of the batch is one of Tree-GRPO's trees (here one per prompt)
-    expected = credit.tree_grpo_advantages(rewards, torch.tensor(batch.row_tree),
-                                           torch.tensor(batch.group))
+    expected = outcome.tree_grpo_advantages(rewards, torch.tensor(batch.row_tree),
+                                            torch.tensor(batch.group))
     assert adv[:, 0].double().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
 
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.method import credit
+from at2po_lib.method import outcome
 from at2po_lib.method.tree import TreeArrays
 from at2po_lib.method.expansion import select_random
 from at2po_lib.trainer.batch import RolloutBatch, token_advantages
@@ -82,7 +82,7 @@ def test_tree_grpo_forests_have_no_group_of_one_and_equal_trees_get_zero(case):
     rewards = torch.tensor(batch.reward, dtype=torch.float64)
     group = torch.tensor(batch.group)
     adv = token_advantages(batch, "tree_grpo")[:, 0].double()
-    inter = credit.grpo_advantages(rewards, group)
+    inter = outcome.grpo_advantages(rewards, group)
     inner = adv - inter
     for t in range(len(batch.trees)):
         rows = row_tree == t
@@ -103,7 +103,7 @@ def test_tree_grpo_by_hand_on_two_trees_of_one_prompt():
     # prompt: rewards (1, 0, 1, 1): mean 0.75, unbiased std 0.5 -> (0.5, -1.5, 0.5, 0.5)
     # tree a: mean 0.5, std 0.7071 -> (0.7071, -0.7071); tree b: all equal -> 0
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    a = credit.tree_grpo_advantages(r, torch.tensor([0, 0, 1, 1]), torch.zeros(4, dtype=torch.long))
+    a = outcome.tree_grpo_advantages(r, torch.tensor([0, 0, 1, 1]), torch.zeros(4, dtype=torch.long))
     np.testing.assert_allclose(a.numpy(), [0.5 + 0.707107, -1.5 - 0.707107, 0.5, 0.5], rtol=1e-5)
 
 
@@ -111,4 +111,4 @@ def test_a_tree_with_one_leaf_is_refused():
     """The old bias: re-sampling the root made one-leaf groups that kept their raw reward."""
     r = torch.tensor([1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="tree 7 of prompt 0 has a single leaf"):
-        credit.tree_grpo_advantages(r, torch.tensor([3, 3, 7]), torch.zeros(3, dtype=torch.long))
+        outcome.tree_grpo_advantages(r, torch.tensor([3, 3, 7]), torch.zeros(3, dtype=torch.long))

@@ -75,12 +75,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..method.credit import (ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES,
-                             forest_node_advantages, forest_node_values, grpo_advantages)
-from ..method.tree import Forest, leaf_paths, node_depths
-from ..method.tree import TreeArrays
+from ..config import load_profile
+from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
+                             forest_node_values)
+from ..method.outcome import OUTCOME_ADVANTAGES, grpo_advantages
+from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
+from ..stats import _bootstrap_indices, _counts
+from ..util.paths import results_dir
+from ..util.provenance import run_metadata, write_csv_tables
 from .decisions import tree_decision_labels
-from .sample import searched_nodes
+from .expansion_stats import credit_weight_stats
+from .sample import cached_trees, policy_folder, searched_nodes, study_rows
 
 GIGPO_GAMMA = 0.95
 GIGPO_OMEGA = 1.0
@@ -286,8 +291,6 @@ class ClusteredAUC:
 
     def interval(self, n_resamples: int, seed: int,
                  confidence: float = 0.95) -> tuple[float, float]:
-        from ..stats import _bootstrap_indices, _counts
-
         return _bootstrap_indices([self.num_clusters],
                                   lambda idx: self(_counts(idx, self.num_clusters)),
                                   confidence, n_resamples, seed)
@@ -363,8 +366,6 @@ def accuracy_table(trees: Sequence[TreeArrays], rollout: str, n_resamples: int =
 def _difference_interval(a: ClusteredAUC, b: ClusteredAUC, n_resamples: int,
                          seed: int) -> tuple[float, float]:
     """CI of AUC_a − AUC_b, paired: both scored on the same drawn prompts."""
-    from ..stats import _bootstrap_indices, _counts
-
     return _bootstrap_indices([a.num_clusters],
                               lambda idx: a(_counts(idx, a.num_clusters))
                               - b(_counts(idx, b.num_clusters)),
@@ -382,13 +383,6 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     ``softmax_temperatures``: what-if rows with sharper entropy weights (τ < 1).
     ``trees_dir``: a scratch folder caching the trees (``entropy.npz``, ``random.npz``)."""
     import pandas as pd
-
-    from ..config import load_profile
-    from ..util.paths import results_dir
-    from ..util.provenance import run_metadata
-    from ..util.provenance import write_csv_tables
-    from .expansion_stats import credit_weight_stats
-    from .sample import cached_trees, policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)
     datasets = list(datasets or cfg.train.train_datasets)

@@ -29,8 +29,12 @@ import numpy as np
 import pandas as pd
 
 from ..method.tree import node_depths
-from ..policy.strategies import label_tree_turns, label_turn
+from ..policy.demos import script_demos, tokenize_demo
+from ..policy.model import load_policy
+from ..policy.strategies import STOP, decisions, label_tree_turns, label_turn
+from ..retrieval.indexes import build_retriever
 from ..reward import exact_match
+from ..tinyworld.build import ensure_world, read_rows
 
 DECISION_FAILURES = ("stopped_early", "repeated", "off_plan")
 CLASSES = ("correct", "misread", *DECISION_FAILURES, "no_answer")
@@ -236,12 +240,6 @@ def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa"
     at the first search (``hop0``) or a later one, and ``final`` (after the last hop: always an
     answer)."""
     import torch
-
-    from ..policy.demos import script_demos, tokenize_demo
-    from ..policy.model import load_policy
-    from ..policy.strategies import STOP, decisions
-    from ..retrieval.indexes import build_retriever
-    from ..tinyworld.build import ensure_world, read_rows
 
     files = ensure_world(cfg)
     retriever = build_retriever(cfg, build=False)

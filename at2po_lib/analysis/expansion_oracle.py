@@ -44,10 +44,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..policy.model import load_policy
+from ..prompts import get_template
+from ..retrieval.indexes import build_retriever
 from ..rollout.agent import (SearchEnv, init_state, make_trees, run_chains, score_trees,
                              start_chain, turn_stops)
+from ..rollout.backends import make_backend
 from ..rollout.export import tree_arrays, with_decisions
 from ..rollout.structures import ROOT, RolloutTree
+from ..util.paths import results_dir
 
 AUTHORS_ALPHA = 0.05
 """The sibling penalty of the authors' score (their code's constant)."""
@@ -132,8 +137,6 @@ def measure_chunk(model, tokenizer, template, retriever, rows: Sequence[dict[str
     """Grow ``chains`` chains for each row, re-sample every candidate ``resamples`` times,
     score all leaves and return one record per candidate. ``backend``: a turn backend to use
     instead of ``model``'s (tests script one)."""
-    from ..rollout.backends import make_backend
-
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, None)
     backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template),
                                       seed=seed)
@@ -160,10 +163,6 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
     import time
 
     import torch
-
-    from ..policy.model import load_policy
-    from ..prompts import get_template
-    from ..retrieval.indexes import build_retriever
 
     done = set(pd.read_csv(out_csv)["prompt"]) if out_csv.is_file() else set()
     todo = [first for first in range(0, len(rows), chunk) if first not in done]
@@ -325,8 +324,6 @@ def oracle_records(profile: str, fallback: str = "tiny") -> tuple[str, pd.DataFr
     """(the profile whose records were read, :func:`read_summaries` of
     ``results/<profile>/dissection/``); ``fallback``'s records when ``profile`` has none (the
     smoke profile runs no oracle)."""
-    from ..util.paths import results_dir
-
     for name in dict.fromkeys((profile, fallback)):
         frame = read_summaries(results_dir() / name / "dissection")
         if not frame.empty:

@@ -34,8 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..method.tree import Forest, TreeArrays, children_count, node_depths
+from ..config import load_profile
+from ..method.credit import forest_node_values, sibling_weights
 from ..method.expansion import breadth_first, expansion_scores, sibling_counts
+from ..method.tree import Forest, TreeArrays, children_count, node_depths
+from ..util.paths import results_dir
+from ..util.provenance import run_metadata, write_csv_tables
+from .sample import cached_trees, policy_folder, study_rows
 
 ESTIMATORS = {"sampled_nll": "entropy_nll", "exact": "entropy_exact"}
 """rollout.entropy_estimate → the node array holding it (docs/method.md §5)."""
@@ -221,12 +226,6 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
 
     ``trees_file`` (a scratch ``.npz``): read the trees from it when it exists, else save the
     grown trees there (to re-analyse without rolling out again; never commit it)."""
-    from ..config import load_profile
-    from ..util.paths import results_dir
-    from ..util.provenance import run_metadata
-    from ..util.provenance import write_csv_tables
-    from .sample import cached_trees, policy_folder, study_rows
-
     cfg = load_profile(profile, overrides or None)
     datasets = list(datasets or cfg.train.train_datasets)
     folder = policy_folder(cfg.name, policy)
@@ -257,8 +256,6 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
     |V_child_mean| there, and the Pearson correlation of the two values."""
     import pandas as pd
     import torch
-
-    from ..method.credit import forest_node_values, sibling_weights
 
     forest = Forest.from_trees(trees, dtype=torch.float64)
     parent = forest.parent.numpy()

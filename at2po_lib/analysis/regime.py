@@ -29,6 +29,21 @@ from typing import Any
 
 import numpy as np
 
+from ..config import load_profile
+from ..evaluation import greedy_answers
+from ..policy.model import load_policy
+from ..prompts import get_template
+from ..reporting.records import load_outcomes, load_training_records
+from ..retrieval.indexes import build_retriever
+from ..stats import difference_ci, mean_ci
+from ..tinyworld.build import ensure_world, read_rows
+from ..util.paths import results_dir
+from ..util.provenance import run_metadata, write_meta
+from ..util.writing import save_figure
+from .decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
+                        resample_flips, search_turn_entropy)
+from .sample import grow_trees, policy_folder, study_rows
+
 MULTI_HOP = ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle")
 SINGLE_HOP = ("tiny_nq", "tiny_triviaqa", "tiny_popqa")
 
@@ -36,9 +51,6 @@ SINGLE_HOP = ("tiny_nq", "tiny_triviaqa", "tiny_popqa")
 def em_gain(profile: str, seeds: Sequence[int], method: str = "grpo", baseline: str = "react",
             metric: str = "em", n_resamples: int = 4000) -> dict[str, Any]:
     """Multi-hop and single-hop gain of ``method`` over ``baseline`` with 95% intervals."""
-    from ..reporting.records import load_outcomes
-    from ..stats import difference_ci, mean_ci
-
     outcomes = load_outcomes(profile, [baseline, method])
     outcomes = outcomes[(outcomes["method"] == baseline) | outcomes["seed"].isin(list(seeds))]
     if metric not in outcomes.columns:
@@ -63,8 +75,6 @@ def signal_and_reward(profile: str, seeds: Sequence[int], method: str = "grpo",
                       window: int = 10) -> dict[str, Any]:
     """Zero-variance share over the first ``window`` steps; reward over the first and last
     ``window`` steps (per seed and pooled)."""
-    from ..reporting.records import load_training_records
-
     metrics, _ = load_training_records(profile, [method], list(seeds))
     if metrics.empty or "frac_reward_zero_std" not in metrics.columns:
         raise FileNotFoundError(f"{profile}/{method}: no metrics.jsonl with frac_reward_zero_std "
@@ -87,8 +97,6 @@ def signal_and_reward(profile: str, seeds: Sequence[int], method: str = "grpo",
 
 def reward_curves(profile: str, seeds: Sequence[int], method: str = "grpo"):
     """(step, seed, reward) rows of the training reward, for the pilot's figure."""
-    from ..reporting.records import load_training_records
-
     metrics, _ = load_training_records(profile, [method], list(seeds))
     reward_key = "reward" if "reward" in metrics.columns else "rewards/leaf_reward/mean"
     return metrics[["seed", "step", reward_key]].rename(columns={reward_key: "reward"})
@@ -99,13 +107,6 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
     """Greedy trajectories of the warm start on every ``split`` question of ``datasets``,
     classified (:func:`.decisions.failure_split`)."""
     import pandas as pd
-
-    from ..evaluation import greedy_answers
-    from ..policy.model import load_policy
-    from ..prompts import get_template
-    from ..retrieval.indexes import build_retriever
-    from ..tinyworld.build import ensure_world, read_rows
-    from .decisions import classify_all, failure_split
 
     files = ensure_world(cfg)
     retriever = build_retriever(cfg, build=False)
@@ -129,9 +130,6 @@ def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
     (docs/method.md §11); each ``*_over_random`` ratio carries a 95% interval paired over
     prompts (``*_over_random_ci``)."""
     from dataclasses import replace
-
-    from .decisions import flip_ratio_ci, resample_flips, search_turn_entropy
-    from .sample import grow_trees
 
     out = {}
     for expansion in expansions:
@@ -161,13 +159,6 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ..config import load_profile
-    from ..util.writing import save_figure
-    from ..util.paths import results_dir
-    from ..util.provenance import run_metadata, write_meta
-    from .decisions import decision_calibration
-    from .sample import policy_folder, study_rows
 
     cfg = load_profile(profile, overrides or None)
     folder = policy_folder(cfg.name, policy)

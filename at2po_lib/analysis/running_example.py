@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..method.expansion import expansion_scores, sibling_counts
 from ..method.tree import TreeArrays
 from .decisions import subtree_leaf_means, tree_decision_labels
 
@@ -268,8 +269,6 @@ def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.Da
     is a tie-break) and whether the round re-sampled it (``resampled_from`` of the nodes it
     grew); best candidates first."""
     import pandas as pd
-
-    from ..method.expansion import expansion_scores, sibling_counts
 
     sub, ids = tree_before_round(tree, expansion_round)
     rounds = np.asarray(tree.node_arrays.get("expansion_round", np.zeros(tree.num_nodes)))

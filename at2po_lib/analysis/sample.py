@@ -26,7 +26,16 @@ from typing import Any
 
 import numpy as np
 
+from ..config import load_profile
 from ..method.tree import TreeArrays
+from ..policy.model import load_policy
+from ..policy.warmstart import cached_warmstart, warmstart_dir
+from ..prompts import get_template
+from ..retrieval.indexes import build_retriever
+from ..rollout.export import tree_arrays
+from ..rollout.trees import rollout
+from ..tree_files import load_trees, load_trees_meta, save_trees
+from ..util.paths import artifacts_dir
 
 PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers", "hop_queries")
 """Row ``metadata`` fields copied into each tree's ``info``."""
@@ -36,8 +45,6 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
                split: str = "train") -> list[dict[str, Any]]:
     """``num_prompts`` rows drawn without replacement from the pooled ``split`` of ``datasets``
     (TinyWorld jsonl under ``artifacts_dir(profile)/world``), in a seeded random order."""
-    from ..util.paths import artifacts_dir
-
     rows: list[dict[str, Any]] = []
     for name in datasets:
         path = artifacts_dir(profile) / "world" / "datasets" / name / f"{split}.jsonl"
@@ -69,13 +76,9 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
 
 def policy_folder(profile: str, policy: str | Path | None = None) -> Path:
     """The policy to roll out: ``policy`` or the profile's warm start (never trained here)."""
-    from ..policy.warmstart import cached_warmstart, warmstart_dir
-
     if policy:
         folder = Path(policy)
     else:  # the local build if current, else the shipped copy (a fresh clone has only that)
-        from ..config import load_profile
-
         folder = cached_warmstart(load_profile(profile)) or warmstart_dir(profile)
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder}: no model.safetensors (train the warm start with "
@@ -95,12 +98,6 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
     ``cfg.rollout`` (e.g. ``{"tree_alpha": 0.01}``).
     """
     import torch
-
-    from ..policy.model import load_policy
-    from ..prompts import get_template
-    from ..retrieval.indexes import build_retriever
-    from ..rollout.trees import rollout
-    from ..rollout.export import tree_arrays
 
     rollout_cfg = replace(cfg.rollout, **(rollout_overrides or {}))
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
@@ -173,8 +170,6 @@ def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, An
     with the same settings (else they are grown and saved there). A scratch cache: trees are
     rebuildable from the command and seed, never committed."""
     from dataclasses import asdict
-
-    from ..tree_files import load_trees, load_trees_meta, save_trees
 
     settings = {"profile": cfg.name, "expansion": expansion, "seed": seed, "policy": str(policy),
                 "questions": [r["id"] + "@" + r["dataset"] for r in rows],

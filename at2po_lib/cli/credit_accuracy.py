@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    # lazy: the stage pulls pandas, torch, transformers; `at2po credit-accuracy --help` stays instant
     from ..analysis.credit_accuracy import run_credit_accuracy
 
     load_profile_args(args)  # checks the profile and the --set values before any rollout

@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import (add_profile_options, add_warm_start_sample_options, comma_list,
-                      invocation, load_profile_args, quiet_openmp, run_guarded)
+from ..util.paths import results_dir
+from ..util.provenance import run_metadata, write_csv_tables, write_meta
+from .options import (add_profile_options, add_warm_start_sample_options, comma_list, invocation,
+                      load_profile_args, quiet_openmp, run_guarded)
 
 PROG = "at2po dissect"
 
@@ -48,15 +50,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from ..util.paths import results_dir
-    from ..util.provenance import run_metadata
-    from ..util.provenance import write_csv_tables
-
     cfg = load_profile_args(args)
     out = results_dir(cfg.name, "dissection")
     out.mkdir(parents=True, exist_ok=True)
     command = invocation(PROG, argv)
     if args.what == "runs":
+        # lazy: the stage pulls pandas, torch; `at2po dissect --help` stays instant
         from ..analysis.dissection import clip_levels, credit_from_runs
 
         roots = [p for m in comma_list(args.methods, "--methods")
@@ -70,6 +69,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         print(fits.round(4).to_string(index=False))
         print(clips.round(4).to_string(index=False))
     else:
+        # lazy: the stage pulls pandas, scipy, torch; `at2po dissect --help` stays instant
         from ..analysis.expansion_oracle import SHAPES, oracle_summary, run_oracle
         from ..analysis.sample import policy_folder, study_rows
 
@@ -88,7 +88,6 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
                             policy=str(policy), datasets=datasets, prompts=args.prompts,
                             shape={"chains": chains, "k": k}, resamples=args.resamples)
         paths = write_csv_tables(out, {raw.name.replace(".csv", "_summary.csv"): summary}, meta)
-        from ..util.provenance import write_meta
 
         write_meta(raw, meta)
         print(summary.round(3).to_string(index=False))

@@ -11,8 +11,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .options import (add_profile_options, comma_list, load_profile_args, quiet_openmp,
-                     run_guarded)
+from ..retrieval.indexes import build_retriever
+from ..util.paths import results_dir
+from .options import add_profile_options, comma_list, load_profile_args, quiet_openmp, run_guarded
 
 PROG = "at2po evaluate"
 
@@ -45,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
     from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
-    from ..util.paths import results_dir
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
@@ -55,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint or cfg.policy.model
     provenance: dict[str, Any] = {}
     if checkpoint is None:
+        # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
         from ..policy.warmstart import ensure_warmstart, warmstart_summary
 
         checkpoint = str(ensure_warmstart(cfg))
@@ -62,7 +64,6 @@ def _run(args: argparse.Namespace) -> int:
     label = args.label or Path(str(checkpoint)).name
     seed = args.seed if args.seed is not None else cfg.sft.seed
     from ..evaluation import load_evaluation_policy
-    from ..retrieval.indexes import build_retriever
 
     # one policy for every batch and the sampled metric; on vLLM one engine from the checkpoint
     model, tokenizer = load_evaluation_policy(cfg, checkpoint)

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    # lazy: the stage pulls torch, transformers; `at2po expansion-stats --help` stays instant
     from ..analysis.expansion_stats import DEFAULT_ALPHAS, run_expansion_study
 
     load_profile_args(args)  # checks the profile and the --set values before any rollout

@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
+from ..util.paths import repo_root
 from .options import UsageError, run_guarded
 
 PROG = "at2po gpu-env"
@@ -37,9 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
-    from ..util.paths import repo_root
-
     if args.action == "requirements":
         root = args.root or repo_root()
         reqs = (environment_requirements(root) if args.list == "training"

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import argparse
 
-from ..retrieval.indexes import METHODS
+from ..retrieval.bm25 import build_bm25_index
+from ..retrieval.dense import build_dense_index
+from ..retrieval.encoders import EncoderSpec
+from ..retrieval.indexes import METHODS, ensure_index
+from ..util.locks import folder_lock
 from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..retrieval.encoders import EncoderSpec
-
     p = argparse.ArgumentParser(prog=PROG, description="Build a dense (faiss) or BM25 index.")
     add_profile_options(p, default=None, example="retrieval.index_type=HNSW", profile_help=(
         "build the profile's index(es) (corpus and settings from it)"))
@@ -56,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.profile:
-        from ..retrieval.indexes import ensure_index
-
         cfg = load_profile_args(args)
         if args.prebuilt:  # an explicit choice, never a fallback (retrieval.indexes)
             import dataclasses
@@ -69,8 +69,6 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from ..util.locks import folder_lock
-
     # One writer per index folder: a second build of the same --out stops naming the first's PID.
     with folder_lock(Path(args.out), "index build"):
         report = _build_explicit(args)
@@ -81,13 +79,8 @@ def _run(args: argparse.Namespace) -> int:
 def _build_explicit(args: argparse.Namespace):
     """``--corpus`` / ``--out``: one index built as the options say."""
     if args.bm25:
-        from ..retrieval.bm25 import build_bm25_index
-
         report = build_bm25_index(args.corpus, args.out)
     else:
-        from ..retrieval.dense import build_dense_index
-        from ..retrieval.encoders import EncoderSpec
-
         spec = EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix,
                            args.max_length)
         report = build_dense_index(

@@ -14,6 +14,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..config import ProfileError, load_profile, parse_overrides
+from ..retrieval.base import RetrievalError
+from ..util.storage import describe
+
 SET_METAVAR = "SECTION.KEY=VALUE"
 
 
@@ -33,8 +37,6 @@ def add_profile_options(parser: argparse.ArgumentParser, *, default: str | None 
 def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
               ) -> dict[str, Any]:
     """The ``--set`` values as one nested dict ({} when there are none)."""
-    from ..config import parse_overrides
-
     return parse_overrides(texts, extra_sections) or {}
 
 
@@ -57,8 +59,6 @@ def invocation(prog: str, argv: list[str] | None) -> str:
 
 def load_profile_args(args: argparse.Namespace):
     """The profile named by ``--profile`` with the ``--set`` overrides applied."""
-    from ..config import load_profile
-
     return load_profile(args.profile, parse_set(args.overrides) or None)
 
 
@@ -95,9 +95,8 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
     """Run a subcommand; bad input (a profile, key, value, method, list, a damaged run record,
     a corpus or index the retrieval stage refuses) is one line on stderr naming it, and exit
     status 2."""
-    from ..config import ProfileError
+    # lazy: pulls torch, transformers; every `at2po <command> --help` stays instant
     from ..reporting.records import RecordError
-    from ..retrieval.base import RetrievalError
 
     try:
         return int(body() or 0)
@@ -105,14 +104,13 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk, a missing or damaged file: errno and path, one line
-        from ..util.storage import describe
-
         print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
         return 1
 
 
 def check_methods(names: list[str]) -> None:
     """Unknown method names are a :class:`UsageError` with the closest known ones."""
+    # lazy: pulls torch; every `at2po <command> --help` stays instant
     from ..method.presets import get_method
 
     for name in names:

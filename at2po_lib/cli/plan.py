@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..planning import (ZERO_STAGES, Hardware, PlanError, card_table, format_cards, format_plan,
+                        plan)
 from .options import UsageError, add_profile_options, comma_list, load_profile_args, run_guarded
 
 PROG = "at2po plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..planning import ZERO_STAGES, Hardware
-
     d = Hardware(gpus=1)
     parser = argparse.ArgumentParser(prog=PROG, description="Estimate memory per GPU and the "
                                      "rollout and retrieval load of one training step.")
@@ -61,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..planning import Hardware, PlanError, card_table, format_cards, format_plan, plan
-
     if args.profile is None:
         raise UsageError("--profile is required (e.g. --profile paper-qwen3-4b)")
     cfg = load_profile_args(args)

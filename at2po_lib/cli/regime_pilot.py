@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     import json
 
+    # lazy: the stage pulls pandas, torch, transformers; `at2po regime-pilot --help` stays instant
     from ..analysis.regime import run_regime_pilot
 
     load_profile_args(args)

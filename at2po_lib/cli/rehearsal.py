@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..rehearsal import prepare
 from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po rehearsal"
@@ -28,8 +29,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..rehearsal import prepare
-
     files = prepare(args.out, load_profile_args(args), passages=args.passages)
     print(f"rehearsal files in {files.root}; the profile reads them from there, or pass:")
     print("\n".join(f"  --set {text}" for text in files.overrides()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import stats
 from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po report"
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import stats
+    # lazy: the stage pulls pandas, torch, transformers; `at2po report --help` stays instant
     from ..reporting.report import write_report
 
     cfg = load_profile_args(args)

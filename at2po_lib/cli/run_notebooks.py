@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..pipeline import run_notebooks
+from ..util.paths import repo_root
 from .options import SET_METAVAR, comma_list, parse_set, run_guarded
 
 PROG = "at2po run-notebooks"
@@ -42,9 +44,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..util.paths import repo_root
-    from ..pipeline import run_notebooks
-
     only = comma_list(args.only, "--only")
     os.environ.setdefault("AT2PO_HOME", str(repo_root()))
     try:

@@ -15,7 +15,12 @@ import argparse
 import os
 from pathlib import Path
 
+from ..config import load_profile
 from ..retrieval.base import DEFAULT_TOPK, Retriever
+from ..retrieval.bm25 import BM25Retriever
+from ..retrieval.dense import DenseRetriever
+from ..retrieval.encoders import EncoderSpec
+from ..retrieval.indexes import build_retriever
 from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check_binding,
                                 create_app, uvicorn_options)
 from .options import add_profile_options, parse_set, run_guarded
@@ -80,11 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _retriever_from_args(args: argparse.Namespace) -> Retriever:
     if args.index:
         if args.bm25:
-            from ..retrieval.bm25 import BM25Retriever
-
             return BM25Retriever(args.index, args.corpus)
-        from ..retrieval.dense import DenseRetriever
-        from ..retrieval.encoders import EncoderSpec
 
         spec = (EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length)
                 if args.encoder else None)
@@ -93,8 +94,6 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
                               prebuilt=args.prebuilt)
     if not args.profile:
         raise SystemExit("at2po serve-retriever: give --profile or --index")
-    from ..config import load_profile
-    from ..retrieval.indexes import build_retriever
 
     overrides = parse_set(args.overrides)
     overrides.setdefault("retrieval", {})["url"] = None  # serve in-process, never proxy

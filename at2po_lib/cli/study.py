@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
+    # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
     overrides = parse_set(args.overrides) or None
@@ -59,6 +60,7 @@ def _run(args: argparse.Namespace) -> int:
         return _print_plan(args.profile, args.table, seeds, methods, overrides, args.force)
     run_study(args.profile, args.table, seeds, methods, args.force, overrides)
     if not args.no_report:
+        # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
         from ..reporting.report import write_report
 
         report = write_report(args.profile)
@@ -71,6 +73,7 @@ def _print_plan(profile: str, table: str, seeds: list[int], methods: list[str],
                 overrides: dict | None, force: bool) -> int:
     from collections import Counter
 
+    # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import study_plan
 
     plan = study_plan(profile, table, seeds, methods, overrides)

@@ -77,6 +77,7 @@ def split_overrides(texts: list[str]) -> tuple[dict, dict]:
     extra = None
     keys = [t.split("=", 1)[0].strip().split(".", 1) for t in texts]
     if any(key[0] == TRAINER_SECTION for key in keys):
+        # lazy: the stage pulls torch, trl; `at2po train --help` stays instant
         from ..trainer.at2po_config import AT2POConfig
         from ..trainer.resolve import check_trainer_overrides
 
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_methods:
+        # lazy: the stage pulls torch; `at2po train --help` stays instant
         from ..method.presets import format_methods
 
         print(format_methods())
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     check_methods([args.method])
     profile_overrides, trainer_overrides = split_overrides(override_texts(args))
+    # lazy: the stage pulls pandas, torch, transformers; `at2po train --help` stays instant
     from ..trainer.run import train
 
     result = train(args.profile, args.method, args.seed, resume=args.resume, force=args.force,

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # lazy: the stage pulls torch, transformers; `at2po warmstart --help` stays instant
     from ..policy.warmstart import ensure_warmstart, read_warmstart_record, ship_warmstart
 
     cfg = load_profile_args(args)

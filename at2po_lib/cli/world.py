@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..tinyworld.build import build_world, ensure_world, load_world, world_stats
 from .options import add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po world"
@@ -30,8 +31,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..tinyworld.build import build_world, ensure_world, load_world, world_stats
-
     cfg = load_profile_args(args)
     if args.out is None:
         files = ensure_world(cfg, force=args.force)

@@ -6,7 +6,8 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
 - :mod:`.expansion`: entropy-guided expansion, ``score(n) = H(n) - alpha * b(n)`` and the top-K
   pick; Tree-GRPO's random pick.
 - :mod:`.credit`: turn-wise credit, leaf rewards -> node values -> node advantages, by name
-  (``VALUE_MODES``, ``ADVANTAGE_MODES``), and the outcome baselines (GRPO, Tree-GRPO).
+  (``VALUE_MODES``, ``ADVANTAGE_MODES``); the outcome baselines it is compared with (GRPO,
+  Tree-GRPO, ``OUTCOME_ADVANTAGES``) are in :mod:`.outcome`.
 - :mod:`.loss`: the ATPO loss on one screen, a clipped surrogate whose importance ratio is per
   token, per sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``);
   the trainer runs it fused (:mod:`at2po_lib.trainer.fused_loss`, tested equal).

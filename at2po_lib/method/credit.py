@@ -1,4 +1,4 @@
-r"""Turn-wise credit assignment (docs/method.md §6) and the outcome baselines (GRPO, Tree-GRPO).
+r"""Turn-wise credit assignment (docs/method.md §6): leaf rewards -> node values -> advantages.
 
 A rollout tree gives every leaf (a finished trajectory) a reward. AT2PO pushes those rewards up
 the tree so that every *turn* (node) gets its own value, then turns values into advantages, and
@@ -44,7 +44,7 @@ Equations (docs/method.md §6; paper vs authors' code named where they differ):
 
    The root has no tokens; like the authors' code it keeps A_root = V_root.
    ``vanilla`` (plain GRPO over a prompt's leaf rewards) and ``tree_grpo`` are per row, not per
-   node: :data:`OUTCOME_ADVANTAGES`.
+   node: :data:`.outcome.OUTCOME_ADVANTAGES`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .outcome import group_equal
 from .tree import Forest, children_count, node_depths
 
 LEAF_NORM_EPS = 1e-6
@@ -109,16 +110,6 @@ NODE_ADVANTAGES = {"node_value": _node_value, "diff_parent": _diff_parent,
                    "diff_global": _diff_global, "diff_localglobal": _diff_localglobal}
 """Advantage mode → A_n from (V_n, V_parent(n), V_root), each (N,)."""
 ADVANTAGE_MODES = tuple(NODE_ADVANTAGES)
-OUTCOME_ADVANTAGES = {
-    "vanilla": lambda rewards, tree_ids, prompt_ids: grpo_advantages(rewards, prompt_ids),
-    "tree_grpo": lambda rewards, tree_ids, prompt_ids: tree_grpo_advantages(rewards, tree_ids,
-                                                                            prompt_ids),
-}
-"""Advantages (R,) of whole rows, not nodes, from each row's leaf reward, tree id and prompt id
-(R,): GRPO over a prompt's leaves (:func:`grpo_advantages`) and Tree-GRPO's prompt + tree sum
-(:func:`tree_grpo_advantages`)."""
-
-
 # --------------------------------------------------------------------------------------------
 # Structure: levels (depth and children counts come from at2po_lib.method.tree)
 # --------------------------------------------------------------------------------------------
@@ -132,17 +123,6 @@ def _levels(depth: torch.Tensor) -> list[torch.Tensor]:
 # --------------------------------------------------------------------------------------------
 # Values
 # --------------------------------------------------------------------------------------------
-def _group_equal(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """Per element: do all elements of its group hold the same value? (max == min)."""
-    big = torch.finfo(values.dtype).max
-    kw = dict(dtype=values.dtype, device=values.device)
-    gmax = torch.full((num_groups,), -big, **kw).scatter_reduce(
-        0, group, values, reduce="amax", include_self=True)
-    gmin = torch.full((num_groups,), big, **kw).scatter_reduce(
-        0, group, values, reduce="amin", include_self=True)
-    return (gmax == gmin)[group]
-
-
 def _scored_leaves_per_tree(forest: Forest, scored: torch.Tensor) -> torch.Tensor:
     """Number of scored leaves per tree (num_trees,); raises if a tree has none."""
     per_tree = torch.bincount(forest.tree_index[scored], minlength=forest.num_trees)
@@ -164,7 +144,7 @@ def normalized_leaf_values(forest: Forest, is_leaf: torch.Tensor) -> torch.Tenso
     centred = r - mean[tree]
     var = zeros.clone().index_add_(0, tree, centred**2) / count
     # All-equal rewards: force exact zeros (see module docstring).
-    centred = torch.where(_group_equal(r, tree, forest.num_trees), torch.zeros_like(r), centred)
+    centred = torch.where(group_equal(r, tree, forest.num_trees), torch.zeros_like(r), centred)
     values = torch.full_like(forest.leaf_reward, float("nan"))
     values[idx] = centred / (var.sqrt()[tree] + LEAF_NORM_EPS)
     return values
@@ -251,32 +231,6 @@ def sibling_weights(parent: torch.Tensor, entropy: torch.Tensor, mode: str) -> t
     return weights
 
 
-def sibling_spread(parent: Any, entropy: Any, mode: str = "entropy_softmax"
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How far ``mode``'s weights are from the plain child mean, per sibling set of >= 2.
-
-    For every node p with n >= 2 children: the mean over its children of |w_c - 1/n|, the
-    range max_c H_c - min_c H_c of their entropies, and n. The softmax is shift-invariant
-    (softmax(H + c) = softmax(H)), so only the spread of the siblings' entropies can move
-    entropy_softmax away from the child mean; for small ranges |w - 1/n| ~ range / (3n)
-    (the dissection fits this). parent (N,) int, entropy (N,) float -> three (S,) arrays.
-    """
-    parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
-    entropy_t = torch.as_tensor(np.asarray(entropy, dtype=np.float64))
-    weights = sibling_weights(parent_t, entropy_t, mode).numpy()
-    parent_np, h = parent_t.numpy(), entropy_t.numpy()
-    kids = np.flatnonzero(parent_np >= 0)
-    sets, inverse, counts = np.unique(parent_np[kids], return_inverse=True, return_counts=True)
-    n = counts[inverse]  # (C,) siblings of each child
-    dev = np.bincount(inverse, np.abs(weights[kids] - 1.0 / n), len(sets)) / counts
-    hi = np.full(len(sets), -np.inf)
-    lo = np.full(len(sets), np.inf)
-    np.maximum.at(hi, inverse, h[kids])
-    np.minimum.at(lo, inverse, h[kids])
-    keep = counts >= 2
-    return dev[keep], (hi - lo)[keep], counts[keep]
-
-
 def forest_node_advantages(forest: Forest, values: torch.Tensor,
                            mode: str = "node_value") -> torch.Tensor:
     """Node advantages A (N,) from values V (N,) (modes in the module docstring)."""
@@ -315,79 +269,6 @@ def _float_dtype(x: Any) -> torch.dtype:
 
 
 # --------------------------------------------------------------------------------------------
-# Outcome baselines
-# --------------------------------------------------------------------------------------------
-def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6,
-                    scale: str = "std", unbiased: bool = True) -> torch.Tensor:
-    r"""GRPO outcome advantages (R,) for rewards (R,) grouped by ``group_ids`` (R,)::
-
-        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)      scale="std"  (GRPO)
-        A_i =  r_i - mean_g(r)                           scale="none" (Dr. GRPO)
-
-    ``unbiased=True`` (ddof 1) matches verl's and TRL's ``torch.std``; ``unbiased=False`` gives
-    the population std used for AT2PO's leaf normalisation. A group of one sample keeps its raw
-    reward (mean 0, std 1), as verl does. Groups whose rewards are all equal get exactly 0.
-    """
-    if scale not in ("std", "none"):
-        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
-    rewards = torch.as_tensor(rewards)
-    rewards = rewards if rewards.is_floating_point() else rewards.double()
-    group_ids = torch.as_tensor(group_ids)
-    if rewards.ndim != 1 or group_ids.shape != rewards.shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
-                         "must both be (R,)")
-    if bool(torch.isnan(rewards).any()):
-        raise ValueError(f"rewards has NaN at row {int(torch.nonzero(torch.isnan(rewards))[0])}")
-    _, group = torch.unique(group_ids, return_inverse=True)
-    g = int(group.max()) + 1 if group.numel() else 0
-    count = torch.bincount(group, minlength=g).to(rewards.dtype)
-    zeros = torch.zeros(g, dtype=rewards.dtype, device=rewards.device)
-    mean = zeros.clone().index_add_(0, group, rewards) / count
-    single = count[group] == 1
-    centred = torch.where(single, rewards, rewards - mean[group])
-    all_equal = _group_equal(rewards, group, g) & ~single
-    centred = torch.where(all_equal, torch.zeros_like(rewards), centred)
-    if scale == "none":
-        return centred
-    ss = zeros.clone().index_add_(0, group, (rewards - mean[group]) ** 2)
-    std = (ss / (count - (1 if unbiased else 0)).clamp(min=1)).sqrt()
-    std = torch.where(single, torch.ones_like(centred), std[group])
-    return centred / (std + eps)
-
-
-def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
-                         prompt_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    r"""Tree-GRPO's advantage (its default ``tree`` estimator) for one row per leaf (R,)::
-
-        A_i = GRPO(r_i | all leaves of the prompt) + GRPO(r_i | leaves of the same tree)
-
-    Both terms normalise the raw rewards with the unbiased std, as the authors' verl code does.
-    Trees are grouped by the pair (prompt id, tree id), so tree ids may restart per prompt.
-    A tree whose leaves all share one reward gets a tree-level term of exactly 0.
-
-    A tree with a single leaf is an error: GRPO's rule for a group of one (mean 0, std 1)
-    would hand that leaf its raw reward as the tree-level term, a bias. Tree-GRPO's own
-    expansion never makes one (every tree holds 1 + L*n >= 2 leaves; docs/method.md §5).
-    (Their ``tree_2norm`` variant, which normalises within the tree *after* the prompt-level
-    normalisation, is not offered here.)
-    """
-    prompt_ids, tree_ids = torch.as_tensor(prompt_ids), torch.as_tensor(tree_ids)
-    if tree_ids.shape != prompt_ids.shape:
-        raise ValueError(f"tree_ids {tuple(tree_ids.shape)} and prompt_ids "
-                         f"{tuple(prompt_ids.shape)} must have the same shape")
-    pairs, pair = torch.unique(torch.stack([prompt_ids, tree_ids], dim=1), dim=0,
-                               return_inverse=True)
-    sizes = torch.bincount(pair, minlength=len(pairs))
-    if bool((sizes == 1).any()):
-        p, t = (int(v) for v in pairs[int(torch.nonzero(sizes == 1)[0])])
-        raise ValueError(f"Tree-GRPO: tree {t} of prompt {p} has a single leaf; its tree-level "
-                         "advantage would be its raw reward (each tree needs >= 2 leaves)")
-    inter = grpo_advantages(leaf_rewards, prompt_ids, eps=eps)
-    inner = grpo_advantages(leaf_rewards, pair, eps=eps)
-    return inter + inner
-
-
-# --------------------------------------------------------------------------------------------
 # Batched: trees -> per-token advantages
 # --------------------------------------------------------------------------------------------
 def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: torch.Tensor,
@@ -398,7 +279,7 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     turn_node (B, T) int: the *local* node id (within the row's tree) of each model token,
     -1 for observation/prompt/padding tokens; row_tree (B,) int: which tree each row came from.
     Token t of row b gets ``A[offsets[row_tree[b]] + turn_node[b, t]]``, other tokens 0.
-    (Advantages of whole rows, GRPO's and Tree-GRPO's, are :data:`OUTCOME_ADVANTAGES`.)
+    (Advantages of whole rows, GRPO's and Tree-GRPO's, are :data:`.outcome.OUTCOME_ADVANTAGES`.)
     """
     out_device = torch.as_tensor(turn_node).device
     turn_node = torch.as_tensor(turn_node).to(forest.device)

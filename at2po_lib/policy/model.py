@@ -26,7 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .files import CheckpointError, check_json_files  # noqa: F401 - CheckpointError re-exported
+from ..util.quiet import hf_progress_bars_off
+from .files import CheckpointError, check_json_files
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -105,7 +106,6 @@ def save_policy(model, tokenizer, path: str | Path) -> Path:
     """``save_pretrained`` the model (safetensors + config + generation config) and tokenizer."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    from ..util.quiet import hf_progress_bars_off
 
     with hf_progress_bars_off():  # a "Writing model shards" bar per save of a 1-shard model
         model.save_pretrained(path)
@@ -151,7 +151,6 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
             text).expanduser().is_dir():
         # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
         raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
-    from ..util.quiet import hf_progress_bars_off
 
     if Path(text).expanduser().is_dir():
         check_weight_files(Path(text).expanduser())

@@ -43,7 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..data import MULTI_HOP, dataset_group
+from ..retrieval.indexes import build_retriever
+from ..tinyworld.build import build_world, ensure_world, read_corpus, read_rows
+from ..tinyworld.datasets import SPLITS
 from ..util.paths import artifacts_dir
+from .demos import script_demos
+from .strategies import plans_for
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
@@ -81,10 +87,6 @@ def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
     """The evaluation world first (its ``train`` split when ``sft.main_world_demos``, else no
     split) and ``sft.aux_worlds`` auxiliary worlds (all splits), each built if missing, with a
     retriever of the profile's method."""
-    from ..retrieval.indexes import build_retriever
-    from ..tinyworld.datasets import SPLITS
-    from ..tinyworld.build import build_world, ensure_world
-
     main_splits = ("train",) if profile_cfg.sft.main_world_demos else ()
     sources = [WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg),
                            main_splits)]
@@ -104,9 +106,6 @@ def demo_datasets(profile_cfg: ProfileConfig, files) -> list[str]:
 def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     """Validation questions per multi-hop dataset: ``sft.eval_questions`` spread evenly, from
     the ``dev`` split (unseen entities, like the test sets), else the last ``train`` rows."""
-    from ..data import MULTI_HOP, dataset_group
-    from ..tinyworld.build import read_rows
-
     multihop = [d for d in demo_datasets(profile_cfg, files) if dataset_group(d) == MULTI_HOP]
     if not multihop:
         raise ValueError(f"profile {profile_cfg.name!r}: no multi-hop dataset with a train split "
@@ -123,8 +122,6 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
 def demo_source_rows(profile_cfg: ProfileConfig, source: WorldSource,
                   held_out: dict[str, list[dict]] | None = None) -> list[dict]:
     """Rows of ``source`` that become demonstrations (validation rows excluded)."""
-    from ..tinyworld.build import read_rows
-
     skip = {(name, row["id"]) for name, rows in (held_out or {}).items() for row in rows}
     rows = []
     for name in demo_datasets(profile_cfg, source.files):
@@ -137,8 +134,6 @@ def demo_source_rows(profile_cfg: ProfileConfig, source: WorldSource,
 def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
                   validation: dict[str, list[dict]]) -> list[Any]:
     """Scripted demonstrations from every source, observations from each world's retriever."""
-    from .demos import script_demos
-
     demos = []
     for k, source in enumerate(sources):
         held_out = validation if source.name == "main" else None
@@ -155,7 +150,6 @@ def demo_plans(profile_cfg: ProfileConfig, rows: Sequence[dict], source_index: i
     sft = profile_cfg.sft
     if not sft.strategy_mix:
         return None
-    from .strategies import plans_for
 
     return plans_for(rows, sft.follow_rate_hard, sft.follow_rate_easy,
                      seed=sft.seed * 1_000 + source_index)
@@ -164,8 +158,6 @@ def demo_plans(profile_cfg: ProfileConfig, rows: Sequence[dict], source_index: i
 def corpus_texts(sources: Sequence[WorldSource], include_main: bool) -> list[str]:
     """Passage contents of the auxiliary worlds, and of the evaluation world (the source named
     ``main``) when ``include_main``."""
-    from ..tinyworld.build import read_corpus
-
     return [text for source in sources if include_main or source.name != "main"
             for text in read_corpus(source.files).values()]
 

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .files import check_json_files
+
 if TYPE_CHECKING:  # heavy import only for type checkers
     from transformers import PreTrainedTokenizerFast
 
@@ -150,8 +152,6 @@ def save_tokenizer(tokenizer, path: str | Path) -> Path:
 def load_tokenizer(path_or_name: str | Path):
     """``AutoTokenizer.from_pretrained``: the same call that loads ``Qwen/Qwen3-4B``'s tokenizer."""
     from transformers import AutoTokenizer
-
-    from .files import check_json_files
 
     if Path(str(path_or_name)).expanduser().is_dir():  # a damaged file is named, not a bare error
         check_json_files(Path(str(path_or_name)).expanduser())

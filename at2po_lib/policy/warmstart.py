@@ -70,9 +70,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import load_profile
+from ..evaluation import greedy_answers, score_rows
+from ..prompts import get_template
+from ..trainer.callbacks import TrainingProgress, in_notebook
 from ..util.hf_compat import checkpointing_kwargs
-from ..util.paths import artifacts_dir
+from ..util.paths import artifacts_dir, repo_root
+from ..util.provenance import git_revision
+from ..util.quiet import hf_progress_bars_off
+from .demos import build_sft_examples
 from .files import CheckpointError, check_digests, file_digests
+from .model import build_policy, count_parameters, load_policy, save_policy
+from .sft_data import (collect_demos, corpus_texts, pretraining_chunks, tokenizer_texts,
+                       validation_rows, world_sources)
+from .strategies import STRATEGIES
+from .tokenizer import train_tokenizer
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
@@ -107,8 +119,6 @@ def template_payload(template) -> dict[str, Any]:
     """The prompt template's fields (instruction, tags, stops, observation rendering): what
     the demonstrations and greedy validation are written in, so that editing a template file
     invalidates the warm start trained on the old text."""
-    from ..prompts import get_template
-
     return {k: list(v) if isinstance(v, tuple) else v
             for k, v in asdict(get_template(template)).items()}
 
@@ -134,8 +144,6 @@ def shipped_warmstart_dir(profile: str) -> Path:
     """``results/<profile>/warmstart/``: the copy of the warm start that git keeps (tiny: a few
     MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT.
     Always in the checkout (not under ``AT2PO_RESULTS``): redirected results still find it."""
-    from ..util.paths import repo_root
-
     return repo_root() / "results" / profile / "warmstart"
 
 
@@ -383,9 +391,6 @@ def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Pa
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
 
-    from ..util.quiet import hf_progress_bars_off
-    from ..trainer.callbacks import TrainingProgress
-
     dataset = Dataset.from_list(examples)
     with hf_progress_bars_off():  # TRL's dataset preparation: one bar per map, milliseconds each
         trainer = _sft_trainer_class()(
@@ -447,7 +452,6 @@ class CheckpointSelector:
         step = state.global_step
         if step % self.every and step != state.max_steps:
             return control
-        from .model import save_policy
 
         start = time.perf_counter()
         was_training = model.training
@@ -457,7 +461,6 @@ class CheckpointSelector:
         model.train(was_training)
         self.table.append({"step": step, "path": str(path), **scores})
         self.seconds += time.perf_counter() - start
-        from ..trainer.callbacks import in_notebook
 
         if not in_notebook():  # a notebook plots the validation EM live (TrainingProgress)
             print(f"[warmstart] step {step}: validation {scores}", flush=True)
@@ -485,9 +488,6 @@ def choose_checkpoint(table: Sequence[dict], low: float, high: float) -> tuple[d
 def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
                       validation: dict[str, list[dict]]) -> Callable[[Any], dict]:
     """``model -> {"em": multi-hop EM (micro-average), "em_<dataset>": ..., "n": ...}``."""
-    from ..evaluation import greedy_answers, score_rows
-    from ..prompts import get_template
-
     template = get_template(profile_cfg.policy.template)
 
     def score(model) -> dict:
@@ -510,8 +510,6 @@ def pretrain(model, tokenizer, passages: Sequence[str], profile_cfg: ProfileConf
              output_dir: Path) -> dict:
     """Language-model pretraining on auxiliary-world passages (``sft.pretrain_steps`` steps,
     every token a target); returns timing and loss. Skipped when the step count is 0."""
-    from .sft_data import pretraining_chunks
-
     sft = profile_cfg.sft
     if sft.pretrain_steps <= 0 or not passages:
         return {"steps": 0, "seconds": 0.0}
@@ -534,8 +532,6 @@ def lm_examples(passages: Sequence[str], tokenizer, sft_cfg, n_demos: int) -> li
     """``sft.lm_mix`` language-model chunks to mix into the SFT data: each a
     ``pretrain_seq_len``-token chunk of the passages with every token a target
     (``assistant_masks`` all 1), as many as make up ``lm_mix`` of the mixed set."""
-    from .sft_data import pretraining_chunks
-
     if not 0.0 <= sft_cfg.lm_mix < 1.0:
         raise ValueError(f"sft.lm_mix={sft_cfg.lm_mix} must lie in [0, 1)")
     wanted = round(n_demos * sft_cfg.lm_mix / (1.0 - sft_cfg.lm_mix))
@@ -556,12 +552,6 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     (pretraining) → SFT with checkpoint selection."""
     import torch
 
-    from .demos import build_sft_examples
-    from .model import build_policy, count_parameters, load_policy
-    from .sft_data import (collect_demos, corpus_texts, tokenizer_texts, validation_rows,
-                           world_sources)
-    from .tokenizer import train_tokenizer
-
     cfg, sft = profile_cfg, profile_cfg.sft
     if cfg.policy.model is not None:
         raise ValueError(f"profile {cfg.name!r} sets policy.model={cfg.policy.model!r}: the warm "
@@ -572,20 +562,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     validation = validation_rows(cfg, main.files)
     demos = collect_demos(cfg, sources, validation)
     initial = initial_policy(cfg)
-    if initial is None:
-        main_text = sft.main_world_demos or sft.pretrain_eval_corpus
-        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
-                                    cfg.policy.vocab_size)
-    else:
-        model, tokenizer = load_policy(initial["path"])
-    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
-                                         require_supported=sft.require_supported)
-    if not examples:
-        raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
-    examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
-                            len(examples))
-    if initial is None:
-        model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    model, tokenizer, examples, stats = _model_and_examples(cfg, sources, demos, initial)
     prepared = time.perf_counter()
 
     policy_root = artifacts_dir(cfg.name) / "policy"
@@ -609,25 +586,9 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     train_seconds = time.perf_counter() - train_start
     shutil.rmtree(policy_root / "trainer", ignore_errors=True)
 
-    # The trainer logs a step's loss after the callback ran: attach it now.
-    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
-    for row in selector.table:
-        row["train_loss"] = losses.get(row["step"])
-    chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
-    if sft.select == "last":
-        chosen = selector.table[-1]
-        in_band = sft.target_em_low <= chosen["em"] <= sft.target_em_high
-    out = warmstart_dir(cfg.name)
-    staging = out.with_name(out.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(chosen["path"], staging)
-    # The old record goes first: it must never describe the new folder (a kill before the new
-    # record is written leaves a folder without one, refused at load with the rebuild command).
-    warmstart_record_path(cfg.name).unlink(missing_ok=True)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    chosen, in_band = _chosen_checkpoint(selector, trainer, sft)
+    out = _install_warmstart(Path(chosen["path"]), cfg.name)
     chosen_model, _ = load_policy(out)
-    from ..util.provenance import git_revision
 
     record = {
         "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
@@ -661,6 +622,58 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     return out
 
 
+def _model_and_examples(cfg: ProfileConfig, sources: list, demos: list, initial: dict | None
+                        ) -> tuple[Any, Any, list, Any]:
+    """The policy to fine-tune and its SFT examples: from scratch, a tokenizer trained on the
+    worlds' texts and demonstrations and a new model; with ``sft.init_from``, that policy.
+    Demonstrations come first, then language-modelling chunks of the corpus."""
+    sft = cfg.sft
+    model = None
+    if initial is None:
+        main_text = sft.main_world_demos or sft.pretrain_eval_corpus
+        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
+                                    cfg.policy.vocab_size)
+    else:
+        model, tokenizer = load_policy(initial["path"])
+    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
+                                         require_supported=sft.require_supported)
+    if not examples:
+        raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
+    examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
+                            len(examples))
+    if initial is None:
+        model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
+    return model, tokenizer, examples, stats
+
+
+def _chosen_checkpoint(selector: Any, trainer: Any, sft: Any) -> tuple[dict, bool]:
+    """The validated checkpoint to keep (``sft.select``: the band rule of
+    :func:`choose_checkpoint`, or the last one) and whether its EM is inside the target band."""
+    # The trainer logs a step's loss after the callback ran: attach it now.
+    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
+    for row in selector.table:
+        row["train_loss"] = losses.get(row["step"])
+    chosen, in_band = choose_checkpoint(selector.table, sft.target_em_low, sft.target_em_high)
+    if sft.select == "last":
+        chosen = selector.table[-1]
+        in_band = sft.target_em_low <= chosen["em"] <= sft.target_em_high
+    return chosen, in_band
+
+
+def _install_warmstart(checkpoint: Path, profile: str) -> Path:
+    """Copy ``checkpoint`` to the warm-start folder, replacing the old one by a rename."""
+    out = warmstart_dir(profile)
+    staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(checkpoint, staging)
+    # The old record goes first: it must never describe the new folder (a kill before the new
+    # record is written leaves a folder without one, refused at load with the rebuild command).
+    warmstart_record_path(profile).unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Write a warm-start record whole or not at all (a temporary file renamed over it): a
     torn record would be refused at every load until the warm start is rebuilt."""
@@ -676,7 +689,6 @@ def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
     init = profile_cfg.sft.init_from
     if not init:
         return None
-    from ..util.paths import repo_root
 
     path = Path(init) if Path(init).is_absolute() else repo_root() / init
     weights = path / "model.safetensors"
@@ -696,8 +708,6 @@ def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
 
 def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
     """The demonstration mix actually trained on: each strategy's count and share."""
-    from .strategies import STRATEGIES
-
     n = len(demos)
     counts = {s: sum(getattr(d, "strategy", "follow") == s for d in demos) for s in STRATEGIES}
     return {"strategy_mix": sft.strategy_mix, "follow_rate_hard": sft.follow_rate_hard,
@@ -707,8 +717,6 @@ def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
 
 def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> Path:
     """The profile's warm-start policy folder, trained if missing, stale or ``force``."""
-    from ..config import load_profile
-
     if isinstance(profile_cfg, str):
         profile_cfg = load_profile(profile_cfg)
     if not force:

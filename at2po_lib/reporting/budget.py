@@ -29,6 +29,7 @@ import numpy as np
 
 from ..method.presets import METHODS
 from ..tree_files import load_trees
+from .labels import method_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,8 +99,6 @@ def budget_table(metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step
 
 def budget_display(table: pd.DataFrame) -> pd.DataFrame:
     """The table as the report shows it: method labels, whole numbers, per step."""
-    from .labels import method_label
-
     shown = table.copy()
     shown["method"] = shown["method"].map(method_label)
     for column in ("trajectories", "trained_tokens", "generated_tokens"):

@@ -45,6 +45,7 @@ from .. import stats
 from ..method.credit import VALUE_MODES
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
+from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .labels import groups_of, method_label, profile_at2po, rows_with_outcomes
 
 if TYPE_CHECKING:
@@ -325,8 +326,6 @@ def _clip_claim(clips: "pd.DataFrame | None") -> Claim:
 
 
 def _turn_claims(outcomes, n_resamples) -> list[Claim]:
-    from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
-
     specs = (("multihop_turns", "Figure 4: turns per multi-hop sample (AT2PO)", "multihop",
               "turns", f"{PAPER_MULTIHOP_MEAN_TURNS}", "turns", 1.0),
              ("singlehop_one_call", "Figure 4: single-hop samples that make one call (AT2PO)",

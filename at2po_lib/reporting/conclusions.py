@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..method.credit import VALUE_MODES
+from ..util.paths import results_dir
+from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
 from .labels import method_label
 
 if TYPE_CHECKING:
@@ -26,8 +29,6 @@ def _read(path: Path) -> "pd.DataFrame | None":
 
 
 def _tables(profile: str) -> Path:
-    from ..util.paths import results_dir
-
     return results_dir(profile, "tables")
 
 
@@ -124,7 +125,6 @@ def table3_conclusion(profile: str) -> str:
     if table is None or table.empty:
         return ("No credit-variant (`credit_*`) runs are recorded, so Table 3 has no toy cells; "
                 "the credit-accuracy study below is the toy's evidence on credit.")
-    from ..method.credit import VALUE_MODES
 
     cells = table[table["em"].notna()]
     paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
@@ -173,8 +173,6 @@ def fig3_conclusion(profile: str) -> str:
 
 def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
     """Our mean turns (multi-hop) and one-call share (single-hop) beside the paper's."""
-    from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
-
     if turns is None or turns.empty:
         return "Figure 4 needs per-question outcomes."
     t = turns.set_index(["group", "metric"])

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from ..stats import seed_difference_ci, seed_mean_ci
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -160,8 +162,6 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     :func:`at2po_lib.stats.seed_difference_ci`). One tidy row per (method, metric).
     """
     import pandas as pd
-
-    from ..stats import seed_difference_ci, seed_mean_ci
 
     columns = [c for c in columns if c in metrics.columns]
     if metrics.empty or not columns:

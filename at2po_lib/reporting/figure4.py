@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import stats
+from ..data import dataset_group
 from .labels import groups_of, method_label
 
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ UNIT_LABELS = {"searches": "tool calls per sample",
 def turn_shares(outcomes: pd.DataFrame, method: str, unit: str = "searches") -> pd.DataFrame:
     """Share of questions per count of ``unit`` (searches or turns), per group (pooled over
     seeds). The count column is called ``count_of``."""
-    from ..data import dataset_group
-
     rows = outcomes[outcomes["method"] == method].copy()
     rows["group"] = rows["dataset"].map(dataset_group)
     rows["count_of"] = rows[unit]

@@ -28,9 +28,9 @@ lies on every row below it; its tokens are trained once per row, so the inspecto
 mean over those rows (the node's effective advantage, as
 :mod:`at2po_lib.analysis.credit_accuracy` scores it):
 
-- ``grpo``: :func:`at2po_lib.method.credit.grpo_advantages` of the rows' rewards, one group per
+- ``grpo``: :func:`at2po_lib.method.outcome.grpo_advantages` of the rows' rewards, one group per
   prompt (all trees of the prompt);
-- ``tree_grpo``: :func:`at2po_lib.method.credit.tree_grpo_advantages` (prompt-level + tree-level
+- ``tree_grpo``: :func:`at2po_lib.method.outcome.tree_grpo_advantages` (prompt-level + tree-level
   GRPO). Tree-GRPO grows ``rollout.tree_grpo_trees`` trees per prompt (``random`` expansion);
   on a single tree both terms are GRPO over the same leaves, so it is twice GRPO;
 - ``gigpo``: :func:`at2po_lib.analysis.credit_accuracy.gigpo_row_advantages` (episode GRPO +
@@ -61,11 +61,25 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from ..analysis.policy_change import simulate_policy_change
+from ..analysis.running_example import choose_running_example
+from ..analysis.sample import with_plans, with_retrievals
+from ..config import load_profile
+from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
+                             forest_node_values)
 from ..method.expansion import EXPANSIONS
 from ..method.loss import EPS_HIGH, EPS_LOW
-from ..method.tree import TreeArrays, node_depths
-from .tree_drawings import (CHOSEN_ROLE, choose_example_tree, draw_rollout_tree, grown_by_round,
-                            new_figure, node_text_table)
+from ..method.outcome import grpo_advantages, tree_grpo_advantages
+from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
+from ..policy.model import load_policy
+from ..policy.warmstart import cached_warmstart
+from ..prompts import get_template
+from ..retrieval.indexes import build_retriever
+from ..rollout.export import tree_arrays
+from ..rollout.trees import rollout
+from ..tinyworld.build import ensure_world, read_rows
+from .tree_drawings import (CHOSEN_ROLE, choose_example_tree, close_figure, draw_rollout_tree,
+                            grown_by_round, new_figure, node_text_table)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,8 +95,6 @@ DEFAULT_MODE = ("entropy_softmax", "node_value")
 def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Root→leaf rows of a forest: (leaf (R,), pair_row (P,), pair_node (P,)) over every
     (row, non-root node on the row) pair, vectorised."""
-    from ..method.tree import leaf_paths
-
     leaves, paths = leaf_paths(forest.parent)
     nodes = paths[:, 1:].numpy()
     row, col = np.nonzero(nodes >= 0)
@@ -122,10 +134,6 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "p
     says why a baseline column is NaN, if one is."""
     import pandas as pd
     import torch
-
-    from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                                 forest_node_values, grpo_advantages, tree_grpo_advantages)
-    from ..method.tree import Forest
 
     trees = [trees] if isinstance(trees, TreeArrays) else list(trees)
     tree = trees[index]
@@ -201,8 +209,6 @@ def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
     with the node value V_n as the first column."""
     import pandas as pd
 
-    from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
-
     row = table.loc[node]
     return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
                          **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
@@ -244,8 +250,6 @@ def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EP
     ``advantages`` (N,)). Token counts from ``num_tokens`` when the tree has them."""
     import pandas as pd
     import torch
-
-    from ..analysis.policy_change import simulate_policy_change
 
     n = tree.num_nodes
     counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))
@@ -413,8 +417,6 @@ def render_png(fig: Any) -> bytes:
     own figures are detached (never on the stack): rasterising them touches no global state."""
     import io
 
-    from .tree_drawings import close_figure
-
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
@@ -466,8 +468,6 @@ def default_choice(trees: Sequence[TreeArrays]) -> tuple[int, int | None, str, d
     """(tree index, node or None, sentence, highlight): the running example
     (:func:`at2po_lib.analysis.running_example.choose_running_example`) when one qualifies,
     else the tree by :func:`choose_example_tree` and no node."""
-    from ..analysis.running_example import choose_running_example
-
     example = choose_running_example(trees)
     if example.found:
         return (example.tree_index, example.node, f"the running example: {example.why}",
@@ -561,14 +561,6 @@ class LiveRollout:
     trees on demand (:meth:`grow`). Raises if the warm start is not built yet."""
 
     def __init__(self, profile: str, overrides: dict | None = None):
-        from ..config import load_profile
-        from ..policy.model import load_policy
-        from ..policy.warmstart import cached_warmstart
-        from ..prompts import get_template
-        from ..retrieval.indexes import build_retriever
-        from ..tinyworld.build import ensure_world
-        from ..tinyworld.build import read_rows
-
         self.cfg = load_profile(profile, overrides or None)
         policy = cached_warmstart(self.cfg)
         if policy is None:
@@ -589,10 +581,6 @@ class LiveRollout:
         """The trees of one question (``random``: ``rollout.tree_grpo_trees`` of them) grown
         with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Trees carry the question's
         plan (decision labels) and search nodes their passages (``retrieved``)."""
-        from ..analysis.sample import with_plans, with_retrievals
-        from ..rollout.export import tree_arrays
-        from ..rollout.trees import rollout
-
         if expansion not in EXPANSIONS:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
         cfg = replace(self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k),
@@ -648,7 +636,6 @@ class TreeInspector:
 
         self.profile, self.live, self.seed = profile, live, seed
         self.eps = (eps_low, eps_high)
-        from ..config import load_profile
 
         r = load_profile(profile).rollout
         style = {"description_width": "initial"}

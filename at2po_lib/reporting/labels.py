@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from ..config import load_profile
 from ..data import GROUPS, dataset_group, paper_dataset
+from ..method.presets import METHODS, matching_at2po
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,7 +82,6 @@ def method_label(method: str) -> str:
     modes (``Table 3 child_mean / node_value``); any other name is shown as it is."""
     if method in METHOD_LABELS:
         return METHOD_LABELS[method]
-    from ..method.presets import METHODS
 
     preset = METHODS.get(method)
     if preset is None:
@@ -97,9 +98,6 @@ def profile_at2po(profile: str) -> str:
     """The runs that stand for AT2PO in Table 2 (step 4) and Table 3 (the default cell) of
     ``profile``: the AT2PO preset with the expansion settings those tables' presets take from
     the profile (:func:`at2po_lib.method.presets.matching_at2po`)."""
-    from ..config import load_profile
-    from ..method.presets import matching_at2po
-
     return matching_at2po(load_profile(profile).rollout)
 
 

@@ -15,6 +15,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ..config import load_profile
+from ..policy.warmstart import ensure_warmstart
+from ..trainer.run import train
+from ..util.paths import results_dir
+
 LIVE_METRICS = ("reward", "entropy")
 
 
@@ -57,11 +62,6 @@ def live_run(profile: str, method: str, steps: int, seed: int = 0,
     """Train ``method`` for ``steps`` steps (module docstring); returns the
     :class:`~at2po_lib.trainer.run.TrainResult` and a DataFrame of the logged steps."""
     import pandas as pd
-
-    from ..config import load_profile
-    from ..policy.warmstart import ensure_warmstart
-    from ..trainer.run import train
-    from ..util.paths import results_dir
 
     merged = {k: dict(v) for k, v in (overrides or {}).items()}
     policy = ensure_warmstart(load_profile(profile, merged or None))  # before the scratch folder

@@ -44,6 +44,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import yaml
 
+from ..evaluation import read_outcomes as read_outcome_file
+from ..method.presets import METHODS
+from ..trainer.run_folder import config_hash, read_jsonl, today_names
 from ..util.paths import results_dir
 
 if TYPE_CHECKING:
@@ -205,8 +208,6 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
     import pandas as pd
 
-    from ..trainer.run_folder import read_jsonl, today_names
-
     metrics, evals = [], []
     coverage = _Coverage(f"training records of {profile}")
     for method, seed, path in _runs(profile, methods, seeds, coverage):
@@ -255,8 +256,6 @@ def load_final_evals(profile: str, methods: Sequence[str] | None = None,
 def read_outcomes(path: str | Path) -> pd.DataFrame:
     """One ``outcomes.csv``, with the column names :mod:`at2po_lib.stats` expects
     (``question_id``, ``turns``, ``searches``); ids are read as strings."""
-    from ..evaluation import read_outcomes as read_outcome_file
-
     path = Path(path)
     _read_csv(path, nrows=1)  # bytes and header readable, else an error naming the file
     try:
@@ -357,8 +356,6 @@ def _run_provenance(profile: str, method: str, seed: int,
                     path: Path) -> dict[str, tuple[Path, Any]]:
     """What a run records about itself, checked against its folder: each of :data:`_SHARED`
     as (file, value), value None when the file is absent."""
-    from ..trainer.run_folder import config_hash
-
     done = _read_object(path / "DONE.json") or {}
     meta = _read_object(path / "meta.json")
     config = _read_object(path / "config.yaml")
@@ -399,8 +396,6 @@ def _run_provenance(profile: str, method: str, seed: int,
 def _method_names(method: str) -> set[str]:
     """The names a run of ``method`` may be recorded under: its own, and for a variant the
     preset it was recorded as before it had a name (``at2po_exact`` as ``at2po``)."""
-    from ..method.presets import METHODS
-
     preset = METHODS.get(method)
     alias = getattr(preset, "recorded_as", None)
     return {method} | ({alias} if alias else set())
@@ -462,8 +457,6 @@ def _first_difference(ours: Any, theirs: Any, where: str) -> str:
 def _fingerprints(path: Path) -> dict[str, str]:
     """sha256 of a run's outcomes (rows sorted by question, as read) and of its metrics rows:
     two independent seeds share neither (sampling and updates differ from the first step)."""
-    from ..trainer.run_folder import read_jsonl
-
     found = {}
     if (path / OUTCOMES_FILE).is_file():
         frame = read_outcomes(path / OUTCOMES_FILE)

@@ -17,16 +17,30 @@ refreshed (:mod:`.readme`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import stats
 from ..analysis.dissection import clip_levels
+from ..config import load_profile
+from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
 from ..util.paths import results_dir
+from ..util.provenance import write_meta
+from ..util.writing import all_or_none, write_if_changed
+from . import claims, figure3, figure4, table1, table2, table3
 from .budget import budget_display, budget_table
+from .conclusions import credit_accuracy_summary
+from .curves import format_start_end, start_end_table
 from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary
+from .labels import method_label
+from .output import source_meta, tables_dir, write_figure, write_table
+from .readme import update_readme
+from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
+                      load_training_records)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,11 +72,6 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     check_seeds`), so a damaged or duplicated record is refused, naming its file, before
     anything is written; a failure while writing puts back every file already rewritten
     (:func:`at2po_lib.util.writing.all_or_none`)."""
-    from ..config import load_profile
-    from ..util.writing import all_or_none
-    from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
-                          load_training_records)
-
     cfg = load_profile(profile)
     runs = discover_runs(profile)
     outcomes = load_outcomes(profile)
@@ -77,29 +86,44 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
 def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,
            finals: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame, *,
            n_resamples: int, readme: bool, figures: bool) -> Report:
-    """:func:`write_report`'s writing, from records already read and checked."""
-    import matplotlib.pyplot as plt
-
-    from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
-    from . import figure3, figure4, table1, table2, table3
-    from ..util.provenance import write_meta
-    from ..util.writing import write_if_changed
-    from .output import source_meta, tables_dir, write_figure, write_table
-    from .readme import update_readme
-    from .labels import method_label
-    from .curves import format_start_end, start_end_table
-
+    """:func:`write_report`'s writing, from records already read and checked: Table 1 and its
+    companions, Tables 2-3, what each row spends and Figure 3's claim in numbers, the claims,
+    then the figures, in that order."""
     report = Report(profile)
     finished = runs.loc[runs["finished"].astype(bool)]
     if finished.empty:
         report.notes.append(f"no finished runs under results/runs/{profile}/: only the "
                             "published numbers are shown")
+    meta_for = partial(_meta_for, profile, finished, n_resamples)
+    per_seed = _write_table1(report, meta_for, cfg, outcomes, finals, n_resamples)
+    _write_tables23(report, meta_for, outcomes, n_resamples)
+    rl = [m for m in TABLE1_REPORTED if m != "react"]
+    metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
+    evals = evals[evals["method"].isin(rl)] if len(evals) else evals
+    change = _write_spending_and_entropy(report, meta_for, cfg, metrics, finished, rl)
+    if len(outcomes):
+        _write_claims(report, meta_for, runs, outcomes, finished, change, per_seed,
+                      n_resamples=n_resamples, figures=figures)
+    if figures:
+        _write_figures(report, meta_for, cfg, outcomes, metrics, evals, rl)
+    if readme:
+        update_readme(profiles={profile})
+    return report
 
-    def meta_for(methods, writer) -> dict:
-        """The meta of a result computed by ``writer`` from the runs of ``methods``."""
-        return source_meta(profile, finished.loc[finished["method"].isin(list(methods))],
-                           writer=writer, n_resamples=n_resamples, confidence=0.95)
 
+def _meta_for(profile: str, finished: pd.DataFrame, n_resamples: int, methods,
+              writer) -> dict:
+    """The meta of a result computed by ``writer`` from the finished runs of ``methods``."""
+    return source_meta(profile, finished.loc[finished["method"].isin(list(methods))],
+                       writer=writer, n_resamples=n_resamples, confidence=0.95)
+
+
+def _write_table1(report: Report, meta_for: Callable, cfg: ProfileConfig,
+                  outcomes: pd.DataFrame, finals: pd.DataFrame,
+                  n_resamples: int) -> pd.DataFrame:
+    """Table 1, its group averages, its differences (greedy and sampled EM) and its runs one
+    by one; returns the per-seed rows (the claims' summary reads them)."""
+    profile = report.profile
     tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,
                                   n_resamples=n_resamples)
     if len(display):
@@ -130,6 +154,14 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
             "Table 1's runs one by one: multi-hop EM x 100 per seed, its spread, and the seeds "
             "a difference to GRPO would need for a seed-level half-width of 2 points")
         report.tables["table1_seeds"] = display
+    return per_seed
+
+
+def _write_tables23(report: Report, meta_for: Callable, outcomes: pd.DataFrame,
+                    n_resamples: int) -> None:
+    """Table 2 (the progressive ablation), Table 3 (credit variants) and the credit-accuracy
+    summary when its study exists."""
+    profile = report.profile
     tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
     report.paths["table2"] = write_table(tidy, display, "table2", profile,
                                          meta_for(TABLE2_METHODS, table2.table2),
@@ -143,8 +175,6 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
         report.tables["table3"] = display
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
-        from .conclusions import credit_accuracy_summary
-
         report.tables["credit_accuracy"] = accuracy
         summary = credit_accuracy_summary(accuracy)
         if len(summary):
@@ -155,9 +185,14 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
                 "Credit against the truth: AUC of each credit mode's turn advantages for "
                 "useful vs useless turns [95% CI over prompts], and the difference to GRPO's")
             report.tables["credit_accuracy_summary"] = summary
-    rl = [m for m in TABLE1_REPORTED if m != "react"]
-    metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
-    evals = evals[evals["method"].isin(rl)] if len(evals) else evals
+
+
+def _write_spending_and_entropy(report: Report, meta_for: Callable, cfg: ProfileConfig,
+                                metrics: pd.DataFrame, finished: pd.DataFrame,
+                                rl: list[str]) -> pd.DataFrame:
+    """What each Table 1 row spends per step, and Figure 3's claim in numbers (entropy and
+    reward over the first vs the last steps); returns that change table."""
+    profile = report.profile
     if len(metrics):
         spent = budget_table(metrics, finished, cfg.train.prompts_per_step, rl)
         if len(spent):
@@ -186,55 +221,68 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
             "Policy entropy and reward over the first and last steps (at most 8 each), their "
             "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
         report.tables["fig3_entropy_change"] = shown
-    if len(outcomes):
-        from . import claims
+    return change
 
-        clips = clip_levels(Path(p) for p in finished["path"])
-        tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
-                                            clips=clips)
-        report.paths["claims"] = write_table(
-            tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
-                                                       claims.claims_table),
-            "The paper's claims at toy scale: each as one number with its 95% CI")
-        report.tables["claims"] = display
-        summary_path = tables_dir(profile) / "claims_summary.md"
-        write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed))
-        write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
-                                  "table": "claims_summary", "files": [summary_path.name]})
-        report.paths["claims_summary"] = {"md": summary_path}
-        parts, shown = dissection_summary(profile, tidy)
-        if len(parts):
-            report.paths["dissection_summary"] = write_table(
-                parts, shown, "dissection_summary", profile,
-                {**meta_for(outcomes["method"].unique(), dissection_summary),
-                 "dissection_records": sorted(
-                     f.name for f in results_dir(profile, "dissection").glob("*.csv"))},
-                "What each part of AT2PO does on the toy: the dissection's records and the "
-                "claims that put the parts together")
-            report.tables["dissection_summary"] = shown
-        if figures:
-            at2po_runs = [Path(p) for p in finished.loc[finished["method"] == "at2po", "path"]]
-            fig, _ = dissection_figure(at2po_runs, results_dir(profile, "dissection"))
-            report.paths["dissection"] = write_figure(
-                fig, "dissection", profile,
-                {**meta_for(["at2po"], dissection_figure),
-                 "dissection_records": sorted(
-                     f.name for f in results_dir(profile, "dissection").glob("*_summary.csv"))})
-            plt.close(fig)
+
+def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
+                  outcomes: pd.DataFrame, finished: pd.DataFrame, change: pd.DataFrame,
+                  per_seed: pd.DataFrame, *, n_resamples: int, figures: bool) -> None:
+    """The paper's claims one by one, their summary page, the dissection's summary and (with
+    ``figures``) its figure."""
+    import matplotlib.pyplot as plt
+
+    profile = report.profile
+    clips = clip_levels(Path(p) for p in finished["path"])
+    tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
+                                        clips=clips)
+    report.paths["claims"] = write_table(
+        tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
+                                                   claims.claims_table),
+        "The paper's claims at toy scale: each as one number with its 95% CI")
+    report.tables["claims"] = display
+    summary_path = tables_dir(profile) / "claims_summary.md"
+    write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed))
+    write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
+                              "table": "claims_summary", "files": [summary_path.name]})
+    report.paths["claims_summary"] = {"md": summary_path}
+    parts, shown = dissection_summary(profile, tidy)
+    if len(parts):
+        report.paths["dissection_summary"] = write_table(
+            parts, shown, "dissection_summary", profile,
+            {**meta_for(outcomes["method"].unique(), dissection_summary),
+             "dissection_records": sorted(
+                 f.name for f in results_dir(profile, "dissection").glob("*.csv"))},
+            "What each part of AT2PO does on the toy: the dissection's records and the "
+            "claims that put the parts together")
+        report.tables["dissection_summary"] = shown
     if figures:
-        dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
-        fig, _ = figure3.figure3(metrics, evals, dataset, rl)
-        report.paths["fig3"] = write_figure(fig, "fig3_training", profile,
-                                             meta_for(rl, figure3.figure3))
+        at2po_runs = [Path(p) for p in finished.loc[finished["method"] == "at2po", "path"]]
+        fig, _ = dissection_figure(at2po_runs, results_dir(profile, "dissection"))
+        report.paths["dissection"] = write_figure(
+            fig, "dissection", profile,
+            {**meta_for(["at2po"], dissection_figure),
+             "dissection_records": sorted(
+                 f.name for f in results_dir(profile, "dissection").glob("*_summary.csv"))})
         plt.close(fig)
-        method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)),
-                      None)
-        if method:
-            fig, _ = figure4.figure4(outcomes, method)
-            report.paths["fig4"] = write_figure(fig, "fig4_turns", profile,
-                                                 meta_for([method], figure4.figure4))
-            plt.close(fig)
-            report.tables["turns"] = figure4.turn_summary(outcomes, method)
-    if readme:
-        update_readme(profiles={profile})
-    return report
+
+
+def _write_figures(report: Report, meta_for: Callable, cfg: ProfileConfig,
+                   outcomes: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame,
+                   rl: list[str]) -> None:
+    """Figure 3 (training curves) and Figure 4 (turns per question) with its turn summary."""
+    import matplotlib.pyplot as plt
+
+    profile = report.profile
+    dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
+    fig, _ = figure3.figure3(metrics, evals, dataset, rl)
+    report.paths["fig3"] = write_figure(fig, "fig3_training", profile,
+                                         meta_for(rl, figure3.figure3))
+    plt.close(fig)
+    method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)),
+                  None)
+    if method:
+        fig, _ = figure4.figure4(outcomes, method)
+        report.paths["fig4"] = write_figure(fig, "fig4_turns", profile,
+                                             meta_for([method], figure4.figure4))
+        plt.close(fig)
+        report.tables["turns"] = figure4.turn_summary(outcomes, method)

@@ -41,7 +41,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..method.tree import TreeArrays, node_depths
+from ..method.credit import VALUE_MODES, forest_node_values
+from ..method.tree import Forest, TreeArrays, node_depths
+from ..rollout.export import tree_arrays
+from ..stats import seed_mean_ci
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -388,15 +391,40 @@ def draw_tree(
     stays that of the whole tree, so rounds line up). The figure is sized so that no two labels
     overlap (widened when ``ax`` is given and labels would touch).
     """
-    import matplotlib
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.lines import Line2D
-
     if isinstance(parent, TreeArrays):
         leaf_reward = parent.leaf_reward if leaf_reward is None else leaf_reward
         parent = parent.parent
-    parent_np = _as_numpy(parent).astype(np.int64)
+    parent_np, rewards, labels, shown = _checked_node_arrays(parent, leaf_reward, node_labels,
+                                                              visible)
     x, y = tree_layout(parent_np)
+    own_figure = ax is None
+    if own_figure:
+        fig, ax = new_figure((4, 3), detached)
+    else:
+        fig = ax.figure
+    fills = _fills(fig, ax, node_color, len(parent_np), cmap, vmin, vmax, colorbar_label)
+    _draw_nodes(ax, parent_np, x, y, fills, shown)
+    label_artists = _draw_labels(ax, x, y, labels, rewards, shown)
+    ring_handles = _draw_rings(ax, x, y, rings, highlight, shown)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=10)
+    if legend:
+        _legend(ax, ring_handles, rewards, shown, node_color)
+    _fit(fig, ax, x, y, label_artists, resize=own_figure)
+    return fig, ax
+
+
+GREY = (0.85, 0.85, 0.85, 1.0)
+"""The fill of a node without a value (NaN colour), kept out of the colour scale."""
+
+
+def _checked_node_arrays(parent: Any, leaf_reward: Any, node_labels: Sequence[str] | None,
+                         visible: Any) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """parent (N,) int64, rewards (N,) float (NaN: not a scored leaf), the N labels under the
+    nodes (default ``r=…`` on scored leaves) and which nodes are shown; a wrong shape is an
+    error naming the argument."""
+    parent_np = _as_numpy(parent).astype(np.int64)
     n = len(parent_np)
     rewards = (np.full(n, np.nan) if leaf_reward is None
                else _as_numpy(leaf_reward).astype(float))
@@ -411,15 +439,16 @@ def draw_tree(
     shown = np.ones(n, dtype=bool) if visible is None else _as_numpy(visible).astype(bool)
     if shown.shape != (n,):
         raise ValueError(f"visible has shape {shown.shape}, expected ({n},)")
+    return parent_np, rewards, labels, shown
 
-    own_figure = ax is None
-    if own_figure:
-        fig, ax = new_figure((4, 3), detached)
-    else:
-        fig = ax.figure
 
-    # Fill colours, and the colour bar (the legend of the fill).
-    grey = (0.85, 0.85, 0.85, 1.0)
+def _fills(fig: Any, ax: Any, node_color: Any, n: int, cmap: str, vmin: float | None,
+           vmax: float | None, colorbar_label: str | None) -> list[Any]:
+    """Each node's fill: white, or ``node_color`` through ``cmap`` (NaN: grey) with a colour
+    bar beside the axes (the legend of the fill)."""
+    import matplotlib
+    from matplotlib.cm import ScalarMappable
+
     fills: list[Any] = ["white"] * n
     if node_color is not None:
         values = _as_numpy(node_color).astype(float)
@@ -427,10 +456,16 @@ def draw_tree(
             raise ValueError(f"node_color has shape {values.shape}, expected ({n},)")
         norm = colour_norm(values, vmin, vmax)
         colormap = matplotlib.colormaps[cmap]
-        fills = [colormap(norm(v)) if np.isfinite(v) else grey for v in values]
+        fills = [colormap(norm(v)) if np.isfinite(v) else GREY for v in values]
         mappable = ScalarMappable(norm=norm, cmap=colormap)
         fig.colorbar(mappable, ax=ax, shrink=0.8, pad=0.02, label=colorbar_label)
+    return fills
 
+
+def _draw_nodes(ax: Any, parent_np: np.ndarray, x: np.ndarray, y: np.ndarray,
+                fills: list[Any], shown: np.ndarray) -> None:
+    """Edges, nodes and the node ids inside them; nodes not yet grown are faint."""
+    n = len(parent_np)
     alpha = np.where(shown, 1.0, 0.12)
     for node in range(1, n):
         p = parent_np[node]
@@ -444,6 +479,10 @@ def draw_tree(
         ax.text(x[node], y[node], str(node), ha="center", va="center", fontsize=7,
                 fontweight="bold", color=text_color_for(fills[node]), zorder=3)
 
+
+def _draw_labels(ax: Any, x: np.ndarray, y: np.ndarray, labels: list[str], rewards: np.ndarray,
+                 shown: np.ndarray) -> list[Any]:
+    """The label under each shown node, boxed green (r > 0) or red (r = 0) on scored leaves."""
     radius_pt = np.sqrt(NODE_SIZE) / 2
     label_artists = []
     for node in np.flatnonzero(shown):
@@ -459,7 +498,16 @@ def draw_tree(
         text._at2po_name = f"label of node {node}"
         label_artists.append(text)
     ax._at2po_labels = label_artists
+    return label_artists
 
+
+def _draw_rings(ax: Any, x: np.ndarray, y: np.ndarray, rings: Any,
+                highlight: Mapping[int, str] | None, shown: np.ndarray) -> list[Any]:
+    """Dashed rings per expansion round and thick rings on highlighted nodes; returns their
+    legend handles."""
+    from matplotlib.lines import Line2D
+
+    n = len(x)
     round_values = np.zeros(n, dtype=np.int64) if rings is None else _as_numpy(rings).astype(np.int64)
     ring_handles = []
     for r in sorted(set(round_values[(round_values > 0) & shown].tolist())):
@@ -480,30 +528,31 @@ def draw_tree(
         ring_handles.append(Line2D([], [], marker="o", markersize=13, linestyle="none",
                                    markerfacecolor="none", markeredgecolor=colour,
                                    markeredgewidth=3.0, label=f"node {int(node)}: {role}"))
+    return ring_handles
 
-    ax.set_axis_off()
-    if title:
-        ax.set_title(title, fontsize=10)
-    if legend:
-        handles = list(ring_handles)
-        scored = rewards[np.isfinite(rewards) & shown]
-        if (scored > 0).any():
-            handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
-                                  markerfacecolor="white", markeredgecolor=REWARD_EDGE[True],
-                                  label="leaf, reward > 0 (green box)"))
-        if (scored <= 0).any():
-            handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
-                                  markerfacecolor="white", markeredgecolor=REWARD_EDGE[False],
-                                  label="leaf, reward 0 (red box)"))
-        if node_color is not None and np.isnan(_as_numpy(node_color).astype(float)).any():
-            handles.append(Line2D([], [], marker="o", markersize=9, linestyle="none",
-                                  markerfacecolor=grey, markeredgecolor="0.25",
-                                  label="grey: no value (root: no turn)"))
-        if handles:
-            ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.01),
-                      fontsize=7, frameon=False, ncol=min(len(handles), 2))
-    _fit(fig, ax, x, y, label_artists, resize=own_figure)
-    return fig, ax
+
+def _legend(ax: Any, ring_handles: list[Any], rewards: np.ndarray, shown: np.ndarray,
+            node_color: Any) -> None:
+    """The rings' entries, then the reward boxes and the grey fill where the tree has them."""
+    from matplotlib.lines import Line2D
+
+    handles = list(ring_handles)
+    scored = rewards[np.isfinite(rewards) & shown]
+    if (scored > 0).any():
+        handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
+                              markerfacecolor="white", markeredgecolor=REWARD_EDGE[True],
+                              label="leaf, reward > 0 (green box)"))
+    if (scored <= 0).any():
+        handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
+                              markerfacecolor="white", markeredgecolor=REWARD_EDGE[False],
+                              label="leaf, reward 0 (red box)"))
+    if node_color is not None and np.isnan(_as_numpy(node_color).astype(float)).any():
+        handles.append(Line2D([], [], marker="o", markersize=9, linestyle="none",
+                              markerfacecolor=GREY, markeredgecolor="0.25",
+                              label="grey: no value (root: no turn)"))
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.01),
+                  fontsize=7, frameon=False, ncol=min(len(handles), 2))
 
 
 def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
@@ -596,8 +645,6 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
 
 
 def _rollout_arrays(tree: Any, entropy_estimate: str) -> TreeArrays:
-    from ..rollout.export import tree_arrays
-
     return tree_arrays(tree, entropy_estimate)
 
 
@@ -643,8 +690,6 @@ def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "
     ``fig.at2po_intervals`` (method, metric, mean, low, high, prompts)."""
     import matplotlib.pyplot as plt
     import pandas as pd
-
-    from ..stats import seed_mean_ci
 
     names = list(metrics)
     rows = int(np.ceil(len(names) / 2))
@@ -747,9 +792,6 @@ def value_mode_spread(trees: Sequence[TreeArrays]) -> np.ndarray:
     """(T,) per tree: the largest difference between value modes at any node (max over nodes of
     max_mode V_n − min_mode V_n; docs/method.md §6), all trees in one batched call per mode."""
     import torch
-
-    from ..method.credit import VALUE_MODES, forest_node_values
-    from ..method.tree import Forest
 
     forest = Forest.from_trees(list(trees), dtype=torch.float64)
     stacked = torch.stack([forest_node_values(forest, m) for m in VALUE_MODES])  # (modes, N)

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..util.staging import discard, recover, staging_path, swap_in
 from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
                    check_search_args, hits_from_rows)
 from .corpus import Corpus
@@ -60,8 +61,6 @@ def build_bm25_index(
     import bm25s
     from bm25s.tokenization import Tokenized
     from tqdm.auto import tqdm
-
-    from ..util.staging import discard, recover, staging_path, swap_in
 
     index_dir = Path(index_dir)
     check_index_destination(index_dir)  # before any work: the swap replaces the whole folder

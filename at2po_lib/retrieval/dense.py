@@ -45,7 +45,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .base import DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever, check_search_args, hits_from_rows
+from ..util.staging import recover, staging_path, swap_in
+from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
+                   check_search_args, hits_from_rows)
 from .corpus import Corpus
 from .encoders import DenseEncoder, EncoderSpec
 from .metadata import (check_corpus, check_encoder, check_index_destination, file_sizes,
@@ -165,8 +167,6 @@ def build_dense_index(
     are reused. They are deleted after a successful build unless ``keep_embeddings``.
     """
     from tqdm.auto import tqdm
-
-    from ..util.staging import recover, staging_path, swap_in
 
     parse_index_type(index_type)
     index_dir = Path(index_dir)

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..util.quiet import hf_progress_bars_off
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import RetrievalConfig
 
@@ -131,8 +133,6 @@ class DenseEncoder:
 
         path = resolve_encoder_path(self.spec.name)
         try:
-            from ..util.quiet import hf_progress_bars_off
-
             with hf_progress_bars_off():  # the "Loading weights" bar: noise in notebook outputs
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModel.from_pretrained(path)

@@ -31,8 +31,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..util.locks import folder_lock
 from ..util.paths import artifacts_dir, repo_root
+from ..util.staging import recover
 from .base import IndexMismatchError, RetrievalError, Retriever
+from .bm25 import BM25Retriever, build_bm25_index
+from .client import HTTPRetriever
+from .corpus import Corpus
+from .dense import DenseRetriever, build_dense_index, faiss_header, find_faiss_file
 from .encoders import EncoderSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,9 +92,6 @@ def index_dirs(cfg: "ProfileConfig") -> dict[str, Path]:
 
 def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> bool:
     """A finished index matching the profile (no or unreadable ``meta.json``: not finished)."""
-    from ..util.staging import recover
-    from .corpus import Corpus
-
     recover(folder, lambda f: (f / "meta.json").is_file())  # finish an interrupted swap
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
@@ -112,9 +115,6 @@ def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> No
     from counts alone (issue #36): the file's header (type, dimension, vectors; a Flat file's
     exact size) against the corpus's cached passage count; the index itself is read once, by
     the retriever that serves it (which checks the encoder's dimension)."""
-    from .corpus import Corpus
-    from .dense import faiss_header, find_faiss_file
-
     if not _holds_faiss_file(folder):
         raise RetrievalError(f"retrieval.prebuilt is set but {folder} holds no index.faiss or *.index "
                              "file; download the index there, or unset retrieval.prebuilt to build one")
@@ -160,16 +160,12 @@ def ensure_index(
             if not force and _is_current(method, folder, cfg, corpus_path):
                 continue
             if method == "dense":
-                from .dense import build_dense_index
-
                 build_dense_index(
                     corpus_path, folder, EncoderSpec.from_config(rcfg), index_type=rcfg.index_type,
                     shard_size=rcfg.shard_size, batch_size=rcfg.batch_size, device=rcfg.device,
                     fp16=rcfg.fp16, force=force, progress=progress,
                 )
             else:
-                from .bm25 import build_bm25_index
-
                 build_bm25_index(corpus_path, folder, progress=progress)
     return {m: folders[m] for m in methods}
 
@@ -178,8 +174,6 @@ def _build_lock(folder: Path):
     """The index folder's exclusive lock (:mod:`at2po_lib.util.locks`) while it is built; a second
     build of the same profile waits for the first (a note names its PID) and then finds the
     index current instead of racing it."""
-    from ..util.locks import folder_lock
-
     return folder_lock(folder, "index build", wait=True)
 
 
@@ -198,20 +192,14 @@ def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool,
                      use_gpu: bool | str) -> Retriever:
     rcfg = cfg.retrieval
     if rcfg.url:
-        from .client import HTTPRetriever
-
         return HTTPRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
     method = method or rcfg.method
     folders = ensure_index(cfg, (method,)) if build else index_dirs(cfg)
     corpus_path = profile_corpus_path(cfg)
     if method == "dense":
-        from .dense import DenseRetriever
-
         return DenseRetriever(folders["dense"], corpus_path, EncoderSpec.from_config(rcfg),
                               batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16,
                               prebuilt=rcfg.prebuilt, use_gpu=use_gpu)
     if method == "bm25":
-        from .bm25 import BM25Retriever
-
         return BM25Retriever(folders["bm25"], corpus_path)
     raise ValueError(f"retrieval.method must be one of {METHODS}, got {method!r}")

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from .base import Retriever
+from .corpus import split_contents
 
 
 def recall_at_k(
@@ -119,8 +120,6 @@ def example_hits(retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]
     """One line per (question, retriever, rank): title of the hit, score, and whether it is the
     first-hop supporting passage, for showing examples."""
     import pandas as pd
-
-    from .corpus import split_contents
 
     records = []
     for name, retriever in retrievers.items():

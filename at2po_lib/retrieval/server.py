@@ -42,7 +42,10 @@ For notebooks and tests, :func:`start_server` (a thread in this process) and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hmac
+import json
 import os
 import socket
 import subprocess
@@ -57,9 +60,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 
-from .base import DEFAULT_TOPK, Retriever
+from .base import DEFAULT_TOPK, InvalidQueryError, Retriever, check_query_text
+from .batcher import MicroBatcher, QueueFullError
 
 
 class RetrieveRequest(BaseModel):
@@ -295,15 +299,6 @@ def create_app(
     so lazy model loading happens before ``/health`` answers rather than inside the first
     client's request time-out.
     """
-    import asyncio
-    import hmac
-    import json
-
-    from pydantic import ValidationError
-
-    from .base import InvalidQueryError, check_query_text
-    from .batcher import MicroBatcher, QueueFullError
-
     limits = limits or ServerLimits()
     if warmup:
         retriever.search(["warm-up"], 1)
@@ -341,88 +336,9 @@ def create_app(
     app.state.batcher = batcher
     app.state.stats = stats
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-    def authorised(request: Request) -> bool:
-        if not api_key:
-            return True
-        given = request.headers.get(API_KEY_HEADER, "")
-        bearer = request.headers.get("authorization", "")
-        if not given and bearer.lower().startswith("bearer "):
-            given = bearer[7:].strip()
-        return hmac.compare_digest(given.encode(), api_key.encode())
-
-    def validation_message(exc: ValidationError) -> str:
-        def where(e: dict) -> str:
-            return ".".join(str(p) for p in e.get("loc", ())) or "body"
-
-        return "invalid request: " + "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
-
-    def parse(body: bytes) -> RetrieveRequest | JSONResponse:
-        """Validate one request on its own, before it can join a batch."""
-        try:
-            obj = json.loads(body)
-        except RecursionError:  # nesting deeper than the interpreter's recursion limit
-            return error(422, "invalid request: body is nested too deeply")
-        except (ValueError, UnicodeDecodeError) as exc:  # bad JSON, an integer > 4,300 digits
-            return error(422, f"invalid request: body is not valid JSON ({str(exc)[:200]})")
-        try:
-            req = RetrieveRequest.model_validate(obj)
-        except ValidationError as exc:
-            return error(422, validation_message(exc))
-        queries = req.queries
-        topk = req.topk if req.topk is not None else default_topk
-        if not queries:
-            return error(422, "queries must be a non-empty list of strings")
-        if len(queries) > limits.max_queries:
-            return error(413, f"{len(queries)} queries in one request; the limit is {limits.max_queries}")
-        if not 1 <= topk <= topk_cap:
-            return error(422, f"topk must be between 1 and {topk_cap}, got {topk}")
-        too_long = [i for i, q in enumerate(queries) if len(q) > limits.max_query_chars]
-        if too_long:
-            return error(422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters")
-        total = sum(len(q) for q in queries)
-        if total > limits.max_request_chars:
-            return error(413, f"the queries hold {total} characters together; the limit per "
-                         f"request is {limits.max_request_chars}")
-        try:
-            for i, query in enumerate(queries):
-                check_query_text(query, i)
-        except InvalidQueryError as exc:
-            return error(422, str(exc))
-        return req
-
-    async def answer(request: Request, queries: list[str], topk: int) -> list | JSONResponse:
-        """Queue the search; give up on a time-out or when the client disconnects."""
-        work = asyncio.ensure_future(batcher.submit(queries, topk))
-        gone = asyncio.ensure_future(_wait_for_disconnect(request.receive))
-        try:
-            done, _ = await asyncio.wait({work, gone}, timeout=limits.request_timeout_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if work in done:
-            try:
-                return work.result()
-            except QueueFullError as exc:
-                stats["rejected_queue_full"] += 1
-                return error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
-            except Exception as exc:  # the server stays up; the client sees why
-                return error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
-        work.cancel()  # drops this request's queries that were not searched yet
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
-        if gone in done:
-            stats["abandoned"] += 1
-            return error(499, "client disconnected")  # nobody reads it
-        stats["timed_out"] += 1
-        return error(504, f"request not answered within {limits.request_timeout_s:g} s "
-                     f"({len(queries)} queries); send fewer queries per request")
-
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
-        if not authorised(request):  # alive, and nothing else, without the key
+        if not _authorised(request, api_key):  # alive, and nothing else, without the key
             return {"status": "ok", "api_key_required": True}
         return {"status": "ok", **_public(info), "batching": batching,
                 "default_topk": default_topk, "limits": asdict(limits),
@@ -431,27 +347,27 @@ def create_app(
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
-        if not authorised(request):
+        if not _authorised(request, api_key):
             stats["unauthorized"] += 1
-            return error(401, f"missing or wrong API key (send it in the {API_KEY_HEADER} header)")
+            return _error(401, f"missing or wrong API key (send it in the {API_KEY_HEADER} header)")
         from starlette.requests import ClientDisconnect
 
         try:
             body = await asyncio.wait_for(_read_body(request, limits.max_body_bytes),
                                           limits.body_timeout_s)
         except _BodyTooLarge as exc:  # stop reading: close the connection after answering
-            return error(413, str(exc), {"Connection": "close"})
+            return _error(413, str(exc), {"Connection": "close"})
         except asyncio.TimeoutError:
-            return error(408, f"request body not received within {limits.body_timeout_s:g} s",
-                         {"Connection": "close"})
+            return _error(408, f"request body not received within {limits.body_timeout_s:g} s",
+                          {"Connection": "close"})
         except ClientDisconnect:  # the client went away mid-upload: nobody to answer
             stats["abandoned"] += 1
-            return error(499, "client disconnected")
-        parsed = parse(body)
+            return _error(499, "client disconnected")
+        parsed = _parse_request(body, limits, default_topk, topk_cap)
         if isinstance(parsed, JSONResponse):
             return parsed
         topk = parsed.topk if parsed.topk is not None else default_topk
-        hits = await answer(request, parsed.queries, topk)
+        hits = await _answer(request, batcher, stats, limits, parsed.queries, topk)
         if isinstance(hits, JSONResponse):
             return hits
         if parsed.return_scores:
@@ -459,6 +375,95 @@ def create_app(
         return JSONResponse({"result": [[hit["document"] for hit in query_hits] for query_hits in hits]})
 
     return app
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _authorised(request: Request, api_key: str | None) -> bool:
+    """No key set, or the request carries it (``X-API-Key`` or ``Authorization: Bearer``);
+    compared in constant time."""
+    if not api_key:
+        return True
+    given = request.headers.get(API_KEY_HEADER, "")
+    bearer = request.headers.get("authorization", "")
+    if not given and bearer.lower().startswith("bearer "):
+        given = bearer[7:].strip()
+    return hmac.compare_digest(given.encode(), api_key.encode())
+
+
+def _validation_message(exc: ValidationError) -> str:
+    def where(e: dict) -> str:
+        return ".".join(str(p) for p in e.get("loc", ())) or "body"
+
+    return "invalid request: " + "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
+
+
+def _parse_request(body: bytes, limits: ServerLimits, default_topk: int,
+                   topk_cap: int) -> RetrieveRequest | JSONResponse:
+    """Validate one request on its own, before it can join a batch: JSON, schema, then each
+    limit (a 413 or 422 naming it)."""
+    try:
+        obj = json.loads(body)
+    except RecursionError:  # nesting deeper than the interpreter's recursion limit
+        return _error(422, "invalid request: body is nested too deeply")
+    except (ValueError, UnicodeDecodeError) as exc:  # bad JSON, an integer > 4,300 digits
+        return _error(422, f"invalid request: body is not valid JSON ({str(exc)[:200]})")
+    try:
+        req = RetrieveRequest.model_validate(obj)
+    except ValidationError as exc:
+        return _error(422, _validation_message(exc))
+    queries = req.queries
+    topk = req.topk if req.topk is not None else default_topk
+    if not queries:
+        return _error(422, "queries must be a non-empty list of strings")
+    if len(queries) > limits.max_queries:
+        return _error(413, f"{len(queries)} queries in one request; the limit is {limits.max_queries}")
+    if not 1 <= topk <= topk_cap:
+        return _error(422, f"topk must be between 1 and {topk_cap}, got {topk}")
+    too_long = [i for i, q in enumerate(queries) if len(q) > limits.max_query_chars]
+    if too_long:
+        return _error(422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters")
+    total = sum(len(q) for q in queries)
+    if total > limits.max_request_chars:
+        return _error(413, f"the queries hold {total} characters together; the limit per "
+                      f"request is {limits.max_request_chars}")
+    try:
+        for i, query in enumerate(queries):
+            check_query_text(query, i)
+    except InvalidQueryError as exc:
+        return _error(422, str(exc))
+    return req
+
+
+async def _answer(request: Request, batcher: MicroBatcher, stats: dict[str, Any],
+                  limits: ServerLimits, queries: list[str], topk: int) -> list | JSONResponse:
+    """Queue the search; give up on a time-out or when the client disconnects."""
+    work = asyncio.ensure_future(batcher.submit(queries, topk))
+    gone = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({work, gone}, timeout=limits.request_timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if work in done:
+        try:
+            return work.result()
+        except QueueFullError as exc:
+            stats["rejected_queue_full"] += 1
+            return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+        except Exception as exc:  # the server stays up; the client sees why
+            return _error(500, f"retrieval failed: {type(exc).__name__}: {exc}")
+    work.cancel()  # drops this request's queries that were not searched yet
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await work
+    if gone in done:
+        stats["abandoned"] += 1
+        return _error(499, "client disconnected")  # nobody reads it
+    stats["timed_out"] += 1
+    return _error(504, f"request not answered within {limits.request_timeout_s:g} s "
+                  f"({len(queries)} queries); send fewer queries per request")
 
 
 # -- running it ------------------------------------------------------------------------------

@@ -58,10 +58,11 @@ from ..actions import Action, last_tag_content, parse_action
 from ..prompts import (PromptTemplate, build_messages, clean_query, get_template,
                        invalid_action_message, prompt_ids, render_observation, tool_limit_notice)
 from ..retrieval.base import DEFAULT_TOPK
-from .turns import TurnBackend, TurnRequest, TurnResult
+from ..reward import atpo_reward, exact_match, extract_prediction
 from .backends import make_backend
 from .kvcache import KVPrefix
 from .structures import ROOT, Node, RolloutTree, Trajectory
+from .turns import TurnBackend, TurnRequest, TurnResult
 
 __all__ = ["SearchEnv", "Chain", "run_chains", "rollout_chains", "default_reward_fn",
            "score_trees", "turn_stops"]
@@ -79,8 +80,6 @@ def turn_stops(template: str | PromptTemplate) -> tuple[str, ...]:
 
 def default_reward_fn(template: PromptTemplate) -> RewardFn:
     """``atpo_reward`` for boxed-answer templates, EM of the extracted answer otherwise."""
-    from ..reward import atpo_reward, exact_match, extract_prediction
-
     if template.answer_style == "boxed":
         return lambda response, golden: atpo_reward(response, list(golden))
     return lambda response, golden: exact_match(extract_prediction(response, "plain"), list(golden))
@@ -160,8 +159,6 @@ class SearchEnv:
                 for row in hits]
 
     def extract_answer(self, response: str) -> str | None:
-        from ..reward import extract_prediction
-
         return extract_prediction(response, self.template.answer_style)
 
     def reward(self, response: str, golden_answers: Sequence[str]) -> float:

@@ -36,8 +36,9 @@ import torch
 
 from .kvcache import BatchCache, KVPrefix
 from .sampling import SamplingSpec, sample_step
-from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult,
-                    eos_token_ids, split_stop_sequences)
+from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult, eos_token_ids,
+                    split_stop_sequences)
+from .vllm_backend import VLLMBackend
 
 GROUPED_ATTENTION = "at2po_grouped"
 
@@ -361,8 +362,6 @@ def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], s
         kwargs.setdefault("num_threads", rollout_cfg.num_threads or None)
         return HFBackend(model, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
     if rollout_cfg.backend == "vllm":
-        from .vllm_backend import VLLMBackend
-
         # ``model`` is the engine itself (evaluation) unless it comes as ``llm`` (the trainer)
         engine = kwargs.pop("llm", None) or model
         return VLLMBackend(engine, tokenizer, spec, stop_sequences, seed=seed, **kwargs)

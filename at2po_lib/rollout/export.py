@@ -52,6 +52,7 @@ import numpy as np
 from ..method.tree import TreeArrays
 from ..policy.strategies import label_tree_turns
 from .structures import ROOT, RolloutTree
+from .trees import node_entropy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,8 +63,6 @@ _INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "r
 def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
                 turn_entropy: str = "mean") -> TreeArrays:
     """The tree as :class:`~at2po_lib.method.tree.TreeArrays` (module docstring)."""
-    from .trees import node_entropy
-
     nodes = tree.nodes
     reward = np.array([n.reward if n.is_leaf else np.nan for n in nodes], dtype=np.float64)
     node_arrays = {

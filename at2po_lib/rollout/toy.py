@@ -15,6 +15,12 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
+from ..config import PolicyConfig, load_profile
+from ..policy.model import build_policy
+from ..policy.tokenizer import train_tokenizer
+from ..prompts import get_template
+from ..retrieval.indexes import build_retriever
+from ..tinyworld.build import ensure_world, read_corpus, read_rows
 from .turns import BackendStats, TurnRequest, TurnResult
 
 DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
@@ -24,9 +30,6 @@ def tag_biased_policy(tokenizer, policy_cfg=None, seed: int = 0,
                       tag_bias: dict[str, float] | None = None):
     """A random tiny Qwen3 (``build_policy``) with ``lm_head`` given a bias on tag tokens."""
     import torch
-
-    from ..config import PolicyConfig
-    from ..policy.model import build_policy
 
     cfg = policy_cfg or PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      num_key_value_heads=2, intermediate_size=64)
@@ -116,12 +119,6 @@ class ToySetup:
     def __init__(self, profile: str = "smoke", seed: int = 0, vocab_size: int = 700,
                  dataset: str = "tiny_hotpotqa", policy_cfg=None,
                  tag_bias: dict[str, float] | None = None) -> None:
-        from ..config import load_profile
-        from ..policy.tokenizer import train_tokenizer
-        from ..prompts import get_template
-        from ..retrieval.indexes import build_retriever
-        from ..tinyworld.build import ensure_world, read_corpus, read_rows
-
         self.cfg = load_profile(profile)
         self.world = ensure_world(self.cfg)
         self.retriever = build_retriever(self.cfg)

@@ -33,7 +33,7 @@ Random expansion (Tree-GRPO, its ``generation_ts.py`` / ``tree_node.py``), per p
 
 A picked node p is never a leaf and always gains a child, so every inner node of such a tree
 that branches has >= 2 leaves below it, and every tree has >= 2 leaves: no group of one in
-Tree-GRPO's tree-level advantage (at2po_lib.method.credit.tree_grpo_advantages). Shape at AT2PO's
+Tree-GRPO's tree-level advantage (at2po_lib.method.outcome.tree_grpo_advantages). Shape at AT2PO's
 leaf budget B = M + L*K (so every tree method trains on the same number of rows): m trees of
 B / m leaves, n = (B / m - 1) / L expansions per tree and round (:func:`tree_grpo_shape`;
 paper M=10, L=2, K=6 -> m=2 trees, n=5; the original's scripts use m=2, n=2, L=1). The
@@ -60,13 +60,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..method.expansion import EXPANSIONS, select_entropy, select_random, select_random_siblings
+from .aepo import rollout_aepo
 from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, score_trees,
                     start_chain, turn_stops)
-from .turns import TurnBackend
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
-from ..method.expansion import (EXPANSIONS, select_entropy, select_random,
-                                select_random_siblings)
+from .turns import TurnBackend
 
 GROWN_HERE = tuple(e for e in EXPANSIONS if e != "aepo")
 """The expansions this module grows (chains and trees; AEPO's is :mod:`.aepo`)."""
@@ -294,8 +294,6 @@ def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
     ``prompt_index``). Convert with :func:`.export.tree_arrays` / :func:`.export.training_rows`."""
     expansion = expansion or rollout_cfg.expansion
     if expansion == "aepo":
-        from .aepo import rollout_aepo
-
         return rollout_aepo(model, tokenizer, template, retriever, questions, golden_answers,
                             rollout_cfg, budget=num_leaves, seed=seed, **kwargs)
     return rollout_trees(model, tokenizer, template, retriever, questions, golden_answers,

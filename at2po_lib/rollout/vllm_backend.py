@@ -71,9 +71,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
+from ..policy.tokenizer import load_tokenizer
+from ..util.staging import staging_path, swap_in
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
+from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 
 
 def vllm_available() -> bool:
@@ -134,9 +136,6 @@ def engine_weights(model_path: str | Path) -> str | Path:
     if (merged / "config.json").is_file():
         return merged
     from peft import AutoPeftModelForCausalLM
-
-    from ..policy.tokenizer import load_tokenizer
-    from ..util.staging import staging_path, swap_in
 
     model = AutoPeftModelForCausalLM.from_pretrained(str(folder)).merge_and_unload()
     work = staging_path(merged)

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import load_profile
+from ..util.paths import artifacts_dir
 from .datasets import DATASETS, MIRRORS, make_split, split_sizes
 from .entities import ENTITY_TYPES, POOLS, RELATIONS, build_entities
 from .passages import write_passages
@@ -193,9 +195,6 @@ def build_world(cfg, out_dir: Path, force: bool = False) -> WorldFiles:
 def ensure_world(profile_cfg, force: bool = False) -> WorldFiles:
     """The profile's TinyWorld under ``artifacts_dir(profile)/"world"``, built if missing.
     ``profile_cfg`` is a ``ProfileConfig`` or a profile name."""
-    from ..config import load_profile
-    from ..util.paths import artifacts_dir
-
     if isinstance(profile_cfg, str):
         profile_cfg = load_profile(profile_cfg)
     return build_world(profile_cfg.world, artifacts_dir(profile_cfg.name) / "world", force=force)

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..util.hf_compat import checkpointing_field
-from ..method.credit import ADVANTAGE_MODES, OUTCOME_ADVANTAGES, VALUE_MODES
+from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
+from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.loss import EPS_HIGH, EPS_LOW, LEVELS, TURN_RATIOS
 
 CREDIT_ADVANTAGES = (*ADVANTAGE_MODES, *OUTCOME_ADVANTAGES)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from ..method import credit
+from ..method import credit, outcome
 from ..method.tree import Forest, TreeArrays, as_tree_arrays
 
 
@@ -58,9 +58,9 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
 
     - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
       over the batch's trees (every token of turn n gets A_n, docs/method.md §6);
-    - ``vanilla`` and ``tree_grpo`` (``credit.OUTCOME_ADVANTAGES``), broadcast to the row's
-      model tokens. ``vanilla``: GRPO over the leaves of each prompt, ``credit.grpo_advantages``;
-    - ``tree_grpo``: ``credit.tree_grpo_advantages``: GRPO over all leaves of the prompt
+    - ``vanilla`` and ``tree_grpo`` (``outcome.OUTCOME_ADVANTAGES``), broadcast to the row's
+      model tokens. ``vanilla``: GRPO over the leaves of each prompt, ``outcome.grpo_advantages``;
+    - ``tree_grpo``: ``outcome.tree_grpo_advantages``: GRPO over all leaves of the prompt
       (``group``) plus GRPO over the leaves of the row's tree (``row_tree``). With the
       ``random`` expansion each of a prompt's trees is one of Tree-GRPO's separate trees
       (docs/method.md §5, §8); a tree with a single leaf is an error (its tree-level term
@@ -75,9 +75,9 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
         return credit.batch_token_advantages(
             forest, turn_node, torch.tensor(batch.row_tree), value_mode=value, adv_mode=advantage,
             normalize_leaves=normalize_leaves).float()
-    if advantage not in credit.OUTCOME_ADVANTAGES:
+    if advantage not in outcome.OUTCOME_ADVANTAGES:
         raise ValueError(f"unknown credit_advantage {advantage!r}")
-    row_adv = credit.OUTCOME_ADVANTAGES[advantage](
+    row_adv = outcome.OUTCOME_ADVANTAGES[advantage](
         torch.tensor(batch.reward, dtype=torch.float64), torch.tensor(batch.row_tree),
         torch.tensor(batch.group))
     return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype)).float()

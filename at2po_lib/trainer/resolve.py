@@ -33,8 +33,9 @@ from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, RolloutConfig
 from ..config_checks import trainer_problems
-from ..method.credit import OUTCOME_ADVANTAGES
+from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, Method, get_method
+from .at2po_config import TRL_LOSS_TYPES, AT2POConfig
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,6 @@ class RunSpec:
 
     def training_args(self, output_dir: Path):
         """The run's :class:`AT2POConfig` (TRL's arguments) writing to ``output_dir``."""
-        from .at2po_config import AT2POConfig
-
         if self.geometry is None:
             raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
@@ -211,8 +210,6 @@ def _without_added_fields(record: dict[str, Any]) -> dict[str, Any]:
 
 def _legacy_names(fields: dict[str, Any]) -> None:
     """Rename, in place, the fields the renovation renamed back to their old names."""
-    from .at2po_config import TRL_LOSS_TYPES
-
     if "loss_aggregation" in fields:
         fields["loss_type"] = TRL_LOSS_TYPES[fields.pop("loss_aggregation")]
     if "dynamic_sampling" in fields:

@@ -49,10 +49,26 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import ProfileConfig, ProfileError, load_profile
-from ..util.staging import recover, staging_path, swap_in
-from . import run_folder
+from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
+from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
+                          summarise, turn_distribution, world_dataset_path, write_eval,
+                          write_outcomes)
 from ..method.presets import get_method
+from ..policy.model import torch_dtype
+from ..policy.tokenizer import load_tokenizer
+from ..policy.warmstart import ensure_warmstart
+from ..retrieval.indexes import build_retriever
+from ..tinyworld.build import ensure_world
+from ..util.locks import folder_lock
+from ..util.provenance import hardware, run_metadata
+from ..util.quiet import hf_progress_bars_off
+from ..util.staging import recover, staging_path, swap_in
+from . import rank_record, run_folder
+from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress,
+                        TreeRecord)
 from .resolve import RunSpec, check_fixed_rollout, resolve_run
+from .search_agent import SearchAgent, turn_backend
+from .trainer import AT2POTrainer
 
 __all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 
@@ -62,14 +78,9 @@ def training_prompts(profile_cfg: ProfileConfig) -> list[dict[str, Any]]:
     """Prompts of ``train.train_datasets``: TinyWorld ``train`` splits (``tiny_*``) or the
     FlashRAG training splits; each row keeps ``question`` and ``golden_answers``. (Not
     :func:`at2po_lib.rollout.export.training_rows`, which turns rollout trees into one row per leaf.)"""
-    from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
-
     out: list[dict[str, Any]] = []
     for name in profile_cfg.train.train_datasets:
         if name.startswith("tiny_"):
-            from ..evaluation import world_dataset_path
-            from ..tinyworld.build import ensure_world
-
             rows = read_flashrag_jsonl(world_dataset_path(ensure_world(profile_cfg), name, "train"))
         else:
             rows = load_flashrag(name, "train", local_dir=profile_cfg.data.local_dir)
@@ -94,7 +105,6 @@ def policy_path(profile_cfg: ProfileConfig) -> str:
     """``policy.model`` (paper scale) or the profile's warm start (trained if missing)."""
     if profile_cfg.policy.model:
         return profile_cfg.policy.model
-    from ..policy.warmstart import ensure_warmstart
 
     return str(ensure_warmstart(profile_cfg))
 
@@ -105,24 +115,17 @@ class Validator:
 
     def __init__(self, trainer, profile_cfg: ProfileConfig, retriever, datasets: Sequence[str],
                  max_questions: int | None, label: str, seed: int):
-        from ..evaluation import load_eval_rows
-
         self.trainer, self.cfg, self.retriever = trainer, profile_cfg, retriever
         self.label, self.seed = label, seed
         self.rows = {d: load_eval_rows(profile_cfg, d, max_questions) for d in datasets}
 
     def __call__(self):
-        from ..evaluation import summarise
-
         return summarise(self.details(), self.cfg.name, self.label, self.seed)
 
     def details(self):
         """Per-question results of every process's shard, gathered (on every process)."""
         import pandas as pd
         from accelerate.utils import gather_object
-
-        from ..evaluation import score_datasets
-        from .search_agent import turn_backend
 
         acc = self.trainer.accelerator
         tokenizer = self.trainer.processing_class
@@ -154,8 +157,6 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
     (:mod:`at2po_lib.util.locks`): a second process on the same run stops at once with
     :class:`~at2po_lib.util.locks.FolderLockedError` naming the first one's PID. The options are
     :func:`_train_locked`'s; see there and the module docstring."""
-    from ..util.locks import folder_lock
-
     get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
     check_fixed_rollout(method, options.get("profile_overrides"))
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
@@ -207,24 +208,61 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     main = _is_main_process()
     if main:
         _recover_run_folder(run)
-    if not force and any(run_folder.is_finished(run, d) for d in same):
+    if not force:
+        done = _finished_run(run, same, digest, reuse_finished)
+        if done is not None:
+            return done
+    # Everything below writes into the staging folder; the committed run is untouched until
+    # the new one is complete (at2po_lib.util.staging).
+    work = run_folder.RunDir(staging_path(run.root))
+    checkpoint = _prepare_staging(work, run, same, resume=resume, force=force, main=main)
+    if main:
+        _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint)
+
+    start = time.time()
+    if preset.trains:
+        final = _train_and_evaluate(spec, work, checkpoint, callbacks, reward_fn)
+        status = "resumed" if checkpoint else "trained"
+    else:
+        final = _evaluate_warmstart(cfg, method, seed, work)
+        status = "evaluated"
+    wall = time.time() - start + _previous_wall_time(work, checkpoint)
+    if main:
+        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
+                              final_eval=str(run.final_eval) if final is not None else None,
+                              world_size=_world_size())
+        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
+    return TrainResult(run, status, wall, final)
+
+
+def _finished_run(run: run_folder.RunDir, same: set[str], digest: str,
+                  reuse_finished: bool) -> TrainResult | None:
+    """A finished run of this configuration (``skipped``), or of another one when
+    ``reuse_finished`` (``reused``); another configuration's finished run otherwise is a
+    :class:`RunExistsError`; None when nothing is finished there."""
+    if any(run_folder.is_finished(run, d) for d in same):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
-    if not force and run_folder.is_finished(run) and reuse_finished:
+    if run_folder.is_finished(run) and reuse_finished:
         print(f"{run.root}: reusing a finished run made with another configuration (config "
               f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
               file=sys.stderr)
         return TrainResult(run, "reused", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            _read_csv(run.final_eval))
-    if not force and run_folder.is_finished(run):
+    if run_folder.is_finished(run):
         raise RunExistsError(
             f"{run.root}: a finished run with another configuration is there (config hash "
             f"{_done_hash(run)}, now {digest}); pass --force (force=True) to replace it. The "
             "finished run is kept until the new one has finished.")
-    # Everything below writes into the staging folder; the committed run is untouched until
-    # the new one is complete (at2po_lib.util.staging).
-    work = run_folder.RunDir(staging_path(run.root))
+    return None
+
+
+def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, same: set[str], *,
+                     resume: bool, force: bool, main: bool) -> Path | None:
+    """The staging folder to train in: with ``resume`` (and not ``force``), its last complete
+    checkpoint (records cut back to that step), returned; else (or without one) an empty
+    folder, and None."""
     checkpoint = None
     if resume and not force:
         if main:
@@ -244,29 +282,18 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
                   "continue it)", file=sys.stderr)
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
-    if main:
-        run_folder.write_config(work, {**resolved, "config_hash": digest})
-        from ..util.provenance import hardware, run_metadata
+    return checkpoint
 
-        meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                            resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                            hardware=hardware(), world_size=_world_size())
-        work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
-    start = time.time()
-    if preset.trains:
-        final = _train_and_evaluate(spec, work, checkpoint, callbacks, reward_fn)
-        status = "resumed" if checkpoint else "trained"
-    else:
-        final = _evaluate_warmstart(cfg, method, seed, work)
-        status = "evaluated"
-    wall = time.time() - start + _previous_wall_time(work, checkpoint)
-    if main:
-        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
-                              final_eval=str(run.final_eval) if final is not None else None,
-                              world_size=_world_size())
-        swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
-    return TrainResult(run, status, wall, final)
+def _write_run_header(work: run_folder.RunDir, cfg: ProfileConfig, method: str, seed: int,
+                      resolved: dict[str, Any], digest: str, checkpoint: Path | None) -> None:
+    """The run's resolved config (with its hash) and ``meta.json`` (revision, hardware, what it
+    resumed from)."""
+    run_folder.write_config(work, {**resolved, "config_hash": digest})
+    meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
+                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+                        hardware=hardware(), world_size=_world_size())
+    work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
 
 def _world_size() -> int:
@@ -352,8 +379,6 @@ def _read_csv(path: Path):
 
 def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int,
                       run: run_folder.RunDir):
-    from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
-
     summary, details = evaluate(cfg, model, tokenizer, retriever, label=method, seed=seed,
                                 return_details=True)
     write_outcomes(details, run.outcomes)
@@ -363,9 +388,6 @@ def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: s
 
 
 def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
-    from ..evaluation import load_evaluation_policy
-    from ..retrieval.indexes import build_retriever
-
     model, tokenizer = load_evaluation_policy(cfg, policy_path(cfg))  # vLLM: one engine
     return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
 
@@ -431,14 +453,6 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     import datasets
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from ..policy.model import torch_dtype
-    from ..policy.tokenizer import load_tokenizer
-    from ..retrieval.indexes import build_retriever
-    from .search_agent import SearchAgent
-    from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress,
-                            TreeRecord)
-    from .trainer import AT2POTrainer
-
     if "tensorboard" in cfg.train.report_to:
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
@@ -450,7 +464,6 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     retriever = build_retriever(cfg)
     dataset = datasets.Dataset.from_list(training_prompts(cfg))
     agent = SearchAgent(tokenizer, cfg.policy.template, retriever, spec.rollout, reward_fn)
-    from ..util.quiet import hf_progress_bars_off
 
     with hf_progress_bars_off():  # "Loading weights" of the policy: noise in notebook outputs
         trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
@@ -468,7 +481,6 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
     trainer.add_callback(TreeRecord(trainer, run.trees, (1, cfg.train.max_steps)))
-    from . import rank_record
 
     if rank_record.enabled():
         trainer.add_callback(rank_record.RankRecord(trainer, run.root / "ranks"))
@@ -487,7 +499,6 @@ def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path 
                             reward_fn=reward_fn, spec=spec)
     for callback in callbacks:
         trainer.add_callback(callback)
-    from ..util.quiet import hf_progress_bars_off
 
     if checkpoint is not None and _checkpoint_rollout_step(checkpoint) >= cfg.train.max_steps \
             and _loads_without_training(trainer):
@@ -546,8 +557,6 @@ def _sharded_final_evaluation(trainer, cfg: ProfileConfig, method: str, seed: in
     under ZeRO-3), the per-question frames are gathered, and the main process writes
     ``outcomes.csv`` and ``final_eval.csv``. The sampled metric (``eval.sampled_k``) is
     single-process only: refused here rather than left out silently."""
-    from ..evaluation import summarise, turn_distribution, write_eval, write_outcomes
-
     if cfg.eval.sampled_k > 0:
         raise ProfileError(f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
                            "process; set eval.sampled_k=0 for a multi-process run and compute it "

@@ -45,7 +45,9 @@ from typing import Any
 
 import yaml
 
+from ..config import ProfileError, load_profile
 from ..util.paths import results_dir
+from ..util.storage import reported_writes
 
 COMPLETE_MARKER = "COMPLETE"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -118,8 +120,6 @@ def run_profile_key(profile_cfg: Any) -> str:
     run trains on other datasets than the profile file declares (``--set
     train.train_datasets=[nq]`` on a HotpotQA profile), so that a single-hop and a multi-hop
     run never share a folder. A profile given as a YAML path outside configs/ keys by its name."""
-    from ..config import ProfileError, load_profile
-
     name, trained = profile_cfg.name, list(profile_cfg.train.train_datasets)
     try:
         declared = list(load_profile(name).train.train_datasets)
@@ -187,8 +187,6 @@ def _json_safe(value: Any) -> Any:
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     """Append one row and flush it to disk (a crash loses at most the row being written)."""
-    from ..util.storage import reported_writes
-
     line = json.dumps({k: _json_safe(v) for k, v in row.items()}, default=str)
     with reported_writes(path), path.open("a") as fh:
         fh.write(line + "\n")
@@ -300,8 +298,6 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- helpers
 def _atomic_write(path: Path, text: str) -> None:
     """Write to a temporary sibling, fsync, then rename over ``path``."""
-    from ..util.storage import reported_writes
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with reported_writes(path):  # a full disk: ENOSPC naming the file, the old one kept

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..rollout.export import with_decisions
+from ..rollout.agent import turn_stops
+from ..rollout.backends import make_backend
+from ..rollout.export import training_rows, tree_arrays, with_decisions
+from ..rollout.trees import rollout
 from .at2po_config import AT2POConfig
 from .batch import RolloutBatch
 
@@ -45,8 +48,6 @@ class SearchAgent:
         prompt in the order of ``rows`` (``group`` = position in ``rows``). ``args`` (the
         trainer's ``AT2POConfig``) must describe the same rollout: it is checked, not read.
         """
-        from ..rollout.trees import rollout
-
         cfg = self.rollout_cfg
         _check_same_rollout(cfg, args)
         questions = [_field(row, "question", i) for i, row in enumerate(rows)]
@@ -69,8 +70,6 @@ def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False
     Hugging Face backend from ``policy``."""
     if rollout_cfg.backend != "vllm":
         return None
-    from ..rollout.agent import turn_stops
-    from ..rollout.backends import make_backend
 
     return make_backend(None, tokenizer, rollout_cfg, turn_stops(template), seed=seed,
                         greedy=greedy, llm=policy)
@@ -98,8 +97,6 @@ def _field(row: dict[str, Any], name: str, index: int) -> Any:
 def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll",
                      turn_entropy: str = "mean") -> RolloutBatch:
     """Training rows and credit arrays of rollout trees (one row per leaf, trees in order)."""
-    from ..rollout.export import training_rows, tree_arrays
-
     rows = training_rows(trees)
     arrays = [tree_arrays(t, entropy_estimate, turn_entropy) for t in trees]
     leaf_calls, finish_reasons = [], []

@@ -30,8 +30,14 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..config import load_profile
 from ..method.credit import VALUE_MODES
 from ..method.presets import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
+from ..util.paths import results_dir
+from ..util.staging import staging_path
+from . import run_folder
+from .resolve import resolve_run
+from .run import train
 
 TABLE3_ADVANTAGES = ("node_value", "diff_parent")
 """The advantage modes Table 3's study trains by default (the paper's main contrast)."""
@@ -72,8 +78,6 @@ def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[
               force: bool = False, overrides: dict[str, Any] | None = None) -> list[Any]:
     """Train or reuse every (method, seed) of ``table``, seed by seed (so the first seeds of
     every method finish first); returns the :class:`TrainResult` of each call."""
-    from .run import train
-
     chosen = study_methods(table, methods)
     results = []
     for seed in seeds:
@@ -109,12 +113,6 @@ def study_plan(profile: str, table: str, seeds: Sequence[int],
     folders without training or writing anything: what is left of a study spread over
     several sittings or machines (``at2po study ... --plan``)."""
     import json
-
-    from ..config import load_profile
-    from ..util.paths import results_dir
-    from ..util.staging import staging_path
-    from . import run_folder
-    from .resolve import resolve_run
 
     cfg = load_profile(profile, overrides or None)
     chosen = study_methods(table, methods)

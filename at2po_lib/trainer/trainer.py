@@ -73,12 +73,13 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from ..method import credit
+from ..analysis.dissection import sibling_spread
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
-from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
+from ..util.storage import reported_writes
 from .at2po_config import AT2POConfig
+from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 from .fused_loss import fused_policy_loss
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
@@ -96,12 +97,12 @@ _GLOBAL_RNG_ROUND = 1_000
 
 def credit_spread_metrics(trees) -> dict[str, float]:
     """How far entropy-softmax credit weights sit from the plain child mean in this batch, under
-    both entropy estimates (:func:`at2po_lib.method.credit.sibling_spread`): the mean over
+    both entropy estimates (:func:`at2po_lib.analysis.dissection.sibling_spread`): the mean over
     sibling sets of mean |w - 1/n| and of the siblings' entropy range; empty for chains (no
     sibling sets)."""
     out: dict[str, float] = {}
     for estimate, name in (("nll", "entropy_nll"), ("exact", "entropy_exact")):
-        spreads = [credit.sibling_spread(t.parent, t.node_arrays[name]) for t in trees
+        spreads = [sibling_spread(t.parent, t.node_arrays[name]) for t in trees
                    if name in t.node_arrays]
         dev = np.concatenate([d for d, _, _ in spreads]) if spreads else np.zeros(0)
         if dev.size and np.isfinite(dev).all():
@@ -241,8 +242,6 @@ class AT2POTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
         """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
         (torch alone said ``basic_ios::clear: iostream error``), see :mod:`at2po_lib.util.storage`."""
-        from ..util.storage import reported_writes
-
         folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
         with reported_writes(folder):
             return super()._save_checkpoint(model, trial)
