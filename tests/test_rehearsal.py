@@ -113,10 +113,10 @@ def _rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
         server.wait(timeout=30)
 
 
-def _resume_command(rehearsal: Rehearsal) -> list[str]:
+def _resume_command(rehearsal: Rehearsal, *extra: str) -> list[str]:
     """The command a GPU user runs, resumed; FlashRAG files from --data-dir."""
     return ["-m", "at2po_lib.cli", "train", "--profile", "rehearsal", "--method", "at2po",
-            "--resume", *_without_data_dir(rehearsal.set_args),
+            "--resume", *_without_data_dir(rehearsal.set_args), *extra,
             "--data-dir", str(rehearsal.files.flashrag)]
 
 
@@ -169,40 +169,46 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
 
 def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
     """Issue #39 item 2 under several processes: a 2-process run killed after its last
-    checkpoint (rollout step 2, global step 16), resumed with 2 processes, trains nothing more:
-    its last checkpoint is of global step 16 = max_steps x 8 updates (transformers' loop used to
-    add an update and a checkpoint-17), and its records, weights and every question's outcome
-    equal the uninterrupted run's (the same launch, not killed)."""
+    checkpoint, resumed with 2 processes, trains nothing more: its last checkpoint is of global
+    step 8 = max_steps x 8 updates, and its records, weights and every question's outcome equal
+    the uninterrupted run's (the same launch, not killed).
+
+    One rollout step (``max_steps=1``): an epoch of 17 NQ rows holds 2 steps of 8 prompts (16
+    updates), so the resume starts inside an epoch, where transformers' loop runs an update
+    before it checks max_steps (it did: a 9th update, a checkpoint-9, outcomes of another
+    model). With the profile's 2 steps the run ends on the epoch's end and the loop is skipped
+    without the fix too."""
     entry = str(ROOT / "tests" / "rehearsal_entry.py")
+    one_step = ("--set", "train.max_steps=1")
     run = run_folder.RunDir(tmp_path / "results" / "runs" / "rehearsal" / "at2po" / "seed0")
     straight = run_folder.RunDir(tmp_path / "uninterrupted")
     with _rehearsal(tmp_path) as rehearsal:
-        whole = rehearsal.launch([entry, "--crash", "none", *rehearsal.set_args])
+        whole = rehearsal.launch([entry, "--crash", "none", *rehearsal.set_args, *one_step])
         assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
         shutil.move(run.root, straight.root)  # kept aside: --resume would skip a finished run
-        killed = rehearsal.launch([entry, "--crash", "end", *rehearsal.set_args])
-        assert killed.returncode != 0 and "crash after the last checkpoint (global step 16)" \
+        killed = rehearsal.launch([entry, "--crash", "end", *rehearsal.set_args, *one_step])
+        assert killed.returncode != 0 and "crash after the last checkpoint (global step 8)" \
             in killed.stdout, killed.stdout[-3000:] + killed.stderr[-3000:]
         staging = run.root.with_name(".seed0.staging")  # the kill left the staging folder
-        assert not run.done.exists() and (staging / "checkpoints" / "checkpoint-16").is_dir()
-        assert not (staging / "checkpoints" / "checkpoint-17").exists()
-        resumed = rehearsal.launch(_resume_command(rehearsal))
+        assert not run.done.exists() and (staging / "checkpoints" / "checkpoint-8").is_dir()
+        assert not (staging / "checkpoints" / "checkpoint-9").exists()
+        resumed = rehearsal.launch(_resume_command(rehearsal, *one_step))
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed:" in resumed.stdout
 
     done, meta = json.loads(run.done.read_text()), json.loads(run.meta.read_text())
     assert (done["status"], done["world_size"], meta["world_size"]) == ("resumed", 2, 2)
-    assert meta["resumed_from"] == "checkpoints/checkpoint-16"
-    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [8, 16]  # no 17
-    state = json.loads((run.checkpoints / "checkpoint-16" / "trainer_state.json").read_text())
-    assert state["global_step"] == state["max_steps"] == 16
+    assert meta["resumed_from"] == "checkpoints/checkpoint-8"
+    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [8]  # no checkpoint-9
+    state = json.loads((run.checkpoints / "checkpoint-8" / "trainer_state.json").read_text())
+    assert state["global_step"] == state["max_steps"] == 8
     # the weights the final evaluation used: the uninterrupted run's, bit for bit
-    assert _sha256(run.checkpoints / "checkpoint-16" / "model.safetensors") == \
-        _sha256(straight.checkpoints / "checkpoint-16" / "model.safetensors")
-    for r in (0, 1):  # per process: two rollout steps, the same weights after each
+    assert _sha256(run.checkpoints / "checkpoint-8" / "model.safetensors") == \
+        _sha256(straight.checkpoints / "checkpoint-8" / "model.safetensors")
+    for r in (0, 1):  # per process: one rollout step, the same weights after it
         got = run_folder.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl")
         want = run_folder.read_jsonl(straight.root / "ranks" / f"rank{r}.jsonl")
-        assert [row["rollout_step"] for row in got] == [1, 2]
+        assert [row["rollout_step"] for row in got] == [1]
         assert [row["weights_sha256"] for row in got] == [row["weights_sha256"] for row in want]
     assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == \
         [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
