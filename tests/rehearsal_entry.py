@@ -3,10 +3,12 @@
 The same ``at2po_lib.trainer.run.train`` that ``at2po train`` calls, with two test-only
 additions ``at2po train`` cannot take: a reward that differs between the leaves of a random
 policy (so the first step has a gradient to all-reduce; the paper's reward gives every leaf of
-an untrained policy -1 and every advantage 0), and a crash right after the first rollout
-step's checkpoint was saved (what ``--resume`` must continue).
+an untrained policy -1 and every advantage 0), and a crash (what ``--resume`` must continue):
+``--crash first-step`` (the default) right after the first rollout step's checkpoint was saved,
+``--crash end`` when training ends, after the last checkpoint and before the final evaluation,
+``--crash none`` never (the uninterrupted run).
 
-    accelerate launch --multi_gpu --num_processes 2 tests/rehearsal_entry.py --set ...
+    accelerate launch --multi_gpu --num_processes 2 tests/rehearsal_entry.py [--crash end] --set ...
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class CrashAfterSave(TrainerCallback):
             raise Crash(f"rehearsal: crash after the checkpoint of global step {self.step}")
 
 
+class CrashAtTrainEnd(TrainerCallback):
+    """Raises on every process when training ends: the last checkpoint is saved, the final
+    evaluation and ``DONE.json`` are not written."""
+
+    def on_train_end(self, args, state, control, **kwargs):
+        raise Crash(f"rehearsal: crash after the last checkpoint (global step {state.global_step})")
+
+
 def length_parity_reward(response: str, golden) -> float:
     """Differs between the leaves of a random policy (tests only)."""
     return float(len(response) % 2)
@@ -41,12 +51,17 @@ def length_parity_reward(response: str, golden) -> float:
 
 def main(argv: list[str]) -> int:
     texts = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    mode = argv[argv.index("--crash") + 1] if "--crash" in argv else "first-step"
     profile_overrides, trainer_overrides = split_overrides(texts)
     updates_per_step = 8  # the rehearsal profile: prompts_per_step 8 / mini_batch_prompts 1
+    callbacks = {"first-step": [CrashAfterSave(updates_per_step)], "end": [CrashAtTrainEnd()],
+                 "none": []}
+    if mode not in callbacks:
+        raise SystemExit(f"--crash {mode!r}: one of {sorted(callbacks)}")
     try:
         train("rehearsal", "at2po", 0, force=True, profile_overrides=profile_overrides,
               trainer_overrides=trainer_overrides, reward_fn=length_parity_reward,
-              callbacks=[CrashAfterSave(updates_per_step)])
+              callbacks=callbacks[mode])
     except Crash as crash:
         print(crash, flush=True)
         return 3

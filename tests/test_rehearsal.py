@@ -12,18 +12,24 @@ distributed type.)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
 from at2po_lib.trainer import run_folder
+from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -56,14 +62,31 @@ def _launch(args: list[str], env: dict, timeout_s: int = 400) -> subprocess.Comp
                           timeout=timeout_s)
 
 
-def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
-    from at2po_lib.cli import rehearsal as rehearsal_cli
-    from at2po_lib.config import load_profile
-    from at2po_lib.policy.model import load_policy
-    from at2po_lib.rehearsal import RehearsalFiles
-    from at2po_lib.trainer.rank_record import weights_digest
+@dataclass
+class Rehearsal:
+    """The stand-in files, the ``--set`` arguments that point the profile at them and at the
+    retrieval server, the environment of the launches, and the server's health URL."""
 
-    started = time.time()
+    files: Any
+    set_args: list[str]
+    env: dict
+    health: str
+    server: subprocess.Popen
+
+    def launch(self, args: list[str]) -> subprocess.CompletedProcess:
+        return _launch(args, self.env)
+
+    def served(self) -> dict:
+        return _wait_healthy(self.health, self.server)
+
+
+@contextmanager
+def _rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
+    """Files, ``at2po index`` (faiss Flat) and ``at2po serve-retriever`` on 127.0.0.1, up for
+    the body of the ``with``; results under ``tmp_path / "results"``."""
+    from at2po_lib.cli import rehearsal as rehearsal_cli
+    from at2po_lib.rehearsal import RehearsalFiles
+
     assert rehearsal_cli.main(["--out", str(tmp_path / "files"), "--passages", "100"]) == 0
     files = RehearsalFiles(tmp_path / "files")
     port = _free_port()
@@ -81,24 +104,39 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
                                "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        health = _wait_healthy(f"http://127.0.0.1:{port}/health", server)
+        rehearsal = Rehearsal(files, set_args, env, f"http://127.0.0.1:{port}/health", server)
+        health = rehearsal.served()
         assert (health["method"], health["index_type"], health["passages"]) == ("dense", "Flat", 100)
-
-        # part 1: one rollout step with a gradient, then a crash after its checkpoint
-        first = _launch([str(ROOT / "tests" / "rehearsal_entry.py"), *set_args], env)
-        assert first.returncode != 0 and "crash after the checkpoint" in first.stdout, \
-            first.stdout[-3000:] + first.stderr[-3000:]
-        # part 2: the command a GPU user runs, resumed; FlashRAG files from --data-dir
-        second = _launch(["-m", "at2po_lib.cli", "train", "--profile", "rehearsal", "--method",
-                          "at2po", "--resume", *_without_data_dir(set_args),
-                          "--data-dir", str(files.flashrag)], env)
-        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-        assert "resumed:" in second.stdout
-        served = _wait_healthy(f"http://127.0.0.1:{port}/health", server)
-        assert served["queries_searched"] > 0  # rollouts searched through the HTTP server
+        yield rehearsal
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _resume_command(rehearsal: Rehearsal, *extra: str) -> list[str]:
+    """The command a GPU user runs, resumed; FlashRAG files from --data-dir."""
+    return ["-m", "at2po_lib.cli", "train", "--profile", "rehearsal", "--method", "at2po",
+            "--resume", *_without_data_dir(rehearsal.set_args), *extra,
+            "--data-dir", str(rehearsal.files.flashrag)]
+
+
+def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.trainer.rank_record import weights_digest
+
+    started = time.time()
+    with _rehearsal(tmp_path) as rehearsal:
+        files = rehearsal.files
+        # part 1: one rollout step with a gradient, then a crash after its checkpoint
+        first = rehearsal.launch([str(ROOT / "tests" / "rehearsal_entry.py"), *rehearsal.set_args])
+        assert first.returncode != 0 and "crash after the checkpoint" in first.stdout, \
+            first.stdout[-3000:] + first.stderr[-3000:]
+        # part 2: the command a GPU user runs, resumed; FlashRAG files from --data-dir
+        second = rehearsal.launch(_resume_command(rehearsal))
+        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+        assert "resumed:" in second.stdout
+        assert rehearsal.served()["queries_searched"] > 0  # rollouts searched through the server
     print(f"rehearsal wall time: {time.time() - started:.0f} s")
 
     run = run_folder.RunDir(tmp_path / "results" / "runs" / "rehearsal" / "at2po" / "seed0")
@@ -128,6 +166,68 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
     assert int(final.loc[final["dataset"] == "nq", "n"].iloc[0]) == n      # both shards gathered
     assert json.loads(Path(str(run.final_eval) + ".meta.json").read_text())["processes"] == 2
 
+
+def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
+    """Issue #39 item 2 under several processes: a 2-process run killed after its last
+    checkpoint, resumed with 2 processes, trains nothing more: its last checkpoint is of global
+    step 8 = max_steps x 8 updates, and its records, weights and every question's outcome equal
+    the uninterrupted run's (the same launch, not killed).
+
+    One rollout step (``max_steps=1``): an epoch of 17 NQ rows holds 2 steps of 8 prompts (16
+    updates), so the resume starts inside an epoch, where transformers' loop runs an update
+    before it checks max_steps (it did: a 9th update, a checkpoint-9, outcomes of another
+    model). With the profile's 2 steps the run ends on the epoch's end and the loop is skipped
+    without the fix too."""
+    entry = str(ROOT / "tests" / "rehearsal_entry.py")
+    one_step = ("--set", "train.max_steps=1")
+    run = run_folder.RunDir(tmp_path / "results" / "runs" / "rehearsal" / "at2po" / "seed0")
+    straight = run_folder.RunDir(tmp_path / "uninterrupted")
+    with _rehearsal(tmp_path) as rehearsal:
+        whole = rehearsal.launch([entry, "--crash", "none", *rehearsal.set_args, *one_step])
+        assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+        shutil.move(run.root, straight.root)  # kept aside: --resume would skip a finished run
+        killed = rehearsal.launch([entry, "--crash", "end", *rehearsal.set_args, *one_step])
+        assert killed.returncode != 0 and "crash after the last checkpoint (global step 8)" \
+            in killed.stdout, killed.stdout[-3000:] + killed.stderr[-3000:]
+        staging = run.root.with_name(".seed0.staging")  # the kill left the staging folder
+        assert not run.done.exists() and (staging / "checkpoints" / "checkpoint-8").is_dir()
+        assert not (staging / "checkpoints" / "checkpoint-9").exists()
+        resumed = rehearsal.launch(_resume_command(rehearsal, *one_step))
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed:" in resumed.stdout
+
+    done, meta = json.loads(run.done.read_text()), json.loads(run.meta.read_text())
+    assert (done["status"], done["world_size"], meta["world_size"]) == ("resumed", 2, 2)
+    assert meta["resumed_from"] == "checkpoints/checkpoint-8"
+    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [8]  # no checkpoint-9
+    state = json.loads((run.checkpoints / "checkpoint-8" / "trainer_state.json").read_text())
+    assert state["global_step"] == state["max_steps"] == 8
+    # the weights the final evaluation used: the uninterrupted run's, bit for bit
+    assert _sha256(run.checkpoints / "checkpoint-8" / "model.safetensors") == \
+        _sha256(straight.checkpoints / "checkpoint-8" / "model.safetensors")
+    for r in (0, 1):  # per process: one rollout step, the same weights after it
+        got = run_folder.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl")
+        want = run_folder.read_jsonl(straight.root / "ranks" / f"rank{r}.jsonl")
+        assert [row["rollout_step"] for row in got] == [1]
+        assert [row["weights_sha256"] for row in got] == [row["weights_sha256"] for row in want]
+    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == \
+        [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
+    # the final evaluation, question by question and summed up, is the uninterrupted run's
+    assert run.outcomes.read_text() == straight.outcomes.read_text()
+    assert run.final_eval.read_text() == straight.final_eval.read_text()
+
+
+def _checkpoint_steps(run: run_folder.RunDir) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in run.checkpoints.glob("checkpoint-*"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _without_wall_time(row: dict) -> dict:
+    """A metrics row less what depends on the clock (timings differ between launches)."""
+    return {k: v for k, v in row.items() if k not in WALL_TIME_KEYS}
 
 def _without_data_dir(set_args: list[str]) -> list[str]:
     """The ``--set`` pairs minus ``data.local_dir`` (given as ``--data-dir`` instead)."""

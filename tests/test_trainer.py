@@ -366,9 +366,17 @@ class _KillAtTrainEnd:
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(outputs):
+@pytest.mark.parametrize("through_train_loop", [False, True], ids=["loaded", "train-loop"])
+def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(
+        outputs, monkeypatch, through_train_loop):
     """Resuming from the checkpoint of the last step trains nothing more: the records and the
-    checkpoint's step equal the uninterrupted run's (an extra update used to follow)."""
+    checkpoint's step equal the uninterrupted run's (an extra update used to follow). Both
+    ways: the weights loaded without ``train()`` (one process, DDP), and through ``train()``
+    (the DeepSpeed way, forced here: no DeepSpeed on CPU), where the epoch guard stops it."""
+    from at2po_lib.trainer import run as run_module
+
+    if through_train_loop:
+        monkeypatch.setattr(run_module, "_loads_without_training", lambda trainer: False)
     overrides = {"train": {"max_steps": 2, "save_every": 2, "eval_every": 2, "val_questions": 2,
                            "val_datasets": ["tiny_hotpotqa"], "final_eval": True,
                            "progress_bar": False}}
@@ -392,3 +400,28 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(o
     assert state["global_step"] == 4
     # the final evaluation is the uninterrupted run's model's, question by question
     assert resumed.run.outcomes.read_text() == expected_outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_study_resumes_a_run_killed_after_its_last_checkpoint_without_another_update(outputs):
+    """`at2po study` resumes such a run itself (``resume=True``) and goes through the same
+    path: it ends at max_steps (a study's grpo/seed1 used to end at step 5 of 4)."""
+    from at2po_lib.trainer.study import run_study, study_plan
+
+    overrides = {"train": {"max_steps": 2, "save_every": 2, "eval_every": 0, "final_eval": True,
+                           "progress_bar": False}}
+    with pytest.raises(_Kill):
+        train("smoke", "grpo", 1, force=True, profile_overrides=overrides,
+              callbacks=[_KillAtTrainEnd().callback])
+    (planned,) = study_plan("smoke", "1", [1], ["grpo"], overrides=overrides)
+    assert (planned.state, planned.detail) == ("resumes", "from step 2")
+    (result,) = run_study("smoke", "1", [1], ["grpo"], overrides=overrides)
+    assert result.status == "resumed"
+    assert json.loads(result.run.meta.read_text())["resumed_from"] == "checkpoints/checkpoint-4"
+    checkpoints = sorted(p.name for p in result.run.checkpoints.glob("checkpoint-*"))
+    assert checkpoints[-1] == "checkpoint-4"  # 2 steps x 2 updates: no checkpoint-5
+    state = json.loads((result.run.checkpoints / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == state["max_steps"] == 4
+    assert [r["step"] for r in run_folder.read_jsonl(result.run.metrics)] == [1, 2]
+    assert result.run.outcomes.is_file()

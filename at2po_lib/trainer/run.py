@@ -505,7 +505,7 @@ def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path 
         # Killed after its last checkpoint: the training is done. Transformers' loop runs one
         # update before it checks max_steps, so resuming there would train an extra update and
         # evaluate another model than the uninterrupted run's: load the weights instead.
-        trainer._load_from_checkpoint(str(checkpoint))
+        _load_final_checkpoint(trainer, checkpoint)
     else:
         with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -520,16 +520,29 @@ def _checkpoint_rollout_step(checkpoint: Path) -> int:
 
 
 def _loads_without_training(trainer) -> bool:
-    """One process without DeepSpeed: the checkpoint's weights load into the model as they are.
-    Under DeepSpeed the engine that reads its checkpoint exists only inside ``train()``; such a
-    run resumed after its last checkpoint goes through ``train()`` with a warning."""
-    if trainer.is_deepspeed_enabled or trainer.accelerator.num_processes > 1:
-        print("resuming after the last checkpoint under DeepSpeed or several processes: "
-              "transformers' loop trains one more update before it stops; evaluate the last "
-              "checkpoint with `at2po evaluate --checkpoint` for the uninterrupted run's model",
-              file=sys.stderr)
-        return False
-    return True
+    """Whether the last checkpoint's weights can be loaded as they are, without ``train()``.
+
+    Yes in one process and under several processes without DeepSpeed (DDP): before ``train()``
+    every process holds the whole, unwrapped model, so each loads the same full weights file
+    and the processes agree bit for bit, as after an update's all-reduce. No under DeepSpeed:
+    its engine, which alone reads a ZeRO checkpoint (optimizer and parameter shards; under
+    ZeRO-3 the model built here holds only this process's partition), exists only inside
+    ``train()``. That path resumes through ``train()``, where
+    :meth:`AT2POTrainer._run_epoch` stops before any update once ``max_steps`` is reached.
+    """
+    return not trainer.is_deepspeed_enabled
+
+
+def _load_final_checkpoint(trainer, checkpoint: Path) -> None:
+    """The checkpoint's weights into the (not yet wrapped) model on every process, and its
+    ``trainer_state.json`` as the trainer's state, so ``state.global_step`` is the run's last
+    (``max_steps`` updates) as after the uninterrupted run's ``train()``."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(str(checkpoint))
+    state = checkpoint / "trainer_state.json"
+    if state.is_file():
+        trainer.state = TrainerState.load_from_json(str(state))
 
 
 def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int,

@@ -246,6 +246,20 @@ class AT2POTrainer(GRPOTrainer):
         with reported_writes(folder):
             return super()._save_checkpoint(model, trial)
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:  # transformers' hook
+        """transformers' epoch, skipped once ``global_step`` has reached ``max_steps``.
+
+        transformers' loop checks the step limit only after an update, so ``train()`` resumed
+        from the checkpoint of the last step (a run killed after it) would run update
+        ``max_steps + 1`` and end with another model than the uninterrupted run's (issue #39).
+        ``at2po_lib.trainer.run`` loads such a checkpoint without ``train()`` where it can; this
+        guard keeps the limit on the path that must go through ``train()`` (DeepSpeed, whose
+        engine alone reads its checkpoint) and on any other caller of ``train()``."""
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _policy_positions_unsupported(self) -> str | None:
         """Why the policy-position log-probs cannot run here (None: they can)."""
         model = self.accelerator.unwrap_model(self.model)
