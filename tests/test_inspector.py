@@ -237,6 +237,7 @@ def _click_through(grows: int, seed: int = 0) -> None:
 
 
 @pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
+@pytest.mark.stress  # ./run_tests.sh runs the 4-Grow version below; CI (.ci/run) runs this one too
 def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
     _click_through(100)
 
