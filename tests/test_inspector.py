@@ -236,7 +236,7 @@ def _click_through(grows: int, seed: int = 0) -> None:
     assert live.calls == grows
 
 
-@pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
+@pytest.mark.slow  # ~800 renders: ~260 s of CPU
 @pytest.mark.stress  # ./run_tests.sh runs the 4-Grow version below; CI (.ci/run) runs this one too
 def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
     _click_through(100)
