@@ -29,18 +29,19 @@ def isolated_outputs(tmp_path, monkeypatch) -> Path:
 
 
 # A 20-passage wiki-18 corpus and its dense index (the offline MiniLM encoder, 32 tokens), shared
-# by the index tests (building one takes ~20 s on 2 cores: once per module).
+# by the index tests of every module that asks (tests read it or copy it, never change it): built
+# once per session, not once per module (each build loads the encoder and embeds the corpus).
 WIKI18_SAMPLE = FIXTURES / "wiki18_sample.jsonl"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def corpus20(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "wiki20.jsonl"
     path.write_text("".join(WIKI18_SAMPLE.read_text().splitlines(keepends=True)[:20]))
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dense_dir(tmp_path_factory, corpus20) -> Path:
     from at2po_lib.retrieval.dense import build_dense_index
     from at2po_lib.retrieval.encoders import EncoderSpec

@@ -14,11 +14,25 @@ module that defines the name, which is what runs when the name is used.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "at2po_lib"
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_version(path: Path, version: tuple[int, int]) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def parsed(path: Path) -> ast.Module:
+    """``ast.parse`` of ``path``, once per version of the file (its mtime and size): the checks
+    below walk every module of the package again and again (the registry check nine times), and
+    parsing was most of their time. The trees are only read, never changed."""
+    stat = path.stat()
+    return _parse_version(path, (stat.st_mtime_ns, stat.st_size))
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -49,7 +63,7 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Module → the package's modules it imports (anywhere in its body)."""
     paths = {_module_name(p, package): p for p in package.rglob("*.py")}
-    trees = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in paths.items()}
+    trees = {name: parsed(path) for name, path in paths.items()}
     packages = {name for name, path in paths.items() if path.name == "__init__.py"}
     exports = {name: _lazy_exports(trees[name], name) for name in packages}
     graph: dict[str, set[str]] = {}
@@ -214,7 +228,7 @@ def re_exports(package: Path = PACKAGE) -> list[str]:
     """Every ``from <module of the package> import name`` (anywhere in the package) whose module
     does not define ``name`` itself: the name is reached through a second path."""
     paths = {_module_name(p, package): p for p in package.rglob("*.py")}
-    trees = {name: ast.parse(path.read_text()) for name, path in paths.items()}
+    trees = {name: parsed(path) for name, path in paths.items()}
     defined = {name: _defined_names(tree) for name, tree in trees.items()}
     found = []
     for name, tree in trees.items():
@@ -240,7 +254,7 @@ def test_every_name_has_one_import_path():
                 isinstance(n, ast.FunctionDef) and n.name == "__getattr__" or
                 isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("_EXPORTS", "__all__")
                                                   for t in n.targets)
-                for n in ast.parse(p.read_text()).body)]
+                for n in parsed(p).body)]
     assert lazy == [], f"lazy export tables outside cli/: {lazy}"
 
 
@@ -288,7 +302,7 @@ def test_the_trainer_config_has_no_rollout_knob():
 def _calls_with_keyword(keyword: str) -> set[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Call) and any(k.arg == keyword for k in node.keywords):
                 found.add(_module_name(path, PACKAGE))
     return found
@@ -296,7 +310,7 @@ def _calls_with_keyword(keyword: str) -> set[str]:
 
 def _products_of_l_and_k(path: Path) -> list[int]:
     """Lines of ``path`` that multiply ``<x>.tree_l`` by ``<y>.tree_k`` (the L·K of M + L·K)."""
-    return [n.lineno for n in ast.walk(ast.parse(path.read_text()))
+    return [n.lineno for n in ast.walk(parsed(path))
             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
             and {getattr(side, "attr", None) for side in (n.left, n.right)} >= {"tree_l", "tree_k"}]
 
@@ -311,7 +325,7 @@ def test_each_derived_number_is_derived_in_one_place():
     assert products == {}
     callers = {_module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
                if any(isinstance(n, ast.Name) and n.id == "tree_leaves"
-                      for n in ast.walk(ast.parse(p.read_text())))}
+                      for n in ast.walk(parsed(p)))}
     assert callers == {"at2po_lib.config"}
     assert _calls_with_keyword("num_generations") == {"at2po_lib.trainer.resolve"}
 
@@ -325,7 +339,7 @@ def test_the_product_check_sees_l_times_k(tmp_path):
 def _name_lists(path: Path, names: set[str], at_least: int) -> list[int]:
     """Lines of tuple/list/set literals in ``path`` holding ``at_least`` of ``names``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             strings = {e.value for e in node.elts
                        if isinstance(e, ast.Constant) and isinstance(e.value, str)}
@@ -366,7 +380,7 @@ def test_each_registry_of_names_is_written_once():
 
 def _modules_with_both(path: Path, numbers: set[float]) -> bool:
     """Does ``path`` write every one of ``numbers`` as a literal (docstrings do not count)?"""
-    found = {n.value for n in ast.walk(ast.parse(path.read_text()))
+    found = {n.value for n in ast.walk(parsed(path))
              if isinstance(n, ast.Constant) and type(n.value) is float}
     return numbers <= found
 

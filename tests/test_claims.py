@@ -133,6 +133,7 @@ def test_table_2_and_3_claims_read_the_at2po_with_their_expansion_settings():
     assert rows.loc["authors_over_exact_variant", "estimate"] < -20
 
 
+@pytest.mark.slow  # 40 simulated studies: ~12 s of CPU
 def test_the_rivals_are_fixed_so_equal_methods_read_cannot_tell():
     """All methods equal: the rival rows (AEPO, the child-mean cell, the diff-parent cell)
     read "cannot tell" at least 95% of the time. Picking the best of five baselines on the

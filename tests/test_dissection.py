@@ -69,6 +69,7 @@ def test_runs_read_back(tmp_path):
     assert len(clip_levels([run, old])) == 1
 
 
+@pytest.mark.slow  # fits a committed run's trees: ~7 s of CPU
 @pytest.mark.skipif(not (RUN / "trees").is_dir(), reason="no committed AT2PO run with trees")
 def test_dissect_runs_cli_on_a_committed_run(tmp_path, monkeypatch):
     from at2po_lib.cli import main

@@ -130,6 +130,7 @@ def _chromium() -> str | None:
 
 @pytest.mark.slow  # JupyterLab + a browser: ~50 s
 @pytest.mark.integration
+@pytest.mark.browser
 def test_inspector_in_a_real_browser():
     """scripts/check_inspector_browser.py on the smoke profile: the widgets render in
     JupyterLab, a node pick redraws, Grow rolls a tree out. Needs Playwright and Chromium
@@ -235,15 +236,18 @@ def _click_through(grows: int, seed: int = 0) -> None:
     assert live.calls == grows
 
 
-@pytest.mark.slow  # ~800 renders: ~2.5 min on 2 loaded cores
+@pytest.mark.slow  # ~800 renders: ~260 s of CPU
+@pytest.mark.stress  # ./run_tests.sh runs the 4-Grow version below; CI (.ci/run) runs this one too
 def test_inspector_redraws_exactly_what_the_offline_drawing_shows():
     _click_through(100)
 
 
+@pytest.mark.slow  # ~30 renders: ~7 s of CPU
 def test_inspector_redraws_a_few_views_exactly():
     _click_through(4, seed=3)
 
 
+@pytest.mark.slow  # 50 renders: ~14 s of CPU
 def test_charts_rendered_on_side_threads_match_and_leave_pyplot_alone():
     """The widget's callbacks run on a kernel side thread: its figures are detached from
     pyplot, so charts rendered on 4 threads while the main thread uses pyplot are byte for byte

@@ -330,6 +330,7 @@ def test_chunked_log_probs_equal_the_padded_batch(outputs):
     assert bool((logps[~real] == 0).all())
 
 
+@pytest.mark.slow  # evaluates and writes the report: ~7 s of CPU
 @pytest.mark.integration
 def test_study_cli_applies_set_overrides_to_every_run(outputs):
     """``at2po study --set`` reaches each run's resolved config, its per-question outcomes and
