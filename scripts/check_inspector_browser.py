@@ -54,6 +54,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from at2po_lib.util.lab_git import refresh_if_unchanged  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "03_credit_assignment.ipynb"
 NOTEBOOKS = ("00_tinyworld.ipynb", "01_build_index.ipynb", "02_tree_rollout.ipynb",
@@ -430,8 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         return check_phases(args, names, folder, shots, sync_playwright)
     finally:
         for name, data in originals.items():
-            if (ROOT / NOTEBOOKS_DIR / name).read_bytes() != data:
-                (ROOT / NOTEBOOKS_DIR / name).write_bytes(data)
+            path = ROOT / NOTEBOOKS_DIR / name
+            if path.read_bytes() != data:
+                path.write_bytes(data)
+                # the saves' post-save hook recorded the size of the file with outputs; git
+                # takes the size change back as a modification until the index is refreshed
+                refresh_if_unchanged(path)
 
 
 def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int:
