@@ -356,5 +356,5 @@ def current_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES) -> 
                             f"replicates (`at2po report --profile {profile}` recomputes them)")
         return report
     report = write_report(profile, n_resamples=n_resamples)
-    report.notes.append(f"recomputed (about a minute): {reason}")
+    report.notes.append(f"recomputed from the records: {reason}")
     return report
