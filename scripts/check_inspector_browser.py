@@ -51,6 +51,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -387,8 +388,15 @@ def kernels_idle(base: str, token: str, expected: int, timeout_s: float = 120) -
     deadline = time.time() + timeout_s
     states: list[str] = []
     while time.time() < deadline:
-        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=5) as answer:
-            states = [k["execution_state"] for k in json.load(answer)]
+        try:
+            with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=5) as answer:
+                states = [k["execution_state"] for k in json.load(answer)]
+        except urllib.error.HTTPError as err:
+            # jupyter_server answers 500 while a kernel is half started (its model has no
+            # last_activity yet: KeyError in list_kernels); JupyterLab retries, and so do we
+            if err.code < 500:
+                raise
+            states = [f"HTTP {err.code} while starting"]
         if len(states) >= expected and all(s == "idle" for s in states):
             return f"restored: {len(states)} kernels started together, all idle"
         time.sleep(2)
