@@ -69,3 +69,21 @@ def test_written_file_reads_back_and_the_table_is_replaced(tmp_path):
     assert t.with_table(page, "| new |") == f"intro\n{t.SETUP_BEGIN}\n| new |\n{t.SETUP_END}\nafter\n"
     with pytest.raises(ValueError, match="markers"):
         t.with_table("no markers", "| new |")
+
+
+def test_update_writes_the_file_and_the_setup_table_for_the_chosen_stages(tmp_path, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    t.write_timings(_data(), tmp_path / "docs" / "timings.yaml")
+    (tmp_path / "docs" / "setup.md").write_text(f"x\n{t.SETUP_BEGIN}\nold\n{t.SETUP_END}\n")
+    monkeypatch.setattr(t, "repo_root", lambda: tmp_path)
+    record_timing(tmp_path / "timings.json", "00_tinyworld", 61.0, "d", 7.0)
+    record_timing(tmp_path / "timings.json", "05_paper_tables_figures", 12.2, "d", 8.0)
+    with pytest.raises(ValueError, match="not in the run's timings.json"):
+        t.update("tiny", source=tmp_path / "timings.json", stages=["02_tree_rollout"])
+    assert t.update("tiny", "two trainings alongside", tmp_path / "timings.json",
+                    ["05_paper_tables_figures"]) == ["05_paper_tables_figures: 12.2 s"]
+    data = t.load_timings(tmp_path / "docs" / "timings.yaml")
+    assert data["notebooks"]["05_paper_tables_figures"]["tiny"]["seconds"] == 12.2
+    assert data["notebooks"]["00_tinyworld"]["tiny"]["seconds"] == 3.3  # not chosen: kept
+    page = (tmp_path / "docs" / "setup.md").read_text()
+    assert "| `05_paper_tables_figures` | not measured | 12 s |" in page and "old" not in page

@@ -185,11 +185,18 @@ def with_table(page: str, table: str) -> str:
     return f"{head}{SETUP_BEGIN}\n{table}\n{SETUP_END}{tail}"
 
 
-def update(profile: str, note: str = "", source: Path | None = None) -> list[str]:
-    """Copy a run's measured stages into docs/timings.yaml and docs/setup.md; returns them."""
+def update(profile: str, note: str = "", source: Path | None = None,
+           stages: list[str] | None = None) -> list[str]:
+    """Copy a run's measured stages (``stages`` only, when given) into docs/timings.yaml and
+    docs/setup.md; returns them."""
     if profile not in PROFILES:
         raise ValueError(f"profile {profile!r}: measured times are kept for {PROFILES} only")
     measured = read_measured(source or results_dir("executed", profile) / "timings.json")
+    if stages:
+        absent = sorted(set(stages) - set(measured))
+        if absent:
+            raise ValueError(f"--stages {absent}: not in the run's timings.json ({sorted(measured)})")
+        measured = {stage: measured[stage] for stage in stages}
     data = updated(load_timings(), measured, profile, note)
     write_timings(data)
     page = setup_page_path()
@@ -209,9 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="with --update: what else ran (the load)")
     parser.add_argument("--source", type=Path, default=None,
                         help="with --update: another timings.json")
+    parser.add_argument("--stages", default=None,
+                        help="with --update: only these stages, e.g. 05_paper_tables_figures")
     args = parser.parse_args(argv)
     if args.update:
-        print("\n".join(update(args.update, args.note, args.source)))
+        stages = args.stages.split(",") if args.stages else None
+        print("\n".join(update(args.update, args.note, args.source, stages)))
     elif args.notebook:
         print("\n".join(timing_lines(args.notebook)))
     else:
