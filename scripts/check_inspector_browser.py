@@ -127,6 +127,16 @@ def wait_idle(page, timeout_ms: int = 120_000) -> None:
     page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=timeout_ms)
 
 
+def accept_kernel_dialog(page) -> None:
+    """Under load JupyterLab sometimes asks "Select Kernel" for a freshly opened notebook, with
+    the notebook's own kernel (``at2po``) preselected: accept it, as a user would. Its modal
+    would otherwise swallow every click."""
+    accept = page.locator(".jp-Dialog:has-text('Select Kernel') button.jp-mod-accept")
+    if accept.count() and accept.first.is_visible():
+        accept.first.click()
+        wait_idle(page)
+
+
 def run_all(page) -> None:
     """Run > Run All Cells, until a cell is seen queued or run (a click can land while the
     freshly opened tab is still taking focus, or under JupyterLab's news pop-up)."""
@@ -134,6 +144,7 @@ def run_all(page) -> None:
     if no.count() and no.first.is_visible():  # "... notified about official Jupyter news?"
         no.first.click()
     for _ in range(4):
+        accept_kernel_dialog(page)
         page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
         page.click("text=Run All Cells")
         try:
