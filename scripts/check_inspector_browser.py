@@ -335,6 +335,7 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
     import nbformat
 
     for name in names:
+        accept_kernel_dialog(page)
         page.click(f"#jp-main-dock-panel li.lm-TabBar-tab:has-text('{name}')")
         page.wait_for_function(
             """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
