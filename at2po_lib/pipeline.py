@@ -149,6 +149,7 @@ def run_notebooks(
             continue
         print(f"[{cfg.name}] {notebook.name}: running ...", flush=True)
         stamp_path.unlink(missing_ok=True)
+        started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_average()
         start = time.perf_counter()
         try:
             with _local_kernel() as kernel_args:
@@ -173,7 +174,7 @@ def run_notebooks(
         stamp_path.write_text(stamp)
         print(f"[{cfg.name}] {notebook.name}: done in {seconds:.1f} s", flush=True)
         results.append(StageResult(notebook, "ran", seconds))
-        record_timing(out_dir / "timings.json", notebook.stem, seconds)
+        record_timing(out_dir / "timings.json", notebook.stem, seconds, started, load)
     return results
 
 
@@ -227,8 +228,22 @@ def _same_folder(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def record_timing(path: Path, stage: str, seconds: float) -> None:
-    """Add one stage's measured seconds to ``timings.json`` (``{stage: seconds}``)."""
+def record_timing(path: Path, stage: str, seconds: float, started: str | None = None,
+                  load_average: float | None = None) -> None:
+    """Add one stage's measurement to ``timings.json``: ``{stage: {"seconds", "started",
+    "load_average", "cpus"}}``, what ``python -m at2po_lib.util.timings --update PROFILE``
+    copies into ``docs/timings.yaml``. ``load_average`` is the 1-minute load when the stage
+    started: a wall time means little without the load it ran under."""
     timings = json.loads(path.read_text()) if path.is_file() else {}
-    timings[stage] = round(seconds, 1)
+    timings[stage] = {"seconds": round(seconds, 1), "started": started,
+                      "load_average": None if load_average is None else round(load_average, 2),
+                      "cpus": os.cpu_count()}
     path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system has none, e.g. Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None

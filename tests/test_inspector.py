@@ -149,6 +149,9 @@ def test_inspector_in_a_real_browser():
                           cwd=root, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Grow: grown:" in done.stdout
+    assert "tree image and chart redrawn" in done.stdout
+    assert done.stdout.count("busy sign shown") == 4  # node pick and Grow, in both phases
+    assert done.stdout.count("git status --porcelain -- notebooks/ is empty") == 2
 
 
 class FakeLive:

@@ -207,3 +207,35 @@ def test_figure3_draws_the_headline_pair_apart_from_the_rest():
     assert to_rgba(lines["AT2PO"].get_color()) == to_rgba("tab:red")
     assert lines["GRPO"].get_linewidth() >= 2 * lines["DAPO"].get_linewidth()
     fig.clf()
+
+
+def test_markdown_table_reads_back_as_its_display_frame():
+    from at2po_lib.reporting.output import markdown_table
+
+    shown = pd.DataFrame({"EM [95% CI]": ["48.7 [47.0, 50.3]", "a | b"], "seeds": ["7", ""]},
+                         index=pd.Index(["AT2PO", "GRPO"], name="method"))
+    back = report.read_markdown_table(markdown_table(shown))
+    pd.testing.assert_frame_equal(back, shown)
+
+
+@pytest.mark.slow
+def test_current_report_reads_the_stored_tables_only_while_they_match_the_runs(results):
+    """Notebook 05's shortcut: the committed tables stand for a new report only when their
+    metas name exactly the finished runs and the same number of bootstrap replicates."""
+    from at2po_lib.reporting.output import markdown_table
+
+    assert report.stale_reason("smoke", 100) == "no stored Table 1 or claims table"
+    written = report.write_report("smoke", n_resamples=100)
+    assert report.stale_reason("smoke", 100) is None
+    assert "bootstrap replicates" in report.stale_reason("smoke", 200)
+    read = report.current_report("smoke", n_resamples=100)
+    assert "read back" in read.notes[-1]
+    assert read.paths == written.paths
+    for name in ("table1", "table1_differences", "table2", "claims"):
+        # what is shown is the text of the computed frame, cell by cell
+        assert markdown_table(read.tables[name]) == markdown_table(written.tables[name]), name
+        assert len(read.tables[name]) == len(written.tables[name]) > 0
+    pd.testing.assert_frame_equal(read.tables["turns"], written.tables["turns"])
+    write_run(results, "grpo", 7, np.ones((len(DATASETS), N_QUESTIONS)))  # a new finished run
+    assert "miss 1 finished run(s) [('grpo', 7)]" in report.stale_reason("smoke", 100)
+    assert "recomputed" in report.current_report("smoke", n_resamples=100).notes[-1]

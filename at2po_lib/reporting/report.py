@@ -13,10 +13,17 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
 
 With ``readme=True`` the generated blocks of this profile in the README and the docs pages are
 refreshed (:mod:`.readme`).
+
+:func:`current_report` is what notebook 05 calls: the committed tables and figures, read back
+(:func:`read_report`, seconds), when their metas say they were computed from exactly the
+finished runs there are now with the same number of bootstrap replicates; otherwise
+:func:`write_report` recomputes them (about a minute on 2 cores, mostly the bootstrap intervals
+of ``table1_differences``). So the notebook never shows a table older than the records.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +34,7 @@ from .. import stats
 from ..analysis.dissection import clip_levels
 from ..config import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
-from ..util.paths import results_dir
+from ..util.paths import figures_dir, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
@@ -286,3 +293,109 @@ def _write_figures(report: Report, meta_for: Callable, cfg: ProfileConfig,
                                              meta_for([method], figure4.figure4))
         plt.close(fig)
         report.tables["turns"] = figure4.turn_summary(outcomes, method)
+
+
+STORED_TABLES = ("table1", "table1_summary", "table1_differences", "table1_differences_sampled",
+                 "table1_seeds", "table2", "table3", "credit_accuracy_summary", "table1_budget",
+                 "fig3_entropy_change", "claims", "dissection_summary")
+"""Tables :func:`_write` stores as ``<name>.{csv,md,tex}``, in its order."""
+STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "fig4_turns"}
+"""Report key -> figure file stem (``figures/<stem>_<profile>.{png,pdf}``)."""
+
+
+def read_markdown_table(text: str) -> pd.DataFrame:
+    """A display frame back from :func:`.output.markdown_table` (first column the index,
+    every cell the text shown; ``\\|`` an escaped bar)."""
+    import pandas as pd
+
+    def cells(line: str) -> list[str]:
+        parts = line.strip().strip("|").replace("\\|", "\0").split("|")
+        return [p.strip().replace("\0", "|") for p in parts]
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise ValueError("not a Markdown table: needs a header and a rule line")
+    header, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
+    frame = pd.DataFrame(rows, columns=header)
+    return frame.set_index(header[0])
+
+
+def _stored_metas(profile: str) -> dict[str, dict]:
+    """The metas of every stored table and figure of ``profile`` (key -> meta)."""
+    metas = {}
+    for name in STORED_TABLES:
+        path = tables_dir(profile) / f"{name}.csv.meta.json"
+        if path.is_file():
+            metas[name] = json.loads(path.read_text())
+    for key, stem in STORED_FIGURES.items():
+        path = figures_dir() / f"{stem}_{profile}.png.meta.json"
+        if path.is_file():
+            metas[key] = json.loads(path.read_text())
+    return metas
+
+
+def stale_reason(profile: str, n_resamples: int) -> str | None:
+    """Why the stored tables of ``profile`` cannot stand for a new report (None: they can).
+
+    They can when they were computed from exactly the finished runs there are now (the union of
+    their metas' ``sources`` is that set of method, seed) and, where a meta records it, with
+    ``n_resamples`` bootstrap replicates."""
+    metas = _stored_metas(profile)
+    if "table1" not in metas or "claims" not in metas:
+        return "no stored Table 1 or claims table"
+    runs = discover_runs(profile)
+    finished = {(str(r.method), int(r.seed)) for r in runs.itertuples() if bool(r.finished)}
+    used = {(str(s["method"]), int(s["seed"])) for m in metas.values() for s in m.get("sources", [])}
+    if used != finished:
+        missing, gone = sorted(finished - used), sorted(used - finished)
+        return (f"the stored tables miss {len(missing)} finished run(s) {missing[:4]}"
+                + (f" and use {len(gone)} that are gone {gone[:4]}" if gone else ""))
+    other = sorted({m["n_resamples"] for m in metas.values()
+                    if m.get("n_resamples") not in (None, n_resamples)})
+    if other:
+        return f"the stored tables used {other} bootstrap replicates, not {n_resamples}"
+    return None
+
+
+def read_report(profile: str) -> Report:
+    """The stored tables and figures of ``profile`` as a :class:`Report` (display frames read
+    from the ``.md`` files), with Figure 4's turn summary and the credit-accuracy records
+    recomputed (seconds). Whether they are current is :func:`stale_reason`'s question."""
+
+    report = Report(profile)
+    for name in STORED_TABLES:
+        folder = tables_dir(profile)
+        paths = {ext: folder / f"{name}.{ext}" for ext in ("csv", "md", "tex")}
+        if all(p.is_file() for p in paths.values()):
+            report.paths[name] = paths
+            report.tables[name] = read_markdown_table(paths["md"].read_text())
+    summary = tables_dir(profile) / "claims_summary.md"
+    if summary.is_file():
+        report.paths["claims_summary"] = {"md": summary}
+    for key, stem in STORED_FIGURES.items():
+        paths = {ext: figures_dir() / f"{stem}_{profile}.{ext}" for ext in ("png", "pdf")}
+        if all(p.is_file() for p in paths.values()):
+            report.paths[key] = paths
+    accuracy = table3.load_credit_accuracy(profile)
+    if accuracy is not None:
+        report.tables["credit_accuracy"] = accuracy
+    outcomes = load_outcomes(profile)
+    method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)), None)
+    if method and "fig4" in report.paths:
+        report.tables["turns"] = figure4.turn_summary(outcomes, method)
+    return report
+
+
+def current_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES) -> Report:
+    """The stored report when it is current (:func:`stale_reason`), else a new one
+    (:func:`write_report`); a note says which."""
+    reason = stale_reason(profile, n_resamples)
+    if reason is None:
+        report = read_report(profile)
+        report.notes.append(f"the committed tables and figures, read back: computed from the "
+                            f"{profile} runs there are now with {n_resamples} bootstrap "
+                            f"replicates (`at2po report --profile {profile}` recomputes them)")
+        return report
+    report = write_report(profile, n_resamples=n_resamples)
+    report.notes.append(f"recomputed from the records: {reason}")
+    return report
