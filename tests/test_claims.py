@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from at2po_lib import stats
-from at2po_lib.reporting.claims import Claim, claims_table
+from at2po_lib.reporting.claims import NOT_IN_PAPER, Claim, claims_summary, claims_table
 
 MH, SH = "tiny_hotpotqa", "tiny_nq"
 
@@ -56,6 +56,20 @@ def test_a_claim_is_read_from_its_interval_against_the_paper_direction(low, high
     claim = Claim("k", "c", "+1", estimate=1.0, low=low, high=high, direction=direction)
     assert claim.reading == reading
     assert Claim("k", "c", "+1").reading == "not run yet"
+
+
+@pytest.mark.parametrize("low, high, reading", [
+    (0.5, 2.0, "above 0"), (-2.0, -0.5, "below 0"), (-0.5, 2.0, "cannot tell")])
+def test_a_comparison_the_paper_does_not_make_is_read_against_0_not_against_the_paper(
+        low, high, reading):
+    claim = Claim("k", "c", NOT_IN_PAPER, estimate=1.0, low=low, high=high)
+    assert claim.reading == reading
+    text = claims_summary(pd.DataFrame([{**claim.as_row(), "short": "the variant"}]),
+                          pd.DataFrame([{"method": "at2po", "seed": 0, "finished": True,
+                                         "path": "/nonexistent"}]))
+    assert "agrees" not in text
+    if reading != "cannot tell":
+        assert f"its interval lies {reading} for the variant." in text
 
 
 def _study() -> pd.DataFrame:
@@ -189,7 +203,6 @@ def test_entropy_claims_read_the_start_end_table():
 def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
     import json
 
-    from at2po_lib.reporting.claims import claims_summary
 
     rows = []
     for method, seeds in (("react", 1), ("grpo", 3), ("dapo", 3), ("at2po", 3)):

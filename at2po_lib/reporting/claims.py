@@ -14,6 +14,9 @@ it rests on, and a reading of the interval against the paper's direction:
 - ``agrees``: the interval lies on the paper's side of 0;
 - ``opposite``: it lies on the other side;
 - ``cannot tell``: it contains 0;
+- ``above 0`` / ``below 0``: a comparison the paper does not make (``published`` is
+  "not in the paper", the variant rows) whose interval excludes 0: there is no paper's side
+  to agree with;
 - ``not run yet``: no records;
 - ``one seed``: a trained side rests on a single seed (or there is no interval), so its interval
   covers the questions but not the seeds, whose spread is the larger part here
@@ -58,7 +61,11 @@ STRONGEST_BASELINE = "aepo"
 """The paper's strongest RL baseline (its Table 1), the rival of "AT2PO beats the strongest
 baseline", fixed before the data."""
 
-READINGS = ("agrees", "opposite", "cannot tell", "one seed", "not run yet", "measured")
+NOT_IN_PAPER = "not in the paper"
+"""``published`` of a comparison the paper does not make (read ``above 0`` / ``below 0``)."""
+
+READINGS = ("agrees", "opposite", "above 0", "below 0", "cannot tell", "one seed", "not run yet",
+            "measured")
 
 SHORT_NAMES = {
     "rl_over_react": "RL over ReAct",
@@ -106,6 +113,8 @@ class Claim:
             return "measured"
         if self.one_seed or not (np.isfinite(self.low) and np.isfinite(self.high)):
             return "one seed"
+        if self.published == NOT_IN_PAPER and (self.low > 0 or self.high < 0):
+            return "above 0" if self.low > 0 else "below 0"
         if self.low > 0:
             return "agrees" if self.direction > 0 else "opposite"
         if self.high < 0:
@@ -213,14 +222,14 @@ def _variant_claims(outcomes, groups, n_resamples) -> list[Claim]:
     return [
         _em_claim("at2po_over_grpo_budget",
                   "The tree beats sampling as many chains: AT2PO minus GRPO with M + L·K chains "
-                  "(multi-hop)", "not in the paper",
+                  "(multi-hop)", NOT_IN_PAPER,
                   _difference(outcomes, "at2po", "grpo_tree_budget", members, n_resamples)),
         _em_claim("exact_variant_over_grpo",
-                  "AT2PO (exact entropy, α = 0.001) beats GRPO (multi-hop)", "not in the paper",
+                  "AT2PO (exact entropy, α = 0.001) beats GRPO (multi-hop)", NOT_IN_PAPER,
                   _difference(outcomes, "at2po_exact", "grpo", members, n_resamples)),
         _em_claim("authors_over_exact_variant",
                   "The authors' AT2PO minus the exact-entropy variant (multi-hop)",
-                  "not in the paper",
+                  NOT_IN_PAPER,
                   _difference(outcomes, "at2po", "at2po_exact", members, n_resamples)),
     ]
 
@@ -429,6 +438,8 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     for reading, words in (("agrees", "The toy agrees with the paper on"),
                            ("cannot tell", "Its 95% intervals contain 0 for"),
                            ("opposite", "It finds the opposite of"),
+                           ("above 0", "Outside the paper's claims, its interval lies above 0 for"),
+                           ("below 0", "Outside the paper's claims, its interval lies below 0 for"),
                            ("one seed", "One seed on a side, so not read yet:"),
                            ("not run yet", "Not run yet:")):
         names = verdicts.loc[verdicts["reading"] == reading, "short"].tolist()
