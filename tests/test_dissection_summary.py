@@ -74,15 +74,55 @@ def test_why_sentences_read_each_number_from_the_records(tmp_path, monkeypatch):
          "n_questions": float("nan"), "reading": "opposite",
          "note": "turn 6.9% vs token 2.1% of model tokens"}])
     parts, _ = dissection_summary("tiny", claims)
-    result, expansion, credit, clip = why_sentences(claims, parts)
+    result, expansion, credit, clip, resolution = why_sentences(claims, parts)
     assert "-0.9 [-2.7, +0.9]" in result and "seeds 12 vs 21" in result
     assert "+2.8 lies above the interval" in result     # 0.9 < 2.8
     assert "0.97× [0.90, 1.04]" in expansion and "1.25× [1.10, 1.40]" in expansion
     assert "no better than a uniform pick" in expansion  # the interval holds 1
     assert "0.033 from the child mean" in credit and "0.020 at the last" in credit
     assert "turn 6.9% vs token 2.1%" in clip and "opposite" in clip
+    assert "Elsewhere" not in expansion                  # one oracle cell only
+    assert "±1.8 EM points at seeds 12 vs 21" in resolution   # (0.9 - -2.7) / 2
     # without records, no sentence
     assert why_sentences(None, parts.iloc[0:0]) == []
+
+
+def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_cannot_resolve(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    folder = tmp_path / "tiny" / "dissection"
+    folder.mkdir(parents=True)
+    (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
+    (folder / "expansion_oracle_trained_seed2_paper_summary.csv").write_text(
+        ORACLE.replace("0.97,0.90,1.04", "1.12,1.05,1.19").replace("10,70", "12,90"))
+    (folder / "credit_spread.csv").write_text(SPREAD + "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last\n")
+
+    def claim(key, estimate, low, high, published="+1", seeds="3 vs 3", reading="cannot tell"):
+        return {"key": key, "claim": key, "published": published, "estimate": estimate,
+                "ci_low": low, "ci_high": high, "unit": "EM points", "seeds": seeds,
+                "n_questions": 725.0, "reading": reading, "note": ""}
+
+    claims = pd.DataFrame([
+        claim("at2po_over_grpo", 1.0, -1.0, 3.0, "+2.8", "12 vs 21"),
+        claim("authors_over_exact_variant", 2.0, 0.1, 3.9, "not in the paper", "12 vs 21",
+              "above 0"),
+        claim("entropy_weights_over_child_mean", -2.8, -5.0, -0.6, "best", "21 vs 3", "opposite"),
+        claim("ablation_step2", 1.1, -6.9, 9.2, "+2.33"),
+        claim("ablation_step3", -1.6, -7.7, 4.6, "+0.58"),
+        claim("ablation_step4", -0.3, -5.6, 5.0, "+0.48", "21 vs 3")])
+    parts, _ = dissection_summary("tiny", claims)
+    sentences = why_sentences(claims, parts)
+    variant = next(s for s in sentences if s.startswith("**The authors' settings"))
+    assert "+2.0 [+0.1, +3.9] EM points (seeds 12 vs 21): above 0" in variant
+    expansion = next(s for s in sentences if s.startswith("**Why expansion"))
+    assert ("Elsewhere: AT2PO seed 2 after training, paper's tree (M = 10, K = 6): 1.12× "
+            "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] (12 prompts)"
+            in expansion)
+    credit = next(s for s in sentences if s.startswith("**Why turn-wise credit"))
+    assert "-2.8 [-5.0, -0.6] EM points (seeds 21 vs 3): opposite" in credit
+    resolution = sentences[-1]
+    assert "±2.0 EM points" in resolution          # (3.0 - -1.0) / 2
+    assert "2 of the paper's 3 ablation steps (+0.48, +0.58, +2.33) are smaller" in resolution
 
 
 def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp_path, monkeypatch):

@@ -38,7 +38,9 @@ from ..util.paths import results_dir
 if TYPE_CHECKING:
     import pandas as pd
 
-ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training"}
+ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
+                   "trained_seed2": "AT2PO seed 2 after training"}
+"""Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is."""
 ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
 ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
                  "oracle": "the perfect picker"}
@@ -184,7 +186,8 @@ def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
 
 def _oracle(parts: pd.DataFrame, score: str, policy: str, shape: str) -> pd.Series | None:
     mask = (parts["part"] == "expansion") & parts["question"].str.startswith(score) \
-        & parts["question"].str.contains(policy) & parts["question"].str.contains(shape)
+        & parts["question"].str.contains(policy, regex=False) \
+        & parts["question"].str.contains(shape, regex=False)
     return parts[mask].iloc[0] if mask.any() else None
 
 
@@ -223,24 +226,48 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
     ceiling = _oracle(parts, "the perfect picker", "the warm start", "toy tree")
     if picks is None or ceiling is None:
         return None
-    return (f"**Why expansion adds little here.** Re-sampling the turns the authors' score picks "
+    text = (f"**Why expansion adds little here.** Re-sampling the turns the authors' score picks "
             f"flips the outcome {picks['measured']} as often as re-sampling uniform picks "
-            f"({picks['basis']}); a perfect picker would reach {ceiling['measured']}: on these "
-            f"trees there is little for any score to find, and the authors' score does "
+            f"({picks['basis']}); a perfect picker would reach {ceiling['measured']}, the most "
+            f"any score could gain on these trees, and the authors' score does "
             f"{_versus_uniform(picks)}.")
+    others = []
+    for policy in ORACLE_POLICIES.values():
+        for shape in ORACLE_SHAPES.values():
+            other = _oracle(parts, "the authors' score", policy, shape)
+            best = _oracle(parts, "the perfect picker", policy, shape)
+            if other is None or best is None or other.name == picks.name:
+                continue
+            prompts = str(other["basis"]).split(",")[0]
+            others.append(f"{policy}, {shape}: {other['measured']}, "
+                          f"{_versus_uniform(other)}, ceiling {best['measured']} ({prompts})")
+    if others:
+        text += " Elsewhere: " + "; ".join(others) + "."
+    return text
 
 
-def _credit_sentence(parts: pd.DataFrame) -> str | None:
+def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) -> str | None:
     credit = parts[parts["part"] == "credit"]
-    first = credit[credit["question"].str.contains("first")]
-    last = credit[credit["question"].str.contains("last")]
+    first = credit[credit["question"].str.contains("first rollout")]
+    last = credit[credit["question"].str.contains("last rollout")]
     if not (len(first) and len(last)):
         return None
     first, last = first.iloc[0], last.iloc[0]
-    return (f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
+    text = (f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
             f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights "
             f"sit {first['estimate']:.3f} from the child mean 1/n at the first rollout step and "
             f"{last['estimate']:.3f} at the last ({first['basis']}; {last['basis']}).")
+    truth = credit[credit["question"].str.startswith("AUC") & credit["question"].str.contains("τ = 1 ", regex=False)]
+    if len(truth):
+        t = truth.iloc[0]
+        text += (f" Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
+                 f"AT2PO's turn advantages for the useful turns differs from GRPO's by "
+                 f"{t['measured']} ({t['basis']}).")
+    cell = _claim(claims, "entropy_weights_over_child_mean")
+    if cell is not None:
+        text += (f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
+                 f"EM points (seeds {cell['seeds']}): {cell['reading']}.")
+    return text
 
 
 def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -252,10 +279,39 @@ def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
             f"of the paper's reading; a clipped turn takes all its tokens with it.")
 
 
+def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
+    variant = _claim(claims, "authors_over_exact_variant")
+    if variant is None:
+        return None
+    return (f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
+            f"code configures it minus the variant (exact entropy, α = 0.001): "
+            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {variant['reading']}.")
+
+
+def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
+    head = _claim(claims, "at2po_over_grpo")
+    if head is None:
+        return None
+    half = (head["ci_high"] - head["ci_low"]) / 2
+    steps = [_claim(claims, f"ablation_step{i}") for i in (2, 3, 4)]
+    published = sorted(_number(s["published"]) for s in steps if s is not None
+                       and np.isfinite(_number(s["published"])))
+    text = (f"**What the toy cannot resolve.** The headline interval is ±{half:.1f} EM points "
+            f"at seeds {head['seeds']}: a difference smaller than that reads \"cannot tell\" "
+            f"whatever its sign.")
+    if published:
+        smaller = sum(p < half for p in published)
+        text += (f" {smaller} of the paper's {len(published)} ablation steps ("
+                 + ", ".join(f"{p:+.2f}" for p in published) + f") are smaller than that; the "
+                 f"toy's Table 2 rows rest on fewer seeds and are wider still.")
+    return text
+
+
 def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
     seeds or prompts. A sentence whose records are missing is left out."""
-    sentences = (_result_sentence(claims), _budget_sentence(claims), _expansion_sentence(parts),
-                 _credit_sentence(parts), _clip_sentence(claims))
+    sentences = (_result_sentence(claims), _budget_sentence(claims), _variant_sentence(claims),
+                 _expansion_sentence(parts), _credit_sentence(parts, claims),
+                 _clip_sentence(claims), _resolution_sentence(claims))
     return [s for s in sentences if s is not None]

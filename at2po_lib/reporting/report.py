@@ -8,7 +8,9 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
   ``claims`` (the paper's claims one by one, :mod:`.claims`) and ``credit_accuracy_summary``
   when those runs and studies exist; ``fig3_entropy_change`` (Figure 3's claim in numbers:
   entropy and reward over the first vs the last steps, the change, and each method's change
-  minus GRPO's);
+  minus GRPO's); ``dissection_summary`` (what each part of AT2PO does) and ``why.md`` (the
+  toy's result and its reasons in generated sentences,
+  :func:`.dissection_summary.why_sentences`, the README's block ``tiny/why``);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
 
 With ``readme=True`` the generated blocks of this profile in the README and the docs pages are
@@ -42,7 +44,7 @@ from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
 from .dissection_figure import dissection_figure
-from .dissection_summary import dissection_summary
+from .dissection_summary import dissection_summary, why_sentences
 from .labels import method_label
 from .output import source_meta, tables_dir, write_figure, write_table
 from .readme import update_readme
@@ -262,6 +264,11 @@ def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
             "What each part of AT2PO does on the toy: the dissection's records and the "
             "claims that put the parts together")
         report.tables["dissection_summary"] = shown
+        why_path = tables_dir(profile) / "why.md"
+        write_if_changed(why_path, "\n\n".join(why_sentences(tidy, parts)) + "\n")
+        write_meta(why_path, {**meta_for(outcomes["method"].unique(), why_sentences),
+                              "table": "why", "files": [why_path.name]})
+        report.paths["why"] = {"md": why_path}
     if figures:
         at2po_runs = [Path(p) for p in finished.loc[finished["method"] == "at2po", "path"]]
         fig, _ = dissection_figure(at2po_runs, results_dir(profile, "dissection"))
@@ -369,9 +376,10 @@ def read_report(profile: str) -> Report:
         if all(p.is_file() for p in paths.values()):
             report.paths[name] = paths
             report.tables[name] = read_markdown_table(paths["md"].read_text())
-    summary = tables_dir(profile) / "claims_summary.md"
-    if summary.is_file():
-        report.paths["claims_summary"] = {"md": summary}
+    for name in ("claims_summary", "why"):
+        text = tables_dir(profile) / f"{name}.md"
+        if text.is_file():
+            report.paths[name] = {"md": text}
     for key, stem in STORED_FIGURES.items():
         paths = {ext: figures_dir() / f"{stem}_{profile}.{ext}" for ext in ("png", "pdf")}
         if all(p.is_file() for p in paths.values()):
