@@ -230,3 +230,19 @@ def test_profile_errors_are_reported_not_raised(capsys):
 
     assert run_guarded("at2po x", body) == 2
     assert capsys.readouterr().err == "at2po x: error: configs/x.yaml: unknown key 'y'\n"
+
+
+@pytest.mark.parametrize("command", [["credit-accuracy"], ["dissect", "expansion"]])
+@pytest.mark.parametrize("bad", ["../elsewhere", "a/b", "", "-x", "_x", "n" * 65, "a b"])
+def test_record_names_that_would_leave_the_results_folder_are_refused(command, bad, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*command, "--profile", "tiny", f"--name={bad}"])
+    assert stop.value.code == 2
+    assert "is not a record name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("good", ["trained_authors", "warmstart", "seed2-nll", "A1"])
+def test_record_names_of_letters_digits_and_separators_pass(good):
+    from at2po_lib.cli.options import record_name
+
+    assert record_name(good) == good

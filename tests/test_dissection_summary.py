@@ -196,3 +196,85 @@ def test_missing_records_draw_no_warning_and_text_cells_read_as_missing(tmp_path
                             "seeds": "2", "n_questions": "–", "reading": "opposite", "note": ""}])
     tidy, _ = dissection_summary("tiny", claims)
     assert list(tidy["part"]) == ["loss"] and tidy["basis"].item() == "seeds 2"
+
+
+CREDIT_HEAD = ("credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
+               "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n")
+
+
+def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_path):
+    """Only AT2PO's default cell on its own trees over all turns, per τ, sorted; a named record
+    (``dissection/credit_accuracy_<name>.csv``) is its own line."""
+    from at2po_lib.reporting.dissection_figure import (credit_temperature_figure,
+                                                       credit_temperature_rows)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    default = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
+               "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950",
+               "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
+               "at2po,entropy_softmax,diff_parent,1.0,entropy,all,0.60,0.58,0.62,-0.1,-0.12,-0.08,300,300,5673,2950",
+               "at2po,entropy_softmax,node_value,1.0,random,all,0.66,0.64,0.68,0.0,-0.01,0.01,300,300,5000,2500",
+               "grpo,none,none,1.0,entropy,all,0.702,0.68,0.72,0.0,0.0,0.0,300,300,5673,2950"]
+    (tmp_path / "credit_accuracy.csv").write_text(CREDIT_HEAD + "\n".join(default) + "\n")
+    (tmp_path / "dissection").mkdir()
+    trained = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.75,0.73,0.77,0.004,0.001,0.007,200,200,4000,2000"]
+    (tmp_path / "dissection" / "credit_accuracy_trained.csv").write_text(
+        CREDIT_HEAD + "\n".join(trained) + "\n")
+    rows = credit_temperature_rows(tmp_path)
+    assert list(rows["record"]) == ["default", "default", "trained"]
+    assert list(rows["softmax_temperature"]) == [0.01, 1.0, 1.0]
+    assert list(rows["delta_vs_grpo"]) == [-0.006, -0.002, 0.004]
+    fig, ax = credit_temperature_figure(rows)
+    assert len(ax.get_lines()) >= 2 and len(ax.get_legend().get_texts()) == 2
+    fig.clf()
+    assert credit_temperature_rows(tmp_path / "nothing").empty
+
+
+def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from at2po_lib.reporting.dissection_figure import clip_levels_figure
+
+    clips = pd.DataFrame({"method": ["at2po", "at2po", "grpo_tree_budget"],
+                          "seed": ["seed0", "seed1", "seed0"], "steps": [96, 96, 96],
+                          "token_level": [0.02, 0.03, 0.004], "turn_level": [0.07, 0.08, 0.004],
+                          "own": [0.07, 0.08, 0.004]})
+    fig, ax = clip_levels_figure(clips)
+    dots = [len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")
+            and c.__class__.__name__ == "PathCollection"]
+    assert sorted(dots) == [1, 1, 2, 2]            # per method, one dot per run at each level
+    means = sorted(round(float(seg[0][1]), 3) for c in ax.collections
+                   if c.__class__.__name__ == "LineCollection" for seg in c.get_segments())
+    assert means == [0.4, 0.4, 2.5, 7.5]           # the mean line per method and level, in %
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["at2po\n(2 runs)",
+                                                           "grpo_tree_budget\n(1 runs)"]
+    fig.clf()
+
+
+def test_credit_spread_figure_has_a_panel_per_estimate(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+
+    from at2po_lib.method.tree import TreeArrays
+    from at2po_lib.reporting.dissection_figure import credit_spread_figure
+    from at2po_lib.tree_files import save_trees
+
+    run = tmp_path / "at2po" / "seed0"
+    (run / "trees").mkdir(parents=True)
+    tree = TreeArrays(np.array([-1, 0, 0, 0]), np.zeros(4), np.array([0.0, 1.0, 0.0, 1.0]),
+                      node_arrays={"entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
+                                   "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1])})
+    save_trees([tree], run / "trees" / "step0001.npz")
+    fig, (nll, exact) = credit_spread_figure([run])
+    assert "NLL" in nll.get_title() and "exact" in exact.get_title()
+    # the exact entropies of the three siblings are equal: its set sits at Δ = 0, weights 1/n
+    x, y = exact.collections[0].get_offsets()[0]
+    assert (float(x), float(y)) == (0.0, 0.0)
+    x, y = nll.collections[0].get_offsets()[0]
+    assert float(x) == pytest.approx(0.2 / 3) and float(y) > 0
+    fig.clf()

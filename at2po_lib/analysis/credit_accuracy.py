@@ -376,12 +376,15 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
                         datasets: Sequence[str] | None = None, policy: str | None = None,
                         overrides: dict | None = None, n_resamples: int = 4000,
                         softmax_temperatures: Sequence[float] = (0.1, 0.03, 0.01),
-                        trees_dir: str | None = None, command: str = "") -> dict[str, object]:
+                        trees_dir: str | None = None, command: str = "",
+                        name: str | None = None) -> dict[str, object]:
     """Grow AT2PO's entropy trees and Tree-GRPO's random trees for the same prompts with the
     warm start, score every credit mode, write ``credit_accuracy.csv`` and
     ``credit_weights.csv`` under ``results/<profile>/`` with their ``.meta.json``.
     ``softmax_temperatures``: what-if rows with sharper entropy weights (τ < 1).
-    ``trees_dir``: a scratch folder caching the trees (``entropy.npz``, ``random.npz``)."""
+    ``trees_dir``: a scratch folder caching the trees (``entropy.npz``, ``random.npz``).
+    ``name``: write ``results/<profile>/dissection/credit_accuracy_<name>.csv`` (and
+    ``credit_weights_<name>.csv``) instead, for another policy or entropy estimate."""
     import pandas as pd
 
     cfg = load_profile(profile, overrides or None)
@@ -396,7 +399,8 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
                                      softmax_temperatures))
     table = pd.concat(tables, ignore_index=True)
     weights = credit_weight_stats(trees_by["entropy"])
-    out = results_dir(cfg.name)
+    out = results_dir(cfg.name, "dissection") if name else results_dir(cfg.name)
+    suffix = f"_{name}" if name else ""
     labels = turn_labels(trees_by["entropy"])
     meta = run_metadata(cfg.name, seed, config=cfg.rollout, command=command, policy=str(folder),
                         datasets=datasets, prompts=num_prompts, n_resamples=n_resamples,
@@ -406,6 +410,6 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
                             for k in ("search", "answer")},
                         trees="grown by the command (not stored): entropy = AT2PO's tree, "
                               "random = Tree-GRPO's, same prompts and seed")
-    paths = write_csv_tables(out, {"credit_accuracy.csv": table, "credit_weights.csv": weights},
-                             meta)
+    paths = write_csv_tables(out, {f"credit_accuracy{suffix}.csv": table,
+                                   f"credit_weights{suffix}.csv": weights}, meta)
     return {"accuracy": table, "weights": weights, "paths": paths}

@@ -3,10 +3,14 @@ useless turns on real trees (:mod:`at2po_lib.analysis.credit_accuracy`, docs/met
 
     at2po credit-accuracy --profile tiny --prompts 300 --seed 0
     at2po credit-accuracy --profile tiny --prompts 50 --resamples 500 --trees-dir /tmp/trees
+    at2po credit-accuracy --profile tiny --prompts 300 --seed 0 --name trained_authors \
+        --policy PATH --set rollout.entropy_estimate=sampled_nll --set rollout.tree_alpha=0.05
 
 Writes ``results/<profile>/credit_accuracy.csv`` (AUC per credit mode with bootstrap CIs) and
 ``credit_weights.csv`` (how far the entropy weights are from uniform), each with its
-``.meta.json``.
+``.meta.json``. With ``--name NAME`` (another policy or estimator, the dissection's records)
+it writes ``results/<profile>/dissection/credit_accuracy_NAME.csv`` and
+``credit_weights_NAME.csv`` instead, leaving the default records alone.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .options import (
     load_profile_args,
     parse_set,
     quiet_openmp,
+    record_name,
     run_guarded,
 )
 
@@ -37,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trees-dir", default=None,
                         help="scratch folder: reuse entropy.npz / random.npz grown with the same "
                              "settings, else save them there (never commit them)")
+    parser.add_argument("--name", default=None, type=record_name,
+                        help="write results/<profile>/dissection/credit_accuracy_NAME.csv (and "
+                             "credit_weights_NAME.csv) instead of the default records, e.g. "
+                             "for a trained --policy or another entropy estimate")
     return parser
 
 
@@ -55,7 +64,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     result = run_credit_accuracy(args.profile, args.prompts, args.seed,
                                  comma_list(args.datasets, "--datasets"), args.policy,
                                  parse_set(args.overrides), args.resamples,
-                                 trees_dir=args.trees_dir, command=command)
+                                 trees_dir=args.trees_dir, command=command, name=args.name)
     table = result["accuracy"]
     shown = table[table["turns"] != "answer"]
     print(shown.drop(columns=["n_trees", "n_prompts"]).round(3).to_string(index=False))

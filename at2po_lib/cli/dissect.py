@@ -20,7 +20,7 @@ from pathlib import Path
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_csv_tables, write_meta
 from .options import (add_profile_options, add_warm_start_sample_options, comma_list, invocation,
-                      load_profile_args, quiet_openmp, run_guarded)
+                      load_profile_args, quiet_openmp, record_name, run_guarded)
 
 PROG = "at2po dissect"
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="first-round tree shape: toy M=4, K=4; paper M=10, K=6")
     parser.add_argument("--resamples", type=int, default=8, help="re-samples per candidate")
     parser.add_argument("--chunk", type=int, default=10, help="prompts per rollout batch")
-    parser.add_argument("--name", default="warmstart",
+    parser.add_argument("--name", default="warmstart", type=record_name,
                         help="the policy's name in the output file (default warmstart)")
     parser.add_argument("--methods", default="at2po,at2po_exact,grpo,grpo_tree_budget",
                         help="run folders read by `runs` (comma-separated)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +20,18 @@ from ..retrieval.base import RetrievalError
 from ..util.storage import describe
 
 SET_METAVAR = "SECTION.KEY=VALUE"
+_RECORD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def record_name(text: str) -> str:
+    """A ``--name`` that becomes part of a record's file name: letters, digits, ``_`` and ``-``
+    (at most 64, not starting with ``-``/``_``), so it can neither leave the results folder nor
+    collide with another record's separator."""
+    if not _RECORD_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a record name (letters, digits, '_' and '-', at most 64, "
+            "starting with a letter or digit)")
+    return text
 
 
 def add_profile_options(parser: argparse.ArgumentParser, *, default: str | None = "tiny",

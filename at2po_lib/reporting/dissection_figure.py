@@ -9,6 +9,11 @@ expansion score could find.
 - **Right, expansion.** Per policy and tree shape, the flips per re-sample of the turns each
   score would pick, as a multiple of uniform picks (1 = no better than chance), with the
   oracle's 95% interval over prompts; the perfect picker is the ceiling on that shape.
+
+Notebook 03 draws the credit and loss parts closer up: the credit panel for both entropy
+estimates (:func:`credit_spread_figure`), the credit AUC against TinyWorld's truth as the
+softmax sharpens (:func:`credit_temperature_figure` over :func:`credit_temperature_rows`), and
+the clipped shares per run at both ratio levels (:func:`clip_levels_figure`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exa
                 "entropy_nll_first": "first-token\nNLL", "depth": "depth",
                 "oracle": "perfect\npicker"}
 """The oracle's scores drawn, left to right (every score is in its summary CSV)."""
+
+
+ESTIMATE_LABELS = {"nll": "mean sampled-token NLL (the authors' score)",
+                   "exact": "mean exact entropy"}
 
 
 def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
@@ -110,3 +119,102 @@ def dissection_figure(run_roots: Iterable[Path], folder: Path):
                  fontsize=10)
     fig.tight_layout()
     return fig, axes
+
+
+def credit_spread_figure(run_roots: Iterable[Path]):
+    """``(fig, axes)``: the credit panel of :func:`dissection_figure` once per entropy estimate
+    (sampled-token NLL, exact), from the same sibling sets of the runs' saved trees."""
+    import matplotlib.pyplot as plt
+
+    sets, _ = credit_from_runs(run_roots, fit=False)
+    fig, axes = plt.subplots(1, len(ESTIMATE_LABELS), figsize=(11, 4.2))
+    for ax, (estimate, label) in zip(axes, ESTIMATE_LABELS.items()):
+        if len(sets):
+            _credit_panel(ax, sets, estimate)
+        else:
+            ax.text(0.5, 0.5, "no saved trees", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(f"turn entropy = {label}", fontsize=10)
+    fig.tight_layout()
+    return fig, axes
+
+
+def credit_temperature_rows(results: Path) -> pd.DataFrame:
+    """AT2PO's default credit (``entropy_softmax`` / ``node_value``, AT2PO's own trees, every
+    scored turn) against GRPO's on the same turns, per softmax temperature τ and record:
+    ``credit_accuracy.csv`` (``record`` = ``default``) and every
+    ``dissection/credit_accuracy_<name>.csv`` under ``results`` (``results/<profile>``)."""
+    import pandas as pd
+
+    paths = {"default": Path(results) / "credit_accuracy.csv"}
+    paths |= {p.stem.removeprefix("credit_accuracy_"): p
+              for p in sorted((Path(results) / "dissection").glob("credit_accuracy_*.csv"))}
+    parts = []
+    for record, path in paths.items():
+        if not path.is_file():
+            continue
+        table = pd.read_csv(path)
+        keep = ((table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
+                & (table["advantage_mode"] == "node_value") & (table["rollout"] == "entropy")
+                & (table["turns"] == "all"))
+        part = table.loc[keep, ["softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
+                                "delta_high", "n_prompts", "n_turns"]]
+        parts.append(part.assign(record=record).sort_values("softmax_temperature"))
+    if not parts:
+        return pd.DataFrame(columns=["record", "softmax_temperature", "auc", "delta_vs_grpo",
+                                     "delta_low", "delta_high", "n_prompts", "n_turns"])
+    return pd.concat(parts, ignore_index=True)[["record", "softmax_temperature", "auc",
+                                                "delta_vs_grpo", "delta_low", "delta_high",
+                                                "n_prompts", "n_turns"]]
+
+
+def credit_temperature_figure(rows: pd.DataFrame):
+    """``(fig, ax)``: AT2PO's credit AUC minus GRPO's against τ (log axis; τ = 1 is AT2PO as
+    defined), one line per record with its paired 95% interval over prompts."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for record, part in rows.groupby("record", sort=False):
+        x = part["softmax_temperature"].to_numpy()
+        y = part["delta_vs_grpo"].to_numpy()
+        err = np.vstack([y - part["delta_low"].to_numpy(), part["delta_high"].to_numpy() - y])
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
+                    label=f"{record} ({int(part['n_prompts'].iloc[0])} prompts)")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("softmax temperature τ of the entropy weights (1 = AT2PO as defined)")
+    ax.set_ylabel("credit AUC, AT2PO − GRPO")
+    ax.set_title("Does sharper entropy weighting find the useful turns better?", fontsize=10)
+    if len(rows):
+        ax.legend(fontsize=8, frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no credit-accuracy records\n(at2po credit-accuracy)", ha="center",
+                va="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig, ax
+
+
+def clip_levels_figure(clips: pd.DataFrame):
+    """``(fig, ax)``: per run (a dot) and method, the share of model tokens a token-level and a
+    turn-level ratio clip on the same updates at the method's own clip range."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    methods = list(dict.fromkeys(clips["method"]))
+    for i, method in enumerate(methods):
+        part = clips[clips["method"] == method]
+        for j, (level, colour) in enumerate((("token_level", "tab:blue"),
+                                             ("turn_level", "tab:red"))):
+            x = np.full(len(part), i + (j - 0.5) * 0.3)
+            ax.scatter(x, 100 * part[level], s=14, color=colour, alpha=0.7,
+                       label=f"{level.replace('_', '-')} ratio" if i == 0 else None)
+            ax.hlines(100 * part[level].mean(), x[0] - 0.12, x[0] + 0.12, color=colour, lw=2)
+    ax.set_xticks(range(len(methods)))
+    ax.set_xticklabels([f"{m}\n({(clips['method'] == m).sum()} runs)" for m in methods])
+    ax.set_ylabel("model tokens clipped (%)")
+    ax.set_title("The same updates, clipped at the token and at the turn level", fontsize=10)
+    if methods:
+        ax.legend(fontsize=8, frameon=False)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig, ax
