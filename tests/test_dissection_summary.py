@@ -202,7 +202,7 @@ CREDIT_HEAD = ("credit_mode,value_mode,advantage_mode,softmax_temperature,rollou
                "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n")
 
 
-def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_path):
+def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_path, monkeypatch):
     """Only AT2PO's default cell on its own trees over all turns, per τ, sorted; a named record
     (``dissection/credit_accuracy_<name>.csv``) is its own line."""
     from at2po_lib.reporting.dissection_figure import (credit_temperature_figure,
@@ -217,19 +217,20 @@ def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_pat
                "at2po,entropy_softmax,diff_parent,1.0,entropy,all,0.60,0.58,0.62,-0.1,-0.12,-0.08,300,300,5673,2950",
                "at2po,entropy_softmax,node_value,1.0,random,all,0.66,0.64,0.68,0.0,-0.01,0.01,300,300,5000,2500",
                "grpo,none,none,1.0,entropy,all,0.702,0.68,0.72,0.0,0.0,0.0,300,300,5673,2950"]
-    (tmp_path / "credit_accuracy.csv").write_text(CREDIT_HEAD + "\n".join(default) + "\n")
-    (tmp_path / "dissection").mkdir()
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    (tmp_path / "tiny" / "dissection").mkdir(parents=True)
+    (tmp_path / "tiny" / "credit_accuracy.csv").write_text(CREDIT_HEAD + "\n".join(default) + "\n")
     trained = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.75,0.73,0.77,0.004,0.001,0.007,200,200,4000,2000"]
-    (tmp_path / "dissection" / "credit_accuracy_trained.csv").write_text(
+    (tmp_path / "tiny" / "dissection" / "credit_accuracy_trained.csv").write_text(
         CREDIT_HEAD + "\n".join(trained) + "\n")
-    rows = credit_temperature_rows(tmp_path)
+    rows = credit_temperature_rows("tiny")
     assert list(rows["record"]) == ["default", "default", "trained"]
     assert list(rows["softmax_temperature"]) == [0.01, 1.0, 1.0]
     assert list(rows["delta_vs_grpo"]) == [-0.006, -0.002, 0.004]
     fig, ax = credit_temperature_figure(rows)
     assert len(ax.get_lines()) >= 2 and len(ax.get_legend().get_texts()) == 2
     fig.clf()
-    assert credit_temperature_rows(tmp_path / "nothing").empty
+    assert credit_temperature_rows("smoke").empty
 
 
 def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path):
@@ -278,3 +279,36 @@ def test_credit_spread_figure_has_a_panel_per_estimate(tmp_path):
     x, y = nll.collections[0].get_offsets()[0]
     assert float(x) == pytest.approx(0.2 / 3) and float(y) > 0
     fig.clf()
+
+
+def test_credit_truth_rows_name_each_record_its_trees_and_settings(tmp_path, monkeypatch):
+    """One row per record and τ; the settings come from the record's meta, and the credit
+    sentence quotes every τ = 1 cell with its own basis."""
+    import json
+
+    from at2po_lib.reporting.dissection_summary import credit_truth_rows
+
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    (tmp_path / "tiny" / "dissection").mkdir(parents=True)
+    cell = "at2po,entropy_softmax,node_value,1.0,entropy,all,{auc},0.6,0.8,{d},{lo},{hi},300,{p},5000,2500"
+    default = tmp_path / "tiny" / "credit_accuracy.csv"
+    default.write_text(CREDIT_HEAD + cell.format(auc=0.70, d=-0.002, lo=-0.003, hi=-0.001, p=300) + "\n")
+    (tmp_path / "tiny" / "credit_accuracy.csv.meta.json").write_text(
+        json.dumps({"config": {"entropy_estimate": "exact", "tree_alpha": 0.001}}))
+    named = tmp_path / "tiny" / "dissection" / "credit_accuracy_trained_authors.csv"
+    named.write_text(CREDIT_HEAD + cell.format(auc=0.75, d=0.004, lo=0.001, hi=0.007, p=250) + "\n")
+    (named.parent / (named.name + ".meta.json")).write_text(
+        json.dumps({"config": {"entropy_estimate": "sampled_nll", "tree_alpha": 0.05}}))
+    rows = credit_truth_rows("tiny")
+    assert [r["estimate"] for r in rows] == [-0.002, 0.004]
+    assert "the warm start's trees; exact entropy, α = 0.001;" in rows[0]["question"]
+    assert "after training; sampled-token NLL, α = 0.05;" in rows[1]["question"]
+    assert rows[1]["basis"] == "250 prompts, 5000 turns"
+    parts = pd.DataFrame(rows + [
+        {"part": "credit", "question": "mean |w − 1/n| of AT2PO's softmax weights, first rollout step",
+         "measured": "0.030", "basis": "10 sibling sets in 4 trees", "estimate": 0.03},
+        {"part": "credit", "question": "mean |w − 1/n| of AT2PO's softmax weights, last rollout step",
+         "measured": "0.010", "basis": "12 sibling sets in 4 trees", "estimate": 0.01}])
+    text = next(s for s in why_sentences(None, parts) if "child mean" in s)
+    assert "-0.002 [-0.003, -0.001] (AUC 0.700) (the warm start's trees, exact entropy, α = 0.001: 300 prompts" in text
+    assert "+0.004 [+0.001, +0.007] (AUC 0.750)" in text and "250 prompts, 5000 turns" in text

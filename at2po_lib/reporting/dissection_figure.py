@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..analysis.dissection import credit_from_runs, spread_slope
-from .dissection_summary import ORACLE_POLICIES, ORACLE_SHAPES
+from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_records,
+                                 default_credit_cells)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,33 +139,17 @@ def credit_spread_figure(run_roots: Iterable[Path]):
     return fig, axes
 
 
-def credit_temperature_rows(results: Path) -> pd.DataFrame:
-    """AT2PO's default credit (``entropy_softmax`` / ``node_value``, AT2PO's own trees, every
-    scored turn) against GRPO's on the same turns, per softmax temperature τ and record:
-    ``credit_accuracy.csv`` (``record`` = ``default``) and every
-    ``dissection/credit_accuracy_<name>.csv`` under ``results`` (``results/<profile>``)."""
+def credit_temperature_rows(profile: str) -> pd.DataFrame:
+    """AT2PO's default credit against GRPO's on the same turns, per softmax temperature τ and
+    credit-accuracy record of ``profile`` (:func:`.dissection_summary.credit_records`:
+    ``default`` is ``credit_accuracy.csv``, else the record's ``--name``)."""
     import pandas as pd
 
-    paths = {"default": Path(results) / "credit_accuracy.csv"}
-    paths |= {p.stem.removeprefix("credit_accuracy_"): p
-              for p in sorted((Path(results) / "dissection").glob("credit_accuracy_*.csv"))}
-    parts = []
-    for record, path in paths.items():
-        if not path.is_file():
-            continue
-        table = pd.read_csv(path)
-        keep = ((table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
-                & (table["advantage_mode"] == "node_value") & (table["rollout"] == "entropy")
-                & (table["turns"] == "all"))
-        part = table.loc[keep, ["softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
-                                "delta_high", "n_prompts", "n_turns"]]
-        parts.append(part.assign(record=record).sort_values("softmax_temperature"))
-    if not parts:
-        return pd.DataFrame(columns=["record", "softmax_temperature", "auc", "delta_vs_grpo",
-                                     "delta_low", "delta_high", "n_prompts", "n_turns"])
-    return pd.concat(parts, ignore_index=True)[["record", "softmax_temperature", "auc",
-                                                "delta_vs_grpo", "delta_low", "delta_high",
-                                                "n_prompts", "n_turns"]]
+    columns = ["record", "softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
+               "delta_high", "n_prompts", "n_turns"]
+    parts = [default_credit_cells(pd.read_csv(path)).assign(record=name)[columns]
+             for name, path in credit_records(profile).items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
 def credit_temperature_figure(rows: pd.DataFrame):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..util.paths import results_dir
+from ..util.provenance import read_meta
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,28 +112,64 @@ def credit_rows(folder: Path, method: str = "at2po", estimate: str = "nll") -> l
     return rows
 
 
+CREDIT_RECORDS = {"default": "the warm start's trees",
+                  "warmstart_authors": "the warm start's trees",
+                  "trained_authors": "AT2PO seed 0 retrained, its trees after training"}
+"""Credit-accuracy record (``default`` = ``credit_accuracy.csv``, else the ``--name`` of
+``at2po credit-accuracy``) -> whose trees it scored; the entropy estimate and α are read from
+the record's ``.meta.json``."""
+ESTIMATE_NAMES = {"exact": "exact entropy", "sampled_nll": "sampled-token NLL"}
+
+
+def credit_records(profile: str) -> dict[str, Path]:
+    """Every credit-accuracy record of ``profile`` by name: ``default`` for
+    ``credit_accuracy.csv``, ``<name>`` for ``dissection/credit_accuracy_<name>.csv``."""
+    results = results_dir(profile)
+    paths = {"default": results / "credit_accuracy.csv"}
+    paths |= {p.stem.removeprefix("credit_accuracy_"): p
+              for p in sorted((results / "dissection").glob("credit_accuracy_*.csv"))}
+    return {name: path for name, path in paths.items() if path.is_file()}
+
+
+def default_credit_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """AT2PO's default credit (``entropy_softmax`` / ``node_value``) on its own (entropy) trees
+    over every scored turn, one row per softmax temperature."""
+    keep = ((table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
+            & (table["advantage_mode"] == "node_value") & (table["turns"] == "all")
+            & (table["rollout"] == "entropy"))
+    return table[keep].sort_values("softmax_temperature")
+
+
+def _credit_record_label(name: str, path: Path) -> str:
+    """Whose trees and which settings: from :data:`CREDIT_RECORDS` and the record's meta."""
+    rollout = read_meta(path).get("config") or {}
+    settings = ESTIMATE_NAMES.get(rollout.get("entropy_estimate"), rollout.get("entropy_estimate"))
+    if settings and rollout.get("tree_alpha") is not None:
+        settings += f", α = {rollout['tree_alpha']:g}"
+    trees = CREDIT_RECORDS.get(name, f"the policy of record {name!r}")
+    return f"{trees}; {settings}" if settings else trees
+
+
 def credit_truth_rows(profile: str, temperatures: tuple[float, ...] = (1.0, 0.01)) -> list[dict]:
-    """AT2PO's default credit against TinyWorld's ground truth (``credit_accuracy.csv``, every
-    turn labelled useful or not from the question's plan): its AUC minus GRPO's on the same
-    turns, at the softmax temperatures ``temperatures`` (τ < 1 sharpens the entropy weights)."""
-    table = _read(results_dir(profile) / "credit_accuracy.csv")
-    if table is None:
-        return []
-    mine = table[(table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
-                 & (table["advantage_mode"] == "node_value") & (table["turns"] == "all")
-                 & (table["rollout"] == "entropy")]
+    """AT2PO's default credit against TinyWorld's ground truth (every turn labelled useful or
+    not from the question's plan), per credit-accuracy record (:func:`credit_records`): its AUC
+    minus GRPO's on the same turns, at the softmax temperatures ``temperatures`` (τ < 1
+    sharpens the entropy weights)."""
     rows = []
-    for tau in temperatures:
-        found = mine[np.isclose(mine["softmax_temperature"], tau)]
-        if not len(found):
-            continue
-        r = found.iloc[0]
-        rows.append(_row(
-            "credit", f"AUC of AT2PO's turn advantages for the useful turns minus GRPO's, softmax "
-            f"τ = {tau:g} (the warm start's trees; TinyWorld's plans label the turns)",
-            f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, {r['delta_high']:+.3f}] "
-            f"(AUC {r['auc']:.3f})", f"{int(r['n_prompts'])} prompts, {int(r['n_turns'])} turns",
-            r["delta_vs_grpo"], r["delta_low"], r["delta_high"]))
+    for name, path in credit_records(profile).items():
+        mine = default_credit_cells(_read(path))
+        label = _credit_record_label(name, path)
+        for tau in temperatures:
+            found = mine[np.isclose(mine["softmax_temperature"], tau)]
+            if not len(found):
+                continue
+            r = found.iloc[0]
+            rows.append(_row(
+                "credit", f"AUC of AT2PO's turn advantages for the useful turns minus GRPO's, "
+                f"softmax τ = {tau:g} ({label}; TinyWorld's plans label the turns)",
+                f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, {r['delta_high']:+.3f}] "
+                f"(AUC {r['auc']:.3f})", f"{int(r['n_prompts'])} prompts, {int(r['n_turns'])} turns",
+                r["delta_vs_grpo"], r["delta_low"], r["delta_high"]))
     return rows
 
 
@@ -257,12 +294,15 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
             f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights "
             f"sit {first['estimate']:.3f} from the child mean 1/n at the first rollout step and "
             f"{last['estimate']:.3f} at the last ({first['basis']}; {last['basis']}).")
-    truth = credit[credit["question"].str.startswith("AUC") & credit["question"].str.contains("τ = 1 ", regex=False)]
+    truth = credit[credit["question"].str.startswith("AUC")
+                   & credit["question"].str.contains("τ = 1 ", regex=False)]
     if len(truth):
-        t = truth.iloc[0]
+        cells = [f"{t['measured']} ({t['question'].split('τ = 1 (', 1)[1].split(';', 1)[0]}, "
+                 f"{t['question'].split('; ', 1)[1].split('; TinyWorld', 1)[0]}: {t['basis']})"
+                 for _, t in truth.iterrows()]
         text += (f" Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
                  f"AT2PO's turn advantages for the useful turns differs from GRPO's by "
-                 f"{t['measured']} ({t['basis']}).")
+                 + "; ".join(cells) + ".")
     cell = _claim(claims, "entropy_weights_over_child_mean")
     if cell is not None:
         text += (f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "

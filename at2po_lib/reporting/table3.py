@@ -24,6 +24,7 @@ from .. import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import credit_method
 from ..util.paths import results_dir
+from ..util.provenance import read_meta
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 if TYPE_CHECKING:
@@ -101,10 +102,6 @@ def load_credit_weights(profile: str) -> pd.DataFrame | None:
 def credit_accuracy_provenance(profile: str) -> dict:
     """Where the credit-accuracy table came from: its file, and the command and git revision
     its own meta records (the study runs apart from the report)."""
-    import json
-
-    path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
-    meta_path = path.with_name(path.name + ".meta.json")
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = read_meta(Path(results_dir(profile)) / CREDIT_ACCURACY_FILE)
     return {"source": CREDIT_ACCURACY_FILE, "source_command": meta.get("command"),
             "source_git_revision": meta.get("git_revision")}

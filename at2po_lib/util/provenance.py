@@ -144,6 +144,28 @@ comes from ``./run_all.sh``, ``at2po run-notebooks --only 05`` or ``at2po report
 names a command that produced exactly these bytes)."""
 
 
+def meta_path_of(result_path: str | Path) -> Path:
+    """``<result>.meta.json``: where :func:`write_meta` keeps a result's provenance."""
+    result_path = Path(result_path)
+    return result_path.with_name(result_path.name + ".meta.json")
+
+
+def read_meta(result_path: str | Path) -> dict:
+    """The provenance :func:`write_meta` wrote beside a result; {} when there is none. A meta
+    file that is not a JSON object is an error naming it (a record must not lose its source
+    silently)."""
+    path = meta_path_of(result_path)
+    if not path.is_file():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not readable JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: holds {type(meta).__name__}, not an object")
+    return meta
+
+
 def write_meta(result_path: str | Path, meta: dict) -> Path:
     """Write ``<result>.meta.json`` beside a result file and return its path.
 
@@ -153,7 +175,7 @@ def write_meta(result_path: str | Path, meta: dict) -> Path:
     revision that produced exactly these bytes.
     """
     result_path = Path(result_path)
-    meta_path = result_path.with_name(result_path.name + ".meta.json")
+    meta_path = meta_path_of(result_path)
     if result_path.is_file():
         meta = {**meta, "result_sha256": hashlib.sha256(result_path.read_bytes()).hexdigest()}
     text = json.dumps(meta, indent=2, default=str) + "\n"
