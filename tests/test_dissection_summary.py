@@ -93,7 +93,7 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     folder = tmp_path / "tiny" / "dissection"
     folder.mkdir(parents=True)
     (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
-    (folder / "expansion_oracle_trained_seed2_paper_summary.csv").write_text(
+    (folder / "expansion_oracle_trained_rerun_paper_summary.csv").write_text(
         ORACLE.replace("0.97,0.90,1.04", "1.12,1.05,1.19").replace("10,70", "12,90"))
     (folder / "credit_spread.csv").write_text(SPREAD + "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last\n")
 
@@ -115,7 +115,7 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     variant = next(s for s in sentences if s.startswith("**The authors' settings"))
     assert "+2.0 [+0.1, +3.9] EM points (seeds 12 vs 21): above 0" in variant
     expansion = next(s for s in sentences if s.startswith("**Why expansion"))
-    assert ("Elsewhere: AT2PO seed 2 after training, paper's tree (M = 10, K = 6): 1.12× "
+    assert ("Elsewhere: AT2PO seed 0 retrained on another machine build, paper's tree (M = 10, K = 6): 1.12× "
             "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] (12 prompts)"
             in expansion)
     credit = next(s for s in sentences if s.startswith("**Why turn-wise credit"))
@@ -302,7 +302,7 @@ def test_credit_truth_rows_name_each_record_its_trees_and_settings(tmp_path, mon
     rows = credit_truth_rows("tiny")
     assert [r["estimate"] for r in rows] == [-0.002, 0.004]
     assert "the warm start's trees; exact entropy, α = 0.001;" in rows[0]["question"]
-    assert "after training; sampled-token NLL, α = 0.05;" in rows[1]["question"]
+    assert "retrained on another machine build; sampled-token NLL, α = 0.05;" in rows[1]["question"]
     assert rows[1]["basis"] == "250 prompts, 5000 turns"
     parts = pd.DataFrame(rows + [
         {"part": "credit", "question": "mean |w − 1/n| of AT2PO's softmax weights, first rollout step",

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
-                   "trained_seed2": "AT2PO seed 2 after training"}
+                   "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
 """Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is."""
 ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
 ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
@@ -114,7 +114,8 @@ def credit_rows(folder: Path, method: str = "at2po", estimate: str = "nll") -> l
 
 CREDIT_RECORDS = {"default": "the warm start's trees",
                   "warmstart_authors": "the warm start's trees",
-                  "trained_authors": "AT2PO seed 0 retrained, its trees after training"}
+                  "trained_authors": "the trees of AT2PO seed 0 retrained on another machine "
+                                     "build"}
 """Credit-accuracy record (``default`` = ``credit_accuracy.csv``, else the ``--name`` of
 ``at2po credit-accuracy``) -> whose trees it scored; the entropy estimate and α are read from
 the record's ``.meta.json``."""
