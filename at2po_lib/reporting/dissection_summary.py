@@ -124,12 +124,15 @@ ESTIMATE_NAMES = {"exact": "exact entropy", "sampled_nll": "sampled-token NLL"}
 
 def credit_records(profile: str) -> dict[str, Path]:
     """Every credit-accuracy record of ``profile`` by name: ``default`` for
-    ``credit_accuracy.csv``, ``<name>`` for ``dissection/credit_accuracy_<name>.csv``."""
+    ``credit_accuracy.csv``, ``<name>`` for ``dissection/credit_accuracy_<name>.csv``; the
+    records of :data:`CREDIT_RECORDS` first, in its order, then the others by name."""
     results = results_dir(profile)
     paths = {"default": results / "credit_accuracy.csv"}
     paths |= {p.stem.removeprefix("credit_accuracy_"): p
               for p in sorted((results / "dissection").glob("credit_accuracy_*.csv"))}
-    return {name: path for name, path in paths.items() if path.is_file()}
+    known = [name for name in CREDIT_RECORDS if name in paths]  # warm start before trained
+    ordered = known + [name for name in paths if name not in CREDIT_RECORDS]
+    return {name: paths[name] for name in ordered if paths[name].is_file()}
 
 
 def default_credit_cells(table: pd.DataFrame) -> pd.DataFrame:
