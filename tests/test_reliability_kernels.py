@@ -166,6 +166,8 @@ def test_run_notebooks_kernel_listens_on_no_tcp_port(tmp_path):
     parameters.metadata["tags"] = ["parameters"]
     notebook.cells = [parameters, nbformat.v4.new_code_cell(LISTENERS),
                       nbformat.v4.new_code_cell(FORKED_CHILD)]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}  # run_notebooks names its own
     nbformat.write(notebook, nbdir / "00_kernel.ipynb")
     results = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=tmp_path / "out")
     assert [r.status for r in results] == ["ran"], results
