@@ -181,9 +181,11 @@ def run_notebooks(
 @contextlib.contextmanager
 def _local_kernel() -> Iterator[dict]:
     """papermill arguments that make the kernel talk over Unix sockets in a private temporary
-    folder (POSIX): the kernel opens no TCP port, and ipykernel >= 7 has no unencrypted TCP
-    traffic to warn about. nbclient still creates, owns and shuts down the kernel. Elsewhere:
-    no arguments (papermill's default TCP kernel)."""
+    folder (POSIX): the kernel opens no TCP port (its channels, and through
+    :mod:`.util.unix_kernel` ipykernel's pipe for forked subprocesses, are sockets in the
+    folder), and ipykernel >= 7 has no unencrypted TCP traffic to warn about. nbclient still
+    creates, owns and shuts down the kernel. Elsewhere: no arguments (papermill's default TCP
+    kernel)."""
     if os.name != "posix":
         yield {}
         return
@@ -191,7 +193,9 @@ def _local_kernel() -> Iterator[dict]:
 
     with tempfile.TemporaryDirectory(prefix="at2po-kernel-") as folder:
         yield {"config": Config({"KernelManager": {"transport": "ipc",
-                                                   "ip": os.path.join(folder, "kernel")}})}
+                                                   "ip": os.path.join(folder, "kernel")}}),
+               # named, not imported: ipykernel loads IPython, which `at2po` itself never needs
+               "kernel_manager_class": "at2po_lib.util.unix_kernel.UnixKernelManager"}
 
 
 def _declared(notebook: Path, parameters: dict) -> dict:

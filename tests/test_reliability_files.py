@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 import subprocess
 import zipfile
@@ -201,6 +202,74 @@ def test_the_warmstart_command_names_a_damaged_record_in_one_line(shipped_copy, 
     assert main(["warmstart", "--profile", "tiny"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(record) in err and "--force --ship" in err
+
+
+def test_a_study_refuses_a_stale_local_warm_start(shipped_copy, tmp_path):
+    """analysis' policy_folder rolled out the local warm start when no copy matched the
+    configuration, unverified: it now takes only a verified current copy, and names a stale one
+    with the rebuild command."""
+    from at2po_lib.analysis.sample import policy_folder
+    from at2po_lib.policy.files import CheckpointError
+
+    folder, record = _local_copy(shipped_copy, tmp_path / "artifacts")
+    assert policy_folder("tiny") == folder            # current and whole: used
+    stale = json.loads(record.read_text())
+    stale["cache_key"] = "another-config"
+    record.write_text(json.dumps(stale))
+    assert policy_folder("tiny") == shipped_copy      # the shipped copy is current
+    shipped_record = shipped_copy / "warmstart.json"
+    shipped_record.write_text(json.dumps({**json.loads(shipped_record.read_text()),
+                                          "cache_key": "another-config"}))
+    _corrupt_weights(folder)                          # stale and damaged: never loaded
+    with pytest.raises(CheckpointError, match=re.escape(
+            f"{folder}: a warm start built from another configuration of profile 'tiny'; "
+            "rebuild it with `at2po warmstart --profile tiny --force`")):
+        policy_folder("tiny")
+    assert policy_folder("tiny", folder) == folder    # asked for by name: the caller's choice
+
+
+def _init_from_copy(tmp_path: Path) -> Path:
+    """The shipped warm start as a stage-1 folder for sft.init_from, its record inside."""
+    folder = tmp_path / "stage1"
+    shutil.copytree(SHIPPED, folder)
+    return folder
+
+
+@pytest.mark.parametrize("damage, refusal", [
+    ("tokenizer", r"stage1/tokenizer\.json: sha256 .* differs"),
+    ("adapter", r"stage1: holds adapter_config\.json, adapter_model\.safetensors, not listed"),
+    ("no record", r"stage1/warmstart\.json: missing, so the warm start in .* cannot be verified"),
+    ("model only", r"stage1: holds chat_template\.jinja, config\.json"),
+])
+def test_sft_init_from_is_verified_whole(tmp_path, damage, refusal):
+    """sft.init_from checked the sha256 of model.safetensors only: a changed tokenizer, an adapter
+    beside the weights or a folder without its record started SFT from another policy."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.warmstart import initial_policy
+
+    folder = _init_from_copy(tmp_path)
+    cfg = load_profile("tiny", {"sft": {"init_from": str(folder)}})
+    intact = initial_policy(cfg)
+    record = json.loads((folder / "warmstart.json").read_text())
+    assert intact["model_sha256"] == record["files"]["model.safetensors"]
+    assert intact["git_revision"] == record["git_revision"]
+    if damage == "tokenizer":  # the same size, one byte changed
+        tokenizer = folder / "tokenizer.json"
+        data = bytearray(tokenizer.read_bytes())
+        data[-2] = ord(" ") if data[-2] != ord(" ") else ord("\t")
+        tokenizer.write_bytes(bytes(data))
+    elif damage == "adapter":
+        (folder / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
+        (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    elif damage == "no record":
+        (folder / "warmstart.json").unlink()
+    else:  # a record vouching for the weights alone
+        record["files"] = {"model.safetensors": record["files"]["model.safetensors"]}
+        (folder / "warmstart.json").write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match=refusal) as refused:
+        initial_policy(cfg)
+    assert f"`git checkout -- {folder}`" in str(refused.value)
 
 
 def _tree(parent) -> TreeArrays:

@@ -1,6 +1,7 @@
-"""Notebook kernels (issue #24 item 8, issue #26 item 1): the socket folder's mode is enforced,
-kernels started together get their own socket paths, and a kernel's one TCP listener (ipykernel's
-IOPub pipe for forked subprocesses) is on loopback and drops messages without its key."""
+"""Notebook kernels (issue #24 item 8, issue #26 item 1, issue #39 item 9): the socket folder's
+mode is enforced, kernels started together get their own socket paths, the kernel of
+`at2po run-notebooks` listens on no TCP port (ipykernel's IOPub pipe is a Unix socket too), and
+a lab kernel's one TCP listener (that pipe) is on loopback and drops messages without its key."""
 
 from __future__ import annotations
 
@@ -107,6 +108,74 @@ def test_lab_kernels_started_together_get_their_own_sockets(short_tmp):
     assert all(p.startswith(runtime) for p in paths)
 
 
+LISTENERS = """
+import os, socket
+from pathlib import Path
+
+def tcp_listeners():
+    \"\"\"Ports this process listens on over TCP (its socket inodes in /proc/self/net).\"\"\"
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return [int(row.split()[1].split(":")[1], 16) for table in ("tcp", "tcp6")
+            for row in Path(f"/proc/self/net/{table}").read_text().splitlines()[1:]
+            if row.split()[3] == "0A" and row.split()[9] in inodes]  # 0A: LISTEN
+
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+probe.listen()
+assert tcp_listeners() == [probe.getsockname()[1]], tcp_listeners()  # the check sees a listener
+probe.close()
+assert tcp_listeners() == [], f"the kernel listens on TCP ports {tcp_listeners()}"
+"""
+
+FORKED_CHILD = """
+import os, stat, time
+from ipykernel.kernelapp import IPKernelApp
+
+app = IPKernelApp.instance()
+pipe = app.iopub_thread.address
+assert pipe == f"ipc://{app.ip}-pipe", pipe
+assert stat.S_IMODE(os.stat(os.path.dirname(app.ip)).st_mode) == 0o700
+child = os.fork()
+if child == 0:
+    print("printed by a forked child", flush=True)
+    os._exit(0)
+os.waitpid(child, 0)
+time.sleep(1.0)  # the child's message crosses the pipe to the kernel's IOPub thread
+"""
+
+
+def test_run_notebooks_kernel_listens_on_no_tcp_port(tmp_path):
+    """The kernel `at2po run-notebooks` starts has no TCP listener: ipykernel's IOPub pipe for
+    forked subprocesses (once a 127.0.0.1 port) is a Unix socket in the kernel's private folder,
+    and a forked child's output still reaches the notebook through it."""
+    import nbformat
+
+    from at2po_lib.pipeline import run_notebooks
+
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    notebook = nbformat.v4.new_notebook()
+    parameters = nbformat.v4.new_code_cell('profile = "smoke"')
+    parameters.metadata["tags"] = ["parameters"]
+    notebook.cells = [parameters, nbformat.v4.new_code_cell(LISTENERS),
+                      nbformat.v4.new_code_cell(FORKED_CHILD)]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}  # run_notebooks names its own
+    nbformat.write(notebook, nbdir / "00_kernel.ipynb")
+    results = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=tmp_path / "out")
+    assert [r.status for r in results] == ["ran"], results
+    executed = nbformat.read(tmp_path / "out" / "00_kernel.ipynb", as_version=4)
+    printed = "".join(output.get("text", "") for output in executed.cells[-1].outputs)
+    assert "printed by a forked child" in printed, executed.cells[-1].outputs
+
+
 def _tcp_listeners(pid: int) -> list[tuple[str, int]]:
     """(address, port) of the TCP sockets process ``pid`` listens on (from /proc)."""
     inodes = set()
@@ -139,14 +208,18 @@ class contextlib_suppress:  # noqa: N801 - a tiny local stand-in for contextlib.
         return kind is not None and issubclass(kind, OSError)
 
 
-def test_headless_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd):
+def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd):
+    """A kernel of the spec started by ipykernel's own launcher over Unix sockets, as the lab's
+    server starts it: its one TCP listener, ipykernel's IOPub pipe, is on 127.0.0.1 and drops a
+    message without the kernel's key."""
     import zmq
     from jupyter_client import KernelManager
 
     from at2po_lib.pipeline import KERNEL_NAME, _local_kernel
 
     with _local_kernel() as kernel_args:
-        manager = KernelManager(kernel_name=KERNEL_NAME, config=kernel_args["config"])
+        manager = KernelManager(kernel_name=KERNEL_NAME, config=kernel_args["config"])  # not
+        # kernel_args' UnixKernelManager: the lab's server knows only the kernel spec
         manager.start_kernel()
         client = manager.client()
         client.start_channels()

@@ -28,8 +28,10 @@ import numpy as np
 
 from ..config import load_profile
 from ..method.tree import TreeArrays
+from ..policy.files import CheckpointError
 from ..policy.model import load_policy
-from ..policy.warmstart import cached_warmstart, warmstart_dir
+from ..policy.warmstart import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
+                                warmstart_dir)
 from ..prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
@@ -79,11 +81,25 @@ def policy_folder(profile: str, policy: str | Path | None = None) -> Path:
     if policy:
         folder = Path(policy)
     else:  # the local build if current, else the shipped copy (a fresh clone has only that)
-        folder = cached_warmstart(load_profile(profile)) or warmstart_dir(profile)
+        folder = cached_warmstart(load_profile(profile))  # verified whole, or an error
+        if folder is None:
+            raise _no_current_warmstart(profile)
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder}: no model.safetensors (train the warm start with "
                                 f"`at2po warmstart --profile {profile}` or pass --policy)")
     return folder
+
+
+def _no_current_warmstart(profile: str) -> OSError:
+    """The refusal when neither warm start was built from the profile's configuration: rolling
+    out the stale local one (as before) studied another policy than the profile's, unsaid."""
+    stale = next((f for f in (warmstart_dir(profile), shipped_warmstart_dir(profile))
+                  if f.exists()), None)
+    if stale is None:
+        return FileNotFoundError(f"no warm start of profile {profile!r} (train it with "
+                                 f"`at2po warmstart --profile {profile}` or pass --policy)")
+    return CheckpointError(f"{stale}: a warm start built from another configuration of profile "
+                           f"{profile!r}; {rebuild_hint(profile, shipped=False)}, or pass --policy")
 
 
 def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,

@@ -685,7 +685,11 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
 def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
     """Where SFT starts (``sft.init_from``): the folder, the sha256 of its weights and the git
     revision its own record names; None for a new model. A missing folder is an error that
-    names it (never a silent fall-back to training from scratch)."""
+    names it (never a silent fall-back to training from scratch).
+
+    The folder is verified whole, as a warm start is (:func:`_verified`): its ``warmstart.json``
+    must list every file the loader reads with its sha256, and an unlisted entry is refused.
+    Checking the weights alone let a changed tokenizer or an adapter beside them load."""
     init = profile_cfg.sft.init_from
     if not init:
         return None
@@ -695,15 +699,13 @@ def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
     if not weights.is_file():
         raise FileNotFoundError(f"sft.init_from={init!r}: no model.safetensors in {path}")
     record = path / SHIPPED_RECORD
-    revision = None
-    if record.is_file():
-        try:
-            revision = json.loads(record.read_text()).get("git_revision")
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{record}: not valid JSON ({err})") from err
+    hint = (f"restore it (a folder of the checkout: `git checkout -- {init}`), or point "
+            "sft.init_from at a warm start saved with its record (`at2po warmstart --ship`)")
+    data = _read_record(path, record, hint)  # not None: the folder holds the weights
+    _verified(path, record, data, hint)
     return {"path": str(path), "setting": init,
-            "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-            "git_revision": revision}
+            "model_sha256": data["files"]["model.safetensors"],  # verified just above
+            "git_revision": data.get("git_revision")}
 
 
 def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
