@@ -132,19 +132,58 @@ def progress(line: str) -> str:
     return line
 
 
+KERNEL_DIALOG = ".jp-Dialog:has-text('Select Kernel')"
+"""JupyterLab's "Select Kernel" dialog (see :func:`accept_kernel_dialog`)."""
+
+
 def wait_idle(page, timeout_ms: int = 120_000) -> None:
-    """The active notebook's kernel is up: the status bar reads "<kernel> | Idle"."""
-    page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=timeout_ms)
+    """The active notebook's kernel is up: the status bar reads "<kernel> | Idle". The status
+    bar can read so while a "Select Kernel" dialog waits for an answer (the notebook then has
+    no kernel yet): that dialog is accepted first, then the wait starts again."""
+    for _ in range(3):
+        page.wait_for_function(
+            """dialog => document.querySelector(dialog.replace(/:has-text.*/, ''))
+                        || document.body.innerText.includes('| Idle')""",
+            arg=KERNEL_DIALOG, timeout=timeout_ms)
+        if not accept_kernel_dialog(page):
+            return
 
 
-def accept_kernel_dialog(page) -> None:
+def accept_kernel_dialog(page) -> bool:
     """Under load JupyterLab sometimes asks "Select Kernel" for a freshly opened notebook, with
     the notebook's own kernel (``at2po``) preselected: accept it, as a user would. Its modal
-    would otherwise swallow every click."""
-    accept = page.locator(".jp-Dialog:has-text('Select Kernel') button.jp-mod-accept")
+    would otherwise swallow every click (:func:`answer_kernel_dialogs` does the same for one
+    that appears later). True when there was one."""
+    accept = page.locator(f"{KERNEL_DIALOG} button.jp-mod-accept")
     if accept.count() and accept.first.is_visible():
         accept.first.click()
-        wait_idle(page)
+        page.locator(KERNEL_DIALOG).first.wait_for(state="detached", timeout=30_000)
+        return True
+    return False
+
+
+def answer_kernel_dialogs(page) -> None:
+    """Accept a "Select Kernel" dialog whenever it blocks a click: it can appear seconds after
+    the notebook opened and its kernel read "Idle" (seen on 2 loaded cores), after the check
+    for it, and a click behind its modal waits out its time-out."""
+    def accept(dialog) -> None:
+        dialog.locator("button.jp-mod-accept").click()
+        page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=120_000)
+
+    page.add_locator_handler(page.locator(KERNEL_DIALOG), accept)
+
+
+CURRENT_TAB = """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                         return !!t && t.textContent.includes(name); }"""
+"""True when the current main-area tab is notebook ``name``."""
+
+
+def wait_current(page, name: str, timeout_ms: int = 120_000) -> None:
+    """Notebook ``name``'s tab is the current one. After a page load JupyterLab first restores
+    the workspace's earlier tabs, one of them current, and only then opens the new one: a Run
+    All clicked in between ran an earlier notebook again, and the new one's cells never ran
+    (on 2 loaded cores the wait for them then timed out)."""
+    page.wait_for_function(CURRENT_TAB, arg=name, timeout=timeout_ms)
 
 
 def run_all(page) -> None:
@@ -384,9 +423,7 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
     for name in names:
         accept_kernel_dialog(page)
         page.click(f"#jp-main-dock-panel li.lm-TabBar-tab:has-text('{name}')")
-        page.wait_for_function(
-            """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
-                         return t && t.textContent.includes(name); }""", arg=name, timeout=30_000)
+        wait_current(page, name, 30_000)
         page.click("div.lm-MenuBar-itemLabel:text-is('File')")
         page.click("li.lm-Menu-item[data-command='docmanager:save']")
         page.wait_for_function(
@@ -401,7 +438,11 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
                             check=True).stdout.strip()
     page.screenshot(path=str(shots / f"{phase}_4_saved.png"))
     if status:
-        raise Failed(f"{phase}: after saving {len(names)} notebook(s), git status lists:\n{status}")
+        diff = subprocess.run(["git", "diff", "--", "notebooks"], cwd=ROOT, capture_output=True,
+                              text=True).stdout  # through the output filter: what git sees
+        raise Failed(f"{phase}: after saving {len(names)} notebook(s), git status lists:\n"
+                     f"{status}\ngit diff (first 40 lines):\n"
+                     + "\n".join(diff.splitlines()[:40]))
     where = ("the notebooks in git" if folder == NOTEBOOKS_DIR
              else "scratch copies (git-ignored; the notebooks in git are checked only under "
                   "their own profile)")
@@ -430,8 +471,10 @@ def open_notebooks(page, base: str, token: str, folder: Path, names, shots: Path
         progress(f"opening {folder / name}")
         page.goto(f"{base}/lab/tree/{folder.as_posix()}/{name}?token={token}")
         page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000)
+        wait_current(page, name)
         wait_idle(page)
         if run:
+            wait_current(page, name, 1_000)  # still the one to run (a dialog answered, say)
             run_all(page)
             if name != NOTEBOOK:
                 ran = wait_done(page, name, timeout_s)
@@ -524,6 +567,7 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                     launch["executable_path"] = args.chromium
                 browser = playwright.chromium.launch(**launch)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                answer_kernel_dialogs(page)
                 try:
                     if phase == "clean":
                         seen += open_notebooks(page, base, token, folder, names, shots,
@@ -535,6 +579,7 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                         seen.append(progress(kernels_idle(base, token, len(names))))
                         page.screenshot(path=str(shots / "restored_0_tabs.png"))
                         page.click(f"li.lm-TabBar-tab:has-text('{NOTEBOOK}')")
+                        wait_current(page, NOTEBOOK, 30_000)
                         wait_idle(page)
                         run_all(page)
                     seen += check_inspector(page, shots, phase, args.timeout)
