@@ -11,8 +11,13 @@ What it does, and fails on (exit 1, naming the step):
 
 *Clean workspace* (a scratch ``--LabApp.workspaces_dir``, emptied first):
 1. starts JupyterLab through ``scripts/lab.sh`` on 127.0.0.1 (a free port, a random token);
-2. opens the six notebooks, each in its own tab with the ``at2po`` kernel, and runs every cell
-   of each (notebook 03 last); fails on an error output in any. Under the notebooks' own
+2. opens the six notebooks, each in its own tab with the ``at2po`` kernel (waiting until that
+   tab is the current one: after the page loads, the workspace's earlier tabs come back first;
+   a "Select Kernel" dialog is accepted whenever it appears), and runs every cell of each
+   (notebook 03 last); fails on an error output in any, and at once, naming the cell, when Run
+   All stops with cells unrun. ``--timeout`` is per cell here, not per notebook: the wait
+   lasts as long as cells keep finishing and fails when none finished for that long. Under the
+   notebooks' own
    profile (``tiny``) these are the notebooks in git, ``notebooks/*.ipynb``, as a user opens
    them (their bytes are put back at the end); under another profile, scratch copies under
    ``results/executed/browser/`` (git-ignored) with that profile in the parameters cell;
@@ -34,6 +39,11 @@ What it does, and fails on (exit 1, naming the step):
 Each phase checks JupyterLab's log for kernel warnings and "Invalid Signature", and writes
 screenshots (``<phase>_<step>.png``, plus the tree image and chart alone before and after)
 under ``results/executed/browser/``.
+
+What it saw goes to stderr as it happens, with seconds since the start (a step that hangs is the
+one after the last line), and to stdout at the end. Measured on 2 cores (tiny, Debian's
+Chromium, JupyterLab 4.6.6, load average ~1): 258 s in all, exit 0; the clean phase 226 s
+(notebook 04 109 s, 01 38 s, 02 12 s), the restored phase 29 s.
 
 Needs the notebooks' inputs (the profile's index, warm start): run ``./run_all.sh --profile
 PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``) first.
@@ -122,19 +132,68 @@ class Failed(Exception):
     pass
 
 
+STARTED = time.time()
+
+
+def progress(line: str) -> str:
+    """Say on stderr, as it happens, what was seen and when (seconds since the start): a step
+    that hangs is then the one after the last line. Returns ``line``."""
+    print(f"[{time.time() - STARTED:5.0f} s] {line}", file=sys.stderr, flush=True)
+    return line
+
+
+KERNEL_DIALOG = ".jp-Dialog:has-text('Select Kernel')"
+"""JupyterLab's "Select Kernel" dialog (see :func:`accept_kernel_dialog`)."""
+
+
 def wait_idle(page, timeout_ms: int = 120_000) -> None:
-    """The active notebook's kernel is up: the status bar reads "<kernel> | Idle"."""
-    page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=timeout_ms)
+    """The active notebook's kernel is up: the status bar reads "<kernel> | Idle". The status
+    bar can read so while a "Select Kernel" dialog waits for an answer (the notebook then has
+    no kernel yet): that dialog is accepted first, then the wait starts again."""
+    for _ in range(3):
+        page.wait_for_function(
+            """dialog => document.querySelector(dialog.replace(/:has-text.*/, ''))
+                        || document.body.innerText.includes('| Idle')""",
+            arg=KERNEL_DIALOG, timeout=timeout_ms)
+        if not accept_kernel_dialog(page):
+            return
 
 
-def accept_kernel_dialog(page) -> None:
+def accept_kernel_dialog(page) -> bool:
     """Under load JupyterLab sometimes asks "Select Kernel" for a freshly opened notebook, with
     the notebook's own kernel (``at2po``) preselected: accept it, as a user would. Its modal
-    would otherwise swallow every click."""
-    accept = page.locator(".jp-Dialog:has-text('Select Kernel') button.jp-mod-accept")
+    would otherwise swallow every click (:func:`answer_kernel_dialogs` does the same for one
+    that appears later). True when there was one."""
+    accept = page.locator(f"{KERNEL_DIALOG} button.jp-mod-accept")
     if accept.count() and accept.first.is_visible():
         accept.first.click()
-        wait_idle(page)
+        page.locator(KERNEL_DIALOG).first.wait_for(state="detached", timeout=30_000)
+        return True
+    return False
+
+
+def answer_kernel_dialogs(page) -> None:
+    """Accept a "Select Kernel" dialog whenever it blocks a click: it can appear seconds after
+    the notebook opened and its kernel read "Idle" (seen on 2 loaded cores), after the check
+    for it, and a click behind its modal waits out its time-out."""
+    def accept(dialog) -> None:
+        dialog.locator("button.jp-mod-accept").click()
+        page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=120_000)
+
+    page.add_locator_handler(page.locator(KERNEL_DIALOG), accept)
+
+
+CURRENT_TAB = """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                         return !!t && t.textContent.includes(name); }"""
+"""True when the current main-area tab is notebook ``name``."""
+
+
+def wait_current(page, name: str, timeout_ms: int = 120_000) -> None:
+    """Notebook ``name``'s tab is the current one. After a page load JupyterLab first restores
+    the workspace's earlier tabs, one of them current, and only then opens the new one: a Run
+    All clicked in between ran an earlier notebook again, and the new one's cells never ran
+    (on 2 loaded cores the wait for them then timed out)."""
+    page.wait_for_function(CURRENT_TAB, arg=name, timeout=timeout_ms)
 
 
 def run_all(page) -> None:
@@ -159,27 +218,63 @@ def run_all(page) -> None:
     raise Failed("Run All Cells started no cell")
 
 
-def wait_done(page, name: str, timeout_s: float) -> None:
-    """Every cell of the active notebook ran: no "[*]" prompt left, none without a number."""
-    page.wait_for_function(
-        """() => {
-            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
-                     return tab ? document.getElementById(tab.dataset.id) : null; })();
-            if (!panel) return false;
-            // a collapsed input (an exercise's answer) shows a placeholder and no prompt number
-            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                .filter(p => !p.closest('.jp-Cell').querySelector('.jp-InputPlaceholder'));
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-        }""", timeout=timeout_s * 1000)
-    errors = page.evaluate(
-        """() => {
-            const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
-                     return tab ? document.getElementById(tab.dataset.id) : null; })();
-            return [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
-                .map(e => e.textContent).filter(t => t.includes('Traceback') || t.includes('Error'));
-        }""")
-    if errors:
-        raise Failed(f"{name}: an error output: {errors[0][:300]}")
+CELLS = """() => {
+    const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+    const panel = tab ? document.getElementById(tab.dataset.id) : null;
+    if (!panel) return null;
+    // a collapsed input (an exercise's answer) shows a placeholder and no prompt number
+    const cells = [...panel.querySelectorAll('.jp-CodeCell')]
+        .filter(c => !c.querySelector('.jp-InputPlaceholder'));
+    const prompt = c => { const p = c.querySelector('.jp-InputPrompt'); return p ? p.textContent.trim() : ''; };
+    const source = c => { const e = c && c.querySelector('.jp-InputArea-editor');
+                          return e ? e.textContent.slice(0, 80) : ''; };
+    const prompts = cells.map(prompt);
+    const running = prompts.findIndex(p => p.includes('[*]'));
+    const unrun = prompts.findIndex(p => !/\\[(\\*|\\d+)\\]/.test(p));
+    const status = document.getElementById('jp-main-statusbar');
+    return {total: prompts.length, done: prompts.filter(p => /\\[\\d+\\]/.test(p)).length,
+            running, unrun, at: source(cells[running >= 0 ? running : unrun]),
+            kernel: status ? status.textContent.replace(/\\s+/g, ' ').trim().slice(0, 120) : '',
+            errors: [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
+                .map(e => e.textContent).filter(t => t.includes('Traceback') || t.includes('Error'))};
+}"""
+"""The active notebook's code cells: how many, how many ran, the first running ("[*]") and the
+first never run ("[ ]"), that cell's first characters, the status bar, and error outputs."""
+
+
+def wait_done(page, name: str, timeout_s: float, poll_s: float = 2.0) -> str:
+    """Every cell of the active notebook ran, without an error output. The time limit is per
+    cell, not per notebook: the wait lasts as long as cells keep finishing (a whole notebook
+    on 2 loaded cores can take longer than any one limit) and fails when none finished for
+    ``timeout_s`` (a cell that hangs, or a dead kernel), naming the cell. It also fails, without
+    waiting out the limit, when Run All stopped with cells left unrun (an error stops it)."""
+    start = last = time.time()
+    done, stopped = -1, 0
+    while True:
+        state = page.evaluate(CELLS)
+        now = time.time()
+        if state and state["done"] > done:
+            done, last = state["done"], now
+        if state and state["total"] and state["running"] < 0:
+            if state["done"] == state["total"]:
+                break
+            stopped += 1  # nothing queued or running, a cell never ran: Run All stopped
+            if stopped * poll_s >= 10:
+                raise Failed(f"{name}: Run All stopped after {state['done']} of {state['total']} "
+                             f"code cells; " + (f"an error output: {state['errors'][0][:300]}"
+                                                if state["errors"] else
+                                                f"never ran: {state['at']!r}"))
+        else:
+            stopped = 0
+        if now - last > timeout_s:
+            where = (f"{state['done']} of {state['total']} code cells done, running: "
+                     f"{state['at']!r}; status bar: {state['kernel']!r}" if state else
+                     "no notebook panel is current")
+            raise Failed(f"{name}: no cell finished in {timeout_s:.0f} s ({where})")
+        page.wait_for_timeout(poll_s * 1000)
+    if state["errors"]:
+        raise Failed(f"{name}: an error output: {state['errors'][0][:300]}")
+    return f"{state['total']} code cells in {time.time() - start:.0f} s"
 
 
 IMAGES = {"tree": 0, "chart": 1}
@@ -272,7 +367,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     except Exception as exc:
         page.screenshot(path=str(shots / f"{phase}_failed_run_all.png"))
         raise Failed(f"{phase}: the inspector did not appear within {timeout_s:.0f} s") from exc
-    seen.append(f"{phase}: inspector rendered {time.time() - start:.0f} s after Run All")
+    seen.append(progress(f"{phase}: inspector rendered {time.time() - start:.0f} s after Run All"))
     page.wait_for_selector("text=/node \\d+ \\(parent/", timeout=60_000)
     if "Error displaying widget" in page.inner_text("body"):
         raise Failed(f"{phase}: JupyterLab shows 'Error displaying widget'")
@@ -280,7 +375,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     chart = image_bytes(page, shots / f"{phase}_chart_before.png", "chart")
     for which, png in (("tree", first), ("chart", chart)):
         check_not_blank(png, phase, which)
-        seen.append(check_natural(page, phase, which))
+        seen.append(progress(check_natural(page, phase, which)))
     grow.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / f"{phase}_1_inspector.png"))
 
@@ -291,7 +386,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     page.evaluate(WATCH_BUSY)
     select.select_option(other)
     page.wait_for_selector(f"text=/node {other} \\(parent/", timeout=60_000)
-    seen.append(busy_seen(page, phase, f"picking node {other}", timeout_s))
+    seen.append(progress(busy_seen(page, phase, f"picking node {other}", timeout_s)))
     after = page.locator("text=/node \\d+ \\(parent/").first.inner_text()
     if after == before:
         raise Failed(f"{phase}: picking node {other} did not redraw the node panel")
@@ -304,9 +399,9 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     check_not_blank(picked_chart, phase, "chart")
     if picked_chart == chart:
         raise Failed(f"{phase}: picking node {other} left the credit chart unchanged")
-    seen.append(check_natural(page, phase, "chart"))
-    seen.append(f"{phase}: node {current} -> {other}: panel, status line, tree image and chart "
-                "redrawn")
+    seen.append(progress(check_natural(page, phase, "chart")))
+    seen.append(progress(f"{phase}: node {current} -> {other}: panel, status line, tree image "
+                         "and chart redrawn"))
     page.screenshot(path=str(shots / f"{phase}_2_other_node.png"))
 
     page.evaluate(WATCH_BUSY)
@@ -315,7 +410,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     text = status.inner_text()
     if not text.startswith("grown"):
         raise Failed(f"{phase}: Grow: {text}")
-    seen.append(busy_seen(page, phase, "Grow", timeout_s))
+    seen.append(progress(busy_seen(page, phase, "Grow", timeout_s)))
     grown = image_bytes(page, shots / f"{phase}_tree_after_grow.png")
     check_not_blank(grown, phase, "tree")
     check_not_blank(image_bytes(page, shots / f"{phase}_chart_after_grow.png", "chart"),
@@ -324,7 +419,8 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     page.screenshot(path=str(shots / f"{phase}_3_grown.png"))
     if grown == picked:
         raise Failed(f"{phase}: Grow said '{text}' but the tree image did not change")
-    seen.append(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes)")
+    seen.append(progress(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> "
+                         f"{len(grown)} bytes)"))
     return seen
 
 
@@ -337,9 +433,7 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
     for name in names:
         accept_kernel_dialog(page)
         page.click(f"#jp-main-dock-panel li.lm-TabBar-tab:has-text('{name}')")
-        page.wait_for_function(
-            """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
-                         return t && t.textContent.includes(name); }""", arg=name, timeout=30_000)
+        wait_current(page, name, 30_000)
         page.click("div.lm-MenuBar-itemLabel:text-is('File')")
         page.click("li.lm-Menu-item[data-command='docmanager:save']")
         page.wait_for_function(
@@ -354,7 +448,11 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
                             check=True).stdout.strip()
     page.screenshot(path=str(shots / f"{phase}_4_saved.png"))
     if status:
-        raise Failed(f"{phase}: after saving {len(names)} notebook(s), git status lists:\n{status}")
+        diff = subprocess.run(["git", "diff", "--", "notebooks"], cwd=ROOT, capture_output=True,
+                              text=True).stdout  # through the output filter: what git sees
+        raise Failed(f"{phase}: after saving {len(names)} notebook(s), git status lists:\n"
+                     f"{status}\ngit diff (first 40 lines):\n"
+                     + "\n".join(diff.splitlines()[:40]))
     where = ("the notebooks in git" if folder == NOTEBOOKS_DIR
              else "scratch copies (git-ignored; the notebooks in git are checked only under "
                   "their own profile)")
@@ -380,15 +478,17 @@ def open_notebooks(page, base: str, token: str, folder: Path, names, shots: Path
     ``run`` execute every cell of each and check for error outputs."""
     seen = []
     for name in names:
+        progress(f"opening {folder / name}")
         page.goto(f"{base}/lab/tree/{folder.as_posix()}/{name}?token={token}")
         page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000)
+        wait_current(page, name)
         wait_idle(page)
         if run:
-            start = time.time()
+            wait_current(page, name, 1_000)  # still the one to run (a dialog answered, say)
             run_all(page)
             if name != NOTEBOOK:
-                wait_done(page, name, timeout_s)
-                seen.append(f"clean: {name} ran without errors in {time.time() - start:.0f} s")
+                ran = wait_done(page, name, timeout_s)
+                seen.append(progress(f"clean: {name} ran without errors: {ran}"))
                 page.screenshot(path=str(shots / f"clean_{name.split('_')[0]}.png"))
     return seen
 
@@ -426,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--chromium", default=None,
                         help="a Chromium binary (e.g. /usr/bin/chromium); default: Playwright's")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per waiting step")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds per waiting step (a notebook's run: per cell)")
     parser.add_argument("--only-inspector", action="store_true",
                         help="open and run notebook 03 only (both phases)")
     args = parser.parse_args(argv)
@@ -468,6 +569,7 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
         port, token = free_port(), secrets.token_hex(16)
         log_name = f"jupyterlab_{phase}.log"
         lab = start_lab(port, token, log_name)
+        progress(f"{phase}: JupyterLab answers on port {port} (log: {SCRATCH / log_name})")
         base = f"http://127.0.0.1:{port}"
         try:
             with sync_playwright() as playwright:
@@ -476,6 +578,7 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                     launch["executable_path"] = args.chromium
                 browser = playwright.chromium.launch(**launch)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                answer_kernel_dialogs(page)
                 try:
                     if phase == "clean":
                         seen += open_notebooks(page, base, token, folder, names, shots,
@@ -484,13 +587,18 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                         page.goto(f"{base}/lab?token={token}")
                         page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')",
                                                timeout=120_000)
-                        seen.append(kernels_idle(base, token, len(names)))
+                        seen.append(progress(kernels_idle(base, token, len(names))))
                         page.screenshot(path=str(shots / "restored_0_tabs.png"))
                         page.click(f"li.lm-TabBar-tab:has-text('{NOTEBOOK}')")
+                        wait_current(page, NOTEBOOK, 30_000)
                         wait_idle(page)
                         run_all(page)
                     seen += check_inspector(page, shots, phase, args.timeout)
-                    seen += save_all(page, folder, names, phase, shots)
+                    # the inspector is checked as soon as it shows; the cells after it, too
+                    seen.append(progress(f"{phase}: {NOTEBOOK} ran without errors: "
+                                         f"{wait_done(page, NOTEBOOK, args.timeout)}"))
+                    seen += [progress(line)
+                             for line in save_all(page, folder, names, phase, shots)]
                 except Failed:
                     page.screenshot(path=str(shots / f"{phase}_failed.png"))
                     raise

@@ -16,8 +16,10 @@ Installed by scripts/bootstrap.sh (``git config filter.at2po-notebook.clean``) a
 - notebook metadata: ``widgets`` state dropped, ``language_info`` reduced to its name, and the
   project kernel's display name back to ``AT2PO`` (bootstrap registers it as "AT2PO (<venv>)").
 
-The layout is nbformat's (indent 1, UTF-8, a final newline), so a committed notebook passes
-through byte-identical. Standard library only: git runs it with the system ``python3``.
+The layout is nbformat's (indent 1, keys sorted, UTF-8, a final newline), what JupyterLab
+writes when it saves, so a committed notebook passes through byte-identical, and one saved in
+the lab cleans back to it (a cell whose "id" came after its "source" in git made a saved
+notebook 03 read as modified). Standard library only: git runs it with the system ``python3``.
 Input that is not a notebook is passed through unchanged (git must never lose a file).
 """
 
@@ -79,7 +81,7 @@ def main() -> int:
     if not isinstance(notebook, dict) or "cells" not in notebook:
         sys.stdout.buffer.write(raw)  # not a notebook: stored as it is
         return 0
-    text = json.dumps(strip(notebook), indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps(strip(notebook), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     sys.stdout.buffer.write(text.encode("utf-8"))
     return 0
 
