@@ -41,7 +41,7 @@ def test_the_shipped_record_lists_the_sha256_of_each_file():
 
 def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart import cached_warmstart
 
     cfg = load_profile("tiny")
@@ -55,7 +55,7 @@ def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
 
 
 def test_a_truncated_tokenizer_file_is_named(shipped_copy):
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.tokenizer import load_tokenizer
 
     tokenizer = shipped_copy / "tokenizer.json"
@@ -87,7 +87,7 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
     """transformers loads an adapter found beside the weights (the model changed while every
     recorded sha256 still matched): an entry the record does not list is refused."""
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart import cached_warmstart
 
     cfg = load_profile("tiny")
@@ -115,7 +115,7 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
 def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
         shipped_copy, files, refusal):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart import cached_warmstart
 
     record_path = shipped_copy / "warmstart.json"
@@ -139,7 +139,7 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
 def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command(
         shipped_copy, monkeypatch, damage, refusal):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart import ensure_warmstart
 
     _no_training(monkeypatch)
@@ -170,7 +170,7 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     """The local build is checked before the shipped copy: a torn or missing record there is
     named with the local rebuild command; a record for another configuration is simply stale."""
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart import cached_warmstart, ensure_warmstart
 
     _no_training(monkeypatch)

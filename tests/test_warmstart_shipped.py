@@ -10,7 +10,7 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.util.paths import repo_root
 from at2po_lib.policy import warmstart
-from at2po_lib.policy.files import file_digests
+from at2po_lib.policy.checkpoint_files import file_digests
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
 # The warm start on every test question: the regime pilot's ReAct run (docs/warmstart.md)

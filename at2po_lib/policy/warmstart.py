@@ -79,7 +79,7 @@ from ..util.paths import artifacts_dir, repo_root
 from ..util.provenance import git_revision
 from ..util.quiet import hf_progress_bars_off
 from .demos import build_sft_examples
-from .files import CheckpointError, check_digests, file_digests
+from .checkpoint_files import CheckpointError, check_digests, file_digests
 from .model import build_policy, count_parameters, load_policy, save_policy
 from .sft_data import (collect_demos, corpus_texts, pretraining_chunks, tokenizer_texts,
                        validation_rows, world_sources)

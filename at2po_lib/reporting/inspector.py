@@ -63,7 +63,7 @@ import numpy as np
 
 from ..analysis.policy_change import simulate_policy_change
 from ..analysis.running_example import choose_running_example
-from ..analysis.sample import with_plans, with_retrievals
+from ..analysis.study_trees import with_plans, with_retrievals
 from ..config import load_profile
 from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
                              forest_node_values)
