@@ -30,11 +30,8 @@ import yaml
 
 from .config_checks import MAX_SHOWN_CHARS, name_problem, problems, shown
 from .method.expansion import EXPANSIONS, TREE_EXPANSIONS
+from .util.errors import ProfileError
 from .util.paths import configs_dir
-
-
-class ProfileError(ValueError):
-    """A profile that does not exist or does not validate."""
 
 
 @dataclass

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ProfileError, load_profile, parse_overrides
+from ..config import load_profile, parse_overrides
 from ..retrieval.base import RetrievalError
+from ..util.errors import ProfileError
 from ..util.storage import describe
 
 SET_METAVAR = "SECTION.KEY=VALUE"
