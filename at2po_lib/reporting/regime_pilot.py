@@ -33,7 +33,7 @@ from ..config import load_profile
 from ..evaluation import greedy_answers
 from ..policy.model import load_policy
 from ..prompts import get_template
-from ..reporting.records import load_outcomes, load_training_records
+from .records import load_outcomes, load_training_records
 from ..retrieval.indexes import build_retriever
 from ..stats import difference_ci, mean_ci
 from ..tinyworld.build import ensure_world, read_rows
