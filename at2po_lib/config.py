@@ -145,7 +145,7 @@ class PolicyConfig:
 class WarmStartConfig:
     """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``);
     the profile section ``sft:``. Named apart from TRL's ``SFTConfig``, the trainer arguments
-    :func:`at2po_lib.policy.warmstart.trl_config` builds from it."""
+    :func:`at2po_lib.trainer.warmstart.trl_config` builds from it."""
 
     seed: int = 0
     """Seeds the model's initial weights and the data order."""

@@ -24,11 +24,11 @@ SHIPPED = ROOT / "results" / "tiny" / "warmstart"
 @pytest.fixture
 def shipped_copy(tmp_path, monkeypatch):
     """The shipped tiny warm start copied to a scratch folder that cached_warmstart finds."""
-    from at2po_lib.policy import warmstart
+    from at2po_lib.policy import warmstart_cache
 
     copy = tmp_path / "shipped" / "warmstart"
     shutil.copytree(SHIPPED, copy)
-    monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
+    monkeypatch.setattr(warmstart_cache, "shipped_warmstart_dir", lambda profile: copy)
     monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))  # no local cache
     return copy
 
@@ -42,7 +42,7 @@ def test_the_shipped_record_lists_the_sha256_of_each_file():
 def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
     from at2po_lib.config import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     cfg = load_profile("tiny")
     assert cached_warmstart(cfg) == shipped_copy  # intact: found and verified
@@ -75,7 +75,7 @@ def _corrupt_weights(folder: Path) -> None:
 
 def _no_training(monkeypatch) -> None:
     """A refusal must not fall through to SFT (66 minutes at tiny scale)."""
-    from at2po_lib.policy import warmstart
+    from at2po_lib.trainer import warmstart
 
     def refuse(cfg):
         raise AssertionError("the warm start was retrained")
@@ -88,7 +88,7 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
     recorded sha256 still matched): an entry the record does not list is refused."""
     from at2po_lib.config import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     cfg = load_profile("tiny")
     (shipped_copy / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
@@ -116,7 +116,7 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
         shipped_copy, files, refusal):
     from at2po_lib.config import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     record_path = shipped_copy / "warmstart.json"
     record = json.loads(record_path.read_text())
@@ -140,7 +140,7 @@ def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command
         shipped_copy, monkeypatch, damage, refusal):
     from at2po_lib.config import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart import ensure_warmstart
+    from at2po_lib.trainer.warmstart import ensure_warmstart
 
     _no_training(monkeypatch)
     record = shipped_copy / "warmstart.json"
@@ -171,7 +171,8 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     named with the local rebuild command; a record for another configuration is simply stale."""
     from at2po_lib.config import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart, ensure_warmstart
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.trainer.warmstart import ensure_warmstart
 
     _no_training(monkeypatch)
     cfg = load_profile("tiny")

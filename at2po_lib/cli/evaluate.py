@@ -57,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-        from ..policy.warmstart import ensure_warmstart, warmstart_summary
+        from ..policy.warmstart_cache import warmstart_summary
+        from ..trainer.warmstart import ensure_warmstart
 
         checkpoint = str(ensure_warmstart(cfg))
         provenance["warmstart"] = warmstart_summary(cfg.name)

@@ -72,7 +72,7 @@ from ..method.loss import EPS_HIGH, EPS_LOW
 from ..method.outcome import grpo_advantages, tree_grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
 from ..policy.model import load_policy
-from ..policy.warmstart import cached_warmstart
+from ..policy.warmstart_cache import cached_warmstart
 from ..prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays

@@ -56,7 +56,6 @@ from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, scor
 from ..method.presets import get_method
 from ..policy.model import torch_dtype
 from ..policy.tokenizer import load_tokenizer
-from ..policy.warmstart import ensure_warmstart
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
 from ..util.errors import ProfileError
@@ -70,6 +69,7 @@ from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, Ste
 from .resolve import RunSpec, check_fixed_rollout, resolve_run
 from .search_agent import SearchAgent, turn_backend
 from .trainer import AT2POTrainer
+from .warmstart import ensure_warmstart
 
 __all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 
