@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from at2po_lib.analysis.policy_change import simulated_turn_ratios  # noqa: E402
 from at2po_lib.method.examples import example_tree
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
@@ -74,10 +75,10 @@ def test_gigpo_column_when_the_study_module_is_there():
 def test_simulated_ratio_is_one_without_an_update_and_clips_in_the_advantage_direction():
     tree = searched_tree()
     adv = np.array([0, 1.0, -1.0, 1.0, -1.0, 1.0])
-    still = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.0, token_noise_std=0.0)
+    still = simulated_turn_ratios(tree, adv, turn_drift_std=0.0, token_noise_std=0.0)
     np.testing.assert_allclose(still["turn_ratio"].iloc[1:], 1.0)
     assert not still["turn_clipped"].any()
-    moved = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.5, token_noise_std=0.0, seed=1)
+    moved = simulated_turn_ratios(tree, adv, turn_drift_std=0.5, token_noise_std=0.0, seed=1)
     r, clipped = moved["turn_ratio"].to_numpy(), moved["turn_clipped"].to_numpy()
     expected = ((adv > 0) & (r > 1.004)) | ((adv < 0) & (r < 0.997))
     np.testing.assert_array_equal(clipped[1:], expected[1:])

@@ -8,7 +8,7 @@ tree with the profile's warm-start policy, step through its rounds, and pick a n
 - its advantage under every credit rule side by side (:func:`credit_table`): AT2PO's 4 value
   modes × 4 advantage modes, GRPO, Tree-GRPO and a GiGPO-style step grouping;
 - its turn-level importance ratio after one *simulated* update and whether ATPO's clip binds
-  (:func:`simulated_turn_ratios`; docs/method.md §7).
+  (:func:`at2po_lib.analysis.policy_change.simulated_turn_ratios`; docs/method.md §7).
 
 It starts on the notebooks' running example (:func:`default_choice`,
 :mod:`at2po_lib.analysis.running_example`) with its picked turn and re-sample ringed, lists the
@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.policy_change import simulate_policy_change
+from ..analysis.credit_accuracy import gigpo_row_advantages
+from ..analysis.policy_change import simulated_turn_ratios
 from ..analysis.running_example import choose_running_example
 from ..analysis.study_trees import with_plans, with_retrievals
 from ..config import load_profile
@@ -183,12 +184,6 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "p
 
 def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row: np.ndarray,
            pair_node: np.ndarray, own: slice) -> tuple[np.ndarray, str]:
-    n_own = own.stop - own.start
-    try:
-        from ..analysis.credit_accuracy import gigpo_row_advantages
-    except ImportError:
-        return np.full(n_own, np.nan), ("gigpo: at2po_lib.analysis.credit_accuracy is not "
-                                        "available in this checkout")
     depth = node_depths(forest.parent).numpy()
     labels = SimpleNamespace(forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64),
                              state=anchor_states(trees))
@@ -235,53 +230,6 @@ def most_disputed_node(table: "pd.DataFrame") -> tuple[int, str]:
                       f"{spread[best]:.3f})")
     return node, (f"node {node}: every rule agrees on the sign of every turn; this one's "
                   f"advantages spread most (max − min = {spread[best]:.3f})")
-
-
-# --------------------------------------------------------------------------------------------
-# Turn ratio after one simulated update
-# --------------------------------------------------------------------------------------------
-def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EPS_LOW,
-                          eps_high: float = EPS_HIGH, turn_drift_std: float = 2e-3,
-                          token_noise_std: float = 1e-2, seed: int = 0,
-                          tokens_per_turn: int = 16) -> "pd.DataFrame":
-    """Per node: ``tokens``, the turn ratio ``exp(mean_t log r_t)`` after one simulated update
-    (module docstring), the range of its token ratios, the share of its tokens a *token*-level
-    clip would bind, and ``turn_clipped`` (ATPO's turn-level clip binds, given the sign of
-    ``advantages`` (N,)). Token counts from ``num_tokens`` when the tree has them."""
-    import pandas as pd
-    import torch
-
-    n = tree.num_nodes
-    counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))
-    counts = np.where(np.arange(n) > 0, np.maximum(counts, 1), 0).astype(np.int64)
-    turn_of_token = np.repeat(np.arange(n), counts)
-    mask = torch.ones(1, len(turn_of_token), dtype=torch.long)
-    turn_ids = torch.as_tensor(turn_of_token)[None]
-    old = torch.zeros(1, len(turn_of_token), dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
-    new = simulate_policy_change(old, mask, turn_ids=turn_ids, turn_drift_std=turn_drift_std,
-                                 token_noise_std=token_noise_std, generator=generator)
-    log_r = (new - old)[0].numpy()
-    mean_log = np.bincount(turn_of_token, weights=log_r, minlength=n) / np.maximum(counts, 1)
-    turn_ratio = np.exp(mean_log)
-    adv = np.asarray(advantages, dtype=float)
-    token_ratio = np.exp(log_r)
-    sign = np.sign(adv)[turn_of_token]
-    token_binds = ((sign > 0) & (token_ratio > 1 + eps_high)) | ((sign < 0) & (token_ratio < 1 - eps_low))
-    lo = pd.Series(token_ratio).groupby(turn_of_token).min().reindex(range(n)).to_numpy()
-    hi = pd.Series(token_ratio).groupby(turn_of_token).max().reindex(range(n)).to_numpy()
-    clipped = ((adv > 0) & (turn_ratio > 1 + eps_high)) | ((adv < 0) & (turn_ratio < 1 - eps_low))
-    frame = pd.DataFrame({
-        "tokens": counts, "turn_ratio": np.where(counts > 0, turn_ratio, np.nan),
-        "token_ratio_min": lo, "token_ratio_max": hi,
-        "token_clip_share": np.where(counts > 0, np.bincount(turn_of_token, weights=token_binds,
-                                                              minlength=n) / np.maximum(counts, 1),
-                                     np.nan),
-        "turn_clipped": np.where(counts > 0, clipped, False),
-    })
-    frame.index.name = "node"
-    frame.attrs["window"] = (1 - eps_low, 1 + eps_high)
-    return frame
 
 
 # --------------------------------------------------------------------------------------------
