@@ -24,18 +24,17 @@ mean over those rows (the node's effective advantage, as
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
+import torch
 
 from ..analysis.credit_accuracy import gigpo_row_advantages
 from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
                              forest_node_values)
 from ..method.outcome import grpo_advantages, tree_grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 BASELINES = ("grpo", "tree_grpo", "gigpo")
 DEFAULT_MODE = ("entropy_softmax", "node_value")
@@ -78,14 +77,11 @@ def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
     return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
 
 
-def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "pd.DataFrame":
+def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> pd.DataFrame:
     """One row per node of ``trees[index]`` (``trees``: every tree of one prompt): ``entropy``,
     ``V:<value mode>`` for the 4 value modes, ``<value mode>/<advantage mode>`` for the 16 AT2PO
     advantages, and ``grpo``, ``tree_grpo``, ``gigpo`` (module docstring). ``attrs["notes"]``
     says why a baseline column is NaN, if one is."""
-    import pandas as pd
-    import torch
-
     trees = [trees] if isinstance(trees, TreeArrays) else list(trees)
     tree = trees[index]
     single = Forest.from_trees([tree], dtype=torch.float64)
@@ -149,11 +145,9 @@ def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row:
     return effective[own], note
 
 
-def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
+def node_credit_grid(table: pd.DataFrame, node: int) -> pd.DataFrame:
     """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes),
     with the node value V_n as the first column."""
-    import pandas as pd
-
     row = table.loc[node]
     return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
                          **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
@@ -161,7 +155,7 @@ def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
                         index=pd.Index(VALUE_MODES, name="value mode"))
 
 
-def most_disputed_node(table: "pd.DataFrame") -> tuple[int, str]:
+def most_disputed_node(table: pd.DataFrame) -> tuple[int, str]:
     """(node, sentence): the non-root node the credit rules disagree on most: the most rules on
     the minority side of the sign (some push the turn up, others down), then the widest spread
     (max − min) of its advantages; node 1 when every rule agrees on every turn."""

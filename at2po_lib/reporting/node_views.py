@@ -7,21 +7,20 @@ advantage under every credit rule as bars (:func:`plot_node_credit`), the questi
 
 from __future__ import annotations
 
+import io
 import textwrap
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from ..method.tree import TreeArrays
 from .node_credit import BASELINES, DEFAULT_MODE
 from .tree_drawings import (CHOSEN_ROLE, close_figure, draw_rollout_tree, grown_by_round,
                             new_figure, node_text_table)
 
-if TYPE_CHECKING:
-    import pandas as pd
 
-
-def describe_node(tree: TreeArrays, table: "pd.DataFrame", ratios: "pd.DataFrame",
+def describe_node(tree: TreeArrays, table: pd.DataFrame, ratios: pd.DataFrame,
                   node: int) -> str:
     """A few lines on one node: its action and full text, entropy, reward, default advantage,
     turn ratio and whether the turn-level clip binds."""
@@ -49,9 +48,7 @@ def describe_node(tree: TreeArrays, table: "pd.DataFrame", ratios: "pd.DataFrame
     return "\n".join(lines)
 
 
-def baseline_frame(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
-    import pandas as pd
-
+def baseline_frame(table: pd.DataFrame, node: int) -> pd.DataFrame:
     return pd.DataFrame({"advantage": [table.loc[node, b] for b in BASELINES]},
                         index=pd.Index(BASELINES, name="baseline"))
 
@@ -69,11 +66,9 @@ def signal_note(tree: TreeArrays) -> str:
     return ""
 
 
-def questions_table(trees: Sequence[TreeArrays]) -> "pd.DataFrame":
+def questions_table(trees: Sequence[TreeArrays]) -> pd.DataFrame:
     """One row per prompt of ``trees``: its question, gold answer, how many trees and leaves it
     has, and its leaves' mean reward (the inspector lists what it shows)."""
-    import pandas as pd
-
     rows: dict[int, dict] = {}
     for i, t in enumerate(trees):
         scored = t.leaf_reward[np.isfinite(t.leaf_reward)]
@@ -89,7 +84,7 @@ def questions_table(trees: Sequence[TreeArrays]) -> "pd.DataFrame":
     return frame.set_index("prompt") if len(frame) else frame
 
 
-def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None,
+def plot_node_credit(table: pd.DataFrame, node: int, ax: Any = None,
                      note: str = "") -> tuple[Any, Any]:
     """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines);
     ``note`` (e.g. :func:`signal_note`) is written in the plot. Without ``ax`` the figure is
@@ -149,8 +144,6 @@ def render_png(fig: Any) -> bytes:
     """``fig`` as PNG bytes, then closed: one image per view, nothing left on pyplot's stack
     (a figure left open is what the inline backend redraws over a later view). The inspector's
     own figures are detached (never on the stack): rasterising them touches no global state."""
-    import io
-
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
