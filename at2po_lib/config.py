@@ -6,9 +6,11 @@ the values' consistency are checked in one table (:mod:`at2po_lib.config_checks`
 work; the resolved config is saved with every artefact (``dataclasses.asdict(cfg)``).
 
 Command-line overrides (``--set SECTION.KEY=VALUE``, :mod:`at2po_lib.cli`) go through one
-parser, :func:`parse_overrides`: every key and value is checked against these dataclasses
-before anything runs, and numbers read as in YAML 1.2 (``1e-4`` is a float; PyYAML's YAML 1.1
-would give the string ``"1e-4"``). Profile files are read with the same number rule.
+parser, :func:`at2po_lib.overrides.parse_overrides`: every key and value is checked against
+these dataclasses before anything runs, and numbers read as in YAML 1.2 (``1e-4`` is a float;
+PyYAML's YAML 1.1 would give the string ``"1e-4"``). Profile files are read with the same
+number rule (:mod:`at2po_lib.yaml12`); values are checked against the fields' types by
+:mod:`at2po_lib.config_types`.
 
     >>> cfg = load_profile("tiny")
     >>> cfg.rollout.tree_m
@@ -17,10 +19,7 @@ would give the string ``"1e-4"``). Profile files are read with the same number r
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import re
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +27,12 @@ from typing import Any
 
 import yaml
 
-from .config_checks import MAX_SHOWN_CHARS, name_problem, problems, shown
+from .config_checks import name_problem, problems, shown
+from .config_types import check_type
 from .method.expansion import EXPANSIONS, TREE_EXPANSIONS
+from .util.errors import ProfileError
 from .util.paths import configs_dir
-
-
-class ProfileError(ValueError):
-    """A profile that does not exist or does not validate."""
+from .yaml12 import load_yaml_text, read_yaml_text
 
 
 @dataclass
@@ -148,7 +146,7 @@ class PolicyConfig:
 class WarmStartConfig:
     """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``);
     the profile section ``sft:``. Named apart from TRL's ``SFTConfig``, the trainer arguments
-    :func:`at2po_lib.policy.warmstart.trl_config` builds from it."""
+    :func:`at2po_lib.trainer.warmstart.trl_config` builds from it."""
 
     seed: int = 0
     """Seeds the model's initial weights and the data order."""
@@ -437,38 +435,6 @@ def _profile_path(name: str) -> Path:
     return path
 
 
-def _check_type(value: Any, annotation: Any, where: str) -> Any:
-    """Validate ``value`` against a (simple) type annotation; ints are accepted as floats."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _check_type(value, option, where)
-            except ProfileError as exc:
-                errors.append(str(exc))
-        raise ProfileError(errors[0])
-    if origin is list:
-        if not isinstance(value, list):
-            raise ProfileError(f"{where}: expected a list, got {shown(value)}")
-        (item_type,) = typing.get_args(annotation) or (Any,)
-        return [_check_type(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
-    if annotation is Any:
-        return value
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if annotation is int and isinstance(value, bool):
-        raise ProfileError(f"{where}: expected int, got {shown(value)}")
-    if isinstance(annotation, type) and not isinstance(value, annotation):
-        raise ProfileError(f"{where}: expected {annotation.__name__}, got {shown(value)}")
-    return value
-
-
 MOVED_KEYS = {"train.chain_leaves": "rollout.chains"}
 """Profile keys that moved (old ``section.key`` → new): an old key is an error naming the new."""
 
@@ -488,29 +454,17 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
                 raise ProfileError(f"{where}.{key}: expected a mapping, got {shown(value)}")
             _apply(current, value, f"{where}.{key}")
         else:
-            setattr(obj, key, _check_type(value, hints[key], f"{where}.{key}"))
+            setattr(obj, key, check_type(value, hints[key], f"{where}.{key}"))
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = _load_yaml_text(_read_text(path), str(path)) or {}
+        data = load_yaml_text(read_yaml_text(path), str(path)) or {}
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: expected a mapping at the top level")
     return data
-
-
-def _read_text(path: Path) -> str:
-    """The file's text, refused unread past :data:`MAX_YAML_CHARS` bytes and naming the file
-    when it is not UTF-8."""
-    if path.stat().st_size > MAX_YAML_CHARS:
-        raise ProfileError(f"{path}: {path.stat().st_size:,} bytes, more than the "
-                           f"{MAX_YAML_CHARS:,} a profile file may have")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileConfig:
@@ -545,14 +499,6 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     return cfg
 
 
-MAX_YAML_DEPTH = 32
-"""Nesting levels a profile or ``--set`` value may have (the shipped profiles use 3)."""
-MAX_INT_CHARS = 64
-"""Characters of one integer in a profile (any base): no setting needs more, and a 20,000-digit
-hexadecimal number passed every check and crashed after the run folder existed."""
-MAX_YAML_CHARS = 1 << 16
-"""A profile file or one ``--set`` value longer than this (64 KiB; the shipped profiles are
-under 8 KiB) is refused unread: PyYAML parses ~50 kB per second, so this bounds the time."""
 def check_name(name: str, what: str) -> str:
     """``name`` if it is one plain path component (:func:`~.config_checks.name_problem`);
     else a :class:`ProfileError` naming ``what``: names become folders, and ``../../x``
@@ -561,199 +507,3 @@ def check_name(name: str, what: str) -> str:
     if problem:
         raise ProfileError(problem)
     return name
-
-
-class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's core-schema numbers (PyYAML implements YAML 1.1:
-    there ``1e-4`` is a string, ``010`` is octal 8, ``1:20`` is sexagesimal 80 and ``0o17`` is a
-    string). Here ``010`` is 10, ``0o17`` is 15, ``0x1f`` is 31, ``1:20`` is a string, ``1e-4``
-    a float. Aliases (``*name``) are refused: expanding nested ones ("billion laughs") builds
-    values of any size from a few lines, and no profile needs them."""
-
-    _depth = 0
-
-    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "aliases (*name) are not allowed in profiles", event.start_mark)
-        if self._depth >= MAX_YAML_DEPTH:  # deeper would end in a RecursionError of 100s of KB
-            raise yaml.composer.ComposerError(
-                None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
-                self.peek_event().start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001 - PyYAML's signature
-        """A key given twice is an error (PyYAML keeps the last silently)."""
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) or key is None:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"
-                       r"|\.[0-9]+[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-_Yaml12Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers
-          if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
-_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
-
-
-def _construct_int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
-    text = loader.construct_scalar(node)
-    if len(text.lstrip("+-")) > MAX_INT_CHARS:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"integer of more than {MAX_INT_CHARS} characters", node.start_mark)
-    if text.startswith(("0o", "0x")):
-        return int(text[2:], 8 if text[1] == "o" else 16)
-    return int(text, 10)
-
-
-def _construct_float_12(loader: yaml.SafeLoader, node: yaml.Node) -> float:
-    text = loader.construct_scalar(node)
-    lowered = text.lower()
-    if lowered.endswith(".inf"):
-        return float("-inf") if text.startswith("-") else float("inf")
-    if lowered == ".nan":
-        return float("nan")
-    return float(text)
-
-
-_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int_12)
-_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _construct_float_12)
-
-
-def _load_yaml_text(text: str, where: str) -> Any:
-    """YAML 1.2 numbers, no aliases, at most :data:`MAX_YAML_CHARS`: parsing is bounded in
-    time and memory whatever the input."""
-    if len(text) > MAX_YAML_CHARS:
-        raise ProfileError(f"{where}: {len(text):,} characters, more than the "
-                           f"{MAX_YAML_CHARS:,} a profile value may have")
-    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _admits_text(annotation: Any) -> bool:
-    """True for ``str`` and ``str | None``: such a value is taken verbatim from the command line
-    (``--set retrieval.query_prefix=query: `` would be a YAML mapping otherwise)."""
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else (annotation,)
-    return str in options and all(o in (str, type(None)) for o in options)
-
-
-def parse_value(raw: str, annotation: Any = Any, where: str = "value") -> Any:
-    """One command-line value, parsed for a field of type ``annotation`` and checked against it.
-
-    Strings (``str`` fields) are taken verbatim (``null``/``~`` give None where allowed);
-    everything else is YAML with YAML 1.2 numbers: ``3``, ``1e-4``, ``0.5``, ``true``,
-    ``null``, ``[a, b]``, ``[1, 2]``. A value of the wrong type is a :class:`ProfileError`
-    naming ``where`` (the key)."""
-    if _admits_text(annotation):
-        if raw.strip() in ("null", "~") and type(None) in typing.get_args(annotation):
-            return None
-        return raw
-    try:
-        value = _load_yaml_text(raw, where)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{where}: {shown(raw)} is not a valid value ({exc})") from exc
-    return _check_type(value, annotation, where)
-
-
-def _field_types(cls: type) -> dict[str, Any]:
-    """Field name → annotation of a dataclass (``Any`` where the annotation cannot be
-    resolved, e.g. a forward reference in a third-party class)."""
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: check names only
-        hints = {}
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
-
-
-def _schema_field(schema: type, dotted: str, where: str) -> Any:
-    """The annotation of ``section.key`` in the dataclass ``schema``; an unknown key is an
-    error naming it and the closest known keys."""
-    node: Any = schema
-    parts = dotted.split(".")
-    for depth, part in enumerate(parts):
-        fields = _field_types(node)
-        prefix = ".".join(parts[:depth])
-        if part not in fields and dotted in MOVED_KEYS:
-            raise ProfileError(f"{where}: {dotted!r} moved to {MOVED_KEYS[dotted]}; set that "
-                               "instead")
-        if part not in fields:
-            known = [f"{prefix}.{k}" if prefix else k for k in fields]
-            close = difflib.get_close_matches(dotted, known, n=3) if len(dotted) < 200 else []
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ProfileError(f"{where}: unknown key {shown(dotted)}{hint}; known keys"
-                               f"{' of ' + prefix if prefix else ''}: {', '.join(sorted(fields))}")
-        annotation = fields[part]
-        is_section = isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
-        last = depth == len(parts) - 1
-        if last and is_section:
-            raise ProfileError(f"{where}: {shown(dotted)} is a section; set one of its keys, e.g. "
-                               f"{dotted}.{next(iter(_field_types(annotation)))}=...")
-        if not last and not is_section:
-            raise ProfileError(f"{where}: {shown('.'.join(parts[:depth + 1]))} is a value, not a "
-                               f"section")
-        node = annotation
-    return annotation
-
-
-def parse_override(text: str, extra_sections: typing.Mapping[str, type] | None = None
-                   ) -> dict[str, Any]:
-    """``train.max_steps=3`` → ``{"train": {"max_steps": 3}}``, checked against the config
-    dataclasses before anything runs: the key must exist and the value have its type
-    (:func:`parse_value`). ``extra_sections`` adds sections beyond the profile's, e.g.
-    ``{"trainer": AT2POConfig}`` for ``at2po train`` (their keys are checked the same way)."""
-    if "=" not in text:
-        raise ProfileError(f"--set {shown(text)} is not of the form section.key=value")
-    dotted, raw = text.split("=", 1)
-    dotted = dotted.strip()
-    where = f"--set {dotted if len(dotted) <= MAX_SHOWN_CHARS else shown(dotted)}"
-    section = dotted.split(".", 1)[0]
-    if extra_sections and section in extra_sections:
-        if "." not in dotted:
-            raise ProfileError(f"{where}: give a key of the section, e.g. {section}.beta=0")
-        annotation = _schema_field(extra_sections[section], dotted.split(".", 1)[1], where)
-    else:
-        annotation = _schema_field(ProfileConfig, dotted, where)
-    value = parse_value(raw, annotation, where)
-    out: dict[str, Any] = {}
-    node = out
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-    node[keys[-1]] = value
-    return out
-
-
-def parse_overrides(texts: typing.Iterable[str],
-                    extra_sections: typing.Mapping[str, type] | None = None
-                    ) -> dict[str, Any] | None:
-    """Several ``--set`` values merged into one nested dict (None when there are none; a
-    later value of the same key wins):
-    ``["train.max_steps=3", "train.eval_every=1"]`` → ``{"train": {"max_steps": 3, "eval_every": 1}}``.
-    Every key and value is checked first (:func:`parse_override`)."""
-    merged: dict[str, Any] = {}
-    for text in texts:
-        _deep_merge(merged, parse_override(text, extra_sections))
-    return merged or None
-
-
-def _deep_merge(into: dict[str, Any], extra: typing.Mapping[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, typing.Mapping) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = value

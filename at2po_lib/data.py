@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .config import ProfileError, check_name
+from .config import check_name
+from .util.errors import ProfileError
 from .prompts import PromptTemplate, build_messages, get_template
 
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"

@@ -19,7 +19,7 @@ One run, one policy, the same prompts, the same number of leaves per prompt (M +
    depends on the machine's load (printed); CPU time much less so.
 
 The policy is the profile's warm start when it is cached (``at2po warmstart``), else a random
-tag-biased tiny Qwen3 (:func:`at2po_lib.rollout.toy.tag_biased_policy`), which makes shorter,
+tag-biased tiny Qwen3 (:func:`at2po_lib.rollout.stand_ins.tag_biased_policy`), which makes shorter,
 shallower trees: say which one you measured. The LAST line holds the tree/chain ratio of
 generated tokens per leaf.
 """
@@ -42,10 +42,10 @@ from at2po_lib.rollout.trees import rollout_trees
 def load_policy_and_world(profile: str, policy: str):
     """(model, tokenizer, template, retriever, rows, description)."""
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
     from at2po_lib.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
-    from at2po_lib.rollout.toy import ToySetup
+    from at2po_lib.rollout.stand_ins import ToySetup
     from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_rows
 

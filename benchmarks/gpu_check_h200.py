@@ -162,7 +162,7 @@ def build_qwen3(profile_cfg, shape: dict, vocab: int, dtype: str, out: Path):
 def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str,
                 out: Path) -> str:
     """A random Qwen3 of ``shape`` saved with save_pretrained; its size against the plan's."""
-    from at2po_lib.planning import architecture_of
+    from at2po_lib.cost_estimate import architecture_of
 
     model, folder = build_qwen3(profile_cfg, shape, vocab, dtype, out / "policy")
     params = sum(p.numel() for p in model.parameters())
@@ -271,7 +271,7 @@ def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
     """The plan of the same setting against the measured peak: reserved memory (what torch
     holds) plus the plan's CUDA context (torch's allocator does not see it)."""
     from at2po_lib.config import load_profile
-    from at2po_lib.planning import GIB, Hardware, plan
+    from at2po_lib.cost_estimate import GIB, Hardware, plan
 
     cfg = load_profile(profile, overrides)
     result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=gpu_gib or 80.0, zero_stage="none",

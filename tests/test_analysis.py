@@ -25,7 +25,7 @@ from at2po_lib.analysis.expansion_stats import (
     node_table,
     selection_stats,
 )
-from at2po_lib.analysis.sample import searched_nodes
+from at2po_lib.analysis.study_trees import searched_nodes
 from at2po_lib.method.examples import random_tree
 from at2po_lib.method.tree import TreeArrays
 from at2po_lib.method.credit import sibling_weights

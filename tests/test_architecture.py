@@ -185,7 +185,7 @@ def test_find_cycles_by_hand(graph, expected):
 
 # ------------------------------------------------------------------------ the method's room
 METHOD = "at2po_lib.method"
-USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "pipeline",
+USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "notebook_runner",
          "policy", "retrieval", "tinyworld", "util", "config", "data", "prompts", "reward")
 
 

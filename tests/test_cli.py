@@ -16,8 +16,8 @@ from at2po_lib.cli import train as train_cli
 from at2po_lib.config import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "policy/warmstart",
-                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "pipeline"]
+STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "trainer/warmstart",
+                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "notebook_runner"]
 
 
 def test_every_subcommand_has_a_module_with_a_parser_and_main():

@@ -164,7 +164,7 @@ def test_a_demo_is_exactly_what_the_rollout_produces_for_the_same_turns(world):
     observations, and the final answer followed by EOS, trained (mask 1)."""
     import dataclasses
 
-    from at2po_lib.rollout.toy import ScriptedBackend
+    from at2po_lib.rollout.stand_ins import ScriptedBackend
     from at2po_lib.rollout.trees import rollout_trees
 
     tok, row, retriever = world["tok"], world["rows"][0], world["retriever"]

@@ -165,7 +165,7 @@ def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypat
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    from at2po_lib.planning import LORA_TARGETS
+    from at2po_lib.cost_estimate import LORA_TARGETS
     from at2po_lib.policy.model import load_policy
     from at2po_lib.rollout.vllm_backend import build_engine
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from at2po_lib.analysis.expansion_oracle import SCORES, measure_chunk, oracle_summary, per_prompt
-from at2po_lib.rollout.toy import ScriptedBackend, ToySetup
+from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
 
 
 @pytest.fixture(scope="module")

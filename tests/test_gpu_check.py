@@ -85,7 +85,7 @@ def test_the_padded_tokenizer_has_qwen3s_vocabulary(tmp_path):
 
 
 def test_the_real_shapes_are_qwen3s():
-    from at2po_lib.planning import KNOWN_ARCHITECTURES
+    from at2po_lib.cost_estimate import KNOWN_ARCHITECTURES
 
     shape = check.SHAPES["1.7b"]
     arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"]

@@ -13,9 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from at2po_lib.analysis.policy_change import simulated_turn_ratios  # noqa: E402
 from at2po_lib.method.examples import example_tree
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
+from at2po_lib.reporting import node_credit, node_views  # noqa: E402
 
 nan = np.nan
 
@@ -37,7 +39,7 @@ def searched_tree() -> TreeArrays:
 
 
 def test_credit_table_by_hand():
-    table = insp.credit_table([example_tree()])
+    table = node_credit.credit_table([example_tree()])
     assert len(table.columns) == 1 + 4 + 16 + 3
     # GRPO over leaves 4, 5, 6, 7, 8 with rewards 0, 1, 1, 0, 1: mean 0.6, unbiased std sqrt(0.3)
     std = np.sqrt(0.3)
@@ -53,13 +55,13 @@ def test_credit_table_by_hand():
 
 
 def test_anchor_states_group_turns_after_the_same_search():
-    state = insp.anchor_states([searched_tree()])
+    state = node_credit.anchor_states([searched_tree()])
     assert state[3] == state[4] == state[5]          # all after one search for "a"
     assert state[1] == state[2] != state[3]          # first turns: nothing searched yet
 
 
 def test_gigpo_column_when_the_study_module_is_there():
-    table = insp.credit_table([searched_tree()])
+    table = node_credit.credit_table([searched_tree()])
     try:
         import at2po_lib.analysis.credit_accuracy  # noqa: F401
     except ImportError:
@@ -74,10 +76,10 @@ def test_gigpo_column_when_the_study_module_is_there():
 def test_simulated_ratio_is_one_without_an_update_and_clips_in_the_advantage_direction():
     tree = searched_tree()
     adv = np.array([0, 1.0, -1.0, 1.0, -1.0, 1.0])
-    still = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.0, token_noise_std=0.0)
+    still = simulated_turn_ratios(tree, adv, turn_drift_std=0.0, token_noise_std=0.0)
     np.testing.assert_allclose(still["turn_ratio"].iloc[1:], 1.0)
     assert not still["turn_clipped"].any()
-    moved = insp.simulated_turn_ratios(tree, adv, turn_drift_std=0.5, token_noise_std=0.0, seed=1)
+    moved = simulated_turn_ratios(tree, adv, turn_drift_std=0.5, token_noise_std=0.0, seed=1)
     r, clipped = moved["turn_ratio"].to_numpy(), moved["turn_clipped"].to_numpy()
     expected = ((adv > 0) & (r > 1.004)) | ((adv < 0) & (r < 0.997))
     np.testing.assert_array_equal(clipped[1:], expected[1:])
@@ -95,7 +97,7 @@ def test_static_fallback_without_a_widget_frontend(monkeypatch):
     # round 0 and round 1 of the growth, then the node's credit bars
     assert len(shown.figures) == 3 and all(f.axes for f in shown.figures)
     assert 1 <= shown.node < shown.tree.num_nodes
-    text = insp.describe_node(shown.tree, shown.credit, shown.ratios, shown.node)
+    text = node_views.describe_node(shown.tree, shown.credit, shown.ratios, shown.node)
     assert f"node {shown.node}" in text and "clip window" in text
     plt.close("all")
 
@@ -107,12 +109,12 @@ def test_most_disputed_node_prefers_sign_disagreement():
     table = pd.DataFrame({"entropy": [0, 1, 1], "V:child_mean": [0, 0, 0],
                           "child_mean/node_value": [0, 3.0, 0.1], "grpo": [nan, 0.5, -0.1],
                           "gigpo": [nan, 1.0, -0.2]})
-    node, why = insp.most_disputed_node(table)
+    node, why = node_credit.most_disputed_node(table)
     assert node == 2 and "disagree" in why
-    node, why = insp.most_disputed_node(table.assign(grpo=[nan, 0.5, 0.2], gigpo=[nan, 1, 0.2]))
+    node, why = node_credit.most_disputed_node(table.assign(grpo=[nan, 0.5, 0.2], gigpo=[nan, 1, 0.2]))
     assert node == 1 and "spread most" in why
     same = table.assign(**{"child_mean/node_value": 0.0, "grpo": 0.0, "gigpo": 0.0})
-    assert insp.most_disputed_node(same)[0] == 1
+    assert node_credit.most_disputed_node(same)[0] == 1
 
 
 def test_inspect_rejects_an_unknown_mode_and_static_without_trees():
@@ -209,26 +211,26 @@ def _click_through(grows: int, seed: int = 0) -> None:
         assert inspector.draws == draws + 1  # one render per Grow, not one per widget change
         tree = inspector.trees[0]
         same = [t for t in inspector.trees if t.prompt_id == tree.prompt_id]
-        node, _ = insp.most_disputed_node(insp.credit_table(same, 0))
+        node, _ = node_credit.most_disputed_node(node_credit.credit_table(same, 0))
         last = int(tree.node_arrays["expansion_round"].max())
-        offline = insp.render_png(insp.tree_view(tree, upto_round=last, node=node))
+        offline = node_views.render_png(node_views.tree_view(tree, upto_round=last, node=node))
         assert inspector.tree_image.value == offline, f"Grow {grow}"
-        chart = insp.render_png(insp.plot_node_credit(insp.credit_table(same, 0), node,
-                                                      note=insp.signal_note(tree))[0])
+        chart = node_views.render_png(node_views.plot_node_credit(node_credit.credit_table(same, 0), node,
+                                                      note=node_views.signal_note(tree))[0])
         assert inspector.credit_image.value == chart, f"Grow {grow}: credit chart"
         assert inspector.busy.value == "" and not inspector.node.disabled
         assert f"tree 0 of {len(inspector.trees)}" in inspector.status.value
         for image in (inspector.tree_image, inspector.credit_image):
-            assert image.layout.width == f"{insp.png_size(image.value)[0]}px"
+            assert image.layout.width == f"{node_views.png_size(image.value)[0]}px"
         assert len(inspector.tree_pick.options) == len(inspector.trees)
         assert f"prompt {tree.prompt_id}:" in inspector.listing.value
-        assert ("no signal" in inspector.signal.value) == bool(insp.signal_note(tree))
+        assert ("no signal" in inspector.signal.value) == bool(node_views.signal_note(tree))
         # another tree, round and node of the same expansion
         inspector.tree_pick.value = int(rng.integers(0, len(inspector.trees)))
         shown = inspector.trees[inspector.tree_pick.value]
         inspector.round.value = int(rng.integers(0, inspector.round.max + 1))
         inspector.node.value = int(rng.integers(0, shown.num_nodes))
-        offline = insp.render_png(insp.tree_view(shown, upto_round=inspector.round.value,
+        offline = node_views.render_png(node_views.tree_view(shown, upto_round=inspector.round.value,
                                                  node=inspector.node.value))
         assert inspector.tree_image.value == offline, f"Grow {grow}, after picks"
         assert inspector.credit_image.value == inspector.chart_png(), f"Grow {grow}, after picks"
@@ -259,19 +261,19 @@ def test_charts_rendered_on_side_threads_match_and_leave_pyplot_alone():
 
     from at2po_lib.analysis.running_example import teaching_tree
 
-    table = insp.credit_table([teaching_tree()])
+    table = node_credit.credit_table([teaching_tree()])
     nodes = list(range(1, 11))
-    serial = [insp.render_png(insp.plot_node_credit(table, n)[0]) for n in nodes]
+    serial = [node_views.render_png(node_views.plot_node_credit(table, n)[0]) for n in nodes]
     main = plt.figure()
     with ThreadPoolExecutor(4) as pool:
-        charts = pool.map(lambda n: insp.render_png(insp.plot_node_credit(table, n)[0]), nodes * 2)
-        trees = pool.map(lambda n: insp.render_png(insp.tree_view(teaching_tree(), node=n)), nodes)
+        charts = pool.map(lambda n: node_views.render_png(node_views.plot_node_credit(table, n)[0]), nodes * 2)
+        trees = pool.map(lambda n: node_views.render_png(node_views.tree_view(teaching_tree(), node=n)), nodes)
         for _ in range(20):
             plt.figure(main.number)
             plt.plot([0, 1], [1, 0])
         charts, trees = list(charts), list(trees)
     assert charts == serial * 2
-    assert trees == [insp.render_png(insp.tree_view(teaching_tree(), node=n)) for n in nodes]
+    assert trees == [node_views.render_png(node_views.tree_view(teaching_tree(), node=n)) for n in nodes]
     assert plt.get_fignums() == [main.number]
     plt.close("all")
 
@@ -284,7 +286,7 @@ def test_one_meaning_per_ring_colour():
     from at2po_lib.analysis.running_example import teaching_tree
     from at2po_lib.reporting.tree_drawings import CHOSEN_COLOUR
 
-    fig = insp.tree_view(teaching_tree(), node=5, highlight={2: "picked turn n", 10: "its re-sample x"})
+    fig = node_views.tree_view(teaching_tree(), node=5, highlight={2: "picked turn n", 10: "its re-sample x"})
     legend = fig.axes[0].get_legend()
     colours = {t.get_text(): to_hex(h.get_markeredgecolor())
                for t, h in zip(legend.get_texts(), legend.legend_handles)}
@@ -321,4 +323,4 @@ def test_no_signal_is_said():
 
     flat = replace(example_tree(), leaf_reward=np.where(np.isfinite(example_tree().leaf_reward),
                                                         0.0, np.nan))
-    assert "no signal" in insp.signal_note(flat) and insp.signal_note(example_tree()) == ""
+    assert "no signal" in node_views.signal_note(flat) and node_views.signal_note(example_tree()) == ""

@@ -16,6 +16,7 @@ from at2po_lib.analysis.running_example import teaching_tree  # noqa: E402
 from at2po_lib.method.examples import random_tree  # noqa: E402
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import inspector as insp  # noqa: E402
+from at2po_lib.reporting import node_credit, node_views  # noqa: E402
 from at2po_lib.reporting.tree_drawings import (MIN_DISPLAYED_TEXT_PX, NOTEBOOK_COLUMN_PX,  # noqa: E402
                                                displayed_text_px, draw_rollout_tree,
                                                plot_expansion_comparison)
@@ -59,8 +60,8 @@ def test_tiny_sized_rollout_trees_stay_readable(seed):
 def test_hand_made_tree_inspector_views_and_comparison_are_readable():
     tree = teaching_tree()
     figures = [draw_rollout_tree(tree, highlight={2: "picked turn n", 10: "re-sample"})[0],
-               insp.tree_view(tree, node=2),
-               insp.plot_node_credit(insp.credit_table([tree]), 2)[0]]
+               node_views.tree_view(tree, node=2),
+               node_views.plot_node_credit(node_credit.credit_table([tree]), 2)[0]]
     per_prompt = pd.DataFrame({"method": np.repeat(["chain", "random", "entropy", "aepo"], 8),
                                "distinct_queries": np.arange(32) % 5,
                                "distinct_answers": np.arange(32) % 3,

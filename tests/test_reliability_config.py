@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.config import ProfileConfig, ProfileError, load_profile, parse_overrides
+from at2po_lib.config import ProfileConfig, ProfileError, load_profile
+from at2po_lib.overrides import parse_overrides
 from at2po_lib.config_checks import RULES
 from at2po_lib.data import DataError, load_flashrag, read_flashrag_jsonl
 
@@ -174,7 +175,8 @@ def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
     ("retrieval.topk", "1000000000"), ("train.learning_rate", "1e300"),
 ])
 def test_absurd_sizes_are_refused_naming_the_key(key, value):
-    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
         load_profile("smoke", parse_overrides([f"{key}={value}"]))
@@ -192,7 +194,8 @@ def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value
 
 
 def test_deep_nesting_and_long_integers_are_one_line_errors(tmp_path):
-    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match="nested more than") as deep:
         load_profile("smoke", parse_overrides(["train.report_to=" + "[" * 1000 + "]" * 1000]))
@@ -248,7 +251,8 @@ def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, messag
     ("retrieval.url=file:///etc/passwd", "retrieval.url=.*expected null or an http"),
 ])
 def test_template_and_server_address_are_checked_before_any_work(setting, message):
-    from at2po_lib.config import ProfileError, load_profile, parse_overrides
+    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match=message):
         load_profile("smoke", parse_overrides([setting]))

@@ -25,11 +25,11 @@ SHIPPED = ROOT / "results" / "tiny" / "warmstart"
 @pytest.fixture
 def shipped_copy(tmp_path, monkeypatch):
     """The shipped tiny warm start copied to a scratch folder that cached_warmstart finds."""
-    from at2po_lib.policy import warmstart
+    from at2po_lib.policy import warmstart_cache
 
     copy = tmp_path / "shipped" / "warmstart"
     shutil.copytree(SHIPPED, copy)
-    monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
+    monkeypatch.setattr(warmstart_cache, "shipped_warmstart_dir", lambda profile: copy)
     monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))  # no local cache
     return copy
 
@@ -42,8 +42,8 @@ def test_the_shipped_record_lists_the_sha256_of_each_file():
 
 def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     cfg = load_profile("tiny")
     assert cached_warmstart(cfg) == shipped_copy  # intact: found and verified
@@ -56,7 +56,7 @@ def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
 
 
 def test_a_truncated_tokenizer_file_is_named(shipped_copy):
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.tokenizer import load_tokenizer
 
     tokenizer = shipped_copy / "tokenizer.json"
@@ -76,7 +76,7 @@ def _corrupt_weights(folder: Path) -> None:
 
 def _no_training(monkeypatch) -> None:
     """A refusal must not fall through to SFT (66 minutes at tiny scale)."""
-    from at2po_lib.policy import warmstart
+    from at2po_lib.trainer import warmstart
 
     def refuse(cfg):
         raise AssertionError("the warm start was retrained")
@@ -88,8 +88,8 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
     """transformers loads an adapter found beside the weights (the model changed while every
     recorded sha256 still matched): an entry the record does not list is refused."""
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     cfg = load_profile("tiny")
     (shipped_copy / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
@@ -116,8 +116,8 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
 def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
         shipped_copy, files, refusal):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
 
     record_path = shipped_copy / "warmstart.json"
     record = json.loads(record_path.read_text())
@@ -140,8 +140,8 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
 def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command(
         shipped_copy, monkeypatch, damage, refusal):
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import ensure_warmstart
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.trainer.warmstart import ensure_warmstart
 
     _no_training(monkeypatch)
     record = shipped_copy / "warmstart.json"
@@ -171,8 +171,9 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     """The local build is checked before the shipped copy: a torn or missing record there is
     named with the local rebuild command; a record for another configuration is simply stale."""
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import cached_warmstart, ensure_warmstart
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.trainer.warmstart import ensure_warmstart
 
     _no_training(monkeypatch)
     cfg = load_profile("tiny")
@@ -208,8 +209,8 @@ def test_a_study_refuses_a_stale_local_warm_start(shipped_copy, tmp_path):
     """analysis' policy_folder rolled out the local warm start when no copy matched the
     configuration, unverified: it now takes only a verified current copy, and names a stale one
     with the rebuild command."""
-    from at2po_lib.analysis.sample import policy_folder
-    from at2po_lib.policy.files import CheckpointError
+    from at2po_lib.analysis.study_trees import policy_folder
+    from at2po_lib.policy.checkpoint_files import CheckpointError
 
     folder, record = _local_copy(shipped_copy, tmp_path / "artifacts")
     assert policy_folder("tiny") == folder            # current and whole: used
@@ -245,8 +246,8 @@ def test_sft_init_from_is_verified_whole(tmp_path, damage, refusal):
     """sft.init_from checked the sha256 of model.safetensors only: a changed tokenizer, an adapter
     beside the weights or a folder without its record started SFT from another policy."""
     from at2po_lib.config import load_profile
-    from at2po_lib.policy.files import CheckpointError
-    from at2po_lib.policy.warmstart import initial_policy
+    from at2po_lib.policy.checkpoint_files import CheckpointError
+    from at2po_lib.policy.warmstart_cache import initial_policy
 
     folder = _init_from_copy(tmp_path)
     cfg = load_profile("tiny", {"sft": {"init_from": str(folder)}})

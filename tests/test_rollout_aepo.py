@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from at2po_lib.rollout.aepo import aepo_turn_entropy, branch_probability, rollout_aepo
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import Node
-from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
+from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup, random_action_script
 
 
 @pytest.fixture(scope="module")

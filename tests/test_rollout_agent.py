@@ -15,7 +15,7 @@ from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.turns import TurnResult
 from at2po_lib.rollout.export import training_rows, tree_arrays
 from at2po_lib.rollout.sampling import SamplingSpec
-from at2po_lib.rollout.toy import ScriptedBackend, ToySetup
+from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
 from at2po_lib.rollout.trees import rollout_trees
 
 

@@ -14,7 +14,7 @@ from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout.backends import HFBackend, grouped_attention
 from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.rollout.sampling import SamplingSpec
-from at2po_lib.rollout.toy import tag_biased_policy
+from at2po_lib.rollout.stand_ins import tag_biased_policy
 
 STOPS = ("</search>", "</answer>")
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
-from at2po_lib.rollout.toy import ScriptedBackend, ToySetup, random_action_script
+from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup, random_action_script
 from at2po_lib.method.expansion import (breadth_first, expansion_scores, select_entropy,
                                         select_random, select_random_siblings, sibling_counts,
                                         top_k_cycled)

@@ -9,8 +9,8 @@ import pytest
 
 from at2po_lib.config import load_profile
 from at2po_lib.util.paths import repo_root
-from at2po_lib.policy import warmstart
-from at2po_lib.policy.files import file_digests
+from at2po_lib.policy import warmstart_cache
+from at2po_lib.policy.checkpoint_files import file_digests
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
 # The warm start on every test question: the regime pilot's ReAct run (docs/warmstart.md)
@@ -27,7 +27,7 @@ def fresh_clone_artifacts(tmp_path, monkeypatch):
 
 def test_shipped_copy_has_weights_tokenizer_and_provenance():
     assert (SHIPPED / "model.safetensors").stat().st_size < 8_000_000  # "a few MB"
-    record = json.loads((SHIPPED / warmstart.SHIPPED_RECORD).read_text())
+    record = json.loads((SHIPPED / warmstart_cache.SHIPPED_RECORD).read_text())
     for key in ("cache_key", "git_revision", "chosen_step", "selection", "config"):
         assert key in record, key
     assert "log_history" not in record and record["path"] is None
@@ -43,36 +43,36 @@ def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
     copy = fresh_clone_artifacts / "shipped"
     copy.mkdir()
     (copy / "model.safetensors").write_bytes(b"weights")
-    record = json.loads((SHIPPED / warmstart.SHIPPED_RECORD).read_text())
-    record["cache_key"] = warmstart.cache_key(cfg)
+    record = json.loads((SHIPPED / warmstart_cache.SHIPPED_RECORD).read_text())
+    record["cache_key"] = warmstart_cache.cache_key(cfg)
     record["files"] = file_digests(copy)  # the fake weights' own digests
-    (copy / warmstart.SHIPPED_RECORD).write_text(json.dumps(record))
-    monkeypatch.setattr(warmstart, "shipped_warmstart_dir", lambda profile: copy)
-    assert warmstart.cached_warmstart(cfg) == copy
+    (copy / warmstart_cache.SHIPPED_RECORD).write_text(json.dumps(record))
+    monkeypatch.setattr(warmstart_cache, "shipped_warmstart_dir", lambda profile: copy)
+    assert warmstart_cache.cached_warmstart(cfg) == copy
     changed = load_profile("tiny", {"sft": {"max_steps": 1999}})
-    assert warmstart.cached_warmstart(changed) is None
+    assert warmstart_cache.cached_warmstart(changed) is None
     # a changed trajectory format invalidates it too (issue #22)
-    assert warmstart.cached_warmstart(load_profile("tiny", {"policy": {"template": "atpo"}})) is None
-    assert warmstart.cached_warmstart(
+    assert warmstart_cache.cached_warmstart(load_profile("tiny", {"policy": {"template": "atpo"}})) is None
+    assert warmstart_cache.cached_warmstart(
         load_profile("tiny", {"rollout": {"turn_length_ends_branch": True}})) is None
     # settings that do not touch SFT keep it valid (how a server is reached, Tree-GRPO's trees)
     same = load_profile("tiny", {"retrieval": {"timeout_s": 5.0},
                                  "rollout": {"tree_grpo_trees": 4}})
-    assert warmstart.cached_warmstart(same) == copy
+    assert warmstart_cache.cached_warmstart(same) == copy
 
 
 def test_the_shipped_copy_is_current(fresh_clone_artifacts):
     """Fails while results/tiny/warmstart/ was trained for another configuration or format
     (after issue #22 until it is retrained: `at2po warmstart --profile tiny`, then shipped)."""
     cfg = load_profile("tiny")
-    assert warmstart.read_warmstart_record("tiny")["cache_key"] == warmstart.cache_key(cfg), (
+    assert warmstart_cache.read_warmstart_record("tiny")["cache_key"] == warmstart_cache.cache_key(cfg), (
         "the shipped tiny warm start is stale: retrain and ship it")
-    assert warmstart.cached_warmstart(cfg) == SHIPPED
+    assert warmstart_cache.cached_warmstart(cfg) == SHIPPED
 
 
 def test_ship_refuses_without_a_matching_local_warm_start(fresh_clone_artifacts):
     with pytest.raises(FileNotFoundError, match="no local warm start"):
-        warmstart.ship_warmstart(load_profile("tiny"))
+        warmstart_cache.ship_warmstart(load_profile("tiny"))
 
 
 @pytest.mark.slow
@@ -86,7 +86,7 @@ def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_arti
     from at2po_lib.retrieval.indexes import build_retriever
 
     cfg = load_profile("tiny")
-    shipped = warmstart.cached_warmstart(cfg)
+    shipped = warmstart_cache.cached_warmstart(cfg)
     assert shipped is not None, "the shipped tiny warm start is stale: retrain and ship it"
     model, tokenizer = load_policy(shipped, cfg.policy.dtype)
     batch = cfg.eval.batch_size

@@ -85,7 +85,7 @@ from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_csv_tables
 from .decisions import tree_decision_labels
 from .expansion_stats import credit_weight_stats
-from .sample import cached_trees, policy_folder, searched_nodes, study_rows
+from .study_trees import cached_trees, policy_folder, searched_nodes, study_rows
 
 GIGPO_GAMMA = 0.95
 GIGPO_OMEGA = 1.0
@@ -133,11 +133,11 @@ def _passage_matrices(trees: Sequence[TreeArrays], parent: np.ndarray, depth: np
 def turn_labels(trees: Sequence[TreeArrays]) -> TurnLabels:
     """Useful-turn labels and anchor states of every node (module docstring). Trees need
     ``info["supporting_ids"]`` and node ``records`` with ``action`` (and ``retrieved`` on
-    searches): :func:`at2po_lib.analysis.sample.grow_trees` makes them."""
+    searches): :func:`at2po_lib.analysis.study_trees.grow_trees` makes them."""
     for i, t in enumerate(trees):
         if "supporting_ids" not in t.info:
             raise ValueError(f"tree {i} (prompt {t.prompt_id}): info has no supporting_ids "
-                             "(grow trees with at2po_lib.analysis.sample.grow_trees)")
+                             "(grow trees with at2po_lib.analysis.study_trees.grow_trees)")
         if len(t.records) != t.num_nodes:
             raise ValueError(f"tree {i} (prompt {t.prompt_id}): {len(t.records)} records for "
                              f"{t.num_nodes} nodes; the labels need every node's action")

@@ -115,7 +115,7 @@ def tree_decision_labels(tree: Any) -> np.ndarray:
     plan = tree.info.get("hop_queries")
     if not plan:
         raise ValueError(f"tree of prompt {tree.prompt_id}: info has no hop_queries (grow it "
-                         "with at2po_lib.analysis.sample.grow_trees)")
+                         "with at2po_lib.analysis.study_trees.grow_trees)")
     row = {"metadata": {"hop_queries": list(plan)}}
     records = [tree.records[n] if n < len(tree.records) else {} for n in range(tree.num_nodes)]
     return np.array(label_tree_turns(row, tree.parent.tolist(),

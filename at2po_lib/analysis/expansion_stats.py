@@ -40,7 +40,7 @@ from ..method.expansion import breadth_first, expansion_scores, sibling_counts
 from ..method.tree import Forest, TreeArrays, children_count, node_depths
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_csv_tables
-from .sample import cached_trees, policy_folder, study_rows
+from .study_trees import cached_trees, policy_folder, study_rows
 
 ESTIMATORS = {"sampled_nll": "entropy_nll", "exact": "entropy_exact"}
 """rollout.entropy_estimate → the node array holding it (docs/method.md §5)."""

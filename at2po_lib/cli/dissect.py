@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     else:
         # lazy: the stage pulls pandas, scipy, torch; `at2po dissect --help` stays instant
         from ..analysis.expansion_oracle import SHAPES, oracle_summary, run_oracle
-        from ..analysis.sample import policy_folder, study_rows
+        from ..analysis.study_trees import policy_folder, study_rows
 
         if args.resamples < 2 or args.prompts < 1 or args.chunk < 1:
             raise ValueError(f"--resamples {args.resamples} (>= 2), --prompts {args.prompts} "

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-    from ..evaluation import evaluate, turn_distribution, write_eval, write_outcomes
+    from ..evaluation import (evaluate, load_evaluation_policy, turn_distribution, write_eval,
+                              write_outcomes)
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
@@ -57,13 +58,13 @@ def _run(args: argparse.Namespace) -> int:
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-        from ..policy.warmstart import ensure_warmstart, warmstart_summary
+        from ..policy.warmstart_cache import warmstart_summary
+        from ..trainer.warmstart import ensure_warmstart
 
         checkpoint = str(ensure_warmstart(cfg))
         provenance["warmstart"] = warmstart_summary(cfg.name)
     label = args.label or Path(str(checkpoint)).name
     seed = args.seed if args.seed is not None else cfg.sft.seed
-    from ..evaluation import load_evaluation_policy
 
     # one policy for every batch and the sampled metric; on vLLM one engine from the checkpoint
     model, tokenizer = load_evaluation_policy(cfg, checkpoint)

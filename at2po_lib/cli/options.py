@@ -1,7 +1,7 @@
 """What every subcommand shares: ``--profile`` / ``--set``, error reporting, list options.
 
 ``--set SECTION.KEY=VALUE`` (repeatable) is the one channel for overriding a profile value on
-the command line. :func:`at2po_lib.config.parse_overrides` checks each key and value against
+the command line. :func:`at2po_lib.overrides.parse_overrides` checks each key and value against
 the config dataclasses before anything runs (an unknown key or a wrong type is an error
 naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 """
@@ -15,8 +15,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ProfileError, load_profile, parse_overrides
+from ..config import load_profile
+from ..overrides import parse_overrides
 from ..retrieval.base import RetrievalError
+from ..util.errors import ProfileError
 from ..util.storage import describe
 
 SET_METAVAR = "SECTION.KEY=VALUE"

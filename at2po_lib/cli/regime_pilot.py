@@ -1,5 +1,5 @@
 """``at2po regime-pilot``: the gates of a toy regime, from its GRPO runs and fresh rollouts
-(:mod:`at2po_lib.analysis.regime`).
+(:mod:`at2po_lib.reporting.regime_pilot`).
 
     at2po train --profile tiny --method react
     at2po train --profile tiny --method grpo --seed 0     # and --seed 1, ...
@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     import json
 
     # lazy: the stage pulls pandas, torch, transformers; `at2po regime-pilot --help` stays instant
-    from ..analysis.regime import run_regime_pilot
+    from ..reporting.regime_pilot import run_regime_pilot
 
     load_profile_args(args)
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..util.quiet import hf_progress_bars_off
-from .files import CheckpointError, check_json_files
+from .checkpoint_files import CheckpointError, check_json_files
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .files import check_json_files
+from .checkpoint_files import check_json_files
 
 if TYPE_CHECKING:  # heavy import only for type checkers
     from transformers import PreTrainedTokenizerFast

@@ -8,7 +8,7 @@ tree with the profile's warm-start policy, step through its rounds, and pick a n
 - its advantage under every credit rule side by side (:func:`credit_table`): AT2PO's 4 value
   modes × 4 advantage modes, GRPO, Tree-GRPO and a GiGPO-style step grouping;
 - its turn-level importance ratio after one *simulated* update and whether ATPO's clip binds
-  (:func:`simulated_turn_ratios`; docs/method.md §7).
+  (:func:`at2po_lib.analysis.policy_change.simulated_turn_ratios`; docs/method.md §7).
 
 It starts on the notebooks' running example (:func:`default_choice`,
 :mod:`at2po_lib.analysis.running_example`) with its picked turn and re-sample ringed, lists the
@@ -23,23 +23,8 @@ the running example's tree and turn (else the tree chosen by
 :func:`at2po_lib.reporting.tree_drawings.choose_example_tree` and the node where the credit rules
 disagree most, :func:`most_disputed_node`), each round of its growth, and that node's credit.
 
-Baselines, per node. GRPO and GiGPO give one advantage per *row* (root→leaf path) and a node
-lies on every row below it; its tokens are trained once per row, so the inspector shows the
-mean over those rows (the node's effective advantage, as
-:mod:`at2po_lib.analysis.credit_accuracy` scores it):
-
-- ``grpo``: :func:`at2po_lib.method.outcome.grpo_advantages` of the rows' rewards, one group per
-  prompt (all trees of the prompt);
-- ``tree_grpo``: :func:`at2po_lib.method.outcome.tree_grpo_advantages` (prompt-level + tree-level
-  GRPO). Tree-GRPO grows ``rollout.tree_grpo_trees`` trees per prompt (``random`` expansion);
-  on a single tree both terms are GRPO over the same leaves, so it is twice GRPO;
-- ``gigpo``: :func:`at2po_lib.analysis.credit_accuracy.gigpo_row_advantages` (episode GRPO +
-  step returns γ^k r normalised within an *anchor state*: the passages the path retrieved
-  before the turn). Trees grown here carry their passages (``retrieved`` records); trees
-  without them (e.g. read from notebook 02's file) use the set of queries searched before the
-  turn, which names the same passages because BM25 top-k is deterministic (two different
-  queries that return the same passages then count as two states). NaN, with a note, when
-  that module is not installed.
+The credit of every node under every rule is :mod:`at2po_lib.reporting.node_credit`; the figures,
+tables and sentences about one node are :mod:`at2po_lib.reporting.node_views`.
 
 The ratio is simulated, not trained: ``log π_new = log π_old + d_n + ε_t`` with one drift
 ``d_n ~ N(0, σ_turn²)`` per turn and jitter ``ε_t ~ N(0, σ_tok²)`` per token
@@ -53,399 +38,33 @@ from __future__ import annotations
 
 import html
 import os
-import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..analysis.policy_change import simulate_policy_change
+from ..analysis.policy_change import simulated_turn_ratios
 from ..analysis.running_example import choose_running_example
-from ..analysis.sample import with_plans, with_retrievals
+from ..analysis.study_trees import with_plans, with_retrievals
 from ..config import load_profile
-from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                             forest_node_values)
 from ..method.expansion import EXPANSIONS
 from ..method.loss import EPS_HIGH, EPS_LOW
-from ..method.outcome import grpo_advantages, tree_grpo_advantages
-from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
+from ..method.tree import TreeArrays
 from ..policy.model import load_policy
-from ..policy.warmstart import cached_warmstart
+from ..policy.warmstart_cache import cached_warmstart
 from ..prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
 from ..rollout.trees import rollout
 from ..tinyworld.build import ensure_world, read_rows
-from .tree_drawings import (CHOSEN_ROLE, choose_example_tree, close_figure, draw_rollout_tree,
-                            grown_by_round, new_figure, node_text_table)
+from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
+from .node_views import (baseline_frame, describe_node, draw_growth, plot_node_credit, png_size,
+                         questions_table, render_png, signal_note, tree_view)
+from .tree_drawings import choose_example_tree
 
 if TYPE_CHECKING:
     import pandas as pd
-
-BASELINES = ("grpo", "tree_grpo", "gigpo")
-DEFAULT_MODE = ("entropy_softmax", "node_value")
-"""AT2PO's default credit (the authors' code): the advantage the clip check uses."""
-
-
-# --------------------------------------------------------------------------------------------
-# Credit of every node under every rule
-# --------------------------------------------------------------------------------------------
-def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Root→leaf rows of a forest: (leaf (R,), pair_row (P,), pair_node (P,)) over every
-    (row, non-root node on the row) pair, vectorised."""
-    leaves, paths = leaf_paths(forest.parent)
-    nodes = paths[:, 1:].numpy()
-    row, col = np.nonzero(nodes >= 0)
-    return leaves.numpy(), row, nodes[row, col]
-
-
-def _mean_over_rows(pair_row: np.ndarray, pair_node: np.ndarray, per_row: np.ndarray,
-                    num_nodes: int) -> np.ndarray:
-    total = np.bincount(pair_node, weights=per_row[pair_row], minlength=num_nodes)
-    count = np.bincount(pair_node, minlength=num_nodes)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-
-def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
-    """(N,) anchor-state id of every node of the trees (Forest order): the set of passages the
-    path retrieved before the node (``retrieved`` records), else the set of queries searched
-    before it (module docstring). Trees are one prompt's, so the prompt is not part of it."""
-    keys: list[frozenset] = []
-    for t in trees:
-        seen: list[frozenset] = [frozenset()] * t.num_nodes
-        depth_order = np.argsort(node_depths(t.parent).numpy(), kind="stable")
-        for n in depth_order[1:]:  # parents come first: one pass in depth order
-            p = int(t.parent[n])
-            record = t.records[p] if len(t.records) else {}
-            found = record.get("retrieved") or ([record["query"]] if record.get("action") == "search"
-                                                and record.get("query") else [])
-            seen[n] = seen[p] | frozenset(str(v) for v in found) if p > 0 else frozenset()
-        keys += seen
-    index: dict[frozenset, int] = {}
-    return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
-
-
-def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> "pd.DataFrame":
-    """One row per node of ``trees[index]`` (``trees``: every tree of one prompt): ``entropy``,
-    ``V:<value mode>`` for the 4 value modes, ``<value mode>/<advantage mode>`` for the 16 AT2PO
-    advantages, and ``grpo``, ``tree_grpo``, ``gigpo`` (module docstring). ``attrs["notes"]``
-    says why a baseline column is NaN, if one is."""
-    import pandas as pd
-    import torch
-
-    trees = [trees] if isinstance(trees, TreeArrays) else list(trees)
-    tree = trees[index]
-    single = Forest.from_trees([tree], dtype=torch.float64)
-    columns: dict[str, np.ndarray] = {"entropy": tree.entropy.astype(float)}
-    for vm in VALUE_MODES:
-        columns[f"V:{vm}"] = forest_node_values(single, vm).numpy()
-    for vm in VALUE_MODES:
-        values = torch.as_tensor(columns[f"V:{vm}"])
-        for am in ADVANTAGE_MODES:
-            columns[f"{vm}/{am}"] = forest_node_advantages(single, values, am).numpy()
-
-    forest = Forest.from_trees(trees, dtype=torch.float64)
-    start = int(forest.offsets[index])
-    own = slice(start, start + tree.num_nodes)
-    leaf, pair_row, pair_node = _rows(forest)
-    reward = forest.leaf_reward.numpy()[leaf]
-    notes: list[str] = []
-    if np.isnan(reward).any():
-        notes.append("rows ending in an unscored leaf are left out of the baselines")
-        keep = ~np.isnan(reward)
-        leaf, reward = leaf[keep], reward[keep]
-        renumber = np.cumsum(keep) - 1
-        pairs = keep[pair_row]
-        pair_row, pair_node = renumber[pair_row[pairs]], pair_node[pairs]
-    prompt = torch.zeros(len(leaf), dtype=torch.long)
-    grpo = grpo_advantages(torch.as_tensor(reward), prompt).numpy()
-    columns["grpo"] = _mean_over_rows(pair_row, pair_node, grpo, forest.num_nodes)[own]
-    try:
-        tree_ids = forest.tree_index.numpy()[leaf]
-        tg = tree_grpo_advantages(torch.as_tensor(reward), torch.as_tensor(tree_ids), prompt).numpy()
-        columns["tree_grpo"] = _mean_over_rows(pair_row, pair_node, tg, forest.num_nodes)[own]
-        if len(trees) == 1:
-            notes.append("tree_grpo on one tree: both of its terms are GRPO over the same "
-                         "leaves (Tree-GRPO grows several trees per prompt: expansion 'random')")
-    except ValueError as err:
-        columns["tree_grpo"] = np.full(tree.num_nodes, np.nan)
-        notes.append(f"tree_grpo: {err}")
-    columns["gigpo"], note = _gigpo(forest, trees, leaf, pair_row, pair_node, own)
-    if note:
-        notes.append(note)
-    frame = pd.DataFrame(columns)
-    frame.index.name = "node"
-    frame.attrs["notes"] = notes
-    return frame
-
-
-def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row: np.ndarray,
-           pair_node: np.ndarray, own: slice) -> tuple[np.ndarray, str]:
-    n_own = own.stop - own.start
-    try:
-        from ..analysis.credit_accuracy import gigpo_row_advantages
-    except ImportError:
-        return np.full(n_own, np.nan), ("gigpo: at2po_lib.analysis.credit_accuracy is not "
-                                        "available in this checkout")
-    depth = node_depths(forest.parent).numpy()
-    labels = SimpleNamespace(forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64),
-                             state=anchor_states(trees))
-    rows = SimpleNamespace(leaf=leaf, pair_row=pair_row, pair_node=pair_node,
-                           turns_after=depth[leaf][pair_row] - depth[pair_node])
-    per_pair = gigpo_row_advantages(labels, rows)
-    total = np.bincount(pair_node, weights=per_pair, minlength=forest.num_nodes)
-    count = np.bincount(pair_node, minlength=forest.num_nodes)
-    effective = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    passages = any(r.get("retrieved") for t in trees for r in t.records)
-    note = "" if passages else ("gigpo: anchor states from the queries searched before each "
-                                "turn (these trees carry no retrieved passage ids)")
-    return effective[own], note
-
-
-def node_credit_grid(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
-    """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes),
-    with the node value V_n as the first column."""
-    import pandas as pd
-
-    row = table.loc[node]
-    return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
-                         **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
-                            for am in ADVANTAGE_MODES}},
-                        index=pd.Index(VALUE_MODES, name="value mode"))
-
-
-def most_disputed_node(table: "pd.DataFrame") -> tuple[int, str]:
-    """(node, sentence): the non-root node the credit rules disagree on most: the most rules on
-    the minority side of the sign (some push the turn up, others down), then the widest spread
-    (max − min) of its advantages; node 1 when every rule agrees on every turn."""
-    adv = table[[c for c in table.columns if "/" in c or c in BASELINES]].iloc[1:]
-    eps = 1e-9
-    minority = np.minimum((adv > eps).sum(axis=1), (adv < -eps).sum(axis=1)).to_numpy()
-    spread = (adv.max(axis=1) - adv.min(axis=1)).fillna(0.0).to_numpy()
-    if adv.empty or (spread.max() <= eps):
-        first = int(table.index[1]) if len(table) > 1 else 0
-        return first, f"node {first}: every credit rule gives every turn the same advantage here"
-    best = int(np.lexsort((-spread, -minority))[0])
-    node = int(adv.index[best])
-    if minority[best] > 0:
-        return node, (f"node {node}: the turn the credit rules disagree on most ({minority[best]} "
-                      f"of {adv.shape[1]} rules on the minority side of the sign; spread "
-                      f"{spread[best]:.3f})")
-    return node, (f"node {node}: every rule agrees on the sign of every turn; this one's "
-                  f"advantages spread most (max − min = {spread[best]:.3f})")
-
-
-# --------------------------------------------------------------------------------------------
-# Turn ratio after one simulated update
-# --------------------------------------------------------------------------------------------
-def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EPS_LOW,
-                          eps_high: float = EPS_HIGH, turn_drift_std: float = 2e-3,
-                          token_noise_std: float = 1e-2, seed: int = 0,
-                          tokens_per_turn: int = 16) -> "pd.DataFrame":
-    """Per node: ``tokens``, the turn ratio ``exp(mean_t log r_t)`` after one simulated update
-    (module docstring), the range of its token ratios, the share of its tokens a *token*-level
-    clip would bind, and ``turn_clipped`` (ATPO's turn-level clip binds, given the sign of
-    ``advantages`` (N,)). Token counts from ``num_tokens`` when the tree has them."""
-    import pandas as pd
-    import torch
-
-    n = tree.num_nodes
-    counts = np.asarray(tree.node_arrays.get("num_tokens", np.full(n, tokens_per_turn)))
-    counts = np.where(np.arange(n) > 0, np.maximum(counts, 1), 0).astype(np.int64)
-    turn_of_token = np.repeat(np.arange(n), counts)
-    mask = torch.ones(1, len(turn_of_token), dtype=torch.long)
-    turn_ids = torch.as_tensor(turn_of_token)[None]
-    old = torch.zeros(1, len(turn_of_token), dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
-    new = simulate_policy_change(old, mask, turn_ids=turn_ids, turn_drift_std=turn_drift_std,
-                                 token_noise_std=token_noise_std, generator=generator)
-    log_r = (new - old)[0].numpy()
-    mean_log = np.bincount(turn_of_token, weights=log_r, minlength=n) / np.maximum(counts, 1)
-    turn_ratio = np.exp(mean_log)
-    adv = np.asarray(advantages, dtype=float)
-    token_ratio = np.exp(log_r)
-    sign = np.sign(adv)[turn_of_token]
-    token_binds = ((sign > 0) & (token_ratio > 1 + eps_high)) | ((sign < 0) & (token_ratio < 1 - eps_low))
-    lo = pd.Series(token_ratio).groupby(turn_of_token).min().reindex(range(n)).to_numpy()
-    hi = pd.Series(token_ratio).groupby(turn_of_token).max().reindex(range(n)).to_numpy()
-    clipped = ((adv > 0) & (turn_ratio > 1 + eps_high)) | ((adv < 0) & (turn_ratio < 1 - eps_low))
-    frame = pd.DataFrame({
-        "tokens": counts, "turn_ratio": np.where(counts > 0, turn_ratio, np.nan),
-        "token_ratio_min": lo, "token_ratio_max": hi,
-        "token_clip_share": np.where(counts > 0, np.bincount(turn_of_token, weights=token_binds,
-                                                              minlength=n) / np.maximum(counts, 1),
-                                     np.nan),
-        "turn_clipped": np.where(counts > 0, clipped, False),
-    })
-    frame.index.name = "node"
-    frame.attrs["window"] = (1 - eps_low, 1 + eps_high)
-    return frame
-
-
-# --------------------------------------------------------------------------------------------
-# One node, in words and tables
-# --------------------------------------------------------------------------------------------
-def describe_node(tree: TreeArrays, table: "pd.DataFrame", ratios: "pd.DataFrame",
-                  node: int) -> str:
-    """A few lines on one node: its action and full text, entropy, reward, default advantage,
-    turn ratio and whether the turn-level clip binds."""
-    side = node_text_table(tree).loc[node]
-    lo, hi = ratios.attrs["window"]
-    lines = [f"node {node} (parent {int(side['parent'])}, depth {int(side['depth'])}, "
-             f"round {int(side['round'])}): {side['action']}"]
-    if side["query_or_answer"]:
-        lines.append(f"  query/answer: {side['query_or_answer']}")
-    if side["turn_text"]:
-        lines.append(f"  text: {side['turn_text'][:400]}")
-    lines.append(f"  entropy H = {tree.entropy[node]:.4f}"
-                 + (f", reward r = {tree.leaf_reward[node]:g}" if np.isfinite(tree.leaf_reward[node]) else ""))
-    adv = table.loc[node, "/".join(DEFAULT_MODE)]
-    if node == 0:
-        lines.append("  the root holds only the prompt: no tokens, no ratio")
-    else:
-        r = ratios.loc[node]
-        binds = "binds (no gradient from this turn)" if r["turn_clipped"] else "does not bind"
-        lines.append(f"  AT2PO default advantage ({'/'.join(DEFAULT_MODE)}) {adv:+.4f}; "
-                     f"turn ratio after one simulated update {r['turn_ratio']:.5f} over "
-                     f"{int(r['tokens'])} tokens; clip window [{lo:.4f}, {hi:.4f}]: the turn-level "
-                     f"clip {binds}; a token-level clip would bind on "
-                     f"{100 * r['token_clip_share']:.0f}% of its tokens")
-    return "\n".join(lines)
-
-
-def baseline_frame(table: "pd.DataFrame", node: int) -> "pd.DataFrame":
-    import pandas as pd
-
-    return pd.DataFrame({"advantage": [table.loc[node, b] for b in BASELINES]},
-                        index=pd.Index(BASELINES, name="baseline"))
-
-
-def signal_note(tree: TreeArrays) -> str:
-    """A sentence when the tree carries no learning signal (every scored leaf has one reward,
-    so every normalised value and every AT2PO advantage is 0), else ''."""
-    scored = tree.leaf_reward[np.isfinite(tree.leaf_reward)]
-    if scored.size == 0:
-        return "no signal here: no leaf of this tree is scored"
-    if np.all(scored == scored[0]):
-        return (f"no signal here: all {scored.size} leaves have reward {scored[0]:g}, so every "
-                "value and every AT2PO advantage of this tree is 0 (GRPO too, if the prompt's "
-                "other trees agree)")
-    return ""
-
-
-def questions_table(trees: Sequence[TreeArrays]) -> "pd.DataFrame":
-    """One row per prompt of ``trees``: its question, gold answer, how many trees and leaves it
-    has, and its leaves' mean reward (the inspector lists what it shows)."""
-    import pandas as pd
-
-    rows: dict[int, dict] = {}
-    for i, t in enumerate(trees):
-        scored = t.leaf_reward[np.isfinite(t.leaf_reward)]
-        row = rows.setdefault(t.prompt_id, {
-            "prompt": t.prompt_id, "question": t.info.get("question", ""),
-            "gold": (list(t.info.get("golden_answers") or [""]) or [""])[0],
-            "trees": [], "leaves": 0, "_sum": 0.0})
-        row["trees"].append(i)
-        row["leaves"] += int(scored.size)
-        row["_sum"] += float(scored.sum())
-    frame = pd.DataFrame([{**{k: v for k, v in r.items() if k != "_sum"},
-                           "mean_reward": r["_sum"] / max(r["leaves"], 1)} for r in rows.values()])
-    return frame.set_index("prompt") if len(frame) else frame
-
-
-def plot_node_credit(table: "pd.DataFrame", node: int, ax: Any = None,
-                     note: str = "") -> tuple[Any, Any]:
-    """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines);
-    ``note`` (e.g. :func:`signal_note`) is written in the plot. Without ``ax`` the figure is
-    detached from pyplot (:func:`~at2po_lib.reporting.tree_drawings.new_figure`): the widget's
-    callbacks build it on a kernel side thread."""
-    names = [c for c in table.columns if "/" in c] + list(BASELINES)
-    vals = np.array([table.loc[node, c] for c in names], dtype=float)
-    if ax is None:
-        fig, ax = new_figure((7.5, 0.24 * len(names) + 1.4), detached=True)
-    else:
-        fig = ax.figure
-    colours = ["C0" if "/" in n else "C3" for n in names]
-    ax.barh(range(len(names)), np.nan_to_num(vals), color=colours)
-    for i, v in enumerate(vals):
-        if not np.isfinite(v):
-            ax.text(0, i, " n/a", va="center", fontsize=8, color="0.4")
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.tick_params(axis="x", labelsize=8)
-    ax.invert_yaxis()
-    ax.axvline(0, color="0.3", lw=0.8)
-    if not np.nan_to_num(vals).any():
-        ax.set_xlim(-1, 1)
-    ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)", fontsize=9)
-    ax.set_title(f"Advantage of node {node} under every credit rule\n(blue: AT2PO value/advantage "
-                 "mode, red: baselines)", fontsize=10)
-    if note:
-        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 60)), transform=ax.transAxes,
-                ha="center", va="center", fontsize=9,
-                bbox=dict(boxstyle="round", facecolor="#fff3cd", edgecolor="#c9a227"))
-    fig.tight_layout()
-    return fig, ax
-
-
-def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None = None,
-              title: str | None = None, highlight: Mapping[int, str] | None = None) -> Any:
-    """The inspector's tree figure: the tree after ``upto_round`` with ``node`` ringed as the
-    chosen node (or the rings of ``highlight``) and a no-signal line in the title. The widget and
-    the offline drawing both call this, so their images can be compared byte for byte. The
-    figure is detached from pyplot (safe on a widget callback's side thread)."""
-    marks = dict(highlight or {})
-    if node is not None and node not in marks:
-        marks[int(node)] = CHOSEN_ROLE
-    heading = title if title is not None else str(tree.info.get("question", ""))
-    gold = (list(tree.info.get("golden_answers") or []) or [None])[0]
-    if gold is not None:  # on the question's line, before any round label
-        first, _, rest = heading.partition("\n")
-        heading = f"{first}  (gold: {gold})" + (f"\n{rest}" if rest else "")
-    note = signal_note(tree)
-    if note:
-        heading = f"{heading}\n{note.split(':')[0]}: all leaves share one reward"
-    fig, _ = draw_rollout_tree(tree, upto_round=upto_round, title=heading, highlight=marks,
-                               detached=True)
-    return fig
-
-
-def render_png(fig: Any) -> bytes:
-    """``fig`` as PNG bytes, then closed: one image per view, nothing left on pyplot's stack
-    (a figure left open is what the inline backend redraws over a later view). The inspector's
-    own figures are detached (never on the stack): rasterising them touches no global state."""
-    import io
-
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
-    finally:
-        close_figure(fig)
-    return buffer.getvalue()
-
-
-def png_size(png: bytes) -> tuple[int, int]:
-    """(width, height) in pixels of PNG bytes, from the IHDR chunk."""
-    if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not PNG bytes")
-    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-
-
-def draw_growth(tree: TreeArrays, title: str | None = None,
-                highlight: Mapping[int, str] | None = None) -> list[Any]:
-    """One figure per round, 0 (the initial chains) to the last expansion round, later nodes
-    faint, the layout of the final tree throughout."""
-    rounds = tree.node_arrays.get("expansion_round")
-    last = int(np.max(rounds)) if rounds is not None and len(rounds) else 0
-    out = []
-    for r in range(last + 1):
-        grown = int(grown_by_round(tree, r).sum())
-        label = f"after round {r}: {grown} of {tree.num_nodes} nodes"
-        head = f"{title}\n{label}" if title else label
-        out.append(tree_view(tree, upto_round=r, title=head, highlight=highlight))
-    return out
-
 
 # --------------------------------------------------------------------------------------------
 # Static fallback

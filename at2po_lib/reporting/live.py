@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..config import load_profile
-from ..policy.warmstart import ensure_warmstart
+from ..trainer.warmstart import ensure_warmstart
 from ..trainer.run import train
 from ..util.paths import results_dir
 

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import ProfileConfig, ProfileError, RolloutConfig
+from ..config import ProfileConfig, RolloutConfig
 from ..config_checks import trainer_problems
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, Method, get_method
+from ..util.errors import ProfileError
 from .at2po_config import TRL_LOSS_TYPES, AT2POConfig
 
 

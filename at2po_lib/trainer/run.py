@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import ProfileConfig, ProfileError, load_profile
+from ..config import ProfileConfig, load_profile
 from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
 from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
                           summarise, turn_distribution, world_dataset_path, write_eval,
@@ -56,9 +56,9 @@ from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, scor
 from ..method.presets import get_method
 from ..policy.model import torch_dtype
 from ..policy.tokenizer import load_tokenizer
-from ..policy.warmstart import ensure_warmstart
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
+from ..util.errors import ProfileError
 from ..util.locks import folder_lock
 from ..util.provenance import hardware, run_metadata
 from ..util.quiet import hf_progress_bars_off
@@ -69,6 +69,7 @@ from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, Ste
 from .resolve import RunSpec, check_fixed_rollout, resolve_run
 from .search_agent import SearchAgent, turn_backend
 from .trainer import AT2POTrainer
+from .warmstart import ensure_warmstart
 
 __all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 

@@ -45,7 +45,8 @@ from typing import Any
 
 import yaml
 
-from ..config import ProfileError, load_profile
+from ..config import load_profile
+from ..util.errors import ProfileError
 from ..util.paths import results_dir
 from ..util.storage import reported_writes
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..config import ProfileError
+from .errors import ProfileError
 
 
 class FolderLockedError(ProfileError):

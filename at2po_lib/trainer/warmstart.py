@@ -5,14 +5,14 @@ At paper scale the policy is a pretrained LLM (Qwen3-4B) and there is no warm st
 scale a ~1M-parameter Qwen3 starts from random weights and must first learn the agent format
 and to read facts from search results. The recipe (:func:`train_warmstart`):
 
-1. **Data** (:mod:`.sft_data`): demonstrations from ``sft.aux_worlds`` auxiliary TinyWorlds
+1. **Data** (:mod:`at2po_lib.policy.sft_data`): demonstrations from ``sft.aux_worlds`` auxiliary TinyWorlds
    (other seeds: other facts, and other names unless ``world.name_seed`` is fixed; optionally
    also the evaluation world's ``train`` split,
    ``sft.main_world_demos``), observations from each world's real retriever. A from-scratch
    model trained on one world memorised its names instead of copying from results (measured:
    training loss 0.5, validation EM 0).
-2. **Tokenizer and model**: byte-level BPE on all that text (:mod:`.tokenizer`), a fresh
-   ``Qwen3ForCausalLM`` (:mod:`.model`). Every evaluation-world name must be made of tokens
+2. **Tokenizer and model**: byte-level BPE on all that text (:mod:`at2po_lib.policy.tokenizer`), a fresh
+   ``Qwen3ForCausalLM`` (:mod:`at2po_lib.policy.model`). Every evaluation-world name must be made of tokens
    that some demonstration produces as a target: with the tiny profile's shared name stream
    (``world.name_seed``, copied by the auxiliary worlds) names are one or two such tokens.
    With names of their own, the evaluation world's names were tokens that were never a
@@ -43,7 +43,11 @@ and to read facts from search results. The recipe (:func:`train_warmstart`):
    ``in_band: false`` recorded. Training stops once validation EM exceeds the band.
 
 Sampling temperature: nothing here samples; the saved generation config is neutral (see
-:mod:`.model`) and the rollout records log-probs at the temperature the trainer recomputes.
+:mod:`at2po_lib.policy.model`) and the rollout records log-probs at the temperature the trainer
+recomputes.
+
+The cache (where a warm start lives, its key, its record and the check of its files) is
+:mod:`at2po_lib.policy.warmstart_cache`: reading a warm start needs no trainer.
 
 Outputs (``artifacts_dir(profile)/"policy"``): ``warmstart/`` (model + tokenizer, loadable with
 ``load_policy``), ``warmstart.json`` beside it (resolved config, cache key, wall times with the
@@ -59,8 +63,6 @@ notebook, before ``import torch``).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 import os
 import shutil
@@ -72,176 +74,24 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import load_profile
 from ..evaluation import greedy_answers, score_rows
+from ..policy.checkpoint_files import file_digests
+from ..policy.demos import build_sft_examples
+from ..policy.model import build_policy, count_parameters, load_policy, save_policy
+from ..policy.sft_data import (collect_demos, corpus_texts, pretraining_chunks, tokenizer_texts,
+                               validation_rows, world_sources)
+from ..policy.strategies import STRATEGIES
+from ..policy.tokenizer import train_tokenizer
+from ..policy.warmstart_cache import (cache_key, cached_warmstart, initial_policy, warmstart_dir,
+                                      warmstart_record_path, write_record)
 from ..prompts import get_template
-from ..trainer.callbacks import TrainingProgress, in_notebook
 from ..util.hf_compat import checkpointing_kwargs
-from ..util.paths import artifacts_dir, repo_root
+from ..util.paths import artifacts_dir
 from ..util.provenance import git_revision
 from ..util.quiet import hf_progress_bars_off
-from .demos import build_sft_examples
-from .files import CheckpointError, check_digests, file_digests
-from .model import build_policy, count_parameters, load_policy, save_policy
-from .sft_data import (collect_demos, corpus_texts, pretraining_chunks, tokenizer_texts,
-                       validation_rows, world_sources)
-from .strategies import STRATEGIES
-from .tokenizer import train_tokenizer
+from .callbacks import TrainingProgress, in_notebook
 
 if TYPE_CHECKING:
     from ..config import ProfileConfig
-
-WARMSTART_VERSION = 4
-"""Bump when the recipe changes for an unchanged config (invalidates cached warm starts).
-4: the authors' trajectory format (issue #22): one system message, no stop at ``</answer>``,
-cleaned observations; the key also holds the template's content (:func:`template_payload`)."""
-_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "turn_length_ends_branch",
-                 "max_response_tokens", "max_prompt_tokens", "invalid_action")
-"""Rollout settings that change greedy validation (and so the chosen checkpoint)."""
-_RETRIEVAL_KEYS = ("method", "encoder", "pooling", "query_prefix", "passage_prefix", "max_length",
-                   "index_type", "topk", "corpus")
-"""Retrieval settings that change what the demonstrations and validation observe (not how a
-server is reached, how big its batches are, or whether an index was downloaded)."""
-SHIPPED_RECORD = "warmstart.json"
-"""The shipped copy's record (``results/<profile>/warmstart/warmstart.json``)."""
-
-
-# ----------------------------------------------------------------------------- paths and cache
-
-
-def warmstart_dir(profile: str) -> Path:
-    return artifacts_dir(profile) / "policy" / "warmstart"
-
-
-def warmstart_record_path(profile: str) -> Path:
-    return artifacts_dir(profile) / "policy" / "warmstart.json"
-
-
-def template_payload(template) -> dict[str, Any]:
-    """The prompt template's fields (instruction, tags, stops, observation rendering): what
-    the demonstrations and greedy validation are written in, so that editing a template file
-    invalidates the warm start trained on the old text."""
-    return {k: list(v) if isinstance(v, tuple) else v
-            for k, v in asdict(get_template(template)).items()}
-
-
-def cache_key(profile_cfg: ProfileConfig) -> str:
-    """Hash of everything the warm start depends on: world, retrieval, policy, its prompt
-    template's content, SFT, rollout limits used by validation, and :data:`WARMSTART_VERSION`."""
-    rollout, retrieval = asdict(profile_cfg.rollout), asdict(profile_cfg.retrieval)
-    payload = {
-        "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
-        "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
-        "policy": asdict(profile_cfg.policy),
-        "template": template_payload(profile_cfg.policy.template),
-        "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
-    }
-    initial = initial_policy(profile_cfg)
-    if initial is not None:  # the starting weights, not just their folder's name
-        payload["init_from_sha256"] = initial["model_sha256"]
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def shipped_warmstart_dir(profile: str) -> Path:
-    """``results/<profile>/warmstart/``: the copy of the warm start that git keeps (tiny: a few
-    MB of safetensors, tokenizer and :data:`SHIPPED_RECORD`), so a fresh clone needs no SFT.
-    Always in the checkout (not under ``AT2PO_RESULTS``): redirected results still find it."""
-    return repo_root() / "results" / profile / "warmstart"
-
-
-def rebuild_hint(profile: str, shipped: bool) -> str:
-    """What to run when a warm start or its record is damaged (said in every refusal)."""
-    if shipped:
-        return (f"restore it with `git checkout -- results/{profile}/warmstart`, or rebuild it "
-                f"with `at2po warmstart --profile {profile} --force --ship`")
-    return f"rebuild it with `at2po warmstart --profile {profile} --force`"
-
-
-def _read_record(folder: Path, record: Path, hint: str) -> dict[str, Any] | None:
-    """The record of the warm start in ``folder``, or None when nothing is cached there.
-
-    A folder without its record, or a record that is not a JSON object, is a
-    :class:`CheckpointError` naming the file and ``hint``: taking it for "no warm start" started
-    a retraining (66 minutes at tiny scale) without a word about the damaged file."""
-    if not record.exists():
-        held = folder.is_dir() and any(p.name != record.name for p in folder.iterdir())
-        if held:
-            raise CheckpointError(f"{record}: missing, so the warm start in {folder} cannot be "
-                                  f"verified; {hint}")
-        return None
-    try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{record}: not a readable warm-start record (truncated or "
-                              f"corrupt? {str(exc)[:120]}); {hint}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{record}: not a warm-start record (a JSON "
-                              f"{type(data).__name__}, not an object); {hint}")
-    return data
-
-
-def _cached_in(folder: Path, record: Path, key: str, hint: str) -> Path | None:
-    """``folder`` if its record has cache key ``key`` and the folder is verified whole
-    (:func:`_verified`); None if nothing is cached there or it was built for another key."""
-    data = _read_record(folder, record, hint)
-    if data is None or data.get("cache_key") != key:
-        return None  # built for another configuration: retraining is expected, not damage
-    return _verified(folder, record, data, hint)
-
-
-def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
-    """The warm start built from this configuration: the local cache (``artifacts/``) if it
-    matches, else the shipped copy (``results/<profile>/warmstart/``) if that matches; a changed
-    world, retrieval, policy or SFT setting invalidates both. A damaged copy or record is an
-    error naming it and the rebuild command (:func:`rebuild_hint`), never a silent retraining."""
-    key, name = cache_key(profile_cfg), profile_cfg.name
-    local = _cached_in(warmstart_dir(name), warmstart_record_path(name), key,
-                       rebuild_hint(name, shipped=False))
-    if local is not None:
-        return local
-    shipped = shipped_warmstart_dir(name)
-    return _cached_in(shipped, shipped / SHIPPED_RECORD, key, rebuild_hint(name, shipped=True))
-
-
-def _verified(folder: Path, record: Path, data: dict[str, Any], hint: str) -> Path:
-    """``folder`` once it holds exactly the files the record lists (``files``), each with its
-    sha256, weights included (:func:`.files.check_digests`). A record listing none is refused
-    too: its weights could be anything."""
-    recorded = data.get("files") or {}  # absent or empty: refused by check_digests
-    if not isinstance(recorded, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()):
-        raise CheckpointError(f"{record}: its 'files' is not a table of file names and sha256s, "
-                              f"so {folder} cannot be verified; {hint}")
-    if recorded and "model.safetensors" not in recorded:
-        raise CheckpointError(f"{record}: lists no model.safetensors, so the weights of {folder} "
-                              f"cannot be verified; {hint}")
-    check_digests(folder, recorded, record, remedy=hint)
-    return folder
-
-
-def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
-    """Copy the local warm start (which must match ``profile_cfg``) to
-    :func:`shipped_warmstart_dir` with its record (selection curve, timings, config, cache key;
-    no per-step log), replacing the old copy only once the new one is complete."""
-    local, record_path = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
-    if _cached_in(local, record_path, cache_key(profile_cfg),
-                  rebuild_hint(profile_cfg.name, shipped=False)) is None:
-        raise FileNotFoundError(f"{local}: no local warm start for this configuration of "
-                                f"profile {profile_cfg.name!r} (run `at2po warmstart` first)")
-    record = json.loads(record_path.read_text())
-    record.pop("log_history", None)
-    record["path"] = None  # the shipped copy is found by its place, not by a machine's path
-    out = shipped_warmstart_dir(profile_cfg.name)
-    staging = out.with_name(out.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(local, staging)
-    record["files"] = file_digests(staging, skip=(SHIPPED_RECORD,))
-    write_record(staging / SHIPPED_RECORD, record)
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-    return out
 
 
 # ----------------------------------------------------------------------------- training
@@ -674,38 +524,8 @@ def _install_warmstart(checkpoint: Path, profile: str) -> Path:
     return out
 
 
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    """Write a warm-start record whole or not at all (a temporary file renamed over it): a
-    torn record would be refused at every load until the warm start is rebuilt."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
 
 
-def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
-    """Where SFT starts (``sft.init_from``): the folder, the sha256 of its weights and the git
-    revision its own record names; None for a new model. A missing folder is an error that
-    names it (never a silent fall-back to training from scratch).
-
-    The folder is verified whole, as a warm start is (:func:`_verified`): its ``warmstart.json``
-    must list every file the loader reads with its sha256, and an unlisted entry is refused.
-    Checking the weights alone let a changed tokenizer or an adapter beside them load."""
-    init = profile_cfg.sft.init_from
-    if not init:
-        return None
-
-    path = Path(init) if Path(init).is_absolute() else repo_root() / init
-    weights = path / "model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"sft.init_from={init!r}: no model.safetensors in {path}")
-    record = path / SHIPPED_RECORD
-    hint = (f"restore it (a folder of the checkout: `git checkout -- {init}`), or point "
-            "sft.init_from at a warm start saved with its record (`at2po warmstart --ship`)")
-    data = _read_record(path, record, hint)  # not None: the folder holds the weights
-    _verified(path, record, data, hint)
-    return {"path": str(path), "setting": init,
-            "model_sha256": data["files"]["model.safetensors"],  # verified just above
-            "git_revision": data.get("git_revision")}
 
 
 def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
@@ -728,30 +548,7 @@ def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> P
     return train_warmstart(profile_cfg)
 
 
-def read_warmstart_record(profile: str) -> dict:
-    """``warmstart.json`` of a profile: the local one, else the shipped copy's (raises if
-    there is neither)."""
-    folder, path, shipped = warmstart_dir(profile), warmstart_record_path(profile), False
-    if not path.is_file():
-        folder, shipped = shipped_warmstart_dir(profile), True
-        path = folder / SHIPPED_RECORD
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)")
-    return _read_record(folder, path, rebuild_hint(profile, shipped))
 
 
-_SUMMARY_KEYS = ("git_revision", "chosen_step", "chosen_validation_em", "in_band", "target_band",
-                 "steps_run", "pretrain", "sft_seconds", "validation_seconds", "training_seconds",
-                 "total_seconds", "torch_threads", "cpu_count", "load_average_start",
-                 "load_average_end", "parameters", "vocab_size", "worlds", "train_examples",
-                 "validation_questions", "selection")
 
 
-def warmstart_summary(profile: str) -> dict[str, Any]:
-    """The warm start's provenance for a results file: how it was chosen and how long it took
-    (the record's selection table without checkpoint paths, no log history)."""
-    record = read_warmstart_record(profile)
-    summary = {key: record.get(key) for key in _SUMMARY_KEYS}
-    summary["selection"] = [{k: v for k, v in row.items() if k != "path"}
-                            for row in record.get("selection", [])]
-    return summary

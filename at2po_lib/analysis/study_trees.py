@@ -28,10 +28,10 @@ import numpy as np
 
 from ..config import load_profile
 from ..method.tree import TreeArrays
-from ..policy.files import CheckpointError
+from ..policy.checkpoint_files import CheckpointError
 from ..policy.model import load_policy
-from ..policy.warmstart import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
-                                warmstart_dir)
+from ..policy.warmstart_cache import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
+                                      warmstart_dir)
 from ..prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays

@@ -33,16 +33,16 @@ from ..config import load_profile
 from ..evaluation import greedy_answers
 from ..policy.model import load_policy
 from ..prompts import get_template
-from ..reporting.records import load_outcomes, load_training_records
+from .records import load_outcomes, load_training_records
 from ..retrieval.indexes import build_retriever
 from ..stats import difference_ci, mean_ci
 from ..tinyworld.build import ensure_world, read_rows
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_meta
 from ..util.writing import save_figure
-from .decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
+from ..analysis.decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
                         resample_flips, search_turn_entropy)
-from .sample import grow_trees, policy_folder, study_rows
+from ..analysis.study_trees import grow_trees, policy_folder, study_rows
 
 MULTI_HOP = ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle")
 SINGLE_HOP = ("tiny_nq", "tiny_triviaqa", "tiny_popqa")
@@ -176,7 +176,7 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
                         **expansion_flips(cfg, folder, rows, seed)},
     }
     meta = run_metadata(cfg.name, seed, config=None, command=command, policy=str(folder),
-                        writer="at2po_lib.analysis.regime:run_regime_pilot")
+                        writer="at2po_lib.reporting.regime_pilot:run_regime_pilot")
     path = out / "regime.json"
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")
     write_meta(path, meta)
