@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
-from at2po_lib.analysis.expansion_oracle import SCORES, measure_chunk, oracle_summary, per_prompt
+from at2po_lib.analysis.expansion_oracle import (SCORES, chunks_to_do, measure_chunk, oracle_summary,
+                                                 per_prompt)
 from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
 
 
@@ -129,3 +130,12 @@ def test_oracle_records_fall_back_to_tiny(tmp_path, monkeypatch):
         tmp_path / "tiny" / "dissection" / "expansion_oracle_warmstart_toy_summary.csv", index=False)
     name, frame = oracle_records("smoke")
     assert name == "tiny" and list(frame["policy"]) == ["warmstart"]
+
+
+def test_a_resume_skips_every_chunk_with_a_recorded_prompt():
+    """Prompts 0-19 and 20-39 were measured but prompt 20 had no candidate (no row): the
+    chunk starting at 20 is done all the same; 40-59 has no row and is measured."""
+    done = set(range(0, 20)) | set(range(21, 40))
+    assert chunks_to_do(done, 60, 20) == [40]
+    assert chunks_to_do(set(), 45, 20) == [0, 20, 40]
+    assert chunks_to_do({59}, 60, 20) == [0, 20]

@@ -155,6 +155,15 @@ def measure_chunk(model, tokenizer, template, retriever, rows: Sequence[dict[str
     return out
 
 
+def chunks_to_do(done_prompts: set[int], num_prompts: int, chunk: int) -> list[int]:
+    """The first prompt of every chunk with no prompt in ``done_prompts``. A chunk is done when
+    any of its prompts is in the file: a prompt without a candidate writes no row, so asking
+    for the chunk's first prompt alone re-measured (and appended again) every chunk whose first
+    prompt had none."""
+    finished = {prompt // chunk * chunk for prompt in done_prompts}
+    return [first for first in range(0, num_prompts, chunk) if first not in finished]
+
+
 def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path, *, chains: int,
                resamples: int, seed: int, chunk: int = 10, log: bool = True) -> pd.DataFrame:
     """:func:`measure_chunk` over ``rows`` in chunks of ``chunk`` prompts, each chunk appended
@@ -165,7 +174,7 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
     import torch
 
     done = set(pd.read_csv(out_csv)["prompt"]) if out_csv.is_file() else set()
-    todo = [first for first in range(0, len(rows), chunk) if first not in done]
+    todo = chunks_to_do(done, len(rows), chunk)
     if todo:
         rollout_cfg = replace(cfg.rollout, keep_cache=True)
         torch.set_num_threads(max(rollout_cfg.num_threads, 1))
@@ -179,6 +188,8 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
                                     chains=chains, resamples=resamples,
                                     seed=seed + first // chunk, first_prompt=first)
             frame = pd.DataFrame(records)
+            if len(frame) and done:  # never append a prompt the file already holds
+                frame = frame[~frame["prompt"].isin(done)]
             frame.to_csv(out_csv, mode="a", header=not out_csv.is_file(), index=False)
             if log:
                 print(f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
