@@ -114,7 +114,7 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     sentences = why_sentences(claims, parts)
     variant = next(s for s in sentences if s.startswith("**The authors' settings"))
     assert "+2.0 [+0.1, +3.9] EM points (seeds 12 vs 21): above 0" in variant
-    expansion = next(s for s in sentences if s.startswith("**Why expansion"))
+    expansion = next(s for s in sentences if s.startswith("**What the expansion"))
     assert ("Elsewhere: AT2PO seed 0 retrained on another machine build, paper's tree (M = 10, K = 6): 1.12× "
             "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] (12 prompts)"
             in expansion)

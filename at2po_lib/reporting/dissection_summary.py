@@ -267,7 +267,7 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
     ceiling = _oracle(parts, "the perfect picker", "the warm start", "toy tree")
     if picks is None or ceiling is None:
         return None
-    text = (f"**Why expansion adds little here.** Re-sampling the turns the authors' score picks "
+    text = (f"**What the expansion's picks find.** Re-sampling the turns the authors' score picks "
             f"flips the outcome {picks['measured']} as often as re-sampling uniform picks "
             f"({picks['basis']}); a perfect picker would reach {ceiling['measured']}, the most "
             f"any score could gain on these trees, and the authors' score does "
