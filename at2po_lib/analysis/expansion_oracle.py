@@ -188,8 +188,6 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
                                     chains=chains, resamples=resamples,
                                     seed=seed + first // chunk, first_prompt=first)
             frame = pd.DataFrame(records)
-            if len(frame) and done:  # never append a prompt the file already holds
-                frame = frame[~frame["prompt"].isin(done)]
             frame.to_csv(out_csv, mode="a", header=not out_csv.is_file(), index=False)
             if log:
                 print(f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
