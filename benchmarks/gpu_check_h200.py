@@ -13,6 +13,10 @@ part of it failed; the exit status is 1 when any failed):
 - ``model``: a randomly initialised Qwen3 at a real shape (Qwen3-0.6B's, ``--size 1.7b`` for
   Qwen3-1.7B's: vocabulary 151,936, head_dim 128), its tokenizer padded to the vocabulary,
   saved with ``save_pretrained``; its parameter count must be the plan's;
+- ``loss``: ATPO's turn-level loss on the GPU at the paper's batch size (176 rows x 4,096
+  tokens, 6 turns a row): the trainer's ``fused_policy_loss`` against the reference
+  ``method.loss.policy_loss`` (value and gradient equal), forward + backward times of both and
+  of the token-level loss (best of 5, synchronised);
 - ``train``: ``--steps`` AT2PO steps on one GPU with the HF rollout backend (the smoke
   profile's TinyWorld and BM25, a reward that varies across leaves so the gradient is not 0):
   step time, rollout time, generated tokens/s, peak GPU memory;
@@ -23,7 +27,9 @@ part of it failed; the exit status is 1 when any failed):
   greedy turns through the project's backend, tokens/s.
 
 It ends with a Markdown table for benchmarks/README.md and a JSON line, also written to
-``--out`` (``$OUT`` on the device machine).
+``--out`` (``$OUT`` on the device machine) after every sub-check, so a run stopped by its time
+limit still leaves what it measured. ``--only`` runs some of the sub-checks (``env`` and
+``model`` always run: the others need them).
 """
 
 from __future__ import annotations
@@ -176,6 +182,52 @@ def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str,
     check.result["path"] = str(folder)
     if params != planned:
         return f"FAILED: {params:,} parameters, the plan counts {planned:,}"
+    return "ok"
+
+
+# -------------------------------------------------------------------------- loss
+def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
+    """The fused turn-level loss against the reference on this machine's device: equal value
+    and gradient, then forward + backward times (best of ``repeats``, synchronised)."""
+    import torch
+    from bench_losses import multi_turn_mask
+
+    from at2po_lib.method.loss import policy_loss
+    from at2po_lib.trainer.fused_loss import fused_policy_loss
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows, tokens, turns = (8, 256, 3) if dry_run else (176, 4096, 6)
+    g = torch.Generator().manual_seed(0)
+    mask = multi_turn_mask(rows, tokens, turns, g).to(device)
+    logp = (-torch.rand(rows, tokens, generator=g) * 3).to(device)
+    old = logp + 3e-3 * torch.randn(rows, tokens, generator=g).to(device)
+    adv = torch.randn(rows, generator=g).to(device)
+    runs = {"fused turn": lambda x: fused_policy_loss(x, old, adv, mask, level="turn")[0],
+            "reference turn": lambda x: policy_loss(x, old, adv, mask, level="turn"),
+            "fused token": lambda x: fused_policy_loss(x, old, adv, mask, level="token")[0]}
+
+    def once(fn) -> tuple[float, float, torch.Tensor]:
+        x = logp.clone().requires_grad_(True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = fn(x)
+        loss.backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start, float(loss.detach()), x.grad
+
+    results = {name: once(fn) for name, fn in runs.items()}  # warm-up, and the values compared
+    loss_diff = abs(results["fused turn"][1] - results["reference turn"][1])
+    grad_diff = float((results["fused turn"][2] - results["reference turn"][2]).abs().max())
+    best = {name: min(once(fn)[0] for _ in range(repeats)) for name, fn in runs.items()}
+    check.result.update(device=device, batch_rows=rows, tokens=tokens,
+                        model_tokens=int(mask.sum()), loss_diff=f"{loss_diff:.1e}",
+                        grad_diff=f"{grad_diff:.1e}",
+                        **{f"{k.replace(' ', '_')}_ms": round(v * 1e3, 2) for k, v in best.items()},
+                        reference_over_fused=round(best["reference turn"] / best["fused turn"], 2))
+    if loss_diff > 1e-5 or grad_diff > 1e-6:
+        return f"FAILED: fused and reference differ (loss {loss_diff:.1e}, grad {grad_diff:.1e})"
     return "ok"
 
 
@@ -333,6 +385,20 @@ def markdown(checks: list[Check], header: str) -> str:
     return "\n".join(lines)
 
 
+SUB_CHECKS = ("env", "model", "loss", "train", "plan", "vllm")
+
+
+def write_results(checks: list[Check], header: str, out: Path | None) -> dict:
+    """The table and the summary so far, written to ``out`` (after every sub-check)."""
+    summary = {"check": "gpu_check_h200", "failed": [c.name for c in checks if c.failed],
+               **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks}}
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table.txt").write_text(markdown(checks, header) + "\n")
+        (out / "checks.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true",
@@ -341,10 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default 3; 1 dry)")
     parser.add_argument("--out", type=Path, default=None, help="folder for table.txt and checks.json")
     parser.add_argument("--profile", default="smoke", help="world, retriever and tree shape")
+    parser.add_argument("--only", default=",".join(SUB_CHECKS),
+                        help="comma-separated sub-checks to run (env and model always run)")
     parser.add_argument("--also-require", action="append", default=[], metavar="MODULE",
                         help="one more module env must import (the tests check that a failed "
                              "import fails the check)")
     args = parser.parse_args(argv)
+    wanted = {"env", "model", *args.only.split(",")}
+    if wanted - set(SUB_CHECKS):
+        parser.error(f"--only: unknown sub-checks {sorted(wanted - set(SUB_CHECKS))}; "
+                     f"choose from {', '.join(SUB_CHECKS)}")
     steps = args.steps or (1 if args.dry_run else 3)
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -352,42 +424,50 @@ def main(argv: list[str] | None = None) -> int:
     for var, sub in (("AT2PO_RESULTS", "results"), ("AT2PO_ARTIFACTS", "artifacts"),
                      ("AT2PO_FIGURES", "figures")):
         os.environ[var] = str(work / sub)  # nothing lands in the repository copy
-    checks = [Check(n) for n in ("env", "model", "train", "plan", "vllm")]
-    env, model, training, planned, engine = checks
-    run_check(env, lambda c: env_check(c, args.dry_run, REQUIRED + tuple(args.also_require)))
+    checks = [Check(n) for n in SUB_CHECKS if n in wanted]
+    by_name = {c.name: c for c in checks}
     shape = SHAPES["dry-run" if args.dry_run else args.size]
     vocab = DRY_RUN_VOCAB if args.dry_run else QWEN3_VOCAB
     dtype = "float32" if args.dry_run else "bfloat16"
+
+    def header() -> str:
+        env = by_name["env"].result
+        return (f"GPU check (benchmarks/gpu_check_h200.py{' --dry-run' if args.dry_run else ''}, "
+                f"Qwen3-{args.size} shape{' (tiny: dry run)' if args.dry_run else ''}, "
+                f"{env.get('gpu', 'CPU')}, Python {env.get('python')}, "
+                f"torch {env.get('torch')}):")
 
     def build(check: Check) -> str:
         from at2po_lib.config import load_profile
 
         return model_check(check, load_profile(args.profile), shape, vocab, dtype, work)
 
-    run_check(model, build)
-    overrides = check_overrides(model.result.get("path", ""), dtype, steps, args.dry_run)
-    if model.failed:
-        training.state = planned.state = engine.state = "FAILED: no model (see model)"
-    else:
-        run_check(training, lambda c: train_check(c, args.profile, overrides, steps))
-        run_check(planned, lambda c: plan_check(c, args.profile, overrides, training.result,
-                                                env.result.get("gpu_gib")))
-        if args.dry_run:
-            engine.state = "SKIPPED: --dry-run (CPU)"
+    def overrides() -> dict:
+        return check_overrides(by_name["model"].result.get("path", ""), dtype, steps,
+                               args.dry_run)
+
+    bodies: dict[str, Callable[[Check], str]] = {
+        "env": lambda c: env_check(c, args.dry_run, REQUIRED + tuple(args.also_require)),
+        "model": build,
+        "loss": lambda c: loss_check(c, args.dry_run),
+        "train": lambda c: train_check(c, args.profile, overrides(), steps),
+        "plan": lambda c: plan_check(c, args.profile, overrides(),
+                                     by_name.get("train", Check("train")).result,
+                                     by_name["env"].result.get("gpu_gib")),
+        "vllm": lambda c: vllm_check(c, args.profile, overrides()),
+    }
+    needs_model = {"train", "plan", "vllm"}
+    for check in checks:
+        if check.name in needs_model and by_name["model"].failed:
+            check.state = "FAILED: no model (see model)"
+        elif check.name == "vllm" and args.dry_run:
+            check.state = "SKIPPED: --dry-run (CPU)"
         else:
-            run_check(engine, lambda c: vllm_check(c, args.profile, overrides))
-    header = (f"GPU check (benchmarks/gpu_check_h200.py{' --dry-run' if args.dry_run else ''}, "
-              f"Qwen3-{args.size} shape{' (tiny: dry run)' if args.dry_run else ''}, "
-              f"{env.result.get('gpu', 'CPU')}, Python {env.result['python']}, "
-              f"torch {env.result.get('torch')}):")
-    table = markdown(checks, header)
+            run_check(check, bodies[check.name])
+        write_results(checks, header(), args.out)
+    table = markdown(checks, header())
     print(table)
-    summary = {"check": "gpu_check_h200", "failed": [c.name for c in checks if c.failed],
-               **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks}}
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "table.txt").write_text(table + "\n")
-        (args.out / "checks.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    summary = write_results(checks, header(), args.out)
     print(json.dumps(summary, default=str))
     return 1 if summary["failed"] else 0
 

@@ -19,7 +19,7 @@ import gpu_check_h200 as check  # noqa: E402
 
 
 def _wrapper(out: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_VENV": "none", "OUT": str(out)}
+    env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_SITE": "none", "OUT": str(out)}
     return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run",
                            *args], capture_output=True, text=True, timeout=300, env=env)
 
@@ -30,8 +30,9 @@ def test_the_dry_run_passes_every_sub_check_through_the_wrapper(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "checks.json").read_text())
     assert summary["failed"] == []
-    states = {name: summary[name]["state"] for name in ("env", "model", "train", "plan", "vllm")}
-    assert states == {"env": "ok", "model": "ok", "train": "ok",
+    states = {name: summary[name]["state"]
+              for name in ("env", "model", "loss", "train", "plan", "vllm")}
+    assert states == {"env": "ok", "model": "ok", "loss": "ok", "train": "ok",
                       "plan": "SKIPPED: no GPU memory measured (CPU)",
                       "vllm": "SKIPPED: --dry-run (CPU)"}
     model, train = summary["model"], summary["train"]
@@ -97,12 +98,72 @@ def test_the_real_shapes_are_qwen3s():
 
 
 def test_the_carried_wheels_are_listed_exactly():
-    """Every carried wheel is pinned; trl's and transformers' pins are the GPU list's."""
+    """Every carried wheel is pinned; only what the machine lacks travels (its torch,
+    transformers and pyarrow stay); trl's pin is the GPU list's."""
     from at2po_lib.gpu_env import gpu_pins
 
     lines = [line.split("#")[0].strip() for line in
              (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()]
     pins = dict(line.split("==") for line in lines if line)
-    assert all(pins.values()) and {"trl", "datasets", "bm25s", "pyarrow"} <= set(pins)
+    assert all(pins.values()) and {"trl", "datasets", "bm25s", "peft"} <= set(pins)
+    assert not {"torch", "transformers", "pyarrow", "accelerate"} & set(pins)
     gpu = dict(p.split("==") for p in gpu_pins(ROOT))
-    assert pins["trl"] == gpu["trl"] and pins["transformers"] == gpu["transformers"]
+    assert pins["trl"] == gpu["trl"]
+
+
+def _wheel(folder: Path, module: str) -> Path:
+    """A minimal pure-Python wheel holding ``module`` (what pip needs to install it)."""
+    import zipfile
+
+    name = f"{module}-1.0-py3-none-any.whl"
+    info = f"{module}-1.0.dist-info"
+    with zipfile.ZipFile(folder / name, "w") as wheel:
+        wheel.writestr(f"{module}.py", "VALUE = 42\n")
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return folder / name
+
+
+@pytest.mark.slow  # ~15 s: pip installs a wheel, then the dry run's env and model
+def test_carried_wheels_go_into_a_site_packages_folder_first_on_the_path(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "at2po_carried_probe")
+    env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_SITE": str(tmp_path / "site"),
+           "AT2PO_CHECK_WHEELS": str(wheels), "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run",
+                           "--only", "env", "--also-require", "at2po_carried_probe"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "site" / "site-packages" / "at2po_carried_probe.py").is_file()
+    summary = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert summary["env"]["at2po_carried_probe"] == "ok" and summary["failed"] == []
+
+
+def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path):
+    assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "checks.json").read_text())
+    assert [k for k in summary if k not in ("check", "failed")] == ["env", "model", "loss"]
+    loss = summary["loss"]
+    assert loss["state"] == "ok" and float(loss["grad_diff"]) < 1e-6
+    assert loss["fused_turn_ms"] > 0 and loss["reference_turn_ms"] > 0
+    with pytest.raises(SystemExit):
+        check.main(["--dry-run", "--only", "loss,bogus"])
+
+
+def test_results_are_written_after_each_sub_check(tmp_path, monkeypatch):
+    """A run stopped by its time limit keeps what it measured: the file holds the finished
+    sub-checks while a later one runs."""
+    seen = {}
+
+    def stopped_here(c, *args, **kwargs):
+        seen.update(json.loads((tmp_path / "checks.json").read_text()))
+        raise KeyboardInterrupt  # what a time limit does to the process
+
+    monkeypatch.setattr(check, "loss_check", stopped_here)
+    with pytest.raises(KeyboardInterrupt):
+        check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)])
+    assert seen["env"]["state"] == "ok" and seen["model"]["state"] == "ok"
+    assert seen["loss"]["state"] == "not run"
