@@ -443,3 +443,24 @@ def test_turn_ids_out_of_order_give_the_same_loss():
     assert a.item() == pytest.approx(b.item(), abs=1e-12)
     assert ma == pytest.approx(mb)
     assert policy_loss(logp, old, adv, mask, turn_ids=shuffled).item() == pytest.approx(a.item())
+
+
+@pytest.mark.parametrize("level", ["token", "turn"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_half_precision_log_probs_run_in_float32_and_return_their_dtype(level, beta):
+    """A bf16 policy without autocast (DeepSpeed's bf16) gives bf16 log-probs beside float32
+    old ones: the fused loss runs in float32 (as the reference does on the same values) and
+    returns the gradient in bf16."""
+    logp, old, adv, mask = random_batch(5, b=4, t=20)
+    half = logp.to(torch.bfloat16)
+    old, adv = old.float(), adv.float()
+    kw = dict(level=level, eps_low=0.003, eps_high=0.004, beta=beta,
+              ref_logp=old + 0.05 if beta else None)
+    x = half.clone().requires_grad_(True)
+    loss, _ = fused_policy_loss(x, old, adv, mask, **kw)
+    (grad,) = torch.autograd.grad(loss, x)
+    assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    loss_r, grad_r, _ = _grad(lambda y: LOSSES["reference"](y, old, adv, mask, **kw),
+                              half.float())
+    torch.testing.assert_close(loss.detach(), loss_r.float(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, grad_r.to(torch.bfloat16), rtol=1e-2, atol=1e-4)

@@ -108,7 +108,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     is_tok = mask.bool()
     rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
     a = (advantages[rows] if advantages.ndim == 1 else advantages[is_tok]).detach()
-    a = a.to(logp.dtype)  # (N,) A_t
+    a = a.to(torch.promote_types(logp.dtype, torch.float32))  # (N,) A_t, float32 at least
     if entropy_aware_adv:  # AEPO: A_t ← A_t (1 + γ z(H_t))
         a = entropy_aware_advantages(a, token_entropy[is_tok], entropy_aware_adv)
     s = importance_ratios(logp, old_logp, mask, level, turn_ids, turn_ratio)  # (N,) s_t

@@ -235,7 +235,7 @@ class _ClippedSurrogate(torch.autograd.Function):
             kept = binds & (ratio > upper) if live is None else binds & (ratio > upper) & live
             slope = torch.where(kept, neg_adv * upper, slope)
         ctx.save_for_backward(index, slope * weight)
-        ctx.logp_shape = logp.shape
+        ctx.logp_shape, ctx.logp_dtype = logp.shape, logp.dtype
         ctx.mark_non_differentiable(binds)
         return loss, binds
 
@@ -243,7 +243,7 @@ class _ClippedSurrogate(torch.autograd.Function):
     def backward(ctx, grad_loss, grad_binds):
         index, slope = ctx.saved_tensors
         grad = slope.new_zeros(ctx.logp_shape.numel()).index_copy_(0, index, grad_loss * slope)
-        return grad.view(ctx.logp_shape), None, None, None, None, None, None, None, None
+        return grad.view(ctx.logp_shape).to(ctx.logp_dtype), None, None, None, None, None, None, None, None
 
 
 def turn_kl_entropy(turn_sum: torch.Tensor, segments: TokenTurns,
@@ -326,12 +326,16 @@ def fused_policy_loss(
     check_loss_inputs(logp, old_logp, advantages, mask, level, agg, turn_ratio, turn_ids, ref_logp,
                   beta, token_entropy, entropy_aware_adv)
     turns = token_turns(mask, turn_ids)
+    # The loss runs in float32 at least: half-precision log-probs (a bf16 model without
+    # autocast, as under DeepSpeed) meet float32 old log-probs; the gradient returns in
+    # logp's dtype.
+    dtype = torch.promote_types(logp.dtype, torch.float32)
     with torch.no_grad():
         # r_t: one gather of the grid difference (positions off the mask may hold -inf; they
         # are never gathered). The gradient reaches logp through _ClippedSurrogate.
-        log_ratio = turns.gather(logp.detach() - old_logp.detach())  # (N,)
+        log_ratio = turns.gather(logp.detach().to(dtype) - old_logp.detach().to(dtype))  # (N,)
         adv = (turns.per_token(advantages) if advantages.ndim == 1
-               else turns.gather(advantages)).detach().to(logp.dtype)  # (N,)
+               else turns.gather(advantages)).detach().to(dtype)  # (N,)
         lp = turns.gather(logp.detach()) if beta else None  # (N,)
         ref = turns.gather(ref_logp.detach()) if beta else None  # (N,)
         _check_finite(turns, logp.shape[1], [v for v in (log_ratio, adv, ref) if v is not None],
@@ -349,7 +353,7 @@ def fused_policy_loss(
         live = to_tokens(unit <= LOG_RATIO_CLAMP) if clamped else None  # (N,) or None: all live
         ratio = to_tokens(torch.exp(unit.clamp(max=LOG_RATIO_CLAMP) if clamped else unit))  # (N,)
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
-    weight = aggregation_weights(turns, agg, logp.dtype)  # (N,)
+    weight = aggregation_weights(turns, agg, dtype)  # (N,)
     loss, binds = _ClippedSurrogate.apply(logp, turns.index, ratio, adv, weight, live, lower,
                                           upper, entropy_balanced_clip)
     ref_kl = None
