@@ -252,24 +252,45 @@ def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool) -> dict:
 
 @dataclasses.dataclass
 class GenerationMeter:
-    """Tokens the HF backend generated and the seconds it spent generating them."""
+    """Tokens the HF backend generated and the seconds it spent generating them; on CUDA the
+    peak allocated bytes inside generation and outside it (the updates), apart: the plan's
+    rows belong to one phase or the other."""
 
     tokens: int = 0
     seconds: float = 0.0
+    generation_peak: int = 0
+    other_peak: int = 0
+    reserved_peak: int = 0
+
+    def close_phase(self, generating: bool) -> None:
+        """Book the peak since the last phase change to the phase that just ended."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        peak = torch.cuda.max_memory_allocated()
+        self.reserved_peak = max(self.reserved_peak, torch.cuda.max_memory_reserved())
+        if generating:
+            self.generation_peak = max(self.generation_peak, peak)
+        else:
+            self.other_peak = max(self.other_peak, peak)
+        torch.cuda.reset_peak_memory_stats()
 
 
 def metered_generation(meter: GenerationMeter) -> Callable[[], None]:
-    """Count every ``HFBackend.generate_turns`` call's generated tokens and time (the rollout's
-    own generation, inside ``train``); returns the function that undoes it."""
+    """Count every ``HFBackend.generate_turns`` call's generated tokens, time and peak memory
+    (the rollout's own generation, inside ``train``); returns the function that undoes it."""
     from at2po_lib.rollout.backends import HFBackend
 
     original = HFBackend.generate_turns
 
     def generate_turns(self, requests):
+        meter.close_phase(generating=False)
         start = time.perf_counter()
         results = original(self, requests)
         meter.seconds += time.perf_counter() - start
         meter.tokens += sum(len(r.token_ids) for r in results)
+        meter.close_phase(generating=True)
         return results
 
     HFBackend.generate_turns = generate_turns
@@ -308,8 +329,12 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
         generated_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter.seconds else None,
         losses_finite=all(r.get("loss") is not None and r["loss"] == r["loss"] for r in rows))
     if torch.cuda.is_available():
-        check.result["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        check.result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
+        meter.close_phase(generating=False)
+        check.result["peak_allocated_gib"] = round(
+            max(meter.generation_peak, meter.other_peak) / 2**30, 2)
+        check.result["generation_peak_gib"] = round(meter.generation_peak / 2**30, 2)
+        check.result["update_peak_gib"] = round(meter.other_peak / 2**30, 2)
+        check.result["peak_reserved_gib"] = round(meter.reserved_peak / 2**30, 2)
     if not check.result["losses_finite"]:
         return "FAILED: a loss is not finite"
     if not meter.tokens:
