@@ -34,9 +34,10 @@ Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measur
   TRL's fused head) gives log-probs and entropies. ``"all"``: TRL's fused LM head over every
   completion position (prompt and observations included on CPU, where TRL does not compact).
   ``"auto"`` (default) = ``"policy"`` on a CPU, ``"all"`` on an accelerator — the CPU choice
-  is measured (``benchmarks/README.md``); the accelerator choice was **not measured** (no GPU
-  measurement in this repository yet), it keeps TRL's path, whose Triton kernel already scores
-  only labelled positions. The same switch computes the reference model's log-probs (``beta >
+  is measured (``benchmarks/README.md``); the accelerator choice was **not measured** (the
+  H200 check in ``benchmarks/README.md`` times whole steps on this path, not the two paths
+  against each other), it keeps TRL's path, whose Triton kernel already scores only labelled
+  positions. The same switch computes the reference model's log-probs (``beta >
   0``). ``"policy"`` needs a single-process, non-PEFT, text-only model without logit scaling;
   ``"auto"`` falls back to ``"all"`` otherwise, an explicit ``"policy"`` raises.
 - **Old log-probs** (``args.loss_old_logps``), one rule: the old policy of every update of a
