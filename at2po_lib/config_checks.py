@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import reprlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,6 @@ class _Problem(ValueError):
 def shown(value: Any) -> str:
     """``repr(value)`` cut to :data:`MAX_SHOWN_CHARS` (the cut marked), computed without
     rendering more than that of a large nested value."""
-    import reprlib
-
     short = reprlib.Repr()
     short.maxstring = short.maxother = short.maxlong = MAX_SHOWN_CHARS
     short.maxlevel = 3

@@ -31,6 +31,11 @@ from .config import check_name
 from .util.errors import ProfileError
 from .prompts import PromptTemplate, build_messages, get_template
 
+# Imported inside the functions that use them: huggingface_hub; only a download needs the hub
+# client.
+# Imported inside the functions that use them: pyarrow; only parquet files need pyarrow (FlashRAG's
+# JSONL does not).
+
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
 ABILITY = "fact-reasoning"
 

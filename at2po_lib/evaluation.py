@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
+
 from .data import PAPER_TEST_SPLITS, dataset_group, load_flashrag, read_flashrag_jsonl
 from .policy.model import load_policy
 from .policy.tokenizer import load_tokenizer
@@ -40,8 +43,6 @@ from .tinyworld.build import ensure_world
 from .util.provenance import git_revision, run_metadata, write_meta
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from .config import ProfileConfig
 
 SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
@@ -98,8 +99,6 @@ def world_dataset_path(world: Any, dataset: str, split: str) -> Path:
 
 def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -> pd.DataFrame:
     """Per-question scores: EM and F1 of each trajectory's extracted answer (None scores 0)."""
-    import pandas as pd
-
     if len(rows) != len(trajectories):
         raise ValueError(f"{len(rows)} questions but {len(trajectories)} trajectories")
     records = []
@@ -133,8 +132,6 @@ def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
     """Per-question results (``dataset``, ``group`` columns added) over several test sets;
     with ``eval.sampled_k > 0`` also ``sampled_em`` (:func:`sampled_em`; NaN for datasets
     outside ``eval.sampled_datasets``), sampled with a generator seeded by ``seed``."""
-    import pandas as pd
-
     check_evaluation_policy(profile_cfg, model)
     datasets = list(datasets or profile_cfg.eval.datasets)
     limit = max_questions if max_questions is not None else profile_cfg.eval.max_questions
@@ -163,8 +160,6 @@ def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
     Each question is repeated ``k`` times in one batch; the sampler is seeded by ``seed``, so
     the values are reproducible. Returns one value in [0, 1] per row, in order.
     """
-    import numpy as np
-
     template = get_template(profile_cfg.policy.template)
     questions = [row["question"] for row in rows for _ in range(k)]
     batch = max(profile_cfg.eval.batch_size, 1)
@@ -205,8 +200,6 @@ def questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, da
 def summarise(details: pd.DataFrame, profile: str, label: str, seed: int | None,
               revision: str | None = None) -> pd.DataFrame:
     """Per-dataset tidy rows from per-question results, plus the weighted group averages."""
-    import pandas as pd
-
     extra = {"sampled_em": ("sampled_em", "mean")} if "sampled_em" in details else {}
     per_dataset = (details.groupby(["dataset", "group"], sort=False)
                    .agg(n=("em", "size"), em=("em", "mean"), f1=("f1", "mean"),
@@ -296,8 +289,6 @@ def write_outcomes(details: pd.DataFrame, path: str | Path) -> Path:
 def read_outcomes(path: str | Path) -> pd.DataFrame:
     """An outcome file back as written (ids and predictions as strings); a missing column is
     an error naming the file."""
-    import pandas as pd
-
     path = Path(path)
     frame = pd.read_csv(path, dtype={"id": str, "prediction": str, "finish_reason": str},
                         keep_default_na=False, na_values={"sampled_em": [""]})

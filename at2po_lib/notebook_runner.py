@@ -26,6 +26,9 @@ from pathlib import Path
 from .config import load_profile
 from .util.paths import repo_root, results_dir
 
+# Imported inside the functions that use them: nbformat, papermill, traitlets, jupyter_client; the
+# notebook stack loads only when notebooks run.
+
 
 KERNEL_NAME = "at2po"
 """The Jupyter kernel every notebook names: this environment, registered by scripts/bootstrap.sh."""

@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .config import ProfileConfig, load_profile
 from .policy.model import build_policy, save_policy
 from .policy.tokenizer import train_tokenizer
@@ -100,8 +102,6 @@ def prime_search_calls(model, tokenizer, template, questions: list[str], steps: 
                        learning_rate: float = 1e-2) -> list[float]:
     """``steps`` AdamW steps of next-token loss on ``prompt -> <search> question </search>``
     (loss on the completion only, all questions in one batch); returns the losses."""
-    import torch
-
     rows = []
     for question in questions:
         prompt = prompt_ids(tokenizer, build_messages(template, question))

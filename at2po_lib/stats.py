@@ -38,12 +38,12 @@ Everything is vectorised: a replicate is a gather on a (seed, question) score ma
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
+from scipy import stats as scipy_stats
+from scipy.stats import bootstrap
 
 OUTCOME_KEYS = ("method", "seed", "dataset", "question_id")
 """Columns that identify one per-question outcome row."""
@@ -96,8 +96,6 @@ def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
 def _question_keys(outcomes: pd.DataFrame, methods: Sequence[str],
                    datasets: Sequence[str] | None) -> pd.Index:
     """The (dataset, question_id) pairs every method answered (the comparison's questions)."""
-    import pandas as pd
-
     keys = None
     for method in methods:
         rows = outcomes[outcomes["method"] == method]
@@ -139,8 +137,6 @@ def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_res
 
     A factor of size 1 (a method evaluated once) cannot be resampled: it stays fixed.
     """
-    from scipy.stats import bootstrap
-
     free = [i for i, n in enumerate(sizes) if n > 1]
     if not free:
         value = float(statistic(*[np.zeros(1, np.intp) for _ in sizes]))
@@ -186,8 +182,6 @@ def crossed_t_interval(estimate: float, sides: Sequence[_Side], question_term: f
                        n_questions: int, confidence: float) -> tuple[float, float]:
     """estimate ± t_ν · sqrt(Σ seed terms + question term), ν by Welch–Satterthwaite over the
     seed terms (n − 1 each) and the question term (Q − 1); see the module docstring."""
-    from scipy import stats as scipy_stats
-
     parts = [(s.seed_term, s.n - 1) for s in sides if s.n > 1]
     parts.append((max(question_term, 0.0), max(n_questions - 1, 1)))
     variance = sum(v for v, _ in parts)
@@ -310,8 +304,6 @@ def comparison_table(outcomes: pd.DataFrame, baselines: Sequence[str],
     the difference, its CI, the probability of improvement and its CI, and the counts the
     interval rests on.
     """
-    import pandas as pd
-
     methods = list(methods or sorted(outcomes["method"].unique()))
     scopes = {name: list(ds) for name, ds in groups.items()}
     for dataset in sorted(outcomes["dataset"].unique()):
@@ -361,8 +353,6 @@ def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
     .. math::  \bar x \pm t_{(1+c)/2,\,n-1}\; s / \sqrt{n}
     """
-    from scipy import stats as scipy_stats
-
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:
@@ -383,8 +373,6 @@ def seed_difference_ci(values_a: Sequence[float], values_b: Sequence[float],
 
     .. math::  \bar a - \bar b \pm t_{(1+c)/2,\,\nu}\sqrt{s_a^2/n_a + s_b^2/n_b}
     """
-    from scipy import stats as scipy_stats
-
     a = np.asarray(values_a, dtype=float)
     b = np.asarray(values_b, dtype=float)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]

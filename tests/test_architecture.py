@@ -396,3 +396,65 @@ def test_the_turn_clip_defaults_are_written_once():
              if _modules_with_both(p, {EPS_LOW, EPS_HIGH})]
     assert homes == ["at2po_lib/method/loss.py"]
 
+
+
+# ------------------------------------------------------------------------ imports in the open
+LAZY_NOTE = "# Imported inside the functions that use them: "
+
+
+def unexplained_lazy_imports(package: Path = PACKAGE) -> list[str]:
+    """Function-level imports without a reason: neither a comment at the import (or above its
+    group of imports) nor their top-level package named in the module's note
+    (``# Imported inside the functions that use them: a, b; why``). This package's own modules
+    count too: apart from the command line's (each with its comment) they belong at the top."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        noted = set()
+        for i, line in enumerate(lines):
+            if line.startswith(LAZY_NOTE):
+                note = " ".join([line[len(LAZY_NOTE):]] + [
+                    next_line[2:] for next_line in lines[i + 1:i + 4] if next_line.startswith("# ")])
+                noted |= {name.strip() for name in note.split(";", 1)[0].split(",")}
+        for fn in ast.walk(parsed(path)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                module = (node.names[0].name if isinstance(node, ast.Import)
+                          else "." * node.level + (node.module or ""))
+                if module.split(".")[0] in noted or _commented(lines, node.lineno):
+                    continue
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {module}")
+    return found
+
+
+def _commented(lines: list[str], lineno: int) -> bool:
+    """A comment on the import's line or above its group of imports."""
+    if "#" in lines[lineno - 1]:
+        return True
+    i = lineno - 2
+    while i >= 0:
+        text = lines[i].strip()
+        if text.startswith("#"):
+            return True
+        if not (text.startswith(("import ", "from ")) or text.endswith((",", "(")) or text == ")"):
+            return False
+        i -= 1
+    return False
+
+
+def test_every_function_level_import_says_why():
+    found = unexplained_lazy_imports()
+    assert not found, "function-level imports without a reason:\n" + "\n".join(found)
+
+
+def test_the_lazy_import_check_sees_a_bare_import_and_accepts_a_reason(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f():\n    import json\n    from . import b\n")
+    (pkg / "b.py").write_text("# Imported inside the functions that use them: torch, faiss; heavy.\n"
+                              "def g():\n    import torch\n\n"
+                              "def h():\n    # optional: only on a GPU\n    import vllm\n")
+    assert unexplained_lazy_imports(pkg) == ["pkg/a.py:2: json", "pkg/a.py:3: ."]

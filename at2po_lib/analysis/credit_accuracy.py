@@ -73,6 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from ..config import load_profile
@@ -335,8 +336,6 @@ def accuracy_table(trees: Sequence[TreeArrays], rollout: str, n_resamples: int =
     difference to GRPO on the same turns (``delta_vs_grpo`` and its CI), counts.
     ``softmax_temperatures``: extra what-if rows (``softmax_temperature`` column; 1 = as
     defined) of :func:`tempered_softmax_advantages`, entropy trees only."""
-    import pandas as pd
-
     labels = turn_labels(trees)
     rows = forest_rows(labels.forest)
     sets = {"all": labels.scored, "search": labels.scored & (labels.kind == "search"),
@@ -385,8 +384,6 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     ``trees_dir``: a scratch folder caching the trees (``entropy.npz``, ``random.npz``).
     ``name``: write ``results/<profile>/dissection/credit_accuracy_<name>.csv`` (and
     ``credit_weights_<name>.csv``) instead, for another policy or entropy estimate."""
-    import pandas as pd
-
     cfg = load_profile(profile, overrides or None)
     datasets = list(datasets or cfg.train.train_datasets)
     folder = policy_folder(cfg.name, policy)

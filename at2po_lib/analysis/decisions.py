@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..method.tree import node_depths
 from ..policy.demos import script_demos, tokenize_demo
@@ -239,8 +240,6 @@ def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa"
     failure is a search). One row per kind of decision: ``easy``/``hard-stop``/``hard-repeat``
     at the first search (``hop0``) or a later one, and ``final`` (after the last hop: always an
     answer)."""
-    import torch
-
     files = ensure_world(cfg)
     retriever = build_retriever(cfg, build=False)
     model, tokenizer = load_policy(policy, cfg.policy.dtype)

@@ -35,6 +35,7 @@ H_nll − 0.05·b(n), and ``uniform`` (a seeded random number: the uniform picke
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from scipy import stats
 
 from ..policy.model import load_policy
@@ -169,10 +171,6 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
     """:func:`measure_chunk` over ``rows`` in chunks of ``chunk`` prompts, each chunk appended
     to ``out_csv`` as it finishes: a rerun skips the prompts already there (resumable; chunk c
     samples with seed ``seed + c``, so a resumed file equals an uninterrupted one)."""
-    import time
-
-    import torch
-
     done = set(pd.read_csv(out_csv)["prompt"]) if out_csv.is_file() else set()
     todo = chunks_to_do(done, len(rows), chunk)
     if todo:

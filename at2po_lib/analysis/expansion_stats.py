@@ -33,6 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import spearmanr
 
 from ..config import load_profile
 from ..method.credit import forest_node_values, sibling_weights
@@ -118,8 +121,6 @@ def expansion_counts(nodes: NodeTable, estimator: str, alpha: float, k: int) -> 
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
@@ -168,8 +169,6 @@ def selection_table(nodes: NodeTable, alphas: Sequence[float], k: int,
                     estimators: Sequence[str] = tuple(ESTIMATORS)):
     """One row of :func:`selection_stats` per (estimator, α); overlap measured against the
     same estimator's α = 0 picks (entropy alone)."""
-    import pandas as pd
-
     rows = []
     for estimator in estimators:
         pure = expansion_counts(nodes, estimator, 0.0, k)
@@ -181,8 +180,6 @@ def entropy_distribution(nodes: NodeTable, estimators: Sequence[str] = tuple(EST
     """Turn entropies (non-root nodes) per estimator and turn group: count, mean, std,
     quantiles, and the within-tree spread of candidate entropies (std over a tree's non-root
     candidates, averaged over trees: what α·b competes with)."""
-    import pandas as pd
-
     non_root = nodes.parent >= 0
     groups = {
         "all turns": non_root,
@@ -254,9 +251,6 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
     mean |w − 1/n|, mean n·max w (1 = uniform), mean sibling entropy range, and the effect on
     the value: mean |V_entropy − V_child_mean| at branching nodes, relative to mean
     |V_child_mean| there, and the Pearson correlation of the two values."""
-    import pandas as pd
-    import torch
-
     forest = Forest.from_trees(trees, dtype=torch.float64)
     parent = forest.parent.numpy()
     n_kids = children_count(forest.parent).numpy()

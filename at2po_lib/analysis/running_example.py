@@ -39,16 +39,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from ..method.expansion import expansion_scores, sibling_counts
 from ..method.tree import TreeArrays
 from .decisions import subtree_leaf_means, tree_decision_labels
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 TIE_TOL = 5e-4
 """Nats per token: two candidates' entropies closer than this are a tie (the round's order among
@@ -268,8 +265,6 @@ def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.Da
     other candidates with its entropy within :data:`TIE_TOL`: the round's order among them
     is a tie-break) and whether the round re-sampled it (``resampled_from`` of the nodes it
     grew); best candidates first."""
-    import pandas as pd
-
     sub, ids = tree_before_round(tree, expansion_round)
     rounds = np.asarray(tree.node_arrays.get("expansion_round", np.zeros(tree.num_nodes)))
     source = np.asarray(tree.node_arrays.get("resampled_from", np.full(tree.num_nodes, -1)))

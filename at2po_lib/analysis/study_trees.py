@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..config import load_profile
 from ..method.tree import TreeArrays
@@ -113,8 +114,6 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
     prompt (``info["tree_of_prompt"]`` numbers them). ``rollout_overrides`` replace fields of
     ``cfg.rollout`` (e.g. ``{"tree_alpha": 0.01}``).
     """
-    import torch
-
     rollout_cfg = replace(cfg.rollout, **(rollout_overrides or {}))
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
     model, tokenizer = load_policy(policy, cfg.policy.dtype)
@@ -185,8 +184,6 @@ def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, An
     """:func:`grow_trees`, or the trees of ``trees_file`` when that file exists and was grown
     with the same settings (else they are grown and saved there). A scratch cache: trees are
     rebuildable from the command and seed, never committed."""
-    from dataclasses import asdict
-
     settings = {"profile": cfg.name, "expansion": expansion, "seed": seed, "policy": str(policy),
                 "questions": [r["id"] + "@" + r["dataset"] for r in rows],
                 "rollout": {**asdict(cfg.rollout), **kwargs.get("rollout_overrides", {})},

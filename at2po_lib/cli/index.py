@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 
 from ..retrieval.bm25 import build_bm25_index
 from ..retrieval.dense import build_dense_index
@@ -60,14 +62,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile:
         cfg = load_profile_args(args)
         if args.prebuilt:  # an explicit choice, never a fallback (retrieval.indexes)
-            import dataclasses
-
             cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, prebuilt=True))
         methods = METHODS if args.method == "both" else (args.method or cfg.retrieval.method,)
         for method, folder in ensure_index(cfg, methods, force=args.force).items():
             print(f"{method}: {folder}")
         return 0
-    from pathlib import Path
 
     # One writer per index folder: a second build of the same --out stops naming the first's PID.
     with folder_lock(Path(args.out), "index build"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -67,8 +68,6 @@ def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: st
 
 def invocation(prog: str, argv: list[str] | None) -> str:
     """The command line as typed (recorded in the ``.meta.json`` of what it writes)."""
-    import shlex
-
     return f"{prog} " + shlex.join(sys.argv[2:] if argv is None else argv)
 
 

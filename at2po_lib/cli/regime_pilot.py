@@ -12,6 +12,7 @@ Writes ``results/<profile>/pilot/regime.json`` and ``reward_curve.png`` (each wi
 from __future__ import annotations
 
 import argparse
+import json
 
 from .options import (UsageError, add_profile_options, add_warm_start_sample_options, comma_list,
                       invocation, load_profile_args, parse_set, quiet_openmp, run_guarded)
@@ -37,8 +38,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    import json
-
     # lazy: the stage pulls pandas, torch, transformers; `at2po regime-pilot --help` stays instant
     from ..reporting.regime_pilot import run_regime_pilot
 

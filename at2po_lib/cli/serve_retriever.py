@@ -25,6 +25,9 @@ from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check
                                 create_app, uvicorn_options)
 from .options import add_profile_options, parse_set, run_guarded
 
+# Imported inside the functions that use them: uvicorn; the server's stack loads only when it
+# serves.
+
 PROG = "at2po serve-retriever"
 
 

@@ -12,9 +12,10 @@ Resumable: finished runs are reused, interrupted ones continue from their last c
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from .options import (UsageError, add_profile_options, comma_list, int_list, parse_set,
-                     quiet_openmp, run_guarded)
+                      quiet_openmp, run_guarded)
 
 PROG = "at2po study"
 
@@ -71,8 +72,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _print_plan(profile: str, table: str, seeds: list[int], methods: list[str],
                 overrides: dict | None, force: bool) -> int:
-    from collections import Counter
-
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import study_plan
 

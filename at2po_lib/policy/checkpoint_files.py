@@ -4,6 +4,8 @@ files parse, and the folder holds exactly the files its record lists, each with 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 
@@ -15,8 +17,6 @@ def check_json_files(folder: Path) -> None:
     """Parse every ``*.json`` of a checkpoint folder (config, tokenizer): a truncated or
     non-UTF-8 file raises :class:`CheckpointError` naming it (transformers' own error was a bare
     ``JSONDecodeError``). Milliseconds: the tokenizer file is the largest (~150 kB at toy scale)."""
-    import json
-
     for path in sorted(folder.glob("*.json")):
         try:
             json.loads(path.read_bytes().decode("utf-8"))
@@ -29,8 +29,6 @@ def check_json_files(folder: Path) -> None:
 def file_digests(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file directly in ``folder`` (names in ``skip`` left out), for a record
     that :func:`check_digests` verifies at load."""
-    import hashlib
-
     digests = {}
     for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name not in skip):
         digest = hashlib.sha256()

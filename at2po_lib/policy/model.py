@@ -26,9 +26,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..util.quiet import hf_progress_bars_off
 from .checkpoint_files import CheckpointError, check_json_files
 from .tokenizer import load_tokenizer
+
+# Imported inside the functions that use them: transformers, safetensors; reporting imports this
+# module through evaluation, and transformers (~2 s) loads only when a policy is built, checked or
+# loaded.
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -88,7 +94,6 @@ def neutral_generation_config(tokenizer, max_new_tokens: int = 64) -> Generation
 
 def build_policy(policy_cfg: PolicyConfig, tokenizer, seed: int = 0) -> PreTrainedModel:
     """A freshly initialised tiny ``Qwen3ForCausalLM`` (weights drawn with ``seed``)."""
-    import torch
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(seed)
@@ -114,8 +119,6 @@ def save_policy(model, tokenizer, path: str | Path) -> Path:
 
 
 def torch_dtype(name: str):
-    import torch
-
     if name not in _DTYPES:
         raise ValueError(f"policy.dtype={name!r}; expected one of {', '.join(_DTYPES)}")
     return getattr(torch, name)

@@ -16,16 +16,13 @@ target (``sft.lm_mix``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
+import torch
 
 
 def target_ranks(model, example: dict[str, list[int]]) -> tuple[list[int], list[int]]:
     """``(positions, ranks)`` of the trained tokens of one tokenised demonstration."""
-    import torch
-
     ids = torch.tensor([example["input_ids"]], device=model.device)
     mask = torch.tensor(example["assistant_masks"][1:], dtype=torch.bool)
     with torch.no_grad():
@@ -40,8 +37,6 @@ def target_ranks(model, example: dict[str, list[int]]) -> tuple[list[int], list[
 def rank_table(model, tokenizer, examples: Iterable[dict[str, list[int]]],
                label: str = "") -> pd.DataFrame:
     """One row per trained token: ``label, example, position, token, is_name, rank``."""
-    import pandas as pd
-
     rows = []
     for index, example in enumerate(examples):
         positions, ranks = target_ranks(model, example)

@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING
 
 from .checkpoint_files import check_json_files
 
+# Imported inside the functions that use them: tokenizers, transformers; transformers (~2 s) loads
+# only when a tokenizer is trained or loaded.
+
 if TYPE_CHECKING:  # heavy import only for type checkers
     from transformers import PreTrainedTokenizerFast
 

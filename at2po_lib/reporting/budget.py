@@ -23,16 +23,14 @@ differences between methods and is not read as a claim.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 from ..method.presets import METHODS
 from ..tree_files import load_trees
 from .labels import method_label
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 TRAJECTORIES = "rollout/leaves_per_prompt"
 TOKENS_PER_TRAJECTORY = "completions/mean_length"
@@ -71,8 +69,6 @@ def budget_table(metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step
     :func:`run_budget` (``generated_tokens`` over the seeds that recorded it, ``generated_seeds``
     of them). ``metrics``: :func:`.records.load_training_records`' frame (``method``, ``seed``,
     one row per step); ``finished``: the finished runs (``method``, ``seed``, ``path``)."""
-    import pandas as pd
-
     rows = []
     if not {TRAJECTORIES, TOKENS_PER_TRAJECTORY} <= set(metrics.columns):
         methods = ()  # records without the rollout's counts: nothing to read

@@ -39,10 +39,12 @@ about one may exclude 0 by chance.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from .. import stats
 from ..method.credit import VALUE_MODES
@@ -50,9 +52,6 @@ from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .labels import groups_of, method_label, profile_at2po, rows_with_outcomes
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 RL_BASELINES = tuple(m for m in TABLE1_METHODS if m not in ("react", "at2po"))
 """Table 1's RL baselines (AT2PO and the ReAct warm start excluded)."""
@@ -362,8 +361,6 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
     """``(tidy, display)``: one row per claim, in the order of the module doc. ``change`` is
     :func:`~at2po_lib.reporting.curves.start_end_table` with GRPO as the baseline; ``clips``
     :func:`at2po_lib.analysis.dissection.clip_levels` of the runs."""
-    import pandas as pd
-
     groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
     at2po = profile_at2po(profile)
     claims = [_rl_over_react(outcomes, groups, n_resamples),
@@ -411,9 +408,6 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     more spread (``per_seed``: :func:`~at2po_lib.reporting.table1.table1_seeds`' tidy frame),
     and which claims the toy agrees with, cannot tell, contradicts or has not run. The Figure 4
     descriptions are left to the table."""
-    import json
-    from pathlib import Path
-
     finished = runs[runs["finished"].astype(bool)] if len(runs) else runs
     if finished.empty:
         return "No finished runs are recorded for this profile: no claim is measured yet.\n"

@@ -10,21 +10,20 @@ of the credit-accuracy table that matter instead of its 72 × 16 raw form.
 
 from __future__ import annotations
 
+import math
+from numbers import Real
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
 
 from ..method.credit import VALUE_MODES
 from ..util.paths import results_dir
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
 from .labels import method_label
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 def _read(path: Path) -> "pd.DataFrame | None":
-    import pandas as pd
-
     return pd.read_csv(path) if path.is_file() else None
 
 
@@ -76,9 +75,6 @@ PAPER_ADVANTAGE_MODES = ("node_value", "diff_parent")
 
 
 def _finite(*values) -> bool:
-    import math
-    from numbers import Real
-
     return all(isinstance(v, Real) and math.isfinite(v) for v in values)
 
 
@@ -204,9 +200,6 @@ SUMMARY_ROWS = (
 def credit_accuracy_summary(frame: "pd.DataFrame | None") -> "pd.DataFrame":
     """The rows of the credit-accuracy table that matter (:data:`SUMMARY_ROWS`, at softmax
     temperature 1): AUC over all turns and over search turns with 95% CIs, and Δ vs GRPO."""
-    import numpy as np
-    import pandas as pd
-
     if frame is None or frame.empty:
         return pd.DataFrame()
     base = frame[np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0)]
@@ -238,8 +231,6 @@ def credit_accuracy_conclusion(frame: "pd.DataFrame | None",
     ``weights`` (``credit_weights.csv``, optional) adds how far the default's softmax weights sit
     from uniform on the sampled-NLL estimator the rollout uses: ``n·max w`` is 1 for uniform
     weights and ``n`` when one child takes all."""
-    import numpy as np
-
     if frame is None or frame.empty:
         return "The credit-accuracy study has not run for this profile."
     base = frame[np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0) & (frame["turns"] == "all")]

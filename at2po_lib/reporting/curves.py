@@ -13,12 +13,13 @@ files, so a notebook decides where (and whether) a figure is saved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 from ..stats import seed_difference_ci, seed_mean_ci
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 CURVE_LABELS = {
     # metric name as TRL / AT2POTrainer log it (the metrics.jsonl column): axis label
@@ -45,9 +46,6 @@ def plot_training_curves(metrics: pd.DataFrame,
                          smooth: int = 1, hue: str = "method", axes=None):
     """One panel per metric over rollout steps, one line per ``hue`` (mean over seeds, with a
     min–max band when there are several seeds). Returns ``(fig, axes)``."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     columns = [c for c in columns if c in metrics.columns]
     if not columns:
         raise ValueError("none of the requested metric columns is in the records")
@@ -92,8 +90,6 @@ def plot_training_curves(metrics: pd.DataFrame,
 
 def plot_validation_em(evals: pd.DataFrame, dataset: str, hue: str = "method", ax=None):
     """Greedy validation EM of one dataset over rollout steps (mean over seeds)."""
-    import matplotlib.pyplot as plt
-
     rows = evals[evals["dataset"] == dataset]
     if rows.empty:
         raise ValueError(f"no validation rows for dataset {dataset!r} "
@@ -114,8 +110,6 @@ def plot_validation_em(evals: pd.DataFrame, dataset: str, hue: str = "method", a
 def plot_figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str = "tiny_hotpotqa",
                  smooth: int = 1):
     """Figure 3: policy entropy over steps (left), ``dataset`` EM over steps (right)."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
     plot_training_curves(metrics, ["entropy"], smooth=smooth, axes=[axes[0]])
     plot_validation_em(evals, dataset, ax=axes[1])
@@ -128,8 +122,6 @@ def plot_figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str = "tin
 def table1_frame(finals: pd.DataFrame, value: str = "em") -> pd.DataFrame:
     """Methods × datasets (plus the weighted group averages): "mean ± std" over seeds (×100),
     with the number of seeds. ``finals`` as returned by :func:`load_final_evals`."""
-    import pandas as pd
-
     if finals.empty:
         return pd.DataFrame()
     stats = (finals.groupby(["method", "dataset"], sort=False)[value]
@@ -161,8 +153,6 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     minus the baseline's, with Welch's interval (runs of two methods are unpaired:
     :func:`at2po_lib.stats.seed_difference_ci`). One tidy row per (method, metric).
     """
-    import pandas as pd
-
     columns = [c for c in columns if c in metrics.columns]
     if metrics.empty or not columns:
         return pd.DataFrame()
@@ -199,8 +189,6 @@ def format_start_end(table: pd.DataFrame, digits: int = 3, flat: bool = False) -
     """:func:`start_end_table` for reading: one row per method, ``0.083 [0.078, 0.089]`` cells
     per (metric, start / end / change [/ change vs the baseline]), and the number of seeds.
     ``flat``: one level of column names (``entropy change``), for Markdown and LaTeX."""
-    import pandas as pd
-
     if table.empty:
         return table
     baseline = table["baseline"].dropna().iloc[0] if "baseline" in table and \

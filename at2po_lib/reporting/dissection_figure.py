@@ -19,16 +19,15 @@ the clipped shares per run at both ratio levels (:func:`clip_levels_figure`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from ..analysis.dissection import credit_from_runs, spread_slope
 from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_records,
                                  default_credit_cells)
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exact": "mean exact\nentropy",
                 "entropy_nll_first": "first-token\nNLL", "depth": "depth",
@@ -78,8 +77,6 @@ def _expansion_panel(ax, folder: Path) -> None:
             path = folder / f"expansion_oracle_{policy}_{shape}_summary.csv"
             if not path.is_file():
                 continue
-            import pandas as pd
-
             summary = pd.read_csv(path).set_index("score")
             scores = [s for s in SCORES_SHOWN if s in summary.index]
             x = np.arange(len(scores)) + drawn * width
@@ -106,8 +103,6 @@ def _expansion_panel(ax, folder: Path) -> None:
 def dissection_figure(run_roots: Iterable[Path], folder: Path):
     """``(fig, axes)`` of the module docstring from AT2PO's run folders (their saved trees) and
     the oracle's summaries in ``folder`` (``results/<profile>/dissection``)."""
-    import matplotlib.pyplot as plt
-
     sets, _ = credit_from_runs(run_roots, fit=False)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     if len(sets):
@@ -125,8 +120,6 @@ def dissection_figure(run_roots: Iterable[Path], folder: Path):
 def credit_spread_figure(run_roots: Iterable[Path]):
     """``(fig, axes)``: the credit panel of :func:`dissection_figure` once per entropy estimate
     (sampled-token NLL, exact), from the same sibling sets of the runs' saved trees."""
-    import matplotlib.pyplot as plt
-
     sets, _ = credit_from_runs(run_roots, fit=False)
     fig, axes = plt.subplots(1, len(ESTIMATE_LABELS), figsize=(11, 4.2))
     for ax, (estimate, label) in zip(axes, ESTIMATE_LABELS.items()):
@@ -143,8 +136,6 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
     """AT2PO's default credit against GRPO's on the same turns, per softmax temperature τ and
     credit-accuracy record of ``profile`` (:func:`.dissection_summary.credit_records`:
     ``default`` is ``credit_accuracy.csv``, else the record's ``--name``)."""
-    import pandas as pd
-
     columns = ["record", "softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
                "delta_high", "n_prompts", "n_turns"]
     parts = [default_credit_cells(pd.read_csv(path)).assign(record=name)[columns]
@@ -155,8 +146,6 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
 def credit_temperature_figure(rows: pd.DataFrame):
     """``(fig, ax)``: AT2PO's credit AUC minus GRPO's against τ (log axis; τ = 1 is AT2PO as
     defined), one line per record with its paired 95% interval over prompts."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 4))
     for record, part in rows.groupby("record", sort=False):
         x = part["softmax_temperature"].to_numpy()
@@ -182,8 +171,6 @@ def credit_temperature_figure(rows: pd.DataFrame):
 def clip_levels_figure(clips: pd.DataFrame):
     """``(fig, ax)``: per run (a dot) and method, the share of model tokens a token-level and a
     turn-level ratio clip on the same updates at the method's own clip range."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 3.6))
     methods = list(dict.fromkeys(clips["method"]))
     for i, method in enumerate(methods):

@@ -29,15 +29,13 @@ row out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
                    "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
@@ -52,8 +50,6 @@ WHOLE_CLAIMS = ("at2po_over_grpo_budget", "at2po_over_grpo", "authors_over_exact
 
 
 def _read(path: Path) -> pd.DataFrame | None:
-    import pandas as pd
-
     return pd.read_csv(path) if path.is_file() else None
 
 
@@ -199,8 +195,6 @@ def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) ->
 def dissection_summary(profile: str, claims: pd.DataFrame | None = None
                        ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: the rows of the module docstring that have records."""
-    import pandas as pd
-
     folder = results_dir(profile, "dissection")
     tidy = pd.DataFrame(expansion_rows(folder) + credit_rows(folder) + credit_truth_rows(profile)
                         + claim_rows(claims, "credit", CREDIT_CLAIMS)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from scipy.stats import t
 
 from .labels import method_label
 
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
 def seed_band(per_seed: pd.DataFrame, confidence: float = 0.95):
     """Mean over the columns (seeds) and its t-interval, per row (step). With one seed the
     band collapses onto the mean."""
-    from scipy.stats import t
-
     mean = per_seed.mean(axis=1)
     n = per_seed.count(axis=1)
     sem = per_seed.std(axis=1, ddof=1) / np.sqrt(n)
@@ -65,8 +65,6 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
             methods: Sequence[str] | None = None, smooth: int = 4):
     """``(fig, axes)``; methods in the given order (default: as they appear in ``metrics``).
     ``smooth``: trailing mean over that many steps of each seed's entropy (1: raw)."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True)  # one panel per row
     if metrics.empty:
         for ax in axes:

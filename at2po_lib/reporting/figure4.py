@@ -12,14 +12,12 @@ at a time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import matplotlib.pyplot as plt
+import pandas as pd
 
 from .. import stats
 from ..data import dataset_group
 from .labels import groups_of, method_label
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 PAPER_MULTIHOP_MEAN_TURNS = 3.71
 PAPER_SINGLEHOP_ONE_TURN_SHARE = 0.435
@@ -43,8 +41,6 @@ def turn_shares(outcomes: pd.DataFrame, method: str, unit: str = "searches") -> 
 def turn_summary(outcomes: pd.DataFrame, method: str, n_resamples: int = 2_000) -> pd.DataFrame:
     """Per group: mean turns, mean searches and the share of one-search samples, each with a
     95% CI over seeds and questions."""
-    import pandas as pd
-
     rows = outcomes[outcomes["method"] == method].copy()
     rows["one_search"] = (rows["searches"] == 1).astype(float)
     out = []
@@ -74,8 +70,6 @@ def figure4(outcomes: pd.DataFrame, method: str):
     sample with the paper's multi-hop mean of 3.71 turns (top), **tool calls** per sample with
     the paper's 43.5% of single-hop samples making one call (bottom); bars: the share of
     samples per count, one colour per group."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.6))
     top, bottom = axes
     _share_bars(top, turn_shares(outcomes, method, "turns"))

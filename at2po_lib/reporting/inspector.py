@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..analysis.policy_change import simulated_turn_ratios
@@ -62,6 +63,9 @@ from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_cr
 from .node_views import (baseline_frame, describe_node, draw_growth, plot_node_credit, png_size,
                          questions_table, render_png, signal_note, tree_view)
 from .tree_drawings import choose_example_tree
+
+# Imported inside the functions that use them: IPython, ipywidgets; notebook-only packages, there
+# only inside Jupyter.
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,8 +130,6 @@ def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
 
 
 def _show_static(ins: Inspection) -> None:
-    import matplotlib.pyplot as plt
-
     display = _display()
     print(f"tree: {ins.why_tree}\nnode: {ins.why_node}")
     if ins.questions is not None and len(ins.questions) > 1:

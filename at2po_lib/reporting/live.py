@@ -15,9 +15,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import pandas as pd
+from transformers import TrainerCallback
+
 from ..config import load_profile
-from ..trainer.warmstart import ensure_warmstart
 from ..trainer.run import train
+from ..trainer.warmstart import ensure_warmstart
 from ..util.paths import results_dir
 
 LIVE_METRICS = ("reward", "entropy")
@@ -38,8 +41,6 @@ def _results_in(folder: Path) -> Iterator[None]:
 
 
 def _callback_base() -> type:
-    from transformers import TrainerCallback
-
     return TrainerCallback
 
 
@@ -61,8 +62,6 @@ def live_run(profile: str, method: str, steps: int, seed: int = 0,
              overrides: Mapping[str, Any] | None = None) -> tuple[Any, "Any"]:
     """Train ``method`` for ``steps`` steps (module docstring); returns the
     :class:`~at2po_lib.trainer.run.TrainResult` and a DataFrame of the logged steps."""
-    import pandas as pd
-
     merged = {k: dict(v) for k, v in (overrides or {}).items()}
     policy = ensure_warmstart(load_profile(profile, merged or None))  # before the scratch folder
     merged.setdefault("train", {}).update({"max_steps": int(steps), "eval_every": 0,

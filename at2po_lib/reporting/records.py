@@ -40,17 +40,15 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import pandas as pd
 import yaml
 
 from ..evaluation import read_outcomes as read_outcome_file
 from ..method.presets import METHODS
 from ..trainer.run_folder import config_hash, read_jsonl, today_names
 from ..util.paths import results_dir
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 OUTCOMES_FILE = "outcomes.csv"
 """Per-question outcomes beside a run's ``final_eval.csv``."""
@@ -67,8 +65,6 @@ def runs_root(profile: str) -> Path:
 def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per run folder of ``profile``: method, seed, path, finished (``DONE.json``),
     has_outcomes. Sorted by method then seed."""
-    import pandas as pd
-
     root = runs_root(profile)
     rows = []
     method_dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -148,8 +144,6 @@ def _runs(profile: str, methods: Iterable[str] | None, seeds: Iterable[int] | No
 
 def _read_csv(path: Path, **options) -> pd.DataFrame:
     """A CSV record; unreadable bytes, a torn quote or no header are errors naming it."""
-    import pandas as pd
-
     try:
         path.read_bytes().decode("utf-8")
         return pd.read_csv(path, **options)
@@ -164,8 +158,6 @@ def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float
     """Every column of ``rules`` present (unless ``optional``), numeric and within its
     [low, high] (NaN allowed only in ``optional`` columns); at least one row. Errors name the
     file and the first bad line (the header is line 1)."""
-    import pandas as pd
-
     missing = [c for c in rules if c not in frame.columns and c not in optional]
     if missing:
         raise RecordError(f"{path}: missing column(s) {', '.join(missing)}")
@@ -206,8 +198,6 @@ def _check_metric_rows(rows: list, path: Path) -> list[dict]:
 def load_training_records(profile: str, methods: Sequence[str] | None = None,
                           seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
-    import pandas as pd
-
     metrics, evals = [], []
     coverage = _Coverage(f"training records of {profile}")
     for method, seed, path in _runs(profile, methods, seeds, coverage):
@@ -234,8 +224,6 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
 def load_final_evals(profile: str, methods: Sequence[str] | None = None,
                      seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """Concatenated ``final_eval.csv`` of every finished run (with ``method`` and ``seed``)."""
-    import pandas as pd
-
     frames = []
     coverage = _Coverage(f"final evaluations of {profile}")
     for method, seed, path in _runs(profile, methods, seeds, coverage):
@@ -292,8 +280,6 @@ def load_outcomes(profile: str, methods: Sequence[str] | None = None,
                   seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """Per-question outcomes of every run that has them: method, seed, dataset, group,
     question_id, prediction, em, f1, turns, searches, finish_reason (as recorded)."""
-    import pandas as pd
-
     frames = []
     coverage = _Coverage(f"outcomes of {profile}")
     for method, seed, path in _runs(profile, methods, seeds, coverage):

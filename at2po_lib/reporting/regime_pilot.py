@@ -23,26 +23,32 @@ wrote (nothing is trained here) and from fresh rollouts of the warm start.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from ..analysis.decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
+                                  resample_flips, search_turn_entropy)
+from ..analysis.study_trees import grow_trees, policy_folder, study_rows
 from ..config import load_profile
 from ..evaluation import greedy_answers
 from ..policy.model import load_policy
 from ..prompts import get_template
-from .records import load_outcomes, load_training_records
 from ..retrieval.indexes import build_retriever
 from ..stats import difference_ci, mean_ci
 from ..tinyworld.build import ensure_world, read_rows
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_meta
 from ..util.writing import save_figure
-from ..analysis.decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
-                        resample_flips, search_turn_entropy)
-from ..analysis.study_trees import grow_trees, policy_folder, study_rows
+from .records import load_outcomes, load_training_records
+
+# Imported inside the functions that use them: matplotlib; the pilot selects the Agg backend before
+# pyplot loads (it runs headless).
 
 MULTI_HOP = ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle")
 SINGLE_HOP = ("tiny_nq", "tiny_triviaqa", "tiny_popqa")
@@ -106,8 +112,6 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
                        split: str = "test") -> dict[str, Any]:
     """Greedy trajectories of the warm start on every ``split`` question of ``datasets``,
     classified (:func:`.decisions.failure_split`)."""
-    import pandas as pd
-
     files = ensure_world(cfg)
     retriever = build_retriever(cfg, build=False)
     model, tokenizer = load_policy(policy, cfg.policy.dtype)
@@ -129,8 +133,6 @@ def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
     ``entropy_max`` is the entropy-guided expansion with ``rollout.turn_entropy = "max"``
     (docs/method.md §11); each ``*_over_random`` ratio carries a 95% interval paired over
     prompts (``*_over_random_ci``)."""
-    from dataclasses import replace
-
     out = {}
     for expansion in expansions:
         run_cfg, grown = cfg, expansion
@@ -153,8 +155,6 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
                      out_dir: str | Path | None = None, command: str = "") -> dict[str, Any]:
     """Measure the three gates and write ``<out_dir>/regime.json`` (default
     ``results/<profile>/pilot/``) and ``reward_curve.png``, each with its ``.meta.json``."""
-    import json
-
     import matplotlib
 
     matplotlib.use("Agg")

@@ -32,6 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from .. import stats
 from ..analysis.dissection import clip_levels
 from ..config import load_profile
@@ -52,8 +55,6 @@ from .records import (check_seeds, discover_runs, load_final_evals, load_outcome
                       load_training_records)
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ..config import ProfileConfig
 
 
@@ -238,8 +239,6 @@ def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
                   per_seed: pd.DataFrame, *, n_resamples: int, figures: bool) -> None:
     """The paper's claims one by one, their summary page, the dissection's summary and (with
     ``figures``) its figure."""
-    import matplotlib.pyplot as plt
-
     profile = report.profile
     clips = clip_levels(Path(p) for p in finished["path"])
     tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
@@ -284,8 +283,6 @@ def _write_figures(report: Report, meta_for: Callable, cfg: ProfileConfig,
                    outcomes: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame,
                    rl: list[str]) -> None:
     """Figure 3 (training curves) and Figure 4 (turns per question) with its turn summary."""
-    import matplotlib.pyplot as plt
-
     profile = report.profile
     dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
     fig, _ = figure3.figure3(metrics, evals, dataset, rl)
@@ -313,8 +310,6 @@ STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "
 def read_markdown_table(text: str) -> pd.DataFrame:
     """A display frame back from :func:`.output.markdown_table` (first column the index,
     every cell the text shown; ``\\|`` an escaped bar)."""
-    import pandas as pd
-
     def cells(line: str) -> list[str]:
         parts = line.strip().strip("|").replace("\\|", "\0").split("|")
         return [p.strip().replace("\0", "|") for p in parts]

@@ -14,18 +14,18 @@ with the probability of improvement.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
 
 from .. import stats
 from ..method.presets import TABLE1_REPORTED
 from ..paper_reference import published_table1
-from .labels import (column_label, groups_of, method_label, ordered_datasets,
-                     published_backbone, rows_with_outcomes)
 from .labels import cell as format_cell
-from .labels import signed_cell
-
-if TYPE_CHECKING:
-    import pandas as pd
+from .labels import (column_label, groups_of, method_label, ordered_datasets, published_backbone,
+                     rows_with_outcomes, signed_cell)
 
 GROUP_LABELS = {"multihop": "Multi-hop avg", "singlehop": "Single-hop avg"}
 UNWEIGHTED = " (unweighted)"
@@ -115,8 +115,6 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: our cells with CIs and the published cells of the matching
     backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
-    import pandas as pd
-
     ours = _our_rows(outcomes, finals, methods, n_resamples)
     present = [m for m in methods if any(r["method"] == m for r in ours)]
     backbone = published_backbone(profile, model)
@@ -155,8 +153,6 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
 
     ``metric``: ``em`` (greedy) or ``sampled_em`` (the mean EM of k samples at the training
     temperature), computed over the datasets where every compared run measured it."""
-    import pandas as pd
-
     if metric not in outcomes.columns:
         return pd.DataFrame(), pd.DataFrame()
     outcomes = outcomes[outcomes[metric].notna()]
@@ -207,10 +203,6 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
 
     ``(tidy, display)``; tidy: one row per (method, seed, metric).
     """
-    import numpy as np
-    import pandas as pd
-    from scipy.stats import norm
-
     groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
     members = groups.get("multihop", [])
     present = [m for m in methods if rows_with_outcomes(outcomes, m)]

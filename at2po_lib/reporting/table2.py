@@ -10,24 +10,18 @@ average and published change sit beside it (Qwen3-4B; the paper gives no per-dat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
 from .. import stats
 from ..method.presets import TABLE2_METHODS
 from ..paper_reference import published_table2
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-
 
 def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of the ablation steps that have per-question outcomes; the
     published column is always there (the table says which steps are missing)."""
-    import pandas as pd
-
     published = published_table2().set_index("method")
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     rows, previous = [], None

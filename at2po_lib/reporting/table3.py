@@ -18,7 +18,8 @@ by the AUC of its turn advantages.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from .. import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
@@ -26,9 +27,6 @@ from ..method.presets import credit_method
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
@@ -40,8 +38,6 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
     display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]`` and the cell's
     seeds (a one-seed cell's interval covers the questions only)."""
-    import pandas as pd
-
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     at2po = profile_at2po(profile)  # the AT2PO with the cells' expansion settings
     default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
@@ -84,8 +80,6 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
 
 def load_credit_accuracy(profile: str) -> pd.DataFrame | None:
     """The credit-accuracy study's table, or None when it has not been run for ``profile``."""
-    import pandas as pd
-
     path = Path(results_dir(profile)) / CREDIT_ACCURACY_FILE
     return pd.read_csv(path) if path.is_file() else None
 
@@ -93,8 +87,6 @@ def load_credit_accuracy(profile: str) -> pd.DataFrame | None:
 def load_credit_weights(profile: str) -> pd.DataFrame | None:
     """How far the entropy weights sit from uniform (written beside the credit-accuracy table),
     or None when that study has not been run for ``profile``."""
-    import pandas as pd
-
     path = Path(results_dir(profile)) / CREDIT_WEIGHTS_FILE
     return pd.read_csv(path) if path.is_file() else None
 

@@ -37,17 +37,25 @@ Functions take data and return ``(fig, ax)`` (or tables); they never write files
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, TwoSlopeNorm, to_rgba
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from ..method.credit import VALUE_MODES, forest_node_values
 from ..method.tree import Forest, TreeArrays, node_depths
 from ..rollout.export import tree_arrays
 from ..stats import seed_mean_ci
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 ROOT = 0
 NODE_SIZE = 400.0
@@ -77,21 +85,15 @@ def new_figure(figsize: tuple[float, float], detached: bool = False) -> tuple[An
     widget callback on a kernel side thread can build and rasterise it while the main thread
     draws (pyplot's figure stack and current-figure pointer are shared and not thread-safe)."""
     if detached:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
         fig = Figure(figsize=figsize)
         FigureCanvasAgg(fig)
         return fig, fig.add_subplot()
-    import matplotlib.pyplot as plt
 
     return plt.subplots(figsize=figsize)
 
 
 def close_figure(fig: Any) -> None:
     """Close a pyplot figure; a detached one (:func:`new_figure`) needs nothing."""
-    import matplotlib.pyplot as plt
-
     if getattr(fig.canvas, "manager", None) is not None:
         plt.close(fig)
 REWARD_EDGE = {True: "#1a9641", False: "#d7191c"}
@@ -168,8 +170,6 @@ def contrast_ratio(a: Sequence[float], b: Sequence[float]) -> float:
 def text_color_for(fill: Any) -> str:
     """``"white"`` or ``"black"``: whichever has the higher WCAG contrast on ``fill`` (any
     matplotlib colour). Dark fills (viridis' purple, coolwarm's deep blue/red) get white."""
-    from matplotlib.colors import to_rgba
-
     rgba = to_rgba(fill)
     return "white" if contrast_ratio(rgba, (1, 1, 1)) > contrast_ratio(rgba, (0, 0, 0)) else "black"
 
@@ -178,8 +178,6 @@ def colour_norm(values: Any, vmin: float | None = None, vmax: float | None = Non
     """The colour scale of ``values``: centred on 0 (symmetric) when the range spans 0, as
     values and advantages do; never degenerate: a range of one value v becomes
     [v − max(|v|, 1), v + max(|v|, 1)] (all-zero advantages: [−1, 1], not [0, 1e-9])."""
-    from matplotlib.colors import Normalize, TwoSlopeNorm
-
     finite = _as_numpy(values).astype(float)
     finite = finite[np.isfinite(finite)]
     lo = float(vmin) if vmin is not None else (float(finite.min()) if finite.size else 0.0)
@@ -290,8 +288,6 @@ def node_text_table(tree: TreeArrays) -> "pd.DataFrame":
     """The side table of a drawing, one row per node keyed by ``node`` (the ids drawn in the
     nodes): parent, depth, expansion round, entropy, action, the full query or answer, the
     reward, and the turn's full text."""
-    import pandas as pd
-
     n = tree.num_nodes
     records = list(tree.records) if len(tree.records) else [{} for _ in range(n)]
     depth = tree.node_arrays.get("depth")
@@ -314,8 +310,6 @@ def node_text_table(tree: TreeArrays) -> "pd.DataFrame":
 def _text_boxes(fig: Any, artists: Sequence[Any]) -> list[Any]:
     """Display boxes of text artists, grown by their rounded box (pad 0.2 em + edge), which
     ``get_window_extent`` leaves out."""
-    from matplotlib.transforms import Bbox
-
     renderer = fig.canvas.get_renderer()
     boxes = []
     for a in artists:
@@ -339,8 +333,6 @@ def label_overlaps(ax: Any, pad: float = 0.5) -> list[tuple[str, str]]:
     if circles is not None:  # node markers: boxes of the marker radius around their centres
         radius = np.sqrt(NODE_SIZE) / 2 * fig.dpi / 72
         centres = ax.transData.transform(circles)
-        from matplotlib.transforms import Bbox
-
         for i, (cx, cy) in enumerate(centres):
             boxes.append(Bbox([[cx - radius, cy - radius], [cx + radius, cy + radius]]))
             names.append(f"node marker {i}")
@@ -446,9 +438,6 @@ def _fills(fig: Any, ax: Any, node_color: Any, n: int, cmap: str, vmin: float | 
            vmax: float | None, colorbar_label: str | None) -> list[Any]:
     """Each node's fill: white, or ``node_color`` through ``cmap`` (NaN: grey) with a colour
     bar beside the axes (the legend of the fill)."""
-    import matplotlib
-    from matplotlib.cm import ScalarMappable
-
     fills: list[Any] = ["white"] * n
     if node_color is not None:
         values = _as_numpy(node_color).astype(float)
@@ -505,8 +494,6 @@ def _draw_rings(ax: Any, x: np.ndarray, y: np.ndarray, rings: Any,
                 highlight: Mapping[int, str] | None, shown: np.ndarray) -> list[Any]:
     """Dashed rings per expansion round and thick rings on highlighted nodes; returns their
     legend handles."""
-    from matplotlib.lines import Line2D
-
     n = len(x)
     round_values = np.zeros(n, dtype=np.int64) if rings is None else _as_numpy(rings).astype(np.int64)
     ring_handles = []
@@ -534,8 +521,6 @@ def _draw_rings(ax: Any, x: np.ndarray, y: np.ndarray, rings: Any,
 def _legend(ax: Any, ring_handles: list[Any], rewards: np.ndarray, shown: np.ndarray,
             node_color: Any) -> None:
     """The rings' entries, then the reward boxes and the grey fill where the tree has them."""
-    from matplotlib.lines import Line2D
-
     handles = list(ring_handles)
     scored = rewards[np.isfinite(rewards) & shown]
     if (scored > 0).any():
@@ -633,8 +618,6 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
     column down to the column, so a font of s points shows as
     s/72 · min(dpi, column_px / width in inches) pixels. Tick labels, titles, legends and node
     labels all count; empty and invisible texts do not."""
-    from matplotlib.text import Text
-
     fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(Text)
              if t.get_visible() and t.get_text().strip() and t.figure is not None]
@@ -688,9 +671,6 @@ def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "
     error bar (``per_prompt``: one row per (method, prompt),
     :func:`at2po_lib.rollout.export.prompt_summary`). The intervals are returned in
     ``fig.at2po_intervals`` (method, metric, mean, low, high, prompts)."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
     names = list(metrics)
     rows = int(np.ceil(len(names) / 2))
     fig, axes = plt.subplots(rows, 2, figsize=(8.0, 2.9 * rows), squeeze=False)
@@ -791,8 +771,6 @@ CREDIT_RULE = ("the tree, among those with mixed rewards, where the four value m
 def value_mode_spread(trees: Sequence[TreeArrays]) -> np.ndarray:
     """(T,) per tree: the largest difference between value modes at any node (max over nodes of
     max_mode V_n − min_mode V_n; docs/method.md §6), all trees in one batched call per mode."""
-    import torch
-
     forest = Forest.from_trees(list(trees), dtype=torch.float64)
     stacked = torch.stack([forest_node_values(forest, m) for m in VALUE_MODES])  # (modes, N)
     spread = (stacked.amax(0) - stacked.amin(0)).nan_to_num(0.0).numpy()

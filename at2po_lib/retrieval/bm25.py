@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..util.staging import discard, recover, staging_path, swap_in
 from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
@@ -31,6 +32,9 @@ from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retrie
 from .corpus import Corpus
 from .metadata import (check_corpus, check_index_destination, file_sizes, read_metadata,
                        write_metadata)
+
+# Imported inside the functions that use them: bm25s; retrieval.indexes imports this module, and
+# bm25s loads only when a BM25 index is built or searched (tests/test_retrieval_build.py).
 
 STOPWORDS = "en"
 
@@ -60,7 +64,6 @@ def build_bm25_index(
     """Tokenise ``corpus_path`` chunk by chunk, build a bm25s index, save it with ``meta.json``."""
     import bm25s
     from bm25s.tokenization import Tokenized
-    from tqdm.auto import tqdm
 
     index_dir = Path(index_dir)
     check_index_destination(index_dir)  # before any work: the swap replaces the whole folder
@@ -152,9 +155,7 @@ class BM25Index:
         Words not in the corpus vocabulary are dropped; a query with no known word scores 0
         everywhere and returns the first k rows.
         """
-        from bm25s.tokenization import Tokenized
-
-        from bm25s.tokenization import convert_tokenized_to_string_list
+        from bm25s.tokenization import Tokenized, convert_tokenized_to_string_list
 
         ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
         words = convert_tokenized_to_string_list(Tokenized(ids=ids, vocab=self.tokenizer.get_vocab_dict()))

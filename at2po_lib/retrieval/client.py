@@ -27,6 +27,9 @@ from typing import Any, Sequence
 
 from .base import DEFAULT_TOPK, Hit, RetrievalError, Retriever, check_search_args
 
+# Imported inside the functions that use them: httpx; only an HTTP retriever needs the client
+# library.
+
 MAX_BACKOFF_S = 30.0
 API_KEY_HEADER = "X-API-Key"
 API_KEY_ENV = "AT2PO_RETRIEVER_API_KEY"

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..util.staging import recover, staging_path, swap_in
 from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
@@ -53,6 +54,9 @@ from .encoders import DenseEncoder, EncoderSpec
 from .metadata import (check_corpus, check_encoder, check_index_destination, file_sizes,
                        read_metadata, write_metadata)
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
+
+# Imported inside the functions that use them: faiss; a BM25-only user never loads faiss
+# (tests/test_retrieval_build.py).
 
 INDEX_FILE = "index.faiss"
 DEFAULT_HNSW_M = 64
@@ -166,8 +170,6 @@ def build_dense_index(
     Resumable: finished embedding shards in ``embeddings_dir`` (default ``index_dir/embeddings``)
     are reused. They are deleted after a successful build unless ``keep_embeddings``.
     """
-    from tqdm.auto import tqdm
-
     parse_index_type(index_type)
     index_dir = Path(index_dir)
     check_index_destination(index_dir)  # before any work: the swap replaces the whole folder

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+import pandas as pd
+
 from .base import Retriever
 from .corpus import split_contents
 
@@ -63,8 +65,6 @@ def recall_table(
     ks: Sequence[int] = (1, 3, 5, 10),
 ) -> Any:
     """A tidy ``pandas.DataFrame`` with columns ``retriever, k, recall``."""
-    import pandas as pd
-
     rows = []
     for name, retriever in retrievers.items():
         ranked = retrieved_ids(retriever, queries, max(ks))
@@ -103,8 +103,6 @@ def recall_for_datasets(
 ) -> Any:
     """Tidy ``DataFrame`` (``dataset, query, retriever, k, recall, questions``): recall@k of the
     first-hop supporting passage for every dataset, retriever and query kind."""
-    import pandas as pd
-
     frames = []
     for dataset, rows in rows_by_dataset.items():
         relevant = [first_hop_ids(r) for r in rows]
@@ -119,8 +117,6 @@ def recall_for_datasets(
 def example_hits(retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]], k: int = 3) -> Any:
     """One line per (question, retriever, rank): title of the hit, score, and whether it is the
     first-hop supporting passage, for showing examples."""
-    import pandas as pd
-
     records = []
     for name, retriever in retrievers.items():
         hits = retriever.search([r["question"] for r in rows], topk=k)

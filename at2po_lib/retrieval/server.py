@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import os
 import socket
@@ -56,14 +57,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
+from starlette.requests import ClientDisconnect
 
 from .base import DEFAULT_TOPK, InvalidQueryError, Retriever, check_query_text
 from .batcher import MicroBatcher, QueueFullError
+
+# Imported inside the functions that use them: h11, uvicorn, httpx; the HTTP server's
+# stack loads only when it serves.
 
 
 class RetrieveRequest(BaseModel):
@@ -128,8 +133,6 @@ API_KEY_ENV = "AT2PO_RETRIEVER_API_KEY"
 
 def is_loopback(host: str) -> bool:
     """``127.0.0.1``, ``::1``, ``localhost``: only this machine can connect."""
-    import ipaddress
-
     if host.lower() == "localhost":
         return True
     try:
@@ -272,8 +275,6 @@ def uvicorn_options(limits: ServerLimits | None) -> dict[str, Any]:
 
 async def _wait_for_disconnect(receive: Any) -> None:
     """Returns when the client closes the connection (call after the body was read)."""
-    import asyncio
-
     while True:
         message = await receive()
         if message.get("type") == "http.disconnect":
@@ -308,26 +309,10 @@ def create_app(
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval")
     stats = {"search_calls": 0, "queries_searched": 0, "search_seconds": 0.0,
              "rejected_queue_full": 0, "timed_out": 0, "abandoned": 0, "unauthorized": 0}
-
-    def search(queries: list[str], topk: int) -> list:
-        """The one place the index is searched (in the worker thread); counts for /health."""
-        start = time.perf_counter()
-        hits = retriever.search(queries, topk)
-        stats["search_calls"] += 1
-        stats["queries_searched"] += len(queries)
-        stats["search_seconds"] += time.perf_counter() - start
-        return hits
-
-    batcher = MicroBatcher(search, executor, max_wait_s=max_wait_ms / 1000,
-                           max_batch_queries=max_batch_queries,
+    batcher = MicroBatcher(_counted_search(retriever, stats), executor,
+                           max_wait_s=max_wait_ms / 1000, max_batch_queries=max_batch_queries,
                            max_queued_queries=limits.max_queued_queries, batching=batching)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's protocol
-        batcher.start()
-        yield
-        await batcher.stop()
-        executor.shutdown(wait=False, cancel_futures=True)
+    lifespan = _lifespan(batcher, executor)
 
     # With a key, nothing but /retrieve and a bare /health answers without it: the interactive
     # docs and the schema are off (they describe the server to anyone who can connect).
@@ -350,19 +335,9 @@ def create_app(
         if not _authorised(request, api_key):
             stats["unauthorized"] += 1
             return _error(401, f"missing or wrong API key (send it in the {API_KEY_HEADER} header)")
-        from starlette.requests import ClientDisconnect
-
-        try:
-            body = await asyncio.wait_for(_read_body(request, limits.max_body_bytes),
-                                          limits.body_timeout_s)
-        except _BodyTooLarge as exc:  # stop reading: close the connection after answering
-            return _error(413, str(exc), {"Connection": "close"})
-        except asyncio.TimeoutError:
-            return _error(408, f"request body not received within {limits.body_timeout_s:g} s",
-                          {"Connection": "close"})
-        except ClientDisconnect:  # the client went away mid-upload: nobody to answer
-            stats["abandoned"] += 1
-            return _error(499, "client disconnected")
+        body = await _limited_body(request, limits, stats)
+        if isinstance(body, JSONResponse):
+            return body
         parsed = _parse_request(body, limits, default_topk, topk_cap)
         if isinstance(parsed, JSONResponse):
             return parsed
@@ -375,6 +350,50 @@ def create_app(
         return JSONResponse({"result": [[hit["document"] for hit in query_hits] for query_hits in hits]})
 
     return app
+
+
+def _counted_search(retriever: Retriever,
+                    stats: dict[str, Any]) -> Callable[[list[str], int], list]:
+    """The one place the index is searched (in the worker thread); counts for /health."""
+
+    def search(queries: list[str], topk: int) -> list:
+        start = time.perf_counter()
+        hits = retriever.search(queries, topk)
+        stats["search_calls"] += 1
+        stats["queries_searched"] += len(queries)
+        stats["search_seconds"] += time.perf_counter() - start
+        return hits
+
+    return search
+
+
+def _lifespan(batcher: MicroBatcher, executor: ThreadPoolExecutor) -> Callable[[FastAPI], Any]:
+    """The app's lifespan: the batcher runs while the app serves; the worker thread ends after."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's protocol
+        batcher.start()
+        yield
+        await batcher.stop()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    return lifespan
+
+
+async def _limited_body(request: Request, limits: ServerLimits,
+                        stats: dict[str, Any]) -> bytes | JSONResponse:
+    """The request's body within the size and time limits, or the error to answer with."""
+    try:
+        return await asyncio.wait_for(_read_body(request, limits.max_body_bytes),
+                                      limits.body_timeout_s)
+    except _BodyTooLarge as exc:  # stop reading: close the connection after answering
+        return _error(413, str(exc), {"Connection": "close"})
+    except asyncio.TimeoutError:
+        return _error(408, f"request body not received within {limits.body_timeout_s:g} s",
+                      {"Connection": "close"})
+    except ClientDisconnect:  # the client went away mid-upload: nobody to answer
+        stats["abandoned"] += 1
+        return _error(499, "client disconnected")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

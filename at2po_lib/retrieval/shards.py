@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .base import IndexMismatchError
 from .corpus import Corpus
@@ -88,8 +89,6 @@ def embed_corpus_to_shards(
     ``on_shard_done(shard)`` runs after each newly written shard (progress hooks; tests use it
     to interrupt a build part-way).
     """
-    from tqdm.auto import tqdm
-
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
     shard_dir = Path(shard_dir)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
+from transformers import AttentionInterface
 
 from .kvcache import BatchCache, KVPrefix
 from .sampling import SamplingSpec, sample_step
@@ -69,8 +70,6 @@ def grouped_attention(module, query: torch.Tensor, key: torch.Tensor, value: tor
 
 
 def _register_grouped_attention() -> None:
-    from transformers import AttentionInterface
-
     AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
 
 

@@ -45,17 +45,15 @@ gives per-batch numbers.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from ..method.tree import TreeArrays
 from ..policy.strategies import label_tree_turns
 from .structures import ROOT, RolloutTree
 from .trees import node_entropy
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 _INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "resampled_from")
 
@@ -157,8 +155,6 @@ def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:
 def trajectory_table(trajectory, decode) -> pd.DataFrame:
     """One row per segment of a trajectory: each model turn (mask 1) and each observation /
     notice / corrective message (mask 0), with its token count and text (``decode(ids)``)."""
-    import pandas as pd
-
     records, start = [], 0
     ids, mask, turn_ids = trajectory.completion_ids, trajectory.sampled_mask, trajectory.turn_ids
     for end in range(1, len(ids) + 1):
@@ -177,8 +173,6 @@ def trajectory_table(trajectory, decode) -> pd.DataFrame:
 
 def tree_table(trees: Sequence[RolloutTree]) -> pd.DataFrame:
     """A tidy table: one row per node of every tree."""
-    import pandas as pd
-
     return pd.DataFrame.from_records(
         [r for i, t in enumerate(trees) for r in tree_records(t, i)])
 
@@ -228,8 +222,6 @@ def prompt_summary(trees: Sequence[RolloutTree]) -> "pd.DataFrame":
     trees per prompt must be): ``distinct_queries``, ``distinct_answers``,
     ``correct_leaf_share``, ``generated_tokens_per_leaf`` — the per-prompt values whose means
     :func:`tree_summary` reports, so that a comparison can carry intervals over prompts."""
-    import pandas as pd
-
     by_prompt: dict[int, list[RolloutTree]] = {}
     for t in trees:
         by_prompt.setdefault(t.prompt_index, []).append(t)

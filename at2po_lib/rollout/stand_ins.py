@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
+import torch
+
 from ..config import PolicyConfig, load_profile
 from ..policy.model import build_policy
 from ..policy.tokenizer import train_tokenizer
@@ -29,8 +31,6 @@ DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answe
 def tag_biased_policy(tokenizer, policy_cfg=None, seed: int = 0,
                       tag_bias: dict[str, float] | None = None):
     """A random tiny Qwen3 (``build_policy``) with ``lm_head`` given a bias on tag tokens."""
-    import torch
-
     cfg = policy_cfg or PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      num_key_value_heads=2, intermediate_size=64)
     model = build_policy(cfg, tokenizer, seed=seed).eval()

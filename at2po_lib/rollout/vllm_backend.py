@@ -77,6 +77,10 @@ from .kvcache import KVPrefix
 from .sampling import SamplingSpec
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 
+# Imported inside the functions that use them: peft; peft only for a LoRA checkpoint.
+# Imported inside the functions that use them: vllm; vLLM is optional, installed only in the GPU
+# environment.
+
 
 def vllm_available() -> bool:
     try:

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..config import load_profile
 from ..util.paths import artifacts_dir
 from .datasets import DATASETS, MIRRORS, make_split, split_sizes
@@ -237,8 +239,6 @@ def _jsonl_rows(path: Path) -> list[dict]:
 
 def world_stats(files: WorldFiles):
     """One row per (dataset, split): questions, hop distribution, question types, answers."""
-    import pandas as pd
-
     records = []
     for name, group in DATASETS.items():
         for split in ("train", "dev", "test"):
@@ -258,8 +258,6 @@ def world_stats(files: WorldFiles):
 
 def entity_stats(files: WorldFiles):
     """Entities per type and pool, with passages and mean mentions per type."""
-    import pandas as pd
-
     world = load_world(files)
     df = pd.DataFrame.from_records(
         [{"type": e["type"], "pool": e["pool"], "passages": len(e["passages"]),

@@ -24,15 +24,22 @@ rollouts, the paper's unit ("240 training steps").
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from ..tree_files import save_trees
 from . import run_folder
+
+# Imported inside the functions that use them: IPython; a notebook-only package, there only inside
+# Jupyter.
+# Imported inside the functions that use them: matplotlib; the trainer loads matplotlib only for a
+# live plot in a notebook.
 
 RECORD_FIELDS = ("step", "global_step", "wall_time")
 """What :class:`MetricsRecorder` adds to the logged metrics of a rollout step."""
@@ -204,8 +211,6 @@ class LivePlot:
         self.last_draw = now
 
     def _render(self, data) -> bytes:
-        import io
-
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(4.0 * len(self.panels), 2.6), layout="constrained")
@@ -247,8 +252,6 @@ class _BarWithLivePlot(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            from tqdm.auto import tqdm
-
             total, done = self._bar_position(state)
             self.bar = tqdm(total=total, desc=self.description, unit="step", initial=done)
 

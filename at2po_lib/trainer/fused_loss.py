@@ -336,7 +336,6 @@ def fused_policy_loss(
         log_ratio = turns.gather(logp.detach().to(dtype) - old_logp.detach().to(dtype))  # (N,)
         adv = (turns.per_token(advantages) if advantages.ndim == 1
                else turns.gather(advantages)).detach().to(dtype)  # (N,)
-        lp = turns.gather(logp.detach()) if beta else None  # (N,)
         ref = turns.gather(ref_logp.detach()) if beta else None  # (N,)
         _check_finite(turns, logp.shape[1], [v for v in (log_ratio, adv, ref) if v is not None],
                       {"logp": logp, "old_logp": old_logp, "advantages": advantages,
@@ -361,22 +360,30 @@ def fused_policy_loss(
         ref_kl = low_var_kl(ref, turns.gather(logp))  # (N,) differentiable
         loss = loss + beta * (ref_kl * weight).sum()
 
-    with torch.no_grad():
-        turn_counts = turns.turns_per_row()  # (B,)
-        count = max(log_ratio.numel(), 1)
-        # A binding clip means r < lower or r > upper (exclusive): high = all − low.
-        low, binding = torch.count_nonzero(binds & (ratio < lower)), torch.count_nonzero(binds)
-        stats = torch.stack([x.to(torch.float64) for x in (
-            low / count, (binding - low) / count,
-            binding / count, -(log_ratio.sum()) / count, ratio.sum() / count,
-            turn_kl_entropy(turn_sum, turns, turns.num_rows),
-            torch.count_nonzero(turn_counts <= 1), turn_counts.to(log_ratio.dtype).mean(),
-            ref_kl.sum() / count if ref_kl is not None else log_ratio.new_zeros(()),
-        )]).tolist()  # one device sync for every diagnostic
+    return loss, _diagnostics(turns, log_ratio, ratio, binds, turn_sum, lower, ref_kl)
+
+
+@torch.no_grad()
+def _diagnostics(turns: TokenTurns, log_ratio: torch.Tensor, ratio: torch.Tensor,
+                 binds: torch.Tensor, turn_sum: torch.Tensor, lower: float,
+                 ref_kl: torch.Tensor | None) -> dict[str, float]:
+    """The metrics :func:`fused_policy_loss` returns, from its (N,) log-ratios, ratios and
+    binding flags, (S,) turn sums and (N,) reference KL (or None), in one device sync."""
+    turn_counts = turns.turns_per_row()  # (B,)
+    count = max(log_ratio.numel(), 1)
+    # A binding clip means r < lower or r > upper (exclusive): high = all − low.
+    low, binding = torch.count_nonzero(binds & (ratio < lower)), torch.count_nonzero(binds)
+    stats = torch.stack([x.to(torch.float64) for x in (
+        low / count, (binding - low) / count,
+        binding / count, -(log_ratio.sum()) / count, ratio.sum() / count,
+        turn_kl_entropy(turn_sum, turns, turns.num_rows),
+        torch.count_nonzero(turn_counts <= 1), turn_counts.to(log_ratio.dtype).mean(),
+        ref_kl.sum() / count if ref_kl is not None else log_ratio.new_zeros(()),
+    )]).tolist()  # one device sync for every diagnostic
     names = ("clip_frac_low", "clip_frac_high", "clip_frac", "approx_kl", "ratio_mean",
              "turn_kl_entropy", "single_turn_rows", "mean_turns_per_row", "ref_kl")
     metrics = dict(zip(names, stats))
     metrics["single_turn_rows"] = int(metrics["single_turn_rows"])
     if ref_kl is None:
         del metrics["ref_kl"]
-    return loss, metrics
+    return metrics

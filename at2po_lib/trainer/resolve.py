@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import pandas as pd
+import torch
+
 from ..config import ProfileConfig, RolloutConfig
 from ..config_checks import trainer_problems
 from ..method.outcome import OUTCOME_ADVANTAGES
@@ -368,8 +371,6 @@ def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
 
 
 def _no_accelerator() -> bool:
-    import torch
-
     return not torch.cuda.is_available()
 
 
@@ -379,8 +380,6 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
                                            "loss_aggregation", "leaves_per_prompt",
                                            "updates_per_step", "temperature", "learning_rate")):
     """What each method resolves to on a profile (one row per method; notebook 04)."""
-    import pandas as pd
-
     rows = {}
     for method in methods:
         spec = resolve_run(profile_cfg, method, 0, world_size=1)

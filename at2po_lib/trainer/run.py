@@ -48,6 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import datasets
+import pandas as pd
+import yaml
+from accelerate.utils import gather_object
+from peft import LoraConfig
+from transformers import TrainerState
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
 from ..config import ProfileConfig, load_profile
 from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
 from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
@@ -70,6 +78,9 @@ from .resolve import RunSpec, check_fixed_rollout, resolve_run
 from .search_agent import SearchAgent, turn_backend
 from .trainer import AT2POTrainer
 from .warmstart import ensure_warmstart
+
+# Imported inside the functions that use them: deepspeed; DeepSpeed is optional, installed only in
+# the GPU environment.
 
 __all__ = ["train", "TrainResult", "build_trainer", "training_prompts"]
 
@@ -125,9 +136,6 @@ class Validator:
 
     def details(self):
         """Per-question results of every process's shard, gathered (on every process)."""
-        import pandas as pd
-        from accelerate.utils import gather_object
-
         acc = self.trainer.accelerator
         tokenizer = self.trainer.processing_class
         shards = {dataset: rows[acc.process_index::acc.num_processes]
@@ -355,8 +363,6 @@ def _check_same_config(run: run_folder.RunDir, digests: set[str]) -> None:
     """Refuse to resume a checkpoint written with another configuration (``digests``: the
     hashes this configuration is known by)."""
     if run.config.is_file():
-        import yaml
-
         old = (yaml.safe_load(run.config.read_text()) or {}).get("config_hash")
         if old and old not in digests:
             raise ValueError(f"{run.config}: the checkpoint was written with another "
@@ -373,8 +379,6 @@ def _previous_wall_time(run: run_folder.RunDir, checkpoint: Path | None) -> floa
 
 
 def _read_csv(path: Path):
-    import pandas as pd
-
     return pd.read_csv(path) if path.is_file() else None
 
 
@@ -451,9 +455,6 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     ``reward_fn(response_text, golden_answers) -> float`` replaces the rollout's default
     reward (tests use it to get a learning signal from an untrained smoke policy).
     """
-    import datasets
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
     if "tensorboard" in cfg.train.report_to:
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
@@ -538,8 +539,6 @@ def _load_final_checkpoint(trainer, checkpoint: Path) -> None:
     """The checkpoint's weights into the (not yet wrapped) model on every process, and its
     ``trainer_state.json`` as the trainer's state, so ``state.global_step`` is the run's last
     (``max_steps`` updates) as after the uninterrupted run's ``train()``."""
-    from transformers import TrainerState
-
     trainer._load_from_checkpoint(str(checkpoint))
     state = checkpoint / "trainer_state.json"
     if state.is_file():
@@ -591,7 +590,6 @@ def _sharded_final_evaluation(trainer, cfg: ProfileConfig, method: str, seed: in
 def _peft_config(cfg: ProfileConfig):
     if cfg.policy.lora_r <= 0:
         return None
-    from peft import LoraConfig
 
     return LoraConfig(r=cfg.policy.lora_r, lora_alpha=cfg.policy.lora_alpha, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",

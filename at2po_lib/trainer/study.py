@@ -27,6 +27,7 @@ Which runs each table needs (docs/method.md §10):
 from __future__ import annotations
 
 import fnmatch
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -112,8 +113,6 @@ def study_plan(profile: str, table: str, seeds: Sequence[int],
     """Each (method, seed) that :func:`run_study` would visit and its state, read from the run
     folders without training or writing anything: what is left of a study spread over
     several sittings or machines (``at2po study ... --plan``)."""
-    import json
-
     cfg = load_profile(profile, overrides or None)
     chosen = study_methods(table, methods)
     runs_root = results_dir("runs") / run_folder.run_profile_key(cfg)

@@ -72,6 +72,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import SFTConfig as TRLSFTConfig
+from trl import SFTTrainer
+
 from ..config import load_profile
 from ..evaluation import greedy_answers, score_rows
 from ..policy.checkpoint_files import file_digests
@@ -99,8 +107,6 @@ if TYPE_CHECKING:
 
 def trl_config(sft_cfg, output_dir: Path, max_length: int, max_steps: int | None = None):
     """TRL ``SFTConfig`` for the tiny policy on CPU (float32, no saving: the callback saves)."""
-    from trl import SFTConfig as TRLSFTConfig
-
     return TRLSFTConfig(
         output_dir=str(output_dir),
         max_steps=max_steps if max_steps is not None else sft_cfg.max_steps,
@@ -136,9 +142,6 @@ def targets_only_loss(model, input_ids, attention_mask, labels, num_items_in_bat
     tiny profile: the full projection made an SFT step ~2x a plain forward/backward).
 
     Returns ``(loss, n_valid, entropy_sum, n_correct)``; the last three feed TRL's metrics."""
-    import torch
-    import torch.nn.functional as F
-
     hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
                                  use_cache=False).last_hidden_state
     targets = labels[:, 1:]
@@ -179,8 +182,6 @@ class ShuffledLengthBatches:
         return len(self.lengths)
 
     def batches(self, epoch: int) -> list[list[int]]:
-        import torch
-
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.lengths), generator=gen).tolist()
         group = self.batch_size * self.group_batches
@@ -199,8 +200,6 @@ class ShuffledLengthBatches:
 
 
 def _sft_trainer_class():
-    from trl import SFTTrainer
-
     class TargetsOnlySFTTrainer(SFTTrainer):
         """TRL's ``SFTTrainer`` with :func:`targets_only_loss` (no PEFT, no sequence
         parallelism: the tiny from-scratch policy only) and :class:`ShuffledLengthBatches`."""
@@ -238,9 +237,6 @@ def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Pa
     """An SFT trainer (TRL's, with :func:`targets_only_loss`) over pre-tokenised examples
     ``{"input_ids", "assistant_masks"}``. Progress: one bar and, in a notebook, a live loss
     plot (plus ``progress_points()``, e.g. validation EM) instead of printed log dicts."""
-    from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback
-
     dataset = Dataset.from_list(examples)
     with hf_progress_bars_off():  # TRL's dataset preparation: one bar per map, milliseconds each
         trainer = _sft_trainer_class()(
@@ -258,8 +254,6 @@ def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Pa
 
 def masked_loss(model, examples: Sequence[dict], batch_size: int = 16) -> float:
     """Mean cross-entropy over the model tokens (mask 1) of ``examples``: the SFT objective."""
-    import torch
-
     total, count = 0.0, 0
     model.eval()
     with torch.no_grad():
@@ -282,8 +276,6 @@ class CheckpointSelector:
 
     def __init__(self, score_fn: Callable[[Any], dict], every: int, checkpoints_dir: Path,
                  tokenizer, stop_above: float | None) -> None:
-        from transformers import TrainerCallback
-
         self.score_fn, self.every, self.dir = score_fn, every, checkpoints_dir
         self.tokenizer, self.stop_above = tokenizer, stop_above
         self.table: list[dict] = []
@@ -400,8 +392,6 @@ def lm_examples(passages: Sequence[str], tokenizer, sft_cfg, n_demos: int) -> li
 def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     """Run the whole recipe and save it: worlds → demonstrations → tokenizer → model →
     (pretraining) → SFT with checkpoint selection."""
-    import torch
-
     cfg, sft = profile_cfg, profile_cfg.sft
     if cfg.policy.model is not None:
         raise ValueError(f"profile {cfg.name!r} sets policy.model={cfg.policy.model!r}: the warm "

@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
+# Imported inside the functions that use them: transformers; a light helper: transformers loads
+# only when its arguments are built.
+
 
 @lru_cache(maxsize=1)
 def checkpointing_field() -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from .errors import ProfileError
 
+# Imported inside the functions that use them: fcntl; POSIX only: elsewhere the lock is skipped.
+
 
 class FolderLockedError(ProfileError):
     """Another live process holds the folder's lock (a usage error on the command line)."""

@@ -29,6 +29,9 @@ from typing import Any
 from .paths import repo_root
 from .writing import write_if_changed
 
+# Imported inside the functions that use them: torch; every command imports this module, and torch
+# (~1 s) loads only when the hardware is recorded.
+
 _PACKAGES = ("torch", "transformers", "trl", "peft", "faiss-cpu", "bm25s", "numpy", "vllm")
 
 
@@ -68,8 +71,6 @@ def package_versions() -> dict[str, str]:
 def hardware() -> dict[str, Any]:
     """Where a result was computed: CPU count, torch threads, the GPU if any (``meta.json``
     of training runs and of the Table 1 study). Imports torch."""
-    import os
-
     import torch
 
     info: dict[str, Any] = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),

@@ -15,6 +15,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# Imported inside the functions that use them: transformers, datasets; it quiets libraries the
+# caller already uses and loads nothing heavy itself.
+
 
 @contextmanager
 def hf_progress_bars_off() -> Iterator[None]:

@@ -21,7 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .paths import repo_root, results_dir
+
+# Imported inside the functions that use them: IPython; a notebook-only package, there only inside
+# Jupyter.
 
 PROFILES = ("smoke", "tiny")
 """Profiles with measured times, in table order (paper profiles need GPUs: not measured)."""
@@ -50,8 +55,6 @@ def setup_page_path() -> Path:
 
 def load_timings(path: Path | None = None) -> dict[str, Any]:
     """The parsed file; a clear error naming the file and entry when a field is missing."""
-    import yaml
-
     path = path or timings_path()
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("notebooks"), dict):
@@ -170,8 +173,6 @@ def updated(data: dict[str, Any], measured: dict[str, dict[str, Any]], profile: 
 
 
 def write_timings(data: dict[str, Any], path: Path | None = None) -> None:
-    import yaml
-
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     (path or timings_path()).write_text(HEADER + body)
 
