@@ -14,8 +14,9 @@ import yaml
 from at2po_lib.cli.report import main as report_main
 from at2po_lib.reporting import report
 from at2po_lib.reporting import table2 as report_table2
-from at2po_lib.reporting.records import (RecordError, check_seeds, load_final_evals,
-                                         load_outcomes, load_training_records)
+from at2po_lib.reporting.records import (check_seeds, load_final_evals, load_outcomes,
+                                         load_training_records)
+from at2po_lib.util.errors import RecordError
 from test_reporting import DATASETS, N_QUESTIONS, write_run
 
 

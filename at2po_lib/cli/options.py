@@ -19,7 +19,7 @@ from typing import Any
 from ..config import load_profile
 from ..overrides import parse_overrides
 from ..retrieval.base import RetrievalError
-from ..util.errors import ProfileError
+from ..util.errors import ProfileError, RecordError
 from ..util.storage import describe
 
 SET_METAVAR = "SECTION.KEY=VALUE"
@@ -109,9 +109,6 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
     """Run a subcommand; bad input (a profile, key, value, method, list, a damaged run record,
     a corpus or index the retrieval stage refuses) is one line on stderr naming it, and exit
     status 2."""
-    # lazy: pulls torch, transformers; every `at2po <command> --help` stays instant
-    from ..reporting.records import RecordError
-
     try:
         return int(body() or 0)
     except (ProfileError, UsageError, RecordError, RetrievalError) as exc:

@@ -48,6 +48,7 @@ import yaml
 from ..evaluation import read_outcomes as read_outcome_file
 from ..method.presets import METHODS
 from ..trainer.run_folder import config_hash, read_jsonl, today_names
+from ..util.errors import RecordError
 from ..util.paths import results_dir
 
 OUTCOMES_FILE = "outcomes.csv"
@@ -80,10 +81,6 @@ def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.Data
                          "has_outcomes": (seed_dir / OUTCOMES_FILE).is_file()})
     frame = pd.DataFrame(rows, columns=["method", "seed", "path", "finished", "has_outcomes"])
     return frame.sort_values(["method", "seed"], ignore_index=True)
-
-
-class RecordError(ValueError):
-    """A run record that cannot be trusted; the message names the file (and line)."""
 
 
 def _done_problem(path: Path) -> str | None:

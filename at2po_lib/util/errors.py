@@ -7,3 +7,9 @@ from __future__ import annotations
 
 class ProfileError(ValueError):
     """A profile that does not exist or does not validate."""
+
+
+class RecordError(ValueError):
+    """A run record that cannot be trusted; the message names the file (and line). Raised by
+    :mod:`at2po_lib.reporting.records`; defined here so that every command can report it
+    without importing the reporting stack (the retrieval server's environment has no pandas)."""
