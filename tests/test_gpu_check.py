@@ -142,7 +142,15 @@ def test_carried_wheels_go_into_a_site_packages_folder_first_on_the_path(tmp_pat
     assert summary["env"]["at2po_carried_probe"] == "ok" and summary["failed"] == []
 
 
-def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path):
+@pytest.fixture
+def in_process(monkeypatch):
+    """``main`` points the results folders and CUDA at its own choices for the whole process
+    (it is a script): restored after the test, so no later test reads its scratch folders."""
+    for var in ("AT2PO_RESULTS", "AT2PO_ARTIFACTS", "AT2PO_FIGURES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+
+
+def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path, in_process):
     assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "checks.json").read_text())
     assert [k for k in summary if k not in ("check", "failed")] == ["env", "model", "loss"]
@@ -153,7 +161,7 @@ def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path):
         check.main(["--dry-run", "--only", "loss,bogus"])
 
 
-def test_results_are_written_after_each_sub_check(tmp_path, monkeypatch):
+def test_results_are_written_after_each_sub_check(tmp_path, monkeypatch, in_process):
     """A run stopped by its time limit keeps what it measured: the file holds the finished
     sub-checks while a later one runs."""
     seen = {}
