@@ -15,7 +15,6 @@ continues), then writes its summary ``..._summary.csv``. Every CSV has its ``.me
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_csv_tables, write_meta

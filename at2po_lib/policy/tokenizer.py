@@ -78,7 +78,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000,
         pad ``<|endoftext|>`` and every tag in :data:`TAG_TOKENS` as one token.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     reserved = len(SPECIAL_TOKENS) + len(TAG_TOKENS)
     if vocab_size < 256 + reserved:

@@ -47,7 +47,6 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..method.credit import VALUE_MODES
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary

@@ -298,8 +298,8 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
         cells = [f"{t['measured']} ({t['question'].split('τ = 1 (', 1)[1].split(';', 1)[0]}, "
                  f"{t['question'].split('; ', 1)[1].split('; TinyWorld', 1)[0]}: {t['basis']})"
                  for _, t in truth.iterrows()]
-        text += (f" Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
-                 f"AT2PO's turn advantages for the useful turns differs from GRPO's by "
+        text += (" Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
+                 "AT2PO's turn advantages for the useful turns differs from GRPO's by "
                  + "; ".join(cells) + ".")
     cell = _claim(claims, "entropy_weights_over_child_mean")
     if cell is not None:
@@ -336,12 +336,12 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
                        and np.isfinite(_number(s["published"])))
     text = (f"**What the toy cannot resolve.** The headline interval is ±{half:.1f} EM points "
             f"at seeds {head['seeds']}: a difference smaller than that reads \"cannot tell\" "
-            f"whatever its sign.")
+            "whatever its sign.")
     if published:
         smaller = sum(p < half for p in published)
         text += (f" {smaller} of the paper's {len(published)} ablation steps ("
-                 + ", ".join(f"{p:+.2f}" for p in published) + f") are smaller than that; the "
-                 f"toy's Table 2 rows rest on fewer seeds and are wider still.")
+                 + ", ".join(f"{p:+.2f}" for p in published) + ") are smaller than that; the "
+                 "toy's Table 2 rows rest on fewer seeds and are wider still.")
     return text
 
 

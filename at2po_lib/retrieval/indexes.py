@@ -24,10 +24,9 @@ Command line (:mod:`at2po_lib.cli.index`)::
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
