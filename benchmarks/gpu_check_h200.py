@@ -489,10 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             check.state = "SKIPPED: --dry-run (CPU)"
         else:
             run_check(check, bodies[check.name])
-        write_results(checks, header(), args.out)
-    table = markdown(checks, header())
-    print(table)
-    summary = write_results(checks, header(), args.out)
+        summary = write_results(checks, header(), args.out)  # the last one is the final record
+    print(markdown(checks, header()))
     print(json.dumps(summary, default=str))
     return 1 if summary["failed"] else 0
 
