@@ -7,19 +7,33 @@
 #   ./run_tests.sh -m browser     # the inspector in Chromium (pip install -e '.[browser]')
 #   ./run_tests.sh -m stress      # long repeats of checks the plain run makes a few times
 #   ./run_tests.sh -k reward      # extra arguments go to pytest (a later -m replaces ours)
+#   ./run_tests.sh --engines      # the paper path on vLLM's CPU build and DeepSpeed's CPU accelerator,
+#                                 # in a second environment (scripts/bootstrap_engines.sh, ~5 min once)
 # CI (.ci/run) runs the plain suite, then the marked checks.
 set -euo pipefail
 cd "$(dirname "$0")"
 fast=0
+engines=0
 args=()
 for arg in "$@"; do
-    if [ "$arg" = "--fast" ]; then fast=1; else args+=("$arg"); fi
+    case "$arg" in
+        --fast) fast=1 ;;
+        --engines) engines=1 ;;
+        *) args+=("$arg") ;;
+    esac
 done
 set -- ${args[@]+"${args[@]}"}
+if [ "$engines" = 1 ]; then
+    source scripts/bootstrap_engines.sh
+    # one thread per process (2 vLLM/DeepSpeed processes on 2 cores were 3-5x slower without);
+    # a bounded KV cache (GiB of host memory); DeepSpeed on its CPU accelerator (gloo)
+    export OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 DS_ACCELERATOR=cpu AT2PO_ENGINES=1
+    exec python -m pytest -m engines "$@"
+fi
 source scripts/bootstrap.sh
 # Checks that need the network or a browser, and long repeats of checks the plain run already
 # makes, run by their own command, not in every run.
-marked="not registry and not browser and not stress"
+marked="not registry and not browser and not stress and not engines"
 if [ "$fast" = 1 ]; then
     exec python -m pytest -m "not slow and $marked" "$@"
 fi

@@ -133,6 +133,9 @@ class PolicyConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
+    head_dim: int = 0
+    """Width of one attention head; 0: ``hidden_size // num_attention_heads``. vLLM's CPU
+    attention takes 32, 64, 80, ... only, so the ``engines`` profile sets 32 on smoke's width."""
     intermediate_size: int = 512
     max_position_embeddings: int = 1024
     vocab_size: int = 2000
@@ -140,6 +143,10 @@ class PolicyConfig:
     lora_r: int = 0
     """LoRA rank through peft; 0 trains all weights."""
     lora_alpha: int = 32
+
+    def attention_head_dim(self) -> int:
+        """The head width the tiny Qwen3 is built with (``head_dim``, or its default)."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
 @dataclass

@@ -189,6 +189,7 @@ RULES: dict[str, Rule] = {
     "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
     "policy.hidden_size": WIDTH, "policy.num_hidden_layers": FAN,
     "policy.num_attention_heads": FAN, "policy.num_key_value_heads": FAN,
+    "policy.head_dim": NON_NEGATIVE,
     "policy.intermediate_size": WIDTH, "policy.max_position_embeddings": WIDTH,
     "policy.vocab_size": WIDTH,
     "policy.lora_r": NON_NEGATIVE, "policy.lora_alpha": POSITIVE,

@@ -166,9 +166,8 @@ def architecture_of(profile_cfg: ProfileConfig) -> Architecture:
     Qwen3 the profile builds (``policy.model`` unset)."""
     pol = profile_cfg.policy
     if pol.model is None:
-        d = pol.hidden_size // pol.num_attention_heads
         return Architecture(pol.hidden_size, pol.num_hidden_layers, pol.num_attention_heads,
-                            pol.num_key_value_heads, d, pol.intermediate_size, pol.vocab_size,
+                            pol.num_key_value_heads, pol.attention_head_dim(), pol.intermediate_size, pol.vocab_size,
                             True, qk_norm=True)
     if pol.model in KNOWN_ARCHITECTURES:
         return KNOWN_ARCHITECTURES[pol.model]

@@ -54,10 +54,15 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> d
     raise AssertionError(f"{url} not healthy after {timeout_s} s")
 
 
-def _launch(args: list[str], env: dict, timeout_s: int = 400) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-               "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *args]
+def _launch(args: list[str], env: dict, timeout_s: int = 400,
+            config: Path | None = None) -> subprocess.CompletedProcess:
+    """2 processes: DDP over gloo, or the accelerate ``config`` file's set-up (the engines tier's
+    DeepSpeed ZeRO copies, tests/test_engines_deepspeed.py)."""
+    setup = (["--config_file", str(config)] if config is not None else
+             ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
+              "no", "--dynamo_backend", "no"])
+    command = [sys.executable, "-m", "accelerate.commands.launch", *setup,
+               "--main_process_port", str(_free_port()), *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout_s)
 
@@ -72,18 +77,20 @@ class Rehearsal:
     env: dict
     health: str
     server: subprocess.Popen
+    config: Path | None = None
 
     def launch(self, args: list[str]) -> subprocess.CompletedProcess:
-        return _launch(args, self.env)
+        return _launch(args, self.env, config=self.config)
 
     def served(self) -> dict:
         return _wait_healthy(self.health, self.server)
 
 
 @contextmanager
-def _rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
+def _rehearsal(tmp_path: Path, config: Path | None = None) -> Iterator[Rehearsal]:
     """Files, ``at2po index`` (faiss Flat) and ``at2po serve-retriever`` on 127.0.0.1, up for
-    the body of the ``with``; results under ``tmp_path / "results"``."""
+    the body of the ``with``; results under ``tmp_path / "results"``; launches with the
+    accelerate ``config`` file (None: DDP)."""
     from at2po_lib.cli import rehearsal as rehearsal_cli
     from at2po_lib.rehearsal import RehearsalFiles
 
@@ -104,7 +111,8 @@ def _rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
                                "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        rehearsal = Rehearsal(files, set_args, env, f"http://127.0.0.1:{port}/health", server)
+        rehearsal = Rehearsal(files, set_args, env, f"http://127.0.0.1:{port}/health", server,
+                              config)
         health = rehearsal.served()
         assert (health["method"], health["index_type"], health["passages"]) == ("dense", "Flat", 100)
         yield rehearsal

@@ -47,13 +47,14 @@ _DTYPES = ("float32", "bfloat16", "float16")
 def build_qwen3_config(policy_cfg: PolicyConfig, tokenizer) -> Any:
     """A ``Qwen3Config`` of the profile's size; vocabulary from ``tokenizer``.
 
-    ``head_dim`` is ``hidden_size // num_attention_heads`` (Qwen3Config's default of 128 would
-    make a 128-wide model's attention 4x wider than its residual stream). Embeddings are tied,
+    ``head_dim`` is ``policy.head_dim``, by default ``hidden_size // num_attention_heads``
+    (Qwen3Config's default of 128 would make a 128-wide model's attention 4x wider than its
+    residual stream). Embeddings are tied,
     which roughly halves the parameter count of a model this small.
     """
     from transformers import Qwen3Config
 
-    if policy_cfg.hidden_size % policy_cfg.num_attention_heads:
+    if not policy_cfg.head_dim and policy_cfg.hidden_size % policy_cfg.num_attention_heads:
         raise ValueError(f"policy.hidden_size={policy_cfg.hidden_size} is not divisible by "
                          f"policy.num_attention_heads={policy_cfg.num_attention_heads}")
     if policy_cfg.num_attention_heads % policy_cfg.num_key_value_heads:
@@ -66,7 +67,7 @@ def build_qwen3_config(policy_cfg: PolicyConfig, tokenizer) -> Any:
         num_hidden_layers=policy_cfg.num_hidden_layers,
         num_attention_heads=policy_cfg.num_attention_heads,
         num_key_value_heads=policy_cfg.num_key_value_heads,
-        head_dim=policy_cfg.hidden_size // policy_cfg.num_attention_heads,
+        head_dim=policy_cfg.attention_head_dim(),
         max_position_embeddings=policy_cfg.max_position_embeddings,
         tie_word_embeddings=True,
         bos_token_id=None,

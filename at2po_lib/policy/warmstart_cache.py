@@ -55,6 +55,19 @@ def template_payload(template) -> dict[str, Any]:
             for k, v in asdict(get_template(template)).items()}
 
 
+POLICY_FIELDS_ADDED = {"head_dim": 0}
+"""Policy fields added after warm starts were built and shipped, at the value that builds the
+same model: left out of the key there, so the shipped warm start stays the one found."""
+
+
+def _policy_payload(policy: Any) -> dict[str, Any]:
+    fields = asdict(policy)
+    for name, neutral in POLICY_FIELDS_ADDED.items():
+        if fields.get(name) == neutral:
+            del fields[name]
+    return fields
+
+
 def cache_key(profile_cfg: ProfileConfig) -> str:
     """Hash of everything the warm start depends on: world, retrieval, policy, its prompt
     template's content, SFT, rollout limits used by validation, and :data:`WARMSTART_VERSION`."""
@@ -62,7 +75,7 @@ def cache_key(profile_cfg: ProfileConfig) -> str:
     payload = {
         "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
         "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
-        "policy": asdict(profile_cfg.policy),
+        "policy": _policy_payload(profile_cfg.policy),
         "template": template_payload(profile_cfg.policy.template),
         "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }

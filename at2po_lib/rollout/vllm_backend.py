@@ -75,6 +75,7 @@ from ..policy.tokenizer import load_tokenizer
 from ..util.staging import staging_path, swap_in
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
+from .vllm_cpu import install_shims as install_vllm_shims
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 
 # Imported inside the functions that use them: peft; peft only for a LoRA checkpoint.
@@ -108,15 +109,18 @@ def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kw
     merged first by :func:`engine_weights`, or the hub name when the hub weights are the policy
     being evaluated, as for the ReAct row): started once,
     with the profile's GPU share (``train.vllm_gpu_memory_utilization``: what the colocated
-    engine takes during training) and context length, prefix caching on and log-probs after
+    engine takes during training), dtype (``policy.dtype``) and context length, prefix caching on and log-probs after
     the temperature (as TRL's engine). ``engine_kwargs`` override these.
 
     The EOS ids of the checkpoint's ``generation_config.json`` (Qwen3 has two) are kept on the
     engine as ``at2po_eos_ids`` for the backends that sample from it."""
     from vllm import LLM  # heavy, GPU-only: imported when an engine is started
 
+    install_vllm_shims()  # vLLM's CPU build only
     model_path = engine_weights(model_path)
     kwargs = {"gpu_memory_utilization": profile_cfg.train.vllm_gpu_memory_utilization,
+              # the profile's dtype, not vLLM's "auto" (which runs a float32 checkpoint in bf16)
+              "dtype": profile_cfg.policy.dtype,
               "max_model_len": engine_max_model_len(profile_cfg),
               "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
               "seed": seed, **engine_kwargs}

@@ -147,8 +147,7 @@ class RunSpec:
         with and without the renovation's names (:meth:`legacy_record`)."""
         out = []
         for record in (self.record(), self.legacy_record(), *self.recorded_as_record()):
-            trimmed = _without_added_fields(record)
-            out += [record] + ([trimmed] if trimmed != record else [])
+            out += [record] + [t for t in _without_added_fields(record) if t != record]
         return out
 
     def recorded_as_record(self) -> list[dict[str, Any]]:
@@ -199,16 +198,24 @@ class RunSpec:
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
 
 
-ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean"}
-"""Profile fields added after runs were recorded, with the value that reproduces what those
-runs did: a run recorded without the field is the same run as one with it at that value."""
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
+                                                     ("policy", "head_dim"): 0}
+"""Profile fields added after runs were recorded, oldest first, with the value that reproduces
+what those runs did: a run recorded without the field is the same run as one with it at that
+value."""
 
 
-def _without_added_fields(record: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(record)
-    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
-        if out["profile"].get(section, {}).get(name, neutral) == neutral:
-            out["profile"].get(section, {}).pop(name, None)
+def _without_added_fields(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """``record`` as each earlier code wrote it: without the newest added field, the newest
+    two, ... (a run recorded between two additions holds the older field only); a field is
+    dropped only at its neutral value."""
+    out, trimmed = [], copy.deepcopy(record)
+    for (section, name), neutral in reversed(ADDED_PROFILE_FIELDS.items()):
+        fields = trimmed["profile"].get(section, {})
+        if fields.get(name, neutral) != neutral:
+            break
+        fields.pop(name, None)
+        out.append(copy.deepcopy(trimmed))
     return out
 
 

@@ -78,6 +78,7 @@ from ..analysis.dissection import sibling_spread
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
+from ..rollout.vllm_cpu import install_shims as install_vllm_shims
 from ..util.storage import reported_writes
 from .at2po_config import AT2POConfig
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
@@ -224,6 +225,9 @@ class AT2POTrainer(GRPOTrainer):
         self._rollout_extras: dict[str, Any] | None = None
         self.last_rollout: RolloutBatch | None = None
         self._parent_logp_passes: list[tuple[str, bool]] | None = None
+        if args.use_vllm:
+            # before TRL starts the colocated engine (whose weights it syncs); none on CUDA
+            install_vllm_shims(synced_weights=True)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
             super().__init__(model=model, reward_funcs=[leaf_reward], args=args,

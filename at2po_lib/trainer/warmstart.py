@@ -67,8 +67,8 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,7 @@ from ..policy.warmstart_cache import (cache_key, cached_warmstart, initial_polic
                                       warmstart_record_path, write_record)
 from ..prompts import get_template
 from ..util.hf_compat import checkpointing_kwargs
+from ..util.errors import ProfileError
 from ..util.paths import artifacts_dir
 from ..util.provenance import git_revision
 from ..util.quiet import hf_progress_bars_off
@@ -329,14 +330,19 @@ def choose_checkpoint(table: Sequence[dict], low: float, high: float) -> tuple[d
 
 def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
                       validation: dict[str, list[dict]]) -> Callable[[Any], dict]:
-    """``model -> {"em": multi-hop EM (micro-average), "em_<dataset>": ..., "n": ...}``."""
+    """``model -> {"em": multi-hop EM (micro-average), "em_<dataset>": ..., "n": ...}``.
+
+    Always on the Hugging Face backend, whatever ``rollout.backend`` says: the model scored is
+    the SFT trainer's, in memory, between two of its steps; a vLLM engine would load weights
+    from a folder (and is the RL trainer's, colocated, once the warm start is done)."""
     template = get_template(profile_cfg.policy.template)
+    rollout_cfg = replace(profile_cfg.rollout, backend="hf")
 
     def score(model) -> dict:
         out, hits, total = {}, 0.0, 0
         for name, rows in validation.items():
             trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
-                                          profile_cfg.rollout, profile_cfg.eval.batch_size)
+                                          rollout_cfg, profile_cfg.eval.batch_size)
             em = score_rows(rows, trajectories)["em"]
             out[f"em_{name}"] = float(em.mean())
             hits, total = hits + float(em.sum()), total + len(em)
@@ -535,10 +541,18 @@ def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> P
         cached = cached_warmstart(profile_cfg)
         if cached is not None:
             return cached
+    check_single_process(profile_cfg.name)
     return train_warmstart(profile_cfg)
 
 
-
-
-
-
+def check_single_process(profile: str, environ: Mapping[str, str] = os.environ) -> None:
+    """The warm start trains in one process. Inside a multi-process launch (``WORLD_SIZE`` > 1:
+    accelerate, torchrun, DeepSpeed) every process would train its own copy into the same
+    folder, and under DeepSpeed the SFT trainer asserts on its batch size: refused, with the
+    command that builds it first."""
+    world = environ.get("WORLD_SIZE", "1")
+    if world.isdigit() and int(world) > 1:
+        raise ProfileError(
+            f"profile {profile}: the warm start is not built, and it trains in one process, not "
+            f"inside this launch of {world} processes: build it first with "
+            f"`at2po warmstart --profile {profile}`, then launch again")

@@ -1,0 +1,291 @@
+"""Scenarios of the engines tier (tests/test_engines_vllm.py), each in a fresh process: a vLLM
+engine is a spawned process (or, colocated, owns this one's distributed state), so every
+scenario runs under a ``__main__`` guard and prints one JSON line, ``RESULT {...}``, that the
+test reads.
+
+    python tests/engines_entry.py sync --shims none|kernel_scan|all
+    python tests/engines_entry.py rollout
+    python tests/engines_entry.py colocated
+    accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
+        tests/engines_entry.py zero3-sync
+    python tests/engines_entry.py evaluate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def emit(**result) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ----------------------------------------------------------------------------------- sync
+def scenario_sync(shims: str, work: Path) -> dict:
+    """An engine started in this process (as TRL's colocated one) after bm25s has loaded numba,
+    then TRL's sync loop (``load_weights`` per parameter) with changed weights: the tokens
+    before and after the sync against the HF model's."""
+    import bm25s  # noqa: F401 - the BM25 retriever's import, which loads numba and llvmlite
+    import torch
+
+    from at2po_lib.config import PolicyConfig
+    from at2po_lib.policy.model import build_policy, save_policy
+    from at2po_lib.policy.tokenizer import train_tokenizer
+    from at2po_lib.rollout import vllm_cpu
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as colocated
+    installed = []
+    if shims in ("kernel_scan", "all"):
+        installed.append("kernel_scan" if vllm_cpu.install_kernel_scan_shim() else "-")
+    if shims == "all":
+        installed.append("weight_sync" if vllm_cpu.install_weight_sync_shim() else "-")
+    tok = train_tokenizer(["the capital of avaria is belmont </search>"] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    model = build_policy(PolicyConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=128), tok).eval()
+    save_policy(model, tok, work / "policy")
+    prompts = [tok.encode(text) for text in ("the capital of", "avaria is", "belmont")]
+
+    def hf_greedy() -> list[list[int]]:
+        with torch.no_grad():
+            return [model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False,
+                                   attention_mask=torch.ones(1, len(p), dtype=torch.long)
+                                   )[0, len(p):].tolist() for p in prompts]
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    try:
+        llm = LLM(model=str(work / "policy"), dtype="float32", enforce_eager=True,
+                  gpu_memory_utilization=0.05, max_model_len=256, skip_tokenizer_init=True)
+    except Exception as exc:  # what a user would see: the engine does not start
+        return {"installed": installed, "error": f"{type(exc).__name__}: {exc}", "stage": "start"}
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+
+    def engine_greedy() -> list[list[int]]:
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                            use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    before_hf, before = hf_greedy(), engine_greedy()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(1)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.5)
+    after_hf = hf_greedy()
+    stale = engine_greedy()
+    runner_model = llm.llm_engine.model_executor.driver_worker.model_runner.model
+    try:
+        for name, param in model.named_parameters():  # TRL's colocated sync_weights, verbatim
+            runner_model.load_weights([(name, param.data)])
+        llm.reset_prefix_cache()
+    except Exception as exc:
+        return {"installed": installed, "error": f"{type(exc).__name__}: {exc}", "stage": "sync"}
+    return {"installed": installed, "error": None, "before": before, "before_hf": before_hf,
+            "stale": stale, "after": engine_greedy(), "after_hf": after_hf}
+
+
+# -------------------------------------------------------------------------------- rollout
+def _turns(traj) -> list[dict]:
+    """Each sampled turn's ids, log-probs and action."""
+    return [{"ids": traj.completion_ids[t.start:t.end], "logps": traj.logps[t.start:t.end],
+             "action": str(t.action.kind)} for t in traj.turns]
+
+
+def _trajectory(traj) -> dict:
+    return {"turns": _turns(traj), "finish": traj.finish_reason, "answer": traj.answer,
+            "tool_calls": traj.num_tool_calls, "completion": traj.completion_ids,
+            "mask": traj.sampled_mask}
+
+
+def scenario_rollout(work: Path, questions: int = 12) -> dict:
+    """The tiny profile's shipped warm start (head_dim 32) answers the same test questions
+    greedily on the HF backend and on one vLLM engine (float32, as the profile): every turn."""
+    from dataclasses import replace
+
+    from at2po_lib.config import load_profile
+    from at2po_lib.evaluation import load_eval_rows
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.prompts import get_template
+    from at2po_lib.retrieval.indexes import build_retriever
+    from at2po_lib.rollout.agent import rollout_chains, turn_stops
+    from at2po_lib.rollout.backends import make_backend
+    from at2po_lib.rollout.vllm_backend import build_engine
+    from at2po_lib.trainer.run import policy_path
+
+    cfg = load_profile("tiny")
+    folder = policy_path(cfg)
+    model, tok = load_policy(folder)
+    template = get_template(cfg.policy.template)
+    retriever = build_retriever(cfg)
+    rows = [row for name in ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
+            for row in load_eval_rows(cfg, name, questions // 3)]
+    texts = [row["question"] for row in rows]
+    hf = rollout_chains(model.eval(), tok, template, retriever, texts, cfg.rollout, greedy=True)
+    vllm_cfg = replace(cfg.rollout, backend="vllm")
+    engine = build_engine(folder, cfg, enforce_eager=True, gpu_memory_utilization=0.05)
+    backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
+    vl = rollout_chains(None, tok, template, retriever, texts, vllm_cfg, greedy=True,
+                        backend=backend)
+    return {"hf": [_trajectory(t) for t in hf], "vllm": [_trajectory(t) for t in vl],
+            "head_dim": cfg.policy.attention_head_dim()}
+
+
+# ------------------------------------------------------------------------------ colocated
+def _move_weights(text: str, golden) -> float:
+    """A reward that varies between leaves of any policy (the smoke policy never answers):
+    the parity of the response's length, so every group has a gradient."""
+    return float(len(text) % 2)
+
+
+def _bf16_copy(trainer):
+    """A bf16 copy of the training model (the colocated engine's dtype), its ZeRO-3 shards
+    gathered first (a collective: every rank takes part)."""
+    import contextlib
+
+    import torch
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    gather = contextlib.nullcontext()
+    if trainer.is_deepspeed_enabled:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(model.parameters()))
+    with gather, torch.no_grad():
+        state = {k: v.detach().to(torch.bfloat16).clone() for k, v in model.state_dict().items()}
+    copy = type(model)(model.config).to(torch.bfloat16).eval()
+    copy.load_state_dict(state)
+    return copy
+
+
+def scenario_colocated(work: Path) -> dict:
+    """TRL's colocated engine in the trainer (profile ``engines``; under ``accelerate launch``
+    with a ZeRO config, on every rank): greedy answers of the engine and of the HF model before
+    training, after one rollout step (the engine not yet synced: stale), and after the sync."""
+    import torch
+
+    from at2po_lib.config import load_profile
+    from at2po_lib.evaluation import load_eval_rows
+    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.trainer import run_folder
+    from at2po_lib.trainer.run import build_trainer
+
+    cfg = load_profile("engines", {"train": {"learning_rate": 5e-2, "eval_every": 0,
+                                             "max_steps": 1, "final_eval": False}})
+    rank = int(os.environ.get("RANK", "0"))
+    run = run_folder.RunDir(work / f"run{rank}")
+    trainer = build_trainer(cfg, "grpo", 0, run, reward_fn=_move_weights)
+    tok = trainer.processing_class
+    template = get_template(cfg.policy.template)
+    rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
+    prompts = [prompt_ids(tok, build_messages(template, row["question"])) for row in rows]
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+
+    def engine_greedy() -> list[list[int]]:
+        with trainer.policy_for_generation() as engine:
+            outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    def hf_greedy() -> list[list[int]]:
+        copy = _bf16_copy(trainer)
+        with torch.no_grad():
+            return [copy.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False,
+                                  attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                  pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
+                    for p in prompts]
+
+    before, before_hf = engine_greedy(), hf_greedy()
+    trainer.train()
+    stale, after_hf = engine_greedy(), hf_greedy()
+    with trainer.policy_for_generation(sync=True):
+        pass
+    after = engine_greedy()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
+    full = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    ds_config = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return {"before": before, "before_hf": before_hf, "stale": stale, "after": after,
+            "after_hf": after_hf, "global_step": trainer.state.global_step,
+            "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
+            "world_size": trainer.accelerator.num_processes, "rank": rank,
+            "zero_stage": ds_config.zero_stage if ds_config is not None else None,
+            "local_numel": local, "full_numel": full}
+
+
+# ------------------------------------------------------------------------------- evaluate
+def scenario_evaluate(work: Path) -> dict:
+    """``at2po evaluate`` on the engines profile (a vLLM engine from the checkpoint, the
+    sampled metric on it) and the ReAct row (the warm start evaluated through an engine), with
+    every engine start counted."""
+    import at2po_lib.evaluation as evaluation
+    from at2po_lib.cli import evaluate as evaluate_cli
+    from at2po_lib.cli import train as train_cli
+    from at2po_lib.config import load_profile
+    from at2po_lib.trainer.run import policy_path
+
+    starts: list[str] = []
+    real = evaluation.build_engine
+
+    def counted(path, profile_cfg, *args, **kwargs):
+        starts.append(str(path))
+        return real(path, profile_cfg, *args, **kwargs)
+
+    evaluation.build_engine = counted
+    cfg = load_profile("engines")
+    checkpoint = policy_path(cfg)
+    out = work / "eval.csv"
+    code = evaluate_cli.main(["--profile", "engines", "--checkpoint", checkpoint, "--out", str(out),
+                              "--set", "eval.sampled_k=2"])
+    evaluate_starts = list(starts)
+    react = train_cli.main(["--profile", "engines", "--method", "react", "--seed", "0"])
+    import pandas as pd
+
+    frame = pd.read_csv(out) if out.is_file() else None
+    return {"evaluate_code": code, "react_code": react, "evaluate_starts": evaluate_starts,
+            "react_starts": starts[len(evaluate_starts):], "checkpoint": str(checkpoint),
+            "columns": list(frame.columns) if frame is not None else [],
+            "sampled_em": (frame["sampled_em"].dropna().tolist()
+                           if frame is not None and "sampled_em" in frame else [])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["sync", "rollout", "colocated", "zero3-sync",
+                                             "evaluate"])
+    parser.add_argument("--shims", default="all", choices=["none", "kernel_scan", "all"])
+    parser.add_argument("--work", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.scenario == "sync":
+            result = scenario_sync(args.shims, args.work)
+        elif args.scenario == "rollout":
+            result = scenario_rollout(args.work)
+        elif args.scenario in ("colocated", "zero3-sync"):  # zero3-sync: under a ZeRO-3 launch
+            result = scenario_colocated(args.work)
+        elif args.scenario == "evaluate":
+            result = scenario_evaluate(args.work)
+        else:
+            raise SystemExit(f"unknown scenario {args.scenario}")
+    except Exception:
+        traceback.print_exc()
+        return 1
+    emit(**result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The engines tier, DeepSpeed: ZeRO-2 and ZeRO-3 with 2 processes on DeepSpeed's CPU accelerator
+(``DS_ACCELERATOR=cpu``, gloo), for real: the rehearsal profile's paper path (the HTTP retrieval
+server, dense faiss Flat index, 8 updates a step) trains one rollout step, checkpoints, is killed
+after its last checkpoint and resumes to exactly the uninterrupted run; under ZeRO-3 the weights
+gathered from both shards are synced into each rank's colocated vLLM engine.
+
+Runs in the engines environment only: ``./run_tests.sh --engines`` (docs/setup.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from at2po_lib.trainer import run_folder
+from test_rehearsal import ROOT, _free_port, _rehearsal, _resume_command, _without_wall_time
+
+pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
+
+try:
+    import deepspeed  # noqa: F401 - is DeepSpeed here?
+    HAVE_DEEPSPEED = True
+except Exception:  # ImportError, or an accelerator probe failing at import
+    HAVE_DEEPSPEED = False
+
+if not HAVE_DEEPSPEED:
+    if os.environ.get("AT2PO_ENGINES") == "1":
+        raise RuntimeError("the engines tier runs without DeepSpeed: scripts/bootstrap_engines.sh "
+                           "did not install it")
+    pytest.skip("DeepSpeed is not installed: the engines tier runs with ./run_tests.sh --engines",
+                allow_module_level=True)
+
+ACCELERATE = ROOT / "configs" / "accelerate"
+ENTRY = str(ROOT / "tests" / "rehearsal_entry.py")
+
+
+@pytest.fixture(autouse=True)
+def deepspeed_on_cpu(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+
+
+def _shard_files(checkpoint: Path) -> list[str]:
+    """DeepSpeed's per-rank files of a checkpoint (``global_step*/…rank…``)."""
+    return sorted(p.name for p in checkpoint.glob("global_step*/*rank*"))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(tmp_path,
+                                                                                   stage):
+    """ZeRO-``stage``, 2 processes: one rollout step (8 updates), its checkpoint holding both
+    ranks' shards; killed after that last checkpoint and resumed (``at2po train --resume``), the
+    run trains nothing more, and its metrics, per-rank weights and every question's outcome
+    equal the uninterrupted launch's."""
+    config = ACCELERATE / f"zero{stage}_cpu_2proc.yaml"
+    one_step = ("--set", "train.max_steps=1")
+    run = run_folder.RunDir(tmp_path / "results" / "runs" / "rehearsal" / "at2po" / "seed0")
+    straight = run_folder.RunDir(tmp_path / "uninterrupted")
+    with _rehearsal(tmp_path, config) as rehearsal:
+        whole = rehearsal.launch([ENTRY, "--crash", "none", *rehearsal.set_args, *one_step])
+        assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-5000:]
+        shutil.move(run.root, straight.root)
+        killed = rehearsal.launch([ENTRY, "--crash", "end", *rehearsal.set_args, *one_step])
+        assert killed.returncode != 0 and "crash after the last checkpoint (global step 8)" \
+            in killed.stdout, killed.stdout[-3000:] + killed.stderr[-5000:]
+        resumed = rehearsal.launch(_resume_command(rehearsal, *one_step))
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
+    assert "resumed:" in resumed.stdout
+
+    done, meta = json.loads(run.done.read_text()), json.loads(run.meta.read_text())
+    assert (done["status"], done["world_size"], meta["world_size"]) == ("resumed", 2, 2)
+    shards = _shard_files(straight.checkpoints / "checkpoint-8")
+    assert any("zero_pp_rank_0" in n for n in shards) and any("zero_pp_rank_1" in n for n in shards)
+    assert sorted(p.name for p in run.checkpoints.glob("checkpoint-*")) == ["checkpoint-8"]
+    for r in (0, 1):
+        got = run_folder.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl")
+        want = run_folder.read_jsonl(straight.root / "ranks" / f"rank{r}.jsonl")
+        assert [row["weights_sha256"] for row in got] == [row["weights_sha256"] for row in want]
+    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == \
+        [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
+    assert run_folder.read_jsonl(run.metrics)[0]["grad_norm"] > 0
+    assert run.outcomes.read_text() == straight.outcomes.read_text()
+
+
+def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path):
+    """ZeRO-3 with colocated vLLM, 2 processes (profile ``engines``): each rank holds half of
+    the parameters; after one rollout step, TRL's sync gathers them into each rank's engine, whose
+    greedy answers then equal those of the gathered model (a bf16 copy, the engine's dtype),
+    where before the sync they were still the initial weights' (stale)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"), "AT2PO_RESULTS": str(tmp_path / "results"),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+    # the warm start is built in one process first: inside a launch it is refused
+    warm = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "warmstart", "--profile",
+                           "engines"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr[-4000:]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ACCELERATE / "zero3_cpu_2proc.yaml"), "--main_process_port", str(_free_port()),
+               str(ROOT / "tests" / "engines_entry.py"), "zero3-sync", "--work", str(tmp_path / "z3")]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    lines = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
+             if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-4000:] + proc.stderr[-6000:]
+    for result in lines:
+        assert result["world_size"] == 2 and result["zero_stage"] == 3
+        assert result["local_numel"] < result["full_numel"]      # this rank holds a shard only
+        assert result["before"] == result["before_hf"]
+        assert result["stale"] == result["before"]
+        changed = [i for i, (a, b) in enumerate(zip(result["before_hf"], result["after_hf"]))
+                   if a != b]
+        assert changed, "the update changed no greedy answer"
+        assert result["after"] == result["after_hf"]
+    assert lines[0]["after_hf"] == lines[1]["after_hf"]           # both ranks: the same model

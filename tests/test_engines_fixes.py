@@ -1,0 +1,123 @@
+"""What the engines tier found, checked where it can be without the engines (issue #46): the
+warm start validated on the HF backend whatever the rollout backend, refused inside a
+multi-process launch, ``policy.head_dim`` for vLLM's CPU attention without moving any recorded
+run, and the kernel-scan shim's module filter. The engines themselves: tests/test_engines_*.py
+(``./run_tests.sh --engines``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import types
+
+import pytest
+
+from at2po_lib.config import load_profile
+from at2po_lib.policy.model import build_qwen3_config
+from at2po_lib.policy.tokenizer import train_tokenizer
+from at2po_lib.rollout import vllm_cpu
+from at2po_lib.trainer import run_folder, warmstart
+from at2po_lib.trainer.resolve import resolve_run
+from at2po_lib.util.errors import ProfileError
+from at2po_lib.util.paths import results_dir
+
+
+def test_the_warm_start_is_validated_on_the_hf_backend_whatever_the_profile_says(monkeypatch):
+    """The SFT trainer's model is scored between its steps: on ``rollout.backend: vllm`` the
+    validation handed that model to the vLLM backend (TypeError at the first check)."""
+    seen = []
+
+    def greedy_answers(model, tokenizer, template, retriever, rows, rollout_cfg, batch_size):
+        seen.append(rollout_cfg.backend)
+        return [types.SimpleNamespace(answer=None, num_turns=1, num_tool_calls=0,
+                                      finish_reason="stop") for _ in rows]
+
+    monkeypatch.setattr(warmstart, "greedy_answers", greedy_answers)
+    cfg = load_profile("engines")
+    assert cfg.rollout.backend == "vllm"
+    rows = [{"question": "q", "golden_answers": ["a"]}]
+    scores = warmstart.validation_scorer(cfg, None, None, {"tiny_hotpotqa": rows})(object())
+    assert seen == ["hf"] and scores["n"] == 1
+    assert cfg.rollout.backend == "vllm"  # the profile itself is not changed
+
+
+@pytest.mark.parametrize("world, refused", [("2", True), ("8", True), ("1", False), ("", False)])
+def test_the_warm_start_is_not_trained_inside_a_multi_process_launch(world, refused):
+    environ = {"WORLD_SIZE": world} if world else {}
+    if refused:
+        with pytest.raises(ProfileError, match="at2po warmstart --profile engines"):
+            warmstart.check_single_process("engines", environ)
+    else:
+        warmstart.check_single_process("engines", environ)
+
+
+def test_head_dim_defaults_to_hidden_over_heads_and_can_be_set_apart():
+    tok = train_tokenizer(["a b c"] * 5, vocab_size=300)
+    smoke, engines = load_profile("smoke"), load_profile("engines")
+    assert smoke.policy.head_dim == 0 and smoke.policy.attention_head_dim() == 16
+    assert build_qwen3_config(smoke.policy, tok).head_dim == 16
+    assert engines.policy.attention_head_dim() == 32  # vLLM's CPU attention: 32, 64, 80, ...
+    config = build_qwen3_config(engines.policy, tok)
+    assert (config.head_dim, config.hidden_size, config.num_attention_heads) == (32, 32, 2)
+
+
+def test_a_record_written_between_two_field_additions_is_recognised():
+    """``rollout.turn_entropy`` then ``policy.head_dim`` were added: a run recorded with the
+    first and without the second, and one recorded before both, are both the same run as now;
+    with head_dim set, neither is."""
+    spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
+    between = copy.deepcopy(spec.record())
+    del between["profile"]["policy"]["head_dim"]
+    before = copy.deepcopy(between)
+    del before["profile"]["rollout"]["turn_entropy"]
+    earlier = spec.earlier_records()
+    assert between in earlier and before in earlier
+    other = resolve_run(load_profile("smoke", {"policy": {"head_dim": 32}}), "at2po", 0,
+                        world_size=1).earlier_records()
+    assert between not in other and before not in other
+
+
+def test_every_committed_tiny_run_is_still_recognised_by_its_config_hash():
+    """A profile field added without its neutral value in the records would make
+    ``./run_all.sh`` retrain the study (hours): every committed run's DONE hash must be among
+    the hashes the code gives its configuration now."""
+    dones = sorted(results_dir("runs", "tiny").glob("*/seed*/DONE.json"))
+    if not dones:
+        pytest.skip("no committed tiny runs")
+    tiny = load_profile("tiny")
+    for done in dones:
+        method, seed = done.parent.parent.name, int(done.parent.name.removeprefix("seed"))
+        hashes = {run_folder.config_hash(r)
+                  for r in resolve_run(tiny, method, seed, world_size=1).earlier_records()}
+        assert json.loads(done.read_text())["config_hash"] in hashes, done
+
+
+class _AnswersAnything:
+    """llvmlite's ``ffi.lib``: any attribute, ``__dict__`` included, is a function wrapper."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        return lambda *a: None
+
+
+def test_the_kernel_scan_filter_finds_and_hides_only_unreadable_modules(monkeypatch):
+    odd = types.ModuleType("at2po_odd_module")
+    odd.lib = _AnswersAnything()
+    plain = types.ModuleType("at2po_plain_module")
+    plain.value, plain.cls = object(), int
+    monkeypatch.setitem(sys.modules, "at2po_odd_module", odd)
+    monkeypatch.setitem(sys.modules, "at2po_plain_module", plain)
+    found = vllm_cpu.modules_vllm_cannot_scan({"odd": odd, "plain": plain})
+    assert found == ["odd"]
+    with vllm_cpu.modules_hidden(["at2po_odd_module"]):
+        assert "at2po_odd_module" not in sys.modules and "at2po_plain_module" in sys.modules
+    assert sys.modules["at2po_odd_module"] is odd
+
+
+def test_no_shim_is_installed_without_vllms_cpu_platform(monkeypatch):
+    """A vLLM without ``vllm.platforms`` (the stand-in; and the CUDA build answers is_cpu()
+    False): nothing patched."""
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    assert vllm_cpu.install_shims(synced_weights=True) == []
