@@ -58,6 +58,19 @@ which :func:`at2po_lib.trainer.resolve.build_training_args` guarantees.
 
 Reproducibility: every rollout step seeds its sampler from ``(args.seed, step, process)``, so a
 run resumed from a checkpoint samples exactly what the uninterrupted run sampled.
+
+Private methods it overrides (``trl==1.16.0``, ``transformers`` 5.17-5.24), each with the call
+order it relies on tested in ``tests/test_trl_overrides.py``:
+
+- ``GRPOTrainer._generate_and_score_completions``: calls ``rollout_func`` (:meth:`_rollout`)
+  from inside, once per generation batch;
+- ``GRPOTrainer._get_per_token_logps_and_entropies``: during that scoring, one no-grad pass per
+  planned log-prob set, old (the policy) before reference (the reference model), as
+  :meth:`_parent_scoring_passes` queues them;
+- ``GRPOTrainer._compute_loss``: once per micro-batch, after the scoring;
+- ``Trainer._run_epoch`` (stops a resumed run at ``max_steps``) and ``Trainer._save_checkpoint``
+  (reports a full disk with its folder): the first wraps the step, the second follows its
+  last update.
 """
 
 from __future__ import annotations
