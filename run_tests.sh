@@ -28,7 +28,7 @@ if [ "$engines" = 1 ]; then
     # one thread per process (2 vLLM/DeepSpeed processes on 2 cores were 3-5x slower without);
     # a bounded KV cache (GiB of host memory); DeepSpeed on its CPU accelerator (gloo)
     export OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 DS_ACCELERATOR=cpu AT2PO_ENGINES=1
-    exec python -m pytest -m engines "$@"
+    exec python -m pytest -m engines tests/test_engines_vllm.py tests/test_engines_deepspeed.py "$@"
 fi
 source scripts/bootstrap.sh
 # Checks that need the network or a browser, and long repeats of checks the plain run already
