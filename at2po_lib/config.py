@@ -464,6 +464,12 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
             setattr(obj, key, check_type(value, hints[key], f"{where}.{key}"))
 
 
+def apply_overrides(cfg: "ProfileConfig", values: dict[str, Any], where: str = "record") -> None:
+    """Set ``values`` (nested sections, as a profile file holds them) on ``cfg`` in place, each
+    type-checked; an unknown key is a :class:`ProfileError` naming ``where``."""
+    _apply(cfg, values, where)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = load_yaml_text(read_yaml_text(path), str(path)) or {}

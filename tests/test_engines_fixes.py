@@ -6,8 +6,6 @@ run, and the kernel-scan shim's module filter. The engines themselves: tests/tes
 
 from __future__ import annotations
 
-import copy
-import json
 import sys
 import types
 
@@ -18,6 +16,7 @@ from at2po_lib.policy.model import build_qwen3_config
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout import vllm_cpu
 from at2po_lib.trainer import run_folder, warmstart
+from at2po_lib.trainer.identity import recorded_identity, run_identity, same_finished_run
 from at2po_lib.trainer.resolve import resolve_run
 from at2po_lib.util.errors import ProfileError
 from at2po_lib.util.paths import results_dir
@@ -62,35 +61,45 @@ def test_head_dim_defaults_to_hidden_over_heads_and_can_be_set_apart():
     assert (config.head_dim, config.hidden_size, config.num_attention_heads) == (32, 32, 2)
 
 
-def test_a_record_written_between_two_field_additions_is_recognised():
-    """``rollout.turn_entropy`` then ``policy.head_dim`` were added: a run recorded with the
-    first and without the second, and one recorded before both, are both the same run as now;
-    with head_dim set, neither is."""
+def test_a_run_recorded_before_head_dim_existed_is_the_same_run_at_its_default():
+    """``policy.head_dim`` was added after the study was recorded: a record in the earlier
+    format without it (and without the older ``rollout.turn_entropy``) is the run of the same
+    settings at head_dim 0; with head_dim set, it is another run."""
+    from test_run_identity import profile_format
+
     spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
-    between = copy.deepcopy(spec.record())
-    del between["profile"]["policy"]["head_dim"]
-    before = copy.deepcopy(between)
-    del before["profile"]["rollout"]["turn_entropy"]
-    earlier = spec.earlier_records()
-    assert between in earlier and before in earlier
+    old = profile_format(spec)
+    del old["profile"]["policy"]["head_dim"]
+    assert run_identity(old) == spec.identity()
+    del old["profile"]["rollout"]["turn_entropy"]
+    assert run_identity(old) == spec.identity()
     other = resolve_run(load_profile("smoke", {"policy": {"head_dim": 32}}), "at2po", 0,
-                        world_size=1).earlier_records()
-    assert between not in other and before not in other
+                        world_size=1)
+    assert run_identity(old) != other.identity()
 
 
-def test_every_committed_tiny_run_is_still_recognised_by_its_config_hash():
-    """A profile field added without its neutral value in the records would make
-    ``./run_all.sh`` retrain the study (hours): every committed run's DONE hash must be among
-    the hashes the code gives its configuration now."""
+def test_every_committed_tiny_run_is_still_read_as_its_configuration():
+    """A profile field added without its neutral value for the earlier records would make every
+    committed run another configuration (and ``./run_all.sh`` show them as stale): each
+    committed run's recorded settings equal the settings the code gives its method and seed
+    now, the rollout section aside, which differs by design for the presets that take the
+    expansion from the profile (Table 2 step 3 and Table 3's cells ran the exact-entropy
+    settings the profile held then, issue #49); every other run is the finished run."""
     dones = sorted(results_dir("runs", "tiny").glob("*/seed*/DONE.json"))
     if not dones:
         pytest.skip("no committed tiny runs")
-    tiny = load_profile("tiny")
+    tiny, finished = load_profile("tiny"), 0
     for done in dones:
         method, seed = done.parent.parent.name, int(done.parent.name.removeprefix("seed"))
-        hashes = {run_folder.config_hash(r)
-                  for r in resolve_run(tiny, method, seed, world_size=1).earlier_records()}
-        assert json.loads(done.read_text())["config_hash"] in hashes, done
+        spec = resolve_run(tiny, method, seed, world_size=1)
+        recorded, current = recorded_identity(done.parent / "config.yaml"), spec.identity()
+        assert recorded is not None, done
+        for identity in (recorded, current):
+            identity["settings"].pop("rollout")
+        assert recorded == current, done
+        digest = run_folder.config_hash(spec.record())
+        finished += same_finished_run(run_folder.RunDir(done.parent), digest, spec.identity())
+    assert finished >= len(dones) - 24  # 24: the 8 cells x 3 seeds of the exact-entropy variant
 
 
 class _AnswersAnything:

@@ -13,16 +13,19 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
+from at2po_lib.config import load_profile  # noqa: E402
 from at2po_lib.reporting import labels, readme, records, report, table1, table2  # noqa: E402
+from at2po_lib.trainer.resolve import resolve_run  # noqa: E402
 
 DATASETS = ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
 N_QUESTIONS = 12
 
 
 def write_run(root, method: str, seed: int, em: np.ndarray, turns: int = 3,
-              outcomes: bool = True) -> None:
-    """A finished run folder: outcomes, final_eval, metrics, eval, DONE."""
+              outcomes: bool = True):
+    """A finished run folder (returned): outcomes, final_eval, metrics, eval, DONE."""
     run = root / "runs" / "smoke" / method / f"seed{seed}"
     run.mkdir(parents=True)
     rows = [{"dataset": d, "group": "singlehop" if d == "tiny_nq" else "multihop",
@@ -44,6 +47,7 @@ def write_run(root, method: str, seed: int, em: np.ndarray, turns: int = 3,
             fh.write(json.dumps({"step": step, "dataset": "tiny_hotpotqa",
                                  "em": float(em[0].mean())}) + "\n")
     (run / "DONE.json").write_text("{}")
+    return run
 
 
 @pytest.fixture()
@@ -112,18 +116,41 @@ def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):
     assert display.loc[("GRPO", "ours"), "Multi-hop avg"] == "100.0"
 
 
-def test_table2_without_runs_shows_published_only(results):
+def record_settings(run, method: str, rollout: dict) -> None:
+    """A ``config.yaml`` in ``run`` as the trainer writes it, for ``method`` on smoke with
+    ``rollout`` settings over the profile's."""
+    spec = resolve_run(load_profile("smoke", {"rollout": rollout}), method, 0, world_size=1)
+    (run / "config.yaml").write_text(yaml.safe_dump(spec.record()))
+
+
+EXACT = {"entropy_estimate": "exact", "tree_alpha": 0.001}
+
+
+def test_table2_steps_and_step4_the_at2po_of_step3s_settings(results):
     tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
     assert list(display["published avg"]) == ["45.42", "47.75", "48.33", "48.81"]
-    # step 4 is the AT2PO preset with the profile's expansion settings (steps 1-3 take them
-    # from the profile): at2po_exact on smoke/tiny, so the authors' at2po runs do not fill it
-    assert labels.profile_at2po("smoke") == "at2po_exact"
-    assert display.loc[4, "toy avg [95% CI]"] == "–"
     assert display.loc[1, "toy avg [95% CI]"] == "–"
+    # step 4 is the AT2PO preset with the expansion settings step 3 recorded; without step 3's
+    # records, the profile's: the fixture's at2po runs
+    assert labels.profile_at2po("smoke") == "at2po"
+    assert display.loc[4, "toy avg [95% CI]"] != "–"
+    assert tidy.loc[tidy["step"] == 4, "method"].item() == "at2po"
+    # step 3 recorded with the exact-entropy variant's settings: step 4 is the variant
+    step3 = write_run(results, "ablation_entropy_tree", 0, np.ones((len(DATASETS), N_QUESTIONS)))
+    record_settings(step3, "ablation_entropy_tree", EXACT)
+    assert labels.profile_at2po("smoke") == "at2po_exact"
+    assert labels.profile_at2po("smoke", labels.TABLE3_CELLS) == "at2po"  # no cells recorded
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    assert display.loc[4, "toy avg [95% CI]"] == "–"  # no at2po_exact runs yet
     write_run(results, "at2po_exact", 0, np.ones((len(DATASETS), N_QUESTIONS)))
     tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
     assert display.loc[4, "toy avg [95% CI]"] != "–"
     assert tidy.loc[tidy["step"] == 4, "method"].item() == "at2po_exact"
+    sentence = labels.table_configurations("smoke")
+    assert ("Table 1's AT2PO row and Table 3's default cell are `at2po` (sampled-token NLL, "
+            "α = 0.05: the profile's settings; 2 seeds)") in sentence
+    assert ("Table 2's step 4 (= AT2PO) is `at2po_exact` (exact entropy, α = 0.001: the "
+            "settings it fixes over the profile's; 1 seed)") in sentence
 
 
 @pytest.mark.slow
@@ -171,16 +198,18 @@ def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
 
 
 def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
-    """The default cell is the AT2PO preset whose expansion settings the grid's cells share
-    (at2po_exact on smoke/tiny): the fixture's at2po runs are copied under that name."""
+    """The default cell is the AT2PO preset whose expansion settings the grid's cells recorded
+    (at2po_exact on tiny until the study re-runs them): here a cell recorded with the variant's
+    settings, and the fixture's at2po runs copied under the variant's name."""
     from at2po_lib.reporting import table3
 
     rng = np.random.default_rng(3)
     at2po = results / "runs" / "smoke" / "at2po"
     shutil.copytree(at2po, at2po.with_name("at2po_exact"))
     shutil.rmtree(at2po)
-    write_run(results, "credit_child_mean_diff_parent", 0,
-              (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float))
+    cell = write_run(results, "credit_child_mean_diff_parent", 0,
+                     (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float))
+    record_settings(cell, "credit_child_mean_diff_parent", EXACT)
     outcomes = records.load_outcomes("smoke")
     tidy, display = table3.table3("smoke", outcomes, n_resamples=100)
     assert set(tidy["method"]) == {"at2po_exact", "credit_child_mean_diff_parent"}

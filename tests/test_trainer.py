@@ -344,7 +344,9 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
     assert study.main(["--profile", "smoke", "--table", "1", "--seeds", "0", "--methods",
                        "react", "--set", "eval.max_questions=2", "--force"]) == 0
     run = run_folder.run_dir("smoke", "react", 0)
-    assert yaml.safe_load(run.config.read_text())["profile"]["eval"]["max_questions"] == 2
+    record = yaml.safe_load(run.config.read_text())
+    assert record["settings"]["eval"]["max_questions"] == 2
+    assert record["sources"]["set"] == {"eval.max_questions": 2}
     outcomes = read_outcomes(run.outcomes)
     assert outcomes.groupby("dataset").size().eq(2).all()
     table = pd.read_csv(outputs / "smoke" / "tables" / "table1.csv")

@@ -48,16 +48,17 @@ how nodes are picked; the ``tree_grpo`` row keeps Tree-GRPO's own expansion. Tab
 (``credit_entropy_softmax_node_value``
 is AT2PO itself).
 
-Expansion settings. The ``at2po`` preset fixes the two settings of its expansion that the
-authors' code fixes (:data:`AUTHORS_EXPANSION`): a turn's entropy is the mean NLL of its sampled
-tokens (their rollout: ``node.entropy = -sum(logprobs) / len(logprobs)``) and the sibling
-penalty is α = 0.05 (hard-coded there), whatever the profile's ``rollout`` section says. The
-other entropy-tree presets (Table 2 step 3, Table 3's cells) take them from the profile. A
+Expansion settings. Every entropy-tree preset takes the two settings of its expansion from the
+profile's ``rollout`` section, whose defaults are the authors' code's (``at2po_lib/config.py``:
+a turn's entropy is the mean NLL of its sampled tokens, their rollout's ``node.entropy =
+-sum(logprobs) / len(logprobs)``, and the sibling penalty α = 0.05, hard-coded there). A
 *variant* is a preset that differs from a paper row in named settings and carries its own name:
 
 ==================  ===========================================================================
-``at2po_exact``     AT2PO with the exact entropy and α = 0.001 (the ``tiny`` profile's settings
-                    before issue #35; its 21 study runs were recorded as ``at2po``)
+``at2po_exact``     AT2PO with the exact entropy and α = 0.001 (:data:`EXACT_EXPANSION`, the
+                    ``rollout`` settings it fixes over the profile's; its 21 study runs were
+                    trained as ``at2po`` when the ``tiny`` profile held these values, before
+                    issue #49)
 ``grpo_tree_budget``  GRPO with as many chains per prompt as AT2PO's tree has leaves (M + L·K):
                     does the tree beat simply sampling as many chains?
 ==================  ===========================================================================
@@ -98,12 +99,10 @@ _TURN_LOSS = {"loss_level": "turn", "epsilon": EPS_LOW, "epsilon_high": EPS_HIGH
               "loss_aggregation": "seq-mean-token-mean"}
 _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 
-AUTHORS_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "sampled_nll", "tree_alpha": 0.05}
-"""The expansion settings the authors' code fixes (turn entropy = mean sampled-token NLL,
-sibling penalty α = 0.05); the ``at2po`` preset fixes them too."""
 EXACT_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "exact", "tree_alpha": 0.001}
-"""The ``tiny`` profile's expansion settings (exact entropy, α = 0.001), chosen from
-measurements of an earlier, near-deterministic regime: the ``at2po_exact`` variant."""
+"""What the ``at2po_exact`` variant changes: the exact entropy and α = 0.001 (the ``tiny``
+profile's settings before issue #49, chosen from measurements of an earlier, near-deterministic
+regime). AT2PO itself takes the profile's, the authors' (sampled-token NLL, α = 0.05)."""
 TREE_LEAVES = "M+L*K"
 """A ``rollout.chains`` value of a preset: as many chains as the profile's tree has leaves."""
 
@@ -125,13 +124,15 @@ class Method:
     trains: bool = True
     """False for ``react``: the warm-start policy is evaluated as is."""
     rollout: Mapping[str, Any] = field(default_factory=dict)
-    """``rollout`` settings this method fixes over the profile's (e.g. the authors' entropy
-    estimate and α for ``at2po``; ``chains``: :data:`TREE_LEAVES` for the tree's leaf count).
-    A ``--set rollout.<key>`` of a fixed key is refused, naming the method."""
+    """``rollout`` settings this method fixes over the profile's: what a variant changes
+    (``at2po_exact``: the exact entropy and α = 0.001; ``chains``: :data:`TREE_LEAVES` for the
+    tree's leaf count). A ``--set rollout.<key>`` of a fixed key is refused, naming the method."""
     recorded_as: str | None = None
     """A variant whose runs were recorded under another preset's name (``at2po_exact``: its
-    study runs were trained as ``at2po`` when the profile held its settings): a run recorded
-    as that preset, with this preset's rollout settings in the profile, is the same run."""
+    study runs were trained as ``at2po`` when the profile held its settings). Which recorded
+    run is which configuration is decided by the settings the run records
+    (:func:`at2po_lib.trainer.resolve.run_identity`); this name only lets the records' checks
+    accept the method a folder's ``config.yaml`` names."""
 
 
 def _method(name: str, summary: str, table: str, expansion: str, *,
@@ -170,16 +171,16 @@ _TABLE1 = [
             loss_level="token", **_TOKEN_MEAN,
             loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.0,
             **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("at2po", "entropy tree (sampled-token NLL, alpha 0.05: the authors' code), turn-wise "
-            "credit (entropy_softmax/node_value), turn loss", "Table 1", "entropy",
-            rollout=AUTHORS_EXPANSION, credit_value="entropy_softmax",
+    _method("at2po", "entropy tree (the profile's expansion settings: sampled-token NLL, alpha "
+            "0.05 by default, the authors' code), turn-wise credit (entropy_softmax/node_value), "
+            "turn loss", "Table 1", "entropy", credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
 ]
 
 _VARIANTS = [
-    _method("at2po_exact", "AT2PO with the exact entropy and alpha 0.001 (the tiny profile's "
-            "earlier settings)", "variant", "entropy", rollout=EXACT_EXPANSION,
-            recorded_as="at2po", credit_value="entropy_softmax",
+    _method("at2po_exact", "AT2PO with the exact entropy and alpha 0.001 instead of the "
+            "profile's (the tiny profile's settings before issue #49)", "variant", "entropy",
+            rollout=EXACT_EXPANSION, recorded_as="at2po", credit_value="entropy_softmax",
             credit_advantage="node_value", **_TURN_LOSS),
     _method("grpo_tree_budget", "GRPO with as many chains as AT2PO's tree has leaves (M + L*K)",
             "variant", "chain", rollout={"chains": TREE_LEAVES},
@@ -228,13 +229,14 @@ TABLE1_REPORTED = (*TABLE1_METHODS, *VARIANT_METHODS)
 """Table 1's rows as the reports show them: the paper's, then the variants."""
 
 
-def matching_at2po(rollout: Any) -> str:
-    """The AT2PO preset whose fixed expansion settings are ``rollout``'s (a profile's
-    ``rollout`` section): Table 2's step 3 and Table 3's cells take those settings from the
-    profile, so their step 4 / AT2PO cell is this preset (``at2po_exact`` on ``tiny``)."""
-    for name in ("at2po", "at2po_exact"):
-        if all(getattr(rollout, key) == value for key, value in METHODS[name].rollout.items()):
-            return name
+def matching_at2po(rollout: Mapping[str, Any]) -> str:
+    """The AT2PO preset that grows its trees with ``rollout``'s expansion settings (a mapping
+    with ``entropy_estimate`` and ``tree_alpha``, e.g. what a Table 2 step 3 or Table 3 run
+    recorded): ``at2po_exact`` for :data:`EXACT_EXPANSION`, else ``at2po`` (which takes them
+    from the profile). Table 2's step 4 and Table 3's default cell are that preset's runs, so
+    that they differ from the step before / the other cells in credit only."""
+    if all(rollout.get(key) == value for key, value in EXACT_EXPANSION.items()):
+        return "at2po_exact"
     return "at2po"
 
 

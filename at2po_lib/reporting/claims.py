@@ -31,9 +31,9 @@ Every rival is fixed before the data (issue #35): "the strongest baseline" is AE
 paper's strongest; Table 3's claims compare AT2PO's cell with the child mean (node value) and
 with its own difference to the parent. (Picking the best rival on the scored questions made
 "opposite" readings 12-28% of the time when nothing differs.) Table 2's step 4 and Table 3's
-AT2PO cell are the AT2PO preset with the expansion settings of those tables' other runs
-(:func:`~at2po_lib.reporting.labels.profile_at2po`: ``at2po_exact`` on ``tiny``); the headline
-rows read the authors' ``at2po``. The intervals are per claim: with ~20 claims read together,
+AT2PO cell are the AT2PO preset with the expansion settings those tables' other runs recorded
+(:func:`~at2po_lib.reporting.labels.profile_at2po`: ``at2po_exact`` on ``tiny`` until the study
+re-runs them with the profile's); the headline rows read the authors' ``at2po``. The intervals are per claim: with ~20 claims read together,
 about one may exclude 0 by chance.
 """
 
@@ -50,7 +50,7 @@ from .. import stats
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
-from .labels import groups_of, method_label, profile_at2po, rows_with_outcomes
+from .labels import TABLE3_CELLS, groups_of, method_label, profile_at2po, rows_with_outcomes
 
 RL_BASELINES = tuple(m for m in TABLE1_METHODS if m not in ("react", "at2po"))
 """Table 1's RL baselines (AT2PO and the ReAct warm start excluded)."""
@@ -361,7 +361,6 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
     :func:`~at2po_lib.reporting.curves.start_end_table` with GRPO as the baseline; ``clips``
     :func:`at2po_lib.analysis.dissection.clip_levels` of the runs."""
     groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
-    at2po = profile_at2po(profile)
     claims = [_rl_over_react(outcomes, groups, n_resamples),
               _over_grpo(outcomes, groups, n_resamples),
               _over_grpo(outcomes, groups, n_resamples, metric="sampled_em"),
@@ -369,8 +368,9 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
               _strongest_baseline(outcomes, groups, n_resamples, metric="sampled_em"),
               *_variant_claims(outcomes, groups, n_resamples),
               _multihop_gain_larger(outcomes, groups, n_resamples),
-              *_ablation_steps(outcomes, groups, n_resamples, at2po),
-              *_credit_claims(outcomes, groups, n_resamples, at2po),
+              *_ablation_steps(outcomes, groups, n_resamples, profile_at2po(profile)),
+              *_credit_claims(outcomes, groups, n_resamples,
+                              profile_at2po(profile, TABLE3_CELLS)),
               *_entropy_claims(change),
               _clip_claim(clips),
               *_turn_claims(outcomes, n_resamples)]

@@ -7,11 +7,13 @@ recorded before per-question outcomes existed) shows the mean alone.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
 from ..config import load_profile
 from ..data import GROUPS, dataset_group, paper_dataset
-from ..method.presets import METHODS, matching_at2po
+from ..method.presets import METHODS, TABLE3_METHODS, credit_method, matching_at2po
+from .records import discover_runs, recorded_rollout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,12 +96,72 @@ def method_label(method: str) -> str:
     return method
 
 
-def profile_at2po(profile: str) -> str:
-    """The runs that stand for AT2PO in Table 2 (step 4) and Table 3 (the default cell) of
-    ``profile``: the AT2PO preset with the expansion settings those tables' presets take from
-    the profile (:func:`at2po_lib.method.presets.matching_at2po`)."""
-    return matching_at2po(load_profile(profile).rollout)
+STEP3 = ("ablation_entropy_tree",)
+"""The runs Table 2's step 4 (AT2PO) differs from in credit only: step 3."""
+TABLE3_CELLS = tuple(m for m in TABLE3_METHODS
+                     if m != credit_method("entropy_softmax", "node_value"))
+"""The runs Table 3's default cell (AT2PO) differs from in credit only: the other cells."""
+
+
+def profile_at2po(profile: str, beside: Sequence[str] = STEP3) -> str:
+    """The runs that stand for AT2PO beside ``beside`` (Table 2's step 3: :data:`STEP3`;
+    Table 3's other cells: :data:`TABLE3_CELLS`): the AT2PO preset that grows its trees with
+    the expansion settings those runs recorded (:func:`~.records.recorded_rollout`), so that
+    the two differ in credit only; without their records, the profile's settings (``at2po``).
+    On ``tiny`` the committed steps and cells ran the exact-entropy variant's settings, so
+    Table 2's step 4 and Table 3's default cell are ``at2po_exact`` until the study re-runs
+    them (:func:`~at2po_lib.method.presets.matching_at2po`)."""
+    recorded = recorded_rollout(profile, beside)
+    if recorded is None:
+        recorded = dataclasses.asdict(load_profile(profile).rollout)
+    return matching_at2po(recorded)
 
 
 def rows_with_outcomes(outcomes: pd.DataFrame, method: str) -> bool:
     return bool(len(outcomes)) and bool((outcomes["method"] == method).any())
+
+
+ESTIMATE_WORDS = {"exact": "exact entropy", "sampled_nll": "sampled-token NLL"}
+"""``rollout.entropy_estimate`` in words."""
+
+
+def expansion_words(rollout: "dict | object") -> str:
+    """An expansion's two settings in words: ``sampled-token NLL, α = 0.05``."""
+    get = rollout.get if isinstance(rollout, dict) else lambda k: getattr(rollout, k, None)
+    estimate = get("entropy_estimate")
+    return f"{ESTIMATE_WORDS.get(estimate, estimate)}, α = {get('tree_alpha'):g}"
+
+
+def table_configurations(profile: str) -> str:
+    """One sentence: which AT2PO configuration every table row of ``profile`` rests on, read
+    from the runs' records (:func:`profile_at2po`): Table 1's AT2PO row is ``at2po``, Table 2's
+    step 4 and Table 3's default cell the preset with their neighbours' recorded settings."""
+    profile_rollout = dataclasses.asdict(load_profile(profile).rollout)
+
+    def described(method: str) -> str:
+        runs = discover_runs(profile, [method])
+        seeds = int(runs["finished"].sum()) if len(runs) else 0
+        fixed = METHODS[method].rollout
+        settings = recorded_rollout(profile, [method]) or {**profile_rollout, **fixed}
+        where = ("the profile's settings" if not fixed else
+                 "the settings it fixes over the profile's")
+        count = f"{seeds} seed{'s' if seeds != 1 else ''}" if seeds else "no finished runs yet"
+        return f"`{method}` ({expansion_words(settings)}: {where}; {count})"
+
+    slots = {"Table 1's AT2PO row": "at2po",
+             "Table 2's step 4 (= AT2PO)": profile_at2po(profile, STEP3),
+             "Table 3's default cell": profile_at2po(profile, TABLE3_CELLS)}
+    by_method: dict[str, list[str]] = {}
+    for slot, method in slots.items():
+        by_method.setdefault(method, []).append(slot)
+    parts = []
+    for method, names in by_method.items():
+        joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        verb = "is" if len(names) == 1 else "are"
+        parts.append(f"{joined} {verb} {described(method)}")
+    sentence = f"On `{profile}`, " + ", while ".join(parts)
+    if len(by_method) > 1:
+        sentence += (": the settings Table 2's step 3 and Table 3's other cells were recorded "
+                     "with, so that each differs from its neighbours in credit only, until the "
+                     "study re-runs them with the profile's")
+    return sentence + "."

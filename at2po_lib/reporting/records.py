@@ -47,6 +47,7 @@ import yaml
 
 from ..evaluation import read_outcomes as read_outcome_file
 from ..method.presets import METHODS
+from ..trainer.identity import run_identity
 from ..trainer.run_folder import config_hash, read_jsonl, today_names
 from ..util.errors import RecordError
 from ..util.paths import results_dir
@@ -293,10 +294,33 @@ def load_outcomes(profile: str, methods: Sequence[str] | None = None,
         columns=["method", "seed", "dataset", "question_id", "em"])
 
 
+# ------------------------------------------------------- the settings runs recorded
+def recorded_rollout(profile: str, methods: Sequence[str]) -> dict[str, Any] | None:
+    """The rollout settings the finished runs of ``methods`` recorded (their effective
+    settings, in whichever format their ``config.yaml`` was written:
+    :func:`at2po_lib.trainer.identity.run_identity`), the most common among them when they
+    differ; None without a readable record."""
+    found = []
+    for _, _, path in _runs(profile, methods, None):
+        config = _read_object(path / "config.yaml")
+        if config is None:
+            continue
+        config.pop("config_hash", None)
+        identity = run_identity(config)
+        if identity is not None:
+            found.append(identity["settings"]["rollout"])
+    if not found:
+        return None
+    counts = Counter(_canonical(r) for r in found)
+    top = max(counts.values())
+    return next(r for r in found if counts[_canonical(r)] == top)
+
+
 # ----------------------------------------------------------------- seeds of one method
-_SEED_FIELDS = (("seed",), ("trainer", "seed"))
-"""Where ``config.yaml`` records the run's seed: all that may differ between two seeds of a
-method (the hash covers it, so each seed's hash differs; the rest of the file may not)."""
+_SEED_FIELDS = (("seed",), ("trainer", "seed"), ("settings", "trainer", "seed"))
+"""Where ``config.yaml`` records the run's seed (in any of its formats): all that may differ
+between two seeds of a method (the hash covers it, so each seed's hash differs; the rest of the
+configuration may not)."""
 
 _SHARED = {"config": "configuration less the seed (config.yaml)",
            "profile": "profile (meta.json)", "git_revision": "git revision (meta.json)"}
@@ -360,20 +384,35 @@ def _run_provenance(profile: str, method: str, seed: int,
             if value is not None and value != computed:
                 raise RecordError(f"{path / name}: config_hash {value} is not config.yaml's "
                                   f"({computed}): these records come from different runs")
-        less_seed = json.loads(json.dumps(config, default=str))
         for keys in _SEED_FIELDS:
-            holder = less_seed
+            holder = config
             for key in keys[:-1]:
                 holder = holder.get(key) if isinstance(holder, dict) else None
             if isinstance(holder, dict) and keys[-1] in holder:
-                _check_field(path / "config.yaml", ".".join(keys), holder.pop(keys[-1]), seed,
+                _check_field(path / "config.yaml", ".".join(keys), holder[keys[-1]], seed,
                              f"seed{seed}")
         _check_field(path / "config.yaml", "method", config.get("method"),
                      _method_names(method), f"{method}/")
+        less_seed = _configuration_less_seed(config)
     return {"config": (path / "config.yaml", less_seed),
             "profile": (path / "meta.json", None if meta is None else meta.get("profile")),
             "git_revision": (path / "meta.json",
                              None if meta is None else meta.get("git_revision"))}
+
+
+def _configuration_less_seed(config: dict) -> Any:
+    """What the seeds of one method must share: the run's effective settings, whatever format
+    its ``config.yaml`` was written in (:func:`at2po_lib.trainer.identity.run_identity`; the
+    record as written when it cannot be read as a current run), less the seed."""
+    identity = run_identity(config)
+    less_seed = json.loads(json.dumps(config if identity is None else identity, default=str))
+    for keys in _SEED_FIELDS:
+        holder = less_seed
+        for key in keys[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            holder.pop(keys[-1], None)
+    return less_seed
 
 
 def _method_names(method: str) -> set[str]:

@@ -26,7 +26,8 @@ def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     rows, previous = [], None
     for number, step in enumerate(TABLE2_METHODS, start=1):
-        # step 4 is AT2PO with the expansion settings of steps 1-3 (at2po_exact on tiny)
+        # step 4 is AT2PO with the expansion settings step 3 recorded (at2po_exact on tiny
+        # until the study re-runs step 3 with the profile's)
         method = profile_at2po(profile) if step == "at2po" else step
         pub = published.loc[step] if step in published.index else None
         row = {"profile": profile, "step": number, "method": method,

@@ -26,7 +26,8 @@ from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import credit_method
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
-from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
+from .labels import (TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes,
+                     signed_cell)
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
@@ -39,7 +40,7 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
     display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]`` and the cell's
     seeds (a one-seed cell's interval covers the questions only)."""
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
-    at2po = profile_at2po(profile)  # the AT2PO with the cells' expansion settings
+    at2po = profile_at2po(profile, TABLE3_CELLS)  # the AT2PO with the cells' expansion settings
     default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
         at2po if rows_with_outcomes(outcomes, at2po) else None)
     rows = []

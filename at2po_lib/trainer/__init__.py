@@ -6,7 +6,8 @@ Modules: :mod:`.at2po_config` (``AT2POConfig``, a ``GRPOConfig`` subclass), :mod
 their per-token advantages), :mod:`.search_agent` (tree rollouts as training rows),
 :mod:`.fused_loss` (the method's policy loss, fused, with its diagnostics),
 :mod:`.run_folder` (run folders, metrics, resume), :mod:`.callbacks` (records and progress),
-:mod:`.resolve` (profile + preset → one :class:`RunSpec`), :mod:`.run` (``train``: one run with
+:mod:`.resolve` (profile + preset → one :class:`RunSpec`), :mod:`.identity` (what a run
+records, and which recorded run is the same configuration), :mod:`.run` (``train``: one run with
 its records), :mod:`.study` (the runs of Tables 1–3 over seeds). Their command lines are in
 :mod:`at2po_lib.cli`.
 

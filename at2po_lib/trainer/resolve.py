@@ -7,11 +7,12 @@ mini-batch 8 → 8 updates per step). TRL counts optimizer updates, so ``max_ste
 ``logging_steps`` and ``save_steps`` are the profile's step counts times the updates per step.
 
 :func:`resolve_run` builds a run's :class:`RunSpec` once: the rollout configuration the
-sampler runs (the profile's ``rollout`` section with the preset's ``expansion``) and the
-:class:`AT2POConfig` fields. The rollout's knobs (M, L, K, alpha, chains, AEPO's) live only in
-the rollout configuration; the trainer's only copy of them is TRL's ``num_generations``, set
-here once. Order of precedence for :class:`AT2POConfig` fields: the profile (``train``
-section, and the rollout's ``temperature``/``top_p`` that TRL needs to recompute log-probs),
+sampler runs (the profile's ``rollout`` section with the preset's ``expansion`` and the
+settings it fixes) and the :class:`AT2POConfig` fields; what a run records of them, and how a
+recorded run is recognised, is :mod:`.identity`. The rollout's knobs (M, L, K, alpha, chains,
+AEPO's) live only in the rollout configuration; the trainer's only copy of them is TRL's
+``num_generations``, set here once. Order of precedence for :class:`AT2POConfig` fields: the
+profile (``train`` section, and the rollout's ``temperature``/``top_p`` that TRL needs to recompute log-probs),
 then the method preset (:mod:`at2po_lib.method.presets`), then explicit overrides of fields
 the profile does not set (``--set trainer.<field>=...``; :data:`PROFILE_FIELDS` lists the
 refused ones), then the batch geometry.
@@ -24,7 +25,6 @@ source; ``rollout.aepo_initial`` chains start it, capped at the budget).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -37,9 +37,11 @@ import torch
 from ..config import ProfileConfig, RolloutConfig
 from ..config_checks import trainer_problems
 from ..method.outcome import OUTCOME_ADVANTAGES
-from ..method.presets import TREE_LEAVES, Method, get_method
+from ..method.presets import Method, get_method
 from ..util.errors import ProfileError
-from .at2po_config import TRL_LOSS_TYPES, AT2POConfig
+from .at2po_config import AT2POConfig
+from .identity import (PROFILE_LABELS, method_rollout, profile_set_values, rollout_settings,
+                       run_identity)
 
 
 @dataclass(frozen=True)
@@ -133,116 +135,54 @@ class RunSpec:
     def leaves_per_prompt(self) -> int:
         return self.rollout.leaves_per_prompt()
 
-    def record(self) -> dict[str, Any]:
-        """Everything that determines the run's result (hashed to recognise a finished run);
-        where it ran (``use_cpu``) is provenance (``meta.json``), not configuration."""
-        fields = {k: v for k, v in self.trainer.items() if k != "use_cpu"}
-        return {"profile": self.profile.to_dict(), "method": self.method, "seed": self.seed,
-                "preset": dict(self.preset), "trainer_overrides": dict(self.trainer_overrides),
-                "trainer": fields}
-
-    def earlier_records(self) -> list[dict[str, Any]]:
-        """:meth:`record` as earlier code wrote it for the same configuration: without the
-        profile fields added since (:data:`ADDED_PROFILE_FIELDS`, at their neutral values),
-        with and without the renovation's names (:meth:`legacy_record`)."""
-        out = []
-        for record in (self.record(), self.legacy_record(), *self.recorded_as_record()):
-            out += [record] + [t for t in _without_added_fields(record) if t != record]
+    def settings(self) -> dict[str, Any]:
+        """The effective configuration: everything that determines the run's result. The
+        profile's sections as resolved (``--set`` values applied), its ``rollout`` section
+        replaced by what the sampler runs (:func:`rollout_settings`: the preset's expansion and
+        fixed settings applied, only the settings this run reads), and the ``AT2POConfig``
+        fields under ``trainer`` (where it ran, ``use_cpu``, is provenance: ``meta.json``)."""
+        out = self.profile.to_dict()
+        for key in PROFILE_LABELS:
+            out.pop(key, None)
+        out["rollout"] = rollout_settings(self.rollout, self.trainer.get("credit_advantage"),
+                                          trains=self.geometry is not None)
+        out["trainer"] = {k: v for k, v in self.trainer.items() if k != "use_cpu"}
         return out
 
-    def recorded_as_record(self) -> list[dict[str, Any]]:
-        """For a variant with ``recorded_as`` (``at2po_exact``): :meth:`record` as the preset it
-        was recorded under wrote it when the profile itself held the variant's rollout
-        settings, which is the same run. Empty when the profile holds other values (then the
-        old record was another configuration)."""
+    def sources(self) -> dict[str, Any]:
+        """Where the effective settings came from, apart from them: ``profile`` (its name; every
+        setting not listed here is the profile's, configs/<name>.yaml over
+        ``at2po_lib/config.py``'s defaults), ``preset`` (the settings the method preset sets,
+        as ``section.key``) and ``set`` (``--set`` values: those that differ from the profile
+        file, and ``trainer.<field>`` overrides)."""
         preset = get_method(self.method)
-        if preset.recorded_as is None:
-            return []
-        profile = self.profile.to_dict()
-        if any(profile["rollout"][k] != v for k, v in preset.rollout.items()):
-            return []
-        record = copy.deepcopy(self.record())
-        record["method"] = preset.recorded_as
-        record["preset"].pop("rollout", None)
-        return [record]
+        fixed: dict[str, Any] = {}
+        if self.geometry is not None:
+            fixed["rollout.expansion"] = preset.expansion
+            fixed.update({f"rollout.{k}": v for k, v in preset.rollout.items()})
+            fixed.update({f"trainer.{k}": v for k, v in preset.overrides.items()})
+        return {"profile": self.profile.name, "preset": fixed,
+                "set": {**profile_set_values(self.profile),
+                        **{f"trainer.{k}": v for k, v in self.trainer_overrides.items()}}}
 
-    def legacy_record(self) -> dict[str, Any]:
-        """:meth:`record` as the code before issue #25's renovation wrote it, so that a run it
-        recorded with the same configuration is recognised (the renovation renamed, it did not
-        change behaviour: the smoke and tiny records of both reproduce value for value). Then
-        the trainer fields mirrored the rollout's knobs (``tree_m``/``tree_l``/``tree_k``, for
-        chains the chain count and 0, 0; ``tree_alpha``, ``tree_aepo_beam``, ``tree_expansion``,
-        AEPO's ``tree_aepo_initial``), presets named their rollout ``tree_expansion``, the
-        aggregation was TRL's ``loss_type``, DAPO's refill ``tree_dynamic_sampling``, and the
-        chain count was ``train.chain_leaves``."""
-        record = copy.deepcopy(self.record())
-        record["profile"]["train"]["chain_leaves"] = record["profile"]["rollout"].pop("chains")
-        for fields in (record["preset"], record["trainer_overrides"], record["trainer"]):
-            _legacy_names(fields)
-        if self.geometry is None:
-            return record
-        rollout, chain = self.rollout, self.rollout.expansion == "chain"
-        record["preset"]["tree_expansion"] = rollout.expansion
-        record["trainer"].update(
-            tree_m=rollout.chains if chain else rollout.tree_m, tree_l=0 if chain else rollout.tree_l,
-            tree_k=0 if chain else rollout.tree_k, tree_alpha=rollout.tree_alpha,
-            tree_aepo_beam=rollout.aepo_beam, tree_expansion=rollout.expansion)
-        if rollout.expansion == "aepo":
-            record["trainer"]["tree_aepo_initial"] = rollout.aepo_initial
-        return record
+    def record(self) -> dict[str, Any]:
+        """What ``config.yaml`` holds: the method, seed and profile name, the effective
+        :meth:`settings` (hashed with them to recognise a finished run) and, apart and not
+        hashed, their :meth:`sources`."""
+        return {"method": self.method, "seed": self.seed, "profile": self.profile.name,
+                "settings": self.settings(), "sources": self.sources()}
+
+    def identity(self) -> dict[str, Any]:
+        """What decides whether a recorded run is this run (:func:`run_identity`)."""
+        identity = run_identity(self.record())
+        assert identity is not None
+        return identity
 
     def training_args(self, output_dir: Path):
         """The run's :class:`AT2POConfig` (TRL's arguments) writing to ``output_dir``."""
         if self.geometry is None:
             raise ValueError(f"method {self.method!r} trains nothing: no trainer arguments")
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
-
-
-ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
-                                                     ("policy", "head_dim"): 0}
-"""Profile fields added after runs were recorded, oldest first, with the value that reproduces
-what those runs did: a run recorded without the field is the same run as one with it at that
-value."""
-
-
-def _without_added_fields(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """``record`` as each earlier code wrote it: without the newest added field, the newest
-    two, ... (a run recorded between two additions holds the older field only); a field is
-    dropped only at its neutral value."""
-    out, trimmed = [], copy.deepcopy(record)
-    for (section, name), neutral in reversed(ADDED_PROFILE_FIELDS.items()):
-        fields = trimmed["profile"].get(section, {})
-        if fields.get(name, neutral) != neutral:
-            break
-        fields.pop(name, None)
-        out.append(copy.deepcopy(trimmed))
-    return out
-
-
-def _legacy_names(fields: dict[str, Any]) -> None:
-    """Rename, in place, the fields the renovation renamed back to their old names."""
-    if "loss_aggregation" in fields:
-        fields["loss_type"] = TRL_LOSS_TYPES[fields.pop("loss_aggregation")]
-    if "dynamic_sampling" in fields:
-        fields["tree_dynamic_sampling"] = fields.pop("dynamic_sampling")
-
-
-def method_rollout(profile_cfg: ProfileConfig, expansion: str,
-                   fixed: Mapping[str, Any] | None = None) -> RolloutConfig:
-    """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
-    ``chain`` runs ``rollout.chains`` chains; ``aepo`` starts ``min(aepo_initial,
-    aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
-    the M, L, K tree. ``fixed``: the settings the method fixes (``Method.rollout``), applied
-    over the profile's; ``chains: "M+L*K"`` is the profile's tree leaf count."""
-    fixed = dict(fixed or {})
-    if fixed.get("chains") == TREE_LEAVES:
-        fixed["chains"] = profile_cfg.rollout.leaves_per_prompt("entropy")
-    rollout = dataclasses.replace(profile_cfg.rollout, **fixed, expansion=expansion)
-    if expansion == "aepo":
-        return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
-                                                             rollout.aepo_budget))
-    rollout.leaves_per_prompt()  # an unknown expansion is an error here, naming it
-    return rollout
 
 
 def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str,
@@ -263,8 +203,8 @@ def check_fixed_rollout(method: str, profile_overrides: Mapping[str, Any] | None
         fixed = ", ".join(f"rollout.{k}={preset.rollout[k]!r}" for k in clash)
         raise ProfileError(
             f"method {method!r} fixes {fixed}: `--set rollout.{clash[0]}=...` would be ignored; "
-            "the presets of Table 2 step 3 and Table 3 (e.g. credit_entropy_softmax_node_value, "
-            "AT2PO's own cell) take the expansion settings from the profile")
+            "at2po and the presets of Table 2 step 3 and Table 3 take the expansion settings "
+            "from the profile")
 
 
 DERIVED_FIELDS: dict[str, str] = {"loss_type": "trainer.loss_aggregation"}

@@ -15,7 +15,8 @@ What a run does (:func:`train`):
    method preset (``methods.py``) and the batch geometry → a
    :class:`~at2po_lib.trainer.resolve.RunSpec` (the rollout configuration and the
    :class:`AT2POConfig` fields, from the same numbers);
-   a run whose ``DONE.json`` carries the same resolved-config hash is skipped (``--force``
+   a finished run of the same configuration (its ``DONE.json`` carries this record's hash, or
+   its ``config.yaml`` the same effective settings: :mod:`.identity`) is skipped (``--force``
    re-runs it); a finished run with *another* configuration is never replaced without
    ``--force`` (:class:`RunExistsError`);
 2. write ``config.yaml`` and ``meta.json`` into the staging folder
@@ -74,6 +75,7 @@ from ..util.staging import recover, staging_path, swap_in
 from . import rank_record, run_folder
 from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress,
                         TreeRecord)
+from .identity import same_configuration, same_finished_run
 from .resolve import RunSpec, check_fixed_rollout, resolve_run
 from .search_agent import SearchAgent, turn_backend
 from .trainer import AT2POTrainer
@@ -207,10 +209,10 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
-    # A run recorded by earlier code with the same configuration (before the renovation of
-    # issue #25, or before a profile field was added) is the same run
-    # (RunSpec.earlier_records); new runs record the new hash.
-    same = {digest} | {run_folder.config_hash(r) for r in spec.earlier_records()}
+    # A run recorded by earlier code in another format is this run when it ran the same
+    # effective settings (at2po_lib.trainer.identity.run_identity); new runs record the new
+    # format and its hash.
+    identity = spec.identity()
     # Under several processes (accelerate launch, torchrun) only the main process changes the
     # run folder; the others read it. Training's collectives keep them in step: no process
     # writes a checkpoint before the main process has set the staging folder up.
@@ -218,13 +220,14 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     if main:
         _recover_run_folder(run)
     if not force:
-        done = _finished_run(run, same, digest, reuse_finished)
+        done = _finished_run(run, identity, digest, reuse_finished)
         if done is not None:
             return done
     # Everything below writes into the staging folder; the committed run is untouched until
     # the new one is complete (at2po_lib.util.staging).
     work = run_folder.RunDir(staging_path(run.root))
-    checkpoint = _prepare_staging(work, run, same, resume=resume, force=force, main=main)
+    checkpoint = _prepare_staging(work, run, identity, digest, resume=resume, force=force,
+                                  main=main)
     if main:
         _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint)
 
@@ -244,12 +247,12 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     return TrainResult(run, status, wall, final)
 
 
-def _finished_run(run: run_folder.RunDir, same: set[str], digest: str,
+def _finished_run(run: run_folder.RunDir, identity: dict[str, Any], digest: str,
                   reuse_finished: bool) -> TrainResult | None:
     """A finished run of this configuration (``skipped``), or of another one when
     ``reuse_finished`` (``reused``); another configuration's finished run otherwise is a
     :class:`RunExistsError`; None when nothing is finished there."""
-    if any(run_folder.is_finished(run, d) for d in same):
+    if same_finished_run(run, digest, identity):
         final = _read_csv(run.final_eval)
         return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
                            final)
@@ -267,8 +270,8 @@ def _finished_run(run: run_folder.RunDir, same: set[str], digest: str,
     return None
 
 
-def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, same: set[str], *,
-                     resume: bool, force: bool, main: bool) -> Path | None:
+def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, identity: dict[str, Any],
+                     digest: str, *, resume: bool, force: bool, main: bool) -> Path | None:
     """The staging folder to train in: with ``resume`` (and not ``force``), its last complete
     checkpoint (records cut back to that step), returned; else (or without one) an empty
     folder, and None."""
@@ -279,7 +282,7 @@ def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, same: set[
             run_folder.remove_incomplete_checkpoints(work.checkpoints)
         checkpoint = run_folder.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
-            _check_same_config(work, same)
+            _check_same_config(work, digest, identity)
             step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
             if main:
                 run_folder.truncate_jsonl(work.metrics, step)
@@ -359,15 +362,13 @@ def _check_backend(cfg: ProfileConfig) -> None:
                            f"rollout.backend={cfg.rollout.backend!r}; set both for vLLM rollouts")
 
 
-def _check_same_config(run: run_folder.RunDir, digests: set[str]) -> None:
-    """Refuse to resume a checkpoint written with another configuration (``digests``: the
-    hashes this configuration is known by)."""
-    if run.config.is_file():
+def _check_same_config(run: run_folder.RunDir, digest: str, identity: dict[str, Any]) -> None:
+    """Refuse to resume a checkpoint written with another configuration (``digest``: this
+    configuration's hash; ``identity``: its settings, for a record in an earlier format)."""
+    if run.config.is_file() and not same_configuration(run.config, digest, identity):
         old = (yaml.safe_load(run.config.read_text()) or {}).get("config_hash")
-        if old and old not in digests:
-            raise ValueError(f"{run.config}: the checkpoint was written with another "
-                             f"configuration (hash {old} not in {sorted(digests)}); drop --resume "
-                             "or use --force")
+        raise ValueError(f"{run.config}: the checkpoint was written with another "
+                         f"configuration (hash {old}, now {digest}); drop --resume or use --force")
 
 
 def _previous_wall_time(run: run_folder.RunDir, checkpoint: Path | None) -> float:

@@ -3,7 +3,7 @@ r"""Run directories, per-step records and resumable checkpoints.
 Every training run owns one folder (small files kept by git, checkpoints ignored)::
 
     results/runs/<profile>/<method>/seed<S>/
-        config.yaml        the resolved configuration (profile, method preset, trainer args)
+        config.yaml        the effective settings (profile, preset, --set applied) and their sources
         meta.json          provenance: git revision, versions, hardware (run_metadata)
         metrics.jsonl      one row per rollout step: every metric TRL and AT2POTrainer log, under
                            the names they log it (``reward``, ``entropy``,
@@ -130,9 +130,16 @@ def run_profile_key(profile_cfg: Any) -> str:
 
 
 # ------------------------------------------------------------------------- resolved config
+PROVENANCE_KEYS = ("sources",)
+"""Keys of a run's record that say where its settings came from, not what they are: left out of
+its hash (the same settings reached by ``--set`` or by a profile file are the same run)."""
+
+
 def config_hash(resolved: dict[str, Any]) -> str:
-    """Stable hash of a resolved configuration (keys sorted, JSON)."""
-    text = json.dumps(resolved, sort_keys=True, default=str)
+    """Stable hash of a resolved configuration (keys sorted, JSON), less its provenance
+    (:data:`PROVENANCE_KEYS`)."""
+    kept = {k: v for k, v in resolved.items() if k not in PROVENANCE_KEYS}
+    text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -37,6 +37,7 @@ from ..method.presets import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
 from ..util.paths import results_dir
 from ..util.staging import staging_path
 from . import run_folder
+from .identity import same_finished_run
 from .resolve import resolve_run
 from .run import train
 
@@ -123,10 +124,10 @@ def study_plan(profile: str, table: str, seeds: Sequence[int],
                 continue
             run = run_folder.RunDir(runs_root / method / f"seed{seed}")
             spec = resolve_run(cfg, method, seed)
-            same = {run_folder.config_hash(r) for r in (spec.record(), *spec.earlier_records())}
+            digest, identity = run_folder.config_hash(spec.record()), spec.identity()
             checkpoint = run_folder.latest_complete_checkpoint(
                 run_folder.RunDir(staging_path(run.root)).checkpoints)
-            if any(run_folder.is_finished(run, h) for h in same):
+            if same_finished_run(run, digest, identity):
                 wall = json.loads(run.done.read_text()).get("wall_time")
                 plan.append(PlannedRun(method, seed, "finished",
                                        f"{wall / 60:.0f} min" if wall else ""))

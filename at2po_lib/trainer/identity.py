@@ -1,0 +1,226 @@
+r"""What a run is: its effective settings, and how a recorded run is recognised as one.
+
+A run's ``config.yaml`` records (:meth:`at2po_lib.trainer.resolve.RunSpec.record`)::
+
+    method: at2po            # the preset's name
+    seed: 0
+    profile: tiny            # the profile's name
+    settings:                # the effective settings: everything that determines the result
+      world: ...             # the profile's sections as resolved (--set applied) ...
+      rollout: ...           # ... the rollout as the sampler runs it (preset applied), only
+                             # the settings this run reads (:func:`rollout_settings`)
+      trainer: ...           # the AT2POConfig fields
+    sources:                 # apart, not hashed: where the settings not the profile's came from
+      profile: tiny
+      preset: {rollout.expansion: entropy, trainer.loss_level: turn, ...}
+      set: {train.max_steps: 2, ...}
+
+A finished run is this configuration when its ``DONE.json`` holds this record's hash, or when
+the record beside it, in whichever format it was written, has the same :func:`run_identity`
+(profile name, seed, effective settings): runs recorded by earlier code are recognised by what
+they ran, not by how the file was laid out. No torch or trl here: the reports import it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..config import ProfileConfig, RolloutConfig, apply_overrides, load_profile
+from ..method.outcome import OUTCOME_ADVANTAGES
+from ..method.presets import TREE_LEAVES, get_method
+from ..util.errors import ProfileError
+from .run_folder import RunDir, is_finished
+
+def method_rollout(profile_cfg: ProfileConfig, expansion: str,
+                   fixed: Mapping[str, Any] | None = None) -> RolloutConfig:
+    """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
+    ``chain`` runs ``rollout.chains`` chains; ``aepo`` starts ``min(aepo_initial,
+    aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
+    the M, L, K tree. ``fixed``: the settings the method fixes (``Method.rollout``), applied
+    over the profile's; ``chains: "M+L*K"`` is the profile's tree leaf count."""
+    fixed = dict(fixed or {})
+    if fixed.get("chains") == TREE_LEAVES:
+        fixed["chains"] = profile_cfg.rollout.leaves_per_prompt("entropy")
+    rollout = dataclasses.replace(profile_cfg.rollout, **fixed, expansion=expansion)
+    if expansion == "aepo":
+        return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
+                                                             rollout.aepo_budget))
+    rollout.leaves_per_prompt()  # an unknown expansion is an error here, naming it
+    return rollout
+
+
+
+
+PROFILE_LABELS = ("name", "description")
+"""Profile fields that label it and determine nothing: not among a run's settings (the name is
+recorded beside them)."""
+
+ROLLOUT_READS: dict[str, tuple[str, ...]] = {
+    "chain": ("chains",),
+    "random": ("tree_m", "tree_l", "tree_k", "tree_grpo_trees"),
+    "random_siblings": ("tree_m", "tree_l", "tree_k"),
+    "entropy": ("tree_m", "tree_l", "tree_k", "tree_alpha", "entropy_estimate", "turn_entropy"),
+    "aepo": ("aepo_budget", "aepo_initial", "aepo_beam", "aepo_entropy_weight",
+             "aepo_branch_threshold", "aepo_branch_penalty", "aepo_entropy_tokens"),
+}
+"""The ``rollout`` settings each expansion reads beyond the ones every rollout reads (sampling,
+turn and token limits, the backend's). A test grows trees with every other setting changed and
+finds them unchanged (tests/test_run_identity.py)."""
+NODE_VALUE_READS = ("entropy_estimate", "turn_entropy")
+"""What a run whose credit computes node values reads besides its expansion's: the turn
+entropies that weight the children (``entropy_softmax``, ``entropy_linear``)."""
+
+
+def rollout_settings(rollout: RolloutConfig, credit_advantage: str | None = None,
+                     trains: bool = True) -> dict[str, Any]:
+    """The rollout settings a run reads, with their values: those every rollout reads, its
+    expansion's (:data:`ROLLOUT_READS`), and the turn-entropy settings when its credit computes
+    node values (``credit_advantage`` not an outcome advantage). A run that trains nothing
+    (``react``: evaluation only) reads no expansion."""
+    values = dataclasses.asdict(rollout)
+    specific = {k for keys in ROLLOUT_READS.values() for k in keys}
+    read = [k for k in values if k not in specific]
+    if not trains:
+        return {k: values[k] for k in read if k != "expansion"}
+    read += ROLLOUT_READS[rollout.expansion]
+    if credit_advantage is not None and credit_advantage not in OUTCOME_ADVANTAGES:
+        read += NODE_VALUE_READS
+    return {k: values[k] for k in values if k in read}
+
+
+def profile_set_values(profile_cfg: ProfileConfig) -> dict[str, Any]:
+    """The ``section.key`` values of ``profile_cfg`` that differ from its profile file's
+    (``--set`` values, or a notebook's ``overrides``); empty when the file cannot be read
+    (a profile given as a path)."""
+    try:
+        base = load_profile(profile_cfg.name).to_dict()
+    except ProfileError:
+        return {}
+    here = profile_cfg.to_dict()
+    return {f"{section}.{key}": value for section, values in here.items()
+            if isinstance(values, dict) for key, value in values.items()
+            if base.get(section, {}).get(key) != value}
+
+
+# ---------------------------------------------------------------- recorded runs, any format
+def run_identity(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What decides whether two recorded runs are one configuration: the profile's name, the
+    seed and the effective settings (:meth:`RunSpec.settings`), whatever the record's format.
+    Not the method's name (two presets that resolve to the same settings are the same run)
+    nor where a setting came from.
+
+    ``config.yaml`` has had three formats, each read here:
+
+    - since issue #49: ``settings`` (effective) and ``sources``;
+    - issues #25-#48: the whole ``profile`` as loaded, the ``preset``'s fields (its fixed
+      ``rollout`` settings apart, under ``preset.rollout``), ``trainer_overrides`` and
+      ``trainer``: the effective rollout is the profile's with the preset's applied and the
+      recorded method's expansion (:func:`method_rollout`);
+    - before issue #25: as above with the chain count in ``train.chain_leaves``, the preset's
+      expansion as ``tree_expansion``, the rollout's knobs mirrored as ``tree_*`` trainer fields,
+      TRL's ``loss_type`` for the aggregation and ``tree_dynamic_sampling``.
+
+    None when the record cannot be read as a run of the current code (a key it no longer has,
+    an unknown method): such a run is another configuration."""
+    try:
+        if "settings" in record:
+            return {"profile": record["profile"], "seed": record["seed"],
+                    "settings": copy.deepcopy(dict(record["settings"]))}
+        return _identity_of_profile_record(copy.deepcopy(dict(record)))
+    except (KeyError, TypeError, ValueError, ProfileError):
+        return None
+
+
+_LEGACY_TRAINER_MIRRORS = ("tree_m", "tree_l", "tree_k", "tree_alpha", "tree_aepo_beam",
+                           "tree_expansion", "tree_aepo_initial")
+
+
+def _identity_of_profile_record(record: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`run_identity` of a record in the format before issue #49 (module docstring)."""
+    profile = record["profile"]
+    preset = dict(record.get("preset") or {})
+    trainer = dict(record.get("trainer") or {})
+    if "chain_leaves" in profile.get("train", {}):  # before issue #25
+        profile["rollout"]["chains"] = profile["train"].pop("chain_leaves")
+        for fields in (preset, trainer):
+            if "loss_type" in fields:
+                fields["loss_aggregation"] = LEGACY_LOSS_TYPES[fields.pop("loss_type")]
+            if "tree_dynamic_sampling" in fields:
+                fields["dynamic_sampling"] = fields.pop("tree_dynamic_sampling")
+        expansion = preset.pop("tree_expansion", None)
+        for key in _LEGACY_TRAINER_MIRRORS:
+            trainer.pop(key, None)
+    else:
+        expansion = None
+    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
+        profile.setdefault(section, {}).setdefault(name, neutral)
+    cfg = ProfileConfig()
+    template = cfg.to_dict()
+    if set(profile) - set(PROFILE_LABELS) != set(template) - set(PROFILE_LABELS):
+        return None
+    for section, values in profile.items():
+        if section in PROFILE_LABELS:
+            continue
+        if set(values) != set(template.get(section, {})):
+            return None  # a key added or removed since: not readable as a current run
+    apply_overrides(cfg, {k: v for k, v in profile.items() if k not in PROFILE_LABELS})
+    method = get_method(record["method"])
+    trains = method.trains
+    expansion = expansion or method.expansion
+    rollout = method_rollout(cfg, expansion, preset.get("rollout")) if trains else cfg.rollout
+    settings = cfg.to_dict()
+    for key in PROFILE_LABELS:
+        settings.pop(key, None)
+    settings["rollout"] = rollout_settings(rollout, trainer.get("credit_advantage"), trains)
+    settings["trainer"] = {k: v for k, v in trainer.items() if k != "use_cpu"}
+    return {"profile": profile.get("name"), "seed": record["seed"], "settings": settings}
+
+
+def recorded_identity(config_path: Path) -> dict[str, Any] | None:
+    """:func:`run_identity` of a run folder's ``config.yaml`` (None when absent or unreadable)."""
+    try:
+        record = yaml.safe_load(config_path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    record.pop("config_hash", None)
+    return run_identity(record)
+
+
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
+                                                     ("policy", "head_dim"): 0}
+"""Profile fields added after runs were recorded, with the value that reproduces what those
+runs did: a run recorded without the field is the same run as one with it at that value."""
+
+
+LEGACY_LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean"}
+"""TRL's ``loss_type`` as records before issue #25 held it → the aggregation's name (the inverse
+of :data:`at2po_lib.trainer.at2po_config.TRL_LOSS_TYPES`; a test checks it)."""
+
+
+def same_finished_run(run: RunDir, digest: str, identity: Mapping[str, Any]) -> bool:
+    """Did ``run`` (a :class:`~at2po_lib.trainer.run_folder.RunDir`) finish with this
+    configuration: its ``DONE.json`` holds ``digest``, or the ``config.yaml`` beside it has
+    this :func:`run_identity` (a run recorded by earlier code)."""
+    if is_finished(run, digest):
+        return True
+    return is_finished(run) and recorded_identity(run.config) == identity
+
+
+def same_configuration(config_path: Path, digest: str, identity: Mapping[str, Any]) -> bool:
+    """Is the ``config.yaml`` at ``config_path`` (an unfinished run's, before resuming it) this
+    configuration: its recorded hash is ``digest`` or its :func:`run_identity` is ``identity``.
+    True when there is no readable hash to compare (nothing says otherwise)."""
+    try:
+        recorded = (yaml.safe_load(config_path.read_text()) or {}).get("config_hash")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return True
+    if not recorded or recorded == digest:
+        return True
+    return recorded_identity(config_path) == identity
