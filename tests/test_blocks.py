@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.cli.options import UsageError, int_list
-from at2po_lib.trainer import blocks, run_folder
+from at2po_lib.trainer import block_records, blocks, run_folder
 from at2po_lib.util import provenance
 from at2po_lib.util.errors import ProfileError
 from at2po_lib.util.locks import folder_lock
@@ -67,7 +67,7 @@ def study(isolated_outputs, monkeypatch):
 
 
 def _root() -> Path:
-    return blocks.blocks_root("smoke", "headline")
+    return block_records.blocks_root("smoke", "headline")
 
 
 def test_a_block_trains_one_seed_of_every_method_and_records_where(study):
@@ -82,7 +82,7 @@ def test_a_block_trains_one_seed_of_every_method_and_records_where(study):
     meta = json.loads((_root() / "block03" / "grpo" / "seed103" / "meta.json").read_text())
     assert meta["block"]["build"] == "fc-v669" and meta["block"]["block"] == 3
     # the committed record's folder is not touched
-    assert not (blocks.results_dir() / "runs" / "smoke").exists()
+    assert not (block_records.results_dir() / "runs" / "smoke").exists()
 
 
 def test_a_killed_block_reruns_whole_and_a_finished_one_is_skipped(study, monkeypatch):
@@ -124,7 +124,7 @@ def test_a_block_needs_a_clean_checkout_and_the_sets_revision(study, monkeypatch
     with pytest.raises(ProfileError, match=r"block 0: aaaaaaa"):
         blocks.run_blocks("smoke", "headline", [1])
     blocks.run_blocks("smoke", "headline", [1], allow_revisions=True)
-    assert blocks.finished_blocks(_root())[1]["commit"] == OTHER
+    assert block_records.finished_blocks(_root())[1]["commit"] == OTHER
 
 
 def test_a_block_with_other_overrides_than_the_sets_is_refused(study):
@@ -157,7 +157,7 @@ def test_the_ablation_set_runs_only_on_the_authors_expansion(study, tmp_path):
 
 
 def test_block_sets_keep_their_seeds_apart():
-    seeds = {name: {blocks.block_seed(s, b) for b in range(blocks.MAX_BLOCKS)}
+    seeds = {name: {blocks.block_seed(s, b) for b in range(block_records.MAX_BLOCKS)}
              for name, s in blocks.BLOCK_SETS.items()}
     assert not seeds["headline"] & seeds["ablation"]
     assert blocks.BLOCK_SETS["headline"].methods == ("at2po", "grpo", "grpo_tree_budget")
@@ -202,7 +202,7 @@ def test_study_cli_plans_blocks_without_writing(study, capsys):
 
     blocks.run_blocks("smoke", "headline", [1])
     capsys.readouterr()
-    before = sorted(blocks.results_dir().rglob("*"))
+    before = sorted(block_records.results_dir().rglob("*"))
 
     assert cli.main(["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0-1",
                      "--plan"]) == 0
@@ -210,4 +210,4 @@ def test_study_cli_plans_blocks_without_writing(study, capsys):
     assert out[0].split()[:5] == ["block", "0", "seed", "100", "new"]
     assert out[1].split()[4:7] == ["finished", "aaaaaaa,", "build"]
     assert out[-1] == "block set headline: 2 blocks: 1 finished, 1 new"
-    assert sorted(blocks.results_dir().rglob("*")) == before
+    assert sorted(block_records.results_dir().rglob("*")) == before

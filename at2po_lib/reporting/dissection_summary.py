@@ -232,6 +232,12 @@ def _versus_uniform(row: pd.Series) -> str:
     return "better than a uniform pick" if row["ci_low"] > 1 else "no better than a uniform pick"
 
 
+def _reading(row: pd.Series) -> str:
+    """A claim's reading, with why an interval that excludes 0 still reads "cannot tell"."""
+    held = row.get("held_back")
+    return row["reading"] + (f" ({held})" if isinstance(held, str) and held else "")
+
+
 def _result_sentence(claims: pd.DataFrame | None) -> str | None:
     head = _claim(claims, "at2po_over_grpo")
     if head is None:
@@ -243,7 +249,7 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
              "inside the interval: the toy cannot rule it out")
     return (f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
             f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
-            f"{head['reading']}. The paper's {paper:+.1f} lies {where}.")
+            f"{_reading(head)}. The paper's {paper:+.1f} lies {where}.")
 
 
 def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -251,7 +257,7 @@ def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
     if budget is None:
         return None
     reading = ("one seed on a side, not read yet" if budget["reading"] == "one seed"
-               else budget["reading"])
+               else _reading(budget))
     return (f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
             f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}.")
 
@@ -304,7 +310,7 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
     cell = _claim(claims, "entropy_weights_over_child_mean")
     if cell is not None:
         text += (f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
-                 f"EM points (seeds {cell['seeds']}): {cell['reading']}.")
+                 f"EM points (seeds {cell['seeds']}): {_reading(cell)}.")
     return text
 
 
@@ -323,7 +329,7 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
         return None
     return (f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
             f"code configures it minus the variant (exact entropy, α = 0.001): "
-            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {variant['reading']}.")
+            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {_reading(variant)}.")
 
 
 def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:

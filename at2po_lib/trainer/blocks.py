@@ -55,16 +55,15 @@ from ..config import ProfileConfig, load_profile
 from ..method.presets import AUTHORS_EXPANSION
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock
-from ..util.paths import results_dir
 from ..util.provenance import machine_build, run_metadata
 from ..util.staging import discard, recover, staging_path, swap_in
 from . import run_folder
+from .block_records import (ABLATION_SET, BLOCK_RECORD, HEADLINE_SET, MAX_BLOCKS, block_dir,
+                            block_state, blocks_root, finished_blocks, read_block)
 from .resolve import check_fixed_rollout
 from .run import train
 from .study import STUDY_TABLES
 
-BLOCK_RECORD = "BLOCK.json"
-"""A block's record, in its folder (the staging folder while it trains)."""
 DEFAULT_THREADS = 1
 """Torch threads of a block's process, unless ``--threads`` says otherwise (docs/toy_study.md,
 "Cheaper runs": one run at a time on one thread is the study's way)."""
@@ -85,13 +84,10 @@ class BlockSet:
     section must hold the authors' (:data:`at2po_lib.method.presets.AUTHORS_EXPANSION`)."""
 
 
-MAX_BLOCKS = 100
-"""Blocks per set (0-99): the sets' seed ranges stay apart."""
-
 BLOCK_SETS: dict[str, BlockSet] = {s.name: s for s in (
-    BlockSet("headline", "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
+    BlockSet(HEADLINE_SET, "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
              "AT2PO's budget (M + L·K chains)", ("at2po", "grpo", "grpo_tree_budget"), 100),
-    BlockSet("ablation", "Table 2's steps and Table 3's cells on the authors' configuration, "
+    BlockSet(ABLATION_SET, "Table 2's steps and Table 3's cells on the authors' configuration, "
              "with AT2PO", ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]), 200,
              authors_profile=True),
 )}
@@ -104,43 +100,10 @@ def get_block_set(name: str) -> BlockSet:
     return BLOCK_SETS[name]
 
 
-def blocks_root(profile_key: str, block_set: str) -> Path:
-    """``results/blocks/<profile>/<set>/`` (not created: looking must leave no folder)."""
-    return results_dir() / "blocks" / profile_key / block_set
-
-
-def block_dir(root: Path, block: int) -> Path:
-    return Path(root) / f"block{block:02d}"
-
-
 def block_seed(block_set: BlockSet, block: int) -> int:
     if not 0 <= block < MAX_BLOCKS:
         raise ProfileError(f"block {block}: blocks are numbered 0-{MAX_BLOCKS - 1}")
     return block_set.seed_base + block
-
-
-def read_block(folder: Path) -> dict[str, Any] | None:
-    """A block's record (None when the folder holds none)."""
-    path = Path(folder) / BLOCK_RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def block_state(folder: Path) -> str:
-    """``finished`` (its record is in place), ``interrupted`` (a staging folder a killed block
-    left: it re-runs whole) or ``new``."""
-    if (read_block(folder) or {}).get("status") == "finished":
-        return "finished"
-    return "interrupted" if staging_path(folder).exists() else "new"
-
-
-def finished_blocks(root: Path) -> dict[int, dict[str, Any]]:
-    """Block number → record of every finished block under ``root``."""
-    found = {}
-    for folder in sorted(Path(root).glob("block*")) if Path(root).is_dir() else []:
-        record = read_block(folder)
-        if folder.is_dir() and record and record.get("status") == "finished":
-            found[int(record["block"])] = record
-    return found
 
 
 # ------------------------------------------------------------------------------- checks
