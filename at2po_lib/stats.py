@@ -456,7 +456,7 @@ class PermutationTest:
         how = (f"exact over {self.splits:,} splits" if self.exact
                else f"Monte Carlo, {self.splits:,} draws")
         shown = f"= {self.p:.3f}" if self.p >= 0.001 else "< 0.001"
-        return f"p {shown} ({how})"
+        return f"p {shown}, {how}"
 
 
 def _p_value(observed: float, null: np.ndarray, exact: bool) -> float:

@@ -72,12 +72,12 @@ def test_a_direction_needs_the_permutation_test_too(published):
     assert claim.reading == above
     held = Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9, test=DISAGREES)
     assert held.reading == "cannot tell"
-    assert "p = 0.051 (exact over 354,817,320 splits)" in held.as_row()["note"]
+    assert "p = 0.051, exact over 354,817,320 splits" in held.as_row()["note"]
     assert Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9).reading == "cannot tell"
     family = Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9, test=AGREES,
                    p_family=0.07, family="Holm over the Table 3 cells (7)")
     assert family.reading == "cannot tell"
-    assert family.as_row()["p_text"].endswith("; Holm over the Table 3 cells (7) 0.070")
+    assert family.as_row()["p_text"].endswith("; Holm over the Table 3 cells (7): 0.070")
     # a test that agrees cannot make an interval that contains 0 read a direction
     assert Claim("k", "c", published, estimate=1.0, low=-0.5, high=2.0,
                  test=AGREES).reading == "cannot tell"

@@ -167,12 +167,13 @@ class Claim:
                 f"{self.p_text()}")
 
     def p_text(self) -> str:
-        """``p = 0.124 (exact over 2,024 splits); Holm over 7 Table 3 cells 0.87``, or ``–``."""
+        """``p = 0.124, exact over 2,024 splits; Holm over the Table 3 cells (7): 0.865``, or
+        ``–``."""
         if self.test is None or not np.isfinite(self.test.p):
             return "–"
         text = self.test.describe()
         if np.isfinite(self.p_family):
-            text += f"; {self.family} {self.p_family:.3f}"
+            text += f"; {self.family}: {self.p_family:.3f}"
         return text
 
     def as_row(self) -> dict:

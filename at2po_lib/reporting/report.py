@@ -276,7 +276,8 @@ def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
             "claims that put the parts together")
         report.tables["dissection_summary"] = shown
         why_path = tables_dir(profile) / "why.md"
-        write_if_changed(why_path, "\n\n".join(why_sentences(tidy, parts)) + "\n")
+        write_if_changed(why_path, "\n\n".join(why_sentences(
+            tidy, parts, results_dir(profile, "dissection"))) + "\n")
         write_meta(why_path, {**meta_for(outcomes["method"].unique(), why_sentences),
                               "table": "why", "files": [why_path.name]})
         report.paths["why"] = {"md": why_path}
