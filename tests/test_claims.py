@@ -118,7 +118,7 @@ def _study() -> pd.DataFrame:
 def test_claims_table_names_the_weakest_method_and_waits_for_the_rest():
     tidy, display = claims_table("tiny", _study(), n_resamples=400)
     rows = tidy.set_index("key")
-    assert len(display) == len(tidy) == 19
+    assert len(display) == len(tidy) == 20
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
@@ -139,7 +139,8 @@ def test_claims_table_names_the_weakest_method_and_waits_for_the_rest():
     # no variant, ablation, credit-variant or training-curve records: said, not filled in
     for key in ("at2po_over_grpo_budget", "exact_variant_over_grpo", "ablation_step2",
                 "ablation_step3", "ablation_step4", "node_value_over_diff_parent",
-                "grpo_entropy_falls", "at2po_entropy_stabler", "turn_ratio_clips_less"):
+                "grpo_entropy_falls", "at2po_entropy_stabler", "turn_ratio_clips_less",
+                "turn_ratio_clips_less_at_reference"):
         assert rows.loc[key, "reading"] == "not run yet", key
     step2 = int(np.flatnonzero(tidy["key"] == "ablation_step2")[0])
     assert display["toy [95% CI]"].iloc[step2] == "–"
@@ -369,3 +370,27 @@ def test_the_two_fragile_verdicts_of_the_committed_record_now_read_cannot_tell()
     assert cell.test.p == pytest.approx(0.12, abs=0.005)
     assert cell.family.endswith("(7)") and cell.p_family > cell.test.p
     assert cell.reading == "cannot tell"
+
+
+def test_clip_levels_are_read_at_both_clip_ranges():
+    """One row at AT2PO's own range and one at 0.2 (issue #48): at 0.2 AT2PO's own updates where
+    its runs logged that range, else the runs trained at 0.2, named in the note."""
+    clips = pd.DataFrame({
+        "method": ["at2po"] * 6 + ["grpo_tree_budget"] * 6, "seed": [f"seed{i}" for i in range(12)],
+        "epsilon": [0.003] * 6 + [0.2] * 6, "epsilon_high": [0.004] * 6 + [0.2] * 6,
+        "token_level": [0.02] * 6 + [0.004] * 6,
+        "turn_level": [0.07, 0.071, 0.069, 0.072, 0.068, 0.07] + [0.0041] * 6,
+        "token_level_at_reference": [np.nan] * 6 + [0.004] * 6,
+        "turn_level_at_reference": [np.nan] * 6 + [0.0041] * 6})
+    tidy, _ = claims_table("tiny", _study(), clips=clips, n_resamples=10)
+    rows = tidy.set_index("key")
+    own, wide = rows.loc["turn_ratio_clips_less"], rows.loc["turn_ratio_clips_less_at_reference"]
+    assert own["estimate"] == pytest.approx(5.0) and own["reading"] == "opposite"
+    assert "ε = 0.003 / 0.004" in own["claim"] and own["p_permutation"] == pytest.approx(2 / 64)
+    assert wide["estimate"] == pytest.approx(0.01) and wide["seeds"] == "6"
+    assert "GRPO at AT2PO's budget" in wide["note"] and "turn 0.41% vs token 0.40%" in wide["note"]
+    clips.loc[clips["method"] == "at2po", ["token_level_at_reference", "turn_level_at_reference"]] = \
+        [0.003, 0.002]
+    rows = claims_table("tiny", _study(), clips=clips, n_resamples=10)[0].set_index("key")
+    wide = rows.loc["turn_ratio_clips_less_at_reference"]
+    assert wide["estimate"] == pytest.approx(-0.1) and "AT2PO's own updates" in wide["note"]

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..analysis.dissection import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
 from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
@@ -95,6 +96,7 @@ SHORT_NAMES = {
     "exact_variant_over_grpo": "the exact-entropy variant over GRPO",
     "authors_over_exact_variant": "the authors' AT2PO over the exact-entropy variant",
     "turn_ratio_clips_less": "turn-level ratios clipping fewer tokens",
+    "turn_ratio_clips_less_at_reference": "turn-level ratios clipping fewer tokens at ε = 0.2",
     "multihop_gain_larger": "a larger multi-hop than single-hop gain",
     "ablation_step2": "ablation step 2 (turn-level loss)",
     "ablation_step3": "ablation step 3 (entropy-guided expansion)",
@@ -438,22 +440,57 @@ def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
     return out
 
 
-def _clip_claim(clips: "pd.DataFrame | None") -> Claim:
-    """The turn-level minus the token-level clipped share of model tokens, on the same updates of
-    AT2PO's runs at its clip range (``clip_ratio/{turn,token}_level``), with Student's t over
-    runs; the paper says a turn-level ratio clips far fewer tokens (< 0)."""
+def _clip_claims(clips: "pd.DataFrame | None") -> list[Claim]:
+    """The turn-level minus the token-level clipped share of model tokens on the same updates,
+    one row per clip range (issue #48: the reading depends on it): AT2PO's own (3e-3 / 4e-3)
+    and GRPO's 0.2, each with Student's t over runs and a sign-flip test; the paper says a
+    turn-level ratio clips far fewer tokens (< 0). At 0.2 the row reads AT2PO's own updates
+    where its runs logged that range (``*_at_reference``), else the updates of the runs
+    trained at 0.2 (GRPO at AT2PO's budget), named in the note."""
     claim = ("§3.3: a turn-level ratio clips fewer tokens than a token-level one (AT2PO's "
-             "updates, turn − token share)")
+             "updates at its ε, turn − token share)")
     runs = clips[clips["method"] == "at2po"] if clips is not None and len(clips) else None
     if runs is None or runs.empty:
-        return Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1)
-    gaps = 100 * (runs["turn_level"] - runs["token_level"]).to_numpy()
+        return [Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1),
+                _clip_claim_at(clips, runs)]
+    low, high = runs["epsilon"].iloc[0], runs["epsilon_high"].iloc[0]
+    claim = claim.replace("at its ε", f"at its ε = {low:g} / {high:g}")
+    return [_clip_gap("turn_ratio_clips_less", claim, runs, "turn_level", "token_level",
+                      "AT2PO's own updates"), _clip_claim_at(clips, runs)]
+
+
+def _clip_claim_at(clips: "pd.DataFrame | None", at2po: "pd.DataFrame | None") -> Claim:
+    """The same at ε = 0.2 (:data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`)."""
+    claim = (f"§3.3 at ε = {REFERENCE_CLIP:g}: a turn-level ratio clips fewer tokens than a "
+             "token-level one (turn − token share)")
+    if at2po is not None and len(at2po) and at2po["turn_level_at_reference"].notna().all():
+        return _clip_gap("turn_ratio_clips_less_at_reference", claim, at2po,
+                         "turn_level_at_reference", "token_level_at_reference",
+                         "AT2PO's own updates")
+    own = (clips[(clips["method"] == "grpo_tree_budget") & (clips["epsilon"] == REFERENCE_CLIP)]
+           if clips is not None and len(clips) else None)
+    if own is None or own.empty:
+        return Claim("turn_ratio_clips_less_at_reference", claim, "far fewer", unit="%",
+                     direction=-1)
+    return _clip_gap("turn_ratio_clips_less_at_reference", claim, own, "turn_level",
+                     "token_level", "the updates of GRPO at AT2PO's budget, trained at 0.2; "
+                     "AT2PO's runs did not log this range")
+
+
+def _clip_gap(key: str, claim: str, runs: "pd.DataFrame", turn: str, token: str,
+              whose: str) -> Claim:
+    gaps = 100 * (runs[turn] - runs[token]).to_numpy()
     gap = stats.seed_mean_ci(gaps)
-    return Claim("turn_ratio_clips_less", claim, "far fewer", gap.estimate, gap.low, gap.high,
-                 "%", str(len(runs)), direction=-1, one_seed=len(runs) < 2,
+    return Claim(key, claim, "far fewer", gap.estimate, gap.low, gap.high, "%",
+                 str(len(runs)), direction=-1, one_seed=len(runs) < 2,
                  test=stats.sign_flip_test(gaps),  # both levels on the same run's updates
-                 note=f"turn {100 * runs['turn_level'].mean():.1f}% vs token "
-                      f"{100 * runs['token_level'].mean():.1f}% of model tokens")
+                 note=f"turn {_percent(runs[turn].mean())} vs token "
+                      f"{_percent(runs[token].mean())} of model tokens, {whose}")
+
+
+def _percent(share: float) -> str:
+    """``7.0%``; a share below 1% with two decimals (``0.41%``)."""
+    return f"{100 * share:.1f}%" if 100 * share >= 1 else f"{100 * share:.2f}%"
 
 
 def _turn_claims(outcomes, n_resamples) -> list[Claim]:
@@ -501,7 +538,7 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
               *_ablation_steps(records, at2po),
               *_credit_claims(records, at2po),
               *_entropy_claims(change),
-              _clip_claim(clips),
+              *_clip_claims(clips),
               *_turn_claims(outcomes, n_resamples)]
     tidy = pd.DataFrame([c.as_row() for c in claims])
     tidy.insert(0, "profile", profile)
@@ -553,6 +590,8 @@ def _toy_cell(c: Claim) -> str:
     if not np.isfinite(c.estimate):
         return "–"
     digits = 3 if c.unit == "nats" else 1 if c.unit in ("EM points", "%") else 2
+    if c.unit == "%" and max(abs(c.low), abs(c.high)) < 0.5:
+        digits = 2  # a gap of a few hundredths of a point (clip shares at ε = 0.2)
     sign = "+" if c.direction != 0 else ""
     suffix = {"nats": " nats", "%": "%", "turns": ""}.get(c.unit, "")
     value = f"{c.estimate:{sign}.{digits}f}"

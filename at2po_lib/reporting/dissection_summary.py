@@ -56,7 +56,7 @@ ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
 picker's row carries its in-sample upper bound (``oracle_in_sample``) beside it."""
 UPPER_BOUND = "oracle_in_sample"
 CREDIT_CLAIMS = ("entropy_weights_over_child_mean",)
-LOSS_CLAIMS = ("turn_ratio_clips_less", "ablation_step2")
+LOSS_CLAIMS = ("turn_ratio_clips_less", "turn_ratio_clips_less_at_reference", "ablation_step2")
 WHOLE_CLAIMS = ("at2po_over_grpo_budget", "at2po_over_grpo", "authors_over_exact_variant")
 
 
@@ -419,9 +419,18 @@ def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
     clip = _claim(claims, "turn_ratio_clips_less")
     if clip is None:
         return None
-    return (f"**The turn-level ratio.** On AT2PO's own updates it clips {clip['note']} "
-            f"(turn − token {_ci_text(clip)} points, {clip['seeds']} seeds): {clip['reading']} "
-            f"of the paper's reading; a clipped turn takes all its tokens with it.")
+    own = str(clip["claim"]).split("updates at ", 1)[-1].split(",", 1)[0]
+    text = (f"**The turn-level ratio.** On AT2PO's own updates at {own} it clips "
+            f"{str(clip['note']).split(', ', 1)[0]} (turn − token {_ci_text(clip)} points, "
+            f"{clip['seeds']} seeds): {_reading(clip)} of the paper's reading; a clipped turn "
+            "takes all its tokens with it.")
+    wide = _claim(claims, "turn_ratio_clips_less_at_reference")
+    if wide is not None:
+        share, _, whose = str(wide["note"]).partition(", ")
+        text += (f" At ε = 0.2 ({whose.split(';', 1)[0]}): {share} (turn − token "
+                 f"{wide['estimate']:+.2f} [{wide['ci_low']:+.2f}, {wide['ci_high']:+.2f}] "
+                 f"points, {wide['seeds']} runs): {_reading(wide)}; the reading depends on ε.")
+    return text
 
 
 def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
