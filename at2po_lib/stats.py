@@ -27,6 +27,24 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 - Group averages come in the paper's form, **sample-weighted** (micro average over every
   question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and
   **unweighted** (mean of the dataset means), side by side.
+- **In blocks** (:mod:`at2po_lib.trainer.blocks`: one seed of every method per block, on one
+  machine at one revision) the difference is **paired over blocks** too: with
+  d_{b,q} = y_{A,b,q} − y_{B,b,q} the (block × question) table of differences, it is the
+  crossed t interval of one side on d (:func:`blocked_difference_interval`):
+
+  .. math::  \widehat{\mathrm{Var}}(\hat\Delta) = \frac{s^2_{D}}{n}
+             + \Big(\sum_q w_q^2\Big)\Big[\tfrac{1}{Q-1}\sum_q (\bar d_q - \hat\Delta)^2
+             - \tfrac{MS_{e,d}}{n}\Big]_+, \qquad D_b = \sum_q w_q d_{b,q}
+
+  with Welch–Satterthwaite ν over (n − 1, Q − 1): a block's own effect (its machine build,
+  revision, load) cancels in D_b. A simulation test checks its coverage.
+- **Permutation tests** back every directional reading (issue #48): the difference of the
+  run scores' means, against its distribution over every split of the pooled runs into the
+  two sizes (:func:`permutation_test`; exact when there are at most :data:`EXACT_SPLITS`
+  splits, else :data:`PERMUTATION_DRAWS` fixed-seed random splits, p = (1 + hits) / (1 +
+  draws)); paired runs (blocks) and a side fixed at one value flip the signs of the
+  differences instead (:func:`sign_flip_test`). Two-sided. A family of cells read together
+  (Table 3) gets Holm's step-down correction (:func:`holm`).
 - **Probability of improvement** (Agarwal et al., 2021, "Deep RL at the edge of the statistical
   precipice"): P(a random run of A scores higher than a random run of B) on the group score,
   ties counted half, with a percentile bootstrap CI over both methods' seeds (a rough
@@ -37,6 +55,8 @@ Everything is vectorised: a replicate is a gather on a (seed, question) score ma
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -71,8 +91,9 @@ class Interval:
 
 
 def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
-                 metric: str = "em") -> np.ndarray:
-    """(n_seeds, n_questions) scores of one method over the given question keys.
+                 metric: str = "em", unit: str = "seed") -> np.ndarray:
+    """(n_seeds, n_questions) scores of one method over the given question keys, rows in the
+    order of ``unit`` (``seed``; ``block`` for runs trained in blocks).
 
     ``questions`` holds ``(dataset, question_id)`` pairs; every seed of the method must have
     answered every one of them (a missing answer is an error naming the seed, not a silent 0).
@@ -80,7 +101,7 @@ def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
     rows = outcomes[outcomes["method"] == method]
     if rows.empty:
         raise KeyError(f"no outcomes for method {method!r}")
-    table = rows.pivot_table(index="seed", columns=["dataset", "question_id"], values=metric,
+    table = rows.pivot_table(index=unit, columns=["dataset", "question_id"], values=metric,
                              aggfunc="mean")
     missing = questions.difference(table.columns)
     if len(missing):
@@ -339,11 +360,216 @@ def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None 
     of one method's seed-averaged scores)."""
     questions = _question_keys(outcomes, [method], datasets)
     scores = score_matrix(outcomes, method, questions, metric)       # (S, Q)
-    w = _weights(questions, weighting)
+    estimate, low, high = one_side_interval(scores, _weights(questions, weighting), confidence)
+    return Interval(estimate, low, high, scores.shape[0], 0, len(questions), confidence)
+
+
+def one_side_interval(scores: np.ndarray, w: np.ndarray, confidence: float = 0.95
+                      ) -> tuple[float, float, float]:
+    """(estimate, low, high) of Σ_q w_q ȳ_q for a (runs × questions) table: the crossed t
+    interval with one side (its seed term and its question term less MS_e / n)."""
     side = _side(scores, w)
     term = _question_term(scores.mean(0), w, (side,))
-    low, high = crossed_t_interval(side.mean, (side,), term, len(questions), confidence)
-    return Interval(side.mean, low, high, scores.shape[0], 0, len(questions), confidence)
+    low, high = crossed_t_interval(side.mean, (side,), term, scores.shape[1], confidence)
+    return side.mean, low, high
+
+
+def blocked_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
+                                confidence: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high) of Σ_q w_q (ȳ_A,q − ȳ_B,q) when row i of ``a`` and of ``b`` were
+    trained in the same block i (module docstring: the crossed t interval of the differences
+    d = a − b, paired over blocks and over questions)."""
+    if a.shape != b.shape:
+        raise ValueError(f"blocked scores must align block by block: {a.shape} vs {b.shape}")
+    return one_side_interval(a - b, w, confidence)
+
+
+def blocked_difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
+                          datasets: Sequence[str] | None = None, metric: str = "em",
+                          weighting: str = "sample", confidence: float = 0.95
+                          ) -> tuple[Interval, PermutationTest]:
+    """A − B over the blocks both trained in (``outcomes`` has a ``block`` column and one run
+    of each method per block): :func:`blocked_difference_interval` and the sign-flip test of
+    the block differences (exact on the scores' lattice, :func:`score_lattice`)."""
+    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    w = _weights(questions, weighting)
+    a = score_matrix(outcomes, method_a, questions, metric, unit="block")
+    b = score_matrix(outcomes, method_b, questions, metric, unit="block")
+    estimate, low, high = blocked_difference_interval(a, b, w, confidence)
+    lattice = (score_lattice(np.concatenate([a @ w, b @ w]), len(questions), samples=16)
+               if weighting == "sample" else None)
+    test = sign_flip_test(a @ w - b @ w, lattice=lattice)
+    return (Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence),
+            test)
+
+
+def run_scores(outcomes: pd.DataFrame, method_a: str, method_b: str,
+               datasets: Sequence[str] | None = None, metric: str = "em",
+               weighting: str = "sample", unit: str = "seed"
+               ) -> tuple[pd.Series, pd.Series]:
+    """Each run's weighted score over the questions both methods answered, by ``unit``
+    (``seed``, or ``block``): what the permutation tests permute."""
+    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    w = _weights(questions, weighting)
+    out = []
+    for method in (method_a, method_b):
+        units = np.sort(outcomes.loc[outcomes["method"] == method, unit].unique())
+        scores = score_matrix(outcomes, method, questions, metric, unit)
+        out.append(pd.Series(scores @ w, index=units))
+    return out[0], out[1]
+
+
+def difference_test(outcomes: pd.DataFrame, method_a: str, method_b: str,
+                    datasets: Sequence[str] | None = None, metric: str = "em",
+                    weighting: str = "sample", fixed_b: bool = False) -> PermutationTest:
+    """The permutation test of :func:`difference_ci`'s difference over seed labels
+    (:func:`permutation_test`); ``fixed_b``: B is one fixed model (the untrained warm start),
+    so A's runs' differences to it are sign-flipped (:func:`sign_flip_test`). Exact on the
+    scores' lattice where they lie on one (sample-weighted means of 0/1 or k-sample scores)."""
+    a, b = run_scores(outcomes, method_a, method_b, datasets, metric, weighting)
+    questions = len(_question_keys(outcomes, [method_a, method_b], datasets))
+    lattice = (score_lattice(np.concatenate([a, b]), questions, samples=16)
+               if weighting == "sample" else None)
+    if fixed_b:
+        return sign_flip_test(a.to_numpy() - b.mean(), lattice=lattice)
+    return permutation_test(a.to_numpy(), b.to_numpy(), lattice=lattice)
+
+
+# ------------------------------------------------------------------------ permutation tests
+EXACT_SPLITS = 50_000
+"""Up to this many splits (or sign patterns) a permutation test enumerates them all."""
+PERMUTATION_DRAWS = 20_000
+"""Random splits otherwise (Monte Carlo standard error of p ≤ 0.0016 near 0.05)."""
+PERMUTATION_SEED = 0
+
+
+@dataclass(frozen=True)
+class PermutationTest:
+    """A two-sided permutation p-value and what it was computed over."""
+
+    p: float
+    splits: int
+    """Splits (or sign patterns) enumerated, or random ones drawn."""
+    exact: bool
+
+    def describe(self) -> str:
+        how = (f"exact over {self.splits:,} splits" if self.exact
+               else f"Monte Carlo, {self.splits:,} draws")
+        shown = f"= {self.p:.3f}" if self.p >= 0.001 else "< 0.001"
+        return f"p {shown}, {how}"
+
+
+def _p_value(observed: float, null: np.ndarray, exact: bool) -> float:
+    """Two-sided: the share of the null at least as extreme as ``observed`` (a 1e-12 slack
+    keeps float ties in); Monte Carlo counts the observed split once (p ≥ 1 / (draws + 1))."""
+    hits = int(np.sum(np.abs(null) >= abs(observed) - 1e-12))
+    return hits / len(null) if exact else (hits + 1) / (len(null) + 1)
+
+
+def score_lattice(values: Sequence[float], questions: int, samples: int = 1) -> int | None:
+    """The L with every value × L an integer, when there is one among ``questions`` ×
+    1..``samples`` (a run's sample-weighted EM over Q questions is a multiple of 1/Q; the mean
+    of k samples, of 1/(kQ)); None otherwise (dataset-weighted means, other numbers)."""
+    v = np.asarray(values, dtype=float)
+    for k in range(1, samples + 1):
+        scaled = v * questions * k
+        if np.all(np.abs(scaled - np.round(scaled)) < 1e-6):
+            return questions * k
+    return None
+
+
+def _subset_sum_counts(x: np.ndarray, size: int | None) -> np.ndarray:
+    """counts[s]: subsets of the non-negative integers ``x`` (of ``size`` members, or of any
+    size) summing to s: the exact null of a split when the scores lie on a lattice."""
+    total = int(x.sum())
+    rows = (size if size is not None else 0) + 1
+    counts = np.zeros((rows, total + 1), dtype=np.int64)
+    counts[0, 0] = 1
+    for value in x.astype(np.int64):
+        before = counts.copy()
+        if size is None:
+            counts[0, value:] += before[0, :total + 1 - value]
+        else:
+            counts[1:, value:] += before[:-1, :total + 1 - value]
+    return counts[-1]
+
+
+def permutation_test(a: Sequence[float], b: Sequence[float], *, lattice: int | None = None,
+                     exact_splits: int = EXACT_SPLITS, draws: int = PERMUTATION_DRAWS,
+                     seed: int = PERMUTATION_SEED) -> PermutationTest:
+    r"""mean(a) − mean(b) against its distribution over every way of splitting the pooled
+    n_a + n_b runs into groups of n_a and n_b (labels exchangeable under "no difference"):
+    exact over the C(n_a + n_b, n_a) splits when there are at most ``exact_splits``, or at
+    any count when every score × ``lattice`` is an integer (:func:`score_lattice`: the
+    splits are counted by their sum), else over ``draws`` random splits with a fixed seed.
+    NaN with fewer than one run a side."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 1 or len(b) < 1:
+        return PermutationTest(float("nan"), 0, True)
+    pooled, n_a, total = np.concatenate([a, b]), len(a), a.sum() + b.sum()
+    n = len(pooled)
+    observed = a.mean() - b.mean()
+    count = math.comb(n, n_a)
+    if lattice and count > exact_splits:
+        x = np.round(pooled * lattice)
+        counts = _subset_sum_counts(x - x.min(), n_a)                       # (S,)
+        sums = (np.arange(len(counts)) + n_a * x.min()) / lattice
+        null = sums / n_a - (total - sums) / len(b)
+        extreme = np.abs(null) >= abs(observed) - 1e-12
+        return PermutationTest(float(counts[extreme].sum() / count), count, True)
+    if count <= exact_splits:
+        picks = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_a)),
+                            dtype=np.intp, count=count * n_a).reshape(count, n_a)
+        exact = True
+    else:
+        rng = np.random.default_rng(seed)
+        picks = np.argsort(rng.random((draws, n)), axis=1)[:, :n_a]
+        exact = False
+    sums = pooled[picks].sum(axis=1)                                        # (S,)
+    null = sums / n_a - (total - sums) / len(b)
+    return PermutationTest(_p_value(observed, null, exact), len(null), exact)
+
+
+def sign_flip_test(differences: Sequence[float], *, lattice: int | None = None,
+                   exact_splits: int = EXACT_SPLITS, draws: int = PERMUTATION_DRAWS,
+                   seed: int = PERMUTATION_SEED) -> PermutationTest:
+    """mean(d) against its distribution over every sign pattern of the paired differences d
+    (a block's two runs swap labels): exact over the 2^n patterns when there are at most
+    ``exact_splits`` or every d × ``lattice`` is an integer (patterns counted by the sum of
+    the positive |d|), else ``draws`` random ones with a fixed seed. With n runs the smallest
+    p is 2 / 2^n (3 runs: 0.25; 5: 0.0625; 6: 0.03125)."""
+    d = np.asarray(differences, dtype=float)
+    if len(d) < 1:
+        return PermutationTest(float("nan"), 0, True)
+    if lattice and 2 ** len(d) > exact_splits:
+        x = np.abs(np.round(d * lattice))
+        counts = _subset_sum_counts(x, None)           # Σ s_i |d_i| = 2 Σ_plus |d_i| − Σ |d_i|
+        null = (2 * np.arange(len(counts)) - x.sum()) / lattice / len(d)
+        extreme = np.abs(null) >= abs(d.mean()) - 1e-12
+        return PermutationTest(float(counts[extreme].sum() / 2 ** len(d)), 2 ** len(d), True)
+    if 2 ** len(d) <= exact_splits:
+        signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)
+        exact = True
+    else:
+        signs = np.where(np.random.default_rng(seed).random((draws, len(d))) < 0.5, -1, 1)
+        exact = False
+    null = (signs * d).mean(axis=1)
+    return PermutationTest(_p_value(d.mean(), null, exact), len(null), exact)
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    r"""Holm's step-down adjusted p-values of a family of m tests (NaN entries are left out
+    of the family and stay NaN): sorted ascending, p̃_(i) = max_{j ≤ i} min(1, (m − j + 1)
+    p_(j)). Rejecting where p̃ < 0.05 keeps the chance of any false reading in the family
+    at 5%."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full_like(p, np.nan)
+    valid = np.flatnonzero(np.isfinite(p))
+    order = valid[np.argsort(p[valid], kind="stable")]
+    m = len(order)
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
 
 
 def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:

@@ -53,16 +53,41 @@ def test_gain_contrast_refuses_a_seed_that_answered_one_group_only():
     (float("nan"), float("nan"), 1, "one seed"), (1.0, 2.0, 0, "measured")])
 def test_a_claim_is_read_from_its_interval_against_the_paper_direction(low, high, direction,
                                                                        reading):
-    claim = Claim("k", "c", "+1", estimate=1.0, low=low, high=high, direction=direction)
+    claim = Claim("k", "c", "+1", estimate=1.0, low=low, high=high, direction=direction,
+                  test=AGREES)
     assert claim.reading == reading
     assert Claim("k", "c", "+1").reading == "not run yet"
+
+
+AGREES = stats.PermutationTest(0.01, 252, True)
+DISAGREES = stats.PermutationTest(0.051, 354_817_320, True)
+
+
+@pytest.mark.parametrize("published", ["+1", NOT_IN_PAPER])
+def test_a_direction_needs_the_permutation_test_too(published):
+    """An interval that excludes 0 reads a direction only where the permutation test over seed
+    labels agrees at 0.05 (issue #48), and in a family, only where the corrected p does."""
+    above = "agrees" if published == "+1" else "above 0"
+    claim = Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9, test=AGREES)
+    assert claim.reading == above
+    held = Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9, test=DISAGREES)
+    assert held.reading == "cannot tell"
+    assert "p = 0.051, exact over 354,817,320 splits" in held.as_row()["note"]
+    assert Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9).reading == "cannot tell"
+    family = Claim("k", "c", published, estimate=2.0, low=0.1, high=3.9, test=AGREES,
+                   p_family=0.07, family="Holm over the Table 3 cells (7)")
+    assert family.reading == "cannot tell"
+    assert family.as_row()["p_text"].endswith("; Holm over the Table 3 cells (7): 0.070")
+    # a test that agrees cannot make an interval that contains 0 read a direction
+    assert Claim("k", "c", published, estimate=1.0, low=-0.5, high=2.0,
+                 test=AGREES).reading == "cannot tell"
 
 
 @pytest.mark.parametrize("low, high, reading", [
     (0.5, 2.0, "above 0"), (-2.0, -0.5, "below 0"), (-0.5, 2.0, "cannot tell")])
 def test_a_comparison_the_paper_does_not_make_is_read_against_0_not_against_the_paper(
         low, high, reading):
-    claim = Claim("k", "c", NOT_IN_PAPER, estimate=1.0, low=low, high=high)
+    claim = Claim("k", "c", NOT_IN_PAPER, estimate=1.0, low=low, high=high, test=AGREES)
     assert claim.reading == reading
     text = claims_summary(pd.DataFrame([{**claim.as_row(), "short": "the variant"}]),
                           pd.DataFrame([{"method": "at2po", "seed": 0, "finished": True,
@@ -80,7 +105,9 @@ def _study() -> pd.DataFrame:
         return {MH: list(rng.random(n_mh) < p_mh), SH: list(rng.random(n_sh) < p_sh)}
 
     table = {("react", 0): run(0.2, 0.6)}
-    for seed in range(3):
+    # 6 seeds: the smallest p of a sign-flip test against the fixed warm start is 2/64, of a
+    # split of 6 vs 6 runs 2/924 (3 seeds could never read a direction: 2/8, 2/20)
+    for seed in range(6):
         table[("grpo", seed)] = run(0.45, 0.7)
         table[("dapo", seed)] = run(0.35, 0.7)
         table[("aepo", seed)] = run(0.45, 0.7)
@@ -91,7 +118,7 @@ def _study() -> pd.DataFrame:
 def test_claims_table_names_the_weakest_method_and_waits_for_the_rest():
     tidy, display = claims_table("tiny", _study(), n_resamples=400)
     rows = tidy.set_index("key")
-    assert len(display) == len(tidy) == 19
+    assert len(display) == len(tidy) == 20
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
@@ -100,19 +127,20 @@ def test_claims_table_names_the_weakest_method_and_waits_for_the_rest():
     # the headline pair: AT2PO minus GRPO itself
     assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(
         100 * stats.difference_ci(_study(), "at2po", "grpo", [MH], n_resamples=10).estimate)
-    assert rows.loc["at2po_over_grpo", "seeds"] == "3 vs 3"
+    assert rows.loc["at2po_over_grpo", "seeds"] == "6 vs 6"
     assert rows.loc["at2po_over_grpo", "published"] == "+2.8"      # 48.8 - 46.0, Qwen3-4B
     assert rows.loc["at2po_over_grpo_sampled_em", "reading"] == "not run yet"
     # the strongest baseline is AEPO, the paper's, fixed before the data
     assert rows.loc["at2po_over_strongest", "estimate"] == pytest.approx(
         100 * stats.difference_ci(_study(), "at2po", "aepo", [MH], n_resamples=10).estimate)
-    assert rows.loc["at2po_over_strongest", "seeds"] == "3 vs 3"
+    assert rows.loc["at2po_over_strongest", "seeds"] == "6 vs 6"
     # these outcomes have no sampled metric: its row waits rather than reading greedy EM
     assert rows.loc["at2po_over_strongest_sampled_em", "reading"] == "not run yet"
     # no variant, ablation, credit-variant or training-curve records: said, not filled in
     for key in ("at2po_over_grpo_budget", "exact_variant_over_grpo", "ablation_step2",
                 "ablation_step3", "ablation_step4", "node_value_over_diff_parent",
-                "grpo_entropy_falls", "at2po_entropy_stabler", "turn_ratio_clips_less"):
+                "grpo_entropy_falls", "at2po_entropy_stabler", "turn_ratio_clips_less",
+                "turn_ratio_clips_less_at_reference"):
         assert rows.loc[key, "reading"] == "not run yet", key
     step2 = int(np.flatnonzero(tidy["key"] == "ablation_step2")[0])
     assert display["toy [95% CI]"].iloc[step2] == "–"
@@ -175,7 +203,7 @@ def test_the_rivals_are_fixed_so_equal_methods_read_cannot_tell():
 
 
 def test_the_headline_pair_row_compares_with_grpo_even_when_another_baseline_is_stronger():
-    table = _runs(2, 3, {"grpo": 0.30, "dapo": 0.60, "aepo": 0.60, "at2po": 0.45})
+    table = _runs(2, 5, {"grpo": 0.30, "dapo": 0.60, "aepo": 0.60, "at2po": 0.45})
     tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
     rows = tidy.set_index("key")
     assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(100 * stats.difference_ci(
@@ -190,7 +218,8 @@ def test_entropy_claims_read_the_start_end_table():
          "change_low": -0.08, "change_high": -0.02},
         {"method": "at2po", "metric": "entropy", "seeds": 3, "change": -0.01,
          "change_low": -0.03, "change_high": 0.01, "vs_baseline": 0.04,
-         "vs_baseline_low": 0.01, "vs_baseline_high": 0.07, "baseline": "grpo"}])
+         "vs_baseline_low": 0.01, "vs_baseline_high": 0.07, "baseline": "grpo",
+         "vs_baseline_p": 0.01, "vs_baseline_splits": 20, "vs_baseline_exact": True}])
     tidy, _ = claims_table("tiny", _study(), change, n_resamples=200)
     rows = tidy.set_index("key")
     # GRPO's own change is described (every method loses entropy); the claim is comparative
@@ -288,8 +317,17 @@ def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
     two = {**one, ("ablation_random_tree_grpo", 1): run(0.2), ("ablation_atpo_loss", 1): run(0.6),
            ("grpo", 1): run(0.5)}
     rows = claims_table("tiny", outcomes(two), n_resamples=300)[0].set_index("key")
+    # two seeds a side: read, but 2 vs 2 runs split 6 ways (p >= 1/3) and 2 runs against the
+    # warm start flip signs 4 ways (p >= 1/2): the interval alone cannot make a direction
+    assert rows.loc["ablation_step2", "ci_low"] > 0
+    assert rows.loc["ablation_step2", "reading"] == "cannot tell"
+    assert rows.loc["rl_over_react", "reading"] == "cannot tell"
+    assert "the permutation test does not agree" in rows.loc["ablation_step2", "note"]
+    six = {**two, **{(m, seed): run(p) for seed in range(2, 6) for m, p in (
+        ("ablation_random_tree_grpo", 0.2), ("ablation_atpo_loss", 0.6), ("grpo", 0.5))}}
+    rows = claims_table("tiny", outcomes(six), n_resamples=300)[0].set_index("key")
     assert rows.loc["ablation_step2", "reading"] == "agrees"
-    assert rows.loc["rl_over_react", "reading"] == "agrees"    # 2 GRPO seeds vs the warm start
+    assert rows.loc["rl_over_react", "reading"] == "agrees"    # 6 GRPO seeds vs the warm start
 
 
 def test_study_presets_read_as_their_place_in_the_paper():
@@ -299,3 +337,60 @@ def test_study_presets_read_as_their_place_in_the_paper():
     assert method_label("ablation_random_tree_grpo") == "Table 2 step 1"
     assert method_label("credit_leaf_mean_diff_parent") == "Table 3 leaf_mean / diff_parent"
     assert method_label("not_a_preset") == "not_a_preset"
+
+
+def test_the_two_fragile_verdicts_of_the_committed_record_now_read_cannot_tell():
+    """Issue #48: "the authors' AT2PO minus the exact-entropy variant: above 0" (+2.0 [+0.1,
+    +3.9]) and "Table 3: entropy weights vs the child mean: opposite" (-2.8 [-5.0, -0.6]) rest
+    on intervals whose permutation tests over seed labels give p = 0.051 (12 vs 21 runs, exact
+    over all C(33, 12) splits) and p = 0.12 (exact over the C(24, 3) = 2,024 splits; Holm over
+    the 7 Table 3 cells 0.86): both read "cannot tell" now, from the records in git."""
+    from math import comb
+
+    from at2po_lib.method.presets import TABLE3_METHODS
+    from at2po_lib.reporting import claims
+    from at2po_lib.reporting.labels import groups_of
+    from at2po_lib.reporting.records import load_outcomes
+
+    frame = load_outcomes("tiny", ["at2po", "at2po_exact", *TABLE3_METHODS])
+    groups = groups_of(frame["dataset"].unique())
+    records = claims._Records(frame, groups, n_resamples=10)
+    variant = next(c for c in claims._variant_claims(records)
+                   if c.key == "authors_over_exact_variant")
+    assert (round(variant.estimate, 1), round(variant.low, 1), round(variant.high, 1)) == \
+        (2.0, 0.1, 3.9)
+    assert variant.test.exact and variant.test.splits == comb(33, 12)
+    assert variant.test.p == pytest.approx(0.051, abs=0.001)
+    assert variant.reading == "cannot tell"
+    # Table 3's cell on the committed record: the exact-entropy AT2PO is its default cell
+    cell = next(c for c in claims._credit_claims(records, "at2po_exact")
+                if c.key == "entropy_weights_over_child_mean")
+    assert (round(cell.estimate, 1), round(cell.low, 1), round(cell.high, 1)) == (-2.8, -5.0, -0.6)
+    assert cell.test.exact and cell.test.splits == 2024
+    assert cell.test.p == pytest.approx(0.12, abs=0.005)
+    assert cell.family.endswith("(7)") and cell.p_family > cell.test.p
+    assert cell.reading == "cannot tell"
+
+
+def test_clip_levels_are_read_at_both_clip_ranges():
+    """One row at AT2PO's own range and one at 0.2 (issue #48): at 0.2 AT2PO's own updates where
+    its runs logged that range, else the runs trained at 0.2, named in the note."""
+    clips = pd.DataFrame({
+        "method": ["at2po"] * 6 + ["grpo_tree_budget"] * 6, "seed": [f"seed{i}" for i in range(12)],
+        "epsilon": [0.003] * 6 + [0.2] * 6, "epsilon_high": [0.004] * 6 + [0.2] * 6,
+        "token_level": [0.02] * 6 + [0.004] * 6,
+        "turn_level": [0.07, 0.071, 0.069, 0.072, 0.068, 0.07] + [0.0041] * 6,
+        "token_level_at_reference": [np.nan] * 6 + [0.004] * 6,
+        "turn_level_at_reference": [np.nan] * 6 + [0.0041] * 6})
+    tidy, _ = claims_table("tiny", _study(), clips=clips, n_resamples=10)
+    rows = tidy.set_index("key")
+    own, wide = rows.loc["turn_ratio_clips_less"], rows.loc["turn_ratio_clips_less_at_reference"]
+    assert own["estimate"] == pytest.approx(5.0) and own["reading"] == "opposite"
+    assert "ε = 0.003 / 0.004" in own["claim"] and own["p_permutation"] == pytest.approx(2 / 64)
+    assert wide["estimate"] == pytest.approx(0.01) and wide["seeds"] == "6"
+    assert "GRPO at AT2PO's budget" in wide["note"] and "turn 0.41% vs token 0.40%" in wide["note"]
+    clips.loc[clips["method"] == "at2po", ["token_level_at_reference", "turn_level_at_reference"]] = \
+        [0.003, 0.002]
+    rows = claims_table("tiny", _study(), clips=clips, n_resamples=10)[0].set_index("key")
+    wide = rows.loc["turn_ratio_clips_less_at_reference"]
+    assert wide["estimate"] == pytest.approx(-0.1) and "AT2PO's own updates" in wide["note"]

@@ -16,7 +16,7 @@ from at2po_lib.cli import train as train_cli
 from at2po_lib.config import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "trainer/warmstart",
+STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "trainer/blocks", "trainer/warmstart",
                  "retrieval/indexes", "retrieval/server", "tinyworld/build", "notebook_runner"]
 
 

@@ -11,6 +11,7 @@ ORACLE = """score,k,prompts,candidates,resamples,trees_with_spearman,spearman,sp
 authors_score,4,10,70,8,9,0.1,0.0,0.2,0.97,0.90,1.04
 uniform,4,10,70,8,9,0.0,-0.1,0.1,1.0,0.95,1.05
 oracle,4,10,70,8,,,,,1.25,1.10,1.40
+oracle_in_sample,4,10,70,8,,,,,1.60,1.50,1.70
 """
 SPREAD = """estimate,c,c_lo,c_hi,sibling_sets,trees,mean_dev,mean_range,method,stage
 nll,0.47,0.46,0.48,130,32,0.0328,0.1641,at2po,first
@@ -36,17 +37,21 @@ def test_rows_come_from_the_records_and_the_claims(tmp_path, monkeypatch):
          "ci_low": float("nan"), "ci_high": float("nan"), "unit": "EM points", "seeds": "",
          "n_questions": 725.0, "reading": "no runs"}])
     tidy, display = dissection_summary("tiny", claims)
-    assert list(tidy["part"]) == ["expansion", "expansion", "credit", "loss", "whole"]
-    authors, oracle = tidy.iloc[0], tidy.iloc[1]
+    assert list(tidy["part"]) == ["expansion"] * 3 + ["credit", "loss", "whole"]
+    authors, placebo = tidy.iloc[0], tidy.iloc[1]
     assert "authors' score" in authors["question"] and "the warm start" in authors["question"]
     assert (authors["estimate"], authors["ci_low"], authors["ci_high"]) == (0.97, 0.90, 1.04)
-    assert display.iloc[1]["measured"] == "1.25× [1.10, 1.40]"
+    # the placebo strays 0.00 from 1 here: the margin is 0, and [0.90, 1.04] holds 1
+    assert display.iloc[0]["measured"] == "0.97× [0.90, 1.04]: no different (placebo margin ±0.00)"
+    assert "placebo" in placebo["question"]
+    assert display.iloc[2]["measured"] == ("at least 1.25× [1.10, 1.40] (held-out halves; "
+                                           "in-sample upper bound 1.60× [1.50, 1.70])")
     # credit: AT2PO's sampled-NLL fit only (not the exact estimate, not another method's)
     credit = tidy[tidy["part"] == "credit"].iloc[0]
     assert credit["estimate"] == pytest.approx(0.0328) and "first" in credit["question"]
-    assert display.iloc[2]["basis"] == "130 sibling sets in 32 trees"
-    assert display.iloc[3]["measured"] == "+4.8 [+4.6, +5.0] % (opposite)"
-    assert display.iloc[4]["basis"] == "seeds 12 vs 21, 725 questions"
+    assert display.iloc[3]["basis"] == "130 sibling sets in 32 trees"
+    assert display.iloc[4]["measured"] == "+4.8 [+4.6, +5.0] % (opposite)"
+    assert display.iloc[5]["basis"] == "seeds 12 vs 21, 725 questions"
     # a claim without runs (nan) is left out, not shown as nan
     assert "tree vs chains" not in set(tidy["question"])
 
@@ -78,7 +83,9 @@ def test_why_sentences_read_each_number_from_the_records(tmp_path, monkeypatch):
     assert "-0.9 [-2.7, +0.9]" in result and "seeds 12 vs 21" in result
     assert "+2.8 lies above the interval" in result     # 0.9 < 2.8
     assert "0.97× [0.90, 1.04]" in expansion and "1.25× [1.10, 1.40]" in expansion
-    assert "no better than a uniform pick" in expansion  # the interval holds 1
+    assert "no different from a uniform pick" in expansion  # the interval holds 1
+    assert "at least 1.25× [1.10, 1.40]" in expansion and "at most 1.60× [1.50, 1.70]" in expansion
+    assert "the most any score could gain" not in expansion  # a held-out bound is a lower bound
     assert "0.033 from the child mean" in credit and "0.020 at the last" in credit
     assert "turn 6.9% vs token 2.1%" in clip and "opposite" in clip
     assert "Elsewhere" not in expansion                  # one oracle cell only
@@ -115,9 +122,10 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     variant = next(s for s in sentences if s.startswith("**The authors' settings"))
     assert "+2.0 [+0.1, +3.9] EM points (seeds 12 vs 21): above 0" in variant
     expansion = next(s for s in sentences if s.startswith("**What the expansion"))
+    # the placebo strays 0.00 from 1 in both cells: [1.05, 1.19] clears the margin
     assert ("Elsewhere: AT2PO seed 0 retrained on another machine build, paper's tree (M = 10, K = 6): 1.12× "
-            "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] (12 prompts)"
-            in expansion)
+            "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] to 1.60× "
+            "[1.50, 1.70] (12 prompts)" in expansion)
     credit = next(s for s in sentences if s.startswith("**Why turn-wise credit"))
     assert "-2.8 [-5.0, -0.6] EM points (seeds 21 vs 3): opposite" in credit
     resolution = sentences[-1]

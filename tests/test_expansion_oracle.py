@@ -54,6 +54,7 @@ def test_flip_probability_of_a_scripted_policy_is_known(toy):
     assert (frame["decision"] != "root").all() and (frame["depth"] == 1).all()
     assert (frame["siblings_before"] == 3).all()  # four chains from the root
     assert np.allclose(frame["authors_score"], frame["entropy_nll"] - 0.05 * 3)
+    assert np.allclose(frame["sibling_penalty"], -0.05 * 3)
     for _, c in frame.iterrows():
         rewards = json.loads(c["resample_rewards"])
         p_flip = np.mean([r != c["original_reward"] for r in rewards])
@@ -139,3 +140,74 @@ def test_a_resume_skips_every_chunk_with_a_recorded_prompt():
     assert chunks_to_do(done, 60, 20) == [40]
     assert chunks_to_do(set(), 45, 20) == [0, 20, 40]
     assert chunks_to_do({59}, 60, 20) == [0, 20]
+
+
+def test_ties_at_the_kth_score_count_in_expectation():
+    from at2po_lib.analysis.expansion_oracle import tie_aware_flips
+
+    # three candidates tied at the top for two picks: each counts 2/3 -> 2 x mean(0, .5, 1)
+    assert tie_aware_flips([1, 1, 1, 0], [0.0, 0.5, 1.0, 0.2], 2) == pytest.approx(1.0)
+    # one above, two tied for the last pick: 0.2 + 1 x mean(0, 1)
+    assert tie_aware_flips([2, 1, 1, 0], [0.2, 0.0, 1.0, 0.9], 2) == pytest.approx(0.7)
+    # no ties: the top k; more picks than candidates: all of them
+    assert tie_aware_flips([3, 2, 1], [0.1, 0.2, 0.4], 2) == pytest.approx(0.3)
+    assert tie_aware_flips([3, 2, 1], [0.1, 0.2, 0.4], 5) == pytest.approx(0.7)
+
+
+def test_a_constant_score_is_a_uniform_pick_and_the_in_sample_picker_an_upper_bound():
+    frame = hand_frame()
+    frame["sibling_penalty"] = -0.15                          # every candidate has b = 3
+    got = per_prompt(frame, k=2).iloc[0]
+    assert got["picked_sibling_penalty"] == pytest.approx(got["uniform_expected"])
+    # in-sample: ranked and scored on all four re-samples, p_flip 1 and 0.5
+    assert got["picked_oracle_in_sample"] == pytest.approx(1.5)
+    summary = oracle_summary(frame, k=2, draws=50).set_index("score")
+    assert summary.loc["sibling_penalty", "flips_vs_uniform"] == pytest.approx(1.0)
+    assert summary.loc["oracle_in_sample", "flips_vs_uniform"] == pytest.approx(1.5 / 0.875)
+
+
+def test_the_placebo_sets_the_margin_of_better_and_worse():
+    from at2po_lib.analysis.expansion_oracle import placebo_margin, versus_uniform
+
+    summaries = pd.DataFrame({"score": ["uniform", "uniform", "authors_score"],
+                              "flips_vs_uniform": [1.05, 0.98, 1.2]})
+    assert placebo_margin(summaries) == pytest.approx(0.05)
+    assert placebo_margin(pd.DataFrame()) == 0.0
+    assert versus_uniform(1.04, 1.10, 0.05) == "no different"   # above 1, inside the margin
+    assert versus_uniform(1.06, 1.10, 0.05) == "better"
+    assert versus_uniform(0.90, 0.96, 0.05) == "no different"
+    assert versus_uniform(0.90, 0.94, 0.05) == "worse"
+
+
+def test_penalty_effect_by_hand():
+    """Two prompts; first turns (depth 1, b = 3: penalty 0.15) and deeper turns (b = 0)."""
+    from at2po_lib.analysis.expansion_oracle import load_oracle, penalty_effect
+
+    frame = pd.DataFrame({
+        "prompt": [0, 0, 0, 1, 1, 1], "depth": [1, 1, 2, 1, 2, 3],
+        "siblings_before": [3, 3, 0, 3, 0, 0],
+        "entropy_nll": [0.01, 0.25, 0.05, 0.10, 0.01, 0.03],
+        "p_flip": [0.5, 0.25, 0.0, 0.75, 0.0, 0.25]})
+    frame["authors_score"] = frame["entropy_nll"] - 0.05 * frame["siblings_before"]
+    got = penalty_effect(frame, k=1)
+    assert got["penalty_first"] == pytest.approx(0.15)
+    assert got["penalty_exceeds_entropy"] == pytest.approx(2 / 3)      # not 0.25
+    assert got["p_flip_first"] == pytest.approx(0.5) and got["p_flip_deeper"] == pytest.approx(1 / 12)
+    # one pick a prompt: at alpha = 0 both prompts pick a first turn (0.25; 0.10); with the
+    # penalty prompt 0 keeps its first turn (0.25 - 0.15 = 0.10 > 0.05) and prompt 1 picks
+    # its depth-3 turn (0.03 > 0.10 - 0.15)
+    assert got["first_in_picks_alpha0"] == pytest.approx(1.0)
+    assert got["first_in_picks"] == pytest.approx(0.5)
+    # a record written before the score existed gets it from b(n)
+    path = _oracle_csv(frame)
+    assert (load_oracle(path)["sibling_penalty"] == -0.05 * frame["siblings_before"]).all()
+
+
+def _oracle_csv(frame: pd.DataFrame):
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "expansion_oracle_x_toy.csv"
+    frame.assign(original_reward=0.0, resample_rewards="[0.0, 1.0]").drop(
+        columns=["p_flip"]).to_csv(path, index=False)
+    return path

@@ -120,6 +120,12 @@ def test_every_method_takes_smoke_steps(outputs, method):
     level = trainer.args.loss_level
     if level in ("token", "turn"):  # what the loss clipped is its own level's share
         assert row[f"clip_ratio/{level}_level"] == pytest.approx(row["clip_ratio/region_mean"])
+    # and at GRPO's 0.2 where the method's range is another (issue #48: the reading depends on it)
+    if (trainer.args.epsilon, trainer.args.epsilon_high) != (0.2, 0.2):
+        assert 0.0 <= row["clip_ratio/turn_level_eps0.2"] <= 1.0
+        assert 0.0 <= row["clip_ratio/token_level_eps0.2"] <= 1.0
+    else:
+        assert "clip_ratio/turn_level_eps0.2" not in row
     # the first (= last) step's trees are kept, every node with its entropy summaries and
     # its decision label
     trees = load_trees(run.trees / "step0001.npz")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 
 from ..method.credit import sibling_weights
 from ..method.tree import TreeArrays
@@ -162,12 +163,22 @@ def paper_scale_weight_gap(token_spread: float = 0.3, tokens: int = 300,
 # Loss
 # --------------------------------------------------------------------------------------------
 CLIP_LEVELS = ("clip_ratio/token_level", "clip_ratio/turn_level")
+REFERENCE_CLIP = 0.2
+"""GRPO's clip range: a run whose own range differs logs both levels' clipped share at it too
+(``clip_ratio/token_level_eps0.2``, ``clip_ratio/turn_level_eps0.2``; issue #48), so one run's
+updates are read at both ranges."""
+CLIP_LEVELS_AT_REFERENCE = tuple(f"{name}_eps{REFERENCE_CLIP:g}" for name in CLIP_LEVELS)
+CLIP_COLUMNS = ["method", "seed", "steps", "epsilon", "epsilon_high", "token_level",
+                "turn_level", "own", "token_level_at_reference", "turn_level_at_reference"]
 
 
 def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
     """Per run with the both-level records (revision f2386ba on): the mean over its rollout
-    steps of the clipped share of model tokens under a token-level and a turn-level ratio
-    (``token_level``, ``turn_level``) and the share its own loss clipped (``own``)."""
+    steps of the clipped share of model tokens under a token-level and a turn-level ratio at
+    its own clip range (``epsilon``, ``epsilon_high``: ``token_level``, ``turn_level``), the
+    share its own loss clipped (``own``), and both at :data:`REFERENCE_CLIP` where the run
+    logged them (``*_at_reference``; a run whose own range is 0.2 has them in ``token_level``
+    and ``turn_level``; NaN for runs recorded before issue #48)."""
     rows = []
     for root in run_roots:
         path = Path(root) / "metrics.jsonl"
@@ -177,10 +188,25 @@ def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
         if not records or not all(k in records[0] for k in CLIP_LEVELS):
             continue
         frame = pd.DataFrame(records)
+        low, high = _clip_range(Path(root))
+        at_reference = (low, high) == (REFERENCE_CLIP, REFERENCE_CLIP)
+        reference = [frame[c].mean() if c in frame else float("nan")
+                     for c in CLIP_LEVELS_AT_REFERENCE]
+        if at_reference:
+            reference = [frame[c].mean() for c in CLIP_LEVELS]
         rows.append({"method": Path(root).parent.name, "seed": Path(root).name,
-                     "steps": len(frame),
+                     "steps": len(frame), "epsilon": low, "epsilon_high": high,
                      "token_level": float(frame[CLIP_LEVELS[0]].mean()),
                      "turn_level": float(frame[CLIP_LEVELS[1]].mean()),
-                     "own": float(frame["clip_ratio/region_mean"].mean())})
-    return pd.DataFrame(rows, columns=["method", "seed", "steps", "token_level", "turn_level",
-                                       "own"])
+                     "own": float(frame["clip_ratio/region_mean"].mean()),
+                     "token_level_at_reference": float(reference[0]),
+                     "turn_level_at_reference": float(reference[1])})
+    return pd.DataFrame(rows, columns=CLIP_COLUMNS)
+
+
+def _clip_range(root: Path) -> tuple[float, float]:
+    """The run's (epsilon, epsilon_high) from its ``config.yaml`` (NaN when absent)."""
+    path = root / "config.yaml"
+    trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}) if path.is_file() else {}
+    return (float(trainer.get("epsilon", float("nan"))),
+            float(trainer.get("epsilon_high", float("nan"))))

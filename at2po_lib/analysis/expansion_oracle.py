@@ -16,9 +16,11 @@ the node's own flip probability: how likely one expansion of n yields a leaf who
 differs from its sibling's, i.e. a group with signal.
 
 **Scores** of a candidate, each read from the tree's node arrays
-(:func:`at2po_lib.rollout.export.tree_arrays`): the turn's mean exact entropy, mean sampled NLL,
-its largest and first sampled token's value of each, its depth, the authors' full score
-H_nll − 0.05·b(n), and ``uniform`` (a seeded random number: the uniform picker).
+(:func:`at2po_lib.rollout.export.tree_arrays`): the turn's mean exact entropy, mean sampled NLL
+(the authors' score at α = 0: "entropy only"), its largest and first sampled token's value of
+each, its depth, the authors' full score H_nll − 0.05·b(n), the sibling penalty alone
+−0.05·b(n) (``sibling_penalty``; derived from the recorded b(n) for records written before it
+was a column), and ``uniform`` (a seeded random number: the uniform picker, the placebo).
 
 **Summaries** (:func:`oracle_summary`), with 95% percentile bootstrap intervals over prompts:
 
@@ -26,10 +28,20 @@ H_nll − 0.05·b(n), and ``uniform`` (a seeded random number: the uniform picke
   with < 3 candidates or a constant p_flip have none). R re-samples make p_flip noisy, which
   pulls every correlation toward 0 alike;
 - the flips a picker expects with K picks, relative to uniform picks (K × the tree's mean
-  p_flip): Σ_{top-K by score} p_flip / (K · mean p_flip), summed over prompts before dividing;
-- the perfect picker's ceiling: the same ratio for the K candidates with the highest p_flip.
-  Picking and scoring on the same R re-samples would favour it (the top of noisy estimates is
-  biased upward), so it ranks by the first half of the re-samples and is scored on the second.
+  p_flip): Σ_{top-K by score} p_flip / (K · mean p_flip), summed over prompts before dividing.
+  **Ties** are broken uniformly at random, in expectation: when t candidates share the K-th
+  score and j of the K picks fall among them, each counts j/t (:func:`tie_aware_flips`), so a
+  score with many equal values (the sibling penalty; identical sibling turns) is not credited
+  with the creation order of its ties;
+- the perfect picker (``oracle``): the same ratio for the K candidates with the highest p_flip,
+  ranked by the first half of the re-samples and scored on the second. Ranking and scoring on
+  the same noisy estimates would favour it, so this is a *lower bound* on the best any score
+  could do on that tree shape; beside it the in-sample ranking (``oracle_in_sample``: ranked and
+  scored on all R re-samples), an *upper bound* (the top of noisy estimates is biased upward).
+
+:func:`penalty_effect` reads what α·b does to the pick from the same rows: b(n) = M − 1 for
+every first-turn candidate of an initial tree and 0 for the deeper ones, so the penalty moves
+all first turns below the deeper turns by α(M − 1).
 """
 
 from __future__ import annotations
@@ -55,12 +67,17 @@ from ..rollout.backends import make_backend
 from ..rollout.export import tree_arrays, with_decisions
 from ..rollout.structures import ROOT, RolloutTree
 from ..util.paths import results_dir
+from ..util.provenance import read_meta
 
 AUTHORS_ALPHA = 0.05
 """The sibling penalty of the authors' score (their code's constant)."""
 SCORES = ("entropy_exact", "entropy_nll", "entropy_exact_max", "entropy_nll_max",
-          "entropy_exact_first", "entropy_nll_first", "depth", "authors_score", "uniform")
+          "entropy_exact_first", "entropy_nll_first", "depth", "authors_score",
+          "sibling_penalty", "uniform")
 """Every score the summaries rank candidates by (module docstring)."""
+PICKERS = ("oracle", "oracle_in_sample")
+"""The perfect picker's two summary rows: held-out halves (a lower bound on the ceiling) and
+in-sample (an upper bound)."""
 SHAPES = {"toy": (4, 4), "paper": (10, 6)}
 """Tree shapes as (M chains, K picks): the ``tiny`` profile's and the paper's first round."""
 
@@ -115,6 +132,7 @@ def candidate_rows(tree: RolloutTree, row: dict[str, Any], firsts: dict[int, lis
             "decision": arrays.records[n]["decision"], "siblings_before": int(b),
             **{name: float(nodes[name][n]) for name in SCORES[:6]},
             "authors_score": float(nodes["entropy_nll"][n]) - AUTHORS_ALPHA * b,
+            "sibling_penalty": -AUTHORS_ALPHA * b,
             "uniform": float(rng.random()),
             "original_reward": float(original),
             "resample_rewards": json.dumps([float(r) for r in rewards]),
@@ -200,6 +218,8 @@ def load_oracle(path: Path) -> pd.DataFrame:
     frame["resamples"] = rewards.map(len)
     frame["flips"] = [sum(r != o for r in rs) for rs, o in zip(rewards, frame["original_reward"])]
     frame["p_flip"] = frame["flips"] / frame["resamples"]
+    if "sibling_penalty" not in frame:  # records written before the score existed
+        frame["sibling_penalty"] = -AUTHORS_ALPHA * frame["siblings_before"]
     return frame
 
 
@@ -217,9 +237,28 @@ def half_flip_rates(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.array(first), np.array(second)
 
 
+def tie_aware_flips(score: np.ndarray, p_flip: np.ndarray, k: int) -> float:
+    r"""Expected Σ p_flip of the top-``k`` candidates by ``score`` when ties are broken
+    uniformly at random: every candidate above the k-th score counts whole; the t candidates
+    tied at it share the j picks left, each counting j/t.
+
+    .. math::  E = \sum_{s_n > s_{(k)}} p_n + \frac{k - \#\{s_n > s_{(k)}\}}{\#\{s_n = s_{(k)}\}}
+               \sum_{s_n = s_{(k)}} p_n
+    """
+    score, p_flip = np.asarray(score, float), np.asarray(p_flip, float)
+    k = min(k, len(score))
+    if k == 0:
+        return 0.0
+    kth = np.sort(score)[::-1][k - 1]
+    above, tied = score > kth, score == kth
+    return float(p_flip[above].sum() + (k - above.sum()) * p_flip[tied].mean())
+
+
 def per_prompt(frame: pd.DataFrame, k: int) -> pd.DataFrame:
     """Per prompt: each score's Spearman with p_flip (NaN when undefined), and the flips each
-    picker expects with ``k`` picks (``picked_<score>``, ``picked_oracle`` by the split halves),
+    picker expects with ``k`` picks, ties broken at random in expectation
+    (:func:`tie_aware_flips`): ``picked_<score>``, ``picked_oracle`` (ranked by one half of the
+    re-samples, scored on the other) and ``picked_oracle_in_sample`` (ranked and scored on all),
     beside ``uniform_expected`` = k' × mean p_flip (k' = min(k, candidates))."""
     frame = frame.copy()
     frame["rank_half"], frame["eval_half"] = half_flip_rates(frame)
@@ -230,14 +269,15 @@ def per_prompt(frame: pd.DataFrame, k: int) -> pd.DataFrame:
                                "uniform_expected": picks * group["p_flip"].mean(),
                                "uniform_expected_eval_half": picks * group["eval_half"].mean()}
         varied = len(group) >= 3 and group["p_flip"].nunique() > 1
+        p_flip = group["p_flip"].to_numpy()
         for score in SCORES:
             values = group[score].to_numpy()
-            row[f"spearman_{score}"] = (stats.spearmanr(values, group["p_flip"]).statistic
+            row[f"spearman_{score}"] = (stats.spearmanr(values, p_flip).statistic
                                         if varied and np.unique(values).size > 1 else np.nan)
-            top = np.argsort(-values, kind="stable")[:picks]  # ties: creation (breadth) order
-            row[f"picked_{score}"] = group["p_flip"].to_numpy()[top].sum()
-        top = np.argsort(-group["rank_half"].to_numpy(), kind="stable")[:picks]
-        row["picked_oracle"] = group["eval_half"].to_numpy()[top].sum()
+            row[f"picked_{score}"] = tie_aware_flips(values, p_flip, picks)
+        row["picked_oracle"] = tie_aware_flips(group["rank_half"].to_numpy(),
+                                               group["eval_half"].to_numpy(), picks)
+        row["picked_oracle_in_sample"] = tie_aware_flips(p_flip, p_flip, picks)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -252,16 +292,17 @@ def _bootstrap(prompts: pd.DataFrame, statistic, draws: int, seed: int) -> tuple
 
 
 def oracle_summary(frame: pd.DataFrame, k: int, draws: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """One row per score (and ``oracle``): mean within-tree Spearman with p_flip and the
-    expected flips of its K picks relative to uniform picks, each with a 95% bootstrap
-    interval over prompts, and the prompts and candidates it rests on."""
+    """One row per score (and the perfect picker's two, :data:`PICKERS`): mean within-tree
+    Spearman with p_flip and the expected flips of its K picks relative to uniform picks,
+    each with a 95% bootstrap interval over prompts, and the prompts and candidates it rests
+    on."""
     prompts = per_prompt(frame, k)
     rows = []
-    for score in (*SCORES, "oracle"):
+    for score in (*SCORES, *PICKERS):
         row: dict[str, Any] = {"score": score, "k": k, "prompts": len(prompts),
                                "candidates": int(prompts["candidates"].sum()),
                                "resamples": int(frame["resamples"].min())}
-        if score != "oracle":
+        if score not in PICKERS:
             column = f"spearman_{score}"
             row["trees_with_spearman"] = int(prompts[column].notna().sum())
             row["spearman"], row["spearman_lo"], row["spearman_hi"] = _bootstrap(
@@ -275,9 +316,68 @@ def oracle_summary(frame: pd.DataFrame, k: int, draws: int = 2000, seed: int = 0
     return pd.DataFrame(rows)
 
 
+def penalty_effect(frame: pd.DataFrame, k: int, alpha: float = AUTHORS_ALPHA) -> dict[str, float]:
+    """What α·b does to the pick (module docstring), from one oracle record: the penalty of a
+    first-turn candidate, the share of first-turn candidates whose penalty exceeds the turn's
+    own entropy (mean sampled NLL), the mean p_flip of first-turn and of deeper candidates,
+    and the share of first turns among the K picks of the authors' score and at α = 0 (ties
+    counted in expectation, :func:`tie_aware_flips`)."""
+    first = frame["depth"] == 1
+    penalty = alpha * frame["siblings_before"]
+    shares = {"authors_score": 0.0, "entropy_nll": 0.0}
+    picks = 0
+    for _, group in frame.groupby("prompt", sort=False):
+        n = min(k, len(group))
+        is_first = (group["depth"] == 1).to_numpy(float)
+        for score in shares:
+            shares[score] += tie_aware_flips(group[score].to_numpy(), is_first, n)
+        picks += n
+    return {"penalty_first": float(penalty[first].mean()),
+            "penalty_exceeds_entropy": float((penalty[first] > frame.loc[first, "entropy_nll"]).mean()),
+            "p_flip_first": float(frame.loc[first, "p_flip"].mean()),
+            "p_flip_deeper": float(frame.loc[~first, "p_flip"].mean()),
+            "first_in_picks": shares["authors_score"] / picks,
+            "first_in_picks_alpha0": shares["entropy_nll"] / picks,
+            "first_candidates": int(first.sum()), "candidates": len(frame)}
+
+
 # --------------------------------------------------------------------------------------------
 # Reading the committed summaries
 # --------------------------------------------------------------------------------------------
+PLACEBO = "uniform"
+"""The placebo score: a random number per candidate, whose true ratio to uniform picks is 1."""
+
+
+def placebo_margin(summaries: pd.DataFrame) -> float:
+    """How far the placebo strays from 1 by chance: the largest |flips_vs_uniform − 1| of the
+    ``uniform`` score over every (policy, shape) summary. A score reads better (worse) than a
+    uniform pick only when its whole interval lies above 1 + margin (below 1 − margin)."""
+    if summaries.empty:
+        return 0.0
+    placebo = summaries.loc[summaries["score"] == PLACEBO, "flips_vs_uniform"]
+    return float((placebo - 1).abs().max()) if len(placebo) else 0.0
+
+
+def versus_uniform(low: float, high: float, margin: float) -> str:
+    """``better``, ``worse`` or ``no different`` than a uniform pick, outside the placebo's
+    margin (:func:`placebo_margin`)."""
+    if low > 1 + margin:
+        return "better"
+    return "worse" if high < 1 - margin else "no different"
+
+
+def summarise_records(folder: Path) -> dict[Path, pd.DataFrame]:
+    """Every ``expansion_oracle_<policy>_<shape>.csv`` of ``folder`` summarised again with
+    today's :func:`oracle_summary` (nothing is re-measured; the bootstrap seed is the one its
+    measurement recorded): record → summary."""
+    out = {}
+    for path in sorted(Path(folder).glob("expansion_oracle_*.csv")):
+        if path.name.endswith("_summary.csv"):
+            continue
+        shape = path.stem.rpartition("_")[2]
+        out[path] = oracle_summary(load_oracle(path), SHAPES[shape][1],
+                                   seed=int(read_meta(path).get("seed") or 0))
+    return out
 ESTIMATE_SCORES = {"exact": "entropy_exact", "sampled_nll": "entropy_nll"}
 """``rollout.entropy_estimate`` → the oracle's score of the same turn entropy."""
 SUMMARY_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training"}

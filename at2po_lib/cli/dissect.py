@@ -3,13 +3,16 @@
     at2po dissect runs --profile tiny                        # credit spread + clip levels from the runs
     at2po dissect expansion --profile tiny --shape toy --prompts 600 --resamples 8
     at2po dissect expansion --profile tiny --shape paper --policy PATH --name trained
+    at2po dissect oracle-summary --profile tiny              # summaries again from the records
 
 ``runs`` reads the runs' saved trees and metrics (seconds) and writes
 ``results/<profile>/dissection/credit_spread.csv`` (the fitted rule mean |w − 1/n| ≈ c·range/n
 per estimate and stage) and ``clip_levels.csv`` (per run). ``expansion`` grows chains with a
 policy (default: the warm start), re-samples every candidate turn ``--resamples`` times and
 appends per-candidate rows to ``expansion_oracle_<name>_<shape>.csv`` (resumable: a rerun
-continues), then writes its summary ``..._summary.csv``. Every CSV has its ``.meta.json``.
+continues), then writes its summary ``..._summary.csv``. ``oracle-summary`` writes every
+summary again from the per-candidate records already there (no policy, no re-sampling): after a
+change of the summaries' code. Every CSV has its ``.meta.json``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import argparse
 
 from ..util.paths import results_dir
-from ..util.provenance import run_metadata, write_csv_tables, write_meta
+from ..util.provenance import read_meta, run_metadata, write_csv_tables, write_meta
 from .options import (add_profile_options, add_warm_start_sample_options, comma_list, invocation,
                       load_profile_args, quiet_openmp, record_name, run_guarded)
 
@@ -28,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="What each part of AT2PO does: "
                                      "credit weights and clip levels from the runs' records, "
                                      "and the expansion oracle (per-candidate flip rates).")
-    parser.add_argument("what", choices=("runs", "expansion"))
+    parser.add_argument("what", choices=("runs", "expansion", "oracle-summary"))
     add_profile_options(parser, example="rollout.temperature=1.0")
     add_warm_start_sample_options(parser, "prompt draw and sampling seed")
     parser.add_argument("--shape", choices=("toy", "paper"), default="toy",
@@ -67,6 +70,17 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         paths = write_csv_tables(out, {"credit_spread.csv": fits, "clip_levels.csv": clips}, meta)
         print(fits.round(4).to_string(index=False))
         print(clips.round(4).to_string(index=False))
+    elif args.what == "oracle-summary":
+        # lazy: the stage pulls pandas, scipy, torch; `at2po dissect --help` stays instant
+        from ..analysis.expansion_oracle import summarise_records
+
+        paths = {}
+        for raw, summary in summarise_records(out).items():
+            # the measurement's provenance, and who summarised it again
+            meta = {**read_meta(raw), "summary_command": command,
+                    "summary_git_revision": run_metadata(cfg.name)["git_revision"]}
+            paths |= write_csv_tables(out, {raw.name.replace(".csv", "_summary.csv"): summary},
+                                      meta)
     else:
         # lazy: the stage pulls pandas, scipy, torch; `at2po dissect --help` stays instant
         from ..analysis.expansion_oracle import SHAPES, oracle_summary, run_oracle

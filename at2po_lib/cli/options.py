@@ -88,11 +88,20 @@ def comma_list(text: str | None, option: str) -> list[str] | None:
 
 
 def int_list(text: str, option: str) -> list[int]:
-    items = comma_list(text, option) or []
-    try:
-        return [int(item) for item in items]
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected integers separated by commas") from None
+    """``"0,2,5-7"`` → ``[0, 2, 5, 6, 7]``: integers and inclusive ranges ``a-b`` (a <= b),
+    separated by commas, in the order given."""
+    out: list[int] = []
+    for item in comma_list(text, option) or []:
+        first, dash, last = item.partition("-")
+        try:
+            low, high = int(first), int(last) if dash else int(first)
+        except ValueError:
+            raise UsageError(f"{option} {text!r}: expected integers or ranges a-b separated "
+                             "by commas") from None
+        if high < low:
+            raise UsageError(f"{option} {text!r}: the range {item} runs backwards")
+        out += [n for n in range(low, high + 1) if n not in out]
+    return out
 
 
 class UsageError(ValueError):

@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refresh the blocks of the README and docs/ generated from "
                              "these tables")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
+    parser.add_argument("--pair-across-revisions", action="store_true",
+                        help="pair the study's blocks even when they ran at different "
+                             "revisions (refused by default, naming the blocks)")
     return parser
 
 
@@ -43,7 +46,8 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_profile_args(args)
     report = write_report(cfg.name, n_resamples=args.resamples or stats.DEFAULT_RESAMPLES,
-                          readme=args.readme, figures=not args.no_figures)
+                          readme=args.readme, figures=not args.no_figures,
+                          allow_revisions=args.pair_across_revisions)
     for note in report.notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     for name, paths in report.paths.items():

@@ -7,6 +7,14 @@ then write every table and figure from the records (:mod:`at2po_lib.trainer.stud
     at2po study --profile tiny --table 3 --seeds 0,1,2 --plan     # what is done, what is left
 
 Resumable: finished runs are reused, interrupted ones continue from their last checkpoint.
+
+In blocks (:mod:`at2po_lib.trainer.blocks`): one seed of every method of a block set per block,
+on one machine, at one revision, with the same torch threads; a block is finished or re-run
+whole, and its runs go to ``results/blocks/<profile>/<set>/`` apart from the committed record:
+
+    at2po study --profile tiny --block-set headline --blocks 0-11      # AT2PO, GRPO, GRPO at budget
+    at2po study --profile tiny --block-set ablation --blocks 0-7       # Table 2-3 cells + AT2PO
+    at2po study --profile tiny --block-set headline --blocks 0-23 --plan
 """
 
 from __future__ import annotations
@@ -26,8 +34,23 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
                                      "and figures of the profile from its records.")
     add_profile_options(parser, example="train.max_steps=96 (applies to every run)")
     if table is None:
-        parser.add_argument("--table", required=True, choices=["1", "2", "3"])
-    parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--table", choices=["1", "2", "3"])
+        which.add_argument("--block-set", metavar="SET",
+                           help="train in blocks: one seed of each of the set's methods per "
+                                "block (headline: AT2PO, GRPO, GRPO at AT2PO's budget; "
+                                "ablation: Table 2-3 cells with AT2PO)")
+    parser.add_argument("--blocks", default=None,
+                        help="with --block-set: block numbers, e.g. 0-11 or 0,1,2")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="with --block-set: torch threads of every run (default 1)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="with --block-set: start a block on uncommitted code (recorded)")
+    parser.add_argument("--allow-revisions", action="store_true",
+                        help="with --block-set: add blocks at another revision than the "
+                             "set's finished ones")
+    parser.add_argument("--seeds", default="0", help="comma-separated or ranges, e.g. 0,1,2 "
+                                                     "or 0-4")
     parser.add_argument("--methods", default=None,
                         help="comma-separated names or patterns, e.g. "
                              "'credit_*_diff_global' (default: the table's runs)")
@@ -37,7 +60,7 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
     parser.add_argument("--plan", action="store_true",
                         help="list each run's state (finished, resumes, new) and exit: nothing "
                              "is trained or written")
-    parser.set_defaults(table=table)
+    parser.set_defaults(table=table, block_set=None)
     return parser
 
 
@@ -48,6 +71,10 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.block_set is not None:
+        return _run_blocks(args)
+    if args.blocks is not None or args.threads is not None:
+        raise UsageError("--blocks and --threads go with --block-set")
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
@@ -61,12 +88,49 @@ def _run(args: argparse.Namespace) -> int:
         return _print_plan(args.profile, args.table, seeds, methods, overrides, args.force)
     run_study(args.profile, args.table, seeds, methods, args.force, overrides)
     if not args.no_report:
-        # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
-        from ..reporting.report import write_report
+        _write_report(args.profile)
+    return 0
 
-        report = write_report(args.profile)
-        for name, paths in report.paths.items():
-            print(f"wrote {name}: {', '.join(str(p) for p in paths.values())}")
+
+def _write_report(profile: str) -> None:
+    # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
+    from ..reporting.report import write_report
+
+    report = write_report(profile)
+    for name, paths in report.paths.items():
+        print(f"wrote {name}: {', '.join(str(p) for p in paths.values())}")
+
+
+def _run_blocks(args: argparse.Namespace) -> int:
+    """``--block-set``: train the blocks not finished yet (or list them with ``--plan``)."""
+    if args.blocks is None:
+        raise UsageError("--block-set needs --blocks, e.g. --blocks 0-11")
+    if args.methods is not None or args.force or args.seeds != "0":
+        raise UsageError("a block trains every method of its set with the block's seed: "
+                         "--methods, --seeds and --force go with --table")
+    # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
+    from ..trainer.blocks import DEFAULT_THREADS, block_plan, run_blocks
+
+    overrides = parse_set(args.overrides)
+    blocks = int_list(args.blocks, "--blocks")
+    if args.plan:
+        plan = block_plan(args.profile, args.block_set, blocks, overrides)
+        for p in plan:
+            print(f"block {p.block:<3} seed {p.seed:<4} {p.state:<12} {p.detail}".rstrip())
+        counts = Counter(p.state for p in plan)
+        print(f"block set {args.block_set}: {len(plan)} blocks: "
+              + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+        return 0
+    threads = DEFAULT_THREADS if args.threads is None else args.threads
+    if threads < 1:
+        raise UsageError(f"--threads {threads}: at least 1")
+    results = run_blocks(args.profile, args.block_set, blocks, threads=threads,
+                         overrides=overrides, allow_dirty=args.allow_dirty,
+                         allow_revisions=args.allow_revisions)
+    for r in results:
+        print(f"[study] {args.block_set} block {r.block}: {r.status} ({r.folder})")
+    if not args.no_report:
+        _write_report(args.profile)
     return 0
 
 

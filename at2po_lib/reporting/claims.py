@@ -13,10 +13,11 @@ it rests on, and a reading of the interval against the paper's direction:
 
 - ``agrees``: the interval lies on the paper's side of 0;
 - ``opposite``: it lies on the other side;
-- ``cannot tell``: it contains 0;
+- ``cannot tell``: it contains 0, or it excludes 0 but the permutation test over seed (or block)
+  labels does not agree at 0.05 (issue #48: the interval and the test must both say so);
 - ``above 0`` / ``below 0``: a comparison the paper does not make (``published`` is
-  "not in the paper", the variant rows) whose interval excludes 0: there is no paper's side
-  to agree with;
+  "not in the paper", the variant rows) whose interval excludes 0 and whose test agrees:
+  there is no paper's side to agree with;
 - ``not run yet``: no records;
 - ``one seed``: a trained side rests on a single seed (or there is no interval), so its interval
   covers the questions but not the seeds, whose spread is the larger part here
@@ -27,6 +28,18 @@ EM differences are paired over questions and unpaired over seeds
 (:func:`at2po_lib.stats.difference_ci`); the multi-hop-vs-single-hop contrast is a difference of
 differences (:func:`at2po_lib.stats.gain_contrast_ci`); entropy changes are per-run values with
 Student / Welch intervals over seeds (:func:`at2po_lib.reporting.curves.start_end_table`).
+Every directional reading also needs a two-sided permutation test at 0.05
+(:func:`at2po_lib.stats.difference_test`: over seed labels, exact over every split where the
+scores allow, else 20,000 fixed-seed random splits; a fixed side or paired runs flip signs).
+Table 3's cells are one family: its two claims read the Holm-corrected p over every Table 3
+cell compared with AT2PO's (:func:`at2po_lib.reporting.table3.cell_tests`).
+
+**Blocks** (issue #48): where the study's blocks hold a pair (``at2po study --block-set``,
+:mod:`.block_pairs`), the claim is the difference paired within blocks, and the committed
+runs' version of it stays beside it as ``<key>_earlier``, named by its revisions (the earlier
+record). Every row says what it rests on (``rests_on``: revisions and machine builds, or
+blocks).
+
 Every rival is fixed before the data (issue #35): "the strongest baseline" is AEPO, the
 paper's strongest; Table 3's claims compare AT2PO's cell with the child mean (node value) and
 with its own difference to the parent. (Picking the best rival on the scored questions made
@@ -40,17 +53,21 @@ about one may exclude 0 by chance.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..analysis.dissection import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..paper_reference import published_table1, published_table2
+from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from .block_pairs import blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .labels import TABLE3_CELLS, groups_of, method_label, profile_at2po, rows_with_outcomes
+from .table3 import cell_tests
 
 RL_BASELINES = tuple(m for m in TABLE1_METHODS if m not in ("react", "at2po"))
 """Table 1's RL baselines (AT2PO and the ReAct warm start excluded)."""
@@ -64,6 +81,11 @@ NOT_IN_PAPER = "not in the paper"
 
 READINGS = ("agrees", "opposite", "above 0", "below 0", "cannot tell", "one seed", "not run yet",
             "measured")
+ALPHA = 0.05
+"""The permutation test's level: a directional reading needs p (Holm-corrected in a family)
+below it."""
+EARLIER = "_earlier"
+"""Key suffix of a claim's committed-runs version when blocks measure it too."""
 
 SHORT_NAMES = {
     "rl_over_react": "RL over ReAct",
@@ -74,6 +96,7 @@ SHORT_NAMES = {
     "exact_variant_over_grpo": "the exact-entropy variant over GRPO",
     "authors_over_exact_variant": "the authors' AT2PO over the exact-entropy variant",
     "turn_ratio_clips_less": "turn-level ratios clipping fewer tokens",
+    "turn_ratio_clips_less_at_reference": "turn-level ratios clipping fewer tokens at ε = 0.2",
     "multihop_gain_larger": "a larger multi-hop than single-hop gain",
     "ablation_step2": "ablation step 2 (turn-level loss)",
     "ablation_step3": "ablation step 3 (entropy-guided expansion)",
@@ -102,6 +125,24 @@ class Claim:
     direction: int = 1          # +1: the paper says the number is > 0; 0: a description
     note: str = ""
     one_seed: bool = False      # a trained side has one seed: the interval misses seed spread
+    test: stats.PermutationTest | None = None
+    """The permutation test over seed (or block) labels of the same difference."""
+    p_family: float = float("nan")
+    """Holm-corrected p over the claim's family (Table 3's cells); NaN: no family."""
+    family: str = ""
+    rests: str = ""
+    """What the number rests on: revisions and machine builds of each side, or blocks."""
+
+    @property
+    def p(self) -> float:
+        """The p the reading uses: the family's corrected one, else the claim's own."""
+        if np.isfinite(self.p_family):
+            return self.p_family
+        return self.test.p if self.test is not None else float("nan")
+
+    @property
+    def excludes_zero(self) -> bool:
+        return bool(self.low > 0 or self.high < 0)
 
     @property
     def reading(self) -> str:
@@ -111,20 +152,55 @@ class Claim:
             return "measured"
         if self.one_seed or not (np.isfinite(self.low) and np.isfinite(self.high)):
             return "one seed"
-        if self.published == NOT_IN_PAPER and (self.low > 0 or self.high < 0):
+        if not self.excludes_zero or not self.p < ALPHA:
+            return "cannot tell"
+        if self.published == NOT_IN_PAPER:
             return "above 0" if self.low > 0 else "below 0"
-        if self.low > 0:
-            return "agrees" if self.direction > 0 else "opposite"
-        if self.high < 0:
-            return "opposite" if self.direction > 0 else "agrees"
-        return "cannot tell"
+        return "agrees" if (self.low > 0) == (self.direction > 0) else "opposite"
+
+    @property
+    def held_back(self) -> str:
+        """Why an interval that excludes 0 still reads "cannot tell" ("" when it does not)."""
+        if self.reading != "cannot tell" or not self.excludes_zero:
+            return ""
+        if self.test is None or not np.isfinite(self.test.p):
+            return "the interval excludes 0, but there is no permutation test"
+        return (f"the interval excludes 0, but the permutation test does not agree: "
+                f"{self.p_text()}")
+
+    def p_text(self) -> str:
+        """``p = 0.124, exact over 2,024 splits; Holm over the Table 3 cells (7): 0.865``, or
+        ``–``."""
+        if self.test is None or not np.isfinite(self.test.p):
+            return "–"
+        text = self.test.describe()
+        if np.isfinite(self.p_family):
+            text += f"; {self.family}: {self.p_family:.3f}"
+        return text
 
     def as_row(self) -> dict:
-        return {"key": self.key, "claim": self.claim, "short": SHORT_NAMES.get(self.key, self.claim),
+        return {"key": self.key, "claim": self.claim,
+                "short": SHORT_NAMES.get(self.key.removesuffix(EARLIER), self.claim),
                 "published": self.published,
                 "estimate": self.estimate, "ci_low": self.low, "ci_high": self.high,
                 "unit": self.unit, "seeds": self.seeds, "n_questions": self.questions,
-                "reading": self.reading, "note": self.note}
+                "reading": self.reading, "held_back": self.held_back,
+                "note": "; ".join(filter(None, (self.note, self.held_back))),
+                "p_permutation": self.test.p if self.test is not None else np.nan,
+                "p_family": self.p_family, "p_text": self.p_text(), "rests_on": self.rests}
+
+
+@dataclass(frozen=True)
+class _Records:
+    """What the claims are read from: the committed runs' outcomes (and each run's revision
+    and build), the study's blocks, and whether blocks of several revisions may be paired."""
+
+    outcomes: pd.DataFrame
+    groups: dict
+    n_resamples: int
+    provenance: pd.DataFrame | None = None
+    blocks: pd.DataFrame | None = None
+    allow_revisions: bool = False
 
 
 def _published_avg(method: str, group: str, backbone: str = "Qwen3-4B") -> float:
@@ -140,7 +216,8 @@ def _seeds(interval: stats.Interval) -> str:
 
 
 def _em_claim(key: str, claim: str, published: str, interval: stats.Interval | None,
-              note: str = "", fixed_b: bool = False) -> Claim:
+              note: str = "", fixed_b: bool = False,
+              test: stats.PermutationTest | None = None, rests: str = "") -> Claim:
     """``fixed_b``: side b is the untrained warm start, whose one seed is not a sample."""
     if interval is None:
         return Claim(key, claim, published, note=note)
@@ -148,7 +225,7 @@ def _em_claim(key: str, claim: str, published: str, interval: stats.Interval | N
         (interval.n_seeds_a, interval.n_seeds_b)
     return Claim(key, claim, published, 100 * interval.estimate, 100 * interval.low,
                  100 * interval.high, seeds=_seeds(interval), questions=interval.n_questions,
-                 note=note, one_seed=min(sides) < 2)
+                 note=note, one_seed=min(sides) < 2, test=test, rests=rests)
 
 
 def _difference(outcomes, a: str, b: str, members, n_resamples: int,
@@ -158,20 +235,49 @@ def _difference(outcomes, a: str, b: str, members, n_resamples: int,
     return stats.difference_ci(outcomes, a, b, members, metric=metric, n_resamples=n_resamples)
 
 
-def _rl_over_react(outcomes, groups, n_resamples) -> Claim:
+def _compare(records: _Records, key: str, claim: str, published: str, a: str, b: str, *,
+             metric: str = "em", note: str = "", fixed_b: bool = False,
+             block_set: str | None = None, block_a: str | None = None) -> list[Claim]:
+    """A − B on the multi-hop average: from the committed runs (interval, permutation test,
+    their revisions and builds), and, where ``block_set``'s blocks hold the pair (``block_a``
+    for A there, when the committed record calls it otherwise), paired within blocks; then
+    the blocked claim takes ``key`` and the committed one ``key + EARLIER``."""
+    members = records.groups.get("multihop")
+    outcomes = _with_metric(records.outcomes, metric)
+    interval = _difference(outcomes, a, b, members, records.n_resamples, metric)
+    test = (stats.difference_test(outcomes, a, b, members, metric, fixed_b=fixed_b)
+            if interval is not None else None)
+    rests = rests_on(records.provenance, (a,) if fixed_b else (a, b))
+    earlier = _em_claim(key, claim, published, interval, note, fixed_b, test, rests)
+    blocked = (blocked_difference(records.blocks, block_set, block_a or a, b, members, metric,
+                                  allow_revisions=records.allow_revisions)
+               if block_set and records.blocks is not None and len(records.blocks) else None)
+    if blocked is None:
+        if crosses_revisions(records.provenance, (a, b)) and interval is not None:
+            earlier = replace(earlier, note="; ".join(filter(None, (note, "crosses revisions"))))
+        return [earlier]
+    paired = _em_claim(key, claim, published, blocked.interval, note, test=blocked.test,
+                       rests=blocked.rests_on())
+    paired = replace(paired, seeds=f"{len(blocked.blocks)} blocks")
+    earlier = replace(earlier, key=key + EARLIER, claim=f"{claim}; the earlier record")
+    return [paired, earlier]
+
+
+def _rl_over_react(records: _Records) -> list[Claim]:
+    outcomes, groups = records.outcomes, records.groups
     trained = [m for m in TABLE1_METHODS if m != "react" and rows_with_outcomes(outcomes, m)]
-    gains = {m: _difference(outcomes, m, "react", groups.get("multihop"), n_resamples)
+    gains = {m: _difference(outcomes, m, "react", groups.get("multihop"), records.n_resamples)
              for m in trained}
     gains = {m: g for m, g in gains.items() if g is not None}
     published = min(_published_avg(m, "multihop") for m in (*RL_BASELINES, "at2po")
                     if np.isfinite(_published_avg(m, "multihop"))) - _published_avg("react", "multihop")
     claim = "RL beats the ReAct warm start (multi-hop; the smallest gain of any RL method)"
     if not gains:
-        return _em_claim("rl_over_react", claim, f"{published:+.1f}", None)
+        return [_em_claim("rl_over_react", claim, f"{published:+.1f}", None)]
     weakest = min(gains, key=lambda m: gains[m].estimate)
-    return _em_claim("rl_over_react", claim, f"{published:+.1f}", gains[weakest],
-                     note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods",
-                     fixed_b=True)
+    return _compare(records, "rl_over_react", claim, f"{published:+.1f}", weakest, "react",
+                    note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods",
+                    fixed_b=True)
 
 
 def _with_metric(outcomes, metric: str):
@@ -189,19 +295,18 @@ def _metric_names(key: str, claim: str, metric: str) -> tuple[str, str]:
     return f"{key}_{metric}", claim + ", sampled metric)"
 
 
-def _over_grpo(outcomes, groups, n_resamples, metric: str = "em") -> Claim:
-    """AT2PO minus GRPO on the multi-hop average: the study's headline pair, whose seeds the
-    design sizes for a 95% half-width of 2 points (docs/toy_study.md)."""
+def _over_grpo(records: _Records, metric: str = "em") -> list[Claim]:
+    """AT2PO minus GRPO on the multi-hop average: the study's headline pair (in the headline
+    blocks where they exist)."""
     key, claim = _metric_names("at2po_over_grpo",
                                "AT2PO beats GRPO, the study's headline pair (multi-hop", metric)
     published = (f"{_published_avg('at2po', 'multihop') - _published_avg('grpo', 'multihop'):+.1f}"
                  if metric == "em" else "–")  # the paper reports greedy EM only
-    return _em_claim(key, claim, published,
-                     _difference(_with_metric(outcomes, metric), "at2po", "grpo",
-                                 groups.get("multihop"), n_resamples, metric))
+    return _compare(records, key, claim, published, "at2po", "grpo", metric=metric,
+                    block_set=HEADLINE_SET)
 
 
-def _strongest_baseline(outcomes, groups, n_resamples, metric: str = "em") -> Claim:
+def _strongest_baseline(records: _Records, metric: str = "em") -> list[Claim]:
     """AT2PO minus AEPO, the paper's strongest baseline (fixed before the data), on the
     multi-hop average in ``metric`` (greedy EM, or the mean EM of k samples)."""
     published = (f"{_published_avg('at2po', 'multihop') - _published_avg(STRONGEST_BASELINE, 'multihop'):+.1f}"
@@ -209,30 +314,27 @@ def _strongest_baseline(outcomes, groups, n_resamples, metric: str = "em") -> Cl
     key, claim = _metric_names("at2po_over_strongest",
                                "AT2PO beats the paper's strongest baseline, AEPO (multi-hop",
                                metric)
-    return _em_claim(key, claim, published,
-                     _difference(_with_metric(outcomes, metric), "at2po", STRONGEST_BASELINE,
-                                 groups.get("multihop"), n_resamples, metric))
+    return _compare(records, key, claim, published, "at2po", STRONGEST_BASELINE, metric=metric)
 
 
-def _variant_claims(outcomes, groups, n_resamples) -> list[Claim]:
+def _variant_claims(records: _Records) -> list[Claim]:
     """The comparisons the variants exist for (docs/method.md §8, "Variants")."""
-    members = groups.get("multihop")
     return [
-        _em_claim("at2po_over_grpo_budget",
+        *_compare(records, "at2po_over_grpo_budget",
                   "The tree beats sampling as many chains: AT2PO minus GRPO with M + L·K chains "
-                  "(multi-hop)", NOT_IN_PAPER,
-                  _difference(outcomes, "at2po", "grpo_tree_budget", members, n_resamples)),
-        _em_claim("exact_variant_over_grpo",
+                  "(multi-hop)", NOT_IN_PAPER, "at2po", "grpo_tree_budget",
+                  block_set=HEADLINE_SET),
+        *_compare(records, "exact_variant_over_grpo",
                   "AT2PO (exact entropy, α = 0.001) beats GRPO (multi-hop)", NOT_IN_PAPER,
-                  _difference(outcomes, "at2po_exact", "grpo", members, n_resamples)),
-        _em_claim("authors_over_exact_variant",
+                  "at2po_exact", "grpo"),
+        *_compare(records, "authors_over_exact_variant",
                   "The authors' AT2PO minus the exact-entropy variant (multi-hop)",
-                  NOT_IN_PAPER,
-                  _difference(outcomes, "at2po", "at2po_exact", members, n_resamples)),
+                  NOT_IN_PAPER, "at2po", "at2po_exact"),
     ]
 
 
-def _multihop_gain_larger(outcomes, groups, n_resamples) -> Claim:
+def _multihop_gain_larger(records: _Records) -> Claim:
+    outcomes, groups = records.outcomes, records.groups
     pub = ((_published_avg("at2po", "multihop") - _published_avg("grpo", "multihop"))
            - (_published_avg("at2po", "singlehop") - _published_avg("grpo", "singlehop")))
     claim = "AT2PO's gain over GRPO is larger on multi-hop than on single-hop questions"
@@ -240,14 +342,20 @@ def _multihop_gain_larger(outcomes, groups, n_resamples) -> Claim:
             and rows_with_outcomes(outcomes, "at2po") and rows_with_outcomes(outcomes, "grpo")):
         return _em_claim("multihop_gain_larger", claim, f"{pub:+.1f}", None)
     interval = stats.gain_contrast_ci(outcomes, "at2po", "grpo", groups["multihop"],
-                                      groups["singlehop"], n_resamples=n_resamples)
+                                      groups["singlehop"], n_resamples=records.n_resamples)
+    # each run's contrast (multi-hop minus single-hop score), permuted over seed labels
+    multi = stats.run_scores(outcomes, "at2po", "grpo", groups["multihop"])
+    single = stats.run_scores(outcomes, "at2po", "grpo", groups["singlehop"])
+    test = stats.permutation_test((multi[0] - single[0]).to_numpy(),
+                                  (multi[1] - single[1]).to_numpy())
     return _em_claim("multihop_gain_larger", claim, f"{pub:+.1f}", interval,
-                     note="multi-hop gain minus single-hop gain")
+                     note="multi-hop gain minus single-hop gain", test=test,
+                     rests=rests_on(records.provenance, ("at2po", "grpo")))
 
 
-def _ablation_steps(outcomes, groups, n_resamples, at2po: str = "at2po") -> list[Claim]:
+def _ablation_steps(records: _Records, at2po: str = "at2po") -> list[Claim]:
     """Each step minus the one before; step 4 reads ``at2po`` (the profile's AT2PO, whose
-    expansion settings steps 1-3 share)."""
+    expansion settings steps 1-3 share; in the ablation blocks, the authors' AT2PO)."""
     published = published_table2().set_index("method")["multihop_avg"]
     out = []
     for number, (before, after) in enumerate(zip(TABLE2_METHODS, TABLE2_METHODS[1:]), start=2):
@@ -256,30 +364,42 @@ def _ablation_steps(outcomes, groups, n_resamples, at2po: str = "at2po") -> list
             if after in published.index else after
         pub = (f"{published[after] - published[before]:+.2f}"
                if after in published.index and before in published.index else "–")
-        out.append(_em_claim(f"ablation_step{number}",
-                             f"Table 2, step {number}: {configuration.removeprefix('+ ')} adds "
-                             "to the step before (multi-hop)", pub,
-                             _difference(outcomes, runs_after, before, groups.get("multihop"),
-                                         n_resamples)))
+        out += _compare(records, f"ablation_step{number}",
+                        f"Table 2, step {number}: {configuration.removeprefix('+ ')} adds "
+                        "to the step before (multi-hop)", pub, runs_after, before,
+                        block_set=ABLATION_SET, block_a=after)
     return out
 
 
-def _credit_claims(outcomes, groups, n_resamples, default: str = "at2po") -> list[Claim]:
+TABLE3_FAMILY = "Holm over the Table 3 cells"
+
+
+def _credit_claims(records: _Records, default: str = "at2po") -> list[Claim]:
     """AT2PO's cell (``default``: the profile's AT2PO, entropy_softmax / node_value) against
-    the two rivals fixed in advance."""
-    members = groups.get("multihop")
-    return [
-        _em_claim("node_value_over_diff_parent",
-                  "Table 3: the node value beats the difference to the parent as the advantage "
-                  "(entropy-weighted values, multi-hop)", "best (no cells published)",
-                  _difference(outcomes, default, credit_method("entropy_softmax", "diff_parent"),
-                              members, n_resamples)),
-        _em_claim("entropy_weights_over_child_mean",
-                  "Table 3: entropy-weighted children beat the plain child mean (node value, "
-                  "multi-hop)", "best (no cells published)",
-                  _difference(outcomes, default, credit_method("child_mean", "node_value"),
-                              members, n_resamples)),
-    ]
+    the two rivals fixed in advance; each reads its Holm-corrected p over every Table 3 cell
+    compared with AT2PO's (one family), in the committed runs and in the ablation blocks."""
+    members = records.groups.get("multihop")
+    specs = (("node_value_over_diff_parent",
+              "Table 3: the node value beats the difference to the parent as the advantage "
+              "(entropy-weighted values, multi-hop)", credit_method("entropy_softmax", "diff_parent")),
+             ("entropy_weights_over_child_mean",
+              "Table 3: entropy-weighted children beat the plain child mean (node value, "
+              "multi-hop)", credit_method("child_mean", "node_value")))
+    families = {
+        "": cell_tests(records.outcomes, default, members) if members else {},
+        "blocks": cell_tests(records.blocks, "at2po", members, blocked=True,
+                             allow_revisions=records.allow_revisions)
+        if members and records.blocks is not None and len(records.blocks) else {}}
+    out = []
+    for key, claim, rival in specs:
+        for c in _compare(records, key, claim, "best (no cells published)", default, rival,
+                          block_set=ABLATION_SET, block_a="at2po"):
+            family = families["blocks" if c.seeds.endswith("blocks") else ""]
+            if rival in family:
+                c = replace(c, p_family=family[rival].p_holm,
+                            family=f"{TABLE3_FAMILY} ({len(family)})")
+            out.append(c)
+    return out
 
 
 def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
@@ -307,29 +427,70 @@ def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
     if at2po is None or grpo is None or not np.isfinite(at2po.get("vs_baseline", np.nan)):
         out.append(Claim("at2po_entropy_stabler", claim, "most stable", unit="nats"))
     else:
+        test = (stats.PermutationTest(float(at2po["vs_baseline_p"]),
+                                      int(at2po["vs_baseline_splits"]),
+                                      bool(at2po["vs_baseline_exact"]))
+                if "vs_baseline_p" in at2po and np.isfinite(at2po["vs_baseline_p"]) else None)
         out.append(Claim("at2po_entropy_stabler", claim, "most stable",
                          float(at2po["vs_baseline"]), float(at2po["vs_baseline_low"]),
                          float(at2po["vs_baseline_high"]), "nats",
                          f"{int(at2po['seeds'])} vs {int(grpo['seeds'])}",
                          note="> 0: AT2PO lost less entropy than GRPO",
-                         one_seed=int(at2po["seeds"]) < 2))
+                         one_seed=int(at2po["seeds"]) < 2, test=test))
     return out
 
 
-def _clip_claim(clips: "pd.DataFrame | None") -> Claim:
-    """The turn-level minus the token-level clipped share of model tokens, on the same updates of
-    AT2PO's runs at its clip range (``clip_ratio/{turn,token}_level``), with Student's t over
-    runs; the paper says a turn-level ratio clips far fewer tokens (< 0)."""
+def _clip_claims(clips: "pd.DataFrame | None") -> list[Claim]:
+    """The turn-level minus the token-level clipped share of model tokens on the same updates,
+    one row per clip range (issue #48: the reading depends on it): AT2PO's own (3e-3 / 4e-3)
+    and GRPO's 0.2, each with Student's t over runs and a sign-flip test; the paper says a
+    turn-level ratio clips far fewer tokens (< 0). At 0.2 the row reads AT2PO's own updates
+    where its runs logged that range (``*_at_reference``), else the updates of the runs
+    trained at 0.2 (GRPO at AT2PO's budget), named in the note."""
     claim = ("§3.3: a turn-level ratio clips fewer tokens than a token-level one (AT2PO's "
-             "updates, turn − token share)")
+             "updates at its ε, turn − token share)")
     runs = clips[clips["method"] == "at2po"] if clips is not None and len(clips) else None
     if runs is None or runs.empty:
-        return Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1)
-    gap = stats.seed_mean_ci(100 * (runs["turn_level"] - runs["token_level"]).to_numpy())
-    return Claim("turn_ratio_clips_less", claim, "far fewer", gap.estimate, gap.low, gap.high,
-                 "%", str(len(runs)), direction=-1, one_seed=len(runs) < 2,
-                 note=f"turn {100 * runs['turn_level'].mean():.1f}% vs token "
-                      f"{100 * runs['token_level'].mean():.1f}% of model tokens")
+        return [Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1),
+                _clip_claim_at(clips, runs)]
+    low, high = runs["epsilon"].iloc[0], runs["epsilon_high"].iloc[0]
+    claim = claim.replace("at its ε", f"at its ε = {low:g} / {high:g}")
+    return [_clip_gap("turn_ratio_clips_less", claim, runs, "turn_level", "token_level",
+                      "AT2PO's own updates"), _clip_claim_at(clips, runs)]
+
+
+def _clip_claim_at(clips: "pd.DataFrame | None", at2po: "pd.DataFrame | None") -> Claim:
+    """The same at ε = 0.2 (:data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`)."""
+    claim = (f"§3.3 at ε = {REFERENCE_CLIP:g}: a turn-level ratio clips fewer tokens than a "
+             "token-level one (turn − token share)")
+    if at2po is not None and len(at2po) and at2po["turn_level_at_reference"].notna().all():
+        return _clip_gap("turn_ratio_clips_less_at_reference", claim, at2po,
+                         "turn_level_at_reference", "token_level_at_reference",
+                         "AT2PO's own updates")
+    own = (clips[(clips["method"] == "grpo_tree_budget") & (clips["epsilon"] == REFERENCE_CLIP)]
+           if clips is not None and len(clips) else None)
+    if own is None or own.empty:
+        return Claim("turn_ratio_clips_less_at_reference", claim, "far fewer", unit="%",
+                     direction=-1)
+    return _clip_gap("turn_ratio_clips_less_at_reference", claim, own, "turn_level",
+                     "token_level", "the updates of GRPO at AT2PO's budget, trained at 0.2; "
+                     "AT2PO's runs did not log this range")
+
+
+def _clip_gap(key: str, claim: str, runs: "pd.DataFrame", turn: str, token: str,
+              whose: str) -> Claim:
+    gaps = 100 * (runs[turn] - runs[token]).to_numpy()
+    gap = stats.seed_mean_ci(gaps)
+    return Claim(key, claim, "far fewer", gap.estimate, gap.low, gap.high, "%",
+                 str(len(runs)), direction=-1, one_seed=len(runs) < 2,
+                 test=stats.sign_flip_test(gaps),  # both levels on the same run's updates
+                 note=f"turn {_percent(runs[turn].mean())} vs token "
+                      f"{_percent(runs[token].mean())} of model tokens, {whose}")
+
+
+def _percent(share: float) -> str:
+    """``7.0%``; a share below 1% with two decimals (``0.41%``)."""
+    return f"{100 * share:.1f}%" if 100 * share >= 1 else f"{100 * share:.2f}%"
 
 
 def _turn_claims(outcomes, n_resamples) -> list[Claim]:
@@ -355,24 +516,29 @@ def _turn_claims(outcomes, n_resamples) -> list[Claim]:
 
 
 def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame | None" = None,
-                 n_resamples: int = stats.DEFAULT_RESAMPLES, clips: "pd.DataFrame | None" = None
-                 ) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+                 n_resamples: int = stats.DEFAULT_RESAMPLES, clips: "pd.DataFrame | None" = None,
+                 provenance: "pd.DataFrame | None" = None, blocks: "pd.DataFrame | None" = None,
+                 allow_revisions: bool = False) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """``(tidy, display)``: one row per claim, in the order of the module doc. ``change`` is
     :func:`~at2po_lib.reporting.curves.start_end_table` with GRPO as the baseline; ``clips``
-    :func:`at2po_lib.analysis.dissection.clip_levels` of the runs."""
+    :func:`at2po_lib.analysis.dissection.clip_levels` of the runs; ``provenance``
+    :func:`.block_pairs.run_provenance` of the committed runs; ``blocks``
+    :func:`.block_pairs.load_block_outcomes` (``allow_revisions``: pair blocks of several
+    revisions)."""
     groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
-    claims = [_rl_over_react(outcomes, groups, n_resamples),
-              _over_grpo(outcomes, groups, n_resamples),
-              _over_grpo(outcomes, groups, n_resamples, metric="sampled_em"),
-              _strongest_baseline(outcomes, groups, n_resamples),
-              _strongest_baseline(outcomes, groups, n_resamples, metric="sampled_em"),
-              *_variant_claims(outcomes, groups, n_resamples),
-              _multihop_gain_larger(outcomes, groups, n_resamples),
-              *_ablation_steps(outcomes, groups, n_resamples, profile_at2po(profile)),
-              *_credit_claims(outcomes, groups, n_resamples,
-                              profile_at2po(profile, TABLE3_CELLS)),
+    records = _Records(outcomes, groups, n_resamples, provenance, blocks, allow_revisions)
+    at2po = profile_at2po(profile)
+    claims = [*_rl_over_react(records),
+              *_over_grpo(records),
+              *_over_grpo(records, metric="sampled_em"),
+              *_strongest_baseline(records),
+              *_strongest_baseline(records, metric="sampled_em"),
+              *_variant_claims(records),
+              _multihop_gain_larger(records),
+              *_ablation_steps(records, at2po),
+              *_credit_claims(records, profile_at2po(profile, TABLE3_CELLS)),
               *_entropy_claims(change),
-              _clip_claim(clips),
+              *_clip_claims(clips),
               *_turn_claims(outcomes, n_resamples)]
     tidy = pd.DataFrame([c.as_row() for c in claims])
     tidy.insert(0, "profile", profile)
@@ -382,16 +548,50 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
         "toy [95% CI]": [_toy_cell(c) for c in claims],
         "seeds": [c.seeds for c in claims],
         "questions": ["–" if c.questions is None else str(c.questions) for c in claims],
-        "the toy": [c.reading + (f" ({c.note})" if c.note and c.reading != "not run yet" else "")
-                    for c in claims],
+        "permutation test": [_p_cell(c) for c in claims],
+        "rests on": [c.rests or "–" for c in claims],
+        "the toy": [c.reading + (f" ({row['note']})" if row["note"] and
+                                 c.reading != "not run yet" else "")
+                    for c, row in zip(claims, tidy.to_dict("records"))],
     }).set_index("claim (the paper's)")
     return tidy, display
+
+
+def _blocks_sentence(blocks: "pd.DataFrame | None") -> str:
+    """Which of the study's blocks have finished, at which revisions and builds."""
+    if blocks is None or blocks.empty:
+        return (" No block of the study (`at2po study --block-set`) has finished yet: every "
+                "claim rests on the committed runs, the earlier record.")
+    parts = []
+    for name, rows in blocks.groupby("block_set", sort=True):
+        per_block = rows.drop_duplicates("block")
+        builds = ", ".join(f"{b} ×{n}" for b, n in per_block["build"].value_counts().items())
+        parts.append(f"{name}: {len(per_block)} blocks at "
+                     f"{', '.join(sorted(c[:7] for c in per_block['commit'].unique()))} "
+                     f"(builds {builds})")
+    return (" Finished blocks of the study, whose pairs the claims read within blocks: "
+            + "; ".join(parts) + ".")
+
+
+def _p_cell(c: Claim) -> str:
+    """``0.051`` / ``0.124 (Holm 0.87)``: the claim's permutation p (and its family's)."""
+    if c.test is None or not np.isfinite(c.test.p):
+        return "–"
+    text = _p_format(c.test.p)
+    return text + (f" (Holm {_p_format(c.p_family)})" if np.isfinite(c.p_family) else "")
+
+
+def _p_format(p: float) -> str:
+    """Three decimals; a p below 0.001 as ``< 0.001``."""
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
 
 
 def _toy_cell(c: Claim) -> str:
     if not np.isfinite(c.estimate):
         return "–"
     digits = 3 if c.unit == "nats" else 1 if c.unit in ("EM points", "%") else 2
+    if c.unit == "%" and max(abs(c.low), abs(c.high)) < 0.5:
+        digits = 2  # a gap of a few hundredths of a point (clip shares at ε = 0.2)
     sign = "+" if c.direction != 0 else ""
     suffix = {"nats": " nats", "%": "%", "turns": ""}.get(c.unit, "")
     value = f"{c.estimate:{sign}.{digits}f}"
@@ -401,12 +601,15 @@ def _toy_cell(c: Claim) -> str:
 
 
 def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
-                   per_seed: "pd.DataFrame | None" = None) -> str:
+                   per_seed: "pd.DataFrame | None" = None,
+                   provenance: "pd.DataFrame | None" = None,
+                   blocks: "pd.DataFrame | None" = None) -> str:
     """One generated paragraph over :func:`claims_table`'s tidy rows: which runs (methods,
-    seeds, training revisions) the claims rest on, how far the seeds of the methods with 3 or
-    more spread (``per_seed``: :func:`~at2po_lib.reporting.table1.table1_seeds`' tidy frame),
-    and which claims the toy agrees with, cannot tell, contradicts or has not run. The Figure 4
-    descriptions are left to the table."""
+    seeds, training revisions and machine builds: ``provenance``) the claims rest on, which of
+    the study's blocks have finished (``blocks``), the reading rule, how far the seeds of the
+    methods with 3 or more spread (``per_seed``: :func:`~at2po_lib.reporting.table1.table1_seeds`'
+    tidy frame), and which claims the toy agrees with, cannot tell, contradicts or has not run.
+    The Figure 4 descriptions are left to the table."""
     finished = runs[runs["finished"].astype(bool)] if len(runs) else runs
     if finished.empty:
         return "No finished runs are recorded for this profile: no claim is measured yet.\n"
@@ -419,7 +622,16 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     listed = "; ".join(f"{method_label(m)}: {seeds[m]}"
                        for m in sorted(seeds.index, key=method_label))
     text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
-            f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}.")
+            f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}")
+    if provenance is not None and len(provenance):
+        builds = provenance.groupby("commit")["build"].value_counts()
+        text += " on machine builds " + "; ".join(
+            f"{commit[:7]}: " + ", ".join(f"{b} ({n} runs)" for (_, b), n in group.items())
+            for commit, group in builds.groupby(level=0))
+    text += "." + _blocks_sentence(blocks)
+    text += (" A reading other than \"cannot tell\" needs the 95% interval to exclude 0 and a "
+             "two-sided permutation test over seed (or block) labels to agree at 0.05; Table 3's "
+             "two claims use Holm's correction over every Table 3 cell compared with AT2PO's.")
     if per_seed is not None and len(per_seed):
         greedy = per_seed[per_seed["metric"] == "em"].groupby("method")["value"]
         spread = greedy.std(ddof=1)[greedy.size() >= 3].dropna()

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..stats import seed_difference_ci, seed_mean_ci
+from ..stats import permutation_test, seed_difference_ci, seed_mean_ci
 
 CURVE_LABELS = {
     # metric name as TRL / AT2POTrainer log it (the metrics.jsonl column): axis label
@@ -151,7 +151,9 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     each with its Student-t interval over seeds (:func:`at2po_lib.stats.seed_mean_ci`; NaN
     bounds with one seed). With a ``baseline`` method, ``vs_baseline`` is each method's change
     minus the baseline's, with Welch's interval (runs of two methods are unpaired:
-    :func:`at2po_lib.stats.seed_difference_ci`). One tidy row per (method, metric).
+    :func:`at2po_lib.stats.seed_difference_ci`) and the permutation test over seed labels
+    (``vs_baseline_p``: :func:`at2po_lib.stats.permutation_test`). One tidy row per (method,
+    metric).
     """
     columns = [c for c in columns if c in metrics.columns]
     if metrics.empty or not columns:
@@ -179,8 +181,11 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
                     else None)
             if base is not None and base.notna().any():
                 ci = seed_difference_ci(change.to_numpy(), base.to_numpy(), confidence)
+                test = permutation_test(change.dropna().to_numpy(), base.dropna().to_numpy())
                 row.update({"vs_baseline": ci.estimate, "vs_baseline_low": ci.low,
-                            "vs_baseline_high": ci.high, "baseline": baseline})
+                            "vs_baseline_high": ci.high, "baseline": baseline,
+                            "vs_baseline_p": test.p, "vs_baseline_splits": test.splits,
+                            "vs_baseline_exact": test.exact})
             rows.append(row)
     return pd.DataFrame.from_records(rows)
 

@@ -8,7 +8,8 @@ expansion score could find.
   fitted c is drawn. Small Δ, small distance: the weights stay near 1/n.
 - **Right, expansion.** Per policy and tree shape, the flips per re-sample of the turns each
   score would pick, as a multiple of uniform picks (1 = no better than chance), with the
-  oracle's 95% interval over prompts; the perfect picker is the ceiling on that shape.
+  oracle's 95% interval over prompts; the perfect picker (held-out halves) is a lower bound
+  on the ceiling on that shape.
 
 Notebook 03 draws the credit and loss parts closer up: the credit panel for both entropy
 estimates (:func:`credit_spread_figure`), the credit AUC against TinyWorld's truth as the
@@ -31,7 +32,7 @@ from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_records,
 
 SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exact": "mean exact\nentropy",
                 "entropy_nll_first": "first-token\nNLL", "depth": "depth",
-                "oracle": "perfect\npicker"}
+                "oracle": "perfect picker\n(lower bound)"}
 """The oracle's scores drawn, left to right (every score is in its summary CSV)."""
 
 
@@ -91,7 +92,7 @@ def _expansion_panel(ax, folder: Path) -> None:
         ax.set_xticklabels(list(SCORES_SHOWN.values()), fontsize=8)
     ax.axhline(1, color="black", lw=0.8)
     ax.set_ylabel("flips per re-sample vs uniform picks (×)")
-    ax.set_title("Expansion: what a score finds, and the ceiling", fontsize=10)
+    ax.set_title("Expansion: what a score finds, and a floor under the ceiling", fontsize=10)
     if drawn:
         ax.legend(fontsize=7, frameon=False, loc="upper left")
     else:

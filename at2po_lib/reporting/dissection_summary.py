@@ -6,8 +6,11 @@ Rows, in the order a training step meets them:
 
 - **expansion**: how often re-sampling the turns a score picks flips the outcome, against
   picking uniformly (:mod:`at2po_lib.analysis.expansion_oracle`); per policy and tree shape,
-  for the authors' score (mean sampled-token NLL − α·b), and for the perfect picker (the
-  ceiling any score could reach on that shape); intervals over prompts;
+  for the authors' score (mean sampled-token NLL − α·b), its two parts alone (entropy only,
+  α = 0; the sibling penalty only), the placebo (a random score) and the perfect picker
+  (held-out: a lower bound on the ceiling, with the in-sample upper bound beside it);
+  intervals over prompts. A score reads better or worse than a uniform pick only outside the
+  placebo's margin (:func:`~at2po_lib.analysis.expansion_oracle.placebo_margin`);
 - **credit**: how far AT2PO's softmax weights sit from the plain child mean, mean
   |w − 1/n| over sibling sets, at the first and the last rollout step
   (:func:`at2po_lib.analysis.dissection.credit_from_runs`), with the fitted c of
@@ -34,6 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.expansion_oracle import (PLACEBO, SHAPES, SUMMARY_SHAPES, load_oracle,
+                                         penalty_effect, placebo_margin, read_summaries,
+                                         versus_uniform)
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 
@@ -42,10 +48,15 @@ ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after
 """Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is."""
 ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
 ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
+                 "entropy_nll": "entropy only (α = 0)",
+                 "sibling_penalty": "the sibling penalty only (−α·b)",
+                 PLACEBO: "the placebo (a random score)",
                  "oracle": "the perfect picker"}
-"""The scores shown (every score's row is in the oracle's own summary files)."""
+"""The scores shown (every score's row is in the oracle's own summary files); the perfect
+picker's row carries its in-sample upper bound (``oracle_in_sample``) beside it."""
+UPPER_BOUND = "oracle_in_sample"
 CREDIT_CLAIMS = ("entropy_weights_over_child_mean",)
-LOSS_CLAIMS = ("turn_ratio_clips_less", "ablation_step2")
+LOSS_CLAIMS = ("turn_ratio_clips_less", "turn_ratio_clips_less_at_reference", "ablation_step2")
 WHOLE_CLAIMS = ("at2po_over_grpo_budget", "at2po_over_grpo", "authors_over_exact_variant")
 
 
@@ -67,8 +78,16 @@ def _row(part: str, question: str, measured: str, basis: str, estimate: float,
             "estimate": estimate, "ci_low": low, "ci_high": high}
 
 
+def _ratio(s: pd.Series) -> str:
+    return (f"{s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
+            f"{s['flips_vs_uniform_hi']:.2f}]")
+
+
 def expansion_rows(folder: Path) -> list[dict]:
-    """One row per (policy, shape) oracle summary and score of :data:`ORACLE_SCORES`."""
+    """One row per (policy, shape) oracle summary and score of :data:`ORACLE_SCORES`: its
+    flips against uniform picks and, for a score, its reading against the placebo's margin
+    over every cell; the perfect picker's row gives its lower and upper bound."""
+    margin = placebo_margin(read_summaries(folder))
     rows = []
     for policy, policy_label in ORACLE_POLICIES.items():
         for shape, shape_label in ORACLE_SHAPES.items():
@@ -80,11 +99,19 @@ def expansion_rows(folder: Path) -> list[dict]:
                 if score not in summary.index:
                     continue
                 s = summary.loc[score]
+                if score == "oracle":
+                    upper = (f"; in-sample upper bound {_ratio(summary.loc[UPPER_BOUND])}"
+                             if UPPER_BOUND in summary.index else "")
+                    measured = f"at least {_ratio(s)} (held-out halves{upper})"
+                elif score == PLACEBO:
+                    measured = f"{_ratio(s)} (true value 1: chance)"
+                else:
+                    reading = versus_uniform(s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"],
+                                             margin)
+                    measured = f"{_ratio(s)}: {reading} (placebo margin ±{margin:.2f})"
                 rows.append(_row(
                     "expansion", f"{score_label}: flips per re-sample vs uniform picks, "
-                    f"{policy_label}, {shape_label}",
-                    f"{s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
-                    f"{s['flips_vs_uniform_hi']:.2f}]",
+                    f"{policy_label}, {shape_label}", measured,
                     f"{int(s['prompts'])} prompts, {int(s['candidates'])} candidates, "
                     f"{int(s['resamples'])} re-samples each, K = {int(s['k'])}",
                     s["flips_vs_uniform"], s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"]))
@@ -227,9 +254,29 @@ def _oracle(parts: pd.DataFrame, score: str, policy: str, shape: str) -> pd.Seri
 
 
 def _versus_uniform(row: pd.Series) -> str:
-    if row["ci_high"] < 1:
-        return "worse than a uniform pick"
-    return "better than a uniform pick" if row["ci_low"] > 1 else "no better than a uniform pick"
+    """The reading :func:`expansion_rows` wrote into a score's ``measured`` cell."""
+    reading = str(row["measured"]).split(": ", 1)[1].split(" (", 1)[0]
+    return {"better": "better than", "worse": "worse than",
+            "no different": "no different from"}[reading] + " a uniform pick"
+
+
+def _bounds(row: pd.Series) -> tuple[str, str]:
+    """(``1.16× [1.13, 1.19]``, ``1.35× [1.32, 1.38]``): the perfect picker's lower bound and
+    in-sample upper bound ("" when the record has none), as :func:`expansion_rows` wrote them."""
+    text = str(row["measured"]).removeprefix("at least ")
+    lower, _, rest = text.partition(" (held-out halves")
+    return lower, rest.partition("in-sample upper bound ")[2].rstrip(")")
+
+
+def _span(row: pd.Series) -> str:
+    lower, upper = _bounds(row)
+    return f"{lower} to {upper}" if upper else lower
+
+
+def _reading(row: pd.Series) -> str:
+    """A claim's reading, with why an interval that excludes 0 still reads "cannot tell"."""
+    held = row.get("held_back")
+    return row["reading"] + (f" ({held})" if isinstance(held, str) and held else "")
 
 
 def _result_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -243,7 +290,7 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
              "inside the interval: the toy cannot rule it out")
     return (f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
             f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
-            f"{head['reading']}. The paper's {paper:+.1f} lies {where}.")
+            f"{_reading(head)}. The paper's {paper:+.1f} lies {where}.")
 
 
 def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -251,7 +298,7 @@ def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
     if budget is None:
         return None
     reading = ("one seed on a side, not read yet" if budget["reading"] == "one seed"
-               else budget["reading"])
+               else _reading(budget))
     return (f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
             f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}.")
 
@@ -261,11 +308,16 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
     ceiling = _oracle(parts, "the perfect picker", "the warm start", "toy tree")
     if picks is None or ceiling is None:
         return None
+    margin = str(picks["measured"]).split("placebo margin ", 1)[1].rstrip(")")
     text = (f"**What the expansion's picks find.** Re-sampling the turns the authors' score picks "
-            f"flips the outcome {picks['measured']} as often as re-sampling uniform picks "
-            f"({picks['basis']}); a perfect picker would reach {ceiling['measured']}, the most "
-            f"any score could gain on these trees, and the authors' score does "
-            f"{_versus_uniform(picks)}.")
+            f"flips the outcome {_ratio_text(picks)} as often as re-sampling uniform picks "
+            f"({picks['basis']}): {_versus_uniform(picks)}, where better or worse must clear "
+            f"the placebo's margin of {margin} (a random score's largest distance from 1 over "
+            f"the cells). A perfect picker would reach at least {_bounds(ceiling)[0]} (ranked "
+            "on half the re-samples and scored on the other half: a lower bound on what a "
+            "score could reach)"
+            + (f" and at most {_bounds(ceiling)[1]} (ranked and scored on all of them)"
+               if _bounds(ceiling)[1] else "") + ".")
     others = []
     for policy in ORACLE_POLICIES.values():
         for shape in ORACLE_SHAPES.values():
@@ -274,11 +326,66 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
             if other is None or best is None or other.name == picks.name:
                 continue
             prompts = str(other["basis"]).split(",")[0]
-            others.append(f"{policy}, {shape}: {other['measured']}, "
-                          f"{_versus_uniform(other)}, ceiling {best['measured']} ({prompts})")
+            others.append(f"{policy}, {shape}: {_ratio_text(other)}, "
+                          f"{_versus_uniform(other)}, ceiling {_span(best)} ({prompts})")
     if others:
         text += " Elsewhere: " + "; ".join(others) + "."
+    alone = []
+    for score in ("entropy only (α = 0)", "the sibling penalty only (−α·b)"):
+        cells = [row for policy in ORACLE_POLICIES.values() for shape in ORACLE_SHAPES.values()
+                 if (row := _oracle(parts, score, policy, shape)) is not None]
+        if cells:
+            readings = [str(c["measured"]).split(": ", 1)[1].split(" (", 1)[0] for c in cells]
+            alone.append(f"{score}: {min(c['estimate'] for c in cells):.2f}× to "
+                         f"{max(c['estimate'] for c in cells):.2f}× over the {len(cells)} cells ("
+                         + ", ".join(f"{readings.count(r)} {r}" for r in dict.fromkeys(readings))
+                         + " than a uniform pick)")
+    if alone:
+        text += " The score's parts alone: " + "; ".join(alone) + "."
     return text
+
+
+def _ratio_text(row: pd.Series) -> str:
+    """The ``1.03× [0.99, 1.07]`` part of a score's ``measured`` cell."""
+    return str(row["measured"]).split(":", 1)[0]
+
+
+def penalty_sentence(folder: Path) -> str | None:
+    """What α·b does to the authors' pick, from every oracle record of ``folder``
+    (:func:`~at2po_lib.analysis.expansion_oracle.penalty_effect`) and the summaries' rank
+    correlations; None without records."""
+    effects, spearman = [], []
+    for policy in ORACLE_POLICIES:
+        for shape in ORACLE_SHAPES:
+            raw = folder / f"expansion_oracle_{policy}_{shape}.csv"
+            summary = _read(folder / f"expansion_oracle_{policy}_{shape}_summary.csv")
+            if not raw.is_file() or summary is None:
+                continue
+            effects.append({**penalty_effect(load_oracle(raw), SHAPES[shape][1]),
+                            "shape": shape})
+            spearman.append(float(summary.set_index("score").loc["authors_score", "spearman"]))
+    if not effects:
+        return None
+    e = pd.DataFrame(effects)
+
+    def span(column: str, scale: float = 1.0, digits: int = 2) -> str:
+        low, high = scale * e[column].min(), scale * e[column].max()
+        return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) \
+            else f"{low:.{digits}f}–{high:.{digits}f}"
+
+    more = int((e["p_flip_first"] > e["p_flip_deeper"]).sum())
+    penalties = e.groupby("shape", sort=False)["penalty_first"].mean()
+    shown = ", ".join(f"{v:.2f} on the {SUMMARY_SHAPES.get(k, k)}" for k, v in penalties.items())
+    return (f"**What α·b does to the pick.** Every first-turn candidate of a first-round tree has "
+            f"b = M − 1 siblings, so α·b ({shown}) moves all first turns below the deeper "
+            f"ones, whose b is 0: it exceeds the "
+            f"turn's own entropy for {span('penalty_exceeds_entropy', 100, 0)}% of them, and first "
+            f"turns make {span('first_in_picks', 100, 0)}% of the authors' picks against "
+            f"{span('first_in_picks_alpha0', 100, 0)}% at α = 0, though they flip more often than "
+            f"deeper turns in {more} of the {len(e)} cells ({span('p_flip_first')} against "
+            f"{span('p_flip_deeper')}). The authors' score's within-tree rank correlation with "
+            f"the flip probability lies between {min(spearman):+.3f} and {max(spearman):+.3f} "
+            f"over the {len(spearman)} cells ({sum(v < 0 for v in spearman)} negative).")
 
 
 def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) -> str | None:
@@ -304,7 +411,7 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
     cell = _claim(claims, "entropy_weights_over_child_mean")
     if cell is not None:
         text += (f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
-                 f"EM points (seeds {cell['seeds']}): {cell['reading']}.")
+                 f"EM points (seeds {cell['seeds']}): {_reading(cell)}.")
     return text
 
 
@@ -312,9 +419,18 @@ def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
     clip = _claim(claims, "turn_ratio_clips_less")
     if clip is None:
         return None
-    return (f"**The turn-level ratio.** On AT2PO's own updates it clips {clip['note']} "
-            f"(turn − token {_ci_text(clip)} points, {clip['seeds']} seeds): {clip['reading']} "
-            f"of the paper's reading; a clipped turn takes all its tokens with it.")
+    own = str(clip["claim"]).split("updates at ", 1)[-1].split(",", 1)[0]
+    text = (f"**The turn-level ratio.** On AT2PO's own updates at {own} it clips "
+            f"{str(clip['note']).split(', ', 1)[0]} (turn − token {_ci_text(clip)} points, "
+            f"{clip['seeds']} seeds): {_reading(clip)} of the paper's reading; a clipped turn "
+            "takes all its tokens with it.")
+    wide = _claim(claims, "turn_ratio_clips_less_at_reference")
+    if wide is not None:
+        share, _, whose = str(wide["note"]).partition(", ")
+        text += (f" At ε = 0.2 ({whose.split(';', 1)[0]}): {share} (turn − token "
+                 f"{wide['estimate']:+.2f} [{wide['ci_low']:+.2f}, {wide['ci_high']:+.2f}] "
+                 f"points, {wide['seeds']} runs): {_reading(wide)}; the reading depends on ε.")
+    return text
 
 
 def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -323,7 +439,7 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
         return None
     return (f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
             f"code configures it minus the variant (exact entropy, α = 0.001): "
-            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {variant['reading']}.")
+            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {_reading(variant)}.")
 
 
 def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -345,11 +461,13 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
     return text
 
 
-def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame) -> list[str]:
+def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame,
+                  folder: Path | None = None) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
     seeds or prompts. A sentence whose records are missing is left out."""
     sentences = (_result_sentence(claims), _budget_sentence(claims), _variant_sentence(claims),
-                 _expansion_sentence(parts), _credit_sentence(parts, claims),
-                 _clip_sentence(claims), _resolution_sentence(claims))
+                 _expansion_sentence(parts), penalty_sentence(folder) if folder else None,
+                 _credit_sentence(parts, claims), _clip_sentence(claims),
+                 _resolution_sentence(claims))
     return [s for s in sentences if s is not None]

@@ -43,6 +43,7 @@ from ..util.paths import figures_dir, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
+from .block_pairs import load_block_outcomes, run_provenance
 from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
@@ -75,27 +76,33 @@ def summary_display(display: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
-                 readme: bool = False, figures: bool = True) -> Report:
+                 readme: bool = False, figures: bool = True,
+                 allow_revisions: bool = False) -> Report:
     """Write every table and figure that the records of ``profile`` allow (see module doc).
 
     All or none: every record is read and checked first (:mod:`.records`, :func:`.records.
     check_seeds`), so a damaged or duplicated record is refused, naming its file, before
     anything is written; a failure while writing puts back every file already rewritten
-    (:func:`at2po_lib.util.writing.all_or_none`)."""
+    (:func:`at2po_lib.util.writing.all_or_none`). The study's blocks
+    (``results/blocks/<profile>/``) are read beside the committed runs; ``allow_revisions``
+    pairs blocks of several revisions (refused otherwise, naming them)."""
     cfg = load_profile(profile)
     runs = discover_runs(profile)
     outcomes = load_outcomes(profile)
     finals = load_final_evals(profile)
     metrics, evals = load_training_records(profile)
     check_seeds(profile)
+    blocks = load_block_outcomes(profile)
     with all_or_none():
-        return _write(profile, cfg, runs, outcomes, finals, metrics, evals,
-                      n_resamples=n_resamples, readme=readme, figures=figures)
+        return _write(profile, cfg, runs, outcomes, finals, metrics, evals, blocks,
+                      n_resamples=n_resamples, readme=readme, figures=figures,
+                      allow_revisions=allow_revisions)
 
 
 def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,
-           finals: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame, *,
-           n_resamples: int, readme: bool, figures: bool) -> Report:
+           finals: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame,
+           blocks: pd.DataFrame, *, n_resamples: int, readme: bool, figures: bool,
+           allow_revisions: bool = False) -> Report:
     """:func:`write_report`'s writing, from records already read and checked: Table 1 and its
     companions, Tables 2-3, what each row spends and Figure 3's claim in numbers, the claims,
     then the figures, in that order."""
@@ -112,8 +119,9 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
     change = _write_spending_and_entropy(report, meta_for, cfg, metrics, finished, rl)
     if len(outcomes):
-        _write_claims(report, meta_for, runs, outcomes, finished, change, per_seed,
-                      n_resamples=n_resamples, figures=figures)
+        _write_claims(report, meta_for, runs, outcomes, finished, change, per_seed, blocks,
+                      n_resamples=n_resamples, figures=figures,
+                      allow_revisions=allow_revisions)
     if figures:
         _write_figures(report, meta_for, cfg, outcomes, metrics, evals, rl)
     if readme:
@@ -236,20 +244,24 @@ def _write_spending_and_entropy(report: Report, meta_for: Callable, cfg: Profile
 
 def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
                   outcomes: pd.DataFrame, finished: pd.DataFrame, change: pd.DataFrame,
-                  per_seed: pd.DataFrame, *, n_resamples: int, figures: bool) -> None:
-    """The paper's claims one by one, their summary page, the dissection's summary and (with
-    ``figures``) its figure."""
+                  per_seed: pd.DataFrame, blocks: pd.DataFrame, *, n_resamples: int,
+                  figures: bool, allow_revisions: bool = False) -> None:
+    """The paper's claims one by one (paired within the study's blocks where they hold the
+    pair), their summary page, the dissection's summary and (with ``figures``) its figure."""
     profile = report.profile
     clips = clip_levels(Path(p) for p in finished["path"])
+    provenance = run_provenance(Path(p) for p in finished["path"])
     tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
-                                        clips=clips)
+                                        clips=clips, provenance=provenance, blocks=blocks,
+                                        allow_revisions=allow_revisions)
     report.paths["claims"] = write_table(
         tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
                                                    claims.claims_table),
         "The paper's claims at toy scale: each as one number with its 95% CI")
     report.tables["claims"] = display
     summary_path = tables_dir(profile) / "claims_summary.md"
-    write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed))
+    write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed, provenance,
+                                                         blocks))
     write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
                               "table": "claims_summary", "files": [summary_path.name]})
     report.paths["claims_summary"] = {"md": summary_path}
@@ -264,7 +276,8 @@ def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
             "claims that put the parts together")
         report.tables["dissection_summary"] = shown
         why_path = tables_dir(profile) / "why.md"
-        write_if_changed(why_path, "\n\n".join(why_sentences(tidy, parts)) + "\n")
+        write_if_changed(why_path, "\n\n".join(why_sentences(
+            tidy, parts, results_dir(profile, "dissection"))) + "\n")
         write_meta(why_path, {**meta_for(outcomes["method"].unique(), why_sentences),
                               "table": "why", "files": [why_path.name]})
         report.paths["why"] = {"md": why_path}

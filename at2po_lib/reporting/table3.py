@@ -17,15 +17,19 @@ by the AUC of its turn advantages.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
 from .. import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
-from ..method.presets import credit_method
+from ..method.presets import TABLE3_METHODS, credit_method
+from ..trainer.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
+from .block_pairs import blocked_difference
 from .labels import (TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes,
                      signed_cell)
 
@@ -34,15 +38,47 @@ CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
 CREDIT_WEIGHTS_FILE = "credit_weights.csv"
 
 
+@dataclass(frozen=True)
+class CellTest:
+    """One Table 3 cell against AT2PO's: its permutation test and the family's Holm p."""
+
+    test: stats.PermutationTest
+    p_holm: float
+
+
+def cell_tests(outcomes: pd.DataFrame, default: str, members: Sequence[str], *,
+               blocked: bool = False, allow_revisions: bool = False) -> dict[str, CellTest]:
+    """Every Table 3 cell with outcomes against ``default`` (AT2PO's cell) on ``members``: the
+    permutation test over seed labels (``blocked``: the sign-flip test within the ablation
+    blocks), and Holm's correction over the cells tested, one family (issue #48: the cells are
+    read together, so a reading of one needs its corrected p)."""
+    tests = {}
+    for method in TABLE3_METHODS:
+        if method == DEFAULT or not rows_with_outcomes(outcomes, method) \
+                or not rows_with_outcomes(outcomes, default):
+            continue
+        if blocked:
+            found = blocked_difference(outcomes, ABLATION_SET, method, default, members,
+                                       allow_revisions=allow_revisions)
+            if found is not None:
+                tests[method] = found.test
+        else:
+            tests[method] = stats.difference_test(outcomes, method, default, members)
+    corrected = stats.holm([t.p for t in tests.values()])
+    return {m: CellTest(t, float(p)) for (m, t), p in zip(tests.items(), corrected)}
+
+
 def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
            n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
-    display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]`` and the cell's
-    seeds (a one-seed cell's interval covers the questions only)."""
+    display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]``, the Δ's
+    permutation p and its Holm-corrected p over every cell of the table (:func:`cell_tests`),
+    and the cell's seeds (a one-seed cell's interval covers the questions only)."""
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     at2po = profile_at2po(profile, TABLE3_CELLS)  # the AT2PO with the cells' expansion settings
     default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
         at2po if rows_with_outcomes(outcomes, at2po) else None)
+    family = cell_tests(outcomes, default, members) if default and members else {}
     rows = []
     for value in VALUE_MODES:
         for advantage in ADVANTAGE_MODES:
@@ -62,6 +98,9 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
                                            n_resamples=n_resamples)
                 row.update(delta=diff.estimate, delta_low=diff.low, delta_high=diff.high,
                            delta_against=default)
+                if method in family:
+                    row.update(p_permutation=family[method].test.p,
+                               p_holm=family[method].p_holm, family_size=len(family))
             rows.append(row)
     tidy = pd.DataFrame(rows)
     if tidy.empty:
@@ -70,6 +109,7 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
             cell(r["em"], r["ci_low"], r["ci_high"])
             + (f"; Δ {signed_cell(r['delta'], r['delta_low'], r['delta_high'])}"
                if "delta" in r else "")
+            + (f", p {r['p_permutation']:.2f}, Holm {r['p_holm']:.2f}" if "p_holm" in r else "")
             + f" ({r['n_seeds']} seed{'s' * (r['n_seeds'] != 1)})"
             for r in rows}
     display = pd.DataFrame(

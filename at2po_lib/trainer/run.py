@@ -177,15 +177,26 @@ def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: A
         # lock; the other ranks of its launch share its run (a second launch's rank 0 is
         # refused by the lock, and its other ranks then fail at their first collective).
         return _train_locked(cfg, method, seed, **options)
-    with folder_lock(run_folder.run_dir(cfg.name, method, seed).root, "training run"):
+    with folder_lock(run_location(cfg, method, seed, options.get("runs_root")).root,
+                     "training run"):
         return _train_locked(cfg, method, seed, **options)
+
+
+def run_location(cfg: ProfileConfig, method: str, seed: int,
+                 runs_root: Path | None = None) -> run_folder.RunDir:
+    """Where a run's folder lives: ``<runs_root>/<method>/seed<S>/``; by default
+    ``results/runs/<profile key>/`` (:func:`run_folder.run_profile_key`) is the runs root."""
+    if runs_root is None:
+        return run_folder.run_dir(run_folder.run_profile_key(cfg), method, seed)
+    return run_folder.RunDir(Path(runs_root) / method / f"seed{seed}")
 
 
 def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
           force: bool = False, profile_overrides: Mapping[str, Any] | None = None,
           trainer_overrides: Mapping[str, Any] | None = None,
           callbacks: Sequence[Any] = (), reward_fn=None,
-          reuse_finished: bool = False) -> TrainResult:
+          reuse_finished: bool = False, runs_root: Path | None = None,
+          provenance: Mapping[str, Any] | None = None) -> TrainResult:
     """Train (or reuse) one run; see the module docstring. Returns where its records live.
 
     ``reuse_finished``: a finished run made with *another* configuration is returned as it is
@@ -198,6 +209,9 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     profile does not set, applied after the method preset (``--set trainer.beta=0``).
     ``callbacks``: extra ``TrainerCallback`` objects; ``reward_fn``: see :func:`build_trainer`
     (a custom reward is not part of the resolved config: use it for tests only).
+    ``runs_root``: the folder the run's ``<method>/seed<S>/`` lies in (:func:`run_location`;
+    a study block keeps its runs apart this way); ``provenance``: more ``meta.json`` fields
+    (a block's record), beside the revision and hardware every run records.
     """
     cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
         profile_overrides or {}) or None)
@@ -205,7 +219,7 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     _check_backend(cfg)
     if preset.trains:
         check_optimizer_offload()
-    run = run_folder.run_dir(run_folder.run_profile_key(cfg), method, seed)
+    run = run_location(cfg, method, seed, runs_root)
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
@@ -229,7 +243,7 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     checkpoint = _prepare_staging(work, run, identity, digest, resume=resume, force=force,
                                   main=main)
     if main:
-        _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint)
+        _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint, provenance)
 
     start = time.time()
     if preset.trains:
@@ -298,13 +312,14 @@ def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, identity: 
 
 
 def _write_run_header(work: run_folder.RunDir, cfg: ProfileConfig, method: str, seed: int,
-                      resolved: dict[str, Any], digest: str, checkpoint: Path | None) -> None:
+                      resolved: dict[str, Any], digest: str, checkpoint: Path | None,
+                      provenance: Mapping[str, Any] | None = None) -> None:
     """The run's resolved config (with its hash) and ``meta.json`` (revision, hardware, what it
     resumed from)."""
     run_folder.write_config(work, {**resolved, "config_hash": digest})
     meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
                         resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                        hardware=hardware(), world_size=_world_size())
+                        hardware=hardware(), world_size=_world_size(), **dict(provenance or {}))
     work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
 

@@ -87,7 +87,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from ..analysis.dissection import sibling_spread
+from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
@@ -622,17 +622,22 @@ class AT2POTrainer(GRPOTrainer):
         }
         if "ref_kl" in stats:
             values["kl"] = stats["ref_kl"]
-        # The same update's clipped share at both ratio levels, at this method's clip range:
-        # the paper says a turn-level ratio clips far fewer tokens than a token-level one.
+        # The same update's clipped share at both ratio levels, at this method's clip range and
+        # at GRPO's 0.2 (issue #48: the reading depends on the range): the paper says a
+        # turn-level ratio clips far fewer tokens than a token-level one.
         turn_ids = inputs["turn_ids"]
         old = inputs.get("old_per_token_logps")
         if old is not None:
+            ranges = {"": (self.epsilon_low, self.epsilon_high)}
+            if ranges[""] != (REFERENCE_CLIP, REFERENCE_CLIP):
+                ranges[f"_eps{REFERENCE_CLIP:g}"] = (REFERENCE_CLIP, REFERENCE_CLIP)
             with torch.no_grad():
-                for level in ("token", "turn"):
-                    _, at_level = fused_policy_loss(
-                        per_token_logps.detach(), old, inputs["advantages"], mask, level=level,
-                        eps_low=self.epsilon_low, eps_high=self.epsilon_high, turn_ids=turn_ids)
-                    values[f"clip_ratio/{level}_level"] = at_level["clip_frac"]
+                for suffix, (low, high) in ranges.items():
+                    for level in ("token", "turn"):
+                        _, at_level = fused_policy_loss(
+                            per_token_logps.detach(), old, inputs["advantages"], mask,
+                            level=level, eps_low=low, eps_high=high, turn_ids=turn_ids)
+                        values[f"clip_ratio/{level}_level{suffix}"] = at_level["clip_frac"]
         sampling = inputs.get("sampling_per_token_logps")
         first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
         if sampling is not None and mode == "train" and first_update:

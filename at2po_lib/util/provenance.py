@@ -81,6 +81,23 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+_ARCHITECTURES = ("x86_64", "amd64", "aarch64", "arm64", "i686", "ppc64le", "s390x")
+
+
+def machine_build(platform_name: str) -> str:
+    """The machine build a ``platform`` record names: the local part of its kernel release
+    (``Linux-6.18.44-fc-v669-x86_64-with-glibc2.36`` → ``fc-v669``), the build the
+    reproduction records compare (``results/tiny/reproduction/``). Float kernels differ between
+    builds, so one seed gives another run on another build. A release without a local part
+    gives the whole release; a string of another form is returned as it is."""
+    parts = platform_name.split("-")
+    arch = next((i for i, part in enumerate(parts) if part in _ARCHITECTURES), None)
+    if arch is None or arch < 2:
+        return platform_name
+    release = parts[1:arch]                     # ['6.18.44', 'fc', 'v669']
+    return "-".join(release[1:]) or release[0]
+
+
 COMMAND_ENV = "AT2PO_COMMAND"
 """Environment variable holding the ``at2po`` command line that runs this process (set by
 :func:`at2po_lib.cli.main`; inherited by the notebooks ``at2po run-notebooks`` executes)."""

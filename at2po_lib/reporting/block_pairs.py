@@ -1,0 +1,166 @@
+r"""The study's blocks read for the report, and methods paired within them (issue #48).
+
+``at2po study --block-set`` (:mod:`at2po_lib.trainer.blocks`) trains one seed of every method of
+a set per block, on one machine, at one revision. Here the finished blocks' runs are read with
+their block's record (:func:`load_block_outcomes`), and a difference A − B is paired within
+blocks: the interval over block differences crossed with the question term
+(:func:`at2po_lib.stats.blocked_difference_interval`) and a sign-flip permutation test over the
+blocks (:func:`at2po_lib.stats.sign_flip_test`).
+
+**Not across revisions unless asked.** Blocks trained at different revisions (or with other
+``--set`` overrides) are not paired silently: :func:`blocked_difference` refuses them, naming
+each block and its revision, unless ``allow_revisions`` (``at2po report
+--pair-across-revisions``).
+
+The committed runs under ``results/runs/`` are the earlier record; :func:`run_provenance`
+names the revision, machine build and torch threads each of them ran with, so every row can
+say what it rests on (:func:`rests_on`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from .. import stats
+from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
+from ..util.errors import RecordError
+from ..util.provenance import machine_build
+from .records import read_outcomes
+
+BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads",
+                 "overrides")
+"""What each block row carries from its ``BLOCK.json``."""
+
+
+def load_block_outcomes(profile: str) -> pd.DataFrame:
+    """Per-question outcomes of every finished block's runs (all block sets of ``profile``),
+    with the block's record (:data:`BLOCK_COLUMNS`); empty when there is no finished block.
+    A run whose ``DONE.json`` holds another config hash than its block records is refused."""
+    frames = []
+    root = blocks_dir(profile)
+    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for block, record in finished_blocks(set_folder).items():
+            folder = set_folder / f"block{block:02d}"
+            for method, run in record.get("runs", {}).items():
+                frames.append(_run_outcomes(folder, method, record, run))
+    if not frames:
+        return pd.DataFrame(columns=["method", "seed", *BLOCK_COLUMNS, "dataset",
+                                     "question_id", "em"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.DataFrame:
+    path = folder / method / f"seed{record['seed']}"
+    done = json.loads((path / "DONE.json").read_text())
+    if done.get("config_hash") != run.get("config_hash"):
+        raise RecordError(f"{path / 'DONE.json'}: config hash {done.get('config_hash')} is not "
+                          f"the one {folder / BLOCK_RECORD} records ({run.get('config_hash')})")
+    meta = json.loads((path / "meta.json").read_text())
+    if str(meta.get("git_revision", "")).removesuffix("-dirty") != record["commit"]:
+        raise RecordError(f"{path / 'meta.json'}: revision {meta.get('git_revision')} is not its "
+                          f"block's ({record['commit']}, {folder / BLOCK_RECORD}): a run of "
+                          "another session in this block")
+    frame = read_outcomes(path / "outcomes.csv")
+    frame.insert(0, "seed", record["seed"])
+    frame.insert(0, "method", method)
+    for column in BLOCK_COLUMNS:
+        value = record.get(column)
+        frame[column] = json.dumps(value, sort_keys=True) if column == "overrides" else value
+    return frame
+
+
+@dataclass(frozen=True)
+class BlockedDifference:
+    """A − B paired within blocks: the interval, the permutation test, what it rests on."""
+
+    interval: stats.Interval
+    test: stats.PermutationTest
+    blocks: tuple[int, ...]
+    commits: tuple[str, ...]
+    builds: dict[str, int]
+    threads: tuple[int, ...]
+
+    def rests_on(self) -> str:
+        """``12 blocks at 1a2b3c4 (build fc-v669 ×12; 1 thread)``."""
+        builds = ", ".join(f"{b} ×{n}" for b, n in sorted(self.builds.items()))
+        threads = "/".join(str(t) for t in self.threads)
+        return (f"{len(self.blocks)} blocks at {', '.join(c[:7] for c in self.commits)} "
+                f"(build {builds}; {threads} thread{'s' * (threads != '1')})")
+
+
+def blocked_difference(blocks: pd.DataFrame, block_set: str, method_a: str, method_b: str,
+                       datasets: Sequence[str] | None, metric: str = "em", *,
+                       allow_revisions: bool = False) -> BlockedDifference | None:
+    """A − B over the blocks of ``block_set`` in which both finished (None with fewer than 2):
+    paired within blocks (module docstring). Blocks at different revisions or with different
+    overrides are refused, naming them, unless ``allow_revisions``."""
+    rows = blocks[(blocks["block_set"] == block_set) & blocks["method"].isin([method_a, method_b])]
+    if metric != "em":
+        rows = rows[rows[metric].notna()] if metric in rows else rows.iloc[:0]
+    both = sorted(set(rows.loc[rows["method"] == method_a, "block"])
+                  & set(rows.loc[rows["method"] == method_b, "block"]))
+    if len(both) < 2:
+        return None
+    rows = rows[rows["block"].isin(both)]
+    per_block = rows.drop_duplicates("block").set_index("block")
+    versions = per_block.groupby(["commit", "overrides"]).groups
+    if len(versions) > 1 and not allow_revisions:
+        named = "; ".join(f"block {b}: {per_block.loc[b, 'commit'][:7]}, overrides "
+                          f"{per_block.loc[b, 'overrides']}" for b in both)
+        raise RecordError(f"{method_a} − {method_b} in block set {block_set!r} would pair runs "
+                          f"across revisions ({named}); pair them anyway with "
+                          "--pair-across-revisions, or run the set from one revision")
+    interval, test = stats.blocked_difference_ci(rows, method_a, method_b, datasets, metric)
+    return BlockedDifference(
+        interval, test,
+        tuple(both), tuple(sorted(set(per_block["commit"]))),
+        dict(Counter(per_block["build"])), tuple(sorted(set(per_block["torch_threads"]))))
+
+
+# -------------------------------------------------------------------- the earlier record
+def run_provenance(paths: Iterable[Path]) -> pd.DataFrame:
+    """method, seed, commit, build, torch threads of each run folder (its ``meta.json``)."""
+    rows = []
+    for path in paths:
+        meta_path = Path(path) / "meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        rows.append({"method": Path(path).parent.name, "seed": int(Path(path).name[4:]),
+                     "commit": str(meta.get("git_revision", "?")).removesuffix("-dirty"),
+                     "build": machine_build(str(meta.get("platform", "?"))),
+                     "torch_threads": (meta.get("hardware") or {}).get("torch_threads")})
+    return pd.DataFrame(rows, columns=["method", "seed", "commit", "build", "torch_threads"])
+
+
+def side_of(provenance: pd.DataFrame, method: str) -> str:
+    """``f2386ba (fc-v1045)`` or ``0c35b88 (fc-v973 ×15, fc-v669 ×6)``: the revisions and
+    machine builds of a method's runs."""
+    runs = provenance[provenance["method"] == method]
+    if runs.empty:
+        return "?"
+    parts = []
+    for commit, group in runs.groupby("commit", sort=True):
+        builds = Counter(group["build"])
+        inner = ", ".join(b if len(builds) == 1 else f"{b} ×{n}"
+                          for b, n in sorted(builds.items(), key=lambda kv: (-kv[1], kv[0])))
+        parts.append(f"{commit[:7]} ({inner})")
+    return "; ".join(parts)
+
+
+def rests_on(provenance: pd.DataFrame | None, methods: Sequence[str]) -> str:
+    """What an earlier-record row rests on: each side's revisions and builds, ``A vs B``."""
+    if provenance is None or provenance.empty:
+        return ""
+    return " vs ".join(side_of(provenance, m) for m in methods)
+
+
+def crosses_revisions(provenance: pd.DataFrame | None, methods: Sequence[str]) -> bool:
+    """Do the runs of ``methods`` come from more than one revision?"""
+    if provenance is None or provenance.empty:
+        return False
+    return provenance.loc[provenance["method"].isin(list(methods)), "commit"].nunique() > 1

@@ -1,0 +1,281 @@
+r"""Study blocks: one seed of every compared method, on one machine, at one revision, with the
+same torch threads (issue #48).
+
+Seeds trained at different revisions on different machine builds mix the method with the
+revision and the build: in the committed Table 1 record AT2PO ran at f2386ba on one build and
+GRPO at 0c35b88 on two others, and one seed trained again on another build lands elsewhere
+(``results/tiny/reproduction/``). A *block* takes that out of the comparison. Block b of a
+block set trains seed
+
+    s_b = base + b
+
+of every method of the set, one run after the other in one process: the methods of a block
+share the machine, the revision and the torch threads, and the report pairs them within blocks
+(:func:`at2po_lib.stats.blocked_difference_interval`), so a block's machine or revision effect
+cancels in its difference::
+
+    results/blocks/<profile>/<set>/block<BB>/
+        BLOCK.json            the block's record: set, block, seed, methods, git revision and
+                              whether the checkout was clean, platform and machine build
+                              (:func:`at2po_lib.util.provenance.machine_build`), torch threads,
+                              the ``--set`` overrides, each run's config hash, status and time
+        <method>/seed<S>/     one run folder per method (:mod:`at2po_lib.trainer.run_folder`),
+                              whose ``meta.json`` carries the same block record
+
+The committed runs under ``results/runs/`` stay as they are: the earlier record, named by the
+revisions they were trained at.
+
+**Whole or not at all.** A block is built in ``.block<BB>.staging`` beside its place and swapped
+in (:mod:`at2po_lib.util.staging`) only when every run of it has finished. A block killed
+part-way leaves its staging folder: the next ``at2po study --block-set`` discards it, runs and
+all, and trains the block again from its first run, so the runs of an interrupted block never
+join those of another session. A finished block is skipped (resumable). While one process trains
+a block it holds the block's lock (:mod:`at2po_lib.util.locks`); another process given the same
+blocks skips a held block and takes the next, so two ``at2po study`` processes can share one
+list of blocks.
+
+**One revision.** A block records the revision it was trained at; a block is not started on a
+checkout with uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
+revision or with other overrides than the set's finished blocks (``allow_revisions``; the
+report then refuses to pair across revisions unless asked, naming the blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ..config import ProfileConfig, load_profile
+from ..method.presets import AUTHORS_EXPANSION
+from ..util.errors import ProfileError
+from ..util.locks import FolderLockedError, folder_lock
+from ..util.provenance import machine_build, run_metadata
+from ..util.staging import discard, recover, staging_path, swap_in
+from . import run_folder
+from .block_records import (ABLATION_SET, BLOCK_RECORD, HEADLINE_SET, MAX_BLOCKS, block_dir,
+                            block_state, blocks_root, finished_blocks, read_block)
+from .resolve import check_fixed_rollout
+from .run import train
+from .study import STUDY_TABLES
+
+DEFAULT_THREADS = 1
+"""Torch threads of a block's process, unless ``--threads`` says otherwise (docs/toy_study.md,
+"Cheaper runs": one run at a time on one thread is the study's way)."""
+
+
+@dataclass(frozen=True)
+class BlockSet:
+    """Methods compared in blocks: every block trains one seed of each."""
+
+    name: str
+    summary: str
+    methods: tuple[str, ...]
+    seed_base: int
+    """Block b trains seed ``seed_base + b``: sets never share a seed, so a method that is in
+    two sets (AT2PO) is two independent runs there, not one run twice."""
+    authors_profile: bool = False
+    """The set's tree presets take their expansion settings from the profile: its ``rollout``
+    section must hold the authors' (:data:`at2po_lib.method.presets.AUTHORS_EXPANSION`)."""
+
+
+BLOCK_SETS: dict[str, BlockSet] = {s.name: s for s in (
+    BlockSet(HEADLINE_SET, "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
+             "AT2PO's budget (M + L·K chains)", ("at2po", "grpo", "grpo_tree_budget"), 100),
+    BlockSet(ABLATION_SET, "Table 2's steps and Table 3's cells on the authors' configuration, "
+             "with AT2PO", ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]), 200,
+             authors_profile=True),
+)}
+"""Every block set by name (``at2po study --block-set NAME``)."""
+
+
+def get_block_set(name: str) -> BlockSet:
+    if name not in BLOCK_SETS:
+        raise ProfileError(f"unknown block set {name!r}; known: {', '.join(BLOCK_SETS)}")
+    return BLOCK_SETS[name]
+
+
+def block_seed(block_set: BlockSet, block: int) -> int:
+    if not 0 <= block < MAX_BLOCKS:
+        raise ProfileError(f"block {block}: blocks are numbered 0-{MAX_BLOCKS - 1}")
+    return block_set.seed_base + block
+
+
+# ------------------------------------------------------------------------------- checks
+def check_authors_profile(cfg: ProfileConfig, block_set: BlockSet) -> None:
+    """Refuse a set whose cells would run on other expansion settings than the authors' AT2PO
+    of the same blocks (its Table 2-3 presets take them from the profile)."""
+    if not block_set.authors_profile or all(getattr(cfg.rollout, key) == value
+                                            for key, value in AUTHORS_EXPANSION.items()):
+        return
+    held = ", ".join(f"rollout.{k}={getattr(cfg.rollout, k)!r}" for k in AUTHORS_EXPANSION)
+    wanted = ", ".join(f"rollout.{k}={v!r}" for k, v in AUTHORS_EXPANSION.items())
+    raise ProfileError(
+        f"block set {block_set.name!r} compares Table 2's steps and Table 3's cells with the "
+        f"authors' AT2PO, but profile {cfg.name} holds {held}: its cells would run another "
+        f"configuration. Set {wanted} in the profile's rollout section first")
+
+
+def revision_state(revision: str) -> tuple[str, bool]:
+    """(commit, clean) of :func:`at2po_lib.util.provenance.git_revision`'s answer."""
+    return revision.removesuffix("-dirty"), not revision.endswith("-dirty")
+
+
+def check_revision(root: Path, revision: str, overrides: Mapping[str, Any], *,
+                   allow_dirty: bool, allow_revisions: bool) -> None:
+    """A new block starts on a clean checkout, at the revision and with the overrides of the
+    set's finished blocks (each allowance lifts one rule)."""
+    commit, clean = revision_state(revision)
+    if not clean and not allow_dirty:
+        raise ProfileError(f"the checkout has uncommitted code (revision {revision}): a block "
+                           "must name the code it ran; commit first (or --allow-dirty, recorded)")
+    if commit == "unknown" and not allow_dirty:
+        raise ProfileError("no git revision: a block must name the code it ran (--allow-dirty)")
+    others = {b: r for b, r in finished_blocks(root).items()
+              if revision_state(r["git_revision"])[0] != commit
+              or r.get("overrides", {}) != dict(overrides)}
+    if others and not allow_revisions:
+        named = "; ".join(f"block {b}: {r['git_revision'][:7]}, overrides {r.get('overrides')}"
+                          for b, r in sorted(others.items()))
+        raise ProfileError(
+            f"{root}: finished blocks ran at another revision or with other overrides ({named}); "
+            f"this one would run at {commit[:7]} with overrides {dict(overrides)}. A block set is "
+            "one revision: run it from that revision, or pass --allow-revisions (the report "
+            "then pairs across revisions only when asked)")
+
+
+# ------------------------------------------------------------------------------ running
+@dataclass(frozen=True)
+class BlockResult:
+    block: int
+    status: str
+    """``finished`` (trained now), ``skipped`` (finished before) or ``held`` (another process
+    is training it)."""
+    folder: Path
+    record: dict[str, Any] | None = None
+
+
+def block_record(cfg: ProfileConfig, block_set: BlockSet, block: int, threads: int,
+                 overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What a block records about itself when it starts (with each run and in BLOCK.json)."""
+    meta = run_metadata(cfg.name, seed=block_seed(block_set, block), config=None)
+    commit, clean = revision_state(meta["git_revision"])
+    return {"block": block, "block_set": block_set.name, "profile": cfg.name,
+            "seed": block_seed(block_set, block), "methods": list(block_set.methods),
+            "git_revision": meta["git_revision"], "commit": commit, "clean": clean,
+            "platform": meta["platform"], "build": machine_build(meta["platform"]),
+            "torch_threads": threads, "overrides": dict(overrides), "command": meta["command"],
+            "python": meta["python"], "packages": meta["packages"], "started": meta["created"],
+            "status": "running"}
+
+
+def run_blocks(profile: str, set_name: str, blocks: Sequence[int], *,
+               threads: int = DEFAULT_THREADS, overrides: Mapping[str, Any] | None = None,
+               allow_dirty: bool = False, allow_revisions: bool = False) -> list[BlockResult]:
+    """Train every block of ``blocks`` that is not finished (module docstring), in order."""
+    block_set = get_block_set(set_name)
+    overrides = dict(overrides or {})
+    cfg = load_profile(profile, overrides or None)
+    check_authors_profile(cfg, block_set)
+    for method in block_set.methods:  # a --set the preset would ignore fails before training
+        check_fixed_rollout(method, overrides)
+    root = blocks_root(run_folder.run_profile_key(cfg), set_name)
+    torch.set_num_threads(threads)
+    results = []
+    for block in blocks:
+        block_seed(block_set, block)  # a block out of range fails before any training
+    for block in blocks:
+        folder = block_dir(root, block)
+        try:
+            with folder_lock(folder, "study block"):
+                results.append(_run_block(cfg, block_set, block, folder, threads, overrides,
+                                          allow_dirty=allow_dirty,
+                                          allow_revisions=allow_revisions))
+        except FolderLockedError as exc:
+            print(f"[study] {set_name} block {block}: skipped ({exc})", file=sys.stderr,
+                  flush=True)
+            results.append(BlockResult(block, "held", folder))
+    return results
+
+
+def _run_block(cfg: ProfileConfig, block_set: BlockSet, block: int, folder: Path, threads: int,
+               overrides: Mapping[str, Any], *, allow_dirty: bool,
+               allow_revisions: bool) -> BlockResult:
+    # a swap a crash cut short is finished (a staging folder whose record says finished)
+    recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+    if block_state(folder) == "finished":
+        return BlockResult(block, "skipped", folder, read_block(folder))
+    staging = staging_path(folder)
+    if staging.exists():
+        left = read_block(staging) or {}
+        print(f"[study] {block_set.name} block {block}: interrupted (started "
+              f"{left.get('started', '?')}, runs finished: "
+              f"{', '.join(left.get('runs', {})) or 'none'}); its runs are discarded and the "
+              "block re-runs whole", flush=True)
+        discard(staging)
+    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
+    check_revision(folder.parent, record["git_revision"], overrides, allow_dirty=allow_dirty,
+                   allow_revisions=allow_revisions)
+    staging.mkdir(parents=True)
+    _write_record(staging, record)
+    runs: dict[str, Any] = {}
+    provenance = {"block": {k: record[k] for k in ("block_set", "block", "commit", "clean",
+                                                   "build", "torch_threads")}}
+    for method in block_set.methods:
+        result = train(cfg, method, record["seed"], force=True, runs_root=staging,
+                       provenance=provenance)
+        done = json.loads(result.run.done.read_text())
+        runs[method] = {"config_hash": done["config_hash"], "status": result.status,
+                        "wall_time": result.wall_time}
+        _write_record(staging, {**record, "runs": runs})
+        print(f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
+              f"{result.status} in {result.wall_time:.0f} s", flush=True)
+    record = {**record, "runs": runs, "status": "finished",
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    _write_record(staging, record)
+    swap_in(staging, folder)
+    return BlockResult(block, "finished", folder, record)
+
+
+def _write_record(folder: Path, record: Mapping[str, Any]) -> None:
+    tmp = folder / f".{BLOCK_RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    tmp.replace(folder / BLOCK_RECORD)
+
+
+# --------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class PlannedBlock:
+    block: int
+    seed: int
+    state: str
+    """``finished``, ``interrupted`` (re-runs whole) or ``new``."""
+    detail: str = ""
+
+
+def block_plan(profile: str, set_name: str, blocks: Sequence[int],
+               overrides: Mapping[str, Any] | None = None) -> list[PlannedBlock]:
+    """Each block's state, read without training or writing anything."""
+    block_set = get_block_set(set_name)
+    cfg = load_profile(profile, dict(overrides or {}) or None)
+    root = blocks_root(run_folder.run_profile_key(cfg), set_name)
+    plan = []
+    for block in blocks:
+        folder = block_dir(root, block)
+        state = block_state(folder)
+        detail = ""
+        if state == "finished":
+            r = read_block(folder)
+            detail = (f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
+                      f"build {r['build']}, {r['torch_threads']} thread(s)")
+        elif state == "interrupted":
+            left = read_block(staging_path(folder)) or {}
+            detail = (f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
+                      "re-runs whole")
+        plan.append(PlannedBlock(block, block_seed(block_set, block), state, detail))
+    return plan

@@ -1,0 +1,133 @@
+"""Methods paired within the study's blocks (at2po_lib/reporting/block_pairs.py): block records
+read back, the paired interval and its sign-flip test, blocks of two revisions not paired
+silently, and the claims that read them beside the earlier record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from at2po_lib import stats
+from at2po_lib.reporting.block_pairs import (blocked_difference, load_block_outcomes,
+                                             rests_on, run_provenance)
+from at2po_lib.reporting.claims import claims_table
+from at2po_lib.trainer.block_records import blocks_root
+from at2po_lib.util.errors import RecordError
+
+MH = "tiny_hotpotqa"
+REV_A, REV_B = "a" * 40, "b" * 40
+
+
+def _write_block(root: Path, block: int, commit: str, rates: dict[str, float],
+                 rng: np.random.Generator, questions: int = 300, build: str = "fc-v669") -> None:
+    """A finished block as ``at2po study --block-set headline`` leaves it: BLOCK.json and one
+    run folder per method with DONE.json, meta.json and outcomes.csv (a shared block effect
+    moves every method's rate alike)."""
+    folder = root / f"block{block:02d}"
+    seed = 100 + block
+    shift = rng.normal(0, 0.08)
+    runs = {}
+    for method, rate in rates.items():
+        run = folder / method / f"seed{seed}"
+        run.mkdir(parents=True)
+        em = (rng.random(questions) < np.clip(rate + shift, 0, 1)).astype(float)
+        pd.DataFrame({"dataset": MH, "group": "multihop", "id": [f"q{i}" for i in range(questions)],
+                      "prediction": "x", "em": em, "f1": em, "num_turns": 3, "num_tool_calls": 2,
+                      "finish_reason": "answer"}).to_csv(run / "outcomes.csv", index=False)
+        (run / "DONE.json").write_text(json.dumps({"config_hash": f"h-{method}"}))
+        (run / "meta.json").write_text(json.dumps({"git_revision": commit}))
+        runs[method] = {"config_hash": f"h-{method}", "status": "trained", "wall_time": 1.0}
+    (folder / "BLOCK.json").write_text(json.dumps({
+        "block": block, "block_set": root.name, "seed": seed, "commit": commit,
+        "git_revision": commit, "clean": True, "build": build, "torch_threads": 1,
+        "overrides": {}, "runs": runs, "status": "finished"}))
+
+
+@pytest.fixture()
+def headline(isolated_outputs) -> Path:
+    root = blocks_root("tiny", "headline")
+    rng = np.random.default_rng(0)
+    for block in range(6):
+        _write_block(root, block, REV_A, {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.50},
+                     rng)
+    return root
+
+
+def test_blocks_are_read_with_their_record(headline):
+    frame = load_block_outcomes("tiny")
+    assert sorted(frame["block"].unique()) == list(range(6))
+    assert set(frame["method"]) == {"at2po", "grpo", "grpo_tree_budget"}
+    assert (frame["commit"] == REV_A).all() and (frame["build"] == "fc-v669").all()
+    assert sorted(frame["seed"].unique()) == list(range(100, 106))
+
+
+def test_a_run_of_another_revision_inside_a_block_is_refused(headline):
+    (headline / "block02" / "grpo" / "seed102" / "meta.json").write_text(
+        json.dumps({"git_revision": REV_B}))
+    with pytest.raises(RecordError, match="another session in this block"):
+        load_block_outcomes("tiny")
+
+
+def test_the_pair_is_the_blocked_interval_with_a_sign_flip_test(headline):
+    frame = load_block_outcomes("tiny")
+    found = blocked_difference(frame, "headline", "at2po", "grpo", [MH])
+    questions = pd.MultiIndex.from_product([[MH], sorted(f"q{i}" for i in range(300))],
+                                           names=["dataset", "question_id"])
+    a = stats.score_matrix(frame, "at2po", questions, unit="block")
+    b = stats.score_matrix(frame, "grpo", questions, unit="block")
+    estimate, low, high = stats.blocked_difference_interval(a, b, np.full(300, 1 / 300))
+    assert (found.interval.estimate, found.interval.low, found.interval.high) == \
+        pytest.approx((estimate, low, high))
+    # six block differences, all positive: the exact sign-flip p is 2 / 64
+    assert found.test.exact and found.test.splits == 64
+    assert found.test.p == pytest.approx(2 / 64)
+    assert found.rests_on() == "6 blocks at aaaaaaa (build fc-v669 ×6; 1 thread)"
+    assert blocked_difference(frame, "ablation", "at2po", "grpo", [MH]) is None
+
+
+def test_blocks_of_two_revisions_are_paired_only_when_asked(headline):
+    _write_block(headline, 6, REV_B, {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.5},
+                 np.random.default_rng(1))
+    frame = load_block_outcomes("tiny")
+    with pytest.raises(RecordError, match=r"block 5: aaaaaaa.*block 6: bbbbbbb"):
+        blocked_difference(frame, "headline", "at2po", "grpo", [MH])
+    asked = blocked_difference(frame, "headline", "at2po", "grpo", [MH], allow_revisions=True)
+    assert len(asked.blocks) == 7 and asked.commits == (REV_A, REV_B)
+
+
+def test_claims_read_the_blocks_and_keep_the_earlier_record_beside_them(headline):
+    rng = np.random.default_rng(3)
+    earlier = pd.DataFrame([{"method": m, "seed": s, "dataset": MH, "question_id": f"q{i}",
+                             "em": float(rng.random() < 0.45), "turns": 3, "searches": 2}
+                            for m in ("at2po", "grpo") for s in range(3) for i in range(300)])
+    blocks = load_block_outcomes("tiny")
+    tidy, display = claims_table("tiny", earlier, blocks=blocks, n_resamples=10)
+    rows = tidy.set_index("key")
+    paired = rows.loc["at2po_over_grpo"]
+    assert paired["seeds"] == "6 blocks" and paired["reading"] == "agrees"
+    assert paired["rests_on"].startswith("6 blocks at aaaaaaa")
+    assert rows.loc["at2po_over_grpo_earlier", "seeds"] == "3 vs 3"
+    assert rows.loc["at2po_over_grpo_earlier", "claim"].endswith("; the earlier record")
+    assert rows.loc["at2po_over_grpo_budget", "seeds"] == "6 blocks"
+    assert "rests on" in display.columns
+
+
+def test_the_earlier_record_names_its_revisions_and_builds(tmp_path):
+    paths = []
+    for method, seed, revision, platform in (
+            ("at2po", 0, "f2386ba" + "0" * 33, "Linux-6.18.44-fc-v1045-x86_64-with-glibc2.36"),
+            ("grpo", 0, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
+            ("grpo", 1, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
+            ("grpo", 2, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36")):
+        folder = tmp_path / method / f"seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps(
+            {"git_revision": revision, "platform": platform, "hardware": {"torch_threads": 1}}))
+        paths.append(folder)
+    provenance = run_provenance(paths)
+    assert rests_on(provenance, ("at2po", "grpo")) == \
+        "f2386ba (fc-v1045) vs 0c35b88 (fc-v973 ×2, fc-v669 ×1)"

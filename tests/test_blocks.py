@@ -1,0 +1,213 @@
+"""Study blocks (at2po_lib/trainer/blocks.py): one seed of every method per block, finished or
+re-run whole, one revision per set. Training is replaced by a stand-in that writes a run folder,
+so the bookkeeping is tested in seconds (a 2-step smoke block runs in the slow suite's place:
+``at2po study --profile smoke --block-set headline --blocks 0 --set train.max_steps=2``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from at2po_lib.cli.options import UsageError, int_list
+from at2po_lib.trainer import block_records, blocks, run_folder
+from at2po_lib.util import provenance
+from at2po_lib.util.errors import ProfileError
+from at2po_lib.util.locks import folder_lock
+from at2po_lib.util.provenance import machine_build
+from at2po_lib.util.staging import staging_path
+
+CLEAN = "a" * 40
+OTHER = "b" * 40
+PLATFORM = "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36"
+
+
+@dataclass
+class _Result:
+    run: run_folder.RunDir
+    status: str
+    wall_time: float
+
+
+class _Kill(Exception):
+    pass
+
+
+class FakeTrain:
+    """Writes a finished run folder (with a token naming the call) where ``train`` would;
+    raises :class:`_Kill` at the call numbered ``kill_at`` (a block killed part-way)."""
+
+    def __init__(self, kill_at: int | None = None):
+        self.calls: list[tuple[str, int]] = []
+        self.kill_at = kill_at
+
+    def __call__(self, cfg, method, seed, *, force, runs_root, provenance):
+        assert force and provenance["block"]["block_set"] in blocks.BLOCK_SETS
+        self.calls.append((method, seed))
+        if self.kill_at is not None and len(self.calls) == self.kill_at:
+            raise _Kill(method)
+        run = run_folder.RunDir(Path(runs_root) / method / f"seed{seed}")
+        run.root.mkdir(parents=True)
+        run_folder.mark_finished(run, f"hash-{method}", wall_time=1.0)
+        (run.root / "token").write_text(f"call {len(self.calls)}")
+        run.meta.write_text(json.dumps({"block": provenance["block"]}))
+        return _Result(run, "trained", 1.0)
+
+
+@pytest.fixture()
+def study(isolated_outputs, monkeypatch):
+    """A clean revision on build fc-v669 and the stand-in trainer."""
+    monkeypatch.setattr(provenance, "git_revision", lambda: CLEAN)
+    monkeypatch.setattr(provenance.platform, "platform", lambda: PLATFORM)
+    fake = FakeTrain()
+    monkeypatch.setattr(blocks, "train", fake)
+    return fake
+
+
+def _root() -> Path:
+    return block_records.blocks_root("smoke", "headline")
+
+
+def test_a_block_trains_one_seed_of_every_method_and_records_where(study):
+    (result,) = blocks.run_blocks("smoke", "headline", [3], threads=1)
+    assert result.status == "finished"
+    assert study.calls == [("at2po", 103), ("grpo", 103), ("grpo_tree_budget", 103)]
+    record = json.loads((_root() / "block03" / "BLOCK.json").read_text())
+    assert (record["block"], record["seed"], record["status"]) == (3, 103, "finished")
+    assert (record["commit"], record["clean"], record["build"]) == (CLEAN, True, "fc-v669")
+    assert record["torch_threads"] == 1 and record["platform"] == PLATFORM
+    assert set(record["runs"]) == {"at2po", "grpo", "grpo_tree_budget"}
+    meta = json.loads((_root() / "block03" / "grpo" / "seed103" / "meta.json").read_text())
+    assert meta["block"]["build"] == "fc-v669" and meta["block"]["block"] == 3
+    # the committed record's folder is not touched
+    assert not (block_records.results_dir() / "runs" / "smoke").exists()
+
+
+def test_a_killed_block_reruns_whole_and_a_finished_one_is_skipped(study, monkeypatch):
+    killer = FakeTrain(kill_at=2)  # dies in the second run, after the first finished
+    monkeypatch.setattr(blocks, "train", killer)
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [0])
+    folder = _root() / "block00"
+    assert not folder.exists() and staging_path(folder).is_dir()
+    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    assert (planned.state, planned.detail) == ("interrupted", "1 of 3 runs finished; re-runs whole")
+
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    (result,) = blocks.run_blocks("smoke", "headline", [0])
+    assert result.status == "finished"
+    # every run trained again, the one that had finished included: nothing of the killed
+    # session is kept
+    assert again.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
+    assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
+    assert not staging_path(folder).exists()
+
+    third = FakeTrain()
+    monkeypatch.setattr(blocks, "train", third)
+    (skipped,) = blocks.run_blocks("smoke", "headline", [0])
+    assert skipped.status == "skipped" and third.calls == []
+    assert blocks.block_plan("smoke", "headline", [0])[0].state == "finished"
+
+
+def test_a_block_needs_a_clean_checkout_and_the_sets_revision(study, monkeypatch):
+    monkeypatch.setattr(provenance, "git_revision", lambda: CLEAN + "-dirty")
+    with pytest.raises(ProfileError, match="uncommitted code"):
+        blocks.run_blocks("smoke", "headline", [0])
+    assert study.calls == []
+    blocks.run_blocks("smoke", "headline", [0], allow_dirty=True)
+    assert json.loads((_root() / "block00" / "BLOCK.json").read_text())["clean"] is False
+
+    monkeypatch.setattr(provenance, "git_revision", lambda: OTHER)
+    with pytest.raises(ProfileError, match=r"block 0: aaaaaaa"):
+        blocks.run_blocks("smoke", "headline", [1])
+    blocks.run_blocks("smoke", "headline", [1], allow_revisions=True)
+    assert block_records.finished_blocks(_root())[1]["commit"] == OTHER
+
+
+def test_a_block_with_other_overrides_than_the_sets_is_refused(study):
+    blocks.run_blocks("smoke", "headline", [0], overrides={"train": {"max_steps": 2}})
+    with pytest.raises(ProfileError, match="other overrides"):
+        blocks.run_blocks("smoke", "headline", [1], overrides={"train": {"max_steps": 3}})
+
+
+def test_a_block_another_process_holds_is_skipped(study):
+    with folder_lock(_root() / "block00", "study block"):
+        held, done = blocks.run_blocks("smoke", "headline", [0, 1])
+    assert (held.status, done.status) == ("held", "finished")
+    assert {seed for _, seed in study.calls} == {101}
+
+
+def test_the_ablation_set_runs_only_on_the_authors_expansion(study, tmp_path):
+    """Table 2's step 3 and Table 3's cells take the expansion settings from the profile: the
+    set refuses a profile that does not hold the authors' (the at2po preset fixes them)."""
+    exact = tmp_path / "exact.yaml"
+    exact.write_text("extends: smoke\nrollout:\n  entropy_estimate: exact\n  tree_alpha: 0.001\n")
+    with pytest.raises(ProfileError, match="rollout.tree_alpha=0.05"):
+        blocks.run_blocks(str(exact), "ablation", [0])
+    assert study.calls == []
+    authors = tmp_path / "authors.yaml"
+    authors.write_text("extends: smoke\nrollout:\n  entropy_estimate: sampled_nll\n"
+                       "  tree_alpha: 0.05\n")
+    (result,) = blocks.run_blocks(str(authors), "ablation", [0])
+    assert result.status == "finished" and len(study.calls) == 11
+    assert {seed for _, seed in study.calls} == {200}
+
+
+def test_block_sets_keep_their_seeds_apart():
+    seeds = {name: {blocks.block_seed(s, b) for b in range(block_records.MAX_BLOCKS)}
+             for name, s in blocks.BLOCK_SETS.items()}
+    assert not seeds["headline"] & seeds["ablation"]
+    assert blocks.BLOCK_SETS["headline"].methods == ("at2po", "grpo", "grpo_tree_budget")
+    ablation = blocks.BLOCK_SETS["ablation"].methods
+    assert ablation[0] == "at2po" and len(ablation) == 1 + 3 + 7
+    with pytest.raises(ProfileError, match="0-99"):
+        blocks.block_seed(blocks.BLOCK_SETS["headline"], 100)
+
+
+def test_machine_build_is_the_kernels_local_release():
+    assert machine_build(PLATFORM) == "fc-v669"
+    assert machine_build("Linux-6.18.44-fc-v1045-x86_64-with-glibc2.36") == "fc-v1045"
+    assert machine_build("Linux-5.15.0-91-generic-x86_64-with-glibc2.35") == "91-generic"
+    assert machine_build("Linux-6.1.0-x86_64-with-glibc2.36") == "6.1.0"
+    assert machine_build("macOS-14.2-arm64-arm-64bit") == "14.2"
+    assert machine_build("something else") == "something else"
+
+
+def test_block_and_seed_lists_take_ranges():
+    assert int_list("0-3,7,2", "--blocks") == [0, 1, 2, 3, 7]
+    with pytest.raises(UsageError, match="backwards"):
+        int_list("5-2", "--blocks")
+    with pytest.raises(UsageError, match="ranges"):
+        int_list("a-b", "--blocks")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--block-set", "headline"], "needs --blocks"),
+    (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
+    (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
+    (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
+])
+def test_study_cli_refuses_mixed_block_and_table_options(argv, message, capsys, isolated_outputs):
+    from at2po_lib import cli
+
+    assert cli.main(["study", "--profile", "smoke", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_study_cli_plans_blocks_without_writing(study, capsys):
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [1])
+    capsys.readouterr()
+    before = sorted(block_records.results_dir().rglob("*"))
+
+    assert cli.main(["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0-1",
+                     "--plan"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:5] == ["block", "0", "seed", "100", "new"]
+    assert out[1].split()[4:7] == ["finished", "aaaaaaa,", "build"]
+    assert out[-1] == "block set headline: 2 blocks: 1 finished, 1 new"
+    assert sorted(block_records.results_dir().rglob("*")) == before
