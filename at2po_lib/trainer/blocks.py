@@ -51,8 +51,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..config import ProfileConfig, load_profile
-from ..method.presets import AUTHORS_EXPANSION
+from ..config import ProfileConfig, RolloutConfig, load_profile
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock
 from ..util.provenance import machine_build, run_metadata
@@ -63,6 +62,11 @@ from .block_records import (ABLATION_SET, BLOCK_RECORD, HEADLINE_SET, MAX_BLOCKS
 from .resolve import check_fixed_rollout
 from .run import train
 from .study import STUDY_TABLES
+
+AUTHORS_EXPANSION: Mapping[str, Any] = {
+    key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")}
+"""The authors' expansion settings: ``at2po_lib/config.py``'s rollout defaults (sampled-token
+NLL, alpha 0.05), which every tree preset of a profile shares (issue #49)."""
 
 DEFAULT_THREADS = 1
 """Torch threads of a block's process, unless ``--threads`` says otherwise (docs/toy_study.md,
@@ -81,7 +85,7 @@ class BlockSet:
     two sets (AT2PO) is two independent runs there, not one run twice."""
     authors_profile: bool = False
     """The set's tree presets take their expansion settings from the profile: its ``rollout``
-    section must hold the authors' (:data:`at2po_lib.method.presets.AUTHORS_EXPANSION`)."""
+    section must hold the authors' (:data:`AUTHORS_EXPANSION`)."""
 
 
 BLOCK_SETS: dict[str, BlockSet] = {s.name: s for s in (
