@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from ..retrieval.bm25 import build_bm25_index
 from ..retrieval.dense import build_dense_index
 from ..retrieval.encoders import EncoderSpec
 from ..retrieval.indexes import METHODS, ensure_index
+from ..retrieval.ownership import check_destination_name
 from ..util.locks import folder_lock
 from .options import add_profile_options, load_profile_args, run_guarded
 
@@ -68,8 +68,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{method}: {folder}")
         return 0
 
+    out = check_destination_name(args.out, "--out ")  # '.', '/': one line, before the lock
     # One writer per index folder: a second build of the same --out stops naming the first's PID.
-    with folder_lock(Path(args.out), "index build"):
+    with folder_lock(out, "index build"):
         report = _build_explicit(args)
     print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
     return 0
