@@ -56,6 +56,10 @@ def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
     return parse_overrides(texts, extra_sections) or {}
 
 
+MAX_PROMPTS = 1_000_000
+"""``--prompts`` of a study (the profile's split bounds it further, naming its size)."""
+
+
 def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
     """``--prompts``, ``--seed``, ``--datasets``, ``--policy``: the analyses that grow trees
     with the warm start on a sample of training prompts (expansion-stats, credit-accuracy)."""
@@ -97,6 +101,14 @@ def int_list(text: str, option: str) -> list[int]:
 
 class UsageError(ValueError):
     """Bad command-line input (reported like a bad profile value, exit status 2)."""
+
+
+def check_count(option: str, value: int, low: int, high: int) -> int:
+    """``value`` of ``option`` within [low, high], else a :class:`UsageError` naming it (a 0 or
+    a typo such as 1000000000 stops here, not in a traceback or after hours)."""
+    if not low <= value <= high:
+        raise UsageError(f"{option} {value}: expected an integer in [{low:,}, {high:,}]")
+    return value
 
 
 def quiet_openmp() -> None:
