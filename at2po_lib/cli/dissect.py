@@ -20,6 +20,7 @@ import argparse
 
 from ..util.paths import results_dir
 from ..util.provenance import read_meta, run_metadata, write_csv_tables
+from ..util.writing import all_or_none
 from .options import (MAX_PROMPTS, add_profile_options, add_warm_start_sample_options,
                       check_count, comma_list, invocation, load_profile_args, quiet_openmp,
                       record_name, run_guarded)
@@ -63,15 +64,17 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.what == "runs":
         # lazy: the stage pulls pandas, torch; `at2po dissect --help` stays instant
         from ..analysis.dissection import clip_levels, credit_from_runs
+        from ..reporting.records import finished_run_folders
 
-        roots = [p for m in comma_list(args.methods, "--methods")
-                 for p in sorted((results_dir("runs", cfg.name) / m).glob("seed*"))
-                 if (p / "DONE.json").is_file()]
+        # the runs `at2po report` reads, checked as it checks them (seed<N> folders only)
+        roots = finished_run_folders(cfg.name, comma_list(args.methods, "--methods"))
         _, fits = credit_from_runs(roots)
         clips = clip_levels(roots)
         meta = run_metadata(cfg.name, None, command=command,
                             runs=[f"{p.parent.name}/{p.name}" for p in roots])
-        paths = write_csv_tables(out, {"credit_spread.csv": fits, "clip_levels.csv": clips}, meta)
+        with all_or_none():
+            paths = write_csv_tables(out, {"credit_spread.csv": fits,
+                                           "clip_levels.csv": clips}, meta)
         print(fits.round(4).to_string(index=False))
         print(clips.round(4).to_string(index=False))
     else:

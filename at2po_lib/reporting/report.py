@@ -88,9 +88,15 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     finals = load_final_evals(profile)
     metrics, evals = load_training_records(profile)
     check_seeds(profile)
-    with all_or_none():
+    with all_or_none(write_journal(profile)):  # a killed report is put back by the next one
         return _write(profile, cfg, runs, outcomes, finals, metrics, evals,
                       n_resamples=n_resamples, readme=readme, figures=figures)
+
+
+def write_journal(profile: str) -> Path:
+    """Where a report keeps the earlier bytes of what it rewrites until it is done
+    (:func:`at2po_lib.util.writing.all_or_none`): ``results/<profile>/.report-journal``."""
+    return results_dir(profile) / ".report-journal"
 
 
 def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,

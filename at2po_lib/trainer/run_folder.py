@@ -199,6 +199,12 @@ def read_jsonl(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
     """Rows of a JSONL file ([] if absent); a torn last line (a crash mid-write) is skipped,
     any other bad line is an error naming the file and line. ``torn_ok=False`` (the records
     of a finished run, which no writer is appending to) refuses a torn last line as well."""
+    return [row for _, row in read_jsonl_lines(path, torn_ok)]
+
+
+def read_jsonl_lines(path: Path, torn_ok: bool = True) -> list[tuple[int, Any]]:
+    """:func:`read_jsonl` with each row's line number (1-based; blank lines are skipped, so a
+    row's index is not its line)."""
     if not path.is_file():
         return []
     try:
@@ -210,7 +216,7 @@ def read_jsonl(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append((i + 1, json.loads(line)))
         except (ValueError, RecursionError) as exc:  # bad JSON, too deep, too long a number
             if i == len(lines) - 1 and torn_ok:
                 break

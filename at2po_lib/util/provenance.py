@@ -201,7 +201,7 @@ def write_csv_tables(folder: str | Path, frames: dict[str, Any], meta: dict) -> 
     paths = {}
     for name, frame in frames.items():
         path = Path(folder) / name
-        frame.to_csv(path, index=False, float_format="%.4f")
+        write_if_changed(path, frame.to_csv(index=False, float_format="%.4f"))  # whole or not
         write_meta(path, meta)
         paths[name] = path
     return paths
