@@ -215,11 +215,18 @@ def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
     twice.write_text("extends: smoke\ntrain:\n  max_steps: 2\n  max_steps: 3\n")
     with pytest.raises(ProfileError, match="twice.yaml.*duplicate key 'max_steps'"):
         load_profile(str(twice))
-    for bad in ("[smoke]", "5", "{a: 1}"):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("train:\n  max_steps: 7\n")
+    # b8f2d3f loaded the last two, files outside configs/ (issue #50 item 6)
+    for bad in ("[smoke]", "5", "{a: 1}", "../" * 8 + str(evil.with_suffix(""))[1:],
+                str(evil), "smoke.yaml"):
         path = tmp_path / "bad.yaml"
         path.write_text(f"extends: {bad}\n")
         with pytest.raises(ProfileError, match="bad.yaml: extends: .*expected one profile name"):
             load_profile(str(path))
+    path.write_text("extends: no_such_profile\n")
+    with pytest.raises(ProfileError, match="bad.yaml: extends: unknown profile 'no_such_profile'"):
+        load_profile(str(path))
 
 
 def test_a_shorthand_and_its_set_key_together_are_refused():
