@@ -21,9 +21,9 @@ import argparse
 from ..util.paths import results_dir
 from ..util.provenance import read_meta, run_metadata, write_csv_tables
 from ..util.writing import all_or_none
-from .options import (MAX_PROMPTS, add_profile_options, add_warm_start_sample_options,
-                      check_count, comma_list, invocation, load_profile_args, quiet_openmp,
-                      record_name, run_guarded)
+from .options import (CommandParser, MAX_PROMPTS, add_profile_options,
+                      add_warm_start_sample_options, bounded_int, comma_list, invocation,
+                      load_profile_args, quiet_openmp, record_name, run_guarded)
 
 PROG = "at2po dissect"
 MAX_RESAMPLES = 4096
@@ -31,7 +31,7 @@ MAX_RESAMPLES = 4096
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="What each part of AT2PO does: "
+    parser = CommandParser(prog=PROG, description="What each part of AT2PO does: "
                                      "credit weights and clip levels from the runs' records, "
                                      "and the expansion oracle (per-candidate flip rates).")
     parser.add_argument("what", choices=("runs", "expansion"))
@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_warm_start_sample_options(parser, "prompt draw and sampling seed")
     parser.add_argument("--shape", choices=("toy", "paper"), default="toy",
                         help="first-round tree shape: toy M=4, K=4; paper M=10, K=6")
-    parser.add_argument("--resamples", type=int, default=8, help="re-samples per candidate")
-    parser.add_argument("--chunk", type=int, default=None, help="prompts per rollout batch "
+    parser.add_argument("--resamples", type=bounded_int(2, MAX_RESAMPLES), default=8,
+                        help="re-samples per candidate")
+    parser.add_argument("--chunk", type=bounded_int(1, MAX_PROMPTS), default=None, help="prompts per rollout batch "
                         "(default 10; part of the record's key: a rerun resumes only with the "
                         "same --chunk)")
     parser.add_argument("--name", default="warmstart", type=record_name,
@@ -82,10 +83,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         from ..analysis.expansion_oracle import DEFAULT_CHUNK, SHAPES, oracle_summary, run_oracle
         from ..analysis.study_trees import policy_folder, study_rows
 
-        check_count("--prompts", args.prompts, 1, MAX_PROMPTS)
-        chunk = check_count("--chunk", DEFAULT_CHUNK if args.chunk is None else args.chunk, 1,
-                            MAX_PROMPTS)
-        check_count("--resamples", args.resamples, 2, MAX_RESAMPLES)
+        chunk = DEFAULT_CHUNK if args.chunk is None else args.chunk
         chains, k = SHAPES[args.shape]
         datasets = comma_list(args.datasets, "--datasets") or list(cfg.train.train_datasets)
         rows = study_rows(cfg.name, datasets, args.prompts, args.seed)

@@ -15,14 +15,14 @@ from typing import Any
 from ..preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import results_dir
-from .options import (UsageError, add_profile_options, check_count, comma_list, load_profile_args,
-                      quiet_openmp, run_guarded)
+from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int, comma_list,
+                      load_profile_args, quiet_openmp, run_guarded)
 
 PROG = "at2po evaluate"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Greedy evaluation on the test "
+    parser = CommandParser(prog=PROG, description="Greedy evaluation on the test "
                                      "sets: EM and F1 per dataset, sample-weighted averages.")
     add_profile_options(parser, example="eval.max_questions=50")
     parser.add_argument("--checkpoint", default=None,
@@ -32,10 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
                              "for --set data.local_dir=DIR)")
     parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=SEED, default=None,
                         help="seed column: the evaluated run's training seed (default sft.seed)")
     parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
-    parser.add_argument("--max-questions", type=int, default=None,
+    parser.add_argument("--max-questions", type=bounded_int(1, 1_000_000), default=None,
                         help="questions per dataset (default: eval.max_questions)")
     parser.add_argument("--out", default=None,
                         help="CSV path (default results/<profile>/eval_<label>.csv)")
@@ -82,8 +82,6 @@ def _run(args: argparse.Namespace) -> int:
     datasets = comma_list(args.datasets, "--datasets")
     if datasets:  # checked as the profile's own datasets are (TinyWorld's names, plain names)
         args.overrides = [*args.overrides, f"eval.datasets=[{','.join(datasets)}]"]
-    if args.max_questions is not None:
-        check_count("--max-questions", args.max_questions, 1, 1_000_000)
     cfg = load_profile_args(args)
     check_datasets(cfg, training=False, evaluated=datasets)  # found before the policy loads
     checkpoint = model_folder(args.checkpoint) if args.checkpoint is not None \

@@ -9,12 +9,13 @@ naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import load_profile
 from ..overrides import parse_overrides
@@ -63,8 +64,9 @@ MAX_PROMPTS = 1_000_000
 def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
     """``--prompts``, ``--seed``, ``--datasets``, ``--policy``: the analyses that grow trees
     with the warm start on a sample of training prompts (expansion-stats, credit-accuracy)."""
-    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--prompts", type=bounded_int(1, MAX_PROMPTS), default=300,
+                        help="prompts (default 300)")
+    parser.add_argument("--seed", type=SEED, default=0, help=seed_help)
     parser.add_argument("--datasets", default=None,
                         help="training splits to draw from (default train.train_datasets)")
     parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
@@ -91,24 +93,66 @@ def comma_list(text: str | None, option: str) -> list[str] | None:
     return items
 
 
-def int_list(text: str, option: str) -> list[int]:
+def int_list(text: str, option: str, low: int = 0, high: int = 2**32 - 1) -> list[int]:
+    """``"0,1,2"`` → [0, 1, 2], each in [low, high] (default: a seed's range)."""
     items = comma_list(text, option) or []
     try:
-        return [int(item) for item in items]
+        values = [int(item) for item in items]
     except ValueError:
         raise UsageError(f"{option} {text!r}: expected integers separated by commas") from None
+    if any(not low <= v <= high for v in values):
+        raise UsageError(f"{option} {text!r}: expected integers in [{low:,}, {high:,}]")
+    return values
 
 
 class UsageError(ValueError):
     """Bad command-line input (reported like a bad profile value, exit status 2)."""
 
 
-def check_count(option: str, value: int, low: int, high: int) -> int:
-    """``value`` of ``option`` within [low, high], else a :class:`UsageError` naming it (a 0 or
-    a typo such as 1000000000 stops here, not in a traceback or after hours)."""
-    if not low <= value <= high:
-        raise UsageError(f"{option} {value}: expected an integer in [{low:,}, {high:,}]")
-    return value
+class CommandParser(argparse.ArgumentParser):
+    """Every command's parser: a bad argument is one line, ``prog: error: argument --x: ...``
+    (exit 2), without argparse's usage block (``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [low, high], else one line naming the value (a 0 or
+    a typo such as 1000000000 stops here, not in a traceback or after hours of work)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r}: expected an integer in [{low:,}, {high:,}]")
+        return value
+
+    return parse
+
+
+def bounded_float(low: float, high: float, *, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [low, high] (``(low, high]`` with
+    ``open_low``); ``nan``, ``inf`` and ``1e308`` are refused naming the value."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if open_low else value >= low)
+                and value <= high):
+            interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r}: expected a finite number in {interval}")
+        return value
+
+    return parse
+
+
+SEED = bounded_int(0, 2**32 - 1)
+"""``--seed`` (numpy's legacy generator and CUDA take seeds below 2^32)."""
 
 
 def quiet_openmp() -> None:
