@@ -455,3 +455,23 @@ def test_a_report_killed_after_table1_is_put_back_then_written_whole(recorded, c
     assert _report(capsys)[0] == 0
     after = _tables(recorded)
     assert after.keys() == before.keys() and after != before
+
+
+@pytest.mark.parametrize("change", ["extra", "missing", "renamed"])
+def test_a_seed_answering_other_questions_is_named_with_its_file(recorded, capsys, tmp_path,
+                                                                monkeypatch, change):
+    """b8f2d3f: ``ValueError ... did not answer every question`` naming no file, and for an
+    extra id the good seeds instead of the bad one (issue #50 item 7)."""
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    path = recorded / "seed1" / "outcomes.csv"
+    lines = path.read_text().splitlines()
+    if change == "extra":
+        lines.append(lines[-1].replace("tiny_nq-", "tiny_nq-extra"))
+    elif change == "missing":
+        del lines[-1]
+    else:
+        lines[-1] = lines[-1].replace("tiny_nq-", "tiny_nq-renamed")
+    path.write_text("\n".join(lines) + "\n")
+    code, err = _report(capsys)
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert "seed1/outcomes.csv:" in err and "answer the same test questions" in err
