@@ -475,3 +475,22 @@ def test_a_seed_answering_other_questions_is_named_with_its_file(recorded, capsy
     code, err = _report(capsys)
     assert code == 2 and "\n" not in err and "Traceback" not in err
     assert "seed1/outcomes.csv:" in err and "answer the same test questions" in err
+
+
+def test_a_studys_tables_are_written_all_or_none(tmp_path):
+    """``credit-accuracy``, ``expansion-stats`` and ``dissect`` write their tables through
+    ``write_csv_tables``: a failure at the second table puts the first back."""
+    import pandas as pd
+
+    from at2po_lib.util.provenance import write_csv_tables
+
+    class Broken:
+        def to_csv(self, **options):
+            raise RuntimeError("half-way")
+
+    (tmp_path / "one.csv").write_text("old\n")
+    with pytest.raises(RuntimeError, match="half-way"):
+        write_csv_tables(tmp_path, {"one.csv": pd.DataFrame({"a": [1]}), "two.csv": Broken()},
+                         {"writer": "test"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv"]
+    assert (tmp_path / "one.csv").read_text() == "old\n"

@@ -20,7 +20,6 @@ import argparse
 
 from ..util.paths import results_dir
 from ..util.provenance import read_meta, run_metadata, write_csv_tables
-from ..util.writing import all_or_none
 from .options import (CommandParser, MAX_PROMPTS, add_profile_options,
                       add_warm_start_sample_options, bounded_int, comma_list, invocation,
                       load_profile_args, quiet_openmp, record_name, run_guarded)
@@ -73,9 +72,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         clips = clip_levels(roots)
         meta = run_metadata(cfg.name, None, command=command,
                             runs=[f"{p.parent.name}/{p.name}" for p in roots])
-        with all_or_none():
-            paths = write_csv_tables(out, {"credit_spread.csv": fits,
-                                           "clip_levels.csv": clips}, meta)
+        paths = write_csv_tables(out, {"credit_spread.csv": fits, "clip_levels.csv": clips}, meta)
         print(fits.round(4).to_string(index=False))
         print(clips.round(4).to_string(index=False))
     else:
