@@ -206,7 +206,7 @@ def test_every_number_of_the_range_tables_has_an_upper_bound():
 
 
 @pytest.mark.parametrize("key, value", [
-    ("sft.max_steps", "1e12"), ("sft.batch_size", "1000000000"),
+    ("sft.max_steps", "1000000000000"), ("sft.batch_size", "1000000000"),
     ("rollout.max_tool_calls", "1000000000"), ("policy.hidden_size", "1000000"),
     ("world.train_per_dataset", "1000000000"), ("retrieval.timeout_s", "1e300"),
     ("retrieval.retries", "1000000000"), ("rollout.num_threads", "100000"),
