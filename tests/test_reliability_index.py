@@ -303,7 +303,7 @@ def test_the_manifest_lists_every_file_written_with_its_sha256(bm25_dir):
                          "sha256": file_sha256(bm25_dir / name)}
 
 
-@pytest.mark.parametrize("added", ["NOTES.md", "mydata/", "mydata/x.csv", "corpus_offsets_mine"])
+@pytest.mark.parametrize("added", ["NOTES.txt", "mydata/", "mydata/x.csv", "corpus_offsets_mine"])
 def test_a_forced_rebuild_never_deletes_what_a_user_added_to_an_index(bm25_dir, corpus20,
                                                                       tmp_path, added, capsys):
     """b8f2d3f: exit 0 and the added file or folder gone (issue #50 item 1)."""
