@@ -442,6 +442,20 @@ def _profile_path(name: str) -> Path:
     return path
 
 
+def _extended_path(name: Any, by: Path) -> Path:
+    """The profile ``extends: name`` names, in ``by``: one plain profile name, read from
+    ``configs/`` only (a path such as ``../../tmp/x`` or a file name used to load any file)."""
+    if not isinstance(name, str) or name_problem(name, "extends") \
+            or Path(name).suffix in {".yaml", ".yml"}:
+        raise ProfileError(f"{by}: extends: {shown(name)}: expected one profile name (a file "
+                           f"of configs/ without .yaml; known: {', '.join(known_profiles())})")
+    path = configs_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise ProfileError(f"{by}: extends: unknown profile {shown(name)}; known profiles: "
+                           f"{', '.join(known_profiles())}")
+    return path
+
+
 MOVED_KEYS = {"train.chain_leaves": "rollout.chains"}
 """Profile keys that moved (old ``section.key`` → new): an old key is an error naming the new."""
 
@@ -491,15 +505,15 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
                            "{'train': {'max_steps': 8}}, not " + type(overrides).__name__)
     chain: list[tuple[Path, dict[str, Any]]] = []
     current: str | None = name
+    path = _profile_path(name)
     while current is not None:
-        path = _profile_path(current)
         if any(path == p for p, _ in chain):
             raise ProfileError(f"{path}: circular 'extends'")
         data = _read_yaml(path)
         chain.append((path, data))
         current = data.pop("extends", None)
-        if current is not None and not isinstance(current, str):
-            raise ProfileError(f"{path}: extends: {shown(current)}: expected one profile name")
+        if current is not None:
+            path = _extended_path(current, path)
     cfg = ProfileConfig()
     for path, data in reversed(chain):
         _apply(cfg, data, str(path))

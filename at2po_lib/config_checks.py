@@ -16,6 +16,7 @@ nothing of the package (``config`` imports it), so it reads the profile by attri
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 import reprlib
@@ -25,6 +26,7 @@ from typing import Any
 
 from .method.expansion import EXPANSIONS
 from .prompts import BUILTIN_TEMPLATES
+from .tinyworld.datasets import DATASETS as TINY_DATASETS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -104,15 +106,54 @@ def _any_text() -> Rule:
     return (lambda v: v is None or isinstance(v, str), "text")
 
 
-def _names(*, allow_empty: bool) -> Rule:
+TEST_ONLY = ("tiny_bamboogle",)
+"""TinyWorld datasets without a train split (Bamboogle has only its 125 test questions)."""
+LOGGERS = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",),
+           "mlflow": ("mlflow",), "comet_ml": ("comet_ml",), "neptune": ("neptune",),
+           "clearml": ("clearml",), "dvclive": ("dvclive",), "codecarbon": ("codecarbon",),
+           "azure_ml": ("azureml",), "dagshub": ("dagshub",), "swanlab": ("swanlab",),
+           "trackio": ("trackio",), "flyte": ("flytekit",), "kubeflow": ("kubeflow",)}
+"""``train.report_to`` names (transformers' integrations) → the packages each needs (any one)."""
+
+
+def _names(*, allow_empty: bool, train: bool = False) -> Rule:
+    """Dataset names: plain names; a ``tiny_`` one must be a TinyWorld dataset (for training,
+    one with a train split). Other names are FlashRAG datasets, resolved when a command starts
+    (:mod:`at2po_lib.preflight`)."""
     def check(v: Any) -> bool:
         if not isinstance(v, list) or (not v and not allow_empty):
             return False
         for item in v:
             check_name(item, "dataset name")  # raises naming the bad item
+            if item.startswith("tiny_") and item not in TINY_DATASETS:
+                raise _Problem(f"{shown(item)} is no TinyWorld dataset (known: "
+                               f"{', '.join(TINY_DATASETS)})")
+            if train and item in TEST_ONLY:
+                raise _Problem(f"{item} has no train split (a test set only)")
         return True
 
     return check, ("a list of plain names" if allow_empty else "a non-empty list of plain names")
+
+
+def _loggers() -> Rule:
+    def check(v: Any) -> bool:
+        if not isinstance(v, list) or len(v) > len(LOGGERS):
+            return False
+        for item in v:
+            if item not in LOGGERS:
+                raise _Problem(f"{shown(item)} is no logger transformers knows (known: "
+                               f"{', '.join(LOGGERS)}; [] for metrics.jsonl alone)")
+        return True
+
+    return check, "a list of logger names"
+
+
+def logger_problems(names: list[str]) -> list[str]:
+    """The ``train.report_to`` loggers whose package is not installed (checked when training
+    starts, not when any profile loads: reading records needs no logger)."""
+    return [f"train.report_to: {name} is not installed (pip install {LOGGERS[name][0]}, or "
+            f"--set 'train.report_to=[]')" for name in names
+            if name in LOGGERS and not any(importlib.util.find_spec(m) for m in LOGGERS[name])]
 
 
 def _template() -> Rule:
@@ -128,27 +169,45 @@ def _server_url() -> Rule:
 
 def _seeds() -> Rule:
     return (lambda v: isinstance(v, list) and bool(v) and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v),
-        "a non-empty list of integers >= 0")
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in v),
+        "a non-empty list of integers in [0, 2^32)")
 
 
 def _profile_name() -> Rule:
     return (lambda v: check_name(v, "profile name"), "a plain name")
 
 
-POSITIVE = _int_at_least(1)
-NON_NEGATIVE = _int_at_least(0)
 SHARE = _finite(0.0, 1.0)
-RATE = _finite(0.0, open_low=True)
-# Upper bounds: far above any real setting (the paper's included), low enough that a typo such as
-# 1e9 is refused naming its key instead of hanging, aborting natively or failing deep inside.
+# Upper bounds on every number (a test walks the table for a key without one): far above any
+# real setting (the paper's included), low enough that a typo such as 1e9 is refused naming its
+# key instead of hanging (`at2po world` with 1e9 questions), allocating gigabytes (a 10^6-wide
+# policy) or failing deep inside.
 COUNT = _int_at_least(1, 1_000_000)
-"""World sizes, steps, prompts and batch sizes."""
+"""World sizes, steps, prompts and questions."""
+STEPS = _int_at_least(0, 1_000_000)
+"""Step counts and intervals where 0 means none or off."""
+BATCH = _int_at_least(1, 65_536)
+"""Batch sizes in prompts or sequences."""
+ROWS = _int_at_least(0, 1 << 20)
+"""Row and token budgets where 0 means no cap (a batch's rows, a loss chunk, a turn)."""
 WIDTH = _int_at_least(1, 1 << 20)
 """Model widths, vocabulary, positions and token budgets (Qwen's vocabulary is 151,936)."""
+MODEL_WIDTH = _int_at_least(1, 1 << 14)
+"""A toy policy's width (used only without ``policy.model``; a 70B model's is 8,192)."""
 FAN = _int_at_least(1, 1024)
 """Branching: chains, tree M, K, beam, Tree-GRPO trees, layers and heads."""
+SMALL = _int_at_least(0, 1024)
+"""Threads (0: the library's choice), tool calls, retries and other small counts."""
+SEED = _int_at_least(0, 2**32 - 1)
+"""Seeds: numpy's legacy generator and CUDA's take them below 2^32."""
 LEARNING_RATE = _finite(0.0, 1.0, open_low=True)
+SCALE = _finite(-1000.0, 1000.0)
+"""Signed weights of a score (a sibling penalty, AEPO's entropy weight and threshold)."""
+COEFFICIENT = _finite(0.0, 10.0)
+"""Non-negative loss coefficients (weight decay, KL)."""
+TEMPERATURE = _finite(0.0, 100.0, open_low=True)
+TIMEOUT_S = _finite(0.0, 86_400.0, open_low=True)
+"""Seconds, at most a day."""
 
 RULES: dict[str, Rule] = {
     "name": _profile_name(),
@@ -156,18 +215,19 @@ RULES: dict[str, Rule] = {
     # data
     "data.local_dir": _any_text(),  # FlashRAG files on disk (None: the hub or its cache)
     # world
-    "world.seed": NON_NEGATIVE,
+    "world.seed": SEED,
     "world.n_countries": COUNT, "world.n_cities": COUNT, "world.n_people": COUNT,
     "world.n_companies": COUNT, "world.n_universities": COUNT, "world.n_films": COUNT,
     "world.dev_fraction": _finite(0.0, 1.0, open_high=True),
     "world.test_fraction": _finite(0.0, 1.0, open_high=True),
-    "world.train_per_dataset": NON_NEGATIVE, "world.dev_per_dataset": NON_NEGATIVE,
+    "world.train_per_dataset": _int_at_least(0, 1_000_000),
+    "world.dev_per_dataset": _int_at_least(0, 1_000_000),
     "world.test_per_dataset": COUNT,
     "world.distractor_rate": SHARE,
     "world.max_passage_words": (lambda v: isinstance(v, int) and 20 <= v <= 100,
                                 "an integer in [20, 100]"),
-    "world.name_seed": _optional(NON_NEGATIVE),
-    "world.filler_words": NON_NEGATIVE,
+    "world.name_seed": _optional(SEED),
+    "world.filler_words": _int_at_least(0, 100),  # at most a passage's word budget
     # retrieval
     "retrieval.method": _one_of("bm25", "dense"),
     "retrieval.encoder": _any_text(),
@@ -175,82 +235,83 @@ RULES: dict[str, Rule] = {
     "retrieval.query_prefix": _any_text(), "retrieval.passage_prefix": _any_text(),
     "retrieval.max_length": WIDTH,
     "retrieval.index_type": _one_of("Flat", "HNSW"),
-    "retrieval.topk": _int_at_least(1, 1000), "retrieval.batch_size": COUNT,
+    "retrieval.topk": _int_at_least(1, 1000), "retrieval.batch_size": BATCH,
     "retrieval.fp16": (lambda v: isinstance(v, bool), "true or false"),
     "retrieval.corpus": _any_text(), "retrieval.index_dir": _any_text(),
     "retrieval.prebuilt": (lambda v: isinstance(v, bool), "true or false"),
     "retrieval.url": _server_url(),
-    "retrieval.shard_size": POSITIVE,
+    "retrieval.shard_size": _int_at_least(1, 1 << 24),  # x dim x 4 bytes in memory at once
     "retrieval.device": _any_text(),
-    "retrieval.timeout_s": RATE,
-    "retrieval.retries": NON_NEGATIVE,
+    "retrieval.timeout_s": TIMEOUT_S,
+    "retrieval.retries": _int_at_least(0, 100),
     # policy
     "policy.model": _any_text(), "policy.template": _template(),
     "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
-    "policy.hidden_size": WIDTH, "policy.num_hidden_layers": FAN,
+    "policy.hidden_size": MODEL_WIDTH, "policy.num_hidden_layers": FAN,
     "policy.num_attention_heads": FAN, "policy.num_key_value_heads": FAN,
-    "policy.head_dim": NON_NEGATIVE,
-    "policy.intermediate_size": WIDTH, "policy.max_position_embeddings": WIDTH,
+    "policy.head_dim": _int_at_least(0, 1024),
+    "policy.intermediate_size": _int_at_least(1, 1 << 16), "policy.max_position_embeddings": WIDTH,
     "policy.vocab_size": WIDTH,
-    "policy.lora_r": NON_NEGATIVE, "policy.lora_alpha": POSITIVE,
+    "policy.lora_r": _int_at_least(0, 1 << 16), "policy.lora_alpha": _int_at_least(1, 1 << 16),
     # sft (warm start)
-    "sft.seed": NON_NEGATIVE, "sft.max_steps": NON_NEGATIVE, "sft.batch_size": POSITIVE,
-    "sft.learning_rate": LEARNING_RATE, "sft.warmup_steps": NON_NEGATIVE, "sft.eval_every": POSITIVE,
-    "sft.eval_questions": POSITIVE,
+    "sft.seed": SEED, "sft.max_steps": STEPS, "sft.batch_size": BATCH,
+    "sft.learning_rate": LEARNING_RATE, "sft.warmup_steps": STEPS, "sft.eval_every": COUNT,
+    "sft.eval_questions": COUNT,
     "sft.target_em_low": SHARE, "sft.target_em_high": SHARE,
     "sft.require_supported": (lambda v: isinstance(v, bool), "true or false"),
-    "sft.aux_worlds": NON_NEGATIVE,
+    "sft.aux_worlds": SMALL,
     "sft.main_world_demos": (lambda v: isinstance(v, bool), "true or false"),
-    "sft.pretrain_steps": NON_NEGATIVE,
+    "sft.pretrain_steps": STEPS,
     "sft.pretrain_eval_corpus": (lambda v: isinstance(v, bool), "true or false"),
     "sft.lm_mix": _finite(0.0, 1.0, open_high=True),
-    "sft.group_batches": POSITIVE, "sft.pretrain_batch_size": POSITIVE,
-    "sft.pretrain_seq_len": POSITIVE,
+    "sft.group_batches": FAN, "sft.pretrain_batch_size": BATCH,
+    "sft.pretrain_seq_len": WIDTH,
     "sft.strategy_mix": (lambda v: isinstance(v, bool), "true or false"),
     "sft.follow_rate_hard": SHARE, "sft.follow_rate_easy": SHARE,
     "sft.init_from": _any_text(),
     "sft.select": _one_of("band", "last"),
     # rollout
     "rollout.backend": _one_of("hf", "vllm"),
-    "rollout.temperature": RATE,
+    "rollout.temperature": TEMPERATURE,
     "rollout.top_p": _finite(0.0, 1.0, open_low=True),
-    "rollout.max_tool_calls": NON_NEGATIVE,
-    "rollout.max_turn_tokens": NON_NEGATIVE,  # 0: no per-turn cap (the authors' code)
+    "rollout.max_tool_calls": SMALL,
+    "rollout.max_turn_tokens": ROWS,  # 0: no per-turn cap (the authors' code)
     "rollout.max_response_tokens": WIDTH,
     "rollout.turn_length_ends_branch": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_prompt_tokens": WIDTH,
     "rollout.chains": FAN,
     "rollout.tree_m": FAN, "rollout.tree_l": _int_at_least(0, 16),
     "rollout.tree_k": _int_at_least(0, 1024),
-    "rollout.tree_alpha": _finite(),
+    "rollout.tree_alpha": SCALE,
     "rollout.tree_grpo_trees": FAN,
     "rollout.expansion": _one_of(*EXPANSIONS),
     "rollout.entropy_estimate": _one_of("sampled_nll", "exact"),
     "rollout.turn_entropy": _one_of("mean", "max"),
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
-    "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,
+    "rollout.max_batch_rows": WIDTH, "rollout.num_threads": SMALL,
     "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
     "rollout.aepo_beam": FAN,
-    "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),
-    "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": POSITIVE,
+    "rollout.aepo_entropy_weight": SCALE, "rollout.aepo_branch_threshold": SCALE,
+    "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": WIDTH,
     # train
     "train.val_before_train": (lambda v: isinstance(v, bool), "true or false"),
     "train.methods": (lambda v: isinstance(v, list) and bool(v) and all(
         isinstance(m, str) and m for m in v), "a non-empty list of method names"),
-    "train.seeds": _seeds(),
-    "train.train_datasets": _names(allow_empty=False),
+    "train.seeds": _seeds(),  # each a SEED
+    "train.train_datasets": _names(allow_empty=False, train=True),
     "train.max_steps": COUNT, "train.prompts_per_step": _int_at_least(1, 65_536),
     "train.mini_batch_prompts": _int_at_least(1, 65_536),
-    "train.micro_batch_rows": NON_NEGATIVE, "train.loss_chunk_rows": NON_NEGATIVE,
-    "train.update_num_threads": NON_NEGATIVE,
+    "train.micro_batch_rows": ROWS, "train.loss_chunk_rows": ROWS,
+    "train.update_num_threads": SMALL,
     "train.learning_rate": LEARNING_RATE,
     "train.lr_scheduler_type": (lambda v: isinstance(v, str) and bool(v), "a scheduler name"),
-    "train.weight_decay": _finite(0.0), "train.max_grad_norm": RATE, "train.beta": _finite(0.0),
-    "train.eval_every": NON_NEGATIVE, "train.val_questions": _optional(POSITIVE),
+    "train.weight_decay": COEFFICIENT, "train.max_grad_norm": _finite(0.0, 1e6, open_low=True),
+    "train.beta": COEFFICIENT,
+    "train.eval_every": STEPS, "train.val_questions": _optional(COUNT),
     "train.val_datasets": _names(allow_empty=True),
     "train.final_eval": (lambda v: isinstance(v, bool), "true or false"),
-    "train.save_every": NON_NEGATIVE, "train.save_total_limit": POSITIVE,
+    "train.save_every": STEPS, "train.save_total_limit": COUNT,
     "train.bf16": (lambda v: isinstance(v, bool), "true or false"),
     "train.activation_checkpointing": (lambda v: isinstance(v, bool), "true or false"),
     "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
@@ -261,11 +322,11 @@ RULES: dict[str, Rule] = {
                         "colocate (the vLLM engine in the training processes; a vLLM server, "
                         "'server', is not supported: the agent drives the engine turn by turn)"),
     "train.vllm_gpu_memory_utilization": _finite(0.0, 1.0, open_low=True),
-    "train.report_to": (lambda v: isinstance(v, list), "a list of logger names"),
+    "train.report_to": _loggers(),
     "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),
     # eval
     "eval.datasets": _names(allow_empty=False),
-    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": COUNT,
+    "eval.max_questions": _optional(COUNT), "eval.batch_size": BATCH,
     "eval.sampled_k": _int_at_least(0, 1024), "eval.sampled_datasets": _names(allow_empty=True),
 }
 
@@ -275,17 +336,28 @@ TRAINER_RULES: dict[str, Rule] = {
     "epsilon": _finite(0.0, 10.0, open_low=True),
     "epsilon_high": _optional(_finite(0.0, 10.0, open_low=True)),
     "beta": _finite(0.0, 10.0),
-    "delta": _optional(_finite(0.0, open_low=True)),
+    "delta": _optional(_finite(0.0, 1000.0, open_low=True)),
     "dynamic_sampling_rounds": _int_at_least(1, 1024),
     "loss_entropy_aware_adv": _finite(-10.0, 10.0),
     "loss_chunk_rows": _int_at_least(0, 1 << 20),
     "update_num_threads": _int_at_least(0, 1024),
     "logging_steps": _finite(0.0, 1e6, open_low=True),
+    "warmup_steps": _finite(0.0, 1e6),  # TRL: steps, or a share of them below 1
+    "top_k": _int_at_least(0, 1 << 20),  # 0: no top-k filtering
+    "top_p": _finite(0.0, 1.0, open_low=True),
+    "min_p": _optional(SHARE),
+    "temperature": TEMPERATURE,
+    "repetition_penalty": _finite(0.0, 100.0, open_low=True),
+    "seed": SEED,
 }
 """``--set trainer.<field>`` values after the method preset (``AT2POConfig`` fields): the range
 of the fields whose nonsense values used to train to completion (``num_iterations=0`` trained
 nothing, ``epsilon=nan`` or ``epsilon_high=-5`` clipped nothing). Any other numeric override
 must at least be finite (:func:`trainer_problems`)."""
+
+
+TRAINER_FALLBACK_LIMIT = 1e9
+"""A number for a trainer field without a rule must be finite and at most this large."""
 
 
 def trainer_problems(overrides: dict[str, Any]) -> list[str]:
@@ -295,7 +367,9 @@ def trainer_problems(overrides: dict[str, Any]) -> list[str]:
     for key, value in overrides.items():
         if value is None:
             continue
-        check, words = TRAINER_RULES.get(key, (_finite_if_number, "a finite number"))
+        check, words = TRAINER_RULES.get(key, (_finite_if_number,
+                                               f"a finite number of at most "
+                                               f"{TRAINER_FALLBACK_LIMIT:g} in size"))
         if not check(value):
             found.append(f"trainer.{key}={shown(value)}: expected {words}")
     return found
@@ -304,7 +378,7 @@ def trainer_problems(overrides: dict[str, Any]) -> list[str]:
 def _finite_if_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return True
-    return math.isfinite(value) and abs(value) < 1e18
+    return math.isfinite(value) and abs(value) <= TRAINER_FALLBACK_LIMIT
 
 
 def _consistency(cfg: Any) -> list[str]:

@@ -274,18 +274,33 @@ def load_flashrag(
     ``HF_ENDPOINT`` setting, normally huggingface.co; a mirror works too); ``revision`` pins a
     commit of the dataset repository.
     """
+    path = flashrag_path(name, split, local_dir, cache_dir, revision, endpoint)
+    return read_flashrag_jsonl(path, limit=limit, data_source=name)
+
+
+def flashrag_path(name: str, split: str, local_dir: str | Path | None = None,
+                  cache_dir: str | Path | None = None, revision: str | None = None,
+                  endpoint: str | None = None) -> Path:
+    """The file of one FlashRAG split (:func:`load_flashrag`'s arguments): under ``local_dir``,
+    else downloaded to (or found in) the hub cache; :class:`DataError` or
+    :class:`HubUnreachableError` when there is none."""
     try:  # both become path components: "../x" must not read outside local_dir
         check_name(name, "dataset name")
         check_name(split, "split name")
     except ProfileError as exc:
         raise DataError(str(exc)) from None
-    if local_dir is not None:
-        path = Path(local_dir) / name / f"{split}.jsonl"
-        if not path.is_file():
-            raise DataError(f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)")
-    else:
-        path = _download_from_hub(name, split, cache_dir, revision, endpoint)
-    return read_flashrag_jsonl(path, limit=limit, data_source=name)
+    if local_dir is None:
+        return _download_from_hub(name, split, cache_dir, revision, endpoint)
+    path = Path(local_dir) / name / f"{split}.jsonl"
+    if not path.is_file():
+        raise DataError(f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)")
+    return path
+
+
+def evaluation_split(name: str) -> str:
+    """The split a FlashRAG dataset is evaluated on: the paper's (``PAPER_TEST_SPLITS``), else
+    ``test``."""
+    return PAPER_TEST_SPLITS[name].split if name in PAPER_TEST_SPLITS else "test"
 
 
 # ----------------------------------------------------------------------------- converting

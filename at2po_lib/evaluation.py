@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .data import PAPER_TEST_SPLITS, dataset_group, load_flashrag, read_flashrag_jsonl
+from .data import dataset_group, evaluation_split, load_flashrag, read_flashrag_jsonl
 from .policy.model import load_policy
 from .policy.tokenizer import load_tokenizer
 from .prompts import get_template
@@ -82,8 +82,7 @@ def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
         world = ensure_world(profile_cfg)
         rows = read_flashrag_jsonl(world_dataset_path(world, dataset, "test"))
     else:
-        split = PAPER_TEST_SPLITS[dataset].split if dataset in PAPER_TEST_SPLITS else "test"
-        rows = load_flashrag(dataset, split, local_dir=profile_cfg.data.local_dir)
+        rows = load_flashrag(dataset, evaluation_split(dataset), local_dir=profile_cfg.data.local_dir)
     rows = list(rows)
     return rows if max_questions is None else rows[:max_questions]
 

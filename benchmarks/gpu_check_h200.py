@@ -40,6 +40,7 @@ import importlib
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -429,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, tiny shapes, one step: what the test suite runs")
     parser.add_argument("--size", choices=("0.6b", "1.7b"), default="0.6b")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 3; 1 dry)")
+    parser.add_argument("--steps", type=_steps, default=None,
+                        help="training steps, 1 to 1000 (default 3; 1 dry)")
     parser.add_argument("--out", type=Path, default=None, help="folder for table.txt and checks.json")
     parser.add_argument("--profile", default="smoke", help="world, retriever and tree shape")
     parser.add_argument("--only", default=",".join(SUB_CHECKS),
@@ -442,10 +444,41 @@ def main(argv: list[str] | None = None) -> int:
     if wanted - set(SUB_CHECKS):
         parser.error(f"--only: unknown sub-checks {sorted(wanted - set(SUB_CHECKS))}; "
                      f"choose from {', '.join(SUB_CHECKS)}")
-    steps = args.steps or (1 if args.dry_run else 3)
+    steps = args.steps if args.steps is not None else (1 if args.dry_run else 3)
+    if args.out is not None:  # before any check: results that cannot be written are lost
+        problem = _unwritable(args.out)
+        if problem:
+            parser.error(f"--out {str(args.out)!r}: {problem}")
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     work = Path(tempfile.mkdtemp(prefix="at2po-gpu-check-"))
+    try:
+        return _run(args, wanted, steps, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the scratch run: nothing kept in /tmp
+
+
+def _steps(text: str) -> int:
+    """``--steps``: 1 to 1000 (``0`` used to run one step)."""
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected an integer in [1, 1000]")
+    return int(text)
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why no file can be written in ``out`` (None when one can)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
+
+
+def _run(args: argparse.Namespace, wanted: set[str], steps: int, work: Path) -> int:
+    """The sub-checks of :func:`main` with their scratch folder ``work``."""
     for var, sub in (("AT2PO_RESULTS", "results"), ("AT2PO_ARTIFACTS", "artifacts"),
                      ("AT2PO_FIGURES", "figures")):
         os.environ[var] = str(work / sub)  # nothing lands in the repository copy

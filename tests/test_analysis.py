@@ -244,3 +244,34 @@ def test_equal_sibling_entropies_give_uniform_credit_weights():
     stats = credit_weight_stats([tree])
     assert (stats.mean_abs_w_minus_uniform == 0).all()
     assert stats.mean_abs_value_gap.tolist() == pytest.approx([0.0] * 4, abs=1e-12)
+
+
+# --------------------------------------------- caches keyed by what determines them (#50 item 4)
+def test_the_tree_cache_is_keyed_by_the_policys_weights(tmp_path, monkeypatch):
+    """b8f2d3f: after ``P/model.safetensors`` was replaced, ``credit-accuracy --trees-dir``
+    reused the old policy's trees (keyed by the folder's path), byte-identical results."""
+    from at2po_lib.analysis import study_trees
+    from at2po_lib.config import load_profile
+    from at2po_lib.method.examples import example_tree
+
+    grown: list = []
+
+    def grow(cfg, rows, expansion, seed, policy, **kwargs):
+        grown.append((policy / "model.safetensors").read_bytes())
+        return [example_tree()]
+
+    monkeypatch.setattr(study_trees, "grow_trees", grow)
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "model.safetensors").write_bytes(b"weights A")
+    cfg, rows, cache = load_profile("smoke"), [{"id": "q0", "dataset": "d"}], tmp_path / "t.npz"
+    for _ in range(2):
+        study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
+    assert grown == [b"weights A"]                       # the second call read the cache
+    (policy / "model.safetensors").write_bytes(b"weights B")  # same path, other weights
+    study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
+    assert grown == [b"weights A", b"weights B"]
+    (policy / "tokenizer.json").write_text("{}")         # any file of the policy counts
+    study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
+    study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy, chunk=7)  # other seeds
+    assert len(grown) == 4

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from at2po_lib.analysis.expansion_oracle import (SCORES, chunks_to_do, measure_chunk, oracle_summary,
-                                                 per_prompt)
+from at2po_lib.analysis.expansion_oracle import SCORES, measure_chunk, oracle_summary, per_prompt
 from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
 
 
@@ -133,15 +133,6 @@ def test_oracle_records_fall_back_to_tiny(tmp_path, monkeypatch):
     assert name == "tiny" and list(frame["policy"]) == ["warmstart"]
 
 
-def test_a_resume_skips_every_chunk_with_a_recorded_prompt():
-    """Prompts 0-19 and 20-39 were measured but prompt 20 had no candidate (no row): the
-    chunk starting at 20 is done all the same; 40-59 has no row and is measured."""
-    done = set(range(0, 20)) | set(range(21, 40))
-    assert chunks_to_do(done, 60, 20) == [40]
-    assert chunks_to_do(set(), 45, 20) == [0, 20, 40]
-    assert chunks_to_do({59}, 60, 20) == [0, 20]
-
-
 def test_ties_at_the_kth_score_count_in_expectation():
     from at2po_lib.analysis.expansion_oracle import tie_aware_flips
 
@@ -211,3 +202,246 @@ def _oracle_csv(frame: pd.DataFrame):
     frame.assign(original_reward=0.0, resample_rewards="[0.0, 1.0]").drop(
         columns=["p_flip"]).to_csv(path, index=False)
     return path
+
+# ------------------------------------------------ a record that survives a kill (issue #50 item 2)
+# The child measures with a scripted ``measure`` (no policy): chunk c's records depend only on
+# (seed, c), as a rollout's do, so a resumed record must equal an uninterrupted one byte for byte.
+CHILD = r"""
+import json, os, signal, sys, time
+from pathlib import Path
+
+import numpy as np
+
+import at2po_lib.util.resumable as resumable
+from at2po_lib.analysis import expansion_oracle as eo
+from at2po_lib.config import load_profile
+
+out, policy, kill_at, pause = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+chunk, seed, resamples, prompts = (int(a) for a in sys.argv[5:9])
+rows = [{"id": f"q{i}", "dataset": "tiny_hotpotqa", "question": "?", "golden_answers": ["a"]}
+        for i in range(prompts)]
+
+
+def measure(first, part):
+    time.sleep(pause)
+    rng = np.random.default_rng([seed, first // chunk])
+    return [{"prompt": first + i, "question_id": r["id"], "dataset": r["dataset"], "node": n,
+             "depth": 1, "decision": "branch", "siblings_before": 3,
+             **{s: float(rng.random()) for s in eo.SCORES},
+             "original_reward": float(rng.integers(0, 2)),
+             "resample_rewards": json.dumps([float(x) for x in rng.integers(0, 2, resamples)]),
+             "pad": "x" * 2000}
+            for i, r in enumerate(part) for n in range(1, 40)]
+
+
+if kill_at >= 0:  # kill -9 in the middle of the kill_at-th chunk's write
+    real, writes = resumable.atomic_write, []
+
+    def torn(path, data):
+        if Path(path).name.startswith("chunk_"):
+            writes.append(path)
+            if len(writes) == kill_at + 1:
+                tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+                tmp.write_text(data[: len(data) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+        real(path, data)
+
+    resumable.atomic_write = torn
+eo.run_oracle(load_profile("smoke"), rows, policy, out, chains=4, resamples=resamples, seed=seed,
+              chunk=chunk, meta={"writer": "test"}, log=False, measure=measure)
+"""
+
+
+def _child(tmp_path, out, *, kill_at=-1, pause=0.0, chunk=2, seed=0, resamples=4, prompts=6,
+           wait=True):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    policy = tmp_path / "policy"
+    policy.mkdir(exist_ok=True)
+    (policy / "model.safetensors").write_bytes(b"weights")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AT2PO_ARTIFACTS": str(tmp_path / "artifacts")}
+    args = [sys.executable, str(script), str(out), str(policy), str(kill_at), str(pause),
+            str(chunk), str(seed), str(resamples), str(prompts)]
+    if not wait:
+        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _record(path):
+    """The record's rows and its meta less the fields that name the moment."""
+    from at2po_lib.util.provenance import read_meta
+
+    meta = {k: v for k, v in read_meta(path).items() if k not in ("created",)}
+    return path.read_bytes(), meta
+
+
+@pytest.mark.slow  # four child processes (each imports torch): ~25 s on 2 cores
+def test_a_kill_mid_append_then_a_rerun_gives_the_uninterrupted_record(tmp_path):
+    """b8f2d3f: kill -9 mid-append, then the same command: ``ParserError: Expected 17 fields``
+    on every later rerun; a kill in the first chunk: ``KeyError: 'resample_rewards'``."""
+    whole = tmp_path / "whole" / "oracle.csv"
+    whole.parent.mkdir()
+    assert _child(tmp_path, whole).returncode == 0
+    for kill_at in (0, 1):  # in the first chunk's write, and in the second's
+        out = tmp_path / f"killed{kill_at}" / "oracle.csv"
+        out.parent.mkdir()
+        killed = _child(tmp_path, out, kill_at=kill_at)
+        assert killed.returncode == -9 and not out.exists()
+        assert _child(tmp_path, out).returncode == 0
+        assert _record(out) == _record(whole)
+        assert sorted(p.name for p in out.parent.iterdir()) == ["oracle.csv",
+                                                                 "oracle.csv.meta.json"]
+
+
+@pytest.mark.slow  # child processes killed at random moments: ~60 s on 2 cores
+def test_kills_at_random_moments_then_a_rerun_give_the_uninterrupted_record(tmp_path):
+    import random
+    import time
+
+    from at2po_lib.util.staging import staging_path
+
+    whole = tmp_path / "whole" / "oracle.csv"
+    whole.parent.mkdir()
+    assert _child(tmp_path, whole, prompts=10).returncode == 0
+    out = tmp_path / "killed" / "oracle.csv"
+    out.parent.mkdir()
+    chunks = staging_path(out)
+    rng = random.Random(50)
+    for _ in range(3):  # each child is killed once it has measured one more chunk: mid-measure
+        done = len(list(chunks.glob("chunk_*.json"))) if chunks.is_dir() else 0
+        child = _child(tmp_path, out, prompts=10, pause=0.3, wait=False)
+        deadline = time.monotonic() + 120
+        while (len(list(chunks.glob("chunk_*.json"))) if chunks.is_dir() else 0) <= done \
+                and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.35))  # or mid-write: a chunk is measured in 0.3 s
+        child.kill()
+        child.wait()
+    assert not out.exists()  # never finished: every round was cut
+    assert _child(tmp_path, out, prompts=10).returncode == 0
+    assert _record(out) == _record(whole)
+
+
+def _oracle(tmp_path, out, *, chunk=2, seed=0, resamples=4, prompts=6, fail_at=None, calls=None):
+    """run_oracle in this process with the child's scripted measure; ``fail_at``: the chunk
+    whose measuring raises (a crash half-way)."""
+    from at2po_lib.analysis.expansion_oracle import run_oracle
+    from at2po_lib.config import load_profile
+
+    namespace: dict = {"chunk": chunk, "seed": seed, "resamples": resamples, "pause": 0.0}
+    body = CHILD[CHILD.index("def measure"):CHILD.index("\n\nif kill_at")]
+    exec(compile("import json, time\nimport numpy as np\nfrom at2po_lib.analysis import "
+                 "expansion_oracle as eo\n" + body, "measure", "exec"), namespace)
+    policy = tmp_path / "policy"
+    policy.mkdir(exist_ok=True)
+    if not (policy / "model.safetensors").exists():
+        (policy / "model.safetensors").write_bytes(b"weights")
+    rows = [{"id": f"q{i}", "dataset": "tiny_hotpotqa"} for i in range(prompts)]
+
+    def measure(first, part):
+        if calls is not None:
+            calls.append(first)
+        if fail_at is not None and first // chunk == fail_at:
+            raise KeyboardInterrupt
+        return namespace["measure"](first, part)
+
+    return run_oracle(load_profile("smoke"), rows, policy, out, chains=4, resamples=resamples,
+                      seed=seed, chunk=chunk, meta={"writer": "test"}, log=False,
+                      measure=measure)
+
+
+def test_a_resume_is_keyed_on_the_exact_arguments(tmp_path, isolated_outputs):
+    """b8f2d3f: a rerun with another --chunk after chunk 1 finished with prompts 0, 1, 4, 5:
+    2 and 3 were never measured. Now the old arguments are named and nothing is measured."""
+    from at2po_lib.util.errors import RecordError
+
+    out = tmp_path / "oracle.csv"
+    with pytest.raises(KeyboardInterrupt):
+        _oracle(tmp_path, out, chunk=2, fail_at=1)
+    for other, named in (({"chunk": 3}, "--chunk 2 (this command: 3)"),
+                         ({"seed": 7}, "--seed 0 (this command: 7)"),
+                         ({"resamples": 8}, "--resamples 4 (this command: 8)")):
+        calls: list = []
+        with pytest.raises(RecordError, match=re.escape(named)):
+            _oracle(tmp_path, out, calls=calls, **other)
+        assert calls == [] and not out.exists()
+    calls = []
+    frame = _oracle(tmp_path, out, chunk=2, calls=calls)
+    assert calls == [2, 4] and sorted(frame["prompt"].unique()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_finished_record_is_read_not_remeasured_and_other_arguments_are_refused(
+        tmp_path, isolated_outputs):
+    """b8f2d3f: a finished record rerun with --seed 7 or --resamples 8 kept the old rows while
+    the summary's meta recorded 7 and 8."""
+    from at2po_lib.util.errors import RecordError
+
+    out = tmp_path / "oracle.csv"
+    first = _oracle(tmp_path, out)
+    calls: list = []
+    assert _oracle(tmp_path, out, calls=calls).equals(first) and calls == []
+    before = out.read_bytes()
+    for other, named in (({"seed": 7}, "--seed 0 (this command: 7)"),
+                         ({"resamples": 8}, "--resamples 4 (this command: 8)"),
+                         ({"prompts": 8}, "--prompts 6 (this command: 8)")):
+        with pytest.raises(RecordError, match=re.escape(named)):
+            _oracle(tmp_path, out, calls=calls, **other)
+    assert calls == [] and out.read_bytes() == before
+    (tmp_path / "policy" / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(RecordError, match="policy_weights"):
+        _oracle(tmp_path, out, calls=calls)
+
+
+def test_a_record_from_before_keys_is_compared_on_what_its_meta_says(tmp_path, isolated_outputs):
+    """The committed records' metas hold seed, prompts, resamples, shape, datasets and the
+    command (with --chunk), not a record_key."""
+    from at2po_lib.util.errors import RecordError
+    from at2po_lib.util.provenance import read_meta, write_meta
+
+    out = tmp_path / "oracle.csv"
+    _oracle(tmp_path, out)
+    meta = read_meta(out)
+    del meta["record_key"]
+    legacy = {**meta, "seed": 0, "prompts": 6, "resamples": 4, "shape": {"chains": 4, "k": 4},
+              "datasets": ["tiny_hotpotqa"], "command": "at2po dissect expansion --chunk 2"}
+    write_meta(out, legacy)
+    calls: list = []
+    _oracle(tmp_path, out, calls=calls)
+    assert calls == []
+    with pytest.raises(RecordError, match=re.escape("--seed 0 (this command: 7)")):
+        _oracle(tmp_path, out, seed=7)
+    with pytest.raises(RecordError, match=re.escape("--chunk 2 (this command: 3)")):
+        _oracle(tmp_path, out, chunk=3)
+    out.write_bytes(out.read_bytes() + b"\n")  # rows that are not the ones its meta describes
+    with pytest.raises(RecordError, match="its rows changed"):
+        _oracle(tmp_path, out)
+    (tmp_path / "orphan.csv").write_text("prompt\n0\n")  # no meta: arguments unknown
+    with pytest.raises(RecordError, match="no orphan.csv.meta.json"):
+        _oracle(tmp_path, tmp_path / "orphan.csv")
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--prompts", "0"], "--prompts: '0'"), (["--chunk", "0"], "--chunk: '0'"),
+    (["--resamples", "1"], "--resamples: '1'"), (["--prompts", "99999"], "--prompts 99999"),
+])
+def test_dissect_expansion_out_of_range_is_one_line(argv, named, isolated_outputs, capsys):
+    """b8f2d3f: tracebacks."""
+    from at2po_lib.cli import main
+
+    world = isolated_outputs / "artifacts" / "smoke" / "world" / "datasets"
+    for name in ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique"):
+        (world / name).mkdir(parents=True)
+        (world / name / "train.jsonl").write_text(json.dumps(
+            {"id": "q0", "question": "?", "golden_answers": ["a"],
+             "metadata": {"supporting_ids": []}}) + "\n")
+    try:
+        code = main(["dissect", "expansion", "--profile", "smoke", *argv])
+    except SystemExit as exc:  # argparse: a bad option value
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Traceback" not in err

@@ -175,3 +175,24 @@ def test_results_are_written_after_each_sub_check(tmp_path, monkeypatch, in_proc
         check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)])
     assert seen["env"]["state"] == "ok" and seen["model"]["state"] == "ok"
     assert seen["loss"]["state"] == "not run"
+
+
+def test_an_unwritable_out_or_zero_steps_is_refused_before_any_check(tmp_path, in_process,
+                                                                    capsys):
+    """b8f2d3f: ``--out /proc/x`` failed with ``FileNotFoundError`` after the env check, every
+    result lost; ``--steps 0`` ran one step (issue #50 item 7)."""
+    for argv, named in ((["--out", "/proc/x"], "--out '/proc/x': cannot write there"),
+                        (["--steps", "0"], "argument --steps: '0'")):
+        with pytest.raises(SystemExit) as exited:
+            check.main(["--dry-run", "--only", "loss", *argv])
+        err = capsys.readouterr().err.strip()
+        assert exited.value.code == 2 and named in err and "Traceback" not in err
+
+
+def test_the_scratch_folder_is_removed_after_a_run(tmp_path, in_process, monkeypatch):
+    """b8f2d3f left a 2 MB ``/tmp/at2po-gpu-check-*`` folder after every run."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -222,8 +222,9 @@ def test_cli_prints_the_table_and_json(capsys):
 
 
 def test_cli_bad_input_names_it(capsys):
-    assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "0"]) == 2
-    assert "--gpus 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # argparse: one line, exit status 2
+        plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "0"])
+    assert exited.value.code == 2 and "argument --gpus: '0'" in capsys.readouterr().err
     assert plan_cli.main(["--profile", "tiny", "--gpus", "1",
                           "--set", "retrieval.method=dense",
                           "--set", "retrieval.encoder=my/encoder"]) == 2

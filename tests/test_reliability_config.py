@@ -182,8 +182,50 @@ def test_absurd_sizes_are_refused_naming_the_key(key, value):
         load_profile("smoke", parse_overrides([f"{key}={value}"]))
 
 
+def _accepts(check, value) -> bool:
+    try:
+        return bool(check(value))
+    except ValueError:  # a rule naming what is wrong
+        return False
+
+
+def test_every_number_of_the_range_tables_has_an_upper_bound():
+    """Walks both tables: a rule that takes a number must refuse 10^30 and 1e300 (and a list
+    of numbers, a list holding 10^30). b8f2d3f had 37 keys without one (issue #50 item 6)."""
+    from at2po_lib.config_checks import TRAINER_RULES
+
+    unbounded = []
+    for table, rules in (("", RULES), ("trainer.", TRAINER_RULES)):
+        for key, (check, _) in rules.items():
+            if any(_accepts(check, v) for v in (0, 1, 0.5)) and \
+                    any(_accepts(check, v) for v in (10**30, 1e300, -(10**30), -1e300)):
+                unbounded.append(table + key)
+            if any(_accepts(check, v) for v in ([0], [1])) and _accepts(check, [10**30]):
+                unbounded.append(table + key)
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("key, value", [
+    ("sft.max_steps", "1000000000000"), ("sft.batch_size", "1000000000"),
+    ("rollout.max_tool_calls", "1000000000"), ("policy.hidden_size", "1000000"),
+    ("world.train_per_dataset", "1000000000"), ("retrieval.timeout_s", "1e300"),
+    ("retrieval.retries", "1000000000"), ("rollout.num_threads", "100000"),
+    ("train.micro_batch_rows", "1000000000"),
+])
+def test_the_issue_50_sizes_are_refused_naming_the_key(key, value):
+    """b8f2d3f accepted each (``world.train_per_dataset=1e9`` hung ``at2po world``; a
+    10^6-wide policy failed allocating 4.7 GB at the warm start)."""
+    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.overrides import parse_overrides
+
+    with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
+        load_profile("smoke", parse_overrides([f"{key}={value}"]))
+
+
 @pytest.mark.parametrize("field, value", [("num_iterations", 0), ("epsilon", float("nan")),
-                                          ("epsilon_high", -5.0), ("beta", float("inf"))])
+                                          ("epsilon_high", -5.0), ("beta", float("inf")),
+                                          ("warmup_steps", 1e12), ("top_k", -7),
+                                          ("max_prompt_length", 10**12)])
 def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value):
     from at2po_lib.config import ProfileError
     from at2po_lib.trainer.resolve import check_trainer_overrides
@@ -215,11 +257,18 @@ def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
     twice.write_text("extends: smoke\ntrain:\n  max_steps: 2\n  max_steps: 3\n")
     with pytest.raises(ProfileError, match="twice.yaml.*duplicate key 'max_steps'"):
         load_profile(str(twice))
-    for bad in ("[smoke]", "5", "{a: 1}"):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("train:\n  max_steps: 7\n")
+    # b8f2d3f loaded the last two, files outside configs/ (issue #50 item 6)
+    for bad in ("[smoke]", "5", "{a: 1}", "../" * 8 + str(evil.with_suffix(""))[1:],
+                str(evil), "smoke.yaml"):
         path = tmp_path / "bad.yaml"
         path.write_text(f"extends: {bad}\n")
         with pytest.raises(ProfileError, match="bad.yaml: extends: .*expected one profile name"):
             load_profile(str(path))
+    path.write_text("extends: no_such_profile\n")
+    with pytest.raises(ProfileError, match="bad.yaml: extends: unknown profile 'no_such_profile'"):
+        load_profile(str(path))
 
 
 def test_a_shorthand_and_its_set_key_together_are_refused():
@@ -256,3 +305,69 @@ def test_template_and_server_address_are_checked_before_any_work(setting, messag
 
     with pytest.raises(ProfileError, match=message):
         load_profile("smoke", parse_overrides([setting]))
+
+
+# ------------------------------ issue #50 item 6: names and loggers resolved before any work
+@pytest.mark.parametrize("override, named", [
+    ("eval.datasets=[nonexistent_ds]", "eval.datasets: nonexistent_ds: cannot load"),
+    ("eval.sampled_datasets=[nonexistent_ds]", "eval.sampled_datasets: nonexistent_ds"),
+    ("train.val_datasets=[nonexistent_ds]", "train.val_datasets: nonexistent_ds"),
+    ("train.report_to=[no_such_logger]", "train.report_to: 'no_such_logger' is no logger"),
+    ("eval.datasets=[tiny_nope]", "eval.datasets: 'tiny_nope' is no TinyWorld dataset"),
+    ("train.train_datasets=[tiny_bamboogle]", "tiny_bamboogle has no train split"),
+])
+def test_train_refuses_a_dataset_or_logger_it_cannot_use_before_any_work(
+        override, named, isolated_outputs, capsys):
+    """b8f2d3f trained ``eval.datasets=[nonexistent_ds]`` to the end, then failed at the final
+    evaluation (a traceback), and the run was lost; the sampled metric's name was ignored; a
+    bad validation set was a traceback at start."""
+    from at2po_lib.cli import main
+
+    assert main(["train", "--profile", "smoke", "--method", "grpo", "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Traceback" not in err
+    written = [p for p in isolated_outputs.rglob("*") if p.is_file()]
+    assert written == []  # no run record, no world, index or warm start (the lock is gone)
+
+
+def test_a_logger_that_is_not_installed_is_one_line_at_the_start(isolated_outputs, capsys,
+                                                                 monkeypatch):
+    """b8f2d3f: ``train.report_to=[wandb]`` without wandb: a traceback."""
+    import importlib.util
+
+    from at2po_lib.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert main(["train", "--profile", "smoke", "--method", "grpo",
+                 "--set", "train.report_to=[wandb]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "train.report_to: wandb is not installed" in err
+
+
+@pytest.mark.parametrize("checkpoint, named", [
+    ("", "--checkpoint '': empty"), ("EMPTY", "holds no model"), ("../../etc", "holds no model"),
+    ("RUN", "a run folder"), ("no/such/thing/here", "not a hub name"),
+])
+def test_evaluate_refuses_a_checkpoint_that_is_no_model_in_one_line(
+        checkpoint, named, isolated_outputs, capsys, monkeypatch):
+    """b8f2d3f: ``--checkpoint ''`` evaluated the warm start; an empty folder, ``../../etc`` or a
+    run folder ended in ``ValueError: Unrecognized model``."""
+    import os
+
+    from at2po_lib.cli import main
+
+    empty = isolated_outputs / "empty"
+    empty.mkdir()
+    run = isolated_outputs / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "DONE.json").write_text("{}")
+    monkeypatch.chdir(empty)
+    etc = os.path.relpath("/etc")  # ../../../etc from here
+    value = {"EMPTY": str(empty), "RUN": str(run), "../../etc": etc}.get(checkpoint, checkpoint)
+    assert main(["evaluate", "--profile", "smoke", "--checkpoint", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Traceback" not in err
+    assert main(["evaluate", "--profile", "smoke", "--datasets", "nonexistent_ds"]) == 2
+    assert "--datasets: nonexistent_ds: cannot load" in capsys.readouterr().err

@@ -367,13 +367,14 @@ def test_torch_save_on_a_full_disk_is_enospc_with_the_path(full_disk):
 
 
 def test_run_records_on_a_full_disk_are_enospc_with_the_path_and_the_old_file_kept(full_disk):
-    from at2po_lib.trainer.run_folder import _atomic_write, append_jsonl
+    from at2po_lib.trainer.run_folder import append_jsonl
+    from at2po_lib.util.storage import atomic_write
 
     done = full_disk / "DONE.json"
     done.write_text('{"config_hash": "old"}\n')
     _fill(full_disk)
     with pytest.raises(OSError) as caught:
-        _atomic_write(done, json.dumps({"config_hash": "new", "pad": "x" * 100_000}))
+        atomic_write(done, json.dumps({"config_hash": "new", "pad": "x" * 100_000}))
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(done)
     assert json.loads(done.read_text()) == {"config_hash": "old"}
     metrics = full_disk / "metrics.jsonl"

@@ -6,6 +6,7 @@ and nothing loadable-looking; a prebuilt index is an explicit choice, never a fa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -160,9 +161,12 @@ def test_ensure_index_rebuilds_an_index_whose_identity_is_missing(corpus20, tmp_
     ensure_index(cfg, ("dense",), progress=False)
     meta = json.loads((dense / "meta.json").read_text())
     assert meta["passages"] == 20 and meta["encoder"]["max_length"] == 32
-    (dense / "meta.json").write_text("{not json")  # unreadable identity: rebuilt too
-    ensure_index(cfg, ("dense",), progress=False)
-    assert json.loads((dense / "meta.json").read_text())["passages"] == 20
+    # An unreadable identity is a file changed since the build: the build does not own it any
+    # more, so it refuses to delete it (issue #50 item 1) and says what to do.
+    (dense / "meta.json").write_text("{not json")
+    with pytest.raises(RetrievalError, match=r"meta.json: changed since the build.*remove"):
+        ensure_index(cfg, ("dense",), progress=False)
+    assert (dense / "meta.json").read_text() == "{not json"
 
 
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
@@ -242,18 +246,21 @@ def test_a_link_or_a_file_as_destination_is_refused_before_the_build(corpus20, t
 
 
 def test_an_index_is_marked_and_rebuilt_in_place(bm25_dir, corpus20, tmp_path):
-    from at2po_lib.retrieval.metadata import INDEX_MARKER
+    from at2po_lib.retrieval.ownership import LEGACY_MARKER_TEXT, MANIFEST
 
     index = _copy(bm25_dir, tmp_path)
-    assert (index / INDEX_MARKER).is_file()
+    assert (index / MANIFEST).is_file()
     build_bm25_index(corpus20, index, progress=False)    # its own index: replaced
-    assert (index / INDEX_MARKER).is_file() and (index / "meta.json").is_file()
-    # an index from before the marker (meta.json and its files only) is recognised too
-    (index / INDEX_MARKER).unlink()
+    assert (index / MANIFEST).is_file() and (index / "meta.json").is_file()
+    # an index from before the manifest (meta.json, its seven files, the old text marker or
+    # none) is recognised too
+    (index / MANIFEST).write_text(LEGACY_MARKER_TEXT)
     build_bm25_index(corpus20, index, progress=False)
-    assert (index / INDEX_MARKER).is_file()
+    (index / MANIFEST).unlink()
+    build_bm25_index(corpus20, index, progress=False)
+    assert json.loads((index / MANIFEST).read_text())["format"] == 2
     # ...but not once a stranger's file sits in it
-    (index / INDEX_MARKER).unlink()
+    (index / MANIFEST).unlink()
     (index / "thesis.txt").write_text("x\n")
     with pytest.raises(RetrievalError, match="thesis.txt"):
         build_bm25_index(corpus20, index, progress=False)
@@ -268,3 +275,161 @@ def test_the_index_command_refuses_a_users_folder_in_one_line(corpus20, tmp_path
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "holds files no index build wrote" in err and str(folder) in err
     assert _tree(folder) == before
+
+
+
+# ------------------------------------- an index build owns what it wrote and nothing else (#50)
+def _index_tree(folder: Path) -> dict[str, bytes]:
+    """Every file and folder below ``folder`` (folders as b"<dir>"), for before/after checks."""
+    return {str(p.relative_to(folder)): (b"<dir>" if p.is_dir() else p.read_bytes())
+            for p in folder.rglob("*")}
+
+
+def _index_cli(corpus: Path, out: Path | str, *extra: str) -> int:
+    from at2po_lib.cli import main
+
+    return main(["index", "--bm25", "--corpus", str(corpus), "--out", str(out), *extra])
+
+
+def test_the_manifest_lists_every_file_written_with_its_sha256(bm25_dir):
+    from at2po_lib.retrieval.ownership import MANIFEST
+    from at2po_lib.util.digests import file_sha256
+
+    manifest = json.loads((bm25_dir / MANIFEST).read_text())
+    on_disk = {p.name for p in bm25_dir.iterdir() if p.name != MANIFEST}
+    assert set(manifest["files"]) == on_disk and "meta.json" in on_disk
+    for name, entry in manifest["files"].items():
+        assert entry == {"size": (bm25_dir / name).stat().st_size,
+                         "sha256": file_sha256(bm25_dir / name)}
+
+
+@pytest.mark.parametrize("added", ["NOTES.txt", "mydata/", "mydata/x.csv", "corpus_offsets_mine"])
+def test_a_forced_rebuild_never_deletes_what_a_user_added_to_an_index(bm25_dir, corpus20,
+                                                                      tmp_path, added, capsys):
+    """b8f2d3f: exit 0 and the added file or folder gone (issue #50 item 1)."""
+    index = _copy(bm25_dir, tmp_path)
+    target = index / added.rstrip("/")
+    if added.endswith("/"):
+        target.mkdir()
+    else:
+        target.parent.mkdir(exist_ok=True)
+        target.write_text("mine\n")
+    before = _index_tree(index)
+    assert _index_cli(corpus20, index, "--force") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and added.split("/")[0] in err and "nothing was changed" in err
+    assert _index_tree(index) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]  # no staging, no lock
+
+
+def test_lookalike_indexes_are_refused_and_left_whole(corpus20, tmp_path):
+    """The marker alone, a meta.json listing a user's file, an index file changed since the
+    build: none proves the folder is the build's to delete."""
+    from at2po_lib.retrieval.ownership import MANIFEST
+
+    empty_marker = tmp_path / "a"
+    empty_marker.mkdir()
+    (empty_marker / MANIFEST).write_text("")
+    (empty_marker / "thesis.txt").write_text("work\n")
+    listed = tmp_path / "b"
+    listed.mkdir()
+    (listed / "thesis.txt").write_text("work\n")
+    (listed / "meta.json").write_text(json.dumps(
+        {"kind": "bm25", "corpus_checksum": "v1:1:1:x", "files": {"thesis.txt": 5}}))
+    marker_only = tmp_path / "c"
+    marker_only.mkdir()
+    (marker_only / MANIFEST).write_text("")
+    forged = tmp_path / "d"  # a manifest whose listed hash is not the file's
+    forged.mkdir()
+    (forged / "thesis.txt").write_text("work\n")
+    (forged / MANIFEST).write_text(json.dumps(
+        {"format": 2, "files": {"thesis.txt": {"size": 5, "sha256": "0" * 64}}}))
+    for folder, named in ((empty_marker, "thesis.txt"), (listed, "thesis.txt"),
+                          (marker_only, MANIFEST), (forged, "thesis.txt: changed")):
+        before = _index_tree(folder)
+        with pytest.raises(RetrievalError, match=re.escape(named)):
+            build_bm25_index(corpus20, folder, progress=False)
+        assert _index_tree(folder) == before
+
+
+def test_an_index_file_changed_since_the_build_is_not_deleted(bm25_dir, corpus20, tmp_path):
+    index = _copy(bm25_dir, tmp_path)
+    with open(index / "vocab.index.json", "a") as handle:
+        handle.write(" ")
+    before = _index_tree(index)
+    with pytest.raises(RetrievalError, match=r"vocab.index.json: changed since the build"):
+        build_bm25_index(corpus20, index, progress=False)
+    assert _index_tree(index) == before
+
+
+def test_a_rebuild_into_the_folder_holding_its_corpus_is_refused(bm25_dir, corpus20, tmp_path,
+                                                                 capsys):
+    """b8f2d3f: ``--corpus X/corpus.jsonl --out X --force`` deleted the corpus it read."""
+    index = _copy(bm25_dir, tmp_path)
+    shutil.copy(corpus20, index / "corpus.jsonl")
+    before = _index_tree(index)
+    assert _index_cli(index / "corpus.jsonl", index, "--force") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "holds the corpus this build reads" in err
+    assert _index_tree(index) == before
+
+
+@pytest.mark.parametrize("out", [".", "/", "..", "./"])
+def test_dot_and_root_as_destination_are_one_line_naming_the_argument(corpus20, tmp_path, out,
+                                                                       monkeypatch, capsys):
+    """b8f2d3f: ``ValueError: PosixPath('.') has an empty name`` (a traceback), also in an
+    empty folder."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert _index_cli(corpus20, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {out!r}" in err and "Traceback" not in err
+    assert list(empty.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_a_file_added_during_the_build_stops_the_swap(bm25_dir, corpus20, tmp_path, monkeypatch):
+    """The destination is checked again just before the swap (the build may take hours)."""
+    import at2po_lib.retrieval.bm25 as bm25
+
+    index = _copy(bm25_dir, tmp_path)
+    real = bm25.write_manifest
+
+    def manifest_then_user_writes(folder):
+        path = real(folder)
+        (index / "added-meanwhile.txt").write_text("mine\n")
+        return path
+
+    monkeypatch.setattr(bm25, "write_manifest", manifest_then_user_writes)
+    with pytest.raises(RetrievalError, match="added-meanwhile.txt"):
+        build_bm25_index(corpus20, index, progress=False)
+    assert (index / "added-meanwhile.txt").read_text() == "mine\n"
+
+
+def test_an_offsets_cache_rewritten_by_a_load_does_not_block_a_rebuild(bm25_dir, corpus20,
+                                                                       tmp_path):
+    """Loads rewrite ``corpus_offsets.*`` when the corpus changes: recognised by form."""
+    import os
+
+    index = _copy(bm25_dir, tmp_path)
+    corpus = tmp_path / "corpus.jsonl"
+    shutil.copy(corpus20, corpus)
+    os.utime(corpus, ns=(1, 1))  # another mtime: the cache is rewritten on the next load
+    before = (index / "corpus_offsets.json").read_bytes()
+    BM25Retriever(index, corpus).close()
+    assert (index / "corpus_offsets.json").read_bytes() != before
+    build_bm25_index(corpus, index, progress=False)
+    assert BM25Retriever(index, corpus).search(["anything"], 2)
+
+
+def test_a_meta_json_with_a_bad_file_table_is_refused_naming_it(bm25_dir, corpus20, tmp_path):
+    """b8f2d3f: ``"files": 5`` raised a bare TypeError."""
+    index = _copy(bm25_dir, tmp_path)
+    meta = json.loads((index / "meta.json").read_text())
+    for files in (5, ["x"], {"params.index.json": "big"}):
+        (index / "meta.json").write_text(json.dumps({**meta, "files": files}))
+        with pytest.raises(IndexMismatchError, match=r"meta.json: 'files' is not a table"):
+            BM25Retriever(index, corpus20)
+    (index / "meta.json").write_text("[1, 2]")
+    with pytest.raises(IndexMismatchError, match="expected a JSON object"):
+        BM25Retriever(index, corpus20)

@@ -60,3 +60,75 @@ def test_the_checkout_is_found_from_outside_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     root = repo_root()
     assert (root / "at2po_lib").is_dir() and (root / "configs" / "tiny.yaml").is_file()
+
+
+# ------------------------------------------ issue #50 item 7: every command, out-of-range input
+OUT_OF_RANGE = [
+    (["index", "--bm25", "--corpus", "c.jsonl", "--out", "."], "--out '.'"),
+    (["index", "--bm25", "--corpus", "c.jsonl", "--out", "x", "--batch-size", "0"],
+     "--batch-size"),
+    (["dissect", "expansion", "--prompts", "0"], "--prompts"),
+    (["dissect", "expansion", "--chunk", "0"], "--chunk"),
+    (["dissect", "expansion", "--resamples", "1"], "--resamples"),
+    (["dissect", "expansion", "--prompts", "99999"], "--prompts 99999"),
+    (["credit-accuracy", "--prompts", "0"], "--prompts"),
+    (["credit-accuracy", "--resamples", "0"], "--resamples"),
+    (["credit-accuracy", "--resamples", "-1"], "--resamples"),
+    (["credit-accuracy", "--prompts", "99999"], "--prompts 99999"),
+    (["expansion-stats", "--prompts", "0"], "--prompts"),
+    (["expansion-stats", "--seed", "-1"], "--seed"),
+    (["regime-pilot", "--seeds", "-1"], "--seeds"),
+    (["evaluate", "--max-questions", "0"], "--max-questions"),
+    (["evaluate", "--seed", "-1"], "--seed"),
+    (["evaluate", "--checkpoint", ""], "--checkpoint"),
+    (["train", "--method", "grpo", "--seed", "-1"], "--seed"),
+    (["train", "--method", "grpo", "--max-steps", "0"], "--max-steps"),
+    (["train", "--method", "grpo", "--set", "train.micro_batch_rows=1000000000"],
+     "train.micro_batch_rows"),
+    (["train", "--method", "grpo", "--set", "trainer.warmup_steps=1e12"], "trainer.warmup_steps"),
+    (["study", "--table", "1", "--seeds", "-1"], "--seeds"),
+    (["plan", "--profile", "tiny", "--gpus", "99999999999999999999"], "--gpus"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "nan"], "--gpu-memory-gib"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "inf"], "--gpu-memory-gib"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "1e308"],
+     "--gpu-memory-gib"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-tflops", "-1"], "--gpu-tflops"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--passages", "-1"], "--passages"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--mean-searches", "nan"], "--mean-searches"),
+    (["report", "--resamples", "0"], "--resamples"),
+    (["rehearsal", "--passages", "0"], "--passages"),
+    (["serve-retriever", "--index", "x", "--port", "70000"], "--port"),
+    (["serve-retriever", "--index", "x", "--max-connections", "0"], "--max-connections"),
+    (["serve-retriever", "--index", "x", "--request-timeout", "nan"], "--request-timeout"),
+    (["world", "--set", "world.train_per_dataset=1e9"], "world.train_per_dataset"),
+    (["warmstart", "--set", "sft.batch_size=1e9"], "sft.batch_size"),
+    (["run-notebooks", "--only", ",,,"], "--only"),
+]
+
+
+@pytest.mark.parametrize("argv, named", OUT_OF_RANGE, ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else None)
+def test_every_command_refuses_out_of_range_input_in_one_line(argv, named, tmp_path,
+                                                              monkeypatch, capsys):
+    """b8f2d3f: tracebacks for ``dissect expansion --prompts 0``, ``credit-accuracy
+    --resamples 0``, ``plan --gpu-memory-gib nan``, ``--set train.micro_batch_rows=1e9``, ``index
+    --out .``; ``plan --gpus 99999999999999999999`` fitted and ``--gpu-tflops -1`` planned -247.8
+    queries/s."""
+    from at2po_lib.cli import main
+
+    for name in ("AT2PO_ARTIFACTS", "AT2PO_RESULTS", "AT2PO_FIGURES"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    world = tmp_path / "at2po_artifacts" / "tiny" / "world" / "datasets"
+    for dataset in ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique"):  # a 1-row train split
+        (world / dataset).mkdir(parents=True)
+        (world / dataset / "train.jsonl").write_text(
+            '{"id": "q0", "question": "?", "golden_answers": ["a"], '
+            '"metadata": {"supporting_ids": []}}\n')
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: a bad option value
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err[-500:]
+    assert "Traceback" not in err and "\n" not in err and named in err, err[-500:]

@@ -79,7 +79,7 @@ def test_a_final_eval_out_of_range_is_refused(runs):
 def test_metrics_rows_that_are_not_objects_with_a_step_are_refused(runs):
     with open(runs / "seed0" / "metrics.jsonl", "a") as fh:
         fh.write('[1, 2]\n{"step": 9}\n')
-    with pytest.raises(RecordError, match=r"seed0/metrics\.jsonl, row 5"):
+    with pytest.raises(RecordError, match=r"seed0/metrics\.jsonl, line 5"):
         load_training_records("smoke")
     (runs / "seed0" / "metrics.jsonl").write_bytes(b'{"step": 1}\n\xff\xfe\n{"step": 2}\n')
     with pytest.raises(RecordError, match=r"seed0.*not UTF-8"):
@@ -288,3 +288,209 @@ def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(
     report.write_report("smoke", n_resamples=50, figures=False)
     after = _tables(recorded)
     assert after.keys() == before.keys() and after != before  # there was something to undo
+
+
+# ------------------------------------ issue #50 item 3: lookalike seeds, copies, bad numbers
+def _report(capsys) -> tuple[int, str]:
+    code = report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"])
+    return code, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("name", ["seed01", "seed\u0661", "link"])
+def test_a_second_folder_of_one_seed_is_refused_naming_it(recorded, capsys, tmp_path,
+                                                          monkeypatch, name):
+    """b8f2d3f: ``cp -r seed1 seed01`` (or ``seed١``, or a link) counted seed 1 twice: Figure
+    3's GRPO change moved and Table 1 rested on one more run."""
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    assert _report(capsys)[0] == 0
+    before = _tables(recorded)
+    if name == "link":
+        (recorded / "seed3").symlink_to(recorded / "seed1", target_is_directory=True)
+        named = "seed3: a symbolic link"
+    else:
+        shutil.copytree(recorded / "seed1", recorded / name)
+        named = f"{name}: reads as seed 1 but is not a run folder name"
+    code, err = _report(capsys)
+    assert code == 2 and named in err and "\n" not in err and "Traceback" not in err
+    assert _tables(recorded) == before
+
+
+def test_a_backup_folder_is_no_run_for_the_report_or_dissect_runs(recorded, capsys, tmp_path,
+                                                                 monkeypatch):
+    """b8f2d3f: a ``seed1.bak`` copy added a row to ``at2po dissect runs``'s clip levels."""
+    from at2po_lib.reporting.records import finished_run_folders
+
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    assert _report(capsys)[0] == 0
+    before = _tables(recorded)
+    shutil.copytree(recorded / "seed1", recorded / "seed1.bak")
+    assert _report(capsys)[0] == 0 and _tables(recorded) == before
+    assert [p.name for p in finished_run_folders("smoke", ["grpo"])] == ["seed0", "seed1",
+                                                                        "seed2"]
+
+
+def test_dissect_runs_refuses_a_copied_run(recorded, capsys, monkeypatch, tmp_path):
+    """``at2po dissect runs`` reads the runs the report reads, checked alike."""
+    from at2po_lib.cli import main
+
+    shutil.copytree(recorded / "seed2", recorded / "seed3")
+    _record_provenance(recorded / "seed3", 3)
+    assert main(["dissect", "runs", "--profile", "smoke", "--methods", "grpo"]) == 2
+    err = capsys.readouterr().err
+    assert "seed3/outcomes.csv: the same outcomes.csv as grpo/seed2" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("file, line, match", [
+    ("metrics.jsonl", '{"step": 4, "entropy": 0.1}',
+     r"seed1/metrics\.jsonl, line 5: step 4 again \(first on line 4\)"),
+    ("metrics.jsonl", '{"step": 5, "entropy": NaN}',
+     r"seed1/metrics\.jsonl, line 5: entropy=nan is not a finite number"),
+    ("metrics.jsonl", '{"step": 5, "entropy": Infinity}',
+     r"seed1/metrics\.jsonl, line 5: entropy=inf is not a finite number"),
+    ("eval.jsonl", '{"step": 4, "dataset": "tiny_hotpotqa", "em": 0.5}',
+     r"seed1/eval\.jsonl, line 3: step 4, dataset tiny_hotpotqa again \(first on line 2\)"),
+])
+def test_duplicated_or_non_finite_metric_rows_are_refused_naming_file_and_line(runs, file,
+                                                                               line, match):
+    """b8f2d3f: accepted, and they moved Figure 3 and the claims."""
+    with open(runs / "seed1" / file, "a") as fh:
+        fh.write(line + "\n")
+    with pytest.raises(RecordError, match=match):
+        load_training_records("smoke")
+
+
+def test_a_greedy_em_other_than_0_or_1_is_refused(runs):
+    """b8f2d3f: ``em=0.5`` for one question was accepted."""
+    _edit_line(runs / "seed1" / "outcomes.csv", 3, "em", "0.5")
+    with pytest.raises(RecordError, match=r"seed1/outcomes\.csv, line 3: em=0\.5 is not 0 or 1"):
+        load_outcomes("smoke")
+    _edit_line(runs / "seed1" / "outcomes.csv", 3, "em", "1.0")
+    _edit_line(runs / "seed1" / "outcomes.csv", 4, "num_turns", "inf")
+    with pytest.raises(RecordError, match=r"line 4: turns=inf is not a finite number"):
+        load_outcomes("smoke")
+    lines = (runs / "seed2" / "final_eval.csv").read_text().splitlines()
+    (runs / "seed2" / "final_eval.csv").write_text("\n".join(lines + [lines[1]]) + "\n")
+    with pytest.raises(RecordError, match=r"seed2/final_eval\.csv, line \d+: dataset "
+                                          r"tiny_hotpotqa again \(first on line 2\)"):
+        load_final_evals("smoke")
+
+
+KILLED_WRITER = r"""
+import os, signal, sys
+from pathlib import Path
+from at2po_lib.util.writing import all_or_none, write_if_changed
+
+folder, journal = Path(sys.argv[1]), Path(sys.argv[2])
+with all_or_none(journal):
+    write_if_changed(folder / "a.csv", "new a\n")
+    write_if_changed(folder / "new.csv", "a new file\n")
+    write_if_changed(folder / "b.csv", "new b\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_writes_killed_half_way_are_put_back_by_the_next_block(tmp_path):
+    """b8f2d3f: ``at2po report`` killed left half-written tables until rerun."""
+    import subprocess
+    import sys
+
+    from at2po_lib.util.writing import all_or_none, write_if_changed
+
+    folder, journal = tmp_path / "tables", tmp_path / ".journal"
+    folder.mkdir()
+    for name in ("a.csv", "b.csv", "c.csv"):
+        (folder / name).write_text(f"old {name}\n")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    script = tmp_path / "writer.py"
+    script.write_text(KILLED_WRITER)
+    child = subprocess.run([sys.executable, str(script), str(folder), str(journal)],
+                           capture_output=True, timeout=120)
+    assert child.returncode == -9
+    assert (folder / "a.csv").read_text() == "new a\n" and (folder / "new.csv").exists()
+    with open(journal / "undo.jsonl", "a") as handle:  # a kill in the middle of a listing
+        handle.write('{"path": "/nowhere", "bef')
+    with all_or_none(journal):  # the next block puts the killed one's files back first
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+        write_if_changed(folder / "c.csv", "new c\n")
+    assert (folder / "c.csv").read_text() == "new c\n" and not journal.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tables", "writer.py"]
+
+
+REPORT_KILLED = r"""
+import os, signal
+from at2po_lib.reporting import report, table2
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+table2.table2 = killed
+report.write_report("smoke", n_resamples=50, figures=False)
+"""
+
+
+@pytest.mark.slow  # a child process that imports the reporting stack: ~15 s on 2 cores
+def test_a_report_killed_after_table1_is_put_back_then_written_whole(recorded, capsys, tmp_path,
+                                                                    monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from at2po_lib.reporting.report import write_journal
+    from at2po_lib.util.writing import roll_back
+
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    assert _report(capsys)[0] == 0
+    before = _tables(recorded)
+    for line in range(2, 8):  # seed0 answers six more questions: Table 1 changes
+        _edit_line(recorded / "seed0" / "outcomes.csv", line, "em", "1.0")
+    script = tmp_path / "report_killed.py"
+    script.write_text(REPORT_KILLED)
+    child = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert child.returncode == -9, child.stderr[-2000:]
+    half = _tables(recorded)
+    assert half != before and write_journal("smoke").is_dir()  # Table 1 was rewritten
+    assert roll_back(write_journal("smoke")) and _tables(recorded) == before
+    assert _report(capsys)[0] == 0
+    after = _tables(recorded)
+    assert after.keys() == before.keys() and after != before
+
+
+@pytest.mark.parametrize("change", ["extra", "missing", "renamed"])
+def test_a_seed_answering_other_questions_is_named_with_its_file(recorded, capsys, tmp_path,
+                                                                monkeypatch, change):
+    """b8f2d3f: ``ValueError ... did not answer every question`` naming no file, and for an
+    extra id the good seeds instead of the bad one (issue #50 item 7)."""
+    monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
+    path = recorded / "seed1" / "outcomes.csv"
+    lines = path.read_text().splitlines()
+    if change == "extra":
+        lines.append(lines[-1].replace("tiny_nq-", "tiny_nq-extra"))
+    elif change == "missing":
+        del lines[-1]
+    else:
+        lines[-1] = lines[-1].replace("tiny_nq-", "tiny_nq-renamed")
+    path.write_text("\n".join(lines) + "\n")
+    code, err = _report(capsys)
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert "seed1/outcomes.csv:" in err and "answer the same test questions" in err
+
+
+def test_a_studys_tables_are_written_all_or_none(tmp_path):
+    """``credit-accuracy``, ``expansion-stats`` and ``dissect`` write their tables through
+    ``write_csv_tables``: a failure at the second table puts the first back."""
+    import pandas as pd
+
+    from at2po_lib.util.provenance import write_csv_tables
+
+    class Broken:
+        def to_csv(self, **options):
+            raise RuntimeError("half-way")
+
+    (tmp_path / "one.csv").write_text("old\n")
+    with pytest.raises(RuntimeError, match="half-way"):
+        write_csv_tables(tmp_path, {"one.csv": pd.DataFrame({"a": [1]}), "two.csv": Broken()},
+                         {"writer": "test"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv"]
+    assert (tmp_path / "one.csv").read_text() == "old\n"

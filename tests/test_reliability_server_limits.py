@@ -116,19 +116,24 @@ def test_a_slow_body_gets_408(bm25):
 
 
 def test_busy_connections_are_never_shed_and_one_beyond_them_is_closed(bm25):
-    """At the cap with every connection mid-request, a new connection is closed unread and the
-    busy ones are answered."""
+    """At the cap with every connection's request being answered (a search held at a gate), a
+    new connection is closed unread and the busy ones are answered. A request whose body is
+    still arriving waits on its client, not on the server: it is no longer busy (issue #50
+    item 5, the test below)."""
+    from test_reliability_server import GatedRetriever
+
+    gated = GatedRetriever(bm25)
     limits = ServerLimits(max_connections=5, max_connections_per_client=5, header_timeout_s=30.0)
-    with start_server(bm25, limits=limits) as handle:
+    with start_server(gated, limits=limits) as handle:
         busy = [_connect(handle.url) for _ in range(5)]
-        request = _request(GOOD)
-        for sock in busy:  # headers and all but the body's last byte: a request in progress
-            sock.sendall(request[:-1])
-        time.sleep(0.3)
+        for sock in busy:  # whole requests, answered only when the gate opens
+            sock.sendall(_request(json.dumps({"queries": ["slow"], "topk": 1}).encode()))
+        time.sleep(0.5)
         extra = _connect(handle.url)
         assert _closed_by_server(extra, 3.0), "a connection beyond busy ones is closed at once"
+        gated.gate.set()
         for sock in busy:
-            sock.sendall(request[-1:])
+            sock.settimeout(10)
             assert _read_response(sock)[0] == 200
         for sock in (extra, *busy):
             sock.close()
@@ -201,3 +206,62 @@ def test_health_shows_no_paths(bm25, bm25_dir):
         text = httpx.get(handle.url + "/health").text
     assert str(FIXTURE.parent) not in text and str(bm25_dir) not in text
     assert "corpus" not in json.loads(text)
+
+
+def test_slow_senders_cannot_lock_good_clients_of_their_address_out(bm25):
+    """Twice as many connections as the address's cap send their headers, then one body byte
+    every 2 s, and reconnect when closed (all from 127.0.0.1, like the good clients): every
+    good request is answered. b8f2d3f: 64 such connections gave good clients on the same
+    address 0 of 800 answers for 50 s (issue #50 item 5)."""
+    import threading
+
+    limits = ServerLimits(max_connections=256, max_connections_per_client=32,
+                          header_timeout_s=30.0, body_timeout_s=30.0)
+    stop = threading.Event()
+    request = _request(b'{"queries": ["x"], "topk": 1}' + b" " * 1000)
+    reconnects = []
+
+    def dribble(url: str) -> None:
+        while not stop.is_set():
+            try:
+                with _connect(url, timeout=3.0) as sock:
+                    sock.sendall(request[:request.index(b"\r\n\r\n") + 4])
+                    for byte in request[request.index(b"\r\n\r\n") + 4:]:
+                        if stop.wait(2.0):
+                            return
+                        sock.sendall(bytes([byte]))
+            except OSError:
+                reconnects.append(1)
+
+    with start_server(bm25, limits=limits) as handle:
+        threads = [threading.Thread(target=dribble, args=(handle.url,), daemon=True)
+                   for _ in range(2 * limits.max_connections_per_client)]
+        for thread in threads:
+            thread.start()
+        time.sleep(4.0)  # every slow sender has sent headers and some body bytes
+        answered = 0
+        start = time.monotonic()
+        try:
+            for _ in range(20):
+                try:
+                    answered += httpx.post(handle.retrieve_url, content=GOOD,
+                                           timeout=5).status_code == 200
+                except httpx.HTTPError as exc:
+                    print("good request failed:", type(exc).__name__, exc)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=5)
+        print(f"good requests answered: {answered}/20 in {time.monotonic() - start:.1f} s, "
+              f"slow senders cut and back: {len(reconnects)}")
+        assert answered == 20
+
+
+def test_a_key_given_twice_is_refused(bm25):
+    """b8f2d3f answered with the last of two ``topk`` (issue #50, low)."""
+    with start_server(bm25) as handle, _connect(handle.url) as sock:
+        sock.sendall(_request(b'{"queries": ["evan morris"], "topk": 1, "topk": 50}'))
+        status, body = _read_response(sock)
+        assert status == 422 and b"'topk' given twice" in body
+        sock.sendall(_request(GOOD))  # the connection stays usable
+        assert _read_response(sock)[0] == 200

@@ -47,9 +47,10 @@ all first turns below the deeper turns by α(M − 1).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,12 @@ from ..rollout.agent import (SearchEnv, init_state, make_trees, run_chains, scor
 from ..rollout.backends import make_backend
 from ..rollout.export import tree_arrays, with_decisions
 from ..rollout.structures import ROOT, RolloutTree
+from ..util.errors import RecordError
 from ..util.paths import results_dir
-from ..util.provenance import read_meta
+from ..util.provenance import read_meta, write_meta
+from ..util.resumable import ResumableRecord
+from ..util.storage import atomic_write
+from .study_trees import policy_digest, questions_digest
 
 AUTHORS_ALPHA = 0.05
 """The sibling penalty of the authors' score (their code's constant)."""
@@ -80,6 +85,8 @@ PICKERS = ("oracle", "oracle_in_sample")
 in-sample (an upper bound)."""
 SHAPES = {"toy": (4, 4), "paper": (10, 6)}
 """Tree shapes as (M chains, K picks): the ``tiny`` profile's and the paper's first round."""
+DEFAULT_CHUNK = 10
+"""Prompts per rollout batch (``--chunk``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,40 +182,85 @@ def measure_chunk(model, tokenizer, template, retriever, rows: Sequence[dict[str
     return out
 
 
-def chunks_to_do(done_prompts: set[int], num_prompts: int, chunk: int) -> list[int]:
-    """The first prompt of every chunk with no prompt in ``done_prompts``. A chunk is done when
-    any of its prompts is in the file: a prompt without a candidate writes no row, so asking
-    for the chunk's first prompt alone re-measured (and appended again) every chunk whose first
-    prompt had none."""
-    finished = {prompt // chunk * chunk for prompt in done_prompts}
-    return [first for first in range(0, num_prompts, chunk) if first not in finished]
+def oracle_key(cfg, rows: Sequence[dict[str, Any]], policy: Path, *, chains: int,
+               resamples: int, seed: int, chunk: int) -> dict[str, Any]:
+    """Everything that determines an oracle record's rows (its resume key): the arguments, the
+    questions drawn, the policy's weights (sha256 of its files) and the rollout settings."""
+    return {"--prompts": len(rows), "--seed": seed, "--chunk": chunk, "--resamples": resamples,
+            "chains": chains, "--datasets": sorted({r["dataset"] for r in rows}),
+            "questions": questions_digest(rows), "policy_weights": policy_digest(policy),
+            "rollout": asdict(cfg.rollout), "policy_dtype": cfg.policy.dtype,
+            "template": cfg.policy.template}
+
+
+def _legacy_key(meta: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a record written before its key (``record_key``) was kept in its meta
+    says it was measured with (``--chunk`` from its command; the default when absent)."""
+    chunk = re.search(r"--chunk[ =](\d+)", str(meta.get("command", "")))
+    shape = meta.get("shape") if isinstance(meta.get("shape"), dict) else {}
+    found = {"--prompts": meta.get("prompts"), "--seed": meta.get("seed"),
+             "--resamples": meta.get("resamples"), "chains": shape.get("chains"),
+             "--datasets": sorted(meta["datasets"]) if isinstance(meta.get("datasets"), list)
+             else None, "--chunk": int(chunk.group(1)) if chunk else DEFAULT_CHUNK}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def oracle_record(out_csv: Path, key: dict[str, Any]) -> ResumableRecord:
+    """The resumable record of one oracle measurement (:mod:`at2po_lib.util.resumable`)."""
+    return ResumableRecord(out_csv, key, legacy_key=_legacy_key)
 
 
 def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path, *, chains: int,
-               resamples: int, seed: int, chunk: int = 10, log: bool = True) -> pd.DataFrame:
-    """:func:`measure_chunk` over ``rows`` in chunks of ``chunk`` prompts, each chunk appended
-    to ``out_csv`` as it finishes: a rerun skips the prompts already there (resumable; chunk c
-    samples with seed ``seed + c``, so a resumed file equals an uninterrupted one)."""
-    done = set(pd.read_csv(out_csv)["prompt"]) if out_csv.is_file() else set()
-    todo = chunks_to_do(done, len(rows), chunk)
-    if todo:
-        rollout_cfg = replace(cfg.rollout, keep_cache=True)
-        torch.set_num_threads(max(rollout_cfg.num_threads, 1))
-        model, tokenizer = load_policy(policy, cfg.policy.dtype)
-        template = get_template(cfg.policy.template)
-        retriever = build_retriever(cfg, build=False)
-        start = time.perf_counter()
-        for first in todo:
-            part = rows[first:first + chunk]
-            records = measure_chunk(model, tokenizer, template, retriever, part, rollout_cfg,
-                                    chains=chains, resamples=resamples,
-                                    seed=seed + first // chunk, first_prompt=first)
-            frame = pd.DataFrame(records)
-            frame.to_csv(out_csv, mode="a", header=not out_csv.is_file(), index=False)
-            if log:
-                print(f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
-                      f"{time.perf_counter() - start:.0f} s", flush=True)
+               resamples: int, seed: int, chunk: int = DEFAULT_CHUNK, meta: dict | None = None,
+               log: bool = True, measure=None) -> pd.DataFrame:
+    """:func:`measure_chunk` over ``rows`` in chunks of ``chunk`` prompts (chunk c samples with
+    seed ``seed + c``), each kept whole as it finishes, then ``out_csv`` written at once with
+    its ``.meta.json`` (``meta`` plus ``record_key``). A rerun with the same arguments resumes
+    (a resumed record equals an uninterrupted one) or, when finished, only reads it; other
+    arguments are refused, naming the ones it was measured with. ``measure(first, part)``: the
+    records of one chunk instead of a rollout (tests)."""
+    key = oracle_key(cfg, rows, policy, chains=chains, resamples=resamples, seed=seed,
+                     chunk=chunk)
+    record = oracle_record(out_csv, key)
+    if record.check_finished():
+        return load_oracle(out_csv)
+    record.start()
+    todo = [c for c in range((len(rows) + chunk - 1) // chunk) if c not in record.done()]
+    if todo and measure is None:
+        measure = _rollout_measure(cfg, rows, policy, chains=chains, resamples=resamples,
+                                   seed=seed, chunk=chunk)
+    start = time.perf_counter()
+    for c in todo:
+        first = c * chunk
+        part = rows[first:first + chunk]
+        record.add(c, measure(first, part))
+        if log:
+            print(f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+    frame = pd.DataFrame(record.rows())
+    if frame.empty:
+        raise RecordError(f"{out_csv}: no prompt had a candidate turn; nothing to record")
+    atomic_write(out_csv, frame.to_csv(index=False))
+    write_meta(out_csv, {**(meta or {}), "record_key": key})
+    record.close()
     return load_oracle(out_csv)
+
+
+def _rollout_measure(cfg, rows: Sequence[dict[str, Any]], policy: Path, *, chains: int,
+                     resamples: int, seed: int, chunk: int):
+    """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out."""
+    rollout_cfg = replace(cfg.rollout, keep_cache=True)
+    torch.set_num_threads(max(rollout_cfg.num_threads, 1))
+    model, tokenizer = load_policy(policy, cfg.policy.dtype)
+    template = get_template(cfg.policy.template)
+    retriever = build_retriever(cfg, build=False)
+
+    def measure(first: int, part: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return measure_chunk(model, tokenizer, template, retriever, part, rollout_cfg,
+                             chains=chains, resamples=resamples, seed=seed + first // chunk,
+                             first_prompt=first)
+
+    return measure
 
 
 def load_oracle(path: Path) -> pd.DataFrame:

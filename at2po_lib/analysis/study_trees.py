@@ -17,6 +17,7 @@ same passages.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ import torch
 
 from ..config import load_profile
 from ..method.tree import TreeArrays
-from ..policy.checkpoint_files import CheckpointError
+from ..policy.checkpoint_files import CheckpointError, file_digests
 from ..policy.model import load_policy
 from ..policy.warmstart_cache import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
                                       warmstart_dir)
@@ -38,8 +39,11 @@ from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
 from ..rollout.trees import rollout
 from ..tree_files import load_trees, load_trees_meta, save_trees
+from ..util.errors import ProfileError, RecordError
 from ..util.paths import artifacts_dir
 
+GROW_CHUNK = 50
+"""Prompts rolled out at once by :func:`grow_trees` (bounded memory)."""
 PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers", "hop_queries")
 """Row ``metadata`` fields copied into each tree's ``info``."""
 
@@ -60,19 +64,19 @@ def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: in
             try:
                 row = json.loads(data.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                raise ValueError(f"{path}, line {line_no}: not a valid UTF-8 JSON row "
+                raise RecordError(f"{path}, line {line_no}: not a valid UTF-8 JSON row "
                                  f"({str(exc)[:120]})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}, line {line_no}: expected a JSON object")
+                raise RecordError(f"{path}, line {line_no}: expected a JSON object")
             missing = [k for k in ("id", "question", "golden_answers", "metadata") if k not in row]
             if missing or "supporting_ids" not in row.get("metadata", {}):
                 lacks = missing or ["metadata.supporting_ids"]
-                raise ValueError(f"{path}, line {line_no}: row lacks {lacks} (a TinyWorld row "
+                raise RecordError(f"{path}, line {line_no}: row lacks {lacks} (a TinyWorld row "
                                  "carries its plan)")
             rows.append({**row, "dataset": name})
-    if num_prompts > len(rows):
-        raise ValueError(f"--prompts {num_prompts}: only {len(rows)} {split} rows in "
-                         f"{list(datasets)}")
+    if not 1 <= num_prompts <= len(rows):
+        raise ProfileError(f"--prompts {num_prompts}: expected 1 to {len(rows)} (the {split} "
+                           f"rows of {list(datasets)})")
     order = np.random.default_rng(seed).permutation(len(rows))[:num_prompts]
     return [rows[i] for i in order]
 
@@ -104,7 +108,7 @@ def _no_current_warmstart(profile: str) -> OSError:
 
 
 def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
-               policy: Path, *, num_chains: int | None = None, chunk: int = 50,
+               policy: Path, *, num_chains: int | None = None, chunk: int = GROW_CHUNK,
                rollout_overrides: dict[str, Any] | None = None,
                log: bool = True) -> list[TreeArrays]:
     """Trees of ``expansion`` (``chain``, ``random`` or ``entropy``) for ``rows``, rolled out in
@@ -179,15 +183,34 @@ def with_retrievals(trees: Sequence[TreeArrays], retriever, topk: int) -> list[T
     return [replace(t, records=r) for t, r in zip(trees, records)]
 
 
+def policy_digest(policy: Path) -> str:
+    """sha256 over the sha256 of every file of a policy folder (weights, tokenizer, config):
+    what a cache of its rollouts is keyed by (the folder's path says nothing of its weights)."""
+    files = file_digests(Path(policy))
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def questions_digest(rows: Sequence[dict[str, Any]]) -> str:
+    """sha256 of the drawn questions (``id@dataset``, in order)."""
+    names = [f"{r['id']}@{r['dataset']}" for r in rows]
+    return hashlib.sha256(json.dumps(names).encode()).hexdigest()
+
+
 def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, Any]],
                  expansion: str, seed: int, policy: Path, **kwargs: Any) -> list[TreeArrays]:
     """:func:`grow_trees`, or the trees of ``trees_file`` when that file exists and was grown
     with the same settings (else they are grown and saved there). A scratch cache: trees are
-    rebuildable from the command and seed, never committed."""
-    settings = {"profile": cfg.name, "expansion": expansion, "seed": seed, "policy": str(policy),
-                "questions": [r["id"] + "@" + r["dataset"] for r in rows],
+    rebuildable from the command and seed, never committed. Keyed by everything that
+    determines them: the questions, the policy's weights (:func:`policy_digest`; a replaced
+    ``model.safetensors`` under the same path grows again), its dtype and template, the
+    rollout and retrieval settings, the seed and the chunking (chunk c samples with seed
+    ``seed + c``)."""
+    settings = {"profile": cfg.name, "expansion": expansion, "seed": seed,
+                "policy_weights": policy_digest(policy), "policy_dtype": cfg.policy.dtype,
+                "template": cfg.policy.template, "questions": questions_digest(rows),
                 "rollout": {**asdict(cfg.rollout), **kwargs.get("rollout_overrides", {})},
-                "num_chains": kwargs.get("num_chains")}
+                "retrieval": asdict(cfg.retrieval), "num_chains": kwargs.get("num_chains"),
+                "chunk": kwargs.get("chunk", GROW_CHUNK)}
     if trees_file and Path(trees_file).is_file():
         stored = load_trees_meta(trees_file).get("settings")
         if stored == json.loads(json.dumps(settings)):

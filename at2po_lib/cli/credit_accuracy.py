@@ -17,28 +17,21 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (
-    add_profile_options,
-    add_warm_start_sample_options,
-    comma_list,
-    invocation,
-    load_profile_args,
-    parse_set,
-    quiet_openmp,
-    record_name,
-    run_guarded,
-)
+from .options import (CommandParser, add_profile_options, add_warm_start_sample_options,
+                      bounded_int, comma_list, invocation, load_profile_args, parse_set,
+                      quiet_openmp, record_name, run_guarded)
 
 PROG = "at2po credit-accuracy"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Grow AT2PO's and Tree-GRPO's trees "
+    parser = CommandParser(prog=PROG, description="Grow AT2PO's and Tree-GRPO's trees "
                                      "with the warm start, label each turn useful or not from "
                                      "TinyWorld's plan, and score every credit mode by AUC.")
     add_profile_options(parser, example="rollout.tree_alpha=0.05")
     add_warm_start_sample_options(parser, "prompt draw, sampling and bootstrap seed")
-    parser.add_argument("--resamples", type=int, default=4000, help="bootstrap resamples")
+    parser.add_argument("--resamples", type=bounded_int(1, 100_000), default=4000,
+                        help="bootstrap resamples")
     parser.add_argument("--trees-dir", default=None,
                         help="scratch folder: reuse entropy.npz / random.npz grown with the same "
                              "settings, else save them there (never commit them)")

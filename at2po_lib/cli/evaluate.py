@@ -8,18 +8,21 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
+from ..preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import results_dir
-from .options import add_profile_options, comma_list, load_profile_args, quiet_openmp, run_guarded
+from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int, comma_list,
+                      load_profile_args, quiet_openmp, run_guarded)
 
 PROG = "at2po evaluate"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Greedy evaluation on the test "
+    parser = CommandParser(prog=PROG, description="Greedy evaluation on the test "
                                      "sets: EM and F1 per dataset, sample-weighted averages.")
     add_profile_options(parser, example="eval.max_questions=50")
     parser.add_argument("--checkpoint", default=None,
@@ -29,14 +32,38 @@ def build_parser() -> argparse.ArgumentParser:
                         help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
                              "for --set data.local_dir=DIR)")
     parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=SEED, default=None,
                         help="seed column: the evaluated run's training seed (default sft.seed)")
     parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
-    parser.add_argument("--max-questions", type=int, default=None,
+    parser.add_argument("--max-questions", type=bounded_int(1, 1_000_000), default=None,
                         help="questions per dataset (default: eval.max_questions)")
     parser.add_argument("--out", default=None,
                         help="CSV path (default results/<profile>/eval_<label>.csv)")
     return parser
+
+
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""``owner/name`` on the Hugging Face hub."""
+
+
+def model_folder(text: str) -> str:
+    """``--checkpoint``: a folder holding a model (its ``config.json``) or a hub name; an empty
+    value, a folder without a model (an empty one, ``../../etc``, a run folder) or anything
+    else is a :class:`UsageError` naming it (b8f2d3f: ``''`` evaluated the warm start, the rest
+    ended in ``ValueError: Unrecognized model``)."""
+    if not text.strip():
+        raise UsageError("--checkpoint '': empty; give a model folder or a hub name (without "
+                         "--checkpoint: the profile's warm start)")
+    path = Path(text).expanduser()
+    if path.exists():
+        if path.is_dir() and (path / "config.json").is_file():
+            return text
+        run = " (a run folder: its weights are in checkpoints/checkpoint-<step>)" \
+            if (path / "DONE.json").is_file() or (path / "checkpoints").is_dir() else ""
+        raise UsageError(f"--checkpoint {text!r}: {path} holds no model (no config.json){run}")
+    if HUB_NAME.fullmatch(text) and ".." not in text:
+        return text
+    raise UsageError(f"--checkpoint {text!r}: no such folder, and not a hub name (owner/name)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +79,13 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
-    cfg = load_profile_args(args)
     datasets = comma_list(args.datasets, "--datasets")
-    checkpoint = args.checkpoint or cfg.policy.model
+    if datasets:  # checked as the profile's own datasets are (TinyWorld's names, plain names)
+        args.overrides = [*args.overrides, f"eval.datasets=[{','.join(datasets)}]"]
+    cfg = load_profile_args(args)
+    check_datasets(cfg, training=False, evaluated=datasets)  # found before the policy loads
+    checkpoint = model_folder(args.checkpoint) if args.checkpoint is not None \
+        else cfg.policy.model
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant

@@ -12,23 +12,15 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (
-    UsageError,
-    add_profile_options,
-    add_warm_start_sample_options,
-    comma_list,
-    invocation,
-    load_profile_args,
-    parse_set,
-    quiet_openmp,
-    run_guarded,
-)
+from .options import (CommandParser, UsageError, add_profile_options, add_warm_start_sample_options,
+                      comma_list, invocation, load_profile_args, parse_set, quiet_openmp,
+                      run_guarded)
 
 PROG = "at2po expansion-stats"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Grow M chains per prompt with the "
+    parser = CommandParser(prog=PROG, description="Grow M chains per prompt with the "
                                      "warm start and measure where one entropy-guided expansion "
                                      "round branches, for several alphas and both entropy "
                                      "estimators.")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from ..gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
 from ..util.paths import repo_root
-from .options import UsageError, run_guarded
+from .options import CommandParser, UsageError, run_guarded
 
 PROG = "at2po gpu-env"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="The GPU environment's pip input "
+    parser = CommandParser(prog=PROG, description="The GPU environment's pip input "
                                      "(requirements) or a summary of pip's --report (summarize).")
     sub = parser.add_subparsers(dest="action", required=True)
     req = sub.add_parser("requirements", help="environment.yml's pip section, -r expanded")

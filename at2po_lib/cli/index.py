@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from ..retrieval.bm25 import build_bm25_index
 from ..retrieval.dense import build_dense_index
 from ..retrieval.encoders import EncoderSpec
 from ..retrieval.indexes import METHODS, ensure_index
+from ..retrieval.ownership import check_destination_name
 from ..util.locks import folder_lock
-from .options import add_profile_options, load_profile_args, run_guarded
+from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
+                      run_guarded)
 
 PROG = "at2po index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Build a dense (faiss) or BM25 index.")
+    p = CommandParser(prog=PROG, description="Build a dense (faiss) or BM25 index.")
     add_profile_options(p, default=None, example="retrieval.index_type=HNSW", profile_help=(
         "build the profile's index(es) (corpus and settings from it)"))
     p.add_argument("--method", choices=[*METHODS, "both"],
@@ -36,10 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", default=d.pooling, choices=["mean", "cls"])
     p.add_argument("--query-prefix", default=d.query_prefix)
     p.add_argument("--passage-prefix", default=d.passage_prefix)
-    p.add_argument("--max-length", type=int, default=d.max_length)
+    p.add_argument("--max-length", type=bounded_int(1, 1 << 20), default=d.max_length)
     p.add_argument("--index-type", default="Flat", help="Flat, HNSW (=HNSW64) or HNSW<M>")
-    p.add_argument("--shard-size", type=int, default=100_000)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--shard-size", type=bounded_int(1, 1 << 24), default=100_000)
+    p.add_argument("--batch-size", type=bounded_int(1, 65_536), default=64)
     p.add_argument("--device", default=None)
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--keep-embeddings", action="store_true")
@@ -68,8 +69,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{method}: {folder}")
         return 0
 
+    out = check_destination_name(args.out, "--out ")  # '.', '/': one line, before the lock
     # One writer per index folder: a second build of the same --out stops naming the first's PID.
-    with folder_lock(Path(args.out), "index build"):
+    with folder_lock(out, "index build"):
         report = _build_explicit(args)
     print(f"{report.meta['kind']} index ({report.meta['passages']} passages): {report.index_dir}")
     return 0

@@ -9,12 +9,13 @@ naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import load_profile
 from ..overrides import parse_overrides
@@ -56,11 +57,16 @@ def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
     return parse_overrides(texts, extra_sections) or {}
 
 
+MAX_PROMPTS = 1_000_000
+"""``--prompts`` of a study (the profile's split bounds it further, naming its size)."""
+
+
 def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
     """``--prompts``, ``--seed``, ``--datasets``, ``--policy``: the analyses that grow trees
     with the warm start on a sample of training prompts (expansion-stats, credit-accuracy)."""
-    parser.add_argument("--prompts", type=int, default=300, help="prompts (default 300)")
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--prompts", type=bounded_int(1, MAX_PROMPTS), default=300,
+                        help="prompts (default 300)")
+    parser.add_argument("--seed", type=SEED, default=0, help=seed_help)
     parser.add_argument("--datasets", default=None,
                         help="training splits to draw from (default train.train_datasets)")
     parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
@@ -87,25 +93,73 @@ def comma_list(text: str | None, option: str) -> list[str] | None:
     return items
 
 
-def int_list(text: str, option: str) -> list[int]:
+def int_list(text: str, option: str, low: int = 0, high: int = 2**32 - 1) -> list[int]:
     """``"0,2,5-7"`` → ``[0, 2, 5, 6, 7]``: integers and inclusive ranges ``a-b`` (a <= b),
-    separated by commas, in the order given."""
+    separated by commas, in the order given, each in [low, high] (default: a seed's range)."""
     out: list[int] = []
     for item in comma_list(text, option) or []:
         first, dash, last = item.partition("-")
         try:
-            low, high = int(first), int(last) if dash else int(first)
+            start, end = int(first), int(last) if dash else int(first)
         except ValueError:
             raise UsageError(f"{option} {text!r}: expected integers or ranges a-b separated "
                              "by commas") from None
-        if high < low:
+        if end < start:
             raise UsageError(f"{option} {text!r}: the range {item} runs backwards")
-        out += [n for n in range(low, high + 1) if n not in out]
+        if not low <= start <= end <= high:
+            raise UsageError(f"{option} {text!r}: expected integers in [{low:,}, {high:,}]")
+        out += [n for n in range(start, end + 1) if n not in out]
     return out
 
 
 class UsageError(ValueError):
     """Bad command-line input (reported like a bad profile value, exit status 2)."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every command's parser: a bad argument is one line, ``prog: error: argument --x: ...``
+    (exit 2), without argparse's usage block (``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [low, high], else one line naming the value (a 0 or
+    a typo such as 1000000000 stops here, not in a traceback or after hours of work)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r}: expected an integer in [{low:,}, {high:,}]")
+        return value
+
+    return parse
+
+
+def bounded_float(low: float, high: float, *, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [low, high] (``(low, high]`` with
+    ``open_low``); ``nan``, ``inf`` and ``1e308`` are refused naming the value."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if open_low else value >= low)
+                and value <= high):
+            interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r}: expected a finite number in {interval}")
+        return value
+
+    return parse
+
+
+SEED = bounded_int(0, 2**32 - 1)
+"""``--seed`` (numpy's legacy generator and CUDA take seeds below 2^32)."""
 
 
 def quiet_openmp() -> None:

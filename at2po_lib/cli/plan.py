@@ -17,23 +17,24 @@ import json
 
 from ..cost_estimate import (ZERO_STAGES, Hardware, PlanError, card_table, format_cards, format_plan,
                         plan)
-from .options import UsageError, add_profile_options, comma_list, load_profile_args, run_guarded
+from .options import (CommandParser, UsageError, add_profile_options, bounded_float, bounded_int,
+                      comma_list, load_profile_args, run_guarded)
 
 PROG = "at2po plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = Hardware(gpus=1)
-    parser = argparse.ArgumentParser(prog=PROG, description="Estimate memory per GPU and the "
+    parser = CommandParser(prog=PROG, description="Estimate memory per GPU and the "
                                      "rollout and retrieval load of one training step.")
     add_profile_options(parser, default=None, example="train.micro_batch_rows=1")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs, one process each")
+    parser.add_argument("--gpus", type=bounded_int(1, 65_536), required=True, help="GPUs, one process each")
     parser.add_argument("--zero", choices=ZERO_STAGES, default=None,
                         help="DeepSpeed ZeRO stage; none: no DeepSpeed (fp32 master weights in "
                              "the trainer). Default: 3 with more than one GPU, else none")
     parser.add_argument("--offload-optimizer", action="store_true",
                         help="optimizer states on the CPU (zero3_offload_8gpu.yaml)")
-    parser.add_argument("--gpu-memory-gib", type=float, default=d.gpu_memory_gib,
+    parser.add_argument("--gpu-memory-gib", type=bounded_float(0, 1e6, open_low=True), default=d.gpu_memory_gib,
                         help=f"memory of one GPU (default {d.gpu_memory_gib:g}: the paper's H20)")
     parser.add_argument("--no-fused-lm-head", action="store_true",
                         help="count the fp32 log-softmax over the vocabulary (no chunked LM head)")
@@ -43,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cards", default=None, metavar="GIB,GIB,...",
                         help="verdicts for these card sizes (e.g. 24,48,80,141), as configured "
                              "and with LoRA, instead of one plan")
-    parser.add_argument("--cpu-gflops", type=float, default=d.cpu_gflops,
+    parser.add_argument("--cpu-gflops", type=bounded_float(0, 1e9, open_low=True), default=d.cpu_gflops,
                         help=f"sustained CPU sgemm GFLOP/s of the server (default {d.cpu_gflops:g})")
-    parser.add_argument("--gpu-tflops", type=float, default=d.gpu_tflops,
+    parser.add_argument("--gpu-tflops", type=bounded_float(0, 1e6, open_low=True), default=d.gpu_tflops,
                         help=f"sustained fp32 TFLOP/s of one GPU (default {d.gpu_tflops:g})")
-    parser.add_argument("--mean-searches", type=float, default=d.mean_searches,
+    parser.add_argument("--mean-searches", type=bounded_float(0, 1024), default=d.mean_searches,
                         help=f"searches per trajectory (default {d.mean_searches:g})")
-    parser.add_argument("--passages", type=int, default=d.passages,
+    parser.add_argument("--passages", type=bounded_int(1, 10**12), default=d.passages,
                         help=f"passages in the index (default {d.passages:,}: wiki-18)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser

@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import (UsageError, add_profile_options, add_warm_start_sample_options, comma_list,
+from .options import (CommandParser, add_profile_options, add_warm_start_sample_options, int_list,
                       invocation, load_profile_args, parse_set, quiet_openmp, run_guarded)
 
 PROG = "at2po regime-pilot"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Measure whether RL learns on a "
+    parser = CommandParser(prog=PROG, description="Measure whether RL learns on a "
                                      "profile and whether its turns decide the outcome (issue "
                                      "#20's gates), from react/grpo runs and fresh rollouts.")
     add_profile_options(parser, example="rollout.temperature=1.0")
@@ -42,10 +42,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     from ..reporting.regime_pilot import run_regime_pilot
 
     load_profile_args(args)
-    try:
-        seeds = [int(s) for s in comma_list(args.seeds, "--seeds")]
-    except ValueError:
-        raise UsageError(f"--seeds {args.seeds!r}: expected integers separated by commas") from None
+    seeds = int_list(args.seeds, "--seeds")
     result = run_regime_pilot(args.profile, seeds, args.prompts, args.seed, args.policy,
                               parse_set(args.overrides), args.out, invocation(PROG, argv))
     gain = result["gate1_em_gain"]["multihop"]["gain"]

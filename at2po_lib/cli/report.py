@@ -14,16 +14,17 @@ import argparse
 import sys
 
 from .. import stats
-from .options import add_profile_options, load_profile_args, run_guarded
+from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
+                      run_guarded)
 
 PROG = "at2po report"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Write the tables and figures of a "
+    parser = CommandParser(prog=PROG, description="Write the tables and figures of a "
                                      "profile's finished runs (no training).")
     add_profile_options(parser, example="eval.max_questions=50")
-    parser.add_argument("--resamples", type=int, default=None,
+    parser.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=None,
                         help="bootstrap replicates per interval (default 4000)")
     parser.add_argument("--readme", action="store_true",
                         help="refresh the blocks of the README and docs/ generated from "

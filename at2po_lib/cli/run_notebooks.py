@@ -16,13 +16,13 @@ from pathlib import Path
 
 from ..notebook_runner import run_notebooks
 from ..util.paths import repo_root
-from .options import SET_METAVAR, comma_list, parse_set, run_guarded
+from .options import CommandParser, SET_METAVAR, comma_list, parse_set, run_guarded
 
 PROG = "at2po run-notebooks"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Execute the numbered notebooks "
+    parser = CommandParser(prog=PROG, description="Execute the numbered notebooks "
                                      "with papermill; up-to-date stages are skipped.")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--only", default=None, help="comma-separated prefixes, e.g. 00,01")

@@ -23,16 +23,22 @@ from ..retrieval.encoders import EncoderSpec
 from ..retrieval.indexes import build_retriever
 from ..retrieval.server import (API_KEY_ENV, API_KEY_HEADER, ServerLimits, check_binding,
                                 create_app, uvicorn_options)
-from .options import add_profile_options, parse_set, run_guarded
+from .options import (CommandParser, add_profile_options, bounded_float, bounded_int,
+                      parse_set, run_guarded)
 
 # Imported inside the functions that use them: uvicorn; the server's stack loads only when it
 # serves.
 
 PROG = "at2po serve-retriever"
+COUNT = bounded_int(1, 1 << 24)
+"""Queries and characters per request or queue."""
+BYTES = bounded_int(1, 1 << 34)
+"""Bytes (or characters) of one request, at most 16 GiB."""
+SECONDS = bounded_float(0, 86_400, open_low=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Serve POST /retrieve (Search-R1's "
+    p = CommandParser(prog=PROG, description="Serve POST /retrieve (Search-R1's "
                                 "contract) and GET /health over a profile's or a given index.")
     add_profile_options(p, default=None, example="retrieval.topk=5", profile_help=(
         "serve the profile's retriever (index built if missing)"))
@@ -40,29 +46,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", help="index folder (dense, or BM25 with --bm25)")
     p.add_argument("--bm25", action="store_true")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--topk", type=int, default=DEFAULT_TOPK, help="default when a request sends topk null")
+    p.add_argument("--port", type=bounded_int(0, 65_535), default=8000)
+    p.add_argument("--topk", type=bounded_int(1, 1000), default=DEFAULT_TOPK, help="default when a request sends topk null")
     p.add_argument("--no-batching", action="store_true", help="one search call per request")
-    p.add_argument("--max-wait-ms", type=float, default=3.0)
-    p.add_argument("--max-batch-queries", type=int, default=256)
+    p.add_argument("--max-wait-ms", type=bounded_float(0, 60_000), default=3.0)
+    p.add_argument("--max-batch-queries", type=COUNT, default=256)
     d = ServerLimits()
-    p.add_argument("--max-queries", type=int, default=d.max_queries)
-    p.add_argument("--max-topk", type=int, default=d.max_topk)
-    p.add_argument("--max-query-chars", type=int, default=d.max_query_chars)
-    p.add_argument("--max-request-chars", type=int, default=d.max_request_chars)
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
-    p.add_argument("--max-queued-queries", type=int, default=d.max_queued_queries,
+    p.add_argument("--max-queries", type=COUNT, default=d.max_queries)
+    p.add_argument("--max-topk", type=bounded_int(1, 1000), default=d.max_topk)
+    p.add_argument("--max-query-chars", type=COUNT, default=d.max_query_chars)
+    p.add_argument("--max-request-chars", type=BYTES, default=d.max_request_chars)
+    p.add_argument("--max-body-bytes", type=BYTES, default=d.max_body_bytes)
+    p.add_argument("--max-queued-queries", type=COUNT, default=d.max_queued_queries,
                    help="queue bound; beyond it requests get 503 with Retry-After")
-    p.add_argument("--request-timeout", type=float, default=d.request_timeout_s,
+    p.add_argument("--request-timeout", type=SECONDS, default=d.request_timeout_s,
                    help="seconds before a request is answered 504 and its work dropped")
-    p.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
+    p.add_argument("--header-timeout", type=SECONDS, default=d.header_timeout_s,
                    help="seconds a connection has for a request's headers (slow clients are cut)")
-    p.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
+    p.add_argument("--body-timeout", type=SECONDS, default=d.body_timeout_s,
                    help="seconds a request's body may take to arrive (408 beyond)")
-    p.add_argument("--max-connections", type=int, default=d.max_connections,
+    p.add_argument("--max-connections", type=bounded_int(1, 65_536), default=d.max_connections,
                    help="open connections at most; beyond, the longest-idle one is closed (or "
                         "the new one, unread, when all are busy)")
-    p.add_argument("--max-connections-per-client", type=int,
+    p.add_argument("--max-connections-per-client", type=bounded_int(1, 65_536),
                    default=d.max_connections_per_client,
                    help="open connections from one address at most (its idle ones shed first)")
     p.add_argument("--api-key-file", help=f"file holding the API key (default: ${API_KEY_ENV}); "
@@ -74,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", default="mean", choices=["mean", "cls"])
     p.add_argument("--query-prefix", default="")
     p.add_argument("--passage-prefix", default="")
-    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--max-length", type=bounded_int(1, 1 << 20), default=256)
     p.add_argument("--device", default=None)
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--no-gpu-index", action="store_true",

@@ -22,14 +22,14 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from .options import (UsageError, add_profile_options, comma_list, int_list, parse_set,
-                      quiet_openmp, run_guarded)
+from .options import (CommandParser, UsageError, add_profile_options, comma_list, int_list,
+                      parse_set, quiet_openmp, run_guarded)
 
 PROG = "at2po study"
 
 
 def build_parser(prog: str = PROG, table: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Train (or reuse) every (method, "
+    parser = CommandParser(prog=prog, description="Train (or reuse) every (method, "
                                      "seed) of one of the paper's tables, then write the tables "
                                      "and figures of the profile from its records.")
     add_profile_options(parser, example="train.max_steps=96 (applies to every run)")

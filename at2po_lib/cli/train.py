@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (UsageError, add_profile_options, check_methods, parse_set, quiet_openmp,
-                     run_guarded)
+from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int,
+                      check_methods, parse_set, quiet_openmp, run_guarded)
 
 PROG = "at2po train"
 TRAINER_SECTION = "trainer"
@@ -31,19 +31,19 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train one method (AT2PO or a baseline) on one profile and seed; records "
                     "go to results/runs/<profile>/<method>/seed<S>/.")
     add_profile_options(parser, example="train.learning_rate=1e-4, or trainer.beta=0 for an "
                                         "AT2POConfig field after the method preset")
     parser.add_argument("--method", help="a preset name (see --list-methods)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run's last complete checkpoint")
     parser.add_argument("--force", action="store_true", help="re-run a finished run")
     parser.add_argument("--list-methods", action="store_true")
-    parser.add_argument("--max-steps", type=int, default=None,
+    parser.add_argument("--max-steps", type=bounded_int(1, 1_000_000), default=None,
                         help="shorthand for --set train.max_steps=N")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "

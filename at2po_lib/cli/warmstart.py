@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_profile_options, load_profile_args, quiet_openmp, run_guarded
+from .options import (CommandParser, add_profile_options, load_profile_args, quiet_openmp,
+                      run_guarded)
 
 PROG = "at2po warmstart"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Train the tiny policy's SFT warm "
+    parser = CommandParser(prog=PROG, description="Train the tiny policy's SFT warm "
                                      "start (scripted demonstrations, checkpoint chosen on "
                                      "validation EM).")
     add_profile_options(parser, example="sft.max_steps=300")

@@ -10,13 +10,13 @@ import argparse
 from pathlib import Path
 
 from ..tinyworld.build import build_world, ensure_world, load_world, world_stats
-from .options import add_profile_options, load_profile_args, run_guarded
+from .options import CommandParser, add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po world"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Generate TinyWorld: a toy "
+    parser = CommandParser(prog=PROG, description="Generate TinyWorld: a toy "
                                      "encyclopedia and seven QA datasets in the real formats.")
     add_profile_options(parser, example="world.seed=3")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")

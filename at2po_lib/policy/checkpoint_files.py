@@ -4,9 +4,10 @@ files parse, and the folder holds exactly the files its record lists, each with 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from ..util.digests import file_sha256
 
 
 class CheckpointError(OSError):
@@ -29,14 +30,8 @@ def check_json_files(folder: Path) -> None:
 def file_digests(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file directly in ``folder`` (names in ``skip`` left out), for a record
     that :func:`check_digests` verifies at load."""
-    digests = {}
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name not in skip):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digests[path.name] = digest.hexdigest()
-    return digests
+    return {path.name: file_sha256(path)
+            for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name not in skip)}
 
 
 def check_digests(folder: Path, recorded: dict[str, str], record: Path,

@@ -7,7 +7,10 @@ question: prediction, EM, F1, turns, searches, finish reason). Paper-scale runs 
 write the same files under ``results/runs/paper-<backbone>/``, so every table and figure reads
 them the same way.
 
-- :func:`discover_runs`: which (method, seed) folders exist and which finished.
+- :func:`discover_runs`: which (method, seed) folders exist and which finished: real folders
+  named ``seed<N>`` only (a link, ``seed01`` or ``seed١`` is refused: each would count a run
+  twice; ``seed1.bak`` is no run); :func:`finished_run_folders` for the other readers of runs
+  (``at2po dissect runs``), checked as the report checks them.
 - :func:`load_training_records` → ``metrics`` (method, seed, step) and ``evals`` (method, seed,
   step, dataset).
 - :func:`load_final_evals` → the final greedy EM of every run (one row per dataset).
@@ -15,11 +18,12 @@ them the same way.
 
 What they read is validated (:class:`RecordError` names the file and, for a bad row, its line):
 a run counts only with a readable ``DONE.json`` (a JSON object); ``outcomes.csv`` and
-``final_eval.csv`` need their columns, at least one row, EM/F1 in [0, 1] and non-negative
-counts, and each question once (a duplicated (dataset, id) would count its EM twice in the
-seed's mean); ``metrics.jsonl`` and ``eval.jsonl`` rows must be objects with an integer
-``step``, and a finished run's files must parse to the last line (a torn line there is damage,
-not a writer mid-append). A run left out (not finished, or finished without the file a table
+``final_eval.csv`` need their columns, at least one row, finite EM/F1 in [0, 1] (a question's
+greedy EM 0 or 1) and non-negative counts, and each question (each dataset) once (a duplicated
+(dataset, id) would count its EM twice in the seed's mean); ``metrics.jsonl`` and ``eval.jsonl``
+rows must be objects with an integer ``step``, finite numbers (no ``NaN``/``Infinity``) and
+each step (and dataset) once, and a finished run's files must parse to the last line (a torn
+line there is damage, not a writer mid-append). A run left out (not finished, or finished without the file a table
 needs) is never dropped silently: a note on stderr lists the runs the result rests on and those
 left out, with why.
 
@@ -48,14 +52,17 @@ import yaml
 from ..evaluation import read_outcomes as read_outcome_file
 from ..method.presets import METHODS
 from ..trainer.identity import run_identity
-from ..trainer.run_folder import config_hash, read_jsonl, today_names
+from ..trainer.run_folder import config_hash, read_jsonl, read_jsonl_lines, today_names
 from ..util.errors import RecordError
 from ..util.paths import results_dir
 
 OUTCOMES_FILE = "outcomes.csv"
 """Per-question outcomes beside a run's ``final_eval.csv``."""
 
-_SEED_DIR = re.compile(r"^seed(\d+)$")
+_SEED_DIR = re.compile(r"seed(0|[1-9][0-9]*)", re.ASCII)
+"""A run folder's name: ``seed<N>``, N in ASCII digits without a leading zero."""
+_SEED_LIKE = re.compile(r"seed\d+")
+"""A name that reads as a seed number but is not a run folder's (``seed01``, ``seed١``)."""
 _OUTCOME_RENAMES = {"id": "question_id", "num_turns": "turns", "num_tool_calls": "searches"}
 
 
@@ -74,14 +81,30 @@ def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.Data
         if methods is not None and method_dir.name not in methods:
             continue
         for seed_dir in sorted(method_dir.iterdir()):
-            match = _SEED_DIR.match(seed_dir.name)
-            if not match or not seed_dir.is_dir():
+            match = _run_folder(seed_dir)
+            if match is None:
                 continue
             rows.append({"method": method_dir.name, "seed": int(match.group(1)),
                          "path": seed_dir, "finished": (seed_dir / "DONE.json").is_file(),
                          "has_outcomes": (seed_dir / OUTCOMES_FILE).is_file()})
     frame = pd.DataFrame(rows, columns=["method", "seed", "path", "finished", "has_outcomes"])
     return frame.sort_values(["method", "seed"], ignore_index=True)
+
+
+def _run_folder(path: Path) -> re.Match | None:
+    """The ``seed<N>`` match of a run folder; None for an entry that is no run (``seed1.bak``,
+    a file). A link named ``seed<N>`` or a name that reads as a seed number without being
+    ``seed<N>`` (``seed01``, ``seed١``) is a :class:`RecordError`: each would count a run a
+    second time (b8f2d3f counted a ``seed01`` copy as another seed 1)."""
+    match = _SEED_DIR.fullmatch(path.name)
+    if match and path.is_symlink():
+        raise RecordError(f"{path}: a symbolic link (to {path.resolve()}); a run is a real folder "
+                          "and a link would count a run twice: remove the link")
+    if match is None and _SEED_LIKE.fullmatch(path.name):
+        raise RecordError(f"{path}: reads as seed {int(path.name[4:])} but is not a run folder "
+                          f"name (seed<N>, ASCII digits, no leading zero): a copy that would count "
+                          "a seed twice? Move it out of the runs folder")
+    return match if match and path.is_dir() else None
 
 
 def _done_problem(path: Path) -> str | None:
@@ -140,6 +163,18 @@ def _runs(profile: str, methods: Iterable[str] | None, seeds: Iterable[int] | No
         yield row.method, row.seed, Path(row.path)
 
 
+def finished_run_folders(profile: str, methods: Sequence[str]) -> list[Path]:
+    """The folders of the finished runs of ``methods`` (in that order, each method's by folder
+    name), after checking their records as ``at2po report`` does: metric rows
+    (:func:`load_training_records`) and independent seeds (:func:`check_seeds`)."""
+    load_training_records(profile, methods)
+    check_seeds(profile, methods)
+    found = {method: [] for method in methods}
+    for method, _, path in _runs(profile, methods, None):
+        found[method].append(path)
+    return [path for method in methods for path in sorted(found[method], key=lambda p: p.name)]
+
+
 def _read_csv(path: Path, **options) -> pd.DataFrame:
     """A CSV record; unreadable bytes, a torn quote or no header are errors naming it."""
     try:
@@ -152,10 +187,11 @@ def _read_csv(path: Path, **options) -> pd.DataFrame:
 
 
 def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float, float]],
-                   *, integer: Sequence[str] = (), optional: Sequence[str] = ()) -> None:
-    """Every column of ``rules`` present (unless ``optional``), numeric and within its
-    [low, high] (NaN allowed only in ``optional`` columns); at least one row. Errors name the
-    file and the first bad line (the header is line 1)."""
+                   *, integer: Sequence[str] = (), optional: Sequence[str] = (),
+                   binary: Sequence[str] = ()) -> None:
+    """Every column of ``rules`` present (unless ``optional``), a finite number within its
+    [low, high] (NaN allowed only in ``optional`` columns), 0 or 1 in a ``binary`` column; at
+    least one row. Errors name the file and the first bad line (the header is line 1)."""
     missing = [c for c in rules if c not in frame.columns and c not in optional]
     if missing:
         raise RecordError(f"{path}: missing column(s) {', '.join(missing)}")
@@ -166,15 +202,18 @@ def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float
             continue
         values = pd.to_numeric(frame[column], errors="coerce")
         blank = values.isna() & (column not in optional or ~frame[column].isna())
-        bad = blank | (values < low) | (values > high)
+        bad = blank | (values < low) | (values > high) | values.isin([math.inf, -math.inf])
         if column in integer:
             bad |= values.notna() & (values != values.round())
+        if column in binary:
+            bad |= values.notna() & ~values.isin([0.0, 1.0])
         if bad.any():
             index = int(bad.to_numpy().nonzero()[0][0])
             shown = str(frame[column].iloc[index])[:40]
-            raise RecordError(f"{path}, line {index + 2}: {column}={shown} is not a number"
-                              f" in [{low:g}, {high:g}]"
-                              f"{' (an integer)' if column in integer else ''}")
+            kind = ("0 or 1 (a question is answered exactly or not)" if column in binary
+                    else f"a finite number in [{low:g}, {high:g}]"
+                    + (" (an integer)" if column in integer else ""))
+            raise RecordError(f"{path}, line {index + 2}: {column}={shown} is not {kind}")
 
 
 _OUTCOME_RULES = {"em": (0.0, 1.0), "f1": (0.0, 1.0), "turns": (0.0, math.inf),
@@ -184,13 +223,30 @@ _FINAL_RULES = {"em": (0.0, 1.0), "f1": (0.0, 1.0), "n": (1.0, math.inf),
                 "sampled_em": (0.0, 1.0)}
 
 
-def _check_metric_rows(rows: list, path: Path) -> list[dict]:
-    for i, row in enumerate(rows):
+def _check_metric_rows(rows: list[tuple[int, Any]], path: Path,
+                       key: Sequence[str] = ("step",)) -> list[dict]:
+    """The rows of ``metrics.jsonl`` (one per ``step``) or ``eval.jsonl`` (one per ``step`` and
+    ``dataset``), given with their line numbers: objects with an integer ``step`` >= 0, every
+    number finite (JSON's ``NaN``/``Infinity`` parse, and would move every mean), each key
+    once (a duplicated row would count its step twice). Errors name file and line."""
+    first: dict[tuple, int] = {}
+    for line, row in rows:
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise RecordError(f"{path}, row {i + 1}: expected an object with an integer "
+            raise RecordError(f"{path}, line {line}: expected an object with an integer "
                               f"'step' >= 0, got {str(row)[:80]}")
-    return rows
+        bad = next((k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)),
+                   None)
+        if bad is not None:
+            raise RecordError(f"{path}, line {line}: {bad}={row[bad]} is not a finite number "
+                              "(a damaged record)")
+        ident = tuple(str(row.get(k)) for k in key)
+        if ident in first:
+            named = ", ".join(f"{k} {v}" for k, v in zip(key, ident))
+            raise RecordError(f"{path}, line {line}: {named} again (first on line "
+                              f"{first[ident]}): a duplicated row; each counts once")
+        first[ident] = line
+    return [row for _, row in rows]
 
 
 def load_training_records(profile: str, methods: Sequence[str] | None = None,
@@ -202,11 +258,12 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
         tag = {"profile": profile, "method": method, "seed": seed}
         try:
             # a finished run's records are whole: a torn last line is refused, not dropped
-            rows = _check_metric_rows(read_jsonl(path / "metrics.jsonl", torn_ok=False),
+            rows = _check_metric_rows(read_jsonl_lines(path / "metrics.jsonl", torn_ok=False),
                                       path / "metrics.jsonl")
             metrics += [{**tag, **row} for row in today_names(rows)]
             evals += [{**tag, **row} for row in _check_metric_rows(
-                read_jsonl(path / "eval.jsonl", torn_ok=False), path / "eval.jsonl")]
+                read_jsonl_lines(path / "eval.jsonl", torn_ok=False), path / "eval.jsonl",
+                key=("step", "dataset"))]
         except (UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -232,6 +289,7 @@ def load_final_evals(profile: str, methods: Sequence[str] | None = None,
         frame = _read_csv(file)
         _check_columns(frame, file, _FINAL_RULES, integer=("n",),
                        optional=("f1", "sampled_em", "mean_turns", "mean_tool_calls", "n"))
+        _check_unique(frame, file, ["dataset"], "dataset")
         frame["method"], frame["seed"] = method, seed
         frames.append(frame)
         coverage.used.append(f"{method}/seed{seed}")
@@ -251,7 +309,7 @@ def read_outcomes(path: str | Path) -> pd.DataFrame:
     except ValueError as exc:  # a missing column (named by read_outcomes) or a torn row
         raise RecordError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
     _check_columns(frame, path, _OUTCOME_RULES, integer=("turns", "searches"),
-                   optional=("sampled_em",))
+                   optional=("sampled_em",), binary=("em",))
     _check_unique_questions(frame, path)
     return frame
 
@@ -261,7 +319,13 @@ def _check_unique_questions(frame: pd.DataFrame, path: Path) -> None:
     repeated row with another EM would move it. Ids repeat across datasets (``q0`` of HotpotQA
     and of NQ), not within one."""
     keys = [c for c in ("dataset", "question_id") if c in frame.columns]
-    if "question_id" not in keys:
+    if "question_id" in keys:
+        _check_unique(frame, path, keys, "question")
+
+
+def _check_unique(frame: pd.DataFrame, path: Path, keys: list[str], what: str) -> None:
+    """Each value of ``keys`` on one row, else an error naming both lines."""
+    if not set(keys) <= set(frame.columns):
         return
     repeated = frame.duplicated(keys, keep="first")
     if not repeated.any():
@@ -270,8 +334,8 @@ def _check_unique_questions(frame: pd.DataFrame, path: Path) -> None:
     row = frame.iloc[index]
     same = (frame[keys] == row[keys]).all(axis=1).to_numpy().nonzero()[0]
     name = "/".join(str(row[k]) for k in keys)
-    raise RecordError(f"{path}, line {index + 2}: question {name} again (first on line "
-                      f"{int(same[0]) + 2}): a duplicated record; each question counts once")
+    raise RecordError(f"{path}, line {index + 2}: {what} {name} again (first on line "
+                      f"{int(same[0]) + 2}): a duplicated record; each {what} counts once")
 
 
 def load_outcomes(profile: str, methods: Sequence[str] | None = None,
@@ -343,6 +407,34 @@ def check_seeds(profile: str, methods: Sequence[str] | None = None) -> None:
         for key in _SHARED:
             _check_agreement(method, key, {seed: record[key] for seed, record in shared.items()})
         _check_not_copies(method, runs)
+        _check_same_questions(method, runs)
+
+
+def _check_same_questions(method: str, runs: list[tuple[int, Path]]) -> None:
+    """Every seed of ``method`` answered the same questions (``outcomes.csv``): a seed with an
+    extra, a missing or a renamed question id is named with the first such id (the comparison
+    over seeds pairs questions; b8f2d3f failed late, naming the good seeds and no file)."""
+    sets = {}
+    for seed, path in runs:
+        if (path / OUTCOMES_FILE).is_file():
+            frame = read_outcomes(path / OUTCOMES_FILE)
+            sets[seed] = frozenset(zip(frame.get("dataset", pd.Series([""] * len(frame))),
+                                       frame["question_id"].astype(str)))
+    if len(set(sets.values())) <= 1:
+        return
+    counts = Counter(sets.values())
+    top = max(counts.values())
+    majority = next(sets[s] for s in sorted(sets) if counts[sets[s]] == top)
+    agree = [s for s in sorted(sets) if sets[s] == majority]
+    for seed, path in runs:
+        if seed not in sets or sets[seed] == majority:
+            continue
+        extra, missing = sorted(sets[seed] - majority), sorted(majority - sets[seed])
+        what = (f"question {'/'.join(extra[0])} that seed{agree[0]} has not" if extra
+                else f"no question {'/'.join(missing[0])}, which seed{agree[0]} answered")
+        raise RecordError(f"{path / OUTCOMES_FILE}: {what} ({len(extra)} extra, {len(missing)} "
+                          f"missing against {method}'s other seeds): the seeds of a method must "
+                          "answer the same test questions")
 
 
 def _read_object(path: Path) -> dict | None:

@@ -39,6 +39,7 @@ from .. import stats
 from ..analysis.dissection import clip_levels
 from ..config import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
+from ..util.locks import folder_lock
 from ..util.paths import figures_dir, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
@@ -93,10 +94,19 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     metrics, evals = load_training_records(profile)
     check_seeds(profile)
     blocks = load_block_outcomes(profile)
-    with all_or_none():
+    journal = write_journal(profile)
+    # one report of a profile at a time (a second one waits): its journal is that report's own;
+    # a killed report's is put back by the next one
+    with folder_lock(journal, "report", wait=True), all_or_none(journal):
         return _write(profile, cfg, runs, outcomes, finals, metrics, evals, blocks,
                       n_resamples=n_resamples, readme=readme, figures=figures,
                       allow_revisions=allow_revisions)
+
+
+def write_journal(profile: str) -> Path:
+    """Where a report keeps the earlier bytes of what it rewrites until it is done
+    (:func:`at2po_lib.util.writing.all_or_none`): ``results/<profile>/.report-journal``."""
+    return results_dir(profile) / ".report-journal"
 
 
 def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,

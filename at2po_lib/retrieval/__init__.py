@@ -10,7 +10,8 @@ a Search-R1-compatible HTTP server and its client, all behind one interface::
 
 Modules: :mod:`.corpus` (JSONL/.gz streaming, offsets, checksum), :mod:`.encoders`
 (HF encoders, pooling, prefixes), :mod:`.shards` (resumable embedding), :mod:`.dense` (faiss),
-:mod:`.bm25` (bm25s), :mod:`.indexes` (profiles → indexes → retrievers, ``at2po index``),
+:mod:`.bm25` (bm25s), :mod:`.ownership` (what a build may replace), :mod:`.indexes` (profiles
+→ indexes → retrievers, ``at2po index``),
 :mod:`.batcher` + :mod:`.server` (``at2po serve-retriever``), :mod:`.client`,
 :mod:`.recall` (recall@k).
 

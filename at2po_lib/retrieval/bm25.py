@@ -30,8 +30,9 @@ from ..util.staging import discard, recover, staging_path, swap_in
 from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
                    check_search_args, hits_from_rows)
 from .corpus import Corpus
-from .metadata import (check_corpus, check_index_destination, file_sizes, read_metadata,
-                       write_metadata)
+from .metadata import check_corpus, file_sizes, read_metadata, write_metadata
+from .ownership import (check_index_destination, confirm_destination, is_complete_build,
+                        write_manifest)
 
 # Imported inside the functions that use them: bm25s; retrieval.indexes imports this module, and
 # bm25s loads only when a BM25 index is built or searched (tests/test_retrieval_build.py).
@@ -66,8 +67,9 @@ def build_bm25_index(
     from bm25s.tokenization import Tokenized
 
     index_dir = Path(index_dir)
-    check_index_destination(index_dir)  # before any work: the swap replaces the whole folder
-    recover(index_dir, lambda folder: (folder / "meta.json").is_file())
+    # before any work: the swap replaces the whole folder, so it must hold only our files
+    destination = check_index_destination(index_dir, corpus_path)
+    recover(index_dir, is_complete_build)
     work = staging_path(index_dir)  # built here, swapped in when complete
     discard(work)  # tokenising is cheap: a killed build starts over
     work.mkdir(parents=True)
@@ -97,6 +99,8 @@ def build_bm25_index(
         "files": file_sizes(work, index_files),
     })
     corpus.close()
+    write_manifest(work)
+    confirm_destination(destination)  # nothing added to the old folder during the build
     swap_in(work, index_dir)
     return BM25BuildReport(index_dir, read_metadata(index_dir, "bm25"))
 

@@ -148,6 +148,31 @@ class _LineScanner:
         return stats, offsets
 
 
+def offsets_cache_files(folder: Path) -> set[str]:
+    """The names of :data:`OFFSETS_FILE` and :data:`STATS_FILE` in ``folder`` that are this
+    module's offsets cache by their form: the stats file holds exactly the keys
+    :meth:`Corpus._save_cache` writes, with a checksum that is the one its fields make, and the
+    offsets file is an int64 vector of ``passages + 1`` entries. Loads rewrite the cache when the
+    corpus changes, so it is recognised by form, never by a recorded hash (an index build's
+    ownership check, :mod:`.ownership`)."""
+    try:
+        saved = json.loads((folder / STATS_FILE).read_bytes().decode("utf-8"))
+        stats = CorpusStats(saved["size"], saved["passages"], saved["head_tail_sha256"])
+        keys = {"corpus", "file_size", "mtime_ns", *asdict(stats), "checksum"}
+        if set(saved) != keys or saved["checksum"] != stats.checksum:
+            return set()
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return set()
+    found = {STATS_FILE}
+    try:
+        offsets = np.load(folder / OFFSETS_FILE, mmap_mode="r", allow_pickle=False)
+        if offsets.dtype == np.int64 and offsets.shape == (stats.passages + 1,):
+            found.add(OFFSETS_FILE)
+    except (OSError, ValueError, TypeError):
+        pass
+    return found
+
+
 def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 

@@ -51,8 +51,9 @@ from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retrie
                    check_search_args, hits_from_rows)
 from .corpus import Corpus
 from .encoders import DenseEncoder, EncoderSpec
-from .metadata import (check_corpus, check_encoder, check_index_destination, file_sizes,
-                       read_metadata, write_metadata)
+from .metadata import check_corpus, check_encoder, file_sizes, read_metadata, write_metadata
+from .ownership import (MANIFEST, check_index_destination, confirm_destination,
+                        is_complete_build, write_manifest)
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 # Imported inside the functions that use them: faiss; a BM25-only user never loads faiss
@@ -172,11 +173,13 @@ def build_dense_index(
     """
     parse_index_type(index_type)
     index_dir = Path(index_dir)
-    check_index_destination(index_dir)  # before any work: the swap replaces the whole folder
-    recover(index_dir, _build_is_complete)
+    # before any work: the swap replaces the whole folder, so it must hold only our files
+    destination = check_index_destination(index_dir, corpus_path)
+    recover(index_dir, is_complete_build)
     work = staging_path(index_dir)  # built here, swapped in when complete
     work.mkdir(parents=True, exist_ok=True)
-    for stale in (work / "meta.json", work / INDEX_FILE):  # from a build killed at its end
+    # from a build killed at its end
+    for stale in (work / "meta.json", work / INDEX_FILE, work / MANIFEST):
         stale.unlink(missing_ok=True)
     corpus = Corpus(corpus_path, cache_dir=work)
     if len(corpus) == 0:
@@ -203,14 +206,12 @@ def build_dense_index(
         "files": file_sizes(work, [INDEX_FILE]),
     })
     corpus.close()
+    write_manifest(work)
+    confirm_destination(destination)  # nothing added to the old folder during the build
     swap_in(work, index_dir)
     if embeddings_dir is None:
         report.shard_dir = index_dir / "embeddings"
     return DenseBuildReport(index_dir, read_metadata(index_dir, "dense"), report)
-
-
-def _build_is_complete(folder: Path) -> bool:
-    return (folder / "meta.json").is_file()
 
 
 def _write_faiss(index: Any, path: Path) -> None:

@@ -39,6 +39,7 @@ from .client import HTTPRetriever
 from .corpus import Corpus
 from .dense import DenseRetriever, build_dense_index, faiss_header, find_faiss_file
 from .encoders import EncoderSpec
+from .ownership import is_complete_build
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ProfileConfig
@@ -91,7 +92,7 @@ def index_dirs(cfg: "ProfileConfig") -> dict[str, Path]:
 
 def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> bool:
     """A finished index matching the profile (no or unreadable ``meta.json``: not finished)."""
-    recover(folder, lambda f: (f / "meta.json").is_file())  # finish an interrupted swap
+    recover(folder, is_complete_build)  # finish an interrupted swap
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         return False

@@ -110,12 +110,17 @@ class ServerLimits:
     """The whole body must arrive within this time of the headers (408 and close beyond)."""
     max_connections: int = 256
     """Open connections at most, all clients together. A connection beyond it first makes room
-    by closing the longest-idle connection (no request in progress); only when every connection
-    is busy is the new one closed, before anything is read. The server never runs out of file
-    descriptors, and sockets held open without a request cannot lock good clients out."""
+    by closing the connection that has waited longest on its client (no request in progress,
+    or a request whose headers or body are still arriving; by the time of its last byte); only
+    when every connection is being answered is the new one closed, before anything is read. The
+    server never runs out of file descriptors, and sockets held open without a request, or
+    bodies dribbled a byte at a time, cannot lock good clients out."""
     max_connections_per_client: int = 64
-    """Open connections from one address at most; beyond, that client's own longest-idle
-    connection is closed (or the new one, when all of its connections are busy)."""
+    """Open connections from one address at most; beyond, that address's connection that has
+    waited longest on its client is closed, or the new one when all of them are being answered.
+    Trainers all reach the server from 127.0.0.1, so this cap is shared by every client of an
+    address: shedding what waits on its sender, not what waits on the server, keeps slow
+    senders from taking it over."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -185,12 +190,25 @@ def _idle(protocol: Any) -> bool:
             and not protocol.transport.is_closing())
 
 
-def _shed_idlest(protocols: list[Any]) -> bool:
-    """Close the longest-idle of ``protocols``; False when none is idle."""
-    idle = [p for p in protocols if _idle(p)]
-    if not idle:
+def _receiving_body(protocol: Any) -> bool:
+    """A request whose headers are in and whose body is still arriving: it waits on its
+    client (one whose body is complete is being answered, and is never shed)."""
+    import h11
+
+    return (protocol.conn.their_state is h11.SEND_BODY and not getattr(protocol, "_shed", False)
+            and not protocol.transport.is_closing())
+
+
+def _shed_one(protocols: list[Any]) -> bool:
+    """Close the one of ``protocols`` that has waited longest on its client (idle, headers or
+    body still arriving; by the time of its last byte); False when every one is being
+    answered. Not idle connections first: 64 senders dribbling a body byte every 2 s counted as
+    busy and held every slot of their address, and a new connection is idle until its headers
+    arrive, so slow senders reconnecting in a burst would shed good clients in that instant."""
+    candidates = [p for p in protocols if _idle(p) or _receiving_body(p)]
+    if not candidates:
         return False
-    victim = min(idle, key=lambda p: p._last_active)
+    victim = min(candidates, key=lambda p: p._last_active)
     victim._shed = True
     victim._cancel_header_timer()
     victim.transport.close()
@@ -200,7 +218,8 @@ def _shed_idlest(protocols: list[Any]) -> bool:
 def guarded_protocol(limits: ServerLimits) -> type:
     """uvicorn's h11 protocol with the connection limits of ``limits``: caps on open connections,
     total and per client address, enforced when a connection opens (before anything is read) by
-    shedding the longest-idle connection first, and a time-out for complete request headers
+    shedding the connection that has waited longest on its client (idle, headers or body still
+    arriving), and a time-out for complete request headers
     (uvicorn has none: a client sending one header byte a second kept its connection, and 250 of
     them made every good request time out; 300 sockets merely held open used to fill every
     slot)."""
@@ -226,10 +245,10 @@ def guarded_protocol(limits: ServerLimits) -> type:
         def _make_room(self) -> bool:
             open_ = [c for c in self.connections if c is not self and not getattr(c, "_shed", False)]
             mine = [c for c in open_ if getattr(c, "_peer", None) == self._peer]
-            if len(mine) >= limits.max_connections_per_client and not _shed_idlest(mine):
+            if len(mine) >= limits.max_connections_per_client and not _shed_one(mine):
                 return False
             open_ = [c for c in open_ if not c._shed]
-            return len(open_) < limits.max_connections or _shed_idlest(open_)
+            return len(open_) < limits.max_connections or _shed_one(open_)
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
@@ -419,12 +438,23 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid request: " + "; ".join(f"{where(e)}: {e.get('msg')}" for e in exc.errors())
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once: ``{"topk": 1, "topk": 50}`` is refused
+    (json's default keeps the last silently; another reader may keep the first)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"key {key[:40]!r} given twice")
+        obj[key] = value
+    return obj
+
+
 def _parse_request(body: bytes, limits: ServerLimits, default_topk: int,
                    topk_cap: int) -> RetrieveRequest | JSONResponse:
     """Validate one request on its own, before it can join a batch: JSON, schema, then each
     limit (a 413 or 422 naming it)."""
     try:
-        obj = json.loads(body)
+        obj = json.loads(body, object_pairs_hook=_unique_keys)
     except RecursionError:  # nesting deeper than the interpreter's recursion limit
         return _error(422, "invalid request: body is nested too deeply")
     except (ValueError, UnicodeDecodeError) as exc:  # bad JSON, an integer > 4,300 digits

@@ -64,6 +64,7 @@ from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, scor
                           write_outcomes)
 from ..method.presets import get_method
 from ..policy.model import torch_dtype
+from ..preflight import check_run_inputs
 from ..policy.tokenizer import load_tokenizer
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
@@ -217,6 +218,7 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
         profile_overrides or {}) or None)
     preset = get_method(method)
     _check_backend(cfg)
+    check_run_inputs(cfg, trains=preset.trains)  # datasets and loggers, before any work
     if preset.trains:
         check_optimizer_offload()
     run = run_location(cfg, method, seed, runs_root)

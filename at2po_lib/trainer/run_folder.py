@@ -48,7 +48,7 @@ import yaml
 from ..config import load_profile
 from ..util.errors import ProfileError
 from ..util.paths import results_dir
-from ..util.storage import reported_writes
+from ..util.storage import atomic_write, reported_writes
 
 COMPLETE_MARKER = "COMPLETE"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -144,7 +144,7 @@ def config_hash(resolved: dict[str, Any]) -> str:
 
 
 def write_config(run: RunDir, resolved: dict[str, Any]) -> None:
-    _atomic_write(run.config, yaml.safe_dump(_plain(resolved), sort_keys=False))
+    atomic_write(run.config, yaml.safe_dump(_plain(resolved), sort_keys=False))
 
 
 def _plain(value: Any) -> Any:
@@ -171,7 +171,7 @@ def is_finished(run: RunDir, resolved_hash: str | None = None) -> bool:
 
 
 def mark_finished(run: RunDir, resolved_hash: str, **summary: Any) -> None:
-    _atomic_write(run.done, json.dumps({"config_hash": resolved_hash, **summary}, indent=2,
+    atomic_write(run.done, json.dumps({"config_hash": resolved_hash, **summary}, indent=2,
                                        default=str) + "\n")
 
 
@@ -206,6 +206,12 @@ def read_jsonl(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
     """Rows of a JSONL file ([] if absent); a torn last line (a crash mid-write) is skipped,
     any other bad line is an error naming the file and line. ``torn_ok=False`` (the records
     of a finished run, which no writer is appending to) refuses a torn last line as well."""
+    return [row for _, row in read_jsonl_lines(path, torn_ok)]
+
+
+def read_jsonl_lines(path: Path, torn_ok: bool = True) -> list[tuple[int, Any]]:
+    """:func:`read_jsonl` with each row's line number (1-based; blank lines are skipped, so a
+    row's index is not its line)."""
     if not path.is_file():
         return []
     try:
@@ -217,7 +223,7 @@ def read_jsonl(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append((i + 1, json.loads(line)))
         except (ValueError, RecursionError) as exc:  # bad JSON, too deep, too long a number
             if i == len(lines) - 1 and torn_ok:
                 break
@@ -261,7 +267,7 @@ def today_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def truncate_jsonl(path: Path, max_step: int, key: str = "step") -> int:
     """Keep only rows with ``row[key] <= max_step`` (atomic rewrite); returns rows kept."""
     rows = [r for r in read_jsonl(path) if r.get(key, -1) <= max_step]
-    _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
     return len(rows)
 
 
@@ -273,7 +279,7 @@ def checkpoint_step(path: Path) -> int | None:
 
 def mark_checkpoint_complete(checkpoint: Path, **info: Any) -> None:
     """Write the COMPLETE marker into a checkpoint that finished saving."""
-    _atomic_write(checkpoint / COMPLETE_MARKER, json.dumps(info, default=str) + "\n")
+    atomic_write(checkpoint / COMPLETE_MARKER, json.dumps(info, default=str) + "\n")
 
 
 def complete_checkpoints(folder: Path) -> list[Path]:
@@ -301,20 +307,3 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
             shutil.rmtree(path)
             removed.append(path)
     return removed
-
-
-# ----------------------------------------------------------------------------- helpers
-def _atomic_write(path: Path, text: str) -> None:
-    """Write to a temporary sibling, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with reported_writes(path):  # a full disk: ENOSPC naming the file, the old one kept
-        try:
-            with tmp.open("w") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    os.replace(tmp, path)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import repo_root
-from .writing import write_if_changed
+from .writing import all_or_none, write_if_changed
 
 # Imported inside the functions that use them: torch; every command imports this module, and torch
 # (~1 s) loads only when the hardware is recorded.
@@ -214,11 +214,13 @@ def _stable_fields(meta: dict) -> dict:
 
 def write_csv_tables(folder: str | Path, frames: dict[str, Any], meta: dict) -> dict[str, Path]:
     """Each ``name -> DataFrame`` as ``folder/name`` (CSV, 4 decimals) with ``meta`` beside it
-    (:func:`write_meta`); returns the paths by name."""
+    (:func:`write_meta`), all or none (each file whole; a failure half-way puts back the ones
+    already written); returns the paths by name."""
     paths = {}
-    for name, frame in frames.items():
-        path = Path(folder) / name
-        frame.to_csv(path, index=False, float_format="%.4f")
-        write_meta(path, meta)
-        paths[name] = path
+    with all_or_none():
+        for name, frame in frames.items():
+            path = Path(folder) / name
+            write_if_changed(path, frame.to_csv(index=False, float_format="%.4f"))
+            write_meta(path, meta)
+            paths[name] = path
     return paths

@@ -74,3 +74,23 @@ def describe(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
         text += " (free some space, or move artifacts with AT2PO_ARTIFACTS; finished runs are kept)"
     return text
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to a temporary sibling, fsync, then rename it over ``path``: a kill at
+    any point leaves the old file or the new one, never a torn one (a full disk: ENOSPC naming
+    the file, the old one kept)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    raw = data.encode() if isinstance(data, str) else data
+    with reported_writes(path):
+        try:
+            with tmp.open("wb") as handle:
+                handle.write(raw)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    os.replace(tmp, path)
