@@ -25,6 +25,7 @@ from typing import Any
 
 from .method.expansion import EXPANSIONS
 from .prompts import BUILTIN_TEMPLATES
+from .rollout.decoding import DECODE_DTYPES, DECODE_GROUPINGS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -229,6 +230,8 @@ RULES: dict[str, Rule] = {
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,
+    "rollout.decode_dtype": _one_of(*DECODE_DTYPES),
+    "rollout.decode_grouping": _one_of(*DECODE_GROUPINGS),
     "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
     "rollout.aepo_beam": FAN,
     "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),
@@ -264,7 +267,7 @@ RULES: dict[str, Rule] = {
     "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),
     # eval
     "eval.datasets": _names(allow_empty=False),
-    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": COUNT,
+    "eval.max_questions": _optional(POSITIVE), "eval.batch_size": _int_at_least(0, 1_000_000),
     "eval.sampled_k": _int_at_least(0, 1024), "eval.sampled_datasets": _names(allow_empty=True),
 }
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,8 +148,7 @@ class RunSpec:
         with and without the renovation's names (:meth:`legacy_record`)."""
         out = []
         for record in (self.record(), self.legacy_record(), *self.recorded_as_record()):
-            trimmed = _without_added_fields(record)
-            out += [record] + ([trimmed] if trimmed != record else [])
+            out += [record] + [r for r in _without_added_fields(record) if r != record]
         return out
 
     def recorded_as_record(self) -> list[dict[str, Any]]:
@@ -199,16 +199,25 @@ class RunSpec:
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
 
 
-ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean"}
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
+                                                     ("rollout", "decode_dtype"): "auto",
+                                                     ("rollout", "decode_grouping"): "auto"}
 """Profile fields added after runs were recorded, with the value that reproduces what those
 runs did: a run recorded without the field is the same run as one with it at that value."""
 
 
-def _without_added_fields(record: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(record)
-    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
-        if out["profile"].get(section, {}).get(name, neutral) == neutral:
-            out["profile"].get(section, {}).pop(name, None)
+def _without_added_fields(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """``record`` without each combination of the added fields that hold their neutral value
+    (a run may predate some of them and not others)."""
+    neutral = [(section, name) for (section, name), value in ADDED_PROFILE_FIELDS.items()
+               if record["profile"].get(section, {}).get(name, value) == value]
+    out = []
+    for size in range(1, len(neutral) + 1):
+        for dropped in itertools.combinations(neutral, size):
+            trimmed = copy.deepcopy(record)
+            for section, name in dropped:
+                trimmed["profile"].get(section, {}).pop(name, None)
+            out.append(trimmed)
     return out
 
 
