@@ -360,9 +360,16 @@ def _after_turns(env: SearchEnv, chains: list[Chain], results: list[TurnResult])
 
 
 def _run_in_one_call(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
-    """:func:`run_chains` in one decode call (``RoundSession``): a chain whose turn ends is
-    resumed with its next context while the others decode, and closed at its leaf, when its
-    box gets the chain's cache (for the branches of later rounds)."""
+    """:func:`run_chains` in one decode call (``RoundSession``) per ``rollout.max_batch_rows``
+    chains: a chain whose turn ends is resumed with its next context while the others decode,
+    and closed at its leaf, when its box gets the chain's cache (for the branches of later
+    rounds)."""
+    size = backend.max_batch_size
+    for start in range(0, len(chains), size):
+        _run_session(backend, env, chains[start:start + size], state)
+
+
+def _run_session(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
     for chain in chains:
         state.boxes[(chain.tree_index, chain.node.id)] = chain.box
     capacity = max(len(c.tree.prompt_ids) for c in chains) + env.cfg.max_response_tokens + 1
