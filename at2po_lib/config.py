@@ -273,6 +273,9 @@ class RolloutConfig:
     """HF backend: ``turn`` (one decode call per turn depth), ``round`` (one per expansion round,
     every turn of it) or ``auto`` (``turn`` on a CPU, where the toy's records reproduce; ``round``
     on a GPU); at2po_lib.rollout.decoding."""
+    decode_capture: str = "auto"
+    """HF backend, ``round`` grouping: the decode step recorded once as a CUDA graph and replayed
+    (``auto``: on a GPU; ``on``; ``off``); at2po_lib.rollout.capture."""
     num_threads: int = 0
     """HF backend on CPU: torch threads while rolling out; 0 leaves torch's setting (the
     toy policy's tiny matmuls run fastest on 1 thread when the cores are shared)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from .method.expansion import EXPANSIONS
 from .prompts import BUILTIN_TEMPLATES
-from .rollout.decoding import DECODE_DTYPES, DECODE_GROUPINGS
+from .rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -232,6 +232,7 @@ RULES: dict[str, Rule] = {
     "rollout.max_batch_rows": POSITIVE, "rollout.num_threads": NON_NEGATIVE,
     "rollout.decode_dtype": _one_of(*DECODE_DTYPES),
     "rollout.decode_grouping": _one_of(*DECODE_GROUPINGS),
+    "rollout.decode_capture": _one_of(*DECODE_CAPTURES),
     "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
     "rollout.aepo_beam": FAN,
     "rollout.aepo_entropy_weight": _finite(), "rollout.aepo_branch_threshold": _finite(),

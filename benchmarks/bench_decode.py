@@ -14,7 +14,8 @@ random ids), ``--new-tokens`` tokens sampled at temperature 1, in one run, alter
   every row to the end);
 - ``turn``: :meth:`HFBackend.generate_turns` (one call for the turn; the toy's grouping);
 - ``round``: a :class:`~at2po_lib.rollout.session.RoundSession` (a GPU's default grouping),
-  rows closed as their turns end.
+  rows closed as their turns end, its decode step captured as a CUDA graph on a GPU
+  (``rollout.decode_capture = auto``); ``round-eager``: the same without the capture.
 
 Both rollout variants run with a multi-token stop string (matched on the device every step), as
 Qwen's ``</search>`` is. Tokens/s is generated tokens over wall time, best of ``--repeats``;
@@ -164,9 +165,10 @@ def variants(model, tokenizer, which: list[str], autocast: bool, device: str) ->
             out.append(Variant(name, hf_generate(model, tokenizer)))
             continue
         grouping = name.split("-")[0]
-        dtype = "model" if autocast or name.endswith("-model") else "auto"
+        dtype = "model" if autocast else "auto"
         backend = HFBackend(model, tokenizer, SamplingSpec(temperature=1.0), STOPS,
-                            grouping=grouping, dtype=dtype, compact_below=0.5)
+                            grouping=grouping, dtype=dtype, compact_below=0.5,
+                            capture="off" if name.endswith("-eager") else "auto")
         run = rollout_turns(backend) if grouping == "turn" else rollout_round(backend)
 
         def wrapped(contexts, new, run=run):
@@ -230,6 +232,9 @@ def per_step(variant: Variant, contexts: list[list[int]], n1: int, n2: int, devi
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="kernels")
+    parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB,
+                        help="vocabulary (Qwen3's by default; on a CPU drawing a token from 151,936 "
+                             "words takes most of a step at the toy width)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rows", default="16", help="comma-separated row counts")
     parser.add_argument("--prompt-tokens", type=int, default=64)
@@ -246,17 +251,18 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     tokenizer = bench_tokenizer()
     dtype = torch.float32
-    model = random_qwen3(args.shape, QWEN3_VOCAB, dtype, args.device, tokenizer)
+    model = random_qwen3(args.shape, args.vocab, dtype, args.device, tokenizer)
     which = args.variants.split(",")
     paths = variants(model, tokenizer, which, args.autocast, args.device)
     print(f"bench_decode: shape {args.shape} ({sum(p.numel() for p in model.parameters()):,} "
-          f"parameters, {dtype}), device {args.device}, {args.prompt_tokens} prompt tokens, "
+          f"parameters, {dtype}, vocabulary {args.vocab:,}), device {args.device}, "
+          f"{args.prompt_tokens} prompt tokens, "
           f"{args.new_tokens} new tokens, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     ratios = []
     for rows in (int(r) for r in args.rows.split(",")):
-        contexts = prompts(rows, args.prompt_tokens, QWEN3_VOCAB)
+        contexts = prompts(rows, args.prompt_tokens, args.vocab)
         for variant in paths:  # warm-up: first calls pay one-off costs
             variant.run(contexts[:2], 2)
         speed = {v.name: tokens_per_second(v, contexts, args.new_tokens, args.device,

@@ -186,3 +186,22 @@ def test_a_row_must_be_resumed_or_closed(toy):
         row, result = ended[0]
         with pytest.raises(ValueError, match="does not go past"):
             session.resume(row, contexts[row], 3)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_static_step_a_graph_records_gives_the_eager_steps_tokens(toy, temperature):
+    """decode_capture=on runs, on a CPU, the decode step a CUDA graph records (static inputs,
+    attention over the cache's full width, recorded again after rows are dropped): the same
+    tokens as the eager step, greedy (the scripted multi-turn policy) and sampled (same seed),
+    log-probs within float error. The recording itself needs CUDA (the device check)."""
+    model = scripted(toy) if temperature == 0.0 else toy.model
+    (eager, _), (static, backend) = (
+        grow(toy, "round", "entropy", temperature, seed=5, model=model, capture=capture)
+        for capture in ("off", "on"))
+    assert backend.capture and not make_backend(
+        toy.model, toy.tokenizer, toy.cfg.rollout, (), grouping="round").capture  # auto: CPU off
+    rows = [training_rows(eager), training_rows(static)]
+    assert [r["completion_ids"] for r in rows[0]] == [r["completion_ids"] for r in rows[1]]
+    for a, b in zip(*rows):
+        assert max((abs(x - y) for x, y in zip(a["old_logps"], b["old_logps"])), default=0) < 1e-5
+    assert max(n.depth for t in static for n in t.nodes) >= 2

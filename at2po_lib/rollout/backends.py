@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from transformers import AttentionInterface
 
-from .decoding import decode_dtype, decode_grouping
+from .decoding import decode_capture, decode_dtype, decode_grouping
 from .kvcache import BatchCache, KVPrefix, RowCache
 from .sampling import SamplingSpec, sample_step
 from .session import RoundSession
@@ -177,7 +177,7 @@ class HFBackend:
                  seed: int = 0, keep_cache: bool = True, max_batch_size: int = 512,
                  attention: str = "auto", compact_below: float = 0.5,
                  num_threads: int | None = None, dtype: str = "auto",
-                 grouping: str = "auto") -> None:
+                 grouping: str = "auto", capture: str = "auto") -> None:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
         self.keeps_cache = keep_cache
@@ -191,6 +191,8 @@ class HFBackend:
         """What generation runs in: the weights (a copy when it is not theirs), the KV cache."""
         self.grouping = decode_grouping(grouping, self.device.type) if keep_cache else "turn"
         """``turn`` or ``round`` (:mod:`.decoding`); a round session keeps caches by nature."""
+        self.capture = decode_capture(capture, self.device.type)
+        """A round session's decode step runs captured (:mod:`.capture`)."""
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.num_layers = text_cfg.num_hidden_layers
         self.num_kv_heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
@@ -301,7 +303,6 @@ class HFBackend:
         bias = cache.plan(rows, columns, width, self.dtype)
         out = self.model(input_ids=ids, attention_mask=bias, position_ids=columns,
                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache.cache})
-        self.stats.forward_calls += 1
         return out.logits[:, -1]
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
@@ -428,6 +429,7 @@ def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], s
         kwargs.setdefault("num_threads", rollout_cfg.num_threads or None)
         kwargs.setdefault("dtype", rollout_cfg.decode_dtype)
         kwargs.setdefault("grouping", rollout_cfg.decode_grouping)
+        kwargs.setdefault("capture", rollout_cfg.decode_capture)
         return HFBackend(model, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
     if rollout_cfg.backend == "vllm":
         # ``model`` is the engine itself (evaluation) unless it comes as ``llm`` (the trainer)

@@ -26,6 +26,11 @@ while the others keep decoding. Both sample every row each step from one generat
 same seed draws other numbers once rows are grouped differently; ``auto`` is ``turn`` on a CPU
 (the toy's records reproduce) and ``round`` on a GPU. AEPO branches between turn depths and
 always runs ``turn``.
+
+**Capture.** ``rollout.decode_capture``: ``auto`` records a round session's decode step once as
+a CUDA graph on a GPU and replays it (:mod:`.capture`: ~1,900 kernel launches from Python
+become one) and runs it eagerly on a CPU; ``on`` also runs the static-shape step on a CPU (what
+a graph records, eagerly: the tests compare it with the eager step); ``off`` never.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ a dtype by name."""
 DECODE_GROUPINGS = ("auto", "turn", "round")
 """``rollout.decode_grouping``: ``auto`` (``turn`` on a CPU, ``round`` on a GPU), ``turn``,
 ``round`` (module docstring)."""
+DECODE_CAPTURES = ("auto", "on", "off")
+"""``rollout.decode_capture``: ``auto`` (a CUDA graph on a GPU, eager on a CPU), ``on``, ``off``
+(module docstring)."""
 HALF_DTYPES = ("bfloat16", "float16")
 
 
@@ -64,3 +72,12 @@ def decode_grouping(choice: str, device_type: str) -> str:
     if choice == "auto":
         return "turn" if device_type == "cpu" else "round"
     return choice
+
+
+def decode_capture(choice: str, device_type: str) -> bool:
+    """Whether a round session's decode step runs captured (:mod:`.capture`) for
+    ``rollout.decode_capture = choice`` on a ``device_type`` device."""
+    if choice not in DECODE_CAPTURES:
+        raise ValueError(f"rollout.decode_capture={choice!r}; expected one of "
+                         f"{', '.join(DECODE_CAPTURES)}")
+    return choice == "on" or (choice == "auto" and device_type == "cuda")

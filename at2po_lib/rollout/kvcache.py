@@ -238,6 +238,8 @@ class RowCache:
         self.cache = DynamicCache()
         self.cache.layers = [_RowLayer(self, i) for i in range(num_layers)]
         self.width = 0
+        self.version = 0
+        """Changes whenever the buffers are reallocated (a captured step must be recorded again)."""
         self._rows: torch.Tensor | None = None
         self._columns: torch.Tensor | None = None
 
@@ -300,6 +302,7 @@ class RowCache:
                 grown = buffer.new_zeros(buffer.shape[:2] + (capacity, buffer.shape[3]))
                 grown[:, :, :old] = buffer
                 buffers[i] = grown
+        self.version += 1
 
     def select_rows(self, rows: torch.Tensor, kept: Sequence[int]) -> None:
         """Keep only ``rows`` (a device index; ``kept``: the same on the host)."""
@@ -307,6 +310,7 @@ class RowCache:
             for i, buffer in enumerate(buffers):
                 buffers[i] = buffer.index_select(0, rows)
         self.lengths = [self.lengths[r] for r in kept]
+        self.version += 1
 
     def extract_row(self, row: int) -> KVPrefix:
         """Row ``row``'s cache as an exact-length :class:`KVPrefix` (its own copy)."""

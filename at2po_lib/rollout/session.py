@@ -25,11 +25,13 @@ rows are open; then the buffers keep the open rows only.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import torch
 
+from .capture import StaticStep, captured_step
 from .kvcache import KVPrefix, RowCache
 from .sampling import SamplingSpec, sample_step
 from .stops import StopMatcher
@@ -63,6 +65,7 @@ class SessionBackend(Protocol):
     sampling: SamplingSpec
     generator: torch.Generator
     compact_below: float
+    capture: bool
     stats: BackendStats
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None: ...
@@ -109,6 +112,8 @@ class RoundSession:
         self.budget = torch.zeros(batch, dtype=torch.long, device=b.device)
         self.states = b.matcher.initial(batch) if b.matcher is not None else None
         self.logits: torch.Tensor | None = None
+        self._step_fn: StaticStep | None = None
+        self._step_version = -1
         self._joins: dict[int, tuple[list[int], int]] = {}
         self._waiting: set[int] = set()
         for row, request in enumerate(requests):
@@ -185,6 +190,7 @@ class RoundSession:
         rows, budget, counts = packed[2 * n * q:].view(3, n)
         logits = b.forward_rows(cache, None if len(positions) == len(self.row_of) else rows,
                                 ids, columns, width)
+        b.stats.forward_calls += 1
         if self.logits is None:
             self.logits = logits
         else:
@@ -274,8 +280,31 @@ class RoundSession:
         if width > cache.capacity:
             cache.grow(max(width, int(cache.capacity * GROWTH)))
         ids = torch.where(self.active, tokens, b.pad_id)[:, None]
-        self.logits = b.forward_rows(cache, None, ids, self.lengths_t[:, None], width)
+        if b.capture:
+            try:
+                self.logits = self._captured()(ids, self.lengths_t[:, None])
+            except RuntimeError as exc:  # an operator that cannot be recorded: decode eagerly
+                warnings.warn(f"the decode step could not be captured ({str(exc)[:200]}); "
+                              "this backend decodes eagerly from here on", RuntimeWarning)
+                b.capture = False
+        if not b.capture:
+            self.logits = b.forward_rows(cache, None, ids, self.lengths_t[:, None], width)
+        b.stats.forward_calls += 1
         self.lengths_t += self.active.long()
         for p in going:
             cache.lengths[p] += 1
         b.stats.decode_tokens += len(going)
+
+    def _captured(self) -> StaticStep:
+        """The decode step over the cache's full width with static inputs (:mod:`.capture`),
+        recorded again whenever the buffers were reallocated."""
+        cache = self.cache
+        if self._step_fn is None or self._step_version != cache.version:
+            b = self.backend
+
+            def step(ids: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+                return b.forward_rows(cache, None, ids, columns, cache.capacity)
+
+            self._step_fn = captured_step(step, len(self.row_of), b.device)
+            self._step_version = cache.version
+        return self._step_fn

@@ -201,7 +201,8 @@ class RunSpec:
 
 ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
                                                      ("rollout", "decode_dtype"): "auto",
-                                                     ("rollout", "decode_grouping"): "auto"}
+                                                     ("rollout", "decode_grouping"): "auto",
+                                                     ("rollout", "decode_capture"): "auto"}
 """Profile fields added after runs were recorded, with the value that reproduces what those
 runs did: a run recorded without the field is the same run as one with it at that value."""
 
