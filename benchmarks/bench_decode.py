@@ -46,15 +46,12 @@ from at2po_lib.policy.tokenizer import train_tokenizer  # noqa: E402
 from at2po_lib.rollout.backends import HFBackend  # noqa: E402
 from at2po_lib.rollout.sampling import SamplingSpec  # noqa: E402
 from at2po_lib.rollout.turns import TurnRequest  # noqa: E402
+from gpu_check_h200 import QWEN3_VOCAB  # noqa: E402
+from gpu_check_h200 import SHAPES as REAL_SHAPES  # noqa: E402
 
-QWEN3_VOCAB = 151_936
-SHAPES = {  # Qwen3's published config.json values; "kernels": Qwen3-0.6B's structure, toy width
-    "kernels": dict(hidden_size=64, num_hidden_layers=28, num_attention_heads=16,
-                    num_key_value_heads=8, head_dim=8, intermediate_size=192),
-    "0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, intermediate_size=3072),
-    "1.7b": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, intermediate_size=6144),
+SHAPES = {  # Qwen3's published shapes; "kernels": Qwen3-0.6B's structure at a toy width
+    "kernels": dict(REAL_SHAPES["0.6b"], hidden_size=64, head_dim=8, intermediate_size=192),
+    "0.6b": REAL_SHAPES["0.6b"], "1.7b": REAL_SHAPES["1.7b"],
 }
 STOPS = ("</search>", "a tag never sampled")
 """The second is several tokens in any vocabulary: the device-side stop automaton runs."""
