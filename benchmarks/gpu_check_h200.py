@@ -545,7 +545,7 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
         for path in (p for p in paths if p.name not in failed):
             try:
                 path.run(contexts[:2], 2)  # warm-up
-                speed, _ = tokens_per_second(path, contexts, new_tokens, device, 1)
+                speed = tokens_per_second(path, contexts, new_tokens, device, 1)[0]
                 steps = per_step(path, contexts, 2, 2 + (4 if dry_run else 8), device, 1)
             except Exception as exc:  # kept, named; the other paths still run
                 failed[path.name] = f"{rows} rows: {type(exc).__name__}: {str(exc)[:160]}"
