@@ -272,6 +272,17 @@ class RolloutConfig:
     new tokens (memory: one cache per leaf)."""
     max_batch_rows: int = 512
     """HF backend: sequences decoded together at most (bounds GPU memory)."""
+    decode_dtype: str = "auto"
+    """HF backend: what generation runs in (at2po_lib.rollout.decoding): ``auto`` (bf16 weights and
+    KV cache on a GPU when the weights are fp32, the weights' own dtype on a CPU), ``model`` (the
+    weights as they are), or a dtype by name."""
+    decode_grouping: str = "auto"
+    """HF backend: ``turn`` (one decode call per turn depth), ``round`` (one per expansion round,
+    every turn of it) or ``auto`` (``turn`` on a CPU, where the toy's records reproduce; ``round``
+    on a GPU); at2po_lib.rollout.decoding."""
+    decode_capture: str = "auto"
+    """HF backend, ``round`` grouping: the decode step recorded once as a CUDA graph and replayed
+    (``auto``: on a GPU; ``on``; ``off``); at2po_lib.rollout.capture."""
     num_threads: int = 0
     """HF backend on CPU: torch threads while rolling out; 0 leaves torch's setting (the
     toy policy's tiny matmuls run fastest on 1 thread when the cores are shared)."""
@@ -390,6 +401,8 @@ class EvalConfig:
     max_questions: int | None = None
     """Questions per dataset; None means the whole test split."""
     batch_size: int = 32
+    """Questions decoded together; 0: as many as the device's free memory holds at full length
+    (at2po_lib.evaluation.eval_batch_rows)."""
     sampled_k: int = 0
     """Samples per question at the rollout temperature for the *sampled metric* (mean EM of k
     samples, the ``sampled_em`` outcome column); 0 turns it off. RL at toy scale mostly sharpens

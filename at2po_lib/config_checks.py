@@ -27,6 +27,7 @@ from typing import Any
 from .method.expansion import EXPANSIONS
 from .prompts import BUILTIN_TEMPLATES
 from .tinyworld.datasets import DATASETS as TINY_DATASETS
+from .rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -290,6 +291,9 @@ RULES: dict[str, Rule] = {
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_batch_rows": WIDTH, "rollout.num_threads": SMALL,
+    "rollout.decode_dtype": _one_of(*DECODE_DTYPES),
+    "rollout.decode_grouping": _one_of(*DECODE_GROUPINGS),
+    "rollout.decode_capture": _one_of(*DECODE_CAPTURES),
     "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
     "rollout.aepo_beam": FAN,
     "rollout.aepo_entropy_weight": SCALE, "rollout.aepo_branch_threshold": SCALE,

@@ -27,9 +27,25 @@ with its formula), for the fullest GPU (GPU 0: the retrieval server's encoder ru
   index sharded over the GPUs in fp16 (:func:`faiss_shard_bytes`, as ``to_gpus`` stores it),
   the encoder on GPU 0 only, inference only (:func:`encoder_bytes`).
 
+These are the *update* phase's rows (the optimizer step and the forward/backward passes).
+The *rollout* phase holds other things at its peak (:func:`rollout_memory`): the same context,
+weights and optimizer states (gradients too under DeepSpeed, whose gradient buffers persist;
+without it the trainer frees them after each step), with the Hugging Face backend the weights
+as the rollout runs them (:func:`rollout_weights_bytes`: a bf16 copy of fp32 master weights;
+ZeRO-3's whole model gathered) and its KV caches as allocated (:func:`hf_kv_rows`), with vLLM
+the engine's share. The plan reports both phases and the larger is the total.
+
 The verdict leaves a margin (:func:`margin_bytes`: 5% of the card, at least 3 GiB) for what
 no formula here holds (allocator fragmentation, kernels' workspaces): a total above
 ``G − margin`` but within ``G`` is *tight*, not *fits*.
+
+HF rollout KV caches (``p`` prompts per GPU, ``k`` bytes a token in the decode dtype, ``s_p =
+max_prompt_tokens``, ``s = s_p + max_response_tokens``; a round starts ``r_0`` chains a prompt,
+then each of ``L`` rounds ``r_1``; ``B`` = rows decoded at once, at most
+``rollout.max_batch_rows``): the prompts' caches ``p·s_p·k``; the caches kept from earlier
+rounds for their branches ``p·(r_0 + (L−1)·r_1)·s·k`` at the last round; the working buffer
+``B·(s + 1)·k``; and the copy-out (:func:`copy_out_bytes`). The peak round is the larger of
+round 0 and round L.
 
 Per step (``p`` prompts, trees of ``M`` roots and ``L`` rounds of ``K`` expansions: ``M + L·K``
 leaves; ``T`` mean searches per trajectory, default 3.7):
@@ -56,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ProfileConfig
+from .rollout.decoding import HALF_DTYPES, decode_dtype, decode_grouping
 
 GIB = 2 ** 30
 VLLM_OVERHEAD_BYTES = 2 * GIB
@@ -75,6 +92,14 @@ DEFAULT_LORA_RANK = 16
 WIKI18_PASSAGES = 21_015_324
 ZERO_STAGES = ("none", "0", "1", "2", "3")
 VERDICTS = ("fits", "tight", "does not fit")
+
+
+VLLM_KV_WARNING_SHARE = 0.25
+"""Warn when vLLM's KV cache holds less than this share of the tokens the GPU's trajectories
+need at full length: the engine then runs the batch in several waves (throughput, not memory)."""
+SAMPLING_FP32_COPIES = 3
+"""fp32 (rows, V) tensors the sampler holds at once: log-probabilities, probabilities and
+``p·log p`` (at2po_lib.rollout.sampling)."""
 
 
 class PlanError(ValueError):
@@ -315,10 +340,173 @@ def verdict(total: float, gpu_bytes: float) -> str:
     return "tight" if total <= gpu_bytes else "does not fit"
 
 
+def master_weights_are_fp32(hw: Hardware, lora: bool) -> bool:
+    """Without DeepSpeed and LoRA the trainer keeps fp32 master weights (``run.master_weights_dtype``)."""
+    return hw.zero_stage == "none" and not lora
+
+
+def rollout_dtype_bytes(profile_cfg: ProfileConfig, hw: Hardware, lora: bool) -> int:
+    """``e``: bytes a value of the HF rollout's weights and KV cache on a GPU take:
+    ``rollout.decode_dtype`` resolved for a CUDA device (:func:`at2po_lib.rollout.decoding.decode_dtype`)
+    against the weights' dtype (fp32 master weights, or ``policy.dtype``)."""
+    weights = "float32" if master_weights_are_fp32(hw, lora) else profile_cfg.policy.dtype
+    run = decode_dtype(profile_cfg.rollout.decode_dtype, weights, "cuda")
+    return 2 if run in HALF_DTYPES else 4
+
+
+def rollout_weights_bytes(params: int, hw: Hardware, lora: bool, dtype_bytes: int,
+                          autocast: bool) -> float:
+    """Weights the HF rollout adds to those the trainer holds. With fp32 master weights: ``e·P``
+    for a copy in a half-precision decode dtype (``e`` = 2: a bf16 rollout,
+    :func:`at2po_lib.rollout.backends.decode_weights`), or, decoding the fp32 weights under
+    bf16 autocast (``train.bf16``), ``2P`` for the casts autocast keeps during each forward.
+    At ZeRO-3 ``2P·(1 − 1/N)``: the rest of the model gathered for generation (TRL's
+    ``unwrap_model_for_generation``). Else 0."""
+    if hw.zero_stage == "3":
+        return 2.0 * params * (1.0 - 1.0 / hw.gpus)
+    if not master_weights_are_fp32(hw, lora):
+        return 0.0
+    if dtype_bytes < 4:
+        return float(dtype_bytes) * params
+    return 2.0 * params if autocast else 0.0
+
+
+def rollout_rows(rollout_cfg) -> tuple[int, int, int]:
+    """``(r_0, r_1, L)``: chains a prompt starts in round 0, in each later round, and the
+    rounds after the first, for ``rollout.expansion``: ``chain`` (``chains``, 0, 0); ``aepo``
+    (``aepo_budget``, 0, 0: every branch may be open at once); trees ``M`` (``random``: its
+    ``tree_grpo_trees``) then ``(M + L·K − r_0) / L``."""
+    ro = rollout_cfg
+    if ro.expansion == "chain":
+        return ro.chains, 0, 0
+    if ro.expansion == "aepo":
+        return ro.aepo_budget, 0, 0
+    first = ro.tree_grpo_trees if ro.expansion == "random" else ro.tree_m
+    later = (ro.leaves_per_prompt(ro.expansion) - first) // ro.tree_l if ro.tree_l else 0
+    return first, later, ro.tree_l
+
+
+def prompt_cache_bytes(prompts: int, prompt_tokens: int, token_bytes: int) -> float:
+    """``p·s_p·k``: each prompt's cache, prefilled once and shared by all its chains."""
+    return float(prompts * prompt_tokens * token_bytes)
+
+
+def kept_cache_bytes(prompts: int, first: int, later: int, rounds: int, seq: int,
+                     token_bytes: int) -> float:
+    """``p·(r_0 + (L−1)·r_1)·s·k``: at the last round, the caches of every chain of the earlier
+    rounds, kept for the branches that start from them (0 without later rounds)."""
+    if rounds < 1:
+        return 0.0
+    return float(prompts * (first + (rounds - 1) * later) * seq * token_bytes)
+
+
+def working_kv_bytes(rows: int, seq: int, token_bytes: int) -> float:
+    """``B·(s + 1)·k``: the working buffer of ``B`` rows decoded together (one column of slack
+    for the padding a row writes while idle)."""
+    return float(rows * (seq + 1) * token_bytes)
+
+
+def copy_out_bytes(rows: int, seq: int, token_bytes: int, layers: int, grouping: str) -> float:
+    """The rows' own caches alive beside the working buffer: ``round`` grouping ``B·s·k`` (a
+    closed row's copy, taken while the buffer still holds it); ``turn`` grouping
+    ``2·B·s·k + B·s·k/n_L`` (each chain's cache from its previous turn, still referenced until
+    the call returns, and its new copy, taken one layer at a time: one layer's gather
+    besides)."""
+    own = rows * seq * token_bytes
+    if grouping == "round":
+        return float(own)
+    return 2.0 * own + own / layers
+
+
+def sampling_bytes(rows: int, vocab: int, dtype_bytes: int) -> float:
+    """``B·V·(e + 4·3)``: the last position's logits in the decode dtype and the sampler's
+    fp32 copies (:data:`SAMPLING_FP32_COPIES`)."""
+    return float(rows * vocab * (dtype_bytes + 4 * SAMPLING_FP32_COPIES))
+
+
+def hf_kv_rows(profile_cfg: ProfileConfig, hw: Hardware, arch: Architecture,
+               dtype_bytes: int) -> dict[str, float]:
+    """The HF rollout's KV and sampling rows at its peak round (module docstring): round 0
+    (``r_0`` rows, nothing kept) or round L (``r_1`` rows, the earlier rounds kept), whichever
+    is larger."""
+    ro = profile_cfg.rollout
+    prompts = math.ceil(profile_cfg.train.prompts_per_step / hw.gpus)
+    k = arch.kv_bytes_per_token(dtype_bytes)
+    seq = ro.max_prompt_tokens + ro.max_response_tokens
+    grouping = decode_grouping(ro.decode_grouping, "cuda")
+    first, later, rounds = rollout_rows(ro)
+    candidates = [(first, 0.0)]
+    if rounds:
+        candidates.append((later, kept_cache_bytes(prompts, first, later, rounds, seq, k)))
+    best: dict[str, float] = {}
+    for per_prompt, kept in candidates:
+        rows = min(prompts * per_prompt, ro.max_batch_rows)
+        terms = {"rollout: prompt caches": prompt_cache_bytes(prompts, ro.max_prompt_tokens, k),
+                 "rollout: earlier rounds' caches": kept,
+                 "rollout: working KV buffer": working_kv_bytes(rows, seq, k),
+                 f"rollout: copy-out ({grouping} grouping)": copy_out_bytes(
+                     rows, seq, k, arch.num_layers, grouping),
+                 "rollout: sampling logits": sampling_bytes(rows, arch.vocab_size, dtype_bytes)}
+        if sum(terms.values()) > sum(best.values()):
+            best = terms
+    return best
+
+
+def rollout_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, float]:
+    """The rollout phase's rows of GPU 0 (bytes): the context, the trainer's weights and
+    optimizer states (gradients too under DeepSpeed), then with vLLM its share, else the HF
+    rollout's weights (:func:`rollout_weights_bytes`) and KV rows (:func:`hf_kv_rows`); the
+    retriever's rows as in the update phase."""
+    arch = architecture_of(profile_cfg)
+    params = arch.parameters()
+    lora_r = profile_cfg.policy.lora_r
+    lora = arch.lora_parameters(lora_r) if lora_r > 0 else 0
+    trained = training_memory(params, hw, lora)
+    if hw.zero_stage == "none":
+        trained["gradients"] = 0.0  # freed after every optimizer step (zero_grad to None)
+    memory: dict[str, float] = {"CUDA context (+ NCCL)": cuda_context_bytes(hw.gpus), **trained}
+    if profile_cfg.train.use_vllm:
+        memory.update(vllm_memory(profile_cfg, hw, params)[0])
+    else:
+        e = rollout_dtype_bytes(profile_cfg, hw, bool(lora))
+        memory["rollout: weights as run (copy / gathered)"] = rollout_weights_bytes(
+            params, hw, bool(lora), e, profile_cfg.train.bf16)
+        memory.update(hf_kv_rows(profile_cfg, hw, arch, e))
+    memory.update(retriever_memory(profile_cfg, hw))
+    return memory
+
+
+def vllm_memory(profile_cfg: ProfileConfig, hw: Hardware, params: int) -> tuple[dict[str, float], int]:
+    """vLLM's share ``u·G`` (module docstring): its bf16 weights ``2P``, KV cache ``u·G − 2P −
+    2 GiB`` and overhead; and the tokens that KV cache holds."""
+    tr, arch = profile_cfg.train, architecture_of(profile_cfg)
+    share = tr.vllm_gpu_memory_utilization * hw.gpu_memory_gib * GIB
+    kv_cache = share - 2.0 * params - VLLM_OVERHEAD_BYTES
+    if kv_cache <= 0:
+        raise PlanError(f"train.vllm_gpu_memory_utilization={tr.vllm_gpu_memory_utilization}: "
+                        f"{share / GIB:.1f} GiB cannot hold the weights "
+                        f"({2 * params / GIB:.1f} GiB) and vLLM's overhead")
+    rows = {"vLLM weights (bf16)": 2.0 * params, "vLLM KV cache": kv_cache,
+            "vLLM overhead": float(VLLM_OVERHEAD_BYTES)}
+    return rows, int(kv_cache // arch.kv_bytes_per_token())
+
+
+def retriever_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, float]:
+    """The retrieval server's rows on GPU 0 (dense retrieval only)."""
+    enc, rc = encoder_of(profile_cfg), profile_cfg.retrieval
+    if enc is None:
+        return {}
+    return {"faiss shard (Flat, fp16)": faiss_shard_bytes(hw.passages, enc.dim, hw),
+            "encoder (GPU 0 only, inference)": (
+                encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16) if hw.retriever_on_gpu
+                else 0.0)}
+
+
 def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, float], int]:
-    """The memory rows of GPU 0 (what, bytes) and the vLLM KV cache's tokens."""
-    arch, enc = architecture_of(profile_cfg), encoder_of(profile_cfg)
-    ro, tr, rc = profile_cfg.rollout, profile_cfg.train, profile_cfg.retrieval
+    """The update phase's memory rows of GPU 0 (what, bytes) and the vLLM KV cache's tokens."""
+    arch = architecture_of(profile_cfg)
+    tr = profile_cfg.train
+    ro = profile_cfg.rollout
     params = arch.parameters()
     lora = arch.lora_parameters(profile_cfg.policy.lora_r) if profile_cfg.policy.lora_r > 0 else 0
     seq = ro.max_prompt_tokens + ro.max_response_tokens
@@ -333,21 +521,9 @@ def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, 
     memory["fused LM head fp32 weight gradient"] = lm_head_grad_bytes(arch, hw, bool(lora))
     kv_tokens = 0
     if tr.use_vllm:
-        share = tr.vllm_gpu_memory_utilization * hw.gpu_memory_gib * GIB
-        kv_cache = share - 2.0 * params - VLLM_OVERHEAD_BYTES
-        if kv_cache <= 0:
-            raise PlanError(f"train.vllm_gpu_memory_utilization={tr.vllm_gpu_memory_utilization}: "
-                            f"{share / GIB:.1f} GiB cannot hold the weights "
-                            f"({2 * params / GIB:.1f} GiB) and vLLM's overhead")
-        memory["vLLM weights (bf16)"] = 2.0 * params
-        memory["vLLM KV cache"] = kv_cache
-        memory["vLLM overhead"] = float(VLLM_OVERHEAD_BYTES)
-        kv_tokens = int(kv_cache // arch.kv_bytes_per_token())
-    if enc is not None:
-        memory["faiss shard (Flat, fp16)"] = faiss_shard_bytes(hw.passages, enc.dim, hw)
-        memory["encoder (GPU 0 only, inference)"] = (
-            encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16) if hw.retriever_on_gpu
-            else 0.0)
+        rows, kv_tokens = vllm_memory(profile_cfg, hw, params)
+        memory.update(rows)
+    memory.update(retriever_memory(profile_cfg, hw))
     kept = set(training_memory(params, hw, lora))  # always shown, 0 included (offload)
     return {k: v for k, v in memory.items() if v or k in kept}, kv_tokens
 
@@ -363,8 +539,21 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     ro, tr, rc = profile_cfg.rollout, profile_cfg.train, profile_cfg.retrieval
     seq = ro.max_prompt_tokens + ro.max_response_tokens
     gpu_bytes = hw.gpu_memory_gib * GIB
-    memory, kv_tokens = memory_per_gpu(profile_cfg, hw)
+    update, kv_tokens = memory_per_gpu(profile_cfg, hw)
+    kept = set(training_memory(1, hw))
+    rollout = {k: v for k, v in rollout_memory(profile_cfg, hw).items() if v or k in kept}
+    phases = {"rollout": rollout, "update": update}
+    peak = max(phases, key=lambda name: sum(phases[name].values()))
+    memory = phases[peak]
     total = sum(memory.values())
+    needed_tokens = math.ceil(prompts_trajectories(profile_cfg) / hw.gpus) * seq
+    warnings = []
+    if tr.use_vllm and kv_tokens < VLLM_KV_WARNING_SHARE * needed_tokens:
+        warnings.append(
+            f"vLLM's KV cache holds {kv_tokens:,} tokens, {kv_tokens / needed_tokens:.1%} of the "
+            f"{needed_tokens:,} this GPU's trajectories need at full length: the engine runs the "
+            f"batch in ~{math.ceil(needed_tokens / max(kv_tokens, 1)):,} waves (slow, not out of "
+            "memory); raise train.vllm_gpu_memory_utilization or lower rollout lengths")
     flop_per_query = 2.0 * hw.passages * enc.dim if enc is not None else 0.0
 
     leaves = ro.leaves_per_prompt("entropy")  # M + L*K
@@ -379,6 +568,10 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     return {
         "parameters": arch.parameters(),
         "memory": memory,
+        "phases": phases,
+        "phase_totals": {name: sum(rows.values()) for name, rows in phases.items()},
+        "peak_phase": peak,
+        "warnings": warnings,
         "total_bytes": total,
         "gpu_bytes": gpu_bytes,
         "margin_bytes": margin_bytes(gpu_bytes),
@@ -389,7 +582,7 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
             "trajectories": burst,
             "generated tokens (upper bound)": burst * ro.max_response_tokens,
             "KV tokens per GPU (vLLM)": kv_tokens,
-            "KV tokens the GPU's trajectories need at full length": math.ceil(burst / hw.gpus) * seq,
+            "KV tokens the GPU's trajectories need at full length": needed_tokens,
         },
         "retrieval": {
             "queries (upper bound)": burst * ro.max_tool_calls,
@@ -404,6 +597,11 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     }
 
 
+def prompts_trajectories(profile_cfg: ProfileConfig) -> int:
+    """Trajectories of one step: ``prompts_per_step · (M + L·K)``."""
+    return profile_cfg.train.prompts_per_step * profile_cfg.rollout.leaves_per_prompt("entropy")
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "NO"
@@ -413,19 +611,30 @@ def _fmt(value: Any) -> str:
 
 
 def format_plan(result: dict[str, Any], profile: str) -> str:
-    """The plan as a Markdown table (memory in GiB on GPU 0, the verdict, then the step's
-    counts)."""
+    """The plan as a Markdown table (memory in GiB on GPU 0 in each phase, the larger one's
+    total, the verdict, warnings, then the step's counts)."""
     hw = result["hardware"]
+    phases = result["phases"]
     lines = [f"plan: profile {profile}, {hw['gpus']} GPU(s) of {hw['gpu_memory_gib']:g} GiB, "
              f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}"
              f"{'' if hw['retriever_on_gpu'] else ', retriever on CPU'}; "
              f"policy {result['parameters'] / 1e9:.3f} B parameters", "",
-             "| memory on GPU 0 (the fullest) | GiB |", "| --- | ---: |"]
-    lines += [f"| {what} | {size / GIB:,.2f} |" for what, size in result["memory"].items()]
+             "| memory on GPU 0 (the fullest) | rollout GiB | update GiB |", "| --- | ---: | ---: |"]
+    names = list(dict.fromkeys([*phases["update"], *phases["rollout"]]))
+
+    def cell(phase: str, what: str) -> str:
+        return f"{phases[phase][what] / GIB:,.2f}" if what in phases[phase] else ""
+
+    lines += [f"| {what} | {cell('rollout', what)} | {cell('update', what)} |" for what in names]
+    totals = result["phase_totals"]
+    lines.append(f"| **phase total** | {totals['rollout'] / GIB:,.2f} | {totals['update'] / GIB:,.2f} |")
     free = (result["gpu_bytes"] - result["total_bytes"]) / GIB
-    lines += [f"| **total** (of {result['gpu_bytes'] / GIB:g}) | **{result['total_bytes'] / GIB:,.2f}** |",
+    lines += [f"| **total** (the {result['peak_phase']} phase, of {result['gpu_bytes'] / GIB:g}) | "
+              f"**{result['total_bytes'] / GIB:,.2f}** | |",
               f"| verdict (margin {result['margin_bytes'] / GIB:.1f} GiB) | {result['verdict']} "
-              f"({free:,.1f} GiB free) |", "", "| per step | value |", "| --- | ---: |"]
+              f"({free:,.1f} GiB free) | |"]
+    lines += [f"\nwarning: {w}" for w in result["warnings"]]
+    lines += ["", "| per step | value |", "| --- | ---: |"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in {**result["step"], **result["retrieval"]}.items()]
     return "\n".join(lines)
 

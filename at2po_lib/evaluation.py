@@ -25,6 +25,7 @@ trainer's colocated engine after a weight sync), never a model object. The comma
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from .policy.tokenizer import load_tokenizer
 from .prompts import get_template
 from .reward import exact_match, f1_score
 from .rollout.agent import rollout_chains
+from .rollout.decoding import HALF_DTYPES, decode_dtype
 from .rollout.vllm_backend import build_engine, is_engine
 from .tinyworld.build import ensure_world
 from .util.provenance import git_revision, run_metadata, write_meta
@@ -112,11 +114,68 @@ def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -
     return pd.DataFrame.from_records(records)
 
 
+EVAL_MEMORY_SHARE = 0.5
+"""Share of the device's free memory one evaluation batch may fill (``eval.batch_size: 0``);
+the rest is for the forward pass's activations and the allocator's slack."""
+
+
+def eval_batch_rows(batch_size: int, questions: int, free_bytes: float, row_bytes: float,
+                    max_rows: int) -> int:
+    """Questions decoded together: ``eval.batch_size`` when positive; for 0 (as many as memory
+    allows) ``floor(EVAL_MEMORY_SHARE · free_bytes / row_bytes)``, at least 1 and at most
+    ``min(questions, rollout.max_batch_rows)``."""
+    if batch_size > 0:
+        return batch_size
+    fit = int(EVAL_MEMORY_SHARE * free_bytes // max(row_bytes, 1.0))
+    return max(1, min(fit, questions, max_rows))
+
+
+def full_length_row_bytes(model, rollout_cfg) -> float:
+    """``2·k·s + 12·V`` bytes for one row of a greedy batch: its KV cache at full length ``s =
+    max_prompt_tokens + max_response_tokens`` twice (the working buffer and its copy-out;
+    ``k = 2·n_L·n_kv·d_head·e`` bytes a token in the decode dtype's ``e`` bytes) and the
+    ``V``-word fp32 logits with the sampler's two temporaries."""
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    param = next(model.parameters())
+    run = decode_dtype(rollout_cfg.decode_dtype, str(param.dtype).removeprefix("torch."),
+                       param.device.type)
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * (2 if run in HALF_DTYPES else 4)
+    seq = rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens
+    return 2.0 * per_token * seq + 12.0 * text.vocab_size
+
+
+def free_device_bytes(model) -> float:
+    """Free memory of the model's device: the GPU's (``torch.cuda.mem_get_info``) or the
+    host's available pages."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        import torch  # noqa: PLC0415 - torch is loaded already wherever a model is on a GPU
+
+        return float(torch.cuda.mem_get_info(device)[0])
+    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def batch_rows_for(model, rollout_cfg, batch_size: int, questions: int) -> int:
+    """:func:`eval_batch_rows` for ``model`` (a vLLM engine schedules its own memory: all
+    questions up to ``rollout.max_batch_rows``)."""
+    if batch_size > 0:
+        return batch_size
+    if is_engine(model):
+        return max(1, min(questions, rollout_cfg.max_batch_rows))
+    return eval_batch_rows(0, questions, free_device_bytes(model),
+                           full_length_row_bytes(model, rollout_cfg), rollout_cfg.max_batch_rows)
+
+
 def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping[str, Any]],
                    rollout_cfg, batch_size: int = 32, backend: Any = None) -> list[Any]:
-    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches.
-    ``backend``: a turn backend to reuse (the trainer's vLLM engine); None builds one."""
+    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches of
+    ``batch_size`` (0: as many as memory allows, :func:`batch_rows_for`). ``backend``: a turn
+    backend to reuse (the trainer's vLLM engine); None builds one."""
     questions = [row["question"] for row in rows]
+    batch_size = batch_rows_for(model, rollout_cfg, batch_size, len(questions))
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch_size):
         trajectories += rollout_chains(model, tokenizer, template, retriever,
@@ -161,7 +220,7 @@ def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
     """
     template = get_template(profile_cfg.policy.template)
     questions = [row["question"] for row in rows for _ in range(k)]
-    batch = max(profile_cfg.eval.batch_size, 1)
+    batch = batch_rows_for(model, profile_cfg.rollout, profile_cfg.eval.batch_size, len(questions))
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch):
         trajectories += rollout_chains(model, tokenizer, template, retriever,

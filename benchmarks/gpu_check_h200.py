@@ -17,34 +17,56 @@ part of it failed; the exit status is 1 when any failed):
   tokens, 6 turns a row): the trainer's ``fused_policy_loss`` against the reference
   ``method.loss.policy_loss`` (value and gradient equal), forward + backward times of both and
   of the token-level loss (best of 5, synchronised);
+- ``rollout`` (issue #47): the HF rollout's decode speed at ``--rows`` (16, 64, 256) rows of
+  the saved model: ``before`` (fp32 master weights under bf16 autocast, one call per turn:
+  the path before issue #47), ``after`` (a bf16 copy of the weights, one call per round: a
+  GPU's defaults) and Hugging Face ``generate`` on bf16 weights, same rows and prompts
+  (benchmarks/bench_decode.py), and ``after_eager`` (``after`` without the CUDA graph of the
+  decode step); tokens/s, kernels a decode step and the GPU-busy share
+  (torch.profiler), and the share of the memory-bandwidth bound (weights + KV read once a
+  step at :data:`BANDWIDTH_BYTES_S`);
 - ``train``: ``--steps`` AT2PO steps on one GPU with the HF rollout backend (the smoke
-  profile's TinyWorld and BM25, a reward that varies across leaves so the gradient is not 0):
-  step time, rollout time, generated tokens/s, peak GPU memory;
-- ``plan``: ``at2po plan``'s memory for the same setting (one GPU, no DeepSpeed, no vLLM, the
-  same rows and lengths) against the measured peak (torch's reserved memory + the plan's CUDA
-  context); ``ok`` within 10%, else ``FAILED``;
+  profile's TinyWorld and BM25, a reward that varies across leaves so the gradient is not 0;
+  ``rollout.max_prompt_tokens`` = the longest training prompt, so the plan's lengths are the
+  run's): step time and each step's rollout time, generated tokens/s, the peak allocated
+  memory inside the rollout and in the updates apart, device memory outside torch's
+  allocator (the CUDA context and libraries) after the steps;
+- ``plan``: ``at2po plan``'s two phases for the same setting (one GPU, no DeepSpeed, no vLLM,
+  the same rows and lengths) against the measured peaks of the same phases (torch's allocated
+  peak + the memory outside torch measured after the steps, for the plan's 1 GiB context
+  allowance); ``ok`` when both are within 10%, else ``FAILED``;
 - ``vllm``: only where vLLM imports (``SKIPPED`` otherwise): one engine from the saved model,
   greedy turns through the project's backend, tokens/s.
 
+``env`` also measures the CUDA context: ``torch.cuda.mem_get_info`` right after CUDA starts,
+against ``nvidia-smi``'s used memory before it.
+
 It ends with a Markdown table for benchmarks/README.md and a JSON line, also written to
 ``--out`` (``$OUT`` on the device machine) after every sub-check, so a run stopped by its time
-limit still leaves what it measured. ``--only`` runs some of the sub-checks (``env`` and
-``model`` always run: the others need them).
+limit still leaves what it measured. Every record says how it was made (``provenance``): the
+git revision (or ``AT2PO_CHECK_REVISION`` where the copy has no git) and a digest of the
+sources (``--source-digest`` prints it here for comparison), the command, the settings, the
+packages and carried wheels, the date and the device seconds since the wrapper started.
+``--only`` runs some of the sub-checks (``env`` and ``model`` always run: the others need them).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import hashlib
 import importlib
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,6 +89,16 @@ REQUIRED = ("torch", "transformers", "tokenizers", "safetensors", "huggingface_h
             "accelerate", "peft", "datasets", "bm25s", "numpy", "yaml", "at2po_lib")
 """What the training path imports (an import failure fails ``env``)."""
 PLAN_TOLERANCE = 0.10
+ROLLOUT_ROWS = (16, 64, 256)
+ROLLOUT_NEW_TOKENS = 64
+ROLLOUT_PROMPT_TOKENS = 64
+BANDWIDTH_BYTES_S = 4.8e12
+"""The H200's HBM3e bandwidth (its data sheet's 4.8 TB/s): a decode step must read every
+weight and the rows' KV cache once, so ``rows / ((weights + KV) / bandwidth)`` tokens/s bound
+a decode step's speed."""
+SOURCES = ("at2po_lib/**/*.py", "at2po_lib/**/*.yaml", "benchmarks/*.py", "benchmarks/*.sh",
+           "benchmarks/*.txt", "configs/**/*.yaml", "pyproject.toml")
+"""The files whose bytes make :func:`source_digest`."""
 
 
 @dataclasses.dataclass
@@ -96,8 +128,66 @@ def run_check(check: Check, body: Callable[[Check], str]) -> Check:
     return check
 
 
+# -------------------------------------------------------------------- provenance
+def source_digest(root: Path = ROOT) -> str:
+    """SHA-256 over the paths and bytes of the files in :data:`SOURCES` (sorted): the same
+    number here and on the device machine when the code is the same."""
+    digest = hashlib.sha256()
+    files = sorted({p for pattern in SOURCES for p in root.glob(pattern) if p.is_file()})
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def provenance(argv: list[str], settings: dict, packages: dict) -> dict:
+    """How this record was made: revision, sources, command, settings, packages, carried
+    wheels, date and device seconds (since the wrapper started, its set-up included)."""
+    from at2po_lib.util.provenance import git_revision
+
+    started = float(os.environ.get("AT2PO_CHECK_STARTED", _PROCESS_START))
+    revision = git_revision()
+    if revision == "unknown":
+        revision = os.environ.get("AT2PO_CHECK_REVISION", "unknown")
+    wheels = os.environ.get("AT2PO_CHECK_CARRIED", "")
+    return {"git_revision": revision, "source_digest": source_digest(),
+            "command": os.environ.get("AT2PO_CHECK_COMMAND", ""),
+            "python_command": " ".join([sys.executable, *sys.argv[:1], *argv]),
+            "settings": settings, "packages": packages,
+            "carried_wheels": [w for w in wheels.split(",") if w],
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device_seconds": round(time.time() - started, 1)}
+
+
+_PROCESS_START = time.time()
+
+
 # --------------------------------------------------------------------------- env
+def nvidia_smi_used_mib() -> float | None:
+    """GPU 0's used memory by ``nvidia-smi`` (no CUDA context of ours), None without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=30, check=True)
+        return float(out.stdout.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def cuda_context_gib(before: float | None) -> dict[str, Any]:
+    """The CUDA context this process costs: used device memory right after CUDA starts
+    (``torch.cuda.mem_get_info``) minus ``before`` (``nvidia-smi``'s used MiB before it), minus
+    what torch's allocator holds (nothing yet)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    used = (total - free) / 2**30
+    out = {"device_used_after_init_gib": round(used, 3),
+           "nvidia_smi_used_before_gib": None if before is None else round(before / 1024, 3)}
+    out["context_gib"] = round(used - (before or 0) / 1024 - torch.cuda.memory_reserved() / 2**30, 3)
+    return out
+
+
 def env_check(check: Check, dry_run: bool, required: tuple[str, ...] = REQUIRED) -> str:
+    before = nvidia_smi_used_mib()  # before any import can start CUDA
     check.result["python"] = platform.python_version()
     missing = []
     for name in required:
@@ -111,6 +201,7 @@ def env_check(check: Check, dry_run: bool, required: tuple[str, ...] = REQUIRED)
 
     check.result["cuda"] = torch.version.cuda
     if torch.cuda.is_available():
+        check.result.update(cuda_context_gib(before))
         check.result["gpu"] = torch.cuda.get_device_name(0)
         check.result["gpu_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
     if missing:
@@ -238,11 +329,20 @@ def parity_reward(response: str, golden) -> float:
     return float(len(response) % 2)
 
 
-def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool) -> dict:
-    """The profile overrides of the training check (smoke's world, the check's model)."""
+def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool,
+                    prompt_tokens: int | None = None) -> dict:
+    """The profile overrides of the training check (smoke's world, the check's model).
+    ``prompt_tokens``: ``rollout.max_prompt_tokens`` (the longest training prompt: the plan
+    then counts the run's lengths). The dry run decodes in one call per round, so that the
+    CPU runs the GPU's grouping too."""
+    rollout: dict[str, Any] = {"max_response_tokens": 96 if dry_run else 320}
+    if prompt_tokens:
+        rollout["max_prompt_tokens"] = prompt_tokens
+    if dry_run:
+        rollout["decode_grouping"] = "round"
     return {
         "policy": {"model": policy, "dtype": dtype},
-        "rollout": {"max_response_tokens": 96 if dry_run else 320},
+        "rollout": rollout,
         "train": {"max_steps": steps, "prompts_per_step": 2 if dry_run else 8,
                   "mini_batch_prompts": 1 if dry_run else 4, "micro_batch_rows": 2,
                   "bf16": not dry_run, "activation_checkpointing": not dry_run,
@@ -251,14 +351,29 @@ def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool) -> dict:
     }
 
 
+def longest_prompt(profile: str, overrides: dict) -> int:
+    """Tokens of the longest training prompt of the profile (with the check's tokenizer)."""
+    from at2po_lib.config import load_profile
+    from at2po_lib.policy.tokenizer import load_tokenizer
+    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.trainer.run import training_prompts
+
+    cfg = load_profile(profile, overrides)
+    tokenizer = load_tokenizer(cfg.policy.model)
+    template = get_template(cfg.policy.template)
+    return max(len(prompt_ids(tokenizer, build_messages(template, row["question"])))
+               for row in training_prompts(cfg))
+
+
 @dataclasses.dataclass
 class GenerationMeter:
-    """Tokens the HF backend generated and the seconds it spent generating them; on CUDA the
-    peak allocated bytes inside generation and outside it (the updates), apart: the plan's
-    rows belong to one phase or the other."""
+    """Tokens the HF backends of each rollout generated and the seconds each rollout took; on
+    CUDA the peak allocated bytes inside the rollouts and outside them (the updates), apart:
+    the plan's phases."""
 
     tokens: int = 0
     seconds: float = 0.0
+    rollouts: list[float] = dataclasses.field(default_factory=list)
     generation_peak: int = 0
     other_peak: int = 0
     reserved_peak: int = 0
@@ -269,6 +384,7 @@ class GenerationMeter:
 
         if not torch.cuda.is_available():
             return
+        torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         self.reserved_peak = max(self.reserved_peak, torch.cuda.max_memory_reserved())
         if generating:
@@ -279,27 +395,48 @@ class GenerationMeter:
 
 
 def metered_generation(meter: GenerationMeter) -> Callable[[], None]:
-    """Count every ``HFBackend.generate_turns`` call's generated tokens, time and peak memory
-    (the rollout's own generation, inside ``train``); returns the function that undoes it."""
+    """Meter every rollout of the trainer (``SearchAgent.sample``: prompt prefill, every
+    decode call, the searches): its time, the tokens its HF backends generated and its peak
+    memory; returns the function that undoes it."""
     from at2po_lib.rollout.backends import HFBackend
+    from at2po_lib.trainer.search_agent import SearchAgent
 
-    original = HFBackend.generate_turns
+    sample, init = SearchAgent.sample, HFBackend.__init__
+    made: list[HFBackend] = []
 
-    def generate_turns(self, requests):
+    def counted_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    def metered_sample(self, *args, **kwargs):
         meter.close_phase(generating=False)
         start = time.perf_counter()
-        results = original(self, requests)
-        meter.seconds += time.perf_counter() - start
-        meter.tokens += sum(len(r.token_ids) for r in results)
+        batch = sample(self, *args, **kwargs)
         meter.close_phase(generating=True)
-        return results
+        seconds = time.perf_counter() - start
+        meter.seconds += seconds
+        meter.rollouts.append(round(seconds, 2))
+        meter.tokens += sum(b.stats.generated_tokens for b in made)
+        made.clear()
+        return batch
 
-    HFBackend.generate_turns = generate_turns
+    HFBackend.__init__, SearchAgent.sample = counted_init, metered_sample
 
     def undo() -> None:
-        HFBackend.generate_turns = original
+        HFBackend.__init__, SearchAgent.sample = init, sample
 
     return undo
+
+
+def outside_allocator_gib() -> float | None:
+    """Device memory in use that torch's allocator does not hold (the CUDA context, library
+    handles and their kernels), now."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return round((total - free - torch.cuda.memory_reserved()) / 2**30, 3)
 
 
 def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
@@ -313,10 +450,15 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     meter = GenerationMeter()
     undo = metered_generation(meter)
     try:
-        result = train(profile, "at2po", 0, force=True, profile_overrides=overrides,
-                       reward_fn=parity_reward)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            result = train(profile, "at2po", 0, force=True, profile_overrides=overrides,
+                           reward_fn=parity_reward)
     finally:
         undo()
+    captures = [str(w.message) for w in caught if "could not be captured" in str(w.message)]
+    if captures:  # the rollout went on eagerly: say so
+        check.result["capture_failed"] = captures[0][:300]
     rows = run_folder.read_jsonl(result.run.metrics)
     if len(rows) != steps:
         return f"FAILED: {len(rows)} of {steps} steps recorded"
@@ -325,9 +467,12 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     check.result.update(
         steps=len(rows), first_step_s=round(walls[0], 1),
         step_s_after_first=round(sum(walls[1:]) / max(len(walls) - 1, 1), 1) if steps > 1 else None,
+        step_s=[round(w, 1) for w in walls],
+        rollout_s_each=[round(r.get("rollout/seconds", 0.0), 1) for r in rows],
         rollout_s=round(rollout_s, 1),
         generated_tokens=meter.tokens,
         generated_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter.seconds else None,
+        max_prompt_tokens=overrides["rollout"].get("max_prompt_tokens"),
         losses_finite=all(r.get("loss") is not None and r["loss"] == r["loss"] for r in rows))
     if torch.cuda.is_available():
         meter.close_phase(generating=False)
@@ -336,6 +481,7 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
         check.result["generation_peak_gib"] = round(meter.generation_peak / 2**30, 2)
         check.result["update_peak_gib"] = round(meter.other_peak / 2**30, 2)
         check.result["peak_reserved_gib"] = round(meter.reserved_peak / 2**30, 2)
+        check.result["outside_allocator_gib"] = outside_allocator_gib()
     if not check.result["losses_finite"]:
         return "FAILED: a loss is not finite"
     if not meter.tokens:
@@ -343,28 +489,134 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     return "ok"
 
 
+# ----------------------------------------------------------------------- rollout
+def decode_bound(model, rows: int, context: int) -> float:
+    """Tokens/s a decode step cannot beat at :data:`BANDWIDTH_BYTES_S`: ``rows`` tokens a step,
+    a step reading the bf16 weights ``2P`` and the rows' bf16 KV ``rows·context·k`` once."""
+    config = model.config
+    params = sum(p.numel() for p in model.parameters())
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
+    return rows * BANDWIDTH_BYTES_S / (2.0 * params + rows * context * kv)
+
+
+def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tokens: int,
+                  prompt_tokens: int, dry_run: bool) -> str:
+    """Tokens/s, kernels a step and GPU-busy share before / after / HF generate (module
+    docstring), each row count in turn."""
+    import torch
+    from bench_decode import (Variant, autocast_forward, hf_generate, per_step, prompts,
+                              rollout_round, rollout_turns, tokens_per_second)
+
+    from at2po_lib.policy.model import load_policy
+    from at2po_lib.rollout.backends import HFBackend, decode_weights
+    from at2po_lib.rollout.sampling import SamplingSpec
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_policy(folder, "float32")  # the trainer's fp32 master weights
+    model = model.to(device).eval()
+    stops = ("</search>", "a tag never sampled")
+    spec = SamplingSpec(temperature=1.0)
+    before_backend = HFBackend(model, tokenizer, spec, stops, grouping="turn", dtype="model")
+    after_backend = HFBackend(model, tokenizer, spec, stops, grouping="round", dtype="auto")
+    eager_backend = HFBackend(model, tokenizer, spec, stops, grouping="round", dtype="auto",
+                              capture="off")
+    half = torch.bfloat16 if device == "cuda" else torch.float32
+    before_run, after_run = rollout_turns(before_backend), rollout_round(after_backend)
+    hf_run = hf_generate(model, tokenizer)
+
+    def before(contexts, new):
+        with autocast_forward(model, device, enabled=True):
+            return before_run(contexts, new)
+
+    def hf(contexts, new):
+        with decode_weights(model, half):
+            return hf_run(contexts, new)
+
+    # the captured path last: a recording that fails cannot spoil the others' numbers
+    paths = [Variant("before", before), Variant("after_eager", rollout_round(eager_backend)),
+             Variant("hf_generate", hf), Variant("after", after_run)]
+    check.result.update(device=device, new_tokens=new_tokens, prompt_tokens=prompt_tokens,
+                        after_dtype=str(after_backend.dtype), before_dtype=str(before_backend.dtype),
+                        after_captured=after_backend.capture,
+                        bandwidth_tb_s=BANDWIDTH_BYTES_S / 1e12)
+    failed: dict[str, str] = {}
+    for rows in rows_list:
+        contexts = prompts(rows, prompt_tokens, model.config.vocab_size)
+        cell: dict[str, Any] = {}
+        for path in (p for p in paths if p.name not in failed):
+            try:
+                path.run(contexts[:2], 2)  # warm-up
+                speed = tokens_per_second(path, contexts, new_tokens, device, 1)[0]
+                steps = per_step(path, contexts, 2, 2 + (4 if dry_run else 8), device, 1)
+            except Exception as exc:  # kept, named; the other paths still run
+                failed[path.name] = f"{rows} rows: {type(exc).__name__}: {str(exc)[:160]}"
+                traceback.print_exc()
+                continue
+            cell[path.name] = {"tokens_per_s": round(speed, 1),
+                               **{k.replace(" ", "_"): round(v, 4) for k, v in steps.items()}}
+        bound = decode_bound(model, rows, prompt_tokens + new_tokens // 2)
+        cell["bound_tokens_per_s"] = round(bound, 1)
+        speeds = {k: v["tokens_per_s"] for k, v in cell.items() if isinstance(v, dict)}
+        for name, speed in speeds.items():
+            cell[f"{name}_share_of_bound"] = round(speed / bound, 4)
+        if "after" in speeds:
+            for other in ("before", "hf_generate"):
+                if other in speeds:
+                    cell[f"after_over_{other}"] = round(speeds["after"] / speeds[other], 2)
+        check.result[f"rows_{rows}"] = cell
+        print(f"[rollout] {rows} rows: {json.dumps(cell)}", flush=True)
+    check.result["after_captured"] = after_backend.capture  # False if a recording failed
+    last = check.result[f"rows_{rows_list[-1]}"]
+    if "after_share_of_bound" in last:
+        check.result["goal_30pct_of_bound_at_most_rows"] = last["after_share_of_bound"] >= 0.30
+    del model, before_backend, after_backend, eager_backend, paths
+    if device == "cuda":  # the train check's memory starts from an empty allocator
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+    if failed:
+        check.result["failed_paths"] = failed
+        return "FAILED: " + "; ".join(f"{k} ({v})" for k, v in failed.items())
+    return "ok"
+
+
 # -------------------------------------------------------------------------- plan
 def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
                gpu_gib: float | None) -> str:
-    """The plan of the same setting against the measured peak: reserved memory (what torch
-    holds) plus the plan's CUDA context (torch's allocator does not see it)."""
+    """The plan's two phases of the same setting against the measured peaks of the same
+    phases: torch's peak allocated memory inside the rollouts (``generation_peak_gib``) and in
+    the updates (``update_peak_gib``), each plus the memory outside torch's allocator measured
+    after the steps, where the plan has its 1 GiB context allowance."""
     from at2po_lib.config import load_profile
     from at2po_lib.cost_estimate import GIB, Hardware, plan
 
     cfg = load_profile(profile, overrides)
     result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=gpu_gib or 80.0, zero_stage="none",
                                 retriever_on_gpu=False))
-    predicted = result["total_bytes"] / GIB
-    check.result.update(predicted_gib=round(predicted, 2),
-                        rows={k: round(v / GIB, 3) for k, v in result["memory"].items()})
-    if "peak_reserved_gib" not in measured:
+    allowance = result["memory"].get("CUDA context (+ NCCL)", 0.0) / GIB
+    totals = {k: v / GIB for k, v in result["phase_totals"].items()}
+    check.result.update(predicted_gib=round(result["total_bytes"] / GIB, 2),
+                        peak_phase=result["peak_phase"],
+                        phases_gib={k: round(v, 2) for k, v in totals.items()},
+                        rows={phase: {k: round(v / GIB, 3) for k, v in rows.items()}
+                              for phase, rows in result["phases"].items()})
+    if "generation_peak_gib" not in measured:
         return "SKIPPED: no GPU memory measured (CPU)"
-    context = result["memory"].get("CUDA context (+ NCCL)", 0.0) / GIB
-    actual = measured["peak_reserved_gib"] + context
-    error = (predicted - actual) / actual
-    check.result.update(measured_gib=round(actual, 2), plan_error=round(error, 3))
-    if abs(error) > PLAN_TOLERANCE:
-        return f"FAILED: the plan is off by {error:+.0%} (more than {PLAN_TOLERANCE:.0%})"
+    outside = measured.get("outside_allocator_gib") or allowance
+    errors = {}
+    for phase, key in (("rollout", "generation_peak_gib"), ("update", "update_peak_gib")):
+        actual = measured[key] + outside
+        predicted = totals[phase] - allowance + outside
+        errors[phase] = (predicted - actual) / actual
+        check.result[f"{phase}_measured_gib"] = round(actual, 2)
+        check.result[f"{phase}_plan_error"] = round(errors[phase], 3)
+    check.result["context_allowance_gib"] = allowance
+    check.result["outside_allocator_gib"] = outside
+    off = {k: v for k, v in errors.items() if abs(v) > PLAN_TOLERANCE}
+    if off:
+        return "FAILED: the plan is off by " + ", ".join(
+            f"{v:+.0%} in the {k} phase" for k, v in off.items()) + f" (more than {PLAN_TOLERANCE:.0%})"
     return "ok"
 
 
@@ -401,22 +653,50 @@ def vllm_check(check: Check, profile: str, overrides: dict, contexts: int = 32) 
 
 # ------------------------------------------------------------------------- table
 def cell(check: Check) -> str:
-    keep = {k: v for k, v in check.result.items() if k not in ("path", "rows")}
+    keep = {k: v for k, v in check.result.items()
+            if k not in ("path", "rows") and not isinstance(v, dict)}
     return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def rollout_table(check: Check) -> list[str]:
+    """The rollout sub-check's numbers, one line per row count and path."""
+    cells = {k: v for k, v in check.result.items() if k.startswith("rows_")}
+    if not cells:
+        return []
+    lines = ["", "| rows | path | tokens/s | kernels a step | compute ops a step | GPU busy | "
+             "share of the bandwidth bound |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for key, cell_ in cells.items():
+        rows = key.removeprefix("rows_")
+        for path in ("before", "after", "after_eager", "hf_generate"):
+            if path not in cell_:
+                lines.append(f"| {rows} | {path} | failed | | | | |")
+                continue
+            v = cell_[path]
+            share = cell_[f"{path}_share_of_bound"]
+            lines.append(f"| {rows} | {path} | {v['tokens_per_s']:,.1f} | {v['kernels']:,.0f} | "
+                         f"{v['compute_ops']:,.0f} | {v.get('gpu_busy_share', float('nan')):.2f} | "
+                         f"{share:.3f} |")
+    return lines
 
 
 def markdown(checks: list[Check], header: str) -> str:
     lines = [header, "", "| check | state | seconds | result |", "| --- | --- | ---: | --- |"]
     lines += [f"| {c.name} | {c.state} | {c.seconds} | {cell(c)} |" for c in checks]
+    for c in checks:
+        if c.name == "rollout":
+            lines += rollout_table(c)
     return "\n".join(lines)
 
 
-SUB_CHECKS = ("env", "model", "loss", "train", "plan", "vllm")
+SUB_CHECKS = ("env", "model", "loss", "rollout", "train", "plan", "vllm")
 
 
-def write_results(checks: list[Check], header: str, out: Path | None) -> dict:
-    """The table and the summary so far, written to ``out`` (after every sub-check)."""
+def write_results(checks: list[Check], header: str, out: Path | None,
+                  made: dict | None = None) -> dict:
+    """The table and the summary so far, with how they were made (``made``: :func:`provenance`),
+    written to ``out`` (after every sub-check)."""
     summary = {"check": "gpu_check_h200", "failed": [c.name for c in checks if c.failed],
+               **({"provenance": made} if made else {}),
                **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks}}
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -426,6 +706,7 @@ def write_results(checks: list[Check], header: str, out: Path | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU, tiny shapes, one step: what the test suite runs")
@@ -436,10 +717,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="smoke", help="world, retriever and tree shape")
     parser.add_argument("--only", default=",".join(SUB_CHECKS),
                         help="comma-separated sub-checks to run (env and model always run)")
+    parser.add_argument("--rows", default=None,
+                        help=f"rollout: comma-separated row counts (default "
+                             f"{','.join(map(str, ROLLOUT_ROWS))}; 2,4 dry)")
+    parser.add_argument("--new-tokens", type=int, default=None,
+                        help=f"rollout: tokens a row generates (default {ROLLOUT_NEW_TOKENS}; 6 dry)")
     parser.add_argument("--also-require", action="append", default=[], metavar="MODULE",
                         help="one more module env must import (the tests check that a failed "
                              "import fails the check)")
+    parser.add_argument("--source-digest", action="store_true",
+                        help="print the digest of the sources a record names, and stop")
     args = parser.parse_args(argv)
+    if args.source_digest:
+        print(source_digest())
+        return 0
     wanted = {"env", "model", *args.only.split(",")}
     if wanted - set(SUB_CHECKS):
         parser.error(f"--only: unknown sub-checks {sorted(wanted - set(SUB_CHECKS))}; "
@@ -449,6 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         problem = _unwritable(args.out)
         if problem:
             parser.error(f"--out {str(args.out)!r}: {problem}")
+    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else \
+        ((2, 4) if args.dry_run else ROLLOUT_ROWS)
+    new_tokens = args.new_tokens or (6 if args.dry_run else ROLLOUT_NEW_TOKENS)
+    prompt_tokens = 16 if args.dry_run else ROLLOUT_PROMPT_TOKENS
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     work = Path(tempfile.mkdtemp(prefix="at2po-gpu-check-"))
@@ -500,21 +795,37 @@ def _run(args: argparse.Namespace, wanted: set[str], steps: int, work: Path) -> 
 
         return model_check(check, load_profile(args.profile), shape, vocab, dtype, work)
 
+    lengths: dict[str, int] = {}
+
     def overrides() -> dict:
-        return check_overrides(by_name["model"].result.get("path", ""), dtype, steps,
-                               args.dry_run)
+        policy = by_name["model"].result.get("path", "")
+        base = check_overrides(policy, dtype, steps, args.dry_run)
+        if "prompt" not in lengths:
+            lengths["prompt"] = longest_prompt(args.profile, base)
+        return check_overrides(policy, dtype, steps, args.dry_run, lengths["prompt"])
+
+    def made() -> dict:
+        settings = {**vars(args), "out": str(args.out), "steps": steps, "rollout_rows": rows,
+                    "rollout_new_tokens": new_tokens, "rollout_prompt_tokens": prompt_tokens,
+                    "profile_overrides": overrides() if not by_name["model"].failed and
+                    "path" in by_name["model"].result else None}
+        packages = {k: v for k, v in by_name["env"].result.items()
+                    if k in REQUIRED or k in ("python", "cuda")}
+        return provenance(argv, settings, packages)
 
     bodies: dict[str, Callable[[Check], str]] = {
         "env": lambda c: env_check(c, args.dry_run, REQUIRED + tuple(args.also_require)),
         "model": build,
         "loss": lambda c: loss_check(c, args.dry_run),
+        "rollout": lambda c: rollout_check(c, by_name["model"].result["path"], rows, new_tokens,
+                                           prompt_tokens, args.dry_run),
         "train": lambda c: train_check(c, args.profile, overrides(), steps),
         "plan": lambda c: plan_check(c, args.profile, overrides(),
                                      by_name.get("train", Check("train")).result,
                                      by_name["env"].result.get("gpu_gib")),
         "vllm": lambda c: vllm_check(c, args.profile, overrides()),
     }
-    needs_model = {"train", "plan", "vllm"}
+    needs_model = {"rollout", "train", "plan", "vllm"}
     for check in checks:
         if check.name in needs_model and by_name["model"].failed:
             check.state = "FAILED: no model (see model)"
@@ -522,7 +833,8 @@ def _run(args: argparse.Namespace, wanted: set[str], steps: int, work: Path) -> 
             check.state = "SKIPPED: --dry-run (CPU)"
         else:
             run_check(check, bodies[check.name])
-        summary = write_results(checks, header(), args.out)  # the last one is the final record
+        # the last one is the final record
+        summary = write_results(checks, header(), args.out, made())
     print(markdown(checks, header()))
     print(json.dumps(summary, default=str))
     return 1 if summary["failed"] else 0

@@ -3,6 +3,7 @@
 # Python 3.12 and torch preinstalled, no network; stopped after $AT2PO_CHECK_TIMEOUT seconds
 # (default 470), its results written after every sub-check so a stopped run keeps them.
 #   bash benchmarks/gpu_check_h200.sh [--size 1.7b] [--steps N] [--only loss,train] [--out DIR]
+#   bash benchmarks/gpu_check_h200.sh --both-sizes   # issue #47: $OUT/q06 (all), $OUT/q17 (rollout,train,plan)
 # Carried: benchmarks/wheels/ (benchmarks/gpu_check_wheels.sh fills it): only what the machine
 # lacks. They are installed with `pip --target` into $AT2PO_CHECK_SITE/site-packages and put
 # first on PYTHONPATH, beside the machine's own packages (its torch, transformers, pyarrow):
@@ -20,6 +21,8 @@ SITE="${AT2PO_CHECK_SITE:-/tmp/at2po-gpu-check}"
 WHEELS="${AT2PO_CHECK_WHEELS:-$ROOT/benchmarks/wheels}"
 RESULTS="${OUT:-$ROOT/benchmarks/gpu_check_out}"
 start=$(date +%s)
+# what every record says about how it was made (gpu_check_h200.py: provenance)
+export AT2PO_CHECK_STARTED="$start" AT2PO_CHECK_COMMAND="bash benchmarks/gpu_check_h200.sh $*"
 extra_path=""
 if [ "$SITE" != none ]; then
     if compgen -G "$WHEELS/*.whl" > /dev/null; then
@@ -27,14 +30,44 @@ if [ "$SITE" != none ]; then
             --no-compile --no-cache-dir --upgrade --target "$SITE/site-packages" "$WHEELS"/*.whl \
         || echo "gpu_check: the carried wheels did not install; the env step names what is missing"
         extra_path="$SITE/site-packages"
+        AT2PO_CHECK_CARRIED="$(cd "$WHEELS" && ls -- *.whl | paste -sd, -)"
+        export AT2PO_CHECK_CARRIED
     else
         echo "gpu_check: no carried wheels in $WHEELS (run benchmarks/gpu_check_wheels.sh first)"
     fi
 fi
 echo "gpu_check: environment ready in $(( $(date +%s) - start )) s"
-PYTHONPATH="${extra_path:+$extra_path:}$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
-    timeout "${AT2PO_CHECK_TIMEOUT:-470}" "$PYTHON" "$ROOT/benchmarks/gpu_check_h200.py" \
-    --out "$RESULTS" "$@"
-status=$?
+check() {  # check SECONDS ARGS...: one run of gpu_check_h200.py, stopped after SECONDS
+    local limit=$1
+    shift
+    PYTHONPATH="${extra_path:+$extra_path:}$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+        timeout "$limit" "$PYTHON" "$ROOT/benchmarks/gpu_check_h200.py" "$@"
+}
+both=0
+args=()
+for arg in "$@"; do
+    if [ "$arg" = --both-sizes ]; then both=1; else args+=("$arg"); fi
+done
+set -- ${args[@]+"${args[@]}"}
+if [ "$both" = 1 ]; then
+    # Issue #47's device check in one command (<= 8 minutes): the Qwen3-0.6B shape with every
+    # sub-check, then the 1.7B shape's rollout, train and plan (the loss does not depend on
+    # the size), each folder its own record; the second gets what the first left of the limit.
+    total="${AT2PO_CHECK_TIMEOUT:-450}"
+    check "${AT2PO_CHECK_TIMEOUT_06:-250}" --out "$RESULTS/q06" "$@"
+    first=$?
+    left=$(( total - ($(date +%s) - start) ))
+    if [ "$left" -lt 60 ]; then
+        echo "gpu_check: ${left} s left, the 1.7b shape does not run"
+        second=1
+    else
+        check "$left" --size 1.7b --only rollout,train,plan --steps 2 --out "$RESULTS/q17" "$@"
+        second=$?
+    fi
+    status=$(( first != 0 || second != 0 ))
+else
+    check "${AT2PO_CHECK_TIMEOUT:-470}" --out "$RESULTS" "$@"
+    status=$?
+fi
 echo "gpu_check: exit $status after $(( $(date +%s) - start )) s"
 exit $status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -12,6 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# benchmarks/ holds checks the tests share (gpu_check_rollout.recompute_gap, the GPU check itself)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +52,17 @@ def dense_dir(tmp_path_factory, corpus20) -> Path:
     folder = tmp_path_factory.mktemp("dense") / "index"
     build_dense_index(corpus20, folder, EncoderSpec(max_length=32), shard_size=10, progress=False)
     return folder
+
+
+@pytest.fixture(scope="module")
+def smoke_toy(tmp_path_factory):
+    """A smoke TinyWorld, its BM25 retriever, a trained tokenizer and a tag-biased random tiny
+    Qwen3 (``ToySetup``), built once per module in its own artifacts folder, one torch thread."""
+    import torch
+
+    from at2po_lib.rollout.stand_ins import ToySetup
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
+        torch.set_num_threads(1)  # a tiny model on shared cores: one thread is fastest
+        yield ToySetup("smoke", seed=0)

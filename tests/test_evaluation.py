@@ -192,3 +192,35 @@ def test_weighted_average_of_a_metric_measured_on_some_datasets_only():
     assert out.loc[MULTI_HOP, "sampled_em"] == pytest.approx(0.4)
     assert math.isnan(out.loc[SINGLE_HOP, "sampled_em"])
     assert out.loc[MULTI_HOP, "em"] == pytest.approx((50 + 30) / 400)
+
+
+def test_eval_batch_rows_by_hand():
+    """eval.batch_size > 0 is used as it is; 0 fills half the free memory: 10 GiB free and
+    0.5 GiB a row -> 10 rows, capped by the questions and rollout.max_batch_rows, at least 1."""
+    from at2po_lib.evaluation import eval_batch_rows
+
+    gib = 2 ** 30
+    assert eval_batch_rows(32, 1000, 10 * gib, 0.5 * gib, 512) == 32
+    assert eval_batch_rows(0, 1000, 10 * gib, 0.5 * gib, 512) == 10
+    assert eval_batch_rows(0, 7, 10 * gib, 0.5 * gib, 512) == 7
+    assert eval_batch_rows(0, 1000, 10 * gib, 0.5 * gib, 4) == 4
+    assert eval_batch_rows(0, 1000, 0.1 * gib, 0.5 * gib, 512) == 1
+
+
+def test_full_length_row_bytes_by_hand():
+    """A 2-layer model, 2 KV heads of 16 dims, vocabulary 500, fp32 on the CPU, 100 + 60
+    tokens: 2 * (2*2*2*16*4 = 512 B a token) * 160 + 12 * 500 = 163,840 + 6,000."""
+    import dataclasses
+
+    from at2po_lib.config import PolicyConfig, RolloutConfig
+    from at2po_lib.evaluation import full_length_row_bytes
+    from at2po_lib.policy.model import build_policy
+    from at2po_lib.policy.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 20, vocab_size=500)
+    model = build_policy(PolicyConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64),
+                         tokenizer, seed=0)
+    cfg = dataclasses.replace(RolloutConfig(), max_prompt_tokens=100, max_response_tokens=60)
+    vocab = model.config.vocab_size
+    assert full_length_row_bytes(model, cfg) == 2 * 512 * 160 + 12 * vocab

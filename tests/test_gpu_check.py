@@ -31,17 +31,40 @@ def test_the_dry_run_passes_every_sub_check_through_the_wrapper(tmp_path):
     summary = json.loads((tmp_path / "checks.json").read_text())
     assert summary["failed"] == []
     states = {name: summary[name]["state"]
-              for name in ("env", "model", "loss", "train", "plan", "vllm")}
-    assert states == {"env": "ok", "model": "ok", "loss": "ok", "train": "ok",
+              for name in ("env", "model", "loss", "rollout", "train", "plan", "vllm")}
+    assert states == {"env": "ok", "model": "ok", "loss": "ok", "rollout": "ok", "train": "ok",
                       "plan": "SKIPPED: no GPU memory measured (CPU)",
                       "vllm": "SKIPPED: --dry-run (CPU)"}
-    model, train = summary["model"], summary["train"]
+    model, train, rollout = summary["model"], summary["train"], summary["rollout"]
     assert model["parameters"] == model["planned_parameters"] and model["vocab"] == 4096
     assert train["steps"] == 1 and train["generated_tokens"] > 0 and train["losses_finite"]
-    assert summary["plan"]["predicted_gib"] > 0
+    assert train["max_prompt_tokens"] > 0 and len(train["rollout_s_each"]) == 1
+    for rows in ("rows_2", "rows_4"):  # before, after, HF generate: tokens and operators a step
+        for path in ("before", "after", "hf_generate"):
+            assert rollout[rows][path]["tokens_per_s"] > 0 and rollout[rows][path]["compute_ops"] > 0
+    assert set(summary["plan"]["phases_gib"]) == {"rollout", "update"}
+    made = summary["provenance"]
+    assert made["git_revision"] and made["source_digest"] == check.source_digest()
+    assert made["command"] == "bash benchmarks/gpu_check_h200.sh --dry-run"
+    assert made["settings"]["dry_run"] and made["settings"]["profile_overrides"]["rollout"]
+    assert made["packages"]["torch"] and made["device_seconds"] > 0 and made["date_utc"]
     table = (tmp_path / "table.txt").read_text()
     assert "| check | state | seconds | result |" in table and "| train | ok |" in table
+    assert "| 4 | after |" in table
     assert "gpu_check: exit 0" in proc.stdout
+
+
+@pytest.mark.slow  # ~30 s: the device check's one command, both sizes, on CPU
+def test_the_device_checks_one_command_runs_both_sizes(tmp_path):
+    proc = _wrapper(tmp_path, "--both-sizes", "--only", "rollout,plan")  # a later --only wins
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for size in ("q06", "q17"):
+        summary = json.loads((tmp_path / size / "checks.json").read_text())
+        assert [k for k in summary if k not in ("check", "failed", "provenance")] == \
+            ["env", "model", "rollout", "plan"]
+        assert summary["failed"] == [] and summary["provenance"]["source_digest"]
+    settings = json.loads((tmp_path / "q17" / "checks.json").read_text())["provenance"]["settings"]
+    assert settings["size"] == "1.7b" and settings["steps"] == 2
 
 
 @pytest.mark.slow
@@ -153,7 +176,8 @@ def in_process(monkeypatch):
 def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path, in_process):
     assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "checks.json").read_text())
-    assert [k for k in summary if k not in ("check", "failed")] == ["env", "model", "loss"]
+    assert [k for k in summary if k not in ("check", "failed", "provenance")] == \
+        ["env", "model", "loss"]
     loss = summary["loss"]
     assert loss["state"] == "ok" and float(loss["grad_diff"]) < 1e-6
     assert loss["fused_turn_ms"] > 0 and loss["reference_turn_ms"] > 0

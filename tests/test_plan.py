@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -13,10 +14,12 @@ from at2po_lib.cli import plan as plan_cli
 from at2po_lib.config import load_profile
 from at2po_lib.cost_estimate import (GIB, KNOWN_ARCHITECTURES, KNOWN_ENCODERS, Architecture, Hardware,
                                 PlanError, activation_memory, architecture_of, autocast_copy_bytes,
-                                cuda_context_bytes, encoder_bytes, faiss_shard_bytes,
-                                fp32_gradient_partition_bytes, layer_activation_bytes,
-                                lm_head_grad_bytes, margin_bytes, plan, training_memory, verdict,
-                                zero3_gathered_bytes)
+                                copy_out_bytes, cuda_context_bytes, encoder_bytes,
+                                faiss_shard_bytes, fp32_gradient_partition_bytes,
+                                kept_cache_bytes, layer_activation_bytes, lm_head_grad_bytes,
+                                margin_bytes, plan, prompt_cache_bytes, rollout_rows,
+                                rollout_weights_bytes, sampling_bytes, training_memory, verdict,
+                                working_kv_bytes, zero3_gathered_bytes)
 
 P4B, P8B = 4_022_468_096, 8_190_735_360
 QWEN3_4B, QWEN3_8B = KNOWN_ARCHITECTURES["Qwen/Qwen3-4B"], KNOWN_ARCHITECTURES["Qwen/Qwen3-8B"]
@@ -323,3 +326,111 @@ def test_one_gpu_profile_resolves_a_run_on_one_process():
     spec = resolve_run(load_profile("paper-qwen3-1.7b-1gpu"), "at2po", 0, world_size=1)
     assert spec.geometry.updates_per_step == 4  # 16 prompts / 4 per update
     assert spec.trainer["per_device_train_batch_size"] == 2 and spec.trainer["num_generations"] == 22
+
+
+# ------------------------------------------------------- the rollout phase (issue #47)
+def test_rollout_weights_by_hand():
+    none, z3 = Hardware(gpus=1, zero_stage="none"), Hardware(gpus=8, zero_stage="3")
+    assert rollout_weights_bytes(P4B, none, lora=False, dtype_bytes=2, autocast=True) == 2 * P4B
+    assert rollout_weights_bytes(P4B, none, lora=False, dtype_bytes=4, autocast=True) == 2 * P4B
+    assert rollout_weights_bytes(P4B, none, lora=False, dtype_bytes=4, autocast=False) == 0
+    assert rollout_weights_bytes(P4B, none, lora=True, dtype_bytes=2, autocast=True) == 0
+    assert rollout_weights_bytes(P4B, z3, lora=False, dtype_bytes=2, autocast=True) == 2 * P4B * 7 / 8
+    assert rollout_weights_bytes(P4B, Hardware(gpus=8, zero_stage="2"), lora=False,
+                                 dtype_bytes=2, autocast=True) == 0
+
+
+def test_rollout_kv_terms_by_hand():
+    k = 1000  # bytes a token
+    assert prompt_cache_bytes(8, 70, k) == 8 * 70 * 1000
+    assert kept_cache_bytes(8, 2, 2, 1, 390, k) == 8 * 2 * 390 * 1000  # round 0's chains
+    assert kept_cache_bytes(8, 4, 3, 2, 390, k) == 8 * (4 + 3) * 390 * 1000
+    assert kept_cache_bytes(8, 6, 0, 0, 390, k) == 0
+    assert working_kv_bytes(16, 390, k) == 16 * 391 * 1000
+    assert copy_out_bytes(16, 390, k, 28, "round") == 16 * 390 * 1000
+    assert copy_out_bytes(16, 390, k, 28, "turn") == 2 * 16 * 390 * 1000 + 16 * 390 * 1000 / 28
+    assert sampling_bytes(16, 151_936, 2) == 16 * 151_936 * (2 + 12)
+
+
+def test_rollout_rows_of_each_expansion():
+    from at2po_lib.config import RolloutConfig
+
+    ro = RolloutConfig(tree_m=10, tree_l=2, tree_k=6, chains=16, aepo_budget=16)
+    assert rollout_rows(dataclasses.replace(ro, expansion="entropy")) == (10, 6, 2)
+    assert rollout_rows(dataclasses.replace(ro, expansion="chain")) == (16, 0, 0)
+    assert rollout_rows(dataclasses.replace(ro, expansion="aepo")) == (16, 0, 0)
+    # Tree-GRPO at 22 leaves: 2 trees of 1 + 2*5 leaves -> 2 chains, then 10 a round
+    assert rollout_rows(dataclasses.replace(ro, expansion="random", tree_grpo_trees=2)) == (2, 10, 2)
+
+
+def _q06(tmp_path) -> str:
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 3072, "vocab_size": 151_936, "tie_word_embeddings": True}))
+    return str(tmp_path)
+
+
+P06 = 596_049_920
+
+
+def test_both_phases_of_the_gpu_checks_setting_by_hand(tmp_path):
+    """The H200 check's setting (Qwen3-0.6B shape, smoke's 2 x 1 x 2 tree, 8 prompts, 320
+    response tokens, fp32 master weights, bf16 autocast): the rollout phase by hand, a bf16
+    copy and a round session (a GPU's defaults), against the update phase; the larger is the
+    total."""
+    cfg = load_profile("smoke", {"policy": {"model": _q06(tmp_path)},
+                                 "train": {"prompts_per_step": 8, "bf16": True}})
+    result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none",
+                                retriever_on_gpu=False))
+    k, s = 2 * 28 * 8 * 128 * 2, 256 + 320  # bf16 KV bytes a token; prompt + response
+    by_hand = {
+        "CUDA context (+ NCCL)": GIB, "weights": 4 * P06, "gradients": 0, "optimizer states": 8 * P06,
+        "rollout: weights as run (copy / gathered)": 2 * P06,
+        "rollout: prompt caches": 8 * 256 * k,
+        "rollout: earlier rounds' caches": 8 * 2 * s * k,  # round 1: round 0's 16 chains kept
+        "rollout: working KV buffer": 16 * (s + 1) * k,
+        "rollout: copy-out (round grouping)": 16 * s * k,
+        "rollout: sampling logits": 16 * 151_936 * 14,
+    }
+    assert result["phases"]["rollout"] == pytest.approx(by_hand)
+    totals = result["phase_totals"]
+    assert totals["rollout"] == pytest.approx(sum(by_hand.values()))
+    assert totals["update"] == pytest.approx(sum(result["phases"]["update"].values()))
+    assert result["total_bytes"] == max(totals.values())
+    assert result["peak_phase"] == "rollout" and totals["rollout"] > totals["update"]
+    before = plan(load_profile("smoke", {"policy": {"model": _q06(tmp_path)},
+                                         "train": {"prompts_per_step": 8, "bf16": True},
+                                         "rollout": {"decode_dtype": "model",
+                                                     "decode_grouping": "turn"}}),
+                  Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none", retriever_on_gpu=False))
+    rows = before["phases"]["rollout"]
+    assert rows["rollout: working KV buffer"] == 16 * (s + 1) * 2 * k  # fp32: twice the bytes
+    assert rows["rollout: copy-out (turn grouping)"] == pytest.approx(
+        2 * 16 * s * 2 * k + 16 * s * 2 * k / 28)
+    assert rows["rollout: weights as run (copy / gathered)"] == 2 * P06  # autocast's casts
+
+
+def test_a_vllm_kv_cache_far_below_the_batch_is_flagged(capsys):
+    lora24 = plan(load_profile("paper-qwen3-1.7b-1gpu", {"policy": {"lora_r": 16}}),
+                  Hardware(gpus=1, gpu_memory_gib=24, zero_stage="none", retriever_on_gpu=False))
+    assert lora24["verdict"] == "fits"
+    (warning,) = lora24["warnings"]
+    assert "holds 18,679 tokens" in warning and "2,883,584" in warning
+    roomy = plan(load_profile("paper-qwen3-1.7b-1gpu",
+                              {"train": {"vllm_gpu_memory_utilization": 0.9}}),
+                 Hardware(gpus=1, gpu_memory_gib=141, zero_stage="none", retriever_on_gpu=False))
+    assert roomy["warnings"] == []
+    assert plan_cli.main(["--profile", "paper-qwen3-1.7b-1gpu", "--gpus", "1",
+                          "--gpu-memory-gib", "24", "--set", "policy.lora_r=16"]) == 0
+    assert "warning: vLLM's KV cache holds 18,679 tokens" in capsys.readouterr().out
+
+
+def test_one_gpu_puts_the_retriever_on_the_cpu_unless_asked(capsys):
+    base = ["--profile", "paper-qwen3-1.7b-1gpu", "--json"]
+    assert plan_cli.main([*base, "--gpus", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["hardware"]["retriever_on_gpu"] is False
+    assert plan_cli.main([*base, "--gpus", "1", "--retriever-on-gpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["hardware"]["retriever_on_gpu"] is True
+    assert plan_cli.main([*base, "--gpus", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["hardware"]["retriever_on_gpu"] is True

@@ -4,14 +4,18 @@ stop rules. Every check compares against a plain full forward pass of the same m
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
+from host_syncs import counted_syncs
 
 from at2po_lib.config import PolicyConfig
 from at2po_lib.policy.model import build_policy
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout.backends import HFBackend, grouped_attention
+from at2po_lib.rollout.decoding import decode_dtype, decode_grouping
+from at2po_lib.rollout.kvcache import BatchCache
 from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.stand_ins import tag_biased_policy
@@ -157,3 +161,93 @@ def test_sdpa_and_grouped_attention_give_the_same_logps(model, tokenizer, contex
     for a, b in zip(*results):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.logps, b.logps)) < 1e-5
+
+
+def _plain_model(tokenizer, dtype=torch.float32):
+    return build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     num_key_value_heads=1, intermediate_size=64),
+                        tokenizer, seed=4).eval().to(dtype)
+
+
+def _syncs_of_a_call(backend, contexts, budget):
+    with counted_syncs() as counts:
+        results = backend.generate_turns([TurnRequest(c, budget) for c in contexts])
+    # the precondition of the count: every row ran its whole budget (no stop)
+    assert all(len(r.token_ids) == budget and not r.stopped for r in results)
+    return sum(counts.values())
+
+
+def test_one_host_sync_per_decode_step(tokenizer, contexts):
+    """Greedy rows that never stop: a call of 14 steps reads back from the device exactly 10
+    more times than a call of 4 steps (one read a step; the call's set-up and its final
+    copy-out cost the same in both). A multi-token stop string is matched on the device."""
+    plain = _plain_model(tokenizer)
+    backend = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), ("never once",),
+                        compact_below=0.0)
+    assert backend.stop_strings  # matched by the automaton, not by decoding
+    short, long = (_syncs_of_a_call(backend, contexts, n) for n in (4, 14))
+    assert long - short == 10
+
+
+def test_host_counts_give_the_same_prefixes_as_the_valid_mask(tokenizer, contexts):
+    """The copy-out with the lengths the host tracked equals the one that reads them from the
+    cache's validity mask, and releasing the buffers layer by layer changes no value."""
+    backend = HFBackend(_plain_model(tokenizer), tokenizer, SamplingSpec(temperature=0.0), STOPS)
+    first = backend.generate_turns([TurnRequest(c, 5) for c in contexts])
+    requests = [TurnRequest(c + r.token_ids + [7, 8], 3, r.prefix) for c, r in zip(contexts, first)]
+    prefixes = [backend.usable_prefix(r) for r in requests]
+    cached = [p.length for p in prefixes]
+    cache = BatchCache(prefixes, backend.num_layers, backend.num_kv_heads, backend.head_dim,
+                       10, backend.dtype, backend.device)
+    pending = [r.context[c:] for r, c in zip(requests, cached)]
+    backend._forward_pending(cache, pending, cached)
+    from_mask = cache.extract()
+    from_host = cache.extract(counts=[c + len(p) for c, p in zip(cached, pending)], release=True)
+    assert all(layer.key_buffer is None for layer in cache.layers)
+    for a, b in zip(from_mask, from_host):
+        assert a.length == b.length
+        assert all(torch.equal(x, y) for x, y in zip(a.keys + a.values, b.keys + b.values))
+
+
+def test_decode_dtype_choices():
+    assert decode_dtype("auto", "float32", "cpu") == "float32"  # the toy's rollouts stay fp32
+    assert decode_dtype("auto", "bfloat16", "cpu") == "bfloat16"
+    assert decode_dtype("auto", "float32", "cuda") == "bfloat16"
+    assert decode_dtype("auto", "float32", "cuda", bf16_supported=False) == "float32"
+    assert decode_dtype("auto", "float16", "cuda") == "float16"
+    assert decode_dtype("model", "float32", "cuda") == "float32"
+    assert decode_dtype("bfloat16", "float32", "cpu") == "bfloat16"
+    with pytest.raises(ValueError, match="rollout.decode_dtype='bf16'"):
+        decode_dtype("bf16", "float32", "cpu")
+    assert decode_grouping("auto", "cpu") == "turn" and decode_grouping("auto", "cuda") == "round"
+    with pytest.raises(ValueError, match="rollout.decode_grouping='rows'"):
+        decode_grouping("rows", "cpu")
+
+
+def test_a_bf16_model_on_cpu_decodes_in_bf16_and_an_fp32_one_in_fp32(tokenizer, contexts):
+    for dtype in (torch.bfloat16, torch.float32):
+        backend = HFBackend(_plain_model(tokenizer, dtype), tokenizer,
+                            SamplingSpec(temperature=1.0), STOPS, seed=2)
+        assert backend.dtype == dtype
+        (result,) = backend.generate_turns([TurnRequest(contexts[1], 6)])
+        assert result.prefix.keys[0].dtype == dtype
+        assert all(math.isfinite(x) for x in result.logps + result.entropies)
+
+
+def test_a_bf16_rollout_of_fp32_weights_leaves_the_weights_untouched(tokenizer, contexts):
+    """decode_dtype=bfloat16 on fp32 weights: a bf16 KV cache, log-probs near the fp32 ones,
+    and afterwards every parameter is the same fp32 tensor with the same values (tied
+    embedding and head still one parameter)."""
+    model = _plain_model(tokenizer)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    storage = {name: p.data_ptr() for name, p in model.named_parameters()}
+    fp32 = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS)
+    bf16 = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS, dtype="bfloat16")
+    (a,) = fp32.generate_turns([TurnRequest(contexts[0], 6)])
+    (b,) = bf16.generate_turns([TurnRequest(contexts[0], 6)])
+    assert b.prefix.keys[0].dtype == torch.bfloat16 and a.prefix.keys[0].dtype == torch.float32
+    assert abs(a.logps[0] - b.logps[0]) < 0.1
+    for name, p in model.named_parameters():
+        assert p.dtype == torch.float32 and p.data_ptr() == storage[name]
+        assert torch.equal(p, before[name])
+    assert model.lm_head.weight is model.model.embed_tokens.weight

@@ -38,9 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"memory of one GPU (default {d.gpu_memory_gib:g}: the paper's H20)")
     parser.add_argument("--no-fused-lm-head", action="store_true",
                         help="count the fp32 log-softmax over the vocabulary (no chunked LM head)")
-    parser.add_argument("--retriever-on-cpu", action="store_true",
-                        help="the retrieval server's faiss index and encoder on the CPU (nothing "
-                             "of it on the GPUs; default: sharded over them in fp16)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--retriever-on-cpu", action="store_true",
+                       help="the retrieval server's faiss index and encoder on the CPU (nothing "
+                            "of it on the GPUs). Default with one GPU (a 1-GPU profile's server "
+                            "runs with --no-gpu-index)")
+    where.add_argument("--retriever-on-gpu", action="store_true",
+                       help="the index sharded over the GPUs in fp16 and the encoder on GPU 0 "
+                            "(Search-R1's layout). Default with more than one GPU")
     parser.add_argument("--cards", default=None, metavar="GIB,GIB,...",
                         help="verdicts for these card sizes (e.g. 24,48,80,141), as configured "
                              "and with LoRA, instead of one plan")
@@ -68,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     zero = args.zero or ("3" if args.gpus > 1 else "none")
     hw = Hardware(gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib, zero_stage=zero,
                   offload_optimizer=args.offload_optimizer, fused_lm_head=not args.no_fused_lm_head,
-                  retriever_on_gpu=not args.retriever_on_cpu, cpu_gflops=args.cpu_gflops,
+                  retriever_on_gpu=retriever_on_gpu(args), cpu_gflops=args.cpu_gflops,
                   gpu_tflops=args.gpu_tflops, mean_searches=args.mean_searches,
                   passages=args.passages)
     try:
@@ -81,6 +86,14 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(json.dumps(result, indent=2, default=float) if args.json else format_plan(result, cfg.name))
     return 0
+
+
+def retriever_on_gpu(args: argparse.Namespace) -> bool:
+    """Where the plan puts the retrieval server: as asked, else on the GPUs only when there
+    are several (one card has no room for a 32 GB index beside training)."""
+    if args.retriever_on_cpu or args.retriever_on_gpu:
+        return args.retriever_on_gpu
+    return args.gpus > 1
 
 
 def _card_sizes(text: str) -> list[float]:

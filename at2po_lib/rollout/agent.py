@@ -61,6 +61,7 @@ from ..retrieval.base import DEFAULT_TOPK
 from ..reward import atpo_reward, exact_match, extract_prediction
 from .backends import make_backend
 from .kvcache import KVPrefix
+from .stops import StopMatcher
 from .structures import ROOT, Node, RolloutTree, Trajectory
 from .turns import TurnBackend, TurnRequest, TurnResult
 
@@ -113,7 +114,7 @@ class SearchEnv:
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: a turn could never end")
         self.eos_id = int(eos)
-        self._tail_tokens = max(len(self.encode(s)) for s in self.stops) + 2
+        self.matcher = StopMatcher.build(tokenizer, self.stops, len(tokenizer))
 
     # -- text <-> ids ----------------------------------------------------------------------
 
@@ -138,12 +139,13 @@ class SearchEnv:
     def stop_string(self, token_ids: Sequence[int]) -> str | None:
         """The stop string a stopped generation call ended on, or None when it ended on EOS
         (a special token: it decodes to nothing). A stop string ends a call as soon as it is
-        complete, so it lies in the last few tokens (a token may carry text after it)."""
+        complete, so its last character is in the call's last token (which may carry text after
+        it): the backends' own automaton (:mod:`.stops`) says which string that token
+        completes."""
         ids = list(token_ids)
         if not ids or not self.decode(ids[-1:]):
             return None
-        tail = self.decode(ids[-self._tail_tokens:])
-        return next((s for s in self.stops if s in tail), None)
+        return self.matcher.completed_by_last(ids)
 
     def query_of(self, text: str) -> str:
         """The cleaned query of a turn that stopped at ``</search>`` ('' when there is none)."""
@@ -303,41 +305,84 @@ def _continue(chain: Chain, cfg, expansion_round: int) -> Chain | None:
 
 def run_chains(backend: TurnBackend, env: SearchEnv, chains: list[Chain], state: RolloutState,
                on_round: OnRound | None = None) -> None:
-    """Roll every chain out to a leaf, all chains' turns batched together round by round.
+    """Roll every chain out to a leaf, all chains' turns batched together.
 
-    ``on_round(continuing, results)`` (AEPO) sees the chains that go on after each round, with
-    the results of their last generation call, and may return extra chains to add. A chain
-    whose node already holds tokens goes on inside the same turn (a length stop, the
-    tool-limit notice); the others start a new turn after a tool result.
+    A backend whose ``grouping`` is ``round`` (the HF backend on a GPU, :mod:`.decoding`) runs
+    every turn of every chain in one decode call (:func:`_run_in_one_call`); otherwise one
+    generation call per turn depth. ``on_round(continuing, results)`` (AEPO) sees the chains
+    that go on after each turn depth, with the results of their last generation call, and may
+    return extra chains to add (it needs the turn depths: always per turn). A chain whose node
+    already holds tokens goes on inside the same turn (a length stop, the tool-limit notice);
+    the others start a new turn after a tool result.
     """
+    if on_round is None and getattr(backend, "grouping", "turn") == "round" and chains:
+        _run_in_one_call(backend, env, chains, state)
+        return
     active = list(chains)
     while active:
         for chain in active:
             state.boxes[(chain.tree_index, chain.node.id)] = chain.box
-        requests = [TurnRequest(c.context, _turn_budget(env.cfg, len(c.context) - len(c.tree.prompt_ids)),
-                                c.box.prefix) for c in active]
-        results = backend.generate_turns(requests)
-        queries: list[tuple[Chain, str]] = []
-        steps: list[str] = []
-        for chain, result in zip(active, results):
-            step, query = _apply_turn(env, chain, result)
-            steps.append(step)
-            if step == SEARCH:
-                queries.append((chain, query))
-        for (chain, _), obs in zip(queries, env.search([q for _, q in queries])):
-            chain.node.obs_ids, chain.node.obs_kind = obs, "observation"
-        by_chain = {id(c): r for c, r in zip(active, results)}
-        continuing = []
-        for chain, step in zip(active, steps):
-            if step == SAME_NODE:  # the same turn goes on (its node already has tokens),
-                # after the inserted notice if there is one
-                chain.context = chain.tree.context_ids(chain.node.id) + chain.node.token_ids
-                continuing.append(chain)
-            elif step != LEAF and _continue(chain, env.cfg, chain.node.expansion_round) is not None:
-                continuing.append(chain)
+        results = backend.generate_turns([_request(env, c) for c in active])
+        continuing = _after_turns(env, active, results)
         if on_round is not None:
+            by_chain = {id(c): r for c, r in zip(active, results)}
             continuing += on_round(continuing, [by_chain[id(c)] for c in continuing])
         active = continuing
+
+
+def _request(env: SearchEnv, chain: Chain) -> TurnRequest:
+    """The next generation call of ``chain``: its context, budget and cache."""
+    budget = _turn_budget(env.cfg, len(chain.context) - len(chain.tree.prompt_ids))
+    return TurnRequest(chain.context, budget, chain.box.prefix)
+
+
+def _after_turns(env: SearchEnv, chains: list[Chain], results: list[TurnResult]) -> list[Chain]:
+    """Apply each chain's generation call, run the searches they asked for (one batched
+    retriever call), and return the chains that go on (context updated)."""
+    queries: list[tuple[Chain, str]] = []
+    steps: list[str] = []
+    for chain, result in zip(chains, results):
+        step, query = _apply_turn(env, chain, result)
+        steps.append(step)
+        if step == SEARCH:
+            queries.append((chain, query))
+    for (chain, _), obs in zip(queries, env.search([q for _, q in queries])):
+        chain.node.obs_ids, chain.node.obs_kind = obs, "observation"
+    continuing = []
+    for chain, step in zip(chains, steps):
+        if step == SAME_NODE:  # the same turn goes on (its node already has tokens),
+            # after the inserted notice if there is one
+            chain.context = chain.tree.context_ids(chain.node.id) + chain.node.token_ids
+            continuing.append(chain)
+        elif step != LEAF and _continue(chain, env.cfg, chain.node.expansion_round) is not None:
+            continuing.append(chain)
+    return continuing
+
+
+def _run_in_one_call(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
+    """:func:`run_chains` in one decode call (``RoundSession``) per ``rollout.max_batch_rows``
+    chains: a chain whose turn ends is resumed with its next context while the others decode,
+    and closed at its leaf, when its box gets the chain's cache (for the branches of later
+    rounds)."""
+    size = backend.max_batch_size
+    for start in range(0, len(chains), size):
+        _run_session(backend, env, chains[start:start + size], state)
+
+
+def _run_session(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
+    for chain in chains:
+        state.boxes[(chain.tree_index, chain.node.id)] = chain.box
+    capacity = max(len(c.tree.prompt_ids) for c in chains) + env.cfg.max_response_tokens + 1
+    with backend.open_session([_request(env, c) for c in chains], capacity) as session:
+        while finished := session.next_turns():
+            ended = [chains[row] for row, _ in finished]
+            going = {id(c) for c in _after_turns(env, ended, [r for _, r in finished])}
+            for (row, _), chain in zip(finished, ended):
+                if id(chain) in going:
+                    state.boxes[(chain.tree_index, chain.node.id)] = chain.box
+                    session.resume(row, chain.context, _request(env, chain).max_new_tokens)
+                else:
+                    chain.box.prefix = session.close(row)
 
 
 def start_chain(tree: RolloutTree, tree_index: int, parent: int, expansion_round: int,

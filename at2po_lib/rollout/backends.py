@@ -16,8 +16,17 @@ Backends
   carries one (the same chain's next turn, or a *branch* re-sampling a turn from its
   ancestor's context) only runs its new tokens through the model. ``keep_cache=False`` turns
   that off (each turn re-reads its whole context), which is what the benchmark compares.
-  :attr:`HFBackend.stats` counts prefill (context) and decode tokens.
+  :attr:`HFBackend.stats` counts prefill (context) and decode tokens. With
+  ``rollout.decode_grouping = round`` (a GPU's default, :mod:`.decoding`) the agent opens one
+  :class:`~.session.RoundSession` per expansion round instead (:meth:`HFBackend.open_session`):
+  every turn of the round in one decode call.
 - :class:`~.vllm_backend.VLLMBackend`: the same interface on vLLM (paper scale).
+
+A decode step reads back from the device once (the rows still going, or the step's values in a
+round session): stop strings are matched on the device (:mod:`.stops`, tables built once per
+tokenizer), and the copy-out of the caches uses lengths the host already knows. Generation runs
+in ``rollout.decode_dtype`` (:mod:`.decoding`: bf16 weights and KV on a GPU, the weights' own
+dtype on a CPU).
 
 On CPU the loop swaps the model's attention for :func:`grouped_attention` (plain batched
 matmuls, no key/value head repetition), which is several times faster than PyTorch's CPU
@@ -32,11 +41,15 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import AttentionInterface
 
-from .kvcache import BatchCache, KVPrefix
+from .decoding import decode_capture, decode_dtype, decode_grouping
+from .kvcache import BatchCache, KVPrefix, RowCache
 from .sampling import SamplingSpec, sample_step
+from .session import RoundSession
+from .stops import StopMatcher
 from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult, eos_token_ids,
                     split_stop_sequences)
 from .vllm_backend import VLLMBackend
@@ -118,7 +131,30 @@ def attention_implementation(model, name: str) -> Iterator[None]:
         config._attn_implementation = old
 
 
-# ------------------------------------------------------------------------------- stop rules
+@contextlib.contextmanager
+def decode_weights(model, dtype: torch.dtype) -> Iterator[None]:
+    """Run ``model`` with its floating-point parameters in ``dtype`` for the duration: each
+    parameter's data is replaced by a copy in ``dtype`` and restored afterwards (the originals,
+    fp32 master weights, are never rounded). Tied parameters are one parameter: one copy.
+    Nothing changes when the parameters are in ``dtype`` already."""
+    params = [p for p in model.parameters() if p.is_floating_point() and p.dtype != dtype]
+    saved = [p.data for p in params]
+    try:
+        for p in params:
+            p.data = p.data.to(dtype)
+        yield
+    finally:
+        for p, data in zip(params, saved):
+            p.data = data
+
+
+def weights_dtype(model) -> torch.dtype:
+    """The dtype of the model's first parameter (the embedding: what it was loaded in)."""
+    return next(model.parameters()).dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 # ------------------------------------------------------------------------------- HF backend
@@ -140,14 +176,23 @@ class HFBackend:
     def __init__(self, model, tokenizer, sampling: SamplingSpec, stop_sequences: Sequence[str],
                  seed: int = 0, keep_cache: bool = True, max_batch_size: int = 512,
                  attention: str = "auto", compact_below: float = 0.5,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, dtype: str = "auto",
+                 grouping: str = "auto", capture: str = "auto") -> None:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
         self.keeps_cache = keep_cache
         self.max_batch_size = max_batch_size
         self.compact_below = compact_below
-        param = next(model.parameters())
-        self.device, self.dtype = param.device, param.dtype
+        self.device = next(model.parameters()).device
+        on_gpu = self.device.type == "cuda"
+        self.dtype = getattr(torch, decode_dtype(
+            dtype, dtype_name(weights_dtype(model)), self.device.type,
+            bf16_supported=torch.cuda.is_bf16_supported() if on_gpu else True))
+        """What generation runs in: the weights (a copy when it is not theirs), the KV cache."""
+        self.grouping = decode_grouping(grouping, self.device.type) if keep_cache else "turn"
+        """``turn`` or ``round`` (:mod:`.decoding`); a round session keeps caches by nature."""
+        self.capture = decode_capture(capture, self.device.type)
+        """A round session's decode step runs captured (:mod:`.capture`)."""
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.num_layers = text_cfg.num_hidden_layers
         self.num_kv_heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
@@ -156,9 +201,8 @@ class HFBackend:
         stop_ids |= eos_token_ids(model, tokenizer)
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
-        self._tail_tokens = max((len(tokenizer.encode(s, add_special_tokens=False))
-                                 for s in self.stop_strings), default=0) + 2
-        self._stop_char_tokens = self._tokens_with_stop_chars() if self.stop_strings else None
+        self.matcher = (StopMatcher.build(tokenizer, self.stop_strings, self._vocab_size(),
+                                          self.device) if self.stop_strings else None)
         if attention == "auto":
             attention = GROUPED_ATTENTION if self.device.type == "cpu" else "sdpa"
         if attention == GROUPED_ATTENTION:
@@ -172,29 +216,38 @@ class HFBackend:
         self.generator.manual_seed(seed)
         self.stats = BackendStats()
 
-    def _tokens_with_stop_chars(self) -> torch.Tensor:
-        """(V,) bool: tokens whose text contains the last character of some stop string; only
-        after such a token can a stop string have just been completed."""
-        last_chars = {s[-1] for s in self.stop_strings}
-        vocab = len(self.tokenizer)
-        pieces = self.tokenizer.batch_decode([[i] for i in range(vocab)])
-        flags = [any(c in piece for c in last_chars) for piece in pieces]
-        size = max(vocab, self.model.get_output_embeddings().weight.shape[0])
-        out = torch.zeros(size, dtype=torch.bool, device=self.device)
-        out[: len(flags)] = torch.tensor(flags, dtype=torch.bool)
-        return out
+    def _vocab_size(self) -> int:
+        """Rows of the output layer (a model may pad its vocabulary past the tokenizer's)."""
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") \
+            else None
+        return head.weight.shape[0] if head is not None else len(self.tokenizer)
+
+    @contextlib.contextmanager
+    def _decoding(self) -> Iterator[None]:
+        """The settings every decode call runs under: the attention function, the CPU
+        threads, eval mode, and the weights in :attr:`dtype`."""
+        with attention_implementation(self.model, self.attention), \
+                torch_threads(self.num_threads), eval_mode(self.model), \
+                decode_weights(self.model, self.dtype):
+            yield
 
     # -- public API ---------------------------------------------------------------------------
 
     @torch.inference_mode()
     def generate_turns(self, requests: Sequence[TurnRequest]) -> list[TurnResult]:
         results: list[TurnResult] = []
-        with attention_implementation(self.model, self.attention), \
-                torch_threads(self.num_threads), eval_mode(self.model):
+        with self._decoding():
             for start in range(0, len(requests), self.max_batch_size):
                 results.extend(self._generate_batch(requests[start:start + self.max_batch_size]))
         self.stats.turns += len(requests)
         return results
+
+    @contextlib.contextmanager
+    def open_session(self, requests: Sequence[TurnRequest], capacity: int) -> Iterator[RoundSession]:
+        """A :class:`~.session.RoundSession` over ``requests`` (one row each; ``capacity``:
+        columns a row may fill), decoding under :meth:`_decoding` until the block ends."""
+        with torch.inference_mode(), self._decoding():
+            yield RoundSession(self, requests, capacity)
 
     @torch.inference_mode()
     def prefill(self, contexts: Sequence[list[int]]) -> list[KVPrefix | None]:
@@ -202,15 +255,14 @@ class HFBackend:
         if not self.keeps_cache:
             return [None] * len(contexts)
         out: list[KVPrefix | None] = []
-        with attention_implementation(self.model, self.attention), \
-                torch_threads(self.num_threads), eval_mode(self.model):
+        with self._decoding():
             for start in range(0, len(contexts), self.max_batch_size):
                 chunk = [list(c[:-1]) for c in contexts[start:start + self.max_batch_size]]
                 cache = BatchCache([None] * len(chunk), self.num_layers, self.num_kv_heads,
                                    self.head_dim, max(max(map(len, chunk)), 1), self.dtype,
                                    self.device)
                 self._forward_pending(cache, chunk, [0] * len(chunk))
-                out.extend(cache.extract())
+                out.extend(cache.extract(counts=[len(c) for c in chunk], release=True))
         return out
 
     # -- internals ----------------------------------------------------------------------------
@@ -243,7 +295,17 @@ class HFBackend:
         self.stats.forward_calls += 1
         return out.logits[:, -1]
 
-    def _usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
+    def forward_rows(self, cache: RowCache, rows: torch.Tensor | None, ids: torch.Tensor,
+                     columns: torch.Tensor, width: int) -> torch.Tensor:
+        """One forward of a round session: ``rows`` (None: all) feed ``ids`` (b, q) written at
+        ``columns`` (b, q; = positions) over the first ``width`` columns; returns the last
+        query's logits (b, V)."""
+        bias = cache.plan(rows, columns, width, self.dtype)
+        out = self.model(input_ids=ids, attention_mask=bias, position_ids=columns,
+                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache.cache})
+        return out.logits[:, -1]
+
+    def usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
         if not self.keeps_cache or request.prefix is None:
             return None
         # At least one context token must be fed to get the next-token logits.
@@ -259,51 +321,66 @@ class HFBackend:
                 raise ValueError(f"turn request {i} has an empty context")
             if r.max_new_tokens < 1:
                 raise ValueError(f"turn request {i} has max_new_tokens={r.max_new_tokens} < 1")
-        prefixes = [self._usable_prefix(r) for r in requests]
+        prefixes = [self.usable_prefix(r) for r in requests]
         cached = [0 if p is None else p.length for p in prefixes]
         pending = [r.context[c:] for r, c in zip(requests, cached)]
         budget = torch.tensor([r.max_new_tokens for r in requests], device=self.device)
-        max_new = int(budget.max())
+        max_new = max(r.max_new_tokens for r in requests)
         cache = BatchCache(prefixes, self.num_layers, self.num_kv_heads, self.head_dim,
                            max(map(len, pending)) + max_new, self.dtype, self.device)
         logits = self._forward_pending(cache, pending, cached)
 
         batch0 = len(requests)
         rows = torch.arange(batch0, device=self.device)  # batch row -> request index
+        owners = list(range(batch0))  # the same on the host
+        # Valid cache columns of each request: its prefix and pending tokens, then one per
+        # token fed (the last sampled token of a turn never is).
+        filled = [c + len(p) for c, p in zip(cached, pending)]
         next_pos = torch.tensor([len(r.context) for r in requests], device=self.device)
         generated = torch.zeros(batch0, dtype=torch.long, device=self.device)
         stopped = torch.zeros(batch0, dtype=torch.bool, device=self.device)
         active = torch.ones(batch0, dtype=torch.bool, device=self.device)  # per batch row
+        states = self.matcher.initial(batch0) if self.matcher is not None else None
         log = _TurnLog()
-        tails: list[list[int]] = [[] for _ in range(batch0)]
         out_prefix: list[KVPrefix | None] = [None] * batch0
         for _ in range(max_new):
             step = sample_step(logits, self.sampling, self.generator)
             self._record(log, rows, active, step, batch0)
             generated[rows] += active.long()
             hit_stop = torch.isin(step.token_ids, self.stop_ids)
-            if self.stop_strings:
-                hit_stop |= self._string_stops(step.token_ids, rows, active, tails)
+            if states is not None:
+                states, hit_string = self.matcher.advance(states, step.token_ids)
+                hit_stop |= hit_string
             stopped[rows] |= active & hit_stop
             active = active & ~hit_stop & (generated[rows] < budget[rows])
-            if not bool(active.any()):
+            going = active.tolist()  # the step's one device-to-host sync
+            live = sum(going)
+            if not live:
                 break
-            if self.keeps_cache and float(active.float().mean()) < self.compact_below:
-                done_rows = torch.nonzero(~active).squeeze(1)
-                for local, prefix in zip(done_rows.tolist(), cache.extract(done_rows)):
-                    out_prefix[int(rows[local])] = prefix
-                keep = torch.nonzero(active).squeeze(1)
+            if self.keeps_cache and _share(live, len(going)) < self.compact_below:
+                # active rows first, then the finished ones, each in row order (a stable sort)
+                order = torch.sort((~active).to(torch.int8), stable=True).indices
+                keep, done = order[:live], order[live:]
+                finished = [owners[i] for i, g in enumerate(going) if not g]
+                for owner, prefix in zip(finished, cache.extract(done, [filled[o] for o in finished])):
+                    out_prefix[owner] = prefix
                 cache.select_rows(keep)
                 rows, active = rows[keep], active[keep]
                 step.token_ids = step.token_ids[keep]
+                states = states[:, keep] if states is not None else None
+                owners = [owners[i] for i, g in enumerate(going) if g]
+                going = [True] * live
             ids = torch.where(active, step.token_ids, self.pad_id)[:, None]
             positions = next_pos[rows][:, None]
             next_pos[rows] += active.long()
             logits = self._forward(cache, ids, active[:, None], positions)
-            self.stats.decode_tokens += int(active.sum())
+            for owner, g in zip(owners, going):
+                filled[owner] += g
+            self.stats.decode_tokens += live
         if self.keeps_cache:
-            for local, prefix in enumerate(cache.extract()):
-                out_prefix[int(rows[local])] = prefix
+            final = cache.extract(counts=[filled[o] for o in owners], release=True)
+            for owner, prefix in zip(owners, final):
+                out_prefix[owner] = prefix
         n_gen = generated.tolist()
         self.stats.generated_tokens += sum(n_gen)
         return self._assemble(log, n_gen, stopped.tolist(), out_prefix)
@@ -320,21 +397,6 @@ class HFBackend:
         log.entropies.append(full(step.entropy, 0.0))
         log.topk.append(full(step.topk_entropy, 0.0))
 
-    def _string_stops(self, token_ids: torch.Tensor, rows: torch.Tensor, active: torch.Tensor,
-                      tails: list[list[int]]) -> torch.Tensor:
-        """Stop strings that span several tokens: check the decoded tail of flagged rows."""
-        hits = torch.zeros_like(active)
-        flagged = active & self._stop_char_tokens[token_ids]
-        tokens = token_ids.tolist()
-        for local, (row, ok) in enumerate(zip(rows.tolist(), active.tolist())):
-            if ok:
-                tails[row] = (tails[row] + [tokens[local]])[-self._tail_tokens:]
-        for local in torch.nonzero(flagged).squeeze(1).tolist():
-            text = self.tokenizer.decode(tails[int(rows[local])])
-            if any(s in text for s in self.stop_strings):
-                hits[local] = True
-        return hits
-
     def _assemble(self, log: _TurnLog, n_gen: list[int], stopped: list[bool],
                   prefixes: list[KVPrefix | None]) -> list[TurnResult]:
         def table(values: list[torch.Tensor]) -> list[list]:
@@ -349,6 +411,12 @@ class HFBackend:
         ]
 
 
+def _share(part: int, whole: int) -> float:
+    """``part / whole`` as the float32 mean of a bool tensor gives it (what the compaction rule
+    compared before issue #47: the same rows are dropped at the same steps)."""
+    return float(np.float32(part) / np.float32(whole))
+
+
 def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], seed: int = 0,
                  greedy: bool = False, keep_cache: bool = True, **kwargs) -> TurnBackend:
     """The backend named by ``rollout_cfg.backend`` (``hf`` or ``vllm``). For ``vllm``,
@@ -359,6 +427,9 @@ def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], s
         kwargs.setdefault("keep_cache", rollout_cfg.keep_cache and keep_cache)
         kwargs.setdefault("max_batch_size", rollout_cfg.max_batch_rows)
         kwargs.setdefault("num_threads", rollout_cfg.num_threads or None)
+        kwargs.setdefault("dtype", rollout_cfg.decode_dtype)
+        kwargs.setdefault("grouping", rollout_cfg.decode_grouping)
+        kwargs.setdefault("capture", rollout_cfg.decode_capture)
         return HFBackend(model, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
     if rollout_cfg.backend == "vllm":
         # ``model`` is the engine itself (evaluation) unless it comes as ``llm`` (the trainer)

@@ -14,6 +14,12 @@ written in place (no ``torch.cat`` per step, which copies the whole cache every 
 :meth:`BatchCache.extract` compacts each row back into a :class:`KVPrefix` by dropping the
 padding and the holes left where a row was idle.
 
+:class:`RowCache` is the working cache of a decode call that lasts a whole expansion round
+(``rollout.decode_grouping = round``, :mod:`.session`): rows are left-aligned (row ``r``'s token at
+position ``t`` sits in column ``t``, no holes), every forward writes each row at its own columns,
+so a row can take an observation's tokens at any step while the others decode, and a row's
+prefix is a plain slice of its first ``length`` columns.
+
 Shapes: buffers are (B, H_kv, capacity, d) per layer; a prefix is (H_kv, T, d) per layer.
 """
 
@@ -87,6 +93,10 @@ class _BufferLayer(DynamicLayer):
         self.value_buffer = self.value_buffer.index_select(0, rows)
         self._refresh()
 
+    def release(self) -> None:
+        """Drop the buffers (after the final copy-out): the memory goes back at once."""
+        self.key_buffer = self.value_buffer = self.keys = self.values = None
+
 
 class BatchCache:
     """The cache of one batched turn (B rows), with a key-validity mask.
@@ -151,28 +161,162 @@ class BatchCache:
             layer.select_rows(rows)
         self.valid = self.valid.index_select(0, rows)
 
-    def extract(self, rows: torch.Tensor | None = None) -> list[KVPrefix]:
+    def extract(self, rows: torch.Tensor | None = None, counts: Sequence[int] | None = None,
+                release: bool = False) -> list[KVPrefix]:
         """Compact ``rows`` (default: all) into :class:`KVPrefix` objects of their valid
-        positions: one gather per layer for all rows, then one exact-length copy per row."""
+        positions, layer by layer: per layer one gather for all rows, then one exact-length copy
+        per row, then the gather is dropped. ``release``: each layer's working buffer is dropped
+        once copied (the final copy-out), so the peak is the working buffer plus one layer's
+        gather, not the buffer, a gathered copy of it and the per-row copies at once.
+
+        ``counts``: each row's valid positions when the caller knows them; then nothing is read
+        back from the device (no host sync)."""
         valid = self.valid[:, : self.filled]
         if rows is not None:
             valid = valid.index_select(0, rows)
-        counts = valid.sum(dim=1)
-        width = int(counts.max()) if counts.numel() else 0
+        if counts is None:
+            counts = valid.sum(dim=1).tolist()
+        width = max(counts, default=0)
         # Stable sort puts each row's valid columns first, in time order.
         order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :width]
-        keys, values = [], []
+        keys: list[list[torch.Tensor]] = [[] for _ in counts]
+        values: list[list[torch.Tensor]] = [[] for _ in counts]
         for layer in self.layers:
-            lk, lv = layer.keys, layer.values
-            if rows is not None:
-                lk, lv = lk.index_select(0, rows), lv.index_select(0, rows)
-            index = order[:, None, :, None].expand(-1, lk.shape[1], -1, lk.shape[3])
-            keys.append(torch.gather(lk, 2, index))
-            values.append(torch.gather(lv, 2, index))
-        # Each prefix gets its own exact-length copy: a view would keep the whole padded batch
-        # tensor alive for as long as any one chain of the batch may still be branched from.
-        return [
-            KVPrefix(tuple(k[row, :, :n].clone() for k in keys),
-                     tuple(v[row, :, :n].clone() for v in values), int(n))
-            for row, n in enumerate(counts.tolist())
-        ]
+            for source, out in ((layer.keys, keys), (layer.values, values)):
+                picked = source if rows is None else source.index_select(0, rows)
+                index = order[:, None, :, None].expand(-1, picked.shape[1], -1, picked.shape[3])
+                gathered = torch.gather(picked, 2, index)
+                # Each prefix gets its own exact-length copy: a view would keep the whole padded
+                # batch tensor alive for as long as any one chain may still be branched from.
+                for row, n in enumerate(counts):
+                    out[row].append(gathered[row, :, :n].clone())
+                del gathered, picked
+            if release:
+                layer.release()
+        return [KVPrefix(tuple(k), tuple(v), int(n)) for k, v, n in zip(keys, values, counts)]
+
+
+class _RowLayer(DynamicLayer):
+    """One layer of a :class:`RowCache` as ``transformers`` sees it: ``update`` writes the new
+    keys/values at the columns the cache planned for this forward and returns the columns the
+    attention reads."""
+
+    def __init__(self, owner: RowCache, index: int) -> None:
+        super().__init__()
+        self.owner, self.index = owner, index
+        self.device, self.dtype = owner.keys[index].device, owner.keys[index].dtype
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise RuntimeError("a row-cache layer is created initialised")
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return self.owner.write(self.index, key_states, value_states)
+
+    def get_seq_length(self, *args, **kwargs) -> int:
+        return self.owner.width
+
+
+class RowCache:
+    """The working cache of a decode session: rows left-aligned, written at per-row columns.
+
+    Row ``r`` holds its sequence in columns ``[0, lengths[r])`` (column = position). A forward
+    with ``q`` query columns writes row ``r``'s ``n_r <= q`` new tokens (right-aligned in the
+    query block) at columns ``L_r .. L_r + n_r - 1`` and its ``q - n_r`` padding queries just
+    after them (never visible, overwritten later): query ``j`` writes column
+    ``L_r + (j + n_r) mod q`` and sees the columns ``c <=`` its own. Buffers start at zero, so a
+    column that no query wrote is finite and an additive mask hides it exactly.
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, rows: int,
+                 capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (rows, num_kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.lengths = [0] * rows
+        """Host copy of each row's filled columns."""
+        self.cache = DynamicCache()
+        self.cache.layers = [_RowLayer(self, i) for i in range(num_layers)]
+        self.width = 0
+        self.version = 0
+        """Changes whenever the buffers are reallocated (a captured step must be recorded again)."""
+        self._rows: torch.Tensor | None = None
+        self._columns: torch.Tensor | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+    def load(self, row: int, prefix: KVPrefix | None) -> None:
+        """Copy ``prefix`` into row ``row``'s first columns (the row's length becomes its)."""
+        n = 0 if prefix is None else prefix.length
+        for layer in range(len(self.keys)):
+            if n:
+                self.keys[layer][row, :, :n] = prefix.keys[layer][:, :n]
+                self.values[layer][row, :, :n] = prefix.values[layer][:, :n]
+        self.lengths[row] = n
+
+    @staticmethod
+    def write_columns(lengths: torch.Tensor, counts: torch.Tensor, q: int) -> torch.Tensor:
+        """(b, q) columns (= positions) each query writes: ``L + (j + n) mod q`` (class doc)."""
+        j = torch.arange(q, device=lengths.device)
+        return lengths[:, None] + (j[None, :] + counts[:, None]) % q
+
+    def plan(self, rows: torch.Tensor | None, columns: torch.Tensor, width: int,
+             dtype: torch.dtype) -> torch.Tensor:
+        """Set up the next forward: ``rows`` (None: all) write at ``columns`` (b, q) and attend
+        over the first ``width`` columns; returns the additive mask (b, 1, q, width)."""
+        needed = width
+        if needed > self.capacity:
+            raise RuntimeError(f"row cache overflow: {needed} > capacity {self.capacity}")
+        self._rows, self._columns, self.width = rows, columns, width
+        cols = torch.arange(width, device=columns.device)
+        visible = cols[None, None, :] <= columns[:, :, None]
+        bias = torch.zeros(visible.shape, dtype=dtype, device=columns.device)
+        return bias.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+
+    def write(self, layer: int, key_states: torch.Tensor,
+              value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one layer's new keys/values (b, H, q, d) at the planned columns; return the
+        keys/values the attention reads (b, H, width, d)."""
+        rows = self._rows
+        index = (torch.arange(key_states.shape[0], device=key_states.device) if rows is None
+                 else rows)[:, None]
+        out = []
+        for buffer, states in ((self.keys[layer], key_states), (self.values[layer], value_states)):
+            buffer[index, :, self._columns] = states.transpose(1, 2).to(buffer.dtype)
+            out.append(buffer[:, :, : self.width] if rows is None else buffer[rows, :, : self.width])
+        return out[0], out[1]
+
+    def grow(self, capacity: int) -> None:
+        """Reallocate every buffer with ``capacity`` columns (the filled ones copied)."""
+        if capacity <= self.capacity:
+            return
+        old = self.capacity
+        for buffers in (self.keys, self.values):
+            for i, buffer in enumerate(buffers):
+                grown = buffer.new_zeros(buffer.shape[:2] + (capacity, buffer.shape[3]))
+                grown[:, :, :old] = buffer
+                buffers[i] = grown
+        self.version += 1
+
+    def select_rows(self, rows: torch.Tensor, kept: Sequence[int]) -> None:
+        """Keep only ``rows`` (a device index; ``kept``: the same on the host)."""
+        for buffers in (self.keys, self.values):
+            for i, buffer in enumerate(buffers):
+                buffers[i] = buffer.index_select(0, rows)
+        self.lengths = [self.lengths[r] for r in kept]
+        self.version += 1
+
+    def extract_row(self, row: int) -> KVPrefix:
+        """Row ``row``'s cache as an exact-length :class:`KVPrefix` (its own copy)."""
+        n = self.lengths[row]
+        return KVPrefix(tuple(k[row, :, :n].clone() for k in self.keys),
+                        tuple(v[row, :, :n].clone() for v in self.values), n)
+
+    def release(self) -> None:
+        self.keys, self.values = [], []

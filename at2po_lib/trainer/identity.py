@@ -194,7 +194,10 @@ def recorded_identity(config_path: Path) -> dict[str, Any] | None:
 
 
 ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
-                                                     ("policy", "head_dim"): 0}
+                                                     ("policy", "head_dim"): 0,
+                                                     ("rollout", "decode_dtype"): "auto",
+                                                     ("rollout", "decode_grouping"): "auto",
+                                                     ("rollout", "decode_capture"): "auto"}
 """Profile fields added after runs were recorded, with the value that reproduces what those
 runs did: a run recorded without the field is the same run as one with it at that value."""
 
