@@ -183,7 +183,9 @@ def scenario_colocated(work: Path) -> dict:
                                              "max_steps": 1, "final_eval": False}})
     rank = int(os.environ.get("RANK", "0"))
     run = run_folder.RunDir(work / f"run{rank}")
-    trainer = build_trainer(cfg, "grpo", 0, run, reward_fn=_move_weights)
+    # GRPO's 3 chains of one prompt do not split over 2 processes; AT2PO's 2 + 1 x 2 leaves do
+    method = "at2po" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "grpo"
+    trainer = build_trainer(cfg, method, 0, run, reward_fn=_move_weights)
     tok = trainer.processing_class
     template = get_template(cfg.policy.template)
     rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
