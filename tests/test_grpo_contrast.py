@@ -72,6 +72,42 @@ def test_diff_parent_puts_the_rule_into_the_mode_part():
                                table["residual"], atol=1e-12)
 
 
+def one_round_tree() -> TreeArrays:
+    """M = 2 chains, one expansion round (L = 1) with K = 1, equal entropies (softmax = child
+    mean): turn 2 re-sampled as 6.
+
+        0 ─┬─ 1 ─┬─ 2 ── 3  r=1
+           │     └─ 6  r=0
+           └─ 4 ── 5  r=0"""
+    return TreeArrays(np.array([-1, 0, 1, 2, 0, 4, 1]), np.full(7, 0.3),
+                      np.array([nan, nan, nan, 1, nan, 0, 0]))
+
+
+def nested_picks_tree() -> TreeArrays:
+    """One round, K = 2: turns 3 and 2 of one branch both picked (7 beside 3, 8 beside 2).
+
+        0 ─┬─ 1 ─┬─ 2 ─┬─ 3 ── 4  r=1
+           │     │     └─ 7  r=0
+           │     └─ 8  r=1
+           └─ 5 ── 6  r=0"""
+    parent = np.array([-1, 0, 1, 2, 3, 0, 5, 2, 1])
+    return TreeArrays(parent, np.full(9, 0.3), np.array([nan, nan, nan, nan, 1, nan, 0, 0, 1]))
+
+
+def test_one_round_trees_differ_in_shape_at_the_root_and_under_nested_picks():
+    """Notebook 03 §2b and exercise 3c: with L = 1 the children's unequal leaf counts sit at the
+    root, which node_value never reads and diff_parent does (for the first turns); below the
+    root only where two picks lie on one branch, the upper one below the first turn."""
+    node_value = gc.node_contrast(one_round_tree())
+    np.testing.assert_allclose(node_value["shape_part"], 0.0, atol=1e-9)
+    diff_parent = gc.node_contrast(one_round_tree(), adv_mode="diff_parent")
+    assert (diff_parent.loc[[1, 4], "shape_part"].abs() > 0.1).all()
+    np.testing.assert_allclose(diff_parent.loc[[2, 3, 5, 6], "shape_part"], 0.0, atol=1e-9)
+    nested = gc.node_contrast(nested_picks_tree())
+    assert abs(nested.loc[1, "shape_part"]) > 0.1  # node 1: children 2 (2 leaves) and 8 (1)
+    np.testing.assert_allclose(nested.drop(index=[1])["shape_part"], 0.0, atol=1e-9)
+
+
 def test_a_sharper_softmax_moves_the_weights():
     tree = teaching_tree()
     sharp = gc.node_contrast(tree, temperature=0.01)

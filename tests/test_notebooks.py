@@ -154,16 +154,37 @@ def test_smoke_notebooks_run_with_the_project_kernel_and_clean_outputs(isolated_
     assert problems == {}, problems
 
 
+CLOSING_SECTIONS = {"05_paper_tables_figures": "## What the toy says, and why"}
+"""A notebook that ends with a section of its own after the recap and exercises (issue #49:
+notebook 05 ends with why the toy says what it says)."""
+
+
+def _before_closing_section(path: Path, cells: list) -> list:
+    """``cells`` up to the notebook's closing section (:data:`CLOSING_SECTIONS`), which must be
+    its last section; all of them when it has none."""
+    heading = CLOSING_SECTIONS.get(path.stem)
+    if heading is None:
+        return cells
+    starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
+              and c.source.startswith(heading)]
+    assert len(starts) == 1, f"{path.name}: no single {heading!r} section"
+    later = [c for c in cells[starts[0] + 1:] if c.cell_type == "markdown"
+             and c.source.lstrip().startswith("## ")]
+    assert not later, f"{path.name}: {heading!r} is not the last section ({later[0].source[:40]!r})"
+    return cells[:starts[0]]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_teaches_in_its_frame(path):
     """Opens with what to learn and notice, its first code cell is the parameters cell, and it
     ends with a recap, exercises, and their answer in a collapsed cell (JupyterLab's
-    ``source_hidden``)."""
+    ``source_hidden``), or with those and then its closing section (:data:`CLOSING_SECTIONS`)."""
     nb = _read(path)
     assert "**What you will learn**" in nb.cells[0].source and "**What to notice**" in nb.cells[0].source
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "parameters" in first_code.metadata.get("tags", [])
-    tail = "\n".join(c.source for c in nb.cells[-4:])
+    cells = _before_closing_section(path, nb.cells)
+    tail = "\n".join(c.source for c in cells[-4:])
     assert "## Recap" in tail and "## Exercises" in tail, f"{path.name}: no recap / exercises at the end"
-    hidden = [c for c in nb.cells[-3:] if c.metadata.get("jupyter", {}).get("source_hidden")]
+    hidden = [c for c in cells[-3:] if c.metadata.get("jupyter", {}).get("source_hidden")]
     assert hidden and any("Answer" in c.source or "answer" in c.source for c in hidden)

@@ -17,8 +17,12 @@ times one constant per tree, √((N−1)/N) for ε → 0 (0.935 for N = 8). AT2P
   them; at toy scale those are a tenth of a nat and the weights stay near 1/n.
 - **shape part** = A(V_child_mean) − A(V_leaf_mean): the child mean weighs each child equally,
   the leaf mean each leaf; they differ only where a node's children hold unequal numbers of
-  leaves. With one expansion round (L = 1) each re-sample adds one chain under a node that
-  already had one, so that happens only where two picks share a parent.
+  leaves. With one expansion round (L = 1) each re-sample adds one leaf beside the turn it
+  re-samples, so that happens at the root (a chain re-sampled below its first turn holds two
+  leaves, the others one), whose value ``node_value`` never uses but ``diff_parent`` (for the
+  first turns) and ``diff_global`` subtract, and below the root only where two picks lie on
+  one branch, the upper one below the first turn; more often with L ≥ 2
+  (tests/test_grpo_contrast.py).
 - **mode part** = A(V_leaf_mean) − V_leaf_mean: zero for ``node_value``; the advantage rule's
   own change for ``diff_parent`` and the others.
 

@@ -36,6 +36,52 @@ def _ci(value: float, low: float, high: float, scale: float = 100.0, signed: boo
     return f"{fmt.format(scale * value)} [{fmt.format(scale * low)}, {fmt.format(scale * high)}]"
 
 
+def _shown(profile: str, name: str) -> "pd.DataFrame | None":
+    """The display table ``name`` as the report wrote it (``<name>.md``: every cell the text
+    shown), or None. A sentence quotes a number from here, rounded once: the CSV keeps six
+    decimals, and rounding its 0.028500 again to one decimal of points gives 2.9 where the
+    table, rounded from the exact 0.02849.., shows 2.8."""
+    from .report import read_markdown_table  # report imports this module: only when called
+
+    path = _tables(profile) / f"{name}.md"
+    return read_markdown_table(path.read_text()) if path.is_file() else None
+
+
+def _shown_cell(shown: "pd.DataFrame | None", row: str, column: str) -> str | None:
+    """The text a display table shows at (``row``, ``column``), or None (no table, no cell)."""
+    if shown is None or row not in shown.index or column not in shown.columns:
+        return None
+    text = str(shown.loc[row, column]).strip()
+    return text or None
+
+
+def seed_spread_conclusion(profile: str) -> str:
+    """Whether the sampled metric's seeds spread less than greedy EM's, method by method, as
+    ``table1_seeds`` shows the two standard deviations (one decimal): the methods where it does
+    not are named with both numbers."""
+    shown = _shown(profile, "table1_seeds")
+    columns = ("greedy: sd over seeds", "sampled: sd over seeds")
+    if shown is None or not all(c in shown.columns for c in columns):
+        return "No seed spreads recorded for this profile yet."
+    pairs = {}
+    for method, row in shown.iterrows():
+        try:
+            pairs[method] = (float(row[columns[0]]), float(row[columns[1]]), row[columns[0]],
+                             row[columns[1]])
+        except ValueError:  # "–": one seed, no spread
+            continue
+    if not pairs:
+        return "No method has two seeds yet: no spread to compare."
+    less = [m for m, (g, s, _, _) in pairs.items() if s < g]
+    others = [f"{m} (sampled {ts}, greedy {tg})" for m, (g, s, tg, ts) in pairs.items()
+              if m not in less]
+    text = (f"The sampled metric's seeds spread less than greedy EM's for {len(less)} of the "
+            f"{len(pairs)} methods with two or more seeds (the two `sd over seeds` columns)")
+    if others:
+        text += "; not for " + ", ".join(others)
+    return text + "."
+
+
 def _reading(low: float, high: float) -> str:
     if low > 0:
         return "better"
@@ -57,11 +103,13 @@ def table1_conclusion(profile: str) -> str:
     listed = ", ".join(f"{method_label(m)} ({seeds[m]} seed{'s' * (seeds[m] > 1)})" for m in methods)
     text = f"Recorded so far: {listed}, out of the paper's seven rows."
     diffs = _read(_tables(profile) / "table1_differences.csv")
+    shown = _shown(profile, "table1_differences")
     if diffs is not None and len(diffs):
         sel = diffs[(diffs["baseline"] == "grpo") & (diffs["scope"] == "multihop")
-                    & (diffs["weighting"] == "sample")]
-        parts = [f"{method_label(r.method)} {_ci(r.diff, r.ci_low, r.ci_high)} points "
-                 f"({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]
+                    & (diffs["weighting"] == "sample") & (diffs["metric"] == "em")]
+        parts = [f"{method_label(r.method)} "
+                 f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
+                 f" points ({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]
         if parts:
             text += " Multi-hop EM minus GRPO's, 95% CI: " + "; ".join(parts) + "."
     if len(methods) < 3:

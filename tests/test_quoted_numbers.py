@@ -1,0 +1,115 @@
+"""Every number the notebooks and the README quote is read back from the table it comes from, at
+the precision that table shows (issue #49 item 2: a sentence that rounded a stored number a
+second time, a claim about every method that one method broke, a parameter count of another
+model, a recap that contradicted the generated rows below it)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from at2po_lib.config import load_profile
+from at2po_lib.reporting import conclusions
+from at2po_lib.reporting.labels import method_label, table_configurations
+from at2po_lib.reporting.report import read_markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ROOT / "results" / "tiny" / "tables"
+NOTEBOOKS = ROOT / "notebooks"
+INTERVAL = r"[+-]?\d+\.\d \[[+-]?\d+\.\d, [+-]?\d+\.\d\]"
+
+
+@pytest.fixture()
+def tiny_tables(monkeypatch):
+    """The committed tiny tables (the conclusions read ``results/``)."""
+    if not (TABLES / "table1_differences.md").is_file():
+        pytest.skip("no committed tiny tables")
+    monkeypatch.delenv("AT2PO_RESULTS", raising=False)
+    monkeypatch.setenv("AT2PO_HOME", str(ROOT))
+    return TABLES
+
+
+def shown(name: str):
+    return read_markdown_table((TABLES / f"{name}.md").read_text())
+
+
+def markdown_of(notebook: str) -> str:
+    cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def test_table1_sentence_quotes_the_differences_table_as_shown(tiny_tables):
+    """05 printed AT2PO +1.1 [-0.6, +2.9] above a table showing +2.8: the CSV's 0.028500 was
+    rounded again. The sentence now quotes each method's cell as the table shows it."""
+    sentence = conclusions.table1_conclusion("tiny")
+    table = shown("table1_differences")
+    quoted = dict(re.findall(rf"(?:; |CI: )([^;]+?) ({INTERVAL}) points", sentence))
+    assert len(quoted) >= 8, sentence
+    for label, interval in quoted.items():
+        assert table.loc[label, "Δ Multi-hop vs GRPO"] == interval, label
+    assert quoted[method_label("at2po")] == "+1.1 [-0.6, +2.8]"
+
+
+def test_the_seed_spread_sentence_reads_both_spreads_as_shown(tiny_tables):
+    """05 said the sampled metric's seeds spread less than greedy EM's for every method; GRPO
+    at AT2PO's budget spreads more (sampled 2.27, greedy 2.23: 2.3 and 2.2 as shown)."""
+    sentence = conclusions.seed_spread_conclusion("tiny")
+    table = shown("table1_seeds")
+    pairs = re.findall(r"(?:not for |, )(.+?) \(sampled (\d+\.\d), greedy (\d+\.\d)\)", sentence)
+    assert pairs, sentence
+    for label, sampled, greedy in pairs:
+        assert table.loc[label, "sampled: sd over seeds"] == sampled
+        assert table.loc[label, "greedy: sd over seeds"] == greedy
+        assert float(sampled) >= float(greedy)
+    spread = [(float(r["greedy: sd over seeds"]), float(r["sampled: sd over seeds"]))
+              for _, r in table.iterrows() if r["greedy: sd over seeds"] != "–"]
+    less = sum(s < g for g, s in spread)
+    assert f"for {less} of the {len(spread)} methods" in sentence
+    assert label == method_label("grpo_tree_budget")
+    assert "for every method" not in markdown_of("05_paper_tables_figures")
+
+
+def test_the_profile_description_states_the_shipped_policys_size():
+    """05's first output is the profile's description: 'a few-million-parameter Qwen3' for a
+    policy of 1,301,632 parameters (the shipped warm start's record)."""
+    record = json.loads((ROOT / "results" / "tiny" / "warmstart" / "warmstart.json").read_text())
+    millions = f"{record['parameters'] / 1e6:.1f}M"
+    assert millions == "1.3M"
+    assert f"a {millions}-parameter Qwen3" in load_profile("tiny").description
+
+
+def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_why():
+    """The recap said entropy picks turns 'no better than chance' above generated rows reading
+    'better than a uniform pick'; it now points to the last section, which is 05's end."""
+    text = markdown_of("05_paper_tables_figures")
+    recap = text[text.index("## Recap"):text.index("## Exercises")]
+    assert "no better than" not in recap and "the last section" in recap
+    cells = json.loads((NOTEBOOKS / "05_paper_tables_figures.ipynb").read_text())["cells"]
+    headings = [("".join(c["source"])).splitlines()[0] for c in cells
+                if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
+    assert headings[-1] == "## What the toy says, and why"
+    assert "why_sentences" in "".join(cells[-1]["source"])
+
+
+def test_03_answer_3_says_what_its_computed_parts_show():
+    """Answer 3 (c) called the advantage rule 'the whole change' above a computed line with
+    unequal subtrees 0.258 at L = 1; section 2b tied unequal subtrees to L >= 2."""
+    text = markdown_of("03_credit_assignment")
+    assert "the whole change" not in text
+    assert "several re-samples under one node, L ≥ 2" not in text
+    assert "mostly the root" in text
+
+
+def test_readme_names_which_at2po_each_table_rests_on_with_the_seeds_shown(tiny_tables):
+    seeds = shown("table1_seeds")["seeds"]
+    readme = (ROOT / "README.md").read_text()
+    authors, variant = seeds[method_label("at2po")], seeds[method_label("at2po_exact")]
+    assert f"Table 1's AT2PO row is the authors'\n({authors} seeds)" in readme
+    assert f"are the variant ({variant} seeds)" in readme
+    sentence = table_configurations("tiny")
+    assert f"`at2po` (sampled-token NLL, α = 0.05: the profile's settings; {authors} seeds)" in sentence
+    assert f"`at2po_exact` (exact entropy, α = 0.001: the settings it fixes over the profile's; " \
+           f"{variant} seeds)" in sentence
