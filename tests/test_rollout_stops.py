@@ -91,21 +91,29 @@ def test_ids_past_the_tokenizer_keep_the_state(tokenizer):
 
 def test_tables_are_built_once_per_vocabulary(tokenizer, monkeypatch):
     """A second matcher, or one for another tokenizer object with the same vocabulary, decodes
-    nothing again."""
-    calls = []
-    original = type(tokenizer).batch_decode
-
-    def counting(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "batch_decode", counting)
+    and computes nothing again: one decoded vocabulary, one table per stop string."""
     monkeypatch.setattr(stops, "_TEXTS", {})
     monkeypatch.setattr(stops, "_TABLES", {})
+    monkeypatch.setattr(stops, "_PADDED", {})
+    decoded = []
+    original = stops.transition_table
+
+    def counting(texts, stop):
+        decoded.append(stop)
+        return original(texts, stop)
+
+    monkeypatch.setattr(stops, "transition_table", counting)
     first = StopMatcher.build(tokenizer, ["</search>", "</answer>"], len(tokenizer))
     again = StopMatcher.build(tokenizer, ["</search>"], len(tokenizer))
     same_vocab = copy.deepcopy(tokenizer)
+    assert stops.vocabulary_fingerprint(same_vocab) == stops.vocabulary_fingerprint(tokenizer)
     third = StopMatcher.build(same_vocab, ["</answer>"], len(tokenizer))
-    assert len(calls) == 1
+    assert len(stops._TEXTS) == 1 and decoded == ["</search>", "</answer>"]
     assert np.array_equal(first.host[0, :10], again.host[0, :10])
     assert np.array_equal(first.host[1, :10], third.host[0, :10])
+
+
+def test_token_texts_are_the_tokenizers_own_decodes(tokenizer, monkeypatch):
+    monkeypatch.setattr(stops, "_TEXTS", {})
+    texts = stops.token_texts(tokenizer)
+    assert texts == [tokenizer.decode([i]) for i in range(len(tokenizer))]
