@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from at2po_lib import stats
-from at2po_lib.reporting.block_pairs import (blocked_difference, load_block_outcomes,
-                                             rests_on, run_provenance)
+from at2po_lib.reporting.block_pairs import (block_sources, blocked_difference,
+                                             blocks_overview, load_block_outcomes,
+                                             provenance_table, rests_on, run_provenance)
 from at2po_lib.reporting.claims import claims_table
 from at2po_lib.trainer.block_records import blocks_root
 from at2po_lib.util.errors import RecordError
@@ -131,3 +132,20 @@ def test_the_earlier_record_names_its_revisions_and_builds(tmp_path):
     provenance = run_provenance(paths)
     assert rests_on(provenance, ("at2po", "grpo")) == \
         "f2386ba (fc-v1045) vs 0c35b88 (fc-v973 ×2, fc-v669 ×1)"
+
+    # the table of what each method rests on: the earlier record and the blocks
+    blocks = pd.DataFrame({"method": ["at2po", "at2po", "grpo"], "block_set": "headline",
+                           "block": [0, 1, 0], "commit": REV_A, "build": "fc-v669"})
+    table = provenance_table(provenance, blocks).set_index("method")
+    assert table.loc["grpo", "earlier record: runs"] == 3
+    assert table.loc["at2po", "blocks: headline"] == "2 at aaaaaaa (fc-v669 ×2)"
+    assert table.loc["grpo", "blocks: headline"] == "1 at aaaaaaa (fc-v669 ×1)"
+
+
+def test_the_blocks_overview_lists_finished_blocks_only(headline):
+    from at2po_lib.util.staging import staging_path
+
+    staging_path(headline / "block07").mkdir()          # a killed block is not listed
+    overview = blocks_overview("tiny")
+    assert list(overview["block"]) == list(range(6)) and set(overview["revision"]) == {"aaaaaaa"}
+    assert block_sources("tiny")[0] == "headline/block00@aaaaaaa"

@@ -75,6 +75,30 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
     return frame
 
 
+def blocks_overview(profile: str) -> pd.DataFrame:
+    """One row per finished block of ``profile`` (every set): set, block, seed, revision and
+    whether the checkout was clean, machine build, torch threads, the methods it trained and
+    when it finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
+    rows = []
+    root = blocks_dir(profile)
+    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for block, record in finished_blocks(set_folder).items():
+            rows.append({"block set": set_folder.name, "block": block, "seed": record["seed"],
+                         "revision": record["commit"][:7], "clean": record["clean"],
+                         "build": record["build"], "threads": record["torch_threads"],
+                         "methods": ", ".join(record.get("runs", {})),
+                         "finished": record.get("finished", "")})
+    return pd.DataFrame(rows, columns=["block set", "block", "seed", "revision", "clean", "build",
+                                       "threads", "methods", "finished"])
+
+
+def block_sources(profile: str) -> list[str]:
+    """``<set>/block<BB>@<revision>`` of every finished block: what a report read (its meta)."""
+    overview = blocks_overview(profile)
+    return [f"{r['block set']}/block{r['block']:02d}@{r['revision']}"
+            for _, r in overview.iterrows()]
+
+
 @dataclass(frozen=True)
 class BlockedDifference:
     """A − B paired within blocks: the interval, the permutation test, what it rests on."""
@@ -150,6 +174,23 @@ def side_of(provenance: pd.DataFrame, method: str) -> str:
                           for b, n in sorted(builds.items(), key=lambda kv: (-kv[1], kv[0])))
         parts.append(f"{commit[:7]} ({inner})")
     return "; ".join(parts)
+
+
+def provenance_table(provenance: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: its committed runs (the earlier record) with their revisions and
+    machine builds, and its runs in each block set's finished blocks with theirs."""
+    methods = list(dict.fromkeys([*provenance["method"], *blocks.get("method", [])]))
+    rows = []
+    for method in methods:
+        row = {"method": method, "earlier record: runs": int((provenance["method"] == method).sum()),
+               "earlier record: revisions (machine builds)": side_of(provenance, method)}
+        for name, rows_of_set in blocks.groupby("block_set", sort=True) if len(blocks) else ():
+            mine = rows_of_set[rows_of_set["method"] == method].drop_duplicates("block")
+            builds = ", ".join(f"{b} ×{n}" for b, n in mine["build"].value_counts().items())
+            row[f"blocks: {name}"] = (f"{len(mine)} at {', '.join(sorted(c[:7] for c in mine['commit'].unique()))} ({builds})"
+                                      if len(mine) else "–")
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def rests_on(provenance: pd.DataFrame | None, methods: Sequence[str]) -> str:

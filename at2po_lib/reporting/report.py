@@ -44,7 +44,8 @@ from ..util.paths import figures_dir, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
-from .block_pairs import load_block_outcomes, run_provenance
+from .block_pairs import (block_sources, load_block_outcomes, provenance_table,
+                          run_provenance)
 from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
@@ -265,10 +266,21 @@ def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
                                         clips=clips, provenance=provenance, blocks=blocks,
                                         allow_revisions=allow_revisions)
     report.paths["claims"] = write_table(
-        tidy, display, "claims", profile, meta_for(outcomes["method"].unique(),
-                                                   claims.claims_table),
+        tidy, display, "claims", profile,
+        {**meta_for(outcomes["method"].unique(), claims.claims_table),
+         "blocks": block_sources(profile)},
         "The paper's claims at toy scale: each as one number with its 95% CI")
     report.tables["claims"] = display
+    rests = provenance_table(provenance, blocks)
+    if len(rests):
+        shown = rests.assign(method=rests["method"].map(method_label)).set_index("method")
+        report.paths["provenance"] = write_table(
+            rests, shown, "provenance", profile,
+            {**meta_for(outcomes["method"].unique(), provenance_table),
+             "blocks": block_sources(profile)},
+            "What every method's rows rest on: the committed runs (the earlier record) with "
+            "their revisions and machine builds, and the study's finished blocks")
+        report.tables["provenance"] = shown
     summary_path = tables_dir(profile) / "claims_summary.md"
     write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed, provenance,
                                                          blocks))
@@ -324,7 +336,7 @@ def _write_figures(report: Report, meta_for: Callable, cfg: ProfileConfig,
 
 STORED_TABLES = ("table1", "table1_summary", "table1_differences", "table1_differences_sampled",
                  "table1_seeds", "table2", "table3", "credit_accuracy_summary", "table1_budget",
-                 "fig3_entropy_change", "claims", "dissection_summary")
+                 "fig3_entropy_change", "claims", "dissection_summary", "provenance")
 """Tables :func:`_write` stores as ``<name>.{csv,md,tex}``, in its order."""
 STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "fig4_turns"}
 """Report key -> figure file stem (``figures/<stem>_<profile>.{png,pdf}``)."""
@@ -375,6 +387,8 @@ def stale_reason(profile: str, n_resamples: int) -> str | None:
         missing, gone = sorted(finished - used), sorted(used - finished)
         return (f"the stored tables miss {len(missing)} finished run(s) {missing[:4]}"
                 + (f" and use {len(gone)} that are gone {gone[:4]}" if gone else ""))
+    if metas["claims"].get("blocks", []) != block_sources(profile):
+        return "the stored claims were read from other finished blocks of the study"
     other = sorted({m["n_resamples"] for m in metas.values()
                     if m.get("n_resamples") not in (None, n_resamples)})
     if other:
