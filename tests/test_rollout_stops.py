@@ -87,6 +87,10 @@ def test_ids_past_the_tokenizer_keep_the_state(tokenizer):
     assert before > 0
     state, hit = matcher.advance(state, torch.tensor([len(tokenizer) + 3]))
     assert int(state[0, 0]) == before and not bool(hit[0])
+    # on the host too, past the table's width (a model's padding ids beyond the tokenizer's)
+    host = StopMatcher.build(tokenizer, ["</search>"], len(tokenizer))
+    spelled = tokenizer.encode("</search>", add_special_tokens=False)
+    assert host.completed_by_last(spelled[:-1] + [len(tokenizer) + 99] + spelled[-1:]) == "</search>"
 
 
 def test_tables_are_built_once_per_vocabulary(tokenizer, monkeypatch):

@@ -178,13 +178,15 @@ class StopMatcher:
 
     def completed_by_last(self, token_ids: Sequence[int]) -> str | None:
         """The stop string that the last of ``token_ids`` completes (the first one listed when
-        several do), on the host; None when none does."""
+        several do), on the host; None when none does. Ids past the table have no text."""
         if not token_ids:
             return None
+        width = self.host.shape[2]
         for s, stop in enumerate(self.strings):
             state = 0
             for token in token_ids:
-                state = int(self.host[s, state, token])
+                if token < width:
+                    state = int(self.host[s, state, token])
             if state == len(stop):
                 return stop
         return None
