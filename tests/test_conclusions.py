@@ -29,13 +29,16 @@ def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
                for m, s in (("react", 1), ("grpo", 2), ("at2po", 3))]
     _write(tmp_path, "table1_summary", summary)
     diffs = [{"method": "react", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
-              "diff": -0.06, "ci_low": -0.09, "ci_high": -0.03},
+              "metric": "em", "diff": -0.06, "ci_low": -0.09, "ci_high": -0.03},
              {"method": "at2po", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
-              "diff": 0.01, "ci_low": -0.02, "ci_high": 0.04}]
+              "metric": "em", "diff": 0.01, "ci_low": -0.02, "ci_high": 0.04},
+             {"method": "at2po", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
+              "metric": "sampled_em", "diff": 0.5, "ci_low": 0.4, "ci_high": 0.6}]
     _write(tmp_path, "table1_differences", diffs)
     text = c.table1_conclusion("tiny")
     assert "ReAct -6.0 [-9.0, -3.0] points (worse)" in text
     assert "(not distinguishable)" in text and "cannot rank" not in text
+    assert "+50.0" not in text  # the sampled metric's row is not the EM difference
 
 
 def test_credit_accuracy_rows_that_matter():

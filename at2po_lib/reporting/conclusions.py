@@ -21,6 +21,7 @@ from ..method.credit import VALUE_MODES
 from ..util.paths import results_dir
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
 from .labels import method_label
+from .output import read_markdown_table
 
 
 def _read(path: Path) -> "pd.DataFrame | None":
@@ -41,8 +42,6 @@ def _shown(profile: str, name: str) -> "pd.DataFrame | None":
     shown), or None. A sentence quotes a number from here, rounded once: the CSV keeps six
     decimals, and rounding its 0.028500 again to one decimal of points gives 2.9 where the
     table, rounded from the exact 0.02849.., shows 2.8."""
-    from .report import read_markdown_table  # report imports this module: only when called
-
     path = _tables(profile) / f"{name}.md"
     return read_markdown_table(path.read_text()) if path.is_file() else None
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
+
+import pandas as pd
 
 from ..util.writing import write_if_changed
 from ..util.paths import figures_dir, repo_root, results_dir
 from ..util.provenance import run_metadata, write_meta
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 _PNG_METADATA = {"Software": None}
 _PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -104,3 +103,18 @@ def write_figure(fig, name: str, profile: str, meta: dict,
     write_meta(paths[formats[0]], {**meta, "figure": name,
                                    "files": [p.name for p in paths.values()]})
     return paths
+
+
+def read_markdown_table(text: str) -> pd.DataFrame:
+    """A display frame back from :func:`markdown_table` (first column the index,
+    every cell the text shown; ``\\|`` an escaped bar)."""
+    def cells(line: str) -> list[str]:
+        parts = line.strip().strip("|").replace("\\|", "\0").split("|")
+        return [p.strip().replace("\0", "|") for p in parts]
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise ValueError("not a Markdown table: needs a header and a rule line")
+    header, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
+    frame = pd.DataFrame(rows, columns=header)
+    return frame.set_index(header[0])
