@@ -149,3 +149,17 @@ def test_the_blocks_overview_lists_finished_blocks_only(headline):
     overview = blocks_overview("tiny")
     assert list(overview["block"]) == list(range(6)) and set(overview["revision"]) == {"aaaaaaa"}
     assert block_sources("tiny")[0] == "headline/block00@aaaaaaa"
+
+
+def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):
+    from at2po_lib.reporting.claims import claims_summary
+
+    empty = pd.DataFrame(columns=["method", "seed", "dataset", "question_id", "em"])
+    tidy, _ = claims_table("tiny", empty, blocks=load_block_outcomes("tiny"), n_resamples=10)
+    rows = tidy.set_index("key")
+    assert rows.loc["at2po_over_grpo", "seeds"] == "6 blocks"
+    assert "at2po_over_grpo_earlier" not in rows.index
+    text = claims_summary(tidy, pd.DataFrame(columns=["method", "seed", "path", "finished"]),
+                          blocks=load_block_outcomes("tiny"))
+    assert text.startswith("No committed run is recorded for this profile (no earlier record).")
+    assert "headline: 6 blocks at aaaaaaa (builds fc-v669 ×6)" in text

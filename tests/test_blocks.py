@@ -79,6 +79,9 @@ def test_a_block_trains_one_seed_of_every_method_and_records_where(study):
     assert (record["commit"], record["clean"], record["build"]) == (CLEAN, True, "fc-v669")
     assert record["torch_threads"] == 1 and record["platform"] == PLATFORM
     assert set(record["runs"]) == {"at2po", "grpo", "grpo_tree_budget"}
+    # every stage of the runs at the block's threads: recorded with the overrides
+    assert record["overrides"] == {"rollout": {"num_threads": 1},
+                                   "train": {"update_num_threads": 1}}
     meta = json.loads((_root() / "block03" / "grpo" / "seed103" / "meta.json").read_text())
     assert meta["block"]["build"] == "fc-v669" and meta["block"]["block"] == 3
     # the committed record's folder is not touched
@@ -131,6 +134,12 @@ def test_a_block_with_other_overrides_than_the_sets_is_refused(study):
     blocks.run_blocks("smoke", "headline", [0], overrides={"train": {"max_steps": 2}})
     with pytest.raises(ProfileError, match="other overrides"):
         blocks.run_blocks("smoke", "headline", [1], overrides={"train": {"max_steps": 3}})
+    with pytest.raises(ProfileError, match="other overrides"):   # another thread count
+        blocks.run_blocks("smoke", "headline", [1], threads=2,
+                          overrides={"train": {"max_steps": 2}})
+    # a thread count the caller sets in --set is kept
+    assert blocks.with_threads({"rollout": {"num_threads": 3}}, 1) == {
+        "rollout": {"num_threads": 3}, "train": {"update_num_threads": 1}}
 
 
 def test_a_block_another_process_holds_is_skipped(study):

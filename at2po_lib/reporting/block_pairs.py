@@ -166,7 +166,7 @@ def side_of(provenance: pd.DataFrame, method: str) -> str:
     machine builds of a method's runs."""
     runs = provenance[provenance["method"] == method]
     if runs.empty:
-        return "?"
+        return "–"
     parts = []
     for commit, group in runs.groupby("commit", sort=True):
         builds = Counter(group["build"])

@@ -180,7 +180,8 @@ class Claim:
 
     def as_row(self) -> dict:
         return {"key": self.key, "claim": self.claim,
-                "short": SHORT_NAMES.get(self.key.removesuffix(EARLIER), self.claim),
+                "short": SHORT_NAMES.get(self.key.removesuffix(EARLIER), self.claim)
+                + (" (the earlier record)" if self.key.endswith(EARLIER) else ""),
                 "published": self.published,
                 "estimate": self.estimate, "ci_low": self.low, "ci_high": self.high,
                 "unit": self.unit, "seeds": self.seeds, "n_questions": self.questions,
@@ -259,6 +260,8 @@ def _compare(records: _Records, key: str, claim: str, published: str, a: str, b:
     paired = _em_claim(key, claim, published, blocked.interval, note, test=blocked.test,
                        rests=blocked.rests_on())
     paired = replace(paired, seeds=f"{len(blocked.blocks)} blocks")
+    if interval is None:  # no committed runs of the pair: no earlier record to keep
+        return [paired]
     earlier = replace(earlier, key=key + EARLIER, claim=f"{claim}; the earlier record")
     return [paired, earlier]
 
@@ -525,7 +528,9 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
     :func:`.block_pairs.run_provenance` of the committed runs; ``blocks``
     :func:`.block_pairs.load_block_outcomes` (``allow_revisions``: pair blocks of several
     revisions)."""
-    groups = groups_of(outcomes["dataset"].unique()) if len(outcomes) else {}
+    datasets = {*(outcomes["dataset"] if len(outcomes) else ()),
+                *(blocks["dataset"] if blocks is not None and len(blocks) else ())}
+    groups = groups_of(sorted(datasets)) if datasets else {}
     records = _Records(outcomes, groups, n_resamples, provenance, blocks, allow_revisions)
     at2po = profile_at2po(profile)
     claims = [*_rl_over_react(records),
@@ -555,6 +560,26 @@ def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame |
                     for c, row in zip(claims, tidy.to_dict("records"))],
     }).set_index("claim (the paper's)")
     return tidy, display
+
+
+def _runs_sentence(finished: "pd.DataFrame", provenance: "pd.DataFrame | None") -> str:
+    """Which committed runs (methods, seeds) the claims read, their revisions and builds."""
+    seeds = finished.groupby("method")["seed"].nunique()
+    revisions = set()
+    for path in finished["path"]:
+        meta = Path(path) / "meta.json"
+        if meta.is_file():
+            revisions.add(str(json.loads(meta.read_text()).get("git_revision", "?"))[:7])
+    listed = "; ".join(f"{method_label(m)}: {seeds[m]}"
+                       for m in sorted(seeds.index, key=method_label))
+    text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
+            f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}")
+    if provenance is not None and len(provenance):
+        builds = provenance.groupby("commit")["build"].value_counts()
+        text += " on machine builds " + "; ".join(
+            f"{commit[:7]}: " + ", ".join(f"{b} ({n} runs)" for (_, b), n in group.items())
+            for commit, group in builds.groupby(level=0))
+    return text + "."
 
 
 def _blocks_sentence(blocks: "pd.DataFrame | None") -> str:
@@ -611,24 +636,11 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     tidy frame), and which claims the toy agrees with, cannot tell, contradicts or has not run.
     The Figure 4 descriptions are left to the table."""
     finished = runs[runs["finished"].astype(bool)] if len(runs) else runs
-    if finished.empty:
+    if finished.empty and (blocks is None or blocks.empty):
         return "No finished runs are recorded for this profile: no claim is measured yet.\n"
-    seeds = finished.groupby("method")["seed"].nunique()
-    revisions = set()
-    for path in finished["path"]:
-        meta = Path(path) / "meta.json"
-        if meta.is_file():
-            revisions.add(str(json.loads(meta.read_text()).get("git_revision", "?"))[:7])
-    listed = "; ".join(f"{method_label(m)}: {seeds[m]}"
-                       for m in sorted(seeds.index, key=method_label))
-    text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
-            f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}")
-    if provenance is not None and len(provenance):
-        builds = provenance.groupby("commit")["build"].value_counts()
-        text += " on machine builds " + "; ".join(
-            f"{commit[:7]}: " + ", ".join(f"{b} ({n} runs)" for (_, b), n in group.items())
-            for commit, group in builds.groupby(level=0))
-    text += "." + _blocks_sentence(blocks)
+    text = ("No committed run is recorded for this profile (no earlier record)."
+            if finished.empty else _runs_sentence(finished, provenance))
+    text += _blocks_sentence(blocks)
     text += (" A reading other than \"cannot tell\" needs the 95% interval to exclude 0 and a "
              "two-sided permutation test over seed (or block) labels to agree at 0.05; Table 3's "
              "two claims use Holm's correction over every Table 3 cell compared with AT2PO's.")
@@ -641,7 +653,8 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
                      + " points.")
     verdicts = tidy[tidy["reading"] != "measured"]
     for reading, words in (("agrees", "The toy agrees with the paper on"),
-                           ("cannot tell", "Its 95% intervals contain 0 for"),
+                           ("cannot tell", "It cannot tell (the 95% interval contains 0, or the "
+                                           "permutation test does not agree) for"),
                            ("opposite", "It finds the opposite of"),
                            ("above 0", "Outside the paper's claims, its interval lies above 0 for"),
                            ("below 0", "Outside the paper's claims, its interval lies below 0 for"),

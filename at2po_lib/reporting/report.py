@@ -129,7 +129,7 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
     change = _write_spending_and_entropy(report, meta_for, cfg, metrics, finished, rl)
-    if len(outcomes):
+    if len(outcomes) or len(blocks):
         _write_claims(report, meta_for, runs, outcomes, finished, change, per_seed, blocks,
                       n_resamples=n_resamples, figures=figures,
                       allow_revisions=allow_revisions)

@@ -52,6 +52,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..config import ProfileConfig, RolloutConfig, load_profile
+from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock
 from ..util.provenance import machine_build, run_metadata
@@ -183,28 +184,39 @@ def run_blocks(profile: str, set_name: str, blocks: Sequence[int], *,
                allow_dirty: bool = False, allow_revisions: bool = False) -> list[BlockResult]:
     """Train every block of ``blocks`` that is not finished (module docstring), in order."""
     block_set = get_block_set(set_name)
-    overrides = dict(overrides or {})
+    overrides = with_threads(overrides or {}, threads)
     cfg = load_profile(profile, overrides or None)
     check_authors_profile(cfg, block_set)
     for method in block_set.methods:  # a --set the preset would ignore fails before training
         check_fixed_rollout(method, overrides)
     root = blocks_root(run_folder.run_profile_key(cfg), set_name)
-    torch.set_num_threads(threads)
     results = []
     for block in blocks:
         block_seed(block_set, block)  # a block out of range fails before any training
-    for block in blocks:
-        folder = block_dir(root, block)
-        try:
-            with folder_lock(folder, "study block"):
-                results.append(_run_block(cfg, block_set, block, folder, threads, overrides,
-                                          allow_dirty=allow_dirty,
-                                          allow_revisions=allow_revisions))
-        except FolderLockedError as exc:
-            print(f"[study] {set_name} block {block}: skipped ({exc})", file=sys.stderr,
-                  flush=True)
-            results.append(BlockResult(block, "held", folder))
+    with torch_threads(threads):  # the caller's setting comes back afterwards
+        for block in blocks:
+            folder = block_dir(root, block)
+            try:
+                with folder_lock(folder, "study block"):
+                    results.append(_run_block(cfg, block_set, block, folder, threads, overrides,
+                                              allow_dirty=allow_dirty,
+                                              allow_revisions=allow_revisions))
+            except FolderLockedError as exc:
+                print(f"[study] {set_name} block {block}: skipped ({exc})", file=sys.stderr,
+                      flush=True)
+                results.append(BlockResult(block, "held", folder))
     return results
+
+
+def with_threads(overrides: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """``overrides`` with the rollout's and the update's torch threads set to ``threads``
+    (``rollout.num_threads``, ``train.update_num_threads``) where they do not set them: every
+    stage of a block's runs uses the block's threads, and blocks of another thread count are
+    another configuration (refused beside the set's finished blocks)."""
+    out = {section: dict(values) for section, values in overrides.items()}
+    out.setdefault("rollout", {}).setdefault("num_threads", threads)
+    out.setdefault("train", {}).setdefault("update_num_threads", threads)
+    return out
 
 
 def _run_block(cfg: ProfileConfig, block_set: BlockSet, block: int, folder: Path, threads: int,
@@ -255,10 +267,12 @@ def _write_record(folder: Path, record: Mapping[str, Any]) -> None:
 # --------------------------------------------------------------------------------- plan
 @dataclass(frozen=True)
 class PlannedBlock:
+    """What ``at2po study --block-set ... --plan`` says of one block: its number and seed,
+    ``state`` (``finished``, ``interrupted``: it re-runs whole, or ``new``) and a detail."""
+
     block: int
     seed: int
     state: str
-    """``finished``, ``interrupted`` (re-runs whole) or ``new``."""
     detail: str = ""
 
 
