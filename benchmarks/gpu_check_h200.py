@@ -747,8 +747,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     work = Path(tempfile.mkdtemp(prefix="at2po-gpu-check-"))
+    rollout = RolloutGeometry(rows, new_tokens, prompt_tokens)
     try:
-        return _run(args, wanted, steps, work)
+        return _run(args, argv, wanted, steps, rollout, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the scratch run: nothing kept in /tmp
 
@@ -772,8 +773,19 @@ def _unwritable(out: Path) -> str | None:
     return None
 
 
-def _run(args: argparse.Namespace, wanted: set[str], steps: int, work: Path) -> int:
+@dataclasses.dataclass(frozen=True)
+class RolloutGeometry:
+    """The rollout sub-check's rows (one measurement each), new tokens and prompt length."""
+
+    rows: tuple[int, ...]
+    new_tokens: int
+    prompt_tokens: int
+
+
+def _run(args: argparse.Namespace, argv: list[str], wanted: set[str], steps: int,
+         rollout: RolloutGeometry, work: Path) -> int:
     """The sub-checks of :func:`main` with their scratch folder ``work``."""
+    rows, new_tokens, prompt_tokens = rollout.rows, rollout.new_tokens, rollout.prompt_tokens
     for var, sub in (("AT2PO_RESULTS", "results"), ("AT2PO_ARTIFACTS", "artifacts"),
                      ("AT2PO_FIGURES", "figures")):
         os.environ[var] = str(work / sub)  # nothing lands in the repository copy
