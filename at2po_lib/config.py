@@ -411,6 +411,17 @@ class EvalConfig:
     """Datasets the sampled metric covers; empty means all evaluated datasets."""
 
 
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
+                                                     ("policy", "head_dim"): 0,
+                                                     ("rollout", "decode_dtype"): "auto",
+                                                     ("rollout", "decode_grouping"): "auto",
+                                                     ("rollout", "decode_capture"): "auto"}
+"""Profile fields added after runs were recorded and the warm start was shipped, with the value
+that reproduces what those did: a run recorded without the field is the same run as one with it
+at that value (:mod:`at2po_lib.trainer.identity`), and a warm start's key leaves the field out at
+that value (:mod:`at2po_lib.policy.warmstart_cache`)."""
+
+
 @dataclass
 class ProfileConfig:
     name: str = "tiny"

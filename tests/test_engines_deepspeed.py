@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.trainer import run_folder
+from engines_guard import require_engine
 from test_rehearsal import ROOT, _free_port, _rehearsal, _resume_command, _without_wall_time
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
@@ -29,12 +30,7 @@ try:
 except Exception:  # ImportError, or an accelerator probe failing at import
     HAVE_DEEPSPEED = False
 
-if not HAVE_DEEPSPEED:
-    if os.environ.get("AT2PO_ENGINES") == "1":
-        raise RuntimeError("the engines tier runs without DeepSpeed: scripts/bootstrap_engines.sh "
-                           "did not install it")
-    pytest.skip("DeepSpeed is not installed: the engines tier runs with ./run_tests.sh --engines",
-                allow_module_level=True)
+require_engine("DeepSpeed", HAVE_DEEPSPEED)
 
 ACCELERATE = ROOT / "configs" / "accelerate"
 ENTRY = str(ROOT / "tests" / "rehearsal_entry.py")

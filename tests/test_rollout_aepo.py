@@ -7,22 +7,18 @@ import dataclasses
 import math
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.rollout.aepo import aepo_turn_entropy, branch_probability, rollout_aepo
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import Node
-from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup, random_action_script
+from at2po_lib.rollout.stand_ins import ScriptedBackend, random_action_script
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
-        torch.set_num_threads(1)
-        yield ToySetup("smoke", seed=0)
+def toy(smoke_toy):
+    return smoke_toy  # tests/conftest.py: one smoke ToySetup per module
 
 
 def test_branch_probability_by_hand():

@@ -8,7 +8,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 from gpu_check_rollout import recompute_gap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
-from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup, random_action_script
+from at2po_lib.rollout.stand_ins import ScriptedBackend, random_action_script
 from at2po_lib.method.expansion import (breadth_first, expansion_scores, select_entropy,
                                         select_random, select_random_siblings, sibling_counts,
                                         top_k_cycled)
@@ -24,11 +23,8 @@ from at2po_lib.rollout.trees import equalize_leaves, rollout_trees, tree_grpo_sh
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
-        torch.set_num_threads(1)
-        yield ToySetup("smoke", seed=0)
+def toy(smoke_toy):
+    return smoke_toy  # tests/conftest.py: one smoke ToySetup per module
 
 
 # Hand-built tree:            0 (root)

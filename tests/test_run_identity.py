@@ -13,7 +13,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 
 from at2po_lib.config import load_profile
 from at2po_lib.method.presets import get_method
@@ -158,13 +157,8 @@ def test_every_expansion_specific_setting_has_another_value_here():
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    from at2po_lib.rollout.stand_ins import ToySetup
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))
-        torch.set_num_threads(1)
-        yield ToySetup("smoke", seed=0)
+def toy(smoke_toy):
+    return smoke_toy  # tests/conftest.py: one smoke ToySetup per module
 
 
 def _grown(toy, rollout_cfg) -> list:

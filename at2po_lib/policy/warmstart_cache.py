@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import ADDED_PROFILE_FIELDS
 from ..prompts import get_template
 from ..util.paths import artifacts_dir, repo_root
 from .checkpoint_files import CheckpointError, check_digests, file_digests
@@ -55,15 +56,12 @@ def template_payload(template) -> dict[str, Any]:
             for k, v in asdict(get_template(template)).items()}
 
 
-POLICY_FIELDS_ADDED = {"head_dim": 0}
-"""Policy fields added after warm starts were built and shipped, at the value that builds the
-same model: left out of the key there, so the shipped warm start stays the one found."""
-
-
 def _policy_payload(policy: Any) -> dict[str, Any]:
+    """The policy section of the key, less the fields added since at their neutral value
+    (:data:`~at2po_lib.config.ADDED_PROFILE_FIELDS`): the shipped warm start stays the one found."""
     fields = asdict(policy)
-    for name, neutral in POLICY_FIELDS_ADDED.items():
-        if fields.get(name) == neutral:
+    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
+        if section == "policy" and fields.get(name) == neutral:
             del fields[name]
     return fields
 

@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..config import ProfileConfig, RolloutConfig, apply_overrides, load_profile
+from ..config import (ADDED_PROFILE_FIELDS, ProfileConfig, RolloutConfig, apply_overrides,
+                      load_profile)
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, get_method
 from ..util.errors import ProfileError
@@ -191,15 +192,6 @@ def recorded_identity(config_path: Path) -> dict[str, Any] | None:
         return None
     record.pop("config_hash", None)
     return run_identity(record)
-
-
-ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
-                                                     ("policy", "head_dim"): 0,
-                                                     ("rollout", "decode_dtype"): "auto",
-                                                     ("rollout", "decode_grouping"): "auto",
-                                                     ("rollout", "decode_capture"): "auto"}
-"""Profile fields added after runs were recorded, with the value that reproduces what those
-runs did: a run recorded without the field is the same run as one with it at that value."""
 
 
 LEGACY_LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean"}
