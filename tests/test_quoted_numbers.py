@@ -14,7 +14,7 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.reporting import conclusions
 from at2po_lib.reporting.labels import method_label, table_configurations
-from at2po_lib.reporting.report import read_markdown_table
+from at2po_lib.reporting.output import read_markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ROOT / "results" / "tiny" / "tables"

@@ -21,6 +21,7 @@ from ..method.credit import VALUE_MODES
 from ..util.paths import results_dir
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
 from .labels import method_label
+from .output import read_markdown_table
 
 
 def _read(path: Path) -> "pd.DataFrame | None":
@@ -41,8 +42,6 @@ def _shown(profile: str, name: str) -> "pd.DataFrame | None":
     shown), or None. A sentence quotes a number from here, rounded once: the CSV keeps six
     decimals, and rounding its 0.028500 again to one decimal of points gives 2.9 where the
     table, rounded from the exact 0.02849.., shows 2.8."""
-    from .report import read_markdown_table  # report imports this module: only when called
-
     path = _tables(profile) / f"{name}.md"
     return read_markdown_table(path.read_text()) if path.is_file() else None
 
@@ -106,7 +105,9 @@ def table1_conclusion(profile: str) -> str:
     shown = _shown(profile, "table1_differences")
     if diffs is not None and len(diffs):
         sel = diffs[(diffs["baseline"] == "grpo") & (diffs["scope"] == "multihop")
-                    & (diffs["weighting"] == "sample") & (diffs["metric"] == "em")]
+                    & (diffs["weighting"] == "sample")]
+        if "metric" in sel:
+            sel = sel[sel["metric"] == "em"]
         parts = [f"{method_label(r.method)} "
                  f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
                  f" points ({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]

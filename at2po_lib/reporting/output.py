@@ -104,3 +104,20 @@ def write_figure(fig, name: str, profile: str, meta: dict,
     write_meta(paths[formats[0]], {**meta, "figure": name,
                                    "files": [p.name for p in paths.values()]})
     return paths
+
+
+def read_markdown_table(text: str) -> "pd.DataFrame":
+    """A display frame back from :func:`.output.markdown_table` (first column the index,
+    every cell the text shown; ``\\|`` an escaped bar)."""
+    def cells(line: str) -> list[str]:
+        parts = line.strip().strip("|").replace("\\|", "\0").split("|")
+        return [p.strip().replace("\0", "|") for p in parts]
+
+    import pandas as pd  # only when a table is read back (module note)
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise ValueError("not a Markdown table: needs a header and a rule line")
+    header, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
+    frame = pd.DataFrame(rows, columns=header)
+    return frame.set_index(header[0])

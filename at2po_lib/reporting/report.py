@@ -49,7 +49,7 @@ from .curves import format_start_end, start_end_table
 from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary, why_sentences
 from .labels import method_label
-from .output import source_meta, tables_dir, write_figure, write_table
+from .output import read_markdown_table, source_meta, tables_dir, write_figure, write_table
 from .readme import update_readme
 from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
                       load_training_records)
@@ -305,21 +305,6 @@ STORED_TABLES = ("table1", "table1_summary", "table1_differences", "table1_diffe
 """Tables :func:`_write` stores as ``<name>.{csv,md,tex}``, in its order."""
 STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "fig4_turns"}
 """Report key -> figure file stem (``figures/<stem>_<profile>.{png,pdf}``)."""
-
-
-def read_markdown_table(text: str) -> pd.DataFrame:
-    """A display frame back from :func:`.output.markdown_table` (first column the index,
-    every cell the text shown; ``\\|`` an escaped bar)."""
-    def cells(line: str) -> list[str]:
-        parts = line.strip().strip("|").replace("\\|", "\0").split("|")
-        return [p.strip().replace("\0", "|") for p in parts]
-
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) < 2:
-        raise ValueError("not a Markdown table: needs a header and a rule line")
-    header, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
-    frame = pd.DataFrame(rows, columns=header)
-    return frame.set_index(header[0])
 
 
 def _stored_metas(profile: str) -> dict[str, dict]:
