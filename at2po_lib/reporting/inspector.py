@@ -219,6 +219,9 @@ class LiveRollout:
             raise FileNotFoundError(f"no warm start for profile {profile!r}: run notebook 02 or "
                                     f"`at2po warmstart --profile {profile}` first")
         self.policy = policy
+        self.note = ""
+        """What the last :meth:`grow` chose that the controls did not say (``random``: the
+        number of trees)."""
         self.model, self.tokenizer = load_policy(policy)
         self.template = get_template(self.cfg.policy.template)
         self.retriever = build_retriever(self.cfg)
@@ -430,7 +433,10 @@ class TreeInspector:
                 return
             self.trees, self.highlight = trees, {}
             self.origin = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
-                           f"({self.expansion.value})" + (f"; {live.note}" if live.note else ""))
+                           f"({self.expansion.value})")
+            note = getattr(live, "note", "")  # a stand-in rollout (tests) may have none
+            if note:
+                self.origin += f"; {note}"
             self._set_trees(0, None)
 
     def _set_trees(self, index: int, node: int | None) -> None:
