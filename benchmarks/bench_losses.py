@@ -3,6 +3,7 @@ token-level loss, and of batched credit assignment.
 
     python benchmarks/bench_losses.py                 # paper-sized batch, about 30 s
     python benchmarks/bench_losses.py --threads 2 --clock wall   # wall time on 2 threads
+    python benchmarks/bench_losses.py --loss-threads  # the loss on 1 and on 2 threads, only
 
 1. Policy loss, forward + backward, on ``rows`` x ``tokens`` (default 176 x 2,048: 8 prompts x
    22 leaves, one PPO mini-batch of the paper) with ``turns`` model turns per row separated by
@@ -12,19 +13,24 @@ token-level loss, and of batched credit assignment.
    loss-only ratio (log-probs as the leaf tensor) is printed too.
 2. Credit assignment for ``trees`` AT2PO-shaped random trees with 22 leaves each: node values
    and advantages of the whole forest, then per-token advantages of every leaf row.
-3. The turn-level loss (``fused_policy_loss``, forward + backward, log-probs as the leaf, with
-   all its diagnostics) against :func:`authors_turn_loss`, the same loss written as the authors'
-   code is organised: a Python loop over rows, and inside it over turns, for the turn ratios and
-   the ``turn_kl_entropy`` diagnostic (written here from docs/method.md §7; the rest vectorised as
-   verl does). Both on the same inputs, interleaved; their loss, gradient and diagnostics are
-   checked equal before timing.
+3. The turn-level loss as the trainer runs it (``policy_loss`` forward + backward, log-probs as
+   the leaf, then ``loss_diagnostics``) against :func:`authors_turn_loss`, the same loss written
+   as the authors' code is organised: a Python loop over rows, and inside it over turns, for the
+   turn ratios and the ``turn_kl_entropy`` diagnostic (written here from docs/method.md §7; the
+   rest vectorised as verl does). Both on the same inputs, interleaved; their loss, gradient and
+   diagnostics are checked equal before timing.
+4. ``--loss-threads`` (instead of 1-3): (3)'s loss on one and on two torch threads, alternating,
+   at the paper's batch and at a tiny update's (16 rows x 768 tokens, 4 turns a row): best and
+   median wall time of each, and the load average. On a busy machine two threads collapse (each
+   small operation waits for the other core); the trainer runs the loss on one
+   (``at2po_lib.trainer.trainer.LOSS_THREADS``).
 
 Timings are the best (minimum) of ``repeats`` interleaved runs in one process: on a machine
 shared with other jobs the minimum is the least disturbed estimate (as ``timeit`` advises).
 Both wall time and process CPU time are printed; the ratios use ``--clock`` (default ``cpu``:
 CPU time counts the work done and barely moves when other jobs compete for the cores, while
 wall time on a busy 2-core machine varied 10x between runs). The last line is the turn/token
-speed-up of (3): the authors'-style loop's time over ``fused_policy_loss``'s.
+speed-up of (3): the authors'-style loop's time over the trainer's loss's.
 """
 
 from __future__ import annotations
@@ -40,9 +46,15 @@ import torch
 from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
                                      forest_node_values)
 from at2po_lib.method.examples import random_tree, synthetic_turn_rows
-from at2po_lib.method.loss import EPS_HIGH, EPS_LOW
+from at2po_lib.method.loss import EPS_HIGH, EPS_LOW, loss_diagnostics, policy_loss
 from at2po_lib.method.tree import Forest
-from at2po_lib.trainer.fused_loss import fused_policy_loss
+
+
+def trainer_loss(logp, old_logp, advantages, mask, **options):
+    """The loss and the logged statistics as the trainer computes them: ``policy_loss`` and,
+    beside it, ``loss_diagnostics`` of the same inputs."""
+    loss = policy_loss(logp, old_logp, advantages, mask, **options)
+    return loss, loss_diagnostics(logp, old_logp, advantages, mask, **options)
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
@@ -64,7 +76,7 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
                       eps_high: float = EPS_HIGH) -> tuple[torch.Tensor, dict[str, float]]:
     """ATPO's turn-level loss (geometric turn ratio, seq-mean-token-mean) with per-row, per-turn
     Python loops, as the authors' code computes turn ratios and ``turn_kl_entropy``: the
-    reference the vectorised :func:`at2po_lib.trainer.fused_loss.fused_policy_loss` is timed
+    reference the vectorised :func:`at2po_lib.method.loss.policy_loss` is timed
     against.
     ``logp``/``old_logp``/``mask`` (B, T), ``advantages`` (B,)."""
     m = mask.to(logp.dtype)  # (B, T)
@@ -107,7 +119,7 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
 
 
 def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
-    """Time (3); returns the speed-up of ``fused_policy_loss`` over :func:`authors_turn_loss`."""
+    """Time (3); returns the speed-up of :func:`trainer_loss` over :func:`authors_turn_loss`."""
     # a policy that moved: turn ratios != 1, some tokens clipped
     g = torch.Generator().manual_seed(1)
     old = data["logp"] + 2e-3 * torch.randn(data["logp"].shape, generator=g)
@@ -122,7 +134,7 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
                     loss.item(), logp.grad, metrics)
         return once
 
-    ours = run(lambda x: fused_policy_loss(x, old, data["advantages"], data["mask"], level="turn"))
+    ours = run(lambda x: trainer_loss(x, old, data["advantages"], data["mask"], level="turn"))
     authors = run(lambda x: authors_turn_loss(x, old, data["advantages"], data["mask"]))
     a, b = ours(), authors()
     grad_diff = float((a[3] - b[3]).abs().max())
@@ -137,9 +149,9 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
             times[name].append((wall, cpu))
     wall = {k: min(w for w, _ in x) for k, x in times.items()}
     cpu = {k: min(c for _, c in x) for k, x in times.items()}
-    print(f"  wall: fused_policy_loss {wall['ours'] * 1e3:.1f} ms, authors' loop "
+    print(f"  wall: policy_loss + loss_diagnostics {wall['ours'] * 1e3:.1f} ms, authors' loop "
           f"{wall['authors'] * 1e3:.1f} ms, speed-up {wall['authors'] / wall['ours']:.2f}\n"
-          f"  cpu:  fused_policy_loss {cpu['ours'] * 1e3:.1f} ms, authors' loop "
+          f"  cpu:  policy_loss + loss_diagnostics {cpu['ours'] * 1e3:.1f} ms, authors' loop "
           f"{cpu['authors'] * 1e3:.1f} ms, speed-up {cpu['authors'] / cpu['ours']:.2f}")
     clock = cpu if args.clock == "cpu" else wall
     return clock["authors"] / clock["ours"]
@@ -153,8 +165,8 @@ def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> tuple[fl
         logp = torch.log_softmax(logits, dim=-1).gather(-1, data["ids"][..., None]).squeeze(-1)
     else:
         logits = logp = data["logp"].detach().requires_grad_(True)
-    loss, _ = fused_policy_loss(logp, data["old_logp"], data["advantages"], data["mask"],
-                                level=level)
+    loss, _ = trainer_loss(logp, data["old_logp"], data["advantages"], data["mask"],
+                           level=level)
     loss.backward()
     assert logits.grad is not None
     return time.perf_counter() - start, time.process_time() - start_cpu
@@ -235,6 +247,40 @@ def bench_credit(args: argparse.Namespace) -> None:
           + ", ".join(f"{k} {v:.1f} ms" for k, v in results.items()))
 
 
+def bench_loss_threads(args: argparse.Namespace) -> None:
+    """(4): the trainer's loss on one and on two threads, alternating, at two batch sizes; and
+    on two threads through the trainer's ``loss_and_diagnostics`` (what an update on torch's
+    default threads runs: the loss's forward and backward, and its diagnostics, on
+    ``LOSS_THREADS``)."""
+    from at2po_lib.trainer.trainer import LOSS_THREADS, loss_and_diagnostics  # trl: (4) only
+
+    variants = {"1 thread": 1, "2 threads": 2, f"2 threads, loss on {LOSS_THREADS}": 2}
+    for rows, tokens, turns in ((args.rows, args.tokens, args.turns), (16, 768, 4)):
+        g = torch.Generator().manual_seed(0)
+        mask = multi_turn_mask(rows, tokens, turns, g)
+        logp = -torch.rand(rows, tokens, generator=g) * 3
+        old = logp + 3e-3 * torch.randn(rows, tokens, generator=g)
+        adv = torch.randn(rows, generator=g)
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for i in range(len(variants) * (args.repeats + 1)):
+            name = list(variants)[i % len(variants)]
+            torch.set_num_threads(variants[name])
+            x = logp.clone().requires_grad_(True)
+            start = time.perf_counter()
+            if name.endswith(f"loss on {LOSS_THREADS}"):
+                loss, _ = loss_and_diagnostics(x, old, adv, mask, level="turn")
+            else:
+                loss, _ = trainer_loss(x, old, adv, mask, level="turn")
+            loss.backward()
+            if i >= len(variants):  # the first of each: warm-up
+                times[name].append(time.perf_counter() - start)
+        load = os.getloadavg()[0]
+        print(f"loss fwd+bwd + diagnostics, {rows} x {tokens} ({int(mask.sum())} model tokens): "
+              + "; ".join(f"{k}: best {min(v) * 1e3:.1f} ms, median "
+                          f"{sorted(v)[len(v) // 2] * 1e3:.1f} ms" for k, v in times.items())
+              + f"; load average {load:.1f} on {os.cpu_count()} CPUs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=176)
@@ -249,7 +295,12 @@ def main() -> None:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="clock of the printed ratios: process CPU time (robust on a shared "
                              "machine) or wall time")
+    parser.add_argument("--loss-threads", action="store_true",
+                        help="only (4): the loss on 1 and on 2 threads, at two batch sizes")
     args = parser.parse_args()
+    if args.loss_threads:
+        bench_loss_threads(args)
+        return
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bench_credit(args)

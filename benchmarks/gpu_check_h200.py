@@ -14,9 +14,10 @@ part of it failed; the exit status is 1 when any failed):
   Qwen3-1.7B's: vocabulary 151,936, head_dim 128), its tokenizer padded to the vocabulary,
   saved with ``save_pretrained``; its parameter count must be the plan's;
 - ``loss``: ATPO's turn-level loss on the GPU at the paper's batch size (176 rows x 4,096
-  tokens, 6 turns a row): the trainer's ``fused_policy_loss`` against the reference
-  ``method.loss.policy_loss`` (value and gradient equal), forward + backward times of both and
-  of the token-level loss (best of 5, synchronised);
+  tokens, 6 turns a row): the trainer's ``method.loss.policy_loss`` against the same loss
+  written as the authors' per-row, per-turn loop (``bench_losses.authors_turn_loss``: value and
+  gradient equal), forward + backward times of both, of the token-level loss and of
+  ``loss_diagnostics`` (best of 5, synchronised);
 - ``rollout`` (issue #47): the HF rollout's decode speed at ``--rows`` (16, 64, 256) rows of
   the saved model: ``before`` (fp32 master weights under bf16 autocast, one call per turn:
   the path before issue #47), ``after`` (a bf16 copy of the weights, one call per round: a
@@ -279,13 +280,13 @@ def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str,
 
 # -------------------------------------------------------------------------- loss
 def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
-    """The fused turn-level loss against the reference on this machine's device: equal value
-    and gradient, then forward + backward times (best of ``repeats``, synchronised)."""
+    """The trainer's turn-level loss against the authors'-style loop on this machine's device:
+    equal value and gradient, then forward + backward times (best of ``repeats``,
+    synchronised), with the token-level loss and the diagnostics beside them."""
     import torch
-    from bench_losses import multi_turn_mask
+    from bench_losses import authors_turn_loss, multi_turn_mask
 
-    from at2po_lib.method.loss import policy_loss
-    from at2po_lib.trainer.fused_loss import fused_policy_loss
+    from at2po_lib.method.loss import loss_diagnostics, policy_loss
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows, tokens, turns = (8, 256, 3) if dry_run else (176, 4096, 6)
@@ -294,32 +295,42 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     logp = (-torch.rand(rows, tokens, generator=g) * 3).to(device)
     old = logp + 3e-3 * torch.randn(rows, tokens, generator=g).to(device)
     adv = torch.randn(rows, generator=g).to(device)
-    runs = {"fused turn": lambda x: fused_policy_loss(x, old, adv, mask, level="turn")[0],
-            "reference turn": lambda x: policy_loss(x, old, adv, mask, level="turn"),
-            "fused token": lambda x: fused_policy_loss(x, old, adv, mask, level="token")[0]}
+    runs = {"turn": lambda x: policy_loss(x, old, adv, mask, level="turn"),
+            "authors loop turn": lambda x: authors_turn_loss(x, old, adv, mask)[0],
+            "token": lambda x: policy_loss(x, old, adv, mask, level="token")}
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     def once(fn) -> tuple[float, float, torch.Tensor]:
         x = logp.clone().requires_grad_(True)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         loss = fn(x)
         loss.backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         return time.perf_counter() - start, float(loss.detach()), x.grad
 
+    def diagnostics_once() -> float:
+        sync()
+        start = time.perf_counter()
+        loss_diagnostics(logp, old, adv, mask, level="turn")
+        sync()
+        return time.perf_counter() - start
+
     results = {name: once(fn) for name, fn in runs.items()}  # warm-up, and the values compared
-    loss_diff = abs(results["fused turn"][1] - results["reference turn"][1])
-    grad_diff = float((results["fused turn"][2] - results["reference turn"][2]).abs().max())
+    loss_diff = abs(results["turn"][1] - results["authors loop turn"][1])
+    grad_diff = float((results["turn"][2] - results["authors loop turn"][2]).abs().max())
     best = {name: min(once(fn)[0] for _ in range(repeats)) for name, fn in runs.items()}
+    best["diagnostics"] = min(diagnostics_once() for _ in range(repeats))
     check.result.update(device=device, batch_rows=rows, tokens=tokens,
                         model_tokens=int(mask.sum()), loss_diff=f"{loss_diff:.1e}",
                         grad_diff=f"{grad_diff:.1e}",
-                        **{f"{k.replace(' ', '_')}_ms": round(v * 1e3, 2) for k, v in best.items()},
-                        reference_over_fused=round(best["reference turn"] / best["fused turn"], 2))
+                        **{f"{k.replace(' ', '_')}_ms": round(v * 1e3, 2) for k, v in best.items()})
     if loss_diff > 1e-5 or grad_diff > 1e-6:
-        return f"FAILED: fused and reference differ (loss {loss_diff:.1e}, grad {grad_diff:.1e})"
+        return (f"FAILED: the loss and the authors' loop differ (loss {loss_diff:.1e}, grad "
+                f"{grad_diff:.1e})")
     return "ok"
 
 

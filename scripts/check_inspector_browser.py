@@ -23,7 +23,7 @@ What it does, and fails on (exit 1, naming the step):
    ``results/executed/browser/`` (git-ignored) with that profile in the parameters cell;
 3. in notebook 03's inspector: the widgets render (no "Error displaying widget"); both images
    (tree and credit chart) are shown at their natural size, not blank; picking another node
-   shows the **busy sign** ("⏳ drawing node N …", the controls disabled) while it updates, then
+   shows the **busy sign** ("Busy: drawing node N …" beside the node control, the controls disabled) while it updates, then
    clears it, and changes the node panel, the status line, **the tree image and the chart**
    (their pixels, not only text); **Grow** shows the busy sign, rolls a new tree out
    ("grown: N tree(s)") and the tree image's pixels change;
@@ -279,8 +279,9 @@ def wait_done(page, name: str, timeout_s: float, poll_s: float = 2.0) -> str:
 
 IMAGES = {"tree": 0, "chart": 1}
 """The inspector's ``Image`` widgets in page order: the tree view, then the credit chart."""
-BUSY = "\u23f3"
-"""The busy sign's mark (``TreeInspector._busy``: "⏳ drawing node N …")."""
+BUSY = "Busy:"
+"""The busy sign's mark (``inspector.BUSY_MARK``: "Busy: drawing node N …", in words beside the
+control that changed)."""
 WATCH_BUSY = """() => {
     // Records, from now on, whether an output's busy line showed the mark and whether a
     // control was disabled: an update may take well under a second, too short to poll for.

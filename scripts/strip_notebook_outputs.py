@@ -8,11 +8,16 @@ Installed by scripts/bootstrap.sh (``git config filter.at2po-notebook.clean``) a
 - every code cell's ``outputs`` emptied and ``execution_count`` null;
 - cell metadata reduced to ``tags`` and ``jupyter.source_hidden`` (collapsed answers): the
   lab's ``execution`` timings, ``scrolled``, ``collapsed``, ``jupyter.outputs_hidden`` and
-  papermill's records are dropped;
+  papermill's records are dropped, but for a computed answer (below);
 - an exercise-answer markdown cell (its source opens with ``<details>``) stored with
   ``jupyter.source_hidden`` true: JupyterLab 4 ignores that flag on markdown cells and drops it
   when it saves (issue #38), so the answers hide in the ``<details>`` block and the flag is put
   back here, where the notebooks' tests read it;
+- a computed answer, a code cell whose source opens with ``# the answer``, stored with
+  ``jupyter.source_hidden`` and ``jupyter.outputs_hidden`` true: its code and what it prints
+  stay folded until the reader opens them, like the answers in the ``<details>`` block above
+  it (issue #49: the printed answer showed under the closed fold); a reader who opened them
+  and saved gets the folds back in git;
 - notebook metadata: ``widgets`` state dropped, ``language_info`` reduced to its name, and the
   project kernel's display name back to ``AT2PO`` (bootstrap registers it as "AT2PO (<venv>)").
 
@@ -32,6 +37,7 @@ from typing import Any
 KEPT_CELL_METADATA = ("tags", "jupyter")
 PROJECT_KERNEL = "at2po"
 ANSWER_OPENING = "<details>"
+COMPUTED_ANSWER_OPENING = "# the answer"
 
 
 def _source(cell: dict[str, Any]) -> str:
@@ -46,7 +52,10 @@ def _cell_metadata(cell: dict[str, Any], metadata: dict[str, Any]) -> dict[str, 
     hidden = isinstance(jupyter, dict) and jupyter.get("source_hidden") is True
     if cell.get("cell_type") == "markdown" and _source(cell).lstrip().startswith(ANSWER_OPENING):
         hidden = True
-    if hidden:
+    if cell.get("cell_type") == "code" and _source(cell).lstrip().startswith(
+            COMPUTED_ANSWER_OPENING):
+        kept["jupyter"] = {"outputs_hidden": True, "source_hidden": True}
+    elif hidden:
         kept["jupyter"] = {"source_hidden": True}
     return kept
 

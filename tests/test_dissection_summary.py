@@ -258,8 +258,8 @@ def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path
     means = sorted(round(float(seg[0][1]), 3) for c in ax.collections
                    if c.__class__.__name__ == "LineCollection" for seg in c.get_segments())
     assert means == [0.4, 0.4, 2.5, 7.5]           # the mean line per method and level, in %
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["at2po\n(2 runs)",
-                                                           "grpo_tree_budget\n(1 runs)"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [  # display names (issue #49)
+        "AT2PO\n(2 runs)", "GRPO (AT2PO's budget: M\n+ L·K chains)\n(1 runs)"]
     fig.clf()
 
 

@@ -180,7 +180,7 @@ def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path, in_process
         ["env", "model", "loss"]
     loss = summary["loss"]
     assert loss["state"] == "ok" and float(loss["grad_diff"]) < 1e-6
-    assert loss["fused_turn_ms"] > 0 and loss["reference_turn_ms"] > 0
+    assert loss["turn_ms"] > 0 and loss["authors_loop_turn_ms"] > 0 and loss["diagnostics_ms"] > 0
     with pytest.raises(SystemExit):
         check.main(["--dry-run", "--only", "loss,bogus"])
 

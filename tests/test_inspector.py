@@ -324,3 +324,71 @@ def test_no_signal_is_said():
     flat = replace(example_tree(), leaf_reward=np.where(np.isfinite(example_tree().leaf_reward),
                                                         0.0, np.nan))
     assert "no signal" in node_views.signal_note(flat) and node_views.signal_note(example_tree()) == ""
+
+
+def test_random_trees_at_l2_grow_the_count_that_splits_or_the_control_says_why():
+    """Issue #49: ``random`` + L = 2 + Grow raised ValueError (M + L·K = 12 leaves do not split
+    into the profile's 2 Tree-GRPO trees of 1 + L·n leaves) and the widget could not change the
+    tree count. The nearest count that splits is grown, said beside Grow; where none does,
+    Grow is off and the sentence says why."""
+    pytest.importorskip("ipywidgets")
+    from dataclasses import replace
+
+    from at2po_lib.config import load_profile
+    from at2po_lib.rollout.trees import tree_grpo_shape
+
+    tiny = load_profile("tiny").rollout
+    assert insp.random_tree_count(tiny) == (tiny.tree_grpo_trees, "")
+    at_l2 = replace(tiny, tree_l=2)
+    count, note = insp.random_tree_count(at_l2)
+    assert count == 4 and "4 trees of 3 leaves" in note and "profile's 2" in note
+    tree_grpo_shape(replace(at_l2, tree_grpo_trees=count))  # it splits
+    none, why = insp.random_tree_count(replace(tiny, tree_m=2, tree_l=3, tree_k=1))
+    assert none is None and "change M, L or K" in why
+
+    inspector = insp.TreeInspector("tiny")
+    inspector.expansion.value = "random"
+    assert inspector.grow_busy.value == "" and not inspector.grow_button.disabled
+    inspector.l.value = 2
+    assert "4 trees of 3 leaves" in inspector.grow_busy.value
+    assert not inspector.grow_button.disabled
+    inspector.m.value, inspector.l.value, inspector.k.value = 2, 3, 1
+    assert inspector.grow_button.disabled and "change M, L or K" in inspector.grow_busy.value
+    inspector.expansion.value = "entropy"
+    assert inspector.grow_busy.value == "" and not inspector.grow_button.disabled
+
+
+def test_the_busy_sign_is_words_beside_the_control_that_changed():
+    """Issue #49: the busy line sat above the question list, off screen while one picks nodes,
+    and its hourglass glyph rendered as an empty box without an emoji font."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    inspector = insp.TreeInspector("smoke", [teaching_tree()])
+    node_row = next(box for box in inspector.widget.children
+                    if hasattr(box, "children") and inspector.node in box.children)
+    assert inspector.busy in node_row.children
+    grow_row = next(box for box in inspector.widget.children
+                    if hasattr(box, "children") and inspector.grow_button in box.children)
+    assert inspector.grow_busy in grow_row.children
+    shown = []
+    original = inspector._redraw
+    inspector._redraw = lambda: (shown.append(inspector.busy.value), original())
+    inspector.node.value = 3
+    assert shown and shown[0].count(insp.BUSY_MARK) == 1 and "drawing node 3" in shown[0]
+    assert all(ord(ch) < 0x2300 for ch in shown[0])  # no symbol a plain font lacks
+    assert inspector.busy.value == ""
+
+
+def test_a_reopened_notebook_says_to_run_the_cell(monkeypatch):
+    """Issue #49: a reopened 03 showed "Error displaying widget: model not found" and nothing
+    else. A line above the widget says to run the cell."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    shown = []
+    monkeypatch.setattr(insp, "_display", lambda: shown.append)
+    inspector = insp.inspect("smoke", [teaching_tree()], mode="widgets")
+    assert shown[-1] is inspector.widget
+    hint = getattr(shown[-2], "data", shown[-2])  # right above the widget
+    assert "run the cell above to start the inspector" in hint

@@ -1,7 +1,8 @@
-"""Tests for the policy loss: its definition (``at2po_lib.method.loss.policy_loss``) and the
-trainer's fused form (``at2po_lib.trainer.fused_loss.fused_policy_loss``), equal on random
-inputs; hand cases, special cases between ratio levels, gradients of the stop-gradient form,
-masking, clip fractions, AEPO options, the diagnostics and the simulated policy change."""
+"""Tests for the policy loss the trainer calls (``at2po_lib.method.loss.policy_loss``) and the
+diagnostics it logs beside it (``loss_diagnostics``): hand cases, special cases between ratio
+levels, gradients of the stop-gradient form, masking, clip fractions (against an independent
+computation on random inputs), AEPO options, the diagnostics, the authors' per-row loop and the
+simulated policy change."""
 
 from __future__ import annotations
 
@@ -13,11 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.analysis.policy_change import clip_fraction_by_level, simulate_policy_change
-from at2po_lib.method.loss import AGGREGATIONS, importance_ratios, policy_loss, ratio_units
-from at2po_lib.trainer.fused_loss import fused_policy_loss
+from at2po_lib.method.loss import (AGGREGATIONS, importance_ratios, loss_diagnostics,
+                                   policy_loss, ratio_units)
 
-LOSSES = {"reference": lambda *a, **k: (policy_loss(*a, **k), {}), "fused": fused_policy_loss}
-"""Both forms, each returning (loss, metrics) (the reference has no metrics)."""
+
+def loss_and_stats(*args, **kwargs):
+    """(loss, diagnostics) as the trainer computes them: ``policy_loss`` and, beside it,
+    ``loss_diagnostics`` of the same arguments."""
+    return policy_loss(*args, **kwargs), loss_diagnostics(*args, **kwargs)
+
+
+LOSSES = {"definition": loss_and_stats}
+"""The loss the trainer runs, returning (loss, metrics)."""
 
 @pytest.fixture(autouse=True)
 def _float64():
@@ -61,8 +69,8 @@ def test_ratio_units_from_ids_group_by_id():
     assert ratio_units(mask, "turn", ids).tolist() == [0, 0, 1, 0]
     bad = torch.tensor([[4, -1, -1, 9, 4]])
     for loss in (lambda: ratio_units(mask, "turn", bad),
-                 lambda: fused_policy_loss(torch.zeros(1, 5), torch.zeros(1, 5),
-                                           torch.ones(1), mask, turn_ids=bad)):
+                 lambda: loss_and_stats(torch.zeros(1, 5), torch.zeros(1, 5),
+                                        torch.ones(1), mask, turn_ids=bad)):
         with pytest.raises(ValueError, match=r"turn_ids\[0, 1\]"):
             loss()
 
@@ -80,18 +88,20 @@ def test_geometric_and_product_turn_ratios_by_hand():
 
 
 # ------------------------------------------------------------------------------------------
-# The definition and the fused form agree (values and gradients)
+# The diagnostics agree with an independent computation, and the gradient is finite
 # ------------------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), level=st.sampled_from(["token", "sequence", "turn"]),
        agg=st.sampled_from(AGGREGATIONS), turn_ratio=st.sampled_from(["geometric", "product"]),
        scale=st.sampled_from([1e-3, 1e-2, 0.3, 8.0]), ids=st.booleans(), per_token=st.booleans(),
        kl=st.booleans(), aepo=st.booleans())
-def test_fused_loss_equals_the_definition(seed, level, agg, turn_ratio, scale, ids, per_token,
-                                          kl, aepo):
+def test_diagnostics_match_the_clip_shares_computed_apart(seed, level, agg, turn_ratio, scale,
+                                                         ids, per_token, kl, aepo):
     """Random batches, every option: scales from inside the clip window to past the log-ratio
     clamp (8 per token, summed by the product ratio), turn ids that jump back, per-token
-    advantages, the KL penalty and AEPO's two options."""
+    advantages, the KL penalty and AEPO's two options. The clip shares at this level and at the
+    token and turn levels are the ones ``analysis.policy_change.clip_fraction_by_level``
+    computes on its own; the loss and its gradient are finite."""
     logp, old, adv, mask = random_batch(seed, b=5, t=24, scale=scale)
     g = torch.Generator().manual_seed(seed + 1)
     mask[seed % 5] = 0  # a row without model tokens
@@ -105,15 +115,16 @@ def test_fused_loss_equals_the_definition(seed, level, agg, turn_ratio, scale, i
     if aepo:
         kw.update(entropy_balanced_clip=True, entropy_aware_adv=0.2,
                   token_entropy=torch.rand(logp.shape, generator=g))
-    loss_r, grad_r, _ = _grad(lambda x: LOSSES["reference"](x, old, adv, mask, **kw), logp)
-    loss_f, grad_f, m = _grad(lambda x: fused_policy_loss(x, old, adv, mask, **kw), logp)
-    torch.testing.assert_close(loss_f, loss_r, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(grad_f, grad_r, rtol=1e-9, atol=1e-12)
+    loss, grad, m = _grad(lambda x: loss_and_stats(x, old, adv, mask, **kw), logp)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
     if not aepo:
-        frac = clip_fraction_by_level(logp, old, adv, mask, kw.get("turn_ids"), levels=(level,),
+        frac = clip_fraction_by_level(logp, old, adv, mask, kw.get("turn_ids"),
                                       eps_low=0.003, eps_high=0.004)
         if turn_ratio == "geometric":
             assert frac[level] == pytest.approx(m["clip_frac"])
+            assert frac["turn"] == pytest.approx(m["clip_frac_turn"])
+        assert frac["token"] == pytest.approx(m["clip_frac_token"])
+        assert m["clip_frac"] == pytest.approx(m["clip_frac_low"] + m["clip_frac_high"])
 
 
 # ------------------------------------------------------------------------------------------
@@ -150,7 +161,7 @@ def test_clip_fractions_by_hand():
     old = torch.zeros(2, 4)
     logp = torch.tensor([[0.0, 0.01, -0.01, 0.001], [-0.01, 0.01, 0.0, 0.0]])
     adv = torch.tensor([1.0, -1.0])
-    _, m = fused_policy_loss(logp, old, adv, torch.ones(2, 4), level="token")
+    _, m = loss_and_stats(logp, old, adv, torch.ones(2, 4), level="token")
     assert m["clip_frac_high"] == pytest.approx(1 / 8)
     assert m["clip_frac_low"] == pytest.approx(1 / 8)
     assert m["clip_frac"] == pytest.approx(2 / 8)
@@ -302,7 +313,7 @@ def test_turn_kl_entropy_and_turn_counts_by_hand():
     old = torch.zeros(2, 5)
     logp = torch.tensor([[0.01, 0.02, 0.0, 0.01, 0.0], [0.02, 0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]])
-    _, m = fused_policy_loss(logp, old, torch.tensor([1.0, 1.0]), mask)
+    _, m = loss_and_stats(logp, old, torch.tensor([1.0, 1.0]), mask)
     assert m["turn_kl_entropy"] == pytest.approx(0.478144, abs=1e-6)
     assert m["single_turn_rows"] == 1
     assert m["mean_turns_per_row"] == pytest.approx(1.5)
@@ -310,7 +321,7 @@ def test_turn_kl_entropy_and_turn_counts_by_hand():
 
 def test_turn_kl_entropy_is_zero_when_nothing_changed():
     logp, old, adv, mask = random_batch(1)
-    _, m = fused_policy_loss(old.clone(), old, adv, mask)
+    _, m = loss_and_stats(old.clone(), old, adv, mask)
     assert m["turn_kl_entropy"] == 0.0
     assert m["approx_kl"] == 0.0
     assert m["clip_frac"] == 0.0
@@ -345,13 +356,21 @@ def test_bad_inputs_raise(form):
         LOSSES[form](logp, old, adv, mask * 2)
 
 
-def test_fused_loss_names_a_non_finite_input_with_its_position():
+@pytest.mark.parametrize("form", LOSSES)
+def test_a_non_finite_input_is_named_with_its_position(form):
     logp, old, adv, mask = random_batch(0)
     bad = logp.clone()
     r, c = (int(i) for i in torch.nonzero(mask)[0])
     bad[r, c] = math.nan
     with pytest.raises(ValueError, match=rf"logp\[{r}, {c}\] is not finite"):
-        fused_policy_loss(bad, old, adv, mask)
+        LOSSES[form](bad, old, adv, mask)
+    off = logp.clone()
+    off[mask == 0] = -math.inf  # padding and observations are never read
+    LOSSES[form](off, old, adv, mask)
+    bad_adv = adv.clone()
+    bad_adv[r] = math.inf
+    with pytest.raises(ValueError, match=rf"advantages\[{r}\] is not finite"):
+        LOSSES[form](logp, old, bad_adv, mask)
 
 
 # ------------------------------------------------------------------------------------------
@@ -419,13 +438,13 @@ def _authors_loop():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_vectorised_turn_loss_equals_a_per_row_loop(seed):
-    """The benchmark's per-row, per-turn loop (authors' organisation) and ``fused_policy_loss``
-    agree on loss, gradient and diagnostics (float64: to 1e-12)."""
+    """The benchmark's per-row, per-turn loop (authors' organisation) and ``policy_loss`` with
+    ``loss_diagnostics`` agree on loss, gradient and diagnostics (float64: to 1e-12)."""
     logp, old, adv, mask = random_batch(seed, b=6, t=40, scale=0.01)
     mask[seed % 6] = 0  # a row without model tokens
     authors = _authors_loop()
     loss_a, grad_a, m_a = _grad(lambda x: authors(x, old, adv, mask), logp)
-    loss_b, grad_b, m_b = _grad(lambda x: fused_policy_loss(x, old, adv, mask, level="turn"), logp)
+    loss_b, grad_b, m_b = _grad(lambda x: loss_and_stats(x, old, adv, mask, level="turn"), logp)
     assert loss_a.item() == pytest.approx(loss_b.item(), abs=1e-12)
     torch.testing.assert_close(grad_a, grad_b, atol=1e-12, rtol=0)
     for key in m_a:
@@ -433,13 +452,13 @@ def test_vectorised_turn_loss_equals_a_per_row_loop(seed):
 
 
 def test_turn_ids_out_of_order_give_the_same_loss():
-    """Segments that are not contiguous runs (ids that jump back) take the index_add path."""
+    """Turn ids are labels: renaming them (ids that jump back) changes nothing."""
     logp, old, adv, mask = random_batch(3, b=2, t=12)
     mask = torch.ones_like(mask)
     ordered = torch.tensor([[0] * 4 + [1] * 4 + [2] * 4, [0] * 6 + [1] * 6])
     shuffled = torch.tensor([[5] * 4 + [1] * 4 + [3] * 4, [9] * 6 + [2] * 6])
-    a, ma = fused_policy_loss(logp, old, adv, mask, turn_ids=ordered)
-    b, mb = fused_policy_loss(logp, old, adv, mask, turn_ids=shuffled)
+    a, ma = loss_and_stats(logp, old, adv, mask, turn_ids=ordered)
+    b, mb = loss_and_stats(logp, old, adv, mask, turn_ids=shuffled)
     assert a.item() == pytest.approx(b.item(), abs=1e-12)
     assert ma == pytest.approx(mb)
     assert policy_loss(logp, old, adv, mask, turn_ids=shuffled).item() == pytest.approx(a.item())
@@ -449,7 +468,7 @@ def test_turn_ids_out_of_order_give_the_same_loss():
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 def test_half_precision_log_probs_run_in_float32_and_return_their_dtype(level, beta):
     """A bf16 policy without autocast (DeepSpeed's bf16) gives bf16 log-probs beside float32
-    old ones: the fused loss runs in float32 (as the reference does on the same values) and
+    old ones: the loss runs in float32 (as it does on the same values given in float32) and
     returns the gradient in bf16."""
     logp, old, adv, mask = random_batch(5, b=4, t=20)
     half = logp.to(torch.bfloat16)
@@ -457,10 +476,9 @@ def test_half_precision_log_probs_run_in_float32_and_return_their_dtype(level, b
     kw = dict(level=level, eps_low=0.003, eps_high=0.004, beta=beta,
               ref_logp=old + 0.05 if beta else None)
     x = half.clone().requires_grad_(True)
-    loss, _ = fused_policy_loss(x, old, adv, mask, **kw)
+    loss, _ = loss_and_stats(x, old, adv, mask, **kw)
     (grad,) = torch.autograd.grad(loss, x)
     assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
-    loss_r, grad_r, _ = _grad(lambda y: LOSSES["reference"](y, old, adv, mask, **kw),
-                              half.float())
+    loss_r, grad_r, _ = _grad(lambda y: loss_and_stats(y, old, adv, mask, **kw), half.float())
     torch.testing.assert_close(loss.detach(), loss_r.float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, grad_r.to(torch.bfloat16), rtol=1e-2, atol=1e-4)

@@ -70,12 +70,25 @@ def test_answers_stay_hidden_and_nothing_else_is_hidden():
                                                             "outputs_hidden": False}},
               "source": "1", "outputs": [], "execution_count": 3},
              {"cell_type": "code", "metadata": {"jupyter": {"outputs_hidden": True}},
-              "source": "2", "outputs": [], "execution_count": 4}]
+              "source": "2", "outputs": [], "execution_count": 4},
+             {"cell_type": "code", "metadata": {"jupyter": {"outputs_hidden": False}},
+              "source": "# the answer to exercise 1, computed\nprint(1)", "outputs": [],
+              "execution_count": 5}]
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     out = json.loads(_clean(json.dumps(notebook).encode()))
     assert [c["metadata"] for c in out["cells"]] == [
         {"jupyter": {"source_hidden": True}}, {"jupyter": {"source_hidden": True}}, {},
-        {"jupyter": {"source_hidden": True}}, {}]
+        {"jupyter": {"source_hidden": True}}, {},
+        {"jupyter": {"outputs_hidden": True, "source_hidden": True}}]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_computed_answer_is_stored_folded_with_its_output(path):
+    """Issue #49: a computed answer's code was hidden but what it printed showed under the
+    closed fold (02: ``[2 8 7 6]``). Its code and its output are stored folded."""
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "code" and "".join(cell["source"]).startswith("# the answer"):
+            assert cell["metadata"]["jupyter"] == {"outputs_hidden": True, "source_hidden": True}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -14,7 +14,7 @@ import pytest
 from at2po_lib.config import load_profile
 from at2po_lib.reporting import conclusions
 from at2po_lib.reporting.labels import method_label, table_configurations
-from at2po_lib.reporting.report import read_markdown_table
+from at2po_lib.reporting.output import read_markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ROOT / "results" / "tiny" / "tables"
@@ -113,3 +113,23 @@ def test_readme_names_which_at2po_each_table_rests_on_with_the_seeds_shown(tiny_
     assert f"`at2po` (sampled-token NLL, α = 0.05: the profile's settings; {authors} seeds)" in sentence
     assert f"`at2po_exact` (exact entropy, α = 0.001: the settings it fixes over the profile's; " \
            f"{variant} seeds)" in sentence
+
+
+def test_display_names_not_record_names():
+    """Issue #49: legends and sentences said ``trained_rerun``, ``grpo_tree_budget``."""
+    from at2po_lib.analysis.expansion_oracle import SUMMARY_POLICIES
+    from at2po_lib.reporting.dissection_figure import wrapped_label
+    from at2po_lib.reporting.dissection_summary import ORACLE_POLICIES
+
+    assert SUMMARY_POLICIES == ORACLE_POLICIES
+    assert "_" not in "".join(ORACLE_POLICIES.values())
+    assert wrapped_label("grpo_tree_budget").replace("\n", " ") == method_label("grpo_tree_budget")
+
+
+def test_notebook_02s_oracle_sentence_names_scores_and_policies_in_words(tiny_tables):
+    from at2po_lib.analysis.expansion_oracle import ESTIMATE_SCORES, flip_ratio_sentence, oracle_records
+
+    _, summaries = oracle_records("tiny")
+    for score in ESTIMATE_SCORES.values():
+        sentence = flip_ratio_sentence(summaries, score)
+        assert not re.search(r"\b[a-z]+_[a-z_]+\b", sentence), sentence

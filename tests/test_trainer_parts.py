@@ -49,17 +49,20 @@ def _loss(cfg, delta, advantage=1.0):
     0-1 and 4-5, observation 2-3; log π − log π_old = ``delta``. Returns (loss, stats, ∇logp)."""
     import torch
 
-    from at2po_lib.trainer.fused_loss import fused_policy_loss
+    from at2po_lib.method.loss import loss_diagnostics, policy_loss
+    from at2po_lib.trainer.trainer import one_thread_loss
 
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
-    loss, stats = fused_policy_loss(
-        logp, old, torch.tensor([advantage], dtype=torch.float64), mask, level=cfg.loss_level,
-        eps_low=cfg.epsilon, eps_high=cfg.epsilon_high, agg=cfg.loss_aggregation,
-        ref_logp=old, beta=cfg.beta, entropy_balanced_clip=cfg.loss_entropy_balanced_clip,
-        token_entropy=torch.ones_like(old), entropy_aware_adv=cfg.loss_entropy_aware_adv,
-        turn_ratio=cfg.loss_turn_ratio)
+    options = dict(
+        level=cfg.loss_level, eps_low=cfg.epsilon, eps_high=cfg.epsilon_high,
+        agg=cfg.loss_aggregation, ref_logp=old, beta=cfg.beta,
+        entropy_balanced_clip=cfg.loss_entropy_balanced_clip, token_entropy=torch.ones_like(old),
+        entropy_aware_adv=cfg.loss_entropy_aware_adv, turn_ratio=cfg.loss_turn_ratio)
+    advantages = torch.tensor([advantage], dtype=torch.float64)
+    loss = one_thread_loss(lambda x: policy_loss(x, old, advantages, mask, **options), logp)
+    stats = loss_diagnostics(logp, old, advantages, mask, **options)
     loss.backward()
     return loss, stats, logp.grad[0]
 
@@ -538,3 +541,46 @@ def test_validation_skips_step_0_unless_asked(tmp_path):
         assert len(calls) == int(before) + 1
 
 
+
+
+def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_same_gradient():
+    """``loss_and_diagnostics`` (issue #49 item 4): the definition's value and gradient, the
+    diagnostics of the same inputs, forward and backward on LOSS_THREADS threads whatever the
+    update's thread count, which is restored."""
+    import torch
+
+    from at2po_lib.method import loss as method_loss
+    from at2po_lib.trainer import trainer as trainer_module
+
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 12, generator=g, dtype=torch.float64) * 3
+    logp = old + 0.01 * torch.randn(4, 12, generator=g, dtype=torch.float64)
+    mask = (torch.rand(4, 12, generator=g) < 0.7).long()
+    adv = torch.randn(4, generator=g, dtype=torch.float64)
+    seen = []
+    real = method_loss.policy_loss
+
+    def watched(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        out = real(*args, **kwargs)
+        out.register_hook(lambda grad: seen.append(("backward", torch.get_num_threads())))
+        return out
+
+    direct = logp.clone().requires_grad_(True)
+    expected = real(direct, old, adv, mask, level="turn")
+    expected.backward()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer_module.policy_loss = watched
+        x = logp.clone().requires_grad_(True)
+        loss, stats = trainer_module.loss_and_diagnostics(x, old, adv, mask, level="turn")
+        loss.backward()
+        assert torch.get_num_threads() == 2
+    finally:
+        trainer_module.policy_loss = real
+        torch.set_num_threads(previous)
+    assert seen == [trainer_module.LOSS_THREADS, ("backward", trainer_module.LOSS_THREADS)]
+    assert loss.item() == expected.item()
+    assert torch.equal(x.grad, direct.grad)
+    assert stats == method_loss.loss_diagnostics(logp, old, adv, mask, level="turn")

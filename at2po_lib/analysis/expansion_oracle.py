@@ -432,8 +432,15 @@ def summarise_records(folder: Path) -> dict[Path, pd.DataFrame]:
     return out
 ESTIMATE_SCORES = {"exact": "entropy_exact", "sampled_nll": "entropy_nll"}
 """``rollout.entropy_estimate`` → the oracle's score of the same turn entropy."""
-SUMMARY_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training"}
+SUMMARY_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
+                    "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
+"""Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is, as sentences and
+legends show it (never the record's name)."""
 SUMMARY_SHAPES = {"toy": "toy tree", "paper": "paper's tree"}
+SCORE_WORDS = {"entropy_nll": "mean sampled-token NLL", "entropy_exact": "mean exact entropy",
+               "entropy_nll_first": "first-token NLL", "authors_score": "authors' score",
+               "depth": "depth", "oracle": "perfect picker's score"}
+"""An oracle score's name as a sentence says it (the record's names are internal)."""
 
 
 def read_summaries(folder: Path) -> pd.DataFrame:
@@ -474,7 +481,8 @@ def flip_ratio_sentence(summaries: pd.DataFrame, score: str) -> str:
             text += (f" (the perfect picker: {o['flips_vs_uniform']:.2f}× "
                      f"[{o['flips_vs_uniform_lo']:.2f}, {o['flips_vs_uniform_hi']:.2f}])")
         clauses.append(text)
-    return (f"Flips of the outcome per re-sample when the K turns with the highest {score} are "
+    return (f"Flips of the outcome per re-sample when the K turns with the highest "
+            f"{SCORE_WORDS.get(score, score)} are "
             "re-sampled, relative to K uniformly picked turns (1× = no better than uniform; 95% "
             "intervals over prompts): " + "; ".join(clauses) + ".")
 

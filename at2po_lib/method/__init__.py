@@ -10,7 +10,7 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
   Tree-GRPO, ``OUTCOME_ADVANTAGES``) are in :mod:`.outcome`.
 - :mod:`.loss`: the ATPO loss on one screen, a clipped surrogate whose importance ratio is per
   token, per sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``);
-  the trainer runs it fused (:mod:`at2po_lib.trainer.fused_loss`, tested equal).
+  the trainer calls it as it is, with ``loss_diagnostics`` (what it logs) beside it.
 - :mod:`.presets`: every trained row of the paper's Tables 1-3 as a named preset.
 
 Demo trees for notebooks and tests are in :mod:`.examples`; tree files in

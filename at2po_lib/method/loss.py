@@ -1,10 +1,12 @@
 r"""The clipped policy loss with a token, sequence or turn importance ratio (docs/method.md §7–§8).
 
 :func:`policy_loss` is the definition: it reads top to bottom as the paper's equations, on the
-model tokens of a batch. The trainer runs the same loss through
-:func:`at2po_lib.trainer.fused_loss.fused_policy_loss` (a hand-written backward, NumPy segment
-sums, the diagnostics it logs), which ``tests/test_losses.py`` checks equal to this one, value
-and gradient, on random inputs. One function covers the paper's methods:
+model tokens of a batch, and the trainer calls it as it is; :func:`loss_diagnostics`, beside
+it, gives what the trainer logs of the same update (clip shares, at this level and at the token
+and the turn level, approximate KL, the turn-KL entropy) from the same inputs, without
+recomputing the loss. (A fused form with a hand-written backward saved nothing measurable: the
+loss is under 1% of a tiny RL step, benchmarks/README.md, issue #49.) One function covers the
+paper's methods:
 
 =========  ===========  ============================  ==================================
 method     ``level``    clip (eps_low / eps_high)      other options
@@ -106,11 +108,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     check_loss_inputs(logp, old_logp, advantages, mask, level, agg, turn_ratio, turn_ids,
                       ref_logp, beta, token_entropy, entropy_aware_adv)
     is_tok = mask.bool()
-    rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
-    a = (advantages[rows] if advantages.ndim == 1 else advantages[is_tok]).detach()
-    a = a.to(torch.promote_types(logp.dtype, torch.float32))  # (N,) A_t, float32 at least
-    if entropy_aware_adv:  # AEPO: A_t ← A_t (1 + γ z(H_t))
-        a = entropy_aware_advantages(a, token_entropy[is_tok], entropy_aware_adv)
+    a = token_advantages(advantages, mask, logp.dtype, token_entropy, entropy_aware_adv)  # (N,)
     s = importance_ratios(logp, old_logp, mask, level, turn_ids, turn_ratio)  # (N,) s_t
     clipped = s.clamp(1 - eps_low, 1 + eps_high)  # clip(s_t, 1 − ε_low, 1 + ε_high)
     if entropy_balanced_clip:  # AEPO: the upper bound (1 + ε_high) s / sg(s) keeps a gradient
@@ -121,9 +119,109 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if agg == "token-mean":  # Σ_t ℓ_t / N
         return per_token.sum() / max(per_token.numel(), 1)
     # seq-mean-token-mean: the mean, over rows with a model token, of the row's mean ℓ_t
+    rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
     row_sum = per_token.new_zeros(is_tok.shape[0]).index_add(0, rows, per_token)  # (B,)
     row_len = is_tok.sum(1)  # (B,)
     return (row_sum / row_len.clamp(min=1)).sum() / max(int(torch.count_nonzero(row_len)), 1)
+
+
+def token_advantages(advantages: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype,
+                     token_entropy: torch.Tensor | None = None,
+                     entropy_aware_adv: float = 0.0) -> torch.Tensor:
+    """A_t (N,) of each model token, detached, in ``dtype`` promoted to float32 at least: its
+    row's advantage (``advantages`` (B,)) or its own ((B, T)); AEPO's entropy-aware form with
+    ``entropy_aware_adv`` γ > 0."""
+    is_tok = mask.bool()
+    rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
+    a = (advantages[rows] if advantages.ndim == 1 else advantages[is_tok]).detach()
+    a = a.to(torch.promote_types(dtype, torch.float32))
+    if entropy_aware_adv:  # AEPO: A_t ← A_t (1 + γ z(H_t))
+        a = entropy_aware_advantages(a, token_entropy[is_tok], entropy_aware_adv)
+    return a
+
+
+@torch.no_grad()
+def loss_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, level: str = "turn", eps_low: float = EPS_LOW,
+                     eps_high: float = EPS_HIGH, agg: str = "seq-mean-token-mean",
+                     turn_ids: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
+                     beta: float = 0.0, entropy_balanced_clip: bool = False,
+                     token_entropy: torch.Tensor | None = None, entropy_aware_adv: float = 0.0,
+                     turn_ratio: str = "geometric") -> dict[str, float]:
+    """What the trainer logs of the update :func:`policy_loss` makes with the same arguments
+    (``agg`` and ``entropy_balanced_clip`` change no statistic), from the log-ratios alone, in
+    one device sync. Shares are of the N model tokens:
+
+    ``clip_frac`` (the clipped branch binds: A_t > 0 and s_t > 1 + ε_high, or A_t < 0 and
+    s_t < 1 − ε_low), split into ``clip_frac_low`` / ``clip_frac_high``; ``clip_frac_token`` /
+    ``clip_frac_turn``, the same share had the ratio been per token / per turn, at this clip
+    range (the paper: a turn ratio clips far fewer tokens); ``approx_kl`` = mean(log π_old −
+    log π); ``ratio_mean`` = mean s_t; ``turn_kl_entropy`` (the authors' diagnostic,
+    docs/method.md §7: per row, the entropy of a softmax over its turns' shares of the row's
+    summed log-ratio, / log(#turns); 0 for a row of one turn or a zero sum; mean over rows);
+    ``single_turn_rows`` (rows with at most one turn), ``mean_turns_per_row``; with ``beta``,
+    ``ref_kl`` (mean k3 KL to the reference)."""
+    is_tok = mask.bool()
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    r = (logp.detach().to(dtype) - old_logp.detach().to(dtype))[is_tok]  # (N,) log-ratios
+    a = token_advantages(torch.as_tensor(advantages, device=logp.device), mask, logp.dtype,
+                         token_entropy, entropy_aware_adv)  # (N,)
+    lower, upper = 1 - eps_low, 1 + eps_high
+    turn = ratio_units(mask, "turn", turn_ids)  # (N,) each token's turn
+    turn_sum = r.new_zeros(int(turn.max()) + 1 if turn.numel() else 0).index_add(0, turn, r)
+
+    def ratios(at: str) -> torch.Tensor:  # s_t (N,) with the ratio taken per ``at`` unit
+        if at == "token":
+            return torch.exp(r)
+        unit = turn if at == "turn" else ratio_units(mask, at, turn_ids)
+        total = turn_sum if at == "turn" else r.new_zeros(int(unit.max()) + 1 if unit.numel()
+                                                          else 0).index_add(0, unit, r)
+        size = torch.bincount(unit, minlength=total.numel()).clamp(min=1)
+        log_s = total if at == "turn" and turn_ratio == "product" else total / size
+        return torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP))[unit]
+
+    def binds(s: torch.Tensor) -> torch.Tensor:  # the clipped branch is the larger loss
+        return -a * s.clamp(lower, upper) > -a * s
+
+    s = ratios(level)
+    bound = binds(s)
+    count = max(r.numel(), 1)
+    rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
+    turn_row = rows.new_zeros(turn_sum.numel()).scatter(0, turn, rows)  # (S,) row of each turn
+    turns_per_row = torch.bincount(turn_row, minlength=is_tok.shape[0])  # (B,)
+    values = [(bound & (s < lower)).sum() / count, (bound & (s > upper)).sum() / count,
+              bound.sum() / count, binds(ratios("token")).sum() / count,
+              binds(ratios("turn")).sum() / count, -r.sum() / count, s.sum() / count,
+              _turn_kl_entropy(turn_sum, turn_row, turns_per_row),
+              (turns_per_row <= 1).sum(), turns_per_row.to(dtype).mean()]
+    names = ["clip_frac_low", "clip_frac_high", "clip_frac", "clip_frac_token", "clip_frac_turn",
+             "approx_kl", "ratio_mean", "turn_kl_entropy", "single_turn_rows",
+             "mean_turns_per_row"]
+    if beta:
+        values.append(low_var_kl(ref_logp[is_tok], logp.detach()[is_tok]).sum() / count)
+        names.append("ref_kl")
+    stats = dict(zip(names, torch.stack([torch.as_tensor(v, dtype=torch.float64)
+                                         for v in values]).tolist()))
+    stats["single_turn_rows"] = int(stats["single_turn_rows"])
+    return stats
+
+
+def _turn_kl_entropy(turn_sum: torch.Tensor, turn_row: torch.Tensor,
+                     turns_per_row: torch.Tensor) -> torch.Tensor:
+    """:func:`loss_diagnostics`' ``turn_kl_entropy`` from each turn's summed log-ratio (S,) and
+    row (S,)."""
+    b = turns_per_row.numel()
+    row_sum = turn_sum.new_zeros(b).index_add(0, turn_row, turn_sum)  # (B,)
+    usable = (row_sum != 0)[turn_row]  # (S,)
+    share = torch.where(usable, turn_sum / torch.where(row_sum == 0, 1, row_sum)[turn_row], 0)
+    top = torch.full_like(row_sum, -float("inf")).scatter_reduce(
+        0, turn_row, share, reduce="amax", include_self=True)  # (B,)
+    e = torch.exp(share - top[turn_row])  # (S,)
+    p = e / e.new_zeros(b).index_add(0, turn_row, e)[turn_row]  # (S,) softmax within a row
+    h = turn_sum.new_zeros(b).index_add(0, turn_row, -p * torch.log(p + 1e-10))  # (B,)
+    norm = torch.log(turns_per_row.clamp(min=2).to(h.dtype))
+    per_row = torch.where((turns_per_row > 1) & (row_sum != 0), h / norm, 0)  # (B,)
+    return per_row.mean() if b else per_row.sum()
 
 
 def entropy_aware_advantages(advantages: torch.Tensor, token_entropy: torch.Tensor,
@@ -176,3 +274,18 @@ def check_loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
         raise ValueError("beta > 0 needs ref_logp")
     if entropy_aware_adv and token_entropy is None:
         raise ValueError("entropy_aware_adv > 0 needs token_entropy")
+    is_tok = mask.bool()
+    named = {"logp": logp, "old_logp": old_logp, "advantages": advantages,
+             "ref_logp": ref_logp if beta else None}
+    for name, x in named.items():  # only the model tokens' entries are read
+        if x is None:
+            continue
+        bad = ~torch.isfinite(x.detach()[is_tok] if x.shape == is_tok.shape
+                              else x.detach()[is_tok.any(1)])
+        if bool(bad.any()):
+            where = torch.nonzero(is_tok)[bad] if x.shape == is_tok.shape else None
+            if where is not None:
+                r, c = (int(i) for i in where[0])
+                raise ValueError(f"{name}[{r}, {c}] is not finite on a model token")
+            r = int(torch.nonzero(is_tok.any(1))[bad][0, 0])
+            raise ValueError(f"{name}[{r}] is not finite (a row with model tokens)")

@@ -105,7 +105,9 @@ def table1_conclusion(profile: str) -> str:
     shown = _shown(profile, "table1_differences")
     if diffs is not None and len(diffs):
         sel = diffs[(diffs["baseline"] == "grpo") & (diffs["scope"] == "multihop")
-                    & (diffs["weighting"] == "sample") & (diffs["metric"] == "em")]
+                    & (diffs["weighting"] == "sample")]
+        if "metric" in sel:
+            sel = sel[sel["metric"] == "em"]
         parts = [f"{method_label(r.method)} "
                  f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
                  f" points ({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]

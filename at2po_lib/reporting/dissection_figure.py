@@ -19,6 +19,7 @@ the clipped shares per run at both ratio levels (:func:`clip_levels_figure`).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Iterable
 
@@ -27,8 +28,15 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.dissection import credit_from_runs, spread_slope
-from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_records,
-                                 default_credit_cells)
+from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_record_label,
+                                 credit_records, default_credit_cells)
+from .labels import method_label
+
+
+def wrapped_label(method: str, width: int = 24) -> str:
+    """A method's display name (:func:`.labels.method_label`), broken into lines of about
+    ``width`` characters for a tick label."""
+    return "\n".join(textwrap.wrap(method_label(method), width))
 
 SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exact": "mean exact\nentropy",
                 "entropy_nll_first": "first-token\nNLL", "depth": "depth",
@@ -85,7 +93,8 @@ def _expansion_panel(ax, folder: Path) -> None:
             err = np.vstack([y - summary.loc[scores, "flips_vs_uniform_lo"].to_numpy(),
                              summary.loc[scores, "flips_vs_uniform_hi"].to_numpy() - y])
             ax.bar(x, y - 1, width, bottom=1, yerr=err, capsize=2,
-                   label=f"{policy_label}, {shape_label} ({int(summary['prompts'].iloc[0])} prompts)")
+                   label=f"{policy_label}, {shape_label} ({int(summary['prompts'].iloc[0])} "
+                         "prompts)")
             drawn += 1
     if drawn:
         ax.set_xticks(np.arange(len(SCORES_SHOWN)) + (drawn - 1) * width / 2)
@@ -93,8 +102,9 @@ def _expansion_panel(ax, folder: Path) -> None:
     ax.axhline(1, color="black", lw=0.8)
     ax.set_ylabel("flips per re-sample vs uniform picks (×)")
     ax.set_title("Expansion: what a score finds, and a floor under the ceiling", fontsize=10)
-    if drawn:
-        ax.legend(fontsize=7, frameon=False, loc="upper left")
+    if drawn:  # below the axes: off the bars and their error bars
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  ncol=1)
     else:
         ax.text(0.5, 0.5, "no expansion-oracle records\n(at2po dissect expansion)",
                 ha="center", va="center", transform=ax.transAxes)
@@ -105,7 +115,9 @@ def dissection_figure(run_roots: Iterable[Path], folder: Path):
     """``(fig, axes)`` of the module docstring from AT2PO's run folders (their saved trees) and
     the oracle's summaries in ``folder`` (``results/<profile>/dissection``)."""
     sets, _ = credit_from_runs(run_roots, fit=False)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    # one panel per row, 6.4 in wide: 960 px at the report's 150 dpi, its natural size in a
+    # notebook column (side by side, 11 in, it showed at 60%)
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 9.6), gridspec_kw={"height_ratios": (1, 1)})
     if len(sets):
         _credit_panel(axes[0], sets)
     else:
@@ -122,7 +134,7 @@ def credit_spread_figure(run_roots: Iterable[Path]):
     """``(fig, axes)``: the credit panel of :func:`dissection_figure` once per entropy estimate
     (sampled-token NLL, exact), from the same sibling sets of the runs' saved trees."""
     sets, _ = credit_from_runs(run_roots, fit=False)
-    fig, axes = plt.subplots(1, len(ESTIMATE_LABELS), figsize=(11, 4.2))
+    fig, axes = plt.subplots(len(ESTIMATE_LABELS), 1, figsize=(6.4, 7.6))  # one per row
     for ax, (estimate, label) in zip(axes, ESTIMATE_LABELS.items()):
         if len(sets):
             _credit_panel(ax, sets, estimate)
@@ -138,8 +150,9 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
     credit-accuracy record of ``profile`` (:func:`.dissection_summary.credit_records`:
     ``default`` is ``credit_accuracy.csv``, else the record's ``--name``)."""
     columns = ["record", "softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
-               "delta_high", "n_prompts", "n_turns"]
-    parts = [default_credit_cells(pd.read_csv(path)).assign(record=name)[columns]
+               "delta_high", "n_prompts", "n_turns", "trees"]
+    parts = [default_credit_cells(pd.read_csv(path)).assign(
+                 record=name, trees=credit_record_label(name, path))[columns]
              for name, path in credit_records(profile).items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
@@ -147,20 +160,21 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
 def credit_temperature_figure(rows: pd.DataFrame):
     """``(fig, ax)``: AT2PO's credit AUC minus GRPO's against τ (log axis; τ = 1 is AT2PO as
     defined), one line per record with its paired 95% interval over prompts."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for record, part in rows.groupby("record", sort=False):
+        shown = part["trees"].iat[0] if "trees" in part else record
         x = part["softmax_temperature"].to_numpy()
         y = part["delta_vs_grpo"].to_numpy()
         err = np.vstack([y - part["delta_low"].to_numpy(), part["delta_high"].to_numpy() - y])
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
-                    label=f"{record} ({int(part['n_prompts'].iloc[0])} prompts)")
+                    label=f"{shown} ({int(part['n_prompts'].iloc[0])} prompts)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("softmax temperature τ of the entropy weights (1 = AT2PO as defined)")
     ax.set_ylabel("credit AUC, AT2PO − GRPO")
     ax.set_title("Does sharper entropy weighting find the useful turns better?", fontsize=10)
-    if len(rows):
-        ax.legend(fontsize=8, frameon=False)
+    if len(rows):  # below the axes: off the lines and their error bars
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22))
     else:
         ax.text(0.5, 0.5, "no credit-accuracy records\n(at2po credit-accuracy)", ha="center",
                 va="center", transform=ax.transAxes)
@@ -172,7 +186,7 @@ def credit_temperature_figure(rows: pd.DataFrame):
 def clip_levels_figure(clips: pd.DataFrame):
     """``(fig, ax)``: per run (a dot) and method, the share of model tokens a token-level and a
     turn-level ratio clip on the same updates at the method's own clip range."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
     methods = list(dict.fromkeys(clips["method"]))
     for i, method in enumerate(methods):
         part = clips[clips["method"] == method]
@@ -183,7 +197,8 @@ def clip_levels_figure(clips: pd.DataFrame):
                        label=f"{level.replace('_', '-')} ratio" if i == 0 else None)
             ax.hlines(100 * part[level].mean(), x[0] - 0.12, x[0] + 0.12, color=colour, lw=2)
     ax.set_xticks(range(len(methods)))
-    ax.set_xticklabels([f"{m}\n({(clips['method'] == m).sum()} runs)" for m in methods])
+    ax.set_xticklabels([f"{wrapped_label(m)}\n({(clips['method'] == m).sum()} runs)"
+                        for m in methods], fontsize=8)
     ax.set_ylabel("model tokens clipped (%)")
     ax.set_title("The same updates, clipped at the token and at the turn level", fontsize=10)
     if methods:

@@ -45,7 +45,9 @@ from ..util.provenance import read_meta
 
 ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
                    "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
-"""Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is."""
+"""Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is (the same names
+as :data:`at2po_lib.analysis.expansion_oracle.SUMMARY_POLICIES`, which notebook 02's sentence
+uses; a test checks they agree)."""
 ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
 ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
                  "entropy_nll": "entropy only (α = 0)",
@@ -167,7 +169,7 @@ def default_credit_cells(table: pd.DataFrame) -> pd.DataFrame:
     return table[keep].sort_values("softmax_temperature")
 
 
-def _credit_record_label(name: str, path: Path) -> str:
+def credit_record_label(name: str, path: Path) -> str:
     """Whose trees and which settings: from :data:`CREDIT_RECORDS` and the record's meta."""
     rollout = read_meta(path).get("config") or {}
     settings = ESTIMATE_NAMES.get(rollout.get("entropy_estimate"), rollout.get("entropy_estimate"))
@@ -185,7 +187,7 @@ def credit_truth_rows(profile: str, temperatures: tuple[float, ...] = (1.0, 0.01
     rows = []
     for name, path in credit_records(profile).items():
         mine = default_credit_cells(_read(path))
-        label = _credit_record_label(name, path)
+        label = credit_record_label(name, path)
         for tau in temperatures:
             found = mine[np.isclose(mine["softmax_temperature"], tau)]
             if not len(found):

@@ -57,7 +57,7 @@ from ..policy.warmstart_cache import cached_warmstart
 from ..prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
-from ..rollout.trees import rollout
+from ..rollout.trees import rollout, tree_grpo_shape
 from ..tinyworld.build import ensure_world, read_rows
 from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
 from .node_views import (baseline_frame, describe_node, draw_growth, plot_node_credit, png_size,
@@ -177,6 +177,37 @@ def widget_frontend() -> bool:
     return bool(os.environ.get("JPY_SESSION_NAME") or os.environ.get("VSCODE_PID"))
 
 
+def random_tree_count(rollout_cfg: Any) -> tuple[int | None, str]:
+    """Trees per prompt for the ``random`` (Tree-GRPO) expansion at this M, L, K: the profile's
+    ``rollout.tree_grpo_trees`` when its trees split M + L·K leaves into whole rounds
+    (:func:`at2po_lib.rollout.trees.tree_grpo_shape`), else the count nearest to it that does,
+    with a sentence saying so; None and the reason when no count does (the inspector's Grow
+    then says why instead of failing)."""
+    budget = rollout_cfg.leaves_per_prompt("random")
+    wanted = rollout_cfg.tree_grpo_trees
+
+    def splits(m: int) -> bool:
+        try:
+            tree_grpo_shape(replace(rollout_cfg, tree_grpo_trees=m))
+        except ValueError:
+            return False
+        return True
+
+    if splits(wanted):
+        return wanted, ""
+    valid = sorted((m for m in range(1, budget + 1) if splits(m)),
+                   key=lambda m: (abs(m - wanted), m))
+    shape = (f"M + L·K = {rollout_cfg.tree_m} + {rollout_cfg.tree_l}·{rollout_cfg.tree_k} = "
+             f"{budget} leaves")
+    if not valid:
+        return None, (f"random (Tree-GRPO) cannot grow {shape}: no number of trees splits them "
+                      f"into trees of 1 + L·n leaves (L = {rollout_cfg.tree_l}); change M, L or K")
+    m = valid[0]
+    return m, (f"random (Tree-GRPO): {m} tree{'s' * (m != 1)} of {budget // m} leaves, since "
+               f"{shape} do not split into the profile's {wanted} trees of 1 + L·n leaves at "
+               f"L = {rollout_cfg.tree_l}")
+
+
 class LiveRollout:
     """The profile's warm-start policy, retriever and training questions, loaded once, to grow
     trees on demand (:meth:`grow`). Raises if the warm start is not built yet."""
@@ -188,6 +219,9 @@ class LiveRollout:
             raise FileNotFoundError(f"no warm start for profile {profile!r}: run notebook 02 or "
                                     f"`at2po warmstart --profile {profile}` first")
         self.policy = policy
+        self.note = ""
+        """What the last :meth:`grow` chose that the controls did not say (``random``: the
+        number of trees)."""
         self.model, self.tokenizer = load_policy(policy)
         self.template = get_template(self.cfg.policy.template)
         self.retriever = build_retriever(self.cfg)
@@ -199,13 +233,20 @@ class LiveRollout:
 
     def grow(self, question: int, expansion: str, m: int, l: int, k: int, alpha: float,
              seed: int = 0) -> list[TreeArrays]:
-        """The trees of one question (``random``: ``rollout.tree_grpo_trees`` of them) grown
-        with M, L, K, α; ``chain`` and ``aepo`` get M + L·K leaves. Trees carry the question's
-        plan (decision labels) and search nodes their passages (``retrieved``)."""
+        """The trees of one question (``random``: :func:`random_tree_count` of them, ``note``
+        says when that is not the profile's ``rollout.tree_grpo_trees``) grown with M, L, K, α;
+        ``chain`` and ``aepo`` get M + L·K leaves. Trees carry the question's plan (decision
+        labels) and search nodes their passages (``retrieved``)."""
         if expansion not in EXPANSIONS:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
         cfg = replace(self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k),
                       tree_alpha=float(alpha))
+        self.note = ""
+        if expansion == "random":
+            trees_per_prompt, self.note = random_tree_count(cfg)
+            if trees_per_prompt is None:
+                raise ValueError(self.note)
+            cfg = replace(cfg, tree_grpo_trees=trees_per_prompt)
         leaves = cfg.leaves_per_prompt("entropy")
         grown = rollout(self.model, self.tokenizer, self.template, self.retriever,
                         [self.questions[question]], [self.golden[question]], cfg,
@@ -214,6 +255,17 @@ class LiveRollout:
         trees = with_plans([tree_arrays(t, cfg.entropy_estimate) for t in grown],
                            {question: self.rows[question]})
         return with_retrievals(trees, self.retriever, self.cfg.retrieval.topk)
+
+
+BUSY_MARK = "Busy:"
+"""How the busy sign starts ("Busy: drawing node 5 …"): words, which every font renders (an
+hourglass glyph showed as an empty box without an emoji font)."""
+
+
+def busy_html(what: str) -> str:
+    """The busy sign's HTML: :data:`BUSY_MARK` and what is being updated."""
+    return (f"<b style='color:#8a4100;background:#fff1e0;padding:2px 6px;border-radius:3px'>"
+            f"{BUSY_MARK} {html.escape(what)} …</b>")
 
 
 QUESTION_PLACEHOLDER = "(Grow: the training questions load with the first Grow)"
@@ -275,6 +327,9 @@ class TreeInspector:
         self.node = w.Dropdown(options=[0], description="node")
         self.status = w.HTML()
         self.busy = w.HTML()
+        """The busy sign beside the tree / round / node controls (a pick there redraws)."""
+        self.grow_busy = w.HTML()
+        """The busy sign beside Grow (loading the policy, growing a tree)."""
         self.listing = w.HTML()
         self.signal = w.HTML()
         self.tree_image = w.Image(format="png", layout=_natural_layout(w))
@@ -290,13 +345,16 @@ class TreeInspector:
         """Tree images rendered so far (tests count redraws)."""
         self._quiet = False
         self.grow_button.on_click(lambda _: self._grow())
+        for control in (self.expansion, self.m, self.l, self.k):
+            control.observe(lambda _: self._check_growable(), names="value")
         self.tree_pick.observe(lambda _: self._on_tree(), names="value")
         self.round.observe(lambda _: self._on_view(), names="value")
         self.node.observe(lambda _: self._on_node(), names="value")
         self.widget = w.VBox([
             self.question, self.expansion, w.HBox([self.m, self.l, self.k]),
-            w.HBox([self.alpha, self.grow_button]), self.status, self.busy, self.listing,
-            w.HBox([self.tree_pick, self.round, self.node]), self.signal, self.tree_image,
+            w.HBox([self.alpha, self.grow_button, self.grow_busy]), self.status, self.listing,
+            w.HBox([self.tree_pick, self.round, self.node, self.busy]), self.signal,
+            self.tree_image,
             self.node_out, self.credit_image])
         if self.trees:
             index, node, why, self.highlight = default_choice(self.trees)
@@ -309,10 +367,13 @@ class TreeInspector:
                 self.grow_button, self.tree_pick, self.round, self.node]
 
     @contextmanager
-    def _busy(self, what: str):
-        """Say ``what`` is being updated and disable the controls until it is done: the images
-        and the node panel change together, never one of them stale without a sign."""
-        self.busy.value = f"<b style='color:#b35900'>⏳ {html.escape(what)} …</b>"
+    def _busy(self, what: str, sign: Any = None):
+        """Say ``what`` is being updated, in words beside the control that changed (``sign``:
+        :attr:`busy` beside the tree / round / node controls by default, :attr:`grow_busy`
+        beside Grow), and disable the controls until it is done: the images and the node panel
+        change together, never one of them stale without a sign."""
+        sign = sign if sign is not None else self.busy
+        sign.value = busy_html(what)
         enabled = [c for c in self.controls if not c.disabled]
         for c in enabled:
             c.disabled = True
@@ -321,7 +382,20 @@ class TreeInspector:
         finally:
             for c in enabled:
                 c.disabled = False
-            self.busy.value = ""
+            sign.value = ""
+
+    def _check_growable(self) -> None:
+        """Beside Grow, what the ``random`` expansion will grow at this M, L, K when it is not
+        the profile's number of trees, and why Grow is off when no number of trees can split
+        M + L·K leaves (:func:`random_tree_count`)."""
+        if self.expansion.value != "random":
+            self.grow_busy.value, self.grow_button.disabled = "", False
+            return
+        r = replace(load_profile(self.profile).rollout, tree_m=self.m.value,
+                    tree_l=self.l.value, tree_k=self.k.value)
+        count, note = random_tree_count(r)
+        self.grow_button.disabled = count is None
+        self.grow_busy.value = f"<i>{html.escape(note)}</i>" if note else ""
 
     def status_line(self) -> str:
         """What the views show now: the tree, its prompt and question, the round and the node,
@@ -339,7 +413,7 @@ class TreeInspector:
 
     def _live(self) -> LiveRollout:
         if self.live is None:
-            self.busy.value = "<b style='color:#b35900'>⏳ loading the warm-start policy …</b>"
+            self.grow_busy.value = busy_html("loading the warm-start policy")
             self.live = LiveRollout(self.profile)
         if len(self.question.options) == 1 and len(self.live.questions) > 1:
             shown = self.live.questions[:QUESTIONS_LISTED]
@@ -348,7 +422,7 @@ class TreeInspector:
         return self.live
 
     def _grow(self) -> None:
-        with self._busy("growing a tree with the warm-start policy"):
+        with self._busy("growing a tree with the warm-start policy", self.grow_busy):
             try:
                 live = self._live()
                 trees = live.grow(self.question.value, self.expansion.value, self.m.value,
@@ -360,6 +434,9 @@ class TreeInspector:
             self.trees, self.highlight = trees, {}
             self.origin = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
                            f"({self.expansion.value})")
+            note = getattr(live, "note", "")  # a stand-in rollout (tests) may have none
+            if note:
+                self.origin += f"; {note}"
             self._set_trees(0, None)
 
     def _set_trees(self, index: int, node: int | None) -> None:
@@ -455,6 +532,22 @@ class TreeInspector:
         _show_png(self.credit_image, self.chart_png())
 
 
+REOPEN_HINT = ("The inspector runs in this notebook's kernel: in a notebook reopened since, "
+               "JupyterLab shows \"Error displaying widget: model not found\" below instead; "
+               "run the cell above to start the inspector.")
+"""Shown above the widget, so that a reopened notebook (whose saved output names a widget model
+its new kernel never made) says what to do (issue #49)."""
+
+
+def reopen_hint() -> Any:
+    """:data:`REOPEN_HINT` as a small line of HTML (plain text without IPython)."""
+    try:
+        from IPython.display import HTML
+    except ImportError:  # pragma: no cover - IPython ships with the notebooks' environment
+        return REOPEN_HINT
+    return HTML(f"<small><i>{html.escape(REOPEN_HINT)}</i></small>")
+
+
 def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",
             eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0) -> Any:
     """Show the inspector: ``mode="widgets"`` (JupyterLab), ``"static"`` (figures and tables
@@ -465,6 +558,7 @@ def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",
         raise ValueError(f"inspector mode {mode!r}; choose auto, widgets or static")
     if mode == "widgets" or (mode == "auto" and widget_frontend()):
         inspector = TreeInspector(profile, trees, eps_low=eps_low, eps_high=eps_high, seed=seed)
+        _display()(reopen_hint())
         _display()(inspector.widget)
         return inspector
     if not trees:

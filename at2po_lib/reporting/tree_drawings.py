@@ -63,7 +63,7 @@ NODE_SIZE = 400.0
 LABEL_FONTSIZE = 7.0
 LABEL_WIDTH = 18
 """Characters per label line (narrowed, down to :data:`MIN_LABEL_WIDTH`, to fit a column)."""
-MIN_LABEL_WIDTH = 10
+MIN_LABEL_WIDTH = 7
 NOTEBOOK_COLUMN_PX = 900
 """Width of JupyterLab's output column on a laptop screen (1,280-1,440 px window, file browser
 open), in CSS pixels. A wider image is scaled down to it, and its text with it."""

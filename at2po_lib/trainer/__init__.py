@@ -4,7 +4,6 @@
 Modules: :mod:`.at2po_config` (``AT2POConfig``, a ``GRPOConfig`` subclass), :mod:`.trainer`
 (``AT2POTrainer``, a ``GRPOTrainer`` subclass), :mod:`.batch` (training rows and
 their per-token advantages), :mod:`.search_agent` (tree rollouts as training rows),
-:mod:`.fused_loss` (the method's policy loss, fused, with its diagnostics),
 :mod:`.run_folder` (run folders, metrics, resume), :mod:`.callbacks` (records and progress),
 :mod:`.resolve` (profile + preset → one :class:`RunSpec`), :mod:`.identity` (what a run
 records, and which recorded run is the same configuration), :mod:`.run` (``train``: one run with

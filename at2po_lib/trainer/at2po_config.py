@@ -6,7 +6,7 @@ they act on (docs/method.md §6–§8):
 
 - ``credit_*``: how leaf rewards become per-token advantages (:mod:`at2po_lib.method.credit`);
 - ``loss_*``: the ratio level, aggregation and AEPO's options of
-  :func:`at2po_lib.method.loss.policy_loss` (run by :mod:`.fused_loss`);
+  :func:`at2po_lib.method.loss.policy_loss`, which the trainer calls;
 - ``dynamic_sampling*``: DAPO's refill of prompts whose leaves all share one reward.
 
 The rollout is not configured here: its shape (expansion, M, L, K, alpha, chains, AEPO's

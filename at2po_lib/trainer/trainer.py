@@ -21,8 +21,10 @@ credit (§6)            override of ``_generate_and_score_completions``: calls t
                        ``turn_ids`` (B, T).
 loss (§7)              override of ``_compute_loss``: per-token log-probs and entropies at the
                        sampling temperature (``args.temperature``), then
-                       :func:`.fused_loss.fused_policy_loss` (the fused form of
-                       :func:`at2po_lib.method.loss.policy_loss`) at the method's ratio level.
+                       :func:`at2po_lib.method.loss.policy_loss` at the method's ratio level
+                       and, for the logs, :func:`at2po_lib.method.loss.loss_diagnostics` of the
+                       same inputs (the loss is not computed again), both on one CPU thread
+                       (:data:`LOSS_THREADS`).
 =====================  =========================================================================
 
 Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
@@ -89,13 +91,13 @@ from trl.models import unwrap_model_for_generation
 
 from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
+from ..method.loss import loss_diagnostics, policy_loss
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
 from ..rollout.vllm_cpu import install_shims as install_vllm_shims
 from ..util.storage import reported_writes
 from .at2po_config import AT2POConfig
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
-from .fused_loss import fused_policy_loss
 
 _SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                      "lm_head_multiplier", "logits_scaling")
@@ -131,6 +133,64 @@ def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs:
     """TRL reward function: the reward the rollout already gave each leaf (EM, or the authors'
     −1/0/1 format reward). Logged by TRL as ``rewards/leaf_reward/mean``."""
     return [float(r) for r in reward]
+
+
+LOSS_THREADS = 1
+"""CPU threads of the policy loss, forward and backward, and of its diagnostics. The loss is a
+few dozen small vector operations over the batch's model tokens; on two threads each waits for
+the other core, and on a busy machine it collapsed (bench: 176 x 2,048 tokens at load 6-7,
+one thread 175-203 ms, two 460-766 ms best and up to 2.3 s median; tiny's 16 x 768, 8 against
+21 ms best, 13-20 against 172-241 ms median; benchmarks/README.md). The model's forward and
+backward keep ``update_num_threads``."""
+
+
+class _OneThreadLoss(torch.autograd.Function):
+    """A scalar loss of ``logp`` computed, and differentiated, on :data:`LOSS_THREADS` CPU
+    threads: forward builds the loss's own graph from a detached copy of ``logp``; backward
+    runs that graph alone and hands the gradient to the model's graph."""
+
+    @staticmethod
+    def forward(ctx, logp, loss_of):
+        with torch.enable_grad(), torch_threads(LOSS_THREADS):
+            leaf = logp.detach().requires_grad_(True)
+            loss = loss_of(leaf)
+        ctx.leaf, ctx.loss = leaf, loss
+        return loss.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        with torch_threads(LOSS_THREADS):
+            (grad_logp,) = torch.autograd.grad(ctx.loss, ctx.leaf, grad)
+        return grad_logp, None
+
+
+def one_thread_loss(loss_of, logp: torch.Tensor) -> torch.Tensor:
+    """``loss_of(logp)``, forward and backward on :data:`LOSS_THREADS` threads on a CPU (as is
+    elsewhere: threads mean nothing to a GPU kernel). The value and the gradient are
+    ``loss_of``'s own."""
+    if logp.device.type != "cpu" or not logp.requires_grad:
+        return loss_of(logp)
+    return _OneThreadLoss.apply(logp, loss_of)
+
+
+def loss_and_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                         mask: torch.Tensor, **options: Any) -> tuple[torch.Tensor, dict]:
+    """What ``_compute_loss`` computes of a micro-batch: :func:`~at2po_lib.method.loss.
+    policy_loss` (differentiable in ``logp``) and, beside it, its
+    :func:`~at2po_lib.method.loss.loss_diagnostics`, both on :data:`LOSS_THREADS` CPU
+    threads; ``options`` are ``policy_loss``'s. Where the clip range is not
+    :data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`, the token- and turn-level clipped
+    shares at that range too (``clip_frac_token_eps0.2``, ``clip_frac_turn_eps0.2``)."""
+    loss = one_thread_loss(lambda x: policy_loss(x, old_logp, advantages, mask, **options), logp)
+    with torch_threads(LOSS_THREADS if logp.device.type == "cpu" else 0):
+        stats = loss_diagnostics(logp, old_logp, advantages, mask, **options)
+        if (options.get("eps_low"), options.get("eps_high")) != (REFERENCE_CLIP, REFERENCE_CLIP):
+            # The clipped shares had the range been GRPO's (issue #48), under their own names.
+            at_reference = loss_diagnostics(logp, old_logp, advantages, mask, **{
+                **options, "eps_low": REFERENCE_CLIP, "eps_high": REFERENCE_CLIP, "beta": 0.0})
+            stats.update({f"clip_frac_{level}_eps{REFERENCE_CLIP:g}":
+                          at_reference[f"clip_frac_{level}"] for level in ("token", "turn")})
+    return loss, stats
 
 
 def policy_position_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -196,8 +256,8 @@ class AT2POTrainer(GRPOTrainer):
     """Trainer for AT2PO and the baselines of its Table 1 (GRPO, DAPO, GSPO, Tree-GRPO, AEPO).
 
     Overrides ``_generate_and_score_completions`` (per-token advantages and turn ids after the
-    parent's scoring) and ``_compute_loss`` (:func:`.fused_loss.fused_policy_loss`, the fused form
-    of ``at2po_lib.method.loss.policy_loss``); the rollout is TRL's ``rollout_func`` hook bound to
+    parent's scoring) and ``_compute_loss`` (``at2po_lib.method.loss.policy_loss`` and its
+    ``loss_diagnostics``); the rollout is TRL's ``rollout_func`` hook bound to
     :meth:`_rollout`. ``_get_per_token_logps_and_entropies`` is wrapped to skip padding
     (``loss_chunk_rows``) and to let the parent's scoring skip the no-grad passes this trainer
     serves otherwise (old log-probs from the rollout, reference log-probs at the policy's
@@ -584,13 +644,14 @@ class AT2POTrainer(GRPOTrainer):
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
-        loss, stats = fused_policy_loss(
-            per_token_logps, old_per_token_logps, inputs["advantages"], mask,
+        options = dict(
             level=args.loss_level, eps_low=self.epsilon_low, eps_high=self.epsilon_high,
             agg=args.loss_aggregation, turn_ids=inputs["turn_ids"],
             ref_logp=inputs.get("ref_per_token_logps"), beta=self.beta,
             entropy_balanced_clip=args.loss_entropy_balanced_clip, token_entropy=entropies,
             entropy_aware_adv=args.loss_entropy_aware_adv, turn_ratio=args.loss_turn_ratio)
+        loss, stats = loss_and_diagnostics(per_token_logps, old_per_token_logps,
+                                           inputs["advantages"], mask, **options)
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         if args.loss_aggregation == "token-mean":
@@ -623,21 +684,15 @@ class AT2POTrainer(GRPOTrainer):
         if "ref_kl" in stats:
             values["kl"] = stats["ref_kl"]
         # The same update's clipped share at both ratio levels, at this method's clip range and
-        # at GRPO's 0.2 (issue #48: the reading depends on the range): the paper says a
-        # turn-level ratio clips far fewer tokens than a token-level one.
-        turn_ids = inputs["turn_ids"]
-        old = inputs.get("old_per_token_logps")
-        if old is not None:
-            ranges = {"": (self.epsilon_low, self.epsilon_high)}
-            if ranges[""] != (REFERENCE_CLIP, REFERENCE_CLIP):
-                ranges[f"_eps{REFERENCE_CLIP:g}"] = (REFERENCE_CLIP, REFERENCE_CLIP)
-            with torch.no_grad():
-                for suffix, (low, high) in ranges.items():
-                    for level in ("token", "turn"):
-                        _, at_level = fused_policy_loss(
-                            per_token_logps.detach(), old, inputs["advantages"], mask,
-                            level=level, eps_low=low, eps_high=high, turn_ids=turn_ids)
-                        values[f"clip_ratio/{level}_level{suffix}"] = at_level["clip_frac"]
+        # at GRPO's 0.2 (issue #48: the reading depends on the range; the paper says a turn-level
+        # ratio clips far fewer tokens than a token-level one), from the diagnostics of the
+        # loss's own inputs: logged when the old log-probs are real (without them every ratio
+        # is 1).
+        if inputs.get("old_per_token_logps") is not None:
+            for suffix in ("", f"_eps{REFERENCE_CLIP:g}"):
+                for level in ("token", "turn"):
+                    if f"clip_frac_{level}{suffix}" in stats:
+                        values[f"clip_ratio/{level}_level{suffix}"] = stats[f"clip_frac_{level}{suffix}"]
         sampling = inputs.get("sampling_per_token_logps")
         first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
         if sampling is not None and mode == "train" and first_update:
