@@ -7,6 +7,7 @@
 #   ./run_tests.sh -m browser     # the inspector in Chromium (pip install -e '.[browser]')
 #   ./run_tests.sh -m stress      # long repeats of checks the plain run makes a few times
 #   ./run_tests.sh -k reward      # extra arguments go to pytest (a later -m replaces ours)
+#   ./run_tests.sh --lint         # ruff: the lint rules and the format check (pyproject.toml), no tests
 #   ./run_tests.sh --engines      # the paper path on vLLM's CPU build and DeepSpeed's CPU accelerator,
 #                                 # in a second environment (scripts/bootstrap_engines.sh, ~5 min once)
 # CI (.ci/run) runs the plain suite, then the marked checks.
@@ -14,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")"
 fast=0
 engines=0
+lint=0
 args=()
 for arg in "$@"; do
     case "$arg" in
         --fast) fast=1 ;;
         --engines) engines=1 ;;
+        --lint) lint=1 ;;
         *) args+=("$arg") ;;
     esac
 done
@@ -31,6 +34,10 @@ if [ "$engines" = 1 ]; then
     exec python -m pytest -m engines tests/test_engines_vllm.py tests/test_engines_deepspeed.py "$@"
 fi
 source scripts/bootstrap.sh
+if [ "$lint" = 1 ]; then
+    ruff check .
+    exec ruff format --check .
+fi
 # Checks that need the network or a browser, and long repeats of checks the plain run already
 # makes, run by their own command, not in every run.
 marked="not registry and not browser and not stress and not engines"

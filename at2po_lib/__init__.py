@@ -5,16 +5,18 @@ The method itself is one package, :mod:`at2po_lib.method` (the tree type, entrop
 expansion, turn-wise credit, the ATPO loss, the presets of Tables 1-3), which imports none of
 the others. Around it, in the paper's order:
 
-- environment: :mod:`at2po_lib.prompts`, :mod:`at2po_lib.actions`, :mod:`at2po_lib.reward`
-- data: :mod:`at2po_lib.data`, :mod:`at2po_lib.tinyworld`
+- configuration: :mod:`at2po_lib.config` (profiles, ``--set``, the checks of every value)
+- the agent's protocol: :mod:`at2po_lib.protocol` (prompts, actions, rewards, the QA datasets,
+  tree files); the toy world: :mod:`at2po_lib.tinyworld`
 - retrieval: :mod:`at2po_lib.retrieval`
 - policy and rollout: :mod:`at2po_lib.policy`, :mod:`at2po_lib.rollout` (the engine: backends,
   the agent loop, growing trees)
-- training and the toy study: :mod:`at2po_lib.trainer` (the TRL glue; ``study`` runs Tables 1-3)
-- evaluation and reporting: :mod:`at2po_lib.evaluation` (per-question outcomes),
-  :mod:`at2po_lib.stats` (bootstrap CIs), :mod:`at2po_lib.reporting` (Tables 1-3, Figures 3-4,
-  tree drawings, the inspector), :mod:`at2po_lib.analysis` (expansion and credit measured at toy
-  scale)
+- training and the toy study: :mod:`at2po_lib.trainer` (the TRL glue; ``study`` runs Tables 1-3;
+  ``at2po plan`` and the GPU environment)
+- evaluation and reporting: :mod:`at2po_lib.evaluation` (greedy per-question outcomes, the
+  statistics over seeds and questions, the paper's numbers), :mod:`at2po_lib.reporting`
+  (Tables 1-3, Figures 3-4, tree drawings, the inspector, the notebook runner),
+  :mod:`at2po_lib.analysis` (expansion and credit measured at toy scale)
 - the ``at2po`` command: :mod:`at2po_lib.cli` (one module per subcommand; the stage modules
   above have no command line of their own)
 - plumbing: :mod:`at2po_lib.util` (paths, staging, provenance, output writing, quiet, timings)

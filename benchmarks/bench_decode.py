@@ -265,7 +265,6 @@ def main(argv: list[str] | None = None) -> None:
             variant.run(contexts[:2], 2)
         measured = {v.name: tokens_per_second(v, contexts, args.new_tokens, args.device,
                                               args.repeats) for v in paths}
-        speed = {k: v[0] for k, v in measured.items()}
         print(f"rows {rows}: " + ", ".join(f"{k} {v[0]:,.1f} tokens/s ({v[2]:,.1f} a CPU second)"
                                            for k, v in measured.items()))
         if not args.no_kernels:

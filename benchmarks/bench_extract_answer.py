@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 
-from at2po_lib.reward import extract_answer
+from at2po_lib.protocol.reward import extract_answer
 
 REGEX = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 

@@ -49,7 +49,7 @@ def main() -> None:
     import torch
 
     import at2po_lib.trainer.trainer as trainer_module
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.rollout.agent import STOP_SEQUENCES
 from at2po_lib.rollout.backends import make_backend
 from at2po_lib.rollout.export import tree_summary
@@ -43,7 +43,7 @@ def load_policy_and_world(profile: str, policy: str):
     """(model, tokenizer, template, retriever, rows, description)."""
     from at2po_lib.policy.model import load_policy
     from at2po_lib.policy.warmstart_cache import cached_warmstart
-    from at2po_lib.prompts import get_template
+    from at2po_lib.protocol.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
     from at2po_lib.rollout.stand_ins import ToySetup
     from at2po_lib.tinyworld.build import ensure_world

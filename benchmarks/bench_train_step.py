@@ -141,7 +141,7 @@ def main() -> None:
     os.environ["AT2PO_FIGURES"] = str(scratch / "figures")
     import torch
 
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
 
     overrides: dict = {"train": {"max_steps": 1, "eval_every": 0, "final_eval": False,
                                  "progress_bar": False, "save_every": 0, "report_to": []}}

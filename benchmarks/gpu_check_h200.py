@@ -261,7 +261,7 @@ def build_qwen3(profile_cfg, shape: dict, vocab: int, dtype: str, out: Path):
 def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str,
                 out: Path) -> str:
     """A random Qwen3 of ``shape`` saved with save_pretrained; its size against the plan's."""
-    from at2po_lib.cost_estimate import architecture_of
+    from at2po_lib.trainer.cost_estimate import architecture_of
 
     model, folder = build_qwen3(profile_cfg, shape, vocab, dtype, out / "policy")
     params = sum(p.numel() for p in model.parameters())
@@ -364,9 +364,9 @@ def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool,
 
 def longest_prompt(profile: str, overrides: dict) -> int:
     """Tokens of the longest training prompt of the profile (with the check's tokenizer)."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.tokenizer import load_tokenizer
-    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
     from at2po_lib.trainer.run import training_prompts
 
     cfg = load_profile(profile, overrides)
@@ -536,11 +536,11 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
     hf_run = hf_generate(model, tokenizer)
 
     def before(contexts, new):
-        with autocast_forward(model, device, enabled=True):
+        with autocast_forward(model, device, enabled=True):  # noqa: F821 (deleted after use)
             return before_run(contexts, new)
 
     def hf(contexts, new):
-        with decode_weights(model, half):
+        with decode_weights(model, half):  # noqa: F821 (deleted after use)
             return hf_run(contexts, new)
 
     # the captured path last: a recording that fails cannot spoil the others' numbers
@@ -580,6 +580,7 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
     last = check.result[f"rows_{rows_list[-1]}"]
     if "after_share_of_bound" in last:
         check.result["goal_30pct_of_bound_at_most_rows"] = last["after_share_of_bound"] >= 0.30
+    # the closures above are not called again: their model goes with them
     del model, before_backend, after_backend, eager_backend, paths
     if device == "cuda":  # the train check's memory starts from an empty allocator
         import gc
@@ -599,8 +600,8 @@ def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
     phases: torch's peak allocated memory inside the rollouts (``generation_peak_gib``) and in
     the updates (``update_peak_gib``), each plus the memory outside torch's allocator measured
     after the steps, where the plan has its 1 GiB context allowance."""
-    from at2po_lib.config import load_profile
-    from at2po_lib.cost_estimate import GIB, Hardware, plan
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.trainer.cost_estimate import GIB, Hardware, plan
 
     cfg = load_profile(profile, overrides)
     result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=gpu_gib or 80.0, zero_stage="none",
@@ -637,9 +638,9 @@ def vllm_check(check: Check, profile: str, overrides: dict, contexts: int = 32) 
         import vllm  # noqa: F401 - only to know whether this machine has it
     except Exception as exc:
         return f"SKIPPED: vllm does not import here ({type(exc).__name__})"
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.tokenizer import load_tokenizer
-    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
     from at2po_lib.rollout.agent import turn_stops
     from at2po_lib.rollout.sampling import SamplingSpec
     from at2po_lib.rollout.turns import TurnRequest
@@ -814,7 +815,7 @@ def _run(args: argparse.Namespace, argv: list[str], wanted: set[str], steps: int
                 f"torch {env.get('torch')}):")
 
     def build(check: Check) -> str:
-        from at2po_lib.config import load_profile
+        from at2po_lib.config.profile import load_profile
 
         return model_check(check, load_profile(args.profile), shape, vocab, dtype, work)
 

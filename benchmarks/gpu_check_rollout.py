@@ -29,7 +29,7 @@ from collections import Counter
 
 import torch
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.rollout.agent import STOP_SEQUENCES
 from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.export import training_rows, tree_summary
@@ -60,7 +60,7 @@ class WordOverlapRetriever:
 
 def build_world(profile: str):
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.prompts import get_template
+    from at2po_lib.protocol.prompts import get_template
     from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_corpus, read_rows
 

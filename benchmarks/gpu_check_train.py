@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import train
 

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from at2po_lib.config import load_profile
-    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
     from at2po_lib.rollout.agent import STOP_SEQUENCES
     from at2po_lib.rollout.sampling import SamplingSpec
     from at2po_lib.rollout.turns import TurnRequest

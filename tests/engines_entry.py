@@ -37,7 +37,7 @@ def scenario_sync(shims: str, work: Path) -> dict:
     import bm25s  # noqa: F401 - the BM25 retriever's import, which loads numba and llvmlite
     import torch
 
-    from at2po_lib.config import PolicyConfig
+    from at2po_lib.config.profile import PolicyConfig
     from at2po_lib.policy.model import build_policy, save_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.rollout import vllm_cpu
@@ -112,10 +112,10 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     greedily on the HF backend and on one vLLM engine (float32, as the profile): every turn."""
     from dataclasses import replace
 
-    from at2po_lib.config import load_profile
-    from at2po_lib.evaluation import load_eval_rows
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.evaluation.greedy import load_eval_rows
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.prompts import get_template
+    from at2po_lib.protocol.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
     from at2po_lib.rollout.agent import rollout_chains, turn_stops
     from at2po_lib.rollout.backends import make_backend
@@ -173,9 +173,9 @@ def scenario_colocated(work: Path) -> dict:
     training, after one rollout step (the engine not yet synced: stale), and after the sync."""
     import torch
 
-    from at2po_lib.config import load_profile
-    from at2po_lib.evaluation import load_eval_rows
-    from at2po_lib.prompts import build_messages, get_template, prompt_ids
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.evaluation.greedy import load_eval_rows
+    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 
@@ -232,10 +232,10 @@ def scenario_evaluate(work: Path) -> dict:
     """``at2po evaluate`` on the engines profile (a vLLM engine from the checkpoint, the
     sampled metric on it) and the ReAct row (the warm start evaluated through an engine), with
     every engine start counted."""
-    import at2po_lib.evaluation as evaluation
+    import at2po_lib.evaluation.greedy as evaluation
     from at2po_lib.cli import evaluate as evaluate_cli
     from at2po_lib.cli import train as train_cli
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer.run import policy_path
 
     starts: list[str] = []

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.actions import Action, parse_action
+from at2po_lib.protocol.actions import Action, parse_action
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ _NO_ANGLE = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=
 def test_last_tag_content_takes_the_last_search_block(before, query, after_open):
     """The authors' _extract_content: text between the last </search> and the last <search>
     before it; None when either tag is missing. Never raises for a string."""
-    from at2po_lib.actions import last_tag_content
+    from at2po_lib.protocol.actions import last_tag_content
 
     text = f"{before}<search> first </search>{after_open}<search>{query}</search>"
     assert last_tag_content(text, "search") == query.strip()

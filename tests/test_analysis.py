@@ -251,7 +251,7 @@ def test_the_tree_cache_is_keyed_by_the_policys_weights(tmp_path, monkeypatch):
     """b8f2d3f: after ``P/model.safetensors`` was replaced, ``credit-accuracy --trees-dir``
     reused the old policy's trees (keyed by the folder's path), byte-identical results."""
     from at2po_lib.analysis import study_trees
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.method.examples import example_tree
 
     grown: list = []

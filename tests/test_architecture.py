@@ -185,8 +185,8 @@ def test_find_cycles_by_hand(graph, expected):
 
 # ------------------------------------------------------------------------ the method's room
 METHOD = "at2po_lib.method"
-USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "notebook_runner",
-         "policy", "retrieval", "tinyworld", "util", "config", "data", "prompts", "reward")
+USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "policy",
+         "retrieval", "tinyworld", "util", "config", "protocol")
 
 
 def test_method_imports_nothing_of_its_users():
@@ -287,7 +287,7 @@ def test_the_trainer_config_has_no_rollout_knob():
     pytest.importorskip("trl")
     from trl import GRPOConfig
 
-    from at2po_lib.config import RolloutConfig, TrainConfig
+    from at2po_lib.config.profile import RolloutConfig, TrainConfig
     from at2po_lib.trainer.at2po_config import AT2POConfig
     from at2po_lib.trainer.resolve import PROFILE_FIELDS
 
@@ -326,7 +326,7 @@ def test_each_derived_number_is_derived_in_one_place():
     callers = {_module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
                if any(isinstance(n, ast.Name) and n.id == "tree_leaves"
                       for n in ast.walk(parsed(p)))}
-    assert callers == {"at2po_lib.config"}
+    assert callers == {"at2po_lib.config.profile"}
     assert _calls_with_keyword("num_generations") == {"at2po_lib.trainer.resolve"}
 
 
@@ -364,7 +364,7 @@ def test_each_registry_of_names_is_written_once():
                   "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"},
                                                   set(TABLE2_METHODS)]}
     # The profile's default choice of methods to train is a choice, not a registry.
-    choices = {"at2po_lib/config.py"}
+    choices = {"at2po_lib/config/profile.py"}
     root = PACKAGE.parent
     repeated = {}
     for home, name_sets in registries.items():

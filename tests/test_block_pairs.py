@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from at2po_lib import stats
+from at2po_lib.evaluation import stats
 from at2po_lib.reporting.block_pairs import (block_sources, blocked_difference,
                                              blocks_overview, load_block_outcomes,
                                              provenance_table, rests_on, run_provenance)

@@ -1,5 +1,5 @@
 """The paper's claims at toy scale (at2po_lib.reporting.claims) and the multi-hop vs single-hop
-contrast behind one of them (at2po_lib.stats.gain_contrast_ci), on hand-checkable outcomes."""
+contrast behind one of them (at2po_lib.evaluation.stats.gain_contrast_ci), on hand-checkable outcomes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from at2po_lib import stats
+from at2po_lib.evaluation import stats
 from at2po_lib.reporting.claims import NOT_IN_PAPER, Claim, claims_summary, claims_table
 
 MH, SH = "tiny_hotpotqa", "tiny_nq"

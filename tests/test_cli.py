@@ -13,11 +13,11 @@ import pytest
 
 from at2po_lib import cli
 from at2po_lib.cli import train as train_cli
-from at2po_lib.config import ProfileError
+from at2po_lib.config.profile import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_MODULES = ["evaluation", "trainer/run", "trainer/study", "trainer/blocks", "trainer/warmstart",
-                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "notebook_runner"]
+STAGE_MODULES = ["evaluation/greedy", "trainer/run", "trainer/study", "trainer/blocks", "trainer/warmstart",
+                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "reporting/notebook_runner"]
 
 
 def test_every_subcommand_has_a_module_with_a_parser_and_main():
@@ -178,7 +178,7 @@ def test_study_plan_reads_the_run_folders_and_trains_nothing(tmp_path, monkeypat
     an interrupted one with a complete checkpoint resumes, the rest are new; nothing written."""
     import json
 
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.resolve import resolve_run
     from at2po_lib.util.staging import staging_path

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from at2po_lib.config import ProfileError, known_profiles, load_profile, tree_leaves
-from at2po_lib.overrides import parse_override, parse_overrides, parse_value
+from at2po_lib.config.profile import ProfileError, known_profiles, load_profile, tree_leaves
+from at2po_lib.config.overrides import parse_override, parse_overrides, parse_value
 
 
 def test_all_shipped_profiles_resolve():

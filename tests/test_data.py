@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.data import (
+from at2po_lib.protocol.qa_data import (
     GROUPS,
     PAPER_TEST_SPLITS,
     DataError,

@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.policy.demos import (Demo, Segment, build_sft_examples, format_answer, hop_plan,
                                     script_demo, script_demos, tokenize_demo, uses_think)
-from at2po_lib.prompts import prompt_ids
-from at2po_lib.prompts import build_messages, get_template, render_observation
-from at2po_lib.reward import extract_prediction
+from at2po_lib.protocol.prompts import prompt_ids
+from at2po_lib.protocol.prompts import build_messages, get_template, render_observation
+from at2po_lib.protocol.reward import extract_prediction
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,6 @@ def test_bad_rows_raise_clear_errors(world):
 def test_strategy_plans_shape_the_demonstration(world):
     """A stop plan answers after its searches with the last value read; a repeat plan searches
     the previous query again and sees the same observation twice."""
-    import random
 
     from at2po_lib.policy.strategies import REPEAT, STOP, StrategyPlan
 

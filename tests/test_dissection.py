@@ -14,7 +14,7 @@ import pytest
 from at2po_lib.analysis.dissection import (clip_levels, credit_from_runs, credit_spread,
                                            fit_spread_rule, paper_scale_weight_gap)
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.tree_files import save_trees
+from at2po_lib.protocol.tree_files import save_trees
 
 RUN = Path(__file__).resolve().parents[1] / "results" / "runs" / "tiny" / "at2po" / "seed0"
 

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.policy.model import build_qwen3_config
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout import vllm_cpu

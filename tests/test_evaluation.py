@@ -8,8 +8,8 @@ import os
 import pandas as pd
 import pytest
 
-from at2po_lib.data import MULTI_HOP, SINGLE_HOP, dataset_group
-from at2po_lib.evaluation import (SUMMARY_COLUMNS, score_rows, summarise, turn_distribution,
+from at2po_lib.protocol.qa_data import MULTI_HOP, SINGLE_HOP, dataset_group
+from at2po_lib.evaluation.greedy import (SUMMARY_COLUMNS, score_rows, summarise, turn_distribution,
                                   weighted_group_average, write_eval)
 
 
@@ -110,8 +110,8 @@ def test_write_eval_writes_csv_and_provenance(tmp_path):
 @pytest.mark.slow
 def test_greedy_evaluation_end_to_end_on_smoke(isolated_outputs):
     """An untrained tiny policy through the real rollout, retriever and TinyWorld files."""
-    from at2po_lib.config import load_profile
-    from at2po_lib.evaluation import evaluate
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.evaluation.greedy import evaluate
     from at2po_lib.policy.model import build_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.retrieval.indexes import build_retriever
@@ -137,7 +137,7 @@ def test_outcome_file_round_trip(tmp_path):
     sampled_em NaN where not measured; ids stay strings)."""
     import math
 
-    from at2po_lib.evaluation import read_outcomes, write_outcomes
+    from at2po_lib.evaluation.greedy import read_outcomes, write_outcomes
 
     details = pd.DataFrame({
         "dataset": ["tiny_nq", "tiny_hotpotqa"], "group": [SINGLE_HOP, MULTI_HOP],
@@ -161,8 +161,8 @@ def test_outcome_file_round_trip(tmp_path):
 @pytest.mark.slow
 def test_sampled_metric_on_smoke(isolated_outputs):
     """eval.sampled_k adds a per-question mean of k sampled EMs, reproducible for a seed."""
-    from at2po_lib.config import load_profile
-    from at2po_lib.evaluation import evaluate_questions
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.evaluation.greedy import evaluate_questions
     from at2po_lib.policy.model import build_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.retrieval.indexes import build_retriever
@@ -197,7 +197,7 @@ def test_weighted_average_of_a_metric_measured_on_some_datasets_only():
 def test_eval_batch_rows_by_hand():
     """eval.batch_size > 0 is used as it is; 0 fills half the free memory: 10 GiB free and
     0.5 GiB a row -> 10 rows, capped by the questions and rollout.max_batch_rows, at least 1."""
-    from at2po_lib.evaluation import eval_batch_rows
+    from at2po_lib.evaluation.greedy import eval_batch_rows
 
     gib = 2 ** 30
     assert eval_batch_rows(32, 1000, 10 * gib, 0.5 * gib, 512) == 32
@@ -212,8 +212,8 @@ def test_full_length_row_bytes_by_hand():
     tokens: 2 * (2*2*2*16*4 = 512 B a token) * 160 + 12 * 500 = 163,840 + 6,000."""
     import dataclasses
 
-    from at2po_lib.config import PolicyConfig, RolloutConfig
-    from at2po_lib.evaluation import full_length_row_bytes
+    from at2po_lib.config.profile import PolicyConfig, RolloutConfig
+    from at2po_lib.evaluation.greedy import full_length_row_bytes
     from at2po_lib.policy.model import build_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import vllm_standin
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 
 VLLM = {"rollout": {"backend": "vllm"}, "train": {"use_vllm": True}}
 
@@ -48,7 +48,7 @@ def test_evaluate_checkpoint_builds_one_engine_from_the_checkpoint(two_policies,
     for 3 batches of greedy chains and the sampled metric; its answers are the HF backend's on
     X's weights (the stand-in generates with them), not the base's."""
     from at2po_lib.cli import evaluate as evaluate_cli
-    from at2po_lib.evaluation import evaluate
+    from at2po_lib.evaluation.greedy import evaluate
     from at2po_lib.policy.model import load_policy
     from at2po_lib.retrieval.indexes import build_retriever
 
@@ -143,7 +143,7 @@ def test_final_evaluation_in_one_process_uses_the_synced_colocated_engine(two_po
 def test_a_model_object_is_refused_on_the_vllm_backend(two_policies, monkeypatch):
     """A model object on the vLLM backend is an error naming the fix, never an engine started
     from its name_or_path."""
-    from at2po_lib.evaluation import evaluate
+    from at2po_lib.evaluation.greedy import evaluate
     from at2po_lib.policy.model import load_policy
     from at2po_lib.rollout.backends import make_backend
     from at2po_lib.rollout.sampling import SamplingSpec  # noqa: F401 - make_backend builds one
@@ -165,7 +165,7 @@ def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypat
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    from at2po_lib.cost_estimate import LORA_TARGETS
+    from at2po_lib.trainer.cost_estimate import LORA_TARGETS
     from at2po_lib.policy.model import load_policy
     from at2po_lib.rollout.vllm_backend import build_engine
 

@@ -210,7 +210,7 @@ import numpy as np
 
 import at2po_lib.util.resumable as resumable
 from at2po_lib.analysis import expansion_oracle as eo
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 
 out, policy, kill_at, pause = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 chunk, seed, resamples, prompts = (int(a) for a in sys.argv[5:9])
@@ -326,7 +326,7 @@ def _oracle(tmp_path, out, *, chunk=2, seed=0, resamples=4, prompts=6, fail_at=N
     """run_oracle in this process with the child's scripted measure; ``fail_at``: the chunk
     whose measuring raises (a crash half-way)."""
     from at2po_lib.analysis.expansion_oracle import run_oracle
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
 
     namespace: dict = {"chunk": chunk, "seed": seed, "resamples": resamples, "pause": 0.0}
     body = CHILD[CHILD.index("def measure"):CHILD.index("\n\nif kill_at")]

@@ -334,7 +334,7 @@ def test_random_trees_at_l2_grow_the_count_that_splits_or_the_control_says_why()
     pytest.importorskip("ipywidgets")
     from dataclasses import replace
 
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.rollout.trees import tree_grpo_shape
 
     tiny = load_profile("tiny").rollout

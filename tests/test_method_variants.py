@@ -4,14 +4,13 @@ settings)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from at2po_lib.analysis.dissection import sibling_spread
-from at2po_lib.config import ProfileError, RolloutConfig, load_profile
+from at2po_lib.config.profile import ProfileError, RolloutConfig, load_profile
 from at2po_lib.method.presets import EXACT_EXPANSION, METHODS, VARIANT_METHODS
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.identity import same_finished_run
@@ -28,7 +27,7 @@ def recognised(spec, folder: Path) -> bool:
 
 
 def test_the_profile_holds_the_authors_settings_and_at2po_takes_them():
-    """One home per knob: config.py's defaults are the authors' code's, no shipped profile
+    """One home per knob: config/profile.py's defaults are the authors' code's, no shipped profile
     overrides them, and the at2po preset fixes nothing: it runs what the profile says."""
     assert (RolloutConfig().entropy_estimate, RolloutConfig().tree_alpha) == ("sampled_nll", 0.05)
     assert METHODS["at2po"].rollout == {}

@@ -15,7 +15,6 @@ import pytest  # noqa: E402
 from at2po_lib.analysis.running_example import teaching_tree  # noqa: E402
 from at2po_lib.method.examples import random_tree  # noqa: E402
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
-from at2po_lib.reporting import inspector as insp  # noqa: E402
 from at2po_lib.reporting import node_credit, node_views  # noqa: E402
 from at2po_lib.reporting.tree_drawings import (MIN_DISPLAYED_TEXT_PX, NOTEBOOK_COLUMN_PX,  # noqa: E402
                                                displayed_text_px, draw_rollout_tree,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.trainer import run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def _flashrag_folder(tmp_path: Path, fixtures_dir: Path) -> Path:
 
 
 def test_data_local_dir_feeds_training_and_evaluation(tmp_path, fixtures_dir):
-    from at2po_lib.evaluation import load_eval_rows
+    from at2po_lib.evaluation.greedy import load_eval_rows
     from at2po_lib.trainer.run import training_prompts
 
     folder = _flashrag_folder(tmp_path, fixtures_dir)
@@ -211,7 +211,7 @@ def test_gpu_check_all_lists_its_checks_within_ten_minutes(capsys):
 
 
 def test_optimizer_offload_without_a_compiler_is_refused_naming_the_fix(tmp_path):
-    from at2po_lib.config import ProfileError
+    from at2po_lib.config.profile import ProfileError
     from at2po_lib.trainer.run import check_optimizer_offload
 
     bare = {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu", "PATH": str(tmp_path)}

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from at2po_lib.paper_reference import (
+from at2po_lib.evaluation.paper_reference import (
     check_published_averages, published_table1, published_table2, sample_weighted_average,
     split_sizes,
 )

@@ -1,4 +1,4 @@
-"""``at2po plan``: the formulas of at2po_lib.cost_estimate against hand-computed cases."""
+"""``at2po plan``: the formulas of at2po_lib.trainer.cost_estimate against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.cli import plan as plan_cli
-from at2po_lib.config import load_profile
-from at2po_lib.cost_estimate import (GIB, KNOWN_ARCHITECTURES, KNOWN_ENCODERS, Architecture, Hardware,
+from at2po_lib.config.profile import load_profile
+from at2po_lib.trainer.cost_estimate import (GIB, KNOWN_ARCHITECTURES, KNOWN_ENCODERS, Architecture, Hardware,
                                 PlanError, activation_memory, architecture_of, autocast_copy_bytes,
                                 copy_out_bytes, cuda_context_bytes, encoder_bytes,
                                 faiss_shard_bytes, fp32_gradient_partition_bytes,
@@ -147,7 +147,7 @@ def test_lora_parameters_match_peft():
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from at2po_lib.cost_estimate import LORA_TARGETS
+    from at2po_lib.trainer.cost_estimate import LORA_TARGETS
 
     arch = Architecture(64, 2, 4, 2, 16, 96, 300, True, qk_norm=True)
     model = Qwen3ForCausalLM(Qwen3Config(hidden_size=64, num_hidden_layers=2,
@@ -353,7 +353,7 @@ def test_rollout_kv_terms_by_hand():
 
 
 def test_rollout_rows_of_each_expansion():
-    from at2po_lib.config import RolloutConfig
+    from at2po_lib.config.profile import RolloutConfig
 
     ro = RolloutConfig(tree_m=10, tree_l=2, tree_k=6, chains=16, aepo_budget=16)
     assert rollout_rows(dataclasses.replace(ro, expansion="entropy")) == (10, 6, 2)

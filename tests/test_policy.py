@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.policy.tokenizer import (CHATML_TEMPLATE, IM_END, IM_START, SPECIAL_TOKENS,
                                         TAG_TOKENS, load_tokenizer, save_tokenizer,
                                         train_tokenizer)
@@ -185,7 +185,7 @@ def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenize
     model's own full-logits loss, and the metrics TRL logs."""
     import torch
 
-    from at2po_lib.config import PolicyConfig
+    from at2po_lib.config.profile import PolicyConfig
     from at2po_lib.policy.model import build_policy
     from at2po_lib.trainer.warmstart import targets_only_loss
 
@@ -284,7 +284,7 @@ def test_warmstart_on_smoke_profile_is_cached(smoke_env):
 
 
 def test_lm_mix_adds_fully_supervised_chunks_in_the_asked_share(tokenizer):
-    from at2po_lib.config import WarmStartConfig
+    from at2po_lib.config.profile import WarmStartConfig
     from at2po_lib.trainer.warmstart import lm_examples
 
     sft = WarmStartConfig(lm_mix=0.25, pretrain_seq_len=8)
@@ -302,7 +302,7 @@ def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):
     import pandas as pd
     import torch
 
-    from at2po_lib.config import PolicyConfig
+    from at2po_lib.config.profile import PolicyConfig
     from at2po_lib.policy.token_ranks import rank_table, summarise_ranks, target_ranks
     from at2po_lib.policy.model import build_policy
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from at2po_lib.prompts import (
+from at2po_lib.protocol.prompts import (
     BUILTIN_TEMPLATES,
     PromptTemplate,
     TemplateError,
@@ -149,7 +149,7 @@ def test_observation_cleaning_as_the_authors_tool():
 
 
 def test_clean_query_strips_double_quotes_for_the_authors_format():
-    from at2po_lib.prompts import clean_query
+    from at2po_lib.protocol.prompts import clean_query
 
     assert clean_query("atpo", ' "Paris" capital ') == "Paris capital"
     assert clean_query("tiny", '""') == ""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.reporting import conclusions
 from at2po_lib.reporting.labels import method_label, table_configurations
 from at2po_lib.reporting.output import read_markdown_table

@@ -201,7 +201,7 @@ def test_the_checker_catches_what_it_should(repo_files, tmp_path):
         Mention("x.py:6", "configs/no_such_profile.yaml", "at2po_lib/x.py"),
         Mention("x.py:7", "artifacts/tiny/world/stamp.csv", "at2po_lib/x.py"),
         Mention("x.py:8", "ATPO/scripts/config/ppo_trainer_dr.yaml", "at2po_lib/x.py"),
-        Mention("x.py:9", "reference/paper_table1.csv", "at2po_lib/paper_reference.py"),
+        Mention("x.py:9", "reference/paper_table1.csv", "at2po_lib/x.py"),
     ]
     flagged = {line.split(":")[1].split()[0] for line in _unresolved(probes, repo_files)}
     assert flagged == {"2", "3", "4", "6"}

@@ -92,7 +92,7 @@ def _rehearsal(tmp_path: Path, config: Path | None = None) -> Iterator[Rehearsal
     the body of the ``with``; results under ``tmp_path / "results"``; launches with the
     accelerate ``config`` file (None: DDP)."""
     from at2po_lib.cli import rehearsal as rehearsal_cli
-    from at2po_lib.rehearsal import RehearsalFiles
+    from at2po_lib.trainer.rehearsal import RehearsalFiles
 
     assert rehearsal_cli.main(["--out", str(tmp_path / "files"), "--passages", "100"]) == 0
     files = RehearsalFiles(tmp_path / "files")
@@ -129,7 +129,7 @@ def _resume_command(rehearsal: Rehearsal, *extra: str) -> list[str]:
 
 
 def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.model import load_policy
     from at2po_lib.trainer.rank_record import weights_digest
 

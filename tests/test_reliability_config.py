@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.config import ProfileConfig, ProfileError, load_profile
-from at2po_lib.overrides import parse_overrides
-from at2po_lib.config_checks import RULES
-from at2po_lib.data import DataError, load_flashrag, read_flashrag_jsonl
+from at2po_lib.config.profile import ProfileConfig, ProfileError, load_profile
+from at2po_lib.config.overrides import parse_overrides
+from at2po_lib.config.checks import RULES
+from at2po_lib.protocol.qa_data import DataError, load_flashrag, read_flashrag_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,8 +175,8 @@ def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
     ("retrieval.topk", "1000000000"), ("train.learning_rate", "1e300"),
 ])
 def test_absurd_sizes_are_refused_naming_the_key(key, value):
-    from at2po_lib.config import ProfileError, load_profile
-    from at2po_lib.overrides import parse_overrides
+    from at2po_lib.config.profile import ProfileError, load_profile
+    from at2po_lib.config.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
         load_profile("smoke", parse_overrides([f"{key}={value}"]))
@@ -192,7 +192,7 @@ def _accepts(check, value) -> bool:
 def test_every_number_of_the_range_tables_has_an_upper_bound():
     """Walks both tables: a rule that takes a number must refuse 10^30 and 1e300 (and a list
     of numbers, a list holding 10^30). b8f2d3f had 37 keys without one (issue #50 item 6)."""
-    from at2po_lib.config_checks import TRAINER_RULES
+    from at2po_lib.config.checks import TRAINER_RULES
 
     unbounded = []
     for table, rules in (("", RULES), ("trainer.", TRAINER_RULES)):
@@ -215,8 +215,8 @@ def test_every_number_of_the_range_tables_has_an_upper_bound():
 def test_the_issue_50_sizes_are_refused_naming_the_key(key, value):
     """b8f2d3f accepted each (``world.train_per_dataset=1e9`` hung ``at2po world``; a
     10^6-wide policy failed allocating 4.7 GB at the warm start)."""
-    from at2po_lib.config import ProfileError, load_profile
-    from at2po_lib.overrides import parse_overrides
+    from at2po_lib.config.profile import ProfileError, load_profile
+    from at2po_lib.config.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
         load_profile("smoke", parse_overrides([f"{key}={value}"]))
@@ -227,7 +227,7 @@ def test_the_issue_50_sizes_are_refused_naming_the_key(key, value):
                                           ("warmup_steps", 1e12), ("top_k", -7),
                                           ("max_prompt_length", 10**12)])
 def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value):
-    from at2po_lib.config import ProfileError
+    from at2po_lib.config.profile import ProfileError
     from at2po_lib.trainer.resolve import check_trainer_overrides
 
     with pytest.raises(ProfileError, match=f"trainer\\.{field}="):
@@ -236,8 +236,8 @@ def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value
 
 
 def test_deep_nesting_and_long_integers_are_one_line_errors(tmp_path):
-    from at2po_lib.config import ProfileError, load_profile
-    from at2po_lib.overrides import parse_overrides
+    from at2po_lib.config.profile import ProfileError, load_profile
+    from at2po_lib.config.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match="nested more than") as deep:
         load_profile("smoke", parse_overrides(["train.report_to=" + "[" * 1000 + "]" * 1000]))
@@ -251,7 +251,7 @@ def test_deep_nesting_and_long_integers_are_one_line_errors(tmp_path):
 
 
 def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
-    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.config.profile import ProfileError, load_profile
 
     twice = tmp_path / "twice.yaml"
     twice.write_text("extends: smoke\ntrain:\n  max_steps: 2\n  max_steps: 3\n")
@@ -289,7 +289,7 @@ def test_a_shorthand_and_its_set_key_together_are_refused():
 def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, message):
     """A papermill run with `-p profile 5` or `-p overrides "..."`: a ProfileError, not a bare
     TypeError or AttributeError from inside the loader."""
-    from at2po_lib.config import ProfileError, load_profile
+    from at2po_lib.config.profile import ProfileError, load_profile
 
     with pytest.raises(ProfileError, match=message):
         load_profile(name, overrides)
@@ -300,8 +300,8 @@ def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, messag
     ("retrieval.url=file:///etc/passwd", "retrieval.url=.*expected null or an http"),
 ])
 def test_template_and_server_address_are_checked_before_any_work(setting, message):
-    from at2po_lib.config import ProfileError, load_profile
-    from at2po_lib.overrides import parse_overrides
+    from at2po_lib.config.profile import ProfileError, load_profile
+    from at2po_lib.config.overrides import parse_overrides
 
     with pytest.raises(ProfileError, match=message):
         load_profile("smoke", parse_overrides([setting]))

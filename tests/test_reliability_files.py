@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.tree_files import load_trees, save_trees
+from at2po_lib.protocol.tree_files import load_trees, save_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "tiny" / "warmstart"
@@ -41,7 +41,7 @@ def test_the_shipped_record_lists_the_sha256_of_each_file():
 
 
 def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import cached_warmstart
 
@@ -87,7 +87,7 @@ def _no_training(monkeypatch) -> None:
 def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_copy):
     """transformers loads an adapter found beside the weights (the model changed while every
     recorded sha256 still matched): an entry the record does not list is refused."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import cached_warmstart
 
@@ -115,7 +115,7 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
 ])
 def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
         shipped_copy, files, refusal):
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import cached_warmstart
 
@@ -139,7 +139,7 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
 ])
 def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command(
         shipped_copy, monkeypatch, damage, refusal):
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.trainer.warmstart import ensure_warmstart
 
@@ -170,7 +170,7 @@ def _local_copy(shipped: Path, artifacts: Path) -> tuple[Path, Path]:
 def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path, monkeypatch):
     """The local build is checked before the shipped copy: a torn or missing record there is
     named with the local rebuild command; a record for another configuration is simply stale."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import cached_warmstart
     from at2po_lib.trainer.warmstart import ensure_warmstart
@@ -245,7 +245,7 @@ def _init_from_copy(tmp_path: Path) -> Path:
 def test_sft_init_from_is_verified_whole(tmp_path, damage, refusal):
     """sft.init_from checked the sha256 of model.safetensors only: a changed tokenizer, an adapter
     beside the weights or a folder without its record started SFT from another policy."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import initial_policy
 

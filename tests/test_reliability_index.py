@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
 from at2po_lib.retrieval.indexes import ensure_index

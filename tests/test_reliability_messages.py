@@ -41,7 +41,7 @@ def test_an_intact_safetensors_file_passes(tmp_path):
 
 def test_a_derived_trainer_field_names_how_to_set_it():
     """trainer.output_dir and trainer.seed are not profile keys: the hint says what to pass."""
-    from at2po_lib.config import ProfileError
+    from at2po_lib.config.profile import ProfileError
     from at2po_lib.trainer.resolve import check_trainer_overrides
 
     with pytest.raises(ProfileError, match=r"results/runs/<profile>/<method>/seed<S>/.*--seed"):

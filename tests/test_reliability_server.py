@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from at2po_lib.retrieval.base import InvalidQueryError, RetrievalError, Retriever
+from at2po_lib.retrieval.base import InvalidQueryError, Retriever
 from at2po_lib.retrieval.batcher import MicroBatcher, QueueFullError
 from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
 from at2po_lib.retrieval.client import HTTPRetriever, RetrievalServerError
@@ -291,7 +291,6 @@ def test_binding_beyond_loopback_needs_an_api_key(bm25, bm25_dir, monkeypatch):
     monkeypatch.delenv("AT2PO_RETRIEVER_API_KEY", raising=False)
     with pytest.raises(ValueError, match="not a loopback address.*requires an API key"):
         start_server(bm25, host="0.0.0.0")
-    from at2po_lib.cli.serve_retriever import main
 
     with pytest.raises(SystemExit, match="requires an API key"):
         main(["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE), "--host", "0.0.0.0"])

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
-from at2po_lib.config import load_profile  # noqa: E402
+from at2po_lib.config.profile import load_profile  # noqa: E402
 from at2po_lib.reporting import labels, readme, records, report, table1, table2  # noqa: E402
 from at2po_lib.trainer.resolve import resolve_run  # noqa: E402
 

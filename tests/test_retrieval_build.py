@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.cli.index import main
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.retrieval.base import RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever
 from at2po_lib.retrieval.indexes import build_retriever, ensure_index, index_dirs, profile_corpus_path

@@ -13,7 +13,7 @@ import faiss
 import numpy as np
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.retrieval import dense
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
 from at2po_lib.retrieval.dense import (FAISS_GPU_SCRATCH_BYTES, DenseIndex, faiss_header,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.reward import (
+from at2po_lib.protocol.reward import (
     atpo_reward,
     atpo_score,
     exact_match,
@@ -257,13 +257,13 @@ _REFERENCE_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 @given(st.lists(st.sampled_from(["<answer>", "</answer>", "a", " ", "\\boxed{x}", "<", ">", "answer"]),
                 max_size=30).map("".join))
 def test_answer_blocks_equal_the_regex(text):
-    from at2po_lib.reward import _answer_blocks
+    from at2po_lib.protocol.reward import _answer_blocks
 
     assert _answer_blocks(text) == [m.group(1) for m in _REFERENCE_BLOCK.finditer(text)]
 
 
 def test_unclosed_answer_tags_give_no_prediction_and_earlier_blocks_still_count():
-    from at2po_lib.reward import _answer_blocks
+    from at2po_lib.protocol.reward import _answer_blocks
 
     unclosed = "<answer>" * 20_000  # quadratic for the regex (seconds); a linear scan here
     assert extract_answer(unclosed) is None and search_r1_extract_answer(unclosed) is None

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from at2po_lib.prompts import invalid_action_message, render_observation, tool_limit_notice
+from at2po_lib.protocol.prompts import invalid_action_message, render_observation, tool_limit_notice
 from at2po_lib.rollout.agent import SearchEnv, rollout_chains
 from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.turns import TurnResult
@@ -116,7 +116,9 @@ def test_no_stop_at_answer_text_after_it_reaches_the_reward(toy):
     """</answer> is no stop: the turn runs to EOS and the reward sees what came after it."""
     questions, golden = toy.questions(1)
     gold = golden[0][0]
-    script = lambda ctx, rng: f"<answer> {gold} </answer> <answer> no </answer>{EOS}"
+    def script(ctx, rng):
+        return f"<answer> {gold} </answer> <answer> no </answer>{EOS}"
+
     trees, backend = run_script(toy, script)
     (node,) = chain_nodes(trees[0])
     assert len(backend.requests) == 1 and node.text.count("</answer>") == 2
@@ -177,8 +179,10 @@ def test_queries_lose_their_double_quotes(toy):
 
     cfg = cfg_with(toy, max_tool_calls=1)
     questions, golden = toy.questions(1)
-    env_script = lambda ctx, rng: ('<search> "capital" city </search>' if not seen
-                                   else f"<answer> x </answer>{EOS}")
+    def env_script(ctx, rng):
+        return ('<search> "capital" city </search>' if not seen
+                else f"<answer> x </answer>{EOS}")
+
     rollout_trees(None, toy.tokenizer, toy.template, Recording(), questions, golden, cfg,
                   expansion="chain", num_chains=1,
                   backend=ScriptedBackend(toy.tokenizer, env_script))

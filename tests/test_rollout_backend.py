@@ -10,7 +10,7 @@ import pytest
 import torch
 from host_syncs import counted_syncs
 
-from at2po_lib.config import PolicyConfig
+from at2po_lib.config.profile import PolicyConfig
 from at2po_lib.policy.model import build_policy
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout.backends import HFBackend, grouped_attention

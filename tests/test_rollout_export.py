@@ -9,7 +9,7 @@ import numpy as np
 
 from at2po_lib.method import credit
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.tree_files import load_trees, save_trees
+from at2po_lib.protocol.tree_files import load_trees, save_trees
 from at2po_lib.rollout.export import (training_rows, tree_arrays, tree_summary, tree_table,
                                       with_decisions)
 from at2po_lib.rollout.structures import RolloutTree
@@ -90,7 +90,7 @@ def test_labels_and_drawing():
     import matplotlib
 
     matplotlib.use("Agg")
-    from at2po_lib.actions import Action
+    from at2po_lib.protocol.actions import Action
     from at2po_lib.reporting.tree_drawings import draw_rollout_tree, turn_label
 
     tree = small_tree()
@@ -139,7 +139,7 @@ def _decision_tree() -> RolloutTree:
     """root ─ 1 search "a x" ─┬─ 2 search "b y" ─ 4 answer
                               ├─ 3 search "a x" (repeat)
                               └─ 5 answer (early)"""
-    from at2po_lib.actions import Action
+    from at2po_lib.protocol.actions import Action
 
     tree = RolloutTree(0, "q?", ["v"], prompt_ids=[1])
     for parent, kind, query in ((0, "search", "a x"), (1, "search", "b y"), (1, "search", "A  X"),

@@ -11,9 +11,9 @@ import torch
 from host_syncs import counted_syncs
 from gpu_check_rollout import recompute_gap
 
-from at2po_lib.config import PolicyConfig
+from at2po_lib.config.profile import PolicyConfig
 from at2po_lib.policy.model import build_policy
-from at2po_lib.prompts import render_observation
+from at2po_lib.protocol.prompts import render_observation
 from at2po_lib.rollout.agent import SearchEnv, turn_stops
 from at2po_lib.rollout.backends import HFBackend, make_backend
 from at2po_lib.rollout.export import training_rows

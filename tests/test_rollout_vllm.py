@@ -33,7 +33,7 @@ def test_topk_entropy_uses_the_k_best_entries():
 def test_vllm_turns_match_the_hf_backend_greedy(tmp_path):  # pragma: no cover - needs a GPU
     import torch
 
-    from at2po_lib.config import PolicyConfig
+    from at2po_lib.config.profile import PolicyConfig
     from at2po_lib.policy.model import build_policy, save_policy
     from at2po_lib.policy.tokenizer import train_tokenizer
     from at2po_lib.rollout.backends import HFBackend
@@ -49,7 +49,7 @@ def test_vllm_turns_match_the_hf_backend_greedy(tmp_path):  # pragma: no cover -
     ctx = [tok.encode("the capital of")]
     hf = HFBackend(model.to("cuda" if torch.cuda.is_available() else "cpu"), tok, spec,
                    ("</search>",)).generate_turns([TurnRequest(ctx[0], 8)])
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.rollout.vllm_backend import build_engine
 
     engine = build_engine(tmp_path / "m", load_profile("smoke"), gpu_memory_utilization=0.2,

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.method.presets import get_method
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES

@@ -1,4 +1,4 @@
-"""at2po_lib.stats: crossed (seeds × questions) bootstrap CIs on hand-checkable outcomes."""
+"""at2po_lib.evaluation.stats: crossed (seeds × questions) bootstrap CIs on hand-checkable outcomes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from at2po_lib import stats
+from at2po_lib.evaluation import stats
 
 
 def outcomes(table: dict[tuple[str, int], dict[str, list[float]]]) -> pd.DataFrame:
@@ -143,7 +143,7 @@ def _true_difference(shift: float, draws: int = 1_000_000) -> float:
 def test_crossed_t_interval_covers_95_percent_at_few_and_many_seeds(seeds):
     """Seeds and questions drawn afresh each time (the population the interval speaks of):
     the 95% interval holds the true difference 93-97% of the time, at 3 seeds as at 21."""
-    from at2po_lib.stats import paired_difference_interval
+    from at2po_lib.evaluation.stats import paired_difference_interval
 
     rng = np.random.default_rng(seeds)
     truth = _true_difference(0.2)
@@ -159,7 +159,7 @@ def test_crossed_t_interval_covers_95_percent_at_few_and_many_seeds(seeds):
 def test_crossed_t_interval_is_wider_at_three_seeds_than_a_seed_bootstrap_would_be():
     """At 3 seeds a side the t quantile (Welch df ~4) is well above z: the interval's half-width
     over its standard error is > 2.3."""
-    from at2po_lib.stats import _side, _question_term, crossed_t_interval
+    from at2po_lib.evaluation.stats import _side, _question_term, crossed_t_interval
 
     a, b = _simulated_study(np.random.default_rng(0), 3, 3, questions=725)
     w = np.full(725, 1 / 725)
@@ -172,7 +172,7 @@ def test_crossed_t_interval_is_wider_at_three_seeds_than_a_seed_bootstrap_would_
 
 
 def test_a_fixed_policy_has_no_seed_term():
-    from at2po_lib.stats import _side
+    from at2po_lib.evaluation.stats import _side
 
     one = _side(np.array([[1.0, 0.0, 1.0, 1.0]]), np.full(4, 0.25))
     assert (one.mean, one.seed_term, one.residual, one.n) == (0.75, 0.0, 0.0, 1)

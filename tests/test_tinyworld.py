@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.cli.world import main
-from at2po_lib.config import WorldConfig, load_profile
+from at2po_lib.config.profile import WorldConfig, load_profile
 from at2po_lib.tinyworld.datasets import BAMBOOGLE_TEST_SIZE, DATASETS
 from at2po_lib.tinyworld.bm25_check import bm25_recall
 from at2po_lib.tinyworld.build import (build_world, ensure_world, entity_stats, generate,
@@ -129,7 +129,7 @@ def test_rows_are_flashrag_rows(all_rows, fixtures_dir):
 
 
 def test_load_flashrag_reads_the_datasets(smoke_world):
-    from at2po_lib.data import load_flashrag
+    from at2po_lib.protocol.qa_data import load_flashrag
 
     rows = load_flashrag("tiny_hotpotqa", "test", local_dir=smoke_world.datasets_dir)
     assert len(rows) == SMOKE.test_per_dataset

@@ -17,9 +17,9 @@ import torch
 
 from at2po_lib.method import credit, outcome
 from at2po_lib.method.tree import Forest
-from at2po_lib.tree_files import load_trees
+from at2po_lib.protocol.tree_files import load_trees
 from at2po_lib.policy.strategies import TURN_LABELS
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 from at2po_lib.trainer.resolve import batch_geometry, resolve_run, trainer_fields
@@ -345,7 +345,7 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
     import yaml
 
     from at2po_lib.cli import study
-    from at2po_lib.evaluation import read_outcomes
+    from at2po_lib.evaluation.greedy import read_outcomes
 
     assert study.main(["--profile", "smoke", "--table", "1", "--seeds", "0", "--methods",
                        "react", "--set", "eval.max_questions=2", "--force"]) == 0

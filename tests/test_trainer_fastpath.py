@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.batch import group_has_signal
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -30,7 +29,7 @@ TRAINED = [m.name for m in list_methods() if m.trains]
 @pytest.fixture(scope="module")
 def specs():
     """Every trained preset resolved on the ``tiny`` profile (one CPU process)."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer.resolve import resolve_run
 
     tiny = load_profile("tiny")
@@ -154,7 +153,7 @@ def test_clip_higher_and_entropy_balanced_clipping(configs):
 def test_aepo_resolves_to_the_authors_script_and_the_paper_variant_is_an_option():
     """AEPO_qwen3_4B.sh: clip_ratio 0.2/0.2, entropy-balanced clipping, and (entropy_coeff 0)
     no entropy-aware advantage; the AEPO paper's variant adds clip-higher and the 0.2 term."""
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer.resolve import resolve_run, trainer_fields
 
     paper = load_profile("paper-qwen3-4b")
@@ -521,7 +520,7 @@ def test_validation_skips_step_0_unless_asked(tmp_path):
 
     import pandas as pd
 
-    from at2po_lib.config import TrainConfig, load_profile
+    from at2po_lib.config.profile import TrainConfig, load_profile
     from at2po_lib.trainer.callbacks import GreedyValidation
 
     assert TrainConfig().val_before_train is False
@@ -583,4 +582,10 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
     assert seen == [trainer_module.LOSS_THREADS, ("backward", trainer_module.LOSS_THREADS)]
     assert loss.item() == expected.item()
     assert torch.equal(x.grad, direct.grad)
-    assert stats == method_loss.loss_diagnostics(logp, old, adv, mask, level="turn")
+    own = {k: v for k, v in stats.items() if not k.endswith("_eps0.2")}
+    assert own == method_loss.loss_diagnostics(logp, old, adv, mask, level="turn")
+    # the clipped shares had the range been GRPO's 0.2 (issue #48), beside the run's own range
+    at_reference = method_loss.loss_diagnostics(logp, old, adv, mask, level="turn",
+                                                eps_low=0.2, eps_high=0.2)
+    assert stats["clip_frac_token_eps0.2"] == at_reference["clip_frac_token"]
+    assert stats["clip_frac_turn_eps0.2"] == at_reference["clip_frac_turn"]

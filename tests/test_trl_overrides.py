@@ -12,7 +12,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from at2po_lib.config import load_profile
+from at2po_lib.config.profile import load_profile
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.run import build_trainer
 from at2po_lib.trainer.trainer import AT2POTrainer

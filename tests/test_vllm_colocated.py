@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vllm_standin
-from at2po_lib.config import ProfileError, load_profile
+from at2po_lib.config.profile import ProfileError, load_profile
 from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.rollout.vllm_backend import ColocatedEngine, colocated_engine
 

@@ -57,7 +57,7 @@ Every row also carries ``delta_vs_grpo``: its AUC minus GRPO's on the same turns
 CI (the same prompts drawn for both).
 
 **CI**: 95% percentile bootstrap over prompts (a prompt's trees resampled together), by
-:func:`scipy.stats.bootstrap` through :func:`at2po_lib.stats._bootstrap_indices`; the AUC of one
+:func:`scipy.stats.bootstrap` through :func:`at2po_lib.evaluation.stats._bootstrap_indices`; the AUC of one
 replicate is a quadratic form in the prompts' draw counts (:class:`ClusteredAUC`), so 4,000
 replicates take milliseconds.
 
@@ -76,12 +76,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
                              forest_node_values)
 from ..method.outcome import OUTCOME_ADVANTAGES, grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
-from ..stats import _bootstrap_indices, _counts
+from ..evaluation.stats import _bootstrap_indices, _counts
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_csv_tables
 from .decisions import tree_decision_labels

@@ -34,7 +34,7 @@ from ..policy.demos import script_demos, tokenize_demo
 from ..policy.model import load_policy
 from ..policy.strategies import STOP, decisions, label_tree_turns, label_turn
 from ..retrieval.indexes import build_retriever
-from ..reward import exact_match
+from ..protocol.reward import exact_match
 from ..tinyworld.build import ensure_world, read_rows
 
 DECISION_FAILURES = ("stopped_early", "repeated", "off_plan")

@@ -40,7 +40,7 @@ import yaml
 
 from ..method.credit import sibling_weights
 from ..method.tree import TreeArrays
-from ..tree_files import load_trees
+from ..protocol.tree_files import load_trees
 
 ESTIMATES = {"nll": "entropy_nll", "exact": "entropy_exact"}
 """The two turn-entropy estimates, by the short names the records use, → node array."""

@@ -60,7 +60,7 @@ import torch
 from scipy import stats
 
 from ..policy.model import load_policy
-from ..prompts import get_template
+from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.agent import (SearchEnv, init_state, make_trees, run_chains, score_trees,
                              start_chain, turn_stops)

@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..method.credit import forest_node_values, sibling_weights
 from ..method.expansion import breadth_first, expansion_scores, sibling_counts
 from ..method.tree import Forest, TreeArrays, children_count, node_depths

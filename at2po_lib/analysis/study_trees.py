@@ -28,17 +28,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..method.tree import TreeArrays
 from ..policy.checkpoint_files import CheckpointError, file_digests
 from ..policy.model import load_policy
 from ..policy.warmstart_cache import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
                                       warmstart_dir)
-from ..prompts import get_template
+from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
 from ..rollout.trees import rollout
-from ..tree_files import load_trees, load_trees_meta, save_trees
+from ..protocol.tree_files import load_trees, load_trees_meta, save_trees
 from ..util.errors import ProfileError, RecordError
 from ..util.paths import artifacts_dir
 

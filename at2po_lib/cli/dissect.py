@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 from ..util.paths import results_dir
-from ..util.provenance import read_meta, run_metadata, write_csv_tables, write_meta
+from ..util.provenance import read_meta, run_metadata, write_csv_tables
 from .options import (CommandParser, MAX_PROMPTS, add_profile_options,
                       add_warm_start_sample_options, bounded_int, comma_list, invocation,
                       load_profile_args, quiet_openmp, record_name, run_guarded)

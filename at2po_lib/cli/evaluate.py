@@ -1,4 +1,4 @@
-"""``at2po evaluate``: greedy EM/F1 of a policy on the test sets (:mod:`at2po_lib.evaluation`).
+"""``at2po evaluate``: greedy EM/F1 of a policy on the test sets (:mod:`at2po_lib.evaluation.greedy`).
 
     at2po evaluate --profile tiny                                  # the warm start
     at2po evaluate --profile tiny --checkpoint results/runs/tiny/at2po/seed0/checkpoints/checkpoint-64 \\
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..preflight import check_datasets
+from ..config.preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import results_dir
 from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int, comma_list,
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-    from ..evaluation import (evaluate, load_evaluation_policy, turn_distribution, write_eval,
+    from ..evaluation.greedy import (evaluate, load_evaluation_policy, turn_distribution, write_eval,
                               write_outcomes)
 
     if args.data_dir is not None:

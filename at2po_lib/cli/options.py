@@ -1,7 +1,7 @@
 """What every subcommand shares: ``--profile`` / ``--set``, error reporting, list options.
 
 ``--set SECTION.KEY=VALUE`` (repeatable) is the one channel for overriding a profile value on
-the command line. :func:`at2po_lib.overrides.parse_overrides` checks each key and value against
+the command line. :func:`at2po_lib.config.overrides.parse_overrides` checks each key and value against
 the config dataclasses before anything runs (an unknown key or a wrong type is an error
 naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 """
@@ -17,8 +17,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ..config import load_profile
-from ..overrides import parse_overrides
+from ..config.profile import load_profile
+from ..config.overrides import parse_overrides
 from ..retrieval.base import RetrievalError
 from ..util.errors import ProfileError, RecordError
 from ..util.storage import describe

@@ -6,7 +6,7 @@
 
 Memory per GPU with a verdict (fits, tight, does not fit), generated tokens and retrieval
 queries per step, the query rate the retrieval server must sustain and whether CPU faiss can:
-the formulas are in :mod:`at2po_lib.cost_estimate`. ``--cards`` gives the verdict for several card
+the formulas are in :mod:`at2po_lib.trainer.cost_estimate`. ``--cards`` gives the verdict for several card
 sizes, as configured and with LoRA.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cost_estimate import (ZERO_STAGES, Hardware, PlanError, card_table, format_cards, format_plan,
+from ..trainer.cost_estimate import (ZERO_STAGES, Hardware, PlanError, card_table, format_cards, format_plan,
                         plan)
 from .options import (CommandParser, UsageError, add_profile_options, bounded_float, bounded_int,
                       comma_list, load_profile_args, run_guarded)

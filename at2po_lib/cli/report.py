@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import stats
+from ..evaluation import stats
 from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
                       run_guarded)
 

@@ -15,7 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..retrieval.base import DEFAULT_TOPK, Retriever
 from ..retrieval.bm25 import BM25Retriever
 from ..retrieval.dense import DenseRetriever

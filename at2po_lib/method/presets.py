@@ -49,7 +49,7 @@ how nodes are picked; the ``tree_grpo`` row keeps Tree-GRPO's own expansion. Tab
 is AT2PO itself).
 
 Expansion settings. Every entropy-tree preset takes the two settings of its expansion from the
-profile's ``rollout`` section, whose defaults are the authors' code's (``at2po_lib/config.py``:
+profile's ``rollout`` section, whose defaults are the authors' code's (``at2po_lib/config/profile.py``:
 a turn's entropy is the mean NLL of its sampled tokens, their rollout's ``node.entropy =
 -sum(logprobs) / len(logprobs)``, and the sibling penalty α = 0.05, hard-coded there). A
 *variant* is a preset that differs from a paper row in named settings and carries its own name:
@@ -67,7 +67,7 @@ Budgets: AT2PO grows M + L·K leaves per prompt (22 at paper scale); GRPO/DAPO/G
 ``rollout.chains`` chains and AEPO grows ``rollout.aepo_budget`` leaves, which every shipped
 profile sets to the same number (16 at paper scale, docs/method.md §8; a test checks it).
 The ``tiny`` profile scales both down in the same 22:16 proportion (8 tree leaves, 6 chains).
-All three come from :meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` (``rollout.chains``,
+All three come from :meth:`at2po_lib.config.profile.RolloutConfig.leaves_per_prompt` (``rollout.chains``,
 M + L·K, ``rollout.aepo_budget``).
 
 Deviations that remain (named here so they stay visible):

@@ -15,7 +15,7 @@ Modules:
   validation greedy EM; ``ensure_warmstart(profile)``, ``at2po warmstart``) is
   :mod:`at2po_lib.trainer.warmstart`.
 
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer.warmstart import ensure_warmstart
     from at2po_lib.policy.model import load_policy
 

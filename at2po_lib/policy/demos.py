@@ -7,7 +7,7 @@ template (no ``<think>`` section)::
 
     <prompt via the chat template>              mask 0   (one system message: instruction + question)
     <search> q_1 </search>                      mask 1   (model turn 1)
-     <result> top-3 of search(q_1) </result>    mask 0   (observation, rendered by prompts.py)
+     <result> top-3 of search(q_1) </result>    mask 0   (observation, rendered by protocol/prompts.py)
     <search> q_2 </search>                      mask 1
      <result> … </result>                       mask 0
     …
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
+from ..protocol.prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
                        render_observation)
 from .strategies import StrategyPlan, follow_plan
 

@@ -39,7 +39,7 @@ from .tokenizer import load_tokenizer
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
-    from ..config import PolicyConfig
+    from ..config.profile import PolicyConfig
 
 _DTYPES = ("float32", "bfloat16", "float16")
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..data import MULTI_HOP, dataset_group
+from ..protocol.qa_data import MULTI_HOP, dataset_group
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import build_world, ensure_world, read_corpus, read_rows
 from ..tinyworld.datasets import SPLITS
@@ -52,7 +52,7 @@ from .demos import script_demos
 from .strategies import plans_for
 
 if TYPE_CHECKING:
-    from ..config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 AUX_SEED_OFFSET = 1000
 """Auxiliary world k uses ``world.seed + AUX_SEED_OFFSET + k``."""

@@ -16,13 +16,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ADDED_PROFILE_FIELDS
-from ..prompts import get_template
+from ..config.profile import ADDED_PROFILE_FIELDS
+from ..protocol.prompts import get_template
 from ..util.paths import artifacts_dir, repo_root
 from .checkpoint_files import CheckpointError, check_digests, file_digests
 
 if TYPE_CHECKING:
-    from ..config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 
 WARMSTART_VERSION = 4
@@ -58,7 +58,7 @@ def template_payload(template) -> dict[str, Any]:
 
 def _policy_payload(policy: Any) -> dict[str, Any]:
     """The policy section of the key, less the fields added since at their neutral value
-    (:data:`~at2po_lib.config.ADDED_PROFILE_FIELDS`): the shipped warm start stays the one found."""
+    (:data:`~at2po_lib.config.profile.ADDED_PROFILE_FIELDS`): the shipped warm start stays the one found."""
     fields = asdict(policy)
     for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
         if section == "policy" and fields.get(name) == neutral:

@@ -4,8 +4,8 @@ r"""The study's blocks read for the report, and methods paired within them (issu
 a set per block, on one machine, at one revision. Here the finished blocks' runs are read with
 their block's record (:func:`load_block_outcomes`), and a difference A − B is paired within
 blocks: the interval over block differences crossed with the question term
-(:func:`at2po_lib.stats.blocked_difference_interval`) and a sign-flip permutation test over the
-blocks (:func:`at2po_lib.stats.sign_flip_test`).
+(:func:`at2po_lib.evaluation.stats.blocked_difference_interval`) and a sign-flip permutation test over the
+blocks (:func:`at2po_lib.evaluation.stats.sign_flip_test`).
 
 **Not across revisions unless asked.** Blocks trained at different revisions (or with other
 ``--set`` overrides) are not paired silently: :func:`blocked_difference` refuses them, naming
@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from .. import stats
+from ..evaluation import stats
 from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
 from ..util.errors import RecordError
 from ..util.provenance import machine_build

@@ -25,11 +25,11 @@ it rests on, and a reading of the interval against the paper's direction:
   model, so its single "seed" is the whole of it.
 
 EM differences are paired over questions and unpaired over seeds
-(:func:`at2po_lib.stats.difference_ci`); the multi-hop-vs-single-hop contrast is a difference of
-differences (:func:`at2po_lib.stats.gain_contrast_ci`); entropy changes are per-run values with
+(:func:`at2po_lib.evaluation.stats.difference_ci`); the multi-hop-vs-single-hop contrast is a difference of
+differences (:func:`at2po_lib.evaluation.stats.gain_contrast_ci`); entropy changes are per-run values with
 Student / Welch intervals over seeds (:func:`at2po_lib.reporting.curves.start_end_table`).
 Every directional reading also needs a two-sided permutation test at 0.05
-(:func:`at2po_lib.stats.difference_test`: over seed labels, exact over every split where the
+(:func:`at2po_lib.evaluation.stats.difference_test`: over seed labels, exact over every split where the
 scores allow, else 20,000 fixed-seed random splits; a fixed side or paired runs flip signs).
 Table 3's cells are one family: its two claims read the Holm-corrected p over every Table 3
 cell compared with AT2PO's (:func:`at2po_lib.reporting.table3.cell_tests`).
@@ -59,10 +59,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import stats
+from ..evaluation import stats
 from ..analysis.dissection import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
-from ..paper_reference import published_table1, published_table2
+from ..evaluation.paper_reference import published_table1, published_table2
 from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
 from .block_pairs import blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary

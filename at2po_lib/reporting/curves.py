@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..stats import permutation_test, seed_difference_ci, seed_mean_ci
+from ..evaluation.stats import permutation_test, seed_difference_ci, seed_mean_ci
 
 CURVE_LABELS = {
     # metric name as TRL / AT2POTrainer log it (the metrics.jsonl column): axis label
@@ -148,11 +148,11 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
     Per run (method, seed) the window is the first / last quarter of its recorded steps (at
     least 1, at most ``max_window`` steps); per method the table gives the mean over seeds of
     the start value, the end value and the change (end − start, paired within each seed),
-    each with its Student-t interval over seeds (:func:`at2po_lib.stats.seed_mean_ci`; NaN
+    each with its Student-t interval over seeds (:func:`at2po_lib.evaluation.stats.seed_mean_ci`; NaN
     bounds with one seed). With a ``baseline`` method, ``vs_baseline`` is each method's change
     minus the baseline's, with Welch's interval (runs of two methods are unpaired:
-    :func:`at2po_lib.stats.seed_difference_ci`) and the permutation test over seed labels
-    (``vs_baseline_p``: :func:`at2po_lib.stats.permutation_test`). One tidy row per (method,
+    :func:`at2po_lib.evaluation.stats.seed_difference_ci`) and the permutation test over seed labels
+    (``vs_baseline_p``: :func:`at2po_lib.evaluation.stats.permutation_test`). One tidy row per (method,
     metric).
     """
     columns = [c for c in columns if c in metrics.columns]

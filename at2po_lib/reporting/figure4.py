@@ -15,8 +15,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .. import stats
-from ..data import dataset_group
+from ..evaluation import stats
+from ..protocol.qa_data import dataset_group
 from .labels import groups_of, method_label
 
 PAPER_MULTIHOP_MEAN_TURNS = 3.71

@@ -1,7 +1,7 @@
 r"""Shared pieces of the tables: method labels, dataset groups, cell formatting.
 
 Numbers are EM × 100 as in the paper. A cell reads ``mean [low, high]``: the mean over seeds
-and questions with its 95% bootstrap CI (:mod:`at2po_lib.stats`); a cell without a CI (runs
+and questions with its 95% bootstrap CI (:mod:`at2po_lib.evaluation.stats`); a cell without a CI (runs
 recorded before per-question outcomes existed) shows the mean alone.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from ..config import load_profile
-from ..data import GROUPS, dataset_group, paper_dataset
+from ..config.profile import load_profile
+from ..protocol.qa_data import GROUPS, dataset_group, paper_dataset
 from ..method.presets import METHODS, TABLE3_METHODS, credit_method, matching_at2po
 from .records import discover_runs, recorded_rollout
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 import pandas as pd
 from transformers import TrainerCallback
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..trainer.run import train
 from ..trainer.warmstart import ensure_warmstart
 from ..util.paths import results_dir

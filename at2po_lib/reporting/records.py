@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import yaml
 
-from ..evaluation import read_outcomes as read_outcome_file
+from ..evaluation.greedy import read_outcomes as read_outcome_file
 from ..method.presets import METHODS
 from ..trainer.identity import run_identity
 from ..trainer.run_folder import config_hash, read_jsonl, read_jsonl_lines, today_names
@@ -298,7 +298,7 @@ def load_final_evals(profile: str, methods: Sequence[str] | None = None,
 
 
 def read_outcomes(path: str | Path) -> pd.DataFrame:
-    """One ``outcomes.csv``, with the column names :mod:`at2po_lib.stats` expects
+    """One ``outcomes.csv``, with the column names :mod:`at2po_lib.evaluation.stats` expects
     (``question_id``, ``turns``, ``searches``); ids are read as strings."""
     path = Path(path)
     _read_csv(path, nrows=1)  # bytes and header readable, else an error naming the file

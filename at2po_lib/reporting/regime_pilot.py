@@ -4,7 +4,7 @@ a toy regime, measured from its runs (``at2po regime-pilot``).
 A regime (world, demonstrations, warm start, RL settings) is worth a study only when:
 
 1. **RL learns**: GRPO from the warm start gains on the multi-hop average (greedy EM, every
-   test question), with a 95% interval over seeds × questions (:func:`at2po_lib.stats.
+   test question), with a 95% interval over seeds × questions (:func:`at2po_lib.evaluation.stats.
    difference_ci`: paired over questions, the warm start evaluated once, GRPO's seeds
    resampled), and its training reward rises (first vs last ``window`` steps);
 2. **groups carry signal**: the share of GRPO's prompt groups with zero reward variance
@@ -35,12 +35,12 @@ import pandas as pd
 from ..analysis.decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
                                   resample_flips, search_turn_entropy)
 from ..analysis.study_trees import grow_trees, policy_folder, study_rows
-from ..config import load_profile
-from ..evaluation import greedy_answers
+from ..config.profile import load_profile
+from ..evaluation.greedy import greedy_answers
 from ..policy.model import load_policy
-from ..prompts import get_template
+from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
-from ..stats import difference_ci, mean_ci
+from ..evaluation.stats import difference_ci, mean_ci
 from ..tinyworld.build import ensure_world, read_rows
 from ..util.paths import results_dir
 from ..util.provenance import run_metadata, write_meta

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .. import stats
+from ..evaluation import stats
 from ..analysis.dissection import clip_levels
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
 from ..util.locks import folder_lock
 from ..util.paths import figures_dir, results_dir
@@ -58,7 +58,7 @@ from .records import (check_seeds, discover_runs, load_final_evals, load_outcome
                       load_training_records)
 
 if TYPE_CHECKING:
-    from ..config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 
 @dataclass

@@ -8,7 +8,7 @@ The published row of the matching backbone (:func:`.common.published_backbone`) 
 each of ours, labelled "published".
 
 A second table, :func:`table1_differences`, gives every method minus GRPO and minus the warm
-start (ReAct): paired over questions, unpaired over seeds (:func:`at2po_lib.stats.difference_ci`),
+start (ReAct): paired over questions, unpaired over seeds (:func:`at2po_lib.evaluation.stats.difference_ci`),
 with the probability of improvement.
 """
 
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from .. import stats
+from ..evaluation import stats
 from ..method.presets import TABLE1_REPORTED
-from ..paper_reference import published_table1
+from ..evaluation.paper_reference import published_table1
 from .labels import cell as format_cell
 from .labels import (column_label, groups_of, method_label, ordered_datasets, published_backbone,
                      rows_with_outcomes, signed_cell)

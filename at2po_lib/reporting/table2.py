@@ -4,7 +4,7 @@ Steps (docs/method.md §10): (1) GRPO with a random tree, (2) + the ATPO turn-le
 (3) + entropy-guided expansion, (4) + turn-wise credit (= AT2PO, read from the AT2PO preset
 with the expansion settings steps 1-3 take from the profile: ``at2po_exact`` on ``tiny``). Each row gives the
 multi-hop average (sample-weighted, 95% CI) and the change from the previous step, paired over
-questions and unpaired over seeds (:func:`at2po_lib.stats.difference_ci`); the published
+questions and unpaired over seeds (:func:`at2po_lib.evaluation.stats.difference_ci`); the published
 average and published change sit beside it (Qwen3-4B; the paper gives no per-dataset cells).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import stats
+from ..evaluation import stats
 from ..method.presets import TABLE2_METHODS
-from ..paper_reference import published_table2
+from ..evaluation.paper_reference import published_table2
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .. import stats
+from ..evaluation import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import TABLE3_METHODS, credit_method
 from ..trainer.block_records import ABLATION_SET

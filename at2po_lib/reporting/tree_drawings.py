@@ -55,7 +55,7 @@ from matplotlib.transforms import Bbox
 from ..method.credit import VALUE_MODES, forest_node_values
 from ..method.tree import Forest, TreeArrays, node_depths
 from ..rollout.export import tree_arrays
-from ..stats import seed_mean_ci
+from ..evaluation.stats import seed_mean_ci
 
 ROOT = 0
 NODE_SIZE = 400.0

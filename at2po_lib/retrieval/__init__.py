@@ -1,7 +1,7 @@
 """Retrieval for the search agent (docs/method.md §2): corpus access, dense (faiss) and BM25 indexes,
 a Search-R1-compatible HTTP server and its client, all behind one interface::
 
-    from at2po_lib.config import load_profile
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.retrieval.indexes import build_retriever
 
     retriever = build_retriever(load_profile("tiny"))     # builds the index if missing

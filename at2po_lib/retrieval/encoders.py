@@ -41,7 +41,7 @@ from ..util.quiet import hf_progress_bars_off
 # (tests/test_retrieval_build.py).
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import RetrievalConfig
+    from ..config.profile import RetrievalConfig
 
 OFFLINE_MINILM = "minilm-offline"
 POOLINGS = ("mean", "cls")

@@ -42,7 +42,7 @@ from .encoders import EncoderSpec
 from .ownership import is_complete_build
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 METHODS = ("dense", "bm25")
 

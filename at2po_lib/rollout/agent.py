@@ -54,11 +54,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..actions import Action, last_tag_content, parse_action
-from ..prompts import (PromptTemplate, build_messages, clean_query, get_template,
+from ..protocol.actions import Action, last_tag_content, parse_action
+from ..protocol.prompts import (PromptTemplate, build_messages, clean_query, get_template,
                        invalid_action_message, prompt_ids, render_observation, tool_limit_notice)
 from ..retrieval.base import DEFAULT_TOPK
-from ..reward import atpo_reward, exact_match, extract_prediction
+from ..protocol.reward import atpo_reward, exact_match, extract_prediction
 from .backends import make_backend
 from .kvcache import KVPrefix
 from .stops import StopMatcher

@@ -17,10 +17,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..config import PolicyConfig, load_profile
+from ..config.profile import PolicyConfig, load_profile
 from ..policy.model import build_policy
 from ..policy.tokenizer import train_tokenizer
-from ..prompts import get_template
+from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world, read_corpus, read_rows
 from .turns import BackendStats, TurnRequest, TurnResult

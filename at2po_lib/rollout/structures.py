@@ -42,7 +42,7 @@ class Turn:
     text: str
     """The turn's text, decoded for parsing and display only."""
     action: Any
-    """The parsed :class:`at2po_lib.actions.Action`."""
+    """The parsed :class:`at2po_lib.protocol.actions.Action`."""
     entropy_nll: float
     """Mean negative log-probability of the sampled tokens (authors' estimate)."""
     entropy_exact: float

@@ -35,6 +35,6 @@ API::
 
 Each name is imported from the module that defines it (``from at2po_lib.tinyworld.build import
 build_world``). The command line is ``at2po world`` (:mod:`at2po_lib.cli.world`). With
-``at2po_lib.data.load_flashrag(name, split, local_dir=files.datasets_dir)`` the datasets
+``at2po_lib.protocol.qa_data.load_flashrag(name, split, local_dir=files.datasets_dir)`` the datasets
 load like the real FlashRAG ones.
 """

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..util.paths import artifacts_dir
 from .datasets import DATASETS, MIRRORS, make_split, split_sizes
 from .entities import ENTITY_TYPES, POOLS, RELATIONS, build_entities
@@ -56,7 +56,7 @@ class WorldFiles:
 
     @property
     def datasets_dir(self) -> Path:
-        """``local_dir`` for ``at2po_lib.data.load_flashrag(name, split, local_dir=...)``."""
+        """``local_dir`` for ``at2po_lib.protocol.qa_data.load_flashrag(name, split, local_dir=...)``."""
         return self.root / "datasets"
 
     @property

@@ -11,7 +11,7 @@ they act on (docs/method.md §6–§8):
 
 The rollout is not configured here: its shape (expansion, M, L, K, alpha, chains, AEPO's
 budget) lives in one place, the profile's ``rollout`` section
-(:class:`at2po_lib.config.RolloutConfig`), which the sampler reads as is. The run derives TRL's
+(:class:`at2po_lib.config.profile.RolloutConfig`), which the sampler reads as is. The run derives TRL's
 ``num_generations`` from it once (:func:`at2po_lib.trainer.resolve.resolve_run`:
 ``RolloutConfig.leaves_per_prompt()``, the number of *leaves* (training rows) per prompt, which
 is what TRL's grouping needs).

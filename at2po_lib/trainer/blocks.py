@@ -11,7 +11,7 @@ block set trains seed
 
 of every method of the set, one run after the other in one process: the methods of a block
 share the machine, the revision and the torch threads, and the report pairs them within blocks
-(:func:`at2po_lib.stats.blocked_difference_interval`), so a block's machine or revision effect
+(:func:`at2po_lib.evaluation.stats.blocked_difference_interval`), so a block's machine or revision effect
 cancels in its difference::
 
     results/blocks/<profile>/<set>/block<BB>/
@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..config import ProfileConfig, RolloutConfig, load_profile
+from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock
@@ -66,7 +66,7 @@ from .study import STUDY_TABLES
 
 AUTHORS_EXPANSION: Mapping[str, Any] = {
     key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")}
-"""The authors' expansion settings: ``at2po_lib/config.py``'s rollout defaults (sampled-token
+"""The authors' expansion settings: ``at2po_lib/config/profile.py``'s rollout defaults (sampled-token
 NLL, alpha 0.05), which every tree preset of a profile shares (issue #49)."""
 
 DEFAULT_THREADS = 1

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..config import (ADDED_PROFILE_FIELDS, ProfileConfig, RolloutConfig, apply_overrides,
+from ..config.profile import (ADDED_PROFILE_FIELDS, ProfileConfig, RolloutConfig, apply_overrides,
                       load_profile)
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, get_method

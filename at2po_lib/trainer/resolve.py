@@ -18,7 +18,7 @@ the profile does not set (``--set trainer.<field>=...``; :data:`PROFILE_FIELDS` 
 refused ones), then the batch geometry.
 
 Leaves per prompt (``num_generations``) come from one place,
-:meth:`at2po_lib.config.RolloutConfig.leaves_per_prompt` of :func:`method_rollout`: M + L·K for
+:meth:`at2po_lib.config.profile.RolloutConfig.leaves_per_prompt` of :func:`method_rollout`: M + L·K for
 the trees, ``rollout.chains`` for chains, ``rollout.aepo_budget`` for AEPO (its only
 source; ``rollout.aepo_initial`` chains start it, capped at the budget).
 """
@@ -34,8 +34,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import torch
 
-from ..config import ProfileConfig, RolloutConfig
-from ..config_checks import trainer_problems
+from ..config.profile import ProfileConfig, RolloutConfig
+from ..config.checks import trainer_problems
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import Method, get_method
 from ..util.errors import ProfileError
@@ -152,7 +152,7 @@ class RunSpec:
     def sources(self) -> dict[str, Any]:
         """Where the effective settings came from, apart from them: ``profile`` (its name; every
         setting not listed here is the profile's, configs/<name>.yaml over
-        ``at2po_lib/config.py``'s defaults), ``preset`` (the settings the method preset sets,
+        ``at2po_lib/config/profile.py``'s defaults), ``preset`` (the settings the method preset sets,
         as ``section.key``) and ``set`` (``--set`` values: those that differ from the profile
         file, and ``trainer.<field>`` overrides)."""
         preset = get_method(self.method)
@@ -226,7 +226,7 @@ def rollout_knob(key: str) -> str | None:
 def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
     """Refuse overrides of fields the run derives from the profile (:data:`PROFILE_FIELDS`),
     of rollout knobs (:func:`rollout_knob`), and values out of range
-    (:func:`at2po_lib.config_checks.trainer_problems`), before any work."""
+    (:func:`at2po_lib.config.checks.trainer_problems`), before any work."""
     found = trainer_problems(dict(overrides))
     if found:
         raise ProfileError("; ".join(found))

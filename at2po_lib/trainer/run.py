@@ -35,7 +35,7 @@ What a run does (:func:`train`):
 the same way.
 
 Periodic validation (:class:`Validator`) and the final evaluation run the greedy loop of
-:func:`at2po_lib.evaluation.score_datasets`. Batch geometry and the run spec: :mod:`.resolve`.
+:func:`at2po_lib.evaluation.greedy.score_datasets`. Batch geometry and the run spec: :mod:`.resolve`.
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ from peft import LoraConfig
 from transformers import TrainerState
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from ..config import ProfileConfig, load_profile
-from ..data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
-from ..evaluation import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
+from ..config.profile import ProfileConfig, load_profile
+from ..protocol.qa_data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
+from ..evaluation.greedy import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
                           summarise, turn_distribution, world_dataset_path, write_eval,
                           write_outcomes)
 from ..method.presets import get_method
 from ..policy.model import torch_dtype
-from ..preflight import check_run_inputs
+from ..config.preflight import check_run_inputs
 from ..policy.tokenizer import load_tokenizer
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world

@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..util.errors import ProfileError
 from ..util.paths import results_dir
 from ..util.storage import atomic_write, reported_writes

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..config import load_profile
+from ..config.profile import load_profile
 from ..method.credit import VALUE_MODES
 from ..method.presets import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
 from ..util.paths import results_dir

@@ -268,7 +268,7 @@ class AT2POTrainer(GRPOTrainer):
             ``PreTrainedModel``.
         args: :class:`AT2POConfig` (a method preset applied, see ``methods``).
         train_dataset: rows with ``prompt`` (chat messages), ``question``, ``golden_answers``
-            and ``id`` (``at2po_lib.data.to_trainer_rows``).
+            and ``id`` (``at2po_lib.protocol.qa_data.to_trainer_rows``).
         processing_class: the policy's tokenizer.
         agent: the environment the rollout runs in: ``agent.sample(policy, rows, args, seed)``
             returns a :class:`RolloutBatch` (:class:`at2po_lib.trainer.search_agent.SearchAgent`).

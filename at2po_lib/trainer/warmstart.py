@@ -35,7 +35,7 @@ and to read facts from search results. The recipe (:func:`train_warmstart`):
    nothing to learn and that noisy demonstrations do *not* make the greedy policy imperfect,
    so the demonstrations are clean and the imperfection comes from task difficulty plus
    *where training stops*: every ``sft.eval_every`` steps a callback saves a checkpoint and
-   measures greedy EM (the real rollout, :func:`at2po_lib.evaluation.greedy_answers`) on the
+   measures greedy EM (the real rollout, :func:`at2po_lib.evaluation.greedy.greedy_answers`) on the
    ``dev`` split of the evaluation world's multi-hop datasets (dev-pool entities: facts in no
    training demonstration, like the test sets; ``sft.eval_questions`` questions). The chosen
    checkpoint has validation EM in ``[sft.target_em_low, sft.target_em_high]``, closest to the
@@ -80,8 +80,8 @@ from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
-from ..config import load_profile
-from ..evaluation import greedy_answers, score_rows
+from ..config.profile import load_profile
+from ..evaluation.greedy import greedy_answers, score_rows
 from ..policy.checkpoint_files import file_digests
 from ..policy.demos import build_sft_examples
 from ..policy.model import build_policy, count_parameters, load_policy, save_policy
@@ -91,7 +91,7 @@ from ..policy.strategies import STRATEGIES
 from ..policy.tokenizer import train_tokenizer
 from ..policy.warmstart_cache import (cache_key, cached_warmstart, initial_policy, warmstart_dir,
                                       warmstart_record_path, write_record)
-from ..prompts import get_template
+from ..protocol.prompts import get_template
 from ..util.hf_compat import checkpointing_kwargs
 from ..util.errors import ProfileError
 from ..util.paths import artifacts_dir
@@ -100,7 +100,7 @@ from ..util.quiet import hf_progress_bars_off
 from .callbacks import TrainingProgress, in_notebook
 
 if TYPE_CHECKING:
-    from ..config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 
 # ----------------------------------------------------------------------------- training

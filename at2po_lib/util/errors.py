@@ -1,6 +1,6 @@
 """Errors the plumbing raises and the layers above catch: defined here, at the bottom, so that
 ``util/`` (run-folder locks) can raise them without importing the profiles
-(:mod:`at2po_lib.config`) that sit above it."""
+(:mod:`at2po_lib.config.profile`) that sit above it."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ COMMAND_ENV = "AT2PO_COMMAND"
 :func:`at2po_lib.cli.main`; inherited by the notebooks ``at2po run-notebooks`` executes)."""
 _HELPERS = {("at2po_lib.util.provenance", "run_metadata"),
             ("at2po_lib.reporting.output", "source_meta"),
-            ("at2po_lib.evaluation", "write_eval")}
+            ("at2po_lib.evaluation.greedy", "write_eval")}
 """Functions that only collect or write a meta: the writer is whoever called them."""
 
 

@@ -71,8 +71,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ProfileConfig
-from .rollout.decoding import HALF_DTYPES, decode_dtype, decode_grouping
+from ..config.profile import ProfileConfig
+from ..rollout.decoding import HALF_DTYPES, decode_dtype, decode_grouping
 
 GIB = 2 ** 30
 VLLM_OVERHEAD_BYTES = 2 * GIB

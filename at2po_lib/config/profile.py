@@ -2,15 +2,15 @@
 holds overrides only (each with its source), optionally ``extends:`` another profile.
 
 Unknown keys and wrong types are errors naming the file and the key; every value's range and
-the values' consistency are checked in one table (:mod:`at2po_lib.config_checks`) before any
+the values' consistency are checked in one table (:mod:`at2po_lib.config.checks`) before any
 work; the resolved config is saved with every artefact (``dataclasses.asdict(cfg)``).
 
 Command-line overrides (``--set SECTION.KEY=VALUE``, :mod:`at2po_lib.cli`) go through one
-parser, :func:`at2po_lib.overrides.parse_overrides`: every key and value is checked against
+parser, :func:`at2po_lib.config.overrides.parse_overrides`: every key and value is checked against
 these dataclasses before anything runs, and numbers read as in YAML 1.2 (``1e-4`` is a float;
 PyYAML's YAML 1.1 would give the string ``"1e-4"``). Profile files are read with the same
-number rule (:mod:`at2po_lib.yaml12`); values are checked against the fields' types by
-:mod:`at2po_lib.config_types`.
+number rule (:mod:`at2po_lib.config.yaml12`); values are checked against the fields' types by
+:mod:`at2po_lib.config.field_types`.
 
     >>> cfg = load_profile("tiny")
     >>> cfg.rollout.tree_m
@@ -27,11 +27,11 @@ from typing import Any
 
 import yaml
 
-from .config_checks import name_problem, problems, shown
-from .config_types import check_type
-from .method.expansion import EXPANSIONS, TREE_EXPANSIONS
-from .util.errors import ProfileError
-from .util.paths import configs_dir
+from .checks import name_problem, problems, shown
+from .field_types import check_type
+from ..method.expansion import EXPANSIONS, TREE_EXPANSIONS
+from ..util.errors import ProfileError
+from ..util.paths import configs_dir
 from .yaml12 import load_yaml_text, read_yaml_text
 
 
@@ -390,7 +390,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """Greedy evaluation (``at2po_lib.evaluation``): docs/method.md §4."""
+    """Greedy evaluation (``at2po_lib.evaluation.greedy``): docs/method.md §4."""
 
     datasets: list[str] = field(
         default_factory=lambda: [
@@ -402,7 +402,7 @@ class EvalConfig:
     """Questions per dataset; None means the whole test split."""
     batch_size: int = 32
     """Questions decoded together; 0: as many as the device's free memory holds at full length
-    (at2po_lib.evaluation.eval_batch_rows)."""
+    (at2po_lib.evaluation.greedy.eval_batch_rows)."""
     sampled_k: int = 0
     """Samples per question at the rollout temperature for the *sampled metric* (mean EM of k
     samples, the ``sampled_em`` outcome column); 0 turns it off. RL at toy scale mostly sharpens

@@ -1,6 +1,6 @@
 """The one place every profile value's range, and the values' consistency, are checked.
 
-:func:`at2po_lib.config.load_profile` calls :func:`problems` on the resolved profile (file
+:func:`at2po_lib.config.profile.load_profile` calls :func:`problems` on the resolved profile (file
 and ``--set`` overrides applied), so a bad value is refused before any work starts: ``at2po
 train``, ``at2po run-notebooks`` and ``./run_all.sh --set rollout.tree_m=0`` stop with one line
 naming the key, its value and the allowed range, before notebook 00 or any model is loaded.
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .method.expansion import EXPANSIONS
-from .prompts import BUILTIN_TEMPLATES
-from .tinyworld.datasets import DATASETS as TINY_DATASETS
-from .rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
+from ..method.expansion import EXPANSIONS
+from ..protocol.prompts import BUILTIN_TEMPLATES
+from ..tinyworld.datasets import DATASETS as TINY_DATASETS
+from ..rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -120,7 +120,7 @@ LOGGERS = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",),
 def _names(*, allow_empty: bool, train: bool = False) -> Rule:
     """Dataset names: plain names; a ``tiny_`` one must be a TinyWorld dataset (for training,
     one with a train split). Other names are FlashRAG datasets, resolved when a command starts
-    (:mod:`at2po_lib.preflight`)."""
+    (:mod:`at2po_lib.config.preflight`)."""
     def check(v: Any) -> bool:
         if not isinstance(v, list) or (not v and not allow_empty):
             return False
@@ -429,7 +429,7 @@ def problems(cfg: Any) -> list[str]:
     for key, value in _values(cfg).items():
         rule = RULES.get(key)
         if rule is None:  # a new field without a rule is a bug caught by the tests
-            found.append(f"{key}: no range rule in at2po_lib/config_checks.py")
+            found.append(f"{key}: no range rule in at2po_lib/config/checks.py")
             continue
         check, words = rule
         try:

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import load_profile
-from .util.paths import repo_root, results_dir
+from ..config.profile import load_profile
+from ..util.paths import repo_root, results_dir
 
 # Imported inside the functions that use them: nbformat, papermill, traitlets, jupyter_client; the
 # notebook stack loads only when notebooks run.

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .config import check_name
-from .util.errors import ProfileError
+from ..config.profile import check_name
+from ..util.errors import ProfileError
 from .prompts import PromptTemplate, build_messages, get_template
 
 # Imported inside the functions that use them: huggingface_hub; only a download needs the hub

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .method.tree import CREDIT_FIELDS, TreeArrays, as_tree_arrays, validate_tree
+from ..method.tree import CREDIT_FIELDS, TreeArrays, as_tree_arrays, validate_tree
 
 TREES_FORMAT = "at2po-trees/2"
 """Format tag of :func:`save_trees` archives."""

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from .config import ProfileConfig, load_profile
-from .policy.model import build_policy, save_policy
-from .policy.tokenizer import train_tokenizer
-from .prompts import build_messages, get_template, prompt_ids
-from .util.paths import repo_root
+from ..config.profile import ProfileConfig, load_profile
+from ..policy.model import build_policy, save_policy
+from ..policy.tokenizer import train_tokenizer
+from ..protocol.prompts import build_messages, get_template, prompt_ids
+from ..util.paths import repo_root
 
 FIXTURES = Path("tests") / "fixtures"
 DEFAULT_CORPUS = FIXTURES / "wiki18_sample.jsonl"

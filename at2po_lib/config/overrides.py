@@ -1,6 +1,6 @@
 """The ``--set SECTION.KEY=VALUE`` parser (:func:`parse_overrides`): every key and value is
-checked against the profile's dataclasses (:mod:`at2po_lib.config`) before anything runs, and
-values read as YAML 1.2 (:mod:`at2po_lib.yaml12`; ``1e-4`` is a float, ``010`` is 10)."""
+checked against the profile's dataclasses (:mod:`at2po_lib.config.profile`) before anything runs, and
+values read as YAML 1.2 (:mod:`at2po_lib.config.yaml12`; ``1e-4`` is a float, ``010`` is 10)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from .config import MOVED_KEYS, ProfileConfig
-from .config_checks import MAX_SHOWN_CHARS, shown
-from .config_types import check_type, field_types
-from .util.errors import ProfileError
+from .profile import MOVED_KEYS, ProfileConfig
+from .checks import MAX_SHOWN_CHARS, shown
+from .field_types import check_type, field_types
+from ..util.errors import ProfileError
 from .yaml12 import load_yaml_text
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .util.errors import ProfileError
+from ..util.errors import ProfileError
 
 MAX_YAML_DEPTH = 32
 """Nesting levels a profile or ``--set`` value may have (the shipped profiles use 3)."""

@@ -1,6 +1,6 @@
 """The check of a profile value against its dataclass field's type annotation (``int``,
 ``float``, ``str``, ``bool``, ``list[...]``, ``X | None``), shared by profile files
-(:mod:`at2po_lib.config`) and ``--set`` values (:mod:`at2po_lib.overrides`)."""
+(:mod:`at2po_lib.config.profile`) and ``--set`` values (:mod:`at2po_lib.config.overrides`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 import typing
 from typing import Any
 
-from .config_checks import shown
-from .util.errors import ProfileError
+from .checks import shown
+from ..util.errors import ProfileError
 
 
 def check_type(value: Any, annotation: Any, where: str) -> Any:

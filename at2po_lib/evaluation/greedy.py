@@ -20,7 +20,7 @@ the ``model`` every function here takes is the engine that holds the evaluated w
 engine for the whole evaluation, greedy and sampled: :func:`load_evaluation_policy`, or the
 trainer's colocated engine after a weight sync), never a model object. The command line
 (``at2po evaluate``) is :mod:`at2po_lib.cli.evaluate`; dataset groups live in
-:mod:`at2po_lib.data`.
+:mod:`at2po_lib.protocol.qa_data`.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .data import dataset_group, evaluation_split, load_flashrag, read_flashrag_jsonl
-from .policy.model import load_policy
-from .policy.tokenizer import load_tokenizer
-from .prompts import get_template
-from .reward import exact_match, f1_score
-from .rollout.agent import rollout_chains
-from .rollout.decoding import HALF_DTYPES, decode_dtype
-from .rollout.vllm_backend import build_engine, is_engine
-from .tinyworld.build import ensure_world
-from .util.provenance import git_revision, run_metadata, write_meta
+from ..protocol.qa_data import dataset_group, evaluation_split, load_flashrag, read_flashrag_jsonl
+from ..policy.model import load_policy
+from ..policy.tokenizer import load_tokenizer
+from ..protocol.prompts import get_template
+from ..protocol.reward import exact_match, f1_score
+from ..rollout.agent import rollout_chains
+from ..rollout.decoding import HALF_DTYPES, decode_dtype
+from ..rollout.vllm_backend import build_engine, is_engine
+from ..tinyworld.build import ensure_world
+from ..util.provenance import git_revision, run_metadata, write_meta
 
 if TYPE_CHECKING:
-    from .config import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
                    "mean_turns", "mean_tool_calls", "git_revision"]
@@ -336,7 +336,7 @@ OUTCOME_COLUMNS = ["dataset", "group", "id", "prediction", "em", "f1", "num_turn
 def write_outcomes(details: pd.DataFrame, path: str | Path) -> Path:
     """Per-question outcomes (one row per test question: prediction, EM, F1, turns, searches,
     finish reason, sampled EM) as CSV: the unit every confidence interval rests on
-    (:mod:`at2po_lib.stats`). Question text and golden answers stay in the dataset files."""
+    (:mod:`at2po_lib.evaluation.stats`). Question text and golden answers stay in the dataset files."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = [c for c in OUTCOME_COLUMNS if c in details.columns]

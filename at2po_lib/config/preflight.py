@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .config_checks import logger_problems
-from .data import DataError, HubUnreachableError, evaluation_split, flashrag_path
-from .util.errors import ProfileError
+from .checks import logger_problems
+from ..protocol.qa_data import DataError, HubUnreachableError, evaluation_split, flashrag_path
+from ..util.errors import ProfileError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import ProfileConfig
+    from .profile import ProfileConfig
 
 TINYWORLD_PREFIX = "tiny_"
 """TinyWorld's datasets are generated with the profile's world (their names are checked by the
