@@ -51,21 +51,56 @@ from gpu_check_h200 import SHAPES as REAL_SHAPES  # noqa: E402
 
 SHAPES = {  # Qwen3's published shapes; "kernels": Qwen3-0.6B's structure at a toy width
     "kernels": dict(REAL_SHAPES["0.6b"], hidden_size=64, head_dim=8, intermediate_size=192),
-    "0.6b": REAL_SHAPES["0.6b"], "1.7b": REAL_SHAPES["1.7b"],
+    "0.6b": REAL_SHAPES["0.6b"],
+    "1.7b": REAL_SHAPES["1.7b"],
 }
 STOPS = ("</search>", "a tag never sampled")
 """The second is several tokens in any vocabulary: the device-side stop automaton runs."""
-METADATA_OPS = frozenset({
-    "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::as_strided", "aten::expand",
-    "aten::transpose", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze",
-    "aten::slice", "aten::select", "aten::detach", "aten::alias", "aten::empty",
-    "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg", "aten::lift_fresh",
-    "aten::numpy_T", "aten::split", "aten::chunk", "aten::unbind", "aten::contiguous",
-    "aten::result_type", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense",
-    "aten::to", "aten::_to_copy", "aten::empty_like", "aten::narrow", "aten::unflatten",
-    "aten::flatten", "aten::view_as", "aten::expand_as", "aten::broadcast_tensors",
-    "aten::_reshape_alias", "aten::dropout", "aten::lift", "aten::zeros_like_meta",
-})
+METADATA_OPS = frozenset(
+    {
+        "aten::view",
+        "aten::reshape",
+        "aten::_unsafe_view",
+        "aten::as_strided",
+        "aten::expand",
+        "aten::transpose",
+        "aten::t",
+        "aten::permute",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::slice",
+        "aten::select",
+        "aten::detach",
+        "aten::alias",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::lift_fresh",
+        "aten::numpy_T",
+        "aten::split",
+        "aten::chunk",
+        "aten::unbind",
+        "aten::contiguous",
+        "aten::result_type",
+        "aten::is_nonzero",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::empty_like",
+        "aten::narrow",
+        "aten::unflatten",
+        "aten::flatten",
+        "aten::view_as",
+        "aten::expand_as",
+        "aten::broadcast_tensors",
+        "aten::_reshape_alias",
+        "aten::dropout",
+        "aten::lift",
+        "aten::zeros_like_meta",
+    }
+)
 """ATen operators that launch no kernel of their own (views, metadata, dispatch wrappers)."""
 
 
@@ -74,9 +109,15 @@ def random_qwen3(shape: str, vocab: int, dtype: torch.dtype, device: str, tokeni
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True,
-                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])
+    config = Qwen3Config(
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SHAPES[shape],
+    )
     return Qwen3ForCausalLM(config).to(device=device, dtype=dtype).eval()
 
 
@@ -124,12 +165,20 @@ def hf_generate(model, tokenizer) -> Callable[[list[list[int]], int], int]:
     def run(contexts: list[list[int]], new: int) -> int:
         ids = torch.tensor(contexts, device=model.device)
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                 max_new_tokens=new, min_new_tokens=new, do_sample=True,
-                                 temperature=1.0, top_p=1.0, top_k=0,
-                                 pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
         return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
+
     return run
 
 
@@ -137,6 +186,7 @@ def rollout_turns(backend: HFBackend) -> Callable[[list[list[int]], int], int]:
     def run(contexts: list[list[int]], new: int) -> int:
         results = backend.generate_turns([TurnRequest(c, new) for c in contexts])
         return sum(len(r.token_ids) for r in results)
+
     return run
 
 
@@ -150,6 +200,7 @@ def rollout_round(backend: HFBackend) -> Callable[[list[list[int]], int], int]:
                     tokens += len(result.token_ids)
                     session.close(row)
         return tokens
+
     return run
 
 
@@ -163,20 +214,29 @@ def variants(model, tokenizer, which: list[str], autocast: bool, device: str) ->
             continue
         grouping = name.split("-")[0]
         dtype = "model" if autocast else "auto"
-        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=1.0), STOPS,
-                            grouping=grouping, dtype=dtype, compact_below=0.5,
-                            capture="off" if name.endswith("-eager") else "auto")
+        backend = HFBackend(
+            model,
+            tokenizer,
+            SamplingSpec(temperature=1.0),
+            STOPS,
+            grouping=grouping,
+            dtype=dtype,
+            compact_below=0.5,
+            capture="off" if name.endswith("-eager") else "auto",
+        )
         run = rollout_turns(backend) if grouping == "turn" else rollout_round(backend)
 
         def wrapped(contexts, new, run=run):
             with autocast_forward(model, device, autocast):
                 return run(contexts, new)
+
         out.append(Variant(name, wrapped))
     return out
 
 
-def tokens_per_second(variant: Variant, contexts: list[list[int]], new: int, device: str,
-                      repeats: int) -> tuple[float, float, float]:
+def tokens_per_second(
+    variant: Variant, contexts: list[list[int]], new: int, device: str, repeats: int
+) -> tuple[float, float, float]:
     """(best tokens/s, its wall seconds, tokens per second of this process's CPU time) over
     ``repeats`` calls; on a loaded CPU the CPU time varies much less than the wall time."""
     best = (0.0, 0.0, 0.0)
@@ -190,8 +250,9 @@ def tokens_per_second(variant: Variant, contexts: list[list[int]], new: int, dev
     return best
 
 
-def profiled_ops(variant: Variant, contexts: list[list[int]], new: int,
-                 device: str) -> dict[str, float]:
+def profiled_ops(
+    variant: Variant, contexts: list[list[int]], new: int, device: str
+) -> dict[str, float]:
     """Operator counts and device-kernel time of one call (torch.profiler)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -205,16 +266,26 @@ def profiled_ops(variant: Variant, contexts: list[list[int]], new: int,
         synchronize(device)
     events = prof.events()
     aten = [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::")]
-    compute = [e for e in aten if e.name not in METADATA_OPS
-               and not any(c.name.startswith("aten::") and c.name not in METADATA_OPS
-                           for c in e.cpu_children)]
+    compute = [
+        e
+        for e in aten
+        if e.name not in METADATA_OPS
+        and not any(
+            c.name.startswith("aten::") and c.name not in METADATA_OPS for c in e.cpu_children
+        )
+    ]
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-    return {"aten ops": len(aten), "compute ops": len(compute), "kernels": len(kernels),
-            "kernel seconds": sum(e.self_device_time_total for e in kernels) / 1e6}
+    return {
+        "aten ops": len(aten),
+        "compute ops": len(compute),
+        "kernels": len(kernels),
+        "kernel seconds": sum(e.self_device_time_total for e in kernels) / 1e6,
+    }
 
 
-def per_step(variant: Variant, contexts: list[list[int]], n1: int, n2: int, device: str,
-             repeats: int) -> dict[str, float]:
+def per_step(
+    variant: Variant, contexts: list[list[int]], n1: int, n2: int, device: str, repeats: int
+) -> dict[str, float]:
     """Kernels and operators a decode step, and the GPU-busy share: (counts for ``n2`` tokens
     - counts for ``n1``) / (n2 - n1); busy = kernel seconds a step / unprofiled wall a step."""
     low, high = (profiled_ops(variant, contexts, n, device) for n in (n1, n2))
@@ -230,9 +301,13 @@ def per_step(variant: Variant, contexts: list[list[int]], n1: int, n2: int, devi
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="kernels")
-    parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB,
-                        help="vocabulary (Qwen3's by default; on a CPU drawing a token from 151,936 "
-                             "words takes most of a step at the toy width)")
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=QWEN3_VOCAB,
+        help="vocabulary (Qwen3's by default; on a CPU drawing a token from 151,936 "
+        "words takes most of a step at the toy width)",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rows", default="16", help="comma-separated row counts")
     parser.add_argument("--prompt-tokens", type=int, default=64)
@@ -240,9 +315,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on a CPU")
     parser.add_argument("--variants", default="hf-generate,turn,round")
-    parser.add_argument("--autocast", action="store_true",
-                        help="rollout variants: fp32 weights under bf16 autocast (a GPU's path "
-                             "before issue #47)")
+    parser.add_argument(
+        "--autocast",
+        action="store_true",
+        help="rollout variants: fp32 weights under bf16 autocast (a GPU's path before issue #47)",
+    )
     parser.add_argument("--no-kernels", action="store_true", help="skip the profiler")
     args = parser.parse_args(argv)
     if args.device == "cpu" and args.threads:
@@ -252,34 +329,62 @@ def main(argv: list[str] | None = None) -> None:
     model = random_qwen3(args.shape, args.vocab, dtype, args.device, tokenizer)
     which = args.variants.split(",")
     paths = variants(model, tokenizer, which, args.autocast, args.device)
-    print(f"bench_decode: shape {args.shape} ({sum(p.numel() for p in model.parameters()):,} "
-          f"parameters, {dtype}, vocabulary {args.vocab:,}), device {args.device}, "
-          f"{args.prompt_tokens} prompt tokens, "
-          f"{args.new_tokens} new tokens, torch {torch.__version__}, threads "
-          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"bench_decode: shape {args.shape} ({sum(p.numel() for p in model.parameters()):,} "
+        f"parameters, {dtype}, vocabulary {args.vocab:,}), device {args.device}, "
+        f"{args.prompt_tokens} prompt tokens, "
+        f"{args.new_tokens} new tokens, torch {torch.__version__}, threads "
+        f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
+    )
     ratios = []
     for rows in (int(r) for r in args.rows.split(",")):
         contexts = prompts(rows, args.prompt_tokens, args.vocab)
         for variant in paths:  # warm-up: first calls pay one-off costs
             variant.run(contexts[:2], 2)
-        measured = {v.name: tokens_per_second(v, contexts, args.new_tokens, args.device,
-                                              args.repeats) for v in paths}
-        print(f"rows {rows}: " + ", ".join(f"{k} {v[0]:,.1f} tokens/s ({v[2]:,.1f} a CPU second)"
-                                           for k, v in measured.items()))
+        measured = {
+            v.name: tokens_per_second(v, contexts, args.new_tokens, args.device, args.repeats)
+            for v in paths
+        }
+        print(
+            f"rows {rows}: "
+            + ", ".join(
+                f"{k} {v[0]:,.1f} tokens/s ({v[2]:,.1f} a CPU second)" for k, v in measured.items()
+            )
+        )
         if not args.no_kernels:
             for variant in paths:
                 steps = per_step(variant, contexts, 4, 4 + args.new_tokens // 2, args.device, 1)
-                print(f"  {variant.name}: " + ", ".join(
-                    f"{k} {v:,.4f}" if k.endswith(("seconds", "share", "a step")) else
-                    f"{k} {v:,.0f}" for k, v in steps.items()) + " (a decode step)")
+                print(
+                    f"  {variant.name}: "
+                    + ", ".join(
+                        f"{k} {v:,.4f}"
+                        if k.endswith(("seconds", "share", "a step"))
+                        else f"{k} {v:,.0f}"
+                        for k, v in steps.items()
+                    )
+                    + " (a decode step)"
+                )
         if "hf-generate" in measured and "turn" in measured:
             base = measured["hf-generate"]
-            ratios.append((rows, *(measured.get(name, (float("nan"),) * 3)[i] / base[i]
-                                   for name in ("turn", "round") for i in (0, 2))))
+            ratios.append(
+                (
+                    rows,
+                    *(
+                        measured.get(name, (float("nan"),) * 3)[i] / base[i]
+                        for name in ("turn", "round")
+                        for i in (0, 2)
+                    ),
+                )
+            )
     print("load average after", f"{os.getloadavg()[0]:.1f}")
-    print("tokens/s over hf-generate, wall (CPU time) for turn; round: " + "; ".join(
-        f"{rows} rows {tw:.2f} ({tc:.2f}); {rw:.2f} ({rc:.2f})" for rows, tw, tc, rw, rc in ratios))
+    print(
+        "tokens/s over hf-generate, wall (CPU time) for turn; round: "
+        + "; ".join(
+            f"{rows} rows {tw:.2f} ({tc:.2f}); {rw:.2f} ({rc:.2f})"
+            for rows, tw, tc, rw, rc in ratios
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,14 @@ def seconds(fn, text: str) -> float:
 def main() -> None:
     for kb in (16, 160, 1000):
         text = "<answer>" * (kb * 1000 // len("<answer>"))
-        print(f"{kb:5d} kB unclosed tags: extract_answer {seconds(extract_answer, text):.4f} s", flush=True)
+        print(
+            f"{kb:5d} kB unclosed tags: extract_answer {seconds(extract_answer, text):.4f} s",
+            flush=True,
+        )
     text = "<answer>" * (16_000 // len("<answer>"))
-    print(f"   16 kB unclosed tags: the old regex {seconds(lambda t: list(REGEX.finditer(t)), text):.2f} s")
+    print(
+        f"   16 kB unclosed tags: the old regex {seconds(lambda t: list(REGEX.finditer(t)), text):.2f} s"
+    )
 
 
 if __name__ == "__main__":

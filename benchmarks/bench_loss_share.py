@@ -53,8 +53,16 @@ def main() -> None:
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 
-    overrides: dict = {"train": {"max_steps": args.steps, "eval_every": 0, "final_eval": False,
-                                 "progress_bar": False, "save_every": 0, "report_to": []}}
+    overrides: dict = {
+        "train": {
+            "max_steps": args.steps,
+            "eval_every": 0,
+            "final_eval": False,
+            "progress_bar": False,
+            "save_every": 0,
+            "report_to": [],
+        }
+    }
     policy = find_policy(args.profile, args.policy) if args.profile != "smoke" else None
     if policy is not None:
         prepare_artifacts(args.profile, scratch)
@@ -81,8 +89,9 @@ def main() -> None:
 
     def wrapper(logp, old_logp, advantages, mask, **options):
         if torch.is_grad_enabled() and logp.requires_grad:  # the loss of an update
-            timed("loss", lambda: forward_backward(
-                real, logp, old_logp, advantages, mask, **options))
+            timed(
+                "loss", lambda: forward_backward(real, logp, old_logp, advantages, mask, **options)
+            )
         return real(logp, old_logp, advantages, mask, **options)
 
     trainer_module.loss_and_diagnostics = wrapper
@@ -90,21 +99,27 @@ def main() -> None:
     trainer = build_trainer(cfg, args.method, 0, run)
     clock = _StepClock()
     trainer.add_callback(clock.callback)
-    print(f"profile {args.profile}, method {args.method}, {args.steps} steps; torch "
-          f"{torch.__version__}, {os.cpu_count()} CPUs, update threads "
-          f"{trainer.args.update_num_threads or torch.get_num_threads()}")
+    print(
+        f"profile {args.profile}, method {args.method}, {args.steps} steps; torch "
+        f"{torch.__version__}, {os.cpu_count()} CPUs, update threads "
+        f"{trainer.args.update_num_threads or torch.get_num_threads()}"
+    )
     load_before = os.getloadavg()[0]
     trainer.train()
     load_after = os.getloadavg()[0]
     rows = run_folder.read_jsonl(run.metrics)
     step = clock.wall / len(rows)
     rollout = sum(r["rollout/seconds"] for r in rows) / len(rows)
-    print(f"step: {step:.2f} s wall on average, first to last step ({rollout:.2f} s of it "
-          f"rollout), {len(rows)} steps; load average {load_before:.1f} before, "
-          f"{load_after:.1f} after")
+    print(
+        f"step: {step:.2f} s wall on average, first to last step ({rollout:.2f} s of it "
+        f"rollout), {len(rows)} steps; load average {load_before:.1f} before, "
+        f"{load_after:.1f} after"
+    )
     per_step = seconds["loss"] / len(rows)
-    print(f"loss (policy_loss + loss_diagnostics, forward + backward): {per_step * 1000:.1f} ms "
-          f"a step ({calls['loss'] // len(rows)} calls), {100 * per_step / step:.2f}% of a step")
+    print(
+        f"loss (policy_loss + loss_diagnostics, forward + backward): {per_step * 1000:.1f} ms "
+        f"a step ({calls['loss'] // len(rows)} calls), {100 * per_step / step:.2f}% of a step"
+    )
     shutil.rmtree(scratch, ignore_errors=True)
 
 

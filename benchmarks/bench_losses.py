@@ -43,8 +43,11 @@ import time
 import numpy as np
 import torch
 
-from at2po_lib.method.credit import (batch_token_advantages, forest_node_advantages,
-                                     forest_node_values)
+from at2po_lib.method.credit import (
+    batch_token_advantages,
+    forest_node_advantages,
+    forest_node_values,
+)
 from at2po_lib.method.examples import random_tree, synthetic_turn_rows
 from at2po_lib.method.loss import EPS_HIGH, EPS_LOW, loss_diagnostics, policy_loss
 from at2po_lib.method.tree import Forest
@@ -66,14 +69,19 @@ def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generat
         lengths = (weights / weights.sum() * budget).long()
         pos = 0
         for k in range(turns):
-            mask[r, pos: pos + int(lengths[2 * k])] = 1
+            mask[r, pos : pos + int(lengths[2 * k])] = 1
             pos += int(lengths[2 * k]) + int(lengths[2 * k + 1])
     return mask
 
 
-def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, eps_low: float = EPS_LOW,
-                      eps_high: float = EPS_HIGH) -> tuple[torch.Tensor, dict[str, float]]:
+def authors_turn_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """ATPO's turn-level loss (geometric turn ratio, seq-mean-token-mean) with per-row, per-turn
     Python loops, as the authors' code computes turn ratios and ``turn_kl_entropy``: the
     reference the vectorised :func:`at2po_lib.method.loss.policy_loss` is timed
@@ -112,9 +120,11 @@ def authors_turn_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     loss = (per_row * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     with torch.no_grad():
         binds = ((clipped > unclipped) & mask.bool()).to(m.dtype)
-        metrics = {"clip_frac": float((binds.sum() / m.sum()).item()),
-                   "turn_kl_entropy": sum(kl_entropy) / len(kl_entropy),
-                   "single_turn_rows": single_turn_rows}
+        metrics = {
+            "clip_frac": float((binds.sum() / m.sum()).item()),
+            "turn_kl_entropy": sum(kl_entropy) / len(kl_entropy),
+            "single_turn_rows": single_turn_rows,
+        }
     return loss, metrics
 
 
@@ -130,8 +140,14 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
             start, start_cpu = time.perf_counter(), time.process_time()
             loss, metrics = fn(logp)
             loss.backward()
-            return (time.perf_counter() - start, time.process_time() - start_cpu,
-                    loss.item(), logp.grad, metrics)
+            return (
+                time.perf_counter() - start,
+                time.process_time() - start_cpu,
+                loss.item(),
+                logp.grad,
+                metrics,
+            )
+
         return once
 
     ours = run(lambda x: trainer_loss(x, old, data["advantages"], data["mask"], level="turn"))
@@ -139,8 +155,10 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
     a, b = ours(), authors()
     grad_diff = float((a[3] - b[3]).abs().max())
     metric_diff = max(abs(a[4][k] - b[4][k]) for k in b[4])
-    print(f"turn-level loss vs the authors'-style loop: |loss diff| {abs(a[2] - b[2]):.1e}, "
-          f"max |grad diff| {grad_diff:.1e}, max |diagnostic diff| {metric_diff:.1e}")
+    print(
+        f"turn-level loss vs the authors'-style loop: |loss diff| {abs(a[2] - b[2]):.1e}, "
+        f"max |grad diff| {grad_diff:.1e}, max |diagnostic diff| {metric_diff:.1e}"
+    )
     assert abs(a[2] - b[2]) < 1e-5 and grad_diff < 1e-6 and metric_diff < 1e-4
     times: dict[str, list[tuple[float, float]]] = {"ours": [], "authors": []}
     for _ in range(args.repeats):
@@ -149,10 +167,12 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
             times[name].append((wall, cpu))
     wall = {k: min(w for w, _ in x) for k, x in times.items()}
     cpu = {k: min(c for _, c in x) for k, x in times.items()}
-    print(f"  wall: policy_loss + loss_diagnostics {wall['ours'] * 1e3:.1f} ms, authors' loop "
-          f"{wall['authors'] * 1e3:.1f} ms, speed-up {wall['authors'] / wall['ours']:.2f}\n"
-          f"  cpu:  policy_loss + loss_diagnostics {cpu['ours'] * 1e3:.1f} ms, authors' loop "
-          f"{cpu['authors'] * 1e3:.1f} ms, speed-up {cpu['authors'] / cpu['ours']:.2f}")
+    print(
+        f"  wall: policy_loss + loss_diagnostics {wall['ours'] * 1e3:.1f} ms, authors' loop "
+        f"{wall['authors'] * 1e3:.1f} ms, speed-up {wall['authors'] / wall['ours']:.2f}\n"
+        f"  cpu:  policy_loss + loss_diagnostics {cpu['ours'] * 1e3:.1f} ms, authors' loop "
+        f"{cpu['authors'] * 1e3:.1f} ms, speed-up {cpu['authors'] / cpu['ours']:.2f}"
+    )
     clock = cpu if args.clock == "cpu" else wall
     return clock["authors"] / clock["ours"]
 
@@ -165,8 +185,7 @@ def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> tuple[fl
         logp = torch.log_softmax(logits, dim=-1).gather(-1, data["ids"][..., None]).squeeze(-1)
     else:
         logits = logp = data["logp"].detach().requires_grad_(True)
-    loss, _ = trainer_loss(logp, data["old_logp"], data["advantages"], data["mask"],
-                           level=level)
+    loss, _ = trainer_loss(logp, data["old_logp"], data["advantages"], data["mask"], level=level)
     loss.backward()
     assert logits.grad is not None
     return time.perf_counter() - start, time.process_time() - start_cpu
@@ -180,7 +199,9 @@ def bench_data(args: argparse.Namespace) -> dict:
     with torch.no_grad():
         logp = torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1)
     data = {
-        "logits": logits, "ids": ids, "logp": logp,
+        "logits": logits,
+        "ids": ids,
+        "logp": logp,
         "old_logp": logp + 3e-3 * torch.randn(b, t, generator=g),
         "advantages": torch.randn(b, generator=g),
         "mask": multi_turn_mask(b, t, args.turns, g),
@@ -201,12 +222,14 @@ def bench_loss(args: argparse.Namespace, data: dict) -> tuple[float, float]:
         wall = {k: min(w for w, _ in x) for k, x in times.items()}
         cpu = {k: min(c for _, c in x) for k, x in times.items()}
         leaf = f"logits (vocab {v}) -> log_softmax -> gather" if logits_leaf else "log-probs only"
-        print(f"policy loss fwd+bwd, {b} rows x {t} tokens, {args.turns} turns/row, "
-              f"leaf = {leaf}:\n"
-              f"  wall: token {wall['token'] * 1e3:.1f} ms, turn {wall['turn'] * 1e3:.1f} ms, "
-              f"ratio {wall['turn'] / wall['token']:.2f}\n"
-              f"  cpu:  token {cpu['token'] * 1e3:.1f} ms, turn {cpu['turn'] * 1e3:.1f} ms, "
-              f"ratio {cpu['turn'] / cpu['token']:.2f}")
+        print(
+            f"policy loss fwd+bwd, {b} rows x {t} tokens, {args.turns} turns/row, "
+            f"leaf = {leaf}:\n"
+            f"  wall: token {wall['token'] * 1e3:.1f} ms, turn {wall['turn'] * 1e3:.1f} ms, "
+            f"ratio {wall['turn'] / wall['token']:.2f}\n"
+            f"  cpu:  token {cpu['token'] * 1e3:.1f} ms, turn {cpu['turn'] * 1e3:.1f} ms, "
+            f"ratio {cpu['turn'] / cpu['token']:.2f}"
+        )
         clock = cpu if args.clock == "cpu" else wall
         ratios[logits_leaf] = clock["turn"] / clock["token"]
     return ratios[False], ratios[True]
@@ -214,17 +237,25 @@ def bench_loss(args: argparse.Namespace, data: dict) -> tuple[float, float]:
 
 def bench_credit(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
-    trees = [random_tree(rng, num_chains=10, num_expansions=12, max_turns=6)
-             for _ in range(args.trees)]
+    trees = [
+        random_tree(rng, num_chains=10, num_expansions=12, max_turns=6) for _ in range(args.trees)
+    ]
     start = time.perf_counter()
     forest = Forest.from_trees(trees)
     build_ms = (time.perf_counter() - start) * 1e3
-    layouts = [synthetic_turn_rows(t.parent, model_tokens=rng.integers(20, 80, t.num_nodes),
-                                   obs_tokens=30) for t in trees]
+    layouts = [
+        synthetic_turn_rows(t.parent, model_tokens=rng.integers(20, 80, t.num_nodes), obs_tokens=30)
+        for t in trees
+    ]
     width = max(int(lay["turn_node"].shape[1]) for lay in layouts)
-    turn_node = torch.cat([torch.nn.functional.pad(lay["turn_node"],
-                                                   (0, width - lay["turn_node"].shape[1]), value=-1)
-                           for lay in layouts])
+    turn_node = torch.cat(
+        [
+            torch.nn.functional.pad(
+                lay["turn_node"], (0, width - lay["turn_node"].shape[1]), value=-1
+            )
+            for lay in layouts
+        ]
+    )
     row_tree = torch.cat([torch.full((len(lay["leaf"]),), i) for i, lay in enumerate(layouts)])
 
     def run_nodes() -> None:
@@ -242,9 +273,11 @@ def bench_credit(args: argparse.Namespace) -> None:
             fn()
             times.append(time.perf_counter() - start)
         results[name] = min(times) * 1e3
-    print(f"credit assignment, {args.trees} trees x 22 leaves ({forest.num_nodes} nodes; "
-          f"{len(row_tree)} rows x {width} tokens): forest build {build_ms:.1f} ms, "
-          + ", ".join(f"{k} {v:.1f} ms" for k, v in results.items()))
+    print(
+        f"credit assignment, {args.trees} trees x 22 leaves ({forest.num_nodes} nodes; "
+        f"{len(row_tree)} rows x {width} tokens): forest build {build_ms:.1f} ms, "
+        + ", ".join(f"{k} {v:.1f} ms" for k, v in results.items())
+    )
 
 
 def bench_loss_threads(args: argparse.Namespace) -> None:
@@ -275,10 +308,14 @@ def bench_loss_threads(args: argparse.Namespace) -> None:
             if i >= len(variants):  # the first of each: warm-up
                 times[name].append(time.perf_counter() - start)
         load = os.getloadavg()[0]
-        print(f"loss fwd+bwd + diagnostics, {rows} x {tokens} ({int(mask.sum())} model tokens): "
-              + "; ".join(f"{k}: best {min(v) * 1e3:.1f} ms, median "
-                          f"{sorted(v)[len(v) // 2] * 1e3:.1f} ms" for k, v in times.items())
-              + f"; load average {load:.1f} on {os.cpu_count()} CPUs")
+        print(
+            f"loss fwd+bwd + diagnostics, {rows} x {tokens} ({int(mask.sum())} model tokens): "
+            + "; ".join(
+                f"{k}: best {min(v) * 1e3:.1f} ms, median {sorted(v)[len(v) // 2] * 1e3:.1f} ms"
+                for k, v in times.items()
+            )
+            + f"; load average {load:.1f} on {os.cpu_count()} CPUs"
+        )
 
 
 def main() -> None:
@@ -289,14 +326,25 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=128)
     parser.add_argument("--trees", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads; 1 (default) keeps the ratio free of "
-                             "thread-scheduling noise on a shared machine")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                        help="clock of the printed ratios: process CPU time (robust on a shared "
-                             "machine) or wall time")
-    parser.add_argument("--loss-threads", action="store_true",
-                        help="only (4): the loss on 1 and on 2 threads, at two batch sizes")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads; 1 (default) keeps the ratio free of "
+        "thread-scheduling noise on a shared machine",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="clock of the printed ratios: process CPU time (robust on a shared "
+        "machine) or wall time",
+    )
+    parser.add_argument(
+        "--loss-threads",
+        action="store_true",
+        help="only (4): the loss on 1 and on 2 threads, at two batch sizes",
+    )
     args = parser.parse_args()
     if args.loss_threads:
         bench_loss_threads(args)
@@ -311,8 +359,10 @@ def main() -> None:
     speedup = compare_with_authors_loop(args, data)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
-    print(f"turn-level loss speed-up over the authors'-style per-row loop "
-          f"({args.clock} clock): {speedup:.2f}")
+    print(
+        f"turn-level loss speed-up over the authors'-style per-row loop "
+        f"({args.clock} clock): {speedup:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,7 +65,11 @@ def bench_index() -> tuple[Path, Path]:
     root = artifacts_dir("bench")
     corpus = root / f"wiki18_{PASSAGES}.jsonl"
     if not corpus.is_file():
-        lines = (repo_root() / "tests" / "fixtures" / "wiki18_sample.jsonl").read_text().splitlines(keepends=True)
+        lines = (
+            (repo_root() / "tests" / "fixtures" / "wiki18_sample.jsonl")
+            .read_text()
+            .splitlines(keepends=True)
+        )
         corpus.write_text("".join(lines[:PASSAGES]))
     index = root / "index_flat"
     try:
@@ -88,7 +92,9 @@ def queries_from(corpus: Path, n: int) -> list[str]:
     return out
 
 
-async def _throughput(url: str, queries: list[str], clients: int, seconds: float) -> tuple[float, int, dict]:
+async def _throughput(
+    url: str, queries: list[str], clients: int, seconds: float
+) -> tuple[float, int, dict]:
     import httpx
 
     done = 0
@@ -115,8 +121,15 @@ async def _throughput(url: str, queries: list[str], clients: int, seconds: float
     return done / elapsed, done, health
 
 
-def server_throughput(corpus: Path, index: Path, batching: bool, queries: list[str],
-                      clients: int, seconds: float, threads: int) -> tuple[float, int, dict]:
+def server_throughput(
+    corpus: Path,
+    index: Path,
+    batching: bool,
+    queries: list[str],
+    clients: int,
+    seconds: float,
+    threads: int,
+) -> tuple[float, int, dict]:
     args = ["--index", str(index), "--corpus", str(corpus), "--log-level", "warning"]
     if not batching:
         args.append("--no-batching")
@@ -132,14 +145,18 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
     base = DenseIndex.load(index, use_gpu=False).index
     vectors = base.reconstruct_n(0, base.ntotal)  # (PASSAGES, 384): the real MiniLM embeddings
     rng = np.random.default_rng(0)
-    tiled = np.resize(vectors, (rows, vectors.shape[1])) + rng.normal(0, 0.02, (rows, vectors.shape[1]))
+    tiled = np.resize(vectors, (rows, vectors.shape[1])) + rng.normal(
+        0, 0.02, (rows, vectors.shape[1])
+    )
     tiled = (tiled / np.linalg.norm(tiled, axis=1, keepdims=True)).astype(np.float32)
     q = tiled[rng.choice(rows, batch, replace=False)] + rng.normal(0, 0.05, (batch, tiled.shape[1]))
     q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
     flat = faiss.IndexFlatIP(tiled.shape[1])
     flat.add(tiled)
     served = DenseIndex(flat, {"index_type": "Flat"}, index)  # the server's search path
-    defaults = DenseIndex(flat, {"index_type": "Flat"}, index, blas_threshold=None)  # faiss's own settings
+    defaults = DenseIndex(
+        flat, {"index_type": "Flat"}, index, blas_threshold=None
+    )  # faiss's own settings
 
     def numpy_search(queries: np.ndarray) -> np.ndarray:
         scores = queries @ tiled.T  # (n_queries, rows)
@@ -147,7 +164,9 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
         order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
         return np.take_along_axis(top, order, axis=1)
 
-    def interleaved(fns: dict[str, object], repeats: int) -> tuple[dict[str, float], dict[str, object]]:
+    def interleaved(
+        fns: dict[str, object], repeats: int
+    ) -> tuple[dict[str, float], dict[str, object]]:
         """Best time of each, timed in turn (ABCABC...) so a load spike hits all alike."""
         best, outputs = dict.fromkeys(fns, float("inf")), {}
         for _ in range(repeats):
@@ -157,14 +176,28 @@ def faiss_vs_numpy(index: Path, rows: int = ROWS, batch: int = 64, k: int = 10) 
                 best[name] = min(best[name], time.perf_counter() - start)
         return best, outputs
 
-    batch_t, batch_out = interleaved({"faiss": lambda: served.search(q, k), "faiss_default": lambda: defaults.search(q, k),
-                                      "numpy": lambda: numpy_search(q)}, 3)
-    single_t, _ = interleaved({"faiss_1": lambda: served.search(q[:1], k), "numpy_1": lambda: numpy_search(q[:1])}, 10)
+    batch_t, batch_out = interleaved(
+        {
+            "faiss": lambda: served.search(q, k),
+            "faiss_default": lambda: defaults.search(q, k),
+            "numpy": lambda: numpy_search(q),
+        },
+        3,
+    )
+    single_t, _ = interleaved(
+        {"faiss_1": lambda: served.search(q[:1], k), "numpy_1": lambda: numpy_search(q[:1])}, 10
+    )
     t_faiss, t_default, t_numpy = batch_t["faiss"], batch_t["faiss_default"], batch_t["numpy"]
     t_faiss_1, t_numpy_1 = single_t["faiss_1"], single_t["numpy_1"]
     ids_faiss, ids_numpy = batch_out["faiss"][1], batch_out["numpy"]
-    return {"faiss": t_faiss, "faiss_default": t_default, "numpy": t_numpy, "faiss_1": t_faiss_1,
-            "numpy_1": t_numpy_1, "agree": float(np.mean(ids_faiss == ids_numpy))}
+    return {
+        "faiss": t_faiss,
+        "faiss_default": t_default,
+        "numpy": t_numpy,
+        "faiss_1": t_faiss_1,
+        "numpy_1": t_numpy_1,
+        "agree": float(np.mean(ids_faiss == ids_numpy)),
+    }
 
 
 def encoder_cost_per_query(queries: list[str], threads: int) -> dict[int, float]:
@@ -189,39 +222,63 @@ def encoder_cost_per_query(queries: list[str], threads: int) -> dict[int, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="measuring time per server mode")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="measuring time per server mode"
+    )
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for the server's torch/faiss and for the search comparison")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for the server's torch/faiss and for the search comparison",
+    )
     args = parser.parse_args()
 
     started = time.monotonic()
     corpus, index = bench_index()
     queries = queries_from(corpus, 200)
-    print(f"index: Flat over {PASSAGES} wiki-18 passages, MiniLM (max length {SPEC.max_length}); "
-          f"{os.cpu_count()} CPUs, {args.threads} compute thread(s) per process")
+    print(
+        f"index: Flat over {PASSAGES} wiki-18 passages, MiniLM (max length {SPEC.max_length}); "
+        f"{os.cpu_count()} CPUs, {args.threads} compute thread(s) per process"
+    )
 
     t = faiss_vs_numpy(index)
-    print(f"exact top-10 over {ROWS:,} x 384 embeddings: 64 queries: faiss IndexFlatIP {t['faiss'] * 1000:.0f} ms "
-          f"(with faiss's default BLAS threshold {t['faiss_default'] * 1000:.0f} ms), NumPy brute force "
-          f"{t['numpy'] * 1000:.0f} ms; 1 query: faiss {t['faiss_1'] * 1000:.1f} ms, NumPy {t['numpy_1'] * 1000:.1f} ms; "
-          f"identical top-10 ids: {t['agree']:.3f}")
-    print(f"faiss speed-up over NumPy brute force: {t['numpy'] / t['faiss']:.2f}x (64 queries), "
-          f"{t['numpy_1'] / t['faiss_1']:.2f}x (1 query)")
+    print(
+        f"exact top-10 over {ROWS:,} x 384 embeddings: 64 queries: faiss IndexFlatIP {t['faiss'] * 1000:.0f} ms "
+        f"(with faiss's default BLAS threshold {t['faiss_default'] * 1000:.0f} ms), NumPy brute force "
+        f"{t['numpy'] * 1000:.0f} ms; 1 query: faiss {t['faiss_1'] * 1000:.1f} ms, NumPy {t['numpy_1'] * 1000:.1f} ms; "
+        f"identical top-10 ids: {t['agree']:.3f}"
+    )
+    print(
+        f"faiss speed-up over NumPy brute force: {t['numpy'] / t['faiss']:.2f}x (64 queries), "
+        f"{t['numpy_1'] / t['faiss_1']:.2f}x (1 query)"
+    )
 
     cost = encoder_cost_per_query(queries, args.threads)
-    print(f"encoder alone: {cost[1] * 1000:.1f} ms per query one at a time, {cost[16] * 1000:.1f} ms per query "
-          f"in calls of 16 (encoder-side ceiling for batching: {cost[1] / cost[16]:.2f}x)")
-    plain, n_plain, h_plain = server_throughput(corpus, index, False, queries, args.clients, args.seconds, args.threads)
-    batched, n_batched, h_batched = server_throughput(corpus, index, True, queries, args.clients, args.seconds, args.threads)
-    print(f"/retrieve, {args.clients} concurrent clients, single-query requests, {args.seconds:.0f} s each: "
-          f"no batching {plain:.1f} req/s ({n_plain} requests), micro-batching {batched:.1f} req/s ({n_batched} requests)")
+    print(
+        f"encoder alone: {cost[1] * 1000:.1f} ms per query one at a time, {cost[16] * 1000:.1f} ms per query "
+        f"in calls of 16 (encoder-side ceiling for batching: {cost[1] / cost[16]:.2f}x)"
+    )
+    plain, n_plain, h_plain = server_throughput(
+        corpus, index, False, queries, args.clients, args.seconds, args.threads
+    )
+    batched, n_batched, h_batched = server_throughput(
+        corpus, index, True, queries, args.clients, args.seconds, args.threads
+    )
+    print(
+        f"/retrieve, {args.clients} concurrent clients, single-query requests, {args.seconds:.0f} s each: "
+        f"no batching {plain:.1f} req/s ({n_plain} requests), micro-batching {batched:.1f} req/s ({n_batched} requests)"
+    )
     for name, h in (("no batching", h_plain), ("micro-batching", h_batched)):
         calls, searched = max(h["search_calls"], 1), max(h["queries_searched"], 1)
-        print(f"  server side, {name}: {searched / calls:.1f} queries per encoder+faiss call, "
-              f"{h['search_seconds'] / searched * 1000:.1f} ms of search per query")
+        print(
+            f"  server side, {name}: {searched / calls:.1f} queries per encoder+faiss call, "
+            f"{h['search_seconds'] / searched * 1000:.1f} ms of search per query"
+        )
     print(f"total benchmark time: {time.monotonic() - started:.0f} s")
-    print(f"batching speed-up (/retrieve throughput, {args.clients} clients, batched / unbatched): {batched / plain:.2f}x")
+    print(
+        f"batching speed-up (/retrieve throughput, {args.clients} clients, batched / unbatched): {batched / plain:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -123,15 +123,30 @@ def main() -> None:
     parser.add_argument("--method", default="at2po")
     parser.add_argument("--policy", default=None, help="policy folder (default: see above)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant")
-    parser.add_argument("--rollout-threads", type=int, default=None,
-                        help="torch threads of the rollout (default: the profile's)")
-    parser.add_argument("--chunk-rows", type=int, default=None,
-                        help="train.loss_chunk_rows of the new default (default: the profile's)")
-    parser.add_argument("--update-threads", type=int, default=0,
-                        help="torch threads of the updates (default 0: torch's, one per core)")
-    parser.add_argument("--threads-study", action="store_true",
-                        help="instead of old vs new: the new default with the profile's threads "
-                             "vs one update thread vs two rollout threads (last line: ratios)")
+    parser.add_argument(
+        "--rollout-threads",
+        type=int,
+        default=None,
+        help="torch threads of the rollout (default: the profile's)",
+    )
+    parser.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=None,
+        help="train.loss_chunk_rows of the new default (default: the profile's)",
+    )
+    parser.add_argument(
+        "--update-threads",
+        type=int,
+        default=0,
+        help="torch threads of the updates (default 0: torch's, one per core)",
+    )
+    parser.add_argument(
+        "--threads-study",
+        action="store_true",
+        help="instead of old vs new: the new default with the profile's threads "
+        "vs one update thread vs two rollout threads (last line: ratios)",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,13 +158,23 @@ def main() -> None:
 
     from at2po_lib.config.profile import load_profile
 
-    overrides: dict = {"train": {"max_steps": 1, "eval_every": 0, "final_eval": False,
-                                 "progress_bar": False, "save_every": 0, "report_to": []}}
+    overrides: dict = {
+        "train": {
+            "max_steps": 1,
+            "eval_every": 0,
+            "final_eval": False,
+            "progress_bar": False,
+            "save_every": 0,
+            "report_to": [],
+        }
+    }
     policy = find_policy(args.profile, args.policy) if args.profile != "smoke" else None
     if args.profile != "smoke":
         if policy is None:
-            raise SystemExit(f"no policy for profile {args.profile!r}: train its warm start, "
-                             "pass --policy DIR, or use --profile smoke")
+            raise SystemExit(
+                f"no policy for profile {args.profile!r}: train its warm start, "
+                "pass --policy DIR, or use --profile smoke"
+            )
         prepare_artifacts(args.profile, scratch)
         overrides["policy"] = {"model": policy}
     if args.chunk_rows is not None:
@@ -157,20 +182,28 @@ def main() -> None:
     if args.rollout_threads is not None:
         overrides["rollout"] = {"num_threads": args.rollout_threads}
     cfg = load_profile(args.profile, overrides)
-    old_cfg = load_profile(args.profile, {**overrides,
-                                          "train": {**overrides["train"], "loss_chunk_rows": 0}})
-    print(f"profile {args.profile}, method {args.method}, policy {policy or '(smoke warm start)'}; "
-          f"torch {torch.__version__}, {os.cpu_count()} CPUs, rollout threads "
-          f"{cfg.rollout.num_threads or torch.get_num_threads()}, update threads "
-          f"{args.update_threads or torch.get_num_threads()}, new default's loss_chunk_rows "
-          f"{cfg.train.loss_chunk_rows}")
+    old_cfg = load_profile(
+        args.profile, {**overrides, "train": {**overrides["train"], "loss_chunk_rows": 0}}
+    )
+    print(
+        f"profile {args.profile}, method {args.method}, policy {policy or '(smoke warm start)'}; "
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, rollout threads "
+        f"{cfg.rollout.num_threads or torch.get_num_threads()}, update threads "
+        f"{args.update_threads or torch.get_num_threads()}, new default's loss_chunk_rows "
+        f"{cfg.train.loss_chunk_rows}"
+    )
     if args.threads_study:
         two = load_profile(args.profile, {**overrides, "rollout": {"num_threads": 2}})
-        variants = {"new": (cfg, NEW, 0), "update-1-thread": (cfg, NEW, 1),
-                    "rollout-2-threads": (two, NEW, 0)}
+        variants = {
+            "new": (cfg, NEW, 0),
+            "update-1-thread": (cfg, NEW, 1),
+            "rollout-2-threads": (two, NEW, 0),
+        }
     else:
-        variants = {"old": (old_cfg, OLD, args.update_threads),
-                    "new": (cfg, NEW, args.update_threads)}
+        variants = {
+            "old": (old_cfg, OLD, args.update_threads),
+            "new": (cfg, NEW, args.update_threads),
+        }
     run_once(cfg, args.method, NEW, "warmup", args.update_threads)  # caches, lazy imports
 
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
@@ -179,35 +212,46 @@ def main() -> None:
         order = list(variants) if i % 2 == 0 else list(reversed(variants))
         for variant in order:
             run_cfg, trainer_overrides, threads = variants[variant]
-            clock, row, p, resolved = run_once(run_cfg, args.method, trainer_overrides,
-                                               f"bench_{variant}", threads)
+            clock, row, p, resolved = run_once(
+                run_cfg, args.method, trainer_overrides, f"bench_{variant}", threads
+            )
             times[variant].append((clock.wall, clock.cpu))
             rows[variant], params[variant] = row, p
-            print(f"  run {i + 1} {variant} ({resolved[0]} positions, {resolved[1]} old "
-                  f"log-probs): {clock.wall:.2f} s wall, {clock.cpu:.2f} s CPU; loss "
-                  f"{row['loss']:.6f}, grad norm {row['grad_norm']:.6f}, entropy "
-                  f"{row['entropy']:.6f}; rollout {row['rollout/seconds']:.2f} s")
+            print(
+                f"  run {i + 1} {variant} ({resolved[0]} positions, {resolved[1]} old "
+                f"log-probs): {clock.wall:.2f} s wall, {clock.cpu:.2f} s CPU; loss "
+                f"{row['loss']:.6f}, grad norm {row['grad_norm']:.6f}, entropy "
+                f"{row['entropy']:.6f}; rollout {row['rollout/seconds']:.2f} s"
+            )
     base, other = list(variants)[:2]
     a, b = rows[base], rows[other]
     param_diff = max(float((params[base][n] - params[other][n]).abs().max()) for n in params[base])
-    print(f"equality ({base} vs {other}): |loss diff| {abs(a['loss'] - b['loss']):.2e}, "
-          f"|grad-norm diff| {abs(a['grad_norm'] - b['grad_norm']):.2e}, |entropy diff| "
-          f"{abs(a['entropy'] - b['entropy']):.2e}, max |parameter diff| {param_diff:.2e}")
+    print(
+        f"equality ({base} vs {other}): |loss diff| {abs(a['loss'] - b['loss']):.2e}, "
+        f"|grad-norm diff| {abs(a['grad_norm'] - b['grad_norm']):.2e}, |entropy diff| "
+        f"{abs(a['entropy'] - b['entropy']):.2e}, max |parameter diff| {param_diff:.2e}"
+    )
     for variant, values in times.items():
         walls = [w for w, _ in values]
         cpus = [c for _, c in values]
-        print(f"{variant}: wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
-              f"CPU best {min(cpus):.2f} s")
+        print(
+            f"{variant}: wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
+            f"CPU best {min(cpus):.2f} s"
+        )
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     shutil.rmtree(scratch, ignore_errors=True)
     best = {k: min(w for w, _ in v) for k, v in times.items()}
     if args.threads_study:
-        print("time relative to the profile's threads (wall, best; > 1 = slower): " + ", ".join(
-            f"{k} {best[k] / best['new']:.2f}" for k in variants if k != "new"))
+        print(
+            "time relative to the profile's threads (wall, best; > 1 = slower): "
+            + ", ".join(f"{k} {best[k] / best['new']:.2f}" for k in variants if k != "new")
+        )
         return
-    print(f"tiny step speed-up of the new default (old/new wall time, best of {args.repeats}): "
-          f"{best['old'] / best['new']:.2f}")
+    print(
+        f"tiny step speed-up of the new default (old/new wall time, best of {args.repeats}): "
+        f"{best['old'] / best['new']:.2f}"
+    )
 
 
 if __name__ == "__main__":

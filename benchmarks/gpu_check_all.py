@@ -63,12 +63,28 @@ def checks() -> dict[str, tuple[list[str], int]]:
         "env": ([py, "-c", ENV_PROBE], 60),
         "vllm": ([py, str(BENCH / "gpu_check_vllm.py")], 180),
         "hf-rollout": ([py, str(BENCH / "gpu_check_rollout.py"), "--repeats", "1"], 90),
-        "zero2": ([*accelerate, "--config_file", str(BENCH / "accelerate" / "zero2_1gpu.yaml"),
-                   *train], 120),
-        "zero3": ([*accelerate, "--config_file", str(BENCH / "accelerate" / "zero3_1gpu.yaml"),
-                   *train], 120),
-        "plan": ([py, "-m", "at2po_lib.cli", "plan", "--profile", "paper-qwen3-4b", "--gpus", "8",
-                  "--json"], 20),
+        "zero2": (
+            [*accelerate, "--config_file", str(BENCH / "accelerate" / "zero2_1gpu.yaml"), *train],
+            120,
+        ),
+        "zero3": (
+            [*accelerate, "--config_file", str(BENCH / "accelerate" / "zero3_1gpu.yaml"), *train],
+            120,
+        ),
+        "plan": (
+            [
+                py,
+                "-m",
+                "at2po_lib.cli",
+                "plan",
+                "--profile",
+                "paper-qwen3-4b",
+                "--gpus",
+                "8",
+                "--json",
+            ],
+            20,
+        ),
     }
 
 
@@ -92,30 +108,40 @@ def run_check(name: str, command: list[str], limit: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     try:
-        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=limit)
+        proc = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit
+        )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return {"name": name, "state": "TIMED OUT", "seconds": limit, "tail": out[-1500:]}
     seconds = time.perf_counter() - start
     summary = last_json(proc.stdout)
     state = "ok" if proc.returncode == 0 and summary is not None else f"FAILED ({proc.returncode})"
-    return {"name": name, "state": state, "seconds": round(seconds, 1), "summary": summary,
-            "tail": (proc.stdout + proc.stderr)[-1500:] if state != "ok" else ""}
+    return {
+        "name": name,
+        "state": state,
+        "seconds": round(seconds, 1),
+        "summary": summary,
+        "tail": (proc.stdout + proc.stderr)[-1500:] if state != "ok" else "",
+    }
 
 
 def summary_cell(result: dict) -> str:
     summary = result.get("summary") or {}
     if result["name"] == "plan" and summary:
-        return (f"{summary['total_bytes'] / 2**30:.1f} GiB/GPU of {summary['gpu_bytes'] / 2**30:.0f}, "
-                f"CPU faiss keeps up: {summary['retrieval']['CPU faiss keeps up']}")
+        return (
+            f"{summary['total_bytes'] / 2**30:.1f} GiB/GPU of {summary['gpu_bytes'] / 2**30:.0f}, "
+            f"CPU faiss keeps up: {summary['retrieval']['CPU faiss keeps up']}"
+        )
     keys = [k for k in summary if k not in ("check",)]
     return ", ".join(f"{k}={summary[k]}" for k in keys)
 
 
 def table(results: list[dict]) -> str:
     lines = ["| check | state | seconds | result |", "| --- | --- | ---: | --- |"]
-    lines += [f"| {r['name']} | {r['state']} | {r['seconds']} | {summary_cell(r)} |" for r in results]
+    lines += [
+        f"| {r['name']} | {r['state']} | {r['seconds']} | {summary_cell(r)} |" for r in results
+    ]
     return "\n".join(lines)
 
 

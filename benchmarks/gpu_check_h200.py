@@ -78,16 +78,47 @@ sys.path.insert(0, str(ROOT))
 
 QWEN3_VOCAB = 151_936
 SHAPES = {  # Qwen3's published config.json values (vocabulary padded as theirs)
-    "0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, intermediate_size=3072),
-    "1.7b": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, intermediate_size=6144),
-    "dry-run": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, intermediate_size=128),
+    "0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+    ),
+    "1.7b": dict(
+        hidden_size=2048,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=6144,
+    ),
+    "dry-run": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+    ),
 }
 DRY_RUN_VOCAB = 4_096
-REQUIRED = ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "trl",
-            "accelerate", "peft", "datasets", "bm25s", "numpy", "yaml", "at2po_lib")
+REQUIRED = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface_hub",
+    "trl",
+    "accelerate",
+    "peft",
+    "datasets",
+    "bm25s",
+    "numpy",
+    "yaml",
+    "at2po_lib",
+)
 """What the training path imports (an import failure fails ``env``)."""
 PLAN_TOLERANCE = 0.10
 ROLLOUT_ROWS = (16, 64, 256)
@@ -97,8 +128,15 @@ BANDWIDTH_BYTES_S = 4.8e12
 """The H200's HBM3e bandwidth (its data sheet's 4.8 TB/s): a decode step must read every
 weight and the rows' KV cache once, so ``rows / ((weights + KV) / bandwidth)`` tokens/s bound
 a decode step's speed."""
-SOURCES = ("at2po_lib/**/*.py", "at2po_lib/**/*.yaml", "benchmarks/*.py", "benchmarks/*.sh",
-           "benchmarks/*.txt", "configs/**/*.yaml", "pyproject.toml")
+SOURCES = (
+    "at2po_lib/**/*.py",
+    "at2po_lib/**/*.yaml",
+    "benchmarks/*.py",
+    "benchmarks/*.sh",
+    "benchmarks/*.txt",
+    "configs/**/*.yaml",
+    "pyproject.toml",
+)
 """The files whose bytes make :func:`source_digest`."""
 
 
@@ -124,8 +162,9 @@ def run_check(check: Check, body: Callable[[Check], str]) -> Check:
         check.state = f"FAILED: {type(exc).__name__}: {first[:200]}"
         traceback.print_exc()
     check.seconds = round(time.perf_counter() - start, 1)
-    print(f"[{check.name}] {check.state} ({check.seconds} s) {json.dumps(check.result)}",
-          flush=True)
+    print(
+        f"[{check.name}] {check.state} ({check.seconds} s) {json.dumps(check.result)}", flush=True
+    )
     return check
 
 
@@ -150,13 +189,17 @@ def provenance(argv: list[str], settings: dict, packages: dict) -> dict:
     if revision == "unknown":
         revision = os.environ.get("AT2PO_CHECK_REVISION", "unknown")
     wheels = os.environ.get("AT2PO_CHECK_CARRIED", "")
-    return {"git_revision": revision, "source_digest": source_digest(),
-            "command": os.environ.get("AT2PO_CHECK_COMMAND", ""),
-            "python_command": " ".join([sys.executable, *sys.argv[:1], *argv]),
-            "settings": settings, "packages": packages,
-            "carried_wheels": [w for w in wheels.split(",") if w],
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device_seconds": round(time.time() - started, 1)}
+    return {
+        "git_revision": revision,
+        "source_digest": source_digest(),
+        "command": os.environ.get("AT2PO_CHECK_COMMAND", ""),
+        "python_command": " ".join([sys.executable, *sys.argv[:1], *argv]),
+        "settings": settings,
+        "packages": packages,
+        "carried_wheels": [w for w in wheels.split(",") if w],
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device_seconds": round(time.time() - started, 1),
+    }
 
 
 _PROCESS_START = time.time()
@@ -166,8 +209,13 @@ _PROCESS_START = time.time()
 def nvidia_smi_used_mib() -> float | None:
     """GPU 0's used memory by ``nvidia-smi`` (no CUDA context of ours), None without it."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                              "-i", "0"], capture_output=True, text=True, timeout=30, check=True)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         return float(out.stdout.strip().splitlines()[0])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
@@ -181,9 +229,13 @@ def cuda_context_gib(before: float | None) -> dict[str, Any]:
 
     free, total = torch.cuda.mem_get_info()
     used = (total - free) / 2**30
-    out = {"device_used_after_init_gib": round(used, 3),
-           "nvidia_smi_used_before_gib": None if before is None else round(before / 1024, 3)}
-    out["context_gib"] = round(used - (before or 0) / 1024 - torch.cuda.memory_reserved() / 2**30, 3)
+    out = {
+        "device_used_after_init_gib": round(used, 3),
+        "nvidia_smi_used_before_gib": None if before is None else round(before / 1024, 3),
+    }
+    out["context_gib"] = round(
+        used - (before or 0) / 1024 - torch.cuda.memory_reserved() / 2**30, 3
+    )
     return out
 
 
@@ -250,28 +302,38 @@ def build_qwen3(profile_cfg, shape: dict, vocab: int, dtype: str, out: Path):
     train_tokenizer(texts, vocab_size=profile_cfg.policy.vocab_size).save_pretrained(out)
     tokenizer = padded_tokenizer(out, vocab)
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True,
-                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **shape)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **shape,
+    )
     model = Qwen3ForCausalLM(config).to(torch_dtype(dtype))
     model.generation_config = neutral_generation_config(tokenizer)
     return model, save_policy(model, tokenizer, out)
 
 
-def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str,
-                out: Path) -> str:
+def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str, out: Path) -> str:
     """A random Qwen3 of ``shape`` saved with save_pretrained; its size against the plan's."""
     from at2po_lib.trainer.cost_estimate import architecture_of
 
     model, folder = build_qwen3(profile_cfg, shape, vocab, dtype, out / "policy")
     params = sum(p.numel() for p in model.parameters())
-    cfg = dataclasses.replace(profile_cfg, policy=dataclasses.replace(
-        profile_cfg.policy, model=str(folder)))
+    cfg = dataclasses.replace(
+        profile_cfg, policy=dataclasses.replace(profile_cfg.policy, model=str(folder))
+    )
     planned = architecture_of(cfg).parameters()
-    check.result.update(parameters=params, planned_parameters=planned,
-                        vocab=model.config.vocab_size, head_dim=model.config.head_dim,
-                        dtype=dtype, disk_mib=round(sum(f.stat().st_size for f in folder.iterdir())
-                                                    / 2**20, 1))
+    check.result.update(
+        parameters=params,
+        planned_parameters=planned,
+        vocab=model.config.vocab_size,
+        head_dim=model.config.head_dim,
+        dtype=dtype,
+        disk_mib=round(sum(f.stat().st_size for f in folder.iterdir()) / 2**20, 1),
+    )
     check.result["path"] = str(folder)
     if params != planned:
         return f"FAILED: {params:,} parameters, the plan counts {planned:,}"
@@ -295,9 +357,11 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     logp = (-torch.rand(rows, tokens, generator=g) * 3).to(device)
     old = logp + 3e-3 * torch.randn(rows, tokens, generator=g).to(device)
     adv = torch.randn(rows, generator=g).to(device)
-    runs = {"turn": lambda x: policy_loss(x, old, adv, mask, level="turn"),
-            "authors loop turn": lambda x: authors_turn_loss(x, old, adv, mask)[0],
-            "token": lambda x: policy_loss(x, old, adv, mask, level="token")}
+    runs = {
+        "turn": lambda x: policy_loss(x, old, adv, mask, level="turn"),
+        "authors loop turn": lambda x: authors_turn_loss(x, old, adv, mask)[0],
+        "token": lambda x: policy_loss(x, old, adv, mask, level="token"),
+    }
 
     def sync() -> None:
         if device == "cuda":
@@ -324,13 +388,20 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     grad_diff = float((results["turn"][2] - results["authors loop turn"][2]).abs().max())
     best = {name: min(once(fn)[0] for _ in range(repeats)) for name, fn in runs.items()}
     best["diagnostics"] = min(diagnostics_once() for _ in range(repeats))
-    check.result.update(device=device, batch_rows=rows, tokens=tokens,
-                        model_tokens=int(mask.sum()), loss_diff=f"{loss_diff:.1e}",
-                        grad_diff=f"{grad_diff:.1e}",
-                        **{f"{k.replace(' ', '_')}_ms": round(v * 1e3, 2) for k, v in best.items()})
+    check.result.update(
+        device=device,
+        batch_rows=rows,
+        tokens=tokens,
+        model_tokens=int(mask.sum()),
+        loss_diff=f"{loss_diff:.1e}",
+        grad_diff=f"{grad_diff:.1e}",
+        **{f"{k.replace(' ', '_')}_ms": round(v * 1e3, 2) for k, v in best.items()},
+    )
     if loss_diff > 1e-5 or grad_diff > 1e-6:
-        return (f"FAILED: the loss and the authors' loop differ (loss {loss_diff:.1e}, grad "
-                f"{grad_diff:.1e})")
+        return (
+            f"FAILED: the loss and the authors' loop differ (loss {loss_diff:.1e}, grad "
+            f"{grad_diff:.1e})"
+        )
     return "ok"
 
 
@@ -340,8 +411,9 @@ def parity_reward(response: str, golden) -> float:
     return float(len(response) % 2)
 
 
-def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool,
-                    prompt_tokens: int | None = None) -> dict:
+def check_overrides(
+    policy: str, dtype: str, steps: int, dry_run: bool, prompt_tokens: int | None = None
+) -> dict:
     """The profile overrides of the training check (smoke's world, the check's model).
     ``prompt_tokens``: ``rollout.max_prompt_tokens`` (the longest training prompt: the plan
     then counts the run's lengths). The dry run decodes in one call per round, so that the
@@ -354,11 +426,19 @@ def check_overrides(policy: str, dtype: str, steps: int, dry_run: bool,
     return {
         "policy": {"model": policy, "dtype": dtype},
         "rollout": rollout,
-        "train": {"max_steps": steps, "prompts_per_step": 2 if dry_run else 8,
-                  "mini_batch_prompts": 1 if dry_run else 4, "micro_batch_rows": 2,
-                  "bf16": not dry_run, "activation_checkpointing": not dry_run,
-                  "eval_every": 0, "final_eval": False, "save_every": 0, "report_to": [],
-                  "progress_bar": False},
+        "train": {
+            "max_steps": steps,
+            "prompts_per_step": 2 if dry_run else 8,
+            "mini_batch_prompts": 1 if dry_run else 4,
+            "micro_batch_rows": 2,
+            "bf16": not dry_run,
+            "activation_checkpointing": not dry_run,
+            "eval_every": 0,
+            "final_eval": False,
+            "save_every": 0,
+            "report_to": [],
+            "progress_bar": False,
+        },
     }
 
 
@@ -372,8 +452,10 @@ def longest_prompt(profile: str, overrides: dict) -> int:
     cfg = load_profile(profile, overrides)
     tokenizer = load_tokenizer(cfg.policy.model)
     template = get_template(cfg.policy.template)
-    return max(len(prompt_ids(tokenizer, build_messages(template, row["question"])))
-               for row in training_prompts(cfg))
+    return max(
+        len(prompt_ids(tokenizer, build_messages(template, row["question"])))
+        for row in training_prompts(cfg)
+    )
 
 
 @dataclasses.dataclass
@@ -463,8 +545,14 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            result = train(profile, "at2po", 0, force=True, profile_overrides=overrides,
-                           reward_fn=parity_reward)
+            result = train(
+                profile,
+                "at2po",
+                0,
+                force=True,
+                profile_overrides=overrides,
+                reward_fn=parity_reward,
+            )
     finally:
         undo()
     captures = [str(w.message) for w in caught if "could not be captured" in str(w.message)]
@@ -473,10 +561,13 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     rows = run_folder.read_jsonl(result.run.metrics)
     if len(rows) != steps:
         return f"FAILED: {len(rows)} of {steps} steps recorded"
-    walls = [rows[0]["wall_time"]] + [b["wall_time"] - a["wall_time"] for a, b in zip(rows, rows[1:])]
+    walls = [rows[0]["wall_time"]] + [
+        b["wall_time"] - a["wall_time"] for a, b in zip(rows, rows[1:])
+    ]
     rollout_s = sum(r.get("rollout/seconds", 0.0) for r in rows)
     check.result.update(
-        steps=len(rows), first_step_s=round(walls[0], 1),
+        steps=len(rows),
+        first_step_s=round(walls[0], 1),
         step_s_after_first=round(sum(walls[1:]) / max(len(walls) - 1, 1), 1) if steps > 1 else None,
         step_s=[round(w, 1) for w in walls],
         rollout_s_each=[round(r.get("rollout/seconds", 0.0), 1) for r in rows],
@@ -484,11 +575,13 @@ def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
         generated_tokens=meter.tokens,
         generated_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter.seconds else None,
         max_prompt_tokens=overrides["rollout"].get("max_prompt_tokens"),
-        losses_finite=all(r.get("loss") is not None and r["loss"] == r["loss"] for r in rows))
+        losses_finite=all(r.get("loss") is not None and r["loss"] == r["loss"] for r in rows),
+    )
     if torch.cuda.is_available():
         meter.close_phase(generating=False)
         check.result["peak_allocated_gib"] = round(
-            max(meter.generation_peak, meter.other_peak) / 2**30, 2)
+            max(meter.generation_peak, meter.other_peak) / 2**30, 2
+        )
         check.result["generation_peak_gib"] = round(meter.generation_peak / 2**30, 2)
         check.result["update_peak_gib"] = round(meter.other_peak / 2**30, 2)
         check.result["peak_reserved_gib"] = round(meter.reserved_peak / 2**30, 2)
@@ -510,13 +603,27 @@ def decode_bound(model, rows: int, context: int) -> float:
     return rows * BANDWIDTH_BYTES_S / (2.0 * params + rows * context * kv)
 
 
-def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tokens: int,
-                  prompt_tokens: int, dry_run: bool) -> str:
+def rollout_check(
+    check: Check,
+    folder: str,
+    rows_list: tuple[int, ...],
+    new_tokens: int,
+    prompt_tokens: int,
+    dry_run: bool,
+) -> str:
     """Tokens/s, kernels a step and GPU-busy share before / after / HF generate (module
     docstring), each row count in turn."""
     import torch
-    from bench_decode import (Variant, autocast_forward, hf_generate, per_step, prompts,
-                              rollout_round, rollout_turns, tokens_per_second)
+    from bench_decode import (
+        Variant,
+        autocast_forward,
+        hf_generate,
+        per_step,
+        prompts,
+        rollout_round,
+        rollout_turns,
+        tokens_per_second,
+    )
 
     from at2po_lib.policy.model import load_policy
     from at2po_lib.rollout.backends import HFBackend, decode_weights
@@ -529,8 +636,9 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
     spec = SamplingSpec(temperature=1.0)
     before_backend = HFBackend(model, tokenizer, spec, stops, grouping="turn", dtype="model")
     after_backend = HFBackend(model, tokenizer, spec, stops, grouping="round", dtype="auto")
-    eager_backend = HFBackend(model, tokenizer, spec, stops, grouping="round", dtype="auto",
-                              capture="off")
+    eager_backend = HFBackend(
+        model, tokenizer, spec, stops, grouping="round", dtype="auto", capture="off"
+    )
     half = torch.bfloat16 if device == "cuda" else torch.float32
     before_run, after_run = rollout_turns(before_backend), rollout_round(after_backend)
     hf_run = hf_generate(model, tokenizer)
@@ -544,12 +652,21 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
             return hf_run(contexts, new)
 
     # the captured path last: a recording that fails cannot spoil the others' numbers
-    paths = [Variant("before", before), Variant("after_eager", rollout_round(eager_backend)),
-             Variant("hf_generate", hf), Variant("after", after_run)]
-    check.result.update(device=device, new_tokens=new_tokens, prompt_tokens=prompt_tokens,
-                        after_dtype=str(after_backend.dtype), before_dtype=str(before_backend.dtype),
-                        after_captured=after_backend.capture,
-                        bandwidth_tb_s=BANDWIDTH_BYTES_S / 1e12)
+    paths = [
+        Variant("before", before),
+        Variant("after_eager", rollout_round(eager_backend)),
+        Variant("hf_generate", hf),
+        Variant("after", after_run),
+    ]
+    check.result.update(
+        device=device,
+        new_tokens=new_tokens,
+        prompt_tokens=prompt_tokens,
+        after_dtype=str(after_backend.dtype),
+        before_dtype=str(before_backend.dtype),
+        after_captured=after_backend.capture,
+        bandwidth_tb_s=BANDWIDTH_BYTES_S / 1e12,
+    )
     failed: dict[str, str] = {}
     for rows in rows_list:
         contexts = prompts(rows, prompt_tokens, model.config.vocab_size)
@@ -563,8 +680,10 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
                 failed[path.name] = f"{rows} rows: {type(exc).__name__}: {str(exc)[:160]}"
                 traceback.print_exc()
                 continue
-            cell[path.name] = {"tokens_per_s": round(speed, 1),
-                               **{k.replace(" ", "_"): round(v, 4) for k, v in steps.items()}}
+            cell[path.name] = {
+                "tokens_per_s": round(speed, 1),
+                **{k.replace(" ", "_"): round(v, 4) for k, v in steps.items()},
+            }
         bound = decode_bound(model, rows, prompt_tokens + new_tokens // 2)
         cell["bound_tokens_per_s"] = round(bound, 1)
         speeds = {k: v["tokens_per_s"] for k, v in cell.items() if isinstance(v, dict)}
@@ -594,8 +713,9 @@ def rollout_check(check: Check, folder: str, rows_list: tuple[int, ...], new_tok
 
 
 # -------------------------------------------------------------------------- plan
-def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
-               gpu_gib: float | None) -> str:
+def plan_check(
+    check: Check, profile: str, overrides: dict, measured: dict, gpu_gib: float | None
+) -> str:
     """The plan's two phases of the same setting against the measured peaks of the same
     phases: torch's peak allocated memory inside the rollouts (``generation_peak_gib``) and in
     the updates (``update_peak_gib``), each plus the memory outside torch's allocator measured
@@ -604,15 +724,21 @@ def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
     from at2po_lib.trainer.cost_estimate import GIB, Hardware, plan
 
     cfg = load_profile(profile, overrides)
-    result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=gpu_gib or 80.0, zero_stage="none",
-                                retriever_on_gpu=False))
+    result = plan(
+        cfg,
+        Hardware(gpus=1, gpu_memory_gib=gpu_gib or 80.0, zero_stage="none", retriever_on_gpu=False),
+    )
     allowance = result["memory"].get("CUDA context (+ NCCL)", 0.0) / GIB
     totals = {k: v / GIB for k, v in result["phase_totals"].items()}
-    check.result.update(predicted_gib=round(result["total_bytes"] / GIB, 2),
-                        peak_phase=result["peak_phase"],
-                        phases_gib={k: round(v, 2) for k, v in totals.items()},
-                        rows={phase: {k: round(v / GIB, 3) for k, v in rows.items()}
-                              for phase, rows in result["phases"].items()})
+    check.result.update(
+        predicted_gib=round(result["total_bytes"] / GIB, 2),
+        peak_phase=result["peak_phase"],
+        phases_gib={k: round(v, 2) for k, v in totals.items()},
+        rows={
+            phase: {k: round(v / GIB, 3) for k, v in rows.items()}
+            for phase, rows in result["phases"].items()
+        },
+    )
     if "generation_peak_gib" not in measured:
         return "SKIPPED: no GPU memory measured (CPU)"
     outside = measured.get("outside_allocator_gib") or allowance
@@ -627,8 +753,11 @@ def plan_check(check: Check, profile: str, overrides: dict, measured: dict,
     check.result["outside_allocator_gib"] = outside
     off = {k: v for k, v in errors.items() if abs(v) > PLAN_TOLERANCE}
     if off:
-        return "FAILED: the plan is off by " + ", ".join(
-            f"{v:+.0%} in the {k} phase" for k, v in off.items()) + f" (more than {PLAN_TOLERANCE:.0%})"
+        return (
+            "FAILED: the plan is off by "
+            + ", ".join(f"{v:+.0%} in the {k} phase" for k, v in off.items())
+            + f" (more than {PLAN_TOLERANCE:.0%})"
+        )
     return "ok"
 
 
@@ -648,25 +777,36 @@ def vllm_check(check: Check, profile: str, overrides: dict, contexts: int = 32) 
 
     cfg = load_profile(profile, overrides)
     tokenizer = load_tokenizer(cfg.policy.model)
-    engine = build_engine(cfg.policy.model, cfg, gpu_memory_utilization=0.3, max_model_len=2048,
-                          disable_log_stats=False)
+    engine = build_engine(
+        cfg.policy.model,
+        cfg,
+        gpu_memory_utilization=0.3,
+        max_model_len=2048,
+        disable_log_stats=False,
+    )
     template = get_template(cfg.policy.template)
     backend = VLLMBackend(engine, tokenizer, SamplingSpec(0.0), turn_stops(template))
-    requests = [TurnRequest(prompt_ids(tokenizer, build_messages(template, f"question {i}?")), 128)
-                for i in range(contexts)]
+    requests = [
+        TurnRequest(prompt_ids(tokenizer, build_messages(template, f"question {i}?")), 128)
+        for i in range(contexts)
+    ]
     start = time.perf_counter()
     results = backend.generate_turns(requests)
     seconds = time.perf_counter() - start
     tokens = sum(len(r.token_ids) for r in results)
-    check.result.update(contexts=contexts, generated_tokens=tokens,
-                        tokens_per_s=round(tokens / seconds, 1))
+    check.result.update(
+        contexts=contexts, generated_tokens=tokens, tokens_per_s=round(tokens / seconds, 1)
+    )
     return "ok" if tokens else "FAILED: no tokens generated"
 
 
 # ------------------------------------------------------------------------- table
 def cell(check: Check) -> str:
-    keep = {k: v for k, v in check.result.items()
-            if k not in ("path", "rows") and not isinstance(v, dict)}
+    keep = {
+        k: v
+        for k, v in check.result.items()
+        if k not in ("path", "rows") and not isinstance(v, dict)
+    }
     return ", ".join(f"{k}={v}" for k, v in keep.items())
 
 
@@ -675,8 +815,12 @@ def rollout_table(check: Check) -> list[str]:
     cells = {k: v for k, v in check.result.items() if k.startswith("rows_")}
     if not cells:
         return []
-    lines = ["", "| rows | path | tokens/s | kernels a step | compute ops a step | GPU busy | "
-             "share of the bandwidth bound |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "",
+        "| rows | path | tokens/s | kernels a step | compute ops a step | GPU busy | "
+        "share of the bandwidth bound |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for key, cell_ in cells.items():
         rows = key.removeprefix("rows_")
         for path in ("before", "after", "after_eager", "hf_generate"):
@@ -685,9 +829,11 @@ def rollout_table(check: Check) -> list[str]:
                 continue
             v = cell_[path]
             share = cell_[f"{path}_share_of_bound"]
-            lines.append(f"| {rows} | {path} | {v['tokens_per_s']:,.1f} | {v['kernels']:,.0f} | "
-                         f"{v['compute_ops']:,.0f} | {v.get('gpu_busy_share', float('nan')):.2f} | "
-                         f"{share:.3f} |")
+            lines.append(
+                f"| {rows} | {path} | {v['tokens_per_s']:,.1f} | {v['kernels']:,.0f} | "
+                f"{v['compute_ops']:,.0f} | {v.get('gpu_busy_share', float('nan')):.2f} | "
+                f"{share:.3f} |"
+            )
     return lines
 
 
@@ -703,13 +849,17 @@ def markdown(checks: list[Check], header: str) -> str:
 SUB_CHECKS = ("env", "model", "loss", "rollout", "train", "plan", "vllm")
 
 
-def write_results(checks: list[Check], header: str, out: Path | None,
-                  made: dict | None = None) -> dict:
+def write_results(
+    checks: list[Check], header: str, out: Path | None, made: dict | None = None
+) -> dict:
     """The table and the summary so far, with how they were made (``made``: :func:`provenance`),
     written to ``out`` (after every sub-check)."""
-    summary = {"check": "gpu_check_h200", "failed": [c.name for c in checks if c.failed],
-               **({"provenance": made} if made else {}),
-               **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks}}
+    summary = {
+        "check": "gpu_check_h200",
+        "failed": [c.name for c in checks if c.failed],
+        **({"provenance": made} if made else {}),
+        **{c.name: {"state": c.state, "seconds": c.seconds, **c.result} for c in checks},
+    }
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.txt").write_text(markdown(checks, header) + "\n")
@@ -720,40 +870,69 @@ def write_results(checks: list[Check], header: str, out: Path | None,
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true",
-                        help="CPU, tiny shapes, one step: what the test suite runs")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="CPU, tiny shapes, one step: what the test suite runs",
+    )
     parser.add_argument("--size", choices=("0.6b", "1.7b"), default="0.6b")
-    parser.add_argument("--steps", type=_steps, default=None,
-                        help="training steps, 1 to 1000 (default 3; 1 dry)")
-    parser.add_argument("--out", type=Path, default=None, help="folder for table.txt and checks.json")
+    parser.add_argument(
+        "--steps", type=_steps, default=None, help="training steps, 1 to 1000 (default 3; 1 dry)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for table.txt and checks.json"
+    )
     parser.add_argument("--profile", default="smoke", help="world, retriever and tree shape")
-    parser.add_argument("--only", default=",".join(SUB_CHECKS),
-                        help="comma-separated sub-checks to run (env and model always run)")
-    parser.add_argument("--rows", default=None,
-                        help=f"rollout: comma-separated row counts (default "
-                             f"{','.join(map(str, ROLLOUT_ROWS))}; 2,4 dry)")
-    parser.add_argument("--new-tokens", type=int, default=None,
-                        help=f"rollout: tokens a row generates (default {ROLLOUT_NEW_TOKENS}; 6 dry)")
-    parser.add_argument("--also-require", action="append", default=[], metavar="MODULE",
-                        help="one more module env must import (the tests check that a failed "
-                             "import fails the check)")
-    parser.add_argument("--source-digest", action="store_true",
-                        help="print the digest of the sources a record names, and stop")
+    parser.add_argument(
+        "--only",
+        default=",".join(SUB_CHECKS),
+        help="comma-separated sub-checks to run (env and model always run)",
+    )
+    parser.add_argument(
+        "--rows",
+        default=None,
+        help=f"rollout: comma-separated row counts (default "
+        f"{','.join(map(str, ROLLOUT_ROWS))}; 2,4 dry)",
+    )
+    parser.add_argument(
+        "--new-tokens",
+        type=int,
+        default=None,
+        help=f"rollout: tokens a row generates (default {ROLLOUT_NEW_TOKENS}; 6 dry)",
+    )
+    parser.add_argument(
+        "--also-require",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="one more module env must import (the tests check that a failed "
+        "import fails the check)",
+    )
+    parser.add_argument(
+        "--source-digest",
+        action="store_true",
+        help="print the digest of the sources a record names, and stop",
+    )
     args = parser.parse_args(argv)
     if args.source_digest:
         print(source_digest())
         return 0
     wanted = {"env", "model", *args.only.split(",")}
     if wanted - set(SUB_CHECKS):
-        parser.error(f"--only: unknown sub-checks {sorted(wanted - set(SUB_CHECKS))}; "
-                     f"choose from {', '.join(SUB_CHECKS)}")
+        parser.error(
+            f"--only: unknown sub-checks {sorted(wanted - set(SUB_CHECKS))}; "
+            f"choose from {', '.join(SUB_CHECKS)}"
+        )
     steps = args.steps if args.steps is not None else (1 if args.dry_run else 3)
     if args.out is not None:  # before any check: results that cannot be written are lost
         problem = _unwritable(args.out)
         if problem:
             parser.error(f"--out {str(args.out)!r}: {problem}")
-    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else \
-        ((2, 4) if args.dry_run else ROLLOUT_ROWS)
+    rows = (
+        tuple(int(r) for r in args.rows.split(","))
+        if args.rows
+        else ((2, 4) if args.dry_run else ROLLOUT_ROWS)
+    )
     new_tokens = args.new_tokens or (6 if args.dry_run else ROLLOUT_NEW_TOKENS)
     prompt_tokens = 16 if args.dry_run else ROLLOUT_PROMPT_TOKENS
     if args.dry_run:
@@ -794,12 +973,21 @@ class RolloutGeometry:
     prompt_tokens: int
 
 
-def _run(args: argparse.Namespace, argv: list[str], wanted: set[str], steps: int,
-         rollout: RolloutGeometry, work: Path) -> int:
+def _run(
+    args: argparse.Namespace,
+    argv: list[str],
+    wanted: set[str],
+    steps: int,
+    rollout: RolloutGeometry,
+    work: Path,
+) -> int:
     """The sub-checks of :func:`main` with their scratch folder ``work``."""
     rows, new_tokens, prompt_tokens = rollout.rows, rollout.new_tokens, rollout.prompt_tokens
-    for var, sub in (("AT2PO_RESULTS", "results"), ("AT2PO_ARTIFACTS", "artifacts"),
-                     ("AT2PO_FIGURES", "figures")):
+    for var, sub in (
+        ("AT2PO_RESULTS", "results"),
+        ("AT2PO_ARTIFACTS", "artifacts"),
+        ("AT2PO_FIGURES", "figures"),
+    ):
         os.environ[var] = str(work / sub)  # nothing lands in the repository copy
     checks = [Check(n) for n in SUB_CHECKS if n in wanted]
     by_name = {c.name: c for c in checks}
@@ -809,10 +997,12 @@ def _run(args: argparse.Namespace, argv: list[str], wanted: set[str], steps: int
 
     def header() -> str:
         env = by_name["env"].result
-        return (f"GPU check (benchmarks/gpu_check_h200.py{' --dry-run' if args.dry_run else ''}, "
-                f"Qwen3-{args.size} shape{' (tiny: dry run)' if args.dry_run else ''}, "
-                f"{env.get('gpu', 'CPU')}, Python {env.get('python')}, "
-                f"torch {env.get('torch')}):")
+        return (
+            f"GPU check (benchmarks/gpu_check_h200.py{' --dry-run' if args.dry_run else ''}, "
+            f"Qwen3-{args.size} shape{' (tiny: dry run)' if args.dry_run else ''}, "
+            f"{env.get('gpu', 'CPU')}, Python {env.get('python')}, "
+            f"torch {env.get('torch')}):"
+        )
 
     def build(check: Check) -> str:
         from at2po_lib.config.profile import load_profile
@@ -829,24 +1019,39 @@ def _run(args: argparse.Namespace, argv: list[str], wanted: set[str], steps: int
         return check_overrides(policy, dtype, steps, args.dry_run, lengths["prompt"])
 
     def made() -> dict:
-        settings = {**vars(args), "out": str(args.out), "steps": steps, "rollout_rows": rows,
-                    "rollout_new_tokens": new_tokens, "rollout_prompt_tokens": prompt_tokens,
-                    "profile_overrides": overrides() if not by_name["model"].failed and
-                    "path" in by_name["model"].result else None}
-        packages = {k: v for k, v in by_name["env"].result.items()
-                    if k in REQUIRED or k in ("python", "cuda")}
+        settings = {
+            **vars(args),
+            "out": str(args.out),
+            "steps": steps,
+            "rollout_rows": rows,
+            "rollout_new_tokens": new_tokens,
+            "rollout_prompt_tokens": prompt_tokens,
+            "profile_overrides": overrides()
+            if not by_name["model"].failed and "path" in by_name["model"].result
+            else None,
+        }
+        packages = {
+            k: v
+            for k, v in by_name["env"].result.items()
+            if k in REQUIRED or k in ("python", "cuda")
+        }
         return provenance(argv, settings, packages)
 
     bodies: dict[str, Callable[[Check], str]] = {
         "env": lambda c: env_check(c, args.dry_run, REQUIRED + tuple(args.also_require)),
         "model": build,
         "loss": lambda c: loss_check(c, args.dry_run),
-        "rollout": lambda c: rollout_check(c, by_name["model"].result["path"], rows, new_tokens,
-                                           prompt_tokens, args.dry_run),
+        "rollout": lambda c: rollout_check(
+            c, by_name["model"].result["path"], rows, new_tokens, prompt_tokens, args.dry_run
+        ),
         "train": lambda c: train_check(c, args.profile, overrides(), steps),
-        "plan": lambda c: plan_check(c, args.profile, overrides(),
-                                     by_name.get("train", Check("train")).result,
-                                     by_name["env"].result.get("gpu_gib")),
+        "plan": lambda c: plan_check(
+            c,
+            args.profile,
+            overrides(),
+            by_name.get("train", Check("train")).result,
+            by_name["env"].result.get("gpu_gib"),
+        ),
         "vllm": lambda c: vllm_check(c, args.profile, overrides()),
     }
     needs_model = {"rollout", "train", "plan", "vllm"}

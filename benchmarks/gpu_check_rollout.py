@@ -53,8 +53,15 @@ class WordOverlapRetriever:
             q = set(re.findall(r"\w+", query.lower()))
             scores = [sum(w[t] > 0 for t in q) for w in self.words]
             best = sorted(range(len(scores)), key=lambda i: -scores[i])[:topk]
-            out.append([{"document": {"id": self.docs[i][0], "contents": self.docs[i][1]},
-                         "score": float(scores[i])} for i in best])
+            out.append(
+                [
+                    {
+                        "document": {"id": self.docs[i][0], "contents": self.docs[i][1]},
+                        "score": float(scores[i]),
+                    }
+                    for i in best
+                ]
+            )
         return out
 
 
@@ -84,15 +91,32 @@ def build_model(tokenizer, small: bool, device: str, dtype: torch.dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if small:
-        shape = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                     intermediate_size=128)
+        shape = dict(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=128,
+        )
     else:  # Qwen3-0.6B's shape with 24 instead of 28 layers: ~0.53B parameters
-        shape = dict(vocab_size=QWEN3_VOCAB, hidden_size=1024, num_hidden_layers=24,
-                     num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                     intermediate_size=3072)
-    config = Qwen3Config(**shape, max_position_embeddings=4096, tie_word_embeddings=True,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        shape = dict(
+            vocab_size=QWEN3_VOCAB,
+            hidden_size=1024,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            intermediate_size=3072,
+        )
+    config = Qwen3Config(
+        **shape,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(device):
@@ -102,7 +126,7 @@ def build_model(tokenizer, small: bool, device: str, dtype: torch.dtype):
         biased.weight = head.weight
         with torch.no_grad():
             biased.bias.zero_()
-            biased.bias[len(tokenizer):] = -30.0  # ids the tokenizer cannot decode
+            biased.bias[len(tokenizer) :] = -30.0  # ids the tokenizer cannot decode
             for text, value in TAG_BIAS.items():
                 biased.bias[tokenizer.convert_tokens_to_ids(text)] = value
         model.lm_head = biased
@@ -117,8 +141,9 @@ def recompute_gap(model, rows, temperature: float, device: str, limit: int = 4) 
         with torch.no_grad():
             lp = torch.log_softmax(model(ids).logits[0].float() / temperature, dim=-1)
         p = len(row["prompt_ids"])
-        for t, (tok, m, old) in enumerate(zip(row["completion_ids"], row["sampled_mask"],
-                                              row["old_logps"])):
+        for t, (tok, m, old) in enumerate(
+            zip(row["completion_ids"], row["sampled_mask"], row["old_logps"])
+        ):
             if m:
                 gap = max(gap, abs(lp[p + t - 1, tok].item() - old))
     return gap
@@ -146,42 +171,69 @@ def main(argv: list[str] | None = None) -> None:
     leaves = rollout.leaves_per_prompt("entropy")
     print(f"device: {device_name} ({args.device}), dtype {dtype}, torch {torch.__version__}")
     print(f"model: random Qwen3, {n_params / 1e6:.1f}M parameters, vocab {model.config.vocab_size}")
-    print(f"workload: profile {args.profile}, {args.prompts} prompts x {leaves} leaves "
-          f"(M={rollout.tree_m}, L={rollout.tree_l}, K={rollout.tree_k}), entropy expansion, "
-          f"temperature {rollout.temperature}, retriever {kind}")
+    print(
+        f"workload: profile {args.profile}, {args.prompts} prompts x {leaves} leaves "
+        f"(M={rollout.tree_m}, L={rollout.tree_l}, K={rollout.tree_k}), entropy expansion, "
+        f"temperature {rollout.temperature}, retriever {kind}"
+    )
 
     questions = [r["question"] for r in rows[: args.prompts]]
     golden = [list(r["golden_answers"]) for r in rows[: args.prompts]]
-    backend = HFBackend(model, tokenizer, SamplingSpec(rollout.temperature), STOP_SEQUENCES,
-                        seed=0, max_batch_size=rollout.max_batch_rows)
-    rollout_trees(model, tokenizer, template, retriever, questions[:2], golden[:2], rollout,
-                  backend=backend)  # warm-up
+    backend = HFBackend(
+        model,
+        tokenizer,
+        SamplingSpec(rollout.temperature),
+        STOP_SEQUENCES,
+        seed=0,
+        max_batch_size=rollout.max_batch_rows,
+    )
+    rollout_trees(
+        model, tokenizer, template, retriever, questions[:2], golden[:2], rollout, backend=backend
+    )  # warm-up
     for repeat in range(args.repeats):
         backend.stats.reset()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        trees = rollout_trees(model, tokenizer, template, retriever, questions, golden, rollout,
-                              backend=backend, seed=repeat)
+        trees = rollout_trees(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            questions,
+            golden,
+            rollout,
+            backend=backend,
+            seed=repeat,
+        )
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         s, st = tree_summary(trees), backend.stats
         n_leaves = int(s["leaves_per_tree"] * s["trees"])
-        peak = (f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
-                if args.device.startswith("cuda") else "")
-        print(f"run {repeat}: {seconds:.2f} s, {n_leaves} leaves ({n_leaves / seconds:.1f} traj/s), "
-              f"{st.generated_tokens} generated tokens ({st.generated_tokens / seconds:.0f} tok/s), "
-              f"{st.prefill_tokens} prefill tokens ({st.prefill_tokens / seconds:.0f} tok/s), "
-              f"{s['nodes_per_tree']:.1f} nodes/tree, {st.forward_calls} forward calls{peak}")
+        peak = (
+            f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+            if args.device.startswith("cuda")
+            else ""
+        )
+        print(
+            f"run {repeat}: {seconds:.2f} s, {n_leaves} leaves ({n_leaves / seconds:.1f} traj/s), "
+            f"{st.generated_tokens} generated tokens ({st.generated_tokens / seconds:.0f} tok/s), "
+            f"{st.prefill_tokens} prefill tokens ({st.prefill_tokens / seconds:.0f} tok/s), "
+            f"{s['nodes_per_tree']:.1f} nodes/tree, {st.forward_calls} forward calls{peak}"
+        )
     gap = recompute_gap(model, training_rows(trees), rollout.temperature, args.device)
     print(f"max |recorded - recomputed| log-prob over 4 rows: {gap:.2e}")
     print(f"load average {os.getloadavg()[0]:.1f}")
-    summary = {"check": "hf-rollout", "device": device_name, "params_m": round(n_params / 1e6, 1),
-               "traj_per_s": round(n_leaves / seconds, 2),
-               "rollout_tokens_per_s": round(st.generated_tokens / seconds, 1),
-               "logp_gap_max": gap}
+    summary = {
+        "check": "hf-rollout",
+        "device": device_name,
+        "params_m": round(n_params / 1e6, 1),
+        "traj_per_s": round(n_leaves / seconds, 2),
+        "rollout_tokens_per_s": round(st.generated_tokens / seconds, 1),
+        "logp_gap_max": gap,
+    }
     if args.device.startswith("cuda"):
         summary["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     print(json.dumps(summary))  # last line: read by benchmarks/gpu_check_all.py

@@ -36,8 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check_h200 import QWEN3_VOCAB, SHAPES, build_qwen3  # noqa: E402
 
 QWEN3_06B_SHAPE = SHAPES["0.6b"]  # Qwen3-0.6B's config.json: head_dim 128, vocabulary 151,936
-SMALL_SHAPE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=16, intermediate_size=128)
+SMALL_SHAPE = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+)
 
 
 def parity_reward(response: str, golden) -> float:
@@ -67,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but CUDA is not available (use --device cpu --small)",
-              file=sys.stderr)
+        print(
+            "error: --device cuda but CUDA is not available (use --device cpu --small)",
+            file=sys.stderr,
+        )
         return 2
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -84,40 +92,64 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["AT2PO_RESULTS"] = str(Path(tmp) / "results")
         base = load_profile(args.profile)
         start = time.perf_counter()
-        policy = build_random_policy(base, SMALL_SHAPE if args.small else QWEN3_06B_SHAPE,
-                                     dtype, Path(tmp) / "policy")
+        policy = build_random_policy(
+            base, SMALL_SHAPE if args.small else QWEN3_06B_SHAPE, dtype, Path(tmp) / "policy"
+        )
         build_s = time.perf_counter() - start
         overrides = {
             "policy": {"model": str(policy), "dtype": dtype},
-            "train": {"max_steps": args.steps, "prompts_per_step": 4 if args.small else 8,
-                      "mini_batch_prompts": 2 if args.small else 4, "bf16": bf16,
-                      "eval_every": 0, "final_eval": False, "save_every": args.steps,
-                      "report_to": [], "progress_bar": False},
+            "train": {
+                "max_steps": args.steps,
+                "prompts_per_step": 4 if args.small else 8,
+                "mini_batch_prompts": 2 if args.small else 4,
+                "bf16": bf16,
+                "eval_every": 0,
+                "final_eval": False,
+                "save_every": args.steps,
+                "report_to": [],
+                "progress_bar": False,
+            },
         }
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        result = train(args.profile, args.method, 0, force=True, profile_overrides=overrides,
-                       reward_fn=parity_reward)
+        result = train(
+            args.profile,
+            args.method,
+            0,
+            force=True,
+            profile_overrides=overrides,
+            reward_fn=parity_reward,
+        )
         total_s = time.perf_counter() - start
         rows = run_folder.read_jsonl(result.run.metrics)
-    print(f"model + tokenizer build: {build_s:.1f} s; train() total: {total_s:.1f} s "
-          f"({args.steps} steps, incl. trainer set-up and checkpoint)")
+    print(
+        f"model + tokenizer build: {build_s:.1f} s; train() total: {total_s:.1f} s "
+        f"({args.steps} steps, incl. trainer set-up and checkpoint)"
+    )
     print("step  wall_s  rollout_s  update_s  reward  entropy  loss  model_tokens/traj")
     previous = 0.0
     for row in rows:
         wall = row["wall_time"] - previous
         previous = row["wall_time"]
         update = wall - row.get("rollout/seconds", 0.0)
-        print(f"{row['step']:>4}  {wall:6.2f}  {row.get('rollout/seconds', float('nan')):9.2f}  "
-              f"{update:8.2f}  {row['reward']:6.3f}  {row['entropy']:7.3f}  {row['loss']:+.4f}  "
-              f"{row.get('completions/mean_length', float('nan')):6.1f}")
+        print(
+            f"{row['step']:>4}  {wall:6.2f}  {row.get('rollout/seconds', float('nan')):9.2f}  "
+            f"{update:8.2f}  {row['reward']:6.3f}  {row['entropy']:7.3f}  {row['loss']:+.4f}  "
+            f"{row.get('completions/mean_length', float('nan')):6.1f}"
+        )
     finite = all(row.get("loss") is not None for row in rows) and len(rows) == args.steps
     # The first step's wall time includes the trainer's set-up; later steps are steady state.
-    steady = ((rows[-1]["wall_time"] - rows[0]["wall_time"]) / (len(rows) - 1)
-              if len(rows) > 1 else None)
-    summary = {"device": args.device, "gpu": gpu, "steps": len(rows), "all_losses_finite": finite,
-               "mean_step_s_after_first": steady}
+    steady = (
+        (rows[-1]["wall_time"] - rows[0]["wall_time"]) / (len(rows) - 1) if len(rows) > 1 else None
+    )
+    summary = {
+        "device": args.device,
+        "gpu": gpu,
+        "steps": len(rows),
+        "all_losses_finite": finite,
+        "mean_step_s_after_first": steady,
+    }
     if args.device == "cuda":
         summary["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     print(json.dumps(summary))

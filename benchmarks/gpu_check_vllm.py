@@ -55,7 +55,9 @@ def recompute_gap(policy_dir: Path, contexts, results, temperature: float, limit
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.bfloat16).cuda().eval()
+    model = (
+        AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.bfloat16).cuda().eval()
+    )
     gaps = []
     for context, result in list(zip(contexts, results))[:limit]:
         ids = torch.tensor([list(context) + result.token_ids], device="cuda")
@@ -99,12 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(policy)
         template = get_template(cfg.policy.template)
         rows = read_rows(ensure_world(cfg), "tiny_hotpotqa", "train")
-        contexts = [prompt_ids(tokenizer, build_messages(template, rows[i % len(rows)]["question"]))
-                    for i in range(args.contexts)]
+        contexts = [
+            prompt_ids(tokenizer, build_messages(template, rows[i % len(rows)]["question"]))
+            for i in range(args.contexts)
+        ]
         sampling = SamplingSpec(cfg.rollout.temperature)
         start = time.perf_counter()
-        engine = build_engine(policy, cfg, gpu_memory_utilization=args.gpu_memory_utilization,
-                              max_model_len=2048, dtype="bfloat16", disable_log_stats=False)
+        engine = build_engine(
+            policy,
+            cfg,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_model_len=2048,
+            dtype="bfloat16",
+            disable_log_stats=False,
+        )
         backend = VLLMBackend(engine, tokenizer, sampling, STOP_SEQUENCES)
         engine_s = time.perf_counter() - start
         requests = [TurnRequest(list(c), args.max_tokens) for c in contexts]
@@ -113,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         first_s = time.perf_counter() - start
         generated = sum(len(r.token_ids) for r in results)
         before = prefix_cache_counters(backend.llm)
-        branches = [TurnRequest(list(c) + r.token_ids, args.max_tokens)
-                    for c, r in zip(contexts, results)]
+        branches = [
+            TurnRequest(list(c) + r.token_ids, args.max_tokens) for c, r in zip(contexts, results)
+        ]
         start = time.perf_counter()
         backend.generate_turns(branches)
         branch_s = time.perf_counter() - start
@@ -125,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     hits = after.get("prefix_cache_hits", 0.0) - before.get("prefix_cache_hits", 0.0)
     queries = after.get("prefix_cache_queries", 0.0) - before.get("prefix_cache_queries", 0.0)
     summary = {
-        "check": "vllm", "gpu": torch.cuda.get_device_name(0), "engine_start_s": round(engine_s, 1),
-        "contexts": args.contexts, "generated_tokens": generated,
+        "check": "vllm",
+        "gpu": torch.cuda.get_device_name(0),
+        "engine_start_s": round(engine_s, 1),
+        "contexts": args.contexts,
+        "generated_tokens": generated,
         "rollout_tokens_per_s": round(generated / first_s, 1),
         "branch_round_s": round(branch_s, 2),
         "prefix_cache_hit_rate": round(hits / queries, 3) if queries else None,
-        "logp_gap_max": gap_max, "logp_gap_mean": gap_mean,
+        "logp_gap_max": gap_max,
+        "logp_gap_mean": gap_mean,
     }
     print(json.dumps(summary))
     return 0

@@ -70,8 +70,14 @@ from at2po_lib.util.lab_git import refresh_if_unchanged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "03_credit_assignment.ipynb"
-NOTEBOOKS = ("00_tinyworld.ipynb", "01_build_index.ipynb", "02_tree_rollout.ipynb",
-             "04_at2po_training.ipynb", "05_paper_tables_figures.ipynb", NOTEBOOK)
+NOTEBOOKS = (
+    "00_tinyworld.ipynb",
+    "01_build_index.ipynb",
+    "02_tree_rollout.ipynb",
+    "04_at2po_training.ipynb",
+    "05_paper_tables_figures.ipynb",
+    NOTEBOOK,
+)
 """Opened in this order: notebook 03 last, so its inspector is the active tab."""
 SCRATCH = Path("results/executed/browser")
 NOTEBOOKS_DIR = Path("notebooks")
@@ -87,14 +93,19 @@ def free_port() -> int:
 def start_lab(port: int, token: str, log_name: str = "jupyterlab.log") -> subprocess.Popen:
     """``scripts/lab.sh`` itself (the front door a user opens), in this Python's environment
     with no install step, on a given port and token, with the scratch workspaces folder."""
-    command = ["bash", str(ROOT / "scripts" / "lab.sh"), "--no-browser", f"--port={port}",
-               f"--IdentityProvider.token={token}",
-               f"--LabApp.workspaces_dir={ROOT / WORKSPACES}"]
+    command = [
+        "bash",
+        str(ROOT / "scripts" / "lab.sh"),
+        "--no-browser",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--LabApp.workspaces_dir={ROOT / WORKSPACES}",
+    ]
     log = open(ROOT / SCRATCH / log_name, "w")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AT2PO_VENV": sys.prefix,
-           "AT2PO_SKIP_INSTALL": "1"}
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AT2PO_VENV": sys.prefix, "AT2PO_SKIP_INSTALL": "1"}
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -102,11 +113,14 @@ def start_lab(port: int, token: str, log_name: str = "jupyterlab.log") -> subpro
             return process
         except OSError:
             if process.poll() is not None:
-                sys.exit(f"check_inspector_browser: JupyterLab exited; see {SCRATCH}/jupyterlab.log")
+                sys.exit(
+                    f"check_inspector_browser: JupyterLab exited; see {SCRATCH}/jupyterlab.log"
+                )
             time.sleep(1)
     stop(process)
-    sys.exit(f"check_inspector_browser: JupyterLab did not answer in 120 s; see "
-             f"{SCRATCH}/jupyterlab.log")
+    sys.exit(
+        f"check_inspector_browser: JupyterLab did not answer in 120 s; see {SCRATCH}/jupyterlab.log"
+    )
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -124,7 +138,8 @@ def set_profile(notebook: Path, profile: str) -> None:
     nb = nbformat.read(notebook, as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     cell.source = f"profile = {profile!r}\n" + "\n".join(
-        line for line in cell.source.splitlines() if not line.startswith("profile ="))
+        line for line in cell.source.splitlines() if not line.startswith("profile =")
+    )
     nbformat.write(nb, notebook)
 
 
@@ -154,7 +169,9 @@ def wait_idle(page, timeout_ms: int = 120_000) -> None:
         page.wait_for_function(
             """dialog => document.querySelector(dialog.replace(/:has-text.*/, ''))
                         || document.body.innerText.includes('| Idle')""",
-            arg=KERNEL_DIALOG, timeout=timeout_ms)
+            arg=KERNEL_DIALOG,
+            timeout=timeout_ms,
+        )
         if not accept_kernel_dialog(page):
             return
 
@@ -176,6 +193,7 @@ def answer_kernel_dialogs(page) -> None:
     """Accept a "Select Kernel" dialog whenever it blocks a click: it can appear seconds after
     the notebook opened and its kernel read "Idle" (seen on 2 loaded cores), after the check
     for it, and a click behind its modal waits out its time-out."""
+
     def accept(dialog) -> None:
         dialog.locator("button.jp-mod-accept").click()
         page.wait_for_function("document.body.innerText.includes('| Idle')", timeout=120_000)
@@ -211,7 +229,9 @@ def run_all(page) -> None:
                 """() => { const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
                      return tab ? document.getElementById(tab.dataset.id) : null; })();
                     return panel && [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent)); }""", timeout=20_000)
+                    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent)); }""",
+                timeout=20_000,
+            )
             return
         except Exception:
             page.keyboard.press("Escape")
@@ -260,16 +280,24 @@ def wait_done(page, name: str, timeout_s: float, poll_s: float = 2.0) -> str:
                 break
             stopped += 1  # nothing queued or running, a cell never ran: Run All stopped
             if stopped * poll_s >= 10:
-                raise Failed(f"{name}: Run All stopped after {state['done']} of {state['total']} "
-                             f"code cells; " + (f"an error output: {state['errors'][0][:300]}"
-                                                if state["errors"] else
-                                                f"never ran: {state['at']!r}"))
+                raise Failed(
+                    f"{name}: Run All stopped after {state['done']} of {state['total']} "
+                    f"code cells; "
+                    + (
+                        f"an error output: {state['errors'][0][:300]}"
+                        if state["errors"]
+                        else f"never ran: {state['at']!r}"
+                    )
+                )
         else:
             stopped = 0
         if now - last > timeout_s:
-            where = (f"{state['done']} of {state['total']} code cells done, running: "
-                     f"{state['at']!r}; status bar: {state['kernel']!r}" if state else
-                     "no notebook panel is current")
+            where = (
+                f"{state['done']} of {state['total']} code cells done, running: "
+                f"{state['at']!r}; status bar: {state['kernel']!r}"
+                if state
+                else "no notebook panel is current"
+            )
             raise Failed(f"{name}: no cell finished in {timeout_s:.0f} s ({where})")
         page.wait_for_timeout(poll_s * 1000)
     if state["errors"]:
@@ -309,26 +337,35 @@ def image_bytes(page, path: Path, which: str = "tree") -> bytes:
     """An image's pixels as the browser shows them (an element screenshot), saved."""
     located = image(page, which)
     located.scroll_into_view_if_needed()
-    page.wait_for_function("""n => { const i = document.querySelectorAll('.widget-image')[n];
+    page.wait_for_function(
+        """n => { const i = document.querySelectorAll('.widget-image')[n];
                                      return i && i.complete && i.naturalWidth > 0; }""",
-                           arg=IMAGES[which], timeout=60_000)
+        arg=IMAGES[which],
+        timeout=60_000,
+    )
     return located.screenshot(path=str(path))
 
 
 def check_natural(page, phase: str, which: str) -> str:
     """The image is shown at its natural size (scaled down only to fit the column, in
     proportion): shown width <= natural width, and the two aspect ratios within 2 %."""
-    box = page.evaluate("""n => { const i = document.querySelectorAll('.widget-image')[n];
+    box = page.evaluate(
+        """n => { const i = document.querySelectorAll('.widget-image')[n];
         const r = i.getBoundingClientRect();
         const column = i.closest('.jp-OutputArea').getBoundingClientRect().width;
         return {w: r.width, h: r.height, nw: i.naturalWidth, nh: i.naturalHeight, column}; }""",
-                        IMAGES[which])
+        IMAGES[which],
+    )
     shown, natural = box["w"] / box["h"], box["nw"] / box["nh"]
     if box["w"] > box["nw"] + 1 or abs(shown / natural - 1) > 0.02:
-        raise Failed(f"{phase}: the {which} image is shown {box['w']:.0f}x{box['h']:.0f} px, "
-                     f"its natural size is {box['nw']}x{box['nh']} (stretched)")
-    return (f"{phase}: {which} image {box['w']:.0f}x{box['h']:.0f} px shown, natural "
-            f"{box['nw']}x{box['nh']}, in a {box['column']:.0f} px column")
+        raise Failed(
+            f"{phase}: the {which} image is shown {box['w']:.0f}x{box['h']:.0f} px, "
+            f"its natural size is {box['nw']}x{box['nh']} (stretched)"
+        )
+    return (
+        f"{phase}: {which} image {box['w']:.0f}x{box['h']:.0f} px shown, natural "
+        f"{box['nw']}x{box['nh']}, in a {box['column']:.0f} px column"
+    )
 
 
 def check_not_blank(png: bytes, phase: str, which: str) -> None:
@@ -350,7 +387,9 @@ def busy_seen(page, phase: str, what: str, timeout_s: float) -> str:
         """mark => ![...document.querySelectorAll('.jp-OutputArea .widget-html')]
                    .some(e => e.textContent.includes(mark))
                && !document.querySelector('.jp-OutputArea button.jupyter-button:disabled')""",
-        arg=BUSY, timeout=timeout_s * 1000)
+        arg=BUSY,
+        timeout=timeout_s * 1000,
+    )
     record = page.evaluate("() => window.__at2poBusy")
     if not record["seen"]:
         raise Failed(f"{phase}: {what} showed no busy sign ({BUSY} ...) while it updated")
@@ -401,8 +440,11 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     if picked_chart == chart:
         raise Failed(f"{phase}: picking node {other} left the credit chart unchanged")
     seen.append(progress(check_natural(page, phase, "chart")))
-    seen.append(progress(f"{phase}: node {current} -> {other}: panel, status line, tree image "
-                         "and chart redrawn"))
+    seen.append(
+        progress(
+            f"{phase}: node {current} -> {other}: panel, status line, tree image and chart redrawn"
+        )
+    )
     page.screenshot(path=str(shots / f"{phase}_2_other_node.png"))
 
     page.evaluate(WATCH_BUSY)
@@ -414,14 +456,16 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     seen.append(progress(busy_seen(page, phase, "Grow", timeout_s)))
     grown = image_bytes(page, shots / f"{phase}_tree_after_grow.png")
     check_not_blank(grown, phase, "tree")
-    check_not_blank(image_bytes(page, shots / f"{phase}_chart_after_grow.png", "chart"),
-                    phase, "chart")
+    check_not_blank(
+        image_bytes(page, shots / f"{phase}_chart_after_grow.png", "chart"), phase, "chart"
+    )
     page.locator("button:has-text('Grow')").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / f"{phase}_3_grown.png"))
     if grown == picked:
         raise Failed(f"{phase}: Grow said '{text}' but the tree image did not change")
-    seen.append(progress(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> "
-                         f"{len(grown)} bytes)"))
+    seen.append(
+        progress(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes)")
+    )
     return seen
 
 
@@ -439,26 +483,39 @@ def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
         page.click("li.lm-Menu-item[data-command='docmanager:save']")
         page.wait_for_function(
             """() => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
-                       return t && !t.classList.contains('jp-mod-dirty'); }""", timeout=60_000)
+                       return t && !t.classList.contains('jp-mod-dirty'); }""",
+            timeout=60_000,
+        )
     saved = nbformat.read(ROOT / folder / NOTEBOOK, as_version=4)
     outputs = sum(len(c.get("outputs", [])) for c in saved.cells if c.cell_type == "code")
     if folder == NOTEBOOKS_DIR and not outputs:
         raise Failed(f"{phase}: saved {folder / NOTEBOOK} holds no outputs: nothing was saved")
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--",
-                             "notebooks"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--", "notebooks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     page.screenshot(path=str(shots / f"{phase}_4_saved.png"))
     if status:
-        diff = subprocess.run(["git", "diff", "--", "notebooks"], cwd=ROOT, capture_output=True,
-                              text=True).stdout  # through the output filter: what git sees
-        raise Failed(f"{phase}: after saving {len(names)} notebook(s), git status lists:\n"
-                     f"{status}\ngit diff (first 40 lines):\n"
-                     + "\n".join(diff.splitlines()[:40]))
-    where = ("the notebooks in git" if folder == NOTEBOOKS_DIR
-             else "scratch copies (git-ignored; the notebooks in git are checked only under "
-                  "their own profile)")
-    return [f"{phase}: saved {len(names)} notebook(s), {where} ({NOTEBOOK}: {outputs} outputs "
-            "on disk); git status --porcelain -- notebooks/ is empty"]
+        diff = subprocess.run(
+            ["git", "diff", "--", "notebooks"], cwd=ROOT, capture_output=True, text=True
+        ).stdout  # through the output filter: what git sees
+        raise Failed(
+            f"{phase}: after saving {len(names)} notebook(s), git status lists:\n"
+            f"{status}\ngit diff (first 40 lines):\n" + "\n".join(diff.splitlines()[:40])
+        )
+    where = (
+        "the notebooks in git"
+        if folder == NOTEBOOKS_DIR
+        else "scratch copies (git-ignored; the notebooks in git are checked only under "
+        "their own profile)"
+    )
+    return [
+        f"{phase}: saved {len(names)} notebook(s), {where} ({NOTEBOOK}: {outputs} outputs "
+        "on disk); git status --porcelain -- notebooks/ is empty"
+    ]
 
 
 def notebook_profile(notebook: Path) -> str | None:
@@ -473,8 +530,9 @@ def notebook_profile(notebook: Path) -> str | None:
     return None
 
 
-def open_notebooks(page, base: str, token: str, folder: Path, names, shots: Path,
-                   timeout_s: float, run: bool) -> list[str]:
+def open_notebooks(
+    page, base: str, token: str, folder: Path, names, shots: Path, timeout_s: float, run: bool
+) -> list[str]:
     """Open each notebook of ``folder`` in its own tab (the workspace remembers them); with
     ``run`` execute every cell of each and check for error outputs."""
     seen = []
@@ -518,25 +576,38 @@ def kernels_idle(base: str, token: str, expected: int, timeout_s: float = 120) -
 
 def log_problems(log_name: str) -> list[str]:
     log = (ROOT / SCRATCH / log_name).read_text(errors="replace")
-    return [line for line in log.splitlines()
-            if "IPKernelApp] WARNING" in line or "Invalid Signature" in line]
+    return [
+        line
+        for line in log.splitlines()
+        if "IPKernelApp] WARNING" in line or "Invalid Signature" in line
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--chromium", default=None,
-                        help="a Chromium binary (e.g. /usr/bin/chromium); default: Playwright's")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds per waiting step (a notebook's run: per cell)")
-    parser.add_argument("--only-inspector", action="store_true",
-                        help="open and run notebook 03 only (both phases)")
+    parser.add_argument(
+        "--chromium",
+        default=None,
+        help="a Chromium binary (e.g. /usr/bin/chromium); default: Playwright's",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds per waiting step (a notebook's run: per cell)",
+    )
+    parser.add_argument(
+        "--only-inspector", action="store_true", help="open and run notebook 03 only (both phases)"
+    )
     args = parser.parse_args(argv)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        print("check_inspector_browser: playwright is not installed: pip install -e '.[browser]'",
-              file=sys.stderr)
+        print(
+            "check_inspector_browser: playwright is not installed: pip install -e '.[browser]'",
+            file=sys.stderr,
+        )
         return 2
     os.chdir(ROOT)
     shots = ROOT / SCRATCH
@@ -582,12 +653,14 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                 answer_kernel_dialogs(page)
                 try:
                     if phase == "clean":
-                        seen += open_notebooks(page, base, token, folder, names, shots,
-                                               args.timeout, run=True)
+                        seen += open_notebooks(
+                            page, base, token, folder, names, shots, args.timeout, run=True
+                        )
                     else:
                         page.goto(f"{base}/lab?token={token}")
-                        page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')",
-                                               timeout=120_000)
+                        page.wait_for_selector(
+                            "div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000
+                        )
                         seen.append(progress(kernels_idle(base, token, len(names))))
                         page.screenshot(path=str(shots / "restored_0_tabs.png"))
                         page.click(f"li.lm-TabBar-tab:has-text('{NOTEBOOK}')")
@@ -596,10 +669,13 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                         run_all(page)
                     seen += check_inspector(page, shots, phase, args.timeout)
                     # the inspector is checked as soon as it shows; the cells after it, too
-                    seen.append(progress(f"{phase}: {NOTEBOOK} ran without errors: "
-                                         f"{wait_done(page, NOTEBOOK, args.timeout)}"))
-                    seen += [progress(line)
-                             for line in save_all(page, folder, names, phase, shots)]
+                    seen.append(
+                        progress(
+                            f"{phase}: {NOTEBOOK} ran without errors: "
+                            f"{wait_done(page, NOTEBOOK, args.timeout)}"
+                        )
+                    )
+                    seen += [progress(line) for line in save_all(page, folder, names, phase, shots)]
                 except Failed:
                     page.screenshot(path=str(shots / f"{phase}_failed.png"))
                     raise
@@ -610,8 +686,10 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                     browser.close()
         except Failed as failure:
             print("\n".join(seen), file=sys.stderr)
-            print(f"FAILED: {failure}; screenshots and the JupyterLab logs in {SCRATCH}/",
-                  file=sys.stderr)
+            print(
+                f"FAILED: {failure}; screenshots and the JupyterLab logs in {SCRATCH}/",
+                file=sys.stderr,
+            )
             return 1
         finally:
             stop(lab)

@@ -47,8 +47,9 @@ def compare_run(a: Path, b: Path) -> tuple[list[str], list[str]]:
             continue
         x, y = _rows(a / name), _rows(b / name) if (b / name).is_file() else []
         keys = sorted(set().union(*x)) if x else []
-        parts.append(f"{name} {'identical' if x == y else 'DIFFERENT'} ({len(x)} rows, "
-                     f"{len(keys)} keys)")
+        parts.append(
+            f"{name} {'identical' if x == y else 'DIFFERENT'} ({len(x)} rows, {len(keys)} keys)"
+        )
         if x != y:
             for i, (r1, r2) in enumerate(zip(x, y)):
                 keys = sorted(k for k in set(r1) | set(r2) if r1.get(k) != r2.get(k))
@@ -61,8 +62,9 @@ def compare_run(a: Path, b: Path) -> tuple[list[str], list[str]]:
         if not (a / name).is_file():
             continue
         same = (b / name).is_file() and _frame(a / name).equals(_frame(b / name))
-        parts.append(f"{name} {'identical' if same else 'DIFFERENT'} "
-                     f"({len(_frame(a / name))} rows)")
+        parts.append(
+            f"{name} {'identical' if same else 'DIFFERENT'} ({len(_frame(a / name))} rows)"
+        )
         if not same:
             differences.append(name)
     trees = sorted((a / "trees").glob("*.npz"))
@@ -73,9 +75,13 @@ def compare_run(a: Path, b: Path) -> tuple[list[str], list[str]]:
             differing.append(f"{path.name} (missing)")
             continue
         with np.load(path, allow_pickle=False) as x, np.load(other, allow_pickle=False) as y:
-            keys = [k for k in sorted(set(x.files) | set(y.files))
-                    if k not in x.files or k not in y.files
-                    or not np.array_equal(x[k], y[k], equal_nan=x[k].dtype.kind == "f")]
+            keys = [
+                k
+                for k in sorted(set(x.files) | set(y.files))
+                if k not in x.files
+                or k not in y.files
+                or not np.array_equal(x[k], y[k], equal_nan=x[k].dtype.kind == "f")
+            ]
         if keys:
             differing.append(f"{path.name} {keys[:8]}")
     if trees:

@@ -47,15 +47,30 @@ def draw() -> plt.Figure:
     picked[picks] = 1
     candidate = ~tree.is_leaf
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.9))
-    draw_tree(tree, node_color=np.where(candidate, score, np.nan),
-              node_labels=[f"{s:+.2f}" if c else f"H={h:.1f}"
-                           for s, c, h in zip(score, candidate, tree.entropy)],
-              ax=axes[0], rings=picked, colorbar_label="H(n) − α·b(n)", legend=False,
-              title=f"1. expand: top-{K} of H − {ALPHA}·b (ringed)")
+    draw_tree(
+        tree,
+        node_color=np.where(candidate, score, np.nan),
+        node_labels=[
+            f"{s:+.2f}" if c else f"H={h:.1f}" for s, c, h in zip(score, candidate, tree.entropy)
+        ],
+        ax=axes[0],
+        rings=picked,
+        colorbar_label="H(n) − α·b(n)",
+        legend=False,
+        title=f"1. expand: top-{K} of H − {ALPHA}·b (ringed)",
+    )
     bound = float(np.nanmax(np.abs(values)))
-    draw_tree(tree, node_color=values, node_labels=[f"{v:+.2f}" for v in values], ax=axes[1],
-              vmin=-bound, vmax=bound, colorbar_label="V(n) = A(n)", legend=True,
-              title="2. credit: V(n) = A(n) (entropy_softmax, node_value)")
+    draw_tree(
+        tree,
+        node_color=values,
+        node_labels=[f"{v:+.2f}" for v in values],
+        ax=axes[1],
+        vmin=-bound,
+        vmax=bound,
+        colorbar_label="V(n) = A(n)",
+        legend=True,
+        title="2. credit: V(n) = A(n) (entropy_softmax, node_value)",
+    )
     fig.tight_layout()
     return fig
 
@@ -63,8 +78,17 @@ def draw() -> plt.Figure:
 def main() -> None:
     path = figures_dir() / NAME
     save_figure(draw(), path, dpi=120, bbox_inches="tight")
-    write_meta(path, run_metadata("none", writer="scripts/readme_figure.py:draw", command="python scripts/readme_figure.py",
-                                  tree="at2po_lib.method.tree:example_tree", alpha=ALPHA, k=K))
+    write_meta(
+        path,
+        run_metadata(
+            "none",
+            writer="scripts/readme_figure.py:draw",
+            command="python scripts/readme_figure.py",
+            tree="at2po_lib.method.tree:example_tree",
+            alpha=ALPHA,
+            k=K,
+        ),
+    )
     print(path)
 
 

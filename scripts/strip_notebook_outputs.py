@@ -53,7 +53,8 @@ def _cell_metadata(cell: dict[str, Any], metadata: dict[str, Any]) -> dict[str, 
     if cell.get("cell_type") == "markdown" and _source(cell).lstrip().startswith(ANSWER_OPENING):
         hidden = True
     if cell.get("cell_type") == "code" and _source(cell).lstrip().startswith(
-            COMPUTED_ANSWER_OPENING):
+        COMPUTED_ANSWER_OPENING
+    ):
         kept["jupyter"] = {"outputs_hidden": True, "source_hidden": True}
     elif hidden:
         kept["jupyter"] = {"source_hidden": True}

@@ -50,30 +50,51 @@ def scenario_sync(shims: str, work: Path) -> dict:
         installed.append("weight_sync" if vllm_cpu.install_weight_sync_shim() else "-")
     tok = train_tokenizer(["the capital of avaria is belmont </search>"] * 20, vocab_size=300)
     torch.manual_seed(0)
-    model = build_policy(PolicyConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                      num_key_value_heads=1, intermediate_size=128), tok).eval()
+    model = build_policy(
+        PolicyConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=128,
+        ),
+        tok,
+    ).eval()
     save_policy(model, tok, work / "policy")
     prompts = [tok.encode(text) for text in ("the capital of", "avaria is", "belmont")]
 
     def hf_greedy() -> list[list[int]]:
         with torch.no_grad():
-            return [model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False,
-                                   attention_mask=torch.ones(1, len(p), dtype=torch.long)
-                                   )[0, len(p):].tolist() for p in prompts]
+            return [
+                model.generate(
+                    torch.tensor([p]),
+                    max_new_tokens=6,
+                    do_sample=False,
+                    attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                )[0, len(p) :].tolist()
+                for p in prompts
+            ]
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     try:
-        llm = LLM(model=str(work / "policy"), dtype="float32", enforce_eager=True,
-                  gpu_memory_utilization=0.05, max_model_len=256, skip_tokenizer_init=True)
+        llm = LLM(
+            model=str(work / "policy"),
+            dtype="float32",
+            enforce_eager=True,
+            gpu_memory_utilization=0.05,
+            max_model_len=256,
+            skip_tokenizer_init=True,
+        )
     except Exception as exc:  # what a user would see: the engine does not start
         return {"installed": installed, "error": f"{type(exc).__name__}: {exc}", "stage": "start"}
     params = SamplingParams(temperature=0.0, max_tokens=6)
 
     def engine_greedy() -> list[list[int]]:
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                            use_tqdm=False)
+        outs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        )
         return [list(o.outputs[0].token_ids) for o in outs]
 
     before_hf, before = hf_greedy(), engine_greedy()
@@ -90,21 +111,39 @@ def scenario_sync(shims: str, work: Path) -> dict:
         llm.reset_prefix_cache()
     except Exception as exc:
         return {"installed": installed, "error": f"{type(exc).__name__}: {exc}", "stage": "sync"}
-    return {"installed": installed, "error": None, "before": before, "before_hf": before_hf,
-            "stale": stale, "after": engine_greedy(), "after_hf": after_hf}
+    return {
+        "installed": installed,
+        "error": None,
+        "before": before,
+        "before_hf": before_hf,
+        "stale": stale,
+        "after": engine_greedy(),
+        "after_hf": after_hf,
+    }
 
 
 # -------------------------------------------------------------------------------- rollout
 def _turns(traj) -> list[dict]:
     """Each sampled turn's ids, log-probs and action."""
-    return [{"ids": traj.completion_ids[t.start:t.end], "logps": traj.logps[t.start:t.end],
-             "action": str(t.action.kind)} for t in traj.turns]
+    return [
+        {
+            "ids": traj.completion_ids[t.start : t.end],
+            "logps": traj.logps[t.start : t.end],
+            "action": str(t.action.kind),
+        }
+        for t in traj.turns
+    ]
 
 
 def _trajectory(traj) -> dict:
-    return {"turns": _turns(traj), "finish": traj.finish_reason, "answer": traj.answer,
-            "tool_calls": traj.num_tool_calls, "completion": traj.completion_ids,
-            "mask": traj.sampled_mask}
+    return {
+        "turns": _turns(traj),
+        "finish": traj.finish_reason,
+        "answer": traj.answer,
+        "tool_calls": traj.num_tool_calls,
+        "completion": traj.completion_ids,
+        "mask": traj.sampled_mask,
+    }
 
 
 def scenario_rollout(work: Path, questions: int = 12) -> dict:
@@ -127,17 +166,24 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     model, tok = load_policy(folder)
     template = get_template(cfg.policy.template)
     retriever = build_retriever(cfg)
-    rows = [row for name in ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
-            for row in load_eval_rows(cfg, name, questions // 3)]
+    rows = [
+        row
+        for name in ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
+        for row in load_eval_rows(cfg, name, questions // 3)
+    ]
     texts = [row["question"] for row in rows]
     hf = rollout_chains(model.eval(), tok, template, retriever, texts, cfg.rollout, greedy=True)
     vllm_cfg = replace(cfg.rollout, backend="vllm")
     engine = build_engine(folder, cfg, enforce_eager=True, gpu_memory_utilization=0.05)
     backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
-    vl = rollout_chains(None, tok, template, retriever, texts, vllm_cfg, greedy=True,
-                        backend=backend)
-    return {"hf": [_trajectory(t) for t in hf], "vllm": [_trajectory(t) for t in vl],
-            "head_dim": cfg.policy.attention_head_dim()}
+    vl = rollout_chains(
+        None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
+    )
+    return {
+        "hf": [_trajectory(t) for t in hf],
+        "vllm": [_trajectory(t) for t in vl],
+        "head_dim": cfg.policy.attention_head_dim(),
+    }
 
 
 # ------------------------------------------------------------------------------ colocated
@@ -179,8 +225,10 @@ def scenario_colocated(work: Path) -> dict:
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 
-    cfg = load_profile("engines", {"train": {"learning_rate": 5e-2, "eval_every": 0,
-                                             "max_steps": 1, "final_eval": False}})
+    cfg = load_profile(
+        "engines",
+        {"train": {"learning_rate": 5e-2, "eval_every": 0, "max_steps": 1, "final_eval": False}},
+    )
     rank = int(os.environ.get("RANK", "0"))
     run = run_folder.RunDir(work / f"run{rank}")
     # GRPO's 3 chains of one prompt do not split over 2 processes; AT2PO's 2 + 1 x 2 leaves do
@@ -204,10 +252,16 @@ def scenario_colocated(work: Path) -> dict:
     def hf_greedy() -> list[list[int]]:
         copy = _bf16_copy(trainer)
         with torch.no_grad():
-            return [copy.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False,
-                                  attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                  pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
-                    for p in prompts]
+            return [
+                copy.generate(
+                    torch.tensor([p]),
+                    max_new_tokens=8,
+                    do_sample=False,
+                    attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                    pad_token_id=tok.pad_token_id,
+                )[0, len(p) :].tolist()
+                for p in prompts
+            ]
 
     before, before_hf = engine_greedy(), hf_greedy()
     trainer.train()
@@ -219,12 +273,20 @@ def scenario_colocated(work: Path) -> dict:
     local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
     full = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     ds_config = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    return {"before": before, "before_hf": before_hf, "stale": stale, "after": after,
-            "after_hf": after_hf, "global_step": trainer.state.global_step,
-            "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
-            "world_size": trainer.accelerator.num_processes, "rank": rank,
-            "zero_stage": ds_config.zero_stage if ds_config is not None else None,
-            "local_numel": local, "full_numel": full}
+    return {
+        "before": before,
+        "before_hf": before_hf,
+        "stale": stale,
+        "after": after,
+        "after_hf": after_hf,
+        "global_step": trainer.state.global_step,
+        "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
+        "world_size": trainer.accelerator.num_processes,
+        "rank": rank,
+        "zero_stage": ds_config.zero_stage if ds_config is not None else None,
+        "local_numel": local,
+        "full_numel": full,
+    }
 
 
 # ------------------------------------------------------------------------------- evaluate
@@ -249,24 +311,43 @@ def scenario_evaluate(work: Path) -> dict:
     cfg = load_profile("engines")
     checkpoint = policy_path(cfg)
     out = work / "eval.csv"
-    code = evaluate_cli.main(["--profile", "engines", "--checkpoint", checkpoint, "--out", str(out),
-                              "--set", "eval.sampled_k=2"])
+    code = evaluate_cli.main(
+        [
+            "--profile",
+            "engines",
+            "--checkpoint",
+            checkpoint,
+            "--out",
+            str(out),
+            "--set",
+            "eval.sampled_k=2",
+        ]
+    )
     evaluate_starts = list(starts)
     react = train_cli.main(["--profile", "engines", "--method", "react", "--seed", "0"])
     import pandas as pd
 
     frame = pd.read_csv(out) if out.is_file() else None
-    return {"evaluate_code": code, "react_code": react, "evaluate_starts": evaluate_starts,
-            "react_starts": starts[len(evaluate_starts):], "checkpoint": str(checkpoint),
-            "columns": list(frame.columns) if frame is not None else [],
-            "sampled_em": (frame["sampled_em"].dropna().tolist()
-                           if frame is not None and "sampled_em" in frame else [])}
+    return {
+        "evaluate_code": code,
+        "react_code": react,
+        "evaluate_starts": evaluate_starts,
+        "react_starts": starts[len(evaluate_starts) :],
+        "checkpoint": str(checkpoint),
+        "columns": list(frame.columns) if frame is not None else [],
+        "sampled_em": (
+            frame["sampled_em"].dropna().tolist()
+            if frame is not None and "sampled_em" in frame
+            else []
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["sync", "rollout", "colocated", "zero3-sync",
-                                             "evaluate"])
+    parser.add_argument(
+        "scenario", choices=["sync", "rollout", "colocated", "zero3-sync", "evaluate"]
+    )
     parser.add_argument("--shims", default="all", choices=["none", "kernel_scan", "all"])
     parser.add_argument("--work", type=Path, required=True)
     args = parser.parse_args(argv)

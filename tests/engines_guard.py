@@ -14,7 +14,10 @@ def require_engine(what: str, installed: bool) -> None:
     if installed:
         return
     if os.environ.get("AT2PO_ENGINES") == "1":
-        raise RuntimeError(f"the engines tier runs without {what}: scripts/bootstrap_engines.sh "
-                           "did not install it")
-    pytest.skip(f"{what} is not installed: the engines tier runs with ./run_tests.sh --engines",
-                allow_module_level=True)
+        raise RuntimeError(
+            f"the engines tier runs without {what}: scripts/bootstrap_engines.sh did not install it"
+        )
+    pytest.skip(
+        f"{what} is not installed: the engines tier runs with ./run_tests.sh --engines",
+        allow_module_level=True,
+    )

@@ -10,8 +10,17 @@ from typing import Iterator
 
 import torch
 
-READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__int__", "__float__",
-         "__index__")
+READS = (
+    "item",
+    "tolist",
+    "cpu",
+    "numpy",
+    "nonzero",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+)
 
 
 @contextlib.contextmanager
@@ -24,6 +33,7 @@ def counted_syncs() -> Iterator[collections.Counter]:
         def read(self, *args, **kwargs):
             counts[name] += 1
             return function(self, *args, **kwargs)
+
         return read
 
     for name, function in originals.items():

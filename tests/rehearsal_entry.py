@@ -54,14 +54,24 @@ def main(argv: list[str]) -> int:
     mode = argv[argv.index("--crash") + 1] if "--crash" in argv else "first-step"
     profile_overrides, trainer_overrides = split_overrides(texts)
     updates_per_step = 8  # the rehearsal profile: prompts_per_step 8 / mini_batch_prompts 1
-    callbacks = {"first-step": [CrashAfterSave(updates_per_step)], "end": [CrashAtTrainEnd()],
-                 "none": []}
+    callbacks = {
+        "first-step": [CrashAfterSave(updates_per_step)],
+        "end": [CrashAtTrainEnd()],
+        "none": [],
+    }
     if mode not in callbacks:
         raise SystemExit(f"--crash {mode!r}: one of {sorted(callbacks)}")
     try:
-        train("rehearsal", "at2po", 0, force=True, profile_overrides=profile_overrides,
-              trainer_overrides=trainer_overrides, reward_fn=length_parity_reward,
-              callbacks=callbacks[mode])
+        train(
+            "rehearsal",
+            "at2po",
+            0,
+            force=True,
+            profile_overrides=profile_overrides,
+            trainer_overrides=trainer_overrides,
+            reward_fn=length_parity_reward,
+            callbacks=callbacks[mode],
+        )
     except Crash as crash:
         print(crash, flush=True)
         return 3

@@ -13,7 +13,11 @@ from at2po_lib.protocol.actions import Action, parse_action
     "text, kind, value",
     [
         # A well-formed search turn.
-        ("<think> I need the capital. </think> <search> capital of France </search>", "search", "capital of France"),
+        (
+            "<think> I need the capital. </think> <search> capital of France </search>",
+            "search",
+            "capital of France",
+        ),
         # A well-formed answer turn.
         ("<think> done </think> <answer> Paris </answer>", "answer", "Paris"),
         # The first closing tag decides: the answer closes before the search.
@@ -90,14 +94,38 @@ def test_non_string_is_a_type_error():
 # ----------------------------------------------------------------------------- fuzz
 
 FRAGMENTS = [
-    "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<result>",
-    "</result>", "<information>", "</information>", "<search", "search>", "</", "<", ">",
-    "\\boxed{", "}", "{", " ", "\n", "Paris", "q",
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<result>",
+    "</result>",
+    "<information>",
+    "</information>",
+    "<search",
+    "search>",
+    "</",
+    "<",
+    ">",
+    "\\boxed{",
+    "}",
+    "{",
+    " ",
+    "\n",
+    "Paris",
+    "q",
     # Whole actions, so that searches and answers are common among the generated turns.
-    "<search> q </search>", "<search></search>", "<answer> Paris </answer>",
-    "<answer> \\[ \\boxed{a{b}} \\] </answer>", "<think> t </think>",
+    "<search> q </search>",
+    "<search></search>",
+    "<answer> Paris </answer>",
+    "<answer> \\[ \\boxed{a{b}} \\] </answer>",
+    "<think> t </think>",
 ]
-turn_text = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=14).map("".join)
+turn_text = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=14).map(
+    "".join
+)
 
 
 @pytest.mark.slow  # 10000 hypothesis examples (46 s measured)

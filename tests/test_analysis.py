@@ -37,46 +37,77 @@ NAN = np.nan
 def planned_tree(prompt_id: int = 0) -> TreeArrays:
     """A 2-hop question with supporting passages A (hop 1) and B (hop 2)::
 
-        0 root
-        ├── 1 search -> [A, X]        new A: useful
-        │   ├── 2 search -> [A, Y]    A again: useless
-        │   │   └── 4 answer, r=1     correct: useful
-        │   └── 3 search -> [B, X]    new B: useful
-        │       └── 5 answer, r=0     wrong: useless
-        ├── 6 search, no room         observation never shown (leaf, r=0): useless
-        ├── 7 invalid turn, r=0       useless
-        └── 8 duplicate of 7          not a sampled turn: not scored
+    0 root
+    ├── 1 search -> [A, X]        new A: useful
+    │   ├── 2 search -> [A, Y]    A again: useless
+    │   │   └── 4 answer, r=1     correct: useful
+    │   └── 3 search -> [B, X]    new B: useful
+    │       └── 5 answer, r=0     wrong: useless
+    ├── 6 search, no room         observation never shown (leaf, r=0): useless
+    ├── 7 invalid turn, r=0       useless
+    └── 8 duplicate of 7          not a sampled turn: not scored
     """
     parent = np.array([-1, 0, 1, 1, 2, 3, 0, 0, 0])
     reward = np.array([NAN, NAN, NAN, NAN, 1.0, 0.0, 0.0, 0.0, 0.0])
     entropy = np.array([0.0, 0.1, 0.3, 0.2, 0.05, 0.4, 0.2, 0.6, 0.6])
     actions = ["root", "search", "search", "search", "answer", "answer", "search", None, None]
     retrieved = {1: ["A", "X"], 2: ["A", "Y"], 3: ["B", "X"]}
-    records = [{"action": a, "query": "q" if a == "search" else None,
-                **({"retrieved": retrieved[i]} if i in retrieved else {})}
-               for i, a in enumerate(actions)]
+    records = [
+        {
+            "action": a,
+            "query": "q" if a == "search" else None,
+            **({"retrieved": retrieved[i]} if i in retrieved else {}),
+        }
+        for i, a in enumerate(actions)
+    ]
     arrays = {
         "tool_calls": np.array([0, 1, 2, 2, 2, 2, 1, 0, 0]),
         "num_obs_tokens": np.array([0, 9, 9, 9, 0, 0, 0, 0, 0]),
         "duplicate_of": np.array([-1, -1, -1, -1, -1, -1, -1, -1, 7]),
-        "entropy_nll": entropy, "entropy_exact": entropy / 2,
+        "entropy_nll": entropy,
+        "entropy_exact": entropy / 2,
     }
-    return TreeArrays(parent, entropy, reward, prompt_id=prompt_id, node_arrays=arrays,
-                      records=records, info={"supporting_ids": ["A", "B"]})
+    return TreeArrays(
+        parent,
+        entropy,
+        reward,
+        prompt_id=prompt_id,
+        node_arrays=arrays,
+        records=records,
+        info={"supporting_ids": ["A", "B"]},
+    )
 
 
 # ----------------------------------------------------------------------------- labels
 def test_searched_nodes_need_a_new_tool_call_and_a_shown_observation():
-    assert searched_nodes(planned_tree()).tolist() == [False, True, True, True, False, False,
-                                                       False, False, False]
+    assert searched_nodes(planned_tree()).tolist() == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_useful_turns_follow_the_plan():
     labels = turn_labels([planned_tree()])
     assert np.flatnonzero(labels.useful).tolist() == [1, 3, 4]
     assert np.flatnonzero(labels.scored).tolist() == [1, 2, 3, 4, 5, 6, 7]
-    assert labels.kind.tolist() == ["root", "search", "search", "search", "answer", "answer",
-                                    "search", "other", "other"]
+    assert labels.kind.tolist() == [
+        "root",
+        "search",
+        "search",
+        "search",
+        "answer",
+        "answer",
+        "search",
+        "other",
+        "other",
+    ]
 
 
 def test_a_supporting_passage_counts_once_per_path_but_again_on_another_path():
@@ -122,8 +153,9 @@ def test_clustered_auc_weights_clusters_by_their_draw_counts():
     scores, labels = rng.normal(size=60), rng.random(60) < 0.5
     cluster = np.repeat(np.arange(6), 10)
     counts = np.array([2, 0, 1, 3, 0, 1])
-    take = np.concatenate([np.flatnonzero(cluster == c)
-                           for c in range(6) for _ in range(counts[c])])
+    take = np.concatenate(
+        [np.flatnonzero(cluster == c) for c in range(6) for _ in range(counts[c])]
+    )
     scorer = ClusteredAUC(scores, labels, cluster)
     assert scorer(counts.astype(float)) == pytest.approx(auc(scores[take], labels[take]))
     low, high = scorer.interval(n_resamples=300, seed=0)
@@ -171,8 +203,11 @@ def test_accuracy_table_scores_every_mode_and_grpo_is_its_own_reference():
     assert len(table) == 3 * (16 + 2)
     grpo = table[table.credit_mode == "grpo"]
     assert (grpo.delta_vs_grpo == 0).all()
-    row = table[(table.credit_mode == "at2po") & (table.turns == "answer")
-                & (table.advantage_mode == "node_value")]
+    row = table[
+        (table.credit_mode == "at2po")
+        & (table.turns == "answer")
+        & (table.advantage_mode == "node_value")
+    ]
     assert (row.auc == 1.0).all()  # the correct answer's leaf value is the only positive one
     assert set(table.n_useful[table.turns == "all"]) == {12}
 
@@ -182,9 +217,13 @@ def chains(parent, entropy) -> TreeArrays:
     parent, entropy = np.array(parent), np.array(entropy, dtype=float)
     leaf = np.bincount(parent[parent >= 0], minlength=len(parent)) == 0
     records = [{"action": "root"}] + [{"action": "answer" if lf else "search"} for lf in leaf[1:]]
-    return TreeArrays(parent, entropy, np.where(leaf, 1.0, NAN),
-                      node_arrays={"entropy_nll": entropy, "entropy_exact": entropy},
-                      records=records)
+    return TreeArrays(
+        parent,
+        entropy,
+        np.where(leaf, 1.0, NAN),
+        node_arrays={"entropy_nll": entropy, "entropy_exact": entropy},
+        records=records,
+    )
 
 
 def hand_chains() -> TreeArrays:
@@ -200,8 +239,9 @@ def test_expansion_picks_on_a_hand_tree():
     # K = 7 > 5 candidates: the ranked list cycles from the best (1, 4, 3, then 0 and 2)
     assert expansion_counts(nodes, "sampled_nll", 0.0, 7).tolist() == [1, 2, 1, 1, 2, 0, 0]
     pure = selection_stats(nodes, "sampled_nll", 0.0, 2)
-    penalised = selection_stats(nodes, "sampled_nll", 0.2, 2,
-                                reference=expansion_counts(nodes, "sampled_nll", 0.0, 2))
+    penalised = selection_stats(
+        nodes, "sampled_nll", 0.2, 2, reference=expansion_counts(nodes, "sampled_nll", 0.0, 2)
+    )
     assert (pure["share_depth1"], pure["share_last_search"]) == (0.5, 0.5)
     assert (penalised["share_depth1"], penalised["share_last_search"]) == (0.0, 1.0)
     assert penalised["overlap_with_entropy_topk"] == 0.5
@@ -213,18 +253,23 @@ def test_vectorised_picks_equal_select_entropy_tree_by_tree(alpha, k):
     rng = np.random.default_rng(3)
     trees = []
     for _ in range(40):
-        t = random_tree(rng, num_chains=int(rng.integers(1, 5)),
-                        num_expansions=int(rng.integers(0, 4)))
+        t = random_tree(
+            rng, num_chains=int(rng.integers(1, 5)), num_expansions=int(rng.integers(0, 4))
+        )
         h = np.round(t.entropy, 1)  # ties on purpose
         h[0] = 0.0
-        trees.append(TreeArrays(t.parent, h, t.leaf_reward,
-                                node_arrays={"entropy_nll": h, "entropy_exact": h}))
+        trees.append(
+            TreeArrays(
+                t.parent, h, t.leaf_reward, node_arrays={"entropy_nll": h, "entropy_exact": h}
+            )
+        )
     counts = expansion_counts(node_table(trees), "sampled_nll", alpha, k)
     offsets = np.cumsum([0] + [t.num_nodes for t in trees])
     for i, t in enumerate(trees):
-        expected = np.bincount(select_entropy(t.entropy, t.parent, t.is_leaf, k, alpha),
-                               minlength=t.num_nodes)
-        assert counts[offsets[i]:offsets[i + 1]].tolist() == expected.tolist()
+        expected = np.bincount(
+            select_entropy(t.entropy, t.parent, t.is_leaf, k, alpha), minlength=t.num_nodes
+        )
+        assert counts[offsets[i] : offsets[i + 1]].tolist() == expected.tolist()
 
 
 def test_sibling_weights_softmax_and_linear():
@@ -239,8 +284,13 @@ def test_sibling_weights_softmax_and_linear():
 
 def test_equal_sibling_entropies_give_uniform_credit_weights():
     tree = chains([-1, 0, 0, 1, 1], [0, 0.2, 0.2, 0.4, 0.4])
-    tree = TreeArrays(tree.parent, tree.entropy, np.array([NAN, NAN, 1.0, 0.0, 1.0]),
-                      node_arrays=tree.node_arrays, records=tree.records)
+    tree = TreeArrays(
+        tree.parent,
+        tree.entropy,
+        np.array([NAN, NAN, 1.0, 0.0, 1.0]),
+        node_arrays=tree.node_arrays,
+        records=tree.records,
+    )
     stats = credit_weight_stats([tree])
     assert (stats.mean_abs_w_minus_uniform == 0).all()
     assert stats.mean_abs_value_gap.tolist() == pytest.approx([0.0] * 4, abs=1e-12)
@@ -267,11 +317,11 @@ def test_the_tree_cache_is_keyed_by_the_policys_weights(tmp_path, monkeypatch):
     cfg, rows, cache = load_profile("smoke"), [{"id": "q0", "dataset": "d"}], tmp_path / "t.npz"
     for _ in range(2):
         study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
-    assert grown == [b"weights A"]                       # the second call read the cache
+    assert grown == [b"weights A"]  # the second call read the cache
     (policy / "model.safetensors").write_bytes(b"weights B")  # same path, other weights
     study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
     assert grown == [b"weights A", b"weights B"]
-    (policy / "tokenizer.json").write_text("{}")         # any file of the policy counts
+    (policy / "tokenizer.json").write_text("{}")  # any file of the policy counts
     study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy)
     study_trees.cached_trees(cache, cfg, rows, "entropy", 0, policy, chunk=7)  # other seeds
     assert len(grown) == 4

@@ -44,10 +44,13 @@ def _lazy_exports(tree: ast.Module, package: str) -> dict[str, str]:
     """``_EXPORTS = {"name": ".module"}`` of a package ``__init__`` → ``{name: full module}``."""
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
+        ):
             table = ast.literal_eval(node.value)
-            return {name: package + target if target.startswith(".") else target
-                    for name, target in table.items()}
+            return {
+                name: package + target if target.startswith(".") else target
+                for name, target in table.items()
+            }
     return {}
 
 
@@ -165,8 +168,9 @@ def test_graph_sees_function_level_relative_and_lazy_imports(tmp_path):
     (pkg / "a.py").write_text("def f():\n    from .sub import thing\n")
     (pkg / "sub" / "__init__.py").write_text('_EXPORTS = {"thing": ".b"}\n')
     (pkg / "sub" / "b.py").write_text("import pkg.c\nthing = 1\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                              "    from . import a\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.sub.b"}
     assert find_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]]
@@ -174,19 +178,34 @@ def test_graph_sees_function_level_relative_and_lazy_imports(tmp_path):
     assert find_cycles(import_graph(pkg)) == []
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]]),
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
-    ({"a": {"b"}, "b": {"c"}, "c": {"b"}}, [["b", "c", "b"]]),
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        ({"a": {"b"}, "b": {"c"}, "c": {"b"}}, [["b", "c", "b"]]),
+    ],
+)
 def test_find_cycles_by_hand(graph, expected):
     assert find_cycles(graph) == expected
 
 
 # ------------------------------------------------------------------------ the method's room
 METHOD = "at2po_lib.method"
-USERS = ("rollout", "trainer", "reporting", "analysis", "cli", "evaluation", "policy",
-         "retrieval", "tinyworld", "util", "config", "protocol")
+USERS = (
+    "rollout",
+    "trainer",
+    "reporting",
+    "analysis",
+    "cli",
+    "evaluation",
+    "policy",
+    "retrieval",
+    "tinyworld",
+    "util",
+    "config",
+    "protocol",
+)
 
 
 def test_method_imports_nothing_of_its_users():
@@ -249,12 +268,18 @@ def test_every_name_has_one_import_path():
     """No re-exports: a name is imported from the module that defines it, and no package
     ``__init__`` but the command line's lazily exports names (``_EXPORTS``/``__getattr__``)."""
     assert re_exports() == []
-    lazy = [p for p in PACKAGE.rglob("__init__.py")
-            if p.parent.name != "cli" and any(
-                isinstance(n, ast.FunctionDef) and n.name == "__getattr__" or
-                isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("_EXPORTS", "__all__")
-                                                  for t in n.targets)
-                for n in parsed(p).body)]
+    lazy = [
+        p
+        for p in PACKAGE.rglob("__init__.py")
+        if p.parent.name != "cli"
+        and any(
+            isinstance(n, ast.FunctionDef)
+            and n.name == "__getattr__"
+            or isinstance(n, ast.Assign)
+            and any(getattr(t, "id", "") in ("_EXPORTS", "__all__") for t in n.targets)
+            for n in parsed(p).body
+        )
+    ]
     assert lazy == [], f"lazy export tables outside cli/: {lazy}"
 
 
@@ -272,8 +297,9 @@ def test_module_file_names_are_unique_by_role():
     """Two modules never share a file name, except a ``cli/`` module named after its command."""
     from collections import Counter
 
-    names = Counter(p.name for p in PACKAGE.rglob("*.py")
-                    if p.name != "__init__.py" and p.parent.name != "cli")
+    names = Counter(
+        p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and p.parent.name != "cli"
+    )
     assert [n for n, c in names.items() if c > 1] == []
 
 
@@ -310,9 +336,13 @@ def _calls_with_keyword(keyword: str) -> set[str]:
 
 def _products_of_l_and_k(path: Path) -> list[int]:
     """Lines of ``path`` that multiply ``<x>.tree_l`` by ``<y>.tree_k`` (the L·K of M + L·K)."""
-    return [n.lineno for n in ast.walk(parsed(path))
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
-            and {getattr(side, "attr", None) for side in (n.left, n.right)} >= {"tree_l", "tree_k"}]
+    return [
+        n.lineno
+        for n in ast.walk(parsed(path))
+        if isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Mult)
+        and {getattr(side, "attr", None) for side in (n.left, n.right)} >= {"tree_l", "tree_k"}
+    ]
 
 
 def test_each_derived_number_is_derived_in_one_place():
@@ -321,11 +351,15 @@ def test_each_derived_number_is_derived_in_one_place():
     and TRL's ``num_generations`` is set by ``resolve_run`` alone."""
     root = PACKAGE.parent
     files = [*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
-    products = {str(p.relative_to(root)): lines for p in files if (lines := _products_of_l_and_k(p))}
+    products = {
+        str(p.relative_to(root)): lines for p in files if (lines := _products_of_l_and_k(p))
+    }
     assert products == {}
-    callers = {_module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
-               if any(isinstance(n, ast.Name) and n.id == "tree_leaves"
-                      for n in ast.walk(parsed(p)))}
+    callers = {
+        _module_name(p, PACKAGE)
+        for p in PACKAGE.rglob("*.py")
+        if any(isinstance(n, ast.Name) and n.id == "tree_leaves" for n in ast.walk(parsed(p)))
+    }
     assert callers == {"at2po_lib.config.profile"}
     assert _calls_with_keyword("num_generations") == {"at2po_lib.trainer.resolve"}
 
@@ -341,8 +375,11 @@ def _name_lists(path: Path, names: set[str], at_least: int) -> list[int]:
     found = []
     for node in ast.walk(parsed(path)):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            strings = {e.value for e in node.elts
-                       if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            strings = {
+                e.value
+                for e in node.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
             if len(strings & names) >= at_least:
                 found.append(node.lineno)
     return found
@@ -357,12 +394,13 @@ def test_each_registry_of_names_is_written_once():
     from at2po_lib.method.loss import AGGREGATIONS, LEVELS
     from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
 
-    registries = {"at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES)],
-                  "at2po_lib/method/outcome.py": [set(OUTCOME_ADVANTAGES)],
-                  "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
-                  "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
-                  "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"},
-                                                  set(TABLE2_METHODS)]}
+    registries = {
+        "at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES)],
+        "at2po_lib/method/outcome.py": [set(OUTCOME_ADVANTAGES)],
+        "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
+        "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
+        "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"}, set(TABLE2_METHODS)],
+    }
     # The profile's default choice of methods to train is a choice, not a registry.
     choices = {"at2po_lib/config/profile.py"}
     root = PACKAGE.parent
@@ -380,8 +418,11 @@ def test_each_registry_of_names_is_written_once():
 
 def _modules_with_both(path: Path, numbers: set[float]) -> bool:
     """Does ``path`` write every one of ``numbers`` as a literal (docstrings do not count)?"""
-    found = {n.value for n in ast.walk(parsed(path))
-             if isinstance(n, ast.Constant) and type(n.value) is float}
+    found = {
+        n.value
+        for n in ast.walk(parsed(path))
+        if isinstance(n, ast.Constant) and type(n.value) is float
+    }
     return numbers <= found
 
 
@@ -392,10 +433,10 @@ def test_the_turn_clip_defaults_are_written_once():
 
     root = PACKAGE.parent
     files = [*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
-    homes = [p.relative_to(root).as_posix() for p in files
-             if _modules_with_both(p, {EPS_LOW, EPS_HIGH})]
+    homes = [
+        p.relative_to(root).as_posix() for p in files if _modules_with_both(p, {EPS_LOW, EPS_HIGH})
+    ]
     assert homes == ["at2po_lib/method/loss.py"]
-
 
 
 # ------------------------------------------------------------------------ imports in the open
@@ -413,8 +454,14 @@ def unexplained_lazy_imports(package: Path = PACKAGE) -> list[str]:
         noted = set()
         for i, line in enumerate(lines):
             if line.startswith(LAZY_NOTE):
-                note = " ".join([line[len(LAZY_NOTE):]] + [
-                    next_line[2:] for next_line in lines[i + 1:i + 4] if next_line.startswith("# ")])
+                note = " ".join(
+                    [line[len(LAZY_NOTE) :]]
+                    + [
+                        next_line[2:]
+                        for next_line in lines[i + 1 : i + 4]
+                        if next_line.startswith("# ")
+                    ]
+                )
                 noted |= {name.strip() for name in note.split(";", 1)[0].split(",")}
         for fn in ast.walk(parsed(path)):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -422,8 +469,11 @@ def unexplained_lazy_imports(package: Path = PACKAGE) -> list[str]:
             for node in ast.walk(fn):
                 if not isinstance(node, (ast.Import, ast.ImportFrom)):
                     continue
-                module = (node.names[0].name if isinstance(node, ast.Import)
-                          else "." * node.level + (node.module or ""))
+                module = (
+                    node.names[0].name
+                    if isinstance(node, ast.Import)
+                    else "." * node.level + (node.module or "")
+                )
                 if module.split(".")[0] in noted or _commented(lines, node.lineno):
                     continue
                 found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {module}")
@@ -454,7 +504,9 @@ def test_the_lazy_import_check_sees_a_bare_import_and_accepts_a_reason(tmp_path)
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "a.py").write_text("def f():\n    import json\n    from . import b\n")
-    (pkg / "b.py").write_text("# Imported inside the functions that use them: torch, faiss; heavy.\n"
-                              "def g():\n    import torch\n\n"
-                              "def h():\n    # optional: only on a GPU\n    import vllm\n")
+    (pkg / "b.py").write_text(
+        "# Imported inside the functions that use them: torch, faiss; heavy.\n"
+        "def g():\n    import torch\n\n"
+        "def h():\n    # optional: only on a GPU\n    import vllm\n"
+    )
     assert unexplained_lazy_imports(pkg) == ["pkg/a.py:2: json", "pkg/a.py:3: ."]

@@ -12,9 +12,15 @@ import pandas as pd
 import pytest
 
 from at2po_lib.evaluation import stats
-from at2po_lib.reporting.block_pairs import (block_sources, blocked_difference,
-                                             blocks_overview, load_block_outcomes,
-                                             provenance_table, rests_on, run_provenance)
+from at2po_lib.reporting.block_pairs import (
+    block_sources,
+    blocked_difference,
+    blocks_overview,
+    load_block_outcomes,
+    provenance_table,
+    rests_on,
+    run_provenance,
+)
 from at2po_lib.reporting.claims import claims_table
 from at2po_lib.trainer.block_records import blocks_root
 from at2po_lib.util.errors import RecordError
@@ -23,8 +29,15 @@ MH = "tiny_hotpotqa"
 REV_A, REV_B = "a" * 40, "b" * 40
 
 
-def _write_block(root: Path, block: int, commit: str, rates: dict[str, float],
-                 rng: np.random.Generator, questions: int = 300, build: str = "fc-v669") -> None:
+def _write_block(
+    root: Path,
+    block: int,
+    commit: str,
+    rates: dict[str, float],
+    rng: np.random.Generator,
+    questions: int = 300,
+    build: str = "fc-v669",
+) -> None:
     """A finished block as ``at2po study --block-set headline`` leaves it: BLOCK.json and one
     run folder per method with DONE.json, meta.json and outcomes.csv (a shared block effect
     moves every method's rate alike)."""
@@ -36,16 +49,39 @@ def _write_block(root: Path, block: int, commit: str, rates: dict[str, float],
         run = folder / method / f"seed{seed}"
         run.mkdir(parents=True)
         em = (rng.random(questions) < np.clip(rate + shift, 0, 1)).astype(float)
-        pd.DataFrame({"dataset": MH, "group": "multihop", "id": [f"q{i}" for i in range(questions)],
-                      "prediction": "x", "em": em, "f1": em, "num_turns": 3, "num_tool_calls": 2,
-                      "finish_reason": "answer"}).to_csv(run / "outcomes.csv", index=False)
+        pd.DataFrame(
+            {
+                "dataset": MH,
+                "group": "multihop",
+                "id": [f"q{i}" for i in range(questions)],
+                "prediction": "x",
+                "em": em,
+                "f1": em,
+                "num_turns": 3,
+                "num_tool_calls": 2,
+                "finish_reason": "answer",
+            }
+        ).to_csv(run / "outcomes.csv", index=False)
         (run / "DONE.json").write_text(json.dumps({"config_hash": f"h-{method}"}))
         (run / "meta.json").write_text(json.dumps({"git_revision": commit}))
         runs[method] = {"config_hash": f"h-{method}", "status": "trained", "wall_time": 1.0}
-    (folder / "BLOCK.json").write_text(json.dumps({
-        "block": block, "block_set": root.name, "seed": seed, "commit": commit,
-        "git_revision": commit, "clean": True, "build": build, "torch_threads": 1,
-        "overrides": {}, "runs": runs, "status": "finished"}))
+    (folder / "BLOCK.json").write_text(
+        json.dumps(
+            {
+                "block": block,
+                "block_set": root.name,
+                "seed": seed,
+                "commit": commit,
+                "git_revision": commit,
+                "clean": True,
+                "build": build,
+                "torch_threads": 1,
+                "overrides": {},
+                "runs": runs,
+                "status": "finished",
+            }
+        )
+    )
 
 
 @pytest.fixture()
@@ -53,8 +89,9 @@ def headline(isolated_outputs) -> Path:
     root = blocks_root("tiny", "headline")
     rng = np.random.default_rng(0)
     for block in range(6):
-        _write_block(root, block, REV_A, {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.50},
-                     rng)
+        _write_block(
+            root, block, REV_A, {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.50}, rng
+        )
     return root
 
 
@@ -68,7 +105,8 @@ def test_blocks_are_read_with_their_record(headline):
 
 def test_a_run_of_another_revision_inside_a_block_is_refused(headline):
     (headline / "block02" / "grpo" / "seed102" / "meta.json").write_text(
-        json.dumps({"git_revision": REV_B}))
+        json.dumps({"git_revision": REV_B})
+    )
     with pytest.raises(RecordError, match="another session in this block"):
         load_block_outcomes("tiny")
 
@@ -76,13 +114,15 @@ def test_a_run_of_another_revision_inside_a_block_is_refused(headline):
 def test_the_pair_is_the_blocked_interval_with_a_sign_flip_test(headline):
     frame = load_block_outcomes("tiny")
     found = blocked_difference(frame, "headline", "at2po", "grpo", [MH])
-    questions = pd.MultiIndex.from_product([[MH], sorted(f"q{i}" for i in range(300))],
-                                           names=["dataset", "question_id"])
+    questions = pd.MultiIndex.from_product(
+        [[MH], sorted(f"q{i}" for i in range(300))], names=["dataset", "question_id"]
+    )
     a = stats.score_matrix(frame, "at2po", questions, unit="block")
     b = stats.score_matrix(frame, "grpo", questions, unit="block")
     estimate, low, high = stats.blocked_difference_interval(a, b, np.full(300, 1 / 300))
-    assert (found.interval.estimate, found.interval.low, found.interval.high) == \
-        pytest.approx((estimate, low, high))
+    assert (found.interval.estimate, found.interval.low, found.interval.high) == pytest.approx(
+        (estimate, low, high)
+    )
     # six block differences, all positive: the exact sign-flip p is 2 / 64
     assert found.test.exact and found.test.splits == 64
     assert found.test.p == pytest.approx(2 / 64)
@@ -91,8 +131,13 @@ def test_the_pair_is_the_blocked_interval_with_a_sign_flip_test(headline):
 
 
 def test_blocks_of_two_revisions_are_paired_only_when_asked(headline):
-    _write_block(headline, 6, REV_B, {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.5},
-                 np.random.default_rng(1))
+    _write_block(
+        headline,
+        6,
+        REV_B,
+        {"at2po": 0.55, "grpo": 0.40, "grpo_tree_budget": 0.5},
+        np.random.default_rng(1),
+    )
     frame = load_block_outcomes("tiny")
     with pytest.raises(RecordError, match=r"block 5: aaaaaaa.*block 6: bbbbbbb"):
         blocked_difference(frame, "headline", "at2po", "grpo", [MH])
@@ -102,9 +147,22 @@ def test_blocks_of_two_revisions_are_paired_only_when_asked(headline):
 
 def test_claims_read_the_blocks_and_keep_the_earlier_record_beside_them(headline):
     rng = np.random.default_rng(3)
-    earlier = pd.DataFrame([{"method": m, "seed": s, "dataset": MH, "question_id": f"q{i}",
-                             "em": float(rng.random() < 0.45), "turns": 3, "searches": 2}
-                            for m in ("at2po", "grpo") for s in range(3) for i in range(300)])
+    earlier = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "seed": s,
+                "dataset": MH,
+                "question_id": f"q{i}",
+                "em": float(rng.random() < 0.45),
+                "turns": 3,
+                "searches": 2,
+            }
+            for m in ("at2po", "grpo")
+            for s in range(3)
+            for i in range(300)
+        ]
+    )
     blocks = load_block_outcomes("tiny")
     tidy, display = claims_table("tiny", earlier, blocks=blocks, n_resamples=10)
     rows = tidy.set_index("key")
@@ -120,22 +178,35 @@ def test_claims_read_the_blocks_and_keep_the_earlier_record_beside_them(headline
 def test_the_earlier_record_names_its_revisions_and_builds(tmp_path):
     paths = []
     for method, seed, revision, platform in (
-            ("at2po", 0, "f2386ba" + "0" * 33, "Linux-6.18.44-fc-v1045-x86_64-with-glibc2.36"),
-            ("grpo", 0, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
-            ("grpo", 1, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
-            ("grpo", 2, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36")):
+        ("at2po", 0, "f2386ba" + "0" * 33, "Linux-6.18.44-fc-v1045-x86_64-with-glibc2.36"),
+        ("grpo", 0, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
+        ("grpo", 1, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v973-x86_64-with-glibc2.36"),
+        ("grpo", 2, "0c35b88" + "0" * 33, "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36"),
+    ):
         folder = tmp_path / method / f"seed{seed}"
         folder.mkdir(parents=True)
-        (folder / "meta.json").write_text(json.dumps(
-            {"git_revision": revision, "platform": platform, "hardware": {"torch_threads": 1}}))
+        (folder / "meta.json").write_text(
+            json.dumps(
+                {"git_revision": revision, "platform": platform, "hardware": {"torch_threads": 1}}
+            )
+        )
         paths.append(folder)
     provenance = run_provenance(paths)
-    assert rests_on(provenance, ("at2po", "grpo")) == \
-        "f2386ba (fc-v1045) vs 0c35b88 (fc-v973 ×2, fc-v669 ×1)"
+    assert (
+        rests_on(provenance, ("at2po", "grpo"))
+        == "f2386ba (fc-v1045) vs 0c35b88 (fc-v973 ×2, fc-v669 ×1)"
+    )
 
     # the table of what each method rests on: the earlier record and the blocks
-    blocks = pd.DataFrame({"method": ["at2po", "at2po", "grpo"], "block_set": "headline",
-                           "block": [0, 1, 0], "commit": REV_A, "build": "fc-v669"})
+    blocks = pd.DataFrame(
+        {
+            "method": ["at2po", "at2po", "grpo"],
+            "block_set": "headline",
+            "block": [0, 1, 0],
+            "commit": REV_A,
+            "build": "fc-v669",
+        }
+    )
     table = provenance_table(provenance, blocks).set_index("method")
     assert table.loc["grpo", "earlier record: runs"] == 3
     assert table.loc["at2po", "blocks: headline"] == "2 at aaaaaaa (fc-v669 ×2)"
@@ -145,7 +216,7 @@ def test_the_earlier_record_names_its_revisions_and_builds(tmp_path):
 def test_the_blocks_overview_lists_finished_blocks_only(headline):
     from at2po_lib.util.staging import staging_path
 
-    staging_path(headline / "block07").mkdir()          # a killed block is not listed
+    staging_path(headline / "block07").mkdir()  # a killed block is not listed
     overview = blocks_overview("tiny")
     assert list(overview["block"]) == list(range(6)) and set(overview["revision"]) == {"aaaaaaa"}
     assert block_sources("tiny")[0] == "headline/block00@aaaaaaa"
@@ -159,7 +230,10 @@ def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):
     rows = tidy.set_index("key")
     assert rows.loc["at2po_over_grpo", "seeds"] == "6 blocks"
     assert "at2po_over_grpo_earlier" not in rows.index
-    text = claims_summary(tidy, pd.DataFrame(columns=["method", "seed", "path", "finished"]),
-                          blocks=load_block_outcomes("tiny"))
+    text = claims_summary(
+        tidy,
+        pd.DataFrame(columns=["method", "seed", "path", "finished"]),
+        blocks=load_block_outcomes("tiny"),
+    )
     assert text.startswith("No committed run is recorded for this profile (no earlier record).")
     assert "headline: 6 blocks at aaaaaaa (builds fc-v669 ×6)" in text

@@ -80,8 +80,10 @@ def test_a_block_trains_one_seed_of_every_method_and_records_where(study):
     assert record["torch_threads"] == 1 and record["platform"] == PLATFORM
     assert set(record["runs"]) == {"at2po", "grpo", "grpo_tree_budget"}
     # every stage of the runs at the block's threads: recorded with the overrides
-    assert record["overrides"] == {"rollout": {"num_threads": 1},
-                                   "train": {"update_num_threads": 1}}
+    assert record["overrides"] == {
+        "rollout": {"num_threads": 1},
+        "train": {"update_num_threads": 1},
+    }
     meta = json.loads((_root() / "block03" / "grpo" / "seed103" / "meta.json").read_text())
     assert meta["block"]["build"] == "fc-v669" and meta["block"]["block"] == 3
     # the committed record's folder is not touched
@@ -134,12 +136,15 @@ def test_a_block_with_other_overrides_than_the_sets_is_refused(study):
     blocks.run_blocks("smoke", "headline", [0], overrides={"train": {"max_steps": 2}})
     with pytest.raises(ProfileError, match="other overrides"):
         blocks.run_blocks("smoke", "headline", [1], overrides={"train": {"max_steps": 3}})
-    with pytest.raises(ProfileError, match="other overrides"):   # another thread count
-        blocks.run_blocks("smoke", "headline", [1], threads=2,
-                          overrides={"train": {"max_steps": 2}})
+    with pytest.raises(ProfileError, match="other overrides"):  # another thread count
+        blocks.run_blocks(
+            "smoke", "headline", [1], threads=2, overrides={"train": {"max_steps": 2}}
+        )
     # a thread count the caller sets in --set is kept
     assert blocks.with_threads({"rollout": {"num_threads": 3}}, 1) == {
-        "rollout": {"num_threads": 3}, "train": {"update_num_threads": 1}}
+        "rollout": {"num_threads": 3},
+        "train": {"update_num_threads": 1},
+    }
 
 
 def test_a_block_another_process_holds_is_skipped(study):
@@ -158,16 +163,19 @@ def test_the_ablation_set_runs_only_on_the_authors_expansion(study, tmp_path):
         blocks.run_blocks(str(exact), "ablation", [0])
     assert study.calls == []
     authors = tmp_path / "authors.yaml"
-    authors.write_text("extends: smoke\nrollout:\n  entropy_estimate: sampled_nll\n"
-                       "  tree_alpha: 0.05\n")
+    authors.write_text(
+        "extends: smoke\nrollout:\n  entropy_estimate: sampled_nll\n  tree_alpha: 0.05\n"
+    )
     (result,) = blocks.run_blocks(str(authors), "ablation", [0])
     assert result.status == "finished" and len(study.calls) == 11
     assert {seed for _, seed in study.calls} == {200}
 
 
 def test_block_sets_keep_their_seeds_apart():
-    seeds = {name: {blocks.block_seed(s, b) for b in range(block_records.MAX_BLOCKS)}
-             for name, s in blocks.BLOCK_SETS.items()}
+    seeds = {
+        name: {blocks.block_seed(s, b) for b in range(block_records.MAX_BLOCKS)}
+        for name, s in blocks.BLOCK_SETS.items()
+    }
     assert not seeds["headline"] & seeds["ablation"]
     assert blocks.BLOCK_SETS["headline"].methods == ("at2po", "grpo", "grpo_tree_budget")
     ablation = blocks.BLOCK_SETS["ablation"].methods
@@ -193,12 +201,15 @@ def test_block_and_seed_lists_take_ranges():
         int_list("a-b", "--blocks")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--block-set", "headline"], "needs --blocks"),
-    (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
-    (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
-    (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--block-set", "headline"], "needs --blocks"),
+        (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
+        (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
+        (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
+    ],
+)
 def test_study_cli_refuses_mixed_block_and_table_options(argv, message, capsys, isolated_outputs):
     from at2po_lib import cli
 
@@ -213,8 +224,12 @@ def test_study_cli_plans_blocks_without_writing(study, capsys):
     capsys.readouterr()
     before = sorted(block_records.results_dir().rglob("*"))
 
-    assert cli.main(["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0-1",
-                     "--plan"]) == 0
+    assert (
+        cli.main(
+            ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0-1", "--plan"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:5] == ["block", "0", "seed", "100", "new"]
     assert out[1].split()[4:7] == ["finished", "aaaaaaa,", "build"]

@@ -43,13 +43,18 @@ def test_matches_a_sort_by_score_then_row(levels, k):
 
 def test_same_rows_with_numpy_simd_kernels_disabled():
     """On an AVX-512 machine this compares two kernel sets; elsewhere both runs are alike."""
-    code = ("import numpy as np; from at2po_lib.retrieval.bm25 import top_k_rows; "
-            "rng = np.random.default_rng(0); "
-            "s = rng.integers(0, 3, 5000).astype(np.float32); "
-            "print(top_k_rows(s, 50)[1].tolist())")
+    code = (
+        "import numpy as np; from at2po_lib.retrieval.bm25 import top_k_rows; "
+        "rng = np.random.default_rng(0); "
+        "s = rng.integers(0, 3, 5000).astype(np.float32); "
+        "print(top_k_rows(s, 50)[1].tolist())"
+    )
     runs = []
     for disabled in ("", "AVX512_ICL X86_V4"):
         env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": disabled}
-        runs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                   text=True, check=True).stdout)
+        runs.append(
+            subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
     assert runs[0] == runs[1]

@@ -14,14 +14,28 @@ from at2po_lib.reporting.budget import budget_display, budget_table, generated_t
 def _tree(tokens: list[int], duplicate_of: list[int]) -> TreeArrays:
     """Root 0 with one shared turn 1 and two leaves 2, 3 under it (AT2PO's shape, one round)."""
     parent = np.array([-1, 0, 1, 1])
-    return TreeArrays(parent, np.zeros(4), np.array([0.0, 0.0, 1.0, 0.0]),
-                      node_arrays={"num_tokens": np.array(tokens, dtype=float),
-                                   "duplicate_of": np.array(duplicate_of, dtype=float)})
+    return TreeArrays(
+        parent,
+        np.zeros(4),
+        np.array([0.0, 0.0, 1.0, 0.0]),
+        node_arrays={
+            "num_tokens": np.array(tokens, dtype=float),
+            "duplicate_of": np.array(duplicate_of, dtype=float),
+        },
+    )
 
 
 def _metrics(method: str, seed: int, leaves: float, per_trajectory: list[float]) -> list[dict]:
-    return [{"method": method, "seed": seed, "step": i + 1, "rollout/leaves_per_prompt": leaves,
-             "completions/mean_length": length} for i, length in enumerate(per_trajectory)]
+    return [
+        {
+            "method": method,
+            "seed": seed,
+            "step": i + 1,
+            "rollout/leaves_per_prompt": leaves,
+            "completions/mean_length": length,
+        }
+        for i, length in enumerate(per_trajectory)
+    ]
 
 
 def test_a_tree_generates_its_shared_turns_once_and_trains_them_per_leaf(tmp_path):
@@ -34,10 +48,13 @@ def test_a_tree_generates_its_shared_turns_once_and_trains_them_per_leaf(tmp_pat
 
     chain = tmp_path / "grpo" / "seed0"
     chain.mkdir(parents=True)
-    metrics = pd.DataFrame(_metrics("at2po", 0, 2, [16.0, 14.0]) + _metrics("grpo", 0, 3, [4.0, 6.0]))
+    metrics = pd.DataFrame(
+        _metrics("at2po", 0, 2, [16.0, 14.0]) + _metrics("grpo", 0, 3, [4.0, 6.0])
+    )
     finished = pd.DataFrame({"method": ["at2po", "grpo"], "seed": [0, 0], "path": [run, chain]})
-    table = budget_table(metrics, finished, prompts_per_step=4,
-                         methods=["grpo", "at2po"]).set_index("method")
+    table = budget_table(
+        metrics, finished, prompts_per_step=4, methods=["grpo", "at2po"]
+    ).set_index("method")
     # at2po: 4 prompts x 2 leaves = 8 trajectories; trained 8 x mean(16, 14) = 120 tokens a step;
     # generated 4 prompts x 18.5 distinct tokens = 74
     assert table.loc["at2po", "trajectories"] == 8

@@ -16,17 +16,40 @@ from at2po_lib.cli import train as train_cli
 from at2po_lib.config.profile import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_MODULES = ["evaluation/greedy", "trainer/run", "trainer/study", "trainer/blocks", "trainer/warmstart",
-                 "retrieval/indexes", "retrieval/server", "tinyworld/build", "reporting/notebook_runner"]
+STAGE_MODULES = [
+    "evaluation/greedy",
+    "trainer/run",
+    "trainer/study",
+    "trainer/blocks",
+    "trainer/warmstart",
+    "retrieval/indexes",
+    "retrieval/server",
+    "tinyworld/build",
+    "reporting/notebook_runner",
+]
 
 
 def test_every_subcommand_has_a_module_with_a_parser_and_main():
     import importlib
 
-    assert set(cli.COMMANDS) == {"world", "index", "serve-retriever", "warmstart", "evaluate",
-                                 "train", "study", "report", "run-notebooks",
-                                 "expansion-stats", "credit-accuracy", "dissect", "regime-pilot", "plan",
-                                 "rehearsal", "gpu-env"}
+    assert set(cli.COMMANDS) == {
+        "world",
+        "index",
+        "serve-retriever",
+        "warmstart",
+        "evaluate",
+        "train",
+        "study",
+        "report",
+        "run-notebooks",
+        "expansion-stats",
+        "credit-accuracy",
+        "dissect",
+        "regime-pilot",
+        "plan",
+        "rehearsal",
+        "gpu-env",
+    }
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(f"at2po_lib.cli.{module_name}")
         parser = module.build_parser()
@@ -43,18 +66,26 @@ def test_stage_modules_keep_no_command_line(relative):
 
 def test_top_level_help_is_instant_and_lists_every_command():
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "--help"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.cli", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     seconds = time.perf_counter() - start
     assert proc.returncode == 0
     for name in cli.COMMANDS:
         assert name in proc.stdout
     assert seconds < 5, f"at2po --help took {seconds:.1f} s"
-    probe = ("import sys, at2po_lib.cli as c; c.main(['--help']); "
-             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'faiss', 'pandas') "
-             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60).stdout
+    probe = (
+        "import sys, at2po_lib.cli as c; c.main(['--help']); "
+        "print(sorted(m for m in ('torch', 'trl', 'transformers', 'faiss', 'pandas') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    ).stdout
     assert out.strip().endswith("[]"), out
 
 
@@ -69,7 +100,7 @@ def test_train_help_examples_parse_and_pass_the_up_front_checks(capsys):
     help_text = capsys.readouterr().out
     examples = [line for line in help_text.splitlines() if "--set" in line or "\\" in line]
     assert any("train.learning_rate=1e-4" in line for line in examples)
-    sets = re.findall(r"--set (\S+)", help_text[help_text.index("examples:"):])
+    sets = re.findall(r"--set (\S+)", help_text[help_text.index("examples:") :])
     profile, trainer = train_cli.split_overrides(sets)
     assert profile["train"]["learning_rate"] == 1e-4 and profile["train"]["max_steps"] == 20
     assert trainer == {"epsilon_high": 0.005}
@@ -77,25 +108,36 @@ def test_train_help_examples_parse_and_pass_the_up_front_checks(capsys):
 
 def test_shorthands_go_through_the_same_parser():
     args = train_cli.build_parser().parse_args(
-        ["--method", "at2po", "--max-steps", "4", "--arg", "beta=1e-3",
-         "--set", "train.learning_rate=1e-4"])
+        [
+            "--method",
+            "at2po",
+            "--max-steps",
+            "4",
+            "--arg",
+            "beta=1e-3",
+            "--set",
+            "train.learning_rate=1e-4",
+        ]
+    )
     profile, trainer = train_cli.split_overrides(train_cli.override_texts(args))
     assert profile == {"train": {"learning_rate": 1e-4, "max_steps": 4}}
     assert trainer == {"beta": 1e-3}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "train.learnin_rate=1e-4"], "did you mean train.learning_rate"),
-    (["--set", "train.max_steps=many"], "train.max_steps: expected int"),
-    (["--arg", "beta=high"], "trainer.beta: expected float"),
-    (["--arg", "betta=0"], "unknown key 'betta'"),
-    (["--set", "trainer.learning_rate=1e-4"], "set train.learning_rate instead"),
-    (["--set", "trainer.tree_m=3"], "set rollout.tree_m instead"),
-    (["--set", "trainer.loss_type=dapo"], "follows from trainer.loss_aggregation"),
-    (["--arg", "beta"], "not FIELD=VALUE"),
-])
-def test_bad_train_overrides_fail_before_training(argv, message, capsys, tmp_path,
-                                                  monkeypatch):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "train.learnin_rate=1e-4"], "did you mean train.learning_rate"),
+        (["--set", "train.max_steps=many"], "train.max_steps: expected int"),
+        (["--arg", "beta=high"], "trainer.beta: expected float"),
+        (["--arg", "betta=0"], "unknown key 'betta'"),
+        (["--set", "trainer.learning_rate=1e-4"], "set train.learning_rate instead"),
+        (["--set", "trainer.tree_m=3"], "set rollout.tree_m instead"),
+        (["--set", "trainer.loss_type=dapo"], "follows from trainer.loss_aggregation"),
+        (["--arg", "beta"], "not FIELD=VALUE"),
+    ],
+)
+def test_bad_train_overrides_fail_before_training(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))  # nothing may be written anyway
     assert cli.main(["train", "--profile", "smoke", "--method", "at2po", *argv]) == 2
     err = capsys.readouterr().err
@@ -111,13 +153,16 @@ def test_unknown_method_and_profile_are_one_line_errors(capsys):
     assert "unknown profile 'nope'" in err and "smoke" in err
 
 
-@pytest.mark.parametrize("argv, option", [
-    (["study", "--table", "1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
-    (["study", "--table", "1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
-    (["study", "--table", "1", "--profile", "smoke", "--methods", ",,,"], "--methods"),
-    (["run-notebooks", "--profile", "smoke", "--only", ",,,"], "--only"),
-    (["evaluate", "--profile", "smoke", "--datasets", ","], "--datasets"),
-])
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["study", "--table", "1", "--profile", "smoke", "--seeds", ",,"], "--seeds"),
+        (["study", "--table", "1", "--profile", "smoke", "--seeds", "0,x"], "--seeds"),
+        (["study", "--table", "1", "--profile", "smoke", "--methods", ",,,"], "--methods"),
+        (["run-notebooks", "--profile", "smoke", "--only", ",,,"], "--only"),
+        (["evaluate", "--profile", "smoke", "--datasets", ","], "--datasets"),
+    ],
+)
 def test_empty_or_malformed_lists_are_errors_naming_the_option(argv, option, capsys):
     assert cli.main(argv) == 2
     assert option in capsys.readouterr().err
@@ -137,12 +182,25 @@ def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkey
     assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
     assert "no finished runs" in capsys.readouterr().err
     run = run_folder.run_dir("smoke", "react", 0)
-    pd.DataFrame([{"dataset": "tiny_nq", "group": "singlehop", "id": str(i),
-                   "prediction": "x", "em": float(i % 2), "f1": 0.0, "num_turns": 2,
-                   "num_tool_calls": 1, "finish_reason": "answer"}
-                  for i in range(4)]).to_csv(run.outcomes, index=False)
+    pd.DataFrame(
+        [
+            {
+                "dataset": "tiny_nq",
+                "group": "singlehop",
+                "id": str(i),
+                "prediction": "x",
+                "em": float(i % 2),
+                "f1": 0.0,
+                "num_turns": 2,
+                "num_tool_calls": 1,
+                "finish_reason": "answer",
+            }
+            for i in range(4)
+        ]
+    ).to_csv(run.outcomes, index=False)
     pd.DataFrame([{"dataset": "tiny_nq", "group": "singlehop", "n": 4, "em": 0.5}]).to_csv(
-        run.final_eval, index=False)
+        run.final_eval, index=False
+    )
     run.done.write_text(json.dumps({"wall_time": 1.5}))
     assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
     table = pd.read_csv(tmp_path / "smoke" / "tables" / "table1.csv")
@@ -160,16 +218,28 @@ def test_study_methods_expand_patterns_in_preset_order():
     from at2po_lib.trainer.study import study_methods
 
     assert study_methods("3", ["credit_*_diff_global"]) == [
-        "credit_entropy_softmax_diff_global", "credit_entropy_linear_diff_global",
-        "credit_child_mean_diff_global", "credit_leaf_mean_diff_global"]
-    assert study_methods("1", ["at2po", "ae*", "grpo", "at2po"]) == ["at2po", "aepo", "aepo_paper", "grpo"]
+        "credit_entropy_softmax_diff_global",
+        "credit_entropy_linear_diff_global",
+        "credit_child_mean_diff_global",
+        "credit_leaf_mean_diff_global",
+    ]
+    assert study_methods("1", ["at2po", "ae*", "grpo", "at2po"]) == [
+        "at2po",
+        "aepo",
+        "aepo_paper",
+        "grpo",
+    ]
     with pytest.raises(KeyError, match="matches no preset"):
         study_methods("3", ["credit_*_diff_nowhere"])
 
 
 def test_study_rejects_a_pattern_that_matches_nothing(capsys):
-    assert cli.main(["study", "--table", "3", "--profile", "smoke", "--methods",
-                     "credit_*_diff_nowhere"]) == 2
+    assert (
+        cli.main(
+            ["study", "--table", "3", "--profile", "smoke", "--methods", "credit_*_diff_nowhere"]
+        )
+        == 2
+    )
     assert "matches no preset" in capsys.readouterr().err
 
 
@@ -187,29 +257,54 @@ def test_study_plan_reads_the_run_folders_and_trains_nothing(tmp_path, monkeypat
     runs = tmp_path / "runs" / "smoke"
     digest = run_folder.config_hash(resolve_run(load_profile("smoke"), "grpo", 0).record())
     (runs / "grpo" / "seed0").mkdir(parents=True)
-    (runs / "grpo" / "seed0" / "DONE.json").write_text(json.dumps(
-        {"config_hash": digest, "wall_time": 600}))
+    (runs / "grpo" / "seed0" / "DONE.json").write_text(
+        json.dumps({"config_hash": digest, "wall_time": 600})
+    )
     (runs / "grpo" / "seed1").mkdir(parents=True)
     (runs / "grpo" / "seed1" / "DONE.json").write_text(json.dumps({"config_hash": "other"}))
     checkpoint = staging_path(runs / "at2po" / "seed0") / "checkpoints" / "checkpoint-8"
     checkpoint.mkdir(parents=True)
     (checkpoint / run_folder.COMPLETE_MARKER).write_text(json.dumps({"step": 4}))
     before = sorted(p for p in tmp_path.rglob("*"))
-    assert cli.main(["study", "--table", "1", "--profile", "smoke", "--methods", "grpo,at2po",
-                     "--seeds", "0,1", "--plan"]) == 0
+    assert (
+        cli.main(
+            [
+                "study",
+                "--table",
+                "1",
+                "--profile",
+                "smoke",
+                "--methods",
+                "grpo,at2po",
+                "--seeds",
+                "0,1",
+                "--plan",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     states = {tuple(line.split()[:3]): line.split()[3] for line in out[:-1]}
-    assert states == {("grpo", "seed", "0"): "finished", ("at2po", "seed", "0"): "resumes",
-                      ("grpo", "seed", "1"): "other", ("at2po", "seed", "1"): "new"}
+    assert states == {
+        ("grpo", "seed", "0"): "finished",
+        ("at2po", "seed", "0"): "resumes",
+        ("grpo", "seed", "1"): "other",
+        ("at2po", "seed", "1"): "new",
+    }
     assert "from step 4" in next(line for line in out if line.startswith("at2po  seed 0"))
     assert "10 min" in out[0]
     assert out[-1] == "table 1: 4 runs: 1 finished, 1 new, 1 other config, 1 resumes"
-    assert sorted(p for p in tmp_path.rglob("*")) == before     # nothing trained or written
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing trained or written
 
 
 def test_python_dash_m_runs_the_same_command():
-    proc = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "train", "--list-methods"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.cli", "train", "--list-methods"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "at2po" in proc.stdout and "tree_grpo" in proc.stdout
 
 

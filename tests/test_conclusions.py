@@ -25,15 +25,43 @@ def test_no_records_are_said_and_nothing_is_compared(tmp_path, monkeypatch):
 
 def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
-    summary = [{"source": "ours", "method": m, "column": "Multi-hop avg", "n_seeds": s}
-               for m, s in (("react", 1), ("grpo", 2), ("at2po", 3))]
+    summary = [
+        {"source": "ours", "method": m, "column": "Multi-hop avg", "n_seeds": s}
+        for m, s in (("react", 1), ("grpo", 2), ("at2po", 3))
+    ]
     _write(tmp_path, "table1_summary", summary)
-    diffs = [{"method": "react", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
-              "metric": "em", "diff": -0.06, "ci_low": -0.09, "ci_high": -0.03},
-             {"method": "at2po", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
-              "metric": "em", "diff": 0.01, "ci_low": -0.02, "ci_high": 0.04},
-             {"method": "at2po", "baseline": "grpo", "scope": "multihop", "weighting": "sample",
-              "metric": "sampled_em", "diff": 0.5, "ci_low": 0.4, "ci_high": 0.6}]
+    diffs = [
+        {
+            "method": "react",
+            "baseline": "grpo",
+            "scope": "multihop",
+            "weighting": "sample",
+            "metric": "em",
+            "diff": -0.06,
+            "ci_low": -0.09,
+            "ci_high": -0.03,
+        },
+        {
+            "method": "at2po",
+            "baseline": "grpo",
+            "scope": "multihop",
+            "weighting": "sample",
+            "metric": "em",
+            "diff": 0.01,
+            "ci_low": -0.02,
+            "ci_high": 0.04,
+        },
+        {
+            "method": "at2po",
+            "baseline": "grpo",
+            "scope": "multihop",
+            "weighting": "sample",
+            "metric": "sampled_em",
+            "diff": 0.5,
+            "ci_low": 0.4,
+            "ci_high": 0.6,
+        },
+    ]
     _write(tmp_path, "table1_differences", diffs)
     text = c.table1_conclusion("tiny")
     assert "ReAct -6.0 [-9.0, -3.0] points (worse)" in text
@@ -44,21 +72,37 @@ def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
 def test_credit_accuracy_rows_that_matter():
     rows = []
     for mode, vm, am, rollout, auc, delta in (
-            ("at2po", "entropy_softmax", "node_value", "entropy", 0.66, -0.001),
-            ("at2po", "entropy_softmax", "diff_parent", "entropy", 0.54, -0.12),
-            ("grpo", None, None, "entropy", 0.661, 0.0)):
+        ("at2po", "entropy_softmax", "node_value", "entropy", 0.66, -0.001),
+        ("at2po", "entropy_softmax", "diff_parent", "entropy", 0.54, -0.12),
+        ("grpo", None, None, "entropy", 0.661, 0.0),
+    ):
         for turns in ("all", "search", "answer"):
-            rows.append({"credit_mode": mode, "value_mode": vm, "advantage_mode": am,
-                         "softmax_temperature": 1.0, "rollout": rollout, "turns": turns,
-                         "auc": auc, "ci_low": auc - 0.02, "ci_high": auc + 0.02,
-                         "delta_vs_grpo": delta, "delta_low": delta - 0.002,
-                         "delta_high": delta + 0.002, "n_prompts": 300, "n_turns": 5000,
-                         "n_useful": 2000})
+            rows.append(
+                {
+                    "credit_mode": mode,
+                    "value_mode": vm,
+                    "advantage_mode": am,
+                    "softmax_temperature": 1.0,
+                    "rollout": rollout,
+                    "turns": turns,
+                    "auc": auc,
+                    "ci_low": auc - 0.02,
+                    "ci_high": auc + 0.02,
+                    "delta_vs_grpo": delta,
+                    "delta_low": delta - 0.002,
+                    "delta_high": delta + 0.002,
+                    "n_prompts": 300,
+                    "n_turns": 5000,
+                    "n_useful": 2000,
+                }
+            )
     frame = pd.DataFrame(rows)
     summary = c.credit_accuracy_summary(frame)
-    assert list(summary.index) == ["AT2PO default (entropy_softmax / node_value)",
-                                   "AT2PO entropy_softmax / diff_parent",
-                                   "GRPO (leaf advantage on every turn)"]
+    assert list(summary.index) == [
+        "AT2PO default (entropy_softmax / node_value)",
+        "AT2PO entropy_softmax / diff_parent",
+        "GRPO (leaf advantage on every turn)",
+    ]
     assert summary.loc["GRPO (leaf advantage on every turn)", "Δ vs GRPO (all)"] == "—"
     text = c.credit_accuracy_conclusion(frame)
     assert "indistinguishable from GRPO" in text and "highest AUC is grpo" in text
@@ -67,20 +111,49 @@ def test_credit_accuracy_rows_that_matter():
 def test_credit_accuracy_conclusion_reads_the_weights_table():
     """The weights sentence comes from credit_weights.csv's sampled-NLL softmax row, not from
     prose; without the table the conclusion says nothing about the weights."""
-    rows = [{"credit_mode": mode, "value_mode": vm, "advantage_mode": "node_value" if vm else None,
-             "softmax_temperature": 1.0, "rollout": "entropy", "turns": "all", "auc": auc,
-             "ci_low": auc - 0.02, "ci_high": auc + 0.02, "delta_vs_grpo": d,
-             "delta_low": d - 0.01, "delta_high": d + 0.01, "n_prompts": 10, "n_turns": 50,
-             "n_useful": 20}
-            for mode, vm, auc, d in (("at2po", "entropy_softmax", 0.7, 0.0), ("grpo", None, 0.7, 0.0))]
+    rows = [
+        {
+            "credit_mode": mode,
+            "value_mode": vm,
+            "advantage_mode": "node_value" if vm else None,
+            "softmax_temperature": 1.0,
+            "rollout": "entropy",
+            "turns": "all",
+            "auc": auc,
+            "ci_low": auc - 0.02,
+            "ci_high": auc + 0.02,
+            "delta_vs_grpo": d,
+            "delta_low": d - 0.01,
+            "delta_high": d + 0.01,
+            "n_prompts": 10,
+            "n_turns": 50,
+            "n_useful": 20,
+        }
+        for mode, vm, auc, d in (("at2po", "entropy_softmax", 0.7, 0.0), ("grpo", None, 0.7, 0.0))
+    ]
     frame = pd.DataFrame(rows)
-    weights = pd.DataFrame([
-        {"estimator": "exact", "weighting": "entropy_softmax", "branching_nodes": 9,
-         "mean_children": 2.0, "mean_abs_w_minus_uniform": 0.001, "mean_n_times_max_w": 1.01,
-         "corr_value_with_child_mean": 0.999},
-        {"estimator": "sampled_nll", "weighting": "entropy_softmax", "branching_nodes": 40,
-         "mean_children": 2.5, "mean_abs_w_minus_uniform": 0.25, "mean_n_times_max_w": 1.8,
-         "corr_value_with_child_mean": 0.61}])
+    weights = pd.DataFrame(
+        [
+            {
+                "estimator": "exact",
+                "weighting": "entropy_softmax",
+                "branching_nodes": 9,
+                "mean_children": 2.0,
+                "mean_abs_w_minus_uniform": 0.001,
+                "mean_n_times_max_w": 1.01,
+                "corr_value_with_child_mean": 0.999,
+            },
+            {
+                "estimator": "sampled_nll",
+                "weighting": "entropy_softmax",
+                "branching_nodes": 40,
+                "mean_children": 2.5,
+                "mean_abs_w_minus_uniform": 0.25,
+                "mean_n_times_max_w": 1.8,
+                "corr_value_with_child_mean": 0.61,
+            },
+        ]
+    )
     plain = c.credit_accuracy_conclusion(frame)
     assert "uniform" not in plain
     text = c.credit_accuracy_conclusion(frame, weights)
@@ -92,47 +165,119 @@ def test_credit_accuracy_conclusion_reads_the_weights_table():
 def test_table2_conclusion_gives_each_step_with_its_interval(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     nan = float("nan")
-    _write(tmp_path, "table2", [
-        {"step": 1, "method": "a", "configuration": "GRPO with random tree rollout", "em": 0.45,
-         "n_seeds": 3, "delta": nan, "delta_low": nan, "delta_high": nan, "published_delta": nan},
-        {"step": 2, "method": "b", "configuration": "+ ATPO turn-level loss", "em": 0.50,
-         "n_seeds": 3, "delta": 0.05, "delta_low": 0.01, "delta_high": 0.09,
-         "published_delta": 0.0233},
-        {"step": 3, "method": "c", "configuration": "+ entropy-guided tree expansion", "em": 0.49,
-         "n_seeds": 2, "delta": -0.01, "delta_low": -0.05, "delta_high": 0.03,
-         "published_delta": 0.0058},
-        {"step": 4, "method": "at2po", "configuration": "+ turn-wise credit", "em": nan,
-         "n_seeds": nan, "delta": nan, "delta_low": nan, "delta_high": nan,
-         "published_delta": 0.0048}])
+    _write(
+        tmp_path,
+        "table2",
+        [
+            {
+                "step": 1,
+                "method": "a",
+                "configuration": "GRPO with random tree rollout",
+                "em": 0.45,
+                "n_seeds": 3,
+                "delta": nan,
+                "delta_low": nan,
+                "delta_high": nan,
+                "published_delta": nan,
+            },
+            {
+                "step": 2,
+                "method": "b",
+                "configuration": "+ ATPO turn-level loss",
+                "em": 0.50,
+                "n_seeds": 3,
+                "delta": 0.05,
+                "delta_low": 0.01,
+                "delta_high": 0.09,
+                "published_delta": 0.0233,
+            },
+            {
+                "step": 3,
+                "method": "c",
+                "configuration": "+ entropy-guided tree expansion",
+                "em": 0.49,
+                "n_seeds": 2,
+                "delta": -0.01,
+                "delta_low": -0.05,
+                "delta_high": 0.03,
+                "published_delta": 0.0058,
+            },
+            {
+                "step": 4,
+                "method": "at2po",
+                "configuration": "+ turn-wise credit",
+                "em": nan,
+                "n_seeds": nan,
+                "delta": nan,
+                "delta_low": nan,
+                "delta_high": nan,
+                "published_delta": 0.0048,
+            },
+        ],
+    )
     text = c.table2_conclusion("tiny")
     assert text.startswith("3 of the ablation's 4 steps have toy runs.")
-    assert "step 2, ATPO turn-level loss: +5.0 [+1.0, +9.0] points, 3 vs 3 seeds, better " \
-           "(published +2.33)" in text
-    assert "step 3, entropy-guided tree expansion: -1.0 [-5.0, +3.0] points, 2 vs 3 seeds, " \
-           "not distinguishable" in text
+    assert (
+        "step 2, ATPO turn-level loss: +5.0 [+1.0, +9.0] points, 3 vs 3 seeds, better "
+        "(published +2.33)" in text
+    )
+    assert (
+        "step 3, entropy-guided tree expansion: -1.0 [-5.0, +3.0] points, 2 vs 3 seeds, "
+        "not distinguishable" in text
+    )
     assert "1 of 2 steps' intervals exclude 0." in text
 
 
 def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     nan = float("nan")
-    rows = [("entropy_softmax", "node_value", 0.47, nan, nan, nan, 5),
-            ("child_mean", "node_value", 0.49, 0.02, -0.02, 0.06, 3),
-            ("leaf_mean", "diff_parent", 0.40, -0.07, -0.11, -0.03, 3),
-            ("leaf_mean", "diff_global", 0.41, -0.06, -0.10, -0.02, 3)]
-    _write(tmp_path, "table3", [
-        {"value_mode": v, "advantage_mode": a, "method": f"credit_{v}_{a}", "em": em,
-         "delta": d, "delta_low": lo, "delta_high": hi, "n_seeds": n}
-        for v, a, em, d, lo, hi, n in rows])
+    rows = [
+        ("entropy_softmax", "node_value", 0.47, nan, nan, nan, 5),
+        ("child_mean", "node_value", 0.49, 0.02, -0.02, 0.06, 3),
+        ("leaf_mean", "diff_parent", 0.40, -0.07, -0.11, -0.03, 3),
+        ("leaf_mean", "diff_global", 0.41, -0.06, -0.10, -0.02, 3),
+    ]
+    _write(
+        tmp_path,
+        "table3",
+        [
+            {
+                "value_mode": v,
+                "advantage_mode": a,
+                "method": f"credit_{v}_{a}",
+                "em": em,
+                "delta": d,
+                "delta_low": lo,
+                "delta_high": hi,
+                "n_seeds": n,
+            }
+            for v, a, em, d, lo, hi, n in rows
+        ],
+    )
     text = c.table3_conclusion("tiny")
-    assert text.startswith("3 of the paper's 8 cells (value mode × node_value / diff_parent) "
-                           "have toy runs, and 1 of the authors' code's other advantage modes.")
+    assert text.startswith(
+        "3 of the paper's 8 cells (value mode × node_value / diff_parent) "
+        "have toy runs, and 1 of the authors' code's other advantage modes."
+    )
     assert "default (entropy_softmax / node_value, 5 seeds)" in text
     assert "child_mean / node_value +2.0 [-2.0, +6.0] (3 seeds)" in text
     assert "2 cells lie below the default (the paper's finding) and 0 above it" in text
     # without any cell outside 0 the sentence says the toy cannot rank them
-    _write(tmp_path, "table3", [
-        {"value_mode": v, "advantage_mode": a, "method": f"credit_{v}_{a}", "em": em,
-         "delta": d, "delta_low": lo, "delta_high": hi, "n_seeds": n}
-        for v, a, em, d, lo, hi, n in rows[:2]])
+    _write(
+        tmp_path,
+        "table3",
+        [
+            {
+                "value_mode": v,
+                "advantage_mode": a,
+                "method": f"credit_{v}_{a}",
+                "em": em,
+                "delta": d,
+                "delta_low": lo,
+                "delta_high": hi,
+                "n_seeds": n,
+            }
+            for v, a, em, d, lo, hi, n in rows[:2]
+        ],
+    )
     assert "Every interval contains 0" in c.table3_conclusion("tiny")

@@ -53,8 +53,10 @@ def test_a_moved_key_names_its_new_home(tmp_path):
         load_profile(str(old))
     with pytest.raises(ProfileError, match="moved to rollout.chains"):
         parse_override("train.chain_leaves=6")
-    assert load_profile("smoke", parse_override("rollout.chains=5")).rollout.leaves_per_prompt(
-        "chain") == 5
+    assert (
+        load_profile("smoke", parse_override("rollout.chains=5")).rollout.leaves_per_prompt("chain")
+        == 5
+    )
 
 
 def test_overrides_apply_last():
@@ -65,8 +67,9 @@ def test_overrides_apply_last():
 
 
 def test_several_overrides_merge_per_section():
-    merged = parse_overrides(["train.max_steps=7", "train.eval_every=2", "rollout.tree_m=3",
-                              "train.max_steps=9"])
+    merged = parse_overrides(
+        ["train.max_steps=7", "train.eval_every=2", "rollout.tree_m=3", "train.max_steps=9"]
+    )
     assert merged == {"train": {"max_steps": 9, "eval_every": 2}, "rollout": {"tree_m": 3}}
     assert parse_overrides([]) is None
     cfg = load_profile("smoke", merged)
@@ -82,27 +85,43 @@ def test_scientific_notation_is_a_float_as_in_yaml_1_2():
 
 
 def test_ints_bools_lists_and_null_parse_by_field_type():
-    merged = parse_overrides(["train.max_steps=12", "train.final_eval=false",
-                              "train.methods=[grpo, at2po]", "train.val_questions=null",
-                              "retrieval.url=null", "retrieval.query_prefix=query: "])
-    assert merged == {"train": {"max_steps": 12, "final_eval": False,
-                                "methods": ["grpo", "at2po"], "val_questions": None},
-                      "retrieval": {"url": None, "query_prefix": "query: "}}
+    merged = parse_overrides(
+        [
+            "train.max_steps=12",
+            "train.final_eval=false",
+            "train.methods=[grpo, at2po]",
+            "train.val_questions=null",
+            "retrieval.url=null",
+            "retrieval.query_prefix=query: ",
+        ]
+    )
+    assert merged == {
+        "train": {
+            "max_steps": 12,
+            "final_eval": False,
+            "methods": ["grpo", "at2po"],
+            "val_questions": None,
+        },
+        "retrieval": {"url": None, "query_prefix": "query: "},
+    }
     # a str field keeps the text verbatim, even when it looks like a number
     assert parse_override("policy.model=1e-4") == {"policy": {"model": "1e-4"}}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("train.learnin_rate=1e-4", "did you mean train.learning_rate"),
-    ("train.max_steps=abc", "--set train.max_steps: expected int, got 'abc'"),
-    ("train.max_steps=1.5", "train.max_steps: expected int"),
-    ("train.final_eval=3", "train.final_eval: expected bool"),
-    ("train.methods=grpo", "train.methods: expected a list"),
-    ("rollout=3", "'rollout' is a section"),
-    ("rollout.tree_m.x=3", "'rollout.tree_m' is a value"),
-    ("nope.key=1", "unknown key 'nope.key'"),
-    ("train.max_steps", "not of the form"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("train.learnin_rate=1e-4", "did you mean train.learning_rate"),
+        ("train.max_steps=abc", "--set train.max_steps: expected int, got 'abc'"),
+        ("train.max_steps=1.5", "train.max_steps: expected int"),
+        ("train.final_eval=3", "train.final_eval: expected bool"),
+        ("train.methods=grpo", "train.methods: expected a list"),
+        ("rollout=3", "'rollout' is a section"),
+        ("rollout.tree_m.x=3", "'rollout.tree_m' is a value"),
+        ("nope.key=1", "unknown key 'nope.key'"),
+        ("train.max_steps", "not of the form"),
+    ],
+)
 def test_bad_overrides_name_the_key_before_anything_runs(text, message):
     with pytest.raises(ProfileError, match=re.escape(message)):
         parse_overrides([text])
@@ -128,7 +147,7 @@ def test_any_finite_float_round_trips_through_its_repr(x):
     assert parse_value(repr(x), float) == x
 
 
-@given(st.integers(min_value=-10**12, max_value=10**12))
+@given(st.integers(min_value=-(10**12), max_value=10**12))
 def test_any_int_round_trips_and_is_a_float_where_floats_are_expected(n):
     assert parse_value(str(n), int) == n
     value = parse_value(str(n), float)

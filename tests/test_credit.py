@@ -76,9 +76,12 @@ def naive_advantages(parent, values, mode):
     out = np.array(values, dtype=float)
     for i in range(1, len(parent)):
         vp, vr = values[parent[i]], values[0]
-        out[i] = {"node_value": values[i], "diff_parent": values[i] - vp,
-                  "diff_global": values[i] - vr,
-                  "diff_localglobal": 2 * values[i] - vp - vr}[mode]
+        out[i] = {
+            "node_value": values[i],
+            "diff_parent": values[i] - vp,
+            "diff_global": values[i] - vr,
+            "diff_localglobal": 2 * values[i] - vp - vr,
+        }[mode]
     return out
 
 
@@ -95,17 +98,20 @@ T1_ENTROPY = [0.0, 1.0, 3.0, 1.0, 3.0]
 T1_REWARD = [NAN, NAN, 1.0, 0.0, 1.0]
 
 
-@pytest.mark.parametrize("mode, expected", [
-    # V1 = (0 + 1)/2 = 0.5;  V0 = (0.5 + 1)/2 = 0.75
-    ("child_mean", [0.75, 0.5, 1.0, 0.0, 1.0]),
-    # V1 = (1*0 + 3*1)/(1+3) = 0.75;  V0 = (1*0.75 + 3*1)/4 = 0.9375
-    ("entropy_linear", [0.9375, 0.75, 1.0, 0.0, 1.0]),
-    # weight of the H=3 child: w = e^3/(e^1+e^3) = sigmoid(2) = 0.880797
-    # V1 = w*1 = 0.880797;  V0 = (1-w)*V1 + w*1 = 0.119203*0.880797 + 0.880797 = 0.985791
-    ("entropy_softmax", [0.985791, 0.880797, 1.0, 0.0, 1.0]),
-    # V1 = mean(0, 1) = 0.5;  V0 = mean of leaves (1, 0, 1) = 2/3 (differs from child_mean)
-    ("leaf_mean", [2 / 3, 0.5, 1.0, 0.0, 1.0]),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        # V1 = (0 + 1)/2 = 0.5;  V0 = (0.5 + 1)/2 = 0.75
+        ("child_mean", [0.75, 0.5, 1.0, 0.0, 1.0]),
+        # V1 = (1*0 + 3*1)/(1+3) = 0.75;  V0 = (1*0.75 + 3*1)/4 = 0.9375
+        ("entropy_linear", [0.9375, 0.75, 1.0, 0.0, 1.0]),
+        # weight of the H=3 child: w = e^3/(e^1+e^3) = sigmoid(2) = 0.880797
+        # V1 = w*1 = 0.880797;  V0 = (1-w)*V1 + w*1 = 0.119203*0.880797 + 0.880797 = 0.985791
+        ("entropy_softmax", [0.985791, 0.880797, 1.0, 0.0, 1.0]),
+        # V1 = mean(0, 1) = 0.5;  V0 = mean of leaves (1, 0, 1) = 2/3 (differs from child_mean)
+        ("leaf_mean", [2 / 3, 0.5, 1.0, 0.0, 1.0]),
+    ],
+)
 def test_value_modes_on_hand_tree(mode, expected):
     v = node_values(T1_PARENT, T1_ENTROPY, T1_REWARD, mode=mode, normalize_leaves=False)
     np.testing.assert_allclose(v.numpy(), expected, rtol=1e-5)
@@ -120,16 +126,19 @@ def test_leaf_normalisation_uses_population_std():
     np.testing.assert_allclose(v.numpy()[:2], [0.176777, -0.353553], rtol=1e-5)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    # values (child_mean, no normalisation) V = [0.75, 0.5, 1, 0, 1]
-    ("node_value", [0.75, 0.5, 1.0, 0.0, 1.0]),
-    # V_n - V_parent: 1: 0.5-0.75, 2: 1-0.75, 3: 0-0.5, 4: 1-0.5 (root keeps V_root)
-    ("diff_parent", [0.75, -0.25, 0.25, -0.5, 0.5]),
-    # V_n - V_root: 0.5-0.75, 1-0.75, 0-0.75, 1-0.75
-    ("diff_global", [0.75, -0.25, 0.25, -0.75, 0.25]),
-    # sum of the two above
-    ("diff_localglobal", [0.75, -0.5, 0.5, -1.25, 0.75]),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        # values (child_mean, no normalisation) V = [0.75, 0.5, 1, 0, 1]
+        ("node_value", [0.75, 0.5, 1.0, 0.0, 1.0]),
+        # V_n - V_parent: 1: 0.5-0.75, 2: 1-0.75, 3: 0-0.5, 4: 1-0.5 (root keeps V_root)
+        ("diff_parent", [0.75, -0.25, 0.25, -0.5, 0.5]),
+        # V_n - V_root: 0.5-0.75, 1-0.75, 0-0.75, 1-0.75
+        ("diff_global", [0.75, -0.25, 0.25, -0.75, 0.25]),
+        # sum of the two above
+        ("diff_localglobal", [0.75, -0.5, 0.5, -1.25, 0.75]),
+    ],
+)
 def test_advantage_modes_on_hand_tree(mode, expected):
     v = node_values(T1_PARENT, T1_ENTROPY, T1_REWARD, mode="child_mean", normalize_leaves=False)
     a = node_advantages(T1_PARENT, v, mode=mode)
@@ -143,8 +152,21 @@ def test_example_tree_values():
     # V0 = (-0.204124 + 0.816497 - 1.224745 + 0.816497)/4 = 0.051031
     t = example_tree()
     v = node_values(t.parent, t.entropy, t.leaf_reward, mode="child_mean").numpy()
-    np.testing.assert_allclose(v, [0.051031, -0.204124, 0.816497, 0.816497, -1.224745,
-                                   0.816497, 0.816497, -1.224745, 0.816497], rtol=1e-5)
+    np.testing.assert_allclose(
+        v,
+        [
+            0.051031,
+            -0.204124,
+            0.816497,
+            0.816497,
+            -1.224745,
+            0.816497,
+            0.816497,
+            -1.224745,
+            0.816497,
+        ],
+        rtol=1e-5,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -187,21 +209,30 @@ def test_unscored_leaves_are_ignored():
     # T1 plus node 5: a child of node 1 without a reward (pruned). Its high entropy would
     # dominate the softmax if it counted; it must not change any other node's value.
     parent = T1_PARENT + [1]
-    v = node_values(parent, T1_ENTROPY + [9.0], T1_REWARD + [NAN], mode="entropy_softmax",
-                    normalize_leaves=False)
-    ref = node_values(T1_PARENT, T1_ENTROPY, T1_REWARD, mode="entropy_softmax",
-                      normalize_leaves=False)
+    v = node_values(
+        parent,
+        T1_ENTROPY + [9.0],
+        T1_REWARD + [NAN],
+        mode="entropy_softmax",
+        normalize_leaves=False,
+    )
+    ref = node_values(
+        T1_PARENT, T1_ENTROPY, T1_REWARD, mode="entropy_softmax", normalize_leaves=False
+    )
     np.testing.assert_allclose(v.numpy()[:5], ref.numpy())
     assert math.isnan(v[5])
 
 
-@pytest.mark.parametrize("parent, reward, match", [
-    ([-1, 0, 0], [1.0, 0.0, 1.0], "internal node"),
-    ([-1, 0, 0], [NAN, NAN, NAN], "no scored leaf"),
-    ([0, 0, 0], [NAN, 0.0, 1.0], r"parent\[0\] must be -1"),
-    ([-1, 5, 0], [NAN, 0.0, 1.0], "invalid parent"),
-    ([-1, 2, 1, 0], [NAN, NAN, NAN, 1.0], "cycle"),
-])
+@pytest.mark.parametrize(
+    "parent, reward, match",
+    [
+        ([-1, 0, 0], [1.0, 0.0, 1.0], "internal node"),
+        ([-1, 0, 0], [NAN, NAN, NAN], "no scored leaf"),
+        ([0, 0, 0], [NAN, 0.0, 1.0], r"parent\[0\] must be -1"),
+        ([-1, 5, 0], [NAN, 0.0, 1.0], "invalid parent"),
+        ([-1, 2, 1, 0], [NAN, NAN, NAN, 1.0], "cycle"),
+    ],
+)
 def test_bad_trees_raise(parent, reward, match):
     with pytest.raises(ValueError, match=match):
         node_values(parent, [0.5] * len(parent), reward)
@@ -224,13 +255,16 @@ def test_grpo_hand_case():
     g = torch.tensor([7, 7, 7, 7, 3, 3])
     # group 7: mean 0.5, unbiased std sqrt(4*0.25/3) = 0.577350 -> +-0.866025; group 3 equal -> 0
     a = grpo_advantages(r, g)
-    np.testing.assert_allclose(a.numpy(), [0.866025, -0.866025, -0.866025, 0.866025, 0, 0],
-                               rtol=1e-5)
-    np.testing.assert_allclose(grpo_advantages(r, g, scale="none").numpy(),
-                               [0.5, -0.5, -0.5, 0.5, 0, 0])
+    np.testing.assert_allclose(
+        a.numpy(), [0.866025, -0.866025, -0.866025, 0.866025, 0, 0], rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        grpo_advantages(r, g, scale="none").numpy(), [0.5, -0.5, -0.5, 0.5, 0, 0]
+    )
     # population std 0.5 -> +-1
-    np.testing.assert_allclose(grpo_advantages(r, g, unbiased=False).numpy()[:4],
-                               [1, -1, -1, 1], rtol=1e-5)
+    np.testing.assert_allclose(
+        grpo_advantages(r, g, unbiased=False).numpy()[:4], [1, -1, -1, 1], rtol=1e-5
+    )
 
 
 def test_grpo_singleton_group_keeps_raw_reward():
@@ -246,8 +280,9 @@ def test_tree_grpo_hand_case():
     # tree b: mean 2/3, std 0.577350           -> 1: 0.577350, 0: -1.154701
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
     a = tree_grpo_advantages(r, torch.tensor([0, 0, 0, 1, 1, 1]), torch.zeros(6, dtype=torch.long))
-    np.testing.assert_allclose(a.numpy(), [2.067572, -1.490221, -1.490221,
-                                           1.490221, 1.490221, -2.067572], rtol=1e-5)
+    np.testing.assert_allclose(
+        a.numpy(), [2.067572, -1.490221, -1.490221, 1.490221, 1.490221, -2.067572], rtol=1e-5
+    )
 
 
 def test_tree_grpo_tree_ids_may_restart_per_prompt():
@@ -284,8 +319,9 @@ def trees(draw):
     for old in range(1, n):
         new_parent[perm[old]] = perm[parents[old]]
     is_leaf = [all(p != i for p in new_parent) for i in range(n)]
-    rewards = [draw(st.sampled_from([0.0, 1.0, 0.5, -1.0, NAN])) if leaf else NAN
-               for leaf in is_leaf]
+    rewards = [
+        draw(st.sampled_from([0.0, 1.0, 0.5, -1.0, NAN])) if leaf else NAN for leaf in is_leaf
+    ]
     first_leaf = is_leaf.index(True)
     if math.isnan(rewards[first_leaf]):
         rewards[first_leaf] = 1.0
@@ -294,8 +330,12 @@ def trees(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(trees(), min_size=1, max_size=4), st.sampled_from(VALUE_MODES),
-       st.sampled_from(ADVANTAGE_MODES), st.booleans())
+@given(
+    st.lists(trees(), min_size=1, max_size=4),
+    st.sampled_from(VALUE_MODES),
+    st.sampled_from(ADVANTAGE_MODES),
+    st.booleans(),
+)
 def test_forest_matches_naive_per_tree(tree_list, value_mode, adv_mode, normalize):
     forest = Forest.from_trees(tree_list, dtype=torch.float64)
     values = forest_node_values(forest, value_mode, normalize)
@@ -309,8 +349,11 @@ def test_forest_matches_naive_per_tree(tree_list, value_mode, adv_mode, normaliz
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(trees(), min_size=1, max_size=4), st.sampled_from(VALUE_MODES),
-       st.sampled_from(ADVANTAGE_MODES))
+@given(
+    st.lists(trees(), min_size=1, max_size=4),
+    st.sampled_from(VALUE_MODES),
+    st.sampled_from(ADVANTAGE_MODES),
+)
 def test_batch_token_advantages_matches_naive(tree_list, value_mode, adv_mode):
     forest = Forest.from_trees(tree_list, dtype=torch.float64)
     rows, row_tree = [], []
@@ -321,13 +364,17 @@ def test_batch_token_advantages_matches_naive(tree_list, value_mode, adv_mode):
             rows.append(lay["turn_node"][r])
             row_tree.append(t)
     width = max(len(r) for r in rows)
-    turn_node = torch.stack([torch.nn.functional.pad(r, (0, width - len(r)), value=-1)
-                             for r in rows])
+    turn_node = torch.stack(
+        [torch.nn.functional.pad(r, (0, width - len(r)), value=-1) for r in rows]
+    )
     got = batch_token_advantages(forest, turn_node, torch.tensor(row_tree), value_mode, adv_mode)
     for b in range(len(rows)):
         tree = tree_list[row_tree[b]]
-        ref_a = naive_advantages(tree.parent, naive_values(
-            tree.parent, tree.entropy, tree.leaf_reward, value_mode), adv_mode)
+        ref_a = naive_advantages(
+            tree.parent,
+            naive_values(tree.parent, tree.entropy, tree.leaf_reward, value_mode),
+            adv_mode,
+        )
         for t in range(width):
             node = int(turn_node[b, t])
             expected = 0.0 if node < 0 else ref_a[node]
@@ -369,18 +416,25 @@ def test_vanilla_is_grpo_over_the_prompt_rows_and_not_a_node_mode():
     # leaves 4..8 rewards 0,1,1,0,1 of one prompt: mean 0.6, unbiased std sqrt(1.2/4) = 0.547723
     rewards = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
     got = OUTCOME_ADVANTAGES["vanilla"](rewards, torch.zeros(5), torch.zeros(5))
-    expected = torch.tensor([-1.095445, 0.730297, 0.730297, -1.095445, 0.730297],
-                            dtype=torch.float64)
+    expected = torch.tensor(
+        [-1.095445, 0.730297, 0.730297, -1.095445, 0.730297], dtype=torch.float64
+    )
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     # two prompts: each is its own group (tree ids do not matter to GRPO)
-    two = OUTCOME_ADVANTAGES["vanilla"](torch.tensor([0.0, 1.0, 1.0, 1.0]), torch.arange(4),
-                                        torch.tensor([0, 0, 1, 1]))
-    torch.testing.assert_close(two, torch.tensor([-0.707106, 0.707106, 0.0, 0.0]), rtol=1e-5,
-                               atol=1e-6)
+    two = OUTCOME_ADVANTAGES["vanilla"](
+        torch.tensor([0.0, 1.0, 1.0, 1.0]), torch.arange(4), torch.tensor([0, 0, 1, 1])
+    )
+    torch.testing.assert_close(
+        two, torch.tensor([-0.707106, 0.707106, 0.0, 0.0]), rtol=1e-5, atol=1e-6
+    )
     lay = synthetic_turn_rows(t.parent, model_tokens=2, obs_tokens=1)
     with pytest.raises(ValueError, match="unknown advantage mode 'vanilla'"):
-        batch_token_advantages(Forest.from_trees([t]), lay["turn_node"],
-                               torch.zeros(5, dtype=torch.long), adv_mode="vanilla")
+        batch_token_advantages(
+            Forest.from_trees([t]),
+            lay["turn_node"],
+            torch.zeros(5, dtype=torch.long),
+            adv_mode="vanilla",
+        )
 
 
 def test_batch_token_advantages_errors_name_the_row():

@@ -150,7 +150,10 @@ def test_bad_json_names_file_and_line(tmp_path):
     "row, message",
     [
         ({"id": "a", "question": "  ", "golden_answers": ["x"]}, "question"),
-        ({"id": "a", "question": "q", "golden_answers": [["nested"]]}, "field 'golden_answers', answer 0 is list"),
+        (
+            {"id": "a", "question": "q", "golden_answers": [["nested"]]},
+            "field 'golden_answers', answer 0 is list",
+        ),
         ({"id": "a", "question": "q", "golden_answers": ["x"], "metadata": [1]}, "metadata"),
         ([1, 2], "JSON object"),
     ],
@@ -172,21 +175,41 @@ def test_common_qa_row_shapes_load_and_missing_ids_are_generated(tmp_path):
     ]
     path = _write_lines(tmp_path / "arpo_eval.jsonl", [json.dumps(r) for r in rows])
     loaded = read_flashrag_jsonl(path)
-    assert [r["id"] for r in loaded] == ["arpo_eval_0", "arpo_eval_1", "q7", "arpo_eval_3", "arpo_eval_4"]
-    assert [r["golden_answers"] for r in loaded] == [["Ada"], ["Paris", "paris, france"], ["1885"],
-                                                     ["Gold", "Au"], ["x"]]
+    assert [r["id"] for r in loaded] == [
+        "arpo_eval_0",
+        "arpo_eval_1",
+        "q7",
+        "arpo_eval_3",
+        "arpo_eval_4",
+    ]
+    assert [r["golden_answers"] for r in loaded] == [
+        ["Ada"],
+        ["Paris", "paris, france"],
+        ["1885"],
+        ["Gold", "Au"],
+        ["x"],
+    ]
     assert all("answer" not in r and "answers" not in r for r in loaded)
 
 
 @pytest.mark.parametrize(
     "row, message",
     [
-        ({"question": "q", "answer": None}, r"rows\.jsonl:1 \(id 'rows_0'\): row has no golden answers "
-                                            r"\(expected one of the fields golden_answers, answers, answer; "
-                                            r"row fields: question, answer\)"),
-        ({"question": "q", "answer": {"text": "x"}}, r"rows\.jsonl:1 .*field 'answer' must hold golden answers"),
+        (
+            {"question": "q", "answer": None},
+            r"rows\.jsonl:1 \(id 'rows_0'\): row has no golden answers "
+            r"\(expected one of the fields golden_answers, answers, answer; "
+            r"row fields: question, answer\)",
+        ),
+        (
+            {"question": "q", "answer": {"text": "x"}},
+            r"rows\.jsonl:1 .*field 'answer' must hold golden answers",
+        ),
         ({"question": "q", "answers": [None]}, r"field 'answers', answer 0 is NoneType"),
-        ({"query": "q", "answer": "x"}, r"field 'question' must be a non-empty string \(row fields: query, answer\)"),
+        (
+            {"query": "q", "answer": "x"},
+            r"field 'question' must be a non-empty string \(row fields: query, answer\)",
+        ),
     ],
 )
 def test_unrecognised_rows_name_file_row_and_field(tmp_path, row, message):
@@ -223,7 +246,8 @@ def test_verl_rows_schema_and_parquet_round_trip(tmp_path):
         "extra_info": {"split": "test", "index": 2},
     }
     assert verl[2]["prompt"][0]["content"].endswith(
-        "\nuser\nwhich mode is used for short wave broadcast service?")
+        "\nuser\nwhich mode is used for short wave broadcast service?"
+    )
     path = write_verl_parquet(verl, tmp_path / "out" / "nq_test.parquet")
     assert read_verl_parquet(path) == verl
 
@@ -264,4 +288,7 @@ def test_paper_split_table():
     assert sum(PAPER_TEST_SPLITS[d].size for d in GROUPS["singlehop"]) == 3610 + 11313 + 14267
     assert {s.group for s in PAPER_TEST_SPLITS.values()} == {"multihop", "singlehop"}
     assert all(PAPER_TEST_SPLITS[d].group == g for g, names in GROUPS.items() for d in names)
-    assert PAPER_TEST_SPLITS["bamboogle"].split == "test" and PAPER_TEST_SPLITS["musique"].split == "dev"
+    assert (
+        PAPER_TEST_SPLITS["bamboogle"].split == "test"
+        and PAPER_TEST_SPLITS["musique"].split == "dev"
+    )

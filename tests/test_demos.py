@@ -7,8 +7,17 @@ import os
 import pytest
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.policy.demos import (Demo, Segment, build_sft_examples, format_answer, hop_plan,
-                                    script_demo, script_demos, tokenize_demo, uses_think)
+from at2po_lib.policy.demos import (
+    Demo,
+    Segment,
+    build_sft_examples,
+    format_answer,
+    hop_plan,
+    script_demo,
+    script_demos,
+    tokenize_demo,
+    uses_think,
+)
 from at2po_lib.protocol.prompts import prompt_ids
 from at2po_lib.protocol.prompts import build_messages, get_template, render_observation
 from at2po_lib.protocol.reward import extract_prediction
@@ -65,8 +74,8 @@ def test_mask_is_zero_on_prompt_and_observations_and_one_on_model_tokens(world):
         pos = n_prompt
         for segment in demo.segments:
             piece = tok.encode(segment.text, add_special_tokens=False)
-            assert ids[pos:pos + len(piece)] == piece
-            assert set(mask[pos:pos + len(piece)]) == {int(segment.trainable)}
+            assert ids[pos : pos + len(piece)] == piece
+            assert set(mask[pos : pos + len(piece)]) == {int(segment.trainable)}
             pos += len(piece)
         assert ids[pos:] == [tok.eos_token_id] and mask[pos:] == [1]
         # Decoding the mask-0 tokens after the prompt gives back exactly the observations.
@@ -74,7 +83,9 @@ def test_mask_is_zero_on_prompt_and_observations_and_one_on_model_tokens(world):
         assert masked_text == "".join(demo.observations)
         # And the mask-1 tokens hold every tag the model must write, no <result>.
         model_text = tok.decode([i for i, m in zip(ids, mask) if m == 1], skip_special_tokens=True)
-        assert "<search>" in model_text and "<answer>" in model_text and "<result>" not in model_text
+        assert (
+            "<search>" in model_text and "<answer>" in model_text and "<result>" not in model_text
+        )
 
 
 def test_prompt_matches_the_chat_template(world):
@@ -108,9 +119,17 @@ def test_atpo_template_demo_has_think_sections_and_boxed_answer(world):
 
 
 def test_supported_flag_and_filtering():
-    demo = Demo("x", [{"role": "user", "content": "q?"}],
-                [Segment("<search> a </search>", True), Segment(" <result> b </result> ", False),
-                 Segment("<answer> c </answer>", True)], "c", supported=False)
+    demo = Demo(
+        "x",
+        [{"role": "user", "content": "q?"}],
+        [
+            Segment("<search> a </search>", True),
+            Segment(" <result> b </result> ", False),
+            Segment("<answer> c </answer>", True),
+        ],
+        "c",
+        supported=False,
+    )
     from at2po_lib.policy.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["a b c q user assistant"] * 3, 400)
@@ -175,11 +194,21 @@ def test_a_demo_is_exactly_what_the_rollout_produces_for_the_same_turns(world):
         return model_turns[script.calls.__next__()]
 
     script.calls = iter(range(len(model_turns)))
-    cfg = dataclasses.replace(world["cfg"].rollout, max_response_tokens=4000,
-                              max_prompt_tokens=1000)
-    (tree,) = rollout_trees(None, tok, "tiny", world["retriever"], [row["question"]],
-                            [row["golden_answers"]], cfg, expansion="chain", num_chains=1,
-                            backend=ScriptedBackend(tok, script))
+    cfg = dataclasses.replace(
+        world["cfg"].rollout, max_response_tokens=4000, max_prompt_tokens=1000
+    )
+    (tree,) = rollout_trees(
+        None,
+        tok,
+        "tiny",
+        world["retriever"],
+        [row["question"]],
+        [row["golden_answers"]],
+        cfg,
+        expansion="chain",
+        num_chains=1,
+        backend=ScriptedBackend(tok, script),
+    )
     traj = tree.trajectory(tree.leaves()[0], tok.decode, lambda text: None)
     example = tokenize_demo(demo, tok)
     assert example["input_ids"] == traj.prompt_ids + traj.completion_ids

@@ -11,8 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from at2po_lib.analysis.dissection import (clip_levels, credit_from_runs, credit_spread,
-                                           fit_spread_rule, paper_scale_weight_gap)
+from at2po_lib.analysis.dissection import (
+    clip_levels,
+    credit_from_runs,
+    credit_spread,
+    fit_spread_rule,
+    paper_scale_weight_gap,
+)
 from at2po_lib.method.tree import TreeArrays
 from at2po_lib.protocol.tree_files import save_trees
 
@@ -22,9 +27,12 @@ RUN = Path(__file__).resolve().parents[1] / "results" / "runs" / "tiny" / "at2po
 def two_sibling_tree(gap: float) -> TreeArrays:
     """root -> 1, 2 (entropies 0 and gap), both leaves."""
     h = np.array([0.0, 0.0, gap])
-    return TreeArrays(parent=np.array([-1, 0, 0]), entropy=h,
-                      leaf_reward=np.array([np.nan, 1.0, 0.0]),
-                      node_arrays={"entropy_nll": h, "entropy_exact": h / 10})
+    return TreeArrays(
+        parent=np.array([-1, 0, 0]),
+        entropy=h,
+        leaf_reward=np.array([np.nan, 1.0, 0.0]),
+        node_arrays={"entropy_nll": h, "entropy_exact": h / 10},
+    )
 
 
 def test_credit_spread_and_rule_by_hand():
@@ -34,8 +42,9 @@ def test_credit_spread_and_rule_by_hand():
     assert nll["dev"] == pytest.approx(1 / (1 + np.exp(-0.2)) - 0.5)
     assert (nll["range"], nll["n"]) == (pytest.approx(0.2), 2)
     # for two siblings dev = tanh(range / 2) / 2 ~ range / 4 = (1/2) * range / n: c -> 1/2
-    fit = fit_spread_rule(credit_spread([two_sibling_tree(g) for g in (0.01, 0.02, 0.03)]),
-                          draws=100).set_index("estimate")
+    fit = fit_spread_rule(
+        credit_spread([two_sibling_tree(g) for g in (0.01, 0.02, 0.03)]), draws=100
+    ).set_index("estimate")
     assert fit.loc["nll", "c"] == pytest.approx(0.5, abs=1e-3)
     assert fit.loc["exact", "trees"] == 3 and fit.loc["exact", "sibling_sets"] == 3
     assert fit.loc["nll", "c_lo"] <= fit.loc["nll", "c"] <= fit.loc["nll", "c_hi"]
@@ -52,8 +61,15 @@ def test_runs_read_back(tmp_path):
     (run / "trees").mkdir(parents=True)
     save_trees([two_sibling_tree(0.4)], run / "trees" / "step0001.npz")
     save_trees([two_sibling_tree(0.1)], run / "trees" / "step0096.npz")
-    rows = [{"step": s, "clip_ratio/token_level": t, "clip_ratio/turn_level": u,
-             "clip_ratio/region_mean": u} for s, t, u in ((1, 0.1, 0.3), (2, 0.2, 0.5))]
+    rows = [
+        {
+            "step": s,
+            "clip_ratio/token_level": t,
+            "clip_ratio/turn_level": u,
+            "clip_ratio/region_mean": u,
+        }
+        for s, t, u in ((1, 0.1, 0.3), (2, 0.2, 0.5))
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     sets, fits = credit_from_runs([run])
     assert set(sets["stage"]) == {"first", "last"}
@@ -65,13 +81,17 @@ def test_runs_read_back(tmp_path):
     assert np.isnan(clips["turn_level_at_reference"]) and np.isnan(clips["epsilon"])
     # a run that logged both levels at 0.2 too, at its own range 3e-3 / 4e-3 (config.yaml)
     (run / "config.yaml").write_text("trainer:\n  epsilon: 0.003\n  epsilon_high: 0.004\n")
-    both = [{**r, "clip_ratio/token_level_eps0.2": 0.01, "clip_ratio/turn_level_eps0.2": t}
-            for r, t in zip(rows, (0.02, 0.04))]
+    both = [
+        {**r, "clip_ratio/token_level_eps0.2": 0.01, "clip_ratio/turn_level_eps0.2": t}
+        for r, t in zip(rows, (0.02, 0.04))
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in both))
     clips = clip_levels([run]).iloc[0]
     assert (clips["epsilon"], clips["epsilon_high"]) == (0.003, 0.004)
-    assert (clips["token_level_at_reference"], clips["turn_level_at_reference"]) == \
-        (pytest.approx(0.01), pytest.approx(0.03))
+    assert (clips["token_level_at_reference"], clips["turn_level_at_reference"]) == (
+        pytest.approx(0.01),
+        pytest.approx(0.03),
+    )
     # a run trained at 0.2 reads its own levels there
     grpo = tmp_path / "grpo_tree_budget" / "seed0"
     grpo.mkdir(parents=True)

@@ -26,16 +26,43 @@ def test_rows_come_from_the_records_and_the_claims(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
     (folder / "credit_spread.csv").write_text(SPREAD)
-    claims = pd.DataFrame([
-        {"key": "turn_ratio_clips_less", "claim": "turn clips fewer", "estimate": 4.8,
-         "ci_low": 4.6, "ci_high": 5.0, "unit": "%", "seeds": "2", "n_questions": float("nan"),
-         "reading": "opposite"},
-        {"key": "at2po_over_grpo", "claim": "AT2PO beats GRPO", "estimate": -0.9, "ci_low": -2.7,
-         "ci_high": 0.9, "unit": "EM points", "seeds": "12 vs 21", "n_questions": 725.0,
-         "reading": "cannot tell"},
-        {"key": "at2po_over_grpo_budget", "claim": "tree vs chains", "estimate": float("nan"),
-         "ci_low": float("nan"), "ci_high": float("nan"), "unit": "EM points", "seeds": "",
-         "n_questions": 725.0, "reading": "no runs"}])
+    claims = pd.DataFrame(
+        [
+            {
+                "key": "turn_ratio_clips_less",
+                "claim": "turn clips fewer",
+                "estimate": 4.8,
+                "ci_low": 4.6,
+                "ci_high": 5.0,
+                "unit": "%",
+                "seeds": "2",
+                "n_questions": float("nan"),
+                "reading": "opposite",
+            },
+            {
+                "key": "at2po_over_grpo",
+                "claim": "AT2PO beats GRPO",
+                "estimate": -0.9,
+                "ci_low": -2.7,
+                "ci_high": 0.9,
+                "unit": "EM points",
+                "seeds": "12 vs 21",
+                "n_questions": 725.0,
+                "reading": "cannot tell",
+            },
+            {
+                "key": "at2po_over_grpo_budget",
+                "claim": "tree vs chains",
+                "estimate": float("nan"),
+                "ci_low": float("nan"),
+                "ci_high": float("nan"),
+                "unit": "EM points",
+                "seeds": "",
+                "n_questions": 725.0,
+                "reading": "no runs",
+            },
+        ]
+    )
     tidy, display = dissection_summary("tiny", claims)
     assert list(tidy["part"]) == ["expansion"] * 3 + ["credit", "loss", "whole"]
     authors, placebo = tidy.iloc[0], tidy.iloc[1]
@@ -44,8 +71,9 @@ def test_rows_come_from_the_records_and_the_claims(tmp_path, monkeypatch):
     # the placebo strays 0.00 from 1 here: the margin is 0, and [0.90, 1.04] holds 1
     assert display.iloc[0]["measured"] == "0.97× [0.90, 1.04]: no different (placebo margin ±0.00)"
     assert "placebo" in placebo["question"]
-    assert display.iloc[2]["measured"] == ("at least 1.25× [1.10, 1.40] (held-out halves; "
-                                           "in-sample upper bound 1.60× [1.50, 1.70])")
+    assert display.iloc[2]["measured"] == (
+        "at least 1.25× [1.10, 1.40] (held-out halves; in-sample upper bound 1.60× [1.50, 1.70])"
+    )
     # credit: AT2PO's sampled-NLL fit only (not the exact estimate, not another method's)
     credit = tidy[tidy["part"] == "credit"].iloc[0]
     assert credit["estimate"] == pytest.approx(0.0328) and "first" in credit["question"]
@@ -67,69 +95,122 @@ def test_why_sentences_read_each_number_from_the_records(tmp_path, monkeypatch):
     folder = tmp_path / "tiny" / "dissection"
     folder.mkdir(parents=True)
     (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
-    (folder / "credit_spread.csv").write_text(SPREAD.replace(
-        "nll,0.30,0.29,0.31,16,16,0.0112,0.2614,grpo_tree_budget,first",
-        "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last"))
-    claims = pd.DataFrame([
-        {"key": "at2po_over_grpo", "claim": "AT2PO beats GRPO", "published": "+2.8",
-         "estimate": -0.9, "ci_low": -2.7, "ci_high": 0.9, "unit": "EM points",
-         "seeds": "12 vs 21", "n_questions": 725.0, "reading": "cannot tell", "note": ""},
-        {"key": "turn_ratio_clips_less", "claim": "turn clips fewer", "published": "far fewer",
-         "estimate": 4.8, "ci_low": 4.6, "ci_high": 5.0, "unit": "%", "seeds": "2",
-         "n_questions": float("nan"), "reading": "opposite",
-         "note": "turn 6.9% vs token 2.1% of model tokens"}])
+    (folder / "credit_spread.csv").write_text(
+        SPREAD.replace(
+            "nll,0.30,0.29,0.31,16,16,0.0112,0.2614,grpo_tree_budget,first",
+            "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last",
+        )
+    )
+    claims = pd.DataFrame(
+        [
+            {
+                "key": "at2po_over_grpo",
+                "claim": "AT2PO beats GRPO",
+                "published": "+2.8",
+                "estimate": -0.9,
+                "ci_low": -2.7,
+                "ci_high": 0.9,
+                "unit": "EM points",
+                "seeds": "12 vs 21",
+                "n_questions": 725.0,
+                "reading": "cannot tell",
+                "note": "",
+            },
+            {
+                "key": "turn_ratio_clips_less",
+                "claim": "turn clips fewer",
+                "published": "far fewer",
+                "estimate": 4.8,
+                "ci_low": 4.6,
+                "ci_high": 5.0,
+                "unit": "%",
+                "seeds": "2",
+                "n_questions": float("nan"),
+                "reading": "opposite",
+                "note": "turn 6.9% vs token 2.1% of model tokens",
+            },
+        ]
+    )
     parts, _ = dissection_summary("tiny", claims)
     result, expansion, credit, clip, resolution = why_sentences(claims, parts)
     assert "-0.9 [-2.7, +0.9]" in result and "seeds 12 vs 21" in result
-    assert "+2.8 lies above the interval" in result     # 0.9 < 2.8
+    assert "+2.8 lies above the interval" in result  # 0.9 < 2.8
     assert "0.97× [0.90, 1.04]" in expansion and "1.25× [1.10, 1.40]" in expansion
     assert "no different from a uniform pick" in expansion  # the interval holds 1
     assert "at least 1.25× [1.10, 1.40]" in expansion and "at most 1.60× [1.50, 1.70]" in expansion
     assert "the most any score could gain" not in expansion  # a held-out bound is a lower bound
     assert "0.033 from the child mean" in credit and "0.020 at the last" in credit
     assert "turn 6.9% vs token 2.1%" in clip and "opposite" in clip
-    assert "Elsewhere" not in expansion                  # one oracle cell only
-    assert "±1.8 EM points at seeds 12 vs 21" in resolution   # (0.9 - -2.7) / 2
+    assert "Elsewhere" not in expansion  # one oracle cell only
+    assert "±1.8 EM points at seeds 12 vs 21" in resolution  # (0.9 - -2.7) / 2
     # without records, no sentence
     assert why_sentences(None, parts.iloc[0:0]) == []
 
 
 def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_cannot_resolve(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     folder = tmp_path / "tiny" / "dissection"
     folder.mkdir(parents=True)
     (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
     (folder / "expansion_oracle_trained_rerun_paper_summary.csv").write_text(
-        ORACLE.replace("0.97,0.90,1.04", "1.12,1.05,1.19").replace("10,70", "12,90"))
-    (folder / "credit_spread.csv").write_text(SPREAD + "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last\n")
+        ORACLE.replace("0.97,0.90,1.04", "1.12,1.05,1.19").replace("10,70", "12,90")
+    )
+    (folder / "credit_spread.csv").write_text(
+        SPREAD + "nll,0.46,0.45,0.49,153,32,0.0198,0.0911,at2po,last\n"
+    )
 
     def claim(key, estimate, low, high, published="+1", seeds="3 vs 3", reading="cannot tell"):
-        return {"key": key, "claim": key, "published": published, "estimate": estimate,
-                "ci_low": low, "ci_high": high, "unit": "EM points", "seeds": seeds,
-                "n_questions": 725.0, "reading": reading, "note": ""}
+        return {
+            "key": key,
+            "claim": key,
+            "published": published,
+            "estimate": estimate,
+            "ci_low": low,
+            "ci_high": high,
+            "unit": "EM points",
+            "seeds": seeds,
+            "n_questions": 725.0,
+            "reading": reading,
+            "note": "",
+        }
 
-    claims = pd.DataFrame([
-        claim("at2po_over_grpo", 1.0, -1.0, 3.0, "+2.8", "12 vs 21"),
-        claim("authors_over_exact_variant", 2.0, 0.1, 3.9, "not in the paper", "12 vs 21",
-              "above 0"),
-        claim("entropy_weights_over_child_mean", -2.8, -5.0, -0.6, "best", "21 vs 3", "opposite"),
-        claim("ablation_step2", 1.1, -6.9, 9.2, "+2.33"),
-        claim("ablation_step3", -1.6, -7.7, 4.6, "+0.58"),
-        claim("ablation_step4", -0.3, -5.6, 5.0, "+0.48", "21 vs 3")])
+    claims = pd.DataFrame(
+        [
+            claim("at2po_over_grpo", 1.0, -1.0, 3.0, "+2.8", "12 vs 21"),
+            claim(
+                "authors_over_exact_variant",
+                2.0,
+                0.1,
+                3.9,
+                "not in the paper",
+                "12 vs 21",
+                "above 0",
+            ),
+            claim(
+                "entropy_weights_over_child_mean", -2.8, -5.0, -0.6, "best", "21 vs 3", "opposite"
+            ),
+            claim("ablation_step2", 1.1, -6.9, 9.2, "+2.33"),
+            claim("ablation_step3", -1.6, -7.7, 4.6, "+0.58"),
+            claim("ablation_step4", -0.3, -5.6, 5.0, "+0.48", "21 vs 3"),
+        ]
+    )
     parts, _ = dissection_summary("tiny", claims)
     sentences = why_sentences(claims, parts)
     variant = next(s for s in sentences if s.startswith("**The authors' settings"))
     assert "+2.0 [+0.1, +3.9] EM points (seeds 12 vs 21): above 0" in variant
     expansion = next(s for s in sentences if s.startswith("**What the expansion"))
     # the placebo strays 0.00 from 1 in both cells: [1.05, 1.19] clears the margin
-    assert ("Elsewhere: AT2PO seed 0 retrained on another machine build, paper's tree (M = 10, K = 6): 1.12× "
-            "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] to 1.60× "
-            "[1.50, 1.70] (12 prompts)" in expansion)
+    assert (
+        "Elsewhere: AT2PO seed 0 retrained on another machine build, paper's tree (M = 10, K = 6): 1.12× "
+        "[1.05, 1.19], better than a uniform pick, ceiling 1.25× [1.10, 1.40] to 1.60× "
+        "[1.50, 1.70] (12 prompts)" in expansion
+    )
     credit = next(s for s in sentences if s.startswith("**Why turn-wise credit"))
     assert "-2.8 [-5.0, -0.6] EM points (seeds 21 vs 3): opposite" in credit
     resolution = sentences[-1]
-    assert "±2.0 EM points" in resolution          # (3.0 - -1.0) / 2
+    assert "±2.0 EM points" in resolution  # (3.0 - -1.0) / 2
     assert "2 of the paper's 3 ablation steps (+0.48, +0.58, +2.33) are smaller" in resolution
 
 
@@ -138,15 +219,19 @@ def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp
 
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     (tmp_path / "tiny").mkdir()
-    head = ("credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
-            "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n")
-    rows = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
-            "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
-            "at2po,child_mean,node_value,1.0,entropy,all,0.71,0.69,0.73,0.0,0.0,0.0,300,300,5673,2950",
-            "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950"]
+    head = (
+        "credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
+        "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n"
+    )
+    rows = [
+        "at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
+        "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
+        "at2po,child_mean,node_value,1.0,entropy,all,0.71,0.69,0.73,0.0,0.0,0.0,300,300,5673,2950",
+        "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950",
+    ]
     (tmp_path / "tiny" / "credit_accuracy.csv").write_text(head + "\n".join(rows) + "\n")
     got = credit_truth_rows("tiny")
-    assert [r["estimate"] for r in got] == [-0.002, -0.006]       # all turns, τ = 1 then 0.01
+    assert [r["estimate"] for r in got] == [-0.002, -0.006]  # all turns, τ = 1 then 0.01
     assert got[0]["measured"] == "-0.002 [-0.003, -0.001] (AUC 0.700)"
     assert "τ = 0.01" in got[1]["question"] and got[1]["basis"] == "300 prompts, 5673 turns"
 
@@ -166,19 +251,25 @@ def test_the_dissection_figure_draws_both_panels_from_records(tmp_path):
     run = tmp_path / "at2po" / "seed0"
     (run / "trees").mkdir(parents=True)
     parent = np.array([-1, 0, 0, 0])
-    tree = TreeArrays(parent, np.zeros(4), np.array([0.0, 1.0, 0.0, 1.0]),
-                      node_arrays={"entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
-                                   "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1])})
+    tree = TreeArrays(
+        parent,
+        np.zeros(4),
+        np.array([0.0, 1.0, 0.0, 1.0]),
+        node_arrays={
+            "entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
+            "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1]),
+        },
+    )
     save_trees([tree], run / "trees" / "step0001.npz")
     save_trees([tree], run / "trees" / "step0096.npz")
     folder = tmp_path / "dissection"
     folder.mkdir()
     (folder / "expansion_oracle_warmstart_toy_summary.csv").write_text(ORACLE)
     fig, (credit, expansion) = dissection_figure([run], folder)
-    assert len(credit.collections) == 2            # first and last step, one set each
+    assert len(credit.collections) == 2  # first and last step, one set each
     assert any("fit" in t.get_text() for t in credit.get_legend().get_texts())
     heights = sorted(round(1 + b.get_height(), 2) for b in expansion.patches)
-    assert heights == [0.97, 1.25]                 # the authors' score and the perfect picker
+    assert heights == [0.97, 1.25]  # the authors' score and the perfect picker
     fig.clf()
 
 
@@ -196,41 +287,73 @@ def test_missing_records_draw_no_warning_and_text_cells_read_as_missing(tmp_path
         warnings.simplefilter("error")
         fig, _ = dissection_figure([], tmp_path)
         fig.clf()
-    claims = pd.DataFrame([{"key": "at2po_over_grpo", "claim": "c", "published": "+2.8",
-                            "estimate": "–", "ci_low": None, "ci_high": None, "unit": "EM points",
-                            "seeds": "", "n_questions": "–", "reading": "not run yet"},
-                           {"key": "turn_ratio_clips_less", "claim": "t", "published": "far",
-                            "estimate": 4.8, "ci_low": 4.6, "ci_high": 5.0, "unit": "%",
-                            "seeds": "2", "n_questions": "–", "reading": "opposite", "note": ""}])
+    claims = pd.DataFrame(
+        [
+            {
+                "key": "at2po_over_grpo",
+                "claim": "c",
+                "published": "+2.8",
+                "estimate": "–",
+                "ci_low": None,
+                "ci_high": None,
+                "unit": "EM points",
+                "seeds": "",
+                "n_questions": "–",
+                "reading": "not run yet",
+            },
+            {
+                "key": "turn_ratio_clips_less",
+                "claim": "t",
+                "published": "far",
+                "estimate": 4.8,
+                "ci_low": 4.6,
+                "ci_high": 5.0,
+                "unit": "%",
+                "seeds": "2",
+                "n_questions": "–",
+                "reading": "opposite",
+                "note": "",
+            },
+        ]
+    )
     tidy, _ = dissection_summary("tiny", claims)
     assert list(tidy["part"]) == ["loss"] and tidy["basis"].item() == "seeds 2"
 
 
-CREDIT_HEAD = ("credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
-               "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n")
+CREDIT_HEAD = (
+    "credit_mode,value_mode,advantage_mode,softmax_temperature,rollout,turns,auc,ci_low,"
+    "ci_high,delta_vs_grpo,delta_low,delta_high,n_trees,n_prompts,n_turns,n_useful\n"
+)
 
 
 def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_path, monkeypatch):
     """Only AT2PO's default cell on its own trees over all turns, per τ, sorted; a named record
     (``dissection/credit_accuracy_<name>.csv``) is its own line."""
-    from at2po_lib.reporting.dissection_figure import (credit_temperature_figure,
-                                                       credit_temperature_rows)
+    from at2po_lib.reporting.dissection_figure import (
+        credit_temperature_figure,
+        credit_temperature_rows,
+    )
 
     import matplotlib
 
     matplotlib.use("Agg")
-    default = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
-               "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950",
-               "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
-               "at2po,entropy_softmax,diff_parent,1.0,entropy,all,0.60,0.58,0.62,-0.1,-0.12,-0.08,300,300,5673,2950",
-               "at2po,entropy_softmax,node_value,1.0,random,all,0.66,0.64,0.68,0.0,-0.01,0.01,300,300,5000,2500",
-               "grpo,none,none,1.0,entropy,all,0.702,0.68,0.72,0.0,0.0,0.0,300,300,5673,2950"]
+    default = [
+        "at2po,entropy_softmax,node_value,1.0,entropy,all,0.70,0.68,0.72,-0.002,-0.003,-0.001,300,300,5673,2950",
+        "at2po,entropy_softmax,node_value,0.01,entropy,all,0.69,0.67,0.71,-0.006,-0.010,-0.002,300,300,5673,2950",
+        "at2po,entropy_softmax,node_value,1.0,entropy,search,0.54,0.51,0.57,0.01,0.0,0.02,300,300,900,400",
+        "at2po,entropy_softmax,diff_parent,1.0,entropy,all,0.60,0.58,0.62,-0.1,-0.12,-0.08,300,300,5673,2950",
+        "at2po,entropy_softmax,node_value,1.0,random,all,0.66,0.64,0.68,0.0,-0.01,0.01,300,300,5000,2500",
+        "grpo,none,none,1.0,entropy,all,0.702,0.68,0.72,0.0,0.0,0.0,300,300,5673,2950",
+    ]
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     (tmp_path / "tiny" / "dissection").mkdir(parents=True)
     (tmp_path / "tiny" / "credit_accuracy.csv").write_text(CREDIT_HEAD + "\n".join(default) + "\n")
-    trained = ["at2po,entropy_softmax,node_value,1.0,entropy,all,0.75,0.73,0.77,0.004,0.001,0.007,200,200,4000,2000"]
+    trained = [
+        "at2po,entropy_softmax,node_value,1.0,entropy,all,0.75,0.73,0.77,0.004,0.001,0.007,200,200,4000,2000"
+    ]
     (tmp_path / "tiny" / "dissection" / "credit_accuracy_trained.csv").write_text(
-        CREDIT_HEAD + "\n".join(trained) + "\n")
+        CREDIT_HEAD + "\n".join(trained) + "\n"
+    )
     rows = credit_temperature_rows("tiny")
     assert list(rows["record"]) == ["default", "default", "trained"]
     assert list(rows["softmax_temperature"]) == [0.01, 1.0, 1.0]
@@ -247,19 +370,34 @@ def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path
     matplotlib.use("Agg")
     from at2po_lib.reporting.dissection_figure import clip_levels_figure
 
-    clips = pd.DataFrame({"method": ["at2po", "at2po", "grpo_tree_budget"],
-                          "seed": ["seed0", "seed1", "seed0"], "steps": [96, 96, 96],
-                          "token_level": [0.02, 0.03, 0.004], "turn_level": [0.07, 0.08, 0.004],
-                          "own": [0.07, 0.08, 0.004]})
+    clips = pd.DataFrame(
+        {
+            "method": ["at2po", "at2po", "grpo_tree_budget"],
+            "seed": ["seed0", "seed1", "seed0"],
+            "steps": [96, 96, 96],
+            "token_level": [0.02, 0.03, 0.004],
+            "turn_level": [0.07, 0.08, 0.004],
+            "own": [0.07, 0.08, 0.004],
+        }
+    )
     fig, ax = clip_levels_figure(clips)
-    dots = [len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")
-            and c.__class__.__name__ == "PathCollection"]
-    assert sorted(dots) == [1, 1, 2, 2]            # per method, one dot per run at each level
-    means = sorted(round(float(seg[0][1]), 3) for c in ax.collections
-                   if c.__class__.__name__ == "LineCollection" for seg in c.get_segments())
-    assert means == [0.4, 0.4, 2.5, 7.5]           # the mean line per method and level, in %
+    dots = [
+        len(c.get_offsets())
+        for c in ax.collections
+        if hasattr(c, "get_offsets") and c.__class__.__name__ == "PathCollection"
+    ]
+    assert sorted(dots) == [1, 1, 2, 2]  # per method, one dot per run at each level
+    means = sorted(
+        round(float(seg[0][1]), 3)
+        for c in ax.collections
+        if c.__class__.__name__ == "LineCollection"
+        for seg in c.get_segments()
+    )
+    assert means == [0.4, 0.4, 2.5, 7.5]  # the mean line per method and level, in %
     assert [t.get_text() for t in ax.get_xticklabels()] == [  # display names (issue #49)
-        "AT2PO\n(2 runs)", "GRPO (AT2PO's budget: M\n+ L·K chains)\n(1 runs)"]
+        "AT2PO\n(2 runs)",
+        "GRPO (AT2PO's budget: M\n+ L·K chains)\n(1 runs)",
+    ]
     fig.clf()
 
 
@@ -275,9 +413,15 @@ def test_credit_spread_figure_has_a_panel_per_estimate(tmp_path):
 
     run = tmp_path / "at2po" / "seed0"
     (run / "trees").mkdir(parents=True)
-    tree = TreeArrays(np.array([-1, 0, 0, 0]), np.zeros(4), np.array([0.0, 1.0, 0.0, 1.0]),
-                      node_arrays={"entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
-                                   "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1])})
+    tree = TreeArrays(
+        np.array([-1, 0, 0, 0]),
+        np.zeros(4),
+        np.array([0.0, 1.0, 0.0, 1.0]),
+        node_arrays={
+            "entropy_nll": np.array([0.0, 0.1, 0.3, 0.2]),
+            "entropy_exact": np.array([0.0, 0.1, 0.1, 0.1]),
+        },
+    )
     save_trees([tree], run / "trees" / "step0001.npz")
     fig, (nll, exact) = credit_spread_figure([run])
     assert "NLL" in nll.get_title() and "exact" in exact.get_title()
@@ -300,23 +444,44 @@ def test_credit_truth_rows_name_each_record_its_trees_and_settings(tmp_path, mon
     (tmp_path / "tiny" / "dissection").mkdir(parents=True)
     cell = "at2po,entropy_softmax,node_value,1.0,entropy,all,{auc},0.6,0.8,{d},{lo},{hi},300,{p},5000,2500"
     default = tmp_path / "tiny" / "credit_accuracy.csv"
-    default.write_text(CREDIT_HEAD + cell.format(auc=0.70, d=-0.002, lo=-0.003, hi=-0.001, p=300) + "\n")
+    default.write_text(
+        CREDIT_HEAD + cell.format(auc=0.70, d=-0.002, lo=-0.003, hi=-0.001, p=300) + "\n"
+    )
     (tmp_path / "tiny" / "credit_accuracy.csv.meta.json").write_text(
-        json.dumps({"config": {"entropy_estimate": "exact", "tree_alpha": 0.001}}))
+        json.dumps({"config": {"entropy_estimate": "exact", "tree_alpha": 0.001}})
+    )
     named = tmp_path / "tiny" / "dissection" / "credit_accuracy_trained_authors.csv"
     named.write_text(CREDIT_HEAD + cell.format(auc=0.75, d=0.004, lo=0.001, hi=0.007, p=250) + "\n")
     (named.parent / (named.name + ".meta.json")).write_text(
-        json.dumps({"config": {"entropy_estimate": "sampled_nll", "tree_alpha": 0.05}}))
+        json.dumps({"config": {"entropy_estimate": "sampled_nll", "tree_alpha": 0.05}})
+    )
     rows = credit_truth_rows("tiny")
     assert [r["estimate"] for r in rows] == [-0.002, 0.004]
     assert "the warm start's trees; exact entropy, α = 0.001;" in rows[0]["question"]
     assert "retrained on another machine build; sampled-token NLL, α = 0.05;" in rows[1]["question"]
     assert rows[1]["basis"] == "250 prompts, 5000 turns"
-    parts = pd.DataFrame(rows + [
-        {"part": "credit", "question": "mean |w − 1/n| of AT2PO's softmax weights, first rollout step",
-         "measured": "0.030", "basis": "10 sibling sets in 4 trees", "estimate": 0.03},
-        {"part": "credit", "question": "mean |w − 1/n| of AT2PO's softmax weights, last rollout step",
-         "measured": "0.010", "basis": "12 sibling sets in 4 trees", "estimate": 0.01}])
+    parts = pd.DataFrame(
+        rows
+        + [
+            {
+                "part": "credit",
+                "question": "mean |w − 1/n| of AT2PO's softmax weights, first rollout step",
+                "measured": "0.030",
+                "basis": "10 sibling sets in 4 trees",
+                "estimate": 0.03,
+            },
+            {
+                "part": "credit",
+                "question": "mean |w − 1/n| of AT2PO's softmax weights, last rollout step",
+                "measured": "0.010",
+                "basis": "12 sibling sets in 4 trees",
+                "estimate": 0.01,
+            },
+        ]
+    )
     text = next(s for s in why_sentences(None, parts) if "child mean" in s)
-    assert "-0.002 [-0.003, -0.001] (AUC 0.700) (the warm start's trees, exact entropy, α = 0.001: 300 prompts" in text
+    assert (
+        "-0.002 [-0.003, -0.001] (AUC 0.700) (the warm start's trees, exact entropy, α = 0.001: 300 prompts"
+        in text
+    )
     assert "+0.004 [+0.001, +0.007] (AUC 0.750)" in text and "250 prompts, 5000 turns" in text

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
 
 try:
     import deepspeed  # noqa: F401 - is DeepSpeed here?
+
     HAVE_DEEPSPEED = True
 except Exception:  # ImportError, or an accelerator probe failing at import
     HAVE_DEEPSPEED = False
@@ -47,8 +48,9 @@ def _shard_files(checkpoint: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(tmp_path,
-                                                                                   stage):
+def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(
+    tmp_path, stage
+):
     """ZeRO-``stage``, 2 processes: one rollout step (8 updates), its checkpoint holding both
     ranks' shards; killed after that last checkpoint and resumed (``at2po train --resume``), the
     run trains nothing more, and its metrics, per-rank weights and every question's outcome
@@ -62,8 +64,10 @@ def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_
         assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-5000:]
         shutil.move(run.root, straight.root)
         killed = rehearsal.launch([ENTRY, "--crash", "end", *rehearsal.set_args, *one_step])
-        assert killed.returncode != 0 and "crash after the last checkpoint (global step 8)" \
-            in killed.stdout, killed.stdout[-3000:] + killed.stderr[-5000:]
+        assert (
+            killed.returncode != 0
+            and "crash after the last checkpoint (global step 8)" in killed.stdout
+        ), killed.stdout[-3000:] + killed.stderr[-5000:]
         resumed = rehearsal.launch(_resume_command(rehearsal, *one_step))
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
     assert "resumed:" in resumed.stdout
@@ -77,8 +81,9 @@ def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_
         got = run_folder.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl")
         want = run_folder.read_jsonl(straight.root / "ranks" / f"rank{r}.jsonl")
         assert [row["weights_sha256"] for row in got] == [row["weights_sha256"] for row in want]
-    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == \
-        [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
+    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == [
+        _without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)
+    ]
     assert run_folder.read_jsonl(run.metrics)[0]["grad_norm"] > 0
     assert run.outcomes.read_text() == straight.outcomes.read_text()
 
@@ -88,28 +93,54 @@ def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path)
     the parameters; after one rollout step, TRL's sync gathers them into each rank's engine, whose
     greedy answers then equal those of the gathered model (a bf16 copy, the engine's dtype),
     where before the sync they were still the initial weights' (stale)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"), "AT2PO_RESULTS": str(tmp_path / "results"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"),
+        "AT2PO_RESULTS": str(tmp_path / "results"),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "DS_ACCELERATOR": "cpu",
+    }
     # the warm start is built in one process first: inside a launch it is refused
-    warm = subprocess.run([sys.executable, "-m", "at2po_lib.cli", "warmstart", "--profile",
-                           "engines"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    warm = subprocess.run(
+        [sys.executable, "-m", "at2po_lib.cli", "warmstart", "--profile", "engines"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr[-4000:]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(ACCELERATE / "zero3_cpu_2proc.yaml"), "--main_process_port", str(_free_port()),
-               str(ROOT / "tests" / "engines_entry.py"), "zero3-sync", "--work", str(tmp_path / "z3")]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ACCELERATE / "zero3_cpu_2proc.yaml"),
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "tests" / "engines_entry.py"),
+        "zero3-sync",
+        "--work",
+        str(tmp_path / "z3"),
+    ]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    lines = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
-             if line.startswith("RESULT ")]
+    lines = [
+        json.loads(line[len("RESULT ") :])
+        for line in proc.stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
     assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-4000:] + proc.stderr[-6000:]
     for result in lines:
         assert result["world_size"] == 2 and result["zero_stage"] == 3
-        assert result["local_numel"] < result["full_numel"]      # this rank holds a shard only
+        assert result["local_numel"] < result["full_numel"]  # this rank holds a shard only
         assert result["before"] == result["before_hf"]
         assert result["stale"] == result["before"]
-        changed = [i for i, (a, b) in enumerate(zip(result["before_hf"], result["after_hf"]))
-                   if a != b]
+        changed = [
+            i for i, (a, b) in enumerate(zip(result["before_hf"], result["after_hf"])) if a != b
+        ]
         assert changed, "the update changed no greedy answer"
         assert result["after"] == result["after_hf"]
-    assert lines[0]["after_hf"] == lines[1]["after_hf"]           # both ranks: the same model
+    assert lines[0]["after_hf"] == lines[1]["after_hf"]  # both ranks: the same model

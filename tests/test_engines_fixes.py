@@ -29,8 +29,10 @@ def test_the_warm_start_is_validated_on_the_hf_backend_whatever_the_profile_says
 
     def greedy_answers(model, tokenizer, template, retriever, rows, rollout_cfg, batch_size):
         seen.append(rollout_cfg.backend)
-        return [types.SimpleNamespace(answer=None, num_turns=1, num_tool_calls=0,
-                                      finish_reason="stop") for _ in rows]
+        return [
+            types.SimpleNamespace(answer=None, num_turns=1, num_tool_calls=0, finish_reason="stop")
+            for _ in rows
+        ]
 
     monkeypatch.setattr(warmstart, "greedy_answers", greedy_answers)
     cfg = load_profile("engines")
@@ -73,8 +75,9 @@ def test_a_run_recorded_before_head_dim_existed_is_the_same_run_at_its_default()
     assert run_identity(old) == spec.identity()
     del old["profile"]["rollout"]["turn_entropy"]
     assert run_identity(old) == spec.identity()
-    other = resolve_run(load_profile("smoke", {"policy": {"head_dim": 32}}), "at2po", 0,
-                        world_size=1)
+    other = resolve_run(
+        load_profile("smoke", {"policy": {"head_dim": 32}}), "at2po", 0, world_size=1
+    )
     assert run_identity(old) != other.identity()
 
 

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENTRY = ROOT / "tests" / "engines_entry.py"
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
 
+
 def _vllm_installed() -> bool:
     """A vLLM distribution is installed (not tests/vllm_standin.py's module, which other test
     modules put in ``sys.modules``) and imports."""
@@ -54,19 +55,31 @@ LOGP_TOLERANCE = 1e-3
 the same weights through other kernels (vLLM's CPU attention, its fused RMSNorm)."""
 
 
-def run_scenario(name: str, tmp_path: Path, *args: str, results: bool = True,
-                 timeout_s: int = 900) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"), "OMP_NUM_THREADS": "1",
-           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "TOKENIZERS_PARALLELISM": "false"}
+def run_scenario(
+    name: str, tmp_path: Path, *args: str, results: bool = True, timeout_s: int = 900
+) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"),
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     if results:
         env["AT2PO_RESULTS"] = str(tmp_path / "results")
-    proc = subprocess.run([sys.executable, str(ENTRY), name, "--work", str(tmp_path / name), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), name, "--work", str(tmp_path / name), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, (proc.stdout[-4000:] + proc.stderr[-6000:])
-    return json.loads(lines[-1][len("RESULT "):])
+    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-6000:]
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 # ------------------------------------------------------------------------------ the shims
@@ -77,17 +90,19 @@ def test_each_cpu_shim_is_what_lets_the_colocated_engine_start_and_sync(tmp_path
     packed layers' weights); with both, the engine is stale until the sync and equals the
     updated HF model after it."""
     none = run_scenario("sync", tmp_path / "none", "--shims", "none")
-    assert none["stage"] == "start" and "'_lib_fn_wrapper' object has no attribute 'get'" \
-        in none["error"], none
+    assert (
+        none["stage"] == "start"
+        and "'_lib_fn_wrapper' object has no attribute 'get'" in none["error"]
+    ), none
     scan = run_scenario("sync", tmp_path / "scan", "--shims", "kernel_scan")
     assert scan["installed"] == ["kernel_scan"] and scan["stage"] == "sync"
     assert "weight_loader" in scan["error"], scan
     both = run_scenario("sync", tmp_path / "all", "--shims", "all")
     assert both["error"] is None and both["installed"] == ["kernel_scan", "weight_sync"]
-    assert both["before"] == both["before_hf"]                 # the same weights: the same tokens
-    assert both["after_hf"] != both["before_hf"]               # the update changed the answers
-    assert both["stale"] == both["before"]                     # the engine has not seen it yet
-    assert both["after"] == both["after_hf"]                   # the sync is what makes them agree
+    assert both["before"] == both["before_hf"]  # the same weights: the same tokens
+    assert both["after_hf"] != both["before_hf"]  # the update changed the answers
+    assert both["stale"] == both["before"]  # the engine has not seen it yet
+    assert both["after"] == both["after_hf"]  # the sync is what makes them agree
 
 
 # -------------------------------------------------------------------------------- rollout
@@ -103,12 +118,21 @@ def test_vllm_rollout_equals_the_hf_backend_turn_by_turn(tmp_path):
     for a, b in zip(hf, vl):
         assert [t["ids"] for t in a["turns"]] == [t["ids"] for t in b["turns"]]
         assert [t["action"] for t in a["turns"]] == [t["action"] for t in b["turns"]]
-        assert (a["finish"], a["tool_calls"], a["answer"]) == (b["finish"], b["tool_calls"],
-                                                                b["answer"])
+        assert (a["finish"], a["tool_calls"], a["answer"]) == (
+            b["finish"],
+            b["tool_calls"],
+            b["answer"],
+        )
         assert a["completion"] == b["completion"] and a["mask"] == b["mask"]
         for ta, tb in zip(a["turns"], b["turns"]):
-            worst = max([worst] + [abs(x - y) for x, y in zip(ta["logps"], tb["logps"])
-                                   if math.isfinite(x) and math.isfinite(y)])
+            worst = max(
+                [worst]
+                + [
+                    abs(x - y)
+                    for x, y in zip(ta["logps"], tb["logps"])
+                    if math.isfinite(x) and math.isfinite(y)
+                ]
+            )
     assert worst <= LOGP_TOLERANCE, worst
     assert sum(t["tool_calls"] for t in hf) > 0  # observations were appended: the tool turns ran
     print(f"largest log-prob difference: {worst:.2e}")

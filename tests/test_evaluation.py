@@ -9,16 +9,32 @@ import pandas as pd
 import pytest
 
 from at2po_lib.protocol.qa_data import MULTI_HOP, SINGLE_HOP, dataset_group
-from at2po_lib.evaluation.greedy import (SUMMARY_COLUMNS, score_rows, summarise, turn_distribution,
-                                  weighted_group_average, write_eval)
+from at2po_lib.evaluation.greedy import (
+    SUMMARY_COLUMNS,
+    score_rows,
+    summarise,
+    turn_distribution,
+    weighted_group_average,
+    write_eval,
+)
 
 
 def _summary(datasets, groups, ns, ems, label="m", seed=0) -> pd.DataFrame:
-    return pd.DataFrame({
-        "profile": "p", "label": label, "seed": seed, "dataset": datasets, "group": groups,
-        "n": ns, "em": ems, "f1": ems, "mean_turns": 2.0, "mean_tool_calls": 1.0,
-        "git_revision": "abc",
-    })
+    return pd.DataFrame(
+        {
+            "profile": "p",
+            "label": label,
+            "seed": seed,
+            "dataset": datasets,
+            "group": groups,
+            "n": ns,
+            "em": ems,
+            "f1": ems,
+            "mean_turns": 2.0,
+            "mean_tool_calls": 1.0,
+            "git_revision": "abc",
+        }
+    )
 
 
 def test_weighted_average_uses_the_paper_split_sizes():
@@ -27,9 +43,12 @@ def test_weighted_average_uses_the_paper_split_sizes():
     #   (0.5*7405 + 0.6*12576 + 0.2*2417 + 0.4*125) / 22523
     # = (3702.5 + 7545.6 + 483.4 + 50) / 22523 = 11781.5 / 22523 = 0.523088...
     # The plain mean of the four columns would be 0.425.
-    df = _summary(["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "nq"],
-                  [MULTI_HOP] * 4 + [SINGLE_HOP], [7405, 12576, 2417, 125, 3610],
-                  [0.5, 0.6, 0.2, 0.4, 0.3])
+    df = _summary(
+        ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "nq"],
+        [MULTI_HOP] * 4 + [SINGLE_HOP],
+        [7405, 12576, 2417, 125, 3610],
+        [0.5, 0.6, 0.2, 0.4, 0.3],
+    )
     out = weighted_group_average(df).set_index("group")
     assert out.loc[MULTI_HOP, "n"] == 22523
     assert out.loc[MULTI_HOP, "em"] == pytest.approx(11781.5 / 22523)
@@ -47,10 +66,14 @@ def test_weighted_average_equals_micro_average_of_questions():
 
 
 def test_weighted_average_is_idempotent_and_separates_labels_and_seeds():
-    df = pd.concat([_summary(["a", "b"], [MULTI_HOP] * 2, [1, 3], [1.0, 0.0], label="x", seed=0),
-                    _summary(["a", "b"], [MULTI_HOP] * 2, [1, 3], [0.0, 1.0], label="x", seed=1)])
+    df = pd.concat(
+        [
+            _summary(["a", "b"], [MULTI_HOP] * 2, [1, 3], [1.0, 0.0], label="x", seed=0),
+            _summary(["a", "b"], [MULTI_HOP] * 2, [1, 3], [0.0, 1.0], label="x", seed=1),
+        ]
+    )
     avg = weighted_group_average(df)
-    assert sorted(avg["em"].round(4)) == [0.25, 0.75]   # (1*1+3*0)/4 and (1*0+3*1)/4
+    assert sorted(avg["em"].round(4)) == [0.25, 0.75]  # (1*1+3*0)/4 and (1*0+3*1)/4
     again = weighted_group_average(pd.concat([df, avg]))  # avg rows are ignored
     pd.testing.assert_frame_equal(again.reset_index(drop=True), avg.reset_index(drop=True))
 
@@ -71,20 +94,31 @@ def test_dataset_groups_for_tiny_and_paper_names():
 def _trajectory(answer, turns):
     from at2po_lib.rollout.structures import Trajectory
 
-    return Trajectory(prompt_ids=[1], completion_ids=[2], sampled_mask=[1], turn_ids=[0],
-                      logps=[0.0], turns=[], response_text=f"<answer> {answer} </answer>",
-                      answer=answer, num_tool_calls=turns - 1, num_turns=turns,
-                      finish_reason="answer")
+    return Trajectory(
+        prompt_ids=[1],
+        completion_ids=[2],
+        sampled_mask=[1],
+        turn_ids=[0],
+        logps=[0.0],
+        turns=[],
+        response_text=f"<answer> {answer} </answer>",
+        answer=answer,
+        num_tool_calls=turns - 1,
+        num_turns=turns,
+        finish_reason="answer",
+    )
 
 
 def test_score_rows_and_summarise_on_hand_numbers():
-    rows = [{"id": "1", "question": "q1", "golden_answers": ["New Rato"]},
-            {"id": "2", "question": "q2", "golden_answers": ["1620", "in 1620"]},
-            {"id": "3", "question": "q3", "golden_answers": ["Belmont"]}]
+    rows = [
+        {"id": "1", "question": "q1", "golden_answers": ["New Rato"]},
+        {"id": "2", "question": "q2", "golden_answers": ["1620", "in 1620"]},
+        {"id": "3", "question": "q3", "golden_answers": ["Belmont"]},
+    ]
     trajs = [_trajectory("new rato.", 3), _trajectory("1621", 2), _trajectory(None, 1)]
     details = score_rows(rows, trajs)
     assert details["em"].tolist() == [1.0, 0.0, 0.0]  # SQuAD normalisation: case, punctuation
-    assert details["f1"].tolist()[2] == 0.0            # no answer scores 0
+    assert details["f1"].tolist()[2] == 0.0  # no answer scores 0
     details.insert(0, "group", [MULTI_HOP, MULTI_HOP, SINGLE_HOP])
     details.insert(0, "dataset", ["tiny_hotpotqa", "tiny_hotpotqa", "tiny_nq"])
     summary = summarise(details, "tiny", "warmstart", 0, revision="rev")
@@ -121,12 +155,24 @@ def test_greedy_evaluation_end_to_end_on_smoke(isolated_outputs):
     cfg = load_profile("smoke")
     tok = train_tokenizer(list(read_corpus(ensure_world(cfg)).values()), 600)
     model = build_policy(cfg.policy, tok).eval()
-    summary, details = evaluate(cfg, model, tok, build_retriever(cfg),
-                                ["tiny_hotpotqa", "tiny_nq"], max_questions=3, label="random",
-                                seed=0, return_details=True)
+    summary, details = evaluate(
+        cfg,
+        model,
+        tok,
+        build_retriever(cfg),
+        ["tiny_hotpotqa", "tiny_nq"],
+        max_questions=3,
+        label="random",
+        seed=0,
+        return_details=True,
+    )
     assert len(details) == 6 and set(details["dataset"]) == {"tiny_hotpotqa", "tiny_nq"}
-    assert summary["dataset"].tolist() == ["tiny_hotpotqa", "tiny_nq", "multihop avg",
-                                           "singlehop avg"]
+    assert summary["dataset"].tolist() == [
+        "tiny_hotpotqa",
+        "tiny_nq",
+        "multihop avg",
+        "singlehop avg",
+    ]
     assert summary["n"].tolist() == [3, 3, 3, 3]
     assert summary["em"].between(0, 1).all() and (summary["label"] == "random").all()
     assert (details["num_turns"] >= 1).all()
@@ -139,13 +185,22 @@ def test_outcome_file_round_trip(tmp_path):
 
     from at2po_lib.evaluation.greedy import read_outcomes, write_outcomes
 
-    details = pd.DataFrame({
-        "dataset": ["tiny_nq", "tiny_hotpotqa"], "group": [SINGLE_HOP, MULTI_HOP],
-        "id": ["007", "hq-1"], "question": ["q1?", "q2?"], "prediction": ["Dadar Bay", None],
-        "golden": ["Dadar Bay", "x"], "em": [1.0, 0.0], "f1": [1.0, 0.0], "num_turns": [2, 5],
-        "num_tool_calls": [1, 4], "finish_reason": ["answer", "length"],
-        "sampled_em": [0.75, float("nan")],
-    })
+    details = pd.DataFrame(
+        {
+            "dataset": ["tiny_nq", "tiny_hotpotqa"],
+            "group": [SINGLE_HOP, MULTI_HOP],
+            "id": ["007", "hq-1"],
+            "question": ["q1?", "q2?"],
+            "prediction": ["Dadar Bay", None],
+            "golden": ["Dadar Bay", "x"],
+            "em": [1.0, 0.0],
+            "f1": [1.0, 0.0],
+            "num_turns": [2, 5],
+            "num_tool_calls": [1, 4],
+            "finish_reason": ["answer", "length"],
+            "sampled_em": [0.75, float("nan")],
+        }
+    )
     path = write_outcomes(details, tmp_path / "run" / "outcomes.csv")
     back = read_outcomes(path)
     assert "question" not in back.columns and "golden" not in back.columns
@@ -185,8 +240,12 @@ def test_weighted_average_of_a_metric_measured_on_some_datasets_only():
     datasets that have it, and is NaN (not 0) for a group that has none."""
     import math
 
-    df = _summary(["tiny_hotpotqa", "tiny_2wiki", "tiny_nq"], [MULTI_HOP, MULTI_HOP, SINGLE_HOP],
-                  [100, 300, 50], [0.5, 0.1, 0.9])
+    df = _summary(
+        ["tiny_hotpotqa", "tiny_2wiki", "tiny_nq"],
+        [MULTI_HOP, MULTI_HOP, SINGLE_HOP],
+        [100, 300, 50],
+        [0.5, 0.1, 0.9],
+    )
     df["sampled_em"] = [0.4, float("nan"), float("nan")]
     out = weighted_group_average(df).set_index("group")
     assert out.loc[MULTI_HOP, "sampled_em"] == pytest.approx(0.4)
@@ -199,7 +258,7 @@ def test_eval_batch_rows_by_hand():
     0.5 GiB a row -> 10 rows, capped by the questions and rollout.max_batch_rows, at least 1."""
     from at2po_lib.evaluation.greedy import eval_batch_rows
 
-    gib = 2 ** 30
+    gib = 2**30
     assert eval_batch_rows(32, 1000, 10 * gib, 0.5 * gib, 512) == 32
     assert eval_batch_rows(0, 1000, 10 * gib, 0.5 * gib, 512) == 10
     assert eval_batch_rows(0, 7, 10 * gib, 0.5 * gib, 512) == 7
@@ -218,9 +277,17 @@ def test_full_length_row_bytes_by_hand():
     from at2po_lib.policy.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["a b c d e f g"] * 20, vocab_size=500)
-    model = build_policy(PolicyConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=64),
-                         tokenizer, seed=0)
+    model = build_policy(
+        PolicyConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+        ),
+        tokenizer,
+        seed=0,
+    )
     cfg = dataclasses.replace(RolloutConfig(), max_prompt_tokens=100, max_response_tokens=60)
     vocab = model.config.vocab_size
     assert full_length_row_bytes(model, cfg) == 2 * 512 * 160 + 12 * vocab

@@ -30,20 +30,26 @@ def two_policies(isolated_outputs):
     tok = train_tokenizer(list(read_corpus(ensure_world(cfg)).values()), 600)
     paths = {}
     for seed, name in ((0, "base"), (1, "trained")):
-        paths[name] = save_policy(build_policy(cfg.policy, tok, seed=seed), tok,
-                                  isolated_outputs / name)
+        paths[name] = save_policy(
+            build_policy(cfg.policy, tok, seed=seed), tok, isolated_outputs / name
+        )
     return paths
 
 
 def _vllm_profile(base, **extra):
-    overrides = {**VLLM, "policy": {"model": str(base)},
-                 "eval": {"batch_size": 2, **extra.pop("eval", {})}, **extra}
+    overrides = {
+        **VLLM,
+        "policy": {"model": str(base)},
+        "eval": {"batch_size": 2, **extra.pop("eval", {})},
+        **extra,
+    }
     return load_profile("smoke", overrides)
 
 
 @pytest.mark.slow
-def test_evaluate_checkpoint_builds_one_engine_from_the_checkpoint(two_policies, monkeypatch,
-                                                                   isolated_outputs):
+def test_evaluate_checkpoint_builds_one_engine_from_the_checkpoint(
+    two_policies, monkeypatch, isolated_outputs
+):
     """``at2po evaluate --checkpoint X``: one engine, from X, with the profile's GPU share,
     for 3 batches of greedy chains and the sampled metric; its answers are the HF backend's on
     X's weights (the stand-in generates with them), not the base's."""
@@ -54,19 +60,40 @@ def test_evaluate_checkpoint_builds_one_engine_from_the_checkpoint(two_policies,
 
     vllm_standin.install(monkeypatch)
     out = isolated_outputs / "eval.csv"
-    argv = ["--profile", "smoke", "--checkpoint", str(two_policies["trained"]),
-            "--datasets", "tiny_nq", "--max-questions", "5", "--out", str(out),
-            "--set", "rollout.backend=vllm", "--set", "train.use_vllm=true",
-            "--set", f"policy.model={two_policies['base']}", "--set", "eval.batch_size=2",
-            "--set", "eval.sampled_k=2", "--set", "eval.sampled_datasets=[tiny_nq]",
-            "--set", "train.vllm_gpu_memory_utilization=0.3"]
+    argv = [
+        "--profile",
+        "smoke",
+        "--checkpoint",
+        str(two_policies["trained"]),
+        "--datasets",
+        "tiny_nq",
+        "--max-questions",
+        "5",
+        "--out",
+        str(out),
+        "--set",
+        "rollout.backend=vllm",
+        "--set",
+        "train.use_vllm=true",
+        "--set",
+        f"policy.model={two_policies['base']}",
+        "--set",
+        "eval.batch_size=2",
+        "--set",
+        "eval.sampled_k=2",
+        "--set",
+        "eval.sampled_datasets=[tiny_nq]",
+        "--set",
+        "train.vllm_gpu_memory_utilization=0.3",
+    ]
     assert evaluate_cli.main(argv) == 0
     engines = vllm_standin.ENGINES
     assert [e.model_path for e in engines] == [str(two_policies["trained"])]
     assert engines[0].kwargs["gpu_memory_utilization"] == 0.3
     cfg = load_profile("smoke")
-    assert engines[0].kwargs["max_model_len"] == (cfg.rollout.max_prompt_tokens
-                                                  + cfg.rollout.max_response_tokens)
+    assert engines[0].kwargs["max_model_len"] == (
+        cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
+    )
     assert engines[0].prompts_seen >= 5 + 5 * 2  # greedy chains and the sampled metric
     written = pd.read_csv(out.with_name("eval_outcomes.csv"), keep_default_na=False)
     assert written["sampled_em"].between(0, 1).all()
@@ -84,14 +111,17 @@ def test_react_evaluation_builds_one_engine_from_the_policy(two_policies, monkey
     from at2po_lib.trainer.run_folder import RunDir
 
     vllm_standin.install(monkeypatch)
-    cfg = _vllm_profile(two_policies["base"], eval={"max_questions": 5,
-                                                    "datasets": ["tiny_nq", "tiny_hotpotqa"]})
+    cfg = _vllm_profile(
+        two_policies["base"], eval={"max_questions": 5, "datasets": ["tiny_nq", "tiny_hotpotqa"]}
+    )
     run = RunDir(two_policies["base"].parent / "react_run")
     run.root.mkdir()
     summary = run_module._evaluate_warmstart(cfg, "react", 0, run)
     assert [e.model_path for e in vllm_standin.ENGINES] == [str(two_policies["base"])]
-    assert vllm_standin.ENGINES[0].kwargs["gpu_memory_utilization"] == \
-        cfg.train.vllm_gpu_memory_utilization
+    assert (
+        vllm_standin.ENGINES[0].kwargs["gpu_memory_utilization"]
+        == cfg.train.vllm_gpu_memory_utilization
+    )
     assert summary["n"].tolist()[:2] == [5, 5]
 
 
@@ -101,8 +131,9 @@ class _ColocatedTrainer:
 
     def __init__(self, engine, tokenizer, retriever):
         self.engine, self.processing_class, self.retriever = engine, tokenizer, retriever
-        self.accelerator = SimpleNamespace(num_processes=1, is_main_process=True,
-                                           unwrap_model=lambda m: m)
+        self.accelerator = SimpleNamespace(
+            num_processes=1, is_main_process=True, unwrap_model=lambda m: m
+        )
         self.is_deepspeed_enabled, self.use_vllm = False, True
         self.model = SimpleNamespace(name_or_path="Qwen/Qwen3-4B")  # the hub name TRL keeps
         self.syncs: list[bool] = []
@@ -114,8 +145,9 @@ class _ColocatedTrainer:
 
 
 @pytest.mark.slow
-def test_final_evaluation_in_one_process_uses_the_synced_colocated_engine(two_policies,
-                                                                          monkeypatch):
+def test_final_evaluation_in_one_process_uses_the_synced_colocated_engine(
+    two_policies, monkeypatch
+):
     """One process, no DeepSpeed, vLLM: the final evaluation (greedy and sampled) runs on the
     trainer's colocated engine after a weight sync; no engine is started from the model's
     ``name_or_path`` (the hub name of the untrained weights)."""
@@ -125,12 +157,19 @@ def test_final_evaluation_in_one_process_uses_the_synced_colocated_engine(two_po
     from at2po_lib.trainer.run_folder import RunDir
 
     standin = vllm_standin.install(monkeypatch)
-    cfg = _vllm_profile(two_policies["base"], eval={"max_questions": 3, "datasets": ["tiny_nq"],
-                                                    "sampled_k": 2,
-                                                    "sampled_datasets": ["tiny_nq"]})
+    cfg = _vllm_profile(
+        two_policies["base"],
+        eval={
+            "max_questions": 3,
+            "datasets": ["tiny_nq"],
+            "sampled_k": 2,
+            "sampled_datasets": ["tiny_nq"],
+        },
+    )
     engine = standin.LLM(model=str(two_policies["trained"]))
-    trainer = _ColocatedTrainer(engine, load_tokenizer(two_policies["trained"]),
-                                build_retriever(cfg))
+    trainer = _ColocatedTrainer(
+        engine, load_tokenizer(two_policies["trained"]), build_retriever(cfg)
+    )
     run = RunDir(two_policies["base"].parent / "run")
     run.root.mkdir()
     summary = run_module._evaluate_trained(trainer, cfg, "at2po", 0, run)
@@ -171,8 +210,9 @@ def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypat
 
     vllm_standin.install(monkeypatch)
     base, tok = load_policy(two_policies["base"])
-    adapted = get_peft_model(base, LoraConfig(r=4, target_modules=list(LORA_TARGETS),
-                                              init_lora_weights=False))
+    adapted = get_peft_model(
+        base, LoraConfig(r=4, target_modules=list(LORA_TARGETS), init_lora_weights=False)
+    )
     checkpoint = two_policies["base"].parent / "lora-checkpoint"
     adapted.save_pretrained(checkpoint)
     tok.save_pretrained(checkpoint)
@@ -184,8 +224,9 @@ def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypat
     fresh, _ = load_policy(two_policies["base"])
     reference = PeftModel.from_pretrained(fresh, str(checkpoint)).eval()
     with torch.no_grad():
-        torch.testing.assert_close(engine.policy(ids).logits, reference(ids).logits,
-                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            engine.policy(ids).logits, reference(ids).logits, rtol=1e-4, atol=1e-4
+        )
     stamp = (checkpoint / "merged" / "config.json").stat().st_mtime_ns
     assert build_engine(checkpoint, cfg).model_path == str(checkpoint / "merged")
     assert (checkpoint / "merged" / "config.json").stat().st_mtime_ns == stamp  # merged once

@@ -43,8 +43,19 @@ def test_flip_probability_of_a_scripted_policy_is_known(toy):
     gold = row["golden_answers"][0]
     cfg = dataclasses.replace(toy.cfg.rollout, max_response_tokens=600, max_tool_calls=3)
     backend = ScriptedBackend(toy.tokenizer, search_then_guess(gold, 0.3), seed=3)
-    records = measure_chunk(None, toy.tokenizer, toy.template, toy.retriever, [row], cfg,
-                            chains=4, resamples=300, seed=0, first_prompt=0, backend=backend)
+    records = measure_chunk(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        [row],
+        cfg,
+        chains=4,
+        resamples=300,
+        seed=0,
+        first_prompt=0,
+        backend=backend,
+    )
     frame = pd.DataFrame(records)
     assert len(frame) == 4  # the four search turns; the answers are leaves
     assert (frame["decision"] != "root").all() and (frame["depth"] == 1).all()
@@ -61,8 +72,14 @@ def test_flip_probability_of_a_scripted_policy_is_known(toy):
 def hand_frame() -> pd.DataFrame:
     """One prompt, four candidates with p_flip 0, 0.5, 0.25, 1 from four re-samples."""
     resamples = [[0, 0, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]]
-    frame = pd.DataFrame({"prompt": 0, "node": [1, 2, 3, 4], "original_reward": 0.0,
-                          "resample_rewards": [json.dumps(r) for r in resamples]})
+    frame = pd.DataFrame(
+        {
+            "prompt": 0,
+            "node": [1, 2, 3, 4],
+            "original_reward": 0.0,
+            "resample_rewards": [json.dumps(r) for r in resamples],
+        }
+    )
     for score in SCORES:
         frame[score] = [1.0, 2.0, 3.0, 4.0]
     frame["resamples"] = 4
@@ -98,14 +115,26 @@ def test_committed_style_summaries_are_read_and_said(tmp_path):
     from at2po_lib.analysis.expansion_oracle import flip_ratio_sentence, read_summaries
 
     def summary(ratio, lo, hi, k, prompts):
-        return pd.DataFrame({"score": ["entropy_exact", "oracle"], "k": k, "prompts": prompts,
-                             "candidates": 10 * prompts, "resamples": 8,
-                             "flips_vs_uniform": [ratio, 1.5], "flips_vs_uniform_lo": [lo, 1.4],
-                             "flips_vs_uniform_hi": [hi, 1.6]})
+        return pd.DataFrame(
+            {
+                "score": ["entropy_exact", "oracle"],
+                "k": k,
+                "prompts": prompts,
+                "candidates": 10 * prompts,
+                "resamples": 8,
+                "flips_vs_uniform": [ratio, 1.5],
+                "flips_vs_uniform_lo": [lo, 1.4],
+                "flips_vs_uniform_hi": [hi, 1.6],
+            }
+        )
 
     assert read_summaries(tmp_path).empty
-    summary(1.04, 0.89, 1.21, 6, 100).to_csv(tmp_path / "expansion_oracle_warmstart_paper_summary.csv")
-    summary(0.99, 0.97, 1.01, 4, 595).to_csv(tmp_path / "expansion_oracle_warmstart_toy_summary.csv")
+    summary(1.04, 0.89, 1.21, 6, 100).to_csv(
+        tmp_path / "expansion_oracle_warmstart_paper_summary.csv"
+    )
+    summary(0.99, 0.97, 1.01, 4, 595).to_csv(
+        tmp_path / "expansion_oracle_warmstart_toy_summary.csv"
+    )
     frame = read_summaries(tmp_path)
     assert list(frame.drop_duplicates(["policy", "shape"])["shape"]) == ["toy", "paper"]
     text = flip_ratio_sentence(frame, "entropy_exact")
@@ -114,7 +143,9 @@ def test_committed_style_summaries_are_read_and_said(tmp_path):
     assert text.index("toy tree") < text.index("paper's tree")
     with pytest.raises(ValueError, match="entropy_nll"):
         flip_ratio_sentence(frame, "entropy_nll")
-    assert "No expansion oracle records" in flip_ratio_sentence(read_summaries(tmp_path / "none"), "x")
+    assert "No expansion oracle records" in flip_ratio_sentence(
+        read_summaries(tmp_path / "none"), "x"
+    )
 
 
 def test_oracle_records_fall_back_to_tiny(tmp_path, monkeypatch):
@@ -124,7 +155,8 @@ def test_oracle_records_fall_back_to_tiny(tmp_path, monkeypatch):
     assert oracle_records("smoke")[1].empty
     (tmp_path / "tiny" / "dissection").mkdir(parents=True)
     pd.DataFrame({"score": ["entropy_exact"], "k": [4]}).to_csv(
-        tmp_path / "tiny" / "dissection" / "expansion_oracle_warmstart_toy_summary.csv", index=False)
+        tmp_path / "tiny" / "dissection" / "expansion_oracle_warmstart_toy_summary.csv", index=False
+    )
     name, frame = oracle_records("smoke")
     assert name == "tiny" and list(frame["policy"]) == ["warmstart"]
 
@@ -143,7 +175,7 @@ def test_ties_at_the_kth_score_count_in_expectation():
 
 def test_a_constant_score_is_a_uniform_pick_and_the_in_sample_picker_an_upper_bound():
     frame = hand_frame()
-    frame["sibling_penalty"] = -0.15                          # every candidate has b = 3
+    frame["sibling_penalty"] = -0.15  # every candidate has b = 3
     got = per_prompt(frame, k=2).iloc[0]
     assert got["picked_sibling_penalty"] == pytest.approx(got["uniform_expected"])
     # in-sample: ranked and scored on all four re-samples, p_flip 1 and 0.5
@@ -156,11 +188,12 @@ def test_a_constant_score_is_a_uniform_pick_and_the_in_sample_picker_an_upper_bo
 def test_the_placebo_sets_the_margin_of_better_and_worse():
     from at2po_lib.analysis.expansion_oracle import placebo_margin, versus_uniform
 
-    summaries = pd.DataFrame({"score": ["uniform", "uniform", "authors_score"],
-                              "flips_vs_uniform": [1.05, 0.98, 1.2]})
+    summaries = pd.DataFrame(
+        {"score": ["uniform", "uniform", "authors_score"], "flips_vs_uniform": [1.05, 0.98, 1.2]}
+    )
     assert placebo_margin(summaries) == pytest.approx(0.05)
     assert placebo_margin(pd.DataFrame()) == 0.0
-    assert versus_uniform(1.04, 1.10, 0.05) == "no different"   # above 1, inside the margin
+    assert versus_uniform(1.04, 1.10, 0.05) == "no different"  # above 1, inside the margin
     assert versus_uniform(1.06, 1.10, 0.05) == "better"
     assert versus_uniform(0.90, 0.96, 0.05) == "no different"
     assert versus_uniform(0.90, 0.94, 0.05) == "worse"
@@ -170,16 +203,22 @@ def test_penalty_effect_by_hand():
     """Two prompts; first turns (depth 1, b = 3: penalty 0.15) and deeper turns (b = 0)."""
     from at2po_lib.analysis.expansion_oracle import load_oracle, penalty_effect
 
-    frame = pd.DataFrame({
-        "prompt": [0, 0, 0, 1, 1, 1], "depth": [1, 1, 2, 1, 2, 3],
-        "siblings_before": [3, 3, 0, 3, 0, 0],
-        "entropy_nll": [0.01, 0.25, 0.05, 0.10, 0.01, 0.03],
-        "p_flip": [0.5, 0.25, 0.0, 0.75, 0.0, 0.25]})
+    frame = pd.DataFrame(
+        {
+            "prompt": [0, 0, 0, 1, 1, 1],
+            "depth": [1, 1, 2, 1, 2, 3],
+            "siblings_before": [3, 3, 0, 3, 0, 0],
+            "entropy_nll": [0.01, 0.25, 0.05, 0.10, 0.01, 0.03],
+            "p_flip": [0.5, 0.25, 0.0, 0.75, 0.0, 0.25],
+        }
+    )
     frame["authors_score"] = frame["entropy_nll"] - 0.05 * frame["siblings_before"]
     got = penalty_effect(frame, k=1)
     assert got["penalty_first"] == pytest.approx(0.15)
-    assert got["penalty_exceeds_entropy"] == pytest.approx(2 / 3)      # not 0.25
-    assert got["p_flip_first"] == pytest.approx(0.5) and got["p_flip_deeper"] == pytest.approx(1 / 12)
+    assert got["penalty_exceeds_entropy"] == pytest.approx(2 / 3)  # not 0.25
+    assert got["p_flip_first"] == pytest.approx(0.5) and got["p_flip_deeper"] == pytest.approx(
+        1 / 12
+    )
     # one pick a prompt: at alpha = 0 both prompts pick a first turn (0.25; 0.10); with the
     # penalty prompt 0 keeps its first turn (0.25 - 0.15 = 0.10 > 0.05) and prompt 1 picks
     # its depth-3 turn (0.03 > 0.10 - 0.15)
@@ -196,8 +235,10 @@ def _oracle_csv(frame: pd.DataFrame):
 
     path = Path(tempfile.mkdtemp()) / "expansion_oracle_x_toy.csv"
     frame.assign(original_reward=0.0, resample_rewards="[0.0, 1.0]").drop(
-        columns=["p_flip"]).to_csv(path, index=False)
+        columns=["p_flip"]
+    ).to_csv(path, index=False)
     return path
+
 
 # ------------------------------------------------ a record that survives a kill (issue #50 item 2)
 # The child measures with a scripted ``measure`` (no policy): chunk c's records depend only on
@@ -248,8 +289,9 @@ eo.run_oracle(load_profile("smoke"), rows, policy, out, chains=4, resamples=resa
 """
 
 
-def _child(tmp_path, out, *, kill_at=-1, pause=0.0, chunk=2, seed=0, resamples=4, prompts=6,
-           wait=True):
+def _child(
+    tmp_path, out, *, kill_at=-1, pause=0.0, chunk=2, seed=0, resamples=4, prompts=6, wait=True
+):
     import os
     import subprocess
     import sys
@@ -260,8 +302,18 @@ def _child(tmp_path, out, *, kill_at=-1, pause=0.0, chunk=2, seed=0, resamples=4
     policy.mkdir(exist_ok=True)
     (policy / "model.safetensors").write_bytes(b"weights")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AT2PO_ARTIFACTS": str(tmp_path / "artifacts")}
-    args = [sys.executable, str(script), str(out), str(policy), str(kill_at), str(pause),
-            str(chunk), str(seed), str(resamples), str(prompts)]
+    args = [
+        sys.executable,
+        str(script),
+        str(out),
+        str(policy),
+        str(kill_at),
+        str(pause),
+        str(chunk),
+        str(seed),
+        str(resamples),
+        str(prompts),
+    ]
     if not wait:
         return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
@@ -289,8 +341,10 @@ def test_a_kill_mid_append_then_a_rerun_gives_the_uninterrupted_record(tmp_path)
         assert killed.returncode == -9 and not out.exists()
         assert _child(tmp_path, out).returncode == 0
         assert _record(out) == _record(whole)
-        assert sorted(p.name for p in out.parent.iterdir()) == ["oracle.csv",
-                                                                 "oracle.csv.meta.json"]
+        assert sorted(p.name for p in out.parent.iterdir()) == [
+            "oracle.csv",
+            "oracle.csv.meta.json",
+        ]
 
 
 @pytest.mark.slow  # child processes killed at random moments: ~60 s on 2 cores
@@ -311,8 +365,11 @@ def test_kills_at_random_moments_then_a_rerun_give_the_uninterrupted_record(tmp_
         done = len(list(chunks.glob("chunk_*.json"))) if chunks.is_dir() else 0
         child = _child(tmp_path, out, prompts=10, pause=0.3, wait=False)
         deadline = time.monotonic() + 120
-        while (len(list(chunks.glob("chunk_*.json"))) if chunks.is_dir() else 0) <= done \
-                and child.poll() is None and time.monotonic() < deadline:
+        while (
+            (len(list(chunks.glob("chunk_*.json"))) if chunks.is_dir() else 0) <= done
+            and child.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.35))  # or mid-write: a chunk is measured in 0.3 s
         child.kill()
@@ -329,9 +386,16 @@ def _oracle(tmp_path, out, *, chunk=2, seed=0, resamples=4, prompts=6, fail_at=N
     from at2po_lib.config.profile import load_profile
 
     namespace: dict = {"chunk": chunk, "seed": seed, "resamples": resamples, "pause": 0.0}
-    body = CHILD[CHILD.index("def measure"):CHILD.index("\n\nif kill_at")]
-    exec(compile("import json, time\nimport numpy as np\nfrom at2po_lib.analysis import "
-                 "expansion_oracle as eo\n" + body, "measure", "exec"), namespace)
+    body = CHILD[CHILD.index("def measure") : CHILD.index("\n\nif kill_at")]
+    exec(
+        compile(
+            "import json, time\nimport numpy as np\nfrom at2po_lib.analysis import "
+            "expansion_oracle as eo\n" + body,
+            "measure",
+            "exec",
+        ),
+        namespace,
+    )
     policy = tmp_path / "policy"
     policy.mkdir(exist_ok=True)
     if not (policy / "model.safetensors").exists():
@@ -345,9 +409,19 @@ def _oracle(tmp_path, out, *, chunk=2, seed=0, resamples=4, prompts=6, fail_at=N
             raise KeyboardInterrupt
         return namespace["measure"](first, part)
 
-    return run_oracle(load_profile("smoke"), rows, policy, out, chains=4, resamples=resamples,
-                      seed=seed, chunk=chunk, meta={"writer": "test"}, log=False,
-                      measure=measure)
+    return run_oracle(
+        load_profile("smoke"),
+        rows,
+        policy,
+        out,
+        chains=4,
+        resamples=resamples,
+        seed=seed,
+        chunk=chunk,
+        meta={"writer": "test"},
+        log=False,
+        measure=measure,
+    )
 
 
 def test_a_resume_is_keyed_on_the_exact_arguments(tmp_path, isolated_outputs):
@@ -358,9 +432,11 @@ def test_a_resume_is_keyed_on_the_exact_arguments(tmp_path, isolated_outputs):
     out = tmp_path / "oracle.csv"
     with pytest.raises(KeyboardInterrupt):
         _oracle(tmp_path, out, chunk=2, fail_at=1)
-    for other, named in (({"chunk": 3}, "--chunk 2 (this command: 3)"),
-                         ({"seed": 7}, "--seed 0 (this command: 7)"),
-                         ({"resamples": 8}, "--resamples 4 (this command: 8)")):
+    for other, named in (
+        ({"chunk": 3}, "--chunk 2 (this command: 3)"),
+        ({"seed": 7}, "--seed 0 (this command: 7)"),
+        ({"resamples": 8}, "--resamples 4 (this command: 8)"),
+    ):
         calls: list = []
         with pytest.raises(RecordError, match=re.escape(named)):
             _oracle(tmp_path, out, calls=calls, **other)
@@ -371,7 +447,8 @@ def test_a_resume_is_keyed_on_the_exact_arguments(tmp_path, isolated_outputs):
 
 
 def test_a_finished_record_is_read_not_remeasured_and_other_arguments_are_refused(
-        tmp_path, isolated_outputs):
+    tmp_path, isolated_outputs
+):
     """b8f2d3f: a finished record rerun with --seed 7 or --resamples 8 kept the old rows while
     the summary's meta recorded 7 and 8."""
     from at2po_lib.util.errors import RecordError
@@ -381,9 +458,11 @@ def test_a_finished_record_is_read_not_remeasured_and_other_arguments_are_refuse
     calls: list = []
     assert _oracle(tmp_path, out, calls=calls).equals(first) and calls == []
     before = out.read_bytes()
-    for other, named in (({"seed": 7}, "--seed 0 (this command: 7)"),
-                         ({"resamples": 8}, "--resamples 4 (this command: 8)"),
-                         ({"prompts": 8}, "--prompts 6 (this command: 8)")):
+    for other, named in (
+        ({"seed": 7}, "--seed 0 (this command: 7)"),
+        ({"resamples": 8}, "--resamples 4 (this command: 8)"),
+        ({"prompts": 8}, "--prompts 6 (this command: 8)"),
+    ):
         with pytest.raises(RecordError, match=re.escape(named)):
             _oracle(tmp_path, out, calls=calls, **other)
     assert calls == [] and out.read_bytes() == before
@@ -402,8 +481,15 @@ def test_a_record_from_before_keys_is_compared_on_what_its_meta_says(tmp_path, i
     _oracle(tmp_path, out)
     meta = read_meta(out)
     del meta["record_key"]
-    legacy = {**meta, "seed": 0, "prompts": 6, "resamples": 4, "shape": {"chains": 4, "k": 4},
-              "datasets": ["tiny_hotpotqa"], "command": "at2po dissect expansion --chunk 2"}
+    legacy = {
+        **meta,
+        "seed": 0,
+        "prompts": 6,
+        "resamples": 4,
+        "shape": {"chains": 4, "k": 4},
+        "datasets": ["tiny_hotpotqa"],
+        "command": "at2po dissect expansion --chunk 2",
+    }
     write_meta(out, legacy)
     calls: list = []
     _oracle(tmp_path, out, calls=calls)
@@ -420,10 +506,15 @@ def test_a_record_from_before_keys_is_compared_on_what_its_meta_says(tmp_path, i
         _oracle(tmp_path, tmp_path / "orphan.csv")
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--prompts", "0"], "--prompts: '0'"), (["--chunk", "0"], "--chunk: '0'"),
-    (["--resamples", "1"], "--resamples: '1'"), (["--prompts", "99999"], "--prompts 99999"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--prompts", "0"], "--prompts: '0'"),
+        (["--chunk", "0"], "--chunk: '0'"),
+        (["--resamples", "1"], "--resamples: '1'"),
+        (["--prompts", "99999"], "--prompts 99999"),
+    ],
+)
 def test_dissect_expansion_out_of_range_is_one_line(argv, named, isolated_outputs, capsys):
     """b8f2d3f: tracebacks."""
     from at2po_lib.cli import main
@@ -431,9 +522,17 @@ def test_dissect_expansion_out_of_range_is_one_line(argv, named, isolated_output
     world = isolated_outputs / "artifacts" / "smoke" / "world" / "datasets"
     for name in ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique"):
         (world / name).mkdir(parents=True)
-        (world / name / "train.jsonl").write_text(json.dumps(
-            {"id": "q0", "question": "?", "golden_answers": ["a"],
-             "metadata": {"supporting_ids": []}}) + "\n")
+        (world / name / "train.jsonl").write_text(
+            json.dumps(
+                {
+                    "id": "q0",
+                    "question": "?",
+                    "golden_answers": ["a"],
+                    "metadata": {"supporting_ids": []},
+                }
+            )
+            + "\n"
+        )
     try:
         code = main(["dissect", "expansion", "--profile", "smoke", *argv])
     except SystemExit as exc:  # argparse: a bad option value

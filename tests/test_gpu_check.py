@@ -20,8 +20,13 @@ import gpu_check_h200 as check  # noqa: E402
 
 def _wrapper(out: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_SITE": "none", "OUT": str(out)}
-    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run",
-                           *args], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.mark.slow  # ~20 s: a tiny model trained one AT2PO step on CPU
@@ -30,18 +35,28 @@ def test_the_dry_run_passes_every_sub_check_through_the_wrapper(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "checks.json").read_text())
     assert summary["failed"] == []
-    states = {name: summary[name]["state"]
-              for name in ("env", "model", "loss", "rollout", "train", "plan", "vllm")}
-    assert states == {"env": "ok", "model": "ok", "loss": "ok", "rollout": "ok", "train": "ok",
-                      "plan": "SKIPPED: no GPU memory measured (CPU)",
-                      "vllm": "SKIPPED: --dry-run (CPU)"}
+    states = {
+        name: summary[name]["state"]
+        for name in ("env", "model", "loss", "rollout", "train", "plan", "vllm")
+    }
+    assert states == {
+        "env": "ok",
+        "model": "ok",
+        "loss": "ok",
+        "rollout": "ok",
+        "train": "ok",
+        "plan": "SKIPPED: no GPU memory measured (CPU)",
+        "vllm": "SKIPPED: --dry-run (CPU)",
+    }
     model, train, rollout = summary["model"], summary["train"], summary["rollout"]
     assert model["parameters"] == model["planned_parameters"] and model["vocab"] == 4096
     assert train["steps"] == 1 and train["generated_tokens"] > 0 and train["losses_finite"]
     assert train["max_prompt_tokens"] > 0 and len(train["rollout_s_each"]) == 1
     for rows in ("rows_2", "rows_4"):  # before, after, HF generate: tokens and operators a step
         for path in ("before", "after", "hf_generate"):
-            assert rollout[rows][path]["tokens_per_s"] > 0 and rollout[rows][path]["compute_ops"] > 0
+            assert (
+                rollout[rows][path]["tokens_per_s"] > 0 and rollout[rows][path]["compute_ops"] > 0
+            )
     assert set(summary["plan"]["phases_gib"]) == {"rollout", "update"}
     made = summary["provenance"]
     assert made["git_revision"] and made["source_digest"] == check.source_digest()
@@ -60,8 +75,12 @@ def test_the_device_checks_one_command_runs_both_sizes(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for size in ("q06", "q17"):
         summary = json.loads((tmp_path / size / "checks.json").read_text())
-        assert [k for k in summary if k not in ("check", "failed", "provenance")] == \
-            ["env", "model", "rollout", "plan"]
+        assert [k for k in summary if k not in ("check", "failed", "provenance")] == [
+            "env",
+            "model",
+            "rollout",
+            "plan",
+        ]
         assert summary["failed"] == [] and summary["provenance"]["source_digest"]
     settings = json.loads((tmp_path / "q17" / "checks.json").read_text())["provenance"]["settings"]
     assert settings["size"] == "1.7b" and settings["steps"] == 2
@@ -75,15 +94,23 @@ def test_a_failed_import_fails_the_check_and_its_exit_status(tmp_path):
     assert summary["env"]["state"] == "FAILED: cannot import surely_not_a_module_xyz"
     assert summary["env"]["surely_not_a_module_xyz"] == "import failed: ModuleNotFoundError"
     assert "env" in summary["failed"]
-    assert "| env | FAILED: cannot import surely_not_a_module_xyz |" in \
-        (tmp_path / "table.txt").read_text()
+    assert (
+        "| env | FAILED: cannot import surely_not_a_module_xyz |"
+        in (tmp_path / "table.txt").read_text()
+    )
 
 
 def test_env_reports_each_failed_import_and_never_ok():
-    result = check.run_check(check.Check("env"), lambda c: check.env_check(
-        c, True, ("json", "surely_not_a_module_xyz", "also_not_a_module_abc")))
-    assert result.state == ("FAILED: cannot import surely_not_a_module_xyz, "
-                            "also_not_a_module_abc") and result.failed
+    result = check.run_check(
+        check.Check("env"),
+        lambda c: check.env_check(
+            c, True, ("json", "surely_not_a_module_xyz", "also_not_a_module_abc")
+        ),
+    )
+    assert (
+        result.state == ("FAILED: cannot import surely_not_a_module_xyz, also_not_a_module_abc")
+        and result.failed
+    )
 
 
 def test_an_exception_inside_a_sub_check_is_a_failure_naming_it():
@@ -98,8 +125,9 @@ def test_an_exception_inside_a_sub_check_is_a_failure_naming_it():
 def test_the_padded_tokenizer_has_qwen3s_vocabulary(tmp_path):
     from at2po_lib.policy.tokenizer import train_tokenizer
 
-    train_tokenizer(["the capital of avaria is belmont <search> x </search>"] * 20,
-                    vocab_size=300).save_pretrained(tmp_path)
+    train_tokenizer(
+        ["the capital of avaria is belmont <search> x </search>"] * 20, vocab_size=300
+    ).save_pretrained(tmp_path)
     tokenizer = check.padded_tokenizer(tmp_path, check.QWEN3_VOCAB)
     assert len(tokenizer) == 151_936
     assert tokenizer.decode([151_935]) == "x151935" and tokenizer.decode([5_000]) == "x5000"
@@ -113,10 +141,21 @@ def test_the_real_shapes_are_qwen3s():
 
     shape = check.SHAPES["1.7b"]
     arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"]
-    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"],
-            shape["num_key_value_heads"], shape["head_dim"], shape["intermediate_size"]) == (
-        arch.hidden_size, arch.num_layers, arch.num_heads, arch.num_kv_heads, arch.head_dim,
-        arch.intermediate_size)
+    assert (
+        shape["hidden_size"],
+        shape["num_hidden_layers"],
+        shape["num_attention_heads"],
+        shape["num_key_value_heads"],
+        shape["head_dim"],
+        shape["intermediate_size"],
+    ) == (
+        arch.hidden_size,
+        arch.num_layers,
+        arch.num_heads,
+        arch.num_kv_heads,
+        arch.head_dim,
+        arch.intermediate_size,
+    )
     assert check.SHAPES["0.6b"]["head_dim"] == 128 and check.QWEN3_VOCAB == arch.vocab_size
 
 
@@ -125,8 +164,10 @@ def test_the_carried_wheels_are_listed_exactly():
     transformers and pyarrow stay); trl's pin is the GPU list's."""
     from at2po_lib.trainer.gpu_env import gpu_pins
 
-    lines = [line.split("#")[0].strip() for line in
-             (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()]
+    lines = [
+        line.split("#")[0].strip()
+        for line in (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()
+    ]
     pins = dict(line.split("==") for line in lines if line)
     assert all(pins.values()) and {"trl", "datasets", "bm25s", "peft"} <= set(pins)
     assert not {"torch", "transformers", "pyarrow", "accelerate"} & set(pins)
@@ -143,8 +184,10 @@ def _wheel(folder: Path, module: str) -> Path:
     with zipfile.ZipFile(folder / name, "w") as wheel:
         wheel.writestr(f"{module}.py", "VALUE = 42\n")
         wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
-                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr(f"{info}/RECORD", "")
     return folder / name
 
@@ -154,11 +197,28 @@ def test_carried_wheels_go_into_a_site_packages_folder_first_on_the_path(tmp_pat
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     _wheel(wheels, "at2po_carried_probe")
-    env = {**os.environ, "PYTHON": sys.executable, "AT2PO_CHECK_SITE": str(tmp_path / "site"),
-           "AT2PO_CHECK_WHEELS": str(wheels), "OUT": str(tmp_path / "out")}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run",
-                           "--only", "env", "--also-require", "at2po_carried_probe"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "AT2PO_CHECK_SITE": str(tmp_path / "site"),
+        "AT2PO_CHECK_WHEELS": str(wheels),
+        "OUT": str(tmp_path / "out"),
+    }
+    proc = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "benchmarks" / "gpu_check_h200.sh"),
+            "--dry-run",
+            "--only",
+            "env",
+            "--also-require",
+            "at2po_carried_probe",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / "site" / "site-packages" / "at2po_carried_probe.py").is_file()
     summary = json.loads((tmp_path / "out" / "checks.json").read_text())
@@ -176,8 +236,11 @@ def in_process(monkeypatch):
 def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path, in_process):
     assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "checks.json").read_text())
-    assert [k for k in summary if k not in ("check", "failed", "provenance")] == \
-        ["env", "model", "loss"]
+    assert [k for k in summary if k not in ("check", "failed", "provenance")] == [
+        "env",
+        "model",
+        "loss",
+    ]
     loss = summary["loss"]
     assert loss["state"] == "ok" and float(loss["grad_diff"]) < 1e-6
     assert loss["turn_ms"] > 0 and loss["authors_loop_turn_ms"] > 0 and loss["diagnostics_ms"] > 0
@@ -201,12 +264,13 @@ def test_results_are_written_after_each_sub_check(tmp_path, monkeypatch, in_proc
     assert seen["loss"]["state"] == "not run"
 
 
-def test_an_unwritable_out_or_zero_steps_is_refused_before_any_check(tmp_path, in_process,
-                                                                    capsys):
+def test_an_unwritable_out_or_zero_steps_is_refused_before_any_check(tmp_path, in_process, capsys):
     """b8f2d3f: ``--out /proc/x`` failed with ``FileNotFoundError`` after the env check, every
     result lost; ``--steps 0`` ran one step (issue #50 item 7)."""
-    for argv, named in ((["--out", "/proc/x"], "--out '/proc/x': cannot write there"),
-                        (["--steps", "0"], "argument --steps: '0'")):
+    for argv, named in (
+        (["--out", "/proc/x"], "--out '/proc/x': cannot write there"),
+        (["--steps", "0"], "argument --steps: '0'"),
+    ):
         with pytest.raises(SystemExit) as exited:
             check.main(["--dry-run", "--only", "loss", *argv])
         err = capsys.readouterr().err.strip()

@@ -13,9 +13,17 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from at2po_lib.trainer.gpu_env import (GPU_LIST, REPLACED_BY_GPU_LIST, RETRIEVER_LIST, cuda_majors,
-                               environment_requirements, gpu_pins, pyproject, requirement_name,
-                               summarize_report)
+from at2po_lib.trainer.gpu_env import (
+    GPU_LIST,
+    REPLACED_BY_GPU_LIST,
+    RETRIEVER_LIST,
+    cuda_majors,
+    environment_requirements,
+    gpu_pins,
+    pyproject,
+    requirement_name,
+    summarize_report,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +35,9 @@ def _by_name(reqs: list[str]) -> dict[str, Requirement]:
 def test_every_gpu_pin_is_exact():
     for req in gpu_pins(ROOT):
         spec = list(Requirement(req).specifier)
-        assert len(spec) == 1 and spec[0].operator == "==", f"{GPU_LIST}: {req} is not pinned with =="
+        assert len(spec) == 1 and spec[0].operator == "==", (
+            f"{GPU_LIST}: {req} is not pinned with =="
+        )
 
 
 def test_pyproject_gpu_extra_is_the_list_line_for_line():
@@ -45,7 +55,9 @@ def test_environment_yml_reads_the_list_and_repeats_the_other_dependencies():
         if name in REPLACED_BY_GPU_LIST:
             continue
         assert name in env, f"environment.yml lacks {req} (pyproject dependency)"
-        assert env[name].specifier == req.specifier, f"{name}: {env[name]} against pyproject's {req}"
+        assert env[name].specifier == req.specifier, (
+            f"{name}: {env[name]} against pyproject's {req}"
+        )
     # faiss-gpu (CUDA 12) is the retrieval server's, in its own process and environment
     assert "faiss-gpu" not in env and env["faiss-cpu"] == base["faiss-cpu"]
 
@@ -75,11 +87,19 @@ def test_python_311_and_accelerate_pinned():
 
 # The CUDA libraries of the resolution issue #36 found (recorded from check_gpu_env.sh's pip
 # report): torch 2.13.0's CUDA 13 wheels beside faiss-gpu 1.15.1's CUDA 12 runtime.
-MIXED = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cublas": "13.1.1.3", "nvidia-nccl-cu13": "2.29.7",
-         "nvidia-cudnn-cu13": "9.20.0.48", "nvidia-cutlass-dsl-libs-cu12": "4.7.1",
-         "nvidia-cutlass-dsl-libs-cu13": "4.7.1", "nvidia-cuda-runtime-cu12": "12.9.79",
-         "nvidia-cublas-cu12": "12.9.3.13", "nvidia-curand-cu12": "10.3.10.19",
-         "faiss-gpu": "1.15.1", "torch": "2.13.0"}
+MIXED = {
+    "nvidia-cuda-runtime": "13.0.96",
+    "nvidia-cublas": "13.1.1.3",
+    "nvidia-nccl-cu13": "2.29.7",
+    "nvidia-cudnn-cu13": "9.20.0.48",
+    "nvidia-cutlass-dsl-libs-cu12": "4.7.1",
+    "nvidia-cutlass-dsl-libs-cu13": "4.7.1",
+    "nvidia-cuda-runtime-cu12": "12.9.79",
+    "nvidia-cublas-cu12": "12.9.3.13",
+    "nvidia-curand-cu12": "10.3.10.19",
+    "faiss-gpu": "1.15.1",
+    "torch": "2.13.0",
+}
 
 
 def _report(versions: dict[str, str]) -> dict:
@@ -88,14 +108,21 @@ def _report(versions: dict[str, str]) -> dict:
 
 def test_one_cuda_major_per_environment():
     majors = cuda_majors(MIXED)
-    assert majors == {12: ["nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12", "nvidia-curand-cu12"],
-                      13: ["nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"]}
+    assert majors == {
+        12: ["nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12", "nvidia-curand-cu12"],
+        13: ["nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"],
+    }
     with pytest.raises(ValueError, match="mixes CUDA majors.*CUDA 12: nvidia-cublas-cu12"):
         summarize_report(_report(MIXED))
     training = {k: v for k, v in MIXED.items() if not k.endswith("-cu12") and k != "faiss-gpu"}
     assert dict(summarize_report(_report(training)))["(CUDA major)"] == "13"
-    retriever = {"torch": "2.10.0", "faiss-gpu": "1.15.1", "nvidia-cuda-runtime-cu12": "12.8.90",
-                 "nvidia-cublas-cu12": "12.8.4.1", "cuda-bindings": "12.9.4"}
+    retriever = {
+        "torch": "2.10.0",
+        "faiss-gpu": "1.15.1",
+        "nvidia-cuda-runtime-cu12": "12.8.90",
+        "nvidia-cublas-cu12": "12.8.4.1",
+        "cuda-bindings": "12.9.4",
+    }
     assert dict(summarize_report(_report(retriever)))["(CUDA major)"] == "12"
 
 
@@ -113,8 +140,12 @@ def test_the_retriever_list_is_its_own_cuda_12_environment():
 
 
 def test_summarize_refuses_faiss_cpu_beside_faiss_gpu():
-    report = {"install": [{"metadata": {"name": "faiss-cpu", "version": "1.15.1"}},
-                          {"metadata": {"name": "faiss_gpu", "version": "1.15.1"}}]}
+    report = {
+        "install": [
+            {"metadata": {"name": "faiss-cpu", "version": "1.15.1"}},
+            {"metadata": {"name": "faiss_gpu", "version": "1.15.1"}},
+        ]
+    }
     with pytest.raises(ValueError, match="both faiss-cpu and faiss-gpu"):
         summarize_report(report)
     rows = dict(summarize_report({"install": report["install"][1:]}))
@@ -144,25 +175,33 @@ def test_check_gpu_env_resolves_against_the_registry(tmp_path):
     except OSError as err:
         pytest.skip(f"the package registry is unreachable from here ({err})")
     report = tmp_path / "report.json"
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_gpu_env.sh"), str(report)],
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHON": sys.executable})
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_gpu_env.sh"), str(report)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    versions = {requirement_name(i["metadata"]["name"]): i["metadata"]["version"]
-                for i in json.loads(report.read_text())["install"]}
+    versions = {
+        requirement_name(i["metadata"]["name"]): i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
     for name, req in _by_name(gpu_pins(ROOT)).items():
         assert versions[name] in req.specifier, f"{name} resolved to {versions[name]}"
     # training processes carry the CPU faiss (the toy's in-process index), never the CUDA 12
     # faiss-gpu; the retrieval server's own list carries faiss-gpu and no CPU copy beside it
     assert "faiss-gpu" not in versions and "faiss-cpu" in versions
-    retriever = {requirement_name(i["metadata"]["name"])
-                 for i in json.loads(report.with_suffix(".retriever.json").read_text())["install"]}
+    retriever = {
+        requirement_name(i["metadata"]["name"])
+        for i in json.loads(report.with_suffix(".retriever.json").read_text())["install"]
+    }
     assert "faiss-gpu" in retriever and "faiss-cpu" not in retriever
     assert "resolvable in" in proc.stdout
 
 
 # ------------------------------------------- the retrieval server as its own process
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import atexit, importlib.metadata, json, os, signal, sys
 
 def _dump():
@@ -178,9 +217,8 @@ def _on_term(signum, frame):  # uvicorn re-raises SIGTERM after its shutdown: no
 
 atexit.register(_dump)
 signal.signal(signal.SIGTERM, _on_term)
-'''
-SOFT_IMPORTS = {"accelerate", "pillow", "scipy", "psutil", "protobuf", "dill",
-                "charset-normalizer"}
+"""
+SOFT_IMPORTS = {"accelerate", "pillow", "scipy", "psutil", "protobuf", "dill", "charset-normalizer"}
 """Imported only when installed, by availability checks: transformers (accelerate, pillow,
 scipy, psutil; accelerate then protobuf), torch (dill), numpy's f2py (charset-normalizer).
 Present here (the CPU environment holds everything), absent from the retriever's environment,
@@ -194,8 +232,10 @@ def _closure(requirements: list[str]) -> set[str]:
     evaluated, extras left out). faiss-cpu stands in for faiss-gpu (one `faiss` module)."""
     import importlib.metadata as md
 
-    todo = ["faiss-cpu" if requirement_name(r) == "faiss-gpu" else requirement_name(r)
-            for r in requirements]
+    todo = [
+        "faiss-cpu" if requirement_name(r) == "faiss-gpu" else requirement_name(r)
+        for r in requirements
+    ]
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -229,16 +269,23 @@ def test_the_retrieval_server_runs_as_its_own_process_on_its_own_list(tmp_path):
     fixture = ROOT / "tests" / "fixtures" / "wiki18_sample.jsonl"
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(fixture.read_text().splitlines(keepends=True)[:20]))
-    build_dense_index(corpus, tmp_path / "index", EncoderSpec(max_length=32), shard_size=10,
-                      progress=False)
+    build_dense_index(
+        corpus, tmp_path / "index", EncoderSpec(max_length=32), shard_size=10, progress=False
+    )
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     dump = tmp_path / "distributions.json"
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT),
-                                          os.environ.get("PYTHONPATH", "")]),
-           "AT2PO_TEST_DISTRIBUTIONS": str(dump)}
-    server = start_server_process(["--index", str(tmp_path / "index"), "--corpus", str(corpus),
-                                   "--no-gpu-index"], env=env, startup_timeout=180)
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path / "site"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+        "AT2PO_TEST_DISTRIBUTIONS": str(dump),
+    }
+    server = start_server_process(
+        ["--index", str(tmp_path / "index"), "--corpus", str(corpus), "--no-gpu-index"],
+        env=env,
+        startup_timeout=180,
+    )
     try:
         hits = HTTPRetriever(server.url + "/retrieve").search(["Who wrote the book?"], topk=2)
         assert len(hits) == 1 and len(hits[0]) == 2

@@ -38,15 +38,18 @@ def test_teaching_tree_by_hand():
     # everywhere else AT2PO is GRPO times the constant
     others = table.drop(index=1)
     np.testing.assert_allclose(others["residual"], 0.0, atol=1e-5)
-    np.testing.assert_allclose(table[["weights_part", "shape_part", "mode_part"]].sum(axis=1),
-                               table["residual"], atol=1e-12)
+    np.testing.assert_allclose(
+        table[["weights_part", "shape_part", "mode_part"]].sum(axis=1),
+        table["residual"],
+        atol=1e-12,
+    )
 
 
 def unequal_tree() -> TreeArrays:
     """0 ─┬─ 1 ─┬─ 2  r=1
-          │     └─ 3 ─┬─ 4  r=0
-          │           └─ 5  r=0
-          └─ 6  r=1          (all entropies equal: softmax = child mean)"""
+    │     └─ 3 ─┬─ 4  r=0
+    │           └─ 5  r=0
+    └─ 6  r=1          (all entropies equal: softmax = child mean)"""
     parent = np.array([-1, 0, 1, 1, 3, 3, 0])
     return TreeArrays(parent, np.full(7, 0.3), np.array([nan, nan, 1, nan, 0, 0, 1]))
 
@@ -68,8 +71,11 @@ def test_diff_parent_puts_the_rule_into_the_mode_part():
     # gives V2 - V1 = 1 + 1/3, so mode part = (1 + 1/3) - 1
     assert table.loc[2, "at2po"] == pytest.approx(1.0, abs=1e-5)
     assert table.loc[2, "mode_part"] == pytest.approx(1 / 3, abs=1e-5)
-    np.testing.assert_allclose(table[["weights_part", "shape_part", "mode_part"]].sum(axis=1),
-                               table["residual"], atol=1e-12)
+    np.testing.assert_allclose(
+        table[["weights_part", "shape_part", "mode_part"]].sum(axis=1),
+        table["residual"],
+        atol=1e-12,
+    )
 
 
 def one_round_tree() -> TreeArrays:
@@ -79,17 +85,18 @@ def one_round_tree() -> TreeArrays:
         0 ─┬─ 1 ─┬─ 2 ── 3  r=1
            │     └─ 6  r=0
            └─ 4 ── 5  r=0"""
-    return TreeArrays(np.array([-1, 0, 1, 2, 0, 4, 1]), np.full(7, 0.3),
-                      np.array([nan, nan, nan, 1, nan, 0, 0]))
+    return TreeArrays(
+        np.array([-1, 0, 1, 2, 0, 4, 1]), np.full(7, 0.3), np.array([nan, nan, nan, 1, nan, 0, 0])
+    )
 
 
 def nested_picks_tree() -> TreeArrays:
     """One round, K = 2: turns 3 and 2 of one branch both picked (7 beside 3, 8 beside 2).
 
-        0 ─┬─ 1 ─┬─ 2 ─┬─ 3 ── 4  r=1
-           │     │     └─ 7  r=0
-           │     └─ 8  r=1
-           └─ 5 ── 6  r=0"""
+    0 ─┬─ 1 ─┬─ 2 ─┬─ 3 ── 4  r=1
+       │     │     └─ 7  r=0
+       │     └─ 8  r=1
+       └─ 5 ── 6  r=0"""
     parent = np.array([-1, 0, 1, 2, 3, 0, 5, 2, 1])
     return TreeArrays(parent, np.full(9, 0.3), np.array([nan, nan, nan, nan, 1, nan, 0, 0, 1]))
 
@@ -120,8 +127,9 @@ def test_a_sharper_softmax_moves_the_weights():
 
 
 def test_summary_pools_trees_and_skips_those_without_signal():
-    flat = replace(teaching_tree(), leaf_reward=np.where(np.isfinite(teaching_tree().leaf_reward),
-                                                         1.0, nan))
+    flat = replace(
+        teaching_tree(), leaf_reward=np.where(np.isfinite(teaching_tree().leaf_reward), 1.0, nan)
+    )
     summary = gc.contrast_summary([teaching_tree(), flat, unequal_tree()])
     assert summary["trees"] == 3 and summary["signal_trees"] == 2
     assert summary["nodes"] == 10 + 6

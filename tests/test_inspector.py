@@ -29,13 +29,24 @@ def searched_tree() -> TreeArrays:
 
     Nodes 3, 4 and 5 all follow one search for "a": one anchor state."""
     parent = np.array([-1, 0, 0, 1, 1, 2])
-    records = [{"action": "root"}, {"action": "search", "query": "a"},
-               {"action": "search", "query": "a"}, {"action": "answer", "answer": "x"},
-               {"action": "answer", "answer": "y"}, {"action": "answer", "answer": "y"}]
-    return TreeArrays(parent, np.array([0, .5, .7, .2, .9, .3]),
-                      np.array([nan, nan, nan, 1, 0, 0]), records=records,
-                      node_arrays={"expansion_round": np.array([0, 0, 0, 0, 1, 0]),
-                                   "num_tokens": np.array([0, 5, 5, 3, 3, 3])})
+    records = [
+        {"action": "root"},
+        {"action": "search", "query": "a"},
+        {"action": "search", "query": "a"},
+        {"action": "answer", "answer": "x"},
+        {"action": "answer", "answer": "y"},
+        {"action": "answer", "answer": "y"},
+    ]
+    return TreeArrays(
+        parent,
+        np.array([0, 0.5, 0.7, 0.2, 0.9, 0.3]),
+        np.array([nan, nan, nan, 1, 0, 0]),
+        records=records,
+        node_arrays={
+            "expansion_round": np.array([0, 0, 0, 0, 1, 0]),
+            "num_tokens": np.array([0, 5, 5, 3, 3, 3]),
+        },
+    )
 
 
 def test_credit_table_by_hand():
@@ -56,8 +67,8 @@ def test_credit_table_by_hand():
 
 def test_anchor_states_group_turns_after_the_same_search():
     state = node_credit.anchor_states([searched_tree()])
-    assert state[3] == state[4] == state[5]          # all after one search for "a"
-    assert state[1] == state[2] != state[3]          # first turns: nothing searched yet
+    assert state[3] == state[4] == state[5]  # all after one search for "a"
+    assert state[1] == state[2] != state[3]  # first turns: nothing searched yet
 
 
 def test_gigpo_column_when_the_study_module_is_there():
@@ -106,12 +117,20 @@ def test_most_disputed_node_prefers_sign_disagreement():
     import pandas as pd
 
     # node 1: wide spread, one sign; node 2: narrow spread, the rules split on the sign
-    table = pd.DataFrame({"entropy": [0, 1, 1], "V:child_mean": [0, 0, 0],
-                          "child_mean/node_value": [0, 3.0, 0.1], "grpo": [nan, 0.5, -0.1],
-                          "gigpo": [nan, 1.0, -0.2]})
+    table = pd.DataFrame(
+        {
+            "entropy": [0, 1, 1],
+            "V:child_mean": [0, 0, 0],
+            "child_mean/node_value": [0, 3.0, 0.1],
+            "grpo": [nan, 0.5, -0.1],
+            "gigpo": [nan, 1.0, -0.2],
+        }
+    )
     node, why = node_credit.most_disputed_node(table)
     assert node == 2 and "disagree" in why
-    node, why = node_credit.most_disputed_node(table.assign(grpo=[nan, 0.5, 0.2], gigpo=[nan, 1, 0.2]))
+    node, why = node_credit.most_disputed_node(
+        table.assign(grpo=[nan, 0.5, 0.2], gigpo=[nan, 1, 0.2])
+    )
     assert node == 1 and "spread most" in why
     same = table.assign(**{"child_mean/node_value": 0.0, "grpo": 0.0, "gigpo": 0.0})
     assert node_credit.most_disputed_node(same)[0] == 1
@@ -146,9 +165,22 @@ def test_inspector_in_a_real_browser():
     if chromium is None:
         pytest.skip("no Chromium (set AT2PO_CHROMIUM or install Debian's chromium)")
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "scripts/check_inspector_browser.py", "--profile",
-                           "smoke", "--chromium", chromium, "--timeout", "300"],
-                          cwd=root, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "scripts/check_inspector_browser.py",
+            "--profile",
+            "smoke",
+            "--chromium",
+            chromium,
+            "--timeout",
+            "300",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Grow: grown:" in done.stdout
     assert "tree image and chart redrawn" in done.stdout
@@ -176,16 +208,25 @@ class FakeLive:
         count = 2 if expansion == "random" else 1
         trees = []
         for _ in range(count):
-            t = with_text(random_tree(self.rng, num_chains=int(m), num_expansions=int(l * k),
-                                      max_turns=3), self.rng)
-            rounds = np.where(np.arange(t.num_nodes) > 0, self.rng.integers(0, l + 1, t.num_nodes), 0)
+            t = with_text(
+                random_tree(self.rng, num_chains=int(m), num_expansions=int(l * k), max_turns=3),
+                self.rng,
+            )
+            rounds = np.where(
+                np.arange(t.num_nodes) > 0, self.rng.integers(0, l + 1, t.num_nodes), 0
+            )
             reward = t.leaf_reward
             if self.rng.random() < 0.2:  # an all-equal tree
                 reward = np.where(np.isfinite(reward), 1.0, np.nan)
-            trees.append(replace(t, leaf_reward=reward, prompt_id=question,
-                                 node_arrays={"expansion_round": rounds},
-                                 info={"question": self.questions[question],
-                                       "golden_answers": ["gold"]}))
+            trees.append(
+                replace(
+                    t,
+                    leaf_reward=reward,
+                    prompt_id=question,
+                    node_arrays={"expansion_round": rounds},
+                    info={"question": self.questions[question], "golden_answers": ["gold"]},
+                )
+            )
         return trees
 
 
@@ -203,8 +244,11 @@ def _click_through(grows: int, seed: int = 0) -> None:
     for grow in range(grows):
         inspector.question.value = int(rng.integers(0, 5))
         inspector.expansion.value = str(rng.choice(["chain", "random", "entropy"]))
-        inspector.m.value, inspector.l.value, inspector.k.value = (int(rng.integers(2, 5)),
-                                                                   int(rng.integers(0, 3)), 2)
+        inspector.m.value, inspector.l.value, inspector.k.value = (
+            int(rng.integers(2, 5)),
+            int(rng.integers(0, 3)),
+            2,
+        )
         draws = inspector.draws
         inspector._grow()
         assert "grown:" in inspector.status.value, inspector.status.value
@@ -215,8 +259,11 @@ def _click_through(grows: int, seed: int = 0) -> None:
         last = int(tree.node_arrays["expansion_round"].max())
         offline = node_views.render_png(node_views.tree_view(tree, upto_round=last, node=node))
         assert inspector.tree_image.value == offline, f"Grow {grow}"
-        chart = node_views.render_png(node_views.plot_node_credit(node_credit.credit_table(same, 0), node,
-                                                      note=node_views.signal_note(tree))[0])
+        chart = node_views.render_png(
+            node_views.plot_node_credit(
+                node_credit.credit_table(same, 0), node, note=node_views.signal_note(tree)
+            )[0]
+        )
         assert inspector.credit_image.value == chart, f"Grow {grow}: credit chart"
         assert inspector.busy.value == "" and not inspector.node.disabled
         assert f"tree 0 of {len(inspector.trees)}" in inspector.status.value
@@ -230,12 +277,15 @@ def _click_through(grows: int, seed: int = 0) -> None:
         shown = inspector.trees[inspector.tree_pick.value]
         inspector.round.value = int(rng.integers(0, inspector.round.max + 1))
         inspector.node.value = int(rng.integers(0, shown.num_nodes))
-        offline = node_views.render_png(node_views.tree_view(shown, upto_round=inspector.round.value,
-                                                 node=inspector.node.value))
+        offline = node_views.render_png(
+            node_views.tree_view(shown, upto_round=inspector.round.value, node=inspector.node.value)
+        )
         assert inspector.tree_image.value == offline, f"Grow {grow}, after picks"
         assert inspector.credit_image.value == inspector.chart_png(), f"Grow {grow}, after picks"
-        assert (f"tree {inspector.tree_pick.value} of" in inspector.status.value
-                and f"node {inspector.node.value}" in inspector.status.value)
+        assert (
+            f"tree {inspector.tree_pick.value} of" in inspector.status.value
+            and f"node {inspector.node.value}" in inspector.status.value
+        )
         assert inspector.busy.value == ""
         assert plt.get_fignums() == []
     assert live.calls == grows
@@ -266,14 +316,20 @@ def test_charts_rendered_on_side_threads_match_and_leave_pyplot_alone():
     serial = [node_views.render_png(node_views.plot_node_credit(table, n)[0]) for n in nodes]
     main = plt.figure()
     with ThreadPoolExecutor(4) as pool:
-        charts = pool.map(lambda n: node_views.render_png(node_views.plot_node_credit(table, n)[0]), nodes * 2)
-        trees = pool.map(lambda n: node_views.render_png(node_views.tree_view(teaching_tree(), node=n)), nodes)
+        charts = pool.map(
+            lambda n: node_views.render_png(node_views.plot_node_credit(table, n)[0]), nodes * 2
+        )
+        trees = pool.map(
+            lambda n: node_views.render_png(node_views.tree_view(teaching_tree(), node=n)), nodes
+        )
         for _ in range(20):
             plt.figure(main.number)
             plt.plot([0, 1], [1, 0])
         charts, trees = list(charts), list(trees)
     assert charts == serial * 2
-    assert trees == [node_views.render_png(node_views.tree_view(teaching_tree(), node=n)) for n in nodes]
+    assert trees == [
+        node_views.render_png(node_views.tree_view(teaching_tree(), node=n)) for n in nodes
+    ]
     assert plt.get_fignums() == [main.number]
     plt.close("all")
 
@@ -286,10 +342,14 @@ def test_one_meaning_per_ring_colour():
     from at2po_lib.analysis.running_example import teaching_tree
     from at2po_lib.reporting.tree_drawings import CHOSEN_COLOUR
 
-    fig = node_views.tree_view(teaching_tree(), node=5, highlight={2: "picked turn n", 10: "its re-sample x"})
+    fig = node_views.tree_view(
+        teaching_tree(), node=5, highlight={2: "picked turn n", 10: "its re-sample x"}
+    )
     legend = fig.axes[0].get_legend()
-    colours = {t.get_text(): to_hex(h.get_markeredgecolor())
-               for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    colours = {
+        t.get_text(): to_hex(h.get_markeredgecolor())
+        for t, h in zip(legend.get_texts(), legend.legend_handles)
+    }
     rings = {k: v for k, v in colours.items() if k.startswith("node ")}
     assert len(rings) == 3 and len(set(rings.values())) == 3
     assert rings["node 5: chosen node"] == CHOSEN_COLOUR
@@ -303,8 +363,12 @@ def test_inspector_starts_on_the_running_example_and_lists_its_questions():
 
     from at2po_lib.analysis.running_example import teaching_tree
 
-    other = replace(teaching_tree(), prompt_id=1, info={"question": "Who?", "golden_answers": ["x"]},
-                    node_arrays={})
+    other = replace(
+        teaching_tree(),
+        prompt_id=1,
+        info={"question": "Who?", "golden_answers": ["x"]},
+        node_arrays={},
+    )
     inspector = insp.TreeInspector("smoke", [other, teaching_tree()])
     assert inspector.index == 1 and inspector.node.value == 2
     assert inspector.highlight == {2: "picked turn n", 10: "its re-sample x"}
@@ -321,9 +385,12 @@ def test_inspector_starts_on_the_running_example_and_lists_its_questions():
 def test_no_signal_is_said():
     from dataclasses import replace
 
-    flat = replace(example_tree(), leaf_reward=np.where(np.isfinite(example_tree().leaf_reward),
-                                                        0.0, np.nan))
-    assert "no signal" in node_views.signal_note(flat) and node_views.signal_note(example_tree()) == ""
+    flat = replace(
+        example_tree(), leaf_reward=np.where(np.isfinite(example_tree().leaf_reward), 0.0, np.nan)
+    )
+    assert (
+        "no signal" in node_views.signal_note(flat) and node_views.signal_note(example_tree()) == ""
+    )
 
 
 def test_random_trees_at_l2_grow_the_count_that_splits_or_the_control_says_why():
@@ -365,11 +432,17 @@ def test_the_busy_sign_is_words_beside_the_control_that_changed():
     from at2po_lib.analysis.running_example import teaching_tree
 
     inspector = insp.TreeInspector("smoke", [teaching_tree()])
-    node_row = next(box for box in inspector.widget.children
-                    if hasattr(box, "children") and inspector.node in box.children)
+    node_row = next(
+        box
+        for box in inspector.widget.children
+        if hasattr(box, "children") and inspector.node in box.children
+    )
     assert inspector.busy in node_row.children
-    grow_row = next(box for box in inspector.widget.children
-                    if hasattr(box, "children") and inspector.grow_button in box.children)
+    grow_row = next(
+        box
+        for box in inspector.widget.children
+        if hasattr(box, "children") and inspector.grow_button in box.children
+    )
     assert inspector.grow_busy in grow_row.children
     shown = []
     original = inspector._redraw

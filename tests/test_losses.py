@@ -14,8 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.analysis.policy_change import clip_fraction_by_level, simulate_policy_change
-from at2po_lib.method.loss import (AGGREGATIONS, importance_ratios, loss_diagnostics,
-                                   policy_loss, ratio_units)
+from at2po_lib.method.loss import (
+    AGGREGATIONS,
+    importance_ratios,
+    loss_diagnostics,
+    policy_loss,
+    ratio_units,
+)
 
 
 def loss_and_stats(*args, **kwargs):
@@ -26,6 +31,7 @@ def loss_and_stats(*args, **kwargs):
 
 LOSSES = {"definition": loss_and_stats}
 """The loss the trainer runs, returning (loss, metrics)."""
+
 
 @pytest.fixture(autouse=True)
 def _float64():
@@ -68,9 +74,12 @@ def test_ratio_units_from_ids_group_by_id():
     ids = torch.tensor([[4, 4, -1, 9, 4]])  # id 4 appears twice, non-contiguously: one turn
     assert ratio_units(mask, "turn", ids).tolist() == [0, 0, 1, 0]
     bad = torch.tensor([[4, -1, -1, 9, 4]])
-    for loss in (lambda: ratio_units(mask, "turn", bad),
-                 lambda: loss_and_stats(torch.zeros(1, 5), torch.zeros(1, 5),
-                                        torch.ones(1), mask, turn_ids=bad)):
+    for loss in (
+        lambda: ratio_units(mask, "turn", bad),
+        lambda: loss_and_stats(
+            torch.zeros(1, 5), torch.zeros(1, 5), torch.ones(1), mask, turn_ids=bad
+        ),
+    ):
         with pytest.raises(ValueError, match=r"turn_ids\[0, 1\]"):
             loss()
 
@@ -91,12 +100,20 @@ def test_geometric_and_product_turn_ratios_by_hand():
 # The diagnostics agree with an independent computation, and the gradient is finite
 # ------------------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), level=st.sampled_from(["token", "sequence", "turn"]),
-       agg=st.sampled_from(AGGREGATIONS), turn_ratio=st.sampled_from(["geometric", "product"]),
-       scale=st.sampled_from([1e-3, 1e-2, 0.3, 8.0]), ids=st.booleans(), per_token=st.booleans(),
-       kl=st.booleans(), aepo=st.booleans())
-def test_diagnostics_match_the_clip_shares_computed_apart(seed, level, agg, turn_ratio, scale,
-                                                         ids, per_token, kl, aepo):
+@given(
+    seed=st.integers(0, 10_000),
+    level=st.sampled_from(["token", "sequence", "turn"]),
+    agg=st.sampled_from(AGGREGATIONS),
+    turn_ratio=st.sampled_from(["geometric", "product"]),
+    scale=st.sampled_from([1e-3, 1e-2, 0.3, 8.0]),
+    ids=st.booleans(),
+    per_token=st.booleans(),
+    kl=st.booleans(),
+    aepo=st.booleans(),
+)
+def test_diagnostics_match_the_clip_shares_computed_apart(
+    seed, level, agg, turn_ratio, scale, ids, per_token, kl, aepo
+):
     """Random batches, every option: scales from inside the clip window to past the log-ratio
     clamp (8 per token, summed by the product ratio), turn ids that jump back, per-token
     advantages, the KL penalty and AEPO's two options. The clip shares at this level and at the
@@ -113,13 +130,17 @@ def test_diagnostics_match_the_clip_shares_computed_apart(seed, level, agg, turn
     if kl:
         kw.update(ref_logp=old + 0.1 * torch.randn(logp.shape, generator=g), beta=0.1)
     if aepo:
-        kw.update(entropy_balanced_clip=True, entropy_aware_adv=0.2,
-                  token_entropy=torch.rand(logp.shape, generator=g))
+        kw.update(
+            entropy_balanced_clip=True,
+            entropy_aware_adv=0.2,
+            token_entropy=torch.rand(logp.shape, generator=g),
+        )
     loss, grad, m = _grad(lambda x: loss_and_stats(x, old, adv, mask, **kw), logp)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     if not aepo:
-        frac = clip_fraction_by_level(logp, old, adv, mask, kw.get("turn_ids"),
-                                      eps_low=0.003, eps_high=0.004)
+        frac = clip_fraction_by_level(
+            logp, old, adv, mask, kw.get("turn_ids"), eps_low=0.003, eps_high=0.004
+        )
         if turn_ratio == "geometric":
             assert frac[level] == pytest.approx(m["clip_frac"])
             assert frac["turn"] == pytest.approx(m["clip_frac_turn"])
@@ -131,17 +152,21 @@ def test_diagnostics_match_the_clip_shares_computed_apart(seed, level, agg, turn
 # Hand cases: aggregation, clipping, KL
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("form", LOSSES)
-@pytest.mark.parametrize("agg, expected", [
-    # ratio 1, per-token loss -A; row 0: A=1 on 2 tokens, row 1: A=2 on 4 tokens
-    ("token-mean", (-1 * 2 - 2 * 4) / 6),      # -10/6
-    ("seq-mean-token-mean", (-1 - 2) / 2),     # -1.5
-])
+@pytest.mark.parametrize(
+    "agg, expected",
+    [
+        # ratio 1, per-token loss -A; row 0: A=1 on 2 tokens, row 1: A=2 on 4 tokens
+        ("token-mean", (-1 * 2 - 2 * 4) / 6),  # -10/6
+        ("seq-mean-token-mean", (-1 - 2) / 2),  # -1.5
+    ],
+)
 def test_aggregations_by_hand(agg, expected, form):
     old = torch.zeros(2, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     for level in ("token", "sequence", "turn"):
-        loss, _ = LOSSES[form](old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level,
-                               agg=agg)
+        loss, _ = LOSSES[form](
+            old.clone(), old, torch.tensor([1.0, 2.0]), mask, level=level, agg=agg
+        )
         assert loss.item() == pytest.approx(expected)
 
 
@@ -175,8 +200,9 @@ def test_k3_kl_penalty_by_hand(form):
     # ref - logp = 0.1 on both tokens: KL = e^0.1 - 0.1 - 1 = 0.0051709
     old = torch.zeros(1, 2)
     ref = torch.full((1, 2), 0.1)
-    loss, m = LOSSES[form](old.clone(), old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref,
-                           beta=0.5)
+    loss, m = LOSSES[form](
+        old.clone(), old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref, beta=0.5
+    )
     kl = math.exp(0.1) - 0.1 - 1
     assert m.get("ref_kl", kl) == pytest.approx(kl)
     assert loss.item() == pytest.approx(0.5 * kl)
@@ -202,7 +228,8 @@ def test_every_token_its_own_turn_is_token_level(seed, agg, form):
     loss = LOSSES[form]
     l_tok, g_tok, m_tok = _grad(lambda x: loss(x, old, adv, mask, level="token", **kw), logp)
     l_turn, g_turn, m_turn = _grad(
-        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=own_turn, **kw), logp)
+        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=own_turn, **kw), logp
+    )
     torch.testing.assert_close(l_turn, l_tok)
     torch.testing.assert_close(g_turn, g_tok)
     assert m_turn.get("clip_frac") == pytest.approx(m_tok.get("clip_frac"))
@@ -216,7 +243,8 @@ def test_one_turn_per_row_is_sequence_level(seed, form):
     loss = LOSSES[form]
     l_seq, g_seq, _ = _grad(lambda x: loss(x, old, adv, mask, level="sequence"), logp)
     l_turn, g_turn, _ = _grad(
-        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=one_turn), logp)
+        lambda x: loss(x, old, adv, mask, level="turn", turn_ids=one_turn), logp
+    )
     torch.testing.assert_close(l_turn, l_seq)
     torch.testing.assert_close(g_turn, g_seq)
 
@@ -232,8 +260,10 @@ def test_contiguous_single_run_is_sequence_level_without_turn_ids(form):
 
 
 @pytest.mark.parametrize("form", LOSSES)
-@pytest.mark.parametrize("turn_ratio, s1, s2", [("geometric", math.exp(0.02), math.exp(-0.01)),
-                                                ("product", math.exp(0.04), math.exp(-0.02))])
+@pytest.mark.parametrize(
+    "turn_ratio, s1, s2",
+    [("geometric", math.exp(0.02), math.exp(-0.01)), ("product", math.exp(0.04), math.exp(-0.02))],
+)
 def test_stop_gradient_form_gradient_is_s_k_grad_logp(form, turn_ratio, s1, s2):
     # one row, two turns: tokens 0-1 (log-ratios 0.01, 0.03) and 3-4 (-0.02, 0.0)
     # geometric: s_1 = exp(0.02), s_2 = exp(-0.01); product: s_1 = exp(0.04), s_2 = exp(-0.02)
@@ -243,9 +273,19 @@ def test_stop_gradient_form_gradient_is_s_k_grad_logp(form, turn_ratio, s1, s2):
     logp = torch.tensor([[0.01, 0.03, 0.7, -0.02, 0.0]])
     mask = torch.tensor([[1, 1, 0, 1, 1]])
     a = 1.5
-    _, g, _ = _grad(lambda x: LOSSES[form](x, old, torch.tensor([a]), mask, level="turn",
-                                           eps_low=0.5, eps_high=0.5, turn_ratio=turn_ratio),
-                    logp)
+    _, g, _ = _grad(
+        lambda x: LOSSES[form](
+            x,
+            old,
+            torch.tensor([a]),
+            mask,
+            level="turn",
+            eps_low=0.5,
+            eps_high=0.5,
+            turn_ratio=turn_ratio,
+        ),
+        logp,
+    )
     expected = torch.tensor([[-a * s1, -a * s1, 0.0, -a * s2, -a * s2]]) / 4
     torch.testing.assert_close(g, expected)
 
@@ -282,8 +322,12 @@ def test_entropy_balanced_clip_keeps_gradient_of_clipped_tokens(form):
     kw = dict(level="token", eps_high=0.004)
     loss = LOSSES[form]
     _, g_std, m = _grad(lambda x: loss(x, old, torch.tensor([1.0]), torch.ones(1, 2), **kw), logp)
-    _, g_bal, m_bal = _grad(lambda x: loss(x, old, torch.tensor([1.0]), torch.ones(1, 2),
-                                           entropy_balanced_clip=True, **kw), logp)
+    _, g_bal, m_bal = _grad(
+        lambda x: loss(
+            x, old, torch.tensor([1.0]), torch.ones(1, 2), entropy_balanced_clip=True, **kw
+        ),
+        logp,
+    )
     assert torch.all(g_std == 0)
     torch.testing.assert_close(g_bal, torch.full((1, 2), -1.004 / 2))
     assert m.get("clip_frac", 1.0) == m_bal.get("clip_frac", 1.0) == 1.0
@@ -295,11 +339,21 @@ def test_entropy_aware_advantage_by_hand(form):
     # A' = 2 (1 -+ 0.141421) = (1.717157, 2.282843); ratio 1, mean over 2 tokens -> grad = -A'/2
     old = torch.zeros(1, 2)
     h = torch.tensor([[1.0, 3.0]])
-    _, g, _ = _grad(lambda x: LOSSES[form](x, old, torch.tensor([2.0]), torch.ones(1, 2),
-                                           level="token", eps_low=0.5, eps_high=0.5,
-                                           token_entropy=h, entropy_aware_adv=0.2), old.clone())
-    torch.testing.assert_close(g, torch.tensor([[-1.717157, -2.282843]]) / 2, rtol=1e-6,
-                               atol=1e-6)
+    _, g, _ = _grad(
+        lambda x: LOSSES[form](
+            x,
+            old,
+            torch.tensor([2.0]),
+            torch.ones(1, 2),
+            level="token",
+            eps_low=0.5,
+            eps_high=0.5,
+            token_entropy=h,
+            entropy_aware_adv=0.2,
+        ),
+        old.clone(),
+    )
+    torch.testing.assert_close(g, torch.tensor([[-1.717157, -2.282843]]) / 2, rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -331,14 +385,17 @@ def test_turn_kl_entropy_is_zero_when_nothing_changed():
 # Validation
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("form", LOSSES)
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(level="word"), "level must be"),
-    (dict(agg="mean"), "agg must be"),
-    (dict(agg="seq-mean-token-sum"), "agg must be"),
-    (dict(turn_ratio="arith"), "turn_ratio"),
-    (dict(beta=0.1), "needs ref_logp"),
-    (dict(entropy_aware_adv=0.2), "needs token_entropy"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(level="word"), "level must be"),
+        (dict(agg="mean"), "agg must be"),
+        (dict(agg="seq-mean-token-sum"), "agg must be"),
+        (dict(turn_ratio="arith"), "turn_ratio"),
+        (dict(beta=0.1), "needs ref_logp"),
+        (dict(entropy_aware_adv=0.2), "needs token_entropy"),
+    ],
+)
 def test_bad_options_raise(kwargs, match, form):
     logp, old, adv, mask = random_batch(0)
     with pytest.raises(ValueError, match=match):
@@ -379,8 +436,13 @@ def test_a_non_finite_input_is_named_with_its_position(form):
 def test_simulated_change_shifts_whole_turns_and_leaves_masked_tokens():
     mask = torch.tensor([[1, 1, 0, 1, 1, 1, 0]])
     old = -torch.arange(7.0)[None]
-    new = simulate_policy_change(old, mask, turn_drift_std=0.1, token_noise_std=0.0,
-                                 generator=torch.Generator().manual_seed(0))
+    new = simulate_policy_change(
+        old,
+        mask,
+        turn_drift_std=0.1,
+        token_noise_std=0.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     d = new - old
     assert d[0, 2] == 0 and d[0, 6] == 0
     torch.testing.assert_close(d[0, 1], d[0, 0])
@@ -398,7 +460,7 @@ def test_turn_level_clips_fewer_tokens_under_token_noise():
     b, t = 32, 240
     mask = torch.zeros(b, t, dtype=torch.long)
     for k in range(4):  # four turns of 40 tokens, 20 observation tokens between them
-        mask[:, k * 60: k * 60 + 40] = 1
+        mask[:, k * 60 : k * 60 + 40] = 1
     old = -torch.rand(b, t, generator=g)
     new = simulate_policy_change(old, mask, turn_drift_std=5e-4, token_noise_std=1e-2, generator=g)
     adv = torch.randn(b, generator=g)
@@ -416,9 +478,18 @@ def test_k3_kl_is_clamped_per_token_at_10_as_verl(form):
     # token 1: ref - logp = 0.1 -> 0.0051709 (unclamped, gradient 1 - e^0.1 per unit beta)
     logp = torch.zeros(1, 2)
     ref = torch.tensor([[5.0, 0.1]])
-    loss, g, m = _grad(lambda x: LOSSES[form](x, x.detach(), torch.tensor([0.0]),
-                                              torch.ones(1, 2), ref_logp=ref, beta=1.0,
-                                              agg="token-mean"), logp)
+    loss, g, m = _grad(
+        lambda x: LOSSES[form](
+            x,
+            x.detach(),
+            torch.tensor([0.0]),
+            torch.ones(1, 2),
+            ref_logp=ref,
+            beta=1.0,
+            agg="token-mean",
+        ),
+        logp,
+    )
     small = math.exp(0.1) - 0.1 - 1
     assert m.get("ref_kl", (10.0 + small) / 2) == pytest.approx((10.0 + small) / 2)
     assert loss.item() == pytest.approx((10.0 + small) / 2)
@@ -473,8 +544,9 @@ def test_half_precision_log_probs_run_in_float32_and_return_their_dtype(level, b
     logp, old, adv, mask = random_batch(5, b=4, t=20)
     half = logp.to(torch.bfloat16)
     old, adv = old.float(), adv.float()
-    kw = dict(level=level, eps_low=0.003, eps_high=0.004, beta=beta,
-              ref_logp=old + 0.05 if beta else None)
+    kw = dict(
+        level=level, eps_low=0.003, eps_high=0.004, beta=beta, ref_logp=old + 0.05 if beta else None
+    )
     x = half.clone().requires_grad_(True)
     loss, _ = loss_and_stats(x, old, adv, mask, **kw)
     (grad,) = torch.autograd.grad(loss, x)

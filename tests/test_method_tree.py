@@ -10,8 +10,14 @@ import pytest
 import torch
 
 from at2po_lib.method.examples import example_tree, random_tree, synthetic_turn_rows
-from at2po_lib.method.tree import (Forest, TreeArrays, as_tree_arrays, children_count, leaf_paths,
-                                   node_depths)
+from at2po_lib.method.tree import (
+    Forest,
+    TreeArrays,
+    as_tree_arrays,
+    children_count,
+    leaf_paths,
+    node_depths,
+)
 
 NAN = float("nan")
 
@@ -21,13 +27,19 @@ NAN = float("nan")
 # ------------------------------------------------------------------------------------------
 def test_as_tree_arrays_accepts_every_form():
     parent, h, r = [-1, 0, 0], [0.0, 0.5, 1.5], [NAN, 1.0, 0.0]
-    forms = [(parent, h, r), {"parent": parent, "entropy": h, "leaf_reward": r},
-             SimpleNamespace(parent=parent, entropy=h, leaf_reward=r),
-             (torch.tensor(parent), torch.tensor(h, dtype=torch.float32), torch.tensor(r))]
+    forms = [
+        (parent, h, r),
+        {"parent": parent, "entropy": h, "leaf_reward": r},
+        SimpleNamespace(parent=parent, entropy=h, leaf_reward=r),
+        (torch.tensor(parent), torch.tensor(h, dtype=torch.float32), torch.tensor(r)),
+    ]
     for form in forms:
         t = as_tree_arrays(form)
         assert (t.parent.dtype, t.entropy.dtype, t.leaf_reward.dtype) == (
-            np.int64, np.float64, np.float64)
+            np.int64,
+            np.float64,
+            np.float64,
+        )
         np.testing.assert_array_equal(t.parent, parent)
         np.testing.assert_allclose(t.entropy, h)
         np.testing.assert_array_equal(t.leaf_reward, r)  # NaNs compare equal here
@@ -45,8 +57,9 @@ def test_as_tree_arrays_names_the_missing_field():
 def test_forest_from_trees_by_hand():
     # tree 0: root with two leaves (3 nodes); tree 1: a chain 0 -> 1 -> 2 (3 nodes)
     # offsets [0, 3, 6]; tree 1's local parents (-1, 0, 1) become global (-1, 3, 4)
-    f = Forest.from_trees([([-1, 0, 0], [0, 1, 2], [NAN, 1, 0]),
-                           ([-1, 0, 1], [0, 3, 4], [NAN, NAN, 5])])
+    f = Forest.from_trees(
+        [([-1, 0, 0], [0, 1, 2], [NAN, 1, 0]), ([-1, 0, 1], [0, 3, 4], [NAN, NAN, 5])]
+    )
     assert f.parent.tolist() == [-1, 0, 0, -1, 3, 4]
     assert f.tree_index.tolist() == [0, 0, 0, 1, 1, 1]
     assert f.offsets.tolist() == [0, 3, 6]
@@ -54,21 +67,28 @@ def test_forest_from_trees_by_hand():
     assert (f.num_nodes, f.num_trees) == (6, 2)
     assert f.entropy.tolist() == [0, 1, 2, 0, 3, 4]
     assert f.entropy.dtype == torch.float32  # the default dtype
-    assert Forest.from_trees([example_tree()], dtype=torch.float64).leaf_reward.dtype == \
-        torch.float64
+    assert (
+        Forest.from_trees([example_tree()], dtype=torch.float64).leaf_reward.dtype == torch.float64
+    )
     moved = f.to("cpu")
     assert moved.device == torch.device("cpu")
     assert torch.equal(moved.parent, f.parent) and torch.equal(moved.offsets, f.offsets)
 
 
-@pytest.mark.parametrize("trees, match", [
-    ([], "no trees given"),
-    ([([], [], [])], "tree 0: empty tree"),
-    ([([-1, 0], [0.0], [NAN, 1.0])], r"tree 0: entropy has shape \(1,\), expected \(2,\)"),
-    ([([-1, 0], [0, 1], [NAN, 1]), ([0, 0], [0, 1], [NAN, 1])], r"tree 1: parent\[0\] must be -1"),
-    ([([-1, 1], [0, 1], [NAN, 1])], "tree 0: node 1 has invalid parent 1"),  # its own parent
-    ([([-1, 0, 7], [0, 1, 1], [NAN, NAN, 1])], "tree 0: node 2 has invalid parent 7"),
-])
+@pytest.mark.parametrize(
+    "trees, match",
+    [
+        ([], "no trees given"),
+        ([([], [], [])], "tree 0: empty tree"),
+        ([([-1, 0], [0.0], [NAN, 1.0])], r"tree 0: entropy has shape \(1,\), expected \(2,\)"),
+        (
+            [([-1, 0], [0, 1], [NAN, 1]), ([0, 0], [0, 1], [NAN, 1])],
+            r"tree 1: parent\[0\] must be -1",
+        ),
+        ([([-1, 1], [0, 1], [NAN, 1])], "tree 0: node 1 has invalid parent 1"),  # its own parent
+        ([([-1, 0, 7], [0, 1, 1], [NAN, NAN, 1])], "tree 0: node 2 has invalid parent 7"),
+    ],
+)
 def test_forest_from_trees_rejects_bad_trees(trees, match):
     with pytest.raises(ValueError, match=match):
         Forest.from_trees(trees)

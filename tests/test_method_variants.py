@@ -22,8 +22,9 @@ RUNS = Path(__file__).resolve().parents[1] / "results" / "runs" / "tiny"
 
 def recognised(spec, folder: Path) -> bool:
     """Would ``train``/``study`` take the finished run in ``folder`` for ``spec``'s run?"""
-    return same_finished_run(run_folder.RunDir(folder), run_folder.config_hash(spec.record()),
-                             spec.identity())
+    return same_finished_run(
+        run_folder.RunDir(folder), run_folder.config_hash(spec.record()), spec.identity()
+    )
 
 
 def test_the_profile_holds_the_authors_settings_and_at2po_takes_them():
@@ -43,8 +44,11 @@ def test_the_profile_holds_the_authors_settings_and_at2po_takes_them():
 def test_the_exact_variant_names_what_it_changes():
     tiny = load_profile("tiny")
     exact = resolve_run(tiny, "at2po_exact", 0, world_size=1)
-    assert METHODS["at2po_exact"].rollout == EXACT_EXPANSION == {"entropy_estimate": "exact",
-                                                                  "tree_alpha": 0.001}
+    assert (
+        METHODS["at2po_exact"].rollout
+        == EXACT_EXPANSION
+        == {"entropy_estimate": "exact", "tree_alpha": 0.001}
+    )
     assert (exact.rollout.entropy_estimate, exact.rollout.tree_alpha) == ("exact", 0.001)
     # Table 3's cells and Table 2's step 3 take them from the profile, as AT2PO does
     cell = resolve_run(tiny, "credit_child_mean_node_value", 0, world_size=1)
@@ -52,8 +56,11 @@ def test_the_exact_variant_names_what_it_changes():
     # the variant and AT2PO differ in the rollout settings only
     authors = resolve_run(tiny, "at2po", 0, world_size=1)
     assert authors.trainer == exact.trainer
-    assert authors.settings()["rollout"] == {**exact.settings()["rollout"],
-                                             "entropy_estimate": "sampled_nll", "tree_alpha": 0.05}
+    assert authors.settings()["rollout"] == {
+        **exact.settings()["rollout"],
+        "entropy_estimate": "sampled_nll",
+        "tree_alpha": 0.05,
+    }
 
 
 def test_a_run_records_its_effective_settings_and_apart_where_they_came_from():
@@ -62,7 +69,9 @@ def test_a_run_records_its_effective_settings_and_apart_where_they_came_from():
     settings, sources = record["settings"], record["sources"]
     # effective: one value per knob, nothing left to merge
     assert (settings["rollout"]["entropy_estimate"], settings["rollout"]["tree_alpha"]) == (
-        "exact", 0.001)
+        "exact",
+        0.001,
+    )
     assert settings["train"]["max_steps"] == 7 and settings["trainer"]["beta"] == 0.01
     assert settings["trainer"]["loss_level"] == "turn"
     assert "preset" not in record and "profile" not in settings
@@ -94,20 +103,31 @@ def test_grpo_at_the_tree_budget_samples_as_many_chains_as_the_tree_has_leaves()
         grpo = resolve_run(cfg, "grpo", 0, world_size=1)
         assert grpo.rollout.chains == cfg.rollout.chains != leaves
         # everything but the chain count (and so the batch geometry) is GRPO's
-        geometry = {"num_generations", "per_device_train_batch_size",
-                    "gradient_accumulation_steps", "steps_per_generation"}
-        assert ({k: v for k, v in spec.trainer.items() if k not in geometry}
-                == {k: v for k, v in grpo.trainer.items() if k not in geometry})
+        geometry = {
+            "num_generations",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "steps_per_generation",
+        }
+        assert {k: v for k, v in spec.trainer.items() if k not in geometry} == {
+            k: v for k, v in grpo.trainer.items() if k not in geometry
+        }
 
 
 def test_setting_a_fixed_rollout_key_is_refused_naming_the_method():
-    with pytest.raises(ProfileError, match=r"method 'at2po_exact' fixes rollout\.tree_alpha=0\.001"):
+    with pytest.raises(
+        ProfileError, match=r"method 'at2po_exact' fixes rollout\.tree_alpha=0\.001"
+    ):
         check_fixed_rollout("at2po_exact", {"rollout": {"tree_alpha": 0.1}})
     check_fixed_rollout("at2po_exact", {"rollout": {"tree_m": 2}})  # not fixed: allowed
     check_fixed_rollout("at2po", {"rollout": {"tree_alpha": 0.1}})  # at2po fixes nothing
     with pytest.raises(ProfileError, match="fixes rollout.entropy_estimate"):
-        train("smoke", "at2po_exact", 0,
-              profile_overrides={"rollout": {"entropy_estimate": "sampled_nll"}})
+        train(
+            "smoke",
+            "at2po_exact",
+            0,
+            profile_overrides={"rollout": {"entropy_estimate": "sampled_nll"}},
+        )
 
 
 def _committed(method: str) -> list[Path]:
@@ -131,8 +151,17 @@ def test_the_committed_runs_are_recognised_by_what_they_ran():
         seed = int(folder.name.removeprefix("seed"))
         assert recognised(resolve_run(tiny, "at2po", seed), folder), folder
         assert not recognised(resolve_run(tiny, "at2po_exact", seed), folder), folder
-    for method in ("react", "grpo", "dapo", "gspo", "aepo", "tree_grpo", "grpo_tree_budget",
-                   "ablation_random_tree_grpo", "ablation_atpo_loss"):
+    for method in (
+        "react",
+        "grpo",
+        "dapo",
+        "gspo",
+        "aepo",
+        "tree_grpo",
+        "grpo_tree_budget",
+        "ablation_random_tree_grpo",
+        "ablation_atpo_loss",
+    ):
         for folder in _committed(method):
             seed = int(folder.name.removeprefix("seed"))
             assert recognised(resolve_run(tiny, method, seed), folder), folder

@@ -16,17 +16,35 @@ from at2po_lib.analysis.running_example import teaching_tree  # noqa: E402
 from at2po_lib.method.examples import random_tree  # noqa: E402
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting import node_credit, node_views  # noqa: E402
-from at2po_lib.reporting.tree_drawings import (MIN_DISPLAYED_TEXT_PX, NOTEBOOK_COLUMN_PX,  # noqa: E402
-                                               displayed_text_px, draw_rollout_tree,
-                                               plot_expansion_comparison)
+from at2po_lib.reporting.tree_drawings import (
+    MIN_DISPLAYED_TEXT_PX,
+    NOTEBOOK_COLUMN_PX,  # noqa: E402
+    displayed_text_px,
+    draw_rollout_tree,
+    plot_expansion_comparison,
+)
 
 
 def with_text(tree: TreeArrays, rng: np.random.Generator) -> TreeArrays:
     """A random tree with query / answer records of realistic length (tiny's names)."""
     from dataclasses import replace
 
-    words = ["founder", "of", "Neko", "Labs", "Ada", "Brisk", "birthplace", "Varno", "Dadar",
-             "Bay", "university", "studied", "release", "year"]
+    words = [
+        "founder",
+        "of",
+        "Neko",
+        "Labs",
+        "Ada",
+        "Brisk",
+        "birthplace",
+        "Varno",
+        "Dadar",
+        "Bay",
+        "university",
+        "studied",
+        "release",
+        "year",
+    ]
     records = [{"action": None, "text": "question"}]
     for n in range(1, tree.num_nodes):
         text = " ".join(rng.choice(words, size=rng.integers(2, 6)))
@@ -58,14 +76,20 @@ def test_tiny_sized_rollout_trees_stay_readable(seed):
 
 def test_hand_made_tree_inspector_views_and_comparison_are_readable():
     tree = teaching_tree()
-    figures = [draw_rollout_tree(tree, highlight={2: "picked turn n", 10: "re-sample"})[0],
-               node_views.tree_view(tree, node=2),
-               node_views.plot_node_credit(node_credit.credit_table([tree]), 2)[0]]
-    per_prompt = pd.DataFrame({"method": np.repeat(["chain", "random", "entropy", "aepo"], 8),
-                               "distinct_queries": np.arange(32) % 5,
-                               "distinct_answers": np.arange(32) % 3,
-                               "correct_leaf_share": (np.arange(32) % 4) / 4,
-                               "generated_tokens_per_leaf": 40 + np.arange(32)})
+    figures = [
+        draw_rollout_tree(tree, highlight={2: "picked turn n", 10: "re-sample"})[0],
+        node_views.tree_view(tree, node=2),
+        node_views.plot_node_credit(node_credit.credit_table([tree]), 2)[0],
+    ]
+    per_prompt = pd.DataFrame(
+        {
+            "method": np.repeat(["chain", "random", "entropy", "aepo"], 8),
+            "distinct_queries": np.arange(32) % 5,
+            "distinct_answers": np.arange(32) % 3,
+            "correct_leaf_share": (np.arange(32) % 4) / 4,
+            "generated_tokens_per_leaf": 40 + np.arange(32),
+        }
+    )
     figures.append(plot_expansion_comparison(per_prompt)[0])
     for fig in figures:
         assert displayed_text_px(fig) >= MIN_DISPLAYED_TEXT_PX, fig.get_size_inches()

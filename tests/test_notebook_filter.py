@@ -20,8 +20,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def _clean(data: bytes) -> bytes:
-    return subprocess.run([sys.executable, str(FILTER)], input=data, capture_output=True,
-                          check=True, timeout=60).stdout
+    return subprocess.run(
+        [sys.executable, str(FILTER)], input=data, capture_output=True, check=True, timeout=60
+    ).stdout
 
 
 def _as_saved_by_the_lab(notebook: dict) -> dict:
@@ -36,12 +37,20 @@ def _as_saved_by_the_lab(notebook: dict) -> dict:
             cell["metadata"]["jupyter"]["outputs_hidden"] = False
         if cell["cell_type"] == "code":
             cell["execution_count"] = n
-            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]},
-                               {"output_type": "display_data", "metadata": {},
-                                "data": {"image/png": "iVBORw0KGgo="}}]
+            cell["outputs"] = [
+                {"output_type": "stream", "name": "stdout", "text": ["hi\n"]},
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"image/png": "iVBORw0KGgo="},
+                },
+            ]
     saved["metadata"]["kernelspec"]["display_name"] = "AT2PO (main/.venv)"
-    saved["metadata"]["language_info"] = {"name": "python", "version": "3.11.7",
-                                          "mimetype": "text/x-python"}
+    saved["metadata"]["language_info"] = {
+        "name": "python",
+        "version": "3.11.7",
+        "mimetype": "text/x-python",
+    }
     saved["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
     return saved
 
@@ -62,24 +71,46 @@ def test_a_notebook_saved_in_the_lab_cleans_back_to_the_committed_one(path):
 def test_answers_stay_hidden_and_nothing_else_is_hidden():
     """A markdown cell opening with <details> is stored hidden whatever the lab saved; another
     markdown cell keeps what it had; a code cell keeps only source_hidden."""
-    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["<details><summary>A</summary>\n"]},
-             {"cell_type": "markdown", "metadata": {"jupyter": {"source_hidden": True}},
-              "source": "hidden by hand"},
-             {"cell_type": "markdown", "metadata": {}, "source": "plain text, <details> later"},
-             {"cell_type": "code", "metadata": {"jupyter": {"source_hidden": True,
-                                                            "outputs_hidden": False}},
-              "source": "1", "outputs": [], "execution_count": 3},
-             {"cell_type": "code", "metadata": {"jupyter": {"outputs_hidden": True}},
-              "source": "2", "outputs": [], "execution_count": 4},
-             {"cell_type": "code", "metadata": {"jupyter": {"outputs_hidden": False}},
-              "source": "# the answer to exercise 1, computed\nprint(1)", "outputs": [],
-              "execution_count": 5}]
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["<details><summary>A</summary>\n"]},
+        {
+            "cell_type": "markdown",
+            "metadata": {"jupyter": {"source_hidden": True}},
+            "source": "hidden by hand",
+        },
+        {"cell_type": "markdown", "metadata": {}, "source": "plain text, <details> later"},
+        {
+            "cell_type": "code",
+            "metadata": {"jupyter": {"source_hidden": True, "outputs_hidden": False}},
+            "source": "1",
+            "outputs": [],
+            "execution_count": 3,
+        },
+        {
+            "cell_type": "code",
+            "metadata": {"jupyter": {"outputs_hidden": True}},
+            "source": "2",
+            "outputs": [],
+            "execution_count": 4,
+        },
+        {
+            "cell_type": "code",
+            "metadata": {"jupyter": {"outputs_hidden": False}},
+            "source": "# the answer to exercise 1, computed\nprint(1)",
+            "outputs": [],
+            "execution_count": 5,
+        },
+    ]
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     out = json.loads(_clean(json.dumps(notebook).encode()))
     assert [c["metadata"] for c in out["cells"]] == [
-        {"jupyter": {"source_hidden": True}}, {"jupyter": {"source_hidden": True}}, {},
-        {"jupyter": {"source_hidden": True}}, {},
-        {"jupyter": {"outputs_hidden": True, "source_hidden": True}}]
+        {"jupyter": {"source_hidden": True}},
+        {"jupyter": {"source_hidden": True}},
+        {},
+        {"jupyter": {"source_hidden": True}},
+        {},
+        {"jupyter": {"outputs_hidden": True, "source_hidden": True}},
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -97,7 +128,9 @@ def test_every_hidden_answer_is_a_details_block(path):
     <details> block (and then the filter keeps its flag when the lab drops it)."""
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown" and cell["metadata"].get("jupyter", {}).get("source_hidden"):
+        if cell["cell_type"] == "markdown" and cell["metadata"].get("jupyter", {}).get(
+            "source_hidden"
+        ):
             assert source.lstrip().startswith("<details>"), f"{path.name}: {source[:60]!r}"
 
 
@@ -126,15 +159,23 @@ def _repo_with_the_filter(tmp_path: Path) -> tuple[Path, Path, dict, object]:
     shutil.copy(ROOT / ".gitignore", repo / ".gitignore")  # the lab's .ipynb_checkpoints
     notebook = repo / "notebooks" / NOTEBOOKS[0].name
     shutil.copy(NOTEBOOKS[0], notebook)
-    env = {**os.environ, "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
-           "JUPYTER_DATA_DIR": str(tmp_path / "jupyter"), "GIT_CONFIG_GLOBAL": "/dev/null",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "AT2PO_SKIP_INSTALL": "1",
+        "AT2PO_VENV": str(Path(sys.executable).parent.parent),
+        "JUPYTER_DATA_DIR": str(tmp_path / "jupyter"),
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     env.pop("AT2PO_GIT_FILTER", None)
 
     def run(*cmd: str) -> str:
-        return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, check=True,
-                              timeout=120).stdout
+        return subprocess.run(
+            cmd, cwd=repo, env=env, capture_output=True, text=True, check=True, timeout=120
+        ).stdout
 
     run("git", "init", "-q")
     run("bash", "-c", "source scripts/bootstrap.sh")
@@ -154,8 +195,9 @@ def test_bootstrap_installs_the_filter_so_a_saved_notebook_is_unmodified(tmp_pat
     run("git", "add", "-A")
     assert run("git", "status", "--porcelain") == ""
     assert run("git", "diff", "--cached") == ""
-    assert "outputs" in notebook.read_text() and '"hi\\n"' in notebook.read_text(), \
+    assert "outputs" in notebook.read_text() and '"hi\\n"' in notebook.read_text(), (
         "the working copy keeps its outputs; only git's copy is clean"
+    )
 
 
 def test_the_labs_save_hook_leaves_git_status_clean(tmp_path, monkeypatch):
@@ -169,14 +211,22 @@ def test_the_labs_save_hook_leaves_git_status_clean(tmp_path, monkeypatch):
     repo, notebook, env, run = _repo_with_the_filter(tmp_path)
     for key in ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"):
         monkeypatch.setenv(key, env[key])
-    hook = [line for line in (ROOT / "scripts" / "lab.sh").read_text().splitlines()
-            if "post_save_hook=" in line][0].split("post_save_hook=")[1].split()[0]
+    hook = (
+        [
+            line
+            for line in (ROOT / "scripts" / "lab.sh").read_text().splitlines()
+            if "post_save_hook=" in line
+        ][0]
+        .split("post_save_hook=")[1]
+        .split()[0]
+    )
     manager = FileContentsManager(root_dir=str(repo), post_save_hook=hook)
     relative = f"notebooks/{notebook.name}"
 
     def save(content: dict) -> None:
-        manager.save({"type": "notebook", "format": "json",
-                      "content": nbformat.from_dict(content)}, relative)
+        manager.save(
+            {"type": "notebook", "format": "json", "content": nbformat.from_dict(content)}, relative
+        )
 
     committed = json.loads(notebook.read_text(encoding="utf-8"))
     save(_as_saved_by_the_lab(committed))

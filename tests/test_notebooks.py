@@ -10,7 +10,13 @@ import nbformat
 import pytest
 
 from at2po_lib.reporting.notebook_runner import KERNEL_NAME, list_notebooks, run_notebooks
-from at2po_lib.util.timings import PROFILES, format_duration, load_timings, markdown_table, timing_lines
+from at2po_lib.util.timings import (
+    PROFILES,
+    format_duration,
+    load_timings,
+    markdown_table,
+    timing_lines,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = list_notebooks(ROOT / "notebooks")
@@ -42,7 +48,9 @@ def output_problems(nb: nbformat.NotebookNode) -> list[str]:
             if out.name == "stderr" and re.search(r"warn", out.text, re.IGNORECASE):
                 problems.append(f"cell {index}: warning box: {out.text.strip()[:200]!r}")
             if any(bar in out.text for bar in HF_BARS):
-                problems.append(f"cell {index}: transformers progress bar: {out.text.strip()[:80]!r}")
+                problems.append(
+                    f"cell {index}: transformers progress bar: {out.text.strip()[:80]!r}"
+                )
         if text_bytes > MAX_LOG_BYTES:
             problems.append(f"cell {index}: {text_bytes} bytes of printed text (> {MAX_LOG_BYTES})")
     return problems
@@ -64,9 +72,12 @@ def _cell_with(*outputs) -> nbformat.NotebookNode:
 
 
 def test_output_checker_flags_warning_boxes_bars_and_log_walls():
-    warning = nbformat.v4.new_output("stream", name="stderr",
-                                     text="tqdm/auto.py:21: TqdmWarning: IProgress not found.\n")
-    bar = nbformat.v4.new_output("stream", name="stderr", text="\rLoading weights: 100%|##| 13/13\n")
+    warning = nbformat.v4.new_output(
+        "stream", name="stderr", text="tqdm/auto.py:21: TqdmWarning: IProgress not found.\n"
+    )
+    bar = nbformat.v4.new_output(
+        "stream", name="stderr", text="\rLoading weights: 100%|##| 13/13\n"
+    )
     wall = nbformat.v4.new_output("stream", name="stdout", text="{'loss': 1.0}\n" * 1000)
     fine = nbformat.v4.new_output("stream", name="stdout", text="built in 0.4 s\n")
     assert output_problems(_cell_with(fine)) == []
@@ -82,8 +93,9 @@ def test_output_checker_flags_warning_boxes_bars_and_log_walls():
 def test_notebook_names_the_project_kernel_and_has_no_outputs(path):
     nb = _read(path)
     assert nb.metadata["kernelspec"]["name"] == KERNEL_NAME
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         f"{path.name}: commit notebooks without outputs"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -92,20 +104,28 @@ def test_notebook_shows_its_measured_times_from_the_timings_file(path):
     params = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     assert params, f"{path.name}: no cell tagged 'parameters'"
     after = nb.cells[params[0] + 1]
-    assert f'show_timings("{path.stem}", profile)' in after.source, \
+    assert f'show_timings("{path.stem}", profile)' in after.source, (
         f"{path.name}: the cell after the parameters must call show_timings({path.stem!r}, profile)"
-    assert "docs/timings.yaml" in nb.cells[0].source, f"{path.name}: the introduction points to the times"
+    )
+    assert "docs/timings.yaml" in nb.cells[0].source, (
+        f"{path.name}: the introduction points to the times"
+    )
 
 
-DURATION = re.compile(r"\b(a few|several|\d+(?:\.\d+)?)\s*(seconds?|minutes?|mins?|hours?)\b",
-                      re.IGNORECASE)
+DURATION = re.compile(
+    r"\b(a few|several|\d+(?:\.\d+)?)\s*(seconds?|minutes?|mins?|hours?)\b", re.IGNORECASE
+)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_prose_states_no_run_time_of_its_own(path):
     """Times come from docs/timings.yaml (printed by a cell), never typed into the prose."""
-    claims = [m.group(0) for c in _read(path).cells if c.cell_type == "markdown"
-              for m in DURATION.finditer(c.source)]
+    claims = [
+        m.group(0)
+        for c in _read(path).cells
+        if c.cell_type == "markdown"
+        for m in DURATION.finditer(c.source)
+    ]
     assert claims == [], f"{path.name}: run times typed into the text: {claims}"
 
 
@@ -126,12 +146,18 @@ def test_setup_page_timing_table_is_the_timings_file():
     block = page.split(README_BEGIN, 1)[1].split(README_END, 1)[0].strip()
     assert block == markdown_table(), (
         "docs/setup.md's 'Time per notebook' table differs from docs/timings.yaml: paste the "
-        "output of `python -m at2po_lib.util.timings --markdown` between the markers")
+        "output of `python -m at2po_lib.util.timings --markdown` between the markers"
+    )
 
 
 def test_format_duration_examples():
-    assert [format_duration(s) for s in (5.1, 36.6, 95, 2460, 7200)] == \
-        ["5 s", "37 s", "1.6 min", "41 min", "2.0 h"]
+    assert [format_duration(s) for s in (5.1, 36.6, 95, 2460, 7200)] == [
+        "5 s",
+        "37 s",
+        "1.6 min",
+        "41 min",
+        "2.0 h",
+    ]
 
 
 # -- executed notebooks ----------------------------------------------------------------------
@@ -165,13 +191,17 @@ def _before_closing_section(path: Path, cells: list) -> list:
     heading = CLOSING_SECTIONS.get(path.stem)
     if heading is None:
         return cells
-    starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
-              and c.source.startswith(heading)]
+    starts = [
+        i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith(heading)
+    ]
     assert len(starts) == 1, f"{path.name}: no single {heading!r} section"
-    later = [c for c in cells[starts[0] + 1:] if c.cell_type == "markdown"
-             and c.source.lstrip().startswith("## ")]
+    later = [
+        c
+        for c in cells[starts[0] + 1 :]
+        if c.cell_type == "markdown" and c.source.lstrip().startswith("## ")
+    ]
     assert not later, f"{path.name}: {heading!r} is not the last section ({later[0].source[:40]!r})"
-    return cells[:starts[0]]
+    return cells[: starts[0]]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -180,11 +210,16 @@ def test_notebook_teaches_in_its_frame(path):
     ends with a recap, exercises, and their answer in a collapsed cell (JupyterLab's
     ``source_hidden``), or with those and then its closing section (:data:`CLOSING_SECTIONS`)."""
     nb = _read(path)
-    assert "**What you will learn**" in nb.cells[0].source and "**What to notice**" in nb.cells[0].source
+    assert (
+        "**What you will learn**" in nb.cells[0].source
+        and "**What to notice**" in nb.cells[0].source
+    )
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "parameters" in first_code.metadata.get("tags", [])
     cells = _before_closing_section(path, nb.cells)
     tail = "\n".join(c.source for c in cells[-4:])
-    assert "## Recap" in tail and "## Exercises" in tail, f"{path.name}: no recap / exercises at the end"
+    assert "## Recap" in tail and "## Exercises" in tail, (
+        f"{path.name}: no recap / exercises at the end"
+    )
     hidden = [c for c in cells[-3:] if c.metadata.get("jupyter", {}).get("source_hidden")]
     assert hidden and any("Answer" in c.source or "answer" in c.source for c in hidden)

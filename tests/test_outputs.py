@@ -22,8 +22,15 @@ def test_meta_is_kept_when_only_volatile_fields_change(tmp_path):
     meta = write_meta(result, {"profile": "tiny", "created": "monday", "git_revision": "abc"})
     first = meta.read_text()
     assert json.loads(first)["result_sha256"]
-    write_meta(result, {"profile": "tiny", "created": "tuesday", "git_revision": "def",
-                        "command": "at2po report --profile tiny"})
+    write_meta(
+        result,
+        {
+            "profile": "tiny",
+            "created": "tuesday",
+            "git_revision": "def",
+            "command": "at2po report --profile tiny",
+        },
+    )
     assert meta.read_text() == first  # same result bytes: the old meta stays
 
     result.write_text("a,b\n1,3\n")  # the result changed: a new meta
@@ -48,8 +55,10 @@ def test_meta_names_the_function_and_the_command_that_wrote_it(monkeypatch):
 
     assert source_meta("tiny", writer=table1)["writer"] == "at2po_lib.reporting.table1:table1"
     monkeypatch.setenv("AT2PO_COMMAND", "at2po report --profile tiny")
-    assert run_metadata("tiny", writer="notebooks/05.ipynb")["command"] == \
-        "at2po report --profile tiny"
+    assert (
+        run_metadata("tiny", writer="notebooks/05.ipynb")["command"]
+        == "at2po report --profile tiny"
+    )
 
 
 def test_the_at2po_command_is_recorded_while_it_runs_and_only_then(monkeypatch, capsys):
@@ -59,8 +68,9 @@ def test_the_at2po_command_is_recorded_while_it_runs_and_only_then(monkeypatch, 
     from at2po_lib import cli
 
     seen = {}
-    fake = types.SimpleNamespace(main=lambda rest: seen.setdefault("meta", run_metadata("smoke"))
-                                 and 0)
+    fake = types.SimpleNamespace(
+        main=lambda rest: seen.setdefault("meta", run_metadata("smoke")) and 0
+    )
     monkeypatch.delenv("AT2PO_COMMAND", raising=False)
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
     assert cli.main(["report", "--profile", "smoke"]) == 0
@@ -145,8 +155,9 @@ def test_step_progress_counts_rollout_steps_and_shows_validation_em():
     from at2po_lib.trainer.callbacks import StepProgress
 
     validation = SimpleNamespace(history=[(0, 0.2), (2, 0.25)])
-    progress = StepProgress(8, updates_per_step=4, description="grpo", validation=validation,
-                            plot=False)
+    progress = StepProgress(
+        8, updates_per_step=4, description="grpo", validation=validation, plot=False
+    )
     state = SimpleNamespace(is_world_process_zero=True, max_steps=32, global_step=4)
     progress.on_train_begin(None, state, None)  # resumed after one rollout step
     assert (progress.bar.total, progress.bar.n) == (8, 1)
@@ -164,7 +175,8 @@ def test_live_plot_renders_a_png_with_every_panel():
     from at2po_lib.trainer.callbacks import LivePlot
 
     png = LivePlot(["loss", "validation"], "t")._render(
-        {"loss": {"train": ([1, 2, 3], [3.0, 2.0, 1.5])}, "validation": {"dev EM": ([2], [0.5])}})
+        {"loss": {"train": ([1, 2, 3], [3.0, 2.0, 1.5])}, "validation": {"dev EM": ([2], [0.5])}}
+    )
     assert png.startswith(b"\x89PNG")
 
 

@@ -49,7 +49,7 @@ def test_exact_pins_agree():
             other = conda[name] if a else py[name]
             from packaging.specifiers import SpecifierSet
 
-            spec = other[len(name):]
+            spec = other[len(name) :]
             assert not spec or pinned in SpecifierSet(spec), f"{name}: {other} excludes {pinned}"
 
 
@@ -58,7 +58,7 @@ def test_trl_pinned_exactly_and_vllm_in_its_range():
     assert _exact(py["trl"]) == _exact(conda["trl"]) is not None
     from packaging.specifiers import SpecifierSet
 
-    vllm_range = SpecifierSet(py["vllm"][len("vllm"):])
+    vllm_range = SpecifierSet(py["vllm"][len("vllm") :])
     assert _exact(conda["vllm"]) in vllm_range
 
 

@@ -22,8 +22,8 @@ BACKBONES = ("paper-qwen3-4b", "paper-qwen3-8b", "paper-qwen25-7b")
 def test_paper_profiles_serve_the_downloaded_index_where_the_download_puts_it(name):
     rcfg = load_profile(name).retrieval
     assert rcfg.prebuilt is True and rcfg.index_type == "Flat"
-    assert f"--local-dir {rcfg.index_dir}" in DOC                     # hf download target
-    assert f"> {rcfg.index_dir}/e5_Flat.index" in DOC                  # the concatenated file
+    assert f"--local-dir {rcfg.index_dir}" in DOC  # hf download target
+    assert f"> {rcfg.index_dir}/e5_Flat.index" in DOC  # the concatenated file
     assert f"gunzip {rcfg.corpus}.gz" in DOC
 
 
@@ -48,7 +48,9 @@ def _flashrag_folder(tmp_path: Path, fixtures_dir: Path) -> Path:
     folder = tmp_path / "flashrag"
     for split in ("train", "test"):
         (folder / "nq").mkdir(parents=True, exist_ok=True)
-        shutil.copy(fixtures_dir / "flashrag_nq_test_sample.jsonl", folder / "nq" / f"{split}.jsonl")
+        shutil.copy(
+            fixtures_dir / "flashrag_nq_test_sample.jsonl", folder / "nq" / f"{split}.jsonl"
+        )
     return folder
 
 
@@ -81,9 +83,15 @@ def test_data_dir_flag_and_the_hash_that_ignores_where_data_lies(tmp_path):
     assert digest[0] == digest[1]  # the same files elsewhere: the same run
 
 
-@pytest.mark.parametrize("dtype, deepspeed, expected", [
-    ("bfloat16", False, "float32"), ("float16", False, "float32"),
-    ("bfloat16", True, "bfloat16"), ("float32", False, "float32")])
+@pytest.mark.parametrize(
+    "dtype, deepspeed, expected",
+    [
+        ("bfloat16", False, "float32"),
+        ("float16", False, "float32"),
+        ("bfloat16", True, "bfloat16"),
+        ("float32", False, "float32"),
+    ],
+)
 def test_master_weights_are_fp32_unless_zero_keeps_them(dtype, deepspeed, expected):
     from at2po_lib.trainer.run import master_weights_dtype
 
@@ -122,7 +130,7 @@ def _documented_commands() -> list[list[str]]:
             if words[:1] == ["at2po"] or (words and words[0].endswith("/bin/at2po")):
                 commands.append(words[1:])
             elif "at2po_lib.cli" in words:
-                commands.append(words[words.index("at2po_lib.cli") + 1:])
+                commands.append(words[words.index("at2po_lib.cli") + 1 :])
     return commands
 
 
@@ -172,14 +180,21 @@ def test_every_documented_command_is_tagged_and_exercised(capsys):
             assert runners[words[1]](words[2:]) == 0, command
             continue
         # the named test runs this command: its subcommand or script, with its options
-        key = words[1] if words[0] == "at2po" else (
-            "train" if "at2po_lib.cli" in words else Path(words[-2 if words[-1].startswith("-")
-                                                              else -1]).name)
+        key = (
+            words[1]
+            if words[0] == "at2po"
+            else (
+                "train"
+                if "at2po_lib.cli" in words
+                else Path(words[-2 if words[-1].startswith("-") else -1]).name
+            )
+        )
         source = test.read_text()
         assert key in source, f"{test} does not run {key!r} ({command!r})"
         for option in (w for w in words if w.startswith("--") and w != "--out"):
-            assert option in source or option in ("--method", "--port"), \
+            assert option in source or option in ("--method", "--port"), (
                 f"{test} does not pass {option} ({command!r})"
+            )
     out = capsys.readouterr().out
     assert "| 24 | does not fit (40.2 GiB) | fits (14.8 GiB) |" in out  # the doc's table
     assert "faiss-gpu==1.15.1" in out and "torch==2.10.0" in out  # the retriever's own list

@@ -4,7 +4,10 @@ import pandas as pd
 import pytest
 
 from at2po_lib.evaluation.paper_reference import (
-    check_published_averages, published_table1, published_table2, sample_weighted_average,
+    check_published_averages,
+    published_table1,
+    published_table2,
+    sample_weighted_average,
     split_sizes,
 )
 
@@ -29,6 +32,13 @@ def test_published_averages_are_sample_weighted():
 
 def test_reference_tables_shapes():
     assert set(split_sizes()["dataset"]) == {
-        "hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "nq", "triviaqa", "popqa"}
+        "hotpotqa",
+        "2wikimultihopqa",
+        "musique",
+        "bamboogle",
+        "nq",
+        "triviaqa",
+        "popqa",
+    }
     assert published_table1()["backbone"].nunique() == 3
     assert published_table2()["multihop_avg"].is_monotonic_increasing

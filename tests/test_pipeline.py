@@ -20,7 +20,11 @@ def _notebook(path: Path, *sources: str) -> None:
     params = nbformat.v4.new_code_cell('profile = "tiny"')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params] + [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
 
 
@@ -38,7 +42,9 @@ def two_notebooks(tmp_path):
 def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypatch):
     # pin the library fingerprint: this test is about the stamps, not about source edits
     library = {"hash": "v1"}
-    monkeypatch.setattr("at2po_lib.reporting.notebook_runner.library_fingerprint", lambda root: library["hash"])
+    monkeypatch.setattr(
+        "at2po_lib.reporting.notebook_runner.library_fingerprint", lambda root: library["hash"]
+    )
     out = tmp_path / "out"
     first = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
     assert [r.status for r in first] == ["ran", "ran"]
@@ -53,7 +59,9 @@ def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypa
     library["hash"] = "v2"
     fourth = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
     assert [r.status for r in fourth] == ["ran", "ran"]
-    forced = run_notebooks("smoke", only=["01"], force=True, notebooks_dir=two_notebooks, out_dir=out)
+    forced = run_notebooks(
+        "smoke", only=["01"], force=True, notebooks_dir=two_notebooks, out_dir=out
+    )
     assert [(r.notebook.name, r.status) for r in forced] == [("01_second.ipynb", "ran")]
 
 
@@ -62,10 +70,12 @@ def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypa
 def test_kernel_talks_over_unix_sockets_and_prints_no_warning(tmp_path, capfd):
     nbdir = tmp_path / "nbs"
     nbdir.mkdir()
-    _notebook(nbdir / "00_transport.ipynb",
-              "from ipykernel.kernelapp import IPKernelApp\n"
-              "app = IPKernelApp.instance()\n"
-              "assert app.transport == 'ipc', app.transport")
+    _notebook(
+        nbdir / "00_transport.ipynb",
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "app = IPKernelApp.instance()\n"
+        "assert app.transport == 'ipc', app.transport",
+    )
     results = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=tmp_path / "out")
     assert [r.status for r in results] == ["ran"], results
     err = capfd.readouterr().err
@@ -85,9 +95,23 @@ def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, 
     out = tmp_path / "out"
     env = {**os.environ, "AT2PO_HOME": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "smoke",
-         "--notebooks-dir", str(two_notebooks), "--out-dir", str(out)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "at2po_lib.cli",
+            "run-notebooks",
+            "--profile",
+            "smoke",
+            "--notebooks-dir",
+            str(two_notebooks),
+            "--out-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "02_broken.ipynb" in proc.stderr
@@ -100,7 +124,10 @@ def test_failing_notebook_exits_nonzero_naming_notebook_and_cell(two_notebooks, 
 def test_unknown_profile_is_an_error_listing_known_ones(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "nope"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "tiny" in proc.stderr and "smoke" in proc.stderr
@@ -111,15 +138,30 @@ def test_only_with_no_prefix_is_an_error_not_every_stage(two_notebooks):
         with pytest.raises(ValueError, match="names no notebook"):
             list_notebooks(two_notebooks, only)
     proc = subprocess.run(
-        [sys.executable, "-m", "at2po_lib.cli", "run-notebooks", "--profile", "smoke", "--only", ",,,",
-         "--notebooks-dir", str(two_notebooks)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "at2po_lib.cli",
+            "run-notebooks",
+            "--profile",
+            "smoke",
+            "--only",
+            ",,,",
+            "--notebooks-dir",
+            str(two_notebooks),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 2 and "--only" in proc.stderr, proc.stderr
 
 
 @pytest.mark.integration
-def test_a_corrupt_notebook_is_named_and_no_executed_copy_is_promised(two_notebooks, tmp_path, capsys):
+def test_a_corrupt_notebook_is_named_and_no_executed_copy_is_promised(
+    two_notebooks, tmp_path, capsys
+):
     (two_notebooks / "01_second.ipynb").write_text('{"cells": [')  # truncated JSON
     out = tmp_path / "out"
     results = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)
@@ -140,16 +182,30 @@ def test_set_and_retrain_reach_every_notebook_and_its_stamp(tmp_path):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell('profile = "tiny"\noverrides = {}\nretrain = False')
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(
-        "assert overrides == {'train': {'max_steps': 3}}, overrides\nassert retrain is True")]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.cells = [
+        params,
+        nbformat.v4.new_code_cell(
+            "assert overrides == {'train': {'max_steps': 3}}, overrides\nassert retrain is True"
+        ),
+    ]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, nbdir / "00_params.ipynb")
     # a notebook that declares neither gets neither (papermill would warn about each)
-    _notebook(nbdir / "01_plain.ipynb", "assert 'retrain' not in dir() and 'overrides' not in dir()")
+    _notebook(
+        nbdir / "01_plain.ipynb", "assert 'retrain' not in dir() and 'overrides' not in dir()"
+    )
     out = tmp_path / "out"
-    first = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, retrain=True,
-                          overrides={"train": {"max_steps": 3}})
+    first = run_notebooks(
+        "smoke",
+        notebooks_dir=nbdir,
+        out_dir=out,
+        retrain=True,
+        overrides={"train": {"max_steps": 3}},
+    )
     assert [r.status for r in first] == ["ran", "ran"]
     with pytest.raises(Exception, match="nope"):
         run_notebooks("smoke", notebooks_dir=nbdir, out_dir=out, overrides={"train": {"nope": 1}})

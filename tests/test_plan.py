@@ -12,14 +12,35 @@ import pytest
 
 from at2po_lib.cli import plan as plan_cli
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer.cost_estimate import (GIB, KNOWN_ARCHITECTURES, KNOWN_ENCODERS, Architecture, Hardware,
-                                PlanError, activation_memory, architecture_of, autocast_copy_bytes,
-                                copy_out_bytes, cuda_context_bytes, encoder_bytes,
-                                faiss_shard_bytes, fp32_gradient_partition_bytes,
-                                kept_cache_bytes, layer_activation_bytes, lm_head_grad_bytes,
-                                margin_bytes, plan, prompt_cache_bytes, rollout_rows,
-                                rollout_weights_bytes, sampling_bytes, training_memory, verdict,
-                                working_kv_bytes, zero3_gathered_bytes)
+from at2po_lib.trainer.cost_estimate import (
+    GIB,
+    KNOWN_ARCHITECTURES,
+    KNOWN_ENCODERS,
+    Architecture,
+    Hardware,
+    PlanError,
+    activation_memory,
+    architecture_of,
+    autocast_copy_bytes,
+    copy_out_bytes,
+    cuda_context_bytes,
+    encoder_bytes,
+    faiss_shard_bytes,
+    fp32_gradient_partition_bytes,
+    kept_cache_bytes,
+    layer_activation_bytes,
+    lm_head_grad_bytes,
+    margin_bytes,
+    plan,
+    prompt_cache_bytes,
+    rollout_rows,
+    rollout_weights_bytes,
+    sampling_bytes,
+    training_memory,
+    verdict,
+    working_kv_bytes,
+    zero3_gathered_bytes,
+)
 
 P4B, P8B = 4_022_468_096, 8_190_735_360
 QWEN3_4B, QWEN3_8B = KNOWN_ARCHITECTURES["Qwen/Qwen3-4B"], KNOWN_ARCHITECTURES["Qwen/Qwen3-8B"]
@@ -37,28 +58,42 @@ def test_tiny_profile_architecture_counts_the_real_tiny_qwen3():
 
     pol = load_profile("tiny").policy
     arch = architecture_of(load_profile("tiny"))
-    assert (pol.hidden_size, pol.num_hidden_layers, pol.num_attention_heads,
-            pol.num_key_value_heads, pol.intermediate_size) == (128, 4, 4, 2, 512)
+    assert (
+        pol.hidden_size,
+        pol.num_hidden_layers,
+        pol.num_attention_heads,
+        pol.num_key_value_heads,
+        pol.intermediate_size,
+    ) == (128, 4, 4, 2, 512)
     # by hand: d=32; layer 2*128*128 + 2*128*64 + 3*128*512 + 2*128 + 2*32 = 246,080;
     # embeddings V*128 (tied) + 4 layers + final norm 128
     assert arch.parameters() == pol.vocab_size * 128 + 4 * 246_080 + 128
-    model = Qwen3ForCausalLM(Qwen3Config(
-        hidden_size=pol.hidden_size, num_hidden_layers=pol.num_hidden_layers,
-        num_attention_heads=pol.num_attention_heads, num_key_value_heads=pol.num_key_value_heads,
-        head_dim=pol.hidden_size // pol.num_attention_heads,
-        intermediate_size=pol.intermediate_size, vocab_size=pol.vocab_size,
-        tie_word_embeddings=True))
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            hidden_size=pol.hidden_size,
+            num_hidden_layers=pol.num_hidden_layers,
+            num_attention_heads=pol.num_attention_heads,
+            num_key_value_heads=pol.num_key_value_heads,
+            head_dim=pol.hidden_size // pol.num_attention_heads,
+            intermediate_size=pol.intermediate_size,
+            vocab_size=pol.vocab_size,
+            tie_word_embeddings=True,
+        )
+    )
     assert sum(p.numel() for p in model.parameters()) == arch.parameters()
 
 
-@pytest.mark.parametrize("stage, offload, expected", [
-    ("none", False, (4000, 4000, 8000)),   # fp32 weights, fp32 grads, Adam moments
-    ("0", False, (2000, 2000, 12000)),
-    ("1", False, (2000, 2000, 3000)),
-    ("2", False, (2000, 500, 3000)),
-    ("3", False, (500, 500, 3000)),
-    ("3", True, (500, 500, 0)),
-])
+@pytest.mark.parametrize(
+    "stage, offload, expected",
+    [
+        ("none", False, (4000, 4000, 8000)),  # fp32 weights, fp32 grads, Adam moments
+        ("0", False, (2000, 2000, 12000)),
+        ("1", False, (2000, 2000, 3000)),
+        ("2", False, (2000, 500, 3000)),
+        ("3", False, (500, 500, 3000)),
+        ("3", True, (500, 500, 0)),
+    ],
+)
 def test_zero_stages_partition_weights_gradients_and_optimizer_states(stage, offload, expected):
     mem = training_memory(1000, Hardware(gpus=4, zero_stage=stage, offload_optimizer=offload))
     assert (mem["weights"], mem["gradients"], mem["optimizer states"]) == expected
@@ -96,15 +131,25 @@ def test_fused_lm_head_fp32_weight_gradient_by_hand():
     # fp32 gradients already (no DeepSpeed), a frozen head (LoRA), no fused head: nothing extra
     assert lm_head_grad_bytes(QWEN3_8B, Hardware(gpus=1, zero_stage="none"), lora=False) == 0
     assert lm_head_grad_bytes(QWEN3_8B, zero2, lora=True) == 0
-    assert lm_head_grad_bytes(QWEN3_8B, Hardware(gpus=8, zero_stage="2", fused_lm_head=False),
-                              lora=False) == 0
+    assert (
+        lm_head_grad_bytes(
+            QWEN3_8B, Hardware(gpus=8, zero_stage="2", fused_lm_head=False), lora=False
+        )
+        == 0
+    )
 
 
-@pytest.mark.parametrize("stage, offload, expected", [
-    ("2", False, 4 * P8B / 8),   # 4,095,367,680 B = 3.81 GiB: the issue's ZeRO-2 step term
-    ("3", False, 4 * P8B / 8), ("1", False, 4 * P8B / 8),
-    ("3", True, 0.0), ("none", False, 0.0), ("0", False, 0.0),
-])
+@pytest.mark.parametrize(
+    "stage, offload, expected",
+    [
+        ("2", False, 4 * P8B / 8),  # 4,095,367,680 B = 3.81 GiB: the issue's ZeRO-2 step term
+        ("3", False, 4 * P8B / 8),
+        ("1", False, 4 * P8B / 8),
+        ("3", True, 0.0),
+        ("none", False, 0.0),
+        ("0", False, 0.0),
+    ],
+)
 def test_fp32_gradient_partition_at_the_step(stage, offload, expected):
     hw = Hardware(gpus=8, zero_stage=stage, offload_optimizer=offload)
     assert fp32_gradient_partition_bytes(P8B, hw) == expected
@@ -112,8 +157,8 @@ def test_fp32_gradient_partition_at_the_step(stage, offload, expected):
 
 
 def test_zero3_gathered_parameters_are_capped_by_max_live():
-    assert zero3_gathered_bytes(P8B, Hardware(gpus=8, zero_stage="3")) == 2 * 10 ** 9
-    assert zero3_gathered_bytes(P4B, Hardware(gpus=8, zero_stage="3")) == 2 * 10 ** 9
+    assert zero3_gathered_bytes(P8B, Hardware(gpus=8, zero_stage="3")) == 2 * 10**9
+    assert zero3_gathered_bytes(P4B, Hardware(gpus=8, zero_stage="3")) == 2 * 10**9
     assert zero3_gathered_bytes(1000, Hardware(gpus=8, zero_stage="3")) == 2000
     assert zero3_gathered_bytes(P8B, Hardware(gpus=8, zero_stage="2")) == 0
 
@@ -150,10 +195,18 @@ def test_lora_parameters_match_peft():
     from at2po_lib.trainer.cost_estimate import LORA_TARGETS
 
     arch = Architecture(64, 2, 4, 2, 16, 96, 300, True, qk_norm=True)
-    model = Qwen3ForCausalLM(Qwen3Config(hidden_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2,
-                                         head_dim=16, intermediate_size=96, vocab_size=300,
-                                         tie_word_embeddings=True))
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=96,
+            vocab_size=300,
+            tie_word_embeddings=True,
+        )
+    )
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=list(LORA_TARGETS)))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     assert arch.lora_parameters(4) == trainable
@@ -168,11 +221,14 @@ def test_paper_qwen3_8b_on_8_x_80_gib_zero2_does_not_fit():
     mem = result["memory"]
     by_hand = {
         "CUDA context (+ NCCL)": 2 * GIB,
-        "weights": 2 * P8B, "gradients": 2 * P8B / 8, "optimizer states": 12 * P8B / 8,
+        "weights": 2 * P8B,
+        "gradients": 2 * P8B / 8,
+        "optimizer states": 12 * P8B / 8,
         "fp32 gradient partition (step)": 4 * P8B / 8,
         "activations (checkpointed)": 2 * 36 * 67_108_864 + 45 * 67_108_864,
         "fused LM head fp32 weight gradient": 2_489_319_424,
-        "vLLM weights (bf16)": 2 * P8B, "vLLM KV cache": 0.4 * 80 * GIB - 2 * P8B - 2 * GIB,
+        "vLLM weights (bf16)": 2 * P8B,
+        "vLLM KV cache": 0.4 * 80 * GIB - 2 * P8B - 2 * GIB,
         "vLLM overhead": 2 * GIB,
         "faiss shard (Flat, fp16)": 4_034_942_208,
         "encoder (GPU 0 only, inference)": 218_964_480 + 1_207_959_552,
@@ -215,12 +271,12 @@ def test_vllm_share_too_small_for_the_weights_is_an_error_naming_the_knob():
 def test_cli_prints_the_table_and_json(capsys):
     assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8"]) == 0
     out = capsys.readouterr().out
-    assert "| optimizer states | 5.62 |" in out          # 12 * 4.022e9 / 8 / 2**30
+    assert "| optimizer states | 5.62 |" in out  # 12 * 4.022e9 / 8 / 2**30
     assert "| CPU faiss keeps up | NO |" in out
     assert "| verdict (margin 4.8 GiB) | fits (" in out
     assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["hardware"]["zero_stage"] == "none"       # one GPU: no DeepSpeed by default
+    assert data["hardware"]["zero_stage"] == "none"  # one GPU: no DeepSpeed by default
     assert data["memory"]["optimizer states"] == 8 * 4_022_468_096
 
 
@@ -228,15 +284,29 @@ def test_cli_bad_input_names_it(capsys):
     with pytest.raises(SystemExit) as exited:  # argparse: one line, exit status 2
         plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "0"])
     assert exited.value.code == 2 and "argument --gpus: '0'" in capsys.readouterr().err
-    assert plan_cli.main(["--profile", "tiny", "--gpus", "1",
-                          "--set", "retrieval.method=dense",
-                          "--set", "retrieval.encoder=my/encoder"]) == 2
+    assert (
+        plan_cli.main(
+            [
+                "--profile",
+                "tiny",
+                "--gpus",
+                "1",
+                "--set",
+                "retrieval.method=dense",
+                "--set",
+                "retrieval.encoder=my/encoder",
+            ]
+        )
+        == 2
+    )
     assert "retrieval.encoder='my/encoder'" in capsys.readouterr().err
 
 
 def test_cli_cards_gives_a_verdict_per_card_size(capsys):
-    assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8", "--cards", "40,96",
-                          "--json"]) == 0
+    assert (
+        plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8", "--cards", "40,96", "--json"])
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["card (GiB)"] for r in rows] == [40.0, 96.0]
     assert rows[0]["as configured"].startswith("does not fit (40.6")
@@ -247,16 +317,22 @@ def test_cli_cards_gives_a_verdict_per_card_size(capsys):
 
 # ------------------------------------------------- every accelerate config's comment
 ACCELERATE = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
-PLAN_LINE = re.compile(r"^# plan: at2po plan (?P<args>.+?) -> (?P<verdict>fits|tight|does not fit)$")
+PLAN_LINE = re.compile(
+    r"^# plan: at2po plan (?P<args>.+?) -> (?P<verdict>fits|tight|does not fit)$"
+)
 
 
 def _plan_lines(path: Path) -> list[tuple[list[str], str]]:
-    return [(shlex.split(m["args"]), m["verdict"]) for line in path.read_text().splitlines()
-            if (m := PLAN_LINE.match(line))]
+    return [
+        (shlex.split(m["args"]), m["verdict"])
+        for line in path.read_text().splitlines()
+        if (m := PLAN_LINE.match(line))
+    ]
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in ACCELERATE.glob("*.yaml")
-                                           if "_cpu_" not in p.name))  # CPU: no GPU to plan
+@pytest.mark.parametrize(
+    "config", sorted(p.name for p in ACCELERATE.glob("*.yaml") if "_cpu_" not in p.name)
+)  # CPU: no GPU to plan
 def test_every_accelerate_config_comment_agrees_with_the_plan(config, capsys):
     """Each configs/accelerate/*.yaml says what the plan gives for the setting it recommends
     (``# plan: at2po plan ... -> verdict``): the plan must give that verdict, and the command
@@ -287,21 +363,29 @@ def test_qwen3_1_7b_by_hand():
     # per layer: q, o 2*2048*2048; k, v 2*2048*1024; MLP 3*2048*6144; norms 2*2048 + 2*128
     layer = 8_388_608 + 4_194_304 + 37_748_736 + 4_096 + 256
     assert layer == 50_336_000
-    assert KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"].parameters() == \
-        151_936 * 2_048 + 28 * layer + 2_048 == P17B
+    assert (
+        KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"].parameters()
+        == 151_936 * 2_048 + 28 * layer + 2_048
+        == P17B
+    )
 
 
 def test_one_gpu_profile_fits_an_80_gib_card_by_hand():
     cfg = load_profile("paper-qwen3-1.7b-1gpu")
     assert cfg.name == "paper-qwen3-1.7b-1gpu" and cfg.policy.model == "Qwen/Qwen3-1.7B"
-    result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=80, zero_stage="none",
-                                retriever_on_gpu=False))
+    result = plan(
+        cfg, Hardware(gpus=1, gpu_memory_gib=80, zero_stage="none", retriever_on_gpu=False)
+    )
     bsh = 2 * (2_000 + 6_192) * 2_048
     by_hand = {
-        "CUDA context (+ NCCL)": GIB, "weights": 4 * P17B, "gradients": 4 * P17B,
-        "optimizer states": 8 * P17B, "bf16 autocast copy of the weights": 2 * P17B,
+        "CUDA context (+ NCCL)": GIB,
+        "weights": 4 * P17B,
+        "gradients": 4 * P17B,
+        "optimizer states": 8 * P17B,
+        "bf16 autocast copy of the weights": 2 * P17B,
         "activations (checkpointed)": 2 * 28 * bsh + (21 + 8 * 3) * bsh,
-        "vLLM weights (bf16)": 2 * P17B, "vLLM KV cache": 0.3 * 80 * GIB - 2 * P17B - 2 * GIB,
+        "vLLM weights (bf16)": 2 * P17B,
+        "vLLM KV cache": 0.3 * 80 * GIB - 2 * P17B - 2 * GIB,
         "vLLM overhead": 2 * GIB,
     }
     assert result["memory"] == pytest.approx(by_hand)
@@ -311,13 +395,25 @@ def test_one_gpu_profile_fits_an_80_gib_card_by_hand():
 
 
 def test_one_gpu_profile_on_24_48_80_141_gib(capsys):
-    argv = ["--profile", "paper-qwen3-1.7b-1gpu", "--gpus", "1", "--retriever-on-cpu",
-            "--cards", "24,48,80,141", "--json"]
+    argv = [
+        "--profile",
+        "paper-qwen3-1.7b-1gpu",
+        "--gpus",
+        "1",
+        "--retriever-on-cpu",
+        "--cards",
+        "24,48,80,141",
+        "--json",
+    ]
     assert plan_cli.main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
     verdicts = [(r["as configured"].split(" (")[0], r["LoRA r=16"].split(" (")[0]) for r in rows]
-    assert verdicts == [("does not fit", "fits"), ("tight", "fits"), ("fits", "fits"),
-                        ("fits", "fits")]
+    assert verdicts == [
+        ("does not fit", "fits"),
+        ("tight", "fits"),
+        ("fits", "fits"),
+        ("fits", "fits"),
+    ]
 
 
 def test_one_gpu_profile_resolves_a_run_on_one_process():
@@ -325,7 +421,9 @@ def test_one_gpu_profile_resolves_a_run_on_one_process():
 
     spec = resolve_run(load_profile("paper-qwen3-1.7b-1gpu"), "at2po", 0, world_size=1)
     assert spec.geometry.updates_per_step == 4  # 16 prompts / 4 per update
-    assert spec.trainer["per_device_train_batch_size"] == 2 and spec.trainer["num_generations"] == 22
+    assert (
+        spec.trainer["per_device_train_batch_size"] == 2 and spec.trainer["num_generations"] == 22
+    )
 
 
 # ------------------------------------------------------- the rollout phase (issue #47)
@@ -335,9 +433,15 @@ def test_rollout_weights_by_hand():
     assert rollout_weights_bytes(P4B, none, lora=False, dtype_bytes=4, autocast=True) == 2 * P4B
     assert rollout_weights_bytes(P4B, none, lora=False, dtype_bytes=4, autocast=False) == 0
     assert rollout_weights_bytes(P4B, none, lora=True, dtype_bytes=2, autocast=True) == 0
-    assert rollout_weights_bytes(P4B, z3, lora=False, dtype_bytes=2, autocast=True) == 2 * P4B * 7 / 8
-    assert rollout_weights_bytes(P4B, Hardware(gpus=8, zero_stage="2"), lora=False,
-                                 dtype_bytes=2, autocast=True) == 0
+    assert (
+        rollout_weights_bytes(P4B, z3, lora=False, dtype_bytes=2, autocast=True) == 2 * P4B * 7 / 8
+    )
+    assert (
+        rollout_weights_bytes(
+            P4B, Hardware(gpus=8, zero_stage="2"), lora=False, dtype_bytes=2, autocast=True
+        )
+        == 0
+    )
 
 
 def test_rollout_kv_terms_by_hand():
@@ -360,14 +464,29 @@ def test_rollout_rows_of_each_expansion():
     assert rollout_rows(dataclasses.replace(ro, expansion="chain")) == (16, 0, 0)
     assert rollout_rows(dataclasses.replace(ro, expansion="aepo")) == (16, 0, 0)
     # Tree-GRPO at 22 leaves: 2 trees of 1 + 2*5 leaves -> 2 chains, then 10 a round
-    assert rollout_rows(dataclasses.replace(ro, expansion="random", tree_grpo_trees=2)) == (2, 10, 2)
+    assert rollout_rows(dataclasses.replace(ro, expansion="random", tree_grpo_trees=2)) == (
+        2,
+        10,
+        2,
+    )
 
 
 def _q06(tmp_path) -> str:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-        "intermediate_size": 3072, "vocab_size": 151_936, "tie_word_embeddings": True}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3",
+                "hidden_size": 1024,
+                "num_hidden_layers": 28,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "intermediate_size": 3072,
+                "vocab_size": 151_936,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     return str(tmp_path)
 
 
@@ -379,13 +498,19 @@ def test_both_phases_of_the_gpu_checks_setting_by_hand(tmp_path):
     response tokens, fp32 master weights, bf16 autocast): the rollout phase by hand, a bf16
     copy and a round session (a GPU's defaults), against the update phase; the larger is the
     total."""
-    cfg = load_profile("smoke", {"policy": {"model": _q06(tmp_path)},
-                                 "train": {"prompts_per_step": 8, "bf16": True}})
-    result = plan(cfg, Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none",
-                                retriever_on_gpu=False))
+    cfg = load_profile(
+        "smoke",
+        {"policy": {"model": _q06(tmp_path)}, "train": {"prompts_per_step": 8, "bf16": True}},
+    )
+    result = plan(
+        cfg, Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none", retriever_on_gpu=False)
+    )
     k, s = 2 * 28 * 8 * 128 * 2, 256 + 320  # bf16 KV bytes a token; prompt + response
     by_hand = {
-        "CUDA context (+ NCCL)": GIB, "weights": 4 * P06, "gradients": 0, "optimizer states": 8 * P06,
+        "CUDA context (+ NCCL)": GIB,
+        "weights": 4 * P06,
+        "gradients": 0,
+        "optimizer states": 8 * P06,
         "rollout: weights as run (copy / gathered)": 2 * P06,
         "rollout: prompt caches": 8 * 256 * k,
         "rollout: earlier rounds' caches": 8 * 2 * s * k,  # round 1: round 0's 16 chains kept
@@ -399,30 +524,53 @@ def test_both_phases_of_the_gpu_checks_setting_by_hand(tmp_path):
     assert totals["update"] == pytest.approx(sum(result["phases"]["update"].values()))
     assert result["total_bytes"] == max(totals.values())
     assert result["peak_phase"] == "rollout" and totals["rollout"] > totals["update"]
-    before = plan(load_profile("smoke", {"policy": {"model": _q06(tmp_path)},
-                                         "train": {"prompts_per_step": 8, "bf16": True},
-                                         "rollout": {"decode_dtype": "model",
-                                                     "decode_grouping": "turn"}}),
-                  Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none", retriever_on_gpu=False))
+    before = plan(
+        load_profile(
+            "smoke",
+            {
+                "policy": {"model": _q06(tmp_path)},
+                "train": {"prompts_per_step": 8, "bf16": True},
+                "rollout": {"decode_dtype": "model", "decode_grouping": "turn"},
+            },
+        ),
+        Hardware(gpus=1, gpu_memory_gib=140, zero_stage="none", retriever_on_gpu=False),
+    )
     rows = before["phases"]["rollout"]
     assert rows["rollout: working KV buffer"] == 16 * (s + 1) * 2 * k  # fp32: twice the bytes
     assert rows["rollout: copy-out (turn grouping)"] == pytest.approx(
-        2 * 16 * s * 2 * k + 16 * s * 2 * k / 28)
+        2 * 16 * s * 2 * k + 16 * s * 2 * k / 28
+    )
     assert rows["rollout: weights as run (copy / gathered)"] == 2 * P06  # autocast's casts
 
 
 def test_a_vllm_kv_cache_far_below_the_batch_is_flagged(capsys):
-    lora24 = plan(load_profile("paper-qwen3-1.7b-1gpu", {"policy": {"lora_r": 16}}),
-                  Hardware(gpus=1, gpu_memory_gib=24, zero_stage="none", retriever_on_gpu=False))
+    lora24 = plan(
+        load_profile("paper-qwen3-1.7b-1gpu", {"policy": {"lora_r": 16}}),
+        Hardware(gpus=1, gpu_memory_gib=24, zero_stage="none", retriever_on_gpu=False),
+    )
     assert lora24["verdict"] == "fits"
     (warning,) = lora24["warnings"]
     assert "holds 18,679 tokens" in warning and "2,883,584" in warning
-    roomy = plan(load_profile("paper-qwen3-1.7b-1gpu",
-                              {"train": {"vllm_gpu_memory_utilization": 0.9}}),
-                 Hardware(gpus=1, gpu_memory_gib=141, zero_stage="none", retriever_on_gpu=False))
+    roomy = plan(
+        load_profile("paper-qwen3-1.7b-1gpu", {"train": {"vllm_gpu_memory_utilization": 0.9}}),
+        Hardware(gpus=1, gpu_memory_gib=141, zero_stage="none", retriever_on_gpu=False),
+    )
     assert roomy["warnings"] == []
-    assert plan_cli.main(["--profile", "paper-qwen3-1.7b-1gpu", "--gpus", "1",
-                          "--gpu-memory-gib", "24", "--set", "policy.lora_r=16"]) == 0
+    assert (
+        plan_cli.main(
+            [
+                "--profile",
+                "paper-qwen3-1.7b-1gpu",
+                "--gpus",
+                "1",
+                "--gpu-memory-gib",
+                "24",
+                "--set",
+                "policy.lora_r=16",
+            ]
+        )
+        == 0
+    )
     assert "warning: vLLM's KV cache holds 18,679 tokens" in capsys.readouterr().out
 
 

@@ -11,9 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.policy.tokenizer import (CHATML_TEMPLATE, IM_END, IM_START, SPECIAL_TOKENS,
-                                        TAG_TOKENS, load_tokenizer, save_tokenizer,
-                                        train_tokenizer)
+from at2po_lib.policy.tokenizer import (
+    CHATML_TEMPLATE,
+    IM_END,
+    IM_START,
+    SPECIAL_TOKENS,
+    TAG_TOKENS,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
 
 CORPUS = [
     '"Fusi Motors"\nFusi Motors is an automobile company based in Nibebre. Fusi was founded by '
@@ -64,24 +71,35 @@ def test_eos_pad_and_tags_survive_skip_special_tokens(tokenizer):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                             "0123456789 .,;:?!'\"-()\n<>/éü")), max_size=80))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list(
+                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:?!'\"-()\n<>/éü"
+            )
+        ),
+        max_size=80,
+    )
+)
 def test_decode_encode_round_trips_exactly(tokenizer, text):
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert tokenizer.decode(ids) == text
 
 
 def test_round_trip_of_tagged_trajectory(tokenizer):
-    text = ("<search> Fusi Motors founder </search> <result> Fusi Motors : Fusi was founded by "
-            "Drukretrir Talen. </result> <answer> Drukretrir Talen </answer>")
+    text = (
+        "<search> Fusi Motors founder </search> <result> Fusi Motors : Fusi was founded by "
+        "Drukretrir Talen. </result> <answer> Drukretrir Talen </answer>"
+    )
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
 def test_chat_template_is_chatml(tokenizer):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q?"}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == (f"{IM_START}system\nbe brief{IM_END}\n{IM_START}user\nq?{IM_END}\n"
-                    f"{IM_START}assistant\n")
+    assert text == (
+        f"{IM_START}system\nbe brief{IM_END}\n{IM_START}user\nq?{IM_END}\n{IM_START}assistant\n"
+    )
     no_prompt = tokenizer.apply_chat_template(messages, tokenize=False)
     assert not no_prompt.endswith("assistant\n")
 
@@ -90,9 +108,14 @@ def test_tokenizer_saves_and_loads_with_autotokenizer(tokenizer, tmp_path):
     save_tokenizer(tokenizer, tmp_path / "tok")
     loaded = load_tokenizer(tmp_path / "tok")
     text = "<search> Nibebre country </search>"
-    assert loaded.encode(text, add_special_tokens=False) == tokenizer.encode(text, add_special_tokens=False)
+    assert loaded.encode(text, add_special_tokens=False) == tokenizer.encode(
+        text, add_special_tokens=False
+    )
     assert loaded.chat_template == CHATML_TEMPLATE
-    assert (loaded.eos_token_id, loaded.pad_token_id) == (tokenizer.eos_token_id, tokenizer.pad_token_id)
+    assert (loaded.eos_token_id, loaded.pad_token_id) == (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    )
     assert loaded.padding_side == "left"
 
 
@@ -159,8 +182,12 @@ def test_bad_head_count_is_an_error(tokenizer):
 def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     from at2po_lib.policy.demos import build_sft_examples, script_demos
     from at2po_lib.policy.model import build_policy
-    from at2po_lib.policy.sft_data import (corpus_texts, demo_source_rows, tokenizer_texts,
-                                           world_sources)
+    from at2po_lib.policy.sft_data import (
+        corpus_texts,
+        demo_source_rows,
+        tokenizer_texts,
+        world_sources,
+    )
     from at2po_lib.trainer.warmstart import make_trainer, masked_loss
 
     cfg = smoke_env
@@ -171,8 +198,15 @@ def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
     model = build_policy(cfg.policy, tok, seed=0)
     before = masked_loss(model, examples)
     cfg.sft.learning_rate, cfg.sft.warmup_steps = 3e-3, 0
-    make_trainer(model, tok, examples, cfg.sft, tmp_path / "trainer",
-                 cfg.policy.max_position_embeddings, max_steps=12).train()
+    make_trainer(
+        model,
+        tok,
+        examples,
+        cfg.sft,
+        tmp_path / "trainer",
+        cfg.policy.max_position_embeddings,
+        max_steps=12,
+    ).train()
     after = masked_loss(model, examples)
     # A fresh model predicts ~uniformly: loss ≈ ln(vocab) = ln(600) ≈ 6.4; 12 steps at lr 3e-3
     # cut it clearly (about 1.3 nats measured; the tags alone are easy to learn).
@@ -189,8 +223,9 @@ def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenize
     from at2po_lib.policy.model import build_policy
     from at2po_lib.trainer.warmstart import targets_only_loss
 
-    model = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, intermediate_size=64),
-                         tokenizer, seed=0)
+    model = build_policy(
+        PolicyConfig(hidden_size=32, num_hidden_layers=1, intermediate_size=64), tokenizer, seed=0
+    )
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, len(tokenizer), (3, 12), generator=gen)
     mask = torch.ones_like(ids)
@@ -213,8 +248,12 @@ def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenize
     assert int(n_correct) == int((logits.argmax(-1) == labels[:, 1:][labels[:, 1:] != -100]).sum())
 
 
-@given(st.lists(st.integers(1, 500), min_size=1, max_size=120), st.integers(1, 9),
-       st.integers(1, 5), st.integers(0, 3))
+@given(
+    st.lists(st.integers(1, 500), min_size=1, max_size=120),
+    st.integers(1, 9),
+    st.integers(1, 5),
+    st.integers(0, 3),
+)
 @settings(max_examples=60, deadline=None)
 def test_shuffled_length_batches_cover_every_example_once(lengths, batch_size, group, seed):
     from at2po_lib.trainer.warmstart import ShuffledLengthBatches
@@ -225,8 +264,10 @@ def test_shuffled_length_batches_cover_every_example_once(lengths, batch_size, g
         assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
         assert all(1 <= len(b) <= batch_size for b in batches)
         # Within a batch, longest first (sorted inside its group of batches).
-        assert all([lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
-                   for b in batches)
+        assert all(
+            [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+            for b in batches
+        )
     assert list(sampler) == [i for b in sampler.batches(0) for i in b]
 
 
@@ -247,8 +288,13 @@ def test_choose_checkpoint_prefers_the_middle_of_the_band():
     from at2po_lib.trainer.warmstart import choose_checkpoint
 
     # Band [0.25, 0.75], middle 0.5 (dyadic numbers: exact in floating point).
-    table = [{"step": 100, "em": 0.125}, {"step": 200, "em": 0.375}, {"step": 300, "em": 0.5625},
-             {"step": 400, "em": 0.625}, {"step": 500, "em": 0.875}]
+    table = [
+        {"step": 100, "em": 0.125},
+        {"step": 200, "em": 0.375},
+        {"step": 300, "em": 0.5625},
+        {"step": 400, "em": 0.625},
+        {"step": 500, "em": 0.875},
+    ]
     # Distances to 0.5: 0.125, 0.0625, 0.125 -> step 300.
     assert choose_checkpoint(table, 0.25, 0.75) == (table[2], True)
     # Tie (0.375 and 0.625 are both 0.125 away): the earlier step.
@@ -306,8 +352,16 @@ def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):
     from at2po_lib.policy.token_ranks import rank_table, summarise_ranks, target_ranks
     from at2po_lib.policy.model import build_policy
 
-    model = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                      num_key_value_heads=1, intermediate_size=64), tokenizer)
+    model = build_policy(
+        PolicyConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+        ),
+        tokenizer,
+    )
     ids = tokenizer.encode("Who founded Fusi Motors? Drukretrir Talen.", add_special_tokens=False)
     mask = [0] * 5 + [1] * (len(ids) - 5)
     positions, ranks = target_ranks(model, {"input_ids": ids, "assistant_masks": mask})
@@ -320,7 +374,10 @@ def test_target_ranks_match_a_direct_sort_of_the_logits(tokenizer):
 
     table = rank_table(model, tokenizer, [{"input_ids": ids, "assistant_masks": mask}], "w")
     assert table["rank"].tolist() == ranks
-    summary = summarise_ranks(pd.DataFrame({
-        "label": ["a"] * 4, "is_name": [True, True, True, False], "rank": [0, 4, 10, 0]}))
+    summary = summarise_ranks(
+        pd.DataFrame(
+            {"label": ["a"] * 4, "is_name": [True, True, True, False], "rank": [0, 4, 10, 0]}
+        )
+    )
     names = summary[summary["kind"] == "name"].iloc[0]
     assert (names["tokens"], names["top1"], names["median_rank"]) == (3, 1 / 3, 4)

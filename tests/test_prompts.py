@@ -82,10 +82,15 @@ def test_build_messages_one_system_message_and_question_mark(name):
 
 
 def test_a_user_template_may_keep_system_and_user_messages():
-    data = {f.name: getattr(get_template("atpo"), f.name) for f in dataclasses.fields(PromptTemplate)}
+    data = {
+        f.name: getattr(get_template("atpo"), f.name) for f in dataclasses.fields(PromptTemplate)
+    }
     data.update(system="instruction", user="{question}", name="two")
     messages = build_messages(PromptTemplate(**data), "q")
-    assert messages == [{"role": "system", "content": "instruction"}, {"role": "user", "content": "q?"}]
+    assert messages == [
+        {"role": "system", "content": "instruction"},
+        {"role": "user", "content": "q?"},
+    ]
 
 
 def test_build_messages_searchr1_single_user_message():
@@ -123,7 +128,10 @@ def test_render_observation_atpo():
 
 def test_render_observation_searchr1_keeps_raw_title():
     rendered = render_observation("searchr1", DOCS[:1])
-    assert rendered == '\n\n<information>Doc 1(Title: "Paris") Paris is the capital of France.</information>\n\n'
+    assert (
+        rendered
+        == '\n\n<information>Doc 1(Title: "Paris") Paris is the capital of France.</information>\n\n'
+    )
 
 
 def test_render_observation_real_wiki18_top3():
@@ -141,7 +149,7 @@ def test_observation_cleaning_as_the_authors_tool():
     long = {"id": "3", "contents": '"Long"\n' + "x" * 1500}
     docs = [DOCS[0], {"id": "9", "contents": "  " + DOCS[0]["contents"] + " "}, long]
     rendered = render_observation("atpo", docs)
-    assert rendered.count("Page ") == 2 and "Page 2: \"Long\"" in rendered
+    assert rendered.count("Page ") == 2 and 'Page 2: "Long"' in rendered
     page2 = rendered.split("Page 2: ", 1)[1].rsplit("\n</result>", 1)[0]
     assert page2 == long["contents"][:1000] and len(page2) == 1000
     assert render_observation("searchr1", docs).count("Doc ") == 3
@@ -157,7 +165,10 @@ def test_clean_query_strips_double_quotes_for_the_authors_format():
 
 
 def test_render_observation_empty():
-    assert render_observation("atpo", []) == f" <result>\n{get_template('atpo').empty_result_text}\n</result>"
+    assert (
+        render_observation("atpo", [])
+        == f" <result>\n{get_template('atpo').empty_result_text}\n</result>"
+    )
 
 
 def test_render_observation_missing_contents():
@@ -177,14 +188,19 @@ def _write(tmp_path: Path, data: dict) -> Path:
 
 
 def _atpo_dict() -> dict:
-    return yaml.safe_load((Path(__import__("at2po_lib").__file__).parent / "templates" / "atpo.yaml").read_text())
+    return yaml.safe_load(
+        (Path(__import__("at2po_lib").__file__).parent / "templates" / "atpo.yaml").read_text()
+    )
 
 
 def test_user_file_loads(tmp_path):
     data = _atpo_dict() | {"name": "mine", "doc_format": "Page {index}: {contents}"}
     template = get_template(_write(tmp_path, data))
     assert template.name == "mine"
-    assert render_observation(template, DOCS[:1]) == ' <result>\nPage 1: "Paris"\nParis is the capital of France.\n</result>'
+    assert (
+        render_observation(template, DOCS[:1])
+        == ' <result>\nPage 1: "Paris"\nParis is the capital of France.\n</result>'
+    )
 
 
 def test_user_file_unknown_field_names_file(tmp_path):

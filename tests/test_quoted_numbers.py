@@ -64,8 +64,11 @@ def test_the_seed_spread_sentence_reads_both_spreads_as_shown(tiny_tables):
         assert table.loc[label, "sampled: sd over seeds"] == sampled
         assert table.loc[label, "greedy: sd over seeds"] == greedy
         assert float(sampled) >= float(greedy)
-    spread = [(float(r["greedy: sd over seeds"]), float(r["sampled: sd over seeds"]))
-              for _, r in table.iterrows() if r["greedy: sd over seeds"] != "–"]
+    spread = [
+        (float(r["greedy: sd over seeds"]), float(r["sampled: sd over seeds"]))
+        for _, r in table.iterrows()
+        if r["greedy: sd over seeds"] != "–"
+    ]
     less = sum(s < g for g, s in spread)
     assert f"for {less} of the {len(spread)} methods" in sentence
     assert label == method_label("grpo_tree_budget")
@@ -85,11 +88,14 @@ def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_
     """The recap said entropy picks turns 'no better than chance' above generated rows reading
     'better than a uniform pick'; it now points to the last section, which is 05's end."""
     text = markdown_of("05_paper_tables_figures")
-    recap = text[text.index("## Recap"):text.index("## Exercises")]
+    recap = text[text.index("## Recap") : text.index("## Exercises")]
     assert "no better than" not in recap and "the last section" in recap
     cells = json.loads((NOTEBOOKS / "05_paper_tables_figures.ipynb").read_text())["cells"]
-    headings = [("".join(c["source"])).splitlines()[0] for c in cells
-                if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
+    headings = [
+        ("".join(c["source"])).splitlines()[0]
+        for c in cells
+        if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")
+    ]
     assert headings[-1] == "## What the toy says, and why"
     assert "why_sentences" in "".join(cells[-1]["source"])
 
@@ -110,9 +116,14 @@ def test_readme_names_which_at2po_each_table_rests_on_with_the_seeds_shown(tiny_
     assert f"Table 1's AT2PO row is the authors'\n({authors} seeds)" in readme
     assert f"are the variant ({variant} seeds)" in readme
     sentence = table_configurations("tiny")
-    assert f"`at2po` (sampled-token NLL, α = 0.05: the profile's settings; {authors} seeds)" in sentence
-    assert f"`at2po_exact` (exact entropy, α = 0.001: the settings it fixes over the profile's; " \
-           f"{variant} seeds)" in sentence
+    assert (
+        f"`at2po` (sampled-token NLL, α = 0.05: the profile's settings; {authors} seeds)"
+        in sentence
+    )
+    assert (
+        f"`at2po_exact` (exact entropy, α = 0.001: the settings it fixes over the profile's; "
+        f"{variant} seeds)" in sentence
+    )
 
 
 def test_display_names_not_record_names():
@@ -127,7 +138,11 @@ def test_display_names_not_record_names():
 
 
 def test_notebook_02s_oracle_sentence_names_scores_and_policies_in_words(tiny_tables):
-    from at2po_lib.analysis.expansion_oracle import ESTIMATE_SCORES, flip_ratio_sentence, oracle_records
+    from at2po_lib.analysis.expansion_oracle import (
+        ESTIMATE_SCORES,
+        flip_ratio_sentence,
+        oracle_records,
+    )
 
     _, summaries = oracle_records("tiny")
     for score in ESTIMATE_SCORES.values():

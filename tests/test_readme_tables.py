@@ -14,13 +14,22 @@ from at2po_lib.reporting import readme
 def test_generated_blocks_equal_their_generated_tables(monkeypatch):
     monkeypatch.delenv("AT2PO_RESULTS", raising=False)  # the committed tables, not a test's
     stale = readme.stale_blocks()
-    assert stale == [], (f"generated blocks differ from their tables: {stale}; run "
-                         "`at2po report --profile tiny --readme`")
+    assert stale == [], (
+        f"generated blocks differ from their tables: {stale}; run "
+        "`at2po report --profile tiny --readme`"
+    )
 
 
-TOY_STUDY_TABLES = ("table1_summary", "table1_differences", "table1_differences_sampled",
-                    "table2", "table3", "fig3_entropy_change", "credit_accuracy_summary",
-                    "table1_seeds")
+TOY_STUDY_TABLES = (
+    "table1_summary",
+    "table1_differences",
+    "table1_differences_sampled",
+    "table2",
+    "table3",
+    "fig3_entropy_change",
+    "credit_accuracy_summary",
+    "table1_seeds",
+)
 """The tables of ``at2po report --profile tiny`` that docs/toy_study.md shows."""
 
 
@@ -30,10 +39,14 @@ def test_every_written_toy_table_has_its_block_on_the_toy_study_page(monkeypatch
     monkeypatch.delenv("AT2PO_RESULTS", raising=False)
     text = (repo_root() / "docs" / "toy_study.md").read_text()
     keys = set(re.findall(r"<!-- at2po-report: ([\w.-]+/[\w.-]+) -->", text))
-    written = {f"tiny/{name}" for name in TOY_STUDY_TABLES if readme.table_file(f"tiny/{name}").is_file()}
-    assert written <= keys, (f"add a block <!-- at2po-report: KEY --> ... <!-- /at2po-report --> "
-                             f"to docs/toy_study.md for {sorted(written - keys)}, then run "
-                             "`at2po report --profile tiny --readme`")
+    written = {
+        f"tiny/{name}" for name in TOY_STUDY_TABLES if readme.table_file(f"tiny/{name}").is_file()
+    }
+    assert written <= keys, (
+        f"add a block <!-- at2po-report: KEY --> ... <!-- /at2po-report --> "
+        f"to docs/toy_study.md for {sorted(written - keys)}, then run "
+        "`at2po report --profile tiny --readme`"
+    )
 
 
 def test_the_block_rule_sees_a_written_table_without_its_block(tmp_path, monkeypatch):
@@ -48,8 +61,14 @@ def test_the_block_rule_sees_a_written_table_without_its_block(tmp_path, monkeyp
 def test_readme_is_a_short_front_door_linking_its_pages():
     text = (repo_root() / "README.md").read_text()
     assert len(text.splitlines()) <= 200
-    for page in ("docs/setup.md", "docs/method.md", "docs/toy_study.md", "docs/stages.md",
-                 "docs/reliability.md", "docs/warmstart.md"):
+    for page in (
+        "docs/setup.md",
+        "docs/method.md",
+        "docs/toy_study.md",
+        "docs/stages.md",
+        "docs/reliability.md",
+        "docs/warmstart.md",
+    ):
         assert f"]({page})" in text, page
     for path in re.findall(r"\]\((at2po_lib/[\w/]+\.py)\)", text):
         assert (repo_root() / path).is_file(), path

@@ -34,8 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 
 SCANNED_DIRS = ("at2po_lib", "notebooks", "configs", "benchmarks", "scripts", "tests", "docs")
-SCANNED_TOP_FILES = ("README.md", "run_tests.sh", "run_all.sh", "pyproject.toml",
-                     "environment.yml", ".ci/run")
+SCANNED_TOP_FILES = (
+    "README.md",
+    "run_tests.sh",
+    "run_all.sh",
+    "pyproject.toml",
+    "environment.yml",
+    ".ci/run",
+)
 SCANNED_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".ipynb", ".sh", ".toml", ".cfg", ".txt", ""}
 SKIPPED_DIRS = ("tests/fixtures/",)  # third-party data samples, not the project's prose
 
@@ -54,7 +60,7 @@ HOOK_PATHS = ("at2po_lib", "notebooks", "README.md", "configs", "benchmarks")
 class Mention:
     where: str  # "path:line" or "notebook: cell N, line M"
     text: str
-    file: str   # repository-relative path of the file holding the mention
+    file: str  # repository-relative path of the file holding the mention
 
 
 def _git(*args: str) -> list[str]:
@@ -77,8 +83,11 @@ def _scanned(files: set[str]) -> list[str]:
             return False
         if path in SCANNED_TOP_FILES:
             return True
-        return path.startswith(tuple(d + "/" for d in SCANNED_DIRS)) and \
-            Path(path).suffix in SCANNED_SUFFIXES
+        return (
+            path.startswith(tuple(d + "/" for d in SCANNED_DIRS))
+            and Path(path).suffix in SCANNED_SUFFIXES
+        )
+
     return sorted(p for p in files if wanted(p))
 
 
@@ -94,8 +103,9 @@ def _lines(path: str) -> list[tuple[str, str]]:
         for c, cell in enumerate(cells):
             source = cell.get("source", "")
             text = "".join(source) if isinstance(source, list) else source
-            out += [(f"{path}: cell {c}, line {i}", line)
-                    for i, line in enumerate(text.splitlines(), 1)]
+            out += [
+                (f"{path}: cell {c}, line {i}", line) for i, line in enumerate(text.splitlines(), 1)
+            ]
         return out
     text = full.read_text(encoding="utf-8", errors="replace")
     return [(f"{path}:{i}", line) for i, line in enumerate(text.splitlines(), 1)]
@@ -107,16 +117,24 @@ def mentions(repo_files) -> list[Mention]:
     for path in _scanned(repo_files):
         notes_only = path.startswith("tests/")
         for where, line in _lines(path):
-            found += [Mention(where, m.group(0), path) for m in TOKEN.finditer(line)
-                      if not notes_only or m.group(0).endswith(".md")]
+            found += [
+                Mention(where, m.group(0), path)
+                for m in TOKEN.finditer(line)
+                if not notes_only or m.group(0).endswith(".md")
+            ]
     return found
 
 
 def _ignored(paths: list[str]) -> set[str]:
     if not paths:
         return set()
-    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,
-                         input="\n".join(paths), capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(paths),
+        capture_output=True,
+        text=True,
+    )
     return set(out.stdout.split())
 
 
@@ -133,8 +151,9 @@ def _unresolved(mentions: list[Mention], files: set[str]) -> list[str]:
                 candidates.append((m, text))
             continue
         first = text.lstrip("./").split("/", 1)[0]
-        if not (text.startswith("../") or first in top or first in {"shared", "seeds",
-                                                                     "reference"}):
+        if not (
+            text.startswith("../") or first in top or first in {"shared", "seeds", "reference"}
+        ):
             continue  # a path in another repository (e.g. the authors' ATPO/…)
         here = (ROOT / m.file).parent
         for base in (ROOT, here):
@@ -150,9 +169,10 @@ def _unresolved(mentions: list[Mention], files: set[str]) -> list[str]:
 
 def test_every_document_mentioned_is_in_the_repository(mentions, repo_files):
     missing = _unresolved(mentions, repo_files)
-    assert not missing, ("documents mentioned but not in the repository (a clone cannot follow "
-                         "them; point inside the repo, e.g. docs/method.md):\n"
-                         + "\n".join(missing))
+    assert not missing, (
+        "documents mentioned but not in the repository (a clone cannot follow "
+        "them; point inside the repo, e.g. docs/method.md):\n" + "\n".join(missing)
+    )
 
 
 def test_method_sections_cited_exist(repo_files):
@@ -164,7 +184,7 @@ def test_method_sections_cited_exist(repo_files):
         for where, line in _lines(path):
             if not METHOD_CITE.search(line):
                 continue
-            tail = line[METHOD_CITE.search(line).end():]
+            tail = line[METHOD_CITE.search(line).end() :]
             bad += [f"{where}: §{n}" for n in SECTION.findall(tail) if int(n) not in sections]
     assert not bad, "sections of docs/method.md that do not exist:\n" + "\n".join(bad)
 
@@ -172,8 +192,13 @@ def test_method_sections_cited_exist(repo_files):
 def test_method_notes_are_cited_with_their_repository_path(repo_files):
     """``method.md`` / ``toy_scale.md`` alone reads as a file next to the citing module."""
     bare = re.compile(r"(?<![/\w])(?:method|toy_scale)\.md\b")
-    bad = [f"{where}: {line.strip()}" for path in _scanned(repo_files)
-           if not path.startswith("docs/") for where, line in _lines(path) if bare.search(line)]
+    bad = [
+        f"{where}: {line.strip()}"
+        for path in _scanned(repo_files)
+        if not path.startswith("docs/")
+        for where, line in _lines(path)
+        if bare.search(line)
+    ]
     assert not bad, "cite docs/method.md or docs/toy_scale.md:\n" + "\n".join(bad)
 
 
@@ -184,8 +209,7 @@ def test_pre_stop_hook_pattern_finds_only_existing_documents():
         pytest.skip("not a git checkout")
     tracked = _git("ls-files")
     found = set(_git("grep", "-ohE", HOOK_PATTERN.pattern, "--", *HOOK_PATHS))
-    missing = sorted(d for d in found
-                     if not any(f == d or f.endswith("/" + d) for f in tracked))
+    missing = sorted(d for d in found if not any(f == d or f.endswith("/" + d) for f in tracked))
     assert not missing, f"the pre-stop hook would report: {missing}"
 
 

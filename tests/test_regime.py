@@ -17,13 +17,16 @@ HEADER = "dataset,group,id,prediction,em,f1,num_turns,num_tool_calls,finish_reas
 def _run(root, method, seed, em_by_question, metrics=()):
     folder = root / "runs" / "toy" / method / f"seed{seed}"
     folder.mkdir(parents=True)
-    lines = [f"{ds},{'multihop' if ds in MULTI_HOP else 'singlehop'},{qid},x,{em:.4f},{em:.4f},2,1,answer,{em:.4f}\n"
-             for (ds, qid), em in em_by_question.items()]
+    lines = [
+        f"{ds},{'multihop' if ds in MULTI_HOP else 'singlehop'},{qid},x,{em:.4f},{em:.4f},2,1,answer,{em:.4f}\n"
+        for (ds, qid), em in em_by_question.items()
+    ]
     (folder / "outcomes.csv").write_text(HEADER + "".join(lines))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (folder / "eval.jsonl").write_text("")
-    (folder / "DONE.json").write_text(json.dumps({"status": "trained", "config_hash": "x",
-                                                 "wall_time": 1.0}))
+    (folder / "DONE.json").write_text(
+        json.dumps({"status": "trained", "config_hash": "x", "wall_time": 1.0})
+    )
 
 
 @pytest.fixture()
@@ -33,7 +36,9 @@ def results(tmp_path, monkeypatch):
 
 
 def test_em_gain_is_the_paired_difference_with_an_interval(results):
-    questions = [("tiny_hotpotqa", f"q{i}") for i in range(40)] + [("tiny_nq", f"s{i}") for i in range(40)]
+    questions = [("tiny_hotpotqa", f"q{i}") for i in range(40)] + [
+        ("tiny_nq", f"s{i}") for i in range(40)
+    ]
     rng = np.random.default_rng(0)
     base = {q: float(rng.random() < 0.2) for q in questions}
     _run(results, "react", 0, base)
@@ -52,8 +57,10 @@ def test_em_gain_is_the_paired_difference_with_an_interval(results):
 
 
 def test_signal_and_reward_read_the_first_and_last_steps(results):
-    metrics = [{"step": s, "reward": 0.1 * s, "frac_reward_zero_std": 1.0 if s <= 2 else 0.5}
-               for s in range(1, 21)]
+    metrics = [
+        {"step": s, "reward": 0.1 * s, "frac_reward_zero_std": 1.0 if s <= 2 else 0.5}
+        for s in range(1, 21)
+    ]
     _run(results, "grpo", 0, {("tiny_hotpotqa", "q0"): 1.0}, metrics)
     out = signal_and_reward("toy", [0], window=4)
     assert out["zero_std_first"] == pytest.approx((1 + 1 + 0.5 + 0.5) / 4)

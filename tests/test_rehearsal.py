@@ -54,17 +54,38 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> d
     raise AssertionError(f"{url} not healthy after {timeout_s} s")
 
 
-def _launch(args: list[str], env: dict, timeout_s: int = 400,
-            config: Path | None = None) -> subprocess.CompletedProcess:
+def _launch(
+    args: list[str], env: dict, timeout_s: int = 400, config: Path | None = None
+) -> subprocess.CompletedProcess:
     """2 processes: DDP over gloo, or the accelerate ``config`` file's set-up (the engines tier's
     DeepSpeed ZeRO copies, tests/test_engines_deepspeed.py)."""
-    setup = (["--config_file", str(config)] if config is not None else
-             ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-              "no", "--dynamo_backend", "no"])
-    command = [sys.executable, "-m", "accelerate.commands.launch", *setup,
-               "--main_process_port", str(_free_port()), *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)
+    setup = (
+        ["--config_file", str(config)]
+        if config is not None
+        else [
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *setup,
+        "--main_process_port",
+        str(_free_port()),
+        *args,
+    ]
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 @dataclass
@@ -99,22 +120,44 @@ def _rehearsal(tmp_path: Path, config: Path | None = None) -> Iterator[Rehearsal
     port = _free_port()
     sets = [*files.overrides(), f"retrieval.url=http://127.0.0.1:{port}/retrieve"]
     set_args = [a for text in sets for a in ("--set", text)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"), "AT2PO_RESULTS": str(tmp_path / "results"),
-           "AT2PO_RANK_RECORDS": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "AT2PO_ARTIFACTS": str(tmp_path / "artifacts"),
+        "AT2PO_RESULTS": str(tmp_path / "results"),
+        "AT2PO_RANK_RECORDS": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     cli = [sys.executable, "-m", "at2po_lib.cli"]
-    index = subprocess.run([*cli, "index", "--profile", "rehearsal", "--method", "dense", *set_args],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    index = subprocess.run(
+        [*cli, "index", "--profile", "rehearsal", "--method", "dense", *set_args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert index.returncode == 0, index.stderr[-3000:]
 
-    server = subprocess.Popen([*cli, "serve-retriever", "--profile", "rehearsal", *set_args,
-                               "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*cli, "serve-retriever", "--profile", "rehearsal", *set_args, "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        rehearsal = Rehearsal(files, set_args, env, f"http://127.0.0.1:{port}/health", server,
-                              config)
+        rehearsal = Rehearsal(
+            files, set_args, env, f"http://127.0.0.1:{port}/health", server, config
+        )
         health = rehearsal.served()
-        assert (health["method"], health["index_type"], health["passages"]) == ("dense", "Flat", 100)
+        assert (health["method"], health["index_type"], health["passages"]) == (
+            "dense",
+            "Flat",
+            100,
+        )
         yield rehearsal
     finally:
         server.terminate()
@@ -123,9 +166,20 @@ def _rehearsal(tmp_path: Path, config: Path | None = None) -> Iterator[Rehearsal
 
 def _resume_command(rehearsal: Rehearsal, *extra: str) -> list[str]:
     """The command a GPU user runs, resumed; FlashRAG files from --data-dir."""
-    return ["-m", "at2po_lib.cli", "train", "--profile", "rehearsal", "--method", "at2po",
-            "--resume", *_without_data_dir(rehearsal.set_args), *extra,
-            "--data-dir", str(rehearsal.files.flashrag)]
+    return [
+        "-m",
+        "at2po_lib.cli",
+        "train",
+        "--profile",
+        "rehearsal",
+        "--method",
+        "at2po",
+        "--resume",
+        *_without_data_dir(rehearsal.set_args),
+        *extra,
+        "--data-dir",
+        str(rehearsal.files.flashrag),
+    ]
 
 
 def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
@@ -138,8 +192,9 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
         files = rehearsal.files
         # part 1: one rollout step with a gradient, then a crash after its checkpoint
         first = rehearsal.launch([str(ROOT / "tests" / "rehearsal_entry.py"), *rehearsal.set_args])
-        assert first.returncode != 0 and "crash after the checkpoint" in first.stdout, \
+        assert first.returncode != 0 and "crash after the checkpoint" in first.stdout, (
             first.stdout[-3000:] + first.stderr[-3000:]
+        )
         # part 2: the command a GPU user runs, resumed; FlashRAG files from --data-dir
         second = rehearsal.launch(_resume_command(rehearsal))
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -162,20 +217,22 @@ def test_two_process_rehearsal_trains_syncs_and_resumes(tmp_path):
         assert all(row["rank"] == rank and row["world_size"] == 2 for row in rows)
     initial = weights_digest(load_policy(files.policy)[0])
     for step0, step1 in zip(*ranks):
-        assert len(step0["prompt_ids"]) == len(step1["prompt_ids"]) == 4   # 8 prompts / 2
-        assert not set(step0["prompt_ids"]) & set(step1["prompt_ids"])     # different prompts
-        assert step0["weights_sha256"] == step1["weights_sha256"]          # synchronised
-    assert ranks[0][0]["weights_sha256"] != initial                        # and they moved
+        assert len(step0["prompt_ids"]) == len(step1["prompt_ids"]) == 4  # 8 prompts / 2
+        assert not set(step0["prompt_ids"]) & set(step1["prompt_ids"])  # different prompts
+        assert step0["weights_sha256"] == step1["weights_sha256"]  # synchronised
+    assert ranks[0][0]["weights_sha256"] != initial  # and they moved
 
     import pandas as pd
 
     final = pd.read_csv(run.final_eval)
     n = load_profile("rehearsal").eval.max_questions
-    assert int(final.loc[final["dataset"] == "nq", "n"].iloc[0]) == n      # both shards gathered
+    assert int(final.loc[final["dataset"] == "nq", "n"].iloc[0]) == n  # both shards gathered
     assert json.loads(Path(str(run.final_eval) + ".meta.json").read_text())["processes"] == 2
 
 
-def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
+def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_run(
+    tmp_path,
+):
     """Issue #39 item 2 under several processes: a 2-process run killed after its last
     checkpoint, resumed with 2 processes, trains nothing more: its last checkpoint is of global
     step 8 = max_steps x 8 updates, and its records, weights and every question's outcome equal
@@ -195,8 +252,10 @@ def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninter
         assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
         shutil.move(run.root, straight.root)  # kept aside: --resume would skip a finished run
         killed = rehearsal.launch([entry, "--crash", "end", *rehearsal.set_args, *one_step])
-        assert killed.returncode != 0 and "crash after the last checkpoint (global step 8)" \
-            in killed.stdout, killed.stdout[-3000:] + killed.stderr[-3000:]
+        assert (
+            killed.returncode != 0
+            and "crash after the last checkpoint (global step 8)" in killed.stdout
+        ), killed.stdout[-3000:] + killed.stderr[-3000:]
         staging = run.root.with_name(".seed0.staging")  # the kill left the staging folder
         assert not run.done.exists() and (staging / "checkpoints" / "checkpoint-8").is_dir()
         assert not (staging / "checkpoints" / "checkpoint-9").exists()
@@ -211,15 +270,17 @@ def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninter
     state = json.loads((run.checkpoints / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["global_step"] == state["max_steps"] == 8
     # the weights the final evaluation used: the uninterrupted run's, bit for bit
-    assert _sha256(run.checkpoints / "checkpoint-8" / "model.safetensors") == \
-        _sha256(straight.checkpoints / "checkpoint-8" / "model.safetensors")
+    assert _sha256(run.checkpoints / "checkpoint-8" / "model.safetensors") == _sha256(
+        straight.checkpoints / "checkpoint-8" / "model.safetensors"
+    )
     for r in (0, 1):  # per process: one rollout step, the same weights after it
         got = run_folder.read_jsonl(run.root / "ranks" / f"rank{r}.jsonl")
         want = run_folder.read_jsonl(straight.root / "ranks" / f"rank{r}.jsonl")
         assert [row["rollout_step"] for row in got] == [1]
         assert [row["weights_sha256"] for row in got] == [row["weights_sha256"] for row in want]
-    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == \
-        [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
+    assert [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)] == [
+        _without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)
+    ]
     # the final evaluation, question by question and summed up, is the uninterrupted run's
     assert run.outcomes.read_text() == straight.outcomes.read_text()
     assert run.final_eval.read_text() == straight.final_eval.read_text()
@@ -236,6 +297,7 @@ def _sha256(path: Path) -> str:
 def _without_wall_time(row: dict) -> dict:
     """A metrics row less what depends on the clock (timings differ between launches)."""
     return {k: v for k, v in row.items() if k not in WALL_TIME_KEYS}
+
 
 def _without_data_dir(set_args: list[str]) -> list[str]:
     """The ``--set`` pairs minus ``data.local_dir`` (given as ``--data-dir`` instead)."""

@@ -19,11 +19,15 @@ from at2po_lib.protocol.qa_data import DataError, load_flashrag, read_flashrag_j
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x, x]"]
-                 + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, "
-                    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-                    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
-                    for i in range(9)])
+BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
+        for i in range(9)
+    ]
+)
 
 
 def _bounded(call, seconds: float = 60.0) -> ProfileError:
@@ -46,10 +50,12 @@ def test_billion_laughs_in_a_profile_file_is_refused_quickly(tmp_path):
 
 
 def test_billion_laughs_in_a_set_value_is_refused_quickly():
-    flow = "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], " \
-           "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], " \
-           "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e], " \
-           "&g [*f,*f,*f,*f,*f,*f,*f,*f,*f], [*g,*g,*g,*g,*g,*g,*g,*g,*g]]"
+    flow = (
+        "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+        "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+        "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e], "
+        "&g [*f,*f,*f,*f,*f,*f,*f,*f,*f], [*g,*g,*g,*g,*g,*g,*g,*g,*g]]"
+    )
     err = _bounded(lambda: parse_overrides([f"world.seed={flow}"]))
     assert "world.seed" in str(err)
 
@@ -61,8 +67,9 @@ def test_a_huge_value_is_never_rendered_whole():
     assert "train.seeds" in str(err)
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("010", 10), ("0o17", 15), ("0x1f", 31), ("-7", -7), ("+3", 3)])
+@pytest.mark.parametrize(
+    "raw, expected", [("010", 10), ("0o17", 15), ("0x1f", 31), ("-7", -7), ("+3", 3)]
+)
 def test_integers_read_as_yaml_1_2(raw, expected):
     assert parse_overrides([f"rollout.tree_alpha={raw}"])["rollout"]["tree_alpha"] == expected
     if expected >= 0:
@@ -100,7 +107,8 @@ def test_a_name_cannot_leave_its_folder(tmp_path):
 def test_a_dataset_name_cannot_leave_local_dir(tmp_path):
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "test.jsonl").write_text(
-        '{"id": "1", "question": "q?", "golden_answers": ["a"]}\n')
+        '{"id": "1", "question": "q?", "golden_answers": ["a"]}\n'
+    )
     local = tmp_path / "local"
     local.mkdir()
     with pytest.raises(DataError, match="dataset name"):
@@ -109,20 +117,23 @@ def test_a_dataset_name_cannot_leave_local_dir(tmp_path):
         load_flashrag("..", "outside/test", local_dir=local)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("eval.max_questions=-1", "eval.max_questions"),
-    ("train.max_steps=-1", "train.max_steps"),
-    ("train.max_steps=0", "train.max_steps"),
-    ("rollout.tree_m=-2", "rollout.tree_m"),
-    ("rollout.tree_m=0", "rollout.tree_m"),
-    ("rollout.temperature=0", "rollout.temperature"),
-    ("retrieval.topk=0", "retrieval.topk"),
-    ("train.learning_rate=.nan", "train.learning_rate"),
-    ("train.learning_rate=.inf", "train.learning_rate"),
-    ("rollout.top_p=1.5", "rollout.top_p"),
-    ("world.dev_fraction=0.7", "world.dev_fraction"),
-    ("rollout.aepo_initial=99", "rollout.aepo_initial"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("eval.max_questions=-1", "eval.max_questions"),
+        ("train.max_steps=-1", "train.max_steps"),
+        ("train.max_steps=0", "train.max_steps"),
+        ("rollout.tree_m=-2", "rollout.tree_m"),
+        ("rollout.tree_m=0", "rollout.tree_m"),
+        ("rollout.temperature=0", "rollout.temperature"),
+        ("retrieval.topk=0", "retrieval.topk"),
+        ("train.learning_rate=.nan", "train.learning_rate"),
+        ("train.learning_rate=.inf", "train.learning_rate"),
+        ("rollout.top_p=1.5", "rollout.top_p"),
+        ("world.dev_fraction=0.7", "world.dev_fraction"),
+        ("rollout.aepo_initial=99", "rollout.aepo_initial"),
+    ],
+)
 def test_out_of_range_values_are_refused_naming_the_key(override, key):
     with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
         load_profile("tiny", parse_overrides([override]))
@@ -139,11 +150,22 @@ def test_every_profile_field_has_a_range_rule():
 
 
 def test_run_all_refuses_a_bad_set_before_notebook_00(tmp_path):
-    env = {**os.environ, "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
-           "AT2PO_RESULTS": str(tmp_path / "results"), "AT2PO_ARTIFACTS": str(tmp_path / "art"),
-           "AT2PO_GIT_FILTER": "0"}
-    proc = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--set", "rollout.tree_m=0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "AT2PO_SKIP_INSTALL": "1",
+        "AT2PO_VENV": str(Path(sys.executable).parent.parent),
+        "AT2PO_RESULTS": str(tmp_path / "results"),
+        "AT2PO_ARTIFACTS": str(tmp_path / "art"),
+        "AT2PO_GIT_FILTER": "0",
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "run_all.sh"), "--set", "rollout.tree_m=0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "rollout.tree_m=0" in proc.stderr
     assert "00_tinyworld" not in proc.stdout + proc.stderr
@@ -152,13 +174,16 @@ def test_run_all_refuses_a_bad_set_before_notebook_00(tmp_path):
 
 def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
     latin = tmp_path / "latin.jsonl"
-    latin.write_bytes('{"id": "1", "question": "Caf\u00e9?", "golden_answers": ["a"]}\n'
-                      .encode("latin-1"))
+    latin.write_bytes(
+        '{"id": "1", "question": "Caf\u00e9?", "golden_answers": ["a"]}\n'.encode("latin-1")
+    )
     with pytest.raises(DataError, match=r"latin\.jsonl:1: not UTF-8"):
         read_flashrag_jsonl(latin)
     dup = tmp_path / "dup.jsonl"
-    dup.write_text('{"id": "7", "question": "q?", "golden_answers": ["a"]}\n'
-                   '{"id": "7", "question": "r?", "golden_answers": ["b"]}\n')
+    dup.write_text(
+        '{"id": "7", "question": "q?", "golden_answers": ["a"]}\n'
+        '{"id": "7", "question": "r?", "golden_answers": ["b"]}\n'
+    )
     with pytest.raises(DataError, match=r"dup\.jsonl:2: id '7' repeats the id of line 1"):
         read_flashrag_jsonl(dup)
     deep = tmp_path / "deep.jsonl"
@@ -168,12 +193,19 @@ def test_dataset_files_name_the_file_on_bad_bytes_and_repeated_ids(tmp_path):
 
 
 # --------------------------------------------- bounds, depth, duplicates, extends (issue #39)
-@pytest.mark.parametrize("key, value", [
-    ("train.prompts_per_step", "1000000000"), ("world.n_people", "1000000000"),
-    ("policy.vocab_size", "1000000000000"), ("rollout.tree_m", "1000000"),
-    ("policy.hidden_size", "1000000000"), ("rollout.max_response_tokens", "1000000000"),
-    ("retrieval.topk", "1000000000"), ("train.learning_rate", "1e300"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("train.prompts_per_step", "1000000000"),
+        ("world.n_people", "1000000000"),
+        ("policy.vocab_size", "1000000000000"),
+        ("rollout.tree_m", "1000000"),
+        ("policy.hidden_size", "1000000000"),
+        ("rollout.max_response_tokens", "1000000000"),
+        ("retrieval.topk", "1000000000"),
+        ("train.learning_rate", "1e300"),
+    ],
+)
 def test_absurd_sizes_are_refused_naming_the_key(key, value):
     from at2po_lib.config.profile import ProfileError, load_profile
     from at2po_lib.config.overrides import parse_overrides
@@ -197,21 +229,29 @@ def test_every_number_of_the_range_tables_has_an_upper_bound():
     unbounded = []
     for table, rules in (("", RULES), ("trainer.", TRAINER_RULES)):
         for key, (check, _) in rules.items():
-            if any(_accepts(check, v) for v in (0, 1, 0.5)) and \
-                    any(_accepts(check, v) for v in (10**30, 1e300, -(10**30), -1e300)):
+            if any(_accepts(check, v) for v in (0, 1, 0.5)) and any(
+                _accepts(check, v) for v in (10**30, 1e300, -(10**30), -1e300)
+            ):
                 unbounded.append(table + key)
             if any(_accepts(check, v) for v in ([0], [1])) and _accepts(check, [10**30]):
                 unbounded.append(table + key)
     assert unbounded == []
 
 
-@pytest.mark.parametrize("key, value", [
-    ("sft.max_steps", "1000000000000"), ("sft.batch_size", "1000000000"),
-    ("rollout.max_tool_calls", "1000000000"), ("policy.hidden_size", "1000000"),
-    ("world.train_per_dataset", "1000000000"), ("retrieval.timeout_s", "1e300"),
-    ("retrieval.retries", "1000000000"), ("rollout.num_threads", "100000"),
-    ("train.micro_batch_rows", "1000000000"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("sft.max_steps", "1000000000000"),
+        ("sft.batch_size", "1000000000"),
+        ("rollout.max_tool_calls", "1000000000"),
+        ("policy.hidden_size", "1000000"),
+        ("world.train_per_dataset", "1000000000"),
+        ("retrieval.timeout_s", "1e300"),
+        ("retrieval.retries", "1000000000"),
+        ("rollout.num_threads", "100000"),
+        ("train.micro_batch_rows", "1000000000"),
+    ],
+)
 def test_the_issue_50_sizes_are_refused_naming_the_key(key, value):
     """b8f2d3f accepted each (``world.train_per_dataset=1e9`` hung ``at2po world``; a
     10^6-wide policy failed allocating 4.7 GB at the warm start)."""
@@ -222,10 +262,18 @@ def test_the_issue_50_sizes_are_refused_naming_the_key(key, value):
         load_profile("smoke", parse_overrides([f"{key}={value}"]))
 
 
-@pytest.mark.parametrize("field, value", [("num_iterations", 0), ("epsilon", float("nan")),
-                                          ("epsilon_high", -5.0), ("beta", float("inf")),
-                                          ("warmup_steps", 1e12), ("top_k", -7),
-                                          ("max_prompt_length", 10**12)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_iterations", 0),
+        ("epsilon", float("nan")),
+        ("epsilon_high", -5.0),
+        ("beta", float("inf")),
+        ("warmup_steps", 1e12),
+        ("top_k", -7),
+        ("max_prompt_length", 10**12),
+    ],
+)
 def test_trainer_overrides_out_of_range_are_refused_before_any_work(field, value):
     from at2po_lib.config.profile import ProfileError
     from at2po_lib.trainer.resolve import check_trainer_overrides
@@ -260,8 +308,14 @@ def test_duplicate_keys_and_bad_extends_are_refused_naming_the_file(tmp_path):
     evil = tmp_path / "evil.yaml"
     evil.write_text("train:\n  max_steps: 7\n")
     # b8f2d3f loaded the last two, files outside configs/ (issue #50 item 6)
-    for bad in ("[smoke]", "5", "{a: 1}", "../" * 8 + str(evil.with_suffix(""))[1:],
-                str(evil), "smoke.yaml"):
+    for bad in (
+        "[smoke]",
+        "5",
+        "{a: 1}",
+        "../" * 8 + str(evil.with_suffix(""))[1:],
+        str(evil),
+        "smoke.yaml",
+    ):
         path = tmp_path / "bad.yaml"
         path.write_text(f"extends: {bad}\n")
         with pytest.raises(ProfileError, match="bad.yaml: extends: .*expected one profile name"):
@@ -282,10 +336,13 @@ def test_a_shorthand_and_its_set_key_together_are_refused():
     assert override_texts(build_parser().parse_args(["--max-steps", "2"])) == ["train.max_steps=2"]
 
 
-@pytest.mark.parametrize("name, overrides, message", [
-    (5, None, "profile 5: expected a profile name"),
-    ("smoke", "train.max_steps=2", "expected a mapping of sections"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        (5, None, "profile 5: expected a profile name"),
+        ("smoke", "train.max_steps=2", "expected a mapping of sections"),
+    ],
+)
 def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, message):
     """A papermill run with `-p profile 5` or `-p overrides "..."`: a ProfileError, not a bare
     TypeError or AttributeError from inside the loader."""
@@ -295,10 +352,13 @@ def test_notebook_parameters_of_the_wrong_type_are_named(name, overrides, messag
         load_profile(name, overrides)
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("policy.template=nope", "policy.template='nope': expected a built-in template"),
-    ("retrieval.url=file:///etc/passwd", "retrieval.url=.*expected null or an http"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("policy.template=nope", "policy.template='nope': expected a built-in template"),
+        ("retrieval.url=file:///etc/passwd", "retrieval.url=.*expected null or an http"),
+    ],
+)
 def test_template_and_server_address_are_checked_before_any_work(setting, message):
     from at2po_lib.config.profile import ProfileError, load_profile
     from at2po_lib.config.overrides import parse_overrides
@@ -308,16 +368,20 @@ def test_template_and_server_address_are_checked_before_any_work(setting, messag
 
 
 # ------------------------------ issue #50 item 6: names and loggers resolved before any work
-@pytest.mark.parametrize("override, named", [
-    ("eval.datasets=[nonexistent_ds]", "eval.datasets: nonexistent_ds: cannot load"),
-    ("eval.sampled_datasets=[nonexistent_ds]", "eval.sampled_datasets: nonexistent_ds"),
-    ("train.val_datasets=[nonexistent_ds]", "train.val_datasets: nonexistent_ds"),
-    ("train.report_to=[no_such_logger]", "train.report_to: 'no_such_logger' is no logger"),
-    ("eval.datasets=[tiny_nope]", "eval.datasets: 'tiny_nope' is no TinyWorld dataset"),
-    ("train.train_datasets=[tiny_bamboogle]", "tiny_bamboogle has no train split"),
-])
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("eval.datasets=[nonexistent_ds]", "eval.datasets: nonexistent_ds: cannot load"),
+        ("eval.sampled_datasets=[nonexistent_ds]", "eval.sampled_datasets: nonexistent_ds"),
+        ("train.val_datasets=[nonexistent_ds]", "train.val_datasets: nonexistent_ds"),
+        ("train.report_to=[no_such_logger]", "train.report_to: 'no_such_logger' is no logger"),
+        ("eval.datasets=[tiny_nope]", "eval.datasets: 'tiny_nope' is no TinyWorld dataset"),
+        ("train.train_datasets=[tiny_bamboogle]", "tiny_bamboogle has no train split"),
+    ],
+)
 def test_train_refuses_a_dataset_or_logger_it_cannot_use_before_any_work(
-        override, named, isolated_outputs, capsys):
+    override, named, isolated_outputs, capsys
+):
     """b8f2d3f trained ``eval.datasets=[nonexistent_ds]`` to the end, then failed at the final
     evaluation (a traceback), and the run was lost; the sampled metric's name was ignored; a
     bad validation set was a traceback at start."""
@@ -330,28 +394,41 @@ def test_train_refuses_a_dataset_or_logger_it_cannot_use_before_any_work(
     assert written == []  # no run record, no world, index or warm start (the lock is gone)
 
 
-def test_a_logger_that_is_not_installed_is_one_line_at_the_start(isolated_outputs, capsys,
-                                                                 monkeypatch):
+def test_a_logger_that_is_not_installed_is_one_line_at_the_start(
+    isolated_outputs, capsys, monkeypatch
+):
     """b8f2d3f: ``train.report_to=[wandb]`` without wandb: a traceback."""
     import importlib.util
 
     from at2po_lib.cli import main
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "wandb" else real(name, *a))
-    assert main(["train", "--profile", "smoke", "--method", "grpo",
-                 "--set", "train.report_to=[wandb]"]) == 2
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    assert (
+        main(
+            ["train", "--profile", "smoke", "--method", "grpo", "--set", "train.report_to=[wandb]"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "train.report_to: wandb is not installed" in err
 
 
-@pytest.mark.parametrize("checkpoint, named", [
-    ("", "--checkpoint '': empty"), ("EMPTY", "holds no model"), ("../../etc", "holds no model"),
-    ("RUN", "a run folder"), ("no/such/thing/here", "not a hub name"),
-])
+@pytest.mark.parametrize(
+    "checkpoint, named",
+    [
+        ("", "--checkpoint '': empty"),
+        ("EMPTY", "holds no model"),
+        ("../../etc", "holds no model"),
+        ("RUN", "a run folder"),
+        ("no/such/thing/here", "not a hub name"),
+    ],
+)
 def test_evaluate_refuses_a_checkpoint_that_is_no_model_in_one_line(
-        checkpoint, named, isolated_outputs, capsys, monkeypatch):
+    checkpoint, named, isolated_outputs, capsys, monkeypatch
+):
     """b8f2d3f: ``--checkpoint ''`` evaluated the warm start; an empty folder, ``../../etc`` or a
     run folder ended in ``ValueError: Unrecognized model``."""
     import os

@@ -94,27 +94,34 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
     cfg = load_profile("tiny")
     (shipped_copy / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
     (shipped_copy / "adapter_model.safetensors").write_bytes(b"\0" * 64)
-    with pytest.raises(CheckpointError, match=r"warmstart: holds adapter_config\.json, "
-                       r"adapter_model\.safetensors, not listed in .*warmstart\.json"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"warmstart: holds adapter_config\.json, "
+        r"adapter_model\.safetensors, not listed in .*warmstart\.json",
+    ):
         cached_warmstart(cfg)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         (shipped_copy / name).unlink()
-    (shipped_copy / "extra").mkdir()   # a folder counts too
+    (shipped_copy / "extra").mkdir()  # a folder counts too
     with pytest.raises(CheckpointError, match=r"holds extra, not listed"):
         cached_warmstart(cfg)
     (shipped_copy / "extra").rmdir()
     assert cached_warmstart(cfg) == shipped_copy
 
 
-@pytest.mark.parametrize("files, refusal", [
-    ({}, r"warmstart\.json: lists no files"),
-    (None, r"warmstart\.json: lists no files"),
-    ("model.safetensors", r"warmstart\.json: its 'files' is not a table"),
-    ("tokenizer.json", r"warmstart\.json: lists no model\.safetensors"),
-    ("all but config.json", r"holds config\.json, not listed in"),
-])
+@pytest.mark.parametrize(
+    "files, refusal",
+    [
+        ({}, r"warmstart\.json: lists no files"),
+        (None, r"warmstart\.json: lists no files"),
+        ("model.safetensors", r"warmstart\.json: its 'files' is not a table"),
+        ("tokenizer.json", r"warmstart\.json: lists no model\.safetensors"),
+        ("all but config.json", r"holds config\.json, not listed in"),
+    ],
+)
 def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
-        shipped_copy, files, refusal):
+    shipped_copy, files, refusal
+):
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.policy.warmstart_cache import cached_warmstart
@@ -132,13 +139,17 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
         cached_warmstart(load_profile("tiny"))
 
 
-@pytest.mark.parametrize("damage, refusal", [
-    ("missing", r"warmstart\.json: missing, so the warm start in .* cannot be verified"),
-    ("torn", r"warmstart\.json: not a readable warm-start record"),
-    ("list", r"warmstart\.json: not a warm-start record \(a JSON list"),
-])
+@pytest.mark.parametrize(
+    "damage, refusal",
+    [
+        ("missing", r"warmstart\.json: missing, so the warm start in .* cannot be verified"),
+        ("torn", r"warmstart\.json: not a readable warm-start record"),
+        ("list", r"warmstart\.json: not a warm-start record \(a JSON list"),
+    ],
+)
 def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command(
-        shipped_copy, monkeypatch, damage, refusal):
+    shipped_copy, monkeypatch, damage, refusal
+):
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
     from at2po_lib.trainer.warmstart import ensure_warmstart
@@ -178,11 +189,14 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     _no_training(monkeypatch)
     cfg = load_profile("tiny")
     folder, record = _local_copy(shipped_copy, tmp_path / "artifacts")
-    assert cached_warmstart(cfg) == folder            # intact: the local build is used
+    assert cached_warmstart(cfg) == folder  # intact: the local build is used
     whole = record.read_bytes()
     record.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(CheckpointError, match=r"policy/warmstart\.json: not a readable .*"
-                       r"rebuild it with `at2po warmstart --profile tiny --force`"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"policy/warmstart\.json: not a readable .*"
+        r"rebuild it with `at2po warmstart --profile tiny --force`",
+    ):
         ensure_warmstart(cfg)
     record.unlink()
     with pytest.raises(CheckpointError, match=r"policy/warmstart\.json: missing"):
@@ -190,11 +204,12 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     stale = json.loads(whole)
     stale["cache_key"] = "another-config"
     record.write_text(json.dumps(stale))
-    assert cached_warmstart(cfg) == shipped_copy      # stale, not damaged: the shipped copy
+    assert cached_warmstart(cfg) == shipped_copy  # stale, not damaged: the shipped copy
 
 
-def test_the_warmstart_command_names_a_damaged_record_in_one_line(shipped_copy, monkeypatch,
-                                                                  capsys):
+def test_the_warmstart_command_names_a_damaged_record_in_one_line(
+    shipped_copy, monkeypatch, capsys
+):
     from at2po_lib.cli import main
 
     _no_training(monkeypatch)
@@ -213,20 +228,25 @@ def test_a_study_refuses_a_stale_local_warm_start(shipped_copy, tmp_path):
     from at2po_lib.policy.checkpoint_files import CheckpointError
 
     folder, record = _local_copy(shipped_copy, tmp_path / "artifacts")
-    assert policy_folder("tiny") == folder            # current and whole: used
+    assert policy_folder("tiny") == folder  # current and whole: used
     stale = json.loads(record.read_text())
     stale["cache_key"] = "another-config"
     record.write_text(json.dumps(stale))
-    assert policy_folder("tiny") == shipped_copy      # the shipped copy is current
+    assert policy_folder("tiny") == shipped_copy  # the shipped copy is current
     shipped_record = shipped_copy / "warmstart.json"
-    shipped_record.write_text(json.dumps({**json.loads(shipped_record.read_text()),
-                                          "cache_key": "another-config"}))
-    _corrupt_weights(folder)                          # stale and damaged: never loaded
-    with pytest.raises(CheckpointError, match=re.escape(
+    shipped_record.write_text(
+        json.dumps({**json.loads(shipped_record.read_text()), "cache_key": "another-config"})
+    )
+    _corrupt_weights(folder)  # stale and damaged: never loaded
+    with pytest.raises(
+        CheckpointError,
+        match=re.escape(
             f"{folder}: a warm start built from another configuration of profile 'tiny'; "
-            "rebuild it with `at2po warmstart --profile tiny --force`")):
+            "rebuild it with `at2po warmstart --profile tiny --force`"
+        ),
+    ):
         policy_folder("tiny")
-    assert policy_folder("tiny", folder) == folder    # asked for by name: the caller's choice
+    assert policy_folder("tiny", folder) == folder  # asked for by name: the caller's choice
 
 
 def _init_from_copy(tmp_path: Path) -> Path:
@@ -236,12 +256,18 @@ def _init_from_copy(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("damage, refusal", [
-    ("tokenizer", r"stage1/tokenizer\.json: sha256 .* differs"),
-    ("adapter", r"stage1: holds adapter_config\.json, adapter_model\.safetensors, not listed"),
-    ("no record", r"stage1/warmstart\.json: missing, so the warm start in .* cannot be verified"),
-    ("model only", r"stage1: holds chat_template\.jinja, config\.json"),
-])
+@pytest.mark.parametrize(
+    "damage, refusal",
+    [
+        ("tokenizer", r"stage1/tokenizer\.json: sha256 .* differs"),
+        ("adapter", r"stage1: holds adapter_config\.json, adapter_model\.safetensors, not listed"),
+        (
+            "no record",
+            r"stage1/warmstart\.json: missing, so the warm start in .* cannot be verified",
+        ),
+        ("model only", r"stage1: holds chat_template\.jinja, config\.json"),
+    ],
+)
 def test_sft_init_from_is_verified_whole(tmp_path, damage, refusal):
     """sft.init_from checked the sha256 of model.safetensors only: a changed tokenizer, an adapter
     beside the weights or a folder without its record started SFT from another policy."""
@@ -323,8 +349,9 @@ def full_disk(tmp_path):
     """A 1 MiB tmpfs (root only; skipped elsewhere), nearly filled."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.decode().strip()})")
     try:
@@ -388,15 +415,17 @@ def test_the_command_line_reports_a_full_disk_in_one_line(full_disk, capsys, mon
     from at2po_lib.trainer.run_folder import append_jsonl
 
     _fill(full_disk)
-    status = run_guarded("at2po train", lambda: append_jsonl(full_disk / "m.jsonl",
-                                                             {"step": 1, "x": "y" * 100_000}))
+    status = run_guarded(
+        "at2po train", lambda: append_jsonl(full_disk / "m.jsonl", {"step": 1, "x": "y" * 100_000})
+    )
     err = capsys.readouterr().err
     assert status == 1 and "[Errno 28] No space left on device" in err
     assert str(full_disk / "m.jsonl") in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("bad", [b'{"id": "1", "contents": "caf\xe9"}', b"[" * 100_000,
-                                 b'{"id": ' + b"9" * 5000 + b"}"])
+@pytest.mark.parametrize(
+    "bad", [b'{"id": "1", "contents": "caf\xe9"}', b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}"]
+)
 def test_corpus_and_world_readers_name_the_file_and_line(tmp_path, bad):
     from at2po_lib.retrieval.corpus import CorpusError, parse_passage
     from at2po_lib.tinyworld.build import _jsonl_rows

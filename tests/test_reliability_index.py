@@ -69,7 +69,9 @@ def test_the_identity_is_recorded(dense_dir, bm25_dir, corpus20):
 def test_a_truncated_faiss_file_is_refused_naming_it(dense_dir, corpus20, tmp_path):
     folder = _copy(dense_dir, tmp_path)
     _truncate(folder / "index.faiss")
-    with pytest.raises(IndexMismatchError, match=r"index\.faiss: \d+ bytes, but the index was built with"):
+    with pytest.raises(
+        IndexMismatchError, match=r"index\.faiss: \d+ bytes, but the index was built with"
+    ):
         DenseRetriever(folder, corpus20)
 
 
@@ -97,7 +99,9 @@ def test_truncated_bm25_files_are_refused_naming_them(bm25_dir, corpus20, tmp_pa
         BM25Retriever(folder, corpus20)
 
 
-def test_a_corrupt_bm25_file_of_the_right_size_is_refused_naming_the_index(bm25_dir, corpus20, tmp_path):
+def test_a_corrupt_bm25_file_of_the_right_size_is_refused_naming_the_index(
+    bm25_dir, corpus20, tmp_path
+):
     folder = _copy(bm25_dir, tmp_path)
     _scramble(folder / "params.index.json")
     with pytest.raises(RetrievalError, match="cannot read the BM25 index") as caught:
@@ -128,8 +132,14 @@ def test_a_failed_rebuild_keeps_the_previous_index_whole(dense_dir, corpus20, tm
     folder = _copy(dense_dir, tmp_path)
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     with pytest.raises(Killed):  # a rebuild with another encoder dies half-way
-        build_dense_index(corpus20, folder, EncoderSpec(max_length=16), shard_size=10,
-                          on_shard_done=_die, progress=False)
+        build_dense_index(
+            corpus20,
+            folder,
+            EncoderSpec(max_length=16),
+            shard_size=10,
+            on_shard_done=_die,
+            progress=False,
+        )
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
     assert DenseRetriever(folder, corpus20).search(["anything"], 2)  # the old index, checked
     assert not (staging_path(folder) / "meta.json").exists()  # the attempt is not loadable
@@ -147,13 +157,24 @@ def test_a_faiss_file_without_meta_json_is_never_used_silently(dense_dir, corpus
 
 
 def _profile(corpus: Path, index_dir: Path, **retrieval):
-    return load_profile("smoke", {"retrieval": {"method": "dense", "corpus": str(corpus),
-                                                "index_dir": str(index_dir), "max_length": 32,
-                                                **retrieval}})
+    return load_profile(
+        "smoke",
+        {
+            "retrieval": {
+                "method": "dense",
+                "corpus": str(corpus),
+                "index_dir": str(index_dir),
+                "max_length": 32,
+                **retrieval,
+            }
+        },
+    )
 
 
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
-def test_ensure_index_rebuilds_an_index_whose_identity_is_missing(corpus20, tmp_path, isolated_outputs):
+def test_ensure_index_rebuilds_an_index_whose_identity_is_missing(
+    corpus20, tmp_path, isolated_outputs
+):
     cfg = _profile(corpus20, tmp_path / "index")
     dense = ensure_index(cfg, ("dense",), progress=False)["dense"]
     (dense / "meta.json").unlink()  # the stale state of a rebuild that died (old code)
@@ -170,14 +191,18 @@ def test_ensure_index_rebuilds_an_index_whose_identity_is_missing(corpus20, tmp_
 
 
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
-def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(dense_dir, corpus20, tmp_path, isolated_outputs):
+def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(
+    dense_dir, corpus20, tmp_path, isolated_outputs
+):
     download = tmp_path / "download"
     download.mkdir()
     shutil.copy(dense_dir / "index.faiss", download / "e5_Flat.index")
     explicit = _profile(corpus20, download, prebuilt=True)
     folders = ensure_index(explicit, ("dense",), progress=False)
     assert folders["dense"] == download
-    assert not (download / "meta.json").exists() and not (download / "dense").exists()  # nothing built
+    assert (
+        not (download / "meta.json").exists() and not (download / "dense").exists()
+    )  # nothing built
     from at2po_lib.retrieval.indexes import build_retriever
 
     retriever = build_retriever(explicit)
@@ -187,7 +212,9 @@ def test_a_prebuilt_index_is_an_explicit_choice_and_is_checked(dense_dir, corpus
     with pytest.raises(IndexMismatchError, match="20 vectors"):
         ensure_index(_profile(short, download, prebuilt=True), ("dense",), progress=False)
     with pytest.raises(RetrievalError, match="holds no index.faiss"):
-        ensure_index(_profile(corpus20, tmp_path / "empty", prebuilt=True), ("dense",), progress=False)
+        ensure_index(
+            _profile(corpus20, tmp_path / "empty", prebuilt=True), ("dense",), progress=False
+        )
     # Without the flag the download is not the index: a fresh one is built under dense/.
     implicit = ensure_index(_profile(corpus20, download), ("dense",), progress=False)
     assert implicit["dense"] == download / "dense" and (download / "dense" / "meta.json").is_file()
@@ -210,13 +237,15 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_a_build_never_replaces_a_users_folder(kind, corpus20, tmp_path):
     folder = _user_folder(tmp_path)
     before = _tree(folder)
-    with pytest.raises(RetrievalError, match=r"mine: holds files no index build wrote \(sub, thesis.txt\)"):
+    with pytest.raises(
+        RetrievalError, match=r"mine: holds files no index build wrote \(sub, thesis.txt\)"
+    ):
         if kind == "bm25":
             build_bm25_index(corpus20, folder, progress=False)
         else:
             build_dense_index(corpus20, folder, EncoderSpec("no-encoder-needed"), progress=False)
-    assert _tree(folder) == before                        # every file kept, byte for byte
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]   # no staging left beside it
+    assert _tree(folder) == before  # every file kept, byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no staging left beside it
 
 
 def test_a_build_into_the_corpus_folder_is_refused(corpus20, tmp_path):
@@ -250,7 +279,7 @@ def test_an_index_is_marked_and_rebuilt_in_place(bm25_dir, corpus20, tmp_path):
 
     index = _copy(bm25_dir, tmp_path)
     assert (index / MANIFEST).is_file()
-    build_bm25_index(corpus20, index, progress=False)    # its own index: replaced
+    build_bm25_index(corpus20, index, progress=False)  # its own index: replaced
     assert (index / MANIFEST).is_file() and (index / "meta.json").is_file()
     # an index from before the manifest (meta.json, its seven files, the old text marker or
     # none) is recognised too
@@ -277,12 +306,13 @@ def test_the_index_command_refuses_a_users_folder_in_one_line(corpus20, tmp_path
     assert _tree(folder) == before
 
 
-
 # ------------------------------------- an index build owns what it wrote and nothing else (#50)
 def _index_tree(folder: Path) -> dict[str, bytes]:
     """Every file and folder below ``folder`` (folders as b"<dir>"), for before/after checks."""
-    return {str(p.relative_to(folder)): (b"<dir>" if p.is_dir() else p.read_bytes())
-            for p in folder.rglob("*")}
+    return {
+        str(p.relative_to(folder)): (b"<dir>" if p.is_dir() else p.read_bytes())
+        for p in folder.rglob("*")
+    }
 
 
 def _index_cli(corpus: Path, out: Path | str, *extra: str) -> int:
@@ -299,13 +329,16 @@ def test_the_manifest_lists_every_file_written_with_its_sha256(bm25_dir):
     on_disk = {p.name for p in bm25_dir.iterdir() if p.name != MANIFEST}
     assert set(manifest["files"]) == on_disk and "meta.json" in on_disk
     for name, entry in manifest["files"].items():
-        assert entry == {"size": (bm25_dir / name).stat().st_size,
-                         "sha256": file_sha256(bm25_dir / name)}
+        assert entry == {
+            "size": (bm25_dir / name).stat().st_size,
+            "sha256": file_sha256(bm25_dir / name),
+        }
 
 
 @pytest.mark.parametrize("added", ["NOTES.txt", "mydata/", "mydata/x.csv", "corpus_offsets_mine"])
-def test_a_forced_rebuild_never_deletes_what_a_user_added_to_an_index(bm25_dir, corpus20,
-                                                                      tmp_path, added, capsys):
+def test_a_forced_rebuild_never_deletes_what_a_user_added_to_an_index(
+    bm25_dir, corpus20, tmp_path, added, capsys
+):
     """b8f2d3f: exit 0 and the added file or folder gone (issue #50 item 1)."""
     index = _copy(bm25_dir, tmp_path)
     target = index / added.rstrip("/")
@@ -334,18 +367,24 @@ def test_lookalike_indexes_are_refused_and_left_whole(corpus20, tmp_path):
     listed = tmp_path / "b"
     listed.mkdir()
     (listed / "thesis.txt").write_text("work\n")
-    (listed / "meta.json").write_text(json.dumps(
-        {"kind": "bm25", "corpus_checksum": "v1:1:1:x", "files": {"thesis.txt": 5}}))
+    (listed / "meta.json").write_text(
+        json.dumps({"kind": "bm25", "corpus_checksum": "v1:1:1:x", "files": {"thesis.txt": 5}})
+    )
     marker_only = tmp_path / "c"
     marker_only.mkdir()
     (marker_only / MANIFEST).write_text("")
     forged = tmp_path / "d"  # a manifest whose listed hash is not the file's
     forged.mkdir()
     (forged / "thesis.txt").write_text("work\n")
-    (forged / MANIFEST).write_text(json.dumps(
-        {"format": 2, "files": {"thesis.txt": {"size": 5, "sha256": "0" * 64}}}))
-    for folder, named in ((empty_marker, "thesis.txt"), (listed, "thesis.txt"),
-                          (marker_only, MANIFEST), (forged, "thesis.txt: changed")):
+    (forged / MANIFEST).write_text(
+        json.dumps({"format": 2, "files": {"thesis.txt": {"size": 5, "sha256": "0" * 64}}})
+    )
+    for folder, named in (
+        (empty_marker, "thesis.txt"),
+        (listed, "thesis.txt"),
+        (marker_only, MANIFEST),
+        (forged, "thesis.txt: changed"),
+    ):
         before = _index_tree(folder)
         with pytest.raises(RetrievalError, match=re.escape(named)):
             build_bm25_index(corpus20, folder, progress=False)
@@ -362,8 +401,9 @@ def test_an_index_file_changed_since_the_build_is_not_deleted(bm25_dir, corpus20
     assert _index_tree(index) == before
 
 
-def test_a_rebuild_into_the_folder_holding_its_corpus_is_refused(bm25_dir, corpus20, tmp_path,
-                                                                 capsys):
+def test_a_rebuild_into_the_folder_holding_its_corpus_is_refused(
+    bm25_dir, corpus20, tmp_path, capsys
+):
     """b8f2d3f: ``--corpus X/corpus.jsonl --out X --force`` deleted the corpus it read."""
     index = _copy(bm25_dir, tmp_path)
     shutil.copy(corpus20, index / "corpus.jsonl")
@@ -375,8 +415,9 @@ def test_a_rebuild_into_the_folder_holding_its_corpus_is_refused(bm25_dir, corpu
 
 
 @pytest.mark.parametrize("out", [".", "/", "..", "./"])
-def test_dot_and_root_as_destination_are_one_line_naming_the_argument(corpus20, tmp_path, out,
-                                                                       monkeypatch, capsys):
+def test_dot_and_root_as_destination_are_one_line_naming_the_argument(
+    corpus20, tmp_path, out, monkeypatch, capsys
+):
     """b8f2d3f: ``ValueError: PosixPath('.') has an empty name`` (a traceback), also in an
     empty folder."""
     empty = tmp_path / "empty"
@@ -406,8 +447,9 @@ def test_a_file_added_during_the_build_stops_the_swap(bm25_dir, corpus20, tmp_pa
     assert (index / "added-meanwhile.txt").read_text() == "mine\n"
 
 
-def test_an_offsets_cache_rewritten_by_a_load_does_not_block_a_rebuild(bm25_dir, corpus20,
-                                                                       tmp_path):
+def test_an_offsets_cache_rewritten_by_a_load_does_not_block_a_rebuild(
+    bm25_dir, corpus20, tmp_path
+):
     """Loads rewrite ``corpus_offsets.*`` when the corpus changes: recognised by form."""
     import os
 

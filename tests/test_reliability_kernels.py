@@ -17,19 +17,33 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                 reason="Unix-socket kernels; /proc is Linux")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="Unix-socket kernels; /proc is Linux"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _lab_dry_run(runtime_parent: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_parent), "AT2PO_LAB_DRY_RUN": "1",
-           "AT2PO_SKIP_INSTALL": "1", "AT2PO_VENV": str(Path(sys.executable).parent.parent),
-           "AT2PO_GIT_FILTER": "0"}
-    return subprocess.run(["bash", str(ROOT / "scripts" / "lab.sh")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(runtime_parent),
+        "AT2PO_LAB_DRY_RUN": "1",
+        "AT2PO_SKIP_INSTALL": "1",
+        "AT2PO_VENV": str(Path(sys.executable).parent.parent),
+        "AT2PO_GIT_FILTER": "0",
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "lab.sh")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -88,8 +102,9 @@ def test_lab_kernels_started_together_get_their_own_sockets(short_tmp):
     async def start_together(n: int) -> list[dict]:
         manager = AsyncMultiKernelManager(config=config)
         manager.connection_dir = runtime  # what jupyter server sets from JUPYTER_RUNTIME_DIR
-        ids = await asyncio.gather(*(manager.start_kernel(kernel_name=KERNEL_NAME)
-                                     for _ in range(n)))
+        ids = await asyncio.gather(
+            *(manager.start_kernel(kernel_name=KERNEL_NAME) for _ in range(n))
+        )
         try:
             infos = [manager.get_kernel(k).get_connection_info() for k in ids]
             for kernel_id in ids:  # every kernel answers on its own sockets
@@ -102,8 +117,11 @@ def test_lab_kernels_started_together_get_their_own_sockets(short_tmp):
             await manager.shutdown_all(now=True)
 
     infos = asyncio.run(start_together(3))
-    paths = [f"{info['ip']}-{info[port]}" for info in infos
-             for port in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+    paths = [
+        f"{info['ip']}-{info[port]}"
+        for info in infos
+        for port in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    ]
     assert len(set(paths)) == len(paths), paths
     assert all(p.startswith(runtime) for p in paths)
 
@@ -164,10 +182,16 @@ def test_run_notebooks_kernel_listens_on_no_tcp_port(tmp_path):
     notebook = nbformat.v4.new_notebook()
     parameters = nbformat.v4.new_code_cell('profile = "smoke"')
     parameters.metadata["tags"] = ["parameters"]
-    notebook.cells = [parameters, nbformat.v4.new_code_cell(LISTENERS),
-                      nbformat.v4.new_code_cell(FORKED_CHILD)]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}  # run_notebooks names its own
+    notebook.cells = [
+        parameters,
+        nbformat.v4.new_code_cell(LISTENERS),
+        nbformat.v4.new_code_cell(FORKED_CHILD),
+    ]
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }  # run_notebooks names its own
     nbformat.write(notebook, nbdir / "00_kernel.ipynb")
     results = run_notebooks("smoke", notebooks_dir=nbdir, out_dir=tmp_path / "out")
     assert [r.status for r in results] == ["ran"], results
@@ -194,8 +218,9 @@ def _tcp_listeners(pid: int) -> list[tuple[str, int]]:
                 if width == 4:
                     host = socket.inet_ntop(socket.AF_INET, raw[::-1])
                 else:
-                    host = socket.inet_ntop(socket.AF_INET6, b"".join(
-                        raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+                    host = socket.inet_ntop(
+                        socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                    )
                 found.append((host, int(port, 16)))
     return found
 
@@ -233,8 +258,17 @@ def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd)
                 push = context.socket(zmq.PUSH)
                 push.linger = 1000
                 push.connect(f"tcp://127.0.0.1:{port}")
-                push.send_multipart([b"\0" * 16, b"<IDS|MSG>", b"", b"{}", b"{}", b"{}",
-                                     json.dumps({"name": "stdout", "text": "FORGED"}).encode()])
+                push.send_multipart(
+                    [
+                        b"\0" * 16,
+                        b"<IDS|MSG>",
+                        b"",
+                        b"{}",
+                        b"{}",
+                        b"{}",
+                        json.dumps({"name": "stdout", "text": "FORGED"}).encode(),
+                    ]
+                )
                 push.close()
             context.term()
             time.sleep(1.0)
@@ -244,8 +278,11 @@ def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd)
             while time.monotonic() < deadline:
                 msg = client.get_iopub_msg(timeout=60)
                 texts.append(json.dumps(msg["content"]))
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
-                        and any("after" in t for t in texts):
+                if (
+                    msg["msg_type"] == "status"
+                    and msg["content"]["execution_state"] == "idle"
+                    and any("after" in t for t in texts)
+                ):
                     break
             assert not any("FORGED" in t for t in texts)
         finally:
@@ -255,8 +292,9 @@ def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd)
 
 
 @pytest.mark.parametrize("through_link", [True, False])
-def test_run_notebooks_accepts_a_venv_reached_through_a_symlink(tmp_path, monkeypatch,
-                                                                  through_link):
+def test_run_notebooks_accepts_a_venv_reached_through_a_symlink(
+    tmp_path, monkeypatch, through_link
+):
     from at2po_lib.reporting.notebook_runner import KERNEL_NAME, check_kernel
 
     real = tmp_path / "real-venv" / "bin"
@@ -265,13 +303,18 @@ def test_run_notebooks_accepts_a_venv_reached_through_a_symlink(tmp_path, monkey
     (tmp_path / "venv-link").symlink_to(tmp_path / "real-venv")
     other = tmp_path / "other-venv" / "bin"
     other.mkdir(parents=True)
-    kernel_python = (tmp_path / "venv-link" / "bin" / "python" if through_link
-                     else other / "python")
+    kernel_python = tmp_path / "venv-link" / "bin" / "python" if through_link else other / "python"
     spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [str(kernel_python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "AT2PO", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(kernel_python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "AT2PO",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setattr(sys, "executable", str(real / "python"))
     if through_link:

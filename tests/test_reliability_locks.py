@@ -30,9 +30,13 @@ def holder():
     procs = []
 
     def start(folder: Path) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], cwd=ROOT,
-                                stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(folder)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         procs.append(proc)
         assert proc.stdout.readline().strip() == "held"
         return proc
@@ -43,15 +47,18 @@ def holder():
         proc.wait(timeout=10)
 
 
-def test_a_second_training_run_on_one_folder_stops_naming_the_first(tmp_path, monkeypatch,
-                                                                      holder, capsys):
+def test_a_second_training_run_on_one_folder_stops_naming_the_first(
+    tmp_path, monkeypatch, holder, capsys
+):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path / "results"))
     from at2po_lib.cli.train import main
 
     run_root = tmp_path / "results" / "runs" / "tiny" / "grpo" / "seed0"
     first = holder(run_root)
-    assert main(["--profile", "tiny", "--method", "grpo", "--seed", "0",
-                 "--set", "train.max_steps=1"]) == 2
+    assert (
+        main(["--profile", "tiny", "--method", "grpo", "--seed", "0", "--set", "train.max_steps=1"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"PID {first.pid}" in err and str(run_root) in err
     assert not any(run_root.parent.glob(".seed0.staging")), "nothing may be written"

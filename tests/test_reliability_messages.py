@@ -65,8 +65,7 @@ def test_the_checkout_is_found_from_outside_it(tmp_path, monkeypatch):
 # ------------------------------------------ issue #50 item 7: every command, out-of-range input
 OUT_OF_RANGE = [
     (["index", "--bm25", "--corpus", "c.jsonl", "--out", "."], "--out '.'"),
-    (["index", "--bm25", "--corpus", "c.jsonl", "--out", "x", "--batch-size", "0"],
-     "--batch-size"),
+    (["index", "--bm25", "--corpus", "c.jsonl", "--out", "x", "--batch-size", "0"], "--batch-size"),
     (["dissect", "expansion", "--prompts", "0"], "--prompts"),
     (["dissect", "expansion", "--chunk", "0"], "--chunk"),
     (["dissect", "expansion", "--resamples", "1"], "--resamples"),
@@ -83,15 +82,16 @@ OUT_OF_RANGE = [
     (["evaluate", "--checkpoint", ""], "--checkpoint"),
     (["train", "--method", "grpo", "--seed", "-1"], "--seed"),
     (["train", "--method", "grpo", "--max-steps", "0"], "--max-steps"),
-    (["train", "--method", "grpo", "--set", "train.micro_batch_rows=1000000000"],
-     "train.micro_batch_rows"),
+    (
+        ["train", "--method", "grpo", "--set", "train.micro_batch_rows=1000000000"],
+        "train.micro_batch_rows",
+    ),
     (["train", "--method", "grpo", "--set", "trainer.warmup_steps=1e12"], "trainer.warmup_steps"),
     (["study", "--table", "1", "--seeds", "-1"], "--seeds"),
     (["plan", "--profile", "tiny", "--gpus", "99999999999999999999"], "--gpus"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "nan"], "--gpu-memory-gib"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "inf"], "--gpu-memory-gib"),
-    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "1e308"],
-     "--gpu-memory-gib"),
+    (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-memory-gib", "1e308"], "--gpu-memory-gib"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-tflops", "-1"], "--gpu-tflops"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--passages", "-1"], "--passages"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--mean-searches", "nan"], "--mean-searches"),
@@ -106,10 +106,12 @@ OUT_OF_RANGE = [
 ]
 
 
-@pytest.mark.parametrize("argv, named", OUT_OF_RANGE, ids=lambda v: " ".join(v)
-                         if isinstance(v, list) else None)
-def test_every_command_refuses_out_of_range_input_in_one_line(argv, named, tmp_path,
-                                                              monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "argv, named", OUT_OF_RANGE, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_every_command_refuses_out_of_range_input_in_one_line(
+    argv, named, tmp_path, monkeypatch, capsys
+):
     """b8f2d3f: tracebacks for ``dissect expansion --prompts 0``, ``credit-accuracy
     --resamples 0``, ``plan --gpu-memory-gib nan``, ``--set train.micro_batch_rows=1e9``, ``index
     --out .``; ``plan --gpus 99999999999999999999`` fitted and ``--gpu-tflops -1`` planned -247.8
@@ -123,7 +125,8 @@ def test_every_command_refuses_out_of_range_input_in_one_line(argv, named, tmp_p
         (world / dataset).mkdir(parents=True)
         (world / dataset / "train.jsonl").write_text(
             '{"id": "q0", "question": "?", "golden_answers": ["a"], '
-            '"metadata": {"supporting_ids": []}}\n')
+            '"metadata": {"supporting_ids": []}}\n'
+        )
     monkeypatch.chdir(tmp_path)
     try:
         code = main(argv)

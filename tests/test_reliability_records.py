@@ -14,8 +14,12 @@ import yaml
 from at2po_lib.cli.report import main as report_main
 from at2po_lib.reporting import report
 from at2po_lib.reporting import table2 as report_table2
-from at2po_lib.reporting.records import (check_seeds, load_final_evals, load_outcomes,
-                                         load_training_records)
+from at2po_lib.reporting.records import (
+    check_seeds,
+    load_final_evals,
+    load_outcomes,
+    load_training_records,
+)
 from at2po_lib.util.errors import RecordError
 from test_reporting import DATASETS, N_QUESTIONS, write_run
 
@@ -45,8 +49,9 @@ def test_an_em_outside_0_1_is_refused_naming_file_and_line(runs):
         load_outcomes("smoke")
 
 
-@pytest.mark.parametrize("column, value", [("f1", "abc"), ("num_turns", "-1"),
-                                           ("num_tool_calls", "1.5")])
+@pytest.mark.parametrize(
+    "column, value", [("f1", "abc"), ("num_turns", "-1"), ("num_tool_calls", "1.5")]
+)
 def test_non_numeric_or_negative_outcome_cells_are_refused(runs, column, value):
     _edit_line(runs / "seed0" / "outcomes.csv", 3, column, value)
     with pytest.raises(RecordError, match=r"seed0/outcomes\.csv, line 3"):
@@ -107,8 +112,9 @@ def test_a_run_without_a_valid_done_json_is_not_counted(runs, capsys, done):
     assert "left out 1: grpo/seed2 (" in capsys.readouterr().err
 
 
-def test_at2po_report_names_the_damaged_file_without_a_traceback(runs, capsys, tmp_path,
-                                                                 monkeypatch):
+def test_at2po_report_names_the_damaged_file_without_a_traceback(
+    runs, capsys, tmp_path, monkeypatch
+):
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
     _edit_line(runs / "seed1" / "outcomes.csv", 4, "em", "7")
     assert report_main(["--profile", "smoke"]) == 2
@@ -124,20 +130,39 @@ def _tables(root):
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _record_provenance(run, seed: int, method: str = "grpo", epsilon: float = 0.2,
-                       revision: str = "a" * 40, profile: str = "smoke") -> None:
+def _record_provenance(
+    run,
+    seed: int,
+    method: str = "grpo",
+    epsilon: float = 0.2,
+    revision: str = "a" * 40,
+    profile: str = "smoke",
+) -> None:
     """config.yaml, meta.json and DONE.json as the trainer writes them (hash of the config)."""
     from at2po_lib.trainer.run_folder import config_hash
 
-    config = {"profile": {"name": profile, "train": {"max_steps": 4}}, "method": method,
-              "seed": seed, "preset": {"epsilon": epsilon},
-              "trainer": {"seed": seed, "epsilon": epsilon}}
+    config = {
+        "profile": {"name": profile, "train": {"max_steps": 4}},
+        "method": method,
+        "seed": seed,
+        "preset": {"epsilon": epsilon},
+        "trainer": {"seed": seed, "epsilon": epsilon},
+    }
     digest = config_hash(config)
-    (run / "config.yaml").write_text(yaml.safe_dump({**config, "config_hash": digest},
-                                                    sort_keys=False))
-    (run / "meta.json").write_text(json.dumps({"profile": profile, "seed": seed,
-                                               "git_revision": revision, "method": method,
-                                               "config_hash": digest}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({**config, "config_hash": digest}, sort_keys=False)
+    )
+    (run / "meta.json").write_text(
+        json.dumps(
+            {
+                "profile": profile,
+                "seed": seed,
+                "git_revision": revision,
+                "method": method,
+                "config_hash": digest,
+            }
+        )
+    )
     (run / "DONE.json").write_text(json.dumps({"config_hash": digest, "status": "trained"}))
 
 
@@ -156,9 +181,12 @@ def test_a_duplicated_question_id_is_refused_naming_both_lines(runs):
     first = lines[3].split(",")
     first[lines[0].split(",").index("em")] = "1.0" if first[4] != "1.0" else "0.0"
     path.write_text("\n".join(lines + [",".join(first)]) + "\n")  # line 4 again, other EM
-    with pytest.raises(RecordError, match=rf"seed1/outcomes\.csv, line {len(lines) + 1}: "
-                                          r"question tiny_hotpotqa/tiny_hotpotqa-2 again "
-                                          r"\(first on line 4\)"):
+    with pytest.raises(
+        RecordError,
+        match=rf"seed1/outcomes\.csv, line {len(lines) + 1}: "
+        r"question tiny_hotpotqa/tiny_hotpotqa-2 again "
+        r"\(first on line 4\)",
+    ):
         load_outcomes("smoke")
 
 
@@ -172,8 +200,11 @@ def test_the_same_id_in_two_datasets_is_two_questions(runs):
 def test_a_torn_last_metrics_line_of_a_finished_run_is_refused(runs):
     with open(runs / "seed2" / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 5, "entropy": 0.1')
-    with pytest.raises(RecordError, match=r"seed2/metrics\.jsonl, line 5: not valid JSON "
-                                          r"\(a torn last line"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed2/metrics\.jsonl, line 5: not valid JSON "
+        r"\(a torn last line",
+    ):
         load_training_records("smoke")
     with open(runs / "seed0" / "eval.jsonl", "a") as fh:
         fh.write('{"step": 9, "data')
@@ -191,8 +222,11 @@ def test_a_run_copied_to_another_seed_is_refused(runs, name):
         _edit_line(copy / "outcomes.csv", 3, "em", "0.0")
     else:  # only the outcomes: metrics differ
         (copy / "metrics.jsonl").write_text('{"step": 1, "entropy": 0.5}\n')
-    with pytest.raises(RecordError, match=rf"seed3/{name.replace('.', '[.]')}: the same "
-                                          rf"{name.replace('.', '[.]')} as grpo/seed1"):
+    with pytest.raises(
+        RecordError,
+        match=rf"seed3/{name.replace('.', '[.]')}: the same "
+        rf"{name.replace('.', '[.]')} as grpo/seed1",
+    ):
         check_seeds("smoke")
     check_seeds("smoke", methods=["at2po"])  # other methods are not concerned
 
@@ -202,11 +236,18 @@ def test_seeds_of_other_methods_may_agree(runs):
     check_seeds("smoke")  # two presets may train alike; only seeds of one method must differ
 
 
-@pytest.mark.parametrize("change, file, match", [
-    ({"epsilon": 0.3}, "config.yaml", r"configuration less the seed .* preset\.epsilon: 0\.3 "
-                                      r"here, 0\.2 there"),
-    ({"revision": "b" * 40}, "meta.json", r"git revision \(meta\.json\) differs .*bbbb"),
-])
+@pytest.mark.parametrize(
+    "change, file, match",
+    [
+        (
+            {"epsilon": 0.3},
+            "config.yaml",
+            r"configuration less the seed .* preset\.epsilon: 0\.3 "
+            r"here, 0\.2 there",
+        ),
+        ({"revision": "b" * 40}, "meta.json", r"git revision \(meta\.json\) differs .*bbbb"),
+    ],
+)
 def test_a_seed_of_another_configuration_or_revision_is_refused(recorded, change, file, match):
     _record_provenance(recorded / "seed1", 1, **change)
     with pytest.raises(RecordError, match=rf"seed1/{file.replace('.', '[.]')}: {match}"):
@@ -215,12 +256,18 @@ def test_a_seed_of_another_configuration_or_revision_is_refused(recorded, change
 
 def test_a_seed_recorded_for_another_profile_seed_or_method_is_refused(recorded):
     _record_provenance(recorded / "seed2", 2, profile="tiny")
-    with pytest.raises(RecordError, match=r"seed2/meta\.json: records profile 'tiny', but it "
-                                          r"lies in results/runs/smoke/"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed2/meta\.json: records profile 'tiny', but it "
+        r"lies in results/runs/smoke/",
+    ):
         check_seeds("smoke")
     _record_provenance(recorded / "seed2", 0)  # seed0's records in seed2's folder
-    with pytest.raises(RecordError, match=r"seed2/meta\.json: records seed 0, but it lies "
-                                          r"in seed2"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed2/meta\.json: records seed 0, but it lies "
+        r"in seed2",
+    ):
         check_seeds("smoke")
     _record_provenance(recorded / "seed2", 2, method="dapo")
     with pytest.raises(RecordError, match=r"seed2/config\.yaml: records method 'dapo'"):
@@ -230,20 +277,29 @@ def test_a_seed_recorded_for_another_profile_seed_or_method_is_refused(recorded)
 def test_hashes_that_do_not_match_the_config_are_refused(recorded):
     config = recorded / "seed0" / "config.yaml"
     config.write_text(config.read_text().replace("epsilon: 0.2", "epsilon: 0.25"))
-    with pytest.raises(RecordError, match=r"seed0/config\.yaml: config_hash \w+ is not the "
-                                          r"hash of the configuration"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed0/config\.yaml: config_hash \w+ is not the "
+        r"hash of the configuration",
+    ):
         check_seeds("smoke")
     _record_provenance(recorded / "seed0", 0)
     (recorded / "seed0" / "DONE.json").write_text(json.dumps({"config_hash": "0" * 16}))
-    with pytest.raises(RecordError, match=r"seed0/DONE\.json: config_hash 0+ is not "
-                                          r"config\.yaml's"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed0/DONE\.json: config_hash 0+ is not "
+        r"config\.yaml's",
+    ):
         check_seeds("smoke")
 
 
 def test_a_seed_without_the_records_its_siblings_have_is_refused(recorded):
     (recorded / "seed2" / "config.yaml").unlink()
-    with pytest.raises(RecordError, match=r"seed2/config\.yaml: absent, while seed0, seed1 "
-                                          r"record their configuration"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed2/config\.yaml: absent, while seed0, seed1 "
+        r"record their configuration",
+    ):
         check_seeds("smoke")
 
 
@@ -256,7 +312,8 @@ def test_a_variant_recorded_under_its_former_name_is_accepted(runs):
 
 
 def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(
-        recorded, capsys, tmp_path, monkeypatch):
+    recorded, capsys, tmp_path, monkeypatch
+):
     """Refused records leave every table as it was; a failure half-way puts back what it had
     already rewritten (issue #39 item 3)."""
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
@@ -297,8 +354,9 @@ def _report(capsys) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("name", ["seed01", "seed\u0661", "link"])
-def test_a_second_folder_of_one_seed_is_refused_naming_it(recorded, capsys, tmp_path,
-                                                          monkeypatch, name):
+def test_a_second_folder_of_one_seed_is_refused_naming_it(
+    recorded, capsys, tmp_path, monkeypatch, name
+):
     """b8f2d3f: ``cp -r seed1 seed01`` (or ``seed١``, or a link) counted seed 1 twice: Figure
     3's GRPO change moved and Table 1 rested on one more run."""
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
@@ -315,8 +373,9 @@ def test_a_second_folder_of_one_seed_is_refused_naming_it(recorded, capsys, tmp_
     assert _tables(recorded) == before
 
 
-def test_a_backup_folder_is_no_run_for_the_report_or_dissect_runs(recorded, capsys, tmp_path,
-                                                                 monkeypatch):
+def test_a_backup_folder_is_no_run_for_the_report_or_dissect_runs(
+    recorded, capsys, tmp_path, monkeypatch
+):
     """b8f2d3f: a ``seed1.bak`` copy added a row to ``at2po dissect runs``'s clip levels."""
     from at2po_lib.reporting.records import finished_run_folders
 
@@ -325,8 +384,7 @@ def test_a_backup_folder_is_no_run_for_the_report_or_dissect_runs(recorded, caps
     before = _tables(recorded)
     shutil.copytree(recorded / "seed1", recorded / "seed1.bak")
     assert _report(capsys)[0] == 0 and _tables(recorded) == before
-    assert [p.name for p in finished_run_folders("smoke", ["grpo"])] == ["seed0", "seed1",
-                                                                        "seed2"]
+    assert [p.name for p in finished_run_folders("smoke", ["grpo"])] == ["seed0", "seed1", "seed2"]
 
 
 def test_dissect_runs_refuses_a_copied_run(recorded, capsys, monkeypatch, tmp_path):
@@ -341,18 +399,34 @@ def test_dissect_runs_refuses_a_copied_run(recorded, capsys, monkeypatch, tmp_pa
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("file, line, match", [
-    ("metrics.jsonl", '{"step": 4, "entropy": 0.1}',
-     r"seed1/metrics\.jsonl, line 5: step 4 again \(first on line 4\)"),
-    ("metrics.jsonl", '{"step": 5, "entropy": NaN}',
-     r"seed1/metrics\.jsonl, line 5: entropy=nan is not a finite number"),
-    ("metrics.jsonl", '{"step": 5, "entropy": Infinity}',
-     r"seed1/metrics\.jsonl, line 5: entropy=inf is not a finite number"),
-    ("eval.jsonl", '{"step": 4, "dataset": "tiny_hotpotqa", "em": 0.5}',
-     r"seed1/eval\.jsonl, line 3: step 4, dataset tiny_hotpotqa again \(first on line 2\)"),
-])
-def test_duplicated_or_non_finite_metric_rows_are_refused_naming_file_and_line(runs, file,
-                                                                               line, match):
+@pytest.mark.parametrize(
+    "file, line, match",
+    [
+        (
+            "metrics.jsonl",
+            '{"step": 4, "entropy": 0.1}',
+            r"seed1/metrics\.jsonl, line 5: step 4 again \(first on line 4\)",
+        ),
+        (
+            "metrics.jsonl",
+            '{"step": 5, "entropy": NaN}',
+            r"seed1/metrics\.jsonl, line 5: entropy=nan is not a finite number",
+        ),
+        (
+            "metrics.jsonl",
+            '{"step": 5, "entropy": Infinity}',
+            r"seed1/metrics\.jsonl, line 5: entropy=inf is not a finite number",
+        ),
+        (
+            "eval.jsonl",
+            '{"step": 4, "dataset": "tiny_hotpotqa", "em": 0.5}',
+            r"seed1/eval\.jsonl, line 3: step 4, dataset tiny_hotpotqa again \(first on line 2\)",
+        ),
+    ],
+)
+def test_duplicated_or_non_finite_metric_rows_are_refused_naming_file_and_line(
+    runs, file, line, match
+):
     """b8f2d3f: accepted, and they moved Figure 3 and the claims."""
     with open(runs / "seed1" / file, "a") as fh:
         fh.write(line + "\n")
@@ -371,8 +445,11 @@ def test_a_greedy_em_other_than_0_or_1_is_refused(runs):
         load_outcomes("smoke")
     lines = (runs / "seed2" / "final_eval.csv").read_text().splitlines()
     (runs / "seed2" / "final_eval.csv").write_text("\n".join(lines + [lines[1]]) + "\n")
-    with pytest.raises(RecordError, match=r"seed2/final_eval\.csv, line \d+: dataset "
-                                          r"tiny_hotpotqa again \(first on line 2\)"):
+    with pytest.raises(
+        RecordError,
+        match=r"seed2/final_eval\.csv, line \d+: dataset "
+        r"tiny_hotpotqa again \(first on line 2\)",
+    ):
         load_final_evals("smoke")
 
 
@@ -404,8 +481,9 @@ def test_writes_killed_half_way_are_put_back_by_the_next_block(tmp_path):
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     script = tmp_path / "writer.py"
     script.write_text(KILLED_WRITER)
-    child = subprocess.run([sys.executable, str(script), str(folder), str(journal)],
-                           capture_output=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, str(script), str(folder), str(journal)], capture_output=True, timeout=120
+    )
     assert child.returncode == -9
     assert (folder / "a.csv").read_text() == "new a\n" and (folder / "new.csv").exists()
     with open(journal / "undo.jsonl", "a") as handle:  # a kill in the middle of a listing
@@ -430,8 +508,9 @@ report.write_report("smoke", n_resamples=50, figures=False)
 
 
 @pytest.mark.slow  # a child process that imports the reporting stack: ~15 s on 2 cores
-def test_a_report_killed_after_table1_is_put_back_then_written_whole(recorded, capsys, tmp_path,
-                                                                    monkeypatch):
+def test_a_report_killed_after_table1_is_put_back_then_written_whole(
+    recorded, capsys, tmp_path, monkeypatch
+):
     import os
     import subprocess
     import sys
@@ -446,8 +525,12 @@ def test_a_report_killed_after_table1_is_put_back_then_written_whole(recorded, c
         _edit_line(recorded / "seed0" / "outcomes.csv", line, "em", "1.0")
     script = tmp_path / "report_killed.py"
     script.write_text(REPORT_KILLED)
-    child = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert child.returncode == -9, child.stderr[-2000:]
     half = _tables(recorded)
     assert half != before and write_journal("smoke").is_dir()  # Table 1 was rewritten
@@ -458,8 +541,9 @@ def test_a_report_killed_after_table1_is_put_back_then_written_whole(recorded, c
 
 
 @pytest.mark.parametrize("change", ["extra", "missing", "renamed"])
-def test_a_seed_answering_other_questions_is_named_with_its_file(recorded, capsys, tmp_path,
-                                                                monkeypatch, change):
+def test_a_seed_answering_other_questions_is_named_with_its_file(
+    recorded, capsys, tmp_path, monkeypatch, change
+):
     """b8f2d3f: ``ValueError ... did not answer every question`` naming no file, and for an
     extra id the good seeds instead of the bad one (issue #50 item 7)."""
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
@@ -490,7 +574,8 @@ def test_a_studys_tables_are_written_all_or_none(tmp_path):
 
     (tmp_path / "one.csv").write_text("old\n")
     with pytest.raises(RuntimeError, match="half-way"):
-        write_csv_tables(tmp_path, {"one.csv": pd.DataFrame({"a": [1]}), "two.csv": Broken()},
-                         {"writer": "test"})
+        write_csv_tables(
+            tmp_path, {"one.csv": pd.DataFrame({"a": [1]}), "two.csv": Broken()}, {"writer": "test"}
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv"]
     assert (tmp_path / "one.csv").read_text() == "old\n"

@@ -33,7 +33,9 @@ def _label(folder: Path, marker_allowed: bool = False) -> str:
     """Which complete version a folder is ("old"/"new"); fails on anything partial."""
     assert _complete(folder), f"{folder} is not complete"
     label = (folder / "DONE").read_text()
-    assert [(folder / f"part{i}.txt").read_text() for i in range(20)] == [f"{label} {i}\n" for i in range(20)]
+    assert [(folder / f"part{i}.txt").read_text() for i in range(20)] == [
+        f"{label} {i}\n" for i in range(20)
+    ]
     assert marker_allowed or not (folder / REPLACED_MARKER).exists()
     return label
 
@@ -111,7 +113,9 @@ def test_a_kill_anywhere_in_the_swap_leaves_the_old_or_the_new_folder_complete(t
     _make(staging_path(final), "new")
     script = tmp_path / "swap.py"
     script.write_text(textwrap.dedent(KILL_SCRIPT))
-    done = subprocess.run([sys.executable, str(script), str(final), point], cwd=Path(__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, str(script), str(final), point], cwd=Path(__file__).parents[1]
+    )
     assert done.returncode == 9, f"the fault at {point!r} was not reached"
     # Right after the kill (before any repair), whatever sits at the final path is complete
     # or absent; never a mixture.
@@ -161,7 +165,9 @@ def react_runs(isolated_outputs, monkeypatch):
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_a_failed_or_refused_re_run_keeps_the_finished_run(react_runs):
@@ -189,7 +195,10 @@ def test_a_failed_or_refused_re_run_keeps_the_finished_run(react_runs):
     calls["fail"] = False
     new = run_module.train("smoke", "react", 0, profile_overrides=changed, force=True)
     assert new.status == "evaluated"
-    assert json.loads(new.run.done.read_text())["config_hash"] != json.loads(committed["DONE.json"])["config_hash"]
+    assert (
+        json.loads(new.run.done.read_text())["config_hash"]
+        != json.loads(committed["DONE.json"])["config_hash"]
+    )
     assert new.run.final_eval.read_text().splitlines()[1] == "tiny_nq,0.3"
     assert json.loads(new.run.done.read_text())["final_eval"] == str(new.run.final_eval)
     _no_leftovers(new.run.root)

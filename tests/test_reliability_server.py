@@ -24,8 +24,16 @@ from at2po_lib.cli.serve_retriever import main
 from at2po_lib.retrieval.server import ServerLimits, start_server, start_server_process
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
-GOOD = ["evan morris", "pentagon attack", "genentech", "football club", "river valley",
-        "civil war", "music album", "film director"]
+GOOD = [
+    "evan morris",
+    "pentagon attack",
+    "genentech",
+    "football club",
+    "river valley",
+    "civil war",
+    "music album",
+    "film director",
+]
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +71,17 @@ class GatedRetriever(Retriever):
         return self.inner.describe()
 
 
-def _post_concurrently(url: str, bodies: list[bytes], headers: dict | None = None) -> list[httpx.Response]:
+def _post_concurrently(
+    url: str, bodies: list[bytes], headers: dict | None = None
+) -> list[httpx.Response]:
     barrier = threading.Barrier(len(bodies))
 
     def post(body: bytes) -> httpx.Response:
         with httpx.Client(timeout=30) as http:
             barrier.wait()
-            return http.post(url, content=body, headers={"content-type": "application/json", **(headers or {})})
+            return http.post(
+                url, content=body, headers={"content-type": "application/json", **(headers or {})}
+            )
 
     with ThreadPoolExecutor(len(bodies)) as pool:
         return list(pool.map(post, bodies))
@@ -93,11 +105,16 @@ def test_a_lone_surrogate_fails_alone_and_the_eight_requests_batched_with_it_suc
     gated = GatedRetriever(bm25)
     # A wide batching window: the nine requests arrive within it and would share one search.
     with start_server(gated, max_wait_ms=400) as handle:
-        bodies = [json.dumps({"queries": [q], "topk": 2, "return_scores": True}).encode() for q in GOOD]
+        bodies = [
+            json.dumps({"queries": [q], "topk": 2, "return_scores": True}).encode() for q in GOOD
+        ]
         bodies.append(b'{"queries": ["\\ud800"], "topk": 2}')  # valid JSON, not valid text
         responses = _post_concurrently(handle.retrieve_url, bodies)
     poisoned = responses[-1]
-    assert poisoned.status_code == 422 and "queries[0] is not valid Unicode text" in poisoned.json()["error"]
+    assert (
+        poisoned.status_code == 422
+        and "queries[0] is not valid Unicode text" in poisoned.json()["error"]
+    )
     assert [r.status_code for r in responses[:-1]] == [200] * 8
     assert [r.json()["result"][0] for r in responses[:-1]] == bm25.search(GOOD, 2)
     assert all("\ud800" not in q for q in gated.searched)  # refused before it reached a batch
@@ -106,11 +123,15 @@ def test_a_lone_surrogate_fails_alone_and_the_eight_requests_batched_with_it_suc
 def test_a_query_that_breaks_the_backend_inside_a_batch_fails_alone(bm25):
     gated = GatedRetriever(bm25)
     with start_server(gated, max_wait_ms=400) as handle:
-        bodies = [json.dumps({"queries": [q], "topk": 2, "return_scores": True}).encode() for q in GOOD]
+        bodies = [
+            json.dumps({"queries": [q], "topk": 2, "return_scores": True}).encode() for q in GOOD
+        ]
         bodies.append(json.dumps({"queries": ["boom"]}).encode())
         responses = _post_concurrently(handle.retrieve_url, bodies)
         searches = handle.app.state.batcher.batches
-    assert responses[-1].status_code == 500 and "breaks the backend" in responses[-1].json()["error"]
+    assert (
+        responses[-1].status_code == 500 and "breaks the backend" in responses[-1].json()["error"]
+    )
     assert [r.status_code for r in responses[:-1]] == [200] * 8
     assert [r.json()["result"][0] for r in responses[:-1]] == bm25.search(GOOD, 2)
     assert searches < 9 + 1  # the good ones were still served in batches
@@ -143,7 +164,9 @@ def test_too_many_characters_in_one_request_is_a_413(bm25):
     with start_server(bm25, limits=limits) as handle:
         response = httpx.post(handle.retrieve_url, json={"queries": ["x" * 1000] * 11})
         assert response.status_code == 413 and "11000 characters" in response.json()["error"]
-        assert httpx.post(handle.retrieve_url, json={"queries": ["x" * 1000] * 10}).status_code == 200
+        assert (
+            httpx.post(handle.retrieve_url, json={"queries": ["x" * 1000] * 10}).status_code == 200
+        )
 
 
 def test_a_chunked_body_beyond_the_limit_is_refused_while_it_arrives(bm25):
@@ -155,8 +178,10 @@ def test_a_chunked_body_beyond_the_limit_is_refused_while_it_arrives(bm25):
         sent, answer = 0, b""
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             head = b'{"queries": ["'
-            sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(head), head))
+            sock.sendall(
+                b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(head), head)
+            )
             try:
                 while sent < total:
                     sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -183,9 +208,13 @@ def test_a_full_queue_answers_503_with_retry_after(bm25):
     limits = ServerLimits(max_queries=4, max_queued_queries=4)
     with start_server(gated, limits=limits, max_wait_ms=0) as handle, ThreadPoolExecutor(2) as pool:
         try:
-            blocker = pool.submit(httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30)
+            blocker = pool.submit(
+                httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30
+            )
             _wait_until(lambda: "slow" in gated.searched)  # the worker is busy
-            queued = pool.submit(httpx.post, handle.retrieve_url, json={"queries": GOOD[:4]}, timeout=30)
+            queued = pool.submit(
+                httpx.post, handle.retrieve_url, json={"queries": GOOD[:4]}, timeout=30
+            )
             _wait_until(lambda: _health(handle)["queued_queries"] == 4)
             full = httpx.post(handle.retrieve_url, json={"queries": ["one more"]})
             assert full.status_code == 503 and "queue holds 4 queries" in full.json()["error"]
@@ -201,7 +230,9 @@ def test_work_of_a_client_that_disconnects_is_dropped(bm25):
     abandoned = [f"abandoned query {i}" for i in range(50)]
     with start_server(gated, max_wait_ms=0) as handle, ThreadPoolExecutor(1) as pool:
         try:
-            blocker = pool.submit(httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30)
+            blocker = pool.submit(
+                httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30
+            )
             _wait_until(lambda: "slow" in gated.searched)
             with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
                 httpx.post(handle.retrieve_url, json={"queries": abandoned}, timeout=0.5)
@@ -216,10 +247,14 @@ def test_work_of_a_client_that_disconnects_is_dropped(bm25):
 
 def test_a_request_past_its_time_out_gets_504_and_its_work_is_dropped(bm25):
     gated = GatedRetriever(bm25)
-    with start_server(gated, limits=ServerLimits(request_timeout_s=0.5), max_wait_ms=0) as handle, \
-            ThreadPoolExecutor(1) as pool:
+    with (
+        start_server(gated, limits=ServerLimits(request_timeout_s=0.5), max_wait_ms=0) as handle,
+        ThreadPoolExecutor(1) as pool,
+    ):
         try:
-            blocker = pool.submit(httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30)
+            blocker = pool.submit(
+                httpx.post, handle.retrieve_url, json={"queries": ["slow"]}, timeout=30
+            )
             _wait_until(lambda: "slow" in gated.searched)
             late = httpx.post(handle.retrieve_url, json={"queries": ["waits too long"]}, timeout=30)
             assert late.status_code == 504 and "not answered within 0.5 s" in late.json()["error"]
@@ -241,7 +276,9 @@ def test_a_big_request_is_cut_so_a_small_one_waits_at_most_one_batch():
         return [[{"document": {"id": q, "contents": q}, "score": float(topk)}] for q in queries]
 
     async def scenario() -> tuple[list, list]:
-        batcher = MicroBatcher(search, ThreadPoolExecutor(1), max_wait_s=0.01, max_batch_queries=100)
+        batcher = MicroBatcher(
+            search, ThreadPoolExecutor(1), max_wait_s=0.01, max_batch_queries=100
+        )
         batcher.start()
         big = asyncio.ensure_future(batcher.submit([f"big {i}" for i in range(1000)], 1))
         await asyncio.sleep(0)  # the big request is queued first
@@ -299,21 +336,33 @@ def test_binding_beyond_loopback_needs_an_api_key(bm25, bm25_dir, monkeypatch):
 def test_an_api_key_is_checked_on_every_request(bm25):
     with start_server(bm25, api_key="s3cret") as handle:
         assert httpx.post(handle.retrieve_url, json={"queries": ["evan"]}).status_code == 401
-        wrong = httpx.post(handle.retrieve_url, json={"queries": ["evan"]}, headers={"X-API-Key": "nope"})
+        wrong = httpx.post(
+            handle.retrieve_url, json={"queries": ["evan"]}, headers={"X-API-Key": "nope"}
+        )
         assert wrong.status_code == 401 and "X-API-Key" in wrong.json()["error"]
-        good = httpx.post(handle.retrieve_url, json={"queries": ["evan"]}, headers={"X-API-Key": "s3cret"})
+        good = httpx.post(
+            handle.retrieve_url, json={"queries": ["evan"]}, headers={"X-API-Key": "s3cret"}
+        )
         assert good.status_code == 200
-        assert HTTPRetriever(handle.url, api_key="s3cret").search(["evan"], 1) == bm25.search(["evan"], 1)
+        assert HTTPRetriever(handle.url, api_key="s3cret").search(["evan"], 1) == bm25.search(
+            ["evan"], 1
+        )
         with pytest.raises(RetrievalServerError, match="HTTP 401"):
             HTTPRetriever(handle.url, api_key="").search(["evan"], 1)
 
 
 def test_the_command_line_server_says_it_requires_the_key(bm25_dir, bm25):
     env = {"AT2PO_RETRIEVER_API_KEY": "from-env"}
-    with start_server_process(["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE)], env=env) as handle:
+    with start_server_process(
+        ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE)], env=env
+    ) as handle:
         assert httpx.post(handle.retrieve_url, json={"queries": ["evan"]}).status_code == 401
-        assert HTTPRetriever(handle.url, api_key="from-env").search(["evan"], 2) == bm25.search(["evan"], 2)
-    assert "API key required: clients send it in the X-API-Key header" in handle.log_path.read_text()
+        assert HTTPRetriever(handle.url, api_key="from-env").search(["evan"], 2) == bm25.search(
+            ["evan"], 2
+        )
+    assert (
+        "API key required: clients send it in the X-API-Key header" in handle.log_path.read_text()
+    )
 
 
 # -- bounded load test -----------------------------------------------------------------------
@@ -322,8 +371,10 @@ def test_the_command_line_server_says_it_requires_the_key(bm25_dir, bm25):
 def test_load_sixteen_clients_for_a_few_seconds_without_errors(bm25):
     """16 client threads send 1-query requests for 2 s over loopback; every answer must be a
     200 equal to the in-process result. Prints the latency percentiles (pytest -s shows them)."""
-    queries = [f"{word} history" for word in ("evan", "airlines", "genentech", "football", "river",
-                                              "war", "music", "film")]
+    queries = [
+        f"{word} history"
+        for word in ("evan", "airlines", "genentech", "football", "river", "war", "music", "film")
+    ]
     expected = dict(zip(queries, bm25.search(queries, 3)))
     latencies: list[float] = []
     errors: list[str] = []
@@ -340,11 +391,16 @@ def test_load_sixteen_clients_for_a_few_seconds_without_errors(bm25):
                 while (time.monotonic() < stop_at or i == n) and time.monotonic() < hard_stop:
                     query = queries[i % len(queries)]
                     started = time.perf_counter()
-                    response = http.post(handle.retrieve_url, json={"queries": [query], "topk": 3,
-                                                                     "return_scores": True})
+                    response = http.post(
+                        handle.retrieve_url,
+                        json={"queries": [query], "topk": 3, "return_scores": True},
+                    )
                     elapsed = time.perf_counter() - started
                     with lock:
-                        if response.status_code != 200 or response.json()["result"][0] != expected[query]:
+                        if (
+                            response.status_code != 200
+                            or response.json()["result"][0] != expected[query]
+                        ):
                             errors.append(f"{response.status_code}: {response.text[:100]}")
                         latencies.append(elapsed)
                     i += 1
@@ -357,6 +413,8 @@ def test_load_sixteen_clients_for_a_few_seconds_without_errors(bm25):
         health = _health(handle)
     assert errors == [] and len(latencies) >= 16
     cuts = statistics.quantiles(latencies, n=100)
-    print(f"\nload: 16 clients, {len(latencies)} requests in 2 s, 0 errors; latency p50 "
-          f"{cuts[49] * 1000:.1f} ms, p99 {cuts[98] * 1000:.1f} ms; "
-          f"{health['queries_searched'] / health['search_calls']:.1f} queries per search call")
+    print(
+        f"\nload: 16 clients, {len(latencies)} requests in 2 s, 0 errors; latency p50 "
+        f"{cuts[49] * 1000:.1f} ms, p99 {cuts[98] * 1000:.1f} ms; "
+        f"{health['queries_searched'] / health['search_calls']:.1f} queries per search call"
+    )

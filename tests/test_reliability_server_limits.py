@@ -38,8 +38,10 @@ def _connect(url: str, timeout: float = 10.0) -> socket.socket:
 
 
 def _request(body: bytes, path: str = "/retrieve") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def _read_response(sock: socket.socket) -> tuple[int, bytes]:
@@ -51,8 +53,11 @@ def _read_response(sock: socket.socket) -> tuple[int, bytes]:
             return 0, b""
         data += chunk
     head, rest = data.split(b"\r\n\r\n", 1)
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
     while len(rest) < length:
         chunk = sock.recv(65536)
         assert chunk, "closed mid-body"
@@ -70,11 +75,14 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
         return False
 
 
-@pytest.mark.parametrize("bad", [
-    b'{"queries": ' + b"[" * 5000 + b"]" * 5000 + b"}",         # deeper than Python recursion
-    b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}",           # an int of 5,000 digits
-    b'{"queries": ["a"], "return_scores": ' + b"[" * 100_000 + b"}",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"queries": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # deeper than Python recursion
+        b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}",  # an int of 5,000 digits
+        b'{"queries": ["a"], "return_scores": ' + b"[" * 100_000 + b"}",
+    ],
+)
 def test_an_unparsable_body_gets_4xx_and_the_connection_stays_usable(bm25, bad):
     with start_server(bm25) as handle, _connect(handle.url) as sock:
         sock.sendall(_request(bad))
@@ -98,8 +106,10 @@ def test_slow_headers_are_cut_off_and_the_server_keeps_serving(bm25):
 
 
 def test_a_kept_alive_connection_must_send_its_next_headers_in_time(bm25):
-    with start_server(bm25, limits=ServerLimits(header_timeout_s=1.0)) as handle, \
-            _connect(handle.url) as sock:
+    with (
+        start_server(bm25, limits=ServerLimits(header_timeout_s=1.0)) as handle,
+        _connect(handle.url) as sock,
+    ):
         sock.sendall(_request(GOOD))
         assert _read_response(sock)[0] == 200
         sock.sendall(b"POST /retrieve HTTP/1.1\r\n")  # a second request, dribbled
@@ -107,8 +117,10 @@ def test_a_kept_alive_connection_must_send_its_next_headers_in_time(bm25):
 
 
 def test_a_slow_body_gets_408(bm25):
-    with start_server(bm25, limits=ServerLimits(body_timeout_s=1.0)) as handle, \
-            _connect(handle.url) as sock:
+    with (
+        start_server(bm25, limits=ServerLimits(body_timeout_s=1.0)) as handle,
+        _connect(handle.url) as sock,
+    ):
         sock.sendall(_request(GOOD)[:-5])  # all headers, the body short of 5 bytes
         sock.settimeout(5)
         status, body = _read_response(sock)
@@ -174,8 +186,7 @@ def test_one_client_cannot_take_every_slot(bm25):
 
 def test_a_client_that_goes_away_mid_upload_logs_no_traceback(bm25_dir):
     """Against ``at2po serve-retriever`` itself (its log, and its limit options reach uvicorn)."""
-    args = ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE),
-            "--header-timeout", "1"]
+    args = ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE), "--header-timeout", "1"]
     with start_server_process(args) as handle:
         with _connect(handle.url) as slow:
             slow.sendall(b"POST /retrieve HTTP/1.1\r\n")
@@ -195,8 +206,7 @@ def test_with_a_key_docs_and_schema_are_off_and_health_says_only_alive(bm25):
         for path in ("/docs", "/openapi.json", "/redoc"):
             assert httpx.get(handle.url + path).status_code == 404, path
         bare = httpx.get(handle.url + "/health")
-        assert bare.status_code == 200 and bare.json() == {"status": "ok",
-                                                           "api_key_required": True}
+        assert bare.status_code == 200 and bare.json() == {"status": "ok", "api_key_required": True}
         full = httpx.get(handle.url + "/health", headers={"X-API-Key": "s3cret"})
         assert full.json()["passages"] > 0
 
@@ -215,8 +225,12 @@ def test_slow_senders_cannot_lock_good_clients_of_their_address_out(bm25):
     address 0 of 800 answers for 50 s (issue #50 item 5)."""
     import threading
 
-    limits = ServerLimits(max_connections=256, max_connections_per_client=32,
-                          header_timeout_s=30.0, body_timeout_s=30.0)
+    limits = ServerLimits(
+        max_connections=256,
+        max_connections_per_client=32,
+        header_timeout_s=30.0,
+        body_timeout_s=30.0,
+    )
     stop = threading.Event()
     request = _request(b'{"queries": ["x"], "topk": 1}' + b" " * 1000)
     reconnects = []
@@ -225,8 +239,8 @@ def test_slow_senders_cannot_lock_good_clients_of_their_address_out(bm25):
         while not stop.is_set():
             try:
                 with _connect(url, timeout=3.0) as sock:
-                    sock.sendall(request[:request.index(b"\r\n\r\n") + 4])
-                    for byte in request[request.index(b"\r\n\r\n") + 4:]:
+                    sock.sendall(request[: request.index(b"\r\n\r\n") + 4])
+                    for byte in request[request.index(b"\r\n\r\n") + 4 :]:
                         if stop.wait(2.0):
                             return
                         sock.sendall(bytes([byte]))
@@ -234,8 +248,10 @@ def test_slow_senders_cannot_lock_good_clients_of_their_address_out(bm25):
                 reconnects.append(1)
 
     with start_server(bm25, limits=limits) as handle:
-        threads = [threading.Thread(target=dribble, args=(handle.url,), daemon=True)
-                   for _ in range(2 * limits.max_connections_per_client)]
+        threads = [
+            threading.Thread(target=dribble, args=(handle.url,), daemon=True)
+            for _ in range(2 * limits.max_connections_per_client)
+        ]
         for thread in threads:
             thread.start()
         time.sleep(4.0)  # every slow sender has sent headers and some body bytes
@@ -244,16 +260,19 @@ def test_slow_senders_cannot_lock_good_clients_of_their_address_out(bm25):
         try:
             for _ in range(20):
                 try:
-                    answered += httpx.post(handle.retrieve_url, content=GOOD,
-                                           timeout=5).status_code == 200
+                    answered += (
+                        httpx.post(handle.retrieve_url, content=GOOD, timeout=5).status_code == 200
+                    )
                 except httpx.HTTPError as exc:
                     print("good request failed:", type(exc).__name__, exc)
         finally:
             stop.set()
             for thread in threads:
                 thread.join(timeout=5)
-        print(f"good requests answered: {answered}/20 in {time.monotonic() - start:.1f} s, "
-              f"slow senders cut and back: {len(reconnects)}")
+        print(
+            f"good requests answered: {answered}/20 in {time.monotonic() - start:.1f} s, "
+            f"slow senders cut and back: {len(reconnects)}"
+        )
         assert answered == 20
 
 

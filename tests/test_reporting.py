@@ -23,29 +23,43 @@ DATASETS = ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")
 N_QUESTIONS = 12
 
 
-def write_run(root, method: str, seed: int, em: np.ndarray, turns: int = 3,
-              outcomes: bool = True):
+def write_run(root, method: str, seed: int, em: np.ndarray, turns: int = 3, outcomes: bool = True):
     """A finished run folder (returned): outcomes, final_eval, metrics, eval, DONE."""
     run = root / "runs" / "smoke" / method / f"seed{seed}"
     run.mkdir(parents=True)
-    rows = [{"dataset": d, "group": "singlehop" if d == "tiny_nq" else "multihop",
-             "id": f"{d}-{i}", "prediction": "x", "em": float(em[j, i]), "f1": float(em[j, i]),
-             "num_turns": turns if d != "tiny_nq" else 2, "num_tool_calls": turns - 1,
-             "finish_reason": "answer"}
-            for j, d in enumerate(DATASETS) for i in range(N_QUESTIONS)]
+    rows = [
+        {
+            "dataset": d,
+            "group": "singlehop" if d == "tiny_nq" else "multihop",
+            "id": f"{d}-{i}",
+            "prediction": "x",
+            "em": float(em[j, i]),
+            "f1": float(em[j, i]),
+            "num_turns": turns if d != "tiny_nq" else 2,
+            "num_tool_calls": turns - 1,
+            "finish_reason": "answer",
+        }
+        for j, d in enumerate(DATASETS)
+        for i in range(N_QUESTIONS)
+    ]
     frame = pd.DataFrame(rows)
     if outcomes:
         frame.to_csv(run / "outcomes.csv", index=False)
-    final = frame.groupby(["dataset", "group"], sort=False).agg(
-        n=("em", "size"), em=("em", "mean")).reset_index()
+    final = (
+        frame.groupby(["dataset", "group"], sort=False)
+        .agg(n=("em", "size"), em=("em", "mean"))
+        .reset_index()
+    )
     final.to_csv(run / "final_eval.csv", index=False)
     with open(run / "metrics.jsonl", "w") as fh:
         for step in range(1, 5):
             fh.write(json.dumps({"step": step, "entropy": 0.1 + 0.01 * seed + 0.001 * step}) + "\n")
     with open(run / "eval.jsonl", "w") as fh:
         for step in (0, 4):
-            fh.write(json.dumps({"step": step, "dataset": "tiny_hotpotqa",
-                                 "em": float(em[0].mean())}) + "\n")
+            fh.write(
+                json.dumps({"step": step, "dataset": "tiny_hotpotqa", "em": float(em[0].mean())})
+                + "\n"
+            )
     (run / "DONE.json").write_text("{}")
     return run
 
@@ -98,8 +112,11 @@ def test_table1_cells_and_published_rows(results):
 def test_table1_differences_are_paired_over_questions(results):
     outcomes = records.load_outcomes("smoke")
     tidy, display = table1.table1_differences("smoke", outcomes, n_resamples=200)
-    row = tidy[(tidy["method"] == "at2po") & (tidy["baseline"] == "grpo")
-               & (tidy["scope"] == "tiny_hotpotqa")].iloc[0]
+    row = tidy[
+        (tidy["method"] == "at2po")
+        & (tidy["baseline"] == "grpo")
+        & (tidy["scope"] == "tiny_hotpotqa")
+    ].iloc[0]
     base = outcomes[(outcomes["method"] == "grpo") & (outcomes["dataset"] == "tiny_hotpotqa")]
     expected = (3 - base["em"].iloc[:3].sum()) / N_QUESTIONS
     assert row["diff"] == pytest.approx(expected)
@@ -109,8 +126,9 @@ def test_table1_differences_are_paired_over_questions(results):
 def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     write_run(tmp_path, "grpo", 0, np.ones((len(DATASETS), N_QUESTIONS)), outcomes=False)
-    tidy, display = table1.table1("smoke", records.load_outcomes("smoke"),
-                                  records.load_final_evals("smoke"), n_resamples=100)
+    tidy, display = table1.table1(
+        "smoke", records.load_outcomes("smoke"), records.load_final_evals("smoke"), n_resamples=100
+    )
     ours = tidy[tidy["source"] == "ours"]
     assert ours["ci_low"].isna().all() and (ours["em"] == 1.0).all()
     assert display.loc[("GRPO", "ours"), "Multi-hop avg"] == "100.0"
@@ -147,10 +165,14 @@ def test_table2_steps_and_step4_the_at2po_of_step3s_settings(results):
     assert display.loc[4, "toy avg [95% CI]"] != "–"
     assert tidy.loc[tidy["step"] == 4, "method"].item() == "at2po_exact"
     sentence = labels.table_configurations("smoke")
-    assert ("Table 1's AT2PO row and Table 3's default cell are `at2po` (sampled-token NLL, "
-            "α = 0.05: the profile's settings; 2 seeds)") in sentence
-    assert ("Table 2's step 4 (= AT2PO) is `at2po_exact` (exact entropy, α = 0.001: the "
-            "settings it fixes over the profile's; 1 seed)") in sentence
+    assert (
+        "Table 1's AT2PO row and Table 3's default cell are `at2po` (sampled-token NLL, "
+        "α = 0.05: the profile's settings; 2 seeds)"
+    ) in sentence
+    assert (
+        "Table 2's step 4 (= AT2PO) is `at2po_exact` (exact entropy, α = 0.001: the "
+        "settings it fixes over the profile's; 1 seed)"
+    ) in sentence
 
 
 @pytest.mark.slow
@@ -164,17 +186,26 @@ def test_write_report_files_and_meta(results, tmp_path):
     meta = json.loads((results / "smoke" / "tables" / "table1.csv.meta.json").read_text())
     assert {(s["method"], s["seed"]) for s in meta["sources"]} >= {("at2po", 0), ("grpo", 1)}
     # from the cell to its function: each table's meta names the function that computed it
-    writers = {name: json.loads(written.paths[name]["csv"].with_name(
-        written.paths[name]["csv"].name + ".meta.json").read_text())["writer"]
-        for name in ("table1", "table1_differences", "table2")}
-    assert writers == {"table1": "at2po_lib.reporting.table1:table1",
-                       "table1_differences": "at2po_lib.reporting.table1:table1_differences",
-                       "table2": "at2po_lib.reporting.table2:table2"}
+    writers = {
+        name: json.loads(
+            written.paths[name]["csv"]
+            .with_name(written.paths[name]["csv"].name + ".meta.json")
+            .read_text()
+        )["writer"]
+        for name in ("table1", "table1_differences", "table2")
+    }
+    assert writers == {
+        "table1": "at2po_lib.reporting.table1:table1",
+        "table1_differences": "at2po_lib.reporting.table1:table1_differences",
+        "table2": "at2po_lib.reporting.table2:table2",
+    }
     assert meta["command"]
     for fig in ("fig3", "fig4"):
         assert all(p.stat().st_size > 0 for p in written.paths[fig].values())
     # entropy 0.1 + 0.01 seed + 0.001 step over 4 steps: window 1, change 0.003 in every run
-    change = pd.read_csv(written.paths["fig3_entropy_change"]["csv"]).set_index(["method", "metric"])
+    change = pd.read_csv(written.paths["fig3_entropy_change"]["csv"]).set_index(
+        ["method", "metric"]
+    )
     assert change.loc[("at2po", "entropy"), "change"] == pytest.approx(0.003)
     assert change.loc[("at2po", "entropy"), "vs_baseline"] == pytest.approx(0.0)
     assert change.loc[("at2po", "entropy"), "baseline"] == "grpo"
@@ -188,8 +219,9 @@ def test_write_report_files_and_meta(results, tmp_path):
 def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
     report.write_report("smoke", n_resamples=100, figures=False)
     page = tmp_path / "README.md"
-    page.write_text("intro\n<!-- at2po-report: smoke/table1_summary -->\nold\n"
-                    "<!-- /at2po-report -->\noutro\n")
+    page.write_text(
+        "intro\n<!-- at2po-report: smoke/table1_summary -->\nold\n<!-- /at2po-report -->\noutro\n"
+    )
     assert readme.stale_blocks(page) == ["smoke/table1_summary"]
     assert readme.update_readme(page) == ["smoke/table1_summary"]
     assert readme.stale_blocks(page) == []
@@ -207,16 +239,23 @@ def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
     at2po = results / "runs" / "smoke" / "at2po"
     shutil.copytree(at2po, at2po.with_name("at2po_exact"))
     shutil.rmtree(at2po)
-    cell = write_run(results, "credit_child_mean_diff_parent", 0,
-                     (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float))
+    cell = write_run(
+        results,
+        "credit_child_mean_diff_parent",
+        0,
+        (rng.random((len(DATASETS), N_QUESTIONS)) < 0.5).astype(float),
+    )
     record_settings(cell, "credit_child_mean_diff_parent", EXACT)
     outcomes = records.load_outcomes("smoke")
     tidy, display = table3.table3("smoke", outcomes, n_resamples=100)
     assert set(tidy["method"]) == {"at2po_exact", "credit_child_mean_diff_parent"}
     assert display.loc["entropy_softmax", "node_value"].startswith(
-        f"{100 * tidy.set_index('method').loc['at2po_exact', 'em']:.1f}")
+        f"{100 * tidy.set_index('method').loc['at2po_exact', 'em']:.1f}"
+    )
     other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
-    assert other["delta_against"] == "at2po_exact" and "Δ" in display.loc["child_mean", "diff_parent"]
+    assert (
+        other["delta_against"] == "at2po_exact" and "Δ" in display.loc["child_mean", "diff_parent"]
+    )
     assert display.loc["child_mean", "diff_parent"].endswith("(1 seed)")
 
 
@@ -226,12 +265,20 @@ def test_figure3_draws_the_headline_pair_apart_from_the_rest():
 
     from at2po_lib.reporting import figure3
 
-    rows = [{"method": m, "seed": s, "step": t, "entropy": 0.1 + 0.001 * t}
-            for m in ("grpo", "dapo", "at2po") for s in (0, 1) for t in range(1, 5)]
-    fig, axes = figure3.figure3(pd.DataFrame(rows), pd.DataFrame(), "tiny_hotpotqa",
-                                ["grpo", "dapo", "at2po"], smooth=1)
-    lines = {line.get_label(): line for line in axes[0].get_lines()
-             if not line.get_label().startswith("_")}
+    rows = [
+        {"method": m, "seed": s, "step": t, "entropy": 0.1 + 0.001 * t}
+        for m in ("grpo", "dapo", "at2po")
+        for s in (0, 1)
+        for t in range(1, 5)
+    ]
+    fig, axes = figure3.figure3(
+        pd.DataFrame(rows), pd.DataFrame(), "tiny_hotpotqa", ["grpo", "dapo", "at2po"], smooth=1
+    )
+    lines = {
+        line.get_label(): line
+        for line in axes[0].get_lines()
+        if not line.get_label().startswith("_")
+    }
     assert to_rgba(lines["GRPO"].get_color()) == to_rgba("black")
     assert to_rgba(lines["AT2PO"].get_color()) == to_rgba("tab:red")
     assert lines["GRPO"].get_linewidth() >= 2 * lines["DAPO"].get_linewidth()
@@ -241,8 +288,10 @@ def test_figure3_draws_the_headline_pair_apart_from_the_rest():
 def test_markdown_table_reads_back_as_its_display_frame():
     from at2po_lib.reporting.output import markdown_table
 
-    shown = pd.DataFrame({"EM [95% CI]": ["48.7 [47.0, 50.3]", "a | b"], "seeds": ["7", ""]},
-                         index=pd.Index(["AT2PO", "GRPO"], name="method"))
+    shown = pd.DataFrame(
+        {"EM [95% CI]": ["48.7 [47.0, 50.3]", "a | b"], "seeds": ["7", ""]},
+        index=pd.Index(["AT2PO", "GRPO"], name="method"),
+    )
     back = report.read_markdown_table(markdown_table(shown))
     pd.testing.assert_frame_equal(back, shown)
 

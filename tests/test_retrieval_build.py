@@ -12,7 +12,12 @@ from at2po_lib.cli.index import main
 from at2po_lib.config.profile import load_profile
 from at2po_lib.retrieval.base import RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever
-from at2po_lib.retrieval.indexes import build_retriever, ensure_index, index_dirs, profile_corpus_path
+from at2po_lib.retrieval.indexes import (
+    build_retriever,
+    ensure_index,
+    index_dirs,
+    profile_corpus_path,
+)
 from at2po_lib.retrieval.client import HTTPRetriever
 from at2po_lib.retrieval.dense import DenseRetriever
 from at2po_lib.retrieval.recall import recall_at_k, retrieved_ids
@@ -30,7 +35,10 @@ def test_ensure_index_builds_once_and_rebuilds_when_the_profile_changes(smoke, i
     folders = ensure_index(smoke, ("dense", "bm25"), progress=False)
     root = isolated_outputs / "artifacts" / "smoke" / "index"
     assert folders == {"dense": root / "dense", "bm25": root / "bm25"}
-    assert profile_corpus_path(smoke) == isolated_outputs / "artifacts" / "smoke" / "world" / "corpus.jsonl"
+    assert (
+        profile_corpus_path(smoke)
+        == isolated_outputs / "artifacts" / "smoke" / "world" / "corpus.jsonl"
+    )
     stamps = {m: (f / "meta.json").stat().st_mtime_ns for m, f in folders.items()}
     ensure_index(smoke, ("dense", "bm25"), progress=False)  # up to date: nothing rebuilt
     assert {m: (f / "meta.json").stat().st_mtime_ns for m, f in folders.items()} == stamps
@@ -52,7 +60,10 @@ def test_build_retriever_follows_the_profile(smoke, isolated_outputs):
     # The hop query names the entity and the relation: BM25 must find most passages in its top 3.
     assert recall_at_k(retrieved_ids(retriever, queries, 3), relevant, [3])[3] >= 0.7
     dense = build_retriever(smoke, method="dense")
-    assert isinstance(dense, DenseRetriever) and dense.describe()["passages"] == retriever.describe()["passages"]
+    assert (
+        isinstance(dense, DenseRetriever)
+        and dense.describe()["passages"] == retriever.describe()["passages"]
+    )
 
 
 def test_a_url_gives_the_http_client(isolated_outputs):
@@ -69,7 +80,9 @@ def test_missing_configured_corpus_explains_the_download(isolated_outputs):
         profile_corpus_path(cfg)
 
 
-def test_a_folder_with_a_prebuilt_faiss_file_is_the_dense_index_only_when_asked(isolated_outputs, tmp_path):
+def test_a_folder_with_a_prebuilt_faiss_file_is_the_dense_index_only_when_asked(
+    isolated_outputs, tmp_path
+):
     (tmp_path / "e5_Flat.index").write_bytes(b"")
     cfg = load_profile("smoke", {"retrieval": {"index_dir": str(tmp_path), "prebuilt": True}})
     assert index_dirs(cfg) == {"dense": tmp_path, "bm25": tmp_path / "bm25"}
@@ -90,8 +103,10 @@ def test_importing_the_package_loads_no_heavy_library():
     import subprocess
     import sys
 
-    code = ("import sys, at2po_lib.retrieval.base as b, at2po_lib.retrieval.recall as r; "
-            "import at2po_lib.retrieval.indexes; b.Retriever; r.recall_at_k; "
-            "heavy = [m for m in ('torch', 'faiss', 'transformers', 'bm25s', 'fastapi') if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, at2po_lib.retrieval.base as b, at2po_lib.retrieval.recall as r; "
+        "import at2po_lib.retrieval.indexes; b.Retriever; r.recall_at_k; "
+        "heavy = [m for m in ('torch', 'faiss', 'transformers', 'bm25s', 'fastapi') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -19,7 +19,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
 
 def write_rows(path: Path, rows: list[dict], trailer: str = "\n") -> Path:
     # ensure_ascii=False: raw multi-byte UTF-8 (and U+2028, which str.splitlines would split on)
-    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + trailer, encoding="utf-8")
+    path.write_text(
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + trailer, encoding="utf-8"
+    )
     return path
 
 
@@ -28,7 +30,9 @@ def test_fixture_rows_match_a_naive_parse(tmp_path):
     corpus = Corpus(FIXTURE, cache_dir=tmp_path / "cache")
     assert len(corpus) == 1000
     picked = [0, 1, 499, 998, 999]
-    assert corpus.get(picked) == [{"id": rows[i]["id"], "contents": rows[i]["contents"]} for i in picked]
+    assert corpus.get(picked) == [
+        {"id": rows[i]["id"], "contents": rows[i]["contents"]} for i in picked
+    ]
     # The offsets are saved with the checksum and reloaded (memory-mapped) by a new Corpus.
     assert (tmp_path / "cache" / "corpus_offsets.npy").is_file()
     saved = json.loads((tmp_path / "cache" / "corpus_offsets.json").read_text())
@@ -41,7 +45,12 @@ def test_fixture_rows_match_a_naive_parse(tmp_path):
 def test_streaming_chunks_cover_every_row_once_and_resume_at_a_row():
     corpus = Corpus(FIXTURE)
     chunks = list(corpus.iter_chunks(300))
-    assert [(start, len(rows)) for start, rows in chunks] == [(0, 300), (300, 300), (600, 300), (900, 100)]
+    assert [(start, len(rows)) for start, rows in chunks] == [
+        (0, 300),
+        (300, 300),
+        (600, 300),
+        (900, 100),
+    ]
     tail = list(corpus.iter_chunks(300, start_row=650))
     assert [(start, len(rows)) for start, rows in tail] == [(650, 300), (950, 50)]
     assert tail[0][1][0] == corpus.get([650])[0]
@@ -67,7 +76,9 @@ def test_checksum_format_and_sensitivity(tmp_path):
     version, nbytes, passages, digest = a.checksum().split(":")
     assert (version, int(nbytes), int(passages), len(digest)) == ("v1", size, 5, 32)
     b = Corpus(write_rows(tmp_path / "b.jsonl", rows[:4]))  # a truncated corpus
-    c = Corpus(write_rows(tmp_path / "c.jsonl", [*rows[:4], {"id": "4", "contents": '"T4"\ntext X'}]))
+    c = Corpus(
+        write_rows(tmp_path / "c.jsonl", [*rows[:4], {"id": "4", "contents": '"T4"\ntext X'}])
+    )
     assert len({a.checksum(), b.checksum(), c.checksum()}) == 3
 
 
@@ -81,7 +92,9 @@ def test_cached_checksum_is_recomputed_when_the_file_changes(tmp_path):
 
 def test_bad_json_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"id": "0", "contents": "a"}\n{"id": "1", "contents": "b"\n{"id": "2", "contents": "c"}\n')
+    path.write_text(
+        '{"id": "0", "contents": "a"}\n{"id": "1", "contents": "b"\n{"id": "2", "contents": "c"}\n'
+    )
     corpus = Corpus(path)
     with pytest.raises(CorpusError, match=r"bad\.jsonl:2: not valid JSON"):
         list(corpus.iter_chunks(10))
@@ -116,7 +129,9 @@ def test_empty_line_inside_is_an_error_but_trailing_ones_are_ignored(tmp_path):
         len(Corpus(inside))
     with pytest.raises(CorpusError, match=r"inside\.jsonl:2: empty line"):
         list(Corpus(inside).iter_chunks(5))
-    trailing = write_rows(tmp_path / "trailing.jsonl", [{"id": "0", "contents": "a"}], trailer="\n\n\n")
+    trailing = write_rows(
+        tmp_path / "trailing.jsonl", [{"id": "0", "contents": "a"}], trailer="\n\n\n"
+    )
     corpus = Corpus(trailing)
     assert len(corpus) == 1 and [len(c) for _, c in corpus.iter_chunks(5)] == [1]
 
@@ -130,7 +145,10 @@ def test_missing_file_and_row_out_of_range(tmp_path):
 
 
 def test_split_contents():
-    assert split_contents('"Evan Morris"\nEvan L. Morris was\na lobbyist') == ("Evan Morris", "Evan L. Morris was\na lobbyist")
+    assert split_contents('"Evan Morris"\nEvan L. Morris was\na lobbyist') == (
+        "Evan Morris",
+        "Evan L. Morris was\na lobbyist",
+    )
     assert split_contents("no title line") == ("no title line", "")
 
 
@@ -138,8 +156,14 @@ texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=4
 
 
 @settings(max_examples=40, deadline=None)
-@given(contents=st.lists(texts, min_size=1, max_size=30), newline_at_end=st.booleans(), block=st.integers(1, 64))
-def test_offsets_and_streaming_agree_with_the_rows_written(tmp_path_factory, contents, newline_at_end, block):
+@given(
+    contents=st.lists(texts, min_size=1, max_size=30),
+    newline_at_end=st.booleans(),
+    block=st.integers(1, 64),
+)
+def test_offsets_and_streaming_agree_with_the_rows_written(
+    tmp_path_factory, contents, newline_at_end, block
+):
     """Whatever the text (newlines escaped by JSON, unicode) and the scan block size, row i is
     the i-th row written, by lookup and by streaming."""
     import at2po_lib.retrieval.corpus as corpus_module

@@ -48,7 +48,11 @@ ids = st.sampled_from(list("abcdefgh"))
 
 
 @given(
-    data=st.lists(st.tuples(st.lists(ids, max_size=8), st.sets(ids, min_size=1, max_size=3)), min_size=1, max_size=10),
+    data=st.lists(
+        st.tuples(st.lists(ids, max_size=8), st.sets(ids, min_size=1, max_size=3)),
+        min_size=1,
+        max_size=10,
+    ),
 )
 def test_recall_is_a_non_decreasing_fraction_of_k(data):
     retrieved = [r for r, _ in data]
@@ -67,14 +71,25 @@ class ListRetriever(Retriever):
     def search(self, queries, topk=3):
         out = []
         for query in queries:
-            found = [pid for pid, text in self.passages.items() if set(query.split()) & set(text.split())]
-            out.append([{"document": {"id": pid, "contents": self.passages[pid]}, "score": 1.0} for pid in found[:topk]])
+            found = [
+                pid for pid, text in self.passages.items() if set(query.split()) & set(text.split())
+            ]
+            out.append(
+                [
+                    {"document": {"id": pid, "contents": self.passages[pid]}, "score": 1.0}
+                    for pid in found[:topk]
+                ]
+            )
         return out
 
 
 def test_retrieved_ids_and_recall_table():
     retriever = ListRetriever({"1": "red apple", "2": "green apple", "3": "red car"})
-    assert retrieved_ids(retriever, ["apple", "car", "red"], k=5, batch_size=2) == [["1", "2"], ["3"], ["1", "3"]]
+    assert retrieved_ids(retriever, ["apple", "car", "red"], k=5, batch_size=2) == [
+        ["1", "2"],
+        ["3"],
+        ["1", "3"],
+    ]
     table = recall_table({"words": retriever}, ["apple", "car"], [{"2"}, {"3"}], ks=(1, 2))
     # k=1: "apple" → ["1"] misses "2"; "car" → ["3"] hits → 0.5. k=2: both hit → 1.0
     assert table.to_dict("records") == [
@@ -84,25 +99,42 @@ def test_retrieved_ids_and_recall_table():
 
 
 ROWS = [
-    {"id": "q1", "question": "apple colour", "metadata": {"supporting_ids": ["2", "3"], "hop_queries": ["green apple", "x"]}},
-    {"id": "q2", "question": "car", "metadata": {"supporting_ids": ["3"], "hop_queries": ["red car"]}},
+    {
+        "id": "q1",
+        "question": "apple colour",
+        "metadata": {"supporting_ids": ["2", "3"], "hop_queries": ["green apple", "x"]},
+    },
+    {
+        "id": "q2",
+        "question": "car",
+        "metadata": {"supporting_ids": ["3"], "hop_queries": ["red car"]},
+    },
 ]
 
 
 def test_recall_for_datasets_uses_the_first_hop():
     retriever = ListRetriever({"1": "red apple", "2": "green apple", "3": "red car"})
-    table = recall_for_datasets({"words": retriever}, {"toy": ROWS}, ks=(1, 2), queries=("question", "hop_query"))
+    table = recall_for_datasets(
+        {"words": retriever}, {"toy": ROWS}, ks=(1, 2), queries=("question", "hop_query")
+    )
     got = {(r["query"], r["k"]): r["recall"] for r in table.to_dict("records")}
     # question: "apple colour" → ["1","2"]; first hop "2" at rank 2. "car" → ["3"] hit at rank 1.
     # hop_query: "green apple" → ["1","2"] (corpus order); "red car" → ["1","3"] ("3" at rank 2).
-    assert got == {("question", 1): 0.5, ("question", 2): 1.0, ("hop_query", 1): 0.0, ("hop_query", 2): 1.0}
+    assert got == {
+        ("question", 1): 0.5,
+        ("question", 2): 1.0,
+        ("hop_query", 1): 0.0,
+        ("hop_query", 2): 1.0,
+    }
     assert set(table["questions"]) == {2} and set(table["dataset"]) == {"toy"}
 
 
 def test_example_hits_marks_the_supporting_passage():
     retriever = ListRetriever({"1": '"Red"\nred apple', "3": '"Car"\nred car'})
     table = example_hits({"words": retriever}, ROWS[1:], k=2)
-    assert table[["rank", "title", "supporting"]].to_dict("records") == [{"rank": 1, "title": "Car", "supporting": True}]
+    assert table[["rank", "title", "supporting"]].to_dict("records") == [
+        {"rank": 1, "title": "Car", "supporting": True}
+    ]
 
 
 def test_rows_without_supporting_ids_are_rejected():

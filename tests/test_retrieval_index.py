@@ -17,8 +17,18 @@ import pytest
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
 from at2po_lib.retrieval.bm25 import BM25Retriever, build_bm25_index
 from at2po_lib.retrieval.corpus import Corpus
-from at2po_lib.retrieval.dense import DenseIndex, DenseRetriever, build_dense_index, parse_index_type
-from at2po_lib.retrieval.encoders import DenseEncoder, EncoderSpec, offline_minilm_path, resolve_encoder_path
+from at2po_lib.retrieval.dense import (
+    DenseIndex,
+    DenseRetriever,
+    build_dense_index,
+    parse_index_type,
+)
+from at2po_lib.retrieval.encoders import (
+    DenseEncoder,
+    EncoderSpec,
+    offline_minilm_path,
+    resolve_encoder_path,
+)
 from at2po_lib.retrieval.shards import shard_path
 from at2po_lib.util.staging import staging_path
 
@@ -38,10 +48,26 @@ def corpus_n(tmp_path_factory) -> Path:
 def built(tmp_path_factory, corpus_n) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("index")
     shards = root / "shared_embeddings"
-    flat = build_dense_index(corpus_n, root / "flat", SPEC, index_type="Flat", shard_size=40,
-                             embeddings_dir=shards, keep_embeddings=True, progress=False)
-    hnsw = build_dense_index(corpus_n, root / "hnsw", SPEC, index_type="HNSW", shard_size=40,
-                             embeddings_dir=shards, keep_embeddings=True, progress=False)
+    flat = build_dense_index(
+        corpus_n,
+        root / "flat",
+        SPEC,
+        index_type="Flat",
+        shard_size=40,
+        embeddings_dir=shards,
+        keep_embeddings=True,
+        progress=False,
+    )
+    hnsw = build_dense_index(
+        corpus_n,
+        root / "hnsw",
+        SPEC,
+        index_type="HNSW",
+        shard_size=40,
+        embeddings_dir=shards,
+        keep_embeddings=True,
+        progress=False,
+    )
     assert flat.shards.embedded == [0, 1, 2] and hnsw.shards.reused == [0, 1, 2]
     build_bm25_index(corpus_n, root / "bm25", progress=False)
     return {"flat": root / "flat", "hnsw": root / "hnsw", "bm25": root / "bm25", "shards": shards}
@@ -65,7 +91,11 @@ def test_offline_minilm_resolves_to_the_package_files():
 @pytest.mark.slow  # MiniLM-embedded index (session fixture)
 def test_encoder_vectors_are_unit_norm_and_order_independent(flat_retriever):
     encoder = flat_retriever.encoder
-    texts = ["short", "a much longer sentence about the history of Washington lobbying", "mid length text"]
+    texts = [
+        "short",
+        "a much longer sentence about the history of Washington lobbying",
+        "mid length text",
+    ]
     vectors = encoder.encode(texts)
     assert vectors.shape == (3, 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
@@ -80,7 +110,9 @@ def test_pooling_and_prefixes_change_the_vectors(flat_retriever):
     cls = DenseEncoder(EncoderSpec(pooling="cls", max_length=64, query_prefix="query: "))
     text = ["Evan Morris lobbyist"]
     assert not np.allclose(mean.encode(text), cls.encode(text), atol=1e-3)
-    np.testing.assert_allclose(cls.encode_queries(text), cls.encode(["query: Evan Morris lobbyist"]), atol=1e-6)
+    np.testing.assert_allclose(
+        cls.encode_queries(text), cls.encode(["query: Evan Morris lobbyist"]), atol=1e-6
+    )
 
 
 def test_spec_validation():
@@ -126,24 +158,32 @@ def test_flat_matches_numpy_brute_force(built, flat_retriever):
     queries = ["american airlines flight", "genentech", "football club owner"]
     q = flat_retriever.encoder.encode_queries(queries)
     expected = np.argsort(-(q @ embeddings.T), axis=1)[:, :5]
-    got = [[int(h["document"]["id"]) for h in hits] for hits in flat_retriever.search(queries, topk=5)]
+    got = [
+        [int(h["document"]["id"]) for h in hits] for hits in flat_retriever.search(queries, topk=5)
+    ]
     assert got == expected.tolist()  # fixture ids equal row numbers
 
 
 @pytest.mark.slow
-def test_batched_flat_search_through_blas_is_exact_and_leaves_faiss_settings_alone(built, flat_retriever):
+def test_batched_flat_search_through_blas_is_exact_and_leaves_faiss_settings_alone(
+    built, flat_retriever
+):
     import faiss
 
     embeddings = np.concatenate([np.load(shard_path(built["shards"], s)) for s in range(3)])
     rng = np.random.default_rng(0)
-    queries = embeddings[rng.choice(N, 40, replace=False)] + rng.normal(0, 0.05, (40, embeddings.shape[1]))
+    queries = embeddings[rng.choice(N, 40, replace=False)] + rng.normal(
+        0, 0.05, (40, embeddings.shape[1])
+    )
     queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
     before = faiss.cvar.distance_compute_blas_threshold
     scores, rows = flat_retriever.index.search(queries, 5)  # 40 queries >= 16: the BLAS path
     assert faiss.cvar.distance_compute_blas_threshold == before
     expected = np.argsort(-(queries @ embeddings.T), axis=1)[:, :5]
     np.testing.assert_array_equal(rows, expected)
-    np.testing.assert_allclose(scores, np.take_along_axis(queries @ embeddings.T, expected, axis=1), atol=1e-5)
+    np.testing.assert_allclose(
+        scores, np.take_along_axis(queries @ embeddings.T, expected, axis=1), atol=1e-5
+    )
 
 
 @pytest.mark.slow
@@ -226,13 +266,20 @@ def test_embedding_resumes_from_saved_shards(tmp_path, corpus_n):
             raise Killed
 
     with pytest.raises(Killed):
-        build_dense_index(small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False)
+        build_dense_index(
+            small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False
+        )
     # The build happens beside the final folder; nothing loadable exists until it completes.
     shards = staging_path(index_dir) / "embeddings"
-    assert sorted(p.name for p in shards.glob("shard_*.npy")) == ["shard_000000.npy", "shard_000001.npy"]
+    assert sorted(p.name for p in shards.glob("shard_*.npy")) == [
+        "shard_000000.npy",
+        "shard_000001.npy",
+    ]
     assert not index_dir.exists()
     before = {p.name: p.stat().st_mtime_ns for p in shards.glob("shard_*.npy")}
-    report = build_dense_index(small, index_dir, SPEC, shard_size=5, keep_embeddings=True, progress=False)
+    report = build_dense_index(
+        small, index_dir, SPEC, shard_size=5, keep_embeddings=True, progress=False
+    )
     assert report.shards.reused == [0, 1] and report.shards.embedded == [2, 3]
     shards = index_dir / "embeddings"  # moved with the finished index
     assert {p: shards.joinpath(p).stat().st_mtime_ns for p in before} == before  # not rewritten
@@ -240,13 +287,21 @@ def test_embedding_resumes_from_saved_shards(tmp_path, corpus_n):
     # Shards a killed build left with another encoder are never mixed in; the finished index
     # stays loadable meanwhile.
     with pytest.raises(Killed):
-        build_dense_index(small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False)
+        build_dense_index(
+            small, index_dir, SPEC, shard_size=5, on_shard_done=kill_after_two, progress=False
+        )
     with pytest.raises(IndexMismatchError, match="other settings"):
-        build_dense_index(small, index_dir, EncoderSpec(max_length=32), shard_size=5, progress=False)
+        build_dense_index(
+            small, index_dir, EncoderSpec(max_length=32), shard_size=5, progress=False
+        )
     assert DenseIndex.load(index_dir).meta["encoder"]["max_length"] == 64
-    rebuilt = build_dense_index(small, index_dir, EncoderSpec(max_length=32), shard_size=5, force=True, progress=False)
+    rebuilt = build_dense_index(
+        small, index_dir, EncoderSpec(max_length=32), shard_size=5, force=True, progress=False
+    )
     assert rebuilt.shards.embedded == [0, 1, 2, 3]
-    assert not (index_dir / "embeddings").exists() and not staging_path(index_dir).exists()  # deleted after the build
+    assert (
+        not (index_dir / "embeddings").exists() and not staging_path(index_dir).exists()
+    )  # deleted after the build
     assert DenseIndex.load(index_dir).meta["encoder"]["max_length"] == 32
 
 

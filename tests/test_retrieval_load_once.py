@@ -16,11 +16,15 @@ import pytest
 from at2po_lib.config.profile import load_profile
 from at2po_lib.retrieval import dense
 from at2po_lib.retrieval.base import IndexMismatchError, RetrievalError
-from at2po_lib.retrieval.dense import (FAISS_GPU_SCRATCH_BYTES, DenseIndex, faiss_header,
-                                       place_flat_index)
+from at2po_lib.retrieval.dense import (
+    FAISS_GPU_SCRATCH_BYTES,
+    DenseIndex,
+    faiss_header,
+    place_flat_index,
+)
 from at2po_lib.retrieval.indexes import build_retriever, ensure_index
 
-GIB = 2 ** 30
+GIB = 2**30
 WIKI18 = 21_015_324
 
 
@@ -50,14 +54,25 @@ def _downloaded(dense_dir: Path, tmp_path: Path) -> Path:
 
 
 def _prebuilt_profile(corpus: Path, folder: Path):
-    return load_profile("smoke", {"retrieval": {
-        "method": "dense", "corpus": str(corpus), "index_dir": str(folder), "prebuilt": True,
-        "max_length": 32, "topk": 3}})
+    return load_profile(
+        "smoke",
+        {
+            "retrieval": {
+                "method": "dense",
+                "corpus": str(corpus),
+                "index_dir": str(folder),
+                "prebuilt": True,
+                "max_length": 32,
+                "topk": 3,
+            }
+        },
+    )
 
 
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
-def test_a_prebuilt_index_is_read_once_memory_mapped(dense_dir, corpus20, tmp_path,
-                                                     counting_reader, isolated_outputs):
+def test_a_prebuilt_index_is_read_once_memory_mapped(
+    dense_dir, corpus20, tmp_path, counting_reader, isolated_outputs
+):
     download = _downloaded(dense_dir, tmp_path)
     cfg = _prebuilt_profile(corpus20, download)
     ensure_index(cfg, ("dense",), progress=False)  # `at2po index --prebuilt`: counts only
@@ -70,8 +85,9 @@ def test_a_prebuilt_index_is_read_once_memory_mapped(dense_dir, corpus20, tmp_pa
 
 
 @pytest.mark.slow  # builds a dense index (encoder load): ~20 s on 2 cores
-def test_the_prebuilt_check_compares_counts_from_the_header(dense_dir, corpus20, tmp_path,
-                                                            counting_reader, isolated_outputs):
+def test_the_prebuilt_check_compares_counts_from_the_header(
+    dense_dir, corpus20, tmp_path, counting_reader, isolated_outputs
+):
     download = _downloaded(dense_dir, tmp_path)
     short = tmp_path / "short.jsonl"
     short.write_text("".join(corpus20.read_text().splitlines(keepends=True)[:12]))
@@ -106,11 +122,11 @@ def test_placement_by_hand():
     # wiki-18 x 768 in fp16 = 32,279,537,664 B = 30.06 GiB; + 1.5 GiB scratch
     need = WIKI18 * 768 * 2
     assert need == 32_279_537_664
-    assert place_flat_index(WIKI18, 768, [78 * GIB]).gpus == 1           # an 80 GB card, idle
-    one = place_flat_index(WIKI18, 768, [24 * GIB])                      # a 24 GB card
+    assert place_flat_index(WIKI18, 768, [78 * GIB]).gpus == 1  # an 80 GB card, idle
+    one = place_flat_index(WIKI18, 768, [24 * GIB])  # a 24 GB card
     assert one.gpus == 0 and "needs 30.1 GiB in fp16 on each of 1 GPU(s)" in one.message
     assert "GPU 0 has 24.0 GiB free; searching it on the CPU" in one.message
-    eight = place_flat_index(WIKI18, 768, [40 * GIB] * 8)                # 3.76 GiB shards
+    eight = place_flat_index(WIKI18, 768, [40 * GIB] * 8)  # 3.76 GiB shards
     assert eight.gpus == 8 and "3.8 GiB each" in eight.message
     busy = place_flat_index(WIKI18, 768, [40 * GIB] * 7 + [need / 8 + FAISS_GPU_SCRATCH_BYTES - 1])
     assert busy.gpus == 0 and "GPU 7 has" in busy.message
@@ -135,11 +151,13 @@ def one_simulated_gpu(monkeypatch):
 def test_one_gpu_too_small_for_the_index_falls_back_to_the_cpu(dense_dir, one_simulated_gpu):
     size = 20 * 384 * 2  # the index's fp16 bytes
     with pytest.warns(RuntimeWarning, match="GPU 0 has .* free; searching it on the CPU"):
-        small = DenseIndex.load(dense_dir, use_gpu=True,
-                                gpu_budget=lambda: [size + FAISS_GPU_SCRATCH_BYTES - 1])
+        small = DenseIndex.load(
+            dense_dir, use_gpu=True, gpu_budget=lambda: [size + FAISS_GPU_SCRATCH_BYTES - 1]
+        )
     assert one_simulated_gpu == [] and "on the CPU" in small.placement
     scores, rows = small.search(np.ones((1, 384), dtype=np.float32), 2)
     assert rows.shape == (1, 2)
-    roomy = DenseIndex.load(dense_dir, use_gpu=True,
-                            gpu_budget=lambda: [size + FAISS_GPU_SCRATCH_BYTES])
+    roomy = DenseIndex.load(
+        dense_dir, use_gpu=True, gpu_budget=lambda: [size + FAISS_GPU_SCRATCH_BYTES]
+    )
     assert one_simulated_gpu == [1] and "sharded over 1 GPU(s)" in roomy.placement

@@ -20,7 +20,12 @@ from at2po_lib.retrieval.encoders import EncoderSpec
 from at2po_lib.retrieval.server import free_port, start_server, start_server_process
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wiki18_sample.jsonl"
-QUERIES = ["who was evan morris", "american airlines flight 77 pentagon", "genentech lobbyist", "football"]
+QUERIES = [
+    "who was evan morris",
+    "american airlines flight 77 pentagon",
+    "genentech lobbyist",
+    "football",
+]
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +86,9 @@ def test_searchr1_client_request_gets_the_documented_shape(server, bm25):
 
 
 def test_return_scores_false_gives_bare_documents(server, bm25):
-    body = requests.post(server.retrieve_url, json={"queries": QUERIES[:2], "topk": 2, "return_scores": False}).json()
+    body = requests.post(
+        server.retrieve_url, json={"queries": QUERIES[:2], "topk": 2, "return_scores": False}
+    ).json()
     expected = [[hit["document"] for hit in hits] for hits in bm25.search(QUERIES[:2], 2)]
     assert body == {"result": expected}
     # Missing topk and return_scores: Search-R1's defaults (topk 3, return_scores false).
@@ -90,14 +97,20 @@ def test_return_scores_false_gives_bare_documents(server, bm25):
 
 
 def test_topk_null_uses_the_default_of_three(server):
-    body = requests.post(server.retrieve_url, json={"queries": ["evan"], "topk": None, "return_scores": True}).json()
+    body = requests.post(
+        server.retrieve_url, json={"queries": ["evan"], "topk": None, "return_scores": True}
+    ).json()
     assert len(body["result"][0]) == 3
 
 
 def test_health_reports_the_index(server):
     health = httpx.get(server.url + "/health").json()
     assert health["status"] == "ok" and health["passages"] == 1000
-    assert health["index_type"] == "BM25" and "bm25s" in health["encoder"] and health["batching"] is True
+    assert (
+        health["index_type"] == "BM25"
+        and "bm25s" in health["encoder"]
+        and health["batching"] is True
+    )
 
 
 BAD_REQUESTS = [
@@ -118,7 +131,9 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize(("body", "status", "message"), BAD_REQUESTS)
 def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(server, body, status, message):
-    response = httpx.post(server.retrieve_url, content=body, headers={"content-type": "application/json"})
+    response = httpx.post(
+        server.retrieve_url, content=body, headers={"content-type": "application/json"}
+    )
     assert response.status_code == status
     assert message in response.json()["error"]
     assert httpx.get(server.url + "/health").status_code == 200
@@ -158,19 +173,39 @@ def test_a_failing_search_is_a_500_with_the_reason_and_the_server_survives(bm25,
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(bm25):
-    queries = [f"{word} history" for word in ("evan", "airlines", "genentech", "football", "river", "war",
-                                              "music", "film", "church", "school", "army", "island",
-                                              "railway", "king", "city", "album")]
+    queries = [
+        f"{word} history"
+        for word in (
+            "evan",
+            "airlines",
+            "genentech",
+            "football",
+            "river",
+            "war",
+            "music",
+            "film",
+            "church",
+            "school",
+            "army",
+            "island",
+            "railway",
+            "king",
+            "city",
+            "album",
+        )
+    ]
     expected = {q: bm25.search([q], 3)[0] for q in queries}
     answers: dict[str, list] = {}
     barrier = threading.Barrier(len(queries))
     # A generous batching window makes "fewer searches than requests" independent of machine load.
     with start_server(bm25, max_wait_ms=300) as handle:
+
         def client(query: str) -> None:
             with httpx.Client(timeout=60) as http:
                 barrier.wait()
-                answers[query] = http.post(handle.retrieve_url, json={"queries": [query], "topk": 3,
-                                                                       "return_scores": True}).json()["result"][0]
+                answers[query] = http.post(
+                    handle.retrieve_url, json={"queries": [query], "topk": 3, "return_scores": True}
+                ).json()["result"][0]
 
         threads = [threading.Thread(target=client, args=(q,)) for q in queries]
         for t in threads:
@@ -197,9 +232,13 @@ def test_http_equals_in_process_for_dense(dense):
     with start_server(dense) as handle:
         client = HTTPRetriever(handle.url)
         remote, local = client.search(queries, 4), dense.search(queries, 4)
-    assert [[h["document"] for h in q] for q in remote] == [[h["document"] for h in q] for q in local]
+    assert [[h["document"] for h in q] for q in remote] == [
+        [h["document"] for h in q] for q in local
+    ]
     for remote_hits, local_hits in zip(remote, local):
-        assert [h["score"] for h in remote_hits] == pytest.approx([h["score"] for h in local_hits], abs=1e-5)
+        assert [h["score"] for h in remote_hits] == pytest.approx(
+            [h["score"] for h in local_hits], abs=1e-5
+        )
 
 
 def test_client_batches_long_query_lists(server, bm25):
@@ -232,7 +271,9 @@ def test_client_survives_a_server_restart(bm25):
 def test_client_names_the_url_when_no_server_answers():
     url = f"http://127.0.0.1:{free_port()}/retrieve"
     client = HTTPRetriever(url, timeout=2, retries=2, backoff=0.01)
-    with pytest.raises(RetrievalError, match=f"no retrieval server answered at {url} after 3 attempts"):
+    with pytest.raises(
+        RetrievalError, match=f"no retrieval server answered at {url} after 3 attempts"
+    ):
         client.search(["x"])
 
 
@@ -250,7 +291,9 @@ def test_normalise_url():
 
 
 def test_server_runs_as_a_subprocess_from_the_command_line(bm25_dir, bm25):
-    with start_server_process(["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE)]) as handle:
+    with start_server_process(
+        ["--index", str(bm25_dir), "--bm25", "--corpus", str(FIXTURE)]
+    ) as handle:
         assert handle.url.startswith("http://127.0.0.1:")
         body = searchr1_batch_search(handle.retrieve_url, QUERIES, 2)
         assert body["result"] == bm25.search(QUERIES, 2)

@@ -111,12 +111,19 @@ def test_extract_answer_authors_convention():
 
 
 def test_search_r1_extract_answer():
-    assert search_r1_extract_answer("<answer> a </answer> x <answer>\n Paris \n</answer>") == "Paris"
+    assert (
+        search_r1_extract_answer("<answer> a </answer> x <answer>\n Paris \n</answer>") == "Paris"
+    )
     assert search_r1_extract_answer("<answer></answer>") == ""
     assert search_r1_extract_answer("nothing") is None
     # With the prompt included, the instruction's example answer is the first block.
     assert search_r1_extract_answer("e.g. <answer> Beijing </answer>", includes_prompt=True) is None
-    assert search_r1_extract_answer("e.g. <answer> Beijing </answer> ... <answer> Paris </answer>", includes_prompt=True) == "Paris"
+    assert (
+        search_r1_extract_answer(
+            "e.g. <answer> Beijing </answer> ... <answer> Paris </answer>", includes_prompt=True
+        )
+        == "Paris"
+    )
 
 
 def test_extract_prediction_by_style():
@@ -142,7 +149,12 @@ GOOD = (
         (GOOD.replace("<think> Found it. </think>", "<think> Found it."), "not paired"),
         ("<answer> \\boxed{Paris} </answer>", "no <think>"),
         (GOOD.replace("</answer>", "</answer> <answer> x </answer>"), "exactly one"),
-        (GOOD.replace(" <result>\nDoc 1(Title: Paris) Paris is the capital of France.\n</result>", ""), "incomplete"),
+        (
+            GOOD.replace(
+                " <result>\nDoc 1(Title: Paris) Paris is the capital of France.\n</result>", ""
+            ),
+            "incomplete",
+        ),
         (GOOD.replace("</search>", "").replace("</result>", "</result> </search>"), "wrong order"),
         (GOOD.replace(r"\[ \boxed{Paris} \]", "Paris"), "boxed"),
         ("<think> t </think> </answer> <answer> \\boxed{x}", "before"),
@@ -155,7 +167,9 @@ def test_format_check_failures(response, reason):
 
 def test_format_check_ok_and_observation_tags():
     assert format_check(GOOD) == (True, "format is correct")
-    searchr1_style = GOOD.replace("<result>", "<information>").replace("</result>", "</information>")
+    searchr1_style = GOOD.replace("<result>", "<information>").replace(
+        "</result>", "</information>"
+    )
     assert not format_check(searchr1_style)[0]
     assert format_check(searchr1_style, ("<information>", "</information>"))[0]
 
@@ -163,7 +177,10 @@ def test_format_check_ok_and_observation_tags():
 def test_atpo_reward_cases():
     assert atpo_reward(GOOD, ["Paris"]) == 1.0  # good format, correct
     assert atpo_reward(GOOD, ["Lyon"]) == 0.0  # good format, wrong
-    assert atpo_reward(GOOD.replace("<think> Found it. </think>", "<think> Found it."), ["Paris"]) == -1.0
+    assert (
+        atpo_reward(GOOD.replace("<think> Found it. </think>", "<think> Found it."), ["Paris"])
+        == -1.0
+    )
     no_box = GOOD.replace(r"\[ \boxed{Paris} \]", "Paris")
     assert atpo_reward(no_box, ["Paris"]) == -1.0  # correct but unboxed: format failure
     # A boxed-looking but unclosed box passes the loose check yet cannot be extracted: −1.
@@ -194,7 +211,11 @@ SCORES = dict(structure_format_score=0.2, final_format_score=0.1, retrieval_scor
     "response, golden, expected",
     [
         (VALID_R1.replace("{answer}", "Paris"), ["Paris"], 1.0),  # valid, correct
-        (VALID_R1.replace("{answer}", "Lyon"), ["Paris"], 0.3),  # valid, wrong, retrieval hit: 0.2+0.1
+        (
+            VALID_R1.replace("{answer}", "Lyon"),
+            ["Paris"],
+            0.3,
+        ),  # valid, wrong, retrieval hit: 0.2+0.1
         (VALID_R1.replace("{answer}", "Lyon"), ["Marseille"], 0.2),  # valid, wrong, no hit
         ("<answer> Paris </answer>", ["Paris"], 0.8),  # invalid (no think), correct: 1 − 0.2
         ("<answer> Lyon </answer>", ["Paris"], 0.1),  # invalid, wrong
@@ -208,15 +229,24 @@ def test_searchr1_format_reward_cases(response, golden, expected):
 def test_searchr1_format_reward_valid_but_unextracted_with_prompt():
     # Search-R1 sees prompt + response; a prompt without an example answer leaves one block,
     # so nothing is extracted: valid layout gives 0.2 + 0.1 (the passage holds "Paris").
-    text = "<|im_start|>user\nQuestion?<|im_start|>assistant\n" + VALID_R1.replace("{answer}", "Paris")
-    assert searchr1_format_reward(text, ["Paris"], includes_prompt=True, **SCORES) == pytest.approx(0.3)
-    with_example = "<|im_start|>user\ne.g. <answer> Beijing </answer><|im_start|>assistant\n" + VALID_R1.replace("{answer}", "Paris")
+    text = "<|im_start|>user\nQuestion?<|im_start|>assistant\n" + VALID_R1.replace(
+        "{answer}", "Paris"
+    )
+    assert searchr1_format_reward(text, ["Paris"], includes_prompt=True, **SCORES) == pytest.approx(
+        0.3
+    )
+    with_example = (
+        "<|im_start|>user\ne.g. <answer> Beijing </answer><|im_start|>assistant\n"
+        + VALID_R1.replace("{answer}", "Paris")
+    )
     assert searchr1_format_reward(with_example, ["Paris"], includes_prompt=True, **SCORES) == 1.0
 
 
 def test_searchr1_defaults_are_the_v03_script_values():
     # 0.2 structure, 0.1 final, 0 retrieval: valid + wrong = 0.2, invalid + wrong = 0.1.
-    assert searchr1_format_reward(VALID_R1.replace("{answer}", "Lyon"), ["Paris"]) == pytest.approx(0.2)
+    assert searchr1_format_reward(VALID_R1.replace("{answer}", "Lyon"), ["Paris"]) == pytest.approx(
+        0.2
+    )
     assert searchr1_format_reward("<answer> Lyon </answer>", ["Paris"]) == pytest.approx(0.1)
 
 
@@ -224,7 +254,10 @@ def test_searchr1_defaults_are_the_v03_script_values():
     "response, reason",
     [
         ("<think> a </think> <answer> x </answer> trailing", "unexpected text"),
-        ("<think> a </think> <search> q </search> <information> i </information> <answer> x </answer>", "unexpected tag <answer>"),
+        (
+            "<think> a </think> <search> q </search> <information> i </information> <answer> x </answer>",
+            "unexpected tag <answer>",
+        ),
         ("<think> a <answer> x </answer>", "unbalanced <think>"),
         ("<think> a </think>", "incomplete"),
         ("stray <think> a </think> <answer> x </answer>", "unexpected text"),
@@ -237,7 +270,10 @@ def test_searchr1_sequence_check_failures(response, reason):
 
 def test_searchr1_sequence_check_valid_and_marker():
     assert searchr1_sequence_check(VALID_R1.replace("{answer}", "x")) == (True, "valid sequence")
-    assert searchr1_sequence_check("<think> a </think> <answer> x </answer>", includes_prompt=True)[1] == "missing assistant marker"
+    assert (
+        searchr1_sequence_check("<think> a </think> <answer> x </answer>", includes_prompt=True)[1]
+        == "missing assistant marker"
+    )
     result_style = VALID_R1.replace("information>", "result>").replace("{answer}", "x")
     assert searchr1_sequence_check(result_style, observation_tag="result")[0]
 
@@ -254,8 +290,12 @@ _REFERENCE_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["<answer>", "</answer>", "a", " ", "\\boxed{x}", "<", ">", "answer"]),
-                max_size=30).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(["<answer>", "</answer>", "a", " ", "\\boxed{x}", "<", ">", "answer"]),
+        max_size=30,
+    ).map("".join)
+)
 def test_answer_blocks_equal_the_regex(text):
     from at2po_lib.protocol.reward import _answer_blocks
 

@@ -36,29 +36,53 @@ def test_turn_entropy_sums_the_first_tokens_over_log_vocab():
     assert aepo_turn_entropy(node, 100, num_tokens=2) == pytest.approx(3.0 / math.log(100))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(budget=st.integers(1, 7), initial_frac=st.floats(0.01, 1.0), beam=st.integers(1, 4),
-       seed=st.integers(0, 1000), p_search=st.floats(0.3, 0.9))
-def test_exactly_budget_leaves_and_branches_are_siblings(toy, budget, initial_frac, beam, seed,
-                                                        p_search):
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    budget=st.integers(1, 7),
+    initial_frac=st.floats(0.01, 1.0),
+    beam=st.integers(1, 4),
+    seed=st.integers(0, 1000),
+    p_search=st.floats(0.3, 0.9),
+)
+def test_exactly_budget_leaves_and_branches_are_siblings(
+    toy, budget, initial_frac, beam, seed, p_search
+):
     initial = max(1, round(initial_frac * budget))
-    cfg = dataclasses.replace(toy.cfg.rollout, aepo_beam=beam, max_response_tokens=600,
-                              max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout, aepo_beam=beam, max_response_tokens=600, max_tool_calls=3
+    )
     questions, golden = toy.questions(3)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_aepo(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                         cfg, budget=budget, initial=initial, seed=seed, backend=backend)
+    trees = rollout_aepo(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        budget=budget,
+        initial=initial,
+        seed=seed,
+        backend=backend,
+    )
     calls = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == budget
         assert len(tree.nodes[0].children) >= initial
         for node in tree.nodes[1:]:
             parent = tree.nodes[node.parent]
-            expected = tree.prompt_ids if node.parent == 0 else \
-                tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
+            expected = (
+                tree.prompt_ids
+                if node.parent == 0
+                else tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
+            )
             # the node's first generation call was made from exactly this context
             assert not node.token_ids or any(
-                ctx == expected and node.token_ids[:len(ids)] == ids for ctx, ids in calls)
+                ctx == expected and node.token_ids[: len(ids)] == ids for ctx, ids in calls
+            )
             assert node.is_leaf != bool(node.children)
             if beam == 1:  # beam 1 allows no branching: every inner node has one child
                 assert len(node.children) <= 1
@@ -68,8 +92,9 @@ def test_exactly_budget_leaves_and_branches_are_siblings(toy, budget, initial_fr
 def test_real_model_aepo(toy):
     questions, golden = toy.questions(3)
     cfg = toy.cfg.rollout
-    trees = rollout_aepo(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
-                         golden, cfg, seed=0)
+    trees = rollout_aepo(
+        toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden, cfg, seed=0
+    )
     assert all(len(t.leaves()) == cfg.aepo_budget for t in trees)
     assert all(not math.isnan(t.nodes[i].reward) for t in trees for i in t.leaves())
 
@@ -80,9 +105,25 @@ def test_branches_grow_from_inner_nodes(toy):
     cfg = dataclasses.replace(toy.cfg.rollout, max_response_tokens=900, max_tool_calls=3)
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(0.9, 0.1), seed=0)
-    trees = rollout_aepo(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                         cfg, budget=8, initial=2, seed=0, backend=backend)
+    trees = rollout_aepo(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        budget=8,
+        initial=2,
+        seed=0,
+        backend=backend,
+    )
     assert all(len(t.leaves()) == 8 for t in trees)
     branched = [n for t in trees for n in t.nodes[1:] if len(n.children) > 1]
-    assert branched and all(c.expansion_round > 0 for t in trees for n in t.nodes[1:]
-                            if len(n.children) > 1 for c in (t.nodes[i] for i in n.children[1:]))
+    assert branched and all(
+        c.expansion_round > 0
+        for t in trees
+        for n in t.nodes[1:]
+        if len(n.children) > 1
+        for c in (t.nodes[i] for i in n.children[1:])
+    )

@@ -38,8 +38,18 @@ def run_script(toy, script, n=1, **changes):
 def run_script_with(toy, backend, n=1, **changes):
     cfg = cfg_with(toy, **changes)
     questions, golden = toy.questions(n)
-    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden, cfg,
-                          expansion="chain", num_chains=1, backend=backend)
+    trees = rollout_trees(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion="chain",
+        num_chains=1,
+        backend=backend,
+    )
     return trees, backend
 
 
@@ -55,7 +65,7 @@ def test_tool_limit_inserts_the_notice_in_the_same_node_which_becomes_a_leaf(toy
     notice = env.encode(tool_limit_notice(toy.template))
 
     def script(ctx, rng):  # search until the notice is in the context, then answer
-        if ctx[-len(notice):] == notice:
+        if ctx[-len(notice) :] == notice:
             return f"<answer> done </answer>{EOS}"
         return "<search> capital </search>"
 
@@ -72,11 +82,14 @@ def test_tool_limit_inserts_the_notice_in_the_same_node_which_becomes_a_leaf(toy
     assert last.is_leaf and last.finish_reason == "answer" and last.obs_ids == []
     assert len(backend.requests) == 4  # 3 searches + the answer, the last in the same node
     traj = trees[0].trajectory(last.id, env.decode, env.extract_answer)
-    assert traj.sampled_mask[-len(answer_ids) - len(notice):] == [0] * len(notice) + [1] * len(answer_ids)
+    assert traj.sampled_mask[-len(answer_ids) - len(notice) :] == [0] * len(notice) + [1] * len(
+        answer_ids
+    )
     assert traj.num_turns == 3 and traj.num_tool_calls == 2
     # the notice carries no log-prob and does not enter the node's entropy
     assert last.entropy_nll == pytest.approx(
-        -sum(lp for lp, m in zip(last.logps, last.token_mask) if m) / sum(last.token_mask))
+        -sum(lp for lp, m in zip(last.logps, last.token_mask) if m) / sum(last.token_mask)
+    )
 
 
 def test_the_seventh_search_creates_no_expansion_candidate(toy):
@@ -84,7 +97,7 @@ def test_the_seventh_search_creates_no_expansion_candidate(toy):
     notice = env.encode(tool_limit_notice(toy.template))
 
     def script(ctx, rng):
-        if ctx[-len(notice):] == notice:
+        if ctx[-len(notice) :] == notice:
             return f"<answer> done </answer>{EOS}"
         return "<search> capital </search>"
 
@@ -116,6 +129,7 @@ def test_no_stop_at_answer_text_after_it_reaches_the_reward(toy):
     """</answer> is no stop: the turn runs to EOS and the reward sees what came after it."""
     questions, golden = toy.questions(1)
     gold = golden[0][0]
+
     def script(ctx, rng):
         return f"<answer> {gold} </answer> <answer> no </answer>{EOS}"
 
@@ -123,9 +137,15 @@ def test_no_stop_at_answer_text_after_it_reaches_the_reward(toy):
     (node,) = chain_nodes(trees[0])
     assert len(backend.requests) == 1 and node.text.count("</answer>") == 2
     seen = []
-    env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout,
-                    reward_fn=lambda response, golden: seen.append(response) or 0.0)
+    env = SearchEnv(
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        toy.cfg.rollout,
+        reward_fn=lambda response, golden: seen.append(response) or 0.0,
+    )
     from at2po_lib.rollout.agent import score_trees
+
     score_trees(env, trees)
     assert seen and seen[0].count("</answer>") == 2
 
@@ -152,13 +172,15 @@ def test_invalid_action_retry_appends_the_corrective_message(toy):
     assert second.finish_reason == "answer"
     traj = trees[0].trajectory(second.id, env.decode, env.extract_answer)
     # the corrective message is masked out of the loss
-    assert traj.sampled_mask == [1] * len(first.token_ids) + [0] * len(first.obs_ids) + \
-        [1] * len(second.token_ids)
+    assert traj.sampled_mask == [1] * len(first.token_ids) + [0] * len(first.obs_ids) + [1] * len(
+        second.token_ids
+    )
     assert traj.answer == gold and traj.reward == 1.0 and traj.num_turns == 2
 
 
-@pytest.mark.parametrize("turn", ["<search>  </search>", '<search> "" </search>',
-                                  "no opening tag </search>"])
+@pytest.mark.parametrize(
+    "turn", ["<search>  </search>", '<search> "" </search>', "no opening tag </search>"]
+)
 def test_empty_query_appends_eos_and_ends_the_branch(toy, turn):
     trees, backend = run_script(toy, lambda ctx, rng: turn)
     (node,) = chain_nodes(trees[0])
@@ -179,13 +201,22 @@ def test_queries_lose_their_double_quotes(toy):
 
     cfg = cfg_with(toy, max_tool_calls=1)
     questions, golden = toy.questions(1)
-    def env_script(ctx, rng):
-        return ('<search> "capital" city </search>' if not seen
-                else f"<answer> x </answer>{EOS}")
 
-    rollout_trees(None, toy.tokenizer, toy.template, Recording(), questions, golden, cfg,
-                  expansion="chain", num_chains=1,
-                  backend=ScriptedBackend(toy.tokenizer, env_script))
+    def env_script(ctx, rng):
+        return '<search> "capital" city </search>' if not seen else f"<answer> x </answer>{EOS}"
+
+    rollout_trees(
+        None,
+        toy.tokenizer,
+        toy.template,
+        Recording(),
+        questions,
+        golden,
+        cfg,
+        expansion="chain",
+        num_chains=1,
+        backend=ScriptedBackend(toy.tokenizer, env_script),
+    )
     assert seen == ["capital city"]
 
 
@@ -208,8 +239,13 @@ class QueueBackend:
 
 
 def result(ids, stopped):
-    return TurnResult(token_ids=list(ids), logps=[-0.5] * len(ids), entropies=[0.1] * len(ids),
-                      topk_entropies=[0.1] * len(ids), stopped=stopped)
+    return TurnResult(
+        token_ids=list(ids),
+        logps=[-0.5] * len(ids),
+        entropies=[0.1] * len(ids),
+        topk_entropies=[0.1] * len(ids),
+        stopped=stopped,
+    )
 
 
 def test_a_call_stopped_on_length_continues_in_the_same_node(toy):
@@ -229,37 +265,46 @@ def test_a_call_stopped_on_length_continues_in_the_same_node(toy):
 
 
 def test_turn_cap_reached_goes_on_until_the_response_budget(toy):
-    trees, backend = run_script(toy, lambda ctx, rng: "word " * 40, max_turn_tokens=8,
-                                max_response_tokens=30)
+    trees, backend = run_script(
+        toy, lambda ctx, rng: "word " * 40, max_turn_tokens=8, max_response_tokens=30
+    )
     (node,) = chain_nodes(trees[0])
     assert len(node.token_ids) == 30 and node.finish_reason == "response_length"
     assert [r.max_new_tokens for r in backend.requests] == [8, 8, 8, 6]
 
 
 def test_turn_cap_may_end_the_branch_as_before_issue_22(toy):
-    trees, _ = run_script(toy, lambda ctx, rng: "word " * 40, max_turn_tokens=8,
-                          turn_length_ends_branch=True)
+    trees, _ = run_script(
+        toy, lambda ctx, rng: "word " * 40, max_turn_tokens=8, turn_length_ends_branch=True
+    )
     (node,) = chain_nodes(trees[0])
     assert len(node.token_ids) == 8 and node.finish_reason == "turn_length"
 
 
 def test_no_turn_cap_by_default_a_call_gets_the_rest_of_the_budget(toy):
     assert toy.cfg.rollout.max_turn_tokens == 0
-    trees, backend = run_script(toy, lambda ctx, rng: "<search> capital </search>",
-                                max_response_tokens=400, max_tool_calls=2)
+    trees, backend = run_script(
+        toy,
+        lambda ctx, rng: "<search> capital </search>",
+        max_response_tokens=400,
+        max_tool_calls=2,
+    )
     used = [len(r.context) - len(trees[0].prompt_ids) for r in backend.requests]
     assert [r.max_new_tokens for r in backend.requests] == [400 - u for u in used]
 
 
 def test_observation_that_does_not_fit_is_truncated_and_its_child_is_an_empty_leaf(toy):
-    trees, backend = run_script(toy, lambda ctx, rng: "<search> capital </search>",
-                                max_response_tokens=30)
+    trees, backend = run_script(
+        toy, lambda ctx, rng: "<search> capital </search>", max_response_tokens=30
+    )
     tree = trees[0]
     parent, child = chain_nodes(tree)
     assert len(parent.token_ids) < 30 and parent.obs_kind == "observation"
     assert parent.end + len(parent.obs_ids) == 30  # the observation was cut to what was left
-    full = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout).search(["capital"])[0]
-    assert parent.obs_ids == full[:len(parent.obs_ids)] and len(full) > len(parent.obs_ids)
+    full = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout).search(
+        ["capital"]
+    )[0]
+    assert parent.obs_ids == full[: len(parent.obs_ids)] and len(full) > len(parent.obs_ids)
     assert child.is_leaf and child.token_ids == [] and child.finish_reason == "response_length"
     assert not parent.is_leaf and parent.id in tree.inner_nodes()  # still a candidate
     assert len(backend.requests) == 1
@@ -276,8 +321,12 @@ def test_prompt_longer_than_the_limit_is_an_error(toy):
 
 
 def test_turn_budget_shrinks_with_the_response_budget(toy):
-    trees, backend = run_script(toy, lambda ctx, rng: "<search> capital </search>",
-                                max_response_tokens=400, max_turn_tokens=16)
+    trees, backend = run_script(
+        toy,
+        lambda ctx, rng: "<search> capital </search>",
+        max_response_tokens=400,
+        max_turn_tokens=16,
+    )
     used = [len(r.context) - len(trees[0].prompt_ids) for r in backend.requests]
     assert all(r.max_new_tokens == min(16, 400 - u) for r, u in zip(backend.requests, used))
 
@@ -294,17 +343,29 @@ class RecordingBackend(HFBackend):
 
     def generate_turns(self, requests):
         results = super().generate_turns(requests)
-        self.log = getattr(self, "log", []) + [(list(q.context), r) for q, r in zip(requests, results)]
+        self.log = getattr(self, "log", []) + [
+            (list(q.context), r) for q, r in zip(requests, results)
+        ]
         return results
 
 
 def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
     cfg = toy.cfg.rollout
     questions, golden = toy.questions(6)
-    backend = RecordingBackend(toy.model, toy.tokenizer, SamplingSpec(temperature=1.0),
-                               ("</search>",), seed=0)
-    trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
-                          golden, cfg, backend=backend, seed=0)
+    backend = RecordingBackend(
+        toy.model, toy.tokenizer, SamplingSpec(temperature=1.0), ("</search>",), seed=0
+    )
+    trees = rollout_trees(
+        toy.model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        backend=backend,
+        seed=0,
+    )
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, cfg)
     # Observations hold the profile's top-k (smoke inherits tiny's 2), as the demonstrations do.
     assert env.topk == toy.cfg.retrieval.topk == 2
@@ -318,15 +379,19 @@ def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
                 if len(node.token_ids) == 0:
                     continue  # an empty leaf after an observation cut to the budget
                 context = tree.context_ids(node.id)
-                assert any(ctx == context and node.token_ids[:len(r.token_ids)] == r.token_ids
-                           for ctx, r in backend.log)
+                assert any(
+                    ctx == context and node.token_ids[: len(r.token_ids)] == r.token_ids
+                    for ctx, r in backend.log
+                )
                 expect += node.token_ids
                 if node.obs_kind == "observation":
                     searched += 1
                     hits = toy.retriever.search([node.action.query], topk=2)[0]
-                    obs = env.encode(render_observation(toy.template, [h["document"] for h in hits]))
+                    obs = env.encode(
+                        render_observation(toy.template, [h["document"] for h in hits])
+                    )
                     cut = node.end + len(obs) > cfg.max_response_tokens  # truncated to the budget
-                    assert node.obs_ids == (obs[:len(node.obs_ids)] if cut else obs)
+                    assert node.obs_ids == (obs[: len(node.obs_ids)] if cut else obs)
                 expect += node.obs_ids
             assert traj.completion_ids == expect
             assert traj.response_text == env.decode(traj.completion_ids)
@@ -344,4 +409,4 @@ def test_greedy_chains_are_deterministic_and_complete(toy):
         assert len(t.completion_ids) == len(t.sampled_mask) == len(t.logps) == len(t.turn_ids)
         assert t.reward in (0.0, 1.0)
         for i, turn in enumerate(t.turns):
-            assert set(t.turn_ids[turn.start:turn.end]) == {i}
+            assert set(t.turn_ids[turn.start : turn.end]) == {i}

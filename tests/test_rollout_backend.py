@@ -32,8 +32,9 @@ def tokenizer(fixtures_dir):
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    return tag_biased_policy(tokenizer, seed=0,
-                             tag_bias={"<search>": 1.0, "</search>": 2.0, "</answer>": 1.0})
+    return tag_biased_policy(
+        tokenizer, seed=0, tag_bias={"<search>": 1.0, "</search>": 2.0, "</answer>": 1.0}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,9 @@ def full_logps(model, ids: list[int], start: int, tokens: list[int], temperature
 
 
 def test_two_turns_and_a_branch_match_a_full_recompute(model, tokenizer, contexts):
-    backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.7), STOPS, seed=3,
-                        compact_below=0.9)
+    backend = HFBackend(
+        model, tokenizer, SamplingSpec(temperature=0.7), STOPS, seed=3, compact_below=0.9
+    )
     first = backend.generate_turns([TurnRequest(c, 12) for c in contexts])
     obs = tokenizer.encode(" <result> some passage text </result> ")
     second_req = [TurnRequest(c + r.token_ids + obs, 10, r.prefix) for c, r in zip(contexts, first)]
@@ -78,7 +80,9 @@ def test_cache_reuse_is_invisible_in_tokens_and_logps(model, tokenizer, contexts
     for keep in (True, False):
         backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS, keep_cache=keep)
         first = backend.generate_turns([TurnRequest(c, 8) for c in contexts])
-        req = [TurnRequest(c + r.token_ids + [5, 6, 7], 8, r.prefix) for c, r in zip(contexts, first)]
+        req = [
+            TurnRequest(c + r.token_ids + [5, 6, 7], 8, r.prefix) for c, r in zip(contexts, first)
+        ]
         outs[keep] = (first, backend.generate_turns(req), backend.stats.prefill_tokens)
     for a, b in zip(outs[True][0] + outs[True][1], outs[False][0] + outs[False][1]):
         assert a.token_ids == b.token_ids
@@ -89,8 +93,9 @@ def test_cache_reuse_is_invisible_in_tokens_and_logps(model, tokenizer, contexts
 def test_compaction_does_not_change_results(model, tokenizer, contexts):
     results = []
     for compact in (0.0, 1.01):  # never / whenever a row is done
-        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS,
-                            compact_below=compact)
+        backend = HFBackend(
+            model, tokenizer, SamplingSpec(temperature=0.0), STOPS, compact_below=compact
+        )
         first = backend.generate_turns([TurnRequest(c, 14) for c in contexts])
         req = [TurnRequest(c + r.token_ids + [9, 9], 6, r.prefix) for c, r in zip(contexts, first)]
         results.append([(r.token_ids, r.logps) for r in first + backend.generate_turns(req)])
@@ -103,7 +108,9 @@ def test_exact_entropy_equals_direct_computation(model, tokenizer, contexts):
     (res,) = backend.generate_turns([TurnRequest(contexts[2], 10)])
     _, lp = full_logps(model, contexts[2] + res.token_ids, len(contexts[2]), res.token_ids, 0.7)
     start = len(contexts[2]) - 1
-    direct = [-(lp[start + i].exp() * lp[start + i]).sum().item() for i in range(len(res.token_ids))]
+    direct = [
+        -(lp[start + i].exp() * lp[start + i]).sum().item() for i in range(len(res.token_ids))
+    ]
     assert max(abs(a - b) for a, b in zip(direct, res.entropies)) < 1e-5
     # the authors' estimate: mean sampled-token NLL (not equal to the exact mean in general)
     assert all(lp_ <= 0 for lp_ in res.logps)
@@ -122,16 +129,28 @@ def test_turn_stops_at_tag_tokens_and_budget(model, tokenizer, contexts):
 def test_multi_token_stop_string(tokenizer, contexts):
     """A stop string spanning two tokens ends the turn at the token that completes it (same
     seed, so both runs draw the same tokens up to there)."""
-    plain = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                      num_key_value_heads=1, intermediate_size=64),
-                         tokenizer, seed=4).eval()
+    plain = build_policy(
+        PolicyConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+        ),
+        tokenizer,
+        seed=4,
+    ).eval()
     spec = SamplingSpec(temperature=1.0)
     (free,) = HFBackend(plain, tokenizer, spec, (), seed=7).generate_turns(
-        [TurnRequest(contexts[0], 16)])
+        [TurnRequest(contexts[0], 16)]
+    )
     pieces = [tokenizer.decode([t]) for t in free.token_ids]
-    candidates = [i for i in range(2, len(pieces))
-                  if (pieces[i - 1] + pieces[i]) not in tokenizer.decode(free.token_ids[:i])
-                  and len(tokenizer.encode(pieces[i - 1] + pieces[i], add_special_tokens=False)) > 1]
+    candidates = [
+        i
+        for i in range(2, len(pieces))
+        if (pieces[i - 1] + pieces[i]) not in tokenizer.decode(free.token_ids[:i])
+        and len(tokenizer.encode(pieces[i - 1] + pieces[i], add_special_tokens=False)) > 1
+    ]
     assert candidates, f"no usable stop string in {pieces}"
     k = candidates[0]
     backend = HFBackend(plain, tokenizer, spec, (pieces[k - 1] + pieces[k],), seed=7)
@@ -145,18 +164,19 @@ def test_grouped_attention_equals_eager_formula():
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     mask = torch.zeros(2, 1, 3, 5)
     mask[0, :, :, 0] = torch.finfo(torch.float32).min
-    out, _ = grouped_attention(None, q, k, v, mask, scaling=8 ** -0.5)
+    out, _ = grouped_attention(None, q, k, v, mask, scaling=8**-0.5)
     # eager reference: repeat each kv head for its 2 query heads
     kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
-    ref = torch.softmax(q @ kr.transpose(2, 3) * 8 ** -0.5 + mask, -1) @ vr
+    ref = torch.softmax(q @ kr.transpose(2, 3) * 8**-0.5 + mask, -1) @ vr
     assert torch.allclose(out, ref.transpose(1, 2), atol=1e-6)
 
 
 def test_sdpa_and_grouped_attention_give_the_same_logps(model, tokenizer, contexts):
     results = []
     for attention in ("at2po_grouped", "sdpa"):
-        backend = HFBackend(model, tokenizer, SamplingSpec(temperature=0.0), STOPS,
-                            attention=attention)
+        backend = HFBackend(
+            model, tokenizer, SamplingSpec(temperature=0.0), STOPS, attention=attention
+        )
         results.append(backend.generate_turns([TurnRequest(c, 6) for c in contexts]))
     for a, b in zip(*results):
         assert a.token_ids == b.token_ids
@@ -164,9 +184,21 @@ def test_sdpa_and_grouped_attention_give_the_same_logps(model, tokenizer, contex
 
 
 def _plain_model(tokenizer, dtype=torch.float32):
-    return build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     num_key_value_heads=1, intermediate_size=64),
-                        tokenizer, seed=4).eval().to(dtype)
+    return (
+        build_policy(
+            PolicyConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                intermediate_size=64,
+            ),
+            tokenizer,
+            seed=4,
+        )
+        .eval()
+        .to(dtype)
+    )
 
 
 def _syncs_of_a_call(backend, contexts, budget):
@@ -182,8 +214,9 @@ def test_one_host_sync_per_decode_step(tokenizer, contexts):
     more times than a call of 4 steps (one read a step; the call's set-up and its final
     copy-out cost the same in both). A multi-token stop string is matched on the device."""
     plain = _plain_model(tokenizer)
-    backend = HFBackend(plain, tokenizer, SamplingSpec(temperature=0.0), ("never once",),
-                        compact_below=0.0)
+    backend = HFBackend(
+        plain, tokenizer, SamplingSpec(temperature=0.0), ("never once",), compact_below=0.0
+    )
     assert backend.stop_strings  # matched by the automaton, not by decoding
     short, long = (_syncs_of_a_call(backend, contexts, n) for n in (4, 14))
     assert long - short == 10
@@ -197,8 +230,15 @@ def test_host_counts_give_the_same_prefixes_as_the_valid_mask(tokenizer, context
     requests = [TurnRequest(c + r.token_ids + [7, 8], 3, r.prefix) for c, r in zip(contexts, first)]
     prefixes = [backend.usable_prefix(r) for r in requests]
     cached = [p.length for p in prefixes]
-    cache = BatchCache(prefixes, backend.num_layers, backend.num_kv_heads, backend.head_dim,
-                       10, backend.dtype, backend.device)
+    cache = BatchCache(
+        prefixes,
+        backend.num_layers,
+        backend.num_kv_heads,
+        backend.head_dim,
+        10,
+        backend.dtype,
+        backend.device,
+    )
     pending = [r.context[c:] for r, c in zip(requests, cached)]
     backend._forward_pending(cache, pending, cached)
     from_mask = cache.extract()
@@ -226,8 +266,9 @@ def test_decode_dtype_choices():
 
 def test_a_bf16_model_on_cpu_decodes_in_bf16_and_an_fp32_one_in_fp32(tokenizer, contexts):
     for dtype in (torch.bfloat16, torch.float32):
-        backend = HFBackend(_plain_model(tokenizer, dtype), tokenizer,
-                            SamplingSpec(temperature=1.0), STOPS, seed=2)
+        backend = HFBackend(
+            _plain_model(tokenizer, dtype), tokenizer, SamplingSpec(temperature=1.0), STOPS, seed=2
+        )
         assert backend.dtype == dtype
         (result,) = backend.generate_turns([TurnRequest(contexts[1], 6)])
         assert result.prefix.keys[0].dtype == dtype

@@ -10,14 +10,19 @@ import numpy as np
 from at2po_lib.method import credit
 from at2po_lib.method.tree import TreeArrays
 from at2po_lib.protocol.tree_files import load_trees, save_trees
-from at2po_lib.rollout.export import (training_rows, tree_arrays, tree_summary, tree_table,
-                                      with_decisions)
+from at2po_lib.rollout.export import (
+    training_rows,
+    tree_arrays,
+    tree_summary,
+    tree_table,
+    with_decisions,
+)
 from at2po_lib.rollout.structures import RolloutTree
 
 
 def small_tree() -> RolloutTree:
     """root ─ 1 (search, obs 2 tokens) ─┬─ 2 (answer, r=1)
-                                        └─ 3 (answer, r=0, round 1)"""
+    └─ 3 (answer, r=0, round 1)"""
     tree = RolloutTree(7, "q?", ["a"], prompt_ids=[100, 101])
     n1 = tree.add_child(0, 0)
     n1.token_ids, n1.logps, n1.entropies = [10, 11, 12], [-1.0, -2.0, -3.0], [0.5, 0.5, 0.5]
@@ -40,15 +45,24 @@ def test_arrays_by_hand():
     nodes = a.node_arrays
     assert np.allclose(nodes["entropy_exact"], [0.0, 0.5, 0.1, 0.3])
     # node 1 spans [0, 3); its observation takes [3, 5); children start at 5
-    assert nodes["turn_start"].tolist() == [0, 0, 5, 5] and nodes["turn_end"].tolist() == [0, 3, 6, 7]
+    assert nodes["turn_start"].tolist() == [0, 0, 5, 5] and nodes["turn_end"].tolist() == [
+        0,
+        3,
+        6,
+        7,
+    ]
     assert nodes["expansion_round"].tolist() == [0, 0, 0, 1]
     assert nodes["num_obs_tokens"].tolist() == [0, 2, 0, 0]
     assert a.is_leaf.tolist() == [False, False, True, True]
     assert math.isnan(a.leaf_reward[0]) and math.isnan(a.leaf_reward[1])
     assert a.leaf_reward[2:].tolist() == [1.0, 0.0]
     assert a.records[0]["text"] == "q?" and a.records[2]["finish_reason"] == "answer"
-    assert a.info == {"question": "q?", "golden_answers": ["a"], "entropy_estimate": "sampled_nll",
-                      "turn_entropy": "mean"}
+    assert a.info == {
+        "question": "q?",
+        "golden_answers": ["a"],
+        "entropy_estimate": "sampled_nll",
+        "turn_entropy": "mean",
+    }
 
 
 def test_training_rows_by_hand():
@@ -65,8 +79,20 @@ def test_training_rows_by_hand():
 def test_table_and_summary():
     df = tree_table([small_tree(), small_tree()])
     assert len(df) == 8 and set(df.tree_id) == {0, 1}
-    assert {"prompt_id", "node", "parent", "depth", "round", "entropy_nll", "entropy_exact",
-            "text", "action", "query", "answer", "reward"} <= set(df.columns)
+    assert {
+        "prompt_id",
+        "node",
+        "parent",
+        "depth",
+        "round",
+        "entropy_nll",
+        "entropy_exact",
+        "text",
+        "action",
+        "query",
+        "answer",
+        "reward",
+    } <= set(df.columns)
     s = tree_summary([small_tree()])
     assert s["leaves_per_tree"] == 2 and s["correct_leaf_share"] == 0.5
     assert s["generated_tokens"] == 6
@@ -77,8 +103,9 @@ def test_table_and_summary():
 
 
 def test_file_round_trip_and_credit_reads_it(tmp_path):
-    path = save_trees([tree_arrays(small_tree())], tmp_path / "rollout" / "trees.npz",
-                      meta={"seed": 0})
+    path = save_trees(
+        [tree_arrays(small_tree())], tmp_path / "rollout" / "trees.npz", meta={"seed": 0}
+    )
     (arrays,) = load_trees(path)
     assert arrays.equals(tree_arrays(small_tree()))
     values = credit.node_values(arrays.parent, arrays.entropy, arrays.leaf_reward)
@@ -137,13 +164,18 @@ def test_entropy_summaries_skip_inserted_tokens_and_keep_nan():
 
 def _decision_tree() -> RolloutTree:
     """root ─ 1 search "a x" ─┬─ 2 search "b y" ─ 4 answer
-                              ├─ 3 search "a x" (repeat)
-                              └─ 5 answer (early)"""
+    ├─ 3 search "a x" (repeat)
+    └─ 5 answer (early)"""
     from at2po_lib.protocol.actions import Action
 
     tree = RolloutTree(0, "q?", ["v"], prompt_ids=[1])
-    for parent, kind, query in ((0, "search", "a x"), (1, "search", "b y"), (1, "search", "A  X"),
-                                (2, "answer", None), (1, "answer", None)):
+    for parent, kind, query in (
+        (0, "search", "a x"),
+        (1, "search", "b y"),
+        (1, "search", "A  X"),
+        (2, "answer", None),
+        (1, "answer", None),
+    ):
         node = tree.add_child(parent, 0)
         node.token_ids, node.logps, node.entropies = [5], [-0.1], [0.1]
         node.action = Action(kind=kind, query=query, answer="v" if kind == "answer" else None)
@@ -156,14 +188,27 @@ def test_decision_labels_read_each_nodes_own_path():
     plan = {"id": "q", "metadata": {"hop_queries": ["a x", "b y"]}}
     arrays = with_decisions(tree_arrays(_decision_tree()), plan)
     assert [r["decision"] for r in arrays.records] == [
-        "root", "follow", "follow", "repeat", "final", "early"]
+        "root",
+        "follow",
+        "follow",
+        "repeat",
+        "final",
+        "early",
+    ]
     # a question without a plan (wiki-18): the action kind
     plain = with_decisions(tree_arrays(_decision_tree()), {"id": "q", "metadata": {}})
     assert [r["decision"] for r in plain.records] == [
-        "root", "search", "search", "search", "answer", "answer"]
+        "root",
+        "search",
+        "search",
+        "search",
+        "answer",
+        "answer",
+    ]
     # the labels travel through a trees file
     assert [r["decision"] for r in _round_trip(arrays).records] == [
-        r["decision"] for r in arrays.records]
+        r["decision"] for r in arrays.records
+    ]
 
 
 def _round_trip(arrays: TreeArrays) -> TreeArrays:

@@ -55,47 +55,88 @@ class ScriptedGreedy(torch.nn.Module):
         follow[answer] = ids("</answer>")
         follow[ids("</answer>")] = tokenizer.eos_token_id
         self.follow = follow
-        self.obs_end = tokenizer.encode(render_observation(template, [{"contents": "x"}]),
-                                        add_special_tokens=False)[-1]
+        self.obs_end = tokenizer.encode(
+            render_observation(template, [{"contents": "x"}]), add_special_tokens=False
+        )[-1]
         self.search, self.answer = ids("<search>"), ids("<answer>")
         self.answer_from = answer_from
 
     def get_output_embeddings(self):
         return self.inner.get_output_embeddings()
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None,
-                use_cache=True, logits_to_keep=1):
-        out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, cache=cache, use_cache=use_cache,
-                         logits_to_keep=logits_to_keep)
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        position_ids=None,
+        cache=None,
+        use_cache=True,
+        logits_to_keep=1,
+    ):
+        out = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+        )
         last, position = input_ids[:, -1], position_ids[:, -1]
         after_obs = torch.where(position < self.answer_from, self.search, self.answer)
         nxt = torch.where(last == self.obs_end, after_obs, self.follow[last])
         nxt = torch.where(last == self.prompt_end, self.search, nxt)
         out.logits[:, -1] += torch.zeros_like(out.logits[:, -1]).scatter_(
-            1, nxt.clamp(min=0)[:, None], torch.where(nxt >= 0, 50.0, 0.0)[:, None])
+            1, nxt.clamp(min=0)[:, None], torch.where(nxt >= 0, 50.0, 0.0)[:, None]
+        )
         return out
 
 
-def grow(toy, grouping: str, expansion: str, temperature: float, seed: int = 1, n: int = 3,
-         model=None, **backend_kwargs):
-    cfg = dataclasses.replace(toy.cfg.rollout, temperature=temperature, tree_m=2, tree_l=2,
-                              tree_k=2)
+def grow(
+    toy,
+    grouping: str,
+    expansion: str,
+    temperature: float,
+    seed: int = 1,
+    n: int = 3,
+    model=None,
+    **backend_kwargs,
+):
+    cfg = dataclasses.replace(
+        toy.cfg.rollout, temperature=temperature, tree_m=2, tree_l=2, tree_k=2
+    )
     model = model or toy.model
-    backend = make_backend(model, toy.tokenizer, cfg, turn_stops(toy.template), seed=seed,
-                           grouping=grouping, **backend_kwargs)
+    backend = make_backend(
+        model,
+        toy.tokenizer,
+        cfg,
+        turn_stops(toy.template),
+        seed=seed,
+        grouping=grouping,
+        **backend_kwargs,
+    )
     assert backend.grouping == grouping
     questions, golden = toy.questions(n)
-    trees = rollout_trees(model, toy.tokenizer, toy.template, toy.retriever, questions,
-                          golden, cfg, expansion=expansion, seed=seed, backend=backend)
+    trees = rollout_trees(
+        model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion=expansion,
+        seed=seed,
+        backend=backend,
+    )
     return trees, backend
 
 
 def scripted(toy):
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, toy.cfg.rollout)
     prompts = [env.prompt_ids(q) for q in toy.questions(3)[0]]
-    model = ScriptedGreedy(toy.model, toy.tokenizer, toy.template,
-                           answer_from=min(map(len, prompts)) + 150)
+    model = ScriptedGreedy(
+        toy.model, toy.tokenizer, toy.template, answer_from=min(map(len, prompts)) + 150
+    )
     model.prompt_end = prompts[0][-1]
     return model
 
@@ -106,15 +147,17 @@ def test_greedy_round_grouping_grows_the_turn_groupings_trees(toy, expansion):
     (tokens, finish reasons, leaves) and log-probs within float error, with chains of several
     turns that end at different steps (so rows rejoin a running call)."""
     model = scripted(toy)
-    (turn, by_turn), (round_, by_round) = (grow(toy, g, expansion, 0.0, model=model)
-                                           for g in ("turn", "round"))
+    (turn, by_turn), (round_, by_round) = (
+        grow(toy, g, expansion, 0.0, model=model) for g in ("turn", "round")
+    )
     rows = [training_rows(turn), training_rows(round_)]
     assert [r["completion_ids"] for r in rows[0]] == [r["completion_ids"] for r in rows[1]]
     assert [r["sampled_mask"] for r in rows[0]] == [r["sampled_mask"] for r in rows[1]]
     for a, b in zip(*rows):
         assert max((abs(x - y) for x, y in zip(a["old_logps"], b["old_logps"])), default=0) < 1e-4
-    assert [[n.finish_reason for n in t.nodes] for t in turn] == \
-        [[n.finish_reason for n in t.nodes] for t in round_]
+    assert [[n.finish_reason for n in t.nodes] for t in turn] == [
+        [n.finish_reason for n in t.nodes] for t in round_
+    ]
     assert max(n.depth for t in turn for n in t.nodes) >= 2, "want multi-turn chains"
     assert by_round.stats.generated_tokens == by_turn.stats.generated_tokens
 
@@ -138,8 +181,10 @@ def test_dropping_closed_rows_changes_nothing(toy):
 
 
 def _session_syncs(backend, contexts, budget: int) -> int:
-    with counted_syncs() as counts, backend.open_session(
-            [TurnRequest(c, budget) for c in contexts], capacity=1) as session:
+    with (
+        counted_syncs() as counts,
+        backend.open_session([TurnRequest(c, budget) for c in contexts], capacity=1) as session,
+    ):
         ended = []
         while len(ended) < len(contexts):
             ended += session.next_turns()
@@ -153,11 +198,20 @@ def _session_syncs(backend, contexts, budget: int) -> int:
 def test_one_host_sync_per_decode_step_in_a_round_session(toy):
     """Greedy rows that never stop, in a buffer that must grow: 14 steps read back from the
     device exactly 10 more times than 4 steps."""
-    plain = build_policy(PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      num_key_value_heads=1, intermediate_size=64),
-                         toy.tokenizer, seed=4).eval()
-    backend = HFBackend(plain, toy.tokenizer, SamplingSpec(temperature=0.0), ("never once",),
-                        grouping="round")
+    plain = build_policy(
+        PolicyConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+        ),
+        toy.tokenizer,
+        seed=4,
+    ).eval()
+    backend = HFBackend(
+        plain, toy.tokenizer, SamplingSpec(temperature=0.0), ("never once",), grouping="round"
+    )
     questions, _ = toy.questions(4)
     contexts = [toy.tokenizer.encode(q) for q in questions]
     short, long = (_session_syncs(backend, contexts, n) for n in (4, 14))
@@ -165,8 +219,9 @@ def test_one_host_sync_per_decode_step_in_a_round_session(toy):
 
 
 def test_a_row_must_be_resumed_or_closed(toy):
-    backend = HFBackend(toy.model, toy.tokenizer, SamplingSpec(temperature=0.0), (),
-                        grouping="round")
+    backend = HFBackend(
+        toy.model, toy.tokenizer, SamplingSpec(temperature=0.0), (), grouping="round"
+    )
     contexts = [toy.tokenizer.encode(q) for q in toy.questions(2)[0]]
     with backend.open_session([TurnRequest(c, 3) for c in contexts], 64) as session:
         ended = session.next_turns()
@@ -186,9 +241,14 @@ def test_the_static_step_a_graph_records_gives_the_eager_steps_tokens(toy, tempe
     model = scripted(toy) if temperature == 0.0 else toy.model
     (eager, _), (static, backend) = (
         grow(toy, "round", "entropy", temperature, seed=5, model=model, capture=capture)
-        for capture in ("off", "on"))
-    assert backend.capture and not make_backend(
-        toy.model, toy.tokenizer, toy.cfg.rollout, (), grouping="round").capture  # auto: CPU off
+        for capture in ("off", "on")
+    )
+    assert (
+        backend.capture
+        and not make_backend(
+            toy.model, toy.tokenizer, toy.cfg.rollout, (), grouping="round"
+        ).capture
+    )  # auto: CPU off
     rows = [training_rows(eager), training_rows(static)]
     assert [r["completion_ids"] for r in rows[0]] == [r["completion_ids"] for r in rows[1]]
     for a, b in zip(*rows):

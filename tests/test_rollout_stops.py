@@ -30,9 +30,9 @@ def test_transition_table_by_hand():
     assert table.shape == (4, len(texts))
     expected = {  # state -> next state per text
         0: [1, 0, 0, 0, 4, 2, 0, 0, 1, 0],
-        1: [1, 2, 0, 0, 4, 2, 1, 0, 1, 4],   # "<" + "/s>!" completes the string
-        2: [1, 0, 4, 0, 4, 2, 2, 3, 1, 0],   # "</" + "s>" completes; "</" + "s" -> "</s"
-        3: [1, 0, 0, 0, 4, 2, 3, 0, 1, 0],   # "</s" + "<" -> "<" (state 1)
+        1: [1, 2, 0, 0, 4, 2, 1, 0, 1, 4],  # "<" + "/s>!" completes the string
+        2: [1, 0, 4, 0, 4, 2, 2, 3, 1, 0],  # "</" + "s>" completes; "</" + "s" -> "</s"
+        3: [1, 0, 0, 0, 4, 2, 3, 0, 1, 0],  # "</s" + "<" -> "<" (state 1)
     }
     for q, row in expected.items():
         assert table[q].tolist() == row, f"state {q}"
@@ -61,8 +61,9 @@ def test_the_automaton_stops_where_the_decoded_text_first_holds_the_string(token
         if rng.random() < 0.5:  # splice in a spelling of the stop string
             at = rng.randrange(len(ids))
             ids[at:at] = tokenizer.encode(stop, add_special_tokens=False)
-        expected = next((i for i in range(len(ids))
-                         if stop in tokenizer.decode(ids[: i + 1])), None)
+        expected = next(
+            (i for i in range(len(ids)) if stop in tokenizer.decode(ids[: i + 1])), None
+        )
         state = matcher.initial(1)
         got = None
         for i, token in enumerate(ids):
@@ -90,7 +91,9 @@ def test_ids_past_the_tokenizer_keep_the_state(tokenizer):
     # on the host too, past the table's width (a model's padding ids beyond the tokenizer's)
     host = StopMatcher.build(tokenizer, ["</search>"], len(tokenizer))
     spelled = tokenizer.encode("</search>", add_special_tokens=False)
-    assert host.completed_by_last(spelled[:-1] + [len(tokenizer) + 99] + spelled[-1:]) == "</search>"
+    assert (
+        host.completed_by_last(spelled[:-1] + [len(tokenizer) + 99] + spelled[-1:]) == "</search>"
+    )
 
 
 def test_tables_are_built_once_per_vocabulary(tokenizer, monkeypatch):

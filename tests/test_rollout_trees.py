@@ -16,9 +16,15 @@ from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import RolloutTree
 from at2po_lib.rollout.stand_ins import ScriptedBackend, random_action_script
-from at2po_lib.method.expansion import (breadth_first, expansion_scores, select_entropy,
-                                        select_random, select_random_siblings, sibling_counts,
-                                        top_k_cycled)
+from at2po_lib.method.expansion import (
+    breadth_first,
+    expansion_scores,
+    select_entropy,
+    select_random,
+    select_random_siblings,
+    sibling_counts,
+    top_k_cycled,
+)
 from at2po_lib.rollout.trees import equalize_leaves, rollout_trees, tree_grpo_shape
 
 
@@ -87,16 +93,17 @@ def test_random_siblings_pick_k_distinct_candidates():
     for _ in range(200):
         picked = select_random_siblings(PARENT, IS_LEAF, 2, rng)
         assert len(set(picked.tolist())) == 2 and not IS_LEAF[picked].any()
-    counts = np.bincount(np.concatenate([select_random_siblings(PARENT, IS_LEAF, 1, rng)
-                                         for _ in range(6000)]), minlength=7)
+    counts = np.bincount(
+        np.concatenate([select_random_siblings(PARENT, IS_LEAF, 1, rng) for _ in range(6000)]),
+        minlength=7,
+    )
     assert np.allclose(counts[:3] / 6000, 1 / 3, atol=0.03) and counts[3:].sum() == 0
     short = select_random_siblings(PARENT, IS_LEAF, 5, rng)
     assert len(short) == 5 and set(short.tolist()) <= {0, 1, 2}
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), n=st.integers(2, 25), k=st.integers(1, 8),
-       alpha=st.floats(0.0, 1.0))
+@given(data=st.data(), n=st.integers(2, 25), k=st.integers(1, 8), alpha=st.floats(0.0, 1.0))
 def test_entropy_selection_matches_a_brute_force(data, n, k, alpha):
     parent = np.array([-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)])
     entropy = np.array([0.0] + data.draw(st.lists(st.floats(0, 5), min_size=n - 1, max_size=n - 1)))
@@ -110,7 +117,9 @@ def test_entropy_selection_matches_a_brute_force(data, n, k, alpha):
         bfs.append(node)
         queue += [c for c in range(1, n) if parent[c] == node]
     cands = [i for i in bfs if not is_leaf[i]]
-    siblings = [max((parent[1:] == (parent[i] if parent[i] >= 0 else i)).sum() - 1, 0) for i in range(n)]
+    siblings = [
+        max((parent[1:] == (parent[i] if parent[i] >= 0 else i)).sum() - 1, 0) for i in range(n)
+    ]
     brute = sorted(cands, key=lambda i: (-(entropy[i] - alpha * siblings[i]), cands.index(i)))
     assert len(picked) == k
     assert picked.tolist() == [brute[j % len(brute)] for j in range(k)]
@@ -170,7 +179,7 @@ def sampled_from(node, expected, calls):
     (context, result ids) pairs); an empty leaf (observation cut to the budget) made none."""
     if not node.token_ids:
         return node.is_leaf and node.finish_reason == "response_length"
-    return any(ctx == expected and node.token_ids[:len(ids)] == ids for ctx, ids in calls)
+    return any(ctx == expected and node.token_ids[: len(ids)] == ids for ctx, ids in calls)
 
 
 def check_tree_invariants(tree, context_of, max_round):
@@ -178,8 +187,11 @@ def check_tree_invariants(tree, context_of, max_round):
         parent = tree.nodes[node.parent]
         # prefix consistency: the context a turn was sampled from is the parent's context,
         # the parent's turn and the parent's observation
-        expected = tree.prompt_ids if node.parent == 0 else \
-            tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
+        expected = (
+            tree.prompt_ids
+            if node.parent == 0
+            else tree.context_ids(parent.id) + parent.token_ids + parent.obs_ids
+        )
         assert sampled_from(node, expected, context_of)
         assert node.is_leaf != bool(node.children)
         assert not (node.is_leaf and node.obs_ids) or node.obs_kind == "eos"  # empty query
@@ -193,47 +205,95 @@ def check_tree_invariants(tree, context_of, max_round):
         assert turn_node[mask == 1][-1] == row["leaf_node"] if mask.any() else True
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(m=st.integers(1, 4), l_rounds=st.integers(0, 3), k=st.integers(1, 4),
-       seed=st.integers(0, 1000), p_search=st.floats(0.2, 0.8))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    m=st.integers(1, 4),
+    l_rounds=st.integers(0, 3),
+    k=st.integers(1, 4),
+    seed=st.integers(0, 1000),
+    p_search=st.floats(0.2, 0.8),
+)
 def test_entropy_tree_invariants_over_many_shapes(toy, m, l_rounds, k, seed, p_search):
-    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=m, tree_l=l_rounds, tree_k=k,
-                              max_response_tokens=600, max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout,
+        tree_m=m,
+        tree_l=l_rounds,
+        tree_k=k,
+        max_response_tokens=600,
+        max_tool_calls=3,
+    )
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                          cfg, expansion="entropy", seed=seed, backend=backend)
-    context_of = [(list(q.context), r.token_ids) for q, r in
-                  zip(backend.requests, backend.results)]
+    trees = rollout_trees(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion="entropy",
+        seed=seed,
+        backend=backend,
+    )
+    context_of = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == m + l_rounds * k
         check_tree_invariants(tree, context_of, l_rounds)
         # every expansion round started exactly K new chains (new nodes whose parent is older)
         for r in range(1, l_rounds + 1):
-            starts = [n for n in tree.nodes[1:] if n.expansion_round == r
-                      and tree.nodes[n.parent].expansion_round != r]
+            starts = [
+                n
+                for n in tree.nodes[1:]
+                if n.expansion_round == r and tree.nodes[n.parent].expansion_round != r
+            ]
             assert len(starts) == k
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(trees_per_prompt=st.integers(1, 3), l_rounds=st.integers(1, 3), n=st.integers(1, 3),
-       seed=st.integers(0, 1000), p_search=st.floats(0.2, 0.8))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    trees_per_prompt=st.integers(1, 3),
+    l_rounds=st.integers(1, 3),
+    n=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+    p_search=st.floats(0.2, 0.8),
+)
 def test_random_expansion_is_tree_grpo(toy, trees_per_prompt, l_rounds, n, seed, p_search):
     """Tree-GRPO's expansion: m trees per question, each 1 + L*n leaves; every new chain of a
     round continues after a node that existed before the round (a child of the picked node,
     generated from its full state), so every tree has >= 2 leaves."""
     # Choose M, K so that M + L*K = m * (1 + L*n): M = m, K = m*n.
-    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=trees_per_prompt, tree_l=l_rounds,
-                              tree_k=trees_per_prompt * n, tree_grpo_trees=trees_per_prompt,
-                              max_response_tokens=600, max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout,
+        tree_m=trees_per_prompt,
+        tree_l=l_rounds,
+        tree_k=trees_per_prompt * n,
+        tree_grpo_trees=trees_per_prompt,
+        max_response_tokens=600,
+        max_tool_calls=3,
+    )
     assert tree_grpo_shape(cfg) == (trees_per_prompt, l_rounds, n)
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                          cfg, expansion="random", seed=seed, prompt_ids=[10, 20], backend=backend)
+    trees = rollout_trees(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion="random",
+        seed=seed,
+        prompt_ids=[10, 20],
+        backend=backend,
+    )
     assert [t.prompt_index for t in trees] == [10] * trees_per_prompt + [20] * trees_per_prompt
-    context_of = [(list(q.context), r.token_ids) for q, r in
-                  zip(backend.requests, backend.results)]
+    context_of = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == 1 + l_rounds * n >= 2
         assert len(tree.nodes[0].children) >= 1
@@ -241,8 +301,11 @@ def test_random_expansion_is_tree_grpo(toy, trees_per_prompt, l_rounds, n, seed,
         assert sum(1 for c in tree.nodes[0].children if tree.nodes[c].expansion_round == 0) == 1
         for r in range(1, l_rounds + 1):
             # the first node of each new chain hangs under a node made in an earlier round
-            starts = [x for x in tree.nodes[1:] if x.expansion_round == r
-                      and tree.nodes[x.parent].expansion_round < r]
+            starts = [
+                x
+                for x in tree.nodes[1:]
+                if x.expansion_round == r and tree.nodes[x.parent].expansion_round < r
+            ]
             assert len(starts) == n
             assert all(not tree.nodes[x.parent].is_leaf for x in starts)
 
@@ -267,8 +330,17 @@ def test_real_model_tree_rows_match_a_full_recompute(toy):
     # more than once in some paths, which this test needs.
     cfg = dataclasses.replace(toy.cfg.rollout, temperature=1.0)
     questions, golden = toy.questions(3)
-    trees = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
-                          golden, cfg, expansion="entropy", seed=1)
+    trees = rollout_trees(
+        toy.model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion="entropy",
+        seed=1,
+    )
     assert all(len(t.leaves()) == cfg.tree_m + cfg.tree_l * cfg.tree_k for t in trees)
     assert max(n.depth for t in trees for n in t.nodes) >= 2, "want some multi-turn paths"
     rows = training_rows(trees)
@@ -279,8 +351,16 @@ def test_entropy_estimate_choice_changes_the_exported_entropy(toy):
     from at2po_lib.rollout.export import tree_arrays
 
     questions, golden = toy.questions(1)
-    (tree,) = rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions,
-                            golden, toy.cfg.rollout, seed=2)
+    (tree,) = rollout_trees(
+        toy.model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        toy.cfg.rollout,
+        seed=2,
+    )
     nll, exact = tree_arrays(tree, "sampled_nll"), tree_arrays(tree, "exact")
     assert nll.entropy[0] == exact.entropy[0] == 0.0
     assert np.allclose(nll.entropy, nll.node_arrays["entropy_nll"])
@@ -298,12 +378,26 @@ def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
     prompt_tokens = sum(len(env.prompt_ids(q)) for q in questions)
     counts = {}
     for keep in (True, False):
-        backend = make_backend(toy.model, toy.tokenizer, toy.cfg.rollout, STOP_SEQUENCES,
-                               keep_cache=keep)
-        cfg = dataclasses.replace(toy.cfg.rollout, max_turn_tokens=1,  # every chain: 1 turn
-                                  turn_length_ends_branch=True)
-        rollout_trees(toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                      cfg, expansion="chain", num_chains=5, backend=backend)
+        backend = make_backend(
+            toy.model, toy.tokenizer, toy.cfg.rollout, STOP_SEQUENCES, keep_cache=keep
+        )
+        cfg = dataclasses.replace(
+            toy.cfg.rollout,
+            max_turn_tokens=1,  # every chain: 1 turn
+            turn_length_ends_branch=True,
+        )
+        rollout_trees(
+            toy.model,
+            toy.tokenizer,
+            toy.template,
+            toy.retriever,
+            questions,
+            golden,
+            cfg,
+            expansion="chain",
+            num_chains=5,
+            backend=backend,
+        )
         counts[keep] = backend.stats.prefill_tokens
     # reuse: prompt[:-1] once per prompt + the last prompt token once per chain
     assert counts[True] == (prompt_tokens - 2) + 2 * 5
@@ -315,35 +409,66 @@ def test_random_siblings_rollout_adds_k_siblings_per_round(toy):
     starts K new chains, each a new child of a picked node's parent (a sibling of the picked
     node; the root's own child when the root is picked); M + L*K leaves."""
     m, l_rounds, k = 3, 2, 2
-    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=m, tree_l=l_rounds, tree_k=k,
-                              max_response_tokens=600, max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout,
+        tree_m=m,
+        tree_l=l_rounds,
+        tree_k=k,
+        max_response_tokens=600,
+        max_tool_calls=3,
+    )
     questions, golden = toy.questions(3)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=1)
-    trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                          cfg, expansion="random_siblings", backend=backend, seed=1)
+    trees = rollout_trees(
+        None,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        cfg,
+        expansion="random_siblings",
+        backend=backend,
+        seed=1,
+    )
     assert len(trees) == len(questions)
     calls = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == m + l_rounds * k
         check_tree_invariants(tree, calls, l_rounds)
         for round_ in range(1, l_rounds + 1):
-            starts = [n for n in tree.nodes[1:] if n.expansion_round == round_
-                      and n.duplicate_of < 0
-                      and (n.parent == 0 or tree.nodes[n.parent].expansion_round < round_)]
+            starts = [
+                n
+                for n in tree.nodes[1:]
+                if n.expansion_round == round_
+                and n.duplicate_of < 0
+                and (n.parent == 0 or tree.nodes[n.parent].expansion_round < round_)
+            ]
             assert len(starts) == k  # one new chain per pick (each pick yields one leaf)
             for start in starts:  # a sibling of an earlier node: its parent is an inner node
                 assert not tree.nodes[start.parent].is_leaf
 
 
 def test_random_siblings_is_reproducible(toy):
-    cfg = dataclasses.replace(toy.cfg.rollout, tree_m=2, tree_l=1, tree_k=2,
-                              max_response_tokens=600, max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout, tree_m=2, tree_l=1, tree_k=2, max_response_tokens=600, max_tool_calls=3
+    )
     questions, golden = toy.questions(2)
 
     def grow(expansion, seed):
         backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=5)
-        trees = rollout_trees(None, toy.tokenizer, toy.template, toy.retriever, questions,
-                              golden, cfg, expansion=expansion, backend=backend, seed=seed)
+        trees = rollout_trees(
+            None,
+            toy.tokenizer,
+            toy.template,
+            toy.retriever,
+            questions,
+            golden,
+            cfg,
+            expansion=expansion,
+            backend=backend,
+            seed=seed,
+        )
         return [[(n.parent, tuple(n.token_ids)) for n in t.nodes] for t in trees]
 
     assert grow("random_siblings", 3) == grow("random_siblings", 3)
@@ -357,8 +482,9 @@ def _turn_tree(token_entropies: list[list[float]]):
     tree = RolloutTree(prompt_index=0, question="q", golden_answers=["a"], prompt_ids=[1])
     for values in token_entropies:
         node = tree.add_child(0, 0)
-        node.append_sampled(list(range(len(values))), [-v for v in values], values,
-                            [0.0] * len(values))
+        node.append_sampled(
+            list(range(len(values))), [-v for v in values], values, [0.0] * len(values)
+        )
         leaf = tree.add_child(node.id, 0)
         leaf.append_sampled([7], [0.0], [0.0], [0.0])
         leaf.is_leaf, leaf.reward = True, 0.0
@@ -385,7 +511,7 @@ def test_turn_entropy_max_ignores_inserted_tokens_and_names_a_bad_choice():
 
     tree = _turn_tree([[0.1, 0.3]])
     tree.nodes[1].append_inserted([9, 9])  # the tool-limit notice: not sampled
-    tree.nodes[1].entropies[-1] = 5.0       # would win if inserted tokens counted
+    tree.nodes[1].entropies[-1] = 5.0  # would win if inserted tokens counted
     assert node_entropy(tree, "exact", "max")[1] == pytest.approx(0.3)
     with pytest.raises(ValueError, match="rollout.turn_entropy='median'"):
         node_entropy(tree, "exact", "median")

@@ -42,18 +42,32 @@ def test_vllm_turns_match_the_hf_backend_greedy(tmp_path):  # pragma: no cover -
     from at2po_lib.rollout.vllm_backend import VLLMBackend
 
     tok = train_tokenizer(["the capital of avaria is belmont"] * 20, vocab_size=300)
-    model = build_policy(PolicyConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=128), tok)
+    model = build_policy(
+        PolicyConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+        ),
+        tok,
+    )
     save_policy(model, tok, tmp_path / "m")
     spec = SamplingSpec(temperature=0.0)
     ctx = [tok.encode("the capital of")]
-    hf = HFBackend(model.to("cuda" if torch.cuda.is_available() else "cpu"), tok, spec,
-                   ("</search>",)).generate_turns([TurnRequest(ctx[0], 8)])
+    hf = HFBackend(
+        model.to("cuda" if torch.cuda.is_available() else "cpu"), tok, spec, ("</search>",)
+    ).generate_turns([TurnRequest(ctx[0], 8)])
     from at2po_lib.config.profile import load_profile
     from at2po_lib.rollout.vllm_backend import build_engine
 
-    engine = build_engine(tmp_path / "m", load_profile("smoke"), gpu_memory_utilization=0.2,
-                          max_model_len=256, enforce_eager=True)
+    engine = build_engine(
+        tmp_path / "m",
+        load_profile("smoke"),
+        gpu_memory_utilization=0.2,
+        max_model_len=256,
+        enforce_eager=True,
+    )
     vb = VLLMBackend(engine, tok, spec, ("</search>",))
     out = vb.generate_turns([TurnRequest(ctx[0], 8)])
     assert out[0].token_ids == hf[0].token_ids

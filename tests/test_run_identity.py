@@ -18,9 +18,15 @@ from at2po_lib.config.profile import load_profile
 from at2po_lib.method.presets import get_method
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES
-from at2po_lib.trainer.identity import (LEGACY_LOSS_TYPES, ROLLOUT_READS, method_rollout,
-                                        recorded_identity, rollout_settings, run_identity,
-                                        same_finished_run)
+from at2po_lib.trainer.identity import (
+    LEGACY_LOSS_TYPES,
+    ROLLOUT_READS,
+    method_rollout,
+    recorded_identity,
+    rollout_settings,
+    run_identity,
+    same_finished_run,
+)
 from at2po_lib.trainer.resolve import resolve_run
 
 
@@ -32,10 +38,14 @@ def profile_format(spec, profile=None) -> dict:
     recorded = dict(preset.overrides)
     if preset.rollout:
         recorded["rollout"] = dict(preset.rollout)
-    return {"profile": profile or spec.profile.to_dict(), "method": spec.method,
-            "seed": spec.seed, "preset": recorded,
-            "trainer_overrides": dict(spec.trainer_overrides),
-            "trainer": {k: v for k, v in spec.trainer.items() if k != "use_cpu"}}
+    return {
+        "profile": profile or spec.profile.to_dict(),
+        "method": spec.method,
+        "seed": spec.seed,
+        "preset": recorded,
+        "trainer_overrides": dict(spec.trainer_overrides),
+        "trainer": {k: v for k, v in spec.trainer.items() if k != "use_cpu"},
+    }
 
 
 def renovation_format(spec) -> dict:
@@ -56,16 +66,30 @@ def renovation_format(spec) -> dict:
     rollout, chain = spec.rollout, spec.rollout.expansion == "chain"
     record["preset"]["tree_expansion"] = rollout.expansion
     record["trainer"].update(
-        tree_m=rollout.chains if chain else rollout.tree_m, tree_l=0 if chain else rollout.tree_l,
-        tree_k=0 if chain else rollout.tree_k, tree_alpha=rollout.tree_alpha,
-        tree_aepo_beam=rollout.aepo_beam, tree_expansion=rollout.expansion)
+        tree_m=rollout.chains if chain else rollout.tree_m,
+        tree_l=0 if chain else rollout.tree_l,
+        tree_k=0 if chain else rollout.tree_k,
+        tree_alpha=rollout.tree_alpha,
+        tree_aepo_beam=rollout.aepo_beam,
+        tree_expansion=rollout.expansion,
+    )
     if rollout.expansion == "aepo":
         record["trainer"]["tree_aepo_initial"] = rollout.aepo_initial
     return record
 
 
-METHODS = ("react", "grpo", "dapo", "aepo", "tree_grpo", "grpo_tree_budget", "at2po",
-           "at2po_exact", "ablation_atpo_loss", "credit_child_mean_diff_parent")
+METHODS = (
+    "react",
+    "grpo",
+    "dapo",
+    "aepo",
+    "tree_grpo",
+    "grpo_tree_budget",
+    "at2po",
+    "at2po_exact",
+    "ablation_atpo_loss",
+    "credit_child_mean_diff_parent",
+)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -75,33 +99,41 @@ def test_a_record_of_earlier_code_is_the_run_of_the_same_settings(method):
     for old in (profile_format(spec), renovation_format(spec)):
         assert run_identity(old) == spec.identity()
         assert run_folder.config_hash(old) != run_folder.config_hash(spec.record())
-    other = resolve_run(load_profile("smoke", {"train": {"learning_rate": 1e-3}}), method, 3,
-                        world_size=1)
+    other = resolve_run(
+        load_profile("smoke", {"train": {"learning_rate": 1e-3}}), method, 3, world_size=1
+    )
     assert run_identity(profile_format(other)) != spec.identity()
-    assert run_identity(profile_format(spec)) != resolve_run(
-        load_profile("smoke"), method, 4, world_size=1).identity()
+    assert (
+        run_identity(profile_format(spec))
+        != resolve_run(load_profile("smoke"), method, 4, world_size=1).identity()
+    )
 
 
 def test_the_variant_recorded_under_at2po_with_its_settings_in_the_profile_is_the_variant():
     """at2po_exact's study runs: method ``at2po``, the exact entropy and alpha 0.001 in the
     profile itself, no fixed settings in the preset (before issue #35 named the variant)."""
     exact = resolve_run(load_profile("smoke"), "at2po_exact", 0, world_size=1)
-    old_profile = load_profile("smoke", {"rollout": {"entropy_estimate": "exact",
-                                                     "tree_alpha": 0.001}})
-    recorded = profile_format(resolve_run(old_profile, "credit_entropy_softmax_node_value", 0,
-                                          world_size=1))
+    old_profile = load_profile(
+        "smoke", {"rollout": {"entropy_estimate": "exact", "tree_alpha": 0.001}}
+    )
+    recorded = profile_format(
+        resolve_run(old_profile, "credit_entropy_softmax_node_value", 0, world_size=1)
+    )
     recorded["method"] = "at2po"
     assert run_identity(recorded) == exact.identity()
-    assert run_identity(recorded) != resolve_run(load_profile("smoke"), "at2po", 0,
-                                                 world_size=1).identity()
+    assert (
+        run_identity(recorded)
+        != resolve_run(load_profile("smoke"), "at2po", 0, world_size=1).identity()
+    )
 
 
 def test_settings_a_run_does_not_read_do_not_make_it_another_run():
     """GRPO's record keeps no tree settings: a GRPO run recorded under a profile with other
     expansion settings is the same run."""
     grpo = resolve_run(load_profile("smoke"), "grpo", 0, world_size=1)
-    elsewhere = load_profile("smoke", {"rollout": {"entropy_estimate": "exact", "tree_alpha": 0.3,
-                                                   "tree_m": 2}})
+    elsewhere = load_profile(
+        "smoke", {"rollout": {"entropy_estimate": "exact", "tree_alpha": 0.3, "tree_m": 2}}
+    )
     assert run_identity(profile_format(grpo, elsewhere.to_dict())) == grpo.identity()
     at2po = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
     assert run_identity(profile_format(at2po, elsewhere.to_dict())) != at2po.identity()
@@ -112,8 +144,9 @@ def test_a_profile_field_added_later_at_its_neutral_value_is_the_same_run():
     old = profile_format(mean)
     del old["profile"]["rollout"]["turn_entropy"]
     assert run_identity(old) == mean.identity()
-    other = resolve_run(load_profile("smoke", {"rollout": {"turn_entropy": "max"}}), "at2po", 0,
-                        world_size=1)
+    other = resolve_run(
+        load_profile("smoke", {"rollout": {"turn_entropy": "max"}}), "at2po", 0, world_size=1
+    )
     assert run_identity(old) != other.identity()
     gone = profile_format(mean)
     gone["profile"]["rollout"]["a_removed_knob"] = 1
@@ -144,11 +177,23 @@ def test_a_finished_run_in_an_earlier_format_is_skipped_not_retrained(tmp_path):
 
 
 # ------------------------------------------------ the rollout settings each expansion reads
-OTHER_VALUES = {"chains": 3, "tree_m": 2, "tree_l": 2, "tree_k": 1, "tree_alpha": 0.7,
-                "entropy_estimate": "exact", "turn_entropy": "max", "tree_grpo_trees": 4,
-                "aepo_budget": 5, "aepo_initial": 2, "aepo_beam": 3, "aepo_entropy_weight": 0.9,
-                "aepo_branch_threshold": 0.1, "aepo_branch_penalty": 0.3,
-                "aepo_entropy_tokens": 4}
+OTHER_VALUES = {
+    "chains": 3,
+    "tree_m": 2,
+    "tree_l": 2,
+    "tree_k": 1,
+    "tree_alpha": 0.7,
+    "entropy_estimate": "exact",
+    "turn_entropy": "max",
+    "tree_grpo_trees": 4,
+    "aepo_budget": 5,
+    "aepo_initial": 2,
+    "aepo_beam": 3,
+    "aepo_entropy_weight": 0.9,
+    "aepo_branch_threshold": 0.1,
+    "aepo_branch_penalty": 0.3,
+    "aepo_entropy_tokens": 4,
+}
 """Another valid value of every expansion-specific rollout setting."""
 
 
@@ -168,11 +213,21 @@ def _grown(toy, rollout_cfg) -> list:
     from at2po_lib.rollout.trees import rollout
 
     questions, golden = toy.questions(2)
-    trees = rollout(toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden,
-                    rollout_cfg, expansion=rollout_cfg.expansion, seed=1,
-                    prompt_ids=[0, 1])
-    rows = [{k: v for k, v in row.items() if not k.startswith("entrop")}
-            for row in training_rows(trees)]
+    trees = rollout(
+        toy.model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        questions,
+        golden,
+        rollout_cfg,
+        expansion=rollout_cfg.expansion,
+        seed=1,
+        prompt_ids=[0, 1],
+    )
+    rows = [
+        {k: v for k, v in row.items() if not k.startswith("entrop")} for row in training_rows(trees)
+    ]
     shapes = [[n.parent for n in t.nodes] for t in trees]
     return [rows, shapes]
 

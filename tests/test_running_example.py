@@ -8,9 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from at2po_lib.analysis.running_example import (MIN_ENTROPY, choose_running_example, pick_odds,
-                                                round_scores, teaching_tree,
-                                                teaching_tree_before_expansion)
+from at2po_lib.analysis.running_example import (
+    MIN_ENTROPY,
+    choose_running_example,
+    pick_odds,
+    round_scores,
+    teaching_tree,
+    teaching_tree_before_expansion,
+)
 from at2po_lib.method.expansion import select_entropy
 from at2po_lib.method.examples import example_tree
 
@@ -31,8 +36,9 @@ def test_rule_prefers_the_larger_change_and_skips_certain_or_unchanged_turns():
     flat = replace(base, leaf_reward=np.where(np.isfinite(base.leaf_reward), 1.0, np.nan))
     none = choose_running_example([flat])
     assert not none.found and "changed the outcome" in none.why and "1 re-sampled" in none.why
-    certain = replace(base, entropy=np.where(np.arange(base.num_nodes) == 2, MIN_ENTROPY / 2,
-                                             base.entropy))
+    certain = replace(
+        base, entropy=np.where(np.arange(base.num_nodes) == 2, MIN_ENTROPY / 2, base.entropy)
+    )
     assert not choose_running_example([certain]).found
     # the qualifying tree is found wherever it sits among others
     example = choose_running_example([flat, certain, base])

@@ -11,9 +11,12 @@ from at2po_lib.evaluation import stats
 
 def outcomes(table: dict[tuple[str, int], dict[str, list[float]]]) -> pd.DataFrame:
     """{(method, seed): {dataset: [score per question]}} → the long outcome frame."""
-    rows = [{"method": m, "seed": s, "dataset": d, "question_id": f"q{i}", "em": v}
-            for (m, s), by_dataset in table.items()
-            for d, scores in by_dataset.items() for i, v in enumerate(scores)]
+    rows = [
+        {"method": m, "seed": s, "dataset": d, "question_id": f"q{i}", "em": v}
+        for (m, s), by_dataset in table.items()
+        for d, scores in by_dataset.items()
+        for i, v in enumerate(scores)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -30,16 +33,21 @@ def test_sample_and_dataset_weighting_by_hand():
     df = outcomes({("a", 0): {"x": [1, 1], "y": [0]}, ("b", 0): {"x": [0, 0], "y": [0]}})
     sample = stats.difference_ci(df, "a", "b", weighting="sample", n_resamples=500)
     dataset = stats.difference_ci(df, "a", "b", weighting="dataset", n_resamples=500)
-    assert sample.estimate == pytest.approx(2 / 3)   # micro average: 2 of 3 questions
-    assert dataset.estimate == pytest.approx(0.5)    # mean of dataset means: (1 + 0) / 2
+    assert sample.estimate == pytest.approx(2 / 3)  # micro average: 2 of 3 questions
+    assert dataset.estimate == pytest.approx(0.5)  # mean of dataset means: (1 + 0) / 2
 
 
 def test_interval_brackets_the_estimate_and_narrows_with_more_questions():
     rng = np.random.default_rng(1)
 
     def frame(n: int) -> pd.DataFrame:
-        return outcomes({(m, s): {"x": list((rng.random(n) < p).astype(float))}
-                         for m, p in (("a", 0.6), ("b", 0.4)) for s in range(3)})
+        return outcomes(
+            {
+                (m, s): {"x": list((rng.random(n) < p).astype(float))}
+                for m, p in (("a", 0.6), ("b", 0.4))
+                for s in range(3)
+            }
+        )
 
     small = stats.difference_ci(frame(40), "a", "b", n_resamples=1000)
     large = stats.difference_ci(frame(640), "a", "b", n_resamples=1000)
@@ -51,8 +59,13 @@ def test_interval_brackets_the_estimate_and_narrows_with_more_questions():
 
 def test_single_run_baseline_is_held_fixed():
     # The warm start is evaluated once: only questions (and A's seeds) are resampled.
-    df = outcomes({("a", 0): {"x": [1, 1, 0, 1]}, ("a", 1): {"x": [1, 0, 0, 1]},
-                   ("ws", 0): {"x": [0, 1, 0, 1]}})
+    df = outcomes(
+        {
+            ("a", 0): {"x": [1, 1, 0, 1]},
+            ("a", 1): {"x": [1, 0, 0, 1]},
+            ("ws", 0): {"x": [0, 1, 0, 1]},
+        }
+    )
     ci = stats.difference_ci(df, "a", "ws", n_resamples=500)
     assert ci.estimate == pytest.approx((3 / 4 + 2 / 4) / 2 - 2 / 4)  # 0.125
     assert ci.n_seeds_b == 1 and ci.low <= ci.estimate <= ci.high
@@ -60,16 +73,21 @@ def test_single_run_baseline_is_held_fixed():
 
 def test_probability_of_improvement_by_hand():
     # Run scores: A = {0.5, 1.0}, B = {0.5, 0.5}: A wins 2 of 4 pairs, ties 2 → 0.75.
-    df = outcomes({("a", 0): {"x": [1, 0]}, ("a", 1): {"x": [1, 1]},
-                   ("b", 0): {"x": [0, 1]}, ("b", 1): {"x": [1, 0]}})
+    df = outcomes(
+        {
+            ("a", 0): {"x": [1, 0]},
+            ("a", 1): {"x": [1, 1]},
+            ("b", 0): {"x": [0, 1]},
+            ("b", 1): {"x": [1, 0]},
+        }
+    )
     poi = stats.probability_of_improvement(df, "a", "b", n_resamples=500)
     assert poi.estimate == pytest.approx(0.75)
     assert 0.0 <= poi.low <= poi.estimate <= poi.high <= 1.0
 
 
 def test_missing_outcome_is_an_error_naming_the_method():
-    df = outcomes({("a", 0): {"x": [1, 0, 1]}, ("a", 1): {"x": [1, 0]},
-                   ("b", 0): {"x": [0, 0, 0]}})
+    df = outcomes({("a", 0): {"x": [1, 0, 1]}, ("a", 1): {"x": [1, 0]}, ("b", 0): {"x": [0, 0, 0]}})
     with pytest.raises(ValueError, match="'a'.*seeds \\[1\\]"):
         stats.difference_ci(df, "a", "b")
 
@@ -82,10 +100,13 @@ def test_counts_match_bincount_per_replicate():
 def test_comparison_table_covers_groups_datasets_and_weightings():
     scores = {"x": [1, 0, 1], "y": [0, 1]}
     df = outcomes({("a", 0): scores, ("b", 0): {"x": [0, 0, 1], "y": [0, 0]}})
-    table = stats.comparison_table(df, baselines=["b"], groups={"all": ["x", "y"]},
-                                   n_resamples=200)
+    table = stats.comparison_table(df, baselines=["b"], groups={"all": ["x", "y"]}, n_resamples=200)
     assert set(zip(table["scope"], table["weighting"])) == {
-        ("all", "sample"), ("all", "dataset"), ("x", "sample"), ("y", "sample")}
+        ("all", "sample"),
+        ("all", "dataset"),
+        ("x", "sample"),
+        ("y", "sample"),
+    }
     row = table[(table["scope"] == "all") & (table["weighting"] == "sample")].iloc[0]
     assert row["diff"] == pytest.approx(2 / 5)
     assert row["n_questions"] == 5
@@ -113,7 +134,7 @@ def test_seed_difference_ci_is_welchs_interval():
     assert (ci.low, ci.high) == pytest.approx((reference.low, reference.high))
     assert (ci.n_seeds_a, ci.n_seeds_b) == (4, 3)
     # by hand: equal spreads of 1 on both sides, n = 2 each: se = 1, dof = 2, t = 4.3027
-    same = stats.seed_difference_ci([0.0, 2.0 ** 0.5], [1.0, 1.0 + 2.0 ** 0.5])
+    same = stats.seed_difference_ci([0.0, 2.0**0.5], [1.0, 1.0 + 2.0**0.5])
     assert (same.low, same.high) == pytest.approx((-1 - 4.3027, -1 + 4.3027), abs=1e-3)
     assert np.isnan(stats.seed_difference_ci([1.0], [0.0, 1.0]).low)
 
@@ -127,16 +148,20 @@ def _simulated_study(rng, n_a: int, n_b: int, questions: int = 200, shift: float
     seed_a, seed_b = rng.normal(0.0, 0.15, n_a), rng.normal(0.0, 0.15, n_b)
     p_a = 1 / (1 + np.exp(-(base + inter + seed_a[:, None] + shift)))
     p_b = 1 / (1 + np.exp(-(base - inter + seed_b[:, None])))
-    return ((rng.random(p_a.shape) < p_a).astype(float),
-            (rng.random(p_b.shape) < p_b).astype(float))
+    return (
+        (rng.random(p_a.shape) < p_a).astype(float),
+        (rng.random(p_b.shape) < p_b).astype(float),
+    )
 
 
 def _true_difference(shift: float, draws: int = 1_000_000) -> float:
     rng = np.random.default_rng(123)
     base, inter = rng.normal(0, 1.5, draws), rng.normal(0, 0.15, draws)
     u_a, u_b = rng.normal(0, 0.15, draws), rng.normal(0, 0.15, draws)
-    return float(np.mean(1 / (1 + np.exp(-(base + inter + u_a + shift))))
-                 - np.mean(1 / (1 + np.exp(-(base - inter + u_b)))))
+    return float(
+        np.mean(1 / (1 + np.exp(-(base + inter + u_a + shift))))
+        - np.mean(1 / (1 + np.exp(-(base - inter + u_b))))
+    )
 
 
 @pytest.mark.parametrize("seeds", [3, 5, 21])
@@ -182,8 +207,9 @@ def test_a_fixed_policy_has_no_seed_term():
 
 
 # ------------------------------------------------------------- blocks: the paired interval
-def _simulated_blocks(rng, blocks: int, questions: int = 200, shift: float = 0.2,
-                      block_sd: float = 0.5):
+def _simulated_blocks(
+    rng, blocks: int, questions: int = 200, shift: float = 0.2, block_sd: float = 0.5
+):
     """Two methods trained in the same blocks: a block effect both methods share (a machine
     build, a revision), a run effect of each, a question difficulty and a method × question
     effect, Bernoulli outcomes. Rows align block by block."""
@@ -193,8 +219,10 @@ def _simulated_blocks(rng, blocks: int, questions: int = 200, shift: float = 0.2
     u_a, u_b = rng.normal(0.0, 0.15, (2, blocks, 1))
     p_a = 1 / (1 + np.exp(-(base + inter + block + u_a + shift)))
     p_b = 1 / (1 + np.exp(-(base - inter + block + u_b)))
-    return ((rng.random(p_a.shape) < p_a).astype(float),
-            (rng.random(p_b.shape) < p_b).astype(float))
+    return (
+        (rng.random(p_a.shape) < p_a).astype(float),
+        (rng.random(p_b.shape) < p_b).astype(float),
+    )
 
 
 def _true_blocked_difference(shift: float, block_sd: float = 0.5, draws: int = 1_000_000) -> float:
@@ -202,8 +230,10 @@ def _true_blocked_difference(shift: float, block_sd: float = 0.5, draws: int = 1
     base, inter = rng.normal(0, 1.5, draws), rng.normal(0, 0.15, draws)
     block = rng.normal(0, block_sd, draws)
     u_a, u_b = rng.normal(0, 0.15, (2, draws))
-    return float(np.mean(1 / (1 + np.exp(-(base + inter + block + u_a + shift))))
-                 - np.mean(1 / (1 + np.exp(-(base - inter + block + u_b)))))
+    return float(
+        np.mean(1 / (1 + np.exp(-(base + inter + block + u_a + shift))))
+        - np.mean(1 / (1 + np.exp(-(base - inter + block + u_b))))
+    )
 
 
 @pytest.mark.parametrize("blocks", [3, 5, 12])
@@ -264,7 +294,8 @@ def test_lattice_counting_is_the_exact_enumeration(seed):
     assert not drawn.exact and drawn.p == pytest.approx(enumerated.p, abs=0.01)
     d = rng.integers(-40, 40, 11) / 60
     assert stats.sign_flip_test(d, lattice=60, exact_splits=10).p == pytest.approx(
-        stats.sign_flip_test(d).p, abs=1e-12)
+        stats.sign_flip_test(d).p, abs=1e-12
+    )
     assert stats.score_lattice(a, 60) == 60 and stats.score_lattice(a + 1e-3, 60) is None
     assert stats.score_lattice([1 / 240, 0.5], 60, samples=4) == 240
 

@@ -13,22 +13,39 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.analysis.decisions import classify, classify_all, failure_split
-from at2po_lib.policy.strategies import (FOLLOW, HARD_RELATIONS, REPEAT, STOP, decisions,
-                                         follow_plan, label_turn, plan_for, plan_summary,
-                                         plans_for)
+from at2po_lib.policy.strategies import (
+    FOLLOW,
+    HARD_RELATIONS,
+    REPEAT,
+    STOP,
+    decisions,
+    follow_plan,
+    label_turn,
+    plan_for,
+    plan_summary,
+    plans_for,
+)
 
 
 def _row(relations, hops=None, answer="Kegi", rid="r0"):
     n = len(relations)
     queries = [f"E{i} kw{i}" for i in range(n)]
     answers = [f"V{i}" for i in range(n - 1)] + [answer]
-    return {"id": rid, "question": "q?", "golden_answers": [answer],
-            "metadata": {"hop_queries": queries, "hop_answers": answers,
-                         "hop_entities": [f"E{i}" for i in range(n)],
-                         "hop_relations": list(relations), "hops": hops or n}}
+    return {
+        "id": rid,
+        "question": "q?",
+        "golden_answers": [answer],
+        "metadata": {
+            "hop_queries": queries,
+            "hop_answers": answers,
+            "hop_entities": [f"E{i}" for i in range(n)],
+            "hop_relations": list(relations),
+            "hops": hops or n,
+        },
+    }
 
 
-BRIDGE_HARD_STOP = _row(["film.directed_by", "person.born_in"])      # easy, then hard stop
+BRIDGE_HARD_STOP = _row(["film.directed_by", "person.born_in"])  # easy, then hard stop
 BRIDGE_HARD_REPEAT = _row(["film.directed_by", "person.studied_at"])  # easy, then hard repeat
 SINGLE_HARD_STOP = _row(["person.born_in"])
 SINGLE_REPEAT_RELATION = _row(["person.studied_at"])
@@ -97,10 +114,18 @@ def test_hard_relations_are_real_relations_with_known_failures():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(sorted(__import__("at2po_lib.tinyworld.entities",
-                                                  fromlist=["RELATIONS"]).RELATIONS)),
-                min_size=1, max_size=4),
-       st.floats(0, 1), st.floats(0, 1), st.integers(0, 2**31))
+@given(
+    st.lists(
+        st.sampled_from(
+            sorted(__import__("at2po_lib.tinyworld.entities", fromlist=["RELATIONS"]).RELATIONS)
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.floats(0, 1),
+    st.floats(0, 1),
+    st.integers(0, 2**31),
+)
 def test_plan_invariants(relations, hard, easy, seed):
     row = _row(relations)
     plan = plan_for(row, hard, easy, random.Random(seed))
@@ -109,7 +134,7 @@ def test_plan_invariants(relations, hard, easy, seed):
     if plan.strategy == FOLLOW:
         assert list(plan.queries) == queries and plan.answer == "Kegi"
     elif plan.strategy == STOP:
-        assert list(plan.queries) == queries[:plan.at_hop]
+        assert list(plan.queries) == queries[: plan.at_hop]
     else:
         i = plan.at_hop
         assert i >= 1 and list(plan.queries) == queries[:i] + [queries[i - 1]]
@@ -133,14 +158,21 @@ def test_label_turn_on_a_hand_made_trajectory():
 def _traj(turns, answer, text=""):
     return SimpleNamespace(
         turns=[SimpleNamespace(action=SimpleNamespace(kind=k, query=q)) for k, q in turns],
-        answer=answer, response_text=text)
+        answer=answer,
+        response_text=text,
+    )
 
 
 def test_classify_separates_decisions_from_misreadings():
     row = BRIDGE_HARD_STOP  # gold "Kegi"; last hop's supporting answer is "Kegi"
-    good = _traj([("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None)], "Kegi", "... Kegi ...")
-    misread = _traj([("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None)], "Dadar",
-                    "<result> Kegi </result>")
+    good = _traj(
+        [("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None)], "Kegi", "... Kegi ..."
+    )
+    misread = _traj(
+        [("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None)],
+        "Dadar",
+        "<result> Kegi </result>",
+    )
     early = _traj([("search", "E0 kw0"), ("answer", None)], "V0", "V0")
     repeat = _traj([("search", "E0 kw0"), ("search", "E0 kw0"), ("answer", None)], "V0")
     off = _traj([("search", "E0 kw0"), ("search", "E9 kw1"), ("answer", None)], "Dadar")
@@ -169,9 +201,13 @@ def _tree(parent, reward, entropy, source, actions=None):
     from at2po_lib.method.tree import TreeArrays
 
     records = [{"action": a} for a in (actions or ["root"] + ["search"] * (len(parent) - 1))]
-    return TreeArrays(parent=np.array(parent), entropy=np.array(entropy, float),
-                      leaf_reward=np.array(reward, float),
-                      node_arrays={"resampled_from": np.array(source)}, records=records)
+    return TreeArrays(
+        parent=np.array(parent),
+        entropy=np.array(entropy, float),
+        leaf_reward=np.array(reward, float),
+        node_arrays={"resampled_from": np.array(source)},
+        records=records,
+    )
 
 
 def test_subtree_leaf_means_on_a_hand_made_tree():
@@ -196,20 +232,37 @@ def test_resample_flips_compare_a_resampled_branch_with_its_source():
     # chain 0-1-2 (leaf reward 0); node 3 re-samples node 2 (a sibling under 1), reward 1 vs 0:
     # a flip; node 4 re-samples node 1 and ends with reward 0, against the mean 0.5 of 1's
     # leaves {2, 3}: a flip; node 5 re-samples the root (left out: no outcome of its own).
-    tree = _tree(parent=[-1, 0, 1, 1, 0, 0], reward=[nan, nan, 0.0, 1.0, 0.0, 1.0],
-                 entropy=[0.0, 0.1, 0.7, 0.2, 0.3, 0.4], source=[-1, -1, -1, 2, 1, 0])
+    tree = _tree(
+        parent=[-1, 0, 1, 1, 0, 0],
+        reward=[nan, nan, 0.0, 1.0, 0.0, 1.0],
+        entropy=[0.0, 0.1, 0.7, 0.2, 0.3, 0.4],
+        source=[-1, -1, -1, 2, 1, 0],
+    )
     out = resample_flips([tree])
     assert out["resamples"] == 2 and out["root_picks"] == 1
     assert out["flip_share"] == 1.0
     assert out["picked_median_entropy"] == (0.7 + 0.1) / 2
-    same = _tree(parent=[-1, 0, 1, 1], reward=[nan, nan, 1.0, 1.0], entropy=[0, 0.1, 0.2, 0.3],
-                 source=[-1, -1, -1, 2])
+    same = _tree(
+        parent=[-1, 0, 1, 1],
+        reward=[nan, nan, 1.0, 1.0],
+        entropy=[0, 0.1, 0.2, 0.3],
+        source=[-1, -1, -1, 2],
+    )
     assert resample_flips([same])["flip_share"] == 0.0
     assert out["per_prompt"] == {0: (2, 2)}
     assert out["picked_mean_depth"] == (2 + 1) / 2  # node 2 at depth 2, node 1 at depth 1
     assert out["changed_action_share"] == 0.0  # records without queries: "search" both times
-    ent = search_turn_entropy([_tree([-1, 0, 1], [nan, nan, 1.0], [0.0, 0.2, 0.6], [-1, -1, -1],
-                                     ["root", "search", "answer"])])
+    ent = search_turn_entropy(
+        [
+            _tree(
+                [-1, 0, 1],
+                [nan, nan, 1.0],
+                [0.0, 0.2, 0.6],
+                [-1, -1, -1],
+                ["root", "search", "answer"],
+            )
+        ]
+    )
     assert ent == {"search_turns": 1, "median": 0.2, "mean": 0.2}
 
 
@@ -229,16 +282,37 @@ def test_tree_decision_labels_follow_each_path():
     #    |                          6: search E0 kw0 (follow)   7: search E9 kw1 (off_plan)
     #    3
     parent = [-1, 0, 1, 2, 1, 0, 0, 6]
-    actions = [("root", None), ("search", "E0 kw0"), ("search", "E1 kw1"), ("answer", None),
-               ("search", "E0 kw0"), ("answer", None), ("search", "E0 kw0"), ("search", "E9 kw1")]
-    tree = TreeArrays(parent=np.array(parent), entropy=np.zeros(8), leaf_reward=np.zeros(8),
-                      records=[{"action": a, "query": q} for a, q in actions],
-                      info={"hop_queries": ["E0 kw0", "E1 kw1"]})
+    actions = [
+        ("root", None),
+        ("search", "E0 kw0"),
+        ("search", "E1 kw1"),
+        ("answer", None),
+        ("search", "E0 kw0"),
+        ("answer", None),
+        ("search", "E0 kw0"),
+        ("search", "E9 kw1"),
+    ]
+    tree = TreeArrays(
+        parent=np.array(parent),
+        entropy=np.zeros(8),
+        leaf_reward=np.zeros(8),
+        records=[{"action": a, "query": q} for a, q in actions],
+        info={"hop_queries": ["E0 kw0", "E1 kw1"]},
+    )
     assert tree_decision_labels(tree).tolist() == [
-        "root", "follow", "follow", "final", "repeat", "early", "follow", "off_plan"]
+        "root",
+        "follow",
+        "follow",
+        "final",
+        "repeat",
+        "early",
+        "follow",
+        "off_plan",
+    ]
     with pytest.raises(ValueError, match="hop_queries"):
-        tree_decision_labels(TreeArrays(parent=np.array([-1]), entropy=np.zeros(1),
-                                        leaf_reward=np.zeros(1)))
+        tree_decision_labels(
+            TreeArrays(parent=np.array([-1]), entropy=np.zeros(1), leaf_reward=np.zeros(1))
+        )
 
 
 def test_flip_ratio_ci_pairs_prompts_and_brackets_the_ratio():
@@ -263,13 +337,20 @@ def test_resample_flips_say_whether_the_resampled_turn_itself_changed():
     nan = float("nan")
     # node 3 re-samples node 2 with the same query (a flip through later randomness is not
     # possible here: both are leaves); node 4 re-samples node 1 with another query
-    records = [{"action": "root"}, {"action": "search", "query": "a"},
-               {"action": "search", "query": "b"}, {"action": "search", "query": "b"},
-               {"action": "search", "query": "c"}]
-    tree = TreeArrays(parent=np.array([-1, 0, 1, 1, 0]), entropy=np.zeros(5),
-                      leaf_reward=np.array([nan, nan, 0.0, 0.0, 1.0]),
-                      node_arrays={"resampled_from": np.array([-1, -1, -1, 2, 1])},
-                      records=records)
+    records = [
+        {"action": "root"},
+        {"action": "search", "query": "a"},
+        {"action": "search", "query": "b"},
+        {"action": "search", "query": "b"},
+        {"action": "search", "query": "c"},
+    ]
+    tree = TreeArrays(
+        parent=np.array([-1, 0, 1, 1, 0]),
+        entropy=np.zeros(5),
+        leaf_reward=np.array([nan, nan, 0.0, 0.0, 1.0]),
+        node_arrays={"resampled_from": np.array([-1, -1, -1, 2, 1])},
+        records=records,
+    )
     out = resample_flips([tree])
     assert out["resamples"] == 2 and out["changed_action_share"] == 0.5
     assert out["flip_share"] == 0.5  # node 4: 1.0 against node 1's mean 0.0

@@ -12,10 +12,16 @@ from at2po_lib.util import timings as t
 
 
 def _data() -> dict:
-    return {"machine": "2 cores", "notebooks": {
-        "00_tinyworld": {"smoke": {"seconds": 7.8, "how": "old smoke"},
-                         "tiny": {"seconds": 3.3, "how": "old tiny"}},
-        "05_paper_tables_figures": {"tiny": {"seconds": 37.4, "how": "old"}}}}
+    return {
+        "machine": "2 cores",
+        "notebooks": {
+            "00_tinyworld": {
+                "smoke": {"seconds": 7.8, "how": "old smoke"},
+                "tiny": {"seconds": 3.3, "how": "old tiny"},
+            },
+            "05_paper_tables_figures": {"tiny": {"seconds": 37.4, "how": "old"}},
+        },
+    }
 
 
 def test_seconds_round_up_never_down():
@@ -50,8 +56,11 @@ def test_bad_or_missing_file_names_itself(tmp_path):
 
 
 def test_update_replaces_only_the_measured_profile_and_stages():
-    data = t.updated(_data(), {"00_tinyworld": {"seconds": 12.01, "started": "d",
-                                                "load_average": 6.0, "cpus": 2}}, "tiny")
+    data = t.updated(
+        _data(),
+        {"00_tinyworld": {"seconds": 12.01, "started": "d", "load_average": 6.0, "cpus": 2}},
+        "tiny",
+    )
     tiny = data["notebooks"]["00_tinyworld"]["tiny"]
     assert tiny["seconds"] == 12.1 and "load average 6.0 at its start on 2 cores" in tiny["how"]
     assert data["notebooks"]["00_tinyworld"]["smoke"] == {"seconds": 7.8, "how": "old smoke"}
@@ -66,7 +75,9 @@ def test_written_file_reads_back_and_the_table_is_replaced(tmp_path):
     assert path.read_text().startswith("# Measured wall time")
     assert t.load_timings(path) == _data()
     page = f"intro\n{t.SETUP_BEGIN}\nold table\n{t.SETUP_END}\nafter\n"
-    assert t.with_table(page, "| new |") == f"intro\n{t.SETUP_BEGIN}\n| new |\n{t.SETUP_END}\nafter\n"
+    assert (
+        t.with_table(page, "| new |") == f"intro\n{t.SETUP_BEGIN}\n| new |\n{t.SETUP_END}\nafter\n"
+    )
     with pytest.raises(ValueError, match="markers"):
         t.with_table("no markers", "| new |")
 
@@ -80,8 +91,9 @@ def test_update_writes_the_file_and_the_setup_table_for_the_chosen_stages(tmp_pa
     record_timing(tmp_path / "timings.json", "05_paper_tables_figures", 12.2, "d", 8.0)
     with pytest.raises(ValueError, match="not in the run's timings.json"):
         t.update("tiny", source=tmp_path / "timings.json", stages=["02_tree_rollout"])
-    assert t.update("tiny", "two trainings alongside", tmp_path / "timings.json",
-                    ["05_paper_tables_figures"]) == ["05_paper_tables_figures: 12.2 s"]
+    assert t.update(
+        "tiny", "two trainings alongside", tmp_path / "timings.json", ["05_paper_tables_figures"]
+    ) == ["05_paper_tables_figures: 12.2 s"]
     data = t.load_timings(tmp_path / "docs" / "timings.yaml")
     assert data["notebooks"]["05_paper_tables_figures"]["tiny"]["seconds"] == 12.2
     assert data["notebooks"]["00_tinyworld"]["tiny"]["seconds"] == 3.3  # not chosen: kept

@@ -16,8 +16,16 @@ from at2po_lib.cli.world import main
 from at2po_lib.config.profile import WorldConfig, load_profile
 from at2po_lib.tinyworld.datasets import BAMBOOGLE_TEST_SIZE, DATASETS
 from at2po_lib.tinyworld.bm25_check import bm25_recall
-from at2po_lib.tinyworld.build import (build_world, ensure_world, entity_stats, generate,
-                                       load_world, read_corpus, read_rows, world_stats)
+from at2po_lib.tinyworld.build import (
+    build_world,
+    ensure_world,
+    entity_stats,
+    generate,
+    load_world,
+    read_corpus,
+    read_rows,
+    world_stats,
+)
 from at2po_lib.tinyworld.datasets import RECIPES, _part_sizes
 from at2po_lib.tinyworld.names import NameBank
 from at2po_lib.tinyworld.questions import relation_paths
@@ -84,8 +92,12 @@ def test_filler_words_zero_writes_facts_only():
     """``filler_words: 0`` (the tiny profile) drops the fact-free sentences, nothing else."""
     from at2po_lib.tinyworld.passages import _TEMPLATES
 
-    fillers = [re.escape(t).replace(r"\{S\}", ".+").replace(r"\{s\}", ".+")
-               for key, options in _TEMPLATES.items() if key.endswith(".filler") for t, _ in options]
+    fillers = [
+        re.escape(t).replace(r"\{S\}", ".+").replace(r"\{s\}", ".+")
+        for key, options in _TEMPLATES.items()
+        if key.endswith(".filler")
+        for t, _ in options
+    ]
     filler = re.compile("|".join(fillers))
     padded = generate(dataclasses.replace(SMOKE, filler_words=35))
     bare = generate(dataclasses.replace(SMOKE, filler_words=0))
@@ -100,10 +112,14 @@ def test_filler_words_zero_writes_facts_only():
 def test_name_seed_shares_names_across_worlds_but_not_facts():
     """Worlds with other seeds and one ``name_seed`` (the tiny profile's auxiliary worlds) use
     the same person, city and country names for other entities with other facts."""
+
     def people(cfg):
         world = generate(cfg).world
-        return {e.name: (e.pool, e.attrs["person.birth_year"], e.attrs["person.born_in"])
-                for e in world.entities if e.type == "person"}
+        return {
+            e.name: (e.pool, e.attrs["person.birth_year"], e.attrs["person.born_in"])
+            for e in world.entities
+            if e.type == "person"
+        }
 
     one = people(dataclasses.replace(SMOKE, name_seed=7))
     other = people(dataclasses.replace(SMOKE, seed=SMOKE.seed + 1, name_seed=7))
@@ -116,7 +132,9 @@ def test_name_seed_shares_names_across_worlds_but_not_facts():
 
 
 def test_rows_are_flashrag_rows(all_rows, fixtures_dir):
-    fixture = json.loads((fixtures_dir / "flashrag_nq_test_sample.jsonl").read_text().splitlines()[0])
+    fixture = json.loads(
+        (fixtures_dir / "flashrag_nq_test_sample.jsonl").read_text().splitlines()[0]
+    )
     seen = set()
     for name, split, row in all_rows:
         assert set(fixture) <= set(row) == {"id", "question", "golden_answers", "metadata"}
@@ -137,8 +155,15 @@ def test_load_flashrag_reads_the_datasets(smoke_world):
 
 
 def test_seven_datasets_with_their_splits(smoke_world):
-    assert list(DATASETS) == ["tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle",
-                              "tiny_nq", "tiny_triviaqa", "tiny_popqa"]
+    assert list(DATASETS) == [
+        "tiny_hotpotqa",
+        "tiny_2wiki",
+        "tiny_musique",
+        "tiny_bamboogle",
+        "tiny_nq",
+        "tiny_triviaqa",
+        "tiny_popqa",
+    ]
     assert set(DATASETS.values()) == {"multihop", "singlehop"}
     for name in DATASETS:
         splits = sorted(p.stem for p in (smoke_world.datasets_dir / name).glob("*.jsonl"))
@@ -158,7 +183,9 @@ def test_seven_datasets_with_their_splits(smoke_world):
 def test_every_hop_answer_is_in_its_supporting_passage(all_rows, corpus):
     for name, split, row in all_rows:
         meta = row["metadata"]
-        for pid, entity, answer in zip(meta["supporting_ids"], meta["hop_entities"], meta["hop_answers"]):
+        for pid, entity, answer in zip(
+            meta["supporting_ids"], meta["hop_entities"], meta["hop_answers"]
+        ):
             contents = corpus[pid]
             assert _passage_has(contents, entity), (name, row["id"], entity, contents)
             assert _passage_has(contents, answer), (name, row["id"], answer, contents)
@@ -191,13 +218,26 @@ def test_comparison_answers_follow_from_the_compared_facts(all_rows):
 
 
 def test_hop_plans_are_consistent_and_match_the_recipes(all_rows):
-    expected_hops = {"tiny_hotpotqa": {2}, "tiny_2wiki": {2, 4}, "tiny_musique": {3, 4},
-                     "tiny_bamboogle": {2}, "tiny_nq": {1}, "tiny_triviaqa": {1}, "tiny_popqa": {1}}
+    expected_hops = {
+        "tiny_hotpotqa": {2},
+        "tiny_2wiki": {2, 4},
+        "tiny_musique": {3, 4},
+        "tiny_bamboogle": {2},
+        "tiny_nq": {1},
+        "tiny_triviaqa": {1},
+        "tiny_popqa": {1},
+    }
     for name, _, row in all_rows:
         meta = row["metadata"]
         k = meta["hops"]
-        for field in ("supporting_ids", "hop_queries", "hop_answers", "hop_entities",
-                      "hop_relations", "sub_questions"):
+        for field in (
+            "supporting_ids",
+            "hop_queries",
+            "hop_answers",
+            "hop_entities",
+            "hop_relations",
+            "sub_questions",
+        ):
             assert len(meta[field]) == k, (name, row["id"], field)
         assert k in expected_hops[name]
         assert (meta["type"] == "single") == (k == 1)
@@ -219,11 +259,18 @@ def test_golden_answers_carry_aliases():
     rows = [r for d in gen.datasets.values() for s in d.values() for r in s]
     years = [r for r in rows if r["metadata"]["answer_type"] == "year"]
     countries = [r for r in rows if r["metadata"]["answer_type"] == "country"]
-    assert years and all(r["golden_answers"] == [r["golden_answers"][0], f"in {r['golden_answers'][0]}"]
-                         for r in years)
-    assert countries and all(re.fullmatch(rf"the (Republic|Kingdom|Federation|Principality) of "
-                                          rf"{re.escape(r['golden_answers'][0])}", r["golden_answers"][1])
-                             for r in countries)
+    assert years and all(
+        r["golden_answers"] == [r["golden_answers"][0], f"in {r['golden_answers'][0]}"]
+        for r in years
+    )
+    assert countries and all(
+        re.fullmatch(
+            rf"the (Republic|Kingdom|Federation|Principality) of "
+            rf"{re.escape(r['golden_answers'][0])}",
+            r["golden_answers"][1],
+        )
+        for r in countries
+    )
 
 
 # ----------------------------------------------------------------------------- separation
@@ -318,9 +365,15 @@ def test_names_have_near_miss_twins_and_shared_first_names():
     people = [e.name.split() for e in gen.world.of("person")]
     firsts = [p[0] for p in people]
     assert len(set(firsts)) < len(firsts), "people share first names"
-    twins = [(a, b) for a in people for b in people
-             if a[0] == b[0] and a[1] != b[1] and len(a[1]) == len(b[1])
-             and sum(x != y for x, y in zip(a[1], b[1])) == 1]
+    twins = [
+        (a, b)
+        for a in people
+        for b in people
+        if a[0] == b[0]
+        and a[1] != b[1]
+        and len(a[1]) == len(b[1])
+        and sum(x != y for x, y in zip(a[1], b[1])) == 1
+    ]
     assert twins, "at least one 'Belavo Karin' / 'Belavo Karan' pair"
     assert all(len(e.name.split()) >= 2 for e in gen.world.of("person") + gen.world.of("film"))
 
@@ -384,7 +437,9 @@ def test_bad_config_is_a_clear_error():
     with pytest.raises(ValueError, match="n_cities"):
         generate(dataclasses.replace(SMOKE, n_cities=3, n_countries=12))
     with pytest.raises(ValueError, match="tiny_bamboogle"):
-        generate(dataclasses.replace(SMOKE, n_films=3, n_companies=3, n_people=24, test_fraction=0.1))
+        generate(
+            dataclasses.replace(SMOKE, n_films=3, n_companies=3, n_people=24, test_fraction=0.1)
+        )
 
 
 def test_cli_builds_then_skips(tmp_path, capsys):
@@ -413,7 +468,11 @@ def test_tiny_profile_builds_full_sized(tmp_path):
     files = build_world(load_profile("tiny").world, tmp_path)
     stats = world_stats(files)
     cfg = load_profile("tiny").world
-    sizes = {"train": cfg.train_per_dataset, "dev": cfg.dev_per_dataset, "test": cfg.test_per_dataset}
+    sizes = {
+        "train": cfg.train_per_dataset,
+        "dev": cfg.dev_per_dataset,
+        "test": cfg.test_per_dataset,
+    }
     for rec in stats.itertuples():
         assert rec.questions == (125 if rec.dataset == "tiny_bamboogle" else sizes[rec.split]), rec
     assert load_world(files)["stats"]["vocabulary"] < 3000

@@ -35,8 +35,18 @@ def parity_reward(response: str, golden) -> float:
 
 
 def smoke_profile(**train):
-    cfg = load_profile("smoke", {"train": {"eval_every": 0, "final_eval": False,
-                                           "progress_bar": False, "save_every": 0, **train}})
+    cfg = load_profile(
+        "smoke",
+        {
+            "train": {
+                "eval_every": 0,
+                "final_eval": False,
+                "progress_bar": False,
+                "save_every": 0,
+                **train,
+            }
+        },
+    )
     return cfg
 
 
@@ -61,8 +71,12 @@ def test_batch_geometry_matches_method_md_section_9():
     # 64 prompts x 22 leaves on 8 GPUs, mini-batch 8 prompts, micro-batches of 2 rows:
     # 8*22/8 = 22 rows per update per GPU -> GA 11; 64/8 = 8 updates per step -> spg 88.
     geo = batch_geometry(64, 8, 22, world_size=8, micro_batch_rows=2)
-    assert (geo.updates_per_step, geo.per_device_train_batch_size,
-            geo.gradient_accumulation_steps, geo.steps_per_generation) == (8, 2, 11, 88)
+    assert (
+        geo.updates_per_step,
+        geo.per_device_train_batch_size,
+        geo.gradient_accumulation_steps,
+        geo.steps_per_generation,
+    ) == (8, 2, 11, 88)
     # whole update per micro-batch on one CPU: 4 prompts x 8 leaves = 32 rows, 2 updates
     geo = batch_geometry(8, 4, 8)
     assert (geo.per_device_train_batch_size, geo.steps_per_generation) == (32, 2)
@@ -74,14 +88,20 @@ def test_presets_resolve_on_the_profiles():
     tiny = load_profile("tiny")
     fields = trainer_fields(tiny, "at2po", 0, world_size=1)
     assert fields["epsilon"] == 3e-3 and fields["loss_level"] == "turn"
-    assert fields["max_steps"] == tiny.train.max_steps * (tiny.train.prompts_per_step
-                                                          // tiny.train.mini_batch_prompts)
+    assert fields["max_steps"] == tiny.train.max_steps * (
+        tiny.train.prompts_per_step // tiny.train.mini_batch_prompts
+    )
     grpo = trainer_fields(tiny, "grpo", 0, world_size=1)
     assert grpo["num_generations"] == tiny.rollout.chains and grpo["beta"] == 1e-3
     paper = resolve_run(load_profile("paper-qwen3-4b"), "aepo", 0, world_size=8)
     assert paper.trainer["num_generations"] == 16 and paper.rollout.aepo_initial == 8
-    assert trainer_fields(load_profile("paper-qwen3-4b"), "at2po", 0, world_size=8)[
-        "steps_per_generation"] % 8 == 0
+    assert (
+        trainer_fields(load_profile("paper-qwen3-4b"), "at2po", 0, world_size=8)[
+            "steps_per_generation"
+        ]
+        % 8
+        == 0
+    )
 
 
 # ------------------------------------------------------------------------ every method
@@ -131,14 +151,22 @@ def test_every_method_takes_smoke_steps(outputs, method):
     trees = load_trees(run.trees / "step0001.npz")
     assert len({t.prompt_id for t in trees}) == cfg.train.prompts_per_step
     for tree in trees:
-        assert {"entropy_exact_max", "entropy_exact_first", "entropy_nll_max",
-                "entropy_nll_first", "entropy_exact", "entropy_nll", "num_tokens"} <= set(
-            tree.node_arrays)
+        assert {
+            "entropy_exact_max",
+            "entropy_exact_first",
+            "entropy_nll_max",
+            "entropy_nll_first",
+            "entropy_exact",
+            "entropy_nll",
+            "num_tokens",
+        } <= set(tree.node_arrays)
         # TinyWorld questions carry their plan: every turn gets a plan label
         assert all(r["decision"] in (*TURN_LABELS, "root") for r in tree.records)
         inner = tree.parent >= 0
-        assert (tree.node_arrays["entropy_exact_max"][inner]
-                >= tree.node_arrays["entropy_exact"][inner] - 1e-9).all()
+        assert (
+            tree.node_arrays["entropy_exact_max"][inner]
+            >= tree.node_arrays["entropy_exact"][inner] - 1e-9
+        ).all()
     # how far softmax credit sits from the child mean (chains: the root's children only)
     assert 0.0 <= row["credit/weight_dev_nll"] < 0.5
 
@@ -167,13 +195,18 @@ def _expected_advantages(batch, method_args) -> torch.Tensor:
     for i, nodes in enumerate(batch.turn_node):
         turn_node[i, : len(nodes)] = torch.tensor(nodes)
     if method_args.credit_advantage == "vanilla":
-        adv = outcome.grpo_advantages(torch.tensor(batch.reward, dtype=torch.float64),
-                                      torch.tensor(batch.group))
+        adv = outcome.grpo_advantages(
+            torch.tensor(batch.reward, dtype=torch.float64), torch.tensor(batch.group)
+        )
         return torch.where(turn_node >= 0, adv[:, None], 0.0).float()
     forest = Forest.from_trees(batch.trees, dtype=torch.float64)
-    return credit.batch_token_advantages(forest, turn_node, torch.tensor(batch.row_tree),
-                                         method_args.credit_value,
-                                         method_args.credit_advantage).float()
+    return credit.batch_token_advantages(
+        forest,
+        turn_node,
+        torch.tensor(batch.row_tree),
+        method_args.credit_value,
+        method_args.credit_advantage,
+    ).float()
 
 
 @pytest.mark.integration
@@ -185,15 +218,18 @@ def test_advantages_reaching_the_loss_are_credits(outputs, method):
     trainer = build_trainer(cfg, method, 0, run, reward_fn=parity_reward)
     capture = _Capture(trainer)
     trainer.train()
-    (generated, batch), = capture.generated
+    ((generated, batch),) = capture.generated
     expected = _expected_advantages(batch, trainer.args)
     width = generated["advantages"].shape[1]
-    assert torch.allclose(generated["advantages"][:, : expected.shape[1]], expected[:, :width],
-                          atol=1e-6)
+    assert torch.allclose(
+        generated["advantages"][:, : expected.shape[1]], expected[:, :width], atol=1e-6
+    )
     assert expected.abs().sum() > 0  # the parity reward gives a signal
     # every row the loss saw is a generated row with the same advantages (TRL shuffles rows)
-    gen_rows = {tuple(ids.tolist()): adv for ids, adv in
-                zip(generated["completion_ids"], generated["advantages"])}
+    gen_rows = {
+        tuple(ids.tolist()): adv
+        for ids, adv in zip(generated["completion_ids"], generated["advantages"])
+    }
     seen = 0
     for inputs in capture.loss_inputs:
         for ids, adv in zip(inputs["completion_ids"], inputs["advantages"]):
@@ -235,11 +271,20 @@ def _comparable(rows):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_killed_and_resumed_run_matches_uninterrupted(outputs):
-    overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
-                           "val_datasets": ["tiny_hotpotqa"],
-                           "final_eval": False, "progress_bar": False}}
-    straight = train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
-                     reward_fn=parity_reward)
+    overrides = {
+        "train": {
+            "max_steps": 4,
+            "save_every": 2,
+            "eval_every": 2,
+            "val_questions": 2,
+            "val_datasets": ["tiny_hotpotqa"],
+            "final_eval": False,
+            "progress_bar": False,
+        }
+    }
+    straight = train(
+        "smoke", "at2po", 0, force=True, profile_overrides=overrides, reward_fn=parity_reward
+    )
     expected_metrics = run_folder.read_jsonl(straight.run.metrics)
     expected_eval = run_folder.read_jsonl(straight.run.eval)
     assert [r["step"] for r in expected_metrics] == [1, 2, 3, 4]
@@ -250,16 +295,26 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
     kill = _KillAfterStep(3)
     kill.global_step = 3 * 2  # 2 updates per step on the smoke profile
     with pytest.raises(_Kill):
-        train("smoke", "at2po", 0, force=True, profile_overrides=overrides,
-              callbacks=[kill.callback], reward_fn=parity_reward)
+        train(
+            "smoke",
+            "at2po",
+            0,
+            force=True,
+            profile_overrides=overrides,
+            callbacks=[kill.callback],
+            reward_fn=parity_reward,
+        )
     run = straight.run
     from at2po_lib.util.staging import staging_path
 
-    unfinished = run_folder.RunDir(staging_path(run.root))  # a killed run stays in its staging folder
+    unfinished = run_folder.RunDir(
+        staging_path(run.root)
+    )  # a killed run stays in its staging folder
     assert [r["step"] for r in run_folder.read_jsonl(unfinished.metrics)] == [1, 2, 3]
     assert not unfinished.done.exists() and not run.done.exists()
-    resumed = train("smoke", "at2po", 0, resume=True, profile_overrides=overrides,
-                    reward_fn=parity_reward)
+    resumed = train(
+        "smoke", "at2po", 0, resume=True, profile_overrides=overrides, reward_fn=parity_reward
+    )
     assert resumed.status == "resumed"
     got_metrics, got_eval = run_folder.read_jsonl(run.metrics), run_folder.read_jsonl(run.eval)
     assert [r["step"] for r in got_metrics] == [1, 2, 3, 4]
@@ -277,14 +332,29 @@ def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
     not start over (the study at revision 0c35b88 restarted it)."""
     from at2po_lib.trainer.study import run_study, study_plan
 
-    overrides = {"train": {"max_steps": 4, "save_every": 2, "eval_every": 2, "val_questions": 2,
-                           "val_datasets": ["tiny_hotpotqa"], "final_eval": False,
-                           "progress_bar": False}}
+    overrides = {
+        "train": {
+            "max_steps": 4,
+            "save_every": 2,
+            "eval_every": 2,
+            "val_questions": 2,
+            "val_datasets": ["tiny_hotpotqa"],
+            "final_eval": False,
+            "progress_bar": False,
+        }
+    }
     kill = _KillAfterStep(3)
     kill.global_step = 3 * 2  # 2 updates per step on the smoke profile
     with pytest.raises(_Kill):
-        train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
-              callbacks=[kill.callback], reward_fn=parity_reward)
+        train(
+            "smoke",
+            "grpo",
+            0,
+            force=True,
+            profile_overrides=overrides,
+            callbacks=[kill.callback],
+            reward_fn=parity_reward,
+        )
     (planned,) = study_plan("smoke", "1", [0], ["grpo"], overrides=overrides)
     assert (planned.state, planned.detail) == ("resumes", "from step 2")
     (result,) = run_study("smoke", "1", [0], ["grpo"], overrides=overrides)
@@ -301,7 +371,7 @@ def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
 def _approx_rows(got, expected, rel=1e-5) -> bool:
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
-        assert g.keys() == e.keys(), (g.keys() ^ e.keys())
+        assert g.keys() == e.keys(), g.keys() ^ e.keys()
         for key in g:
             if isinstance(e[key], float):
                 assert g[key] == pytest.approx(e[key], rel=rel, abs=1e-7), key
@@ -326,10 +396,12 @@ def test_chunked_log_probs_equal_the_padded_batch(outputs):
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     trainer.args.loss_chunk_rows = 0
     ref_logps, ref_ent, _ = trainer._get_per_token_logps_and_entropies(
-        trainer.model, ids, mask, 9, compute_entropy=True)
+        trainer.model, ids, mask, 9, compute_entropy=True
+    )
     trainer.args.loss_chunk_rows = 2
     logps, ent, _ = trainer._get_per_token_logps_and_entropies(
-        trainer.model, ids, mask, 9, compute_entropy=True)
+        trainer.model, ids, mask, 9, compute_entropy=True
+    )
     real = completion_mask.bool()
     assert torch.allclose(logps[real], ref_logps[real], atol=1e-5)
     assert torch.allclose(ent[real], ref_ent[real], atol=1e-5)
@@ -347,8 +419,24 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
     from at2po_lib.cli import study
     from at2po_lib.evaluation.greedy import read_outcomes
 
-    assert study.main(["--profile", "smoke", "--table", "1", "--seeds", "0", "--methods",
-                       "react", "--set", "eval.max_questions=2", "--force"]) == 0
+    assert (
+        study.main(
+            [
+                "--profile",
+                "smoke",
+                "--table",
+                "1",
+                "--seeds",
+                "0",
+                "--methods",
+                "react",
+                "--set",
+                "eval.max_questions=2",
+                "--force",
+            ]
+        )
+        == 0
+    )
     run = run_folder.run_dir("smoke", "react", 0)
     record = yaml.safe_load(run.config.read_text())
     assert record["settings"]["eval"]["max_questions"] == 2
@@ -377,7 +465,8 @@ class _KillAtTrainEnd:
 @pytest.mark.integration
 @pytest.mark.parametrize("through_train_loop", [False, True], ids=["loaded", "train-loop"])
 def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(
-        outputs, monkeypatch, through_train_loop):
+    outputs, monkeypatch, through_train_loop
+):
     """Resuming from the checkpoint of the last step trains nothing more: the records and the
     checkpoint's step equal the uninterrupted run's (an extra update used to follow). Both
     ways: the weights loaded without ``train()`` (one process, DDP), and through ``train()``
@@ -386,26 +475,45 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(
 
     if through_train_loop:
         monkeypatch.setattr(run_module, "_loads_without_training", lambda trainer: False)
-    overrides = {"train": {"max_steps": 2, "save_every": 2, "eval_every": 2, "val_questions": 2,
-                           "val_datasets": ["tiny_hotpotqa"], "final_eval": True,
-                           "progress_bar": False}}
-    straight = train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
-                     reward_fn=parity_reward)
+    overrides = {
+        "train": {
+            "max_steps": 2,
+            "save_every": 2,
+            "eval_every": 2,
+            "val_questions": 2,
+            "val_datasets": ["tiny_hotpotqa"],
+            "final_eval": True,
+            "progress_bar": False,
+        }
+    }
+    straight = train(
+        "smoke", "grpo", 0, force=True, profile_overrides=overrides, reward_fn=parity_reward
+    )
     expected = run_folder.read_jsonl(straight.run.metrics)
     expected_outcomes = straight.run.outcomes.read_text()
     run_folder.clear_run(straight.run)
     with pytest.raises(_Kill):
-        train("smoke", "grpo", 0, force=True, profile_overrides=overrides,
-              callbacks=[_KillAtTrainEnd().callback], reward_fn=parity_reward)
-    resumed = train("smoke", "grpo", 0, resume=True, profile_overrides=overrides,
-                    reward_fn=parity_reward)
+        train(
+            "smoke",
+            "grpo",
+            0,
+            force=True,
+            profile_overrides=overrides,
+            callbacks=[_KillAtTrainEnd().callback],
+            reward_fn=parity_reward,
+        )
+    resumed = train(
+        "smoke", "grpo", 0, resume=True, profile_overrides=overrides, reward_fn=parity_reward
+    )
     assert resumed.status == "resumed"
     got = run_folder.read_jsonl(resumed.run.metrics)
     assert [r["step"] for r in got] == [1, 2]
     assert _approx_rows(_comparable(got), _comparable(expected))
     checkpoints = sorted(p.name for p in resumed.run.checkpoints.glob("checkpoint-*"))
     assert checkpoints[-1] == "checkpoint-4"  # 2 steps x 2 updates: no checkpoint-5
-    state = json.loads((resumed.run.checkpoints / "checkpoint-4" / "trainer_state.json").read_text())
+    state = json.loads(
+        (resumed.run.checkpoints / "checkpoint-4" / "trainer_state.json").read_text()
+    )
     assert state["global_step"] == 4
     # the final evaluation is the uninterrupted run's model's, question by question
     assert resumed.run.outcomes.read_text() == expected_outcomes
@@ -418,11 +526,24 @@ def test_a_study_resumes_a_run_killed_after_its_last_checkpoint_without_another_
     path: it ends at max_steps (a study's grpo/seed1 used to end at step 5 of 4)."""
     from at2po_lib.trainer.study import run_study, study_plan
 
-    overrides = {"train": {"max_steps": 2, "save_every": 2, "eval_every": 0, "final_eval": True,
-                           "progress_bar": False}}
+    overrides = {
+        "train": {
+            "max_steps": 2,
+            "save_every": 2,
+            "eval_every": 0,
+            "final_eval": True,
+            "progress_bar": False,
+        }
+    }
     with pytest.raises(_Kill):
-        train("smoke", "grpo", 1, force=True, profile_overrides=overrides,
-              callbacks=[_KillAtTrainEnd().callback])
+        train(
+            "smoke",
+            "grpo",
+            1,
+            force=True,
+            profile_overrides=overrides,
+            callbacks=[_KillAtTrainEnd().callback],
+        )
     (planned,) = study_plan("smoke", "1", [1], ["grpo"], overrides=overrides)
     assert (planned.state, planned.detail) == ("resumes", "from step 2")
     (result,) = run_study("smoke", "1", [1], ["grpo"], overrides=overrides)

@@ -43,9 +43,19 @@ def constant_reward(response: str, golden) -> float:
 
 
 def smoke_profile(**train):
-    return load_profile("smoke", {"train": {"eval_every": 0, "final_eval": False,
-                                            "progress_bar": False, "save_every": 0,
-                                            "max_steps": 1, **train}})
+    return load_profile(
+        "smoke",
+        {
+            "train": {
+                "eval_every": 0,
+                "final_eval": False,
+                "progress_bar": False,
+                "save_every": 0,
+                "max_steps": 1,
+                **train,
+            }
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +99,15 @@ def test_policy_positions_equal_trls_fused_head(outputs):
     model = trainer.model
 
     ref, ref_entropy, _ = trainer._get_per_token_logps_and_entropies(
-        model, ids, attention, 9, compute_entropy=True)
+        model, ids, attention, 9, compute_entropy=True
+    )
     (ref * positions).sum().backward()
     ref_grad = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     for chunk_rows in (0, 2):
-        logps, entropy = policy_position_logps(model, ids, attention, positions,
-                                               trainer.temperature, chunk_rows,
-                                               compute_entropy=True)
+        logps, entropy = policy_position_logps(
+            model, ids, attention, positions, trainer.temperature, chunk_rows, compute_entropy=True
+        )
         torch.testing.assert_close(logps[scored], ref[scored], atol=1e-5, rtol=0)
         torch.testing.assert_close(entropy[scored], ref_entropy[scored], atol=1e-5, rtol=0)
         assert bool((logps[~scored] == 0).all()) and bool((entropy[~scored] == 0).all())
@@ -106,8 +117,9 @@ def test_policy_positions_equal_trls_fused_head(outputs):
                 torch.testing.assert_close(p.grad, ref_grad[name], atol=1e-5, rtol=1e-4)
         model.zero_grad()
     # nothing to score: zeros, and still a graph to backpropagate through
-    logps, _ = policy_position_logps(model, ids, attention, torch.zeros_like(positions),
-                                     trainer.temperature)
+    logps, _ = policy_position_logps(
+        model, ids, attention, torch.zeros_like(positions), trainer.temperature
+    )
     assert logps.requires_grad and bool((logps == 0).all())
     logps.sum().backward()
 
@@ -176,8 +188,9 @@ def test_old_logps_come_from_the_rollout(outputs):
     assert passes == []  # neither TRL's old-log-prob pass nor the "all"-positions loss ran
     (out,) = seen
     mask = (out["completion_mask"] * out["tool_mask"]).bool()
-    torch.testing.assert_close(out["old_per_token_logps"][mask],
-                               out["sampling_per_token_logps"][mask])
+    torch.testing.assert_close(
+        out["old_per_token_logps"][mask], out["sampling_per_token_logps"][mask]
+    )
     assert bool((out["old_per_token_logps"][~mask] == 0).all())
 
 

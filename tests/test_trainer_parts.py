@@ -9,8 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.trainer import run_folder
-from at2po_lib.method.presets import (METHODS, TABLE1_METHODS, TABLE2_METHODS, format_methods,
-                                       get_method, list_methods)
+from at2po_lib.method.presets import (
+    METHODS,
+    TABLE1_METHODS,
+    TABLE2_METHODS,
+    format_methods,
+    get_method,
+    list_methods,
+)
 
 
 # ----------------------------------------------------------------------------- presets
@@ -18,11 +24,27 @@ from at2po_lib.method.presets import (METHODS, TABLE1_METHODS, TABLE2_METHODS, f
 # ``AT2POConfig``, and the config is run through the real loss and credit code on small hand-made
 # batches. What is measured (ratio level, advantage kind, clip window) must be what the method
 # requires (docs/method.md §6–§8); the exact values may change without touching these tests.
-TOKEN_RATIO = {"grpo", "grpo_tree_budget", "dapo", "tree_grpo", "aepo", "aepo_paper",
-               "ablation_random_tree_grpo"}
+TOKEN_RATIO = {
+    "grpo",
+    "grpo_tree_budget",
+    "dapo",
+    "tree_grpo",
+    "aepo",
+    "aepo_paper",
+    "ablation_random_tree_grpo",
+}
 SEQUENCE_RATIO = {"gspo"}
-OUTCOME_ADVANTAGE = {"grpo", "grpo_tree_budget", "dapo", "gspo", "aepo", "aepo_paper",
-                     "ablation_random_tree_grpo", "ablation_atpo_loss", "ablation_entropy_tree"}
+OUTCOME_ADVANTAGE = {
+    "grpo",
+    "grpo_tree_budget",
+    "dapo",
+    "gspo",
+    "aepo",
+    "aepo_paper",
+    "ablation_random_tree_grpo",
+    "ablation_atpo_loss",
+    "ablation_entropy_tree",
+}
 TRAINED = [m.name for m in list_methods() if m.trains]
 
 
@@ -55,10 +77,17 @@ def _loss(cfg, delta, advantage=1.0):
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
     options = dict(
-        level=cfg.loss_level, eps_low=cfg.epsilon, eps_high=cfg.epsilon_high,
-        agg=cfg.loss_aggregation, ref_logp=old, beta=cfg.beta,
-        entropy_balanced_clip=cfg.loss_entropy_balanced_clip, token_entropy=torch.ones_like(old),
-        entropy_aware_adv=cfg.loss_entropy_aware_adv, turn_ratio=cfg.loss_turn_ratio)
+        level=cfg.loss_level,
+        eps_low=cfg.epsilon,
+        eps_high=cfg.epsilon_high,
+        agg=cfg.loss_aggregation,
+        ref_logp=old,
+        beta=cfg.beta,
+        entropy_balanced_clip=cfg.loss_entropy_balanced_clip,
+        token_entropy=torch.ones_like(old),
+        entropy_aware_adv=cfg.loss_entropy_aware_adv,
+        turn_ratio=cfg.loss_turn_ratio,
+    )
     advantages = torch.tensor([advantage], dtype=torch.float64)
     loss = one_thread_loss(lambda x: policy_loss(x, old, advantages, mask, **options), logp)
     stats = loss_diagnostics(logp, old, advantages, mask, **options)
@@ -82,8 +111,9 @@ def measured_advantage(cfg) -> str:
     from at2po_lib.trainer.batch import token_advantages
 
     batch = _hand_batch()
-    adv = token_advantages(batch, cfg.credit_advantage, getattr(cfg, "credit_value",
-                                                                "entropy_softmax"))
+    adv = token_advantages(
+        batch, cfg.credit_advantage, getattr(cfg, "credit_value", "entropy_softmax")
+    )
     if abs(float(adv[0, 0] - adv[0, 4])) > 1e-6:
         return "turn"
     vanilla = token_advantages(batch, "vanilla")
@@ -96,15 +126,13 @@ def behaviour(spec, cfg) -> tuple[str, str, str]:
 
 @pytest.mark.parametrize("name", TRAINED)
 def test_each_preset_uses_the_ratio_level_its_method_requires(configs, name):
-    expected = ("token" if name in TOKEN_RATIO else
-                "sequence" if name in SEQUENCE_RATIO else "turn")
+    expected = "token" if name in TOKEN_RATIO else "sequence" if name in SEQUENCE_RATIO else "turn"
     assert measured_ratio_level(configs[name]) == expected
 
 
 @pytest.mark.parametrize("name", TRAINED)
 def test_each_preset_uses_the_advantage_its_method_requires(configs, name):
-    expected = ("prompt" if name in OUTCOME_ADVANTAGE else
-                "tree" if name == "tree_grpo" else "turn")
+    expected = "prompt" if name in OUTCOME_ADVANTAGE else "tree" if name == "tree_grpo" else "turn"
     assert measured_advantage(configs[name]) == expected
 
 
@@ -170,7 +198,11 @@ def test_aepo_resolves_to_the_authors_script_and_the_paper_variant_is_an_option(
 
 def test_table2_steps_1_2_use_the_authors_random_mode_and_tree_grpo_its_own(specs):
     assert [specs[n].rollout.expansion for n in TABLE2_METHODS] == [
-        "random_siblings", "random_siblings", "entropy", "entropy"]
+        "random_siblings",
+        "random_siblings",
+        "entropy",
+        "entropy",
+    ]
     assert specs["tree_grpo"].rollout.expansion == "random"
 
 
@@ -192,19 +224,26 @@ def test_table3_grid_varies_only_the_credit(specs, configs):
     from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
     from at2po_lib.trainer.batch import token_advantages
 
-    grid = {(configs[n].credit_value, configs[n].credit_advantage)
-            for n in configs if n.startswith("credit_")}
+    grid = {
+        (configs[n].credit_value, configs[n].credit_advantage)
+        for n in configs
+        if n.startswith("credit_")
+    }
     assert grid == {(v, a) for v in VALUE_MODES for a in ADVANTAGE_MODES}
     at2po = configs["at2po"]
     for name in (n for n in configs if n.startswith("credit_")):
         cfg = configs[name]
         assert (specs[name].rollout.expansion, measured_ratio_level(cfg)) == ("entropy", "turn")
-        assert (cfg.epsilon, cfg.epsilon_high, cfg.loss_aggregation) == \
-            (at2po.epsilon, at2po.epsilon_high, at2po.loss_aggregation), name
+        assert (cfg.epsilon, cfg.epsilon_high, cfg.loss_aggregation) == (
+            at2po.epsilon,
+            at2po.epsilon_high,
+            at2po.loss_aggregation,
+        ), name
     cell = configs["credit_entropy_softmax_node_value"]
-    assert torch.equal(token_advantages(_hand_batch(), cell.credit_advantage, cell.credit_value),
-                       token_advantages(_hand_batch(), at2po.credit_advantage,
-                                        at2po.credit_value))
+    assert torch.equal(
+        token_advantages(_hand_batch(), cell.credit_advantage, cell.credit_value),
+        token_advantages(_hand_batch(), at2po.credit_advantage, at2po.credit_value),
+    )
 
 
 def test_table1_lists_react_first_and_every_method_once():
@@ -224,8 +263,9 @@ def test_listing_and_unknown_names():
 def test_config_checks_its_choices_and_derives_trls_loss_type(tmp_path):
     from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES, AT2POConfig
 
-    common = dict(output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44,
-                  num_generations=22)
+    common = dict(
+        output_dir=str(tmp_path), report_to=[], per_device_train_batch_size=44, num_generations=22
+    )
     assert AT2POConfig(**common).loss_type == "grpo"  # seq-mean-token-mean, the default
     for aggregation, loss_type in TRL_LOSS_TYPES.items():
         assert AT2POConfig(loss_aggregation=aggregation, **common).loss_type == loss_type
@@ -268,25 +308,61 @@ def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
     path = tmp_path / "metrics.jsonl"
     recorder = MetricsRecorder(path, updates_per_step=4, start_time=0.0)
     state = SimpleNamespace(is_world_process_zero=True, global_step=8)
-    logs = {"reward": 0.5, "clip_ratio/region_mean": 0.1, "rollout/turns_mean": 2.5,
-            "completions/mean_length": 40.0, "kl": None, "step": 99}
+    logs = {
+        "reward": 0.5,
+        "clip_ratio/region_mean": 0.1,
+        "rollout/turns_mean": 2.5,
+        "completions/mean_length": 40.0,
+        "kl": None,
+        "step": 99,
+    }
     recorder.on_log(None, state, None, logs=logs)
     recorder.on_log(None, state, None, logs={"train_loss": 1.0})  # the final summary: no row
     (row,) = run_folder.read_jsonl(path)
     assert row["step"] == 2 and row["global_step"] == 8  # the recorder's own fields win
-    assert {k: row[k] for k in ("reward", "clip_ratio/region_mean", "rollout/turns_mean",
-                                "completions/mean_length")} == {k: logs[k] for k in (
-        "reward", "clip_ratio/region_mean", "rollout/turns_mean", "completions/mean_length")}
+    assert {
+        k: row[k]
+        for k in (
+            "reward",
+            "clip_ratio/region_mean",
+            "rollout/turns_mean",
+            "completions/mean_length",
+        )
+    } == {
+        k: logs[k]
+        for k in (
+            "reward",
+            "clip_ratio/region_mean",
+            "rollout/turns_mean",
+            "completions/mean_length",
+        )
+    }
     assert "kl" not in row and row["wall_time"] > 0
 
 
 def test_legacy_metric_names_read_under_the_logged_names(tmp_path):
     path = tmp_path / "metrics.jsonl"
     # a run recorded with the early names, resumed by the current code (both in one file)
-    run_folder.append_jsonl(path, {"step": 1, "clip_frac": 0.2, "turns_per_trajectory": 3.0,
-                                "rollout_time": 1.5, "reward": 0.1})
-    run_folder.append_jsonl(path, {"step": 2, "clip_ratio/region_mean": 0.3,
-                                "rollout/turns_mean": 2.0, "rollout/seconds": 1.0, "reward": 0.2})
+    run_folder.append_jsonl(
+        path,
+        {
+            "step": 1,
+            "clip_frac": 0.2,
+            "turns_per_trajectory": 3.0,
+            "rollout_time": 1.5,
+            "reward": 0.1,
+        },
+    )
+    run_folder.append_jsonl(
+        path,
+        {
+            "step": 2,
+            "clip_ratio/region_mean": 0.3,
+            "rollout/turns_mean": 2.0,
+            "rollout/seconds": 1.0,
+            "reward": 0.2,
+        },
+    )
     rows = run_folder.read_metrics(path)
     assert [sorted(r) for r in rows] == [sorted(rows[1])] * 2
     assert [r["clip_ratio/region_mean"] for r in rows] == [0.2, 0.3]
@@ -324,7 +400,9 @@ def test_only_marked_checkpoints_count(tmp_path):
     assert run_folder.latest_complete_checkpoint(folder).name == "checkpoint-4"
     removed = run_folder.remove_incomplete_checkpoints(folder)
     assert [p.name for p in removed] == ["checkpoint-6"]
-    assert json.loads((folder / "checkpoint-4" / run_folder.COMPLETE_MARKER).read_text())["step"] == 2
+    assert (
+        json.loads((folder / "checkpoint-4" / run_folder.COMPLETE_MARKER).read_text())["step"] == 2
+    )
 
 
 def test_finished_run_is_recognised_by_config_hash(tmp_path):
@@ -344,12 +422,28 @@ def test_finished_run_is_recognised_by_config_hash(tmp_path):
 def _synthetic_records():
     import pandas as pd
 
-    metrics = pd.DataFrame([{"method": m, "seed": s, "step": t, "reward": 0.1 * t + s,
-                             "entropy": 1.0 - 0.1 * t,
-                             "clip_ratio/region_mean": 0.01}
-                            for m in ("grpo", "at2po") for s in (0, 1) for t in range(1, 5)])
-    evals = pd.DataFrame([{"method": m, "seed": 0, "step": t, "dataset": "tiny_hotpotqa",
-                           "em": 0.3 + 0.05 * t} for m in ("grpo", "at2po") for t in (0, 2, 4)])
+    metrics = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "seed": s,
+                "step": t,
+                "reward": 0.1 * t + s,
+                "entropy": 1.0 - 0.1 * t,
+                "clip_ratio/region_mean": 0.01,
+            }
+            for m in ("grpo", "at2po")
+            for s in (0, 1)
+            for t in range(1, 5)
+        ]
+    )
+    evals = pd.DataFrame(
+        [
+            {"method": m, "seed": 0, "step": t, "dataset": "tiny_hotpotqa", "em": 0.3 + 0.05 * t}
+            for m in ("grpo", "at2po")
+            for t in (0, 2, 4)
+        ]
+    )
     return metrics, evals
 
 
@@ -379,8 +473,11 @@ def test_start_end_table_by_hand():
     from at2po_lib.reporting.curves import format_start_end, start_end_table
 
     # 8 steps per run: window = 8 // 4 = 2 steps at each end
-    rows = [{"method": "grpo", "seed": seed, "step": t, "entropy": float(t + seed)}
-            for seed in (0, 1) for t in range(1, 9)]
+    rows = [
+        {"method": "grpo", "seed": seed, "step": t, "entropy": float(t + seed)}
+        for seed in (0, 1)
+        for t in range(1, 9)
+    ]
     rows += [{"method": "at2po", "seed": 0, "step": t, "entropy": 1.0} for t in range(1, 3)]
     table = start_end_table(pd.DataFrame(rows), ["entropy", "missing"])
     grpo = table.set_index("method").loc["grpo"]
@@ -390,8 +487,11 @@ def test_start_end_table_by_hand():
     assert (grpo["change_low"], grpo["change_high"]) == pytest.approx((6.0, 6.0))
     assert grpo["start_low"] < 2.0 < grpo["start_high"] and grpo["seeds"] == 2
     at2po = table.set_index("method").loc["at2po"]
-    assert at2po["seeds"] == 1 and pd.isna(at2po["change_low"]) and list(table["metric"]) == [
-        "entropy", "entropy"]
+    assert (
+        at2po["seeds"] == 1
+        and pd.isna(at2po["change_low"])
+        and list(table["metric"]) == ["entropy", "entropy"]
+    )
     shown = format_start_end(table)
     assert shown.loc["grpo", ("entropy", "change")] == "+6.000 [+6.000, +6.000]"
     assert shown.loc["at2po", ("entropy", "start")] == "1.000"  # one seed: no interval
@@ -413,11 +513,13 @@ def test_table1_frame_mean_and_std_over_seeds():
 
     from at2po_lib.reporting.curves import table1_frame
 
-    finals = pd.DataFrame([
-        {"method": "grpo", "seed": 0, "dataset": "tiny_nq", "em": 0.40},
-        {"method": "grpo", "seed": 1, "dataset": "tiny_nq", "em": 0.50},
-        {"method": "at2po", "seed": 0, "dataset": "tiny_nq", "em": 0.60},
-    ])
+    finals = pd.DataFrame(
+        [
+            {"method": "grpo", "seed": 0, "dataset": "tiny_nq", "em": 0.40},
+            {"method": "grpo", "seed": 1, "dataset": "tiny_nq", "em": 0.50},
+            {"method": "at2po", "seed": 0, "dataset": "tiny_nq", "em": 0.60},
+        ]
+    )
     table = table1_frame(finals)
     # mean 45.0, sample std of (40, 50) = 7.07
     assert table.loc["grpo", "tiny_nq"] == "45.0 ± 7.1"
@@ -434,18 +536,32 @@ def _hand_batch():
     from at2po_lib.trainer.batch import RolloutBatch
 
     nan = np.nan
-    tree0 = {"parent": np.array([-1, 0, 0, 1, 1]), "entropy": np.array([0, 1.0, 0.5, 0.2, 0.9]),
-             "leaf_reward": np.array([nan, nan, 1.0, 1.0, 0.0])}
-    tree1 = {"parent": np.array([-1, 0, 0]), "entropy": np.array([0, 0.3, 0.4]),
-             "leaf_reward": np.array([nan, 0.0, 0.0])}
+    tree0 = {
+        "parent": np.array([-1, 0, 0, 1, 1]),
+        "entropy": np.array([0, 1.0, 0.5, 0.2, 0.9]),
+        "leaf_reward": np.array([nan, nan, 1.0, 1.0, 0.0]),
+    }
+    tree1 = {
+        "parent": np.array([-1, 0, 0]),
+        "entropy": np.array([0, 0.3, 0.4]),
+        "leaf_reward": np.array([nan, 0.0, 0.0]),
+    }
     # completion layout: turn tokens (node id) and observation tokens (-1)
     turn_node = [[1, 1, -1, -1, 3, 3], [1, 1, -1, -1, 4], [2, 2, 2], [1, 1], [2]]
     return RolloutBatch(
-        prompt_ids=[[0]] * 5, completion_ids=[[5] * len(t) for t in turn_node],
-        sampled_mask=[[int(n >= 0) for n in t] for t in turn_node], turn_node=turn_node,
-        old_logps=[[0.0] * len(t) for t in turn_node], reward=[1.0, 0.0, 1.0, 0.0, 0.0],
-        row_tree=[0, 0, 0, 1, 1], row_leaf=[3, 4, 2, 1, 2], group=[0, 0, 0, 1, 1],
-        trees=[tree0, tree1], num_turns=[2, 2, 1, 1, 1], num_tool_calls=[1, 1, 0, 0, 0])
+        prompt_ids=[[0]] * 5,
+        completion_ids=[[5] * len(t) for t in turn_node],
+        sampled_mask=[[int(n >= 0) for n in t] for t in turn_node],
+        turn_node=turn_node,
+        old_logps=[[0.0] * len(t) for t in turn_node],
+        reward=[1.0, 0.0, 1.0, 0.0, 0.0],
+        row_tree=[0, 0, 0, 1, 1],
+        row_leaf=[3, 4, 2, 1, 2],
+        group=[0, 0, 0, 1, 1],
+        trees=[tree0, tree1],
+        num_turns=[2, 2, 1, 1, 1],
+        num_tool_calls=[1, 1, 0, 0, 0],
+    )
 
 
 def test_token_advantages_vanilla_is_grpo_per_prompt():
@@ -468,11 +584,16 @@ def test_token_advantages_turnwise_match_credit():
 
     batch = _hand_batch()
     adv = token_advantages(batch, "node_value", "entropy_softmax")
-    v = credit.node_values(batch.trees[0].parent, batch.trees[0].entropy,
-                           batch.trees[0].leaf_reward, "entropy_softmax")
+    v = credit.node_values(
+        batch.trees[0].parent, batch.trees[0].entropy, batch.trees[0].leaf_reward, "entropy_softmax"
+    )
     # every token of a turn carries its node's value; node 1 is shared by rows 0 and 1
-    assert adv[0, 0].item() == pytest.approx(float(v[1])) and adv[1, 1].item() == pytest.approx(float(v[1]))
-    assert adv[0, 4].item() == pytest.approx(float(v[3])) and adv[2, 2].item() == pytest.approx(float(v[2]))
+    assert adv[0, 0].item() == pytest.approx(float(v[1])) and adv[1, 1].item() == pytest.approx(
+        float(v[1])
+    )
+    assert adv[0, 4].item() == pytest.approx(float(v[3])) and adv[2, 2].item() == pytest.approx(
+        float(v[2])
+    )
     # leaf values normalised in tree 0: rewards (1, 1, 0) -> mean 2/3, population std 0.4714
     assert float(v[4]) == pytest.approx((0 - 2 / 3) / 0.471404, abs=1e-4)
     assert torch.all(adv[3:] == 0)  # tree 1: equal rewards -> zero values everywhere
@@ -488,8 +609,9 @@ def test_tree_grpo_groups_by_prompt_and_by_tree():
     adv = token_advantages(batch, "tree_grpo")
     rewards = torch.tensor(batch.reward, dtype=torch.float64)
     # each tree of the batch is one of Tree-GRPO's trees (here one per prompt)
-    expected = outcome.tree_grpo_advantages(rewards, torch.tensor(batch.row_tree),
-                                            torch.tensor(batch.group))
+    expected = outcome.tree_grpo_advantages(
+        rewards, torch.tensor(batch.row_tree), torch.tensor(batch.group)
+    )
     assert adv[:, 0].double().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
 
 
@@ -506,8 +628,9 @@ def test_dynamic_sampling_helpers_keep_whole_groups():
     from dataclasses import replace
 
     reasons = ["answer", "turn_length", "answer", "invalid", "answer"]
-    picked = select_groups([(replace(batch, finish_reason=reasons), 1),
-                            (replace(batch, finish_reason=reasons), 0)])
+    picked = select_groups(
+        [(replace(batch, finish_reason=reasons), 1), (replace(batch, finish_reason=reasons), 0)]
+    )
     assert picked.finish_reason == ["invalid", "answer", "answer", "turn_length", "answer"]
     mixed = select_groups([(batch, 1), (replace(batch, finish_reason=reasons), 0)])
     assert mixed.finish_reason == []  # partly known: dropped rather than misaligned
@@ -526,20 +649,34 @@ def test_validation_skips_step_0_unless_asked(tmp_path):
     assert TrainConfig().val_before_train is False
     assert load_profile("paper-qwen3-4b").train.val_before_train is False
     assert load_profile("paper-qwen3-4b").train.val_questions is None  # the full sets
-    frame = pd.DataFrame([{"dataset": "d", "group": "multi", "n": 1, "em": 0.5, "f1": 0.5,
-                           "mean_turns": 1.0, "mean_tool_calls": 1.0}])
+    frame = pd.DataFrame(
+        [
+            {
+                "dataset": "d",
+                "group": "multi",
+                "n": 1,
+                "em": 0.5,
+                "f1": 0.5,
+                "mean_turns": 1.0,
+                "mean_tool_calls": 1.0,
+            }
+        ]
+    )
     for before in (False, True):
         calls = []
-        cb = GreedyValidation(tmp_path / f"eval{before}.jsonl", lambda: calls.append(1) or frame,
-                              every=2, updates_per_step=1, before_train=before)
+        cb = GreedyValidation(
+            tmp_path / f"eval{before}.jsonl",
+            lambda: calls.append(1) or frame,
+            every=2,
+            updates_per_step=1,
+            before_train=before,
+        )
         state = types.SimpleNamespace(global_step=0, max_steps=4, is_world_process_zero=True)
         cb.on_train_begin(None, state, None)
         assert len(calls) == int(before)
         state.global_step = 2
         cb.on_step_end(None, state, None)
         assert len(calls) == int(before) + 1
-
-
 
 
 def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_same_gradient():
@@ -585,7 +722,8 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
     own = {k: v for k, v in stats.items() if not k.endswith("_eps0.2")}
     assert own == method_loss.loss_diagnostics(logp, old, adv, mask, level="turn")
     # the clipped shares had the range been GRPO's 0.2 (issue #48), beside the run's own range
-    at_reference = method_loss.loss_diagnostics(logp, old, adv, mask, level="turn",
-                                                eps_low=0.2, eps_high=0.2)
+    at_reference = method_loss.loss_diagnostics(
+        logp, old, adv, mask, level="turn", eps_low=0.2, eps_high=0.2
+    )
     assert stats["clip_frac_token_eps0.2"] == at_reference["clip_frac_token"]
     assert stats["clip_frac_turn_eps0.2"] == at_reference["clip_frac_turn"]

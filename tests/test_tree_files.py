@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from at2po_lib.method.examples import example_tree, random_tree
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import UntrustedPickleError, load_trees, load_trees_meta, save_trees
+from at2po_lib.protocol.tree_files import (
+    UntrustedPickleError,
+    load_trees,
+    load_trees_meta,
+    save_trees,
+)
 
 
 class _RunsCode:
@@ -66,7 +71,7 @@ def test_an_archive_holding_a_pickled_object_array_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------------- round trip
 _TEXT = st.text(max_size=12)
-_JSON_SCALAR = st.none() | st.booleans() | st.integers(-10**6, 10**6) | _TEXT
+_JSON_SCALAR = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | _TEXT
 
 
 @st.composite
@@ -74,20 +79,47 @@ def rollout_like_trees(draw):
     """Random trees with every optional part: prompt id, node arrays of several dtypes, text
     records and info, NaN leaf rewards on inner nodes."""
     rng = np.random.default_rng(draw(st.integers(0, 10**6)))
-    base = random_tree(rng, num_chains=draw(st.integers(1, 4)),
-                       num_expansions=draw(st.integers(0, 5)), max_turns=4)
+    base = random_tree(
+        rng, num_chains=draw(st.integers(1, 4)), num_expansions=draw(st.integers(0, 5)), max_turns=4
+    )
     n = base.num_nodes
     with_extras = draw(st.booleans())
-    node_arrays = {"turn_start": rng.integers(0, 100, n), "expansion_round": rng.integers(0, 3, n),
-                   "entropy_exact": rng.normal(size=n), "flag": rng.random(n) < 0.5} \
-        if with_extras else {}
-    records = [{"text": draw(_TEXT), "action": draw(st.sampled_from(["search", "answer", None])),
-                "query": draw(_JSON_SCALAR)} for _ in range(n)] if with_extras else []
-    info = {"question": draw(_TEXT), "golden_answers": draw(st.lists(_TEXT, max_size=3))} \
-        if with_extras else {}
-    return TreeArrays(base.parent, base.entropy, base.leaf_reward,
-                      prompt_id=draw(st.integers(0, 10**9)), node_arrays=node_arrays,
-                      records=records, info=info)
+    node_arrays = (
+        {
+            "turn_start": rng.integers(0, 100, n),
+            "expansion_round": rng.integers(0, 3, n),
+            "entropy_exact": rng.normal(size=n),
+            "flag": rng.random(n) < 0.5,
+        }
+        if with_extras
+        else {}
+    )
+    records = (
+        [
+            {
+                "text": draw(_TEXT),
+                "action": draw(st.sampled_from(["search", "answer", None])),
+                "query": draw(_JSON_SCALAR),
+            }
+            for _ in range(n)
+        ]
+        if with_extras
+        else []
+    )
+    info = (
+        {"question": draw(_TEXT), "golden_answers": draw(st.lists(_TEXT, max_size=3))}
+        if with_extras
+        else {}
+    )
+    return TreeArrays(
+        base.parent,
+        base.entropy,
+        base.leaf_reward,
+        prompt_id=draw(st.integers(0, 10**9)),
+        node_arrays=node_arrays,
+        records=records,
+        info=info,
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -101,11 +133,18 @@ def test_save_load_round_trip_is_exact(tmp_path_factory, data, num_trees):
             t = TreeArrays(t.parent, t.entropy, t.leaf_reward, prompt_id=t.prompt_id)
         elif not t.node_arrays:
             n = t.num_nodes
-            t = TreeArrays(t.parent, t.entropy, t.leaf_reward, prompt_id=t.prompt_id,
-                           node_arrays={"turn_start": np.zeros(n, np.int64),
-                                        "expansion_round": np.zeros(n, np.int64),
-                                        "entropy_exact": np.zeros(n),
-                                        "flag": np.zeros(n, bool)})
+            t = TreeArrays(
+                t.parent,
+                t.entropy,
+                t.leaf_reward,
+                prompt_id=t.prompt_id,
+                node_arrays={
+                    "turn_start": np.zeros(n, np.int64),
+                    "expansion_round": np.zeros(n, np.int64),
+                    "entropy_exact": np.zeros(n),
+                    "flag": np.zeros(n, bool),
+                },
+            )
         trees.append(t)
     path = tmp_path_factory.mktemp("trees") / "trees.npz"
     meta = {"profile": "smoke", "seed": 3, "note": data.draw(_TEXT)}
@@ -156,12 +195,14 @@ def test_save_refuses_what_it_cannot_store(tmp_path):
         save_trees([t], tmp_path / "trees.pkl")
     with pytest.raises(ValueError, match="no trees"):
         save_trees([], tmp_path / "trees.npz")
-    texts = TreeArrays(t.parent, t.entropy, t.leaf_reward,
-                       node_arrays={"text": np.array(["a"] * t.num_nodes)})
+    texts = TreeArrays(
+        t.parent, t.entropy, t.leaf_reward, node_arrays={"text": np.array(["a"] * t.num_nodes)}
+    )
     with pytest.raises(ValueError, match="'text' has dtype"):
         save_trees([texts], tmp_path / "trees.npz")
-    mixed = TreeArrays(t.parent, t.entropy, t.leaf_reward,
-                       node_arrays={"depth": np.zeros(t.num_nodes, np.int64)})
+    mixed = TreeArrays(
+        t.parent, t.entropy, t.leaf_reward, node_arrays={"depth": np.zeros(t.num_nodes, np.int64)}
+    )
     with pytest.raises(ValueError, match="tree 1 has node arrays"):
         save_trees([mixed, t], tmp_path / "trees.npz")
     with pytest.raises(TypeError, match="not JSON-serialisable"):
@@ -170,13 +211,16 @@ def test_save_refuses_what_it_cannot_store(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))  # no half-written file left behind
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("trees", {"a": 1}, "trees should be a list"),
-    ("node_arrays", [1, 2], "node_arrays should be a list of names"),
-    ("entry", "x", r"trees\[0\] should be an object"),
-    ("records", "x", r"trees\[0\].records should be a list of objects"),
-    ("info", [1], r"trees\[0\].info should be an object"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("trees", {"a": 1}, "trees should be a list"),
+        ("node_arrays", [1, 2], "node_arrays should be a list of names"),
+        ("entry", "x", r"trees\[0\] should be an object"),
+        ("records", "x", r"trees\[0\].records should be a list of objects"),
+        ("info", [1], r"trees\[0\].info should be an object"),
+    ],
+)
 def test_a_json_member_of_the_wrong_types_is_named(tmp_path, field, value, message):
     """A hand-edited archive: one error naming the file and the field, not a bare TypeError."""
     import json

@@ -17,8 +17,9 @@ from at2po_lib.method.expansion import select_random
 from at2po_lib.trainer.batch import RolloutBatch, token_advantages
 
 
-def grow_tree_grpo_tree(rng: np.random.Generator, rounds: int, n: int, stop_prob: float,
-                        max_turns: int = 5) -> np.ndarray:
+def grow_tree_grpo_tree(
+    rng: np.random.Generator, rounds: int, n: int, stop_prob: float, max_turns: int = 5
+) -> np.ndarray:
     """Parent array of one Tree-GRPO tree: one chain from the root, then ``rounds`` rounds of
     ``n`` picks (select_random, as the rollout does), each continued after the picked node."""
     parent, depth, leaf = [-1], [0], [False]
@@ -54,10 +55,10 @@ def tree_grpo_batches(draw):
             parent = grow_tree_grpo_tree(rng, rounds, n, draw(st.floats(0.1, 0.9)))
             is_leaf = np.bincount(parent[1:], minlength=len(parent)) == 0
             constant = draw(st.sampled_from([None, 0.0, 1.0]))
-            reward = np.where(is_leaf, rng.integers(0, 2, len(parent)) if constant is None
-                              else constant, np.nan).astype(float)
-            trees.append(TreeArrays(parent, rng.uniform(0.1, 2, len(parent)), reward,
-                                    prompt_id=p))
+            reward = np.where(
+                is_leaf, rng.integers(0, 2, len(parent)) if constant is None else constant, np.nan
+            ).astype(float)
+            trees.append(TreeArrays(parent, rng.uniform(0.1, 2, len(parent)), reward, prompt_id=p))
             for leaf in np.flatnonzero(is_leaf):
                 rows["reward"].append(float(reward[leaf]))
                 rows["row_tree"].append(len(trees) - 1)
@@ -65,10 +66,17 @@ def tree_grpo_batches(draw):
                 rows["group"].append(p)
     num = len(rows["reward"])
     turn_node = [[leaf] for leaf in rows["row_leaf"]]  # one token per row: its leaf's turn
-    batch = RolloutBatch(prompt_ids=[[0]] * num, completion_ids=[[1]] * num,
-                         sampled_mask=[[1]] * num, turn_node=turn_node,
-                         old_logps=[[0.0]] * num, trees=trees, num_turns=[1] * num,
-                         num_tool_calls=[0] * num, **rows)
+    batch = RolloutBatch(
+        prompt_ids=[[0]] * num,
+        completion_ids=[[1]] * num,
+        sampled_mask=[[1]] * num,
+        turn_node=turn_node,
+        old_logps=[[0.0]] * num,
+        trees=trees,
+        num_turns=[1] * num,
+        num_tool_calls=[0] * num,
+        **rows,
+    )
     return batch, rounds, n
 
 
@@ -87,8 +95,9 @@ def test_tree_grpo_forests_have_no_group_of_one_and_equal_trees_get_zero(case):
     for t in range(len(batch.trees)):
         rows = row_tree == t
         if len(set(rewards[rows].tolist())) == 1:  # all leaves of the tree equal
-            assert torch.allclose(inner[rows], torch.zeros(int(rows.sum()), dtype=torch.float64),
-                                  atol=1e-5)
+            assert torch.allclose(
+                inner[rows], torch.zeros(int(rows.sum()), dtype=torch.float64), atol=1e-5
+            )
     for p in set(batch.group):
         rows = group == p
         if len(set(rewards[rows].tolist())) == 1:  # all leaves of the prompt equal
@@ -103,7 +112,9 @@ def test_tree_grpo_by_hand_on_two_trees_of_one_prompt():
     # prompt: rewards (1, 0, 1, 1): mean 0.75, unbiased std 0.5 -> (0.5, -1.5, 0.5, 0.5)
     # tree a: mean 0.5, std 0.7071 -> (0.7071, -0.7071); tree b: all equal -> 0
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    a = outcome.tree_grpo_advantages(r, torch.tensor([0, 0, 1, 1]), torch.zeros(4, dtype=torch.long))
+    a = outcome.tree_grpo_advantages(
+        r, torch.tensor([0, 0, 1, 1]), torch.zeros(4, dtype=torch.long)
+    )
     np.testing.assert_allclose(a.numpy(), [0.5 + 0.707107, -1.5 - 0.707107, 0.5, 0.5], rtol=1e-5)
 
 

@@ -18,9 +18,20 @@ from at2po_lib.method.examples import example_tree, random_tree
 from at2po_lib.method.credit import node_values
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
 from at2po_lib.reporting.tree_drawings import (  # noqa: E402
-    branch_depths, choose_credit_example, choose_example_tree, colour_norm, contrast_ratio,
-    draw_rollout_tree, draw_tree, grown_by_round, label_overlaps, node_labels, node_text_table,
-    shorten_distinct, text_color_for, tree_layout,
+    branch_depths,
+    choose_credit_example,
+    choose_example_tree,
+    colour_norm,
+    contrast_ratio,
+    draw_rollout_tree,
+    draw_tree,
+    grown_by_round,
+    label_overlaps,
+    node_labels,
+    node_text_table,
+    shorten_distinct,
+    text_color_for,
+    tree_layout,
 )
 
 nan = np.nan
@@ -38,22 +49,30 @@ def near_miss_tree(rewards=(0, 1, 1, 0, 1, 0)) -> TreeArrays:
            └─ 8 A:Dadar                          r[4]
     """
     parent = np.array([-1, 0, 0, 1, 1, 2, 3, 0, 0, 3])
-    entropy = np.array([0, .9, .5, .4, 1.2, .7, .3, 1.5, .2, .8])
+    entropy = np.array([0, 0.9, 0.5, 0.4, 1.2, 0.7, 0.3, 1.5, 0.2, 0.8])
     reward = np.full(10, nan)
     reward[[4, 5, 6, 7, 8, 9]] = rewards
-    records = [{"action": "root", "text": "Where was the founder of Avaria born?"},
-               {"action": "search", "query": "founder of Avaria kingdom history"},
-               {"action": "search", "query": "Avaria founder"},
-               {"action": "search", "query": "birthplace of Tomas Belmont the elder statesman"},
-               {"action": "answer", "answer": "Dadar Bay"},
-               {"action": "answer", "answer": "Dadar"},
-               {"action": "answer", "answer": "Dadar"},
-               {"action": None, "text": "<think> I am not sure what to do here and ramble"},
-               {"action": "answer", "answer": "Dadar"},
-               {"action": "answer", "answer": "the very long name of a municipality up north"}]
+    records = [
+        {"action": "root", "text": "Where was the founder of Avaria born?"},
+        {"action": "search", "query": "founder of Avaria kingdom history"},
+        {"action": "search", "query": "Avaria founder"},
+        {"action": "search", "query": "birthplace of Tomas Belmont the elder statesman"},
+        {"action": "answer", "answer": "Dadar Bay"},
+        {"action": "answer", "answer": "Dadar"},
+        {"action": "answer", "answer": "Dadar"},
+        {"action": None, "text": "<think> I am not sure what to do here and ramble"},
+        {"action": "answer", "answer": "Dadar"},
+        {"action": "answer", "answer": "the very long name of a municipality up north"},
+    ]
     rounds = np.array([0, 0, 1, 0, 0, 1, 0, 0, 0, 1])
-    return TreeArrays(parent, entropy, reward, node_arrays={"expansion_round": rounds},
-                      records=records, info={"question": records[0]["text"]})
+    return TreeArrays(
+        parent,
+        entropy,
+        reward,
+        node_arrays={"expansion_round": rounds},
+        records=records,
+        info={"question": records[0]["text"]},
+    )
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -114,9 +133,11 @@ def test_no_overlap_with_long_labels_on_random_trees(seed):
     t = random_tree(rng, num_chains=6, num_expansions=6, max_turns=4)
     words = ["capital", "of", "the", "northern", "province", "river", "born", "year"]
     records = [{"action": "root"}] + [
-        {"action": "search", "query": " ".join(rng.choice(words, 6))} if t.leaf_reward[i] != t.leaf_reward[i]
+        {"action": "search", "query": " ".join(rng.choice(words, 6))}
+        if t.leaf_reward[i] != t.leaf_reward[i]
         else {"action": "answer", "answer": " ".join(rng.choice(words, 3))}
-        for i in range(1, t.num_nodes)]
+        for i in range(1, t.num_nodes)
+    ]
     arrays = TreeArrays(t.parent, t.entropy, t.leaf_reward, records=records)
     fig, ax = draw_rollout_tree(arrays)
     assert label_overlaps(ax) == []
@@ -126,8 +147,12 @@ def test_no_overlap_with_long_labels_on_random_trees(seed):
 def test_label_overlap_checker_finds_a_clash():
     """The checker itself: two nodes forced into one small figure with wide labels clash."""
     fig, ax = plt.subplots(figsize=(3, 2))
-    draw_tree([-1, 0, 0], node_labels=["", "a very long label text here", "another long label"],
-              ax=ax, legend=False)
+    draw_tree(
+        [-1, 0, 0],
+        node_labels=["", "a very long label text here", "another long label"],
+        ax=ax,
+        legend=False,
+    )
     fig.set_size_inches(1.0, 2.0)  # squeeze after drawing
     assert label_overlaps(ax) != []
     plt.close(fig)
@@ -148,8 +173,10 @@ def test_shorten_distinct_by_hand():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(alphabet="ab ", min_size=1, max_size=30), min_size=1, max_size=6),
-       st.integers(5, 15))
+@given(
+    st.lists(st.text(alphabet="ab ", min_size=1, max_size=30), min_size=1, max_size=6),
+    st.integers(5, 15),
+)
 def test_shorten_distinct_never_merges_different_texts(texts, max_chars):
     shown = shorten_distinct(texts, max_chars)
     assert len(shown) == len(texts)
@@ -160,8 +187,8 @@ def test_shorten_distinct_never_merges_different_texts(texts, max_chars):
 
 def test_contrast_rule():
     viridis, coolwarm = plt.get_cmap("viridis"), plt.get_cmap("coolwarm")
-    assert text_color_for(viridis(0.0)) == "white"   # dark purple
-    assert text_color_for(viridis(1.0)) == "black"   # yellow
+    assert text_color_for(viridis(0.0)) == "white"  # dark purple
+    assert text_color_for(viridis(1.0)) == "black"  # yellow
     assert text_color_for(coolwarm(0.0)) == "white"  # deep blue
     assert text_color_for("white") == "black" and text_color_for("black") == "white"
     assert contrast_ratio((1, 1, 1), (0, 0, 0)) == pytest.approx(21.0)
@@ -176,8 +203,8 @@ def test_node_ids_drawn_in_contrasting_colour():
     colours = np.array(t.entropy, dtype=float)
     fig, ax = draw_tree(t.parent, node_color=colours, cmap="viridis")
     ids = {t_.get_text(): t_.get_color() for t_ in ax.texts if t_.get_text().isdigit()}
-    assert ids["7"] == "black"   # H = 1.5, the top of the scale: yellow
-    assert ids["8"] == "white"   # H = 0.2: dark
+    assert ids["7"] == "black"  # H = 1.5, the top of the scale: yellow
+    assert ids["8"] == "white"  # H = 0.2: dark
     plt.close(fig)
 
 
@@ -195,8 +222,13 @@ def test_colour_range_is_symmetric_and_never_degenerate():
 def test_draw_tree_returns_figure_and_axes():
     t = example_tree()
     v = node_values(t.parent, t.entropy, t.leaf_reward).numpy()
-    fig, ax = draw_tree(t.parent, node_color=v, node_labels=[f"{a:.2f}" for a in v],
-                        leaf_reward=t.leaf_reward, title="values")
+    fig, ax = draw_tree(
+        t.parent,
+        node_color=v,
+        node_labels=[f"{a:.2f}" for a in v],
+        leaf_reward=t.leaf_reward,
+        title="values",
+    )
     texts = [txt.get_text() for txt in ax.texts]
     assert f"{v[0]:.2f}" in texts and "8" in texts
     assert ax.get_title() == "values"
@@ -217,8 +249,18 @@ def test_draw_tree_into_given_axes_and_nan_colours():
 
 def test_growth_by_round():
     tree = near_miss_tree()
-    assert grown_by_round(tree, 0).tolist() == [True, True, False, True, True, False, True,
-                                                True, True, False]
+    assert grown_by_round(tree, 0).tolist() == [
+        True,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
     assert grown_by_round(tree, 1).all()
     fig, ax = draw_rollout_tree(tree, upto_round=0)
     assert "9" not in {t.get_text() for t in ax.texts}  # not grown yet: no id, no label
@@ -232,7 +274,7 @@ def test_example_rule_picks_first_mixed_tree_with_branches_at_two_depths():
     all_right = near_miss_tree(rewards=(1, 1, 1, 1, 1, 1))
     mixed = near_miss_tree()
     assert branch_depths(mixed).tolist() == [0, 2]  # node 2 hangs from the root, 9 from node 3
-    one_depth = TreeArrays(np.array([-1, 0, 0]), np.array([0, .5, .6]), np.array([nan, 1, 0]))
+    one_depth = TreeArrays(np.array([-1, 0, 0]), np.array([0, 0.5, 0.6]), np.array([nan, 1, 0]))
     assert branch_depths(one_depth).tolist() == [0]
     assert choose_example_tree([all_right, one_depth, mixed])[0] == 2
     index, why = choose_example_tree([all_right, one_depth])
@@ -241,7 +283,7 @@ def test_example_rule_picks_first_mixed_tree_with_branches_at_two_depths():
 
 
 def test_credit_rule_picks_the_tree_where_value_modes_differ_most():
-    flat = TreeArrays(np.array([-1, 0, 0]), np.array([0, .5, .6]), np.array([nan, 1, 0]))
+    flat = TreeArrays(np.array([-1, 0, 0]), np.array([0, 0.5, 0.6]), np.array([nan, 1, 0]))
     index, why = choose_credit_example([flat, example_tree(), near_miss_tree(rewards=(1,) * 6)])
     assert index == 1 and "differ by up to" in why
     # flat: the root's two leaves weigh alike in child_mean and leaf_mean, but softmax(H)

@@ -49,15 +49,29 @@ def trace(tmp_path_factory):
         grad = "grad" if torch.is_grad_enabled() else "no_grad"
         return f"{'ref' if model is self.ref_model else 'policy'},{grad}"
 
-    for name in ("_run_epoch", "_generate_and_score_completions", "_rollout", "_compute_loss",
-                 "_save_checkpoint"):
+    for name in (
+        "_run_epoch",
+        "_generate_and_score_completions",
+        "_rollout",
+        "_compute_loss",
+        "_save_checkpoint",
+    ):
         wrap(AT2POTrainer, name)
     wrap(AT2POTrainer, "_get_per_token_logps_and_entropies", which_model)
     wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", which_model)
     try:
-        cfg = load_profile("smoke", {"train": {"eval_every": 0, "final_eval": False,
-                                               "progress_bar": False, "save_every": 1,
-                                               "max_steps": 1}})
+        cfg = load_profile(
+            "smoke",
+            {
+                "train": {
+                    "eval_every": 0,
+                    "final_eval": False,
+                    "progress_bar": False,
+                    "save_every": 1,
+                    "max_steps": 1,
+                }
+            },
+        )
         run = run_folder.run_dir(cfg.name, "grpo", 0)
         run_folder.clear_run(run)
         trainer = build_trainer(cfg, "grpo", 0, run, reward_fn=_reward)
@@ -71,8 +85,7 @@ def trace(tmp_path_factory):
             os.environ.pop("AT2PO_RESULTS", None)
         else:
             os.environ["AT2PO_RESULTS"] = old_results
-    return {"events": events, "planned": planned, "updates": updates,
-            "accumulation": accumulation}
+    return {"events": events, "planned": planned, "updates": updates, "accumulation": accumulation}
 
 
 def _names(events) -> list[str]:
@@ -101,8 +114,11 @@ def test_the_parents_no_grad_passes_come_in_the_order_the_trainer_queues(trace):
     order ``_parent_scoring_passes`` predicts and the override pops from."""
     events = trace["events"]
     start, end = _span(events, "AT2POTrainer._generate_and_score_completions")
-    calls = [detail for name, detail in events[start:end]
-             if name == "AT2POTrainer._get_per_token_logps_and_entropies"]
+    calls = [
+        detail
+        for name, detail in events[start:end]
+        if name == "AT2POTrainer._get_per_token_logps_and_entropies"
+    ]
     expected = {"old": "policy,no_grad", "ref": "ref,no_grad"}
     assert [name for name, _ in trace["planned"]] == ["old", "ref"]
     assert calls == [expected[name] for name, _ in trace["planned"]]

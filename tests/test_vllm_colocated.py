@@ -45,14 +45,20 @@ class FakeGeneration:
 def _tokenizer():
     from at2po_lib.policy.tokenizer import train_tokenizer
 
-    return train_tokenizer(["<search> the capital of avaria </search> <answer> x </answer>"] * 20,
-                           vocab_size=300)
+    return train_tokenizer(
+        ["<search> the capital of avaria </search> <answer> x </answer>"] * 20, vocab_size=300
+    )
 
 
 def _trainer_with(generation, step: int = 3):
     """What ``AT2POTrainer.policy_for_generation`` reads of the trainer with vLLM colocated."""
-    return SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_generation=generation,
-                           state=SimpleNamespace(global_step=step), _last_loaded_step=step)
+    return SimpleNamespace(
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_generation=generation,
+        state=SimpleNamespace(global_step=step),
+        _last_loaded_step=step,
+    )
 
 
 def test_sleep_mode_is_woken_for_the_rollout_and_put_back_to_sleep(monkeypatch):
@@ -76,8 +82,13 @@ def test_sleep_mode_is_woken_for_the_rollout_and_put_back_to_sleep(monkeypatch):
         assert first[0].token_ids == [7, 8, 9] and first[1].token_ids == [10, 11]
         assert generation._llm_weights_sleeping and llm.asleep and not llm.weights_loaded
     assert generation.syncs == 2  # the weights a level-2 sleep discarded, pushed again
-    one_rollout = ["wake_up(weights)", "load_weights", "reset_prefix_cache", "wake_up(kv_cache)",
-                   "sleep(2)"]
+    one_rollout = [
+        "wake_up(weights)",
+        "load_weights",
+        "reset_prefix_cache",
+        "wake_up(kv_cache)",
+        "sleep(2)",
+    ]
     assert llm.events == ["sleep(2)"] + one_rollout * 2
     assert llm.generate_calls == 4
 
@@ -87,7 +98,9 @@ def test_without_sleep_mode_the_engine_is_used_as_it_is(monkeypatch):
     llm = vllm_standin.EchoLLM("m")
     generation = FakeGeneration(llm, sleep_mode=False)
     with colocated_engine(generation) as engine:
-        out = engine.generate([{"prompt_token_ids": [1]}], vllm_standin.SamplingParams(max_tokens=1))
+        out = engine.generate(
+            [{"prompt_token_ids": [1]}], vllm_standin.SamplingParams(max_tokens=1)
+        )
     assert out[0].outputs[0].token_ids == [2] and llm.events == [] and generation.syncs == 0
 
 
@@ -123,9 +136,10 @@ def _tp_rank(rank: int, port: int, out_dir: str) -> None:
         answers = []
         with colocated_engine(generation) as engine:
             for turn in TP_TURNS[rank]:
-                outs = engine.generate([{"prompt_token_ids": p} for p in turn],
-                                       [vllm_standin.SamplingParams(max_tokens=2, seed=rank)
-                                        for _ in turn])
+                outs = engine.generate(
+                    [{"prompt_token_ids": p} for p in turn],
+                    [vllm_standin.SamplingParams(max_tokens=2, seed=rank) for _ in turn],
+                )
                 answers.append([o.outputs[0].token_ids for o in outs])
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump({"answers": answers, "inputs": llm.inputs, "events": llm.events}, f)
@@ -140,8 +154,9 @@ def test_tensor_parallel_ranks_submit_the_same_requests_and_drain(tmp_path):
     the other waiting (the test would time out)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(_tp_rank, args=(_free_port(), str(tmp_path)), nprocs=2,
-                             start_method="spawn", join=False)
+    ctx = mp.start_processes(
+        _tp_rank, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn", join=False
+    )
     for _ in range(600):  # 60 s: a hang fails instead of blocking the suite
         if ctx.join(timeout=0.1):
             break
@@ -170,7 +185,9 @@ def test_tp_slices_follow_each_ranks_own_request_count():
     params = vllm_standin.SamplingParams(max_tokens=1)
     generation = SimpleNamespace(llm=llm, tensor_parallel_size=2, tp_group=None)
     engine = ColocatedEngine(generation, all_gather=gather, group_rank=1)
-    llm.generate = lambda prompts, sampling_params, use_tqdm: [p["prompt_token_ids"] for p in prompts]
+    llm.generate = lambda prompts, sampling_params, use_tqdm: [
+        p["prompt_token_ids"] for p in prompts
+    ]
     assert engine.generate([{"prompt_token_ids": [7]}], [params]) == [[7]]
     assert engine.generate([], [params]) == [] and len(calls) == 1
 

@@ -14,7 +14,17 @@ from at2po_lib.policy.checkpoint_files import file_digests
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
 # The warm start on every test question: the regime pilot's ReAct run (docs/warmstart.md)
-OUTCOMES = repo_root() / "results" / "tiny" / "pilot" / "runs" / "tiny" / "react" / "seed0" / "outcomes.csv"
+OUTCOMES = (
+    repo_root()
+    / "results"
+    / "tiny"
+    / "pilot"
+    / "runs"
+    / "tiny"
+    / "react"
+    / "seed0"
+    / "outcomes.csv"
+)
 
 
 @pytest.fixture()
@@ -32,11 +42,13 @@ def test_shipped_copy_has_weights_tokenizer_and_provenance():
         assert key in record, key
     assert "log_history" not in record and record["path"] is None
     assert [row["step"] for row in record["selection"]] == sorted(
-        row["step"] for row in record["selection"])
+        row["step"] for row in record["selection"]
+    )
 
 
 def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
-        fresh_clone_artifacts, monkeypatch):
+    fresh_clone_artifacts, monkeypatch
+):
     """The selection logic, on a copy of the shipped record whose key is set to the current
     configuration's (whether the real shipped copy is current is the next test)."""
     cfg = load_profile("tiny")
@@ -52,12 +64,20 @@ def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
     changed = load_profile("tiny", {"sft": {"max_steps": 1999}})
     assert warmstart_cache.cached_warmstart(changed) is None
     # a changed trajectory format invalidates it too (issue #22)
-    assert warmstart_cache.cached_warmstart(load_profile("tiny", {"policy": {"template": "atpo"}})) is None
-    assert warmstart_cache.cached_warmstart(
-        load_profile("tiny", {"rollout": {"turn_length_ends_branch": True}})) is None
+    assert (
+        warmstart_cache.cached_warmstart(load_profile("tiny", {"policy": {"template": "atpo"}}))
+        is None
+    )
+    assert (
+        warmstart_cache.cached_warmstart(
+            load_profile("tiny", {"rollout": {"turn_length_ends_branch": True}})
+        )
+        is None
+    )
     # settings that do not touch SFT keep it valid (how a server is reached, Tree-GRPO's trees)
-    same = load_profile("tiny", {"retrieval": {"timeout_s": 5.0},
-                                 "rollout": {"tree_grpo_trees": 4}})
+    same = load_profile(
+        "tiny", {"retrieval": {"timeout_s": 5.0}, "rollout": {"tree_grpo_trees": 4}}
+    )
     assert warmstart_cache.cached_warmstart(same) == copy
 
 
@@ -65,8 +85,9 @@ def test_the_shipped_copy_is_current(fresh_clone_artifacts):
     """Fails while results/tiny/warmstart/ was trained for another configuration or format
     (after issue #22 until it is retrained: `at2po warmstart --profile tiny`, then shipped)."""
     cfg = load_profile("tiny")
-    assert warmstart_cache.read_warmstart_record("tiny")["cache_key"] == warmstart_cache.cache_key(cfg), (
-        "the shipped tiny warm start is stale: retrain and ship it")
+    assert warmstart_cache.read_warmstart_record("tiny")["cache_key"] == warmstart_cache.cache_key(
+        cfg
+    ), "the shipped tiny warm start is stale: retrain and ship it"
     assert warmstart_cache.cached_warmstart(cfg) == SHIPPED
 
 
@@ -90,11 +111,19 @@ def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_arti
     assert shipped is not None, "the shipped tiny warm start is stale: retrain and ship it"
     model, tokenizer = load_policy(shipped, cfg.policy.dtype)
     batch = cfg.eval.batch_size
-    details = evaluate_questions(cfg, model.eval(), tokenizer, build_retriever(cfg),
-                                 ["tiny_hotpotqa", "tiny_nq"], max_questions=batch)
+    details = evaluate_questions(
+        cfg,
+        model.eval(),
+        tokenizer,
+        build_retriever(cfg),
+        ["tiny_hotpotqa", "tiny_nq"],
+        max_questions=batch,
+    )
     committed = read_outcomes(OUTCOMES)
-    committed = pd.concat([committed[committed["dataset"] == d].head(batch)
-                           for d in ("tiny_hotpotqa", "tiny_nq")], ignore_index=True)
+    committed = pd.concat(
+        [committed[committed["dataset"] == d].head(batch) for d in ("tiny_hotpotqa", "tiny_nq")],
+        ignore_index=True,
+    )
     assert details["id"].astype(str).tolist() == committed["id"].tolist()
     assert details["prediction"].fillna("").tolist() == committed["prediction"].tolist()
     assert details["em"].tolist() == committed["em"].tolist()

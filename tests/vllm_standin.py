@@ -99,14 +99,21 @@ class _Engine:
 
     def generate(self, prompts, sampling_params, use_tqdm: bool = True) -> list[_RequestOutput]:
         if self.asleep or not self.weights_loaded:
-            raise RuntimeError("stand-in vLLM: generate() while the engine sleeps "
-                               f"(KV cache asleep: {self.asleep}, weights loaded: "
-                               f"{self.weights_loaded})")
-        params = sampling_params if isinstance(sampling_params, list) else \
-            [sampling_params] * len(prompts)
+            raise RuntimeError(
+                "stand-in vLLM: generate() while the engine sleeps "
+                f"(KV cache asleep: {self.asleep}, weights loaded: "
+                f"{self.weights_loaded})"
+            )
+        params = (
+            sampling_params
+            if isinstance(sampling_params, list)
+            else [sampling_params] * len(prompts)
+        )
         self.generate_calls += 1
         self.prompts_seen += len(prompts)
-        self.inputs.append([(list(p["prompt_token_ids"]), sp.seed) for p, sp in zip(prompts, params)])
+        self.inputs.append(
+            [(list(p["prompt_token_ids"]), sp.seed) for p, sp in zip(prompts, params)]
+        )
         return [self._one(p["prompt_token_ids"], sp) for p, sp in zip(prompts, params)]
 
 
@@ -116,8 +123,9 @@ class EchoLLM(_Engine):
 
     def _one(self, context: list[int], sp: SamplingParams) -> _RequestOutput:
         tokens = [int(context[-1]) + i for i in range(1, sp.max_tokens + 1)]
-        return _RequestOutput(list(context), [_Completion(
-            tokens, [{t: _Logprob(-0.5)} for t in tokens], "length")])
+        return _RequestOutput(
+            list(context), [_Completion(tokens, [{t: _Logprob(-0.5)} for t in tokens], "length")]
+        )
 
 
 class LLM(_Engine):
@@ -134,15 +142,24 @@ class LLM(_Engine):
         from at2po_lib.rollout.sampling import SamplingSpec
         from at2po_lib.rollout.turns import TurnRequest
 
-        backend = HFBackend(self.policy, self.tokenizer,
-                            SamplingSpec(temperature=sp.temperature, top_p=sp.top_p),
-                            tuple(sp.stop or ()), seed=sp.seed or 0, keep_cache=False)
+        backend = HFBackend(
+            self.policy,
+            self.tokenizer,
+            SamplingSpec(temperature=sp.temperature, top_p=sp.top_p),
+            tuple(sp.stop or ()),
+            seed=sp.seed or 0,
+            keep_cache=False,
+        )
         backend.stop_ids = _as_tensor(sorted(set(sp.stop_token_ids)), backend.stop_ids)
         turn = backend.generate_turns([TurnRequest(list(context), sp.max_tokens)])[0]
-        logprobs = [{tok: _Logprob(lp if math.isfinite(lp) else 0.0)}
-                    for tok, lp in zip(turn.token_ids, turn.logps)]
-        return _RequestOutput(list(context), [_Completion(
-            list(turn.token_ids), logprobs, "stop" if turn.stopped else "length")])
+        logprobs = [
+            {tok: _Logprob(lp if math.isfinite(lp) else 0.0)}
+            for tok, lp in zip(turn.token_ids, turn.logps)
+        ]
+        return _RequestOutput(
+            list(context),
+            [_Completion(list(turn.token_ids), logprobs, "stop" if turn.stopped else "length")],
+        )
 
 
 def _as_tensor(values: list[int], like):

@@ -77,8 +77,7 @@ import pandas as pd
 import torch
 
 from ..config.profile import load_profile
-from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                             forest_node_values)
+from ..method.credit import ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages, forest_node_values
 from ..method.outcome import OUTCOME_ADVANTAGES, grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
 from ..evaluation.stats import _bootstrap_indices, _counts
@@ -101,29 +100,29 @@ class TurnLabels:
     """Every node of many trees as flat arrays (global ids, Forest order)."""
 
     forest: Forest
-    prompt: np.ndarray      # (N,) prompt id of the node's tree
-    kind: np.ndarray        # (N,) "root" / "search" / "answer" / "other"
-    useful: np.ndarray      # (N,) bool (module docstring)
-    scored: np.ndarray      # (N,) bool: a sampled turn (not the root, not a duplicate leaf)
-    state: np.ndarray       # (N,) int: anchor-state id (prompt, passages retrieved before)
-    decision: np.ndarray    # (N,) what the turn decided against the plan: follow / repeat /
-                            # off_plan / early / final / invalid / root (decisions.tree_decision_labels)
+    prompt: np.ndarray  # (N,) prompt id of the node's tree
+    kind: np.ndarray  # (N,) "root" / "search" / "answer" / "other"
+    useful: np.ndarray  # (N,) bool (module docstring)
+    scored: np.ndarray  # (N,) bool: a sampled turn (not the root, not a duplicate leaf)
+    state: np.ndarray  # (N,) int: anchor-state id (prompt, passages retrieved before)
+    decision: np.ndarray  # (N,) what the turn decided against the plan: follow / repeat /
+    # off_plan / early / final / invalid / root (decisions.tree_decision_labels)
 
 
-def _passage_matrices(trees: Sequence[TreeArrays], parent: np.ndarray, depth: np.ndarray,
-                      tree_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _passage_matrices(
+    trees: Sequence[TreeArrays], parent: np.ndarray, depth: np.ndarray, tree_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """own (N, P): passages each node's search showed; before (N, P): passages its ancestors'
     searches showed; support (T, P): each tree's supporting passages. P: every passage id
     met, as one integer index."""
     records = [r for t in trees for r in t.records]
     shown = [(g, str(pid)) for g, r in enumerate(records) for pid in r.get("retrieved") or ()]
     support = [(i, str(pid)) for i, t in enumerate(trees) for pid in t.info["supporting_ids"]]
-    names, index = np.unique([p for _, p in shown] + [p for _, p in support],
-                             return_inverse=True)
+    names, index = np.unique([p for _, p in shown] + [p for _, p in support], return_inverse=True)
     own = np.zeros((len(parent), len(names)), dtype=bool)
-    own[[g for g, _ in shown], index[:len(shown)]] = True
+    own[[g for g, _ in shown], index[: len(shown)]] = True
     sup = np.zeros((len(trees), len(names)), dtype=bool)
-    sup[[i for i, _ in support], index[len(shown):]] = True
+    sup[[i for i, _ in support], index[len(shown) :]] = True
     before = np.zeros_like(own)
     for d in range(1, int(depth.max()) + 1):  # one vectorised step per tree level
         level = np.flatnonzero(depth == d)
@@ -137,34 +136,56 @@ def turn_labels(trees: Sequence[TreeArrays]) -> TurnLabels:
     searches): :func:`at2po_lib.analysis.study_trees.grow_trees` makes them."""
     for i, t in enumerate(trees):
         if "supporting_ids" not in t.info:
-            raise ValueError(f"tree {i} (prompt {t.prompt_id}): info has no supporting_ids "
-                             "(grow trees with at2po_lib.analysis.study_trees.grow_trees)")
+            raise ValueError(
+                f"tree {i} (prompt {t.prompt_id}): info has no supporting_ids "
+                "(grow trees with at2po_lib.analysis.study_trees.grow_trees)"
+            )
         if len(t.records) != t.num_nodes:
-            raise ValueError(f"tree {i} (prompt {t.prompt_id}): {len(t.records)} records for "
-                             f"{t.num_nodes} nodes; the labels need every node's action")
+            raise ValueError(
+                f"tree {i} (prompt {t.prompt_id}): {len(t.records)} records for "
+                f"{t.num_nodes} nodes; the labels need every node's action"
+            )
     forest = Forest.from_trees(trees, dtype=torch.float64)
     parent, tree_of = forest.parent.numpy(), forest.tree_index.numpy()
     depth = node_depths(forest.parent).numpy()
     own, before, sup = _passage_matrices(trees, parent, depth, tree_of)
     action = np.array([r.get("action") or "other" for t in trees for r in t.records], dtype=object)
-    kind = np.where(parent < 0, "root", np.where(np.isin(action, ["search", "answer"]), action,
-                                                 "other"))
+    kind = np.where(
+        parent < 0, "root", np.where(np.isin(action, ["search", "answer"]), action, "other")
+    )
     searched = np.concatenate([searched_nodes(t) for t in trees])
     new_support = (own & sup[tree_of] & ~before).any(axis=1)
     reward = forest.leaf_reward.numpy()
     useful = (searched & (kind == "search") & new_support) | (
-        (kind == "answer") & (np.nan_to_num(reward, nan=0.0) > 0))
-    duplicate = np.concatenate([np.asarray(t.node_arrays.get("duplicate_of",
-                                                             np.full(t.num_nodes, -1)))
-                                for t in trees]) >= 0
+        (kind == "answer") & (np.nan_to_num(reward, nan=0.0) > 0)
+    )
+    duplicate = (
+        np.concatenate(
+            [np.asarray(t.node_arrays.get("duplicate_of", np.full(t.num_nodes, -1))) for t in trees]
+        )
+        >= 0
+    )
     prompt = np.array([t.prompt_id for t in trees], dtype=np.int64)[tree_of]
     packed = np.packbits(before, axis=1)
     _, state = np.unique(np.column_stack([prompt[:, None], packed]), axis=0, return_inverse=True)
     # trees saved before the plan carried its queries get "unknown" (their useful labels stand)
-    decision = np.concatenate([tree_decision_labels(t) if t.info.get("hop_queries")
-                               else np.full(t.num_nodes, "unknown", dtype=object) for t in trees])
-    return TurnLabels(forest=forest, prompt=prompt, kind=kind, useful=useful,
-                      scored=(parent >= 0) & ~duplicate, state=state.ravel(), decision=decision)
+    decision = np.concatenate(
+        [
+            tree_decision_labels(t)
+            if t.info.get("hop_queries")
+            else np.full(t.num_nodes, "unknown", dtype=object)
+            for t in trees
+        ]
+    )
+    return TurnLabels(
+        forest=forest,
+        prompt=prompt,
+        kind=kind,
+        useful=useful,
+        scored=(parent >= 0) & ~duplicate,
+        state=state.ravel(),
+        decision=decision,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,9 +195,9 @@ def turn_labels(trees: Sequence[TreeArrays]) -> TurnLabels:
 class Rows:
     """Root→leaf rows of a forest as (row, node) pairs."""
 
-    leaf: np.ndarray        # (R,) global leaf id per row
-    pair_row: np.ndarray    # (P,) row of each pair
-    pair_node: np.ndarray   # (P,) node of each pair (roots excluded)
+    leaf: np.ndarray  # (R,) global leaf id per row
+    pair_row: np.ndarray  # (P,) row of each pair
+    pair_node: np.ndarray  # (P,) node of each pair (roots excluded)
     turns_after: np.ndarray  # (P,) turns after the node on its row (0 for the leaf)
 
 
@@ -205,13 +226,14 @@ def group_normalise(values: np.ndarray, group: np.ndarray, eps: float = 1e-6) ->
     count = np.bincount(g).astype(float)
     mean = np.bincount(g, weights=values) / count
     centred = values - mean[g]
-    var = np.bincount(g, weights=centred ** 2) / np.maximum(count - 1, 1)
+    var = np.bincount(g, weights=centred**2) / np.maximum(count - 1, 1)
     spread = np.bincount(g, weights=np.abs(centred)) > 1e-12
     return np.where(spread[g], centred / (np.sqrt(var)[g] + eps), 0.0)
 
 
-def gigpo_row_advantages(labels: TurnLabels, rows: Rows, gamma: float = GIGPO_GAMMA,
-                         omega: float = GIGPO_OMEGA) -> np.ndarray:
+def gigpo_row_advantages(
+    labels: TurnLabels, rows: Rows, gamma: float = GIGPO_GAMMA, omega: float = GIGPO_OMEGA
+) -> np.ndarray:
     r"""GiGPO-style advantage of every (row, node) pair (P,)::
 
         A = GRPO(r_row | rows of the prompt) + omega * norm_{anchor state}(gamma^k r_row)
@@ -220,9 +242,10 @@ def gigpo_row_advantages(labels: TurnLabels, rows: Rows, gamma: float = GIGPO_GA
     retrieved before the turn); norm = :func:`group_normalise` over all pairs of one state.
     """
     reward = labels.forest.leaf_reward.numpy()[rows.leaf]
-    episode = grpo_advantages(torch.as_tensor(reward),
-                              torch.as_tensor(labels.prompt[rows.leaf])).numpy()
-    step_return = gamma ** rows.turns_after * reward[rows.pair_row]
+    episode = grpo_advantages(
+        torch.as_tensor(reward), torch.as_tensor(labels.prompt[rows.leaf])
+    ).numpy()
+    step_return = gamma**rows.turns_after * reward[rows.pair_row]
     step = group_normalise(step_return, labels.state[rows.pair_node])
     return episode[rows.pair_row] + omega * step
 
@@ -274,7 +297,7 @@ class ClusteredAUC:
         _, level = np.unique(scores, return_inverse=True)
         neg_at = np.zeros((level.max() + 1, self.num_clusters))
         np.add.at(neg_at, (level[~labels], cl[~labels]), 1.0)
-        below = np.cumsum(neg_at, axis=0) - neg_at                    # strictly lower levels
+        below = np.cumsum(neg_at, axis=0) - neg_at  # strictly lower levels
         per_pos = below[level[labels]] + 0.5 * neg_at[level[labels]]  # (n_pos, C)
         self.gram = np.zeros((self.num_clusters, self.num_clusters))
         np.add.at(self.gram, cl[labels], per_pos)
@@ -290,11 +313,16 @@ class ClusteredAUC:
     def estimate(self) -> float:
         return float(self(np.ones(self.num_clusters)))
 
-    def interval(self, n_resamples: int, seed: int,
-                 confidence: float = 0.95) -> tuple[float, float]:
-        return _bootstrap_indices([self.num_clusters],
-                                  lambda idx: self(_counts(idx, self.num_clusters)),
-                                  confidence, n_resamples, seed)
+    def interval(
+        self, n_resamples: int, seed: int, confidence: float = 0.95
+    ) -> tuple[float, float]:
+        return _bootstrap_indices(
+            [self.num_clusters],
+            lambda idx: self(_counts(idx, self.num_clusters)),
+            confidence,
+            n_resamples,
+            seed,
+        )
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -330,20 +358,30 @@ def tempered_softmax_advantages(labels: TurnLabels, temperature: float) -> np.nd
     return forest_node_values(scaled, "entropy_softmax").numpy()
 
 
-def accuracy_table(trees: Sequence[TreeArrays], rollout: str, n_resamples: int = 4000,
-                   seed: int = 0, softmax_temperatures: Sequence[float] = ()):
+def accuracy_table(
+    trees: Sequence[TreeArrays],
+    rollout: str,
+    n_resamples: int = 4000,
+    seed: int = 0,
+    softmax_temperatures: Sequence[float] = (),
+):
     """One tidy row per (credit mode, set of turns): AUC and its 95% CI over prompts, the paired
     difference to GRPO on the same turns (``delta_vs_grpo`` and its CI), counts.
     ``softmax_temperatures``: extra what-if rows (``softmax_temperature`` column; 1 = as
     defined) of :func:`tempered_softmax_advantages`, entropy trees only."""
     labels = turn_labels(trees)
     rows = forest_rows(labels.forest)
-    sets = {"all": labels.scored, "search": labels.scored & (labels.kind == "search"),
-            "answer": labels.scored & (labels.kind == "answer")}
+    sets = {
+        "all": labels.scored,
+        "search": labels.scored & (labels.kind == "search"),
+        "answer": labels.scored & (labels.kind == "answer"),
+    }
     modes = [(m, 1.0, node_advantages_for(labels, rows, m)) for m in credit_modes(rollout)]
     if rollout == "entropy":
-        modes += [(("at2po", "entropy_softmax", "node_value"), t,
-                   tempered_softmax_advantages(labels, t)) for t in softmax_temperatures]
+        modes += [
+            (("at2po", "entropy_softmax", "node_value"), t, tempered_softmax_advantages(labels, t))
+            for t in softmax_temperatures
+        ]
     grpo = next(adv for m, _, adv in modes if m[0] == "grpo")
     out = []
     for name, mask in sets.items():
@@ -352,31 +390,55 @@ def accuracy_table(trees: Sequence[TreeArrays], rollout: str, n_resamples: int =
             scorer = ClusteredAUC(adv[mask], labels.useful[mask], labels.prompt[mask])
             low, high = scorer.interval(n_resamples, seed)
             d_low, d_high = _difference_interval(scorer, reference, n_resamples, seed)
-            out.append({"credit_mode": mode[0], "value_mode": mode[1], "advantage_mode": mode[2],
-                        "softmax_temperature": temperature, "rollout": rollout, "turns": name,
-                        "auc": scorer.estimate(), "ci_low": low, "ci_high": high,
-                        "delta_vs_grpo": scorer.estimate() - reference.estimate(),
-                        "delta_low": d_low, "delta_high": d_high, "n_trees": len(trees),
-                        "n_prompts": int(np.unique(labels.prompt).size),
-                        "n_turns": int(mask.sum()), "n_useful": int(labels.useful[mask].sum())})
+            out.append(
+                {
+                    "credit_mode": mode[0],
+                    "value_mode": mode[1],
+                    "advantage_mode": mode[2],
+                    "softmax_temperature": temperature,
+                    "rollout": rollout,
+                    "turns": name,
+                    "auc": scorer.estimate(),
+                    "ci_low": low,
+                    "ci_high": high,
+                    "delta_vs_grpo": scorer.estimate() - reference.estimate(),
+                    "delta_low": d_low,
+                    "delta_high": d_high,
+                    "n_trees": len(trees),
+                    "n_prompts": int(np.unique(labels.prompt).size),
+                    "n_turns": int(mask.sum()),
+                    "n_useful": int(labels.useful[mask].sum()),
+                }
+            )
     return pd.DataFrame(out)
 
 
-def _difference_interval(a: ClusteredAUC, b: ClusteredAUC, n_resamples: int,
-                         seed: int) -> tuple[float, float]:
+def _difference_interval(
+    a: ClusteredAUC, b: ClusteredAUC, n_resamples: int, seed: int
+) -> tuple[float, float]:
     """CI of AUC_a − AUC_b, paired: both scored on the same drawn prompts."""
-    return _bootstrap_indices([a.num_clusters],
-                              lambda idx: a(_counts(idx, a.num_clusters))
-                              - b(_counts(idx, b.num_clusters)),
-                              0.95, n_resamples, seed)
+    return _bootstrap_indices(
+        [a.num_clusters],
+        lambda idx: a(_counts(idx, a.num_clusters)) - b(_counts(idx, b.num_clusters)),
+        0.95,
+        n_resamples,
+        seed,
+    )
 
 
-def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int = 0,
-                        datasets: Sequence[str] | None = None, policy: str | None = None,
-                        overrides: dict | None = None, n_resamples: int = 4000,
-                        softmax_temperatures: Sequence[float] = (0.1, 0.03, 0.01),
-                        trees_dir: str | None = None, command: str = "",
-                        name: str | None = None) -> dict[str, object]:
+def run_credit_accuracy(
+    profile: str = "tiny",
+    num_prompts: int = 300,
+    seed: int = 0,
+    datasets: Sequence[str] | None = None,
+    policy: str | None = None,
+    overrides: dict | None = None,
+    n_resamples: int = 4000,
+    softmax_temperatures: Sequence[float] = (0.1, 0.03, 0.01),
+    trees_dir: str | None = None,
+    command: str = "",
+    name: str | None = None,
+) -> dict[str, object]:
     """Grow AT2PO's entropy trees and Tree-GRPO's random trees for the same prompts with the
     warm start, score every credit mode, write ``credit_accuracy.csv`` and
     ``credit_weights.csv`` under ``results/<profile>/`` with their ``.meta.json``.
@@ -392,21 +454,32 @@ def run_credit_accuracy(profile: str = "tiny", num_prompts: int = 300, seed: int
     for rollout in ("entropy", "random"):
         cache = f"{trees_dir}/{rollout}.npz" if trees_dir else None
         trees_by[rollout] = cached_trees(cache, cfg, rows, rollout, seed, folder)
-        tables.append(accuracy_table(trees_by[rollout], rollout, n_resamples, seed,
-                                     softmax_temperatures))
+        tables.append(
+            accuracy_table(trees_by[rollout], rollout, n_resamples, seed, softmax_temperatures)
+        )
     table = pd.concat(tables, ignore_index=True)
     weights = credit_weight_stats(trees_by["entropy"])
     out = results_dir(cfg.name, "dissection") if name else results_dir(cfg.name)
     suffix = f"_{name}" if name else ""
     labels = turn_labels(trees_by["entropy"])
-    meta = run_metadata(cfg.name, seed, config=cfg.rollout, command=command, policy=str(folder),
-                        datasets=datasets, prompts=num_prompts, n_resamples=n_resamples,
-                        gigpo={"gamma": GIGPO_GAMMA, "omega": GIGPO_OMEGA},
-                        useful_share={
-                            k: float(labels.useful[labels.scored & (labels.kind == k)].mean())
-                            for k in ("search", "answer")},
-                        trees="grown by the command (not stored): entropy = AT2PO's tree, "
-                              "random = Tree-GRPO's, same prompts and seed")
-    paths = write_csv_tables(out, {f"credit_accuracy{suffix}.csv": table,
-                                   f"credit_weights{suffix}.csv": weights}, meta)
+    meta = run_metadata(
+        cfg.name,
+        seed,
+        config=cfg.rollout,
+        command=command,
+        policy=str(folder),
+        datasets=datasets,
+        prompts=num_prompts,
+        n_resamples=n_resamples,
+        gigpo={"gamma": GIGPO_GAMMA, "omega": GIGPO_OMEGA},
+        useful_share={
+            k: float(labels.useful[labels.scored & (labels.kind == k)].mean())
+            for k in ("search", "answer")
+        },
+        trees="grown by the command (not stored): entropy = AT2PO's tree, "
+        "random = Tree-GRPO's, same prompts and seed",
+    )
+    paths = write_csv_tables(
+        out, {f"credit_accuracy{suffix}.csv": table, f"credit_weights{suffix}.csv": weights}, meta
+    )
     return {"accuracy": table, "weights": weights, "paths": paths}

@@ -59,7 +59,11 @@ def classify(row: Mapping[str, Any], trajectory: Any) -> dict[str, Any]:
             if done < len(plan) and q == plan[done]:
                 done += 1
             searched.append(turn.action.query or "")
-    em = float(exact_match(trajectory.answer or "", row["golden_answers"])) if trajectory.answer else 0.0
+    em = (
+        float(exact_match(trajectory.answer or "", row["golden_answers"]))
+        if trajectory.answer
+        else 0.0
+    )
     last_answer = _norm(meta["hop_answers"][-1])
     supported = last_answer in _norm(trajectory.response_text)
     if em:
@@ -74,12 +78,19 @@ def classify(row: Mapping[str, Any], trajectory: Any) -> dict[str, Any]:
         cls = "stopped_early"
     else:
         cls = "misread"
-    return {"class": cls, "em": em, "supported_in_context": supported, "hops": len(plan),
-            "hops_searched": done, "turn_labels": labels}
+    return {
+        "class": cls,
+        "em": em,
+        "supported_in_context": supported,
+        "hops": len(plan),
+        "hops_searched": done,
+        "turn_labels": labels,
+    }
 
 
-def classify_all(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any],
-                 dataset: str | None = None) -> pd.DataFrame:
+def classify_all(
+    rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any], dataset: str | None = None
+) -> pd.DataFrame:
     """One row per trajectory: ``id``, ``dataset``, ``class``, ``em``, ``supported_in_context`` …"""
     if len(rows) != len(trajectories):
         raise ValueError(f"{len(rows)} rows but {len(trajectories)} trajectories")
@@ -87,7 +98,9 @@ def classify_all(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any],
     for row, traj in zip(rows, trajectories):
         rec = classify(row, traj)
         rec["turn_labels"] = " ".join(rec["turn_labels"])
-        records.append({"id": row.get("id"), "dataset": dataset or row["metadata"].get("dataset"), **rec})
+        records.append(
+            {"id": row.get("id"), "dataset": dataset or row["metadata"].get("dataset"), **rec}
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -97,11 +110,16 @@ def failure_split(frame: pd.DataFrame) -> dict[str, Any]:
     failed = frame[frame["class"] != "correct"]
     n = len(failed)
     share = {c: (float((failed["class"] == c).mean()) if n else 0.0) for c in CLASSES[1:]}
-    return {"trajectories": len(frame), "failed": n,
-            "decision_failure_share": float(failed["class"].isin(DECISION_FAILURES).mean()) if n else 0.0,
-            "misread_share": share["misread"],
-            "supported_in_context_share": float(failed["supported_in_context"].mean()) if n else 0.0,
-            "class_shares": share}
+    return {
+        "trajectories": len(frame),
+        "failed": n,
+        "decision_failure_share": float(failed["class"].isin(DECISION_FAILURES).mean())
+        if n
+        else 0.0,
+        "misread_share": share["misread"],
+        "supported_in_context_share": float(failed["supported_in_context"].mean()) if n else 0.0,
+        "class_shares": share,
+    }
 
 
 # ----------------------------------------------------------------------------- tree turns
@@ -115,13 +133,21 @@ def tree_decision_labels(tree: Any) -> np.ndarray:
     queries down."""
     plan = tree.info.get("hop_queries")
     if not plan:
-        raise ValueError(f"tree of prompt {tree.prompt_id}: info has no hop_queries (grow it "
-                         "with at2po_lib.analysis.study_trees.grow_trees)")
+        raise ValueError(
+            f"tree of prompt {tree.prompt_id}: info has no hop_queries (grow it "
+            "with at2po_lib.analysis.study_trees.grow_trees)"
+        )
     row = {"metadata": {"hop_queries": list(plan)}}
     records = [tree.records[n] if n < len(tree.records) else {} for n in range(tree.num_nodes)]
-    return np.array(label_tree_turns(row, tree.parent.tolist(),
-                                     [r.get("action") for r in records],
-                                     [r.get("query") for r in records]), dtype=object)
+    return np.array(
+        label_tree_turns(
+            row,
+            tree.parent.tolist(),
+            [r.get("action") for r in records],
+            [r.get("query") for r in records],
+        ),
+        dtype=object,
+    )
 
 
 # ----------------------------------------------------------------------------- re-sampled turns
@@ -170,21 +196,27 @@ def resample_flips(trees: Sequence[Any]) -> dict[str, Any]:
         picked_entropy.append(np.asarray(tree.entropy, float)[source[new]])
         records = list(getattr(tree, "records", None) or [])
         if records:
-            changed += [_turn_action(records[x]) != _turn_action(records[n])
-                        for x, n in zip(new, source[new])]
+            changed += [
+                _turn_action(records[x]) != _turn_action(records[n])
+                for x, n in zip(new, source[new])
+            ]
         depths.append(node_depths(tree.parent).numpy()[source[new]])
         counts = per_prompt.setdefault(int(tree.prompt_id), [0, 0])
         counts[0] += int(flips[-1].sum())
         counts[1] += int(flips[-1].size)
     flipped = np.concatenate(flips) if flips else np.zeros(0, bool)
     entropy = np.concatenate(picked_entropy) if picked_entropy else np.zeros(0)
-    return {"resamples": int(flipped.size), "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
-            "root_picks": root_picks,
-            "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan"),
-            "changed_action_share": float(np.mean(changed)) if changed else float("nan"),
-            "picked_mean_depth": (float(np.concatenate(depths).mean())
-                                  if depths and flipped.size else float("nan")),
-            "per_prompt": {k: tuple(v) for k, v in sorted(per_prompt.items())}}
+    return {
+        "resamples": int(flipped.size),
+        "flip_share": float(flipped.mean()) if flipped.size else float("nan"),
+        "root_picks": root_picks,
+        "picked_median_entropy": float(np.median(entropy)) if entropy.size else float("nan"),
+        "changed_action_share": float(np.mean(changed)) if changed else float("nan"),
+        "picked_mean_depth": (
+            float(np.concatenate(depths).mean()) if depths and flipped.size else float("nan")
+        ),
+        "per_prompt": {k: tuple(v) for k, v in sorted(per_prompt.items())},
+    }
 
 
 def _turn_action(record: dict[str, Any]) -> tuple:
@@ -192,11 +224,13 @@ def _turn_action(record: dict[str, Any]) -> tuple:
     return (record.get("action"), record.get("query"), record.get("answer"))
 
 
-
-
-def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],
-                  confidence: float = 0.95, n_resamples: int = 4000,
-                  seed: int = 0) -> dict[str, float]:
+def flip_ratio_ci(
+    a: dict[int, tuple[int, int]],
+    b: dict[int, tuple[int, int]],
+    confidence: float = 0.95,
+    n_resamples: int = 4000,
+    seed: int = 0,
+) -> dict[str, float]:
     """share_a / share_b of flipped re-samples (``resample_flips(...)["per_prompt"]``: prompt ->
     (flips, re-samples)) with a bootstrap interval over the prompts both measured, resampled
     together (paired: the same prompts under both expansions)."""
@@ -211,29 +245,38 @@ def flip_ratio_ci(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]],
     total = counts.sum(axis=0)
     tail = (1 - confidence) / 2
     finite = ratios[np.isfinite(ratios)]
-    low, high = (np.quantile(finite, [tail, 1 - tail]) if finite.size else (np.nan, np.nan))
+    low, high = np.quantile(finite, [tail, 1 - tail]) if finite.size else (np.nan, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):  # no flips on a side: NaN, not a warning
         ratio = float((total[0] / total[1]) / (total[2] / total[3]))
-    return {"ratio": ratio,
-            "low": float(low), "high": float(high), "prompts": len(prompts)}
+    return {"ratio": ratio, "low": float(low), "high": float(high), "prompts": len(prompts)}
 
 
 def search_turn_entropy(trees: Sequence[Any]) -> dict[str, float]:
     """Median and mean entropy of the trees' search turns (``records[i]["action"] == "search"``)."""
-    values = [float(tree.entropy[i]) for tree in trees for i, rec in enumerate(tree.records)
-              if i > 0 and rec.get("action") == "search"]
+    values = [
+        float(tree.entropy[i])
+        for tree in trees
+        for i, rec in enumerate(tree.records)
+        if i > 0 and rec.get("action") == "search"
+    ]
     arr = np.asarray(values)
-    return {"search_turns": int(arr.size),
-            "median": float(np.median(arr)) if arr.size else float("nan"),
-            "mean": float(arr.mean()) if arr.size else float("nan")}
+    return {
+        "search_turns": int(arr.size),
+        "median": float(np.median(arr)) if arr.size else float("nan"),
+        "mean": float(arr.mean()) if arr.size else float("nan"),
+    }
 
 
 # ----------------------------------------------------------------------------- calibration
 
 
-def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa", "tiny_2wiki",
-                                                                 "tiny_musique", "tiny_nq"),
-                         rows_per_dataset: int = 80, split: str = "train") -> pd.DataFrame:
+def decision_calibration(
+    cfg,
+    policy,
+    datasets: Sequence[str] = ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_nq"),
+    rows_per_dataset: int = 80,
+    split: str = "train",
+) -> pd.DataFrame:
     """Teacher-forced P(``<answer>`` opens the turn) at every decision of perfect
     demonstrations of the evaluation world's ``split`` rows, against the rate the demonstration
     mix trains (``1 - follow_rate`` for ``stop`` decisions, 0 for ``repeat`` ones, whose
@@ -248,8 +291,9 @@ def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa"
     records = []
     for name in datasets:
         rows = read_rows(files, name, split)[:rows_per_dataset]
-        for row, demo in zip(rows, script_demos(rows, cfg.policy.template, retriever,
-                                                topk=cfg.retrieval.topk)):
+        for row, demo in zip(
+            rows, script_demos(rows, cfg.policy.template, retriever, topk=cfg.retrieval.topk)
+        ):
             ex = tokenize_demo(demo, tokenizer)
             ids, mask = ex["input_ids"], ex["assistant_masks"]
             starts = [i for i in range(1, len(ids)) if mask[i] and not mask[i - 1]]
@@ -267,10 +311,13 @@ def decision_calibration(cfg, policy, datasets: Sequence[str] = ("tiny_hotpotqa"
                     kind, trained, where = "final", 1.0, ""
                 if not cfg.sft.strategy_mix and kind != "final":
                     trained = 0.0  # perfect demonstrations never stop early
-                records.append({"decision": kind, "where": where, "p_answer": p,
-                                "trained_rate": trained})
+                records.append(
+                    {"decision": kind, "where": where, "p_answer": p, "trained_rate": trained}
+                )
     frame = pd.DataFrame.from_records(records)
-    return (frame.groupby(["decision", "where"], as_index=False)
-            .agg(n=("p_answer", "size"), mean_p_answer=("p_answer", "mean"),
-                 share_above_half=("p_answer", lambda p: float((p > 0.5).mean())),
-                 trained_rate=("trained_rate", "mean")))
+    return frame.groupby(["decision", "where"], as_index=False).agg(
+        n=("p_answer", "size"),
+        mean_p_answer=("p_answer", "mean"),
+        share_above_half=("p_answer", lambda p: float((p > 0.5).mean())),
+        trained_rate=("trained_rate", "mean"),
+    )

@@ -49,8 +49,9 @@ ESTIMATES = {"nll": "entropy_nll", "exact": "entropy_exact"}
 # --------------------------------------------------------------------------------------------
 # Credit
 # --------------------------------------------------------------------------------------------
-def sibling_spread(parent: Any, entropy: Any, mode: str = "entropy_softmax"
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sibling_spread(
+    parent: Any, entropy: Any, mode: str = "entropy_softmax"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """How far ``mode``'s weights are from the plain child mean, per sibling set of >= 2.
 
     For every node p with n >= 2 children: the mean over its children of |w_c - 1/n|, the
@@ -85,8 +86,11 @@ def credit_spread(trees: Sequence[TreeArrays]) -> pd.DataFrame:
             if name not in tree.node_arrays:
                 continue
             dev, spread, size = sibling_spread(tree.parent, tree.node_arrays[name])
-            parts.append(pd.DataFrame({"tree": index, "estimate": short, "dev": dev,
-                                       "range": spread, "n": size}))
+            parts.append(
+                pd.DataFrame(
+                    {"tree": index, "estimate": short, "dev": dev, "range": spread, "n": size}
+                )
+            )
     columns = ["tree", "estimate", "dev", "range", "n"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
@@ -107,13 +111,23 @@ def fit_spread_rule(sets: pd.DataFrame, draws: int = 2000, seed: int = 0) -> pd.
     for short, group in sets.groupby("estimate", sort=True):
         trees = group["tree"].unique()
         by_tree = {t: g for t, g in group.groupby("tree")}
-        boot = [spread_slope(pd.concat([by_tree[t] for t in rng.choice(trees, len(trees))]))
-                for _ in range(draws)]
+        boot = [
+            spread_slope(pd.concat([by_tree[t] for t in rng.choice(trees, len(trees))]))
+            for _ in range(draws)
+        ]
         lo, hi = np.nanpercentile(boot, [2.5, 97.5])
-        rows.append({"estimate": short, "c": spread_slope(group), "c_lo": float(lo), "c_hi": float(hi),
-                     "sibling_sets": len(group), "trees": len(trees),
-                     "mean_dev": float(group["dev"].mean()),
-                     "mean_range": float(group["range"].mean())})
+        rows.append(
+            {
+                "estimate": short,
+                "c": spread_slope(group),
+                "c_lo": float(lo),
+                "c_hi": float(hi),
+                "sibling_sets": len(group),
+                "trees": len(trees),
+                "mean_dev": float(group["dev"].mean()),
+                "mean_range": float(group["range"].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -126,8 +140,9 @@ def run_tree_files(run_roots: Iterable[Path]) -> list[tuple[Path, int, Path]]:
     return out
 
 
-def credit_from_runs(run_roots: Iterable[Path], fit: bool = True
-                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def credit_from_runs(
+    run_roots: Iterable[Path], fit: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sibling set of the runs' saved trees (with ``method``, ``seed``, ``step``), and
     the fitted rule per (method, step kind, estimate): ``first`` = the first rollout step (the warm
     start's policy), ``last`` = the last."""
@@ -145,14 +160,20 @@ def credit_from_runs(run_roots: Iterable[Path], fit: bool = True
         return sets, pd.DataFrame()
     # per method: a chain method's only sibling sets are its chains' first turns, whose weights
     # say nothing of AT2PO's; the rule itself (c) is the softmax's and should agree across them
-    fits = [fit_spread_rule(group).assign(method=method, stage=stage)
-            for (method, stage), group in sets.groupby(["method", "stage"], sort=True)]
+    fits = [
+        fit_spread_rule(group).assign(method=method, stage=stage)
+        for (method, stage), group in sets.groupby(["method", "stage"], sort=True)
+    ]
     return sets, pd.concat(fits, ignore_index=True)
 
 
-def paper_scale_weight_gap(token_spread: float = 0.3, tokens: int = 300,
-                           decision_gap: float = 3.0, siblings: int = 2,
-                           c: float = 0.5) -> dict[str, float]:
+def paper_scale_weight_gap(
+    token_spread: float = 0.3,
+    tokens: int = 300,
+    decision_gap: float = 3.0,
+    siblings: int = 2,
+    c: float = 0.5,
+) -> dict[str, float]:
     """The estimate of the module docstring: the siblings' mean-entropy range
     Δ ≈ token_spread / √tokens + decision_gap / tokens and mean |w − 1/n| ≈ c · Δ / n."""
     spread = token_spread / np.sqrt(tokens) + decision_gap / tokens
@@ -168,8 +189,18 @@ REFERENCE_CLIP = 0.2
 (``clip_ratio/token_level_eps0.2``, ``clip_ratio/turn_level_eps0.2``; issue #48), so one run's
 updates are read at both ranges."""
 CLIP_LEVELS_AT_REFERENCE = tuple(f"{name}_eps{REFERENCE_CLIP:g}" for name in CLIP_LEVELS)
-CLIP_COLUMNS = ["method", "seed", "steps", "epsilon", "epsilon_high", "token_level",
-                "turn_level", "own", "token_level_at_reference", "turn_level_at_reference"]
+CLIP_COLUMNS = [
+    "method",
+    "seed",
+    "steps",
+    "epsilon",
+    "epsilon_high",
+    "token_level",
+    "turn_level",
+    "own",
+    "token_level_at_reference",
+    "turn_level_at_reference",
+]
 
 
 def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
@@ -190,17 +221,25 @@ def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
         frame = pd.DataFrame(records)
         low, high = _clip_range(Path(root))
         at_reference = (low, high) == (REFERENCE_CLIP, REFERENCE_CLIP)
-        reference = [frame[c].mean() if c in frame else float("nan")
-                     for c in CLIP_LEVELS_AT_REFERENCE]
+        reference = [
+            frame[c].mean() if c in frame else float("nan") for c in CLIP_LEVELS_AT_REFERENCE
+        ]
         if at_reference:
             reference = [frame[c].mean() for c in CLIP_LEVELS]
-        rows.append({"method": Path(root).parent.name, "seed": Path(root).name,
-                     "steps": len(frame), "epsilon": low, "epsilon_high": high,
-                     "token_level": float(frame[CLIP_LEVELS[0]].mean()),
-                     "turn_level": float(frame[CLIP_LEVELS[1]].mean()),
-                     "own": float(frame["clip_ratio/region_mean"].mean()),
-                     "token_level_at_reference": float(reference[0]),
-                     "turn_level_at_reference": float(reference[1])})
+        rows.append(
+            {
+                "method": Path(root).parent.name,
+                "seed": Path(root).name,
+                "steps": len(frame),
+                "epsilon": low,
+                "epsilon_high": high,
+                "token_level": float(frame[CLIP_LEVELS[0]].mean()),
+                "turn_level": float(frame[CLIP_LEVELS[1]].mean()),
+                "own": float(frame["clip_ratio/region_mean"].mean()),
+                "token_level_at_reference": float(reference[0]),
+                "turn_level_at_reference": float(reference[1]),
+            }
+        )
     return pd.DataFrame(rows, columns=CLIP_COLUMNS)
 
 
@@ -208,5 +247,7 @@ def _clip_range(root: Path) -> tuple[float, float]:
     """The run's (epsilon, epsilon_high) from its ``config.yaml`` (NaN when absent)."""
     path = root / "config.yaml"
     trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}) if path.is_file() else {}
-    return (float(trainer.get("epsilon", float("nan"))),
-            float(trainer.get("epsilon_high", float("nan"))))
+    return (
+        float(trainer.get("epsilon", float("nan"))),
+        float(trainer.get("epsilon_high", float("nan"))),
+    )

@@ -62,8 +62,15 @@ from scipy import stats
 from ..policy.model import load_policy
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
-from ..rollout.agent import (SearchEnv, init_state, make_trees, run_chains, score_trees,
-                             start_chain, turn_stops)
+from ..rollout.agent import (
+    SearchEnv,
+    init_state,
+    make_trees,
+    run_chains,
+    score_trees,
+    start_chain,
+    turn_stops,
+)
 from ..rollout.backends import make_backend
 from ..rollout.export import tree_arrays, with_decisions
 from ..rollout.structures import ROOT, RolloutTree
@@ -76,9 +83,18 @@ from .study_trees import policy_digest, questions_digest
 
 AUTHORS_ALPHA = 0.05
 """The sibling penalty of the authors' score (their code's constant)."""
-SCORES = ("entropy_exact", "entropy_nll", "entropy_exact_max", "entropy_nll_max",
-          "entropy_exact_first", "entropy_nll_first", "depth", "authors_score",
-          "sibling_penalty", "uniform")
+SCORES = (
+    "entropy_exact",
+    "entropy_nll",
+    "entropy_exact_max",
+    "entropy_nll_max",
+    "entropy_exact_first",
+    "entropy_nll_first",
+    "depth",
+    "authors_score",
+    "sibling_penalty",
+    "uniform",
+)
 """Every score the summaries rank candidates by (module docstring)."""
 PICKERS = ("oracle", "oracle_in_sample")
 """The perfect picker's two summary rows: held-out halves (a lower bound on the ceiling) and
@@ -104,15 +120,18 @@ def chain_leaf(tree: RolloutTree, node: int) -> int:
     return node
 
 
-def resample_candidates(backend, env: SearchEnv, trees: list[RolloutTree], state,
-                        resamples: int) -> dict[tuple[int, int], list[int]]:
+def resample_candidates(
+    backend, env: SearchEnv, trees: list[RolloutTree], state, resamples: int
+) -> dict[tuple[int, int], list[int]]:
     """Re-sample every candidate's turn ``resamples`` times (all trees in one batched round);
     returns (tree index, candidate) → the new chains' first nodes."""
     chains, owner = [], []
     for i, tree in enumerate(trees):
         for n in candidates(tree):
             for _ in range(resamples):
-                chain = start_chain(tree, i, tree.nodes[n].parent, 1, state.box_for_context_of(i, n))
+                chain = start_chain(
+                    tree, i, tree.nodes[n].parent, 1, state.box_for_context_of(i, n)
+                )
                 chain.node.resampled_from = n
                 chains.append(chain)
                 owner.append((i, n, chain.node.id))
@@ -123,8 +142,9 @@ def resample_candidates(backend, env: SearchEnv, trees: list[RolloutTree], state
     return out
 
 
-def candidate_rows(tree: RolloutTree, row: dict[str, Any], firsts: dict[int, list[int]],
-                   rng: np.random.Generator) -> list[dict[str, Any]]:
+def candidate_rows(
+    tree: RolloutTree, row: dict[str, Any], firsts: dict[int, list[int]], rng: np.random.Generator
+) -> list[dict[str, Any]]:
     """One record per candidate: its scores, decision label, original reward and the rewards
     of its re-samples (in the order they were drawn)."""
     arrays = with_decisions(tree_arrays(tree), row)
@@ -133,17 +153,23 @@ def candidate_rows(tree: RolloutTree, row: dict[str, Any], firsts: dict[int, lis
     for n, b in zip(sorted(firsts), sibling_counts_before(tree, firsts)):
         original = tree.nodes[chain_leaf(tree, n)].reward
         rewards = [tree.nodes[chain_leaf(tree, f)].reward for f in firsts[n]]
-        out.append({
-            "prompt": tree.prompt_index, "question_id": row.get("id"),
-            "dataset": row.get("dataset"), "node": n, "depth": int(nodes["depth"][n]),
-            "decision": arrays.records[n]["decision"], "siblings_before": int(b),
-            **{name: float(nodes[name][n]) for name in SCORES[:6]},
-            "authors_score": float(nodes["entropy_nll"][n]) - AUTHORS_ALPHA * b,
-            "sibling_penalty": -AUTHORS_ALPHA * b,
-            "uniform": float(rng.random()),
-            "original_reward": float(original),
-            "resample_rewards": json.dumps([float(r) for r in rewards]),
-        })
+        out.append(
+            {
+                "prompt": tree.prompt_index,
+                "question_id": row.get("id"),
+                "dataset": row.get("dataset"),
+                "node": n,
+                "depth": int(nodes["depth"][n]),
+                "decision": arrays.records[n]["decision"],
+                "siblings_before": int(b),
+                **{name: float(nodes[name][n]) for name in SCORES[:6]},
+                "authors_score": float(nodes["entropy_nll"][n]) - AUTHORS_ALPHA * b,
+                "sibling_penalty": -AUTHORS_ALPHA * b,
+                "uniform": float(rng.random()),
+                "original_reward": float(original),
+                "resample_rewards": json.dumps([float(r) for r in rewards]),
+            }
+        )
     return out
 
 
@@ -154,24 +180,50 @@ def sibling_counts_before(tree: RolloutTree, firsts: dict[int, list[int]]) -> li
     for n, new in firsts.items():
         parent = tree.nodes[n].parent
         added[parent] = added.get(parent, 0) + len(new)
-    return [len(tree.nodes[tree.nodes[n].parent].children) - 1 - added[tree.nodes[n].parent]
-            for n in sorted(firsts)]
+    return [
+        len(tree.nodes[tree.nodes[n].parent].children) - 1 - added[tree.nodes[n].parent]
+        for n in sorted(firsts)
+    ]
 
 
-def measure_chunk(model, tokenizer, template, retriever, rows: Sequence[dict[str, Any]],
-                  rollout_cfg, *, chains: int, resamples: int, seed: int,
-                  first_prompt: int, backend=None) -> list[dict[str, Any]]:
+def measure_chunk(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    rows: Sequence[dict[str, Any]],
+    rollout_cfg,
+    *,
+    chains: int,
+    resamples: int,
+    seed: int,
+    first_prompt: int,
+    backend=None,
+) -> list[dict[str, Any]]:
     """Grow ``chains`` chains for each row, re-sample every candidate ``resamples`` times,
     score all leaves and return one record per candidate. ``backend``: a turn backend to use
     instead of ``model``'s (tests script one)."""
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, None)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template),
-                                      seed=seed)
-    trees = make_trees(env, [r["question"] for r in rows], [list(r["golden_answers"]) for r in rows],
-                       list(range(first_prompt, first_prompt + len(rows))))
+    backend = backend or make_backend(
+        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
+    )
+    trees = make_trees(
+        env,
+        [r["question"] for r in rows],
+        [list(r["golden_answers"]) for r in rows],
+        list(range(first_prompt, first_prompt + len(rows))),
+    )
     state = init_state(backend, trees, True)
-    run_chains(backend, env, [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-                              for i, t in enumerate(trees) for _ in range(chains)], state)
+    run_chains(
+        backend,
+        env,
+        [
+            start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
+            for i, t in enumerate(trees)
+            for _ in range(chains)
+        ],
+        state,
+    )
     firsts = resample_candidates(backend, env, trees, state, resamples)
     score_trees(env, trees)
     rng = np.random.default_rng([seed, first_prompt])
@@ -182,15 +234,31 @@ def measure_chunk(model, tokenizer, template, retriever, rows: Sequence[dict[str
     return out
 
 
-def oracle_key(cfg, rows: Sequence[dict[str, Any]], policy: Path, *, chains: int,
-               resamples: int, seed: int, chunk: int) -> dict[str, Any]:
+def oracle_key(
+    cfg,
+    rows: Sequence[dict[str, Any]],
+    policy: Path,
+    *,
+    chains: int,
+    resamples: int,
+    seed: int,
+    chunk: int,
+) -> dict[str, Any]:
     """Everything that determines an oracle record's rows (its resume key): the arguments, the
     questions drawn, the policy's weights (sha256 of its files) and the rollout settings."""
-    return {"--prompts": len(rows), "--seed": seed, "--chunk": chunk, "--resamples": resamples,
-            "chains": chains, "--datasets": sorted({r["dataset"] for r in rows}),
-            "questions": questions_digest(rows), "policy_weights": policy_digest(policy),
-            "rollout": asdict(cfg.rollout), "policy_dtype": cfg.policy.dtype,
-            "template": cfg.policy.template}
+    return {
+        "--prompts": len(rows),
+        "--seed": seed,
+        "--chunk": chunk,
+        "--resamples": resamples,
+        "chains": chains,
+        "--datasets": sorted({r["dataset"] for r in rows}),
+        "questions": questions_digest(rows),
+        "policy_weights": policy_digest(policy),
+        "rollout": asdict(cfg.rollout),
+        "policy_dtype": cfg.policy.dtype,
+        "template": cfg.policy.template,
+    }
 
 
 def _legacy_key(meta: dict[str, Any]) -> dict[str, Any]:
@@ -198,10 +266,14 @@ def _legacy_key(meta: dict[str, Any]) -> dict[str, Any]:
     says it was measured with (``--chunk`` from its command; the default when absent)."""
     chunk = re.search(r"--chunk[ =](\d+)", str(meta.get("command", "")))
     shape = meta.get("shape") if isinstance(meta.get("shape"), dict) else {}
-    found = {"--prompts": meta.get("prompts"), "--seed": meta.get("seed"),
-             "--resamples": meta.get("resamples"), "chains": shape.get("chains"),
-             "--datasets": sorted(meta["datasets"]) if isinstance(meta.get("datasets"), list)
-             else None, "--chunk": int(chunk.group(1)) if chunk else DEFAULT_CHUNK}
+    found = {
+        "--prompts": meta.get("prompts"),
+        "--seed": meta.get("seed"),
+        "--resamples": meta.get("resamples"),
+        "chains": shape.get("chains"),
+        "--datasets": sorted(meta["datasets"]) if isinstance(meta.get("datasets"), list) else None,
+        "--chunk": int(chunk.group(1)) if chunk else DEFAULT_CHUNK,
+    }
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -210,33 +282,47 @@ def oracle_record(out_csv: Path, key: dict[str, Any]) -> ResumableRecord:
     return ResumableRecord(out_csv, key, legacy_key=_legacy_key)
 
 
-def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path, *, chains: int,
-               resamples: int, seed: int, chunk: int = DEFAULT_CHUNK, meta: dict | None = None,
-               log: bool = True, measure=None) -> pd.DataFrame:
+def run_oracle(
+    cfg,
+    rows: Sequence[dict[str, Any]],
+    policy: Path,
+    out_csv: Path,
+    *,
+    chains: int,
+    resamples: int,
+    seed: int,
+    chunk: int = DEFAULT_CHUNK,
+    meta: dict | None = None,
+    log: bool = True,
+    measure=None,
+) -> pd.DataFrame:
     """:func:`measure_chunk` over ``rows`` in chunks of ``chunk`` prompts (chunk c samples with
     seed ``seed + c``), each kept whole as it finishes, then ``out_csv`` written at once with
     its ``.meta.json`` (``meta`` plus ``record_key``). A rerun with the same arguments resumes
     (a resumed record equals an uninterrupted one) or, when finished, only reads it; other
     arguments are refused, naming the ones it was measured with. ``measure(first, part)``: the
     records of one chunk instead of a rollout (tests)."""
-    key = oracle_key(cfg, rows, policy, chains=chains, resamples=resamples, seed=seed,
-                     chunk=chunk)
+    key = oracle_key(cfg, rows, policy, chains=chains, resamples=resamples, seed=seed, chunk=chunk)
     record = oracle_record(out_csv, key)
     if record.check_finished():
         return load_oracle(out_csv)
     record.start()
     todo = [c for c in range((len(rows) + chunk - 1) // chunk) if c not in record.done()]
     if todo and measure is None:
-        measure = _rollout_measure(cfg, rows, policy, chains=chains, resamples=resamples,
-                                   seed=seed, chunk=chunk)
+        measure = _rollout_measure(
+            cfg, rows, policy, chains=chains, resamples=resamples, seed=seed, chunk=chunk
+        )
     start = time.perf_counter()
     for c in todo:
         first = c * chunk
-        part = rows[first:first + chunk]
+        part = rows[first : first + chunk]
         record.add(c, measure(first, part))
         if log:
-            print(f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
-                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            print(
+                f"  oracle: prompts {first}-{first + len(part) - 1} of {len(rows)}, "
+                f"{time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
     frame = pd.DataFrame(record.rows())
     if frame.empty:
         raise RecordError(f"{out_csv}: no prompt had a candidate turn; nothing to record")
@@ -246,8 +332,16 @@ def run_oracle(cfg, rows: Sequence[dict[str, Any]], policy: Path, out_csv: Path,
     return load_oracle(out_csv)
 
 
-def _rollout_measure(cfg, rows: Sequence[dict[str, Any]], policy: Path, *, chains: int,
-                     resamples: int, seed: int, chunk: int):
+def _rollout_measure(
+    cfg,
+    rows: Sequence[dict[str, Any]],
+    policy: Path,
+    *,
+    chains: int,
+    resamples: int,
+    seed: int,
+    chunk: int,
+):
     """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out."""
     rollout_cfg = replace(cfg.rollout, keep_cache=True)
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
@@ -256,9 +350,18 @@ def _rollout_measure(cfg, rows: Sequence[dict[str, Any]], policy: Path, *, chain
     retriever = build_retriever(cfg, build=False)
 
     def measure(first: int, part: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return measure_chunk(model, tokenizer, template, retriever, part, rollout_cfg,
-                             chains=chains, resamples=resamples, seed=seed + first // chunk,
-                             first_prompt=first)
+        return measure_chunk(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            part,
+            rollout_cfg,
+            chains=chains,
+            resamples=resamples,
+            seed=seed + first // chunk,
+            first_prompt=first,
+        )
 
     return measure
 
@@ -317,24 +420,33 @@ def per_prompt(frame: pd.DataFrame, k: int) -> pd.DataFrame:
     rows = []
     for prompt, group in frame.groupby("prompt", sort=True):
         picks = min(k, len(group))
-        row: dict[str, Any] = {"prompt": prompt, "candidates": len(group),
-                               "uniform_expected": picks * group["p_flip"].mean(),
-                               "uniform_expected_eval_half": picks * group["eval_half"].mean()}
+        row: dict[str, Any] = {
+            "prompt": prompt,
+            "candidates": len(group),
+            "uniform_expected": picks * group["p_flip"].mean(),
+            "uniform_expected_eval_half": picks * group["eval_half"].mean(),
+        }
         varied = len(group) >= 3 and group["p_flip"].nunique() > 1
         p_flip = group["p_flip"].to_numpy()
         for score in SCORES:
             values = group[score].to_numpy()
-            row[f"spearman_{score}"] = (stats.spearmanr(values, p_flip).statistic
-                                        if varied and np.unique(values).size > 1 else np.nan)
+            row[f"spearman_{score}"] = (
+                stats.spearmanr(values, p_flip).statistic
+                if varied and np.unique(values).size > 1
+                else np.nan
+            )
             row[f"picked_{score}"] = tie_aware_flips(values, p_flip, picks)
-        row["picked_oracle"] = tie_aware_flips(group["rank_half"].to_numpy(),
-                                               group["eval_half"].to_numpy(), picks)
+        row["picked_oracle"] = tie_aware_flips(
+            group["rank_half"].to_numpy(), group["eval_half"].to_numpy(), picks
+        )
         row["picked_oracle_in_sample"] = tie_aware_flips(p_flip, p_flip, picks)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _bootstrap(prompts: pd.DataFrame, statistic, draws: int, seed: int) -> tuple[float, float, float]:
+def _bootstrap(
+    prompts: pd.DataFrame, statistic, draws: int, seed: int
+) -> tuple[float, float, float]:
     values = statistic(prompts)
     rng = np.random.default_rng(seed)
     index = rng.integers(0, len(prompts), size=(draws, len(prompts)))
@@ -351,19 +463,28 @@ def oracle_summary(frame: pd.DataFrame, k: int, draws: int = 2000, seed: int = 0
     prompts = per_prompt(frame, k)
     rows = []
     for score in (*SCORES, *PICKERS):
-        row: dict[str, Any] = {"score": score, "k": k, "prompts": len(prompts),
-                               "candidates": int(prompts["candidates"].sum()),
-                               "resamples": int(frame["resamples"].min())}
+        row: dict[str, Any] = {
+            "score": score,
+            "k": k,
+            "prompts": len(prompts),
+            "candidates": int(prompts["candidates"].sum()),
+            "resamples": int(frame["resamples"].min()),
+        }
         if score not in PICKERS:
             column = f"spearman_{score}"
             row["trees_with_spearman"] = int(prompts[column].notna().sum())
             row["spearman"], row["spearman_lo"], row["spearman_hi"] = _bootstrap(
-                prompts, lambda p, c=column: np.nanmean(p[c]) if p[c].notna().any() else np.nan,
-                draws, seed)
+                prompts,
+                lambda p, c=column: np.nanmean(p[c]) if p[c].notna().any() else np.nan,
+                draws,
+                seed,
+            )
         base = "uniform_expected_eval_half" if score == "oracle" else "uniform_expected"
-        row["flips_vs_uniform"], row["flips_vs_uniform_lo"], row["flips_vs_uniform_hi"] = \
-            _bootstrap(prompts, lambda p, s=score, b=base: p[f"picked_{s}"].sum() / p[b].sum(),
-                       draws, seed)
+        row["flips_vs_uniform"], row["flips_vs_uniform_lo"], row["flips_vs_uniform_hi"] = (
+            _bootstrap(
+                prompts, lambda p, s=score, b=base: p[f"picked_{s}"].sum() / p[b].sum(), draws, seed
+            )
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -384,13 +505,16 @@ def penalty_effect(frame: pd.DataFrame, k: int, alpha: float = AUTHORS_ALPHA) ->
         for score in shares:
             shares[score] += tie_aware_flips(group[score].to_numpy(), is_first, n)
         picks += n
-    return {"penalty_first": float(penalty[first].mean()),
-            "penalty_exceeds_entropy": float((penalty[first] > frame.loc[first, "entropy_nll"]).mean()),
-            "p_flip_first": float(frame.loc[first, "p_flip"].mean()),
-            "p_flip_deeper": float(frame.loc[~first, "p_flip"].mean()),
-            "first_in_picks": shares["authors_score"] / picks,
-            "first_in_picks_alpha0": shares["entropy_nll"] / picks,
-            "first_candidates": int(first.sum()), "candidates": len(frame)}
+    return {
+        "penalty_first": float(penalty[first].mean()),
+        "penalty_exceeds_entropy": float((penalty[first] > frame.loc[first, "entropy_nll"]).mean()),
+        "p_flip_first": float(frame.loc[first, "p_flip"].mean()),
+        "p_flip_deeper": float(frame.loc[~first, "p_flip"].mean()),
+        "first_in_picks": shares["authors_score"] / picks,
+        "first_in_picks_alpha0": shares["entropy_nll"] / picks,
+        "first_candidates": int(first.sum()),
+        "candidates": len(frame),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,19 +551,30 @@ def summarise_records(folder: Path) -> dict[Path, pd.DataFrame]:
         if path.name.endswith("_summary.csv"):
             continue
         shape = path.stem.rpartition("_")[2]
-        out[path] = oracle_summary(load_oracle(path), SHAPES[shape][1],
-                                   seed=int(read_meta(path).get("seed") or 0))
+        out[path] = oracle_summary(
+            load_oracle(path), SHAPES[shape][1], seed=int(read_meta(path).get("seed") or 0)
+        )
     return out
+
+
 ESTIMATE_SCORES = {"exact": "entropy_exact", "sampled_nll": "entropy_nll"}
 """``rollout.entropy_estimate`` → the oracle's score of the same turn entropy."""
-SUMMARY_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
-                    "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
+SUMMARY_POLICIES = {
+    "warmstart": "the warm start",
+    "trained": "AT2PO seed 0 after training",
+    "trained_rerun": "AT2PO seed 0 retrained on another machine build",
+}
 """Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is, as sentences and
 legends show it (never the record's name)."""
 SUMMARY_SHAPES = {"toy": "toy tree", "paper": "paper's tree"}
-SCORE_WORDS = {"entropy_nll": "mean sampled-token NLL", "entropy_exact": "mean exact entropy",
-               "entropy_nll_first": "first-token NLL", "authors_score": "authors' score",
-               "depth": "depth", "oracle": "perfect picker's score"}
+SCORE_WORDS = {
+    "entropy_nll": "mean sampled-token NLL",
+    "entropy_exact": "mean exact entropy",
+    "entropy_nll_first": "first-token NLL",
+    "authors_score": "authors' score",
+    "depth": "depth",
+    "oracle": "perfect picker's score",
+}
 """An oracle score's name as a sentence says it (the record's names are internal)."""
 
 
@@ -466,25 +601,32 @@ def flip_ratio_sentence(summaries: pd.DataFrame, score: str) -> str:
     if summaries.empty:
         return "No expansion oracle records (run `at2po dissect expansion`)."
     if score not in set(summaries["score"]):
-        raise ValueError(f"score {score!r} is not in the summaries; they hold "
-                         f"{sorted(set(summaries['score']))}")
+        raise ValueError(
+            f"score {score!r} is not in the summaries; they hold {sorted(set(summaries['score']))}"
+        )
     clauses = []
     for (policy, shape), group in summaries.groupby(["policy", "shape"], sort=False):
         rows = group.set_index("score")
         s = rows.loc[score]
-        text = (f"{SUMMARY_POLICIES.get(policy, policy)}, {SUMMARY_SHAPES.get(shape, shape)} "
-                f"(K = {int(s['k'])}, {int(s['prompts'])} prompts, {int(s['resamples'])} re-samples "
-                f"per candidate): {s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
-                f"{s['flips_vs_uniform_hi']:.2f}]")
+        text = (
+            f"{SUMMARY_POLICIES.get(policy, policy)}, {SUMMARY_SHAPES.get(shape, shape)} "
+            f"(K = {int(s['k'])}, {int(s['prompts'])} prompts, {int(s['resamples'])} re-samples "
+            f"per candidate): {s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
+            f"{s['flips_vs_uniform_hi']:.2f}]"
+        )
         if "oracle" in rows.index:
             o = rows.loc["oracle"]
-            text += (f" (the perfect picker: {o['flips_vs_uniform']:.2f}× "
-                     f"[{o['flips_vs_uniform_lo']:.2f}, {o['flips_vs_uniform_hi']:.2f}])")
+            text += (
+                f" (the perfect picker: {o['flips_vs_uniform']:.2f}× "
+                f"[{o['flips_vs_uniform_lo']:.2f}, {o['flips_vs_uniform_hi']:.2f}])"
+            )
         clauses.append(text)
-    return (f"Flips of the outcome per re-sample when the K turns with the highest "
-            f"{SCORE_WORDS.get(score, score)} are "
-            "re-sampled, relative to K uniformly picked turns (1× = no better than uniform; 95% "
-            "intervals over prompts): " + "; ".join(clauses) + ".")
+    return (
+        f"Flips of the outcome per re-sample when the K turns with the highest "
+        f"{SCORE_WORDS.get(score, score)} are "
+        "re-sampled, relative to K uniformly picked turns (1× = no better than uniform; 95% "
+        "intervals over prompts): " + "; ".join(clauses) + "."
+    )
 
 
 def oracle_records(profile: str, fallback: str = "tiny") -> tuple[str, pd.DataFrame]:

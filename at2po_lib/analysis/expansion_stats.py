@@ -56,12 +56,12 @@ LOW_ENTROPY = 0.01
 class NodeTable:
     """Every node of many trees as flat arrays (global ids; ``tree`` = tree position)."""
 
-    tree: np.ndarray          # (N,) int
-    parent: np.ndarray        # (N,) int, global, -1 at roots
-    depth: np.ndarray         # (N,) int
-    is_leaf: np.ndarray       # (N,) bool
-    siblings: np.ndarray      # (N,) int, b(n)
-    action: np.ndarray        # (N,) str: root / search / answer / None
+    tree: np.ndarray  # (N,) int
+    parent: np.ndarray  # (N,) int, global, -1 at roots
+    depth: np.ndarray  # (N,) int
+    is_leaf: np.ndarray  # (N,) bool
+    siblings: np.ndarray  # (N,) int, b(n)
+    action: np.ndarray  # (N,) str: root / search / answer / None
     entropy: dict[str, np.ndarray]  # estimator → (N,) float (root 0)
 
     @property
@@ -86,16 +86,29 @@ def node_table(trees: Sequence[TreeArrays]) -> NodeTable:
     for estimator, key in ESTIMATORS.items():
         missing = [i for i, t in enumerate(trees) if key not in t.node_arrays]
         if missing:
-            raise ValueError(f"tree {missing[0]} has no node array {key!r} (trees from "
-                             "at2po_lib.rollout.export.tree_arrays carry it)")
+            raise ValueError(
+                f"tree {missing[0]} has no node array {key!r} (trees from "
+                "at2po_lib.rollout.export.tree_arrays carry it)"
+            )
         h = np.concatenate([np.asarray(t.node_arrays[key], dtype=np.float64) for t in trees])
         entropy[estimator] = np.where(parent >= 0, h, 0.0)
-    action = np.array([(r.get("action") if r else None) or "none"
-                       for t in trees for r in (t.records or [{}] * t.num_nodes)], dtype=object)
-    return NodeTable(tree=forest.tree_index.numpy(), parent=parent,
-                     depth=node_depths(forest.parent).numpy(),
-                     is_leaf=(children_count(forest.parent) == 0).numpy(),
-                     siblings=sibling_counts(parent), action=action, entropy=entropy)
+    action = np.array(
+        [
+            (r.get("action") if r else None) or "none"
+            for t in trees
+            for r in (t.records or [{}] * t.num_nodes)
+        ],
+        dtype=object,
+    )
+    return NodeTable(
+        tree=forest.tree_index.numpy(),
+        parent=parent,
+        depth=node_depths(forest.parent).numpy(),
+        is_leaf=(children_count(forest.parent) == 0).numpy(),
+        siblings=sibling_counts(parent),
+        action=action,
+        entropy=entropy,
+    )
 
 
 def expansion_counts(nodes: NodeTable, estimator: str, alpha: float, k: int) -> np.ndarray:
@@ -127,8 +140,9 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def selection_stats(nodes: NodeTable, estimator: str, alpha: float, k: int,
-                    reference: np.ndarray | None = None) -> dict[str, float]:
+def selection_stats(
+    nodes: NodeTable, estimator: str, alpha: float, k: int, reference: np.ndarray | None = None
+) -> dict[str, float]:
     """Where one round's picks land (module docstring). ``reference``: picks of another
     setting (e.g. α = 0, pure entropy) to report the overlap with."""
     counts = expansion_counts(nodes, estimator, alpha, k)
@@ -141,12 +155,16 @@ def selection_stats(nodes: NodeTable, estimator: str, alpha: float, k: int,
         return float(counts[mask].sum() / total)
 
     stats = {
-        "estimator": estimator, "alpha": alpha, "k": k,
+        "estimator": estimator,
+        "alpha": alpha,
+        "k": k,
         "n_trees": int(nodes.tree.max()) + 1,
         "candidates_per_tree": float(nodes.is_candidate.sum() / (nodes.tree.max() + 1)),
         "distinct_picks_per_tree": float(picked.sum() / (nodes.tree.max() + 1)),
-        "share_root": share(d == 0), "share_depth1": share(d == 1),
-        "share_depth2": share(d == 2), "share_depth3plus": share(d >= 3),
+        "share_root": share(d == 0),
+        "share_depth1": share(d == 1),
+        "share_depth2": share(d == 2),
+        "share_depth3plus": share(d >= 3),
         "share_last_search": share(nodes.is_last_search),
         "candidate_share_last_search": float(nodes.is_last_search.sum() / non_root.sum()),
         "mean_pick_depth": float((counts * d).sum() / total),
@@ -156,7 +174,8 @@ def selection_stats(nodes: NodeTable, estimator: str, alpha: float, k: int,
         # Re-sampling a near-deterministic turn mostly reproduces it: a wasted expansion.
         "share_picks_entropy_below_0.01": share(nodes.entropy[estimator] < LOW_ENTROPY),
         "candidate_share_entropy_below_0.01": float(
-            (nodes.entropy[estimator][non_root] < LOW_ENTROPY).mean()),
+            (nodes.entropy[estimator][non_root] < LOW_ENTROPY).mean()
+        ),
         "spearman_entropy": _spearman(nodes.entropy[estimator][non_root], picked[non_root]),
         "spearman_depth": _spearman(d[non_root].astype(float), picked[non_root]),
     }
@@ -165,8 +184,9 @@ def selection_stats(nodes: NodeTable, estimator: str, alpha: float, k: int,
     return stats
 
 
-def selection_table(nodes: NodeTable, alphas: Sequence[float], k: int,
-                    estimators: Sequence[str] = tuple(ESTIMATORS)):
+def selection_table(
+    nodes: NodeTable, alphas: Sequence[float], k: int, estimators: Sequence[str] = tuple(ESTIMATORS)
+):
     """One row of :func:`selection_stats` per (estimator, α); overlap measured against the
     same estimator's α = 0 picks (entropy alone)."""
     rows = []
@@ -186,7 +206,9 @@ def entropy_distribution(nodes: NodeTable, estimators: Sequence[str] = tuple(EST
         "search turns": non_root & (nodes.action == "search"),
         "answer turns": non_root & (nodes.action == "answer"),
         "candidates (non-root, non-leaf)": non_root & nodes.is_candidate,
-        "depth 1": nodes.depth == 1, "depth 2": nodes.depth == 2, "depth 3+": nodes.depth >= 3,
+        "depth 1": nodes.depth == 1,
+        "depth 2": nodes.depth == 2,
+        "depth 3+": nodes.depth >= 3,
     }
     rows = []
     for estimator in estimators:
@@ -196,27 +218,51 @@ def entropy_distribution(nodes: NodeTable, estimators: Sequence[str] = tuple(EST
             if x.size == 0:
                 continue
             q = np.quantile(x, [0.05, 0.25, 0.5, 0.75, 0.95])
-            rows.append({"estimator": estimator, "turns": name, "n": int(x.size),
-                         "mean": float(x.mean()), "std": float(x.std()),
-                         "q05": q[0], "q25": q[1], "median": q[2], "q75": q[3], "q95": q[4],
-                         "share_below_0.01": float((x < 0.01).mean())})
+            rows.append(
+                {
+                    "estimator": estimator,
+                    "turns": name,
+                    "n": int(x.size),
+                    "mean": float(x.mean()),
+                    "std": float(x.std()),
+                    "q05": q[0],
+                    "q25": q[1],
+                    "median": q[2],
+                    "q75": q[3],
+                    "q95": q[4],
+                    "share_below_0.01": float((x < 0.01).mean()),
+                }
+            )
         cand = non_root & nodes.is_candidate
         tree = nodes.tree[cand]
         n = np.bincount(tree).astype(float)
         s1, s2 = np.bincount(tree, h[cand]), np.bincount(tree, h[cand] ** 2)
         ok = n >= 2
         spread = np.sqrt(np.maximum(s2[ok] / n[ok] - (s1[ok] / n[ok]) ** 2, 0))
-        rows.append({"estimator": estimator, "turns": "within-tree std of candidates",
-                     "n": int(ok.sum()), "mean": float(spread.mean()),
-                     "std": float(spread.std()), "median": float(np.median(spread))})
+        rows.append(
+            {
+                "estimator": estimator,
+                "turns": "within-tree std of candidates",
+                "n": int(ok.sum()),
+                "mean": float(spread.mean()),
+                "std": float(spread.std()),
+                "median": float(np.median(spread)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int = 0,
-                        alphas: Sequence[float] = DEFAULT_ALPHAS,
-                        datasets: Sequence[str] | None = None,
-                        policy: str | None = None, overrides: dict | None = None,
-                        trees_file: str | None = None, command: str = "") -> dict[str, object]:
+def run_expansion_study(
+    profile: str = "tiny",
+    num_prompts: int = 300,
+    seed: int = 0,
+    alphas: Sequence[float] = DEFAULT_ALPHAS,
+    datasets: Sequence[str] | None = None,
+    policy: str | None = None,
+    overrides: dict | None = None,
+    trees_file: str | None = None,
+    command: str = "",
+) -> dict[str, object]:
     """Grow M chains per prompt with the warm start, measure selection for every α and both
     estimators, write ``results/<profile>/expansion_stats.csv`` and ``turn_entropy.csv``
     (each with its ``.meta.json``). Returns the two tables and the paths.
@@ -227,18 +273,27 @@ def run_expansion_study(profile: str = "tiny", num_prompts: int = 300, seed: int
     datasets = list(datasets or cfg.train.train_datasets)
     folder = policy_folder(cfg.name, policy)
     rows = study_rows(cfg.name, datasets, num_prompts, seed)
-    trees = cached_trees(trees_file, cfg, rows, "chain", seed, folder,
-                         num_chains=cfg.rollout.tree_m)
+    trees = cached_trees(
+        trees_file, cfg, rows, "chain", seed, folder, num_chains=cfg.rollout.tree_m
+    )
     nodes = node_table(trees)
     selection = selection_table(nodes, alphas, cfg.rollout.tree_k)
     entropy = entropy_distribution(nodes)
     out = results_dir(cfg.name)
-    meta = run_metadata(cfg.name, seed, config=cfg.rollout, command=command,
-                        policy=str(folder), datasets=datasets, prompts=num_prompts,
-                        trees="chains: rollout.tree_m per prompt (round-1 state of the "
-                              "entropy-guided tree); rebuild with the command")
-    paths = write_csv_tables(out, {"expansion_stats.csv": selection, "turn_entropy.csv": entropy},
-                             meta)
+    meta = run_metadata(
+        cfg.name,
+        seed,
+        config=cfg.rollout,
+        command=command,
+        policy=str(folder),
+        datasets=datasets,
+        prompts=num_prompts,
+        trees="chains: rollout.tree_m per prompt (round-1 state of the "
+        "entropy-guided tree); rebuild with the command",
+    )
+    paths = write_csv_tables(
+        out, {"expansion_stats.csv": selection, "turn_entropy.csv": entropy}, meta
+    )
     return {"selection": selection, "entropy": entropy, "paths": paths}
 
 
@@ -264,8 +319,9 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
         hmax, hmin = np.full(len(h), -np.inf), np.full(len(h), np.inf)
         np.maximum.at(hmax, parent[kid_of_branch], h[kid_of_branch])
         np.minimum.at(hmin, parent[kid_of_branch], h[kid_of_branch])
-        with_h = Forest(forest.parent, torch.as_tensor(h), forest.leaf_reward,
-                        forest.tree_index, forest.offsets)
+        with_h = Forest(
+            forest.parent, torch.as_tensor(h), forest.leaf_reward, forest.tree_index, forest.offsets
+        )
         for weighting in ("softmax", "linear"):
             w = sibling_weights(forest.parent, torch.as_tensor(h), f"entropy_{weighting}").numpy()
             uniform = 1.0 / n_kids[np.maximum(parent, 0)]
@@ -273,15 +329,22 @@ def credit_weight_stats(trees: Sequence[TreeArrays]):
             np.maximum.at(wmax, parent[kid_of_branch], w[kid_of_branch])
             v = forest_node_values(with_h, f"entropy_{weighting}").numpy()
             gap = np.abs(v - v_mean)[branch]
-            rows.append({
-                "estimator": estimator, "weighting": f"entropy_{weighting}",
-                "branching_nodes": int(branch.sum()),
-                "mean_children": float(n_kids[branch].mean()),
-                "mean_abs_w_minus_uniform": float(np.abs(w - uniform)[kid_of_branch].mean()),
-                "mean_n_times_max_w": float((wmax * n_kids)[branch].mean()),
-                "mean_sibling_entropy_range": float((hmax - hmin)[branch].mean()),
-                "mean_abs_value_gap": float(gap.mean()),
-                "gap_relative_to_mean_abs_value": float(gap.mean() / np.abs(v_mean[branch]).mean()),
-                "corr_value_with_child_mean": float(np.corrcoef(v[branch], v_mean[branch])[0, 1]),
-            })
+            rows.append(
+                {
+                    "estimator": estimator,
+                    "weighting": f"entropy_{weighting}",
+                    "branching_nodes": int(branch.sum()),
+                    "mean_children": float(n_kids[branch].mean()),
+                    "mean_abs_w_minus_uniform": float(np.abs(w - uniform)[kid_of_branch].mean()),
+                    "mean_n_times_max_w": float((wmax * n_kids)[branch].mean()),
+                    "mean_sibling_entropy_range": float((hmax - hmin)[branch].mean()),
+                    "mean_abs_value_gap": float(gap.mean()),
+                    "gap_relative_to_mean_abs_value": float(
+                        gap.mean() / np.abs(v_mean[branch]).mean()
+                    ),
+                    "corr_value_with_child_mean": float(
+                        np.corrcoef(v[branch], v_mean[branch])[0, 1]
+                    ),
+                }
+            )
     return pd.DataFrame(rows)

@@ -43,7 +43,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..method.credit import ADVANTAGE_MODES, VALUE_MODES, node_advantages, node_values, sibling_weights
+from ..method.credit import (
+    ADVANTAGE_MODES,
+    VALUE_MODES,
+    node_advantages,
+    node_values,
+    sibling_weights,
+)
 from ..method.tree import TreeArrays
 
 EPS = 1e-6
@@ -51,8 +57,16 @@ EPS = 1e-6
 NEAR = 0.05
 """A largest difference below this (in units of a leaf's normalised value, ±1 for a 50/50 tree)
 reads as "they nearly coincide"."""
-COLUMNS = ["grpo", "scale", "grpo_scaled", "at2po", "residual", "weights_part", "shape_part",
-           "mode_part"]
+COLUMNS = [
+    "grpo",
+    "scale",
+    "grpo_scaled",
+    "at2po",
+    "residual",
+    "weights_part",
+    "shape_part",
+    "mode_part",
+]
 
 
 def _check(value_mode: str, adv_mode: str, temperature: float) -> None:
@@ -108,13 +122,19 @@ def grpo_scale(tree: TreeArrays, eps: float = EPS) -> float:
     return float((r.std(ddof=1) + eps) / (r.std(ddof=0) + eps))
 
 
-def _advantages(tree: TreeArrays, entropy: np.ndarray, value_mode: str, adv_mode: str) -> np.ndarray:
+def _advantages(
+    tree: TreeArrays, entropy: np.ndarray, value_mode: str, adv_mode: str
+) -> np.ndarray:
     values = node_values(tree.parent, entropy, tree.leaf_reward, mode=value_mode)
     return node_advantages(tree.parent, values.double(), mode=adv_mode).numpy()
 
 
-def node_contrast(tree: TreeArrays, value_mode: str = "entropy_softmax",
-                  adv_mode: str = "node_value", temperature: float = 1.0) -> pd.DataFrame:
+def node_contrast(
+    tree: TreeArrays,
+    value_mode: str = "entropy_softmax",
+    adv_mode: str = "node_value",
+    temperature: float = 1.0,
+) -> pd.DataFrame:
     """One row per non-root node: ``grpo`` (:func:`grpo_node_advantages`), ``scale`` and
     ``grpo_scaled`` = grpo · scale, ``at2po`` (the node's advantage under ``value_mode`` /
     ``adv_mode``, entropies divided by ``temperature``), ``residual`` = at2po − grpo_scaled and
@@ -127,31 +147,48 @@ def node_contrast(tree: TreeArrays, value_mode: str = "entropy_softmax",
     leaf_value = node_values(tree.parent, entropy, tree.leaf_reward, mode="leaf_mean").numpy()
     grpo = grpo_node_advantages(tree)
     scale = grpo_scale(tree)
-    frame = pd.DataFrame({"grpo": grpo, "scale": scale, "grpo_scaled": grpo * scale,
-                          "at2po": at2po, "residual": at2po - grpo * scale,
-                          "weights_part": at2po - child, "shape_part": child - leaf_adv,
-                          "mode_part": leaf_adv - leaf_value})
+    frame = pd.DataFrame(
+        {
+            "grpo": grpo,
+            "scale": scale,
+            "grpo_scaled": grpo * scale,
+            "at2po": at2po,
+            "residual": at2po - grpo * scale,
+            "weights_part": at2po - child,
+            "shape_part": child - leaf_adv,
+            "mode_part": leaf_adv - leaf_value,
+        }
+    )
     frame.index.name = "node"
     return frame.iloc[1:]
 
 
-def sibling_weight_table(tree: TreeArrays, node: int, value_mode: str = "entropy_softmax",
-                         temperature: float = 1.0) -> pd.DataFrame:
+def sibling_weight_table(
+    tree: TreeArrays, node: int, value_mode: str = "entropy_softmax", temperature: float = 1.0
+) -> pd.DataFrame:
     """The siblings of ``node`` (its parent's children, ``node`` included): their entropies,
     their weights under ``value_mode`` and the plain child mean 1/n."""
     if not 0 < node < tree.num_nodes:
-        raise ValueError(f"node {node}: choose a non-root node of this tree (1..{tree.num_nodes - 1})")
+        raise ValueError(
+            f"node {node}: choose a non-root node of this tree (1..{tree.num_nodes - 1})"
+        )
     _check(value_mode, "node_value", temperature)
     entropy = torch.as_tensor(np.asarray(tree.entropy, dtype=float) / temperature)
     weights = sibling_weights(torch.as_tensor(np.asarray(tree.parent)), entropy, value_mode).numpy()
     kids = np.flatnonzero(tree.parent == tree.parent[node])
-    frame = pd.DataFrame({"entropy": tree.entropy[kids], "weight": weights[kids],
-                          "child_mean": 1.0 / len(kids)}, index=pd.Index(kids, name="node"))
+    frame = pd.DataFrame(
+        {"entropy": tree.entropy[kids], "weight": weights[kids], "child_mean": 1.0 / len(kids)},
+        index=pd.Index(kids, name="node"),
+    )
     return frame
 
 
-def contrast_summary(trees: Sequence[TreeArrays], value_mode: str = "entropy_softmax",
-                     adv_mode: str = "node_value", temperature: float = 1.0) -> dict:
+def contrast_summary(
+    trees: Sequence[TreeArrays],
+    value_mode: str = "entropy_softmax",
+    adv_mode: str = "node_value",
+    temperature: float = 1.0,
+) -> dict:
     """The nodes of every tree with signal pooled: ``trees``, ``signal_trees``, ``nodes``,
     ``correlation`` (Pearson, GRPO vs AT2PO), ``max_residual`` (largest |residual|) with its
     ``tree``, ``node`` and the largest |part| of each kind, ``scales`` (min, max of the trees'
@@ -167,41 +204,65 @@ def contrast_summary(trees: Sequence[TreeArrays], value_mode: str = "entropy_sof
             rounds = max(rounds or 0, int(np.max(r)))
         if not has_signal(tree):
             continue
-        parts.append(node_contrast(tree, value_mode, adv_mode, temperature)
-                     .assign(tree=index).reset_index())
-        table = sibling_weights(torch.as_tensor(np.asarray(tree.parent)),
-                                torch.as_tensor(np.asarray(tree.entropy, float) / temperature),
-                                value_mode).numpy()
+        parts.append(
+            node_contrast(tree, value_mode, adv_mode, temperature).assign(tree=index).reset_index()
+        )
+        table = sibling_weights(
+            torch.as_tensor(np.asarray(tree.parent)),
+            torch.as_tensor(np.asarray(tree.entropy, float) / temperature),
+            value_mode,
+        ).numpy()
         kids = np.flatnonzero(tree.parent >= 0)
         n = np.bincount(tree.parent[kids], minlength=tree.num_nodes)[tree.parent[kids]]
         gaps += list(np.abs(table[kids] - 1.0 / n)[n >= 2])
-    out = {"trees": len(trees), "signal_trees": len(parts), "value_mode": value_mode,
-           "adv_mode": adv_mode, "temperature": temperature, "rounds": rounds,
-           "max_weight_gap": float(max(gaps))}
+    out = {
+        "trees": len(trees),
+        "signal_trees": len(parts),
+        "value_mode": value_mode,
+        "adv_mode": adv_mode,
+        "temperature": temperature,
+        "rounds": rounds,
+        "max_weight_gap": float(max(gaps)),
+    }
     if not parts:
-        return {**out, "nodes": 0, "correlation": float("nan"), "max_residual": 0.0, "tree": -1,
-                "node": -1, "max_weights_part": 0.0, "max_shape_part": 0.0, "max_mode_part": 0.0,
-                "scales": (float("nan"), float("nan"))}
+        return {
+            **out,
+            "nodes": 0,
+            "correlation": float("nan"),
+            "max_residual": 0.0,
+            "tree": -1,
+            "node": -1,
+            "max_weights_part": 0.0,
+            "max_shape_part": 0.0,
+            "max_mode_part": 0.0,
+            "scales": (float("nan"), float("nan")),
+        }
     nodes = pd.concat(parts, ignore_index=True).dropna(subset=["grpo", "at2po"])
     worst = nodes.loc[nodes["residual"].abs().idxmax()]
     both_vary = nodes["grpo"].std() > 0 and nodes["at2po"].std() > 0
-    return {**out, "nodes": len(nodes),
-            "correlation": float(np.corrcoef(nodes["grpo"], nodes["at2po"])[0, 1])
-            if both_vary else float("nan"),
-            "max_residual": float(abs(worst["residual"])), "tree": int(worst["tree"]),
-            "node": int(worst["node"]),
-            "max_weights_part": float(nodes["weights_part"].abs().max()),
-            "max_shape_part": float(nodes["shape_part"].abs().max()),
-            "max_mode_part": float(nodes["mode_part"].abs().max()),
-            "scales": (float(nodes["scale"].min()), float(nodes["scale"].max()))}
+    return {
+        **out,
+        "nodes": len(nodes),
+        "correlation": float(np.corrcoef(nodes["grpo"], nodes["at2po"])[0, 1])
+        if both_vary
+        else float("nan"),
+        "max_residual": float(abs(worst["residual"])),
+        "tree": int(worst["tree"]),
+        "node": int(worst["node"]),
+        "max_weights_part": float(nodes["weights_part"].abs().max()),
+        "max_shape_part": float(nodes["shape_part"].abs().max()),
+        "max_mode_part": float(nodes["mode_part"].abs().max()),
+        "scales": (float(nodes["scale"].min()), float(nodes["scale"].max())),
+    }
 
 
 def contrast_sentence(summary: dict) -> str:
     """:func:`contrast_summary` in words: when AT2PO's credit and GRPO's coincide and by how
     much they differ (below :data:`NEAR`: "nearly coincide")."""
     s = summary
-    mode = f"{s['value_mode']}/{s['adv_mode']}" + (f", τ = {s['temperature']:g}"
-                                                   if s["temperature"] != 1 else "")
+    mode = f"{s['value_mode']}/{s['adv_mode']}" + (
+        f", τ = {s['temperature']:g}" if s["temperature"] != 1 else ""
+    )
     head = f"{s['signal_trees']} of {s['trees']} trees carry a signal"
     if s["signal_trees"] < s["trees"]:
         head += " (the others' leaves all share one reward: every advantage of every rule is 0)"
@@ -209,14 +270,22 @@ def contrast_sentence(summary: dict) -> str:
         return head + "; there is nothing to compare."
     lo, hi = s["scales"]
     scale = f"{lo:.3f}" if abs(hi - lo) < 5e-4 else f"{lo:.3f}–{hi:.3f}"
-    rounds = ("" if s["rounds"] is None else
-              f"; the trees grew in {s['rounds']} expansion round(s) (L = {s['rounds']})")
-    verdict = ("they nearly coincide: AT2PO's turn credit here is GRPO's per-node credit "
-               "rescaled" if s["max_residual"] < NEAR else "they differ")
-    return (f"{head}. Over their {s['nodes']} turns, AT2PO's advantage ({mode}) against GRPO's "
-            f"per-node mean: correlation {s['correlation']:.3f}; after GRPO is multiplied by its "
-            f"tree's constant (s + ε)/(σ + ε) = {scale}, the largest difference is "
-            f"{s['max_residual']:.3f} (tree {s['tree']}, node {s['node']}): {verdict}. The "
-            f"difference's parts at most: entropy weights {s['max_weights_part']:.3f} (the "
-            f"weights sit within {s['max_weight_gap']:.3f} of 1/n), unequal subtrees "
-            f"{s['max_shape_part']:.3f}, the advantage rule {s['max_mode_part']:.3f}{rounds}.")
+    rounds = (
+        ""
+        if s["rounds"] is None
+        else f"; the trees grew in {s['rounds']} expansion round(s) (L = {s['rounds']})"
+    )
+    verdict = (
+        "they nearly coincide: AT2PO's turn credit here is GRPO's per-node credit rescaled"
+        if s["max_residual"] < NEAR
+        else "they differ"
+    )
+    return (
+        f"{head}. Over their {s['nodes']} turns, AT2PO's advantage ({mode}) against GRPO's "
+        f"per-node mean: correlation {s['correlation']:.3f}; after GRPO is multiplied by its "
+        f"tree's constant (s + ε)/(σ + ε) = {scale}, the largest difference is "
+        f"{s['max_residual']:.3f} (tree {s['tree']}, node {s['node']}): {verdict}. The "
+        f"difference's parts at most: entropy weights {s['max_weights_part']:.3f} (the "
+        f"weights sit within {s['max_weight_gap']:.3f} of 1/n), unequal subtrees "
+        f"{s['max_shape_part']:.3f}, the advantage rule {s['max_mode_part']:.3f}{rounds}."
+    )

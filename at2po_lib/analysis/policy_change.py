@@ -14,10 +14,14 @@ from ..method.loss import EPS_HIGH, EPS_LOW, LEVELS, importance_ratios, ratio_un
 from ..method.tree import TreeArrays
 
 
-def simulate_policy_change(old_logp: torch.Tensor, mask: torch.Tensor,
-                           turn_ids: torch.Tensor | None = None, turn_drift_std: float = 2e-3,
-                           token_noise_std: float = 1e-2,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
+def simulate_policy_change(
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    turn_ids: torch.Tensor | None = None,
+    turn_drift_std: float = 2e-3,
+    token_noise_std: float = 1e-2,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """New log-probs (B, T) = old + d_k + ε_t on model tokens: one drift d_k ~ N(0, σ_turn²)
     per turn (a coherent change of the turn's behaviour) plus per-token noise
     ε_t ~ N(0, σ_tok²) (the token-level jitter an update also causes)."""
@@ -32,10 +36,16 @@ def simulate_policy_change(old_logp: torch.Tensor, mask: torch.Tensor,
     return old_logp + torch.where(mask.bool(), shift + noise, 0)
 
 
-def clip_fraction_by_level(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                           mask: torch.Tensor, turn_ids: torch.Tensor | None = None,
-                           levels: tuple[str, ...] = LEVELS, eps_low: float = EPS_LOW,
-                           eps_high: float = EPS_HIGH) -> dict[str, float]:
+def clip_fraction_by_level(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    turn_ids: torch.Tensor | None = None,
+    levels: tuple[str, ...] = LEVELS,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+) -> dict[str, float]:
     """Share of model tokens whose clip binds (no gradient) at each ratio level: the clipped
     branch max(−A s, −A clip(s, 1 − eps_low, 1 + eps_high)) is strictly the larger one."""
     is_tok = mask.bool()
@@ -52,10 +62,16 @@ def clip_fraction_by_level(logp: torch.Tensor, old_logp: torch.Tensor, advantage
     return out
 
 
-def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EPS_LOW,
-                          eps_high: float = EPS_HIGH, turn_drift_std: float = 2e-3,
-                          token_noise_std: float = 1e-2, seed: int = 0,
-                          tokens_per_turn: int = 16) -> pd.DataFrame:
+def simulated_turn_ratios(
+    tree: TreeArrays,
+    advantages: Any,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    turn_drift_std: float = 2e-3,
+    token_noise_std: float = 1e-2,
+    seed: int = 0,
+    tokens_per_turn: int = 16,
+) -> pd.DataFrame:
     """Per node of ``tree``: ``tokens``, the turn ratio after one simulated update
     (:func:`simulate_policy_change`; the geometric mean of its token ratios, as
     :func:`at2po_lib.method.loss.importance_ratios` computes it for the loss), the range of its
@@ -70,8 +86,14 @@ def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EP
     turn_ids = torch.as_tensor(turn_of_token)[None]
     old = torch.zeros(1, len(turn_of_token), dtype=torch.float64)
     generator = torch.Generator().manual_seed(seed)
-    new = simulate_policy_change(old, mask, turn_ids=turn_ids, turn_drift_std=turn_drift_std,
-                                 token_noise_std=token_noise_std, generator=generator)
+    new = simulate_policy_change(
+        old,
+        mask,
+        turn_ids=turn_ids,
+        turn_drift_std=turn_drift_std,
+        token_noise_std=token_noise_std,
+        generator=generator,
+    )
     with torch.no_grad():
         turn_s = importance_ratios(new, old, mask, "turn", turn_ids).numpy()  # (N,) s of its turn
         token_ratio = importance_ratios(new, old, mask, "token").numpy()  # (N,) exp(r_t)
@@ -79,19 +101,26 @@ def simulated_turn_ratios(tree: TreeArrays, advantages: Any, eps_low: float = EP
     turn_ratio[turn_of_token] = turn_s  # nodes without tokens (the root) stay NaN
     adv = np.asarray(advantages, dtype=float)
     sign = np.sign(adv)[turn_of_token]
-    token_binds = (((sign > 0) & (token_ratio > 1 + eps_high))
-                   | ((sign < 0) & (token_ratio < 1 - eps_low)))
+    token_binds = ((sign > 0) & (token_ratio > 1 + eps_high)) | (
+        (sign < 0) & (token_ratio < 1 - eps_low)
+    )
     by_turn = pd.Series(token_ratio).groupby(turn_of_token)
     clipped = ((adv > 0) & (turn_ratio > 1 + eps_high)) | ((adv < 0) & (turn_ratio < 1 - eps_low))
-    frame = pd.DataFrame({
-        "tokens": counts, "turn_ratio": turn_ratio,
-        "token_ratio_min": by_turn.min().reindex(range(n)).to_numpy(),
-        "token_ratio_max": by_turn.max().reindex(range(n)).to_numpy(),
-        "token_clip_share": np.where(counts > 0, np.bincount(turn_of_token, weights=token_binds,
-                                                              minlength=n) / np.maximum(counts, 1),
-                                     np.nan),
-        "turn_clipped": np.where(counts > 0, clipped, False),
-    })
+    frame = pd.DataFrame(
+        {
+            "tokens": counts,
+            "turn_ratio": turn_ratio,
+            "token_ratio_min": by_turn.min().reindex(range(n)).to_numpy(),
+            "token_ratio_max": by_turn.max().reindex(range(n)).to_numpy(),
+            "token_clip_share": np.where(
+                counts > 0,
+                np.bincount(turn_of_token, weights=token_binds, minlength=n)
+                / np.maximum(counts, 1),
+                np.nan,
+            ),
+            "turn_clipped": np.where(counts > 0, clipped, False),
+        }
+    )
     frame.index.name = "node"
     frame.attrs["window"] = (1 - eps_low, 1 + eps_high)
     return frame

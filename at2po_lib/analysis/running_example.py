@@ -53,12 +53,14 @@ them is a tie-break, not guidance; identical turns in two chains have identical 
 MIN_ENTROPY = 0.05
 """Nats per token; docs/regime.md: candidate turns' 5th percentile on the warm start."""
 SEARCH_DECISIONS = ("follow", "repeat", "off_plan")
-RULE = ("a turn n that entropy-guided expansion picked and re-sampled as branch x, where n is a "
-        f"search decision (label follow / repeat / off_plan against the plan), n was uncertain "
-        f"(H(n) >= {MIN_ENTROPY} nats per token), and the re-sample changed the outcome (mean "
-        "leaf reward under x != under n); the largest change first, then a re-sample that "
-        "is no entropy tie, then one that decided differently, then the highest H(n), then the "
-        "first tree")
+RULE = (
+    "a turn n that entropy-guided expansion picked and re-sampled as branch x, where n is a "
+    f"search decision (label follow / repeat / off_plan against the plan), n was uncertain "
+    f"(H(n) >= {MIN_ENTROPY} nats per token), and the re-sample changed the outcome (mean "
+    "leaf reward under x != under n); the largest change first, then a re-sample that "
+    "is no entropy tie, then one that decided differently, then the highest H(n), then the "
+    "first tree"
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,9 @@ def _labels(tree: TreeArrays) -> np.ndarray:
     actions = [str(r.get("action")) for r in tree.records] if len(tree.records) else []
     if len(actions) != tree.num_nodes:
         return np.full(tree.num_nodes, "unknown", dtype=object)
-    return np.array(["root"] + [("follow" if a == "search" else a) for a in actions[1:]],
-                    dtype=object)
+    return np.array(
+        ["root"] + [("follow" if a == "search" else a) for a in actions[1:]], dtype=object
+    )
 
 
 def qualifying_pairs(tree: TreeArrays) -> list[dict]:
@@ -105,13 +108,20 @@ def qualifying_pairs(tree: TreeArrays) -> list[dict]:
     pairs = []
     for x in np.flatnonzero(source > 0):  # picks of the root have no outcome of their own
         n = int(source[x])
-        pairs.append({"node": n, "resample": int(x), "entropy": float(tree.entropy[n]),
-                      "decision": str(labels[n]), "resample_decision": str(labels[x]),
-                      "change": float(means[x] - means[n]),
-                      "is_decision": str(labels[n]) in SEARCH_DECISIONS,
-                      "uncertain": float(tree.entropy[n]) >= MIN_ENTROPY,
-                      "flips": abs(float(means[x] - means[n])) > 1e-9,
-                      "tied_with": pick_odds(tree, n, int(x))["tied_with"]})
+        pairs.append(
+            {
+                "node": n,
+                "resample": int(x),
+                "entropy": float(tree.entropy[n]),
+                "decision": str(labels[n]),
+                "resample_decision": str(labels[x]),
+                "change": float(means[x] - means[n]),
+                "is_decision": str(labels[n]) in SEARCH_DECISIONS,
+                "uncertain": float(tree.entropy[n]) >= MIN_ENTROPY,
+                "flips": abs(float(means[x] - means[n])) > 1e-9,
+                "tied_with": pick_odds(tree, n, int(x))["tied_with"],
+            }
+        )
     return pairs
 
 
@@ -120,8 +130,10 @@ def tie_words(tied_with: Sequence[int]) -> str:
     if not tied_with:
         return "no other candidate of its round had its entropy (no tie)"
     names = ", ".join(str(t) for t in tied_with)
-    return (f"an entropy tie: candidate(s) {names} had the same entropy (within {TIE_TOL:g}), "
-            "so entropy did not single it out")
+    return (
+        f"an entropy tie: candidate(s) {names} had the same entropy (within {TIE_TOL:g}), "
+        "so entropy did not single it out"
+    )
 
 
 def pick_odds(tree: TreeArrays, node: int, resample: int) -> dict:
@@ -141,9 +153,14 @@ def pick_odds(tree: TreeArrays, node: int, resample: int) -> dict:
     h = np.asarray(tree.entropy, dtype=float)
     tied = [int(c) for c in candidates if c != node and abs(h[c] - h[node]) <= TIE_TOL]
     k, c = len(picks), len(candidates)
-    return {"round": r, "candidates": c, "picks": k,
-            "uniform_chance": min(k, c) / c if c else float("nan"), "tied_with": tied,
-            "tie_break": any(t not in set(picks.tolist()) for t in tied)}
+    return {
+        "round": r,
+        "candidates": c,
+        "picks": k,
+        "uniform_chance": min(k, c) / c if c else float("nan"),
+        "tied_with": tied,
+        "tie_break": any(t not in set(picks.tolist()) for t in tied),
+    }
 
 
 def choose_running_example(trees: Sequence[TreeArrays]) -> RunningExample:
@@ -160,25 +177,37 @@ def choose_running_example(trees: Sequence[TreeArrays]) -> RunningExample:
                 continue
             count += 1
             untied += int(not p["tied_with"])
-            key = (-abs(p["change"]), bool(p["tied_with"]), p["resample_decision"] == p["decision"],
-                   -p["entropy"], i, p["node"])
+            key = (
+                -abs(p["change"]),
+                bool(p["tied_with"]),
+                p["resample_decision"] == p["decision"],
+                -p["entropy"],
+                i,
+                p["node"],
+            )
             if best_key is None or key < best_key:
                 best, best_key = (i, p), key
     if best is None:
         if not seen["pairs"]:
-            why = ("no tree holds a re-sampled turn (grow them with expansion='entropy'; "
-                   "picks of the root do not count)")
+            why = (
+                "no tree holds a re-sampled turn (grow them with expansion='entropy'; "
+                "picks of the root do not count)"
+            )
         else:
-            why = (f"no turn qualifies: of {seen['pairs']} re-sampled turns, "
-                   f"{seen['is_decision']} were search decisions, {seen['uncertain']} had "
-                   f"H >= {MIN_ENTROPY}, {seen['flips']} changed the outcome, none all three")
+            why = (
+                f"no turn qualifies: of {seen['pairs']} re-sampled turns, "
+                f"{seen['is_decision']} were search decisions, {seen['uncertain']} had "
+                f"H >= {MIN_ENTROPY}, {seen['flips']} changed the outcome, none all three"
+            )
         return RunningExample(False, 0, -1, -1, why, 0)
     i, p = best
     verb = "raised" if p["change"] > 0 else "lowered"
-    why = (f"tree {i}, turn {p['node']} ({p['decision']}, H = {p['entropy']:.3f}) re-sampled as "
-           f"node {p['resample']} ({p['resample_decision']}): the re-sample {verb} the mean leaf "
-           f"reward by {abs(p['change']):.2f}; {tie_words(p['tied_with'])}; {count} turn(s) qualified "
-           f"({untied} without a tie)")
+    why = (
+        f"tree {i}, turn {p['node']} ({p['decision']}, H = {p['entropy']:.3f}) re-sampled as "
+        f"node {p['resample']} ({p['resample_decision']}): the re-sample {verb} the mean leaf "
+        f"reward by {abs(p['change']):.2f}; {tie_words(p['tied_with'])}; {count} turn(s) qualified "
+        f"({untied} without a tie)"
+    )
     return RunningExample(True, i, p["node"], p["resample"], why, count, tuple(p["tied_with"]))
 
 
@@ -203,9 +232,19 @@ def teaching_tree() -> TreeArrays:
     nan = np.nan
     reward = np.array([nan, nan, nan, 1.0, nan, 0.0, nan, nan, nan, 1.0, 0.0])
     q1, q2 = "founder of Neko Labs", "Ada Brisk birthplace"
-    actions = [("root", None), ("search", q1), ("search", q2), ("answer", "Varno"),
-               ("search", q1), ("answer", "Ada Brisk"), ("search", "Neko Labs"),
-               ("search", q1), ("search", q2), ("answer", "Varno"), ("answer", "Ada Brisk")]
+    actions = [
+        ("root", None),
+        ("search", q1),
+        ("search", q2),
+        ("answer", "Varno"),
+        ("search", q1),
+        ("answer", "Ada Brisk"),
+        ("search", "Neko Labs"),
+        ("search", q1),
+        ("search", q2),
+        ("answer", "Varno"),
+        ("answer", "Ada Brisk"),
+    ]
     records = []
     for kind, text in actions:
         if kind == "root":
@@ -213,31 +252,49 @@ def teaching_tree() -> TreeArrays:
         elif kind == "search":
             records.append({"action": "search", "query": text, "text": f"<search>{text}</search>"})
         else:
-            records.append({"action": "answer", "answer": text,
-                            "text": f"<answer>\\boxed{{{text}}}</answer>"})
+            records.append(
+                {"action": "answer", "answer": text, "text": f"<answer>\\boxed{{{text}}}</answer>"}
+            )
     n = len(parent)
     rounds = np.zeros(n, dtype=np.int64)
     rounds[10] = 1
     resampled = np.full(n, -1, dtype=np.int64)
     resampled[10] = 2
     depth = np.array([0, 1, 2, 3, 1, 2, 1, 2, 3, 4, 2])
-    return TreeArrays(parent, entropy, reward, prompt_id=0,
-                      node_arrays={"expansion_round": rounds, "resampled_from": resampled,
-                                   "depth": depth, "duplicate_of": np.full(n, -1, dtype=np.int64)},
-                      records=records,
-                      info={"question": "Where was the founder of Neko Labs born?",
-                            "golden_answers": ["Varno"], "hop_queries": [q1, q2],
-                            "hand_made": True})
+    return TreeArrays(
+        parent,
+        entropy,
+        reward,
+        prompt_id=0,
+        node_arrays={
+            "expansion_round": rounds,
+            "resampled_from": resampled,
+            "depth": depth,
+            "duplicate_of": np.full(n, -1, dtype=np.int64),
+        },
+        records=records,
+        info={
+            "question": "Where was the founder of Neko Labs born?",
+            "golden_answers": ["Varno"],
+            "hop_queries": [q1, q2],
+            "hand_made": True,
+        },
+    )
 
 
 def teaching_tree_before_expansion() -> TreeArrays:
     """:func:`teaching_tree` as it stood after its initial chains (round 0: nodes 0-9)."""
     full = teaching_tree()
     keep = slice(0, 10)
-    return TreeArrays(full.parent[keep], full.entropy[keep], full.leaf_reward[keep],
-                      prompt_id=full.prompt_id,
-                      node_arrays={k: v[keep] for k, v in full.node_arrays.items()},
-                      records=list(full.records[keep]), info=dict(full.info))
+    return TreeArrays(
+        full.parent[keep],
+        full.entropy[keep],
+        full.leaf_reward[keep],
+        prompt_id=full.prompt_id,
+        node_arrays={k: v[keep] for k, v in full.node_arrays.items()},
+        records=list(full.records[keep]),
+        info=dict(full.info),
+    )
 
 
 def tree_before_round(tree: TreeArrays, expansion_round: int) -> tuple[TreeArrays, np.ndarray]:
@@ -253,9 +310,15 @@ def tree_before_round(tree: TreeArrays, expansion_round: int) -> tuple[TreeArray
     if (parent[1:] < 0).any():
         raise ValueError("a node of an earlier round has a parent grown later")
     records = [tree.records[i] for i in ids] if len(tree.records) else []
-    sub = TreeArrays(parent, tree.entropy[ids], tree.leaf_reward[ids], prompt_id=tree.prompt_id,
-                     node_arrays={k: np.asarray(v)[ids] for k, v in tree.node_arrays.items()},
-                     records=records, info=dict(tree.info))
+    sub = TreeArrays(
+        parent,
+        tree.entropy[ids],
+        tree.leaf_reward[ids],
+        prompt_id=tree.prompt_id,
+        node_arrays={k: np.asarray(v)[ids] for k, v in tree.node_arrays.items()},
+        records=records,
+        info=dict(tree.info),
+    )
     return sub, ids
 
 
@@ -270,14 +333,21 @@ def round_scores(tree: TreeArrays, expansion_round: int, alpha: float) -> "pd.Da
     source = np.asarray(tree.node_arrays.get("resampled_from", np.full(tree.num_nodes, -1)))
     picked = set(source[(rounds == expansion_round) & (source >= 0)].tolist())
     labels = _labels(sub)
-    frame = pd.DataFrame({
-        "node": ids, "decision": labels, "entropy": sub.entropy,
-        "siblings b(n)": sibling_counts(sub.parent),
-        "score": expansion_scores(sub.entropy, sub.parent, alpha),
-        "candidate": ~sub.is_leaf, "re-sampled": [int(i) in picked for i in ids]})
+    frame = pd.DataFrame(
+        {
+            "node": ids,
+            "decision": labels,
+            "entropy": sub.entropy,
+            "siblings b(n)": sibling_counts(sub.parent),
+            "score": expansion_scores(sub.entropy, sub.parent, alpha),
+            "candidate": ~sub.is_leaf,
+            "re-sampled": [int(i) in picked for i in ids],
+        }
+    )
     cand_h = sub.entropy[~sub.is_leaf]
-    frame["entropy ties"] = [int((np.abs(cand_h - h) <= TIE_TOL).sum()) - 1 if c else 0
-                             for h, c in zip(sub.entropy, frame["candidate"])]
+    frame["entropy ties"] = [
+        int((np.abs(cand_h - h) <= TIE_TOL).sum()) - 1 if c else 0
+        for h, c in zip(sub.entropy, frame["candidate"])
+    ]
     frame.loc[~frame["candidate"], "score"] = np.nan  # a leaf is never scored for a pick
-    return (frame.sort_values(["candidate", "score"], ascending=[False, False])
-            .set_index("node"))
+    return frame.sort_values(["candidate", "score"], ascending=[False, False]).set_index("node")

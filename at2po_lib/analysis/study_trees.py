@@ -32,8 +32,12 @@ from ..config.profile import load_profile
 from ..method.tree import TreeArrays
 from ..policy.checkpoint_files import CheckpointError, file_digests
 from ..policy.model import load_policy
-from ..policy.warmstart_cache import (cached_warmstart, rebuild_hint, shipped_warmstart_dir,
-                                      warmstart_dir)
+from ..policy.warmstart_cache import (
+    cached_warmstart,
+    rebuild_hint,
+    shipped_warmstart_dir,
+    warmstart_dir,
+)
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
@@ -48,35 +52,42 @@ PLAN_KEYS = ("hops", "type", "supporting_ids", "hop_answers", "hop_queries")
 """Row ``metadata`` fields copied into each tree's ``info``."""
 
 
-def study_rows(profile: str, datasets: Sequence[str], num_prompts: int, seed: int,
-               split: str = "train") -> list[dict[str, Any]]:
+def study_rows(
+    profile: str, datasets: Sequence[str], num_prompts: int, seed: int, split: str = "train"
+) -> list[dict[str, Any]]:
     """``num_prompts`` rows drawn without replacement from the pooled ``split`` of ``datasets``
     (TinyWorld jsonl under ``artifacts_dir(profile)/world``), in a seeded random order."""
     rows: list[dict[str, Any]] = []
     for name in datasets:
         path = artifacts_dir(profile) / "world" / "datasets" / name / f"{split}.jsonl"
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no {split} split of {name!r} (run `at2po world "
-                                    f"--profile {profile}` first)")
+            raise FileNotFoundError(
+                f"{path}: no {split} split of {name!r} (run `at2po world "
+                f"--profile {profile}` first)"
+            )
         for line_no, data in enumerate(path.read_bytes().splitlines(), 1):
             if not data.strip():
                 continue
             try:
                 row = json.loads(data.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                raise RecordError(f"{path}, line {line_no}: not a valid UTF-8 JSON row "
-                                 f"({str(exc)[:120]})") from None
+                raise RecordError(
+                    f"{path}, line {line_no}: not a valid UTF-8 JSON row ({str(exc)[:120]})"
+                ) from None
             if not isinstance(row, dict):
                 raise RecordError(f"{path}, line {line_no}: expected a JSON object")
             missing = [k for k in ("id", "question", "golden_answers", "metadata") if k not in row]
             if missing or "supporting_ids" not in row.get("metadata", {}):
                 lacks = missing or ["metadata.supporting_ids"]
-                raise RecordError(f"{path}, line {line_no}: row lacks {lacks} (a TinyWorld row "
-                                 "carries its plan)")
+                raise RecordError(
+                    f"{path}, line {line_no}: row lacks {lacks} (a TinyWorld row carries its plan)"
+                )
             rows.append({**row, "dataset": name})
     if not 1 <= num_prompts <= len(rows):
-        raise ProfileError(f"--prompts {num_prompts}: expected 1 to {len(rows)} (the {split} "
-                           f"rows of {list(datasets)})")
+        raise ProfileError(
+            f"--prompts {num_prompts}: expected 1 to {len(rows)} (the {split} "
+            f"rows of {list(datasets)})"
+        )
     order = np.random.default_rng(seed).permutation(len(rows))[:num_prompts]
     return [rows[i] for i in order]
 
@@ -90,27 +101,42 @@ def policy_folder(profile: str, policy: str | Path | None = None) -> Path:
         if folder is None:
             raise _no_current_warmstart(profile)
     if not (folder / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{folder}: no model.safetensors (train the warm start with "
-                                f"`at2po warmstart --profile {profile}` or pass --policy)")
+        raise FileNotFoundError(
+            f"{folder}: no model.safetensors (train the warm start with "
+            f"`at2po warmstart --profile {profile}` or pass --policy)"
+        )
     return folder
 
 
 def _no_current_warmstart(profile: str) -> OSError:
     """The refusal when neither warm start was built from the profile's configuration: rolling
     out the stale local one (as before) studied another policy than the profile's, unsaid."""
-    stale = next((f for f in (warmstart_dir(profile), shipped_warmstart_dir(profile))
-                  if f.exists()), None)
+    stale = next(
+        (f for f in (warmstart_dir(profile), shipped_warmstart_dir(profile)) if f.exists()), None
+    )
     if stale is None:
-        return FileNotFoundError(f"no warm start of profile {profile!r} (train it with "
-                                 f"`at2po warmstart --profile {profile}` or pass --policy)")
-    return CheckpointError(f"{stale}: a warm start built from another configuration of profile "
-                           f"{profile!r}; {rebuild_hint(profile, shipped=False)}, or pass --policy")
+        return FileNotFoundError(
+            f"no warm start of profile {profile!r} (train it with "
+            f"`at2po warmstart --profile {profile}` or pass --policy)"
+        )
+    return CheckpointError(
+        f"{stale}: a warm start built from another configuration of profile "
+        f"{profile!r}; {rebuild_hint(profile, shipped=False)}, or pass --policy"
+    )
 
 
-def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
-               policy: Path, *, num_chains: int | None = None, chunk: int = GROW_CHUNK,
-               rollout_overrides: dict[str, Any] | None = None,
-               log: bool = True) -> list[TreeArrays]:
+def grow_trees(
+    cfg,
+    rows: Sequence[dict[str, Any]],
+    expansion: str,
+    seed: int,
+    policy: Path,
+    *,
+    num_chains: int | None = None,
+    chunk: int = GROW_CHUNK,
+    rollout_overrides: dict[str, Any] | None = None,
+    log: bool = True,
+) -> list[TreeArrays]:
     """Trees of ``expansion`` (``chain``, ``random`` or ``entropy``) for ``rows``, rolled out in
     chunks of ``chunk`` prompts (bounded memory; chunk c uses seed ``seed + c``).
 
@@ -126,17 +152,30 @@ def grow_trees(cfg, rows: Sequence[dict[str, Any]], expansion: str, seed: int,
     trees: list[TreeArrays] = []
     start = time.perf_counter()
     for c, first in enumerate(range(0, len(rows), chunk)):
-        part = rows[first:first + chunk]
-        grown = rollout(model, tokenizer, template, retriever, [r["question"] for r in part],
-                        [list(r["golden_answers"]) for r in part], rollout_cfg,
-                        expansion=expansion, num_leaves=num_chains, seed=seed + c,
-                        prompt_ids=list(range(first, first + len(part))))
-        arrays = [tree_arrays(t, rollout_cfg.entropy_estimate, rollout_cfg.turn_entropy)
-                  for t in grown]
+        part = rows[first : first + chunk]
+        grown = rollout(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            [r["question"] for r in part],
+            [list(r["golden_answers"]) for r in part],
+            rollout_cfg,
+            expansion=expansion,
+            num_leaves=num_chains,
+            seed=seed + c,
+            prompt_ids=list(range(first, first + len(part))),
+        )
+        arrays = [
+            tree_arrays(t, rollout_cfg.entropy_estimate, rollout_cfg.turn_entropy) for t in grown
+        ]
         trees += with_plans(arrays, rows)
         if log:
-            print(f"  {expansion}: {first + len(part)}/{len(rows)} prompts, "
-                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            print(
+                f"  {expansion}: {first + len(part)}/{len(rows)} prompts, "
+                f"{time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
     return with_retrievals(trees, retriever, cfg.retrieval.topk)
 
 
@@ -150,8 +189,18 @@ def with_plans(trees: Sequence[TreeArrays], rows: Sequence[dict[str, Any]]) -> l
         plan = {k: row["metadata"].get(k) for k in PLAN_KEYS}
         k = seen.get(t.prompt_id, 0)
         seen[t.prompt_id] = k + 1
-        out.append(replace(t, info={**t.info, **plan, "dataset": row["dataset"],
-                                    "question_id": row["id"], "tree_of_prompt": k}))
+        out.append(
+            replace(
+                t,
+                info={
+                    **t.info,
+                    **plan,
+                    "dataset": row["dataset"],
+                    "question_id": row["id"],
+                    "tree_of_prompt": k,
+                },
+            )
+        )
     return out
 
 
@@ -173,8 +222,12 @@ def with_retrievals(trees: Sequence[TreeArrays], retriever, topk: int) -> list[T
     # Nodes whose record has no query (an empty query ends the branch with EOS as its
     # observation, docs/method.md §1; a node can also go on after the tool-limit notice, so its
     # record holds a later action) have nothing to re-run: they get no ``retrieved``.
-    where = [(i, int(n)) for i, t in enumerate(trees) for n in np.flatnonzero(searched_nodes(t))
-             if t.records[n].get("query")]
+    where = [
+        (i, int(n))
+        for i, t in enumerate(trees)
+        for n in np.flatnonzero(searched_nodes(t))
+        if t.records[n].get("query")
+    ]
     queries = [trees[i].records[n]["query"] for i, n in where]
     hits = retriever.search(queries, topk=topk) if queries else []
     records = [[dict(r) for r in t.records] for t in trees]
@@ -196,8 +249,15 @@ def questions_digest(rows: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(names).encode()).hexdigest()
 
 
-def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, Any]],
-                 expansion: str, seed: int, policy: Path, **kwargs: Any) -> list[TreeArrays]:
+def cached_trees(
+    trees_file: str | Path | None,
+    cfg,
+    rows: Sequence[dict[str, Any]],
+    expansion: str,
+    seed: int,
+    policy: Path,
+    **kwargs: Any,
+) -> list[TreeArrays]:
     """:func:`grow_trees`, or the trees of ``trees_file`` when that file exists and was grown
     with the same settings (else they are grown and saved there). A scratch cache: trees are
     rebuildable from the command and seed, never committed. Keyed by everything that
@@ -205,12 +265,19 @@ def cached_trees(trees_file: str | Path | None, cfg, rows: Sequence[dict[str, An
     ``model.safetensors`` under the same path grows again), its dtype and template, the
     rollout and retrieval settings, the seed and the chunking (chunk c samples with seed
     ``seed + c``)."""
-    settings = {"profile": cfg.name, "expansion": expansion, "seed": seed,
-                "policy_weights": policy_digest(policy), "policy_dtype": cfg.policy.dtype,
-                "template": cfg.policy.template, "questions": questions_digest(rows),
-                "rollout": {**asdict(cfg.rollout), **kwargs.get("rollout_overrides", {})},
-                "retrieval": asdict(cfg.retrieval), "num_chains": kwargs.get("num_chains"),
-                "chunk": kwargs.get("chunk", GROW_CHUNK)}
+    settings = {
+        "profile": cfg.name,
+        "expansion": expansion,
+        "seed": seed,
+        "policy_weights": policy_digest(policy),
+        "policy_dtype": cfg.policy.dtype,
+        "template": cfg.policy.template,
+        "questions": questions_digest(rows),
+        "rollout": {**asdict(cfg.rollout), **kwargs.get("rollout_overrides", {})},
+        "retrieval": asdict(cfg.retrieval),
+        "num_chains": kwargs.get("num_chains"),
+        "chunk": kwargs.get("chunk", GROW_CHUNK),
+    }
     if trees_file and Path(trees_file).is_file():
         stored = load_trees_meta(trees_file).get("settings")
         if stored == json.loads(json.dumps(settings)):

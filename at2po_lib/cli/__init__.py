@@ -38,10 +38,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run-notebooks": ("run_notebooks", "execute the numbered notebooks (papermill)"),
     "expansion-stats": ("expansion_stats", "where entropy-guided expansion branches, per alpha"),
     "credit-accuracy": ("credit_accuracy", "AUC of each credit mode against useful-turn labels"),
-    "dissect": ("dissect", "what each part of AT2PO does: credit spread, clip levels, expansion oracle"),
+    "dissect": (
+        "dissect",
+        "what each part of AT2PO does: credit spread, clip levels, expansion oracle",
+    ),
     "regime-pilot": ("regime_pilot", "does RL learn on a profile; do its turns decide the outcome"),
     "plan": ("plan", "memory per GPU and rollout/retrieval load of a step, before a GPU hour"),
-    "rehearsal": ("rehearsal", "write the rehearsal profile's stand-in files (policy, corpus, data)"),
+    "rehearsal": (
+        "rehearsal",
+        "write the rehearsal profile's stand-in files (policy, corpus, data)",
+    ),
     "gpu-env": ("gpu_env", "the GPU environment's pip input / a pip report's key versions"),
 }
 """Subcommand → (module of this package, one-line help)."""

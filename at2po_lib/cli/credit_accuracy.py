@@ -17,28 +17,49 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (CommandParser, add_profile_options, add_warm_start_sample_options,
-                      bounded_int, comma_list, invocation, load_profile_args, parse_set,
-                      quiet_openmp, record_name, run_guarded)
+from .options import (
+    CommandParser,
+    add_profile_options,
+    add_warm_start_sample_options,
+    bounded_int,
+    comma_list,
+    invocation,
+    load_profile_args,
+    parse_set,
+    quiet_openmp,
+    record_name,
+    run_guarded,
+)
 
 PROG = "at2po credit-accuracy"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Grow AT2PO's and Tree-GRPO's trees "
-                                     "with the warm start, label each turn useful or not from "
-                                     "TinyWorld's plan, and score every credit mode by AUC.")
+    parser = CommandParser(
+        prog=PROG,
+        description="Grow AT2PO's and Tree-GRPO's trees "
+        "with the warm start, label each turn useful or not from "
+        "TinyWorld's plan, and score every credit mode by AUC.",
+    )
     add_profile_options(parser, example="rollout.tree_alpha=0.05")
     add_warm_start_sample_options(parser, "prompt draw, sampling and bootstrap seed")
-    parser.add_argument("--resamples", type=bounded_int(1, 100_000), default=4000,
-                        help="bootstrap resamples")
-    parser.add_argument("--trees-dir", default=None,
-                        help="scratch folder: reuse entropy.npz / random.npz grown with the same "
-                             "settings, else save them there (never commit them)")
-    parser.add_argument("--name", default=None, type=record_name,
-                        help="write results/<profile>/dissection/credit_accuracy_NAME.csv (and "
-                             "credit_weights_NAME.csv) instead of the default records, e.g. "
-                             "for a trained --policy or another entropy estimate")
+    parser.add_argument(
+        "--resamples", type=bounded_int(1, 100_000), default=4000, help="bootstrap resamples"
+    )
+    parser.add_argument(
+        "--trees-dir",
+        default=None,
+        help="scratch folder: reuse entropy.npz / random.npz grown with the same "
+        "settings, else save them there (never commit them)",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        type=record_name,
+        help="write results/<profile>/dissection/credit_accuracy_NAME.csv (and "
+        "credit_weights_NAME.csv) instead of the default records, e.g. "
+        "for a trained --policy or another entropy estimate",
+    )
     return parser
 
 
@@ -54,10 +75,18 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     load_profile_args(args)  # checks the profile and the --set values before any rollout
     command = invocation(PROG, argv)
-    result = run_credit_accuracy(args.profile, args.prompts, args.seed,
-                                 comma_list(args.datasets, "--datasets"), args.policy,
-                                 parse_set(args.overrides), args.resamples,
-                                 trees_dir=args.trees_dir, command=command, name=args.name)
+    result = run_credit_accuracy(
+        args.profile,
+        args.prompts,
+        args.seed,
+        comma_list(args.datasets, "--datasets"),
+        args.policy,
+        parse_set(args.overrides),
+        args.resamples,
+        trees_dir=args.trees_dir,
+        command=command,
+        name=args.name,
+    )
     table = result["accuracy"]
     shown = table[table["turns"] != "answer"]
     print(shown.drop(columns=["n_trees", "n_prompts"]).round(3).to_string(index=False))

@@ -23,9 +23,19 @@ import argparse
 
 from ..util.paths import results_dir
 from ..util.provenance import read_meta, run_metadata, write_csv_tables
-from .options import (CommandParser, MAX_PROMPTS, add_profile_options,
-                      add_warm_start_sample_options, bounded_int, comma_list, invocation,
-                      load_profile_args, quiet_openmp, record_name, run_guarded)
+from .options import (
+    CommandParser,
+    MAX_PROMPTS,
+    add_profile_options,
+    add_warm_start_sample_options,
+    bounded_int,
+    comma_list,
+    invocation,
+    load_profile_args,
+    quiet_openmp,
+    record_name,
+    run_guarded,
+)
 
 PROG = "at2po dissect"
 MAX_RESAMPLES = 4096
@@ -33,23 +43,46 @@ MAX_RESAMPLES = 4096
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="What each part of AT2PO does: "
-                                     "credit weights and clip levels from the runs' records, "
-                                     "and the expansion oracle (per-candidate flip rates).")
+    parser = CommandParser(
+        prog=PROG,
+        description="What each part of AT2PO does: "
+        "credit weights and clip levels from the runs' records, "
+        "and the expansion oracle (per-candidate flip rates).",
+    )
     parser.add_argument("what", choices=("runs", "expansion", "oracle-summary"))
     add_profile_options(parser, example="rollout.temperature=1.0")
     add_warm_start_sample_options(parser, "prompt draw and sampling seed")
-    parser.add_argument("--shape", choices=("toy", "paper"), default="toy",
-                        help="first-round tree shape: toy M=4, K=4; paper M=10, K=6")
-    parser.add_argument("--resamples", type=bounded_int(2, MAX_RESAMPLES), default=8,
-                        help="re-samples per candidate")
-    parser.add_argument("--chunk", type=bounded_int(1, MAX_PROMPTS), default=None, help="prompts per rollout batch "
-                        "(default 10; part of the record's key: a rerun resumes only with the "
-                        "same --chunk)")
-    parser.add_argument("--name", default="warmstart", type=record_name,
-                        help="the policy's name in the output file (default warmstart)")
-    parser.add_argument("--methods", default="at2po,at2po_exact,grpo,grpo_tree_budget",
-                        help="run folders read by `runs` (comma-separated)")
+    parser.add_argument(
+        "--shape",
+        choices=("toy", "paper"),
+        default="toy",
+        help="first-round tree shape: toy M=4, K=4; paper M=10, K=6",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=bounded_int(2, MAX_RESAMPLES),
+        default=8,
+        help="re-samples per candidate",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=bounded_int(1, MAX_PROMPTS),
+        default=None,
+        help="prompts per rollout batch "
+        "(default 10; part of the record's key: a rerun resumes only with the "
+        "same --chunk)",
+    )
+    parser.add_argument(
+        "--name",
+        default="warmstart",
+        type=record_name,
+        help="the policy's name in the output file (default warmstart)",
+    )
+    parser.add_argument(
+        "--methods",
+        default="at2po,at2po_exact,grpo,grpo_tree_budget",
+        help="run folders read by `runs` (comma-separated)",
+    )
     return parser
 
 
@@ -73,8 +106,9 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         roots = finished_run_folders(cfg.name, comma_list(args.methods, "--methods"))
         _, fits = credit_from_runs(roots)
         clips = clip_levels(roots)
-        meta = run_metadata(cfg.name, None, command=command,
-                            runs=[f"{p.parent.name}/{p.name}" for p in roots])
+        meta = run_metadata(
+            cfg.name, None, command=command, runs=[f"{p.parent.name}/{p.name}" for p in roots]
+        )
         paths = write_csv_tables(out, {"credit_spread.csv": fits, "clip_levels.csv": clips}, meta)
         print(fits.round(4).to_string(index=False))
         print(clips.round(4).to_string(index=False))
@@ -85,10 +119,14 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         paths = {}
         for raw, summary in summarise_records(out).items():
             # the measurement's provenance, and who summarised it again
-            meta = {**read_meta(raw), "summary_command": command,
-                    "summary_git_revision": run_metadata(cfg.name)["git_revision"]}
-            paths |= write_csv_tables(out, {raw.name.replace(".csv", "_summary.csv"): summary},
-                                      meta)
+            meta = {
+                **read_meta(raw),
+                "summary_command": command,
+                "summary_git_revision": run_metadata(cfg.name)["git_revision"],
+            }
+            paths |= write_csv_tables(
+                out, {raw.name.replace(".csv", "_summary.csv"): summary}, meta
+            )
     else:
         # lazy: the stage pulls pandas, scipy, torch; `at2po dissect --help` stays instant
         from ..analysis.expansion_oracle import DEFAULT_CHUNK, SHAPES, oracle_summary, run_oracle
@@ -100,11 +138,28 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         rows = study_rows(cfg.name, datasets, args.prompts, args.seed)
         policy = policy_folder(cfg.name, args.policy)
         raw = out / f"expansion_oracle_{args.name}_{args.shape}.csv"
-        meta = run_metadata(cfg.name, args.seed, config=cfg.rollout, command=command,
-                            policy=str(policy), datasets=datasets, prompts=args.prompts,
-                            shape={"chains": chains, "k": k}, resamples=args.resamples)
-        frame = run_oracle(cfg, rows, policy, raw, chains=chains, resamples=args.resamples,
-                           seed=args.seed, chunk=chunk, meta=meta)
+        meta = run_metadata(
+            cfg.name,
+            args.seed,
+            config=cfg.rollout,
+            command=command,
+            policy=str(policy),
+            datasets=datasets,
+            prompts=args.prompts,
+            shape={"chains": chains, "k": k},
+            resamples=args.resamples,
+        )
+        frame = run_oracle(
+            cfg,
+            rows,
+            policy,
+            raw,
+            chains=chains,
+            resamples=args.resamples,
+            seed=args.seed,
+            chunk=chunk,
+            meta=meta,
+        )
         summary = oracle_summary(frame, k, seed=args.seed)
         # the summary's meta is its rows' (run_oracle refused a record of other arguments)
         key = read_meta(raw).get("record_key")

@@ -15,30 +15,58 @@ from typing import Any
 from ..config.preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import results_dir
-from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int, comma_list,
-                      load_profile_args, quiet_openmp, run_guarded)
+from .options import (
+    CommandParser,
+    SEED,
+    UsageError,
+    add_profile_options,
+    bounded_int,
+    comma_list,
+    load_profile_args,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po evaluate"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Greedy evaluation on the test "
-                                     "sets: EM and F1 per dataset, sample-weighted averages.")
+    parser = CommandParser(
+        prog=PROG,
+        description="Greedy evaluation on the test "
+        "sets: EM and F1 per dataset, sample-weighted averages.",
+    )
     add_profile_options(parser, example="eval.max_questions=50")
-    parser.add_argument("--checkpoint", default=None,
-                        help="model folder or hub name (default: the profile's warm start, or "
-                             "policy.model at paper scale)")
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
-                             "for --set data.local_dir=DIR)")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="model folder or hub name (default: the profile's warm start, or "
+        "policy.model at paper scale)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
+        "for --set data.local_dir=DIR)",
+    )
     parser.add_argument("--label", default=None, help="method/label column (default: folder name)")
-    parser.add_argument("--seed", type=SEED, default=None,
-                        help="seed column: the evaluated run's training seed (default sft.seed)")
+    parser.add_argument(
+        "--seed",
+        type=SEED,
+        default=None,
+        help="seed column: the evaluated run's training seed (default sft.seed)",
+    )
     parser.add_argument("--datasets", default=None, help="comma-separated (default: eval.datasets)")
-    parser.add_argument("--max-questions", type=bounded_int(1, 1_000_000), default=None,
-                        help="questions per dataset (default: eval.max_questions)")
-    parser.add_argument("--out", default=None,
-                        help="CSV path (default results/<profile>/eval_<label>.csv)")
+    parser.add_argument(
+        "--max-questions",
+        type=bounded_int(1, 1_000_000),
+        default=None,
+        help="questions per dataset (default: eval.max_questions)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="CSV path (default results/<profile>/eval_<label>.csv)"
+    )
     return parser
 
 
@@ -52,14 +80,19 @@ def model_folder(text: str) -> str:
     else is a :class:`UsageError` naming it (b8f2d3f: ``''`` evaluated the warm start, the rest
     ended in ``ValueError: Unrecognized model``)."""
     if not text.strip():
-        raise UsageError("--checkpoint '': empty; give a model folder or a hub name (without "
-                         "--checkpoint: the profile's warm start)")
+        raise UsageError(
+            "--checkpoint '': empty; give a model folder or a hub name (without "
+            "--checkpoint: the profile's warm start)"
+        )
     path = Path(text).expanduser()
     if path.exists():
         if path.is_dir() and (path / "config.json").is_file():
             return text
-        run = " (a run folder: its weights are in checkpoints/checkpoint-<step>)" \
-            if (path / "DONE.json").is_file() or (path / "checkpoints").is_dir() else ""
+        run = (
+            " (a run folder: its weights are in checkpoints/checkpoint-<step>)"
+            if (path / "DONE.json").is_file() or (path / "checkpoints").is_dir()
+            else ""
+        )
         raise UsageError(f"--checkpoint {text!r}: {path} holds no model (no config.json){run}")
     if HUB_NAME.fullmatch(text) and ".." not in text:
         return text
@@ -74,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-    from ..evaluation.greedy import (evaluate, load_evaluation_policy, turn_distribution, write_eval,
-                              write_outcomes)
+    from ..evaluation.greedy import (
+        evaluate,
+        load_evaluation_policy,
+        turn_distribution,
+        write_eval,
+        write_outcomes,
+    )
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
@@ -84,8 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, f"eval.datasets=[{','.join(datasets)}]"]
     cfg = load_profile_args(args)
     check_datasets(cfg, training=False, evaluated=datasets)  # found before the policy loads
-    checkpoint = model_folder(args.checkpoint) if args.checkpoint is not None \
-        else cfg.policy.model
+    checkpoint = model_folder(args.checkpoint) if args.checkpoint is not None else cfg.policy.model
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
@@ -100,11 +137,28 @@ def _run(args: argparse.Namespace) -> int:
     # one policy for every batch and the sampled metric; on vLLM one engine from the checkpoint
     model, tokenizer = load_evaluation_policy(cfg, checkpoint)
     retriever = build_retriever(cfg)
-    summary, details = evaluate(cfg, model, tokenizer, retriever, datasets, args.max_questions,
-                                label=label, seed=seed, return_details=True)
+    summary, details = evaluate(
+        cfg,
+        model,
+        tokenizer,
+        retriever,
+        datasets,
+        args.max_questions,
+        label=label,
+        seed=seed,
+        return_details=True,
+    )
     out = Path(args.out) if args.out else results_dir(cfg.name) / f"eval_{label}.csv"
-    write_eval(summary, out, cfg.name, seed, cfg, checkpoint=str(checkpoint),
-               turn_distribution=turn_distribution(details).to_dict("records"), **provenance)
+    write_eval(
+        summary,
+        out,
+        cfg.name,
+        seed,
+        cfg,
+        checkpoint=str(checkpoint),
+        turn_distribution=turn_distribution(details).to_dict("records"),
+        **provenance,
+    )
     outcomes = write_outcomes(details, out.with_name(out.stem + "_outcomes.csv"))
     print(summary.to_string(index=False))
     print(f"wrote {out} and {outcomes} (one row per question)")

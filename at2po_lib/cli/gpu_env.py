@@ -20,14 +20,21 @@ PROG = "at2po gpu-env"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="The GPU environment's pip input "
-                                     "(requirements) or a summary of pip's --report (summarize).")
+    parser = CommandParser(
+        prog=PROG,
+        description="The GPU environment's pip input "
+        "(requirements) or a summary of pip's --report (summarize).",
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     req = sub.add_parser("requirements", help="environment.yml's pip section, -r expanded")
     req.add_argument("--root", type=Path, default=None, help="repository root (default: this one)")
-    req.add_argument("--list", choices=("training", "retriever"), default="training",
-                     help="training: environment.yml's pip section (default); retriever: "
-                          "requirements-retriever-gpu.txt, the retrieval server's process")
+    req.add_argument(
+        "--list",
+        choices=("training", "retriever"),
+        default="training",
+        help="training: environment.yml's pip section (default); retriever: "
+        "requirements-retriever-gpu.txt, the retrieval server's process",
+    )
     summ = sub.add_parser("summarize", help="the key versions of a pip --report")
     summ.add_argument("report", type=Path)
     return parser
@@ -41,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.action == "requirements":
         root = args.root or repo_root()
-        reqs = (environment_requirements(root) if args.list == "training"
-                else gpu_pins(root, LISTS[args.list]))
+        reqs = (
+            environment_requirements(root)
+            if args.list == "training"
+            else gpu_pins(root, LISTS[args.list])
+        )
         print("\n".join(reqs))
         return 0
     if not args.report.is_file():

@@ -17,18 +17,24 @@ from ..retrieval.encoders import EncoderSpec
 from ..retrieval.indexes import METHODS, ensure_index
 from ..retrieval.ownership import check_destination_name
 from ..util.locks import folder_lock
-from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
-                      run_guarded)
+from .options import CommandParser, add_profile_options, bounded_int, load_profile_args, run_guarded
 
 PROG = "at2po index"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog=PROG, description="Build a dense (faiss) or BM25 index.")
-    add_profile_options(p, default=None, example="retrieval.index_type=HNSW", profile_help=(
-        "build the profile's index(es) (corpus and settings from it)"))
-    p.add_argument("--method", choices=[*METHODS, "both"],
-                   help="with --profile: which index (default: retrieval.method)")
+    add_profile_options(
+        p,
+        default=None,
+        example="retrieval.index_type=HNSW",
+        profile_help=("build the profile's index(es) (corpus and settings from it)"),
+    )
+    p.add_argument(
+        "--method",
+        choices=[*METHODS, "both"],
+        help="with --profile: which index (default: retrieval.method)",
+    )
     p.add_argument("--corpus", help="wiki-18-format JSONL (.gz streams) when not using --profile")
     p.add_argument("--out", help="index folder when not using --profile")
     p.add_argument("--bm25", action="store_true", help="build BM25 instead of dense")
@@ -44,10 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--keep-embeddings", action="store_true")
-    p.add_argument("--force", action="store_true", help="rebuild even if an up-to-date index exists")
-    p.add_argument("--prebuilt", action="store_true", help="with --profile: the dense index in "
-                   "retrieval.index_dir is a downloaded faiss file (retrieval.prebuilt=true): "
-                   "check it against the corpus, build nothing")
+    p.add_argument(
+        "--force", action="store_true", help="rebuild even if an up-to-date index exists"
+    )
+    p.add_argument(
+        "--prebuilt",
+        action="store_true",
+        help="with --profile: the dense index in "
+        "retrieval.index_dir is a downloaded faiss file (retrieval.prebuilt=true): "
+        "check it against the corpus, build nothing",
+    )
     return p
 
 
@@ -63,7 +75,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile:
         cfg = load_profile_args(args)
         if args.prebuilt:  # an explicit choice, never a fallback (retrieval.indexes)
-            cfg = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval, prebuilt=True))
+            cfg = dataclasses.replace(
+                cfg, retrieval=dataclasses.replace(cfg.retrieval, prebuilt=True)
+            )
         methods = METHODS if args.method == "both" else (args.method or cfg.retrieval.method,)
         for method, folder in ensure_index(cfg, methods, force=args.force).items():
             print(f"{method}: {folder}")
@@ -82,11 +96,19 @@ def _build_explicit(args: argparse.Namespace):
     if args.bm25:
         report = build_bm25_index(args.corpus, args.out)
     else:
-        spec = EncoderSpec(args.encoder, args.pooling, args.query_prefix, args.passage_prefix,
-                           args.max_length)
+        spec = EncoderSpec(
+            args.encoder, args.pooling, args.query_prefix, args.passage_prefix, args.max_length
+        )
         report = build_dense_index(
-            args.corpus, args.out, spec, index_type=args.index_type, shard_size=args.shard_size,
-            batch_size=args.batch_size, device=args.device, fp16=args.fp16,
-            keep_embeddings=args.keep_embeddings, force=args.force,
+            args.corpus,
+            args.out,
+            spec,
+            index_type=args.index_type,
+            shard_size=args.shard_size,
+            batch_size=args.batch_size,
+            device=args.device,
+            fp16=args.fp16,
+            keep_embeddings=args.keep_embeddings,
+            force=args.force,
         )
     return report

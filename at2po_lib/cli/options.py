@@ -34,25 +34,40 @@ def record_name(text: str) -> str:
     if not _RECORD_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a record name (letters, digits, '_' and '-', at most 64, "
-            "starting with a letter or digit)")
+            "starting with a letter or digit)"
+        )
     return text
 
 
-def add_profile_options(parser: argparse.ArgumentParser, *, default: str | None = "tiny",
-                        example: str = "train.max_steps=3",
-                        profile_help: str | None = None) -> None:
+def add_profile_options(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str | None = "tiny",
+    example: str = "train.max_steps=3",
+    profile_help: str | None = None,
+) -> None:
     """``--profile`` and the repeatable ``--set`` override."""
-    parser.add_argument("--profile", default=default, help=profile_help or (
-        "a profile name (configs/<name>.yaml) or a YAML file"
-        + (f" (default: {default})" if default else "")))
-    parser.add_argument("--set", action="append", default=[], metavar=SET_METAVAR,
-                        dest="overrides",
-                        help=f"override a profile value, e.g. {example} (repeatable; checked "
-                             "against the config before anything runs)")
+    parser.add_argument(
+        "--profile",
+        default=default,
+        help=profile_help
+        or (
+            "a profile name (configs/<name>.yaml) or a YAML file"
+            + (f" (default: {default})" if default else "")
+        ),
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar=SET_METAVAR,
+        dest="overrides",
+        help=f"override a profile value, e.g. {example} (repeatable; checked "
+        "against the config before anything runs)",
+    )
 
 
-def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None
-              ) -> dict[str, Any]:
+def parse_set(texts: list[str], extra_sections: Mapping[str, type] | None = None) -> dict[str, Any]:
     """The ``--set`` values as one nested dict ({} when there are none)."""
     return parse_overrides(texts, extra_sections) or {}
 
@@ -64,11 +79,15 @@ MAX_PROMPTS = 1_000_000
 def add_warm_start_sample_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
     """``--prompts``, ``--seed``, ``--datasets``, ``--policy``: the analyses that grow trees
     with the warm start on a sample of training prompts (expansion-stats, credit-accuracy)."""
-    parser.add_argument("--prompts", type=bounded_int(1, MAX_PROMPTS), default=300,
-                        help="prompts (default 300)")
+    parser.add_argument(
+        "--prompts", type=bounded_int(1, MAX_PROMPTS), default=300, help="prompts (default 300)"
+    )
     parser.add_argument("--seed", type=SEED, default=0, help=seed_help)
-    parser.add_argument("--datasets", default=None,
-                        help="training splits to draw from (default train.train_datasets)")
+    parser.add_argument(
+        "--datasets",
+        default=None,
+        help="training splits to draw from (default train.train_datasets)",
+    )
     parser.add_argument("--policy", default=None, help="policy folder (default: the warm start)")
 
 
@@ -102,8 +121,9 @@ def int_list(text: str, option: str, low: int = 0, high: int = 2**32 - 1) -> lis
         try:
             start, end = int(first), int(last) if dash else int(first)
         except ValueError:
-            raise UsageError(f"{option} {text!r}: expected integers or ranges a-b separated "
-                             "by commas") from None
+            raise UsageError(
+                f"{option} {text!r}: expected integers or ranges a-b separated by commas"
+            ) from None
         if end < start:
             raise UsageError(f"{option} {text!r}: the range {item} runs backwards")
         if not low <= start <= end <= high:
@@ -127,6 +147,7 @@ class CommandParser(argparse.ArgumentParser):
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer in [low, high], else one line naming the value (a 0 or
     a typo such as 1000000000 stops here, not in a traceback or after hours of work)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -134,7 +155,8 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
             value = None
         if value is None or not low <= value <= high:
             raise argparse.ArgumentTypeError(
-                f"{text[:40]!r}: expected an integer in [{low:,}, {high:,}]")
+                f"{text[:40]!r}: expected an integer in [{low:,}, {high:,}]"
+            )
         return value
 
     return parse
@@ -143,16 +165,19 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 def bounded_float(low: float, high: float, *, open_low: bool = False) -> Callable[[str], float]:
     """An argparse ``type``: a finite number in [low, high] (``(low, high]`` with
     ``open_low``); ``nan``, ``inf`` and ``1e308`` are refused naming the value."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and (value > low if open_low else value >= low)
-                and value <= high):
+        if not (
+            math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
+        ):
             interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
             raise argparse.ArgumentTypeError(
-                f"{text[:40]!r}: expected a finite number in {interval}")
+                f"{text[:40]!r}: expected a finite number in {interval}"
+            )
         return value
 
     return parse

@@ -1,6 +1,6 @@
 """``at2po rehearsal``: write the ``rehearsal`` profile's stand-in files (:mod:`at2po_lib.trainer.rehearsal`).
 
-    at2po rehearsal --out artifacts/rehearsal      # policy/, corpus.jsonl, flashrag/ (seconds)
+at2po rehearsal --out artifacts/rehearsal      # policy/, corpus.jsonl, flashrag/ (seconds)
 """
 
 from __future__ import annotations
@@ -9,18 +9,25 @@ import argparse
 from pathlib import Path
 
 from ..trainer.rehearsal import prepare
-from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
-                      run_guarded)
+from .options import CommandParser, add_profile_options, bounded_int, load_profile_args, run_guarded
 
 PROG = "at2po rehearsal"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Write the rehearsal's random tiny "
-                                     "Qwen3 + tokenizer, wiki-18 passages and FlashRAG folder.")
+    parser = CommandParser(
+        prog=PROG,
+        description="Write the rehearsal's random tiny "
+        "Qwen3 + tokenizer, wiki-18 passages and FlashRAG folder.",
+    )
     add_profile_options(parser, default="rehearsal", example="policy.hidden_size=64")
     parser.add_argument("--out", type=Path, default=Path("artifacts") / "rehearsal")
-    parser.add_argument("--passages", type=bounded_int(1, 1_000_000), default=200, help="corpus passages (default 200)")
+    parser.add_argument(
+        "--passages",
+        type=bounded_int(1, 1_000_000),
+        default=200,
+        help="corpus passages (default 200)",
+    )
     return parser
 
 

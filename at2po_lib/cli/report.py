@@ -14,25 +14,35 @@ import argparse
 import sys
 
 from ..evaluation import stats
-from .options import (CommandParser, add_profile_options, bounded_int, load_profile_args,
-                      run_guarded)
+from .options import CommandParser, add_profile_options, bounded_int, load_profile_args, run_guarded
 
 PROG = "at2po report"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Write the tables and figures of a "
-                                     "profile's finished runs (no training).")
+    parser = CommandParser(
+        prog=PROG,
+        description="Write the tables and figures of a profile's finished runs (no training).",
+    )
     add_profile_options(parser, example="eval.max_questions=50")
-    parser.add_argument("--resamples", type=bounded_int(1, 1_000_000), default=None,
-                        help="bootstrap replicates per interval (default 4000)")
-    parser.add_argument("--readme", action="store_true",
-                        help="refresh the blocks of the README and docs/ generated from "
-                             "these tables")
+    parser.add_argument(
+        "--resamples",
+        type=bounded_int(1, 1_000_000),
+        default=None,
+        help="bootstrap replicates per interval (default 4000)",
+    )
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="refresh the blocks of the README and docs/ generated from these tables",
+    )
     parser.add_argument("--no-figures", action="store_true", help="tables only")
-    parser.add_argument("--pair-across-revisions", action="store_true",
-                        help="pair the study's blocks even when they ran at different "
-                             "revisions (refused by default, naming the blocks)")
+    parser.add_argument(
+        "--pair-across-revisions",
+        action="store_true",
+        help="pair the study's blocks even when they ran at different "
+        "revisions (refused by default, naming the blocks)",
+    )
     return parser
 
 
@@ -46,9 +56,13 @@ def _run(args: argparse.Namespace) -> int:
     from ..reporting.report import write_report
 
     cfg = load_profile_args(args)
-    report = write_report(cfg.name, n_resamples=args.resamples or stats.DEFAULT_RESAMPLES,
-                          readme=args.readme, figures=not args.no_figures,
-                          allow_revisions=args.pair_across_revisions)
+    report = write_report(
+        cfg.name,
+        n_resamples=args.resamples or stats.DEFAULT_RESAMPLES,
+        readme=args.readme,
+        figures=not args.no_figures,
+        allow_revisions=args.pair_across_revisions,
+    )
     for note in report.notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     for name, paths in report.paths.items():

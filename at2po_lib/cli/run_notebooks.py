@@ -22,17 +22,28 @@ PROG = "at2po run-notebooks"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Execute the numbered notebooks "
-                                     "with papermill; up-to-date stages are skipped.")
+    parser = CommandParser(
+        prog=PROG,
+        description="Execute the numbered notebooks with papermill; up-to-date stages are skipped.",
+    )
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--only", default=None, help="comma-separated prefixes, e.g. 00,01")
     parser.add_argument("--force", action="store_true", help="re-run stages that are up to date")
-    parser.add_argument("--retrain", action="store_true",
-                        help="retrain the warm start and the committed runs instead of reusing "
-                             "them (implies --force)")
-    parser.add_argument("--set", action="append", default=[], metavar=SET_METAVAR,
-                        dest="overrides", help="override a profile value in every notebook, "
-                        "e.g. train.max_steps=8 (repeatable; checked before anything runs)")
+    parser.add_argument(
+        "--retrain",
+        action="store_true",
+        help="retrain the warm start and the committed runs instead of reusing "
+        "them (implies --force)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar=SET_METAVAR,
+        dest="overrides",
+        help="override a profile value in every notebook, "
+        "e.g. train.max_steps=8 (repeatable; checked before anything runs)",
+    )
     parser.add_argument("--notebooks-dir", type=Path, default=None)
     parser.add_argument("--out-dir", type=Path, default=None)
     return parser
@@ -47,8 +58,15 @@ def _run(args: argparse.Namespace) -> int:
     only = comma_list(args.only, "--only")
     os.environ.setdefault("AT2PO_HOME", str(repo_root()))
     try:
-        results = run_notebooks(args.profile, only, args.force, args.notebooks_dir, args.out_dir,
-                                retrain=args.retrain, overrides=parse_set(args.overrides))
+        results = run_notebooks(
+            args.profile,
+            only,
+            args.force,
+            args.notebooks_dir,
+            args.out_dir,
+            retrain=args.retrain,
+            overrides=parse_set(args.overrides),
+        )
     except ValueError as exc:  # an unknown profile, or an --only prefix naming no notebook
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

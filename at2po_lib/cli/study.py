@@ -22,44 +22,76 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from .options import (CommandParser, UsageError, add_profile_options, comma_list, int_list,
-                      parse_set, quiet_openmp, run_guarded)
+from .options import (
+    CommandParser,
+    UsageError,
+    add_profile_options,
+    comma_list,
+    int_list,
+    parse_set,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po study"
 
 
 def build_parser(prog: str = PROG, table: str | None = None) -> argparse.ArgumentParser:
-    parser = CommandParser(prog=prog, description="Train (or reuse) every (method, "
-                                     "seed) of one of the paper's tables, then write the tables "
-                                     "and figures of the profile from its records.")
+    parser = CommandParser(
+        prog=prog,
+        description="Train (or reuse) every (method, "
+        "seed) of one of the paper's tables, then write the tables "
+        "and figures of the profile from its records.",
+    )
     add_profile_options(parser, example="train.max_steps=96 (applies to every run)")
     if table is None:
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--table", choices=["1", "2", "3"])
-        which.add_argument("--block-set", metavar="SET",
-                           help="train in blocks: one seed of each of the set's methods per "
-                                "block (headline: AT2PO, GRPO, GRPO at AT2PO's budget; "
-                                "ablation: Table 2-3 cells with AT2PO)")
-    parser.add_argument("--blocks", default=None,
-                        help="with --block-set: block numbers, e.g. 0-11 or 0,1,2")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="with --block-set: torch threads of every run (default 1)")
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="with --block-set: start a block on uncommitted code (recorded)")
-    parser.add_argument("--allow-revisions", action="store_true",
-                        help="with --block-set: add blocks at another revision than the "
-                             "set's finished ones")
-    parser.add_argument("--seeds", default="0", help="comma-separated or ranges, e.g. 0,1,2 "
-                                                     "or 0-4")
-    parser.add_argument("--methods", default=None,
-                        help="comma-separated names or patterns, e.g. "
-                             "'credit_*_diff_global' (default: the table's runs)")
+        which.add_argument(
+            "--block-set",
+            metavar="SET",
+            help="train in blocks: one seed of each of the set's methods per "
+            "block (headline: AT2PO, GRPO, GRPO at AT2PO's budget; "
+            "ablation: Table 2-3 cells with AT2PO)",
+        )
+    parser.add_argument(
+        "--blocks", default=None, help="with --block-set: block numbers, e.g. 0-11 or 0,1,2"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="with --block-set: torch threads of every run (default 1)",
+    )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="with --block-set: start a block on uncommitted code (recorded)",
+    )
+    parser.add_argument(
+        "--allow-revisions",
+        action="store_true",
+        help="with --block-set: add blocks at another revision than the set's finished ones",
+    )
+    parser.add_argument("--seeds", default="0", help="comma-separated or ranges, e.g. 0,1,2 or 0-4")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated names or patterns, e.g. "
+        "'credit_*_diff_global' (default: the table's runs)",
+    )
     parser.add_argument("--force", action="store_true", help="re-run finished runs")
-    parser.add_argument("--no-report", action="store_true",
-                        help="train only (e.g. while another worker still trains)")
-    parser.add_argument("--plan", action="store_true",
-                        help="list each run's state (finished, resumes, new) and exit: nothing "
-                             "is trained or written")
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="train only (e.g. while another worker still trains)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="list each run's state (finished, resumes, new) and exit: nothing "
+        "is trained or written",
+    )
     parser.set_defaults(table=table, block_set=None)
     return parser
 
@@ -106,8 +138,10 @@ def _run_blocks(args: argparse.Namespace) -> int:
     if args.blocks is None:
         raise UsageError("--block-set needs --blocks, e.g. --blocks 0-11")
     if args.methods is not None or args.force or args.seeds != "0":
-        raise UsageError("a block trains every method of its set with the block's seed: "
-                         "--methods, --seeds and --force go with --table")
+        raise UsageError(
+            "a block trains every method of its set with the block's seed: "
+            "--methods, --seeds and --force go with --table"
+        )
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.blocks import DEFAULT_THREADS, block_plan, run_blocks
 
@@ -118,15 +152,23 @@ def _run_blocks(args: argparse.Namespace) -> int:
         for p in plan:
             print(f"block {p.block:<3} seed {p.seed:<4} {p.state:<12} {p.detail}".rstrip())
         counts = Counter(p.state for p in plan)
-        print(f"block set {args.block_set}: {len(plan)} blocks: "
-              + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+        print(
+            f"block set {args.block_set}: {len(plan)} blocks: "
+            + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        )
         return 0
     threads = DEFAULT_THREADS if args.threads is None else args.threads
     if threads < 1:
         raise UsageError(f"--threads {threads}: at least 1")
-    results = run_blocks(args.profile, args.block_set, blocks, threads=threads,
-                         overrides=overrides, allow_dirty=args.allow_dirty,
-                         allow_revisions=args.allow_revisions)
+    results = run_blocks(
+        args.profile,
+        args.block_set,
+        blocks,
+        threads=threads,
+        overrides=overrides,
+        allow_dirty=args.allow_dirty,
+        allow_revisions=args.allow_revisions,
+    )
     for r in results:
         print(f"[study] {args.block_set} block {r.block}: {r.status} ({r.folder})")
     if not args.no_report:
@@ -134,8 +176,14 @@ def _run_blocks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_plan(profile: str, table: str, seeds: list[int], methods: list[str],
-                overrides: dict | None, force: bool) -> int:
+def _print_plan(
+    profile: str,
+    table: str,
+    seeds: list[int],
+    methods: list[str],
+    overrides: dict | None,
+    force: bool,
+) -> int:
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import study_plan
 
@@ -145,6 +193,8 @@ def _print_plan(profile: str, table: str, seeds: list[int], methods: list[str],
         state = "retrains (--force)" if force else p.state
         print(f"{p.method:<{width}}  seed {p.seed:<3} {state:<13} {p.detail}".rstrip())
     counts = Counter("retrains" if force else p.state for p in plan)
-    print(f"table {table}: {len(plan)} runs: "
-          + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    print(
+        f"table {table}: {len(plan)} runs: "
+        + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    )
     return 0

@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (CommandParser, SEED, UsageError, add_profile_options, bounded_int,
-                      check_methods, parse_set, quiet_openmp, run_guarded)
+from .options import (
+    CommandParser,
+    SEED,
+    UsageError,
+    add_profile_options,
+    bounded_int,
+    check_methods,
+    parse_set,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po train"
 TRAINER_SECTION = "trainer"
@@ -32,24 +41,44 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=PROG,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train one method (AT2PO or a baseline) on one profile and seed; records "
-                    "go to results/runs/<profile>/<method>/seed<S>/.")
-    add_profile_options(parser, example="train.learning_rate=1e-4, or trainer.beta=0 for an "
-                                        "AT2POConfig field after the method preset")
+        "go to results/runs/<profile>/<method>/seed<S>/.",
+    )
+    add_profile_options(
+        parser,
+        example="train.learning_rate=1e-4, or trainer.beta=0 for an "
+        "AT2POConfig field after the method preset",
+    )
     parser.add_argument("--method", help="a preset name (see --list-methods)")
     parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the run's last complete checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the run's last complete checkpoint"
+    )
     parser.add_argument("--force", action="store_true", help="re-run a finished run")
     parser.add_argument("--list-methods", action="store_true")
-    parser.add_argument("--max-steps", type=bounded_int(1, 1_000_000), default=None,
-                        help="shorthand for --set train.max_steps=N")
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
-                             "for --set data.local_dir=DIR)")
-    parser.add_argument("--arg", action="append", default=[], metavar="FIELD=VALUE",
-                        help="shorthand for --set trainer.FIELD=VALUE")
+    parser.add_argument(
+        "--max-steps",
+        type=bounded_int(1, 1_000_000),
+        default=None,
+        help="shorthand for --set train.max_steps=N",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="FlashRAG files on disk, DIR/<dataset>/<split>.jsonl (shorthand "
+        "for --set data.local_dir=DIR)",
+    )
+    parser.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="shorthand for --set trainer.FIELD=VALUE",
+    )
     return parser
 
 
@@ -57,8 +86,10 @@ def override_texts(args: argparse.Namespace) -> list[str]:
     """Every override as ``--set`` text: the ``--set`` values, then the shorthands."""
     texts = list(args.overrides)
     given = {t.split("=", 1)[0].strip() for t in texts}
-    for option, key, value in (("--max-steps", "train.max_steps", args.max_steps),
-                               ("--data-dir", "data.local_dir", getattr(args, "data_dir", None))):
+    for option, key, value in (
+        ("--max-steps", "train.max_steps", args.max_steps),
+        ("--data-dir", "data.local_dir", getattr(args, "data_dir", None)),
+    ):
         if value is None:
             continue
         if key in given:  # one of the two would be dropped without a word
@@ -82,8 +113,9 @@ def split_overrides(texts: list[str]) -> tuple[dict, dict]:
         from ..trainer.resolve import check_trainer_overrides
 
         # Rollout knobs first: they are not AT2POConfig fields, and the error names their home.
-        check_trainer_overrides({key[1]: None for key in keys
-                                 if key[0] == TRAINER_SECTION and len(key) == 2})
+        check_trainer_overrides(
+            {key[1]: None for key in keys if key[0] == TRAINER_SECTION and len(key) == 2}
+        )
         extra = {TRAINER_SECTION: AT2POConfig}
     merged = parse_set(texts, extra)
     trainer = merged.pop(TRAINER_SECTION, {})
@@ -113,8 +145,15 @@ def _run(args: argparse.Namespace) -> int:
     # lazy: the stage pulls pandas, torch, transformers; `at2po train --help` stays instant
     from ..trainer.run import train
 
-    result = train(args.profile, args.method, args.seed, resume=args.resume, force=args.force,
-                   profile_overrides=profile_overrides, trainer_overrides=trainer_overrides)
+    result = train(
+        args.profile,
+        args.method,
+        args.seed,
+        resume=args.resume,
+        force=args.force,
+        profile_overrides=profile_overrides,
+        trainer_overrides=trainer_overrides,
+    )
     print(f"{result.status}: {result.run.root} ({result.wall_time:.1f} s)")
     if result.final_eval is not None:
         print(result.final_eval.to_string(index=False))

@@ -1,29 +1,40 @@
 """``at2po warmstart``: the tiny policy's SFT warm start (:mod:`at2po_lib.trainer.warmstart`).
 
-    at2po warmstart --profile tiny            # cached: trains only when missing or stale
-    at2po warmstart --profile smoke --force
-    at2po warmstart --profile tiny --force --ship   # rebuild and replace the committed copy
+at2po warmstart --profile tiny            # cached: trains only when missing or stale
+at2po warmstart --profile smoke --force
+at2po warmstart --profile tiny --force --ship   # rebuild and replace the committed copy
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .options import (CommandParser, add_profile_options, load_profile_args, quiet_openmp,
-                      run_guarded)
+from .options import (
+    CommandParser,
+    add_profile_options,
+    load_profile_args,
+    quiet_openmp,
+    run_guarded,
+)
 
 PROG = "at2po warmstart"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog=PROG, description="Train the tiny policy's SFT warm "
-                                     "start (scripted demonstrations, checkpoint chosen on "
-                                     "validation EM).")
+    parser = CommandParser(
+        prog=PROG,
+        description="Train the tiny policy's SFT warm "
+        "start (scripted demonstrations, checkpoint chosen on "
+        "validation EM).",
+    )
     add_profile_options(parser, example="sft.max_steps=300")
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
-    parser.add_argument("--ship", action="store_true",
-                        help="copy the warm start to results/<profile>/warmstart/, the copy git "
-                             "keeps (a fresh clone then skips SFT)")
+    parser.add_argument(
+        "--ship",
+        action="store_true",
+        help="copy the warm start to results/<profile>/warmstart/, the copy git "
+        "keeps (a fresh clone then skips SFT)",
+    )
     return parser
 
 
@@ -44,8 +55,10 @@ def _run(args: argparse.Namespace) -> int:
         path = ship_warmstart(cfg)
     record = read_warmstart_record(cfg.name)
     print(f"warm start: {path}")
-    print(f"chosen step {record['chosen_step']} (validation multi-hop EM "
-          f"{record['chosen_validation_em']:.3f}, in band: {record['in_band']}); "
-          f"SFT {record['sft_seconds']:.0f} s + validation {record['validation_seconds']:.0f} s; "
-          f"{record['parameters']:,} parameters, vocabulary {record['vocab_size']}")
+    print(
+        f"chosen step {record['chosen_step']} (validation multi-hop EM "
+        f"{record['chosen_validation_em']:.3f}, in band: {record['in_band']}); "
+        f"SFT {record['sft_seconds']:.0f} s + validation {record['validation_seconds']:.0f} s; "
+        f"{record['parameters']:,} parameters, vocabulary {record['vocab_size']}"
+    )
     return 0

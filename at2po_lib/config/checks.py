@@ -50,7 +50,7 @@ def shown(value: Any) -> str:
     short.maxstring = short.maxother = short.maxlong = MAX_SHOWN_CHARS
     short.maxlevel = 3
     text = short.repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
 
 
 def name_problem(name: Any, what: str) -> str | None:
@@ -58,8 +58,10 @@ def name_problem(name: Any, what: str) -> str | None:
     with a dot, at most 128 characters), else the problem in words, naming ``what``."""
     if isinstance(name, str) and NAME_PATTERN.fullmatch(name) and set(name) != {"."}:
         return None
-    return (f"{what} {shown(name)}: expected a plain name (letters, digits, '_', '.', '-'; "
-            "not starting with '.'; at most 128 characters)")
+    return (
+        f"{what} {shown(name)}: expected a plain name (letters, digits, '_', '.', '-'; "
+        "not starting with '.'; at most 128 characters)"
+    )
 
 
 def check_name(name: Any, what: str) -> bool:
@@ -71,10 +73,14 @@ def check_name(name: Any, what: str) -> bool:
 
 def _int_at_least(low: int, high: int | None = None) -> Rule:
     if high is None:
-        return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
-                f"an integer >= {low}")
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
-            f"an integer in [{low}, {high:,}]")
+        return (
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
+            f"an integer >= {low}",
+        )
+    return (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
+        f"an integer in [{low}, {high:,}]",
+    )
 
 
 def _optional(rule: Rule) -> Rule:
@@ -82,8 +88,13 @@ def _optional(rule: Rule) -> Rule:
     return (lambda v: v is None or check(v), f"null or {words}")
 
 
-def _finite(low: float | None = None, high: float | None = None, *, open_low: bool = False,
-            open_high: bool = False) -> Rule:
+def _finite(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> Rule:
     def check(v: Any) -> bool:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             return False
@@ -93,9 +104,13 @@ def _finite(low: float | None = None, high: float | None = None, *, open_low: bo
 
     lo = "" if low is None else f"{'(' if open_low else '['}{low}"
     hi = "" if high is None else f"{high}{')' if open_high else ']'}"
-    words = (f"a finite number in {lo}, {hi}" if low is not None and high is not None
-             else f"a finite number {'>' if open_low else '>='} {low}" if low is not None
-             else "a finite number")
+    words = (
+        f"a finite number in {lo}, {hi}"
+        if low is not None and high is not None
+        else f"a finite number {'>' if open_low else '>='} {low}"
+        if low is not None
+        else "a finite number"
+    )
     return check, words
 
 
@@ -109,11 +124,22 @@ def _any_text() -> Rule:
 
 TEST_ONLY = ("tiny_bamboogle",)
 """TinyWorld datasets without a train split (Bamboogle has only its 125 test questions)."""
-LOGGERS = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",),
-           "mlflow": ("mlflow",), "comet_ml": ("comet_ml",), "neptune": ("neptune",),
-           "clearml": ("clearml",), "dvclive": ("dvclive",), "codecarbon": ("codecarbon",),
-           "azure_ml": ("azureml",), "dagshub": ("dagshub",), "swanlab": ("swanlab",),
-           "trackio": ("trackio",), "flyte": ("flytekit",), "kubeflow": ("kubeflow",)}
+LOGGERS = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
+    "comet_ml": ("comet_ml",),
+    "neptune": ("neptune",),
+    "clearml": ("clearml",),
+    "dvclive": ("dvclive",),
+    "codecarbon": ("codecarbon",),
+    "azure_ml": ("azureml",),
+    "dagshub": ("dagshub",),
+    "swanlab": ("swanlab",),
+    "trackio": ("trackio",),
+    "flyte": ("flytekit",),
+    "kubeflow": ("kubeflow",),
+}
 """``train.report_to`` names (transformers' integrations) → the packages each needs (any one)."""
 
 
@@ -121,14 +147,16 @@ def _names(*, allow_empty: bool, train: bool = False) -> Rule:
     """Dataset names: plain names; a ``tiny_`` one must be a TinyWorld dataset (for training,
     one with a train split). Other names are FlashRAG datasets, resolved when a command starts
     (:mod:`at2po_lib.config.preflight`)."""
+
     def check(v: Any) -> bool:
         if not isinstance(v, list) or (not v and not allow_empty):
             return False
         for item in v:
             check_name(item, "dataset name")  # raises naming the bad item
             if item.startswith("tiny_") and item not in TINY_DATASETS:
-                raise _Problem(f"{shown(item)} is no TinyWorld dataset (known: "
-                               f"{', '.join(TINY_DATASETS)})")
+                raise _Problem(
+                    f"{shown(item)} is no TinyWorld dataset (known: {', '.join(TINY_DATASETS)})"
+                )
             if train and item in TEST_ONLY:
                 raise _Problem(f"{item} has no train split (a test set only)")
         return True
@@ -142,8 +170,10 @@ def _loggers() -> Rule:
             return False
         for item in v:
             if item not in LOGGERS:
-                raise _Problem(f"{shown(item)} is no logger transformers knows (known: "
-                               f"{', '.join(LOGGERS)}; [] for metrics.jsonl alone)")
+                raise _Problem(
+                    f"{shown(item)} is no logger transformers knows (known: "
+                    f"{', '.join(LOGGERS)}; [] for metrics.jsonl alone)"
+                )
         return True
 
     return check, "a list of logger names"
@@ -152,26 +182,44 @@ def _loggers() -> Rule:
 def logger_problems(names: list[str]) -> list[str]:
     """The ``train.report_to`` loggers whose package is not installed (checked when training
     starts, not when any profile loads: reading records needs no logger)."""
-    return [f"train.report_to: {name} is not installed (pip install {LOGGERS[name][0]}, or "
-            f"--set 'train.report_to=[]')" for name in names
-            if name in LOGGERS and not any(importlib.util.find_spec(m) for m in LOGGERS[name])]
+    return [
+        f"train.report_to: {name} is not installed (pip install {LOGGERS[name][0]}, or "
+        f"--set 'train.report_to=[]')"
+        for name in names
+        if name in LOGGERS and not any(importlib.util.find_spec(m) for m in LOGGERS[name])
+    ]
 
 
 def _template() -> Rule:
-    return (lambda v: isinstance(v, str) and (v in BUILTIN_TEMPLATES or Path(v).is_file()),
-            f"a built-in template ({', '.join(BUILTIN_TEMPLATES)}) or an existing YAML file")
+    return (
+        lambda v: isinstance(v, str) and (v in BUILTIN_TEMPLATES or Path(v).is_file()),
+        f"a built-in template ({', '.join(BUILTIN_TEMPLATES)}) or an existing YAML file",
+    )
 
 
 def _server_url() -> Rule:
-    return (lambda v: v is None or (isinstance(v, str) and v.startswith(("http://", "https://"))
-                                    and len(v) > len("http://")),
-            "null or an http:// or https:// address of a retrieval server")
+    return (
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, str)
+                and v.startswith(("http://", "https://"))
+                and len(v) > len("http://")
+            )
+        ),
+        "null or an http:// or https:// address of a retrieval server",
+    )
 
 
 def _seeds() -> Rule:
-    return (lambda v: isinstance(v, list) and bool(v) and all(
-        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in v),
-        "a non-empty list of integers in [0, 2^32)")
+    return (
+        lambda v: (
+            isinstance(v, list)
+            and bool(v)
+            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in v)
+        ),
+        "a non-empty list of integers in [0, 2^32)",
+    )
 
 
 def _profile_name() -> Rule:
@@ -217,28 +265,37 @@ RULES: dict[str, Rule] = {
     "data.local_dir": _any_text(),  # FlashRAG files on disk (None: the hub or its cache)
     # world
     "world.seed": SEED,
-    "world.n_countries": COUNT, "world.n_cities": COUNT, "world.n_people": COUNT,
-    "world.n_companies": COUNT, "world.n_universities": COUNT, "world.n_films": COUNT,
+    "world.n_countries": COUNT,
+    "world.n_cities": COUNT,
+    "world.n_people": COUNT,
+    "world.n_companies": COUNT,
+    "world.n_universities": COUNT,
+    "world.n_films": COUNT,
     "world.dev_fraction": _finite(0.0, 1.0, open_high=True),
     "world.test_fraction": _finite(0.0, 1.0, open_high=True),
     "world.train_per_dataset": _int_at_least(0, 1_000_000),
     "world.dev_per_dataset": _int_at_least(0, 1_000_000),
     "world.test_per_dataset": COUNT,
     "world.distractor_rate": SHARE,
-    "world.max_passage_words": (lambda v: isinstance(v, int) and 20 <= v <= 100,
-                                "an integer in [20, 100]"),
+    "world.max_passage_words": (
+        lambda v: isinstance(v, int) and 20 <= v <= 100,
+        "an integer in [20, 100]",
+    ),
     "world.name_seed": _optional(SEED),
     "world.filler_words": _int_at_least(0, 100),  # at most a passage's word budget
     # retrieval
     "retrieval.method": _one_of("bm25", "dense"),
     "retrieval.encoder": _any_text(),
     "retrieval.pooling": _one_of("mean", "cls"),
-    "retrieval.query_prefix": _any_text(), "retrieval.passage_prefix": _any_text(),
+    "retrieval.query_prefix": _any_text(),
+    "retrieval.passage_prefix": _any_text(),
     "retrieval.max_length": WIDTH,
     "retrieval.index_type": _one_of("Flat", "HNSW"),
-    "retrieval.topk": _int_at_least(1, 1000), "retrieval.batch_size": BATCH,
+    "retrieval.topk": _int_at_least(1, 1000),
+    "retrieval.batch_size": BATCH,
     "retrieval.fp16": (lambda v: isinstance(v, bool), "true or false"),
-    "retrieval.corpus": _any_text(), "retrieval.index_dir": _any_text(),
+    "retrieval.corpus": _any_text(),
+    "retrieval.index_dir": _any_text(),
     "retrieval.prebuilt": (lambda v: isinstance(v, bool), "true or false"),
     "retrieval.url": _server_url(),
     "retrieval.shard_size": _int_at_least(1, 1 << 24),  # x dim x 4 bytes in memory at once
@@ -246,29 +303,41 @@ RULES: dict[str, Rule] = {
     "retrieval.timeout_s": TIMEOUT_S,
     "retrieval.retries": _int_at_least(0, 100),
     # policy
-    "policy.model": _any_text(), "policy.template": _template(),
+    "policy.model": _any_text(),
+    "policy.template": _template(),
     "policy.dtype": _one_of("float32", "bfloat16", "float16", "auto"),
-    "policy.hidden_size": MODEL_WIDTH, "policy.num_hidden_layers": FAN,
-    "policy.num_attention_heads": FAN, "policy.num_key_value_heads": FAN,
+    "policy.hidden_size": MODEL_WIDTH,
+    "policy.num_hidden_layers": FAN,
+    "policy.num_attention_heads": FAN,
+    "policy.num_key_value_heads": FAN,
     "policy.head_dim": _int_at_least(0, 1024),
-    "policy.intermediate_size": _int_at_least(1, 1 << 16), "policy.max_position_embeddings": WIDTH,
+    "policy.intermediate_size": _int_at_least(1, 1 << 16),
+    "policy.max_position_embeddings": WIDTH,
     "policy.vocab_size": WIDTH,
-    "policy.lora_r": _int_at_least(0, 1 << 16), "policy.lora_alpha": _int_at_least(1, 1 << 16),
+    "policy.lora_r": _int_at_least(0, 1 << 16),
+    "policy.lora_alpha": _int_at_least(1, 1 << 16),
     # sft (warm start)
-    "sft.seed": SEED, "sft.max_steps": STEPS, "sft.batch_size": BATCH,
-    "sft.learning_rate": LEARNING_RATE, "sft.warmup_steps": STEPS, "sft.eval_every": COUNT,
+    "sft.seed": SEED,
+    "sft.max_steps": STEPS,
+    "sft.batch_size": BATCH,
+    "sft.learning_rate": LEARNING_RATE,
+    "sft.warmup_steps": STEPS,
+    "sft.eval_every": COUNT,
     "sft.eval_questions": COUNT,
-    "sft.target_em_low": SHARE, "sft.target_em_high": SHARE,
+    "sft.target_em_low": SHARE,
+    "sft.target_em_high": SHARE,
     "sft.require_supported": (lambda v: isinstance(v, bool), "true or false"),
     "sft.aux_worlds": SMALL,
     "sft.main_world_demos": (lambda v: isinstance(v, bool), "true or false"),
     "sft.pretrain_steps": STEPS,
     "sft.pretrain_eval_corpus": (lambda v: isinstance(v, bool), "true or false"),
     "sft.lm_mix": _finite(0.0, 1.0, open_high=True),
-    "sft.group_batches": FAN, "sft.pretrain_batch_size": BATCH,
+    "sft.group_batches": FAN,
+    "sft.pretrain_batch_size": BATCH,
     "sft.pretrain_seq_len": WIDTH,
     "sft.strategy_mix": (lambda v: isinstance(v, bool), "true or false"),
-    "sft.follow_rate_hard": SHARE, "sft.follow_rate_easy": SHARE,
+    "sft.follow_rate_hard": SHARE,
+    "sft.follow_rate_easy": SHARE,
     "sft.init_from": _any_text(),
     "sft.select": _one_of("band", "last"),
     # rollout
@@ -281,7 +350,8 @@ RULES: dict[str, Rule] = {
     "rollout.turn_length_ends_branch": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_prompt_tokens": WIDTH,
     "rollout.chains": FAN,
-    "rollout.tree_m": FAN, "rollout.tree_l": _int_at_least(0, 16),
+    "rollout.tree_m": FAN,
+    "rollout.tree_l": _int_at_least(0, 16),
     "rollout.tree_k": _int_at_least(0, 1024),
     "rollout.tree_alpha": SCALE,
     "rollout.tree_grpo_trees": FAN,
@@ -290,48 +360,63 @@ RULES: dict[str, Rule] = {
     "rollout.turn_entropy": _one_of("mean", "max"),
     "rollout.invalid_action": _one_of("end", "retry", "template"),
     "rollout.keep_cache": (lambda v: isinstance(v, bool), "true or false"),
-    "rollout.max_batch_rows": WIDTH, "rollout.num_threads": SMALL,
+    "rollout.max_batch_rows": WIDTH,
+    "rollout.num_threads": SMALL,
     "rollout.decode_dtype": _one_of(*DECODE_DTYPES),
     "rollout.decode_grouping": _one_of(*DECODE_GROUPINGS),
     "rollout.decode_capture": _one_of(*DECODE_CAPTURES),
-    "rollout.aepo_budget": FAN, "rollout.aepo_initial": FAN,
+    "rollout.aepo_budget": FAN,
+    "rollout.aepo_initial": FAN,
     "rollout.aepo_beam": FAN,
-    "rollout.aepo_entropy_weight": SCALE, "rollout.aepo_branch_threshold": SCALE,
-    "rollout.aepo_branch_penalty": SHARE, "rollout.aepo_entropy_tokens": WIDTH,
+    "rollout.aepo_entropy_weight": SCALE,
+    "rollout.aepo_branch_threshold": SCALE,
+    "rollout.aepo_branch_penalty": SHARE,
+    "rollout.aepo_entropy_tokens": WIDTH,
     # train
     "train.val_before_train": (lambda v: isinstance(v, bool), "true or false"),
-    "train.methods": (lambda v: isinstance(v, list) and bool(v) and all(
-        isinstance(m, str) and m for m in v), "a non-empty list of method names"),
+    "train.methods": (
+        lambda v: isinstance(v, list) and bool(v) and all(isinstance(m, str) and m for m in v),
+        "a non-empty list of method names",
+    ),
     "train.seeds": _seeds(),  # each a SEED
     "train.train_datasets": _names(allow_empty=False, train=True),
-    "train.max_steps": COUNT, "train.prompts_per_step": _int_at_least(1, 65_536),
+    "train.max_steps": COUNT,
+    "train.prompts_per_step": _int_at_least(1, 65_536),
     "train.mini_batch_prompts": _int_at_least(1, 65_536),
-    "train.micro_batch_rows": ROWS, "train.loss_chunk_rows": ROWS,
+    "train.micro_batch_rows": ROWS,
+    "train.loss_chunk_rows": ROWS,
     "train.update_num_threads": SMALL,
     "train.learning_rate": LEARNING_RATE,
     "train.lr_scheduler_type": (lambda v: isinstance(v, str) and bool(v), "a scheduler name"),
-    "train.weight_decay": COEFFICIENT, "train.max_grad_norm": _finite(0.0, 1e6, open_low=True),
+    "train.weight_decay": COEFFICIENT,
+    "train.max_grad_norm": _finite(0.0, 1e6, open_low=True),
     "train.beta": COEFFICIENT,
-    "train.eval_every": STEPS, "train.val_questions": _optional(COUNT),
+    "train.eval_every": STEPS,
+    "train.val_questions": _optional(COUNT),
     "train.val_datasets": _names(allow_empty=True),
     "train.final_eval": (lambda v: isinstance(v, bool), "true or false"),
-    "train.save_every": STEPS, "train.save_total_limit": COUNT,
+    "train.save_every": STEPS,
+    "train.save_total_limit": COUNT,
     "train.bf16": (lambda v: isinstance(v, bool), "true or false"),
     "train.activation_checkpointing": (lambda v: isinstance(v, bool), "true or false"),
     "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
     # "server" (a separate `trl vllm-serve`) is refused here, not after TRL's 240 s connection
     # wait: the agent generates turn by turn with per-request stops and seeds through the
     # engine in the training process, which TRL's server client does not offer (issue #36).
-    "train.vllm_mode": (lambda v: v == "colocate",
-                        "colocate (the vLLM engine in the training processes; a vLLM server, "
-                        "'server', is not supported: the agent drives the engine turn by turn)"),
+    "train.vllm_mode": (
+        lambda v: v == "colocate",
+        "colocate (the vLLM engine in the training processes; a vLLM server, "
+        "'server', is not supported: the agent drives the engine turn by turn)",
+    ),
     "train.vllm_gpu_memory_utilization": _finite(0.0, 1.0, open_low=True),
     "train.report_to": _loggers(),
     "train.progress_bar": (lambda v: isinstance(v, bool), "true or false"),
     # eval
     "eval.datasets": _names(allow_empty=False),
-    "eval.max_questions": _optional(COUNT), "eval.batch_size": BATCH,
-    "eval.sampled_k": _int_at_least(0, 1024), "eval.sampled_datasets": _names(allow_empty=True),
+    "eval.max_questions": _optional(COUNT),
+    "eval.batch_size": BATCH,
+    "eval.sampled_k": _int_at_least(0, 1024),
+    "eval.sampled_datasets": _names(allow_empty=True),
 }
 
 
@@ -371,9 +456,10 @@ def trainer_problems(overrides: dict[str, Any]) -> list[str]:
     for key, value in overrides.items():
         if value is None:
             continue
-        check, words = TRAINER_RULES.get(key, (_finite_if_number,
-                                               f"a finite number of at most "
-                                               f"{TRAINER_FALLBACK_LIMIT:g} in size"))
+        check, words = TRAINER_RULES.get(
+            key,
+            (_finite_if_number, f"a finite number of at most {TRAINER_FALLBACK_LIMIT:g} in size"),
+        )
         if not check(value):
             found.append(f"trainer.{key}={shown(value)}: expected {words}")
     return found
@@ -390,22 +476,32 @@ def _consistency(cfg: Any) -> list[str]:
     problems = []
     world, sft, rollout, train = cfg.world, cfg.sft, cfg.rollout, cfg.train
     if world.dev_fraction + world.test_fraction >= 1:
-        problems.append(f"world.dev_fraction + world.test_fraction = "
-                        f"{world.dev_fraction + world.test_fraction:g}: must be below 1 (the "
-                        "rest is the train pool)")
+        problems.append(
+            f"world.dev_fraction + world.test_fraction = "
+            f"{world.dev_fraction + world.test_fraction:g}: must be below 1 (the "
+            "rest is the train pool)"
+        )
     if sft.target_em_low > sft.target_em_high:
-        problems.append(f"sft.target_em_low={sft.target_em_low:g} is above "
-                        f"sft.target_em_high={sft.target_em_high:g}")
+        problems.append(
+            f"sft.target_em_low={sft.target_em_low:g} is above "
+            f"sft.target_em_high={sft.target_em_high:g}"
+        )
     if rollout.aepo_initial > rollout.aepo_budget:
-        problems.append(f"rollout.aepo_initial={rollout.aepo_initial} is above "
-                        f"rollout.aepo_budget={rollout.aepo_budget}")
+        problems.append(
+            f"rollout.aepo_initial={rollout.aepo_initial} is above "
+            f"rollout.aepo_budget={rollout.aepo_budget}"
+        )
     if train.mini_batch_prompts > train.prompts_per_step:
-        problems.append(f"train.mini_batch_prompts={train.mini_batch_prompts} is above "
-                        f"train.prompts_per_step={train.prompts_per_step}")
+        problems.append(
+            f"train.mini_batch_prompts={train.mini_batch_prompts} is above "
+            f"train.prompts_per_step={train.prompts_per_step}"
+        )
     policy = cfg.policy
     if policy.model is None and policy.num_attention_heads % policy.num_key_value_heads:
-        problems.append(f"policy.num_attention_heads={policy.num_attention_heads} is not a "
-                        f"multiple of policy.num_key_value_heads={policy.num_key_value_heads}")
+        problems.append(
+            f"policy.num_attention_heads={policy.num_attention_heads} is not a "
+            f"multiple of policy.num_key_value_heads={policy.num_key_value_heads}"
+        )
     return problems
 
 

@@ -22,8 +22,11 @@ from .yaml12 import load_yaml_text
 def _admits_text(annotation: Any) -> bool:
     """True for ``str`` and ``str | None``: such a value is taken verbatim from the command line
     (``--set retrieval.query_prefix=query: `` would be a YAML mapping otherwise)."""
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else (annotation,)
+    options = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     return str in options and all(o in (str, type(None)) for o in options)
 
 
@@ -54,29 +57,36 @@ def _schema_field(schema: type, dotted: str, where: str) -> Any:
         fields = field_types(node)
         prefix = ".".join(parts[:depth])
         if part not in fields and dotted in MOVED_KEYS:
-            raise ProfileError(f"{where}: {dotted!r} moved to {MOVED_KEYS[dotted]}; set that "
-                               "instead")
+            raise ProfileError(
+                f"{where}: {dotted!r} moved to {MOVED_KEYS[dotted]}; set that instead"
+            )
         if part not in fields:
             known = [f"{prefix}.{k}" if prefix else k for k in fields]
             close = difflib.get_close_matches(dotted, known, n=3) if len(dotted) < 200 else []
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ProfileError(f"{where}: unknown key {shown(dotted)}{hint}; known keys"
-                               f"{' of ' + prefix if prefix else ''}: {', '.join(sorted(fields))}")
+            raise ProfileError(
+                f"{where}: unknown key {shown(dotted)}{hint}; known keys"
+                f"{' of ' + prefix if prefix else ''}: {', '.join(sorted(fields))}"
+            )
         annotation = fields[part]
         is_section = isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
         last = depth == len(parts) - 1
         if last and is_section:
-            raise ProfileError(f"{where}: {shown(dotted)} is a section; set one of its keys, e.g. "
-                               f"{dotted}.{next(iter(field_types(annotation)))}=...")
+            raise ProfileError(
+                f"{where}: {shown(dotted)} is a section; set one of its keys, e.g. "
+                f"{dotted}.{next(iter(field_types(annotation)))}=..."
+            )
         if not last and not is_section:
-            raise ProfileError(f"{where}: {shown('.'.join(parts[:depth + 1]))} is a value, not a "
-                               f"section")
+            raise ProfileError(
+                f"{where}: {shown('.'.join(parts[: depth + 1]))} is a value, not a section"
+            )
         node = annotation
     return annotation
 
 
-def parse_override(text: str, extra_sections: typing.Mapping[str, type] | None = None
-                   ) -> dict[str, Any]:
+def parse_override(
+    text: str, extra_sections: typing.Mapping[str, type] | None = None
+) -> dict[str, Any]:
     """``train.max_steps=3`` → ``{"train": {"max_steps": 3}}``, checked against the config
     dataclasses before anything runs: the key must exist and the value have its type
     (:func:`parse_value`). ``extra_sections`` adds sections beyond the profile's, e.g.
@@ -103,9 +113,9 @@ def parse_override(text: str, extra_sections: typing.Mapping[str, type] | None =
     return out
 
 
-def parse_overrides(texts: typing.Iterable[str],
-                    extra_sections: typing.Mapping[str, type] | None = None
-                    ) -> dict[str, Any] | None:
+def parse_overrides(
+    texts: typing.Iterable[str], extra_sections: typing.Mapping[str, type] | None = None
+) -> dict[str, Any] | None:
     """Several ``--set`` values merged into one nested dict (None when there are none; a
     later value of the same key wins):
     ``["train.max_steps=3", "train.eval_every=1"]`` → ``{"train": {"max_steps": 3, "eval_every": 1}}``.

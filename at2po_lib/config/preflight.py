@@ -32,8 +32,9 @@ TINYWORLD_PREFIX = "tiny_"
 range table), never downloaded."""
 
 
-def dataset_problems(cfg: "ProfileConfig", key: str, names: Iterable[str],
-                     split: str | None = None) -> list[str]:
+def dataset_problems(
+    cfg: "ProfileConfig", key: str, names: Iterable[str], split: str | None = None
+) -> list[str]:
     """``key: name: why`` for each FlashRAG dataset of ``names`` whose ``split`` (default: its
     evaluation split) cannot be found."""
     found = []
@@ -47,8 +48,9 @@ def dataset_problems(cfg: "ProfileConfig", key: str, names: Iterable[str],
     return found
 
 
-def check_datasets(cfg: "ProfileConfig", *, training: bool,
-                   evaluated: Sequence[str] | None = None) -> None:
+def check_datasets(
+    cfg: "ProfileConfig", *, training: bool, evaluated: Sequence[str] | None = None
+) -> None:
     """Resolve the datasets a run reads (module docstring): the training split when
     ``training``, the periodic validation's when it validates, the final evaluation's
     (``evaluated``, default ``eval.datasets``) and the sampled metric's when there is one."""
@@ -60,8 +62,11 @@ def check_datasets(cfg: "ProfileConfig", *, training: bool,
             key = "train.val_datasets" if cfg.train.val_datasets else "eval.datasets"
             found += dataset_problems(cfg, key, cfg.train.val_datasets or cfg.eval.datasets)
     if final:
-        found += dataset_problems(cfg, "eval.datasets" if evaluated is None else "--datasets",
-                                  cfg.eval.datasets if evaluated is None else evaluated)
+        found += dataset_problems(
+            cfg,
+            "eval.datasets" if evaluated is None else "--datasets",
+            cfg.eval.datasets if evaluated is None else evaluated,
+        )
         found += dataset_problems(cfg, "eval.sampled_datasets", cfg.eval.sampled_datasets)
     if found:
         raise ProfileError(f"profile {cfg.name}: " + "; ".join(dict.fromkeys(found)))

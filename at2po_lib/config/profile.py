@@ -316,8 +316,9 @@ class RolloutConfig:
             return self.chains
         if expansion == "aepo":
             return self.aepo_budget
-        raise ProfileError(f"rollout.expansion={expansion!r}; expected one of "
-                           f"{', '.join(EXPANSIONS)}")
+        raise ProfileError(
+            f"rollout.expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)}"
+        )
 
 
 def tree_leaves(m: int, l: int, k: int) -> int:
@@ -394,8 +395,13 @@ class EvalConfig:
 
     datasets: list[str] = field(
         default_factory=lambda: [
-            "tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle",
-            "tiny_nq", "tiny_triviaqa", "tiny_popqa",
+            "tiny_hotpotqa",
+            "tiny_2wiki",
+            "tiny_musique",
+            "tiny_bamboogle",
+            "tiny_nq",
+            "tiny_triviaqa",
+            "tiny_popqa",
         ]
     )
     max_questions: int | None = None
@@ -411,11 +417,13 @@ class EvalConfig:
     """Datasets the sampled metric covers; empty means all evaluated datasets."""
 
 
-ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {("rollout", "turn_entropy"): "mean",
-                                                     ("policy", "head_dim"): 0,
-                                                     ("rollout", "decode_dtype"): "auto",
-                                                     ("rollout", "decode_grouping"): "auto",
-                                                     ("rollout", "decode_capture"): "auto"}
+ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
+    ("rollout", "turn_entropy"): "mean",
+    ("policy", "head_dim"): 0,
+    ("rollout", "decode_dtype"): "auto",
+    ("rollout", "decode_grouping"): "auto",
+    ("rollout", "decode_capture"): "auto",
+}
 """Profile fields added after runs were recorded and the warm start was shipped, with the value
 that reproduces what those did: a run recorded without the field is the same run as one with it
 at that value (:mod:`at2po_lib.trainer.identity`), and a warm start's key leaves the field out at
@@ -469,14 +477,21 @@ def _profile_path(name: str) -> Path:
 def _extended_path(name: Any, by: Path) -> Path:
     """The profile ``extends: name`` names, in ``by``: one plain profile name, read from
     ``configs/`` only (a path such as ``../../tmp/x`` or a file name used to load any file)."""
-    if not isinstance(name, str) or name_problem(name, "extends") \
-            or Path(name).suffix in {".yaml", ".yml"}:
-        raise ProfileError(f"{by}: extends: {shown(name)}: expected one profile name (a file "
-                           f"of configs/ without .yaml; known: {', '.join(known_profiles())})")
+    if (
+        not isinstance(name, str)
+        or name_problem(name, "extends")
+        or Path(name).suffix in {".yaml", ".yml"}
+    ):
+        raise ProfileError(
+            f"{by}: extends: {shown(name)}: expected one profile name (a file "
+            f"of configs/ without .yaml; known: {', '.join(known_profiles())})"
+        )
     path = configs_dir() / f"{name}.yaml"
     if not path.is_file():
-        raise ProfileError(f"{by}: extends: unknown profile {shown(name)}; known profiles: "
-                           f"{', '.join(known_profiles())}")
+        raise ProfileError(
+            f"{by}: extends: unknown profile {shown(name)}; known profiles: "
+            f"{', '.join(known_profiles())}"
+        )
     return path
 
 
@@ -492,7 +507,9 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str) -> None:
         if key not in names and moved:
             raise ProfileError(f"{where}: {key!r} moved to {moved}; set that instead")
         if key not in names:
-            raise ProfileError(f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(names))})")
+            raise ProfileError(
+                f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(names))})"
+            )
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -522,11 +539,15 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> ProfileC
     """Resolve a profile: dataclass defaults, then the ``extends`` chain, then the profile file,
     then ``overrides`` (nested dict, e.g. ``{"train": {"max_steps": 3}}``)."""
     if not isinstance(name, (str, os.PathLike)):
-        raise ProfileError(f"profile {shown(name)}: expected a profile name or a YAML file path, "
-                           f"not {type(name).__name__} (a notebook's `profile` parameter?)")
+        raise ProfileError(
+            f"profile {shown(name)}: expected a profile name or a YAML file path, "
+            f"not {type(name).__name__} (a notebook's `profile` parameter?)"
+        )
     if overrides is not None and not isinstance(overrides, dict):
-        raise ProfileError(f"overrides {shown(overrides)}: expected a mapping of sections, e.g. "
-                           "{'train': {'max_steps': 8}}, not " + type(overrides).__name__)
+        raise ProfileError(
+            f"overrides {shown(overrides)}: expected a mapping of sections, e.g. "
+            "{'train': {'max_steps': 8}}, not " + type(overrides).__name__
+        )
     chain: list[tuple[Path, dict[str, Any]]] = []
     current: str | None = name
     path = _profile_path(name)

@@ -39,11 +39,15 @@ class _Yaml12Loader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, "aliases (*name) are not allowed in profiles", event.start_mark)
+                None, None, "aliases (*name) are not allowed in profiles", event.start_mark
+            )
         if self._depth >= MAX_YAML_DEPTH:  # deeper would end in a RecursionError of 100s of KB
             raise yaml.composer.ComposerError(
-                None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
-                self.peek_event().start_mark)
+                None,
+                None,
+                f"nested more than {MAX_YAML_DEPTH} levels deep",
+                self.peek_event().start_mark,
+            )
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -58,18 +62,25 @@ class _Yaml12Loader(yaml.SafeLoader):
             if isinstance(key, (str, int, float, bool)) or key is None:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
 
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"
-                       r"|\.[0-9]+[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT_12 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"
+    r"|\.[0-9]+[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _Yaml12Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers
-          if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    key: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
 _Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
 
@@ -78,7 +89,8 @@ def _construct_int_12(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     text = loader.construct_scalar(node)
     if len(text.lstrip("+-")) > MAX_INT_CHARS:
         raise yaml.constructor.ConstructorError(
-            None, None, f"integer of more than {MAX_INT_CHARS} characters", node.start_mark)
+            None, None, f"integer of more than {MAX_INT_CHARS} characters", node.start_mark
+        )
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text, 10)
@@ -102,8 +114,10 @@ def load_yaml_text(text: str, where: str) -> Any:
     """YAML 1.2 numbers, no aliases, at most :data:`MAX_YAML_CHARS`: parsing is bounded in
     time and memory whatever the input."""
     if len(text) > MAX_YAML_CHARS:
-        raise ProfileError(f"{where}: {len(text):,} characters, more than the "
-                           f"{MAX_YAML_CHARS:,} a profile value may have")
+        raise ProfileError(
+            f"{where}: {len(text):,} characters, more than the "
+            f"{MAX_YAML_CHARS:,} a profile value may have"
+        )
     return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
 
 
@@ -111,8 +125,10 @@ def read_yaml_text(path: Path) -> str:
     """The file's text, refused unread past :data:`MAX_YAML_CHARS` bytes and naming the file
     when it is not UTF-8."""
     if path.stat().st_size > MAX_YAML_CHARS:
-        raise ProfileError(f"{path}: {path.stat().st_size:,} bytes, more than the "
-                           f"{MAX_YAML_CHARS:,} a profile file may have")
+        raise ProfileError(
+            f"{path}: {path.stat().st_size:,} bytes, more than the "
+            f"{MAX_YAML_CHARS:,} a profile file may have"
+        )
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -47,8 +47,19 @@ from ..util.provenance import git_revision, run_metadata, write_meta
 if TYPE_CHECKING:
     from ..config.profile import ProfileConfig
 
-SUMMARY_COLUMNS = ["profile", "label", "seed", "dataset", "group", "n", "em", "f1",
-                   "mean_turns", "mean_tool_calls", "git_revision"]
+SUMMARY_COLUMNS = [
+    "profile",
+    "label",
+    "seed",
+    "dataset",
+    "group",
+    "n",
+    "em",
+    "f1",
+    "mean_turns",
+    "mean_tool_calls",
+    "git_revision",
+]
 
 
 def load_evaluation_policy(profile_cfg: ProfileConfig, checkpoint: str | Path) -> tuple[Any, Any]:
@@ -73,18 +84,22 @@ def check_evaluation_policy(profile_cfg: ProfileConfig, policy: Any) -> None:
         raise TypeError(
             f"profile {profile_cfg.name}: rollout.backend='vllm' evaluates a vLLM engine, got "
             f"{type(policy).__name__}; use load_evaluation_policy(profile, checkpoint) or the "
-            "trainer's policy_for_generation(sync=True)")
+            "trainer's policy_for_generation(sync=True)"
+        )
 
 
-def load_eval_rows(profile_cfg: ProfileConfig, dataset: str,
-                   max_questions: int | None = None) -> list[dict[str, Any]]:
+def load_eval_rows(
+    profile_cfg: ProfileConfig, dataset: str, max_questions: int | None = None
+) -> list[dict[str, Any]]:
     """Test rows of one dataset: TinyWorld's ``test.jsonl`` for ``tiny_*`` names, else the
     FlashRAG split the paper reports (``data.PAPER_TEST_SPLITS``). The first ``max_questions`` rows."""
     if dataset.startswith("tiny_"):
         world = ensure_world(profile_cfg)
         rows = read_flashrag_jsonl(world_dataset_path(world, dataset, "test"))
     else:
-        rows = load_flashrag(dataset, evaluation_split(dataset), local_dir=profile_cfg.data.local_dir)
+        rows = load_flashrag(
+            dataset, evaluation_split(dataset), local_dir=profile_cfg.data.local_dir
+        )
     rows = list(rows)
     return rows if max_questions is None else rows[:max_questions]
 
@@ -105,12 +120,19 @@ def score_rows(rows: Sequence[Mapping[str, Any]], trajectories: Sequence[Any]) -
     records = []
     for row, traj in zip(rows, trajectories):
         golden = row["golden_answers"]
-        records.append({
-            "id": row.get("id"), "question": row["question"], "prediction": traj.answer,
-            "golden": " | ".join(golden), "em": exact_match(traj.answer, golden),
-            "f1": f1_score(traj.answer, golden), "num_turns": traj.num_turns,
-            "num_tool_calls": traj.num_tool_calls, "finish_reason": traj.finish_reason,
-        })
+        records.append(
+            {
+                "id": row.get("id"),
+                "question": row["question"],
+                "prediction": traj.answer,
+                "golden": " | ".join(golden),
+                "em": exact_match(traj.answer, golden),
+                "f1": f1_score(traj.answer, golden),
+                "num_turns": traj.num_turns,
+                "num_tool_calls": traj.num_tool_calls,
+                "finish_reason": traj.finish_reason,
+            }
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -119,8 +141,9 @@ EVAL_MEMORY_SHARE = 0.5
 the rest is for the forward pass's activations and the allocator's slack."""
 
 
-def eval_batch_rows(batch_size: int, questions: int, free_bytes: float, row_bytes: float,
-                    max_rows: int) -> int:
+def eval_batch_rows(
+    batch_size: int, questions: int, free_bytes: float, row_bytes: float, max_rows: int
+) -> int:
     """Questions decoded together: ``eval.batch_size`` when positive; for 0 (as many as memory
     allows) ``floor(EVAL_MEMORY_SHARE · free_bytes / row_bytes)``, at least 1 and at most
     ``min(questions, rollout.max_batch_rows)``."""
@@ -135,13 +158,16 @@ def full_length_row_bytes(model, rollout_cfg) -> float:
     max_prompt_tokens + max_response_tokens`` twice (the working buffer and its copy-out;
     ``k = 2·n_L·n_kv·d_head·e`` bytes a token in the decode dtype's ``e`` bytes) and the
     ``V``-word fp32 logits with the sampler's two temporaries."""
-    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    text = (
+        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    )
     heads = text.num_attention_heads
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     param = next(model.parameters())
-    run = decode_dtype(rollout_cfg.decode_dtype, str(param.dtype).removeprefix("torch."),
-                       param.device.type)
+    run = decode_dtype(
+        rollout_cfg.decode_dtype, str(param.dtype).removeprefix("torch."), param.device.type
+    )
     per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * (2 if run in HALF_DTYPES else 4)
     seq = rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens
     return 2.0 * per_token * seq + 12.0 * text.vocab_size
@@ -165,12 +191,25 @@ def batch_rows_for(model, rollout_cfg, batch_size: int, questions: int) -> int:
         return batch_size
     if is_engine(model):
         return max(1, min(questions, rollout_cfg.max_batch_rows))
-    return eval_batch_rows(0, questions, free_device_bytes(model),
-                           full_length_row_bytes(model, rollout_cfg), rollout_cfg.max_batch_rows)
+    return eval_batch_rows(
+        0,
+        questions,
+        free_device_bytes(model),
+        full_length_row_bytes(model, rollout_cfg),
+        rollout_cfg.max_batch_rows,
+    )
 
 
-def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping[str, Any]],
-                   rollout_cfg, batch_size: int = 32, backend: Any = None) -> list[Any]:
+def greedy_answers(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    rows: Sequence[Mapping[str, Any]],
+    rollout_cfg,
+    batch_size: int = 32,
+    backend: Any = None,
+) -> list[Any]:
     """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches of
     ``batch_size`` (0: as many as memory allows, :func:`batch_rows_for`). ``backend``: a turn
     backend to reuse (the trainer's vLLM engine); None builds one."""
@@ -178,15 +217,28 @@ def greedy_answers(model, tokenizer, template, retriever, rows: Sequence[Mapping
     batch_size = batch_rows_for(model, rollout_cfg, batch_size, len(questions))
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch_size):
-        trajectories += rollout_chains(model, tokenizer, template, retriever,
-                                       questions[start:start + batch_size], rollout_cfg,
-                                       greedy=True, backend=backend)
+        trajectories += rollout_chains(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            questions[start : start + batch_size],
+            rollout_cfg,
+            greedy=True,
+            backend=backend,
+        )
     return trajectories
 
 
-def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
-                       datasets: Sequence[str] | None = None,
-                       max_questions: int | None = None, seed: int = 0) -> pd.DataFrame:
+def evaluate_questions(
+    profile_cfg: ProfileConfig,
+    model,
+    tokenizer,
+    retriever,
+    datasets: Sequence[str] | None = None,
+    max_questions: int | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Per-question results (``dataset``, ``group`` columns added) over several test sets;
     with ``eval.sampled_k > 0`` also ``sampled_em`` (:func:`sampled_em`; NaN for datasets
     outside ``eval.sampled_datasets``), sampled with a generator seeded by ``seed``."""
@@ -204,14 +256,22 @@ def evaluate_questions(profile_cfg: ProfileConfig, model, tokenizer, retriever,
         details["sampled_em"] = float("nan")
         for dataset, dataset_rows in rows.items():
             if dataset in sampled_sets and dataset_rows:
-                values = sampled_em(model, tokenizer, retriever, dataset_rows, profile_cfg, k,
-                                    seed=seed)
+                values = sampled_em(
+                    model, tokenizer, retriever, dataset_rows, profile_cfg, k, seed=seed
+                )
                 details.loc[details["dataset"] == dataset, "sampled_em"] = values
     return details
 
 
-def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
-               profile_cfg: ProfileConfig, k: int, seed: int = 0) -> list[float]:
+def sampled_em(
+    model,
+    tokenizer,
+    retriever,
+    rows: Sequence[Mapping[str, Any]],
+    profile_cfg: ProfileConfig,
+    k: int,
+    seed: int = 0,
+) -> list[float]:
     """The *sampled metric*: per question, the mean EM of ``k`` chains sampled at the rollout
     temperature (the training distribution, where greedy EM only sees the mode).
 
@@ -223,47 +283,82 @@ def sampled_em(model, tokenizer, retriever, rows: Sequence[Mapping[str, Any]],
     batch = batch_rows_for(model, profile_cfg.rollout, profile_cfg.eval.batch_size, len(questions))
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch):
-        trajectories += rollout_chains(model, tokenizer, template, retriever,
-                                       questions[start:start + batch], profile_cfg.rollout,
-                                       greedy=False, seed=seed + start)
-    hits = np.array([exact_match(traj.answer, row["golden_answers"])
-                     for traj, row in zip(trajectories, (r for r in rows for _ in range(k)))],
-                    dtype=float)
+        trajectories += rollout_chains(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            questions[start : start + batch],
+            profile_cfg.rollout,
+            greedy=False,
+            seed=seed + start,
+        )
+    hits = np.array(
+        [
+            exact_match(traj.answer, row["golden_answers"])
+            for traj, row in zip(trajectories, (r for r in rows for _ in range(k)))
+        ],
+        dtype=float,
+    )
     return hits.reshape(len(rows), k).mean(axis=1).tolist()
 
 
-def score_datasets(profile_cfg: ProfileConfig, model, tokenizer, retriever,
-                   rows_by_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
-                   backend: Any = None) -> list[pd.DataFrame]:
+def score_datasets(
+    profile_cfg: ProfileConfig,
+    model,
+    tokenizer,
+    retriever,
+    rows_by_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+    backend: Any = None,
+) -> list[pd.DataFrame]:
     """The greedy evaluation loop, shared by :func:`evaluate` and the trainer's periodic
     validation: per dataset, one greedy chain per row (``eval.batch_size`` at a time) and its
     scores, with ``dataset`` and ``group`` columns; datasets without rows are left out."""
     template = get_template(profile_cfg.policy.template)
-    return [questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset,
-                            backend)
-            for dataset, rows in rows_by_dataset.items() if rows]
+    return [
+        questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset, backend)
+        for dataset, rows in rows_by_dataset.items()
+        if rows
+    ]
 
 
-def questions_frame(model, tokenizer, template, retriever, rows, profile_cfg, dataset: str,
-                    backend: Any = None):
+def questions_frame(
+    model, tokenizer, template, retriever, rows, profile_cfg, dataset: str, backend: Any = None
+):
     """Greedy chains and their scores for the rows of one dataset."""
-    trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
-                                  profile_cfg.rollout, profile_cfg.eval.batch_size, backend)
+    trajectories = greedy_answers(
+        model,
+        tokenizer,
+        template,
+        retriever,
+        rows,
+        profile_cfg.rollout,
+        profile_cfg.eval.batch_size,
+        backend,
+    )
     frame = score_rows(rows, trajectories)
     frame.insert(0, "group", dataset_group(dataset))
     frame.insert(0, "dataset", dataset)
     return frame
 
 
-def summarise(details: pd.DataFrame, profile: str, label: str, seed: int | None,
-              revision: str | None = None) -> pd.DataFrame:
+def summarise(
+    details: pd.DataFrame, profile: str, label: str, seed: int | None, revision: str | None = None
+) -> pd.DataFrame:
     """Per-dataset tidy rows from per-question results, plus the weighted group averages."""
     extra = {"sampled_em": ("sampled_em", "mean")} if "sampled_em" in details else {}
-    per_dataset = (details.groupby(["dataset", "group"], sort=False)
-                   .agg(n=("em", "size"), em=("em", "mean"), f1=("f1", "mean"),
-                        mean_turns=("num_turns", "mean"),
-                        mean_tool_calls=("num_tool_calls", "mean"), **extra)
-                   .reset_index())
+    per_dataset = (
+        details.groupby(["dataset", "group"], sort=False)
+        .agg(
+            n=("em", "size"),
+            em=("em", "mean"),
+            f1=("f1", "mean"),
+            mean_turns=("num_turns", "mean"),
+            mean_tool_calls=("num_tool_calls", "mean"),
+            **extra,
+        )
+        .reset_index()
+    )
     per_dataset.insert(0, "seed", seed)
     per_dataset.insert(0, "label", label)
     per_dataset.insert(0, "profile", profile)
@@ -288,8 +383,9 @@ def weighted_group_average(df: pd.DataFrame) -> pd.DataFrame:
     if (base["n"] <= 0).any():
         raise ValueError("weighted_group_average: every dataset needs n > 0")
     keys = [k for k in ("profile", "label", "seed", "group") if k in base.columns]
-    metrics = [m for m in ("em", "f1", "mean_turns", "mean_tool_calls", "sampled_em")
-               if m in base.columns]
+    metrics = [
+        m for m in ("em", "f1", "mean_turns", "mean_tool_calls", "sampled_em") if m in base.columns
+    ]
     weighted = base[metrics].mul(base["n"], axis=0)
     # A metric measured on only some datasets (the sampled metric) averages over those only;
     # measured on none of a group's datasets, it stays NaN (not 0).
@@ -313,23 +409,41 @@ def turn_distribution(details: pd.DataFrame) -> pd.DataFrame:
     return counts
 
 
-def evaluate(profile_cfg: ProfileConfig, model, tokenizer, retriever,
-             datasets: Sequence[str] | None = None, max_questions: int | None = None,
-             label: str = "policy", seed: int | None = None,
-             return_details: bool = False):
+def evaluate(
+    profile_cfg: ProfileConfig,
+    model,
+    tokenizer,
+    retriever,
+    datasets: Sequence[str] | None = None,
+    max_questions: int | None = None,
+    label: str = "policy",
+    seed: int | None = None,
+    return_details: bool = False,
+):
     """Greedy EM/F1 of ``model`` on ``datasets`` (default: the profile's ``eval.datasets``).
 
     Returns the tidy summary (per dataset + weighted group averages); with ``return_details``
     also the per-question frame (predictions, turns, finish reasons) as a second value.
     """
-    details = evaluate_questions(profile_cfg, model, tokenizer, retriever, datasets, max_questions,
-                                 seed=seed or 0)
+    details = evaluate_questions(
+        profile_cfg, model, tokenizer, retriever, datasets, max_questions, seed=seed or 0
+    )
     summary = summarise(details, profile_cfg.name, label, seed)
     return (summary, details) if return_details else summary
 
 
-OUTCOME_COLUMNS = ["dataset", "group", "id", "prediction", "em", "f1", "num_turns",
-                   "num_tool_calls", "finish_reason", "sampled_em"]
+OUTCOME_COLUMNS = [
+    "dataset",
+    "group",
+    "id",
+    "prediction",
+    "em",
+    "f1",
+    "num_turns",
+    "num_tool_calls",
+    "finish_reason",
+    "sampled_em",
+]
 """Columns of a per-question outcome file (``sampled_em`` only when it was measured)."""
 
 
@@ -348,16 +462,26 @@ def read_outcomes(path: str | Path) -> pd.DataFrame:
     """An outcome file back as written (ids and predictions as strings); a missing column is
     an error naming the file."""
     path = Path(path)
-    frame = pd.read_csv(path, dtype={"id": str, "prediction": str, "finish_reason": str},
-                        keep_default_na=False, na_values={"sampled_em": [""]})
+    frame = pd.read_csv(
+        path,
+        dtype={"id": str, "prediction": str, "finish_reason": str},
+        keep_default_na=False,
+        na_values={"sampled_em": [""]},
+    )
     missing = [c for c in OUTCOME_COLUMNS[:-1] if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not an outcome file (missing columns {missing})")
     return frame
 
 
-def write_eval(df: pd.DataFrame, path: str | Path, profile: str | None = None,
-               seed: int | None = None, config: Any = None, **extra: Any) -> Path:
+def write_eval(
+    df: pd.DataFrame,
+    path: str | Path,
+    profile: str | None = None,
+    seed: int | None = None,
+    config: Any = None,
+    **extra: Any,
+) -> Path:
     """Write ``df`` as CSV and ``<path>.meta.json`` (profile, seed, git revision, config)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

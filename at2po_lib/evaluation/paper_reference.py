@@ -62,10 +62,15 @@ def check_published_averages() -> pd.DataFrame:
                 continue
             cells = em.loc[list(datasets)]
             weighted = sample_weighted_average(cells, sizes)
-            rows.append({
-                "backbone": backbone, "method": method, "group": group,
-                "published": float(published), "sample_weighted": round(weighted, 4),
-                "plain_mean": round(float(cells.mean()), 4),
-                "gap": round(abs(weighted - float(published)), 4),
-            })
+            rows.append(
+                {
+                    "backbone": backbone,
+                    "method": method,
+                    "group": group,
+                    "published": float(published),
+                    "sample_weighted": round(weighted, 4),
+                    "plain_mean": round(float(cells.mean()), 4),
+                    "gap": round(abs(weighted - float(published)), 4),
+                }
+            )
     return pd.DataFrame(rows)

@@ -90,8 +90,9 @@ class Interval:
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
 
 
-def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
-                 metric: str = "em", unit: str = "seed") -> np.ndarray:
+def score_matrix(
+    outcomes: pd.DataFrame, method: str, questions: pd.Index, metric: str = "em", unit: str = "seed"
+) -> np.ndarray:
     """(n_seeds, n_questions) scores of one method over the given question keys, rows in the
     order of ``unit`` (``seed``; ``block`` for runs trained in blocks).
 
@@ -101,12 +102,15 @@ def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
     rows = outcomes[outcomes["method"] == method]
     if rows.empty:
         raise KeyError(f"no outcomes for method {method!r}")
-    table = rows.pivot_table(index=unit, columns=["dataset", "question_id"], values=metric,
-                             aggfunc="mean")
+    table = rows.pivot_table(
+        index=unit, columns=["dataset", "question_id"], values=metric, aggfunc="mean"
+    )
     missing = questions.difference(table.columns)
     if len(missing):
-        raise ValueError(f"method {method!r}: {len(missing)} questions have no outcome "
-                         f"(e.g. {list(missing[:3])}); seeds present: {list(table.index)}")
+        raise ValueError(
+            f"method {method!r}: {len(missing)} questions have no outcome "
+            f"(e.g. {list(missing[:3])}); seeds present: {list(table.index)}"
+        )
     table = table[questions]
     if table.isna().any().any():
         seeds = table.index[table.isna().any(axis=1)].tolist()
@@ -114,8 +118,9 @@ def score_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index,
     return table.to_numpy(dtype=float)
 
 
-def _question_keys(outcomes: pd.DataFrame, methods: Sequence[str],
-                   datasets: Sequence[str] | None) -> pd.Index:
+def _question_keys(
+    outcomes: pd.DataFrame, methods: Sequence[str], datasets: Sequence[str] | None
+) -> pd.Index:
     """The (dataset, question_id) pairs every method answered (the comparison's questions)."""
     keys = None
     for method in methods:
@@ -125,8 +130,10 @@ def _question_keys(outcomes: pd.DataFrame, methods: Sequence[str],
         these = pd.MultiIndex.from_frame(rows[["dataset", "question_id"]].drop_duplicates())
         keys = these if keys is None else keys.intersection(these)
     if keys is None or len(keys) == 0:
-        raise ValueError(f"methods {list(methods)} share no question"
-                         + (f" in datasets {list(datasets)}" if datasets else ""))
+        raise ValueError(
+            f"methods {list(methods)} share no question"
+            + (f" in datasets {list(datasets)}" if datasets else "")
+        )
     return keys.sort_values()
 
 
@@ -145,14 +152,20 @@ def _weights(questions: pd.Index, weighting: str) -> np.ndarray:
 def _counts(idx: np.ndarray, size: int) -> np.ndarray:
     """How often each of ``size`` items was drawn, per replicate: (..., n) indices → (..., size)."""
     idx = np.asarray(idx, dtype=np.intp)
-    batch = idx.reshape(-1, idx.shape[-1])                                   # (B, n)
-    offsets = (np.arange(batch.shape[0]) * size)[:, None]                    # (B, 1)
+    batch = idx.reshape(-1, idx.shape[-1])  # (B, n)
+    offsets = (np.arange(batch.shape[0]) * size)[:, None]  # (B, 1)
     counts = np.bincount((batch + offsets).ravel(), minlength=batch.shape[0] * size)
-    return counts.reshape(*idx.shape[:-1], size).astype(float)               # (..., size)
+    return counts.reshape(*idx.shape[:-1], size).astype(float)  # (..., size)
 
 
-def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_resamples: int,
-                       seed: int, method: str = "percentile") -> tuple[float, float]:
+def _bootstrap_indices(
+    sizes: Sequence[int],
+    statistic,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+    method: str = "percentile",
+) -> tuple[float, float]:
     """CI of ``statistic(*index_vectors)`` when each index vector is drawn with replacement
     from ``range(size)`` independently (a crossed bootstrap), by :func:`scipy.stats.bootstrap`.
 
@@ -170,10 +183,17 @@ def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_res
             full.append(next(it) if n > 1 else np.zeros((*batch, 1), np.intp))
         return statistic(*full)
 
-    result = bootstrap(tuple(np.arange(sizes[i]) for i in free), on_free, paired=False,
-                       vectorized=True, n_resamples=n_resamples, batch=500,
-                       confidence_level=confidence, method=method,
-                       rng=np.random.default_rng(seed))
+    result = bootstrap(
+        tuple(np.arange(sizes[i]) for i in free),
+        on_free,
+        paired=False,
+        vectorized=True,
+        n_resamples=n_resamples,
+        batch=500,
+        confidence_level=confidence,
+        method=method,
+        rng=np.random.default_rng(seed),
+    )
     low, high = result.confidence_interval
     return float(low), float(high)
 
@@ -182,25 +202,30 @@ def _bootstrap_indices(sizes: Sequence[int], statistic, confidence: float, n_res
 class _Side:
     """One method's (seeds × questions) scores reduced to what the crossed t interval needs."""
 
-    mean: float          # Σ_q w_q ȳ_q
-    seed_term: float     # s²(r_s) / n  (0 with one seed)
-    residual: float      # MS_e / n    (0 with one seed)
+    mean: float  # Σ_q w_q ȳ_q
+    seed_term: float  # s²(r_s) / n  (0 with one seed)
+    residual: float  # MS_e / n    (0 with one seed)
     n: int
 
 
 def _side(scores: np.ndarray, w: np.ndarray) -> _Side:
     """scores (n, Q), weights (Q,) summing to 1."""
     n, q = scores.shape
-    runs = scores @ w                                                        # (n,)
+    runs = scores @ w  # (n,)
     if n < 2:
         return _Side(float(runs.mean()), 0.0, 0.0, n)
     resid = scores - scores.mean(1, keepdims=True) - scores.mean(0, keepdims=True) + scores.mean()
-    mse = float((resid ** 2).sum() / ((n - 1) * max(q - 1, 1)))
+    mse = float((resid**2).sum() / ((n - 1) * max(q - 1, 1)))
     return _Side(float(runs.mean()), float(runs.var(ddof=1) / n), mse / n, n)
 
 
-def crossed_t_interval(estimate: float, sides: Sequence[_Side], question_term: float,
-                       n_questions: int, confidence: float) -> tuple[float, float]:
+def crossed_t_interval(
+    estimate: float,
+    sides: Sequence[_Side],
+    question_term: float,
+    n_questions: int,
+    confidence: float,
+) -> tuple[float, float]:
     """estimate ± t_ν · sqrt(Σ seed terms + question term), ν by Welch–Satterthwaite over the
     seed terms (n − 1 each) and the question term (Q − 1); see the module docstring."""
     parts = [(s.seed_term, s.n - 1) for s in sides if s.n > 1]
@@ -208,7 +233,7 @@ def crossed_t_interval(estimate: float, sides: Sequence[_Side], question_term: f
     variance = sum(v for v, _ in parts)
     if variance <= 0:
         return estimate, estimate
-    dof = variance ** 2 / sum(v ** 2 / d for v, d in parts if v > 0)
+    dof = variance**2 / sum(v**2 / d for v, d in parts if v > 0)
     half = float(scipy_stats.t.ppf((1 + confidence) / 2, dof) * np.sqrt(variance))
     return estimate - half, estimate + half
 
@@ -217,14 +242,21 @@ def _question_term(diff_q: np.ndarray, w: np.ndarray, sides: Sequence[_Side]) ->
     """(Σ w²)[var_q(d) − Σ MS_e / n]: the question-sampling variance of a weighted mean of
     paired question differences, less the seed × question noise the seed terms carry."""
     centred = diff_q - diff_q @ w
-    var_q = float((centred ** 2).sum() / max(len(diff_q) - 1, 1))
-    return float((w ** 2).sum()) * (var_q - sum(s.residual for s in sides))
+    var_q = float((centred**2).sum() / max(len(diff_q) - 1, 1))
+    return float((w**2).sum()) * (var_q - sum(s.residual for s in sides))
 
 
-def difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
-                  datasets: Sequence[str] | None = None, metric: str = "em",
-                  weighting: str = "sample", confidence: float = 0.95,
-                  n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+def difference_ci(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """Crossed t interval of mean(A) − mean(B) over the questions both answered (module doc).
 
     Args:
@@ -234,15 +266,16 @@ def difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
         n_resamples, seed: unused (the interval is analytic); kept for callers.
     """
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
-    a = score_matrix(outcomes, method_a, questions, metric)          # (Sa, Q)
-    b = score_matrix(outcomes, method_b, questions, metric)          # (Sb, Q)
-    w = _weights(questions, weighting)                               # (Q,)
+    a = score_matrix(outcomes, method_a, questions, metric)  # (Sa, Q)
+    b = score_matrix(outcomes, method_b, questions, metric)  # (Sb, Q)
+    w = _weights(questions, weighting)  # (Q,)
     estimate, low, high = paired_difference_interval(a, b, w, confidence)
     return Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence)
 
 
-def paired_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
-                               confidence: float = 0.95) -> tuple[float, float, float]:
+def paired_difference_interval(
+    a: np.ndarray, b: np.ndarray, w: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(estimate, low, high) of Σ_q w_q (ȳ_A,q − ȳ_B,q) for score tables a (n_A, Q) and
     b (n_B, Q) over the same questions: the crossed t interval of the module docstring."""
     sides = (_side(a, w), _side(b, w))
@@ -252,10 +285,18 @@ def paired_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
     return estimate, low, high
 
 
-def gain_contrast_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
-                     datasets_1: Sequence[str], datasets_2: Sequence[str], metric: str = "em",
-                     weighting: str = "sample", confidence: float = 0.95,
-                     n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+def gain_contrast_ci(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets_1: Sequence[str],
+    datasets_2: Sequence[str],
+    metric: str = "em",
+    weighting: str = "sample",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     r"""Is A's gain over B larger on one group of datasets than on another? The difference of
     differences, each paired over its group's questions, with one bootstrap that draws A's
     seeds, B's seeds and both groups' questions independently (a run answers both groups, so
@@ -269,42 +310,54 @@ def gain_contrast_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
     parts = []
     for datasets in (datasets_1, datasets_2):
         questions = _question_keys(outcomes, [method_a, method_b], datasets)
-        parts.append((score_matrix(outcomes, method_a, questions, metric),
-                      score_matrix(outcomes, method_b, questions, metric),
-                      _weights(questions, weighting)))
+        parts.append(
+            (
+                score_matrix(outcomes, method_a, questions, metric),
+                score_matrix(outcomes, method_b, questions, metric),
+                _weights(questions, weighting),
+            )
+        )
     (a1, b1, w1), (a2, b2, w2) = parts
     # score_matrix refuses a seed that missed a question, so a1/a2 and b1/b2 share their seeds.
     # A run's contrast (group-1 score − group-2 score) is one number per seed: the seed terms
     # come from those; each group's questions add their own question term.
     sides = []
     for m1, m2 in ((a1, a2), (b1, b2)):
-        contrast = m1 @ w1 - m2 @ w2                                       # (n,)
+        contrast = m1 @ w1 - m2 @ w2  # (n,)
         one, two = _side(m1, w1), _side(m2, w2)
         seed_term = float(contrast.var(ddof=1) / len(contrast)) if len(contrast) > 1 else 0.0
         sides.append((_Side(float(contrast.mean()), seed_term, 0.0, len(contrast)), one, two))
     (ca, a_1, a_2), (cb, b_1, b_2) = sides
-    term = (_question_term(a1.mean(0) - b1.mean(0), w1, (a_1, b_1))
-            + _question_term(a2.mean(0) - b2.mean(0), w2, (a_2, b_2)))
+    term = _question_term(a1.mean(0) - b1.mean(0), w1, (a_1, b_1)) + _question_term(
+        a2.mean(0) - b2.mean(0), w2, (a_2, b_2)
+    )
     estimate = ca.mean - cb.mean
     sizes = (a1.shape[0], b1.shape[0], a1.shape[1], a2.shape[1])
     low, high = crossed_t_interval(estimate, (ca, cb), term, sizes[2] + sizes[3], confidence)
     return Interval(estimate, low, high, sizes[0], sizes[1], sizes[2] + sizes[3], confidence)
 
 
-def probability_of_improvement(outcomes: pd.DataFrame, method_a: str, method_b: str,
-                               datasets: Sequence[str] | None = None, metric: str = "em",
-                               weighting: str = "sample", confidence: float = 0.95,
-                               n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+def probability_of_improvement(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """P(run of A > run of B) on the group score, ties half (Mann–Whitney form), with a
     bootstrap CI over both methods' seeds. With one run on both sides the estimate is 0, ½
     or 1 and the interval is degenerate: say so rather than read it as evidence."""
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
     w = _weights(questions, weighting)
-    run_a = score_matrix(outcomes, method_a, questions, metric) @ w / w.sum()   # (Sa,)
-    run_b = score_matrix(outcomes, method_b, questions, metric) @ w / w.sum()   # (Sb,)
+    run_a = score_matrix(outcomes, method_a, questions, metric) @ w / w.sum()  # (Sa,)
+    run_b = score_matrix(outcomes, method_b, questions, metric) @ w / w.sum()  # (Sb,)
 
     def statistic(ia, ib):
-        x, y = run_a[ia], run_b[ib]                                  # (..., sa), (..., sb)
+        x, y = run_a[ia], run_b[ib]  # (..., sa), (..., sb)
         wins = (x[..., :, None] > y[..., None, :]) + 0.5 * (x[..., :, None] == y[..., None, :])
         return wins.mean(axis=(-2, -1))
 
@@ -314,10 +367,15 @@ def probability_of_improvement(outcomes: pd.DataFrame, method_a: str, method_b: 
     return Interval(estimate, low, high, len(run_a), len(run_b), len(questions), confidence)
 
 
-def comparison_table(outcomes: pd.DataFrame, baselines: Sequence[str],
-                     groups: dict[str, Sequence[str]], metric: str = "em",
-                     methods: Sequence[str] | None = None,
-                     n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+def comparison_table(
+    outcomes: pd.DataFrame,
+    baselines: Sequence[str],
+    groups: dict[str, Sequence[str]],
+    metric: str = "em",
+    methods: Sequence[str] | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Every method minus every baseline, per dataset and per group, both weightings.
 
     ``groups`` maps a group name (e.g. 'multihop') to its datasets; each dataset is also its
@@ -337,35 +395,68 @@ def comparison_table(outcomes: pd.DataFrame, baselines: Sequence[str],
             for scope, datasets in scopes.items():
                 weightings = ("sample", "dataset") if len(datasets) > 1 else ("sample",)
                 for weighting in weightings:
-                    diff = difference_ci(outcomes, method, baseline, datasets, metric, weighting,
-                                         n_resamples=n_resamples, seed=seed)
-                    poi = probability_of_improvement(outcomes, method, baseline, datasets,
-                                                     metric, weighting,
-                                                     n_resamples=n_resamples, seed=seed)
-                    rows.append({
-                        "method": method, "baseline": baseline, "scope": scope,
-                        "weighting": weighting, "metric": metric,
-                        "diff": diff.estimate, "ci_low": diff.low, "ci_high": diff.high,
-                        "p_improve": poi.estimate, "p_improve_low": poi.low,
-                        "p_improve_high": poi.high, "n_seeds": diff.n_seeds_a,
-                        "n_seeds_baseline": diff.n_seeds_b, "n_questions": diff.n_questions,
-                    })
+                    diff = difference_ci(
+                        outcomes,
+                        method,
+                        baseline,
+                        datasets,
+                        metric,
+                        weighting,
+                        n_resamples=n_resamples,
+                        seed=seed,
+                    )
+                    poi = probability_of_improvement(
+                        outcomes,
+                        method,
+                        baseline,
+                        datasets,
+                        metric,
+                        weighting,
+                        n_resamples=n_resamples,
+                        seed=seed,
+                    )
+                    rows.append(
+                        {
+                            "method": method,
+                            "baseline": baseline,
+                            "scope": scope,
+                            "weighting": weighting,
+                            "metric": metric,
+                            "diff": diff.estimate,
+                            "ci_low": diff.low,
+                            "ci_high": diff.high,
+                            "p_improve": poi.estimate,
+                            "p_improve_low": poi.low,
+                            "p_improve_high": poi.high,
+                            "n_seeds": diff.n_seeds_a,
+                            "n_seeds_baseline": diff.n_seeds_b,
+                            "n_questions": diff.n_questions,
+                        }
+                    )
     return pd.DataFrame.from_records(rows)
 
 
-def mean_ci(outcomes: pd.DataFrame, method: str, datasets: Sequence[str] | None = None,
-            metric: str = "em", weighting: str = "sample", confidence: float = 0.95,
-            n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+def mean_ci(
+    outcomes: pd.DataFrame,
+    method: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """A method's own mean score with the crossed t interval (module doc; the question term
     of one method's seed-averaged scores)."""
     questions = _question_keys(outcomes, [method], datasets)
-    scores = score_matrix(outcomes, method, questions, metric)       # (S, Q)
+    scores = score_matrix(outcomes, method, questions, metric)  # (S, Q)
     estimate, low, high = one_side_interval(scores, _weights(questions, weighting), confidence)
     return Interval(estimate, low, high, scores.shape[0], 0, len(questions), confidence)
 
 
-def one_side_interval(scores: np.ndarray, w: np.ndarray, confidence: float = 0.95
-                      ) -> tuple[float, float, float]:
+def one_side_interval(
+    scores: np.ndarray, w: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(estimate, low, high) of Σ_q w_q ȳ_q for a (runs × questions) table: the crossed t
     interval with one side (its seed term and its question term less MS_e / n)."""
     side = _side(scores, w)
@@ -374,8 +465,9 @@ def one_side_interval(scores: np.ndarray, w: np.ndarray, confidence: float = 0.9
     return side.mean, low, high
 
 
-def blocked_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
-                                confidence: float = 0.95) -> tuple[float, float, float]:
+def blocked_difference_interval(
+    a: np.ndarray, b: np.ndarray, w: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(estimate, low, high) of Σ_q w_q (ȳ_A,q − ȳ_B,q) when row i of ``a`` and of ``b`` were
     trained in the same block i (module docstring: the crossed t interval of the differences
     d = a − b, paired over blocks and over questions)."""
@@ -384,10 +476,15 @@ def blocked_difference_interval(a: np.ndarray, b: np.ndarray, w: np.ndarray,
     return one_side_interval(a - b, w, confidence)
 
 
-def blocked_difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
-                          datasets: Sequence[str] | None = None, metric: str = "em",
-                          weighting: str = "sample", confidence: float = 0.95
-                          ) -> tuple[Interval, PermutationTest]:
+def blocked_difference_ci(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    confidence: float = 0.95,
+) -> tuple[Interval, PermutationTest]:
     """A − B over the blocks both trained in (``outcomes`` has a ``block`` column and one run
     of each method per block): :func:`blocked_difference_interval` and the sign-flip test of
     the block differences (exact on the scores' lattice, :func:`score_lattice`)."""
@@ -396,17 +493,24 @@ def blocked_difference_ci(outcomes: pd.DataFrame, method_a: str, method_b: str,
     a = score_matrix(outcomes, method_a, questions, metric, unit="block")
     b = score_matrix(outcomes, method_b, questions, metric, unit="block")
     estimate, low, high = blocked_difference_interval(a, b, w, confidence)
-    lattice = (score_lattice(np.concatenate([a @ w, b @ w]), len(questions), samples=16)
-               if weighting == "sample" else None)
+    lattice = (
+        score_lattice(np.concatenate([a @ w, b @ w]), len(questions), samples=16)
+        if weighting == "sample"
+        else None
+    )
     test = sign_flip_test(a @ w - b @ w, lattice=lattice)
-    return (Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence),
-            test)
+    return (Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence), test)
 
 
-def run_scores(outcomes: pd.DataFrame, method_a: str, method_b: str,
-               datasets: Sequence[str] | None = None, metric: str = "em",
-               weighting: str = "sample", unit: str = "seed"
-               ) -> tuple[pd.Series, pd.Series]:
+def run_scores(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    unit: str = "seed",
+) -> tuple[pd.Series, pd.Series]:
     """Each run's weighted score over the questions both methods answered, by ``unit``
     (``seed``, or ``block``): what the permutation tests permute."""
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
@@ -419,17 +523,26 @@ def run_scores(outcomes: pd.DataFrame, method_a: str, method_b: str,
     return out[0], out[1]
 
 
-def difference_test(outcomes: pd.DataFrame, method_a: str, method_b: str,
-                    datasets: Sequence[str] | None = None, metric: str = "em",
-                    weighting: str = "sample", fixed_b: bool = False) -> PermutationTest:
+def difference_test(
+    outcomes: pd.DataFrame,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None = None,
+    metric: str = "em",
+    weighting: str = "sample",
+    fixed_b: bool = False,
+) -> PermutationTest:
     """The permutation test of :func:`difference_ci`'s difference over seed labels
     (:func:`permutation_test`); ``fixed_b``: B is one fixed model (the untrained warm start),
     so A's runs' differences to it are sign-flipped (:func:`sign_flip_test`). Exact on the
     scores' lattice where they lie on one (sample-weighted means of 0/1 or k-sample scores)."""
     a, b = run_scores(outcomes, method_a, method_b, datasets, metric, weighting)
     questions = len(_question_keys(outcomes, [method_a, method_b], datasets))
-    lattice = (score_lattice(np.concatenate([a, b]), questions, samples=16)
-               if weighting == "sample" else None)
+    lattice = (
+        score_lattice(np.concatenate([a, b]), questions, samples=16)
+        if weighting == "sample"
+        else None
+    )
     if fixed_b:
         return sign_flip_test(a.to_numpy() - b.mean(), lattice=lattice)
     return permutation_test(a.to_numpy(), b.to_numpy(), lattice=lattice)
@@ -453,8 +566,11 @@ class PermutationTest:
     exact: bool
 
     def describe(self) -> str:
-        how = (f"exact over {self.splits:,} splits" if self.exact
-               else f"Monte Carlo, {self.splits:,} draws")
+        how = (
+            f"exact over {self.splits:,} splits"
+            if self.exact
+            else f"Monte Carlo, {self.splits:,} draws"
+        )
         shown = f"= {self.p:.3f}" if self.p >= 0.001 else "< 0.001"
         return f"p {shown}, {how}"
 
@@ -488,15 +604,21 @@ def _subset_sum_counts(x: np.ndarray, size: int | None) -> np.ndarray:
     for value in x.astype(np.int64):
         before = counts.copy()
         if size is None:
-            counts[0, value:] += before[0, :total + 1 - value]
+            counts[0, value:] += before[0, : total + 1 - value]
         else:
-            counts[1:, value:] += before[:-1, :total + 1 - value]
+            counts[1:, value:] += before[:-1, : total + 1 - value]
     return counts[-1]
 
 
-def permutation_test(a: Sequence[float], b: Sequence[float], *, lattice: int | None = None,
-                     exact_splits: int = EXACT_SPLITS, draws: int = PERMUTATION_DRAWS,
-                     seed: int = PERMUTATION_SEED) -> PermutationTest:
+def permutation_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    lattice: int | None = None,
+    exact_splits: int = EXACT_SPLITS,
+    draws: int = PERMUTATION_DRAWS,
+    seed: int = PERMUTATION_SEED,
+) -> PermutationTest:
     r"""mean(a) − mean(b) against its distribution over every way of splitting the pooled
     n_a + n_b runs into groups of n_a and n_b (labels exchangeable under "no difference"):
     exact over the C(n_a + n_b, n_a) splits when there are at most ``exact_splits``, or at
@@ -512,27 +634,35 @@ def permutation_test(a: Sequence[float], b: Sequence[float], *, lattice: int | N
     count = math.comb(n, n_a)
     if lattice and count > exact_splits:
         x = np.round(pooled * lattice)
-        counts = _subset_sum_counts(x - x.min(), n_a)                       # (S,)
+        counts = _subset_sum_counts(x - x.min(), n_a)  # (S,)
         sums = (np.arange(len(counts)) + n_a * x.min()) / lattice
         null = sums / n_a - (total - sums) / len(b)
         extreme = np.abs(null) >= abs(observed) - 1e-12
         return PermutationTest(float(counts[extreme].sum() / count), count, True)
     if count <= exact_splits:
-        picks = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_a)),
-                            dtype=np.intp, count=count * n_a).reshape(count, n_a)
+        picks = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(n), n_a)),
+            dtype=np.intp,
+            count=count * n_a,
+        ).reshape(count, n_a)
         exact = True
     else:
         rng = np.random.default_rng(seed)
         picks = np.argsort(rng.random((draws, n)), axis=1)[:, :n_a]
         exact = False
-    sums = pooled[picks].sum(axis=1)                                        # (S,)
+    sums = pooled[picks].sum(axis=1)  # (S,)
     null = sums / n_a - (total - sums) / len(b)
     return PermutationTest(_p_value(observed, null, exact), len(null), exact)
 
 
-def sign_flip_test(differences: Sequence[float], *, lattice: int | None = None,
-                   exact_splits: int = EXACT_SPLITS, draws: int = PERMUTATION_DRAWS,
-                   seed: int = PERMUTATION_SEED) -> PermutationTest:
+def sign_flip_test(
+    differences: Sequence[float],
+    *,
+    lattice: int | None = None,
+    exact_splits: int = EXACT_SPLITS,
+    draws: int = PERMUTATION_DRAWS,
+    seed: int = PERMUTATION_SEED,
+) -> PermutationTest:
     """mean(d) against its distribution over every sign pattern of the paired differences d
     (a block's two runs swap labels): exact over the 2^n patterns when there are at most
     ``exact_splits`` or every d × ``lattice`` is an integer (patterns counted by the sum of
@@ -543,7 +673,7 @@ def sign_flip_test(differences: Sequence[float], *, lattice: int | None = None,
         return PermutationTest(float("nan"), 0, True)
     if lattice and 2 ** len(d) > exact_splits:
         x = np.abs(np.round(d * lattice))
-        counts = _subset_sum_counts(x, None)           # Σ s_i |d_i| = 2 Σ_plus |d_i| − Σ |d_i|
+        counts = _subset_sum_counts(x, None)  # Σ s_i |d_i| = 2 Σ_plus |d_i| − Σ |d_i|
         null = (2 * np.arange(len(counts)) - x.sum()) / lattice / len(d)
         extreme = np.abs(null) >= abs(d.mean()) - 1e-12
         return PermutationTest(float(counts[extreme].sum() / 2 ** len(d)), 2 ** len(d), True)
@@ -586,13 +716,15 @@ def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     mean = float(x.mean())
     if len(x) < 2:
         return Interval(mean, float("nan"), float("nan"), 1, 0, 0, confidence)
-    half = float(scipy_stats.t.ppf((1 + confidence) / 2, len(x) - 1) * x.std(ddof=1)
-                 / np.sqrt(len(x)))
+    half = float(
+        scipy_stats.t.ppf((1 + confidence) / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    )
     return Interval(mean, mean - half, mean + half, len(x), 0, 0, confidence)
 
 
-def seed_difference_ci(values_a: Sequence[float], values_b: Sequence[float],
-                       confidence: float = 0.95) -> Interval:
+def seed_difference_ci(
+    values_a: Sequence[float], values_b: Sequence[float], confidence: float = 0.95
+) -> Interval:
     r"""mean(A) − mean(B) over two sets of independent runs, with Welch's t interval (unequal
     variances, Welch–Satterthwaite degrees of freedom): the unpaired counterpart of
     :func:`seed_mean_ci` for per-run quantities. NaN bounds unless both sides have 2+ runs.
@@ -611,6 +743,6 @@ def seed_difference_ci(values_a: Sequence[float], values_b: Sequence[float],
     se = float(np.sqrt(va + vb))
     if se == 0:
         return Interval(diff, diff, diff, len(a), len(b), 0, confidence)
-    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = float(scipy_stats.t.ppf((1 + confidence) / 2, dof) * se)
     return Interval(diff, diff - half, diff + half, len(a), len(b), 0, confidence)

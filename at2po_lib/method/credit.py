@@ -67,7 +67,8 @@ def _softmax_weights(h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
     """entropy_softmax: w_c = exp(H_c - max_siblings H), the softmax numerator shifted for
     stability. h (C,) children's entropies, up (C,) their parents, n nodes -> (C,)."""
     hmax = torch.full((n,), -float("inf"), dtype=h.dtype, device=h.device).scatter_reduce(
-        0, up, h, reduce="amax", include_self=True)
+        0, up, h, reduce="amax", include_self=True
+    )
     return torch.exp(h - hmax[up])
 
 
@@ -82,8 +83,11 @@ def _uniform_weights(h: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
     return torch.ones_like(h)
 
 
-SIBLING_WEIGHTS = {"entropy_softmax": _softmax_weights, "entropy_linear": _linear_weights,
-                   "child_mean": _uniform_weights}
+SIBLING_WEIGHTS = {
+    "entropy_softmax": _softmax_weights,
+    "entropy_linear": _linear_weights,
+    "child_mean": _uniform_weights,
+}
 """Value mode → unnormalised child weights w_c (the caller divides by the per-parent sum)."""
 VALUE_MODES = (*SIBLING_WEIGHTS, "leaf_mean")
 """Every value mode; ``leaf_mean`` averages the scored leaves below a node instead."""
@@ -101,15 +105,22 @@ def _diff_global(v: torch.Tensor, v_parent: torch.Tensor, v_root: torch.Tensor) 
     return v - v_root
 
 
-def _diff_localglobal(v: torch.Tensor, v_parent: torch.Tensor,
-                      v_root: torch.Tensor) -> torch.Tensor:
+def _diff_localglobal(
+    v: torch.Tensor, v_parent: torch.Tensor, v_root: torch.Tensor
+) -> torch.Tensor:
     return (v - v_parent) + (v - v_root)
 
 
-NODE_ADVANTAGES = {"node_value": _node_value, "diff_parent": _diff_parent,
-                   "diff_global": _diff_global, "diff_localglobal": _diff_localglobal}
+NODE_ADVANTAGES = {
+    "node_value": _node_value,
+    "diff_parent": _diff_parent,
+    "diff_global": _diff_global,
+    "diff_localglobal": _diff_localglobal,
+}
 """Advantage mode → A_n from (V_n, V_parent(n), V_root), each (N,)."""
 ADVANTAGE_MODES = tuple(NODE_ADVANTAGES)
+
+
 # --------------------------------------------------------------------------------------------
 # Structure: levels (depth and children counts come from at2po_lib.method.tree)
 # --------------------------------------------------------------------------------------------
@@ -160,8 +171,10 @@ def _check_rewards_and_entropies(forest: Forest, is_leaf: torch.Tensor, mode: st
     internal_scored = ~is_leaf & ~torch.isnan(forest.leaf_reward)
     if bool(internal_scored.any()):
         g = int(torch.nonzero(internal_scored)[0])
-        raise ValueError(f"{_node_name(forest, g)}: internal node has a leaf_reward "
-                         f"({float(forest.leaf_reward[g])}); only leaves may")
+        raise ValueError(
+            f"{_node_name(forest, g)}: internal node has a leaf_reward "
+            f"({float(forest.leaf_reward[g])}); only leaves may"
+        )
     if not mode.startswith("entropy"):
         return
     not_root, h = forest.parent >= 0, forest.entropy
@@ -171,12 +184,15 @@ def _check_rewards_and_entropies(forest: Forest, is_leaf: torch.Tensor, mode: st
     if bool(bad.any()):
         g = int(torch.nonzero(bad)[0])
         need = "finite, non-negative" if mode == "entropy_linear" else "finite"
-        raise ValueError(f"{_node_name(forest, g)}: entropy {float(h[g])} is not usable by "
-                         f"{mode} ({need} needed)")
+        raise ValueError(
+            f"{_node_name(forest, g)}: entropy {float(h[g])} is not usable by "
+            f"{mode} ({need} needed)"
+        )
 
 
-def forest_node_values(forest: Forest, mode: str = "entropy_softmax",
-                       normalize_leaves: bool = True) -> torch.Tensor:
+def forest_node_values(
+    forest: Forest, mode: str = "entropy_softmax", normalize_leaves: bool = True
+) -> torch.Tensor:
     """Node values V (N,) for every tree of ``forest`` (equations in the module docstring).
 
     Bottom-up over depth levels: all children at depth d+1 push ``w_c * V_c`` and ``w_c`` into
@@ -231,8 +247,9 @@ def sibling_weights(parent: torch.Tensor, entropy: torch.Tensor, mode: str) -> t
     return weights
 
 
-def forest_node_advantages(forest: Forest, values: torch.Tensor,
-                           mode: str = "node_value") -> torch.Tensor:
+def forest_node_advantages(
+    forest: Forest, values: torch.Tensor, mode: str = "node_value"
+) -> torch.Tensor:
     """Node advantages A (N,) from values V (N,) (modes in the module docstring)."""
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"unknown advantage mode {mode!r}; choose one of {ADVANTAGE_MODES}")
@@ -247,8 +264,13 @@ def forest_node_advantages(forest: Forest, values: torch.Tensor,
     return torch.where(is_root, values, adv)  # the root keeps A_root = V_root (authors' code)
 
 
-def node_values(parent: Any, entropy: Any, leaf_reward: Any, mode: str = "entropy_softmax",
-                normalize_leaves: bool = True) -> torch.Tensor:
+def node_values(
+    parent: Any,
+    entropy: Any,
+    leaf_reward: Any,
+    mode: str = "entropy_softmax",
+    normalize_leaves: bool = True,
+) -> torch.Tensor:
     """Values V (N,) of one tree (arrays or tensors of shape (N,)); see the module docstring."""
     forest = Forest.from_trees([(parent, entropy, leaf_reward)], dtype=_float_dtype(leaf_reward))
     return forest_node_values(forest, mode=mode, normalize_leaves=normalize_leaves)
@@ -271,9 +293,14 @@ def _float_dtype(x: Any) -> torch.dtype:
 # --------------------------------------------------------------------------------------------
 # Batched: trees -> per-token advantages
 # --------------------------------------------------------------------------------------------
-def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: torch.Tensor,
-                           value_mode: str = "entropy_softmax", adv_mode: str = "node_value",
-                           normalize_leaves: bool = True) -> torch.Tensor:
+def batch_token_advantages(
+    forest: Forest,
+    turn_node: torch.Tensor,
+    row_tree: torch.Tensor,
+    value_mode: str = "entropy_softmax",
+    adv_mode: str = "node_value",
+    normalize_leaves: bool = True,
+) -> torch.Tensor:
     r"""Per-token advantages (B, T) for B training rows drawn from the trees of ``forest``.
 
     turn_node (B, T) int: the *local* node id (within the row's tree) of each model token,
@@ -285,18 +312,24 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     turn_node = torch.as_tensor(turn_node).to(forest.device)
     row_tree = torch.as_tensor(row_tree).to(forest.device)
     if turn_node.ndim != 2 or row_tree.shape != (turn_node.shape[0],):
-        raise ValueError(f"turn_node must be (B, T) and row_tree (B,); got "
-                         f"{tuple(turn_node.shape)} and {tuple(row_tree.shape)}")
+        raise ValueError(
+            f"turn_node must be (B, T) and row_tree (B,); got "
+            f"{tuple(turn_node.shape)} and {tuple(row_tree.shape)}"
+        )
     if bool(((row_tree < 0) | (row_tree >= forest.num_trees)).any()):
         b = int(torch.nonzero((row_tree < 0) | (row_tree >= forest.num_trees))[0])
-        raise ValueError(f"row {b}: row_tree {int(row_tree[b])} is not a tree of the forest "
-                         f"({forest.num_trees} trees)")
+        raise ValueError(
+            f"row {b}: row_tree {int(row_tree[b])} is not a tree of the forest "
+            f"({forest.num_trees} trees)"
+        )
     size = (forest.offsets[1:] - forest.offsets[:-1])[row_tree]  # (B,)
     bad = (turn_node < -1) | (turn_node >= size[:, None])
     if bool(bad.any()):
         b, t = (int(i) for i in torch.nonzero(bad)[0])
-        raise ValueError(f"row {b}, token {t}: turn_node {int(turn_node[b, t])} is not a node of "
-                         f"tree {int(row_tree[b])} ({int(size[b])} nodes)")
+        raise ValueError(
+            f"row {b}, token {t}: turn_node {int(turn_node[b, t])} is not a node of "
+            f"tree {int(row_tree[b])} ({int(size[b])} nodes)"
+        )
     is_model = turn_node >= 0
     global_node = turn_node.clamp(min=0) + forest.offsets[row_tree][:, None]  # (B, T)
     values = forest_node_values(forest, value_mode, normalize_leaves)
@@ -304,6 +337,8 @@ def batch_token_advantages(forest: Forest, turn_node: torch.Tensor, row_tree: to
     per_token = torch.where(is_model, adv[global_node], 0.0)
     if bool(torch.isnan(per_token).any()):
         b, t = (int(i) for i in torch.nonzero(torch.isnan(per_token))[0])
-        raise ValueError(f"row {b}, token {t}: node {int(turn_node[b, t])} of tree "
-                         f"{int(row_tree[b])} has no scored leaf below it (advantage NaN)")
+        raise ValueError(
+            f"row {b}, token {t}: node {int(turn_node[b, t])} of tree "
+            f"{int(row_tree[b])} has no scored leaf below it (advantage NaN)"
+        )
     return per_token.to(out_device)

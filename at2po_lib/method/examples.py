@@ -12,8 +12,9 @@ import torch
 from .tree import TreeArrays, leaf_paths, node_depths
 
 
-def synthetic_turn_rows(parent: Any, model_tokens: Any,
-                        obs_tokens: Any = 4) -> dict[str, torch.Tensor]:
+def synthetic_turn_rows(
+    parent: Any, model_tokens: Any, obs_tokens: Any = 4
+) -> dict[str, torch.Tensor]:
     """Token layout of every root→leaf row of one tree, for demos and tests.
 
     Each non-root node on the path contributes ``obs_tokens[n]`` observation tokens (none for
@@ -64,9 +65,14 @@ def example_tree() -> TreeArrays:
     return TreeArrays(parent, entropy, leaf_reward)
 
 
-def random_tree(generator: np.random.Generator, num_chains: int = 10, num_expansions: int = 12,
-                max_turns: int = 6, stop_prob: float = 0.35,
-                shuffle_ids: bool = True) -> TreeArrays:
+def random_tree(
+    generator: np.random.Generator,
+    num_chains: int = 10,
+    num_expansions: int = 12,
+    max_turns: int = 6,
+    stop_prob: float = 0.35,
+    shuffle_ids: bool = True,
+) -> TreeArrays:
     """An AT2PO-shaped random tree: ``num_chains`` chains from the root (each turn ends the
     trajectory with ``stop_prob``, at most ``max_turns`` deep), then ``num_expansions`` re-sampled
     turns (a new child of a random non-leaf node, rolled out to a leaf). Rewards in {0, 1},

@@ -88,15 +88,17 @@ def top_k_cycled(scores: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarr
     return np.resize(ranked, k)  # np.resize cycles through the array
 
 
-def select_entropy(entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray, k: int,
-                   alpha: float) -> np.ndarray:
+def select_entropy(
+    entropy: np.ndarray, parent: np.ndarray, is_leaf: np.ndarray, k: int, alpha: float
+) -> np.ndarray:
     """AT2PO's pick: top-K non-leaf nodes by H(n) - alpha * b(n), ties in breadth-first order."""
     candidates = candidates_in_order(parent, is_leaf)
     return top_k_cycled(expansion_scores(entropy, parent, alpha), candidates, k)
 
 
-def select_random_siblings(parent: np.ndarray, is_leaf: np.ndarray, k: int,
-                           rng: np.random.Generator) -> np.ndarray:
+def select_random_siblings(
+    parent: np.ndarray, is_leaf: np.ndarray, k: int, rng: np.random.Generator
+) -> np.ndarray:
     """The authors' ``expansion_mode=random`` pick: K distinct non-leaf nodes (root included)
     drawn uniformly without replacement; with replacement when fewer than K exist."""
     candidates = candidates_in_order(parent, is_leaf)

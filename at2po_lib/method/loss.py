@@ -49,8 +49,9 @@ KL_CLAMP = 10.0
 """verl's per-token bound on the k3 KL (``low_var_kl``)."""
 
 
-def ratio_units(mask: torch.Tensor, level: str = "turn",
-                turn_ids: torch.Tensor | None = None) -> torch.Tensor:
+def ratio_units(
+    mask: torch.Tensor, level: str = "turn", turn_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """The ratio unit (N,) int64 of each model token of ``mask`` (B, T), row-major: the token
     itself (token), its row (sequence) or its turn (turn; numbered in order of first token)."""
     is_tok = mask.bool()  # (B, T)
@@ -67,15 +68,21 @@ def ratio_units(mask: torch.Tensor, level: str = "turn",
     ids = turn_ids[is_tok].long()  # (N,)
     if ids.numel() and int(ids.min()) < 0:
         r, c = (int(i) for i in torch.nonzero(is_tok & (turn_ids < 0))[0])
-        raise ValueError(f"turn_ids[{r}, {c}] = {int(turn_ids[r, c])}: "
-                         "model tokens need an id >= 0")
+        raise ValueError(
+            f"turn_ids[{r}, {c}] = {int(turn_ids[r, c])}: model tokens need an id >= 0"
+        )
     width = int(ids.max()) + 1 if ids.numel() else 1
     return torch.unique(rows * width + ids, return_inverse=True)[1]
 
 
-def importance_ratios(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
-                      level: str = "turn", turn_ids: torch.Tensor | None = None,
-                      turn_ratio: str = "geometric") -> torch.Tensor:
+def importance_ratios(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    level: str = "turn",
+    turn_ids: torch.Tensor | None = None,
+    turn_ratio: str = "geometric",
+) -> torch.Tensor:
     r"""s_t (N,) of each model token, differentiable: the ratio of its unit, in the stop-gradient
     form exp(log π_θ(y_t) − sg[log π_θ(y_t)] + sg[log s_k]), whose value is s_k and whose
     gradient is s_k ∇log π_θ(y_t) (GSPO's form; for a token unit it is exp(r_t) itself)."""
@@ -91,13 +98,23 @@ def importance_ratios(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Te
     return torch.exp(log_s_t if level == "token" else log_s_t.clamp(max=LOG_RATIO_CLAMP))
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, level: str = "turn", eps_low: float = EPS_LOW,
-                eps_high: float = EPS_HIGH, agg: str = "seq-mean-token-mean",
-                turn_ids: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
-                beta: float = 0.0, entropy_balanced_clip: bool = False,
-                token_entropy: torch.Tensor | None = None, entropy_aware_adv: float = 0.0,
-                turn_ratio: str = "geometric") -> torch.Tensor:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    level: str = "turn",
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    agg: str = "seq-mean-token-mean",
+    turn_ids: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    entropy_balanced_clip: bool = False,
+    token_entropy: torch.Tensor | None = None,
+    entropy_aware_adv: float = 0.0,
+    turn_ratio: str = "geometric",
+) -> torch.Tensor:
     r"""The clipped policy loss (scalar), differentiable in ``logp`` (B, T).
 
     ``old_logp`` (B, T) log π_old; ``advantages`` (B,) or (B, T); ``mask`` (B, T) 1 = model
@@ -105,8 +122,20 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     ``token_entropy`` (B, T) with ``entropy_aware_adv`` γ > 0: AEPO's advantage.
     """
     advantages = torch.as_tensor(advantages, device=logp.device)
-    check_loss_inputs(logp, old_logp, advantages, mask, level, agg, turn_ratio, turn_ids,
-                      ref_logp, beta, token_entropy, entropy_aware_adv)
+    check_loss_inputs(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        level,
+        agg,
+        turn_ratio,
+        turn_ids,
+        ref_logp,
+        beta,
+        token_entropy,
+        entropy_aware_adv,
+    )
     is_tok = mask.bool()
     a = token_advantages(advantages, mask, logp.dtype, token_entropy, entropy_aware_adv)  # (N,)
     s = importance_ratios(logp, old_logp, mask, level, turn_ids, turn_ratio)  # (N,) s_t
@@ -125,9 +154,13 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     return (row_sum / row_len.clamp(min=1)).sum() / max(int(torch.count_nonzero(row_len)), 1)
 
 
-def token_advantages(advantages: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype,
-                     token_entropy: torch.Tensor | None = None,
-                     entropy_aware_adv: float = 0.0) -> torch.Tensor:
+def token_advantages(
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    dtype: torch.dtype,
+    token_entropy: torch.Tensor | None = None,
+    entropy_aware_adv: float = 0.0,
+) -> torch.Tensor:
     """A_t (N,) of each model token, detached, in ``dtype`` promoted to float32 at least: its
     row's advantage (``advantages`` (B,)) or its own ((B, T)); AEPO's entropy-aware form with
     ``entropy_aware_adv`` γ > 0."""
@@ -141,13 +174,23 @@ def token_advantages(advantages: torch.Tensor, mask: torch.Tensor, dtype: torch.
 
 
 @torch.no_grad()
-def loss_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                     mask: torch.Tensor, level: str = "turn", eps_low: float = EPS_LOW,
-                     eps_high: float = EPS_HIGH, agg: str = "seq-mean-token-mean",
-                     turn_ids: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
-                     beta: float = 0.0, entropy_balanced_clip: bool = False,
-                     token_entropy: torch.Tensor | None = None, entropy_aware_adv: float = 0.0,
-                     turn_ratio: str = "geometric") -> dict[str, float]:
+def loss_diagnostics(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    level: str = "turn",
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    agg: str = "seq-mean-token-mean",
+    turn_ids: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    entropy_balanced_clip: bool = False,
+    token_entropy: torch.Tensor | None = None,
+    entropy_aware_adv: float = 0.0,
+    turn_ratio: str = "geometric",
+) -> dict[str, float]:
     """What the trainer logs of the update :func:`policy_loss` makes with the same arguments
     (``agg`` and ``entropy_balanced_clip`` change no statistic), from the log-ratios alone, in
     one device sync. Shares are of the N model tokens:
@@ -164,8 +207,13 @@ def loss_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: tor
     is_tok = mask.bool()
     dtype = torch.promote_types(logp.dtype, torch.float32)
     r = (logp.detach().to(dtype) - old_logp.detach().to(dtype))[is_tok]  # (N,) log-ratios
-    a = token_advantages(torch.as_tensor(advantages, device=logp.device), mask, logp.dtype,
-                         token_entropy, entropy_aware_adv)  # (N,)
+    a = token_advantages(
+        torch.as_tensor(advantages, device=logp.device),
+        mask,
+        logp.dtype,
+        token_entropy,
+        entropy_aware_adv,
+    )  # (N,)
     lower, upper = 1 - eps_low, 1 + eps_high
     turn = ratio_units(mask, "turn", turn_ids)  # (N,) each token's turn
     turn_sum = r.new_zeros(int(turn.max()) + 1 if turn.numel() else 0).index_add(0, turn, r)
@@ -174,8 +222,11 @@ def loss_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: tor
         if at == "token":
             return torch.exp(r)
         unit = turn if at == "turn" else ratio_units(mask, at, turn_ids)
-        total = turn_sum if at == "turn" else r.new_zeros(int(unit.max()) + 1 if unit.numel()
-                                                          else 0).index_add(0, unit, r)
+        total = (
+            turn_sum
+            if at == "turn"
+            else r.new_zeros(int(unit.max()) + 1 if unit.numel() else 0).index_add(0, unit, r)
+        )
         size = torch.bincount(unit, minlength=total.numel()).clamp(min=1)
         log_s = total if at == "turn" and turn_ratio == "product" else total / size
         return torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP))[unit]
@@ -189,25 +240,43 @@ def loss_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: tor
     rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
     turn_row = rows.new_zeros(turn_sum.numel()).scatter(0, turn, rows)  # (S,) row of each turn
     turns_per_row = torch.bincount(turn_row, minlength=is_tok.shape[0])  # (B,)
-    values = [(bound & (s < lower)).sum() / count, (bound & (s > upper)).sum() / count,
-              bound.sum() / count, binds(ratios("token")).sum() / count,
-              binds(ratios("turn")).sum() / count, -r.sum() / count, s.sum() / count,
-              _turn_kl_entropy(turn_sum, turn_row, turns_per_row),
-              (turns_per_row <= 1).sum(), turns_per_row.to(dtype).mean()]
-    names = ["clip_frac_low", "clip_frac_high", "clip_frac", "clip_frac_token", "clip_frac_turn",
-             "approx_kl", "ratio_mean", "turn_kl_entropy", "single_turn_rows",
-             "mean_turns_per_row"]
+    values = [
+        (bound & (s < lower)).sum() / count,
+        (bound & (s > upper)).sum() / count,
+        bound.sum() / count,
+        binds(ratios("token")).sum() / count,
+        binds(ratios("turn")).sum() / count,
+        -r.sum() / count,
+        s.sum() / count,
+        _turn_kl_entropy(turn_sum, turn_row, turns_per_row),
+        (turns_per_row <= 1).sum(),
+        turns_per_row.to(dtype).mean(),
+    ]
+    names = [
+        "clip_frac_low",
+        "clip_frac_high",
+        "clip_frac",
+        "clip_frac_token",
+        "clip_frac_turn",
+        "approx_kl",
+        "ratio_mean",
+        "turn_kl_entropy",
+        "single_turn_rows",
+        "mean_turns_per_row",
+    ]
     if beta:
         values.append(low_var_kl(ref_logp[is_tok], logp.detach()[is_tok]).sum() / count)
         names.append("ref_kl")
-    stats = dict(zip(names, torch.stack([torch.as_tensor(v, dtype=torch.float64)
-                                         for v in values]).tolist()))
+    stats = dict(
+        zip(names, torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in values]).tolist())
+    )
     stats["single_turn_rows"] = int(stats["single_turn_rows"])
     return stats
 
 
-def _turn_kl_entropy(turn_sum: torch.Tensor, turn_row: torch.Tensor,
-                     turns_per_row: torch.Tensor) -> torch.Tensor:
+def _turn_kl_entropy(
+    turn_sum: torch.Tensor, turn_row: torch.Tensor, turns_per_row: torch.Tensor
+) -> torch.Tensor:
     """:func:`loss_diagnostics`' ``turn_kl_entropy`` from each turn's summed log-ratio (S,) and
     row (S,)."""
     b = turns_per_row.numel()
@@ -215,7 +284,8 @@ def _turn_kl_entropy(turn_sum: torch.Tensor, turn_row: torch.Tensor,
     usable = (row_sum != 0)[turn_row]  # (S,)
     share = torch.where(usable, turn_sum / torch.where(row_sum == 0, 1, row_sum)[turn_row], 0)
     top = torch.full_like(row_sum, -float("inf")).scatter_reduce(
-        0, turn_row, share, reduce="amax", include_self=True)  # (B,)
+        0, turn_row, share, reduce="amax", include_self=True
+    )  # (B,)
     e = torch.exp(share - top[turn_row])  # (S,)
     p = e / e.new_zeros(b).index_add(0, turn_row, e)[turn_row]  # (S,) softmax within a row
     h = turn_sum.new_zeros(b).index_add(0, turn_row, -p * torch.log(p + 1e-10))  # (B,)
@@ -224,8 +294,9 @@ def _turn_kl_entropy(turn_sum: torch.Tensor, turn_row: torch.Tensor,
     return per_row.mean() if b else per_row.sum()
 
 
-def entropy_aware_advantages(advantages: torch.Tensor, token_entropy: torch.Tensor,
-                             gamma: float) -> torch.Tensor:
+def entropy_aware_advantages(
+    advantages: torch.Tensor, token_entropy: torch.Tensor, gamma: float
+) -> torch.Tensor:
     """AEPO: A_t (1 + γ z(H_t)), z over the batch's model tokens (unbiased std, 0 → 1).
     Both inputs (N,)."""
     h = token_entropy.detach()  # (N,)
@@ -243,31 +314,54 @@ def low_var_kl(ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(-KL_CLAMP, KL_CLAMP)
 
 
-def check_loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, level: str, agg: str, turn_ratio: str,
-                      turn_ids: torch.Tensor | None, ref_logp: torch.Tensor | None, beta: float,
-                      token_entropy: torch.Tensor | None, entropy_aware_adv: float) -> None:
+def check_loss_inputs(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    level: str,
+    agg: str,
+    turn_ratio: str,
+    turn_ids: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    beta: float,
+    token_entropy: torch.Tensor | None,
+    entropy_aware_adv: float,
+) -> None:
     """Raise a ValueError naming the option or input that is wrong (shapes, choices, a mask of
     0/1, the inputs an option needs)."""
-    for name, value, allowed in (("level", level, LEVELS), ("agg", agg, AGGREGATIONS),
-                                 ("turn_ratio", turn_ratio, TURN_RATIOS)):
+    for name, value, allowed in (
+        ("level", level, LEVELS),
+        ("agg", agg, AGGREGATIONS),
+        ("turn_ratio", turn_ratio, TURN_RATIOS),
+    ):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     if logp.ndim != 2:
         raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
-    named = {"old_logp": old_logp, "mask": mask, "turn_ids": turn_ids, "ref_logp": ref_logp,
-             "token_entropy": token_entropy}
+    named = {
+        "old_logp": old_logp,
+        "mask": mask,
+        "turn_ids": turn_ids,
+        "ref_logp": ref_logp,
+        "token_entropy": token_entropy,
+    }
     for name, x in named.items():
         if x is not None and x.shape != logp.shape:
             raise ValueError(f"{name} has shape {tuple(x.shape)}, logp has {tuple(logp.shape)}")
     if advantages.shape not in (logp.shape, logp.shape[:1]):
-        raise ValueError(f"advantages must be (B,) or (B, T); got {tuple(advantages.shape)} "
-                         f"for logp {tuple(logp.shape)}")
+        raise ValueError(
+            f"advantages must be (B,) or (B, T); got {tuple(advantages.shape)} "
+            f"for logp {tuple(logp.shape)}"
+        )
     if mask.dtype.is_floating_point or mask.dtype.is_complex:
         only_01 = torch.equal(mask.bool().to(mask.dtype), mask)
     else:  # integers: one min/max pass
-        only_01 = mask.dtype == torch.bool or mask.numel() == 0 or all(
-            0 <= int(v) <= 1 for v in torch.aminmax(mask))
+        only_01 = (
+            mask.dtype == torch.bool
+            or mask.numel() == 0
+            or all(0 <= int(v) <= 1 for v in torch.aminmax(mask))
+        )
     if not only_01:
         raise ValueError("mask must hold only 0 and 1")
     if beta and ref_logp is None:
@@ -275,13 +369,18 @@ def check_loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     if entropy_aware_adv and token_entropy is None:
         raise ValueError("entropy_aware_adv > 0 needs token_entropy")
     is_tok = mask.bool()
-    named = {"logp": logp, "old_logp": old_logp, "advantages": advantages,
-             "ref_logp": ref_logp if beta else None}
+    named = {
+        "logp": logp,
+        "old_logp": old_logp,
+        "advantages": advantages,
+        "ref_logp": ref_logp if beta else None,
+    }
     for name, x in named.items():  # only the model tokens' entries are read
         if x is None:
             continue
-        bad = ~torch.isfinite(x.detach()[is_tok] if x.shape == is_tok.shape
-                              else x.detach()[is_tok.any(1)])
+        bad = ~torch.isfinite(
+            x.detach()[is_tok] if x.shape == is_tok.shape else x.detach()[is_tok.any(1)]
+        )
         if bool(bad.any()):
             where = torch.nonzero(is_tok)[bad] if x.shape == is_tok.shape else None
             if where is not None:

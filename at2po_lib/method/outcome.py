@@ -19,14 +19,21 @@ def group_equal(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> t
     big = torch.finfo(values.dtype).max
     kw = dict(dtype=values.dtype, device=values.device)
     gmax = torch.full((num_groups,), -big, **kw).scatter_reduce(
-        0, group, values, reduce="amax", include_self=True)
+        0, group, values, reduce="amax", include_self=True
+    )
     gmin = torch.full((num_groups,), big, **kw).scatter_reduce(
-        0, group, values, reduce="amin", include_self=True)
+        0, group, values, reduce="amin", include_self=True
+    )
     return (gmax == gmin)[group]
 
 
-def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6,
-                    scale: str = "std", unbiased: bool = True) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    eps: float = 1e-6,
+    scale: str = "std",
+    unbiased: bool = True,
+) -> torch.Tensor:
     r"""GRPO outcome advantages (R,) for rewards (R,) grouped by ``group_ids`` (R,)::
 
         A_i = (r_i - mean_g(r)) / (std_g(r) + eps)      scale="std"  (GRPO)
@@ -42,8 +49,10 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
     rewards = rewards if rewards.is_floating_point() else rewards.double()
     group_ids = torch.as_tensor(group_ids)
     if rewards.ndim != 1 or group_ids.shape != rewards.shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
-                         "must both be (R,)")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
+            "must both be (R,)"
+        )
     if bool(torch.isnan(rewards).any()):
         raise ValueError(f"rewards has NaN at row {int(torch.nonzero(torch.isnan(rewards))[0])}")
     _, group = torch.unique(group_ids, return_inverse=True)
@@ -63,8 +72,9 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
     return centred / (std + eps)
 
 
-def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
-                         prompt_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def tree_grpo_advantages(
+    leaf_rewards: torch.Tensor, tree_ids: torch.Tensor, prompt_ids: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
     r"""Tree-GRPO's advantage (its default ``tree`` estimator) for one row per leaf (R,)::
 
         A_i = GRPO(r_i | all leaves of the prompt) + GRPO(r_i | leaves of the same tree)
@@ -81,15 +91,20 @@ def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
     """
     prompt_ids, tree_ids = torch.as_tensor(prompt_ids), torch.as_tensor(tree_ids)
     if tree_ids.shape != prompt_ids.shape:
-        raise ValueError(f"tree_ids {tuple(tree_ids.shape)} and prompt_ids "
-                         f"{tuple(prompt_ids.shape)} must have the same shape")
-    pairs, pair = torch.unique(torch.stack([prompt_ids, tree_ids], dim=1), dim=0,
-                               return_inverse=True)
+        raise ValueError(
+            f"tree_ids {tuple(tree_ids.shape)} and prompt_ids "
+            f"{tuple(prompt_ids.shape)} must have the same shape"
+        )
+    pairs, pair = torch.unique(
+        torch.stack([prompt_ids, tree_ids], dim=1), dim=0, return_inverse=True
+    )
     sizes = torch.bincount(pair, minlength=len(pairs))
     if bool((sizes == 1).any()):
         p, t = (int(v) for v in pairs[int(torch.nonzero(sizes == 1)[0])])
-        raise ValueError(f"Tree-GRPO: tree {t} of prompt {p} has a single leaf; its tree-level "
-                         "advantage would be its raw reward (each tree needs >= 2 leaves)")
+        raise ValueError(
+            f"Tree-GRPO: tree {t} of prompt {p} has a single leaf; its tree-level "
+            "advantage would be its raw reward (each tree needs >= 2 leaves)"
+        )
     inter = grpo_advantages(leaf_rewards, prompt_ids, eps=eps)
     inner = grpo_advantages(leaf_rewards, pair, eps=eps)
     return inter + inner
@@ -97,8 +112,9 @@ def tree_grpo_advantages(leaf_rewards: torch.Tensor, tree_ids: torch.Tensor,
 
 OUTCOME_ADVANTAGES = {
     "vanilla": lambda rewards, tree_ids, prompt_ids: grpo_advantages(rewards, prompt_ids),
-    "tree_grpo": lambda rewards, tree_ids, prompt_ids: tree_grpo_advantages(rewards, tree_ids,
-                                                                            prompt_ids),
+    "tree_grpo": lambda rewards, tree_ids, prompt_ids: tree_grpo_advantages(
+        rewards, tree_ids, prompt_ids
+    ),
 }
 """Advantages (R,) of whole rows, not nodes, from each row's leaf reward, tree id and prompt id
 (R,): GRPO over a prompt's leaves (:func:`grpo_advantages`) and Tree-GRPO's prompt + tree sum

@@ -95,8 +95,12 @@ from .loss import EPS_HIGH, EPS_LOW
 _TOKEN_CLIP = {"epsilon": 0.2, "epsilon_high": 0.2}
 _CLIP_HIGHER = {"epsilon": 0.2, "epsilon_high": 0.28}
 _TOKEN_MEAN = {"loss_aggregation": "token-mean"}
-_TURN_LOSS = {"loss_level": "turn", "epsilon": EPS_LOW, "epsilon_high": EPS_HIGH,
-              "loss_aggregation": "seq-mean-token-mean"}
+_TURN_LOSS = {
+    "loss_level": "turn",
+    "epsilon": EPS_LOW,
+    "epsilon_high": EPS_HIGH,
+    "loss_aggregation": "seq-mean-token-mean",
+}
 _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 
 EXACT_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "exact", "tree_alpha": 0.001}
@@ -135,11 +139,25 @@ class Method:
     accept the method a folder's ``config.yaml`` names."""
 
 
-def _method(name: str, summary: str, table: str, expansion: str, *,
-            rollout: Mapping[str, Any] | None = None, recorded_as: str | None = None,
-            **overrides: Any) -> Method:
-    return Method(name, summary, table, expansion, dict(overrides), rollout=dict(rollout or {}),
-                  recorded_as=recorded_as)
+def _method(
+    name: str,
+    summary: str,
+    table: str,
+    expansion: str,
+    *,
+    rollout: Mapping[str, Any] | None = None,
+    recorded_as: str | None = None,
+    **overrides: Any,
+) -> Method:
+    return Method(
+        name,
+        summary,
+        table,
+        expansion,
+        dict(overrides),
+        rollout=dict(rollout or {}),
+        recorded_as=recorded_as,
+    )
 
 
 def credit_method(value: str, advantage: str) -> str:
@@ -148,73 +166,168 @@ def credit_method(value: str, advantage: str) -> str:
 
 
 _TABLE1 = [
-    Method("react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1",
-           trains=False),
-    _method("grpo", "chains, GRPO advantage, token ratio, clip 0.2, low-var KL 1e-3, "
-            "token-mean (no dual clip)", "Table 1", "chain",
-            loss_level="token", **_TOKEN_MEAN, beta=1e-3,
-            **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("dapo", "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean (no overlong "
-            "shaping)", "Table 1", "chain",
-            loss_level="token", **_TOKEN_MEAN,
-            dynamic_sampling=True, **_GRPO_CREDIT, **_CLIP_HIGHER),
-    _method("gspo", "chains, sequence ratio, clip 3e-4/4e-4, seq-mean-token-mean", "Table 1",
-            "chain",
-            loss_level="sequence", loss_aggregation="seq-mean-token-mean",
-            epsilon=3e-4, epsilon_high=4e-4, **_GRPO_CREDIT),
-    _method("tree_grpo", "random tree, Tree-GRPO advantage, token ratio, clip 0.2, low-var KL "
-            "1e-3, token-mean", "Table 1", "random",
-            credit_advantage="tree_grpo", loss_level="token",
-            **_TOKEN_MEAN, beta=1e-3, **_TOKEN_CLIP),
-    _method("aepo", "AEPO branching, entropy-balanced clip 0.2/0.2, no entropy-aware "
-            "advantage, token-mean (the authors' AEPO_qwen3_4B.sh)", "Table 1", "aepo",
-            loss_level="token", **_TOKEN_MEAN,
-            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.0,
-            **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("at2po", "entropy tree (the profile's expansion settings: sampled-token NLL, alpha "
-            "0.05 by default, the authors' code), turn-wise credit (entropy_softmax/node_value), "
-            "turn loss", "Table 1", "entropy", credit_value="entropy_softmax",
-            credit_advantage="node_value", **_TURN_LOSS),
+    Method(
+        "react", "no RL: the warm-start (ReAct) policy, evaluated only", "Table 1", trains=False
+    ),
+    _method(
+        "grpo",
+        "chains, GRPO advantage, token ratio, clip 0.2, low-var KL 1e-3, token-mean (no dual clip)",
+        "Table 1",
+        "chain",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        beta=1e-3,
+        **_GRPO_CREDIT,
+        **_TOKEN_CLIP,
+    ),
+    _method(
+        "dapo",
+        "chains, clip-higher 0.2/0.28, dynamic sampling, token-mean (no overlong shaping)",
+        "Table 1",
+        "chain",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        dynamic_sampling=True,
+        **_GRPO_CREDIT,
+        **_CLIP_HIGHER,
+    ),
+    _method(
+        "gspo",
+        "chains, sequence ratio, clip 3e-4/4e-4, seq-mean-token-mean",
+        "Table 1",
+        "chain",
+        loss_level="sequence",
+        loss_aggregation="seq-mean-token-mean",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        **_GRPO_CREDIT,
+    ),
+    _method(
+        "tree_grpo",
+        "random tree, Tree-GRPO advantage, token ratio, clip 0.2, low-var KL 1e-3, token-mean",
+        "Table 1",
+        "random",
+        credit_advantage="tree_grpo",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        beta=1e-3,
+        **_TOKEN_CLIP,
+    ),
+    _method(
+        "aepo",
+        "AEPO branching, entropy-balanced clip 0.2/0.2, no entropy-aware "
+        "advantage, token-mean (the authors' AEPO_qwen3_4B.sh)",
+        "Table 1",
+        "aepo",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        loss_entropy_balanced_clip=True,
+        loss_entropy_aware_adv=0.0,
+        **_GRPO_CREDIT,
+        **_TOKEN_CLIP,
+    ),
+    _method(
+        "at2po",
+        "entropy tree (the profile's expansion settings: sampled-token NLL, alpha "
+        "0.05 by default, the authors' code), turn-wise credit (entropy_softmax/node_value), "
+        "turn loss",
+        "Table 1",
+        "entropy",
+        credit_value="entropy_softmax",
+        credit_advantage="node_value",
+        **_TURN_LOSS,
+    ),
 ]
 
 _VARIANTS = [
-    _method("at2po_exact", "AT2PO with the exact entropy and alpha 0.001 instead of the "
-            "profile's (the tiny profile's settings before issue #49)", "variant", "entropy",
-            rollout=EXACT_EXPANSION, recorded_as="at2po", credit_value="entropy_softmax",
-            credit_advantage="node_value", **_TURN_LOSS),
-    _method("grpo_tree_budget", "GRPO with as many chains as AT2PO's tree has leaves (M + L*K)",
-            "variant", "chain", rollout={"chains": TREE_LEAVES},
-            loss_level="token", **_TOKEN_MEAN, beta=1e-3, **_GRPO_CREDIT, **_TOKEN_CLIP),
+    _method(
+        "at2po_exact",
+        "AT2PO with the exact entropy and alpha 0.001 instead of the "
+        "profile's (the tiny profile's settings before issue #49)",
+        "variant",
+        "entropy",
+        rollout=EXACT_EXPANSION,
+        recorded_as="at2po",
+        credit_value="entropy_softmax",
+        credit_advantage="node_value",
+        **_TURN_LOSS,
+    ),
+    _method(
+        "grpo_tree_budget",
+        "GRPO with as many chains as AT2PO's tree has leaves (M + L*K)",
+        "variant",
+        "chain",
+        rollout={"chains": TREE_LEAVES},
+        loss_level="token",
+        **_TOKEN_MEAN,
+        beta=1e-3,
+        **_GRPO_CREDIT,
+        **_TOKEN_CLIP,
+    ),
 ]
 
 _OPTIONS = [
-    _method("aepo_paper", "AEPO as its paper writes it: branching, entropy-balanced clip-higher "
-            "0.2/0.28, entropy-aware advantage 0.2, token-mean", "option", "aepo",
-            loss_level="token", **_TOKEN_MEAN,
-            loss_entropy_balanced_clip=True, loss_entropy_aware_adv=0.2,
-            **_GRPO_CREDIT, **_CLIP_HIGHER),
+    _method(
+        "aepo_paper",
+        "AEPO as its paper writes it: branching, entropy-balanced clip-higher "
+        "0.2/0.28, entropy-aware advantage 0.2, token-mean",
+        "option",
+        "aepo",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        loss_entropy_balanced_clip=True,
+        loss_entropy_aware_adv=0.2,
+        **_GRPO_CREDIT,
+        **_CLIP_HIGHER,
+    ),
 ]
 
 _TABLE2 = [
-    _method("ablation_random_tree_grpo", "step 1: random tree (uniform sibling picks), GRPO "
-            "advantage, token ratio, token-mean", "Table 2 step 1", "random_siblings",
-            loss_level="token", **_TOKEN_MEAN, **_GRPO_CREDIT, **_TOKEN_CLIP),
-    _method("ablation_atpo_loss", "step 2: + ATPO turn-level loss", "Table 2 step 2",
-            "random_siblings", **_GRPO_CREDIT, **_TURN_LOSS),
-    _method("ablation_entropy_tree", "step 3: + entropy-guided expansion", "Table 2 step 3",
-            "entropy",
-            **_GRPO_CREDIT, **_TURN_LOSS),
+    _method(
+        "ablation_random_tree_grpo",
+        "step 1: random tree (uniform sibling picks), GRPO advantage, token ratio, token-mean",
+        "Table 2 step 1",
+        "random_siblings",
+        loss_level="token",
+        **_TOKEN_MEAN,
+        **_GRPO_CREDIT,
+        **_TOKEN_CLIP,
+    ),
+    _method(
+        "ablation_atpo_loss",
+        "step 2: + ATPO turn-level loss",
+        "Table 2 step 2",
+        "random_siblings",
+        **_GRPO_CREDIT,
+        **_TURN_LOSS,
+    ),
+    _method(
+        "ablation_entropy_tree",
+        "step 3: + entropy-guided expansion",
+        "Table 2 step 3",
+        "entropy",
+        **_GRPO_CREDIT,
+        **_TURN_LOSS,
+    ),
 ]
 
 _TABLE3 = [
-    _method(credit_method(value, adv), f"entropy tree + turn loss, credit value={value}, "
-            f"advantage={adv}", "Table 3", "entropy", credit_value=value,
-            credit_advantage=adv, **_TURN_LOSS)
-    for value in VALUE_MODES for adv in ADVANTAGE_MODES
+    _method(
+        credit_method(value, adv),
+        f"entropy tree + turn loss, credit value={value}, advantage={adv}",
+        "Table 3",
+        "entropy",
+        credit_value=value,
+        credit_advantage=adv,
+        **_TURN_LOSS,
+    )
+    for value in VALUE_MODES
+    for adv in ADVANTAGE_MODES
 ]
 
-METHODS: dict[str, Method] = {m.name: m for m in (*_TABLE1, *_OPTIONS, *_VARIANTS, *_TABLE2,
-                                                  *_TABLE3)}
+METHODS: dict[str, Method] = {
+    m.name: m for m in (*_TABLE1, *_OPTIONS, *_VARIANTS, *_TABLE2, *_TABLE3)
+}
 """Every preset by name (Table 1, named options, variants, Table 2's steps, Table 3's grid)."""
 
 TABLE1_METHODS = tuple(m.name for m in _TABLE1)

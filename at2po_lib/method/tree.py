@@ -87,10 +87,15 @@ class TreeArrays:
             return False
         pairs = [(getattr(self, f), getattr(other, f)) for f in CREDIT_FIELDS]
         pairs += [(self.node_arrays[k], other.node_arrays[k]) for k in self.node_arrays]
-        same_arrays = all(a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
-                          for a, b in pairs)
-        return (same_arrays and [dict(r) for r in self.records] == [dict(r) for r in other.records]
-                and dict(self.info) == dict(other.info))
+        same_arrays = all(
+            a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+            for a, b in pairs
+        )
+        return (
+            same_arrays
+            and [dict(r) for r in self.records] == [dict(r) for r in other.records]
+            and dict(self.info) == dict(other.info)
+        )
 
 
 CREDIT_FIELDS = ("parent", "entropy", "leaf_reward")
@@ -117,8 +122,11 @@ def as_tree_arrays(tree: Any) -> TreeArrays:
         parent, entropy, leaf_reward = tree
     else:
         parent, entropy, leaf_reward = (_field(tree, k) for k in CREDIT_FIELDS)
-    return TreeArrays(_to_numpy(parent).astype(np.int64), _to_numpy(entropy).astype(np.float64),
-                      _to_numpy(leaf_reward).astype(np.float64))
+    return TreeArrays(
+        _to_numpy(parent).astype(np.int64),
+        _to_numpy(entropy).astype(np.float64),
+        _to_numpy(leaf_reward).astype(np.float64),
+    )
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -137,7 +145,9 @@ def validate_tree(t: TreeArrays, name: str) -> None:
             raise ValueError(f"{name}: {field_name} has shape {arr.shape}, expected ({n},)")
     for key, arr in t.node_arrays.items():
         if np.shape(arr) != (n,):
-            raise ValueError(f"{name}: node array {key!r} has shape {np.shape(arr)}, expected ({n},)")
+            raise ValueError(
+                f"{name}: node array {key!r} has shape {np.shape(arr)}, expected ({n},)"
+            )
     if len(t.records) not in (0, n):
         raise ValueError(f"{name}: {len(t.records)} node records for {n} nodes")
     if not np.issubdtype(np.asarray(t.parent).dtype, np.integer):
@@ -151,8 +161,10 @@ def validate_tree(t: TreeArrays, name: str) -> None:
         raise ValueError(f"{name}: node {i} has invalid parent {t.parent[i]} (tree has {n} nodes)")
     cyclic = _nodes_not_reaching_root(t.parent)
     if cyclic.size:
-        raise ValueError(f"{name}: node {int(cyclic[0])} never reaches the root (a cycle of "
-                         f"parents; {cyclic.size} node(s) affected)")
+        raise ValueError(
+            f"{name}: node {int(cyclic[0])} never reaches the root (a cycle of "
+            f"parents; {cyclic.size} node(s) affected)"
+        )
 
 
 def _nodes_not_reaching_root(parent: np.ndarray) -> np.ndarray:
@@ -199,8 +211,12 @@ class Forest:
 
     def to(self, device: torch.device | str) -> "Forest":
         """The same forest on another device (the math follows the forest's device)."""
-        return Forest(*(getattr(self, f).to(device) for f in
-                        ("parent", "entropy", "leaf_reward", "tree_index", "offsets")))
+        return Forest(
+            *(
+                getattr(self, f).to(device)
+                for f in ("parent", "entropy", "leaf_reward", "tree_index", "offsets")
+            )
+        )
 
     @classmethod
     def from_trees(cls, trees: Sequence[Any], dtype: torch.dtype = torch.float32) -> "Forest":
@@ -218,8 +234,9 @@ class Forest:
         return cls(
             parent=torch.as_tensor(parent, dtype=torch.long),
             entropy=torch.as_tensor(np.concatenate([t.entropy for t in arrays]), dtype=dtype),
-            leaf_reward=torch.as_tensor(np.concatenate([t.leaf_reward for t in arrays]),
-                                        dtype=dtype),
+            leaf_reward=torch.as_tensor(
+                np.concatenate([t.leaf_reward for t in arrays]), dtype=dtype
+            ),
             tree_index=torch.as_tensor(tree_index, dtype=torch.long),
             offsets=torch.as_tensor(offsets, dtype=torch.long),
         )
@@ -232,8 +249,9 @@ def node_depths(parent: Any) -> torch.Tensor:
     """Depth of every node (roots: 0) for global ``parent`` ids (N,) (a tensor, or an array
     converted to one), by repeated parent lookup (one vectorised step per tree level). Raises
     on a cycle."""
-    parent = torch.as_tensor(np.asarray(parent) if not torch.is_tensor(parent) else parent,
-                             dtype=torch.long)
+    parent = torch.as_tensor(
+        np.asarray(parent) if not torch.is_tensor(parent) else parent, dtype=torch.long
+    )
     n = parent.numel()
     has_parent = parent >= 0
     safe_parent = parent.clamp(min=0)

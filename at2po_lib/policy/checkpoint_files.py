@@ -22,20 +22,27 @@ def check_json_files(folder: Path) -> None:
         try:
             json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise CheckpointError(f"{path}: not a readable JSON file (truncated or corrupt? "
-                                  f"{str(exc)[:200]}); re-save or re-download the checkpoint"
-                                  ) from None
+            raise CheckpointError(
+                f"{path}: not a readable JSON file (truncated or corrupt? "
+                f"{str(exc)[:200]}); re-save or re-download the checkpoint"
+            ) from None
 
 
 def file_digests(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file directly in ``folder`` (names in ``skip`` left out), for a record
     that :func:`check_digests` verifies at load."""
-    return {path.name: file_sha256(path)
-            for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name not in skip)}
+    return {
+        path.name: file_sha256(path)
+        for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name not in skip)
+    }
 
 
-def check_digests(folder: Path, recorded: dict[str, str], record: Path,
-                  remedy: str = "restore it (git checkout) or retrain it") -> None:
+def check_digests(
+    folder: Path,
+    recorded: dict[str, str],
+    record: Path,
+    remedy: str = "restore it (git checkout) or retrain it",
+) -> None:
     """``folder`` holds exactly the files of ``recorded``, each with that sha256; else
     :class:`CheckpointError` naming the file, the record and ``remedy``.
 
@@ -47,19 +54,25 @@ def check_digests(folder: Path, recorded: dict[str, str], record: Path,
     if not recorded:
         raise CheckpointError(f"{record}: lists no files, so {folder} cannot be verified; {remedy}")
     own = (record.name,) if record.parent == folder else ()  # the shipped copy's record
-    entries = sorted(p.name for p in folder.iterdir() if p.name not in own) \
-        if folder.is_dir() else []
+    entries = (
+        sorted(p.name for p in folder.iterdir() if p.name not in own) if folder.is_dir() else []
+    )
     unlisted = [name for name in entries if name not in recorded]
     if unlisted:
-        shown = ", ".join(unlisted[:5]) + (f" and {len(unlisted) - 5} more"
-                                           if len(unlisted) > 5 else "")
-        raise CheckpointError(f"{folder}: holds {shown}, not listed in {record} (the loader "
-                              f"would read them); remove them, or {remedy}")
+        shown = ", ".join(unlisted[:5]) + (
+            f" and {len(unlisted) - 5} more" if len(unlisted) > 5 else ""
+        )
+        raise CheckpointError(
+            f"{folder}: holds {shown}, not listed in {record} (the loader "
+            f"would read them); remove them, or {remedy}"
+        )
     actual = file_digests(folder, skip=own) if folder.is_dir() else {}
     for name, digest in recorded.items():
         if name not in actual:
             raise CheckpointError(f"{folder / name}: missing (listed in {record}); {remedy}")
         if actual[name] != digest:
-            raise CheckpointError(f"{folder / name}: sha256 {actual[name][:16]}... differs from "
-                                  f"{digest[:16]}... recorded in {record}: a damaged copy; "
-                                  f"{remedy}")
+            raise CheckpointError(
+                f"{folder / name}: sha256 {actual[name][:16]}... differs from "
+                f"{digest[:16]}... recorded in {record}: a damaged copy; "
+                f"{remedy}"
+            )

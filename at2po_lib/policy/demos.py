@@ -35,8 +35,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.prompts import (PromptTemplate, build_messages, clean_query, get_template, prompt_ids,
-                       render_observation)
+from ..protocol.prompts import (
+    PromptTemplate,
+    build_messages,
+    clean_query,
+    get_template,
+    prompt_ids,
+    render_observation,
+)
 from .strategies import StrategyPlan, follow_plan
 
 
@@ -97,9 +103,12 @@ def hop_plan(row: Mapping[str, Any]) -> tuple[list[str], list[str], str]:
     return [str(q) for q in queries], [str(a) for a in answers], golden[0]
 
 
-def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
-                hits_per_hop: Sequence[Sequence[Mapping[str, Any]]],
-                plan: StrategyPlan | None = None) -> Demo:
+def script_demo(
+    row: Mapping[str, Any],
+    template: PromptTemplate | str,
+    hits_per_hop: Sequence[Sequence[Mapping[str, Any]]],
+    plan: StrategyPlan | None = None,
+) -> Demo:
     """Build the trajectory of one row from the retriever's results for its hop queries.
 
     Args:
@@ -113,7 +122,9 @@ def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
     t = get_template(template)
     queries, hop_answers, answer = hop_plan(row)
     if len(hits_per_hop) != len(queries):
-        raise ValueError(f"row {row.get('id')!r}: {len(queries)} hops but {len(hits_per_hop)} results")
+        raise ValueError(
+            f"row {row.get('id')!r}: {len(queries)} hops but {len(hits_per_hop)} results"
+        )
     plan = plan or follow_plan(row)
     think = uses_think(t)
     segments: list[Segment] = []
@@ -122,9 +133,12 @@ def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
     for step, (query, hop) in enumerate(zip(plan.queries, plan.hops_read)):
         reason = ""
         if think:
-            reason = (f"<think> I need to look up {query}. </think>\n" if step == 0 else
-                      f"<think> The result says {hop_answers[plan.hops_read[step - 1]]}. "
-                      f"Next I need {query}. </think>\n")
+            reason = (
+                f"<think> I need to look up {query}. </think>\n"
+                if step == 0
+                else f"<think> The result says {hop_answers[plan.hops_read[step - 1]]}. "
+                f"Next I need {query}. </think>\n"
+            )
         segments.append(Segment(f"{reason}<search> {query} </search>", True))
         observation = render_observation(t, [h["document"] for h in hits_per_hop[hop]])
         observations.append(observation)
@@ -132,14 +146,30 @@ def script_demo(row: Mapping[str, Any], template: PromptTemplate | str,
         supported &= hop_answers[hop].lower() in observation.lower()
     answer = plan.answer
     last_read = hop_answers[plan.hops_read[-1]] if plan.hops_read else answer
-    reason = f"<think> The result says {last_read}. So the answer is {answer}. </think>\n" if think else ""
+    reason = (
+        f"<think> The result says {last_read}. So the answer is {answer}. </think>\n"
+        if think
+        else ""
+    )
     segments.append(Segment(reason + format_answer(t, answer), True))
-    return Demo(str(row.get("id", "")), build_messages(t, row["question"]), segments, answer,
-                supported, observations, plan.strategy)
+    return Demo(
+        str(row.get("id", "")),
+        build_messages(t, row["question"]),
+        segments,
+        answer,
+        supported,
+        observations,
+        plan.strategy,
+    )
 
 
-def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | str, retriever,
-                 topk: int = 3, plans: Sequence[StrategyPlan] | None = None) -> list[Demo]:
+def script_demos(
+    rows: Sequence[Mapping[str, Any]],
+    template: PromptTemplate | str,
+    retriever,
+    topk: int = 3,
+    plans: Sequence[StrategyPlan] | None = None,
+) -> list[Demo]:
     """Demonstrations for many rows with one batched ``retriever.search`` call (``plans``: one
     :class:`~.strategies.StrategyPlan` per row, None: every row follows its plan)."""
     if plans is not None and len(plans) != len(rows):
@@ -152,8 +182,14 @@ def script_demos(rows: Sequence[Mapping[str, Any]], template: PromptTemplate | s
         raise ValueError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
     demos, start = [], 0
     for row, (qs, _, _) in zip(rows, hop_plans):
-        demos.append(script_demo(row, template, hits[start:start + len(qs)],
-                                 None if plans is None else plans[len(demos)]))
+        demos.append(
+            script_demo(
+                row,
+                template,
+                hits[start : start + len(qs)],
+                None if plans is None else plans[len(demos)],
+            )
+        )
         start += len(qs)
     return demos
 
@@ -187,8 +223,9 @@ class DemoStats:
     mean_length: float = 0.0
 
 
-def build_sft_examples(demos: Iterable[Demo], tokenizer, max_length: int,
-                       require_supported: bool = True) -> tuple[list[dict[str, list[int]]], DemoStats]:
+def build_sft_examples(
+    demos: Iterable[Demo], tokenizer, max_length: int, require_supported: bool = True
+) -> tuple[list[dict[str, list[int]]], DemoStats]:
     """Tokenise demonstrations; drop unsupported ones (optional) and any longer than
     ``max_length`` tokens (rather than truncating a trajectory mid-turn)."""
     examples, stats = [], DemoStats()

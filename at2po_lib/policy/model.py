@@ -55,11 +55,15 @@ def build_qwen3_config(policy_cfg: PolicyConfig, tokenizer) -> Any:
     from transformers import Qwen3Config
 
     if not policy_cfg.head_dim and policy_cfg.hidden_size % policy_cfg.num_attention_heads:
-        raise ValueError(f"policy.hidden_size={policy_cfg.hidden_size} is not divisible by "
-                         f"policy.num_attention_heads={policy_cfg.num_attention_heads}")
+        raise ValueError(
+            f"policy.hidden_size={policy_cfg.hidden_size} is not divisible by "
+            f"policy.num_attention_heads={policy_cfg.num_attention_heads}"
+        )
     if policy_cfg.num_attention_heads % policy_cfg.num_key_value_heads:
-        raise ValueError(f"policy.num_attention_heads={policy_cfg.num_attention_heads} is not a "
-                         f"multiple of policy.num_key_value_heads={policy_cfg.num_key_value_heads}")
+        raise ValueError(
+            f"policy.num_attention_heads={policy_cfg.num_attention_heads} is not a "
+            f"multiple of policy.num_key_value_heads={policy_cfg.num_key_value_heads}"
+        )
     return Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=policy_cfg.hidden_size,
@@ -136,12 +140,15 @@ def check_weight_files(folder: Path) -> None:
             with safe_open(str(path), framework="pt") as handle:
                 handle.keys()
         except (SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt? "
-                                  f"{exc}); re-save or re-download the checkpoint") from None
+            raise CheckpointError(
+                f"{path}: not a readable safetensors file (truncated or corrupt? "
+                f"{exc}); re-save or re-download the checkpoint"
+            ) from None
 
 
-def load_policy(path_or_name: str | Path, dtype: str = "float32",
-                device: str = "cpu") -> tuple[PreTrainedModel, Any]:
+def load_policy(
+    path_or_name: str | Path, dtype: str = "float32", device: str = "cpu"
+) -> tuple[PreTrainedModel, Any]:
     """Load ``(model, tokenizer)`` with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
 
     The same call loads a tiny local checkpoint and ``Qwen/Qwen3-4B`` (set
@@ -152,7 +159,8 @@ def load_policy(path_or_name: str | Path, dtype: str = "float32",
 
     text = str(path_or_name)
     if (isinstance(path_or_name, Path) or text.startswith((".", "/", "~"))) and not Path(
-            text).expanduser().is_dir():
+        text
+    ).expanduser().is_dir():
         # A path, not a hub name: say so instead of the hub's "repo id must be ..." error.
         raise FileNotFoundError(f"policy checkpoint {text!r}: no such folder")
 

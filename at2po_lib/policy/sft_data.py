@@ -88,8 +88,9 @@ def world_sources(profile_cfg: ProfileConfig) -> list[WorldSource]:
     split) and ``sft.aux_worlds`` auxiliary worlds (all splits), each built if missing, with a
     retriever of the profile's method."""
     main_splits = ("train",) if profile_cfg.sft.main_world_demos else ()
-    sources = [WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg),
-                           main_splits)]
+    sources = [
+        WorldSource("main", ensure_world(profile_cfg), build_retriever(profile_cfg), main_splits)
+    ]
     for k in range(1, profile_cfg.sft.aux_worlds + 1):
         cfg = aux_profile(profile_cfg, k)
         files = build_world(cfg.world, aux_root(profile_cfg.name, k))
@@ -108,8 +109,10 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     the ``dev`` split (unseen entities, like the test sets), else the last ``train`` rows."""
     multihop = [d for d in demo_datasets(profile_cfg, files) if dataset_group(d) == MULTI_HOP]
     if not multihop:
-        raise ValueError(f"profile {profile_cfg.name!r}: no multi-hop dataset with a train split "
-                         f"in eval.datasets={profile_cfg.eval.datasets} to validate on")
+        raise ValueError(
+            f"profile {profile_cfg.name!r}: no multi-hop dataset with a train split "
+            f"in eval.datasets={profile_cfg.eval.datasets} to validate on"
+        )
     per_dataset = math.ceil(profile_cfg.sft.eval_questions / len(multihop))
     out = {}
     for name in multihop:
@@ -119,28 +122,36 @@ def validation_rows(profile_cfg: ProfileConfig, files) -> dict[str, list[dict]]:
     return out
 
 
-def demo_source_rows(profile_cfg: ProfileConfig, source: WorldSource,
-                  held_out: dict[str, list[dict]] | None = None) -> list[dict]:
+def demo_source_rows(
+    profile_cfg: ProfileConfig, source: WorldSource, held_out: dict[str, list[dict]] | None = None
+) -> list[dict]:
     """Rows of ``source`` that become demonstrations (validation rows excluded)."""
     skip = {(name, row["id"]) for name, rows in (held_out or {}).items() for row in rows}
     rows = []
     for name in demo_datasets(profile_cfg, source.files):
         for split in source.splits:
             if source.files.dataset(name, split).is_file():
-                rows += [r for r in read_rows(source.files, name, split) if (name, r["id"]) not in skip]
+                rows += [
+                    r for r in read_rows(source.files, name, split) if (name, r["id"]) not in skip
+                ]
     return rows
 
 
-def collect_demos(profile_cfg: ProfileConfig, sources: Sequence[WorldSource],
-                  validation: dict[str, list[dict]]) -> list[Any]:
+def collect_demos(
+    profile_cfg: ProfileConfig, sources: Sequence[WorldSource], validation: dict[str, list[dict]]
+) -> list[Any]:
     """Scripted demonstrations from every source, observations from each world's retriever."""
     demos = []
     for k, source in enumerate(sources):
         held_out = validation if source.name == "main" else None
         rows = demo_source_rows(profile_cfg, source, held_out)
-        demos += script_demos(rows, profile_cfg.policy.template, source.retriever,
-                              topk=profile_cfg.retrieval.topk,
-                              plans=demo_plans(profile_cfg, rows, k))
+        demos += script_demos(
+            rows,
+            profile_cfg.policy.template,
+            source.retriever,
+            topk=profile_cfg.retrieval.topk,
+            plans=demo_plans(profile_cfg, rows, k),
+        )
     return demos
 
 
@@ -151,15 +162,20 @@ def demo_plans(profile_cfg: ProfileConfig, rows: Sequence[dict], source_index: i
     if not sft.strategy_mix:
         return None
 
-    return plans_for(rows, sft.follow_rate_hard, sft.follow_rate_easy,
-                     seed=sft.seed * 1_000 + source_index)
+    return plans_for(
+        rows, sft.follow_rate_hard, sft.follow_rate_easy, seed=sft.seed * 1_000 + source_index
+    )
 
 
 def corpus_texts(sources: Sequence[WorldSource], include_main: bool) -> list[str]:
     """Passage contents of the auxiliary worlds, and of the evaluation world (the source named
     ``main``) when ``include_main``."""
-    return [text for source in sources if include_main or source.name != "main"
-            for text in read_corpus(source.files).values()]
+    return [
+        text
+        for source in sources
+        if include_main or source.name != "main"
+        for text in read_corpus(source.files).values()
+    ]
 
 
 def tokenizer_texts(corpus: Sequence[str], demos: Sequence[Any]) -> list[str]:
@@ -172,21 +188,24 @@ def tokenizer_texts(corpus: Sequence[str], demos: Sequence[Any]) -> list[str]:
     return texts
 
 
-def pretraining_chunks(passages: Sequence[str], tokenizer, seq_len: int, epochs: int = 1,
-                       seed: int = 0) -> list[dict[str, list[int]]]:
+def pretraining_chunks(
+    passages: Sequence[str], tokenizer, seq_len: int, epochs: int = 1, seed: int = 0
+) -> list[dict[str, list[int]]]:
     """Language-model training sequences: passages shuffled, each encoded and followed by the
     pad/end-of-text token, concatenated and cut into ``seq_len``-token chunks (every token
     is a target, as in pretraining). ``epochs`` reshuffled passes over the passages."""
     if seq_len < 2:
         raise ValueError(f"sft.pretrain_seq_len={seq_len} must be at least 2")
     rng = random.Random(seed)
-    encoded = [tokenizer.encode(p, add_special_tokens=False) + [tokenizer.pad_token_id]
-               for p in passages]
+    encoded = [
+        tokenizer.encode(p, add_special_tokens=False) + [tokenizer.pad_token_id] for p in passages
+    ]
     stream: list[int] = []
     for _ in range(epochs):
         order = list(range(len(encoded)))
         rng.shuffle(order)
         for i in order:
             stream += encoded[i]
-    return [{"input_ids": stream[i:i + seq_len]}
-            for i in range(0, len(stream) - seq_len + 1, seq_len)]
+    return [
+        {"input_ids": stream[i : i + seq_len]} for i in range(0, len(stream) - seq_len + 1, seq_len)
+    ]

@@ -109,18 +109,24 @@ def _meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta
 
 
-def decisions(row: Mapping[str, Any], follow_rate_hard: float,
-              follow_rate_easy: float) -> list[Decision]:
+def decisions(
+    row: Mapping[str, Any], follow_rate_hard: float, follow_rate_easy: float
+) -> list[Decision]:
     """The decisions of a row, one per hop, with their follow rates."""
-    for name, rate in (("follow_rate_hard", follow_rate_hard), ("follow_rate_easy", follow_rate_easy)):
+    for name, rate in (
+        ("follow_rate_hard", follow_rate_hard),
+        ("follow_rate_easy", follow_rate_easy),
+    ):
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"sft.{name}={rate} must lie in [0, 1]")
     meta = _meta(row)
     relations = list(meta.get("hop_relations") or [])
     queries = list(meta.get("hop_queries") or [])
     if len(relations) != len(queries) or not queries:
-        raise ValueError(f"row {row.get('id', '?')!r}: {len(queries)} hop_queries but "
-                         f"{len(relations)} hop_relations")
+        raise ValueError(
+            f"row {row.get('id', '?')!r}: {len(queries)} hop_queries but "
+            f"{len(relations)} hop_relations"
+        )
     out = []
     for hop, relation in enumerate(relations):
         failure = HARD_RELATIONS.get(relation, EASY_FAILURE)
@@ -128,12 +134,15 @@ def decisions(row: Mapping[str, Any], follow_rate_hard: float,
         if failure == REPEAT and hop == 0:  # nothing to repeat before the first search
             out.append(Decision(hop, relation, False, STOP, 1.0))
             continue
-        out.append(Decision(hop, relation, hard, failure, follow_rate_hard if hard else follow_rate_easy))
+        out.append(
+            Decision(hop, relation, hard, failure, follow_rate_hard if hard else follow_rate_easy)
+        )
     return out
 
 
-def plan_for(row: Mapping[str, Any], follow_rate_hard: float, follow_rate_easy: float,
-             rng: random.Random) -> StrategyPlan:
+def plan_for(
+    row: Mapping[str, Any], follow_rate_hard: float, follow_rate_easy: float, rng: random.Random
+) -> StrategyPlan:
     """Draw one demonstration's plan: walk the decisions, the first one that does not follow
     (drawn with its rate) ends the plan in its failure mode."""
     meta = _meta(row)
@@ -147,13 +156,19 @@ def plan_for(row: Mapping[str, Any], follow_rate_hard: float, follow_rate_easy: 
         if d.failure == STOP:
             guess = answers[i - 1] if i > 0 else str(meta["hop_entities"][0])
             return StrategyPlan(STOP, i, tuple(queries[:i]), tuple(range(i)), guess)
-        return StrategyPlan(REPEAT, i, tuple(queries[:i]) + (queries[i - 1],),
-                            tuple(range(i)) + (i - 1,), answers[i - 1])
+        return StrategyPlan(
+            REPEAT,
+            i,
+            tuple(queries[:i]) + (queries[i - 1],),
+            tuple(range(i)) + (i - 1,),
+            answers[i - 1],
+        )
     return StrategyPlan(FOLLOW, None, tuple(queries), tuple(range(len(queries))), str(golden))
 
 
-def plans_for(rows: Sequence[Mapping[str, Any]], follow_rate_hard: float, follow_rate_easy: float,
-              seed: int) -> list[StrategyPlan]:
+def plans_for(
+    rows: Sequence[Mapping[str, Any]], follow_rate_hard: float, follow_rate_easy: float, seed: int
+) -> list[StrategyPlan]:
     """One plan per row from one seeded stream (the same rows and seed give the same plans)."""
     rng = random.Random(seed)
     return [plan_for(row, follow_rate_hard, follow_rate_easy, rng) for row in rows]
@@ -163,25 +178,36 @@ def follow_plan(row: Mapping[str, Any]) -> StrategyPlan:
     """The plan of a perfect demonstration (every decision follows)."""
     meta = _meta(row)
     queries = tuple(str(q) for q in meta["hop_queries"])
-    return StrategyPlan(FOLLOW, None, queries, tuple(range(len(queries))), str(row["golden_answers"][0]))
+    return StrategyPlan(
+        FOLLOW, None, queries, tuple(range(len(queries))), str(row["golden_answers"][0])
+    )
 
 
 def plan_summary(plans: Sequence[StrategyPlan]) -> dict[str, Any]:
     """Counts and shares of each strategy (recorded with the warm start)."""
     n = len(plans)
     counts = {s: sum(p.strategy == s for p in plans) for s in STRATEGIES}
-    return {"plans": n, "counts": counts,
-            "shares": {s: (c / n if n else 0.0) for s, c in counts.items()}}
+    return {
+        "plans": n,
+        "counts": counts,
+        "shares": {s: (c / n if n else 0.0) for s, c in counts.items()},
+    }
 
 
 # ----------------------------------------------------------------------------- labels
+
 
 def _norm(text: str) -> str:
     return " ".join(str(text).lower().split())
 
 
-def label_turn(row: Mapping[str, Any], kind: str, query: str | None, searched_before: Sequence[str],
-               hops_done: int) -> str:
+def label_turn(
+    row: Mapping[str, Any],
+    kind: str,
+    query: str | None,
+    searched_before: Sequence[str],
+    hops_done: int,
+) -> str:
     """The ground-truth label of one model turn, from the row's plan.
 
     Args:
@@ -215,8 +241,12 @@ DECISION_LABELS = (*TURN_LABELS, "search", "answer", "root")
 question has no plan, ``root`` for the prompt."""
 
 
-def label_tree_turns(row: Mapping[str, Any], parent: Sequence[int],
-                     actions: Sequence[str | None], queries: Sequence[str | None]) -> list[str]:
+def label_tree_turns(
+    row: Mapping[str, Any],
+    parent: Sequence[int],
+    actions: Sequence[str | None],
+    queries: Sequence[str | None],
+) -> list[str]:
     """:func:`label_turn` for every node of a rollout tree (node 0 = the root, ``parent[0] =
     -1``, parents before children), each read on its own root→node path: ``root`` for the root.
     A row without a plan (``metadata.hop_queries``, e.g. wiki-18 questions) gets the action kind
@@ -235,8 +265,11 @@ def label_tree_turns(row: Mapping[str, Any], parent: Sequence[int],
             continue
         kind, query = str(actions[node] or "invalid"), queries[node]
         before, hops = searched[up], done[up]
-        labels.append(label_turn(row, kind, query, before, hops) if planned
-                      else (kind if kind in ("search", "answer") else "invalid"))
+        labels.append(
+            label_turn(row, kind, query, before, hops)
+            if planned
+            else (kind if kind in ("search", "answer") else "invalid")
+        )
         is_search = kind == "search" and bool(query)  # an empty query searched nothing
         follows = is_search and hops < len(plan) and _norm(query) == plan[hops]
         searched.append(before + [query] if is_search else before)

@@ -34,16 +34,25 @@ def target_ranks(model, example: dict[str, list[int]]) -> tuple[list[int], list[
     return positions.tolist(), ranks[mask].tolist()
 
 
-def rank_table(model, tokenizer, examples: Iterable[dict[str, list[int]]],
-               label: str = "") -> pd.DataFrame:
+def rank_table(
+    model, tokenizer, examples: Iterable[dict[str, list[int]]], label: str = ""
+) -> pd.DataFrame:
     """One row per trained token: ``label, example, position, token, is_name, rank``."""
     rows = []
     for index, example in enumerate(examples):
         positions, ranks = target_ranks(model, example)
         for position, rank in zip(positions, ranks):
             token = tokenizer.decode([example["input_ids"][position]])
-            rows.append({"label": label, "example": index, "position": position, "token": token,
-                         "is_name": token.strip()[:1].isupper(), "rank": rank})
+            rows.append(
+                {
+                    "label": label,
+                    "example": index,
+                    "position": position,
+                    "token": token,
+                    "is_name": token.strip()[:1].isupper(),
+                    "rank": rank,
+                }
+            )
     return pd.DataFrame(rows, columns=["label", "example", "position", "token", "is_name", "rank"])
 
 
@@ -51,5 +60,6 @@ def summarise_ranks(table: pd.DataFrame) -> pd.DataFrame:
     """Per label and token kind (name or other): count, top-1 share and median rank."""
     kind = table["is_name"].map({True: "name", False: "other"}).rename("kind")
     grouped = table.groupby([table["label"], kind])["rank"]
-    return grouped.agg(tokens="size", top1=lambda r: float((r == 0).mean()),
-                       median_rank="median").reset_index()
+    return grouped.agg(
+        tokens="size", top1=lambda r: float((r == 0).mean()), median_rank="median"
+    ).reset_index()

@@ -44,11 +44,16 @@ SPECIAL_TOKENS: tuple[str, ...] = (ENDOFTEXT, IM_START, IM_END)
 """ChatML control tokens (ids 0, 1, 2 in a freshly trained tokenizer)."""
 
 TAG_TOKENS: tuple[str, ...] = (
-    "<think>", "</think>",
-    "<search>", "</search>",
-    "<result>", "</result>",
-    "<answer>", "</answer>",
-    "<information>", "</information>",
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<result>",
+    "</result>",
+    "<answer>",
+    "</answer>",
+    "<information>",
+    "</information>",
 )
 """Agent tags (docs/method.md §1); each must encode as exactly one token."""
 
@@ -63,8 +68,9 @@ CHATML_TEMPLATE = (
 """Qwen-style ChatML (no tools block, no thinking switch): the tiny policy's chat format."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000,
-                    min_frequency: int = 2) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2000, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts`` and wrap it for ``transformers``.
 
     Args:
@@ -81,8 +87,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000,
 
     reserved = len(SPECIAL_TOKENS) + len(TAG_TOKENS)
     if vocab_size < 256 + reserved:
-        raise ValueError(f"vocab_size={vocab_size} is below the 256 byte symbols + {reserved} "
-                         "special/tag tokens")
+        raise ValueError(
+            f"vocab_size={vocab_size} is below the 256 byte symbols + {reserved} special/tag tokens"
+        )
     core = Tokenizer(models.BPE())
     # ByteLevel without a prefix space: "Paris" at the start and " Paris" inside a sentence are
     # different tokens, as in Qwen/GPT-2; the decoder maps the bytes back exactly.

@@ -29,11 +29,26 @@ WARMSTART_VERSION = 4
 """Bump when the recipe changes for an unchanged config (invalidates cached warm starts).
 4: the authors' trajectory format (issue #22): one system message, no stop at ``</answer>``,
 cleaned observations; the key also holds the template's content (:func:`template_payload`)."""
-_ROLLOUT_KEYS = ("max_tool_calls", "max_turn_tokens", "turn_length_ends_branch",
-                 "max_response_tokens", "max_prompt_tokens", "invalid_action")
+_ROLLOUT_KEYS = (
+    "max_tool_calls",
+    "max_turn_tokens",
+    "turn_length_ends_branch",
+    "max_response_tokens",
+    "max_prompt_tokens",
+    "invalid_action",
+)
 """Rollout settings that change greedy validation (and so the chosen checkpoint)."""
-_RETRIEVAL_KEYS = ("method", "encoder", "pooling", "query_prefix", "passage_prefix", "max_length",
-                   "index_type", "topk", "corpus")
+_RETRIEVAL_KEYS = (
+    "method",
+    "encoder",
+    "pooling",
+    "query_prefix",
+    "passage_prefix",
+    "max_length",
+    "index_type",
+    "topk",
+    "corpus",
+)
 """Retrieval settings that change what the demonstrations and validation observe (not how a
 server is reached, how big its batches are, or whether an index was downloaded)."""
 SHIPPED_RECORD = "warmstart.json"
@@ -52,8 +67,9 @@ def template_payload(template) -> dict[str, Any]:
     """The prompt template's fields (instruction, tags, stops, observation rendering): what
     the demonstrations and greedy validation are written in, so that editing a template file
     invalidates the warm start trained on the old text."""
-    return {k: list(v) if isinstance(v, tuple) else v
-            for k, v in asdict(get_template(template)).items()}
+    return {
+        k: list(v) if isinstance(v, tuple) else v for k, v in asdict(get_template(template)).items()
+    }
 
 
 def _policy_payload(policy: Any) -> dict[str, Any]:
@@ -71,11 +87,13 @@ def cache_key(profile_cfg: ProfileConfig) -> str:
     template's content, SFT, rollout limits used by validation, and :data:`WARMSTART_VERSION`."""
     rollout, retrieval = asdict(profile_cfg.rollout), asdict(profile_cfg.retrieval)
     payload = {
-        "version": WARMSTART_VERSION, "world": asdict(profile_cfg.world),
+        "version": WARMSTART_VERSION,
+        "world": asdict(profile_cfg.world),
         "retrieval": {k: retrieval[k] for k in _RETRIEVAL_KEYS},
         "policy": _policy_payload(profile_cfg.policy),
         "template": template_payload(profile_cfg.policy.template),
-        "sft": asdict(profile_cfg.sft), "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
+        "sft": asdict(profile_cfg.sft),
+        "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }
     initial = initial_policy(profile_cfg)
     if initial is not None:  # the starting weights, not just their folder's name
@@ -93,8 +111,10 @@ def shipped_warmstart_dir(profile: str) -> Path:
 def rebuild_hint(profile: str, shipped: bool) -> str:
     """What to run when a warm start or its record is damaged (said in every refusal)."""
     if shipped:
-        return (f"restore it with `git checkout -- results/{profile}/warmstart`, or rebuild it "
-                f"with `at2po warmstart --profile {profile} --force --ship`")
+        return (
+            f"restore it with `git checkout -- results/{profile}/warmstart`, or rebuild it "
+            f"with `at2po warmstart --profile {profile} --force --ship`"
+        )
     return f"rebuild it with `at2po warmstart --profile {profile} --force`"
 
 
@@ -107,17 +127,22 @@ def _read_record(folder: Path, record: Path, hint: str) -> dict[str, Any] | None
     if not record.exists():
         held = folder.is_dir() and any(p.name != record.name for p in folder.iterdir())
         if held:
-            raise CheckpointError(f"{record}: missing, so the warm start in {folder} cannot be "
-                                  f"verified; {hint}")
+            raise CheckpointError(
+                f"{record}: missing, so the warm start in {folder} cannot be verified; {hint}"
+            )
         return None
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{record}: not a readable warm-start record (truncated or "
-                              f"corrupt? {str(exc)[:120]}); {hint}") from None
+        raise CheckpointError(
+            f"{record}: not a readable warm-start record (truncated or "
+            f"corrupt? {str(exc)[:120]}); {hint}"
+        ) from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{record}: not a warm-start record (a JSON "
-                              f"{type(data).__name__}, not an object); {hint}")
+        raise CheckpointError(
+            f"{record}: not a warm-start record (a JSON "
+            f"{type(data).__name__}, not an object); {hint}"
+        )
     return data
 
 
@@ -136,8 +161,9 @@ def cached_warmstart(profile_cfg: ProfileConfig) -> Path | None:
     world, retrieval, policy or SFT setting invalidates both. A damaged copy or record is an
     error naming it and the rebuild command (:func:`rebuild_hint`), never a silent retraining."""
     key, name = cache_key(profile_cfg), profile_cfg.name
-    local = _cached_in(warmstart_dir(name), warmstart_record_path(name), key,
-                       rebuild_hint(name, shipped=False))
+    local = _cached_in(
+        warmstart_dir(name), warmstart_record_path(name), key, rebuild_hint(name, shipped=False)
+    )
     if local is not None:
         return local
     shipped = shipped_warmstart_dir(name)
@@ -150,12 +176,17 @@ def _verified(folder: Path, record: Path, data: dict[str, Any], hint: str) -> Pa
     too: its weights could be anything."""
     recorded = data.get("files") or {}  # absent or empty: refused by check_digests
     if not isinstance(recorded, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()):
-        raise CheckpointError(f"{record}: its 'files' is not a table of file names and sha256s, "
-                              f"so {folder} cannot be verified; {hint}")
+        isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()
+    ):
+        raise CheckpointError(
+            f"{record}: its 'files' is not a table of file names and sha256s, "
+            f"so {folder} cannot be verified; {hint}"
+        )
     if recorded and "model.safetensors" not in recorded:
-        raise CheckpointError(f"{record}: lists no model.safetensors, so the weights of {folder} "
-                              f"cannot be verified; {hint}")
+        raise CheckpointError(
+            f"{record}: lists no model.safetensors, so the weights of {folder} "
+            f"cannot be verified; {hint}"
+        )
     check_digests(folder, recorded, record, remedy=hint)
     return folder
 
@@ -165,10 +196,19 @@ def ship_warmstart(profile_cfg: ProfileConfig) -> Path:
     :func:`shipped_warmstart_dir` with its record (selection curve, timings, config, cache key;
     no per-step log), replacing the old copy only once the new one is complete."""
     local, record_path = warmstart_dir(profile_cfg.name), warmstart_record_path(profile_cfg.name)
-    if _cached_in(local, record_path, cache_key(profile_cfg),
-                  rebuild_hint(profile_cfg.name, shipped=False)) is None:
-        raise FileNotFoundError(f"{local}: no local warm start for this configuration of "
-                                f"profile {profile_cfg.name!r} (run `at2po warmstart` first)")
+    if (
+        _cached_in(
+            local,
+            record_path,
+            cache_key(profile_cfg),
+            rebuild_hint(profile_cfg.name, shipped=False),
+        )
+        is None
+    ):
+        raise FileNotFoundError(
+            f"{local}: no local warm start for this configuration of "
+            f"profile {profile_cfg.name!r} (run `at2po warmstart` first)"
+        )
     record = json.loads(record_path.read_text())
     record.pop("log_history", None)
     record["path"] = None  # the shipped copy is found by its place, not by a machine's path
@@ -212,13 +252,18 @@ def initial_policy(profile_cfg: ProfileConfig) -> dict | None:
     if not weights.is_file():
         raise FileNotFoundError(f"sft.init_from={init!r}: no model.safetensors in {path}")
     record = path / SHIPPED_RECORD
-    hint = (f"restore it (a folder of the checkout: `git checkout -- {init}`), or point "
-            "sft.init_from at a warm start saved with its record (`at2po warmstart --ship`)")
+    hint = (
+        f"restore it (a folder of the checkout: `git checkout -- {init}`), or point "
+        "sft.init_from at a warm start saved with its record (`at2po warmstart --ship`)"
+    )
     data = _read_record(path, record, hint)  # not None: the folder holds the weights
     _verified(path, record, data, hint)
-    return {"path": str(path), "setting": init,
-            "model_sha256": data["files"]["model.safetensors"],  # verified just above
-            "git_revision": data.get("git_revision")}
+    return {
+        "path": str(path),
+        "setting": init,
+        "model_sha256": data["files"]["model.safetensors"],  # verified just above
+        "git_revision": data.get("git_revision"),
+    }
 
 
 def read_warmstart_record(profile: str) -> dict:
@@ -229,15 +274,35 @@ def read_warmstart_record(profile: str) -> dict:
         folder, shipped = shipped_warmstart_dir(profile), True
         path = folder / SHIPPED_RECORD
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)")
+        raise FileNotFoundError(
+            f"{path}: no warm start yet (run `at2po warmstart --profile {profile}`)"
+        )
     return _read_record(folder, path, rebuild_hint(profile, shipped))
 
 
-_SUMMARY_KEYS = ("git_revision", "chosen_step", "chosen_validation_em", "in_band", "target_band",
-                 "steps_run", "pretrain", "sft_seconds", "validation_seconds", "training_seconds",
-                 "total_seconds", "torch_threads", "cpu_count", "load_average_start",
-                 "load_average_end", "parameters", "vocab_size", "worlds", "train_examples",
-                 "validation_questions", "selection")
+_SUMMARY_KEYS = (
+    "git_revision",
+    "chosen_step",
+    "chosen_validation_em",
+    "in_band",
+    "target_band",
+    "steps_run",
+    "pretrain",
+    "sft_seconds",
+    "validation_seconds",
+    "training_seconds",
+    "total_seconds",
+    "torch_threads",
+    "cpu_count",
+    "load_average_start",
+    "load_average_end",
+    "parameters",
+    "vocab_size",
+    "worlds",
+    "train_examples",
+    "validation_questions",
+    "selection",
+)
 
 
 def warmstart_summary(profile: str) -> dict[str, Any]:
@@ -245,6 +310,7 @@ def warmstart_summary(profile: str) -> dict[str, Any]:
     (the record's selection table without checkpoint paths, no log history)."""
     record = read_warmstart_record(profile)
     summary = {key: record.get(key) for key in _SUMMARY_KEYS}
-    summary["selection"] = [{k: v for k, v in row.items() if k != "path"}
-                            for row in record.get("selection", [])]
+    summary["selection"] = [
+        {k: v for k, v in row.items() if k != "path"} for row in record.get("selection", [])
+    ]
     return summary

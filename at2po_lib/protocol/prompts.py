@@ -133,31 +133,45 @@ def _validate(t: PromptTemplate, source: str) -> None:
             if value is not None and not isinstance(value, str):
                 raise TemplateError(f"{source}: field {name!r} must be a string or null")
         elif not isinstance(value, str):
-            raise TemplateError(f"{source}: field {name!r} must be a string, got {type(value).__name__}")
+            raise TemplateError(
+                f"{source}: field {name!r} must be a string, got {type(value).__name__}"
+            )
     if t.answer_style not in ("boxed", "plain"):
-        raise TemplateError(f"{source}: answer_style must be 'boxed' or 'plain', got {t.answer_style!r}")
+        raise TemplateError(
+            f"{source}: answer_style must be 'boxed' or 'plain', got {t.answer_style!r}"
+        )
     if t.on_invalid_action not in ("end", "retry"):
         raise TemplateError(
             f"{source}: on_invalid_action must be 'end' or 'retry', got {t.on_invalid_action!r}"
         )
     if t.system is None and t.user is None:
-        raise TemplateError(f"{source}: 'system' and 'user' are both null; one must hold {{question}}")
+        raise TemplateError(
+            f"{source}: 'system' and 'user' are both null; one must hold {{question}}"
+        )
     # system/user/observation are filled with str.replace (instructions may hold \boxed{}
     # braces), so only the one placeholder each is checked.
     questions = sum((getattr(t, name) or "").count("{question}") for name in ("system", "user"))
     if questions != 1:
-        raise TemplateError(f"{source}: 'system' and 'user' together must contain {{question}} "
-                            f"exactly once, found {questions}")
+        raise TemplateError(
+            f"{source}: 'system' and 'user' together must contain {{question}} "
+            f"exactly once, found {questions}"
+        )
     count = t.observation.count("{docs}")
     if count != 1:
-        raise TemplateError(f"{source}: field 'observation' must contain {{docs}} exactly once, found {count}")
+        raise TemplateError(
+            f"{source}: field 'observation' must contain {{docs}} exactly once, found {count}"
+        )
     _validate_tool_options(t, source)
     try:
         doc_fields = _placeholders(t.doc_format)
     except ValueError as err:
-        raise TemplateError(f"{source}: field 'doc_format' is not a valid format string: {err}") from err
+        raise TemplateError(
+            f"{source}: field 'doc_format' is not a valid format string: {err}"
+        ) from err
     if not doc_fields <= _DOC_FIELDS:
-        raise TemplateError(f"{source}: doc_format placeholders {sorted(doc_fields - _DOC_FIELDS)} unknown; allowed {sorted(_DOC_FIELDS)}")
+        raise TemplateError(
+            f"{source}: doc_format placeholders {sorted(doc_fields - _DOC_FIELDS)} unknown; allowed {sorted(_DOC_FIELDS)}"
+        )
     if not t.observation_open or not t.observation_close:
         raise TemplateError(f"{source}: observation tags must be non-empty")
     opened = t.observation.find(t.observation_open)
@@ -171,9 +185,13 @@ def _validate(t: PromptTemplate, source: str) -> None:
 
 def _validate_tool_options(t: PromptTemplate, source: str) -> None:
     if not isinstance(t.stops, tuple) or not all(isinstance(x, str) and x for x in t.stops):
-        raise TemplateError(f"{source}: 'stops' must be a list of non-empty strings, got {t.stops!r}")
+        raise TemplateError(
+            f"{source}: 'stops' must be a list of non-empty strings, got {t.stops!r}"
+        )
     if "</search>" not in t.stops:
-        raise TemplateError(f"{source}: 'stops' must include '</search>' (a search turn ends there)")
+        raise TemplateError(
+            f"{source}: 'stops' must include '</search>' (a search turn ends there)"
+        )
     for name in ("strip_query_quotes", "dedupe_passages"):
         if not isinstance(getattr(t, name), bool):
             raise TemplateError(f"{source}: {name!r} must be true or false")
@@ -185,10 +203,14 @@ def _validate_tool_options(t: PromptTemplate, source: str) -> None:
 def template_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PromptTemplate:
     """Build a template from a mapping; unknown or missing fields are errors naming ``source``."""
     if not isinstance(data, Mapping):
-        raise TemplateError(f"{source}: a template must be a mapping of fields, got {type(data).__name__}")
+        raise TemplateError(
+            f"{source}: a template must be a mapping of fields, got {type(data).__name__}"
+        )
     unknown = sorted(set(data) - _ALLOWED)
     if unknown:
-        raise TemplateError(f"{source}: unknown template field(s) {unknown}; allowed {sorted(_ALLOWED)}")
+        raise TemplateError(
+            f"{source}: unknown template field(s) {unknown}; allowed {sorted(_ALLOWED)}"
+        )
     missing = [name for name in _REQUIRED if name not in data]
     if missing:
         raise TemplateError(f"{source}: missing template field(s) {missing}")
@@ -228,7 +250,11 @@ def get_template(name_or_path: str | Path | PromptTemplate) -> PromptTemplate:
 @functools.lru_cache(maxsize=None)
 def _builtin_template(key: str) -> PromptTemplate:
     """Built-ins are read once; templates are frozen, so sharing one object is safe."""
-    text = resources.files("at2po_lib").joinpath("templates", f"{key}.yaml").read_text(encoding="utf-8")
+    text = (
+        resources.files("at2po_lib")
+        .joinpath("templates", f"{key}.yaml")
+        .read_text(encoding="utf-8")
+    )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:  # a broken built-in is a packaging bug
@@ -255,15 +281,19 @@ def build_messages(template: PromptTemplate | str, question: str) -> list[dict[s
     t = get_template(template)
     q = normalize_question(question)
     # str.replace, not str.format: the instruction may hold braces (\boxed{}).
-    return [{"role": role, "content": text.replace("{question}", q)}
-            for role, text in (("system", t.system), ("user", t.user)) if text is not None]
+    return [
+        {"role": role, "content": text.replace("{question}", q)}
+        for role, text in (("system", t.system), ("user", t.user))
+        if text is not None
+    ]
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     """The chat prompt as ids, ending with the assistant header (``add_generation_prompt``):
     the exact ids the rollout starts from and the warm-start demonstrations are trained on."""
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)
+    encoded = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )
     return list(encoded["input_ids"])
 
 
@@ -301,7 +331,12 @@ def render_document(template: PromptTemplate | str, doc: Mapping[str, Any], inde
     title, text = split_title(contents)
     raw_title = contents.split("\n", 1)[0] if "\n" in contents else ""
     return t.doc_format.format(
-        index=index, title=title, raw_title=raw_title, text=text, contents=contents, id=doc.get("id", "")
+        index=index,
+        title=title,
+        raw_title=raw_title,
+        text=text,
+        contents=contents,
+        id=doc.get("id", ""),
     )
 
 
@@ -312,8 +347,9 @@ def clean_query(template: PromptTemplate | str, query: str) -> str:
     return (query.replace('"', "") if t.strip_query_quotes else query).strip()
 
 
-def clean_passages(template: PromptTemplate | str,
-                   docs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def clean_passages(
+    template: PromptTemplate | str, docs: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The documents as the tool shows them: contents stripped, repeats dropped
     (``dedupe_passages``) and each cut to ``max_passage_chars`` characters (authors'
     ``search_tool.py``, ``_extract_and_format_results`` and ``_format_results``), rank order

@@ -82,7 +82,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 """Benchmark groups; each is a separate training run."""
 
-TRAIN_SPLITS: dict[str, tuple[str, str]] = {"multihop": ("hotpotqa", "train"), "singlehop": ("nq", "train")}
+TRAIN_SPLITS: dict[str, tuple[str, str]] = {
+    "multihop": ("hotpotqa", "train"),
+    "singlehop": ("nq", "train"),
+}
 """Training (dataset, split) of each group."""
 
 MULTI_HOP = "multihop"
@@ -102,8 +105,10 @@ def dataset_group(name: str) -> str:
     """``multihop`` or ``singlehop`` for a paper or TinyWorld dataset name."""
     key = paper_dataset(name)
     if key not in PAPER_TEST_SPLITS:
-        raise ValueError(f"dataset {name!r} belongs to no group; known: "
-                         f"{', '.join(PAPER_TEST_SPLITS)} (optionally with a tiny_ prefix)")
+        raise ValueError(
+            f"dataset {name!r} belongs to no group; known: "
+            f"{', '.join(PAPER_TEST_SPLITS)} (optionally with a tiny_ prefix)"
+        )
     return PAPER_TEST_SPLITS[key].group
 
 
@@ -124,15 +129,19 @@ def _answer_list(value: Any, field: str, label: str) -> list[str]:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise DataError(f"{label}: field {field!r} must hold golden answers (a non-empty string or "
-                        f"list of strings), got {type(value).__name__} {str(value)[:60]!r}")
+        raise DataError(
+            f"{label}: field {field!r} must hold golden answers (a non-empty string or "
+            f"list of strings), got {type(value).__name__} {str(value)[:60]!r}"
+        )
     answers = []
     for i, answer in enumerate(value):
         # Numbers occur in some QA sets; they are compared as text.
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
         if not isinstance(answer, str):
-            raise DataError(f"{label}: field {field!r}, answer {i} is {type(answer).__name__}, not a string")
+            raise DataError(
+                f"{label}: field {field!r}, answer {i} is {type(answer).__name__}, not a string"
+            )
         answers.append(answer)
     return answers
 
@@ -154,12 +163,16 @@ def _validate_row(row: Any, where: str, default_id: str | None = None) -> dict[s
     label = f"{where} (id {row_id!r})"
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise DataError(f"{label}: field 'question' must be a non-empty string "
-                        f"(row fields: {', '.join(map(str, row)) or 'none'})")
+        raise DataError(
+            f"{label}: field 'question' must be a non-empty string "
+            f"(row fields: {', '.join(map(str, row)) or 'none'})"
+        )
     field = next((f for f in ANSWER_FIELDS if row.get(f) is not None), None)
     if field is None:
-        raise DataError(f"{label}: row has no golden answers (expected one of the fields "
-                        f"{', '.join(ANSWER_FIELDS)}; row fields: {', '.join(map(str, row))})")
+        raise DataError(
+            f"{label}: row has no golden answers (expected one of the fields "
+            f"{', '.join(ANSWER_FIELDS)}; row fields: {', '.join(map(str, row))})"
+        )
     clean_answers = _answer_list(row[field], field, label)
     metadata = row.get("metadata") or {}
     if not isinstance(metadata, dict):
@@ -169,7 +182,9 @@ def _validate_row(row: Any, where: str, default_id: str | None = None) -> dict[s
     return clean
 
 
-def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source: str | None = None) -> list[dict]:
+def read_flashrag_jsonl(
+    path: str | Path, limit: int | None = None, data_source: str | None = None
+) -> list[dict]:
     """Read and validate a QA JSONL file: ``{id, question, golden_answers, metadata?}``
     (FlashRAG), or the same with ``answer``/``answers`` and without ``id`` (ARPO and Search-R1
     evaluation files); a missing id becomes ``<file stem>_<row index>``.
@@ -191,20 +206,29 @@ def read_flashrag_jsonl(path: str | Path, limit: int | None = None, data_source:
             try:
                 line = data.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise DataError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start} of "
-                                "the line; re-encode the file as UTF-8)") from None
+                raise DataError(
+                    f"{where}: not UTF-8 text ({err.reason} at byte {err.start} of "
+                    "the line; re-encode the file as UTF-8)"
+                ) from None
             if not line.strip():
                 continue
             try:
                 raw = json.loads(line)
             except (json.JSONDecodeError, RecursionError, ValueError) as err:
-                why = (f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError)
-                       else "nested too deeply" if isinstance(err, RecursionError) else str(err))
+                why = (
+                    f"{err.msg} at column {err.colno}"
+                    if isinstance(err, json.JSONDecodeError)
+                    else "nested too deeply"
+                    if isinstance(err, RecursionError)
+                    else str(err)
+                )
                 raise DataError(f"{where}: not valid JSON ({why})") from None
             row = _validate_row(raw, where, default_id=f"{path.stem}_{len(rows)}")
             if row["id"] in first_line:
-                raise DataError(f"{where}: id {row['id']!r} repeats the id of line "
-                                f"{first_line[row['id']]} (ids must be unique in a file)")
+                raise DataError(
+                    f"{where}: id {row['id']!r} repeats the id of line "
+                    f"{first_line[row['id']]} (ids must be unique in a file)"
+                )
             first_line[row["id"]] = line_number
             if data_source is not None:
                 row["data_source"] = data_source
@@ -243,17 +267,38 @@ def _download_from_hub(
     )
     try:
         # local_files_only while offline: a file already in the cache still loads.
-        return Path(hf_hub_download(HUB_REPO, filename, repo_type="dataset", cache_dir=cache_dir,
-                                    revision=revision, endpoint=endpoint, local_files_only=offline))
+        return Path(
+            hf_hub_download(
+                HUB_REPO,
+                filename,
+                repo_type="dataset",
+                cache_dir=cache_dir,
+                revision=revision,
+                endpoint=endpoint,
+                local_files_only=offline,
+            )
+        )
     except LocalEntryNotFoundError as err:  # offline, or the network failed and nothing is cached
-        why = "HF_HUB_OFFLINE is set" if offline else f"the hub could not be reached ({err.__class__.__name__})"
-        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: {why} and the file is not cached. {hint}") from err
+        why = (
+            "HF_HUB_OFFLINE is set"
+            if offline
+            else f"the hub could not be reached ({err.__class__.__name__})"
+        )
+        raise HubUnreachableError(
+            f"cannot load {HUB_REPO}/{filename}: {why} and the file is not cached. {hint}"
+        ) from err
     except (EntryNotFoundError, RepositoryNotFoundError) as err:
-        raise DataError(f"{HUB_REPO} has no file {filename} (dataset {name!r}, split {split!r})") from err
+        raise DataError(
+            f"{HUB_REPO} has no file {filename} (dataset {name!r}, split {split!r})"
+        ) from err
     except HfHubHTTPError as err:  # reached, but the server failed (5xx, rate limit)
-        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: the hub answered with an error ({err}). {hint}") from err
+        raise HubUnreachableError(
+            f"cannot load {HUB_REPO}/{filename}: the hub answered with an error ({err}). {hint}"
+        ) from err
     except OSError as err:  # connection errors from the HTTP client are OSErrors too
-        raise HubUnreachableError(f"cannot load {HUB_REPO}/{filename}: network error {err}. {hint}") from err
+        raise HubUnreachableError(
+            f"cannot load {HUB_REPO}/{filename}: network error {err}. {hint}"
+        ) from err
 
 
 def load_flashrag(
@@ -278,9 +323,14 @@ def load_flashrag(
     return read_flashrag_jsonl(path, limit=limit, data_source=name)
 
 
-def flashrag_path(name: str, split: str, local_dir: str | Path | None = None,
-                  cache_dir: str | Path | None = None, revision: str | None = None,
-                  endpoint: str | None = None) -> Path:
+def flashrag_path(
+    name: str,
+    split: str,
+    local_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    revision: str | None = None,
+    endpoint: str | None = None,
+) -> Path:
     """The file of one FlashRAG split (:func:`load_flashrag`'s arguments): under ``local_dir``,
     else downloaded to (or found in) the hub cache; :class:`DataError` or
     :class:`HubUnreachableError` when there is none."""
@@ -293,7 +343,9 @@ def flashrag_path(name: str, split: str, local_dir: str | Path | None = None,
         return _download_from_hub(name, split, cache_dir, revision, endpoint)
     path = Path(local_dir) / name / f"{split}.jsonl"
     if not path.is_file():
-        raise DataError(f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)")
+        raise DataError(
+            f"{path}: file not found (expected FlashRAG layout <local_dir>/{name}/{split}.jsonl)"
+        )
     return path
 
 
@@ -316,7 +368,10 @@ def to_verl_rows(
             "data_source": data_source,
             "prompt": build_messages(t, row["question"]),
             "ability": ABILITY,
-            "reward_model": {"style": "rule", "ground_truth": {"target": list(row["golden_answers"])}},
+            "reward_model": {
+                "style": "rule",
+                "ground_truth": {"target": list(row["golden_answers"])},
+            },
             "extra_info": {"split": split, "index": index},
         }
         for index, row in enumerate(rows)
@@ -357,7 +412,9 @@ def to_trainer_rows(
     for index, row in enumerate(rows):
         source = data_source if data_source is not None else row.get("data_source")
         if not source:
-            raise DataError(f"row {index} (id {row.get('id')!r}) has no data_source; pass data_source=")
+            raise DataError(
+                f"row {index} (id {row.get('id')!r}) has no data_source; pass data_source="
+            )
         out.append(
             {
                 "prompt": build_messages(t, row["question"]),

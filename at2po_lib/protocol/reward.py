@@ -59,7 +59,9 @@ def _as_list(golden_answers: GoldenAnswers) -> list[str]:
     answers = list(golden_answers)
     for i, answer in enumerate(answers):
         if not isinstance(answer, str):
-            raise TypeError(f"golden answer {i} must be a string, got {type(answer).__name__}: {answer!r}")
+            raise TypeError(
+                f"golden answer {i} must be a string, got {type(answer).__name__}: {answer!r}"
+            )
     return answers
 
 
@@ -142,7 +144,7 @@ def _answer_blocks(text: str) -> list[str]:
         end = text.find(_CLOSE, start + len(_OPEN))
         if end < 0:
             return blocks
-        blocks.append(text[start + len(_OPEN):end])
+        blocks.append(text[start + len(_OPEN) : end])
         pos = end + len(_CLOSE)
 
 
@@ -206,7 +208,9 @@ def _search_result_order(text: str, open_obs: str, close_obs: str) -> str | None
     return None
 
 
-def format_check(response: str, observation_tags: tuple[str, str] = ("<result>", "</result>")) -> tuple[bool, str]:
+def format_check(
+    response: str, observation_tags: tuple[str, str] = ("<result>", "</result>")
+) -> tuple[bool, str]:
     r"""The authors' format check of a whole response; returns (ok, reason).
 
     Fails when: ``<think>`` and ``</think>`` counts differ or are zero; there is not exactly one
@@ -265,7 +269,9 @@ def atpo_score(
         return RewardOutcome(-1.0, 0.0, 0.0, None, "no answer with a \\boxed{} could be extracted")
     em = exact_match(answer, golden_answers)
     f1 = f1_score(answer, golden_answers)
-    return RewardOutcome(em, em, f1, answer, "correct answer" if em else "wrong answer, good format")
+    return RewardOutcome(
+        em, em, f1, answer, "correct answer" if em else "wrong answer, good format"
+    )
 
 
 def atpo_reward(response: str, golden_answers: GoldenAnswers, check_format: bool = True) -> float:
@@ -294,18 +300,22 @@ def searchr1_sequence_check(
         marker = _ASSISTANT_MARKER.search(response)
         if marker is None:
             return False, "missing assistant marker"
-        content = response[marker.end():]
+        content = response[marker.end() :]
     tags = ("think", "search", observation_tag, "answer")
     for tag in tags:
         if content.count(f"<{tag}>") != content.count(f"</{tag}>"):
             return False, f"unbalanced <{tag}> tags"
     # Allowed moves: (state, tag) -> next state.
     moves = {
-        ("start", "<think>"): "think", ("after_obs", "<think>"): "think",
+        ("start", "<think>"): "think",
+        ("after_obs", "<think>"): "think",
         ("think", "</think>"): "after_think",
-        ("after_think", "<search>"): "search", ("search", "</search>"): "after_search",
-        ("after_search", f"<{observation_tag}>"): "obs", ("obs", f"</{observation_tag}>"): "after_obs",
-        ("after_think", "<answer>"): "answer", ("answer", "</answer>"): "end",
+        ("after_think", "<search>"): "search",
+        ("search", "</search>"): "after_search",
+        ("after_search", f"<{observation_tag}>"): "obs",
+        ("obs", f"</{observation_tag}>"): "after_obs",
+        ("after_think", "<answer>"): "answer",
+        ("answer", "</answer>"): "end",
     }
     inside = {"think", "search", "obs", "answer"}
     splitter = re.compile("(</?(?:" + "|".join(re.escape(t) for t in tags) + ")>)")
@@ -322,11 +332,17 @@ def searchr1_sequence_check(
     return True, "valid sequence"
 
 
-def retrieval_hit(response: str, golden_answers: GoldenAnswers, observation_tag: str = "information") -> bool:
+def retrieval_hit(
+    response: str, golden_answers: GoldenAnswers, observation_tag: str = "information"
+) -> bool:
     """True if some normalised golden answer is a substring of some normalised observation block."""
-    blocks = re.findall(rf"<{re.escape(observation_tag)}>(.*?)</{re.escape(observation_tag)}>", response, re.DOTALL)
+    blocks = re.findall(
+        rf"<{re.escape(observation_tag)}>(.*?)</{re.escape(observation_tag)}>", response, re.DOTALL
+    )
     normalized_blocks = [normalize_answer(b) for b in blocks]
-    return any(normalize_answer(g) in b for g in _as_list(golden_answers) for b in normalized_blocks)
+    return any(
+        normalize_answer(g) in b for g in _as_list(golden_answers) for b in normalized_blocks
+    )
 
 
 def searchr1_format_reward(
@@ -368,4 +384,3 @@ def searchr1_format_reward(
     if correct:
         return score - structure_format_score
     return final_format_score if answer is not None else 0.0
-

@@ -31,8 +31,9 @@ class UntrustedPickleError(ValueError):
     """A trees file is a pickle (never read: unpickling can run code)."""
 
 
-def save_trees(trees: Sequence[Any], path: str | Path,
-               meta: Mapping[str, Any] | None = None) -> Path:
+def save_trees(
+    trees: Sequence[Any], path: str | Path, meta: Mapping[str, Any] | None = None
+) -> Path:
     """Write trees to one ``.npz`` archive that :func:`load_trees` reads without pickle.
 
     Layout (T trees, N nodes in all; each tree's nodes are contiguous, ids stay local)::
@@ -59,13 +60,17 @@ def save_trees(trees: Sequence[Any], path: str | Path,
     for i, t in enumerate(arrays):
         validate_tree(t, f"tree {i}")
         if sorted(t.node_arrays) != names:
-            raise ValueError(f"tree {i} has node arrays {sorted(t.node_arrays)}, tree 0 has "
-                             f"{names}; every tree of one file must carry the same ones")
+            raise ValueError(
+                f"tree {i} has node arrays {sorted(t.node_arrays)}, tree 0 has "
+                f"{names}; every tree of one file must carry the same ones"
+            )
         for key, arr in t.node_arrays.items():
             if np.asarray(arr).dtype.kind not in "biuf":
-                raise ValueError(f"tree {i}: node array {key!r} has dtype {np.asarray(arr).dtype};"
-                                 " only numbers and booleans are stored as arrays (text goes in "
-                                 "records)")
+                raise ValueError(
+                    f"tree {i}: node array {key!r} has dtype {np.asarray(arr).dtype};"
+                    " only numbers and booleans are stored as arrays (text goes in "
+                    "records)"
+                )
     sizes = np.array([t.num_nodes for t in arrays], dtype=np.int64)
     members: dict[str, np.ndarray] = {
         "tree_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
@@ -74,11 +79,15 @@ def save_trees(trees: Sequence[Any], path: str | Path,
     for name in CREDIT_FIELDS:
         members[name] = np.concatenate([getattr(t, name) for t in arrays])
     for name in names:
-        members[_NODE_PREFIX + name] = np.concatenate([np.asarray(t.node_arrays[name])
-                                                       for t in arrays])
-    document = {"format": TREES_FORMAT, "meta": dict(meta or {}), "node_arrays": names,
-                "trees": [{"info": dict(t.info), "records": [dict(r) for r in t.records]}
-                          for t in arrays]}
+        members[_NODE_PREFIX + name] = np.concatenate(
+            [np.asarray(t.node_arrays[name]) for t in arrays]
+        )
+    document = {
+        "format": TREES_FORMAT,
+        "meta": dict(meta or {}),
+        "node_arrays": names,
+        "trees": [{"info": dict(t.info), "records": [dict(r) for r in t.records]} for t in arrays],
+    }
     text = json.dumps(document, allow_nan=False, default=_json_default)
     members[_JSON_MEMBER] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,8 +110,10 @@ def _json_default(value: Any) -> Any:
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
-    raise TypeError(f"{type(value).__name__} value {value!r:.80} is not JSON-serialisable "
-                    "(tree info, records and meta must be JSON)")
+    raise TypeError(
+        f"{type(value).__name__} value {value!r:.80} is not JSON-serialisable "
+        "(tree info, records and meta must be JSON)"
+    )
 
 
 def load_trees(path: str | Path) -> list[TreeArrays]:
@@ -121,7 +132,8 @@ def load_trees(path: str | Path) -> list[TreeArrays]:
     if head.startswith(b"\x80") or path.suffix in (".pkl", ".pickle"):
         raise UntrustedPickleError(
             f"{path} is a pickle; loading a pickle can run arbitrary code, so it is refused. "
-            "Trees are read from .npz archives written by save_trees")
+            "Trees are read from .npz archives written by save_trees"
+        )
     raise ValueError(f"{path}: not a trees file (expected a .npz archive written by save_trees)")
 
 
@@ -147,11 +159,14 @@ def _check_member_sizes(path: Path) -> None:
         raise ValueError(f"{path}: cannot read the trees archive ({err})") from err
     for info in infos:
         ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > MAX_MEMBER_BYTES or (info.file_size > 16 << 20
-                                                 and ratio > MAX_MEMBER_RATIO):
-            raise ValueError(f"{path}: member {info.filename} holds {info.file_size:,} bytes "
-                             f"({info.compress_size:,} compressed): refused unread (limits: "
-                             f"{MAX_MEMBER_BYTES:,} bytes, {MAX_MEMBER_RATIO}-fold compression)")
+        if info.file_size > MAX_MEMBER_BYTES or (
+            info.file_size > 16 << 20 and ratio > MAX_MEMBER_RATIO
+        ):
+            raise ValueError(
+                f"{path}: member {info.filename} holds {info.file_size:,} bytes "
+                f"({info.compress_size:,} compressed): refused unread (limits: "
+                f"{MAX_MEMBER_BYTES:,} bytes, {MAX_MEMBER_RATIO}-fold compression)"
+            )
 
 
 def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -163,15 +178,17 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             members = {name: archive[name] for name in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as err:
         raise ValueError(f"{path}: cannot read the trees archive ({err})") from err
-    missing = [k for k in ("tree_offsets", "prompt_id", *CREDIT_FIELDS, _JSON_MEMBER)
-               if k not in members]
+    missing = [
+        k for k in ("tree_offsets", "prompt_id", *CREDIT_FIELDS, _JSON_MEMBER) if k not in members
+    ]
     if missing:
         raise ValueError(f"{path}: not a trees archive (missing {', '.join(missing)})")
     try:
         document = json.loads(members.pop(_JSON_MEMBER).tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise ValueError(f"{path}: the archive's json member is not valid JSON "
-                         f"({str(err)[:200]})") from None
+        raise ValueError(
+            f"{path}: the archive's json member is not valid JSON ({str(err)[:200]})"
+        ) from None
     if not isinstance(document, dict) or document.get("format") != TREES_FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path}: not an {TREES_FORMAT} archive (format {found!r})")
@@ -181,9 +198,12 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _check_document(path: Path, document: dict[str, Any]) -> None:
     """The json member's types, checked before use: a damaged or hand-edited archive is one
     error naming the file and the field, not a bare TypeError from deep inside."""
+
     def fail(field: str, expected: str, value: Any) -> None:
-        raise ValueError(f"{path}: the archive's json member: {field} should be {expected}, "
-                         f"not {type(value).__name__}")
+        raise ValueError(
+            f"{path}: the archive's json member: {field} should be {expected}, "
+            f"not {type(value).__name__}"
+        )
 
     trees, names = document.get("trees", []), document.get("node_arrays", [])
     if not isinstance(trees, list):
@@ -200,16 +220,25 @@ def _check_document(path: Path, document: dict[str, Any]) -> None:
             fail(f"trees[{t}].info", "an object", info)
 
 
-def _trees_from_archive(path: Path, document: dict[str, Any],
-                        members: dict[str, np.ndarray]) -> list[TreeArrays]:
+def _trees_from_archive(
+    path: Path, document: dict[str, Any], members: dict[str, np.ndarray]
+) -> list[TreeArrays]:
     _check_document(path, document)
     offsets, entries = members["tree_offsets"], document.get("trees", [])
     total = len(members["parent"])
-    if (offsets.ndim != 1 or len(offsets) != len(entries) + 1 or len(entries) == 0
-            or offsets[0] != 0 or offsets[-1] != total or np.any(np.diff(offsets) < 1)
-            or len(members["prompt_id"]) != len(entries)):
-        raise ValueError(f"{path}: tree_offsets {offsets.tolist()[:8]} do not match "
-                         f"{len(entries)} trees and {total} nodes")
+    if (
+        offsets.ndim != 1
+        or len(offsets) != len(entries) + 1
+        or len(entries) == 0
+        or offsets[0] != 0
+        or offsets[-1] != total
+        or np.any(np.diff(offsets) < 1)
+        or len(members["prompt_id"]) != len(entries)
+    ):
+        raise ValueError(
+            f"{path}: tree_offsets {offsets.tolist()[:8]} do not match "
+            f"{len(entries)} trees and {total} nodes"
+        )
     names = list(document.get("node_arrays", []))
     absent = [n for n in names if _NODE_PREFIX + n not in members]
     if absent:
@@ -223,10 +252,14 @@ def _trees_from_archive(path: Path, document: dict[str, Any],
     for t, entry in enumerate(entries):
         rows = slice(int(offsets[t]), int(offsets[t + 1]))
         tree = TreeArrays(
-            parent=columns["parent"][rows], entropy=columns["entropy"][rows],
-            leaf_reward=columns["leaf_reward"][rows], prompt_id=int(members["prompt_id"][t]),
+            parent=columns["parent"][rows],
+            entropy=columns["entropy"][rows],
+            leaf_reward=columns["leaf_reward"][rows],
+            prompt_id=int(members["prompt_id"][t]),
             node_arrays={n: columns[n][rows] for n in names},
-            records=list(entry.get("records", [])), info=dict(entry.get("info", {})))
+            records=list(entry.get("records", [])),
+            info=dict(entry.get("info", {})),
+        )
         validate_tree(tree, f"{path}: tree {t}")
         trees.append(tree)
     return trees

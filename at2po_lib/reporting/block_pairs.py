@@ -33,8 +33,7 @@ from ..util.errors import RecordError
 from ..util.provenance import machine_build
 from .records import read_outcomes
 
-BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads",
-                 "overrides")
+BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
 """What each block row carries from its ``BLOCK.json``."""
 
 
@@ -50,8 +49,9 @@ def load_block_outcomes(profile: str) -> pd.DataFrame:
             for method, run in record.get("runs", {}).items():
                 frames.append(_run_outcomes(folder, method, record, run))
     if not frames:
-        return pd.DataFrame(columns=["method", "seed", *BLOCK_COLUMNS, "dataset",
-                                     "question_id", "em"])
+        return pd.DataFrame(
+            columns=["method", "seed", *BLOCK_COLUMNS, "dataset", "question_id", "em"]
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -59,13 +59,17 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
     path = folder / method / f"seed{record['seed']}"
     done = json.loads((path / "DONE.json").read_text())
     if done.get("config_hash") != run.get("config_hash"):
-        raise RecordError(f"{path / 'DONE.json'}: config hash {done.get('config_hash')} is not "
-                          f"the one {folder / BLOCK_RECORD} records ({run.get('config_hash')})")
+        raise RecordError(
+            f"{path / 'DONE.json'}: config hash {done.get('config_hash')} is not "
+            f"the one {folder / BLOCK_RECORD} records ({run.get('config_hash')})"
+        )
     meta = json.loads((path / "meta.json").read_text())
     if str(meta.get("git_revision", "")).removesuffix("-dirty") != record["commit"]:
-        raise RecordError(f"{path / 'meta.json'}: revision {meta.get('git_revision')} is not its "
-                          f"block's ({record['commit']}, {folder / BLOCK_RECORD}): a run of "
-                          "another session in this block")
+        raise RecordError(
+            f"{path / 'meta.json'}: revision {meta.get('git_revision')} is not its "
+            f"block's ({record['commit']}, {folder / BLOCK_RECORD}): a run of "
+            "another session in this block"
+        )
     frame = read_outcomes(path / "outcomes.csv")
     frame.insert(0, "seed", record["seed"])
     frame.insert(0, "method", method)
@@ -83,20 +87,41 @@ def blocks_overview(profile: str) -> pd.DataFrame:
     root = blocks_dir(profile)
     for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         for block, record in finished_blocks(set_folder).items():
-            rows.append({"block set": set_folder.name, "block": block, "seed": record["seed"],
-                         "revision": record["commit"][:7], "clean": record["clean"],
-                         "build": record["build"], "threads": record["torch_threads"],
-                         "methods": ", ".join(record.get("runs", {})),
-                         "finished": record.get("finished", "")})
-    return pd.DataFrame(rows, columns=["block set", "block", "seed", "revision", "clean", "build",
-                                       "threads", "methods", "finished"])
+            rows.append(
+                {
+                    "block set": set_folder.name,
+                    "block": block,
+                    "seed": record["seed"],
+                    "revision": record["commit"][:7],
+                    "clean": record["clean"],
+                    "build": record["build"],
+                    "threads": record["torch_threads"],
+                    "methods": ", ".join(record.get("runs", {})),
+                    "finished": record.get("finished", ""),
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "block set",
+            "block",
+            "seed",
+            "revision",
+            "clean",
+            "build",
+            "threads",
+            "methods",
+            "finished",
+        ],
+    )
 
 
 def block_sources(profile: str) -> list[str]:
     """``<set>/block<BB>@<revision>`` of every finished block: what a report read (its meta)."""
     overview = blocks_overview(profile)
-    return [f"{r['block set']}/block{r['block']:02d}@{r['revision']}"
-            for _, r in overview.iterrows()]
+    return [
+        f"{r['block set']}/block{r['block']:02d}@{r['revision']}" for _, r in overview.iterrows()
+    ]
 
 
 @dataclass(frozen=True)
@@ -114,37 +139,57 @@ class BlockedDifference:
         """``12 blocks at 1a2b3c4 (build fc-v669 ×12; 1 thread)``."""
         builds = ", ".join(f"{b} ×{n}" for b, n in sorted(self.builds.items()))
         threads = "/".join(str(t) for t in self.threads)
-        return (f"{len(self.blocks)} blocks at {', '.join(c[:7] for c in self.commits)} "
-                f"(build {builds}; {threads} thread{'s' * (threads != '1')})")
+        return (
+            f"{len(self.blocks)} blocks at {', '.join(c[:7] for c in self.commits)} "
+            f"(build {builds}; {threads} thread{'s' * (threads != '1')})"
+        )
 
 
-def blocked_difference(blocks: pd.DataFrame, block_set: str, method_a: str, method_b: str,
-                       datasets: Sequence[str] | None, metric: str = "em", *,
-                       allow_revisions: bool = False) -> BlockedDifference | None:
+def blocked_difference(
+    blocks: pd.DataFrame,
+    block_set: str,
+    method_a: str,
+    method_b: str,
+    datasets: Sequence[str] | None,
+    metric: str = "em",
+    *,
+    allow_revisions: bool = False,
+) -> BlockedDifference | None:
     """A − B over the blocks of ``block_set`` in which both finished (None with fewer than 2):
     paired within blocks (module docstring). Blocks at different revisions or with different
     overrides are refused, naming them, unless ``allow_revisions``."""
     rows = blocks[(blocks["block_set"] == block_set) & blocks["method"].isin([method_a, method_b])]
     if metric != "em":
         rows = rows[rows[metric].notna()] if metric in rows else rows.iloc[:0]
-    both = sorted(set(rows.loc[rows["method"] == method_a, "block"])
-                  & set(rows.loc[rows["method"] == method_b, "block"]))
+    both = sorted(
+        set(rows.loc[rows["method"] == method_a, "block"])
+        & set(rows.loc[rows["method"] == method_b, "block"])
+    )
     if len(both) < 2:
         return None
     rows = rows[rows["block"].isin(both)]
     per_block = rows.drop_duplicates("block").set_index("block")
     versions = per_block.groupby(["commit", "overrides"]).groups
     if len(versions) > 1 and not allow_revisions:
-        named = "; ".join(f"block {b}: {per_block.loc[b, 'commit'][:7]}, overrides "
-                          f"{per_block.loc[b, 'overrides']}" for b in both)
-        raise RecordError(f"{method_a} − {method_b} in block set {block_set!r} would pair runs "
-                          f"across revisions ({named}); pair them anyway with "
-                          "--pair-across-revisions, or run the set from one revision")
+        named = "; ".join(
+            f"block {b}: {per_block.loc[b, 'commit'][:7]}, overrides "
+            f"{per_block.loc[b, 'overrides']}"
+            for b in both
+        )
+        raise RecordError(
+            f"{method_a} − {method_b} in block set {block_set!r} would pair runs "
+            f"across revisions ({named}); pair them anyway with "
+            "--pair-across-revisions, or run the set from one revision"
+        )
     interval, test = stats.blocked_difference_ci(rows, method_a, method_b, datasets, metric)
     return BlockedDifference(
-        interval, test,
-        tuple(both), tuple(sorted(set(per_block["commit"]))),
-        dict(Counter(per_block["build"])), tuple(sorted(set(per_block["torch_threads"]))))
+        interval,
+        test,
+        tuple(both),
+        tuple(sorted(set(per_block["commit"]))),
+        dict(Counter(per_block["build"])),
+        tuple(sorted(set(per_block["torch_threads"]))),
+    )
 
 
 # -------------------------------------------------------------------- the earlier record
@@ -154,10 +199,15 @@ def run_provenance(paths: Iterable[Path]) -> pd.DataFrame:
     for path in paths:
         meta_path = Path(path) / "meta.json"
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        rows.append({"method": Path(path).parent.name, "seed": int(Path(path).name[4:]),
-                     "commit": str(meta.get("git_revision", "?")).removesuffix("-dirty"),
-                     "build": machine_build(str(meta.get("platform", "?"))),
-                     "torch_threads": (meta.get("hardware") or {}).get("torch_threads")})
+        rows.append(
+            {
+                "method": Path(path).parent.name,
+                "seed": int(Path(path).name[4:]),
+                "commit": str(meta.get("git_revision", "?")).removesuffix("-dirty"),
+                "build": machine_build(str(meta.get("platform", "?"))),
+                "torch_threads": (meta.get("hardware") or {}).get("torch_threads"),
+            }
+        )
     return pd.DataFrame(rows, columns=["method", "seed", "commit", "build", "torch_threads"])
 
 
@@ -170,8 +220,10 @@ def side_of(provenance: pd.DataFrame, method: str) -> str:
     parts = []
     for commit, group in runs.groupby("commit", sort=True):
         builds = Counter(group["build"])
-        inner = ", ".join(b if len(builds) == 1 else f"{b} ×{n}"
-                          for b, n in sorted(builds.items(), key=lambda kv: (-kv[1], kv[0])))
+        inner = ", ".join(
+            b if len(builds) == 1 else f"{b} ×{n}"
+            for b, n in sorted(builds.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
         parts.append(f"{commit[:7]} ({inner})")
     return "; ".join(parts)
 
@@ -182,13 +234,19 @@ def provenance_table(provenance: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataF
     methods = list(dict.fromkeys([*provenance["method"], *blocks.get("method", [])]))
     rows = []
     for method in methods:
-        row = {"method": method, "earlier record: runs": int((provenance["method"] == method).sum()),
-               "earlier record: revisions (machine builds)": side_of(provenance, method)}
+        row = {
+            "method": method,
+            "earlier record: runs": int((provenance["method"] == method).sum()),
+            "earlier record: revisions (machine builds)": side_of(provenance, method),
+        }
         for name, rows_of_set in blocks.groupby("block_set", sort=True) if len(blocks) else ():
             mine = rows_of_set[rows_of_set["method"] == method].drop_duplicates("block")
             builds = ", ".join(f"{b} ×{n}" for b, n in mine["build"].value_counts().items())
-            row[f"blocks: {name}"] = (f"{len(mine)} at {', '.join(sorted(c[:7] for c in mine['commit'].unique()))} ({builds})"
-                                      if len(mine) else "–")
+            row[f"blocks: {name}"] = (
+                f"{len(mine)} at {', '.join(sorted(c[:7] for c in mine['commit'].unique()))} ({builds})"
+                if len(mine)
+                else "–"
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 

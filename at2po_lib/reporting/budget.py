@@ -59,12 +59,17 @@ def run_budget(metrics: pd.DataFrame, run: Path, method: str, prompts_per_step: 
         per_prompt = generated_tokens_per_prompt(run)
         generated = None if per_prompt is None else prompts_per_step * per_prompt
         source = "distinct tree nodes, saved steps" if per_prompt is not None else "not recorded"
-    return {"trajectories": float(trajectories.mean()), "trained_tokens": trained,
-            "generated_tokens": generated, "generated_from": source}
+    return {
+        "trajectories": float(trajectories.mean()),
+        "trained_tokens": trained,
+        "generated_tokens": generated,
+        "generated_from": source,
+    }
 
 
-def budget_table(metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step: int,
-                 methods: Sequence[str]) -> pd.DataFrame:
+def budget_table(
+    metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step: int, methods: Sequence[str]
+) -> pd.DataFrame:
     """One row per method of ``methods`` with finished runs: seeds, then the mean over seeds of
     :func:`run_budget` (``generated_tokens`` over the seeds that recorded it, ``generated_seeds``
     of them). ``metrics``: :func:`.records.load_training_records`' frame (``method``, ``seed``,
@@ -83,14 +88,29 @@ def budget_table(metrics: pd.DataFrame, finished: pd.DataFrame, prompts_per_step
             continue
         frame = pd.DataFrame(per_run)
         generated = frame["generated_tokens"].dropna()
-        rows.append({"method": method, "seeds": len(frame),
-                     "trajectories": frame["trajectories"].mean(),
-                     "trained_tokens": frame["trained_tokens"].mean(),
-                     "generated_tokens": generated.mean() if len(generated) else np.nan,
-                     "generated_seeds": len(generated),
-                     "generated_from": frame["generated_from"].mode().iloc[0]})
-    return pd.DataFrame(rows, columns=["method", "seeds", "trajectories", "trained_tokens",
-                                       "generated_tokens", "generated_seeds", "generated_from"])
+        rows.append(
+            {
+                "method": method,
+                "seeds": len(frame),
+                "trajectories": frame["trajectories"].mean(),
+                "trained_tokens": frame["trained_tokens"].mean(),
+                "generated_tokens": generated.mean() if len(generated) else np.nan,
+                "generated_seeds": len(generated),
+                "generated_from": frame["generated_from"].mode().iloc[0],
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "method",
+            "seeds",
+            "trajectories",
+            "trained_tokens",
+            "generated_tokens",
+            "generated_seeds",
+            "generated_from",
+        ],
+    )
 
 
 def budget_display(table: pd.DataFrame) -> pd.DataFrame:
@@ -99,10 +119,19 @@ def budget_display(table: pd.DataFrame) -> pd.DataFrame:
     shown["method"] = shown["method"].map(method_label)
     for column in ("trajectories", "trained_tokens", "generated_tokens"):
         shown[column] = shown[column].map(lambda v: "–" if np.isnan(v) else f"{v:,.0f}")
-    shown["generated_from"] = [f"{source} ({n} of {s} seeds)" if n and n < s else source
-                               for source, n, s in zip(shown["generated_from"],
-                                                       shown["generated_seeds"], shown["seeds"])]
-    return shown.drop(columns="generated_seeds").rename(columns={
-        "trajectories": "trajectories / step", "trained_tokens": "trained tokens / step",
-        "generated_tokens": "generated tokens / step", "generated_from": "generated from"}
-    ).set_index("method")
+    shown["generated_from"] = [
+        f"{source} ({n} of {s} seeds)" if n and n < s else source
+        for source, n, s in zip(shown["generated_from"], shown["generated_seeds"], shown["seeds"])
+    ]
+    return (
+        shown.drop(columns="generated_seeds")
+        .rename(
+            columns={
+                "trajectories": "trajectories / step",
+                "trained_tokens": "trained tokens / step",
+                "generated_tokens": "generated tokens / step",
+                "generated_from": "generated from",
+            }
+        )
+        .set_index("method")
+    )

@@ -79,8 +79,16 @@ baseline", fixed before the data."""
 NOT_IN_PAPER = "not in the paper"
 """``published`` of a comparison the paper does not make (read ``above 0`` / ``below 0``)."""
 
-READINGS = ("agrees", "opposite", "above 0", "below 0", "cannot tell", "one seed", "not run yet",
-            "measured")
+READINGS = (
+    "agrees",
+    "opposite",
+    "above 0",
+    "below 0",
+    "cannot tell",
+    "one seed",
+    "not run yet",
+    "measured",
+)
 ALPHA = 0.05
 """The permutation test's level: a directional reading needs p (Holm-corrected in a family)
 below it."""
@@ -89,7 +97,8 @@ EARLIER = "_earlier"
 
 SHORT_NAMES = {
     "rl_over_react": "RL over ReAct",
-    "at2po_over_grpo": "AT2PO over GRPO", "at2po_over_grpo_sampled_em": "AT2PO over GRPO (sampled metric)",
+    "at2po_over_grpo": "AT2PO over GRPO",
+    "at2po_over_grpo_sampled_em": "AT2PO over GRPO (sampled metric)",
     "at2po_over_strongest": "AT2PO over AEPO",
     "at2po_over_strongest_sampled_em": "AT2PO over AEPO (sampled metric)",
     "at2po_over_grpo_budget": "AT2PO over GRPO with as many chains",
@@ -122,9 +131,9 @@ class Claim:
     unit: str = "EM points"
     seeds: str = "–"
     questions: int | None = None
-    direction: int = 1          # +1: the paper says the number is > 0; 0: a description
+    direction: int = 1  # +1: the paper says the number is > 0; 0: a description
     note: str = ""
-    one_seed: bool = False      # a trained side has one seed: the interval misses seed spread
+    one_seed: bool = False  # a trained side has one seed: the interval misses seed spread
     test: stats.PermutationTest | None = None
     """The permutation test over seed (or block) labels of the same difference."""
     p_family: float = float("nan")
@@ -165,8 +174,7 @@ class Claim:
             return ""
         if self.test is None or not np.isfinite(self.test.p):
             return "the interval excludes 0, but there is no permutation test"
-        return (f"the interval excludes 0, but the permutation test does not agree: "
-                f"{self.p_text()}")
+        return f"the interval excludes 0, but the permutation test does not agree: {self.p_text()}"
 
     def p_text(self) -> str:
         """``p = 0.124, exact over 2,024 splits; Holm over the Table 3 cells (7): 0.865``, or
@@ -179,16 +187,26 @@ class Claim:
         return text
 
     def as_row(self) -> dict:
-        return {"key": self.key, "claim": self.claim,
-                "short": SHORT_NAMES.get(self.key.removesuffix(EARLIER), self.claim)
-                + (" (the earlier record)" if self.key.endswith(EARLIER) else ""),
-                "published": self.published,
-                "estimate": self.estimate, "ci_low": self.low, "ci_high": self.high,
-                "unit": self.unit, "seeds": self.seeds, "n_questions": self.questions,
-                "reading": self.reading, "held_back": self.held_back,
-                "note": "; ".join(filter(None, (self.note, self.held_back))),
-                "p_permutation": self.test.p if self.test is not None else np.nan,
-                "p_family": self.p_family, "p_text": self.p_text(), "rests_on": self.rests}
+        return {
+            "key": self.key,
+            "claim": self.claim,
+            "short": SHORT_NAMES.get(self.key.removesuffix(EARLIER), self.claim)
+            + (" (the earlier record)" if self.key.endswith(EARLIER) else ""),
+            "published": self.published,
+            "estimate": self.estimate,
+            "ci_low": self.low,
+            "ci_high": self.high,
+            "unit": self.unit,
+            "seeds": self.seeds,
+            "n_questions": self.questions,
+            "reading": self.reading,
+            "held_back": self.held_back,
+            "note": "; ".join(filter(None, (self.note, self.held_back))),
+            "p_permutation": self.test.p if self.test is not None else np.nan,
+            "p_family": self.p_family,
+            "p_text": self.p_text(),
+            "rests_on": self.rests,
+        }
 
 
 @dataclass(frozen=True)
@@ -206,39 +224,78 @@ class _Records:
 
 def _published_avg(method: str, group: str, backbone: str = "Qwen3-4B") -> float:
     table = published_table1()
-    sel = table[(table["backbone"] == backbone) & (table["method"] == method_label(method))
-                & (table["dataset"] == f"{group}_avg")]
+    sel = table[
+        (table["backbone"] == backbone)
+        & (table["method"] == method_label(method))
+        & (table["dataset"] == f"{group}_avg")
+    ]
     return float(sel["em"].iloc[0]) if len(sel) else float("nan")
 
 
 def _seeds(interval: stats.Interval) -> str:
-    return (f"{interval.n_seeds_a} vs {interval.n_seeds_b}" if interval.n_seeds_b
-            else str(interval.n_seeds_a))
+    return (
+        f"{interval.n_seeds_a} vs {interval.n_seeds_b}"
+        if interval.n_seeds_b
+        else str(interval.n_seeds_a)
+    )
 
 
-def _em_claim(key: str, claim: str, published: str, interval: stats.Interval | None,
-              note: str = "", fixed_b: bool = False,
-              test: stats.PermutationTest | None = None, rests: str = "") -> Claim:
+def _em_claim(
+    key: str,
+    claim: str,
+    published: str,
+    interval: stats.Interval | None,
+    note: str = "",
+    fixed_b: bool = False,
+    test: stats.PermutationTest | None = None,
+    rests: str = "",
+) -> Claim:
     """``fixed_b``: side b is the untrained warm start, whose one seed is not a sample."""
     if interval is None:
         return Claim(key, claim, published, note=note)
-    sides = (interval.n_seeds_a,) if fixed_b or not interval.n_seeds_b else \
-        (interval.n_seeds_a, interval.n_seeds_b)
-    return Claim(key, claim, published, 100 * interval.estimate, 100 * interval.low,
-                 100 * interval.high, seeds=_seeds(interval), questions=interval.n_questions,
-                 note=note, one_seed=min(sides) < 2, test=test, rests=rests)
+    sides = (
+        (interval.n_seeds_a,)
+        if fixed_b or not interval.n_seeds_b
+        else (interval.n_seeds_a, interval.n_seeds_b)
+    )
+    return Claim(
+        key,
+        claim,
+        published,
+        100 * interval.estimate,
+        100 * interval.low,
+        100 * interval.high,
+        seeds=_seeds(interval),
+        questions=interval.n_questions,
+        note=note,
+        one_seed=min(sides) < 2,
+        test=test,
+        rests=rests,
+    )
 
 
-def _difference(outcomes, a: str, b: str, members, n_resamples: int,
-                metric: str = "em") -> stats.Interval | None:
+def _difference(
+    outcomes, a: str, b: str, members, n_resamples: int, metric: str = "em"
+) -> stats.Interval | None:
     if not (members and rows_with_outcomes(outcomes, a) and rows_with_outcomes(outcomes, b)):
         return None
     return stats.difference_ci(outcomes, a, b, members, metric=metric, n_resamples=n_resamples)
 
 
-def _compare(records: _Records, key: str, claim: str, published: str, a: str, b: str, *,
-             metric: str = "em", note: str = "", fixed_b: bool = False,
-             block_set: str | None = None, block_a: str | None = None) -> list[Claim]:
+def _compare(
+    records: _Records,
+    key: str,
+    claim: str,
+    published: str,
+    a: str,
+    b: str,
+    *,
+    metric: str = "em",
+    note: str = "",
+    fixed_b: bool = False,
+    block_set: str | None = None,
+    block_a: str | None = None,
+) -> list[Claim]:
     """A − B on the multi-hop average: from the committed runs (interval, permutation test,
     their revisions and builds), and, where ``block_set``'s blocks hold the pair (``block_a``
     for A there, when the committed record calls it otherwise), paired within blocks; then
@@ -246,19 +303,33 @@ def _compare(records: _Records, key: str, claim: str, published: str, a: str, b:
     members = records.groups.get("multihop")
     outcomes = _with_metric(records.outcomes, metric)
     interval = _difference(outcomes, a, b, members, records.n_resamples, metric)
-    test = (stats.difference_test(outcomes, a, b, members, metric, fixed_b=fixed_b)
-            if interval is not None else None)
+    test = (
+        stats.difference_test(outcomes, a, b, members, metric, fixed_b=fixed_b)
+        if interval is not None
+        else None
+    )
     rests = rests_on(records.provenance, (a,) if fixed_b else (a, b))
     earlier = _em_claim(key, claim, published, interval, note, fixed_b, test, rests)
-    blocked = (blocked_difference(records.blocks, block_set, block_a or a, b, members, metric,
-                                  allow_revisions=records.allow_revisions)
-               if block_set and records.blocks is not None and len(records.blocks) else None)
+    blocked = (
+        blocked_difference(
+            records.blocks,
+            block_set,
+            block_a or a,
+            b,
+            members,
+            metric,
+            allow_revisions=records.allow_revisions,
+        )
+        if block_set and records.blocks is not None and len(records.blocks)
+        else None
+    )
     if blocked is None:
         if crosses_revisions(records.provenance, (a, b)) and interval is not None:
             earlier = replace(earlier, note="; ".join(filter(None, (note, "crosses revisions"))))
         return [earlier]
-    paired = _em_claim(key, claim, published, blocked.interval, note, test=blocked.test,
-                       rests=blocked.rests_on())
+    paired = _em_claim(
+        key, claim, published, blocked.interval, note, test=blocked.test, rests=blocked.rests_on()
+    )
     paired = replace(paired, seeds=f"{len(blocked.blocks)} blocks")
     if interval is None:  # no committed runs of the pair: no earlier record to keep
         return [paired]
@@ -269,18 +340,30 @@ def _compare(records: _Records, key: str, claim: str, published: str, a: str, b:
 def _rl_over_react(records: _Records) -> list[Claim]:
     outcomes, groups = records.outcomes, records.groups
     trained = [m for m in TABLE1_METHODS if m != "react" and rows_with_outcomes(outcomes, m)]
-    gains = {m: _difference(outcomes, m, "react", groups.get("multihop"), records.n_resamples)
-             for m in trained}
+    gains = {
+        m: _difference(outcomes, m, "react", groups.get("multihop"), records.n_resamples)
+        for m in trained
+    }
     gains = {m: g for m, g in gains.items() if g is not None}
-    published = min(_published_avg(m, "multihop") for m in (*RL_BASELINES, "at2po")
-                    if np.isfinite(_published_avg(m, "multihop"))) - _published_avg("react", "multihop")
+    published = min(
+        _published_avg(m, "multihop")
+        for m in (*RL_BASELINES, "at2po")
+        if np.isfinite(_published_avg(m, "multihop"))
+    ) - _published_avg("react", "multihop")
     claim = "RL beats the ReAct warm start (multi-hop; the smallest gain of any RL method)"
     if not gains:
         return [_em_claim("rl_over_react", claim, f"{published:+.1f}", None)]
     weakest = min(gains, key=lambda m: gains[m].estimate)
-    return _compare(records, "rl_over_react", claim, f"{published:+.1f}", weakest, "react",
-                    note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods",
-                    fixed_b=True)
+    return _compare(
+        records,
+        "rl_over_react",
+        claim,
+        f"{published:+.1f}",
+        weakest,
+        "react",
+        note=f"weakest: {method_label(weakest)}, of {len(gains)} RL methods",
+        fixed_b=True,
+    )
 
 
 def _with_metric(outcomes, metric: str):
@@ -301,59 +384,103 @@ def _metric_names(key: str, claim: str, metric: str) -> tuple[str, str]:
 def _over_grpo(records: _Records, metric: str = "em") -> list[Claim]:
     """AT2PO minus GRPO on the multi-hop average: the study's headline pair (in the headline
     blocks where they exist)."""
-    key, claim = _metric_names("at2po_over_grpo",
-                               "AT2PO beats GRPO, the study's headline pair (multi-hop", metric)
-    published = (f"{_published_avg('at2po', 'multihop') - _published_avg('grpo', 'multihop'):+.1f}"
-                 if metric == "em" else "–")  # the paper reports greedy EM only
-    return _compare(records, key, claim, published, "at2po", "grpo", metric=metric,
-                    block_set=HEADLINE_SET)
+    key, claim = _metric_names(
+        "at2po_over_grpo", "AT2PO beats GRPO, the study's headline pair (multi-hop", metric
+    )
+    published = (
+        f"{_published_avg('at2po', 'multihop') - _published_avg('grpo', 'multihop'):+.1f}"
+        if metric == "em"
+        else "–"
+    )  # the paper reports greedy EM only
+    return _compare(
+        records, key, claim, published, "at2po", "grpo", metric=metric, block_set=HEADLINE_SET
+    )
 
 
 def _strongest_baseline(records: _Records, metric: str = "em") -> list[Claim]:
     """AT2PO minus AEPO, the paper's strongest baseline (fixed before the data), on the
     multi-hop average in ``metric`` (greedy EM, or the mean EM of k samples)."""
-    published = (f"{_published_avg('at2po', 'multihop') - _published_avg(STRONGEST_BASELINE, 'multihop'):+.1f}"
-                 if metric == "em" else "–")  # the paper reports greedy EM only
-    key, claim = _metric_names("at2po_over_strongest",
-                               "AT2PO beats the paper's strongest baseline, AEPO (multi-hop",
-                               metric)
+    published = (
+        f"{_published_avg('at2po', 'multihop') - _published_avg(STRONGEST_BASELINE, 'multihop'):+.1f}"
+        if metric == "em"
+        else "–"
+    )  # the paper reports greedy EM only
+    key, claim = _metric_names(
+        "at2po_over_strongest",
+        "AT2PO beats the paper's strongest baseline, AEPO (multi-hop",
+        metric,
+    )
     return _compare(records, key, claim, published, "at2po", STRONGEST_BASELINE, metric=metric)
 
 
 def _variant_claims(records: _Records) -> list[Claim]:
     """The comparisons the variants exist for (docs/method.md §8, "Variants")."""
     return [
-        *_compare(records, "at2po_over_grpo_budget",
-                  "The tree beats sampling as many chains: AT2PO minus GRPO with M + L·K chains "
-                  "(multi-hop)", NOT_IN_PAPER, "at2po", "grpo_tree_budget",
-                  block_set=HEADLINE_SET),
-        *_compare(records, "exact_variant_over_grpo",
-                  "AT2PO (exact entropy, α = 0.001) beats GRPO (multi-hop)", NOT_IN_PAPER,
-                  "at2po_exact", "grpo"),
-        *_compare(records, "authors_over_exact_variant",
-                  "The authors' AT2PO minus the exact-entropy variant (multi-hop)",
-                  NOT_IN_PAPER, "at2po", "at2po_exact"),
+        *_compare(
+            records,
+            "at2po_over_grpo_budget",
+            "The tree beats sampling as many chains: AT2PO minus GRPO with M + L·K chains "
+            "(multi-hop)",
+            NOT_IN_PAPER,
+            "at2po",
+            "grpo_tree_budget",
+            block_set=HEADLINE_SET,
+        ),
+        *_compare(
+            records,
+            "exact_variant_over_grpo",
+            "AT2PO (exact entropy, α = 0.001) beats GRPO (multi-hop)",
+            NOT_IN_PAPER,
+            "at2po_exact",
+            "grpo",
+        ),
+        *_compare(
+            records,
+            "authors_over_exact_variant",
+            "The authors' AT2PO minus the exact-entropy variant (multi-hop)",
+            NOT_IN_PAPER,
+            "at2po",
+            "at2po_exact",
+        ),
     ]
 
 
 def _multihop_gain_larger(records: _Records) -> Claim:
     outcomes, groups = records.outcomes, records.groups
-    pub = ((_published_avg("at2po", "multihop") - _published_avg("grpo", "multihop"))
-           - (_published_avg("at2po", "singlehop") - _published_avg("grpo", "singlehop")))
+    pub = (_published_avg("at2po", "multihop") - _published_avg("grpo", "multihop")) - (
+        _published_avg("at2po", "singlehop") - _published_avg("grpo", "singlehop")
+    )
     claim = "AT2PO's gain over GRPO is larger on multi-hop than on single-hop questions"
-    if not (groups.get("multihop") and groups.get("singlehop")
-            and rows_with_outcomes(outcomes, "at2po") and rows_with_outcomes(outcomes, "grpo")):
+    if not (
+        groups.get("multihop")
+        and groups.get("singlehop")
+        and rows_with_outcomes(outcomes, "at2po")
+        and rows_with_outcomes(outcomes, "grpo")
+    ):
         return _em_claim("multihop_gain_larger", claim, f"{pub:+.1f}", None)
-    interval = stats.gain_contrast_ci(outcomes, "at2po", "grpo", groups["multihop"],
-                                      groups["singlehop"], n_resamples=records.n_resamples)
+    interval = stats.gain_contrast_ci(
+        outcomes,
+        "at2po",
+        "grpo",
+        groups["multihop"],
+        groups["singlehop"],
+        n_resamples=records.n_resamples,
+    )
     # each run's contrast (multi-hop minus single-hop score), permuted over seed labels
     multi = stats.run_scores(outcomes, "at2po", "grpo", groups["multihop"])
     single = stats.run_scores(outcomes, "at2po", "grpo", groups["singlehop"])
-    test = stats.permutation_test((multi[0] - single[0]).to_numpy(),
-                                  (multi[1] - single[1]).to_numpy())
-    return _em_claim("multihop_gain_larger", claim, f"{pub:+.1f}", interval,
-                     note="multi-hop gain minus single-hop gain", test=test,
-                     rests=rests_on(records.provenance, ("at2po", "grpo")))
+    test = stats.permutation_test(
+        (multi[0] - single[0]).to_numpy(), (multi[1] - single[1]).to_numpy()
+    )
+    return _em_claim(
+        "multihop_gain_larger",
+        claim,
+        f"{pub:+.1f}",
+        interval,
+        note="multi-hop gain minus single-hop gain",
+        test=test,
+        rests=rests_on(records.provenance, ("at2po", "grpo")),
+    )
 
 
 def _ablation_steps(records: _Records, at2po: str = "at2po") -> list[Claim]:
@@ -363,14 +490,27 @@ def _ablation_steps(records: _Records, at2po: str = "at2po") -> list[Claim]:
     out = []
     for number, (before, after) in enumerate(zip(TABLE2_METHODS, TABLE2_METHODS[1:]), start=2):
         runs_after = at2po if after == "at2po" else after
-        configuration = published_table2().set_index("method").loc[after, "configuration"] \
-            if after in published.index else after
-        pub = (f"{published[after] - published[before]:+.2f}"
-               if after in published.index and before in published.index else "–")
-        out += _compare(records, f"ablation_step{number}",
-                        f"Table 2, step {number}: {configuration.removeprefix('+ ')} adds "
-                        "to the step before (multi-hop)", pub, runs_after, before,
-                        block_set=ABLATION_SET, block_a=after)
+        configuration = (
+            published_table2().set_index("method").loc[after, "configuration"]
+            if after in published.index
+            else after
+        )
+        pub = (
+            f"{published[after] - published[before]:+.2f}"
+            if after in published.index and before in published.index
+            else "–"
+        )
+        out += _compare(
+            records,
+            f"ablation_step{number}",
+            f"Table 2, step {number}: {configuration.removeprefix('+ ')} adds "
+            "to the step before (multi-hop)",
+            pub,
+            runs_after,
+            before,
+            block_set=ABLATION_SET,
+            block_a=after,
+        )
     return out
 
 
@@ -382,25 +522,44 @@ def _credit_claims(records: _Records, default: str = "at2po") -> list[Claim]:
     the two rivals fixed in advance; each reads its Holm-corrected p over every Table 3 cell
     compared with AT2PO's (one family), in the committed runs and in the ablation blocks."""
     members = records.groups.get("multihop")
-    specs = (("node_value_over_diff_parent",
-              "Table 3: the node value beats the difference to the parent as the advantage "
-              "(entropy-weighted values, multi-hop)", credit_method("entropy_softmax", "diff_parent")),
-             ("entropy_weights_over_child_mean",
-              "Table 3: entropy-weighted children beat the plain child mean (node value, "
-              "multi-hop)", credit_method("child_mean", "node_value")))
+    specs = (
+        (
+            "node_value_over_diff_parent",
+            "Table 3: the node value beats the difference to the parent as the advantage "
+            "(entropy-weighted values, multi-hop)",
+            credit_method("entropy_softmax", "diff_parent"),
+        ),
+        (
+            "entropy_weights_over_child_mean",
+            "Table 3: entropy-weighted children beat the plain child mean (node value, multi-hop)",
+            credit_method("child_mean", "node_value"),
+        ),
+    )
     families = {
         "": cell_tests(records.outcomes, default, members) if members else {},
-        "blocks": cell_tests(records.blocks, "at2po", members, blocked=True,
-                             allow_revisions=records.allow_revisions)
-        if members and records.blocks is not None and len(records.blocks) else {}}
+        "blocks": cell_tests(
+            records.blocks, "at2po", members, blocked=True, allow_revisions=records.allow_revisions
+        )
+        if members and records.blocks is not None and len(records.blocks)
+        else {},
+    }
     out = []
     for key, claim, rival in specs:
-        for c in _compare(records, key, claim, "best (no cells published)", default, rival,
-                          block_set=ABLATION_SET, block_a="at2po"):
+        for c in _compare(
+            records,
+            key,
+            claim,
+            "best (no cells published)",
+            default,
+            rival,
+            block_set=ABLATION_SET,
+            block_a="at2po",
+        ):
             family = families["blocks" if c.seeds.endswith("blocks") else ""]
             if rival in family:
-                c = replace(c, p_family=family[rival].p_holm,
-                            family=f"{TABLE3_FAMILY} ({len(family)})")
+                c = replace(
+                    c, p_family=family[rival].p_holm, family=f"{TABLE3_FAMILY} ({len(family)})"
+                )
             out.append(c)
     return out
 
@@ -408,6 +567,7 @@ def _credit_claims(records: _Records, default: str = "at2po") -> list[Claim]:
 def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
     """Figure 3 read as the paper means it, comparatively: GRPO's own change is described (every
     RL method loses entropy on the toy), and AT2PO's change is compared with GRPO's."""
+
     def row(method: str):
         if change is None or change.empty:
             return None
@@ -421,25 +581,54 @@ def _entropy_claims(change: "pd.DataFrame | None") -> list[Claim]:
         out.append(Claim("grpo_entropy_falls", claim, "falls early", unit="nats", direction=0))
     else:
         others = change[(change["metric"] == "entropy") & (change["method"] != "grpo")]
-        span = (f"every method here changes by {others['change'].min():+.3f} to "
-                f"{others['change'].max():+.3f} nats" if len(others) else "")
-        out.append(Claim("grpo_entropy_falls", claim, "falls early", float(grpo["change"]),
-                         float(grpo["change_low"]), float(grpo["change_high"]), "nats",
-                         str(int(grpo["seeds"])), direction=0, note=span))
+        span = (
+            f"every method here changes by {others['change'].min():+.3f} to "
+            f"{others['change'].max():+.3f} nats"
+            if len(others)
+            else ""
+        )
+        out.append(
+            Claim(
+                "grpo_entropy_falls",
+                claim,
+                "falls early",
+                float(grpo["change"]),
+                float(grpo["change_low"]),
+                float(grpo["change_high"]),
+                "nats",
+                str(int(grpo["seeds"])),
+                direction=0,
+                note=span,
+            )
+        )
     claim = "Figure 3: AT2PO's entropy is more stable than GRPO's (its change minus GRPO's)"
     if at2po is None or grpo is None or not np.isfinite(at2po.get("vs_baseline", np.nan)):
         out.append(Claim("at2po_entropy_stabler", claim, "most stable", unit="nats"))
     else:
-        test = (stats.PermutationTest(float(at2po["vs_baseline_p"]),
-                                      int(at2po["vs_baseline_splits"]),
-                                      bool(at2po["vs_baseline_exact"]))
-                if "vs_baseline_p" in at2po and np.isfinite(at2po["vs_baseline_p"]) else None)
-        out.append(Claim("at2po_entropy_stabler", claim, "most stable",
-                         float(at2po["vs_baseline"]), float(at2po["vs_baseline_low"]),
-                         float(at2po["vs_baseline_high"]), "nats",
-                         f"{int(at2po['seeds'])} vs {int(grpo['seeds'])}",
-                         note="> 0: AT2PO lost less entropy than GRPO",
-                         one_seed=int(at2po["seeds"]) < 2, test=test))
+        test = (
+            stats.PermutationTest(
+                float(at2po["vs_baseline_p"]),
+                int(at2po["vs_baseline_splits"]),
+                bool(at2po["vs_baseline_exact"]),
+            )
+            if "vs_baseline_p" in at2po and np.isfinite(at2po["vs_baseline_p"])
+            else None
+        )
+        out.append(
+            Claim(
+                "at2po_entropy_stabler",
+                claim,
+                "most stable",
+                float(at2po["vs_baseline"]),
+                float(at2po["vs_baseline_low"]),
+                float(at2po["vs_baseline_high"]),
+                "nats",
+                f"{int(at2po['seeds'])} vs {int(grpo['seeds'])}",
+                note="> 0: AT2PO lost less entropy than GRPO",
+                one_seed=int(at2po["seeds"]) < 2,
+                test=test,
+            )
+        )
     return out
 
 
@@ -450,45 +639,81 @@ def _clip_claims(clips: "pd.DataFrame | None") -> list[Claim]:
     turn-level ratio clips far fewer tokens (< 0). At 0.2 the row reads AT2PO's own updates
     where its runs logged that range (``*_at_reference``), else the updates of the runs
     trained at 0.2 (GRPO at AT2PO's budget), named in the note."""
-    claim = ("§3.3: a turn-level ratio clips fewer tokens than a token-level one (AT2PO's "
-             "updates at its ε, turn − token share)")
+    claim = (
+        "§3.3: a turn-level ratio clips fewer tokens than a token-level one (AT2PO's "
+        "updates at its ε, turn − token share)"
+    )
     runs = clips[clips["method"] == "at2po"] if clips is not None and len(clips) else None
     if runs is None or runs.empty:
-        return [Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1),
-                _clip_claim_at(clips, runs)]
+        return [
+            Claim("turn_ratio_clips_less", claim, "far fewer", unit="%", direction=-1),
+            _clip_claim_at(clips, runs),
+        ]
     low, high = runs["epsilon"].iloc[0], runs["epsilon_high"].iloc[0]
     claim = claim.replace("at its ε", f"at its ε = {low:g} / {high:g}")
-    return [_clip_gap("turn_ratio_clips_less", claim, runs, "turn_level", "token_level",
-                      "AT2PO's own updates"), _clip_claim_at(clips, runs)]
+    return [
+        _clip_gap(
+            "turn_ratio_clips_less", claim, runs, "turn_level", "token_level", "AT2PO's own updates"
+        ),
+        _clip_claim_at(clips, runs),
+    ]
 
 
 def _clip_claim_at(clips: "pd.DataFrame | None", at2po: "pd.DataFrame | None") -> Claim:
     """The same at ε = 0.2 (:data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`)."""
-    claim = (f"§3.3 at ε = {REFERENCE_CLIP:g}: a turn-level ratio clips fewer tokens than a "
-             "token-level one (turn − token share)")
+    claim = (
+        f"§3.3 at ε = {REFERENCE_CLIP:g}: a turn-level ratio clips fewer tokens than a "
+        "token-level one (turn − token share)"
+    )
     if at2po is not None and len(at2po) and at2po["turn_level_at_reference"].notna().all():
-        return _clip_gap("turn_ratio_clips_less_at_reference", claim, at2po,
-                         "turn_level_at_reference", "token_level_at_reference",
-                         "AT2PO's own updates")
-    own = (clips[(clips["method"] == "grpo_tree_budget") & (clips["epsilon"] == REFERENCE_CLIP)]
-           if clips is not None and len(clips) else None)
+        return _clip_gap(
+            "turn_ratio_clips_less_at_reference",
+            claim,
+            at2po,
+            "turn_level_at_reference",
+            "token_level_at_reference",
+            "AT2PO's own updates",
+        )
+    own = (
+        clips[(clips["method"] == "grpo_tree_budget") & (clips["epsilon"] == REFERENCE_CLIP)]
+        if clips is not None and len(clips)
+        else None
+    )
     if own is None or own.empty:
-        return Claim("turn_ratio_clips_less_at_reference", claim, "far fewer", unit="%",
-                     direction=-1)
-    return _clip_gap("turn_ratio_clips_less_at_reference", claim, own, "turn_level",
-                     "token_level", "the updates of GRPO at AT2PO's budget, trained at 0.2; "
-                     "AT2PO's runs did not log this range")
+        return Claim(
+            "turn_ratio_clips_less_at_reference", claim, "far fewer", unit="%", direction=-1
+        )
+    return _clip_gap(
+        "turn_ratio_clips_less_at_reference",
+        claim,
+        own,
+        "turn_level",
+        "token_level",
+        "the updates of GRPO at AT2PO's budget, trained at 0.2; "
+        "AT2PO's runs did not log this range",
+    )
 
 
-def _clip_gap(key: str, claim: str, runs: "pd.DataFrame", turn: str, token: str,
-              whose: str) -> Claim:
+def _clip_gap(
+    key: str, claim: str, runs: "pd.DataFrame", turn: str, token: str, whose: str
+) -> Claim:
     gaps = 100 * (runs[turn] - runs[token]).to_numpy()
     gap = stats.seed_mean_ci(gaps)
-    return Claim(key, claim, "far fewer", gap.estimate, gap.low, gap.high, "%",
-                 str(len(runs)), direction=-1, one_seed=len(runs) < 2,
-                 test=stats.sign_flip_test(gaps),  # both levels on the same run's updates
-                 note=f"turn {_percent(runs[turn].mean())} vs token "
-                      f"{_percent(runs[token].mean())} of model tokens, {whose}")
+    return Claim(
+        key,
+        claim,
+        "far fewer",
+        gap.estimate,
+        gap.low,
+        gap.high,
+        "%",
+        str(len(runs)),
+        direction=-1,
+        one_seed=len(runs) < 2,
+        test=stats.sign_flip_test(gaps),  # both levels on the same run's updates
+        note=f"turn {_percent(runs[turn].mean())} vs token "
+        f"{_percent(runs[token].mean())} of model tokens, {whose}",
+    )
 
 
 def _percent(share: float) -> str:
@@ -497,68 +722,115 @@ def _percent(share: float) -> str:
 
 
 def _turn_claims(outcomes, n_resamples) -> list[Claim]:
-    specs = (("multihop_turns", "Figure 4: turns per multi-hop sample (AT2PO)", "multihop",
-              "turns", f"{PAPER_MULTIHOP_MEAN_TURNS}", "turns", 1.0),
-             ("singlehop_one_call", "Figure 4: single-hop samples that make one call (AT2PO)",
-              "singlehop", "one_search", f"{100 * PAPER_SINGLEHOP_ONE_TURN_SHARE:.1f}%", "%",
-              100.0))
-    summary = (turn_summary(outcomes, "at2po", n_resamples=n_resamples)
-               if rows_with_outcomes(outcomes, "at2po") else None)
+    specs = (
+        (
+            "multihop_turns",
+            "Figure 4: turns per multi-hop sample (AT2PO)",
+            "multihop",
+            "turns",
+            f"{PAPER_MULTIHOP_MEAN_TURNS}",
+            "turns",
+            1.0,
+        ),
+        (
+            "singlehop_one_call",
+            "Figure 4: single-hop samples that make one call (AT2PO)",
+            "singlehop",
+            "one_search",
+            f"{100 * PAPER_SINGLEHOP_ONE_TURN_SHARE:.1f}%",
+            "%",
+            100.0,
+        ),
+    )
+    summary = (
+        turn_summary(outcomes, "at2po", n_resamples=n_resamples)
+        if rows_with_outcomes(outcomes, "at2po")
+        else None
+    )
     out = []
     for key, claim, group, metric, published, unit, scale in specs:
-        sel = (summary[(summary["group"] == group) & (summary["metric"] == metric)]
-               if summary is not None else [])
+        sel = (
+            summary[(summary["group"] == group) & (summary["metric"] == metric)]
+            if summary is not None
+            else []
+        )
         if len(sel) == 0:
             out.append(Claim(key, claim, published, unit=unit, direction=0))
             continue
         r = sel.iloc[0]
-        out.append(Claim(key, claim, published, scale * r["value"], scale * r["ci_low"],
-                         scale * r["ci_high"], unit, str(int(r["n_seeds"])), int(r["n_questions"]),
-                         direction=0, note="TinyWorld's plans fix the hop counts"))
+        out.append(
+            Claim(
+                key,
+                claim,
+                published,
+                scale * r["value"],
+                scale * r["ci_low"],
+                scale * r["ci_high"],
+                unit,
+                str(int(r["n_seeds"])),
+                int(r["n_questions"]),
+                direction=0,
+                note="TinyWorld's plans fix the hop counts",
+            )
+        )
     return out
 
 
-def claims_table(profile: str, outcomes: "pd.DataFrame", change: "pd.DataFrame | None" = None,
-                 n_resamples: int = stats.DEFAULT_RESAMPLES, clips: "pd.DataFrame | None" = None,
-                 provenance: "pd.DataFrame | None" = None, blocks: "pd.DataFrame | None" = None,
-                 allow_revisions: bool = False) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+def claims_table(
+    profile: str,
+    outcomes: "pd.DataFrame",
+    change: "pd.DataFrame | None" = None,
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+    clips: "pd.DataFrame | None" = None,
+    provenance: "pd.DataFrame | None" = None,
+    blocks: "pd.DataFrame | None" = None,
+    allow_revisions: bool = False,
+) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """``(tidy, display)``: one row per claim, in the order of the module doc. ``change`` is
     :func:`~at2po_lib.reporting.curves.start_end_table` with GRPO as the baseline; ``clips``
     :func:`at2po_lib.analysis.dissection.clip_levels` of the runs; ``provenance``
     :func:`.block_pairs.run_provenance` of the committed runs; ``blocks``
     :func:`.block_pairs.load_block_outcomes` (``allow_revisions``: pair blocks of several
     revisions)."""
-    datasets = {*(outcomes["dataset"] if len(outcomes) else ()),
-                *(blocks["dataset"] if blocks is not None and len(blocks) else ())}
+    datasets = {
+        *(outcomes["dataset"] if len(outcomes) else ()),
+        *(blocks["dataset"] if blocks is not None and len(blocks) else ()),
+    }
     groups = groups_of(sorted(datasets)) if datasets else {}
     records = _Records(outcomes, groups, n_resamples, provenance, blocks, allow_revisions)
     at2po = profile_at2po(profile)
-    claims = [*_rl_over_react(records),
-              *_over_grpo(records),
-              *_over_grpo(records, metric="sampled_em"),
-              *_strongest_baseline(records),
-              *_strongest_baseline(records, metric="sampled_em"),
-              *_variant_claims(records),
-              _multihop_gain_larger(records),
-              *_ablation_steps(records, at2po),
-              *_credit_claims(records, profile_at2po(profile, TABLE3_CELLS)),
-              *_entropy_claims(change),
-              *_clip_claims(clips),
-              *_turn_claims(outcomes, n_resamples)]
+    claims = [
+        *_rl_over_react(records),
+        *_over_grpo(records),
+        *_over_grpo(records, metric="sampled_em"),
+        *_strongest_baseline(records),
+        *_strongest_baseline(records, metric="sampled_em"),
+        *_variant_claims(records),
+        _multihop_gain_larger(records),
+        *_ablation_steps(records, at2po),
+        *_credit_claims(records, profile_at2po(profile, TABLE3_CELLS)),
+        *_entropy_claims(change),
+        *_clip_claims(clips),
+        *_turn_claims(outcomes, n_resamples),
+    ]
     tidy = pd.DataFrame([c.as_row() for c in claims])
     tidy.insert(0, "profile", profile)
-    display = pd.DataFrame({
-        "claim (the paper's)": [c.claim for c in claims],
-        "published": [c.published for c in claims],
-        "toy [95% CI]": [_toy_cell(c) for c in claims],
-        "seeds": [c.seeds for c in claims],
-        "questions": ["–" if c.questions is None else str(c.questions) for c in claims],
-        "permutation test": [_p_cell(c) for c in claims],
-        "rests on": [c.rests or "–" for c in claims],
-        "the toy": [c.reading + (f" ({row['note']})" if row["note"] and
-                                 c.reading != "not run yet" else "")
-                    for c, row in zip(claims, tidy.to_dict("records"))],
-    }).set_index("claim (the paper's)")
+    display = pd.DataFrame(
+        {
+            "claim (the paper's)": [c.claim for c in claims],
+            "published": [c.published for c in claims],
+            "toy [95% CI]": [_toy_cell(c) for c in claims],
+            "seeds": [c.seeds for c in claims],
+            "questions": ["–" if c.questions is None else str(c.questions) for c in claims],
+            "permutation test": [_p_cell(c) for c in claims],
+            "rests on": [c.rests or "–" for c in claims],
+            "the toy": [
+                c.reading
+                + (f" ({row['note']})" if row["note"] and c.reading != "not run yet" else "")
+                for c, row in zip(claims, tidy.to_dict("records"))
+            ],
+        }
+    ).set_index("claim (the paper's)")
     return tidy, display
 
 
@@ -570,32 +842,43 @@ def _runs_sentence(finished: "pd.DataFrame", provenance: "pd.DataFrame | None") 
         meta = Path(path) / "meta.json"
         if meta.is_file():
             revisions.add(str(json.loads(meta.read_text()).get("git_revision", "?"))[:7])
-    listed = "; ".join(f"{method_label(m)}: {seeds[m]}"
-                       for m in sorted(seeds.index, key=method_label))
-    text = (f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
-            f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}")
+    listed = "; ".join(
+        f"{method_label(m)}: {seeds[m]}" for m in sorted(seeds.index, key=method_label)
+    )
+    text = (
+        f"Read from {len(finished)} finished runs (seeds per method: {listed}), trained at "
+        f"revision{'s' * (len(revisions) > 1)} {', '.join(sorted(revisions))}"
+    )
     if provenance is not None and len(provenance):
         builds = provenance.groupby("commit")["build"].value_counts()
         text += " on machine builds " + "; ".join(
             f"{commit[:7]}: " + ", ".join(f"{b} ({n} runs)" for (_, b), n in group.items())
-            for commit, group in builds.groupby(level=0))
+            for commit, group in builds.groupby(level=0)
+        )
     return text + "."
 
 
 def _blocks_sentence(blocks: "pd.DataFrame | None") -> str:
     """Which of the study's blocks have finished, at which revisions and builds."""
     if blocks is None or blocks.empty:
-        return (" No block of the study (`at2po study --block-set`) has finished yet: every "
-                "claim rests on the committed runs, the earlier record.")
+        return (
+            " No block of the study (`at2po study --block-set`) has finished yet: every "
+            "claim rests on the committed runs, the earlier record."
+        )
     parts = []
     for name, rows in blocks.groupby("block_set", sort=True):
         per_block = rows.drop_duplicates("block")
         builds = ", ".join(f"{b} ×{n}" for b, n in per_block["build"].value_counts().items())
-        parts.append(f"{name}: {len(per_block)} blocks at "
-                     f"{', '.join(sorted(c[:7] for c in per_block['commit'].unique()))} "
-                     f"(builds {builds})")
-    return (" Finished blocks of the study, whose pairs the claims read within blocks: "
-            + "; ".join(parts) + ".")
+        parts.append(
+            f"{name}: {len(per_block)} blocks at "
+            f"{', '.join(sorted(c[:7] for c in per_block['commit'].unique()))} "
+            f"(builds {builds})"
+        )
+    return (
+        " Finished blocks of the study, whose pairs the claims read within blocks: "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _p_cell(c: Claim) -> str:
@@ -625,10 +908,13 @@ def _toy_cell(c: Claim) -> str:
     return f"{value} [{c.low:{sign}.{digits}f}, {c.high:{sign}.{digits}f}]{suffix}"
 
 
-def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
-                   per_seed: "pd.DataFrame | None" = None,
-                   provenance: "pd.DataFrame | None" = None,
-                   blocks: "pd.DataFrame | None" = None) -> str:
+def claims_summary(
+    tidy: "pd.DataFrame",
+    runs: "pd.DataFrame",
+    per_seed: "pd.DataFrame | None" = None,
+    provenance: "pd.DataFrame | None" = None,
+    blocks: "pd.DataFrame | None" = None,
+) -> str:
     """One generated paragraph over :func:`claims_table`'s tidy rows: which runs (methods,
     seeds, training revisions and machine builds: ``provenance``) the claims rest on, which of
     the study's blocks have finished (``blocks``), the reading rule, how far the seeds of the
@@ -638,28 +924,40 @@ def claims_summary(tidy: "pd.DataFrame", runs: "pd.DataFrame",
     finished = runs[runs["finished"].astype(bool)] if len(runs) else runs
     if finished.empty and (blocks is None or blocks.empty):
         return "No finished runs are recorded for this profile: no claim is measured yet.\n"
-    text = ("No committed run is recorded for this profile (no earlier record)."
-            if finished.empty else _runs_sentence(finished, provenance))
+    text = (
+        "No committed run is recorded for this profile (no earlier record)."
+        if finished.empty
+        else _runs_sentence(finished, provenance)
+    )
     text += _blocks_sentence(blocks)
-    text += (" A reading other than \"cannot tell\" needs the 95% interval to exclude 0 and a "
-             "two-sided permutation test over seed (or block) labels to agree at 0.05; Table 3's "
-             "two claims use Holm's correction over every Table 3 cell compared with AT2PO's.")
+    text += (
+        ' A reading other than "cannot tell" needs the 95% interval to exclude 0 and a '
+        "two-sided permutation test over seed (or block) labels to agree at 0.05; Table 3's "
+        "two claims use Holm's correction over every Table 3 cell compared with AT2PO's."
+    )
     if per_seed is not None and len(per_seed):
         greedy = per_seed[per_seed["metric"] == "em"].groupby("method")["value"]
         spread = greedy.std(ddof=1)[greedy.size() >= 3].dropna()
         if len(spread):
-            text += (" Standard deviation over seeds of a run's greedy multi-hop average: "
-                     + ", ".join(f"{method_label(m)} {100 * v:.1f}" for m, v in spread.items())
-                     + " points.")
+            text += (
+                " Standard deviation over seeds of a run's greedy multi-hop average: "
+                + ", ".join(f"{method_label(m)} {100 * v:.1f}" for m, v in spread.items())
+                + " points."
+            )
     verdicts = tidy[tidy["reading"] != "measured"]
-    for reading, words in (("agrees", "The toy agrees with the paper on"),
-                           ("cannot tell", "It cannot tell (the 95% interval contains 0, or the "
-                                           "permutation test does not agree) for"),
-                           ("opposite", "It finds the opposite of"),
-                           ("above 0", "Outside the paper's claims, its interval lies above 0 for"),
-                           ("below 0", "Outside the paper's claims, its interval lies below 0 for"),
-                           ("one seed", "One seed on a side, so not read yet:"),
-                           ("not run yet", "Not run yet:")):
+    for reading, words in (
+        ("agrees", "The toy agrees with the paper on"),
+        (
+            "cannot tell",
+            "It cannot tell (the 95% interval contains 0, or the "
+            "permutation test does not agree) for",
+        ),
+        ("opposite", "It finds the opposite of"),
+        ("above 0", "Outside the paper's claims, its interval lies above 0 for"),
+        ("below 0", "Outside the paper's claims, its interval lies below 0 for"),
+        ("one seed", "One seed on a side, so not read yet:"),
+        ("not run yet", "Not run yet:"),
+    ):
         names = verdicts.loc[verdicts["reading"] == reading, "short"].tolist()
         if names:
             text += f" {words} {'; '.join(names)}."

@@ -65,17 +65,24 @@ def seed_spread_conclusion(profile: str) -> str:
     pairs = {}
     for method, row in shown.iterrows():
         try:
-            pairs[method] = (float(row[columns[0]]), float(row[columns[1]]), row[columns[0]],
-                             row[columns[1]])
+            pairs[method] = (
+                float(row[columns[0]]),
+                float(row[columns[1]]),
+                row[columns[0]],
+                row[columns[1]],
+            )
         except ValueError:  # "–": one seed, no spread
             continue
     if not pairs:
         return "No method has two seeds yet: no spread to compare."
     less = [m for m, (g, s, _, _) in pairs.items() if s < g]
-    others = [f"{m} (sampled {ts}, greedy {tg})" for m, (g, s, tg, ts) in pairs.items()
-              if m not in less]
-    text = (f"The sampled metric's seeds spread less than greedy EM's for {len(less)} of the "
-            f"{len(pairs)} methods with two or more seeds (the two `sd over seeds` columns)")
+    others = [
+        f"{m} (sampled {ts}, greedy {tg})" for m, (g, s, tg, ts) in pairs.items() if m not in less
+    ]
+    text = (
+        f"The sampled metric's seeds spread less than greedy EM's for {len(less)} of the "
+        f"{len(pairs)} methods with two or more seeds (the two `sd over seeds` columns)"
+    )
     if others:
         text += "; not for " + ", ".join(others)
     return text + "."
@@ -99,23 +106,33 @@ def table1_conclusion(profile: str) -> str:
     if not methods:
         return "No Table 1 run of ours is recorded yet: only the published rows are shown."
     seeds = {m: int(ours.loc[ours["method"] == m, "n_seeds"].max()) for m in methods}
-    listed = ", ".join(f"{method_label(m)} ({seeds[m]} seed{'s' * (seeds[m] > 1)})" for m in methods)
+    listed = ", ".join(
+        f"{method_label(m)} ({seeds[m]} seed{'s' * (seeds[m] > 1)})" for m in methods
+    )
     text = f"Recorded so far: {listed}, out of the paper's seven rows."
     diffs = _read(_tables(profile) / "table1_differences.csv")
     shown = _shown(profile, "table1_differences")
     if diffs is not None and len(diffs):
-        sel = diffs[(diffs["baseline"] == "grpo") & (diffs["scope"] == "multihop")
-                    & (diffs["weighting"] == "sample")]
+        sel = diffs[
+            (diffs["baseline"] == "grpo")
+            & (diffs["scope"] == "multihop")
+            & (diffs["weighting"] == "sample")
+        ]
         if "metric" in sel:
             sel = sel[sel["metric"] == "em"]
-        parts = [f"{method_label(r.method)} "
-                 f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
-                 f" points ({_reading(r.ci_low, r.ci_high)})" for r in sel.itertuples()]
+        parts = [
+            f"{method_label(r.method)} "
+            f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
+            f" points ({_reading(r.ci_low, r.ci_high)})"
+            for r in sel.itertuples()
+        ]
         if parts:
             text += " Multi-hop EM minus GRPO's, 95% CI: " + "; ".join(parts) + "."
     if len(methods) < 3:
-        text += (" With this few methods the toy table cannot rank the paper's methods; "
-                 "`at2po study --profile tiny --table 1` records the rest.")
+        text += (
+            " With this few methods the toy table cannot rank the paper's methods; "
+            "`at2po study --profile tiny --table 1` records the rest."
+        )
     return text
 
 
@@ -140,25 +157,37 @@ def table2_conclusion(profile: str) -> str:
         return "No Table 2 file for this profile yet."
     filled = table[table["em"].notna()] if "em" in table else table.iloc[:0]
     if filled.empty:
-        return (f"None of the ablation's {len(table)} steps has a toy run yet, so the table shows "
-                "the published column alone: the toy says nothing about Table 2 so far.")
+        return (
+            f"None of the ablation's {len(table)} steps has a toy run yet, so the table shows "
+            "the published column alone: the toy says nothing about Table 2 so far."
+        )
     text = f"{len(filled)} of the ablation's {len(table)} steps have toy runs."
     parts, seeds_before = [], None
     for r in table.itertuples():
         if _finite(r.em, r.delta, r.delta_low, r.delta_high):
-            published = (f" (published {100 * r.published_delta:+.2f})"
-                         if _finite(r.published_delta) else "")
+            published = (
+                f" (published {100 * r.published_delta:+.2f})" if _finite(r.published_delta) else ""
+            )
             seeds = f"{int(r.n_seeds)} vs {seeds_before}" if seeds_before else f"{int(r.n_seeds)}"
-            parts.append(f"step {r.step}, {r.configuration.removeprefix('+ ')}: "
-                         f"{_ci(r.delta, r.delta_low, r.delta_high)} points, {seeds} seeds, "
-                         f"{_reading(r.delta_low, r.delta_high)}{published}")
+            parts.append(
+                f"step {r.step}, {r.configuration.removeprefix('+ ')}: "
+                f"{_ci(r.delta, r.delta_low, r.delta_high)} points, {seeds} seeds, "
+                f"{_reading(r.delta_low, r.delta_high)}{published}"
+            )
         seeds_before = int(r.n_seeds) if _finite(r.n_seeds) else None
     if parts:
         reads = sum("not distinguishable" not in p for p in parts)
         questions = _questions(filled)
-        text += (f" Multi-hop EM over the step before{questions}, 95% CI: " + "; ".join(parts) + ". "
-                 + (f"{reads} of {len(parts)} steps' intervals exclude 0." if reads else
-                    "Every step's interval contains 0: the toy cannot tell whether any step adds."))
+        text += (
+            f" Multi-hop EM over the step before{questions}, 95% CI: "
+            + "; ".join(parts)
+            + ". "
+            + (
+                f"{reads} of {len(parts)} steps' intervals exclude 0."
+                if reads
+                else "Every step's interval contains 0: the toy cannot tell whether any step adds."
+            )
+        )
     return text
 
 
@@ -168,33 +197,56 @@ def table3_conclusion(profile: str) -> str:
     best (a cell below it agrees)."""
     table = _read(_tables(profile) / "table3.csv")
     if table is None or table.empty:
-        return ("No credit-variant (`credit_*`) runs are recorded, so Table 3 has no toy cells; "
-                "the credit-accuracy study below is the toy's evidence on credit.")
+        return (
+            "No credit-variant (`credit_*`) runs are recorded, so Table 3 has no toy cells; "
+            "the credit-accuracy study below is the toy's evidence on credit."
+        )
 
     cells = table[table["em"].notna()]
     paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
-    text = (f"{int(paper_grid.sum())} of the paper's {len(VALUE_MODES) * len(PAPER_ADVANTAGE_MODES)}"
-            f" cells (value mode × {' / '.join(PAPER_ADVANTAGE_MODES)}) have toy runs"
-            + (f", and {int((~paper_grid).sum())} of the authors' code's other advantage modes"
-               if (~paper_grid).any() else "") + ".")
+    text = (
+        f"{int(paper_grid.sum())} of the paper's {len(VALUE_MODES) * len(PAPER_ADVANTAGE_MODES)}"
+        f" cells (value mode × {' / '.join(PAPER_ADVANTAGE_MODES)}) have toy runs"
+        + (
+            f", and {int((~paper_grid).sum())} of the authors' code's other advantage modes"
+            if (~paper_grid).any()
+            else ""
+        )
+        + "."
+    )
     rows = [r for r in cells.itertuples() if _finite(r.delta, r.delta_low, r.delta_high)]
     if rows:
-        parts = [f"{r.value_mode} / {r.advantage_mode} {_ci(r.delta, r.delta_low, r.delta_high)} "
-                 f"({int(r.n_seeds)} seeds)" for r in rows]
-        default = table[(table["value_mode"] == "entropy_softmax")
-                        & (table["advantage_mode"] == "node_value")]
-        default_seeds = (f", {int(default['n_seeds'].iloc[0])} seeds"
-                         if len(default) and _finite(default["n_seeds"].iloc[0]) else "")
+        parts = [
+            f"{r.value_mode} / {r.advantage_mode} {_ci(r.delta, r.delta_low, r.delta_high)} "
+            f"({int(r.n_seeds)} seeds)"
+            for r in rows
+        ]
+        default = table[
+            (table["value_mode"] == "entropy_softmax") & (table["advantage_mode"] == "node_value")
+        ]
+        default_seeds = (
+            f", {int(default['n_seeds'].iloc[0])} seeds"
+            if len(default) and _finite(default["n_seeds"].iloc[0])
+            else ""
+        )
         below = sum(r.delta_high < 0 for r in rows)
         above = sum(r.delta_low > 0 for r in rows)
-        text += (" Each cell minus AT2PO's default (entropy_softmax / node_value"
-                 f"{default_seeds}), multi-hop EM points{_questions(cells)}, 95% CI: " + "; ".join(parts) + ". ")
+        text += (
+            " Each cell minus AT2PO's default (entropy_softmax / node_value"
+            f"{default_seeds}), multi-hop EM points{_questions(cells)}, 95% CI: "
+            + "; ".join(parts)
+            + ". "
+        )
         if below or above:
-            text += (f"{below} cell{'s' * (below != 1)} lie{'s' * (below == 1)} below the default "
-                     f"(the paper's finding) and {above} above it; the rest cannot be told apart.")
+            text += (
+                f"{below} cell{'s' * (below != 1)} lie{'s' * (below == 1)} below the default "
+                f"(the paper's finding) and {above} above it; the rest cannot be told apart."
+            )
         else:
-            text += ("Every interval contains 0: on the toy no cell can be told apart from the "
-                     "default, so it neither confirms nor contradicts the paper's ranking.")
+            text += (
+                "Every interval contains 0: on the toy no cell can be told apart from the "
+                "default, so it neither confirms nor contradicts the paper's ranking."
+            )
     return text
 
 
@@ -206,14 +258,25 @@ def fig3_conclusion(profile: str) -> str:
     rows = table[table["metric"] == "entropy"]
     parts = []
     for r in rows.itertuples():
-        change = (f"{r.change:+.3f} [{r.change_low:+.3f}, {r.change_high:+.3f}]"
-                  if r.seeds > 1 else f"{r.change:+.3f} (one seed: no interval)")
-        verdict = {"worse": "a clear fall", "better": "a clear rise"}.get(
-            _reading(r.change_low, r.change_high), "no clear change") if r.seeds > 1 else "no evidence"
+        change = (
+            f"{r.change:+.3f} [{r.change_low:+.3f}, {r.change_high:+.3f}]"
+            if r.seeds > 1
+            else f"{r.change:+.3f} (one seed: no interval)"
+        )
+        verdict = (
+            {"worse": "a clear fall", "better": "a clear rise"}.get(
+                _reading(r.change_low, r.change_high), "no clear change"
+            )
+            if r.seeds > 1
+            else "no evidence"
+        )
         parts.append(f"{method_label(r.method)} {change} nats ({verdict}, {int(r.seeds)} seeds)")
-    return ("Entropy change from the first to the last steps: " + "; ".join(parts)
-            + ". The paper's claim (GRPO collapses, AT2PO stays stable) needs both methods; "
-            + ("only one is recorded." if rows["method"].nunique() < 2 else "compare the rows."))
+    return (
+        "Entropy change from the first to the last steps: "
+        + "; ".join(parts)
+        + ". The paper's claim (GRPO collapses, AT2PO stays stable) needs both methods; "
+        + ("only one is recorded." if rows["method"].nunique() < 2 else "compare the rows.")
+    )
 
 
 def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
@@ -224,20 +287,36 @@ def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
     parts = []
     if ("multihop", "turns") in t.index:
         r = t.loc[("multihop", "turns")]
-        parts.append(f"multi-hop samples take {r['value']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] "
-                     f"turns (paper: {PAPER_MULTIHOP_MEAN_TURNS})")
+        parts.append(
+            f"multi-hop samples take {r['value']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] "
+            f"turns (paper: {PAPER_MULTIHOP_MEAN_TURNS})"
+        )
     if ("singlehop", "one_search") in t.index:
         r = t.loc[("singlehop", "one_search")]
-        parts.append(f"{100 * r['value']:.1f}% [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] "
-                     f"of single-hop samples make one call (paper: {100 * PAPER_SINGLEHOP_ONE_TURN_SHARE:.1f}%)")
+        parts.append(
+            f"{100 * r['value']:.1f}% [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] "
+            f"of single-hop samples make one call (paper: {100 * PAPER_SINGLEHOP_ONE_TURN_SHARE:.1f}%)"
+        )
     method = method_label(str(turns["method"].iloc[0]))
-    return (f"{method}: " + "; ".join(parts) + ". TinyWorld's plans fix the hops, so these follow "
-            "the datasets' hop counts more than any method.") if parts else "No turn counts."
+    return (
+        (
+            f"{method}: " + "; ".join(parts) + ". TinyWorld's plans fix the hops, so these follow "
+            "the datasets' hop counts more than any method."
+        )
+        if parts
+        else "No turn counts."
+    )
 
 
 SUMMARY_ROWS = (
     # (label, credit_mode, value_mode, advantage_mode, rollout)
-    ("AT2PO default (entropy_softmax / node_value)", "at2po", "entropy_softmax", "node_value", "entropy"),
+    (
+        "AT2PO default (entropy_softmax / node_value)",
+        "at2po",
+        "entropy_softmax",
+        "node_value",
+        "entropy",
+    ),
     ("AT2PO child_mean / node_value", "at2po", "child_mean", "node_value", "entropy"),
     ("AT2PO entropy_softmax / diff_parent", "at2po", "entropy_softmax", "diff_parent", "entropy"),
     ("GRPO (leaf advantage on every turn)", "grpo", None, None, "entropy"),
@@ -264,17 +343,23 @@ def credit_accuracy_summary(frame: "pd.DataFrame | None") -> "pd.DataFrame":
             r = sel[sel["turns"] == turns]
             if len(r):
                 r = r.iloc[0]
-                row[f"AUC, {turns} turns"] = f"{r['auc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+                row[f"AUC, {turns} turns"] = (
+                    f"{r['auc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+                )
                 if turns == "all":
-                    row["Δ vs GRPO (all)"] = ("—" if mode == "grpo" or not np.isfinite(r["delta_vs_grpo"])
-                                              else f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, "
-                                                   f"{r['delta_high']:+.3f}]")
+                    row["Δ vs GRPO (all)"] = (
+                        "—"
+                        if mode == "grpo" or not np.isfinite(r["delta_vs_grpo"])
+                        else f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, "
+                        f"{r['delta_high']:+.3f}]"
+                    )
         out.append(row)
     return pd.DataFrame(out).set_index("credit")
 
 
-def credit_accuracy_conclusion(frame: "pd.DataFrame | None",
-                               weights: "pd.DataFrame | None" = None) -> str:
+def credit_accuracy_conclusion(
+    frame: "pd.DataFrame | None", weights: "pd.DataFrame | None" = None
+) -> str:
     """Does AT2PO's default credit single out useful turns better than GRPO's?
 
     ``weights`` (``credit_weights.csv``, optional) adds how far the default's softmax weights sit
@@ -282,35 +367,48 @@ def credit_accuracy_conclusion(frame: "pd.DataFrame | None",
     weights and ``n`` when one child takes all."""
     if frame is None or frame.empty:
         return "The credit-accuracy study has not run for this profile."
-    base = frame[np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0) & (frame["turns"] == "all")]
-    at2po = base[(base["credit_mode"] == "at2po") & (base["value_mode"] == "entropy_softmax")
-                 & (base["advantage_mode"] == "node_value")]
+    base = frame[
+        np.isclose(frame["softmax_temperature"].fillna(1.0), 1.0) & (frame["turns"] == "all")
+    ]
+    at2po = base[
+        (base["credit_mode"] == "at2po")
+        & (base["value_mode"] == "entropy_softmax")
+        & (base["advantage_mode"] == "node_value")
+    ]
     if at2po.empty:
         return "The credit-accuracy table has no row for AT2PO's default credit."
     r = at2po.iloc[0]
     verdict = {"better": "better than", "worse": "worse than"}.get(
-        _reading(r["delta_low"], r["delta_high"]), "indistinguishable from")
+        _reading(r["delta_low"], r["delta_high"]), "indistinguishable from"
+    )
     best = base.loc[base["auc"].idxmax()]
-    best_name = best["credit_mode"] + (f" {best['value_mode']}/{best['advantage_mode']}"
-                                       if best["credit_mode"] == "at2po" else "")
+    best_name = best["credit_mode"] + (
+        f" {best['value_mode']}/{best['advantage_mode']}" if best["credit_mode"] == "at2po" else ""
+    )
     if best["rollout"] != "entropy":
         best_name += f" (on its own {best['rollout']} trees)"
-    return (f"On {int(r['n_prompts'])} prompts ({int(r['n_turns'])} turns, {int(r['n_useful'])} useful), "
-            f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
-            f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
-            f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
-            f"({best['auc']:.3f})." + _weights_sentence(weights))
+    return (
+        f"On {int(r['n_prompts'])} prompts ({int(r['n_turns'])} turns, {int(r['n_useful'])} useful), "
+        f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
+        f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
+        f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
+        f"({best['auc']:.3f})." + _weights_sentence(weights)
+    )
 
 
 def _weights_sentence(weights: "pd.DataFrame | None") -> str:
     """One sentence on the softmax weights' distance from uniform, or nothing without the table."""
     if weights is None or weights.empty:
         return ""
-    row = weights[(weights["estimator"] == "sampled_nll") & (weights["weighting"] == "entropy_softmax")]
+    row = weights[
+        (weights["estimator"] == "sampled_nll") & (weights["weighting"] == "entropy_softmax")
+    ]
     if row.empty:
         return ""
     r = row.iloc[0]
-    return (f" Over {int(r['branching_nodes'])} branching nodes ({r['mean_children']:.1f} children "
-            f"on average) the softmax weights differ from uniform by {r['mean_abs_w_minus_uniform']:.3f} "
-            f"per child and n·max w is {r['mean_n_times_max_w']:.2f} (1 is uniform); the node values "
-            f"correlate {r['corr_value_with_child_mean']:.2f} with the plain child mean.")
+    return (
+        f" Over {int(r['branching_nodes'])} branching nodes ({r['mean_children']:.1f} children "
+        f"on average) the softmax weights differ from uniform by {r['mean_abs_w_minus_uniform']:.3f} "
+        f"per child and n·max w is {r['mean_n_times_max_w']:.2f} (1 is uniform); the node values "
+        f"correlate {r['corr_value_with_child_mean']:.2f} with the plain child mean."
+    )

@@ -41,9 +41,13 @@ def _smooth(values: pd.Series, window: int) -> pd.Series:
     return values.rolling(window, min_periods=1).mean() if window > 1 else values
 
 
-def plot_training_curves(metrics: pd.DataFrame,
-                         columns: Sequence[str] = ("reward", "entropy", "clip_ratio/region_mean"),
-                         smooth: int = 1, hue: str = "method", axes=None):
+def plot_training_curves(
+    metrics: pd.DataFrame,
+    columns: Sequence[str] = ("reward", "entropy", "clip_ratio/region_mean"),
+    smooth: int = 1,
+    hue: str = "method",
+    axes=None,
+):
     """One panel per metric over rollout steps, one line per ``hue`` (mean over seeds, with a
     min–max band when there are several seeds). Returns ``(fig, axes)``."""
     columns = [c for c in columns if c in metrics.columns]
@@ -53,10 +57,10 @@ def plot_training_curves(metrics: pd.DataFrame,
     if own:
         rows = (len(columns) + 1) // 2  # two panels per row: readable in a notebook column
         fig, grid = plt.subplots(rows, 2, figsize=(8, 2.9 * rows + 0.5), squeeze=False)
-        spare = list(grid.ravel()[len(columns):])
+        spare = list(grid.ravel()[len(columns) :])
         for ax in spare:
             ax.set_axis_off()
-        axes = grid.ravel()[:len(columns)]
+        axes = grid.ravel()[: len(columns)]
     else:
         axes = np.atleast_1d(axes)
         fig = axes[0].figure
@@ -67,8 +71,14 @@ def plot_training_curves(metrics: pd.DataFrame,
             mean = per_seed.mean(axis=1)
             (line,) = ax.plot(mean.index, mean.values, label=str(name))
             if per_seed.shape[1] > 1:
-                ax.fill_between(mean.index, per_seed.min(axis=1), per_seed.max(axis=1),
-                                color=line.get_color(), alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    mean.index,
+                    per_seed.min(axis=1),
+                    per_seed.max(axis=1),
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
         ax.set_xlabel("training step")
         ax.set_title(f"{CURVE_LABELS.get(column, column)} per step", fontsize=10)
         ax.grid(alpha=0.3)
@@ -82,8 +92,16 @@ def plot_training_curves(metrics: pd.DataFrame,
         spare[0].legend(handles, labels, loc="center", fontsize=9, title=title, title_fontsize=9)
         fig.tight_layout()
     else:
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9,
-                   frameon=False, title=title, title_fontsize=9)
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(len(labels), 4),
+            fontsize=9,
+            frameon=False,
+            title=title,
+            title_fontsize=9,
+        )
         fig.tight_layout(rect=(0, 0.7 / fig.get_size_inches()[1], 1, 1))
     return fig, axes
 
@@ -92,8 +110,10 @@ def plot_validation_em(evals: pd.DataFrame, dataset: str, hue: str = "method", a
     """Greedy validation EM of one dataset over rollout steps (mean over seeds)."""
     rows = evals[evals["dataset"] == dataset]
     if rows.empty:
-        raise ValueError(f"no validation rows for dataset {dataset!r} "
-                         f"(have: {sorted(evals['dataset'].unique()) if len(evals) else []})")
+        raise ValueError(
+            f"no validation rows for dataset {dataset!r} "
+            f"(have: {sorted(evals['dataset'].unique()) if len(evals) else []})"
+        )
     if ax is None:
         fig, ax = plt.subplots(figsize=(4.5, 3.2))
     fig = ax.figure
@@ -107,8 +127,9 @@ def plot_validation_em(evals: pd.DataFrame, dataset: str, hue: str = "method", a
     return fig, ax
 
 
-def plot_figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str = "tiny_hotpotqa",
-                 smooth: int = 1):
+def plot_figure3(
+    metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str = "tiny_hotpotqa", smooth: int = 1
+):
     """Figure 3: policy entropy over steps (left), ``dataset`` EM over steps (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
     plot_training_curves(metrics, ["entropy"], smooth=smooth, axes=[axes[0]])
@@ -124,8 +145,11 @@ def table1_frame(finals: pd.DataFrame, value: str = "em") -> pd.DataFrame:
     with the number of seeds. ``finals`` as returned by :func:`load_final_evals`."""
     if finals.empty:
         return pd.DataFrame()
-    stats = (finals.groupby(["method", "dataset"], sort=False)[value]
-             .agg(["mean", "std", "count"]).reset_index())
+    stats = (
+        finals.groupby(["method", "dataset"], sort=False)[value]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+    )
 
     def cell(row) -> str:
         if row["count"] > 1:
@@ -140,9 +164,13 @@ def table1_frame(finals: pd.DataFrame, value: str = "em") -> pd.DataFrame:
     return table.loc[list(dict.fromkeys(finals["method"]))]
 
 
-def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", "reward"),
-                    max_window: int = 8, confidence: float = 0.95,
-                    baseline: str | None = None) -> pd.DataFrame:
+def start_end_table(
+    metrics: pd.DataFrame,
+    columns: Sequence[str] = ("entropy", "reward"),
+    max_window: int = 8,
+    confidence: float = 0.95,
+    baseline: str | None = None,
+) -> pd.DataFrame:
     """Each metric over the first and the last steps of every run, and the change between them.
 
     Per run (method, seed) the window is the first / last quarter of its recorded steps (at
@@ -176,16 +204,25 @@ def start_end_table(metrics: pd.DataFrame, columns: Sequence[str] = ("entropy", 
             for name, values in (("start", first), ("end", last), ("change", change)):
                 ci = seed_mean_ci(values.to_numpy(), confidence)
                 row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
-            base = (end.loc[baseline, column] - start.loc[baseline, column]
-                    if baseline is not None and baseline != method and baseline in start.index
-                    else None)
+            base = (
+                end.loc[baseline, column] - start.loc[baseline, column]
+                if baseline is not None and baseline != method and baseline in start.index
+                else None
+            )
             if base is not None and base.notna().any():
                 ci = seed_difference_ci(change.to_numpy(), base.to_numpy(), confidence)
                 test = permutation_test(change.dropna().to_numpy(), base.dropna().to_numpy())
-                row.update({"vs_baseline": ci.estimate, "vs_baseline_low": ci.low,
-                            "vs_baseline_high": ci.high, "baseline": baseline,
-                            "vs_baseline_p": test.p, "vs_baseline_splits": test.splits,
-                            "vs_baseline_exact": test.exact})
+                row.update(
+                    {
+                        "vs_baseline": ci.estimate,
+                        "vs_baseline_low": ci.low,
+                        "vs_baseline_high": ci.high,
+                        "baseline": baseline,
+                        "vs_baseline_p": test.p,
+                        "vs_baseline_splits": test.splits,
+                        "vs_baseline_exact": test.exact,
+                    }
+                )
             rows.append(row)
     return pd.DataFrame.from_records(rows)
 
@@ -196,8 +233,11 @@ def format_start_end(table: pd.DataFrame, digits: int = 3, flat: bool = False) -
     ``flat``: one level of column names (``entropy change``), for Markdown and LaTeX."""
     if table.empty:
         return table
-    baseline = table["baseline"].dropna().iloc[0] if "baseline" in table and \
-        table["baseline"].notna().any() else None
+    baseline = (
+        table["baseline"].dropna().iloc[0]
+        if "baseline" in table and table["baseline"].notna().any()
+        else None
+    )
     labels = {"start": "start", "end": "end", "change": "change"}
     if baseline is not None:
         labels["vs_baseline"] = f"change vs {baseline}"
@@ -210,9 +250,14 @@ def format_start_end(table: pd.DataFrame, digits: int = 3, flat: bool = False) -
         text = f"{value:{sign}.{digits}f}"
         return text if pd.isna(low) else f"{text} [{low:{sign}.{digits}f}, {high:{sign}.{digits}f}]"
 
-    cells = [{"method": row["method"], "seeds": row["seeds"],
-              **{(row["metric"], label): fmt(row, name) for name, label in labels.items()}}
-             for _, row in table.iterrows()]
+    cells = [
+        {
+            "method": row["method"],
+            "seeds": row["seeds"],
+            **{(row["metric"], label): fmt(row, name) for name, label in labels.items()},
+        }
+        for _, row in table.iterrows()
+    ]
     frame = pd.DataFrame(cells).groupby("method", sort=False).first()
     seeds = frame.pop("seeds")
     if flat:

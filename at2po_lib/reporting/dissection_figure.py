@@ -28,8 +28,13 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.dissection import credit_from_runs, spread_slope
-from .dissection_summary import (ORACLE_POLICIES, ORACLE_SHAPES, credit_record_label,
-                                 credit_records, default_credit_cells)
+from .dissection_summary import (
+    ORACLE_POLICIES,
+    ORACLE_SHAPES,
+    credit_record_label,
+    credit_records,
+    default_credit_cells,
+)
 from .labels import method_label
 
 
@@ -38,14 +43,21 @@ def wrapped_label(method: str, width: int = 24) -> str:
     ``width`` characters for a tick label."""
     return "\n".join(textwrap.wrap(method_label(method), width))
 
-SCORES_SHOWN = {"authors_score": "authors' score\n(NLL − α·b)", "entropy_exact": "mean exact\nentropy",
-                "entropy_nll_first": "first-token\nNLL", "depth": "depth",
-                "oracle": "perfect picker\n(lower bound)"}
+
+SCORES_SHOWN = {
+    "authors_score": "authors' score\n(NLL − α·b)",
+    "entropy_exact": "mean exact\nentropy",
+    "entropy_nll_first": "first-token\nNLL",
+    "depth": "depth",
+    "oracle": "perfect picker\n(lower bound)",
+}
 """The oracle's scores drawn, left to right (every score is in its summary CSV)."""
 
 
-ESTIMATE_LABELS = {"nll": "mean sampled-token NLL (the authors' score)",
-                   "exact": "mean exact entropy"}
+ESTIMATE_LABELS = {
+    "nll": "mean sampled-token NLL (the authors' score)",
+    "exact": "mean exact entropy",
+}
 
 
 def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
@@ -53,8 +65,14 @@ def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
         part = sets[(sets["estimate"] == estimate) & (sets["stage"] == stage)]
         if not len(part):
             continue
-        ax.scatter(part["range"] / part["n"], part["dev"], s=9, alpha=0.5, color=colour,
-                   label=f"{stage} rollout step ({len(part)} sets)")
+        ax.scatter(
+            part["range"] / part["n"],
+            part["dev"],
+            s=9,
+            alpha=0.5,
+            color=colour,
+            label=f"{stage} rollout step ({len(part)} sets)",
+        )
     part = sets[sets["estimate"] == estimate]
     x_all = part["range"] / part["n"]
     if len(part) > 20:  # a few wide sets would squeeze the rest into a corner: say how many
@@ -64,8 +82,15 @@ def _credit_panel(ax, sets: pd.DataFrame, estimate: str = "nll") -> None:
         ax.set_ylim(-0.02 * shown.max(), 1.1 * shown.max())
         beyond = int((x_all > edge).sum())
         if beyond:
-            ax.text(0.98, 0.02, f"{beyond} set(s) beyond the right edge", ha="right",
-                    va="bottom", fontsize=7, transform=ax.transAxes)
+            ax.text(
+                0.98,
+                0.02,
+                f"{beyond} set(s) beyond the right edge",
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                transform=ax.transAxes,
+            )
     if len(part):
         c = spread_slope(part)
         x = np.linspace(0, float(x_all.max()), 50)
@@ -90,11 +115,21 @@ def _expansion_panel(ax, folder: Path) -> None:
             scores = [s for s in SCORES_SHOWN if s in summary.index]
             x = np.arange(len(scores)) + drawn * width
             y = summary.loc[scores, "flips_vs_uniform"].to_numpy()
-            err = np.vstack([y - summary.loc[scores, "flips_vs_uniform_lo"].to_numpy(),
-                             summary.loc[scores, "flips_vs_uniform_hi"].to_numpy() - y])
-            ax.bar(x, y - 1, width, bottom=1, yerr=err, capsize=2,
-                   label=f"{policy_label}, {shape_label} ({int(summary['prompts'].iloc[0])} "
-                         "prompts)")
+            err = np.vstack(
+                [
+                    y - summary.loc[scores, "flips_vs_uniform_lo"].to_numpy(),
+                    summary.loc[scores, "flips_vs_uniform_hi"].to_numpy() - y,
+                ]
+            )
+            ax.bar(
+                x,
+                y - 1,
+                width,
+                bottom=1,
+                yerr=err,
+                capsize=2,
+                label=f"{policy_label}, {shape_label} ({int(summary['prompts'].iloc[0])} prompts)",
+            )
             drawn += 1
     if drawn:
         ax.set_xticks(np.arange(len(SCORES_SHOWN)) + (drawn - 1) * width / 2)
@@ -103,11 +138,16 @@ def _expansion_panel(ax, folder: Path) -> None:
     ax.set_ylabel("flips per re-sample vs uniform picks (×)")
     ax.set_title("Expansion: what a score finds, and a floor under the ceiling", fontsize=10)
     if drawn:  # below the axes: off the bars and their error bars
-        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-                  ncol=1)
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     else:
-        ax.text(0.5, 0.5, "no expansion-oracle records\n(at2po dissect expansion)",
-                ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no expansion-oracle records\n(at2po dissect expansion)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.grid(alpha=0.3, axis="y")
 
 
@@ -121,11 +161,13 @@ def dissection_figure(run_roots: Iterable[Path], folder: Path):
     if len(sets):
         _credit_panel(axes[0], sets)
     else:
-        axes[0].text(0.5, 0.5, "no saved trees", ha="center", va="center",
-                     transform=axes[0].transAxes)
+        axes[0].text(
+            0.5, 0.5, "no saved trees", ha="center", va="center", transform=axes[0].transAxes
+        )
     _expansion_panel(axes[1], Path(folder))
-    fig.suptitle("What each part of AT2PO does on the toy (TinyWorld, a 1.3M-parameter policy)",
-                 fontsize=10)
+    fig.suptitle(
+        "What each part of AT2PO does on the toy (TinyWorld, a 1.3M-parameter policy)", fontsize=10
+    )
     fig.tight_layout()
     return fig, axes
 
@@ -149,11 +191,23 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
     """AT2PO's default credit against GRPO's on the same turns, per softmax temperature τ and
     credit-accuracy record of ``profile`` (:func:`.dissection_summary.credit_records`:
     ``default`` is ``credit_accuracy.csv``, else the record's ``--name``)."""
-    columns = ["record", "softmax_temperature", "auc", "delta_vs_grpo", "delta_low",
-               "delta_high", "n_prompts", "n_turns", "trees"]
-    parts = [default_credit_cells(pd.read_csv(path)).assign(
-                 record=name, trees=credit_record_label(name, path))[columns]
-             for name, path in credit_records(profile).items()]
+    columns = [
+        "record",
+        "softmax_temperature",
+        "auc",
+        "delta_vs_grpo",
+        "delta_low",
+        "delta_high",
+        "n_prompts",
+        "n_turns",
+        "trees",
+    ]
+    parts = [
+        default_credit_cells(pd.read_csv(path)).assign(
+            record=name, trees=credit_record_label(name, path)
+        )[columns]
+        for name, path in credit_records(profile).items()
+    ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
@@ -166,8 +220,14 @@ def credit_temperature_figure(rows: pd.DataFrame):
         x = part["softmax_temperature"].to_numpy()
         y = part["delta_vs_grpo"].to_numpy()
         err = np.vstack([y - part["delta_low"].to_numpy(), part["delta_high"].to_numpy() - y])
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
-                    label=f"{shown} ({int(part['n_prompts'].iloc[0])} prompts)")
+        ax.errorbar(
+            x,
+            y,
+            yerr=err,
+            marker="o",
+            capsize=3,
+            label=f"{shown} ({int(part['n_prompts'].iloc[0])} prompts)",
+        )
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("softmax temperature τ of the entropy weights (1 = AT2PO as defined)")
@@ -176,8 +236,14 @@ def credit_temperature_figure(rows: pd.DataFrame):
     if len(rows):  # below the axes: off the lines and their error bars
         ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22))
     else:
-        ax.text(0.5, 0.5, "no credit-accuracy records\n(at2po credit-accuracy)", ha="center",
-                va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no credit-accuracy records\n(at2po credit-accuracy)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig, ax
@@ -190,15 +256,23 @@ def clip_levels_figure(clips: pd.DataFrame):
     methods = list(dict.fromkeys(clips["method"]))
     for i, method in enumerate(methods):
         part = clips[clips["method"] == method]
-        for j, (level, colour) in enumerate((("token_level", "tab:blue"),
-                                             ("turn_level", "tab:red"))):
+        for j, (level, colour) in enumerate(
+            (("token_level", "tab:blue"), ("turn_level", "tab:red"))
+        ):
             x = np.full(len(part), i + (j - 0.5) * 0.3)
-            ax.scatter(x, 100 * part[level], s=14, color=colour, alpha=0.7,
-                       label=f"{level.replace('_', '-')} ratio" if i == 0 else None)
+            ax.scatter(
+                x,
+                100 * part[level],
+                s=14,
+                color=colour,
+                alpha=0.7,
+                label=f"{level.replace('_', '-')} ratio" if i == 0 else None,
+            )
             ax.hlines(100 * part[level].mean(), x[0] - 0.12, x[0] + 0.12, color=colour, lw=2)
     ax.set_xticks(range(len(methods)))
-    ax.set_xticklabels([f"{wrapped_label(m)}\n({(clips['method'] == m).sum()} runs)"
-                        for m in methods], fontsize=8)
+    ax.set_xticklabels(
+        [f"{wrapped_label(m)}\n({(clips['method'] == m).sum()} runs)" for m in methods], fontsize=8
+    )
     ax.set_ylabel("model tokens clipped (%)")
     ax.set_title("The same updates, clipped at the token and at the turn level", fontsize=10)
     if methods:

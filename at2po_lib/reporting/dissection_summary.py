@@ -37,23 +37,35 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.expansion_oracle import (PLACEBO, SHAPES, SUMMARY_SHAPES, load_oracle,
-                                         penalty_effect, placebo_margin, read_summaries,
-                                         versus_uniform)
+from ..analysis.expansion_oracle import (
+    PLACEBO,
+    SHAPES,
+    SUMMARY_SHAPES,
+    load_oracle,
+    penalty_effect,
+    placebo_margin,
+    read_summaries,
+    versus_uniform,
+)
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 
-ORACLE_POLICIES = {"warmstart": "the warm start", "trained": "AT2PO seed 0 after training",
-                   "trained_rerun": "AT2PO seed 0 retrained on another machine build"}
+ORACLE_POLICIES = {
+    "warmstart": "the warm start",
+    "trained": "AT2PO seed 0 after training",
+    "trained_rerun": "AT2PO seed 0 retrained on another machine build",
+}
 """Oracle policy name (``--name`` of ``at2po dissect expansion``) -> what it is (the same names
 as :data:`at2po_lib.analysis.expansion_oracle.SUMMARY_POLICIES`, which notebook 02's sentence
 uses; a test checks they agree)."""
 ORACLE_SHAPES = {"toy": "toy tree (M = 4, K = 4)", "paper": "paper's tree (M = 10, K = 6)"}
-ORACLE_SCORES = {"authors_score": "the authors' score (NLL − α·b)",
-                 "entropy_nll": "entropy only (α = 0)",
-                 "sibling_penalty": "the sibling penalty only (−α·b)",
-                 PLACEBO: "the placebo (a random score)",
-                 "oracle": "the perfect picker"}
+ORACLE_SCORES = {
+    "authors_score": "the authors' score (NLL − α·b)",
+    "entropy_nll": "entropy only (α = 0)",
+    "sibling_penalty": "the sibling penalty only (−α·b)",
+    PLACEBO: "the placebo (a random score)",
+    "oracle": "the perfect picker",
+}
 """The scores shown (every score's row is in the oracle's own summary files); the perfect
 picker's row carries its in-sample upper bound (``oracle_in_sample``) beside it."""
 UPPER_BOUND = "oracle_in_sample"
@@ -74,15 +86,25 @@ def _number(value: Any) -> float:
         return float("nan")
 
 
-def _row(part: str, question: str, measured: str, basis: str, estimate: float,
-         low: float, high: float) -> dict:
-    return {"part": part, "question": question, "measured": measured, "basis": basis,
-            "estimate": estimate, "ci_low": low, "ci_high": high}
+def _row(
+    part: str, question: str, measured: str, basis: str, estimate: float, low: float, high: float
+) -> dict:
+    return {
+        "part": part,
+        "question": question,
+        "measured": measured,
+        "basis": basis,
+        "estimate": estimate,
+        "ci_low": low,
+        "ci_high": high,
+    }
 
 
 def _ratio(s: pd.Series) -> str:
-    return (f"{s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
-            f"{s['flips_vs_uniform_hi']:.2f}]")
+    return (
+        f"{s['flips_vs_uniform']:.2f}× [{s['flips_vs_uniform_lo']:.2f}, "
+        f"{s['flips_vs_uniform_hi']:.2f}]"
+    )
 
 
 def expansion_rows(folder: Path) -> list[dict]:
@@ -102,21 +124,32 @@ def expansion_rows(folder: Path) -> list[dict]:
                     continue
                 s = summary.loc[score]
                 if score == "oracle":
-                    upper = (f"; in-sample upper bound {_ratio(summary.loc[UPPER_BOUND])}"
-                             if UPPER_BOUND in summary.index else "")
+                    upper = (
+                        f"; in-sample upper bound {_ratio(summary.loc[UPPER_BOUND])}"
+                        if UPPER_BOUND in summary.index
+                        else ""
+                    )
                     measured = f"at least {_ratio(s)} (held-out halves{upper})"
                 elif score == PLACEBO:
                     measured = f"{_ratio(s)} (true value 1: chance)"
                 else:
-                    reading = versus_uniform(s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"],
-                                             margin)
+                    reading = versus_uniform(
+                        s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"], margin
+                    )
                     measured = f"{_ratio(s)}: {reading} (placebo margin ±{margin:.2f})"
-                rows.append(_row(
-                    "expansion", f"{score_label}: flips per re-sample vs uniform picks, "
-                    f"{policy_label}, {shape_label}", measured,
-                    f"{int(s['prompts'])} prompts, {int(s['candidates'])} candidates, "
-                    f"{int(s['resamples'])} re-samples each, K = {int(s['k'])}",
-                    s["flips_vs_uniform"], s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"]))
+                rows.append(
+                    _row(
+                        "expansion",
+                        f"{score_label}: flips per re-sample vs uniform picks, "
+                        f"{policy_label}, {shape_label}",
+                        measured,
+                        f"{int(s['prompts'])} prompts, {int(s['candidates'])} candidates, "
+                        f"{int(s['resamples'])} re-samples each, K = {int(s['k'])}",
+                        s["flips_vs_uniform"],
+                        s["flips_vs_uniform_lo"],
+                        s["flips_vs_uniform_hi"],
+                    )
+                )
     return rows
 
 
@@ -128,19 +161,26 @@ def credit_rows(folder: Path, method: str = "at2po", estimate: str = "nll") -> l
     fits = fits[(fits["method"] == method) & (fits["estimate"] == estimate)]
     rows = []
     for fit in fits.itertuples():
-        rows.append(_row(
-            "credit", f"mean |w − 1/n| of AT2PO's softmax weights, {fit.stage} rollout step "
-            f"(sampled-token NLL; siblings' range {fit.mean_range:.3f} nats)",
-            f"{fit.mean_dev:.3f} (c = {fit.c:.2f} [{fit.c_lo:.2f}, {fit.c_hi:.2f}])",
-            f"{fit.sibling_sets} sibling sets in {fit.trees} trees", fit.mean_dev,
-            np.nan, np.nan))
+        rows.append(
+            _row(
+                "credit",
+                f"mean |w − 1/n| of AT2PO's softmax weights, {fit.stage} rollout step "
+                f"(sampled-token NLL; siblings' range {fit.mean_range:.3f} nats)",
+                f"{fit.mean_dev:.3f} (c = {fit.c:.2f} [{fit.c_lo:.2f}, {fit.c_hi:.2f}])",
+                f"{fit.sibling_sets} sibling sets in {fit.trees} trees",
+                fit.mean_dev,
+                np.nan,
+                np.nan,
+            )
+        )
     return rows
 
 
-CREDIT_RECORDS = {"default": "the warm start's trees",
-                  "warmstart_authors": "the warm start's trees",
-                  "trained_authors": "the trees of AT2PO seed 0 retrained on another machine "
-                                     "build"}
+CREDIT_RECORDS = {
+    "default": "the warm start's trees",
+    "warmstart_authors": "the warm start's trees",
+    "trained_authors": "the trees of AT2PO seed 0 retrained on another machine build",
+}
 """Credit-accuracy record (``default`` = ``credit_accuracy.csv``, else the ``--name`` of
 ``at2po credit-accuracy``) -> whose trees it scored; the entropy estimate and α are read from
 the record's ``.meta.json``."""
@@ -153,8 +193,10 @@ def credit_records(profile: str) -> dict[str, Path]:
     records of :data:`CREDIT_RECORDS` first, in its order, then the others by name."""
     results = results_dir(profile)
     paths = {"default": results / "credit_accuracy.csv"}
-    paths |= {p.stem.removeprefix("credit_accuracy_"): p
-              for p in sorted((results / "dissection").glob("credit_accuracy_*.csv"))}
+    paths |= {
+        p.stem.removeprefix("credit_accuracy_"): p
+        for p in sorted((results / "dissection").glob("credit_accuracy_*.csv"))
+    }
     known = [name for name in CREDIT_RECORDS if name in paths]  # warm start before trained
     ordered = known + [name for name in paths if name not in CREDIT_RECORDS]
     return {name: paths[name] for name in ordered if paths[name].is_file()}
@@ -163,9 +205,13 @@ def credit_records(profile: str) -> dict[str, Path]:
 def default_credit_cells(table: pd.DataFrame) -> pd.DataFrame:
     """AT2PO's default credit (``entropy_softmax`` / ``node_value``) on its own (entropy) trees
     over every scored turn, one row per softmax temperature."""
-    keep = ((table["credit_mode"] == "at2po") & (table["value_mode"] == "entropy_softmax")
-            & (table["advantage_mode"] == "node_value") & (table["turns"] == "all")
-            & (table["rollout"] == "entropy"))
+    keep = (
+        (table["credit_mode"] == "at2po")
+        & (table["value_mode"] == "entropy_softmax")
+        & (table["advantage_mode"] == "node_value")
+        & (table["turns"] == "all")
+        & (table["rollout"] == "entropy")
+    )
     return table[keep].sort_values("softmax_temperature")
 
 
@@ -193,12 +239,19 @@ def credit_truth_rows(profile: str, temperatures: tuple[float, ...] = (1.0, 0.01
             if not len(found):
                 continue
             r = found.iloc[0]
-            rows.append(_row(
-                "credit", f"AUC of AT2PO's turn advantages for the useful turns minus GRPO's, "
-                f"softmax τ = {tau:g} ({label}; TinyWorld's plans label the turns)",
-                f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, {r['delta_high']:+.3f}] "
-                f"(AUC {r['auc']:.3f})", f"{int(r['n_prompts'])} prompts, {int(r['n_turns'])} turns",
-                r["delta_vs_grpo"], r["delta_low"], r["delta_high"]))
+            rows.append(
+                _row(
+                    "credit",
+                    f"AUC of AT2PO's turn advantages for the useful turns minus GRPO's, "
+                    f"softmax τ = {tau:g} ({label}; TinyWorld's plans label the turns)",
+                    f"{r['delta_vs_grpo']:+.3f} [{r['delta_low']:+.3f}, {r['delta_high']:+.3f}] "
+                    f"(AUC {r['auc']:.3f})",
+                    f"{int(r['n_prompts'])} prompts, {int(r['n_turns'])} turns",
+                    r["delta_vs_grpo"],
+                    r["delta_low"],
+                    r["delta_high"],
+                )
+            )
     return rows
 
 
@@ -213,24 +266,39 @@ def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) ->
         if c is None:
             continue
         unit = "EM points" if c["unit"] == "EM points" else c["unit"]
-        rows.append(_row(part, c["claim"], f"{_ci_text(c)} {unit} ({c['reading']})",
-                         f"seeds {c['seeds']}" + (f", {int(c['n_questions'])} questions"
-                                                  if np.isfinite(_number(c["n_questions"]))
-                                                  else ""),
-                         c["estimate"], c["ci_low"], c["ci_high"]))
+        rows.append(
+            _row(
+                part,
+                c["claim"],
+                f"{_ci_text(c)} {unit} ({c['reading']})",
+                f"seeds {c['seeds']}"
+                + (
+                    f", {int(c['n_questions'])} questions"
+                    if np.isfinite(_number(c["n_questions"]))
+                    else ""
+                ),
+                c["estimate"],
+                c["ci_low"],
+                c["ci_high"],
+            )
+        )
     return rows
 
 
-def dissection_summary(profile: str, claims: pd.DataFrame | None = None
-                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def dissection_summary(
+    profile: str, claims: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: the rows of the module docstring that have records."""
     folder = results_dir(profile, "dissection")
-    tidy = pd.DataFrame(expansion_rows(folder) + credit_rows(folder) + credit_truth_rows(profile)
-                        + claim_rows(claims, "credit", CREDIT_CLAIMS)
-                        + claim_rows(claims, "loss", LOSS_CLAIMS)
-                        + claim_rows(claims, "whole", WHOLE_CLAIMS),
-                        columns=["part", "question", "measured", "basis", "estimate", "ci_low",
-                                 "ci_high"])
+    tidy = pd.DataFrame(
+        expansion_rows(folder)
+        + credit_rows(folder)
+        + credit_truth_rows(profile)
+        + claim_rows(claims, "credit", CREDIT_CLAIMS)
+        + claim_rows(claims, "loss", LOSS_CLAIMS)
+        + claim_rows(claims, "whole", WHOLE_CLAIMS),
+        columns=["part", "question", "measured", "basis", "estimate", "ci_low", "ci_high"],
+    )
     tidy.insert(0, "profile", profile)
     display = tidy[["part", "question", "measured", "basis"]].set_index("part")
     return tidy, display
@@ -249,17 +317,21 @@ def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
 
 
 def _oracle(parts: pd.DataFrame, score: str, policy: str, shape: str) -> pd.Series | None:
-    mask = (parts["part"] == "expansion") & parts["question"].str.startswith(score) \
-        & parts["question"].str.contains(policy, regex=False) \
+    mask = (
+        (parts["part"] == "expansion")
+        & parts["question"].str.startswith(score)
+        & parts["question"].str.contains(policy, regex=False)
         & parts["question"].str.contains(shape, regex=False)
+    )
     return parts[mask].iloc[0] if mask.any() else None
 
 
 def _versus_uniform(row: pd.Series) -> str:
     """The reading :func:`expansion_rows` wrote into a score's ``measured`` cell."""
     reading = str(row["measured"]).split(": ", 1)[1].split(" (", 1)[0]
-    return {"better": "better than", "worse": "worse than",
-            "no different": "no different from"}[reading] + " a uniform pick"
+    return {"better": "better than", "worse": "worse than", "no different": "no different from"}[
+        reading
+    ] + " a uniform pick"
 
 
 def _bounds(row: pd.Series) -> tuple[str, str]:
@@ -286,23 +358,31 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
     if head is None:
         return None
     paper = float(str(head["published"]).replace("+", ""))
-    where = ("above the interval: the toy's AT2PO does not reach the paper's gain"
-             if head["ci_high"] < paper else
-             "below the interval" if head["ci_low"] > paper else
-             "inside the interval: the toy cannot rule it out")
-    return (f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
-            f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
-            f"{_reading(head)}. The paper's {paper:+.1f} lies {where}.")
+    where = (
+        "above the interval: the toy's AT2PO does not reach the paper's gain"
+        if head["ci_high"] < paper
+        else "below the interval"
+        if head["ci_low"] > paper
+        else "inside the interval: the toy cannot rule it out"
+    )
+    return (
+        f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
+        f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
+        f"{_reading(head)}. The paper's {paper:+.1f} lies {where}."
+    )
 
 
 def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
     budget = _claim(claims, "at2po_over_grpo_budget")
     if budget is None:
         return None
-    reading = ("one seed on a side, not read yet" if budget["reading"] == "one seed"
-               else _reading(budget))
-    return (f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
-            f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}.")
+    reading = (
+        "one seed on a side, not read yet" if budget["reading"] == "one seed" else _reading(budget)
+    )
+    return (
+        f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
+        f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}."
+    )
 
 
 def _expansion_sentence(parts: pd.DataFrame) -> str | None:
@@ -311,15 +391,21 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
     if picks is None or ceiling is None:
         return None
     margin = str(picks["measured"]).split("placebo margin ", 1)[1].rstrip(")")
-    text = (f"**What the expansion's picks find.** Re-sampling the turns the authors' score picks "
-            f"flips the outcome {_ratio_text(picks)} as often as re-sampling uniform picks "
-            f"({picks['basis']}): {_versus_uniform(picks)}, where better or worse must clear "
-            f"the placebo's margin of {margin} (a random score's largest distance from 1 over "
-            f"the cells). A perfect picker would reach at least {_bounds(ceiling)[0]} (ranked "
-            "on half the re-samples and scored on the other half: a lower bound on what a "
-            "score could reach)"
-            + (f" and at most {_bounds(ceiling)[1]} (ranked and scored on all of them)"
-               if _bounds(ceiling)[1] else "") + ".")
+    text = (
+        f"**What the expansion's picks find.** Re-sampling the turns the authors' score picks "
+        f"flips the outcome {_ratio_text(picks)} as often as re-sampling uniform picks "
+        f"({picks['basis']}): {_versus_uniform(picks)}, where better or worse must clear "
+        f"the placebo's margin of {margin} (a random score's largest distance from 1 over "
+        f"the cells). A perfect picker would reach at least {_bounds(ceiling)[0]} (ranked "
+        "on half the re-samples and scored on the other half: a lower bound on what a "
+        "score could reach)"
+        + (
+            f" and at most {_bounds(ceiling)[1]} (ranked and scored on all of them)"
+            if _bounds(ceiling)[1]
+            else ""
+        )
+        + "."
+    )
     others = []
     for policy in ORACLE_POLICIES.values():
         for shape in ORACLE_SHAPES.values():
@@ -328,20 +414,28 @@ def _expansion_sentence(parts: pd.DataFrame) -> str | None:
             if other is None or best is None or other.name == picks.name:
                 continue
             prompts = str(other["basis"]).split(",")[0]
-            others.append(f"{policy}, {shape}: {_ratio_text(other)}, "
-                          f"{_versus_uniform(other)}, ceiling {_span(best)} ({prompts})")
+            others.append(
+                f"{policy}, {shape}: {_ratio_text(other)}, "
+                f"{_versus_uniform(other)}, ceiling {_span(best)} ({prompts})"
+            )
     if others:
         text += " Elsewhere: " + "; ".join(others) + "."
     alone = []
     for score in ("entropy only (α = 0)", "the sibling penalty only (−α·b)"):
-        cells = [row for policy in ORACLE_POLICIES.values() for shape in ORACLE_SHAPES.values()
-                 if (row := _oracle(parts, score, policy, shape)) is not None]
+        cells = [
+            row
+            for policy in ORACLE_POLICIES.values()
+            for shape in ORACLE_SHAPES.values()
+            if (row := _oracle(parts, score, policy, shape)) is not None
+        ]
         if cells:
             readings = [str(c["measured"]).split(": ", 1)[1].split(" (", 1)[0] for c in cells]
-            alone.append(f"{score}: {min(c['estimate'] for c in cells):.2f}× to "
-                         f"{max(c['estimate'] for c in cells):.2f}× over the {len(cells)} cells ("
-                         + ", ".join(f"{readings.count(r)} {r}" for r in dict.fromkeys(readings))
-                         + " than a uniform pick)")
+            alone.append(
+                f"{score}: {min(c['estimate'] for c in cells):.2f}× to "
+                f"{max(c['estimate'] for c in cells):.2f}× over the {len(cells)} cells ("
+                + ", ".join(f"{readings.count(r)} {r}" for r in dict.fromkeys(readings))
+                + " than a uniform pick)"
+            )
     if alone:
         text += " The score's parts alone: " + "; ".join(alone) + "."
     return text
@@ -363,8 +457,7 @@ def penalty_sentence(folder: Path) -> str | None:
             summary = _read(folder / f"expansion_oracle_{policy}_{shape}_summary.csv")
             if not raw.is_file() or summary is None:
                 continue
-            effects.append({**penalty_effect(load_oracle(raw), SHAPES[shape][1]),
-                            "shape": shape})
+            effects.append({**penalty_effect(load_oracle(raw), SHAPES[shape][1]), "shape": shape})
             spearman.append(float(summary.set_index("score").loc["authors_score", "spearman"]))
     if not effects:
         return None
@@ -372,22 +465,27 @@ def penalty_sentence(folder: Path) -> str | None:
 
     def span(column: str, scale: float = 1.0, digits: int = 2) -> str:
         low, high = scale * e[column].min(), scale * e[column].max()
-        return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) \
+        return (
+            f"{low:.{digits}f}"
+            if round(low, digits) == round(high, digits)
             else f"{low:.{digits}f}–{high:.{digits}f}"
+        )
 
     more = int((e["p_flip_first"] > e["p_flip_deeper"]).sum())
     penalties = e.groupby("shape", sort=False)["penalty_first"].mean()
     shown = ", ".join(f"{v:.2f} on the {SUMMARY_SHAPES.get(k, k)}" for k, v in penalties.items())
-    return (f"**What α·b does to the pick.** Every first-turn candidate of a first-round tree has "
-            f"b = M − 1 siblings, so α·b ({shown}) moves all first turns below the deeper "
-            f"ones, whose b is 0: it exceeds the "
-            f"turn's own entropy for {span('penalty_exceeds_entropy', 100, 0)}% of them, and first "
-            f"turns make {span('first_in_picks', 100, 0)}% of the authors' picks against "
-            f"{span('first_in_picks_alpha0', 100, 0)}% at α = 0, though they flip more often than "
-            f"deeper turns in {more} of the {len(e)} cells ({span('p_flip_first')} against "
-            f"{span('p_flip_deeper')}). The authors' score's within-tree rank correlation with "
-            f"the flip probability lies between {min(spearman):+.3f} and {max(spearman):+.3f} "
-            f"over the {len(spearman)} cells ({sum(v < 0 for v in spearman)} negative).")
+    return (
+        f"**What α·b does to the pick.** Every first-turn candidate of a first-round tree has "
+        f"b = M − 1 siblings, so α·b ({shown}) moves all first turns below the deeper "
+        f"ones, whose b is 0: it exceeds the "
+        f"turn's own entropy for {span('penalty_exceeds_entropy', 100, 0)}% of them, and first "
+        f"turns make {span('first_in_picks', 100, 0)}% of the authors' picks against "
+        f"{span('first_in_picks_alpha0', 100, 0)}% at α = 0, though they flip more often than "
+        f"deeper turns in {more} of the {len(e)} cells ({span('p_flip_first')} against "
+        f"{span('p_flip_deeper')}). The authors' score's within-tree rank correlation with "
+        f"the flip probability lies between {min(spearman):+.3f} and {max(spearman):+.3f} "
+        f"over the {len(spearman)} cells ({sum(v < 0 for v in spearman)} negative)."
+    )
 
 
 def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) -> str | None:
@@ -397,23 +495,34 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
     if not (len(first) and len(last)):
         return None
     first, last = first.iloc[0], last.iloc[0]
-    text = (f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
-            f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights "
-            f"sit {first['estimate']:.3f} from the child mean 1/n at the first rollout step and "
-            f"{last['estimate']:.3f} at the last ({first['basis']}; {last['basis']}).")
-    truth = credit[credit["question"].str.startswith("AUC")
-                   & credit["question"].str.contains("τ = 1 ", regex=False)]
+    text = (
+        f"**Why turn-wise credit is the child mean here.** A softmax ignores a common shift "
+        f"of the siblings' entropies, so only their spread moves a weight; AT2PO's weights "
+        f"sit {first['estimate']:.3f} from the child mean 1/n at the first rollout step and "
+        f"{last['estimate']:.3f} at the last ({first['basis']}; {last['basis']})."
+    )
+    truth = credit[
+        credit["question"].str.startswith("AUC")
+        & credit["question"].str.contains("τ = 1 ", regex=False)
+    ]
     if len(truth):
-        cells = [f"{t['measured']} ({t['question'].split('τ = 1 (', 1)[1].split(';', 1)[0]}, "
-                 f"{t['question'].split('; ', 1)[1].split('; TinyWorld', 1)[0]}: {t['basis']})"
-                 for _, t in truth.iterrows()]
-        text += (" Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
-                 "AT2PO's turn advantages for the useful turns differs from GRPO's by "
-                 + "; ".join(cells) + ".")
+        cells = [
+            f"{t['measured']} ({t['question'].split('τ = 1 (', 1)[1].split(';', 1)[0]}, "
+            f"{t['question'].split('; ', 1)[1].split('; TinyWorld', 1)[0]}: {t['basis']})"
+            for _, t in truth.iterrows()
+        ]
+        text += (
+            " Against TinyWorld's truth (which turns a question's plan needs), the AUC of "
+            "AT2PO's turn advantages for the useful turns differs from GRPO's by "
+            + "; ".join(cells)
+            + "."
+        )
     cell = _claim(claims, "entropy_weights_over_child_mean")
     if cell is not None:
-        text += (f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
-                 f"EM points (seeds {cell['seeds']}): {_reading(cell)}.")
+        text += (
+            f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
+            f"EM points (seeds {cell['seeds']}): {_reading(cell)}."
+        )
     return text
 
 
@@ -422,16 +531,20 @@ def _clip_sentence(claims: pd.DataFrame | None) -> str | None:
     if clip is None:
         return None
     own = str(clip["claim"]).split("updates at ", 1)[-1].split(",", 1)[0]
-    text = (f"**The turn-level ratio.** On AT2PO's own updates at {own} it clips "
-            f"{str(clip['note']).split(', ', 1)[0]} (turn − token {_ci_text(clip)} points, "
-            f"{clip['seeds']} seeds): {_reading(clip)} of the paper's reading; a clipped turn "
-            "takes all its tokens with it.")
+    text = (
+        f"**The turn-level ratio.** On AT2PO's own updates at {own} it clips "
+        f"{str(clip['note']).split(', ', 1)[0]} (turn − token {_ci_text(clip)} points, "
+        f"{clip['seeds']} seeds): {_reading(clip)} of the paper's reading; a clipped turn "
+        "takes all its tokens with it."
+    )
     wide = _claim(claims, "turn_ratio_clips_less_at_reference")
     if wide is not None:
         share, _, whose = str(wide["note"]).partition(", ")
-        text += (f" At ε = 0.2 ({whose.split(';', 1)[0]}): {share} (turn − token "
-                 f"{wide['estimate']:+.2f} [{wide['ci_low']:+.2f}, {wide['ci_high']:+.2f}] "
-                 f"points, {wide['seeds']} runs): {_reading(wide)}; the reading depends on ε.")
+        text += (
+            f" At ε = 0.2 ({whose.split(';', 1)[0]}): {share} (turn − token "
+            f"{wide['estimate']:+.2f} [{wide['ci_low']:+.2f}, {wide['ci_high']:+.2f}] "
+            f"points, {wide['seeds']} runs): {_reading(wide)}; the reading depends on ε."
+        )
     return text
 
 
@@ -439,9 +552,11 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
     variant = _claim(claims, "authors_over_exact_variant")
     if variant is None:
         return None
-    return (f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
-            f"code configures it minus the variant (exact entropy, α = 0.001): "
-            f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {_reading(variant)}.")
+    return (
+        f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
+        f"code configures it minus the variant (exact entropy, α = 0.001): "
+        f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {_reading(variant)}."
+    )
 
 
 def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
@@ -450,26 +565,41 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
         return None
     half = (head["ci_high"] - head["ci_low"]) / 2
     steps = [_claim(claims, f"ablation_step{i}") for i in (2, 3, 4)]
-    published = sorted(_number(s["published"]) for s in steps if s is not None
-                       and np.isfinite(_number(s["published"])))
-    text = (f"**What the toy cannot resolve.** The headline interval is ±{half:.1f} EM points "
-            f"at seeds {head['seeds']}: a difference smaller than that reads \"cannot tell\" "
-            "whatever its sign.")
+    published = sorted(
+        _number(s["published"])
+        for s in steps
+        if s is not None and np.isfinite(_number(s["published"]))
+    )
+    text = (
+        f"**What the toy cannot resolve.** The headline interval is ±{half:.1f} EM points "
+        f'at seeds {head["seeds"]}: a difference smaller than that reads "cannot tell" '
+        "whatever its sign."
+    )
     if published:
         smaller = sum(p < half for p in published)
-        text += (f" {smaller} of the paper's {len(published)} ablation steps ("
-                 + ", ".join(f"{p:+.2f}" for p in published) + ") are smaller than that; the "
-                 "toy's Table 2 rows rest on fewer seeds and are wider still.")
+        text += (
+            f" {smaller} of the paper's {len(published)} ablation steps ("
+            + ", ".join(f"{p:+.2f}" for p in published)
+            + ") are smaller than that; the "
+            "toy's Table 2 rows rest on fewer seeds and are wider still."
+        )
     return text
 
 
-def why_sentences(claims: pd.DataFrame | None, parts: pd.DataFrame,
-                  folder: Path | None = None) -> list[str]:
+def why_sentences(
+    claims: pd.DataFrame | None, parts: pd.DataFrame, folder: Path | None = None
+) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
     seeds or prompts. A sentence whose records are missing is left out."""
-    sentences = (_result_sentence(claims), _budget_sentence(claims), _variant_sentence(claims),
-                 _expansion_sentence(parts), penalty_sentence(folder) if folder else None,
-                 _credit_sentence(parts, claims), _clip_sentence(claims),
-                 _resolution_sentence(claims))
+    sentences = (
+        _result_sentence(claims),
+        _budget_sentence(claims),
+        _variant_sentence(claims),
+        _expansion_sentence(parts),
+        penalty_sentence(folder) if folder else None,
+        _credit_sentence(parts, claims),
+        _clip_sentence(claims),
+        _resolution_sentence(claims),
+    )
     return [s for s in sentences if s is not None]

@@ -34,14 +34,25 @@ def seed_band(per_seed: pd.DataFrame, confidence: float = 0.95):
     return mean, mean - half, mean + half
 
 
-FOCUS_STYLES = {"grpo": {"color": "black", "lw": 2.2},
-                "at2po": {"color": "tab:red", "lw": 2.2},
-                "at2po_exact": {"color": "tab:red", "lw": 1.4, "ls": "--"}}
+FOCUS_STYLES = {
+    "grpo": {"color": "black", "lw": 2.2},
+    "at2po": {"color": "tab:red", "lw": 2.2},
+    "at2po_exact": {"color": "tab:red", "lw": 1.4, "ls": "--"},
+}
 """The headline pair drawn bold (the claim is about GRPO against AT2PO), the exact-entropy
 variant dashed in AT2PO's colour; every other method thin, in the default cycle."""
 OTHER_STYLE = {"lw": 1.0, "alpha": 0.75}
-OTHER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
-                 "tab:olive", "tab:cyan", "tab:gray")
+OTHER_COLOURS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+)
 """The other methods' colours, in order: none is black or red (the headline pair's)."""
 BAND_METHODS = ("grpo", "at2po")
 """The methods drawn with a band: the pair the paper's claim is about."""
@@ -52,8 +63,16 @@ MIN_BAND_SEEDS = 3
 swamp the panel; the line alone is drawn."""
 
 
-def _plot_band(ax, frame: pd.DataFrame, x: str, y: str, label: str, smooth: int = 1,
-               style: dict | None = None, band: bool = True) -> None:
+def _plot_band(
+    ax,
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    label: str,
+    smooth: int = 1,
+    style: dict | None = None,
+    band: bool = True,
+) -> None:
     per_seed = frame.pivot_table(index=x, columns="seed", values=y)
     if smooth > 1:  # a trailing mean per seed, before the band: noisy per-step metrics
         per_seed = per_seed.rolling(smooth, min_periods=1).mean()
@@ -63,14 +82,20 @@ def _plot_band(ax, frame: pd.DataFrame, x: str, y: str, label: str, smooth: int 
     (line,) = ax.plot(mean.index, mean.values, label=label, **(style or {}))
     if band and per_seed.shape[1] >= MIN_BAND_SEEDS:
         # a faint fill with its edges drawn: several methods' bands stay tellable apart
-        ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.08,
-                        linewidth=0)
+        ax.fill_between(
+            mean.index, low.values, high.values, color=line.get_color(), alpha=0.08, linewidth=0
+        )
         for edge in (low, high):
             ax.plot(edge.index, edge.values, color=line.get_color(), lw=0.6, ls=":")
 
 
-def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
-            methods: Sequence[str] | None = None, smooth: int = 4):
+def figure3(
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    dataset: str,
+    methods: Sequence[str] | None = None,
+    smooth: int = 4,
+):
     """``(fig, axes)``; methods in the given order (default: as they appear in ``metrics``).
     ``smooth``: trailing mean over that many steps of each seed's entropy (1: raw)."""
     # one panel per row, 6.4 in wide: at the report's 150 dpi, 960 px, the image's natural
@@ -78,8 +103,9 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.2), sharex=True)
     if metrics.empty:
         for ax in axes:
-            ax.text(0.5, 0.5, "no training records", ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(
+                0.5, 0.5, "no training records", ha="center", va="center", transform=ax.transAxes
+            )
         return fig, axes
     methods = list(methods or dict.fromkeys(metrics["method"]))
     others = iter(OTHER_COLOURS * (1 + len(methods) // len(OTHER_COLOURS)))
@@ -95,9 +121,11 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
             if len(val):
                 _plot_band(axes[1], val, "step", "em", label, style=style, band=band)
     seeds = metrics.groupby("method")["seed"].nunique()
-    axes[0].set_title("Policy entropy over training\n(entropy of the next-token distribution, "
-                      "policy tokens" + (f"; {smooth}-step mean)" if smooth > 1 else ")"),
-                      fontsize=10)
+    axes[0].set_title(
+        "Policy entropy over training\n(entropy of the next-token distribution, "
+        "policy tokens" + (f"; {smooth}-step mean)" if smooth > 1 else ")"),
+        fontsize=10,
+    )
     axes[0].set_ylabel("nats / token")
     axes[1].set_title(f"Greedy validation EM on {dataset} over training", fontsize=10)
     axes[1].set_ylabel("EM")
@@ -106,15 +134,28 @@ def figure3(metrics: pd.DataFrame, evals: pd.DataFrame, dataset: str,
         ax.grid(alpha=0.3)
     count = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
     banded = " and ".join(method_label(m) for m in BAND_METHODS if m in methods)
-    what = (f"mean of {count} seeds; band ({banded} only): 95% CI, dotted edges, none under "
-            f"{MIN_BAND_SEEDS} seeds" if seeds.max() >= MIN_BAND_SEEDS and banded else
-            f"mean of {count} seeds, no band")
+    what = (
+        f"mean of {count} seeds; band ({banded} only): 95% CI, dotted edges, none under "
+        f"{MIN_BAND_SEEDS} seeds"
+        if seeds.max() >= MIN_BAND_SEEDS and banded
+        else f"mean of {count} seeds, no band"
+    )
     handles, labels = axes[0].get_legend_handles_labels()
     columns = 2
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), columns), fontsize=8,
-               title=what, title_fontsize=8, frameon=False)
-    fig.suptitle("Figure 3 at toy scale (TinyWorld, a 1.3M-parameter policy):\n"
-                 "not the paper's numbers", fontsize=10)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(len(labels), columns),
+        fontsize=8,
+        title=what,
+        title_fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        "Figure 3 at toy scale (TinyWorld, a 1.3M-parameter policy):\nnot the paper's numbers",
+        fontsize=10,
+    )
     rows = (len(labels) + columns - 1) // columns
     fig.tight_layout(rect=(0, 0.03 + 0.027 * (rows + 1), 1, 1))
     return fig, axes

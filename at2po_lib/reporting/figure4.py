@@ -23,8 +23,10 @@ PAPER_MULTIHOP_MEAN_TURNS = 3.71
 PAPER_SINGLEHOP_ONE_TURN_SHARE = 0.435
 
 
-UNIT_LABELS = {"searches": "tool calls per sample",
-               "turns": "model turns per sample (final answer included)"}
+UNIT_LABELS = {
+    "searches": "tool calls per sample",
+    "turns": "model turns per sample (final answer included)",
+}
 
 
 def turn_shares(outcomes: pd.DataFrame, method: str, unit: str = "searches") -> pd.DataFrame:
@@ -47,9 +49,18 @@ def turn_summary(outcomes: pd.DataFrame, method: str, n_resamples: int = 2_000) 
     for group, members in groups_of(rows["dataset"].unique()).items():
         for metric in ("turns", "searches", "one_search"):
             ci = stats.mean_ci(rows, method, members, metric=metric, n_resamples=n_resamples)
-            out.append({"method": method, "group": group, "metric": metric,
-                        "value": ci.estimate, "ci_low": ci.low, "ci_high": ci.high,
-                        "n_seeds": ci.n_seeds_a, "n_questions": ci.n_questions})
+            out.append(
+                {
+                    "method": method,
+                    "group": group,
+                    "metric": metric,
+                    "value": ci.estimate,
+                    "ci_low": ci.low,
+                    "ci_high": ci.high,
+                    "n_seeds": ci.n_seeds_a,
+                    "n_questions": ci.n_questions,
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -58,8 +69,12 @@ def _share_bars(ax, shares: "pd.DataFrame") -> None:
     width = 0.8 / max(len(groups), 1)
     for i, group in enumerate(groups):
         sel = shares[shares["group"] == group]
-        ax.bar(sel["count_of"] + (i - (len(groups) - 1) / 2) * width, sel["share"], width,
-               label=f"ours, {group} (mean {(sel['count_of'] * sel['share']).sum():.2f})")
+        ax.bar(
+            sel["count_of"] + (i - (len(groups) - 1) / 2) * width,
+            sel["share"],
+            width,
+            label=f"ours, {group} (mean {(sel['count_of'] * sel['share']).sum():.2f})",
+        )
     ax.set_xticks(sorted(shares["count_of"].unique()))
     ax.set_ylabel("share of samples")
     ax.grid(alpha=0.3, axis="y")
@@ -73,21 +88,36 @@ def figure4(outcomes: pd.DataFrame, method: str):
     fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.6))
     top, bottom = axes
     _share_bars(top, turn_shares(outcomes, method, "turns"))
-    top.axvline(PAPER_MULTIHOP_MEAN_TURNS, color="black", linestyle="--", linewidth=1,
-                label=f"paper: multi-hop mean {PAPER_MULTIHOP_MEAN_TURNS} turns")
+    top.axvline(
+        PAPER_MULTIHOP_MEAN_TURNS,
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label=f"paper: multi-hop mean {PAPER_MULTIHOP_MEAN_TURNS} turns",
+    )
     top.set_xlabel(UNIT_LABELS["turns"])
-    top.set_title(f"{method_label(method)}: model turns per sample, beside the paper's turns",
-                  fontsize=10)
+    top.set_title(
+        f"{method_label(method)}: model turns per sample, beside the paper's turns", fontsize=10
+    )
     _share_bars(bottom, turn_shares(outcomes, method, "searches"))
-    bottom.scatter([1], [PAPER_SINGLEHOP_ONE_TURN_SHARE], marker="*", s=140, color="black",
-                   zorder=3, label=f"paper: {PAPER_SINGLEHOP_ONE_TURN_SHARE:.1%} of single-hop "
-                                   "samples make 1 call")
+    bottom.scatter(
+        [1],
+        [PAPER_SINGLEHOP_ONE_TURN_SHARE],
+        marker="*",
+        s=140,
+        color="black",
+        zorder=3,
+        label=f"paper: {PAPER_SINGLEHOP_ONE_TURN_SHARE:.1%} of single-hop samples make 1 call",
+    )
     bottom.set_xlabel(UNIT_LABELS["searches"])
-    bottom.set_title(f"{method_label(method)}: tool calls per sample, beside the paper's "
-                     "single-call share", fontsize=10)
+    bottom.set_title(
+        f"{method_label(method)}: tool calls per sample, beside the paper's single-call share",
+        fontsize=10,
+    )
     for ax in axes:
         ax.legend(fontsize=8)
-    fig.suptitle("Figure 4 at toy scale (greedy, TinyWorld test sets): not the paper's numbers",
-                 fontsize=10)
+    fig.suptitle(
+        "Figure 4 at toy scale (greedy, TinyWorld test sets): not the paper's numbers", fontsize=10
+    )
     fig.tight_layout()
     return fig, axes

@@ -60,8 +60,17 @@ from ..rollout.export import tree_arrays
 from ..rollout.trees import rollout, tree_grpo_shape
 from ..tinyworld.build import ensure_world, read_rows
 from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
-from .node_views import (baseline_frame, describe_node, draw_growth, plot_node_credit, png_size,
-                         questions_table, render_png, signal_note, tree_view)
+from .node_views import (
+    baseline_frame,
+    describe_node,
+    draw_growth,
+    plot_node_credit,
+    png_size,
+    questions_table,
+    render_png,
+    signal_note,
+    tree_view,
+)
 from .tree_drawings import choose_example_tree
 
 # Imported inside the functions that use them: IPython, ipywidgets; notebook-only packages, there
@@ -69,6 +78,7 @@ from .tree_drawings import choose_example_tree
 
 if TYPE_CHECKING:
     import pandas as pd
+
 
 # --------------------------------------------------------------------------------------------
 # Static fallback
@@ -93,15 +103,24 @@ def default_choice(trees: Sequence[TreeArrays]) -> tuple[int, int | None, str, d
     else the tree by :func:`choose_example_tree` and no node."""
     example = choose_running_example(trees)
     if example.found:
-        return (example.tree_index, example.node, f"the running example: {example.why}",
-                example.highlight())
+        return (
+            example.tree_index,
+            example.node,
+            f"the running example: {example.why}",
+            example.highlight(),
+        )
     index, why = choose_example_tree(trees)
     return index, None, f"{why} (no running example: {example.why})", {}
 
 
-def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
-                      eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0,
-                      show: bool = True) -> Inspection:
+def static_inspection(
+    trees: Sequence[TreeArrays],
+    node: int | None = None,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    seed: int = 0,
+    show: bool = True,
+) -> Inspection:
     """The inspector's views as static figures and tables for the default choices: the running
     example's tree and turn (:func:`default_choice`; else the tree by
     :func:`~at2po_lib.reporting.tree_drawings.choose_example_tree` and
@@ -117,13 +136,19 @@ def static_inspection(trees: Sequence[TreeArrays], node: int | None = None,
         node, why_node = example_node, f"node {example_node}: the running example's picked turn"
     else:
         node, why_node = most_disputed_node(table)
-    ratios = simulated_turn_ratios(tree, table["/".join(DEFAULT_MODE)].to_numpy(),
-                                   eps_low=eps_low, eps_high=eps_high, seed=seed)
+    ratios = simulated_turn_ratios(
+        tree,
+        table["/".join(DEFAULT_MODE)].to_numpy(),
+        eps_low=eps_low,
+        eps_high=eps_high,
+        seed=seed,
+    )
     marks = highlight or {node: "chosen node"}
     figures = draw_growth(tree, title=str(tree.info.get("question", "")), highlight=marks)
     figures.append(plot_node_credit(table, node, note=signal_note(tree))[0])
-    inspection = Inspection(tree, node, why_tree, why_node, table, ratios, figures,
-                            questions_table(trees))
+    inspection = Inspection(
+        tree, node, why_tree, why_node, table, ratios, figures, questions_table(trees)
+    )
     if show:
         _show_static(inspection)
     return inspection
@@ -195,17 +220,24 @@ def random_tree_count(rollout_cfg: Any) -> tuple[int | None, str]:
 
     if splits(wanted):
         return wanted, ""
-    valid = sorted((m for m in range(1, budget + 1) if splits(m)),
-                   key=lambda m: (abs(m - wanted), m))
-    shape = (f"M + L·K = {rollout_cfg.tree_m} + {rollout_cfg.tree_l}·{rollout_cfg.tree_k} = "
-             f"{budget} leaves")
+    valid = sorted(
+        (m for m in range(1, budget + 1) if splits(m)), key=lambda m: (abs(m - wanted), m)
+    )
+    shape = (
+        f"M + L·K = {rollout_cfg.tree_m} + {rollout_cfg.tree_l}·{rollout_cfg.tree_k} = "
+        f"{budget} leaves"
+    )
     if not valid:
-        return None, (f"random (Tree-GRPO) cannot grow {shape}: no number of trees splits them "
-                      f"into trees of 1 + L·n leaves (L = {rollout_cfg.tree_l}); change M, L or K")
+        return None, (
+            f"random (Tree-GRPO) cannot grow {shape}: no number of trees splits them "
+            f"into trees of 1 + L·n leaves (L = {rollout_cfg.tree_l}); change M, L or K"
+        )
     m = valid[0]
-    return m, (f"random (Tree-GRPO): {m} tree{'s' * (m != 1)} of {budget // m} leaves, since "
-               f"{shape} do not split into the profile's {wanted} trees of 1 + L·n leaves at "
-               f"L = {rollout_cfg.tree_l}")
+    return m, (
+        f"random (Tree-GRPO): {m} tree{'s' * (m != 1)} of {budget // m} leaves, since "
+        f"{shape} do not split into the profile's {wanted} trees of 1 + L·n leaves at "
+        f"L = {rollout_cfg.tree_l}"
+    )
 
 
 class LiveRollout:
@@ -216,8 +248,10 @@ class LiveRollout:
         self.cfg = load_profile(profile, overrides or None)
         policy = cached_warmstart(self.cfg)
         if policy is None:
-            raise FileNotFoundError(f"no warm start for profile {profile!r}: run notebook 02 or "
-                                    f"`at2po warmstart --profile {profile}` first")
+            raise FileNotFoundError(
+                f"no warm start for profile {profile!r}: run notebook 02 or "
+                f"`at2po warmstart --profile {profile}` first"
+            )
         self.policy = policy
         self.note = ""
         """What the last :meth:`grow` chose that the controls did not say (``random``: the
@@ -226,21 +260,25 @@ class LiveRollout:
         self.template = get_template(self.cfg.policy.template)
         self.retriever = build_retriever(self.cfg)
         self.dataset = self.cfg.train.train_datasets[0]
-        self.rows = [{**r, "dataset": self.dataset}
-                     for r in read_rows(ensure_world(self.cfg), self.dataset, "train")]
+        self.rows = [
+            {**r, "dataset": self.dataset}
+            for r in read_rows(ensure_world(self.cfg), self.dataset, "train")
+        ]
         self.questions = [r["question"] for r in self.rows]
         self.golden = [list(r["golden_answers"]) for r in self.rows]
 
-    def grow(self, question: int, expansion: str, m: int, l: int, k: int, alpha: float,
-             seed: int = 0) -> list[TreeArrays]:
+    def grow(
+        self, question: int, expansion: str, m: int, l: int, k: int, alpha: float, seed: int = 0
+    ) -> list[TreeArrays]:
         """The trees of one question (``random``: :func:`random_tree_count` of them, ``note``
         says when that is not the profile's ``rollout.tree_grpo_trees``) grown with M, L, K, α;
         ``chain`` and ``aepo`` get M + L·K leaves. Trees carry the question's plan (decision
         labels) and search nodes their passages (``retrieved``)."""
         if expansion not in EXPANSIONS:
             raise ValueError(f"expansion {expansion!r}; choose one of {EXPANSIONS}")
-        cfg = replace(self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k),
-                      tree_alpha=float(alpha))
+        cfg = replace(
+            self.cfg.rollout, tree_m=int(m), tree_l=int(l), tree_k=int(k), tree_alpha=float(alpha)
+        )
         self.note = ""
         if expansion == "random":
             trees_per_prompt, self.note = random_tree_count(cfg)
@@ -248,12 +286,22 @@ class LiveRollout:
                 raise ValueError(self.note)
             cfg = replace(cfg, tree_grpo_trees=trees_per_prompt)
         leaves = cfg.leaves_per_prompt("entropy")
-        grown = rollout(self.model, self.tokenizer, self.template, self.retriever,
-                        [self.questions[question]], [self.golden[question]], cfg,
-                        expansion=expansion, num_leaves=leaves if expansion in ("chain", "aepo")
-                        else None, seed=seed, prompt_ids=[question])
-        trees = with_plans([tree_arrays(t, cfg.entropy_estimate) for t in grown],
-                           {question: self.rows[question]})
+        grown = rollout(
+            self.model,
+            self.tokenizer,
+            self.template,
+            self.retriever,
+            [self.questions[question]],
+            [self.golden[question]],
+            cfg,
+            expansion=expansion,
+            num_leaves=leaves if expansion in ("chain", "aepo") else None,
+            seed=seed,
+            prompt_ids=[question],
+        )
+        trees = with_plans(
+            [tree_arrays(t, cfg.entropy_estimate) for t in grown], {question: self.rows[question]}
+        )
         return with_retrievals(trees, self.retriever, self.cfg.retrieval.topk)
 
 
@@ -264,8 +312,10 @@ hourglass glyph showed as an empty box without an emoji font)."""
 
 def busy_html(what: str) -> str:
     """The busy sign's HTML: :data:`BUSY_MARK` and what is being updated."""
-    return (f"<b style='color:#8a4100;background:#fff1e0;padding:2px 6px;border-radius:3px'>"
-            f"{BUSY_MARK} {html.escape(what)} …</b>")
+    return (
+        f"<b style='color:#8a4100;background:#fff1e0;padding:2px 6px;border-radius:3px'>"
+        f"{BUSY_MARK} {html.escape(what)} …</b>"
+    )
 
 
 QUESTION_PLACEHOLDER = "(Grow: the training questions load with the first Grow)"
@@ -277,8 +327,7 @@ QUESTIONS_LISTED = 200
 def _natural_layout(w: Any) -> Any:
     """An image layout that keeps a PNG at its natural size: not stretched by the box around it
     (``align_self``), scaled down in proportion only when wider than the column."""
-    return w.Layout(max_width="100%", height="auto", align_self="flex-start",
-                    object_fit="contain")
+    return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain")
 
 
 def _show_png(image: Any, png: bytes) -> None:
@@ -303,8 +352,15 @@ class TreeInspector:
     so and the controls are disabled, and afterwards ``status`` names what is shown (tree,
     prompt, question, round, node)."""
 
-    def __init__(self, profile: str, trees: Sequence[TreeArrays] = (), live: LiveRollout | None = None,
-                 eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0):
+    def __init__(
+        self,
+        profile: str,
+        trees: Sequence[TreeArrays] = (),
+        live: LiveRollout | None = None,
+        eps_low: float = EPS_LOW,
+        eps_high: float = EPS_HIGH,
+        seed: int = 0,
+    ):
         import ipywidgets as w
 
         self.profile, self.live, self.seed = profile, live, seed
@@ -312,15 +368,27 @@ class TreeInspector:
 
         r = load_profile(profile).rollout
         style = {"description_width": "initial"}
-        self.question = w.Dropdown(options=[(QUESTION_PLACEHOLDER, 0)],
-                                   value=0, description="question", style=style,
-                                   layout=w.Layout(width="640px"))
-        self.expansion = w.ToggleButtons(options=EXPANSIONS, value="entropy", description="expansion")
+        self.question = w.Dropdown(
+            options=[(QUESTION_PLACEHOLDER, 0)],
+            value=0,
+            description="question",
+            style=style,
+            layout=w.Layout(width="640px"),
+        )
+        self.expansion = w.ToggleButtons(
+            options=EXPANSIONS, value="entropy", description="expansion"
+        )
         self.m = w.IntSlider(value=r.tree_m, min=1, max=8, description="M")
         self.l = w.IntSlider(value=r.tree_l, min=0, max=4, description="L")
         self.k = w.IntSlider(value=r.tree_k, min=1, max=8, description="K")
-        self.alpha = w.FloatLogSlider(value=max(r.tree_alpha, 1e-4), base=10, min=-4, max=0,
-                                      description="α", readout_format=".4f")
+        self.alpha = w.FloatLogSlider(
+            value=max(r.tree_alpha, 1e-4),
+            base=10,
+            min=-4,
+            max=0,
+            description="α",
+            readout_format=".4f",
+        )
         self.grow_button = w.Button(description="Grow", button_style="primary")
         self.tree_pick = w.Dropdown(options=[("tree 0", 0)], value=0, description="tree")
         self.round = w.IntSlider(value=0, min=0, max=0, description="round")
@@ -350,12 +418,21 @@ class TreeInspector:
         self.tree_pick.observe(lambda _: self._on_tree(), names="value")
         self.round.observe(lambda _: self._on_view(), names="value")
         self.node.observe(lambda _: self._on_node(), names="value")
-        self.widget = w.VBox([
-            self.question, self.expansion, w.HBox([self.m, self.l, self.k]),
-            w.HBox([self.alpha, self.grow_button, self.grow_busy]), self.status, self.listing,
-            w.HBox([self.tree_pick, self.round, self.node, self.busy]), self.signal,
-            self.tree_image,
-            self.node_out, self.credit_image])
+        self.widget = w.VBox(
+            [
+                self.question,
+                self.expansion,
+                w.HBox([self.m, self.l, self.k]),
+                w.HBox([self.alpha, self.grow_button, self.grow_busy]),
+                self.status,
+                self.listing,
+                w.HBox([self.tree_pick, self.round, self.node, self.busy]),
+                self.signal,
+                self.tree_image,
+                self.node_out,
+                self.credit_image,
+            ]
+        )
         if self.trees:
             index, node, why, self.highlight = default_choice(self.trees)
             self.origin = why
@@ -363,8 +440,18 @@ class TreeInspector:
 
     @property
     def controls(self) -> list[Any]:
-        return [self.question, self.expansion, self.m, self.l, self.k, self.alpha,
-                self.grow_button, self.tree_pick, self.round, self.node]
+        return [
+            self.question,
+            self.expansion,
+            self.m,
+            self.l,
+            self.k,
+            self.alpha,
+            self.grow_button,
+            self.tree_pick,
+            self.round,
+            self.node,
+        ]
 
     @contextmanager
     def _busy(self, what: str, sign: Any = None):
@@ -391,8 +478,12 @@ class TreeInspector:
         if self.expansion.value != "random":
             self.grow_busy.value, self.grow_button.disabled = "", False
             return
-        r = replace(load_profile(self.profile).rollout, tree_m=self.m.value,
-                    tree_l=self.l.value, tree_k=self.k.value)
+        r = replace(
+            load_profile(self.profile).rollout,
+            tree_m=self.m.value,
+            tree_l=self.l.value,
+            tree_k=self.k.value,
+        )
         count, note = random_tree_count(r)
         self.grow_button.disabled = count is None
         self.grow_busy.value = f"<i>{html.escape(note)}</i>" if note else ""
@@ -404,9 +495,12 @@ class TreeInspector:
             return self.origin
         tree = self.trees[self.index]
         question = str(tree.info.get("question", ""))
-        shown = (f"showing tree {self.index} of {len(self.trees)} (prompt {tree.prompt_id}"
-                 + (f": <i>{html.escape(question)}</i>" if question else "") + f"), round "
-                 f"{self.round.value}, node {self.node.value}")
+        shown = (
+            f"showing tree {self.index} of {len(self.trees)} (prompt {tree.prompt_id}"
+            + (f": <i>{html.escape(question)}</i>" if question else "")
+            + f"), round "
+            f"{self.round.value}, node {self.node.value}"
+        )
         if self.highlight:
             shown += " — the running example"
         return f"{shown}<br><small>{html.escape(self.origin)}</small>" if self.origin else shown
@@ -425,15 +519,25 @@ class TreeInspector:
         with self._busy("growing a tree with the warm-start policy", self.grow_busy):
             try:
                 live = self._live()
-                trees = live.grow(self.question.value, self.expansion.value, self.m.value,
-                                  self.l.value, self.k.value, self.alpha.value, self.seed)
+                trees = live.grow(
+                    self.question.value,
+                    self.expansion.value,
+                    self.m.value,
+                    self.l.value,
+                    self.k.value,
+                    self.alpha.value,
+                    self.seed,
+                )
             except Exception as err:  # shown in the widget: a failed rollout must not pass silently
-                self.status.value = (f"<b>failed:</b> {html.escape(type(err).__name__)}: "
-                                     f"{html.escape(str(err))}")
+                self.status.value = (
+                    f"<b>failed:</b> {html.escape(type(err).__name__)}: {html.escape(str(err))}"
+                )
                 return
             self.trees, self.highlight = trees, {}
-            self.origin = (f"grown: {len(trees)} tree(s) of question {self.question.value} "
-                           f"({self.expansion.value})")
+            self.origin = (
+                f"grown: {len(trees)} tree(s) of question {self.question.value} "
+                f"({self.expansion.value})"
+            )
             note = getattr(live, "note", "")  # a stand-in rollout (tests) may have none
             if note:
                 self.origin += f"; {note}"
@@ -442,8 +546,9 @@ class TreeInspector:
     def _set_trees(self, index: int, node: int | None) -> None:
         self._quiet = True
         try:
-            self.tree_pick.options = [(f"tree {i} (prompt {t.prompt_id})", i)
-                                      for i, t in enumerate(self.trees)]
+            self.tree_pick.options = [
+                (f"tree {i} (prompt {t.prompt_id})", i) for i, t in enumerate(self.trees)
+            ]
             self.tree_pick.value = index
             self._load_tree(index, node)
         finally:
@@ -456,8 +561,9 @@ class TreeInspector:
         tree = self.trees[index]
         same = [i for i, t in enumerate(self.trees) if t.prompt_id == tree.prompt_id]
         self.table = credit_table([self.trees[i] for i in same], same.index(index))
-        self.ratios = simulated_turn_ratios(tree, self.table["/".join(DEFAULT_MODE)].to_numpy(),
-                                            *self.eps, seed=self.seed)
+        self.ratios = simulated_turn_ratios(
+            tree, self.table["/".join(DEFAULT_MODE)].to_numpy(), *self.eps, seed=self.seed
+        )
         rounds = tree.node_arrays.get("expansion_round")
         last = int(np.max(rounds)) if rounds is not None and len(rounds) else 0
         self.round.max, self.round.value = last, last
@@ -467,9 +573,12 @@ class TreeInspector:
     def _list_questions(self) -> None:
 
         table = questions_table(self.trees)
-        items = "".join(f"<li>prompt {p}: <i>{html.escape(str(r['question']))}</i> (gold: "
-                        f"{html.escape(str(r['gold']))}; trees {r['trees']}, mean reward "
-                        f"{r['mean_reward']:.2f})</li>" for p, r in table.iterrows())
+        items = "".join(
+            f"<li>prompt {p}: <i>{html.escape(str(r['question']))}</i> (gold: "
+            f"{html.escape(str(r['gold']))}; trees {r['trees']}, mean reward "
+            f"{r['mean_reward']:.2f})</li>"
+            for p, r in table.iterrows()
+        )
         self.listing.value = f"<b>questions shown:</b><ul style='margin:0'>{items}</ul>"
 
     def _on_tree(self) -> None:
@@ -504,13 +613,22 @@ class TreeInspector:
     def view_png(self) -> bytes:
         """The tree view the widget shows now, rendered offline (what the image must hold)."""
         tree = self.trees[self.index]
-        return render_png(tree_view(tree, upto_round=self.round.value, node=int(self.node.value),
-                                    highlight=self.highlight))
+        return render_png(
+            tree_view(
+                tree,
+                upto_round=self.round.value,
+                node=int(self.node.value),
+                highlight=self.highlight,
+            )
+        )
 
     def chart_png(self) -> bytes:
         """The credit chart the widget shows now, rendered offline (what its image must hold)."""
-        return render_png(plot_node_credit(self.table, int(self.node.value),
-                                           note=signal_note(self.trees[self.index]))[0])
+        return render_png(
+            plot_node_credit(
+                self.table, int(self.node.value), note=signal_note(self.trees[self.index])
+            )[0]
+        )
 
     def _draw_tree(self) -> None:
         note = signal_note(self.trees[self.index])
@@ -532,9 +650,11 @@ class TreeInspector:
         _show_png(self.credit_image, self.chart_png())
 
 
-REOPEN_HINT = ("The inspector runs in this notebook's kernel: in a notebook reopened since, "
-               "JupyterLab shows \"Error displaying widget: model not found\" below instead; "
-               "run the cell above to start the inspector.")
+REOPEN_HINT = (
+    "The inspector runs in this notebook's kernel: in a notebook reopened since, "
+    'JupyterLab shows "Error displaying widget: model not found" below instead; '
+    "run the cell above to start the inspector."
+)
 """Shown above the widget, so that a reopened notebook (whose saved output names a widget model
 its new kernel never made) says what to do (issue #49)."""
 
@@ -548,8 +668,14 @@ def reopen_hint() -> Any:
     return HTML(f"<small><i>{html.escape(REOPEN_HINT)}</i></small>")
 
 
-def inspect(profile: str, trees: Sequence[TreeArrays] = (), mode: str = "auto",
-            eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, seed: int = 0) -> Any:
+def inspect(
+    profile: str,
+    trees: Sequence[TreeArrays] = (),
+    mode: str = "auto",
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    seed: int = 0,
+) -> Any:
     """Show the inspector: ``mode="widgets"`` (JupyterLab), ``"static"`` (figures and tables
     for the default choices, :func:`static_inspection`), or ``"auto"`` (widgets when
     :func:`widget_frontend`, else static). Returns the :class:`TreeInspector` or the

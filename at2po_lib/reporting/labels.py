@@ -18,21 +18,38 @@ from .records import discover_runs, recorded_rollout
 if TYPE_CHECKING:
     import pandas as pd
 
-METHOD_LABELS = {"react": "ReAct", "grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO",
-                 "tree_grpo": "Tree-GRPO", "aepo": "AEPO", "at2po": "AT2PO",
-                 "at2po_exact": "AT2PO (exact entropy, α = 0.001)",
-                 "grpo_tree_budget": "GRPO (AT2PO's budget: M + L·K chains)"}
+METHOD_LABELS = {
+    "react": "ReAct",
+    "grpo": "GRPO",
+    "dapo": "DAPO",
+    "gspo": "GSPO",
+    "tree_grpo": "Tree-GRPO",
+    "aepo": "AEPO",
+    "at2po": "AT2PO",
+    "at2po_exact": "AT2PO (exact entropy, α = 0.001)",
+    "grpo_tree_budget": "GRPO (AT2PO's budget: M + L·K chains)",
+}
 """Project method names → the paper's row labels."""
 
-DATASET_LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue",
-                  "bamboogle": "Bamboogle", "nq": "NQ", "triviaqa": "TriviaQA",
-                  "popqa": "PopQA"}
+DATASET_LABELS = {
+    "hotpotqa": "HotpotQA",
+    "2wikimultihopqa": "2Wiki",
+    "musique": "MuSiQue",
+    "bamboogle": "Bamboogle",
+    "nq": "NQ",
+    "triviaqa": "TriviaQA",
+    "popqa": "PopQA",
+}
 """Paper dataset names → column labels."""
 
 PAPER_DATASET_ORDER = (*GROUPS["multihop"], *GROUPS["singlehop"])
 
-_BACKBONES = (("qwen3-4b", "Qwen3-4B"), ("qwen3-8b", "Qwen3-8B"), ("qwen2.5-7b", "Qwen2.5-7B"),
-              ("qwen25-7b", "Qwen2.5-7B"))
+_BACKBONES = (
+    ("qwen3-4b", "Qwen3-4B"),
+    ("qwen3-8b", "Qwen3-8B"),
+    ("qwen2.5-7b", "Qwen2.5-7B"),
+    ("qwen25-7b", "Qwen2.5-7B"),
+)
 
 
 def published_backbone(profile: str, model: str | None = None) -> str:
@@ -91,15 +108,17 @@ def method_label(method: str) -> str:
     if preset.table.startswith("Table 2"):
         return preset.table
     if preset.table == "Table 3":  # a credit cell: its value mode / advantage mode
-        return (f"Table 3 {preset.overrides['credit_value']} / "
-                f"{preset.overrides['credit_advantage']}")
+        return (
+            f"Table 3 {preset.overrides['credit_value']} / {preset.overrides['credit_advantage']}"
+        )
     return method
 
 
 STEP3 = ("ablation_entropy_tree",)
 """The runs Table 2's step 4 (AT2PO) differs from in credit only: step 3."""
-TABLE3_CELLS = tuple(m for m in TABLE3_METHODS
-                     if m != credit_method("entropy_softmax", "node_value"))
+TABLE3_CELLS = tuple(
+    m for m in TABLE3_METHODS if m != credit_method("entropy_softmax", "node_value")
+)
 """The runs Table 3's default cell (AT2PO) differs from in credit only: the other cells."""
 
 
@@ -143,14 +162,17 @@ def table_configurations(profile: str) -> str:
         seeds = int(runs["finished"].sum()) if len(runs) else 0
         fixed = METHODS[method].rollout
         settings = recorded_rollout(profile, [method]) or {**profile_rollout, **fixed}
-        where = ("the profile's settings" if not fixed else
-                 "the settings it fixes over the profile's")
+        where = (
+            "the profile's settings" if not fixed else "the settings it fixes over the profile's"
+        )
         count = f"{seeds} seed{'s' if seeds != 1 else ''}" if seeds else "no finished runs yet"
         return f"`{method}` ({expansion_words(settings)}: {where}; {count})"
 
-    slots = {"Table 1's AT2PO row": "at2po",
-             "Table 2's step 4 (= AT2PO)": profile_at2po(profile, STEP3),
-             "Table 3's default cell": profile_at2po(profile, TABLE3_CELLS)}
+    slots = {
+        "Table 1's AT2PO row": "at2po",
+        "Table 2's step 4 (= AT2PO)": profile_at2po(profile, STEP3),
+        "Table 3's default cell": profile_at2po(profile, TABLE3_CELLS),
+    }
     by_method: dict[str, list[str]] = {}
     for slot, method in slots.items():
         by_method.setdefault(method, []).append(slot)
@@ -161,7 +183,9 @@ def table_configurations(profile: str) -> str:
         parts.append(f"{joined} {verb} {described(method)}")
     sentence = f"On `{profile}`, " + ", while ".join(parts)
     if len(by_method) > 1:
-        sentence += (": the settings Table 2's step 3 and Table 3's other cells were recorded "
-                     "with, so that each differs from its neighbours in credit only, until the "
-                     "study re-runs them with the profile's")
+        sentence += (
+            ": the settings Table 2's step 3 and Table 3's other cells were recorded "
+            "with, so that each differs from its neighbours in credit only, until the "
+            "study re-runs them with the profile's"
+        )
     return sentence + "."

@@ -52,24 +52,33 @@ class StepRecorder(_callback_base()):
     def __init__(self, metrics: tuple[str, ...] = LIVE_METRICS):
         self.metrics, self.rows = metrics, []
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, float] | None = None,
-               **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        logs: Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if logs and "reward" in logs:
             self.rows.append({"step": len(self.rows) + 1, **{m: logs.get(m) for m in self.metrics}})
 
 
-def live_run(profile: str, method: str, steps: int, seed: int = 0,
-             overrides: Mapping[str, Any] | None = None) -> tuple[Any, "Any"]:
+def live_run(
+    profile: str, method: str, steps: int, seed: int = 0, overrides: Mapping[str, Any] | None = None
+) -> tuple[Any, "Any"]:
     """Train ``method`` for ``steps`` steps (module docstring); returns the
     :class:`~at2po_lib.trainer.run.TrainResult` and a DataFrame of the logged steps."""
     merged = {k: dict(v) for k, v in (overrides or {}).items()}
     policy = ensure_warmstart(load_profile(profile, merged or None))  # before the scratch folder
-    merged.setdefault("train", {}).update({"max_steps": int(steps), "eval_every": 0,
-                                           "final_eval": False, "save_every": 0})
+    merged.setdefault("train", {}).update(
+        {"max_steps": int(steps), "eval_every": 0, "final_eval": False, "save_every": 0}
+    )
     merged.setdefault("policy", {}).update({"model": str(policy)})
     scratch = results_dir("executed", profile, "live")
     curves = StepRecorder()
     with _results_in(scratch):
-        result = train(profile, method, seed, force=True, profile_overrides=merged,
-                       callbacks=[curves])
+        result = train(
+            profile, method, seed, force=True, profile_overrides=merged, callbacks=[curves]
+        )
     return result, pd.DataFrame(curves.rows)

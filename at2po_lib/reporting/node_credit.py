@@ -31,15 +31,13 @@ import pandas as pd
 import torch
 
 from ..analysis.credit_accuracy import gigpo_row_advantages
-from ..method.credit import (ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages,
-                             forest_node_values)
+from ..method.credit import ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages, forest_node_values
 from ..method.outcome import grpo_advantages, tree_grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
 
 BASELINES = ("grpo", "tree_grpo", "gigpo")
 DEFAULT_MODE = ("entropy_softmax", "node_value")
 """AT2PO's default credit (the authors' code): the advantage the clip check uses."""
-
 
 
 def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,8 +49,9 @@ def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return leaves.numpy(), row, nodes[row, col]
 
 
-def _mean_over_rows(pair_row: np.ndarray, pair_node: np.ndarray, per_row: np.ndarray,
-                    num_nodes: int) -> np.ndarray:
+def _mean_over_rows(
+    pair_row: np.ndarray, pair_node: np.ndarray, per_row: np.ndarray, num_nodes: int
+) -> np.ndarray:
     total = np.bincount(pair_node, weights=per_row[pair_row], minlength=num_nodes)
     count = np.bincount(pair_node, minlength=num_nodes)
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
@@ -69,8 +68,11 @@ def anchor_states(trees: Sequence[TreeArrays]) -> np.ndarray:
         for n in depth_order[1:]:  # parents come first: one pass in depth order
             p = int(t.parent[n])
             record = t.records[p] if len(t.records) else {}
-            found = record.get("retrieved") or ([record["query"]] if record.get("action") == "search"
-                                                and record.get("query") else [])
+            found = record.get("retrieved") or (
+                [record["query"]]
+                if record.get("action") == "search" and record.get("query")
+                else []
+            )
             seen[n] = seen[p] | frozenset(str(v) for v in found) if p > 0 else frozenset()
         keys += seen
     index: dict[frozenset, int] = {}
@@ -111,11 +113,15 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> pd
     columns["grpo"] = _mean_over_rows(pair_row, pair_node, grpo, forest.num_nodes)[own]
     try:
         tree_ids = forest.tree_index.numpy()[leaf]
-        tg = tree_grpo_advantages(torch.as_tensor(reward), torch.as_tensor(tree_ids), prompt).numpy()
+        tg = tree_grpo_advantages(
+            torch.as_tensor(reward), torch.as_tensor(tree_ids), prompt
+        ).numpy()
         columns["tree_grpo"] = _mean_over_rows(pair_row, pair_node, tg, forest.num_nodes)[own]
         if len(trees) == 1:
-            notes.append("tree_grpo on one tree: both of its terms are GRPO over the same "
-                         "leaves (Tree-GRPO grows several trees per prompt: expansion 'random')")
+            notes.append(
+                "tree_grpo on one tree: both of its terms are GRPO over the same "
+                "leaves (Tree-GRPO grows several trees per prompt: expansion 'random')"
+            )
     except ValueError as err:
         columns["tree_grpo"] = np.full(tree.num_nodes, np.nan)
         notes.append(f"tree_grpo: {err}")
@@ -128,20 +134,37 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> pd
     return frame
 
 
-def _gigpo(forest: Any, trees: Sequence[TreeArrays], leaf: np.ndarray, pair_row: np.ndarray,
-           pair_node: np.ndarray, own: slice) -> tuple[np.ndarray, str]:
+def _gigpo(
+    forest: Any,
+    trees: Sequence[TreeArrays],
+    leaf: np.ndarray,
+    pair_row: np.ndarray,
+    pair_node: np.ndarray,
+    own: slice,
+) -> tuple[np.ndarray, str]:
     depth = node_depths(forest.parent).numpy()
-    labels = SimpleNamespace(forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64),
-                             state=anchor_states(trees))
-    rows = SimpleNamespace(leaf=leaf, pair_row=pair_row, pair_node=pair_node,
-                           turns_after=depth[leaf][pair_row] - depth[pair_node])
+    labels = SimpleNamespace(
+        forest=forest, prompt=np.zeros(forest.num_nodes, dtype=np.int64), state=anchor_states(trees)
+    )
+    rows = SimpleNamespace(
+        leaf=leaf,
+        pair_row=pair_row,
+        pair_node=pair_node,
+        turns_after=depth[leaf][pair_row] - depth[pair_node],
+    )
     per_pair = gigpo_row_advantages(labels, rows)
     total = np.bincount(pair_node, weights=per_pair, minlength=forest.num_nodes)
     count = np.bincount(pair_node, minlength=forest.num_nodes)
     effective = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     passages = any(r.get("retrieved") for t in trees for r in t.records)
-    note = "" if passages else ("gigpo: anchor states from the queries searched before each "
-                                "turn (these trees carry no retrieved passage ids)")
+    note = (
+        ""
+        if passages
+        else (
+            "gigpo: anchor states from the queries searched before each "
+            "turn (these trees carry no retrieved passage ids)"
+        )
+    )
     return effective[own], note
 
 
@@ -149,10 +172,13 @@ def node_credit_grid(table: pd.DataFrame, node: int) -> pd.DataFrame:
     """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes),
     with the node value V_n as the first column."""
     row = table.loc[node]
-    return pd.DataFrame({"V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
-                         **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
-                            for am in ADVANTAGE_MODES}},
-                        index=pd.Index(VALUE_MODES, name="value mode"))
+    return pd.DataFrame(
+        {
+            "V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
+            **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES] for am in ADVANTAGE_MODES},
+        },
+        index=pd.Index(VALUE_MODES, name="value mode"),
+    )
 
 
 def most_disputed_node(table: pd.DataFrame) -> tuple[int, str]:
@@ -169,8 +195,12 @@ def most_disputed_node(table: pd.DataFrame) -> tuple[int, str]:
     best = int(np.lexsort((-spread, -minority))[0])
     node = int(adv.index[best])
     if minority[best] > 0:
-        return node, (f"node {node}: the turn the credit rules disagree on most ({minority[best]} "
-                      f"of {adv.shape[1]} rules on the minority side of the sign; spread "
-                      f"{spread[best]:.3f})")
-    return node, (f"node {node}: every rule agrees on the sign of every turn; this one's "
-                  f"advantages spread most (max − min = {spread[best]:.3f})")
+        return node, (
+            f"node {node}: the turn the credit rules disagree on most ({minority[best]} "
+            f"of {adv.shape[1]} rules on the minority side of the sign; spread "
+            f"{spread[best]:.3f})"
+        )
+    return node, (
+        f"node {node}: every rule agrees on the sign of every turn; this one's "
+        f"advantages spread most (max − min = {spread[best]:.3f})"
+    )

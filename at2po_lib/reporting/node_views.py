@@ -16,41 +16,58 @@ import pandas as pd
 
 from ..method.tree import TreeArrays
 from .node_credit import BASELINES, DEFAULT_MODE
-from .tree_drawings import (CHOSEN_ROLE, close_figure, draw_rollout_tree, grown_by_round,
-                            new_figure, node_text_table)
+from .tree_drawings import (
+    CHOSEN_ROLE,
+    close_figure,
+    draw_rollout_tree,
+    grown_by_round,
+    new_figure,
+    node_text_table,
+)
 
 
-def describe_node(tree: TreeArrays, table: pd.DataFrame, ratios: pd.DataFrame,
-                  node: int) -> str:
+def describe_node(tree: TreeArrays, table: pd.DataFrame, ratios: pd.DataFrame, node: int) -> str:
     """A few lines on one node: its action and full text, entropy, reward, default advantage,
     turn ratio and whether the turn-level clip binds."""
     side = node_text_table(tree).loc[node]
     lo, hi = ratios.attrs["window"]
-    lines = [f"node {node} (parent {int(side['parent'])}, depth {int(side['depth'])}, "
-             f"round {int(side['round'])}): {side['action']}"]
+    lines = [
+        f"node {node} (parent {int(side['parent'])}, depth {int(side['depth'])}, "
+        f"round {int(side['round'])}): {side['action']}"
+    ]
     if side["query_or_answer"]:
         lines.append(f"  query/answer: {side['query_or_answer']}")
     if side["turn_text"]:
         lines.append(f"  text: {side['turn_text'][:400]}")
-    lines.append(f"  entropy H = {tree.entropy[node]:.4f}"
-                 + (f", reward r = {tree.leaf_reward[node]:g}" if np.isfinite(tree.leaf_reward[node]) else ""))
+    lines.append(
+        f"  entropy H = {tree.entropy[node]:.4f}"
+        + (
+            f", reward r = {tree.leaf_reward[node]:g}"
+            if np.isfinite(tree.leaf_reward[node])
+            else ""
+        )
+    )
     adv = table.loc[node, "/".join(DEFAULT_MODE)]
     if node == 0:
         lines.append("  the root holds only the prompt: no tokens, no ratio")
     else:
         r = ratios.loc[node]
         binds = "binds (no gradient from this turn)" if r["turn_clipped"] else "does not bind"
-        lines.append(f"  AT2PO default advantage ({'/'.join(DEFAULT_MODE)}) {adv:+.4f}; "
-                     f"turn ratio after one simulated update {r['turn_ratio']:.5f} over "
-                     f"{int(r['tokens'])} tokens; clip window [{lo:.4f}, {hi:.4f}]: the turn-level "
-                     f"clip {binds}; a token-level clip would bind on "
-                     f"{100 * r['token_clip_share']:.0f}% of its tokens")
+        lines.append(
+            f"  AT2PO default advantage ({'/'.join(DEFAULT_MODE)}) {adv:+.4f}; "
+            f"turn ratio after one simulated update {r['turn_ratio']:.5f} over "
+            f"{int(r['tokens'])} tokens; clip window [{lo:.4f}, {hi:.4f}]: the turn-level "
+            f"clip {binds}; a token-level clip would bind on "
+            f"{100 * r['token_clip_share']:.0f}% of its tokens"
+        )
     return "\n".join(lines)
 
 
 def baseline_frame(table: pd.DataFrame, node: int) -> pd.DataFrame:
-    return pd.DataFrame({"advantage": [table.loc[node, b] for b in BASELINES]},
-                        index=pd.Index(BASELINES, name="baseline"))
+    return pd.DataFrame(
+        {"advantage": [table.loc[node, b] for b in BASELINES]},
+        index=pd.Index(BASELINES, name="baseline"),
+    )
 
 
 def signal_note(tree: TreeArrays) -> str:
@@ -60,9 +77,11 @@ def signal_note(tree: TreeArrays) -> str:
     if scored.size == 0:
         return "no signal here: no leaf of this tree is scored"
     if np.all(scored == scored[0]):
-        return (f"no signal here: all {scored.size} leaves have reward {scored[0]:g}, so every "
-                "value and every AT2PO advantage of this tree is 0 (GRPO too, if the prompt's "
-                "other trees agree)")
+        return (
+            f"no signal here: all {scored.size} leaves have reward {scored[0]:g}, so every "
+            "value and every AT2PO advantage of this tree is 0 (GRPO too, if the prompt's "
+            "other trees agree)"
+        )
     return ""
 
 
@@ -72,20 +91,35 @@ def questions_table(trees: Sequence[TreeArrays]) -> pd.DataFrame:
     rows: dict[int, dict] = {}
     for i, t in enumerate(trees):
         scored = t.leaf_reward[np.isfinite(t.leaf_reward)]
-        row = rows.setdefault(t.prompt_id, {
-            "prompt": t.prompt_id, "question": t.info.get("question", ""),
-            "gold": (list(t.info.get("golden_answers") or [""]) or [""])[0],
-            "trees": [], "leaves": 0, "_sum": 0.0})
+        row = rows.setdefault(
+            t.prompt_id,
+            {
+                "prompt": t.prompt_id,
+                "question": t.info.get("question", ""),
+                "gold": (list(t.info.get("golden_answers") or [""]) or [""])[0],
+                "trees": [],
+                "leaves": 0,
+                "_sum": 0.0,
+            },
+        )
         row["trees"].append(i)
         row["leaves"] += int(scored.size)
         row["_sum"] += float(scored.sum())
-    frame = pd.DataFrame([{**{k: v for k, v in r.items() if k != "_sum"},
-                           "mean_reward": r["_sum"] / max(r["leaves"], 1)} for r in rows.values()])
+    frame = pd.DataFrame(
+        [
+            {
+                **{k: v for k, v in r.items() if k != "_sum"},
+                "mean_reward": r["_sum"] / max(r["leaves"], 1),
+            }
+            for r in rows.values()
+        ]
+    )
     return frame.set_index("prompt") if len(frame) else frame
 
 
-def plot_node_credit(table: pd.DataFrame, node: int, ax: Any = None,
-                     note: str = "") -> tuple[Any, Any]:
+def plot_node_credit(
+    table: pd.DataFrame, node: int, ax: Any = None, note: str = ""
+) -> tuple[Any, Any]:
     """Horizontal bars: the node's advantage under every credit rule (16 AT2PO + baselines);
     ``note`` (e.g. :func:`signal_note`) is written in the plot. Without ``ax`` the figure is
     detached from pyplot (:func:`~at2po_lib.reporting.tree_drawings.new_figure`): the widget's
@@ -108,18 +142,33 @@ def plot_node_credit(table: pd.DataFrame, node: int, ax: Any = None,
     if not np.nan_to_num(vals).any():
         ax.set_xlim(-1, 1)
     ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)", fontsize=9)
-    ax.set_title(f"Advantage of node {node} under every credit rule\n(blue: AT2PO value/advantage "
-                 "mode, red: baselines)", fontsize=10)
+    ax.set_title(
+        f"Advantage of node {node} under every credit rule\n(blue: AT2PO value/advantage "
+        "mode, red: baselines)",
+        fontsize=10,
+    )
     if note:
-        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 60)), transform=ax.transAxes,
-                ha="center", va="center", fontsize=9,
-                bbox=dict(boxstyle="round", facecolor="#fff3cd", edgecolor="#c9a227"))
+        ax.text(
+            0.5,
+            0.5,
+            "\n".join(textwrap.wrap(note, 60)),
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            bbox=dict(boxstyle="round", facecolor="#fff3cd", edgecolor="#c9a227"),
+        )
     fig.tight_layout()
     return fig, ax
 
 
-def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None = None,
-              title: str | None = None, highlight: Mapping[int, str] | None = None) -> Any:
+def tree_view(
+    tree: TreeArrays,
+    upto_round: int | None = None,
+    node: int | None = None,
+    title: str | None = None,
+    highlight: Mapping[int, str] | None = None,
+) -> Any:
     """The inspector's tree figure: the tree after ``upto_round`` with ``node`` ringed as the
     chosen node (or the rings of ``highlight``) and a no-signal line in the title. The widget and
     the offline drawing both call this, so their images can be compared byte for byte. The
@@ -135,8 +184,9 @@ def tree_view(tree: TreeArrays, upto_round: int | None = None, node: int | None 
     note = signal_note(tree)
     if note:
         heading = f"{heading}\n{note.split(':')[0]}: all leaves share one reward"
-    fig, _ = draw_rollout_tree(tree, upto_round=upto_round, title=heading, highlight=marks,
-                               detached=True)
+    fig, _ = draw_rollout_tree(
+        tree, upto_round=upto_round, title=heading, highlight=marks, detached=True
+    )
     return fig
 
 
@@ -159,8 +209,9 @@ def png_size(png: bytes) -> tuple[int, int]:
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
-def draw_growth(tree: TreeArrays, title: str | None = None,
-                highlight: Mapping[int, str] | None = None) -> list[Any]:
+def draw_growth(
+    tree: TreeArrays, title: str | None = None, highlight: Mapping[int, str] | None = None
+) -> list[Any]:
     """One figure per round, 0 (the initial chains) to the last expansion round, later nodes
     faint, the layout of the final tree throughout."""
     rounds = tree.node_arrays.get("expansion_round")

@@ -68,7 +68,12 @@ def library_fingerprint(root: Path) -> str:
 
 def stage_stamp(notebook: Path, profile_json: str, lib_hash: str, upstream: str) -> str:
     digest = hashlib.sha256()
-    for part in (notebook.read_bytes(), profile_json.encode(), lib_hash.encode(), upstream.encode()):
+    for part in (
+        notebook.read_bytes(),
+        profile_json.encode(),
+        lib_hash.encode(),
+        upstream.encode(),
+    ):
         digest.update(part)
     return digest.hexdigest()
 
@@ -146,7 +151,12 @@ def run_notebooks(
         stamp_path = out_dir / f"{notebook.stem}.stamp"
         stamp = stage_stamp(notebook, profile_json, lib_hash, upstream)
         upstream += stamp
-        if not force and output.exists() and stamp_path.exists() and stamp_path.read_text() == stamp:
+        if (
+            not force
+            and output.exists()
+            and stamp_path.exists()
+            and stamp_path.read_text() == stamp
+        ):
             print(f"[{cfg.name}] {notebook.name}: up to date, skipped", flush=True)
             results.append(StageResult(notebook, "skipped"))
             continue
@@ -157,19 +167,29 @@ def run_notebooks(
         try:
             with _local_kernel() as kernel_args:
                 papermill.execute_notebook(
-                    str(notebook), str(output),
-                    parameters=_declared(notebook, {"profile": cfg.name, "overrides": overrides,
-                                                    "retrain": retrain}),
-                    kernel_name=kernel_name, cwd=str(root), progress_bar=False,
+                    str(notebook),
+                    str(output),
+                    parameters=_declared(
+                        notebook, {"profile": cfg.name, "overrides": overrides, "retrain": retrain}
+                    ),
+                    kernel_name=kernel_name,
+                    cwd=str(root),
+                    progress_bar=False,
                     **kernel_args,
                 )
         except Exception as exc:  # papermill wraps cell errors; anything else is a failure too
             unreadable = _unreadable(notebook)
-            message = (f"the notebook file cannot be read ({unreadable})" if unreadable
-                       else _failure_message(exc, notebook))
+            message = (
+                f"the notebook file cannot be read ({unreadable})"
+                if unreadable
+                else _failure_message(exc, notebook)
+            )
             shown = notebook.relative_to(root) if notebook.is_relative_to(root) else notebook
-            where = (f"  executed copy with the traceback: {output}" if output.exists() and not unreadable
-                     else f"  no executed copy was written; fix {notebook} (e.g. restore it with git)")
+            where = (
+                f"  executed copy with the traceback: {output}"
+                if output.exists() and not unreadable
+                else f"  no executed copy was written; fix {notebook} (e.g. restore it with git)"
+            )
             print(f"[{cfg.name}] FAILED {shown}: {message}\n{where}", file=sys.stderr, flush=True)
             results.append(StageResult(notebook, "failed", time.perf_counter() - start, message))
             return results
@@ -195,10 +215,13 @@ def _local_kernel() -> Iterator[dict]:
     from traitlets.config import Config
 
     with tempfile.TemporaryDirectory(prefix="at2po-kernel-") as folder:
-        yield {"config": Config({"KernelManager": {"transport": "ipc",
-                                                   "ip": os.path.join(folder, "kernel")}}),
-               # named, not imported: ipykernel loads IPython, which `at2po` itself never needs
-               "kernel_manager_class": "at2po_lib.util.unix_kernel.UnixKernelManager"}
+        yield {
+            "config": Config(
+                {"KernelManager": {"transport": "ipc", "ip": os.path.join(folder, "kernel")}}
+            ),
+            # named, not imported: ipykernel loads IPython, which `at2po` itself never needs
+            "kernel_manager_class": "at2po_lib.util.unix_kernel.UnixKernelManager",
+        }
 
 
 def _declared(notebook: Path, parameters: dict) -> dict:
@@ -215,8 +238,10 @@ def check_kernel(kernel_name: str) -> None:
     (papermill would run the notebooks in whatever environment that kernel points to)."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    fix = (f"run scripts/bootstrap.sh, or `{sys.executable} -m ipykernel install --sys-prefix "
-           f"--name {kernel_name}`")
+    fix = (
+        f"run scripts/bootstrap.sh, or `{sys.executable} -m ipykernel install --sys-prefix "
+        f"--name {kernel_name}`"
+    )
     try:
         spec = KernelSpecManager().get_kernel_spec(kernel_name)
     except NoSuchKernel:
@@ -225,26 +250,39 @@ def check_kernel(kernel_name: str) -> None:
     # Folders compared resolved: a venv reached through a symlink (~/venvs/at2po -> /data/...)
     # is the same environment. Not the interpreters themselves: every venv's python links to
     # the same base interpreter.
-    if kernel_name == KERNEL_NAME and python is not None and not _same_folder(
-            python.parent, Path(sys.executable).parent):
-        raise ValueError(f"the Jupyter kernel {kernel_name!r} runs {python}, not this environment's "
-                         f"{sys.executable}: {fix}")
+    if (
+        kernel_name == KERNEL_NAME
+        and python is not None
+        and not _same_folder(python.parent, Path(sys.executable).parent)
+    ):
+        raise ValueError(
+            f"the Jupyter kernel {kernel_name!r} runs {python}, not this environment's "
+            f"{sys.executable}: {fix}"
+        )
 
 
 def _same_folder(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def record_timing(path: Path, stage: str, seconds: float, started: str | None = None,
-                  load_average: float | None = None) -> None:
+def record_timing(
+    path: Path,
+    stage: str,
+    seconds: float,
+    started: str | None = None,
+    load_average: float | None = None,
+) -> None:
     """Add one stage's measurement to ``timings.json``: ``{stage: {"seconds", "started",
     "load_average", "cpus"}}``, what ``python -m at2po_lib.util.timings --update PROFILE``
     copies into ``docs/timings.yaml``. ``load_average`` is the 1-minute load when the stage
     started: a wall time means little without the load it ran under."""
     timings = json.loads(path.read_text()) if path.is_file() else {}
-    timings[stage] = {"seconds": round(seconds, 1), "started": started,
-                      "load_average": None if load_average is None else round(load_average, 2),
-                      "cpus": os.cpu_count()}
+    timings[stage] = {
+        "seconds": round(seconds, 1),
+        "started": started,
+        "load_average": None if load_average is None else round(load_average, 2),
+        "cpus": os.cpu_count(),
+    }
     path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
 
 

@@ -53,8 +53,9 @@ def markdown_table(display: pd.DataFrame) -> str:
     frame = display.reset_index()
     header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    body = ["| " + " | ".join(_cell(v) for v in row) + " |"
-            for row in frame.itertuples(index=False)]
+    body = [
+        "| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body]) + "\n"
 
 
@@ -63,24 +64,35 @@ def _cell(value: Any) -> str:
     return text.replace("|", "\\|")
 
 
-def write_table(tidy: pd.DataFrame, display: pd.DataFrame, name: str, profile: str,
-                meta: dict, caption: str = "") -> dict[str, Path]:
+def write_table(
+    tidy: pd.DataFrame,
+    display: pd.DataFrame,
+    name: str,
+    profile: str,
+    meta: dict,
+    caption: str = "",
+) -> dict[str, Path]:
     """Write ``<name>.csv`` (tidy), ``<name>.md`` and ``<name>.tex`` (display) under
     ``results/<profile>/tables/``, each CSV with its meta. Returns the paths."""
     folder = tables_dir(profile)
-    paths = {"csv": folder / f"{name}.csv", "md": folder / f"{name}.md",
-             "tex": folder / f"{name}.tex"}
+    paths = {
+        "csv": folder / f"{name}.csv",
+        "md": folder / f"{name}.md",
+        "tex": folder / f"{name}.tex",
+    }
     # Written only when the bytes change: a rerun on unchanged records leaves git clean. Six
     # decimals, so that a reader who rounds a CSV value to the displayed 0.1 point gets the
     # displayed number (four decimals of a fraction rounded twice could differ by 0.1).
-    write_if_changed(paths["csv"], tidy.to_csv(index=False, float_format="%.6f",
-                                               lineterminator="\n"))
+    write_if_changed(
+        paths["csv"], tidy.to_csv(index=False, float_format="%.6f", lineterminator="\n")
+    )
     write_if_changed(paths["md"], markdown_table(display))
-    latex = display.style.to_latex(caption=caption or None, hrules=True,
-                                   label=f"tab:{name}")
+    latex = display.style.to_latex(caption=caption or None, hrules=True, label=f"tab:{name}")
     write_if_changed(paths["tex"], _latex_escape_percent(latex))
-    write_meta(paths["csv"], {**meta, "table": name, "caption": caption,
-                              "files": [p.name for p in paths.values()]})
+    write_meta(
+        paths["csv"],
+        {**meta, "table": name, "caption": caption, "files": [p.name for p in paths.values()]},
+    )
     return paths
 
 
@@ -88,8 +100,9 @@ def _latex_escape_percent(text: str) -> str:
     return text.replace("%", r"\%").replace(r"\\%", r"\%")
 
 
-def write_figure(fig, name: str, profile: str, meta: dict,
-                 formats: Sequence[str] = ("png", "pdf")) -> dict[str, Path]:
+def write_figure(
+    fig, name: str, profile: str, meta: dict, formats: Sequence[str] = ("png", "pdf")
+) -> dict[str, Path]:
     """Save ``figures/<name>_<profile>.{png,pdf}`` (no embedded timestamps) with a meta."""
     folder = figures_dir()
     paths = {}
@@ -100,14 +113,16 @@ def write_figure(fig, name: str, profile: str, meta: dict,
         fig.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
         write_if_changed(path, buffer.getvalue())
         paths[fmt] = path
-    write_meta(paths[formats[0]], {**meta, "figure": name,
-                                   "files": [p.name for p in paths.values()]})
+    write_meta(
+        paths[formats[0]], {**meta, "figure": name, "files": [p.name for p in paths.values()]}
+    )
     return paths
 
 
 def read_markdown_table(text: str) -> pd.DataFrame:
     """A display frame back from :func:`markdown_table` (first column the index,
     every cell the text shown; ``\\|`` an escaped bar)."""
+
     def cells(line: str) -> list[str]:
         parts = line.strip().strip("|").replace("\\|", "\0").split("|")
         return [p.strip().replace("\0", "|") for p in parts]

@@ -21,8 +21,11 @@ from ..util.writing import write_if_changed
 
 DOCUMENTS = ("README.md", "docs/toy_study.md")
 """Repository-relative documents whose generated blocks :func:`update_readme` keeps current."""
-BLOCK = re.compile(r"(<!-- at2po-report: (?P<key>[\w.-]+/[\w.-]+) -->\n)(?P<body>.*?)"
-                   r"(<!-- /at2po-report -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- at2po-report: (?P<key>[\w.-]+/[\w.-]+) -->\n)(?P<body>.*?)"
+    r"(<!-- /at2po-report -->)",
+    re.S,
+)
 
 
 def table_file(key: str) -> Path:
@@ -34,8 +37,10 @@ def table_file(key: str) -> Path:
 def _expected(key: str) -> str:
     path = table_file(key)
     if not path.is_file():
-        raise FileNotFoundError(f"generated block {key!r} needs {path}; run `at2po report "
-                                f"--profile {key.split('/')[0]}` first")
+        raise FileNotFoundError(
+            f"generated block {key!r} needs {path}; run `at2po report "
+            f"--profile {key.split('/')[0]}` first"
+        )
     return path.read_text()
 
 

@@ -84,9 +84,15 @@ def discover_runs(profile: str, methods: Sequence[str] | None = None) -> pd.Data
             match = _run_folder(seed_dir)
             if match is None:
                 continue
-            rows.append({"method": method_dir.name, "seed": int(match.group(1)),
-                         "path": seed_dir, "finished": (seed_dir / "DONE.json").is_file(),
-                         "has_outcomes": (seed_dir / OUTCOMES_FILE).is_file()})
+            rows.append(
+                {
+                    "method": method_dir.name,
+                    "seed": int(match.group(1)),
+                    "path": seed_dir,
+                    "finished": (seed_dir / "DONE.json").is_file(),
+                    "has_outcomes": (seed_dir / OUTCOMES_FILE).is_file(),
+                }
+            )
     frame = pd.DataFrame(rows, columns=["method", "seed", "path", "finished", "has_outcomes"])
     return frame.sort_values(["method", "seed"], ignore_index=True)
 
@@ -98,12 +104,16 @@ def _run_folder(path: Path) -> re.Match | None:
     second time (b8f2d3f counted a ``seed01`` copy as another seed 1)."""
     match = _SEED_DIR.fullmatch(path.name)
     if match and path.is_symlink():
-        raise RecordError(f"{path}: a symbolic link (to {path.resolve()}); a run is a real folder "
-                          "and a link would count a run twice: remove the link")
+        raise RecordError(
+            f"{path}: a symbolic link (to {path.resolve()}); a run is a real folder "
+            "and a link would count a run twice: remove the link"
+        )
     if match is None and _SEED_LIKE.fullmatch(path.name):
-        raise RecordError(f"{path}: reads as seed {int(path.name[4:])} but is not a run folder "
-                          f"name (seed<N>, ASCII digits, no leading zero): a copy that would count "
-                          "a seed twice? Move it out of the runs folder")
+        raise RecordError(
+            f"{path}: reads as seed {int(path.name[4:])} but is not a run folder "
+            f"name (seed<N>, ASCII digits, no leading zero): a copy that would count "
+            "a seed twice? Move it out of the runs folder"
+        )
     return match if match and path.is_dir() else None
 
 
@@ -140,20 +150,30 @@ class _Coverage:
             method, seed = run.rsplit("/seed", 1)
             seeds.setdefault(method, []).append(seed)
         used = "; ".join(f"{m} seeds {','.join(s)}" for m, s in seeds.items()) or "none"
-        print(f"{self.what}: rests on {len(self.used)} run(s) ({used}); left out "
-              f"{len(self.left_out)}: {'; '.join(self.left_out)}", file=sys.stderr)
+        print(
+            f"{self.what}: rests on {len(self.used)} run(s) ({used}); left out "
+            f"{len(self.left_out)}: {'; '.join(self.left_out)}",
+            file=sys.stderr,
+        )
 
 
-def _runs(profile: str, methods: Iterable[str] | None, seeds: Iterable[int] | None,
-          coverage: _Coverage | None = None):
+def _runs(
+    profile: str,
+    methods: Iterable[str] | None,
+    seeds: Iterable[int] | None,
+    coverage: _Coverage | None = None,
+):
     """(method, seed, path) of every finished run; the others go to ``coverage.left_out``."""
     runs = discover_runs(profile, list(methods) if methods is not None else None)
     if seeds is not None:
         runs = runs[runs["seed"].isin(list(seeds))]
     if methods is not None:  # keep the caller's method order
         order = {m: i for i, m in enumerate(methods)}
-        runs = runs.sort_values(["method", "seed"], key=lambda c: c.map(order) if c.name == "method"
-                                else c, ignore_index=True)
+        runs = runs.sort_values(
+            ["method", "seed"],
+            key=lambda c: c.map(order) if c.name == "method" else c,
+            ignore_index=True,
+        )
     for row in runs.itertuples():
         problem = _done_problem(Path(row.path))
         if problem is not None:
@@ -186,9 +206,15 @@ def _read_csv(path: Path, **options) -> pd.DataFrame:
         raise RecordError(f"{path}: not a readable CSV record ({str(exc)[:200]})") from None
 
 
-def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float, float]],
-                   *, integer: Sequence[str] = (), optional: Sequence[str] = (),
-                   binary: Sequence[str] = ()) -> None:
+def _check_columns(
+    frame: pd.DataFrame,
+    path: Path,
+    rules: dict[str, tuple[float, float]],
+    *,
+    integer: Sequence[str] = (),
+    optional: Sequence[str] = (),
+    binary: Sequence[str] = (),
+) -> None:
     """Every column of ``rules`` present (unless ``optional``), a finite number within its
     [low, high] (NaN allowed only in ``optional`` columns), 0 or 1 in a ``binary`` column; at
     least one row. Errors name the file and the first bad line (the header is line 1)."""
@@ -210,21 +236,35 @@ def _check_columns(frame: pd.DataFrame, path: Path, rules: dict[str, tuple[float
         if bad.any():
             index = int(bad.to_numpy().nonzero()[0][0])
             shown = str(frame[column].iloc[index])[:40]
-            kind = ("0 or 1 (a question is answered exactly or not)" if column in binary
-                    else f"a finite number in [{low:g}, {high:g}]"
-                    + (" (an integer)" if column in integer else ""))
+            kind = (
+                "0 or 1 (a question is answered exactly or not)"
+                if column in binary
+                else f"a finite number in [{low:g}, {high:g}]"
+                + (" (an integer)" if column in integer else "")
+            )
             raise RecordError(f"{path}, line {index + 2}: {column}={shown} is not {kind}")
 
 
-_OUTCOME_RULES = {"em": (0.0, 1.0), "f1": (0.0, 1.0), "turns": (0.0, math.inf),
-                  "searches": (0.0, math.inf), "sampled_em": (0.0, 1.0)}
-_FINAL_RULES = {"em": (0.0, 1.0), "f1": (0.0, 1.0), "n": (1.0, math.inf),
-                "mean_turns": (0.0, math.inf), "mean_tool_calls": (0.0, math.inf),
-                "sampled_em": (0.0, 1.0)}
+_OUTCOME_RULES = {
+    "em": (0.0, 1.0),
+    "f1": (0.0, 1.0),
+    "turns": (0.0, math.inf),
+    "searches": (0.0, math.inf),
+    "sampled_em": (0.0, 1.0),
+}
+_FINAL_RULES = {
+    "em": (0.0, 1.0),
+    "f1": (0.0, 1.0),
+    "n": (1.0, math.inf),
+    "mean_turns": (0.0, math.inf),
+    "mean_tool_calls": (0.0, math.inf),
+    "sampled_em": (0.0, 1.0),
+}
 
 
-def _check_metric_rows(rows: list[tuple[int, Any]], path: Path,
-                       key: Sequence[str] = ("step",)) -> list[dict]:
+def _check_metric_rows(
+    rows: list[tuple[int, Any]], path: Path, key: Sequence[str] = ("step",)
+) -> list[dict]:
     """The rows of ``metrics.jsonl`` (one per ``step``) or ``eval.jsonl`` (one per ``step`` and
     ``dataset``), given with their line numbers: objects with an integer ``step`` >= 0, every
     number finite (JSON's ``NaN``/``Infinity`` parse, and would move every mean), each key
@@ -233,24 +273,31 @@ def _check_metric_rows(rows: list[tuple[int, Any]], path: Path,
     for line, row in rows:
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise RecordError(f"{path}, line {line}: expected an object with an integer "
-                              f"'step' >= 0, got {str(row)[:80]}")
-        bad = next((k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)),
-                   None)
+            raise RecordError(
+                f"{path}, line {line}: expected an object with an integer "
+                f"'step' >= 0, got {str(row)[:80]}"
+            )
+        bad = next(
+            (k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)), None
+        )
         if bad is not None:
-            raise RecordError(f"{path}, line {line}: {bad}={row[bad]} is not a finite number "
-                              "(a damaged record)")
+            raise RecordError(
+                f"{path}, line {line}: {bad}={row[bad]} is not a finite number (a damaged record)"
+            )
         ident = tuple(str(row.get(k)) for k in key)
         if ident in first:
             named = ", ".join(f"{k} {v}" for k, v in zip(key, ident))
-            raise RecordError(f"{path}, line {line}: {named} again (first on line "
-                              f"{first[ident]}): a duplicated row; each counts once")
+            raise RecordError(
+                f"{path}, line {line}: {named} again (first on line "
+                f"{first[ident]}): a duplicated row; each counts once"
+            )
         first[ident] = line
     return [row for _, row in rows]
 
 
-def load_training_records(profile: str, methods: Sequence[str] | None = None,
-                          seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_training_records(
+    profile: str, methods: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(metrics, evals)`` of the runs that exist (missing runs are skipped)."""
     metrics, evals = [], []
     coverage = _Coverage(f"training records of {profile}")
@@ -258,12 +305,18 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
         tag = {"profile": profile, "method": method, "seed": seed}
         try:
             # a finished run's records are whole: a torn last line is refused, not dropped
-            rows = _check_metric_rows(read_jsonl_lines(path / "metrics.jsonl", torn_ok=False),
-                                      path / "metrics.jsonl")
+            rows = _check_metric_rows(
+                read_jsonl_lines(path / "metrics.jsonl", torn_ok=False), path / "metrics.jsonl"
+            )
             metrics += [{**tag, **row} for row in today_names(rows)]
-            evals += [{**tag, **row} for row in _check_metric_rows(
-                read_jsonl_lines(path / "eval.jsonl", torn_ok=False), path / "eval.jsonl",
-                key=("step", "dataset"))]
+            evals += [
+                {**tag, **row}
+                for row in _check_metric_rows(
+                    read_jsonl_lines(path / "eval.jsonl", torn_ok=False),
+                    path / "eval.jsonl",
+                    key=("step", "dataset"),
+                )
+            ]
         except (UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -276,8 +329,9 @@ def load_training_records(profile: str, methods: Sequence[str] | None = None,
     return pd.DataFrame.from_records(metrics), pd.DataFrame.from_records(evals)
 
 
-def load_final_evals(profile: str, methods: Sequence[str] | None = None,
-                     seeds: Sequence[int] | None = None) -> pd.DataFrame:
+def load_final_evals(
+    profile: str, methods: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+) -> pd.DataFrame:
     """Concatenated ``final_eval.csv`` of every finished run (with ``method`` and ``seed``)."""
     frames = []
     coverage = _Coverage(f"final evaluations of {profile}")
@@ -287,8 +341,13 @@ def load_final_evals(profile: str, methods: Sequence[str] | None = None,
             coverage.left_out.append(f"{method}/seed{seed} (no final_eval.csv)")
             continue
         frame = _read_csv(file)
-        _check_columns(frame, file, _FINAL_RULES, integer=("n",),
-                       optional=("f1", "sampled_em", "mean_turns", "mean_tool_calls", "n"))
+        _check_columns(
+            frame,
+            file,
+            _FINAL_RULES,
+            integer=("n",),
+            optional=("f1", "sampled_em", "mean_turns", "mean_tool_calls", "n"),
+        )
         _check_unique(frame, file, ["dataset"], "dataset")
         frame["method"], frame["seed"] = method, seed
         frames.append(frame)
@@ -308,8 +367,14 @@ def read_outcomes(path: str | Path) -> pd.DataFrame:
         raise
     except ValueError as exc:  # a missing column (named by read_outcomes) or a torn row
         raise RecordError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
-    _check_columns(frame, path, _OUTCOME_RULES, integer=("turns", "searches"),
-                   optional=("sampled_em",), binary=("em",))
+    _check_columns(
+        frame,
+        path,
+        _OUTCOME_RULES,
+        integer=("turns", "searches"),
+        optional=("sampled_em",),
+        binary=("em",),
+    )
     _check_unique_questions(frame, path)
     return frame
 
@@ -334,12 +399,15 @@ def _check_unique(frame: pd.DataFrame, path: Path, keys: list[str], what: str) -
     row = frame.iloc[index]
     same = (frame[keys] == row[keys]).all(axis=1).to_numpy().nonzero()[0]
     name = "/".join(str(row[k]) for k in keys)
-    raise RecordError(f"{path}, line {index + 2}: {what} {name} again (first on line "
-                      f"{int(same[0]) + 2}): a duplicated record; each {what} counts once")
+    raise RecordError(
+        f"{path}, line {index + 2}: {what} {name} again (first on line "
+        f"{int(same[0]) + 2}): a duplicated record; each {what} counts once"
+    )
 
 
-def load_outcomes(profile: str, methods: Sequence[str] | None = None,
-                  seeds: Sequence[int] | None = None) -> pd.DataFrame:
+def load_outcomes(
+    profile: str, methods: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+) -> pd.DataFrame:
     """Per-question outcomes of every run that has them: method, seed, dataset, group,
     question_id, prediction, em, f1, turns, searches, finish_reason (as recorded)."""
     frames = []
@@ -354,8 +422,11 @@ def load_outcomes(profile: str, methods: Sequence[str] | None = None,
         frames.append(frame)
         coverage.used.append(f"{method}/seed{seed}")
     coverage.report()
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["method", "seed", "dataset", "question_id", "em"])
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["method", "seed", "dataset", "question_id", "em"])
+    )
 
 
 # ------------------------------------------------------- the settings runs recorded
@@ -386,8 +457,11 @@ _SEED_FIELDS = (("seed",), ("trainer", "seed"), ("settings", "trainer", "seed"))
 between two seeds of a method (the hash covers it, so each seed's hash differs; the rest of the
 configuration may not)."""
 
-_SHARED = {"config": "configuration less the seed (config.yaml)",
-           "profile": "profile (meta.json)", "git_revision": "git revision (meta.json)"}
+_SHARED = {
+    "config": "configuration less the seed (config.yaml)",
+    "profile": "profile (meta.json)",
+    "git_revision": "git revision (meta.json)",
+}
 """What the seeds of one method must share, and where it is recorded."""
 
 
@@ -418,8 +492,12 @@ def _check_same_questions(method: str, runs: list[tuple[int, Path]]) -> None:
     for seed, path in runs:
         if (path / OUTCOMES_FILE).is_file():
             frame = read_outcomes(path / OUTCOMES_FILE)
-            sets[seed] = frozenset(zip(frame.get("dataset", pd.Series([""] * len(frame))),
-                                       frame["question_id"].astype(str)))
+            sets[seed] = frozenset(
+                zip(
+                    frame.get("dataset", pd.Series([""] * len(frame))),
+                    frame["question_id"].astype(str),
+                )
+            )
     if len(set(sets.values())) <= 1:
         return
     counts = Counter(sets.values())
@@ -430,11 +508,16 @@ def _check_same_questions(method: str, runs: list[tuple[int, Path]]) -> None:
         if seed not in sets or sets[seed] == majority:
             continue
         extra, missing = sorted(sets[seed] - majority), sorted(majority - sets[seed])
-        what = (f"question {'/'.join(extra[0])} that seed{agree[0]} has not" if extra
-                else f"no question {'/'.join(missing[0])}, which seed{agree[0]} answered")
-        raise RecordError(f"{path / OUTCOMES_FILE}: {what} ({len(extra)} extra, {len(missing)} "
-                          f"missing against {method}'s other seeds): the seeds of a method must "
-                          "answer the same test questions")
+        what = (
+            f"question {'/'.join(extra[0])} that seed{agree[0]} has not"
+            if extra
+            else f"no question {'/'.join(missing[0])}, which seed{agree[0]} answered"
+        )
+        raise RecordError(
+            f"{path / OUTCOMES_FILE}: {what} ({len(extra)} extra, {len(missing)} "
+            f"missing against {method}'s other seeds): the seeds of a method must "
+            "answer the same test questions"
+        )
 
 
 def _read_object(path: Path) -> dict | None:
@@ -451,8 +534,9 @@ def _read_object(path: Path) -> dict | None:
     return record
 
 
-def _run_provenance(profile: str, method: str, seed: int,
-                    path: Path) -> dict[str, tuple[Path, Any]]:
+def _run_provenance(
+    profile: str, method: str, seed: int, path: Path
+) -> dict[str, tuple[Path, Any]]:
     """What a run records about itself, checked against its folder: each of :data:`_SHARED`
     as (file, value), value None when the file is absent."""
     done = _read_object(path / "DONE.json") or {}
@@ -462,34 +546,46 @@ def _run_provenance(profile: str, method: str, seed: int,
     if meta is not None:
         hashes["meta.json"] = meta.get("config_hash")
         _check_field(path / "meta.json", "seed", meta.get("seed"), seed, f"seed{seed}")
-        _check_field(path / "meta.json", "profile", meta.get("profile"), profile,
-                     f"results/runs/{profile}/")
+        _check_field(
+            path / "meta.json", "profile", meta.get("profile"), profile, f"results/runs/{profile}/"
+        )
     less_seed = None
     if config is not None:
         recorded = config.pop("config_hash", None)
         computed = config_hash(config)
         if recorded != computed:
-            raise RecordError(f"{path / 'config.yaml'}: config_hash {recorded} is not the hash "
-                              f"of the configuration the file holds ({computed}): edited after "
-                              "the run, or damaged")
+            raise RecordError(
+                f"{path / 'config.yaml'}: config_hash {recorded} is not the hash "
+                f"of the configuration the file holds ({computed}): edited after "
+                "the run, or damaged"
+            )
         for name, value in hashes.items():
             if value is not None and value != computed:
-                raise RecordError(f"{path / name}: config_hash {value} is not config.yaml's "
-                                  f"({computed}): these records come from different runs")
+                raise RecordError(
+                    f"{path / name}: config_hash {value} is not config.yaml's "
+                    f"({computed}): these records come from different runs"
+                )
         for keys in _SEED_FIELDS:
             holder = config
             for key in keys[:-1]:
                 holder = holder.get(key) if isinstance(holder, dict) else None
             if isinstance(holder, dict) and keys[-1] in holder:
-                _check_field(path / "config.yaml", ".".join(keys), holder[keys[-1]], seed,
-                             f"seed{seed}")
-        _check_field(path / "config.yaml", "method", config.get("method"),
-                     _method_names(method), f"{method}/")
+                _check_field(
+                    path / "config.yaml", ".".join(keys), holder[keys[-1]], seed, f"seed{seed}"
+                )
+        _check_field(
+            path / "config.yaml",
+            "method",
+            config.get("method"),
+            _method_names(method),
+            f"{method}/",
+        )
         less_seed = _configuration_less_seed(config)
-    return {"config": (path / "config.yaml", less_seed),
-            "profile": (path / "meta.json", None if meta is None else meta.get("profile")),
-            "git_revision": (path / "meta.json",
-                             None if meta is None else meta.get("git_revision"))}
+    return {
+        "config": (path / "config.yaml", less_seed),
+        "profile": (path / "meta.json", None if meta is None else meta.get("profile")),
+        "git_revision": (path / "meta.json", None if meta is None else meta.get("git_revision")),
+    }
 
 
 def _configuration_less_seed(config: dict) -> Any:
@@ -521,8 +617,10 @@ def _check_field(path: Path, key: str, value: Any, expected: Any, folder: str) -
         return
     ok = value in expected if isinstance(expected, set) else value == expected
     if not ok:
-        raise RecordError(f"{path}: records {key} {value!r}, but it lies in {folder}: a copy of "
-                          "another run's records? Move it where it belongs or remove it")
+        raise RecordError(
+            f"{path}: records {key} {value!r}, but it lies in {folder}: a copy of "
+            "another run's records? Move it where it belongs or remove it"
+        )
 
 
 def _canonical(value: Any) -> str:
@@ -537,8 +635,9 @@ def _check_agreement(method: str, key: str, values: dict[int, tuple[Path, Any]])
         return
     top = max(counts.values())
     seeds = sorted(values)
-    majority = next(_canonical(values[s][1]) for s in seeds
-                    if counts[_canonical(values[s][1])] == top)
+    majority = next(
+        _canonical(values[s][1]) for s in seeds if counts[_canonical(values[s][1])] == top
+    )
     agree = [s for s in seeds if _canonical(values[s][1]) == majority]
     for seed in seeds:
         path, value = values[seed]
@@ -551,11 +650,15 @@ def _check_agreement(method: str, key: str, values: dict[int, tuple[Path, Any]])
         elif theirs is None:
             what = f"present, while {where} have none"
         else:
-            what = f"{_SHARED[key]} differs from {method}'s other seeds ({where}): " \
-                   f"{_first_difference(value, theirs, key)}"
-        raise RecordError(f"{path}: {what}. The seeds of a method must be one configuration at "
-                          "one revision (Table 1's intervals treat them as repeats); rerun this "
-                          "seed like the others or move it out of the runs folder")
+            what = (
+                f"{_SHARED[key]} differs from {method}'s other seeds ({where}): "
+                f"{_first_difference(value, theirs, key)}"
+            )
+        raise RecordError(
+            f"{path}: {what}. The seeds of a method must be one configuration at "
+            "one revision (Table 1's intervals treat them as repeats); rerun this "
+            "seed like the others or move it out of the runs folder"
+        )
 
 
 def _first_difference(ours: Any, theirs: Any, where: str) -> str:
@@ -563,8 +666,9 @@ def _first_difference(ours: Any, theirs: Any, where: str) -> str:
     if isinstance(ours, dict) and isinstance(theirs, dict):
         for key in sorted(set(ours) | set(theirs)):
             if _canonical(ours.get(key)) != _canonical(theirs.get(key)):
-                return _first_difference(ours.get(key), theirs.get(key),
-                                         key if where == "config" else f"{where}.{key}")
+                return _first_difference(
+                    ours.get(key), theirs.get(key), key if where == "config" else f"{where}.{key}"
+                )
     return f"{where}: {str(ours)[:80]} here, {str(theirs)[:80]} there"
 
 
@@ -593,4 +697,5 @@ def _check_not_copies(method: str, runs: list[tuple[int, Path]]) -> None:
                 raise RecordError(
                     f"{path / name}: the same {name} as {method}/seed{first_seed} "
                     f"({first / name}): a copied run, which would count as a second "
-                    "independent seed and narrow every interval; remove the copy")
+                    "independent seed and narrow every interval; remove the copy"
+                )

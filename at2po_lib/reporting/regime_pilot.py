@@ -32,8 +32,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.decisions import (classify_all, decision_calibration, failure_split, flip_ratio_ci,
-                                  resample_flips, search_turn_entropy)
+from ..analysis.decisions import (
+    classify_all,
+    decision_calibration,
+    failure_split,
+    flip_ratio_ci,
+    resample_flips,
+    search_turn_entropy,
+)
 from ..analysis.study_trees import grow_trees, policy_folder, study_rows
 from ..config.profile import load_profile
 from ..evaluation.greedy import greedy_answers
@@ -54,8 +60,14 @@ MULTI_HOP = ("tiny_hotpotqa", "tiny_2wiki", "tiny_musique", "tiny_bamboogle")
 SINGLE_HOP = ("tiny_nq", "tiny_triviaqa", "tiny_popqa")
 
 
-def em_gain(profile: str, seeds: Sequence[int], method: str = "grpo", baseline: str = "react",
-            metric: str = "em", n_resamples: int = 4000) -> dict[str, Any]:
+def em_gain(
+    profile: str,
+    seeds: Sequence[int],
+    method: str = "grpo",
+    baseline: str = "react",
+    metric: str = "em",
+    n_resamples: int = 4000,
+) -> dict[str, Any]:
     """Multi-hop and single-hop gain of ``method`` over ``baseline`` with 95% intervals."""
     outcomes = load_outcomes(profile, [baseline, method])
     outcomes = outcomes[(outcomes["method"] == baseline) | outcomes["seed"].isin(list(seeds))]
@@ -63,28 +75,35 @@ def em_gain(profile: str, seeds: Sequence[int], method: str = "grpo", baseline: 
         raise ValueError(f"no {metric!r} column in the outcomes of {profile}/{method}")
     missing = sorted(set(seeds) - set(outcomes.loc[outcomes["method"] == method, "seed"]))
     if missing or not (outcomes["method"] == baseline).any():
-        raise FileNotFoundError(f"{profile}: no outcomes for {baseline} or {method} seeds {missing} "
-                                f"(run `at2po train --profile {profile} --method ...` first)")
+        raise FileNotFoundError(
+            f"{profile}: no outcomes for {baseline} or {method} seeds {missing} "
+            f"(run `at2po train --profile {profile} --method ...` first)"
+        )
     out: dict[str, Any] = {"metric": metric, "seeds": list(seeds)}
     for group, datasets in (("multihop", MULTI_HOP), ("singlehop", SINGLE_HOP)):
         sub = outcomes[outcomes["dataset"].isin(datasets)].dropna(subset=[metric])
         if sub.empty:
             continue
         diff = difference_ci(sub, method, baseline, metric=metric, n_resamples=n_resamples)
-        out[group] = {"gain": diff.as_dict(),
-                      baseline: mean_ci(sub, baseline, metric=metric).as_dict(),
-                      method: mean_ci(sub, method, metric=metric).as_dict()}
+        out[group] = {
+            "gain": diff.as_dict(),
+            baseline: mean_ci(sub, baseline, metric=metric).as_dict(),
+            method: mean_ci(sub, method, metric=metric).as_dict(),
+        }
     return out
 
 
-def signal_and_reward(profile: str, seeds: Sequence[int], method: str = "grpo",
-                      window: int = 10) -> dict[str, Any]:
+def signal_and_reward(
+    profile: str, seeds: Sequence[int], method: str = "grpo", window: int = 10
+) -> dict[str, Any]:
     """Zero-variance share over the first ``window`` steps; reward over the first and last
     ``window`` steps (per seed and pooled)."""
     metrics, _ = load_training_records(profile, [method], list(seeds))
     if metrics.empty or "frac_reward_zero_std" not in metrics.columns:
-        raise FileNotFoundError(f"{profile}/{method}: no metrics.jsonl with frac_reward_zero_std "
-                                f"for seeds {list(seeds)}")
+        raise FileNotFoundError(
+            f"{profile}/{method}: no metrics.jsonl with frac_reward_zero_std "
+            f"for seeds {list(seeds)}"
+        )
     reward_key = "reward" if "reward" in metrics.columns else "rewards/leaf_reward/mean"
     per_seed = {}
     for seed, m in metrics.groupby("seed"):
@@ -96,8 +115,10 @@ def signal_and_reward(profile: str, seeds: Sequence[int], method: str = "grpo",
             "reward_first": float(first[reward_key].mean()),
             "reward_last": float(last[reward_key].mean()),
         }
-    pooled = {k: float(np.mean([v[k] for v in per_seed.values()]))
-              for k in ("zero_std_first", "reward_first", "reward_last")}
+    pooled = {
+        k: float(np.mean([v[k] for v in per_seed.values()]))
+        for k in ("zero_std_first", "reward_first", "reward_last")
+    }
     return {"window": window, "per_seed": per_seed, **pooled}
 
 
@@ -108,8 +129,9 @@ def reward_curves(profile: str, seeds: Sequence[int], method: str = "grpo"):
     return metrics[["seed", "step", reward_key]].rename(columns={reward_key: "reward"})
 
 
-def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
-                       split: str = "test") -> dict[str, Any]:
+def warmstart_failures(
+    cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP, split: str = "test"
+) -> dict[str, Any]:
     """Greedy trajectories of the warm start on every ``split`` question of ``datasets``,
     classified (:func:`.decisions.failure_split`)."""
     files = ensure_world(cfg)
@@ -118,17 +140,30 @@ def warmstart_failures(cfg, policy: Path, datasets: Sequence[str] = MULTI_HOP,
     frames = []
     for name in datasets:
         rows = read_rows(files, name, split)
-        trajectories = greedy_answers(model, tokenizer, get_template(cfg.policy.template),
-                                      retriever, rows, cfg.rollout, cfg.eval.batch_size)
+        trajectories = greedy_answers(
+            model,
+            tokenizer,
+            get_template(cfg.policy.template),
+            retriever,
+            rows,
+            cfg.rollout,
+            cfg.eval.batch_size,
+        )
         frames.append(classify_all(rows, trajectories, name))
     frame = pd.concat(frames, ignore_index=True)
-    return {"split": failure_split(frame), "per_dataset": {
-        name: failure_split(part) for name, part in frame.groupby("dataset")}}
+    return {
+        "split": failure_split(frame),
+        "per_dataset": {name: failure_split(part) for name, part in frame.groupby("dataset")},
+    }
 
 
-def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
-                    expansions: Sequence[str] = ("entropy", "random_siblings", "entropy_max"),
-                    ) -> dict[str, Any]:
+def expansion_flips(
+    cfg,
+    policy: Path,
+    rows: Sequence[dict],
+    seed: int,
+    expansions: Sequence[str] = ("entropy", "random_siblings", "entropy_max"),
+) -> dict[str, Any]:
     """Flip shares of re-sampled turns per expansion, on the same prompts and leaf budget.
     ``entropy_max`` is the entropy-guided expansion with ``rollout.turn_entropy = "max"``
     (docs/method.md §11); each ``*_over_random`` ratio carries a 95% interval paired over
@@ -140,19 +175,30 @@ def expansion_flips(cfg, policy: Path, rows: Sequence[dict], seed: int,
             run_cfg = replace(cfg, rollout=replace(cfg.rollout, turn_entropy="max"))
             grown = "entropy"
         trees = grow_trees(run_cfg, rows, grown, seed, policy, log=False)
-        out[expansion] = {**resample_flips(trees), "search_turn_entropy": search_turn_entropy(trees)}
+        out[expansion] = {
+            **resample_flips(trees),
+            "search_turn_entropy": search_turn_entropy(trees),
+        }
     base = out.get("random_siblings", {}).get("flip_share")
     for name in ("entropy", "entropy_max"):
         if name in out and base:
             out[f"{name}_over_random"] = out[name]["flip_share"] / base
-            out[f"{name}_over_random_ci"] = flip_ratio_ci(out[name]["per_prompt"],
-                                                          out["random_siblings"]["per_prompt"])
+            out[f"{name}_over_random_ci"] = flip_ratio_ci(
+                out[name]["per_prompt"], out["random_siblings"]["per_prompt"]
+            )
     return out
 
 
-def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200, seed: int = 0,
-                     policy: str | None = None, overrides: dict | None = None,
-                     out_dir: str | Path | None = None, command: str = "") -> dict[str, Any]:
+def run_regime_pilot(
+    profile: str,
+    seeds: Sequence[int],
+    num_prompts: int = 200,
+    seed: int = 0,
+    policy: str | None = None,
+    overrides: dict | None = None,
+    out_dir: str | Path | None = None,
+    command: str = "",
+) -> dict[str, Any]:
     """Measure the three gates and write ``<out_dir>/regime.json`` (default
     ``results/<profile>/pilot/``) and ``reward_curve.png``, each with its ``.meta.json``."""
     import matplotlib
@@ -166,17 +212,28 @@ def run_regime_pilot(profile: str, seeds: Sequence[int], num_prompts: int = 200,
     out.mkdir(parents=True, exist_ok=True)
     rows = study_rows(cfg.name, list(cfg.train.train_datasets), num_prompts, seed)
     result = {
-        "profile": cfg.name, "seeds": list(seeds), "policy": str(folder),
+        "profile": cfg.name,
+        "seeds": list(seeds),
+        "policy": str(folder),
         "gate1_em_gain": em_gain(cfg.name, seeds),
         "gate1_sampled_gain": em_gain(cfg.name, seeds, metric="sampled_em"),
         "gate2_signal": signal_and_reward(cfg.name, seeds),
         "gate3_failures": warmstart_failures(cfg, folder),
         "gate3_decision_calibration": decision_calibration(cfg, folder).to_dict(orient="records"),
-        "gate3_flips": {"prompts": num_prompts, "seed": seed,
-                        **expansion_flips(cfg, folder, rows, seed)},
+        "gate3_flips": {
+            "prompts": num_prompts,
+            "seed": seed,
+            **expansion_flips(cfg, folder, rows, seed),
+        },
     }
-    meta = run_metadata(cfg.name, seed, config=None, command=command, policy=str(folder),
-                        writer="at2po_lib.reporting.regime_pilot:run_regime_pilot")
+    meta = run_metadata(
+        cfg.name,
+        seed,
+        config=None,
+        command=command,
+        policy=str(folder),
+        writer="at2po_lib.reporting.regime_pilot:run_regime_pilot",
+    )
     path = out / "regime.json"
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")
     write_meta(path, meta)

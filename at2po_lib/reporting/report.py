@@ -44,8 +44,7 @@ from ..util.paths import figures_dir, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
-from .block_pairs import (block_sources, load_block_outcomes, provenance_table,
-                          run_provenance)
+from .block_pairs import block_sources, load_block_outcomes, provenance_table, run_provenance
 from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
@@ -54,8 +53,13 @@ from .dissection_summary import dissection_summary, why_sentences
 from .labels import method_label
 from .output import read_markdown_table, source_meta, tables_dir, write_figure, write_table
 from .readme import update_readme
-from .records import (check_seeds, discover_runs, load_final_evals, load_outcomes,
-                      load_training_records)
+from .records import (
+    check_seeds,
+    discover_runs,
+    load_final_evals,
+    load_outcomes,
+    load_training_records,
+)
 
 if TYPE_CHECKING:
     from ..config.profile import ProfileConfig
@@ -77,9 +81,13 @@ def summary_display(display: pd.DataFrame) -> pd.DataFrame:
     return display[keep]
 
 
-def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
-                 readme: bool = False, figures: bool = True,
-                 allow_revisions: bool = False) -> Report:
+def write_report(
+    profile: str,
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+    readme: bool = False,
+    figures: bool = True,
+    allow_revisions: bool = False,
+) -> Report:
     """Write every table and figure that the records of ``profile`` allow (see module doc).
 
     All or none: every record is read and checked first (:mod:`.records`, :func:`.records.
@@ -99,9 +107,20 @@ def write_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES,
     # one report of a profile at a time (a second one waits): its journal is that report's own;
     # a killed report's is put back by the next one
     with folder_lock(journal, "report", wait=True), all_or_none(journal):
-        return _write(profile, cfg, runs, outcomes, finals, metrics, evals, blocks,
-                      n_resamples=n_resamples, readme=readme, figures=figures,
-                      allow_revisions=allow_revisions)
+        return _write(
+            profile,
+            cfg,
+            runs,
+            outcomes,
+            finals,
+            metrics,
+            evals,
+            blocks,
+            n_resamples=n_resamples,
+            readme=readme,
+            figures=figures,
+            allow_revisions=allow_revisions,
+        )
 
 
 def write_journal(profile: str) -> Path:
@@ -110,18 +129,30 @@ def write_journal(profile: str) -> Path:
     return results_dir(profile) / ".report-journal"
 
 
-def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.DataFrame,
-           finals: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame,
-           blocks: pd.DataFrame, *, n_resamples: int, readme: bool, figures: bool,
-           allow_revisions: bool = False) -> Report:
+def _write(
+    profile: str,
+    cfg: ProfileConfig,
+    runs: pd.DataFrame,
+    outcomes: pd.DataFrame,
+    finals: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    blocks: pd.DataFrame,
+    *,
+    n_resamples: int,
+    readme: bool,
+    figures: bool,
+    allow_revisions: bool = False,
+) -> Report:
     """:func:`write_report`'s writing, from records already read and checked: Table 1 and its
     companions, Tables 2-3, what each row spends and Figure 3's claim in numbers, the claims,
     then the figures, in that order."""
     report = Report(profile)
     finished = runs.loc[runs["finished"].astype(bool)]
     if finished.empty:
-        report.notes.append(f"no finished runs under results/runs/{profile}/: only the "
-                            "published numbers are shown")
+        report.notes.append(
+            f"no finished runs under results/runs/{profile}/: only the published numbers are shown"
+        )
     meta_for = partial(_meta_for, profile, finished, n_resamples)
     per_seed = _write_table1(report, meta_for, cfg, outcomes, finals, n_resamples)
     _write_tables23(report, meta_for, outcomes, n_resamples)
@@ -130,9 +161,19 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
     change = _write_spending_and_entropy(report, meta_for, cfg, metrics, finished, rl)
     if len(outcomes) or len(blocks):
-        _write_claims(report, meta_for, runs, outcomes, finished, change, per_seed, blocks,
-                      n_resamples=n_resamples, figures=figures,
-                      allow_revisions=allow_revisions)
+        _write_claims(
+            report,
+            meta_for,
+            runs,
+            outcomes,
+            finished,
+            change,
+            per_seed,
+            blocks,
+            n_resamples=n_resamples,
+            figures=figures,
+            allow_revisions=allow_revisions,
+        )
     if figures:
         _write_figures(report, meta_for, cfg, outcomes, metrics, evals, rl)
     if readme:
@@ -140,67 +181,114 @@ def _write(profile: str, cfg: ProfileConfig, runs: pd.DataFrame, outcomes: pd.Da
     return report
 
 
-def _meta_for(profile: str, finished: pd.DataFrame, n_resamples: int, methods,
-              writer) -> dict:
+def _meta_for(profile: str, finished: pd.DataFrame, n_resamples: int, methods, writer) -> dict:
     """The meta of a result computed by ``writer`` from the finished runs of ``methods``."""
-    return source_meta(profile, finished.loc[finished["method"].isin(list(methods))],
-                       writer=writer, n_resamples=n_resamples, confidence=0.95)
+    return source_meta(
+        profile,
+        finished.loc[finished["method"].isin(list(methods))],
+        writer=writer,
+        n_resamples=n_resamples,
+        confidence=0.95,
+    )
 
 
-def _write_table1(report: Report, meta_for: Callable, cfg: ProfileConfig,
-                  outcomes: pd.DataFrame, finals: pd.DataFrame,
-                  n_resamples: int) -> pd.DataFrame:
+def _write_table1(
+    report: Report,
+    meta_for: Callable,
+    cfg: ProfileConfig,
+    outcomes: pd.DataFrame,
+    finals: pd.DataFrame,
+    n_resamples: int,
+) -> pd.DataFrame:
     """Table 1, its group averages, its differences (greedy and sampled EM) and its runs one
     by one; returns the per-seed rows (the claims' summary reads them)."""
     profile = report.profile
-    tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model,
-                                  n_resamples=n_resamples)
+    tidy, display = table1.table1(
+        profile, outcomes, finals, cfg.policy.model, n_resamples=n_resamples
+    )
     if len(display):
         meta = meta_for(TABLE1_REPORTED, table1.table1)
-        report.paths["table1"] = write_table(tidy, display, "table1", profile, meta,
-                                             "Table 1: EM x 100 [95% CI] per dataset and group")
+        report.paths["table1"] = write_table(
+            tidy,
+            display,
+            "table1",
+            profile,
+            meta,
+            "Table 1: EM x 100 [95% CI] per dataset and group",
+        )
         short = summary_display(display)
         report.paths["table1_summary"] = write_table(
-            tidy[tidy["column"].str.contains("avg")], short, "table1_summary", profile, meta,
-            "Table 1, group averages: EM x 100 [95% CI]")
+            tidy[tidy["column"].str.contains("avg")],
+            short,
+            "table1_summary",
+            profile,
+            meta,
+            "Table 1, group averages: EM x 100 [95% CI]",
+        )
         report.tables.update(table1=display, table1_summary=short)
-    for metric, name, what in (("em", "table1_differences", "greedy EM"),
-                               ("sampled_em", "table1_differences_sampled",
-                                "sampled EM (mean of k samples at the training temperature)")):
-        tidy, display = table1.table1_differences(profile, outcomes, n_resamples=n_resamples,
-                                                  metric=metric)
+    for metric, name, what in (
+        ("em", "table1_differences", "greedy EM"),
+        (
+            "sampled_em",
+            "table1_differences_sampled",
+            "sampled EM (mean of k samples at the training temperature)",
+        ),
+    ):
+        tidy, display = table1.table1_differences(
+            profile, outcomes, n_resamples=n_resamples, metric=metric
+        )
         if len(display):
             report.paths[name] = write_table(
-                tidy, display, name, profile,
+                tidy,
+                display,
+                name,
+                profile,
                 meta_for(TABLE1_REPORTED, table1.table1_differences),
-                f"Differences in {what} x 100 [95% CI] and probability of improvement")
+                f"Differences in {what} x 100 [95% CI] and probability of improvement",
+            )
             report.tables[name] = display
     tidy, display = table1.table1_seeds(profile, outcomes)
     per_seed = tidy
     if len(display):
         report.paths["table1_seeds"] = write_table(
-            tidy, display, "table1_seeds", profile, meta_for(TABLE1_REPORTED, table1.table1_seeds),
+            tidy,
+            display,
+            "table1_seeds",
+            profile,
+            meta_for(TABLE1_REPORTED, table1.table1_seeds),
             "Table 1's runs one by one: multi-hop EM x 100 per seed, its spread, and the seeds "
-            "a difference to GRPO would need for a seed-level half-width of 2 points")
+            "a difference to GRPO would need for a seed-level half-width of 2 points",
+        )
         report.tables["table1_seeds"] = display
     return per_seed
 
 
-def _write_tables23(report: Report, meta_for: Callable, outcomes: pd.DataFrame,
-                    n_resamples: int) -> None:
+def _write_tables23(
+    report: Report, meta_for: Callable, outcomes: pd.DataFrame, n_resamples: int
+) -> None:
     """Table 2 (the progressive ablation), Table 3 (credit variants) and the credit-accuracy
     summary when its study exists."""
     profile = report.profile
     tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
-    report.paths["table2"] = write_table(tidy, display, "table2", profile,
-                                         meta_for(TABLE2_METHODS, table2.table2),
-                                         "Table 2: progressive ablation, multi-hop EM x 100")
+    report.paths["table2"] = write_table(
+        tidy,
+        display,
+        "table2",
+        profile,
+        meta_for(TABLE2_METHODS, table2.table2),
+        "Table 2: progressive ablation, multi-hop EM x 100",
+    )
     report.tables["table2"] = display
     tidy, display = table3.table3(profile, outcomes, n_resamples=n_resamples)
     if len(display):
-        report.paths["table3"] = write_table(tidy, display, "table3", profile,
-                                             meta_for(tidy["method"], table3.table3),
-                                             "Table 3: credit variants, multi-hop EM x 100")
+        report.paths["table3"] = write_table(
+            tidy,
+            display,
+            "table3",
+            profile,
+            meta_for(tidy["method"], table3.table3),
+            "Table 3: credit variants, multi-hop EM x 100",
+        )
         report.tables["table3"] = display
     accuracy = table3.load_credit_accuracy(profile)
     if accuracy is not None:
@@ -208,17 +296,28 @@ def _write_tables23(report: Report, meta_for: Callable, outcomes: pd.DataFrame,
         summary = credit_accuracy_summary(accuracy)
         if len(summary):
             report.paths["credit_accuracy_summary"] = write_table(
-                accuracy, summary, "credit_accuracy_summary", profile,
-                {**source_meta(profile, writer=credit_accuracy_summary),
-                 **table3.credit_accuracy_provenance(profile)},
+                accuracy,
+                summary,
+                "credit_accuracy_summary",
+                profile,
+                {
+                    **source_meta(profile, writer=credit_accuracy_summary),
+                    **table3.credit_accuracy_provenance(profile),
+                },
                 "Credit against the truth: AUC of each credit mode's turn advantages for "
-                "useful vs useless turns [95% CI over prompts], and the difference to GRPO's")
+                "useful vs useless turns [95% CI over prompts], and the difference to GRPO's",
+            )
             report.tables["credit_accuracy_summary"] = summary
 
 
-def _write_spending_and_entropy(report: Report, meta_for: Callable, cfg: ProfileConfig,
-                                metrics: pd.DataFrame, finished: pd.DataFrame,
-                                rl: list[str]) -> pd.DataFrame:
+def _write_spending_and_entropy(
+    report: Report,
+    meta_for: Callable,
+    cfg: ProfileConfig,
+    metrics: pd.DataFrame,
+    finished: pd.DataFrame,
+    rl: list[str],
+) -> pd.DataFrame:
     """What each Table 1 row spends per step, and Figure 3's claim in numbers (entropy and
     reward over the first vs the last steps); returns that change table."""
     profile = report.profile
@@ -227,116 +326,201 @@ def _write_spending_and_entropy(report: Report, meta_for: Callable, cfg: Profile
         if len(spent):
             shown = budget_display(spent)
             report.paths["table1_budget"] = write_table(
-                spent, shown, "table1_budget", profile,
+                spent,
+                shown,
+                "table1_budget",
+                profile,
                 meta_for(spent["method"], budget_table),
                 "What each Table 1 row spends per step: trajectories, generated and trained "
-                "policy tokens (means over steps, then seeds)")
+                "policy tokens (means over steps, then seeds)",
+            )
             report.tables["table1_budget"] = shown
     # Figure 3's claim in numbers: entropy (and reward) over the first vs the last steps
-    change = start_end_table(metrics, ["entropy", "reward"],
-                             baseline="grpo" if "method" in metrics and
-                             (metrics["method"] == "grpo").any() else None)
+    change = start_end_table(
+        metrics,
+        ["entropy", "reward"],
+        baseline="grpo" if "method" in metrics and (metrics["method"] == "grpo").any() else None,
+    )
     if len(change):
         order = {m: i for i, m in enumerate(rl)}
-        change = change.sort_values("method", key=lambda c: c.map(order), kind="stable",
-                                    ignore_index=True)
+        change = change.sort_values(
+            "method", key=lambda c: c.map(order), kind="stable", ignore_index=True
+        )
         change.insert(0, "profile", profile)
         shown = format_start_end(change, flat=True)
         shown.index = [method_label(m) for m in shown.index]
         shown.index.name = "method"
         report.paths["fig3_entropy_change"] = write_table(
-            change, shown, "fig3_entropy_change", profile,
+            change,
+            shown,
+            "fig3_entropy_change",
+            profile,
             meta_for(change["method"], start_end_table),
             "Policy entropy and reward over the first and last steps (at most 8 each), their "
-            "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]")
+            "change, and the change minus GRPO's: mean over seeds [95% t / Welch interval]",
+        )
         report.tables["fig3_entropy_change"] = shown
     return change
 
 
-def _write_claims(report: Report, meta_for: Callable, runs: pd.DataFrame,
-                  outcomes: pd.DataFrame, finished: pd.DataFrame, change: pd.DataFrame,
-                  per_seed: pd.DataFrame, blocks: pd.DataFrame, *, n_resamples: int,
-                  figures: bool, allow_revisions: bool = False) -> None:
+def _write_claims(
+    report: Report,
+    meta_for: Callable,
+    runs: pd.DataFrame,
+    outcomes: pd.DataFrame,
+    finished: pd.DataFrame,
+    change: pd.DataFrame,
+    per_seed: pd.DataFrame,
+    blocks: pd.DataFrame,
+    *,
+    n_resamples: int,
+    figures: bool,
+    allow_revisions: bool = False,
+) -> None:
     """The paper's claims one by one (paired within the study's blocks where they hold the
     pair), their summary page, the dissection's summary and (with ``figures``) its figure."""
     profile = report.profile
     clips = clip_levels(Path(p) for p in finished["path"])
     provenance = run_provenance(Path(p) for p in finished["path"])
-    tidy, display = claims.claims_table(profile, outcomes, change, n_resamples=n_resamples,
-                                        clips=clips, provenance=provenance, blocks=blocks,
-                                        allow_revisions=allow_revisions)
+    tidy, display = claims.claims_table(
+        profile,
+        outcomes,
+        change,
+        n_resamples=n_resamples,
+        clips=clips,
+        provenance=provenance,
+        blocks=blocks,
+        allow_revisions=allow_revisions,
+    )
     report.paths["claims"] = write_table(
-        tidy, display, "claims", profile,
-        {**meta_for(outcomes["method"].unique(), claims.claims_table),
-         "blocks": block_sources(profile)},
-        "The paper's claims at toy scale: each as one number with its 95% CI")
+        tidy,
+        display,
+        "claims",
+        profile,
+        {
+            **meta_for(outcomes["method"].unique(), claims.claims_table),
+            "blocks": block_sources(profile),
+        },
+        "The paper's claims at toy scale: each as one number with its 95% CI",
+    )
     report.tables["claims"] = display
     rests = provenance_table(provenance, blocks)
     if len(rests):
         shown = rests.assign(method=rests["method"].map(method_label)).set_index("method")
         report.paths["provenance"] = write_table(
-            rests, shown, "provenance", profile,
-            {**meta_for(outcomes["method"].unique(), provenance_table),
-             "blocks": block_sources(profile)},
+            rests,
+            shown,
+            "provenance",
+            profile,
+            {
+                **meta_for(outcomes["method"].unique(), provenance_table),
+                "blocks": block_sources(profile),
+            },
             "What every method's rows rest on: the committed runs (the earlier record) with "
-            "their revisions and machine builds, and the study's finished blocks")
+            "their revisions and machine builds, and the study's finished blocks",
+        )
         report.tables["provenance"] = shown
     summary_path = tables_dir(profile) / "claims_summary.md"
-    write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed, provenance,
-                                                         blocks))
-    write_meta(summary_path, {**meta_for(outcomes["method"].unique(), claims.claims_summary),
-                              "table": "claims_summary", "files": [summary_path.name]})
+    write_if_changed(summary_path, claims.claims_summary(tidy, runs, per_seed, provenance, blocks))
+    write_meta(
+        summary_path,
+        {
+            **meta_for(outcomes["method"].unique(), claims.claims_summary),
+            "table": "claims_summary",
+            "files": [summary_path.name],
+        },
+    )
     report.paths["claims_summary"] = {"md": summary_path}
     parts, shown = dissection_summary(profile, tidy)
     if len(parts):
         report.paths["dissection_summary"] = write_table(
-            parts, shown, "dissection_summary", profile,
-            {**meta_for(outcomes["method"].unique(), dissection_summary),
-             "dissection_records": sorted(
-                 f.name for f in results_dir(profile, "dissection").glob("*.csv"))},
+            parts,
+            shown,
+            "dissection_summary",
+            profile,
+            {
+                **meta_for(outcomes["method"].unique(), dissection_summary),
+                "dissection_records": sorted(
+                    f.name for f in results_dir(profile, "dissection").glob("*.csv")
+                ),
+            },
             "What each part of AT2PO does on the toy: the dissection's records and the "
-            "claims that put the parts together")
+            "claims that put the parts together",
+        )
         report.tables["dissection_summary"] = shown
         why_path = tables_dir(profile) / "why.md"
-        write_if_changed(why_path, "\n\n".join(why_sentences(
-            tidy, parts, results_dir(profile, "dissection"))) + "\n")
-        write_meta(why_path, {**meta_for(outcomes["method"].unique(), why_sentences),
-                              "table": "why", "files": [why_path.name]})
+        write_if_changed(
+            why_path,
+            "\n\n".join(why_sentences(tidy, parts, results_dir(profile, "dissection"))) + "\n",
+        )
+        write_meta(
+            why_path,
+            {
+                **meta_for(outcomes["method"].unique(), why_sentences),
+                "table": "why",
+                "files": [why_path.name],
+            },
+        )
         report.paths["why"] = {"md": why_path}
     if figures:
         at2po_runs = [Path(p) for p in finished.loc[finished["method"] == "at2po", "path"]]
         fig, _ = dissection_figure(at2po_runs, results_dir(profile, "dissection"))
         report.paths["dissection"] = write_figure(
-            fig, "dissection", profile,
-            {**meta_for(["at2po"], dissection_figure),
-             "dissection_records": sorted(
-                 f.name for f in results_dir(profile, "dissection").glob("*_summary.csv"))})
+            fig,
+            "dissection",
+            profile,
+            {
+                **meta_for(["at2po"], dissection_figure),
+                "dissection_records": sorted(
+                    f.name for f in results_dir(profile, "dissection").glob("*_summary.csv")
+                ),
+            },
+        )
         plt.close(fig)
 
 
-def _write_figures(report: Report, meta_for: Callable, cfg: ProfileConfig,
-                   outcomes: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame,
-                   rl: list[str]) -> None:
+def _write_figures(
+    report: Report,
+    meta_for: Callable,
+    cfg: ProfileConfig,
+    outcomes: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    rl: list[str],
+) -> None:
     """Figure 3 (training curves) and Figure 4 (turns per question) with its turn summary."""
     profile = report.profile
     dataset = (cfg.train.val_datasets or ["tiny_hotpotqa"])[0]
     fig, _ = figure3.figure3(metrics, evals, dataset, rl)
-    report.paths["fig3"] = write_figure(fig, "fig3_training", profile,
-                                         meta_for(rl, figure3.figure3))
+    report.paths["fig3"] = write_figure(
+        fig, "fig3_training", profile, meta_for(rl, figure3.figure3)
+    )
     plt.close(fig)
-    method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)),
-                  None)
+    method = next((m for m in ("at2po", "react") if table1.rows_with_outcomes(outcomes, m)), None)
     if method:
         fig, _ = figure4.figure4(outcomes, method)
-        report.paths["fig4"] = write_figure(fig, "fig4_turns", profile,
-                                             meta_for([method], figure4.figure4))
+        report.paths["fig4"] = write_figure(
+            fig, "fig4_turns", profile, meta_for([method], figure4.figure4)
+        )
         plt.close(fig)
         report.tables["turns"] = figure4.turn_summary(outcomes, method)
 
 
-STORED_TABLES = ("table1", "table1_summary", "table1_differences", "table1_differences_sampled",
-                 "table1_seeds", "table2", "table3", "credit_accuracy_summary", "table1_budget",
-                 "fig3_entropy_change", "claims", "dissection_summary", "provenance")
+STORED_TABLES = (
+    "table1",
+    "table1_summary",
+    "table1_differences",
+    "table1_differences_sampled",
+    "table1_seeds",
+    "table2",
+    "table3",
+    "credit_accuracy_summary",
+    "table1_budget",
+    "fig3_entropy_change",
+    "claims",
+    "dissection_summary",
+    "provenance",
+)
 """Tables :func:`_write` stores as ``<name>.{csv,md,tex}``, in its order."""
 STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "fig4_turns"}
 """Report key -> figure file stem (``figures/<stem>_<profile>.{png,pdf}``)."""
@@ -367,15 +551,23 @@ def stale_reason(profile: str, n_resamples: int) -> str | None:
         return "no stored Table 1 or claims table"
     runs = discover_runs(profile)
     finished = {(str(r.method), int(r.seed)) for r in runs.itertuples() if bool(r.finished)}
-    used = {(str(s["method"]), int(s["seed"])) for m in metas.values() for s in m.get("sources", [])}
+    used = {
+        (str(s["method"]), int(s["seed"])) for m in metas.values() for s in m.get("sources", [])
+    }
     if used != finished:
         missing, gone = sorted(finished - used), sorted(used - finished)
-        return (f"the stored tables miss {len(missing)} finished run(s) {missing[:4]}"
-                + (f" and use {len(gone)} that are gone {gone[:4]}" if gone else ""))
+        return f"the stored tables miss {len(missing)} finished run(s) {missing[:4]}" + (
+            f" and use {len(gone)} that are gone {gone[:4]}" if gone else ""
+        )
     if metas["claims"].get("blocks", []) != block_sources(profile):
         return "the stored claims were read from other finished blocks of the study"
-    other = sorted({m["n_resamples"] for m in metas.values()
-                    if m.get("n_resamples") not in (None, n_resamples)})
+    other = sorted(
+        {
+            m["n_resamples"]
+            for m in metas.values()
+            if m.get("n_resamples") not in (None, n_resamples)
+        }
+    )
     if other:
         return f"the stored tables used {other} bootstrap replicates, not {n_resamples}"
     return None
@@ -417,9 +609,11 @@ def current_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES) -> 
     reason = stale_reason(profile, n_resamples)
     if reason is None:
         report = read_report(profile)
-        report.notes.append(f"the committed tables and figures, read back: computed from the "
-                            f"{profile} runs there are now with {n_resamples} bootstrap "
-                            f"replicates (`at2po report --profile {profile}` recomputes them)")
+        report.notes.append(
+            f"the committed tables and figures, read back: computed from the "
+            f"{profile} runs there are now with {n_resamples} bootstrap "
+            f"replicates (`at2po report --profile {profile}` recomputes them)"
+        )
         return report
     report = write_report(profile, n_resamples=n_resamples)
     report.notes.append(f"recomputed from the records: {reason}")

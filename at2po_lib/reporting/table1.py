@@ -24,15 +24,23 @@ from ..evaluation import stats
 from ..method.presets import TABLE1_REPORTED
 from ..evaluation.paper_reference import published_table1
 from .labels import cell as format_cell
-from .labels import (column_label, groups_of, method_label, ordered_datasets, published_backbone,
-                     rows_with_outcomes, signed_cell)
+from .labels import (
+    column_label,
+    groups_of,
+    method_label,
+    ordered_datasets,
+    published_backbone,
+    rows_with_outcomes,
+    signed_cell,
+)
 
 GROUP_LABELS = {"multihop": "Multi-hop avg", "singlehop": "Single-hop avg"}
 UNWEIGHTED = " (unweighted)"
 
 
-def _our_rows(outcomes: pd.DataFrame, finals: pd.DataFrame, methods: Sequence[str],
-              n_resamples: int) -> list[dict]:
+def _our_rows(
+    outcomes: pd.DataFrame, finals: pd.DataFrame, methods: Sequence[str], n_resamples: int
+) -> list[dict]:
     rows = []
     for method in methods:
         if rows_with_outcomes(outcomes, method):
@@ -51,11 +59,19 @@ def _rows_from_outcomes(outcomes: pd.DataFrame, method: str, n_resamples: int) -
         scopes.append((GROUP_LABELS[group] + UNWEIGHTED, members, "dataset"))
     rows = []
     for column, members, weighting in scopes:
-        ci = stats.mean_ci(outcomes, method, members, weighting=weighting,
-                           n_resamples=n_resamples)
-        rows.append({"source": "ours", "method": method, "column": column, "em": ci.estimate,
-                     "ci_low": ci.low, "ci_high": ci.high, "n_seeds": ci.n_seeds_a,
-                     "n_questions": ci.n_questions})
+        ci = stats.mean_ci(outcomes, method, members, weighting=weighting, n_resamples=n_resamples)
+        rows.append(
+            {
+                "source": "ours",
+                "method": method,
+                "column": column,
+                "em": ci.estimate,
+                "ci_low": ci.low,
+                "ci_high": ci.high,
+                "n_seeds": ci.n_seeds_a,
+                "n_questions": ci.n_questions,
+            }
+        )
     return rows
 
 
@@ -67,18 +83,38 @@ def _rows_from_finals(finals: pd.DataFrame, method: str) -> list[dict]:
     seeds = int(finals["seed"].nunique())
     for d in datasets:
         sel = base[base["dataset"] == d]
-        rows.append({"source": "ours", "method": method, "column": column_label(d),
-                     "em": float(sel["em"].mean()), "ci_low": None, "ci_high": None,
-                     "n_seeds": seeds, "n_questions": int(sel["n"].iloc[0])})
+        rows.append(
+            {
+                "source": "ours",
+                "method": method,
+                "column": column_label(d),
+                "em": float(sel["em"].mean()),
+                "ci_low": None,
+                "ci_high": None,
+                "n_seeds": seeds,
+                "n_questions": int(sel["n"].iloc[0]),
+            }
+        )
     for group, members in groups_of(datasets).items():
         sel = base[base["dataset"].isin(members)]
         per_dataset = sel.groupby("dataset")["em"].mean()
         sizes = sel.groupby("dataset")["n"].first()
-        for column, value in ((GROUP_LABELS[group], float((per_dataset * sizes).sum() / sizes.sum())),
-                              (GROUP_LABELS[group] + UNWEIGHTED, float(per_dataset.mean()))):
-            rows.append({"source": "ours", "method": method, "column": column, "em": value,
-                         "ci_low": None, "ci_high": None, "n_seeds": seeds,
-                         "n_questions": int(sizes.sum())})
+        for column, value in (
+            (GROUP_LABELS[group], float((per_dataset * sizes).sum() / sizes.sum())),
+            (GROUP_LABELS[group] + UNWEIGHTED, float(per_dataset.mean())),
+        ):
+            rows.append(
+                {
+                    "source": "ours",
+                    "method": method,
+                    "column": column,
+                    "em": value,
+                    "ci_low": None,
+                    "ci_high": None,
+                    "n_seeds": seeds,
+                    "n_questions": int(sizes.sum()),
+                }
+            )
     return rows
 
 
@@ -95,38 +131,62 @@ def _published_rows(backbone: str, methods: Sequence[str]) -> list[dict]:
             if key.endswith("_avg"):
                 group = key.removesuffix("_avg")
                 rows.append(_published(method, backbone, GROUP_LABELS[group], value))
-                members = [cells[d] for d in groups_of([k for k in cells if not k.endswith("_avg")])
-                           .get(group, []) if d in cells]
+                members = [
+                    cells[d]
+                    for d in groups_of([k for k in cells if not k.endswith("_avg")]).get(group, [])
+                    if d in cells
+                ]
                 if members:
-                    rows.append(_published(method, backbone, GROUP_LABELS[group] + UNWEIGHTED,
-                                           sum(members) / len(members)))
+                    rows.append(
+                        _published(
+                            method,
+                            backbone,
+                            GROUP_LABELS[group] + UNWEIGHTED,
+                            sum(members) / len(members),
+                        )
+                    )
             else:
                 rows.append(_published(method, backbone, column_label(key), value))
     return rows
 
 
 def _published(method: str, backbone: str, column: str, value: float) -> dict:
-    return {"source": f"published ({backbone})", "method": method, "column": column,
-            "em": value, "ci_low": None, "ci_high": None, "n_seeds": None, "n_questions": None}
+    return {
+        "source": f"published ({backbone})",
+        "method": method,
+        "column": column,
+        "em": value,
+        "ci_low": None,
+        "ci_high": None,
+        "n_seeds": None,
+        "n_questions": None,
+    }
 
 
-def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
-           model: str | None = None, methods: Sequence[str] = TABLE1_REPORTED,
-           n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table1(
+    profile: str,
+    outcomes: pd.DataFrame,
+    finals: pd.DataFrame,
+    model: str | None = None,
+    methods: Sequence[str] = TABLE1_REPORTED,
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: our cells with CIs and the published cells of the matching
     backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
     ours = _our_rows(outcomes, finals, methods, n_resamples)
     present = [m for m in methods if any(r["method"] == m for r in ours)]
     backbone = published_backbone(profile, model)
     published = _published_rows(backbone, methods)
-    tidy = pd.DataFrame(ours + published,
-                        columns=["source", "method", "column", "em", "ci_low", "ci_high",
-                                 "n_seeds", "n_questions"])
+    tidy = pd.DataFrame(
+        ours + published,
+        columns=["source", "method", "column", "em", "ci_low", "ci_high", "n_seeds", "n_questions"],
+    )
     if tidy.empty:
         return tidy, pd.DataFrame()
     tidy.insert(0, "profile", profile)
     columns = list(dict.fromkeys(r["column"] for r in ours)) or list(
-        dict.fromkeys(r["column"] for r in published))
+        dict.fromkeys(r["column"] for r in published)
+    )
     display_rows = []
     published_methods = {r["method"] for r in published}
     for method in [m for m in methods if m in present or m in published_methods]:
@@ -136,18 +196,26 @@ def table1(profile: str, outcomes: pd.DataFrame, finals: pd.DataFrame,
                 continue
             by_column = {r.column: format_cell(r.em, r.ci_low, r.ci_high) for r in sel.itertuples()}
             seeds = sel["n_seeds"].dropna()
-            display_rows.append({"method": method_label(method), "source": source,
-                                 **{c: by_column.get(c, "–") for c in columns},
-                                 "seeds": int(seeds.iloc[0]) if len(seeds) else "–"})
+            display_rows.append(
+                {
+                    "method": method_label(method),
+                    "source": source,
+                    **{c: by_column.get(c, "–") for c in columns},
+                    "seeds": int(seeds.iloc[0]) if len(seeds) else "–",
+                }
+            )
     display = pd.DataFrame(display_rows).set_index(["method", "source"])
     return tidy, display
 
 
-def table1_differences(profile: str, outcomes: pd.DataFrame,
-                       baselines: Sequence[str] = ("grpo", "react"),
-                       methods: Sequence[str] = TABLE1_REPORTED,
-                       n_resamples: int = stats.DEFAULT_RESAMPLES, metric: str = "em"
-                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table1_differences(
+    profile: str,
+    outcomes: pd.DataFrame,
+    baselines: Sequence[str] = ("grpo", "react"),
+    methods: Sequence[str] = TABLE1_REPORTED,
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+    metric: str = "em",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method minus each baseline (per dataset, per group, both weightings) with CIs and
     the probability of improvement. ``(tidy, display)``; display: sample-weighted groups.
 
@@ -161,8 +229,14 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
     if not baselines or len(present) < 2:
         return pd.DataFrame(), pd.DataFrame()
     groups = groups_of(outcomes["dataset"].unique())
-    tidy = stats.comparison_table(outcomes[outcomes["method"].isin(present)], baselines, groups,
-                                  metric=metric, methods=present, n_resamples=n_resamples)
+    tidy = stats.comparison_table(
+        outcomes[outcomes["method"].isin(present)],
+        baselines,
+        groups,
+        metric=metric,
+        methods=present,
+        n_resamples=n_resamples,
+    )
     tidy.insert(0, "profile", profile)
     display_rows = []
     for method in present:
@@ -171,8 +245,12 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
             if baseline == method:
                 continue
             for group in groups:
-                sel = tidy[(tidy["method"] == method) & (tidy["baseline"] == baseline)
-                           & (tidy["scope"] == group) & (tidy["weighting"] == "sample")]
+                sel = tidy[
+                    (tidy["method"] == method)
+                    & (tidy["baseline"] == baseline)
+                    & (tidy["scope"] == group)
+                    & (tidy["weighting"] == "sample")
+                ]
                 if sel.empty:
                     continue
                 r = sel.iloc[0]
@@ -185,9 +263,14 @@ def table1_differences(profile: str, outcomes: pd.DataFrame,
     return tidy, display
 
 
-def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = TABLE1_REPORTED,
-                 baseline: str = "grpo", target_half_width: float = 0.02,
-                 confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table1_seeds(
+    profile: str,
+    outcomes: pd.DataFrame,
+    methods: Sequence[str] = TABLE1_REPORTED,
+    baseline: str = "grpo",
+    target_half_width: float = 0.02,
+    confidence: float = 0.95,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     r"""Each run's multi-hop average (greedy EM and the sampled metric), and how far the seeds
     spread: the intervals of the other tables mix question-level and seed-level variation, and
     this table shows the seed-level part on its own.
@@ -210,9 +293,12 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
         return pd.DataFrame(), pd.DataFrame()
     rows = outcomes[outcomes["method"].isin(present) & outcomes["dataset"].isin(members)]
     metrics = [c for c in ("em", "sampled_em") if c in rows and rows[c].notna().any()]
-    per_run = rows.groupby(["method", "seed"])[metrics].mean()          # sample-weighted
-    tidy = (per_run.reset_index().melt(["method", "seed"], var_name="metric", value_name="value")
-            .dropna(subset=["value"]))
+    per_run = rows.groupby(["method", "seed"])[metrics].mean()  # sample-weighted
+    tidy = (
+        per_run.reset_index()
+        .melt(["method", "seed"], var_name="metric", value_name="value")
+        .dropna(subset=["value"])
+    )
     tidy.insert(0, "profile", profile)
     z = float(norm.ppf((1 + confidence) / 2))
     spread = per_run.groupby(level="method").std(ddof=1)
@@ -230,9 +316,10 @@ def table1_seeds(profile: str, outcomes: pd.DataFrame, methods: Sequence[str] = 
             row[f"{label}: sd over seeds"] = "–" if sd != sd else f"{100 * sd:.1f}"
             base_sd = spread.loc[baseline, metric] if baseline in spread.index else float("nan")
             if method not in (baseline, "react") and np.isfinite(sd) and np.isfinite(base_sd):
-                need = int(np.ceil(z ** 2 * (sd ** 2 + base_sd ** 2) / target_half_width ** 2))
-                row[f"{label}: seeds for ±{100 * target_half_width:.0f} vs "
-                    f"{method_label(baseline)}"] = str(need)
+                need = int(np.ceil(z**2 * (sd**2 + base_sd**2) / target_half_width**2))
+                row[
+                    f"{label}: seeds for ±{100 * target_half_width:.0f} vs {method_label(baseline)}"
+                ] = str(need)
         if "searches" in rows:  # how deep each seed searches: one reading of the spread
             calls = rows[rows["method"] == method].groupby("seed")["searches"].mean()
             row["calls per question: per seed"] = " / ".join(f"{v:.2f}" for v in calls)

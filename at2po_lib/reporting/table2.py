@@ -18,8 +18,12 @@ from ..evaluation.paper_reference import published_table2
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 
-def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
-           n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table2(
+    profile: str,
+    outcomes: pd.DataFrame,
+    group: str = "multihop",
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of the ablation steps that have per-question outcomes; the
     published column is always there (the table says which steps are missing)."""
     published = published_table2().set_index("method")
@@ -30,16 +34,26 @@ def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
         # until the study re-runs step 3 with the profile's)
         method = profile_at2po(profile) if step == "at2po" else step
         pub = published.loc[step] if step in published.index else None
-        row = {"profile": profile, "step": number, "method": method,
-               "configuration": pub["configuration"] if pub is not None else method,
-               "published_avg": float(pub["multihop_avg"]) / 100 if pub is not None else None}
+        row = {
+            "profile": profile,
+            "step": number,
+            "method": method,
+            "configuration": pub["configuration"] if pub is not None else method,
+            "published_avg": float(pub["multihop_avg"]) / 100 if pub is not None else None,
+        }
         if members and rows_with_outcomes(outcomes, method):
             own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
-            row.update(em=own.estimate, ci_low=own.low, ci_high=own.high, n_seeds=own.n_seeds_a,
-                       n_questions=own.n_questions)
+            row.update(
+                em=own.estimate,
+                ci_low=own.low,
+                ci_high=own.high,
+                n_seeds=own.n_seeds_a,
+                n_questions=own.n_questions,
+            )
             if previous is not None:
-                step = stats.difference_ci(outcomes, method, previous, members,
-                                           n_resamples=n_resamples)
+                step = stats.difference_ci(
+                    outcomes, method, previous, members, n_resamples=n_resamples
+                )
                 row.update(delta=step.estimate, delta_low=step.low, delta_high=step.high)
             previous = method
         else:
@@ -47,15 +61,20 @@ def table2(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
         rows.append(row)
     tidy = pd.DataFrame(rows)
     tidy["published_delta"] = tidy["published_avg"].diff()
-    display = pd.DataFrame({
-        "step": tidy["step"],
-        "configuration": tidy["configuration"],
-        "toy avg [95% CI]": [cell(r.get("em"), r.get("ci_low"), r.get("ci_high"))
-                             for r in rows],
-        "toy Δ step [95% CI]": [signed_cell(r["delta"], r["delta_low"], r["delta_high"])
-                                if "delta" in r else "–" for r in rows],
-        "seeds": [r.get("n_seeds", "–") for r in rows],
-        "published avg": [f"{100 * v:.2f}" for v in tidy["published_avg"]],
-        "published Δ": ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]],
-    }).set_index("step")
+    display = pd.DataFrame(
+        {
+            "step": tidy["step"],
+            "configuration": tidy["configuration"],
+            "toy avg [95% CI]": [
+                cell(r.get("em"), r.get("ci_low"), r.get("ci_high")) for r in rows
+            ],
+            "toy Δ step [95% CI]": [
+                signed_cell(r["delta"], r["delta_low"], r["delta_high"]) if "delta" in r else "–"
+                for r in rows
+            ],
+            "seeds": [r.get("n_seeds", "–") for r in rows],
+            "published avg": [f"{100 * v:.2f}" for v in tidy["published_avg"]],
+            "published Δ": ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]],
+        }
+    ).set_index("step")
     return tidy, display

@@ -30,8 +30,7 @@ from ..trainer.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .block_pairs import blocked_difference
-from .labels import (TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes,
-                     signed_cell)
+from .labels import TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
@@ -46,20 +45,30 @@ class CellTest:
     p_holm: float
 
 
-def cell_tests(outcomes: pd.DataFrame, default: str, members: Sequence[str], *,
-               blocked: bool = False, allow_revisions: bool = False) -> dict[str, CellTest]:
+def cell_tests(
+    outcomes: pd.DataFrame,
+    default: str,
+    members: Sequence[str],
+    *,
+    blocked: bool = False,
+    allow_revisions: bool = False,
+) -> dict[str, CellTest]:
     """Every Table 3 cell with outcomes against ``default`` (AT2PO's cell) on ``members``: the
     permutation test over seed labels (``blocked``: the sign-flip test within the ablation
     blocks), and Holm's correction over the cells tested, one family (issue #48: the cells are
     read together, so a reading of one needs its corrected p)."""
     tests = {}
     for method in TABLE3_METHODS:
-        if method == DEFAULT or not rows_with_outcomes(outcomes, method) \
-                or not rows_with_outcomes(outcomes, default):
+        if (
+            method == DEFAULT
+            or not rows_with_outcomes(outcomes, method)
+            or not rows_with_outcomes(outcomes, default)
+        ):
             continue
         if blocked:
-            found = blocked_difference(outcomes, ABLATION_SET, method, default, members,
-                                       allow_revisions=allow_revisions)
+            found = blocked_difference(
+                outcomes, ABLATION_SET, method, default, members, allow_revisions=allow_revisions
+            )
             if found is not None:
                 tests[method] = found.test
         else:
@@ -68,16 +77,23 @@ def cell_tests(outcomes: pd.DataFrame, default: str, members: Sequence[str], *,
     return {m: CellTest(t, float(p)) for (m, t), p in zip(tests.items(), corrected)}
 
 
-def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
-           n_resamples: int = stats.DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table3(
+    profile: str,
+    outcomes: pd.DataFrame,
+    group: str = "multihop",
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
     display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]``, the Δ's
     permutation p and its Holm-corrected p over every cell of the table (:func:`cell_tests`),
     and the cell's seeds (a one-seed cell's interval covers the questions only)."""
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
     at2po = profile_at2po(profile, TABLE3_CELLS)  # the AT2PO with the cells' expansion settings
-    default = DEFAULT if rows_with_outcomes(outcomes, DEFAULT) else (
-        at2po if rows_with_outcomes(outcomes, at2po) else None)
+    default = (
+        DEFAULT
+        if rows_with_outcomes(outcomes, DEFAULT)
+        else (at2po if rows_with_outcomes(outcomes, at2po) else None)
+    )
     family = cell_tests(outcomes, default, members) if default and members else {}
     rows = []
     for value in VALUE_MODES:
@@ -88,33 +104,58 @@ def table3(profile: str, outcomes: pd.DataFrame, group: str = "multihop",
             if not members or not rows_with_outcomes(outcomes, method):
                 continue
             own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
-            row = {"profile": profile, "value_mode": value, "advantage_mode": advantage,
-                   "method": method, "em": own.estimate, "ci_low": own.low,
-                   "ci_high": own.high, "n_seeds": own.n_seeds_a,
-                   "n_questions": own.n_questions}
-            if default and method != default and (value, advantage) != (
-                    "entropy_softmax", "node_value"):
-                diff = stats.difference_ci(outcomes, method, default, members,
-                                           n_resamples=n_resamples)
-                row.update(delta=diff.estimate, delta_low=diff.low, delta_high=diff.high,
-                           delta_against=default)
+            row = {
+                "profile": profile,
+                "value_mode": value,
+                "advantage_mode": advantage,
+                "method": method,
+                "em": own.estimate,
+                "ci_low": own.low,
+                "ci_high": own.high,
+                "n_seeds": own.n_seeds_a,
+                "n_questions": own.n_questions,
+            }
+            if (
+                default
+                and method != default
+                and (value, advantage) != ("entropy_softmax", "node_value")
+            ):
+                diff = stats.difference_ci(
+                    outcomes, method, default, members, n_resamples=n_resamples
+                )
+                row.update(
+                    delta=diff.estimate,
+                    delta_low=diff.low,
+                    delta_high=diff.high,
+                    delta_against=default,
+                )
                 if method in family:
-                    row.update(p_permutation=family[method].test.p,
-                               p_holm=family[method].p_holm, family_size=len(family))
+                    row.update(
+                        p_permutation=family[method].test.p,
+                        p_holm=family[method].p_holm,
+                        family_size=len(family),
+                    )
             rows.append(row)
     tidy = pd.DataFrame(rows)
     if tidy.empty:
         return tidy, pd.DataFrame()
-    text = {(r["value_mode"], r["advantage_mode"]):
-            cell(r["em"], r["ci_low"], r["ci_high"])
-            + (f"; Δ {signed_cell(r['delta'], r['delta_low'], r['delta_high'])}"
-               if "delta" in r else "")
-            + (f", p {r['p_permutation']:.2f}, Holm {r['p_holm']:.2f}" if "p_holm" in r else "")
-            + f" ({r['n_seeds']} seed{'s' * (r['n_seeds'] != 1)})"
-            for r in rows}
+    text = {
+        (r["value_mode"], r["advantage_mode"]): cell(r["em"], r["ci_low"], r["ci_high"])
+        + (
+            f"; Δ {signed_cell(r['delta'], r['delta_low'], r['delta_high'])}"
+            if "delta" in r
+            else ""
+        )
+        + (f", p {r['p_permutation']:.2f}, Holm {r['p_holm']:.2f}" if "p_holm" in r else "")
+        + f" ({r['n_seeds']} seed{'s' * (r['n_seeds'] != 1)})"
+        for r in rows
+    }
     display = pd.DataFrame(
-        [{"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
-         for v in VALUE_MODES if any((v, a) in text for a in ADVANTAGE_MODES)]
+        [
+            {"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
+            for v in VALUE_MODES
+            if any((v, a) in text for a in ADVANTAGE_MODES)
+        ]
     ).set_index("value mode")
     return tidy, display
 
@@ -136,5 +177,8 @@ def credit_accuracy_provenance(profile: str) -> dict:
     """Where the credit-accuracy table came from: its file, and the command and git revision
     its own meta records (the study runs apart from the report)."""
     meta = read_meta(Path(results_dir(profile)) / CREDIT_ACCURACY_FILE)
-    return {"source": CREDIT_ACCURACY_FILE, "source_command": meta.get("command"),
-            "source_git_revision": meta.get("git_revision")}
+    return {
+        "source": CREDIT_ACCURACY_FILE,
+        "source_command": meta.get("command"),
+        "source_git_revision": meta.get("git_revision"),
+    }

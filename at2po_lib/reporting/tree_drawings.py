@@ -96,6 +96,8 @@ def close_figure(fig: Any) -> None:
     """Close a pyplot figure; a detached one (:func:`new_figure`) needs nothing."""
     if getattr(fig.canvas, "manager", None) is not None:
         plt.close(fig)
+
+
 REWARD_EDGE = {True: "#1a9641", False: "#d7191c"}
 """Leaf box edge: green for a positive reward, red for reward 0."""
 _KIND_MARK = {"search": "S", "answer": "A"}
@@ -146,8 +148,10 @@ def tree_layout(parent: Any) -> tuple[np.ndarray, np.ndarray]:
             stack.append((node, depth, True))
             stack.extend((c, depth + 1, False) for c in reversed(children[node]))
     if np.isnan(y).any():  # each node has one parent, so only a cycle leaves nodes unvisited
-        raise ValueError(f"node {int(np.flatnonzero(np.isnan(y))[0])} is not connected to the "
-                         "root (the parent array has a cycle)")
+        raise ValueError(
+            f"node {int(np.flatnonzero(np.isnan(y))[0])} is not connected to the "
+            "root (the parent array has a cycle)"
+        )
     return x, y
 
 
@@ -274,8 +278,11 @@ def node_labels(tree: TreeArrays, width: int = LABEL_WIDTH, lines: int = 3) -> l
         if record.get("action") == "answer":
             body = textwrap.wrap(short_answer[text], width, break_long_words=True) or [text]
         else:
-            body = textwrap.wrap(text, width, max_lines=lines, placeholder=" …",
-                                 break_long_words=True) if text else []
+            body = (
+                textwrap.wrap(text, width, max_lines=lines, placeholder=" …", break_long_words=True)
+                if text
+                else []
+            )
         if duplicate[i] >= 0:
             body.append(f"copy of {int(duplicate[i])}")
         if np.isfinite(tree.leaf_reward[i]):
@@ -291,16 +298,21 @@ def node_text_table(tree: TreeArrays) -> "pd.DataFrame":
     n = tree.num_nodes
     records = list(tree.records) if len(tree.records) else [{} for _ in range(n)]
     depth = tree.node_arrays.get("depth")
-    frame = pd.DataFrame({
-        "node": np.arange(n), "parent": tree.parent,
-        "depth": depth if depth is not None else node_depths(tree.parent).numpy(),
-        "round": tree.node_arrays.get("expansion_round", np.zeros(n, dtype=np.int64)),
-        "entropy": tree.entropy,
-        "action": [r.get("action") or ("root" if i == ROOT else None) for i, r in enumerate(records)],
-        "query_or_answer": [_clean(r.get("query") or r.get("answer")) or None for r in records],
-        "reward": tree.leaf_reward,
-        "turn_text": [_clean(r.get("text")) or None for r in records],
-    })
+    frame = pd.DataFrame(
+        {
+            "node": np.arange(n),
+            "parent": tree.parent,
+            "depth": depth if depth is not None else node_depths(tree.parent).numpy(),
+            "round": tree.node_arrays.get("expansion_round", np.zeros(n, dtype=np.int64)),
+            "entropy": tree.entropy,
+            "action": [
+                r.get("action") or ("root" if i == ROOT else None) for i, r in enumerate(records)
+            ],
+            "query_or_answer": [_clean(r.get("query") or r.get("answer")) or None for r in records],
+            "reward": tree.leaf_reward,
+            "turn_text": [_clean(r.get("text")) or None for r in records],
+        }
+    )
     return frame.set_index("node")
 
 
@@ -315,8 +327,7 @@ def _text_boxes(fig: Any, artists: Sequence[Any]) -> list[Any]:
     for a in artists:
         box = a.get_window_extent(renderer)
         grow = (0.2 * a.get_fontsize() + 1.5) * fig.dpi / 72 if a.get_bbox_patch() else 0.0
-        boxes.append(Bbox.from_extents(box.x0 - grow, box.y0 - grow, box.x1 + grow,
-                                       box.y1 + grow))
+        boxes.append(Bbox.from_extents(box.x0 - grow, box.y0 - grow, box.x1 + grow, box.y1 + grow))
     return boxes
 
 
@@ -338,7 +349,7 @@ def label_overlaps(ax: Any, pad: float = 0.5) -> list[tuple[str, str]]:
             names.append(f"node marker {i}")
     extents = np.array([[b.x0, b.y0, b.x1, b.y1] for b in boxes])
     x0, y0, x1, y1 = (extents[:, k][:, None] for k in range(4))
-    overlap = ((x0 < x1.T - pad) & (x0.T < x1 - pad) & (y0 < y1.T - pad) & (y0.T < y1 - pad))
+    overlap = (x0 < x1.T - pad) & (x0.T < x1 - pad) & (y0 < y1.T - pad) & (y0.T < y1 - pad)
     labels_n = len(artists)
     # marker vs marker pairs are not labels; a label never overlaps its own node (placed below)
     out = []
@@ -386,8 +397,9 @@ def draw_tree(
     if isinstance(parent, TreeArrays):
         leaf_reward = parent.leaf_reward if leaf_reward is None else leaf_reward
         parent = parent.parent
-    parent_np, rewards, labels, shown = _checked_node_arrays(parent, leaf_reward, node_labels,
-                                                              visible)
+    parent_np, rewards, labels, shown = _checked_node_arrays(
+        parent, leaf_reward, node_labels, visible
+    )
     x, y = tree_layout(parent_np)
     own_figure = ax is None
     if own_figure:
@@ -411,15 +423,15 @@ GREY = (0.85, 0.85, 0.85, 1.0)
 """The fill of a node without a value (NaN colour), kept out of the colour scale."""
 
 
-def _checked_node_arrays(parent: Any, leaf_reward: Any, node_labels: Sequence[str] | None,
-                         visible: Any) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+def _checked_node_arrays(
+    parent: Any, leaf_reward: Any, node_labels: Sequence[str] | None, visible: Any
+) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """parent (N,) int64, rewards (N,) float (NaN: not a scored leaf), the N labels under the
     nodes (default ``r=…`` on scored leaves) and which nodes are shown; a wrong shape is an
     error naming the argument."""
     parent_np = _as_numpy(parent).astype(np.int64)
     n = len(parent_np)
-    rewards = (np.full(n, np.nan) if leaf_reward is None
-               else _as_numpy(leaf_reward).astype(float))
+    rewards = np.full(n, np.nan) if leaf_reward is None else _as_numpy(leaf_reward).astype(float)
     if rewards.shape != (n,):
         raise ValueError(f"leaf_reward has shape {rewards.shape}, expected ({n},)")
     if node_labels is None:
@@ -434,8 +446,16 @@ def _checked_node_arrays(parent: Any, leaf_reward: Any, node_labels: Sequence[st
     return parent_np, rewards, labels, shown
 
 
-def _fills(fig: Any, ax: Any, node_color: Any, n: int, cmap: str, vmin: float | None,
-           vmax: float | None, colorbar_label: str | None) -> list[Any]:
+def _fills(
+    fig: Any,
+    ax: Any,
+    node_color: Any,
+    n: int,
+    cmap: str,
+    vmin: float | None,
+    vmax: float | None,
+    colorbar_label: str | None,
+) -> list[Any]:
     """Each node's fill: white, or ``node_color`` through ``cmap`` (NaN: grey) with a colour
     bar beside the axes (the legend of the fill)."""
     fills: list[Any] = ["white"] * n
@@ -451,97 +471,214 @@ def _fills(fig: Any, ax: Any, node_color: Any, n: int, cmap: str, vmin: float | 
     return fills
 
 
-def _draw_nodes(ax: Any, parent_np: np.ndarray, x: np.ndarray, y: np.ndarray,
-                fills: list[Any], shown: np.ndarray) -> None:
+def _draw_nodes(
+    ax: Any,
+    parent_np: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    fills: list[Any],
+    shown: np.ndarray,
+) -> None:
     """Edges, nodes and the node ids inside them; nodes not yet grown are faint."""
     n = len(parent_np)
     alpha = np.where(shown, 1.0, 0.12)
     for node in range(1, n):
         p = parent_np[node]
-        ax.plot([x[p], x[node]], [y[p], y[node]], color="0.55", lw=1.0, zorder=1,
-                alpha=float(alpha[node]))
-    ax.scatter(x, y, s=NODE_SIZE, c=fills, edgecolors="0.25", linewidths=1.0, zorder=2,
-               alpha=None if shown.all() else alpha)
+        ax.plot(
+            [x[p], x[node]],
+            [y[p], y[node]],
+            color="0.55",
+            lw=1.0,
+            zorder=1,
+            alpha=float(alpha[node]),
+        )
+    ax.scatter(
+        x,
+        y,
+        s=NODE_SIZE,
+        c=fills,
+        edgecolors="0.25",
+        linewidths=1.0,
+        zorder=2,
+        alpha=None if shown.all() else alpha,
+    )
     ax._at2po_circles = np.column_stack([x, y])
 
     for node in np.flatnonzero(shown):
-        ax.text(x[node], y[node], str(node), ha="center", va="center", fontsize=7,
-                fontweight="bold", color=text_color_for(fills[node]), zorder=3)
+        ax.text(
+            x[node],
+            y[node],
+            str(node),
+            ha="center",
+            va="center",
+            fontsize=7,
+            fontweight="bold",
+            color=text_color_for(fills[node]),
+            zorder=3,
+        )
 
 
-def _draw_labels(ax: Any, x: np.ndarray, y: np.ndarray, labels: list[str], rewards: np.ndarray,
-                 shown: np.ndarray) -> list[Any]:
+def _draw_labels(
+    ax: Any, x: np.ndarray, y: np.ndarray, labels: list[str], rewards: np.ndarray, shown: np.ndarray
+) -> list[Any]:
     """The label under each shown node, boxed green (r > 0) or red (r = 0) on scored leaves."""
     radius_pt = np.sqrt(NODE_SIZE) / 2
     label_artists = []
     for node in np.flatnonzero(shown):
         if not labels[node]:
             continue
-        box = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.9, linewidth=0.8,
-                   edgecolor="none")
+        box = dict(
+            boxstyle="round,pad=0.2", facecolor="white", alpha=0.9, linewidth=0.8, edgecolor="none"
+        )
         if np.isfinite(rewards[node]):
             box.update(edgecolor=REWARD_EDGE[bool(rewards[node] > 0)], linewidth=1.2)
-        text = ax.annotate(labels[node], (x[node], y[node]), xytext=(0, -1.45 * radius_pt - 3),
-                           textcoords="offset points", ha="center", va="top",
-                           fontsize=LABEL_FONTSIZE, bbox=box, zorder=4, linespacing=1.1)
+        text = ax.annotate(
+            labels[node],
+            (x[node], y[node]),
+            xytext=(0, -1.45 * radius_pt - 3),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=LABEL_FONTSIZE,
+            bbox=box,
+            zorder=4,
+            linespacing=1.1,
+        )
         text._at2po_name = f"label of node {node}"
         label_artists.append(text)
     ax._at2po_labels = label_artists
     return label_artists
 
 
-def _draw_rings(ax: Any, x: np.ndarray, y: np.ndarray, rings: Any,
-                highlight: Mapping[int, str] | None, shown: np.ndarray) -> list[Any]:
+def _draw_rings(
+    ax: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    rings: Any,
+    highlight: Mapping[int, str] | None,
+    shown: np.ndarray,
+) -> list[Any]:
     """Dashed rings per expansion round and thick rings on highlighted nodes; returns their
     legend handles."""
     n = len(x)
-    round_values = np.zeros(n, dtype=np.int64) if rings is None else _as_numpy(rings).astype(np.int64)
+    round_values = (
+        np.zeros(n, dtype=np.int64) if rings is None else _as_numpy(rings).astype(np.int64)
+    )
     ring_handles = []
     for r in sorted(set(round_values[(round_values > 0) & shown].tolist())):
         sel = (round_values == r) & shown
-        ax.scatter(x[sel], y[sel], s=NODE_SIZE * 2.0, facecolors="none", edgecolors=f"C{r}",
-                   linestyles="--", linewidths=1.3, zorder=1.5)
-        ring_handles.append(Line2D([], [], marker="o", markersize=11, linestyle="none",
-                                   markerfacecolor="none", markeredgecolor=f"C{r}",
-                                   label=f"dashed ring: grown in expansion round {r}"))
+        ax.scatter(
+            x[sel],
+            y[sel],
+            s=NODE_SIZE * 2.0,
+            facecolors="none",
+            edgecolors=f"C{r}",
+            linestyles="--",
+            linewidths=1.3,
+            zorder=1.5,
+        )
+        ring_handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                markersize=11,
+                linestyle="none",
+                markerfacecolor="none",
+                markeredgecolor=f"C{r}",
+                label=f"dashed ring: grown in expansion round {r}",
+            )
+        )
 
     others = (c for c in HIGHLIGHT_COLOURS * (1 + len(highlight or {})))
     for node, role in (highlight or {}).items():
         if not 0 <= int(node) < n:
             continue
         colour = CHOSEN_COLOUR if role == CHOSEN_ROLE else next(others)
-        ax.scatter([x[node]], [y[node]], s=NODE_SIZE * 2.6, facecolors="none",
-                   edgecolors=colour, linewidths=3.0, zorder=1.6)
-        ring_handles.append(Line2D([], [], marker="o", markersize=13, linestyle="none",
-                                   markerfacecolor="none", markeredgecolor=colour,
-                                   markeredgewidth=3.0, label=f"node {int(node)}: {role}"))
+        ax.scatter(
+            [x[node]],
+            [y[node]],
+            s=NODE_SIZE * 2.6,
+            facecolors="none",
+            edgecolors=colour,
+            linewidths=3.0,
+            zorder=1.6,
+        )
+        ring_handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                markersize=13,
+                linestyle="none",
+                markerfacecolor="none",
+                markeredgecolor=colour,
+                markeredgewidth=3.0,
+                label=f"node {int(node)}: {role}",
+            )
+        )
     return ring_handles
 
 
-def _legend(ax: Any, ring_handles: list[Any], rewards: np.ndarray, shown: np.ndarray,
-            node_color: Any) -> None:
+def _legend(
+    ax: Any, ring_handles: list[Any], rewards: np.ndarray, shown: np.ndarray, node_color: Any
+) -> None:
     """The rings' entries, then the reward boxes and the grey fill where the tree has them."""
     handles = list(ring_handles)
     scored = rewards[np.isfinite(rewards) & shown]
     if (scored > 0).any():
-        handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
-                              markerfacecolor="white", markeredgecolor=REWARD_EDGE[True],
-                              label="leaf, reward > 0 (green box)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="s",
+                markersize=9,
+                linestyle="none",
+                markerfacecolor="white",
+                markeredgecolor=REWARD_EDGE[True],
+                label="leaf, reward > 0 (green box)",
+            )
+        )
     if (scored <= 0).any():
-        handles.append(Line2D([], [], marker="s", markersize=9, linestyle="none",
-                              markerfacecolor="white", markeredgecolor=REWARD_EDGE[False],
-                              label="leaf, reward 0 (red box)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="s",
+                markersize=9,
+                linestyle="none",
+                markerfacecolor="white",
+                markeredgecolor=REWARD_EDGE[False],
+                label="leaf, reward 0 (red box)",
+            )
+        )
     if node_color is not None and np.isnan(_as_numpy(node_color).astype(float)).any():
-        handles.append(Line2D([], [], marker="o", markersize=9, linestyle="none",
-                              markerfacecolor=GREY, markeredgecolor="0.25",
-                              label="grey: no value (root: no turn)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                markersize=9,
+                linestyle="none",
+                markerfacecolor=GREY,
+                markeredgecolor="0.25",
+                label="grey: no value (root: no turn)",
+            )
+        )
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.01),
-                  fontsize=7, frameon=False, ncol=min(len(handles), 2))
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(0.0, -0.01),
+            fontsize=7,
+            frameon=False,
+            ncol=min(len(handles), 2),
+        )
 
 
-def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
-         resize: bool) -> None:
+def _fit(
+    fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any], resize: bool
+) -> None:
     """Axis limits and figure size from the measured labels: a column is as wide as the widest
     label (+ margin), a row as tall as a node plus the tallest label; then widen/heighten the
     figure until :func:`label_overlaps` finds nothing (at most a few rounds)."""
@@ -557,7 +694,10 @@ def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
     ax.set_xlim(np.nanmin(x) - 0.5, np.nanmax(x) + 0.5)
     bottom_pad = (label_h + radius_in + 0.1) / row_in  # the lowest row's labels
     ax.set_ylim(np.nanmin(y) - max(bottom_pad, 0.4), np.nanmax(y) + 0.45)
-    width_needed, height_needed = columns * col_in, (rows - 1 + max(bottom_pad, 0.4) + 0.45) * row_in
+    width_needed, height_needed = (
+        columns * col_in,
+        (rows - 1 + max(bottom_pad, 0.4) + 0.45) * row_in,
+    )
     for _ in range(6):
         pos = ax.get_position()
         fig_w, fig_h = fig.get_size_inches()
@@ -576,11 +716,17 @@ def _fit(fig: Any, ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[Any],
         height_needed *= 1.15
 
 
-def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_nll",
-                      ax: Any = None, title: str | None = None, label_width: int = LABEL_WIDTH,
-                      upto_round: int | None = None, highlight: Mapping[int, str] | None = None,
-                      column_px: float = NOTEBOOK_COLUMN_PX,
-                      detached: bool = False) -> tuple[Any, Any]:
+def draw_rollout_tree(
+    tree: TreeArrays | Any,
+    entropy_estimate: str = "sampled_nll",
+    ax: Any = None,
+    title: str | None = None,
+    label_width: int = LABEL_WIDTH,
+    upto_round: int | None = None,
+    highlight: Mapping[int, str] | None = None,
+    column_px: float = NOTEBOOK_COLUMN_PX,
+    detached: bool = False,
+) -> tuple[Any, Any]:
     """One rollout tree: colour = turn entropy H(n) (root grey), node ids in the nodes, labels
     (:func:`node_labels`) under them, green/red boxes on the leaves by reward, a dashed ring
     (one colour per round) around nodes grown by an expansion round, a solid ring around each
@@ -599,12 +745,20 @@ def draw_rollout_tree(tree: TreeArrays | Any, entropy_estimate: str = "sampled_n
     visible = None if upto_round is None else grown_by_round(arrays, upto_round)
     width = label_width
     while True:
-        fig, out_ax = draw_tree(arrays.parent, node_color=color,
-                                node_labels=node_labels(arrays, width=width),
-                                leaf_reward=arrays.leaf_reward, ax=ax, cmap="viridis", title=title,
-                                colorbar_label=f"fill: turn entropy H(n) ({estimate})",
-                                rings=rounds, visible=visible, highlight=highlight,
-                                detached=detached)
+        fig, out_ax = draw_tree(
+            arrays.parent,
+            node_color=color,
+            node_labels=node_labels(arrays, width=width),
+            leaf_reward=arrays.leaf_reward,
+            ax=ax,
+            cmap="viridis",
+            title=title,
+            colorbar_label=f"fill: turn entropy H(n) ({estimate})",
+            rings=rounds,
+            visible=visible,
+            highlight=highlight,
+            detached=detached,
+        )
         too_wide = fig.get_size_inches()[0] * fig.dpi > column_px
         if ax is not None or not too_wide or width <= MIN_LABEL_WIDTH:
             return fig, out_ax
@@ -619,8 +773,11 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
     s/72 · min(dpi, column_px / width in inches) pixels. Tick labels, titles, legends and node
     labels all count; empty and invisible texts do not."""
     fig.canvas.draw()
-    sizes = [t.get_fontsize() for t in fig.findobj(Text)
-             if t.get_visible() and t.get_text().strip() and t.figure is not None]
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and t.figure is not None
+    ]
     if not sizes:
         return float("inf")
     scale = min(fig.dpi, column_px / fig.get_size_inches()[0])
@@ -663,9 +820,12 @@ COMPARISON_METRICS = {
 }
 
 
-def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "method",
-                              metrics: Mapping[str, str] = COMPARISON_METRICS,
-                              confidence: float = 0.95) -> tuple[Any, Any]:
+def plot_expansion_comparison(
+    per_prompt: "pd.DataFrame",
+    method_column: str = "method",
+    metrics: Mapping[str, str] = COMPARISON_METRICS,
+    confidence: float = 0.95,
+) -> tuple[Any, Any]:
     """Small multiples (2 per row, readable in a notebook column): per metric, one bar per
     rollout method at its mean over prompts, with its 95% Student-t interval over prompts as
     error bar (``per_prompt``: one row per (method, prompt),
@@ -685,16 +845,27 @@ def plot_expansion_comparison(per_prompt: "pd.DataFrame", method_column: str = "
             means.append(ci.estimate)
             errs[0].append(ci.estimate - low)
             errs[1].append(high - ci.estimate)
-            intervals.append({"method": m, "metric": metric, "mean": ci.estimate, "low": low,
-                              "high": high, "prompts": int(np.isfinite(values).sum())})
+            intervals.append(
+                {
+                    "method": m,
+                    "metric": metric,
+                    "mean": ci.estimate,
+                    "low": low,
+                    "high": high,
+                    "prompts": int(np.isfinite(values).sum()),
+                }
+            )
         ax.bar(methods, means, yerr=errs, capsize=4, color=[f"C{i}" for i in range(len(methods))])
         ax.set_title(metrics[metric], fontsize=10)
         ax.tick_params(labelsize=9)
-    for ax in axes.ravel()[len(names):]:
+    for ax in axes.ravel()[len(names) :]:
         ax.set_axis_off()
     n = per_prompt.groupby(method_column).size().min() if len(per_prompt) else 0
-    fig.suptitle(f"Rollout methods on the same {n} prompts and leaf budget "
-                 f"(mean, {confidence:.0%} t-interval over prompts)", fontsize=10)
+    fig.suptitle(
+        f"Rollout methods on the same {n} prompts and leaf budget "
+        f"(mean, {confidence:.0%} t-interval over prompts)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.at2po_intervals = pd.DataFrame(intervals)
     return fig, axes
@@ -710,11 +881,13 @@ def comparison_sentence(intervals: "pd.DataFrame", method: str = "entropy") -> s
         best = g["mean"].idxmin() if metric in lower_is_better else g["mean"].idxmax()
         text = f"{COMPARISON_METRICS.get(metric, metric)}: best {best} ({g.loc[best, 'mean']:.2f})"
         if method in g.index and best != method:
-            overlap = not (g.loc[method, "high"] < g.loc[best, "low"]
-                           or g.loc[method, "low"] > g.loc[best, "high"])
-            text += (f", {method} {g.loc[method, 'mean']:.2f}: "
-                     + ("the intervals overlap, no difference shown" if overlap
-                        else "clearly behind"))
+            overlap = not (
+                g.loc[method, "high"] < g.loc[best, "low"]
+                or g.loc[method, "low"] > g.loc[best, "high"]
+            )
+            text += f", {method} {g.loc[method, 'mean']:.2f}: " + (
+                "the intervals overlap, no difference shown" if overlap else "clearly behind"
+            )
         parts.append(text)
     return "; ".join(parts) + "."
 
@@ -722,8 +895,10 @@ def comparison_sentence(intervals: "pd.DataFrame", method: str = "entropy") -> s
 # --------------------------------------------------------------------------------------------
 # Which tree to show: stated rules
 # --------------------------------------------------------------------------------------------
-EXAMPLE_RULE = ("the first tree whose scored leaves have mixed rewards (some right, some wrong) "
-                "and whose branch points lie at more than one depth")
+EXAMPLE_RULE = (
+    "the first tree whose scored leaves have mixed rewards (some right, some wrong) "
+    "and whose branch points lie at more than one depth"
+)
 
 
 def branch_depths(tree: TreeArrays) -> np.ndarray:
@@ -735,8 +910,10 @@ def branch_depths(tree: TreeArrays) -> np.ndarray:
         grown = np.flatnonzero(_as_numpy(rounds) > 0)
         duplicate = _as_numpy(tree.node_arrays.get("duplicate_of", np.full(tree.num_nodes, -1)))
         grown = grown[duplicate[grown] < 0]
-        starts = grown[(_as_numpy(rounds)[tree.parent[grown]] < _as_numpy(rounds)[grown])
-                       | (tree.parent[grown] == ROOT)]  # a branch's first node, not its chain
+        starts = grown[
+            (_as_numpy(rounds)[tree.parent[grown]] < _as_numpy(rounds)[grown])
+            | (tree.parent[grown] == ROOT)
+        ]  # a branch's first node, not its chain
         return np.unique(depth[tree.parent[starts]])
     kids = np.bincount(tree.parent[1:], minlength=tree.num_nodes)
     return np.unique(depth[kids >= 2])
@@ -754,18 +931,23 @@ def choose_example_tree(trees: Sequence[TreeArrays]) -> tuple[int, str]:
         raise ValueError("choose_example_tree: no trees")
     for i, t in enumerate(trees):
         if has_mixed_rewards(t) and len(branch_depths(t)) >= 2:
-            return i, (f"tree {i}: {EXAMPLE_RULE} (branch depths "
-                       f"{branch_depths(t).tolist()})")
+            return i, (f"tree {i}: {EXAMPLE_RULE} (branch depths {branch_depths(t).tolist()})")
     for i, t in enumerate(trees):
         if has_mixed_rewards(t):
-            return i, (f"tree {i}: no tree branches at more than one depth; the first with mixed "
-                       f"rewards (branch depths {branch_depths(t).tolist()})")
-    return 0, ("tree 0: no tree has mixed rewards (every leaf of every tree shares one reward, "
-               "so every advantage is 0)")
+            return i, (
+                f"tree {i}: no tree branches at more than one depth; the first with mixed "
+                f"rewards (branch depths {branch_depths(t).tolist()})"
+            )
+    return 0, (
+        "tree 0: no tree has mixed rewards (every leaf of every tree shares one reward, "
+        "so every advantage is 0)"
+    )
 
 
-CREDIT_RULE = ("the tree, among those with mixed rewards, where the four value modes disagree "
-               "most: the largest max-minus-min of V_n over modes at any node (first on ties)")
+CREDIT_RULE = (
+    "the tree, among those with mixed rewards, where the four value modes disagree "
+    "most: the largest max-minus-min of V_n over modes at any node (first on ties)"
+)
 
 
 def value_mode_spread(trees: Sequence[TreeArrays]) -> np.ndarray:

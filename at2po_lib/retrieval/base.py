@@ -52,7 +52,8 @@ def check_query_text(query: str, index: int) -> None:
     except UnicodeEncodeError as exc:
         raise InvalidQueryError(
             f"queries[{index}] is not valid Unicode text ({exc.reason} at character {exc.start}: "
-            f"{query[exc.start]!r})") from None
+            f"{query[exc.start]!r})"
+        ) from None
 
 
 def check_search_args(queries: Sequence[str], topk: int) -> list[str]:
@@ -101,7 +102,9 @@ class PassageLookup(Protocol):
     def get(self, rows: Sequence[int]) -> list[Document]: ...
 
 
-def hits_from_rows(corpus: PassageLookup, rows: "np.ndarray", scores: "np.ndarray") -> list[list[Hit]]:
+def hits_from_rows(
+    corpus: PassageLookup, rows: "np.ndarray", scores: "np.ndarray"
+) -> list[list[Hit]]:
     """Turn index results into hits: ``rows``/``scores`` have shape (n_queries, k).
 
     Negative rows (faiss's "no result", e.g. k > number of passages) are dropped. Each distinct

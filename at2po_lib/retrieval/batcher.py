@@ -76,17 +76,26 @@ class _Slice:
 
     @property
     def queries(self) -> list[str]:
-        return self.request.queries[self.start:self.stop]
+        return self.request.queries[self.start : self.stop]
 
 
 class MicroBatcher:
     """``await batcher.submit(queries, topk)`` → that request's hits; one search per batch."""
 
-    def __init__(self, search: SearchFn, executor: Executor, *, max_wait_s: float = 0.003,
-                 max_batch_queries: int = 256, max_queued_queries: int = 16_384,
-                 batching: bool = True) -> None:
+    def __init__(
+        self,
+        search: SearchFn,
+        executor: Executor,
+        *,
+        max_wait_s: float = 0.003,
+        max_batch_queries: int = 256,
+        max_queued_queries: int = 16_384,
+        batching: bool = True,
+    ) -> None:
         if max_wait_s < 0 or max_batch_queries < 1 or max_queued_queries < 1:
-            raise ValueError("max_wait_s must be >= 0, max_batch_queries and max_queued_queries >= 1")
+            raise ValueError(
+                "max_wait_s must be >= 0, max_batch_queries and max_queued_queries >= 1"
+            )
         self.search = search
         self.executor = executor
         self.max_wait_s = max_wait_s if batching else 0.0
@@ -135,7 +144,9 @@ class MicroBatcher:
             wait = queued / self.queries_per_second if self.queries_per_second > 0 else 1.0
             raise QueueFullError(
                 f"the server's queue holds {queued} queries (limit {self.max_queued_queries}); "
-                "try again later", retry_after_s=max(1, min(60, round(wait + 0.5))))
+                "try again later",
+                retry_after_s=max(1, min(60, round(wait + 0.5))),
+            )
         request = _Request(queries, topk, asyncio.get_running_loop().create_future())
         self._pending.append(request)
         self._wakeup.set()
@@ -212,7 +223,7 @@ class MicroBatcher:
             start = 0
             for piece in pieces:
                 size = piece.stop - piece.start
-                self._deliver(piece, hits[start:start + size])
+                self._deliver(piece, hits[start : start + size])
                 start += size
 
     async def _search_one_by_one(self, pieces: list[_Slice], topk: int) -> None:

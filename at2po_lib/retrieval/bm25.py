@@ -27,12 +27,23 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..util.staging import discard, recover, staging_path, swap_in
-from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
-                   check_search_args, hits_from_rows)
+from .base import (
+    DEFAULT_TOPK,
+    Hit,
+    IndexMismatchError,
+    RetrievalError,
+    Retriever,
+    check_search_args,
+    hits_from_rows,
+)
 from .corpus import Corpus
 from .metadata import check_corpus, file_sizes, read_metadata, write_metadata
-from .ownership import (check_index_destination, confirm_destination, is_complete_build,
-                        write_manifest)
+from .ownership import (
+    check_index_destination,
+    confirm_destination,
+    is_complete_build,
+    write_manifest,
+)
 
 # Imported inside the functions that use them: bm25s; retrieval.indexes imports this module, and
 # bm25s loads only when a BM25 index is built or searched (tests/test_retrieval_build.py).
@@ -80,9 +91,14 @@ def build_bm25_index(
     token_ids: list[list[int]] = []
     with tqdm(total=len(corpus), unit="passage", desc="bm25 tokenise", disable=not progress) as bar:
         for _, chunk in corpus.iter_chunks(chunk_size):
-            token_ids.extend(tokenizer.tokenize(
-                [p["contents"] for p in chunk], update_vocab=True, return_as="ids", show_progress=False,
-            ))
+            token_ids.extend(
+                tokenizer.tokenize(
+                    [p["contents"] for p in chunk],
+                    update_vocab=True,
+                    return_as="ids",
+                    show_progress=False,
+                )
+            )
             bar.update(len(chunk))
     model = bm25s.BM25(k1=k1, b=b, method=method)
     model.index(Tokenized(ids=token_ids, vocab=tokenizer.get_vocab_dict()), show_progress=progress)
@@ -90,14 +106,29 @@ def build_bm25_index(
     model.save(str(work), show_progress=False)
     tokenizer.save_vocab(str(work))
     tokenizer.save_stopwords(str(work))
-    index_files = sorted(p.name for p in work.iterdir()
-                         if p.is_file() and not p.name.startswith(("corpus_offsets", "meta.json")))
-    write_metadata(work, {  # last: the identity checked on every load
-        "kind": "bm25", "index_type": "BM25", "encoder": f"bm25s ({method}, k1={k1}, b={b})",
-        "k1": k1, "b": b, "method": method, "stopwords": STOPWORDS, "lower": True, "stemmer": None,
-        "passages": len(corpus), "corpus_checksum": corpus.checksum(), "corpus_path": str(corpus.path),
-        "files": file_sizes(work, index_files),
-    })
+    index_files = sorted(
+        p.name
+        for p in work.iterdir()
+        if p.is_file() and not p.name.startswith(("corpus_offsets", "meta.json"))
+    )
+    write_metadata(
+        work,
+        {  # last: the identity checked on every load
+            "kind": "bm25",
+            "index_type": "BM25",
+            "encoder": f"bm25s ({method}, k1={k1}, b={b})",
+            "k1": k1,
+            "b": b,
+            "method": method,
+            "stopwords": STOPWORDS,
+            "lower": True,
+            "stemmer": None,
+            "passages": len(corpus),
+            "corpus_checksum": corpus.checksum(),
+            "corpus_path": str(corpus.path),
+            "files": file_sizes(work, index_files),
+        },
+    )
     corpus.close()
     write_manifest(work)
     confirm_destination(destination)  # nothing added to the old folder during the build
@@ -142,12 +173,16 @@ class BM25Index:
             self.tokenizer.load_stopwords(str(self.index_dir))
         except (OSError, ValueError, KeyError, EOFError) as exc:  # json/npy readers' errors
             where = getattr(exc, "filename", None) or self.index_dir
-            raise RetrievalError(f"{where}: cannot read the BM25 index in {self.index_dir} "
-                                 f"({type(exc).__name__}: {str(exc)[:200]}); rebuild it") from None
+            raise RetrievalError(
+                f"{where}: cannot read the BM25 index in {self.index_dir} "
+                f"({type(exc).__name__}: {str(exc)[:200]}); rebuild it"
+            ) from None
         docs = int(self.model.scores.get("num_docs", self.meta["passages"]))
         if docs != int(self.meta["passages"]):
-            raise IndexMismatchError(f"{self.index_dir}: the BM25 model holds {docs} passages, "
-                                     f"meta.json says {self.meta['passages']}; rebuild the index")
+            raise IndexMismatchError(
+                f"{self.index_dir}: the BM25 model holds {docs} passages, "
+                f"meta.json says {self.meta['passages']}; rebuild the index"
+            )
 
     @property
     def ntotal(self) -> int:
@@ -161,14 +196,21 @@ class BM25Index:
         """
         from bm25s.tokenization import Tokenized, convert_tokenized_to_string_list
 
-        ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
-        words = convert_tokenized_to_string_list(Tokenized(ids=ids, vocab=self.tokenizer.get_vocab_dict()))
+        ids = self.tokenizer.tokenize(
+            list(queries), update_vocab=False, return_as="ids", show_progress=False
+        )
+        words = convert_tokenized_to_string_list(
+            Tokenized(ids=ids, vocab=self.tokenizer.get_vocab_dict())
+        )
         k = min(k, self.ntotal)
         out_scores = np.zeros((len(words), k), dtype=np.float32)
         out_rows = np.zeros((len(words), k), dtype=np.int64)
         for i, query_words in enumerate(words):  # bm25s scores one query at a time too
-            scores = (self.model.get_scores(query_words) if query_words
-                      else np.zeros(self.ntotal, dtype=np.float32))
+            scores = (
+                self.model.get_scores(query_words)
+                if query_words
+                else np.zeros(self.ntotal, dtype=np.float32)
+            )
             out_scores[i], out_rows[i] = top_k_rows(np.asarray(scores, dtype=np.float32), k)
         return out_scores, out_rows
 
@@ -176,7 +218,9 @@ class BM25Index:
 class BM25Retriever(Retriever):
     """BM25 search over a corpus; the corpus must be the one the index was built from."""
 
-    def __init__(self, index_dir: str | Path, corpus_path: str | Path | None = None, *, mmap: bool = False) -> None:
+    def __init__(
+        self, index_dir: str | Path, corpus_path: str | Path | None = None, *, mmap: bool = False
+    ) -> None:
         self.index = BM25Index(index_dir, mmap=mmap)
         self.corpus = Corpus(corpus_path or self.index.meta["corpus_path"], cache_dir=index_dir)
         check_corpus(self.index.meta, self.corpus, index_dir)
@@ -190,8 +234,13 @@ class BM25Retriever(Retriever):
 
     def describe(self) -> dict[str, Any]:
         meta = self.index.meta
-        return {"method": "bm25", "passages": self.index.ntotal, "index_type": "BM25",
-                "encoder": meta["encoder"], "corpus": str(self.corpus.path)}
+        return {
+            "method": "bm25",
+            "passages": self.index.ntotal,
+            "index_type": "BM25",
+            "encoder": meta["encoder"],
+            "corpus": str(self.corpus.path),
+        }
 
     def close(self) -> None:
         self.corpus.close()

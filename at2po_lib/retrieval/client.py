@@ -50,10 +50,16 @@ def normalise_url(url: str) -> tuple[str, str]:
 def _check_result(body: Any, n_queries: int, url: str) -> list[list[Hit]]:
     result = body.get("result") if isinstance(body, dict) else None
     if not isinstance(result, list) or len(result) != n_queries:
-        raise RetrievalServerError(f"{url}: expected {{'result': [{n_queries} lists]}}, got {str(body)[:200]}")
+        raise RetrievalServerError(
+            f"{url}: expected {{'result': [{n_queries} lists]}}, got {str(body)[:200]}"
+        )
     for hits in result:
-        if not isinstance(hits, list) or any(not isinstance(h, dict) or "document" not in h for h in hits):
-            raise RetrievalServerError(f"{url}: hits must be {{'document': ..., 'score': ...}}, got {str(hits)[:200]}")
+        if not isinstance(hits, list) or any(
+            not isinstance(h, dict) or "document" not in h for h in hits
+        ):
+            raise RetrievalServerError(
+                f"{url}: hits must be {{'document': ..., 'score': ...}}, got {str(hits)[:200]}"
+            )
     return result
 
 
@@ -120,14 +126,20 @@ class HTTPRetriever(Retriever):
                 wait = _retry_after(response)
                 continue
             if response.status_code >= 400:
-                raise RetrievalServerError(f"{self.url} rejected the request (HTTP {response.status_code}): {response.text[:500]}")
+                raise RetrievalServerError(
+                    f"{self.url} rejected the request (HTTP {response.status_code}): {response.text[:500]}"
+                )
             try:
                 return response.json()
             except ValueError:
-                raise RetrievalServerError(f"{self.url}: answer is not JSON: {response.text[:200]}") from None
+                raise RetrievalServerError(
+                    f"{self.url}: answer is not JSON: {response.text[:200]}"
+                ) from None
         attempts = self.retries + 1
         if server_errors:
-            statuses = ", ".join(f"HTTP {code} ×{n}" for code, n in sorted(Counter(server_errors).items()))
+            statuses = ", ".join(
+                f"HTTP {code} ×{n}" for code, n in sorted(Counter(server_errors).items())
+            )
             also = f" and {len(transport_errors)} connection error(s)" if transport_errors else ""
             raise RetrievalServerError(
                 f"the retrieval server at {self.url} answered with errors to all {attempts} attempts "

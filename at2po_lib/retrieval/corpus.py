@@ -63,10 +63,14 @@ def parse_passage(line: bytes | str, path: str | Path, line_no: int) -> Document
         raise CorpusError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}")
     contents = obj.get("contents")
     if not isinstance(contents, str):
-        raise CorpusError(f"{path}:{line_no}: field 'contents' must be a string, got {contents!r:.60}")
+        raise CorpusError(
+            f"{path}:{line_no}: field 'contents' must be a string, got {contents!r:.60}"
+        )
     passage_id = obj.get("id")
     if isinstance(passage_id, bool) or not isinstance(passage_id, (str, int)):
-        raise CorpusError(f"{path}:{line_no}: field 'id' must be a string or integer, got {passage_id!r:.60}")
+        raise CorpusError(
+            f"{path}:{line_no}: field 'id' must be a string or integer, got {passage_id!r:.60}"
+        )
     return {"id": str(passage_id), "contents": contents}
 
 
@@ -234,7 +238,9 @@ class Corpus:
             try:
                 self._save_cache()
             except OSError as exc:  # e.g. a read-only prebuilt index folder: keep it in memory
-                warnings.warn(f"could not cache corpus offsets in {self.cache_dir}: {exc}", stacklevel=2)
+                warnings.warn(
+                    f"could not cache corpus offsets in {self.cache_dir}: {exc}", stacklevel=2
+                )
 
     def _save_cache(self) -> None:
         assert self._stats is not None and self.cache_dir is not None
@@ -289,13 +295,17 @@ class Corpus:
         for row in rows:
             row = int(row)
             if not 0 <= row < count:
-                raise IndexError(f"{self.path}: row {row} out of range (corpus has {count} passages)")
+                raise IndexError(
+                    f"{self.path}: row {row} out of range (corpus has {count} passages)"
+                )
             start, end = int(offsets[row]), int(offsets[row + 1])
             out.append(parse_passage(self._read(start, end - start), self.path, row + 1))
         return out
 
     # -- streaming ---------------------------------------------------------------------------
-    def iter_chunks(self, chunk_size: int, start_row: int = 0) -> Iterator[tuple[int, list[Document]]]:
+    def iter_chunks(
+        self, chunk_size: int, start_row: int = 0
+    ) -> Iterator[tuple[int, list[Document]]]:
         """Yield ``(first_row, passages)`` chunks of at most ``chunk_size`` rows, in order,
         starting at ``start_row`` (a seek when offsets exist, else lines are skipped)."""
         if chunk_size < 1:

@@ -47,13 +47,25 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..util.staging import recover, staging_path, swap_in
-from .base import (DEFAULT_TOPK, Hit, IndexMismatchError, RetrievalError, Retriever,
-                   check_search_args, hits_from_rows)
+from .base import (
+    DEFAULT_TOPK,
+    Hit,
+    IndexMismatchError,
+    RetrievalError,
+    Retriever,
+    check_search_args,
+    hits_from_rows,
+)
 from .corpus import Corpus
 from .encoders import DenseEncoder, EncoderSpec
 from .metadata import check_corpus, check_encoder, file_sizes, read_metadata, write_metadata
-from .ownership import (MANIFEST, check_index_destination, confirm_destination,
-                        is_complete_build, write_manifest)
+from .ownership import (
+    MANIFEST,
+    check_index_destination,
+    confirm_destination,
+    is_complete_build,
+    write_manifest,
+)
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 # Imported inside the functions that use them: faiss; a BM25-only user never loads faiss
@@ -101,7 +113,7 @@ def to_gpus(index: Any, gpus: int = -1) -> Any:
     return faiss.index_cpu_to_all_gpus(index, co=options, ngpu=gpus)
 
 
-FAISS_GPU_SCRATCH_BYTES = 1.5 * 2 ** 30
+FAISS_GPU_SCRATCH_BYTES = 1.5 * 2**30
 """Scratch memory faiss's ``StandardGpuResources`` takes on each GPU (its default temporary
 memory for cards of 8 GiB and more), besides the index itself."""
 
@@ -125,22 +137,29 @@ def place_flat_index(ntotal: int, dim: int, free_bytes: Sequence[float]) -> Plac
     """Shard over every GPU when each holds its shard, ``ntotal·dim·2 / G`` bytes in fp16, plus
     :data:`FAISS_GPU_SCRATCH_BYTES` within its free memory; else the CPU, with a message that
     gives the sizes and what would lift it. ``free_bytes``: free memory per GPU."""
-    gib = 2 ** 30
+    gib = 2**30
     gpus = len(free_bytes)
     if gpus == 0:
         return Placement(0, "faiss: no GPU visible; searching the index on the CPU")
     shard = ntotal * dim * 2.0 / gpus
     short = [i for i, free in enumerate(free_bytes) if shard + FAISS_GPU_SCRATCH_BYTES > free]
     if not short:
-        return Placement(gpus, f"faiss: {ntotal:,} vectors sharded over {gpus} GPU(s) in fp16, "
-                               f"{shard / gib:.1f} GiB each")
+        return Placement(
+            gpus,
+            f"faiss: {ntotal:,} vectors sharded over {gpus} GPU(s) in fp16, "
+            f"{shard / gib:.1f} GiB each",
+        )
     worst = min(free_bytes[i] for i in short)
-    return Placement(0, (
-        f"faiss: the Flat index ({ntotal:,} x {dim}) needs {shard / gib:.1f} GiB in fp16 on each "
-        f"of {gpus} GPU(s) plus {FAISS_GPU_SCRATCH_BYTES / gib:.1f} GiB of scratch, but GPU "
-        f"{short[0]} has {worst / gib:.1f} GiB free; searching it on the CPU instead (exact, "
-        "slower: `at2po plan` gives the query rate). More GPUs, free memory, an HNSW index or "
-        "a retrieval server on another machine lift this."))
+    return Placement(
+        0,
+        (
+            f"faiss: the Flat index ({ntotal:,} x {dim}) needs {shard / gib:.1f} GiB in fp16 on each "
+            f"of {gpus} GPU(s) plus {FAISS_GPU_SCRATCH_BYTES / gib:.1f} GiB of scratch, but GPU "
+            f"{short[0]} has {worst / gib:.1f} GiB free; searching it on the CPU instead (exact, "
+            "slower: `at2po plan` gives the query rate). More GPUs, free memory, an HNSW index or "
+            "a retrieval server on another machine lift this."
+        ),
+    )
 
 
 @dataclass
@@ -187,24 +206,43 @@ def build_dense_index(
     encoder = DenseEncoder(spec, batch_size=batch_size, device=device, fp16=fp16)
     shard_dir = Path(embeddings_dir) if embeddings_dir is not None else work / "embeddings"
     report = embed_corpus_to_shards(
-        corpus, encoder, shard_dir, shard_size, force=force, on_shard_done=on_shard_done,
+        corpus,
+        encoder,
+        shard_dir,
+        shard_size,
+        force=force,
+        on_shard_done=on_shard_done,
         progress=progress,
     )
     index = new_faiss_index(index_type, report.dim)
-    for shard in tqdm(iter_shards(shard_dir, report.n_shards), total=report.n_shards,
-                      desc=f"faiss {index_type}", disable=not progress):
+    for shard in tqdm(
+        iter_shards(shard_dir, report.n_shards),
+        total=report.n_shards,
+        desc=f"faiss {index_type}",
+        disable=not progress,
+    ):
         index.add(np.ascontiguousarray(shard, dtype=np.float32))
     if index.ntotal != len(corpus):
-        raise RetrievalError(f"{index_dir}: index holds {index.ntotal} vectors, corpus has {len(corpus)}")
+        raise RetrievalError(
+            f"{index_dir}: index holds {index.ntotal} vectors, corpus has {len(corpus)}"
+        )
     _write_faiss(index, work / INDEX_FILE)
     if not keep_embeddings:
         shutil.rmtree(shard_dir, ignore_errors=True)
-    write_metadata(work, {  # last: the identity checked on every load
-        "kind": "dense", "encoder": spec.to_dict(), "dim": report.dim, "index_type": index_type,
-        "passages": len(corpus), "corpus_checksum": corpus.checksum(),
-        "corpus_path": str(corpus.path), "shard_size": shard_size,
-        "files": file_sizes(work, [INDEX_FILE]),
-    })
+    write_metadata(
+        work,
+        {  # last: the identity checked on every load
+            "kind": "dense",
+            "encoder": spec.to_dict(),
+            "dim": report.dim,
+            "index_type": index_type,
+            "passages": len(corpus),
+            "corpus_checksum": corpus.checksum(),
+            "corpus_path": str(corpus.path),
+            "shard_size": shard_size,
+            "files": file_sizes(work, [INDEX_FILE]),
+        },
+    )
     corpus.close()
     write_manifest(work)
     confirm_destination(destination)  # nothing added to the old folder during the build
@@ -256,8 +294,10 @@ def faiss_header(path: Path) -> FaissHeader:
         expected = 37 + 8 + ntotal * dim * 4
         size = path.stat().st_size
         if size != expected:
-            raise RetrievalError(f"{path}: a Flat index of {ntotal:,} x {dim} is {expected:,} "
-                                 f"bytes, the file {size:,} (truncated or corrupt?)")
+            raise RetrievalError(
+                f"{path}: a Flat index of {ntotal:,} x {dim} is {expected:,} "
+                f"bytes, the file {size:,} (truncated or corrupt?)"
+            )
     return FaissHeader(fourcc.decode("ascii"), dim, ntotal)
 
 
@@ -278,7 +318,9 @@ def _read_faiss(path: Path) -> Any:
         return read_faiss(path)
     except (RuntimeError, MemoryError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RetrievalError(f"{path}: not a readable faiss index (truncated or corrupt?): {first[:200]}") from None
+        raise RetrievalError(
+            f"{path}: not a readable faiss index (truncated or corrupt?): {first[:200]}"
+        ) from None
 
 
 def find_faiss_file(index_dir: Path) -> Path:
@@ -291,7 +333,9 @@ def find_faiss_file(index_dir: Path) -> Path:
     if len(candidates) == 1:
         return candidates[0]
     found = ", ".join(p.name for p in candidates) or "none"
-    raise RetrievalError(f"{index_dir}: no {INDEX_FILE} and not exactly one *.index file (found: {found})")
+    raise RetrievalError(
+        f"{index_dir}: no {INDEX_FILE} and not exactly one *.index file (found: {found})"
+    )
 
 
 BLAS_THRESHOLD = 16
@@ -309,8 +353,13 @@ class DenseIndex:
     vectors: 64 queries took 926 ms by scans and 235 ms through BLAS; 256 queries 3.8 s and 0.7 s.
     """
 
-    def __init__(self, index: Any, meta: dict[str, Any], source: Path,
-                 blas_threshold: int | None = BLAS_THRESHOLD) -> None:
+    def __init__(
+        self,
+        index: Any,
+        meta: dict[str, Any],
+        source: Path,
+        blas_threshold: int | None = BLAS_THRESHOLD,
+    ) -> None:
         self.index = index
         self.meta = meta
         self.source = source
@@ -319,10 +368,16 @@ class DenseIndex:
         """Where the index is searched (``cpu``, or the message of :func:`place_flat_index`)."""
 
     @classmethod
-    def load(cls, index_dir: str | Path, *, use_gpu: bool | str = "auto",
-             hnsw_ef_search: int = 128, fallback_spec: EncoderSpec | None = None,
-             prebuilt: bool = False,
-             gpu_budget: Callable[[], Sequence[float]] | None = None) -> "DenseIndex":
+    def load(
+        cls,
+        index_dir: str | Path,
+        *,
+        use_gpu: bool | str = "auto",
+        hnsw_ef_search: int = 128,
+        fallback_spec: EncoderSpec | None = None,
+        prebuilt: bool = False,
+        gpu_budget: Callable[[], Sequence[float]] | None = None,
+    ) -> "DenseIndex":
         """Load and check an index folder (``meta.json`` + faiss file), reading the file once.
 
         ``prebuilt=True`` accepts a faiss file without ``meta.json`` (a downloaded index);
@@ -342,16 +397,27 @@ class DenseIndex:
                 f"{path}: faiss file without meta.json, so nothing says which corpus and encoder "
                 "it belongs to (an unfinished build, or a downloaded index). Rebuild it "
                 "(`at2po index`), or use a downloaded index as it is with prebuilt=True "
-                "(--prebuilt, retrieval.prebuilt) and its encoder.")
+                "(--prebuilt, retrieval.prebuilt) and its encoder."
+            )
         else:  # a prebuilt index (e.g. Search-R1's e5_Flat.index): the caller vouches for it
             if fallback_spec is None:
-                raise RetrievalError(f"{path}: prebuilt index without meta.json; say which encoder made it")
+                raise RetrievalError(
+                    f"{path}: prebuilt index without meta.json; say which encoder made it"
+                )
             index = _read_faiss(path)
-            meta = {"kind": "dense", "encoder": fallback_spec.to_dict(), "dim": index.d,
-                    "index_type": "HNSW" if "HNSW" in type(index).__name__ else "Flat",
-                    "passages": index.ntotal, "corpus_checksum": None, "prebuilt": True}
+            meta = {
+                "kind": "dense",
+                "encoder": fallback_spec.to_dict(),
+                "dim": index.d,
+                "index_type": "HNSW" if "HNSW" in type(index).__name__ else "Flat",
+                "passages": index.ntotal,
+                "corpus_checksum": None,
+                "prebuilt": True,
+            }
         if index.ntotal != meta["passages"] or index.d != meta["dim"]:
-            raise IndexMismatchError(f"{path}: faiss file ({index.ntotal}×{index.d}) disagrees with meta.json")
+            raise IndexMismatchError(
+                f"{path}: faiss file ({index.ntotal}×{index.d}) disagrees with meta.json"
+            )
         if hasattr(index, "hnsw"):
             index.hnsw.efSearch = max(index.hnsw.efSearch, hnsw_ef_search)
         want_gpu = gpus_available() > 0 if use_gpu == "auto" else bool(use_gpu)
@@ -360,7 +426,7 @@ class DenseIndex:
             if gpus_available() == 0:
                 raise RetrievalError("use_gpu=True but faiss sees no GPU (is faiss-gpu installed?)")
             if meta["index_type"] == "Flat":
-                free = list((gpu_budget or gpu_free_bytes)())[:gpus_available()]
+                free = list((gpu_budget or gpu_free_bytes)())[: gpus_available()]
                 where = place_flat_index(index.ntotal, index.d, free)
                 if where.gpus:
                     index = to_gpus(index, where.gpus)
@@ -381,7 +447,9 @@ class DenseIndex:
         """``vectors`` (n, dim) float32 → ``scores`` (n, k) float32, ``rows`` (n, k) int64."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.index.d:
-            raise ValueError(f"query vectors must have shape (n, {self.index.d}), got {vectors.shape}")
+            raise ValueError(
+                f"query vectors must have shape (n, {self.index.d}), got {vectors.shape}"
+            )
         k = min(k, self.ntotal)
         if hasattr(self.index, "hnsw"):
             self.index.hnsw.efSearch = max(self.index.hnsw.efSearch, k)
@@ -419,8 +487,14 @@ class DenseRetriever(Retriever):
         prebuilt: bool = False,
         gpu_budget: Callable[[], Sequence[float]] | None = None,
     ) -> None:
-        self.index = DenseIndex.load(index_dir, use_gpu=use_gpu, hnsw_ef_search=hnsw_ef_search,
-                                     fallback_spec=spec, prebuilt=prebuilt, gpu_budget=gpu_budget)
+        self.index = DenseIndex.load(
+            index_dir,
+            use_gpu=use_gpu,
+            hnsw_ef_search=hnsw_ef_search,
+            fallback_spec=spec,
+            prebuilt=prebuilt,
+            gpu_budget=gpu_budget,
+        )
         meta = self.index.meta
         corpus_path = corpus_path or meta.get("corpus_path")
         if corpus_path is None:
@@ -452,9 +526,16 @@ class DenseRetriever(Retriever):
 
     def describe(self) -> dict[str, Any]:
         meta = self.index.meta
-        return {"method": "dense", "passages": self.index.ntotal, "index_type": meta["index_type"],
-                "encoder": self.encoder.spec.name, "dim": meta["dim"], "device": self.encoder.device,
-                "corpus": str(self.corpus.path), "index_placement": self.index.placement}
+        return {
+            "method": "dense",
+            "passages": self.index.ntotal,
+            "index_type": meta["index_type"],
+            "encoder": self.encoder.spec.name,
+            "dim": meta["dim"],
+            "device": self.encoder.device,
+            "corpus": str(self.corpus.path),
+            "index_placement": self.index.placement,
+        }
 
     def close(self) -> None:
         self.corpus.close()

@@ -145,9 +145,12 @@ class DenseEncoder:
             hint = (
                 " (HF_HUB_OFFLINE=1: download it first with `huggingface-cli download "
                 f"{self.spec.name}` on a connected machine, or use encoder '{OFFLINE_MINILM}')"
-                if offline else ""
+                if offline
+                else ""
             )
-            raise OSError(f"cannot load encoder {self.spec.name!r} from {path!r}{hint}: {exc}") from exc
+            raise OSError(
+                f"cannot load encoder {self.spec.name!r} from {path!r}{hint}: {exc}"
+            ) from exc
         model.eval().to(self.device)
         if self.fp16 and self.device.startswith("cuda"):
             model.half()
@@ -185,7 +188,10 @@ class DenseEncoder:
         import torch
 
         batch = self._tokenizer(
-            texts, max_length=self.spec.max_length, truncation=True, padding=True,
+            texts,
+            max_length=self.spec.max_length,
+            truncation=True,
+            padding=True,
             return_tensors="pt",
         ).to(self.device)
         with torch.inference_mode():

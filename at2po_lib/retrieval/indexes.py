@@ -69,7 +69,9 @@ def profile_corpus_path(cfg: "ProfileConfig") -> Path:
         except ModuleNotFoundError as exc:
             if exc.name not in ("at2po_lib.tinyworld", "at2po_lib.tinyworld.build"):
                 raise
-            raise RetrievalError(f"{path} is missing and at2po_lib.tinyworld is not available") from None
+            raise RetrievalError(
+                f"{path} is missing and at2po_lib.tinyworld is not available"
+            ) from None
         tinyworld.ensure_world(cfg)
         if not path.is_file():
             raise RetrievalError(f"ensure_world({cfg.name!r}) did not write {path}")
@@ -116,8 +118,10 @@ def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> No
     exact size) against the corpus's cached passage count; the index itself is read once, by
     the retriever that serves it (which checks the encoder's dimension)."""
     if not _holds_faiss_file(folder):
-        raise RetrievalError(f"retrieval.prebuilt is set but {folder} holds no index.faiss or *.index "
-                             "file; download the index there, or unset retrieval.prebuilt to build one")
+        raise RetrievalError(
+            f"retrieval.prebuilt is set but {folder} holds no index.faiss or *.index "
+            "file; download the index there, or unset retrieval.prebuilt to build one"
+        )
     path = find_faiss_file(folder)
     header = faiss_header(path)
     corpus = Corpus(corpus_path, cache_dir=folder)
@@ -126,8 +130,10 @@ def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> No
     finally:
         corpus.close()
     if header.ntotal != passages:
-        raise IndexMismatchError(f"{path}: index has {header.ntotal} vectors, corpus {corpus_path} "
-                                 f"has {passages} passages")
+        raise IndexMismatchError(
+            f"{path}: index has {header.ntotal} vectors, corpus {corpus_path} "
+            f"has {passages} passages"
+        )
 
 
 def ensure_index(
@@ -161,9 +167,16 @@ def ensure_index(
                 continue
             if method == "dense":
                 build_dense_index(
-                    corpus_path, folder, EncoderSpec.from_config(rcfg), index_type=rcfg.index_type,
-                    shard_size=rcfg.shard_size, batch_size=rcfg.batch_size, device=rcfg.device,
-                    fp16=rcfg.fp16, force=force, progress=progress,
+                    corpus_path,
+                    folder,
+                    EncoderSpec.from_config(rcfg),
+                    index_type=rcfg.index_type,
+                    shard_size=rcfg.shard_size,
+                    batch_size=rcfg.batch_size,
+                    device=rcfg.device,
+                    fp16=rcfg.fp16,
+                    force=force,
+                    progress=progress,
                 )
             else:
                 build_bm25_index(corpus_path, folder, progress=progress)
@@ -177,8 +190,13 @@ def _build_lock(folder: Path):
     return folder_lock(folder, "index build", wait=True)
 
 
-def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: bool = True,
-                    use_gpu: bool | str = "auto") -> Retriever:
+def build_retriever(
+    cfg: "ProfileConfig",
+    *,
+    method: str | None = None,
+    build: bool = True,
+    use_gpu: bool | str = "auto",
+) -> Retriever:
     """The retriever ``cfg`` asks for: HTTP when ``retrieval.url`` is set, else in-process
     (``method`` overrides ``retrieval.method``), building the index first when ``build``.
     ``use_gpu``: where a dense index is searched (``auto``: the GPUs when its shards fit)."""
@@ -188,8 +206,9 @@ def build_retriever(cfg: "ProfileConfig", *, method: str | None = None, build: b
     return retriever
 
 
-def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool,
-                     use_gpu: bool | str) -> Retriever:
+def _build_retriever(
+    cfg: "ProfileConfig", method: str | None, build: bool, use_gpu: bool | str
+) -> Retriever:
     rcfg = cfg.retrieval
     if rcfg.url:
         return HTTPRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
@@ -197,9 +216,16 @@ def _build_retriever(cfg: "ProfileConfig", method: str | None, build: bool,
     folders = ensure_index(cfg, (method,)) if build else index_dirs(cfg)
     corpus_path = profile_corpus_path(cfg)
     if method == "dense":
-        return DenseRetriever(folders["dense"], corpus_path, EncoderSpec.from_config(rcfg),
-                              batch_size=rcfg.batch_size, device=rcfg.device, fp16=rcfg.fp16,
-                              prebuilt=rcfg.prebuilt, use_gpu=use_gpu)
+        return DenseRetriever(
+            folders["dense"],
+            corpus_path,
+            EncoderSpec.from_config(rcfg),
+            batch_size=rcfg.batch_size,
+            device=rcfg.device,
+            fp16=rcfg.fp16,
+            prebuilt=rcfg.prebuilt,
+            use_gpu=use_gpu,
+        )
     if method == "bm25":
         return BM25Retriever(folders["bm25"], corpus_path)
     raise ValueError(f"retrieval.method must be one of {METHODS}, got {method!r}")

@@ -40,7 +40,11 @@ is recorded but may differ (queries are short either way)."""
 
 def write_metadata(index_dir: str | Path, meta: dict[str, Any]) -> Path:
     path = Path(index_dir) / META_FILE
-    record = {"format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **meta}
+    record = {
+        "format_version": FORMAT_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **meta,
+    }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)  # a half-written meta.json never looks like a finished index
@@ -58,33 +62,42 @@ def check_files(meta: dict[str, Any], index_dir: str | Path) -> None:
     folder = Path(index_dir)
     files = meta.get("files") or {}
     if not isinstance(files, dict) or not all(
-            isinstance(n, str) and isinstance(s, int) and not isinstance(s, bool)
-            for n, s in files.items()):
-        raise IndexMismatchError(f"{folder / META_FILE}: 'files' is not a table of file names "
-                                 f"and sizes ({str(files)[:80]}); rebuild the index")
+        isinstance(n, str) and isinstance(s, int) and not isinstance(s, bool)
+        for n, s in files.items()
+    ):
+        raise IndexMismatchError(
+            f"{folder / META_FILE}: 'files' is not a table of file names "
+            f"and sizes ({str(files)[:80]}); rebuild the index"
+        )
     for name, size in files.items():
         path = folder / name
         if not path.is_file():
-            raise RetrievalError(f"{path}: missing (the index in {folder} is incomplete); rebuild it")
+            raise RetrievalError(
+                f"{path}: missing (the index in {folder} is incomplete); rebuild it"
+            )
         actual = path.stat().st_size
         if actual != size:
             raise IndexMismatchError(
                 f"{path}: {actual} bytes, but the index was built with {size} bytes (truncated or "
-                "replaced); rebuild the index")
+                "replaced); rebuild the index"
+            )
 
 
 def read_metadata(index_dir: str | Path, kind: str) -> dict[str, Any]:
     """Load ``meta.json`` and check it describes an index of ``kind`` (``dense``/``bm25``)."""
     path = Path(index_dir) / META_FILE
     if not path.is_file():
-        raise RetrievalError(f"{index_dir}: no {META_FILE}; not an index built by at2po (or unfinished)")
+        raise RetrievalError(
+            f"{index_dir}: no {META_FILE}; not an index built by at2po (or unfinished)"
+        )
     try:
         meta = json.loads(path.read_text())
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RetrievalError(f"{path}: not valid JSON ({str(exc)[:200]})") from None
     if not isinstance(meta, dict):
-        raise IndexMismatchError(f"{path}: expected a JSON object, got {type(meta).__name__}; "
-                                 "rebuild the index")
+        raise IndexMismatchError(
+            f"{path}: expected a JSON object, got {type(meta).__name__}; rebuild the index"
+        )
     if meta.get("kind") != kind:
         raise IndexMismatchError(f"{path}: this is a {meta.get('kind')!r} index, expected {kind!r}")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -111,7 +124,11 @@ def check_encoder(meta: dict[str, Any], spec: "EncoderSpec", where: str | Path) 
     """A query encoder must match the passage encoder of the index (name, pooling, prefixes)."""
     stored = meta.get("encoder", {})
     wanted = spec.to_dict()
-    diffs = [f"{k}: index {stored.get(k)!r} vs asked {wanted[k]!r}" for k in ENCODER_FIELDS if stored.get(k) != wanted[k]]
+    diffs = [
+        f"{k}: index {stored.get(k)!r} vs asked {wanted[k]!r}"
+        for k in ENCODER_FIELDS
+        if stored.get(k) != wanted[k]
+    ]
     if diffs:
         raise IndexMismatchError(
             f"{where}: index was built with a different encoder ({'; '.join(diffs)}). "

@@ -51,9 +51,17 @@ MANIFEST_FORMAT = 2
 LEGACY_MARKER_TEXT = "built by at2po; `at2po index` may replace this whole folder\n"
 LEGACY_FILES = {
     "dense": frozenset({"index.faiss"}),
-    "bm25": frozenset({"params.index.json", "vocab.index.json", "data.csc.index.npy",
-                       "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.tokenizer.json",
-                       "stopwords.tokenizer.json"}),
+    "bm25": frozenset(
+        {
+            "params.index.json",
+            "vocab.index.json",
+            "data.csc.index.npy",
+            "indices.csc.index.npy",
+            "indptr.csc.index.npy",
+            "vocab.tokenizer.json",
+            "stopwords.tokenizer.json",
+        }
+    ),
 }
 """What an index build wrote before the manifest, beside ``meta.json``, per kind."""
 SHOWN = 5
@@ -79,12 +87,17 @@ def check_destination_name(path: str | Path, label: str = "") -> Path:
     given = Path(path)
     resolved = given.expanduser().resolve()
     cwd = Path.cwd().resolve()
-    if given.name in ("", ".", "..") or resolved == resolved.parent \
-            or cwd == resolved or resolved in cwd.parents:
+    if (
+        given.name in ("", ".", "..")
+        or resolved == resolved.parent
+        or cwd == resolved
+        or resolved in cwd.parents
+    ):
         raise RetrievalError(
             f"{label}{str(path)!r}: not a folder an index can be built in (a build replaces its "
             "whole destination, so '.', '..', '/' and any folder holding the working directory "
-            "are refused); give a named folder, e.g. ./index")
+            "are refused); give a named folder, e.g. ./index"
+        )
     return given
 
 
@@ -97,9 +110,15 @@ def _entries(folder: Path) -> list[Entry]:
         with os.scandir(current) as listing:
             for item in listing:
                 info = item.stat(follow_symlinks=False)
-                kind = ("link" if stat.S_ISLNK(info.st_mode) else "dir"
-                        if stat.S_ISDIR(info.st_mode) else "file"
-                        if stat.S_ISREG(info.st_mode) else "other")
+                kind = (
+                    "link"
+                    if stat.S_ISLNK(info.st_mode)
+                    else "dir"
+                    if stat.S_ISDIR(info.st_mode)
+                    else "file"
+                    if stat.S_ISREG(info.st_mode)
+                    else "other"
+                )
                 rel = Path(item.path).relative_to(folder).as_posix()
                 found.append((rel, kind, info.st_size, info.st_mtime_ns, info.st_ino))
                 if kind == "dir":
@@ -118,13 +137,19 @@ def _read_json_object(path: Path) -> dict | None:
 def _manifest_files(folder: Path) -> dict[str, tuple[int, str]] | None:
     """``{path: (size, sha256)}`` of a well-formed manifest, else None."""
     record = _read_json_object(folder / MANIFEST)
-    if record is None or record.get("format") != MANIFEST_FORMAT \
-            or not isinstance(record.get("files"), dict):
+    if (
+        record is None
+        or record.get("format") != MANIFEST_FORMAT
+        or not isinstance(record.get("files"), dict)
+    ):
         return None
     files = {}
     for name, item in record["files"].items():
-        if not (isinstance(item, dict) and isinstance(item.get("size"), int)
-                and isinstance(item.get("sha256"), str)):
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("size"), int)
+            and isinstance(item.get("sha256"), str)
+        ):
             return None
         files[name] = (item["size"], item["sha256"])
     return files
@@ -138,15 +163,24 @@ def _legacy_files(folder: Path) -> dict[str, int]:
         return {}
     files = meta.get("files")
     expected = LEGACY_FILES.get(meta.get("kind"))  # type: ignore[arg-type]
-    if expected is None or not isinstance(files, dict) or set(files) != expected \
-            or not all(isinstance(size, int) for size in files.values()):
+    if (
+        expected is None
+        or not isinstance(files, dict)
+        or set(files) != expected
+        or not all(isinstance(size, int) for size in files.values())
+    ):
         return {}
     return {"meta.json": (folder / "meta.json").stat().st_size, **files}
 
 
-def _file_problem(folder: Path, rel: str, size: int,
-                  manifest: dict[str, tuple[int, str]] | None, legacy: dict[str, int],
-                  cache: set[str]) -> str | None:
+def _file_problem(
+    folder: Path,
+    rel: str,
+    size: int,
+    manifest: dict[str, tuple[int, str]] | None,
+    legacy: dict[str, int],
+    cache: set[str],
+) -> str | None:
     """Why the build may not delete the file ``rel`` (of ``size`` bytes): ``"not written by a
     build"``, ``"changed since the build"``, or None when it may."""
     if rel in cache or rel == REPLACED_MARKER:
@@ -160,8 +194,10 @@ def _file_problem(folder: Path, rel: str, size: int,
         same = listed[0] == size and file_sha256(folder / rel) == listed[1]
         return None if same else "changed since the build"
     if rel == MANIFEST:
-        same = size == len(LEGACY_MARKER_TEXT) and \
-            (folder / rel).read_text(errors="replace") == LEGACY_MARKER_TEXT
+        same = (
+            size == len(LEGACY_MARKER_TEXT)
+            and (folder / rel).read_text(errors="replace") == LEGACY_MARKER_TEXT
+        )
         return None if same else "not written by a build"
     if rel not in legacy:
         return "not written by a build"
@@ -179,8 +215,13 @@ def strangers(folder: Path, entries: list[Entry] | None = None) -> list[str]:
     owned_dirs: set[str] = set()
     for rel, kind, size, _, _ in entries:
         top = rel.split("/")[0]
-        problem = (_file_problem(folder, rel, size, manifest, legacy, cache) if kind == "file"
-                   else None if kind == "dir" else "not written by a build")
+        problem = (
+            _file_problem(folder, rel, size, manifest, legacy, cache)
+            if kind == "file"
+            else None
+            if kind == "dir"
+            else "not written by a build"
+        )
         if problem is None and kind == "file":
             parts = rel.split("/")
             owned_dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
@@ -189,22 +230,27 @@ def strangers(folder: Path, entries: list[Entry] | None = None) -> list[str]:
     for rel, kind, *_ in entries:  # a folder with none of our files in it (an empty one too)
         if kind == "dir" and rel not in owned_dirs:
             bad.setdefault(rel.split("/")[0], "not written by a build")
-    return [name if why == "not written by a build" else f"{name}: {why}"
-            for name, why in sorted(bad.items())]
+    return [
+        name if why == "not written by a build" else f"{name}: {why}"
+        for name, why in sorted(bad.items())
+    ]
 
 
 def _refuse(path: Path, names: list[str]) -> RetrievalError:
-    shown = ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more"
-                                         if len(names) > SHOWN else "")
+    shown = ", ".join(names[:SHOWN]) + (
+        f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    )
     return RetrievalError(
         f"{path}: holds files no index build wrote ({shown}); an index build replaces its whole "
         "destination folder, so it refuses one that is not an index it built, unchanged "
         "(.at2po-index lists each file with its sha256). Give a new or empty folder, or remove "
-        "this one yourself; nothing was changed")
+        "this one yourself; nothing was changed"
+    )
 
 
-def check_index_destination(index_dir: str | Path, corpus: str | Path | None = None,
-                            label: str = "") -> Destination:
+def check_index_destination(
+    index_dir: str | Path, corpus: str | Path | None = None, label: str = ""
+) -> Destination:
     """Refuse, before any work, a destination an index build must not replace (module
     docstring): :class:`RetrievalError` naming the path (``label``: the option that gave it)."""
     path = check_destination_name(index_dir, label)
@@ -212,16 +258,20 @@ def check_index_destination(index_dir: str | Path, corpus: str | Path | None = N
     if path.is_symlink():
         raise RetrievalError(
             f"{path}: a symbolic link (to {os.path.realpath(path)}); an index build replaces "
-            "its destination folder, so give a real folder path (e.g. the link's target)")
+            "its destination folder, so give a real folder path (e.g. the link's target)"
+        )
     if not path.exists():
         return Destination(path, corpus_path, None)
     if not path.is_dir():
-        raise RetrievalError(f"{path}: a file, not a folder; give a new or empty folder for "
-                             "the index (the file is left as it is)")
+        raise RetrievalError(
+            f"{path}: a file, not a folder; give a new or empty folder for "
+            "the index (the file is left as it is)"
+        )
     if corpus_path is not None and path.resolve() in corpus_path.parents:
         raise RetrievalError(
             f"{path}: holds the corpus this build reads ({corpus_path}); an index build replaces "
-            "its whole destination folder, so give another folder; nothing was changed")
+            "its whole destination folder, so give another folder; nothing was changed"
+        )
     entries = _entries(path)
     found = strangers(path, entries)
     if found:
@@ -247,12 +297,18 @@ def is_complete_build(folder: Path) -> bool:
 def write_manifest(folder: Path) -> Path:
     """List every file in the finished build ``folder`` with its size and sha256 (written last,
     atomically: a half-written manifest never looks like one)."""
-    files = {rel: {"size": size, "sha256": file_sha256(folder / rel)}
-             for rel, kind, size, _, _ in _entries(folder) if kind == "file" and rel != MANIFEST}
-    record = {"format": MANIFEST_FORMAT, "written_by": "at2po index",
-              "note": "an index build may replace this folder only while every entry is listed "
-                      "here with its sha256 (at2po_lib/retrieval/ownership.py)",
-              "files": files}
+    files = {
+        rel: {"size": size, "sha256": file_sha256(folder / rel)}
+        for rel, kind, size, _, _ in _entries(folder)
+        if kind == "file" and rel != MANIFEST
+    }
+    record = {
+        "format": MANIFEST_FORMAT,
+        "written_by": "at2po index",
+        "note": "an index build may replace this folder only while every entry is listed "
+        "here with its sha256 (at2po_lib/retrieval/ownership.py)",
+        "files": files,
+    }
     path = folder / MANIFEST
     tmp = folder / f"{MANIFEST}.tmp"
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

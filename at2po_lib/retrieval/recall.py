@@ -49,7 +49,9 @@ def recall_at_k(
     return {k: totals[k] / len(retrieved) for k in ks}
 
 
-def retrieved_ids(retriever: Retriever, queries: Sequence[str], k: int, batch_size: int = 256) -> list[list[str]]:
+def retrieved_ids(
+    retriever: Retriever, queries: Sequence[str], k: int, batch_size: int = 256
+) -> list[list[str]]:
     """Ranked passage ids, top ``k``, for every query (searched in batches)."""
     out: list[list[str]] = []
     for start in range(0, len(queries), batch_size):
@@ -79,7 +81,9 @@ def first_hop_ids(row: dict[str, Any]) -> list[str]:
     try:
         supporting = row["metadata"]["supporting_ids"]
     except (KeyError, TypeError):
-        raise ValueError(f"row {row.get('id')!r}: no metadata.supporting_ids (TinyWorld rows have them)") from None
+        raise ValueError(
+            f"row {row.get('id')!r}: no metadata.supporting_ids (TinyWorld rows have them)"
+        ) from None
     if not supporting:
         raise ValueError(f"row {row.get('id')!r}: metadata.supporting_ids is empty")
     return [str(supporting[0])]
@@ -114,7 +118,9 @@ def recall_for_datasets(
     return pd.concat(frames, ignore_index=True)[columns]
 
 
-def example_hits(retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]], k: int = 3) -> Any:
+def example_hits(
+    retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]], k: int = 3
+) -> Any:
     """One line per (question, retriever, rank): title of the hit, score, and whether it is the
     first-hop supporting passage, for showing examples."""
     records = []
@@ -123,9 +129,14 @@ def example_hits(retrievers: dict[str, Retriever], rows: Sequence[dict[str, Any]
         for row, query_hits in zip(rows, hits):
             gold = set(first_hop_ids(row))
             for rank, hit in enumerate(query_hits, start=1):
-                records.append({
-                    "question": row["question"], "retriever": name, "rank": rank,
-                    "title": split_contents(hit["document"]["contents"])[0],
-                    "score": round(hit["score"], 3), "supporting": hit["document"]["id"] in gold,
-                })
+                records.append(
+                    {
+                        "question": row["question"],
+                        "retriever": name,
+                        "rank": rank,
+                        "title": split_contents(hit["document"]["contents"])[0],
+                        "score": round(hit["score"], 3),
+                        "supporting": hit["document"]["id"] in gold,
+                    }
+                )
     return pd.DataFrame(records)

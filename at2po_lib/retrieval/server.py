@@ -127,8 +127,10 @@ class ServerLimits:
             if value <= 0:
                 raise ValueError(f"ServerLimits.{name} must be positive, got {value}")
         if self.max_queued_queries < self.max_queries:
-            raise ValueError("ServerLimits.max_queued_queries must be >= max_queries "
-                             f"({self.max_queued_queries} < {self.max_queries})")
+            raise ValueError(
+                "ServerLimits.max_queued_queries must be >= max_queries "
+                f"({self.max_queued_queries} < {self.max_queries})"
+            )
 
 
 API_KEY_HEADER = "X-API-Key"
@@ -152,7 +154,8 @@ def check_binding(host: str, api_key: str | None) -> None:
         raise ValueError(
             f"binding the retrieval server to {host!r} (not a loopback address) requires an API "
             f"key: set {API_KEY_ENV} (or --api-key-file); clients send it in the {API_KEY_HEADER} "
-            "header (HTTPRetriever reads the same variable)")
+            "header (HTTPRetriever reads the same variable)"
+        )
 
 
 class _BodyTooLarge(Exception):
@@ -169,25 +172,32 @@ async def _read_body(request: Any, limit: int) -> bytes:
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise _BodyTooLarge(f"request body exceeds {limit} bytes (refused after {len(body)} "
-                                "bytes had arrived)")
+            raise _BodyTooLarge(
+                f"request body exceeds {limit} bytes (refused after {len(body)} bytes had arrived)"
+            )
     return bytes(body)
 
 
 def _public(info: dict[str, Any]) -> dict[str, Any]:
     """What ``/health`` may show anyone: no file-system paths (the corpus's, an encoder's
     folder), only the last component of an absolute path."""
-    return {k: (Path(v).name if isinstance(v, str) and os.path.isabs(v) else v)
-            for k, v in info.items() if k != "corpus"}
+    return {
+        k: (Path(v).name if isinstance(v, str) and os.path.isabs(v) else v)
+        for k, v in info.items()
+        if k != "corpus"
+    }
 
 
 def _idle(protocol: Any) -> bool:
     """A connection with no request in progress (between requests, or none sent yet)."""
     import h11
 
-    return (protocol.conn.their_state is h11.IDLE and not getattr(protocol, "_shed", False)
-            and (protocol.cycle is None or protocol.cycle.response_complete)
-            and not protocol.transport.is_closing())
+    return (
+        protocol.conn.their_state is h11.IDLE
+        and not getattr(protocol, "_shed", False)
+        and (protocol.cycle is None or protocol.cycle.response_complete)
+        and not protocol.transport.is_closing()
+    )
 
 
 def _receiving_body(protocol: Any) -> bool:
@@ -195,8 +205,11 @@ def _receiving_body(protocol: Any) -> bool:
     client (one whose body is complete is being answered, and is never shed)."""
     import h11
 
-    return (protocol.conn.their_state is h11.SEND_BODY and not getattr(protocol, "_shed", False)
-            and not protocol.transport.is_closing())
+    return (
+        protocol.conn.their_state is h11.SEND_BODY
+        and not getattr(protocol, "_shed", False)
+        and not protocol.transport.is_closing()
+    )
 
 
 def _shed_one(protocols: list[Any]) -> bool:
@@ -243,7 +256,9 @@ def guarded_protocol(limits: ServerLimits) -> type:
             self._arm_header_timer()
 
         def _make_room(self) -> bool:
-            open_ = [c for c in self.connections if c is not self and not getattr(c, "_shed", False)]
+            open_ = [
+                c for c in self.connections if c is not self and not getattr(c, "_shed", False)
+            ]
             mine = [c for c in open_ if getattr(c, "_peer", None) == self._peer]
             if len(mine) >= limits.max_connections_per_client and not _shed_one(mine):
                 return False
@@ -252,8 +267,9 @@ def guarded_protocol(limits: ServerLimits) -> type:
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
-            self._header_timer = self.loop.call_later(limits.header_timeout_s,
-                                                      self._header_time_out)
+            self._header_timer = self.loop.call_later(
+                limits.header_timeout_s, self._header_time_out
+            )
 
         def _cancel_header_timer(self) -> None:
             if self._header_timer is not None:
@@ -326,11 +342,23 @@ def create_app(
     passages = int(info.get("passages") or 0) or None
     topk_cap = min(limits.max_topk, passages) if passages else limits.max_topk
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval")
-    stats = {"search_calls": 0, "queries_searched": 0, "search_seconds": 0.0,
-             "rejected_queue_full": 0, "timed_out": 0, "abandoned": 0, "unauthorized": 0}
-    batcher = MicroBatcher(_counted_search(retriever, stats), executor,
-                           max_wait_s=max_wait_ms / 1000, max_batch_queries=max_batch_queries,
-                           max_queued_queries=limits.max_queued_queries, batching=batching)
+    stats = {
+        "search_calls": 0,
+        "queries_searched": 0,
+        "search_seconds": 0.0,
+        "rejected_queue_full": 0,
+        "timed_out": 0,
+        "abandoned": 0,
+        "unauthorized": 0,
+    }
+    batcher = MicroBatcher(
+        _counted_search(retriever, stats),
+        executor,
+        max_wait_s=max_wait_ms / 1000,
+        max_batch_queries=max_batch_queries,
+        max_queued_queries=limits.max_queued_queries,
+        batching=batching,
+    )
     lifespan = _lifespan(batcher, executor)
 
     # With a key, nothing but /retrieve and a bare /health answers without it: the interactive
@@ -344,10 +372,16 @@ def create_app(
     async def health(request: Request) -> dict[str, Any]:
         if not _authorised(request, api_key):  # alive, and nothing else, without the key
             return {"status": "ok", "api_key_required": True}
-        return {"status": "ok", **_public(info), "batching": batching,
-                "default_topk": default_topk, "limits": asdict(limits),
-                "api_key_required": bool(api_key), "queued_queries": batcher.queued_queries(),
-                **stats}
+        return {
+            "status": "ok",
+            **_public(info),
+            "batching": batching,
+            "default_topk": default_topk,
+            "limits": asdict(limits),
+            "api_key_required": bool(api_key),
+            "queued_queries": batcher.queued_queries(),
+            **stats,
+        }
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
@@ -366,13 +400,16 @@ def create_app(
             return hits
         if parsed.return_scores:
             return JSONResponse({"result": hits})
-        return JSONResponse({"result": [[hit["document"] for hit in query_hits] for query_hits in hits]})
+        return JSONResponse(
+            {"result": [[hit["document"] for hit in query_hits] for query_hits in hits]}
+        )
 
     return app
 
 
-def _counted_search(retriever: Retriever,
-                    stats: dict[str, Any]) -> Callable[[list[str], int], list]:
+def _counted_search(
+    retriever: Retriever, stats: dict[str, Any]
+) -> Callable[[list[str], int], list]:
     """The one place the index is searched (in the worker thread); counts for /health."""
 
     def search(queries: list[str], topk: int) -> list:
@@ -399,17 +436,22 @@ def _lifespan(batcher: MicroBatcher, executor: ThreadPoolExecutor) -> Callable[[
     return lifespan
 
 
-async def _limited_body(request: Request, limits: ServerLimits,
-                        stats: dict[str, Any]) -> bytes | JSONResponse:
+async def _limited_body(
+    request: Request, limits: ServerLimits, stats: dict[str, Any]
+) -> bytes | JSONResponse:
     """The request's body within the size and time limits, or the error to answer with."""
     try:
-        return await asyncio.wait_for(_read_body(request, limits.max_body_bytes),
-                                      limits.body_timeout_s)
+        return await asyncio.wait_for(
+            _read_body(request, limits.max_body_bytes), limits.body_timeout_s
+        )
     except _BodyTooLarge as exc:  # stop reading: close the connection after answering
         return _error(413, str(exc), {"Connection": "close"})
     except asyncio.TimeoutError:
-        return _error(408, f"request body not received within {limits.body_timeout_s:g} s",
-                      {"Connection": "close"})
+        return _error(
+            408,
+            f"request body not received within {limits.body_timeout_s:g} s",
+            {"Connection": "close"},
+        )
     except ClientDisconnect:  # the client went away mid-upload: nobody to answer
         stats["abandoned"] += 1
         return _error(499, "client disconnected")
@@ -449,8 +491,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _parse_request(body: bytes, limits: ServerLimits, default_topk: int,
-                   topk_cap: int) -> RetrieveRequest | JSONResponse:
+def _parse_request(
+    body: bytes, limits: ServerLimits, default_topk: int, topk_cap: int
+) -> RetrieveRequest | JSONResponse:
     """Validate one request on its own, before it can join a batch: JSON, schema, then each
     limit (a 413 or 422 naming it)."""
     try:
@@ -468,16 +511,23 @@ def _parse_request(body: bytes, limits: ServerLimits, default_topk: int,
     if not queries:
         return _error(422, "queries must be a non-empty list of strings")
     if len(queries) > limits.max_queries:
-        return _error(413, f"{len(queries)} queries in one request; the limit is {limits.max_queries}")
+        return _error(
+            413, f"{len(queries)} queries in one request; the limit is {limits.max_queries}"
+        )
     if not 1 <= topk <= topk_cap:
         return _error(422, f"topk must be between 1 and {topk_cap}, got {topk}")
     too_long = [i for i, q in enumerate(queries) if len(q) > limits.max_query_chars]
     if too_long:
-        return _error(422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters")
+        return _error(
+            422, f"queries[{too_long[0]}] is longer than {limits.max_query_chars} characters"
+        )
     total = sum(len(q) for q in queries)
     if total > limits.max_request_chars:
-        return _error(413, f"the queries hold {total} characters together; the limit per "
-                      f"request is {limits.max_request_chars}")
+        return _error(
+            413,
+            f"the queries hold {total} characters together; the limit per "
+            f"request is {limits.max_request_chars}",
+        )
     try:
         for i, query in enumerate(queries):
             check_query_text(query, i)
@@ -486,14 +536,21 @@ def _parse_request(body: bytes, limits: ServerLimits, default_topk: int,
     return req
 
 
-async def _answer(request: Request, batcher: MicroBatcher, stats: dict[str, Any],
-                  limits: ServerLimits, queries: list[str], topk: int) -> list | JSONResponse:
+async def _answer(
+    request: Request,
+    batcher: MicroBatcher,
+    stats: dict[str, Any],
+    limits: ServerLimits,
+    queries: list[str],
+    topk: int,
+) -> list | JSONResponse:
     """Queue the search; give up on a time-out or when the client disconnects."""
     work = asyncio.ensure_future(batcher.submit(queries, topk))
     gone = asyncio.ensure_future(_wait_for_disconnect(request.receive))
     try:
-        done, _ = await asyncio.wait({work, gone}, timeout=limits.request_timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {work, gone}, timeout=limits.request_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         gone.cancel()
     if work in done:
@@ -511,8 +568,11 @@ async def _answer(request: Request, batcher: MicroBatcher, stats: dict[str, Any]
         stats["abandoned"] += 1
         return _error(499, "client disconnected")  # nobody reads it
     stats["timed_out"] += 1
-    return _error(504, f"request not answered within {limits.request_timeout_s:g} s "
-                  f"({len(queries)} queries); send fewer queries per request")
+    return _error(
+        504,
+        f"request not answered within {limits.request_timeout_s:g} s "
+        f"({len(queries)} queries); send fewer queries per request",
+    )
 
 
 # -- running it ------------------------------------------------------------------------------
@@ -570,8 +630,14 @@ class ServerHandle:
         return f"ServerHandle({self.url!r})"
 
 
-def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0,
-                 startup_timeout: float = 30.0, **app_kwargs: Any) -> ServerHandle:
+def start_server(
+    retriever: Retriever,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout: float = 30.0,
+    **app_kwargs: Any,
+) -> ServerHandle:
     """Serve ``retriever`` from a background thread of this process (port 0: a free port).
 
     A non-loopback ``host`` needs ``api_key=...`` (see :func:`check_binding`)."""
@@ -587,11 +653,13 @@ def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0
     except Exception:
         sock.close()
         raise
-    config = uvicorn.Config(app, log_level="warning", access_log=False,
-                            **uvicorn_options(app_kwargs.get("limits")))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, **uvicorn_options(app_kwargs.get("limits"))
+    )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                              name=f"retrieval-server-{port}")
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"retrieval-server-{port}"
+    )
     thread.start()
     url = f"http://{host}:{port}"
 
@@ -608,16 +676,32 @@ def start_server(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0
     return ServerHandle(url, stop, app=app)
 
 
-def start_server_process(server_args: list[str], *, host: str = "127.0.0.1", port: int = 0,
-                         startup_timeout: float = 300.0, env: dict[str, str] | None = None) -> ServerHandle:
+def start_server_process(
+    server_args: list[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> ServerHandle:
     """Run ``at2po serve-retriever <server_args>`` in a subprocess; its log goes to a temp file."""
     port = port or free_port(host)
     log = Path(tempfile.mkstemp(prefix="retrieval-server-", suffix=".log")[1])
-    cmd = [sys.executable, "-m", "at2po_lib.cli", "serve-retriever", *server_args, "--host", host,
-           "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "at2po_lib.cli",
+        "serve-retriever",
+        *server_args,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     with open(log, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     url = f"http://{host}:{port}"
 
     def stop() -> None:

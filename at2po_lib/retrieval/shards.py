@@ -96,25 +96,34 @@ def embed_corpus_to_shards(
     dim = encoder.dim
     n_shards = -(-passages // shard_size)
     manifest = {
-        "encoder": encoder.spec.to_dict(), "shard_size": shard_size, "dim": dim,
-        "corpus_checksum": corpus.checksum(), "passages": passages,
+        "encoder": encoder.spec.to_dict(),
+        "shard_size": shard_size,
+        "dim": dim,
+        "corpus_checksum": corpus.checksum(),
+        "passages": passages,
     }
     _check_manifest(shard_dir, manifest, force)
     report = ShardReport(shard_dir, n_shards, dim)
     todo = []
     for shard in range(n_shards):
-        done = _is_finished(shard_path(shard_dir, shard), _shard_rows(shard, shard_size, passages), dim)
+        done = _is_finished(
+            shard_path(shard_dir, shard), _shard_rows(shard, shard_size, passages), dim
+        )
         (report.reused if done else todo).append(shard)
     if not todo:
         return report
     already = sum(_shard_rows(s, shard_size, passages) for s in report.reused)
-    bar = tqdm(total=passages, initial=already, unit="passage", desc="embedding", disable=not progress)
+    bar = tqdm(
+        total=passages, initial=already, unit="passage", desc="embedding", disable=not progress
+    )
     remaining = set(todo)
     for first_row, chunk in corpus.iter_chunks(shard_size, start_row=todo[0] * shard_size):
         shard = first_row // shard_size
         if shard not in remaining:
             continue
-        vectors = encoder.encode_passages([p["contents"] for p in chunk]).astype(np.float32, copy=False)
+        vectors = encoder.encode_passages([p["contents"] for p in chunk]).astype(
+            np.float32, copy=False
+        )
         target = shard_path(shard_dir, shard)
         tmp = target.with_name(target.stem + ".tmp.npy")
         np.save(tmp, vectors)

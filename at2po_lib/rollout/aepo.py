@@ -37,8 +37,17 @@ from typing import Sequence
 
 import numpy as np
 
-from .agent import (Chain, RewardFn, RolloutState, init_state, make_trees, run_chains,
-                    score_trees, start_chain, turn_stops)
+from .agent import (
+    Chain,
+    RewardFn,
+    RolloutState,
+    init_state,
+    make_trees,
+    run_chains,
+    score_trees,
+    start_chain,
+    turn_stops,
+)
 from .agent import SearchEnv
 from .turns import TurnBackend, TurnResult
 from .backends import make_backend
@@ -50,8 +59,14 @@ def aepo_turn_entropy(node: Node, vocab_size: int, num_tokens: int = 20) -> floa
     return float(sum(node.topk_entropies[:num_tokens])) / math.log(vocab_size)
 
 
-def branch_probability(u: float, h_now: float, h_init: float, consecutive: int,
-                       weight: float = 0.2, penalty: float = 0.05) -> float:
+def branch_probability(
+    u: float,
+    h_now: float,
+    h_init: float,
+    consecutive: int,
+    weight: float = 0.2,
+    penalty: float = 0.05,
+) -> float:
     """clip((u + weight * (H_now - H_init)) * max(0, 1 - penalty * consecutive), 0, 1)."""
     factor = max(0.0, 1.0 - penalty * consecutive)
     return min(1.0, max(0.0, (u + weight * (h_now - h_init)) * factor))
@@ -60,8 +75,16 @@ def branch_probability(u: float, h_now: float, h_init: float, consecutive: int,
 class AEPOBrancher:
     """The ``on_round`` hook of :func:`~.agent.run_chains` that implements AEPO's branching."""
 
-    def __init__(self, trees: Sequence[RolloutTree], state: RolloutState, rollout_cfg,
-                 vocab_size: int, budget: int, initial: int, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        trees: Sequence[RolloutTree],
+        state: RolloutState,
+        rollout_cfg,
+        vocab_size: int,
+        budget: int,
+        initial: int,
+        rng: np.random.Generator,
+    ) -> None:
         self.trees, self.state, self.cfg = trees, state, rollout_cfg
         self.vocab_size, self.budget, self.rng = vocab_size, budget, rng
         self.rollouts = [initial] * len(trees)
@@ -88,9 +111,14 @@ class AEPOBrancher:
                     chain.first_turn_entropy = h_now
                 tries = min(cfg.aepo_beam - 1, remaining - made)
                 for _ in range(max(tries, 0)):
-                    prob = branch_probability(float(self.rng.random()), h_now,
-                                              chain.first_turn_entropy, self.consecutive[t],
-                                              cfg.aepo_entropy_weight, cfg.aepo_branch_penalty)
+                    prob = branch_probability(
+                        float(self.rng.random()),
+                        h_now,
+                        chain.first_turn_entropy,
+                        self.consecutive[t],
+                        cfg.aepo_entropy_weight,
+                        cfg.aepo_branch_penalty,
+                    )
                     if prob < cfg.aepo_branch_threshold:
                         continue
                     source = chain.box if self.state.share_prefixes else None
@@ -101,8 +129,9 @@ class AEPOBrancher:
                 grew.add(t)
         for t, tree in enumerate(self.trees):
             if t not in by_tree and self.rollouts[t] < self.budget:
-                new.append(start_chain(tree, t, ROOT, self.round,
-                                       self.state.box_for_context_of(t, ROOT)))
+                new.append(
+                    start_chain(tree, t, ROOT, self.round, self.state.box_for_context_of(t, ROOT))
+                )
                 self.rollouts[t] += 1
                 grew.add(t)
         for t in range(len(self.trees)):
@@ -110,12 +139,23 @@ class AEPOBrancher:
         return new
 
 
-def rollout_aepo(model, tokenizer, template, retriever, questions: Sequence[str],
-                 golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
-                 budget: int | None = None, initial: int | None = None, seed: int = 0,
-                 prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
-                 reward_fn: RewardFn | None = None,
-                 share_prefixes: bool = True) -> list[RolloutTree]:
+def rollout_aepo(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    questions: Sequence[str],
+    golden_answers: Sequence[Sequence[str]] | None,
+    rollout_cfg,
+    *,
+    budget: int | None = None,
+    initial: int | None = None,
+    seed: int = 0,
+    prompt_ids: Sequence[int] | None = None,
+    backend: TurnBackend | None = None,
+    reward_fn: RewardFn | None = None,
+    share_prefixes: bool = True,
+) -> list[RolloutTree]:
     """AEPO rollouts: exactly ``budget`` (default ``rollout_cfg.aepo_budget``) leaves per
     question, grown by entropy-triggered branching from ``initial`` chains."""
     budget = budget if budget is not None else rollout_cfg.aepo_budget
@@ -123,15 +163,26 @@ def rollout_aepo(model, tokenizer, template, retriever, questions: Sequence[str]
     if not 1 <= initial <= budget:
         raise ValueError(f"AEPO needs 1 <= initial ({initial}) <= budget ({budget})")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)
+    backend = backend or make_backend(
+        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
+    )
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
-    brancher = AEPOBrancher(trees, state, rollout_cfg, len(tokenizer.get_vocab()),
-                            budget, initial, np.random.default_rng(seed))
-    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-              for i, t in enumerate(trees) for _ in range(initial)]
+    brancher = AEPOBrancher(
+        trees,
+        state,
+        rollout_cfg,
+        len(tokenizer.get_vocab()),
+        budget,
+        initial,
+        np.random.default_rng(seed),
+    )
+    chains = [
+        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
+        for i, t in enumerate(trees)
+        for _ in range(initial)
+    ]
     run_chains(backend, env, chains, state, on_round=brancher)
     if golden_answers is not None:
         score_trees(env, trees)
     return trees
-

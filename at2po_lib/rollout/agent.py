@@ -55,8 +55,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..protocol.actions import Action, last_tag_content, parse_action
-from ..protocol.prompts import (PromptTemplate, build_messages, clean_query, get_template,
-                       invalid_action_message, prompt_ids, render_observation, tool_limit_notice)
+from ..protocol.prompts import (
+    PromptTemplate,
+    build_messages,
+    clean_query,
+    get_template,
+    invalid_action_message,
+    prompt_ids,
+    render_observation,
+    tool_limit_notice,
+)
 from ..retrieval.base import DEFAULT_TOPK
 from ..protocol.reward import atpo_reward, exact_match, extract_prediction
 from .backends import make_backend
@@ -65,8 +73,15 @@ from .stops import StopMatcher
 from .structures import ROOT, Node, RolloutTree, Trajectory
 from .turns import TurnBackend, TurnRequest, TurnResult
 
-__all__ = ["SearchEnv", "Chain", "run_chains", "rollout_chains", "default_reward_fn",
-           "score_trees", "turn_stops"]
+__all__ = [
+    "SearchEnv",
+    "Chain",
+    "run_chains",
+    "rollout_chains",
+    "default_reward_fn",
+    "score_trees",
+    "turn_stops",
+]
 
 RewardFn = Callable[[str, Sequence[str]], float]
 STOP_SEQUENCES = ("</search>",)
@@ -89,13 +104,25 @@ def default_reward_fn(template: PromptTemplate) -> RewardFn:
 class SearchEnv:
     """Everything between the model and the world: prompts, actions, observations, rewards."""
 
-    def __init__(self, tokenizer, template: str | PromptTemplate, retriever, rollout_cfg,
-                 reward_fn: RewardFn | None = None, topk: int | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        template: str | PromptTemplate,
+        retriever,
+        rollout_cfg,
+        reward_fn: RewardFn | None = None,
+        topk: int | None = None,
+    ) -> None:
         # topk None: the retriever's default_topk (the profile's retrieval.topk when the
         # retriever came from build_retriever), so rollouts see what demonstrations saw.
         if topk is None:
             topk = getattr(retriever, "default_topk", DEFAULT_TOPK)
-        self.tokenizer, self.retriever, self.cfg, self.topk = tokenizer, retriever, rollout_cfg, topk
+        self.tokenizer, self.retriever, self.cfg, self.topk = (
+            tokenizer,
+            retriever,
+            rollout_cfg,
+            topk,
+        )
         self.template = get_template(template)
         policy = rollout_cfg.invalid_action
         if policy == "template":
@@ -104,8 +131,10 @@ class SearchEnv:
             raise ValueError(f"rollout.invalid_action={policy!r}; expected end, retry or template")
         self.invalid_policy = policy
         if rollout_cfg.max_turn_tokens < 0:
-            raise ValueError(f"rollout.max_turn_tokens={rollout_cfg.max_turn_tokens}; expected 0 "
-                             "(no per-turn cap) or a positive cap")
+            raise ValueError(
+                f"rollout.max_turn_tokens={rollout_cfg.max_turn_tokens}; expected 0 "
+                "(no per-turn cap) or a positive cap"
+            )
         self.reward_fn = reward_fn or default_reward_fn(self.template)
         self.tool_limit_ids = self.encode(tool_limit_notice(self.template))
         self.retry_ids = self.encode(invalid_action_message(self.template))
@@ -127,8 +156,10 @@ class SearchEnv:
     def prompt_ids(self, question: str, index: int = 0) -> list[int]:
         ids = prompt_ids(self.tokenizer, build_messages(self.template, question))
         if len(ids) > self.cfg.max_prompt_tokens:
-            raise ValueError(f"question {index} ({question[:60]!r}...) has a prompt of {len(ids)} "
-                             f"tokens > rollout.max_prompt_tokens={self.cfg.max_prompt_tokens}")
+            raise ValueError(
+                f"question {index} ({question[:60]!r}...) has a prompt of {len(ids)} "
+                f"tokens > rollout.max_prompt_tokens={self.cfg.max_prompt_tokens}"
+            )
         return ids
 
     # -- actions and observations -----------------------------------------------------------
@@ -157,8 +188,10 @@ class SearchEnv:
         if not queries:
             return []
         hits = self.retriever.search(list(queries), topk=self.topk)
-        return [self.encode(render_observation(self.template, [h["document"] for h in row]))
-                for row in hits]
+        return [
+            self.encode(render_observation(self.template, [h["document"] for h in row]))
+            for row in hits
+        ]
 
     def extract_answer(self, response: str) -> str | None:
         return extract_prediction(response, self.template.answer_style)
@@ -234,7 +267,7 @@ def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> tuple[str, 
     chain.context = chain.context + result.token_ids
     chain.box.prefix = result.prefix
     node.text = env.decode(node.token_ids)
-    segment = env.decode(node.token_ids[node.segment_start:])
+    segment = env.decode(node.token_ids[node.segment_start :])
     node.action = action = env.parse(segment)
     budget_left = cfg.max_response_tokens - node.end > 0
     if not result.stopped:  # the call's token budget ended it
@@ -294,7 +327,7 @@ def _continue(chain: Chain, cfg, expansion_round: int) -> Chain | None:
         return None
     left = cfg.max_response_tokens - node.end
     if len(node.obs_ids) >= left:
-        node.obs_ids = node.obs_ids[:max(left, 0)]
+        node.obs_ids = node.obs_ids[: max(left, 0)]
         child = chain.tree.add_child(node.id, expansion_round)
         _finish(child, "response_length")
         return None
@@ -303,8 +336,13 @@ def _continue(chain: Chain, cfg, expansion_round: int) -> Chain | None:
     return chain
 
 
-def run_chains(backend: TurnBackend, env: SearchEnv, chains: list[Chain], state: RolloutState,
-               on_round: OnRound | None = None) -> None:
+def run_chains(
+    backend: TurnBackend,
+    env: SearchEnv,
+    chains: list[Chain],
+    state: RolloutState,
+    on_round: OnRound | None = None,
+) -> None:
     """Roll every chain out to a leaf, all chains' turns batched together.
 
     A backend whose ``grouping`` is ``round`` (the HF backend on a GPU, :mod:`.decoding`) runs
@@ -366,7 +404,7 @@ def _run_in_one_call(backend, env: SearchEnv, chains: list[Chain], state: Rollou
     rounds)."""
     size = backend.max_batch_size
     for start in range(0, len(chains), size):
-        _run_session(backend, env, chains[start:start + size], state)
+        _run_session(backend, env, chains[start : start + size], state)
 
 
 def _run_session(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
@@ -385,31 +423,51 @@ def _run_session(backend, env: SearchEnv, chains: list[Chain], state: RolloutSta
                     chain.box.prefix = session.close(row)
 
 
-def start_chain(tree: RolloutTree, tree_index: int, parent: int, expansion_round: int,
-                box_source: PrefixBox | None) -> Chain:
+def start_chain(
+    tree: RolloutTree,
+    tree_index: int,
+    parent: int,
+    expansion_round: int,
+    box_source: PrefixBox | None,
+) -> Chain:
     """A new chain whose first turn is a new child of ``parent`` (re-using the KV prefix of
     ``box_source``, whose sequence starts with the parent's full context)."""
     node = tree.add_child(parent, expansion_round)
     prefix = box_source.prefix if box_source is not None else None
-    return Chain(tree=tree, node=node, context=tree.context_ids(node.id), box=PrefixBox(prefix),
-                 tree_index=tree_index)
+    return Chain(
+        tree=tree,
+        node=node,
+        context=tree.context_ids(node.id),
+        box=PrefixBox(prefix),
+        tree_index=tree_index,
+    )
 
 
-def make_trees(env: SearchEnv, questions: Sequence[str],
-               golden_answers: Sequence[Sequence[str]] | None,
-               prompt_ids: Sequence[int] | None = None) -> list[RolloutTree]:
+def make_trees(
+    env: SearchEnv,
+    questions: Sequence[str],
+    golden_answers: Sequence[Sequence[str]] | None,
+    prompt_ids: Sequence[int] | None = None,
+) -> list[RolloutTree]:
     """One empty tree (root only) per question."""
     golden = golden_answers if golden_answers is not None else [[] for _ in questions]
     if len(golden) != len(questions):
         raise ValueError(f"{len(questions)} questions but {len(golden)} golden-answer lists")
     ids = prompt_ids if prompt_ids is not None else range(len(questions))
-    return [RolloutTree(prompt_index=int(pid), question=q, golden_answers=list(g),
-                        prompt_ids=env.prompt_ids(q, i))
-            for i, (pid, q, g) in enumerate(zip(ids, questions, golden))]
+    return [
+        RolloutTree(
+            prompt_index=int(pid),
+            question=q,
+            golden_answers=list(g),
+            prompt_ids=env.prompt_ids(q, i),
+        )
+        for i, (pid, q, g) in enumerate(zip(ids, questions, golden))
+    ]
 
 
-def init_state(backend: TurnBackend, trees: Sequence[RolloutTree],
-               share_prefixes: bool = True) -> RolloutState:
+def init_state(
+    backend: TurnBackend, trees: Sequence[RolloutTree], share_prefixes: bool = True
+) -> RolloutState:
     """Prefill every prompt once; all chains of a prompt then share its KV prefix.
 
     ``share_prefixes=False`` (benchmarks) gives every new chain an empty cache instead: a chain
@@ -417,7 +475,9 @@ def init_state(backend: TurnBackend, trees: Sequence[RolloutTree],
     ancestor's context are recomputed.
     """
     state = RolloutState(share_prefixes=share_prefixes)
-    prefixes = backend.prefill([t.prompt_ids for t in trees]) if share_prefixes else [None] * len(trees)
+    prefixes = (
+        backend.prefill([t.prompt_ids for t in trees]) if share_prefixes else [None] * len(trees)
+    )
     for i, prefix in enumerate(prefixes):
         state.root_boxes[i] = PrefixBox(prefix)
     return state
@@ -431,18 +491,28 @@ def score_trees(env: SearchEnv, trees: Sequence[RolloutTree]) -> None:
             tree.nodes[leaf].reward = env.reward(traj.response_text, tree.golden_answers)
 
 
-def rollout_chains(model, tokenizer, template, retriever, questions: Sequence[str], rollout_cfg,
-                   greedy: bool = True, golden_answers: Sequence[Sequence[str]] | None = None,
-                   seed: int = 0, backend: TurnBackend | None = None,
-                   reward_fn: RewardFn | None = None) -> list[Trajectory]:
+def rollout_chains(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    questions: Sequence[str],
+    rollout_cfg,
+    greedy: bool = True,
+    golden_answers: Sequence[Sequence[str]] | None = None,
+    seed: int = 0,
+    backend: TurnBackend | None = None,
+    reward_fn: RewardFn | None = None,
+) -> list[Trajectory]:
     """One chain per question (greedy by default: validation, docs/method.md §5), batched.
 
     Returns one :class:`Trajectory` per question, in order; ``reward`` is filled when
     ``golden_answers`` are given.
     """
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template),
-                                      seed=seed, greedy=greedy)
+    backend = backend or make_backend(
+        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed, greedy=greedy
+    )
     trees = make_trees(env, questions, golden_answers)
     state = init_state(backend, trees)
     chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i]) for i, t in enumerate(trees)]

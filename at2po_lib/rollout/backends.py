@@ -50,8 +50,14 @@ from .kvcache import BatchCache, KVPrefix, RowCache
 from .sampling import SamplingSpec, sample_step
 from .session import RoundSession
 from .stops import StopMatcher
-from .turns import (BackendStats, TurnBackend, TurnRequest, TurnResult, eos_token_ids,
-                    split_stop_sequences)
+from .turns import (
+    BackendStats,
+    TurnBackend,
+    TurnRequest,
+    TurnResult,
+    eos_token_ids,
+    split_stop_sequences,
+)
 from .vllm_backend import VLLMBackend
 
 GROUPED_ATTENTION = "at2po_grouped"
@@ -60,9 +66,16 @@ GROUPED_ATTENTION = "at2po_grouped"
 # ------------------------------------------------------------------------------- attention
 
 
-def grouped_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
-                      **kwargs) -> tuple[torch.Tensor, None]:
+def grouped_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """softmax(q k^T * scaling + mask) v with grouped-query heads, without repeating k/v.
 
     query (B, H, q, d), key/value (B, H_kv, K, d), mask (B, 1, q, K) additive;
@@ -173,11 +186,22 @@ class _TurnLog:
 class HFBackend:
     """Batched turn sampling with a Hugging Face causal LM and reusable KV prefixes."""
 
-    def __init__(self, model, tokenizer, sampling: SamplingSpec, stop_sequences: Sequence[str],
-                 seed: int = 0, keep_cache: bool = True, max_batch_size: int = 512,
-                 attention: str = "auto", compact_below: float = 0.5,
-                 num_threads: int | None = None, dtype: str = "auto",
-                 grouping: str = "auto", capture: str = "auto") -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampling: SamplingSpec,
+        stop_sequences: Sequence[str],
+        seed: int = 0,
+        keep_cache: bool = True,
+        max_batch_size: int = 512,
+        attention: str = "auto",
+        compact_below: float = 0.5,
+        num_threads: int | None = None,
+        dtype: str = "auto",
+        grouping: str = "auto",
+        capture: str = "auto",
+    ) -> None:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
         self.keeps_cache = keep_cache
@@ -185,24 +209,44 @@ class HFBackend:
         self.compact_below = compact_below
         self.device = next(model.parameters()).device
         on_gpu = self.device.type == "cuda"
-        self.dtype = getattr(torch, decode_dtype(
-            dtype, dtype_name(weights_dtype(model)), self.device.type,
-            bf16_supported=torch.cuda.is_bf16_supported() if on_gpu else True))
+        self.dtype = getattr(
+            torch,
+            decode_dtype(
+                dtype,
+                dtype_name(weights_dtype(model)),
+                self.device.type,
+                bf16_supported=torch.cuda.is_bf16_supported() if on_gpu else True,
+            ),
+        )
         """What generation runs in: the weights (a copy when it is not theirs), the KV cache."""
         self.grouping = decode_grouping(grouping, self.device.type) if keep_cache else "turn"
         """``turn`` or ``round`` (:mod:`.decoding`); a round session keeps caches by nature."""
         self.capture = decode_capture(capture, self.device.type)
         """A round session's decode step runs captured (:mod:`.capture`)."""
-        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        text_cfg = (
+            model.config.get_text_config()
+            if hasattr(model.config, "get_text_config")
+            else model.config
+        )
         self.num_layers = text_cfg.num_hidden_layers
-        self.num_kv_heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
-        self.head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
+        self.num_kv_heads = (
+            getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
+        )
+        self.head_dim = (
+            getattr(text_cfg, "head_dim", None)
+            or text_cfg.hidden_size // text_cfg.num_attention_heads
+        )
         stop_ids, self.stop_strings = split_stop_sequences(tokenizer, stop_sequences)
         stop_ids |= eos_token_ids(model, tokenizer)
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
-        self.matcher = (StopMatcher.build(tokenizer, self.stop_strings, self._vocab_size(),
-                                          self.device) if self.stop_strings else None)
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
+        )
+        self.matcher = (
+            StopMatcher.build(tokenizer, self.stop_strings, self._vocab_size(), self.device)
+            if self.stop_strings
+            else None
+        )
         if attention == "auto":
             attention = GROUPED_ATTENTION if self.device.type == "cpu" else "sdpa"
         if attention == GROUPED_ATTENTION:
@@ -218,17 +262,23 @@ class HFBackend:
 
     def _vocab_size(self) -> int:
         """Rows of the output layer (a model may pad its vocabulary past the tokenizer's)."""
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") \
+        head = (
+            self.model.get_output_embeddings()
+            if hasattr(self.model, "get_output_embeddings")
             else None
+        )
         return head.weight.shape[0] if head is not None else len(self.tokenizer)
 
     @contextlib.contextmanager
     def _decoding(self) -> Iterator[None]:
         """The settings every decode call runs under: the attention function, the CPU
         threads, eval mode, and the weights in :attr:`dtype`."""
-        with attention_implementation(self.model, self.attention), \
-                torch_threads(self.num_threads), eval_mode(self.model), \
-                decode_weights(self.model, self.dtype):
+        with (
+            attention_implementation(self.model, self.attention),
+            torch_threads(self.num_threads),
+            eval_mode(self.model),
+            decode_weights(self.model, self.dtype),
+        ):
             yield
 
     # -- public API ---------------------------------------------------------------------------
@@ -238,12 +288,14 @@ class HFBackend:
         results: list[TurnResult] = []
         with self._decoding():
             for start in range(0, len(requests), self.max_batch_size):
-                results.extend(self._generate_batch(requests[start:start + self.max_batch_size]))
+                results.extend(self._generate_batch(requests[start : start + self.max_batch_size]))
         self.stats.turns += len(requests)
         return results
 
     @contextlib.contextmanager
-    def open_session(self, requests: Sequence[TurnRequest], capacity: int) -> Iterator[RoundSession]:
+    def open_session(
+        self, requests: Sequence[TurnRequest], capacity: int
+    ) -> Iterator[RoundSession]:
         """A :class:`~.session.RoundSession` over ``requests`` (one row each; ``capacity``:
         columns a row may fill), decoding under :meth:`_decoding` until the block ends."""
         with torch.inference_mode(), self._decoding():
@@ -257,18 +309,25 @@ class HFBackend:
         out: list[KVPrefix | None] = []
         with self._decoding():
             for start in range(0, len(contexts), self.max_batch_size):
-                chunk = [list(c[:-1]) for c in contexts[start:start + self.max_batch_size]]
-                cache = BatchCache([None] * len(chunk), self.num_layers, self.num_kv_heads,
-                                   self.head_dim, max(max(map(len, chunk)), 1), self.dtype,
-                                   self.device)
+                chunk = [list(c[:-1]) for c in contexts[start : start + self.max_batch_size]]
+                cache = BatchCache(
+                    [None] * len(chunk),
+                    self.num_layers,
+                    self.num_kv_heads,
+                    self.head_dim,
+                    max(max(map(len, chunk)), 1),
+                    self.dtype,
+                    self.device,
+                )
                 self._forward_pending(cache, chunk, [0] * len(chunk))
                 out.extend(cache.extract(counts=[len(c) for c in chunk], release=True))
         return out
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _forward_pending(self, cache: BatchCache, pending: list[list[int]],
-                         start_positions: list[int]) -> torch.Tensor:
+    def _forward_pending(
+        self, cache: BatchCache, pending: list[list[int]], start_positions: list[int]
+    ) -> torch.Tensor:
         """Run each row's pending tokens (left-padded to one width); returns last logits (B, V)."""
         width = max(max(map(len, pending)), 1)
         batch = len(pending)
@@ -278,31 +337,54 @@ class HFBackend:
         for row, (tokens, first) in enumerate(zip(pending, start_positions)):
             n = len(tokens)
             if n:
-                ids[row, width - n:] = torch.tensor(tokens, dtype=torch.long)
-                valid[row, width - n:] = True
-                positions[row, width - n:] = torch.arange(first, first + n)
-        ids, valid, positions = ids.to(self.device), valid.to(self.device), positions.to(self.device)
+                ids[row, width - n :] = torch.tensor(tokens, dtype=torch.long)
+                valid[row, width - n :] = True
+                positions[row, width - n :] = torch.arange(first, first + n)
+        ids, valid, positions = (
+            ids.to(self.device),
+            valid.to(self.device),
+            positions.to(self.device),
+        )
         logits = self._forward(cache, ids, valid, positions)
         self.stats.prefill_tokens += sum(map(len, pending))
         return logits
 
-    def _forward(self, cache: BatchCache, ids: torch.Tensor, valid: torch.Tensor,
-                 positions: torch.Tensor) -> torch.Tensor:
+    def _forward(
+        self, cache: BatchCache, ids: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         bias = cache.attention_bias(valid, self.dtype)
-        out = self.model(input_ids=ids, attention_mask=bias, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache.cache})
+        out = self.model(
+            input_ids=ids,
+            attention_mask=bias,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache.cache},
+        )
         cache.advance(ids.shape[1])
         self.stats.forward_calls += 1
         return out.logits[:, -1]
 
-    def forward_rows(self, cache: RowCache, rows: torch.Tensor | None, ids: torch.Tensor,
-                     columns: torch.Tensor, width: int) -> torch.Tensor:
+    def forward_rows(
+        self,
+        cache: RowCache,
+        rows: torch.Tensor | None,
+        ids: torch.Tensor,
+        columns: torch.Tensor,
+        width: int,
+    ) -> torch.Tensor:
         """One forward of a round session: ``rows`` (None: all) feed ``ids`` (b, q) written at
         ``columns`` (b, q; = positions) over the first ``width`` columns; returns the last
         query's logits (b, V)."""
         bias = cache.plan(rows, columns, width, self.dtype)
-        out = self.model(input_ids=ids, attention_mask=bias, position_ids=columns,
-                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache.cache})
+        out = self.model(
+            input_ids=ids,
+            attention_mask=bias,
+            position_ids=columns,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache.cache},
+        )
         return out.logits[:, -1]
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
@@ -326,8 +408,15 @@ class HFBackend:
         pending = [r.context[c:] for r, c in zip(requests, cached)]
         budget = torch.tensor([r.max_new_tokens for r in requests], device=self.device)
         max_new = max(r.max_new_tokens for r in requests)
-        cache = BatchCache(prefixes, self.num_layers, self.num_kv_heads, self.head_dim,
-                           max(map(len, pending)) + max_new, self.dtype, self.device)
+        cache = BatchCache(
+            prefixes,
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            max(map(len, pending)) + max_new,
+            self.dtype,
+            self.device,
+        )
         logits = self._forward_pending(cache, pending, cached)
 
         batch0 = len(requests)
@@ -362,7 +451,9 @@ class HFBackend:
                 order = torch.sort((~active).to(torch.int8), stable=True).indices
                 keep, done = order[:live], order[live:]
                 finished = [owners[i] for i, g in enumerate(going) if not g]
-                for owner, prefix in zip(finished, cache.extract(done, [filled[o] for o in finished])):
+                for owner, prefix in zip(
+                    finished, cache.extract(done, [filled[o] for o in finished])
+                ):
                     out_prefix[owner] = prefix
                 cache.select_rows(keep)
                 rows, active = rows[keep], active[keep]
@@ -385,8 +476,9 @@ class HFBackend:
         self.stats.generated_tokens += sum(n_gen)
         return self._assemble(log, n_gen, stopped.tolist(), out_prefix)
 
-    def _record(self, log: _TurnLog, rows: torch.Tensor, active: torch.Tensor, step,
-                batch0: int) -> None:
+    def _record(
+        self, log: _TurnLog, rows: torch.Tensor, active: torch.Tensor, step, batch0: int
+    ) -> None:
         def full(values: torch.Tensor, fill: float) -> torch.Tensor:
             out = torch.full((batch0,), fill, dtype=values.dtype, device=values.device)
             out[rows] = torch.where(active, values, torch.full_like(values, fill))
@@ -397,16 +489,23 @@ class HFBackend:
         log.entropies.append(full(step.entropy, 0.0))
         log.topk.append(full(step.topk_entropy, 0.0))
 
-    def _assemble(self, log: _TurnLog, n_gen: list[int], stopped: list[bool],
-                  prefixes: list[KVPrefix | None]) -> list[TurnResult]:
+    def _assemble(
+        self, log: _TurnLog, n_gen: list[int], stopped: list[bool], prefixes: list[KVPrefix | None]
+    ) -> list[TurnResult]:
         def table(values: list[torch.Tensor]) -> list[list]:
             return torch.stack(values, dim=1).tolist()  # (B0, steps)
 
         tokens, logps = table(log.tokens), table(log.logps)
         entropies, topk = table(log.entropies), table(log.topk)
         return [
-            TurnResult(token_ids=tokens[b][:n], logps=logps[b][:n], entropies=entropies[b][:n],
-                       topk_entropies=topk[b][:n], stopped=stopped[b], prefix=prefixes[b])
+            TurnResult(
+                token_ids=tokens[b][:n],
+                logps=logps[b][:n],
+                entropies=entropies[b][:n],
+                topk_entropies=topk[b][:n],
+                stopped=stopped[b],
+                prefix=prefixes[b],
+            )
             for b, n in enumerate(n_gen)
         ]
 
@@ -417,12 +516,22 @@ def _share(part: int, whole: int) -> float:
     return float(np.float32(part) / np.float32(whole))
 
 
-def make_backend(model, tokenizer, rollout_cfg, stop_sequences: Sequence[str], seed: int = 0,
-                 greedy: bool = False, keep_cache: bool = True, **kwargs) -> TurnBackend:
+def make_backend(
+    model,
+    tokenizer,
+    rollout_cfg,
+    stop_sequences: Sequence[str],
+    seed: int = 0,
+    greedy: bool = False,
+    keep_cache: bool = True,
+    **kwargs,
+) -> TurnBackend:
     """The backend named by ``rollout_cfg.backend`` (``hf`` or ``vllm``). For ``vllm``,
     ``model`` (or ``llm=``) is a ready engine: a backend never starts one."""
-    spec = SamplingSpec(temperature=0.0 if greedy else rollout_cfg.temperature,
-                        top_p=1.0 if greedy else rollout_cfg.top_p)
+    spec = SamplingSpec(
+        temperature=0.0 if greedy else rollout_cfg.temperature,
+        top_p=1.0 if greedy else rollout_cfg.top_p,
+    )
     if rollout_cfg.backend == "hf":
         kwargs.setdefault("keep_cache", rollout_cfg.keep_cache and keep_cache)
         kwargs.setdefault("max_batch_size", rollout_cfg.max_batch_rows)

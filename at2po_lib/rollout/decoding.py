@@ -47,13 +47,15 @@ DECODE_CAPTURES = ("auto", "on", "off")
 HALF_DTYPES = ("bfloat16", "float16")
 
 
-def decode_dtype(choice: str, weights_dtype: str, device_type: str,
-                 bf16_supported: bool = True) -> str:
+def decode_dtype(
+    choice: str, weights_dtype: str, device_type: str, bf16_supported: bool = True
+) -> str:
     """The dtype generation runs in, by name, for ``rollout.decode_dtype = choice`` and weights
     of ``weights_dtype`` on a ``device_type`` device (``cpu``, ``cuda``)."""
     if choice not in DECODE_DTYPES:
-        raise ValueError(f"rollout.decode_dtype={choice!r}; expected one of "
-                         f"{', '.join(DECODE_DTYPES)}")
+        raise ValueError(
+            f"rollout.decode_dtype={choice!r}; expected one of {', '.join(DECODE_DTYPES)}"
+        )
     if choice == "model":
         return weights_dtype
     if choice != "auto":
@@ -67,8 +69,9 @@ def decode_grouping(choice: str, device_type: str) -> str:
     """``turn`` or ``round`` for ``rollout.decode_grouping = choice`` on a ``device_type``
     device."""
     if choice not in DECODE_GROUPINGS:
-        raise ValueError(f"rollout.decode_grouping={choice!r}; expected one of "
-                         f"{', '.join(DECODE_GROUPINGS)}")
+        raise ValueError(
+            f"rollout.decode_grouping={choice!r}; expected one of {', '.join(DECODE_GROUPINGS)}"
+        )
     if choice == "auto":
         return "turn" if device_type == "cpu" else "round"
     return choice
@@ -78,6 +81,7 @@ def decode_capture(choice: str, device_type: str) -> bool:
     """Whether a round session's decode step runs captured (:mod:`.capture`) for
     ``rollout.decode_capture = choice`` on a ``device_type`` device."""
     if choice not in DECODE_CAPTURES:
-        raise ValueError(f"rollout.decode_capture={choice!r}; expected one of "
-                         f"{', '.join(DECODE_CAPTURES)}")
+        raise ValueError(
+            f"rollout.decode_capture={choice!r}; expected one of {', '.join(DECODE_CAPTURES)}"
+        )
     return choice == "on" or (choice == "auto" and device_type == "cuda")

@@ -58,8 +58,9 @@ from .trees import node_entropy
 _INT_NODE_FIELDS = ("expansion_round", "depth", "tool_calls", "duplicate_of", "resampled_from")
 
 
-def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
-                turn_entropy: str = "mean") -> TreeArrays:
+def tree_arrays(
+    tree: RolloutTree, entropy_estimate: str = "sampled_nll", turn_entropy: str = "mean"
+) -> TreeArrays:
     """The tree as :class:`~at2po_lib.method.tree.TreeArrays` (module docstring)."""
     nodes = tree.nodes
     reward = np.array([n.reward if n.is_leaf else np.nan for n in nodes], dtype=np.float64)
@@ -70,21 +71,32 @@ def tree_arrays(tree: RolloutTree, entropy_estimate: str = "sampled_nll",
         "turn_end": np.array([n.end if n.id != ROOT else 0 for n in nodes], dtype=np.int64),
         "num_tokens": np.array([n.num_sampled for n in nodes], dtype=np.int64),
         "num_obs_tokens": np.array([len(n.obs_ids) for n in nodes], dtype=np.int64),
-        **{name: np.array([getattr(n, name) for n in nodes], dtype=np.int64)
-           for name in _INT_NODE_FIELDS},
+        **{
+            name: np.array([getattr(n, name) for n in nodes], dtype=np.int64)
+            for name in _INT_NODE_FIELDS
+        },
     }
     for estimate, name in (("exact", "entropy_exact"), ("sampled_nll", "entropy_nll")):
-        summary = np.array([n.token_entropy_summary(estimate) if n.id != ROOT else (0.0, 0.0)
-                            for n in nodes], dtype=np.float64).reshape(len(nodes), 2)  # (N, 2)
+        summary = np.array(
+            [n.token_entropy_summary(estimate) if n.id != ROOT else (0.0, 0.0) for n in nodes],
+            dtype=np.float64,
+        ).reshape(len(nodes), 2)  # (N, 2)
         node_arrays[f"{name}_max"], node_arrays[f"{name}_first"] = summary[:, 0], summary[:, 1]
     records = [node_record(tree, n.id) for n in nodes]
     return TreeArrays(
         parent=np.array([n.parent for n in nodes], dtype=np.int64),
         entropy=np.asarray(node_entropy(tree, entropy_estimate, turn_entropy), dtype=np.float64),
-        leaf_reward=reward, prompt_id=int(tree.prompt_index), node_arrays=node_arrays,
+        leaf_reward=reward,
+        prompt_id=int(tree.prompt_index),
+        node_arrays=node_arrays,
         records=records,
-        info={"question": tree.question, "golden_answers": list(tree.golden_answers),
-              "entropy_estimate": entropy_estimate, "turn_entropy": turn_entropy})
+        info={
+            "question": tree.question,
+            "golden_answers": list(tree.golden_answers),
+            "entropy_estimate": entropy_estimate,
+            "turn_entropy": turn_entropy,
+        },
+    )
 
 
 def with_decisions(arrays: TreeArrays, row: Mapping[str, Any]) -> TreeArrays:
@@ -93,8 +105,12 @@ def with_decisions(arrays: TreeArrays, row: Mapping[str, Any]) -> TreeArrays:
     ``repeat``, ``off_plan``, ``final``, ``early``, ``invalid``; ``root``), or its action kind
     when ``row`` has no plan."""
     records = [dict(r) for r in arrays.records]
-    labels = label_tree_turns(row, arrays.parent.tolist(), [r.get("action") for r in records],
-                              [r.get("query") for r in records])
+    labels = label_tree_turns(
+        row,
+        arrays.parent.tolist(),
+        [r.get("action") for r in records],
+        [r.get("query") for r in records],
+    )
     for record, label in zip(records, labels):
         record["decision"] = label
     return dataclasses.replace(arrays, records=records)
@@ -103,11 +119,13 @@ def with_decisions(arrays: TreeArrays, row: Mapping[str, Any]) -> TreeArrays:
 def node_record(tree: RolloutTree, node_id: int) -> dict[str, Any]:
     """The text of one node as JSON-able fields (the root's text is the question)."""
     n = tree.nodes[node_id]
-    return {"text": tree.question if n.id == ROOT else n.text,
-            "action": getattr(n.action, "kind", "root" if n.id == ROOT else None),
-            "query": getattr(n.action, "query", None),
-            "answer": getattr(n.action, "answer", None),
-            "finish_reason": n.finish_reason or None}
+    return {
+        "text": tree.question if n.id == ROOT else n.text,
+        "action": getattr(n.action, "kind", "root" if n.id == ROOT else None),
+        "query": getattr(n.action, "query", None),
+        "answer": getattr(n.action, "answer", None),
+        "finish_reason": n.finish_reason or None,
+    }
 
 
 def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
@@ -123,13 +141,20 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
                 turn_node += [n.id if m else -1 for m in own] + [-1] * len(n.obs_ids)
                 logps += list(n.logps) + [0.0] * len(n.obs_ids)
                 entropies += list(n.entropies) + [0.0] * len(n.obs_ids)
-            rows.append({
-                "prompt_ids": list(tree.prompt_ids), "completion_ids": completion,
-                "sampled_mask": mask, "turn_node": turn_node, "old_logps": logps,
-                "token_entropy": entropies,
-                "reward": float(tree.nodes[leaf].reward), "tree_id": tree_id,
-                "prompt_id": tree.prompt_index, "leaf_node": leaf,
-            })
+            rows.append(
+                {
+                    "prompt_ids": list(tree.prompt_ids),
+                    "completion_ids": completion,
+                    "sampled_mask": mask,
+                    "turn_node": turn_node,
+                    "old_logps": logps,
+                    "token_entropy": entropies,
+                    "reward": float(tree.nodes[leaf].reward),
+                    "tree_id": tree_id,
+                    "prompt_id": tree.prompt_index,
+                    "leaf_node": leaf,
+                }
+            )
     return rows
 
 
@@ -138,17 +163,28 @@ def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:
     records = []
     for n in tree.nodes:
         action = n.action
-        records.append({
-            "tree_id": tree_id, "prompt_id": tree.prompt_index, "node": n.id, "parent": n.parent,
-            "depth": n.depth, "round": n.expansion_round,
-            "entropy_nll": n.entropy_nll, "entropy_exact": n.entropy_exact,
-            "num_tokens": n.num_sampled, "num_obs_tokens": len(n.obs_ids),
-            "text": n.text if n.id != ROOT else tree.question,
-            "action": getattr(action, "kind", "root" if n.id == ROOT else None),
-            "query": getattr(action, "query", None), "answer": getattr(action, "answer", None),
-            "is_leaf": n.is_leaf, "finish_reason": n.finish_reason or None,
-            "reward": n.reward if n.is_leaf else np.nan, "tool_calls": n.tool_calls,
-        })
+        records.append(
+            {
+                "tree_id": tree_id,
+                "prompt_id": tree.prompt_index,
+                "node": n.id,
+                "parent": n.parent,
+                "depth": n.depth,
+                "round": n.expansion_round,
+                "entropy_nll": n.entropy_nll,
+                "entropy_exact": n.entropy_exact,
+                "num_tokens": n.num_sampled,
+                "num_obs_tokens": len(n.obs_ids),
+                "text": n.text if n.id != ROOT else tree.question,
+                "action": getattr(action, "kind", "root" if n.id == ROOT else None),
+                "query": getattr(action, "query", None),
+                "answer": getattr(action, "answer", None),
+                "is_leaf": n.is_leaf,
+                "finish_reason": n.finish_reason or None,
+                "reward": n.reward if n.is_leaf else np.nan,
+                "tool_calls": n.tool_calls,
+            }
+        )
     return records
 
 
@@ -160,25 +196,30 @@ def trajectory_table(trajectory, decode) -> pd.DataFrame:
     for end in range(1, len(ids) + 1):
         if end == len(ids) or mask[end] != mask[start] or turn_ids[end] != turn_ids[start]:
             turn = trajectory.turns[turn_ids[start]] if mask[start] else None
-            records.append({
-                "segment": "turn" if mask[start] else "environment", "tokens": end - start,
-                "loss_mask": mask[start], "action": getattr(turn.action, "kind", None) if turn else None,
-                "entropy_nll": turn.entropy_nll if turn else None,
-                "entropy_exact": turn.entropy_exact if turn else None,
-                "text": decode(ids[start:end]),
-            })
+            records.append(
+                {
+                    "segment": "turn" if mask[start] else "environment",
+                    "tokens": end - start,
+                    "loss_mask": mask[start],
+                    "action": getattr(turn.action, "kind", None) if turn else None,
+                    "entropy_nll": turn.entropy_nll if turn else None,
+                    "entropy_exact": turn.entropy_exact if turn else None,
+                    "text": decode(ids[start:end]),
+                }
+            )
             start = end
     return pd.DataFrame.from_records(records)
 
 
 def tree_table(trees: Sequence[RolloutTree]) -> pd.DataFrame:
     """A tidy table: one row per node of every tree."""
-    return pd.DataFrame.from_records(
-        [r for i, t in enumerate(trees) for r in tree_records(t, i)])
+    return pd.DataFrame.from_records([r for i, t in enumerate(trees) for r in tree_records(t, i)])
 
 
 def _distinct(tree: RolloutTree, kind: str, field: str) -> set[str]:
-    return {getattr(n.action, field) for n in tree.nodes[1:] if getattr(n.action, "kind", "") == kind}
+    return {
+        getattr(n.action, field) for n in tree.nodes[1:] if getattr(n.action, "kind", "") == kind
+    }
 
 
 def tree_summary(trees: Sequence[RolloutTree]) -> dict[str, float]:
@@ -194,10 +235,14 @@ def tree_summary(trees: Sequence[RolloutTree]) -> dict[str, float]:
     by_prompt: dict[int, list[RolloutTree]] = {}
     for t in trees:
         by_prompt.setdefault(t.prompt_index, []).append(t)
-    prompt_q = [len(set().union(*(_distinct(t, "search", "query") for t in group)))
-                for group in by_prompt.values()]
-    prompt_a = [len(set().union(*(_distinct(t, "answer", "answer") for t in group)))
-                for group in by_prompt.values()]
+    prompt_q = [
+        len(set().union(*(_distinct(t, "search", "query") for t in group)))
+        for group in by_prompt.values()
+    ]
+    prompt_a = [
+        len(set().union(*(_distinct(t, "answer", "answer") for t in group)))
+        for group in by_prompt.values()
+    ]
     rewards = np.array([n.reward for n in leaves], dtype=float)
     generated = float(sum(n.num_sampled for t in trees for n in t.nodes if n.duplicate_of < 0))
     return {
@@ -230,11 +275,19 @@ def prompt_summary(trees: Sequence[RolloutTree]) -> "pd.DataFrame":
         leaves = [t.nodes[i] for t in group for i in t.leaves()]
         rewards = np.array([n.reward for n in leaves], dtype=float)
         generated = sum(n.num_sampled for t in group for n in t.nodes if n.duplicate_of < 0)
-        rows.append({
-            "prompt": prompt, "trees": len(group), "leaves": len(leaves),
-            "distinct_queries": len(set().union(*(_distinct(t, "search", "query") for t in group))),
-            "distinct_answers": len(set().union(*(_distinct(t, "answer", "answer") for t in group))),
-            "correct_leaf_share": float(np.mean(rewards > 0)) if rewards.size else float("nan"),
-            "generated_tokens_per_leaf": generated / max(len(leaves), 1),
-        })
+        rows.append(
+            {
+                "prompt": prompt,
+                "trees": len(group),
+                "leaves": len(leaves),
+                "distinct_queries": len(
+                    set().union(*(_distinct(t, "search", "query") for t in group))
+                ),
+                "distinct_answers": len(
+                    set().union(*(_distinct(t, "answer", "answer") for t in group))
+                ),
+                "correct_leaf_share": float(np.mean(rewards > 0)) if rewards.size else float("nan"),
+                "generated_tokens_per_leaf": generated / max(len(leaves), 1),
+            }
+        )
     return pd.DataFrame.from_records(rows)

@@ -82,8 +82,8 @@ class _BufferLayer(DynamicLayer):
         end = self.filled + new
         if end > self.key_buffer.shape[2]:
             raise RuntimeError(f"KV buffer overflow: {end} > capacity {self.key_buffer.shape[2]}")
-        self.key_buffer[:, :, self.filled:end] = key_states
-        self.value_buffer[:, :, self.filled:end] = value_states
+        self.key_buffer[:, :, self.filled : end] = key_states
+        self.value_buffer[:, :, self.filled : end] = value_states
         self.filled = end
         self._refresh()
         return self.keys, self.values
@@ -105,9 +105,16 @@ class BatchCache:
     is always called with an additive 4-D mask built from it (:meth:`attention_bias`).
     """
 
-    def __init__(self, prefixes: Sequence[KVPrefix | None], num_layers: int, num_kv_heads: int,
-                 head_dim: int, capacity_after: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(
+        self,
+        prefixes: Sequence[KVPrefix | None],
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity_after: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         lengths = [0 if p is None else p.length for p in prefixes]
         self.width = max(lengths, default=0)  # columns used by cached prefixes
         batch = len(prefixes)
@@ -119,11 +126,11 @@ class BatchCache:
             vbuf = torch.zeros_like(kbuf)
             for row, (prefix, n) in enumerate(zip(prefixes, lengths)):
                 if n:  # right-align the prefix so every row's newest token is in the last column
-                    kbuf[row, :, self.width - n:self.width] = prefix.keys[layer][:, :n]
-                    vbuf[row, :, self.width - n:self.width] = prefix.values[layer][:, :n]
+                    kbuf[row, :, self.width - n : self.width] = prefix.keys[layer][:, :n]
+                    vbuf[row, :, self.width - n : self.width] = prefix.values[layer][:, :n]
             layers.append(_BufferLayer(kbuf, vbuf, self.width))
         for row, n in enumerate(lengths):
-            self.valid[row, self.width - n:self.width] = True
+            self.valid[row, self.width - n : self.width] = True
         self.cache = DynamicCache()
         self.cache.layers = layers
         self.filled = self.width
@@ -141,7 +148,7 @@ class BatchCache:
         """
         q = new_valid.shape[1]
         end = self.filled + q
-        self.valid[:, self.filled:end] = new_valid
+        self.valid[:, self.filled : end] = new_valid
         keys_valid = self.valid[:, :end]  # (B, K)
         cols = torch.arange(end, device=new_valid.device)
         query_cols = self.filled + torch.arange(q, device=new_valid.device)
@@ -161,8 +168,12 @@ class BatchCache:
             layer.select_rows(rows)
         self.valid = self.valid.index_select(0, rows)
 
-    def extract(self, rows: torch.Tensor | None = None, counts: Sequence[int] | None = None,
-                release: bool = False) -> list[KVPrefix]:
+    def extract(
+        self,
+        rows: torch.Tensor | None = None,
+        counts: Sequence[int] | None = None,
+        release: bool = False,
+    ) -> list[KVPrefix]:
         """Compact ``rows`` (default: all) into :class:`KVPrefix` objects of their valid
         positions, layer by layer: per layer one gather for all rows, then one exact-length copy
         per row, then the gather is dropped. ``release``: each layer's working buffer is dropped
@@ -228,8 +239,16 @@ class RowCache:
     column that no query wrote is finite and an additive mask hides it exactly.
     """
 
-    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, rows: int,
-                 capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        rows: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         shape = (rows, num_kv_heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -266,8 +285,9 @@ class RowCache:
         j = torch.arange(q, device=lengths.device)
         return lengths[:, None] + (j[None, :] + counts[:, None]) % q
 
-    def plan(self, rows: torch.Tensor | None, columns: torch.Tensor, width: int,
-             dtype: torch.dtype) -> torch.Tensor:
+    def plan(
+        self, rows: torch.Tensor | None, columns: torch.Tensor, width: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Set up the next forward: ``rows`` (None: all) write at ``columns`` (b, q) and attend
         over the first ``width`` columns; returns the additive mask (b, 1, q, width)."""
         needed = width
@@ -279,17 +299,21 @@ class RowCache:
         bias = torch.zeros(visible.shape, dtype=dtype, device=columns.device)
         return bias.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
 
-    def write(self, layer: int, key_states: torch.Tensor,
-              value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(
+        self, layer: int, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write one layer's new keys/values (b, H, q, d) at the planned columns; return the
         keys/values the attention reads (b, H, width, d)."""
         rows = self._rows
-        index = (torch.arange(key_states.shape[0], device=key_states.device) if rows is None
-                 else rows)[:, None]
+        index = (
+            torch.arange(key_states.shape[0], device=key_states.device) if rows is None else rows
+        )[:, None]
         out = []
         for buffer, states in ((self.keys[layer], key_states), (self.values[layer], value_states)):
             buffer[index, :, self._columns] = states.transpose(1, 2).to(buffer.dtype)
-            out.append(buffer[:, :, : self.width] if rows is None else buffer[rows, :, : self.width])
+            out.append(
+                buffer[:, :, : self.width] if rows is None else buffer[rows, :, : self.width]
+            )
         return out[0], out[1]
 
     def grow(self, capacity: int) -> None:
@@ -315,8 +339,11 @@ class RowCache:
     def extract_row(self, row: int) -> KVPrefix:
         """Row ``row``'s cache as an exact-length :class:`KVPrefix` (its own copy)."""
         n = self.lengths[row]
-        return KVPrefix(tuple(k[row, :, :n].clone() for k in self.keys),
-                        tuple(v[row, :, :n].clone() for v in self.values), n)
+        return KVPrefix(
+            tuple(k[row, :, :n].clone() for k in self.keys),
+            tuple(v[row, :, :n].clone() for v in self.values),
+            n,
+        )
 
     def release(self) -> None:
         self.keys, self.values = [], []

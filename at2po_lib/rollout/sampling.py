@@ -86,8 +86,9 @@ def nucleus_filter(log_probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return log_probs.masked_fill(drop, float("-inf"))
 
 
-def sample_step(logits: torch.Tensor, spec: SamplingSpec,
-                generator: torch.Generator | None = None) -> StepSample:
+def sample_step(
+    logits: torch.Tensor, spec: SamplingSpec, generator: torch.Generator | None = None
+) -> StepSample:
     """Draw one token per row from (B, V) logits and record logp / entropies (module doc)."""
     log_probs = tempered_log_probs(logits, spec)  # (B, V)
     probs = log_probs.exp()

@@ -70,8 +70,14 @@ class SessionBackend(Protocol):
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None: ...
 
-    def forward_rows(self, cache: RowCache, rows: torch.Tensor | None, ids: torch.Tensor,
-                     columns: torch.Tensor, width: int) -> torch.Tensor: ...
+    def forward_rows(
+        self,
+        cache: RowCache,
+        rows: torch.Tensor | None,
+        ids: torch.Tensor,
+        columns: torch.Tensor,
+        width: int,
+    ) -> torch.Tensor: ...
 
 
 def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -90,15 +96,23 @@ class RoundSession:
     Row ids are the requests' indices and stay valid while rows are dropped.
     """
 
-    def __init__(self, backend: SessionBackend, requests: Sequence[TurnRequest], capacity: int) -> None:
+    def __init__(
+        self, backend: SessionBackend, requests: Sequence[TurnRequest], capacity: int
+    ) -> None:
         self.backend = b = backend
         batch = len(requests)
         if not batch:
             raise ValueError("a decode session needs at least one request")
         prefixes = [b.usable_prefix(r) for r in requests]
-        self.cache = RowCache(b.num_layers, b.num_kv_heads, b.head_dim, batch,
-                              max(capacity, max(len(r.context) for r in requests) + 1),
-                              b.dtype, b.device)
+        self.cache = RowCache(
+            b.num_layers,
+            b.num_kv_heads,
+            b.head_dim,
+            batch,
+            max(capacity, max(len(r.context) for r in requests) + 1),
+            b.dtype,
+            b.device,
+        )
         for row, prefix in enumerate(prefixes):
             self.cache.load(row, prefix)
         self.row_of = list(range(batch))
@@ -161,8 +175,10 @@ class RoundSession:
         if max_new_tokens < 1:
             raise ValueError(f"row {self.row_of[position]}: max_new_tokens={max_new_tokens} < 1")
         if len(context) <= cached:
-            raise ValueError(f"row {self.row_of[position]}: a context of {len(context)} tokens "
-                             f"does not go past its {cached} cached ones")
+            raise ValueError(
+                f"row {self.row_of[position]}: a context of {len(context)} tokens "
+                f"does not go past its {cached} cached ones"
+            )
         self._joins[position] = (list(context[cached:]), max_new_tokens)
 
     def _join(self) -> None:
@@ -178,18 +194,30 @@ class RoundSession:
             cache.grow(max(width, int(cache.capacity * GROWTH)))
         ids = torch.full((len(positions), q), b.pad_id, dtype=torch.long)
         for i, tokens in enumerate(pending):
-            ids[i, q - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+            ids[i, q - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
         counts = torch.tensor([len(t) for t in pending])
-        columns = RowCache.write_columns(torch.tensor([cache.lengths[p] for p in positions]),
-                                         counts, q)
+        columns = RowCache.write_columns(
+            torch.tensor([cache.lengths[p] for p in positions]), counts, q
+        )
         # one host-to-device copy for everything the join needs
-        packed = to_device(torch.cat([ids.flatten(), columns.flatten(), torch.tensor(positions),
-                                      torch.tensor(budgets), counts]), b.device)
+        packed = to_device(
+            torch.cat(
+                [
+                    ids.flatten(),
+                    columns.flatten(),
+                    torch.tensor(positions),
+                    torch.tensor(budgets),
+                    counts,
+                ]
+            ),
+            b.device,
+        )
         n = len(positions)
-        ids, columns = packed[: n * q].view(n, q), packed[n * q: 2 * n * q].view(n, q)
-        rows, budget, counts = packed[2 * n * q:].view(3, n)
-        logits = b.forward_rows(cache, None if len(positions) == len(self.row_of) else rows,
-                                ids, columns, width)
+        ids, columns = packed[: n * q].view(n, q), packed[n * q : 2 * n * q].view(n, q)
+        rows, budget, counts = packed[2 * n * q :].view(3, n)
+        logits = b.forward_rows(
+            cache, None if len(positions) == len(self.row_of) else rows, ids, columns, width
+        )
         b.stats.forward_calls += 1
         if self.logits is None:
             self.logits = logits
@@ -210,14 +238,20 @@ class RoundSession:
     def _compact(self) -> None:
         """Drop closed rows once fewer than ``compact_below`` of the rows are open."""
         open_ = [p for p, closed in enumerate(self.closed) if not closed]
-        if not open_ or len(open_) == len(self.closed) or \
-                len(open_) / len(self.closed) >= self.backend.compact_below:
+        if (
+            not open_
+            or len(open_) == len(self.closed)
+            or len(open_) / len(self.closed) >= self.backend.compact_below
+        ):
             return
         keep = to_device(torch.tensor(open_, dtype=torch.long), self.backend.device)
         self.cache.select_rows(keep, open_)
         self.lengths_t = self.lengths_t[keep]
-        self.active, self.generated, self.budget = (self.active[keep], self.generated[keep],
-                                                    self.budget[keep])
+        self.active, self.generated, self.budget = (
+            self.active[keep],
+            self.generated[keep],
+            self.budget[keep],
+        )
         self.logits = self.logits[keep]
         if self.states is not None:
             self.states = self.states[:, keep]
@@ -238,8 +272,16 @@ class RoundSession:
         stopped = active & hit
         ended = active & (hit | (self.generated >= self.budget))
         self.active = active & ~ended
-        packed = torch.stack([tokens.double(), step.logp.double(), step.entropy.double(),
-                              step.topk_entropy.double(), ended.double(), stopped.double()])
+        packed = torch.stack(
+            [
+                tokens.double(),
+                step.logp.double(),
+                step.entropy.double(),
+                step.topk_entropy.double(),
+                ended.double(),
+                stopped.double(),
+            ]
+        )
         rows = packed.tolist()  # the step's one device-to-host sync
         going = self._record(rows)
         if going:
@@ -249,9 +291,18 @@ class RoundSession:
             if flag and self.in_turn[p]:
                 self.in_turn[p] = False
                 turn = self.turns[p]
-                ended_rows.append((self.row_of[p], TurnResult(
-                    token_ids=turn.tokens, logps=turn.logps, entropies=turn.entropies,
-                    topk_entropies=turn.topk, stopped=bool(rows[5][p]))))
+                ended_rows.append(
+                    (
+                        self.row_of[p],
+                        TurnResult(
+                            token_ids=turn.tokens,
+                            logps=turn.logps,
+                            entropies=turn.entropies,
+                            topk_entropies=turn.topk,
+                            stopped=bool(rows[5][p]),
+                        ),
+                    )
+                )
                 self._waiting.add(self.row_of[p])
         b.stats.generated_tokens += sum(len(t.token_ids) for _, t in ended_rows)
         b.stats.turns += len(ended_rows)
@@ -284,8 +335,11 @@ class RoundSession:
             try:
                 self.logits = self._captured()(ids, self.lengths_t[:, None])
             except RuntimeError as exc:  # an operator that cannot be recorded: decode eagerly
-                warnings.warn(f"the decode step could not be captured ({str(exc)[:200]}); "
-                              "this backend decodes eagerly from here on", RuntimeWarning)
+                warnings.warn(
+                    f"the decode step could not be captured ({str(exc)[:200]}); "
+                    "this backend decodes eagerly from here on",
+                    RuntimeWarning,
+                )
                 b.capture = False
         if not b.capture:
             self.logits = b.forward_rows(cache, None, ids, self.lengths_t[:, None], width)

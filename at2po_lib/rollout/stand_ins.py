@@ -28,15 +28,22 @@ from .turns import BackendStats, TurnRequest, TurnResult
 DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
 
-def tag_biased_policy(tokenizer, policy_cfg=None, seed: int = 0,
-                      tag_bias: dict[str, float] | None = None):
+def tag_biased_policy(
+    tokenizer, policy_cfg=None, seed: int = 0, tag_bias: dict[str, float] | None = None
+):
     """A random tiny Qwen3 (``build_policy``) with ``lm_head`` given a bias on tag tokens."""
-    cfg = policy_cfg or PolicyConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     num_key_value_heads=2, intermediate_size=64)
+    cfg = policy_cfg or PolicyConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+    )
     model = build_policy(cfg, tokenizer, seed=seed).eval()
     head = model.lm_head
-    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True,
-                             dtype=head.weight.dtype)
+    biased = torch.nn.Linear(
+        head.in_features, head.out_features, bias=True, dtype=head.weight.dtype
+    )
     biased.weight = head.weight  # keep the tie with the input embedding
     with torch.no_grad():
         biased.bias.zero_()
@@ -61,13 +68,19 @@ class ScriptedBackend:
 
     keeps_cache = False
 
-    def __init__(self, tokenizer, script: Script, seed: int = 0,
-                 stop_sequences: Sequence[str] = ("</search>",)) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        script: Script,
+        seed: int = 0,
+        stop_sequences: Sequence[str] = ("</search>",),
+    ) -> None:
         self.tokenizer, self.script = tokenizer, script
         self.rng = random.Random(seed)
         # A turn also stops at EOS (a script ends an invalid turn with the eos token's text).
         self.stop_sequences = tuple(stop_sequences) + tuple(
-            [tokenizer.eos_token] if tokenizer.eos_token else [])
+            [tokenizer.eos_token] if tokenizer.eos_token else []
+        )
         self.stats = BackendStats()
         self.requests: list[TurnRequest] = []
         self.results: list[TurnResult] = []
@@ -87,17 +100,27 @@ class ScriptedBackend:
             stopped = len(cut) == len(ids) and text.rstrip().endswith(self.stop_sequences)
             logps = [-self.rng.uniform(0.01, 3.0) for _ in cut]
             ents = [self.rng.uniform(0.01, 3.0) for _ in cut]
-            out.append(TurnResult(token_ids=cut, logps=logps, entropies=ents,
-                                  topk_entropies=list(ents), stopped=stopped))
+            out.append(
+                TurnResult(
+                    token_ids=cut,
+                    logps=logps,
+                    entropies=ents,
+                    topk_entropies=list(ents),
+                    stopped=stopped,
+                )
+            )
             self.results.append(out[-1])
             self.stats.generated_tokens += len(cut)
         self.stats.turns += len(requests)
         return out
 
 
-def random_action_script(p_search: float = 0.5, p_answer: float = 0.3,
-                         words: Sequence[str] = ("capital", "city", "born", "film", "who"),
-                         eos: str = "<|im_end|>") -> Script:
+def random_action_script(
+    p_search: float = 0.5,
+    p_answer: float = 0.3,
+    words: Sequence[str] = ("capital", "city", "born", "film", "who"),
+    eos: str = "<|im_end|>",
+) -> Script:
     """A script choosing search / answer / invalid at random (for property tests)."""
 
     def script(context: list[int], rng: random.Random) -> str:
@@ -116,17 +139,28 @@ class ToySetup:
     """A TinyWorld, its BM25 retriever, a tokenizer trained on it and a tag-biased random
     policy: everything a rollout needs, built in seconds (profile ``smoke`` by default)."""
 
-    def __init__(self, profile: str = "smoke", seed: int = 0, vocab_size: int = 700,
-                 dataset: str = "tiny_hotpotqa", policy_cfg=None,
-                 tag_bias: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        profile: str = "smoke",
+        seed: int = 0,
+        vocab_size: int = 700,
+        dataset: str = "tiny_hotpotqa",
+        policy_cfg=None,
+        tag_bias: dict[str, float] | None = None,
+    ) -> None:
         self.cfg = load_profile(profile)
         self.world = ensure_world(self.cfg)
         self.retriever = build_retriever(self.cfg)
         self.rows = read_rows(self.world, dataset, "train")
         template = get_template(self.cfg.policy.template)
         texts = list(read_corpus(self.world).values()) + [r["question"] for r in self.rows]
-        texts += [template.system or "", template.user or "", template.observation, template.tool_limit_notice,
-                  template.invalid_action_message]
+        texts += [
+            template.system or "",
+            template.user or "",
+            template.observation,
+            template.tool_limit_notice,
+            template.invalid_action_message,
+        ]
         self.tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
         self.model = tag_biased_policy(self.tokenizer, policy_cfg, seed=seed, tag_bias=tag_bias)
         self.template = template

@@ -148,8 +148,9 @@ class StopMatcher:
     """(S,) int64: m of each string."""
 
     @classmethod
-    def build(cls, tokenizer, stops: Sequence[str], vocab_size: int,
-              device: torch.device | str = "cpu") -> StopMatcher:
+    def build(
+        cls, tokenizer, stops: Sequence[str], vocab_size: int, device: torch.device | str = "cpu"
+    ) -> StopMatcher:
         width = max(vocab_size, len(tokenizer))
         key = (vocabulary_fingerprint(tokenizer), tuple(stops), width)
         if key not in _PADDED:
@@ -162,15 +163,20 @@ class StopMatcher:
                 host[s, :m, known:] = np.arange(m)[:, None]  # no text: the state stays
             _PADDED[key] = host
         host = _PADDED[key]
-        return cls(tuple(stops), host, torch.from_numpy(host).to(device),
-                   torch.tensor([len(s) for s in stops], dtype=torch.long, device=device))
+        return cls(
+            tuple(stops),
+            host,
+            torch.from_numpy(host).to(device),
+            torch.tensor([len(s) for s in stops], dtype=torch.long, device=device),
+        )
 
     def initial(self, rows: int) -> torch.Tensor:
         """(S, rows) states at the start of a turn."""
         return torch.zeros(len(self.strings), rows, dtype=torch.long, device=self.table.device)
 
-    def advance(self, states: torch.Tensor,
-                token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def advance(
+        self, states: torch.Tensor, token_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(new states (S, B), hit (B,) bool)`` after each row's token (B,)."""
         strings = torch.arange(len(self.strings), device=states.device)[:, None]
         new = self.table[strings, states, token_ids[None, :]]

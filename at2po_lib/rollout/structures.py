@@ -157,7 +157,11 @@ class Node:
     @property
     def num_sampled(self) -> int:
         """Tokens the model generated in this turn (inserted notices excluded)."""
-        return sum(self.token_mask) if len(self.token_mask) == len(self.token_ids) else len(self.token_ids)
+        return (
+            sum(self.token_mask)
+            if len(self.token_mask) == len(self.token_ids)
+            else len(self.token_ids)
+        )
 
     @property
     def entropy_nll(self) -> float:
@@ -227,9 +231,14 @@ class RolloutTree:
     def add_child(self, parent: int, expansion_round: int) -> Node:
         """A new, empty node under ``parent`` (filled by the agent loop)."""
         p = self.nodes[parent]
-        node = Node(id=len(self.nodes), parent=parent, depth=p.depth + 1,
-                    expansion_round=expansion_round, start=p.context_end if parent != ROOT else 0,
-                    tool_calls=p.tool_calls)
+        node = Node(
+            id=len(self.nodes),
+            parent=parent,
+            depth=p.depth + 1,
+            expansion_round=expansion_round,
+            start=p.context_end if parent != ROOT else 0,
+            tool_calls=p.tool_calls,
+        )
         self.nodes.append(node)
         p.children.append(node.id)
         return node
@@ -277,16 +286,32 @@ class RolloutTree:
             mask += own + [0] * len(n.obs_ids)
             turn_ids += [index if m else -1 for m in own] + [-1] * len(n.obs_ids)
             logps += list(n.logps) + [0.0] * len(n.obs_ids)
-            turns.append(Turn(start=start, end=start + len(n.token_ids), text=n.text,
-                              action=n.action, entropy_nll=n.entropy_nll,
-                              entropy_exact=n.entropy_exact, node=n.id))
+            turns.append(
+                Turn(
+                    start=start,
+                    end=start + len(n.token_ids),
+                    text=n.text,
+                    action=n.action,
+                    entropy_nll=n.entropy_nll,
+                    entropy_exact=n.entropy_exact,
+                    node=n.id,
+                )
+            )
         last = self.nodes[leaf]
         response = decode(completion)
         return Trajectory(
-            prompt_ids=list(self.prompt_ids), completion_ids=completion, sampled_mask=mask,
-            turn_ids=turn_ids, logps=logps, turns=turns, response_text=response,
-            answer=extract_answer(response), num_tool_calls=last.tool_calls,
-            num_turns=len(turns), finish_reason=last.finish_reason,
-            reward=self.nodes[leaf].reward, question=self.question,
+            prompt_ids=list(self.prompt_ids),
+            completion_ids=completion,
+            sampled_mask=mask,
+            turn_ids=turn_ids,
+            logps=logps,
+            turns=turns,
+            response_text=response,
+            answer=extract_answer(response),
+            num_tool_calls=last.tool_calls,
+            num_turns=len(turns),
+            finish_reason=last.finish_reason,
+            reward=self.nodes[leaf].reward,
+            question=self.question,
             golden_answers=list(self.golden_answers),
         )

@@ -62,8 +62,16 @@ import numpy as np
 
 from ..method.expansion import EXPANSIONS, select_entropy, select_random, select_random_siblings
 from .aepo import rollout_aepo
-from .agent import (RewardFn, SearchEnv, init_state, make_trees, run_chains, score_trees,
-                    start_chain, turn_stops)
+from .agent import (
+    RewardFn,
+    SearchEnv,
+    init_state,
+    make_trees,
+    run_chains,
+    score_trees,
+    start_chain,
+    turn_stops,
+)
 from .backends import make_backend
 from .structures import ROOT, RolloutTree
 from .turns import TurnBackend
@@ -92,8 +100,9 @@ def node_entropy(tree: RolloutTree, estimate: str, reduce: str = "mean") -> np.n
         attr = "entropy_nll" if estimate == "sampled_nll" else "entropy_exact"
         return np.array([0.0 if n.id == ROOT else getattr(n, attr) for n in tree.nodes])
     # max() of a list holding NaN depends on its order: propagate NaN explicitly
-    return np.array([0.0 if n.id == ROOT else _max_or_zero(n.token_entropies(estimate))
-                     for n in tree.nodes])
+    return np.array(
+        [0.0 if n.id == ROOT else _max_or_zero(n.token_entropies(estimate)) for n in tree.nodes]
+    )
 
 
 def _max_or_zero(values: list[float]) -> float:
@@ -102,8 +111,14 @@ def _max_or_zero(values: list[float]) -> float:
     return float("nan") if any(np.isnan(values)) else float(max(values))
 
 
-def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str,
-               rng: np.random.Generator | None = None, reduce: str = "mean") -> list[int]:
+def pick_nodes(
+    tree: RolloutTree,
+    k: int,
+    alpha: float,
+    estimate: str,
+    rng: np.random.Generator | None = None,
+    reduce: str = "mean",
+) -> list[int]:
     """The K picks of one round in one tree: entropy-guided (AT2PO), or uniform without
     replacement when ``rng`` is given (``random_siblings``)."""
     parent = np.array([n.parent for n in tree.nodes])
@@ -112,8 +127,10 @@ def pick_nodes(tree: RolloutTree, k: int, alpha: float, estimate: str,
         return [int(i) for i in select_random_siblings(parent, is_leaf, k, rng)]
     entropy = node_entropy(tree, estimate, reduce)
     if np.isnan(entropy).any():
-        raise ValueError(f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
-                         "backend has no full distributions (vLLM); use 'sampled_nll'")
+        raise ValueError(
+            f"rollout.entropy_estimate={estimate!r} gave NaN turn entropies: the "
+            "backend has no full distributions (vLLM); use 'sampled_nll'"
+        )
     return [int(i) for i in select_entropy(entropy, parent, is_leaf, k, alpha)]
 
 
@@ -129,7 +146,8 @@ def tree_grpo_shape(rollout_cfg) -> tuple[int, int, int]:
             f"random (Tree-GRPO) expansion: M + L*K = {rollout_cfg.tree_m} + {rounds} * "
             f"{rollout_cfg.tree_k} = {budget} leaves cannot be split into "
             f"rollout.tree_grpo_trees = {m} trees of 1 + L*n leaves (L = {rounds} >= 1, "
-            "n >= 1 whole); change tree_grpo_trees or the tree shape")
+            "n >= 1 whole); change tree_grpo_trees or the tree shape"
+        )
     return m, rounds, (per_tree - 1) // rounds
 
 
@@ -149,9 +167,21 @@ def equalize_leaves(tree: RolloutTree, target: int, rng: np.random.Generator) ->
         source = tree.nodes[leaves[-1]]
         for _ in range(target - len(leaves)):
             dup = tree.add_child(source.parent, source.expansion_round)
-            for name in ("token_ids", "token_mask", "logps", "entropies", "topk_entropies",
-                         "segment_start", "text", "action", "obs_ids", "obs_kind", "tool_calls",
-                         "finish_reason", "reward"):
+            for name in (
+                "token_ids",
+                "token_mask",
+                "logps",
+                "entropies",
+                "topk_entropies",
+                "segment_start",
+                "text",
+                "action",
+                "obs_ids",
+                "obs_kind",
+                "tool_calls",
+                "finish_reason",
+                "reward",
+            ):
                 setattr(dup, name, copy.copy(getattr(source, name)))
             dup.is_leaf, dup.duplicate_of = True, source.id
         return tree
@@ -182,19 +212,31 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
         m.duplicate_of = new_id.get(n.duplicate_of, -1)
         m.resampled_from = new_id.get(n.resampled_from, -1)
         nodes.append(m)
-    return RolloutTree(tree.prompt_index, tree.question, tree.golden_answers, tree.prompt_ids,
-                       nodes=nodes)
+    return RolloutTree(
+        tree.prompt_index, tree.question, tree.golden_answers, tree.prompt_ids, nodes=nodes
+    )
 
 
 # ----------------------------------------------------------------------------- rollout
 
 
-def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str],
-                  golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
-                  expansion: str | None = None, num_chains: int | None = None, seed: int = 0,
-                  prompt_ids: Sequence[int] | None = None, backend: TurnBackend | None = None,
-                  reward_fn: RewardFn | None = None,
-                  share_prefixes: bool = True) -> list[RolloutTree]:
+def rollout_trees(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    questions: Sequence[str],
+    golden_answers: Sequence[Sequence[str]] | None,
+    rollout_cfg,
+    *,
+    expansion: str | None = None,
+    num_chains: int | None = None,
+    seed: int = 0,
+    prompt_ids: Sequence[int] | None = None,
+    backend: TurnBackend | None = None,
+    reward_fn: RewardFn | None = None,
+    share_prefixes: bool = True,
+) -> list[RolloutTree]:
     """Trees for every question; leaves scored with the reward function when golden answers
     are given.
 
@@ -210,42 +252,76 @@ def rollout_trees(model, tokenizer, template, retriever, questions: Sequence[str
     """
     expansion = expansion or rollout_cfg.expansion
     if expansion not in GROWN_HERE:
-        raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(GROWN_HERE)} "
-                         "(AEPO lives in at2po_lib.rollout.aepo)")
+        raise ValueError(
+            f"expansion={expansion!r}; expected one of {', '.join(GROWN_HERE)} "
+            "(AEPO lives in at2po_lib.rollout.aepo)"
+        )
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(model, tokenizer, rollout_cfg, turn_stops(template), seed=seed)
+    backend = backend or make_backend(
+        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
+    )
     rng = np.random.default_rng(seed)
     if expansion == "random":
-        trees = _grow_tree_grpo(env, backend, questions, golden_answers, rollout_cfg, prompt_ids,
-                                rng, share_prefixes)
+        trees = _grow_tree_grpo(
+            env, backend, questions, golden_answers, rollout_cfg, prompt_ids, rng, share_prefixes
+        )
     else:
-        trees = _grow_at2po(env, backend, questions, golden_answers, rollout_cfg, expansion,
-                            num_chains, prompt_ids, rng, share_prefixes)
+        trees = _grow_at2po(
+            env,
+            backend,
+            questions,
+            golden_answers,
+            rollout_cfg,
+            expansion,
+            num_chains,
+            prompt_ids,
+            rng,
+            share_prefixes,
+        )
     if golden_answers is not None:
         score_trees(env, trees)
     return trees
 
 
-def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
-                expansion: str, num_chains: int | None, prompt_ids, rng: np.random.Generator,
-                share_prefixes: bool) -> list[RolloutTree]:
+def _grow_at2po(
+    env: SearchEnv,
+    backend: TurnBackend,
+    questions,
+    golden_answers,
+    rollout_cfg,
+    expansion: str,
+    num_chains: int | None,
+    prompt_ids,
+    rng: np.random.Generator,
+    share_prefixes: bool,
+) -> list[RolloutTree]:
     """``chain``, ``entropy`` and ``random_siblings``: one tree per question (module docstring)."""
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
-    target = (num_chains if expansion == "chain" and num_chains is not None
-              else rollout_cfg.leaves_per_prompt(expansion))
+    target = (
+        num_chains
+        if expansion == "chain" and num_chains is not None
+        else rollout_cfg.leaves_per_prompt(expansion)
+    )
     first = target if expansion == "chain" else rollout_cfg.tree_m
-    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-              for i, t in enumerate(trees) for _ in range(first)]
+    chains = [
+        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
+        for i, t in enumerate(trees)
+        for _ in range(first)
+    ]
     run_chains(backend, env, chains, state)
     rounds = 0 if expansion == "chain" else rollout_cfg.tree_l
     for round_ in range(1, rounds + 1):
         chains = []
         for i, tree in enumerate(trees):
-            for n in pick_nodes(tree, rollout_cfg.tree_k, rollout_cfg.tree_alpha,
-                                rollout_cfg.entropy_estimate,
-                                rng if expansion == "random_siblings" else None,
-                                rollout_cfg.turn_entropy):
+            for n in pick_nodes(
+                tree,
+                rollout_cfg.tree_k,
+                rollout_cfg.tree_alpha,
+                rollout_cfg.entropy_estimate,
+                rng if expansion == "random_siblings" else None,
+                rollout_cfg.turn_entropy,
+            ):
                 parent = n if n == ROOT else tree.nodes[n].parent
                 chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
                 chain.node.resampled_from = n
@@ -254,21 +330,33 @@ def _grow_at2po(env: SearchEnv, backend: TurnBackend, questions, golden_answers,
     return [equalize_leaves(t, target, rng) for t in trees]
 
 
-def _grow_tree_grpo(env: SearchEnv, backend: TurnBackend, questions, golden_answers, rollout_cfg,
-                    prompt_ids, rng: np.random.Generator,
-                    share_prefixes: bool) -> list[RolloutTree]:
+def _grow_tree_grpo(
+    env: SearchEnv,
+    backend: TurnBackend,
+    questions,
+    golden_answers,
+    rollout_cfg,
+    prompt_ids,
+    rng: np.random.Generator,
+    share_prefixes: bool,
+) -> list[RolloutTree]:
     """``random``: m separate trees per question, each expanded n times per round by
     continuing after uniformly picked nodes (module docstring)."""
     m, rounds, n = tree_grpo_shape(rollout_cfg)
     ids = list(prompt_ids) if prompt_ids is not None else list(range(len(questions)))
     golden = golden_answers if golden_answers is not None else [[] for _ in questions]
-    trees = make_trees(env, [q for q in questions for _ in range(m)],
-                       [g for g in golden for _ in range(m)], [p for p in ids for _ in range(m)])
+    trees = make_trees(
+        env,
+        [q for q in questions for _ in range(m)],
+        [g for g in golden for _ in range(m)],
+        [p for p in ids for _ in range(m)],
+    )
     # One prefill per question: its m trees share the prompt's cache.
     state = init_state(backend, trees[::m], share_prefixes)
     state.root_boxes = {i: state.root_boxes[i // m] for i in range(len(trees))}
-    chains = [start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-              for i, t in enumerate(trees)]
+    chains = [
+        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT)) for i, t in enumerate(trees)
+    ]
     run_chains(backend, env, chains, state)
     for round_ in range(1, rounds + 1):
         chains = []
@@ -277,16 +365,27 @@ def _grow_tree_grpo(env: SearchEnv, backend: TurnBackend, questions, golden_answ
             for picked in select_random(is_leaf, n, rng).tolist():
                 # Continue after the picked node: the new turn is its child, generated from
                 # the picked node's context + turn + observation.
-                chains.append(start_chain(tree, i, picked, round_,
-                                          state.box_for_context_of(i, picked)))
+                chains.append(
+                    start_chain(tree, i, picked, round_, state.box_for_context_of(i, picked))
+                )
         run_chains(backend, env, chains, state)
     return [equalize_leaves(t, 1 + rounds * n, rng) for t in trees]
 
 
-def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
-            golden_answers: Sequence[Sequence[str]] | None, rollout_cfg, *,
-            expansion: str | None = None, num_leaves: int | None = None, seed: int = 0,
-            **kwargs) -> list[RolloutTree]:
+def rollout(
+    model,
+    tokenizer,
+    template,
+    retriever,
+    questions: Sequence[str],
+    golden_answers: Sequence[Sequence[str]] | None,
+    rollout_cfg,
+    *,
+    expansion: str | None = None,
+    num_leaves: int | None = None,
+    seed: int = 0,
+    **kwargs,
+) -> list[RolloutTree]:
     """One entry point for every rollout shape: ``chain`` / ``random`` / ``entropy`` trees
     (:func:`~.trees.rollout_trees`) or ``aepo``. ``num_leaves`` sets the number of chains
     (``chain``) or AEPO's budget; tree expansions always give M + L*K leaves per question
@@ -294,8 +393,28 @@ def rollout(model, tokenizer, template, retriever, questions: Sequence[str],
     ``prompt_index``). Convert with :func:`.export.tree_arrays` / :func:`.export.training_rows`."""
     expansion = expansion or rollout_cfg.expansion
     if expansion == "aepo":
-        return rollout_aepo(model, tokenizer, template, retriever, questions, golden_answers,
-                            rollout_cfg, budget=num_leaves, seed=seed, **kwargs)
-    return rollout_trees(model, tokenizer, template, retriever, questions, golden_answers,
-                         rollout_cfg, expansion=expansion, num_chains=num_leaves, seed=seed,
-                         **kwargs)
+        return rollout_aepo(
+            model,
+            tokenizer,
+            template,
+            retriever,
+            questions,
+            golden_answers,
+            rollout_cfg,
+            budget=num_leaves,
+            seed=seed,
+            **kwargs,
+        )
+    return rollout_trees(
+        model,
+        tokenizer,
+        template,
+        retriever,
+        questions,
+        golden_answers,
+        rollout_cfg,
+        expansion=expansion,
+        num_chains=num_leaves,
+        seed=seed,
+        **kwargs,
+    )

@@ -82,8 +82,10 @@ def split_stop_sequences(tokenizer, stops: Sequence[str]) -> tuple[set[int], lis
 def eos_token_ids(model, tokenizer) -> set[int]:
     """EOS ids from the tokenizer and the model's generation config (Qwen3 has two)."""
     ids: set[int] = set()
-    for source in (tokenizer.eos_token_id,
-                   getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+    for source in (
+        tokenizer.eos_token_id,
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+    ):
         if source is None:
             continue
         ids.update([source] if isinstance(source, int) else list(source))

@@ -93,8 +93,11 @@ def vllm_available() -> bool:
 
 def is_engine(obj: Any) -> bool:
     """A vLLM engine (or a wrapper with its ``generate``), not a torch module, a name or None."""
-    return (obj is not None and not isinstance(obj, (str, torch.nn.Module))
-            and callable(getattr(obj, "generate", None)))
+    return (
+        obj is not None
+        and not isinstance(obj, (str, torch.nn.Module))
+        and callable(getattr(obj, "generate", None))
+    )
 
 
 def engine_max_model_len(profile_cfg) -> int:
@@ -118,12 +121,16 @@ def build_engine(model_path: str | Path, profile_cfg, seed: int = 0, **engine_kw
 
     install_vllm_shims()  # vLLM's CPU build only
     model_path = engine_weights(model_path)
-    kwargs = {"gpu_memory_utilization": profile_cfg.train.vllm_gpu_memory_utilization,
-              # the profile's dtype, not vLLM's "auto" (which runs a float32 checkpoint in bf16)
-              "dtype": profile_cfg.policy.dtype,
-              "max_model_len": engine_max_model_len(profile_cfg),
-              "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
-              "seed": seed, **engine_kwargs}
+    kwargs = {
+        "gpu_memory_utilization": profile_cfg.train.vllm_gpu_memory_utilization,
+        # the profile's dtype, not vLLM's "auto" (which runs a float32 checkpoint in bf16)
+        "dtype": profile_cfg.policy.dtype,
+        "max_model_len": engine_max_model_len(profile_cfg),
+        "enable_prefix_caching": True,
+        "logprobs_mode": "processed_logprobs",
+        "seed": seed,
+        **engine_kwargs,
+    }
     engine = LLM(model=str(model_path), **kwargs)
     engine.at2po_eos_ids = checkpoint_eos_ids(model_path)
     return engine
@@ -191,36 +198,45 @@ class ColocatedEngine:
 
     ``all_gather``/``group_rank``: this rank's TP group (TRL's ``tp_group`` by default)."""
 
-    def __init__(self, generation: Any, all_gather: AllGather | None = None,
-                 group_rank: int | None = None) -> None:
+    def __init__(
+        self, generation: Any, all_gather: AllGather | None = None, group_rank: int | None = None
+    ) -> None:
         self.generation = generation
         self.llm = generation.llm
         self.tp_size = int(getattr(generation, "tensor_parallel_size", 1) or 1)
         self.at2po_eos_ids = set(getattr(self.llm, "at2po_eos_ids", ()))
         if self.tp_size > 1:
             self.all_gather = all_gather or tp_all_gather(generation)
-            self.group_rank = (group_rank if group_rank is not None
-                               else torch.distributed.get_rank(group=generation.tp_group))
+            self.group_rank = (
+                group_rank
+                if group_rank is not None
+                else torch.distributed.get_rank(group=generation.tp_group)
+            )
         self.generate_calls = 0
         """``llm.generate`` calls (several per rollout: one per turn, plus the drain's)."""
 
-    def generate(self, prompts: Sequence[Any], sampling_params: Any = None,
-                 use_tqdm: bool = False) -> list[Any]:
+    def generate(
+        self, prompts: Sequence[Any], sampling_params: Any = None, use_tqdm: bool = False
+    ) -> list[Any]:
         """``llm.generate`` on this rank's prompts; with TP, on the whole group's prompts (one
         list of ``SamplingParams`` per prompt, or one for all), returning this rank's share.
         Never called with no prompts: a rank without requests joins through :meth:`drain`."""
         prompts = list(prompts)
         if not prompts:
             return []
-        params = (list(sampling_params) if isinstance(sampling_params, (list, tuple))
-                  else [sampling_params] * len(prompts))
+        params = (
+            list(sampling_params)
+            if isinstance(sampling_params, (list, tuple))
+            else [sampling_params] * len(prompts)
+        )
         if self.tp_size == 1:
             return self._generate(prompts, params)
         parts = self.all_gather((prompts, params))
-        outputs = self._generate([p for part in parts for p in part[0]],
-                                 [sp for part in parts for sp in part[1]])
-        start = sum(len(part[0]) for part in parts[:self.group_rank])
-        return outputs[start:start + len(prompts)]
+        outputs = self._generate(
+            [p for part in parts for p in part[0]], [sp for part in parts for sp in part[1]]
+        )
+        start = sum(len(part[0]) for part in parts[: self.group_rank])
+        return outputs[start : start + len(prompts)]
 
     def drain(self) -> None:
         """TP: take part in the group's calls until every rank has finished its rollout (a
@@ -240,8 +256,9 @@ class ColocatedEngine:
 
 
 @contextlib.contextmanager
-def colocated_engine(generation: Any, all_gather: AllGather | None = None,
-                     group_rank: int | None = None) -> Iterator[ColocatedEngine]:
+def colocated_engine(
+    generation: Any, all_gather: AllGather | None = None, group_rank: int | None = None
+) -> Iterator[ColocatedEngine]:
     """The colocated engine, awake, for one rollout (or one evaluation): what TRL's
     ``VLLMGeneration.generate`` does around its single call, around all of the agent's turns.
 
@@ -293,14 +310,21 @@ class VLLMBackend:
 
     keeps_cache = False  # vLLM's prefix cache does the reuse inside the engine
 
-    def __init__(self, llm: Any, tokenizer, sampling: SamplingSpec,
-                 stop_sequences: Sequence[str], seed: int = 0) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer,
+        sampling: SamplingSpec,
+        stop_sequences: Sequence[str],
+        seed: int = 0,
+    ) -> None:
         if not is_engine(llm):
             raise TypeError(
                 f"VLLMBackend needs a vLLM engine, got {type(llm).__name__}: pass the trainer's "
                 "colocated engine (AT2POTrainer.policy_for_generation) or "
                 "build_engine(checkpoint, profile) once; a model object would make vLLM load "
-                "its name_or_path (the hub weights, not the ones being evaluated)")
+                "its name_or_path (the hub weights, not the ones being evaluated)"
+            )
         self.tokenizer, self.sampling, self.seed = tokenizer, sampling, seed
         self.llm = llm
         stop_ids, self.stop_strings = split_stop_sequences(tokenizer, stop_sequences)
@@ -343,18 +367,24 @@ class VLLMBackend:
         results = [self._result(out.outputs[0]) for out in outputs]
         self.stats.turns += len(requests)
         self.stats.generated_tokens += sum(len(r.token_ids) for r in results)
-        self.stats.prefill_tokens += sum(len(r.context) for r in requests)  # upper bound: cache hits not seen
+        self.stats.prefill_tokens += sum(
+            len(r.context) for r in requests
+        )  # upper bound: cache hits not seen
         return results
 
     def _result(self, completion) -> TurnResult:
         token_ids = list(completion.token_ids)
         steps = completion.logprobs or [{} for _ in token_ids]
-        logps = [float(step[tok].logprob) if tok in step else float("nan")
-                 for tok, step in zip(token_ids, steps)]
+        logps = [
+            float(step[tok].logprob) if tok in step else float("nan")
+            for tok, step in zip(token_ids, steps)
+        ]
         k = self.sampling.topk_entropy_k
         return TurnResult(
-            token_ids=token_ids, logps=logps, entropies=[float("nan")] * len(token_ids),
+            token_ids=token_ids,
+            logps=logps,
+            entropies=[float("nan")] * len(token_ids),
             topk_entropies=[topk_entropy(step, k) for step in steps],
-            stopped=completion.finish_reason == "stop", prefix=None,
+            stopped=completion.finish_reason == "stop",
+            prefix=None,
         )
-

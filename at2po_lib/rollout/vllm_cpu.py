@@ -150,4 +150,3 @@ def install_shims(synced_weights: bool = False) -> list[str]:
     if synced_weights and install_weight_sync_shim():
         installed.append("weight_sync")
     return installed
-

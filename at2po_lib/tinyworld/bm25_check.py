@@ -29,11 +29,14 @@ def bm25_recall(files: WorldFiles, k: int = 3, split: str = "test"):
     corpus = read_corpus(files)
     ids = list(corpus)
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([corpus[i] for i in ids], show_progress=False), show_progress=False)
+    retriever.index(
+        bm25s.tokenize([corpus[i] for i in ids], show_progress=False), show_progress=False
+    )
 
     def top_k(queries: list[str]) -> list[set[str]]:
-        hits, _ = retriever.retrieve(bm25s.tokenize(queries, show_progress=False), k=k,
-                                     show_progress=False)
+        hits, _ = retriever.retrieve(
+            bm25s.tokenize(queries, show_progress=False), k=k, show_progress=False
+        )
         return [{ids[j] for j in row} for row in hits]
 
     records = []
@@ -42,13 +45,22 @@ def bm25_recall(files: WorldFiles, k: int = 3, split: str = "test"):
             continue
         rows = read_rows(files, name, split)
         first = top_k([r["question"] for r in rows])
-        hops = [(q, s) for r in rows for q, s in zip(r["metadata"]["hop_queries"],
-                                                      r["metadata"]["supporting_ids"])]
+        hops = [
+            (q, s)
+            for r in rows
+            for q, s in zip(r["metadata"]["hop_queries"], r["metadata"]["supporting_ids"])
+        ]
         found = top_k([q for q, _ in hops])
-        records.append({
-            "dataset": name, "group": group, "questions": len(rows),
-            "question_recall": sum(r["metadata"]["supporting_ids"][0] in t
-                                   for r, t in zip(rows, first)) / len(rows),
-            "hop_query_recall": sum(s in t for (_, s), t in zip(hops, found)) / len(hops),
-        })
+        records.append(
+            {
+                "dataset": name,
+                "group": group,
+                "questions": len(rows),
+                "question_recall": sum(
+                    r["metadata"]["supporting_ids"][0] in t for r, t in zip(rows, first)
+                )
+                / len(rows),
+                "hop_query_recall": sum(s in t for (_, s), t in zip(hops, found)) / len(hops),
+            }
+        )
     return pd.DataFrame.from_records(records).round(3)

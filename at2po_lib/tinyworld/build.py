@@ -101,11 +101,13 @@ def generate(cfg) -> GeneratedWorld:
     """
     world = build_entities(cfg, random.Random(f"{cfg.seed}:entities"))
     passages, canonical, mentions = write_passages(
-        world, random.Random(f"{cfg.seed}:passages"), cfg.max_passage_words,
-        cfg.filler_words)
+        world, random.Random(f"{cfg.seed}:passages"), cfg.max_passage_words, cfg.filler_words
+    )
     datasets = {
-        name: {split: make_split(world, canonical, mentions, name, split, n, cfg.seed)
-               for split, n in split_sizes(cfg, name).items()}
+        name: {
+            split: make_split(world, canonical, mentions, name, split, n, cfg.seed)
+            for split, n in split_sizes(cfg, name).items()
+        }
         for name in DATASETS
     }
     return GeneratedWorld(world, passages, canonical, mentions, datasets)
@@ -125,8 +127,11 @@ def _stats(gen: GeneratedWorld) -> dict:
     return {
         "entities": {t: {pool: len(gen.world.of(t, pool)) for pool in POOLS} for t in ENTITY_TYPES},
         "passages": len(gen.passages),
-        "passage_words": {"min": min(words), "mean": round(sum(words) / len(words), 1),
-                          "max": max(words)},
+        "passage_words": {
+            "min": min(words),
+            "mean": round(sum(words) / len(words), 1),
+            "max": max(words),
+        },
         "passages_per_entity": round(len(gen.passages) / len(gen.world.entities), 2),
         "vocabulary": len(set(_WORD.findall(text))),
         "vocabulary_lowercase": len({w.lower() for w in _WORD.findall(text)}),
@@ -139,19 +144,40 @@ def _world_json(cfg, gen: GeneratedWorld) -> dict:
     for p in gen.passages:
         passages_of.setdefault(p.entity_id, []).append(p.id)
     w = gen.world
-    entities = [{
-        "id": e.id, "type": e.type, "name": e.name, "pool": e.pool,
-        "facts": {k: w.value_text(e, k) for k in e.attrs},
-        "extra": e.extra, "passages": passages_of[e.id], "mentions": gen.mentions[e.id],
-    } for e in w.entities]
-    relations = [{
-        "subject": e.id, "relation": k, "object": e.attrs[k], "object_text": w.value_text(e, k),
-        "object_is_entity": RELATIONS[k].entity_valued, "passage_id": gen.canonical[(e.id, k)],
-    } for e in w.entities for k in e.attrs]
+    entities = [
+        {
+            "id": e.id,
+            "type": e.type,
+            "name": e.name,
+            "pool": e.pool,
+            "facts": {k: w.value_text(e, k) for k in e.attrs},
+            "extra": e.extra,
+            "passages": passages_of[e.id],
+            "mentions": gen.mentions[e.id],
+        }
+        for e in w.entities
+    ]
+    relations = [
+        {
+            "subject": e.id,
+            "relation": k,
+            "object": e.attrs[k],
+            "object_text": w.value_text(e, k),
+            "object_is_entity": RELATIONS[k].entity_valued,
+            "passage_id": gen.canonical[(e.id, k)],
+        }
+        for e in w.entities
+        for k in e.attrs
+    ]
     return {
-        "generator_version": GENERATOR_VERSION, "seed": cfg.seed, "cache_key": cache_key(cfg),
-        "config": asdict(cfg), "datasets": {n: {"group": g, "mirrors": MIRRORS[n]} for n, g in DATASETS.items()},
-        "stats": _stats(gen), "entities": entities, "relations": relations,
+        "generator_version": GENERATOR_VERSION,
+        "seed": cfg.seed,
+        "cache_key": cache_key(cfg),
+        "config": asdict(cfg),
+        "datasets": {n: {"group": g, "mirrors": MIRRORS[n]} for n, g in DATASETS.items()},
+        "stats": _stats(gen),
+        "entities": entities,
+        "relations": relations,
     }
 
 
@@ -189,8 +215,14 @@ def build_world(cfg, out_dir: Path, force: bool = False) -> WorldFiles:
         for split, rows in splits.items():
             files.dataset(name, split).write_text(_jsonl(rows))
     files.world_json.write_text(json.dumps(_world_json(cfg, gen), indent=1) + "\n")
-    files.stamp.write_text(json.dumps({"cache_key": key, "generator_version": GENERATOR_VERSION,
-                                       "config": asdict(cfg)}, indent=1, sort_keys=True) + "\n")
+    files.stamp.write_text(
+        json.dumps(
+            {"cache_key": key, "generator_version": GENERATOR_VERSION, "config": asdict(cfg)},
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     return WorldFiles(out_dir, rebuilt=True, seconds=time.perf_counter() - start)
 
 
@@ -231,9 +263,10 @@ def _jsonl_rows(path: Path) -> list[dict]:
         try:
             rows.append(json.loads(data.decode("utf-8")))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ValueError(f"{path}:{line_no}: not a valid UTF-8 JSON row "
-                             f"({str(exc)[:120]}); rebuild the world (at2po world --force)"
-                             ) from None
+            raise ValueError(
+                f"{path}:{line_no}: not a valid UTF-8 JSON row "
+                f"({str(exc)[:120]}); rebuild the world (at2po world --force)"
+            ) from None
     return rows
 
 
@@ -245,8 +278,13 @@ def world_stats(files: WorldFiles):
             if not files.dataset(name, split).is_file():
                 continue
             rows = read_rows(files, name, split)
-            rec = {"dataset": name, "group": group, "split": split, "questions": len(rows),
-                   "mean_hops": round(sum(r["metadata"]["hops"] for r in rows) / max(1, len(rows)), 2)}
+            rec = {
+                "dataset": name,
+                "group": group,
+                "split": split,
+                "questions": len(rows),
+                "mean_hops": round(sum(r["metadata"]["hops"] for r in rows) / max(1, len(rows)), 2),
+            }
             for h in (1, 2, 3, 4):
                 rec[f"hops_{h}"] = sum(r["metadata"]["hops"] == h for r in rows)
             for t in ("single", "bridge", "compositional", "comparison"):
@@ -260,9 +298,19 @@ def entity_stats(files: WorldFiles):
     """Entities per type and pool, with passages and mean mentions per type."""
     world = load_world(files)
     df = pd.DataFrame.from_records(
-        [{"type": e["type"], "pool": e["pool"], "passages": len(e["passages"]),
-          "mentions": e["mentions"]} for e in world["entities"]])
-    table = df.pivot_table(index="type", columns="pool", values="passages", aggfunc="size", fill_value=0)
+        [
+            {
+                "type": e["type"],
+                "pool": e["pool"],
+                "passages": len(e["passages"]),
+                "mentions": e["mentions"],
+            }
+            for e in world["entities"]
+        ]
+    )
+    table = df.pivot_table(
+        index="type", columns="pool", values="passages", aggfunc="size", fill_value=0
+    )
     table = table.reindex(index=list(ENTITY_TYPES), columns=list(POOLS), fill_value=0)
     table["total"] = table.sum(axis=1)
     table["passages"] = df.groupby("type")["passages"].sum()

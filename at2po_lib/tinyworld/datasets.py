@@ -40,8 +40,12 @@ DATASETS: dict[str, str] = {
 """Dataset name → group, in the column order of the paper's Table 1."""
 
 MIRRORS: dict[str, str] = {
-    "tiny_hotpotqa": "hotpotqa", "tiny_2wiki": "2wikimultihopqa", "tiny_musique": "musique",
-    "tiny_bamboogle": "bamboogle", "tiny_nq": "nq", "tiny_triviaqa": "triviaqa",
+    "tiny_hotpotqa": "hotpotqa",
+    "tiny_2wiki": "2wikimultihopqa",
+    "tiny_musique": "musique",
+    "tiny_bamboogle": "bamboogle",
+    "tiny_nq": "nq",
+    "tiny_triviaqa": "triviaqa",
     "tiny_popqa": "popqa",
 }
 """Dataset name → the FlashRAG dataset it mirrors."""
@@ -64,13 +68,19 @@ class Part:
 
 
 RECIPES: dict[str, list[Part]] = {
-    "tiny_hotpotqa": [Part("chain", 0.75, 2, "hotpot", "bridge"),
-                      Part("compare", 0.25, 1, "hotpot", "comparison")],
-    "tiny_2wiki": [Part("chain", 0.45, 2, "wiki2", "compositional"),
-                   Part("compare", 0.40, 1, "wiki2", "comparison"),
-                   Part("compare", 0.15, 2, "wiki2", "comparison")],
-    "tiny_musique": [Part("chain", 0.6, 3, "musique", "compositional"),
-                     Part("chain", 0.4, 4, "musique", "compositional")],
+    "tiny_hotpotqa": [
+        Part("chain", 0.75, 2, "hotpot", "bridge"),
+        Part("compare", 0.25, 1, "hotpot", "comparison"),
+    ],
+    "tiny_2wiki": [
+        Part("chain", 0.45, 2, "wiki2", "compositional"),
+        Part("compare", 0.40, 1, "wiki2", "comparison"),
+        Part("compare", 0.15, 2, "wiki2", "comparison"),
+    ],
+    "tiny_musique": [
+        Part("chain", 0.6, 3, "musique", "compositional"),
+        Part("chain", 0.4, 4, "musique", "compositional"),
+    ],
     "tiny_bamboogle": [Part("chain", 1.0, 2, "bamboogle", "compositional")],
     "tiny_nq": [Part("single", 1.0, 1, "nq")],
     "tiny_triviaqa": [Part("single", 1.0, 1, "trivia")],
@@ -82,7 +92,11 @@ def split_sizes(cfg, name: str) -> dict[str, int]:
     """Rows per split of one dataset under a ``WorldConfig``."""
     if name == "tiny_bamboogle":
         return {"test": BAMBOOGLE_TEST_SIZE}
-    return {"train": cfg.train_per_dataset, "dev": cfg.dev_per_dataset, "test": cfg.test_per_dataset}
+    return {
+        "train": cfg.train_per_dataset,
+        "dev": cfg.dev_per_dataset,
+        "test": cfg.test_per_dataset,
+    }
 
 
 def _part_sizes(parts: list[Part], n: int) -> list[int]:
@@ -121,14 +135,25 @@ def make_split(world, canonical, mentions, name: str, split: str, n: int, seed: 
     picked = list(rows.values())
     if len(picked) < n:
         if name == "tiny_bamboogle":
-            raise ValueError(f"tiny_bamboogle needs {n} distinct 2-hop test questions but the test "
-                             f"pool allows {len(picked)}; raise the WorldConfig entity counts")
-        warnings.warn(f"TinyWorld {name}/{split}: only {len(picked)} of {n} questions fit the "
-                      f"{split} pool; raise the entity counts", stacklevel=2)
+            raise ValueError(
+                f"tiny_bamboogle needs {n} distinct 2-hop test questions but the test "
+                f"pool allows {len(picked)}; raise the WorldConfig entity counts"
+            )
+        warnings.warn(
+            f"TinyWorld {name}/{split}: only {len(picked)} of {n} questions fit the "
+            f"{split} pool; raise the entity counts",
+            stacklevel=2,
+        )
     rng.shuffle(picked)
     out = []
     for i, row in enumerate(picked):
         meta = {"dataset": name, "split": split, "pool": split, **row.metadata}
-        out.append({"id": f"{split}_{i}", "question": row.question,
-                    "golden_answers": row.golden_answers, "metadata": meta})
+        out.append(
+            {
+                "id": f"{split}_{i}",
+                "question": row.question,
+                "golden_answers": row.golden_answers,
+                "metadata": meta,
+            }
+        )
     return out

@@ -78,8 +78,18 @@ RELATIONS: dict[str, Relation] = {
 
 GOVERNMENTS = ("Republic", "Kingdom", "Federation", "Principality")
 GENRES = ("drama", "comedy", "thriller", "western", "musical", "documentary", "romance")
-OTHER_OCCUPATIONS = ("chemist", "novelist", "architect", "economist", "physicist", "painter",
-                     "journalist", "politician", "composer", "surgeon")
+OTHER_OCCUPATIONS = (
+    "chemist",
+    "novelist",
+    "architect",
+    "economist",
+    "physicist",
+    "painter",
+    "journalist",
+    "politician",
+    "composer",
+    "surgeon",
+)
 BUSINESS_OCCUPATIONS = ("entrepreneur", "engineer", "business executive")
 INDUSTRIES = {  # industry -> name suffixes
     "software": ("Systems", "Software", "Labs"),
@@ -118,8 +128,9 @@ class World:
     def of(self, etype: str, pool: str | None = None) -> list[Entity]:
         """Entities of a type (in one pool), in generation order; cached (the graph is final)."""
         if (etype, pool) not in self._of:
-            self._of[etype, pool] = [e for e in self.entities
-                                     if e.type == etype and (pool is None or e.pool == pool)]
+            self._of[etype, pool] = [
+                e for e in self.entities if e.type == etype and (pool is None or e.pool == pool)
+            ]
         return self._of[etype, pool]
 
     def obj(self, entity: Entity, key: str) -> Entity:
@@ -152,8 +163,10 @@ def _roles(people: list[Entity], n_films: int, n_companies: int, rng: random.Ran
     actors, rest = rest[:n_act], rest[n_act:]
     business, others = rest[:n_bus], rest[n_bus:]
     if len(actors) < 2 or len(business) < 3:
-        raise ValueError(f"WorldConfig: {len(people)} people per pool are too few for "
-                         f"{n_films} films and {n_companies} companies; raise n_people")
+        raise ValueError(
+            f"WorldConfig: {len(people)} people per pool are too few for "
+            f"{n_films} films and {n_companies} companies; raise n_people"
+        )
     return directors, actors, business, others
 
 
@@ -180,8 +193,13 @@ class _Builder:
         self.company_roots = N.company_roots(bank, total["company"], rate)
         self.film_titles = N.film_titles(bank, total["film"])
         self.bank = bank
-        for seq in (self.person_names, self.city_names, self.country_names,
-                    self.company_roots, self.film_titles):
+        for seq in (
+            self.person_names,
+            self.city_names,
+            self.country_names,
+            self.company_roots,
+            self.film_titles,
+        ):
             rng.shuffle(seq)  # names are spread over pools at random
 
     def add(self, etype: str, name: str, pool: str, short: str, **extra: str) -> Entity:
@@ -200,8 +218,10 @@ class _Builder:
         rng, n = self.rng, {t: self.counts[t][pool] for t in ENTITY_TYPES}
         # a country's passage repeats its name, not "the country": the word "country" in
         # every country passage would outrank cities for queries like "<city> country"
-        countries = [self.add("country", name, pool, name, government=rng.choice(GOVERNMENTS))
-                     for name in (self.country_names.pop() for _ in range(n["country"]))]
+        countries = [
+            self.add("country", name, pool, name, government=rng.choice(GOVERNMENTS))
+            for name in (self.country_names.pop() for _ in range(n["country"]))
+        ]
         for c in countries:
             c.attrs["country.independence_year"] = rng.randint(1200, 1990)
         cities = []
@@ -225,13 +245,18 @@ class _Builder:
             person.attrs["person.studied_at"] = rng.choice(universities).id
             people.append(person)
         directors, actors, business, others = _roles(people, n["film"], n["company"], rng)
-        for group, jobs in ((directors, ("film director",)), (actors, ("actor",)),
-                            (business, BUSINESS_OCCUPATIONS), (others, OTHER_OCCUPATIONS)):
+        for group, jobs in (
+            (directors, ("film director",)),
+            (actors, ("actor",)),
+            (business, BUSINESS_OCCUPATIONS),
+            (others, OTHER_OCCUPATIONS),
+        ):
             for person in group:
                 person.attrs["person.occupation"] = rng.choice(jobs)
         n_studios = max(1, n["company"] // 4)
-        companies = [self._company(pool, i < n_studios, business, cities)
-                     for i in range(n["company"])]
+        companies = [
+            self._company(pool, i < n_studios, business, cities) for i in range(n["company"])
+        ]
         studios = companies[:n_studios]
         for _ in range(n["film"]):
             self._film(pool, directors, actors, studios)
@@ -254,7 +279,9 @@ class _Builder:
             name = f"{self.bank.fresh(2, 3)} University"
         uni = self.add("university", name, pool, "the university")
         uni.attrs["university.city"] = city.id
-        uni.attrs["university.founded_year"] = rng.randint(max(1300, city.attrs["city.founded_year"]), 1990)
+        uni.attrs["university.founded_year"] = rng.randint(
+            max(1300, city.attrs["city.founded_year"]), 1990
+        )
         return uni
 
     def _company(self, pool: str, studio: bool, business: list[Entity], cities) -> Entity:
@@ -269,7 +296,9 @@ class _Builder:
         founder, ceo = rng.sample(business, 2)
         born = founder.attrs["person.birth_year"]
         company.attrs["company.founded_by"] = founder.id
-        company.attrs["company.founded_year"] = rng.randint(min(born + 22, 2023), min(born + 60, 2023))
+        company.attrs["company.founded_year"] = rng.randint(
+            min(born + 22, 2023), min(born + 60, 2023)
+        )
         company.attrs["company.headquarters"] = rng.choice(cities).id
         company.attrs["company.ceo"] = ceo.id
         return company
@@ -278,7 +307,9 @@ class _Builder:
         rng = self.rng
         film = self.add("film", self.film_titles.pop(), pool, "the film")
         director, actor, studio = rng.choice(directors), rng.choice(actors), rng.choice(studios)
-        earliest = max(director.attrs["person.birth_year"] + 22, studio.attrs["company.founded_year"])
+        earliest = max(
+            director.attrs["person.birth_year"] + 22, studio.attrs["company.founded_year"]
+        )
         film.attrs["film.directed_by"] = director.id
         film.attrs["film.release_year"] = rng.randint(min(earliest, 2023), 2023)
         film.attrs["film.starring"] = actor.id
@@ -288,8 +319,14 @@ class _Builder:
 
 
 def _config_count(cfg, etype: str) -> int:
-    plural = {"country": "countries", "city": "cities", "university": "universities",
-              "person": "people", "company": "companies", "film": "films"}[etype]
+    plural = {
+        "country": "countries",
+        "city": "cities",
+        "university": "universities",
+        "person": "people",
+        "company": "companies",
+        "film": "films",
+    }[etype]
     return int(getattr(cfg, f"n_{plural}"))
 
 
@@ -298,17 +335,25 @@ def check_config(cfg) -> None:
     for etype in ENTITY_TYPES:
         if _config_count(cfg, etype) < 1:
             raise ValueError(f"WorldConfig.n_{etype}: must be at least 1")
-    if not (0 < cfg.dev_fraction and 0 < cfg.test_fraction and cfg.dev_fraction + cfg.test_fraction < 1):
-        raise ValueError(f"WorldConfig.dev_fraction={cfg.dev_fraction}, test_fraction="
-                         f"{cfg.test_fraction}: both must be > 0 and sum to less than 1")
+    if not (
+        0 < cfg.dev_fraction and 0 < cfg.test_fraction and cfg.dev_fraction + cfg.test_fraction < 1
+    ):
+        raise ValueError(
+            f"WorldConfig.dev_fraction={cfg.dev_fraction}, test_fraction="
+            f"{cfg.test_fraction}: both must be > 0 and sum to less than 1"
+        )
     if not 0 <= cfg.distractor_rate <= 1:
         raise ValueError(f"WorldConfig.distractor_rate={cfg.distractor_rate}: must lie in [0, 1]")
     for pool in POOLS:
         cities = pool_sizes(cfg.n_cities, "city", cfg.dev_fraction, cfg.test_fraction)[pool]
-        countries = pool_sizes(cfg.n_countries, "country", cfg.dev_fraction, cfg.test_fraction)[pool]
+        countries = pool_sizes(cfg.n_countries, "country", cfg.dev_fraction, cfg.test_fraction)[
+            pool
+        ]
         if cities < countries:
-            raise ValueError(f"WorldConfig.n_cities={cfg.n_cities}: the {pool} pool gets {cities} "
-                             f"cities for {countries} countries; every country needs a capital")
+            raise ValueError(
+                f"WorldConfig.n_cities={cfg.n_cities}: the {pool} pool gets {cities} "
+                f"cities for {countries} countries; every country needs a capital"
+            )
 
 
 def build_entities(cfg, rng: random.Random) -> World:

@@ -33,20 +33,89 @@ _CITY_SUFFIXES = ("Falls", "Bay", "Springs", "Hill")
 
 # Film titles use a small English vocabulary so titles read as titles and share words.
 FILM_ADJECTIVES = (
-    "Silent", "Crimson", "Hidden", "Last", "Broken", "Golden", "Frozen", "Distant", "Quiet",
-    "Wild", "Lost", "Burning", "Hollow", "Midnight", "Iron", "Velvet", "Bitter", "Silver",
-    "Secret", "Endless", "Pale", "Northern", "Fading", "Restless", "Electric", "Lonely",
+    "Silent",
+    "Crimson",
+    "Hidden",
+    "Last",
+    "Broken",
+    "Golden",
+    "Frozen",
+    "Distant",
+    "Quiet",
+    "Wild",
+    "Lost",
+    "Burning",
+    "Hollow",
+    "Midnight",
+    "Iron",
+    "Velvet",
+    "Bitter",
+    "Silver",
+    "Secret",
+    "Endless",
+    "Pale",
+    "Northern",
+    "Fading",
+    "Restless",
+    "Electric",
+    "Lonely",
 )
 FILM_NOUNS = (
-    "Harbor", "Garden", "River", "Summer", "Letter", "Mirror", "Kingdom", "Station", "Winter",
-    "Road", "Voyage", "Promise", "Echo", "Horizon", "Lantern", "Orchard", "Island", "Tide",
-    "Forest", "Bridge", "Crown", "Storm", "Signal", "Shadow", "Dream", "Circus", "Valley",
+    "Harbor",
+    "Garden",
+    "River",
+    "Summer",
+    "Letter",
+    "Mirror",
+    "Kingdom",
+    "Station",
+    "Winter",
+    "Road",
+    "Voyage",
+    "Promise",
+    "Echo",
+    "Horizon",
+    "Lantern",
+    "Orchard",
+    "Island",
+    "Tide",
+    "Forest",
+    "Bridge",
+    "Crown",
+    "Storm",
+    "Signal",
+    "Shadow",
+    "Dream",
+    "Circus",
+    "Valley",
 )
 
 # English words used by the templates; an invented name must never equal one of them.
 _RESERVED = {w.lower() for w in FILM_ADJECTIVES + FILM_NOUNS + _CITY_PREFIXES + _CITY_SUFFIXES} | {
-    "the", "and", "or", "in", "of", "is", "it", "was", "born", "city", "film", "stars", "state",
-    "bank", "base", "dune", "line", "lane", "time", "more", "note", "rose", "sale", "tale",
+    "the",
+    "and",
+    "or",
+    "in",
+    "of",
+    "is",
+    "it",
+    "was",
+    "born",
+    "city",
+    "film",
+    "stars",
+    "state",
+    "bank",
+    "base",
+    "dune",
+    "line",
+    "lane",
+    "time",
+    "more",
+    "note",
+    "rose",
+    "sale",
+    "tale",
 }
 
 
@@ -83,7 +152,7 @@ class NameBank:
             vowels = [v for v in _VOWELS if v != word[i].lower()]
             self.rng.shuffle(vowels)
             for v in vowels:
-                candidate = word[:i] + (v.upper() if i == 0 else v) + word[i + 1:]
+                candidate = word[:i] + (v.upper() if i == 0 else v) + word[i + 1 :]
                 if candidate.lower() not in self.used:
                     self.used.add(candidate.lower())
                     return candidate

@@ -39,15 +39,25 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "person.intro": [
         ("{name} (born {birth_year}) is {occupation_a}.", ("occupation", "birth_year")),
         ("{name} is {occupation_a} who was born in {birth_year}.", ("occupation", "birth_year")),
-        ("{name} (born {birth_year} in {born_in}) is {occupation_a}.", ("occupation", "birth_year", "born_in")),
-        ("Born in {born_in} in {birth_year}, {name} is {occupation_a}.", ("occupation", "birth_year", "born_in")),
+        (
+            "{name} (born {birth_year} in {born_in}) is {occupation_a}.",
+            ("occupation", "birth_year", "born_in"),
+        ),
+        (
+            "Born in {born_in} in {birth_year}, {name} is {occupation_a}.",
+            ("occupation", "birth_year", "born_in"),
+        ),
     ],
-    "person.born_in": [("{S} was born in {born_in}.", ("born_in",)),
-                       ("{S} is a native of {born_in}.", ("born_in",)),
-                       ("{S} was born and raised in {born_in}.", ("born_in",))],
-    "person.studied_at": [("{S} studied at {studied_at}.", ("studied_at",)),
-                          ("{S} graduated from {studied_at}.", ("studied_at",)),
-                          ("{S} attended {studied_at}.", ("studied_at",))],
+    "person.born_in": [
+        ("{S} was born in {born_in}.", ("born_in",)),
+        ("{S} is a native of {born_in}.", ("born_in",)),
+        ("{S} was born and raised in {born_in}.", ("born_in",)),
+    ],
+    "person.studied_at": [
+        ("{S} studied at {studied_at}.", ("studied_at",)),
+        ("{S} graduated from {studied_at}.", ("studied_at",)),
+        ("{S} attended {studied_at}.", ("studied_at",)),
+    ],
     "person.filler": [
         ("{S} is known for a careful and patient style.", ()),
         ("{S} has received several awards.", ()),
@@ -56,13 +66,17 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Colleagues describe {s} as generous and hard working.", ()),
         ("{S} has written many articles about a long career.", ()),
     ],
-    "city.intro": [("{name} is a city in {country}.", ("country",)),
-                   ("{name} is a city in the country of {country}.", ("country",)),
-                   ("{name} is a city located in {country}.", ("country",)),
-                   ("{name} is a city in {country}, founded in {founded_year}.", ("country", "founded_year")),
-                   ("Founded in {founded_year}, {name} is a city in {country}.", ("country", "founded_year"))],
-    "city.founded_year": [("{S} was founded in {founded_year}.", ("founded_year",)),
-                          ("{S} dates back to {founded_year}, when it was founded.", ("founded_year",))],
+    "city.intro": [
+        ("{name} is a city in {country}.", ("country",)),
+        ("{name} is a city in the country of {country}.", ("country",)),
+        ("{name} is a city located in {country}.", ("country",)),
+        ("{name} is a city in {country}, founded in {founded_year}.", ("country", "founded_year")),
+        ("Founded in {founded_year}, {name} is a city in {country}.", ("country", "founded_year")),
+    ],
+    "city.founded_year": [
+        ("{S} was founded in {founded_year}.", ("founded_year",)),
+        ("{S} dates back to {founded_year}, when it was founded.", ("founded_year",)),
+    ],
     "city.filler": [
         ("{S} is known for its old market.", ()),
         ("{S} is known for its parks and bridges.", ()),
@@ -70,11 +84,18 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Many visitors come to {s} every summer.", ()),
         ("The old town of {s} has narrow streets and stone houses.", ()),
     ],
-    "country.intro": [("{name} is a country whose capital is {capital}.", ("capital",)),
-                      ("{name} is a country. The capital of {name} is {capital}.", ("capital",)),
-                      ("{name}, officially the {government} of {name}, is a country with its capital at {capital}.", ("capital",))],
-    "country.independence_year": [("{S} became independent in {independence_year}.", ("independence_year",)),
-                                  ("{S} gained its independence in {independence_year}.", ("independence_year",))],
+    "country.intro": [
+        ("{name} is a country whose capital is {capital}.", ("capital",)),
+        ("{name} is a country. The capital of {name} is {capital}.", ("capital",)),
+        (
+            "{name}, officially the {government} of {name}, is a country with its capital at {capital}.",
+            ("capital",),
+        ),
+    ],
+    "country.independence_year": [
+        ("{S} became independent in {independence_year}.", ("independence_year",)),
+        ("{S} gained its independence in {independence_year}.", ("independence_year",)),
+    ],
     "country.filler": [
         ("Its official name is the {government} of {name}.", ()),
         ("{S} has a mild climate.", ()),
@@ -82,29 +103,49 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Farming and trade are important to the economy of {s}.", ()),
         ("The people of {s} celebrate a national day every spring.", ()),
     ],
-    "university.intro": [("{name} is a university in {city}.", ("city",)),
-                         ("{name} is a university located in {city}, founded in {founded_year}.", ("city", "founded_year")),
-                         ("{name}, founded in {founded_year}, is a university in {city}.", ("city", "founded_year"))],
-    "university.founded_year": [("{S} was founded in {founded_year}.", ("founded_year",)),
-                                ("{S} was established in {founded_year}.", ("founded_year",))],
+    "university.intro": [
+        ("{name} is a university in {city}.", ("city",)),
+        (
+            "{name} is a university located in {city}, founded in {founded_year}.",
+            ("city", "founded_year"),
+        ),
+        ("{name}, founded in {founded_year}, is a university in {city}.", ("city", "founded_year")),
+    ],
+    "university.founded_year": [
+        ("{S} was founded in {founded_year}.", ("founded_year",)),
+        ("{S} was established in {founded_year}.", ("founded_year",)),
+    ],
     "university.filler": [
         ("{S} is known for its library.", ()),
         ("{S} has about ten thousand students.", ()),
         ("{S} offers courses in science, law and the arts.", ()),
         ("The main building of {s} stands near a large park.", ()),
     ],
-    "company.intro": [("{name} is {industry_a} founded in {founded_year} by {founded_by}.", ("founded_year", "founded_by")),
-                      ("{name} is {industry_a} based in {headquarters}.", ("headquarters",)),
-                      ("{name} is {industry_a}.", ())],
-    "company.founded_by": [("{S} was founded by {founded_by}.", ("founded_by",)),
-                           ("{founded_by} founded {s}.", ("founded_by",))],
-    "company.founded_year": [("{S} was founded in {founded_year}.", ("founded_year",)),
-                             ("{S} was established in {founded_year}.", ("founded_year",))],
-    "company.headquarters": [("{S} is headquartered in {headquarters}.", ("headquarters",)),
-                             ("{S} has its headquarters in {headquarters}.", ("headquarters",))],
-    "company.ceo": [("The CEO of {s} is {ceo}.", ("ceo",)),
-                    ("{ceo} serves as chief executive of {s}.", ("ceo",)),
-                    ("{S} is led by its CEO {ceo}.", ("ceo",))],
+    "company.intro": [
+        (
+            "{name} is {industry_a} founded in {founded_year} by {founded_by}.",
+            ("founded_year", "founded_by"),
+        ),
+        ("{name} is {industry_a} based in {headquarters}.", ("headquarters",)),
+        ("{name} is {industry_a}.", ()),
+    ],
+    "company.founded_by": [
+        ("{S} was founded by {founded_by}.", ("founded_by",)),
+        ("{founded_by} founded {s}.", ("founded_by",)),
+    ],
+    "company.founded_year": [
+        ("{S} was founded in {founded_year}.", ("founded_year",)),
+        ("{S} was established in {founded_year}.", ("founded_year",)),
+    ],
+    "company.headquarters": [
+        ("{S} is headquartered in {headquarters}.", ("headquarters",)),
+        ("{S} has its headquarters in {headquarters}.", ("headquarters",)),
+    ],
+    "company.ceo": [
+        ("The CEO of {s} is {ceo}.", ("ceo",)),
+        ("{ceo} serves as chief executive of {s}.", ("ceo",)),
+        ("{S} is led by its CEO {ceo}.", ("ceo",)),
+    ],
     "company.filler": [
         ("{S} employs several hundred people.", ()),
         ("{S} is one of the larger firms in the region.", ()),
@@ -113,15 +154,26 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("{S} is known for the quality of its products.", ()),
         ("Many young engineers start their careers at {s}.", ()),
     ],
-    "film.intro": [("{name} is a {release_year} {genre} film directed by {directed_by}.", ("release_year", "genre", "directed_by")),
-                   ("{name} is a {genre} film released in {release_year}.", ("release_year", "genre")),
-                   ("{name} is a {release_year} {genre} film.", ("release_year", "genre"))],
-    "film.directed_by": [("{S} was directed by {directed_by}.", ("directed_by",)),
-                         ("{directed_by} directed {s}.", ("directed_by",))],
-    "film.starring": [("{S} stars {starring}.", ("starring",)),
-                      ("{starring} plays the lead role in {s}.", ("starring",))],
-    "film.produced_by": [("{S} was produced by {produced_by}.", ("produced_by",)),
-                         ("{produced_by} produced {s}.", ("produced_by",))],
+    "film.intro": [
+        (
+            "{name} is a {release_year} {genre} film directed by {directed_by}.",
+            ("release_year", "genre", "directed_by"),
+        ),
+        ("{name} is a {genre} film released in {release_year}.", ("release_year", "genre")),
+        ("{name} is a {release_year} {genre} film.", ("release_year", "genre")),
+    ],
+    "film.directed_by": [
+        ("{S} was directed by {directed_by}.", ("directed_by",)),
+        ("{directed_by} directed {s}.", ("directed_by",)),
+    ],
+    "film.starring": [
+        ("{S} stars {starring}.", ("starring",)),
+        ("{starring} plays the lead role in {s}.", ("starring",)),
+    ],
+    "film.produced_by": [
+        ("{S} was produced by {produced_by}.", ("produced_by",)),
+        ("{produced_by} produced {s}.", ("produced_by",)),
+    ],
     "film.filler": [
         ("{S} received mixed reviews.", ()),
         ("{S} was a success at the box office.", ()),
@@ -132,13 +184,20 @@ _TEMPLATES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 }
 # Back-references: (subject type, relation pointing at it, templates with {s}/{S} and {items}).
 _BACKREFS: dict[str, list[tuple[str, list[str]]]] = {
-    "person": [("film.directed_by", ["{S} directed {items}.", "{S} is best known for directing {items}."]),
-               ("film.starring", ["{S} starred in {items}.", "{S} played the lead in {items}."]),
-               ("company.founded_by", ["{S} founded {items}."]),
-               ("company.ceo", ["{S} is the chief executive of {items}.", "{S} serves as CEO of {items}."])],
-    "city": [("country.capital", ["{S} is the capital of {items}."]),
-             ("person.born_in", ["Notable people born in {s} include {items}."]),
-             ("company.headquarters", ["{S} is home to {items}."])],
+    "person": [
+        ("film.directed_by", ["{S} directed {items}.", "{S} is best known for directing {items}."]),
+        ("film.starring", ["{S} starred in {items}.", "{S} played the lead in {items}."]),
+        ("company.founded_by", ["{S} founded {items}."]),
+        (
+            "company.ceo",
+            ["{S} is the chief executive of {items}.", "{S} serves as CEO of {items}."],
+        ),
+    ],
+    "city": [
+        ("country.capital", ["{S} is the capital of {items}."]),
+        ("person.born_in", ["Notable people born in {s} include {items}."]),
+        ("company.headquarters", ["{S} is home to {items}."]),
+    ],
     "country": [("city.country", ["Cities in {s} include {items}."])],
     "university": [("person.studied_at", ["Alumni of {s} include {items}."])],
     "company": [("film.produced_by", ["{S} produced {items}."])],
@@ -177,7 +236,9 @@ def _fields(world: World, e: Entity) -> dict[str, str]:
         fields["occupation_a"] = _a(fields["occupation"])
     if e.type == "company":
         industry = e.extra["industry"]
-        fields["industry_a"] = "a film studio" if industry == "film studio" else _a(f"{industry} company")
+        fields["industry_a"] = (
+            "a film studio" if industry == "film studio" else _a(f"{industry} company")
+        )
     return fields
 
 
@@ -210,8 +271,9 @@ def _words(chunk, fields, e: Entity) -> int:
     return sum(len(_render(t, fields, e.name).split()) for t, _ in chunk)
 
 
-def _pack(sentences, fillers, fields, e: Entity, max_words: int, rng: random.Random,
-          filler_words: int):
+def _pack(
+    sentences, fillers, fields, e: Entity, max_words: int, rng: random.Random, filler_words: int
+):
     """Split sentences into one passage, or two when they exceed ``max_words`` (and, for
     variety, a third of the entities with four or more sentences); then pad each passage with
     filler sentences up to about ``filler_words`` words (0: no filler). Every passage opens
@@ -261,7 +323,9 @@ def write_passages(world: World, rng: random.Random, max_words: int, filler_word
         sentences = _sentences(e, rng, backrefs)
         fillers = _TEMPLATES[f"{e.type}.filler"]
         for chunk in _pack(sentences, fillers, fields, e, max_words, rng, filler_words):
-            texts = [_render(t, fields, e.name if i == 0 else e.short) for i, (t, _) in enumerate(chunk)]
+            texts = [
+                _render(t, fields, e.name if i == 0 else e.short) for i, (t, _) in enumerate(chunk)
+            ]
             if e.name not in texts[0]:
                 raise RuntimeError(f"passage of {e.id} does not open with its name: {texts[0]!r}")
             passage = Passage(str(len(passages)), e.name, " ".join(texts), e.id)

@@ -112,7 +112,9 @@ def _hop_plan(world: World, canonical: dict, entities: list[Entity], path: tuple
     }
 
 
-def _chain_text(entities: list[Entity], path: tuple[str, ...], style: str, rng: random.Random) -> str:
+def _chain_text(
+    entities: list[Entity], path: tuple[str, ...], style: str, rng: random.Random
+) -> str:
     """Compose the question: noun phrases for bridge hops, a final question for the last."""
     phrase, i, last = mention(entities[0], style), 0, len(path) - 1
     while i < last:
@@ -127,17 +129,40 @@ def _chain_text(entities: list[Entity], path: tuple[str, ...], style: str, rng: 
     return text if style == "nq" else _cap(text)
 
 
-def chain_row(world: World, canonical: dict, start: Entity, path: tuple[str, ...],
-              style: str, qtype: str, rng: random.Random) -> Row:
+def chain_row(
+    world: World,
+    canonical: dict,
+    start: Entity,
+    path: tuple[str, ...],
+    style: str,
+    qtype: str,
+    rng: random.Random,
+) -> Row:
     entities = walk(world, start, path)
-    meta = {"hops": len(path), "type": qtype, **_hop_plan(world, canonical, entities, path),
-            "answer_type": RELATIONS[path[-1]].obj}
-    return Row(_chain_text(entities, path, style, rng), aliases(world, entities[-1], path[-1]),
-               meta, ("chain", start.id, path))
+    meta = {
+        "hops": len(path),
+        "type": qtype,
+        **_hop_plan(world, canonical, entities, path),
+        "answer_type": RELATIONS[path[-1]].obj,
+    }
+    return Row(
+        _chain_text(entities, path, style, rng),
+        aliases(world, entities[-1], path[-1]),
+        meta,
+        ("chain", start.id, path),
+    )
 
 
-def comparison_row(world: World, canonical: dict, a: Entity, b: Entity, path: tuple[str, ...],
-                   op: str, style: str, rng: random.Random) -> Row:
+def comparison_row(
+    world: World,
+    canonical: dict,
+    a: Entity,
+    b: Entity,
+    path: tuple[str, ...],
+    op: str,
+    style: str,
+    rng: random.Random,
+) -> Row:
     """``op``: ``earlier`` / ``later`` (answer: the entity whose year is lower / higher) or
     ``same`` (answer: yes/no, whether both chains end at the same value)."""
     side_a, side_b = walk(world, a, path), walk(world, b, path)
@@ -151,10 +176,13 @@ def comparison_row(world: World, canonical: dict, a: Entity, b: Entity, path: tu
             raise ValueError(f"comparison {a.id}/{b.id} on {path}: equal values {va}")
         first = a if int(va) < int(vb) else b
         answer = first if op == "earlier" else (b if first is a else a)
-    meta = {"hops": 2 * len(path), "type": "comparison",
-            **{k: plan_a[k] + plan_b[k] for k in plan_a},
-            "answer_type": "yesno" if op == "same" else a.type,
-            "comparison": {"op": op, "entities": [a.name, b.name], "values": [va, vb]}}
+    meta = {
+        "hops": 2 * len(path),
+        "type": "comparison",
+        **{k: plan_a[k] + plan_b[k] for k in plan_a},
+        "answer_type": "yesno" if op == "same" else a.type,
+        "comparison": {"op": op, "entities": [a.name, b.name], "values": [va, vb]},
+    }
     text = rng.choice(T.compare_templates(style, op, path)).format(a=a.name, b=b.name)
     golden = [answer] if op == "same" else entity_aliases(answer)
     return Row(text, golden, meta, ("compare", op, path, tuple(sorted((a.id, b.id)))))
@@ -194,7 +222,9 @@ def sample_chains(world, canonical, pool, hops, n, style, qtype, rng, subjects=N
     if subjects is not None:  # restrict start entities (PopQA's long tail)
         groups = {p: [e for e in es if e.id in subjects] for p, es in groups.items()}
     items = {p: [(e, p) for e in es] for p, es in groups.items() if es}
-    return [chain_row(world, canonical, e, p, style, qtype, rng) for e, p in _round_robin(items, n, rng)]
+    return [
+        chain_row(world, canonical, e, p, style, qtype, rng) for e, p in _round_robin(items, n, rng)
+    ]
 
 
 def long_tail_subjects(world: World, pool: str, mentions: dict[str, int], n_facts: int) -> set[str]:

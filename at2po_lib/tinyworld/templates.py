@@ -18,14 +18,21 @@ from __future__ import annotations
 # Final question about relation ``key`` of the thing named by {x}.
 FINAL: dict[str, dict[str, list[str]]] = {
     "plain": {
-        "person.born_in": ["Where was {x} born?", "In which city was {x} born?", "What is the birthplace of {x}?"],
+        "person.born_in": [
+            "Where was {x} born?",
+            "In which city was {x} born?",
+            "What is the birthplace of {x}?",
+        ],
         "person.birth_year": ["When was {x} born?", "In what year was {x} born?"],
         "person.studied_at": ["Where did {x} study?", "Which university did {x} attend?"],
         "person.occupation": ["What is the occupation of {x}?", "What does {x} do for a living?"],
         "city.country": ["In which country is {x}?", "Which country is {x} located in?"],
         "city.founded_year": ["When was {x} founded?", "In what year was {x} founded?"],
         "country.capital": ["What is the capital of {x}?", "Which city is the capital of {x}?"],
-        "country.independence_year": ["When did {x} become independent?", "In what year did {x} gain independence?"],
+        "country.independence_year": [
+            "When did {x} become independent?",
+            "In what year did {x} gain independence?",
+        ],
         "company.founded_by": ["Who founded {x}?", "Who is the founder of {x}?"],
         "company.founded_year": ["When was {x} founded?", "In what year was {x} established?"],
         "company.headquarters": ["Where is {x} headquartered?", "In which city is {x} based?"],
@@ -46,7 +53,10 @@ FINAL: dict[str, dict[str, list[str]]] = {
         "city.country": ["what country is {x} in", "{x} is in what country"],
         "city.founded_year": ["when was {x} founded", "when was the city of {x} founded"],
         "country.capital": ["what is the capital of {x}", "capital city of {x}"],
-        "country.independence_year": ["when did {x} gain independence", "when did {x} become independent"],
+        "country.independence_year": [
+            "when did {x} gain independence",
+            "when did {x} become independent",
+        ],
         "company.founded_by": ["who founded {x}", "who started {x}"],
         "company.founded_year": ["when was {x} founded", "when did {x} start"],
         "company.headquarters": ["where is {x} headquartered", "where is the headquarters of {x}"],
@@ -62,11 +72,17 @@ FINAL: dict[str, dict[str, list[str]]] = {
     "trivia": {
         "person.born_in": ["In which city was {x} born?", "{x} was born in which city?"],
         "person.birth_year": ["In which year was {x} born?", "{x} was born in which year?"],
-        "person.studied_at": ["At which university did {x} study?", "{x} is a graduate of which university?"],
+        "person.studied_at": [
+            "At which university did {x} study?",
+            "{x} is a graduate of which university?",
+        ],
         "person.occupation": ["What is the profession of {x}?", "By profession, what is {x}?"],
         "city.country": ["{x} lies in which country?", "In which country would you find {x}?"],
         "city.founded_year": ["In which year was {x} founded?"],
-        "country.capital": ["Which city is the capital of {x}?", "{x} has which city as its capital?"],
+        "country.capital": [
+            "Which city is the capital of {x}?",
+            "{x} has which city as its capital?",
+        ],
         "country.independence_year": ["In which year did {x} become independent?"],
         "company.founded_by": ["Who was the founder of {x}?", "{x} was founded by whom?"],
         "company.founded_year": ["In which year was {x} founded?"],
@@ -139,7 +155,10 @@ NOUN_PHRASE: dict[str, dict[str, list[str]]] = {
         "film.produced_by": ["the studio that produced {x}", "the producer of {x}"],
         "company.founded_by": ["the founder of {x}", "the person who founded {x}"],
         "company.ceo": ["the CEO of {x}", "the chief executive of {x}"],
-        "company.headquarters": ["the city where {x} is headquartered", "the headquarters city of {x}"],
+        "company.headquarters": [
+            "the city where {x} is headquartered",
+            "the headquarters city of {x}",
+        ],
         "person.born_in": ["the birthplace of {x}", "the city where {x} was born"],
         "person.studied_at": ["the university {x} attended", "the alma mater of {x}"],
         "university.city": ["the city where {x} is located", "the home city of {x}"],
@@ -158,7 +177,10 @@ NOUN_PHRASE: dict[str, dict[str, list[str]]] = {
 
 # Two relations read as one phrase: (bridge relation, next relation) → phrase on {x}.
 MERGED_NOUN_PHRASE: dict[tuple[str, str], list[str]] = {
-    ("person.born_in", "city.country"): ["the country where {x} was born", "the birth country of {x}"],
+    ("person.born_in", "city.country"): [
+        "the country where {x} was born",
+        "the birth country of {x}",
+    ],
     ("company.headquarters", "city.country"): ["the country where {x} is headquartered"],
     ("university.city", "city.country"): ["the country where {x} is located"],
     ("person.studied_at", "university.city"): ["the city where {x} went to university"],
@@ -172,12 +194,20 @@ MERGED_FINAL: dict[tuple[str, str], list[str]] = {
 # Comparisons: side chain (relation keys) → templates with {a}, {b}.
 COMPARE_EARLIER: dict[tuple[str, ...], list[str]] = {
     ("person.birth_year",): ["Who was born first, {a} or {b}?", "Who is older, {a} or {b}?"],
-    ("company.founded_year",): ["Which company was founded first, {a} or {b}?", "Which is older, {a} or {b}?"],
+    ("company.founded_year",): [
+        "Which company was founded first, {a} or {b}?",
+        "Which is older, {a} or {b}?",
+    ],
     ("university.founded_year",): ["Which university was established first, {a} or {b}?"],
     ("city.founded_year",): ["Which city was founded first, {a} or {b}?"],
-    ("film.release_year",): ["Which film came out first, {a} or {b}?", "Which film was released earlier, {a} or {b}?"],
+    ("film.release_year",): [
+        "Which film came out first, {a} or {b}?",
+        "Which film was released earlier, {a} or {b}?",
+    ],
     ("country.independence_year",): ["Which country became independent first, {a} or {b}?"],
-    ("film.directed_by", "person.birth_year"): ["Which film has the director who was born first, {a} or {b}?"],
+    ("film.directed_by", "person.birth_year"): [
+        "Which film has the director who was born first, {a} or {b}?"
+    ],
 }
 COMPARE_LATER: dict[tuple[str, ...], list[str]] = {
     ("person.birth_year",): ["Who was born later, {a} or {b}?", "Who is younger, {a} or {b}?"],
@@ -189,16 +219,30 @@ COMPARE_LATER: dict[tuple[str, ...], list[str]] = {
     ("film.directed_by", "person.birth_year"): ["Which film has the younger director, {a} or {b}?"],
 }
 COMPARE_SAME: dict[tuple[str, ...], list[str]] = {
-    ("person.born_in",): ["Were {a} and {b} born in the same city?", "Do {a} and {b} share a birthplace?"],
+    ("person.born_in",): [
+        "Were {a} and {b} born in the same city?",
+        "Do {a} and {b} share a birthplace?",
+    ],
     ("person.studied_at",): ["Did {a} and {b} attend the same university?"],
     ("company.headquarters",): ["Are {a} and {b} headquartered in the same city?"],
-    ("city.country",): ["Are {a} and {b} in the same country?", "Are {a} and {b} located in the same country?"],
+    ("city.country",): [
+        "Are {a} and {b} in the same country?",
+        "Are {a} and {b} located in the same country?",
+    ],
     ("university.city",): ["Are {a} and {b} located in the same city?"],
-    ("film.directed_by",): ["Were {a} and {b} directed by the same person?", "Do {a} and {b} have the same director?"],
+    ("film.directed_by",): [
+        "Were {a} and {b} directed by the same person?",
+        "Do {a} and {b} have the same director?",
+    ],
     ("film.produced_by",): ["Were {a} and {b} produced by the same studio?"],
-    ("person.born_in", "city.country"): ["Were {a} and {b} born in the same country?", "Are {a} and {b} from the same country?"],
+    ("person.born_in", "city.country"): [
+        "Were {a} and {b} born in the same country?",
+        "Are {a} and {b} from the same country?",
+    ],
     ("company.headquarters", "city.country"): ["Are {a} and {b} based in the same country?"],
-    ("film.directed_by", "person.born_in"): ["Were the directors of {a} and {b} born in the same city?"],
+    ("film.directed_by", "person.born_in"): [
+        "Were the directors of {a} and {b} born in the same city?"
+    ],
 }
 
 # Style overrides of the comparison wordings: (op, side chain) → templates. HotpotQA words
@@ -220,7 +264,11 @@ COMPARE_STYLE: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {
 
 # How a style names the subject of a question: entity type → pattern on {name}.
 MENTION: dict[str, dict[str, str]] = {
-    "trivia": {"film": "the film {name}", "company": "the company {name}", "city": "the city of {name}"},
+    "trivia": {
+        "film": "the film {name}",
+        "company": "the company {name}",
+        "city": "the city of {name}",
+    },
     "wiki2": {"film": "film {name}", "company": "company {name}"},
 }
 

@@ -60,67 +60,135 @@ class AT2POConfig(GRPOConfig):
     """
 
     # ---------------------------------------------------------------- dynamic sampling (§8)
-    dynamic_sampling: bool = field(default=False, metadata={
-        "help": "DAPO: drop prompts whose leaves all share one reward and refill from new prompts."})
-    dynamic_sampling_rounds: int = field(default=3, metadata={
-        "help": "DAPO: rollout rounds per step at most (the first included), verl's "
-                "max_num_gen_batches; groups still degenerate after that are kept."})
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO: drop prompts whose leaves all share one reward and refill from new prompts."
+        },
+    )
+    dynamic_sampling_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "DAPO: rollout rounds per step at most (the first included), verl's "
+            "max_num_gen_batches; groups still degenerate after that are kept."
+        },
+    )
 
     # ------------------------------------------------------------------------- credit (§6)
-    credit_advantage: str = field(default="node_value", metadata={
-        "help": "node_value | diff_parent | diff_global | diff_localglobal (turn-wise credit), "
-                "vanilla (GRPO over the prompt's leaves) or tree_grpo (Tree-GRPO's sum)."})
-    credit_value: str = field(default="entropy_softmax", metadata={
-        "help": "Node value from children: entropy_softmax (code) | entropy_linear (paper) | "
-                "child_mean | leaf_mean."})
-    credit_normalize_leaves: bool = field(default=True, metadata={
-        "help": "Normalise leaf rewards within the tree before propagation (docs/method.md §6.1)."})
+    credit_advantage: str = field(
+        default="node_value",
+        metadata={
+            "help": "node_value | diff_parent | diff_global | diff_localglobal (turn-wise credit), "
+            "vanilla (GRPO over the prompt's leaves) or tree_grpo (Tree-GRPO's sum)."
+        },
+    )
+    credit_value: str = field(
+        default="entropy_softmax",
+        metadata={
+            "help": "Node value from children: entropy_softmax (code) | entropy_linear (paper) | "
+            "child_mean | leaf_mean."
+        },
+    )
+    credit_normalize_leaves: bool = field(
+        default=True,
+        metadata={
+            "help": "Normalise leaf rewards within the tree before propagation (docs/method.md §6.1)."
+        },
+    )
 
     # --------------------------------------------------------------------------- loss (§7)
-    loss_level: str = field(default="turn", metadata={
-        "help": "Importance-ratio level: token (GRPO/DAPO/AEPO), sequence (GSPO), turn (ATPO)."})
-    loss_aggregation: str = field(default="seq-mean-token-mean", metadata={
-        "help": "verl's loss_agg_mode: token-mean (over the whole update) or seq-mean-token-mean "
-                "(mean over sequences of their token means); TRL's loss_type follows from it."})
-    loss_turn_ratio: str = field(default="geometric", metadata={
-        "help": "Turn ratio: geometric (code, length-normalised) or product (paper text)."})
-    loss_entropy_balanced_clip: bool = field(default=False, metadata={
-        "help": "AEPO: an upper-clipped token keeps a scaled gradient."})
-    loss_entropy_aware_adv: float = field(default=0.0, metadata={
-        "help": "AEPO: gamma in A * (1 + gamma * z(H_t)); 0 turns it off (AEPO uses 0.2)."})
-    loss_chunk_rows: int = field(default=0, metadata={
-        "help": "Compute log-probs in chunks of this many rows of similar length, each trimmed "
-                "to its own longest completion (saves the padding's compute on CPU); 0 = TRL's "
-                "single padded batch."})
-    loss_logp_positions: str = field(default="auto", metadata={
-        "help": "Positions whose log-probs are computed for the loss (and the reference model): "
-                "policy (only the sampled tokens: backbone, gather, LM head), all (TRL's fused "
-                "head over every completion position) or auto (policy on CPU, measured; all on "
-                "an accelerator, not measured). See at2po_lib.trainer.trainer."})
-    update_num_threads: int = field(default=0, metadata={
-        "help": "torch intra-op threads of the update stage (scoring, loss and backward; the "
-                "rollout has rollout.num_threads); 0 = torch's default (one per core). "
-                "Measured on the tiny step (benchmarks/bench_train_step.py --threads-study): one "
-                "thread 4.3x faster at load ~5 on 2 cores; on a quiet machine one thread was "
-                "1.35-1.43x slower (issue #16)."})
-    loss_old_logps: str = field(default="auto", metadata={
-        "help": "Old log-probs: rollout (the sampler's record: exact with the HF backend), "
-                "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."})
+    loss_level: str = field(
+        default="turn",
+        metadata={
+            "help": "Importance-ratio level: token (GRPO/DAPO/AEPO), sequence (GSPO), turn (ATPO)."
+        },
+    )
+    loss_aggregation: str = field(
+        default="seq-mean-token-mean",
+        metadata={
+            "help": "verl's loss_agg_mode: token-mean (over the whole update) or seq-mean-token-mean "
+            "(mean over sequences of their token means); TRL's loss_type follows from it."
+        },
+    )
+    loss_turn_ratio: str = field(
+        default="geometric",
+        metadata={
+            "help": "Turn ratio: geometric (code, length-normalised) or product (paper text)."
+        },
+    )
+    loss_entropy_balanced_clip: bool = field(
+        default=False, metadata={"help": "AEPO: an upper-clipped token keeps a scaled gradient."}
+    )
+    loss_entropy_aware_adv: float = field(
+        default=0.0,
+        metadata={
+            "help": "AEPO: gamma in A * (1 + gamma * z(H_t)); 0 turns it off (AEPO uses 0.2)."
+        },
+    )
+    loss_chunk_rows: int = field(
+        default=0,
+        metadata={
+            "help": "Compute log-probs in chunks of this many rows of similar length, each trimmed "
+            "to its own longest completion (saves the padding's compute on CPU); 0 = TRL's "
+            "single padded batch."
+        },
+    )
+    loss_logp_positions: str = field(
+        default="auto",
+        metadata={
+            "help": "Positions whose log-probs are computed for the loss (and the reference model): "
+            "policy (only the sampled tokens: backbone, gather, LM head), all (TRL's fused "
+            "head over every completion position) or auto (policy on CPU, measured; all on "
+            "an accelerator, not measured). See at2po_lib.trainer.trainer."
+        },
+    )
+    update_num_threads: int = field(
+        default=0,
+        metadata={
+            "help": "torch intra-op threads of the update stage (scoring, loss and backward; the "
+            "rollout has rollout.num_threads); 0 = torch's default (one per core). "
+            "Measured on the tiny step (benchmarks/bench_train_step.py --threads-study): one "
+            "thread 4.3x faster at load ~5 on 2 cores; on a quiet machine one thread was "
+            "1.35-1.43x slower (issue #16)."
+        },
+    )
+    loss_old_logps: str = field(
+        default="auto",
+        metadata={
+            "help": "Old log-probs: rollout (the sampler's record: exact with the HF backend), "
+            "recompute (TRL's extra forward) or auto (rollout with HF, recompute with vLLM)."
+        },
+    )
 
     # ---------------------------------------------------------- TRL fields with new defaults
     epsilon: float = field(default=EPS_LOW, metadata={"help": f"Lower clip (ATPO: {EPS_LOW:g})."})
-    epsilon_high: float | None = field(default=EPS_HIGH, metadata={
-        "help": f"Upper clip (ATPO: {EPS_HIGH:g})."})
-    loss_type: str | None = field(default=None, metadata={
-        "help": "TRL's name of the aggregation, derived from loss_aggregation (TRL_LOSS_TYPES); "
-                "leave it unset."})
-    vllm_importance_sampling_correction: bool = field(default=False, metadata={
-        "help": "Off: the authors recompute old log-probs with the trainer and apply no vLLM "
-                "correction. Turning it on is refused (policy_loss takes no per-token weight)."})
-    gradient_checkpointing: bool | None = field(default=None, metadata={
-        "help": "Deprecated alias of activation_checkpointing (transformers 5)."})
-    activation_checkpointing: bool | None = field(default=None, metadata={
-        "help": "Recompute activations in the backward pass (None = off; paper profiles: on)."})
+    epsilon_high: float | None = field(
+        default=EPS_HIGH, metadata={"help": f"Upper clip (ATPO: {EPS_HIGH:g})."}
+    )
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's name of the aggregation, derived from loss_aggregation (TRL_LOSS_TYPES); "
+            "leave it unset."
+        },
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "Off: the authors recompute old log-probs with the trainer and apply no vLLM "
+            "correction. Turning it on is refused (policy_loss takes no per-token weight)."
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5)."},
+    )
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute activations in the backward pass (None = off; paper profiles: on)."
+        },
+    )
     bf16: bool | None = field(default=False, metadata={"help": "bfloat16 mixed precision."})
     logging_steps: float = field(default=1, metadata={"help": "Optimizer steps per log row."})
 
@@ -137,9 +205,11 @@ class AT2POConfig(GRPOConfig):
         """TRL's ``loss_type`` of ``loss_aggregation``; a contradicting explicit one is an error."""
         derived = TRL_LOSS_TYPES[self.loss_aggregation]
         if self.loss_type is not None and self.loss_type != derived:
-            raise ValueError(f"AT2POConfig.loss_type={self.loss_type!r} contradicts "
-                             f"loss_aggregation={self.loss_aggregation!r} (TRL's {derived!r}); "
-                             "set loss_aggregation only")
+            raise ValueError(
+                f"AT2POConfig.loss_type={self.loss_type!r} contradicts "
+                f"loss_aggregation={self.loss_aggregation!r} (TRL's {derived!r}); "
+                "set loss_aggregation only"
+            )
         return derived
 
     def _check_choices(self) -> None:
@@ -168,9 +238,11 @@ class AT2POConfig(GRPOConfig):
                 "may end otherwise (the response budget, an observation cut to it, an empty "
                 "query's EOS kept as an observation); the authors' code trains those rows. "
                 "The agent records why each leaf ended (rollout/answered in metrics.jsonl, "
-                "finish_reason in outcomes.csv). Set it to False.")
+                "finish_reason in outcomes.csv). Set it to False."
+            )
         if self.vllm_importance_sampling_correction:
             raise ValueError(
                 "vllm_importance_sampling_correction=True is not supported by AT2POTrainer: "
                 "policy_loss applies no per-token importance weight (the authors' verl setup "
-                "applies none either). Set it to False.")
+                "applies none either). Set it to False."
+            )

@@ -52,8 +52,12 @@ class RolloutBatch:
         return len(self.reward)
 
 
-def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_softmax",
-                     normalize_leaves: bool = True) -> torch.Tensor:
+def token_advantages(
+    batch: RolloutBatch,
+    advantage: str,
+    value: str = "entropy_softmax",
+    normalize_leaves: bool = True,
+) -> torch.Tensor:
     r"""Per-token advantages (R, T) of a rollout batch, from :mod:`at2po_lib.method.credit`.
 
     - turn-wise modes (``node_value``, ``diff_parent``, ...): ``credit.batch_token_advantages``
@@ -73,13 +77,20 @@ def token_advantages(batch: RolloutBatch, advantage: str, value: str = "entropy_
     if advantage in credit.ADVANTAGE_MODES:
         forest = Forest.from_trees(batch.trees, dtype=torch.float64)
         return credit.batch_token_advantages(
-            forest, turn_node, torch.tensor(batch.row_tree), value_mode=value, adv_mode=advantage,
-            normalize_leaves=normalize_leaves).float()
+            forest,
+            turn_node,
+            torch.tensor(batch.row_tree),
+            value_mode=value,
+            adv_mode=advantage,
+            normalize_leaves=normalize_leaves,
+        ).float()
     if advantage not in outcome.OUTCOME_ADVANTAGES:
         raise ValueError(f"unknown credit_advantage {advantage!r}")
     row_adv = outcome.OUTCOME_ADVANTAGES[advantage](
-        torch.tensor(batch.reward, dtype=torch.float64), torch.tensor(batch.row_tree),
-        torch.tensor(batch.group))
+        torch.tensor(batch.reward, dtype=torch.float64),
+        torch.tensor(batch.row_tree),
+        torch.tensor(batch.group),
+    )
     return torch.where(is_model, row_adv[:, None], torch.zeros((), dtype=row_adv.dtype)).float()
 
 
@@ -113,8 +124,17 @@ def select_groups(chosen: list[tuple[RolloutBatch, int]]) -> RolloutBatch:
         remap = {old: len(fields["trees"]) + k for k, old in enumerate(tree_ids)}
         fields["trees"] += [batch.trees[t] for t in tree_ids]
         for i in rows:
-            for name in ("prompt_ids", "completion_ids", "sampled_mask", "turn_node",
-                         "old_logps", "reward", "row_leaf", "num_turns", "num_tool_calls"):
+            for name in (
+                "prompt_ids",
+                "completion_ids",
+                "sampled_mask",
+                "turn_node",
+                "old_logps",
+                "reward",
+                "row_leaf",
+                "num_turns",
+                "num_tool_calls",
+            ):
                 fields[name].append(getattr(batch, name)[i])
             if batch.finish_reason:
                 fields["finish_reason"].append(batch.finish_reason[i])

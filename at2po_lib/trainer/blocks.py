@@ -58,14 +58,24 @@ from ..util.locks import FolderLockedError, folder_lock
 from ..util.provenance import machine_build, run_metadata
 from ..util.staging import discard, recover, staging_path, swap_in
 from . import run_folder
-from .block_records import (ABLATION_SET, BLOCK_RECORD, HEADLINE_SET, MAX_BLOCKS, block_dir,
-                            block_state, blocks_root, finished_blocks, read_block)
+from .block_records import (
+    ABLATION_SET,
+    BLOCK_RECORD,
+    HEADLINE_SET,
+    MAX_BLOCKS,
+    block_dir,
+    block_state,
+    blocks_root,
+    finished_blocks,
+    read_block,
+)
 from .resolve import check_fixed_rollout
 from .run import train
 from .study import STUDY_TABLES
 
 AUTHORS_EXPANSION: Mapping[str, Any] = {
-    key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")}
+    key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")
+}
 """The authors' expansion settings: ``at2po_lib/config/profile.py``'s rollout defaults (sampled-token
 NLL, alpha 0.05), which every tree preset of a profile shares (issue #49)."""
 
@@ -89,13 +99,25 @@ class BlockSet:
     section must hold the authors' (:data:`AUTHORS_EXPANSION`)."""
 
 
-BLOCK_SETS: dict[str, BlockSet] = {s.name: s for s in (
-    BlockSet(HEADLINE_SET, "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
-             "AT2PO's budget (M + L·K chains)", ("at2po", "grpo", "grpo_tree_budget"), 100),
-    BlockSet(ABLATION_SET, "Table 2's steps and Table 3's cells on the authors' configuration, "
-             "with AT2PO", ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]), 200,
-             authors_profile=True),
-)}
+BLOCK_SETS: dict[str, BlockSet] = {
+    s.name: s
+    for s in (
+        BlockSet(
+            HEADLINE_SET,
+            "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
+            "AT2PO's budget (M + L·K chains)",
+            ("at2po", "grpo", "grpo_tree_budget"),
+            100,
+        ),
+        BlockSet(
+            ABLATION_SET,
+            "Table 2's steps and Table 3's cells on the authors' configuration, with AT2PO",
+            ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]),
+            200,
+            authors_profile=True,
+        ),
+    )
+}
 """Every block set by name (``at2po study --block-set NAME``)."""
 
 
@@ -115,15 +137,17 @@ def block_seed(block_set: BlockSet, block: int) -> int:
 def check_authors_profile(cfg: ProfileConfig, block_set: BlockSet) -> None:
     """Refuse a set whose cells would run on other expansion settings than the authors' AT2PO
     of the same blocks (its Table 2-3 presets take them from the profile)."""
-    if not block_set.authors_profile or all(getattr(cfg.rollout, key) == value
-                                            for key, value in AUTHORS_EXPANSION.items()):
+    if not block_set.authors_profile or all(
+        getattr(cfg.rollout, key) == value for key, value in AUTHORS_EXPANSION.items()
+    ):
         return
     held = ", ".join(f"rollout.{k}={getattr(cfg.rollout, k)!r}" for k in AUTHORS_EXPANSION)
     wanted = ", ".join(f"rollout.{k}={v!r}" for k, v in AUTHORS_EXPANSION.items())
     raise ProfileError(
         f"block set {block_set.name!r} compares Table 2's steps and Table 3's cells with the "
         f"authors' AT2PO, but profile {cfg.name} holds {held}: its cells would run another "
-        f"configuration. Set {wanted} in the profile's rollout section first")
+        f"configuration. Set {wanted} in the profile's rollout section first"
+    )
 
 
 def revision_state(revision: str) -> tuple[str, bool]:
@@ -131,27 +155,41 @@ def revision_state(revision: str) -> tuple[str, bool]:
     return revision.removesuffix("-dirty"), not revision.endswith("-dirty")
 
 
-def check_revision(root: Path, revision: str, overrides: Mapping[str, Any], *,
-                   allow_dirty: bool, allow_revisions: bool) -> None:
+def check_revision(
+    root: Path,
+    revision: str,
+    overrides: Mapping[str, Any],
+    *,
+    allow_dirty: bool,
+    allow_revisions: bool,
+) -> None:
     """A new block starts on a clean checkout, at the revision and with the overrides of the
     set's finished blocks (each allowance lifts one rule)."""
     commit, clean = revision_state(revision)
     if not clean and not allow_dirty:
-        raise ProfileError(f"the checkout has uncommitted code (revision {revision}): a block "
-                           "must name the code it ran; commit first (or --allow-dirty, recorded)")
+        raise ProfileError(
+            f"the checkout has uncommitted code (revision {revision}): a block "
+            "must name the code it ran; commit first (or --allow-dirty, recorded)"
+        )
     if commit == "unknown" and not allow_dirty:
         raise ProfileError("no git revision: a block must name the code it ran (--allow-dirty)")
-    others = {b: r for b, r in finished_blocks(root).items()
-              if revision_state(r["git_revision"])[0] != commit
-              or r.get("overrides", {}) != dict(overrides)}
+    others = {
+        b: r
+        for b, r in finished_blocks(root).items()
+        if revision_state(r["git_revision"])[0] != commit
+        or r.get("overrides", {}) != dict(overrides)
+    }
     if others and not allow_revisions:
-        named = "; ".join(f"block {b}: {r['git_revision'][:7]}, overrides {r.get('overrides')}"
-                          for b, r in sorted(others.items()))
+        named = "; ".join(
+            f"block {b}: {r['git_revision'][:7]}, overrides {r.get('overrides')}"
+            for b, r in sorted(others.items())
+        )
         raise ProfileError(
             f"{root}: finished blocks ran at another revision or with other overrides ({named}); "
             f"this one would run at {commit[:7]} with overrides {dict(overrides)}. A block set is "
             "one revision: run it from that revision, or pass --allow-revisions (the report "
-            "then pairs across revisions only when asked)")
+            "then pairs across revisions only when asked)"
+        )
 
 
 # ------------------------------------------------------------------------------ running
@@ -165,23 +203,43 @@ class BlockResult:
     record: dict[str, Any] | None = None
 
 
-def block_record(cfg: ProfileConfig, block_set: BlockSet, block: int, threads: int,
-                 overrides: Mapping[str, Any]) -> dict[str, Any]:
+def block_record(
+    cfg: ProfileConfig, block_set: BlockSet, block: int, threads: int, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
     """What a block records about itself when it starts (with each run and in BLOCK.json)."""
     meta = run_metadata(cfg.name, seed=block_seed(block_set, block), config=None)
     commit, clean = revision_state(meta["git_revision"])
-    return {"block": block, "block_set": block_set.name, "profile": cfg.name,
-            "seed": block_seed(block_set, block), "methods": list(block_set.methods),
-            "git_revision": meta["git_revision"], "commit": commit, "clean": clean,
-            "platform": meta["platform"], "build": machine_build(meta["platform"]),
-            "torch_threads": threads, "overrides": dict(overrides), "command": meta["command"],
-            "python": meta["python"], "packages": meta["packages"], "started": meta["created"],
-            "status": "running"}
+    return {
+        "block": block,
+        "block_set": block_set.name,
+        "profile": cfg.name,
+        "seed": block_seed(block_set, block),
+        "methods": list(block_set.methods),
+        "git_revision": meta["git_revision"],
+        "commit": commit,
+        "clean": clean,
+        "platform": meta["platform"],
+        "build": machine_build(meta["platform"]),
+        "torch_threads": threads,
+        "overrides": dict(overrides),
+        "command": meta["command"],
+        "python": meta["python"],
+        "packages": meta["packages"],
+        "started": meta["created"],
+        "status": "running",
+    }
 
 
-def run_blocks(profile: str, set_name: str, blocks: Sequence[int], *,
-               threads: int = DEFAULT_THREADS, overrides: Mapping[str, Any] | None = None,
-               allow_dirty: bool = False, allow_revisions: bool = False) -> list[BlockResult]:
+def run_blocks(
+    profile: str,
+    set_name: str,
+    blocks: Sequence[int],
+    *,
+    threads: int = DEFAULT_THREADS,
+    overrides: Mapping[str, Any] | None = None,
+    allow_dirty: bool = False,
+    allow_revisions: bool = False,
+) -> list[BlockResult]:
     """Train every block of ``blocks`` that is not finished (module docstring), in order."""
     block_set = get_block_set(set_name)
     overrides = with_threads(overrides or {}, threads)
@@ -198,12 +256,24 @@ def run_blocks(profile: str, set_name: str, blocks: Sequence[int], *,
             folder = block_dir(root, block)
             try:
                 with folder_lock(folder, "study block"):
-                    results.append(_run_block(cfg, block_set, block, folder, threads, overrides,
-                                              allow_dirty=allow_dirty,
-                                              allow_revisions=allow_revisions))
+                    results.append(
+                        _run_block(
+                            cfg,
+                            block_set,
+                            block,
+                            folder,
+                            threads,
+                            overrides,
+                            allow_dirty=allow_dirty,
+                            allow_revisions=allow_revisions,
+                        )
+                    )
             except FolderLockedError as exc:
-                print(f"[study] {set_name} block {block}: skipped ({exc})", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"[study] {set_name} block {block}: skipped ({exc})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 results.append(BlockResult(block, "held", folder))
     return results
 
@@ -219,9 +289,17 @@ def with_threads(overrides: Mapping[str, Any], threads: int) -> dict[str, Any]:
     return out
 
 
-def _run_block(cfg: ProfileConfig, block_set: BlockSet, block: int, folder: Path, threads: int,
-               overrides: Mapping[str, Any], *, allow_dirty: bool,
-               allow_revisions: bool) -> BlockResult:
+def _run_block(
+    cfg: ProfileConfig,
+    block_set: BlockSet,
+    block: int,
+    folder: Path,
+    threads: int,
+    overrides: Mapping[str, Any],
+    *,
+    allow_dirty: bool,
+    allow_revisions: bool,
+) -> BlockResult:
     # a swap a crash cut short is finished (a staging folder whose record says finished)
     recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
     if block_state(folder) == "finished":
@@ -229,30 +307,53 @@ def _run_block(cfg: ProfileConfig, block_set: BlockSet, block: int, folder: Path
     staging = staging_path(folder)
     if staging.exists():
         left = read_block(staging) or {}
-        print(f"[study] {block_set.name} block {block}: interrupted (started "
-              f"{left.get('started', '?')}, runs finished: "
-              f"{', '.join(left.get('runs', {})) or 'none'}); its runs are discarded and the "
-              "block re-runs whole", flush=True)
+        print(
+            f"[study] {block_set.name} block {block}: interrupted (started "
+            f"{left.get('started', '?')}, runs finished: "
+            f"{', '.join(left.get('runs', {})) or 'none'}); its runs are discarded and the "
+            "block re-runs whole",
+            flush=True,
+        )
         discard(staging)
     record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
-    check_revision(folder.parent, record["git_revision"], overrides, allow_dirty=allow_dirty,
-                   allow_revisions=allow_revisions)
+    check_revision(
+        folder.parent,
+        record["git_revision"],
+        overrides,
+        allow_dirty=allow_dirty,
+        allow_revisions=allow_revisions,
+    )
     staging.mkdir(parents=True)
     _write_record(staging, record)
     runs: dict[str, Any] = {}
-    provenance = {"block": {k: record[k] for k in ("block_set", "block", "commit", "clean",
-                                                   "build", "torch_threads")}}
+    provenance = {
+        "block": {
+            k: record[k]
+            for k in ("block_set", "block", "commit", "clean", "build", "torch_threads")
+        }
+    }
     for method in block_set.methods:
-        result = train(cfg, method, record["seed"], force=True, runs_root=staging,
-                       provenance=provenance)
+        result = train(
+            cfg, method, record["seed"], force=True, runs_root=staging, provenance=provenance
+        )
         done = json.loads(result.run.done.read_text())
-        runs[method] = {"config_hash": done["config_hash"], "status": result.status,
-                        "wall_time": result.wall_time}
+        runs[method] = {
+            "config_hash": done["config_hash"],
+            "status": result.status,
+            "wall_time": result.wall_time,
+        }
         _write_record(staging, {**record, "runs": runs})
-        print(f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
-              f"{result.status} in {result.wall_time:.0f} s", flush=True)
-    record = {**record, "runs": runs, "status": "finished",
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        print(
+            f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
+            f"{result.status} in {result.wall_time:.0f} s",
+            flush=True,
+        )
+    record = {
+        **record,
+        "runs": runs,
+        "status": "finished",
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     _write_record(staging, record)
     swap_in(staging, folder)
     return BlockResult(block, "finished", folder, record)
@@ -276,8 +377,9 @@ class PlannedBlock:
     detail: str = ""
 
 
-def block_plan(profile: str, set_name: str, blocks: Sequence[int],
-               overrides: Mapping[str, Any] | None = None) -> list[PlannedBlock]:
+def block_plan(
+    profile: str, set_name: str, blocks: Sequence[int], overrides: Mapping[str, Any] | None = None
+) -> list[PlannedBlock]:
     """Each block's state, read without training or writing anything."""
     block_set = get_block_set(set_name)
     cfg = load_profile(profile, dict(overrides or {}) or None)
@@ -289,11 +391,15 @@ def block_plan(profile: str, set_name: str, blocks: Sequence[int],
         detail = ""
         if state == "finished":
             r = read_block(folder)
-            detail = (f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
-                      f"build {r['build']}, {r['torch_threads']} thread(s)")
+            detail = (
+                f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
+                f"build {r['build']}, {r['torch_threads']} thread(s)"
+            )
         elif state == "interrupted":
             left = read_block(staging_path(folder)) or {}
-            detail = (f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
-                      "re-runs whole")
+            detail = (
+                f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
+                "re-runs whole"
+            )
         plan.append(PlannedBlock(block, block_seed(block_set, block), state, detail))
     return plan

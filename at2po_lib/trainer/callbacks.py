@@ -70,10 +70,15 @@ class MetricsRecorder(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "reward" not in logs:
             return  # evaluation logs and the final train summary carry no rollout metrics
-        row: dict[str, Any] = {"step": rollout_step(state.global_step, self.updates_per_step),
-                               "global_step": state.global_step}
-        row.update((key, value) for key, value in logs.items()
-                   if value is not None and key not in RECORD_FIELDS)
+        row: dict[str, Any] = {
+            "step": rollout_step(state.global_step, self.updates_per_step),
+            "global_step": state.global_step,
+        }
+        row.update(
+            (key, value)
+            for key, value in logs.items()
+            if value is not None and key not in RECORD_FIELDS
+        )
         row["wall_time"] = time.time() - self.start_time
         run_folder.append_jsonl(self.path, row)
         self.last = row
@@ -90,8 +95,14 @@ class GreedyValidation(TrainerCallback):
     need collective weight gathering); the main process writes the rows.
     """
 
-    def __init__(self, path: Path, evaluate: Callable[[], Any], every: int,
-                 updates_per_step: int, before_train: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        evaluate: Callable[[], Any],
+        every: int,
+        updates_per_step: int,
+        before_train: bool = False,
+    ):
         self.path = path
         self.before_train = before_train
         self.evaluate = evaluate
@@ -107,10 +118,17 @@ class GreedyValidation(TrainerCallback):
         if not state.is_world_process_zero:
             return
         for rec in frame.to_dict("records"):
-            row = {"step": step, "dataset": rec["dataset"], "group": rec.get("group"),
-                   "n": rec.get("n"), "em": rec.get("em"), "f1": rec.get("f1"),
-                   "mean_turns": rec.get("mean_turns"),
-                   "mean_tool_calls": rec.get("mean_tool_calls"), "eval_time": seconds}
+            row = {
+                "step": step,
+                "dataset": rec["dataset"],
+                "group": rec.get("group"),
+                "n": rec.get("n"),
+                "em": rec.get("em"),
+                "f1": rec.get("f1"),
+                "mean_turns": rec.get("mean_turns"),
+                "mean_tool_calls": rec.get("mean_tool_calls"),
+                "eval_time": seconds,
+            }
             run_folder.append_jsonl(self.path, row)
             self.last[str(rec["dataset"])] = float(rec.get("em"))
         if self.last:
@@ -146,9 +164,16 @@ class TreeRecord(TrainerCallback):
         acc = self.trainer.accelerator
         rank = f".rank{acc.process_index}" if acc.num_processes > 1 else ""
         self.folder.mkdir(parents=True, exist_ok=True)
-        save_trees(batch.trees, self.folder / f"step{step:04d}{rank}.npz",
-                   meta={"step": step, "global_step": state.global_step,
-                         "rank": acc.process_index, "world_size": acc.num_processes})
+        save_trees(
+            batch.trees,
+            self.folder / f"step{step:04d}{rank}.npz",
+            meta={
+                "step": step,
+                "global_step": state.global_step,
+                "rank": acc.process_index,
+                "world_size": acc.num_processes,
+            },
+        )
 
 
 class CheckpointMarker(TrainerCallback):
@@ -164,8 +189,10 @@ class CheckpointMarker(TrainerCallback):
         folder = self.checkpoints / f"checkpoint-{state.global_step}"
         if folder.is_dir():
             run_folder.mark_checkpoint_complete(
-                folder, global_step=state.global_step,
-                step=rollout_step(state.global_step, self.updates_per_step))
+                folder,
+                global_step=state.global_step,
+                step=rollout_step(state.global_step, self.updates_per_step),
+            )
 
 
 def in_notebook() -> bool:
@@ -194,8 +221,11 @@ class LivePlot:
         self.handle = None
         self.last_draw = 0.0
 
-    def update(self, data: dict[str, dict[str, tuple[Sequence[float], Sequence[float]]]],
-               force: bool = False) -> None:
+    def update(
+        self,
+        data: dict[str, dict[str, tuple[Sequence[float], Sequence[float]]]],
+        force: bool = False,
+    ) -> None:
         now = time.perf_counter()
         if not force and now - self.last_draw < self.every_s:
             return
@@ -235,8 +265,9 @@ class _BarWithLivePlot(TrainerCallback):
 
     def __init__(self, description: str, panels: Sequence[str], plot: bool | None):
         self.description = description
-        self.plot = LivePlot(panels, description) if (
-            in_notebook() if plot is None else plot) else None
+        self.plot = (
+            LivePlot(panels, description) if (in_notebook() if plot is None else plot) else None
+        )
         self.bar = None
 
     def _bar_position(self, state) -> tuple[int, int]:
@@ -266,8 +297,14 @@ class StepProgress(_BarWithLivePlot):
     """A tqdm bar over rollout steps: reward, entropy, latest validation EM, time left; in a
     notebook also a live plot of the mean reward and the validation EM per step."""
 
-    def __init__(self, total_steps: int, updates_per_step: int, description: str = "",
-                 validation: GreedyValidation | None = None, plot: bool | None = None):
+    def __init__(
+        self,
+        total_steps: int,
+        updates_per_step: int,
+        description: str = "",
+        validation: GreedyValidation | None = None,
+        plot: bool | None = None,
+    ):
         # without validation (a short live run) the second panel is the policy entropy: an
         # empty validation panel would only say nothing was measured
         second = "validation EM" if validation is not None else "policy entropy"
@@ -283,11 +320,15 @@ class StepProgress(_BarWithLivePlot):
 
     def _plot_data(self):
         if self.validation is None:
-            return {"reward": {"sampled leaves": self.rewards},
-                    "policy entropy": {"policy tokens": self.entropies}}
+            return {
+                "reward": {"sampled leaves": self.rewards},
+                "policy entropy": {"policy tokens": self.entropies},
+            }
         history = self.validation.history
-        return {"reward": {"sampled leaves": self.rewards},
-                "validation EM": {"greedy": ([s for s, _ in history], [em for _, em in history])}}
+        return {
+            "reward": {"sampled leaves": self.rewards},
+            "validation EM": {"greedy": ([s for s, _ in history], [em for _, em in history])},
+        }
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.bar is None or not logs or "reward" not in logs:
@@ -318,11 +359,15 @@ class TrainingProgress(_BarWithLivePlot):
     ``trainer.state.log_history``.
     """
 
-    def __init__(self, description: str = "training",
-                 extra_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None,
-                 plot: bool | None = None):
-        super().__init__(description,
-                         ["loss"] + (["validation"] if extra_points is not None else []), plot)
+    def __init__(
+        self,
+        description: str = "training",
+        extra_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None,
+        plot: bool | None = None,
+    ):
+        super().__init__(
+            description, ["loss"] + (["validation"] if extra_points is not None else []), plot
+        )
         self.extra_points = extra_points
         self.losses: tuple[list[int], list[float]] = ([], [])
 
@@ -332,8 +377,10 @@ class TrainingProgress(_BarWithLivePlot):
     def _plot_data(self):
         data = {"loss": {"train": self.losses}}
         if self.extra_points is not None:
-            data["validation"] = {name: ([s for s, _ in pts], [v for _, v in pts])
-                                  for name, pts in self.extra_points().items()}
+            data["validation"] = {
+                name: ([s for s, _ in pts], [v for _, v in pts])
+                for name, pts in self.extra_points().items()
+            }
         return data
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -74,7 +74,7 @@ from typing import Any
 from ..config.profile import ProfileConfig
 from ..rollout.decoding import HALF_DTYPES, decode_dtype, decode_grouping
 
-GIB = 2 ** 30
+GIB = 2**30
 VLLM_OVERHEAD_BYTES = 2 * GIB
 CUDA_CONTEXT_BYTES = 1 * GIB
 """The CUDA context of a training process (driver state, cuBLAS/cuDNN workspaces; vLLM's
@@ -82,7 +82,7 @@ engine shares the process's context), a round allowance: ~0.5-1 GiB is typical."
 NCCL_BUFFER_BYTES = 1 * GIB
 """NCCL's communicator buffers with more than one GPU (channels x peers x NCCL_BUFFSIZE),
 an allowance of the same kind."""
-ZERO3_MAX_LIVE_PARAMETERS = 10 ** 9
+ZERO3_MAX_LIVE_PARAMETERS = 10**9
 """DeepSpeed's ``stage3_max_live_parameters`` default (accelerate's configs do not set it)."""
 ADAM_STATE_BYTES = 12  # fp32 master copy (4) + two fp32 moments (8), per parameter
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -153,8 +153,9 @@ KNOWN_ARCHITECTURES: dict[str, Architecture] = {
     "Qwen/Qwen3-4B": Architecture(2560, 36, 32, 8, 128, 9728, 151936, True, qk_norm=True),
     "Qwen/Qwen3-8B": Architecture(4096, 36, 32, 8, 128, 12288, 151936, False, qk_norm=True),
     "Qwen/Qwen2.5-7B": Architecture(3584, 28, 28, 4, 128, 18944, 152064, False, qkv_bias=True),
-    "Qwen/Qwen2.5-7B-Instruct": Architecture(3584, 28, 28, 4, 128, 18944, 152064, False,
-                                             qkv_bias=True),
+    "Qwen/Qwen2.5-7B-Instruct": Architecture(
+        3584, 28, 28, 4, 128, 18944, 152064, False, qkv_bias=True
+    ),
 }
 
 
@@ -180,8 +181,8 @@ class Hardware:
     offload_optimizer: bool = False
     fused_lm_head: bool = True
     retriever_on_gpu: bool = True  # the retrieval server's faiss shards and encoder on the GPUs
-    cpu_gflops: float = 1000.0    # sustained sgemm of a many-core server
-    gpu_tflops: float = 40.0      # sustained fp32 sgemm of one datacenter GPU
+    cpu_gflops: float = 1000.0  # sustained sgemm of a many-core server
+    gpu_tflops: float = 40.0  # sustained fp32 sgemm of one datacenter GPU
     mean_searches: float = 3.7
     passages: int = WIKI18_PASSAGES
 
@@ -191,23 +192,39 @@ def architecture_of(profile_cfg: ProfileConfig) -> Architecture:
     Qwen3 the profile builds (``policy.model`` unset)."""
     pol = profile_cfg.policy
     if pol.model is None:
-        return Architecture(pol.hidden_size, pol.num_hidden_layers, pol.num_attention_heads,
-                            pol.num_key_value_heads, pol.attention_head_dim(), pol.intermediate_size, pol.vocab_size,
-                            True, qk_norm=True)
+        return Architecture(
+            pol.hidden_size,
+            pol.num_hidden_layers,
+            pol.num_attention_heads,
+            pol.num_key_value_heads,
+            pol.attention_head_dim(),
+            pol.intermediate_size,
+            pol.vocab_size,
+            True,
+            qk_norm=True,
+        )
     if pol.model in KNOWN_ARCHITECTURES:
         return KNOWN_ARCHITECTURES[pol.model]
     config = Path(pol.model) / "config.json"
     if not config.is_file():
-        raise PlanError(f"policy.model={pol.model!r}: not a known backbone "
-                        f"({', '.join(KNOWN_ARCHITECTURES)}) and no {config}")
+        raise PlanError(
+            f"policy.model={pol.model!r}: not a known backbone "
+            f"({', '.join(KNOWN_ARCHITECTURES)}) and no {config}"
+        )
     c = json.loads(config.read_text())
     heads = c["num_attention_heads"]
-    return Architecture(c["hidden_size"], c["num_hidden_layers"], heads,
-                        c.get("num_key_value_heads", heads),
-                        c.get("head_dim") or c["hidden_size"] // heads, c["intermediate_size"],
-                        c["vocab_size"], bool(c.get("tie_word_embeddings", False)),
-                        qkv_bias="qwen2" in c.get("model_type", ""),
-                        qk_norm="qwen3" in c.get("model_type", ""))
+    return Architecture(
+        c["hidden_size"],
+        c["num_hidden_layers"],
+        heads,
+        c.get("num_key_value_heads", heads),
+        c.get("head_dim") or c["hidden_size"] // heads,
+        c["intermediate_size"],
+        c["vocab_size"],
+        bool(c.get("tie_word_embeddings", False)),
+        qkv_bias="qwen2" in c.get("model_type", ""),
+        qk_norm="qwen3" in c.get("model_type", ""),
+    )
 
 
 def encoder_of(profile_cfg: ProfileConfig) -> Encoder | None:
@@ -216,8 +233,10 @@ def encoder_of(profile_cfg: ProfileConfig) -> Encoder | None:
     if rcfg.method != "dense":
         return None
     if rcfg.encoder not in KNOWN_ENCODERS:
-        raise PlanError(f"retrieval.encoder={rcfg.encoder!r}: unknown to the plan "
-                        f"(known: {', '.join(KNOWN_ENCODERS)})")
+        raise PlanError(
+            f"retrieval.encoder={rcfg.encoder!r}: unknown to the plan "
+            f"(known: {', '.join(KNOWN_ENCODERS)})"
+        )
     return KNOWN_ENCODERS[rcfg.encoder]
 
 
@@ -244,16 +263,25 @@ def training_memory(params: int, hw: Hardware, lora_params: int = 0) -> dict[str
     if lora_params:
         shard = n if stage >= 1 else 1
         optimizer = 0.0 if hw.offload_optimizer else 8.0 * lora_params / shard
-        return {"weights": 2.0 * params / (n if stage >= 3 else 1) + 4.0 * lora_params,
-                "gradients": 4.0 * lora_params / (n if stage >= 2 else 1),
-                "optimizer states": optimizer}
+        return {
+            "weights": 2.0 * params / (n if stage >= 3 else 1) + 4.0 * lora_params,
+            "gradients": 4.0 * lora_params / (n if stage >= 2 else 1),
+            "optimizer states": optimizer,
+        }
     if stage < 0:
-        return {"weights": 4.0 * params, "gradients": 4.0 * params,
-                "optimizer states": 8.0 * params}
-    optimizer = 0.0 if hw.offload_optimizer else ADAM_STATE_BYTES * params / (n if stage >= 1 else 1)
-    return {"weights": 2.0 * params / (n if stage >= 3 else 1),
-            "gradients": 2.0 * params / (n if stage >= 2 else 1),
-            "optimizer states": optimizer}
+        return {
+            "weights": 4.0 * params,
+            "gradients": 4.0 * params,
+            "optimizer states": 8.0 * params,
+        }
+    optimizer = (
+        0.0 if hw.offload_optimizer else ADAM_STATE_BYTES * params / (n if stage >= 1 else 1)
+    )
+    return {
+        "weights": 2.0 * params / (n if stage >= 3 else 1),
+        "gradients": 2.0 * params / (n if stage >= 2 else 1),
+        "optimizer states": optimizer,
+    }
 
 
 def fp32_gradient_partition_bytes(trained_params: int, hw: Hardware) -> float:
@@ -354,8 +382,9 @@ def rollout_dtype_bytes(profile_cfg: ProfileConfig, hw: Hardware, lora: bool) ->
     return 2 if run in HALF_DTYPES else 4
 
 
-def rollout_weights_bytes(params: int, hw: Hardware, lora: bool, dtype_bytes: int,
-                          autocast: bool) -> float:
+def rollout_weights_bytes(
+    params: int, hw: Hardware, lora: bool, dtype_bytes: int, autocast: bool
+) -> float:
     """Weights the HF rollout adds to those the trainer holds. With fp32 master weights: ``e·P``
     for a copy in a half-precision decode dtype (``e`` = 2: a bf16 rollout,
     :func:`at2po_lib.rollout.backends.decode_weights`), or, decoding the fp32 weights under
@@ -391,8 +420,9 @@ def prompt_cache_bytes(prompts: int, prompt_tokens: int, token_bytes: int) -> fl
     return float(prompts * prompt_tokens * token_bytes)
 
 
-def kept_cache_bytes(prompts: int, first: int, later: int, rounds: int, seq: int,
-                     token_bytes: int) -> float:
+def kept_cache_bytes(
+    prompts: int, first: int, later: int, rounds: int, seq: int, token_bytes: int
+) -> float:
     """``p·(r_0 + (L−1)·r_1)·s·k``: at the last round, the caches of every chain of the earlier
     rounds, kept for the branches that start from them (0 without later rounds)."""
     if rounds < 1:
@@ -424,8 +454,9 @@ def sampling_bytes(rows: int, vocab: int, dtype_bytes: int) -> float:
     return float(rows * vocab * (dtype_bytes + 4 * SAMPLING_FP32_COPIES))
 
 
-def hf_kv_rows(profile_cfg: ProfileConfig, hw: Hardware, arch: Architecture,
-               dtype_bytes: int) -> dict[str, float]:
+def hf_kv_rows(
+    profile_cfg: ProfileConfig, hw: Hardware, arch: Architecture, dtype_bytes: int
+) -> dict[str, float]:
     """The HF rollout's KV and sampling rows at its peak round (module docstring): round 0
     (``r_0`` rows, nothing kept) or round L (``r_1`` rows, the earlier rounds kept), whichever
     is larger."""
@@ -441,12 +472,15 @@ def hf_kv_rows(profile_cfg: ProfileConfig, hw: Hardware, arch: Architecture,
     best: dict[str, float] = {}
     for per_prompt, kept in candidates:
         rows = min(prompts * per_prompt, ro.max_batch_rows)
-        terms = {"rollout: prompt caches": prompt_cache_bytes(prompts, ro.max_prompt_tokens, k),
-                 "rollout: earlier rounds' caches": kept,
-                 "rollout: working KV buffer": working_kv_bytes(rows, seq, k),
-                 f"rollout: copy-out ({grouping} grouping)": copy_out_bytes(
-                     rows, seq, k, arch.num_layers, grouping),
-                 "rollout: sampling logits": sampling_bytes(rows, arch.vocab_size, dtype_bytes)}
+        terms = {
+            "rollout: prompt caches": prompt_cache_bytes(prompts, ro.max_prompt_tokens, k),
+            "rollout: earlier rounds' caches": kept,
+            "rollout: working KV buffer": working_kv_bytes(rows, seq, k),
+            f"rollout: copy-out ({grouping} grouping)": copy_out_bytes(
+                rows, seq, k, arch.num_layers, grouping
+            ),
+            "rollout: sampling logits": sampling_bytes(rows, arch.vocab_size, dtype_bytes),
+        }
         if sum(terms.values()) > sum(best.values()):
             best = terms
     return best
@@ -470,24 +504,32 @@ def rollout_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, float]
     else:
         e = rollout_dtype_bytes(profile_cfg, hw, bool(lora))
         memory["rollout: weights as run (copy / gathered)"] = rollout_weights_bytes(
-            params, hw, bool(lora), e, profile_cfg.train.bf16)
+            params, hw, bool(lora), e, profile_cfg.train.bf16
+        )
         memory.update(hf_kv_rows(profile_cfg, hw, arch, e))
     memory.update(retriever_memory(profile_cfg, hw))
     return memory
 
 
-def vllm_memory(profile_cfg: ProfileConfig, hw: Hardware, params: int) -> tuple[dict[str, float], int]:
+def vllm_memory(
+    profile_cfg: ProfileConfig, hw: Hardware, params: int
+) -> tuple[dict[str, float], int]:
     """vLLM's share ``u·G`` (module docstring): its bf16 weights ``2P``, KV cache ``u·G − 2P −
     2 GiB`` and overhead; and the tokens that KV cache holds."""
     tr, arch = profile_cfg.train, architecture_of(profile_cfg)
     share = tr.vllm_gpu_memory_utilization * hw.gpu_memory_gib * GIB
     kv_cache = share - 2.0 * params - VLLM_OVERHEAD_BYTES
     if kv_cache <= 0:
-        raise PlanError(f"train.vllm_gpu_memory_utilization={tr.vllm_gpu_memory_utilization}: "
-                        f"{share / GIB:.1f} GiB cannot hold the weights "
-                        f"({2 * params / GIB:.1f} GiB) and vLLM's overhead")
-    rows = {"vLLM weights (bf16)": 2.0 * params, "vLLM KV cache": kv_cache,
-            "vLLM overhead": float(VLLM_OVERHEAD_BYTES)}
+        raise PlanError(
+            f"train.vllm_gpu_memory_utilization={tr.vllm_gpu_memory_utilization}: "
+            f"{share / GIB:.1f} GiB cannot hold the weights "
+            f"({2 * params / GIB:.1f} GiB) and vLLM's overhead"
+        )
+    rows = {
+        "vLLM weights (bf16)": 2.0 * params,
+        "vLLM KV cache": kv_cache,
+        "vLLM overhead": float(VLLM_OVERHEAD_BYTES),
+    }
     return rows, int(kv_cache // arch.kv_bytes_per_token())
 
 
@@ -496,10 +538,14 @@ def retriever_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, floa
     enc, rc = encoder_of(profile_cfg), profile_cfg.retrieval
     if enc is None:
         return {}
-    return {"faiss shard (Flat, fp16)": faiss_shard_bytes(hw.passages, enc.dim, hw),
-            "encoder (GPU 0 only, inference)": (
-                encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16) if hw.retriever_on_gpu
-                else 0.0)}
+    return {
+        "faiss shard (Flat, fp16)": faiss_shard_bytes(hw.passages, enc.dim, hw),
+        "encoder (GPU 0 only, inference)": (
+            encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16)
+            if hw.retriever_on_gpu
+            else 0.0
+        ),
+    }
 
 
 def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, float], int]:
@@ -514,10 +560,12 @@ def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, 
     memory.update(training_memory(params, hw, lora))
     memory["fp32 gradient partition (step)"] = fp32_gradient_partition_bytes(lora or params, hw)
     memory["ZeRO-3 gathered parameters"] = zero3_gathered_bytes(params, hw)
-    memory["bf16 autocast copy of the weights"] = autocast_copy_bytes(params, hw, bool(lora),
-                                                                      tr.bf16)
-    memory["activations (checkpointed)"] = activation_memory(arch, tr.micro_batch_rows or 1, seq,
-                                                             hw.fused_lm_head)
+    memory["bf16 autocast copy of the weights"] = autocast_copy_bytes(
+        params, hw, bool(lora), tr.bf16
+    )
+    memory["activations (checkpointed)"] = activation_memory(
+        arch, tr.micro_batch_rows or 1, seq, hw.fused_lm_head
+    )
     memory["fused LM head fp32 weight gradient"] = lm_head_grad_bytes(arch, hw, bool(lora))
     kv_tokens = 0
     if tr.use_vllm:
@@ -553,7 +601,8 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
             f"vLLM's KV cache holds {kv_tokens:,} tokens, {kv_tokens / needed_tokens:.1%} of the "
             f"{needed_tokens:,} this GPU's trajectories need at full length: the engine runs the "
             f"batch in ~{math.ceil(needed_tokens / max(kv_tokens, 1)):,} waves (slow, not out of "
-            "memory); raise train.vllm_gpu_memory_utilization or lower rollout lengths")
+            "memory); raise train.vllm_gpu_memory_utilization or lower rollout lengths"
+        )
     flop_per_query = 2.0 * hw.passages * enc.dim if enc is not None else 0.0
 
     leaves = ro.leaves_per_prompt("entropy")  # M + L*K
@@ -615,11 +664,15 @@ def format_plan(result: dict[str, Any], profile: str) -> str:
     total, the verdict, warnings, then the step's counts)."""
     hw = result["hardware"]
     phases = result["phases"]
-    lines = [f"plan: profile {profile}, {hw['gpus']} GPU(s) of {hw['gpu_memory_gib']:g} GiB, "
-             f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}"
-             f"{'' if hw['retriever_on_gpu'] else ', retriever on CPU'}; "
-             f"policy {result['parameters'] / 1e9:.3f} B parameters", "",
-             "| memory on GPU 0 (the fullest) | rollout GiB | update GiB |", "| --- | ---: | ---: |"]
+    lines = [
+        f"plan: profile {profile}, {hw['gpus']} GPU(s) of {hw['gpu_memory_gib']:g} GiB, "
+        f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}"
+        f"{'' if hw['retriever_on_gpu'] else ', retriever on CPU'}; "
+        f"policy {result['parameters'] / 1e9:.3f} B parameters",
+        "",
+        "| memory on GPU 0 (the fullest) | rollout GiB | update GiB |",
+        "| --- | ---: | ---: |",
+    ]
     names = list(dict.fromkeys([*phases["update"], *phases["rollout"]]))
 
     def cell(phase: str, what: str) -> str:
@@ -627,25 +680,34 @@ def format_plan(result: dict[str, Any], profile: str) -> str:
 
     lines += [f"| {what} | {cell('rollout', what)} | {cell('update', what)} |" for what in names]
     totals = result["phase_totals"]
-    lines.append(f"| **phase total** | {totals['rollout'] / GIB:,.2f} | {totals['update'] / GIB:,.2f} |")
+    lines.append(
+        f"| **phase total** | {totals['rollout'] / GIB:,.2f} | {totals['update'] / GIB:,.2f} |"
+    )
     free = (result["gpu_bytes"] - result["total_bytes"]) / GIB
-    lines += [f"| **total** (the {result['peak_phase']} phase, of {result['gpu_bytes'] / GIB:g}) | "
-              f"**{result['total_bytes'] / GIB:,.2f}** | |",
-              f"| verdict (margin {result['margin_bytes'] / GIB:.1f} GiB) | {result['verdict']} "
-              f"({free:,.1f} GiB free) | |"]
+    lines += [
+        f"| **total** (the {result['peak_phase']} phase, of {result['gpu_bytes'] / GIB:g}) | "
+        f"**{result['total_bytes'] / GIB:,.2f}** | |",
+        f"| verdict (margin {result['margin_bytes'] / GIB:.1f} GiB) | {result['verdict']} "
+        f"({free:,.1f} GiB free) | |",
+    ]
     lines += [f"\nwarning: {w}" for w in result["warnings"]]
     lines += ["", "| per step | value |", "| --- | ---: |"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in {**result["step"], **result["retrieval"]}.items()]
     return "\n".join(lines)
 
 
-def card_table(profile_cfg: ProfileConfig, hw: Hardware, cards_gib: list[float],
-               lora_rank: int = DEFAULT_LORA_RANK) -> list[dict[str, Any]]:
+def card_table(
+    profile_cfg: ProfileConfig,
+    hw: Hardware,
+    cards_gib: list[float],
+    lora_rank: int = DEFAULT_LORA_RANK,
+) -> list[dict[str, Any]]:
     """One row per card size: the verdict and total of the profile as it is, and with LoRA
     (the profile's rank, else ``lora_rank``) when it trains all weights."""
     rank = profile_cfg.policy.lora_r or lora_rank
-    lora_cfg = dataclasses.replace(profile_cfg, policy=dataclasses.replace(profile_cfg.policy,
-                                                                           lora_r=rank))
+    lora_cfg = dataclasses.replace(
+        profile_cfg, policy=dataclasses.replace(profile_cfg.policy, lora_r=rank)
+    )
     rows = []
     for gib in cards_gib:
         card = dataclasses.replace(hw, gpu_memory_gib=gib)
@@ -663,9 +725,17 @@ def card_table(profile_cfg: ProfileConfig, hw: Hardware, cards_gib: list[float],
 def format_cards(rows: list[dict[str, Any]], profile: str, hw: Hardware) -> str:
     """:func:`card_table` as Markdown."""
     header = list(rows[0])
-    lines = [f"plan: profile {profile} on {hw.gpus} GPU(s), ZeRO {hw.zero_stage}"
-             f"{'' if hw.retriever_on_gpu else ', retriever on CPU'}", "",
-             "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(f"{row[k]:g}" if isinstance(row[k], float) else str(row[k])
-                                for k in header) + " |" for row in rows]
+    lines = [
+        f"plan: profile {profile} on {hw.gpus} GPU(s), ZeRO {hw.zero_stage}"
+        f"{'' if hw.retriever_on_gpu else ', retriever on CPU'}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" for _ in header) + " |",
+    ]
+    lines += [
+        "| "
+        + " | ".join(f"{row[k]:g}" if isinstance(row[k], float) else str(row[k]) for k in header)
+        + " |"
+        for row in rows
+    ]
     return "\n".join(lines)

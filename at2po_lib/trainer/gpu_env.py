@@ -32,8 +32,19 @@ CUDA_SUFFIX = re.compile(r"^nvidia-.+-cu(\d+)$")
 SIDE_BY_SIDE = re.compile(r"^nvidia-cutlass-dsl-libs-cu\d+$")
 """Packages that ship a build for every CUDA major side by side (the CUTLASS DSL's libraries,
 which nvidia-cutlass-dsl installs for CUDA 12 and 13 alike): not a runtime the process loads."""
-SUMMARY_PACKAGES = ("vllm", "torch", "transformers", "trl", "accelerate", "peft", "deepspeed",
-                    "faiss-gpu", "flashinfer-python", "tokenizers", "numpy")
+SUMMARY_PACKAGES = (
+    "vllm",
+    "torch",
+    "transformers",
+    "trl",
+    "accelerate",
+    "peft",
+    "deepspeed",
+    "faiss-gpu",
+    "flashinfer-python",
+    "tokenizers",
+    "numpy",
+)
 
 
 def requirement_name(requirement: str) -> str:
@@ -64,7 +75,9 @@ def environment_pip_section(root: Path) -> list[str]:
     env = yaml.safe_load((root / "environment.yml").read_text())
     sections = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
     if len(sections) != 1:
-        raise ValueError(f"{root / 'environment.yml'}: expected one pip section, found {len(sections)}")
+        raise ValueError(
+            f"{root / 'environment.yml'}: expected one pip section, found {len(sections)}"
+        )
     return [str(r).strip() for r in sections[0]]
 
 
@@ -102,15 +115,22 @@ def summarize_report(report: dict) -> list[tuple[str, str]]:
     """(name, version) of the key packages in a pip ``--report``, and its CUDA major; raises
     when the resolution would install faiss-cpu next to faiss-gpu (two builds of one `faiss`
     module) or the libraries of two CUDA majors (one process loads one runtime)."""
-    versions = {requirement_name(i["metadata"]["name"]): i["metadata"]["version"]
-                for i in report.get("install", [])}
+    versions = {
+        requirement_name(i["metadata"]["name"]): i["metadata"]["version"]
+        for i in report.get("install", [])
+    }
     if "faiss-cpu" in versions and "faiss-gpu" in versions:
         raise ValueError("the resolution installs both faiss-cpu and faiss-gpu: one `faiss` module")
     majors = cuda_majors(versions)
     if len(majors) > 1:
-        raise ValueError("the resolution mixes CUDA majors in one environment: " + "; ".join(
-            f"CUDA {major}: {', '.join(names)}" for major, names in sorted(majors.items()))
-            + " (one process loads one CUDA runtime)")
+        raise ValueError(
+            "the resolution mixes CUDA majors in one environment: "
+            + "; ".join(
+                f"CUDA {major}: {', '.join(names)}" for major, names in sorted(majors.items())
+            )
+            + " (one process loads one CUDA runtime)"
+        )
     return [(name, versions.get(name, "-")) for name in SUMMARY_PACKAGES] + [
         ("(CUDA major)", ", ".join(str(m) for m in majors) or "-"),
-        ("(packages in all)", str(len(versions)))]
+        ("(packages in all)", str(len(versions))),
+    ]

@@ -30,15 +30,22 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..config.profile import (ADDED_PROFILE_FIELDS, ProfileConfig, RolloutConfig, apply_overrides,
-                      load_profile)
+from ..config.profile import (
+    ADDED_PROFILE_FIELDS,
+    ProfileConfig,
+    RolloutConfig,
+    apply_overrides,
+    load_profile,
+)
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES, get_method
 from ..util.errors import ProfileError
 from .run_folder import RunDir, is_finished
 
-def method_rollout(profile_cfg: ProfileConfig, expansion: str,
-                   fixed: Mapping[str, Any] | None = None) -> RolloutConfig:
+
+def method_rollout(
+    profile_cfg: ProfileConfig, expansion: str, fixed: Mapping[str, Any] | None = None
+) -> RolloutConfig:
     """The profile's ``rollout`` section shaped for one expansion (docs/method.md §5, §8):
     ``chain`` runs ``rollout.chains`` chains; ``aepo`` starts ``min(aepo_initial,
     aepo_budget)`` chains and grows them to ``aepo_budget`` leaves; ``random``/``entropy`` grow
@@ -49,12 +56,11 @@ def method_rollout(profile_cfg: ProfileConfig, expansion: str,
         fixed["chains"] = profile_cfg.rollout.leaves_per_prompt("entropy")
     rollout = dataclasses.replace(profile_cfg.rollout, **fixed, expansion=expansion)
     if expansion == "aepo":
-        return dataclasses.replace(rollout, aepo_initial=min(rollout.aepo_initial,
-                                                             rollout.aepo_budget))
+        return dataclasses.replace(
+            rollout, aepo_initial=min(rollout.aepo_initial, rollout.aepo_budget)
+        )
     rollout.leaves_per_prompt()  # an unknown expansion is an error here, naming it
     return rollout
-
-
 
 
 PROFILE_LABELS = ("name", "description")
@@ -66,8 +72,15 @@ ROLLOUT_READS: dict[str, tuple[str, ...]] = {
     "random": ("tree_m", "tree_l", "tree_k", "tree_grpo_trees"),
     "random_siblings": ("tree_m", "tree_l", "tree_k"),
     "entropy": ("tree_m", "tree_l", "tree_k", "tree_alpha", "entropy_estimate", "turn_entropy"),
-    "aepo": ("aepo_budget", "aepo_initial", "aepo_beam", "aepo_entropy_weight",
-             "aepo_branch_threshold", "aepo_branch_penalty", "aepo_entropy_tokens"),
+    "aepo": (
+        "aepo_budget",
+        "aepo_initial",
+        "aepo_beam",
+        "aepo_entropy_weight",
+        "aepo_branch_threshold",
+        "aepo_branch_penalty",
+        "aepo_entropy_tokens",
+    ),
 }
 """The ``rollout`` settings each expansion reads beyond the ones every rollout reads (sampling,
 turn and token limits, the backend's). A test grows trees with every other setting changed and
@@ -77,8 +90,9 @@ NODE_VALUE_READS = ("entropy_estimate", "turn_entropy")
 entropies that weight the children (``entropy_softmax``, ``entropy_linear``)."""
 
 
-def rollout_settings(rollout: RolloutConfig, credit_advantage: str | None = None,
-                     trains: bool = True) -> dict[str, Any]:
+def rollout_settings(
+    rollout: RolloutConfig, credit_advantage: str | None = None, trains: bool = True
+) -> dict[str, Any]:
     """The rollout settings a run reads, with their values: those every rollout reads, its
     expansion's (:data:`ROLLOUT_READS`), and the turn-entropy settings when its credit computes
     node values (``credit_advantage`` not an outcome advantage). A run that trains nothing
@@ -103,9 +117,13 @@ def profile_set_values(profile_cfg: ProfileConfig) -> dict[str, Any]:
     except ProfileError:
         return {}
     here = profile_cfg.to_dict()
-    return {f"{section}.{key}": value for section, values in here.items()
-            if isinstance(values, dict) for key, value in values.items()
-            if base.get(section, {}).get(key) != value}
+    return {
+        f"{section}.{key}": value
+        for section, values in here.items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+        if base.get(section, {}).get(key) != value
+    }
 
 
 # ---------------------------------------------------------------- recorded runs, any format
@@ -130,15 +148,25 @@ def run_identity(record: Mapping[str, Any]) -> dict[str, Any] | None:
     an unknown method): such a run is another configuration."""
     try:
         if "settings" in record:
-            return {"profile": record["profile"], "seed": record["seed"],
-                    "settings": copy.deepcopy(dict(record["settings"]))}
+            return {
+                "profile": record["profile"],
+                "seed": record["seed"],
+                "settings": copy.deepcopy(dict(record["settings"])),
+            }
         return _identity_of_profile_record(copy.deepcopy(dict(record)))
     except (KeyError, TypeError, ValueError, ProfileError):
         return None
 
 
-_LEGACY_TRAINER_MIRRORS = ("tree_m", "tree_l", "tree_k", "tree_alpha", "tree_aepo_beam",
-                           "tree_expansion", "tree_aepo_initial")
+_LEGACY_TRAINER_MIRRORS = (
+    "tree_m",
+    "tree_l",
+    "tree_k",
+    "tree_alpha",
+    "tree_aepo_beam",
+    "tree_expansion",
+    "tree_aepo_initial",
+)
 
 
 def _identity_of_profile_record(record: dict[str, Any]) -> dict[str, Any] | None:

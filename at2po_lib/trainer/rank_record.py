@@ -44,10 +44,14 @@ class RankRecord(TrainerCallback):
         if state.global_step % updates:
             return
         acc = self.trainer.accelerator
-        row = {"rollout_step": state.global_step // updates, "global_step": state.global_step,
-               "rank": acc.process_index, "world_size": acc.num_processes,
-               "prompt_ids": list(getattr(self.trainer, "last_rollout_ids", [])),
-               "weights_sha256": weights_digest(acc.unwrap_model(model or self.trainer.model))}
+        row = {
+            "rollout_step": state.global_step // updates,
+            "global_step": state.global_step,
+            "rank": acc.process_index,
+            "world_size": acc.num_processes,
+            "prompt_ids": list(getattr(self.trainer, "last_rollout_ids", [])),
+            "weights_sha256": weights_digest(acc.unwrap_model(model or self.trainer.model)),
+        }
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / f"rank{acc.process_index}.jsonl", "a") as handle:
             handle.write(json.dumps(row) + "\n")

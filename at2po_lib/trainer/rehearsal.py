@@ -57,8 +57,12 @@ class RehearsalFiles:
 
     def overrides(self) -> list[str]:
         """``--set`` texts pointing the rehearsal profile at these files."""
-        return [f"retrieval.corpus={self.corpus}", f"retrieval.index_dir={self.root / 'index'}",
-                f"policy.model={self.policy}", f"data.local_dir={self.flashrag}"]
+        return [
+            f"retrieval.corpus={self.corpus}",
+            f"retrieval.index_dir={self.root / 'index'}",
+            f"policy.model={self.policy}",
+            f"data.local_dir={self.flashrag}",
+        ]
 
 
 def _read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
@@ -73,9 +77,15 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def prepare(out: Path, profile_cfg: ProfileConfig | None = None, passages: int = 200,
-            corpus_src: Path | None = None, questions_src: Path | None = None,
-            seed: int = 0, search_steps: int = 25) -> RehearsalFiles:
+def prepare(
+    out: Path,
+    profile_cfg: ProfileConfig | None = None,
+    passages: int = 200,
+    corpus_src: Path | None = None,
+    questions_src: Path | None = None,
+    seed: int = 0,
+    search_steps: int = 25,
+) -> RehearsalFiles:
     """Write the corpus, the FlashRAG folder and the random policy under ``out``."""
     cfg = profile_cfg or load_profile("rehearsal")
     files = RehearsalFiles(Path(out))
@@ -92,14 +102,21 @@ def prepare(out: Path, profile_cfg: ProfileConfig | None = None, passages: int =
     if search_steps > 0:
         # 6 questions x 25 steps at lr 2e-2: ~3 of 10 sampled first turns close a search
         # within 16 tokens (measured; the rehearsal's calls may run to 64), in seconds
-        prime_search_calls(model, tokenizer, template, [r["question"] for r in questions[:6]],
-                           search_steps, learning_rate=2e-2)
+        prime_search_calls(
+            model,
+            tokenizer,
+            template,
+            [r["question"] for r in questions[:6]],
+            search_steps,
+            learning_rate=2e-2,
+        )
     save_policy(model, tokenizer, files.policy)
     return files
 
 
-def prime_search_calls(model, tokenizer, template, questions: list[str], steps: int,
-                       learning_rate: float = 1e-2) -> list[float]:
+def prime_search_calls(
+    model, tokenizer, template, questions: list[str], steps: int, learning_rate: float = 1e-2
+) -> list[float]:
     """``steps`` AdamW steps of next-token loss on ``prompt -> <search> question </search>``
     (loss on the completion only, all questions in one batch); returns the losses."""
     rows = []
@@ -114,9 +131,9 @@ def prime_search_calls(model, tokenizer, template, questions: list[str], steps: 
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (prompt, target) in enumerate(rows):
         seq = prompt + target
-        ids[i, :len(seq)] = torch.tensor(seq)
-        labels[i, len(prompt):len(seq)] = torch.tensor(target)
-        mask[i, :len(seq)] = 1
+        ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(prompt) : len(seq)] = torch.tensor(target)
+        mask[i, : len(seq)] = 1
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
     model.train()
     losses = []

@@ -40,8 +40,13 @@ from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import Method, get_method
 from ..util.errors import ProfileError
 from .at2po_config import AT2POConfig
-from .identity import (PROFILE_LABELS, method_rollout, profile_set_values, rollout_settings,
-                       run_identity)
+from .identity import (
+    PROFILE_LABELS,
+    method_rollout,
+    profile_set_values,
+    rollout_settings,
+    run_identity,
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,13 @@ class BatchGeometry:
     steps_per_generation: int
 
 
-def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
-                   world_size: int = 1, micro_batch_rows: int = 0) -> BatchGeometry:
+def batch_geometry(
+    prompts_per_step: int,
+    mini_batch_prompts: int,
+    leaves: int,
+    world_size: int = 1,
+    micro_batch_rows: int = 0,
+) -> BatchGeometry:
     """Per-process TRL batch sizes for P prompts per step, mini-batches of p prompts, G leaves.
 
     Rows per update per process = p·G / W; a micro-batch of ``micro_batch_rows`` (0: the whole
@@ -66,20 +76,28 @@ def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
     GPU, GA 11, 8 updates per step, steps_per_generation 88.
     """
     if prompts_per_step % mini_batch_prompts:
-        raise ValueError(f"train.prompts_per_step={prompts_per_step} is not a multiple of "
-                         f"train.mini_batch_prompts={mini_batch_prompts}")
+        raise ValueError(
+            f"train.prompts_per_step={prompts_per_step} is not a multiple of "
+            f"train.mini_batch_prompts={mini_batch_prompts}"
+        )
     if prompts_per_step % world_size:
-        raise ValueError(f"train.prompts_per_step={prompts_per_step} does not split into whole "
-                         f"prompt groups over {world_size} processes")
+        raise ValueError(
+            f"train.prompts_per_step={prompts_per_step} does not split into whole "
+            f"prompt groups over {world_size} processes"
+        )
     rows_per_update = mini_batch_prompts * leaves
     if rows_per_update % world_size:
-        raise ValueError(f"an update of {mini_batch_prompts} prompts x {leaves} leaves = "
-                         f"{rows_per_update} rows does not split over {world_size} processes")
+        raise ValueError(
+            f"an update of {mini_batch_prompts} prompts x {leaves} leaves = "
+            f"{rows_per_update} rows does not split over {world_size} processes"
+        )
     per_process = rows_per_update // world_size
     micro = micro_batch_rows or per_process
     if per_process % micro:
-        raise ValueError(f"train.micro_batch_rows={micro_batch_rows} does not divide the "
-                         f"{per_process} rows of an update on one process")
+        raise ValueError(
+            f"train.micro_batch_rows={micro_batch_rows} does not divide the "
+            f"{per_process} rows of an update on one process"
+        )
     accumulation = per_process // micro
     updates = prompts_per_step // mini_batch_prompts
     return BatchGeometry(leaves, updates, micro, accumulation, updates * accumulation)
@@ -87,24 +105,33 @@ def batch_geometry(prompts_per_step: int, mini_batch_prompts: int, leaves: int,
 
 # ----------------------------------------------------------------------- the run spec
 PROFILE_FIELDS: dict[str, str] = {
-    "learning_rate": "train.learning_rate", "lr_scheduler_type": "train.lr_scheduler_type",
-    "weight_decay": "train.weight_decay", "max_grad_norm": "train.max_grad_norm",
-    "bf16": "train.bf16", "activation_checkpointing": "train.activation_checkpointing",
-    "use_vllm": "train.use_vllm", "vllm_mode": "train.vllm_mode",
+    "learning_rate": "train.learning_rate",
+    "lr_scheduler_type": "train.lr_scheduler_type",
+    "weight_decay": "train.weight_decay",
+    "max_grad_norm": "train.max_grad_norm",
+    "bf16": "train.bf16",
+    "activation_checkpointing": "train.activation_checkpointing",
+    "use_vllm": "train.use_vllm",
+    "vllm_mode": "train.vllm_mode",
     "vllm_gpu_memory_utilization": "train.vllm_gpu_memory_utilization",
-    "loss_chunk_rows": "train.loss_chunk_rows", "save_total_limit": "train.save_total_limit",
+    "loss_chunk_rows": "train.loss_chunk_rows",
+    "save_total_limit": "train.save_total_limit",
     "update_num_threads": "train.update_num_threads",
-    "report_to": "train.report_to", "max_steps": "train.max_steps",
+    "report_to": "train.report_to",
+    "max_steps": "train.max_steps",
     "logging_steps": "train.prompts_per_step / train.mini_batch_prompts",
-    "save_steps": "train.save_every", "save_strategy": "train.save_every",
-    "temperature": "rollout.temperature", "top_p": "rollout.top_p",
+    "save_steps": "train.save_every",
+    "save_strategy": "train.save_every",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
     "max_completion_length": "rollout.max_response_tokens",
     "vllm_max_model_length": "rollout.max_prompt_tokens + rollout.max_response_tokens",
     "num_generations": "rollout.chains, rollout.tree_m/tree_l/tree_k or rollout.aepo_budget",
     "per_device_train_batch_size": "train.mini_batch_prompts and train.micro_batch_rows",
     "gradient_accumulation_steps": "train.micro_batch_rows",
     "steps_per_generation": "train.prompts_per_step / train.mini_batch_prompts",
-    "seed": "--seed", "output_dir": "the run folder",
+    "seed": "--seed",
+    "output_dir": "the run folder",
 }
 """``AT2POConfig`` fields a run derives from the profile (or its seed and folder). Each has one
 source, named here: an override of such a field (``--set trainer.<field>``) is refused with the
@@ -144,8 +171,9 @@ class RunSpec:
         out = self.profile.to_dict()
         for key in PROFILE_LABELS:
             out.pop(key, None)
-        out["rollout"] = rollout_settings(self.rollout, self.trainer.get("credit_advantage"),
-                                          trains=self.geometry is not None)
+        out["rollout"] = rollout_settings(
+            self.rollout, self.trainer.get("credit_advantage"), trains=self.geometry is not None
+        )
         out["trainer"] = {k: v for k, v in self.trainer.items() if k != "use_cpu"}
         return out
 
@@ -161,16 +189,26 @@ class RunSpec:
             fixed["rollout.expansion"] = preset.expansion
             fixed.update({f"rollout.{k}": v for k, v in preset.rollout.items()})
             fixed.update({f"trainer.{k}": v for k, v in preset.overrides.items()})
-        return {"profile": self.profile.name, "preset": fixed,
-                "set": {**profile_set_values(self.profile),
-                        **{f"trainer.{k}": v for k, v in self.trainer_overrides.items()}}}
+        return {
+            "profile": self.profile.name,
+            "preset": fixed,
+            "set": {
+                **profile_set_values(self.profile),
+                **{f"trainer.{k}": v for k, v in self.trainer_overrides.items()},
+            },
+        }
 
     def record(self) -> dict[str, Any]:
         """What ``config.yaml`` holds: the method, seed and profile name, the effective
         :meth:`settings` (hashed with them to recognise a finished run) and, apart and not
         hashed, their :meth:`sources`."""
-        return {"method": self.method, "seed": self.seed, "profile": self.profile.name,
-                "settings": self.settings(), "sources": self.sources()}
+        return {
+            "method": self.method,
+            "seed": self.seed,
+            "profile": self.profile.name,
+            "settings": self.settings(),
+            "sources": self.sources(),
+        }
 
     def identity(self) -> dict[str, Any]:
         """What decides whether a recorded run is this run (:func:`run_identity`)."""
@@ -185,8 +223,9 @@ class RunSpec:
         return AT2POConfig(output_dir=str(output_dir), **self.trainer)
 
 
-def leaves_per_prompt(profile_cfg: ProfileConfig, expansion: str,
-                      fixed: Mapping[str, Any] | None = None) -> int:
+def leaves_per_prompt(
+    profile_cfg: ProfileConfig, expansion: str, fixed: Mapping[str, Any] | None = None
+) -> int:
     """Leaves per prompt of ``expansion`` on a profile (:meth:`RolloutConfig.leaves_per_prompt`
     of :func:`method_rollout`)."""
     return method_rollout(profile_cfg, expansion, fixed).leaves_per_prompt()
@@ -204,7 +243,8 @@ def check_fixed_rollout(method: str, profile_overrides: Mapping[str, Any] | None
         raise ProfileError(
             f"method {method!r} fixes {fixed}: `--set rollout.{clash[0]}=...` would be ignored; "
             "at2po and the presets of Table 2 step 3 and Table 3 take the expansion settings "
-            "from the profile")
+            "from the profile"
+        )
 
 
 DERIVED_FIELDS: dict[str, str] = {"loss_type": "trainer.loss_aggregation"}
@@ -217,8 +257,11 @@ def rollout_knob(key: str) -> str | None:
     ``rollout.tree_m``; the old ``tree_expansion``/``tree_aepo_*`` names too), else None: the
     rollout is configured only in the profile's ``rollout`` section."""
     names = {f.name for f in dataclasses.fields(RolloutConfig)}
-    old = {"tree_expansion": "expansion", "tree_aepo_initial": "aepo_initial",
-           "tree_aepo_beam": "aepo_beam"}
+    old = {
+        "tree_expansion": "expansion",
+        "tree_aepo_initial": "aepo_initial",
+        "tree_aepo_beam": "aepo_beam",
+    }
     name = old.get(key, key)
     return f"rollout.{name}" if name in names else None
 
@@ -232,11 +275,15 @@ def check_trainer_overrides(overrides: Mapping[str, Any]) -> None:
         raise ProfileError("; ".join(found))
     for key in overrides:
         if key in DERIVED_FIELDS:
-            raise ProfileError(f"trainer.{key} follows from {DERIVED_FIELDS[key]}: set that "
-                               f"instead (e.g. --set {DERIVED_FIELDS[key]}=token-mean)")
+            raise ProfileError(
+                f"trainer.{key} follows from {DERIVED_FIELDS[key]}: set that "
+                f"instead (e.g. --set {DERIVED_FIELDS[key]}=token-mean)"
+            )
         if rollout_knob(key) and key not in PROFILE_FIELDS:
-            raise ProfileError(f"trainer.{key} is a rollout knob: set {rollout_knob(key)} "
-                               f"instead (e.g. --set {rollout_knob(key)}=...)")
+            raise ProfileError(
+                f"trainer.{key} is a rollout knob: set {rollout_knob(key)} "
+                f"instead (e.g. --set {rollout_knob(key)}=...)"
+            )
         if key in PROFILE_FIELDS:
             raise ProfileError(f"trainer.{key} comes from {_source_hint(PROFILE_FIELDS[key])}")
 
@@ -246,14 +293,20 @@ def _source_hint(source: str) -> str:
     if source == "--seed":
         return "the run's seed: pass --seed N instead"
     if source == "the run folder":
-        return ("the run folder, results/runs/<profile>/<method>/seed<S>/: choose it with "
-                "--profile, --method and --seed (AT2PO_RESULTS moves results/)")
+        return (
+            "the run folder, results/runs/<profile>/<method>/seed<S>/: choose it with "
+            "--profile, --method and --seed (AT2PO_RESULTS moves results/)"
+        )
     return f"the profile: set {source} instead (e.g. --set {source.split(' ')[0]}=...)"
 
 
-def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
-                trainer_overrides: Mapping[str, Any] | None = None,
-                world_size: int | None = None) -> RunSpec:
+def resolve_run(
+    profile_cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    trainer_overrides: Mapping[str, Any] | None = None,
+    world_size: int | None = None,
+) -> RunSpec:
     """The :class:`RunSpec` of one run: profile, then the method preset, then
     ``trainer_overrides`` (``AT2POConfig`` fields the profile does not set), then the derived
     rollout shape and batch geometry."""
@@ -262,24 +315,34 @@ def resolve_run(profile_cfg: ProfileConfig, method: str, seed: int,
     check_trainer_overrides(overrides)
     recorded_preset = preset_record(preset)
     if not preset.trains:
-        return RunSpec(profile_cfg, method, seed, recorded_preset, overrides,
-                       profile_cfg.rollout, None)
+        return RunSpec(
+            profile_cfg, method, seed, recorded_preset, overrides, profile_cfg.rollout, None
+        )
     method_fields = {**preset.overrides, **overrides}
     rollout = method_rollout(profile_cfg, preset.expansion, preset.rollout)
     leaves = rollout.leaves_per_prompt()
     train = profile_cfg.train
     world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    geo = batch_geometry(train.prompts_per_step, train.mini_batch_prompts, leaves, world_size,
-                         train.micro_batch_rows)
+    geo = batch_geometry(
+        train.prompts_per_step, train.mini_batch_prompts, leaves, world_size, train.micro_batch_rows
+    )
     fields: dict[str, Any] = dict(
-        seed=seed, learning_rate=train.learning_rate, lr_scheduler_type=train.lr_scheduler_type,
-        weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm, beta=train.beta,
-        bf16=train.bf16, activation_checkpointing=train.activation_checkpointing,
-        use_vllm=train.use_vllm, vllm_mode=train.vllm_mode,
+        seed=seed,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type=train.lr_scheduler_type,
+        weight_decay=train.weight_decay,
+        max_grad_norm=train.max_grad_norm,
+        beta=train.beta,
+        bf16=train.bf16,
+        activation_checkpointing=train.activation_checkpointing,
+        use_vllm=train.use_vllm,
+        vllm_mode=train.vllm_mode,
         vllm_gpu_memory_utilization=train.vllm_gpu_memory_utilization,
-        temperature=rollout.temperature, top_p=rollout.top_p,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
         max_completion_length=rollout.max_response_tokens,
-        loss_chunk_rows=train.loss_chunk_rows, update_num_threads=train.update_num_threads,
+        loss_chunk_rows=train.loss_chunk_rows,
+        update_num_threads=train.update_num_threads,
     )
     if train.use_vllm:
         fields["vllm_max_model_length"] = rollout.max_prompt_tokens + rollout.max_response_tokens
@@ -310,9 +373,13 @@ def preset_record(preset: Method) -> dict[str, Any]:
     return record
 
 
-def trainer_fields(profile_cfg: ProfileConfig, method: str, seed: int,
-                   overrides: Mapping[str, Any] | None = None,
-                   world_size: int | None = None) -> dict[str, Any]:
+def trainer_fields(
+    profile_cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    overrides: Mapping[str, Any] | None = None,
+    world_size: int | None = None,
+) -> dict[str, Any]:
     """``AT2POConfig`` keyword arguments of a run (no output paths): ``resolve_run(...).trainer``."""
     return resolve_run(profile_cfg, method, seed, overrides, world_size).trainer
 
@@ -321,11 +388,24 @@ def _no_accelerator() -> bool:
     return not torch.cuda.is_available()
 
 
-def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
-                 columns: Sequence[str] = ("expansion", "credit_advantage", "credit_value",
-                                           "loss_level", "epsilon", "epsilon_high", "beta",
-                                           "loss_aggregation", "leaves_per_prompt",
-                                           "updates_per_step", "temperature", "learning_rate")):
+def method_table(
+    profile_cfg: ProfileConfig,
+    methods: Sequence[str],
+    columns: Sequence[str] = (
+        "expansion",
+        "credit_advantage",
+        "credit_value",
+        "loss_level",
+        "epsilon",
+        "epsilon_high",
+        "beta",
+        "loss_aggregation",
+        "leaves_per_prompt",
+        "updates_per_step",
+        "temperature",
+        "learning_rate",
+    ),
+):
     """What each method resolves to on a profile (one row per method; notebook 04)."""
     rows = {}
     for method in methods:
@@ -344,13 +424,22 @@ def method_table(profile_cfg: ProfileConfig, methods: Sequence[str],
     return pd.DataFrame(rows).T
 
 
-def build_training_args(profile_cfg: ProfileConfig, method: str, seed: int, output_dir: Path,
-                        overrides: Mapping[str, Any] | None = None):
+def build_training_args(
+    profile_cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    output_dir: Path,
+    overrides: Mapping[str, Any] | None = None,
+):
     """The :class:`AT2POConfig` of a run (``resolve_run(...).training_args(output_dir)``)."""
     return resolve_run(profile_cfg, method, seed, overrides).training_args(output_dir)
 
 
-def resolved_config(profile_cfg: ProfileConfig, method: str, seed: int,
-                    trainer_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def resolved_config(
+    profile_cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    trainer_overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Everything that determines a run's result (``resolve_run(...).record()``)."""
     return resolve_run(profile_cfg, method, seed, trainer_overrides).record()

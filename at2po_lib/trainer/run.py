@@ -59,9 +59,17 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from ..config.profile import ProfileConfig, load_profile
 from ..protocol.qa_data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
-from ..evaluation.greedy import (evaluate, load_eval_rows, load_evaluation_policy, score_datasets,
-                          summarise, turn_distribution, world_dataset_path, write_eval,
-                          write_outcomes)
+from ..evaluation.greedy import (
+    evaluate,
+    load_eval_rows,
+    load_evaluation_policy,
+    score_datasets,
+    summarise,
+    turn_distribution,
+    world_dataset_path,
+    write_eval,
+    write_outcomes,
+)
 from ..method.presets import get_method
 from ..policy.model import torch_dtype
 from ..config.preflight import check_run_inputs
@@ -74,8 +82,7 @@ from ..util.provenance import hardware, run_metadata
 from ..util.quiet import hf_progress_bars_off
 from ..util.staging import recover, staging_path, swap_in
 from . import rank_record, run_folder
-from .callbacks import (CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress,
-                        TreeRecord)
+from .callbacks import CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress, TreeRecord
 from .identity import same_configuration, same_finished_run
 from .resolve import RunSpec, check_fixed_rollout, resolve_run
 from .search_agent import SearchAgent, turn_backend
@@ -128,8 +135,16 @@ def policy_path(profile_cfg: ProfileConfig) -> str:
 class Validator:
     """Greedy EM per dataset with the trainer's current policy (sharded over processes)."""
 
-    def __init__(self, trainer, profile_cfg: ProfileConfig, retriever, datasets: Sequence[str],
-                 max_questions: int | None, label: str, seed: int):
+    def __init__(
+        self,
+        trainer,
+        profile_cfg: ProfileConfig,
+        retriever,
+        datasets: Sequence[str],
+        max_questions: int | None,
+        label: str,
+        seed: int,
+    ):
         self.trainer, self.cfg, self.retriever = trainer, profile_cfg, retriever
         self.label, self.seed = label, seed
         self.rows = {d: load_eval_rows(profile_cfg, d, max_questions) for d in datasets}
@@ -141,11 +156,19 @@ class Validator:
         """Per-question results of every process's shard, gathered (on every process)."""
         acc = self.trainer.accelerator
         tokenizer = self.trainer.processing_class
-        shards = {dataset: rows[acc.process_index::acc.num_processes]
-                  for dataset, rows in self.rows.items()}
+        shards = {
+            dataset: rows[acc.process_index :: acc.num_processes]
+            for dataset, rows in self.rows.items()
+        }
         with self.trainer.policy_for_generation(sync=True) as policy:
-            backend = turn_backend(policy, tokenizer, self.cfg.rollout, seed=0, greedy=True,
-                                   template=self.cfg.policy.template)
+            backend = turn_backend(
+                policy,
+                tokenizer,
+                self.cfg.rollout,
+                seed=0,
+                greedy=True,
+                template=self.cfg.policy.template,
+            )
             frames = score_datasets(self.cfg, policy, tokenizer, self.retriever, shards, backend)
         if acc.num_processes > 1:
             frames = [f for f in gather_object(frames) if len(f)]
@@ -163,28 +186,32 @@ class TrainResult:
     final_eval: Any = None
 
 
-def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: Any
-          ) -> TrainResult:
+def train(profile: str | ProfileConfig, method: str, seed: int = 0, **options: Any) -> TrainResult:
     """Train (or reuse) one run while holding its folder's exclusive lock
     (:mod:`at2po_lib.util.locks`): a second process on the same run stops at once with
     :class:`~at2po_lib.util.locks.FolderLockedError` naming the first one's PID. The options are
     :func:`_train_locked`'s; see there and the module docstring."""
     get_method(method)  # an unknown name (say "../x") fails before any folder is made from it
     check_fixed_rollout(method, options.get("profile_overrides"))
-    cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
-        options.pop("profile_overrides", None) or {}) or None)
+    cfg = (
+        profile
+        if isinstance(profile, ProfileConfig)
+        else load_profile(profile, dict(options.pop("profile_overrides", None) or {}) or None)
+    )
     if not _is_main_process():
         # Under several processes only rank 0 writes the run folder, so only it holds the
         # lock; the other ranks of its launch share its run (a second launch's rank 0 is
         # refused by the lock, and its other ranks then fail at their first collective).
         return _train_locked(cfg, method, seed, **options)
-    with folder_lock(run_location(cfg, method, seed, options.get("runs_root")).root,
-                     "training run"):
+    with folder_lock(
+        run_location(cfg, method, seed, options.get("runs_root")).root, "training run"
+    ):
         return _train_locked(cfg, method, seed, **options)
 
 
-def run_location(cfg: ProfileConfig, method: str, seed: int,
-                 runs_root: Path | None = None) -> run_folder.RunDir:
+def run_location(
+    cfg: ProfileConfig, method: str, seed: int, runs_root: Path | None = None
+) -> run_folder.RunDir:
     """Where a run's folder lives: ``<runs_root>/<method>/seed<S>/``; by default
     ``results/runs/<profile key>/`` (:func:`run_folder.run_profile_key`) is the runs root."""
     if runs_root is None:
@@ -192,12 +219,21 @@ def run_location(cfg: ProfileConfig, method: str, seed: int,
     return run_folder.RunDir(Path(runs_root) / method / f"seed{seed}")
 
 
-def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, resume: bool = False,
-          force: bool = False, profile_overrides: Mapping[str, Any] | None = None,
-          trainer_overrides: Mapping[str, Any] | None = None,
-          callbacks: Sequence[Any] = (), reward_fn=None,
-          reuse_finished: bool = False, runs_root: Path | None = None,
-          provenance: Mapping[str, Any] | None = None) -> TrainResult:
+def _train_locked(
+    profile: str | ProfileConfig,
+    method: str,
+    seed: int = 0,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    profile_overrides: Mapping[str, Any] | None = None,
+    trainer_overrides: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
+    reward_fn=None,
+    reuse_finished: bool = False,
+    runs_root: Path | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> TrainResult:
     """Train (or reuse) one run; see the module docstring. Returns where its records live.
 
     ``reuse_finished``: a finished run made with *another* configuration is returned as it is
@@ -214,8 +250,11 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     a study block keeps its runs apart this way); ``provenance``: more ``meta.json`` fields
     (a block's record), beside the revision and hardware every run records.
     """
-    cfg = profile if isinstance(profile, ProfileConfig) else load_profile(profile, dict(
-        profile_overrides or {}) or None)
+    cfg = (
+        profile
+        if isinstance(profile, ProfileConfig)
+        else load_profile(profile, dict(profile_overrides or {}) or None)
+    )
     preset = get_method(method)
     _check_backend(cfg)
     check_run_inputs(cfg, trains=preset.trains)  # datasets and loggers, before any work
@@ -242,8 +281,9 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
     # Everything below writes into the staging folder; the committed run is untouched until
     # the new one is complete (at2po_lib.util.staging).
     work = run_folder.RunDir(staging_path(run.root))
-    checkpoint = _prepare_staging(work, run, identity, digest, resume=resume, force=force,
-                                  main=main)
+    checkpoint = _prepare_staging(
+        work, run, identity, digest, resume=resume, force=force, main=main
+    )
     if main:
         _write_run_header(work, cfg, method, seed, resolved, digest, checkpoint, provenance)
 
@@ -256,38 +296,60 @@ def _train_locked(profile: str | ProfileConfig, method: str, seed: int = 0, *, r
         status = "evaluated"
     wall = time.time() - start + _previous_wall_time(work, checkpoint)
     if main:
-        run_folder.mark_finished(work, digest, wall_time=wall, status=status,
-                              final_eval=str(run.final_eval) if final is not None else None,
-                              world_size=_world_size())
+        run_folder.mark_finished(
+            work,
+            digest,
+            wall_time=wall,
+            status=status,
+            final_eval=str(run.final_eval) if final is not None else None,
+            world_size=_world_size(),
+        )
         swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
     return TrainResult(run, status, wall, final)
 
 
-def _finished_run(run: run_folder.RunDir, identity: dict[str, Any], digest: str,
-                  reuse_finished: bool) -> TrainResult | None:
+def _finished_run(
+    run: run_folder.RunDir, identity: dict[str, Any], digest: str, reuse_finished: bool
+) -> TrainResult | None:
     """A finished run of this configuration (``skipped``), or of another one when
     ``reuse_finished`` (``reused``); another configuration's finished run otherwise is a
     :class:`RunExistsError`; None when nothing is finished there."""
     if same_finished_run(run, digest, identity):
         final = _read_csv(run.final_eval)
-        return TrainResult(run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0),
-                           final)
+        return TrainResult(
+            run, "skipped", json.loads(run.done.read_text()).get("wall_time", 0.0), final
+        )
     if run_folder.is_finished(run) and reuse_finished:
-        print(f"{run.root}: reusing a finished run made with another configuration (config "
-              f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
-              file=sys.stderr)
-        return TrainResult(run, "reused", json.loads(run.done.read_text()).get("wall_time", 0.0),
-                           _read_csv(run.final_eval))
+        print(
+            f"{run.root}: reusing a finished run made with another configuration (config "
+            f"hash {_done_hash(run)}, now {digest}); retrain with force=True / --retrain",
+            file=sys.stderr,
+        )
+        return TrainResult(
+            run,
+            "reused",
+            json.loads(run.done.read_text()).get("wall_time", 0.0),
+            _read_csv(run.final_eval),
+        )
     if run_folder.is_finished(run):
         raise RunExistsError(
             f"{run.root}: a finished run with another configuration is there (config hash "
             f"{_done_hash(run)}, now {digest}); pass --force (force=True) to replace it. The "
-            "finished run is kept until the new one has finished.")
+            "finished run is kept until the new one has finished."
+        )
     return None
 
 
-def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, identity: dict[str, Any],
-                     digest: str, *, resume: bool, force: bool, main: bool) -> Path | None:
+def _prepare_staging(
+    work: run_folder.RunDir,
+    run: run_folder.RunDir,
+    identity: dict[str, Any],
+    digest: str,
+    *,
+    resume: bool,
+    force: bool,
+    main: bool,
+) -> Path | None:
     """The staging folder to train in: with ``resume`` (and not ``force``), its last complete
     checkpoint (records cut back to that step), returned; else (or without one) an empty
     folder, and None."""
@@ -306,22 +368,40 @@ def _prepare_staging(work: run_folder.RunDir, run: run_folder.RunDir, identity: 
                 _truncate_rank_records(work, step)
     if checkpoint is None and main:
         if not resume and run_folder.complete_checkpoints(work.checkpoints):
-            print(f"{work.root}: an unfinished run is there; starting over (pass --resume to "
-                  "continue it)", file=sys.stderr)
+            print(
+                f"{work.root}: an unfinished run is there; starting over (pass --resume to "
+                "continue it)",
+                file=sys.stderr,
+            )
         shutil.rmtree(work.root, ignore_errors=True)  # only ever the unfinished staging copy
         work.root.mkdir(parents=True)
     return checkpoint
 
 
-def _write_run_header(work: run_folder.RunDir, cfg: ProfileConfig, method: str, seed: int,
-                      resolved: dict[str, Any], digest: str, checkpoint: Path | None,
-                      provenance: Mapping[str, Any] | None = None) -> None:
+def _write_run_header(
+    work: run_folder.RunDir,
+    cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    resolved: dict[str, Any],
+    digest: str,
+    checkpoint: Path | None,
+    provenance: Mapping[str, Any] | None = None,
+) -> None:
     """The run's resolved config (with its hash) and ``meta.json`` (revision, hardware, what it
     resumed from)."""
     run_folder.write_config(work, {**resolved, "config_hash": digest})
-    meta = run_metadata(cfg.name, seed=seed, config=None, method=method, config_hash=digest,
-                        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
-                        hardware=hardware(), world_size=_world_size(), **dict(provenance or {}))
+    meta = run_metadata(
+        cfg.name,
+        seed=seed,
+        config=None,
+        method=method,
+        config_hash=digest,
+        resumed_from=str(checkpoint.relative_to(work.root)) if checkpoint else None,
+        hardware=hardware(),
+        world_size=_world_size(),
+        **dict(provenance or {}),
+    )
     work.meta.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
 
@@ -375,8 +455,10 @@ def _adopt_unfinished_legacy_run(run: run_folder.RunDir, work: run_folder.RunDir
 
 def _check_backend(cfg: ProfileConfig) -> None:
     if cfg.train.use_vllm != (cfg.rollout.backend == "vllm"):
-        raise ProfileError(f"profile {cfg.name}: train.use_vllm={cfg.train.use_vllm} but "
-                           f"rollout.backend={cfg.rollout.backend!r}; set both for vLLM rollouts")
+        raise ProfileError(
+            f"profile {cfg.name}: train.use_vllm={cfg.train.use_vllm} but "
+            f"rollout.backend={cfg.rollout.backend!r}; set both for vLLM rollouts"
+        )
 
 
 def _check_same_config(run: run_folder.RunDir, digest: str, identity: dict[str, Any]) -> None:
@@ -384,8 +466,10 @@ def _check_same_config(run: run_folder.RunDir, digest: str, identity: dict[str, 
     configuration's hash; ``identity``: its settings, for a record in an earlier format)."""
     if run.config.is_file() and not same_configuration(run.config, digest, identity):
         old = (yaml.safe_load(run.config.read_text()) or {}).get("config_hash")
-        raise ValueError(f"{run.config}: the checkpoint was written with another "
-                         f"configuration (hash {old}, now {digest}); drop --resume or use --force")
+        raise ValueError(
+            f"{run.config}: the checkpoint was written with another "
+            f"configuration (hash {old}, now {digest}); drop --resume or use --force"
+        )
 
 
 def _previous_wall_time(run: run_folder.RunDir, checkpoint: Path | None) -> float:
@@ -400,13 +484,22 @@ def _read_csv(path: Path):
     return pd.read_csv(path) if path.is_file() else None
 
 
-def _final_evaluation(cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int,
-                      run: run_folder.RunDir):
-    summary, details = evaluate(cfg, model, tokenizer, retriever, label=method, seed=seed,
-                                return_details=True)
+def _final_evaluation(
+    cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int, run: run_folder.RunDir
+):
+    summary, details = evaluate(
+        cfg, model, tokenizer, retriever, label=method, seed=seed, return_details=True
+    )
     write_outcomes(details, run.outcomes)
-    write_eval(summary, run.final_eval, cfg.name, seed, None, method=method,
-               turn_distribution=turn_distribution(details).to_dict("records"))
+    write_eval(
+        summary,
+        run.final_eval,
+        cfg.name,
+        seed,
+        None,
+        method=method,
+        turn_distribution=turn_distribution(details).to_dict("records"),
+    )
     return summary
 
 
@@ -430,22 +523,28 @@ def check_optimizer_offload(environ=os.environ) -> None:
     except ImportError:
         pass
     cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
-    missing = [tool for tool in ("c++", "nvcc") if shutil.which(tool, path=environ.get("PATH"))
-               is None and not (tool == "nvcc" and cuda_home and Path(cuda_home, "bin", "nvcc").is_file())]
+    missing = [
+        tool
+        for tool in ("c++", "nvcc")
+        if shutil.which(tool, path=environ.get("PATH")) is None
+        and not (tool == "nvcc" and cuda_home and Path(cuda_home, "bin", "nvcc").is_file())
+    ]
     if missing:
         raise ProfileError(
             "offload_optimizer_device: cpu needs DeepSpeedCPUAdam, which this deepspeed did not "
             f"prebuild and cannot compile here (no {' and no '.join(missing)}). Install a "
             "compiler and the CUDA toolkit (conda install -c conda-forge gxx_linux-64 cuda-nvcc "
             "cuda-cudart-dev), or reinstall deepspeed with DS_BUILD_CPU_ADAM=1, or train "
-            "without offload (configs/accelerate/zero3_8gpu.yaml)")
+            "without offload (configs/accelerate/zero3_8gpu.yaml)"
+        )
 
 
 def uses_deepspeed(args) -> bool:
     """Whether this process trains under DeepSpeed: ``args.deepspeed`` or an ``accelerate
     launch`` with a DeepSpeed config (it sets ``ACCELERATE_USE_DEEPSPEED=true``)."""
-    return bool(getattr(args, "deepspeed", None)) or \
-        os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in {"1", "true"}
+    return bool(getattr(args, "deepspeed", None)) or os.environ.get(
+        "ACCELERATE_USE_DEEPSPEED", ""
+    ).lower() in {"1", "true"}
 
 
 def master_weights_dtype(policy_dtype: str, deepspeed: bool, lora: bool = False) -> str:
@@ -462,10 +561,16 @@ def master_weights_dtype(policy_dtype: str, deepspeed: bool, lora: bool = False)
     return policy_dtype
 
 
-def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir,
-                  trainer_overrides: Mapping[str, Any] | None = None,
-                  start_time: float | None = None, reward_fn=None,
-                  spec: RunSpec | None = None):
+def build_trainer(
+    cfg: ProfileConfig,
+    method: str,
+    seed: int,
+    run: run_folder.RunDir,
+    trainer_overrides: Mapping[str, Any] | None = None,
+    start_time: float | None = None,
+    reward_fn=None,
+    spec: RunSpec | None = None,
+):
     """The :class:`AT2POTrainer` of one run with its record callbacks (not trained yet).
 
     ``spec``: the run's :class:`RunSpec` when the caller resolved it already (else it is
@@ -477,8 +582,11 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.tensorboard))
     spec = spec or resolve_run(cfg, method, seed, trainer_overrides)
     args = spec.training_args(run.checkpoints)
-    args.model_init_kwargs = {"dtype": torch_dtype(master_weights_dtype(
-        cfg.policy.dtype, uses_deepspeed(args), lora=cfg.policy.lora_r > 0))}
+    args.model_init_kwargs = {
+        "dtype": torch_dtype(
+            master_weights_dtype(cfg.policy.dtype, uses_deepspeed(args), lora=cfg.policy.lora_r > 0)
+        )
+    }
     model = policy_path(cfg)
     tokenizer = load_tokenizer(model)
     retriever = build_retriever(cfg)
@@ -486,17 +594,35 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     agent = SearchAgent(tokenizer, cfg.policy.template, retriever, spec.rollout, reward_fn)
 
     with hf_progress_bars_off():  # "Loading weights" of the policy: noise in notebook outputs
-        trainer = AT2POTrainer(model=model, args=args, train_dataset=dataset,
-                               processing_class=tokenizer, agent=agent, peft_config=_peft_config(cfg))
+        trainer = AT2POTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            agent=agent,
+            peft_config=_peft_config(cfg),
+        )
     updates = trainer.updates_per_step
     for callback in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(callback)
     validation = None
     if cfg.train.eval_every > 0:
-        validator = Validator(trainer, cfg, retriever, cfg.train.val_datasets or cfg.eval.datasets,
-                              cfg.train.val_questions or cfg.eval.max_questions, method, seed)
-        validation = GreedyValidation(run.eval, validator, cfg.train.eval_every, updates,
-                                      before_train=cfg.train.val_before_train)
+        validator = Validator(
+            trainer,
+            cfg,
+            retriever,
+            cfg.train.val_datasets or cfg.eval.datasets,
+            cfg.train.val_questions or cfg.eval.max_questions,
+            method,
+            seed,
+        )
+        validation = GreedyValidation(
+            run.eval,
+            validator,
+            cfg.train.eval_every,
+            updates,
+            before_train=cfg.train.val_before_train,
+        )
         trainer.add_callback(validation)
     trainer.add_callback(MetricsRecorder(run.metrics, updates, start_time=start_time))
     trainer.add_callback(CheckpointMarker(run.checkpoints, updates))
@@ -505,29 +631,49 @@ def build_trainer(cfg: ProfileConfig, method: str, seed: int, run: run_folder.Ru
     if rank_record.enabled():
         trainer.add_callback(rank_record.RankRecord(trainer, run.root / "ranks"))
     if cfg.train.progress_bar:
-        trainer.add_callback(StepProgress(cfg.train.max_steps, updates,
-                                          f"{cfg.name}/{method}/seed{seed}", validation))
+        trainer.add_callback(
+            StepProgress(
+                cfg.train.max_steps, updates, f"{cfg.name}/{method}/seed{seed}", validation
+            )
+        )
     trainer.retriever = retriever
     return trainer
 
 
-def _train_and_evaluate(spec: RunSpec, run: run_folder.RunDir, checkpoint: Path | None,
-                        callbacks: Sequence[Any] = (), reward_fn=None):
+def _train_and_evaluate(
+    spec: RunSpec,
+    run: run_folder.RunDir,
+    checkpoint: Path | None,
+    callbacks: Sequence[Any] = (),
+    reward_fn=None,
+):
     cfg, method, seed = spec.profile, spec.method, spec.seed
-    trainer = build_trainer(cfg, method, seed, run, spec.trainer_overrides,
-                            start_time=time.time() - _previous_wall_time(run, checkpoint),
-                            reward_fn=reward_fn, spec=spec)
+    trainer = build_trainer(
+        cfg,
+        method,
+        seed,
+        run,
+        spec.trainer_overrides,
+        start_time=time.time() - _previous_wall_time(run, checkpoint),
+        reward_fn=reward_fn,
+        spec=spec,
+    )
     for callback in callbacks:
         trainer.add_callback(callback)
 
-    if checkpoint is not None and _checkpoint_rollout_step(checkpoint) >= cfg.train.max_steps \
-            and _loads_without_training(trainer):
+    if (
+        checkpoint is not None
+        and _checkpoint_rollout_step(checkpoint) >= cfg.train.max_steps
+        and _loads_without_training(trainer)
+    ):
         # Killed after its last checkpoint: the training is done. Transformers' loop runs one
         # update before it checks max_steps, so resuming there would train an extra update and
         # evaluate another model than the uninterrupted run's: load the weights instead.
         _load_final_checkpoint(trainer, checkpoint)
     else:
-        with hf_progress_bars_off():  # "Writing model shards" per checkpoint; StepProgress is the bar
+        with (
+            hf_progress_bars_off()
+        ):  # "Writing model shards" per checkpoint; StepProgress is the bar
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if not cfg.train.final_eval:
         return None
@@ -563,8 +709,7 @@ def _load_final_checkpoint(trainer, checkpoint: Path) -> None:
         trainer.state = TrainerState.load_from_json(str(state))
 
 
-def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int,
-                      run: run_folder.RunDir):
+def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
     """The final evaluation of the trained policy: sharded over several processes (or under
     ZeRO); in one process on vLLM the colocated engine after a weight sync (the trained weights,
     no second engine); else the unwrapped model (LoRA merged)."""
@@ -572,36 +717,49 @@ def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int,
         return _sharded_final_evaluation(trainer, cfg, method, seed, run)
     if trainer.use_vllm:
         with trainer.policy_for_generation(sync=True) as engine:
-            return _final_evaluation(cfg, engine, trainer.processing_class, trainer.retriever,
-                                     method, seed, run)
+            return _final_evaluation(
+                cfg, engine, trainer.processing_class, trainer.retriever, method, seed, run
+            )
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    return _final_evaluation(cfg, model.eval(), trainer.processing_class, trainer.retriever,
-                             method, seed, run)
+    return _final_evaluation(
+        cfg, model.eval(), trainer.processing_class, trainer.retriever, method, seed, run
+    )
 
 
-def _sharded_final_evaluation(trainer, cfg: ProfileConfig, method: str, seed: int,
-                              run: run_folder.RunDir):
+def _sharded_final_evaluation(
+    trainer, cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir
+):
     """The final evaluation under several processes (or ZeRO): each process answers every
     W-th question of each test set with the trainer's generation policy (weights gathered
     under ZeRO-3), the per-question frames are gathered, and the main process writes
     ``outcomes.csv`` and ``final_eval.csv``. The sampled metric (``eval.sampled_k``) is
     single-process only: refused here rather than left out silently."""
     if cfg.eval.sampled_k > 0:
-        raise ProfileError(f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
-                           "process; set eval.sampled_k=0 for a multi-process run and compute it "
-                           "afterwards with `at2po evaluate --checkpoint ...`")
-    validator = Validator(trainer, cfg, trainer.retriever, cfg.eval.datasets,
-                          cfg.eval.max_questions, method, seed)
+        raise ProfileError(
+            f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
+            "process; set eval.sampled_k=0 for a multi-process run and compute it "
+            "afterwards with `at2po evaluate --checkpoint ...`"
+        )
+    validator = Validator(
+        trainer, cfg, trainer.retriever, cfg.eval.datasets, cfg.eval.max_questions, method, seed
+    )
     details = validator.details()
     if not trainer.accelerator.is_main_process:
         return None
     summary = summarise(details, cfg.name, method, seed)
     write_outcomes(details, run.outcomes)
-    write_eval(summary, run.final_eval, cfg.name, seed, None, method=method,
-               turn_distribution=turn_distribution(details).to_dict("records"),
-               processes=trainer.accelerator.num_processes)
+    write_eval(
+        summary,
+        run.final_eval,
+        cfg.name,
+        seed,
+        None,
+        method=method,
+        turn_distribution=turn_distribution(details).to_dict("records"),
+        processes=trainer.accelerator.num_processes,
+    )
     return summary
 
 
@@ -609,6 +767,17 @@ def _peft_config(cfg: ProfileConfig):
     if cfg.policy.lora_r <= 0:
         return None
 
-    return LoraConfig(r=cfg.policy.lora_r, lora_alpha=cfg.policy.lora_alpha, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                      "up_proj", "down_proj"])
+    return LoraConfig(
+        r=cfg.policy.lora_r,
+        lora_alpha=cfg.policy.lora_alpha,
+        task_type="CAUSAL_LM",
+        target_modules=[
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
+    )

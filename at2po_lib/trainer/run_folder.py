@@ -104,10 +104,21 @@ class RunDir:
 
     def files(self) -> dict[str, Path]:
         """What lives where (notebook 04 prints this)."""
-        return {name: getattr(self, name) for name in
-                ("config", "meta", "metrics", "eval", "final_eval", "outcomes", "done",
-                 "trees", "checkpoints",
-                 "tensorboard")}
+        return {
+            name: getattr(self, name)
+            for name in (
+                "config",
+                "meta",
+                "metrics",
+                "eval",
+                "final_eval",
+                "outcomes",
+                "done",
+                "trees",
+                "checkpoints",
+                "tensorboard",
+            )
+        }
 
 
 def run_dir(profile: str, method: str, seed: int) -> RunDir:
@@ -171,8 +182,10 @@ def is_finished(run: RunDir, resolved_hash: str | None = None) -> bool:
 
 
 def mark_finished(run: RunDir, resolved_hash: str, **summary: Any) -> None:
-    atomic_write(run.done, json.dumps({"config_hash": resolved_hash, **summary}, indent=2,
-                                       default=str) + "\n")
+    atomic_write(
+        run.done,
+        json.dumps({"config_hash": resolved_hash, **summary}, indent=2, default=str) + "\n",
+    )
 
 
 def clear_run(run: RunDir) -> None:
@@ -228,8 +241,9 @@ def read_jsonl_lines(path: Path, torn_ok: bool = True) -> list[tuple[int, Any]]:
             if i == len(lines) - 1 and torn_ok:
                 break
             torn = " (a torn last line: the record ends mid-write)" if i == len(lines) - 1 else ""
-            raise ValueError(f"{path}, line {i + 1}: not valid JSON{torn} "
-                             f"({str(exc)[:200]})") from None
+            raise ValueError(
+                f"{path}, line {i + 1}: not valid JSON{torn} ({str(exc)[:200]})"
+            ) from None
     return rows
 
 
@@ -260,8 +274,9 @@ def read_metrics(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
 
 def today_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``metrics.jsonl`` rows with :data:`LEGACY_METRIC_NAMES` renamed to today's names."""
-    return [{LEGACY_METRIC_NAMES.get(key, key): value for key, value in row.items()}
-            for row in rows]
+    return [
+        {LEGACY_METRIC_NAMES.get(key, key): value for key, value in row.items()} for row in rows
+    ]
 
 
 def truncate_jsonl(path: Path, max_step: int, key: str = "step") -> int:
@@ -302,8 +317,11 @@ def remove_incomplete_checkpoints(folder: Path) -> list[Path]:
         return []
     removed = []
     for path in folder.iterdir():
-        if path.is_dir() and checkpoint_step(path) is not None \
-                and not (path / COMPLETE_MARKER).is_file():
+        if (
+            path.is_dir()
+            and checkpoint_step(path) is not None
+            and not (path / COMPLETE_MARKER).is_file()
+        ):
             shutil.rmtree(path)
             removed.append(path)
     return removed

@@ -40,8 +40,9 @@ class SearchAgent:
         """``reward_fn(response_text, golden_answers) -> float``; None: the rollout's default
         (the authors' format-checked EM for boxed templates, plain EM otherwise)."""
 
-    def sample(self, policy, rows: Sequence[dict[str, Any]], args: AT2POConfig,
-               seed: int) -> RolloutBatch:
+    def sample(
+        self, policy, rows: Sequence[dict[str, Any]], args: AT2POConfig, seed: int
+    ) -> RolloutBatch:
         """One tree (chains / random / entropy / AEPO) per row; one training row per leaf.
 
         ``rows`` need ``question`` and ``golden_answers``; the returned rows are grouped by
@@ -52,50 +53,66 @@ class SearchAgent:
         _check_same_rollout(cfg, args)
         questions = [_field(row, "question", i) for i, row in enumerate(rows)]
         golden = [list(_field(row, "golden_answers", i)) for i, row in enumerate(rows)]
-        trees = rollout(policy, self.tokenizer, self.template, self.retriever, questions, golden,
-                        cfg, expansion=cfg.expansion, seed=seed,
-                        prompt_ids=list(range(len(rows))), reward_fn=self.reward_fn,
-                        backend=turn_backend(policy, self.tokenizer, cfg, seed,
-                                             template=self.template))
+        trees = rollout(
+            policy,
+            self.tokenizer,
+            self.template,
+            self.retriever,
+            questions,
+            golden,
+            cfg,
+            expansion=cfg.expansion,
+            seed=seed,
+            prompt_ids=list(range(len(rows))),
+            reward_fn=self.reward_fn,
+            backend=turn_backend(policy, self.tokenizer, cfg, seed, template=self.template),
+        )
         batch = to_rollout_batch(trees, cfg.entropy_estimate, cfg.turn_entropy)
         # each node's decision label from its question's plan (the trees' records keep it)
         batch.trees = [with_decisions(t, rows[t.prompt_id]) for t in batch.trees]
         return batch
 
 
-def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False,
-                 template="atpo"):
+def turn_backend(policy, tokenizer, rollout_cfg, seed: int, greedy: bool = False, template="atpo"):
     """A vLLM turn backend around the trainer's colocated engine (``policy`` is a
     ``vllm.LLM``), stopping at ``template``'s stops, or None: the rollout then builds its
     Hugging Face backend from ``policy``."""
     if rollout_cfg.backend != "vllm":
         return None
 
-    return make_backend(None, tokenizer, rollout_cfg, turn_stops(template), seed=seed,
-                        greedy=greedy, llm=policy)
+    return make_backend(
+        None, tokenizer, rollout_cfg, turn_stops(template), seed=seed, greedy=greedy, llm=policy
+    )
 
 
 def _check_same_rollout(cfg, args: AT2POConfig) -> None:
     """The trainer groups ``num_generations`` rows per prompt and recomputes log-probs at
     ``temperature``: both must be the sampler's (a mismatch is a wiring error, not data)."""
-    pairs = {"num_generations": (args.num_generations, cfg.leaves_per_prompt()),
-             "temperature": (args.temperature, cfg.temperature)}
+    pairs = {
+        "num_generations": (args.num_generations, cfg.leaves_per_prompt()),
+        "temperature": (args.temperature, cfg.temperature),
+    }
     wrong = {k: v for k, v in pairs.items() if v[0] != v[1]}
     if wrong:
-        raise ValueError("trainer arguments and rollout configuration disagree: " + ", ".join(
-            f"{k}={a!r} vs rollout {r!r}" for k, (a, r) in wrong.items())
-            + " (build both with at2po_lib.trainer.resolve.resolve_run)")
+        raise ValueError(
+            "trainer arguments and rollout configuration disagree: "
+            + ", ".join(f"{k}={a!r} vs rollout {r!r}" for k, (a, r) in wrong.items())
+            + " (build both with at2po_lib.trainer.resolve.resolve_run)"
+        )
 
 
 def _field(row: dict[str, Any], name: str, index: int) -> Any:
     if name not in row:
-        raise KeyError(f"training row {index} (id {row.get('id')!r}) has no {name!r} field; "
-                       f"fields: {sorted(row)}")
+        raise KeyError(
+            f"training row {index} (id {row.get('id')!r}) has no {name!r} field; "
+            f"fields: {sorted(row)}"
+        )
     return row[name]
 
 
-def to_rollout_batch(trees, entropy_estimate: str = "sampled_nll",
-                     turn_entropy: str = "mean") -> RolloutBatch:
+def to_rollout_batch(
+    trees, entropy_estimate: str = "sampled_nll", turn_entropy: str = "mean"
+) -> RolloutBatch:
     """Training rows and credit arrays of rollout trees (one row per leaf, trees in order)."""
     rows = training_rows(trees)
     arrays = [tree_arrays(t, entropy_estimate, turn_entropy) for t in trees]

@@ -47,8 +47,12 @@ TABLE3_ADVANTAGES = ("node_value", "diff_parent")
 STUDY_TABLES: dict[str, tuple[str, ...]] = {
     "1": tuple(TABLE1_METHODS),
     "2": tuple(m for m in TABLE2_METHODS if m != "at2po"),
-    "3": tuple(f"credit_{value}_{adv}" for value in VALUE_MODES for adv in TABLE3_ADVANTAGES
-               if (value, adv) != ("entropy_softmax", "node_value")),
+    "3": tuple(
+        f"credit_{value}_{adv}"
+        for value in VALUE_MODES
+        for adv in TABLE3_ADVANTAGES
+        if (value, adv) != ("entropy_softmax", "node_value")
+    ),
 }
 """Runs each table adds to the study (Tables 2 and 3 reuse Table 1's AT2PO runs)."""
 
@@ -67,8 +71,10 @@ def study_methods(table: str, methods: Sequence[str] | None = None) -> list[str]
         if any(ch in name for ch in "*?["):
             matches = fnmatch.filter(METHODS, name)
             if not matches:
-                raise KeyError(f"method pattern {name!r} matches no preset; "
-                               "`at2po train --list-methods` lists all")
+                raise KeyError(
+                    f"method pattern {name!r} matches no preset; "
+                    "`at2po train --list-methods` lists all"
+                )
             chosen += [m for m in matches if m not in chosen]
         elif name not in chosen:
             get_method(name)  # a typo fails before hours of training
@@ -76,8 +82,14 @@ def study_methods(table: str, methods: Sequence[str] | None = None) -> list[str]
     return chosen
 
 
-def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[str] | None = None,
-              force: bool = False, overrides: dict[str, Any] | None = None) -> list[Any]:
+def run_study(
+    profile: str,
+    table: str,
+    seeds: Sequence[int],
+    methods: Sequence[str] | None = None,
+    force: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> list[Any]:
     """Train or reuse every (method, seed) of ``table``, seed by seed (so the first seeds of
     every method finish first); returns the :class:`TrainResult` of each call."""
     chosen = study_methods(table, methods)
@@ -88,10 +100,14 @@ def run_study(profile: str, table: str, seeds: Sequence[int], methods: Sequence[
                 continue
             # resume: a run killed earlier (a machine that stopped, a kill) continues from its last complete
             # checkpoint instead of starting over; force starts every run afresh
-            result = train(profile, method, seed, resume=not force, force=force,
-                           profile_overrides=overrides)
-            print(f"[study] table {table}: {method} seed {seed}: {result.status} in "
-                  f"{result.wall_time:.0f} s ({result.run.root})", flush=True)
+            result = train(
+                profile, method, seed, resume=not force, force=force, profile_overrides=overrides
+            )
+            print(
+                f"[study] table {table}: {method} seed {seed}: {result.status} in "
+                f"{result.wall_time:.0f} s ({result.run.root})",
+                flush=True,
+            )
             results.append(result)
     return results
 
@@ -108,9 +124,13 @@ class PlannedRun:
     detail: str = ""
 
 
-def study_plan(profile: str, table: str, seeds: Sequence[int],
-               methods: Sequence[str] | None = None,
-               overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
+def study_plan(
+    profile: str,
+    table: str,
+    seeds: Sequence[int],
+    methods: Sequence[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> list[PlannedRun]:
     """Each (method, seed) that :func:`run_study` would visit and its state, read from the run
     folders without training or writing anything: what is left of a study spread over
     several sittings or machines (``at2po study ... --plan``)."""
@@ -126,14 +146,15 @@ def study_plan(profile: str, table: str, seeds: Sequence[int],
             spec = resolve_run(cfg, method, seed)
             digest, identity = run_folder.config_hash(spec.record()), spec.identity()
             checkpoint = run_folder.latest_complete_checkpoint(
-                run_folder.RunDir(staging_path(run.root)).checkpoints)
+                run_folder.RunDir(staging_path(run.root)).checkpoints
+            )
             if same_finished_run(run, digest, identity):
                 wall = json.loads(run.done.read_text()).get("wall_time")
-                plan.append(PlannedRun(method, seed, "finished",
-                                       f"{wall / 60:.0f} min" if wall else ""))
+                plan.append(
+                    PlannedRun(method, seed, "finished", f"{wall / 60:.0f} min" if wall else "")
+                )
             elif run_folder.is_finished(run):
-                plan.append(PlannedRun(method, seed, "other config",
-                                       "kept; --force retrains it"))
+                plan.append(PlannedRun(method, seed, "other config", "kept; --force retrains it"))
             elif checkpoint is not None:
                 step = json.loads((checkpoint / run_folder.COMPLETE_MARKER).read_text())["step"]
                 plan.append(PlannedRun(method, seed, "resumes", f"from step {step}"))

@@ -99,8 +99,13 @@ from ..util.storage import reported_writes
 from .at2po_config import AT2POConfig
 from .batch import RolloutBatch, group_has_signal, pad_rows, select_groups, token_advantages
 
-_SCALED_HEAD_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
-                     "lm_head_multiplier", "logits_scaling")
+_SCALED_HEAD_KEYS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
 """Config keys of models whose logits TRL's fused head rescales (the policy-position path
 reproduces only a plain ``logits / T`` head)."""
 
@@ -119,17 +124,21 @@ def credit_spread_metrics(trees) -> dict[str, float]:
     sibling sets)."""
     out: dict[str, float] = {}
     for estimate, name in (("nll", "entropy_nll"), ("exact", "entropy_exact")):
-        spreads = [sibling_spread(t.parent, t.node_arrays[name]) for t in trees
-                   if name in t.node_arrays]
+        spreads = [
+            sibling_spread(t.parent, t.node_arrays[name]) for t in trees if name in t.node_arrays
+        ]
         dev = np.concatenate([d for d, _, _ in spreads]) if spreads else np.zeros(0)
         if dev.size and np.isfinite(dev).all():
             out[f"credit/weight_dev_{estimate}"] = float(dev.mean())
             out[f"credit/sibling_range_{estimate}"] = float(
-                np.concatenate([r for _, r, _ in spreads]).mean())
+                np.concatenate([r for _, r, _ in spreads]).mean()
+            )
     return out
 
 
-def leaf_reward(prompts: list, completions: list, reward: list[float], **kwargs: Any) -> list[float]:
+def leaf_reward(
+    prompts: list, completions: list, reward: list[float], **kwargs: Any
+) -> list[float]:
     """TRL reward function: the reward the rollout already gave each leaf (EM, or the authors'
     −1/0/1 format reward). Logged by TRL as ``rewards/leaf_reward/mean``."""
     return [float(r) for r in reward]
@@ -173,8 +182,13 @@ def one_thread_loss(loss_of, logp: torch.Tensor) -> torch.Tensor:
     return _OneThreadLoss.apply(logp, loss_of)
 
 
-def loss_and_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                         mask: torch.Tensor, **options: Any) -> tuple[torch.Tensor, dict]:
+def loss_and_diagnostics(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    **options: Any,
+) -> tuple[torch.Tensor, dict]:
     """What ``_compute_loss`` computes of a micro-batch: :func:`~at2po_lib.method.loss.
     policy_loss` (differentiable in ``logp``) and, beside it, its
     :func:`~at2po_lib.method.loss.loss_diagnostics`, both on :data:`LOSS_THREADS` CPU
@@ -186,17 +200,32 @@ def loss_and_diagnostics(logp: torch.Tensor, old_logp: torch.Tensor, advantages:
         stats = loss_diagnostics(logp, old_logp, advantages, mask, **options)
         if (options.get("eps_low"), options.get("eps_high")) != (REFERENCE_CLIP, REFERENCE_CLIP):
             # The clipped shares had the range been GRPO's (issue #48), under their own names.
-            at_reference = loss_diagnostics(logp, old_logp, advantages, mask, **{
-                **options, "eps_low": REFERENCE_CLIP, "eps_high": REFERENCE_CLIP, "beta": 0.0})
-            stats.update({f"clip_frac_{level}_eps{REFERENCE_CLIP:g}":
-                          at_reference[f"clip_frac_{level}"] for level in ("token", "turn")})
+            at_reference = loss_diagnostics(
+                logp,
+                old_logp,
+                advantages,
+                mask,
+                **{**options, "eps_low": REFERENCE_CLIP, "eps_high": REFERENCE_CLIP, "beta": 0.0},
+            )
+            stats.update(
+                {
+                    f"clip_frac_{level}_eps{REFERENCE_CLIP:g}": at_reference[f"clip_frac_{level}"]
+                    for level in ("token", "turn")
+                }
+            )
     return loss, stats
 
 
-def policy_position_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          positions: torch.Tensor, temperature: float, chunk_rows: int = 0,
-                          compute_entropy: bool = False, head_fp32: bool = False,
-                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def policy_position_logps(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float,
+    chunk_rows: int = 0,
+    compute_entropy: bool = False,
+    head_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the completion tokens at ``positions`` only.
 
     ``input_ids``/``attention_mask`` (B, P + T): TRL's layout (left-padded prompts of width P,
@@ -222,15 +251,20 @@ def policy_position_logps(model, input_ids: torch.Tensor, attention_mask: torch.
     for chunk in rows.split(chunk_rows or rows.numel()):
         width = int(need[chunk[0]])  # this chunk's widest row
         ids = input_ids[chunk, : prompt_width + width]  # (c, P + w)
-        hidden = backbone(input_ids=ids, attention_mask=attention_mask[chunk, : prompt_width + width],
-                          use_cache=False).last_hidden_state  # (c, P + w, H)
+        hidden = backbone(
+            input_ids=ids,
+            attention_mask=attention_mask[chunk, : prompt_width + width],
+            use_cache=False,
+        ).last_hidden_state  # (c, P + w, H)
         r, j = torch.nonzero(scored[chunk, :width], as_tuple=True)  # (n,), (n,)
         states = hidden[r, prompt_width + j - 1]  # (n, H)
         if head_fp32:
             with torch.autocast(states.device.type, enabled=False):
                 logits = torch.nn.functional.linear(
-                    states.float(), head.weight.float(),
-                    None if head.bias is None else head.bias.float())  # (n, V)
+                    states.float(),
+                    head.weight.float(),
+                    None if head.bias is None else head.bias.float(),
+                )  # (n, V)
         else:
             logits = head(states)  # (n, V)
         logits = logits / temperature  # (n, V)
@@ -247,8 +281,9 @@ def policy_position_logps(model, input_ids: torch.Tensor, attention_mask: torch.
     logps = values.new_zeros(b * t).index_put((index,), values).view(b, t)  # (B, T)
     entropies = None
     if compute_entropy:
-        entropies = values.new_zeros(b * t).index_put(
-            (index,), torch.cat(entropy_parts)).view(b, t)  # (B, T)
+        entropies = (
+            values.new_zeros(b * t).index_put((index,), torch.cat(entropy_parts)).view(b, t)
+        )  # (B, T)
     return logps, entropies
 
 
@@ -289,8 +324,16 @@ class AT2POTrainer(GRPOTrainer):
             }"""),
     }
 
-    def __init__(self, model, args: AT2POConfig, train_dataset, processing_class, agent,
-                 callbacks=None, peft_config=None):
+    def __init__(
+        self,
+        model,
+        args: AT2POConfig,
+        train_dataset,
+        processing_class,
+        agent,
+        callbacks=None,
+        peft_config=None,
+    ):
         if not isinstance(args, AT2POConfig):
             raise TypeError(f"args must be an AT2POConfig, got {type(args).__name__}")
         self.agent = agent
@@ -303,17 +346,24 @@ class AT2POTrainer(GRPOTrainer):
             install_vllm_shims(synced_weights=True)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
-            super().__init__(model=model, reward_funcs=[leaf_reward], args=args,
-                             train_dataset=train_dataset, processing_class=processing_class,
-                             callbacks=callbacks, peft_config=peft_config,
-                             rollout_func=self._rollout)
+            super().__init__(
+                model=model,
+                reward_funcs=[leaf_reward],
+                args=args,
+                train_dataset=train_dataset,
+                processing_class=processing_class,
+                callbacks=callbacks,
+                peft_config=peft_config,
+                rollout_func=self._rollout,
+            )
         per_process_rows = args.per_device_train_batch_size * args.steps_per_generation
         if per_process_rows % self.num_generations:
             raise ValueError(
                 f"each process must hold whole prompt groups: per_device_train_batch_size "
                 f"({args.per_device_train_batch_size}) * steps_per_generation "
                 f"({args.steps_per_generation}) = {per_process_rows} rows is not a multiple "
-                f"of num_generations ({self.num_generations} leaves per prompt)")
+                f"of num_generations ({self.num_generations} leaves per prompt)"
+            )
         self.logp_positions = self._resolve_logp_positions()
         self.old_logps_source = self._resolve_old_logps()
 
@@ -358,8 +408,9 @@ class AT2POTrainer(GRPOTrainer):
         choice = self.args.loss_logp_positions
         reason = self._policy_positions_unsupported()
         if choice == "policy" and reason:
-            raise ValueError(f"loss_logp_positions='policy' is not supported here: {reason}; "
-                             "use 'all' or 'auto'")
+            raise ValueError(
+                f"loss_logp_positions='policy' is not supported here: {reason}; use 'all' or 'auto'"
+            )
         if choice == "auto":
             # measured on CPU (benchmarks/bench_train_step.py); on an accelerator not measured
             # here: TRL's Triton head already scores only labelled positions.
@@ -371,8 +422,10 @@ class AT2POTrainer(GRPOTrainer):
         backend, TRL's recomputation with vLLM (module docstring)."""
         choice = self.args.loss_old_logps
         if choice == "rollout" and self.use_vllm:
-            raise ValueError("loss_old_logps='rollout' needs the HF rollout backend: vLLM's "
-                             "log-probs come from another engine; use 'recompute' or 'auto'")
+            raise ValueError(
+                "loss_old_logps='rollout' needs the HF rollout backend: vLLM's "
+                "log-probs come from another engine; use 'recompute' or 'auto'"
+            )
         if choice == "auto":
             return "recompute" if self.use_vllm else "rollout"
         return choice
@@ -408,8 +461,9 @@ class AT2POTrainer(GRPOTrainer):
         mode, without gradients."""
         if self.use_vllm:
             if self.vllm_mode != "colocate":
-                raise NotImplementedError("AT2POTrainer drives vLLM turn by turn: use "
-                                          "vllm_mode='colocate'")
+                raise NotImplementedError(
+                    "AT2POTrainer drives vLLM turn by turn: use vllm_mode='colocate'"
+                )
             if sync and self.state.global_step != self._last_loaded_step:
                 self.vllm_generation.sync_weights()
                 self._last_loaded_step = self.state.global_step
@@ -417,11 +471,15 @@ class AT2POTrainer(GRPOTrainer):
             with colocated_engine(self.vllm_generation) as engine:
                 yield engine
             return
-        with unwrap_model_for_generation(
-            self.model_wrapped, self.accelerator,
-            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-        ) as unwrapped, torch.no_grad():
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped,
+            torch.no_grad(),
+        ):
             was_training = unwrapped.training
             unwrapped.eval()
             try:
@@ -437,17 +495,21 @@ class AT2POTrainer(GRPOTrainer):
             raise ValueError(f"{len(inputs)} rollout inputs are not whole groups of {g}")
         heads = inputs[::g]
         for i, head in enumerate(heads):
-            ids = {str(row.get("id")) for row in inputs[i * g:(i + 1) * g]}
+            ids = {str(row.get("id")) for row in inputs[i * g : (i + 1) * g]}
             if len(ids) != 1:
-                raise ValueError(f"prompt group {i} mixes rows {sorted(ids)}: the sampler must "
-                                 "repeat each prompt num_generations times consecutively")
+                raise ValueError(
+                    f"prompt group {i} mixes rows {sorted(ids)}: the sampler must "
+                    "repeat each prompt num_generations times consecutively"
+                )
         return heads
 
     def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, Any]:
         """TRL ``rollout_func``: grow the trees of this process's prompt groups and return one
         row per leaf (TRL's keys, plus ``env_mask`` and the ``reward`` column)."""
         if self._rollout_inputs is None or len(self._rollout_inputs) != len(prompts):
-            raise RuntimeError("AT2POTrainer._rollout called outside _generate_and_score_completions")
+            raise RuntimeError(
+                "AT2POTrainer._rollout called outside _generate_and_score_completions"
+            )
         groups = self._prompt_groups(self._rollout_inputs)
         # which prompts this process rolled out (RankRecord writes them per process)
         self.last_rollout_ids = [str(head.get("id", head.get("question"))) for head in groups]
@@ -462,18 +524,25 @@ class AT2POTrainer(GRPOTrainer):
                 batch, rounds = self._dynamic_sampling(policy, batch, groups, step)
         expected = len(groups) * self.num_generations
         if len(batch) != expected:
-            raise RuntimeError(f"the rollout returned {len(batch)} rows for {len(groups)} prompts; "
-                               f"expected {expected} ({self.num_generations} leaves per prompt)")
-        advantages = token_advantages(batch, self.args.credit_advantage, self.args.credit_value,
-                                      self.args.credit_normalize_leaves)
+            raise RuntimeError(
+                f"the rollout returned {len(batch)} rows for {len(groups)} prompts; "
+                f"expected {expected} ({self.num_generations} leaves per prompt)"
+            )
+        advantages = token_advantages(
+            batch,
+            self.args.credit_advantage,
+            self.args.credit_value,
+            self.args.credit_normalize_leaves,
+        )
         self.last_rollout = batch
         metrics = {
             "rollout/seconds": time.perf_counter() - start,
             "rollout/turns_mean": float(np.mean(batch.num_turns)),
             "rollout/tool_calls_mean": float(np.mean(batch.num_tool_calls)),
             "rollout/leaves_per_prompt": len(batch) / max(len(groups), 1),
-            "rollout/tree_nodes_mean": float(np.mean([len(as_tree_arrays(t).parent)
-                                                      for t in batch.trees])),
+            "rollout/tree_nodes_mean": float(
+                np.mean([len(as_tree_arrays(t).parent) for t in batch.trees])
+            ),
             "rollout/dynamic_sampling_rounds": float(rounds),
             **credit_spread_metrics(batch.trees),
         }
@@ -481,16 +550,25 @@ class AT2POTrainer(GRPOTrainer):
             # Share of leaves that ended with an answer. TRL's completions/clipped_ratio counts
             # completions that do not end in EOS, which misses an answer written without EOS
             # before the budget ran out and counts an empty query's EOS: the agent's own account.
-            metrics["rollout/answered"] = float(np.mean([r == "answer"
-                                                         for r in batch.finish_reason]))
-        self._rollout_extras = {"advantages": advantages, "turn_ids": batch.turn_node,
-                                "metrics": metrics}
-        return {"prompt_ids": batch.prompt_ids, "completion_ids": batch.completion_ids,
-                "logprobs": batch.old_logps, "env_mask": batch.sampled_mask,
-                "reward": list(batch.reward)}
+            metrics["rollout/answered"] = float(
+                np.mean([r == "answer" for r in batch.finish_reason])
+            )
+        self._rollout_extras = {
+            "advantages": advantages,
+            "turn_ids": batch.turn_node,
+            "metrics": metrics,
+        }
+        return {
+            "prompt_ids": batch.prompt_ids,
+            "completion_ids": batch.completion_ids,
+            "logprobs": batch.old_logps,
+            "env_mask": batch.sampled_mask,
+            "reward": list(batch.reward),
+        }
 
-    def _dynamic_sampling(self, policy, batch: RolloutBatch, groups: list[dict],
-                          step: int) -> tuple[RolloutBatch, int]:
+    def _dynamic_sampling(
+        self, policy, batch: RolloutBatch, groups: list[dict], step: int
+    ) -> tuple[RolloutBatch, int]:
         """DAPO's dynamic sampling: a prompt whose leaves all share one reward carries no
         signal; replace it by a prompt drawn from the training set whose leaves differ.
 
@@ -506,8 +584,9 @@ class AT2POTrainer(GRPOTrainer):
         rounds = 1
         while missing and rounds < self.args.dynamic_sampling_rounds:
             rng = np.random.default_rng(self.rollout_seed(step, rounds))
-            picks = rng.choice(len(self.train_dataset), size=missing,
-                               replace=missing > len(self.train_dataset))
+            picks = rng.choice(
+                len(self.train_dataset), size=missing, replace=missing > len(self.train_dataset)
+            )
             fresh = [self.train_dataset[int(i)] for i in picks]
             extra = self.agent.sample(policy, fresh, self.args, self.rollout_seed(step, rounds))
             good = [g for g in range(len(fresh)) if group_has_signal(extra, g)]
@@ -545,8 +624,10 @@ class AT2POTrainer(GRPOTrainer):
         try:
             output = super()._generate_and_score_completions(inputs)
             if self._parent_logp_passes:
-                raise RuntimeError(f"TRL's scoring skipped the log-prob passes "
-                                   f"{self._parent_logp_passes}: AT2POTrainer expects trl 1.16")
+                raise RuntimeError(
+                    f"TRL's scoring skipped the log-prob passes "
+                    f"{self._parent_logp_passes}: AT2POTrainer expects trl 1.16"
+                )
         finally:
             self._rollout_inputs = None
             self._parent_logp_passes = None
@@ -564,8 +645,14 @@ class AT2POTrainer(GRPOTrainer):
             attention = torch.cat([output["prompt_mask"], output["completion_mask"]], 1)
             with torch.no_grad(), self.accelerator.autocast():
                 output["ref_per_token_logps"], _ = policy_position_logps(
-                    self.ref_model, prompt_completion, attention, mask, self.temperature,
-                    self.args.loss_chunk_rows, head_fp32=self.args.cast_lm_head_to_fp32)  # (B, T)
+                    self.ref_model,
+                    prompt_completion,
+                    attention,
+                    mask,
+                    self.temperature,
+                    self.args.loss_chunk_rows,
+                    head_fp32=self.args.cast_lm_head_to_fp32,
+                )  # (B, T)
         output["advantages"] = pad_rows(list(extras["advantages"]), 0.0, width).to(device)  # (B, T)
         turn_ids = [torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]]
         output["turn_ids"] = pad_rows(turn_ids, -1, width).to(device)  # (B, T)
@@ -576,9 +663,17 @@ class AT2POTrainer(GRPOTrainer):
         return output
 
     # ------------------------------------------------------------------------- loss
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                           batch_size=None, compute_entropy=False,
-                                           compute_aux_loss=False, **multimodal):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
         """The parent's log-probs, run on length-sorted chunks trimmed to their own width.
 
         Tree leaves differ a lot in length (a one-turn answer vs four searches with their
@@ -596,13 +691,23 @@ class AT2POTrainer(GRPOTrainer):
         if self._parent_logp_passes:
             _, served_here = self._parent_logp_passes.pop(0)
             if served_here:
-                return input_ids.new_zeros((input_ids.size(0), logits_to_keep),
-                                           dtype=torch.float32), None, None
+                return (
+                    input_ids.new_zeros((input_ids.size(0), logits_to_keep), dtype=torch.float32),
+                    None,
+                    None,
+                )
         chunk_rows = self.args.loss_chunk_rows
         if not chunk_rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                compute_aux_loss, **multimodal)
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
         prompt_width = input_ids.size(1) - logits_to_keep
         lengths = attention_mask[:, prompt_width:].sum(dim=1)  # (B,) completions are right-padded
         order = torch.argsort(lengths, descending=True)
@@ -610,13 +715,17 @@ class AT2POTrainer(GRPOTrainer):
         for chunk in order.split(chunk_rows):
             width = max(int(lengths[chunk].max()), 1)
             chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                model, input_ids[chunk, :prompt_width + width],
-                attention_mask[chunk, :prompt_width + width], width,
-                compute_entropy=compute_entropy)
+                model,
+                input_ids[chunk, : prompt_width + width],
+                attention_mask[chunk, : prompt_width + width],
+                width,
+                compute_entropy=compute_entropy,
+            )
             logps.append(torch.nn.functional.pad(chunk_logps, (0, logits_to_keep - width)))
             if compute_entropy:
-                entropies.append(torch.nn.functional.pad(chunk_entropies,
-                                                         (0, logits_to_keep - width)))
+                entropies.append(
+                    torch.nn.functional.pad(chunk_entropies, (0, logits_to_keep - width))
+                )
         restore = torch.argsort(order)
         logps = torch.cat(logps)[restore]  # (B, T)
         return logps, (torch.cat(entropies)[restore] if compute_entropy else None), None
@@ -624,7 +733,10 @@ class AT2POTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """``policy_loss`` on this micro-batch, scaled for gradient accumulation like TRL."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]  # (B, P)
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]  # (B, T)
+        completion_ids, completion_mask = (
+            inputs["completion_ids"],
+            inputs["completion_mask"],
+        )  # (B, T)
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + T)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + T)
         # Loss mask: the model's own tokens (observations have tool_mask 0, padding mask 0).
@@ -632,31 +744,47 @@ class AT2POTrainer(GRPOTrainer):
         if self.logp_positions == "policy":
             with self.accelerator.autocast():
                 per_token_logps, entropies = policy_position_logps(
-                    model, input_ids, attention_mask, mask, self.temperature,
-                    self.args.loss_chunk_rows, compute_entropy=True,
-                    head_fp32=self.args.cast_lm_head_to_fp32)  # (B, T), (B, T)
+                    model,
+                    input_ids,
+                    attention_mask,
+                    mask,
+                    self.temperature,
+                    self.args.loss_chunk_rows,
+                    compute_entropy=True,
+                    head_fp32=self.args.cast_lm_head_to_fp32,
+                )  # (B, T), (B, T)
         else:
             per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, completion_ids.size(1),
-                compute_entropy=True)  # (B, T), (B, T)
+                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+            )  # (B, T), (B, T)
         # TRL skips the old log-probs when the batch is used for exactly one update: ratio = 1.
         old_per_token_logps = inputs.get("old_per_token_logps")  # (B, T) or None
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
         options = dict(
-            level=args.loss_level, eps_low=self.epsilon_low, eps_high=self.epsilon_high,
-            agg=args.loss_aggregation, turn_ids=inputs["turn_ids"],
-            ref_logp=inputs.get("ref_per_token_logps"), beta=self.beta,
-            entropy_balanced_clip=args.loss_entropy_balanced_clip, token_entropy=entropies,
-            entropy_aware_adv=args.loss_entropy_aware_adv, turn_ratio=args.loss_turn_ratio)
-        loss, stats = loss_and_diagnostics(per_token_logps, old_per_token_logps,
-                                           inputs["advantages"], mask, **options)
+            level=args.loss_level,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            agg=args.loss_aggregation,
+            turn_ids=inputs["turn_ids"],
+            ref_logp=inputs.get("ref_per_token_logps"),
+            beta=self.beta,
+            entropy_balanced_clip=args.loss_entropy_balanced_clip,
+            token_entropy=entropies,
+            entropy_aware_adv=args.loss_entropy_aware_adv,
+            turn_ratio=args.loss_turn_ratio,
+        )
+        loss, stats = loss_and_diagnostics(
+            per_token_logps, old_per_token_logps, inputs["advantages"], mask, **options
+        )
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         if args.loss_aggregation == "token-mean":
             # Token mean over the whole accumulated batch (TRL's normaliser of its "dapo").
-            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            normalizer = (
+                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            )
             if mode == "train":
                 normalizer = normalizer * accumulation / self.args.steps_per_generation
             loss = loss * mask.sum() / normalizer
@@ -665,8 +793,9 @@ class AT2POTrainer(GRPOTrainer):
         self._log_loss_metrics(mode, stats, per_token_logps, entropies, mask, inputs)
         return loss
 
-    def _log_loss_metrics(self, mode: str, stats: dict[str, float], per_token_logps, entropies,
-                          mask, inputs) -> None:
+    def _log_loss_metrics(
+        self, mode: str, stats: dict[str, float], per_token_logps, entropies, mask, inputs
+    ) -> None:
         m = mask.float()  # (B, T)
         entropy = ((entropies.detach() * m).sum() / m.sum().clamp(min=1)).item()
         # policy_loss names its statistics after what they measure; they are logged once,
@@ -692,7 +821,9 @@ class AT2POTrainer(GRPOTrainer):
             for suffix in ("", f"_eps{REFERENCE_CLIP:g}"):
                 for level in ("token", "turn"):
                     if f"clip_frac_{level}{suffix}" in stats:
-                        values[f"clip_ratio/{level}_level{suffix}"] = stats[f"clip_frac_{level}{suffix}"]
+                        values[f"clip_ratio/{level}_level{suffix}"] = stats[
+                            f"clip_frac_{level}{suffix}"
+                        ]
         sampling = inputs.get("sampling_per_token_logps")
         first_update = self._step % (self.args.steps_per_generation * self.num_iterations) == 0
         if sampling is not None and mode == "train" and first_update:

@@ -85,12 +85,24 @@ from ..evaluation.greedy import greedy_answers, score_rows
 from ..policy.checkpoint_files import file_digests
 from ..policy.demos import build_sft_examples
 from ..policy.model import build_policy, count_parameters, load_policy, save_policy
-from ..policy.sft_data import (collect_demos, corpus_texts, pretraining_chunks, tokenizer_texts,
-                               validation_rows, world_sources)
+from ..policy.sft_data import (
+    collect_demos,
+    corpus_texts,
+    pretraining_chunks,
+    tokenizer_texts,
+    validation_rows,
+    world_sources,
+)
 from ..policy.strategies import STRATEGIES
 from ..policy.tokenizer import train_tokenizer
-from ..policy.warmstart_cache import (cache_key, cached_warmstart, initial_policy, warmstart_dir,
-                                      warmstart_record_path, write_record)
+from ..policy.warmstart_cache import (
+    cache_key,
+    cached_warmstart,
+    initial_policy,
+    warmstart_dir,
+    warmstart_record_path,
+    write_record,
+)
 from ..protocol.prompts import get_template
 from ..util.hf_compat import checkpointing_kwargs
 from ..util.errors import ProfileError
@@ -143,8 +155,9 @@ def targets_only_loss(model, input_ids, attention_mask, labels, num_items_in_bat
     tiny profile: the full projection made an SFT step ~2x a plain forward/backward).
 
     Returns ``(loss, n_valid, entropy_sum, n_correct)``; the last three feed TRL's metrics."""
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                 use_cache=False).last_hidden_state
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state
     targets = labels[:, 1:]
     valid = targets != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][valid]).float()
@@ -174,8 +187,9 @@ class ShuffledLengthBatches:
 
     def __init__(self, lengths: Sequence[int], batch_size: int, group_batches: int, seed: int):
         if batch_size < 1 or group_batches < 1:
-            raise ValueError(f"batch_size={batch_size} and group_batches={group_batches} "
-                             "must be >= 1")
+            raise ValueError(
+                f"batch_size={batch_size} and group_batches={group_batches} must be >= 1"
+            )
         self.lengths, self.batch_size, self.group_batches = list(lengths), batch_size, group_batches
         self.seed, self.epoch = seed, 0
 
@@ -188,8 +202,10 @@ class ShuffledLengthBatches:
         group = self.batch_size * self.group_batches
         batches = []
         for start in range(0, len(order), group):
-            chunk = sorted(order[start:start + group], key=lambda i: -self.lengths[i])
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            chunk = sorted(order[start : start + group], key=lambda i: -self.lengths[i])
+            batches += [
+                chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)
+            ]
         shuffled = torch.randperm(len(batches), generator=gen).tolist()
         return [batches[i] for i in shuffled]
 
@@ -211,15 +227,22 @@ def _sft_trainer_class():
 
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
-            return ShuffledLengthBatches([len(ids) for ids in dataset["input_ids"]],
-                                         self.args.train_batch_size,
-                                         self._sft_group_batches, self.args.seed)
+            return ShuffledLengthBatches(
+                [len(ids) for ids in dataset["input_ids"]],
+                self.args.train_batch_size,
+                self._sft_group_batches,
+                self.args.seed,
+            )
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             mode = "train" if model.training else "eval"
             loss, n_valid, entropy_sum, n_correct = targets_only_loss(
-                model, inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"],
-                num_items_in_batch)
+                model,
+                inputs["input_ids"],
+                inputs.get("attention_mask"),
+                inputs["labels"],
+                num_items_in_batch,
+            )
             n = max(int(n_valid), 1)
             self._metrics[mode]["entropy"].append(float(entropy_sum) / n)
             self._metrics[mode]["mean_token_accuracy"].append(float(n_correct) / n)
@@ -231,10 +254,18 @@ def _sft_trainer_class():
     return TargetsOnlySFTTrainer
 
 
-def make_trainer(model, tokenizer, examples: list[dict], sft_cfg, output_dir: Path,
-                 max_length: int, callbacks: Sequence[Any] = (), max_steps: int | None = None,
-                 description: str = "SFT",
-                 progress_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None):
+def make_trainer(
+    model,
+    tokenizer,
+    examples: list[dict],
+    sft_cfg,
+    output_dir: Path,
+    max_length: int,
+    callbacks: Sequence[Any] = (),
+    max_steps: int | None = None,
+    description: str = "SFT",
+    progress_points: Callable[[], dict[str, list[tuple[int, float]]]] | None = None,
+):
     """An SFT trainer (TRL's, with :func:`targets_only_loss`) over pre-tokenised examples
     ``{"input_ids", "assistant_masks"}``. Progress: one bar and, in a notebook, a live loss
     plot (plus ``progress_points()``, e.g. validation EM) instead of printed log dicts."""
@@ -260,8 +291,9 @@ def masked_loss(model, examples: Sequence[dict], batch_size: int = 16) -> float:
     with torch.no_grad():
         for ex in examples:
             ids = torch.tensor([ex["input_ids"]])
-            labels = torch.tensor([[t if m else -100 for t, m in zip(ex["input_ids"],
-                                                                     ex["assistant_masks"])]])
+            labels = torch.tensor(
+                [[t if m else -100 for t, m in zip(ex["input_ids"], ex["assistant_masks"])]]
+            )
             n = int((labels[:, 1:] != -100).sum())
             total += float(model(input_ids=ids, labels=labels).loss) * n
             count += n
@@ -275,8 +307,14 @@ class CheckpointSelector:
     that EM exceeds ``stop_above`` (None: never).
     """
 
-    def __init__(self, score_fn: Callable[[Any], dict], every: int, checkpoints_dir: Path,
-                 tokenizer, stop_above: float | None) -> None:
+    def __init__(
+        self,
+        score_fn: Callable[[Any], dict],
+        every: int,
+        checkpoints_dir: Path,
+        tokenizer,
+        stop_above: float | None,
+    ) -> None:
         self.score_fn, self.every, self.dir = score_fn, every, checkpoints_dir
         self.tokenizer, self.stop_above = tokenizer, stop_above
         self.table: list[dict] = []
@@ -328,8 +366,9 @@ def choose_checkpoint(table: Sequence[dict], low: float, high: float) -> tuple[d
     return min(table, key=lambda r: (distance_to_band(r), r["step"])), False
 
 
-def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
-                      validation: dict[str, list[dict]]) -> Callable[[Any], dict]:
+def validation_scorer(
+    profile_cfg: ProfileConfig, tokenizer, retriever, validation: dict[str, list[dict]]
+) -> Callable[[Any], dict]:
     """``model -> {"em": multi-hop EM (micro-average), "em_<dataset>": ..., "n": ...}``.
 
     Always on the Hugging Face backend, whatever ``rollout.backend`` says: the model scored is
@@ -341,8 +380,15 @@ def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
     def score(model) -> dict:
         out, hits, total = {}, 0.0, 0
         for name, rows in validation.items():
-            trajectories = greedy_answers(model, tokenizer, template, retriever, rows,
-                                          rollout_cfg, profile_cfg.eval.batch_size)
+            trajectories = greedy_answers(
+                model,
+                tokenizer,
+                template,
+                retriever,
+                rows,
+                rollout_cfg,
+                profile_cfg.eval.batch_size,
+            )
             em = score_rows(rows, trajectories)["em"]
             out[f"em_{name}"] = float(em.mean())
             hits, total = hits + float(em.sum()), total + len(em)
@@ -354,8 +400,9 @@ def validation_scorer(profile_cfg: ProfileConfig, tokenizer, retriever,
 # ----------------------------------------------------------------------------- the recipe
 
 
-def pretrain(model, tokenizer, passages: Sequence[str], profile_cfg: ProfileConfig,
-             output_dir: Path) -> dict:
+def pretrain(
+    model, tokenizer, passages: Sequence[str], profile_cfg: ProfileConfig, output_dir: Path
+) -> dict:
     """Language-model pretraining on auxiliary-world passages (``sft.pretrain_steps`` steps,
     every token a target); returns timing and loss. Skipped when the step count is 0."""
     sft = profile_cfg.sft
@@ -367,13 +414,25 @@ def pretrain(model, tokenizer, passages: Sequence[str], profile_cfg: ProfileConf
     chunks = pretraining_chunks(passages, tokenizer, sft.pretrain_seq_len, epochs, sft.seed)
     pt_cfg = copy.deepcopy(sft)
     pt_cfg.batch_size = sft.pretrain_batch_size
-    trainer = make_trainer(model, tokenizer, chunks, pt_cfg, output_dir, sft.pretrain_seq_len,
-                           max_steps=sft.pretrain_steps, description="warm start: pretraining")
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        chunks,
+        pt_cfg,
+        output_dir,
+        sft.pretrain_seq_len,
+        max_steps=sft.pretrain_steps,
+        description="warm start: pretraining",
+    )
     start = time.perf_counter()
     trainer.train()
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    return {"steps": trainer.state.global_step, "seconds": time.perf_counter() - start,
-            "chunks": len(chunks), "final_loss": losses[-1] if losses else None}
+    return {
+        "steps": trainer.state.global_step,
+        "seconds": time.perf_counter() - start,
+        "chunks": len(chunks),
+        "final_loss": losses[-1] if losses else None,
+    }
 
 
 def lm_examples(passages: Sequence[str], tokenizer, sft_cfg, n_demos: int) -> list[dict]:
@@ -388,11 +447,14 @@ def lm_examples(passages: Sequence[str], tokenizer, sft_cfg, n_demos: int) -> li
     chunks: list[dict] = []
     epochs = 1
     while len(chunks) < wanted:
-        chunks = pretraining_chunks(passages, tokenizer, sft_cfg.pretrain_seq_len, epochs,
-                                    sft_cfg.seed + 1)
+        chunks = pretraining_chunks(
+            passages, tokenizer, sft_cfg.pretrain_seq_len, epochs, sft_cfg.seed + 1
+        )
         epochs *= 2
-    return [{"input_ids": c["input_ids"], "assistant_masks": [1] * len(c["input_ids"])}
-            for c in chunks[:wanted]]
+    return [
+        {"input_ids": c["input_ids"], "assistant_masks": [1] * len(c["input_ids"])}
+        for c in chunks[:wanted]
+    ]
 
 
 def train_warmstart(profile_cfg: ProfileConfig) -> Path:
@@ -400,8 +462,10 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     (pretraining) → SFT with checkpoint selection."""
     cfg, sft = profile_cfg, profile_cfg.sft
     if cfg.policy.model is not None:
-        raise ValueError(f"profile {cfg.name!r} sets policy.model={cfg.policy.model!r}: the warm "
-                         "start trains the tiny from-scratch policy only (policy.model: null)")
+        raise ValueError(
+            f"profile {cfg.name!r} sets policy.model={cfg.policy.model!r}: the warm "
+            "start trains the tiny from-scratch policy only (policy.model: null)"
+        )
     started, load_start = time.perf_counter(), os.getloadavg()
     sources = world_sources(cfg)
     main = sources[0]
@@ -412,21 +476,41 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     prepared = time.perf_counter()
 
     policy_root = artifacts_dir(cfg.name) / "policy"
-    pretraining = ({"steps": 0, "seconds": 0.0} if initial is not None else
-                   pretrain(model, tokenizer, corpus_texts(sources, sft.pretrain_eval_corpus),
-                            cfg, policy_root / "trainer"))
+    pretraining = (
+        {"steps": 0, "seconds": 0.0}
+        if initial is not None
+        else pretrain(
+            model,
+            tokenizer,
+            corpus_texts(sources, sft.pretrain_eval_corpus),
+            cfg,
+            policy_root / "trainer",
+        )
+    )
     checkpoints = policy_root / "warmstart_checkpoints"
     shutil.rmtree(checkpoints, ignore_errors=True)
     if sft.select not in ("band", "last"):
         raise ValueError(f"sft.select={sft.select!r}: expected 'band' or 'last'")
-    selector = CheckpointSelector(validation_scorer(cfg, tokenizer, main.retriever, validation),
-                                  sft.eval_every, checkpoints, tokenizer,
-                                  sft.target_em_high if sft.select == "band" else None)
-    trainer = make_trainer(model, tokenizer, examples, sft, policy_root / "trainer",
-                           cfg.policy.max_position_embeddings, [selector.callback],
-                           description="warm start: SFT",
-                           progress_points=lambda: {"multi-hop dev EM": [
-                               (row["step"], row["em"]) for row in selector.table]})
+    selector = CheckpointSelector(
+        validation_scorer(cfg, tokenizer, main.retriever, validation),
+        sft.eval_every,
+        checkpoints,
+        tokenizer,
+        sft.target_em_high if sft.select == "band" else None,
+    )
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        examples,
+        sft,
+        policy_root / "trainer",
+        cfg.policy.max_position_embeddings,
+        [selector.callback],
+        description="warm start: SFT",
+        progress_points=lambda: {
+            "multi-hop dev EM": [(row["step"], row["em"]) for row in selector.table]
+        },
+    )
     train_start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_start
@@ -437,9 +521,13 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     chosen_model, _ = load_policy(out)
 
     record = {
-        "profile": cfg.name, "cache_key": cache_key(cfg), "path": str(out),
+        "profile": cfg.name,
+        "cache_key": cache_key(cfg),
+        "path": str(out),
         "git_revision": git_revision(),
-        "chosen_step": chosen["step"], "chosen_validation_em": chosen["em"], "in_band": in_band,
+        "chosen_step": chosen["step"],
+        "chosen_validation_em": chosen["em"],
+        "in_band": in_band,
         "target_band": [sft.target_em_low, sft.target_em_high],
         "steps_run": trainer.state.global_step,
         "pretrain": pretraining,
@@ -449,13 +537,17 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "training_seconds": pretraining["seconds"] + train_seconds - selector.seconds,
         "prepare_seconds": prepared - started,
         "total_seconds": time.perf_counter() - started,
-        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
         "timing_note": "2-core CPU shared with other processes; see the load averages",
-        "parameters": count_parameters(chosen_model), "vocab_size": len(tokenizer),
+        "parameters": count_parameters(chosen_model),
+        "vocab_size": len(tokenizer),
         "worlds": [s.name for s in sources],
-        "demos": asdict(stats), "train_examples": len(examples),
+        "demos": asdict(stats),
+        "train_examples": len(examples),
         "strategies": demo_strategy_summary(demos, sft),
         "init_from": initial,
         "validation_questions": {k: len(v) for k, v in validation.items()},
@@ -468,8 +560,9 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     return out
 
 
-def _model_and_examples(cfg: ProfileConfig, sources: list, demos: list, initial: dict | None
-                        ) -> tuple[Any, Any, list, Any]:
+def _model_and_examples(
+    cfg: ProfileConfig, sources: list, demos: list, initial: dict | None
+) -> tuple[Any, Any, list, Any]:
     """The policy to fine-tune and its SFT examples: from scratch, a tokenizer trained on the
     worlds' texts and demonstrations and a new model; with ``sft.init_from``, that policy.
     Demonstrations come first, then language-modelling chunks of the corpus."""
@@ -477,16 +570,22 @@ def _model_and_examples(cfg: ProfileConfig, sources: list, demos: list, initial:
     model = None
     if initial is None:
         main_text = sft.main_world_demos or sft.pretrain_eval_corpus
-        tokenizer = train_tokenizer(tokenizer_texts(corpus_texts(sources, main_text), demos),
-                                    cfg.policy.vocab_size)
+        tokenizer = train_tokenizer(
+            tokenizer_texts(corpus_texts(sources, main_text), demos), cfg.policy.vocab_size
+        )
     else:
         model, tokenizer = load_policy(initial["path"])
-    examples, stats = build_sft_examples(demos, tokenizer, cfg.policy.max_position_embeddings,
-                                         require_supported=sft.require_supported)
+    examples, stats = build_sft_examples(
+        demos,
+        tokenizer,
+        cfg.policy.max_position_embeddings,
+        require_supported=sft.require_supported,
+    )
     if not examples:
         raise ValueError(f"profile {cfg.name!r}: no demonstration survived ({stats})")
-    examples += lm_examples(corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft,
-                            len(examples))
+    examples += lm_examples(
+        corpus_texts(sources, sft.pretrain_eval_corpus), tokenizer, sft, len(examples)
+    )
     if initial is None:
         model = build_policy(cfg.policy, tokenizer, seed=sft.seed)
     return model, tokenizer, examples, stats
@@ -520,17 +619,18 @@ def _install_warmstart(checkpoint: Path, profile: str) -> Path:
     return out
 
 
-
-
-
-
 def demo_strategy_summary(demos: Sequence[Any], sft) -> dict[str, Any]:
     """The demonstration mix actually trained on: each strategy's count and share."""
     n = len(demos)
     counts = {s: sum(getattr(d, "strategy", "follow") == s for d in demos) for s in STRATEGIES}
-    return {"strategy_mix": sft.strategy_mix, "follow_rate_hard": sft.follow_rate_hard,
-            "follow_rate_easy": sft.follow_rate_easy, "demos": n, "counts": counts,
-            "shares": {s: (c / n if n else 0.0) for s, c in counts.items()}}
+    return {
+        "strategy_mix": sft.strategy_mix,
+        "follow_rate_hard": sft.follow_rate_hard,
+        "follow_rate_easy": sft.follow_rate_easy,
+        "demos": n,
+        "counts": counts,
+        "shares": {s: (c / n if n else 0.0) for s, c in counts.items()},
+    }
 
 
 def ensure_warmstart(profile_cfg: ProfileConfig | str, force: bool = False) -> Path:
@@ -555,4 +655,5 @@ def check_single_process(profile: str, environ: Mapping[str, str] = os.environ) 
         raise ProfileError(
             f"profile {profile}: the warm start is not built, and it trains in one process, not "
             f"inside this launch of {world} processes: build it first with "
-            f"`at2po warmstart --profile {profile}`, then launch again")
+            f"`at2po warmstart --profile {profile}`, then launch again"
+        )

@@ -22,7 +22,11 @@ def checkpointing_field() -> str:
     from transformers import TrainingArguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments)}
-    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return (
+        "activation_checkpointing"
+        if "activation_checkpointing" in names
+        else "gradient_checkpointing"
+    )
 
 
 def checkpointing_kwargs(enabled: bool | None) -> dict[str, bool | None]:

@@ -26,8 +26,9 @@ GIT_TIMEOUT_S = 30
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                          timeout=GIT_TIMEOUT_S).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=GIT_TIMEOUT_S
+    ).stdout.strip()
 
 
 def index_blob(root: Path, relative: str) -> str | None:
@@ -58,8 +59,9 @@ def refresh_if_unchanged(path: Path) -> bool:
     return True
 
 
-def refresh_saved_notebook(os_path: str, model: Any = None, contents_manager: Any = None,
-                           **_: Any) -> None:
+def refresh_saved_notebook(
+    os_path: str, model: Any = None, contents_manager: Any = None, **_: Any
+) -> None:
     """JupyterLab's post-save hook (called with keywords): :func:`refresh_if_unchanged` on a
     saved ``.ipynb``; errors are logged, never raised."""
     if not str(os_path).endswith(".ipynb"):

@@ -80,9 +80,13 @@ def _acquire(path: Path, folder: Path, what: str, wait: bool, fcntl):  # noqa: A
                 handle.close()
                 raise FolderLockedError(
                     f"{folder}: another process (PID {holder}) is writing this {what} (lock "
-                    f"{path}); wait for it to finish or stop it first") from None
-            print(f"{folder}: waiting for PID {holder}, which is writing this {what}",
-                  file=sys.stderr, flush=True)
+                    f"{path}); wait for it to finish or stop it first"
+                ) from None
+            print(
+                f"{folder}: waiting for PID {holder}, which is writing this {what}",
+                file=sys.stderr,
+                flush=True,
+            )
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino

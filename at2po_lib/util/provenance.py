@@ -45,13 +45,27 @@ def git_revision() -> str:
     uncommitted changes (the code differs from the commit), or ``unknown``."""
     try:
         rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
-            check=True, timeout=10,
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo_root(),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-             *(f":(exclude){path}" for path in OUTPUT_PATHS)], cwd=repo_root(),
-            capture_output=True, text=True, timeout=10,
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                *(f":(exclude){path}" for path in OUTPUT_PATHS),
+            ],
+            cwd=repo_root(),
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -73,8 +87,11 @@ def hardware() -> dict[str, Any]:
     of training runs and of the Table 1 study). Imports torch."""
     import torch
 
-    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                            "cuda": torch.cuda.is_available()}
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_count"] = torch.cuda.device_count()
@@ -94,16 +111,18 @@ def machine_build(platform_name: str) -> str:
     arch = next((i for i, part in enumerate(parts) if part in _ARCHITECTURES), None)
     if arch is None or arch < 2:
         return platform_name
-    release = parts[1:arch]                     # ['6.18.44', 'fc', 'v669']
+    release = parts[1:arch]  # ['6.18.44', 'fc', 'v669']
     return "-".join(release[1:]) or release[0]
 
 
 COMMAND_ENV = "AT2PO_COMMAND"
 """Environment variable holding the ``at2po`` command line that runs this process (set by
 :func:`at2po_lib.cli.main`; inherited by the notebooks ``at2po run-notebooks`` executes)."""
-_HELPERS = {("at2po_lib.util.provenance", "run_metadata"),
-            ("at2po_lib.reporting.output", "source_meta"),
-            ("at2po_lib.evaluation.greedy", "write_eval")}
+_HELPERS = {
+    ("at2po_lib.util.provenance", "run_metadata"),
+    ("at2po_lib.reporting.output", "source_meta"),
+    ("at2po_lib.evaluation.greedy", "write_eval"),
+}
 """Functions that only collect or write a meta: the writer is whoever called them."""
 
 
@@ -133,8 +152,15 @@ def calling_function() -> str:
     return "unknown"
 
 
-def run_metadata(profile: str, seed: int | None = None, config: Any = None, *,
-                 writer: Any = None, command: str | None = None, **extra: Any) -> dict:
+def run_metadata(
+    profile: str,
+    seed: int | None = None,
+    config: Any = None,
+    *,
+    writer: Any = None,
+    command: str | None = None,
+    **extra: Any,
+) -> dict:
     """Everything needed to trace a result: profile, seed, git revision, the writing function
     and command (module docstring), config, versions. ``writer``: a function or its name."""
     if is_dataclass(config):

@@ -62,32 +62,39 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any],
-                only_old: bool = False) -> list[str]:
+def differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], only_old: bool = False
+) -> list[str]:
     """``"--seed 0 (this command: 7)"`` for each argument where two keys differ, sorted;
     ``only_old``: compare only what ``old`` records (a record older than some argument)."""
     a, b = _flat(_canonical(dict(old))), _flat(_canonical(dict(new)))
     out = []
     for name in sorted(set(a) if only_old else set(a) | set(b)):
         if a.get(name, "absent") != b.get(name, "absent"):
-            shown = [json.dumps(v)[:60] if not isinstance(v, str) else v[:60]
-                     for v in (a.get(name, "absent"), b.get(name, "absent"))]
+            shown = [
+                json.dumps(v)[:60] if not isinstance(v, str) else v[:60]
+                for v in (a.get(name, "absent"), b.get(name, "absent"))
+            ]
             out.append(f"{name} {shown[0]} (this command: {shown[1]})")
     return out
 
 
 def _said(diffs: list[str]) -> str:
-    return "; ".join(diffs[:SHOWN]) + (f"; and {len(diffs) - SHOWN} more" if len(diffs) > SHOWN
-                                       else "")
+    return "; ".join(diffs[:SHOWN]) + (
+        f"; and {len(diffs) - SHOWN} more" if len(diffs) > SHOWN else ""
+    )
 
 
 class ResumableRecord:
     """The chunks of one record being measured (module docstring)."""
 
-    def __init__(self, final: Path, key: Mapping[str, Any],
-                 legacy_key: Callable[[dict], dict[str, Any]] | None = None,
-                 remedy: str = "rerun with those arguments, give another --name, or move it "
-                               "away") -> None:
+    def __init__(
+        self,
+        final: Path,
+        key: Mapping[str, Any],
+        legacy_key: Callable[[dict], dict[str, Any]] | None = None,
+        remedy: str = "rerun with those arguments, give another --name, or move it away",
+    ) -> None:
         self.final = Path(final)
         self.key = _canonical(dict(key))
         self.folder = staging_path(self.final)
@@ -107,20 +114,25 @@ class ResumableRecord:
         except ValueError as exc:
             raise RecordError(str(exc)) from None
         if not meta:
-            raise RecordError(f"{self.final}: no {meta_path.name}, so the arguments its rows were "
-                              f"measured with are unknown; {self.remedy}")
+            raise RecordError(
+                f"{self.final}: no {meta_path.name}, so the arguments its rows were "
+                f"measured with are unknown; {self.remedy}"
+            )
         recorded = meta.get("result_sha256")
         if recorded is not None and recorded != file_sha256(self.final):
-            raise RecordError(f"{self.final}: its rows changed since {meta_path.name} was "
-                              f"written (sha256 differs); {self.remedy}")
+            raise RecordError(
+                f"{self.final}: its rows changed since {meta_path.name} was "
+                f"written (sha256 differs); {self.remedy}"
+            )
         if isinstance(meta.get("record_key"), dict):
             diffs = differences(meta["record_key"], self.key)
         else:  # written before keys were recorded: what its meta says must agree
             old = self.legacy_key(meta) if self.legacy_key is not None else {}
             diffs = differences(old, self.key, only_old=True)
         if diffs:
-            raise RecordError(f"{self.final}: measured with other arguments ({_said(diffs)}); "
-                              f"{self.remedy}")
+            raise RecordError(
+                f"{self.final}: measured with other arguments ({_said(diffs)}); {self.remedy}"
+            )
         return True
 
     # -- the chunks of an unfinished one --------------------------------------------------
@@ -137,7 +149,8 @@ class ResumableRecord:
                 raise RecordError(
                     f"{self.folder}: an unfinished measurement of {self.final.name} with other "
                     f"arguments ({_said(diffs)}); rerun with those arguments to resume it, or "
-                    "remove that folder to start again")
+                    "remove that folder to start again"
+                )
             return
         if self.folder.is_dir():  # killed before its key was written: nothing measured yet
             shutil.rmtree(self.folder)
@@ -148,13 +161,14 @@ class ResumableRecord:
         """The chunks written whole."""
         if not self.folder.is_dir():
             return set()
-        return {int(m.group(1)) for p in self.folder.iterdir()
-                if (m := _CHUNK.fullmatch(p.name))}
+        return {int(m.group(1)) for p in self.folder.iterdir() if (m := _CHUNK.fullmatch(p.name))}
 
     def add(self, chunk: int, rows: list[dict[str, Any]]) -> None:
         """Write one chunk's rows (whole or not at all)."""
-        atomic_write(self.folder / f"chunk_{chunk:06d}.json",
-                     json.dumps({"chunk": chunk, "rows": rows}) + "\n")
+        atomic_write(
+            self.folder / f"chunk_{chunk:06d}.json",
+            json.dumps({"chunk": chunk, "rows": rows}) + "\n",
+        )
 
     def rows(self) -> list[dict[str, Any]]:
         """Every chunk's rows, in chunk order."""
@@ -166,8 +180,10 @@ class ResumableRecord:
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                 record = {"error": str(exc)[:120]}
             if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
-                raise RecordError(f"{path}: not a readable chunk ({str(record)[:120]}); remove "
-                                  "it to measure that chunk again")
+                raise RecordError(
+                    f"{path}: not a readable chunk ({str(record)[:120]}); remove "
+                    "it to measure that chunk again"
+                )
             out += record["rows"]
         return out
 

@@ -59,7 +59,13 @@ def _exchange(a: Path, b: Path) -> bool:
         renameat2 = libc.renameat2
     except (OSError, AttributeError):  # pragma: no cover - glibc < 2.28, musl
         return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     err = ctypes.get_errno()

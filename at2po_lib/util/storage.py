@@ -20,8 +20,15 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-_IO_MARKERS = ("iostream", "inline_container", "PytorchStreamWriter", "file write failed",
-               "I/O error", "No space left", "os error")
+_IO_MARKERS = (
+    "iostream",
+    "inline_container",
+    "PytorchStreamWriter",
+    "file write failed",
+    "I/O error",
+    "No space left",
+    "os error",
+)
 """Text of the non-OSError exceptions (torch, safetensors) that come from a failed write."""
 LOW_SPACE_BYTES = 1 << 20
 """Below this much free space at the path, a failed write is taken to be ENOSPC."""
@@ -45,8 +52,11 @@ def storage_error(exc: BaseException, path: str | Path) -> OSError | None:
         code = exc.errno
     elif any(marker in str(exc) for marker in _IO_MARKERS):
         free = _free_bytes(path)
-        code = errno.ENOSPC if (free is not None and free < LOW_SPACE_BYTES
-                                or "No space left" in str(exc)) else errno.EIO
+        code = (
+            errno.ENOSPC
+            if (free is not None and free < LOW_SPACE_BYTES or "No space left" in str(exc))
+            else errno.EIO
+        )
     else:
         return None
     detail = "" if isinstance(exc, OSError) else f" ({type(exc).__name__}: {str(exc)[:200]})"

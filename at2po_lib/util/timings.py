@@ -87,23 +87,32 @@ def describe(entry: dict[str, Any]) -> str:
 def markdown_table(data: dict[str, Any] | None = None) -> str:
     """The set-up page's table: one row per notebook, one column per profile."""
     data = data or load_timings()
-    lines = ["| notebook | " + " | ".join(f"`{p}`" for p in PROFILES) + " |",
-             "| --- |" + " --- |" * len(PROFILES)]
+    lines = [
+        "| notebook | " + " | ".join(f"`{p}`" for p in PROFILES) + " |",
+        "| --- |" + " --- |" * len(PROFILES),
+    ]
     for stem, profiles in data["notebooks"].items():
-        cells = [describe(profiles[p]) if p in (profiles or {}) else "not measured"
-                 for p in PROFILES]
+        cells = [
+            describe(profiles[p]) if p in (profiles or {}) else "not measured" for p in PROFILES
+        ]
         lines.append(f"| `{stem}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def timing_lines(stem: str, profile: str | None = None, data: dict[str, Any] | None = None) -> list[str]:
+def timing_lines(
+    stem: str, profile: str | None = None, data: dict[str, Any] | None = None
+) -> list[str]:
     """Markdown lines for one notebook: every measured profile (the running one first), how."""
     data = data or load_timings()
-    entries = (data["notebooks"].get(stem) or {})
+    entries = data["notebooks"].get(stem) or {}
     if not entries:
         return [f"No measured time for `{stem}` yet (`docs/timings.yaml`)."]
-    order = sorted(entries, key=lambda p: (p != profile, PROFILES.index(p) if p in PROFILES else 99))
-    lines = [f"**Measured time of this notebook** (`docs/timings.yaml`, {data.get('machine', '')}):"]
+    order = sorted(
+        entries, key=lambda p: (p != profile, PROFILES.index(p) if p in PROFILES else 99)
+    )
+    lines = [
+        f"**Measured time of this notebook** (`docs/timings.yaml`, {data.get('machine', '')}):"
+    ]
     for p in order:
         lines.append(f"- `{p}`: {describe(entries[p])} — {entries[p]['how']}")
     if profile is not None and profile not in entries:
@@ -126,8 +135,10 @@ def read_measured(path: Path) -> dict[str, dict[str, Any]]:
     """A run's ``timings.json``, every stage as ``{"seconds", "started", "load_average",
     "cpus"}`` (an older file's bare ``{stage: seconds}`` read as seconds only)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no measured times; run `./run_all.sh` (or `at2po "
-                                "run-notebooks --profile PROFILE --force`) first")
+        raise FileNotFoundError(
+            f"{path}: no measured times; run `./run_all.sh` (or `at2po "
+            "run-notebooks --profile PROFILE --force`) first"
+        )
     raw = json.loads(path.read_text())
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected {{stage: measurement}}")
@@ -146,8 +157,11 @@ def how_measured(entry: dict[str, Any], profile: str, note: str = "") -> str:
     when = entry.get("started") or "date not recorded"
     load = entry.get("load_average")
     cpus = entry.get("cpus")
-    under = (f"load average {load:.1f} at its start on {cpus or '?'} cores" if load is not None
-             else "load not recorded")
+    under = (
+        f"load average {load:.1f} at its start on {cpus or '?'} cores"
+        if load is not None
+        else "load not recorded"
+    )
     text = f"one stage of `at2po run-notebooks --profile {profile}` ({when}; {under})"
     return f"{text}; {note}" if note else text
 
@@ -157,8 +171,9 @@ def rounded_up(seconds: float) -> float:
     return math.ceil(round(seconds * 10, 6)) / 10
 
 
-def updated(data: dict[str, Any], measured: dict[str, dict[str, Any]], profile: str,
-            note: str = "") -> dict[str, Any]:
+def updated(
+    data: dict[str, Any], measured: dict[str, dict[str, Any]], profile: str, note: str = ""
+) -> dict[str, Any]:
     """``data`` with ``profile``'s entry of every measured stage replaced (other profiles and
     stages kept). A stage that is not a notebook of the file is an error naming it."""
     notebooks = data["notebooks"]
@@ -166,9 +181,13 @@ def updated(data: dict[str, Any], measured: dict[str, dict[str, Any]], profile: 
     if unknown:
         raise ValueError(f"timings.json names stages docs/timings.yaml does not list: {unknown}")
     for stage, entry in measured.items():
-        notebooks[stage] = {**(notebooks[stage] or {}),
-                            profile: {"seconds": rounded_up(float(entry["seconds"])),
-                                      "how": how_measured(entry, profile, note)}}
+        notebooks[stage] = {
+            **(notebooks[stage] or {}),
+            profile: {
+                "seconds": rounded_up(float(entry["seconds"])),
+                "how": how_measured(entry, profile, note),
+            },
+        }
     return data
 
 
@@ -186,8 +205,9 @@ def with_table(page: str, table: str) -> str:
     return f"{head}{SETUP_BEGIN}\n{table}\n{SETUP_END}{tail}"
 
 
-def update(profile: str, note: str = "", source: Path | None = None,
-           stages: list[str] | None = None) -> list[str]:
+def update(
+    profile: str, note: str = "", source: Path | None = None, stages: list[str] | None = None
+) -> list[str]:
     """Copy a run's measured stages (``stages`` only, when given) into docs/timings.yaml and
     docs/setup.md; returns them."""
     if profile not in PROFILES:
@@ -196,7 +216,9 @@ def update(profile: str, note: str = "", source: Path | None = None,
     if stages:
         absent = sorted(set(stages) - set(measured))
         if absent:
-            raise ValueError(f"--stages {absent}: not in the run's timings.json ({sorted(measured)})")
+            raise ValueError(
+                f"--stages {absent}: not in the run's timings.json ({sorted(measured)})"
+            )
         measured = {stage: measured[stage] for stage in stages}
     data = updated(load_timings(), measured, profile, note)
     write_timings(data)
@@ -206,19 +228,29 @@ def update(profile: str, note: str = "", source: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m at2po_lib.util.timings",
-                                     description="Print, or update from a run, the measured "
-                                                 "notebook times.")
+    parser = argparse.ArgumentParser(
+        prog="python -m at2po_lib.util.timings",
+        description="Print, or update from a run, the measured notebook times.",
+    )
     parser.add_argument("--markdown", action="store_true", help="docs/setup.md's table")
-    parser.add_argument("--notebook", default=None, help="one notebook's lines, e.g. 02_tree_rollout")
-    parser.add_argument("--update", metavar="PROFILE", default=None,
-                        help="copy results/executed/PROFILE/timings.json into docs/timings.yaml "
-                             "and docs/setup.md")
+    parser.add_argument(
+        "--notebook", default=None, help="one notebook's lines, e.g. 02_tree_rollout"
+    )
+    parser.add_argument(
+        "--update",
+        metavar="PROFILE",
+        default=None,
+        help="copy results/executed/PROFILE/timings.json into docs/timings.yaml and docs/setup.md",
+    )
     parser.add_argument("--note", default="", help="with --update: what else ran (the load)")
-    parser.add_argument("--source", type=Path, default=None,
-                        help="with --update: another timings.json")
-    parser.add_argument("--stages", default=None,
-                        help="with --update: only these stages, e.g. 05_paper_tables_figures")
+    parser.add_argument(
+        "--source", type=Path, default=None, help="with --update: another timings.json"
+    )
+    parser.add_argument(
+        "--stages",
+        default=None,
+        help="with --update: only these stages, e.g. 05_paper_tables_figures",
+    )
     args = parser.parse_args(argv)
     if args.update:
         stages = args.stages.split(",") if args.stages else None

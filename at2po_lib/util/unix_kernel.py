@@ -76,7 +76,7 @@ class UnixKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
         # ipykernel's spec: [python, (-Xfrozen_modules=off,) -m, ipykernel_launcher, -f, ...]
-        at = next((i for i in range(1, len(cmd) - 1) if cmd[i:i + 2] == ["-m", LAUNCHER]), None)
+        at = next((i for i in range(1, len(cmd) - 1) if cmd[i : i + 2] == ["-m", LAUNCHER]), None)
         if self.transport == "ipc" and at is not None:
             cmd[at + 1] = __name__
         return cmd

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 from .staging import discard
 from .storage import atomic_write
 
+
 class _Journal:
     """The writes of one :func:`all_or_none` block: path -> earlier bytes (None: it was new),
     mirrored on disk when the block has a folder."""
