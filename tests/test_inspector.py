@@ -352,10 +352,18 @@ def test_random_trees_at_l2_grow_the_count_that_splits_or_the_control_says_why()
     inspector.l.value = 2
     assert "4 trees of 3 leaves" in inspector.grow_busy.value
     assert not inspector.grow_button.disabled
+    # a Grow at L = 2: the busy sign replaced the line beside Grow, and the line comes back
+    # after it (it was left empty, found by scripts/check_inspector_browser.py)
+    inspector.live = FakeLive()
+    inspector._grow()
+    assert "grown:" in inspector.status.value and "4 trees of 3 leaves" in inspector.grow_busy.value
+    assert insp.BUSY_MARK not in inspector.grow_busy.value and not inspector.grow_button.disabled
     inspector.m.value, inspector.l.value, inspector.k.value = 2, 3, 1
     assert inspector.grow_button.disabled and "change M, L or K" in inspector.grow_busy.value
     inspector.expansion.value = "entropy"
     assert inspector.grow_busy.value == "" and not inspector.grow_button.disabled
+    inspector._grow()  # another expansion: nothing beside Grow after it
+    assert "grown:" in inspector.status.value and inspector.grow_busy.value == ""
 
 
 def test_the_busy_sign_is_words_beside_the_control_that_changed():

@@ -422,6 +422,12 @@ class TreeInspector:
         return self.live
 
     def _grow(self) -> None:
+        try:
+            self._grow_trees()
+        finally:  # the busy sign is gone: the line beside Grow says again what Grow will grow
+            self._check_growable()
+
+    def _grow_trees(self) -> None:
         with self._busy("growing a tree with the warm-start policy", self.grow_busy):
             try:
                 live = self._live()
