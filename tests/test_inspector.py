@@ -388,6 +388,32 @@ def test_the_busy_sign_is_words_beside_the_control_that_changed():
     assert inspector.busy.value == ""
 
 
+def test_the_first_grow_says_loading_then_growing(monkeypatch):
+    """The first Grow loads the policy, then grows: the sign beside Grow says each in turn (it
+    said "loading the warm-start policy" through the whole rollout), and nothing once done."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    said = []
+
+    class Loading(FakeLive):
+        def __init__(self, profile):
+            said.append(inspector.grow_busy.value)
+            super().__init__()
+
+        def grow(self, *args, **kwargs):
+            said.append(inspector.grow_busy.value)
+            return super().grow(*args, **kwargs)
+
+    monkeypatch.setattr(insp, "LiveRollout", Loading)
+    inspector = insp.TreeInspector("smoke", [teaching_tree()])
+    inspector._grow()
+    assert "grown:" in inspector.status.value
+    assert [s.count(insp.BUSY_MARK) for s in said] == [1, 1]
+    assert "loading the warm-start policy" in said[0] and "growing a tree" in said[1]
+    assert inspector.grow_busy.value == ""
+
+
 def test_a_reopened_notebook_says_to_run_the_cell(monkeypatch):
     """Issue #49: a reopened 03 showed "Error displaying widget: model not found" and nothing
     else. A line above the widget says to run the cell."""

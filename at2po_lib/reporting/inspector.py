@@ -413,8 +413,10 @@ class TreeInspector:
 
     def _live(self) -> LiveRollout:
         if self.live is None:
+            said = self.grow_busy.value  # "growing a tree", said again once the policy is loaded
             self.grow_busy.value = busy_html("loading the warm-start policy")
             self.live = LiveRollout(self.profile)
+            self.grow_busy.value = said
         if len(self.question.options) == 1 and len(self.live.questions) > 1:
             shown = self.live.questions[:QUESTIONS_LISTED]
             self.question.options = [(f"{i}: {q}", i) for i, q in enumerate(shown)]
