@@ -152,7 +152,11 @@ def test_inspector_in_a_real_browser():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Grow: grown:" in done.stdout
     assert "tree image and chart redrawn" in done.stdout
-    assert done.stdout.count("busy sign shown") == 4  # node pick and Grow, in both phases
+    # node pick, Grow and Grow at random + L = 2 (smoke: the profile's 2 trees), both phases
+    assert done.stdout.count("busy sign shown") == 6
+    assert done.stdout.count("random, L = 2: grown: 2 tree(s)") == 2
+    assert done.stdout.count("M = 2, L = 3, K = 1: Grow is off") == 2
+    assert done.stdout.count("not on the page under its closed fold, shown when opened") == 3 + 1
     assert done.stdout.count("git status --porcelain -- notebooks/ is empty") == 2
 
 
