@@ -20,13 +20,30 @@ What it does, and fails on (exit 1, naming the step):
    notebooks' own
    profile (``tiny``) these are the notebooks in git, ``notebooks/*.ipynb``, as a user opens
    them (their bytes are put back at the end); under another profile, scratch copies under
-   ``results/executed/browser/`` (git-ignored) with that profile in the parameters cell;
-3. in notebook 03's inspector: the widgets render (no "Error displaying widget"); both images
-   (tree and credit chart) are shown at their natural size, not blank; picking another node
-   shows the **busy sign** ("Busy: drawing node N …" beside the node control, the controls disabled) while it updates, then
-   clears it, and changes the node panel, the status line, **the tree image and the chart**
-   (their pixels, not only text); **Grow** shows the busy sign, rolls a new tree out
-   ("grown: N tree(s)") and the tree image's pixels change;
+   ``results/executed/browser/`` (git-ignored) with that profile in the parameters cell.
+   In each notebook with a **computed answer** (a code cell opening with "# the answer": 00,
+   02, 03), once it ran: its input is folded and what it printed is not on the page (not
+   visible, not in the page's text) while its fold is closed, shows when the fold is opened
+   (JupyterLab's output placeholder if the outputs are collapsed, then the answer's
+   ``<details>`` summary: JupyterLab 4 unfolds a cell's outputs whenever it runs, so the
+   answers print inside ``at2po_lib.reporting.answers.answer_fold``), and hides again when
+   closed; under ``tiny`` 02's must read ``[2 8 7 6]``;
+3. in notebook 03's inspector: the widgets render (no output of 03 opening with "Error
+   displaying widget"; the hint above the inspector quotes that message and is not one); both
+   images (tree and credit chart) are shown at their natural size, not blank; picking another
+   node shows the **busy sign** in words, "Busy: drawing node N …" for that node N, in the row
+   of the node control, the controls disabled, while it updates, then clears it, and changes
+   the node panel, the status line, **the tree image and the chart** (their pixels, not only
+   text); **Grow** shows the busy sign beside Grow, rolls a new tree out ("grown: N tree(s)")
+   and the tree image's pixels change;
+   **random + L = 2** (issue #49): the ``random`` expansion chosen and L typed into its
+   slider's readout, the line beside Grow says the sentence ``inspector.random_tree_count``
+   has, if any, for the profile at L = 2 (``tiny``: "4 trees of 3 leaves", the profile's 2 do not split
+   M + L·K = 12 leaves); Grow shows the busy sign and grows that many trees ("grown: 4 tree(s)
+   ... (random)", 4 in the tree list, the tree image changed, no "failed:") and the line is
+   back beside Grow afterwards (where no count splits, Grow must be off and the line say why
+   instead); then at M = 2, L = 3, K = 1, where no count splits, Grow is off and the line says
+   why, and choosing ``entropy`` turns Grow on and clears the line;
 4. **save, then git status**: every open notebook is saved (File > Save, what autosave does)
    and ``git status --porcelain -- notebooks/`` must be empty, while the saved notebook on disk
    holds the run's outputs (the filter and the lab's post-save hook at work);
@@ -34,16 +51,19 @@ What it does, and fails on (exit 1, naming the step):
 *Restored workspace* (the same workspaces folder, JupyterLab restarted):
 5. JupyterLab reopens the six tabs and starts their kernels together; every kernel must reach
    "idle" within 120 s (a shared IPC socket once left 6 of 7 "starting");
-6. notebook 03 is run again and steps 3 and 4 repeated.
+6. notebook 03 is run again and steps 3 and 4 repeated (with 03's computed answer).
 
-Each phase checks JupyterLab's log for kernel warnings and "Invalid Signature", and writes
+Each phase checks JupyterLab's log for kernel warnings and errors, a traceback (a widget
+callback that raised) and "Invalid Signature", and writes
 screenshots (``<phase>_<step>.png``, plus the tree image and chart alone before and after)
 under ``results/executed/browser/``.
 
 What it saw goes to stderr as it happens, with seconds since the start (a step that hangs is the
-one after the last line), and to stdout at the end. Measured on 2 cores (tiny, Debian's
-Chromium, JupyterLab 4.6.6, load average ~1): 258 s in all, exit 0; the clean phase 226 s
-(notebook 04 109 s, 01 38 s, 02 12 s), the restored phase 29 s.
+one after the last line), and to stdout at the end. Measured on 2 cores shared with a training
+run (tiny, Debian's Chromium 156, JupyterLab 4.6.6, Playwright 1.65; load average 3.7 at the
+start, 5.6 at the end): 468 s in all, exit 0; the clean phase 385 s (notebook 04 149 s, 01
+70 s, 02 26 s; the inspector shown 24 s after Run All), the restored phase 75 s.
+``--only-inspector``: 133 s, exit 0 (load average 2.4-3.6).
 
 Needs the notebooks' inputs (the profile's index, warm start): run ``./run_all.sh --profile
 PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``) first.
@@ -311,14 +331,19 @@ BUSY = "Busy:"
 """The busy sign's mark (``inspector.BUSY_MARK``: "Busy: drawing node N …", in words beside the
 control that changed)."""
 WATCH_BUSY = """() => {
-    // Records, from now on, whether an output's busy line showed the mark and whether a
-    // control was disabled: an update may take well under a second, too short to poll for.
-    window.__at2poBusy = {seen: '', disabled: false};
+    // Records, from now on, whether an output's busy line showed the mark (its words, and the
+    // labels and buttons of the row it sits in) and whether a control was disabled: an update
+    // may take well under a second, too short to poll for.
+    window.__at2poBusy = {seen: '', beside: [], disabled: false};
     if (window.__at2poBusyObserver) window.__at2poBusyObserver.disconnect();
     const inOutput = n => { const e = n && (n.nodeType === 3 ? n.parentElement : n);
                             return e && e.closest ? e.closest('.jp-OutputArea') : null; };
     const look = n => { const t = (n && n.textContent) || '';
-                        if (t.length < 300 && t.includes('BUSY') && inOutput(n)) window.__at2poBusy.seen = t.trim(); };
+        if (!(t.length < 300 && t.includes('BUSY') && inOutput(n))) return;
+        const row = (n.nodeType === 3 ? n.parentElement : n).closest('.widget-hbox');
+        window.__at2poBusy.seen = t.trim();
+        window.__at2poBusy.beside = row ? [...row.querySelectorAll('label.widget-label, button')]
+            .map(x => x.textContent.trim()) : []; };
     window.__at2poBusyObserver = new MutationObserver(records => { for (const r of records) {
         look(r.target); r.addedNodes.forEach(look);
         if (r.type === 'attributes' && r.target.disabled && inOutput(r.target)) window.__at2poBusy.disabled = true;
@@ -326,6 +351,18 @@ WATCH_BUSY = """() => {
     window.__at2poBusyObserver.observe(document.body, {subtree: true, childList: true,
         characterData: true, attributes: true, attributeFilter: ['disabled']});
 }""".replace("BUSY", BUSY)
+
+
+WIDGET_ERRORS = """() => {
+    const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+    const panel = tab ? document.getElementById(tab.dataset.id) : null;
+    return panel ? [...panel.querySelectorAll('.jp-OutputArea-output')]
+        .filter(o => o.textContent.trim().startsWith('Error displaying widget')).length : 0; }"""
+"""Outputs of the current notebook where JupyterLab failed to show a widget: its message opens
+the output. (The line above the inspector, ``inspector.REOPEN_HINT``, quotes that message to
+say what to do about it: a search of the page's text for the message found the hint and failed
+every run. The other restored tabs, not run again, rightly show the message for the widgets
+of their saved outputs.)"""
 
 
 def image(page, which: str):
@@ -380,9 +417,10 @@ def check_not_blank(png: bytes, phase: str, which: str) -> None:
         raise Failed(f"{phase}: the {which} image looks blank ({len(colours or [])} colours)")
 
 
-def busy_seen(page, phase: str, what: str, timeout_s: float) -> str:
-    """After an update started under :data:`WATCH_BUSY`: the busy sign was shown and the
-    controls disabled, and both are gone once the update is done."""
+def busy_seen(page, phase: str, what: str, timeout_s: float, words: str, beside: str) -> str:
+    """After an update started under :data:`WATCH_BUSY`: the busy sign was shown, opening with
+    ``words`` ("Busy: drawing node 5"), in the row of the control labelled ``beside`` ("node",
+    "Grow"), and the controls disabled; both are gone once the update is done."""
     page.wait_for_function(
         """mark => ![...document.querySelectorAll('.jp-OutputArea .widget-html')]
                    .some(e => e.textContent.includes(mark))
@@ -393,13 +431,30 @@ def busy_seen(page, phase: str, what: str, timeout_s: float) -> str:
     record = page.evaluate("() => window.__at2poBusy")
     if not record["seen"]:
         raise Failed(f"{phase}: {what} showed no busy sign ({BUSY} ...) while it updated")
+    if not record["seen"].startswith(words):
+        raise Failed(f"{phase}: {what}: the busy sign read {record['seen']!r}, not {words!r} ...")
+    if beside not in record["beside"]:
+        raise Failed(
+            f"{phase}: {what}: the busy sign showed beside {record['beside']}, not "
+            f"beside {beside!r}"
+        )
     if not record["disabled"]:
         raise Failed(f"{phase}: {what}: the controls stayed enabled while it updated")
-    return f"{phase}: {what}: busy sign shown ('{record['seen'][:60]}'), controls disabled, then cleared"
+    return (
+        f"{phase}: {what}: busy sign shown ('{record['seen'][:60]}', beside {beside}), "
+        "controls disabled, then cleared"
+    )
 
 
-def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str]:
-    """Step 3 of the module docstring on the active notebook 03; returns what was seen."""
+def check_inspector(
+    page,
+    shots: Path,
+    phase: str,
+    timeout_s: float,
+    random_l2: tuple[tuple[int | None, str], tuple[int | None, str]],
+) -> list[str]:
+    """Step 3 of the module docstring on the active notebook 03 (``random_l2``: the two
+    expectations of :func:`check_random_l2`); returns what was seen."""
     seen = []
     start = time.time()
     try:
@@ -409,7 +464,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
         raise Failed(f"{phase}: the inspector did not appear within {timeout_s:.0f} s") from exc
     seen.append(progress(f"{phase}: inspector rendered {time.time() - start:.0f} s after Run All"))
     page.wait_for_selector("text=/node \\d+ \\(parent/", timeout=60_000)
-    if "Error displaying widget" in page.inner_text("body"):
+    if page.evaluate(WIDGET_ERRORS):
         raise Failed(f"{phase}: JupyterLab shows 'Error displaying widget'")
     first = image_bytes(page, shots / f"{phase}_tree_before.png")
     chart = image_bytes(page, shots / f"{phase}_chart_before.png", "chart")
@@ -426,7 +481,18 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     page.evaluate(WATCH_BUSY)
     select.select_option(other)
     page.wait_for_selector(f"text=/node {other} \\(parent/", timeout=60_000)
-    seen.append(progress(busy_seen(page, phase, f"picking node {other}", timeout_s)))
+    seen.append(
+        progress(
+            busy_seen(
+                page,
+                phase,
+                f"picking node {other}",
+                timeout_s,
+                f"{BUSY} drawing node {other} ",
+                "node",
+            )
+        )
+    )
     after = page.locator("text=/node \\d+ \\(parent/").first.inner_text()
     if after == before:
         raise Failed(f"{phase}: picking node {other} did not redraw the node panel")
@@ -453,7 +519,7 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     text = status.inner_text()
     if not text.startswith("grown"):
         raise Failed(f"{phase}: Grow: {text}")
-    seen.append(progress(busy_seen(page, phase, "Grow", timeout_s)))
+    seen.append(progress(busy_seen(page, phase, "Grow", timeout_s, BUSY, "Grow")))
     grown = image_bytes(page, shots / f"{phase}_tree_after_grow.png")
     check_not_blank(grown, phase, "tree")
     check_not_blank(
@@ -466,7 +532,224 @@ def check_inspector(page, shots: Path, phase: str, timeout_s: float) -> list[str
     seen.append(
         progress(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes)")
     )
+    seen += check_random_l2(page, shots, phase, timeout_s, grown, *random_l2)
     return seen
+
+
+GROW_LINE = """() => { const grow = [...document.querySelectorAll('.jp-OutputArea button.jupyter-button')]
+                         .find(b => b.textContent.trim() === 'Grow');
+                       const line = grow && grow.parentElement.querySelector('.widget-html');
+                       return grow ? {text: line ? line.innerText.trim() : '', disabled: grow.disabled}
+                                   : null; }"""
+"""The line beside Grow (what the ``random`` expansion grows at this M, L, K, why Grow is off,
+or the busy sign) and whether Grow is disabled."""
+
+
+def set_slider(page, label: str, value: int) -> None:
+    """Type ``value`` into an ipywidgets slider's readout (the number beside it), as a user
+    can, and check that the slider took it."""
+    slider = page.locator(
+        f".jp-OutputArea .widget-hslider:has(label.widget-label:text-is('{label}'))"
+    )
+    readout = slider.locator(".widget-readout").first
+    readout.scroll_into_view_if_needed()
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        """([label, value]) => [...document.querySelectorAll('.jp-OutputArea .widget-hslider')]
+        .some(s => { const l = s.querySelector('label.widget-label');
+                     const r = s.querySelector('.widget-readout');
+                     return l && l.textContent.trim() === label && r && r.textContent.trim() === value; })""",
+        arg=[label, str(value)],
+        timeout=30_000,
+    )
+
+
+def check_random_l2(
+    page,
+    shots: Path,
+    phase: str,
+    timeout_s: float,
+    before: bytes,
+    expected: tuple[int | None, str],
+    expected_off: tuple[int | None, str],
+) -> list[str]:
+    """Issue #49: the ``random`` expansion at L = 2. ``expected``: what
+    ``inspector.random_tree_count`` says for the profile at L = 2 (trees, sentence). With a
+    count, the sentence (when the profile's own count does not split) must show beside Grow,
+    Grow must grow that many trees ("grown: N tree(s) ... (random)", the tree list holding N,
+    the tree image changed, the busy sign shown and cleared) and the sentence be back beside
+    Grow afterwards; with none, Grow must be off and the line say why. Then, where
+    ``expected_off`` (the same at M = 2, L = 3, K = 1) has no count: Grow off, the line saying
+    why, and both undone by choosing ``entropy``."""
+    count, note = expected
+    seen = []
+    random = page.locator(".jp-OutputArea button.widget-toggle-button:text-is('random')")
+    random.scroll_into_view_if_needed()
+    random.click()
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.jp-OutputArea button.widget-toggle-button')]
+        .some(b => b.textContent.trim() === 'random' && b.classList.contains('mod-active'))""",
+        timeout=30_000,
+    )
+    set_slider(page, "L", 2)
+    if count is None or note:  # the kernel answers the new L with the line beside Grow
+        page.wait_for_function(
+            """([note, off]) => { const g = (GROW_LINE)();
+            return g && g.text.includes(note) && g.disabled === off; }""".replace(
+                "GROW_LINE", GROW_LINE
+            ),
+            arg=[note, count is None],
+            timeout=60_000,
+        )
+    page.screenshot(path=str(shots / f"{phase}_5_random_l2.png"))
+    if count is None:
+        return [
+            progress(
+                f"{phase}: random, L = 2: Grow is off and the line beside it says: "
+                f"{page.evaluate(GROW_LINE)['text']}"
+            )
+        ]
+    if note:
+        seen.append(progress(f"{phase}: random, L = 2: beside Grow: {note[:70]} ..."))
+    page.evaluate(WATCH_BUSY)
+    page.click(".jp-OutputArea button.jupyter-button:text-is('Grow')")
+    status = page.wait_for_selector(
+        "text=/grown: \\d+ tree\\(s\\) of question \\d+ \\(random\\)|failed:/",
+        timeout=timeout_s * 1000,
+    )
+    text = status.inner_text()
+    if not text.startswith("grown"):
+        raise Failed(f"{phase}: random, L = 2: Grow: {text}")
+    seen.append(
+        progress(
+            busy_seen(
+                page, phase, "Grow (random, L = 2)", timeout_s, f"{BUSY} growing a tree", "Grow"
+            )
+        )
+    )
+    if not text.startswith(f"grown: {count} tree(s)"):
+        raise Failed(f"{phase}: random, L = 2: expected {count} trees, the status says: {text}")
+    trees = page.locator("div.widget-dropdown select").nth(1).locator("option").count()
+    if trees != count:
+        raise Failed(
+            f"{phase}: random, L = 2: grown {count} trees but the tree list offers {trees}"
+        )
+    line = page.evaluate(GROW_LINE)
+    if note and note not in line["text"]:
+        raise Failed(
+            f"{phase}: random, L = 2: after Grow the line beside it reads "
+            f"{line['text']!r}, not what Grow grows ({note!r})"
+        )
+    grown = image_bytes(page, shots / f"{phase}_tree_after_random_l2.png")
+    check_not_blank(grown, phase, "tree")
+    if grown == before:
+        raise Failed(
+            f"{phase}: random, L = 2: Grow said '{text}' but the tree image did not change"
+        )
+    page.locator(
+        ".jp-OutputArea button.jupyter-button:text-is('Grow')"
+    ).scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{phase}_6_random_l2_grown.png"))
+    seen.append(
+        progress(
+            f"{phase}: random, L = 2: {text.split(';')[0]}; {trees} trees listed, "
+            "tree image changed" + (", the line beside Grow still says why" if note else "")
+        )
+    )
+    off, why = expected_off
+    if off is None:  # M = 2, L = 3, K = 1: no count of trees splits 2 + 3·1 leaves
+        for label, value in (("M", 2), ("L", 3), ("K", 1)):
+            set_slider(page, label, value)
+        page.wait_for_function(
+            """why => { const g = (GROW_LINE)();
+            return g && g.disabled && g.text.includes(why); }""".replace("GROW_LINE", GROW_LINE),
+            arg=why,
+            timeout=60_000,
+        )
+        page.screenshot(path=str(shots / f"{phase}_7_random_cannot_split.png"))
+        page.locator(".jp-OutputArea button.widget-toggle-button:text-is('entropy')").click()
+        page.wait_for_function(
+            """() => { const g = (GROW_LINE)();
+            return g && !g.disabled && g.text === ''; }""".replace("GROW_LINE", GROW_LINE),
+            timeout=60_000,
+        )
+        seen.append(
+            progress(
+                f"{phase}: random, M = 2, L = 3, K = 1: Grow is off, beside it: "
+                f"{why[:60]} ...; back to entropy: Grow on, the line gone"
+            )
+        )
+    return seen
+
+
+ANSWER_OPENING = "# the answer"
+"""How a computed answer cell opens (scripts/strip_notebook_outputs.py)."""
+ANSWERS = {"tiny": {"02_tree_rollout.ipynb": "[2 8 7 6]"}}
+"""What a computed answer prints, per profile and notebook, where the check knows it."""
+
+
+def has_answer_cell(notebook: Path) -> bool:
+    import json
+
+    return any(
+        c["cell_type"] == "code" and "".join(c["source"]).startswith(ANSWER_OPENING)
+        for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    )
+
+
+def check_answer_fold(page, name: str, phase: str, shots: Path, expected: str | None) -> str:
+    """Issue #49: a computed answer stays under its closed fold after the notebook ran, and
+    shows once the reader opens it. In the current notebook: the one code cell whose collapsed
+    input reads "# the answer..." shows its input folded, and what it printed (``expected``
+    when known) is not on the page; opening its fold (JupyterLab's output placeholder if the
+    outputs are collapsed, then the ``<details>`` summary of ``answer_fold``) shows it; a
+    second click folds it again."""
+    panel_id = page.evaluate("""() => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+                                        return t ? t.dataset.id : null; }""")
+    panel = page.locator(f"[id='{panel_id}']")
+    cells = panel.locator(".jp-CodeCell").filter(
+        has=page.locator(".jp-InputPlaceholder", has_text=ANSWER_OPENING)
+    )
+    if cells.count() != 1:
+        raise Failed(
+            f"{phase}: {name}: {cells.count()} code cells with a folded "
+            f"'{ANSWER_OPENING}' input, expected 1"
+        )
+    cell = cells.first
+    cell.scroll_into_view_if_needed()
+    answer = cell.locator(".jp-OutputArea-output pre")
+    if not answer.count():
+        raise Failed(f"{phase}: {name}: the computed answer printed nothing")
+    text = answer.first.text_content().strip()
+    if expected and expected not in text:
+        raise Failed(f"{phase}: {name}: the computed answer reads {text[:80]!r}, not {expected!r}")
+    words = " ".join((expected or text).split())
+    shown = lambda: words in " ".join(panel.inner_text().split())  # noqa: E731
+    page.screenshot(path=str(shots / f"{phase}_answer_{name.split('_')[0]}_folded.png"))
+    if answer.first.is_visible() or shown():
+        raise Failed(
+            f"{phase}: {name}: the computed answer {words[:60]!r} shows while its fold is closed"
+        )
+    placeholder = cell.locator(".jp-OutputPlaceholder")
+    if placeholder.count() and placeholder.first.is_visible():
+        placeholder.first.click()
+    summary = cell.locator(".jp-OutputArea-output details > summary")
+    if not summary.count():
+        raise Failed(f"{phase}: {name}: the computed answer has no fold (<details>) to open")
+    summary.first.click()
+    answer.first.wait_for(state="visible", timeout=10_000)
+    if not shown():
+        raise Failed(f"{phase}: {name}: the opened fold does not show {words[:60]!r}")
+    page.screenshot(path=str(shots / f"{phase}_answer_{name.split('_')[0]}_open.png"))
+    summary.first.click()
+    answer.first.wait_for(state="hidden", timeout=10_000)
+    return (
+        f"{phase}: {name}: computed answer {words[:40]!r} not on the page under its closed "
+        "fold, shown when opened, hidden again when closed"
+    )
 
 
 def save_all(page, folder: Path, names, phase: str, shots: Path) -> list[str]:
@@ -531,7 +814,15 @@ def notebook_profile(notebook: Path) -> str | None:
 
 
 def open_notebooks(
-    page, base: str, token: str, folder: Path, names, shots: Path, timeout_s: float, run: bool
+    page,
+    base: str,
+    token: str,
+    folder: Path,
+    names,
+    shots: Path,
+    timeout_s: float,
+    run: bool,
+    answers: dict[str, str],
 ) -> list[str]:
     """Open each notebook of ``folder`` in its own tab (the workspace remembers them); with
     ``run`` execute every cell of each and check for error outputs."""
@@ -549,6 +840,10 @@ def open_notebooks(
                 ran = wait_done(page, name, timeout_s)
                 seen.append(progress(f"clean: {name} ran without errors: {ran}"))
                 page.screenshot(path=str(shots / f"clean_{name.split('_')[0]}.png"))
+                if has_answer_cell(folder / name):
+                    seen.append(
+                        progress(check_answer_fold(page, name, "clean", shots, answers.get(name)))
+                    )
     return seen
 
 
@@ -579,8 +874,26 @@ def log_problems(log_name: str) -> list[str]:
     return [
         line
         for line in log.splitlines()
-        if "IPKernelApp] WARNING" in line or "Invalid Signature" in line
+        if "IPKernelApp] WARNING" in line
+        or "IPKernelApp] ERROR" in line
+        or "Invalid Signature" in line
+        or line.startswith("Traceback")
     ]
+
+
+def random_l2_expectation(profile: str) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+    """What the inspector's ``random`` expansion grows at L = 2 under ``profile`` (its M, K),
+    and at M = 2, L = 3, K = 1: ``inspector.random_tree_count``, which the widget itself asks."""
+    from dataclasses import replace
+
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.reporting.inspector import random_tree_count
+
+    rollout = load_profile(profile).rollout
+    return (
+        random_tree_count(replace(rollout, tree_l=2)),
+        random_tree_count(replace(rollout, tree_m=2, tree_l=3, tree_k=1)),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -610,6 +923,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     os.chdir(ROOT)
+    args.random_l2 = random_l2_expectation(args.profile)
     shots = ROOT / SCRATCH
     shots.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(ROOT / WORKSPACES, ignore_errors=True)  # the clean phase starts clean
@@ -654,7 +968,15 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                 try:
                     if phase == "clean":
                         seen += open_notebooks(
-                            page, base, token, folder, names, shots, args.timeout, run=True
+                            page,
+                            base,
+                            token,
+                            folder,
+                            names,
+                            shots,
+                            args.timeout,
+                            run=True,
+                            answers=ANSWERS.get(args.profile, {}),
                         )
                     else:
                         page.goto(f"{base}/lab?token={token}")
@@ -667,12 +989,23 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                         wait_current(page, NOTEBOOK, 30_000)
                         wait_idle(page)
                         run_all(page)
-                    seen += check_inspector(page, shots, phase, args.timeout)
+                    seen += check_inspector(page, shots, phase, args.timeout, args.random_l2)
                     # the inspector is checked as soon as it shows; the cells after it, too
                     seen.append(
                         progress(
                             f"{phase}: {NOTEBOOK} ran without errors: "
                             f"{wait_done(page, NOTEBOOK, args.timeout)}"
+                        )
+                    )
+                    seen.append(
+                        progress(
+                            check_answer_fold(
+                                page,
+                                NOTEBOOK,
+                                phase,
+                                shots,
+                                ANSWERS.get(args.profile, {}).get(NOTEBOOK),
+                            )
                         )
                     )
                     seen += [progress(line) for line in save_all(page, folder, names, phase, shots)]

@@ -17,7 +17,9 @@ Installed by scripts/bootstrap.sh (``git config filter.at2po-notebook.clean``) a
   ``jupyter.source_hidden`` and ``jupyter.outputs_hidden`` true: its code and what it prints
   stay folded until the reader opens them, like the answers in the ``<details>`` block above
   it (issue #49: the printed answer showed under the closed fold); a reader who opened them
-  and saved gets the folds back in git;
+  and saved gets the folds back in git. JupyterLab 4 unfolds a cell's outputs whenever it
+  runs, so the answer cells also print inside ``at2po_lib.reporting.answers.answer_fold``, a
+  closed ``<details>`` block in the output itself;
 - notebook metadata: ``widgets`` state dropped, ``language_info`` reduced to its name, and the
   project kernel's display name back to ``AT2PO`` (bootstrap registers it as "AT2PO (<venv>)").
 

@@ -184,7 +184,11 @@ def test_inspector_in_a_real_browser():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Grow: grown:" in done.stdout
     assert "tree image and chart redrawn" in done.stdout
-    assert done.stdout.count("busy sign shown") == 4  # node pick and Grow, in both phases
+    # node pick, Grow and Grow at random + L = 2 (smoke: the profile's 2 trees), both phases
+    assert done.stdout.count("busy sign shown") == 6
+    assert done.stdout.count("random, L = 2: grown: 2 tree(s)") == 2
+    assert done.stdout.count("M = 2, L = 3, K = 1: Grow is off") == 2
+    assert done.stdout.count("not on the page under its closed fold, shown when opened") == 3 + 1
     assert done.stdout.count("git status --porcelain -- notebooks/ is empty") == 2
 
 
@@ -419,10 +423,18 @@ def test_random_trees_at_l2_grow_the_count_that_splits_or_the_control_says_why()
     inspector.l.value = 2
     assert "4 trees of 3 leaves" in inspector.grow_busy.value
     assert not inspector.grow_button.disabled
+    # a Grow at L = 2: the busy sign replaced the line beside Grow, and the line comes back
+    # after it (it was left empty, found by scripts/check_inspector_browser.py)
+    inspector.live = FakeLive()
+    inspector._grow()
+    assert "grown:" in inspector.status.value and "4 trees of 3 leaves" in inspector.grow_busy.value
+    assert insp.BUSY_MARK not in inspector.grow_busy.value and not inspector.grow_button.disabled
     inspector.m.value, inspector.l.value, inspector.k.value = 2, 3, 1
     assert inspector.grow_button.disabled and "change M, L or K" in inspector.grow_busy.value
     inspector.expansion.value = "entropy"
     assert inspector.grow_busy.value == "" and not inspector.grow_button.disabled
+    inspector._grow()  # another expansion: nothing beside Grow after it
+    assert "grown:" in inspector.status.value and inspector.grow_busy.value == ""
 
 
 def test_the_busy_sign_is_words_beside_the_control_that_changed():
@@ -451,6 +463,32 @@ def test_the_busy_sign_is_words_beside_the_control_that_changed():
     assert shown and shown[0].count(insp.BUSY_MARK) == 1 and "drawing node 3" in shown[0]
     assert all(ord(ch) < 0x2300 for ch in shown[0])  # no symbol a plain font lacks
     assert inspector.busy.value == ""
+
+
+def test_the_first_grow_says_loading_then_growing(monkeypatch):
+    """The first Grow loads the policy, then grows: the sign beside Grow says each in turn (it
+    said "loading the warm-start policy" through the whole rollout), and nothing once done."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    said = []
+
+    class Loading(FakeLive):
+        def __init__(self, profile):
+            said.append(inspector.grow_busy.value)
+            super().__init__()
+
+        def grow(self, *args, **kwargs):
+            said.append(inspector.grow_busy.value)
+            return super().grow(*args, **kwargs)
+
+    monkeypatch.setattr(insp, "LiveRollout", Loading)
+    inspector = insp.TreeInspector("smoke", [teaching_tree()])
+    inspector._grow()
+    assert "grown:" in inspector.status.value
+    assert [s.count(insp.BUSY_MARK) for s in said] == [1, 1]
+    assert "loading the warm-start policy" in said[0] and "growing a tree" in said[1]
+    assert inspector.grow_busy.value == ""
 
 
 def test_a_reopened_notebook_says_to_run_the_cell(monkeypatch):

@@ -123,6 +123,33 @@ def test_a_computed_answer_is_stored_folded_with_its_output(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_computed_answer_prints_inside_its_fold(path):
+    """JupyterLab 4 unfolds a cell's outputs whenever it runs, whatever ``outputs_hidden``
+    says: after Run All, 02's ``[2 8 7 6]`` showed under the closed input fold (seen in
+    scripts/check_inspector_browser.py). An answer cell prints only inside
+    ``answer_fold()`` (a closed <details> block in the output) and ends on no bare value."""
+    import ast
+
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or not source.startswith("# the answer"):
+            continue
+        body = ast.parse(source).body
+        folds = [
+            s
+            for s in body
+            if isinstance(s, ast.With) and ast.unparse(s.items[0].context_expr) == "answer_fold()"
+        ]
+        assert folds, f"{path.name}: the computed answer is not printed inside answer_fold()"
+        outside = [
+            ast.unparse(s)[:60]
+            for s in body
+            if not isinstance(s, (ast.With, ast.Import, ast.ImportFrom))
+        ]
+        assert outside == [], f"{path.name}: shown outside the fold: {outside}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_hidden_answer_is_a_details_block(path):
     """JupyterLab 4 ignores source_hidden on markdown: an answer shows unless it sits in a
     <details> block (and then the filter keeps its flag when the lab drops it)."""

@@ -507,8 +507,10 @@ class TreeInspector:
 
     def _live(self) -> LiveRollout:
         if self.live is None:
+            said = self.grow_busy.value  # "growing a tree", said again once the policy is loaded
             self.grow_busy.value = busy_html("loading the warm-start policy")
             self.live = LiveRollout(self.profile)
+            self.grow_busy.value = said
         if len(self.question.options) == 1 and len(self.live.questions) > 1:
             shown = self.live.questions[:QUESTIONS_LISTED]
             self.question.options = [(f"{i}: {q}", i) for i, q in enumerate(shown)]
@@ -516,6 +518,12 @@ class TreeInspector:
         return self.live
 
     def _grow(self) -> None:
+        try:
+            self._grow_trees()
+        finally:  # the busy sign is gone: the line beside Grow says again what Grow will grow
+            self._check_growable()
+
+    def _grow_trees(self) -> None:
         with self._busy("growing a tree with the warm-start policy", self.grow_busy):
             try:
                 live = self._live()
