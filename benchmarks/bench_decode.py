@@ -46,8 +46,8 @@ from at2po_lib.policy.tokenizer import train_tokenizer  # noqa: E402
 from at2po_lib.rollout.backends import HFBackend  # noqa: E402
 from at2po_lib.rollout.sampling import SamplingSpec  # noqa: E402
 from at2po_lib.rollout.turns import TurnRequest  # noqa: E402
-from gpu_check_h200 import QWEN3_VOCAB  # noqa: E402
-from gpu_check_h200 import SHAPES as REAL_SHAPES  # noqa: E402
+from qwen3_shapes import QWEN3_VOCAB  # noqa: E402
+from qwen3_shapes import SHAPES as REAL_SHAPES  # noqa: E402
 
 SHAPES = {  # Qwen3's published shapes; "kernels": Qwen3-0.6B's structure at a toy width
     "kernels": dict(REAL_SHAPES["0.6b"], hidden_size=64, head_dim=8, intermediate_size=192),

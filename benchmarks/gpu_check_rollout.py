@@ -35,8 +35,8 @@ from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.export import training_rows, tree_summary
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.trees import rollout_trees
+from qwen3_shapes import QWEN3_VOCAB
 
-QWEN3_VOCAB = 151_936
 TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
 
