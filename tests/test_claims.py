@@ -541,3 +541,30 @@ def test_clip_levels_are_read_at_both_clip_ranges():
     rows = claims_table("tiny", _study(), clips=clips, n_resamples=10)[0].set_index("key")
     wide = rows.loc["turn_ratio_clips_less_at_reference"]
     assert wide["estimate"] == pytest.approx(-0.1) and "AT2PO's own updates" in wide["note"]
+
+
+def test_the_blocks_sentence_says_when_a_set_is_too_small_to_pair():
+    """One finished block is recorded but pairs nothing (a set's claims read pairs within blocks
+    from 2 blocks on): the sentence says its claims still rest on the earlier record."""
+    import pandas as pd
+
+    from at2po_lib.reporting.claims import _blocks_sentence
+
+    def blocks(n: int) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "block_set": "headline",
+                    "block": b,
+                    "build": "fc-v1",
+                    "commit": "dc4fe56" + "0" * 33,
+                }
+                for b in range(n)
+                for _ in ("at2po", "grpo")
+            ]
+        )
+
+    one, two = _blocks_sentence(blocks(1)), _blocks_sentence(blocks(2))
+    assert "headline: 1 block at dc4fe56 (builds fc-v1 ×1), too few to pair" in one
+    assert "headline: 2 blocks at dc4fe56 (builds fc-v1 ×2)." in two and "too few" not in two
+    assert "has finished yet" in _blocks_sentence(None)

@@ -859,7 +859,9 @@ def _runs_sentence(finished: "pd.DataFrame", provenance: "pd.DataFrame | None") 
 
 
 def _blocks_sentence(blocks: "pd.DataFrame | None") -> str:
-    """Which of the study's blocks have finished, at which revisions and builds."""
+    """Which of the study's blocks have finished, at which revisions and builds, and whether
+    they are paired yet (a set's claims read pairs within blocks from 2 finished blocks on:
+    :func:`~at2po_lib.reporting.block_pairs.blocked_difference`)."""
     if blocks is None or blocks.empty:
         return (
             " No block of the study (`at2po study --block-set`) has finished yet: every "
@@ -868,16 +870,17 @@ def _blocks_sentence(blocks: "pd.DataFrame | None") -> str:
     parts = []
     for name, rows in blocks.groupby("block_set", sort=True):
         per_block = rows.drop_duplicates("block")
+        count = len(per_block)
         builds = ", ".join(f"{b} ×{n}" for b, n in per_block["build"].value_counts().items())
         parts.append(
-            f"{name}: {len(per_block)} blocks at "
+            f"{name}: {count} block{'s' * (count != 1)} at "
             f"{', '.join(sorted(c[:7] for c in per_block['commit'].unique()))} "
             f"(builds {builds})"
+            + (", too few to pair: its claims rest on the earlier record" if count < 2 else "")
         )
     return (
-        " Finished blocks of the study, whose pairs the claims read within blocks: "
-        + "; ".join(parts)
-        + "."
+        " Finished blocks of the study (a set's claims read pairs within its blocks from 2 "
+        "blocks on): " + "; ".join(parts) + "."
     )
 
 
