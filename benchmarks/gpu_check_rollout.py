@@ -35,7 +35,7 @@ from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.export import training_rows, tree_summary
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.trees import rollout_trees
-from qwen3_shapes import QWEN3_VOCAB
+from qwen3_shapes import QWEN3_VOCAB, SHAPES
 
 TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
@@ -91,25 +91,9 @@ def build_model(tokenizer, small: bool, device: str, dtype: torch.dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if small:
-        shape = dict(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            intermediate_size=128,
-        )
+        shape = dict(SHAPES["dry-run"], vocab_size=len(tokenizer))
     else:  # Qwen3-0.6B's shape with 24 instead of 28 layers: ~0.53B parameters
-        shape = dict(
-            vocab_size=QWEN3_VOCAB,
-            hidden_size=1024,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            intermediate_size=3072,
-        )
+        shape = dict(SHAPES["0.6b"], num_hidden_layers=24, vocab_size=QWEN3_VOCAB)
     config = Qwen3Config(
         **shape,
         max_position_embeddings=4096,

@@ -33,17 +33,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check_h200 import QWEN3_VOCAB, SHAPES, build_qwen3  # noqa: E402
+from gpu_check_h200 import build_qwen3  # noqa: E402
+from qwen3_shapes import QWEN3_VOCAB, SHAPES  # noqa: E402
 
 QWEN3_06B_SHAPE = SHAPES["0.6b"]  # Qwen3-0.6B's config.json: head_dim 128, vocabulary 151,936
-SMALL_SHAPE = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-)
+SMALL_SHAPE = dict(SHAPES["dry-run"])  # the dry run's toy width
 
 
 def parity_reward(response: str, golden) -> float:
