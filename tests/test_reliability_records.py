@@ -15,12 +15,14 @@ from at2po_lib.cli.report import main as report_main
 from at2po_lib.reporting import report
 from at2po_lib.reporting import table2 as report_table2
 from at2po_lib.reporting.records import (
+    RECORDED_AS_FILE,
     check_seeds,
     load_final_evals,
     load_outcomes,
     load_training_records,
 )
 from at2po_lib.util.errors import RecordError
+from at2po_lib.util.paths import repo_root
 from test_reporting import DATASETS, N_QUESTIONS, write_run
 
 
@@ -303,12 +305,28 @@ def test_a_seed_without_the_records_its_siblings_have_is_refused(recorded):
         check_seeds("smoke")
 
 
-def test_a_variant_recorded_under_its_former_name_is_accepted(runs):
+def test_runs_recorded_under_another_name_need_their_folders_note(runs):
+    """at2po_exact's study runs were trained as at2po: the folder's RECORDED_AS.json says so,
+    and without it (or with a name that is no preset) the records are refused."""
     exact = runs.with_name("at2po_exact")
     runs.rename(exact)
-    for seed in range(3):  # at2po_exact's runs were recorded as at2po (Method.recorded_as)
+    for seed in range(3):
         _record_provenance(exact / f"seed{seed}", seed, method="at2po")
+    with pytest.raises(RecordError, match=r"records method 'at2po', but it lies in at2po_exact/"):
+        check_seeds("smoke")
+    note = exact / RECORDED_AS_FILE
+    note.write_text(json.dumps({"method": "at2po", "why": "trained before the variant had a name"}))
     check_seeds("smoke")
+    note.write_text(json.dumps({"method": "at2po_old"}))
+    with pytest.raises(RecordError, match=r"RECORDED_AS\.json: 'method' must name a preset"):
+        check_seeds("smoke")
+
+
+def test_the_committed_variant_folder_names_the_name_its_runs_were_recorded_under():
+    note = json.loads(
+        (repo_root() / "results/runs/tiny/at2po_exact" / RECORDED_AS_FILE).read_text()
+    )
+    assert note["method"] == "at2po" and "0c35b88" in note["why"]
 
 
 def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(

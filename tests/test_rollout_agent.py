@@ -273,14 +273,6 @@ def test_turn_cap_reached_goes_on_until_the_response_budget(toy):
     assert [r.max_new_tokens for r in backend.requests] == [8, 8, 8, 6]
 
 
-def test_turn_cap_may_end_the_branch_as_before_issue_22(toy):
-    trees, _ = run_script(
-        toy, lambda ctx, rng: "word " * 40, max_turn_tokens=8, turn_length_ends_branch=True
-    )
-    (node,) = chain_nodes(trees[0])
-    assert len(node.token_ids) == 8 and node.finish_reason == "turn_length"
-
-
 def test_no_turn_cap_by_default_a_call_gets_the_rest_of_the_budget(toy):
     assert toy.cfg.rollout.max_turn_tokens == 0
     trees, backend = run_script(

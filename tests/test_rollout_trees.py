@@ -383,8 +383,7 @@ def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
         )
         cfg = dataclasses.replace(
             toy.cfg.rollout,
-            max_turn_tokens=1,  # every chain: 1 turn
-            turn_length_ends_branch=True,
+            max_response_tokens=1,  # every chain: one token, one turn
         )
         rollout_trees(
             toy.model,

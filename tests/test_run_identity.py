@@ -153,6 +153,24 @@ def test_a_profile_field_added_later_at_its_neutral_value_is_the_same_run():
     assert run_identity(gone) is None  # not readable as a current run: another configuration
 
 
+def test_a_profile_field_removed_since_is_the_same_run_at_its_neutral_value_only():
+    """Records hold ``rollout.turn_length_ends_branch`` (removed with issue #49): at false, what
+    the code does now, in either format; at true, a rule the code no longer has."""
+    spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
+    old = profile_format(spec)
+    old["profile"]["rollout"]["turn_length_ends_branch"] = False
+    assert run_identity(old) == spec.identity()
+    current = spec.record()
+    current["settings"]["rollout"]["turn_length_ends_branch"] = False
+    assert run_identity(current) == spec.identity()
+    for record, rollout in (
+        (old, old["profile"]["rollout"]),
+        (current, current["settings"]["rollout"]),
+    ):
+        rollout["turn_length_ends_branch"] = True
+        assert run_identity(record) is None
+
+
 def test_legacy_loss_types_invert_the_trainer_map():
     assert LEGACY_LOSS_TYPES == {v: k for k, v in TRL_LOSS_TYPES.items()}
 

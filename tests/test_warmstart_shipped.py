@@ -69,9 +69,7 @@ def test_fresh_clone_uses_a_matching_shipped_copy_and_a_changed_config_does_not(
         is None
     )
     assert (
-        warmstart_cache.cached_warmstart(
-            load_profile("tiny", {"rollout": {"turn_length_ends_branch": True}})
-        )
+        warmstart_cache.cached_warmstart(load_profile("tiny", {"rollout": {"max_turn_tokens": 8}}))
         is None
     )
     # settings that do not touch SFT keep it valid (how a server is reached, Tree-GRPO's trees)

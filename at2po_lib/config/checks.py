@@ -347,7 +347,6 @@ RULES: dict[str, Rule] = {
     "rollout.max_tool_calls": SMALL,
     "rollout.max_turn_tokens": ROWS,  # 0: no per-turn cap (the authors' code)
     "rollout.max_response_tokens": WIDTH,
-    "rollout.turn_length_ends_branch": (lambda v: isinstance(v, bool), "true or false"),
     "rollout.max_prompt_tokens": WIDTH,
     "rollout.chains": FAN,
     "rollout.tree_m": FAN,

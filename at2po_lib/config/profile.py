@@ -232,10 +232,7 @@ class RolloutConfig:
     max_turn_tokens: int = 0
     """Tokens one generation call may sample; 0 (default, authors' code): no per-turn cap, a
     call gets the rest of the response budget. With a cap, a call that reaches it goes on in
-    the same node (the authors' ``length`` handling), unless ``turn_length_ends_branch``."""
-    turn_length_ends_branch: bool = False
-    """End the branch (``turn_length``) when a call reaches ``max_turn_tokens``: the project's
-    behaviour before issue #22, kept to re-measure results made with it (off: the authors')."""
+    the same node (the authors' ``length`` handling)."""
     max_response_tokens: int = 512
     """Completion budget (turns + observations) per trajectory."""
     max_prompt_tokens: int = 256
@@ -428,6 +425,15 @@ ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
 that reproduces what those did: a run recorded without the field is the same run as one with it
 at that value (:mod:`at2po_lib.trainer.identity`), and a warm start's key leaves the field out at
 that value (:mod:`at2po_lib.policy.warmstart_cache`)."""
+
+REMOVED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
+    ("rollout", "turn_length_ends_branch"): False,
+}
+"""Profile fields removed after runs were recorded and the warm start was shipped, with the value
+at which they did what the code does now: a run that recorded the field at that value is the same
+run as one without it, a run that recorded another value is another configuration
+(:mod:`at2po_lib.trainer.identity`), and a warm start's key holds the field at that value as it
+did (:mod:`at2po_lib.policy.warmstart_cache`). docs/method.md §19 says what each one did."""
 
 
 @dataclass

@@ -131,12 +131,6 @@ class Method:
     """``rollout`` settings this method fixes over the profile's: what a variant changes
     (``at2po_exact``: the exact entropy and α = 0.001; ``chains``: :data:`TREE_LEAVES` for the
     tree's leaf count). A ``--set rollout.<key>`` of a fixed key is refused, naming the method."""
-    recorded_as: str | None = None
-    """A variant whose runs were recorded under another preset's name (``at2po_exact``: its
-    study runs were trained as ``at2po`` when the profile held its settings). Which recorded
-    run is which configuration is decided by the settings the run records
-    (:func:`at2po_lib.trainer.resolve.run_identity`); this name only lets the records' checks
-    accept the method a folder's ``config.yaml`` names."""
 
 
 def _method(
@@ -146,7 +140,6 @@ def _method(
     expansion: str,
     *,
     rollout: Mapping[str, Any] | None = None,
-    recorded_as: str | None = None,
     **overrides: Any,
 ) -> Method:
     return Method(
@@ -156,7 +149,6 @@ def _method(
         expansion,
         dict(overrides),
         rollout=dict(rollout or {}),
-        recorded_as=recorded_as,
     )
 
 
@@ -247,7 +239,6 @@ _VARIANTS = [
         "variant",
         "entropy",
         rollout=EXACT_EXPANSION,
-        recorded_as="at2po",
         credit_value="entropy_softmax",
         credit_advantage="node_value",
         **_TURN_LOSS,

@@ -577,7 +577,7 @@ def _run_provenance(
             path / "config.yaml",
             "method",
             config.get("method"),
-            _method_names(method),
+            _method_names(path.parent),
             f"{method}/",
         )
         less_seed = _configuration_less_seed(config)
@@ -603,12 +603,27 @@ def _configuration_less_seed(config: dict) -> Any:
     return less_seed
 
 
-def _method_names(method: str) -> set[str]:
-    """The names a run of ``method`` may be recorded under: its own, and for a variant the
-    preset it was recorded as before it had a name (``at2po_exact`` as ``at2po``)."""
-    preset = METHODS.get(method)
-    alias = getattr(preset, "recorded_as", None)
-    return {method} | ({alias} if alias else set())
+RECORDED_AS_FILE = "RECORDED_AS.json"
+"""A method folder's note that its runs were trained under another preset's name:
+``{"method": "<that name>", "why": "..."}``. The runs are this method's by the settings they
+recorded (:func:`at2po_lib.trainer.identity.run_identity`); the note only lets the records'
+checks accept the name their ``config.yaml`` holds (``results/runs/tiny/at2po_exact/``: trained as
+``at2po`` while the profile held the variant's settings)."""
+
+
+def _method_names(method_dir: Path) -> set[str]:
+    """The names a run in ``method_dir`` may be recorded under: the folder's, and the one its
+    :data:`RECORDED_AS_FILE` names."""
+    note = _read_object(method_dir / RECORDED_AS_FILE)
+    if note is None:
+        return {method_dir.name}
+    former = note.get("method")
+    if former not in METHODS:
+        raise RecordError(
+            f"{method_dir / RECORDED_AS_FILE}: 'method' must name a preset "
+            f"({', '.join(sorted(METHODS))}), got {former!r}"
+        )
+    return {method_dir.name, former}
 
 
 def _check_field(path: Path, key: str, value: Any, expected: Any, folder: str) -> None:

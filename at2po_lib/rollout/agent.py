@@ -24,8 +24,7 @@ Rules (authors' code unless named otherwise):
   the reward's format check sees whatever was written after ``</answer>``.
 - **Turn length.** No per-turn cap by default (``rollout.max_turn_tokens = 0``): a call gets
   the whole remaining response budget. With a cap, a call that reaches it continues in the
-  same node (the authors' ``length`` handling), unless ``rollout.turn_length_ends_branch``
-  (the behaviour before issue #22) ends the branch there (``turn_length``).
+  same node (the authors' ``length`` handling).
 - **Tool limit.** At most ``max_tool_calls`` (6) searches; at a later ``</search>`` the
   template's tool-limit notice is inserted inside the node (mask 0) and the same node goes on,
   so no node after the limit is an expansion candidate with a value of its own.
@@ -273,9 +272,6 @@ def _apply_turn(env: SearchEnv, chain: Chain, result: TurnResult) -> tuple[str, 
     if not result.stopped:  # the call's token budget ended it
         if not budget_left:
             _finish(node, "response_length")
-            return LEAF, None
-        if cfg.turn_length_ends_branch:
-            _finish(node, "turn_length")
             return LEAF, None
         return SAME_NODE, None
     stop = env.stop_string(result.token_ids)

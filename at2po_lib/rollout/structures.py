@@ -118,8 +118,7 @@ class Node:
     without one), ``invalid`` (policy ``end``: a stop without a usable action, e.g. a search
     with an empty query, which gets EOS as its observation), ``response_length`` (the
     response budget is spent: a turn, or an observation truncated to what was left, whose
-    child is then an empty leaf), ``turn_length`` (``rollout.turn_length_ends_branch``),
-    ``duplicate`` (a copy made to reach the leaf budget); empty on inner nodes."""
+    child is then an empty leaf), ``duplicate`` (a copy made to reach the leaf budget); empty on inner nodes."""
     reward: float = math.nan
     children: list[int] = field(default_factory=list)
     duplicate_of: int = -1

@@ -42,7 +42,7 @@ class RolloutBatch:
     num_turns: list[int]
     num_tool_calls: list[int]
     finish_reason: list[str] = field(default_factory=list)
-    """Why each row's leaf ended (``answer``, ``turn_length``, ``response_length``, ``invalid``,
+    """Why each row's leaf ended (``answer``, ``response_length``, ``invalid``,
     ``no_room``; see ``rollout.agent``); empty when the rows were built by hand."""
 
     def __post_init__(self) -> None:

@@ -32,6 +32,7 @@ import yaml
 
 from ..config.profile import (
     ADDED_PROFILE_FIELDS,
+    REMOVED_PROFILE_FIELDS,
     ProfileConfig,
     RolloutConfig,
     apply_overrides,
@@ -144,18 +145,32 @@ def run_identity(record: Mapping[str, Any]) -> dict[str, Any] | None:
       expansion as ``tree_expansion``, the rollout's knobs mirrored as ``tree_*`` trainer fields,
       TRL's ``loss_type`` for the aggregation and ``tree_dynamic_sampling``.
 
+    In every format, a field removed since (:data:`REMOVED_PROFILE_FIELDS`) is dropped where it
+    holds the value that does what the code does now.
+
     None when the record cannot be read as a run of the current code (a key it no longer has,
-    an unknown method): such a run is another configuration."""
+    a removed field at another value, an unknown method): such a run is another configuration."""
     try:
         if "settings" in record:
-            return {
-                "profile": record["profile"],
-                "seed": record["seed"],
-                "settings": copy.deepcopy(dict(record["settings"])),
-            }
+            settings = copy.deepcopy(dict(record["settings"]))
+            if not _drop_removed_fields(settings):
+                return None
+            return {"profile": record["profile"], "seed": record["seed"], "settings": settings}
         return _identity_of_profile_record(copy.deepcopy(dict(record)))
     except (KeyError, TypeError, ValueError, ProfileError):
         return None
+
+
+def _drop_removed_fields(sections: dict[str, Any]) -> bool:
+    """Drop from ``sections`` (section → fields) each removed field that holds its neutral
+    value (:data:`REMOVED_PROFILE_FIELDS`); False when one holds another value (the run did
+    something the code no longer does)."""
+    for (section, name), neutral in REMOVED_PROFILE_FIELDS.items():
+        fields = sections.get(section)
+        if isinstance(fields, dict) and name in fields:
+            if fields.pop(name) != neutral:
+                return False
+    return True
 
 
 _LEGACY_TRAINER_MIRRORS = (
@@ -188,6 +203,8 @@ def _identity_of_profile_record(record: dict[str, Any]) -> dict[str, Any] | None
         expansion = None
     for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
         profile.setdefault(section, {}).setdefault(name, neutral)
+    if not _drop_removed_fields(profile):
+        return None
     cfg = ProfileConfig()
     template = cfg.to_dict()
     if set(profile) - set(PROFILE_LABELS) != set(template) - set(PROFILE_LABELS):
