@@ -82,7 +82,9 @@ def build_world(profile: str):
         retriever, kind = WordOverlapRetriever(corpus), "word overlap (bm25s not installed)"
     rows = read_rows(world, "tiny_hotpotqa", "train")
     template = get_template(cfg.policy.template)
-    texts = list(corpus.values()) + [r["question"] for r in rows] + [template.user]
+    # the template's messages: the authors' format has a system message and no user turn
+    messages = [m for m in (template.system, template.user) if m]
+    texts = list(corpus.values()) + [r["question"] for r in rows] + messages
     tokenizer = train_tokenizer(texts, vocab_size=cfg.policy.vocab_size)
     return cfg, tokenizer, template, retriever, kind, rows
 

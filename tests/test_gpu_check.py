@@ -284,3 +284,29 @@ def test_the_scratch_folder_is_removed_after_a_run(tmp_path, in_process, monkeyp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert check.main(["--dry-run", "--only", "loss", "--out", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.slow  # ~10 s: a 2-layer model's rollout on CPU
+def test_the_rollout_checks_cpu_smoke_run_ends_with_its_record():
+    """``gpu_check_rollout.py --device cpu --small`` is the script's documented smoke test: it
+    builds its tokenizer from the profile's world and template (the authors' template has no
+    user message), grows trees twice and reports the recorded log-probs' gap."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_check_rollout.py"),
+            "--device",
+            "cpu",
+            "--small",
+            "--profile",
+            "smoke",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert record["check"] == "hf-rollout" and record["traj_per_s"] > 0
+    assert record["logp_gap_max"] < 1e-4
