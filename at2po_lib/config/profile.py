@@ -433,7 +433,7 @@ REMOVED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
 at which they did what the code does now: a run that recorded the field at that value is the same
 run as one without it, a run that recorded another value is another configuration
 (:mod:`at2po_lib.trainer.identity`), and a warm start's key holds the field at that value as it
-did (:mod:`at2po_lib.policy.warmstart_cache`). docs/method.md §19 says what each one did."""
+did (:mod:`at2po_lib.policy.warmstart_cache`). docs/method.md §11, item 19, says what each one did."""
 
 
 @dataclass
