@@ -212,6 +212,13 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     resolution = sentences[-1]
     assert "±2.0 EM points" in resolution  # (3.0 - -1.0) / 2
     assert "2 of the paper's 3 ablation steps (+0.48, +0.58, +2.33) are smaller" in resolution
+    # the toy's own steps, as wide as measured: (5.0 - -5.6) / 2 to (9.2 - -6.9) / 2
+    assert "Table 2 steps are ±5.3 to ±8.1 points wide (seeds 21 vs 3; seeds 3 vs 3)" in resolution
+    # a headline read from the study's blocks says blocks, not seeds
+    claims.loc[claims["key"] == "at2po_over_grpo", "seeds"] = "3 blocks"
+    blocked = why_sentences(claims, dissection_summary("tiny", claims)[0])
+    assert "(3 blocks, 725 questions)" in blocked[0] and "seeds 3 blocks" not in blocked[0]
+    assert "±2.0 EM points at 3 blocks:" in blocked[-1]
 
 
 def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp_path, monkeypatch):

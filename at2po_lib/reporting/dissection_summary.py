@@ -271,7 +271,7 @@ def claim_rows(claims: pd.DataFrame | None, part: str, keys: tuple[str, ...]) ->
                 part,
                 c["claim"],
                 f"{_ci_text(c)} {unit} ({c['reading']})",
-                f"seeds {c['seeds']}"
+                _rests_on(c)
                 + (
                     f", {int(c['n_questions'])} questions"
                     if np.isfinite(_number(c["n_questions"]))
@@ -302,6 +302,13 @@ def dissection_summary(
     tidy.insert(0, "profile", profile)
     display = tidy[["part", "question", "measured", "basis"]].set_index("part")
     return tidy, display
+
+
+def _rests_on(row: pd.Series) -> str:
+    """What a claim row's number rests on, in words: ``seeds 12 vs 21`` for seeds of the
+    committed runs, ``3 blocks`` where the study's blocks pair it."""
+    seeds = str(row["seeds"])
+    return seeds if seeds.endswith("blocks") else f"seeds {seeds}"
 
 
 def _ci_text(row: pd.Series) -> str:
@@ -367,7 +374,7 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
     )
     return (
         f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
-        f"points (seeds {head['seeds']}, {int(head['n_questions'])} questions): "
+        f"points ({_rests_on(head)}, {int(head['n_questions'])} questions): "
         f"{_reading(head)}. The paper's {paper:+.1f} lies {where}."
     )
 
@@ -381,7 +388,7 @@ def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
     )
     return (
         f"**The tree against as many chains.** AT2PO minus GRPO sampling as many chains as "
-        f"the tree has leaves: {_ci_text(budget)} (seeds {budget['seeds']}): {reading}."
+        f"the tree has leaves: {_ci_text(budget)} ({_rests_on(budget)}): {reading}."
     )
 
 
@@ -521,7 +528,7 @@ def _credit_sentence(parts: pd.DataFrame, claims: pd.DataFrame | None = None) ->
     if cell is not None:
         text += (
             f" Table 3's entropy-weighted cell minus the plain child mean: {_ci_text(cell)} "
-            f"EM points (seeds {cell['seeds']}): {_reading(cell)}."
+            f"EM points ({_rests_on(cell)}): {_reading(cell)}."
         )
     return text
 
@@ -555,7 +562,7 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
     return (
         f"**The authors' settings against the exact-entropy variant.** AT2PO as the authors' "
         f"code configures it minus the variant (exact entropy, α = 0.001): "
-        f"{_ci_text(variant)} EM points (seeds {variant['seeds']}): {_reading(variant)}."
+        f"{_ci_text(variant)} EM points ({_rests_on(variant)}): {_reading(variant)}."
     )
 
 
@@ -572,16 +579,22 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
     )
     text = (
         f"**What the toy cannot resolve.** The headline interval is ±{half:.1f} EM points "
-        f'at seeds {head["seeds"]}: a difference smaller than that reads "cannot tell" '
-        "whatever its sign."
+        f"at {_rests_on(head)}: a difference smaller than that reads "
+        '"cannot tell" whatever its sign.'
     )
     if published:
         smaller = sum(p < half for p in published)
         text += (
             f" {smaller} of the paper's {len(published)} ablation steps ("
             + ", ".join(f"{p:+.2f}" for p in published)
-            + ") are smaller than that; the "
-            "toy's Table 2 rows rest on fewer seeds and are wider still."
+            + ") are smaller than that."
+        )
+    measured = [s for s in steps if s is not None and np.isfinite(_number(s["estimate"]))]
+    if measured:  # the toy's own steps, as wide as they are (not assumed wider)
+        halves = [(s["ci_high"] - s["ci_low"]) / 2 for s in measured]
+        text += (
+            f" The toy's Table 2 steps are ±{min(halves):.1f} to ±{max(halves):.1f} points wide "
+            f"({'; '.join(sorted({_rests_on(s) for s in measured}))})."
         )
     return text
 
