@@ -67,7 +67,7 @@ class WordOverlapRetriever:
 
 def build_world(profile: str):
     from at2po_lib.policy.tokenizer import train_tokenizer
-    from at2po_lib.protocol.prompts import get_template
+    from at2po_lib.protocol.prompts import get_template, template_texts
     from at2po_lib.tinyworld.build import ensure_world
     from at2po_lib.tinyworld.build import read_corpus, read_rows
 
@@ -82,9 +82,7 @@ def build_world(profile: str):
         retriever, kind = WordOverlapRetriever(corpus), "word overlap (bm25s not installed)"
     rows = read_rows(world, "tiny_hotpotqa", "train")
     template = get_template(cfg.policy.template)
-    # the template's messages: the authors' format has a system message and no user turn
-    messages = [m for m in (template.system, template.user) if m]
-    texts = list(corpus.values()) + [r["question"] for r in rows] + messages
+    texts = list(corpus.values()) + [r["question"] for r in rows] + template_texts(template)
     tokenizer = train_tokenizer(texts, vocab_size=cfg.policy.vocab_size)
     return cfg, tokenizer, template, retriever, kind, rows
 

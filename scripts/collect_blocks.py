@@ -22,12 +22,12 @@ Prints one line per block and exits 0, or 1 when a block was refused. Then run
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
 
-BLOCK_RECORD = "BLOCK.json"
+from at2po_lib.trainer.block_records import BLOCK_RECORD, block_state
+
 LEFT_OUT = ("checkpoints", "tensorboard")
 """Folders git ignores under a run (.gitignore): the trained weights and TensorBoard's logs."""
 
@@ -39,14 +39,15 @@ def results_folder(path: Path) -> Path:
 
 
 def finished_blocks(results: Path) -> list[Path]:
-    """Every ``blocks/<profile>/<set>/block<BB>/`` whose record says ``finished``."""
+    """Every ``blocks/<profile>/<set>/block<BB>/`` whose record says ``finished``
+    (:func:`at2po_lib.trainer.block_records.block_state`)."""
     found = []
     for record in sorted((results / "blocks").glob(f"*/*/block[0-9][0-9]/{BLOCK_RECORD}")):
         try:
-            status = json.loads(record.read_text(encoding="utf-8")).get("status")
+            state = block_state(record.parent)
         except (OSError, ValueError) as exc:
             raise SystemExit(f"{record}: not a readable block record ({exc})") from None
-        if status == "finished":
+        if state == "finished":
             found.append(record.parent)
     return found
 

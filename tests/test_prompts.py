@@ -19,6 +19,7 @@ from at2po_lib.protocol.prompts import (
     invalid_action_message,
     render_observation,
     split_title,
+    template_texts,
     tool_limit_notice,
 )
 
@@ -249,3 +250,15 @@ def test_bad_yaml_names_file(tmp_path):
     path.write_text("name: [unclosed")
     with pytest.raises(TemplateError, match="broken.yaml"):
         get_template(path)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_TEMPLATES))
+def test_template_texts_are_the_fixed_texts_a_template_writes(name):
+    """A tokenizer trained from scratch sees them; a message the template lacks (the authors'
+    format has no user turn) is left out, not passed on as None."""
+    template = get_template(name)
+    texts = template_texts(name)
+    assert all(isinstance(t, str) and t for t in texts)
+    assert template.tool_limit_notice in texts and template.invalid_action_message in texts
+    for message in (template.system, template.user):
+        assert (message in texts) == bool(message)

@@ -265,6 +265,21 @@ def _builtin_template(key: str) -> PromptTemplate:
 # ----------------------------------------------------------------------------- messages
 
 
+def template_texts(template: PromptTemplate | str) -> list[str]:
+    """The fixed texts a template writes into a trajectory (its system and user messages, the
+    observation format, the tool-limit notice, the invalid-action message): what a tokenizer
+    trained from scratch on a world's texts must also see."""
+    template = get_template(template)
+    texts = (
+        template.system,
+        template.user,
+        template.observation,
+        template.tool_limit_notice,
+        template.invalid_action_message,
+    )
+    return [text for text in texts if text]
+
+
 def normalize_question(question: str) -> str:
     """Strip the question and append ``?`` when missing (authors' and Search-R1's data code)."""
     if not isinstance(question, str):

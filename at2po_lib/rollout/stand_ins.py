@@ -20,7 +20,7 @@ import torch
 from ..config.profile import PolicyConfig, load_profile
 from ..policy.model import build_policy
 from ..policy.tokenizer import train_tokenizer
-from ..protocol.prompts import get_template
+from ..protocol.prompts import get_template, template_texts
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world, read_corpus, read_rows
 from .turns import BackendStats, TurnRequest, TurnResult
@@ -154,13 +154,7 @@ class ToySetup:
         self.rows = read_rows(self.world, dataset, "train")
         template = get_template(self.cfg.policy.template)
         texts = list(read_corpus(self.world).values()) + [r["question"] for r in self.rows]
-        texts += [
-            template.system or "",
-            template.user or "",
-            template.observation,
-            template.tool_limit_notice,
-            template.invalid_action_message,
-        ]
+        texts += template_texts(template)
         self.tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
         self.model = tag_biased_policy(self.tokenizer, policy_cfg, seed=seed, tag_bias=tag_bias)
         self.template = template
