@@ -237,3 +237,85 @@ def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):
     )
     assert text.startswith("No committed run is recorded for this profile (no earlier record).")
     assert "headline: 6 blocks at aaaaaaa (builds fc-v669 ×6)" in text
+
+
+@pytest.fixture()
+def ablation(isolated_outputs) -> Path:
+    """Five ablation blocks: Table 2's steps, two Table 3 cells and AT2PO, beside six headline
+    blocks whose AT2PO scores far higher (it must not leak into the ablation's tables)."""
+    rng = np.random.default_rng(5)
+    for block in range(6):
+        _write_block(blocks_root("tiny", "headline"), block, REV_A, {"at2po": 0.9}, rng)
+    root = blocks_root("tiny", "ablation")
+    rates = {
+        "at2po": 0.55,
+        "ablation_random_tree_grpo": 0.35,
+        "ablation_atpo_loss": 0.45,
+        "ablation_entropy_tree": 0.50,
+        "credit_child_mean_node_value": 0.40,
+        "credit_leaf_mean_diff_parent": 0.55,
+    }
+    for block in range(5):
+        _write_block(root, block, REV_A, rates, rng)
+    return root
+
+
+def test_table2_in_blocks_pairs_each_step_with_the_one_before(ablation):
+    from at2po_lib.reporting.table2 import table2_in_blocks
+
+    frame = load_block_outcomes("tiny")
+    tidy, display = table2_in_blocks("tiny", frame)
+    rows = tidy.set_index("method")
+    ablation_only = frame[frame["block_set"] == "ablation"]
+    assert rows.loc["at2po", "em"] == pytest.approx(
+        ablation_only.loc[ablation_only["method"] == "at2po", "em"].mean()
+    )
+    steps = ["ablation_random_tree_grpo", "ablation_atpo_loss", "ablation_entropy_tree", "at2po"]
+    for before, step in zip(steps, steps[1:]):
+        found = blocked_difference(frame, "ablation", step, before, [MH])
+        assert rows.loc[step, "delta"] == pytest.approx(found.interval.estimate)
+        assert rows.loc[step, "p_permutation"] == pytest.approx(found.test.p)
+        assert rows.loc[step, "rests_on"] == "5 blocks at aaaaaaa (build fc-v669 ×5; 1 thread)"
+    assert list(display["blocks"]) == [5, 5, 5, 5]
+    assert display.loc[1, "toy Δ step, paired in blocks [95% CI]"] == "–"
+
+
+def test_table2_in_blocks_leaves_a_missing_step_and_its_change_empty(ablation):
+    from at2po_lib.reporting.table2 import table2_in_blocks
+
+    frame = load_block_outcomes("tiny")
+    frame = frame[frame["method"] != "ablation_atpo_loss"]
+    tidy, display = table2_in_blocks("tiny", frame)
+    assert display.loc[2, "toy avg [95% CI]"] == "–" and display.loc[2, "blocks"] == "–"
+    # step 3's change would be to step 2, which no block trained: no change, not one to step 1
+    assert display.loc[3, "toy Δ step, paired in blocks [95% CI]"] == "–"
+    assert display.loc[4, "toy Δ step, paired in blocks [95% CI]"] != "–"
+    empty = table2_in_blocks("tiny", frame.iloc[:0])[1]
+    assert (empty["toy avg [95% CI]"] == "–").all() and len(empty) == 4
+
+
+def test_table3_in_blocks_tests_each_cell_against_the_blocks_at2po_with_holm(ablation):
+    from at2po_lib.reporting.table3 import table3_in_blocks
+
+    frame = load_block_outcomes("tiny")
+    tidy, display = table3_in_blocks("tiny", frame)
+    rows = tidy.set_index("method")
+    assert set(rows.index) == {
+        "at2po",
+        "credit_child_mean_node_value",
+        "credit_leaf_mean_diff_parent",
+    }
+    ps = []
+    for cell in ("credit_child_mean_node_value", "credit_leaf_mean_diff_parent"):
+        found = blocked_difference(frame, "ablation", cell, "at2po", [MH])
+        assert rows.loc[cell, "delta"] == pytest.approx(found.interval.estimate)
+        ps.append(found.test.p)
+    assert list(
+        rows.loc[["credit_child_mean_node_value", "credit_leaf_mean_diff_parent"], "p_holm"]
+    ) == pytest.approx(list(stats.holm(ps)))
+    assert (rows["family_size"].dropna() == 2).all()
+    assert display.loc["entropy_softmax", "node_value"].endswith("(5 blocks)")
+    assert "Δ" not in display.loc["entropy_softmax", "node_value"]
+    assert display.loc["entropy_linear", "node_value"] == "–"
+    empty = table3_in_blocks("tiny", frame.iloc[:0])[1]
+    assert empty.shape == (4, 4) and (empty == "–").all().all()

@@ -568,3 +568,21 @@ def test_the_blocks_sentence_says_when_a_set_is_too_small_to_pair():
     assert "headline: 1 block at dc4fe56 (builds fc-v1 ×1), too few to pair" in one
     assert "headline: 2 blocks at dc4fe56 (builds fc-v1 ×2)." in two and "too few" not in two
     assert "has finished yet" in _blocks_sentence(None)
+
+
+def test_the_readme_view_keeps_each_claims_current_reading_and_names_the_full_table():
+    from at2po_lib.reporting.claims import EARLIER, current_claims
+
+    keys = ["headline", "headline" + EARLIER, "variant", "chains", "chains" + EARLIER]
+    tidy = pd.DataFrame({"key": keys})
+    display = pd.DataFrame(
+        {"claim (the paper's)": keys, "toy [95% CI]": ["+3", "+1", "-1", "+2", "-0"]}
+    ).set_index("claim (the paper's)")
+    text = current_claims(tidy, display, "results/tiny/tables/claims.md")
+    rows = [line for line in text.splitlines() if line.startswith("| ")][2:]
+    assert [row.split(" | ")[0].lstrip("| ") for row in rows] == ["headline", "variant", "chains"]
+    assert "2 claims above read the study's blocks" in text
+    assert "[`results/tiny/tables/claims.md`](results/tiny/tables/claims.md)" in text
+    # No block reading yet: the table is the full one, with no line under it.
+    alone = current_claims(tidy.iloc[[2]], display.iloc[[2]], "claims.md")
+    assert alone.count("\n") == 3 and "earlier record" not in alone

@@ -66,6 +66,7 @@ from ..evaluation.paper_reference import published_table1, published_table2
 from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
 from .block_pairs import blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
+from .output import markdown_table
 from .labels import TABLE3_CELLS, groups_of, method_label, profile_at2po, rows_with_outcomes
 from .table3 import cell_tests
 
@@ -832,6 +833,23 @@ def claims_table(
         }
     ).set_index("claim (the paper's)")
     return tidy, display
+
+
+def current_claims(tidy: "pd.DataFrame", display: "pd.DataFrame", full_table: str) -> str:
+    """The claims table as the README shows it: each claim's current reading only. A claim the
+    study's blocks pair keeps its committed runs' reading as a second row, "the earlier
+    record"; those rows are left to the full table (``full_table``, a repository-relative
+    path), named in one line under this one, so the README stays one row per claim."""
+    current = ~tidy["key"].str.endswith(EARLIER).to_numpy()
+    text = markdown_table(display[current])
+    earlier = int((~current).sum())
+    if earlier:
+        text += (
+            f"\n{earlier} claim{'s' * (earlier != 1)} above read{'s' * (earlier == 1)} the "
+            "study's blocks; the committed runs' reading of each (the earlier record) is its "
+            f"own row in [`{full_table}`]({full_table}).\n"
+        )
+    return text
 
 
 def _runs_sentence(finished: "pd.DataFrame", provenance: "pd.DataFrame | None") -> str:

@@ -40,7 +40,7 @@ from ..analysis.dissection import clip_levels
 from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
 from ..util.locks import folder_lock
-from ..util.paths import figures_dir, results_dir
+from ..util.paths import figures_dir, repo_root, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
@@ -156,6 +156,7 @@ def _write(
     meta_for = partial(_meta_for, profile, finished, n_resamples)
     per_seed = _write_table1(report, meta_for, cfg, outcomes, finals, n_resamples)
     _write_tables23(report, meta_for, outcomes, n_resamples)
+    _write_tables23_in_blocks(report, meta_for, blocks, allow_revisions)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
@@ -263,6 +264,34 @@ def _write_table1(
     return per_seed
 
 
+def _write_tables23_in_blocks(
+    report: Report, meta_for: Callable, blocks: pd.DataFrame, allow_revisions: bool
+) -> None:
+    """Tables 2 and 3 on the authors' configuration, from the study's ablation blocks, written
+    whether or not a block has finished (their empty cells say what is still to train)."""
+    profile = report.profile
+    meta = {"blocks": block_sources(profile), "sources": []}
+    for name, build, caption in (
+        (
+            "table2_blocks",
+            table2.table2_in_blocks,
+            "Table 2 on the authors' configuration, paired within the ablation blocks: "
+            "multi-hop EM x 100",
+        ),
+        (
+            "table3_blocks",
+            table3.table3_in_blocks,
+            "Table 3 on the authors' configuration, paired within the ablation blocks: "
+            "multi-hop EM x 100",
+        ),
+    ):
+        tidy, display = build(profile, blocks, allow_revisions=allow_revisions)
+        report.paths[name] = write_table(
+            tidy, display, name, profile, {**meta_for((), build), **meta}, caption
+        )
+        report.tables[name] = display
+
+
 def _write_tables23(
     report: Report, meta_for: Callable, outcomes: pd.DataFrame, n_resamples: int
 ) -> None:
@@ -363,6 +392,14 @@ def _write_spending_and_entropy(
     return change
 
 
+def _shown_path(path: Path) -> str:
+    """``path`` as a document at the repository's root links it (relative when it lies in the
+    repository, as the committed results do)."""
+    return (
+        path.relative_to(repo_root()).as_posix() if path.is_relative_to(repo_root()) else str(path)
+    )
+
+
 def _write_claims(
     report: Report,
     meta_for: Callable,
@@ -404,6 +441,21 @@ def _write_claims(
         "The paper's claims at toy scale: each as one number with its 95% CI",
     )
     report.tables["claims"] = display
+    current_path = tables_dir(profile) / "claims_current.md"
+    write_if_changed(
+        current_path,
+        claims.current_claims(tidy, display, _shown_path(report.paths["claims"]["md"])),
+    )
+    write_meta(
+        current_path,
+        {
+            **meta_for(outcomes["method"].unique(), claims.current_claims),
+            "blocks": block_sources(profile),
+            "table": "claims_current",
+            "files": [current_path.name],
+        },
+    )
+    report.paths["claims_current"] = {"md": current_path}
     rests = provenance_table(provenance, blocks)
     if len(rests):
         shown = rests.assign(method=rests["method"].map(method_label)).set_index("method")
@@ -514,6 +566,8 @@ STORED_TABLES = (
     "table1_seeds",
     "table2",
     "table3",
+    "table2_blocks",
+    "table3_blocks",
     "credit_accuracy_summary",
     "table1_budget",
     "fig3_entropy_change",
@@ -585,7 +639,7 @@ def read_report(profile: str) -> Report:
         if all(p.is_file() for p in paths.values()):
             report.paths[name] = paths
             report.tables[name] = read_markdown_table(paths["md"].read_text())
-    for name in ("claims_summary", "why"):
+    for name in ("claims_summary", "claims_current", "why"):
         text = tables_dir(profile) / f"{name}.md"
         if text.is_file():
             report.paths[name] = {"md": text}

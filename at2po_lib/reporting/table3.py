@@ -136,8 +136,89 @@ def table3(
                         family_size=len(family),
                     )
             rows.append(row)
+    return _grid(rows, "seed")
+
+
+def table3_in_blocks(
+    profile: str,
+    blocks: pd.DataFrame,
+    group: str = "multihop",
+    *,
+    allow_revisions: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)`` of Table 3 on the authors' configuration, from the ablation blocks
+    (``at2po study --block-set ablation``, issue #48): every cell's multi-hop average over the
+    blocks that trained it and its difference to the blocks' own AT2PO (the default cell),
+    paired within blocks, with the sign-flip p and Holm's correction over the cells tested
+    (:func:`cell_tests` with ``blocked``). A difference needs 2 blocks holding both runs; a
+    cell no block has trained yet reads "–".
+    :func:`table3` stays the earlier record (the committed 3-seed cells)."""
+    rows_of_set = blocks[blocks["block_set"] == ABLATION_SET] if len(blocks) else blocks
+    members = groups_of(rows_of_set["dataset"].unique()).get(group, []) if len(rows_of_set) else []
+    default = "at2po"
+    family = (
+        cell_tests(rows_of_set, default, members, blocked=True, allow_revisions=allow_revisions)
+        if members
+        else {}
+    )
+    rows = []
+    for value in VALUE_MODES:
+        for advantage in ADVANTAGE_MODES:
+            method = credit_method(value, advantage)
+            method = default if method == DEFAULT else method
+            if not members or not rows_with_outcomes(rows_of_set, method):
+                continue
+            own = stats.mean_ci(rows_of_set, method, members)
+            row = {
+                "profile": profile,
+                "value_mode": value,
+                "advantage_mode": advantage,
+                "method": method,
+                "em": own.estimate,
+                "ci_low": own.low,
+                "ci_high": own.high,
+                "n_seeds": own.n_seeds_a,
+                "n_questions": own.n_questions,
+            }
+            paired = (
+                None
+                if method == default
+                else blocked_difference(
+                    rows_of_set,
+                    ABLATION_SET,
+                    method,
+                    default,
+                    members,
+                    allow_revisions=allow_revisions,
+                )
+            )
+            if paired is not None:
+                row.update(
+                    delta=paired.interval.estimate,
+                    delta_low=paired.interval.low,
+                    delta_high=paired.interval.high,
+                    delta_against=default,
+                    rests_on=paired.rests_on(),
+                )
+                if method in family:
+                    row.update(
+                        p_permutation=family[method].test.p,
+                        p_holm=family[method].p_holm,
+                        family_size=len(family),
+                    )
+            rows.append(row)
+    return _grid(rows, "block", every_value_mode=True)
+
+
+def _grid(
+    rows: list[dict], unit: str, every_value_mode: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)`` of Table 3's cells: value modes × advantage modes, each ``avg [CI];
+    Δ [CI], p, Holm (n seeds)`` (``unit``: what ``n_seeds`` counts, seeds or blocks). A value
+    mode with no cell is left out, unless ``every_value_mode`` (a grid still to be trained
+    shows its empty cells as "–")."""
     tidy = pd.DataFrame(rows)
-    if tidy.empty:
+    if tidy.empty and not every_value_mode:
         return tidy, pd.DataFrame()
     text = {
         (r["value_mode"], r["advantage_mode"]): cell(r["em"], r["ci_low"], r["ci_high"])
@@ -147,14 +228,14 @@ def table3(
             else ""
         )
         + (f", p {r['p_permutation']:.2f}, Holm {r['p_holm']:.2f}" if "p_holm" in r else "")
-        + f" ({r['n_seeds']} seed{'s' * (r['n_seeds'] != 1)})"
+        + f" ({r['n_seeds']} {unit}{'s' * (r['n_seeds'] != 1)})"
         for r in rows
     }
     display = pd.DataFrame(
         [
             {"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
             for v in VALUE_MODES
-            if any((v, a) in text for a in ADVANTAGE_MODES)
+            if every_value_mode or any((v, a) in text for a in ADVANTAGE_MODES)
         ]
     ).set_index("value mode")
     return tidy, display
