@@ -117,6 +117,66 @@ def test_a_killed_block_reruns_whole_and_a_finished_one_is_skipped(study, monkey
     assert blocks.block_plan("smoke", "headline", [0])[0].state == "finished"
 
 
+def _kill_block_in_its_second_run(monkeypatch) -> Path:
+    killer = FakeTrain(kill_at=2)
+    monkeypatch.setattr(blocks, "train", killer)
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [0])
+    return staging_path(_root() / "block00")
+
+
+def test_a_killed_block_keeps_its_finished_runs_only_when_asked_and_unchanged(
+    study, monkeypatch, capsys
+):
+    staging = _kill_block_in_its_second_run(monkeypatch)
+    left = json.loads((staging / "BLOCK.json").read_text())
+    assert list(left["runs"]) == ["at2po"]
+    (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
+    assert planned.detail == "1 of 3 runs finished; keeps at2po"
+
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert result.status == "finished"
+    # the finished run is the killed process's own (call 1), the others are trained now
+    assert again.calls == [("grpo", 100), ("grpo_tree_budget", 100)]
+    folder = _root() / "block00"
+    assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
+    record = json.loads((folder / "BLOCK.json").read_text())
+    assert record["started"] == left["started"] and record["status"] == "finished"
+    assert [r["kept"] for r in record["resumed"]] == [["at2po"]]
+    assert list(record["runs"]) == ["at2po", "grpo", "grpo_tree_budget"]
+    assert "keeps its finished runs (at2po)" in capsys.readouterr().out
+
+
+def test_a_killed_block_on_another_build_reruns_whole_even_when_asked(study, monkeypatch):
+    _kill_block_in_its_second_run(monkeypatch)
+    monkeypatch.setattr(
+        provenance.platform, "platform", lambda: PLATFORM.replace("fc-v669", "fc-v700")
+    )
+    (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
+    assert planned.detail.startswith("1 of 3 runs finished; re-runs whole (not kept: build ")
+    assert "fc-v669 then, fc-v700 now" in planned.detail
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert [m for m, _ in again.calls] == ["at2po", "grpo", "grpo_tree_budget"]
+    assert "resumed" not in json.loads((_root() / "block00" / "BLOCK.json").read_text())
+
+
+def test_a_kept_run_must_be_the_finished_run_its_block_recorded(study, monkeypatch):
+    staging = _kill_block_in_its_second_run(monkeypatch)
+    (staging / "at2po" / "seed100" / "DONE.json").write_text(
+        json.dumps({"config_hash": "hash-edited"})
+    )
+    (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
+    assert "holds config hash hash-edited, the block recorded hash-at2po" in planned.detail
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert [m for m, _ in again.calls] == ["at2po", "grpo", "grpo_tree_budget"]
+
+
 def test_a_block_needs_a_clean_checkout_and_the_sets_revision(study, monkeypatch):
     monkeypatch.setattr(provenance, "git_revision", lambda: CLEAN + "-dirty")
     with pytest.raises(ProfileError, match="uncommitted code"):
@@ -206,6 +266,7 @@ def test_block_and_seed_lists_take_ranges():
     [
         (["--block-set", "headline"], "needs --blocks"),
         (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
+        (["--table", "1", "--keep-finished-runs"], "go with --block-set"),
         (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
         (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
     ],

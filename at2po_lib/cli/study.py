@@ -73,6 +73,13 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
         action="store_true",
         help="with --block-set: add blocks at another revision than the set's finished ones",
     )
+    parser.add_argument(
+        "--keep-finished-runs",
+        action="store_true",
+        help="with --block-set: an interrupted block keeps the runs it finished when its "
+        "revision, machine build, threads, overrides, Python and packages are the same "
+        "(else it re-runs whole); for blocks longer than a process may live",
+    )
     parser.add_argument("--seeds", default="0", help="comma-separated or ranges, e.g. 0,1,2 or 0-4")
     parser.add_argument(
         "--methods",
@@ -105,8 +112,8 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 def _run(args: argparse.Namespace) -> int:
     if args.block_set is not None:
         return _run_blocks(args)
-    if args.blocks is not None or args.threads is not None:
-        raise UsageError("--blocks and --threads go with --block-set")
+    if args.blocks is not None or args.threads is not None or args.keep_finished_runs:
+        raise UsageError("--blocks, --threads and --keep-finished-runs go with --block-set")
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
@@ -148,7 +155,14 @@ def _run_blocks(args: argparse.Namespace) -> int:
     overrides = parse_set(args.overrides)
     blocks = int_list(args.blocks, "--blocks")
     if args.plan:
-        plan = block_plan(args.profile, args.block_set, blocks, overrides)
+        plan = block_plan(
+            args.profile,
+            args.block_set,
+            blocks,
+            overrides,
+            threads=DEFAULT_THREADS if args.threads is None else args.threads,
+            keep_finished_runs=args.keep_finished_runs,
+        )
         for p in plan:
             print(f"block {p.block:<3} seed {p.seed:<4} {p.state:<12} {p.detail}".rstrip())
         counts = Counter(p.state for p in plan)
@@ -168,6 +182,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
         overrides=overrides,
         allow_dirty=args.allow_dirty,
         allow_revisions=args.allow_revisions,
+        keep_finished_runs=args.keep_finished_runs,
     )
     for r in results:
         print(f"[study] {args.block_set} block {r.block}: {r.status} ({r.folder})")

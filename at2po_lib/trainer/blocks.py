@@ -29,7 +29,17 @@ revisions they were trained at.
 in (:mod:`at2po_lib.util.staging`) only when every run of it has finished. A block killed
 part-way leaves its staging folder: the next ``at2po study --block-set`` discards it, runs and
 all, and trains the block again from its first run, so the runs of an interrupted block never
-join those of another session. A finished block is skipped (resumable). While one process trains
+join those of another process. A finished block is skipped (resumable).
+
+**Unless asked to keep them, on the same machine.** With ``keep_finished_runs`` (``at2po study
+--keep-finished-runs``) an interrupted block keeps the runs it finished when everything a run's
+numbers depend on is what it was (:data:`KEPT_RUN_CONDITIONS`: revision and a clean checkout,
+machine build and platform, torch threads, overrides, Python and packages) and each kept run's
+``DONE.json`` is the one the block recorded; the other runs are trained, and ``BLOCK.json``
+lists each restart and the runs it kept (``resumed``). Training is deterministic for a seed
+under those conditions, so the kept runs are the ones a whole re-run would train again; the
+option is for blocks longer than a process may live (an ablation block is 11 runs). Any other
+difference, named, and the block re-runs whole. While one process trains
 a block it holds the block's lock (:mod:`at2po_lib.util.locks`); another process given the same
 blocks skips a held block and takes the next, so two ``at2po study`` processes can share one
 list of blocks.
@@ -78,6 +88,22 @@ AUTHORS_EXPANSION: Mapping[str, Any] = {
 }
 """The authors' expansion settings: ``at2po_lib/config/profile.py``'s rollout defaults (sampled-token
 NLL, alpha 0.05), which every tree preset of a profile shares (issue #49)."""
+
+KEPT_RUN_CONDITIONS = (
+    "profile",
+    "seed",
+    "methods",
+    "commit",
+    "clean",
+    "build",
+    "platform",
+    "torch_threads",
+    "overrides",
+    "python",
+    "packages",
+)
+"""What an interrupted block's record must share with the restarted one for its finished runs
+to be kept (module docstring): everything a run's numbers depend on."""
 
 DEFAULT_THREADS = 1
 """Torch threads of a block's process, unless ``--threads`` says otherwise (docs/toy_study.md,
@@ -239,8 +265,11 @@ def run_blocks(
     overrides: Mapping[str, Any] | None = None,
     allow_dirty: bool = False,
     allow_revisions: bool = False,
+    keep_finished_runs: bool = False,
 ) -> list[BlockResult]:
-    """Train every block of ``blocks`` that is not finished (module docstring), in order."""
+    """Train every block of ``blocks`` that is not finished (module docstring), in order;
+    ``keep_finished_runs``: an interrupted block keeps the runs it finished under the same
+    conditions (:func:`kept_runs`)."""
     block_set = get_block_set(set_name)
     overrides = with_threads(overrides or {}, threads)
     cfg = load_profile(profile, overrides or None)
@@ -266,6 +295,7 @@ def run_blocks(
                             overrides,
                             allow_dirty=allow_dirty,
                             allow_revisions=allow_revisions,
+                            keep_finished_runs=keep_finished_runs,
                         )
                     )
             except FolderLockedError as exc:
@@ -299,23 +329,39 @@ def _run_block(
     *,
     allow_dirty: bool,
     allow_revisions: bool,
+    keep_finished_runs: bool = False,
 ) -> BlockResult:
     # a swap a crash cut short is finished (a staging folder whose record says finished)
     recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
     if block_state(folder) == "finished":
         return BlockResult(block, "skipped", folder, read_block(folder))
+    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
     staging = staging_path(folder)
+    runs: dict[str, Any] = {}
     if staging.exists():
         left = read_block(staging) or {}
-        print(
-            f"[study] {block_set.name} block {block}: interrupted (started "
-            f"{left.get('started', '?')}, runs finished: "
-            f"{', '.join(left.get('runs', {})) or 'none'}); its runs are discarded and the "
-            "block re-runs whole",
-            flush=True,
-        )
-        discard(staging)
-    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
+        runs, why = kept_runs(left, record, staging) if keep_finished_runs else ({}, "")
+        finished = ", ".join(left.get("runs", {})) or "none"
+        if runs:
+            print(
+                f"[study] {block_set.name} block {block}: interrupted (started "
+                f"{left.get('started', '?')}); keeps its finished runs ({finished}): same "
+                "revision, build, threads, overrides and packages",
+                flush=True,
+            )
+            record = {
+                **record,
+                "started": left["started"],
+                "resumed": [*left.get("resumed", []), {"at": record["started"], "kept": [*runs]}],
+            }
+        else:
+            print(
+                f"[study] {block_set.name} block {block}: interrupted (started "
+                f"{left.get('started', '?')}, runs finished: {finished}); its runs are "
+                f"discarded and the block re-runs whole{f' ({why})' if why else ''}",
+                flush=True,
+            )
+            discard(staging)
     check_revision(
         folder.parent,
         record["git_revision"],
@@ -323,9 +369,8 @@ def _run_block(
         allow_dirty=allow_dirty,
         allow_revisions=allow_revisions,
     )
-    staging.mkdir(parents=True)
-    _write_record(staging, record)
-    runs: dict[str, Any] = {}
+    staging.mkdir(parents=True, exist_ok=bool(runs))
+    _write_record(staging, {**record, "runs": runs} if runs else record)
     provenance = {
         "block": {
             k: record[k]
@@ -333,6 +378,8 @@ def _run_block(
         }
     }
     for method in block_set.methods:
+        if method in runs:
+            continue
         result = train(
             cfg, method, record["seed"], force=True, runs_root=staging, provenance=provenance
         )
@@ -350,13 +397,45 @@ def _run_block(
         )
     record = {
         **record,
-        "runs": runs,
+        "runs": {m: runs[m] for m in block_set.methods},
         "status": "finished",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _write_record(staging, record)
     swap_in(staging, folder)
     return BlockResult(block, "finished", folder, record)
+
+
+def kept_runs(
+    left: Mapping[str, Any], record: Mapping[str, Any], staging: Path
+) -> tuple[dict[str, Any], str]:
+    """The finished runs of an interrupted block (``left``, its staging record) that the block
+    restarted as ``record`` keeps, or ``({}, why)`` when it keeps none: a condition of
+    :data:`KEPT_RUN_CONDITIONS` differs, or a run folder is not the finished run the record
+    names (its ``DONE.json`` missing or of another config hash)."""
+    differ = [k for k in KEPT_RUN_CONDITIONS if left.get(k) != record.get(k)]
+    if differ:
+        return {}, "not kept: " + ", ".join(_difference(k, left, record) for k in differ)
+    kept = {}
+    for method, run in left.get("runs", {}).items():
+        done = run_folder.RunDir(staging / method / f"seed{record['seed']}").done
+        found = json.loads(done.read_text()).get("config_hash") if done.is_file() else None
+        if found != run.get("config_hash"):
+            return {}, (
+                f"not kept: {done} holds config hash {found}, the block recorded "
+                f"{run.get('config_hash')}"
+            )
+        kept[method] = run
+    return kept, "" if kept else "no run had finished"
+
+
+def _difference(key: str, then: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """``build fc-v669 then, fc-v1272 now`` (a dict-valued condition by the entries that differ)."""
+    old, new = then.get(key), now.get(key)
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
+        return f"{key} ({', '.join(f'{k} {old.get(k)} then, {new.get(k)} now' for k in changed)})"
+    return f"{key} {old} then, {new} now"
 
 
 def _write_record(folder: Path, record: Mapping[str, Any]) -> None:
@@ -378,9 +457,17 @@ class PlannedBlock:
 
 
 def block_plan(
-    profile: str, set_name: str, blocks: Sequence[int], overrides: Mapping[str, Any] | None = None
+    profile: str,
+    set_name: str,
+    blocks: Sequence[int],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    threads: int = DEFAULT_THREADS,
+    keep_finished_runs: bool = False,
 ) -> list[PlannedBlock]:
-    """Each block's state, read without training or writing anything."""
+    """Each block's state, read without training or writing anything; an interrupted block's
+    detail says whether :func:`run_blocks` with the same arguments would keep its finished
+    runs."""
     block_set = get_block_set(set_name)
     cfg = load_profile(profile, dict(overrides or {}) or None)
     root = blocks_root(run_folder.run_profile_key(cfg), set_name)
@@ -397,9 +484,18 @@ def block_plan(
             )
         elif state == "interrupted":
             left = read_block(staging_path(folder)) or {}
-            detail = (
-                f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
-                "re-runs whole"
+            detail = f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
+            kept, why = {}, ""
+            if keep_finished_runs:
+                threaded = with_threads(overrides or {}, threads)
+                now = block_record(
+                    load_profile(profile, threaded), block_set, block, threads, threaded
+                )
+                kept, why = kept_runs(left, now, staging_path(folder))
+            detail += (
+                f"keeps {', '.join(kept)}"
+                if kept
+                else "re-runs whole" + (f" ({why})" if why else "")
             )
         plan.append(PlannedBlock(block, block_seed(block_set, block), state, detail))
     return plan
