@@ -31,6 +31,7 @@ from ..evaluation import stats
 from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
 from ..util.errors import RecordError
 from ..util.provenance import machine_build
+from .labels import groups_of
 from .records import read_outcomes
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
@@ -77,6 +78,15 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
         value = record.get(column)
         frame[column] = json.dumps(value, sort_keys=True) if column == "overrides" else value
     return frame
+
+
+def set_rows(
+    blocks: pd.DataFrame, block_set: str, group: str = "multihop"
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of one block set (of :func:`load_block_outcomes`) and the datasets of its
+    ``group`` that they answer (none when the set has no finished block)."""
+    rows = blocks[blocks["block_set"] == block_set] if len(blocks) else blocks
+    return rows, groups_of(rows["dataset"].unique()).get(group, []) if len(rows) else []
 
 
 def blocks_overview(profile: str) -> pd.DataFrame:
@@ -134,6 +144,18 @@ class BlockedDifference:
     commits: tuple[str, ...]
     builds: dict[str, int]
     threads: tuple[int, ...]
+
+    def as_change(self) -> dict:
+        """The tidy fields of a table row's change: ``delta`` [``delta_low``, ``delta_high``],
+        its sign-flip p, the blocks it pairs and what it rests on."""
+        return {
+            "delta": self.interval.estimate,
+            "delta_low": self.interval.low,
+            "delta_high": self.interval.high,
+            "p_permutation": self.test.p,
+            "delta_blocks": len(self.blocks),
+            "rests_on": self.rests_on(),
+        }
 
     def rests_on(self) -> str:
         """``12 blocks at 1a2b3c4 (build fc-v669 ×12; 1 thread)``."""

@@ -17,13 +17,15 @@ record: the committed 3-seed steps, whose step 4 is the exact-entropy variant on
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import pandas as pd
 
 from ..evaluation import stats
 from ..method.presets import TABLE2_METHODS
 from ..evaluation.paper_reference import published_table2
 from ..trainer.block_records import ABLATION_SET
-from .block_pairs import blocked_difference
+from .block_pairs import blocked_difference, set_rows
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 
@@ -35,13 +37,66 @@ def table2(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of the ablation steps that have per-question outcomes; the
     published column is always there (the table says which steps are missing)."""
-    published = published_table2().set_index("method")
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
+
+    def change(method: str, previous: str) -> dict:
+        found = stats.difference_ci(outcomes, method, previous, members, n_resamples=n_resamples)
+        return {"delta": found.estimate, "delta_low": found.low, "delta_high": found.high}
+
+    # step 4 is AT2PO with the expansion settings step 3 recorded (at2po_exact on tiny until
+    # the study re-runs step 3 with the profile's)
+    at2po = profile_at2po(profile)
+    rows = _steps(
+        profile,
+        outcomes,
+        members,
+        lambda step: at2po if step == "at2po" else step,
+        change,
+        n_resamples,
+    )
+    return _tables(rows, "toy Δ step [95% CI]", "seeds", "n_seeds")
+
+
+def table2_in_blocks(
+    profile: str,
+    blocks: pd.DataFrame,
+    group: str = "multihop",
+    *,
+    allow_revisions: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)`` of Table 2 from the ablation blocks (module doc): each step's
+    multi-hop average over the blocks that trained it, its change from the step before paired
+    within the blocks that trained both (with the sign-flip p), and the blocks each rests on.
+    Step 4 is ``at2po``, the authors' configuration the set trains. A step with no finished
+    block reads "–"; a change needs 2 blocks holding both steps (the earlier record,
+    :func:`table2`, is the table until then)."""
+    rows_of_set, members = set_rows(blocks, ABLATION_SET, group)
+
+    def change(method: str, previous: str) -> dict:
+        found = blocked_difference(
+            rows_of_set, ABLATION_SET, method, previous, members, allow_revisions=allow_revisions
+        )
+        return {} if found is None else found.as_change()
+
+    rows = _steps(profile, rows_of_set, members, lambda step: step, change)
+    return _tables(rows, "toy Δ step, paired in blocks [95% CI]", "blocks", "n_blocks")
+
+
+def _steps(
+    profile: str,
+    outcomes: pd.DataFrame,
+    members: Sequence[str],
+    method_of: Callable[[str], str],
+    change: Callable[[str, str], dict],
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+) -> list[dict]:
+    """One tidy row per step (its runs: ``method_of(step)``): the published average, the toy's
+    own average where the step has outcomes, and ``change(method, previous)`` where the step
+    before has them too (a missing step breaks the chain of changes)."""
+    published = published_table2().set_index("method")
     rows, previous = [], None
     for number, step in enumerate(TABLE2_METHODS, start=1):
-        # step 4 is AT2PO with the expansion settings step 3 recorded (at2po_exact on tiny
-        # until the study re-runs step 3 with the profile's)
-        method = profile_at2po(profile) if step == "at2po" else step
+        method = method_of(step)
         pub = published.loc[step] if step in published.index else None
         row = {
             "profile": profile,
@@ -60,115 +115,39 @@ def table2(
                 n_questions=own.n_questions,
             )
             if previous is not None:
-                step = stats.difference_ci(
-                    outcomes, method, previous, members, n_resamples=n_resamples
-                )
-                row.update(delta=step.estimate, delta_low=step.low, delta_high=step.high)
+                row.update(change(method, previous))
             previous = method
-        else:
-            previous = None  # a missing step breaks the chain of differences
-        rows.append(row)
-    tidy = pd.DataFrame(rows)
-    tidy["published_delta"] = tidy["published_avg"].diff()
-    display = pd.DataFrame(
-        {
-            "step": tidy["step"],
-            "configuration": tidy["configuration"],
-            "toy avg [95% CI]": [
-                cell(r.get("em"), r.get("ci_low"), r.get("ci_high")) for r in rows
-            ],
-            "toy Δ step [95% CI]": [
-                signed_cell(r["delta"], r["delta_low"], r["delta_high"]) if "delta" in r else "–"
-                for r in rows
-            ],
-            "seeds": [r.get("n_seeds", "–") for r in rows],
-            "published avg": [f"{100 * v:.2f}" for v in tidy["published_avg"]],
-            "published Δ": ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]],
-        }
-    ).set_index("step")
-    return tidy, display
-
-
-def table2_in_blocks(
-    profile: str,
-    blocks: pd.DataFrame,
-    group: str = "multihop",
-    *,
-    allow_revisions: bool = False,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(tidy, display)`` of Table 2 from the ablation blocks (module doc): each step's
-    multi-hop average over the blocks that trained it, its change from the step before paired
-    within the blocks that trained both (with the sign-flip p), and the blocks each rests on.
-    Step 4 is ``at2po``, the authors' configuration the set trains. A step with no finished
-    block reads "–"; a change needs 2 blocks holding both steps (the earlier record, :func:`table2`,
-    is the table until then)."""
-    published = published_table2().set_index("method")
-    rows_of_set = blocks[blocks["block_set"] == ABLATION_SET] if len(blocks) else blocks
-    members = groups_of(rows_of_set["dataset"].unique()).get(group, []) if len(rows_of_set) else []
-    rows, previous = [], None
-    for number, step in enumerate(TABLE2_METHODS, start=1):
-        pub = published.loc[step] if step in published.index else None
-        row = {
-            "profile": profile,
-            "step": number,
-            "method": step,
-            "configuration": pub["configuration"] if pub is not None else step,
-            "published_avg": float(pub["multihop_avg"]) / 100 if pub is not None else None,
-            "n_blocks": 0,
-        }
-        if members and rows_with_outcomes(rows_of_set, step):
-            own = stats.mean_ci(rows_of_set, step, members)
-            row.update(
-                em=own.estimate,
-                ci_low=own.low,
-                ci_high=own.high,
-                n_blocks=own.n_seeds_a,
-                n_questions=own.n_questions,
-            )
-            paired = (
-                blocked_difference(
-                    rows_of_set,
-                    ABLATION_SET,
-                    step,
-                    previous,
-                    members,
-                    allow_revisions=allow_revisions,
-                )
-                if previous
-                else None
-            )
-            if paired is not None:
-                row.update(
-                    delta=paired.interval.estimate,
-                    delta_low=paired.interval.low,
-                    delta_high=paired.interval.high,
-                    p_permutation=paired.test.p,
-                    delta_blocks=len(paired.blocks),
-                    rests_on=paired.rests_on(),
-                )
-            previous = step
         else:
             previous = None
         rows.append(row)
+    return rows
+
+
+def _tables(
+    rows: list[dict], delta_header: str, runs_header: str, runs_key: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(tidy, display)`` of :func:`_steps`' rows; what each step's own average rests on is
+    counted as ``runs_key`` (``n_seeds``, or ``n_blocks`` for blocks, which also show each
+    change's permutation p)."""
+    in_blocks = runs_key == "n_blocks"
+    if in_blocks:
+        rows = [{**r, "n_blocks": r.pop("n_seeds", None)} for r in rows]
     tidy = pd.DataFrame(rows)
     tidy["published_delta"] = tidy["published_avg"].diff()
-    display = pd.DataFrame(
-        {
-            "step": tidy["step"],
-            "configuration": tidy["configuration"],
-            "toy avg [95% CI]": [
-                cell(r.get("em"), r.get("ci_low"), r.get("ci_high")) for r in rows
-            ],
-            "toy Δ step, paired in blocks [95% CI]": [
-                signed_cell(r["delta"], r["delta_low"], r["delta_high"]) if "delta" in r else "–"
-                for r in rows
-            ],
-            "permutation test": [
-                f"{r['p_permutation']:.3f}" if "p_permutation" in r else "–" for r in rows
-            ],
-            "blocks": [r["n_blocks"] or "–" for r in rows],
-            "published avg": [f"{100 * v:.2f}" for v in tidy["published_avg"]],
-            "published Δ": ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]],
-        }
-    ).set_index("step")
-    return tidy, display
+    columns = {
+        "step": tidy["step"],
+        "configuration": tidy["configuration"],
+        "toy avg [95% CI]": [cell(r.get("em"), r.get("ci_low"), r.get("ci_high")) for r in rows],
+        delta_header: [
+            signed_cell(r["delta"], r["delta_low"], r["delta_high"]) if "delta" in r else "–"
+            for r in rows
+        ],
+    }
+    if in_blocks:
+        columns["permutation test"] = [
+            f"{r['p_permutation']:.3f}" if "p_permutation" in r else "–" for r in rows
+        ]
+    columns[runs_header] = [r.get(runs_key) or "–" for r in rows]
+    columns["published avg"] = [f"{100 * v:.2f}" for v in tidy["published_avg"]]
+    columns["published Δ"] = ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]]
+    return tidy, pd.DataFrame(columns).set_index("step")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -29,7 +29,7 @@ from ..method.presets import TABLE3_METHODS, credit_method
 from ..trainer.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
-from .block_pairs import blocked_difference
+from .block_pairs import blocked_difference, set_rows
 from .labels import TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
@@ -94,48 +94,16 @@ def table3(
         if rows_with_outcomes(outcomes, DEFAULT)
         else (at2po if rows_with_outcomes(outcomes, at2po) else None)
     )
+
+    def change(method: str) -> dict:
+        if default is None:
+            return {}
+        found = stats.difference_ci(outcomes, method, default, members, n_resamples=n_resamples)
+        return {"delta": found.estimate, "delta_low": found.low, "delta_high": found.high}
+
     family = cell_tests(outcomes, default, members) if default and members else {}
-    rows = []
-    for value in VALUE_MODES:
-        for advantage in ADVANTAGE_MODES:
-            method = credit_method(value, advantage)
-            if method == DEFAULT and not rows_with_outcomes(outcomes, method):
-                method = at2po  # the default cell *is* AT2PO: the study reuses its runs
-            if not members or not rows_with_outcomes(outcomes, method):
-                continue
-            own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
-            row = {
-                "profile": profile,
-                "value_mode": value,
-                "advantage_mode": advantage,
-                "method": method,
-                "em": own.estimate,
-                "ci_low": own.low,
-                "ci_high": own.high,
-                "n_seeds": own.n_seeds_a,
-                "n_questions": own.n_questions,
-            }
-            if (
-                default
-                and method != default
-                and (value, advantage) != ("entropy_softmax", "node_value")
-            ):
-                diff = stats.difference_ci(
-                    outcomes, method, default, members, n_resamples=n_resamples
-                )
-                row.update(
-                    delta=diff.estimate,
-                    delta_low=diff.low,
-                    delta_high=diff.high,
-                    delta_against=default,
-                )
-                if method in family:
-                    row.update(
-                        p_permutation=family[method].test.p,
-                        p_holm=family[method].p_holm,
-                        family_size=len(family),
-                    )
-            rows.append(row)
+    # the default cell *is* AT2PO: without its own runs the study reuses AT2PO's
+    rows = _cells(profile, outcomes, members, at2po, default, change, family, n_resamples)
     return _grid(rows, "seed")
 
 
@@ -151,24 +119,49 @@ def table3_in_blocks(
     blocks that trained it and its difference to the blocks' own AT2PO (the default cell),
     paired within blocks, with the sign-flip p and Holm's correction over the cells tested
     (:func:`cell_tests` with ``blocked``). A difference needs 2 blocks holding both runs; a
-    cell no block has trained yet reads "–".
-    :func:`table3` stays the earlier record (the committed 3-seed cells)."""
-    rows_of_set = blocks[blocks["block_set"] == ABLATION_SET] if len(blocks) else blocks
-    members = groups_of(rows_of_set["dataset"].unique()).get(group, []) if len(rows_of_set) else []
+    cell no block has trained yet reads "–". :func:`table3` stays the earlier record (the
+    committed 3-seed cells)."""
+    rows_of_set, members = set_rows(blocks, ABLATION_SET, group)
     default = "at2po"
+
+    def change(method: str) -> dict:
+        found = blocked_difference(
+            rows_of_set, ABLATION_SET, method, default, members, allow_revisions=allow_revisions
+        )
+        return {} if found is None else found.as_change()
+
     family = (
         cell_tests(rows_of_set, default, members, blocked=True, allow_revisions=allow_revisions)
         if members
         else {}
     )
+    rows = _cells(profile, rows_of_set, members, default, default, change, family)
+    return _grid(rows, "block", every_value_mode=True)
+
+
+def _cells(
+    profile: str,
+    outcomes: pd.DataFrame,
+    members: Sequence[str],
+    default_runs: str,
+    default: str | None,
+    change: Callable[[str], dict],
+    family: dict[str, CellTest],
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+) -> list[dict]:
+    """One tidy row per cell with outcomes: its own average and, for a cell other than the
+    default (whose runs are ``default_runs`` when it has none of its own), ``change(method)``
+    against ``default`` with its family's p and Holm p."""
     rows = []
     for value in VALUE_MODES:
         for advantage in ADVANTAGE_MODES:
             method = credit_method(value, advantage)
-            method = default if method == DEFAULT else method
-            if not members or not rows_with_outcomes(rows_of_set, method):
+            is_default = method == DEFAULT
+            if is_default and not rows_with_outcomes(outcomes, method):
+                method = default_runs
+            if not members or not rows_with_outcomes(outcomes, method):
                 continue
-            own = stats.mean_ci(rows_of_set, method, members)
+            own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
             row = {
                 "profile": profile,
                 "value_mode": value,
@@ -180,26 +173,9 @@ def table3_in_blocks(
                 "n_seeds": own.n_seeds_a,
                 "n_questions": own.n_questions,
             }
-            paired = (
-                None
-                if method == default
-                else blocked_difference(
-                    rows_of_set,
-                    ABLATION_SET,
-                    method,
-                    default,
-                    members,
-                    allow_revisions=allow_revisions,
-                )
-            )
-            if paired is not None:
-                row.update(
-                    delta=paired.interval.estimate,
-                    delta_low=paired.interval.low,
-                    delta_high=paired.interval.high,
-                    delta_against=default,
-                    rests_on=paired.rests_on(),
-                )
+            found = {} if is_default or method == default else change(method)
+            if found:
+                row.update(found, delta_against=default)
                 if method in family:
                     row.update(
                         p_permutation=family[method].test.p,
@@ -207,7 +183,7 @@ def table3_in_blocks(
                         family_size=len(family),
                     )
             rows.append(row)
-    return _grid(rows, "block", every_value_mode=True)
+    return rows
 
 
 def _grid(
