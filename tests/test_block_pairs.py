@@ -220,6 +220,13 @@ def test_the_blocks_overview_lists_finished_blocks_only(headline):
     overview = blocks_overview("tiny")
     assert list(overview["block"]) == list(range(6)) and set(overview["revision"]) == {"aaaaaaa"}
     assert block_sources("tiny")[0] == "headline/block00@aaaaaaa"
+    assert set(overview["kept across restarts"]) == {"–"}
+    record_path = headline / "block02" / "BLOCK.json"
+    record = json.loads(record_path.read_text())
+    record["resumed"] = [{"at": "2026-12-05T10:00:00+0000", "kept": ["at2po", "grpo"]}]
+    record_path.write_text(json.dumps(record))
+    overview = blocks_overview("tiny").set_index("block")
+    assert overview.loc[2, "kept across restarts"] == "at2po, grpo"
 
 
 def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):

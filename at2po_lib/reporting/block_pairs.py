@@ -91,8 +91,9 @@ def set_rows(
 
 def blocks_overview(profile: str) -> pd.DataFrame:
     """One row per finished block of ``profile`` (every set): set, block, seed, revision and
-    whether the checkout was clean, machine build, torch threads, the methods it trained and
-    when it finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
+    whether the checkout was clean, machine build, torch threads, the methods it trained, the
+    runs an earlier process of it trained (``at2po study --keep-finished-runs``) and when it
+    finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
     rows = []
     root = blocks_dir(profile)
     for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
@@ -107,6 +108,10 @@ def blocks_overview(profile: str) -> pd.DataFrame:
                     "build": record["build"],
                     "threads": record["torch_threads"],
                     "methods": ", ".join(record.get("runs", {})),
+                    "kept across restarts": ", ".join(
+                        m for restart in record.get("resumed", []) for m in restart["kept"]
+                    )
+                    or "–",
                     "finished": record.get("finished", ""),
                 }
             )
@@ -121,6 +126,7 @@ def blocks_overview(profile: str) -> pd.DataFrame:
             "build",
             "threads",
             "methods",
+            "kept across restarts",
             "finished",
         ],
     )
