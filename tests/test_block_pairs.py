@@ -326,3 +326,17 @@ def test_table3_in_blocks_tests_each_cell_against_the_blocks_at2po_with_holm(abl
     assert display.loc["entropy_linear", "node_value"] == "–"
     empty = table3_in_blocks("tiny", frame.iloc[:0])[1]
     assert empty.shape == (4, 4) and (empty == "–").all().all()
+
+
+def test_one_ablation_block_gives_averages_but_no_paired_change(ablation):
+    from at2po_lib.reporting.table2 import table2_in_blocks
+    from at2po_lib.reporting.table3 import table3_in_blocks
+
+    frame = load_block_outcomes("tiny")
+    one = frame[(frame["block_set"] != "ablation") | (frame["block"] == 0)]
+    _, steps = table2_in_blocks("tiny", one)
+    assert (steps["toy avg [95% CI]"] != "–").all() and list(steps["blocks"]) == [1, 1, 1, 1]
+    assert (steps["toy Δ step, paired in blocks [95% CI]"] == "–").all()
+    _, cells = table3_in_blocks("tiny", one)
+    assert cells.loc["child_mean", "node_value"].endswith("(1 block)")
+    assert "Δ" not in cells.loc["child_mean", "node_value"]
