@@ -40,6 +40,7 @@ def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
             "diff": -0.06,
             "ci_low": -0.09,
             "ci_high": -0.03,
+            "p_permutation": 0.001,
         },
         {
             "method": "at2po",
@@ -50,6 +51,18 @@ def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
             "diff": 0.01,
             "ci_low": -0.02,
             "ci_high": 0.04,
+            "p_permutation": 0.6,
+        },
+        {
+            "method": "dapo",
+            "baseline": "grpo",
+            "scope": "multihop",
+            "weighting": "sample",
+            "metric": "em",
+            "diff": 0.03,
+            "ci_low": 0.01,
+            "ci_high": 0.05,
+            "p_permutation": 0.3,
         },
         {
             "method": "at2po",
@@ -65,6 +78,11 @@ def test_differences_are_read_from_their_intervals(tmp_path, monkeypatch):
     _write(tmp_path, "table1_differences", diffs)
     text = c.table1_conclusion("tiny")
     assert "ReAct -6.0 [-9.0, -3.0] points (worse)" in text
+    # an interval off 0 reads only with a permutation test that agrees (issue #48)
+    assert (
+        "DAPO +3.0 [+1.0, +5.0] points (cannot tell: the interval excludes 0, but the "
+        "permutation test does not agree (p = 0.300))" in text
+    )
     assert "(not distinguishable)" in text and "cannot rank" not in text
     assert "+50.0" not in text  # the sampled metric's row is not the EM difference
 
@@ -189,6 +207,7 @@ def test_table2_conclusion_gives_each_step_with_its_interval(tmp_path, monkeypat
                 "delta": 0.05,
                 "delta_low": 0.01,
                 "delta_high": 0.09,
+                "p_permutation": 0.04,
                 "published_delta": 0.0233,
             },
             {
@@ -200,6 +219,7 @@ def test_table2_conclusion_gives_each_step_with_its_interval(tmp_path, monkeypat
                 "delta": -0.01,
                 "delta_low": -0.05,
                 "delta_high": 0.03,
+                "p_permutation": 0.7,
                 "published_delta": 0.0058,
             },
             {
@@ -225,17 +245,17 @@ def test_table2_conclusion_gives_each_step_with_its_interval(tmp_path, monkeypat
         "step 3, entropy-guided tree expansion: -1.0 [-5.0, +3.0] points, 2 vs 3 seeds, "
         "not distinguishable" in text
     )
-    assert "1 of 2 steps' intervals exclude 0." in text
+    assert "1 of 2 steps' intervals exclude 0, 1 with a permutation test that agrees." in text
 
 
 def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     nan = float("nan")
     rows = [
-        ("entropy_softmax", "node_value", 0.47, nan, nan, nan, 5),
-        ("child_mean", "node_value", 0.49, 0.02, -0.02, 0.06, 3),
-        ("leaf_mean", "diff_parent", 0.40, -0.07, -0.11, -0.03, 3),
-        ("leaf_mean", "diff_global", 0.41, -0.06, -0.10, -0.02, 3),
+        ("entropy_softmax", "node_value", 0.47, nan, nan, nan, 5, nan),
+        ("child_mean", "node_value", 0.49, 0.02, -0.02, 0.06, 3, 0.9),
+        ("leaf_mean", "diff_parent", 0.40, -0.07, -0.11, -0.03, 3, 0.01),
+        ("leaf_mean", "diff_global", 0.41, -0.06, -0.10, -0.02, 3, 0.2),
     ]
     _write(
         tmp_path,
@@ -250,8 +270,9 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
                 "delta_low": lo,
                 "delta_high": hi,
                 "n_seeds": n,
+                "p_holm": holm,
             }
-            for v, a, em, d, lo, hi, n in rows
+            for v, a, em, d, lo, hi, n, holm in rows
         ],
     )
     text = c.table3_conclusion("tiny")
@@ -261,7 +282,12 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
     )
     assert "default (entropy_softmax / node_value, 5 seeds)" in text
     assert "child_mean / node_value +2.0 [-2.0, +6.0] (3 seeds)" in text
-    assert "2 cells lie below the default (the paper's finding) and 0 above it" in text
+    # below the default only where Holm's p agrees; the other cell off 0 cannot tell
+    assert "1 cell reads below the default (the paper's finding) and 0 above it" in text
+    assert (
+        "cannot tell for leaf_mean / diff_global: the interval excludes 0, but the permutation "
+        "test does not agree (p = 0.200 after Holm's correction over the 3 cells)" in text
+    )
     # without any cell outside 0 the sentence says the toy cannot rank them
     _write(
         tmp_path,
@@ -276,8 +302,9 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
                 "delta_low": lo,
                 "delta_high": hi,
                 "n_seeds": n,
+                "p_holm": holm,
             }
-            for v, a, em, d, lo, hi, n in rows[:2]
+            for v, a, em, d, lo, hi, n, holm in rows[:2]
         ],
     )
     assert "Every interval contains 0" in c.table3_conclusion("tiny")

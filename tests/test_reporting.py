@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from at2po_lib.config.profile import load_profile  # noqa: E402
+from at2po_lib.evaluation import stats  # noqa: E402
 from at2po_lib.reporting import labels, readme, records, report, table1, table2  # noqa: E402
 from at2po_lib.trainer.resolve import resolve_run  # noqa: E402
 
@@ -121,6 +122,16 @@ def test_table1_differences_are_paired_over_questions(results):
     expected = (3 - base["em"].iloc[:3].sum()) / N_QUESTIONS
     assert row["diff"] == pytest.approx(expected)
     assert row["p_improve"] == pytest.approx(1.0 if expected > 0 else 0.5)
+    # each group's sample-weighted difference carries the permutation p a reading needs;
+    # a per-dataset scope or the unweighted average carries none
+    groups = tidy[(tidy["scope"].isin(["multihop", "singlehop"]))]
+    sample = groups[groups["weighting"] == "sample"]
+    assert sample["p_permutation"].notna().all() and np.isnan(row["p_permutation"])
+    assert groups.loc[groups["weighting"] == "dataset", "p_permutation"].isna().all()
+    multihop = sample[(sample["method"] == "at2po") & (sample["scope"] == "multihop")].iloc[0]
+    members = sorted(d for d in outcomes["dataset"].unique() if d != "tiny_nq")
+    expected_p = stats.difference_test(outcomes, "at2po", multihop["baseline"], members).p
+    assert multihop["p_permutation"] == pytest.approx(expected_p)
 
 
 def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):

@@ -88,12 +88,30 @@ def seed_spread_conclusion(profile: str) -> str:
     return text + "."
 
 
-def _reading(low: float, high: float) -> str:
+def _side_of_zero(low: float, high: float) -> str:
+    """Where an interval lies: for a change within one method's runs (Figure 3's entropy) or a
+    difference paired over prompts (credit accuracy), which no seed labels split."""
     if low > 0:
         return "better"
     if high < 0:
         return "worse"
     return "not distinguishable"
+
+
+def _reading(low: float, high: float, p: float, family: str = "") -> str:
+    """A difference read by the study's rule (issue #48): "better" or "worse" only where its 95%
+    interval excludes 0 and the permutation test over seed (or block) labels agrees at 0.05
+    (``p``: Holm's corrected p where the difference is one of a family, named by ``family``)."""
+    if low <= 0 <= high:
+        return "not distinguishable"
+    if not _finite(p):
+        return "the interval excludes 0, with no permutation test to agree"
+    if p >= 0.05:
+        return (
+            f"cannot tell: the interval excludes 0, but the permutation test does not agree "
+            f"(p = {p:.3f}{family})"
+        )
+    return "better" if low > 0 else "worse"
 
 
 def table1_conclusion(profile: str) -> str:
@@ -123,7 +141,7 @@ def table1_conclusion(profile: str) -> str:
         parts = [
             f"{method_label(r.method)} "
             f"{_shown_cell(shown, method_label(r.method), 'Δ Multi-hop vs GRPO') or _ci(r.diff, r.ci_low, r.ci_high)}"
-            f" points ({_reading(r.ci_low, r.ci_high)})"
+            f" points ({_reading(r.ci_low, r.ci_high, getattr(r, 'p_permutation', np.nan))})"
             for r in sel.itertuples()
         ]
         if parts:
@@ -162,29 +180,34 @@ def table2_conclusion(profile: str) -> str:
             "the published column alone: the toy says nothing about Table 2 so far."
         )
     text = f"{len(filled)} of the ablation's {len(table)} steps have toy runs."
-    parts, seeds_before = [], None
+    parts, readings, seeds_before = [], [], None
     for r in table.itertuples():
         if _finite(r.em, r.delta, r.delta_low, r.delta_high):
             published = (
                 f" (published {100 * r.published_delta:+.2f})" if _finite(r.published_delta) else ""
             )
             seeds = f"{int(r.n_seeds)} vs {seeds_before}" if seeds_before else f"{int(r.n_seeds)}"
+            readings.append(
+                _reading(r.delta_low, r.delta_high, getattr(r, "p_permutation", np.nan))
+            )
             parts.append(
                 f"step {r.step}, {r.configuration.removeprefix('+ ')}: "
                 f"{_ci(r.delta, r.delta_low, r.delta_high)} points, {seeds} seeds, "
-                f"{_reading(r.delta_low, r.delta_high)}{published}"
+                f"{readings[-1]}{published}"
             )
         seeds_before = int(r.n_seeds) if _finite(r.n_seeds) else None
     if parts:
-        reads = sum("not distinguishable" not in p for p in parts)
+        excludes = sum(reading != "not distinguishable" for reading in readings)
+        reads = sum(reading in ("better", "worse") for reading in readings)
         questions = _questions(filled)
         text += (
             f" Multi-hop EM over the step before{questions}, 95% CI: "
             + "; ".join(parts)
             + ". "
             + (
-                f"{reads} of {len(parts)} steps' intervals exclude 0."
-                if reads
+                f"{excludes} of {len(parts)} steps' intervals exclude 0, {reads} with a "
+                "permutation test that agrees."
+                if excludes
                 else "Every step's interval contains 0: the toy cannot tell whether any step adds."
             )
         )
@@ -229,18 +252,37 @@ def table3_conclusion(profile: str) -> str:
             if len(default) and _finite(default["n_seeds"].iloc[0])
             else ""
         )
-        below = sum(r.delta_high < 0 for r in rows)
-        above = sum(r.delta_low > 0 for r in rows)
+        readings = [
+            _reading(
+                r.delta_low,
+                r.delta_high,
+                getattr(r, "p_holm", np.nan),
+                f" after Holm's correction over the {len(rows)} cells",
+            )
+            for r in rows
+        ]
+        below = readings.count("worse")
+        above = readings.count("better")
+        outside = sum(r.delta_high < 0 or r.delta_low > 0 for r in rows)
         text += (
             " Each cell minus AT2PO's default (entropy_softmax / node_value"
             f"{default_seeds}), multi-hop EM points{_questions(cells)}, 95% CI: "
             + "; ".join(parts)
             + ". "
         )
-        if below or above:
+        if outside:
+            unread = [
+                f"{r.value_mode} / {r.advantage_mode}: {reading.removeprefix('cannot tell: ')}"
+                for r, reading in zip(rows, readings)
+                if reading not in ("better", "worse", "not distinguishable")
+            ]
             text += (
-                f"{below} cell{'s' * (below != 1)} lie{'s' * (below == 1)} below the default "
-                f"(the paper's finding) and {above} above it; the rest cannot be told apart."
+                f"{below} cell{'s' * (below != 1)} read{'s' * (below == 1)} below the default "
+                f"(the paper's finding) and {above} above it, where a reading needs the "
+                "interval to exclude 0 and the permutation test, corrected over the cells, to "
+                "agree at 0.05"
+                + (f"; cannot tell for {'; '.join(unread)}" if unread else "")
+                + "; the rest cannot be told apart."
             )
         else:
             text += (
@@ -265,7 +307,7 @@ def fig3_conclusion(profile: str) -> str:
         )
         verdict = (
             {"worse": "a clear fall", "better": "a clear rise"}.get(
-                _reading(r.change_low, r.change_high), "no clear change"
+                _side_of_zero(r.change_low, r.change_high), "no clear change"
             )
             if r.seeds > 1
             else "no evidence"
@@ -379,7 +421,7 @@ def credit_accuracy_conclusion(
         return "The credit-accuracy table has no row for AT2PO's default credit."
     r = at2po.iloc[0]
     verdict = {"better": "better than", "worse": "worse than"}.get(
-        _reading(r["delta_low"], r["delta_high"]), "indistinguishable from"
+        _side_of_zero(r["delta_low"], r["delta_high"]), "indistinguishable from"
     )
     best = base.loc[base["auc"].idxmax()]
     best_name = best["credit_mode"] + (

@@ -238,6 +238,12 @@ def table1_differences(
         n_resamples=n_resamples,
     )
     tidy.insert(0, "profile", profile)
+    tidy["p_permutation"] = [
+        group_test(outcomes, r.method, r.baseline, groups[r.scope], metric)
+        if r.scope in groups and r.weighting == "sample"
+        else np.nan
+        for r in tidy.itertuples()
+    ]
     display_rows = []
     for method in present:
         row = {"method": method_label(method)}
@@ -261,6 +267,19 @@ def table1_differences(
             display_rows.append(row)
     display = pd.DataFrame(display_rows).set_index("method") if display_rows else pd.DataFrame()
     return tidy, display
+
+
+def group_test(
+    outcomes: pd.DataFrame, method: str, baseline: str, datasets: Sequence[str], metric: str
+) -> float:
+    """The two-sided permutation p of ``method`` − ``baseline`` over seed labels on a group's
+    sample-weighted average (:func:`~at2po_lib.evaluation.stats.difference_test`), what a
+    reading of the difference needs besides its interval (issue #48). ReAct is one fixed
+    model (the warm start, greedy), so a difference to it sign-flips the other side's runs."""
+    if "react" in (method, baseline):
+        trained = baseline if method == "react" else method
+        return stats.difference_test(outcomes, trained, "react", datasets, metric, fixed_b=True).p
+    return stats.difference_test(outcomes, method, baseline, datasets, metric).p
 
 
 def table1_seeds(

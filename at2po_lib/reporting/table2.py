@@ -4,7 +4,8 @@ Steps (docs/method.md §10): (1) GRPO with a random tree, (2) + the ATPO turn-le
 (3) + entropy-guided expansion, (4) + turn-wise credit (= AT2PO, read from the AT2PO preset
 with the expansion settings steps 1-3 take from the profile: ``at2po_exact`` on ``tiny``). Each row gives the
 multi-hop average (sample-weighted, 95% CI) and the change from the previous step, paired over
-questions and unpaired over seeds (:func:`at2po_lib.evaluation.stats.difference_ci`); the published
+questions and unpaired over seeds (:func:`at2po_lib.evaluation.stats.difference_ci`), with the
+permutation test over seed labels a reading of it needs (:func:`~at2po_lib.evaluation.stats.difference_test`); the published
 average and published change sit beside it (Qwen3-4B; the paper gives no per-dataset cells).
 
 :func:`table2_in_blocks` is the same table on the authors' configuration, read from the study's
@@ -41,7 +42,13 @@ def table2(
 
     def change(method: str, previous: str) -> dict:
         found = stats.difference_ci(outcomes, method, previous, members, n_resamples=n_resamples)
-        return {"delta": found.estimate, "delta_low": found.low, "delta_high": found.high}
+        test = stats.difference_test(outcomes, method, previous, members)
+        return {
+            "delta": found.estimate,
+            "delta_low": found.low,
+            "delta_high": found.high,
+            "p_permutation": test.p,
+        }
 
     # step 4 is AT2PO with the expansion settings step 3 recorded (at2po_exact on tiny until
     # the study re-runs step 3 with the profile's)
@@ -126,9 +133,8 @@ def _steps(
 def _tables(
     rows: list[dict], delta_header: str, runs_header: str, runs_key: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(tidy, display)`` of :func:`_steps`' rows; what each step's own average rests on is
-    counted as ``runs_key`` (``n_seeds``, or ``n_blocks`` for blocks, which also show each
-    change's permutation p)."""
+    """``(tidy, display)`` of :func:`_steps`' rows, each change with its permutation p; what
+    each step's own average rests on is counted as ``runs_key`` (``n_seeds``, or ``n_blocks``)."""
     in_blocks = runs_key == "n_blocks"
     if in_blocks:
         rows = [{**r, "n_blocks": r.pop("n_seeds", None)} for r in rows]
@@ -142,12 +148,11 @@ def _tables(
             signed_cell(r["delta"], r["delta_low"], r["delta_high"]) if "delta" in r else "–"
             for r in rows
         ],
-    }
-    if in_blocks:
-        columns["permutation test"] = [
+        "permutation test": [
             f"{r['p_permutation']:.3f}" if "p_permutation" in r else "–" for r in rows
-        ]
-    columns[runs_header] = [r.get(runs_key) or "–" for r in rows]
-    columns["published avg"] = [f"{100 * v:.2f}" for v in tidy["published_avg"]]
-    columns["published Δ"] = ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]]
+        ],
+        runs_header: [r.get(runs_key) or "–" for r in rows],
+        "published avg": [f"{100 * v:.2f}" for v in tidy["published_avg"]],
+        "published Δ": ["–" if v != v else f"{100 * v:+.2f}" for v in tidy["published_delta"]],
+    }
     return tidy, pd.DataFrame(columns).set_index("step")
