@@ -15,7 +15,7 @@ from at2po_lib.cli.options import UsageError, int_list
 from at2po_lib.trainer import block_records, blocks, run_folder
 from at2po_lib.util import provenance
 from at2po_lib.util.errors import ProfileError
-from at2po_lib.util.locks import folder_lock
+from at2po_lib.util.locks import folder_lock, lock_path
 from at2po_lib.util.provenance import machine_build
 from at2po_lib.util.staging import staging_path
 
@@ -147,6 +147,20 @@ def test_a_killed_block_keeps_its_finished_runs_only_when_asked_and_unchanged(
     assert [r["kept"] for r in record["resumed"]] == [["at2po"]]
     assert list(record["runs"]) == ["at2po", "grpo", "grpo_tree_budget"]
     assert "keeps its finished runs (at2po)" in capsys.readouterr().out
+
+
+def test_the_plan_tells_a_block_a_live_process_holds_from_a_killed_one(study, monkeypatch):
+    import os
+
+    _kill_block_in_its_second_run(monkeypatch)
+    folder = _root() / "block00"
+    with folder_lock(folder, "study block"):
+        (planned,) = blocks.block_plan("smoke", "headline", [0])
+        assert planned.state == "running"
+        assert planned.detail == f"PID {os.getpid()}; 1 of 3 runs finished so far"
+    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    assert planned.state == "interrupted"
+    assert not lock_path(folder).exists()  # looking leaves no lock file behind
 
 
 def test_a_killed_block_on_another_build_reruns_whole_even_when_asked(study, monkeypatch):

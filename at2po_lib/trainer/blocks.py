@@ -64,7 +64,7 @@ import torch
 from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
-from ..util.locks import FolderLockedError, folder_lock
+from ..util.locks import FolderLockedError, folder_lock, lock_holder
 from ..util.provenance import machine_build, run_metadata
 from ..util.staging import discard, recover, staging_path, swap_in
 from . import run_folder
@@ -448,7 +448,8 @@ def _write_record(folder: Path, record: Mapping[str, Any]) -> None:
 @dataclass(frozen=True)
 class PlannedBlock:
     """What ``at2po study --block-set ... --plan`` says of one block: its number and seed,
-    ``state`` (``finished``, ``interrupted``: it re-runs whole, or ``new``) and a detail."""
+    ``state`` (``finished``, ``running``: a live process holds it, ``interrupted``: it re-runs
+    whole or keeps its finished runs, or ``new``) and a detail."""
 
     block: int
     seed: int
@@ -481,6 +482,15 @@ def block_plan(
             detail = (
                 f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
                 f"build {r['build']}, {r['torch_threads']} thread(s)"
+            )
+        elif state == "interrupted" and (holder := lock_holder(folder)) is not None:
+            left = read_block(staging_path(folder)) or {}
+            state, detail = (
+                "running",
+                (
+                    f"PID {holder}; {len(left.get('runs', {}))} of {len(block_set.methods)} runs "
+                    "finished so far"
+                ),
             )
         elif state == "interrupted":
             left = read_block(staging_path(folder)) or {}

@@ -68,6 +68,27 @@ def folder_lock(folder: Path, what: str, *, wait: bool = False) -> Iterator[None
         handle.close()
 
 
+def lock_holder(folder: Path) -> str | None:
+    """The PID (as the lock file holds it) of the live process that holds ``folder``'s lock,
+    or None when nobody does; looks without creating or taking anything."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        return None
+    path = lock_path(folder)
+    try:
+        handle = open(path)  # noqa: SIM115 - closed below, after the probe
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(handle)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
 def _acquire(path: Path, folder: Path, what: str, wait: bool, fcntl):  # noqa: ANN001, ANN202
     """The locked, still-current lock file (opened ``r+``)."""
     while True:
