@@ -86,6 +86,7 @@ def table2_in_blocks(
         return {} if found is None else found.as_change()
 
     rows = _steps(profile, rows_of_set, members, lambda step: step, change)
+    rows = [{**r, "n_blocks": r.pop("n_seeds", None)} for r in rows]  # a block is one seed each
     return _tables(rows, "toy Δ step, paired in blocks [95% CI]", "blocks", "n_blocks")
 
 
@@ -134,10 +135,7 @@ def _tables(
     rows: list[dict], delta_header: str, runs_header: str, runs_key: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of :func:`_steps`' rows, each change with its permutation p; what
-    each step's own average rests on is counted as ``runs_key`` (``n_seeds``, or ``n_blocks``)."""
-    in_blocks = runs_key == "n_blocks"
-    if in_blocks:
-        rows = [{**r, "n_blocks": r.pop("n_seeds", None)} for r in rows]
+    each step's own average rests on is the rows' ``runs_key`` (``n_seeds``, or ``n_blocks``)."""
     tidy = pd.DataFrame(rows)
     tidy["published_delta"] = tidy["published_avg"].diff()
     columns = {
