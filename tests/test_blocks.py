@@ -133,6 +133,9 @@ def test_a_killed_block_keeps_its_finished_runs_only_when_asked_and_unchanged(
     assert list(left["runs"]) == ["at2po"]
     (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
     assert planned.detail == "1 of 3 runs finished; keeps at2po"
+    assert planned.runs_left == ("grpo", "grpo_tree_budget")
+    (whole,) = blocks.block_plan("smoke", "headline", [0])
+    assert whole.runs_left == ("at2po", "grpo", "grpo_tree_budget")
 
     again = FakeTrain()
     monkeypatch.setattr(blocks, "train", again)
@@ -308,5 +311,31 @@ def test_study_cli_plans_blocks_without_writing(study, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:5] == ["block", "0", "seed", "100", "new"]
     assert out[1].split()[4:7] == ["finished", "aaaaaaa,", "build"]
-    assert out[-1] == "block set headline: 2 blocks: 1 finished, 1 new"
+    assert out[-2] == "block set headline: 2 blocks: 1 finished, 1 new"
+    # the stand-in's runs take 1 s each: block 0's three runs, about 3 s of one process
+    assert out[-1].startswith("left: 3 runs in 1 block: about 0.0 h of one process")
+    assert "over the set's 3 finished runs" in out[-1]
     assert sorted(block_records.results_dir().rglob("*")) == before
+
+
+def test_time_left_sums_each_methods_median_and_times_untimed_methods_by_all_runs():
+    plan = [
+        blocks.PlannedBlock(0, 100, "finished"),
+        blocks.PlannedBlock(1, 101, "interrupted", runs_left=("grpo", "grpo_tree_budget")),
+        blocks.PlannedBlock(2, 102, "new", runs_left=("at2po", "grpo", "grpo_tree_budget")),
+    ]
+    walls = {"at2po": [100.0, 300.0, 900.0], "grpo": [50.0, 70.0]}
+    left = blocks.time_left(plan, walls)
+    # medians: at2po 300, grpo 60; grpo_tree_budget untimed → median of all five runs, 100
+    assert (left.runs, left.blocks, left.measured) == (5, 2, 5)
+    assert left.seconds == pytest.approx(300 + 2 * 60 + 2 * 100)
+    assert left.untimed == ("grpo_tree_budget",)
+    assert blocks.time_left(plan, {}).seconds is None
+    assert blocks.time_left(plan[:1], walls).runs == 0
+
+
+def test_measured_wall_times_read_finished_and_interrupted_blocks(study, monkeypatch):
+    blocks.run_blocks("smoke", "headline", [1])
+    _kill_block_in_its_second_run(monkeypatch)  # block 0: its at2po run finished, staged
+    walls = blocks.measured_wall_times("smoke", "headline")
+    assert walls == {"at2po": [1.0, 1.0], "grpo": [1.0], "grpo_tree_budget": [1.0]}

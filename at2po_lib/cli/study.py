@@ -150,7 +150,13 @@ def _run_blocks(args: argparse.Namespace) -> int:
             "--methods, --seeds and --force go with --table"
         )
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
-    from ..trainer.blocks import DEFAULT_THREADS, block_plan, run_blocks
+    from ..trainer.blocks import (
+        DEFAULT_THREADS,
+        block_plan,
+        measured_wall_times,
+        run_blocks,
+        time_left,
+    )
 
     overrides = parse_set(args.overrides)
     blocks = int_list(args.blocks, "--blocks")
@@ -169,6 +175,11 @@ def _run_blocks(args: argparse.Namespace) -> int:
         print(
             f"block set {args.block_set}: {len(plan)} blocks: "
             + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        )
+        print(
+            _time_left_line(
+                time_left(plan, measured_wall_times(args.profile, args.block_set, overrides))
+            )
         )
         return 0
     threads = DEFAULT_THREADS if args.threads is None else args.threads
@@ -189,6 +200,25 @@ def _run_blocks(args: argparse.Namespace) -> int:
     if not args.no_report:
         _write_report(args.profile)
     return 0
+
+
+def _time_left_line(left) -> str:
+    """The plan's last line: the runs left and, once a run of the set has finished, about how
+    long one process needs for them (:func:`at2po_lib.trainer.blocks.time_left`)."""
+    if not left.runs:
+        return "left: nothing"
+    head = f"left: {left.runs} run{'s' * (left.runs != 1)} in {left.blocks} block{'s' * (left.blocks != 1)}"
+    if left.seconds is None:
+        return f"{head}; no run of this set has finished yet to time them by"
+    line = (
+        f"{head}: about {left.seconds / 3600:.1f} h of one process (each method's median wall "
+        f"time over the set's {left.measured} finished runs, timed under the load they ran with)"
+    )
+    if left.untimed:
+        line += (
+            f"; {len(left.untimed)} methods have no finished run yet and count at the median of all"
+        )
+    return line
 
 
 def _print_plan(

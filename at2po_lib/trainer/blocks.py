@@ -53,6 +53,7 @@ report then refuses to pair across revisions unless asked, naming the blocks).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -455,6 +456,7 @@ class PlannedBlock:
     seed: int
     state: str
     detail: str = ""
+    runs_left: tuple[str, ...] = ()  # the methods a run of the command would still train
 
 
 def block_plan(
@@ -477,6 +479,8 @@ def block_plan(
         folder = block_dir(root, block)
         state = block_state(folder)
         detail = ""
+        left = (read_block(staging_path(folder)) or {}) if state == "interrupted" else {}
+        kept: Sequence[str] = ()
         if state == "finished":
             r = read_block(folder)
             detail = (
@@ -484,18 +488,12 @@ def block_plan(
                 f"build {r['build']}, {r['torch_threads']} thread(s)"
             )
         elif state == "interrupted" and (holder := lock_holder(folder)) is not None:
-            left = read_block(staging_path(folder)) or {}
-            state, detail = (
-                "running",
-                (
-                    f"PID {holder}; {len(left.get('runs', {}))} of {len(block_set.methods)} runs "
-                    "finished so far"
-                ),
-            )
+            state = "running"
+            kept = tuple(left.get("runs", {}))
+            detail = f"PID {holder}; {len(kept)} of {len(block_set.methods)} runs finished so far"
         elif state == "interrupted":
-            left = read_block(staging_path(folder)) or {}
             detail = f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
-            kept, why = {}, ""
+            why = ""
             if keep_finished_runs:
                 threaded = with_threads(overrides or {}, threads)
                 now = block_record(
@@ -507,5 +505,50 @@ def block_plan(
                 if kept
                 else "re-runs whole" + (f" ({why})" if why else "")
             )
-        plan.append(PlannedBlock(block, block_seed(block_set, block), state, detail))
+        runs_left = (
+            () if state == "finished" else tuple(m for m in block_set.methods if m not in kept)
+        )
+        plan.append(PlannedBlock(block, block_seed(block_set, block), state, detail, runs_left))
     return plan
+
+
+@dataclass(frozen=True)
+class TimeLeft:
+    """What the blocks of a plan still have to train, and about how long one process takes."""
+
+    runs: int
+    blocks: int
+    seconds: float | None  # None: no run of the set has finished yet to time the others by
+    measured: int  # finished runs of the set the estimate rests on
+    untimed: tuple[str, ...]  # methods with no finished run yet, counted at the median of all
+
+
+def measured_wall_times(
+    profile: str, set_name: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, list[float]]:
+    """Method → wall times (s) of every run of the set that finished: in its finished blocks
+    and in the staging records of interrupted or running ones (their load as it was)."""
+    cfg = load_profile(profile, dict(overrides or {}) or None)
+    root = blocks_root(run_folder.run_profile_key(cfg), set_name)
+    times: dict[str, list[float]] = {}
+    records = [*root.glob("block*/" + BLOCK_RECORD), *root.glob(".block*.staging/" + BLOCK_RECORD)]
+    for path in sorted(records) if root.is_dir() else []:
+        for method, run in json.loads(path.read_text()).get("runs", {}).items():
+            if run.get("wall_time") is not None:
+                times.setdefault(method, []).append(float(run["wall_time"]))
+    return times
+
+
+def time_left(plan: Sequence[PlannedBlock], wall_times: Mapping[str, Sequence[float]]) -> TimeLeft:
+    """Σ over the runs left of their method's median wall time; a method not timed yet takes the
+    median over every timed run. A run in progress counts whole, so this errs long."""
+    left = [m for p in plan for m in p.runs_left]
+    every = [t for ts in wall_times.values() for t in ts]
+    untimed = tuple(sorted({m for m in left if not wall_times.get(m)}))
+    seconds = None
+    if every:
+        fallback = statistics.median(every)
+        seconds = sum(
+            statistics.median(wall_times[m]) if wall_times.get(m) else fallback for m in left
+        )
+    return TimeLeft(len(left), sum(bool(p.runs_left) for p in plan), seconds, len(every), untimed)
