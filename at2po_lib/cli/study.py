@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from .options import (
     CommandParser,
@@ -32,6 +33,9 @@ from .options import (
     quiet_openmp,
     run_guarded,
 )
+
+if TYPE_CHECKING:
+    from ..trainer.blocks import TimeLeft
 
 PROG = "at2po study"
 
@@ -202,12 +206,16 @@ def _run_blocks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_left_line(left) -> str:
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _time_left_line(left: TimeLeft) -> str:
     """The plan's last line: the runs left and, once a run of the set has finished, about how
     long one process needs for them (:func:`at2po_lib.trainer.blocks.time_left`)."""
     if not left.runs:
         return "left: nothing"
-    head = f"left: {left.runs} run{'s' * (left.runs != 1)} in {left.blocks} block{'s' * (left.blocks != 1)}"
+    head = f"left: {_count(left.runs, 'run')} in {_count(left.blocks, 'block')}"
     if left.seconds is None:
         return f"{head}; no run of this set has finished yet to time them by"
     line = (
