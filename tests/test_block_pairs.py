@@ -13,6 +13,7 @@ import pytest
 
 from at2po_lib.evaluation import stats
 from at2po_lib.reporting.block_pairs import (
+    block_scores,
     block_sources,
     blocked_difference,
     blocks_overview,
@@ -107,7 +108,7 @@ def test_a_run_of_another_revision_inside_a_block_is_refused(headline):
     (headline / "block02" / "grpo" / "seed102" / "meta.json").write_text(
         json.dumps({"git_revision": REV_B})
     )
-    with pytest.raises(RecordError, match="another session in this block"):
+    with pytest.raises(RecordError, match="another process in this block"):
         load_block_outcomes("tiny")
 
 
@@ -340,3 +341,54 @@ def test_one_ablation_block_gives_averages_but_no_paired_change(ablation):
     _, cells = table3_in_blocks("tiny", one)
     assert cells.loc["child_mean", "node_value"].endswith("(1 block)")
     assert "Δ" not in cells.loc["child_mean", "node_value"]
+
+
+def _outcome_rows(block: int, method: str, hits: dict[str, list[int]]) -> pd.DataFrame:
+    """One run's rows as load_block_outcomes gives them: dataset → its questions' EM."""
+    return pd.DataFrame(
+        [
+            {
+                "method": method,
+                "seed": 100 + block,
+                "block_set": "headline",
+                "block": block,
+                "commit": REV_A,
+                "build": "fc-v669",
+                "torch_threads": 1,
+                "overrides": "{}",
+                "dataset": dataset,
+                "question_id": f"q{i}",
+                "em": float(em),
+            }
+            for dataset, ems in hits.items()
+            for i, em in enumerate(ems)
+        ]
+    )
+
+
+def test_block_scores_read_each_block_on_its_own_by_hand():
+    # multi-hop: hotpotqa (4 questions) and 2wiki (1): each question counts once; nq is
+    # single-hop and left out. Block 0: AT2PO 3/5, GRPO 1/5; block 1: AT2PO 2/5, GRPO 3/5.
+    frame = pd.concat(
+        [
+            _outcome_rows(0, "at2po", {MH: [1, 1, 0, 0], "tiny_2wiki": [1], "tiny_nq": [0]}),
+            _outcome_rows(0, "grpo", {MH: [0, 0, 0, 1], "tiny_2wiki": [0], "tiny_nq": [1]}),
+            _outcome_rows(1, "at2po", {MH: [1, 0, 0, 0], "tiny_2wiki": [1], "tiny_nq": [1]}),
+            _outcome_rows(1, "grpo", {MH: [1, 1, 0, 0], "tiny_2wiki": [1], "tiny_nq": [0]}),
+        ],
+        ignore_index=True,
+    )
+    tidy, display = block_scores("tiny", frame, "headline")
+    per_run = tidy.set_index(["block", "method"])["multihop"]
+    assert per_run.to_dict() == pytest.approx(
+        {(0, "at2po"): 0.6, (0, "grpo"): 0.2, (1, "at2po"): 0.4, (1, "grpo"): 0.6}
+    )
+    assert list(display.index) == [0, 1, "mean", "sd over 2 blocks"]
+    assert list(display["AT2PO − GRPO"]) == ["+40.0", "-20.0", "+10.0", "42.4"]  # sd: 60/√2
+    assert list(display["AT2PO"]) == ["60.0", "40.0", "50.0", "14.1"]
+    assert display.loc[0, "revision"] == REV_A[:7] and display.loc[1, "seed"] == 101
+    # the mean of the block differences is the blocked difference's estimate
+    found = blocked_difference(frame, "headline", "at2po", "grpo", [MH, "tiny_2wiki"])
+    assert found.interval.estimate == pytest.approx(0.10)
+    # a set with no finished block: nothing to show
+    assert all(f.empty for f in block_scores("tiny", frame, "ablation"))

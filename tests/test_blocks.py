@@ -105,7 +105,7 @@ def test_a_killed_block_reruns_whole_and_a_finished_one_is_skipped(study, monkey
     (result,) = blocks.run_blocks("smoke", "headline", [0])
     assert result.status == "finished"
     # every run trained again, the one that had finished included: nothing of the killed
-    # session is kept
+    # process is kept
     assert again.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
     assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
     assert not staging_path(folder).exists()

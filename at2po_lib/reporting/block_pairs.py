@@ -31,7 +31,7 @@ from ..evaluation import stats
 from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
 from ..util.errors import RecordError
 from ..util.provenance import machine_build
-from .labels import groups_of
+from .labels import groups_of, method_label
 from .records import read_outcomes
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
@@ -69,7 +69,7 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
         raise RecordError(
             f"{path / 'meta.json'}: revision {meta.get('git_revision')} is not its "
             f"block's ({record['commit']}, {folder / BLOCK_RECORD}): a run of "
-            "another session in this block"
+            "another process in this block"
         )
     frame = read_outcomes(path / "outcomes.csv")
     frame.insert(0, "seed", record["seed"])
@@ -87,6 +87,51 @@ def set_rows(
     ``group`` that they answer (none when the set has no finished block)."""
     rows = blocks[blocks["block_set"] == block_set] if len(blocks) else blocks
     return rows, groups_of(rows["dataset"].unique()).get(group, []) if len(rows) else []
+
+
+def block_scores(
+    profile: str, blocks: pd.DataFrame, block_set: str, group: str = "multihop"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The blocks of ``block_set`` one by one: each method's ``group`` average (greedy EM over
+    the group's questions, each question once), and AT2PO minus each other method block by
+    block, the differences the paired interval and the sign-flip test read
+    (:func:`blocked_difference`); under them their mean and standard deviation over blocks.
+
+    ``(tidy, display)``; tidy: one row per (block, method), with the block's seed, revision
+    and machine build. Both empty when the set has no finished block."""
+    rows, members = set_rows(blocks, block_set, group)
+    if not members:
+        return pd.DataFrame(), pd.DataFrame()
+    keys = ["block", "seed", "commit", "build"]
+    scores = rows[rows["dataset"].isin(members)].groupby([*keys, "method"], sort=False)["em"]
+    tidy = scores.mean().rename(group).reset_index()
+    tidy.insert(0, "block_set", block_set)
+    tidy.insert(0, "profile", profile)
+    wide = tidy.pivot(index=keys, columns="method", values=group).sort_index()
+    methods = list(dict.fromkeys(tidy["method"]))  # the order the blocks trained them
+    reference = "at2po" if "at2po" in methods else methods[0]
+    table = 100 * wide[methods].rename(columns=method_label)
+    for method in methods:
+        if method != reference:
+            column = f"{method_label(reference)} − {method_label(method)}"
+            table[column] = 100 * (wide[reference] - wide[method])
+    mean = table.mean().to_frame(("mean", "", "", "")).T
+    spread = table.std(ddof=1).to_frame((f"sd over {len(table)} blocks", "", "", "")).T
+    display = pd.concat([_formatted(pd.concat([table, mean]), signed=True), _formatted(spread)])
+    display.index.names = keys
+    display = display.reset_index(["seed", "commit", "build"])  # indexed by block
+    display["commit"] = display["commit"].str[:7]
+    return tidy, display.rename(columns={"commit": "revision"})
+
+
+def _formatted(table: pd.DataFrame, signed: bool = False) -> pd.DataFrame:
+    """One decimal, "–" for a missing value; with ``signed`` a difference column (``A − B``)
+    keeps its sign."""
+    out = table.astype(object)
+    for column in table.columns:
+        sign = "+" if signed and " − " in column else ""
+        out[column] = table[column].map(lambda v, sign=sign: "–" if v != v else f"{v:{sign}.1f}")
+    return out
 
 
 def blocks_overview(profile: str) -> pd.DataFrame:

@@ -39,12 +39,19 @@ from ..evaluation import stats
 from ..analysis.dissection import clip_levels
 from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
+from ..trainer.block_records import HEADLINE_SET
 from ..util.locks import folder_lock
 from ..util.paths import figures_dir, repo_root, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
-from .block_pairs import block_sources, load_block_outcomes, provenance_table, run_provenance
+from .block_pairs import (
+    block_scores,
+    block_sources,
+    load_block_outcomes,
+    provenance_table,
+    run_provenance,
+)
 from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
@@ -157,6 +164,7 @@ def _write(
     per_seed = _write_table1(report, meta_for, cfg, outcomes, finals, n_resamples)
     _write_tables23(report, meta_for, outcomes, n_resamples)
     _write_tables23_in_blocks(report, meta_for, blocks, allow_revisions)
+    _write_headline_blocks(report, meta_for, blocks)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
@@ -290,6 +298,24 @@ def _write_tables23_in_blocks(
             tidy, display, name, profile, {**meta_for((), build), **meta}, caption
         )
         report.tables[name] = display
+
+
+def _write_headline_blocks(report: Report, meta_for: Callable, blocks: pd.DataFrame) -> None:
+    """The headline blocks one by one (once one has finished): what the paired interval and
+    the sign-flip test of the headline claims read, block by block."""
+    tidy, display = block_scores(report.profile, blocks, HEADLINE_SET)
+    if display.empty:
+        return
+    report.paths["headline_blocks"] = write_table(
+        tidy,
+        display,
+        "headline_blocks",
+        report.profile,
+        {**meta_for((), block_scores), "blocks": block_sources(report.profile), "sources": []},
+        "The headline blocks one by one: each method's multi-hop EM x 100, and AT2PO minus "
+        "each other method within the block",
+    )
+    report.tables["headline_blocks"] = display
 
 
 def _write_tables23(
@@ -568,6 +594,7 @@ STORED_TABLES = (
     "table3",
     "table2_blocks",
     "table3_blocks",
+    "headline_blocks",
     "credit_accuracy_summary",
     "table1_budget",
     "fig3_entropy_change",
