@@ -383,9 +383,13 @@ def test_block_scores_read_each_block_on_its_own_by_hand():
     assert per_run.to_dict() == pytest.approx(
         {(0, "at2po"): 0.6, (0, "grpo"): 0.2, (1, "at2po"): 0.4, (1, "grpo"): 0.6}
     )
-    assert list(display.index) == [0, 1, "mean", "sd over 2 blocks"]
-    assert list(display["AT2PO − GRPO"]) == ["+40.0", "-20.0", "+10.0", "42.4"]  # sd: 60/√2
-    assert list(display["AT2PO"]) == ["60.0", "40.0", "50.0", "14.1"]
+    assert list(display.index) == [0, 1, "mean", "sd over 2 blocks", "blocks for ±2 at this sd"]
+    assert list(display["AT2PO − GRPO"])[:4] == ["+40.0", "-20.0", "+10.0", "42.4"]  # sd: 60/√2
+    assert list(display["AT2PO"]) == ["60.0", "40.0", "50.0", "14.1", "–"]
+    # an sd of 42.4 points needs (1.96 · 42.4 / 2)² ≈ 1,728 blocks and a few more for t
+    planned = display.loc["blocks for ±2 at this sd", "AT2PO − GRPO"]
+    assert planned == str(stats.blocks_for_half_width(0.6 / 2**0.5, 0.02))
+    assert 1728 < int(planned) < 1740
     assert display.loc[0, "revision"] == REV_A[:7] and display.loc[1, "seed"] == 101
     # the mean of the block differences is the blocked difference's estimate
     found = blocked_difference(frame, "headline", "at2po", "grpo", [MH, "tiny_2wiki"])

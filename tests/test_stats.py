@@ -312,3 +312,11 @@ def test_holm_by_hand():
     got = stats.holm([0.01, 0.04, 0.03, np.nan])
     assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(got[3])
     assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_blocks_for_half_width_by_hand():
+    # sd 4.4 points, ±2: t_20 · 4.4 / √21 = 2.086 · 0.960 = 2.003 > 2; t_21 · 4.4 / √22 = 1.951
+    assert stats.blocks_for_half_width(0.044, 0.02) == 22
+    # a tiny spread: two blocks already suffice (t_1 = 12.71: 12.71 · 0.1 / √2 = 0.90 ≤ 2)
+    assert stats.blocks_for_half_width(0.001, 0.02) == 2
+    assert stats.blocks_for_half_width(float("nan")) is None

@@ -702,6 +702,29 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
     return out
 
 
+PLANNING_HALF_WIDTH = 0.02
+"""The half-width (EM, a fraction: ±2 points) the seed and block projections plan for."""
+
+
+def blocks_for_half_width(
+    sd: float, half_width: float = PLANNING_HALF_WIDTH, confidence: float = 0.95
+) -> int | None:
+    r"""The fewest blocks n whose paired t interval over block differences of standard deviation
+    ``sd`` is no wider than ``half_width`` (None when ``sd`` is not finite):
+
+    .. math::  n = \min\{n \ge 2 : t_{(1+c)/2,\,n-1}\; sd / \sqrt{n} \le h\}
+
+    A planning guide: ``sd`` is itself estimated from the blocks so far, and the blocked interval
+    adds a small question term on top."""
+    if not np.isfinite(sd):
+        return None
+    q = (1 + confidence) / 2
+    n = max(2, int(np.ceil((scipy_stats.norm.ppf(q) * sd / half_width) ** 2)))  # t > z: from below
+    while scipy_stats.t.ppf(q, n - 1) * sd / np.sqrt(n) > half_width:
+        n += 1
+    return n
+
+
 def seed_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     r"""Mean over runs (seeds) with Student's t interval, for a quantity that has one value per
     run and no questions to resample (a training-curve statistic such as the entropy over the

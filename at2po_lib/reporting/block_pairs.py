@@ -90,12 +90,19 @@ def set_rows(
 
 
 def block_scores(
-    profile: str, blocks: pd.DataFrame, block_set: str, group: str = "multihop"
+    profile: str,
+    blocks: pd.DataFrame,
+    block_set: str,
+    group: str = "multihop",
+    half_width: float = stats.PLANNING_HALF_WIDTH,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The blocks of ``block_set`` one by one: each method's ``group`` average (greedy EM over
     the group's questions, each question once), and AT2PO minus each other method block by
     block, the differences the paired interval and the sign-flip test read
-    (:func:`blocked_difference`); under them their mean and standard deviation over blocks.
+    (:func:`blocked_difference`); under them their mean and standard deviation over blocks,
+    and the blocks a difference would need for a ±``half_width`` interval if its block
+    differences kept that standard deviation (:func:`stats.blocks_for_half_width`, a rough
+    guide from the blocks so far).
 
     ``(tidy, display)``; tidy: one row per (block, method), with the block's seed, revision
     and machine build. Both empty when the set has no finished block."""
@@ -116,8 +123,22 @@ def block_scores(
             column = f"{method_label(reference)} − {method_label(method)}"
             table[column] = 100 * (wide[reference] - wide[method])
     mean = table.mean().to_frame(("mean", "", "", "")).T
-    spread = table.std(ddof=1).to_frame((f"sd over {len(table)} blocks", "", "", "")).T
-    display = pd.concat([_formatted(pd.concat([table, mean]), signed=True), _formatted(spread)])
+    sd = table.std(ddof=1)
+    spread = sd.to_frame((f"sd over {len(table)} blocks", "", "", "")).T
+    need = pd.Series(
+        {
+            c: stats.blocks_for_half_width(sd[c] / 100, half_width) if " − " in c else None
+            for c in table.columns
+        }
+    )
+    needed = need.to_frame((f"blocks for ±{100 * half_width:.0f} at this sd", "", "", "")).T
+    display = pd.concat(
+        [
+            _formatted(pd.concat([table, mean]), signed=True),
+            _formatted(spread),
+            needed.map(lambda n: "–" if n is None or n != n else str(int(n))),
+        ]
+    )
     display.index.names = keys
     display = display.reset_index(["seed", "commit", "build"])  # indexed by block
     display["commit"] = display["commit"].str[:7]

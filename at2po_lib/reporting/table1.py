@@ -287,7 +287,7 @@ def table1_seeds(
     outcomes: pd.DataFrame,
     methods: Sequence[str] = TABLE1_REPORTED,
     baseline: str = "grpo",
-    target_half_width: float = 0.02,
+    target_half_width: float = stats.PLANNING_HALF_WIDTH,
     confidence: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     r"""Each run's multi-hop average (greedy EM and the sampled metric), and how far the seeds
