@@ -14,6 +14,7 @@ import pytest
 from at2po_lib.evaluation import stats
 from at2po_lib.reporting.block_pairs import (
     block_scores,
+    blocks_needed,
     block_sources,
     blocked_difference,
     blocks_overview,
@@ -394,5 +395,9 @@ def test_block_scores_read_each_block_on_its_own_by_hand():
     # the mean of the block differences is the blocked difference's estimate
     found = blocked_difference(frame, "headline", "at2po", "grpo", [MH, "tiny_2wiki"])
     assert found.interval.estimate == pytest.approx(0.10)
+    # the projection the README's sentence quotes is the table's
+    assert str(blocks_needed(frame, "headline", "at2po", "grpo")) == planned
+    assert blocks_needed(frame, "headline", "at2po", "dapo") is None
+    assert blocks_needed(frame[frame["block"] == 0], "headline", "at2po", "grpo") is None
     # a set with no finished block: nothing to show
     assert all(f.empty for f in block_scores("tiny", frame, "ablation"))

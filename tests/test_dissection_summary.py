@@ -219,6 +219,13 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     blocked = why_sentences(claims, dissection_summary("tiny", claims)[0])
     assert "(3 blocks, 725 questions)" in blocked[0] and "seeds 3 blocks" not in blocked[0]
     assert "±2.0 EM points at 3 blocks:" in blocked[-1]
+    assert "would narrow it" not in blocked[-1]  # no projection given
+    projected = why_sentences(claims, dissection_summary("tiny", claims)[0], blocks_needed=21)
+    assert "about 21 blocks would narrow it to ±2 points" in projected[-1]
+    # seeds of the committed runs are not blocks: no block projection for them
+    claims.loc[claims["key"] == "at2po_over_grpo", "seeds"] = "12 vs 21"
+    unblocked = why_sentences(claims, dissection_summary("tiny", claims)[0], blocks_needed=21)
+    assert "would narrow it" not in unblocked[-1]
 
 
 def test_credit_against_the_truth_reads_the_default_cell_at_each_temperature(tmp_path, monkeypatch):

@@ -106,12 +106,10 @@ def block_scores(
 
     ``(tidy, display)``; tidy: one row per (block, method), with the block's seed, revision
     and machine build. Both empty when the set has no finished block."""
-    rows, members = set_rows(blocks, block_set, group)
-    if not members:
+    tidy = _block_averages(blocks, block_set, group)
+    if tidy.empty:
         return pd.DataFrame(), pd.DataFrame()
     keys = ["block", "seed", "commit", "build"]
-    scores = rows[rows["dataset"].isin(members)].groupby([*keys, "method"], sort=False)["em"]
-    tidy = scores.mean().rename(group).reset_index()
     tidy.insert(0, "block_set", block_set)
     tidy.insert(0, "profile", profile)
     wide = tidy.pivot(index=keys, columns="method", values=group).sort_index()
@@ -143,6 +141,40 @@ def block_scores(
     display = display.reset_index(["seed", "commit", "build"])  # indexed by block
     display["commit"] = display["commit"].str[:7]
     return tidy, display.rename(columns={"commit": "revision"})
+
+
+def _block_averages(blocks: pd.DataFrame, block_set: str, group: str) -> pd.DataFrame:
+    """One row per (block, method) of ``block_set``: the block's seed, revision and build and
+    the run's ``group`` average (each question once); empty without a finished block."""
+    rows, members = set_rows(blocks, block_set, group)
+    if not members:
+        return pd.DataFrame()
+    keys = ["block", "seed", "commit", "build", "method"]
+    scores = rows[rows["dataset"].isin(members)].groupby(keys, sort=False)["em"]
+    return scores.mean().rename(group).reset_index()
+
+
+def blocks_needed(
+    blocks: pd.DataFrame,
+    block_set: str,
+    method_a: str,
+    method_b: str,
+    group: str = "multihop",
+    half_width: float = stats.PLANNING_HALF_WIDTH,
+) -> int | None:
+    """The blocks A − B would need for a ±``half_width`` interval if its block differences
+    kept the spread they have so far (:func:`stats.blocks_for_half_width`); None before two
+    blocks hold both methods."""
+    averages = _block_averages(blocks, block_set, group)
+    if averages.empty:
+        return None
+    wide = averages.pivot(index="block", columns="method", values=group)
+    if not {method_a, method_b} <= set(wide.columns):
+        return None
+    differences = (wide[method_a] - wide[method_b]).dropna()
+    if len(differences) < 2:
+        return None
+    return stats.blocks_for_half_width(float(differences.std(ddof=1)), half_width)
 
 
 def _formatted(table: pd.DataFrame, signed: bool = False) -> pd.DataFrame:

@@ -566,7 +566,11 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
     )
 
 
-def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
+def _resolution_sentence(
+    claims: pd.DataFrame | None, blocks_needed: int | None = None
+) -> str | None:
+    """The headline's width, what it can resolve and (from blocks) how many blocks would
+    narrow it to ±2 points at the spread its block differences have so far."""
     head = _claim(claims, "at2po_over_grpo")
     if head is None:
         return None
@@ -582,6 +586,11 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
         f"at {_rests_on(head)}: a difference smaller than that reads "
         '"cannot tell" whatever its sign.'
     )
+    if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
+        text += (
+            f" At the spread of its block differences so far, about {blocks_needed} blocks "
+            "would narrow it to ±2 points (a rough guide: the spread is measured on few blocks)."
+        )
     if published:
         smaller = sum(p < half for p in published)
         text += (
@@ -600,11 +609,16 @@ def _resolution_sentence(claims: pd.DataFrame | None) -> str | None:
 
 
 def why_sentences(
-    claims: pd.DataFrame | None, parts: pd.DataFrame, folder: Path | None = None
+    claims: pd.DataFrame | None,
+    parts: pd.DataFrame,
+    folder: Path | None = None,
+    blocks_needed: int | None = None,
 ) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
-    seeds or prompts. A sentence whose records are missing is left out."""
+    seeds or prompts; ``blocks_needed``: the headline's projection from its blocks
+    (:func:`at2po_lib.reporting.block_pairs.blocks_needed`). A sentence whose records are
+    missing is left out."""
     sentences = (
         _result_sentence(claims),
         _budget_sentence(claims),
@@ -613,6 +627,6 @@ def why_sentences(
         penalty_sentence(folder) if folder else None,
         _credit_sentence(parts, claims),
         _clip_sentence(claims),
-        _resolution_sentence(claims),
+        _resolution_sentence(claims, blocks_needed),
     )
     return [s for s in sentences if s is not None]

@@ -47,6 +47,7 @@ from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
 from .block_pairs import (
     block_scores,
+    blocks_needed,
     block_sources,
     load_block_outcomes,
     provenance_table,
@@ -529,7 +530,15 @@ def _write_claims(
         why_path = tables_dir(profile) / "why.md"
         write_if_changed(
             why_path,
-            "\n\n".join(why_sentences(tidy, parts, results_dir(profile, "dissection"))) + "\n",
+            "\n\n".join(
+                why_sentences(
+                    tidy,
+                    parts,
+                    results_dir(profile, "dissection"),
+                    blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
+                )
+            )
+            + "\n",
         )
         write_meta(
             why_path,
