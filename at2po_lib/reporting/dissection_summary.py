@@ -586,11 +586,6 @@ def _resolution_sentence(
         f"at {_rests_on(head)}: a difference smaller than that reads "
         '"cannot tell" whatever its sign.'
     )
-    if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
-        text += (
-            f" At the spread of its block differences so far, about {blocks_needed} blocks "
-            "would narrow it to ±2 points (a rough guide: the spread is measured on few blocks)."
-        )
     if published:
         smaller = sum(p < half for p in published)
         text += (
@@ -604,6 +599,12 @@ def _resolution_sentence(
         text += (
             f" The toy's Table 2 steps are ±{min(halves):.1f} to ±{max(halves):.1f} points wide "
             f"({'; '.join(sorted({_rests_on(s) for s in measured}))})."
+        )
+    if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
+        text += (
+            f" At the spread of the headline's block differences so far, about {blocks_needed} "
+            "blocks would narrow it to ±2 points (a rough guide: the spread is measured on "
+            "few blocks)."
         )
     return text
 
