@@ -14,7 +14,7 @@ whole, and its runs go to ``results/blocks/<profile>/<set>/`` apart from the com
 
     at2po study --profile tiny --block-set headline --blocks 0-11      # AT2PO, GRPO, GRPO at budget
     at2po study --profile tiny --block-set ablation --blocks 0-7       # Table 2-3 cells + AT2PO
-    at2po study --profile tiny --block-set headline --blocks 0-23 --plan
+    at2po study --profile tiny --block-set headline --blocks 0-23 --plan   # and the time left
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
     parser.add_argument(
         "--plan",
         action="store_true",
-        help="list each run's state (finished, resumes, new) and exit: nothing "
-        "is trained or written",
+        help="list each run's state (finished, resumes, new; a block: finished, running, "
+        "interrupted, new, then the runs left and about how long one process needs for "
+        "them) and exit: nothing is trained or written",
     )
     parser.set_defaults(table=table, block_set=None)
     return parser
