@@ -225,7 +225,8 @@ def _time_left_line(left: TimeLeft) -> str:
     )
     if left.untimed:
         line += (
-            f"; {len(left.untimed)} methods have no finished run yet and count at the median of all"
+            f"; {_count(len(left.untimed), 'method')} without a finished run yet, counted at "
+            "the median of all"
         )
     return line
 

@@ -47,6 +47,7 @@ from ..analysis.expansion_oracle import (
     read_summaries,
     versus_uniform,
 )
+from ..evaluation.stats import PLANNING_HALF_WIDTH
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 
@@ -570,7 +571,7 @@ def _resolution_sentence(
     claims: pd.DataFrame | None, blocks_needed: int | None = None
 ) -> str | None:
     """The headline's width, what it can resolve and (from blocks) how many blocks would
-    narrow it to ±2 points at the spread its block differences have so far."""
+    narrow it to ±PLANNING_HALF_WIDTH at the spread its block differences have so far."""
     head = _claim(claims, "at2po_over_grpo")
     if head is None:
         return None
@@ -603,8 +604,8 @@ def _resolution_sentence(
     if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
         text += (
             f" At the spread of the headline's block differences so far, about {blocks_needed} "
-            "blocks would narrow it to ±2 points (a rough guide: the spread is measured on "
-            "few blocks)."
+            f"blocks would narrow it to ±{100 * PLANNING_HALF_WIDTH:.0f} points (a rough guide: "
+            "the spread is measured on few blocks)."
         )
     return text
 
