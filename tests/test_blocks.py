@@ -337,5 +337,5 @@ def test_time_left_sums_each_methods_median_and_times_untimed_methods_by_all_run
 def test_measured_wall_times_read_finished_and_interrupted_blocks(study, monkeypatch):
     blocks.run_blocks("smoke", "headline", [1])
     _kill_block_in_its_second_run(monkeypatch)  # block 0: its at2po run finished, staged
-    walls = blocks.measured_wall_times("smoke", "headline")
+    walls = blocks.measured_wall_times(blocks.set_root("smoke", "headline"))
     assert walls == {"at2po": [1.0, 1.0], "grpo": [1.0], "grpo_tree_budget": [1.0]}

@@ -160,6 +160,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
         block_plan,
         measured_wall_times,
         run_blocks,
+        set_root,
         time_left,
     )
 
@@ -183,7 +184,9 @@ def _run_blocks(args: argparse.Namespace) -> int:
         )
         print(
             _time_left_line(
-                time_left(plan, measured_wall_times(args.profile, args.block_set, overrides))
+                time_left(
+                    plan, measured_wall_times(set_root(args.profile, args.block_set, overrides))
+                )
             )
         )
         return 0

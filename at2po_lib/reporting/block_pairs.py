@@ -31,7 +31,7 @@ from ..evaluation import stats
 from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
 from ..util.errors import RecordError
 from ..util.provenance import machine_build
-from .labels import groups_of, method_label
+from .labels import cell, groups_of, method_label
 from .records import read_outcomes
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
@@ -115,28 +115,36 @@ def block_scores(
     wide = tidy.pivot(index=keys, columns="method", values=group).sort_index()
     methods = list(dict.fromkeys(tidy["method"]))  # the order the blocks trained them
     reference = "at2po" if "at2po" in methods else methods[0]
-    table = 100 * wide[methods].rename(columns=method_label)
+    table = wide[methods].rename(columns=method_label)
+    differences = []
     for method in methods:
         if method != reference:
             column = f"{method_label(reference)} − {method_label(method)}"
-            table[column] = 100 * (wide[reference] - wide[method])
-    mean = table.mean().to_frame(("mean", "", "", "")).T
+            table[column] = wide[reference] - wide[method]
+            differences.append(column)
     sd = table.std(ddof=1)
-    spread = sd.to_frame((f"sd over {len(table)} blocks", "", "", "")).T
-    need = pd.Series(
-        {
-            c: stats.blocks_for_half_width(sd[c] / 100, half_width) if " − " in c else None
-            for c in table.columns
-        }
-    )
-    needed = need.to_frame((f"blocks for ±{100 * half_width:.0f} at this sd", "", "", "")).T
-    display = pd.concat(
+    display = table.map(cell).astype(object)
+    display[differences] = table[differences].map(_signed)
+    summary = pd.DataFrame(
         [
-            _formatted(pd.concat([table, mean]), signed=True),
-            _formatted(spread),
-            needed.map(lambda n: "–" if n is None or n != n else str(int(n))),
-        ]
+            {c: _signed(v) if c in differences else cell(v) for c, v in table.mean().items()},
+            {c: cell(v) for c, v in sd.items()},
+            {
+                c: _count(
+                    stats.blocks_for_half_width(sd[c], half_width) if c in differences else None
+                )
+                for c in table.columns
+            },
+        ],
+        index=pd.MultiIndex.from_tuples(
+            [
+                ("mean", "", "", ""),
+                (f"sd over {len(table)} blocks", "", "", ""),
+                (f"blocks for ±{100 * half_width:.0f} at this sd", "", "", ""),
+            ]
+        ),
     )
+    display = pd.concat([display, summary])
     display.index.names = keys
     display = display.reset_index(["seed", "commit", "build"])  # indexed by block
     display["commit"] = display["commit"].str[:7]
@@ -177,14 +185,13 @@ def blocks_needed(
     return stats.blocks_for_half_width(float(differences.std(ddof=1)), half_width)
 
 
-def _formatted(table: pd.DataFrame, signed: bool = False) -> pd.DataFrame:
-    """One decimal, "–" for a missing value; with ``signed`` a difference column (``A − B``)
-    keeps its sign."""
-    out = table.astype(object)
-    for column in table.columns:
-        sign = "+" if signed and " − " in column else ""
-        out[column] = table[column].map(lambda v, sign=sign: "–" if v != v else f"{v:{sign}.1f}")
-    return out
+def _signed(difference: float) -> str:
+    """``+3.7`` (×100 points), ``–`` when missing."""
+    return "–" if difference != difference else f"{100 * difference:+.1f}"
+
+
+def _count(blocks: int | None) -> str:
+    return "–" if blocks is None else str(blocks)
 
 
 def blocks_overview(profile: str) -> pd.DataFrame:

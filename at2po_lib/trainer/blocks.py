@@ -472,8 +472,7 @@ def block_plan(
     detail says whether :func:`run_blocks` with the same arguments would keep its finished
     runs."""
     block_set = get_block_set(set_name)
-    cfg = load_profile(profile, dict(overrides or {}) or None)
-    root = blocks_root(run_folder.run_profile_key(cfg), set_name)
+    root = set_root(profile, set_name, overrides)
     plan = []
     for block in blocks:
         folder = block_dir(root, block)
@@ -523,17 +522,21 @@ class TimeLeft:
     untimed: tuple[str, ...]  # methods with no finished run yet, counted at the median of all
 
 
-def measured_wall_times(
-    profile: str, set_name: str, overrides: Mapping[str, Any] | None = None
-) -> dict[str, list[float]]:
-    """Method → wall times (s) of every run of the set that finished: in its finished blocks
-    and in the staging records of interrupted or running ones (their load as it was)."""
+def set_root(profile: str, set_name: str, overrides: Mapping[str, Any] | None = None) -> Path:
+    """``results/blocks/<profile key>/<set>/`` of ``profile`` with ``overrides`` (not created)."""
     cfg = load_profile(profile, dict(overrides or {}) or None)
-    root = blocks_root(run_folder.run_profile_key(cfg), set_name)
+    return blocks_root(run_folder.run_profile_key(cfg), set_name)
+
+
+def measured_wall_times(root: Path) -> dict[str, list[float]]:
+    """Method → wall times (s) of every run that finished in the set under ``root``: in its
+    finished blocks and in the staging records of interrupted or running ones (their load as
+    it was)."""
+    staged = sorted(root.glob(".block*.staging")) if root.is_dir() else []
+    records = [*finished_blocks(root).values(), *(read_block(folder) or {} for folder in staged)]
     times: dict[str, list[float]] = {}
-    records = [*root.glob("block*/" + BLOCK_RECORD), *root.glob(".block*.staging/" + BLOCK_RECORD)]
-    for path in sorted(records) if root.is_dir() else []:
-        for method, run in json.loads(path.read_text()).get("runs", {}).items():
+    for record in records:
+        for method, run in record.get("runs", {}).items():
             if run.get("wall_time") is not None:
                 times.setdefault(method, []).append(float(run["wall_time"]))
     return times
