@@ -166,7 +166,7 @@ def test_claims_read_the_blocks_and_keep_the_earlier_record_beside_them(headline
         ]
     )
     blocks = load_block_outcomes("tiny")
-    tidy, display = claims_table("tiny", earlier, blocks=blocks, n_resamples=10)
+    tidy, display = claims_table("tiny", earlier, blocks=blocks)
     rows = tidy.set_index("key")
     paired = rows.loc["at2po_over_grpo"]
     assert paired["seeds"] == "6 blocks" and paired["reading"] == "agrees"
@@ -235,7 +235,7 @@ def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):
     from at2po_lib.reporting.claims import claims_summary
 
     empty = pd.DataFrame(columns=["method", "seed", "dataset", "question_id", "em"])
-    tidy, _ = claims_table("tiny", empty, blocks=load_block_outcomes("tiny"), n_resamples=10)
+    tidy, _ = claims_table("tiny", empty, blocks=load_block_outcomes("tiny"))
     rows = tidy.set_index("key")
     assert rows.loc["at2po_over_grpo", "seeds"] == "6 blocks"
     assert "at2po_over_grpo_earlier" not in rows.index

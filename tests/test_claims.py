@@ -38,7 +38,7 @@ def test_gain_contrast_by_hand():
     df = outcomes(
         {("a", 0): {MH: [1, 1, 0, 0], SH: [1, 0]}, ("b", 0): {MH: [0, 1, 0, 0], SH: [1, 0]}}
     )
-    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=500)
+    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH])
     assert ci.estimate == pytest.approx(0.25)
     assert ci.low <= ci.estimate <= ci.high
     assert (ci.n_seeds_a, ci.n_seeds_b, ci.n_questions) == (1, 1, 6)
@@ -53,7 +53,7 @@ def test_gain_contrast_is_zero_when_the_gain_is_the_same_in_both_groups():
             ("b", 1): {MH: [0, 1], SH: [0, 1]},
         }
     )
-    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=300)
+    ci = stats.gain_contrast_ci(df, "a", "b", [MH], [SH])
     assert ci.estimate == pytest.approx(0.0)
 
 
@@ -66,7 +66,7 @@ def test_gain_contrast_refuses_a_seed_that_answered_one_group_only():
         }
     )
     with pytest.raises(ValueError, match=r"seeds \[1\] did not answer"):
-        stats.gain_contrast_ci(df, "a", "b", [MH], [SH], n_resamples=100)
+        stats.gain_contrast_ci(df, "a", "b", [MH], [SH])
 
 
 @pytest.mark.parametrize(
@@ -163,25 +163,25 @@ def _study() -> pd.DataFrame:
 
 
 def test_claims_table_names_the_weakest_method_and_waits_for_the_rest():
-    tidy, display = claims_table("tiny", _study(), n_resamples=400)
+    tidy, display = claims_table("tiny", _study())
     rows = tidy.set_index("key")
     assert len(display) == len(tidy) == 20
     # the smallest RL gain over ReAct is DAPO's (35 vs 20 points), resolved over 300 questions
     assert "DAPO" in rows.loc["rl_over_react", "note"]
     assert rows.loc["rl_over_react", "reading"] == "agrees"
     assert rows.loc["rl_over_react", "estimate"] == pytest.approx(
-        100 * stats.difference_ci(_study(), "dapo", "react", [MH], n_resamples=10).estimate
+        100 * stats.difference_ci(_study(), "dapo", "react", [MH]).estimate
     )
     # the headline pair: AT2PO minus GRPO itself
     assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(
-        100 * stats.difference_ci(_study(), "at2po", "grpo", [MH], n_resamples=10).estimate
+        100 * stats.difference_ci(_study(), "at2po", "grpo", [MH]).estimate
     )
     assert rows.loc["at2po_over_grpo", "seeds"] == "6 vs 6"
     assert rows.loc["at2po_over_grpo", "published"] == "+2.8"  # 48.8 - 46.0, Qwen3-4B
     assert rows.loc["at2po_over_grpo_sampled_em", "reading"] == "not run yet"
     # the strongest baseline is AEPO, the paper's, fixed before the data
     assert rows.loc["at2po_over_strongest", "estimate"] == pytest.approx(
-        100 * stats.difference_ci(_study(), "at2po", "aepo", [MH], n_resamples=10).estimate
+        100 * stats.difference_ci(_study(), "at2po", "aepo", [MH]).estimate
     )
     assert rows.loc["at2po_over_strongest", "seeds"] == "6 vs 6"
     # these outcomes have no sampled metric: its row waits rather than reading greedy EM
@@ -233,7 +233,7 @@ def test_table_2_and_3_claims_read_the_at2po_with_their_expansion_settings():
             "ablation_entropy_tree": 0.40,
         },
     )
-    tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
+    tidy, _ = claims_table("tiny", outcomes(table))
     rows = tidy.set_index("key")
     assert rows.loc["entropy_weights_over_child_mean", "estimate"] == pytest.approx(
         100
@@ -274,7 +274,7 @@ def test_the_rivals_are_fixed_so_equal_methods_read_cannot_tell():
                 shift = rng.normal(0.0, 0.03)  # seed-to-seed spread, the same for everyone
                 p = np.clip(difficulty + shift, 0, 1)
                 table[(method, seed)] = {MH: list(rng.random(150) < p)}
-        rows = claims_table("tiny", outcomes(table), n_resamples=10)[0].set_index("key")
+        rows = claims_table("tiny", outcomes(table))[0].set_index("key")
         for key in rivals:
             calm[key] += rows.loc[key, "reading"] == "cannot tell"
     assert sum(calm.values()) / (studies * len(rivals)) >= 0.95, calm
@@ -282,10 +282,10 @@ def test_the_rivals_are_fixed_so_equal_methods_read_cannot_tell():
 
 def test_the_headline_pair_row_compares_with_grpo_even_when_another_baseline_is_stronger():
     table = _runs(2, 5, {"grpo": 0.30, "dapo": 0.60, "aepo": 0.60, "at2po": 0.45})
-    tidy, _ = claims_table("tiny", outcomes(table), n_resamples=300)
+    tidy, _ = claims_table("tiny", outcomes(table))
     rows = tidy.set_index("key")
     assert rows.loc["at2po_over_grpo", "estimate"] == pytest.approx(
-        100 * stats.difference_ci(outcomes(table), "at2po", "grpo", [MH], n_resamples=10).estimate
+        100 * stats.difference_ci(outcomes(table), "at2po", "grpo", [MH]).estimate
     )
     assert rows.loc["at2po_over_grpo", "reading"] == "agrees"  # ~15 points above GRPO
     assert rows.loc["at2po_over_strongest", "reading"] == "opposite"  # ~15 points below AEPO
@@ -319,7 +319,7 @@ def test_entropy_claims_read_the_start_end_table():
             },
         ]
     )
-    tidy, _ = claims_table("tiny", _study(), change, n_resamples=200)
+    tidy, _ = claims_table("tiny", _study(), change)
     rows = tidy.set_index("key")
     # GRPO's own change is described (every method loses entropy); the claim is comparative
     assert rows.loc["grpo_entropy_falls", "reading"] == "measured"
@@ -339,7 +339,7 @@ def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
             (folder / "meta.json").write_text(json.dumps({"git_revision": "0c35b88" + "0" * 33}))
             rows.append({"method": method, "seed": seed, "path": folder, "finished": True})
     rows.append({"method": "gspo", "seed": 0, "path": tmp_path / "gspo", "finished": False})
-    tidy, _ = claims_table("tiny", _study(), n_resamples=200)
+    tidy, _ = claims_table("tiny", _study())
     per_seed = pd.DataFrame(
         {
             "method": ["grpo"] * 3 + ["react"],
@@ -361,7 +361,7 @@ def test_the_summary_names_the_runs_their_revision_and_every_verdict(tmp_path):
 def test_the_sampled_metric_row_compares_the_sampled_scores():
     frame = _study()
     frame["sampled_em"] = np.where(frame["method"] == "at2po", 1.0, 0.5)  # AT2PO +50 points
-    tidy, _ = claims_table("tiny", frame, n_resamples=200)
+    tidy, _ = claims_table("tiny", frame)
     for key in ("at2po_over_strongest_sampled_em", "at2po_over_grpo_sampled_em"):
         row = tidy.set_index("key").loc[key]
         assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees", key
@@ -429,7 +429,7 @@ def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
         ("ablation_random_tree_grpo", 0): run(0.2),
         ("ablation_atpo_loss", 0): run(0.6),
     }
-    rows = claims_table("tiny", outcomes(one), n_resamples=300)[0].set_index("key")
+    rows = claims_table("tiny", outcomes(one))[0].set_index("key")
     step2 = rows.loc["ablation_step2"]
     assert step2["ci_low"] > 0 and step2["seeds"] == "1 vs 1"  # clear over the questions ...
     assert step2["reading"] == "one seed"  # ... yet one seed a side
@@ -440,7 +440,7 @@ def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
         ("ablation_atpo_loss", 1): run(0.6),
         ("grpo", 1): run(0.5),
     }
-    rows = claims_table("tiny", outcomes(two), n_resamples=300)[0].set_index("key")
+    rows = claims_table("tiny", outcomes(two))[0].set_index("key")
     # two seeds a side: read, but 2 vs 2 runs split 6 ways (p >= 1/3) and 2 runs against the
     # warm start flip signs 4 ways (p >= 1/2): the interval alone cannot make a direction
     assert rows.loc["ablation_step2", "ci_low"] > 0
@@ -459,7 +459,7 @@ def test_a_step_resting_on_one_trained_seed_is_shown_but_not_read():
             )
         },
     }
-    rows = claims_table("tiny", outcomes(six), n_resamples=300)[0].set_index("key")
+    rows = claims_table("tiny", outcomes(six))[0].set_index("key")
     assert rows.loc["ablation_step2", "reading"] == "agrees"
     assert rows.loc["rl_over_react", "reading"] == "agrees"  # 6 GRPO seeds vs the warm start
 
@@ -488,7 +488,7 @@ def test_the_two_fragile_verdicts_of_the_committed_record_now_read_cannot_tell()
 
     frame = load_outcomes("tiny", ["at2po", "at2po_exact", *TABLE3_METHODS])
     groups = groups_of(frame["dataset"].unique())
-    records = claims._Records(frame, groups, n_resamples=10)
+    records = claims._Records(frame, groups)
     variant = next(
         c for c in claims._variant_claims(records) if c.key == "authors_over_exact_variant"
     )
@@ -528,7 +528,7 @@ def test_clip_levels_are_read_at_both_clip_ranges():
             "turn_level_at_reference": [np.nan] * 6 + [0.0041] * 6,
         }
     )
-    tidy, _ = claims_table("tiny", _study(), clips=clips, n_resamples=10)
+    tidy, _ = claims_table("tiny", _study(), clips=clips)
     rows = tidy.set_index("key")
     own, wide = rows.loc["turn_ratio_clips_less"], rows.loc["turn_ratio_clips_less_at_reference"]
     assert own["estimate"] == pytest.approx(5.0) and own["reading"] == "opposite"
@@ -538,7 +538,7 @@ def test_clip_levels_are_read_at_both_clip_ranges():
     clips.loc[
         clips["method"] == "at2po", ["token_level_at_reference", "turn_level_at_reference"]
     ] = [0.003, 0.002]
-    rows = claims_table("tiny", _study(), clips=clips, n_resamples=10)[0].set_index("key")
+    rows = claims_table("tiny", _study(), clips=clips)[0].set_index("key")
     wide = rows.loc["turn_ratio_clips_less_at_reference"]
     assert wide["estimate"] == pytest.approx(-0.1) and "AT2PO's own updates" in wide["note"]
 

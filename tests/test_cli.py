@@ -179,7 +179,7 @@ def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkey
 
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
-    assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
+    assert cli.main(["report", "--profile", "smoke", "--no-figures"]) == 0
     assert "no finished runs" in capsys.readouterr().err
     run = run_folder.run_dir("smoke", "react", 0)
     pd.DataFrame(
@@ -202,7 +202,7 @@ def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkey
         run.final_eval, index=False
     )
     run.done.write_text(json.dumps({"wall_time": 1.5}))
-    assert cli.main(["report", "--profile", "smoke", "--no-figures", "--resamples", "100"]) == 0
+    assert cli.main(["report", "--profile", "smoke", "--no-figures"]) == 0
     table = pd.read_csv(tmp_path / "smoke" / "tables" / "table1.csv")
     ours = table[(table["source"] == "ours") & (table["column"] == "NQ")]
     assert ours["em"].tolist() == [0.5] and ours["n_questions"].tolist() == [4]

@@ -335,13 +335,13 @@ def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(
     """Refused records leave every table as it was; a failure half-way puts back what it had
     already rewritten (issue #39 item 3)."""
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
-    assert report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"]) == 0
+    assert report_main(["--profile", "smoke", "--no-figures"]) == 0
     before = _tables(recorded)
     assert any(p.name == "table1.csv" for p in before)
     capsys.readouterr()
     shutil.copytree(recorded / "seed2", recorded / "seed3")
     _record_provenance(recorded / "seed3", 3)  # a copy with its own records: same outcomes
-    assert report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"]) == 2
+    assert report_main(["--profile", "smoke", "--no-figures"]) == 2
     err = capsys.readouterr().err
     assert "seed3/outcomes.csv: the same outcomes.csv as grpo/seed2" in err
     assert "Traceback" not in err
@@ -357,17 +357,17 @@ def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(
     table2 = report_table2.table2
     monkeypatch.setattr("at2po_lib.reporting.table2.table2", broken)
     with pytest.raises(RuntimeError, match="cannot be computed"):
-        report.write_report("smoke", n_resamples=50, figures=False)
+        report.write_report("smoke", figures=False)
     assert _tables(recorded) == before
     monkeypatch.setattr("at2po_lib.reporting.table2.table2", table2)
-    report.write_report("smoke", n_resamples=50, figures=False)
+    report.write_report("smoke", figures=False)
     after = _tables(recorded)
     assert after.keys() == before.keys() and after != before  # there was something to undo
 
 
 # ------------------------------------ issue #50 item 3: lookalike seeds, copies, bad numbers
 def _report(capsys) -> tuple[int, str]:
-    code = report_main(["--profile", "smoke", "--no-figures", "--resamples", "50"])
+    code = report_main(["--profile", "smoke", "--no-figures"])
     return code, capsys.readouterr().err.strip()
 
 
@@ -521,7 +521,7 @@ def killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 table2.table2 = killed
-report.write_report("smoke", n_resamples=50, figures=False)
+report.write_report("smoke", figures=False)
 """
 
 

@@ -96,7 +96,7 @@ def test_records_discover_and_outcomes(results):
 
 def test_table1_cells_and_published_rows(results):
     outcomes, finals = records.load_outcomes("smoke"), records.load_final_evals("smoke")
-    tidy, display = table1.table1("smoke", outcomes, finals, n_resamples=200)
+    tidy, display = table1.table1("smoke", outcomes, finals)
     ours = tidy[(tidy["source"] == "ours") & (tidy["method"] == "at2po")].set_index("column")
     at2po = outcomes[outcomes["method"] == "at2po"]
     multihop = at2po[at2po["dataset"] != "tiny_nq"]["em"].mean()
@@ -112,7 +112,7 @@ def test_table1_cells_and_published_rows(results):
 
 def test_table1_differences_are_paired_over_questions(results):
     outcomes = records.load_outcomes("smoke")
-    tidy, display = table1.table1_differences("smoke", outcomes, n_resamples=200)
+    tidy, display = table1.table1_differences("smoke", outcomes)
     row = tidy[
         (tidy["method"] == "at2po")
         & (tidy["baseline"] == "grpo")
@@ -138,7 +138,7 @@ def test_finals_fallback_has_no_interval(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     write_run(tmp_path, "grpo", 0, np.ones((len(DATASETS), N_QUESTIONS)), outcomes=False)
     tidy, display = table1.table1(
-        "smoke", records.load_outcomes("smoke"), records.load_final_evals("smoke"), n_resamples=100
+        "smoke", records.load_outcomes("smoke"), records.load_final_evals("smoke")
     )
     ours = tidy[tidy["source"] == "ours"]
     assert ours["ci_low"].isna().all() and (ours["em"] == 1.0).all()
@@ -156,7 +156,7 @@ EXACT = {"entropy_estimate": "exact", "tree_alpha": 0.001}
 
 
 def test_table2_steps_and_step4_the_at2po_of_step3s_settings(results):
-    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"))
     assert list(display["published avg"]) == ["45.42", "47.75", "48.33", "48.81"]
     assert display.loc[1, "toy avg [95% CI]"] == "–"
     # step 4 is the AT2PO preset with the expansion settings step 3 recorded; without step 3's
@@ -169,10 +169,10 @@ def test_table2_steps_and_step4_the_at2po_of_step3s_settings(results):
     record_settings(step3, "ablation_entropy_tree", EXACT)
     assert labels.profile_at2po("smoke") == "at2po_exact"
     assert labels.profile_at2po("smoke", labels.TABLE3_CELLS) == "at2po"  # no cells recorded
-    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"))
     assert display.loc[4, "toy avg [95% CI]"] == "–"  # no at2po_exact runs yet
     write_run(results, "at2po_exact", 0, np.ones((len(DATASETS), N_QUESTIONS)))
-    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"), n_resamples=100)
+    tidy, display = table2.table2("smoke", records.load_outcomes("smoke"))
     assert display.loc[4, "toy avg [95% CI]"] != "–"
     assert tidy.loc[tidy["step"] == 4, "method"].item() == "at2po_exact"
     sentence = labels.table_configurations("smoke")
@@ -188,7 +188,7 @@ def test_table2_steps_and_step4_the_at2po_of_step3s_settings(results):
 
 @pytest.mark.slow
 def test_write_report_files_and_meta(results, tmp_path):
-    written = report.write_report("smoke", n_resamples=100)
+    written = report.write_report("smoke")
     for name in ("table1", "table1_summary", "table1_differences", "table2"):
         paths = written.paths[name]
         assert all(p.is_file() for p in paths.values())
@@ -222,13 +222,13 @@ def test_write_report_files_and_meta(results, tmp_path):
     assert change.loc[("at2po", "entropy"), "baseline"] == "grpo"
     # deterministic: a second report rewrites identical bytes
     first = {p: p.read_bytes() for paths in written.paths.values() for p in paths.values()}
-    report.write_report("smoke", n_resamples=100)
+    report.write_report("smoke")
     assert all(p.read_bytes() == data for p, data in first.items())
 
 
 @pytest.mark.slow
 def test_readme_blocks_are_checked_and_rewritten(results, tmp_path):
-    report.write_report("smoke", n_resamples=100, figures=False)
+    report.write_report("smoke", figures=False)
     page = tmp_path / "README.md"
     page.write_text(
         "intro\n<!-- at2po-report: smoke/table1_summary -->\nold\n<!-- /at2po-report -->\noutro\n"
@@ -258,7 +258,7 @@ def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
     )
     record_settings(cell, "credit_child_mean_diff_parent", EXACT)
     outcomes = records.load_outcomes("smoke")
-    tidy, display = table3.table3("smoke", outcomes, n_resamples=100)
+    tidy, display = table3.table3("smoke", outcomes)
     assert set(tidy["method"]) == {"at2po_exact", "credit_child_mean_diff_parent"}
     assert display.loc["entropy_softmax", "node_value"].startswith(
         f"{100 * tidy.set_index('method').loc['at2po_exact', 'em']:.1f}"
@@ -310,14 +310,13 @@ def test_markdown_table_reads_back_as_its_display_frame():
 @pytest.mark.slow
 def test_current_report_reads_the_stored_tables_only_while_they_match_the_runs(results):
     """Notebook 05's shortcut: the committed tables stand for a new report only when their
-    metas name exactly the finished runs and the same number of bootstrap replicates."""
+    metas name exactly the finished runs (and the claims' the finished blocks)."""
     from at2po_lib.reporting.output import markdown_table
 
-    assert report.stale_reason("smoke", 100) == "no stored Table 1 or claims table"
-    written = report.write_report("smoke", n_resamples=100)
-    assert report.stale_reason("smoke", 100) is None
-    assert "bootstrap replicates" in report.stale_reason("smoke", 200)
-    read = report.current_report("smoke", n_resamples=100)
+    assert report.stale_reason("smoke") == "no stored Table 1 or claims table"
+    written = report.write_report("smoke")
+    assert report.stale_reason("smoke") is None
+    read = report.current_report("smoke")
     assert "read back" in read.notes[-1]
     assert read.paths == written.paths
     for name in ("table1", "table1_differences", "table2", "claims"):
@@ -326,5 +325,5 @@ def test_current_report_reads_the_stored_tables_only_while_they_match_the_runs(r
         assert len(read.tables[name]) == len(written.tables[name]) > 0
     pd.testing.assert_frame_equal(read.tables["turns"], written.tables["turns"])
     write_run(results, "grpo", 7, np.ones((len(DATASETS), N_QUESTIONS)))  # a new finished run
-    assert "miss 1 finished run(s) [('grpo', 7)]" in report.stale_reason("smoke", 100)
-    assert "recomputed" in report.current_report("smoke", n_resamples=100).notes[-1]
+    assert "miss 1 finished run(s) [('grpo', 7)]" in report.stale_reason("smoke")
+    assert "recomputed" in report.current_report("smoke").notes[-1]

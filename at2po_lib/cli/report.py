@@ -1,5 +1,5 @@
 """``at2po report``: every table and figure of a profile from its stored records, no training
-(:func:`at2po_lib.reporting.report.write_report`): Tables 1–3 with 95% bootstrap CIs beside
+(:func:`at2po_lib.reporting.report.write_report`): Tables 1–3 with 95% intervals beside
 the published numbers, Figures 3 and 4, each as CSV/Markdown/LaTeX or PNG/PDF with a
 ``.meta.json`` naming the runs, seeds and git revision.
 
@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..evaluation import stats
-from .options import CommandParser, add_profile_options, bounded_int, load_profile_args, run_guarded
+from .options import CommandParser, add_profile_options, load_profile_args, run_guarded
 
 PROG = "at2po report"
 
@@ -25,12 +24,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write the tables and figures of a profile's finished runs (no training).",
     )
     add_profile_options(parser, example="eval.max_questions=50")
-    parser.add_argument(
-        "--resamples",
-        type=bounded_int(1, 1_000_000),
-        default=None,
-        help="bootstrap replicates per interval (default 4000)",
-    )
     parser.add_argument(
         "--readme",
         action="store_true",
@@ -58,7 +51,6 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_profile_args(args)
     report = write_report(
         cfg.name,
-        n_resamples=args.resamples or stats.DEFAULT_RESAMPLES,
         readme=args.readme,
         figures=not args.no_figures,
         allow_revisions=args.pair_across_revisions,

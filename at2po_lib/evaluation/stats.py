@@ -1,4 +1,4 @@
-r"""Statistics for comparing methods on per-question outcomes: bootstrap CIs a reader can trust.
+r"""Statistics for comparing methods on per-question outcomes: intervals right for the seeds they rest on.
 
 Every comparison in the companion (README, notebooks, tables) rests on the *per-question
 outcomes* of each run: one row per (method, seed, dataset, question) with a score in [0, 1]
@@ -46,11 +46,15 @@ Design of the resampling (docs/method.md §10 says what the tables are):
   differences instead (:func:`sign_flip_test`). Two-sided. A family of cells read together
   (Table 3) gets Holm's step-down correction (:func:`holm`).
 - **Probability of improvement** (Agarwal et al., 2021, "Deep RL at the edge of the statistical
-  precipice"): P(a random run of A scores higher than a random run of B) on the group score,
-  ties counted half, with a percentile bootstrap CI over both methods' seeds (a rough
-  guide at few seeds; the claims rest on the t intervals).
+  precipice"): the share of (run of A, run of B) pairs in which A's run scores higher on the
+  group score, ties counted half. It describes the runs and carries no interval: over 3 to 21
+  seeds a percentile bootstrap behaves like z = 1.96 and is too narrow (above), so a reading
+  rests on the crossed t interval and the permutation test, never on this share.
+- A **percentile bootstrap** (:func:`_bootstrap_indices`) is used where the units are many:
+  prompts or trees (the credit-accuracy AUCs, :mod:`at2po_lib.analysis.credit_accuracy`).
 
-Everything is vectorised: a replicate is a gather on a (seed, question) score matrix.
+Everything is vectorised: a run score is a product of a (seed, question) score matrix with the
+question weights.
 """
 
 from __future__ import annotations
@@ -68,12 +72,10 @@ from scipy.stats import bootstrap
 OUTCOME_KEYS = ("method", "seed", "dataset", "question_id")
 """Columns that identify one per-question outcome row."""
 
-DEFAULT_RESAMPLES = 4_000
-
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its two-sided bootstrap confidence interval."""
+    """A point estimate with its two-sided confidence interval (the crossed t interval, module doc)."""
 
     estimate: float
     low: float
@@ -254,8 +256,6 @@ def difference_ci(
     metric: str = "em",
     weighting: str = "sample",
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> Interval:
     """Crossed t interval of mean(A) − mean(B) over the questions both answered (module doc).
 
@@ -263,7 +263,6 @@ def difference_ci(
         outcomes: long frame with columns ``method, seed, dataset, question_id, <metric>``.
         datasets: restrict to these datasets (a group); None: every shared question.
         weighting: 'sample' (micro average, the paper's Avg) or 'dataset' (unweighted).
-        n_resamples, seed: unused (the interval is analytic); kept for callers.
     """
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
     a = score_matrix(outcomes, method_a, questions, metric)  # (Sa, Q)
@@ -294,16 +293,15 @@ def gain_contrast_ci(
     metric: str = "em",
     weighting: str = "sample",
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> Interval:
     r"""Is A's gain over B larger on one group of datasets than on another? The difference of
-    differences, each paired over its group's questions, with one bootstrap that draws A's
-    seeds, B's seeds and both groups' questions independently (a run answers both groups, so
-    its seed is drawn once for both):
+    differences, each paired over its group's questions,
 
-    .. math::  \hat\Delta\Delta^* = [\bar y_A(S_A^*, Q_1^*) - \bar y_B(S_B^*, Q_1^*)]
-               - [\bar y_A(S_A^*, Q_2^*) - \bar y_B(S_B^*, Q_2^*)]
+    .. math::  \hat\Delta\Delta = [\bar y_A(Q_1) - \bar y_B(Q_1)] - [\bar y_A(Q_2) - \bar y_B(Q_2)],
+
+    with the crossed t interval of the module docstring: a run answers both groups, so its seed
+    term is the variance of its contrast c_s = r_s(Q_1) − r_s(Q_2) over seeds, and each group's
+    questions add their own question term (the groups' questions are different draws).
 
     ``n_questions`` of the result counts both groups' questions.
     """
@@ -344,27 +342,16 @@ def probability_of_improvement(
     datasets: Sequence[str] | None = None,
     metric: str = "em",
     weighting: str = "sample",
-    confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> Interval:
-    """P(run of A > run of B) on the group score, ties half (Mann–Whitney form), with a
-    bootstrap CI over both methods' seeds. With one run on both sides the estimate is 0, ½
-    or 1 and the interval is degenerate: say so rather than read it as evidence."""
+) -> float:
+    """The share of (run of A, run of B) pairs in which A's run scores higher on the group
+    score, ties half (the Mann–Whitney form of P(run of A > run of B)). A description of the
+    runs, with no interval (module doc); with one run a side it is 0, ½ or 1."""
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
     w = _weights(questions, weighting)
-    run_a = score_matrix(outcomes, method_a, questions, metric) @ w / w.sum()  # (Sa,)
-    run_b = score_matrix(outcomes, method_b, questions, metric) @ w / w.sum()  # (Sb,)
-
-    def statistic(ia, ib):
-        x, y = run_a[ia], run_b[ib]  # (..., sa), (..., sb)
-        wins = (x[..., :, None] > y[..., None, :]) + 0.5 * (x[..., :, None] == y[..., None, :])
-        return wins.mean(axis=(-2, -1))
-
-    sizes = (len(run_a), len(run_b))
-    estimate = float(statistic(*(np.arange(n) for n in sizes)))
-    low, high = _bootstrap_indices(sizes, statistic, confidence, n_resamples, seed)
-    return Interval(estimate, low, high, len(run_a), len(run_b), len(questions), confidence)
+    run_a = score_matrix(outcomes, method_a, questions, metric) @ w  # (Sa,)
+    run_b = score_matrix(outcomes, method_b, questions, metric) @ w  # (Sb,)
+    wins = (run_a[:, None] > run_b[None, :]) + 0.5 * (run_a[:, None] == run_b[None, :])
+    return float(wins.mean())
 
 
 def comparison_table(
@@ -373,15 +360,13 @@ def comparison_table(
     groups: dict[str, Sequence[str]],
     metric: str = "em",
     methods: Sequence[str] | None = None,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> pd.DataFrame:
     """Every method minus every baseline, per dataset and per group, both weightings.
 
     ``groups`` maps a group name (e.g. 'multihop') to its datasets; each dataset is also its
     own one-dataset group. Returns one tidy row per (method, baseline, scope, weighting) with
-    the difference, its CI, the probability of improvement and its CI, and the counts the
-    interval rests on.
+    the difference, its CI, the probability of improvement (a share of run pairs, no interval)
+    and the counts the interval rests on.
     """
     methods = list(methods or sorted(outcomes["method"].unique()))
     scopes = {name: list(ds) for name, ds in groups.items()}
@@ -395,26 +380,8 @@ def comparison_table(
             for scope, datasets in scopes.items():
                 weightings = ("sample", "dataset") if len(datasets) > 1 else ("sample",)
                 for weighting in weightings:
-                    diff = difference_ci(
-                        outcomes,
-                        method,
-                        baseline,
-                        datasets,
-                        metric,
-                        weighting,
-                        n_resamples=n_resamples,
-                        seed=seed,
-                    )
-                    poi = probability_of_improvement(
-                        outcomes,
-                        method,
-                        baseline,
-                        datasets,
-                        metric,
-                        weighting,
-                        n_resamples=n_resamples,
-                        seed=seed,
-                    )
+                    compared = (outcomes, method, baseline, datasets, metric, weighting)
+                    diff = difference_ci(*compared)
                     rows.append(
                         {
                             "method": method,
@@ -425,9 +392,7 @@ def comparison_table(
                             "diff": diff.estimate,
                             "ci_low": diff.low,
                             "ci_high": diff.high,
-                            "p_improve": poi.estimate,
-                            "p_improve_low": poi.low,
-                            "p_improve_high": poi.high,
+                            "p_improve": probability_of_improvement(*compared),
                             "n_seeds": diff.n_seeds_a,
                             "n_seeds_baseline": diff.n_seeds_b,
                             "n_questions": diff.n_questions,
@@ -443,8 +408,6 @@ def mean_ci(
     metric: str = "em",
     weighting: str = "sample",
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> Interval:
     """A method's own mean score with the crossed t interval (module doc; the question term
     of one method's seed-averaged scores)."""

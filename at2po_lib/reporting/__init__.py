@@ -6,7 +6,7 @@ One module per table or figure; notebooks (04, 05) and ``at2po report`` only cal
   curves, validation EM, final evaluations and per-question outcomes.
 - :mod:`.curves`: training curves over steps (reward, entropy, clip fractions, ...).
 - :mod:`.table1`, :mod:`.table2`, :mod:`.table3`: the paper's Tables 1–3 (toy or paper scale)
-  with bootstrap CIs (:mod:`at2po_lib.evaluation.stats`) beside the published numbers.
+  with 95% intervals (:mod:`at2po_lib.evaluation.stats`) beside the published numbers.
 - :mod:`.figure3`, :mod:`.figure4`: policy entropy and HotpotQA EM over steps; turns per sample.
 - :mod:`.output`: writers (CSV + Markdown + LaTeX tables, PNG + PDF figures), each with a
   ``.meta.json`` naming the run folders, seeds and git revision it came from.

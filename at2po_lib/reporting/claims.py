@@ -217,7 +217,6 @@ class _Records:
 
     outcomes: pd.DataFrame
     groups: dict
-    n_resamples: int
     provenance: pd.DataFrame | None = None
     blocks: pd.DataFrame | None = None
     allow_revisions: bool = False
@@ -275,12 +274,10 @@ def _em_claim(
     )
 
 
-def _difference(
-    outcomes, a: str, b: str, members, n_resamples: int, metric: str = "em"
-) -> stats.Interval | None:
+def _difference(outcomes, a: str, b: str, members, metric: str = "em") -> stats.Interval | None:
     if not (members and rows_with_outcomes(outcomes, a) and rows_with_outcomes(outcomes, b)):
         return None
-    return stats.difference_ci(outcomes, a, b, members, metric=metric, n_resamples=n_resamples)
+    return stats.difference_ci(outcomes, a, b, members, metric=metric)
 
 
 def _compare(
@@ -303,7 +300,7 @@ def _compare(
     the blocked claim takes ``key`` and the committed one ``key + EARLIER``."""
     members = records.groups.get("multihop")
     outcomes = _with_metric(records.outcomes, metric)
-    interval = _difference(outcomes, a, b, members, records.n_resamples, metric)
+    interval = _difference(outcomes, a, b, members, metric)
     test = (
         stats.difference_test(outcomes, a, b, members, metric, fixed_b=fixed_b)
         if interval is not None
@@ -341,10 +338,7 @@ def _compare(
 def _rl_over_react(records: _Records) -> list[Claim]:
     outcomes, groups = records.outcomes, records.groups
     trained = [m for m in TABLE1_METHODS if m != "react" and rows_with_outcomes(outcomes, m)]
-    gains = {
-        m: _difference(outcomes, m, "react", groups.get("multihop"), records.n_resamples)
-        for m in trained
-    }
+    gains = {m: _difference(outcomes, m, "react", groups.get("multihop")) for m in trained}
     gains = {m: g for m, g in gains.items() if g is not None}
     published = min(
         _published_avg(m, "multihop")
@@ -465,7 +459,6 @@ def _multihop_gain_larger(records: _Records) -> Claim:
         "grpo",
         groups["multihop"],
         groups["singlehop"],
-        n_resamples=records.n_resamples,
     )
     # each run's contrast (multi-hop minus single-hop score), permuted over seed labels
     multi = stats.run_scores(outcomes, "at2po", "grpo", groups["multihop"])
@@ -722,7 +715,7 @@ def _percent(share: float) -> str:
     return f"{100 * share:.1f}%" if 100 * share >= 1 else f"{100 * share:.2f}%"
 
 
-def _turn_claims(outcomes, n_resamples) -> list[Claim]:
+def _turn_claims(outcomes) -> list[Claim]:
     specs = (
         (
             "multihop_turns",
@@ -743,11 +736,7 @@ def _turn_claims(outcomes, n_resamples) -> list[Claim]:
             100.0,
         ),
     )
-    summary = (
-        turn_summary(outcomes, "at2po", n_resamples=n_resamples)
-        if rows_with_outcomes(outcomes, "at2po")
-        else None
-    )
+    summary = turn_summary(outcomes, "at2po") if rows_with_outcomes(outcomes, "at2po") else None
     out = []
     for key, claim, group, metric, published, unit, scale in specs:
         sel = (
@@ -781,7 +770,6 @@ def claims_table(
     profile: str,
     outcomes: "pd.DataFrame",
     change: "pd.DataFrame | None" = None,
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
     clips: "pd.DataFrame | None" = None,
     provenance: "pd.DataFrame | None" = None,
     blocks: "pd.DataFrame | None" = None,
@@ -798,7 +786,7 @@ def claims_table(
         *(blocks["dataset"] if blocks is not None and len(blocks) else ()),
     }
     groups = groups_of(sorted(datasets)) if datasets else {}
-    records = _Records(outcomes, groups, n_resamples, provenance, blocks, allow_revisions)
+    records = _Records(outcomes, groups, provenance, blocks, allow_revisions)
     at2po = profile_at2po(profile)
     claims = [
         *_rl_over_react(records),
@@ -812,7 +800,7 @@ def claims_table(
         *_credit_claims(records, profile_at2po(profile, TABLE3_CELLS)),
         *_entropy_claims(change),
         *_clip_claims(clips),
-        *_turn_claims(outcomes, n_resamples),
+        *_turn_claims(outcomes),
     ]
     tidy = pd.DataFrame([c.as_row() for c in claims])
     tidy.insert(0, "profile", profile)

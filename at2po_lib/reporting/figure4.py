@@ -40,7 +40,7 @@ def turn_shares(outcomes: pd.DataFrame, method: str, unit: str = "searches") -> 
     return counts
 
 
-def turn_summary(outcomes: pd.DataFrame, method: str, n_resamples: int = 2_000) -> pd.DataFrame:
+def turn_summary(outcomes: pd.DataFrame, method: str) -> pd.DataFrame:
     """Per group: mean turns, mean searches and the share of one-search samples, each with a
     95% CI over seeds and questions."""
     rows = outcomes[outcomes["method"] == method].copy()
@@ -48,7 +48,7 @@ def turn_summary(outcomes: pd.DataFrame, method: str, n_resamples: int = 2_000) 
     out = []
     for group, members in groups_of(rows["dataset"].unique()).items():
         for metric in ("turns", "searches", "one_search"):
-            ci = stats.mean_ci(rows, method, members, metric=metric, n_resamples=n_resamples)
+            ci = stats.mean_ci(rows, method, members, metric=metric)
             out.append(
                 {
                     "method": method,

@@ -1,7 +1,7 @@
 r"""Shared pieces of the tables: method labels, dataset groups, cell formatting.
 
 Numbers are EM × 100 as in the paper. A cell reads ``mean [low, high]``: the mean over seeds
-and questions with its 95% bootstrap CI (:mod:`at2po_lib.evaluation.stats`); a cell without a CI (runs
+and questions with its 95% crossed t interval (:mod:`at2po_lib.evaluation.stats`); a cell without a CI (runs
 recorded before per-question outcomes existed) shows the mean alone.
 """
 

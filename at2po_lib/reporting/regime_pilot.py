@@ -66,7 +66,6 @@ def em_gain(
     method: str = "grpo",
     baseline: str = "react",
     metric: str = "em",
-    n_resamples: int = 4000,
 ) -> dict[str, Any]:
     """Multi-hop and single-hop gain of ``method`` over ``baseline`` with 95% intervals."""
     outcomes = load_outcomes(profile, [baseline, method])
@@ -84,7 +83,7 @@ def em_gain(
         sub = outcomes[outcomes["dataset"].isin(datasets)].dropna(subset=[metric])
         if sub.empty:
             continue
-        diff = difference_ci(sub, method, baseline, metric=metric, n_resamples=n_resamples)
+        diff = difference_ci(sub, method, baseline, metric=metric)
         out[group] = {
             "gain": diff.as_dict(),
             baseline: mean_ci(sub, baseline, metric=metric).as_dict(),

@@ -18,9 +18,8 @@ refreshed (:mod:`.readme`).
 
 :func:`current_report` is what notebook 05 calls: the committed tables and figures, read back
 (:func:`read_report`, seconds), when their metas say they were computed from exactly the
-finished runs there are now with the same number of bootstrap replicates; otherwise
-:func:`write_report` recomputes them (about a minute on 2 cores, mostly the bootstrap intervals
-of ``table1_differences``). So the notebook never shows a table older than the records.
+finished runs and blocks there are now; otherwise :func:`write_report` recomputes them. So the
+notebook never shows a table older than the records.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..evaluation import stats
 from ..analysis.dissection import clip_levels
 from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
@@ -91,7 +89,6 @@ def summary_display(display: pd.DataFrame) -> pd.DataFrame:
 
 def write_report(
     profile: str,
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
     readme: bool = False,
     figures: bool = True,
     allow_revisions: bool = False,
@@ -124,7 +121,6 @@ def write_report(
             metrics,
             evals,
             blocks,
-            n_resamples=n_resamples,
             readme=readme,
             figures=figures,
             allow_revisions=allow_revisions,
@@ -147,7 +143,6 @@ def _write(
     evals: pd.DataFrame,
     blocks: pd.DataFrame,
     *,
-    n_resamples: int,
     readme: bool,
     figures: bool,
     allow_revisions: bool = False,
@@ -161,9 +156,9 @@ def _write(
         report.notes.append(
             f"no finished runs under results/runs/{profile}/: only the published numbers are shown"
         )
-    meta_for = partial(_meta_for, profile, finished, n_resamples)
-    per_seed = _write_table1(report, meta_for, cfg, outcomes, finals, n_resamples)
-    _write_tables23(report, meta_for, outcomes, n_resamples)
+    meta_for = partial(_meta_for, profile, finished)
+    per_seed = _write_table1(report, meta_for, cfg, outcomes, finals)
+    _write_tables23(report, meta_for, outcomes)
     _write_tables23_in_blocks(report, meta_for, blocks, allow_revisions)
     _write_headline_blocks(report, meta_for, blocks)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
@@ -180,7 +175,6 @@ def _write(
             change,
             per_seed,
             blocks,
-            n_resamples=n_resamples,
             figures=figures,
             allow_revisions=allow_revisions,
         )
@@ -191,13 +185,12 @@ def _write(
     return report
 
 
-def _meta_for(profile: str, finished: pd.DataFrame, n_resamples: int, methods, writer) -> dict:
+def _meta_for(profile: str, finished: pd.DataFrame, methods, writer) -> dict:
     """The meta of a result computed by ``writer`` from the finished runs of ``methods``."""
     return source_meta(
         profile,
         finished.loc[finished["method"].isin(list(methods))],
         writer=writer,
-        n_resamples=n_resamples,
         confidence=0.95,
     )
 
@@ -208,14 +201,11 @@ def _write_table1(
     cfg: ProfileConfig,
     outcomes: pd.DataFrame,
     finals: pd.DataFrame,
-    n_resamples: int,
 ) -> pd.DataFrame:
     """Table 1, its group averages, its differences (greedy and sampled EM) and its runs one
     by one; returns the per-seed rows (the claims' summary reads them)."""
     profile = report.profile
-    tidy, display = table1.table1(
-        profile, outcomes, finals, cfg.policy.model, n_resamples=n_resamples
-    )
+    tidy, display = table1.table1(profile, outcomes, finals, cfg.policy.model)
     if len(display):
         meta = meta_for(TABLE1_REPORTED, table1.table1)
         report.paths["table1"] = write_table(
@@ -244,9 +234,7 @@ def _write_table1(
             "sampled EM (mean of k samples at the training temperature)",
         ),
     ):
-        tidy, display = table1.table1_differences(
-            profile, outcomes, n_resamples=n_resamples, metric=metric
-        )
+        tidy, display = table1.table1_differences(profile, outcomes, metric=metric)
         if len(display):
             report.paths[name] = write_table(
                 tidy,
@@ -319,13 +307,11 @@ def _write_headline_blocks(report: Report, meta_for: Callable, blocks: pd.DataFr
     report.tables["headline_blocks"] = display
 
 
-def _write_tables23(
-    report: Report, meta_for: Callable, outcomes: pd.DataFrame, n_resamples: int
-) -> None:
+def _write_tables23(report: Report, meta_for: Callable, outcomes: pd.DataFrame) -> None:
     """Table 2 (the progressive ablation), Table 3 (credit variants) and the credit-accuracy
     summary when its study exists."""
     profile = report.profile
-    tidy, display = table2.table2(profile, outcomes, n_resamples=n_resamples)
+    tidy, display = table2.table2(profile, outcomes)
     report.paths["table2"] = write_table(
         tidy,
         display,
@@ -335,7 +321,7 @@ def _write_tables23(
         "Table 2: progressive ablation, multi-hop EM x 100",
     )
     report.tables["table2"] = display
-    tidy, display = table3.table3(profile, outcomes, n_resamples=n_resamples)
+    tidy, display = table3.table3(profile, outcomes)
     if len(display):
         report.paths["table3"] = write_table(
             tidy,
@@ -437,7 +423,6 @@ def _write_claims(
     per_seed: pd.DataFrame,
     blocks: pd.DataFrame,
     *,
-    n_resamples: int,
     figures: bool,
     allow_revisions: bool = False,
 ) -> None:
@@ -450,7 +435,6 @@ def _write_claims(
         profile,
         outcomes,
         change,
-        n_resamples=n_resamples,
         clips=clips,
         provenance=provenance,
         blocks=blocks,
@@ -630,12 +614,12 @@ def _stored_metas(profile: str) -> dict[str, dict]:
     return metas
 
 
-def stale_reason(profile: str, n_resamples: int) -> str | None:
+def stale_reason(profile: str) -> str | None:
     """Why the stored tables of ``profile`` cannot stand for a new report (None: they can).
 
     They can when they were computed from exactly the finished runs there are now (the union of
-    their metas' ``sources`` is that set of method, seed) and, where a meta records it, with
-    ``n_resamples`` bootstrap replicates."""
+    their metas' ``sources`` is that set of method, seed) and the claims from exactly the
+    finished blocks."""
     metas = _stored_metas(profile)
     if "table1" not in metas or "claims" not in metas:
         return "no stored Table 1 or claims table"
@@ -651,15 +635,6 @@ def stale_reason(profile: str, n_resamples: int) -> str | None:
         )
     if metas["claims"].get("blocks", []) != block_sources(profile):
         return "the stored claims were read from other finished blocks of the study"
-    other = sorted(
-        {
-            m["n_resamples"]
-            for m in metas.values()
-            if m.get("n_resamples") not in (None, n_resamples)
-        }
-    )
-    if other:
-        return f"the stored tables used {other} bootstrap replicates, not {n_resamples}"
     return None
 
 
@@ -693,18 +668,18 @@ def read_report(profile: str) -> Report:
     return report
 
 
-def current_report(profile: str, n_resamples: int = stats.DEFAULT_RESAMPLES) -> Report:
+def current_report(profile: str) -> Report:
     """The stored report when it is current (:func:`stale_reason`), else a new one
     (:func:`write_report`); a note says which."""
-    reason = stale_reason(profile, n_resamples)
+    reason = stale_reason(profile)
     if reason is None:
         report = read_report(profile)
         report.notes.append(
             f"the committed tables and figures, read back: computed from the "
-            f"{profile} runs there are now with {n_resamples} bootstrap "
-            f"replicates (`at2po report --profile {profile}` recomputes them)"
+            f"{profile} runs and blocks there are now (`at2po report --profile {profile}` "
+            "recomputes them)"
         )
         return report
-    report = write_report(profile, n_resamples=n_resamples)
+    report = write_report(profile)
     report.notes.append(f"recomputed from the records: {reason}")
     return report

@@ -2,14 +2,15 @@ r"""Table 1: EM per dataset and group for every method, beside the published num
 
 The paper's Table 1 (docs/method.md §10) reports greedy EM × 100 on seven test sets and the
 multi-hop / single-hop "Avg" columns, which are sample-weighted (docs/method.md §4). Here each
-of our cells is the mean over seeds and questions with its 95% bootstrap CI; group averages
+of our cells is the mean over seeds and questions with its 95% crossed t interval; group averages
 appear both sample-weighted (the paper's form) and unweighted (mean of the dataset columns).
 The published row of the matching backbone (:func:`.common.published_backbone`) sits under
 each of ours, labelled "published".
 
 A second table, :func:`table1_differences`, gives every method minus GRPO and minus the warm
 start (ReAct): paired over questions, unpaired over seeds (:func:`at2po_lib.evaluation.stats.difference_ci`),
-with the probability of improvement.
+with the probability of improvement (the share of run pairs in which the method's run scores
+higher: a description, with no interval) and the permutation test's p.
 """
 
 from __future__ import annotations
@@ -38,19 +39,17 @@ GROUP_LABELS = {"multihop": "Multi-hop avg", "singlehop": "Single-hop avg"}
 UNWEIGHTED = " (unweighted)"
 
 
-def _our_rows(
-    outcomes: pd.DataFrame, finals: pd.DataFrame, methods: Sequence[str], n_resamples: int
-) -> list[dict]:
+def _our_rows(outcomes: pd.DataFrame, finals: pd.DataFrame, methods: Sequence[str]) -> list[dict]:
     rows = []
     for method in methods:
         if rows_with_outcomes(outcomes, method):
-            rows += _rows_from_outcomes(outcomes, method, n_resamples)
+            rows += _rows_from_outcomes(outcomes, method)
         elif len(finals) and (finals["method"] == method).any():
             rows += _rows_from_finals(finals[finals["method"] == method], method)
     return rows
 
 
-def _rows_from_outcomes(outcomes: pd.DataFrame, method: str, n_resamples: int) -> list[dict]:
+def _rows_from_outcomes(outcomes: pd.DataFrame, method: str) -> list[dict]:
     mine = outcomes[outcomes["method"] == method]
     datasets = ordered_datasets(mine["dataset"].unique())
     scopes = [(column_label(d), [d], "sample") for d in datasets]
@@ -59,7 +58,7 @@ def _rows_from_outcomes(outcomes: pd.DataFrame, method: str, n_resamples: int) -
         scopes.append((GROUP_LABELS[group] + UNWEIGHTED, members, "dataset"))
     rows = []
     for column, members, weighting in scopes:
-        ci = stats.mean_ci(outcomes, method, members, weighting=weighting, n_resamples=n_resamples)
+        ci = stats.mean_ci(outcomes, method, members, weighting=weighting)
         rows.append(
             {
                 "source": "ours",
@@ -169,11 +168,10 @@ def table1(
     finals: pd.DataFrame,
     model: str | None = None,
     methods: Sequence[str] = TABLE1_REPORTED,
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: our cells with CIs and the published cells of the matching
     backbone. ``display`` has one row per (method, source) and one column per dataset/average."""
-    ours = _our_rows(outcomes, finals, methods, n_resamples)
+    ours = _our_rows(outcomes, finals, methods)
     present = [m for m in methods if any(r["method"] == m for r in ours)]
     backbone = published_backbone(profile, model)
     published = _published_rows(backbone, methods)
@@ -213,7 +211,6 @@ def table1_differences(
     outcomes: pd.DataFrame,
     baselines: Sequence[str] = ("grpo", "react"),
     methods: Sequence[str] = TABLE1_REPORTED,
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
     metric: str = "em",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method minus each baseline (per dataset, per group, both weightings) with CIs and
@@ -235,7 +232,6 @@ def table1_differences(
         groups,
         metric=metric,
         methods=present,
-        n_resamples=n_resamples,
     )
     tidy.insert(0, "profile", profile)
     tidy["p_permutation"] = [

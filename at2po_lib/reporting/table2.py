@@ -34,14 +34,13 @@ def table2(
     profile: str,
     outcomes: pd.DataFrame,
     group: str = "multihop",
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of the ablation steps that have per-question outcomes; the
     published column is always there (the table says which steps are missing)."""
     members = groups_of(outcomes["dataset"].unique()).get(group, []) if len(outcomes) else []
 
     def change(method: str, previous: str) -> dict:
-        found = stats.difference_ci(outcomes, method, previous, members, n_resamples=n_resamples)
+        found = stats.difference_ci(outcomes, method, previous, members)
         test = stats.difference_test(outcomes, method, previous, members)
         return {
             "delta": found.estimate,
@@ -59,7 +58,6 @@ def table2(
         members,
         lambda step: at2po if step == "at2po" else step,
         change,
-        n_resamples,
     )
     return _tables(rows, "toy Δ step [95% CI]", "seeds", "n_seeds")
 
@@ -96,7 +94,6 @@ def _steps(
     members: Sequence[str],
     method_of: Callable[[str], str],
     change: Callable[[str, str], dict],
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> list[dict]:
     """One tidy row per step (its runs: ``method_of(step)``): the published average, the toy's
     own average where the step has outcomes, and ``change(method, previous)`` where the step
@@ -114,7 +111,7 @@ def _steps(
             "published_avg": float(pub["multihop_avg"]) / 100 if pub is not None else None,
         }
         if members and rows_with_outcomes(outcomes, method):
-            own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
+            own = stats.mean_ci(outcomes, method, members)
             row.update(
                 em=own.estimate,
                 ci_low=own.low,

@@ -81,7 +81,6 @@ def table3(
     profile: str,
     outcomes: pd.DataFrame,
     group: str = "multihop",
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)``: one tidy row per (value mode, advantage mode) that has outcomes;
     display: value modes × advantage modes, ``avg [CI]``, ``Δ vs default [CI]``, the Δ's
@@ -98,12 +97,12 @@ def table3(
     def change(method: str) -> dict:
         if default is None:
             return {}
-        found = stats.difference_ci(outcomes, method, default, members, n_resamples=n_resamples)
+        found = stats.difference_ci(outcomes, method, default, members)
         return {"delta": found.estimate, "delta_low": found.low, "delta_high": found.high}
 
     family = cell_tests(outcomes, default, members) if default and members else {}
     # the default cell *is* AT2PO: without its own runs the study reuses AT2PO's
-    rows = _cells(profile, outcomes, members, at2po, default, change, family, n_resamples)
+    rows = _cells(profile, outcomes, members, at2po, default, change, family)
     return _grid(rows, "seed")
 
 
@@ -147,7 +146,6 @@ def _cells(
     default: str | None,
     change: Callable[[str], dict],
     family: dict[str, CellTest],
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> list[dict]:
     """One tidy row per cell with outcomes: its own average and, for a cell other than the
     default (whose runs are ``default_runs`` when it has none of its own), ``change(method)``
@@ -161,7 +159,7 @@ def _cells(
                 method = default_runs
             if not members or not rows_with_outcomes(outcomes, method):
                 continue
-            own = stats.mean_ci(outcomes, method, members, n_resamples=n_resamples)
+            own = stats.mean_ci(outcomes, method, members)
             row = {
                 "profile": profile,
                 "value_mode": value,
