@@ -284,6 +284,7 @@ def test_block_and_seed_lists_take_ranges():
         (["--block-set", "headline"], "needs --blocks"),
         (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
         (["--table", "1", "--keep-finished-runs"], "go with --block-set"),
+        (["--table", "1", "--hours", "2"], "go with --block-set"),
         (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
         (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
     ],
@@ -339,3 +340,71 @@ def test_measured_wall_times_read_finished_and_interrupted_blocks(study, monkeyp
     _kill_block_in_its_second_run(monkeypatch)  # block 0: its at2po run finished, staged
     walls = blocks.measured_wall_times(blocks.set_root("smoke", "headline"))
     assert walls == {"at2po": [1.0, 1.0], "grpo": [1.0], "grpo_tree_budget": [1.0]}
+
+
+# ----------------------------------------------------------------- a time budget (--hours)
+class _Clock:
+    """``blocks.time`` with a clock that a stand-in run moves on by its wall time."""
+
+    def __init__(self):
+        self.now = 1_000_000.0
+        self.strftime = __import__("time").strftime
+
+    def time(self) -> float:
+        return self.now
+
+
+def _timed(monkeypatch, clock: _Clock, seconds: float, kill_at: int | None = None) -> FakeTrain:
+    """The stand-in trainer, each run taking ``seconds`` on ``clock`` and in its record."""
+    fake = FakeTrain(kill_at)
+
+    def train(*args, **kwargs):
+        result = fake(*args, **kwargs)
+        clock.now += seconds
+        return _Result(result.run, result.status, seconds)
+
+    monkeypatch.setattr(blocks, "train", train)
+    monkeypatch.setattr(blocks, "time", clock)
+    return fake
+
+
+def test_a_block_that_would_end_after_the_deadline_is_not_started(study, monkeypatch, capsys):
+    clock = _Clock()
+    _timed(monkeypatch, clock, 100.0)
+    blocks.run_blocks("smoke", "headline", [0])  # three runs of 100 s: the set's wall times
+    late = _timed(monkeypatch, clock, 100.0)
+    (result,) = blocks.run_blocks("smoke", "headline", [1], deadline=clock.now + 299)
+    assert result.status == "deferred" and late.calls == []
+    assert not (_root() / "block01").exists() and not staging_path(_root() / "block01").exists()
+    out = capsys.readouterr().out
+    assert "block 1: not started: 3 runs take about 5 min" in out and "4 min are left" in out
+    (result,) = blocks.run_blocks("smoke", "headline", [1], deadline=clock.now + 301)
+    assert result.status == "finished" and len(late.calls) == 3
+
+
+def test_a_block_that_keeps_its_runs_stops_before_a_run_past_the_deadline(study, monkeypatch):
+    clock = _Clock()
+    _timed(monkeypatch, clock, 100.0, kill_at=2)  # block 0: at2po finished (100 s), then killed
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [0])
+    again = _timed(monkeypatch, clock, 100.0)
+    # 150 s left: grpo (100 s, at the median of all: it has no run of its own yet) fits, the
+    # next one no longer does
+    (result,) = blocks.run_blocks(
+        "smoke", "headline", [0], keep_finished_runs=True, deadline=clock.now + 150
+    )
+    assert result.status == "deferred" and again.calls == [("grpo", 100)]
+    staged = json.loads((staging_path(_root() / "block00") / "BLOCK.json").read_text())
+    assert list(staged["runs"]) == ["at2po", "grpo"] and staged["status"] == "running"
+    (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
+    assert planned.runs_left == ("grpo_tree_budget",)
+    last = _timed(monkeypatch, clock, 100.0)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert result.status == "finished" and last.calls == [("grpo_tree_budget", 100)]
+
+
+def test_a_set_with_no_timed_run_starts_its_block_whatever_the_deadline(study, monkeypatch):
+    clock = _Clock()
+    fake = _timed(monkeypatch, clock, 100.0)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], deadline=clock.now + 1)
+    assert result.status == "finished" and len(fake.calls) == 3

@@ -95,6 +95,8 @@ OUT_OF_RANGE = [
     (["plan", "--profile", "tiny", "--gpus", "1", "--gpu-tflops", "-1"], "--gpu-tflops"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--passages", "-1"], "--passages"),
     (["plan", "--profile", "tiny", "--gpus", "1", "--mean-searches", "nan"], "--mean-searches"),
+    (["study", "--block-set", "headline", "--blocks", "0", "--hours", "0"], "--hours"),
+    (["study", "--block-set", "headline", "--blocks", "0", "--hours", "nan"], "--hours"),
     (["rehearsal", "--passages", "0"], "--passages"),
     (["serve-retriever", "--index", "x", "--port", "70000"], "--port"),
     (["serve-retriever", "--index", "x", "--max-connections", "0"], "--max-connections"),

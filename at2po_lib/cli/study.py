@@ -15,11 +15,13 @@ whole, and its runs go to ``results/blocks/<profile>/<set>/`` apart from the com
     at2po study --profile tiny --block-set headline --blocks 0-11      # AT2PO, GRPO, GRPO at budget
     at2po study --profile tiny --block-set ablation --blocks 0-7       # Table 2-3 cells + AT2PO
     at2po study --profile tiny --block-set headline --blocks 0-23 --plan   # and the time left
+    at2po study --profile tiny --block-set ablation --blocks 0-4 --keep-finished-runs --hours 3
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ from .options import (
     CommandParser,
     UsageError,
     add_profile_options,
+    bounded_float,
     comma_list,
     int_list,
     parse_set,
@@ -84,6 +87,14 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
         "revision, machine build, threads, overrides, Python and packages are the same "
         "(else it re-runs whole); for blocks longer than a process may live",
     )
+    parser.add_argument(
+        "--hours",
+        type=bounded_float(0, 24 * 365, open_low=True),
+        default=None,
+        help="with --block-set: the machine's time left; start no block (with "
+        "--keep-finished-runs: no run) that the set's median wall times say ends later, "
+        "and stop (the same command resumes); the estimate can miss: leave slack",
+    )
     parser.add_argument("--seeds", default="0", help="comma-separated or ranges, e.g. 0,1,2 or 0-4")
     parser.add_argument(
         "--methods",
@@ -117,8 +128,10 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 def _run(args: argparse.Namespace) -> int:
     if args.block_set is not None:
         return _run_blocks(args)
-    if args.blocks is not None or args.threads is not None or args.keep_finished_runs:
-        raise UsageError("--blocks, --threads and --keep-finished-runs go with --block-set")
+    if args.blocks is not None or args.threads is not None or args.keep_finished_runs or args.hours:
+        raise UsageError(
+            "--blocks, --threads, --keep-finished-runs and --hours go with --block-set"
+        )
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
@@ -202,6 +215,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
         allow_dirty=args.allow_dirty,
         allow_revisions=args.allow_revisions,
         keep_finished_runs=args.keep_finished_runs,
+        deadline=None if args.hours is None else time.time() + 3600 * args.hours,
     )
     for r in results:
         print(f"[study] {args.block_set} block {r.block}: {r.status} ({r.folder})")

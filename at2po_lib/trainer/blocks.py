@@ -44,6 +44,13 @@ a block it holds the block's lock (:mod:`at2po_lib.util.locks`); another process
 blocks skips a held block and takes the next, so two ``at2po study`` processes can share one
 list of blocks.
 
+**Within a time budget.** With ``deadline`` (``at2po study --hours H``) a process starts a block
+only when the set's measured wall times (:func:`measured_wall_times`, each method's median) say
+its runs end before the deadline, and with ``keep_finished_runs`` a run only when that run does:
+on a machine held for a few hours it stops instead of starting work the machine's end would
+throw away, and the same command resumes. A block of a set with no finished run yet starts
+(nothing to time it by).
+
 **One revision.** A block records the revision it was trained at; a block is not started on a
 checkout with uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
 revision or with other overrides than the set's finished blocks (``allow_revisions``; the
@@ -53,6 +60,7 @@ report then refuses to pair across revisions unless asked, naming the blocks).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -224,8 +232,8 @@ def check_revision(
 class BlockResult:
     block: int
     status: str
-    """``finished`` (trained now), ``skipped`` (finished before) or ``held`` (another process
-    is training it)."""
+    """``finished`` (trained now), ``skipped`` (finished before), ``held`` (another process
+    is training it) or ``deferred`` (its runs, or its next run, would end after the deadline)."""
     folder: Path
     record: dict[str, Any] | None = None
 
@@ -267,10 +275,12 @@ def run_blocks(
     allow_dirty: bool = False,
     allow_revisions: bool = False,
     keep_finished_runs: bool = False,
+    deadline: float | None = None,
 ) -> list[BlockResult]:
     """Train every block of ``blocks`` that is not finished (module docstring), in order;
     ``keep_finished_runs``: an interrupted block keeps the runs it finished under the same
-    conditions (:func:`kept_runs`)."""
+    conditions (:func:`kept_runs`); ``deadline`` (a :func:`time.time`): start no block, or
+    with ``keep_finished_runs`` no run, that the set's wall times say ends after it."""
     block_set = get_block_set(set_name)
     overrides = with_threads(overrides or {}, threads)
     cfg = load_profile(profile, overrides or None)
@@ -297,6 +307,7 @@ def run_blocks(
                             allow_dirty=allow_dirty,
                             allow_revisions=allow_revisions,
                             keep_finished_runs=keep_finished_runs,
+                            deadline=deadline,
                         )
                     )
             except FolderLockedError as exc:
@@ -331,6 +342,7 @@ def _run_block(
     allow_dirty: bool,
     allow_revisions: bool,
     keep_finished_runs: bool = False,
+    deadline: float | None = None,
 ) -> BlockResult:
     # a swap a crash cut short is finished (a staging folder whose record says finished)
     recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
@@ -338,10 +350,23 @@ def _run_block(
         return BlockResult(block, "skipped", folder, read_block(folder))
     record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
     staging = staging_path(folder)
+    left = (read_block(staging) or {}) if staging.exists() else {}
     runs: dict[str, Any] = {}
+    why = ""
+    if staging.exists() and keep_finished_runs:
+        runs, why = kept_runs(left, record, staging)
+    check_revision(
+        folder.parent,
+        record["git_revision"],
+        overrides,
+        allow_dirty=allow_dirty,
+        allow_revisions=allow_revisions,
+    )
+    # a block re-run whole must fit before the deadline; one that keeps its runs, its next run
+    first = [m for m in block_set.methods if m not in runs][: 1 if keep_finished_runs else None]
+    if (late := _after_deadline(folder.parent, first, deadline)) is not None:
+        return _deferred(block_set, block, folder, late)
     if staging.exists():
-        left = read_block(staging) or {}
-        runs, why = kept_runs(left, record, staging) if keep_finished_runs else ({}, "")
         finished = ", ".join(left.get("runs", {})) or "none"
         if runs:
             print(
@@ -363,13 +388,6 @@ def _run_block(
                 flush=True,
             )
             discard(staging)
-    check_revision(
-        folder.parent,
-        record["git_revision"],
-        overrides,
-        allow_dirty=allow_dirty,
-        allow_revisions=allow_revisions,
-    )
     staging.mkdir(parents=True, exist_ok=bool(runs))
     _write_record(staging, {**record, "runs": runs} if runs else record)
     provenance = {
@@ -381,6 +399,9 @@ def _run_block(
     for method in block_set.methods:
         if method in runs:
             continue
+        late = _after_deadline(folder.parent, [method], deadline) if keep_finished_runs else None
+        if late is not None:  # its finished runs stay for the next process to keep
+            return _deferred(block_set, block, folder, late, before=method)
         result = train(
             cfg, method, record["seed"], force=True, runs_root=staging, provenance=provenance
         )
@@ -405,6 +426,36 @@ def _run_block(
     _write_record(staging, record)
     swap_in(staging, folder)
     return BlockResult(block, "finished", folder, record)
+
+
+def _after_deadline(root: Path, methods: Sequence[str], deadline: float | None) -> str | None:
+    """Why ``methods``, trained one after the other from now, would end after ``deadline``
+    (each at its median wall time in the set under ``root``, :func:`time_left`), or None when
+    they fit, there is no deadline or no run of the set has finished to time them by."""
+    if deadline is None or not methods:
+        return None
+    needed = time_left(
+        [PlannedBlock(0, 0, "new", runs_left=tuple(methods))], measured_wall_times(root)
+    )
+    have = deadline - time.time()
+    if needed.seconds is None or needed.seconds <= have:
+        return None
+    runs = f"{len(methods)} runs" if len(methods) > 1 else f"its {methods[0]} run"
+    return (
+        f"{runs} take about {math.ceil(needed.seconds / 60)} min (the set's median wall times), "
+        f"{math.floor(max(have, 0) / 60)} min are left before the deadline"
+    )
+
+
+def _deferred(
+    block_set: BlockSet, block: int, folder: Path, why: str, before: str | None = None
+) -> BlockResult:
+    where = f"stopped before {before}: " if before else "not started: "
+    print(
+        f"[study] {block_set.name} block {block}: {where}{why}; the same command resumes it",
+        flush=True,
+    )
+    return BlockResult(block, "deferred", folder)
 
 
 def kept_runs(
