@@ -401,3 +401,43 @@ def test_block_scores_read_each_block_on_its_own_by_hand():
     assert blocks_needed(frame[frame["block"] == 0], "headline", "at2po", "grpo") is None
     # a set with no finished block: nothing to show
     assert all(f.empty for f in block_scores("tiny", frame, "ablation"))
+
+
+def test_the_headline_figure_draws_the_block_differences_and_the_growing_interval(headline):
+    """The figure's numbers: each block's AT2PO minus each baseline (by hand from the outcomes),
+    and the interval on the first n blocks, whose last is the claims' (all six blocks)."""
+    import matplotlib.pyplot as plt
+
+    from at2po_lib.reporting.blocks_figure import (
+        accumulating_intervals,
+        headline_blocks_figure,
+        per_block_differences,
+    )
+
+    frame = load_block_outcomes("tiny")
+    differences = per_block_differences("tiny", frame)
+    assert list(differences.columns) == ["grpo", "grpo_tree_budget"]
+    run = frame[frame["block"] == 3].groupby("method")["em"].mean()
+    assert differences.loc[3, "grpo"] == pytest.approx(run["at2po"] - run["grpo"])
+    assert differences.loc[3, "grpo_tree_budget"] == pytest.approx(
+        run["at2po"] - run["grpo_tree_budget"]
+    )
+
+    growing = accumulating_intervals(frame)
+    assert list(growing["blocks"]) == [2, 3, 4, 5, 6]
+    for n in (2, 6):
+        first = frame[frame["block"] < n]
+        found = blocked_difference(first, "headline", "at2po", "grpo", [MH]).interval
+        row = growing.set_index("blocks").loc[n]
+        assert (row["estimate"], row["low"], row["high"]) == pytest.approx(
+            (found.estimate, found.low, found.high)
+        )
+    assert (growing["low"] <= growing["estimate"]).all()
+    assert (growing["estimate"] <= growing["high"]).all()
+
+    fig = headline_blocks_figure("tiny", frame)
+    assert fig is not None and len(fig.axes) == 2
+    plt.close(fig)
+    # one block: no pair to draw
+    assert headline_blocks_figure("tiny", frame[frame["block"] == 0]) is None
+    assert accumulating_intervals(frame[frame["block"] == 0]).empty

@@ -222,7 +222,9 @@ class _Records:
     allow_revisions: bool = False
 
 
-def _published_avg(method: str, group: str, backbone: str = "Qwen3-4B") -> float:
+def published_avg(method: str, group: str, backbone: str = "Qwen3-4B") -> float:
+    """The paper's Table 1 average of ``method`` over ``group`` (EM × 100; NaN when the paper
+    has no such cell)."""
     table = published_table1()
     sel = table[
         (table["backbone"] == backbone)
@@ -341,10 +343,10 @@ def _rl_over_react(records: _Records) -> list[Claim]:
     gains = {m: _difference(outcomes, m, "react", groups.get("multihop")) for m in trained}
     gains = {m: g for m, g in gains.items() if g is not None}
     published = min(
-        _published_avg(m, "multihop")
+        published_avg(m, "multihop")
         for m in (*RL_BASELINES, "at2po")
-        if np.isfinite(_published_avg(m, "multihop"))
-    ) - _published_avg("react", "multihop")
+        if np.isfinite(published_avg(m, "multihop"))
+    ) - published_avg("react", "multihop")
     claim = "RL beats the ReAct warm start (multi-hop; the smallest gain of any RL method)"
     if not gains:
         return [_em_claim("rl_over_react", claim, f"{published:+.1f}", None)]
@@ -383,7 +385,7 @@ def _over_grpo(records: _Records, metric: str = "em") -> list[Claim]:
         "at2po_over_grpo", "AT2PO beats GRPO, the study's headline pair (multi-hop", metric
     )
     published = (
-        f"{_published_avg('at2po', 'multihop') - _published_avg('grpo', 'multihop'):+.1f}"
+        f"{published_avg('at2po', 'multihop') - published_avg('grpo', 'multihop'):+.1f}"
         if metric == "em"
         else "–"
     )  # the paper reports greedy EM only
@@ -396,7 +398,7 @@ def _strongest_baseline(records: _Records, metric: str = "em") -> list[Claim]:
     """AT2PO minus AEPO, the paper's strongest baseline (fixed before the data), on the
     multi-hop average in ``metric`` (greedy EM, or the mean EM of k samples)."""
     published = (
-        f"{_published_avg('at2po', 'multihop') - _published_avg(STRONGEST_BASELINE, 'multihop'):+.1f}"
+        f"{published_avg('at2po', 'multihop') - published_avg(STRONGEST_BASELINE, 'multihop'):+.1f}"
         if metric == "em"
         else "–"
     )  # the paper reports greedy EM only
@@ -442,8 +444,8 @@ def _variant_claims(records: _Records) -> list[Claim]:
 
 def _multihop_gain_larger(records: _Records) -> Claim:
     outcomes, groups = records.outcomes, records.groups
-    pub = (_published_avg("at2po", "multihop") - _published_avg("grpo", "multihop")) - (
-        _published_avg("at2po", "singlehop") - _published_avg("grpo", "singlehop")
+    pub = (published_avg("at2po", "multihop") - published_avg("grpo", "multihop")) - (
+        published_avg("at2po", "singlehop") - published_avg("grpo", "singlehop")
     )
     claim = "AT2PO's gain over GRPO is larger on multi-hop than on single-hop questions"
     if not (

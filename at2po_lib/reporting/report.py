@@ -11,7 +11,9 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
   minus GRPO's); ``dissection_summary`` (what each part of AT2PO does) and ``why.md`` (the
   toy's result and its reasons in generated sentences,
   :func:`.dissection_summary.why_sentences`, the README's block ``tiny/why``);
-- ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}``.
+- ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}`` and,
+  once two headline blocks of the study have finished, ``figures/headline_blocks_<profile>``
+  (:mod:`.blocks_figure`).
 
 With ``readme=True`` the generated blocks of this profile in the README and the docs pages are
 refreshed (:mod:`.readme`).
@@ -54,6 +56,7 @@ from .block_pairs import (
 from .budget import budget_display, budget_table
 from .conclusions import credit_accuracy_summary
 from .curves import format_start_end, start_end_table
+from .blocks_figure import headline_blocks_figure
 from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary, why_sentences
 from .labels import method_label
@@ -160,7 +163,7 @@ def _write(
     per_seed = _write_table1(report, meta_for, cfg, outcomes, finals)
     _write_tables23(report, meta_for, outcomes)
     _write_tables23_in_blocks(report, meta_for, blocks, allow_revisions)
-    _write_headline_blocks(report, meta_for, blocks)
+    _write_headline_blocks(report, meta_for, blocks, figures, allow_revisions)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
@@ -289,9 +292,16 @@ def _write_tables23_in_blocks(
         report.tables[name] = display
 
 
-def _write_headline_blocks(report: Report, meta_for: Callable, blocks: pd.DataFrame) -> None:
+def _write_headline_blocks(
+    report: Report,
+    meta_for: Callable,
+    blocks: pd.DataFrame,
+    figures: bool = True,
+    allow_revisions: bool = False,
+) -> None:
     """The headline blocks one by one (once one has finished): what the paired interval and
-    the sign-flip test of the headline claims read, block by block."""
+    the sign-flip test of the headline claims read, block by block; with ``figures`` their
+    picture (:mod:`.blocks_figure`, from two blocks on)."""
     tidy, display = block_scores(report.profile, blocks, HEADLINE_SET)
     if display.empty:
         return
@@ -305,6 +315,23 @@ def _write_headline_blocks(report: Report, meta_for: Callable, blocks: pd.DataFr
         "each other method within the block",
     )
     report.tables["headline_blocks"] = display
+    fig = (
+        headline_blocks_figure(report.profile, blocks, allow_revisions=allow_revisions)
+        if figures
+        else None
+    )
+    if fig is not None:
+        report.paths["headline_blocks_figure"] = write_figure(
+            fig,
+            "headline_blocks",
+            report.profile,
+            {
+                **meta_for((), headline_blocks_figure),
+                "blocks": block_sources(report.profile),
+                "sources": [],
+            },
+        )
+        plt.close(fig)
 
 
 def _write_tables23(report: Report, meta_for: Callable, outcomes: pd.DataFrame) -> None:
@@ -596,7 +623,12 @@ STORED_TABLES = (
     "provenance",
 )
 """Tables :func:`_write` stores as ``<name>.{csv,md,tex}``, in its order."""
-STORED_FIGURES = {"dissection": "dissection", "fig3": "fig3_training", "fig4": "fig4_turns"}
+STORED_FIGURES = {
+    "dissection": "dissection",
+    "fig3": "fig3_training",
+    "fig4": "fig4_turns",
+    "headline_blocks_figure": "headline_blocks",
+}
 """Report key -> figure file stem (``figures/<stem>_<profile>.{png,pdf}``)."""
 
 
