@@ -408,3 +408,18 @@ def test_a_set_with_no_timed_run_starts_its_block_whatever_the_deadline(study, m
     fake = _timed(monkeypatch, clock, 100.0)
     (result,) = blocks.run_blocks("smoke", "headline", [0], deadline=clock.now + 1)
     assert result.status == "finished" and len(fake.calls) == 3
+
+
+def test_study_cli_hours_defers_a_block_that_would_end_too_late(study, capsys):
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [0])  # the stand-in's runs: 1 s each
+    study.calls.clear()
+    argv = ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "1"]
+    # 1.8 s left, three runs of 1 s: not started, and the command still succeeds
+    assert cli.main([*argv, "--hours", "0.0005", "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "block 1: not started: 3 runs take about 1 min" in out
+    assert "[study] headline block 1: deferred" in out and study.calls == []
+    assert cli.main([*argv, "--hours", "1", "--no-report"]) == 0
+    assert len(study.calls) == 3
