@@ -16,9 +16,12 @@ nothing is drawn before two blocks hold both methods.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..trainer.block_records import HEADLINE_SET
@@ -85,7 +88,15 @@ def headline_blocks_figure(
     return fig
 
 
-def _draw_blocks(ax, differences, blocks, members, paper: float, allow_revisions: bool) -> None:
+def _draw_blocks(
+    ax: Axes,
+    differences: pd.DataFrame,
+    blocks: pd.DataFrame,
+    members: Sequence[str],
+    paper: float,
+    allow_revisions: bool,
+) -> None:
+    """Left panel: the block differences, then each comparison's mean and paired interval."""
     numbers = differences.index.to_numpy()
     end = numbers.max() + 1.2
     for k, method in enumerate(differences.columns):
@@ -128,7 +139,8 @@ def _draw_blocks(ax, differences, blocks, members, paper: float, allow_revisions
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, fontsize=8, frameon=False)
 
 
-def _draw_growing(ax, growing: pd.DataFrame, paper: float) -> None:
+def _draw_growing(ax: Axes, growing: pd.DataFrame, paper: float) -> None:
+    """Right panel: AT2PO − GRPO on the first n blocks."""
     n = growing["blocks"].to_numpy()
     estimate = 100 * growing["estimate"].to_numpy()
     ax.errorbar(
