@@ -441,3 +441,21 @@ def test_the_headline_figure_draws_the_block_differences_and_the_growing_interva
     # one block: no pair to draw
     assert headline_blocks_figure("tiny", frame[frame["block"] == 0]) is None
     assert accumulating_intervals(frame[frame["block"] == 0]).empty
+
+
+def test_the_headline_claim_tests_its_block_differences_against_the_papers_gain(headline):
+    """The blocked headline row carries the sign-flip test of its block differences less the
+    paper's +2.8 points (what a reading against the paper's number needs), by hand."""
+    frame = load_block_outcomes("tiny")
+    found = blocked_difference(frame, "headline", "at2po", "grpo", [MH])
+    by_block = frame[frame["method"].isin(["at2po", "grpo"])].groupby(["block", "method"])["em"]
+    means = by_block.mean().unstack()
+    assert found.differences == pytest.approx(tuple(means["at2po"] - means["grpo"]))
+    shifted = np.asarray(found.differences) - 0.028
+    expected = stats.sign_flip_test(shifted)
+    assert found.against(0.028).p == pytest.approx(expected.p)
+    tidy, _ = claims_table("tiny", load_block_outcomes("tiny").iloc[:0], blocks=frame)
+    row = tidy.set_index("key").loc["at2po_over_grpo"]
+    assert row["p_vs_published"] == pytest.approx(expected.p)
+    # six blocks ~15 points above GRPO: far above +2.8 as well, all six signs agree
+    assert expected.p == pytest.approx(2 / 64)

@@ -499,3 +499,56 @@ def test_credit_truth_rows_name_each_record_its_trees_and_settings(tmp_path, mon
         in text
     )
     assert "+0.004 [+0.001, +0.007] (AUC 0.750)" in text and "250 prompts, 5000 turns" in text
+
+
+@pytest.mark.parametrize(
+    "low, high, p, expected",
+    [
+        (
+            -5.7,
+            1.8,
+            0.027,
+            "lies above the interval, and the sign-flip test against it agrees "
+            "(p = 0.027): the toy's AT2PO does not reach the paper's gain",
+        ),
+        (
+            -5.7,
+            1.8,
+            0.081,
+            "lies above the interval, but the sign-flip test against it does "
+            "not agree (p = 0.081): cannot tell",
+        ),
+        (-5.7, 1.8, float("nan"), "lies above the interval (no permutation test against it"),
+        (
+            3.5,
+            6.0,
+            0.010,
+            "lies below the interval, and the sign-flip test against it agrees "
+            "(p = 0.010): the toy's AT2PO exceeds the paper's gain",
+        ),
+        (-2.0, 4.0, 0.600, "lies inside the interval: the toy cannot rule it out"),
+    ],
+)
+def test_the_result_reads_against_the_papers_gain_only_where_the_test_agrees(
+    low, high, p, expected
+):
+    """Issue #48's rule for readings against 0 holds against the paper's number too: outside
+    the interval is not enough, the sign-flip test of the block differences against it must
+    agree at 0.05."""
+    from at2po_lib.reporting.dissection_summary import _result_sentence
+
+    head = {
+        "key": "at2po_over_grpo",
+        "claim": "AT2PO beats GRPO",
+        "published": "+2.8",
+        "estimate": (low + high) / 2,
+        "ci_low": low,
+        "ci_high": high,
+        "unit": "EM points",
+        "seeds": "9 blocks",
+        "n_questions": 725.0,
+        "reading": "cannot tell",
+        "note": "",
+        "p_vs_published": p,
+    }
+    assert expected in _result_sentence(pd.DataFrame([head]))

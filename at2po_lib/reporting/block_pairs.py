@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..evaluation import stats
@@ -255,6 +256,13 @@ class BlockedDifference:
     commits: tuple[str, ...]
     builds: dict[str, int]
     threads: tuple[int, ...]
+    differences: tuple[float, ...] = ()
+    """A − B in each block (fractions, block order): what the interval and the test read."""
+
+    def against(self, value: float) -> stats.PermutationTest:
+        """The sign-flip test of the block differences against ``value`` instead of 0 (a
+        fraction, e.g. a published gain): is their mean away from it?"""
+        return stats.sign_flip_test(np.asarray(self.differences) - value)
 
     def as_change(self) -> dict:
         """The tidy fields of a table row's change: ``delta`` [``delta_low``, ``delta_high``],
@@ -322,6 +330,7 @@ def blocked_difference(
         tuple(sorted(set(per_block["commit"]))),
         dict(Counter(per_block["build"])),
         tuple(sorted(set(per_block["torch_threads"]))),
+        tuple(stats.block_differences(rows, method_a, method_b, datasets, metric).tolist()),
     )
 
 

@@ -64,7 +64,7 @@ from ..analysis.dissection import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..evaluation.paper_reference import published_table1, published_table2
 from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
-from .block_pairs import blocked_difference, crosses_revisions, rests_on
+from .block_pairs import BlockedDifference, blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .output import markdown_table
 from .labels import TABLE3_CELLS, groups_of, method_label, profile_at2po, rows_with_outcomes
@@ -142,6 +142,9 @@ class Claim:
     family: str = ""
     rests: str = ""
     """What the number rests on: revisions and machine builds of each side, or blocks."""
+    test_published: stats.PermutationTest | None = None
+    """The sign-flip test of the block differences against the paper's number instead of 0
+    (blocked claims with a published number): what a reading against the paper needs."""
 
     @property
     def p(self) -> float:
@@ -207,6 +210,9 @@ class Claim:
             "p_family": self.p_family,
             "p_text": self.p_text(),
             "rests_on": self.rests,
+            "p_vs_published": (
+                self.test_published.p if self.test_published is not None else np.nan
+            ),
         }
 
 
@@ -330,11 +336,25 @@ def _compare(
     paired = _em_claim(
         key, claim, published, blocked.interval, note, test=blocked.test, rests=blocked.rests_on()
     )
-    paired = replace(paired, seeds=f"{len(blocked.blocks)} blocks")
+    paired = replace(
+        paired,
+        seeds=f"{len(blocked.blocks)} blocks",
+        test_published=_against_published(blocked, published),
+    )
     if interval is None:  # no committed runs of the pair: no earlier record to keep
         return [paired]
     earlier = replace(earlier, key=key + EARLIER, claim=f"{claim}; the earlier record")
     return [paired, earlier]
+
+
+def _against_published(blocked: BlockedDifference, published: str) -> stats.PermutationTest | None:
+    """The block differences tested against the paper's number (EM points), None when the
+    paper gives none."""
+    try:
+        value = float(published)
+    except ValueError:
+        return None
+    return blocked.against(value / 100) if np.isfinite(value) else None
 
 
 def _rl_over_react(records: _Records) -> list[Claim]:

@@ -50,6 +50,7 @@ from ..analysis.expansion_oracle import (
 from ..evaluation.stats import PLANNING_HALF_WIDTH
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
+from .claims import ALPHA
 
 ORACLE_POLICIES = {
     "warmstart": "the warm start",
@@ -366,18 +367,36 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
     if head is None:
         return None
     paper = float(str(head["published"]).replace("+", ""))
-    where = (
-        "above the interval: the toy's AT2PO does not reach the paper's gain"
-        if head["ci_high"] < paper
-        else "below the interval"
-        if head["ci_low"] > paper
-        else "inside the interval: the toy cannot rule it out"
-    )
+    if head["ci_low"] <= paper <= head["ci_high"]:
+        where = "inside the interval: the toy cannot rule it out"
+    else:
+        where = (
+            ("above" if head["ci_high"] < paper else "below")
+            + " the interval"
+            + _against(
+                head,
+                "the toy's AT2PO does not reach the paper's gain"
+                if head["ci_high"] < paper
+                else "the toy's AT2PO exceeds the paper's gain",
+            )
+        )
     return (
         f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
         f"points ({_rests_on(head)}, {int(head['n_questions'])} questions): "
         f"{_reading(head)}. The paper's {paper:+.1f} lies {where}."
     )
+
+
+def _against(head: pd.Series, verdict: str) -> str:
+    """What a reading against the paper's number adds to "outside the interval": the verdict
+    only where the sign-flip test of the block differences against that number agrees at
+    0.05, as every reading against 0 needs (issue #48)."""
+    p = float(head.get("p_vs_published", np.nan))
+    if not np.isfinite(p):
+        return " (no permutation test against it: the interval alone)"
+    if p < ALPHA:
+        return f", and the sign-flip test against it agrees (p = {p:.3f}): {verdict}"
+    return f", but the sign-flip test against it does not agree (p = {p:.3f}): cannot tell"
 
 
 def _budget_sentence(claims: pd.DataFrame | None) -> str | None:
