@@ -479,49 +479,25 @@ def blocked_difference_ci(
     metric: str = "em",
     weighting: str = "sample",
     confidence: float = 0.95,
-) -> tuple[Interval, PermutationTest]:
+) -> tuple[Interval, PermutationTest, np.ndarray]:
     """A − B over the blocks both trained in (``outcomes`` has a ``block`` column and one run
     of each method per block): :func:`blocked_difference_interval` and the sign-flip test of
-    the block differences (exact on the scores' lattice, :func:`score_lattice`)."""
-    questions, w, a, b = _blocked_scores(outcomes, method_a, method_b, datasets, metric, weighting)
+    the block differences (exact on the scores' lattice, :func:`score_lattice`), and those
+    differences D_b = Σ_q w_q (y_A,b,q − y_B,b,q), one per block in block order."""
+    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    w = _weights(questions, weighting)
+    a = score_matrix(outcomes, method_a, questions, metric, unit="block")
+    b = score_matrix(outcomes, method_b, questions, metric, unit="block")
     estimate, low, high = blocked_difference_interval(a, b, w, confidence)
     lattice = (
         score_lattice(np.concatenate([a @ w, b @ w]), len(questions), samples=16)
         if weighting == "sample"
         else None
     )
-    test = sign_flip_test(a @ w - b @ w, lattice=lattice)
-    return (Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence), test)
-
-
-def block_differences(
-    outcomes: pd.DataFrame,
-    method_a: str,
-    method_b: str,
-    datasets: Sequence[str] | None = None,
-    metric: str = "em",
-    weighting: str = "sample",
-) -> np.ndarray:
-    """D_b = Σ_q w_q (y_A,b,q − y_B,b,q), one per block in block order: the differences the
-    paired interval's block term and the sign-flip test read (module doc)."""
-    _, w, a, b = _blocked_scores(outcomes, method_a, method_b, datasets, metric, weighting)
-    return a @ w - b @ w
-
-
-def _blocked_scores(
-    outcomes: pd.DataFrame,
-    method_a: str,
-    method_b: str,
-    datasets: Sequence[str] | None,
-    metric: str,
-    weighting: str,
-) -> tuple[pd.Index, np.ndarray, np.ndarray, np.ndarray]:
-    """The questions both answered, their weights and each method's (blocks × questions)
-    scores, rows in block order."""
-    questions = _question_keys(outcomes, [method_a, method_b], datasets)
-    a = score_matrix(outcomes, method_a, questions, metric, unit="block")
-    b = score_matrix(outcomes, method_b, questions, metric, unit="block")
-    return questions, _weights(questions, weighting), a, b
+    differences = a @ w - b @ w
+    test = sign_flip_test(differences, lattice=lattice)
+    interval = Interval(estimate, low, high, a.shape[0], b.shape[0], len(questions), confidence)
+    return interval, test, differences
 
 
 def run_scores(

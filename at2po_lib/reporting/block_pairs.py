@@ -322,7 +322,9 @@ def blocked_difference(
             f"across revisions ({named}); pair them anyway with "
             "--pair-across-revisions, or run the set from one revision"
         )
-    interval, test = stats.blocked_difference_ci(rows, method_a, method_b, datasets, metric)
+    interval, test, differences = stats.blocked_difference_ci(
+        rows, method_a, method_b, datasets, metric
+    )
     return BlockedDifference(
         interval,
         test,
@@ -330,7 +332,7 @@ def blocked_difference(
         tuple(sorted(set(per_block["commit"]))),
         dict(Counter(per_block["build"])),
         tuple(sorted(set(per_block["torch_threads"]))),
-        tuple(stats.block_differences(rows, method_a, method_b, datasets, metric).tolist()),
+        tuple(differences.tolist()),
     )
 
 
