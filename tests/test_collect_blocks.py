@@ -91,3 +91,175 @@ def test_the_copy_is_renamed_into_place_only_when_complete(tmp_path, monkeypatch
     with pytest.raises(OSError, match="disk full"):
         collect_blocks.collect(source, dest)
     assert not (dest / "blocks/tiny/headline/block00").exists()
+
+
+# ------------------------------------------------------------ unfinished blocks: collect, restore
+def _staged(results: Path, block: int, runs: list[str], started: str = "2026-12-05T20:00") -> Path:
+    """A block still training: ``runs`` finished, the next one half written."""
+    staging = results / "blocks" / "tiny" / "ablation" / f".block{block:02d}.staging"
+    seed = 200 + block
+    for method in [*runs, "in_progress"]:
+        run = staging / method / f"seed{seed}"
+        (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (run / "checkpoints" / "model.safetensors").write_bytes(b"weights")
+        (run / "outcomes.csv").write_text(f"{method}\n")
+    record = {
+        "block": block,
+        "seed": seed,
+        "started": started,
+        "build": "fc-v1147",
+        "runs": {m: {"config_hash": f"hash-{m}", "status": "trained"} for m in runs},
+    }
+    (staging / "BLOCK.json").write_text(json.dumps(record))
+    return staging
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_finished_runs_of_an_unfinished_block_are_collected_as_they_finish(tmp_path):
+    worktree, records = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    records.mkdir(parents=True)
+    staging = _staged(worktree, 0, ["at2po"])
+    proc = _run(worktree, records)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "blocks/tiny/ablation/unfinished/block00: 1 finished runs copied"
+    ]
+    kept = records / "blocks/tiny/ablation/unfinished/block00"
+    # the record and the finished run; not the run in progress, not the weights
+    assert _files(kept) == ["BLOCK.json", "at2po/seed200/outcomes.csv"]
+    assert "already there (1 finished runs)" in _run(worktree, records).stdout
+
+    # the block's next run finishes: the record grows, nothing else changes
+    _staged(worktree, 0, ["at2po", "grpo_x"])
+    assert "2 finished runs copied, was 1" in _run(worktree, records).stdout
+    assert _files(kept) == [
+        "BLOCK.json",
+        "at2po/seed200/outcomes.csv",
+        "grpo_x/seed200/outcomes.csv",
+    ]
+    assert not list(kept.parent.glob(".*")), "no copy left half-way"
+    assert staging.is_dir()  # the worktree is only read
+
+
+def test_an_unfinished_record_of_another_start_is_refused_and_kept(tmp_path):
+    worktree, records = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    _staged(records / "tmp", 0, ["at2po", "grpo_x"], started="2026-12-04T10:00")
+    (records / "blocks/tiny/ablation/unfinished").mkdir(parents=True)
+    (records / "tmp/blocks/tiny/ablation/.block00.staging").rename(
+        records / "blocks/tiny/ablation/unfinished/block00"
+    )
+    before = (records / "blocks/tiny/ablation/unfinished/block00/BLOCK.json").read_text()
+    _staged(worktree, 0, ["at2po"])  # the block began again elsewhere
+    proc = _run(worktree, records)
+    assert proc.returncode == 1
+    assert "REFUSED blocks/tiny/ablation/unfinished/block00" in proc.stderr
+    assert "started 2026-12-04T10:00 on fc-v1147 (at2po, grpo_x)" in proc.stderr
+    assert (records / "blocks/tiny/ablation/unfinished/block00/BLOCK.json").read_text() == before
+
+
+def test_a_block_killed_on_one_machine_continues_on_the_same_build_after_collect_and_restore(
+    tmp_path, monkeypatch
+):
+    """The whole path: a block killed after its first run, its run collected into the records,
+    the machine gone (a new, empty worktree), the records restored, the study resumed with
+    --keep-finished-runs: the collected run is kept, the others trained, and collecting the
+    finished block retires the unfinished record."""
+    from test_blocks import FakeTrain, _Kill  # the block tests' stand-in trainer
+
+    from at2po_lib.trainer import blocks
+    from at2po_lib.util import provenance
+
+    monkeypatch.setattr(provenance, "git_revision", lambda: "a" * 40)
+    monkeypatch.setattr(
+        provenance.platform, "platform", lambda: "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36"
+    )
+    first, records, second = tmp_path / "machine1", tmp_path / "main", tmp_path / "machine2"
+    records.mkdir()
+    second.mkdir()
+    monkeypatch.setenv("AT2PO_RESULTS", str(first))
+    monkeypatch.setattr(blocks, "train", FakeTrain(kill_at=2))
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [0])
+    lines, refused = collect_blocks.collect(first, records)
+    assert lines == ["blocks/smoke/headline/unfinished/block00: 1 finished runs copied"]
+    assert not refused
+
+    lines, refused = collect_blocks.restore(records, second)
+    assert not refused and "1 finished runs restored" in lines[0]
+    monkeypatch.setenv("AT2PO_RESULTS", str(second))
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert result.status == "finished"
+    assert again.calls == [("grpo", 100), ("grpo_tree_budget", 100)]
+    block = second / "blocks/smoke/headline/block00"
+    assert (block / "at2po/seed100/token").read_text() == "call 1"  # machine 1's run
+
+    lines, refused = collect_blocks.collect(second, records)
+    assert lines == [
+        "blocks/smoke/headline/block00: copied",
+        "blocks/smoke/headline/block00: its unfinished record is complete now, removed",
+    ]
+    assert not (records / "blocks/smoke/headline/unfinished").exists()
+
+
+def test_restored_runs_from_another_build_are_not_kept(tmp_path, monkeypatch, capsys):
+    from test_blocks import FakeTrain, _Kill
+
+    from at2po_lib.trainer import blocks
+    from at2po_lib.util import provenance
+
+    monkeypatch.setattr(provenance, "git_revision", lambda: "a" * 40)
+    build = {"now": "fc-v669"}
+    monkeypatch.setattr(
+        provenance.platform,
+        "platform",
+        lambda: f"Linux-6.18.44-{build['now']}-x86_64-with-glibc2.36",
+    )
+    first, records, second = tmp_path / "machine1", tmp_path / "main", tmp_path / "machine2"
+    records.mkdir()
+    second.mkdir()
+    monkeypatch.setenv("AT2PO_RESULTS", str(first))
+    monkeypatch.setattr(blocks, "train", FakeTrain(kill_at=2))
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [0])
+    collect_blocks.collect(first, records)
+    collect_blocks.restore(records, second)
+
+    build["now"] = "fc-v1147"  # the next machine is another build
+    monkeypatch.setenv("AT2PO_RESULTS", str(second))
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+    assert again.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
+    assert "build fc-v669 then, fc-v1147 now" in capsys.readouterr().out
+    # the records keep the other build's runs, named, beside the finished block
+    lines, _ = collect_blocks.collect(second, records)
+    assert lines[0] == "blocks/smoke/headline/block00: copied"
+    assert "holds the runs of another start" in lines[1]
+    assert (records / "blocks/smoke/headline/unfinished/block00/BLOCK.json").is_file()
+
+
+def test_restore_leaves_a_worktrees_own_staging_and_finished_blocks_alone(tmp_path):
+    records, worktree = tmp_path / "main" / "results", tmp_path / "study" / "results"
+    _block(records, 0)
+    _staged(records / "tmp", 1, ["at2po"])
+    (records / "blocks/tiny/ablation/unfinished").mkdir(parents=True)
+    (records / "tmp/blocks/tiny/ablation/.block01.staging").rename(
+        records / "blocks/tiny/ablation/unfinished/block01"
+    )
+    _staged(worktree, 1, ["at2po", "grpo_x"], started="2026-12-06T08:00")
+    own = (worktree / "blocks/tiny/ablation/.block01.staging/BLOCK.json").read_text()
+    lines, refused = collect_blocks.restore(records, worktree)
+    assert not refused
+    assert lines[0] == "blocks/tiny/headline/block00: copied"
+    assert "the worktree's own staging folder" in lines[1] and "stays as it is" in lines[1]
+    assert (worktree / "blocks/tiny/ablation/.block01.staging/BLOCK.json").read_text() == own
+
+
+def test_restore_from_the_command_line_names_a_missing_worktree(tmp_path):
+    proc = _run("--restore", tmp_path / "nowhere")
+    assert proc.returncode == 2 and "nowhere: no such folder" in proc.stderr
