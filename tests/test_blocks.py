@@ -285,6 +285,7 @@ def test_block_and_seed_lists_take_ranges():
         (["--table", "1", "--blocks", "0-3"], "go with --block-set"),
         (["--table", "1", "--keep-finished-runs"], "go with --block-set"),
         (["--table", "1", "--hours", "2"], "go with --block-set"),
+        (["--table", "1", "--share-blocks"], "go with --block-set"),
         (["--block-set", "headline", "--blocks", "0", "--methods", "grpo"], "go with --table"),
         (["--block-set", "nowhere", "--blocks", "0"], "unknown block set 'nowhere'"),
     ],
@@ -349,6 +350,8 @@ class _Clock:
     def __init__(self):
         self.now = 1_000_000.0
         self.strftime = __import__("time").strftime
+        self.monotonic = __import__("time").monotonic  # lock waits keep the real clock
+        self.sleep = __import__("time").sleep
 
     def time(self) -> float:
         return self.now
@@ -423,3 +426,139 @@ def test_study_cli_hours_defers_a_block_that_would_end_too_late(study, capsys):
     assert "[study] headline block 1: deferred" in out and study.calls == []
     assert cli.main([*argv, "--hours", "1", "--no-report"]) == 0
     assert len(study.calls) == 3
+
+
+# ------------------------------------------------------------------- two processes, one block
+class SecondProcess(FakeTrain):
+    """The stand-in trainer of a first process that, while its first run trains, lets a second
+    process (``run_blocks`` called again: its own lock files, so flock holds between the two)
+    share the block; both record into one :class:`FakeTrain` call list."""
+
+    def __init__(self, blocks_to_share: list[int]):
+        super().__init__()
+        self.blocks_to_share = blocks_to_share
+        self.second: list[blocks.BlockResult] | None = None
+
+    def __call__(self, cfg, method, seed, *, force, runs_root, provenance):
+        if self.second is None:
+            self.second = []  # the second process starts once, during the first run
+            self.second = blocks.run_blocks(
+                "smoke", "headline", self.blocks_to_share, share_blocks=True
+            )
+        return super().__call__(
+            cfg, method, seed, force=force, runs_root=runs_root, provenance=provenance
+        )
+
+
+def test_two_processes_share_a_blocks_runs_and_the_last_to_finish_swaps_it_in(study, monkeypatch):
+    first = SecondProcess([0])
+    monkeypatch.setattr(blocks, "train", first)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], share_blocks=True)
+    # the first process claimed at2po; the second, started meanwhile, took the two runs
+    # nobody trained and left the block to the first, which recorded the last run
+    assert [r.status for r in first.second] == ["shared"]
+    assert first.calls == [("grpo", 100), ("grpo_tree_budget", 100), ("at2po", 100)]
+    assert result.status == "finished"
+    record = json.loads((_root() / "block00" / "BLOCK.json").read_text())
+    assert record["status"] == "finished" and record["shared"] is True
+    assert list(record["runs"]) == ["at2po", "grpo", "grpo_tree_budget"]  # the set's order
+    assert len(record["joined"]) == 2
+    assert not staging_path(_root() / "block00").exists()
+    folder = _root() / "block00"
+    assert not [p for p in folder.rglob(".*.lock")], "no claim left behind"
+
+
+def test_sharing_processes_train_each_run_of_each_block_once(study, monkeypatch):
+    """Two threads (two lock holders: flock is per open file) on blocks 0-1 at once."""
+    import threading
+    import time as clock
+
+    class Slow(FakeTrain):
+        def __call__(self, *args, **kwargs):
+            clock.sleep(0.2)
+            return super().__call__(*args, **kwargs)
+
+    fake = Slow()
+    monkeypatch.setattr(blocks, "train", fake)
+    out: list[list[blocks.BlockResult]] = []
+    workers = [
+        threading.Thread(
+            target=lambda: out.append(
+                blocks.run_blocks("smoke", "headline", [0, 1], share_blocks=True)
+            )
+        )
+        for _ in range(2)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert len(out) == 2
+    assert sorted(fake.calls) == sorted(
+        (m, 100 + b) for b in (0, 1) for m in ("at2po", "grpo", "grpo_tree_budget")
+    )
+    for b in (0, 1):
+        record = json.loads((_root() / f"block{b:02d}" / "BLOCK.json").read_text())
+        assert record["status"] == "finished" and len(record["runs"]) == 3
+    statuses = sorted(r.status for results in out for r in results)
+    assert statuses.count("finished") == 2  # each block swapped in once
+
+
+def test_a_sharing_process_keeps_a_killed_blocks_runs_on_the_same_build_only(study, monkeypatch):
+    _kill_block_in_its_second_run(monkeypatch)
+    again = FakeTrain()
+    monkeypatch.setattr(blocks, "train", again)
+    (result,) = blocks.run_blocks("smoke", "headline", [0], share_blocks=True)
+    assert result.status == "finished" and again.calls == [("grpo", 100), ("grpo_tree_budget", 100)]
+
+    _kill_block_in_its_second_run_of(monkeypatch, block=1)
+    monkeypatch.setattr(
+        provenance.platform, "platform", lambda: PLATFORM.replace("fc-v669", "fc-v700")
+    )
+    third = FakeTrain()
+    monkeypatch.setattr(blocks, "train", third)
+    (result,) = blocks.run_blocks("smoke", "headline", [1], share_blocks=True, allow_revisions=True)
+    assert third.calls == [("at2po", 101), ("grpo", 101), ("grpo_tree_budget", 101)]
+
+
+def _kill_block_in_its_second_run_of(monkeypatch, block: int) -> None:
+    killer = FakeTrain(kill_at=2)
+    monkeypatch.setattr(blocks, "train", killer)
+    with pytest.raises(_Kill):
+        blocks.run_blocks("smoke", "headline", [block])
+
+
+def test_a_process_of_other_conditions_leaves_a_block_others_train_alone(
+    study, monkeypatch, capsys
+):
+    import os
+
+    _kill_block_in_its_second_run(monkeypatch)
+    staging = staging_path(_root() / "block00")
+    monkeypatch.setattr(
+        provenance.platform, "platform", lambda: PLATFORM.replace("fc-v669", "fc-v700")
+    )
+    untouched = FakeTrain()
+    monkeypatch.setattr(blocks, "train", untouched)
+    with folder_lock(staging / "grpo", "study block run"):  # a live process trains grpo
+        (planned,) = blocks.block_plan("smoke", "headline", [0], keep_finished_runs=True)
+        assert planned.state == "running" and planned.detail.startswith(f"PID {os.getpid()};")
+        (result,) = blocks.run_blocks("smoke", "headline", [0], share_blocks=True)
+    assert result.status == "held" and untouched.calls == []
+    assert "trains it under other conditions (build fc-v669 then, fc-v700 now, platform" in (
+        capsys.readouterr().err
+    )
+    assert json.loads((staging / "BLOCK.json").read_text())["runs"].keys() == {"at2po"}
+
+
+def test_a_sharing_process_starts_no_run_past_the_deadline(study, monkeypatch):
+    clock = _Clock()
+    _timed(monkeypatch, clock, seconds=100)
+    blocks.run_blocks("smoke", "headline", [0])  # times the set: 100 s a run
+    fake = _timed(monkeypatch, clock, seconds=100)
+    (result,) = blocks.run_blocks(
+        "smoke", "headline", [1], share_blocks=True, deadline=clock.now + 150
+    )
+    assert result.status == "deferred" and [m for m, _ in fake.calls] == ["at2po"]
+    (planned,) = blocks.block_plan("smoke", "headline", [1], keep_finished_runs=True)
+    assert planned.runs_left == ("grpo", "grpo_tree_budget")

@@ -16,6 +16,8 @@ whole, and its runs go to ``results/blocks/<profile>/<set>/`` apart from the com
     at2po study --profile tiny --block-set ablation --blocks 0-7       # Table 2-3 cells + AT2PO
     at2po study --profile tiny --block-set headline --blocks 0-23 --plan   # and the time left
     at2po study --profile tiny --block-set ablation --blocks 0-4 --keep-finished-runs --hours 3
+    at2po study --profile tiny --block-set ablation --blocks 0-4 --share-blocks   # twice: a block's
+                                                                 # runs side by side
 """
 
 from __future__ import annotations
@@ -88,6 +90,13 @@ def build_parser(prog: str = PROG, table: str | None = None) -> argparse.Argumen
         "(else it re-runs whole); for blocks longer than a process may live",
     )
     parser.add_argument(
+        "--share-blocks",
+        action="store_true",
+        help="with --block-set: processes train the runs of one block side by side (each "
+        "takes the block's next run nobody trains) instead of a block each, so a block "
+        "finishes sooner; implies --keep-finished-runs",
+    )
+    parser.add_argument(
         "--hours",
         type=bounded_float(0, 24 * 365, open_low=True),
         default=None,
@@ -128,9 +137,11 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 def _run(args: argparse.Namespace) -> int:
     if args.block_set is not None:
         return _run_blocks(args)
-    if args.blocks is not None or args.threads is not None or args.keep_finished_runs or args.hours:
+    block_options = (args.blocks, args.threads, args.keep_finished_runs, args.share_blocks)
+    if any(o not in (None, False) for o in block_options) or args.hours:
         raise UsageError(
-            "--blocks, --threads, --keep-finished-runs and --hours go with --block-set"
+            "--blocks, --threads, --keep-finished-runs, --share-blocks and --hours go with "
+            "--block-set"
         )
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
@@ -186,7 +197,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
             blocks,
             overrides,
             threads=DEFAULT_THREADS if args.threads is None else args.threads,
-            keep_finished_runs=args.keep_finished_runs,
+            keep_finished_runs=args.keep_finished_runs or args.share_blocks,
         )
         for p in plan:
             print(f"block {p.block:<3} seed {p.seed:<4} {p.state:<12} {p.detail}".rstrip())
@@ -216,6 +227,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
         allow_revisions=args.allow_revisions,
         keep_finished_runs=args.keep_finished_runs,
         deadline=None if args.hours is None else time.time() + 3600 * args.hours,
+        share_blocks=args.share_blocks,
     )
     for r in results:
         print(f"[study] {args.block_set} block {r.block}: {r.status} ({r.folder})")

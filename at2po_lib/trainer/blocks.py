@@ -44,6 +44,18 @@ a block it holds the block's lock (:mod:`at2po_lib.util.locks`); another process
 blocks skips a held block and takes the next, so two ``at2po study`` processes can share one
 list of blocks.
 
+**Two processes on one block: ``share_blocks``.** With ``share_blocks`` (``at2po study
+--share-blocks``) processes on one machine train the runs of one block side by side instead of
+one block each: a process claims the block's next run nobody trains (a lock on
+``.block<BB>.staging/.<method>.lock``, dropped by the kernel when its holder dies), trains it,
+adds it to the staging record, and takes the next; the process that records the last run swaps
+the block in. Every step on the record is taken under the block's lock, held for that step only.
+A process joins a block's staging folder only when everything a run's numbers depend on is the
+same (:data:`KEPT_RUN_CONDITIONS`, as for kept runs: so it keeps a killed process's finished
+runs too), and ``BLOCK.json`` lists each join (``joined``). A block still needs one machine: the
+runs of a block are as many runs on one build as before, only finished sooner (an 11-run ablation
+block in about half the time with two processes), so it fits a machine held for a few hours.
+
 **Within a time budget.** With ``deadline`` (``at2po study --hours H``) a process starts a block
 only when the set's measured wall times (:func:`measured_wall_times`, each method's median) say
 its runs end before the deadline, and with ``keep_finished_runs`` a run only when that run does:
@@ -61,9 +73,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -113,6 +127,11 @@ KEPT_RUN_CONDITIONS = (
 )
 """What an interrupted block's record must share with the restarted one for its finished runs
 to be kept (module docstring): everything a run's numbers depend on."""
+
+TURN_PATIENCE_S = 120.0
+"""How long a sharing process waits for the block's lock, which another sharing process holds for
+one step (reading and writing the record, or the final swap: seconds); held longer, it belongs to
+a process training the block whole, and the block is skipped."""
 
 DEFAULT_THREADS = 1
 """Torch threads of a block's process, unless ``--threads`` says otherwise (docs/toy_study.md,
@@ -233,7 +252,8 @@ class BlockResult:
     block: int
     status: str
     """``finished`` (trained now), ``skipped`` (finished before), ``held`` (another process
-    is training it) or ``deferred`` (its runs, or its next run, would end after the deadline)."""
+    is training it), ``shared`` (this process trained its share; the others' runs are still
+    training) or ``deferred`` (its runs, or its next run, would end after the deadline)."""
     folder: Path
     record: dict[str, Any] | None = None
 
@@ -276,11 +296,14 @@ def run_blocks(
     allow_revisions: bool = False,
     keep_finished_runs: bool = False,
     deadline: float | None = None,
+    share_blocks: bool = False,
 ) -> list[BlockResult]:
     """Train every block of ``blocks`` that is not finished (module docstring), in order;
     ``keep_finished_runs``: an interrupted block keeps the runs it finished under the same
     conditions (:func:`kept_runs`); ``deadline`` (a :func:`time.time`): start no block, or
-    with ``keep_finished_runs`` no run, that the set's wall times say ends after it."""
+    with ``keep_finished_runs`` no run, that the set's wall times say ends after it;
+    ``share_blocks``: train a block's runs side by side with other processes
+    (:func:`_share_block`; implies ``keep_finished_runs``)."""
     block_set = get_block_set(set_name)
     overrides = with_threads(overrides or {}, threads)
     cfg = load_profile(profile, overrides or None)
@@ -295,6 +318,21 @@ def run_blocks(
         for block in blocks:
             folder = block_dir(root, block)
             try:
+                if share_blocks:
+                    results.append(
+                        _share_block(
+                            cfg,
+                            block_set,
+                            block,
+                            folder,
+                            threads,
+                            overrides,
+                            allow_dirty=allow_dirty,
+                            allow_revisions=allow_revisions,
+                            deadline=deadline,
+                        )
+                    )
+                    continue
                 with folder_lock(folder, "study block"):
                     results.append(
                         _run_block(
@@ -390,12 +428,7 @@ def _run_block(
             discard(staging)
     staging.mkdir(parents=True, exist_ok=bool(runs))
     _write_record(staging, {**record, "runs": runs} if runs else record)
-    provenance = {
-        "block": {
-            k: record[k]
-            for k in ("block_set", "block", "commit", "clean", "build", "torch_threads")
-        }
-    }
+    provenance = _run_provenance(record)
     for method in block_set.methods:
         if method in runs:
             continue
@@ -417,15 +450,190 @@ def _run_block(
             f"{result.status} in {result.wall_time:.0f} s",
             flush=True,
         )
+    return _swap_in_block(block_set, folder, record, runs)
+
+
+def _share_block(
+    cfg: ProfileConfig,
+    block_set: BlockSet,
+    block: int,
+    folder: Path,
+    threads: int,
+    overrides: Mapping[str, Any],
+    *,
+    allow_dirty: bool,
+    allow_revisions: bool,
+    deadline: float | None = None,
+) -> BlockResult:
+    """Train the runs of ``block`` nobody else trains, one at a time, beside other processes
+    (module docstring, "Two processes on one block"); the process that records the last run
+    swaps the block in."""
+    staging = staging_path(folder)
+    joined = False
+    while True:
+        with ExitStack() as turn:
+            _take_turn(folder, turn)
+            recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+            if block_state(folder) == "finished":
+                status = "finished" if joined else "skipped"
+                return BlockResult(block, status, folder, read_block(folder))
+            record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
+            if not joined:
+                record = _join_staging(
+                    block_set, block, folder, record, overrides, allow_dirty, allow_revisions
+                )
+                if record is None:
+                    return BlockResult(block, "held", folder)
+                joined = True
+            record = read_block(staging) or record
+            runs = dict(record.get("runs") or {})
+            if len(runs) == len(block_set.methods):
+                return _swap_in_block(block_set, folder, record, runs)
+            method, claim = _claim(staging, [m for m in block_set.methods if m not in runs])
+            if method is None:
+                print(
+                    f"[study] {block_set.name} block {block}: its other runs are being trained "
+                    "by another process; the last to finish swaps the block in",
+                    flush=True,
+                )
+                return BlockResult(block, "shared", folder)
+            if (late := _after_deadline(folder.parent, [method], deadline)) is not None:
+                claim.close()
+                return _deferred(block_set, block, folder, late, before=method)
+        with claim:
+            result = train(
+                cfg,
+                method,
+                record["seed"],
+                force=True,
+                runs_root=staging,
+                provenance=_run_provenance(record),
+            )
+            done = json.loads(result.run.done.read_text())
+            with ExitStack() as turn:
+                _take_turn(folder, turn)
+                now = read_block(staging) or record
+                now["runs"] = {
+                    **(now.get("runs") or {}),
+                    method: {
+                        "config_hash": done["config_hash"],
+                        "status": result.status,
+                        "wall_time": result.wall_time,
+                    },
+                }
+                _write_record(staging, now)
+        print(
+            f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
+            f"{result.status} in {result.wall_time:.0f} s",
+            flush=True,
+        )
+
+
+def _take_turn(folder: Path, turn: ExitStack) -> None:
+    """Enter the block's lock into ``turn``, waiting up to :data:`TURN_PATIENCE_S` for a sharing
+    process's step; raises :class:`FolderLockedError` when it is held longer."""
+    give_up = time.monotonic() + TURN_PATIENCE_S
+    while True:
+        try:
+            turn.enter_context(folder_lock(folder, "study block"))
+            return
+        except FolderLockedError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.5)
+
+
+def _join_staging(
+    block_set: BlockSet,
+    block: int,
+    folder: Path,
+    record: dict[str, Any],
+    overrides: Mapping[str, Any],
+    allow_dirty: bool,
+    allow_revisions: bool,
+) -> dict[str, Any] | None:
+    """Join the block's staging folder (made here when there is none) and return its record;
+    a staging folder of other conditions is discarded when no process trains in it, and the
+    block is left alone (None) when one does."""
+    staging = staging_path(folder)
+    left = read_block(staging) if staging.exists() else None
+    if left is not None:
+        differ = conditions_differ(left, record)
+        kept, why = kept_runs(left, record, staging) if not differ else ({}, differ)
+        if not differ and (kept or not left.get("runs")):
+            joined = [*left.get("joined", []), {"at": record["started"], "pid": os.getpid()}]
+            _write_record(staging, {**left, "joined": joined})
+            print(
+                f"[study] {block_set.name} block {block}: joins it (started "
+                f"{left.get('started', '?')}; finished: {', '.join(kept) or 'none'})",
+                flush=True,
+            )
+            return read_block(staging)
+        if busy := _claimed(staging, block_set.methods):
+            print(
+                f"[study] {block_set.name} block {block}: skipped: process {busy[0]} trains it "
+                f"under other conditions ({why})",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        print(
+            f"[study] {block_set.name} block {block}: interrupted (started "
+            f"{left.get('started', '?')}); its runs are discarded and the block re-runs "
+            f"whole ({why})",
+            flush=True,
+        )
+        discard(staging)
+    check_revision(
+        folder.parent,
+        record["git_revision"],
+        overrides,
+        allow_dirty=allow_dirty,
+        allow_revisions=allow_revisions,
+    )
+    staging.mkdir(parents=True)
+    first = {**record, "shared": True, "joined": [{"at": record["started"], "pid": os.getpid()}]}
+    _write_record(staging, first)
+    return first
+
+
+def _claim(staging: Path, methods: Sequence[str]) -> tuple[str | None, ExitStack]:
+    """The first of ``methods`` no live process has claimed, with its claim held in the
+    returned stack (closing it releases the claim)."""
+    for method in methods:
+        claim = ExitStack()
+        try:
+            claim.enter_context(folder_lock(staging / method, "study block run"))
+        except FolderLockedError:
+            continue
+        return method, claim
+    return None, ExitStack()
+
+
+def _claimed(staging: Path, methods: Sequence[str]) -> list[str]:
+    """The PIDs of the live processes training runs of the block (their claims)."""
+    return [pid for m in methods if (pid := lock_holder(staging / m)) is not None]
+
+
+def _run_provenance(record: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("block_set", "block", "commit", "clean", "build", "torch_threads")
+    return {"block": {k: record[k] for k in keys}}
+
+
+def _swap_in_block(
+    block_set: BlockSet, folder: Path, record: Mapping[str, Any], runs: Mapping[str, Any]
+) -> BlockResult:
+    """Write the finished record (runs in the set's order) and swap the block into place."""
     record = {
         **record,
         "runs": {m: runs[m] for m in block_set.methods},
         "status": "finished",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    staging = staging_path(folder)
     _write_record(staging, record)
     swap_in(staging, folder)
-    return BlockResult(block, "finished", folder, record)
+    return BlockResult(record["block"], "finished", folder, record)
 
 
 def _after_deadline(root: Path, methods: Sequence[str], deadline: float | None) -> str | None:
@@ -465,9 +673,8 @@ def kept_runs(
     restarted as ``record`` keeps, or ``({}, why)`` when it keeps none: a condition of
     :data:`KEPT_RUN_CONDITIONS` differs, or a run folder is not the finished run the record
     names (its ``DONE.json`` missing or of another config hash)."""
-    differ = [k for k in KEPT_RUN_CONDITIONS if left.get(k) != record.get(k)]
-    if differ:
-        return {}, "not kept: " + ", ".join(_difference(k, left, record) for k in differ)
+    if differ := conditions_differ(left, record):
+        return {}, "not kept: " + differ
     kept = {}
     for method, run in left.get("runs", {}).items():
         done = run_folder.RunDir(staging / method / f"seed{record['seed']}").done
@@ -479,6 +686,12 @@ def kept_runs(
             )
         kept[method] = run
     return kept, "" if kept else "no run had finished"
+
+
+def conditions_differ(then: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """The :data:`KEPT_RUN_CONDITIONS` two block records differ in, named (empty: none)."""
+    differ = [k for k in KEPT_RUN_CONDITIONS if then.get(k) != now.get(k)]
+    return ", ".join(_difference(k, then, now) for k in differ)
 
 
 def _difference(key: str, then: Mapping[str, Any], now: Mapping[str, Any]) -> str:
@@ -537,10 +750,16 @@ def block_plan(
                 f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
                 f"build {r['build']}, {r['torch_threads']} thread(s)"
             )
-        elif state == "interrupted" and (holder := lock_holder(folder)) is not None:
+        elif state == "interrupted" and (
+            holders := [h for h in [lock_holder(folder)] if h]
+            or _claimed(staging_path(folder), block_set.methods)
+        ):
             state = "running"
             kept = tuple(left.get("runs", {}))
-            detail = f"PID {holder}; {len(kept)} of {len(block_set.methods)} runs finished so far"
+            detail = (
+                f"PID {', '.join(holders)}; {len(kept)} of {len(block_set.methods)} runs "
+                "finished so far"
+            )
         elif state == "interrupted":
             detail = f"{len(left.get('runs', {}))} of {len(block_set.methods)} runs finished; "
             why = ""
