@@ -4,7 +4,7 @@
 
 For every ``runs/<profile>/<method>/seed<S>/`` of RESULTS_A, the same folder of RESULTS_B must
 hold the same ``metrics.jsonl`` and ``eval.jsonl`` rows (every key but the timing ones:
-``wall_time``, ``step_time``, ``rollout/seconds`` and other ``*seconds*``/``*runtime*``/
+``wall_time``, ``step_time``, ``eval_time``, ``rollout/seconds`` and other ``*seconds*``/``*runtime*``/
 ``*per_second*`` keys), the same ``final_eval.csv`` and ``outcomes.csv`` (the ``git_revision``
 column aside) and the same arrays in every ``trees/*.npz``. Prints one line per run and, last,
 ``ALL IDENTICAL`` (exit 0) or ``DIFFERENCES FOUND`` (exit 1) with the first differing keys.
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-TIMING = ("wall_time", "step_time", "seconds", "runtime", "per_second")
+TIMING = ("wall_time", "step_time", "eval_time", "seconds", "runtime", "per_second")
 """Substrings of the metric names that measure time (they differ from run to run)."""
 PROVENANCE_COLUMNS = ("git_revision", "created")
 
