@@ -51,14 +51,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from at2po_lib.trainer.block_records import BLOCK_RECORD, block_state, read_block
+from at2po_lib.trainer.block_records import BLOCK_RECORD, UNFINISHED, block_state, read_block
 from at2po_lib.util.locks import lock_holder
 from at2po_lib.util.staging import staging_path
 
 LEFT_OUT = ("checkpoints", "tensorboard")
 """Folders git ignores under a run (.gitignore): the trained weights and TensorBoard's logs."""
-UNFINISHED = "unfinished"
-"""``blocks/<profile>/<set>/unfinished/block<BB>/``: the finished runs of a block not yet whole."""
 
 
 def results_folder(path: Path) -> Path:

@@ -186,6 +186,11 @@ def test_a_block_killed_on_one_machine_continues_on_the_same_build_after_collect
     lines, refused = collect_blocks.collect(first, records)
     assert lines == ["blocks/smoke/headline/unfinished/block00: 1 finished runs copied"]
     assert not refused
+    monkeypatch.setenv("AT2PO_RESULTS", str(records))  # the records checkout's --plan
+    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    assert planned.state == "new"
+    assert planned.detail.startswith("the records hold 1 finished runs of it (started ")
+    assert planned.detail.endswith("scripts/collect_blocks.py --restore gives them to a worktree")
 
     lines, refused = collect_blocks.restore(records, second)
     assert not refused and "1 finished runs restored" in lines[0]

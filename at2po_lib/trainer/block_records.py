@@ -3,6 +3,9 @@ report reads them; :mod:`at2po_lib.trainer.blocks` trains them and says what a b
 
     results/blocks/<profile>/<set>/block<BB>/BLOCK.json     a finished block's record
     results/blocks/<profile>/<set>/.block<BB>.staging/     a block being trained, or killed
+    results/blocks/<profile>/<set>/unfinished/block<BB>/   the finished runs of a block not yet
+                                                           whole, kept in the records
+                                                           (scripts/collect_blocks.py)
 """
 
 from __future__ import annotations
@@ -35,8 +38,17 @@ def blocks_root(profile_key: str, block_set: str) -> Path:
     return blocks_dir(profile_key) / block_set
 
 
+UNFINISHED = "unfinished"
+"""``<set>/unfinished/block<BB>/``: a block's finished runs, collected before the block is whole;
+the report does not read them (a block counts only whole)."""
+
+
 def block_dir(root: Path, block: int) -> Path:
     return Path(root) / f"block{block:02d}"
+
+
+def unfinished_dir(root: Path, block: int) -> Path:
+    return Path(root) / UNFINISHED / f"block{block:02d}"
 
 
 def read_block(folder: Path) -> dict[str, Any] | None:

@@ -101,6 +101,7 @@ from .block_records import (
     blocks_root,
     finished_blocks,
     read_block,
+    unfinished_dir,
 )
 from .resolve import check_fixed_rollout
 from .run import train
@@ -252,8 +253,8 @@ class BlockResult:
     block: int
     status: str
     """``finished`` (trained now), ``skipped`` (finished before), ``held`` (another process
-    is training it), ``shared`` (this process trained its share; the others' runs are still
-    training) or ``deferred`` (its runs, or its next run, would end after the deadline)."""
+    is training it), ``shared`` (this process trained its share of a block another process
+    swaps in, or swapped in) or ``deferred`` (its runs, or its next run, would end after the deadline)."""
     folder: Path
     record: dict[str, Any] | None = None
 
@@ -474,8 +475,8 @@ def _share_block(
         with ExitStack() as turn:
             _take_turn(folder, turn)
             recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
-            if block_state(folder) == "finished":
-                status = "finished" if joined else "skipped"
+            if block_state(folder) == "finished":  # another process swapped it in
+                status = "shared" if joined else "skipped"
                 return BlockResult(block, status, folder, read_block(folder))
             record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
             if not joined:
@@ -773,6 +774,12 @@ def block_plan(
                 f"keeps {', '.join(kept)}"
                 if kept
                 else "re-runs whole" + (f" ({why})" if why else "")
+            )
+        elif (held := read_block(unfinished_dir(root, block))) is not None:
+            detail = (
+                f"the records hold {len(held.get('runs') or {})} finished runs of it (started "
+                f"{held.get('started', '?')} on {held.get('build', '?')}): "
+                "scripts/collect_blocks.py --restore gives them to a worktree"
             )
         runs_left = (
             () if state == "finished" else tuple(m for m in block_set.methods if m not in kept)
