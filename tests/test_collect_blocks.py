@@ -160,6 +160,45 @@ def test_an_unfinished_record_of_another_start_is_refused_and_kept(tmp_path):
     assert (records / "blocks/tiny/ablation/unfinished/block00/BLOCK.json").read_text() == before
 
 
+class _TwoMachines:
+    """A block killed after its first run on machine 1 (build ``fc-v669``, or what
+    :attr:`build` says), a records checkout, and an empty machine 2, with the block tests'
+    stand-in trainer."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        from test_blocks import FakeTrain, _Kill  # the block tests' stand-in trainer
+
+        from at2po_lib.trainer import blocks
+        from at2po_lib.util import provenance
+
+        self.blocks, self.monkeypatch, self.fake = blocks, monkeypatch, FakeTrain
+        self.build = "fc-v669"
+        monkeypatch.setattr(provenance, "git_revision", lambda: "a" * 40)
+        monkeypatch.setattr(
+            provenance.platform,
+            "platform",
+            lambda: f"Linux-6.18.44-{self.build}-x86_64-with-glibc2.36",
+        )
+        self.first, self.records, self.second = (tmp_path / n for n in ("m1", "main", "m2"))
+        self.records.mkdir()
+        self.second.mkdir()
+        self.use(self.first)
+        monkeypatch.setattr(blocks, "train", FakeTrain(kill_at=2))
+        with pytest.raises(_Kill):
+            blocks.run_blocks("smoke", "headline", [0])
+
+    def use(self, results: Path) -> None:
+        self.monkeypatch.setenv("AT2PO_RESULTS", str(results))
+
+    def resume_on_machine_2(self):
+        """The study, resumed with --keep-finished-runs on machine 2: the stand-in's calls."""
+        self.use(self.second)
+        again = self.fake()
+        self.monkeypatch.setattr(self.blocks, "train", again)
+        self.blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
+        return again.calls
+
+
 def test_a_block_killed_on_one_machine_continues_on_the_same_build_after_collect_and_restore(
     tmp_path, monkeypatch
 ):
@@ -167,85 +206,46 @@ def test_a_block_killed_on_one_machine_continues_on_the_same_build_after_collect
     the machine gone (a new, empty worktree), the records restored, the study resumed with
     --keep-finished-runs: the collected run is kept, the others trained, and collecting the
     finished block retires the unfinished record."""
-    from test_blocks import FakeTrain, _Kill  # the block tests' stand-in trainer
-
-    from at2po_lib.trainer import blocks
-    from at2po_lib.util import provenance
-
-    monkeypatch.setattr(provenance, "git_revision", lambda: "a" * 40)
-    monkeypatch.setattr(
-        provenance.platform, "platform", lambda: "Linux-6.18.44-fc-v669-x86_64-with-glibc2.36"
-    )
-    first, records, second = tmp_path / "machine1", tmp_path / "main", tmp_path / "machine2"
-    records.mkdir()
-    second.mkdir()
-    monkeypatch.setenv("AT2PO_RESULTS", str(first))
-    monkeypatch.setattr(blocks, "train", FakeTrain(kill_at=2))
-    with pytest.raises(_Kill):
-        blocks.run_blocks("smoke", "headline", [0])
-    lines, refused = collect_blocks.collect(first, records)
+    m = _TwoMachines(tmp_path, monkeypatch)
+    lines, refused = collect_blocks.collect(m.first, m.records)
     assert lines == ["blocks/smoke/headline/unfinished/block00: 1 finished runs copied"]
     assert not refused
-    monkeypatch.setenv("AT2PO_RESULTS", str(records))  # the records checkout's --plan
-    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    m.use(m.records)  # the records checkout's --plan
+    (planned,) = m.blocks.block_plan("smoke", "headline", [0])
     assert planned.state == "new"
     assert planned.detail.startswith("the records hold 1 finished runs of it (started ")
     assert planned.detail.endswith("scripts/collect_blocks.py --restore gives them to a worktree")
 
-    lines, refused = collect_blocks.restore(records, second)
+    lines, refused = collect_blocks.restore(m.records, m.second)
     assert not refused and "1 finished runs restored" in lines[0]
-    monkeypatch.setenv("AT2PO_RESULTS", str(second))
-    again = FakeTrain()
-    monkeypatch.setattr(blocks, "train", again)
-    (result,) = blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
-    assert result.status == "finished"
-    assert again.calls == [("grpo", 100), ("grpo_tree_budget", 100)]
-    block = second / "blocks/smoke/headline/block00"
+    assert m.resume_on_machine_2() == [("grpo", 100), ("grpo_tree_budget", 100)]
+    block = m.second / "blocks/smoke/headline/block00"
     assert (block / "at2po/seed100/token").read_text() == "call 1"  # machine 1's run
 
-    lines, refused = collect_blocks.collect(second, records)
+    lines, refused = collect_blocks.collect(m.second, m.records)
     assert lines == [
         "blocks/smoke/headline/block00: copied",
         "blocks/smoke/headline/block00: its unfinished record is complete now, removed",
     ]
-    assert not (records / "blocks/smoke/headline/unfinished").exists()
+    assert not (m.records / "blocks/smoke/headline/unfinished").exists()
 
 
 def test_restored_runs_from_another_build_are_not_kept(tmp_path, monkeypatch, capsys):
-    from test_blocks import FakeTrain, _Kill
-
-    from at2po_lib.trainer import blocks
-    from at2po_lib.util import provenance
-
-    monkeypatch.setattr(provenance, "git_revision", lambda: "a" * 40)
-    build = {"now": "fc-v669"}
-    monkeypatch.setattr(
-        provenance.platform,
-        "platform",
-        lambda: f"Linux-6.18.44-{build['now']}-x86_64-with-glibc2.36",
-    )
-    first, records, second = tmp_path / "machine1", tmp_path / "main", tmp_path / "machine2"
-    records.mkdir()
-    second.mkdir()
-    monkeypatch.setenv("AT2PO_RESULTS", str(first))
-    monkeypatch.setattr(blocks, "train", FakeTrain(kill_at=2))
-    with pytest.raises(_Kill):
-        blocks.run_blocks("smoke", "headline", [0])
-    collect_blocks.collect(first, records)
-    collect_blocks.restore(records, second)
-
-    build["now"] = "fc-v1147"  # the next machine is another build
-    monkeypatch.setenv("AT2PO_RESULTS", str(second))
-    again = FakeTrain()
-    monkeypatch.setattr(blocks, "train", again)
-    blocks.run_blocks("smoke", "headline", [0], keep_finished_runs=True)
-    assert again.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
+    m = _TwoMachines(tmp_path, monkeypatch)
+    collect_blocks.collect(m.first, m.records)
+    collect_blocks.restore(m.records, m.second)
+    m.build = "fc-v1147"  # the next machine is another build
+    assert m.resume_on_machine_2() == [
+        ("at2po", 100),
+        ("grpo", 100),
+        ("grpo_tree_budget", 100),
+    ]
     assert "build fc-v669 then, fc-v1147 now" in capsys.readouterr().out
     # the records keep the other build's runs, named, beside the finished block
-    lines, _ = collect_blocks.collect(second, records)
+    lines, _ = collect_blocks.collect(m.second, m.records)
     assert lines[0] == "blocks/smoke/headline/block00: copied"
     assert "holds the runs of another start" in lines[1]
-    assert (records / "blocks/smoke/headline/unfinished/block00/BLOCK.json").is_file()
+    assert (m.records / "blocks/smoke/headline/unfinished/block00/BLOCK.json").is_file()
 
 
 def test_restore_leaves_a_worktrees_own_staging_and_finished_blocks_alone(tmp_path):

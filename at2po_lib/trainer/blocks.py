@@ -429,28 +429,14 @@ def _run_block(
             discard(staging)
     staging.mkdir(parents=True, exist_ok=bool(runs))
     _write_record(staging, {**record, "runs": runs} if runs else record)
-    provenance = _run_provenance(record)
     for method in block_set.methods:
         if method in runs:
             continue
         late = _after_deadline(folder.parent, [method], deadline) if keep_finished_runs else None
         if late is not None:  # its finished runs stay for the next process to keep
             return _deferred(block_set, block, folder, late, before=method)
-        result = train(
-            cfg, method, record["seed"], force=True, runs_root=staging, provenance=provenance
-        )
-        done = json.loads(result.run.done.read_text())
-        runs[method] = {
-            "config_hash": done["config_hash"],
-            "status": result.status,
-            "wall_time": result.wall_time,
-        }
+        runs[method] = _train_run(cfg, block_set, record, method, staging)
         _write_record(staging, {**record, "runs": runs})
-        print(
-            f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
-            f"{result.status} in {result.wall_time:.0f} s",
-            flush=True,
-        )
     return _swap_in_block(block_set, folder, record, runs)
 
 
@@ -502,32 +488,37 @@ def _share_block(
                 claim.close()
                 return _deferred(block_set, block, folder, late, before=method)
         with claim:
-            result = train(
-                cfg,
-                method,
-                record["seed"],
-                force=True,
-                runs_root=staging,
-                provenance=_run_provenance(record),
-            )
-            done = json.loads(result.run.done.read_text())
+            run = _train_run(cfg, block_set, record, method, staging)
             with ExitStack() as turn:
                 _take_turn(folder, turn)
                 now = read_block(staging) or record
-                now["runs"] = {
-                    **(now.get("runs") or {}),
-                    method: {
-                        "config_hash": done["config_hash"],
-                        "status": result.status,
-                        "wall_time": result.wall_time,
-                    },
-                }
-                _write_record(staging, now)
-        print(
-            f"[study] {block_set.name} block {block}: {method} seed {record['seed']}: "
-            f"{result.status} in {result.wall_time:.0f} s",
-            flush=True,
-        )
+                _write_record(staging, {**now, "runs": {**(now.get("runs") or {}), method: run}})
+
+
+def _train_run(
+    cfg: ProfileConfig, block_set: BlockSet, record: Mapping[str, Any], method: str, staging: Path
+) -> dict[str, Any]:
+    """Train ``method``'s run of the block ``record`` names into ``staging``; what the block
+    records of it."""
+    result = train(
+        cfg,
+        method,
+        record["seed"],
+        force=True,
+        runs_root=staging,
+        provenance=_run_provenance(record),
+    )
+    done = json.loads(result.run.done.read_text())
+    print(
+        f"[study] {block_set.name} block {record['block']}: {method} seed {record['seed']}: "
+        f"{result.status} in {result.wall_time:.0f} s",
+        flush=True,
+    )
+    return {
+        "config_hash": done["config_hash"],
+        "status": result.status,
+        "wall_time": result.wall_time,
+    }
 
 
 def _take_turn(folder: Path, turn: ExitStack) -> None:
