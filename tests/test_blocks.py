@@ -562,3 +562,16 @@ def test_a_sharing_process_starts_no_run_past_the_deadline(study, monkeypatch):
     assert result.status == "deferred" and [m for m, _ in fake.calls] == ["at2po"]
     (planned,) = blocks.block_plan("smoke", "headline", [1], keep_finished_runs=True)
     assert planned.runs_left == ("grpo", "grpo_tree_budget")
+
+
+def test_a_process_of_whole_blocks_never_discards_a_block_others_share(study, monkeypatch, capsys):
+    _kill_block_in_its_second_run(monkeypatch)
+    staging = staging_path(_root() / "block00")
+    before = sorted(p.relative_to(staging) for p in staging.rglob("*"))
+    untouched = FakeTrain()
+    monkeypatch.setattr(blocks, "train", untouched)
+    with folder_lock(staging / "grpo", "study block run"):  # a sharing process trains grpo
+        (result,) = blocks.run_blocks("smoke", "headline", [0])  # would re-run it whole
+    assert result.status == "held" and untouched.calls == []
+    assert "trains its runs with --share-blocks" in capsys.readouterr().err
+    assert sorted(p.relative_to(staging) for p in staging.rglob("*")) == before

@@ -387,8 +387,16 @@ def _run_block(
     recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
     if block_state(folder) == "finished":
         return BlockResult(block, "skipped", folder, read_block(folder))
-    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
     staging = staging_path(folder)
+    if busy := _claimed(staging, block_set.methods):  # never discard what others train
+        print(
+            f"[study] {block_set.name} block {block}: skipped: process {', '.join(busy)} "
+            "trains its runs with --share-blocks (give it to join them)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return BlockResult(block, "held", folder)
+    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
     left = (read_block(staging) or {}) if staging.exists() else {}
     runs: dict[str, Any] = {}
     why = ""
