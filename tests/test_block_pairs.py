@@ -339,8 +339,12 @@ def test_one_ablation_block_gives_averages_but_no_paired_change(ablation):
     _, steps = table2_in_blocks("tiny", one)
     assert (steps["toy avg [95% CI]"] != "–").all() and list(steps["blocks"]) == [1, 1, 1, 1]
     assert (steps["toy Δ step, paired in blocks [95% CI]"] == "–").all()
+    # one block is one seed: an interval there would hold the question term only
+    assert not steps["toy avg [95% CI]"].str.contains(r"\[").any()
     _, cells = table3_in_blocks("tiny", one)
     assert cells.loc["child_mean", "node_value"].endswith("(1 block)")
+    assert "[" not in cells.loc["child_mean", "node_value"]
+    assert "[" in table3_in_blocks("tiny", frame)[1].loc["entropy_softmax", "node_value"]
     assert "Δ" not in cells.loc["child_mean", "node_value"]
 
 

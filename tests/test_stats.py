@@ -141,6 +141,15 @@ def test_seed_mean_ci_is_students_t_by_hand():
         stats.seed_mean_ci([float("nan")])
 
 
+def test_bounds_over_seeds_leave_out_an_interval_of_one_seed():
+    one = stats.Interval(0.5, 0.45, 0.55, n_seeds_a=1, n_seeds_b=0, n_questions=100)
+    assert all(np.isnan(b) for b in one.bounds_over_seeds())
+    two = stats.Interval(0.5, 0.4, 0.6, n_seeds_a=2, n_seeds_b=0, n_questions=100)
+    assert two.bounds_over_seeds() == (0.4, 0.6)
+    against_one = stats.Interval(0.1, 0.0, 0.2, n_seeds_a=3, n_seeds_b=1, n_questions=100)
+    assert all(np.isnan(b) for b in against_one.bounds_over_seeds())
+
+
 def test_seed_difference_ci_is_welchs_interval():
     from scipy import stats as scipy_stats
 

@@ -91,6 +91,13 @@ class Interval:
     def __str__(self) -> str:  # "+0.021 [-0.010, +0.052]"
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
 
+    def bounds_over_seeds(self) -> tuple[float, float]:
+        """``(low, high)``, or NaNs when one side rests on a single seed: that interval has no
+        seed term (only the question one), too narrow to be read as a claim about seeds."""
+        if min(self.n_seeds_a, self.n_seeds_b or self.n_seeds_a) < 2:
+            return float("nan"), float("nan")
+        return self.low, self.high
+
 
 def score_matrix(
     outcomes: pd.DataFrame, method: str, questions: pd.Index, metric: str = "em", unit: str = "seed"

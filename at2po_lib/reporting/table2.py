@@ -70,11 +70,13 @@ def table2_in_blocks(
     allow_revisions: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of Table 2 from the ablation blocks (module doc): each step's
-    multi-hop average over the blocks that trained it, its change from the step before paired
-    within the blocks that trained both (with the sign-flip p), and the blocks each rests on.
-    Step 4 is ``at2po``, the authors' configuration the set trains. A step with no finished
-    block reads "–"; a change needs 2 blocks holding both steps (the earlier record,
-    :func:`table2`, is the table until then)."""
+        multi-hop average over the blocks that trained it, its change from the step before paired
+        within the blocks that trained both (with the sign-flip p), and the blocks each rests on.
+        Step 4 is ``at2po``, the authors' configuration the set trains. A step with no finished
+        block reads "–", one resting on one block has no interval (it would lack the seed term:
+    :meth:`~at2po_lib.evaluation.stats.Interval.bounds_over_seeds`); a change needs 2 blocks
+    holding both steps (the earlier record,
+        :func:`table2`, is the table until then)."""
     rows_of_set, members = set_rows(blocks, ABLATION_SET, group)
 
     def change(method: str, previous: str) -> dict:
@@ -112,10 +114,11 @@ def _steps(
         }
         if members and rows_with_outcomes(outcomes, method):
             own = stats.mean_ci(outcomes, method, members)
+            low, high = own.bounds_over_seeds()
             row.update(
                 em=own.estimate,
-                ci_low=own.low,
-                ci_high=own.high,
+                ci_low=low,
+                ci_high=high,
                 n_seeds=own.n_seeds_a,
                 n_questions=own.n_questions,
             )

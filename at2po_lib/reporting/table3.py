@@ -118,7 +118,8 @@ def table3_in_blocks(
     blocks that trained it and its difference to the blocks' own AT2PO (the default cell),
     paired within blocks, with the sign-flip p and Holm's correction over the cells tested
     (:func:`cell_tests` with ``blocked``). A difference needs 2 blocks holding both runs; a
-    cell no block has trained yet reads "–". :func:`table3` stays the earlier record (the
+    cell no block has trained yet reads "–", one resting on one block its average without an
+    interval. :func:`table3` stays the earlier record (the
     committed 3-seed cells)."""
     rows_of_set, members = set_rows(blocks, ABLATION_SET, group)
     default = "at2po"
@@ -160,14 +161,15 @@ def _cells(
             if not members or not rows_with_outcomes(outcomes, method):
                 continue
             own = stats.mean_ci(outcomes, method, members)
+            low, high = own.bounds_over_seeds()
             row = {
                 "profile": profile,
                 "value_mode": value,
                 "advantage_mode": advantage,
                 "method": method,
                 "em": own.estimate,
-                "ci_low": own.low,
-                "ci_high": own.high,
+                "ci_low": low,
+                "ci_high": high,
                 "n_seeds": own.n_seeds_a,
                 "n_questions": own.n_questions,
             }
