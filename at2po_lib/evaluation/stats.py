@@ -291,12 +291,13 @@ def _pair_scores(
     method_b: str,
     datasets: Sequence[str] | None,
     metric: str,
+    unit: str = "seed",
 ) -> tuple[pd.Index, np.ndarray, np.ndarray]:
-    """The questions both methods answered (in ``datasets``) and each one's (seeds × questions)
-    scores over them."""
+    """The questions both methods answered (in ``datasets``) and each one's (runs × questions)
+    scores over them, rows by ``unit`` (``seed``, or ``block``)."""
     questions = _question_keys(outcomes, [method_a, method_b], datasets)
-    a = score_matrix(outcomes, method_a, questions, metric)  # (Sa, Q)
-    b = score_matrix(outcomes, method_b, questions, metric)  # (Sb, Q)
+    a = score_matrix(outcomes, method_a, questions, metric, unit=unit)  # (Sa, Q)
+    b = score_matrix(outcomes, method_b, questions, metric, unit=unit)  # (Sb, Q)
     return questions, a, b
 
 
@@ -335,14 +336,8 @@ def gain_contrast_ci(
     """
     parts = []
     for datasets in (datasets_1, datasets_2):
-        questions = _question_keys(outcomes, [method_a, method_b], datasets)
-        parts.append(
-            (
-                score_matrix(outcomes, method_a, questions, metric),
-                score_matrix(outcomes, method_b, questions, metric),
-                _weights(questions, weighting),
-            )
-        )
+        questions, a, b = _pair_scores(outcomes, method_a, method_b, datasets, metric)
+        parts.append((a, b, _weights(questions, weighting)))
     (a1, b1, w1), (a2, b2, w2) = parts
     # score_matrix refuses a seed that missed a question, so a1/a2 and b1/b2 share their seeds.
     # A run's contrast (group-1 score − group-2 score) is one number per seed: the seed terms
@@ -491,10 +486,8 @@ def blocked_difference_ci(
     of each method per block): :func:`blocked_difference_interval` and the sign-flip test of
     the block differences (exact on the scores' lattice, :func:`score_lattice`), and those
     differences D_b = Σ_q w_q (y_A,b,q − y_B,b,q), one per block in block order."""
-    questions = _question_keys(outcomes, [method_a, method_b], datasets)
+    questions, a, b = _pair_scores(outcomes, method_a, method_b, datasets, metric, unit="block")
     w = _weights(questions, weighting)
-    a = score_matrix(outcomes, method_a, questions, metric, unit="block")
-    b = score_matrix(outcomes, method_b, questions, metric, unit="block")
     estimate, low, high = blocked_difference_interval(a, b, w, confidence)
     lattice = (
         score_lattice(np.concatenate([a @ w, b @ w]), len(questions), samples=16)
