@@ -222,6 +222,14 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     assert "would narrow it" not in blocked[-1]  # no projection given
     projected = why_sentences(claims, dissection_summary("tiny", claims)[0], blocks_needed=21)
     assert "about 21 blocks would narrow it to ±2 points" in projected[-1]
+    assert "sign-flip" not in projected[-1]  # no ablation blocks given
+    ablation = why_sentences(claims, dissection_summary("tiny", claims)[0], ablation=(1, 7))
+    assert (
+        "a Table 2 step can read a direction from 6 ablation blocks on and a Table 3 cell "
+        "(Holm over its 7 cells) from 9; 1 is finished." in ablation[-1]
+    )
+    two = why_sentences(claims, dissection_summary("tiny", claims)[0], ablation=(5, 3))
+    assert "(Holm over its 3 cells) from 7; 5 are finished." in two[-1]  # 3 · 2/2^7 < 0.05
     # seeds of the committed runs are not blocks: no block projection for them
     claims.loc[claims["key"] == "at2po_over_grpo", "seeds"] = "12 vs 21"
     unblocked = why_sentences(claims, dissection_summary("tiny", claims)[0], blocks_needed=21)

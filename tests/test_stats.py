@@ -150,6 +150,18 @@ def test_bounds_over_seeds_leave_out_an_interval_of_one_seed():
     assert all(np.isnan(b) for b in against_one.bounds_over_seeds())
 
 
+def test_fewest_pairs_for_direction_matches_the_smallest_sign_flip_p():
+    assert stats.fewest_pairs_for_direction() == 6
+    assert stats.fewest_pairs_for_direction(7) == 9
+    for n in (5, 6, 8, 9):  # the smallest p n pairs can give: every difference one sign
+        smallest = stats.sign_flip_test(np.full(n, 0.01) + np.arange(n) * 1e-4).p
+        assert smallest == pytest.approx(2 / 2**n)
+        assert (smallest < 0.05) == (n >= stats.fewest_pairs_for_direction())
+        assert (7 * smallest < 0.05) == (n >= stats.fewest_pairs_for_direction(7))
+    with pytest.raises(ValueError, match="family_size"):
+        stats.fewest_pairs_for_direction(0)
+
+
 def test_seed_difference_ci_is_welchs_interval():
     from scipy import stats as scipy_stats
 

@@ -685,6 +685,22 @@ def sign_flip_test(
     return PermutationTest(_p_value(d.mean(), null, exact), len(null), exact)
 
 
+def fewest_pairs_for_direction(family_size: int = 1, alpha: float = 0.05) -> int:
+    """The fewest paired differences (blocks) with which a two-sided sign-flip test can read a
+    direction at ``alpha`` after Holm's correction over ``family_size`` tests: n blocks give no
+    p below 2 / 2^n (:func:`sign_flip_test`), and Holm multiplies a family's smallest p by its
+    size m, so n is the least with m · 2 / 2^n < alpha (one test: 6; seven: 9). Fewer blocks
+    read "cannot tell" whatever their differences."""
+    if family_size < 1 or not 0 < alpha < 1:
+        raise ValueError(
+            f"family_size must be >= 1 and alpha in (0, 1); got {family_size}, {alpha}"
+        )
+    n = 1
+    while family_size * 2.0 / 2**n >= alpha:
+        n += 1
+    return n
+
+
 def holm(p_values: Sequence[float]) -> np.ndarray:
     r"""Holm's step-down adjusted p-values of a family of m tests (NaN entries are left out
     of the family and stay NaN): sorted ascending, p̃_(i) = max_{j ≤ i} min(1, (m − j + 1)

@@ -47,7 +47,7 @@ from ..analysis.expansion_oracle import (
     read_summaries,
     versus_uniform,
 )
-from ..evaluation.stats import PLANNING_HALF_WIDTH
+from ..evaluation.stats import PLANNING_HALF_WIDTH, fewest_pairs_for_direction
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .claims import ALPHA
@@ -587,10 +587,14 @@ def _variant_sentence(claims: pd.DataFrame | None) -> str | None:
 
 
 def _resolution_sentence(
-    claims: pd.DataFrame | None, blocks_needed: int | None = None
+    claims: pd.DataFrame | None,
+    blocks_needed: int | None = None,
+    ablation: tuple[int, int] | None = None,
 ) -> str | None:
-    """The headline's width, what it can resolve and (from blocks) how many blocks would
-    narrow it to ±PLANNING_HALF_WIDTH at the spread its block differences have so far."""
+    """The headline's width, what it can resolve, (from blocks) how many blocks would narrow
+    it to ±PLANNING_HALF_WIDTH at the spread its block differences have so far, and, given
+    ``ablation`` = (finished ablation blocks, Table 3 cells tested), how many ablation blocks
+    a Table 2 step and a Table 3 cell need before their tests can read a direction at all."""
     head = _claim(claims, "at2po_over_grpo")
     if head is None:
         return None
@@ -626,6 +630,15 @@ def _resolution_sentence(
             f"blocks would narrow it to ±{100 * PLANNING_HALF_WIDTH:.0f} points (a rough guide: "
             "the spread is measured on few blocks)."
         )
+    if ablation is not None:
+        finished, cells = ablation
+        text += (
+            f" A sign-flip test over n blocks gives no p below 2/2^n, so a Table 2 step can "
+            f"read a direction from {fewest_pairs_for_direction(1, ALPHA)} ablation blocks on "
+            f"and a Table 3 cell (Holm over its {cells} cells) from "
+            f"{fewest_pairs_for_direction(cells, ALPHA)}; {finished} "
+            f"{'is' if finished == 1 else 'are'} finished."
+        )
     return text
 
 
@@ -634,12 +647,14 @@ def why_sentences(
     parts: pd.DataFrame,
     folder: Path | None = None,
     blocks_needed: int | None = None,
+    ablation: tuple[int, int] | None = None,
 ) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
     seeds or prompts; ``blocks_needed``: the headline's projection from its blocks
-    (:func:`at2po_lib.reporting.block_pairs.blocks_needed`). A sentence whose records are
-    missing is left out."""
+    (:func:`at2po_lib.reporting.block_pairs.blocks_needed`); ``ablation``: the finished
+    ablation blocks and Table 3's cells tested in them. A sentence whose records are missing
+    is left out."""
     sentences = (
         _result_sentence(claims),
         _budget_sentence(claims),
@@ -648,6 +663,6 @@ def why_sentences(
         penalty_sentence(folder) if folder else None,
         _credit_sentence(parts, claims),
         _clip_sentence(claims),
-        _resolution_sentence(claims, blocks_needed),
+        _resolution_sentence(claims, blocks_needed, ablation),
     )
     return [s for s in sentences if s is not None]

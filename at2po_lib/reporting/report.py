@@ -39,7 +39,7 @@ import pandas as pd
 from ..analysis.dissection import clip_levels
 from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
-from ..trainer.block_records import HEADLINE_SET
+from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.locks import folder_lock
 from ..util.paths import figures_dir, repo_root, results_dir
 from ..util.provenance import write_meta
@@ -59,7 +59,7 @@ from .curves import format_start_end, start_end_table
 from .blocks_figure import headline_blocks_figure
 from .dissection_figure import dissection_figure
 from .dissection_summary import dissection_summary, why_sentences
-from .labels import method_label
+from .labels import TABLE3_CELLS, method_label
 from .output import read_markdown_table, source_meta, tables_dir, write_figure, write_table
 from .readme import update_readme
 from .records import (
@@ -290,6 +290,16 @@ def _write_tables23_in_blocks(
             tidy, display, name, profile, {**meta_for((), build), **meta}, caption
         )
         report.tables[name] = display
+
+
+def _ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
+    """(finished ablation blocks, Table 3 cells they train: the Holm family of their tests),
+    or None before the first finished ablation block."""
+    if blocks.empty:
+        return None
+    rows = blocks[blocks["block_set"] == ABLATION_SET]
+    cells = rows.loc[rows["method"].isin(TABLE3_CELLS), "method"].nunique()
+    return (int(rows["block"].nunique()), int(cells)) if cells else None
 
 
 def _write_headline_blocks(
@@ -547,6 +557,7 @@ def _write_claims(
                     parts,
                     results_dir(profile, "dissection"),
                     blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
+                    _ablation_blocks(blocks),
                 )
             )
             + "\n",
