@@ -313,11 +313,23 @@ def test_study_cli_plans_blocks_without_writing(study, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:5] == ["block", "0", "seed", "100", "new"]
     assert out[1].split()[4:7] == ["finished", "aaaaaaa,", "build"]
-    assert out[-2] == "block set headline: 2 blocks: 1 finished, 1 new"
+    assert out[-3] == "block set headline: 2 blocks: 1 finished, 1 new"
+    # a sign-flip test over 5 blocks gives no p below 2/32; the headline has no Table 3 family
+    assert out[-2] == "verdicts: a pair of methods can read a direction from 6 finished blocks on"
     # the stand-in's runs take 1 s each: block 0's three runs, about 3 s of one process
     assert out[-1].startswith("left: 3 runs in 1 block: about 0.0 h of one process")
     assert "over the set's 3 finished runs" in out[-1]
     assert sorted(block_records.results_dir().rglob("*")) == before
+
+
+def test_plan_names_the_blocks_a_table3_verdict_needs():
+    from at2po_lib.cli.study import _verdicts_line
+
+    ablation = blocks.get_block_set("ablation").methods
+    assert _verdicts_line(ablation).endswith(
+        "; a Table 3 cell, one of 7 under Holm's correction, from 9"
+    )
+    assert _verdicts_line(["at2po", "credit_a", "credit_b", "credit_c"]).endswith("from 7")
 
 
 def test_time_left_sums_each_methods_median_and_times_untimed_methods_by_all_runs():

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from .options import (
     CommandParser,
@@ -182,6 +182,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
     from ..trainer.blocks import (
         DEFAULT_THREADS,
         block_plan,
+        get_block_set,
         measured_wall_times,
         run_blocks,
         set_root,
@@ -206,6 +207,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
             f"block set {args.block_set}: {len(plan)} blocks: "
             + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         )
+        print(_verdicts_line(get_block_set(args.block_set).methods))
         print(
             _time_left_line(
                 time_left(
@@ -238,6 +240,25 @@ def _run_blocks(args: argparse.Namespace) -> int:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _verdicts_line(methods: Sequence[str]) -> str:
+    """How many finished blocks a reading other than "cannot tell" needs at all: a sign-flip
+    test over n blocks gives no p below 2/2^n, and Table 3's cells are one family under Holm
+    (:func:`at2po_lib.evaluation.stats.fewest_pairs_for_direction`)."""
+    from ..evaluation.stats import fewest_pairs_for_direction
+
+    line = (
+        "verdicts: a pair of methods can read a direction from "
+        f"{fewest_pairs_for_direction()} finished blocks on"
+    )
+    cells = sum(m.startswith("credit_") for m in methods)
+    if cells:
+        line += (
+            f"; a Table 3 cell, one of {cells} under Holm's correction, from "
+            f"{fewest_pairs_for_direction(cells)}"
+        )
+    return line
 
 
 def _time_left_line(left: TimeLeft) -> str:
