@@ -197,6 +197,11 @@ def _retire_unfinished(finished: Path, record: dict[str, Any], relative: Path) -
     return [f"{relative}: its unfinished record is complete now, removed"]
 
 
+def _runs_count(record: dict) -> str:
+    n = len(_runs(record))
+    return f"{n} finished run{'s' * (n != 1)}"
+
+
 def copy_unfinished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
     """Copy the finished runs of ``source``'s unfinished blocks into ``dest``'s
     ``unfinished/block<BB>/`` (both results folders)."""
@@ -211,7 +216,7 @@ def copy_unfinished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
             continue
         held = _record(target) if target.exists() else None
         if held == record:
-            lines.append(f"{relative}: already there ({len(_runs(record))} finished runs)")
+            lines.append(f"{relative}: already there ({_runs_count(record)})")
             continue
         if held is not None and not _supersedes(record, held):
             refused.append(
@@ -223,7 +228,7 @@ def copy_unfinished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
             continue
         _copy_finished_runs(staging, record, target)
         was = f", was {len(_runs(held))}" if held is not None else ""
-        lines.append(f"{relative}: {len(_runs(record))} finished runs copied{was}")
+        lines.append(f"{relative}: {_runs_count(record)} copied{was}")
     return lines, refused
 
 

@@ -125,12 +125,12 @@ def test_the_finished_runs_of_an_unfinished_block_are_collected_as_they_finish(t
     proc = _run(worktree, records)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "blocks/tiny/ablation/unfinished/block00: 1 finished runs copied"
+        "blocks/tiny/ablation/unfinished/block00: 1 finished run copied"
     ]
     kept = records / "blocks/tiny/ablation/unfinished/block00"
     # the record and the finished run; not the run in progress, not the weights
     assert _files(kept) == ["BLOCK.json", "at2po/seed200/outcomes.csv"]
-    assert "already there (1 finished runs)" in _run(worktree, records).stdout
+    assert "already there (1 finished run)" in _run(worktree, records).stdout
 
     # the block's next run finishes: the record grows, nothing else changes
     _staged(worktree, 0, ["at2po", "grpo_x"])
@@ -208,7 +208,7 @@ def test_a_block_killed_on_one_machine_continues_on_the_same_build_after_collect
     finished block retires the unfinished record."""
     m = _TwoMachines(tmp_path, monkeypatch)
     lines, refused = collect_blocks.collect(m.first, m.records)
-    assert lines == ["blocks/smoke/headline/unfinished/block00: 1 finished runs copied"]
+    assert lines == ["blocks/smoke/headline/unfinished/block00: 1 finished run copied"]
     assert not refused
     m.use(m.records)  # the records checkout's --plan
     (planned,) = m.blocks.block_plan("smoke", "headline", [0])
