@@ -246,6 +246,7 @@ def _verdicts_line(methods: Sequence[str]) -> str:
     """How many finished blocks a reading other than "cannot tell" needs at all: a sign-flip
     test over n blocks gives no p below 2/2^n, and Table 3's cells are one family under Holm
     (:func:`at2po_lib.evaluation.stats.fewest_pairs_for_direction`)."""
+    # lazy, like the stage's imports: stats pulls numpy, pandas and scipy
     from ..evaluation.stats import fewest_pairs_for_direction
 
     line = (
