@@ -329,7 +329,14 @@ def test_plan_names_the_blocks_a_table3_verdict_needs():
     assert _verdicts_line(ablation).endswith(
         "; a Table 3 cell, one of 7 under Holm's correction, from 9"
     )
-    assert _verdicts_line(["at2po", "credit_a", "credit_b", "credit_c"]).endswith("from 7")
+    three = [
+        "credit_leaf_mean_node_value",
+        "credit_leaf_mean_diff_parent",
+        "credit_child_mean_diff_global",
+    ]
+    assert _verdicts_line(["at2po", *three]).endswith("one of 3 under Holm's correction, from 7")
+    # a method named like a cell but not one of Table 3's is not counted in its family
+    assert _verdicts_line(["at2po", "credit_made_up"]).endswith("from 6 finished blocks on")
 
 
 def test_time_left_sums_each_methods_median_and_times_untimed_methods_by_all_runs():

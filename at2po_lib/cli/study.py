@@ -246,14 +246,15 @@ def _verdicts_line(methods: Sequence[str]) -> str:
     """How many finished blocks a reading other than "cannot tell" needs at all: a sign-flip
     test over n blocks gives no p below 2/2^n, and Table 3's cells are one family under Holm
     (:func:`at2po_lib.evaluation.stats.fewest_pairs_for_direction`)."""
-    # lazy, like the stage's imports: stats pulls numpy, pandas and scipy
+    # lazy, like the stage's imports: stats pulls numpy, pandas and scipy, labels the records
     from ..evaluation.stats import fewest_pairs_for_direction
+    from ..reporting.labels import TABLE3_CELLS
 
     line = (
         "verdicts: a pair of methods can read a direction from "
         f"{fewest_pairs_for_direction()} finished blocks on"
     )
-    cells = sum(m.startswith("credit_") for m in methods)
+    cells = len(set(methods) & set(TABLE3_CELLS))  # the cells the report's Holm family holds
     if cells:
         line += (
             f"; a Table 3 cell, one of {cells} under Holm's correction, from "
