@@ -311,6 +311,15 @@ def run_blocks(
     check_authors_profile(cfg, block_set)
     for method in block_set.methods:  # a --set the preset would ignore fails before training
         check_fixed_rollout(method, overrides)
+    study = _Study(
+        cfg,
+        block_set,
+        overrides,
+        allow_dirty=allow_dirty,
+        allow_revisions=allow_revisions,
+        keep_finished_runs=keep_finished_runs or share_blocks,
+        deadline=deadline,
+    )
     root = blocks_root(run_folder.run_profile_key(cfg), set_name)
     results = []
     for block in blocks:
@@ -320,43 +329,55 @@ def run_blocks(
             folder = block_dir(root, block)
             try:
                 if share_blocks:
-                    results.append(
-                        _share_block(
-                            cfg,
-                            block_set,
-                            block,
-                            folder,
-                            threads,
-                            overrides,
-                            allow_dirty=allow_dirty,
-                            allow_revisions=allow_revisions,
-                            deadline=deadline,
-                        )
-                    )
+                    results.append(_share_block(study, block, folder))
                     continue
                 with folder_lock(folder, "study block"):
-                    results.append(
-                        _run_block(
-                            cfg,
-                            block_set,
-                            block,
-                            folder,
-                            threads,
-                            overrides,
-                            allow_dirty=allow_dirty,
-                            allow_revisions=allow_revisions,
-                            keep_finished_runs=keep_finished_runs,
-                            deadline=deadline,
-                        )
-                    )
+                    results.append(_run_block(study, block, folder))
             except FolderLockedError as exc:
-                print(
-                    f"[study] {set_name} block {block}: skipped ({exc})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                study.say(block, f"skipped ({exc})", error=True)
                 results.append(BlockResult(block, "held", folder))
     return results
+
+
+@dataclass(frozen=True)
+class _Study:
+    """What every block of one ``run_blocks`` call shares: the profile, the set, the overrides
+    (threads included) and the caller's permissions."""
+
+    cfg: ProfileConfig
+    block_set: BlockSet
+    overrides: Mapping[str, Any]
+    allow_dirty: bool
+    allow_revisions: bool
+    keep_finished_runs: bool
+    deadline: float | None
+
+    def record(self, block: int) -> dict[str, Any]:
+        """The record ``block`` starts with now (:func:`block_record`, at the torch threads the
+        process runs with)."""
+        return block_record(
+            self.cfg, self.block_set, block, torch.get_num_threads(), self.overrides
+        )
+
+    def check_revision(self, root: Path, revision: str) -> None:
+        check_revision(
+            root,
+            revision,
+            self.overrides,
+            allow_dirty=self.allow_dirty,
+            allow_revisions=self.allow_revisions,
+        )
+
+    def late(self, root: Path, methods: Sequence[str]) -> str | None:
+        """Why ``methods`` would end after the deadline (:func:`_after_deadline`), or None."""
+        return _after_deadline(root, methods, self.deadline)
+
+    def say(self, block: int, message: str, *, error: bool = False) -> None:
+        print(
+            f"[study] {self.block_set.name} block {block}: {message}",
+            file=sys.stderr if error else sys.stdout,
+            flush=True,
+        )
 
 
 def with_threads(overrides: Mapping[str, Any], threads: int) -> dict[str, Any]:
@@ -370,57 +391,42 @@ def with_threads(overrides: Mapping[str, Any], threads: int) -> dict[str, Any]:
     return out
 
 
-def _run_block(
-    cfg: ProfileConfig,
-    block_set: BlockSet,
-    block: int,
-    folder: Path,
-    threads: int,
-    overrides: Mapping[str, Any],
-    *,
-    allow_dirty: bool,
-    allow_revisions: bool,
-    keep_finished_runs: bool = False,
-    deadline: float | None = None,
-) -> BlockResult:
-    # a swap a crash cut short is finished (a staging folder whose record says finished)
-    recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+def _run_block(study: _Study, block: int, folder: Path) -> BlockResult:
+    """Train ``block`` whole under its lock, or with ``keep_finished_runs`` keep the runs an
+    interrupted process finished under the same conditions (module docstring)."""
+    block_set = study.block_set
+    _recover_swap(folder)
     if block_state(folder) == "finished":
         return BlockResult(block, "skipped", folder, read_block(folder))
     staging = staging_path(folder)
     if busy := _claimed(staging, block_set.methods):  # never discard what others train
-        print(
-            f"[study] {block_set.name} block {block}: skipped: process {', '.join(busy)} "
-            "trains its runs with --share-blocks (give it to join them)",
-            file=sys.stderr,
-            flush=True,
+        study.say(
+            block,
+            f"skipped: process {', '.join(busy)} trains its runs with --share-blocks "
+            "(give it to join them)",
+            error=True,
         )
         return BlockResult(block, "held", folder)
-    record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
+    record = study.record(block)
     left = (read_block(staging) or {}) if staging.exists() else {}
     runs: dict[str, Any] = {}
     why = ""
-    if staging.exists() and keep_finished_runs:
+    if staging.exists() and study.keep_finished_runs:
         runs, why = kept_runs(left, record, staging)
-    check_revision(
-        folder.parent,
-        record["git_revision"],
-        overrides,
-        allow_dirty=allow_dirty,
-        allow_revisions=allow_revisions,
-    )
+    study.check_revision(folder.parent, record["git_revision"])
     # a block re-run whole must fit before the deadline; one that keeps its runs, its next run
-    first = [m for m in block_set.methods if m not in runs][: 1 if keep_finished_runs else None]
-    if (late := _after_deadline(folder.parent, first, deadline)) is not None:
-        return _deferred(block_set, block, folder, late)
+    first = [m for m in block_set.methods if m not in runs][
+        : 1 if study.keep_finished_runs else None
+    ]
+    if (late := study.late(folder.parent, first)) is not None:
+        return _deferred(study, block, folder, late)
     if staging.exists():
         finished = ", ".join(left.get("runs", {})) or "none"
         if runs:
-            print(
-                f"[study] {block_set.name} block {block}: interrupted (started "
-                f"{left.get('started', '?')}); keeps its finished runs ({finished}): same "
-                "revision, build, threads, overrides and packages",
-                flush=True,
+            study.say(
+                block,
+                f"interrupted (started {left.get('started', '?')}); keeps its finished runs "
+                f"({finished}): same revision, build, threads, overrides and packages",
             )
             record = {
                 **record,
@@ -428,11 +434,10 @@ def _run_block(
                 "resumed": [*left.get("resumed", []), {"at": record["started"], "kept": [*runs]}],
             }
         else:
-            print(
-                f"[study] {block_set.name} block {block}: interrupted (started "
-                f"{left.get('started', '?')}, runs finished: {finished}); its runs are "
-                f"discarded and the block re-runs whole{f' ({why})' if why else ''}",
-                flush=True,
+            study.say(
+                block,
+                f"interrupted (started {left.get('started', '?')}, runs finished: {finished}); "
+                f"its runs are discarded and the block re-runs whole{f' ({why})' if why else ''}",
             )
             discard(staging)
     staging.mkdir(parents=True, exist_ok=bool(runs))
@@ -440,43 +445,31 @@ def _run_block(
     for method in block_set.methods:
         if method in runs:
             continue
-        late = _after_deadline(folder.parent, [method], deadline) if keep_finished_runs else None
+        late = study.late(folder.parent, [method]) if study.keep_finished_runs else None
         if late is not None:  # its finished runs stay for the next process to keep
-            return _deferred(block_set, block, folder, late, before=method)
-        runs[method] = _train_run(cfg, block_set, record, method, staging)
+            return _deferred(study, block, folder, late, before=method)
+        runs[method] = _train_run(study, record, method, staging)
         _write_record(staging, {**record, "runs": runs})
     return _swap_in_block(block_set, folder, record, runs)
 
 
-def _share_block(
-    cfg: ProfileConfig,
-    block_set: BlockSet,
-    block: int,
-    folder: Path,
-    threads: int,
-    overrides: Mapping[str, Any],
-    *,
-    allow_dirty: bool,
-    allow_revisions: bool,
-    deadline: float | None = None,
-) -> BlockResult:
+def _share_block(study: _Study, block: int, folder: Path) -> BlockResult:
     """Train the runs of ``block`` nobody else trains, one at a time, beside other processes
     (module docstring, "Two processes on one block"); the process that records the last run
     swaps the block in."""
+    block_set = study.block_set
     staging = staging_path(folder)
     joined = False
     while True:
         with ExitStack() as turn:
             _take_turn(folder, turn)
-            recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+            _recover_swap(folder)
             if block_state(folder) == "finished":  # another process swapped it in
                 status = "shared" if joined else "skipped"
                 return BlockResult(block, status, folder, read_block(folder))
-            record = block_record(cfg, block_set, block, torch.get_num_threads(), overrides)
+            record = study.record(block)
             if not joined:
-                record = _join_staging(
-                    block_set, block, folder, record, overrides, allow_dirty, allow_revisions
-                )
+                record = _join_staging(study, block, folder, record)
                 if record is None:
                     return BlockResult(block, "held", folder)
                 joined = True
@@ -486,30 +479,35 @@ def _share_block(
                 return _swap_in_block(block_set, folder, record, runs)
             method, claim = _claim(staging, [m for m in block_set.methods if m not in runs])
             if method is None:
-                print(
-                    f"[study] {block_set.name} block {block}: its other runs are being trained "
-                    "by another process; the last to finish swaps the block in",
-                    flush=True,
+                study.say(
+                    block,
+                    "its other runs are being trained by another process; the last to finish "
+                    "swaps the block in",
                 )
                 return BlockResult(block, "shared", folder)
-            if (late := _after_deadline(folder.parent, [method], deadline)) is not None:
+            if (late := study.late(folder.parent, [method])) is not None:
                 claim.close()
-                return _deferred(block_set, block, folder, late, before=method)
+                return _deferred(study, block, folder, late, before=method)
         with claim:
-            run = _train_run(cfg, block_set, record, method, staging)
+            run = _train_run(study, record, method, staging)
             with ExitStack() as turn:
                 _take_turn(folder, turn)
                 now = read_block(staging) or record
                 _write_record(staging, {**now, "runs": {**(now.get("runs") or {}), method: run}})
 
 
+def _recover_swap(folder: Path) -> None:
+    """Finish a swap a crash cut short: a staging folder whose record says finished."""
+    recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+
+
 def _train_run(
-    cfg: ProfileConfig, block_set: BlockSet, record: Mapping[str, Any], method: str, staging: Path
+    study: _Study, record: Mapping[str, Any], method: str, staging: Path
 ) -> dict[str, Any]:
     """Train ``method``'s run of the block ``record`` names into ``staging``; what the block
     records of it."""
     result = train(
-        cfg,
+        study.cfg,
         method,
         record["seed"],
         force=True,
@@ -517,10 +515,9 @@ def _train_run(
         provenance=_run_provenance(record),
     )
     done = json.loads(result.run.done.read_text())
-    print(
-        f"[study] {block_set.name} block {record['block']}: {method} seed {record['seed']}: "
-        f"{result.status} in {result.wall_time:.0f} s",
-        flush=True,
+    study.say(
+        record["block"],
+        f"{method} seed {record['seed']}: {result.status} in {result.wall_time:.0f} s",
     )
     return {
         "config_hash": done["config_hash"],
@@ -544,13 +541,7 @@ def _take_turn(folder: Path, turn: ExitStack) -> None:
 
 
 def _join_staging(
-    block_set: BlockSet,
-    block: int,
-    folder: Path,
-    record: dict[str, Any],
-    overrides: Mapping[str, Any],
-    allow_dirty: bool,
-    allow_revisions: bool,
+    study: _Study, block: int, folder: Path, record: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Join the block's staging folder (made here when there is none) and return its record;
     a staging folder of other conditions is discarded when no process trains in it, and the
@@ -563,34 +554,26 @@ def _join_staging(
         if not differ and (kept or not left.get("runs")):
             joined = [*left.get("joined", []), {"at": record["started"], "pid": os.getpid()}]
             _write_record(staging, {**left, "joined": joined})
-            print(
-                f"[study] {block_set.name} block {block}: joins it (started "
-                f"{left.get('started', '?')}; finished: {', '.join(kept) or 'none'})",
-                flush=True,
+            study.say(
+                block,
+                f"joins it (started {left.get('started', '?')}; finished: "
+                f"{', '.join(kept) or 'none'})",
             )
             return read_block(staging)
-        if busy := _claimed(staging, block_set.methods):
-            print(
-                f"[study] {block_set.name} block {block}: skipped: process {busy[0]} trains it "
-                f"under other conditions ({why})",
-                file=sys.stderr,
-                flush=True,
+        if busy := _claimed(staging, study.block_set.methods):
+            study.say(
+                block,
+                f"skipped: process {busy[0]} trains it under other conditions ({why})",
+                error=True,
             )
             return None
-        print(
-            f"[study] {block_set.name} block {block}: interrupted (started "
-            f"{left.get('started', '?')}); its runs are discarded and the block re-runs "
-            f"whole ({why})",
-            flush=True,
+        study.say(
+            block,
+            f"interrupted (started {left.get('started', '?')}); its runs are discarded and the "
+            f"block re-runs whole ({why})",
         )
         discard(staging)
-    check_revision(
-        folder.parent,
-        record["git_revision"],
-        overrides,
-        allow_dirty=allow_dirty,
-        allow_revisions=allow_revisions,
-    )
+    study.check_revision(folder.parent, record["git_revision"])
     staging.mkdir(parents=True)
     first = {**record, "shared": True, "joined": [{"at": record["started"], "pid": os.getpid()}]}
     _write_record(staging, first)
@@ -656,13 +639,10 @@ def _after_deadline(root: Path, methods: Sequence[str], deadline: float | None) 
 
 
 def _deferred(
-    block_set: BlockSet, block: int, folder: Path, why: str, before: str | None = None
+    study: _Study, block: int, folder: Path, why: str, before: str | None = None
 ) -> BlockResult:
     where = f"stopped before {before}: " if before else "not started: "
-    print(
-        f"[study] {block_set.name} block {block}: {where}{why}; the same command resumes it",
-        flush=True,
-    )
+    study.say(block, f"{where}{why}; the same command resumes it")
     return BlockResult(block, "deferred", folder)
 
 
