@@ -16,6 +16,7 @@ from at2po_lib.reporting.block_pairs import (
     block_scores,
     blocks_needed,
     block_sources,
+    block_times,
     blocked_difference,
     blocks_overview,
     load_block_outcomes,
@@ -463,3 +464,34 @@ def test_the_headline_claim_tests_its_block_differences_against_the_papers_gain(
     assert row["p_vs_published"] == pytest.approx(expected.p)
     # six blocks ~15 points above GRPO: far above +2.8 as well, all six signs agree
     assert expected.p == pytest.approx(2 / 64)
+
+
+def test_block_times_read_each_finished_blocks_record(headline):
+    """Hand-computed: runs of 600, 900 and 2,000 s; started 10:00:00, swapped 11:05:30."""
+    record_path = headline / "block01" / "BLOCK.json"
+    record = json.loads(record_path.read_text())
+    for method, seconds in {"at2po": 900.0, "grpo": 600.0, "grpo_tree_budget": 2000.0}.items():
+        record["runs"][method]["wall_time"] = seconds
+    record |= {
+        "started": "2026-12-05T10:00:00+0000",
+        "finished": "2026-12-05T11:05:30+0000",
+        "shared": True,
+        "joined": [{"at": "2026-12-05T10:00:00+0000", "pid": 1}] * 3,
+    }
+    record_path.write_text(json.dumps(record))
+    tidy, display = block_times("tiny")
+    assert len(tidy) == 6  # every finished block, once
+    row = tidy.set_index("block").loc[1]
+    assert (row["run_min_s"], row["run_median_s"], row["run_max_s"]) == (600, 900, 2000)
+    assert row["at2po_s"] == 900 and row["start_to_swap_s"] == 3930 and row["joins"] == 3
+    shown = display.loc[("headline", 1)]
+    assert shown["a run, min: fewest / median / most"] == "10 / 15 / 33"
+    assert shown["start to swap"] == "1 h 06 min" and shown["processes joined"] == "3"
+    # a record without its start says so instead of failing the report
+    other = display.loc[("headline", 0)]
+    assert other["start to swap"] == "–" and other["processes joined"] == "1 (not shared)"
+
+
+def test_block_times_are_empty_without_a_finished_block(isolated_outputs):
+    tidy, display = block_times("tiny")
+    assert tidy.empty and display.empty

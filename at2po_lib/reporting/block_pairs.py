@@ -20,8 +20,10 @@ say what it rests on (:func:`rests_on`).
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -236,6 +238,87 @@ def blocks_overview(profile: str) -> pd.DataFrame:
             "finished",
         ],
     )
+
+
+BLOCK_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+"""How ``BLOCK.json`` writes ``started`` and ``finished``."""
+
+
+def block_times(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What each finished block of ``profile`` (every set) cost, from its ``BLOCK.json``
+    alone: its machine build, its runs' wall times (fewest, median and most seconds, and
+    AT2PO's), the time from its start to its swap, and the processes that joined it (a shared
+    block, ``at2po study --share-blocks``; a process restarted joins again) or kept runs of an
+    earlier start (``--keep-finished-runs``).
+
+    The span from start to swap includes any time with no process (a machine's hold ending)
+    and whatever else ran beside the runs: the records do not hold either, so the docs say it
+    where it matters. ``(tidy, display)``; tidy: one row per block, seconds; both empty
+    without a finished block."""
+    rows = []
+    root = blocks_dir(profile)
+    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for block, record in finished_blocks(set_folder).items():
+            walls = {m: float(run["wall_time"]) for m, run in record.get("runs", {}).items()}
+            rows.append(
+                {
+                    "profile": profile,
+                    "block_set": set_folder.name,
+                    "block": block,
+                    "seed": record["seed"],
+                    "build": record["build"],
+                    "runs": len(walls),
+                    "run_min_s": min(walls.values(), default=np.nan),
+                    "run_median_s": statistics.median(walls.values()) if walls else np.nan,
+                    "run_max_s": max(walls.values(), default=np.nan),
+                    "at2po_s": walls.get("at2po", np.nan),
+                    "start_to_swap_s": _span_s(record),
+                    "joins": len(record.get("joined", [])),
+                    "restarts": len(record.get("resumed", [])),
+                }
+            )
+    tidy = pd.DataFrame(rows)
+    if tidy.empty:
+        return tidy, pd.DataFrame()
+    display = pd.DataFrame(
+        {
+            "block set": tidy["block_set"],
+            "block": tidy["block"],
+            "seed": tidy["seed"],
+            "build": tidy["build"],
+            "runs": tidy["runs"],
+            "a run, min: fewest / median / most": [
+                " / ".join(_minutes(r[c]) for c in ("run_min_s", "run_median_s", "run_max_s"))
+                for _, r in tidy.iterrows()
+            ],
+            "AT2PO, min": tidy["at2po_s"].map(_minutes),
+            "start to swap": tidy["start_to_swap_s"].map(_hours_minutes),
+            "processes joined": tidy["joins"].map(lambda n: str(n) if n else "1 (not shared)"),
+            "restarts keeping runs": tidy["restarts"],
+        }
+    ).set_index(["block set", "block"])
+    return tidy, display
+
+
+def _span_s(record: dict) -> float:
+    """Seconds from a block's ``started`` to its ``finished`` (NaN where a record lacks one)."""
+    if not (record.get("started") and record.get("finished")):
+        return np.nan
+    started, finished = (
+        datetime.strptime(record[key], BLOCK_TIME_FORMAT) for key in ("started", "finished")
+    )
+    return (finished - started).total_seconds()
+
+
+def _minutes(seconds: float) -> str:
+    return "–" if seconds != seconds else f"{seconds / 60:.0f}"
+
+
+def _hours_minutes(seconds: float) -> str:
+    if seconds != seconds:
+        return "–"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 def block_sources(profile: str) -> list[str]:

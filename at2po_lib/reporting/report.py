@@ -49,6 +49,7 @@ from .block_pairs import (
     block_scores,
     blocks_needed,
     block_sources,
+    block_times,
     load_block_outcomes,
     provenance_table,
     run_provenance,
@@ -164,6 +165,7 @@ def _write(
     _write_tables23(report, meta_for, outcomes)
     _write_tables23_in_blocks(report, meta_for, blocks, allow_revisions)
     _write_headline_blocks(report, meta_for, blocks, figures, allow_revisions)
+    _write_block_times(report, meta_for)
     rl = [m for m in TABLE1_REPORTED if m != "react"]
     metrics = metrics[metrics["method"].isin(rl)] if len(metrics) else metrics
     evals = evals[evals["method"].isin(rl)] if len(evals) else evals
@@ -300,6 +302,24 @@ def _ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
     rows = blocks[blocks["block_set"] == ABLATION_SET]
     cells = rows.loc[rows["method"].isin(TABLE3_CELLS), "method"].nunique()
     return (int(rows["block"].nunique()), int(cells)) if cells else None
+
+
+def _write_block_times(report: Report, meta_for: Callable) -> None:
+    """What each finished block of the study cost (:func:`block_times`, from the blocks'
+    records alone), once one has finished."""
+    tidy, display = block_times(report.profile)
+    if display.empty:
+        return
+    report.paths["block_times"] = write_table(
+        tidy,
+        display,
+        "block_times",
+        report.profile,
+        {**meta_for((), block_times), "blocks": block_sources(report.profile), "sources": []},
+        "What each finished block of the study cost: its runs' wall times and the time from "
+        "its start to its swap",
+    )
+    report.tables["block_times"] = display
 
 
 def _write_headline_blocks(
