@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ import pandas as pd
 from ..evaluation import stats
 from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
 from ..util.errors import RecordError
-from ..util.provenance import machine_build
+from ..util.provenance import TIME_FORMAT, machine_build
 from .labels import cell, groups_of, method_label
 from .records import read_outcomes
 
@@ -41,17 +41,23 @@ BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_thread
 """What each block row carries from its ``BLOCK.json``."""
 
 
+def _finished_records(profile: str) -> Iterator[tuple[Path, int, dict]]:
+    """(set folder, block, record) of every finished block of ``profile``, sets by name."""
+    root = blocks_dir(profile)
+    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for block, record in finished_blocks(set_folder).items():
+            yield set_folder, block, record
+
+
 def load_block_outcomes(profile: str) -> pd.DataFrame:
     """Per-question outcomes of every finished block's runs (all block sets of ``profile``),
     with the block's record (:data:`BLOCK_COLUMNS`); empty when there is no finished block.
     A run whose ``DONE.json`` holds another config hash than its block records is refused."""
     frames = []
-    root = blocks_dir(profile)
-    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        for block, record in finished_blocks(set_folder).items():
-            folder = set_folder / f"block{block:02d}"
-            for method, run in record.get("runs", {}).items():
-                frames.append(_run_outcomes(folder, method, record, run))
+    for set_folder, block, record in _finished_records(profile):
+        folder = set_folder / f"block{block:02d}"
+        for method, run in record.get("runs", {}).items():
+            frames.append(_run_outcomes(folder, method, record, run))
     if not frames:
         return pd.DataFrame(
             columns=["method", "seed", *BLOCK_COLUMNS, "dataset", "question_id", "em"]
@@ -203,26 +209,24 @@ def blocks_overview(profile: str) -> pd.DataFrame:
     runs an earlier process of it trained (``at2po study --keep-finished-runs``) and when it
     finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
     rows = []
-    root = blocks_dir(profile)
-    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        for block, record in finished_blocks(set_folder).items():
-            rows.append(
-                {
-                    "block set": set_folder.name,
-                    "block": block,
-                    "seed": record["seed"],
-                    "revision": record["commit"][:7],
-                    "clean": record["clean"],
-                    "build": record["build"],
-                    "threads": record["torch_threads"],
-                    "methods": ", ".join(record.get("runs", {})),
-                    "kept across restarts": ", ".join(
-                        m for restart in record.get("resumed", []) for m in restart["kept"]
-                    )
-                    or "–",
-                    "finished": record.get("finished", ""),
-                }
-            )
+    for set_folder, block, record in _finished_records(profile):
+        rows.append(
+            {
+                "block set": set_folder.name,
+                "block": block,
+                "seed": record["seed"],
+                "revision": record["commit"][:7],
+                "clean": record["clean"],
+                "build": record["build"],
+                "threads": record["torch_threads"],
+                "methods": ", ".join(record.get("runs", {})),
+                "kept across restarts": ", ".join(
+                    m for restart in record.get("resumed", []) for m in restart["kept"]
+                )
+                or "–",
+                "finished": record.get("finished", ""),
+            }
+        )
     return pd.DataFrame(
         rows,
         columns=[
@@ -240,10 +244,6 @@ def blocks_overview(profile: str) -> pd.DataFrame:
     )
 
 
-BLOCK_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
-"""How ``BLOCK.json`` writes ``started`` and ``finished``."""
-
-
 def block_times(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """What each finished block of ``profile`` (every set) cost, from its ``BLOCK.json``
     alone: its machine build, its runs' wall times (fewest, median and most seconds, and
@@ -256,27 +256,25 @@ def block_times(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     where it matters. ``(tidy, display)``; tidy: one row per block, seconds; both empty
     without a finished block."""
     rows = []
-    root = blocks_dir(profile)
-    for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        for block, record in finished_blocks(set_folder).items():
-            walls = {m: float(run["wall_time"]) for m, run in record.get("runs", {}).items()}
-            rows.append(
-                {
-                    "profile": profile,
-                    "block_set": set_folder.name,
-                    "block": block,
-                    "seed": record["seed"],
-                    "build": record["build"],
-                    "runs": len(walls),
-                    "run_min_s": min(walls.values(), default=np.nan),
-                    "run_median_s": statistics.median(walls.values()) if walls else np.nan,
-                    "run_max_s": max(walls.values(), default=np.nan),
-                    "at2po_s": walls.get("at2po", np.nan),
-                    "start_to_swap_s": _span_s(record),
-                    "joins": len(record.get("joined", [])),
-                    "restarts": len(record.get("resumed", [])),
-                }
-            )
+    for set_folder, block, record in _finished_records(profile):
+        walls = {m: float(run["wall_time"]) for m, run in record.get("runs", {}).items()}
+        rows.append(
+            {
+                "profile": profile,
+                "block_set": set_folder.name,
+                "block": block,
+                "seed": record["seed"],
+                "build": record["build"],
+                "runs": len(walls),
+                "run_min_s": min(walls.values(), default=np.nan),
+                "run_median_s": statistics.median(walls.values()) if walls else np.nan,
+                "run_max_s": max(walls.values(), default=np.nan),
+                "at2po_s": walls.get("at2po", np.nan),
+                "start_to_swap_s": _span_s(record),
+                "joins": len(record.get("joined", [])),
+                "restarts": len(record.get("resumed", [])),
+            }
+        )
     tidy = pd.DataFrame(rows)
     if tidy.empty:
         return tidy, pd.DataFrame()
@@ -305,7 +303,7 @@ def _span_s(record: dict) -> float:
     if not (record.get("started") and record.get("finished")):
         return np.nan
     started, finished = (
-        datetime.strptime(record[key], BLOCK_TIME_FORMAT) for key in ("started", "finished")
+        datetime.strptime(record[key], TIME_FORMAT) for key in ("started", "finished")
     )
     return (finished - started).total_seconds()
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..util.provenance import TIME_FORMAT
 from .base import IndexMismatchError, RetrievalError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,7 +43,7 @@ def write_metadata(index_dir: str | Path, meta: dict[str, Any]) -> Path:
     path = Path(index_dir) / META_FILE
     record = {
         "format_version": FORMAT_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": time.strftime(TIME_FORMAT),
         **meta,
     }
     tmp = path.with_suffix(".json.tmp")

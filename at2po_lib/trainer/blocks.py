@@ -88,7 +88,7 @@ from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock, lock_holder
-from ..util.provenance import machine_build, run_metadata
+from ..util.provenance import TIME_FORMAT, machine_build, run_metadata
 from ..util.staging import discard, recover, staging_path, swap_in
 from . import run_folder
 from .block_records import (
@@ -611,7 +611,7 @@ def _swap_in_block(
         **record,
         "runs": {m: runs[m] for m in block_set.methods},
         "status": "finished",
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished": time.strftime(TIME_FORMAT),
     }
     staging = staging_path(folder)
     _write_record(staging, record)

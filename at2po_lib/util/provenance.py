@@ -40,6 +40,10 @@ OUTPUT_PATHS = ("results", "figures", "README.md", "docs/toy_study.md")
 there do not change the code that produced a result, so they do not make a revision dirty."""
 
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+"""How records write a time (``created``, a block's ``started`` and ``finished``)."""
+
+
 def git_revision() -> str:
     """Current commit, with ``-dirty`` when tracked files other than :data:`OUTPUT_PATHS` have
     uncommitted changes (the code differs from the commit), or ``unknown``."""
@@ -173,7 +177,7 @@ def run_metadata(
         "writer": writer if isinstance(writer, str) else function_name(writer),
         "command": command or current_command(),
         "git_revision": git_revision(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": time.strftime(TIME_FORMAT),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": package_versions(),
