@@ -451,6 +451,8 @@ def _bootstrap(
     rng = np.random.default_rng(seed)
     index = rng.integers(0, len(prompts), size=(draws, len(prompts)))
     boot = np.array([statistic(prompts.iloc[i]) for i in index])
+    if np.isnan(boot).all():  # a score constant within every tree has no rank correlation
+        return float(values), np.nan, np.nan
     lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     return float(values), float(lo), float(hi)
 
