@@ -133,6 +133,16 @@ class AT2POConfig(GRPOConfig):
             "single padded batch."
         },
     )
+    loss_shared_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "With loss_logp_positions='policy': pack the rows of a forward into token-trie "
+            "segments, each prefix that rows share computed once (at2po_lib.policy.shared_prefix; "
+            "the same log-probs and gradients to fp32 rounding); False: one forward per "
+            "length-sorted chunk of loss_chunk_rows rows. How the sums are laid out, not what "
+            "they compute: not among a run's settings."
+        },
+    )
     loss_logp_positions: str = field(
         default="auto",
         metadata={

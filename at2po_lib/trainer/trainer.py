@@ -30,10 +30,14 @@ loss (§7)              override of ``_compute_loss``: per-token log-probs and e
 Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
 
 - **Scored positions** (``args.loss_logp_positions``). ``"policy"``: only the tokens the policy
-  sampled (``completion_mask * tool_mask``) go through the LM head: the backbone runs on
-  length-sorted chunks of ``loss_chunk_rows`` rows (0 = one chunk) trimmed to their last scored
-  token, the hidden states of the scored positions are gathered, and the head (logits / T, as
-  TRL's fused head) gives log-probs and entropies. ``"all"``: TRL's fused LM head over every
+  sampled (``completion_mask * tool_mask``) go through the LM head (logits / T, as TRL's fused
+  head), which gives log-probs and entropies. By default (``loss_shared_prefix``) the rows of a
+  forward are packed into token-trie segments: a prefix that rows share (a prompt, a tree's
+  early turns) is computed once and padding is not computed (:mod:`at2po_lib.policy.
+  shared_prefix`: a tree-shaped attention mask; log-probs and gradients equal to the per-row
+  path to fp32 rounding; ``benchmarks/bench_tiny_step.py`` measures both). Otherwise the
+  backbone runs on length-sorted chunks of ``loss_chunk_rows`` rows (0 = one chunk) trimmed to
+  their last scored token (:func:`policy_position_logps`). ``"all"``: TRL's fused LM head over every
   completion position (prompt and observations included on CPU, where TRL does not compact).
   ``"auto"`` (default) = ``"policy"`` on a CPU, ``"all"`` on an accelerator — the CPU choice
   is measured (``benchmarks/README.md``); the accelerator choice was **not measured** (the
@@ -92,6 +96,7 @@ from trl.models import unwrap_model_for_generation
 from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
 from ..method.loss import loss_diagnostics, policy_loss
+from ..policy.shared_prefix import PACKED_ATTENTION, shared_prefix_logps
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
 from ..rollout.vllm_cpu import install_shims as install_vllm_shims
@@ -644,14 +649,8 @@ class AT2POTrainer(GRPOTrainer):
             prompt_completion = torch.cat([output["prompt_ids"], output["completion_ids"]], 1)
             attention = torch.cat([output["prompt_mask"], output["completion_mask"]], 1)
             with torch.no_grad(), self.accelerator.autocast():
-                output["ref_per_token_logps"], _ = policy_position_logps(
-                    self.ref_model,
-                    prompt_completion,
-                    attention,
-                    mask,
-                    self.temperature,
-                    self.args.loss_chunk_rows,
-                    head_fp32=self.args.cast_lm_head_to_fp32,
+                output["ref_per_token_logps"], _ = self._policy_logps(
+                    self.ref_model, prompt_completion, attention, mask, compute_entropy=False
                 )  # (B, T)
         output["advantages"] = pad_rows(list(extras["advantages"]), 0.0, width).to(device)  # (B, T)
         turn_ids = [torch.tensor(t, dtype=torch.long) for t in extras["turn_ids"]]
@@ -730,6 +729,39 @@ class AT2POTrainer(GRPOTrainer):
         logps = torch.cat(logps)[restore]  # (B, T)
         return logps, (torch.cat(entropies)[restore] if compute_entropy else None), None
 
+    def _policy_logps(
+        self,
+        model,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        compute_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (B, T) (and entropies) at the policy's ``positions`` only, at the sampling
+        temperature: shared prefixes computed once (``args.loss_shared_prefix``), else per row
+        in chunks of ``args.loss_chunk_rows``."""
+        attention = getattr(model.config, "_attn_implementation", None)
+        if self.args.loss_shared_prefix and attention in PACKED_ATTENTION:
+            return shared_prefix_logps(
+                model,
+                input_ids,
+                attention_mask,
+                positions,
+                self.temperature,
+                compute_entropy=compute_entropy,
+                head_fp32=self.args.cast_lm_head_to_fp32,
+            )
+        return policy_position_logps(
+            model,
+            input_ids,
+            attention_mask,
+            positions,
+            self.temperature,
+            self.args.loss_chunk_rows,
+            compute_entropy=compute_entropy,
+            head_fp32=self.args.cast_lm_head_to_fp32,
+        )
+
     def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """``policy_loss`` on this micro-batch, scaled for gradient accumulation like TRL."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]  # (B, P)
@@ -743,15 +775,8 @@ class AT2POTrainer(GRPOTrainer):
         mask = completion_mask * inputs["tool_mask"]  # (B, T)
         if self.logp_positions == "policy":
             with self.accelerator.autocast():
-                per_token_logps, entropies = policy_position_logps(
-                    model,
-                    input_ids,
-                    attention_mask,
-                    mask,
-                    self.temperature,
-                    self.args.loss_chunk_rows,
-                    compute_entropy=True,
-                    head_fp32=self.args.cast_lm_head_to_fp32,
+                per_token_logps, entropies = self._policy_logps(
+                    model, input_ids, attention_mask, mask, compute_entropy=True
                 )  # (B, T), (B, T)
         else:
             per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
