@@ -10,10 +10,7 @@ the logged steps for the notebook's summary.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 from transformers import TrainerCallback
@@ -21,23 +18,9 @@ from transformers import TrainerCallback
 from ..config.profile import load_profile
 from ..trainer.run import train
 from ..trainer.warmstart import ensure_warmstart
-from ..util.paths import results_dir
+from ..util.paths import results_dir, results_moved_to
 
 LIVE_METRICS = ("reward", "entropy")
-
-
-@contextlib.contextmanager
-def _results_in(folder: Path) -> Iterator[None]:
-    """``AT2PO_RESULTS`` pointed at ``folder`` for the block (run folders are made there)."""
-    before = os.environ.get("AT2PO_RESULTS")
-    os.environ["AT2PO_RESULTS"] = str(folder)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("AT2PO_RESULTS", None)
-        else:
-            os.environ["AT2PO_RESULTS"] = before
 
 
 def _callback_base() -> type:
@@ -77,7 +60,7 @@ def live_run(
     merged.setdefault("policy", {}).update({"model": str(policy)})
     scratch = results_dir("executed", profile, "live")
     curves = StepRecorder()
-    with _results_in(scratch):
+    with results_moved_to(scratch):
         result = train(
             profile, method, seed, force=True, profile_overrides=merged, callbacks=[curves]
         )

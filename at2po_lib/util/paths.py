@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 _MARKERS = ("configs", "at2po_lib")
 
@@ -58,3 +60,18 @@ def figures_dir() -> Path:
     path = Path(base).resolve() if base else repo_root() / "figures"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def results_moved_to(folder: Path) -> Iterator[None]:
+    """``AT2PO_RESULTS`` pointed at ``folder`` for the block: run folders are made, and records
+    read, there (a scratch run that no table reads)."""
+    before = os.environ.get("AT2PO_RESULTS")
+    os.environ["AT2PO_RESULTS"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("AT2PO_RESULTS", None)
+        else:
+            os.environ["AT2PO_RESULTS"] = before
