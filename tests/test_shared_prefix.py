@@ -65,23 +65,26 @@ def test_the_packed_layout_counts_each_shared_token_once():
     assert wide.real_tokens == 7 + 7 + 4 + 4
     # Distinct: A's 7, B's own 15 (it shares 6 with A), C's 20 (it shares the prompt), D's 4.
     assert wide.distinct_tokens == 7 + 1 + 1 + 4
-    assert wide.input_ids.shape == (1, 13)
+    assert [tuple(c.input_ids.shape) for c in wide.calls] == [(1, 13)]
     assert wide.labels.numel() == int(scored.sum())
     # At the default capacity (the longest path, 7) A + B would need 8: every row stands alone,
-    # first-fit decreasing puts C and D (4 + 4 > 7) apart too.
+    # first-fit decreasing puts C and D (4 + 4 > 7) apart too, and the 4-token segments (below
+    # CALL_FILL of 7) take a call of their own.
     tight = pack_rows(ids, mask, scored)
-    assert tight.input_ids.shape == (4, 7)
-    assert tight.distinct_tokens == tight.real_tokens == 22
-    # At 9 the tree fits (A 7 + B's 1 + C's 1) and D takes a segment of its own.
-    assert pack_rows(ids, mask, scored, width=9).input_ids.shape == (2, 9)
+    assert [tuple(c.input_ids.shape) for c in tight.calls] == [(2, 7), (2, 4)]
+    assert tight.distinct_tokens == tight.real_tokens == tight.slots == 22
+    # At 9 the tree fits (A 7 + B's 1 + C's 1) and D takes a segment, and a call, of its own.
+    nine = pack_rows(ids, mask, scored, width=9)
+    assert [tuple(c.input_ids.shape) for c in nine.calls] == [(1, 9), (1, 4)]
 
 
 def test_a_wide_segment_shares_the_tree_and_attends_along_paths_only():
     ids, mask, scored = _trl_layout(TREE)
     packed = pack_rows(ids, mask, scored, width=13)
-    allowed = packed.attention_bias[0, 0] == 0  # (W, W)
-    tokens = packed.input_ids[0].tolist()
-    positions = packed.position_ids[0].tolist()
+    (call,) = packed.calls
+    allowed = call.attention_bias[0, 0] == 0  # (W, W)
+    tokens = call.input_ids[0].tolist()
+    positions = call.position_ids[0].tolist()
     # Every slot attends exactly its path so far: as many keys as its position + 1.
     assert allowed.sum(dim=1).tolist() == [p + 1 for p in positions]
     # D's tokens see nothing of the tree, and the tree's nothing of D.

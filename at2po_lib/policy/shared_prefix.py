@@ -42,7 +42,11 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PACKED_ATTENTION", "PackedRows", "pack_rows", "shared_prefix_logps"]
+__all__ = ["PACKED_ATTENTION", "PackedCall", "PackedRows", "pack_rows", "shared_prefix_logps"]
+
+CALL_FILL = 0.75
+"""A segment joins the backbone call of wider segments while it fills at least this share of
+their width (less: a call of its own, so padding and masked attention stay small)."""
 
 PACKED_ATTENTION = ("sdpa", "eager")
 """Attention implementations that take the packed layout's (S, 1, W, W) additive mask as given
@@ -50,30 +54,46 @@ PACKED_ATTENTION = ("sdpa", "eager")
 
 
 @dataclass
-class PackedRows:
-    """A batch's rows as segments of a token trie (module docstring).
+class PackedCall:
+    """Segments of one width, run through the backbone in one call.
 
     Attributes:
         input_ids: (S, W) the distinct tokens of each segment (0 in padding slots).
         position_ids: (S, W) each token's index on its path (0 in padding slots).
         attention_bias: (S, 1, W, W) additive mask, 0 where a token attends, the dtype's
             minimum elsewhere.
-        state_slot: (N,) flat slot (segment * W + column) of the state that predicts each
-            scored token, in the order of ``scored_index``.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_bias: torch.Tensor
+
+
+@dataclass
+class PackedRows:
+    """A batch's rows as segments of a token trie (module docstring).
+
+    Attributes:
+        calls: the segments, in calls of similar width.
+        state_slot: (N,) slot of the state that predicts each scored token in the calls'
+            flattened outputs, concatenated (call by call, segment * W + column).
         labels: (N,) each scored token's id.
         scored_index: (N,) each scored token's flat index in the (B, T) completion grid.
         real_tokens: tokens of the rows' paths (what a per-row forward computes).
         distinct_tokens: tokens the packed forward computes (padding slots excluded).
     """
 
-    input_ids: torch.Tensor
-    position_ids: torch.Tensor
-    attention_bias: torch.Tensor
+    calls: list[PackedCall]
     state_slot: torch.Tensor
     labels: torch.Tensor
     scored_index: torch.Tensor
     real_tokens: int
     distinct_tokens: int
+
+    @property
+    def slots(self) -> int:
+        """Positions the backbone computes, padding included."""
+        return sum(c.input_ids.numel() for c in self.calls)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -116,10 +136,15 @@ def _prompt_groups(rows: list[int], paths: list[list[int]], prompt_lens: list[in
 
 
 def _first_fit_decreasing(groups: list[_Group], capacity: int) -> list[list[_Group]]:
-    """Groups into as few segments of ``capacity`` tokens as first-fit decreasing finds."""
+    """Groups into as few segments of ``capacity`` tokens as first-fit decreasing finds (a
+    group larger than ``capacity`` takes a segment of its own)."""
     bins: list[list[_Group]] = []
     room: list[int] = []
     for group in sorted(groups, key=lambda g: -g.size):
+        if group.size > capacity:
+            bins.append([group])
+            room.append(0)
+            continue
         for i, free in enumerate(room):
             if group.size <= free:
                 bins[i].append(group)
@@ -165,50 +190,77 @@ def pack_rows(
         prompt_lens.append(int(prompt.numel()))
     rows = [r for r in range(b) if need[r] > 0] or [0]  # none scored: one row keeps the graph
     rows.sort(key=lambda r: paths[r])
-    capacity = max(width, max(len(paths[r]) for r in rows), 1)
-    bins = _first_fit_decreasing(_prompt_groups(rows, paths, prompt_lens, capacity), capacity)
+    longest = max(len(paths[r]) for r in rows)
+    capacity = width or longest
+    # A group may exceed the capacity only by rows that do not fit it whole.
+    groups = _prompt_groups(rows, paths, prompt_lens, max(capacity, longest))
+    bins = _first_fit_decreasing(groups, capacity)
+    sizes = [sum(g.size for g in groups) for groups in bins]
+    order = sorted(range(len(bins)), key=lambda i: -sizes[i])
 
-    # Lay out each segment; slots[r][i] = column of path token i of row r in its segment.
-    n_seg, w = len(bins), max(sum(g.size for g in groups) for groups in bins)
-    packed_ids = torch.zeros(n_seg, w, dtype=torch.long)
-    packed_pos = torch.zeros(n_seg, w, dtype=torch.long)
-    allowed = torch.eye(w, dtype=torch.bool).repeat(n_seg, 1, 1)  # padding attends to itself
-    lower = torch.ones(capacity, capacity, dtype=torch.bool).tril()
-    seg_of: dict[int, int] = {}
-    slots: dict[int, torch.Tensor] = {}
-    for s, groups in enumerate(bins):
-        filled = 0
-        for group in groups:
-            before: torch.Tensor | None = None
-            for r, shared in zip(group.rows, group.shared):
-                path = paths[r]
-                fresh = torch.arange(filled, filled + len(path) - shared)
-                own = fresh if before is None else torch.cat([before[:shared], fresh])
-                packed_ids[s, fresh] = torch.tensor(path[shared:], dtype=torch.long)
-                packed_pos[s, fresh] = torch.arange(shared, len(path))
-                # the row's path attends causally along itself
-                allowed[s][own[:, None], own[None, :]] |= lower[: len(path), : len(path)]
-                filled += len(path) - shared
-                seg_of[r], slots[r], before = s, own, own
-    bias = torch.zeros(n_seg, 1, w, w, dtype=dtype)
-    bias.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    # Calls: segments of similar width (each at least CALL_FILL of its call's widest).
+    calls_bins: list[list[int]] = []
+    for i in order:
+        if calls_bins and sizes[i] >= CALL_FILL * sizes[calls_bins[-1][0]]:
+            calls_bins[-1].append(i)
+        else:
+            calls_bins.append([i])
+    calls: list[PackedCall] = []
+    seg_base: dict[int, int] = {}  # bin -> flat slot of its first column
+    width_of: dict[int, int] = {}
+    offset = 0
+    for members in calls_bins:
+        w = sizes[members[0]]
+        for k, i in enumerate(members):
+            seg_base[i], width_of[i] = offset + k * w, w
+        offset += len(members) * w
+    slots: dict[int, torch.Tensor] = {}  # row -> flat slot of each path token
+    for members in calls_bins:
+        w = sizes[members[0]]
+        packed_ids = torch.zeros(len(members), w, dtype=torch.long)
+        packed_pos = torch.zeros(len(members), w, dtype=torch.long)
+        allowed = torch.eye(w, dtype=torch.bool).repeat(len(members), 1, 1)  # padding: itself
+        for s, i in enumerate(members):
+            filled = 0
+            for group in bins[i]:
+                before: torch.Tensor | None = None
+                for r, shared in zip(group.rows, group.shared):
+                    path = paths[r]
+                    fresh = torch.arange(filled, filled + len(path) - shared)
+                    own = fresh if before is None else torch.cat([before[:shared], fresh])
+                    packed_ids[s, fresh] = torch.tensor(path[shared:], dtype=torch.long)
+                    packed_pos[s, fresh] = torch.arange(shared, len(path))
+                    # the row's path attends causally along itself
+                    n = len(path)
+                    allowed[s][own[:, None], own[None, :]] |= torch.ones(
+                        n, n, dtype=torch.bool
+                    ).tril()
+                    filled += n - shared
+                    slots[r], before = seg_base[i] + own, own
+        bias = torch.zeros(len(members), 1, w, w, dtype=dtype)
+        bias.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+        calls.append(
+            PackedCall(
+                packed_ids.to(input_ids.device),
+                packed_pos.to(input_ids.device),
+                bias.to(input_ids.device),
+            )
+        )
 
     state_slot, labels, scored_index = [], [], []
     for r in rows:
         js = torch.nonzero(scored[r], as_tuple=True)[0]  # (n_r,) completion columns
-        state_slot.append(seg_of[r] * w + slots[r][prompt_lens[r] + js - 1])
+        state_slot.append(slots[r][prompt_lens[r] + js - 1])
         labels.append(ids_host[r, prompt_width + js])
         scored_index.append(r * t + js)
     device = input_ids.device
     return PackedRows(
-        input_ids=packed_ids.to(device),
-        position_ids=packed_pos.to(device),
-        attention_bias=bias.to(device),
+        calls=calls,
         state_slot=torch.cat(state_slot).to(device),
         labels=torch.cat(labels).to(device),
         scored_index=torch.cat(scored_index).to(device),
         real_tokens=sum(len(paths[r]) for r in rows),
-        distinct_tokens=sum(g.size for groups in bins for g in groups),
+        distinct_tokens=sum(sizes),
     )
 
 
@@ -230,13 +282,17 @@ def shared_prefix_logps(
     b, t = positions.shape
     backbone, head = model.base_model, model.get_output_embeddings()
     packed = pack_rows(input_ids, attention_mask, positions, width, dtype=head.weight.dtype)
-    hidden = backbone(
-        input_ids=packed.input_ids,
-        position_ids=packed.position_ids,
-        attention_mask=packed.attention_bias,
-        use_cache=False,
-    ).last_hidden_state  # (S, W, H)
-    flat = hidden.reshape(-1, hidden.size(-1))  # (S * W, H)
+    flat = torch.cat(
+        [
+            backbone(
+                input_ids=call.input_ids,
+                position_ids=call.position_ids,
+                attention_mask=call.attention_bias,
+                use_cache=False,
+            ).last_hidden_state.flatten(0, 1)  # (S * W, H)
+            for call in packed.calls
+        ]
+    )  # (all slots, H)
     # The head once per distinct state; each scored token reads its state's row.
     distinct, state_of = torch.unique(packed.state_slot, return_inverse=True)  # (U,), (N,)
     states = flat[distinct]  # (U, H)
