@@ -34,3 +34,24 @@ def test_a_different_number_is_named(tmp_path):
     b = _run(tmp_path / "b", eval_time=3.1, em=0.25)
     _, differences = compare_runs.compare_run(a, b)
     assert differences == ["eval.jsonl row 0: ['em']", "outcomes.csv"]
+
+
+def _results(root: Path, em: float) -> Path:
+    _run(root / "runs" / "tiny" / "grpo" / "seed0", eval_time=1.0, em=em)
+    return root
+
+
+def test_a_tolerance_accepts_rounding_and_says_how_large_it_was(tmp_path, capsys):
+    a = _results(tmp_path / "a", 0.5)
+    b = _results(tmp_path / "b", 0.50000002)  # a relative difference of 4e-8
+    assert compare_runs.main([str(a), str(b)]) == 1  # exact by default
+    assert "DIFFERENCES FOUND" in capsys.readouterr().out
+    assert compare_runs.main([str(a), str(b), "--rtol", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "eval.jsonl within tolerance" in out
+    assert "ALL WITHIN TOLERANCE (rtol 1e-06, atol 0; largest relative difference 4.00e-08)" in out
+    # beyond the tolerance it is a difference again
+    c = _results(tmp_path / "c", 0.51)
+    assert compare_runs.main([str(a), str(c), "--rtol", "1e-6"]) == 1
+    assert compare_runs.main([str(a), str(a), "--rtol", "1e-6"]) == 0
+    assert capsys.readouterr().out.strip().endswith("ALL IDENTICAL")
