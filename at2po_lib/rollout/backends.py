@@ -47,6 +47,8 @@ from transformers import AttentionInterface
 
 from .decoding import decode_capture, decode_dtype, decode_grouping
 from .kvcache import BatchCache, KVPrefix, RowCache
+from .lean import LeanForward, lean_forward_for
+from .packing import plan_chunks, unique_rows
 from .sampling import SamplingSpec, sample_step
 from .session import RoundSession
 from .stops import StopMatcher
@@ -201,9 +203,14 @@ class HFBackend:
         dtype: str = "auto",
         grouping: str = "auto",
         capture: str = "auto",
+        lean: bool = True,
+        packed_prefill: bool = True,
     ) -> None:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
+        self.packed_prefill = packed_prefill
+        """Prefill in length-sorted chunks, each distinct context once (:mod:`.packing`); False:
+        one padded batch per ``max_batch_size`` rows in request order (before issue #62)."""
         self.keeps_cache = keep_cache
         self.max_batch_size = max_batch_size
         self.compact_below = compact_below
@@ -252,6 +259,13 @@ class HFBackend:
         if attention == GROUPED_ATTENTION:
             _register_grouped_attention()
         self.attention = attention
+        self.lean: LeanForward | None = (
+            lean_forward_for(model, grouped_attention)
+            if lean and attention == GROUPED_ATTENTION
+            else None
+        )
+        """The model's operators without its module machinery (:mod:`.lean`; bit-identical),
+        where the model is one it replicates; None calls the model."""
         # transformers renamed ``past_key_values`` to ``cache`` (5.x); accept either.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
         params = inspect.signature(base.forward).parameters
@@ -303,27 +317,64 @@ class HFBackend:
 
     @torch.inference_mode()
     def prefill(self, contexts: Sequence[list[int]]) -> list[KVPrefix | None]:
-        """Caches of ``context[:-1]`` for each context (shared by all chains of a prompt)."""
+        """Caches of ``context[:-1]`` for each context (shared by all chains of a prompt). With
+        :attr:`packed_prefill` a context that occurs several times (the sampled metric's k
+        copies of a question) is run once and its copies share one prefix (a prefix is read,
+        never written: every decode call copies it into its own buffer)."""
         if not self.keeps_cache:
             return [None] * len(contexts)
-        out: list[KVPrefix | None] = []
+        if self.packed_prefill:
+            firsts, owner = unique_rows(contexts)
+        else:
+            firsts, owner = list(range(len(contexts))), list(range(len(contexts)))
+        heads = [list(contexts[i][:-1]) for i in firsts]
         with self._decoding():
-            for start in range(0, len(contexts), self.max_batch_size):
-                chunk = [list(c[:-1]) for c in contexts[start : start + self.max_batch_size]]
-                cache = BatchCache(
-                    [None] * len(chunk),
-                    self.num_layers,
-                    self.num_kv_heads,
-                    self.head_dim,
-                    max(max(map(len, chunk)), 1),
-                    self.dtype,
-                    self.device,
-                )
-                self._forward_pending(cache, chunk, [0] * len(chunk))
-                out.extend(cache.extract(counts=[len(c) for c in chunk], release=True))
-        return out
+            prefixes, _ = self._prefill_chunks(
+                [None] * len(heads), heads, [0] * len(heads), self._chunks(heads, [0] * len(heads))
+            )
+        return [prefixes[o] for o in owner]
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _chunks(self, pending: list[list[int]], cached: list[int]) -> list[list[int]]:
+        """Rows of each prefill forward: length-sorted chunks (:mod:`.packing`) with
+        :attr:`packed_prefill`, else consecutive runs of ``max_batch_size`` rows."""
+        if self.packed_prefill:
+            return plan_chunks([len(p) for p in pending], cached, self.max_batch_size)
+        size = self.max_batch_size
+        return [list(range(s, min(s + size, len(pending)))) for s in range(0, len(pending), size)]
+
+    def _prefill_chunks(
+        self,
+        prefixes: Sequence[KVPrefix | None],
+        pending: list[list[int]],
+        cached: list[int],
+        chunks: list[list[int]],
+    ) -> tuple[list[KVPrefix], torch.Tensor]:
+        """Run each row's ``pending`` tokens after its prefix, one forward per chunk of rows;
+        returns every row's prefix extended by its pending tokens and the last logits (B, V)."""
+        extended: list[KVPrefix | None] = [None] * len(pending)
+        logits: torch.Tensor | None = None
+        for rows in chunks:
+            cache = BatchCache(
+                [prefixes[r] for r in rows],
+                self.num_layers,
+                self.num_kv_heads,
+                self.head_dim,
+                max(max(len(pending[r]) for r in rows), 1),
+                self.dtype,
+                self.device,
+            )
+            part = self._forward_pending(
+                cache, [pending[r] for r in rows], [cached[r] for r in rows]
+            )
+            if logits is None:
+                logits = part.new_empty((len(pending), part.shape[-1]))
+            logits[torch.tensor(rows, device=part.device)] = part
+            counts = [cached[r] + len(pending[r]) for r in rows]
+            for row, prefix in zip(rows, cache.extract(counts=counts, release=True)):
+                extended[row] = prefix
+        return extended, logits
 
     def _forward_pending(
         self, cache: BatchCache, pending: list[list[int]], start_positions: list[int]
@@ -353,16 +404,26 @@ class HFBackend:
         self, cache: BatchCache, ids: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
         bias = cache.attention_bias(valid, self.dtype)
+        logits = self._last_logits(ids, bias, positions, cache.cache)
+        cache.advance(ids.shape[1])
+        self.stats.forward_calls += 1
+        return logits
+
+    def _last_logits(
+        self, ids: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, cache
+    ) -> torch.Tensor:
+        """The model on ``ids`` at ``positions`` with the additive mask ``bias``, writing into
+        ``cache``; the last position's logits (B, V): the lean forward where there is one."""
+        if self.lean is not None:
+            return self.lean(ids, bias, positions, cache)
         out = self.model(
             input_ids=ids,
             attention_mask=bias,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
-            **{self._cache_kwarg: cache.cache},
+            **{self._cache_kwarg: cache},
         )
-        cache.advance(ids.shape[1])
-        self.stats.forward_calls += 1
         return out.logits[:, -1]
 
     def forward_rows(
@@ -377,15 +438,7 @@ class HFBackend:
         ``columns`` (b, q; = positions) over the first ``width`` columns; returns the last
         query's logits (b, V)."""
         bias = cache.plan(rows, columns, width, self.dtype)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=bias,
-            position_ids=columns,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache.cache},
-        )
-        return out.logits[:, -1]
+        return self._last_logits(ids, bias, columns, cache.cache)
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
         if not self.keeps_cache or request.prefix is None:
@@ -408,16 +461,7 @@ class HFBackend:
         pending = [r.context[c:] for r, c in zip(requests, cached)]
         budget = torch.tensor([r.max_new_tokens for r in requests], device=self.device)
         max_new = max(r.max_new_tokens for r in requests)
-        cache = BatchCache(
-            prefixes,
-            self.num_layers,
-            self.num_kv_heads,
-            self.head_dim,
-            max(map(len, pending)) + max_new,
-            self.dtype,
-            self.device,
-        )
-        logits = self._forward_pending(cache, pending, cached)
+        cache, logits = self._start_batch(prefixes, pending, cached, max_new)
 
         batch0 = len(requests)
         rows = torch.arange(batch0, device=self.device)  # batch row -> request index
@@ -475,6 +519,33 @@ class HFBackend:
         n_gen = generated.tolist()
         self.stats.generated_tokens += sum(n_gen)
         return self._assemble(log, n_gen, stopped.tolist(), out_prefix)
+
+    def _start_batch(
+        self,
+        prefixes: list[KVPrefix | None],
+        pending: list[list[int]],
+        cached: list[int],
+        max_new: int,
+    ) -> tuple[BatchCache, torch.Tensor]:
+        """The decode cache of a turn call with every row's pending tokens run, and their last
+        logits. Rows that pad badly against each other are run in chunks first (their prefixes
+        extended, then loaded); one chunk runs in the decode cache itself."""
+        chunks = self._chunks(pending, cached)
+        if len(chunks) > 1:
+            prefixes, logits = self._prefill_chunks(prefixes, pending, cached, chunks)
+            pending = [[] for _ in pending]
+        cache = BatchCache(
+            prefixes,
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            max(map(len, pending)) + max_new,
+            self.dtype,
+            self.device,
+        )
+        if len(chunks) == 1:
+            logits = self._forward_pending(cache, pending, cached)
+        return cache, logits
 
     def _record(
         self, log: _TurnLog, rows: torch.Tensor, active: torch.Tensor, step, batch0: int
