@@ -13,6 +13,7 @@ from at2po_lib.rollout.agent import rollout_chains, turn_stops
 from at2po_lib.rollout.backends import GROUPED_ATTENTION, HFBackend, grouped_attention
 from at2po_lib.rollout.backends import attention_implementation, make_backend
 from at2po_lib.rollout.kvcache import BatchCache
+from at2po_lib.rollout.flops import causal_pairs, rollout_flops, token_costs
 from at2po_lib.rollout.lean import lean_forward_for
 from at2po_lib.rollout.packing import chunk_cost, plan_chunks, unique_rows
 from at2po_lib.rollout.sampling import SamplingSpec
@@ -221,3 +222,37 @@ def test_tree_rollout_before_and_after(smoke_toy):
         )
         trees[new] = [[n.token_ids for n in t.nodes] for t in grown]
     assert trees[False] == trees[True]
+
+
+def test_token_costs_by_hand(model):
+    """The tag-biased stand-in: hidden 32, 2 layers, 4 heads of 8, 2 KV heads, FFN 64."""
+    costs = token_costs(model.config)
+    per_layer = 32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64
+    assert costs.per_token == 2 * 2 * per_layer
+    assert costs.per_pair == 4 * 2 * 4 * 8
+    assert costs.per_logit_row == 2 * 32 * model.config.vocab_size
+    assert causal_pairs(0, 3) == 1 + 2 + 3
+    assert causal_pairs(10, 2) == 11 + 12
+
+
+def test_attention_pairs_count_every_real_token_once(model, tokenizer, contexts):
+    """A row fed its context from position 0, then each sampled token but its last: the pairs
+    of one causal sequence of ``len(context) + generated - 1`` tokens, padding not counted."""
+    for new in (False, True):
+        backend = HFBackend(
+            model, tokenizer, SamplingSpec(), STOPS, seed=2, lean=new, packed_prefill=new
+        )
+        results = backend.generate_turns([TurnRequest(c, 9) for c in contexts])
+        expected = sum(
+            causal_pairs(0, len(c) + len(r.token_ids) - 1) for c, r in zip(contexts, results)
+        )
+        assert backend.stats.attention_pairs == expected
+        flops = rollout_flops(model.config, backend.stats)
+        costs = token_costs(model.config)
+        tokens = backend.stats.prefill_tokens + backend.stats.decode_tokens
+        assert tokens == sum(len(c) + len(r.token_ids) - 1 for c, r in zip(contexts, results))
+        assert flops == pytest.approx(
+            tokens * costs.per_token
+            + expected * costs.per_pair
+            + backend.stats.generated_tokens * costs.per_logit_row
+        )

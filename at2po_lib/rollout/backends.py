@@ -46,6 +46,7 @@ import torch
 from transformers import AttentionInterface
 
 from .decoding import decode_capture, decode_dtype, decode_grouping
+from .flops import causal_pairs
 from .kvcache import BatchCache, KVPrefix, RowCache
 from .lean import LeanForward, lean_forward_for
 from .packing import plan_chunks, unique_rows
@@ -398,6 +399,9 @@ class HFBackend:
         )
         logits = self._forward(cache, ids, valid, positions)
         self.stats.prefill_tokens += sum(map(len, pending))
+        self.stats.attention_pairs += sum(
+            causal_pairs(first, len(tokens)) for tokens, first in zip(pending, start_positions)
+        )
         return logits
 
     def _forward(
@@ -510,6 +514,7 @@ class HFBackend:
             next_pos[rows] += active.long()
             logits = self._forward(cache, ids, active[:, None], positions)
             for owner, g in zip(owners, going):
+                self.stats.attention_pairs += (filled[owner] + 1) * g
                 filled[owner] += g
             self.stats.decode_tokens += live
         if self.keeps_cache:

@@ -32,6 +32,7 @@ from typing import Protocol, Sequence
 import torch
 
 from .capture import StaticStep, captured_step
+from .flops import causal_pairs
 from .kvcache import KVPrefix, RowCache
 from .sampling import SamplingSpec, sample_step
 from .stops import StopMatcher
@@ -230,6 +231,7 @@ class RoundSession:
         if self.states is not None:
             self.states[:, rows] = 0
         for p, tokens in zip(positions, pending):
+            b.stats.attention_pairs += causal_pairs(cache.lengths[p], len(tokens))
             cache.lengths[p] += len(tokens)
             self.in_turn[p] = True
             self.turns[p] = _Turn()
@@ -347,6 +349,7 @@ class RoundSession:
         self.lengths_t += self.active.long()
         for p in going:
             cache.lengths[p] += 1
+            b.stats.attention_pairs += cache.lengths[p]
         b.stats.decode_tokens += len(going)
 
     def _captured(self) -> StaticStep:
