@@ -15,7 +15,7 @@ from at2po_lib.rollout.backends import attention_implementation, make_backend
 from at2po_lib.rollout.kvcache import BatchCache
 from at2po_lib.rollout.flops import causal_pairs, rollout_flops, token_costs
 from at2po_lib.rollout.lean import lean_forward_for
-from at2po_lib.rollout.packing import chunk_cost, plan_chunks, unique_rows
+from at2po_lib.rollout.packing import CHUNK_TOKENS, chunk_cost, plan_chunks, unique_rows
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.stand_ins import tag_biased_policy
 from at2po_lib.rollout.trees import rollout_trees
@@ -100,6 +100,8 @@ def test_plan_chunks_by_hand():
     capped = plan_chunks([10] * 5, [0] * 5, max_rows=2)
     assert sorted(r for c in capped for r in c) == list(range(5))
     assert max(map(len, capped)) <= 2
+    wide = plan_chunks([CHUNK_TOKENS // 2] * 3 + [2 * CHUNK_TOKENS], [0] * 4, max_rows=8)
+    assert sorted(map(len, wide)) == [1, 1, 2]  # at most CHUNK_TOKENS positions; a long row alone
     # the split is taken because it is cheaper in the cost model
     one = chunk_cost(5, 210, 0)
     two = chunk_cost(3, 6, 0) + chunk_cost(2, 210, 0)
@@ -121,6 +123,7 @@ def _turns(model, tokenizer, contexts, new: bool, temperature: float):
         seed=5,
         lean=new,
         packed_prefill=new,
+        fused_prefill=new,
     )
     first = backend.generate_turns([TurnRequest(c, 10) for c in contexts])
     obs = tokenizer.encode(" <result> some passage text </result> ")
@@ -172,6 +175,7 @@ def _answers(toy, new: bool, greedy: bool, repeat: int = 1):
         greedy=greedy,
         lean=new,
         packed_prefill=new,
+        fused_prefill=new,
     )
     trajectories = rollout_chains(
         toy.model,
@@ -207,6 +211,7 @@ def test_tree_rollout_before_and_after(smoke_toy):
             seed=1,
             lean=new,
             packed_prefill=new,
+            fused_prefill=new,
         )
         grown = rollout_trees(
             toy.model,
@@ -240,7 +245,14 @@ def test_attention_pairs_count_every_real_token_once(model, tokenizer, contexts)
     of one causal sequence of ``len(context) + generated - 1`` tokens, padding not counted."""
     for new in (False, True):
         backend = HFBackend(
-            model, tokenizer, SamplingSpec(), STOPS, seed=2, lean=new, packed_prefill=new
+            model,
+            tokenizer,
+            SamplingSpec(),
+            STOPS,
+            seed=2,
+            lean=new,
+            packed_prefill=new,
+            fused_prefill=new,
         )
         results = backend.generate_turns([TurnRequest(c, 9) for c in contexts])
         expected = sum(
