@@ -98,22 +98,29 @@ class _BufferLayer(DynamicLayer):
         self.key_buffer = self.value_buffer = self.keys = self.values = None
 
 
-def _prefix_zeroed(
-    shape: tuple[int, int, int, int], width: int, dtype: torch.dtype, device: torch.device
+def _padded_buffer(
+    shape: tuple[int, int, int, int],
+    lengths: Sequence[int],
+    width: int,
+    dtype: torch.dtype,
+    device: torch.device,
 ) -> torch.Tensor:
-    """A (B, H_kv, capacity, d) buffer whose first ``width`` columns are zero and the rest
-    uninitialised. Why: the prefix columns a short row leaves empty are read by the attention
-    (and masked), so they must be finite; every later column is written by a forward before
-    any forward reads it. Zeroing the whole turn budget (768 columns of every row on the tiny
-    profile) was ~15% of a rollout's CPU time (issue #62)."""
+    """A (B, H_kv, capacity, d) buffer whose padding columns (row ``r``'s first
+    ``width - lengths[r]``) are zero and the rest uninitialised. Why: the columns a short row
+    leaves empty before its right-aligned prefix are read by the attention (and masked), so they
+    must be finite; the prefix columns are copied in and every later column is written by a
+    forward before any forward reads it. Zeroing each row's whole turn budget (768 columns on
+    the tiny profile) was ~15% of a rollout's CPU time (issue #62)."""
     buffer = torch.empty(shape, dtype=dtype, device=device)
-    buffer[:, :, :width].zero_()
+    for row, length in enumerate(lengths):
+        if length < width:
+            buffer[row, :, : width - length].zero_()
     return buffer
 
 
 def _select_filled(buffer: torch.Tensor, rows: torch.Tensor, filled: int) -> torch.Tensor:
     """``buffer.index_select(0, rows)`` where only the first ``filled`` columns are copied (the
-    others hold nothing yet: :func:`_prefix_zeroed`)."""
+    others hold nothing yet: :func:`_padded_buffer`)."""
     out = buffer.new_empty((rows.shape[0],) + tuple(buffer.shape[1:]))
     torch.index_select(buffer[:, :, :filled], 0, rows, out=out[:, :, :filled])
     return out
@@ -143,12 +150,9 @@ class BatchCache:
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         layers = []
         for layer in range(num_layers):
-            kbuf = _prefix_zeroed(
-                (batch, num_kv_heads, capacity, head_dim), self.width, dtype, device
-            )
-            vbuf = _prefix_zeroed(
-                (batch, num_kv_heads, capacity, head_dim), self.width, dtype, device
-            )
+            shape = (batch, num_kv_heads, capacity, head_dim)
+            kbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
+            vbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
             for row, (prefix, n) in enumerate(zip(prefixes, lengths)):
                 if n:  # right-align the prefix so every row's newest token is in the last column
                     kbuf[row, :, self.width - n : self.width] = prefix.keys[layer][:, :n]
