@@ -32,6 +32,24 @@ On CPU the loop swaps the model's attention for :func:`grouped_attention` (plain
 matmuls, no key/value head repetition), which is several times faster than PyTorch's CPU
 flash kernel for one-token queries; on GPU it uses ``sdpa``. Both get the same additive mask,
 so outputs agree to float precision (tested against a full recompute).
+
+Near the floor (issue #62; ``benchmarks/bench_rollout_floor.py`` prints each rollout against
+the FLOPs of its real tokens, :mod:`.flops`). Three backend options, all on by default, all
+off giving the path before it:
+
+- ``lean``: a Qwen3 runs through :mod:`.lean` (its own operators without the ``transformers``
+  module machinery: a tiny decode step's Python overhead), bit-identical;
+- ``packed_prefill``: the prefill of :meth:`HFBackend.prefill` and of a turn call's pending
+  tokens (observations, fresh contexts) runs in length-sorted chunks (:mod:`.packing`) instead
+  of one batch padded to the longest row, and a context asked several times (the sampled
+  metric's k copies of a question) is prefilled once, its prefix shared;
+- ``fused_prefill``: with ``lean``, prefill queries go through PyTorch's fused attention
+  (:func:`fused_prefill_attention`), decode steps keep :func:`grouped_attention`.
+
+None of them changes which random number goes to which row and token: rows keep their order
+in every decode batch, only the prefill is regrouped. Chunks and the fused kernel round the
+last bits otherwise (log-probabilities within ~1e-5); greedy and seeded sampled rollouts are
+tested token for token against the old path (``tests/test_rollout_packing.py``).
 """
 
 from __future__ import annotations

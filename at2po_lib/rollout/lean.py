@@ -10,7 +10,9 @@ q/k norms, rotary embedding, the cache's ``update``, :func:`~.backends.grouped_a
 output projection, the SwiGLU MLP, the final norm, the LM head on the last position), so its
 logits and the keys/values it writes are **bit-identical** to ``model(input_ids,
 attention_mask=bias, position_ids, cache, logits_to_keep=1)`` with the grouped attention
-(tested with ``torch.equal``): no sampled token, log-probability or draw changes.
+(tested with ``torch.equal``): no sampled token, log-probability or draw changes. The
+attention is the caller's: the backend passes :func:`~.backends.fused_prefill_attention` by
+default (prefill queries through PyTorch's fused kernel, fp32 rounding; decode steps unchanged).
 
 :func:`lean_forward_for` returns None for anything it does not replicate exactly (another
 architecture, a PEFT wrapper, sliding windows, a non-default rotary scaling, another
