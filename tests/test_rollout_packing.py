@@ -268,3 +268,73 @@ def test_attention_pairs_count_every_real_token_once(model, tokenizer, contexts)
             + expected * costs.per_pair
             + backend.stats.generated_tokens * costs.per_logit_row
         )
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_round_sessions_join_in_chunks_without_changing_a_token(smoke_toy, greedy):
+    """``decode_grouping = round``: the rows resumed together join in length-sorted chunks; the
+    same trees, token for token, as one padded join."""
+    toy = smoke_toy
+    cfg = toy.cfg.rollout
+    questions = [row["question"] for row in toy.rows[:6]]
+    trees = {}
+    for new in (False, True):
+        backend = make_backend(
+            toy.model,
+            toy.tokenizer,
+            cfg,
+            turn_stops(toy.template),
+            seed=4,
+            greedy=greedy,
+            grouping="round",
+            lean=new,
+            packed_prefill=new,
+            fused_prefill=new,
+        )
+        grown = rollout_trees(
+            toy.model,
+            toy.tokenizer,
+            toy.template,
+            toy.retriever,
+            questions,
+            None,
+            cfg,
+            expansion="entropy",
+            seed=4,
+            backend=backend,
+        )
+        trees[new] = [[n.token_ids for n in t.nodes] for t in grown]
+    assert trees[False] == trees[True]
+
+
+def _session_turns(model, tokenizer, contexts, new: bool):
+    backend = HFBackend(
+        model,
+        tokenizer,
+        SamplingSpec(temperature=1.0),
+        STOPS,
+        seed=6,
+        grouping="round",
+        lean=new,
+        packed_prefill=new,
+        fused_prefill=new,
+    )
+    capacity = max(map(len, contexts)) + 20
+    turns = []
+    with backend.open_session([TurnRequest(c, 8) for c in contexts], capacity) as session:
+        while finished := session.next_turns():
+            for row, result in finished:
+                turns.append((row, result.token_ids, result.logps))
+                session.close(row)
+    return turns, backend.stats.forward_calls
+
+
+def test_a_session_join_of_rows_far_apart_in_length_runs_in_chunks(model, tokenizer, contexts):
+    """The first join of a round session holds every row (30 to 310 tokens): it runs in
+    chunks, and every row samples the same tokens with the same seed."""
+    old, old_calls = _session_turns(model, tokenizer, contexts, False)
+    new, new_calls = _session_turns(model, tokenizer, contexts, True)
+    assert [(row, tokens) for row, tokens, _ in old] == [(row, tokens) for row, tokens, _ in new]
+    for (_, _, a), (_, _, b) in zip(old, new):
+        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
+    assert new_calls > old_calls
