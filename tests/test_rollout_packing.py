@@ -338,3 +338,24 @@ def test_a_session_join_of_rows_far_apart_in_length_runs_in_chunks(model, tokeni
     for (_, _, a), (_, _, b) in zip(old, new):
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
     assert new_calls > old_calls
+
+
+@torch.inference_mode()
+def test_chunks_copied_into_the_decode_cache_hold_each_rows_own_columns(model, tokenizer, contexts):
+    """A turn call's chunks write straight into the decode cache (``copy_rows_from``): each
+    row's columns there are, bit for bit, the prefix its own chunk computed (``extract``)."""
+    backend = HFBackend(model, tokenizer, SamplingSpec(), STOPS)
+    half = [c[: len(c) // 2] for c in contexts]
+    prefixes = backend.prefill(half)
+    pending = [c[len(h) - 1 :] for c, h in zip(contexts, half)]
+    cached = [p.length for p in prefixes]
+    chunks = backend._chunks(pending, cached)
+    assert len(chunks) > 1
+    with backend._decoding():
+        cache, logits = backend._start_batch(prefixes, pending, cached, max_new=4)
+        direct = cache.extract(counts=[c + len(p) for c, p in zip(cached, pending)])
+        extended, reference = backend._prefill_chunks(prefixes, pending, cached, chunks)
+    assert torch.equal(logits, reference)
+    for a, b in zip(direct, extended):
+        assert a.length == b.length
+        assert all(torch.equal(x, y) for x, y in zip(a.keys + a.values, b.keys + b.values))

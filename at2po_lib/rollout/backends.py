@@ -579,23 +579,36 @@ class HFBackend:
         max_new: int,
     ) -> tuple[BatchCache, torch.Tensor]:
         """The decode cache of a turn call with every row's pending tokens run, and their last
-        logits. Rows that pad badly against each other are run in chunks first (their prefixes
-        extended, then loaded); one chunk runs in the decode cache itself."""
+        logits. Rows that pad badly against each other run in chunks, each in a cache of its
+        own whose columns are then copied into the decode cache; one chunk runs in the decode
+        cache itself."""
         chunks = self._chunks(pending, cached)
-        if len(chunks) > 1:
-            prefixes, logits = self._prefill_chunks(prefixes, pending, cached, chunks)
-            pending = [[] for _ in pending]
-        cache = BatchCache(
-            prefixes,
-            self.num_layers,
-            self.num_kv_heads,
-            self.head_dim,
-            max(map(len, pending)) + max_new,
-            self.dtype,
-            self.device,
-        )
+        shape = (self.num_layers, self.num_kv_heads, self.head_dim)
         if len(chunks) == 1:
-            logits = self._forward_pending(cache, pending, cached)
+            cache = BatchCache(
+                prefixes, *shape, max(map(len, pending)) + max_new, self.dtype, self.device
+            )
+            return cache, self._forward_pending(cache, pending, cached)
+        lengths = [c + len(p) for c, p in zip(cached, pending)]
+        cache = BatchCache.reserved(lengths, *shape, max_new, self.dtype, self.device)
+        logits: torch.Tensor | None = None
+        for rows in chunks:
+            part_cache = BatchCache(
+                [prefixes[r] for r in rows],
+                *shape,
+                max(len(pending[r]) for r in rows),
+                self.dtype,
+                self.device,
+            )
+            part = self._forward_pending(
+                part_cache, [pending[r] for r in rows], [cached[r] for r in rows]
+            )
+            if logits is None:
+                logits = part.new_empty((len(pending), part.shape[-1]))
+            logits[torch.tensor(rows, device=part.device)] = part
+            cache.copy_rows_from(
+                rows, part_cache, [cached[r] for r in rows], [len(pending[r]) for r in rows]
+            )
         return cache, logits
 
     def _record(

@@ -154,7 +154,9 @@ class BatchCache:
             kbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
             vbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
             for row, (prefix, n) in enumerate(zip(prefixes, lengths)):
-                if n:  # right-align the prefix so every row's newest token is in the last column
+                # right-align the prefix so every row's newest token is in the last column (a
+                # prefix without tensors only reserves its columns: :meth:`reserved`)
+                if n and prefix.keys:
                     kbuf[row, :, self.width - n : self.width] = prefix.keys[layer][:, :n]
                     vbuf[row, :, self.width - n : self.width] = prefix.values[layer][:, :n]
             layers.append(_BufferLayer(kbuf, vbuf, self.width))
@@ -163,6 +165,46 @@ class BatchCache:
         self.cache = DynamicCache()
         self.cache.layers = layers
         self.filled = self.width
+
+    @classmethod
+    def reserved(
+        cls,
+        lengths: Sequence[int],
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity_after: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> BatchCache:
+        """A cache whose row ``r`` has ``lengths[r]`` valid columns, right-aligned, not filled
+        yet: :meth:`copy_rows_from` fills them from the caches the rows were prefilled in."""
+        placeholders = [KVPrefix((), (), n) for n in lengths]
+        return cls(placeholders, num_layers, num_kv_heads, head_dim, capacity_after, dtype, device)
+
+    def copy_rows_from(
+        self,
+        rows: Sequence[int],
+        source: BatchCache,
+        prefix_lengths: Sequence[int],
+        new_lengths: Sequence[int],
+    ) -> None:
+        """Fill the reserved columns of ``rows`` with row ``i`` of ``source``: its prefix of
+        ``prefix_lengths[i]`` columns (right-aligned before ``source.width``) and the
+        ``new_lengths[i]`` tokens a forward wrote after it (right-aligned before
+        ``source.filled``). Plain slice copies: no gather and no intermediate prefix, where
+        :meth:`extract` and a new cache would copy every column twice more."""
+        end, source_width, source_end = self.width, source.width, source.filled
+        for target, origin in zip(self.layers, source.layers):
+            for into, out_of in (
+                (target.key_buffer, origin.key_buffer),
+                (target.value_buffer, origin.value_buffer),
+            ):
+                for i, (row, cached, new) in enumerate(zip(rows, prefix_lengths, new_lengths)):
+                    into[row, :, end - new - cached : end - new] = out_of[
+                        i, :, source_width - cached : source_width
+                    ]
+                    into[row, :, end - new : end] = out_of[i, :, source_end - new : source_end]
 
     @property
     def layers(self) -> list[_BufferLayer]:
