@@ -39,10 +39,11 @@ off giving the path before it:
 
 - ``lean``: a Qwen3 runs through :mod:`.lean` (its own operators without the ``transformers``
   module machinery: a tiny decode step's Python overhead), bit-identical;
-- ``packed_prefill``: the prefill of :meth:`HFBackend.prefill` and of a turn call's pending
-  tokens (observations, fresh contexts) runs in length-sorted chunks (:mod:`.packing`) instead
-  of one batch padded to the longest row, and a context asked several times (the sampled
-  metric's k copies of a question) is prefilled once, its prefix shared;
+- ``packed_prefill``: a context asked several times (the sampled metric's k copies of a
+  question) is prefilled once, its prefix shared; on a CPU the prefill of
+  :meth:`HFBackend.prefill`, of a turn call's pending tokens (observations, fresh contexts) and
+  of a round session's joins runs in length-sorted chunks (:mod:`.packing`) instead of one batch
+  padded to the longest row (a GPU keeps the padded batch: :attr:`HFBackend.chunk_prefill`);
 - ``fused_prefill``: with ``lean``, prefill queries go through PyTorch's fused attention
   (:func:`fused_prefill_attention`), decode steps keep :func:`grouped_attention`.
 
@@ -255,12 +256,17 @@ class HFBackend:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
         self.packed_prefill = packed_prefill
-        """Prefill in length-sorted chunks, each distinct context once (:mod:`.packing`); False:
-        one padded batch per ``max_batch_size`` rows in request order (before issue #62)."""
+        """Prefill each distinct context once and, on a CPU, in length-sorted chunks
+        (:mod:`.packing`); False: one padded batch per ``max_batch_size`` rows in request order
+        (before issue #62)."""
         self.keeps_cache = keep_cache
         self.max_batch_size = max_batch_size
         self.compact_below = compact_below
         self.device = next(model.parameters()).device
+        self.chunk_prefill = packed_prefill and self.device.type == "cpu"
+        """Prefill rows in length-sorted chunks: on a CPU only, where :mod:`.packing`'s cost
+        model was measured; on a GPU a forward's fixed cost (a kernel launch per operator) is
+        far larger and padded rows run in parallel, so the padded batch stays."""
         on_gpu = self.device.type == "cuda"
         self.dtype = getattr(
             torch,
@@ -385,8 +391,8 @@ class HFBackend:
 
     def _chunks(self, pending: list[list[int]], cached: list[int]) -> list[list[int]]:
         """Rows of each prefill forward: length-sorted chunks (:mod:`.packing`) with
-        :attr:`packed_prefill`, else consecutive runs of ``max_batch_size`` rows."""
-        if self.packed_prefill:
+        :attr:`chunk_prefill`, else consecutive runs of ``max_batch_size`` rows."""
+        if self.chunk_prefill:
             return plan_chunks([len(p) for p in pending], cached, self.max_batch_size)
         size = self.max_batch_size
         return [list(range(s, min(s + size, len(pending)))) for s in range(0, len(pending), size)]

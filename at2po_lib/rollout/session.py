@@ -11,8 +11,9 @@ slowest row of its turn depth (``turn`` grouping: :meth:`.backends.HFBackend.gen
 Per step (B rows, the session's :class:`~.kvcache.RowCache`):
 
 1. rows resumed since the last step run their new tokens through the model, those rows only
-   (one forward of width max n_r; with the backend's ``packed_prefill``, one per length-sorted
-   chunk of them, :mod:`.packing`), and their next-token logits replace theirs;
+   (one forward of width max n_r; with the backend's ``chunk_prefill``, a CPU's default, one
+   per length-sorted chunk of them, :mod:`.packing`), and their next-token logits replace
+   theirs;
 2. every row samples; on the device ``ended = active & (stop | generated >= budget)``;
 3. one device-to-host copy (the step's only sync) brings the tokens, log-probs, entropies and
    which rows ended;
@@ -69,7 +70,7 @@ class SessionBackend(Protocol):
     generator: torch.Generator
     compact_below: float
     capture: bool
-    packed_prefill: bool
+    chunk_prefill: bool
     stats: BackendStats
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None: ...
@@ -187,12 +188,12 @@ class RoundSession:
 
     def _join(self) -> None:
         """Run the queued rows' new tokens (step 1 of the module docstring): in length-sorted
-        chunks (:mod:`.packing`) when the backend packs its prefill, else in one forward."""
+        chunks (:mod:`.packing`) when the backend chunks its prefill, else in one forward."""
         positions = sorted(self._joins)
         pending = [self._joins[p][0] for p in positions]
         budgets = [self._joins[p][1] for p in positions]
         self._joins = {}
-        if self.backend.packed_prefill:
+        if self.backend.chunk_prefill:
             lengths = [self.cache.lengths[p] for p in positions]
             chunks = plan_chunks([len(t) for t in pending], lengths, len(positions))
         else:
