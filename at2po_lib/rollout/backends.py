@@ -32,6 +32,25 @@ On CPU the loop swaps the model's attention for :func:`grouped_attention` (plain
 matmuls, no key/value head repetition), which is several times faster than PyTorch's CPU
 flash kernel for one-token queries; on GPU it uses ``sdpa``. Both get the same additive mask,
 so outputs agree to float precision (tested against a full recompute).
+
+Near the floor (issue #62; ``benchmarks/bench_rollout_floor.py`` prints each rollout against
+the FLOPs of its real tokens, :mod:`.flops`). Three backend options, all on by default, all
+off giving the path before it:
+
+- ``lean``: a Qwen3 runs through :mod:`.lean` (its own operators without the ``transformers``
+  module machinery: a tiny decode step's Python overhead), bit-identical;
+- ``packed_prefill``: a context asked several times (the sampled metric's k copies of a
+  question) is prefilled once, its prefix shared; on a CPU the prefill of
+  :meth:`HFBackend.prefill`, of a turn call's pending tokens (observations, fresh contexts) and
+  of a round session's joins runs in length-sorted chunks (:mod:`.packing`) instead of one batch
+  padded to the longest row (a GPU keeps the padded batch: :attr:`HFBackend.chunk_prefill`);
+- ``fused_prefill``: with ``lean``, prefill queries go through PyTorch's fused attention
+  (:func:`fused_prefill_attention`), decode steps keep :func:`grouped_attention`.
+
+None of them changes which random number goes to which row and token: rows keep their order
+in every decode batch, only the prefill is regrouped. Chunks and the fused kernel round the
+last bits otherwise (log-probabilities within ~1e-5); greedy and seeded sampled rollouts are
+tested token for token against the old path (``tests/test_rollout_packing.py``).
 """
 
 from __future__ import annotations
@@ -43,10 +62,14 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from .decoding import decode_capture, decode_dtype, decode_grouping
+from .flops import causal_pairs
 from .kvcache import BatchCache, KVPrefix, RowCache
+from .lean import LeanForward, lean_forward_for
+from .packing import plan_chunks, unique_rows
 from .sampling import SamplingSpec, sample_step
 from .session import RoundSession
 from .stops import StopMatcher
@@ -93,6 +116,31 @@ def grouped_attention(
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs, value)  # (B, H_kv, G*q, d)
     return out.view(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+def fused_prefill_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """:func:`grouped_attention` for one-token queries (decode steps), PyTorch's fused
+    ``scaled_dot_product_attention`` (grouped-query heads, the same additive mask) for longer
+    ones (prefill). Why: on a CPU the fused kernel never materialises the (B, H, q, K) scores
+    and reads the strided cache views in place; a tiny-profile prefill chunk of 16 rows x 110
+    new tokens after 300 cached ones took 8-10 ms a layer instead of 19-25 ms. The sums run in
+    another order, so outputs agree to fp32 rounding (~5e-7 on the attention output), not bit for
+    bit; the tests check that greedy and seeded sampled rollouts keep every token."""
+    if query.shape[2] == 1:
+        return grouped_attention(module, query, key, value, attention_mask, scaling)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
+    )
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _register_grouped_attention() -> None:
@@ -201,13 +249,24 @@ class HFBackend:
         dtype: str = "auto",
         grouping: str = "auto",
         capture: str = "auto",
+        lean: bool = True,
+        packed_prefill: bool = True,
+        fused_prefill: bool = True,
     ) -> None:
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.num_threads = num_threads
+        self.packed_prefill = packed_prefill
+        """Prefill each distinct context once and, on a CPU, in length-sorted chunks
+        (:mod:`.packing`); False: one padded batch per ``max_batch_size`` rows in request order
+        (before issue #62)."""
         self.keeps_cache = keep_cache
         self.max_batch_size = max_batch_size
         self.compact_below = compact_below
         self.device = next(model.parameters()).device
+        self.chunk_prefill = packed_prefill and self.device.type == "cpu"
+        """Prefill rows in length-sorted chunks: on a CPU only, where :mod:`.packing`'s cost
+        model was measured; on a GPU a forward's fixed cost (a kernel launch per operator) is
+        far larger and padded rows run in parallel, so the padded batch stays."""
         on_gpu = self.device.type == "cuda"
         self.dtype = getattr(
             torch,
@@ -252,6 +311,14 @@ class HFBackend:
         if attention == GROUPED_ATTENTION:
             _register_grouped_attention()
         self.attention = attention
+        self.lean: LeanForward | None = (
+            lean_forward_for(model, fused_prefill_attention if fused_prefill else grouped_attention)
+            if lean and attention == GROUPED_ATTENTION
+            else None
+        )
+        """The model's operators without its module machinery (:mod:`.lean`), where the model
+        is one it replicates; None calls the model. With ``fused_prefill`` its prefill forwards
+        use :func:`fused_prefill_attention` (fp32 rounding), else it is bit-identical."""
         # transformers renamed ``past_key_values`` to ``cache`` (5.x); accept either.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
         params = inspect.signature(base.forward).parameters
@@ -303,27 +370,64 @@ class HFBackend:
 
     @torch.inference_mode()
     def prefill(self, contexts: Sequence[list[int]]) -> list[KVPrefix | None]:
-        """Caches of ``context[:-1]`` for each context (shared by all chains of a prompt)."""
+        """Caches of ``context[:-1]`` for each context (shared by all chains of a prompt). With
+        :attr:`packed_prefill` a context that occurs several times (the sampled metric's k
+        copies of a question) is run once and its copies share one prefix (a prefix is read,
+        never written: every decode call copies it into its own buffer)."""
         if not self.keeps_cache:
             return [None] * len(contexts)
-        out: list[KVPrefix | None] = []
+        if self.packed_prefill:
+            firsts, owner = unique_rows(contexts)
+        else:
+            firsts, owner = list(range(len(contexts))), list(range(len(contexts)))
+        heads = [list(contexts[i][:-1]) for i in firsts]
         with self._decoding():
-            for start in range(0, len(contexts), self.max_batch_size):
-                chunk = [list(c[:-1]) for c in contexts[start : start + self.max_batch_size]]
-                cache = BatchCache(
-                    [None] * len(chunk),
-                    self.num_layers,
-                    self.num_kv_heads,
-                    self.head_dim,
-                    max(max(map(len, chunk)), 1),
-                    self.dtype,
-                    self.device,
-                )
-                self._forward_pending(cache, chunk, [0] * len(chunk))
-                out.extend(cache.extract(counts=[len(c) for c in chunk], release=True))
-        return out
+            prefixes, _ = self._prefill_chunks(
+                [None] * len(heads), heads, [0] * len(heads), self._chunks(heads, [0] * len(heads))
+            )
+        return [prefixes[o] for o in owner]
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _chunks(self, pending: list[list[int]], cached: list[int]) -> list[list[int]]:
+        """Rows of each prefill forward: length-sorted chunks (:mod:`.packing`) with
+        :attr:`chunk_prefill`, else consecutive runs of ``max_batch_size`` rows."""
+        if self.chunk_prefill:
+            return plan_chunks([len(p) for p in pending], cached, self.max_batch_size)
+        size = self.max_batch_size
+        return [list(range(s, min(s + size, len(pending)))) for s in range(0, len(pending), size)]
+
+    def _prefill_chunks(
+        self,
+        prefixes: Sequence[KVPrefix | None],
+        pending: list[list[int]],
+        cached: list[int],
+        chunks: list[list[int]],
+    ) -> tuple[list[KVPrefix], torch.Tensor]:
+        """Run each row's ``pending`` tokens after its prefix, one forward per chunk of rows;
+        returns every row's prefix extended by its pending tokens and the last logits (B, V)."""
+        extended: list[KVPrefix | None] = [None] * len(pending)
+        logits: torch.Tensor | None = None
+        for rows in chunks:
+            cache = BatchCache(
+                [prefixes[r] for r in rows],
+                self.num_layers,
+                self.num_kv_heads,
+                self.head_dim,
+                max(max(len(pending[r]) for r in rows), 1),
+                self.dtype,
+                self.device,
+            )
+            part = self._forward_pending(
+                cache, [pending[r] for r in rows], [cached[r] for r in rows]
+            )
+            if logits is None:
+                logits = part.new_empty((len(pending), part.shape[-1]))
+            logits[torch.tensor(rows, device=part.device)] = part
+            counts = [cached[r] + len(pending[r]) for r in rows]
+            for row, prefix in zip(rows, cache.extract(counts=counts, release=True)):
+                extended[row] = prefix
+        return extended, logits
 
     def _forward_pending(
         self, cache: BatchCache, pending: list[list[int]], start_positions: list[int]
@@ -347,22 +451,35 @@ class HFBackend:
         )
         logits = self._forward(cache, ids, valid, positions)
         self.stats.prefill_tokens += sum(map(len, pending))
+        self.stats.attention_pairs += sum(
+            causal_pairs(first, len(tokens)) for tokens, first in zip(pending, start_positions)
+        )
         return logits
 
     def _forward(
         self, cache: BatchCache, ids: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
         bias = cache.attention_bias(valid, self.dtype)
+        logits = self._last_logits(ids, bias, positions, cache.cache)
+        cache.advance(ids.shape[1])
+        self.stats.forward_calls += 1
+        return logits
+
+    def _last_logits(
+        self, ids: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, cache
+    ) -> torch.Tensor:
+        """The model on ``ids`` at ``positions`` with the additive mask ``bias``, writing into
+        ``cache``; the last position's logits (B, V): the lean forward where there is one."""
+        if self.lean is not None:
+            return self.lean(ids, bias, positions, cache)
         out = self.model(
             input_ids=ids,
             attention_mask=bias,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
-            **{self._cache_kwarg: cache.cache},
+            **{self._cache_kwarg: cache},
         )
-        cache.advance(ids.shape[1])
-        self.stats.forward_calls += 1
         return out.logits[:, -1]
 
     def forward_rows(
@@ -377,15 +494,7 @@ class HFBackend:
         ``columns`` (b, q; = positions) over the first ``width`` columns; returns the last
         query's logits (b, V)."""
         bias = cache.plan(rows, columns, width, self.dtype)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=bias,
-            position_ids=columns,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache.cache},
-        )
-        return out.logits[:, -1]
+        return self._last_logits(ids, bias, columns, cache.cache)
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None:
         if not self.keeps_cache or request.prefix is None:
@@ -408,16 +517,7 @@ class HFBackend:
         pending = [r.context[c:] for r, c in zip(requests, cached)]
         budget = torch.tensor([r.max_new_tokens for r in requests], device=self.device)
         max_new = max(r.max_new_tokens for r in requests)
-        cache = BatchCache(
-            prefixes,
-            self.num_layers,
-            self.num_kv_heads,
-            self.head_dim,
-            max(map(len, pending)) + max_new,
-            self.dtype,
-            self.device,
-        )
-        logits = self._forward_pending(cache, pending, cached)
+        cache, logits = self._start_batch(prefixes, pending, cached, max_new)
 
         batch0 = len(requests)
         rows = torch.arange(batch0, device=self.device)  # batch row -> request index
@@ -466,6 +566,7 @@ class HFBackend:
             next_pos[rows] += active.long()
             logits = self._forward(cache, ids, active[:, None], positions)
             for owner, g in zip(owners, going):
+                self.stats.attention_pairs += (filled[owner] + 1) * g
                 filled[owner] += g
             self.stats.decode_tokens += live
         if self.keeps_cache:
@@ -475,6 +576,46 @@ class HFBackend:
         n_gen = generated.tolist()
         self.stats.generated_tokens += sum(n_gen)
         return self._assemble(log, n_gen, stopped.tolist(), out_prefix)
+
+    def _start_batch(
+        self,
+        prefixes: list[KVPrefix | None],
+        pending: list[list[int]],
+        cached: list[int],
+        max_new: int,
+    ) -> tuple[BatchCache, torch.Tensor]:
+        """The decode cache of a turn call with every row's pending tokens run, and their last
+        logits. Rows that pad badly against each other run in chunks, each in a cache of its
+        own whose columns are then copied into the decode cache; one chunk runs in the decode
+        cache itself."""
+        chunks = self._chunks(pending, cached)
+        shape = (self.num_layers, self.num_kv_heads, self.head_dim)
+        if len(chunks) == 1:
+            cache = BatchCache(
+                prefixes, *shape, max(map(len, pending)) + max_new, self.dtype, self.device
+            )
+            return cache, self._forward_pending(cache, pending, cached)
+        lengths = [c + len(p) for c, p in zip(cached, pending)]
+        cache = BatchCache.reserved(lengths, *shape, max_new, self.dtype, self.device)
+        logits: torch.Tensor | None = None
+        for rows in chunks:
+            part_cache = BatchCache(
+                [prefixes[r] for r in rows],
+                *shape,
+                max(len(pending[r]) for r in rows),
+                self.dtype,
+                self.device,
+            )
+            part = self._forward_pending(
+                part_cache, [pending[r] for r in rows], [cached[r] for r in rows]
+            )
+            if logits is None:
+                logits = part.new_empty((len(pending), part.shape[-1]))
+            logits[torch.tensor(rows, device=part.device)] = part
+            cache.copy_rows_from(
+                rows, part_cache, [cached[r] for r in rows], [len(pending[r]) for r in rows]
+            )
+        return cache, logits
 
     def _record(
         self, log: _TurnLog, rows: torch.Tensor, active: torch.Tensor, step, batch0: int

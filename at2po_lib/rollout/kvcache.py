@@ -89,13 +89,41 @@ class _BufferLayer(DynamicLayer):
         return self.keys, self.values
 
     def select_rows(self, rows: torch.Tensor) -> None:
-        self.key_buffer = self.key_buffer.index_select(0, rows)
-        self.value_buffer = self.value_buffer.index_select(0, rows)
+        self.key_buffer = _select_filled(self.key_buffer, rows, self.filled)
+        self.value_buffer = _select_filled(self.value_buffer, rows, self.filled)
         self._refresh()
 
     def release(self) -> None:
         """Drop the buffers (after the final copy-out): the memory goes back at once."""
         self.key_buffer = self.value_buffer = self.keys = self.values = None
+
+
+def _padded_buffer(
+    shape: tuple[int, int, int, int],
+    lengths: Sequence[int],
+    width: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """A (B, H_kv, capacity, d) buffer whose padding columns (row ``r``'s first
+    ``width - lengths[r]``) are zero and the rest uninitialised. Why: the columns a short row
+    leaves empty before its right-aligned prefix are read by the attention (and masked), so they
+    must be finite; the prefix columns are copied in and every later column is written by a
+    forward before any forward reads it. Zeroing each row's whole turn budget (768 columns on
+    the tiny profile) was ~15% of a rollout's CPU time (issue #62)."""
+    buffer = torch.empty(shape, dtype=dtype, device=device)
+    for row, length in enumerate(lengths):
+        if length < width:
+            buffer[row, :, : width - length].zero_()
+    return buffer
+
+
+def _select_filled(buffer: torch.Tensor, rows: torch.Tensor, filled: int) -> torch.Tensor:
+    """``buffer.index_select(0, rows)`` where only the first ``filled`` columns are copied (the
+    others hold nothing yet: :func:`_padded_buffer`)."""
+    out = buffer.new_empty((rows.shape[0],) + tuple(buffer.shape[1:]))
+    torch.index_select(buffer[:, :, :filled], 0, rows, out=out[:, :, :filled])
+    return out
 
 
 class BatchCache:
@@ -122,10 +150,13 @@ class BatchCache:
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         layers = []
         for layer in range(num_layers):
-            kbuf = torch.zeros(batch, num_kv_heads, capacity, head_dim, dtype=dtype, device=device)
-            vbuf = torch.zeros_like(kbuf)
+            shape = (batch, num_kv_heads, capacity, head_dim)
+            kbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
+            vbuf = _padded_buffer(shape, lengths, self.width, dtype, device)
             for row, (prefix, n) in enumerate(zip(prefixes, lengths)):
-                if n:  # right-align the prefix so every row's newest token is in the last column
+                # right-align the prefix so every row's newest token is in the last column (a
+                # prefix without tensors only reserves its columns: :meth:`reserved`)
+                if n and prefix.keys:
                     kbuf[row, :, self.width - n : self.width] = prefix.keys[layer][:, :n]
                     vbuf[row, :, self.width - n : self.width] = prefix.values[layer][:, :n]
             layers.append(_BufferLayer(kbuf, vbuf, self.width))
@@ -134,6 +165,46 @@ class BatchCache:
         self.cache = DynamicCache()
         self.cache.layers = layers
         self.filled = self.width
+
+    @classmethod
+    def reserved(
+        cls,
+        lengths: Sequence[int],
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity_after: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> BatchCache:
+        """A cache whose row ``r`` has ``lengths[r]`` valid columns, right-aligned, not filled
+        yet: :meth:`copy_rows_from` fills them from the caches the rows were prefilled in."""
+        placeholders = [KVPrefix((), (), n) for n in lengths]
+        return cls(placeholders, num_layers, num_kv_heads, head_dim, capacity_after, dtype, device)
+
+    def copy_rows_from(
+        self,
+        rows: Sequence[int],
+        source: BatchCache,
+        prefix_lengths: Sequence[int],
+        new_lengths: Sequence[int],
+    ) -> None:
+        """Fill the reserved columns of ``rows`` with row ``i`` of ``source``: its prefix of
+        ``prefix_lengths[i]`` columns (right-aligned before ``source.width``) and the
+        ``new_lengths[i]`` tokens a forward wrote after it (right-aligned before
+        ``source.filled``). Plain slice copies: no gather and no intermediate prefix, where
+        :meth:`extract` and a new cache would copy every column twice more."""
+        end, source_width, source_end = self.width, source.width, source.filled
+        for target, origin in zip(self.layers, source.layers):
+            for into, out_of in (
+                (target.key_buffer, origin.key_buffer),
+                (target.value_buffer, origin.value_buffer),
+            ):
+                for i, (row, cached, new) in enumerate(zip(rows, prefix_lengths, new_lengths)):
+                    into[row, :, end - new - cached : end - new] = out_of[
+                        i, :, source_width - cached : source_width
+                    ]
+                    into[row, :, end - new : end] = out_of[i, :, source_end - new : source_end]
 
     @property
     def layers(self) -> list[_BufferLayer]:

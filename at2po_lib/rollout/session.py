@@ -11,7 +11,9 @@ slowest row of its turn depth (``turn`` grouping: :meth:`.backends.HFBackend.gen
 Per step (B rows, the session's :class:`~.kvcache.RowCache`):
 
 1. rows resumed since the last step run their new tokens through the model, those rows only
-   (one forward of width max n_r), and their next-token logits replace theirs;
+   (one forward of width max n_r; with the backend's ``chunk_prefill``, a CPU's default, one
+   per length-sorted chunk of them, :mod:`.packing`), and their next-token logits replace
+   theirs;
 2. every row samples; on the device ``ended = active & (stop | generated >= budget)``;
 3. one device-to-host copy (the step's only sync) brings the tokens, log-probs, entropies and
    which rows ended;
@@ -32,7 +34,9 @@ from typing import Protocol, Sequence
 import torch
 
 from .capture import StaticStep, captured_step
+from .flops import causal_pairs
 from .kvcache import KVPrefix, RowCache
+from .packing import plan_chunks
 from .sampling import SamplingSpec, sample_step
 from .stops import StopMatcher
 from .turns import BackendStats, TurnRequest, TurnResult
@@ -66,6 +70,7 @@ class SessionBackend(Protocol):
     generator: torch.Generator
     compact_below: float
     capture: bool
+    chunk_prefill: bool
     stats: BackendStats
 
     def usable_prefix(self, request: TurnRequest) -> KVPrefix | None: ...
@@ -182,12 +187,29 @@ class RoundSession:
         self._joins[position] = (list(context[cached:]), max_new_tokens)
 
     def _join(self) -> None:
-        """Run the queued rows' new tokens (step 1 of the module docstring)."""
-        b, cache = self.backend, self.cache
+        """Run the queued rows' new tokens (step 1 of the module docstring): in length-sorted
+        chunks (:mod:`.packing`) when the backend chunks its prefill, else in one forward."""
         positions = sorted(self._joins)
         pending = [self._joins[p][0] for p in positions]
         budgets = [self._joins[p][1] for p in positions]
         self._joins = {}
+        if self.backend.chunk_prefill:
+            lengths = [self.cache.lengths[p] for p in positions]
+            chunks = plan_chunks([len(t) for t in pending], lengths, len(positions))
+        else:
+            chunks = [list(range(len(positions)))]
+        for chunk in chunks:
+            self._join_rows(
+                [positions[i] for i in chunk],
+                [pending[i] for i in chunk],
+                [budgets[i] for i in chunk],
+            )
+
+    def _join_rows(
+        self, positions: list[int], pending: list[list[int]], budgets: list[int]
+    ) -> None:
+        """One forward of the rows at ``positions`` (sorted) feeding their ``pending`` tokens."""
+        b, cache = self.backend, self.cache
         q = max(map(len, pending))
         width = max(cache.lengths[p] for p in positions) + q
         if width > cache.capacity:
@@ -219,9 +241,11 @@ class RoundSession:
             cache, None if len(positions) == len(self.row_of) else rows, ids, columns, width
         )
         b.stats.forward_calls += 1
-        if self.logits is None:
+        if self.logits is None and len(positions) == len(self.row_of):
             self.logits = logits
         else:
+            if self.logits is None:  # the first join, in chunks: every row is in one of them
+                self.logits = logits.new_empty((len(self.row_of), logits.shape[-1]))
             self.logits.index_copy_(0, rows, logits.to(self.logits.dtype))
         self.active[rows] = True
         self.generated[rows] = 0
@@ -230,6 +254,7 @@ class RoundSession:
         if self.states is not None:
             self.states[:, rows] = 0
         for p, tokens in zip(positions, pending):
+            b.stats.attention_pairs += causal_pairs(cache.lengths[p], len(tokens))
             cache.lengths[p] += len(tokens)
             self.in_turn[p] = True
             self.turns[p] = _Turn()
@@ -347,6 +372,7 @@ class RoundSession:
         self.lengths_t += self.active.long()
         for p in going:
             cache.lengths[p] += 1
+            b.stats.attention_pairs += cache.lengths[p]
         b.stats.decode_tokens += len(going)
 
     def _captured(self) -> StaticStep:

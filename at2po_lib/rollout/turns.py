@@ -50,6 +50,10 @@ class BackendStats:
     generated_tokens: int = 0
     forward_calls: int = 0
     turns: int = 0
+    attention_pairs: int = 0
+    """Causal query-key pairs of the tokens run (a token at position ``t`` reads ``t + 1``
+    keys), padding excluded: the attention's share of the real tokens' FLOPs
+    (:func:`~.flops.rollout_flops`; the HF backend counts them, on the host)."""
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
