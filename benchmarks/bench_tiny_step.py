@@ -16,22 +16,26 @@ trains; ``OMP_NUM_THREADS=1``):
 - ``update``: the 8 updates' forward and backward (``training_step`` less the scoring);
 - ``step``: the trainer's first to last step, the optimizer included.
 
-Floors (:mod:`floor`): each part's FLOPs at this machine's fp32 matmul rate, measured in the
-same run. ``update``: three forwards (forward + backward) of every leaf's tokens, as a per-leaf
+Floors: each part's FLOPs (:mod:`at2po_lib.rollout.flops`'s costs of a token, a query-key pair
+and a logits row; a backward costs twice its forward) at this machine's fp32 matmul rate,
+measured in the same run (CPU seconds). ``update``: three forwards (forward + backward) of every leaf's tokens, as a per-leaf
 forward computes them (the issue's definition; sharing a prefix can beat it); ``reference``:
 one forward of the same over the whole batch; ``rollout``: one forward of every distinct tree
 token (a KV-cached sampler computes each node once) with its attention to its whole context,
 and the LM head at every sampled token. Ratios above 1 are time over floor.
 
 Variants, alternating old/new/new/old so load hits both alike, same seed and rollout:
-``old`` is the path before shared-prefix packing (one padded forward of the rows per update,
-``loss_shared_prefix=False``, ``loss_chunk_rows=0``), ``new`` the defaults. The loss, gradient
+``old`` is the path before issue #62: one padded forward of the rows per update
+(``loss_shared_prefix=False``, the profile's ``loss_chunk_rows=0``) and the rollout's decoding
+before it (one padded prefill batch, each prompt copy prefilled, the model's own forward:
+``HFBackend(lean=False, packed_prefill=False, fused_prefill=False)``); ``new`` the defaults. The loss, gradient
 norm and entropy of both are printed (the same maths: they agree to fp32 rounding).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -40,17 +44,29 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from floor import ModelShape, causal_pairs, matmul_rate  # noqa: E402
 
 from at2po_lib.policy.shared_prefix import pack_rows  # noqa: E402
+from at2po_lib.rollout.flops import TokenCosts, matmul_rate, token_costs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = {"loss_shared_prefix": False}  # and the profile's train.loss_chunk_rows: 0
 NEW: dict = {}
+
+
+def causal_pairs(lengths) -> float:
+    """(query, key) pairs of causal attention over rows of these lengths: L(L+1)/2 each."""
+    return float(sum(n * (n + 1) / 2 for n in lengths))
+
+
+def forward_flops(costs: TokenCosts, tokens: float, pairs: float, headed: float) -> float:
+    """Forward FLOPs of ``tokens`` positions attending ``pairs`` keys in all, ``headed`` of
+    them through the LM head (:mod:`at2po_lib.rollout.flops`)."""
+    return tokens * costs.per_token + pairs * costs.per_pair + headed * costs.per_logit_row
 
 
 def tree_token_counts(batch) -> tuple[int, float, int]:
@@ -145,6 +161,26 @@ class PartClock:
         self.counts["update_headed"] += scored
 
 
+@contextlib.contextmanager
+def decoding_before_issue_62(active: bool) -> Iterator[None]:
+    """While ``active``, every HF rollout backend decodes as before issue #62: one padded
+    prefill batch, each prompt copy prefilled, the model's own forward."""
+    from at2po_lib.rollout import backends
+
+    original = backends.HFBackend.__init__
+
+    def old_init(self, *args, **kwargs):
+        kwargs.update(lean=False, packed_prefill=False, fused_prefill=False)
+        original(self, *args, **kwargs)
+
+    if active:
+        backends.HFBackend.__init__ = old_init
+    try:
+        yield
+    finally:
+        backends.HFBackend.__init__ = original
+
+
 def run_step(cfg, method: str, trainer_overrides: dict, name: str) -> dict:
     from transformers import TrainerCallback
 
@@ -174,7 +210,7 @@ def run_step(cfg, method: str, trainer_overrides: dict, name: str) -> dict:
         "update": seconds["training_step"] - seconds["scoring"],
         "step": marks["end"] - marks["start"],
     }
-    shape = ModelShape.of(trainer.model.config)
+    shape = token_costs(trainer.model.config)
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     del trainer
     torch.set_num_threads(1)
@@ -187,20 +223,20 @@ def run_step(cfg, method: str, trainer_overrides: dict, name: str) -> dict:
     }
 
 
-def floors(counts: dict, shape: ModelShape, beta: float, rate: float) -> dict[str, float]:
-    """Each part's floor in seconds at ``rate`` FLOP/s (module docstring)."""
-    leaf = shape.forward_flops(
-        counts["update_tokens"], counts["update_pairs"], counts["update_headed"]
+def floors(counts: dict, costs: TokenCosts, beta: float, rate: float) -> dict[str, float]:
+    """Each part's floor in seconds at ``rate`` FLOP per CPU second (module docstring)."""
+    leaf = forward_flops(
+        costs, counts["update_tokens"], counts["update_pairs"], counts["update_headed"]
     )
     out = {
         "update": 3.0 * leaf / rate,
-        "rollout": shape.forward_flops(
-            counts["rollout_tokens"], counts["rollout_pairs"], counts["rollout_headed"]
+        "rollout": forward_flops(
+            costs, counts["rollout_tokens"], counts["rollout_pairs"], counts["rollout_headed"]
         )
         / rate,
         "reference": (
-            shape.forward_flops(
-                counts["batch_tokens"], counts["batch_pairs"], counts["batch_headed"]
+            forward_flops(
+                costs, counts["batch_tokens"], counts["batch_pairs"], counts["batch_headed"]
             )
             / rate
             if beta
@@ -277,7 +313,8 @@ def main() -> None:
             for variant in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 rates.append(matmul_rate())
                 overrides = OLD if variant == "old" else NEW
-                results[variant].append(run_step(cfg, method, overrides, f"bench_{variant}"))
+                with decoding_before_issue_62(variant == "old"):
+                    results[variant].append(run_step(cfg, method, overrides, f"bench_{variant}"))
         rate = statistics.median(rates)
         beta = trainer_fields(cfg, method, 0)["beta"]
         first = results["new"][0]
