@@ -46,6 +46,7 @@ from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
 from .block_pairs import (
+    block_run_paths,
     block_scores,
     blocks_needed,
     block_sources,
@@ -496,6 +497,7 @@ def _write_claims(
         provenance=provenance,
         blocks=blocks,
         allow_revisions=allow_revisions,
+        block_clips=clip_levels(block_run_paths(profile, "at2po")),
     )
     report.paths["claims"] = write_table(
         tidy,
