@@ -17,6 +17,7 @@ from at2po_lib.reporting.claims import (
     _apply_families,
     claims_summary,
     claims_table,
+    toy_shows,
 )
 from at2po_lib.util.paths import repo_root
 
@@ -671,3 +672,15 @@ def test_cannot_tell_says_what_it_rules_out_and_what_it_could_detect():
     # a direction read is not "cannot tell": no resolution sentence
     read = replace(small, low=0.5, high=2.0, test=AGREES)
     assert read.reading == "agrees" and read.resolution() == ""
+
+
+def test_toy_shows_is_short_prose_with_the_bound_and_the_family_reading():
+    tidy = pd.read_csv(repo_root() / "results" / "tiny" / "tables" / "claims.csv")
+    text = toy_shows(tidy)
+    assert len(text.splitlines()) <= 12 and max(map(len, text.splitlines())) <= 100
+    head = tidy.set_index("key").loc["at2po_over_grpo"]
+    assert f"rules out any gain above {head['ruled_out']:+.1f}" in " ".join(text.split())
+    # "the paper's number among them" only where the interval leaves it above the bound
+    inside = tidy.copy()
+    inside.loc[inside["key"] == "at2po_over_grpo", "published"] = "+0.3"
+    assert "among them" not in toy_shows(inside).split("\n- ")[0]

@@ -553,6 +553,17 @@ def _write_claims(
         },
     )
     report.paths["claims_summary"] = {"md": summary_path}
+    shows_path = tables_dir(profile) / "toy_shows.md"
+    write_if_changed(shows_path, claims.toy_shows(tidy))
+    write_meta(
+        shows_path,
+        {
+            **meta_for(outcomes["method"].unique(), claims.toy_shows),
+            "table": "toy_shows",
+            "files": [shows_path.name],
+        },
+    )
+    report.paths["toy_shows"] = {"md": shows_path}
     parts, shown = dissection_summary(profile, tidy)
     if len(parts):
         report.paths["dissection_summary"] = write_table(
