@@ -45,8 +45,9 @@ paper's strongest; Table 3's claims compare AT2PO's cell with the child mean (no
 with its own difference to the parent. (Picking the best rival on the scored questions made
 "opposite" readings 12-28% of the time when nothing differs.) Table 2's step 4 and Table 3's
 AT2PO cell are the AT2PO preset with the expansion settings those tables' other runs recorded
-(:func:`~at2po_lib.reporting.labels.profile_at2po`: ``at2po_exact`` on ``tiny`` until the study
-re-runs them with the profile's); the headline rows read the authors' ``at2po``. The intervals are per claim: with ~20 claims read together,
+(:func:`~at2po_lib.reporting.labels.profile_at2po`: ``at2po_exact`` in ``tiny``'s committed
+runs; the study's ablation blocks pair the authors' ``at2po``); the headline rows read the
+authors' ``at2po``. The intervals are per claim: with ~20 claims read together,
 about one may exclude 0 by chance.
 """
 
