@@ -295,7 +295,7 @@ def _write_tables23_in_blocks(
         report.tables[name] = display
 
 
-def _ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
+def ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
     """(finished ablation blocks, Table 3 cells they train: the Holm family of their tests),
     or None before the first finished ablation block."""
     if blocks.empty:
@@ -590,7 +590,7 @@ def _write_claims(
                     parts,
                     results_dir(profile, "dissection"),
                     blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
-                    _ablation_blocks(blocks),
+                    ablation_blocks(blocks),
                 )
             )
             + "\n",
