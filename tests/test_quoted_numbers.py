@@ -100,6 +100,14 @@ def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_
     assert "why_sentences" in "".join(cells[-1]["source"])
 
 
+def test_03_says_what_its_figure_and_answer_3b_show():
+    """Issue #63: answer 3 (b) said the weights part "grows" where the computed line went from
+    0.429 to 0.388; Figure 1's heading promised ``r=`` under each leaf, whose label is its value."""
+    text = markdown_of("03_credit_assignment")
+    assert "so the weights part grows too" not in text
+    assert "`r=` under each leaf" not in text
+
+
 def test_03_answer_3_says_what_its_computed_parts_show():
     """Answer 3 (c) called the advantage rule 'the whole change' above a computed line with
     unequal subtrees 0.258 at L = 1; section 2b tied unequal subtrees to L >= 2."""
