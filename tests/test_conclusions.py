@@ -117,13 +117,15 @@ def test_credit_accuracy_rows_that_matter():
     frame = pd.DataFrame(rows)
     summary = c.credit_accuracy_summary(frame)
     assert list(summary.index) == [
-        "AT2PO default (entropy_softmax / node_value)",
-        "AT2PO entropy_softmax / diff_parent",
+        "AT2PO default (entropy-weighted children, node value)",
+        "AT2PO, entropy-weighted children, difference to the parent",
         "GRPO (leaf advantage on every turn)",
     ]
     assert summary.loc["GRPO (leaf advantage on every turn)", "Δ vs GRPO (all)"] == "—"
     text = c.credit_accuracy_conclusion(frame)
-    assert "indistinguishable from GRPO" in text and "highest AUC is grpo" in text
+    # display names, never the records' (issue #63: "tree_grpo (on its own random trees)'s")
+    assert "indistinguishable from GRPO" in text and "highest AUC is that of GRPO" in text
+    assert "_" not in text
 
 
 def test_credit_accuracy_conclusion_reads_the_weights_table():

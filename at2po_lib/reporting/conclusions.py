@@ -392,17 +392,35 @@ def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
     )
 
 
+CREDIT_WORDS = {
+    "entropy_softmax": "entropy-weighted children",
+    "entropy_linear": "entropy-linear weights",
+    "child_mean": "child mean",
+    "leaf_mean": "leaf mean",
+    "node_value": "node value",
+    "diff_parent": "difference to the parent",
+    "diff_global": "difference to the tree mean",
+    "diff_localglobal": "local and global differences",
+}
+"""Value and advantage modes as a learner reads them (the records' names are internal)."""
+
 SUMMARY_ROWS = (
     # (label, credit_mode, value_mode, advantage_mode, rollout)
     (
-        "AT2PO default (entropy_softmax / node_value)",
+        "AT2PO default (entropy-weighted children, node value)",
         "at2po",
         "entropy_softmax",
         "node_value",
         "entropy",
     ),
-    ("AT2PO child_mean / node_value", "at2po", "child_mean", "node_value", "entropy"),
-    ("AT2PO entropy_softmax / diff_parent", "at2po", "entropy_softmax", "diff_parent", "entropy"),
+    ("AT2PO, child mean, node value", "at2po", "child_mean", "node_value", "entropy"),
+    (
+        "AT2PO, entropy-weighted children, difference to the parent",
+        "at2po",
+        "entropy_softmax",
+        "diff_parent",
+        "entropy",
+    ),
     ("GRPO (leaf advantage on every turn)", "grpo", None, None, "entropy"),
     ("GiGPO-style step groups", "gigpo", None, None, "entropy"),
     ("Tree-GRPO, its own random trees", "tree_grpo", None, None, "random"),
@@ -466,17 +484,22 @@ def credit_accuracy_conclusion(
         _side_of_zero(r["delta_low"], r["delta_high"]), "indistinguishable from"
     )
     best = base.loc[base["auc"].idxmax()]
-    best_name = best["credit_mode"] + (
-        f" {best['value_mode']}/{best['advantage_mode']}" if best["credit_mode"] == "at2po" else ""
+    best_name = {"gigpo": "GiGPO-style step groups"}.get(
+        best["credit_mode"], method_label(best["credit_mode"])
+    ) + (
+        f" with {CREDIT_WORDS.get(best['value_mode'], best['value_mode'])} and "
+        f"{CREDIT_WORDS.get(best['advantage_mode'], best['advantage_mode'])}"
+        if best["credit_mode"] == "at2po"
+        else ""
     )
     if best["rollout"] != "entropy":
-        best_name += f" (on its own {best['rollout']} trees)"
+        best_name += f", on its own {best['rollout']} trees"
     return (
         f"On {int(r['n_prompts'])} prompts ({int(r['n_turns'])} turns, {int(r['n_useful'])} useful), "
         f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
         f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
-        f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
-        f"({best['auc']:.3f})." + _weights_sentence(weights)
+        f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is that of "
+        f"{best_name} ({best['auc']:.3f})." + _weights_sentence(weights)
     )
 
 
