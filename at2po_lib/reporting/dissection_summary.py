@@ -314,8 +314,14 @@ def _rests_on(row: pd.Series) -> str:
 
 
 def _ci_text(row: pd.Series) -> str:
-    """``+1.2 [-0.3, +2.7]``: a claim row's estimate and interval, in its unit."""
-    return f"{row['estimate']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+    """``+1.2 [-0.3, +2.7]``: a claim row's estimate and interval, in its unit; a share gap of a
+    few hundredths of a point with two decimals (``+0.01 [-0.03, +0.05]``, never ``+0.0 [-0.0,
+    +0.0]`` beside a sentence that gives the hundredths)."""
+    small = row.get("unit") == "%" and max(abs(row["ci_low"]), abs(row["ci_high"])) < 0.5
+    digits = 2 if small else 1
+    return (
+        f"{row['estimate']:+.{digits}f} [{row['ci_low']:+.{digits}f}, {row['ci_high']:+.{digits}f}]"
+    )
 
 
 def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
