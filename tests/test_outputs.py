@@ -222,3 +222,16 @@ def test_a_table_csv_keeps_enough_decimals_to_round_like_its_markdown(tmp_path, 
     paths = write_table(tidy, tidy.assign(delta=["-3.4"]), "t", "tiny", {})
     stored = pd.read_csv(paths["csv"])["delta"].iloc[0]
     assert f"{stored * 100:.1f}" == "-3.4"
+
+
+def test_prose_wraps_a_long_sentence_at_words_and_never_splits_a_number():
+    """Issue #63: long generated sentences printed as one line, numbers wrapping mid-number."""
+    from at2po_lib.reporting.output import prose
+
+    sentence = "AT2PO minus GRPO is -2.0 [-4.5, +0.5] EM points over 15 blocks; " * 6
+    wrapped = prose(sentence.strip(), width=40)
+    lines = wrapped.splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 40
+    assert all(not line.endswith("-") for line in lines)  # no break at a minus sign
+    assert wrapped.split() == sentence.split()  # words and numbers intact, in order
+    assert prose("one\n\ntwo") == "one\n\ntwo"  # paragraphs stay paragraphs
