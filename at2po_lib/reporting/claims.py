@@ -1025,10 +1025,10 @@ def claims_table(
 
 
 def current_claims(tidy: "pd.DataFrame", display: "pd.DataFrame", full_table: str) -> str:
-    """The claims table as the README shows it: each claim's current reading only. A claim the
+    """The claims table as docs/toy_study.md shows it: each claim's current reading only. A claim the
     study's blocks pair keeps its committed runs' reading as a second row, "the earlier
     record"; those rows are left to the full table (``full_table``, a repository-relative
-    path), named in one line under this one, so the README stays one row per claim."""
+    path), named in one line under this one, so that page stays one row per claim."""
     current = ~tidy["key"].str.endswith(EARLIER).to_numpy()
     text = markdown_table(display[current])
     earlier = int((~current).sum())

@@ -10,7 +10,7 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
   entropy and reward over the first vs the last steps, the change, and each method's change
   minus GRPO's); ``dissection_summary`` (what each part of AT2PO does) and ``why.md`` (the
   toy's result and its reasons in generated sentences,
-  :func:`.dissection_summary.why_sentences`, the README's block ``tiny/why``);
+  :func:`.dissection_summary.why_sentences`, docs/toy_study.md's block ``tiny/why``);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}`` and,
   once two headline blocks of the study have finished, ``figures/headline_blocks_<profile>``
   (:mod:`.blocks_figure`).
