@@ -330,6 +330,18 @@ def _natural_layout(w: Any) -> Any:
     return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain")
 
 
+def _scrolling_layout(w: Any) -> Any:
+    """An image layout that keeps a PNG at its natural size even when wider than the column, for
+    a box that scrolls it (:func:`_scroller`): a grown tree of M = 1, L = 4, K = 8 is 2,914 px
+    wide, and scaled to a 993 px column its labels could not be read (issue #63)."""
+    return w.Layout(max_width="none", height="auto", align_self="flex-start", object_fit="contain")
+
+
+def _scroller(w: Any, image: Any) -> Any:
+    """``image`` in a box as wide as the column that scrolls sideways when the image is wider."""
+    return w.Box([image], layout=w.Layout(width="100%", overflow="auto"))
+
+
 def _show_png(image: Any, png: bytes) -> None:
     """Put ``png`` into an ``Image`` widget at its natural pixel width (see
     :func:`_natural_layout`)."""
@@ -396,7 +408,7 @@ class TreeInspector:
         """The busy sign beside Grow (loading the policy, growing a tree)."""
         self.listing = w.HTML()
         self.signal = w.HTML()
-        self.tree_image = w.Image(format="png", layout=_natural_layout(w))
+        self.tree_image = w.Image(format="png", layout=_scrolling_layout(w))
         self.credit_image = w.Image(format="png", layout=_natural_layout(w))
         self.origin = ""
         """How the shown trees came (the running example's sentence, or the last Grow)."""
@@ -424,7 +436,7 @@ class TreeInspector:
                 self.listing,
                 w.HBox([self.tree_pick, self.round, self.node, self.busy]),
                 self.signal,
-                self.tree_image,
+                _scroller(w, self.tree_image),  # a wide tree scrolls at full size
                 self.node_out,
                 self.credit_image,
             ]
