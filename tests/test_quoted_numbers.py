@@ -44,7 +44,10 @@ def markdown_of(notebook: str) -> str:
 def test_table1_sentence_quotes_the_differences_table_as_shown(tiny_tables):
     """05 printed AT2PO +1.1 [-0.6, +2.9] above a table showing +2.8: the CSV's 0.028500 was
     rounded again. The sentence now quotes each method's cell as the table shows it."""
-    sentence = conclusions.table1_conclusion("tiny")
+    full = conclusions.table1_conclusion("tiny")
+    # issue #63: the conclusion opens with the study's block verdicts; the rest is the earlier record
+    assert full.startswith("**In the study's blocks** (15 blocks")
+    sentence = full.split("(the earlier record). ", 1)[1]
     table = shown("table1_differences")
     quoted = dict(re.findall(rf"(?:; |CI: )([^;]+?) ({INTERVAL}) points", sentence))
     assert len(quoted) >= 8, sentence
