@@ -310,3 +310,20 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
         ],
     )
     assert "Every interval contains 0" in c.table3_conclusion("tiny")
+
+
+def test_table2_conclusion_with_one_step_run_has_no_change_to_read(tmp_path, monkeypatch):
+    """Notebook 04 trains AT2PO beside GRPO (issue #63), so under ``smoke`` Table 2's step 4
+    alone has a run and its file no change columns; the conclusion raised AttributeError."""
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    _write(
+        tmp_path,
+        "table2",
+        [
+            {"step": 1, "method": "a", "configuration": "GRPO with random tree rollout"},
+            {"step": 4, "method": "at2po", "configuration": "+ credit", "em": 0.4},
+        ],
+    )
+    text = c.table2_conclusion("tiny")
+    assert text.startswith("1 of the ablation's 2 steps have toy runs.")
+    assert "95% CI" not in text  # no change to read

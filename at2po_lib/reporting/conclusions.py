@@ -207,6 +207,10 @@ def table2_conclusion(profile: str) -> str:
     return blocks_first(profile, TABLE2_KEYS) + _table2_earlier(profile)
 
 
+STEP_CHANGE = ("delta", "delta_low", "delta_high", "published_delta", "n_seeds")
+"""Table 2's columns of a step's change over the step before."""
+
+
 def _table2_earlier(profile: str) -> str:
     table = _read(_tables(profile) / "table2.csv")
     if table is None:
@@ -218,6 +222,8 @@ def _table2_earlier(profile: str) -> str:
             "the published column alone: the toy says nothing about Table 2 so far."
         )
     text = f"{len(filled)} of the ablation's {len(table)} steps have toy runs."
+    # a table with one step run has no change columns (nothing before it to subtract)
+    table = table.reindex(columns=[*table.columns, *(c for c in STEP_CHANGE if c not in table)])
     parts, readings, seeds_before = [], [], None
     for r in table.itertuples():
         if _finite(r.em, r.delta, r.delta_low, r.delta_high):
