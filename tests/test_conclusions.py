@@ -327,3 +327,16 @@ def test_table2_conclusion_with_one_step_run_has_no_change_to_read(tmp_path, mon
     text = c.table2_conclusion("tiny")
     assert text.startswith("1 of the ablation's 2 steps have toy runs.")
     assert "95% CI" not in text  # no change to read
+
+
+def test_table3_conclusion_with_only_the_default_cell_has_no_change_to_read(tmp_path, monkeypatch):
+    """The same under ``smoke`` for Table 3: AT2PO's own cell alone, no change columns."""
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    _write(
+        tmp_path,
+        "table3",
+        [{"value_mode": "entropy_softmax", "advantage_mode": "node_value", "em": 0.4}],
+    )
+    text = c.table3_conclusion("tiny")
+    assert text.startswith("1 of the paper's 8 cells")
+    assert "95% CI" not in text

@@ -273,6 +273,8 @@ def _table3_earlier(profile: str) -> str:
             "the credit-accuracy study below is the toy's evidence on credit."
         )
 
+    # only AT2PO's own cell run: no change columns (nothing to subtract it from)
+    table = table.reindex(columns=[*table.columns, *(c for c in STEP_CHANGE if c not in table)])
     cells = table[table["em"].notna()]
     paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
     text = (
