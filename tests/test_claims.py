@@ -3,12 +3,23 @@ contrast behind one of them (at2po_lib.evaluation.stats.gain_contrast_ci), on ha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from at2po_lib.evaluation import stats
-from at2po_lib.reporting.claims import NOT_IN_PAPER, Claim, claims_summary, claims_table
+from at2po_lib.reporting.claims import (
+    FAMILIES,
+    NOT_IN_PAPER,
+    Claim,
+    _apply_families,
+    claims_summary,
+    claims_table,
+    toy_shows,
+)
+from at2po_lib.util.paths import repo_root
 
 MH, SH = "tiny_hotpotqa", "tiny_nq"
 
@@ -366,7 +377,7 @@ def test_the_sampled_metric_row_compares_the_sampled_scores():
         row = tidy.set_index("key").loc[key]
         assert row["estimate"] == pytest.approx(50.0) and row["reading"] == "agrees", key
         assert row["published"] == "–"  # the paper reports greedy EM only
-        assert row["claim"].endswith(", sampled metric)")
+        assert row["claim"].endswith(", sampled metric: secondary)")
 
 
 def test_the_seed_table_shows_each_run_and_projects_the_seeds_a_difference_needs():
@@ -586,3 +597,90 @@ def test_the_readme_view_keeps_each_claims_current_reading_and_names_the_full_ta
     # No block reading yet: the table is the full one, with no line under it.
     alone = current_claims(tidy.iloc[[2]], display.iloc[[2]], "claims.md")
     assert alone.count("\n") == 3 and "earlier record" not in alone
+
+
+DIRECTIONS = {"agrees", "opposite", "above 0", "below 0"}
+
+
+def test_the_committed_claims_read_a_direction_only_where_the_corrected_p_is_below_005():
+    """Issue #63: a verdict reads within its family. The committed claims carry the raw and the
+    corrected p, and no row reads a direction at a corrected p of 0.05 or more (the sampled
+    metric's -2.4 [-4.4, -0.4], raw p 0.027, is one of the headline family of three)."""
+    tidy = pd.read_csv(repo_root() / "results" / "tiny" / "tables" / "claims.csv")
+    directional = tidy[tidy["reading"].isin(DIRECTIONS)]
+    assert (directional["p_corrected"] < 0.05).all(), directional[["key", "p_corrected"]]
+    tested = tidy[tidy["p_corrected"].notna() & ~tidy["reading"].isin(["measured", "one seed"])]
+    assert (tested.loc[tested["p_corrected"] >= 0.05, "reading"] == "cannot tell").all()
+    sampled = tidy.set_index("key").loc["at2po_over_grpo_sampled_em"]
+    assert sampled["p_permutation"] < 0.05 <= sampled["p_corrected"]
+    assert sampled["reading"] == "cannot tell" and "secondary" in sampled["claim"]
+    assert "largest t over the headline family (3)" in sampled["family"]
+
+
+def _blocked(key: str, differences: list[float], p: float, published: str = "+1") -> Claim:
+    d = np.asarray(differences)
+    return Claim(
+        key,
+        "c",
+        published,
+        estimate=float(d.mean()),
+        low=-1.0,
+        high=1.0,
+        test=stats.PermutationTest(p, 2 ** len(d), True),
+        differences=tuple(d),
+        blocks=tuple(range(len(d))),
+        standard_error=float(d.std(ddof=1) / np.sqrt(len(d))),
+        dof=len(d) - 1.0,
+    )
+
+
+def test_a_declared_family_reads_its_joint_test_on_shared_blocks_and_holm_on_seeds():
+    keys = FAMILIES["the headline family"]
+    rows = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [3.0, -1.0, 1.0]]
+    joint = _apply_families([_blocked(k, d, 0.25) for k, d in zip(keys, rows)])
+    expected = stats.max_t_sign_flip(np.array(rows))
+    assert [c.p_family for c in joint] == pytest.approx(expected)
+    assert joint[0].p_family == pytest.approx(0.25)  # (1, 2, 3): 2 of 8 patterns, as alone
+    assert all("largest t" in c.family for c in joint)
+    # the earlier record's seeds: Holm; p 0.01, 0.04, 0.03 -> 0.03, max(0.06, 0.04), 0.06
+    seeds = [
+        Claim(k + "_earlier", "c", "+1", 1.0, 0.5, 1.5, test=stats.PermutationTest(p, 20, True))
+        for k, p in zip(keys, (0.01, 0.04, 0.03))
+    ]
+    holm = _apply_families(seeds)
+    assert [c.p_family for c in holm] == pytest.approx([0.03, 0.06, 0.06])
+    assert [c.reading for c in holm] == ["agrees", "cannot tell", "cannot tell"]
+    assert holm[1].as_row()["p_corrected"] == pytest.approx(0.06)
+    # a claim outside every family keeps its own p
+    alone = _apply_families([Claim("other", "c", "+1", test=seeds[0].test)])
+    assert np.isnan(alone[0].p_family)
+
+
+def test_cannot_tell_says_what_it_rules_out_and_what_it_could_detect():
+    # 9 blocks, differences of sd 3 (points; the base pattern's squares sum to 7, 7 / 8 =
+    # 0.875): SE 3 / √9 = 1, ν 8, so it detects ≥ (2.306004 + 0.888890) · 1 at 80% power
+    d = 3.0 * np.array([-1.5, -1, -0.5, 0, 0, 0, 0.5, 1, 1.5]) / np.sqrt(0.875)
+    small = replace(_blocked("k", list(d), 0.9, published="+0.58"), low=-2.3, high=2.3)
+    assert small.standard_error == pytest.approx(1.0)
+    assert small.detectable == pytest.approx(3.194894, abs=1e-5)
+    assert small.underpowered and small.ruled_out == pytest.approx(2.3)
+    assert small.resolution().startswith("rules out a gain above +2.3; underpowered: detects ≥ 3.2")
+    # an interval that leaves the paper's number out does say something of it: not underpowered
+    head = replace(small, published="+2.8", low=-4.5, high=0.5)
+    assert not head.underpowered
+    assert head.resolution().startswith("rules out a gain above +0.5, the paper's +2.8 among them")
+    # a direction read is not "cannot tell": no resolution sentence
+    read = replace(small, low=0.5, high=2.0, test=AGREES)
+    assert read.reading == "agrees" and read.resolution() == ""
+
+
+def test_toy_shows_is_short_prose_with_the_bound_and_the_family_reading():
+    tidy = pd.read_csv(repo_root() / "results" / "tiny" / "tables" / "claims.csv")
+    text = toy_shows(tidy)
+    assert len(text.splitlines()) <= 12 and max(map(len, text.splitlines())) <= 100
+    head = tidy.set_index("key").loc["at2po_over_grpo"]
+    assert f"rules out any gain above {head['ruled_out']:+.1f}" in " ".join(text.split())
+    # "the paper's number among them" only where the interval leaves it above the bound
+    inside = tidy.copy()
+    inside.loc[inside["key"] == "at2po_over_grpo", "published"] = "+0.3"
+    assert "among them" not in toy_shows(inside).split("\n- ")[0]

@@ -117,13 +117,15 @@ def test_credit_accuracy_rows_that_matter():
     frame = pd.DataFrame(rows)
     summary = c.credit_accuracy_summary(frame)
     assert list(summary.index) == [
-        "AT2PO default (entropy_softmax / node_value)",
-        "AT2PO entropy_softmax / diff_parent",
+        "AT2PO default (entropy-weighted children, node value)",
+        "AT2PO, entropy-weighted children, difference to the parent",
         "GRPO (leaf advantage on every turn)",
     ]
     assert summary.loc["GRPO (leaf advantage on every turn)", "Δ vs GRPO (all)"] == "—"
     text = c.credit_accuracy_conclusion(frame)
-    assert "indistinguishable from GRPO" in text and "highest AUC is grpo" in text
+    # display names, never the records' (issue #63: "tree_grpo (on its own random trees)'s")
+    assert "indistinguishable from GRPO" in text and "highest AUC is that of GRPO" in text
+    assert "_" not in text
 
 
 def test_credit_accuracy_conclusion_reads_the_weights_table():
@@ -308,3 +310,33 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
         ],
     )
     assert "Every interval contains 0" in c.table3_conclusion("tiny")
+
+
+def test_table2_conclusion_with_one_step_run_has_no_change_to_read(tmp_path, monkeypatch):
+    """Notebook 04 trains AT2PO beside GRPO (issue #63), so under ``smoke`` Table 2's step 4
+    alone has a run and its file no change columns; the conclusion raised AttributeError."""
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    _write(
+        tmp_path,
+        "table2",
+        [
+            {"step": 1, "method": "a", "configuration": "GRPO with random tree rollout"},
+            {"step": 4, "method": "at2po", "configuration": "+ credit", "em": 0.4},
+        ],
+    )
+    text = c.table2_conclusion("tiny")
+    assert text.startswith("1 of the ablation's 2 steps have toy runs.")
+    assert "95% CI" not in text  # no change to read
+
+
+def test_table3_conclusion_with_only_the_default_cell_has_no_change_to_read(tmp_path, monkeypatch):
+    """The same under ``smoke`` for Table 3: AT2PO's own cell alone, no change columns."""
+    monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
+    _write(
+        tmp_path,
+        "table3",
+        [{"value_mode": "entropy_softmax", "advantage_mode": "node_value", "em": 0.4}],
+    )
+    text = c.table3_conclusion("tiny")
+    assert text.startswith("1 of the paper's 8 cells")
+    assert "95% CI" not in text

@@ -560,3 +560,13 @@ def test_the_result_reads_against_the_papers_gain_only_where_the_test_agrees(
         "p_vs_published": p,
     }
     assert expected in _result_sentence(pd.DataFrame([head]))
+
+
+def test_a_small_share_gap_keeps_its_hundredths():
+    """Issue #63: 05 showed "+0.0 [-0.0, +0.0] %" beside a sentence giving +0.01 [-0.03, +0.05]."""
+    from at2po_lib.reporting.dissection_summary import _ci_text
+
+    gap = pd.Series({"estimate": 0.01, "ci_low": -0.03, "ci_high": 0.05, "unit": "%"})
+    assert _ci_text(gap) == "+0.01 [-0.03, +0.05]"
+    points = pd.Series({"estimate": -2.0, "ci_low": -4.45, "ci_high": 0.5, "unit": "EM points"})
+    assert _ci_text(points) == "-2.0 [-4.5, +0.5]"

@@ -502,4 +502,32 @@ def test_a_reopened_notebook_says_to_run_the_cell(monkeypatch):
     inspector = insp.inspect("smoke", [teaching_tree()], mode="widgets")
     assert shown[-1] is inspector.widget
     hint = getattr(shown[-2], "data", shown[-2])  # right above the widget
-    assert "run the cell above to start the inspector" in hint
+    # issue #63: running the cell above alone after a restart raised NameError ('profile')
+    assert "Run All" in hint and "run the cell above" not in hint
+
+
+def test_the_alpha_slider_starts_on_the_profiles_alpha_exactly():
+    """Issue #63: the log slider landed on 0.0501 for the profile's α = 0.05."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+    from at2po_lib.config.profile import load_profile
+
+    inspector = insp.inspect("tiny", [teaching_tree()], mode="widgets")
+    assert inspector.alpha.value == load_profile("tiny").rollout.tree_alpha == 0.05
+    assert 0.001 in inspector.alpha.options  # the exact-entropy variant's α
+    assert insp.alpha_choices(0.07) == tuple(sorted((*insp.ALPHA_CHOICES, 0.07)))
+
+
+def test_a_wide_tree_scrolls_at_its_natural_size():
+    """Issue #63: a grown tree of M = 1, L = 4, K = 8 (2,914 px) was scaled to a 993 px column,
+    its labels unreadable. The tree image keeps its natural width in a box that scrolls."""
+    pytest.importorskip("ipywidgets")
+    from at2po_lib.analysis.running_example import teaching_tree
+
+    inspector = insp.inspect("smoke", [teaching_tree()], mode="widgets")
+    assert inspector.tree_image.layout.max_width == "none"
+    boxes = [
+        c for c in inspector.widget.children if inspector.tree_image in getattr(c, "children", ())
+    ]
+    assert len(boxes) == 1 and boxes[0].layout.overflow == "auto"
+    assert inspector.credit_image.layout.max_width == "100%"  # the chart still fits the column

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 
 import matplotlib
+import pandas as pd
 import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from at2po_lib.reporting.figure4 import turn_table  # noqa: E402
+from at2po_lib.reporting.output import prose  # noqa: E402
 from at2po_lib.util.writing import figure_png, save_figure, write_if_changed  # noqa: E402
 from at2po_lib.util.provenance import run_metadata, write_meta  # noqa: E402
 from at2po_lib.util.quiet import hf_progress_bars_off  # noqa: E402
@@ -222,3 +225,36 @@ def test_a_table_csv_keeps_enough_decimals_to_round_like_its_markdown(tmp_path, 
     paths = write_table(tidy, tidy.assign(delta=["-3.4"]), "t", "tiny", {})
     stored = pd.read_csv(paths["csv"])["delta"].iloc[0]
     assert f"{stored * 100:.1f}" == "-3.4"
+
+
+def test_prose_wraps_a_long_sentence_at_words_and_never_splits_a_number():
+    """Issue #63: long generated sentences printed as one line, numbers wrapping mid-number."""
+    sentence = "AT2PO minus GRPO is -2.0 [-4.5, +0.5] EM points over 15 blocks; " * 6
+    wrapped = prose(sentence.strip(), width=40)
+    lines = wrapped.splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 40
+    assert all(not line.endswith("-") for line in lines)  # no break at a minus sign
+    assert wrapped.split() == sentence.split()  # words and numbers intact, in order
+    assert prose("one\n\ntwo") == "one\n\ntwo"  # paragraphs stay paragraphs
+
+
+def test_figure4s_turn_table_shows_names_not_record_columns():
+    """Issue #63: 05 displayed Figure 4's summary with ``one_search`` and ``ci_low``."""
+    summary = pd.DataFrame(
+        [
+            {
+                "method": "at2po",
+                "group": "singlehop",
+                "metric": "one_search",
+                "value": 0.869,
+                "ci_low": 0.832,
+                "ci_high": 0.906,
+                "n_seeds": 12,
+                "n_questions": 600,
+            }
+        ]
+    )
+    table = turn_table(summary)
+    shown = table.reset_index().to_string()
+    assert "one_search" not in shown and "ci_low" not in shown and "singlehop" not in shown
+    assert table.iloc[0]["value [95% CI]"] == "86.90% [83.20, 90.60]"

@@ -44,7 +44,10 @@ def markdown_of(notebook: str) -> str:
 def test_table1_sentence_quotes_the_differences_table_as_shown(tiny_tables):
     """05 printed AT2PO +1.1 [-0.6, +2.9] above a table showing +2.8: the CSV's 0.028500 was
     rounded again. The sentence now quotes each method's cell as the table shows it."""
-    sentence = conclusions.table1_conclusion("tiny")
+    full = conclusions.table1_conclusion("tiny")
+    # issue #63: the conclusion opens with the study's block verdicts; the rest is the earlier record
+    assert full.startswith("**In the study's blocks** (15 blocks")
+    sentence = full.split("(the earlier record). ", 1)[1]
     table = shown("table1_differences")
     quoted = dict(re.findall(rf"(?:; |CI: )([^;]+?) ({INTERVAL}) points", sentence))
     assert len(quoted) >= 8, sentence
@@ -100,6 +103,14 @@ def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_
     assert "why_sentences" in "".join(cells[-1]["source"])
 
 
+def test_03_says_what_its_figure_and_answer_3b_show():
+    """Issue #63: answer 3 (b) said the weights part "grows" where the computed line went from
+    0.429 to 0.388; Figure 1's heading promised ``r=`` under each leaf, whose label is its value."""
+    text = markdown_of("03_credit_assignment")
+    assert "so the weights part grows too" not in text
+    assert "`r=` under each leaf" not in text
+
+
 def test_03_answer_3_says_what_its_computed_parts_show():
     """Answer 3 (c) called the advantage rule 'the whole change' above a computed line with
     unequal subtrees 0.258 at L = 1; section 2b tied unequal subtrees to L >= 2."""
@@ -111,7 +122,7 @@ def test_03_answer_3_says_what_its_computed_parts_show():
 
 def test_readme_names_which_at2po_each_table_rests_on_with_the_seeds_shown(tiny_tables):
     seeds = shown("table1_seeds")["seeds"]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "toy_study.md").read_text()  # the findings' page
     authors, variant = seeds[method_label("at2po")], seeds[method_label("at2po_exact")]
     assert f"Table 1's AT2PO row is the authors'\n({authors} seeds)" in readme
     assert f"are the variant ({variant} seeds)" in readme

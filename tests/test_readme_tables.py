@@ -59,8 +59,22 @@ def test_the_block_rule_sees_a_written_table_without_its_block(tmp_path, monkeyp
 
 
 def test_readme_is_a_short_front_door_linking_its_pages():
+    """Issue #63: the README was 40% generated findings, lines up to 2,488 characters, and
+    "Where to go next" at line 186. Now: at most 120 lines of at most 300 characters, every
+    package of at2po_lib on the map, where to go next before the method's code, and the toy's
+    findings in at most 12 generated lines that link the study's page."""
     text = (repo_root() / "README.md").read_text()
-    assert len(text.splitlines()) <= 200
+    lines = text.splitlines()
+    assert len(lines) <= 120 and max(len(line) for line in lines) <= 300
+    packages = [p.name for p in (repo_root() / "at2po_lib").iterdir() if p.is_dir()]
+    mapped = text.split("## The library", 1)[1].split("\n## ", 1)[0]
+    for package in packages:
+        if package != "__pycache__":
+            assert f"{package}/`" in mapped, package
+    assert text.index("## Where to go next") < text.index("## The method in code")
+    shows = text.split("<!-- at2po-report: tiny/toy_shows -->\n", 1)[1].split("<!-- /at2po", 1)[0]
+    assert 0 < len(shows.splitlines()) <= 12 and "](docs/toy_study.md)" in shows
+    assert "<!-- at2po-report: tiny/why -->" not in text  # the findings live on the study's page
     for page in (
         "docs/setup.md",
         "docs/method.md",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -358,3 +360,55 @@ def test_blocks_for_half_width_by_hand():
     # a tiny spread: two blocks already suffice (t_1 = 12.71: 12.71 · 0.1 / √2 = 0.90 ≤ 2)
     assert stats.blocks_for_half_width(0.001, 0.02) == 2
     assert stats.blocks_for_half_width(float("nan")) is None
+
+
+def test_minimum_detectable_effect_by_hand():
+    # SE 1, ν = 8: t_0.975 = 2.306004, t_0.80 = 0.888890 -> 3.194894
+    assert stats.minimum_detectable_effect(1.0, 8) == pytest.approx(3.194894, abs=1e-5)
+    # the headline's 15 blocks at sd 4.46: (2.144787 + 0.868055) · 4.46 / √15 = 3.4695
+    assert stats.minimum_detectable_effect(4.46 / np.sqrt(15), 14) == pytest.approx(
+        3.4695, abs=1e-3
+    )
+    assert np.isnan(stats.minimum_detectable_effect(0.0, 8))
+    assert np.isnan(stats.minimum_detectable_effect(1.0, float("nan")))
+
+
+def test_power_against_by_hand():
+    # ν → ∞ is the normal test: Φ(2.8 − 1.96) + Φ(−2.8 − 1.96) = 0.79955 + 0.000001
+    assert stats.power_against(2.8, 1.0, 1e7) == pytest.approx(0.79955, abs=1e-4)
+    assert stats.power_against(0.0, 1.0, 1e7) == pytest.approx(0.05, abs=1e-4)  # the level
+    # at its own minimum detectable effect a test has about 80% power (the approximation)
+    se, dof = 4.46 / np.sqrt(15), 14
+    mde = stats.minimum_detectable_effect(se, dof)
+    assert stats.power_against(mde, se, dof) == pytest.approx(0.80, abs=0.01)
+
+
+def test_excluded_beyond_is_the_bound_on_the_paper_side():
+    assert stats.excluded_beyond(-4.5, 0.5, 1) == 0.5  # no gain above +0.5
+    assert stats.excluded_beyond(-1.0, 2.0, -1) == -1.0  # no drop below −1
+    assert np.isnan(stats.excluded_beyond(-1.0, 2.0, 0))
+    assert np.isnan(stats.excluded_beyond(float("nan"), 2.0, 1))
+
+
+def test_max_t_sign_flip_by_hand():
+    # d = (1, 2, 3): t = 2 / (1 / √3) = 3.46; of the 8 sign patterns only (+,+,+) and (−,−,−)
+    # reach it (flipping one block gives |t| ≤ 1.11), so p = 2 / 8
+    assert stats.max_t_sign_flip(np.array([[1.0, 2.0, 3.0]]))[0] == pytest.approx(0.25)
+    # a family of two identical comparisons costs nothing: the maximum is the same statistic
+    twice = stats.max_t_sign_flip(np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]))
+    assert twice == pytest.approx([0.25, 0.25])
+
+
+def test_max_t_sign_flip_matches_a_naive_loop_and_lies_between_raw_and_bonferroni():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.5, 1.0, (3, 7))
+    d[1] = d[0] + rng.normal(0, 0.2, 7)  # two comparisons that move together
+    t = lambda x: abs(x.mean()) / (x.std(ddof=1) / np.sqrt(len(x)))  # noqa: E731
+    patterns = list(itertools.product((1, -1), repeat=7))
+    null_max = [max(t(np.array(s) * row) for row in d) for s in patterns]
+    naive = [np.mean([m >= t(row) - 1e-9 for m in null_max]) for row in d]
+    adjusted = stats.max_t_sign_flip(d)
+    assert adjusted == pytest.approx(naive)
+    raw = [np.mean([t(np.array(s) * row) >= t(row) - 1e-9 for s in patterns]) for row in d]
+    assert np.all(adjusted >= np.array(raw) - 1e-12)
+    assert np.all(adjusted <= np.minimum(1, 3 * np.array(raw)) + 1e-12)

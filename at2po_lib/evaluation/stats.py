@@ -783,3 +783,84 @@ def seed_difference_ci(
     dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = float(scipy_stats.t.ppf((1 + confidence) / 2, dof) * se)
     return Interval(diff, diff - half, diff + half, len(a), len(b), 0, confidence)
+
+
+# --------------------------------------------------------------- families and what is ruled out
+def max_t_sign_flip(
+    differences: np.ndarray,
+    *,
+    exact_splits: int = EXACT_SPLITS,
+    draws: int = PERMUTATION_DRAWS,
+    seed: int = PERMUTATION_SEED,
+) -> np.ndarray:
+    r"""Family-adjusted p of m comparisons paired over the same n blocks (``differences``: (m, n),
+    row j comparison j's block differences): the joint sign-flip test of the largest |t|
+    (Westfall & Young's single step). One sign pattern flips a block's differences in every
+    comparison at once, so the null keeps their correlation (the greedy and the sampled metric
+    of one pair move together), and
+
+    .. math::  \tilde p_j = \Pr_s\big[\max_k |t_k(s)| \ge |t_j|\big], \qquad
+               t_k(s) = \frac{\bar{(s d_k)}}{\mathrm{sd}(s d_k) / \sqrt n}
+
+    exact over the 2^n patterns when there are at most ``exact_splits``, else ``draws`` random
+    ones with a fixed seed. It holds the chance of any false reading in the family at the
+    level, like Holm, and is less conservative when the comparisons correlate."""
+    d = np.atleast_2d(np.asarray(differences, dtype=float))
+    m, n = d.shape
+    if n < 2:
+        return np.full(m, np.nan)
+    if 2**n <= exact_splits:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # (S, n)
+    else:
+        signs = np.where(np.random.default_rng(seed).random((draws, n)) < 0.5, -1, 1)
+    means = signs @ d.T / n  # (S, m): a flip changes the mean, never the sum of squares
+    squares = (d**2).sum(axis=1)  # (m,)
+    variances = np.maximum(squares - n * means**2, 0) / (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_null = np.abs(means) / np.sqrt(variances / n)
+        t_observed = np.abs(d.mean(axis=1)) / (d.std(axis=1, ddof=1) / np.sqrt(n))
+    null_max = np.nan_to_num(t_null, nan=0.0, posinf=np.inf).max(axis=1)  # (S,)
+    return (null_max[:, None] >= t_observed[None, :] - 1e-9).mean(axis=0)
+
+
+POWER = 0.8
+"""The power at which a minimum detectable effect is stated."""
+
+
+def minimum_detectable_effect(
+    standard_error: float, dof: float, alpha: float = 0.05, power: float = POWER
+) -> float:
+    r"""The smallest true difference a two-sided t test at ``alpha`` detects with ``power``
+    (the usual planning approximation; blocks: SE = sd / √n, ν = n − 1):
+
+    .. math::  \mathrm{MDE} = (t_{1-\alpha/2,\,\nu} + t_{\mathrm{power},\,\nu})\;\mathrm{SE}
+
+    NaN when the standard error or the degrees of freedom are not finite and positive."""
+    if not (np.isfinite(standard_error) and np.isfinite(dof) and standard_error > 0 and dof > 0):
+        return float("nan")
+    return float(
+        (scipy_stats.t.ppf(1 - alpha / 2, dof) + scipy_stats.t.ppf(power, dof)) * standard_error
+    )
+
+
+def power_against(effect: float, standard_error: float, dof: float, alpha: float = 0.05) -> float:
+    r"""The chance a two-sided t test at ``alpha`` reads a true difference ``effect`` (same unit
+    as ``standard_error``): T is noncentral t with ν = ``dof`` and δ = effect / SE,
+
+    .. math::  \Pr[|T| > t_{1-\alpha/2,\,\nu}]"""
+    if not (np.isfinite(standard_error) and np.isfinite(dof) and standard_error > 0 and dof > 0):
+        return float("nan")
+    critical = scipy_stats.t.ppf(1 - alpha / 2, dof)
+    shift = effect / standard_error
+    return float(
+        scipy_stats.nct.sf(critical, dof, shift) + scipy_stats.nct.cdf(-critical, dof, shift)
+    )
+
+
+def excluded_beyond(low: float, high: float, direction: int) -> float:
+    """The bound a two-sided interval [low, high] rules out in the claimed ``direction``: for a
+    claimed gain (direction > 0) every gain above ``high`` is excluded, for a claimed drop
+    (direction < 0) every drop below ``low``; NaN for a description (direction 0)."""
+    if direction == 0 or not (np.isfinite(low) and np.isfinite(high)):
+        return float("nan")
+    return float(high if direction > 0 else low)

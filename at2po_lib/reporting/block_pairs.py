@@ -49,6 +49,15 @@ def _finished_records(profile: str) -> Iterator[tuple[Path, int, dict]]:
             yield set_folder, block, record
 
 
+def block_run_paths(profile: str, method: str) -> list[Path]:
+    """The run folders of ``method`` in every finished block of ``profile`` (every set)."""
+    return [
+        set_folder / f"block{block:02d}" / method / f"seed{record['seed']}"
+        for set_folder, block, record in _finished_records(profile)
+        if method in record.get("runs", {})
+    ]
+
+
 def load_block_outcomes(profile: str) -> pd.DataFrame:
     """Per-question outcomes of every finished block's runs (all block sets of ``profile``),
     with the block's record (:data:`BLOCK_COLUMNS`); empty when there is no finished block.

@@ -6,9 +6,10 @@ r"""The headline blocks in one picture (issue #48): the differences the paired i
   the claims report (:func:`.block_pairs.blocked_difference`: block differences crossed with
   the question term), 0, and the paper's AT2PO − GRPO (Qwen3-4B, Table 1).
 - **Right, as blocks accumulate.** AT2PO − GRPO on the first n blocks, n = 2, 3, ...: the
-  estimate and its interval after each block. How many blocks the study runs is fixed before
-  the data (at least 12, then as machine time allows), not by this reading; the panel shows
-  how far the estimate moves on a few blocks, and how the interval narrows with √n.
+  estimate and its interval after each block. How many blocks a set runs is fixed before the
+  data, not by this reading (the headline is closed at 15: docs/toy_study.md, the looks the
+  study took); the panel shows how far the estimate moves on a few blocks, and how the
+  interval narrows with √n.
 
 Both panels are computed from the finished blocks (:func:`.block_pairs.load_block_outcomes`);
 nothing is drawn before two blocks hold both methods.

@@ -114,8 +114,42 @@ def _reading(low: float, high: float, p: float, family: str = "") -> str:
     return "better" if low > 0 else "worse"
 
 
+HEADLINE_KEYS = ("at2po_over_grpo", "at2po_over_grpo_sampled_em", "at2po_over_grpo_budget")
+TABLE2_KEYS = ("ablation_step2", "ablation_step3", "ablation_step4")
+TABLE3_KEYS = ("node_value_over_diff_parent", "entropy_weights_over_child_mean")
+"""The claims (``claims.csv`` keys) each table's conclusion leads with where blocks pair them."""
+
+
+def blocks_first(profile: str, keys: tuple[str, ...]) -> str:
+    """The study's block readings of ``keys`` (the verdicts, read within their family), as the
+    sentence a table's conclusion opens with; "" when no block pairs them. What follows it in
+    a conclusion reads the committed runs, the earlier record, and says so."""
+    claims = _read(_tables(profile) / "claims.csv")
+    if claims is None or "p_corrected" not in claims:
+        return ""
+    rows = claims[claims["key"].isin(keys) & claims["seeds"].astype(str).str.endswith("blocks")]
+    if rows.empty:
+        return ""
+    parts = [
+        f"{r.short} {_ci(r.estimate, r.ci_low, r.ci_high, scale=1.0)} points ({r.reading}"
+        + (", underpowered" if str(r.underpowered) == "True" else "")
+        + f"; p {r.p_permutation:.3f}, {r.p_corrected:.3f} within its family)"
+        for r in rows.itertuples()
+    ]
+    return (
+        f"**In the study's blocks** ({rows['seeds'].iloc[0]}; the verdicts): "
+        + "; ".join(parts)
+        + ". The rest reads the committed runs (the earlier record). "
+    )
+
+
 def table1_conclusion(profile: str) -> str:
-    """Which methods have records, and each method's multi-hop difference to GRPO."""
+    """The headline's block readings (:func:`blocks_first`), then which methods have records,
+    and each method's multi-hop difference to GRPO in the committed runs."""
+    return blocks_first(profile, HEADLINE_KEYS) + _table1_earlier(profile)
+
+
+def _table1_earlier(profile: str) -> str:
     summary = _read(_tables(profile) / "table1_summary.csv")
     if summary is None:
         return "No Table 1 records for this profile yet: only the published rows can be shown."
@@ -168,8 +202,16 @@ def _questions(table: "pd.DataFrame") -> str:
 
 
 def table2_conclusion(profile: str) -> str:
-    """Each ablation step's multi-hop change over the step before, with its interval, seeds and
+    """The block readings (:func:`blocks_first`), then, in the committed runs: each ablation step's multi-hop change over the step before, with its interval, seeds and
     the published change."""
+    return blocks_first(profile, TABLE2_KEYS) + _table2_earlier(profile)
+
+
+STEP_CHANGE = ("delta", "delta_low", "delta_high", "published_delta", "n_seeds")
+"""Table 2's columns of a step's change over the step before."""
+
+
+def _table2_earlier(profile: str) -> str:
     table = _read(_tables(profile) / "table2.csv")
     if table is None:
         return "No Table 2 file for this profile yet."
@@ -180,6 +222,8 @@ def table2_conclusion(profile: str) -> str:
             "the published column alone: the toy says nothing about Table 2 so far."
         )
     text = f"{len(filled)} of the ablation's {len(table)} steps have toy runs."
+    # a table with one step run has no change columns (nothing before it to subtract)
+    table = table.reindex(columns=[*table.columns, *(c for c in STEP_CHANGE if c not in table)])
     parts, readings, seeds_before = [], [], None
     for r in table.itertuples():
         if _finite(r.em, r.delta, r.delta_low, r.delta_high):
@@ -215,9 +259,13 @@ def table2_conclusion(profile: str) -> str:
 
 
 def table3_conclusion(profile: str) -> str:
-    """How many credit cells have runs, and each one's multi-hop difference to AT2PO's default
+    """The block readings (:func:`blocks_first`), then, in the committed runs: how many credit cells have runs, and each one's multi-hop difference to AT2PO's default
     cell (entropy_softmax / node_value), read against the paper's finding that the default is
     best (a cell below it agrees)."""
+    return blocks_first(profile, TABLE3_KEYS) + _table3_earlier(profile)
+
+
+def _table3_earlier(profile: str) -> str:
     table = _read(_tables(profile) / "table3.csv")
     if table is None or table.empty:
         return (
@@ -225,6 +273,8 @@ def table3_conclusion(profile: str) -> str:
             "the credit-accuracy study below is the toy's evidence on credit."
         )
 
+    # only AT2PO's own cell run: no change columns (nothing to subtract it from)
+    table = table.reindex(columns=[*table.columns, *(c for c in STEP_CHANGE if c not in table)])
     cells = table[table["em"].notna()]
     paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
     text = (
@@ -350,17 +400,35 @@ def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
     )
 
 
+CREDIT_WORDS = {
+    "entropy_softmax": "entropy-weighted children",
+    "entropy_linear": "entropy-linear weights",
+    "child_mean": "child mean",
+    "leaf_mean": "leaf mean",
+    "node_value": "node value",
+    "diff_parent": "difference to the parent",
+    "diff_global": "difference to the tree mean",
+    "diff_localglobal": "local and global differences",
+}
+"""Value and advantage modes as a learner reads them (the records' names are internal)."""
+
 SUMMARY_ROWS = (
     # (label, credit_mode, value_mode, advantage_mode, rollout)
     (
-        "AT2PO default (entropy_softmax / node_value)",
+        "AT2PO default (entropy-weighted children, node value)",
         "at2po",
         "entropy_softmax",
         "node_value",
         "entropy",
     ),
-    ("AT2PO child_mean / node_value", "at2po", "child_mean", "node_value", "entropy"),
-    ("AT2PO entropy_softmax / diff_parent", "at2po", "entropy_softmax", "diff_parent", "entropy"),
+    ("AT2PO, child mean, node value", "at2po", "child_mean", "node_value", "entropy"),
+    (
+        "AT2PO, entropy-weighted children, difference to the parent",
+        "at2po",
+        "entropy_softmax",
+        "diff_parent",
+        "entropy",
+    ),
     ("GRPO (leaf advantage on every turn)", "grpo", None, None, "entropy"),
     ("GiGPO-style step groups", "gigpo", None, None, "entropy"),
     ("Tree-GRPO, its own random trees", "tree_grpo", None, None, "random"),
@@ -424,17 +492,22 @@ def credit_accuracy_conclusion(
         _side_of_zero(r["delta_low"], r["delta_high"]), "indistinguishable from"
     )
     best = base.loc[base["auc"].idxmax()]
-    best_name = best["credit_mode"] + (
-        f" {best['value_mode']}/{best['advantage_mode']}" if best["credit_mode"] == "at2po" else ""
+    best_name = {"gigpo": "GiGPO-style step groups"}.get(
+        best["credit_mode"], method_label(best["credit_mode"])
+    ) + (
+        f" with {CREDIT_WORDS.get(best['value_mode'], best['value_mode'])} and "
+        f"{CREDIT_WORDS.get(best['advantage_mode'], best['advantage_mode'])}"
+        if best["credit_mode"] == "at2po"
+        else ""
     )
     if best["rollout"] != "entropy":
-        best_name += f" (on its own {best['rollout']} trees)"
+        best_name += f", on its own {best['rollout']} trees"
     return (
         f"On {int(r['n_prompts'])} prompts ({int(r['n_turns'])} turns, {int(r['n_useful'])} useful), "
         f"AT2PO's default credit separates useful from useless turns with AUC {r['auc']:.3f} "
         f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}], {verdict} GRPO's (Δ {r['delta_vs_grpo']:+.3f} "
-        f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is {best_name}'s "
-        f"({best['auc']:.3f})." + _weights_sentence(weights)
+        f"[{r['delta_low']:+.3f}, {r['delta_high']:+.3f}]); the highest AUC is that of "
+        f"{best_name} ({best['auc']:.3f})." + _weights_sentence(weights)
     )
 
 
@@ -454,3 +527,30 @@ def _weights_sentence(weights: "pd.DataFrame | None") -> str:
         f"per child and n·max w is {r['mean_n_times_max_w']:.2f} (1 is uniform); the node values "
         f"correlate {r['corr_value_with_child_mean']:.2f} with the plain child mean."
     )
+
+
+def block_verdicts(profile: str) -> "pd.DataFrame":
+    """The claims the study's blocks pair, one row each, with display names: the difference
+    and its interval, the raw and the family-corrected p, the reading, the bound the interval
+    rules out and the difference the blocks detect at 80% power. Empty without block claims."""
+    claims = _read(_tables(profile) / "claims.csv")
+    if claims is None or "p_corrected" not in claims:
+        return pd.DataFrame()
+    rows = claims[claims["seeds"].astype(str).str.endswith("blocks")]
+    return pd.DataFrame(
+        {
+            "claim": rows["short"],
+            "toy [95% CI], points": [
+                _ci(r.estimate, r.ci_low, r.ci_high, scale=1.0) for r in rows.itertuples()
+            ],
+            "blocks": rows["seeds"],
+            "p alone": rows["p_permutation"].map("{:.3f}".format),
+            "p in its family": rows["p_corrected"].map("{:.3f}".format),
+            "reading": [
+                r.reading + (" (underpowered)" if str(r.underpowered) == "True" else "")
+                for r in rows.itertuples()
+            ],
+            "rules out a gain above": rows["ruled_out"].map("{:+.1f}".format),
+            "detects at 80% power": rows["detectable_80"].map("{:.1f}".format),
+        }
+    ).set_index("claim")

@@ -314,8 +314,14 @@ def _rests_on(row: pd.Series) -> str:
 
 
 def _ci_text(row: pd.Series) -> str:
-    """``+1.2 [-0.3, +2.7]``: a claim row's estimate and interval, in its unit."""
-    return f"{row['estimate']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+    """``+1.2 [-0.3, +2.7]``: a claim row's estimate and interval, in its unit; a share gap of a
+    few hundredths of a point with two decimals (``+0.01 [-0.03, +0.05]``, never ``+0.0 [-0.0,
+    +0.0]`` beside a sentence that gives the hundredths)."""
+    small = row.get("unit") == "%" and max(abs(row["ci_low"]), abs(row["ci_high"])) < 0.5
+    digits = 2 if small else 1
+    return (
+        f"{row['estimate']:+.{digits}f} [{row['ci_low']:+.{digits}f}, {row['ci_high']:+.{digits}f}]"
+    )
 
 
 def _claim(claims: pd.DataFrame, key: str) -> pd.Series | None:
@@ -380,10 +386,16 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
                 else "the toy's AT2PO exceeds the paper's gain",
             )
         )
+    bound = _number(head.get("ruled_out", np.nan))
+    ruled_out = (
+        f" The interval rules out any AT2PO gain over GRPO above {bound:+.1f} EM points (95%)."
+        if np.isfinite(bound)
+        else ""
+    )
     return (
         f"**The result.** AT2PO minus GRPO on the multi-hop average is {_ci_text(head)} EM "
         f"points ({_rests_on(head)}, {int(head['n_questions'])} questions): "
-        f"{_reading(head)}. The paper's {paper:+.1f} lies {where}."
+        f"{_reading(head)}.{ruled_out} The paper's {paper:+.1f} lies {where}."
     )
 
 
@@ -624,6 +636,7 @@ def _resolution_sentence(
             f" The toy's Table 2 steps are ±{min(halves):.1f} to ±{max(halves):.1f} points wide "
             f"({'; '.join(sorted({_rests_on(s) for s in measured}))})."
         )
+    text += _detectable_text(head, steps)
     if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
         text += (
             f" At the spread of the headline's block differences so far, about {blocks_needed} "
@@ -638,6 +651,42 @@ def _resolution_sentence(
             f"and a Table 3 cell (Holm over its {cells} cells) from "
             f"{fewest_pairs_for_direction(cells, ALPHA)}; {finished} "
             f"{'is' if finished == 1 else 'are'} finished."
+        )
+    return text
+
+
+def _span_of(values: list[float]) -> str:
+    """``0.09`` when the values agree to two decimals, else ``0.05 to 0.09``."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return low if low == high else f"{low} to {high}"
+
+
+def _detectable_text(head: pd.Series, steps: list[pd.Series | None]) -> str:
+    """The smallest effects the headline's and Table 2's blocks detect at 80% power
+    (``detectable_80``, :attr:`~at2po_lib.reporting.claims.Claim.detectable`), and which
+    "cannot tell" is underpowered against the paper's number; "" without the columns."""
+    detect = _number(head.get("detectable_80", np.nan))
+    if not np.isfinite(detect):
+        return ""
+    text = (
+        f" At its blocks' spread the headline detects a difference of {detect:.1f} points at "
+        f"80% power (power {_number(head['power_at_published']):.2f} at the paper's "
+        f"{head['published']})."
+    )
+    measured = [s for s in steps if s is not None and np.isfinite(_number(s["detectable_80"]))]
+    if measured:
+        weak = [s for s in measured if str(s["underpowered"]) == "True"]
+        lows = [_number(s["detectable_80"]) for s in measured]
+        text += (
+            f" Table 2's steps detect {min(lows):.1f} to {max(lows):.1f} points"
+            + (
+                ': their "cannot tell" is underpowered against the paper\'s '
+                + " and ".join(str(s["published"]) for s in weak)
+                + f" (power {_span_of([_number(s['power_at_published']) for s in weak])})"
+                if weak
+                else ""
+            )
+            + "."
         )
     return text
 

@@ -64,6 +64,39 @@ def turn_summary(outcomes: pd.DataFrame, method: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+TURN_METRIC_WORDS = {
+    "turns": "model turns per sample",
+    "searches": "tool calls per sample",
+    "one_search": "share of samples with one tool call",
+}
+""":func:`turn_summary`'s metrics as a learner reads them (the records' names are internal)."""
+
+
+def turn_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`turn_summary` for display: method and group in words, each metric named, its value
+    with the 95% interval in one cell (a share in %), the seeds and questions it rests on."""
+    if summary.empty:
+        return summary
+    scale = summary["metric"].map(lambda m: 100.0 if m == "one_search" else 1.0)
+    unit = summary["metric"].map(lambda m: "%" if m == "one_search" else "")
+    cells = [
+        f"{v * k:.2f}{u} [{lo * k:.2f}, {hi * k:.2f}]"
+        for v, lo, hi, k, u in zip(
+            summary["value"], summary["ci_low"], summary["ci_high"], scale, unit
+        )
+    ]
+    return pd.DataFrame(
+        {
+            "method": summary["method"].map(method_label),
+            "questions": summary["group"].map({"multihop": "multi-hop", "singlehop": "single-hop"}),
+            "measure": summary["metric"].map(TURN_METRIC_WORDS),
+            "value [95% CI]": cells,
+            "seeds": summary["n_seeds"],
+            "questions answered": summary["n_questions"],
+        }
+    ).set_index(["method", "questions", "measure"])
+
+
 def _share_bars(ax, shares: "pd.DataFrame") -> None:
     groups = list(dict.fromkeys(shares["group"]))
     width = 0.8 / max(len(groups), 1)

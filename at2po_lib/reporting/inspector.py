@@ -330,6 +330,18 @@ def _natural_layout(w: Any) -> Any:
     return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain")
 
 
+def _scrolling_layout(w: Any) -> Any:
+    """An image layout that keeps a PNG at its natural size even when wider than the column, for
+    a box that scrolls it (:func:`_scroller`): a grown tree of M = 1, L = 4, K = 8 is 2,914 px
+    wide, and scaled to a 993 px column its labels could not be read (issue #63)."""
+    return w.Layout(max_width="none", height="auto", align_self="flex-start", object_fit="contain")
+
+
+def _scroller(w: Any, image: Any) -> Any:
+    """``image`` in a box as wide as the column that scrolls sideways when the image is wider."""
+    return w.Box([image], layout=w.Layout(width="100%", overflow="auto"))
+
+
 def _show_png(image: Any, png: bytes) -> None:
     """Put ``png`` into an ``Image`` widget at its natural pixel width (see
     :func:`_natural_layout`)."""
@@ -381,13 +393,9 @@ class TreeInspector:
         self.m = w.IntSlider(value=r.tree_m, min=1, max=8, description="M")
         self.l = w.IntSlider(value=r.tree_l, min=0, max=4, description="L")
         self.k = w.IntSlider(value=r.tree_k, min=1, max=8, description="K")
-        self.alpha = w.FloatLogSlider(
-            value=max(r.tree_alpha, 1e-4),
-            base=10,
-            min=-4,
-            max=0,
-            description="α",
-            readout_format=".4f",
+        # a slider over fixed values: a log slider's grid put the profile's 0.05 at 0.0501
+        self.alpha = w.SelectionSlider(
+            options=alpha_choices(r.tree_alpha), value=float(r.tree_alpha), description="α"
         )
         self.grow_button = w.Button(description="Grow", button_style="primary")
         self.tree_pick = w.Dropdown(options=[("tree 0", 0)], value=0, description="tree")
@@ -400,7 +408,7 @@ class TreeInspector:
         """The busy sign beside Grow (loading the policy, growing a tree)."""
         self.listing = w.HTML()
         self.signal = w.HTML()
-        self.tree_image = w.Image(format="png", layout=_natural_layout(w))
+        self.tree_image = w.Image(format="png", layout=_scrolling_layout(w))
         self.credit_image = w.Image(format="png", layout=_natural_layout(w))
         self.origin = ""
         """How the shown trees came (the running example's sentence, or the last Grow)."""
@@ -428,7 +436,7 @@ class TreeInspector:
                 self.listing,
                 w.HBox([self.tree_pick, self.round, self.node, self.busy]),
                 self.signal,
-                self.tree_image,
+                _scroller(w, self.tree_image),  # a wide tree scrolls at full size
                 self.node_out,
                 self.credit_image,
             ]
@@ -661,10 +669,22 @@ class TreeInspector:
 REOPEN_HINT = (
     "The inspector runs in this notebook's kernel: in a notebook reopened since, "
     'JupyterLab shows "Error displaying widget: model not found" below instead; '
-    "run the cell above to start the inspector."
+    "run the notebook from the top (Run ▸ Run All Cells) to start it again: this cell needs "
+    "the variables of the cells before it."
 )
 """Shown above the widget, so that a reopened notebook (whose saved output names a widget model
-its new kernel never made) says what to do (issue #49)."""
+its new kernel never made) says what to do (issue #49). Running the cell alone after a restart
+raised ``NameError: name 'profile' is not defined`` (issue #63): the hint says Run All."""
+
+ALPHA_CHOICES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""The α values the inspector's slider offers (the exact-entropy variant's 0.001 and the
+authors' 0.05 among them)."""
+
+
+def alpha_choices(profile_alpha: float) -> tuple[float, ...]:
+    """:data:`ALPHA_CHOICES` with the profile's α among them, sorted, so the slider starts on
+    that exact value."""
+    return tuple(sorted({*ALPHA_CHOICES, float(profile_alpha)}))
 
 
 def reopen_hint() -> Any:

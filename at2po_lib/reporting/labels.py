@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..config.profile import load_profile
 from ..protocol.qa_data import GROUPS, dataset_group, paper_dataset
 from ..method.presets import METHODS, TABLE3_METHODS, credit_method, matching_at2po
+from ..trainer.block_records import ABLATION_SET, blocks_root, finished_blocks
 from .records import discover_runs, recorded_rollout
 
 if TYPE_CHECKING:
@@ -128,8 +129,9 @@ def profile_at2po(profile: str, beside: Sequence[str] = STEP3) -> str:
     the expansion settings those runs recorded (:func:`~.records.recorded_rollout`), so that
     the two differ in credit only; without their records, the profile's settings (``at2po``).
     On ``tiny`` the committed steps and cells ran the exact-entropy variant's settings, so
-    Table 2's step 4 and Table 3's default cell are ``at2po_exact`` until the study re-runs
-    them (:func:`~at2po_lib.method.presets.matching_at2po`)."""
+    the committed runs' Table 2 step 4 and Table 3 default cell are ``at2po_exact``; the
+    study's ablation blocks train the authors' ``at2po`` beside every step and cell
+    (:func:`~at2po_lib.method.presets.matching_at2po`)."""
     recorded = recorded_rollout(profile, beside)
     if recorded is None:
         recorded = dataclasses.asdict(load_profile(profile).rollout)
@@ -182,7 +184,16 @@ def table_configurations(profile: str) -> str:
         verb = "is" if len(names) == 1 else "are"
         parts.append(f"{joined} {verb} {described(method)}")
     sentence = f"On `{profile}`, " + ", while ".join(parts)
-    if len(by_method) > 1:
+    ablation = len(finished_blocks(blocks_root(profile, ABLATION_SET)))
+    if len(by_method) > 1 and ablation:
+        sentence += (
+            ", in the committed runs (the earlier record): the settings Table 2's step 3 and "
+            "Table 3's other cells were recorded with, so that each differs from its "
+            f"neighbours in credit only. The study's {ablation} ablation blocks re-ran every "
+            "step and cell beside the authors' `at2po`, and the claims and the block tables "
+            "read those"
+        )
+    elif len(by_method) > 1:
         sentence += (
             ": the settings Table 2's step 3 and Table 3's other cells were recorded "
             "with, so that each differs from its neighbours in credit only, until the "

@@ -13,6 +13,7 @@ r"""Writers for tables and figures, each with a ``.meta.json`` that says where i
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -133,3 +134,17 @@ def read_markdown_table(text: str) -> pd.DataFrame:
     header, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
     frame = pd.DataFrame(rows, columns=header)
     return frame.set_index(header[0])
+
+
+PROSE_WIDTH = 100
+"""Characters a printed sentence wraps at in a notebook (its code column holds about 100)."""
+
+
+def prose(text: str, width: int = PROSE_WIDTH) -> str:
+    """``text`` wrapped at word boundaries as prose, so a long generated sentence prints as a
+    paragraph, not one line to scroll; a number is never split (no break inside a word or at
+    its minus sign)."""
+    return "\n\n".join(
+        textwrap.fill(part, width, break_long_words=False, break_on_hyphens=False)
+        for part in text.split("\n\n")
+    )

@@ -10,7 +10,7 @@ Reads the run folders of ``results/runs/<profile>/`` (no training) and writes, e
   entropy and reward over the first vs the last steps, the change, and each method's change
   minus GRPO's); ``dissection_summary`` (what each part of AT2PO does) and ``why.md`` (the
   toy's result and its reasons in generated sentences,
-  :func:`.dissection_summary.why_sentences`, the README's block ``tiny/why``);
+  :func:`.dissection_summary.why_sentences`, docs/toy_study.md's block ``tiny/why``);
 - ``figures/fig3_training_<profile>.{png,pdf}``, ``figures/fig4_turns_<profile>.{png,pdf}`` and,
   once two headline blocks of the study have finished, ``figures/headline_blocks_<profile>``
   (:mod:`.blocks_figure`).
@@ -46,6 +46,7 @@ from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
 from .block_pairs import (
+    block_run_paths,
     block_scores,
     blocks_needed,
     block_sources,
@@ -294,7 +295,7 @@ def _write_tables23_in_blocks(
         report.tables[name] = display
 
 
-def _ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
+def ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
     """(finished ablation blocks, Table 3 cells they train: the Holm family of their tests),
     or None before the first finished ablation block."""
     if blocks.empty:
@@ -496,6 +497,7 @@ def _write_claims(
         provenance=provenance,
         blocks=blocks,
         allow_revisions=allow_revisions,
+        block_clips=clip_levels(block_run_paths(profile, "at2po")),
     )
     report.paths["claims"] = write_table(
         tidy,
@@ -551,6 +553,17 @@ def _write_claims(
         },
     )
     report.paths["claims_summary"] = {"md": summary_path}
+    shows_path = tables_dir(profile) / "toy_shows.md"
+    write_if_changed(shows_path, claims.toy_shows(tidy))
+    write_meta(
+        shows_path,
+        {
+            **meta_for(outcomes["method"].unique(), claims.toy_shows),
+            "table": "toy_shows",
+            "files": [shows_path.name],
+        },
+    )
+    report.paths["toy_shows"] = {"md": shows_path}
     parts, shown = dissection_summary(profile, tidy)
     if len(parts):
         report.paths["dissection_summary"] = write_table(
@@ -577,7 +590,7 @@ def _write_claims(
                     parts,
                     results_dir(profile, "dissection"),
                     blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
-                    _ablation_blocks(blocks),
+                    ablation_blocks(blocks),
                 )
             )
             + "\n",
