@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from at2po_lib.reporting.dissection_summary import dissection_summary, why_sentences
+from at2po_lib.util.paths import repo_root
 
 ORACLE = """score,k,prompts,candidates,resamples,trees_with_spearman,spearman,spearman_lo,spearman_hi,flips_vs_uniform,flips_vs_uniform_lo,flips_vs_uniform_hi
 authors_score,4,10,70,8,9,0.1,0.0,0.2,0.97,0.90,1.04
@@ -570,3 +573,41 @@ def test_a_small_share_gap_keeps_its_hundredths():
     assert _ci_text(gap) == "+0.01 [-0.03, +0.05]"
     points = pd.Series({"estimate": -2.0, "ci_low": -4.45, "ci_high": 0.5, "unit": "EM points"})
     assert _ci_text(points) == "-2.0 [-4.5, +0.5]"
+
+
+def test_picks_table_reads_the_authors_score_with_verdicts_and_entropy_beside():
+    """Issue #63: notebook 02's §3b printed the entropy-only ratios without verdict words, not
+    those of the authors' score H − α·b its AT2PO expands by."""
+    from at2po_lib.reporting.dissection_summary import picks_table
+
+    def row(score, value, low, high):
+        return {
+            "score": score,
+            "flips_vs_uniform": value,
+            "flips_vs_uniform_lo": low,
+            "flips_vs_uniform_hi": high,
+            "prompts": 600,
+            "policy": "warmstart",
+            "shape": "toy",
+        }
+
+    summaries = pd.DataFrame(
+        [
+            row("uniform", 1.02, 0.99, 1.05),  # the placebo strays 0.02 from 1: the margin
+            row("authors_score", 1.08, 1.03, 1.12),  # 1.03 > 1 + 0.02: better
+            row("entropy_nll", 1.01, 0.98, 1.04),  # contains 1: no different
+        ]
+    )
+    table = picks_table(summaries, "entropy_nll")
+    shown = table.loc[("the warm start", "toy tree")]
+    assert shown["authors' score H − α·b"] == "1.08× [1.03, 1.12]"
+    assert shown["authors' score H − α·b: verdict"] == "better"
+    assert shown["entropy only: verdict"] == "no different"
+    assert picks_table(pd.DataFrame(), "entropy_nll").empty
+    source = "".join(
+        "".join(c["source"])
+        for c in json.loads((repo_root() / "notebooks" / "02_tree_rollout.ipynb").read_text())[
+            "cells"
+        ]
+    )
+    assert "picks_table(summaries" in source and "flip_ratio_sentence(" not in source

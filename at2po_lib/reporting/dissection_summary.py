@@ -715,3 +715,33 @@ def why_sentences(
         _resolution_sentence(claims, blocks_needed, ablation),
     )
     return [s for s in sentences if s is not None]
+
+
+def picks_table(summaries: pd.DataFrame, entropy_score: str) -> pd.DataFrame:
+    """Notebook 02's §3b: per oracle record (policy and tree, in words), how often re-sampling
+    the K turns the authors' score H − α·b picks flips the outcome relative to K uniform picks,
+    with its 95% interval over prompts and its verdict by the placebo rule
+    (:func:`~at2po_lib.analysis.expansion_oracle.versus_uniform`), and beside it the same for
+    the turn entropy alone (α = 0, ``entropy_score``), named as such. Empty without records."""
+    if summaries.empty:
+        return pd.DataFrame()
+    margin = placebo_margin(summaries)
+    rows = []
+    for (policy, shape), group in summaries.groupby(["policy", "shape"], sort=False):
+        scores = group.set_index("score")
+        row = {
+            "policy": ORACLE_POLICIES.get(policy, policy),
+            "tree": SUMMARY_SHAPES.get(shape, shape),
+            "prompts": int(scores["prompts"].iloc[0]),
+        }
+        for name, score in (
+            ("authors' score H − α·b", "authors_score"),
+            ("entropy only", entropy_score),
+        ):
+            if score in scores.index:
+                s = scores.loc[score]
+                low, high = s["flips_vs_uniform_lo"], s["flips_vs_uniform_hi"]
+                row[name] = f"{s['flips_vs_uniform']:.2f}× [{low:.2f}, {high:.2f}]"
+                row[f"{name}: verdict"] = versus_uniform(low, high, margin)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["policy", "tree"])
