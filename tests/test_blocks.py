@@ -594,3 +594,22 @@ def test_a_process_of_whole_blocks_never_discards_a_block_others_share(study, mo
     assert result.status == "held" and untouched.calls == []
     assert "trains its runs with --share-blocks" in capsys.readouterr().err
     assert sorted(p.relative_to(staging) for p in staging.rglob("*")) == before
+
+
+# ------------------------------------------------------------------ issue #66: never replaced
+@pytest.mark.parametrize("share_blocks", [False, True])
+def test_a_finished_block_is_never_replaced_by_a_finished_staging_record(study, share_blocks):
+    import shutil
+
+    (first,) = blocks.run_blocks("smoke", "headline", [0])
+    folder = _root() / "block00"
+    staging = staging_path(folder)
+    shutil.copytree(folder, staging)  # a second record of the block, also saying finished
+    (staging / "at2po" / "seed100" / "token").write_text("planted")
+    with pytest.raises(ProfileError) as refused:
+        blocks.run_blocks("smoke", "headline", [0], share_blocks=share_blocks)
+    message = str(refused.value)
+    assert "\n" not in message and "two finished records of block 0" in message
+    assert str(folder / "BLOCK.json") in message and str(staging / "BLOCK.json") in message
+    assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
+    assert (staging / "at2po" / "seed100" / "token").read_text() == "planted"

@@ -89,7 +89,7 @@ from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock, lock_holder
 from ..util.provenance import TIME_FORMAT, machine_build, run_metadata
-from ..util.staging import discard, recover, staging_path, swap_in
+from ..util.staging import REPLACED_MARKER, discard, recover, staging_path, swap_in
 from . import run_folder
 from .block_records import (
     ABLATION_SET,
@@ -497,8 +497,25 @@ def _share_block(study: _Study, block: int, folder: Path) -> BlockResult:
 
 
 def _recover_swap(folder: Path) -> None:
-    """Finish a swap a crash cut short: a staging folder whose record says finished."""
-    recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+    """Finish a swap a crash cut short: a staging folder whose record says finished. A block
+    already finished in place is never replaced: a finished staging record beside it is a
+    second record of the block (copied or planted), refused naming both."""
+    staging = staging_path(folder)
+    if (
+        _says_finished(folder)
+        and _says_finished(staging)
+        and not (staging / REPLACED_MARKER).exists()  # the old folder of a swap done: discarded
+    ):
+        raise ProfileError(
+            f"two finished records of block {read_block(folder).get('block', '?')}: "
+            f"{folder / BLOCK_RECORD} and {staging / BLOCK_RECORD}; a finished block is never "
+            "replaced: compare the two and remove the one that should go"
+        )
+    recover(folder, _says_finished)
+
+
+def _says_finished(folder: Path) -> bool:
+    return (read_block(folder) or {}).get("status") == "finished"
 
 
 def _train_run(
