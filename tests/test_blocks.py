@@ -13,8 +13,9 @@ import pytest
 
 from at2po_lib.cli.options import UsageError, int_list
 from at2po_lib.trainer import block_records, blocks, run_folder
+from at2po_lib.trainer.study import STUDY_TABLES
 from at2po_lib.util import provenance
-from at2po_lib.util.errors import ProfileError
+from at2po_lib.util.errors import ProfileError, RecordError
 from at2po_lib.util.locks import folder_lock, lock_path
 from at2po_lib.util.provenance import machine_build
 from at2po_lib.util.staging import staging_path
@@ -257,6 +258,8 @@ def test_block_sets_keep_their_seeds_apart():
     assert blocks.BLOCK_SETS["headline"].methods == ("at2po", "grpo", "grpo_tree_budget")
     ablation = blocks.BLOCK_SETS["ablation"].methods
     assert ablation[0] == "at2po" and len(ablation) == 1 + 3 + 7
+    # the records' list of the set (read without torch) is Table 2's steps and Table 3's cells
+    assert ablation == ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"])
     with pytest.raises(ProfileError, match="0-99"):
         blocks.block_seed(blocks.BLOCK_SETS["headline"], 100)
 
@@ -613,3 +616,49 @@ def test_a_finished_block_is_never_replaced_by_a_finished_staging_record(study, 
     assert str(folder / "BLOCK.json") in message and str(staging / "BLOCK.json") in message
     assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
     assert (staging / "at2po" / "seed100" / "token").read_text() == "planted"
+
+
+@pytest.mark.parametrize("where", ["finished", "staging"])
+@pytest.mark.parametrize("plan", [True, False])
+def test_a_torn_block_record_is_one_line_naming_it(study, capsys, where, plan):
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [0])
+    folder = _root() / "block00"
+    if where == "staging":
+        folder.rename(staging_path(folder))
+        folder = staging_path(folder)
+    record = folder / "BLOCK.json"
+    record.write_text(record.read_text()[:40])  # a write cut short
+    capsys.readouterr()
+    argv = ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0"]
+    assert cli.main(argv + (["--plan"] if plan else [])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{record}: not a readable block record" in err
+    assert record.read_text().startswith("{")  # left as it was, for a person to look at
+
+
+def test_a_block_record_of_wrong_types_is_refused_naming_the_field(study):
+    blocks.run_blocks("smoke", "headline", [0])
+    record = _root() / "block00" / "BLOCK.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "block": "0"}))
+    with pytest.raises(RecordError, match=r"BLOCK.json: block is '0', not int"):
+        block_records.read_block(record.parent)
+
+
+def test_a_finished_block_missing_a_run_is_damaged_not_finished(study, capsys):
+    import shutil
+
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [0])
+    shutil.rmtree(_root() / "block00" / "grpo_tree_budget")
+    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    assert planned.state == "damaged"
+    assert "grpo_tree_budget/seed100 is not a finished run folder" in planned.detail
+    capsys.readouterr()
+    argv = ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0"]
+    assert cli.main(argv + ["--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a finished block that is not whole" in err
+    assert study.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]

@@ -96,7 +96,10 @@ from .block_records import (
     BLOCK_RECORD,
     HEADLINE_SET,
     MAX_BLOCKS,
+    SET_METHODS,
+    SET_SEED_BASE,
     block_dir,
+    block_problems,
     block_state,
     blocks_root,
     finished_blocks,
@@ -105,7 +108,6 @@ from .block_records import (
 )
 from .resolve import check_fixed_rollout
 from .run import train
-from .study import STUDY_TABLES
 
 AUTHORS_EXPANSION: Mapping[str, Any] = {
     key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")
@@ -161,14 +163,14 @@ BLOCK_SETS: dict[str, BlockSet] = {
             HEADLINE_SET,
             "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
             "AT2PO's budget (M + L·K chains)",
-            ("at2po", "grpo", "grpo_tree_budget"),
-            100,
+            SET_METHODS[HEADLINE_SET],
+            SET_SEED_BASE[HEADLINE_SET],
         ),
         BlockSet(
             ABLATION_SET,
             "Table 2's steps and Table 3's cells on the authors' configuration, with AT2PO",
-            ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]),
-            200,
+            SET_METHODS[ABLATION_SET],
+            SET_SEED_BASE[ABLATION_SET],
             authors_profile=True,
         ),
     )
@@ -397,6 +399,7 @@ def _run_block(study: _Study, block: int, folder: Path) -> BlockResult:
     block_set = study.block_set
     _recover_swap(folder)
     if block_state(folder) == "finished":
+        _refuse_damaged(folder, block_set.name)
         return BlockResult(block, "skipped", folder, read_block(folder))
     staging = staging_path(folder)
     if busy := _claimed(staging, block_set.methods):  # never discard what others train
@@ -465,6 +468,7 @@ def _share_block(study: _Study, block: int, folder: Path) -> BlockResult:
             _take_turn(folder, turn)
             _recover_swap(folder)
             if block_state(folder) == "finished":  # another process swapped it in
+                _refuse_damaged(folder, block_set.name)
                 status = "shared" if joined else "skipped"
                 return BlockResult(block, status, folder, read_block(folder))
             record = study.record(block)
@@ -512,6 +516,21 @@ def _recover_swap(folder: Path) -> None:
             "replaced: compare the two and remove the one that should go"
         )
     recover(folder, _says_finished)
+
+
+def damage(folder: Path, set_name: str) -> str:
+    """What is wrong with the finished block in ``folder`` (a run missing, a record of another
+    block or seed, :func:`block_problems`), named; empty when nothing is."""
+    return "; ".join(block_problems(folder, read_block(folder) or {}, set_name, whole=True))
+
+
+def _refuse_damaged(folder: Path, set_name: str) -> None:
+    """A finished block that is not whole is never skipped as done, nor trained over."""
+    if problems := damage(folder, set_name):
+        raise ProfileError(
+            f"{folder / BLOCK_RECORD}: a finished block that is not whole ({problems}); "
+            "restore it from git (git checkout -- <folder>) or move it away to train it again"
+        )
 
 
 def _says_finished(folder: Path) -> bool:
@@ -741,7 +760,9 @@ def block_plan(
         detail = ""
         left = (read_block(staging_path(folder)) or {}) if state == "interrupted" else {}
         kept: Sequence[str] = ()
-        if state == "finished":
+        if state == "finished" and (problems := damage(folder, set_name)):
+            state, detail = "damaged", problems
+        elif state == "finished":
             r = read_block(folder)
             detail = (
                 f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "
