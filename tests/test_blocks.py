@@ -662,3 +662,29 @@ def test_a_finished_block_missing_a_run_is_damaged_not_finished(study, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a finished block that is not whole" in err
     assert study.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
+
+
+def test_a_study_refuses_to_run_when_the_working_tree_is_not_the_imported_code(
+    study, tmp_path, monkeypatch, capsys
+):
+    import subprocess
+
+    from at2po_lib import cli
+
+    other = tmp_path / "other-checkout"
+    (other / "configs").mkdir(parents=True)
+    (other / "at2po_lib").mkdir()
+    (other / "at2po_lib" / "f.py").write_text("# another revision of the code\n")
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
+        subprocess.run(["git", *args], cwd=other, check=True, capture_output=True)
+    monkeypatch.chdir(other)
+    monkeypatch.delenv("AT2PO_HOME", raising=False)
+    for argv in (["--block-set", "headline", "--blocks", "0"], ["--table", "1", "--seeds", "0"]):
+        assert cli.main(["study", "--profile", "smoke", *argv, "--no-report"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is not this checkout's" in err
+    assert study.calls == []

@@ -38,6 +38,7 @@ from .options import (
     quiet_openmp,
     run_guarded,
 )
+from ..util.provenance import code_mismatch
 
 if TYPE_CHECKING:
     from ..trainer.blocks import TimeLeft
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
+    if not args.plan and (mismatch := code_mismatch()) is not None:
+        raise UsageError(mismatch)  # its records would name other code than the code that ran
     if args.block_set is not None:
         return _run_blocks(args)
     block_options = (args.blocks, args.threads, args.keep_finished_runs, args.share_blocks)

@@ -88,7 +88,13 @@ from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock, lock_holder
-from ..util.provenance import TIME_FORMAT, machine_build, run_metadata
+from ..util.provenance import (
+    TIME_FORMAT,
+    code_mismatch,
+    machine_build,
+    run_metadata,
+    startup_hooks,
+)
 from ..util.staging import REPLACED_MARKER, discard, recover, staging_path, swap_in
 from . import run_folder
 from .block_records import (
@@ -222,11 +228,15 @@ def check_revision(
 ) -> None:
     """A new block starts on a clean checkout, at the revision and with the overrides of the
     set's finished blocks (each allowance lifts one rule)."""
+    if (mismatch := code_mismatch()) is not None:  # the revision would name other code
+        raise ProfileError(mismatch)
     commit, clean = revision_state(revision)
     if not clean and not allow_dirty:
+        hooks = ", ".join(str(p) for p in startup_hooks())
         raise ProfileError(
-            f"the checkout has uncommitted code (revision {revision}): a block "
-            "must name the code it ran; commit first (or --allow-dirty, recorded)"
+            f"uncommitted code runs (revision {revision}"
+            f"{f'; start-up hooks on the path: {hooks}' if hooks else ''}): a block must name "
+            "the code it ran; commit first (or --allow-dirty, recorded)"
         )
     if commit == "unknown" and not allow_dirty:
         raise ProfileError("no git revision: a block must name the code it ran (--allow-dirty)")
