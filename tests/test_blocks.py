@@ -688,3 +688,34 @@ def test_a_study_refuses_to_run_when_the_working_tree_is_not_the_imported_code(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "is not this checkout's" in err
     assert study.calls == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--block-set", "headline", "--blocks", "0-4294967295"], "expected integers in [0, 99]"),
+        (["--table", "1", "--seeds", "0-99999"], "names 100,000 values; at most 100"),
+        (["--table", "1", "--seeds", "0-4294967295"], "at most 100"),
+        (["--block-set", "headline", "--blocks", "٣"], "expected integers (digits 0-9)"),
+        (["--table", "1", "--seeds", "1,٣"], "expected integers (digits 0-9)"),
+    ],
+)
+def test_study_lists_are_bounded_and_ascii_before_any_work(argv, message, capsys, isolated_outputs):
+    import signal
+    import time
+
+    from at2po_lib import cli
+
+    def too_slow(signum, frame):
+        raise TimeoutError("no answer in 5 s")
+
+    signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)  # the refusal comes before any list is built or run looked at
+    started = time.monotonic()
+    try:
+        code = cli.main(["study", "--profile", "smoke", *argv, "--plan"])
+    finally:
+        signal.alarm(0)
+    assert code == 2 and time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

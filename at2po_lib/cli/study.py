@@ -38,6 +38,7 @@ from .options import (
     quiet_openmp,
     run_guarded,
 )
+from ..trainer.block_records import MAX_BLOCKS
 from ..util.provenance import code_mismatch
 
 if TYPE_CHECKING:
@@ -146,11 +147,11 @@ def _run(args: argparse.Namespace) -> int:
             "--blocks, --threads, --keep-finished-runs, --share-blocks and --hours go with "
             "--block-set"
         )
+    seeds = int_list(args.seeds, "--seeds")  # bounded before anything is imported or read
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
     overrides = parse_set(args.overrides) or None
-    seeds = int_list(args.seeds, "--seeds")
     try:  # names and patterns checked (and patterns expanded) before any training
         methods = study_methods(args.table, comma_list(args.methods, "--methods"))
     except KeyError as exc:
@@ -181,6 +182,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
             "a block trains every method of its set with the block's seed: "
             "--methods, --seeds and --force go with --table"
         )
+    blocks = int_list(args.blocks, "--blocks", high=MAX_BLOCKS - 1)  # before any import
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.blocks import (
         DEFAULT_THREADS,
@@ -193,7 +195,6 @@ def _run_blocks(args: argparse.Namespace) -> int:
     )
 
     overrides = parse_set(args.overrides)
-    blocks = int_list(args.blocks, "--blocks")
     if args.plan:
         plan = block_plan(
             args.profile,
