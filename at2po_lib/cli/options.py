@@ -9,6 +9,7 @@ naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import re
@@ -143,6 +144,36 @@ def int_list(
     if named > most:
         raise UsageError(f"{option} {text[:40]!r} names {named:,} values; at most {most:,}")
     return list(dict.fromkeys(n for start, end in spans for n in range(start, end + 1)))
+
+
+ENGINES_SETUP = (
+    "`./run_tests.sh --engines` runs the engines' tests in an environment that has them "
+    "(scripts/bootstrap_engines.sh makes it; docs/paper_scale.md)"
+)
+"""Where a missing engine is installed, named by :func:`check_engine`."""
+
+
+def engine_installed() -> bool:
+    """Whether vLLM can be imported here (looked up, not imported: that takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check_engine(cfg: Any, trainer_overrides: Mapping[str, Any] | None = None) -> None:
+    """A profile whose rollouts or training run on vLLM (``rollout.backend=vllm``,
+    ``train.use_vllm``) needs vLLM: checked before anything is trained or written, so a
+    missing engine is one line naming where it comes from, not a traceback after a warm start
+    was trained or a run folder made."""
+    wants = {
+        "rollout.backend=vllm": cfg.rollout.backend == "vllm",
+        "train.use_vllm=true": bool(cfg.train.use_vllm),
+        "trainer.use_vllm=true": bool((trainer_overrides or {}).get("use_vllm")),
+    }
+    asked = [name for name, on in wants.items() if on]
+    if asked and not engine_installed():
+        raise UsageError(
+            f"profile {cfg.name} runs on vLLM ({', '.join(asked)}), which this environment "
+            f"does not have: {ENGINES_SETUP}"
+        )
 
 
 class UsageError(ValueError):

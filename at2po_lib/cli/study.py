@@ -32,8 +32,10 @@ from .options import (
     UsageError,
     add_profile_options,
     bounded_float,
+    check_engine,
     comma_list,
     int_list,
+    load_profile_args,
     parse_set,
     quiet_openmp,
     run_guarded,
@@ -137,8 +139,10 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
-    if not args.plan and (mismatch := code_mismatch()) is not None:
-        raise UsageError(mismatch)  # its records would name other code than the code that ran
+    if not args.plan:
+        if (mismatch := code_mismatch()) is not None:
+            raise UsageError(mismatch)  # its records would name other code than the code that ran
+        check_engine(load_profile_args(args))  # before any warm start or run folder
     if args.block_set is not None:
         return _run_blocks(args)
     block_options = (args.blocks, args.threads, args.keep_finished_runs, args.share_blocks)
