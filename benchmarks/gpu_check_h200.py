@@ -64,6 +64,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import re
 import tempfile
 import time
 import traceback
@@ -99,6 +100,14 @@ PLAN_TOLERANCE = 0.10
 ROLLOUT_ROWS = (16, 64, 256)
 ROLLOUT_NEW_TOKENS = 64
 ROLLOUT_PROMPT_TOKENS = 64
+COMPILER_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""Where torch's compiler keeps its caches: in the run's scratch folder, removed with it."""
+MAX_ROWS = 512
+"""``--rows``: rows of one rollout measurement, twice the default's largest (256)."""
+MAX_NEW_TOKENS = 1024
+"""``--new-tokens``: a row's generated tokens, 16 times the default (64). At both bounds the
+Qwen3 shapes' bf16 KV cache (28 layers x 8 KV heads x 128 x 2 x 2 bytes, 112 KiB a token) is
+512 x (64 + 1,024) tokens, about 60 GiB: it fits the H200; ``1e9`` asked for 256 GB."""
 BANDWIDTH_BYTES_S = 4.8e12
 """The H200's HBM3e bandwidth (its data sheet's 4.8 TB/s): a decode step must read every
 weight and the rows' KV cache once, so ``rows / ((weights + KV) / bandwidth)`` tokens/s bound
@@ -842,9 +851,17 @@ def write_results(
     return summary
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad argument is one line naming it (exit 2), before any sub-check; ``--help`` shows
+    the usage."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -865,15 +882,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--rows",
+        type=_rows,
         default=None,
-        help=f"rollout: comma-separated row counts (default "
+        help=f"rollout: comma-separated row counts, each 1 to {MAX_ROWS:,} (default "
         f"{','.join(map(str, ROLLOUT_ROWS))}; 2,4 dry)",
     )
     parser.add_argument(
         "--new-tokens",
-        type=int,
+        type=_new_tokens,
         default=None,
-        help=f"rollout: tokens a row generates (default {ROLLOUT_NEW_TOKENS}; 6 dry)",
+        help=f"rollout: tokens a row generates, 1 to {MAX_NEW_TOKENS:,} (default "
+        f"{ROLLOUT_NEW_TOKENS}; 6 dry)",
     )
     parser.add_argument(
         "--also-require",
@@ -903,28 +922,47 @@ def main(argv: list[str] | None = None) -> int:
         problem = _unwritable(args.out)
         if problem:
             parser.error(f"--out {str(args.out)!r}: {problem}")
-    rows = (
-        tuple(int(r) for r in args.rows.split(","))
-        if args.rows
-        else ((2, 4) if args.dry_run else ROLLOUT_ROWS)
-    )
+    rows = args.rows or ((2, 4) if args.dry_run else ROLLOUT_ROWS)
     new_tokens = args.new_tokens or (6 if args.dry_run else ROLLOUT_NEW_TOKENS)
     prompt_tokens = 16 if args.dry_run else ROLLOUT_PROMPT_TOKENS
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     work = Path(tempfile.mkdtemp(prefix="at2po-gpu-check-"))
     rollout = RolloutGeometry(rows, new_tokens, prompt_tokens)
+    # torch's compiler caches (TMPDIR/torchinductor_<user> by default) go to the scratch
+    # folder too, unless the caller chose a place for them
+    chosen = {var: os.environ.get(var) for var in COMPILER_CACHES}
+    for var in COMPILER_CACHES:
+        os.environ.setdefault(var, str(work / var.lower()))
     try:
         return _run(args, argv, wanted, steps, rollout, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the scratch run: nothing kept in /tmp
+        for var, value in chosen.items():
+            if value is None:
+                os.environ.pop(var, None)
+
+
+def _count(text: str, high: int) -> int:
+    """A count typed as ASCII digits, 1 to ``high``; else one line naming the value."""
+    if not re.fullmatch(r"[0-9]{1,10}", text) or not 1 <= int(text) <= high:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected an integer in [1, {high:,}]")
+    return int(text)
+
+
+def _rows(text: str) -> tuple[int, ...]:
+    """``--rows``: comma-separated row counts, each 1 to :data:`MAX_ROWS`."""
+    return tuple(_count(item.strip(), MAX_ROWS) for item in text.split(","))
+
+
+def _new_tokens(text: str) -> int:
+    """``--new-tokens``: 1 to :data:`MAX_NEW_TOKENS` (0 measured nothing and passed)."""
+    return _count(text, MAX_NEW_TOKENS)
 
 
 def _steps(text: str) -> int:
     """``--steps``: 1 to 1000 (``0`` used to run one step)."""
-    if not text.isdigit() or not 1 <= int(text) <= 1000:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected an integer in [1, 1000]")
-    return int(text)
+    return _count(text, 1000)
 
 
 def _unwritable(out: Path) -> str | None:
