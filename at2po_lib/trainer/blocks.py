@@ -29,7 +29,9 @@ revisions they were trained at.
 in (:mod:`at2po_lib.util.staging`) only when every run of it has finished. A block killed
 part-way leaves its staging folder: the next ``at2po study --block-set`` discards it, runs and
 all, and trains the block again from its first run, so the runs of an interrupted block never
-join those of another process. A finished block is skipped (resumable).
+join those of another process. A finished block is skipped (resumable), and never replaced: a
+second finished record of it (a staging folder that says finished beside it) is refused, naming
+both, and a finished block missing a run is refused as damaged, never trained over.
 
 **Unless asked to keep them, on the same machine.** With ``keep_finished_runs`` (``at2po study
 --keep-finished-runs``) an interrupted block keeps the runs it finished when everything a run's
@@ -63,8 +65,9 @@ on a machine held for a few hours it stops instead of starting work the machine'
 throw away, and the same command resumes. A block of a set with no finished run yet starts
 (nothing to time it by).
 
-**One revision.** A block records the revision it was trained at; a block is not started on a
-checkout with uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
+**One revision.** A block records the revision it was trained at, that of the imported code's own
+checkout (:func:`at2po_lib.util.provenance.git_revision`); a block is not started when the
+working tree is another checkout than the imported code, nor on uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
 revision or with other overrides than the set's finished blocks (``allow_revisions``; the
 report then refuses to pair across revisions unless asked, naming the blocks).
 """
