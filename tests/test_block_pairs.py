@@ -25,7 +25,7 @@ from at2po_lib.reporting.block_pairs import (
     run_provenance,
 )
 from at2po_lib.reporting.claims import claims_table
-from at2po_lib.trainer.block_records import SET_METHODS, SET_SEED_BASE, blocks_root
+from at2po_lib.trainer.block_records import SET_SEED_BASE, blocks_root, set_methods
 from at2po_lib.util.errors import RecordError
 
 MH = "tiny_hotpotqa"
@@ -269,7 +269,7 @@ def ablation(isolated_outputs) -> Path:
         "credit_leaf_mean_diff_parent": 0.55,
     }
     # a block holds every method of its set; the tables' tests read the six above
-    rates = {m: rates.get(m, 0.5) for m in SET_METHODS["ablation"]}
+    rates = {m: rates.get(m, 0.5) for m in set_methods("ablation")}
     for block in range(5):
         _write_block(root, block, REV_A, rates, rng)
     return root

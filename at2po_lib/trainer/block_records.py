@@ -29,27 +29,28 @@ HEADLINE_SET = "headline"
 ABLATION_SET = "ablation"
 """The block set of Table 2's steps and Table 3's cells with AT2PO."""
 
-SET_METHODS: dict[str, tuple[str, ...]] = {
-    HEADLINE_SET: ("at2po", "grpo", "grpo_tree_budget"),
-    ABLATION_SET: (
-        "at2po",
-        "ablation_random_tree_grpo",
-        "ablation_atpo_loss",
-        "ablation_entropy_tree",
-        "credit_entropy_softmax_diff_parent",
-        "credit_entropy_linear_node_value",
-        "credit_entropy_linear_diff_parent",
-        "credit_child_mean_node_value",
-        "credit_child_mean_diff_parent",
-        "credit_leaf_mean_node_value",
-        "credit_leaf_mean_diff_parent",
-    ),
-}
-"""Each set's methods, in training order: what a block of it holds, and the only run names its
-records may give (a name read from a record becomes a path). The ablation set is AT2PO with
-Table 2's steps and Table 3's cells (``at2po_lib.trainer.study.STUDY_TABLES``; the block tests
-check that the two agree). Here rather than beside the trainer so that the report and
-``scripts/collect_blocks.py`` check records without importing torch."""
+HEADLINE_METHODS = ("at2po", "grpo", "grpo_tree_budget")
+"""The headline set's methods, in training order."""
+
+
+def set_methods(set_name: str) -> tuple[str, ...] | None:
+    """A block set's methods in training order (None: no such set): what a block of it holds,
+    and the only run names its records may give (a name read from a record becomes a path).
+    The ablation set is AT2PO with Table 2's steps and Table 3's cells, imported only when
+    asked (the tables' lists come with the trainer, which pulls torch; the headline does not)."""
+    if set_name == HEADLINE_SET:
+        return HEADLINE_METHODS
+    if set_name == ABLATION_SET:
+        # lazy: the tables' lists come with the trainer (torch); the report's and
+        # collect_blocks.py's headline checks stay light
+        from .study import STUDY_TABLES
+
+        return ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"])
+    return None
+
+
+BLOCK_SETS = (HEADLINE_SET, ABLATION_SET)
+"""Every block set's name."""
 SET_SEED_BASE: dict[str, int] = {HEADLINE_SET: 100, ABLATION_SET: 200}
 """Block b of a set trains seed ``base + b``: sets never share a seed."""
 
@@ -132,8 +133,9 @@ def block_problems(
     of that set: its number, set and seed against the folder and the set, its run names against
     the set's methods, and each run's folder (a real folder with its ``DONE.json``); with
     ``whole``, every method of the set. Empty when nothing does."""
-    if set_name not in SET_METHODS:
-        return [f"{set_name!r} is not a block set ({', '.join(SET_METHODS)})"]
+    methods = set_methods(set_name)
+    if methods is None:
+        return [f"{set_name!r} is not a block set ({', '.join(BLOCK_SETS)})"]
     problems = []
     block = folder_block(folder)
     if record.get("block") != block:
@@ -146,10 +148,10 @@ def block_problems(
             f"{SET_SEED_BASE[set_name] + block}"
         )
     runs = record.get("runs") or {}
-    strangers = [m for m in runs if m not in SET_METHODS[set_name]]
+    strangers = [m for m in runs if m not in methods]
     if strangers:
         problems.append(f"runs {strangers} are not methods of {set_name}")
-    if whole and (missing := [m for m in SET_METHODS[set_name] if m not in runs]):
+    if whole and (missing := [m for m in methods if m not in runs]):
         problems.append(f"no run of {', '.join(missing)} (a block holds every method)")
     for method in runs:
         if method in strangers:

@@ -105,7 +105,6 @@ from .block_records import (
     BLOCK_RECORD,
     HEADLINE_SET,
     MAX_BLOCKS,
-    SET_METHODS,
     SET_SEED_BASE,
     block_dir,
     block_problems,
@@ -113,6 +112,7 @@ from .block_records import (
     blocks_root,
     finished_blocks,
     read_block,
+    set_methods,
     unfinished_dir,
 )
 from .resolve import check_fixed_rollout
@@ -172,13 +172,13 @@ BLOCK_SETS: dict[str, BlockSet] = {
             HEADLINE_SET,
             "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
             "AT2PO's budget (M + L·K chains)",
-            SET_METHODS[HEADLINE_SET],
+            set_methods(HEADLINE_SET),
             SET_SEED_BASE[HEADLINE_SET],
         ),
         BlockSet(
             ABLATION_SET,
             "Table 2's steps and Table 3's cells on the authors' configuration, with AT2PO",
-            SET_METHODS[ABLATION_SET],
+            set_methods(ABLATION_SET),
             SET_SEED_BASE[ABLATION_SET],
             authors_profile=True,
         ),
