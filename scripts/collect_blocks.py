@@ -36,8 +36,13 @@ Nothing is replaced silently:
 - a finished block DEST holds with another record is refused, naming both: two trainings of one
   block are two records, and neither replaces the other silently.
 
-Each copy is built in a hidden folder beside its place and renamed there when complete, so an
-interrupted copy leaves no half block. Prints one line per block and exits 0, or 1 when a block
+Nothing is brought in from outside, and no block half: a block is copied only when its record
+agrees with its folder and its set (block number, set, seed, and run names that are the set's
+methods: a record cannot name a path) and, when finished, holds every method of the set; of a
+block only its record and the run folders it names are copied, regular files and folders only (a
+link is refused, never followed). A block that fails is refused, naming what is wrong or
+missing. Each copy is built in a hidden folder beside its place and renamed there when complete;
+a copy that fails is removed, so an interrupted or refused copy leaves nothing behind. Prints one line per block and exits 0, or 1 when a block
 was refused. After collecting, run ``at2po report --profile <profile> --readme`` in DEST's
 checkout and commit.
 """
@@ -51,9 +56,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from at2po_lib.trainer.block_records import BLOCK_RECORD, UNFINISHED, block_state, read_block
+from at2po_lib.trainer.block_records import (
+    BLOCK_RECORD,
+    UNFINISHED,
+    block_problems,
+    block_state,
+    read_block,
+)
+from at2po_lib.util.errors import RecordError
 from at2po_lib.util.locks import lock_holder
 from at2po_lib.util.staging import staging_path
+from at2po_lib.util.storage import describe
 
 LEFT_OUT = ("checkpoints", "tensorboard")
 """Folders git ignores under a run (.gitignore): the trained weights and TensorBoard's logs."""
@@ -68,6 +81,8 @@ def results_folder(path: Path) -> Path:
 def _record(folder: Path) -> dict[str, Any] | None:
     try:
         return read_block(folder)
+    except RecordError as exc:  # names the file
+        raise SystemExit(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise SystemExit(f"{folder / BLOCK_RECORD}: not a readable block record ({exc})") from None
 
@@ -100,8 +115,41 @@ def unfinished_records(results: Path) -> list[Path]:
     return [record.parent for record in sorted((results / "blocks").glob(pattern))]
 
 
-def _ignore(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in LEFT_OUT or n.startswith(".")}
+class Refused(Exception):
+    """A block (or a place in DEST) that is not copied; the message says why, in one line."""
+
+
+def _left_out(name: str) -> bool:
+    return name in LEFT_OUT or name.startswith(".")
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """``source`` into the new folder ``target``: regular files and folders only, without what
+    git does not keep. A link is refused, never followed: it could bring in any file of the
+    machine."""
+    target.mkdir(parents=True)
+    for entry in sorted(source.iterdir()):
+        if _left_out(entry.name):
+            continue
+        if entry.is_symlink():
+            raise Refused(f"{entry} is a link; only regular files are copied, links never")
+        if entry.is_dir():
+            _copy_tree(entry, target / entry.name)
+        elif entry.is_file():
+            shutil.copyfile(entry, target / entry.name, follow_symlinks=False)
+        else:
+            raise Refused(f"{entry} is not a regular file")
+
+
+def _check_place(dest: Path, target: Path) -> None:
+    """Every folder from ``dest`` down to ``target``'s parent is a real folder or not there
+    yet, and ``target`` is no link: checked before anything is written."""
+    for inner in reversed(target.relative_to(dest).parents):
+        here = dest / inner
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            raise Refused(f"{here} is not a folder (a file or a link); nothing was copied")
+    if target.is_symlink():
+        raise Refused(f"{target} is a link; nothing was copied")
 
 
 def _place(build: Path, target: Path) -> None:
@@ -116,25 +164,39 @@ def _place(build: Path, target: Path) -> None:
         build.rename(target)
 
 
-def _copy_block(block: Path, target: Path) -> None:
+def _copy_record(
+    folder: Path, record: dict[str, Any], dest: Path, target: Path, text: bytes | None = None
+) -> None:
+    """``record`` (``text``: its bytes as kept, else written afresh) and the run folders it
+    names, from ``folder`` to ``target`` under ``dest``: built beside ``target`` and renamed
+    there when complete; removed when anything fails, so nothing is left behind."""
+    _check_place(dest, target)
     build = target.with_name(f".{target.name}.collecting")
     shutil.rmtree(build, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(block, build, ignore=_ignore)
-    _place(build, target)
+    try:
+        build.mkdir()
+        for method in _runs(record):  # names checked against the set's methods (_checked)
+            run = Path(method) / f"seed{record['seed']}"
+            _copy_tree(folder / run, build / run)
+        if text is None:
+            text = (json.dumps(record, indent=2, default=str) + "\n").encode()
+        (build / BLOCK_RECORD).write_bytes(text)
+        _place(build, target)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
 
 
-def _copy_finished_runs(staging: Path, record: dict[str, Any], target: Path) -> None:
-    """The staging record as read (``record``) and the run folders it lists: a run the process
-    finishes meanwhile is in the next collection, never half of it in this one."""
-    build = target.with_name(f".{target.name}.collecting")
-    shutil.rmtree(build, ignore_errors=True)
-    build.mkdir(parents=True)
-    for method in record["runs"]:
-        run = Path(method) / f"seed{record['seed']}"
-        shutil.copytree(staging / run, build / run, ignore=_ignore)
-    (build / BLOCK_RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
-    _place(build, target)
+def _checked(folder: Path, set_name: str, *, whole: bool) -> dict[str, Any]:
+    """``folder``'s record when it is a block of ``set_name`` (``whole``: with every method of
+    the set), else :class:`Refused` naming what is wrong or missing."""
+    if folder.is_symlink():
+        raise Refused(f"{folder} is a link; only real folders are copied")
+    record = _record(folder) or {}
+    if problems := block_problems(folder, record, set_name, whole=whole):
+        raise Refused(f"{folder / BLOCK_RECORD}: {'; '.join(problems)}; not copied")
+    return record
 
 
 def _runs(record: dict[str, Any] | None) -> dict[str, Any]:
@@ -163,20 +225,26 @@ def copy_finished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
     lines, refused = [], []
     for block in finished_blocks(source):
         relative = block.relative_to(source)
-        target, record = dest / relative, (block / BLOCK_RECORD).read_bytes()
-        if target.exists():
-            held = target / BLOCK_RECORD
-            if held.is_file() and held.read_bytes() == record:
-                lines.append(f"{relative}: already there")
-            else:
-                refused.append(
-                    f"{relative}: {target} holds another record of this block than {block}; "
+        target = dest / relative
+        try:
+            record = _checked(block, block.parent.name, whole=True)
+            text = (block / BLOCK_RECORD).read_bytes()
+            _check_place(dest, target)
+            if target.exists():
+                held = target / BLOCK_RECORD
+                if held.is_file() and held.read_bytes() == text:
+                    lines.append(f"{relative}: already there")
+                    continue
+                raise Refused(
+                    f"{target} holds another record of this block than {block}; "
                     "compare the two BLOCK.json and remove the one that should go"
                 )
+            _copy_record(block, record, dest, target, text)
+        except Refused as why:
+            refused.append(f"{relative}: {why}")
             continue
-        _copy_block(block, target)
         lines.append(f"{relative}: copied")
-        lines.extend(_retire_unfinished(target, json.loads(record), relative))
+        lines.extend(_retire_unfinished(target, record, relative))
     return lines, refused
 
 
@@ -207,10 +275,14 @@ def copy_unfinished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
     ``unfinished/block<BB>/`` (both results folders)."""
     lines, refused = [], []
     for staging in staged_blocks(source):
-        record = _record(staging) or {}
         set_folder = staging.parent.relative_to(source)
         name = staging.name.removeprefix(".").removesuffix(".staging")
         relative, target = set_folder / UNFINISHED / name, dest / set_folder / UNFINISHED / name
+        try:
+            record = _checked(staging, staging.parent.name, whole=False)
+        except Refused as why:
+            refused.append(f"{relative}: {why}")
+            continue
         if block_state(dest / set_folder / name) == "finished":
             lines.append(f"{set_folder / name}: finished here already; its staging is not copied")
             continue
@@ -226,7 +298,11 @@ def copy_unfinished(source: Path, dest: Path) -> tuple[list[str], list[str]]:
                 "commit and collect again"
             )
             continue
-        _copy_finished_runs(staging, record, target)
+        try:  # the record as read: a run finished meanwhile is in the next collection
+            _copy_record(staging, record, dest, target)
+        except Refused as why:
+            refused.append(f"{relative}: {why}")
+            continue
         was = f", was {len(_runs(held))}" if held is not None else ""
         lines.append(f"{relative}: {_runs_count(record)} copied{was}")
     return lines, refused
@@ -245,8 +321,12 @@ def restore(records: Path, worktree: Path) -> tuple[list[str], list[str]]:
     staging folder of it and no process trains it (both results folders)."""
     lines, refused = copy_finished(records, worktree)
     for unfinished in unfinished_records(records):
-        record = _record(unfinished) or {}
         relative = unfinished.parent.parent.relative_to(records) / unfinished.name
+        try:
+            record = _checked(unfinished, unfinished.parent.parent.name, whole=False)
+        except Refused as why:
+            refused.append(f"{relative}: {why}")
+            continue
         block = worktree / relative
         staging = staging_path(block)
         if block_state(block) == "finished":
@@ -264,7 +344,13 @@ def restore(records: Path, worktree: Path) -> tuple[list[str], list[str]]:
                 "stays as it is"
             )
             continue
-        _copy_block(unfinished, staging)
+        try:
+            _copy_record(
+                unfinished, record, worktree, staging, (unfinished / BLOCK_RECORD).read_bytes()
+            )
+        except Refused as why:
+            refused.append(f"{relative}: {why}")
+            continue
         lines.append(
             f"{relative}: {len(_runs(record))} finished runs restored ({_describe(record)}); "
             "--keep-finished-runs keeps them on the same build"
@@ -300,9 +386,15 @@ def main(argv: list[str] | None = None) -> int:
         source, dest = results_folder(args.source), results_folder(args.dest or here)
         if not (source / "blocks").is_dir():
             parser.error(f"{args.source}: no results/blocks/ there")
+    if (dest.exists() or dest.is_symlink()) and not dest.is_dir():  # a file, a dangling link
+        parser.error(f"{dest}: not a folder")
     if source.resolve() == dest.resolve():
         parser.error("SOURCE and DEST are the same folder")
-    lines, refused = (restore if args.restore else collect)(source, dest)
+    try:
+        lines, refused = (restore if args.restore else collect)(source, dest)
+    except OSError as exc:  # a full disk, a folder that cannot be written: one line, no copy left
+        print(f"{parser.prog}: error: {describe(exc)}", file=sys.stderr)
+        return 1
     for line in lines:
         print(line)
     for line in refused:

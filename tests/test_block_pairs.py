@@ -25,10 +25,11 @@ from at2po_lib.reporting.block_pairs import (
     run_provenance,
 )
 from at2po_lib.reporting.claims import claims_table
-from at2po_lib.trainer.block_records import blocks_root
+from at2po_lib.trainer.block_records import SET_SEED_BASE, blocks_root, set_methods
 from at2po_lib.util.errors import RecordError
 
 MH = "tiny_hotpotqa"
+CELLS_READ = ("at2po", "credit_child_mean_node_value", "credit_leaf_mean_diff_parent")
 REV_A, REV_B = "a" * 40, "b" * 40
 
 
@@ -45,7 +46,7 @@ def _write_block(
     run folder per method with DONE.json, meta.json and outcomes.csv (a shared block effect
     moves every method's rate alike)."""
     folder = root / f"block{block:02d}"
-    seed = 100 + block
+    seed = SET_SEED_BASE[root.name] + block
     shift = rng.normal(0, 0.08)
     runs = {}
     for method, rate in rates.items():
@@ -66,7 +67,9 @@ def _write_block(
             }
         ).to_csv(run / "outcomes.csv", index=False)
         (run / "DONE.json").write_text(json.dumps({"config_hash": f"h-{method}"}))
-        (run / "meta.json").write_text(json.dumps({"git_revision": commit}))
+        own = {"block": block, "block_set": root.name}  # what a run records of its block
+        meta = {"git_revision": commit, "seed": seed, "method": method, "block": own}
+        (run / "meta.json").write_text(json.dumps(meta))
         runs[method] = {"config_hash": f"h-{method}", "status": "trained", "wall_time": 1.0}
     (folder / "BLOCK.json").write_text(
         json.dumps(
@@ -107,9 +110,8 @@ def test_blocks_are_read_with_their_record(headline):
 
 
 def test_a_run_of_another_revision_inside_a_block_is_refused(headline):
-    (headline / "block02" / "grpo" / "seed102" / "meta.json").write_text(
-        json.dumps({"git_revision": REV_B})
-    )
+    meta = headline / "block02" / "grpo" / "seed102" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "git_revision": REV_B}))
     with pytest.raises(RecordError, match="another process in this block"):
         load_block_outcomes("tiny")
 
@@ -255,7 +257,8 @@ def ablation(isolated_outputs) -> Path:
     blocks whose AT2PO scores far higher (it must not leak into the ablation's tables)."""
     rng = np.random.default_rng(5)
     for block in range(6):
-        _write_block(blocks_root("tiny", "headline"), block, REV_A, {"at2po": 0.9}, rng)
+        headline = {"at2po": 0.9, "grpo": 0.75, "grpo_tree_budget": 0.8}
+        _write_block(blocks_root("tiny", "headline"), block, REV_A, headline, rng)
     root = blocks_root("tiny", "ablation")
     rates = {
         "at2po": 0.55,
@@ -265,6 +268,8 @@ def ablation(isolated_outputs) -> Path:
         "credit_child_mean_node_value": 0.40,
         "credit_leaf_mean_diff_parent": 0.55,
     }
+    # a block holds every method of its set; the tables' tests read the six above
+    rates = {m: rates.get(m, 0.5) for m in set_methods("ablation")}
     for block in range(5):
         _write_block(root, block, REV_A, rates, rng)
     return root
@@ -308,6 +313,7 @@ def test_table3_in_blocks_tests_each_cell_against_the_blocks_at2po_with_holm(abl
     from at2po_lib.reporting.table3 import table3_in_blocks
 
     frame = load_block_outcomes("tiny")
+    frame = frame[frame["method"].isin(CELLS_READ)]  # two cells and AT2PO
     tidy, display = table3_in_blocks("tiny", frame)
     rows = tidy.set_index("method")
     assert set(rows.index) == {
@@ -495,3 +501,93 @@ def test_block_times_read_each_finished_blocks_record(headline):
 def test_block_times_are_empty_without_a_finished_block(isolated_outputs):
     tidy, display = block_times("tiny")
     assert tidy.empty and display.empty
+
+
+# --------------------------------------- issue #66: a block set is checked before it is read
+def _edit_record(folder: Path, **changes) -> None:
+    path = folder / "BLOCK.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def _renumbered_copy(headline: Path, fix_runs: bool) -> None:
+    """block03 copied as block06 (seed 106); with ``fix_runs`` its runs' own records too."""
+    import shutil
+
+    copy = headline / "block06"
+    shutil.copytree(headline / "block03", copy)
+    for method in ("at2po", "grpo", "grpo_tree_budget"):
+        (copy / method / "seed103").rename(copy / method / "seed106")
+        meta = copy / method / "seed106" / "meta.json"
+        if fix_runs:
+            own = {**json.loads(meta.read_text()), "seed": 106}
+            own["block"] = {**own["block"], "block": 6}
+            meta.write_text(json.dumps(own))
+    _edit_record(copy, block=6, seed=106)
+
+
+def _damage(headline: Path, case: str) -> None:
+    import shutil
+
+    block05 = headline / "block05"
+    if case == "a run folder deleted":
+        shutil.rmtree(block05 / "grpo_tree_budget")
+    elif case == "a run left out of the record":
+        runs = json.loads((block05 / "BLOCK.json").read_text())["runs"]
+        _edit_record(block05, runs={m: r for m, r in runs.items() if m != "grpo_tree_budget"})
+    elif case == "no runs":
+        _edit_record(block05, runs={})
+    elif case == "another block's number":
+        _edit_record(block05, block=4)
+    elif case == "a forged seed":
+        _edit_record(block05, seed=305)
+    elif case == "a run name outside the block":
+        planted = headline.parent / "planted" / "seed105"
+        shutil.copytree(block05 / "grpo" / "seed105", planted)
+        runs = json.loads((block05 / "BLOCK.json").read_text())["runs"]
+        _edit_record(block05, runs={**runs, "../../../../tiny/planted": runs["grpo"]})
+    elif case == "a block number of another type":
+        _edit_record(block05, block="5")
+    elif case == "a plain copy":
+        shutil.copytree(headline / "block03", headline / "block03 copy")
+    elif case == "a renumbered copy":
+        _renumbered_copy(headline, fix_runs=False)
+    elif case == "a renumbered copy, runs edited":
+        _renumbered_copy(headline, fix_runs=True)
+    elif case == "a block folder that is a link":
+        shutil.move(block05, headline.parent / "elsewhere")
+        block05.symlink_to(headline.parent / "elsewhere")
+
+
+DAMAGE = {
+    "a run folder deleted": "block 5 of headline: grpo_tree_budget/seed105 is not a finished run",
+    "a run left out of the record": "block 5 of headline: no run of grpo_tree_budget",
+    "no runs": "block 5 of headline: no run of at2po, grpo, grpo_tree_budget",
+    "another block's number": "block 5 of headline: it says block 4, its folder is block05",
+    "a forged seed": "block 5 of headline: it says seed 305, block 5 of headline trains seed 105",
+    "a run name outside the block": "runs ['../../../../tiny/planted'] are not methods of headline",
+    "a block number of another type": "block05/BLOCK.json: block is '5', not int",
+    "a plain copy": "block03 copy: not a block folder of block set headline",
+    "a renumbered copy": "seed106/meta.json: seed 103 (the block: 106)",
+    "a renumbered copy, runs edited": "the same outcomes.csv as",
+    "a block folder that is a link": "block05: not a block folder of block set headline",
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_block_set_is_refused_naming_file_and_block(headline, case):
+    _damage(headline, case)
+    with pytest.raises(RecordError) as refused:
+        load_block_outcomes("tiny")
+    assert DAMAGE[case] in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_report_refuses_a_damaged_block_set_in_one_line_and_writes_nothing(headline, capsys):
+    from at2po_lib.cli.report import main as report_main
+
+    _damage(headline, "a run folder deleted")
+    results = headline.parent.parent.parent
+    before = sorted(p for p in results.rglob("*") if p.is_file())
+    assert report_main(["--profile", "tiny", "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "block 5 of headline" in err and "Errno" not in err
+    assert sorted(p for p in results.rglob("*") if p.is_file()) == before

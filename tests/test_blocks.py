@@ -14,7 +14,7 @@ import pytest
 from at2po_lib.cli.options import UsageError, int_list
 from at2po_lib.trainer import block_records, blocks, run_folder
 from at2po_lib.util import provenance
-from at2po_lib.util.errors import ProfileError
+from at2po_lib.util.errors import ProfileError, RecordError
 from at2po_lib.util.locks import folder_lock, lock_path
 from at2po_lib.util.provenance import machine_build
 from at2po_lib.util.staging import staging_path
@@ -257,6 +257,9 @@ def test_block_sets_keep_their_seeds_apart():
     assert blocks.BLOCK_SETS["headline"].methods == ("at2po", "grpo", "grpo_tree_budget")
     ablation = blocks.BLOCK_SETS["ablation"].methods
     assert ablation[0] == "at2po" and len(ablation) == 1 + 3 + 7
+    # what the records are checked against is what the blocks train
+    for name, block_set in blocks.BLOCK_SETS.items():
+        assert block_records.set_methods(name) == block_set.methods
     with pytest.raises(ProfileError, match="0-99"):
         blocks.block_seed(blocks.BLOCK_SETS["headline"], 100)
 
@@ -594,3 +597,125 @@ def test_a_process_of_whole_blocks_never_discards_a_block_others_share(study, mo
     assert result.status == "held" and untouched.calls == []
     assert "trains its runs with --share-blocks" in capsys.readouterr().err
     assert sorted(p.relative_to(staging) for p in staging.rglob("*")) == before
+
+
+# ------------------------------------------------------------------ issue #66: never replaced
+@pytest.mark.parametrize("share_blocks", [False, True])
+def test_a_finished_block_is_never_replaced_by_a_finished_staging_record(study, share_blocks):
+    import shutil
+
+    (first,) = blocks.run_blocks("smoke", "headline", [0])
+    folder = _root() / "block00"
+    staging = staging_path(folder)
+    shutil.copytree(folder, staging)  # a second record of the block, also saying finished
+    (staging / "at2po" / "seed100" / "token").write_text("planted")
+    with pytest.raises(ProfileError) as refused:
+        blocks.run_blocks("smoke", "headline", [0], share_blocks=share_blocks)
+    message = str(refused.value)
+    assert "\n" not in message and "two finished records of block 0" in message
+    assert str(folder / "BLOCK.json") in message and str(staging / "BLOCK.json") in message
+    assert (folder / "at2po" / "seed100" / "token").read_text() == "call 1"
+    assert (staging / "at2po" / "seed100" / "token").read_text() == "planted"
+
+
+@pytest.mark.parametrize("where", ["finished", "staging"])
+@pytest.mark.parametrize("plan", [True, False])
+def test_a_torn_block_record_is_one_line_naming_it(study, capsys, where, plan):
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [0])
+    folder = _root() / "block00"
+    if where == "staging":
+        folder.rename(staging_path(folder))
+        folder = staging_path(folder)
+    record = folder / "BLOCK.json"
+    record.write_text(record.read_text()[:40])  # a write cut short
+    capsys.readouterr()
+    argv = ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0"]
+    assert cli.main(argv + (["--plan"] if plan else [])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{record}: not a readable block record" in err
+    assert record.read_text().startswith("{")  # left as it was, for a person to look at
+
+
+def test_a_block_record_of_wrong_types_is_refused_naming_the_field(study):
+    blocks.run_blocks("smoke", "headline", [0])
+    record = _root() / "block00" / "BLOCK.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "block": "0"}))
+    with pytest.raises(RecordError, match=r"BLOCK.json: block is '0', not int"):
+        block_records.read_block(record.parent)
+
+
+def test_a_finished_block_missing_a_run_is_damaged_not_finished(study, capsys):
+    import shutil
+
+    from at2po_lib import cli
+
+    blocks.run_blocks("smoke", "headline", [0])
+    shutil.rmtree(_root() / "block00" / "grpo_tree_budget")
+    (planned,) = blocks.block_plan("smoke", "headline", [0])
+    assert planned.state == "damaged"
+    assert "grpo_tree_budget/seed100 is not a finished run folder" in planned.detail
+    capsys.readouterr()
+    argv = ["study", "--profile", "smoke", "--block-set", "headline", "--blocks", "0"]
+    assert cli.main(argv + ["--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a finished block that is not whole" in err
+    assert study.calls == [("at2po", 100), ("grpo", 100), ("grpo_tree_budget", 100)]
+
+
+def test_a_study_refuses_to_run_when_the_working_tree_is_not_the_imported_code(
+    study, tmp_path, monkeypatch, capsys
+):
+    import subprocess
+
+    from at2po_lib import cli
+
+    other = tmp_path / "other-checkout"
+    (other / "configs").mkdir(parents=True)
+    (other / "at2po_lib").mkdir()
+    (other / "at2po_lib" / "f.py").write_text("# another revision of the code\n")
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
+        subprocess.run(["git", *args], cwd=other, check=True, capture_output=True)
+    monkeypatch.chdir(other)
+    monkeypatch.delenv("AT2PO_HOME", raising=False)
+    for argv in (["--block-set", "headline", "--blocks", "0"], ["--table", "1", "--seeds", "0"]):
+        assert cli.main(["study", "--profile", "smoke", *argv, "--no-report"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is not this checkout's" in err
+    assert study.calls == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--block-set", "headline", "--blocks", "0-4294967295"], "expected integers in [0, 99]"),
+        (["--table", "1", "--seeds", "0-99999"], "names 100,000 values; at most 100"),
+        (["--table", "1", "--seeds", "0-4294967295"], "at most 100"),
+        (["--block-set", "headline", "--blocks", "٣"], "expected integers (digits 0-9)"),
+        (["--table", "1", "--seeds", "1,٣"], "expected integers (digits 0-9)"),
+    ],
+)
+def test_study_lists_are_bounded_and_ascii_before_any_work(argv, message, capsys, isolated_outputs):
+    import signal
+    import time
+
+    from at2po_lib import cli
+
+    def too_slow(signum, frame):
+        raise TimeoutError("no answer in 5 s")
+
+    signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)  # the refusal comes before any list is built or run looked at
+    started = time.monotonic()
+    try:
+        code = cli.main(["study", "--profile", "smoke", *argv, "--plan"])
+    finally:
+        signal.alarm(0)
+    assert code == 2 and time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

@@ -341,3 +341,40 @@ def test_record_names_of_letters_digits_and_separators_pass(good):
     from at2po_lib.cli.options import record_name
 
     assert record_name(good) == good
+
+
+# ------------------------------------------- issue #66: a missing engine is named before work
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--profile", "engines", "--method", "grpo"],
+        ["train", "--profile", "smoke", "--method", "grpo", "--set", "rollout.backend=vllm"],
+        ["study", "--profile", "engines", "--table", "1", "--seeds", "0", "--no-report"],
+        ["study", "--profile", "engines", "--block-set", "headline", "--blocks", "0"],
+        ["evaluate", "--profile", "engines", "--datasets", "tiny_nq"],
+    ],
+    ids=["train", "train --set rollout.backend=vllm", "study --table", "study blocks", "evaluate"],
+)
+def test_a_missing_vllm_is_named_before_anything_is_trained_or_written(
+    argv, isolated_outputs, monkeypatch, capsys
+):
+    from at2po_lib.cli import options
+    from at2po_lib.trainer import blocks, run, study, warmstart
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the engine was checked")
+
+    monkeypatch.setattr(options, "engine_installed", lambda: False, raising=False)
+    for module, name in (
+        (run, "train"),
+        (study, "run_study"),
+        (blocks, "run_blocks"),
+        (warmstart, "ensure_warmstart"),
+    ):
+        monkeypatch.setattr(module, name, no_work)
+    before = sorted(isolated_outputs.rglob("*"))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs on vLLM" in err
+    assert "./run_tests.sh --engines" in err and "scripts/bootstrap_engines.sh" in err
+    assert sorted(isolated_outputs.rglob("*")) == before  # no run folder, not even empty

@@ -16,17 +16,31 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import collect_blocks  # noqa: E402
 
 
+HEADLINE = ("at2po", "grpo", "grpo_tree_budget")
+
+
 def _block(results: Path, block: int, status: str = "finished", revision: str = "a" * 40) -> Path:
+    """A whole headline block: a run folder of each method, with what git does not keep."""
     folder = results / "blocks" / "tiny" / "headline" / f"block{block:02d}"
-    run = folder / "at2po" / f"seed{100 + block}"
-    (run / "checkpoints" / "checkpoint-96").mkdir(parents=True)
-    (run / "checkpoints" / "checkpoint-96" / "model.safetensors").write_bytes(b"weights")
-    (run / "tensorboard").mkdir()
-    (run / "tensorboard" / "events").write_bytes(b"events")
-    (run / "outcomes.csv").write_text("dataset,id,em\n")
-    (run / "trees").mkdir()
-    (run / "trees" / "step0001.npz").write_bytes(b"npz")
-    record = {"block": block, "status": status, "git_revision": revision}
+    seed = 100 + block
+    for method in HEADLINE:
+        run = folder / method / f"seed{seed}"
+        (run / "checkpoints" / "checkpoint-96").mkdir(parents=True)
+        (run / "checkpoints" / "checkpoint-96" / "model.safetensors").write_bytes(b"weights")
+        (run / "tensorboard").mkdir()
+        (run / "tensorboard" / "events").write_bytes(b"events")
+        (run / "DONE.json").write_text("{}")
+        (run / "outcomes.csv").write_text("dataset,id,em\n")
+        (run / "trees").mkdir()
+        (run / "trees" / "step0001.npz").write_bytes(b"npz")
+    record = {
+        "block": block,
+        "block_set": "headline",
+        "seed": seed,
+        "status": status,
+        "git_revision": revision,
+        "runs": {m: {"config_hash": f"hash-{m}"} for m in HEADLINE},
+    }
     (folder / "BLOCK.json").write_text(json.dumps(record))
     return folder
 
@@ -53,7 +67,11 @@ def test_finished_blocks_are_copied_without_what_git_does_not_keep(tmp_path):
     assert proc.stdout.splitlines() == ["blocks/tiny/headline/block00: copied"]
     copied = dest / "results/blocks/tiny/headline/block00"
     files = sorted(str(p.relative_to(copied)) for p in copied.rglob("*") if p.is_file())
-    assert files == ["BLOCK.json", "at2po/seed100/outcomes.csv", "at2po/seed100/trees/step0001.npz"]
+    kept = ("DONE.json", "outcomes.csv", "trees/step0001.npz")
+    assert files == ["BLOCK.json", *(f"{m}/seed100/{f}" for m in HEADLINE for f in kept)]
+    assert (copied / "BLOCK.json").read_bytes() == (
+        source / "results/blocks/tiny/headline/block00/BLOCK.json"
+    ).read_bytes()
     assert not (dest / "results/blocks/tiny/headline/block01").exists()
     assert not (dest / "results/blocks/tiny/headline/.block02.staging").exists()
     again = _run(source, dest)
@@ -98,13 +116,16 @@ def _staged(results: Path, block: int, runs: list[str], started: str = "2026-12-
     """A block still training: ``runs`` finished, the next one half written."""
     staging = results / "blocks" / "tiny" / "ablation" / f".block{block:02d}.staging"
     seed = 200 + block
-    for method in [*runs, "in_progress"]:
+    for method in [*runs, "credit_leaf_mean_diff_parent"]:  # the last one still training
         run = staging / method / f"seed{seed}"
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
         (run / "checkpoints" / "model.safetensors").write_bytes(b"weights")
         (run / "outcomes.csv").write_text(f"{method}\n")
+        if method in runs:
+            (run / "DONE.json").write_text("{}")
     record = {
         "block": block,
+        "block_set": "ablation",
         "seed": seed,
         "started": started,
         "build": "fc-v1147",
@@ -129,16 +150,18 @@ def test_the_finished_runs_of_an_unfinished_block_are_collected_as_they_finish(t
     ]
     kept = records / "blocks/tiny/ablation/unfinished/block00"
     # the record and the finished run; not the run in progress, not the weights
-    assert _files(kept) == ["BLOCK.json", "at2po/seed200/outcomes.csv"]
+    assert _files(kept) == ["BLOCK.json", "at2po/seed200/DONE.json", "at2po/seed200/outcomes.csv"]
     assert "already there (1 finished run)" in _run(worktree, records).stdout
 
     # the block's next run finishes: the record grows, nothing else changes
-    _staged(worktree, 0, ["at2po", "grpo_x"])
+    _staged(worktree, 0, ["at2po", "ablation_atpo_loss"])
     assert "2 finished runs copied, was 1" in _run(worktree, records).stdout
     assert _files(kept) == [
         "BLOCK.json",
+        "ablation_atpo_loss/seed200/DONE.json",
+        "ablation_atpo_loss/seed200/outcomes.csv",
+        "at2po/seed200/DONE.json",
         "at2po/seed200/outcomes.csv",
-        "grpo_x/seed200/outcomes.csv",
     ]
     assert not list(kept.parent.glob(".*")), "no copy left half-way"
     assert staging.is_dir()  # the worktree is only read
@@ -146,7 +169,7 @@ def test_the_finished_runs_of_an_unfinished_block_are_collected_as_they_finish(t
 
 def test_an_unfinished_record_of_another_start_is_refused_and_kept(tmp_path):
     worktree, records = tmp_path / "study" / "results", tmp_path / "main" / "results"
-    _staged(records / "tmp", 0, ["at2po", "grpo_x"], started="2026-12-04T10:00")
+    _staged(records / "tmp", 0, ["at2po", "ablation_atpo_loss"], started="2026-12-04T10:00")
     (records / "blocks/tiny/ablation/unfinished").mkdir(parents=True)
     (records / "tmp/blocks/tiny/ablation/.block00.staging").rename(
         records / "blocks/tiny/ablation/unfinished/block00"
@@ -156,7 +179,7 @@ def test_an_unfinished_record_of_another_start_is_refused_and_kept(tmp_path):
     proc = _run(worktree, records)
     assert proc.returncode == 1
     assert "REFUSED blocks/tiny/ablation/unfinished/block00" in proc.stderr
-    assert "started 2026-12-04T10:00 on fc-v1147 (at2po, grpo_x)" in proc.stderr
+    assert "started 2026-12-04T10:00 on fc-v1147 (at2po, ablation_atpo_loss)" in proc.stderr
     assert (records / "blocks/tiny/ablation/unfinished/block00/BLOCK.json").read_text() == before
 
 
@@ -256,7 +279,7 @@ def test_restore_leaves_a_worktrees_own_staging_and_finished_blocks_alone(tmp_pa
     (records / "tmp/blocks/tiny/ablation/.block01.staging").rename(
         records / "blocks/tiny/ablation/unfinished/block01"
     )
-    _staged(worktree, 1, ["at2po", "grpo_x"], started="2026-12-06T08:00")
+    _staged(worktree, 1, ["at2po", "ablation_atpo_loss"], started="2026-12-06T08:00")
     own = (worktree / "blocks/tiny/ablation/.block01.staging/BLOCK.json").read_text()
     lines, refused = collect_blocks.restore(records, worktree)
     assert not refused
@@ -268,3 +291,85 @@ def test_restore_leaves_a_worktrees_own_staging_and_finished_blocks_alone(tmp_pa
 def test_restore_from_the_command_line_names_a_missing_worktree(tmp_path):
     proc = _run("--restore", tmp_path / "nowhere")
     assert proc.returncode == 2 and "nowhere: no such folder" in proc.stderr
+
+
+# ------------------------------------------------- issue #66: nothing from outside, no half block
+def _collect(source: Path, dest: Path, capsys) -> tuple[int, str, str]:
+    code = collect_blocks.main([str(source), str(dest)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _leftovers(results: Path) -> list[Path]:
+    return [p for p in results.rglob(".*") if p.name.endswith((".collecting", ".replaced"))]
+
+
+def test_a_run_name_that_leaves_the_block_is_refused_and_nothing_copied(tmp_path, capsys):
+    worktree, records = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    records.mkdir(parents=True)
+    staging = _staged(worktree, 0, ["at2po"])
+    loot = worktree / "loot" / "seed200"
+    loot.mkdir(parents=True)
+    (loot / "DONE.json").write_text("{}")
+    (loot / "secret.txt").write_text("not the study's")
+    record = json.loads((staging / "BLOCK.json").read_text())
+    record["runs"]["../../../../loot"] = {"config_hash": "x"}
+    (staging / "BLOCK.json").write_text(json.dumps(record))
+    code, out, err = _collect(worktree, records, capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "REFUSED blocks/tiny/ablation/unfinished/block00" in err
+    assert "runs ['../../../../loot'] are not methods of ablation" in err
+    assert not list(records.rglob("secret.txt")) and not (records / "blocks").exists()
+
+
+def test_a_link_in_a_run_folder_is_refused_never_followed(tmp_path, capsys):
+    source, dest = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    dest.mkdir(parents=True)
+    block = _block(source, 0)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("a file of the machine")
+    (block / "grpo" / "seed100" / "notes.txt").symlink_to(outside)
+    code, out, err = _collect(source, dest, capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "notes.txt is a link; only regular files are copied, links never" in err
+    assert not (dest / "blocks/tiny/headline/block00").exists() and not _leftovers(dest)
+
+
+def test_a_finished_block_missing_a_method_is_refused_naming_it(tmp_path, capsys):
+    import shutil
+
+    source, dest = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    dest.mkdir(parents=True)
+    block = _block(source, 0)
+    shutil.rmtree(block / "grpo")
+    code, out, err = _collect(source, dest, capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "grpo/seed100 is not a finished run folder" in err
+    assert not (dest / "blocks").exists()
+
+
+@pytest.mark.parametrize("broken", ["blocks_is_a_file", "block_is_a_dangling_link"])
+def test_a_destination_that_is_no_folder_is_one_line_and_leaves_nothing(tmp_path, capsys, broken):
+    source, dest = tmp_path / "study" / "results", tmp_path / "main" / "results"
+    _block(source, 0)
+    if broken == "blocks_is_a_file":
+        dest.mkdir(parents=True)
+        (dest / "blocks").write_text("not a folder")
+        named = dest / "blocks"
+    else:
+        (dest / "blocks/tiny/headline").mkdir(parents=True)
+        named = dest / "blocks/tiny/headline/block00"
+        named.symlink_to(tmp_path / "nowhere")
+    code, out, err = _collect(source, dest, capsys)
+    assert code == 1 and err.count("\n") == 1 and f"{named} is " in err
+    assert not _leftovers(dest) and not (tmp_path / "nowhere").exists()
+
+
+def test_a_dest_that_is_a_file_is_one_line(tmp_path, capsys):
+    source = tmp_path / "study" / "results"
+    _block(source, 0)
+    (tmp_path / "dest").write_text("a file")
+    with pytest.raises(SystemExit) as stopped:
+        collect_blocks.main([str(source), str(tmp_path / "dest")])
+    err = capsys.readouterr().err.splitlines()
+    assert stopped.value.code == 2 and err[-1].endswith("dest: not a folder")

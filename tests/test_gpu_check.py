@@ -231,6 +231,8 @@ def in_process(monkeypatch):
     (it is a script): restored after the test, so no later test reads its scratch folders."""
     for var in ("AT2PO_RESULTS", "AT2PO_ARTIFACTS", "AT2PO_FIGURES", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.setenv(var, os.environ.get(var, ""))
+    for var in check.COMPILER_CACHES:  # torch sets it once used: as in a process of its own
+        monkeypatch.delenv(var, raising=False)
 
 
 def test_only_runs_the_named_sub_checks_after_env_and_model(tmp_path, in_process):
@@ -310,3 +312,41 @@ def test_the_rollout_checks_cpu_smoke_run_ends_with_its_record():
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     assert record["check"] == "hf-rollout" and record["traj_per_s"] > 0
     assert record["logp_gap_max"] < 1e-4
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--rows", "x"], "argument --rows: 'x': expected an integer in [1, 512]"),
+        (["--rows", "0"], "argument --rows: '0'"),
+        (["--rows", "-4"], "argument --rows: '-4'"),
+        (["--rows", "2,1e9"], "argument --rows: '1e9'"),
+        (["--rows", "٣"], "argument --rows: '٣'"),
+        (["--new-tokens", "-1"], "argument --new-tokens: '-1': expected an integer in [1, 1,024]"),
+        (["--new-tokens", "0"], "argument --new-tokens: '0'"),
+        (["--new-tokens", "1e9"], "argument --new-tokens: '1e9'"),
+        (["--new-tokens", "1000000000"], "argument --new-tokens: '1000000000'"),
+    ],
+)
+def test_rollout_arguments_are_refused_in_one_line_before_any_sub_check(
+    argv, named, in_process, monkeypatch, capsys
+):
+    def no_check(*args, **kwargs):
+        raise AssertionError("a sub-check ran before the arguments were checked")
+
+    monkeypatch.setattr(check, "run_check", no_check)
+    with pytest.raises(SystemExit) as exited:
+        check.main(["--dry-run", "--only", "rollout", *argv])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and named in err
+
+
+@pytest.mark.slow  # ~10 s: one rollout measurement on CPU
+def test_the_dry_run_leaves_nothing_in_tmpdir(tmp_path, in_process, monkeypatch):
+    """The rollout sub-check left ``torchinductor_<user>`` in TMPDIR (torch's compiler cache)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = tmp_path / "out"
+    assert check.main(["--dry-run", "--only", "rollout", "--rows", "2", "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

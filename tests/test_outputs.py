@@ -202,7 +202,9 @@ def test_git_revision_is_dirty_for_code_not_for_outputs(tmp_path, monkeypatch):
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    monkeypatch.setenv("AT2PO_HOME", str(tmp_path))
+    from at2po_lib.util import provenance
+
+    monkeypatch.setattr(provenance, "code_tree", lambda: tmp_path)  # the code that runs
     clean = git_revision()
     assert len(clean) == 40
     for output in ("results/f.txt", "figures/f.txt", "README.md"):
@@ -258,3 +260,62 @@ def test_figure4s_turn_table_shows_names_not_record_columns():
     shown = table.reset_index().to_string()
     assert "one_search" not in shown and "ci_low" not in shown and "singlehop" not in shown
     assert table.iloc[0]["value [95% CI]"] == "86.90% [83.20, 90.60]"
+
+
+# ------------------------------------------- issue #66: the revision of the code that ran
+def _repo(folder, monkeypatch):
+    """A clean git checkout with the project's markers at ``folder``; returns its git()."""
+    import subprocess
+
+    for marker in ("configs", "at2po_lib"):
+        (folder / marker).mkdir(parents=True)
+        (folder / marker / "f.txt").write_text("0\n")
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], cwd=folder, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    return git
+
+
+def test_the_revision_names_the_imported_code_not_the_working_directory(tmp_path, monkeypatch):
+    from at2po_lib.util import provenance
+
+    elsewhere = _repo(tmp_path / "other", monkeypatch)
+    monkeypatch.chdir(tmp_path / "other")  # the working tree is another checkout
+    monkeypatch.delenv("AT2PO_HOME", raising=False)
+    assert provenance.git_revision() == provenance.revision_of(provenance.code_tree())
+    assert not provenance.git_revision().startswith(elsewhere("rev-parse", "HEAD"))
+
+
+def test_uncommitted_imported_code_is_dirty_from_a_clean_working_tree(tmp_path, monkeypatch):
+    from at2po_lib.util import provenance
+
+    _repo(tmp_path / "clean", monkeypatch)
+    code = tmp_path / "code"
+    _repo(code, monkeypatch)
+    (code / "at2po_lib" / "f.txt").write_text("edited, not committed\n")
+    monkeypatch.setattr(provenance, "code_tree", lambda: code)
+    monkeypatch.chdir(tmp_path / "clean")
+    monkeypatch.delenv("AT2PO_HOME", raising=False)
+    assert provenance.git_revision().endswith("-dirty")
+    assert "is not this checkout's" in provenance.code_mismatch()
+
+
+def test_a_startup_hook_on_the_path_makes_the_revision_dirty(tmp_path, monkeypatch):
+    import sys
+
+    from at2po_lib.util import provenance
+
+    code = tmp_path / "code"
+    _repo(code, monkeypatch)
+    monkeypatch.setattr(provenance, "code_tree", lambda: code)
+    assert not provenance.git_revision().endswith("-dirty")
+    (code / "sitecustomize.py").write_text("# runs before the project's code\n")  # untracked
+    monkeypatch.setattr(sys, "path", [str(code), *sys.path])
+    assert provenance.git_revision().endswith("-dirty")
+    assert provenance.startup_hooks() == [code / "sitecustomize.py"]

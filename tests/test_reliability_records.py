@@ -233,6 +233,18 @@ def test_a_run_copied_to_another_seed_is_refused(runs, name):
     check_seeds("smoke", methods=["at2po"])  # other methods are not concerned
 
 
+def test_a_copied_run_with_one_em_flipped_and_its_step_time_nudged_is_refused(runs):
+    copy = runs / "seed3"
+    shutil.copytree(runs / "seed1", copy)
+    _edit_line(copy / "outcomes.csv", 2, "em", "1.0")
+    _edit_line(copy / "outcomes.csv", 3, "em", "0.0")
+    rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    rows[0]["step_time"] = rows[0].get("step_time", 1.0) + 0.001  # the clock, not the training
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(RecordError, match=r"seed3/metrics[.]jsonl: the same metrics[.]jsonl"):
+        check_seeds("smoke")
+
+
 def test_seeds_of_other_methods_may_agree(runs):
     shutil.copytree(runs / "seed0", runs.with_name("dapo") / "seed0")
     check_seeds("smoke")  # two presets may train alike; only seeds of one method must differ

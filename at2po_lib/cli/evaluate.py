@@ -21,6 +21,7 @@ from .options import (
     UsageError,
     add_profile_options,
     bounded_int,
+    check_engine,
     comma_list,
     load_profile_args,
     quiet_openmp,
@@ -121,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
     if datasets:  # checked as the profile's own datasets are (TinyWorld's names, plain names)
         args.overrides = [*args.overrides, f"eval.datasets=[{','.join(datasets)}]"]
     cfg = load_profile_args(args)
+    check_engine(cfg)  # before a warm start is trained or an engine started
     check_datasets(cfg, training=False, evaluated=datasets)  # found before the policy loads
     checkpoint = model_folder(args.checkpoint) if args.checkpoint is not None else cfg.policy.model
     provenance: dict[str, Any] = {}

@@ -9,6 +9,7 @@ naming the key) and reads numbers as YAML 1.2 does (``1e-4`` is a float).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import re
@@ -112,24 +113,67 @@ def comma_list(text: str | None, option: str) -> list[str] | None:
     return items
 
 
-def int_list(text: str, option: str, low: int = 0, high: int = 2**32 - 1) -> list[int]:
+MAX_LIST = 100
+"""Integers a list option (``--seeds``, ``--blocks``) may name: a study of more seeds than this
+is a typo (``0-99999``), refused before the list is built or any run is looked at."""
+_INTEGER = re.compile(r"[0-9]{1,20}")
+"""An integer as typed: ASCII digits only (``int`` also reads ``'٣'`` as 3)."""
+
+
+def int_list(
+    text: str, option: str, low: int = 0, high: int = 2**32 - 1, most: int = MAX_LIST
+) -> list[int]:
     """``"0,2,5-7"`` → ``[0, 2, 5, 6, 7]``: integers and inclusive ranges ``a-b`` (a <= b),
-    separated by commas, in the order given, each in [low, high] (default: a seed's range)."""
-    out: list[int] = []
+    separated by commas, in the order given, each in [low, high] (default: a seed's range),
+    at most ``most`` of them (counted before the list is built)."""
+    spans: list[tuple[int, int]] = []
     for item in comma_list(text, option) or []:
         first, dash, last = item.partition("-")
-        try:
-            start, end = int(first), int(last) if dash else int(first)
-        except ValueError:
+        if not _INTEGER.fullmatch(first) or not _INTEGER.fullmatch(last if dash else first):
             raise UsageError(
-                f"{option} {text!r}: expected integers or ranges a-b separated by commas"
-            ) from None
+                f"{option} {text[:40]!r}: expected integers (digits 0-9) or ranges a-b "
+                "separated by commas"
+            )
+        start, end = int(first), int(last) if dash else int(first)
         if end < start:
-            raise UsageError(f"{option} {text!r}: the range {item} runs backwards")
+            raise UsageError(f"{option} {text[:40]!r}: the range {item} runs backwards")
         if not low <= start <= end <= high:
-            raise UsageError(f"{option} {text!r}: expected integers in [{low:,}, {high:,}]")
-        out += [n for n in range(start, end + 1) if n not in out]
-    return out
+            raise UsageError(f"{option} {text[:40]!r}: expected integers in [{low:,}, {high:,}]")
+        spans.append((start, end))
+    named = sum(end - start + 1 for start, end in spans)  # repeats counted: an upper bound
+    if named > most:
+        raise UsageError(f"{option} {text[:40]!r} names {named:,} values; at most {most:,}")
+    return list(dict.fromkeys(n for start, end in spans for n in range(start, end + 1)))
+
+
+ENGINES_SETUP = (
+    "`./run_tests.sh --engines` runs the engines' tests in an environment that has them "
+    "(scripts/bootstrap_engines.sh makes it; docs/paper_scale.md)"
+)
+"""Where a missing engine is installed, named by :func:`check_engine`."""
+
+
+def engine_installed() -> bool:
+    """Whether vLLM can be imported here (looked up, not imported: that takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check_engine(cfg: Any, trainer_overrides: Mapping[str, Any] | None = None) -> None:
+    """A profile whose rollouts or training run on vLLM (``rollout.backend=vllm``,
+    ``train.use_vllm``) needs vLLM: checked before anything is trained or written, so a
+    missing engine is one line naming where it comes from, not a traceback after a warm start
+    was trained or a run folder made."""
+    wants = {
+        "rollout.backend=vllm": cfg.rollout.backend == "vllm",
+        "train.use_vllm=true": bool(cfg.train.use_vllm),
+        "trainer.use_vllm=true": bool((trainer_overrides or {}).get("use_vllm")),
+    }
+    asked = [name for name, on in wants.items() if on]
+    if asked and not engine_installed():
+        raise UsageError(
+            f"profile {cfg.name} runs on vLLM ({', '.join(asked)}), which this environment "
+            f"does not have: {ENGINES_SETUP}"
+        )
 
 
 class UsageError(ValueError):

@@ -32,12 +32,16 @@ from .options import (
     UsageError,
     add_profile_options,
     bounded_float,
+    check_engine,
     comma_list,
     int_list,
+    load_profile_args,
     parse_set,
     quiet_openmp,
     run_guarded,
 )
+from ..trainer.block_records import MAX_BLOCKS
+from ..util.provenance import code_mismatch
 
 if TYPE_CHECKING:
     from ..trainer.blocks import TimeLeft
@@ -135,6 +139,10 @@ def main(argv: list[str] | None = None, prog: str = PROG, table: str | None = No
 
 
 def _run(args: argparse.Namespace) -> int:
+    if not args.plan:
+        if (mismatch := code_mismatch()) is not None:
+            raise UsageError(mismatch)  # its records would name other code than the code that ran
+        check_engine(load_profile_args(args))  # before any warm start or run folder
     if args.block_set is not None:
         return _run_blocks(args)
     block_options = (args.blocks, args.threads, args.keep_finished_runs, args.share_blocks)
@@ -143,11 +151,11 @@ def _run(args: argparse.Namespace) -> int:
             "--blocks, --threads, --keep-finished-runs, --share-blocks and --hours go with "
             "--block-set"
         )
+    seeds = int_list(args.seeds, "--seeds")  # bounded before anything is imported or read
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.study import run_study, study_methods
 
     overrides = parse_set(args.overrides) or None
-    seeds = int_list(args.seeds, "--seeds")
     try:  # names and patterns checked (and patterns expanded) before any training
         methods = study_methods(args.table, comma_list(args.methods, "--methods"))
     except KeyError as exc:
@@ -178,6 +186,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
             "a block trains every method of its set with the block's seed: "
             "--methods, --seeds and --force go with --table"
         )
+    blocks = int_list(args.blocks, "--blocks", high=MAX_BLOCKS - 1)  # before any import
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
     from ..trainer.blocks import (
         DEFAULT_THREADS,
@@ -190,7 +199,6 @@ def _run_blocks(args: argparse.Namespace) -> int:
     )
 
     overrides = parse_set(args.overrides)
-    blocks = int_list(args.blocks, "--blocks")
     if args.plan:
         plan = block_plan(
             args.profile,

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..config.profile import load_profile
 from .options import (
     CommandParser,
     SEED,
     UsageError,
     add_profile_options,
     bounded_int,
+    check_engine,
     check_methods,
     parse_set,
     quiet_openmp,
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     check_methods([args.method])
     profile_overrides, trainer_overrides = split_overrides(override_texts(args))
+    check_engine(load_profile(args.profile, profile_overrides or None), trainer_overrides)
     # lazy: the stage pulls pandas, torch, transformers; `at2po train --help` stays instant
     from ..trainer.run import train
 

@@ -31,21 +31,28 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation import stats
-from ..trainer.block_records import BLOCK_RECORD, blocks_dir, finished_blocks
+from ..trainer.block_records import (
+    BLOCK_RECORD,
+    block_problems,
+    blocks_dir,
+    folder_block,
+    read_block,
+)
 from ..util.errors import RecordError
 from ..util.provenance import TIME_FORMAT, machine_build
 from .labels import cell, groups_of, method_label
-from .records import read_outcomes
+from .records import read_outcomes, run_fingerprints
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
 """What each block row carries from its ``BLOCK.json``."""
 
 
 def _finished_records(profile: str) -> Iterator[tuple[Path, int, dict]]:
-    """(set folder, block, record) of every finished block of ``profile``, sets by name."""
+    """(set folder, block, record) of every finished block of ``profile``, sets by name, each
+    checked against its folder and its set first (:func:`_checked_set`)."""
     root = blocks_dir(profile)
     for set_folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        for block, record in finished_blocks(set_folder).items():
+        for block, record in _checked_set(set_folder).items():
             yield set_folder, block, record
 
 
@@ -58,15 +65,49 @@ def block_run_paths(profile: str, method: str) -> list[Path]:
     ]
 
 
+def _checked_set(set_folder: Path) -> dict[int, dict]:
+    """Block number → record of the finished blocks in ``set_folder``, refused (naming the
+    file and the block) unless every entry named ``block…`` is a real ``block<BB>`` folder and
+    every finished record agrees with its folder and its set: block number, set, seed, run
+    names that are the set's methods, every method's run folder
+    (:func:`at2po_lib.trainer.block_records.block_problems`). A block never drops out, nor
+    counts twice, without a word."""
+    found = {}
+    for folder in sorted(set_folder.iterdir()):
+        if not folder.name.startswith("block"):  # unfinished/, staging folders, locks
+            continue
+        block = folder_block(folder)
+        if block is None or folder.is_symlink() or not folder.is_dir():
+            raise RecordError(
+                f"{folder}: not a block folder of block set {set_folder.name} (block<BB>, a "
+                "real folder): a copy or a link would be read as a block; move it away"
+            )
+        record = read_block(folder)
+        if not record or record.get("status") != "finished":
+            continue
+        if problems := block_problems(folder, record, set_folder.name, whole=True):
+            raise RecordError(
+                f"{folder / BLOCK_RECORD}: block {block} of {set_folder.name}: "
+                f"{'; '.join(problems)}"
+            )
+        found[block] = record
+    return found
+
+
 def load_block_outcomes(profile: str) -> pd.DataFrame:
     """Per-question outcomes of every finished block's runs (all block sets of ``profile``),
     with the block's record (:data:`BLOCK_COLUMNS`); empty when there is no finished block.
-    A run whose ``DONE.json`` holds another config hash than its block records is refused."""
+    Refused, naming the file and the block: a run whose own records (``DONE.json``,
+    ``meta.json``) name another config hash, seed, method, block or revision than its block
+    records, and two runs with the same outcomes or training metrics (a copied run,
+    :func:`at2po_lib.reporting.records.run_fingerprints`)."""
     frames = []
+    seen: dict[tuple[str, str], Path] = {}
     for set_folder, block, record in _finished_records(profile):
         folder = set_folder / f"block{block:02d}"
         for method, run in record.get("runs", {}).items():
             frames.append(_run_outcomes(folder, method, record, run))
+            _check_not_a_copy(folder / method / f"seed{record['seed']}", seen)
     if not frames:
         return pd.DataFrame(
             columns=["method", "seed", *BLOCK_COLUMNS, "dataset", "question_id", "em"]
@@ -83,6 +124,7 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
             f"the one {folder / BLOCK_RECORD} records ({run.get('config_hash')})"
         )
     meta = json.loads((path / "meta.json").read_text())
+    _check_run_meta(path / "meta.json", meta, folder, method, record)
     if str(meta.get("git_revision", "")).removesuffix("-dirty") != record["commit"]:
         raise RecordError(
             f"{path / 'meta.json'}: revision {meta.get('git_revision')} is not its "
@@ -96,6 +138,40 @@ def _run_outcomes(folder: Path, method: str, record: dict, run: dict) -> pd.Data
         value = record.get(column)
         frame[column] = json.dumps(value, sort_keys=True) if column == "overrides" else value
     return frame
+
+
+def _check_run_meta(path: Path, meta: dict, folder: Path, method: str, record: dict) -> None:
+    """The run's own record names the seed, the method and the block its block records."""
+    own = meta.get("block") if isinstance(meta.get("block"), dict) else {}
+    said = {
+        "seed": meta.get("seed"),
+        "method": meta.get("method"),
+        "block": own.get("block"),
+        "block set": own.get("block_set"),
+    }
+    wanted = {
+        "seed": record["seed"],
+        "method": method,
+        "block": record["block"],
+        "block set": record["block_set"],
+    }
+    if differ := [k for k in wanted if said[k] != wanted[k]]:
+        named = ", ".join(f"{k} {said[k]!r} (the block: {wanted[k]!r})" for k in differ)
+        raise RecordError(
+            f"{path}: {named}: not the run {folder / BLOCK_RECORD} records (block "
+            f"{record['block']} of {record['block_set']})"
+        )
+
+
+def _check_not_a_copy(path: Path, seen: dict[tuple[str, str], Path]) -> None:
+    """No two runs of the profile's blocks with the same outcomes or training metrics."""
+    for name, digest in run_fingerprints(path).items():
+        first = seen.setdefault((name, digest), path)
+        if first != path:
+            raise RecordError(
+                f"{path / name}: the same {name} as {first / name}: a copied run, which would "
+                "count as another block or seed and narrow every interval; remove the copy"
+            )
 
 
 def set_rows(

@@ -693,9 +693,15 @@ def _first_difference(ours: Any, theirs: Any, where: str) -> str:
     return f"{where}: {str(ours)[:80]} here, {str(theirs)[:80]} there"
 
 
-def _fingerprints(path: Path) -> dict[str, str]:
-    """sha256 of a run's outcomes (rows sorted by question, as read) and of its metrics rows:
-    two independent seeds share neither (sampling and updates differ from the first step)."""
+TIMING_METRICS = ("step_time", "wall_time", "rollout/seconds")
+"""Metrics that measure the clock, not the training: two trainings of one seed differ there
+only, so a copied run is compared without them (a nudged ``step_time`` is still a copy)."""
+
+
+def run_fingerprints(path: Path) -> dict[str, str]:
+    """sha256 of a run's outcomes (rows sorted by question, as read) and of its metrics rows
+    less :data:`TIMING_METRICS`: two independent seeds share neither (sampling and updates
+    differ from the first step)."""
     found = {}
     if (path / OUTCOMES_FILE).is_file():
         frame = read_outcomes(path / OUTCOMES_FILE)
@@ -704,7 +710,9 @@ def _fingerprints(path: Path) -> dict[str, str]:
         found[OUTCOMES_FILE] = frame.to_csv(index=False)
     rows = read_jsonl(path / "metrics.jsonl", torn_ok=False)
     if rows:  # an evaluated-only run has none to compare
-        found["metrics.jsonl"] = _canonical(rows)
+        found["metrics.jsonl"] = _canonical(
+            [{k: v for k, v in row.items() if k not in TIMING_METRICS} for row in rows]
+        )
     return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in found.items()}
 
 
@@ -712,7 +720,7 @@ def _check_not_copies(method: str, runs: list[tuple[int, Path]]) -> None:
     """No two seeds of ``method`` with the same outcomes or metrics."""
     seen: dict[tuple[str, str], tuple[int, Path]] = {}
     for seed, path in runs:
-        for name, digest in _fingerprints(path).items():
+        for name, digest in run_fingerprints(path).items():
             first_seed, first = seen.setdefault((name, digest), (seed, path))
             if first_seed != seed:
                 raise RecordError(

@@ -29,7 +29,9 @@ revisions they were trained at.
 in (:mod:`at2po_lib.util.staging`) only when every run of it has finished. A block killed
 part-way leaves its staging folder: the next ``at2po study --block-set`` discards it, runs and
 all, and trains the block again from its first run, so the runs of an interrupted block never
-join those of another process. A finished block is skipped (resumable).
+join those of another process. A finished block is skipped (resumable), and never replaced: a
+second finished record of it (a staging folder that says finished beside it) is refused, naming
+both, and a finished block missing a run is refused as damaged, never trained over.
 
 **Unless asked to keep them, on the same machine.** With ``keep_finished_runs`` (``at2po study
 --keep-finished-runs``) an interrupted block keeps the runs it finished when everything a run's
@@ -63,8 +65,9 @@ on a machine held for a few hours it stops instead of starting work the machine'
 throw away, and the same command resumes. A block of a set with no finished run yet starts
 (nothing to time it by).
 
-**One revision.** A block records the revision it was trained at; a block is not started on a
-checkout with uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
+**One revision.** A block records the revision it was trained at, that of the imported code's own
+checkout (:func:`at2po_lib.util.provenance.git_revision`); a block is not started when the
+working tree is another checkout than the imported code, nor on uncommitted code (``allow_dirty`` to do it anyway, recorded), nor at another
 revision or with other overrides than the set's finished blocks (``allow_revisions``; the
 report then refuses to pair across revisions unless asked, naming the blocks).
 """
@@ -88,24 +91,32 @@ from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..rollout.backends import torch_threads
 from ..util.errors import ProfileError
 from ..util.locks import FolderLockedError, folder_lock, lock_holder
-from ..util.provenance import TIME_FORMAT, machine_build, run_metadata
-from ..util.staging import discard, recover, staging_path, swap_in
+from ..util.provenance import (
+    TIME_FORMAT,
+    code_mismatch,
+    machine_build,
+    run_metadata,
+    startup_hooks,
+)
+from ..util.staging import REPLACED_MARKER, discard, recover, staging_path, swap_in
 from . import run_folder
 from .block_records import (
     ABLATION_SET,
     BLOCK_RECORD,
     HEADLINE_SET,
     MAX_BLOCKS,
+    SET_SEED_BASE,
     block_dir,
+    block_problems,
     block_state,
     blocks_root,
     finished_blocks,
     read_block,
+    set_methods,
     unfinished_dir,
 )
 from .resolve import check_fixed_rollout
 from .run import train
-from .study import STUDY_TABLES
 
 AUTHORS_EXPANSION: Mapping[str, Any] = {
     key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")
@@ -161,14 +172,14 @@ BLOCK_SETS: dict[str, BlockSet] = {
             HEADLINE_SET,
             "the headline: AT2PO (the authors' configuration), GRPO, GRPO at "
             "AT2PO's budget (M + L·K chains)",
-            ("at2po", "grpo", "grpo_tree_budget"),
-            100,
+            set_methods(HEADLINE_SET),
+            SET_SEED_BASE[HEADLINE_SET],
         ),
         BlockSet(
             ABLATION_SET,
             "Table 2's steps and Table 3's cells on the authors' configuration, with AT2PO",
-            ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"]),
-            200,
+            set_methods(ABLATION_SET),
+            SET_SEED_BASE[ABLATION_SET],
             authors_profile=True,
         ),
     )
@@ -220,11 +231,15 @@ def check_revision(
 ) -> None:
     """A new block starts on a clean checkout, at the revision and with the overrides of the
     set's finished blocks (each allowance lifts one rule)."""
+    if (mismatch := code_mismatch()) is not None:  # the revision would name other code
+        raise ProfileError(mismatch)
     commit, clean = revision_state(revision)
     if not clean and not allow_dirty:
+        hooks = ", ".join(str(p) for p in startup_hooks())
         raise ProfileError(
-            f"the checkout has uncommitted code (revision {revision}): a block "
-            "must name the code it ran; commit first (or --allow-dirty, recorded)"
+            f"uncommitted code runs (revision {revision}"
+            f"{f'; start-up hooks on the path: {hooks}' if hooks else ''}): a block must name "
+            "the code it ran; commit first (or --allow-dirty, recorded)"
         )
     if commit == "unknown" and not allow_dirty:
         raise ProfileError("no git revision: a block must name the code it ran (--allow-dirty)")
@@ -397,6 +412,7 @@ def _run_block(study: _Study, block: int, folder: Path) -> BlockResult:
     block_set = study.block_set
     _recover_swap(folder)
     if block_state(folder) == "finished":
+        _refuse_damaged(folder, block_set.name)
         return BlockResult(block, "skipped", folder, read_block(folder))
     staging = staging_path(folder)
     if busy := _claimed(staging, block_set.methods):  # never discard what others train
@@ -465,6 +481,7 @@ def _share_block(study: _Study, block: int, folder: Path) -> BlockResult:
             _take_turn(folder, turn)
             _recover_swap(folder)
             if block_state(folder) == "finished":  # another process swapped it in
+                _refuse_damaged(folder, block_set.name)
                 status = "shared" if joined else "skipped"
                 return BlockResult(block, status, folder, read_block(folder))
             record = study.record(block)
@@ -497,8 +514,40 @@ def _share_block(study: _Study, block: int, folder: Path) -> BlockResult:
 
 
 def _recover_swap(folder: Path) -> None:
-    """Finish a swap a crash cut short: a staging folder whose record says finished."""
-    recover(folder, lambda staged: (read_block(staged) or {}).get("status") == "finished")
+    """Finish a swap a crash cut short: a staging folder whose record says finished. A block
+    already finished in place is never replaced: a finished staging record beside it is a
+    second record of the block (copied or planted), refused naming both."""
+    staging = staging_path(folder)
+    if (
+        _says_finished(folder)
+        and _says_finished(staging)
+        and not (staging / REPLACED_MARKER).exists()  # the old folder of a swap done: discarded
+    ):
+        raise ProfileError(
+            f"two finished records of block {read_block(folder).get('block', '?')}: "
+            f"{folder / BLOCK_RECORD} and {staging / BLOCK_RECORD}; a finished block is never "
+            "replaced: compare the two and remove the one that should go"
+        )
+    recover(folder, _says_finished)
+
+
+def damage(folder: Path, set_name: str) -> str:
+    """What is wrong with the finished block in ``folder`` (a run missing, a record of another
+    block or seed, :func:`block_problems`), named; empty when nothing is."""
+    return "; ".join(block_problems(folder, read_block(folder) or {}, set_name, whole=True))
+
+
+def _refuse_damaged(folder: Path, set_name: str) -> None:
+    """A finished block that is not whole is never skipped as done, nor trained over."""
+    if problems := damage(folder, set_name):
+        raise ProfileError(
+            f"{folder / BLOCK_RECORD}: a finished block that is not whole ({problems}); "
+            "restore it from git (git checkout -- <folder>) or move it away to train it again"
+        )
+
+
+def _says_finished(folder: Path) -> bool:
+    return (read_block(folder) or {}).get("status") == "finished"
 
 
 def _train_run(
@@ -724,7 +773,9 @@ def block_plan(
         detail = ""
         left = (read_block(staging_path(folder)) or {}) if state == "interrupted" else {}
         kept: Sequence[str] = ()
-        if state == "finished":
+        if state == "finished" and (problems := damage(folder, set_name)):
+            state, detail = "damaged", problems
+        elif state == "finished":
             r = read_block(folder)
             detail = (
                 f"{r['git_revision'][:7]}{'' if r.get('clean', True) else ' (dirty)'}, "

@@ -13,6 +13,7 @@ beside each result (``*.meta.json``):
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -44,13 +45,40 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 """How records write a time (``created``, a block's ``started`` and ``finished``)."""
 
 
+STARTUP_HOOKS = ("sitecustomize", "usercustomize")
+"""Modules Python's ``site`` runs at start-up from anywhere on the path, before any of the
+project's code: one there can change what runs without changing a tracked file."""
+
+
+def code_tree() -> Path:
+    """The folder the imported ``at2po_lib`` comes from: the code that runs, which is not the
+    working directory's checkout when an environment of another checkout is active."""
+    return Path(__file__).resolve().parents[2]  # at2po_lib/util/provenance.py -> the tree
+
+
+def startup_hooks() -> list[Path]:
+    """The :data:`STARTUP_HOOKS` files found on ``sys.path`` (run at start-up)."""
+    found = []
+    for name in STARTUP_HOOKS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and Path(spec.origin).is_file():
+            found.append(Path(spec.origin))
+    return found
+
+
 def git_revision() -> str:
-    """Current commit, with ``-dirty`` when tracked files other than :data:`OUTPUT_PATHS` have
-    uncommitted changes (the code differs from the commit), or ``unknown``."""
+    """The commit of the code that runs (:func:`code_tree`), with ``-dirty`` when tracked files
+    other than :data:`OUTPUT_PATHS` have uncommitted changes (the code differs from the commit)
+    or a start-up hook is on the path (:func:`startup_hooks`), or ``unknown``."""
+    return revision_of(code_tree())
+
+
+def revision_of(tree: Path) -> str:
+    """:func:`git_revision` of the checkout ``tree``."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=repo_root(),
+            cwd=tree,
             capture_output=True,
             text=True,
             check=True,
@@ -66,14 +94,31 @@ def git_revision() -> str:
                 ".",
                 *(f":(exclude){path}" for path in OUTPUT_PATHS),
             ],
-            cwd=repo_root(),
+            cwd=tree,
             capture_output=True,
             text=True,
             timeout=10,
         ).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return rev + ("-dirty" if dirty or startup_hooks() else "")
+
+
+def code_mismatch() -> str | None:
+    """Why the code that runs is not the working tree's (:func:`repo_root`, where results are
+    written), or None: one folder, or two checkouts at one clean commit. A result must name the
+    code that made it, and a checkout's records must be made by that checkout's code."""
+    here, code = repo_root().resolve(), code_tree()
+    if here == code:
+        return None
+    ours, theirs = revision_of(here), revision_of(code)
+    if ours == theirs and ours != "unknown" and not ours.endswith("-dirty"):
+        return None
+    return (
+        f"the code that runs (at2po_lib from {code}, revision {theirs}) is not this checkout's "
+        f"({here}, revision {ours}): activate this checkout's environment "
+        "(source .venv/bin/activate) or run from the checkout whose code is imported"
+    )
 
 
 def package_versions() -> dict[str, str]:
