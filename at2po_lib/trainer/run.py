@@ -78,6 +78,7 @@ from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
 from ..util.errors import ProfileError
 from ..util.locks import folder_lock
+from ..util.paths import recorded_path
 from ..util.provenance import hardware, run_metadata
 from ..util.quiet import hf_progress_bars_off
 from ..util.staging import recover, staging_path, swap_in
@@ -301,7 +302,7 @@ def _train_locked(
             digest,
             wall_time=wall,
             status=status,
-            final_eval=str(run.final_eval) if final is not None else None,
+            final_eval=recorded_path(run.final_eval) if final is not None else None,
             world_size=_world_size(),
         )
         swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
