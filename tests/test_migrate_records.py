@@ -131,6 +131,12 @@ def test_a_machine_path_keeps_its_place_in_the_results_or_artifacts_folder():
     assert shown("/work/study/at2po_s0_rerun/") == "<outside>/at2po_s0_rerun"
 
 
+def test_the_committed_records_are_in_todays_format_and_name_no_machine_path():
+    """Running the script over the committed results changes nothing and leaves no run."""
+    changed, refused = migrate_records.migrate(COMMITTED, write=False)
+    assert (changed, refused) == ([], [])
+
+
 def _as_written_then(run: Path, record: dict, machine: str) -> None:
     """``run``'s records as the code before today's format wrote them: ``record`` with its
     hash in config.yaml, DONE.json and meta.json, and DONE.json naming ``machine``'s staging

@@ -4,6 +4,7 @@ committed under results/, figures/ or docs/ holds an absolute path of the machin
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -61,6 +62,23 @@ def test_a_machine_path_is_found(text):
 )
 def test_urls_units_relative_paths_and_placeholders_are_not(text):
     assert not machine_paths(text)
+
+
+def test_no_committed_record_figure_or_doc_holds_a_machine_path():
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", *SCANNED], cwd=repo_root(), capture_output=True, check=True
+    ).stdout.decode()
+    files = [repo_root() / name for name in listed.split("\0") if name]
+    assert len(files) > 1000
+    found = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue  # binary (figures, trees): no text to hold a path
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{path.relative_to(repo_root())}:{number}: {p}" for p in machine_paths(line)]
+    assert not found, f"{len(found)} machine paths, first: " + "\n".join(found[:10])
 
 
 def test_a_path_is_recorded_from_the_results_folder_wherever_it_lies(tmp_path, monkeypatch):
