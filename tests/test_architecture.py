@@ -1,6 +1,6 @@
 """The shape of ``at2po_lib``: its import graph has no cycle, the method (``at2po_lib.method``)
-imports none of the layers that use it, every name has one import path, and each knob of the
-method has one home.
+imports none of the layers that use it, no module imports a floor above its own (the declared
+:data:`LAYERS`), every name has one import path, and each knob of the method has one home.
 
 Read with ``ast``, never by importing: every ``import``/``from ... import`` anywhere in a module
 counts — at module level, inside functions (the lazy imports that keep ``at2po --help`` and
@@ -228,6 +228,142 @@ def test_the_method_room_check_catches_an_upward_import(tmp_path):
     (pkg / "method" / "expansion.py").write_text("def f():\n    from ..rollout import trees\n")
     graph = import_graph(pkg)
     assert graph["at2po_lib.method.expansion"] == {"at2po_lib.rollout.trees"}
+
+
+# ------------------------------------------------------------------- layers by declaration
+LAYERS = (
+    ("config",),
+    ("protocol", "tinyworld", "retrieval"),
+    ("method",),
+    ("policy", "rollout"),
+    ("trainer",),
+    ("evaluation",),
+    ("analysis",),
+    ("reporting",),
+    ("cli",),
+)
+"""The package's floors, lowest first (issue #64 item 3): a module imports its own floor and the
+floors below it, never one above. ``util`` is plumbing below every floor and imports only
+``util``."""
+PLUMBING = "util"
+
+_SHARED_NOW = "which other work edits now: moves once the parallel branches have merged"
+KNOWN_UPWARD = {
+    ("at2po_lib.config.checks", "at2po_lib.method.expansion"): (
+        f"EXPANSIONS: rollout/trees.py imports it from method.expansion, {_SHARED_NOW}"
+    ),
+    ("at2po_lib.config.profile", "at2po_lib.method.expansion"): (
+        f"EXPANSIONS, TREE_EXPANSIONS: rollout/trees.py imports them from here, {_SHARED_NOW}"
+    ),
+    ("at2po_lib.config.checks", "at2po_lib.rollout.decoding"): (
+        f"DECODE_DTYPES, DECODE_GROUPINGS, DECODE_CAPTURES live in rollout/decoding.py, {_SHARED_NOW}"
+    ),
+    ("at2po_lib.config.checks", "at2po_lib.tinyworld.datasets"): (
+        f"TinyWorld's DATASETS: notebooks 00 and 01 import it from tinyworld.datasets, {_SHARED_NOW}"
+    ),
+    ("at2po_lib.config.preflight", "at2po_lib.protocol.qa_data"): (
+        "the data preflight opens the datasets: it belongs above config (a module move)"
+    ),
+    ("at2po_lib.protocol.tree_files", "at2po_lib.method.tree"): (
+        "saved trees are the method's tree arrays: tree_files belongs above method (a module move)"
+    ),
+    ("at2po_lib.trainer.run", "at2po_lib.evaluation.greedy"): (
+        "a run's final evaluation: written once with the run record's own package (item 5)"
+    ),
+    ("at2po_lib.trainer.warmstart", "at2po_lib.evaluation.greedy"): (
+        "the warm start's validation: the warm start leaves trainer/ for a package of its own"
+    ),
+    ("at2po_lib.trainer.trainer", "at2po_lib.analysis.dissection"): (
+        f"REFERENCE_CLIP, sibling_spread: reporting/claims.py imports REFERENCE_CLIP from "
+        f"analysis.dissection, {_SHARED_NOW}"
+    ),
+}
+"""Upward imports known today, each with why it is still there: the test fails on any other,
+and on one of these once it is gone (so the list only shrinks)."""
+
+
+def hidden_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module → the package's modules it imports by name at run time
+    (``importlib.import_module("at2po_lib.x")`` with a literal name): edges ``import`` does not
+    show."""
+    paths = {_module_name(p, package): p for p in package.rglob("*.py")}
+    found: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        for node in ast.walk(parsed(path)):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in paths
+            ):
+                found.setdefault(name, set()).add(node.args[0].value)
+    return found
+
+
+def _floor(module: str) -> int | None:
+    """The index of ``module``'s floor in :data:`LAYERS`; -1 for the plumbing; None outside
+    the floors (the package's own ``__init__``)."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None
+    if parts[1] == PLUMBING:
+        return -1
+    return next(i for i, floor in enumerate(LAYERS) if parts[1] in floor)
+
+
+def upward_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """Every (module, imported module) whose floor is above the importer's, hidden imports
+    included; the plumbing importing any floor counts."""
+    graph = import_graph(package)
+    for module, targets in hidden_imports(package).items():
+        graph[module] = graph.get(module, set()) | targets
+    found = set()
+    for module, targets in graph.items():
+        below = _floor(module)
+        for target in targets:
+            above = _floor(target)
+            if below is not None and above is not None and above > below:
+                found.add((module, target))
+    return found
+
+
+def test_every_package_is_on_a_declared_floor():
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    declared = {name for floor in LAYERS for name in floor} | {PLUMBING}
+    assert packages == declared
+
+
+def test_no_module_imports_a_floor_above_its_own():
+    found = upward_imports()
+    new = sorted(found - set(KNOWN_UPWARD))
+    assert not new, "upward imports: " + ", ".join(" -> ".join(edge) for edge in new)
+    gone = sorted(set(KNOWN_UPWARD) - found)
+    assert not gone, "no longer upward, drop from KNOWN_UPWARD: " + str(gone)
+
+
+def test_no_module_imports_the_package_by_a_hidden_name():
+    """``importlib.import_module`` with a module's name hides an edge from a reader (the
+    command line's table of commands builds its names: no literal)."""
+    assert hidden_imports() == {}
+
+
+def test_the_floor_check_catches_an_upward_and_a_hidden_import(tmp_path):
+    pkg = tmp_path / "at2po_lib"
+    for name in ("config", "trainer", "util"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "trainer" / "run.py").write_text("from ..config import profile\n")
+    (pkg / "config" / "profile.py").write_text("def f():\n    from ..trainer import run\n")
+    (pkg / "util" / "paths.py").write_text(
+        'import importlib\nx = importlib.import_module("at2po_lib.config.profile")\n'
+    )
+    assert upward_imports(pkg) == {
+        ("at2po_lib.config.profile", "at2po_lib.trainer.run"),
+        ("at2po_lib.util.paths", "at2po_lib.config.profile"),
+    }
+    assert hidden_imports(pkg) == {"at2po_lib.util.paths": {"at2po_lib.config.profile"}}
 
 
 # ----------------------------------------------------------------- one import path per name

@@ -80,7 +80,9 @@ def test_runs_read_back(tmp_path):
     assert (clips["token_level"], clips["turn_level"]) == (pytest.approx(0.15), pytest.approx(0.4))
     assert np.isnan(clips["turn_level_at_reference"]) and np.isnan(clips["epsilon"])
     # a run that logged both levels at 0.2 too, at its own range 3e-3 / 4e-3 (config.yaml)
-    (run / "config.yaml").write_text("trainer:\n  epsilon: 0.003\n  epsilon_high: 0.004\n")
+    (run / "config.yaml").write_text(
+        "settings:\n  trainer:\n    epsilon: 0.003\n    epsilon_high: 0.004\n"
+    )
     both = [
         {**r, "clip_ratio/token_level_eps0.2": 0.01, "clip_ratio/turn_level_eps0.2": t}
         for r, t in zip(rows, (0.02, 0.04))
@@ -95,7 +97,9 @@ def test_runs_read_back(tmp_path):
     # a run trained at 0.2 reads its own levels there
     grpo = tmp_path / "grpo_tree_budget" / "seed0"
     grpo.mkdir(parents=True)
-    (grpo / "config.yaml").write_text("trainer:\n  epsilon: 0.2\n  epsilon_high: 0.2\n")
+    (grpo / "config.yaml").write_text(
+        "settings:\n  trainer:\n    epsilon: 0.2\n    epsilon_high: 0.2\n"
+    )
     (grpo / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     at_02 = clip_levels([grpo]).iloc[0]
     assert at_02["turn_level_at_reference"] == pytest.approx(0.4)

@@ -16,7 +16,7 @@ from at2po_lib.policy.model import build_qwen3_config
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout import vllm_cpu
 from at2po_lib.trainer import run_folder, warmstart
-from at2po_lib.trainer.identity import recorded_identity, run_identity, same_finished_run
+from at2po_lib.trainer.identity import recorded_identity, same_finished_run
 from at2po_lib.trainer.resolve import resolve_run
 from at2po_lib.util.errors import ProfileError
 from at2po_lib.util.paths import results_dir
@@ -65,20 +65,20 @@ def test_head_dim_defaults_to_hidden_over_heads_and_can_be_set_apart():
 
 def test_a_run_recorded_before_head_dim_existed_is_the_same_run_at_its_default():
     """``policy.head_dim`` was added after the study was recorded: a record in the earlier
-    format without it (and without the older ``rollout.turn_entropy``) is the run of the same
+    format (read by scripts/migrate_records.py) without it (and without the older ``rollout.turn_entropy``) is the run of the same
     settings at head_dim 0; with head_dim set, it is another run."""
-    from test_run_identity import profile_format
+    from test_migrate_records import migrate_records, profile_format
 
     spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
     old = profile_format(spec)
     del old["profile"]["policy"]["head_dim"]
-    assert run_identity(old) == spec.identity()
+    assert migrate_records.legacy_identity(old) == spec.identity()
     del old["profile"]["rollout"]["turn_entropy"]
-    assert run_identity(old) == spec.identity()
+    assert migrate_records.legacy_identity(old) == spec.identity()
     other = resolve_run(
         load_profile("smoke", {"policy": {"head_dim": 32}}), "at2po", 0, world_size=1
     )
-    assert run_identity(old) != other.identity()
+    assert migrate_records.legacy_identity(old) != other.identity()
 
 
 def test_every_committed_tiny_run_is_still_read_as_its_configuration():

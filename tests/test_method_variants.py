@@ -135,9 +135,10 @@ def _committed(method: str) -> list[Path]:
 
 
 def test_the_committed_runs_are_recognised_by_what_they_ran():
-    """The study's runs were recorded before issue #49 (the whole profile, with the exact
-    entropy and alpha 0.001, plus the preset's fixed settings): each is recognised as the run
-    of the same effective settings now, not retrained. Table 2's step 3 and Table 3's cells ran
+    """The study's runs were trained before issue #49 (the whole profile, with the exact
+    entropy and alpha 0.001, plus the preset's fixed settings; their records migrated since by
+    scripts/migrate_records.py): each is recognised as the run of the same effective settings
+    now, not retrained. Table 2's step 3 and Table 3's cells ran
     the variant's settings, so under the profile's they are another configuration (kept and
     reported as they are until the study re-runs them)."""
     tiny = load_profile("tiny")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from at2po_lib.config.choices import BUILTIN_TEMPLATES
 from at2po_lib.protocol.prompts import (
-    BUILTIN_TEMPLATES,
     PromptTemplate,
     TemplateError,
     build_messages,

@@ -15,7 +15,6 @@ from at2po_lib.cli.report import main as report_main
 from at2po_lib.reporting import report
 from at2po_lib.reporting import table2 as report_table2
 from at2po_lib.reporting.records import (
-    RECORDED_AS_FILE,
     check_seeds,
     load_final_evals,
     load_outcomes,
@@ -144,11 +143,11 @@ def _record_provenance(
     from at2po_lib.trainer.run_folder import config_hash
 
     config = {
-        "profile": {"name": profile, "train": {"max_steps": 4}},
         "method": method,
         "seed": seed,
-        "preset": {"epsilon": epsilon},
-        "trainer": {"seed": seed, "epsilon": epsilon},
+        "profile": profile,
+        "settings": {"train": {"max_steps": 4}, "trainer": {"seed": seed, "epsilon": epsilon}},
+        "sources": {"profile": profile, "preset": {"trainer.epsilon": epsilon}, "set": {}},
     }
     digest = config_hash(config)
     (run / "config.yaml").write_text(
@@ -256,7 +255,7 @@ def test_seeds_of_other_methods_may_agree(runs):
         (
             {"epsilon": 0.3},
             "config.yaml",
-            r"configuration less the seed .* preset\.epsilon: 0\.3 "
+            r"configuration less the seed .* settings\.trainer\.epsilon: 0\.3 "
             r"here, 0\.2 there",
         ),
         ({"revision": "b" * 40}, "meta.json", r"git revision \(meta\.json\) differs .*bbbb"),
@@ -317,28 +316,23 @@ def test_a_seed_without_the_records_its_siblings_have_is_refused(recorded):
         check_seeds("smoke")
 
 
-def test_runs_recorded_under_another_name_need_their_folders_note(runs):
-    """at2po_exact's study runs were trained as at2po: the folder's RECORDED_AS.json says so,
-    and without it (or with a name that is no preset) the records are refused."""
+def test_runs_recorded_under_another_methods_name_are_refused(runs):
     exact = runs.with_name("at2po_exact")
     runs.rename(exact)
     for seed in range(3):
         _record_provenance(exact / f"seed{seed}", seed, method="at2po")
     with pytest.raises(RecordError, match=r"records method 'at2po', but it lies in at2po_exact/"):
         check_seeds("smoke")
-    note = exact / RECORDED_AS_FILE
-    note.write_text(json.dumps({"method": "at2po", "why": "trained before the variant had a name"}))
-    check_seeds("smoke")
-    note.write_text(json.dumps({"method": "at2po_old"}))
-    with pytest.raises(RecordError, match=r"RECORDED_AS\.json: 'method' must name a preset"):
-        check_seeds("smoke")
 
 
-def test_the_committed_variant_folder_names_the_name_its_runs_were_recorded_under():
-    note = json.loads(
-        (repo_root() / "results/runs/tiny/at2po_exact" / RECORDED_AS_FILE).read_text()
-    )
-    assert note["method"] == "at2po" and "0c35b88" in note["why"]
+def test_every_committed_run_records_the_method_of_its_folder():
+    """at2po_exact's study runs, trained under at2po's name before the variant had one, record
+    at2po_exact since their records' migration (scripts/migrate_records.py)."""
+    configs = sorted((repo_root() / "results").rglob("config.yaml"))
+    named = [c for c in configs if "reproduction" not in c.parts]
+    assert len(named) >= 269
+    for config in named:
+        assert yaml.safe_load(config.read_text())["method"] == config.parent.parent.name, config
 
 
 def test_the_report_refuses_before_writing_and_leaves_the_tables_as_they_were(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.util import staging
+from at2po_lib.util.paths import recorded_path
 from at2po_lib.util.staging import REPLACED_MARKER, recover, replaced_path, staging_path, swap_in
 
 
@@ -200,7 +201,9 @@ def test_a_failed_or_refused_re_run_keeps_the_finished_run(react_runs):
         != json.loads(committed["DONE.json"])["config_hash"]
     )
     assert new.run.final_eval.read_text().splitlines()[1] == "tiny_nq,0.3"
-    assert json.loads(new.run.done.read_text())["final_eval"] == str(new.run.final_eval)
+    recorded = json.loads(new.run.done.read_text())["final_eval"]
+    assert recorded == recorded_path(new.run.final_eval)  # no machine's path in the record
+    assert recorded.startswith("results/") and recorded.endswith("seed0/final_eval.csv")
     _no_leftovers(new.run.root)
 
 

@@ -1,130 +1,28 @@
 """What a run is (at2po_lib.trainer.identity): its effective settings, recorded apart from where
-they came from, and runs recorded by earlier code in other formats recognised by what they ran
-(issue #49 item 1).
-
-The record formats before issue #49 are reproduced here as their code wrote them, from a
-current run's :class:`~at2po_lib.trainer.resolve.RunSpec`: a record in that format of the same
-configuration must be recognised, and one of another configuration must not."""
+they came from (issue #49 item 1), and every committed run recognised by what it ran. Records of
+earlier formats are rewritten by scripts/migrate_records.py (tests/test_migrate_records.py)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
 import pytest
+import yaml
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.method.presets import get_method
 from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES
 from at2po_lib.trainer.identity import (
-    LEGACY_LOSS_TYPES,
     ROLLOUT_READS,
     method_rollout,
-    recorded_identity,
     rollout_settings,
     run_identity,
     same_finished_run,
 )
 from at2po_lib.trainer.resolve import resolve_run
+from at2po_lib.util.paths import repo_root
 
-
-def profile_format(spec, profile=None) -> dict:
-    """The record as the code of issues #25-#48 wrote it (RunSpec.record then): the whole
-    profile as loaded, the preset's fields with its fixed rollout settings under ``rollout``,
-    the trainer overrides and the trainer fields. ``profile``: the profile dict it held."""
-    preset = get_method(spec.method)
-    recorded = dict(preset.overrides)
-    if preset.rollout:
-        recorded["rollout"] = dict(preset.rollout)
-    return {
-        "profile": profile or spec.profile.to_dict(),
-        "method": spec.method,
-        "seed": spec.seed,
-        "preset": recorded,
-        "trainer_overrides": dict(spec.trainer_overrides),
-        "trainer": {k: v for k, v in spec.trainer.items() if k != "use_cpu"},
-    }
-
-
-def renovation_format(spec) -> dict:
-    """The record as the code before issue #25 wrote it (RunSpec.legacy_record then): the chain
-    count in ``train.chain_leaves``, the rollout's knobs mirrored as trainer fields, the
-    preset's expansion as ``tree_expansion``, TRL's ``loss_type``, ``tree_dynamic_sampling``,
-    and no ``rollout.turn_entropy`` (added later)."""
-    record = copy.deepcopy(profile_format(spec))
-    record["profile"]["train"]["chain_leaves"] = record["profile"]["rollout"].pop("chains")
-    del record["profile"]["rollout"]["turn_entropy"]
-    for fields in (record["preset"], record["trainer_overrides"], record["trainer"]):
-        if "loss_aggregation" in fields:
-            fields["loss_type"] = TRL_LOSS_TYPES[fields.pop("loss_aggregation")]
-        if "dynamic_sampling" in fields:
-            fields["tree_dynamic_sampling"] = fields.pop("dynamic_sampling")
-    if spec.geometry is None:
-        return record
-    rollout, chain = spec.rollout, spec.rollout.expansion == "chain"
-    record["preset"]["tree_expansion"] = rollout.expansion
-    record["trainer"].update(
-        tree_m=rollout.chains if chain else rollout.tree_m,
-        tree_l=0 if chain else rollout.tree_l,
-        tree_k=0 if chain else rollout.tree_k,
-        tree_alpha=rollout.tree_alpha,
-        tree_aepo_beam=rollout.aepo_beam,
-        tree_expansion=rollout.expansion,
-    )
-    if rollout.expansion == "aepo":
-        record["trainer"]["tree_aepo_initial"] = rollout.aepo_initial
-    return record
-
-
-METHODS = (
-    "react",
-    "grpo",
-    "dapo",
-    "aepo",
-    "tree_grpo",
-    "grpo_tree_budget",
-    "at2po",
-    "at2po_exact",
-    "ablation_atpo_loss",
-    "credit_child_mean_diff_parent",
-)
-
-
-@pytest.mark.parametrize("method", METHODS)
-def test_a_record_of_earlier_code_is_the_run_of_the_same_settings(method):
-    spec = resolve_run(load_profile("smoke"), method, 3, world_size=1)
-    assert run_identity(spec.record()) == spec.identity()
-    for old in (profile_format(spec), renovation_format(spec)):
-        assert run_identity(old) == spec.identity()
-        assert run_folder.config_hash(old) != run_folder.config_hash(spec.record())
-    other = resolve_run(
-        load_profile("smoke", {"train": {"learning_rate": 1e-3}}), method, 3, world_size=1
-    )
-    assert run_identity(profile_format(other)) != spec.identity()
-    assert (
-        run_identity(profile_format(spec))
-        != resolve_run(load_profile("smoke"), method, 4, world_size=1).identity()
-    )
-
-
-def test_the_variant_recorded_under_at2po_with_its_settings_in_the_profile_is_the_variant():
-    """at2po_exact's study runs: method ``at2po``, the exact entropy and alpha 0.001 in the
-    profile itself, no fixed settings in the preset (before issue #35 named the variant)."""
-    exact = resolve_run(load_profile("smoke"), "at2po_exact", 0, world_size=1)
-    old_profile = load_profile(
-        "smoke", {"rollout": {"entropy_estimate": "exact", "tree_alpha": 0.001}}
-    )
-    recorded = profile_format(
-        resolve_run(old_profile, "credit_entropy_softmax_node_value", 0, world_size=1)
-    )
-    recorded["method"] = "at2po"
-    assert run_identity(recorded) == exact.identity()
-    assert (
-        run_identity(recorded)
-        != resolve_run(load_profile("smoke"), "at2po", 0, world_size=1).identity()
-    )
+COMMITTED = repo_root() / "results"
 
 
 def test_settings_a_run_does_not_read_do_not_make_it_another_run():
@@ -134,64 +32,61 @@ def test_settings_a_run_does_not_read_do_not_make_it_another_run():
     elsewhere = load_profile(
         "smoke", {"rollout": {"entropy_estimate": "exact", "tree_alpha": 0.3, "tree_m": 2}}
     )
-    assert run_identity(profile_format(grpo, elsewhere.to_dict())) == grpo.identity()
+    assert resolve_run(elsewhere, "grpo", 0, world_size=1).identity() == grpo.identity()
     at2po = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
-    assert run_identity(profile_format(at2po, elsewhere.to_dict())) != at2po.identity()
-
-
-def test_a_profile_field_added_later_at_its_neutral_value_is_the_same_run():
-    mean = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
-    old = profile_format(mean)
-    del old["profile"]["rollout"]["turn_entropy"]
-    assert run_identity(old) == mean.identity()
-    other = resolve_run(
-        load_profile("smoke", {"rollout": {"turn_entropy": "max"}}), "at2po", 0, world_size=1
-    )
-    assert run_identity(old) != other.identity()
-    gone = profile_format(mean)
-    gone["profile"]["rollout"]["a_removed_knob"] = 1
-    assert run_identity(gone) is None  # not readable as a current run: another configuration
+    assert resolve_run(elsewhere, "at2po", 0, world_size=1).identity() != at2po.identity()
 
 
 def test_a_profile_field_removed_since_is_the_same_run_at_its_neutral_value_only():
-    """Records hold ``rollout.turn_length_ends_branch`` (removed with issue #49): at false, what
-    the code does now, in either format; at true, a rule the code no longer has."""
+    """The study blocks' records hold ``rollout.turn_length_ends_branch`` (removed with issue
+    #49; their ``BLOCK.json`` names their hash, so they keep it): at false, what the code does
+    now; at true, a rule the code no longer has."""
     spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
-    old = profile_format(spec)
-    old["profile"]["rollout"]["turn_length_ends_branch"] = False
-    assert run_identity(old) == spec.identity()
     current = spec.record()
     current["settings"]["rollout"]["turn_length_ends_branch"] = False
     assert run_identity(current) == spec.identity()
-    for record, rollout in (
-        (old, old["profile"]["rollout"]),
-        (current, current["settings"]["rollout"]),
-    ):
-        rollout["turn_length_ends_branch"] = True
-        assert run_identity(record) is None
+    current["settings"]["rollout"]["turn_length_ends_branch"] = True
+    assert run_identity(current) is None
 
 
-def test_legacy_loss_types_invert_the_trainer_map():
-    assert LEGACY_LOSS_TYPES == {v: k for k, v in TRL_LOSS_TYPES.items()}
+def _spec_of(record: dict, seed: int | None = None):
+    """Today's :class:`RunSpec` of a recorded run: its profile with its ``sources.set`` values,
+    its method, its seed (or ``seed``)."""
+    profile_set, trainer_set = {}, {}
+    for key, value in record["sources"]["set"].items():
+        section, name = key.split(".", 1)
+        if section == "trainer":
+            trainer_set[name] = value
+        else:
+            profile_set.setdefault(section, {})[name] = value
+    return resolve_run(
+        load_profile(record["profile"], profile_set or None),
+        record["method"],
+        record["seed"] if seed is None else seed,
+        trainer_overrides=trainer_set,
+        world_size=1,
+    )
 
 
-def test_a_finished_run_in_an_earlier_format_is_skipped_not_retrained(tmp_path):
-    import json
-
-    import yaml
-
-    spec = resolve_run(load_profile("smoke"), "at2po", 0, world_size=1)
-    old = profile_format(spec)
-    run = run_folder.RunDir(tmp_path / "seed0")
-    run.root.mkdir()
-    old_hash = run_folder.config_hash(old)
-    run.config.write_text(yaml.safe_dump({**old, "config_hash": old_hash}))
-    run.done.write_text(json.dumps({"config_hash": old_hash}))
-    assert recorded_identity(run.config) == spec.identity()
-    digest = run_folder.config_hash(spec.record())
-    assert same_finished_run(run, digest, spec.identity())
-    exact = resolve_run(load_profile("smoke"), "at2po_exact", 0, world_size=1)
-    assert not same_finished_run(run, run_folder.config_hash(exact.record()), exact.identity())
+def test_every_committed_run_is_taken_by_train_not_retrained():
+    """Run identity recognises every committed record (all in today's format): ``at2po train``
+    of the run's method, seed and settings skips it; of the next seed, it does not. Outside the
+    study's blocks the record's hash is today's (the blocks' records keep the hash their
+    ``BLOCK.json`` names, with a removed field at its neutral value)."""
+    finished = [
+        p for p in sorted(COMMITTED.rglob("DONE.json")) if (p.parent / "config.yaml").is_file()
+    ]
+    assert len(finished) >= 271
+    for done in finished:
+        run = run_folder.RunDir(done.parent)
+        record = yaml.safe_load(run.config.read_text())
+        assert "settings" in record, run.config
+        spec, other = _spec_of(record), _spec_of(record, record["seed"] + 1)
+        digest = run_folder.config_hash(spec.record())
+        assert same_finished_run(run, digest, spec.identity()), run.root
+        assert not same_finished_run(run, run_folder.config_hash(other.record()), other.identity())
+        if "blocks" not in done.relative_to(COMMITTED).parts:
+            assert run_folder.is_finished(run, digest), run.root
 
 
 # ------------------------------------------------ the rollout settings each expansion reads

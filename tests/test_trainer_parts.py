@@ -340,36 +340,6 @@ def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
     assert "kl" not in row and row["wall_time"] > 0
 
 
-def test_legacy_metric_names_read_under_the_logged_names(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    # a run recorded with the early names, resumed by the current code (both in one file)
-    run_folder.append_jsonl(
-        path,
-        {
-            "step": 1,
-            "clip_frac": 0.2,
-            "turns_per_trajectory": 3.0,
-            "rollout_time": 1.5,
-            "reward": 0.1,
-        },
-    )
-    run_folder.append_jsonl(
-        path,
-        {
-            "step": 2,
-            "clip_ratio/region_mean": 0.3,
-            "rollout/turns_mean": 2.0,
-            "rollout/seconds": 1.0,
-            "reward": 0.2,
-        },
-    )
-    rows = run_folder.read_metrics(path)
-    assert [sorted(r) for r in rows] == [sorted(rows[1])] * 2
-    assert [r["clip_ratio/region_mean"] for r in rows] == [0.2, 0.3]
-    assert [r["rollout/turns_mean"] for r in rows] == [3.0, 2.0]
-    assert set(run_folder.LEGACY_METRIC_NAMES).isdisjoint(run_folder.LEGACY_METRIC_NAMES.values())
-
-
 def test_committed_study_records_load_under_the_logged_names():
     from at2po_lib.reporting.records import load_training_records
 
@@ -377,7 +347,6 @@ def test_committed_study_records_load_under_the_logged_names():
     if metrics.empty:
         pytest.skip("no committed tiny/grpo/seed0 run")
     assert {"clip_ratio/region_mean", "rollout/turns_mean", "rollout/seconds"} <= set(metrics)
-    assert set(run_folder.LEGACY_METRIC_NAMES).isdisjoint(metrics.columns)
 
 
 @settings(max_examples=30, deadline=None)

@@ -81,7 +81,7 @@ from ..method.credit import ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages
 from ..method.outcome import OUTCOME_ADVANTAGES, grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
 from ..evaluation.stats import _bootstrap_indices, _counts
-from ..util.paths import results_dir
+from ..util.paths import recorded_path, results_dir
 from ..util.provenance import run_metadata, write_csv_tables
 from .decisions import tree_decision_labels
 from .expansion_stats import credit_weight_stats
@@ -467,7 +467,7 @@ def run_credit_accuracy(
         seed,
         config=cfg.rollout,
         command=command,
-        policy=str(folder),
+        policy=recorded_path(folder),
         datasets=datasets,
         prompts=num_prompts,
         n_resamples=n_resamples,

@@ -244,9 +244,11 @@ def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
 
 
 def _clip_range(root: Path) -> tuple[float, float]:
-    """The run's (epsilon, epsilon_high) from its ``config.yaml`` (NaN when absent)."""
+    """The run's (epsilon, epsilon_high) from its ``config.yaml``'s effective settings (NaN
+    when absent)."""
     path = root / "config.yaml"
-    trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}) if path.is_file() else {}
+    record = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    trainer = record.get("settings", {}).get("trainer", {})
     return (
         float(trainer.get("epsilon", float("nan"))),
         float(trainer.get("epsilon_high", float("nan"))),

@@ -41,7 +41,7 @@ from ..config.profile import load_profile
 from ..method.credit import forest_node_values, sibling_weights
 from ..method.expansion import breadth_first, expansion_scores, sibling_counts
 from ..method.tree import Forest, TreeArrays, children_count, node_depths
-from ..util.paths import results_dir
+from ..util.paths import recorded_path, results_dir
 from ..util.provenance import run_metadata, write_csv_tables
 from .study_trees import cached_trees, policy_folder, study_rows
 
@@ -285,7 +285,7 @@ def run_expansion_study(
         seed,
         config=cfg.rollout,
         command=command,
-        policy=str(folder),
+        policy=recorded_path(folder),
         datasets=datasets,
         prompts=num_prompts,
         trees="chains: rollout.tree_m per prompt (round-1 state of the "

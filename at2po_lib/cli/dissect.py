@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..util.paths import results_dir
+from ..util.paths import recorded_path, results_dir
 from ..util.provenance import read_meta, run_metadata, write_csv_tables
 from .options import (
     CommandParser,
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             args.seed,
             config=cfg.rollout,
             command=command,
-            policy=str(policy),
+            policy=recorded_path(policy),
             datasets=datasets,
             prompts=args.prompts,
             shape={"chains": chains, "k": k},

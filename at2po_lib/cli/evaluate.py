@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.preflight import check_datasets
 from ..retrieval.indexes import build_retriever
-from ..util.paths import results_dir
+from ..util.paths import recorded_paths_in, results_dir
 from .options import (
     CommandParser,
     SEED,
@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg.name,
         seed,
         cfg,
-        checkpoint=str(checkpoint),
+        checkpoint=recorded_paths_in(str(checkpoint)),
         turn_distribution=turn_distribution(details).to_dict("records"),
         **provenance,
     )

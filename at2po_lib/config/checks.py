@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..method.expansion import EXPANSIONS
-from ..protocol.prompts import BUILTIN_TEMPLATES
+from .choices import BUILTIN_TEMPLATES
 from ..tinyworld.datasets import DATASETS as TINY_DATASETS
 from ..rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
 

@@ -423,7 +423,7 @@ ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
 }
 """Profile fields added after runs were recorded and the warm start was shipped, with the value
 that reproduces what those did: a run recorded without the field is the same run as one with it
-at that value (:mod:`at2po_lib.trainer.identity`), and a warm start's key leaves the field out at
+at that value (``scripts/migrate_records.py``), and a warm start's key leaves the field out at
 that value (:mod:`at2po_lib.policy.warmstart_cache`)."""
 
 REMOVED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {

@@ -48,10 +48,11 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
+from ..config.choices import BUILTIN_TEMPLATES
+
 AnswerStyle = Literal["boxed", "plain"]
 InvalidActionPolicy = Literal["end", "retry"]
 
-BUILTIN_TEMPLATES = ("atpo", "searchr1", "tiny")
 _DOC_FIELDS = {"index", "title", "raw_title", "text", "contents", "id"}
 
 

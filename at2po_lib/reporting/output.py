@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..util.writing import write_if_changed
-from ..util.paths import figures_dir, repo_root, results_dir
+from ..util.paths import figures_dir, recorded_path, results_dir
 from ..util.provenance import run_metadata, write_meta
 
 _PNG_METADATA = {"Software": None}
@@ -38,14 +38,9 @@ def source_meta(profile: str, runs: pd.DataFrame | None = None, **extra: Any) ->
     or ``module:qualname``) and command that computed it (:func:`run_metadata`)."""
     sources = []
     if runs is not None and len(runs):
-        root = repo_root()
         for row in runs.itertuples():
-            path = Path(row.path)
-            try:
-                path = path.resolve().relative_to(root)
-            except ValueError:
-                pass
-            sources.append({"method": row.method, "seed": int(row.seed), "run": str(path)})
+            run = recorded_path(row.path)
+            sources.append({"method": row.method, "seed": int(row.seed), "run": run})
     return run_metadata(profile, None, None, sources=sources, **extra)
 
 

@@ -50,9 +50,8 @@ import pandas as pd
 import yaml
 
 from ..evaluation.greedy import read_outcomes as read_outcome_file
-from ..method.presets import METHODS
 from ..trainer.identity import run_identity
-from ..trainer.run_folder import config_hash, read_jsonl, read_jsonl_lines, today_names
+from ..trainer.run_folder import config_hash, read_jsonl, read_jsonl_lines
 from ..util.errors import RecordError
 from ..util.paths import results_dir
 
@@ -308,7 +307,7 @@ def load_training_records(
             rows = _check_metric_rows(
                 read_jsonl_lines(path / "metrics.jsonl", torn_ok=False), path / "metrics.jsonl"
             )
-            metrics += [{**tag, **row} for row in today_names(rows)]
+            metrics += [{**tag, **row} for row in rows]
             evals += [
                 {**tag, **row}
                 for row in _check_metric_rows(
@@ -432,9 +431,8 @@ def load_outcomes(
 # ------------------------------------------------------- the settings runs recorded
 def recorded_rollout(profile: str, methods: Sequence[str]) -> dict[str, Any] | None:
     """The rollout settings the finished runs of ``methods`` recorded (their effective
-    settings, in whichever format their ``config.yaml`` was written:
-    :func:`at2po_lib.trainer.identity.run_identity`), the most common among them when they
-    differ; None without a readable record."""
+    settings: :func:`at2po_lib.trainer.identity.run_identity`), the most common among them
+    when they differ; None without a readable record."""
     found = []
     for _, _, path in _runs(profile, methods, None):
         config = _read_object(path / "config.yaml")
@@ -452,8 +450,8 @@ def recorded_rollout(profile: str, methods: Sequence[str]) -> dict[str, Any] | N
 
 
 # ----------------------------------------------------------------- seeds of one method
-_SEED_FIELDS = (("seed",), ("trainer", "seed"), ("settings", "trainer", "seed"))
-"""Where ``config.yaml`` records the run's seed (in any of its formats): all that may differ
+_SEED_FIELDS = (("seed",), ("settings", "trainer", "seed"))
+"""Where ``config.yaml`` records the run's seed: all that may differ
 between two seeds of a method (the hash covers it, so each seed's hash differs; the rest of the
 configuration may not)."""
 
@@ -583,7 +581,7 @@ def _run_provenance(
             path / "config.yaml",
             "method",
             config.get("method"),
-            _method_names(path.parent),
+            path.parent.name,
             f"{method}/",
         )
         less_seed = _configuration_less_seed(config)
@@ -595,9 +593,9 @@ def _run_provenance(
 
 
 def _configuration_less_seed(config: dict) -> Any:
-    """What the seeds of one method must share: the run's effective settings, whatever format
-    its ``config.yaml`` was written in (:func:`at2po_lib.trainer.identity.run_identity`; the
-    record as written when it cannot be read as a current run), less the seed."""
+    """What the seeds of one method must share: the run's effective settings
+    (:func:`at2po_lib.trainer.identity.run_identity`; the record as written when it cannot be
+    read as a current run), less the seed."""
     identity = run_identity(config)
     less_seed = json.loads(json.dumps(config if identity is None else identity, default=str))
     for keys in _SEED_FIELDS:
@@ -609,35 +607,9 @@ def _configuration_less_seed(config: dict) -> Any:
     return less_seed
 
 
-RECORDED_AS_FILE = "RECORDED_AS.json"
-"""A method folder's note that its runs were trained under another preset's name:
-``{"method": "<that name>", "why": "..."}``. The runs are this method's by the settings they
-recorded (:func:`at2po_lib.trainer.identity.run_identity`); the note only lets the records'
-checks accept the name their ``config.yaml`` holds (``results/runs/tiny/at2po_exact/``: trained as
-``at2po`` while the profile held the variant's settings)."""
-
-
-def _method_names(method_dir: Path) -> set[str]:
-    """The names a run in ``method_dir`` may be recorded under: the folder's, and the one its
-    :data:`RECORDED_AS_FILE` names."""
-    note = _read_object(method_dir / RECORDED_AS_FILE)
-    if note is None:
-        return {method_dir.name}
-    former = note.get("method")
-    if former not in METHODS:
-        raise RecordError(
-            f"{method_dir / RECORDED_AS_FILE}: 'method' must name a preset "
-            f"({', '.join(sorted(METHODS))}), got {former!r}"
-        )
-    return {method_dir.name, former}
-
-
 def _check_field(path: Path, key: str, value: Any, expected: Any, folder: str) -> None:
-    """``value`` is ``expected`` (or one of a set of them), else the record is another run's."""
-    if value is None:
-        return
-    ok = value in expected if isinstance(expected, set) else value == expected
-    if not ok:
+    """``value`` is ``expected``, else the record is another run's."""
+    if value is not None and value != expected:
         raise RecordError(
             f"{path}: records {key} {value!r}, but it lies in {folder}: a copy of "
             "another run's records? Move it where it belongs or remove it"

@@ -48,7 +48,7 @@ from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..evaluation.stats import difference_ci, mean_ci
 from ..tinyworld.build import ensure_world, read_rows
-from ..util.paths import results_dir
+from ..util.paths import recorded_path, results_dir
 from ..util.provenance import run_metadata, write_meta
 from ..util.writing import save_figure
 from .records import load_outcomes, load_training_records
@@ -213,7 +213,7 @@ def run_regime_pilot(
     result = {
         "profile": cfg.name,
         "seeds": list(seeds),
-        "policy": str(folder),
+        "policy": recorded_path(folder),
         "gate1_em_gain": em_gain(cfg.name, seeds),
         "gate1_sampled_gain": em_gain(cfg.name, seeds, metric="sampled_em"),
         "gate2_signal": signal_and_reward(cfg.name, seeds),
@@ -230,7 +230,7 @@ def run_regime_pilot(
         seed,
         config=None,
         command=command,
-        policy=str(folder),
+        policy=recorded_path(folder),
         writer="at2po_lib.reporting.regime_pilot:run_regime_pilot",
     )
     path = out / "regime.json"

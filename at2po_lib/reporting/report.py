@@ -41,7 +41,7 @@ from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
 from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.locks import folder_lock
-from ..util.paths import figures_dir, repo_root, results_dir
+from ..util.paths import figures_dir, recorded_path, results_dir
 from ..util.provenance import write_meta
 from ..util.writing import all_or_none, write_if_changed
 from . import claims, figure3, figure4, table1, table2, table3
@@ -464,11 +464,9 @@ def _write_spending_and_entropy(
 
 
 def _shown_path(path: Path) -> str:
-    """``path`` as a document at the repository's root links it (relative when it lies in the
-    repository, as the committed results do)."""
-    return (
-        path.relative_to(repo_root()).as_posix() if path.is_relative_to(repo_root()) else str(path)
-    )
+    """``path`` as a document at the repository's root links it: as records hold it, the same
+    wherever ``AT2PO_RESULTS`` puts the results (:func:`recorded_path`)."""
+    return recorded_path(path)
 
 
 def _write_claims(

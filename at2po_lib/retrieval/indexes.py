@@ -24,12 +24,12 @@ Command line (:mod:`at2po_lib.cli.index`)::
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..tinyworld.build import ensure_world
 from ..util.locks import folder_lock
 from ..util.paths import artifacts_dir, repo_root
 from ..util.staging import recover
@@ -64,15 +64,7 @@ def profile_corpus_path(cfg: "ProfileConfig") -> Path:
         return path
     path = artifacts_dir(cfg.name) / "world" / "corpus.jsonl"
     if not path.is_file():
-        try:
-            tinyworld = importlib.import_module("at2po_lib.tinyworld.build")
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("at2po_lib.tinyworld", "at2po_lib.tinyworld.build"):
-                raise
-            raise RetrievalError(
-                f"{path} is missing and at2po_lib.tinyworld is not available"
-            ) from None
-        tinyworld.ensure_world(cfg)
+        ensure_world(cfg)
         if not path.is_file():
             raise RetrievalError(f"ensure_world({cfg.name!r}) did not write {path}")
     return path

@@ -16,9 +16,10 @@ A run's ``config.yaml`` records (:meth:`at2po_lib.trainer.resolve.RunSpec.record
       set: {train.max_steps: 2, ...}
 
 A finished run is this configuration when its ``DONE.json`` holds this record's hash, or when
-the record beside it, in whichever format it was written, has the same :func:`run_identity`
-(profile name, seed, effective settings): runs recorded by earlier code are recognised by what
-they ran, not by how the file was laid out. No torch or trl here: the reports import it.
+the record beside it has the same :func:`run_identity` (profile name, seed, effective settings):
+a run is recognised by what it ran, not by the method's name or where a setting came from.
+Records of earlier formats are rewritten into this one by ``scripts/migrate_records.py``. No
+torch or trl here: the reports import it.
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ from typing import Any, Mapping
 import yaml
 
 from ..config.profile import (
-    ADDED_PROFILE_FIELDS,
     REMOVED_PROFILE_FIELDS,
     ProfileConfig,
     RolloutConfig,
-    apply_overrides,
     load_profile,
 )
 from ..method.outcome import OUTCOME_ADVANTAGES
-from ..method.presets import TREE_LEAVES, get_method
+from ..method.presets import TREE_LEAVES
 from ..util.errors import ProfileError
 from .run_folder import RunDir, is_finished
 
@@ -127,37 +126,24 @@ def profile_set_values(profile_cfg: ProfileConfig) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- recorded runs, any format
+# ---------------------------------------------------------------- recorded runs
 def run_identity(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """What decides whether two recorded runs are one configuration: the profile's name, the
-    seed and the effective settings (:meth:`RunSpec.settings`), whatever the record's format.
-    Not the method's name (two presets that resolve to the same settings are the same run)
-    nor where a setting came from.
+    seed and the effective settings (:meth:`RunSpec.settings`) of a ``config.yaml`` record. Not
+    the method's name (two presets that resolve to the same settings are the same run) nor
+    where a setting came from. A field removed since (:data:`REMOVED_PROFILE_FIELDS`) is
+    dropped where it holds the value that does what the code does now: the study blocks'
+    records hold ``rollout.turn_length_ends_branch``, and their ``BLOCK.json`` names the hash
+    of the records as written.
 
-    ``config.yaml`` has had three formats, each read here:
-
-    - since issue #49: ``settings`` (effective) and ``sources``;
-    - issues #25-#48: the whole ``profile`` as loaded, the ``preset``'s fields (its fixed
-      ``rollout`` settings apart, under ``preset.rollout``), ``trainer_overrides`` and
-      ``trainer``: the effective rollout is the profile's with the preset's applied and the
-      recorded method's expansion (:func:`method_rollout`);
-    - before issue #25: as above with the chain count in ``train.chain_leaves``, the preset's
-      expansion as ``tree_expansion``, the rollout's knobs mirrored as ``tree_*`` trainer fields,
-      TRL's ``loss_type`` for the aggregation and ``tree_dynamic_sampling``.
-
-    In every format, a field removed since (:data:`REMOVED_PROFILE_FIELDS`) is dropped where it
-    holds the value that does what the code does now.
-
-    None when the record cannot be read as a run of the current code (a key it no longer has,
-    a removed field at another value, an unknown method): such a run is another configuration."""
+    None when the record cannot be read as a run of the current code (no effective settings,
+    a removed field at another value): such a run is another configuration."""
     try:
-        if "settings" in record:
-            settings = copy.deepcopy(dict(record["settings"]))
-            if not _drop_removed_fields(settings):
-                return None
-            return {"profile": record["profile"], "seed": record["seed"], "settings": settings}
-        return _identity_of_profile_record(copy.deepcopy(dict(record)))
-    except (KeyError, TypeError, ValueError, ProfileError):
+        settings = copy.deepcopy(dict(record["settings"]))
+        if not _drop_removed_fields(settings):
+            return None
+        return {"profile": record["profile"], "seed": record["seed"], "settings": settings}
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -173,60 +159,6 @@ def _drop_removed_fields(sections: dict[str, Any]) -> bool:
     return True
 
 
-_LEGACY_TRAINER_MIRRORS = (
-    "tree_m",
-    "tree_l",
-    "tree_k",
-    "tree_alpha",
-    "tree_aepo_beam",
-    "tree_expansion",
-    "tree_aepo_initial",
-)
-
-
-def _identity_of_profile_record(record: dict[str, Any]) -> dict[str, Any] | None:
-    """:func:`run_identity` of a record in the format before issue #49 (module docstring)."""
-    profile = record["profile"]
-    preset = dict(record.get("preset") or {})
-    trainer = dict(record.get("trainer") or {})
-    if "chain_leaves" in profile.get("train", {}):  # before issue #25
-        profile["rollout"]["chains"] = profile["train"].pop("chain_leaves")
-        for fields in (preset, trainer):
-            if "loss_type" in fields:
-                fields["loss_aggregation"] = LEGACY_LOSS_TYPES[fields.pop("loss_type")]
-            if "tree_dynamic_sampling" in fields:
-                fields["dynamic_sampling"] = fields.pop("tree_dynamic_sampling")
-        expansion = preset.pop("tree_expansion", None)
-        for key in _LEGACY_TRAINER_MIRRORS:
-            trainer.pop(key, None)
-    else:
-        expansion = None
-    for (section, name), neutral in ADDED_PROFILE_FIELDS.items():
-        profile.setdefault(section, {}).setdefault(name, neutral)
-    if not _drop_removed_fields(profile):
-        return None
-    cfg = ProfileConfig()
-    template = cfg.to_dict()
-    if set(profile) - set(PROFILE_LABELS) != set(template) - set(PROFILE_LABELS):
-        return None
-    for section, values in profile.items():
-        if section in PROFILE_LABELS:
-            continue
-        if set(values) != set(template.get(section, {})):
-            return None  # a key added or removed since: not readable as a current run
-    apply_overrides(cfg, {k: v for k, v in profile.items() if k not in PROFILE_LABELS})
-    method = get_method(record["method"])
-    trains = method.trains
-    expansion = expansion or method.expansion
-    rollout = method_rollout(cfg, expansion, preset.get("rollout")) if trains else cfg.rollout
-    settings = cfg.to_dict()
-    for key in PROFILE_LABELS:
-        settings.pop(key, None)
-    settings["rollout"] = rollout_settings(rollout, trainer.get("credit_advantage"), trains)
-    settings["trainer"] = {k: v for k, v in trainer.items() if k != "use_cpu"}
-    return {"profile": profile.get("name"), "seed": record["seed"], "settings": settings}
-
-
 def recorded_identity(config_path: Path) -> dict[str, Any] | None:
     """:func:`run_identity` of a run folder's ``config.yaml`` (None when absent or unreadable)."""
     try:
@@ -239,15 +171,11 @@ def recorded_identity(config_path: Path) -> dict[str, Any] | None:
     return run_identity(record)
 
 
-LEGACY_LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean"}
-"""TRL's ``loss_type`` as records before issue #25 held it → the aggregation's name (the inverse
-of :data:`at2po_lib.trainer.at2po_config.TRL_LOSS_TYPES`; a test checks it)."""
-
-
 def same_finished_run(run: RunDir, digest: str, identity: Mapping[str, Any]) -> bool:
     """Did ``run`` (a :class:`~at2po_lib.trainer.run_folder.RunDir`) finish with this
     configuration: its ``DONE.json`` holds ``digest``, or the ``config.yaml`` beside it has
-    this :func:`run_identity` (a run recorded by earlier code)."""
+    this :func:`run_identity` (the same settings under another method's name, or with a
+    removed field at its neutral value)."""
     if is_finished(run, digest):
         return True
     return is_finished(run) and recorded_identity(run.config) == identity

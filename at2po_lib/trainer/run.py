@@ -78,6 +78,7 @@ from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
 from ..util.errors import ProfileError
 from ..util.locks import folder_lock
+from ..util.paths import recorded_path
 from ..util.provenance import hardware, run_metadata
 from ..util.quiet import hf_progress_bars_off
 from ..util.staging import recover, staging_path, swap_in
@@ -264,9 +265,9 @@ def _train_locked(
     spec = resolve_run(cfg, method, seed, trainer_overrides)
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
-    # A run recorded by earlier code in another format is this run when it ran the same
-    # effective settings (at2po_lib.trainer.identity.run_identity); new runs record the new
-    # format and its hash.
+    # A run recorded under another hash is this run when it ran the same effective settings
+    # (at2po_lib.trainer.identity.run_identity: another preset's name, a removed field at its
+    # neutral value); new runs record this one's hash.
     identity = spec.identity()
     # Under several processes (accelerate launch, torchrun) only the main process changes the
     # run folder; the others read it. Training's collectives keep them in step: no process
@@ -301,7 +302,7 @@ def _train_locked(
             digest,
             wall_time=wall,
             status=status,
-            final_eval=str(run.final_eval) if final is not None else None,
+            final_eval=recorded_path(run.final_eval) if final is not None else None,
             world_size=_world_size(),
         )
         swap_in(work.root, run.root)  # atomic: the previous run is replaced only now
@@ -356,7 +357,6 @@ def _prepare_staging(
     checkpoint = None
     if resume and not force:
         if main:
-            _adopt_unfinished_legacy_run(run, work)
             run_folder.remove_incomplete_checkpoints(work.checkpoints)
         checkpoint = run_folder.latest_complete_checkpoint(work.checkpoints)
         if checkpoint is not None:
@@ -443,16 +443,6 @@ def _done_hash(run: run_folder.RunDir) -> str | None:
         return None
 
 
-def _adopt_unfinished_legacy_run(run: run_folder.RunDir, work: run_folder.RunDir) -> None:
-    """A run killed before runs were built in a staging folder left its checkpoints in the
-    final folder: move that unfinished folder to the staging place so ``--resume`` goes on."""
-    if work.root.exists() or run_folder.is_finished(run):
-        return
-    if run_folder.complete_checkpoints(run.checkpoints):
-        os.rename(run.root, work.root)
-        run.root.mkdir(parents=True, exist_ok=True)
-
-
 def _check_backend(cfg: ProfileConfig) -> None:
     if cfg.train.use_vllm != (cfg.rollout.backend == "vllm"):
         raise ProfileError(
@@ -463,7 +453,7 @@ def _check_backend(cfg: ProfileConfig) -> None:
 
 def _check_same_config(run: run_folder.RunDir, digest: str, identity: dict[str, Any]) -> None:
     """Refuse to resume a checkpoint written with another configuration (``digest``: this
-    configuration's hash; ``identity``: its settings, for a record in an earlier format)."""
+    configuration's hash; ``identity``: its settings, for a record of them under another hash)."""
     if run.config.is_file() and not same_configuration(run.config, digest, identity):
         old = (yaml.safe_load(run.config.read_text()) or {}).get("config_hash")
         raise ValueError(

@@ -247,38 +247,6 @@ def read_jsonl_lines(path: Path, torn_ok: bool = True) -> list[tuple[int, Any]]:
     return rows
 
 
-LEGACY_METRIC_NAMES: dict[str, str] = {
-    # name in records written up to revision 85f19e9 (the toy study's runs): name logged today
-    "clip_frac_low": "clip_ratio/low_mean",
-    "clip_frac_high": "clip_ratio/high_mean",
-    "clip_frac": "clip_ratio/region_mean",
-    "turns_per_trajectory": "rollout/turns_mean",
-    "tool_calls_per_trajectory": "rollout/tool_calls_mean",
-    "leaves_per_prompt": "rollout/leaves_per_prompt",
-    "tree_nodes": "rollout/tree_nodes_mean",
-    "model_tokens_per_trajectory": "completions/mean_length",
-    "dynamic_sampling_rounds": "rollout/dynamic_sampling_rounds",
-    "dynamic_sampling_kept": "rollout/dynamic_sampling_kept",
-    "adv_abs_mean": "advantages/abs_mean",
-    "sampling_logp_diff": "sampling/logp_abs_diff",
-    "rollout_time": "rollout/seconds",
-}
-"""Early records renamed TRL's log keys to names of their own; :func:`read_metrics` reads them
-under the logged names, so old and new run folders load into the same columns."""
-
-
-def read_metrics(path: Path, torn_ok: bool = True) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` under today's names (see :data:`LEGACY_METRIC_NAMES`)."""
-    return today_names(read_jsonl(path, torn_ok))
-
-
-def today_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``metrics.jsonl`` rows with :data:`LEGACY_METRIC_NAMES` renamed to today's names."""
-    return [
-        {LEGACY_METRIC_NAMES.get(key, key): value for key, value in row.items()} for row in rows
-    ]
-
-
 def truncate_jsonl(path: Path, max_step: int, key: str = "step") -> int:
     """Keep only rows with ``row[key] <= max_step`` (atomic rewrite); returns rows kept."""
     rows = [r for r in read_jsonl(path) if r.get(key, -1) <= max_step]

@@ -106,7 +106,7 @@ from ..policy.warmstart_cache import (
 from ..protocol.prompts import get_template
 from ..util.hf_compat import checkpointing_kwargs
 from ..util.errors import ProfileError
-from ..util.paths import artifacts_dir
+from ..util.paths import artifacts_dir, recorded_path
 from ..util.provenance import git_revision
 from ..util.quiet import hf_progress_bars_off
 from .callbacks import TrainingProgress, in_notebook
@@ -523,7 +523,7 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
     record = {
         "profile": cfg.name,
         "cache_key": cache_key(cfg),
-        "path": str(out),
+        "path": recorded_path(out),
         "git_revision": git_revision(),
         "chosen_step": chosen["step"],
         "chosen_validation_em": chosen["em"],
@@ -549,9 +549,9 @@ def train_warmstart(profile_cfg: ProfileConfig) -> Path:
         "demos": asdict(stats),
         "train_examples": len(examples),
         "strategies": demo_strategy_summary(demos, sft),
-        "init_from": initial,
+        "init_from": initial and {**initial, "path": recorded_path(initial["path"])},
         "validation_questions": {k: len(v) for k, v in validation.items()},
-        "selection": selector.table,
+        "selection": [{**row, "path": recorded_path(row["path"])} for row in selector.table],
         "log_history": trainer.state.log_history,
         "config": cfg.to_dict(),
         "files": file_digests(out),  # checked at every load (cached_warmstart)

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .paths import repo_root
+from .paths import recorded_paths_in, repo_root
 from .writing import all_or_none, write_if_changed
 
 # Imported inside the functions that use them: torch; every command imports this module, and torch
@@ -220,7 +220,7 @@ def run_metadata(
         "profile": profile,
         "seed": seed,
         "writer": writer if isinstance(writer, str) else function_name(writer),
-        "command": command or current_command(),
+        "command": recorded_paths_in(command or current_command()),
         "git_revision": git_revision(),
         "created": time.strftime(TIME_FORMAT),
         "python": sys.version.split()[0],
