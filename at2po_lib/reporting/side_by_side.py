@@ -143,7 +143,7 @@ def retrain_side_by_side(
 
 
 def _progress_bars(methods: Sequence[str], steps: int) -> dict[str, Any]:
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only a retraining with progress bars draws them
 
     return {
         m: tqdm(total=steps, desc=f"{m} (seed, 1 core)", unit="step", position=i)
