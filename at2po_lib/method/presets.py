@@ -327,6 +327,21 @@ TABLE2_METHODS = (*(m.name for m in _TABLE2), "at2po")
 """Table 2's progressive steps, ending at AT2PO."""
 TABLE3_METHODS = tuple(m.name for m in _TABLE3)
 """Table 3's credit grid, value mode-major."""
+
+TABLE3_ADVANTAGES = ("node_value", "diff_parent")
+"""The advantage modes Table 3's study trains by default (the paper's main contrast)."""
+
+STUDY_TABLES: dict[str, tuple[str, ...]] = {
+    "1": tuple(TABLE1_METHODS),
+    "2": tuple(m for m in TABLE2_METHODS if m != "at2po"),
+    "3": tuple(
+        f"credit_{value}_{adv}"
+        for value in VALUE_MODES
+        for adv in TABLE3_ADVANTAGES
+        if (value, adv) != ("entropy_softmax", "node_value")
+    ),
+}
+"""Runs each table adds to the study (Tables 2 and 3 reuse Table 1's AT2PO runs)."""
 VARIANT_METHODS = tuple(m.name for m in _VARIANTS)
 """The variants (module docstring): reported beside Table 1's rows under their own names."""
 TABLE1_REPORTED = (*TABLE1_METHODS, *VARIANT_METHODS)

@@ -36,14 +36,12 @@ HEADLINE_METHODS = ("at2po", "grpo", "grpo_tree_budget")
 def set_methods(set_name: str) -> tuple[str, ...] | None:
     """A block set's methods in training order (None: no such set): what a block of it holds,
     and the only run names its records may give (a name read from a record becomes a path).
-    The ablation set is AT2PO with Table 2's steps and Table 3's cells, imported only when
-    asked (the tables' lists come with the trainer, which pulls torch; the headline does not)."""
+    The ablation set is AT2PO with Table 2's steps and Table 3's cells
+    (:data:`at2po_lib.method.presets.STUDY_TABLES`), imported only when asked."""
     if set_name == HEADLINE_SET:
         return HEADLINE_METHODS
     if set_name == ABLATION_SET:
-        # lazy: the tables' lists come with the trainer (torch); the report's and
-        # collect_blocks.py's headline checks stay light
-        from .study import STUDY_TABLES
+        from ..method.presets import STUDY_TABLES  # the presets pull torch; the headline does not
 
         return ("at2po", *STUDY_TABLES["2"], *STUDY_TABLES["3"])
     return None

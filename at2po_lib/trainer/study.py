@@ -32,29 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..config.profile import load_profile
-from ..method.credit import VALUE_MODES
-from ..method.presets import METHODS, TABLE1_METHODS, TABLE2_METHODS, get_method
+from ..method.presets import METHODS, STUDY_TABLES, get_method
 from ..util.paths import results_dir
 from ..util.staging import staging_path
 from . import run_folder
 from .identity import same_finished_run
 from .resolve import resolve_run
 from .run import train
-
-TABLE3_ADVANTAGES = ("node_value", "diff_parent")
-"""The advantage modes Table 3's study trains by default (the paper's main contrast)."""
-
-STUDY_TABLES: dict[str, tuple[str, ...]] = {
-    "1": tuple(TABLE1_METHODS),
-    "2": tuple(m for m in TABLE2_METHODS if m != "at2po"),
-    "3": tuple(
-        f"credit_{value}_{adv}"
-        for value in VALUE_MODES
-        for adv in TABLE3_ADVANTAGES
-        if (value, adv) != ("entropy_softmax", "node_value")
-    ),
-}
-"""Runs each table adds to the study (Tables 2 and 3 reuse Table 1's AT2PO runs)."""
 
 
 def study_methods(table: str, methods: Sequence[str] | None = None) -> list[str]:
