@@ -20,6 +20,7 @@ import pytest
 
 from at2po_lib.trainer import run_folder
 from engines_guard import require_engine
+from test_engines_vllm import run_scenario
 from test_rehearsal import ROOT, _free_port, _rehearsal, _resume_command, _without_wall_time
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
@@ -40,6 +41,18 @@ ENTRY = str(ROOT / "tests" / "rehearsal_entry.py")
 @pytest.fixture(autouse=True)
 def deepspeed_on_cpu(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+
+
+def test_zero3_digest_hashes_the_gathered_weights_so_another_model_differs(tmp_path):
+    """The per-rank digest of a ZeRO-3-partitioned model is the digest of its full weights
+    (gathered with DeepSpeed's ``GatheredParameters``): two models of different weights (what a
+    resume from a wrong checkpoint holds) differ. Hashing the module as it is read ZeRO-3's
+    empty placeholders, the same bytes for any weights."""
+    result = run_scenario("zero3-digest", tmp_path, "--port", str(_free_port()), results=False)
+    assert result["placeholder_numel"] == 0 < result["full_numel"]  # the partitioned case
+    assert result["full"][0] != result["full"][1]
+    assert result["zero3"][0] != result["zero3"][1]  # another model, another digest
+    assert result["zero3"] == result["full"]  # each copy: its source's full weights
 
 
 def _shard_files(checkpoint: Path) -> list[str]:
