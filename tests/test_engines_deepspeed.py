@@ -21,7 +21,15 @@ import pytest
 from at2po_lib.trainer import run_folder
 from engines_guard import require_engine
 from test_engines_vllm import run_scenario
-from test_rehearsal import ROOT, _free_port, _rehearsal, _resume_command, _without_wall_time
+from test_rehearsal import (
+    ROOT,
+    _assert_resumed_to_the_uninterrupted_run,
+    _free_port,
+    _killed_during_a_step_and_resumed,
+    _rehearsal,
+    _resume_command,
+    _without_wall_time,
+)
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
 
@@ -99,6 +107,21 @@ def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_
     ]
     assert run_folder.read_jsonl(run.metrics)[0]["grad_norm"] > 0
     assert run.outcomes.read_text() == straight.outcomes.read_text()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_run_killed_during_a_step_resumes_to_the_uninterrupted_run(tmp_path, stage):
+    """ZeRO-``stage``, 2 processes, killed during the second rollout step (after update 11 of
+    16, the first step's checkpoint saved) and resumed: the second step's logged loss and grad
+    norm, each rank's full weights after it (ZeRO-3: gathered), and the last checkpoint's
+    DeepSpeed optimizer partitions (fp32 master weights and Adam moments), scheduler, RNG
+    states and trainer state equal the uninterrupted run's bit for bit (tolerance 0: the same
+    CPU kernels, one thread a process, in the same order)."""
+    config = ACCELERATE / f"zero{stage}_cpu_2proc.yaml"
+    straight, run = _killed_during_a_step_and_resumed(tmp_path, config)
+    _assert_resumed_to_the_uninterrupted_run(run, straight)
+    shards = _shard_files(run.checkpoints / "checkpoint-16")
+    assert any("zero_pp_rank_1" in name and "optim" in name for name in shards)
 
 
 def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path):
