@@ -19,7 +19,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-# Imported inside the functions that use them: torch.distributed (only once torch is loaded: a
+# Imported inside the functions that use them: torch; only once torch is loaded (a
 # process that never imported torch has no process group, and `at2po --help` stays instant).
 
 
