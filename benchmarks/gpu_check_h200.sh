@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check of the lendable machine in one command (benchmarks/gpu_check_h200.py): one H200,
-# Python 3.12 and torch preinstalled, no network; stopped after $AT2PO_CHECK_TIMEOUT seconds
-# (default 470), its results written after every sub-check so a stopped run keeps them.
+# Python 3.12 and torch preinstalled, no network; stopped after $AT2PO_CHECK_TIMEOUT seconds of
+# command time (default 360: twice in the 15 minutes of device time with the machine's start),
+# its results written after every sub-check so a stopped run keeps them.
 #   bash benchmarks/gpu_check_h200.sh [--size 1.7b] [--steps N] [--only loss,train] [--out DIR]
-#   bash benchmarks/gpu_check_h200.sh --both-sizes   # issue #47: $OUT/q06 (all), $OUT/q17 (rollout,train,plan)
-# Carried: benchmarks/wheels/ (benchmarks/gpu_check_wheels.sh fills it): only what the machine
-# lacks. They are installed with `pip --target` into $AT2PO_CHECK_SITE/site-packages and put
+#   bash benchmarks/gpu_check_h200.sh --both-sizes   # issue #47: $OUT/q06 (all), $OUT/q17 (rollout,train,plan); ~450 s
+# Carried: benchmarks/wheels/ (benchmarks/gpu_check_wheels.sh fills it, and stamps REVISION there:
+# the record's revision where .git does not travel): only what the machine lacks; without it
+# the check is refused before any work. They are installed with `pip --target` into $AT2PO_CHECK_SITE/site-packages and put
 # first on PYTHONPATH, beside the machine's own packages (its torch, transformers, pyarrow):
 # - not a `venv --system-site-packages`: the machine's python is itself a virtual environment,
 #   and a venv made from it sees the base interpreter's packages, not that environment's torch;
@@ -24,6 +26,15 @@ start=$(date +%s)
 # what every record says about how it was made (gpu_check_h200.py: provenance)
 export AT2PO_CHECK_STARTED="$start" AT2PO_CHECK_COMMAND="bash benchmarks/gpu_check_h200.sh $*"
 extra_path=""
+if [ "$SITE" != none ] && ! compgen -G "$WHEELS/*.whl" > /dev/null; then
+    echo "gpu_check: no carried wheels in $WHEELS: run bash benchmarks/gpu_check_wheels.sh where the registry is reachable, then carry benchmarks/wheels" >&2
+    exit 2
+fi
+if [ -z "${AT2PO_CHECK_REVISION:-}" ] && [ -f "$WHEELS/REVISION" ] \
+    && ! git -C "$ROOT" rev-parse HEAD > /dev/null 2>&1; then
+    AT2PO_CHECK_REVISION="$(cat "$WHEELS/REVISION")"  # stamped by gpu_check_wheels.sh
+    export AT2PO_CHECK_REVISION
+fi
 if [ "$SITE" != none ]; then
     if compgen -G "$WHEELS/*.whl" > /dev/null; then
         "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
@@ -32,8 +43,6 @@ if [ "$SITE" != none ]; then
         extra_path="$SITE/site-packages"
         AT2PO_CHECK_CARRIED="$(cd "$WHEELS" && ls -- *.whl | paste -sd, -)"
         export AT2PO_CHECK_CARRIED
-    else
-        echo "gpu_check: no carried wheels in $WHEELS (run benchmarks/gpu_check_wheels.sh first)"
     fi
 fi
 echo "gpu_check: environment ready in $(( $(date +%s) - start )) s"
@@ -66,7 +75,8 @@ if [ "$both" = 1 ]; then
     fi
     status=$(( first != 0 || second != 0 ))
 else
-    check "${AT2PO_CHECK_TIMEOUT:-470}" --out "$RESULTS" "$@"
+    # the command's limit, less what the environment step took
+    check "$(( ${AT2PO_CHECK_TIMEOUT:-360} - ($(date +%s) - start) ))" --out "$RESULTS" "$@"
     status=$?
 fi
 echo "gpu_check: exit $status after $(( $(date +%s) - start )) s"

@@ -4,12 +4,23 @@
 # dependencies, from the package registry; list them with their sizes; refuse more than 5 MiB
 # (the machine takes at most 64 MiB of carried files). Run where the registry is reachable:
 #   bash benchmarks/gpu_check_wheels.sh
+#   bash benchmarks/gpu_check_wheels.sh --stamp   # only REVISION, before each device check
+# Each run stamps benchmarks/wheels/REVISION with this checkout's revision (``-dirty`` with
+# uncommitted changes): the check's record names it where .git does not travel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 DEST="$ROOT/benchmarks/wheels"
 LIMIT=$((5 * 1024 * 1024))
 mkdir -p "$DEST"
+# the revision as every record names it (at2po_lib.util.provenance.git_revision)
+revision="$(PYTHONPATH="$ROOT" "$PYTHON" -c \
+    'from at2po_lib.util.provenance import git_revision; print(git_revision())')"
+echo "$revision" > "$DEST/REVISION"
+echo "gpu_check_wheels: REVISION $revision"
+if [ "${1:-}" = --stamp ]; then
+    exit 0
+fi
 "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -9,6 +9,7 @@ test reads.
     accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
         tests/engines_entry.py zero3-sync
     python tests/engines_entry.py evaluate
+    python tests/engines_entry.py zero3-digest
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import sys
 import traceback
 from pathlib import Path
+
+from at2po_lib.util.process_group import process_group_left_at_end
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -289,6 +292,49 @@ def scenario_colocated(work: Path) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- zero3-digest
+def scenario_zero3_digest(port: int) -> dict:
+    """Two tiny models of different weights (seeds 0 and 1), each copied into a ZeRO-3-partitioned
+    model (``deepspeed.zero.Init``, one process on DeepSpeed's CPU accelerator): the per-rank
+    digest of each partitioned copy against the digest of its full source model."""
+    import copy
+
+    import deepspeed
+
+    from at2po_lib.config.profile import PolicyConfig
+    from at2po_lib.policy.model import build_policy
+    from at2po_lib.policy.tokenizer import train_tokenizer
+    from at2po_lib.trainer.rank_record import weights_digest
+
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    deepspeed.init_distributed(dist_backend="gloo")
+    tok = train_tokenizer(["the capital of avaria is belmont"] * 20, vocab_size=300)
+    tiny = PolicyConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=128,
+    )
+    sources = [build_policy(tiny, tok, seed=seed) for seed in (0, 1)]
+    ds_config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
+
+    def partitioned(source):
+        """A copy of ``source`` whose parameters ZeRO-3 partitions (``zero.Init(module=...)``)."""
+        model = copy.deepcopy(source)
+        deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)
+        return model
+
+    copies = [partitioned(source) for source in sources]
+    return {
+        "full": [weights_digest(source) for source in sources],
+        "zero3": [weights_digest(copy) for copy in copies],
+        "placeholder_numel": sum(p.numel() for p in copies[0].parameters()),
+        "full_numel": sum(p.numel() for p in sources[0].parameters()),
+    }
+
+
 # ------------------------------------------------------------------------------- evaluate
 def scenario_evaluate(work: Path) -> dict:
     """``at2po evaluate`` on the engines profile (a vLLM engine from the checkpoint, the
@@ -346,28 +392,35 @@ def scenario_evaluate(work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "scenario", choices=["sync", "rollout", "colocated", "zero3-sync", "evaluate"]
+        "scenario",
+        choices=["sync", "rollout", "colocated", "zero3-sync", "evaluate", "zero3-digest"],
     )
     parser.add_argument("--shims", default="all", choices=["none", "kernel_scan", "all"])
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=29517, help="zero3-digest: a free port")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     try:
-        if args.scenario == "sync":
-            result = scenario_sync(args.shims, args.work)
-        elif args.scenario == "rollout":
-            result = scenario_rollout(args.work)
-        elif args.scenario in ("colocated", "zero3-sync"):  # zero3-sync: under a ZeRO-3 launch
-            result = scenario_colocated(args.work)
-        elif args.scenario == "evaluate":
-            result = scenario_evaluate(args.work)
-        else:
-            raise SystemExit(f"unknown scenario {args.scenario}")
+        with process_group_left_at_end():  # zero3-sync: the launch's group, before exit
+            result = run_scenario(args)
     except Exception:
         traceback.print_exc()
         return 1
     emit(**result)
     return 0
+
+
+def run_scenario(args: argparse.Namespace) -> dict:
+    """The chosen scenario's result."""
+    if args.scenario == "sync":
+        return scenario_sync(args.shims, args.work)
+    if args.scenario == "rollout":
+        return scenario_rollout(args.work)
+    if args.scenario in ("colocated", "zero3-sync"):  # zero3-sync: under a ZeRO-3 launch
+        return scenario_colocated(args.work)
+    if args.scenario == "evaluate":
+        return scenario_evaluate(args.work)
+    return scenario_zero3_digest(args.port)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,16 @@ import pytest
 
 from at2po_lib.trainer import run_folder
 from engines_guard import require_engine
-from test_rehearsal import ROOT, _free_port, _rehearsal, _resume_command, _without_wall_time
+from test_engines_vllm import run_scenario
+from test_rehearsal import (
+    ROOT,
+    _assert_resumed_to_the_uninterrupted_run,
+    _free_port,
+    _killed_during_a_step_and_resumed,
+    _rehearsal,
+    _resume_command,
+    _without_wall_time,
+)
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.integration]
 
@@ -40,6 +49,18 @@ ENTRY = str(ROOT / "tests" / "rehearsal_entry.py")
 @pytest.fixture(autouse=True)
 def deepspeed_on_cpu(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+
+
+def test_zero3_digest_hashes_the_gathered_weights_so_another_model_differs(tmp_path):
+    """The per-rank digest of a ZeRO-3-partitioned model is the digest of its full weights
+    (gathered with DeepSpeed's ``GatheredParameters``): two models of different weights (what a
+    resume from a wrong checkpoint holds) differ. Hashing the module as it is read ZeRO-3's
+    empty placeholders, the same bytes for any weights."""
+    result = run_scenario("zero3-digest", tmp_path, "--port", str(_free_port()), results=False)
+    assert result["placeholder_numel"] == 0 < result["full_numel"]  # the partitioned case
+    assert result["full"][0] != result["full"][1]
+    assert result["zero3"][0] != result["zero3"][1]  # another model, another digest
+    assert result["zero3"] == result["full"]  # each copy: its source's full weights
 
 
 def _shard_files(checkpoint: Path) -> list[str]:
@@ -86,6 +107,21 @@ def test_zero_run_killed_after_its_last_checkpoint_resumes_to_the_uninterrupted_
     ]
     assert run_folder.read_jsonl(run.metrics)[0]["grad_norm"] > 0
     assert run.outcomes.read_text() == straight.outcomes.read_text()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_run_killed_during_a_step_resumes_to_the_uninterrupted_run(tmp_path, stage):
+    """ZeRO-``stage``, 2 processes, killed during the second rollout step (after update 11 of
+    16, the first step's checkpoint saved) and resumed: the second step's logged loss and grad
+    norm, each rank's full weights after it (ZeRO-3: gathered), and the last checkpoint's
+    DeepSpeed optimizer partitions (fp32 master weights and Adam moments), scheduler, RNG
+    states and trainer state equal the uninterrupted run's bit for bit (tolerance 0: the same
+    CPU kernels, one thread a process, in the same order)."""
+    config = ACCELERATE / f"zero{stage}_cpu_2proc.yaml"
+    straight, run = _killed_during_a_step_and_resumed(tmp_path, config)
+    _assert_resumed_to_the_uninterrupted_run(run, straight)
+    shards = _shard_files(run.checkpoints / "checkpoint-16")
+    assert any("zero_pp_rank_1" in name and "optim" in name for name in shards)
 
 
 def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path):

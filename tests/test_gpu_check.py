@@ -225,6 +225,54 @@ def test_carried_wheels_go_into_a_site_packages_folder_first_on_the_path(tmp_pat
     assert summary["env"]["at2po_carried_probe"] == "ok" and summary["failed"] == []
 
 
+def test_a_missing_wheels_folder_is_refused_in_one_line_before_any_work(tmp_path):
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "AT2PO_CHECK_SITE": str(tmp_path / "site"),
+        "AT2PO_CHECK_WHEELS": str(tmp_path / "no-wheels"),
+        "OUT": str(tmp_path / "out"),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "no carried wheels in" in proc.stderr
+    assert "gpu_check_wheels.sh" in proc.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "site").exists()
+
+
+@pytest.mark.slow  # ~10 s: the wrapper's env sub-check
+def test_the_stamped_revision_names_the_record_where_git_does_not_travel(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "at2po_carried_probe")
+    (wheels / "REVISION").write_text("0123abc-dirty\n")  # what gpu_check_wheels.sh stamps
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "AT2PO_CHECK_SITE": str(tmp_path / "site"),
+        "AT2PO_CHECK_WHEELS": str(wheels),
+        "OUT": str(tmp_path / "out"),
+        "GIT_DIR": str(tmp_path / "no-git"),  # git answers nothing, as on the lent machine
+    }
+    env.pop("AT2PO_CHECK_REVISION", None)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check_h200.sh"), "--dry-run", "--only", "env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert summary["provenance"]["git_revision"] == "0123abc-dirty"
+
+
 @pytest.fixture
 def in_process(monkeypatch):
     """``main`` points the results folders and CUDA at its own choices for the whole process

@@ -25,14 +25,17 @@ from at2po_lib.trainer.cost_estimate import (
     copy_out_bytes,
     cuda_context_bytes,
     encoder_bytes,
+    faiss_scratch_bytes,
     faiss_shard_bytes,
     fp32_gradient_partition_bytes,
     kept_cache_bytes,
     layer_activation_bytes,
     lm_head_grad_bytes,
     margin_bytes,
+    method_beta,
     plan,
     prompt_cache_bytes,
+    reference_model_bytes,
     rollout_rows,
     rollout_weights_bytes,
     sampling_bytes,
@@ -215,7 +218,8 @@ def test_lora_parameters_match_peft():
 
 
 def test_paper_qwen3_8b_on_8_x_80_gib_zero2_does_not_fit():
-    """Issue #36: the plan said 78.1 of 80 GiB, "fits"; with the missing terms it is 81.1."""
+    """Issue #36: the plan said 78.1 of 80 GiB, "fits"; with the missing terms it is 81.1,
+    and 82.6 with faiss-gpu's scratch (issue #65)."""
     cfg = load_profile("paper-qwen3-8b")
     result = plan(cfg, Hardware(gpus=8, gpu_memory_gib=80, zero_stage="2"))
     mem = result["memory"]
@@ -231,13 +235,14 @@ def test_paper_qwen3_8b_on_8_x_80_gib_zero2_does_not_fit():
         "vLLM KV cache": 0.4 * 80 * GIB - 2 * P8B - 2 * GIB,
         "vLLM overhead": 2 * GIB,
         "faiss shard (Flat, fp16)": 4_034_942_208,
+        "faiss-gpu scratch": 1.5 * GIB,
         "encoder (GPU 0 only, inference)": 218_964_480 + 1_207_959_552,
     }
     assert mem.keys() == by_hand.keys()
     for key, value in by_hand.items():
         assert mem[key] == pytest.approx(value), key
     assert result["total_bytes"] == pytest.approx(sum(by_hand.values()))
-    assert result["total_bytes"] / GIB == pytest.approx(81.14, abs=0.01)
+    assert result["total_bytes"] / GIB == pytest.approx(82.64, abs=0.01)
     assert result["verdict"] == "does not fit" and result["fits"] is False
 
 
@@ -309,8 +314,9 @@ def test_cli_cards_gives_a_verdict_per_card_size(capsys):
     )
     rows = json.loads(capsys.readouterr().out)
     assert [r["card (GiB)"] for r in rows] == [40.0, 96.0]
-    assert rows[0]["as configured"].startswith("does not fit (40.6")
-    assert rows[1]["as configured"].startswith("fits (63.0") and "LoRA r=16" in rows[1]
+    # 40.6 and 63.0 before faiss-gpu's 1.5 GiB scratch was counted (issue #65)
+    assert rows[0]["as configured"].startswith("does not fit (42.1")
+    assert rows[1]["as configured"].startswith("fits (64.5") and "LoRA r=16" in rows[1]
     assert plan_cli.main(["--profile", "paper-qwen3-4b", "--gpus", "8", "--cards", "40,x"]) == 2
     assert "--cards '40,x'" in capsys.readouterr().err
 
@@ -582,3 +588,74 @@ def test_one_gpu_puts_the_retriever_on_the_cpu_unless_asked(capsys):
     assert json.loads(capsys.readouterr().out)["hardware"]["retriever_on_gpu"] is True
     assert plan_cli.main([*base, "--gpus", "8"]) == 0
     assert json.loads(capsys.readouterr().out)["hardware"]["retriever_on_gpu"] is True
+
+
+# ------------------------------------------------------------- models the method adds
+def test_reference_model_by_hand():
+    p = P17B
+    one_gpu = Hardware(gpus=1, zero_stage="none")
+    assert reference_model_bytes(p, one_gpu, 1e-3, 4) == 4 * p  # fp32 master copy, whole
+    assert 4 * p / GIB == pytest.approx(6.41, abs=0.005)  # issue #65's +6.41 GiB at 1.7B
+    # ZeRO-3: TRL prepares the reference with DeepSpeed, partitioned over the 8 GPUs, in bf16
+    assert reference_model_bytes(p, Hardware(gpus=8, zero_stage="3"), 1e-3, 2) == 2 * p / 8
+    # ZeRO-2: TRL's prepare_deepspeed runs the reference at stage 0, whole on every GPU
+    assert reference_model_bytes(p, Hardware(gpus=8, zero_stage="2"), 1e-3, 2) == 2 * p
+    assert reference_model_bytes(p, one_gpu, 0.0, 4) == 0  # beta 0: TRL loads none
+
+
+def test_method_beta_is_the_presets_else_the_profiles():
+    cfg = load_profile("paper-qwen3-1.7b-1gpu")
+    assert cfg.train.beta == 0.0
+    assert method_beta(cfg, "grpo") == method_beta(cfg, "tree_grpo") == 1e-3
+    assert method_beta(cfg, "at2po") == method_beta(cfg, "dapo") == 0.0
+
+
+def test_grpo_and_at2po_differ_by_the_reference_model_and_grpo_does_not_fit_48_gib():
+    cfg = load_profile("paper-qwen3-1.7b-1gpu")
+    card = Hardware(gpus=1, gpu_memory_gib=48, zero_stage="none", retriever_on_gpu=False)
+    at2po, grpo = plan(cfg, card, "at2po"), plan(cfg, card, "grpo")
+    extra = {k: v for k, v in grpo["memory"].items() if k not in at2po["memory"]}
+    assert extra == {"reference model (beta 0.001)": 4 * P17B}
+    assert grpo["total_bytes"] - at2po["total_bytes"] == pytest.approx(4 * P17B)
+    assert (at2po["verdict"], grpo["verdict"]) == ("tight", "does not fit")
+    assert at2po["total_bytes"] / GIB == pytest.approx(47.4, abs=0.05)
+    assert grpo["total_bytes"] / GIB == pytest.approx(53.8, abs=0.05)
+    # both phases hold it: the reference is loaded once for the whole run
+    assert grpo["phase_totals"]["rollout"] - at2po["phase_totals"]["rollout"] == 4 * P17B
+
+
+def test_lora_loads_no_reference_model():
+    cfg = load_profile("paper-qwen3-1.7b-1gpu", {"policy": {"lora_r": 16}})
+    card = Hardware(gpus=1, gpu_memory_gib=48, zero_stage="none", retriever_on_gpu=False)
+    assert plan(cfg, card, "grpo")["memory"] == plan(cfg, card, "at2po")["memory"]
+
+
+def test_faiss_gpu_scratch_on_every_gpu_holding_a_shard():
+    assert faiss_scratch_bytes(Hardware(gpus=8)) == 1.5 * GIB
+    assert faiss_scratch_bytes(Hardware(gpus=8, retriever_on_gpu=False)) == 0
+    cfg = load_profile("paper-qwen3-4b")
+    mem = plan(cfg, Hardware(gpus=8, gpu_memory_gib=96, zero_stage="3"))["memory"]
+    assert mem["faiss-gpu scratch"] == 1.5 * GIB
+
+
+def test_cli_method_adds_the_reference_row_and_names_the_method(capsys):
+    base = ["--profile", "paper-qwen3-1.7b-1gpu", "--gpus", "1", "--gpu-memory-gib", "48"]
+    assert plan_cli.main([*base, "--method", "grpo"]) == 0
+    out = capsys.readouterr().out
+    assert "method grpo" in out and "| reference model (beta 0.001) | 6.41 | 6.41 |" in out
+    assert "does not fit" in out
+    with pytest.raises(SystemExit):  # react trains nothing: no memory to plan
+        plan_cli.main([*base, "--method", "react"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("at2po plan: error: argument --method: 'react' trains nothing")
+
+
+def test_no_gpu_index_keeps_the_query_encoder_on_the_cpu():
+    from at2po_lib.cli.serve_retriever import build_parser, encoder_device
+
+    parse = build_parser().parse_args
+    assert encoder_device(parse(["--profile", "tiny", "--no-gpu-index"])) == "cpu"
+    assert encoder_device(parse(["--profile", "tiny", "--no-gpu-index", "--device", "cuda"])) == (
+        "cuda"
+    )
+    assert encoder_device(parse(["--profile", "tiny"])) is None  # the profile's, else cuda

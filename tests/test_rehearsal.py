@@ -286,6 +286,122 @@ def test_two_process_run_killed_after_its_last_checkpoint_resumes_to_the_uninter
     assert run.final_eval.read_text() == straight.final_eval.read_text()
 
 
+def test_two_process_run_killed_during_a_step_resumes_to_the_uninterrupted_run(tmp_path):
+    """Issue #65: a 2-process run killed during its second rollout step (3 of its 8 updates
+    run, after the first step's checkpoint), resumed with 2 processes, redoes that step: the
+    step's logged loss and grad norm, each process's weights after it, and the final
+    checkpoint's weights, optimizer moments, scheduler, RNG states and trainer state equal
+    the uninterrupted run's bit for bit (tolerance 0: one thread per process on CPU runs the
+    same kernels in the same order, so any difference is state the resume lost)."""
+    straight, run = _killed_during_a_step_and_resumed(tmp_path)
+    _assert_resumed_to_the_uninterrupted_run(run, straight)
+    assert _sha256(run.checkpoints / "checkpoint-16" / "model.safetensors") == _sha256(
+        straight.checkpoints / "checkpoint-16" / "model.safetensors"
+    )
+
+
+def _killed_during_a_step_and_resumed(
+    tmp_path: Path, config: Path | None = None
+) -> tuple[run_folder.RunDir, run_folder.RunDir]:
+    """The uninterrupted 2-step launch (kept aside), then one killed after update 11 of 16 and
+    resumed (``train(resume=True)``, what ``at2po train --resume`` calls, with the launches'
+    test reward): (uninterrupted, resumed) run folders."""
+    entry = str(ROOT / "tests" / "rehearsal_entry.py")
+    run = run_folder.RunDir(tmp_path / "results" / "runs" / "rehearsal" / "at2po" / "seed0")
+    straight = run_folder.RunDir(tmp_path / "uninterrupted")
+    with _rehearsal(tmp_path, config) as rehearsal:
+        whole = rehearsal.launch([entry, "--crash", "none", *rehearsal.set_args])
+        assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-5000:]
+        shutil.move(run.root, straight.root)
+        killed = rehearsal.launch([entry, "--crash", "mid-step", *rehearsal.set_args])
+        assert killed.returncode != 0 and "crash during a step, after update 11" in killed.stdout, (
+            killed.stdout[-3000:] + killed.stderr[-5000:]
+        )
+        staging = run.root.with_name(".seed0.staging")
+        assert sorted(p.name for p in (staging / "checkpoints").glob("checkpoint-*")) == [
+            "checkpoint-8"
+        ]
+        # the entry's --resume: the resumed updates score leaves with the launches' reward
+        resumed = rehearsal.launch([entry, "--resume", *rehearsal.set_args])
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
+    assert json.loads(run.done.read_text())["status"] == "resumed"
+    return straight, run
+
+
+def _assert_resumed_to_the_uninterrupted_run(
+    run: run_folder.RunDir, straight: run_folder.RunDir
+) -> None:
+    """The resumed run's records and last checkpoint equal the uninterrupted run's."""
+    meta = json.loads(run.meta.read_text())
+    assert meta["resumed_from"] == "checkpoints/checkpoint-8"
+    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [8, 16]
+    got = [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)]
+    want = [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
+    assert [r["step"] for r in got] == [1, 2] and got[0]["grad_norm"] > 0
+    for key in ("loss", "grad_norm", "reward", "learning_rate"):  # the updates after the resume
+        assert got[1][key] == want[1][key], key
+    assert got == want
+    for r in (0, 1):
+        rows = [run_folder.read_jsonl(f.root / "ranks" / f"rank{r}.jsonl") for f in (run, straight)]
+        digests = [[row["weights_sha256"] for row in got_rows] for got_rows in rows]
+        assert [row["rollout_step"] for row in rows[0]] == [1, 2]
+        assert digests[0] == digests[1] and digests[0][0] != digests[0][1]  # step 2 moved them
+    last, want_last = run.checkpoints / "checkpoint-16", straight.checkpoints / "checkpoint-16"
+    assert _trainer_state(last) == _trainer_state(want_last)
+    states = _torch_states(last)
+    assert states.keys() == _torch_states(want_last).keys()
+    assert any("optim" in name for name in states)  # the moments are among them
+    for name, state in states.items():
+        assert not _differences(state, _torch_states(want_last)[name]), name
+
+
+def _trainer_state(checkpoint: Path) -> dict:
+    """``trainer_state.json`` less its clock readings."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state["log_history"] = [_without_wall_time(row) for row in state["log_history"]]
+    return state
+
+
+def _torch_states(checkpoint: Path) -> dict[str, Any]:
+    """Every torch file of a checkpoint (optimizer and its moments, scheduler, RNG states;
+    under DeepSpeed its per-rank optimizer partitions and model states), loaded."""
+    import torch
+
+    return {
+        str(path.relative_to(checkpoint)): torch.load(path, map_location="cpu", weights_only=False)
+        for path in sorted([*checkpoint.rglob("*.pt"), *checkpoint.rglob("*.pth")])
+    }
+
+
+def _differences(a: Any, b: Any, where: str = "") -> list[str]:
+    """Where two nested structures of tensors, arrays, numbers and strings differ (none: the
+    same values, dtypes and shapes)."""
+    import numpy as np
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        same = (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
+        return [] if same else [where]
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return [] if np.array_equal(a, b) else [where]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{where} keys"]
+        return [d for k in a for d in _differences(a[k], b[k], f"{where}/{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{where} length"]
+        return [
+            d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")
+        ]
+    return [] if a == b or repr(a) == repr(b) else [where]
+
+
 def _checkpoint_steps(run: run_folder.RunDir) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in run.checkpoints.glob("checkpoint-*"))
 

@@ -24,6 +24,7 @@ import os
 import shlex
 import sys
 
+from ..util.process_group import process_group_left_at_end
 from ..util.provenance import COMMAND_ENV
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = os.environ.get(COMMAND_ENV)
     os.environ[COMMAND_ENV] = shlex.join(["at2po", *argv])
     try:
-        return int(module.main(rest) or 0)
+        # Under `accelerate launch` / torchrun: leave the process group before Python exits
+        # (at2po_lib.util.process_group: gloo's workers otherwise abort a process at exit).
+        with process_group_left_at_end():
+            return int(module.main(rest) or 0)
     finally:
         if previous is None:
             os.environ.pop(COMMAND_ENV, None)

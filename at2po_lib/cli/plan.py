@@ -3,6 +3,7 @@
     at2po plan --profile paper-qwen3-4b --gpus 8
     at2po plan --profile paper-qwen3-8b --gpus 8 --zero 2 --gpu-memory-gib 80 --json
     at2po plan --profile paper-qwen3-1.7b-1gpu --gpus 1 --cards 24,48,80,141
+    at2po plan --profile paper-qwen3-1.7b-1gpu --gpus 1 --method grpo   # + its reference model
 
 Memory per GPU with a verdict (fits, tight, does not fit), generated tokens and retrieval
 queries per step, the query rate the retrieval server must sustain and whether CPU faiss can:
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..method.presets import get_method
 from ..trainer.cost_estimate import (
+    DEFAULT_PLAN_METHOD,
     ZERO_STAGES,
     Hardware,
     PlanError,
@@ -48,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_options(parser, default=None, example="train.micro_batch_rows=1")
     parser.add_argument(
         "--gpus", type=bounded_int(1, 65_536), required=True, help="GPUs, one process each"
+    )
+    parser.add_argument(
+        "--method",
+        type=trained_method,
+        default=DEFAULT_PLAN_METHOD,
+        help="the method trained: a KL coefficient beta > 0 (grpo, tree_grpo) loads a "
+        f"reference model (default {DEFAULT_PLAN_METHOD})",
     )
     parser.add_argument(
         "--zero",
@@ -145,10 +155,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         if args.cards is not None:
-            rows = card_table(cfg, hw, _card_sizes(args.cards))
-            print(json.dumps(rows, indent=2) if args.json else format_cards(rows, cfg.name, hw))
+            rows = card_table(cfg, hw, _card_sizes(args.cards), method=args.method)
+            text = format_cards(rows, cfg.name, hw, args.method)
+            print(json.dumps(rows, indent=2) if args.json else text)
             return 0
-        result = plan(cfg, hw)
+        result = plan(cfg, hw, args.method)
     except PlanError as exc:
         raise UsageError(str(exc)) from None
     print(
@@ -163,6 +174,17 @@ def retriever_on_gpu(args: argparse.Namespace) -> bool:
     if args.retriever_on_cpu or args.retriever_on_gpu:
         return args.retriever_on_gpu
     return args.gpus > 1
+
+
+def trained_method(name: str) -> str:
+    """A method preset that trains (``react`` only evaluates: it has no step to plan)."""
+    try:
+        method = get_method(name)
+    except KeyError as exc:  # the message names the closest presets
+        raise argparse.ArgumentTypeError(str(exc).strip("'\"")) from None
+    if not method.trains:
+        raise argparse.ArgumentTypeError(f"{name!r} trains nothing; plan a trained method")
+    return name
 
 
 def _card_sizes(text: str) -> list[float]:

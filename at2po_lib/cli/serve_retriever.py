@@ -139,13 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query-prefix", default="")
     p.add_argument("--passage-prefix", default="")
     p.add_argument("--max-length", type=bounded_int(1, 1 << 20), default=256)
-    p.add_argument("--device", default=None)
+    p.add_argument(
+        "--device",
+        default=None,
+        help="the query encoder's device (default: cpu with --no-gpu-index, else cuda when "
+        "visible)",
+    )
     p.add_argument("--fp16", action="store_true")
     p.add_argument(
         "--no-gpu-index",
         action="store_true",
-        help="keep the faiss index on CPU (by default it is sharded over the GPUs "
-        "when the shards fit their free memory)",
+        help="keep the faiss index and the query encoder on CPU (by default the index is "
+        "sharded over the GPUs when the shards fit their free memory)",
     )
     p.add_argument("--log-level", default="info")
     p.add_argument("--access-log", action="store_true")
@@ -168,7 +173,7 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
             args.index,
             args.corpus,
             spec,
-            device=args.device,
+            device=encoder_device(args),
             fp16=args.fp16,
             use_gpu=False if args.no_gpu_index else "auto",
             prebuilt=args.prebuilt,
@@ -180,10 +185,21 @@ def _retriever_from_args(args: argparse.Namespace) -> Retriever:
     overrides.setdefault("retrieval", {})["url"] = None  # serve in-process, never proxy
     if args.prebuilt:
         overrides["retrieval"]["prebuilt"] = True
+    if encoder_device(args) is not None:
+        overrides["retrieval"]["device"] = encoder_device(args)
     cfg = load_profile(args.profile, overrides)
     return build_retriever(
         cfg, method="bm25" if args.bm25 else None, use_gpu=False if args.no_gpu_index else "auto"
     )
+
+
+def encoder_device(args: argparse.Namespace) -> str | None:
+    """``--device``, else the CPU with ``--no-gpu-index`` (the 1-GPU layout: nothing of the
+    server on the card the trainer fills; ``at2po plan`` counts it there), else None (the
+    profile's ``retrieval.device``, or cuda when visible)."""
+    if args.device:
+        return args.device
+    return "cpu" if args.no_gpu_index else None
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

@@ -23,9 +23,14 @@ with its formula), for the fullest GPU (GPU 0: the retrieval server's encoder ru
   held throughout training; inside it the weights ``2P`` and the KV cache
   ``u·G − 2P − 2 GiB`` (2 GiB: vLLM's own activations and CUDA graphs, a rough allowance);
   a token's KV costs ``2·n_L·n_kv·d_head·2`` bytes;
+- the reference model of a method whose KL coefficient ``beta`` is not 0 (GRPO and Tree-GRPO:
+  1e-3; :func:`reference_model_bytes`): TRL loads a second copy of the policy in the trainer's
+  weight dtype, partitioned under ZeRO-3 only (none with LoRA: the adapters are switched off);
 - the retrieval server on the GPUs (Search-R1's layout; ``retriever_on_gpu``): the faiss Flat
   index sharded over the GPUs in fp16 (:func:`faiss_shard_bytes`, as ``to_gpus`` stores it),
-  the encoder on GPU 0 only, inference only (:func:`encoder_bytes`).
+  faiss-gpu's scratch memory on each of them (:func:`faiss_scratch_bytes`), the encoder on
+  GPU 0 only, inference only (:func:`encoder_bytes`); with the index on the CPU
+  (``--no-gpu-index``) the server keeps its encoder on the CPU as well.
 
 These are the *update* phase's rows (the optimizer step and the forward/backward passes).
 The *rollout* phase holds other things at its peak (:func:`rollout_memory`): the same context,
@@ -72,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.profile import ProfileConfig
+from ..method.presets import get_method
 from ..rollout.decoding import HALF_DTYPES, decode_dtype, decode_grouping
 
 GIB = 2**30
@@ -92,6 +98,13 @@ DEFAULT_LORA_RANK = 16
 WIKI18_PASSAGES = 21_015_324
 ZERO_STAGES = ("none", "0", "1", "2", "3")
 VERDICTS = ("fits", "tight", "does not fit")
+
+
+FAISS_GPU_SCRATCH_BYTES = 1.5 * GIB
+"""faiss-gpu's ``StandardGpuResources`` temporary memory per GPU that holds an index shard
+(its default: 1.5 GiB on a card of more than 4 GiB), allocated once when the shard is made."""
+DEFAULT_PLAN_METHOD = "at2po"
+"""The method ``at2po plan`` counts when ``--method`` is not given."""
 
 
 VLLM_KV_WARNING_SHARE = 0.25
@@ -346,6 +359,45 @@ def faiss_shard_bytes(passages: int, dim: int, hw: Hardware) -> float:
     return passages * dim * 2.0 / hw.gpus if hw.retriever_on_gpu else 0.0
 
 
+def faiss_scratch_bytes(hw: Hardware) -> float:
+    """:data:`FAISS_GPU_SCRATCH_BYTES` on every GPU that holds a shard; 0 on the CPU."""
+    return FAISS_GPU_SCRATCH_BYTES if hw.retriever_on_gpu else 0.0
+
+
+def method_beta(profile_cfg: ProfileConfig, method: str) -> float:
+    """The KL coefficient ``beta`` a run of ``method`` trains with: the method preset's, else
+    the profile's ``train.beta`` (the order :func:`~.resolve.resolve_run` applies)."""
+    return float(get_method(method).overrides.get("beta", profile_cfg.train.beta))
+
+
+def reference_model_bytes(params: int, hw: Hardware, beta: float, weight_bytes: int) -> float:
+    """``e·P`` (``/N`` under ZeRO-3) when ``beta != 0``, else 0: TRL's reference model, a copy
+    of the policy loaded with the trainer's ``model_init_kwargs`` (``e`` bytes a weight: 4 for
+    fp32 master weights without DeepSpeed, else the policy dtype's 2). TRL prepares it with
+    DeepSpeed at ZeRO-3 only (stage 0 otherwise: whole on every GPU). Qwen3-1.7B in fp32:
+    4 × 1.72e9 B = 6.41 GiB. With LoRA the caller passes ``beta = 0``: no copy is loaded."""
+    if beta == 0:
+        return 0.0
+    return weight_bytes * float(params) / (hw.gpus if hw.zero_stage == "3" else 1)
+
+
+def trainer_weight_bytes(profile_cfg: ProfileConfig, hw: Hardware) -> int:
+    """Bytes a weight in the trainer's dtype (``run.master_weights_dtype``'s rule): fp32
+    without DeepSpeed for a half-precision policy, else the policy dtype."""
+    half = profile_cfg.policy.dtype in HALF_DTYPES
+    if half and hw.zero_stage == "none" and profile_cfg.policy.lora_r <= 0:
+        return 4
+    return 2 if half else 4
+
+
+def reference_rows(profile_cfg: ProfileConfig, hw: Hardware, method: str) -> dict[str, float]:
+    """The reference model's row (both phases hold it: it is loaded once, for the whole run)."""
+    params = architecture_of(profile_cfg).parameters()
+    beta = 0.0 if profile_cfg.policy.lora_r > 0 else method_beta(profile_cfg, method)
+    size = reference_model_bytes(params, hw, beta, trainer_weight_bytes(profile_cfg, hw))
+    return {f"reference model (beta {beta:g})": size} if size else {}
+
+
 def encoder_bytes(enc: Encoder, batch: int, length: int, fp16: bool) -> float:
     """``e·P_enc + e·B·s_enc·(2h + I)`` on GPU 0, where the server encodes queries (inference
     only: no activations are kept for a backward pass): the weights, and at the widest point
@@ -486,7 +538,9 @@ def hf_kv_rows(
     return best
 
 
-def rollout_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, float]:
+def rollout_memory(
+    profile_cfg: ProfileConfig, hw: Hardware, method: str = DEFAULT_PLAN_METHOD
+) -> dict[str, float]:
     """The rollout phase's rows of GPU 0 (bytes): the context, the trainer's weights and
     optimizer states (gradients too under DeepSpeed), then with vLLM its share, else the HF
     rollout's weights (:func:`rollout_weights_bytes`) and KV rows (:func:`hf_kv_rows`); the
@@ -507,6 +561,7 @@ def rollout_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, float]
             params, hw, bool(lora), e, profile_cfg.train.bf16
         )
         memory.update(hf_kv_rows(profile_cfg, hw, arch, e))
+    memory.update(reference_rows(profile_cfg, hw, method))
     memory.update(retriever_memory(profile_cfg, hw))
     return memory
 
@@ -540,6 +595,7 @@ def retriever_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, floa
         return {}
     return {
         "faiss shard (Flat, fp16)": faiss_shard_bytes(hw.passages, enc.dim, hw),
+        "faiss-gpu scratch": faiss_scratch_bytes(hw),
         "encoder (GPU 0 only, inference)": (
             encoder_bytes(enc, rc.batch_size, rc.max_length, rc.fp16)
             if hw.retriever_on_gpu
@@ -548,7 +604,9 @@ def retriever_memory(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, floa
     }
 
 
-def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, float], int]:
+def memory_per_gpu(
+    profile_cfg: ProfileConfig, hw: Hardware, method: str = DEFAULT_PLAN_METHOD
+) -> tuple[dict[str, float], int]:
     """The update phase's memory rows of GPU 0 (what, bytes) and the vLLM KV cache's tokens."""
     arch = architecture_of(profile_cfg)
     tr = profile_cfg.train
@@ -571,14 +629,17 @@ def memory_per_gpu(profile_cfg: ProfileConfig, hw: Hardware) -> tuple[dict[str, 
     if tr.use_vllm:
         rows, kv_tokens = vllm_memory(profile_cfg, hw, params)
         memory.update(rows)
+    memory.update(reference_rows(profile_cfg, hw, method))
     memory.update(retriever_memory(profile_cfg, hw))
     kept = set(training_memory(params, hw, lora))  # always shown, 0 included (offload)
     return {k: v for k, v in memory.items() if v or k in kept}, kv_tokens
 
 
-def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
-    """The plan of one step: ``memory`` (rows of (what, bytes) on GPU 0, the fullest),
-    ``verdict``, ``step`` and ``retrieval``."""
+def plan(
+    profile_cfg: ProfileConfig, hw: Hardware, method: str = DEFAULT_PLAN_METHOD
+) -> dict[str, Any]:
+    """The plan of one step of ``method``: ``memory`` (rows of (what, bytes) on GPU 0, the
+    fullest), ``verdict``, ``step`` and ``retrieval``."""
     if hw.gpus < 1:
         raise PlanError(f"--gpus {hw.gpus}: at least 1")
     if hw.gpu_memory_gib <= 0:
@@ -587,9 +648,9 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     ro, tr, rc = profile_cfg.rollout, profile_cfg.train, profile_cfg.retrieval
     seq = ro.max_prompt_tokens + ro.max_response_tokens
     gpu_bytes = hw.gpu_memory_gib * GIB
-    update, kv_tokens = memory_per_gpu(profile_cfg, hw)
+    update, kv_tokens = memory_per_gpu(profile_cfg, hw, method)
     kept = set(training_memory(1, hw))
-    rollout = {k: v for k, v in rollout_memory(profile_cfg, hw).items() if v or k in kept}
+    rollout = {k: v for k, v in rollout_memory(profile_cfg, hw, method).items() if v or k in kept}
     phases = {"rollout": rollout, "update": update}
     peak = max(phases, key=lambda name: sum(phases[name].values()))
     memory = phases[peak]
@@ -615,6 +676,7 @@ def plan(profile_cfg: ProfileConfig, hw: Hardware) -> dict[str, Any]:
     gpu_qps = hw.gpus * hw.gpu_tflops * 1e12 / flop_per_query if flop_per_query else math.inf
     decision = verdict(total, gpu_bytes)
     return {
+        "method": method,
         "parameters": arch.parameters(),
         "memory": memory,
         "phases": phases,
@@ -665,7 +727,8 @@ def format_plan(result: dict[str, Any], profile: str) -> str:
     hw = result["hardware"]
     phases = result["phases"]
     lines = [
-        f"plan: profile {profile}, {hw['gpus']} GPU(s) of {hw['gpu_memory_gib']:g} GiB, "
+        f"plan: profile {profile}, method {result['method']}, {hw['gpus']} GPU(s) of "
+        f"{hw['gpu_memory_gib']:g} GiB, "
         f"ZeRO {hw['zero_stage']}{' + optimizer offload' if hw['offload_optimizer'] else ''}"
         f"{'' if hw['retriever_on_gpu'] else ', retriever on CPU'}; "
         f"policy {result['parameters'] / 1e9:.3f} B parameters",
@@ -701,6 +764,7 @@ def card_table(
     hw: Hardware,
     cards_gib: list[float],
     lora_rank: int = DEFAULT_LORA_RANK,
+    method: str = DEFAULT_PLAN_METHOD,
 ) -> list[dict[str, Any]]:
     """One row per card size: the verdict and total of the profile as it is, and with LoRA
     (the profile's rank, else ``lora_rank``) when it trains all weights."""
@@ -714,7 +778,7 @@ def card_table(
         row: dict[str, Any] = {"card (GiB)": gib}
         for label, cfg in (("as configured", profile_cfg), (f"LoRA r={rank}", lora_cfg)):
             try:
-                result = plan(cfg, card)
+                result = plan(cfg, card, method)
                 row[label] = f"{result['verdict']} ({result['total_bytes'] / GIB:,.1f} GiB)"
             except PlanError as exc:
                 row[label] = f"does not fit ({exc})"
@@ -722,11 +786,13 @@ def card_table(
     return rows
 
 
-def format_cards(rows: list[dict[str, Any]], profile: str, hw: Hardware) -> str:
+def format_cards(
+    rows: list[dict[str, Any]], profile: str, hw: Hardware, method: str = DEFAULT_PLAN_METHOD
+) -> str:
     """:func:`card_table` as Markdown."""
     header = list(rows[0])
     lines = [
-        f"plan: profile {profile} on {hw.gpus} GPU(s), ZeRO {hw.zero_stage}"
+        f"plan: profile {profile}, method {method}, on {hw.gpus} GPU(s), ZeRO {hw.zero_stage}"
         f"{'' if hw.retriever_on_gpu else ', retriever on CPU'}",
         "",
         "| " + " | ".join(header) + " |",
