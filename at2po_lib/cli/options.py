@@ -154,7 +154,11 @@ ENGINES_SETUP = (
 
 
 def engine_installed() -> bool:
-    """Whether vLLM can be imported here (looked up, not imported: that takes seconds)."""
+    """Whether vLLM can be imported here (looked up, not imported: that takes seconds). A module
+    already imported counts as it is: an engine, or a stand-in a caller put in its place, whose
+    ``__spec__`` may be None (``find_spec`` raises on that)."""
+    if "vllm" in sys.modules:
+        return sys.modules["vllm"] is not None
     return importlib.util.find_spec("vllm") is not None
 
 
