@@ -42,7 +42,14 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PACKED_ATTENTION", "PackedCall", "PackedRows", "pack_rows", "shared_prefix_logps"]
+__all__ = [
+    "PACKED_ATTENTION",
+    "PackedCall",
+    "PackedRows",
+    "pack_rows",
+    "scaled_logits",
+    "shared_prefix_logps",
+]
 
 CALL_FILL = 0.75
 """A segment joins the backbone call of wider segments while it fills at least this share of
@@ -264,6 +271,23 @@ def pack_rows(
     )
 
 
+def scaled_logits(
+    head: torch.nn.Module, states: torch.Tensor, temperature: float, head_fp32: bool = False
+) -> torch.Tensor:
+    """The LM head's logits / T of ``states`` (n, H) → (n, V), as TRL's fused head; with
+    ``head_fp32`` in float32 whatever the autocast (TRL's ``cast_lm_head_to_fp32``)."""
+    if head_fp32:
+        with torch.autocast(states.device.type, enabled=False):
+            logits = torch.nn.functional.linear(
+                states.float(),
+                head.weight.float(),
+                None if head.bias is None else head.bias.float(),
+            )  # (n, V)
+    else:
+        logits = head(states)  # (n, V)
+    return logits / temperature
+
+
 def shared_prefix_logps(
     model,
     input_ids: torch.Tensor,
@@ -295,17 +319,7 @@ def shared_prefix_logps(
     )  # (all slots, H)
     # The head once per distinct state; each scored token reads its state's row.
     distinct, state_of = torch.unique(packed.state_slot, return_inverse=True)  # (U,), (N,)
-    states = flat[distinct]  # (U, H)
-    if head_fp32:
-        with torch.autocast(states.device.type, enabled=False):
-            logits = torch.nn.functional.linear(
-                states.float(),
-                head.weight.float(),
-                None if head.bias is None else head.bias.float(),
-            )  # (U, V)
-    else:
-        logits = head(states)  # (U, V)
-    logits = logits / temperature  # (U, V)
+    logits = scaled_logits(head, flat[distinct], temperature, head_fp32)  # (U, V)
     log_norm = torch.logsumexp(logits, dim=-1)  # (U,)
     values = logits[state_of, packed.labels] - log_norm[state_of]  # (N,)
     logps = values.new_zeros(b * t).index_put((packed.scored_index,), values).view(b, t)

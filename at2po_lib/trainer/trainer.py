@@ -96,7 +96,7 @@ from trl.models import unwrap_model_for_generation
 from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
 from ..method.loss import loss_diagnostics, policy_loss
-from ..policy.shared_prefix import PACKED_ATTENTION, shared_prefix_logps
+from ..policy.shared_prefix import PACKED_ATTENTION, scaled_logits, shared_prefix_logps
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
 from ..rollout.vllm_cpu import install_shims as install_vllm_shims
@@ -263,16 +263,7 @@ def policy_position_logps(
         ).last_hidden_state  # (c, P + w, H)
         r, j = torch.nonzero(scored[chunk, :width], as_tuple=True)  # (n,), (n,)
         states = hidden[r, prompt_width + j - 1]  # (n, H)
-        if head_fp32:
-            with torch.autocast(states.device.type, enabled=False):
-                logits = torch.nn.functional.linear(
-                    states.float(),
-                    head.weight.float(),
-                    None if head.bias is None else head.bias.float(),
-                )  # (n, V)
-        else:
-            logits = head(states)  # (n, V)
-        logits = logits / temperature  # (n, V)
+        logits = scaled_logits(head, states, temperature, head_fp32)  # (n, V)
         log_norm = torch.logsumexp(logits, dim=-1)  # (n,)
         labels = ids[r, prompt_width + j]  # (n,)
         logp_parts.append(logits.gather(1, labels[:, None]).squeeze(1) - log_norm)  # (n,)
