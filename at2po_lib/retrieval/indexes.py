@@ -29,7 +29,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..tinyworld.build import ensure_world
 from ..util.locks import folder_lock
 from ..util.paths import artifacts_dir, repo_root
 from ..util.staging import recover
@@ -64,6 +63,10 @@ def profile_corpus_path(cfg: "ProfileConfig") -> Path:
         return path
     path = artifacts_dir(cfg.name) / "world" / "corpus.jsonl"
     if not path.is_file():
+        # inner: the world builder pulls pandas, which the GPU retrieval server's own
+        # environment (requirements-retriever-gpu.txt) does not hold
+        from ..tinyworld.build import ensure_world
+
         ensure_world(cfg)
         if not path.is_file():
             raise RetrievalError(f"ensure_world({cfg.name!r}) did not write {path}")
