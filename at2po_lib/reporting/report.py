@@ -724,7 +724,7 @@ def read_report(profile: str) -> Report:
         if all(p.is_file() for p in paths.values()):
             report.paths[name] = paths
             report.tables[name] = read_markdown_table(paths["md"].read_text())
-    for name in ("claims_summary", "claims_current", "why"):
+    for name in ("claims_summary", "claims_current", "toy_shows", "why"):
         text = tables_dir(profile) / f"{name}.md"
         if text.is_file():
             report.paths[name] = {"md": text}
