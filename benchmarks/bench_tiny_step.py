@@ -275,7 +275,7 @@ def main() -> None:
     os.environ["AT2PO_ARTIFACTS"] = str(scratch / "artifacts")
     os.environ["AT2PO_RESULTS"] = str(scratch / "results")
     os.environ["AT2PO_FIGURES"] = str(scratch / "figures")
-    from bench_train_step import find_policy, prepare_artifacts
+    from bench_train_step import ONE_STEP_TRAIN, find_policy, prepare_artifacts
 
     from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer.resolve import trainer_fields
@@ -285,25 +285,7 @@ def main() -> None:
     if policy is None:
         raise SystemExit("no tiny warm start: results/tiny/warmstart is missing")
     prepare_artifacts("tiny", scratch)
-    one_step = {
-        "train": {
-            "max_steps": 1,
-            "eval_every": 0,
-            "final_eval": False,
-            "progress_bar": False,
-            "save_every": 0,
-            "report_to": [],
-        },
-        "policy": {"model": policy},
-    }
-
-    def profile(extra: dict | None = None):
-        merged = {k: dict(v) for k, v in one_step.items()}
-        for section, values in (extra or {}).items():
-            merged.setdefault(section, {}).update(values)
-        return load_profile("tiny", merged)
-
-    cfg = profile()
+    cfg = load_profile("tiny", {"train": dict(ONE_STEP_TRAIN), "policy": {"model": policy}})
     print(f"tiny, policy {os.path.relpath(policy, ROOT)}; torch {torch.__version__}, 1 thread")
     run_step(cfg, args.methods[0], NEW, "warmup")  # caches, lazy imports
     for method in args.methods:

@@ -43,6 +43,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OLD = {"loss_logp_positions": "all", "loss_old_logps": "recompute"}  # + train.loss_chunk_rows 0
 NEW: dict[str, str] = {}
+ONE_STEP_TRAIN = {
+    "max_steps": 1,
+    "eval_every": 0,
+    "final_eval": False,
+    "progress_bar": False,
+    "save_every": 0,
+    "report_to": [],
+}
+"""``train`` overrides of a one-step benchmark run: no validation, evaluation, checkpoint or log."""
 
 
 def find_policy(profile: str, given: str | None) -> str | None:
@@ -158,16 +167,7 @@ def main() -> None:
 
     from at2po_lib.config.profile import load_profile
 
-    overrides: dict = {
-        "train": {
-            "max_steps": 1,
-            "eval_every": 0,
-            "final_eval": False,
-            "progress_bar": False,
-            "save_every": 0,
-            "report_to": [],
-        }
-    }
+    overrides: dict = {"train": dict(ONE_STEP_TRAIN)}
     policy = find_policy(args.profile, args.policy) if args.profile != "smoke" else None
     if args.profile != "smoke":
         if policy is None:
