@@ -197,36 +197,38 @@ def test_answers_before_and_after_token_for_token(smoke_toy, greedy, repeat):
     assert _answers(smoke_toy, False, greedy, repeat) == _answers(smoke_toy, True, greedy, repeat)
 
 
-def test_tree_rollout_before_and_after(smoke_toy):
-    toy = smoke_toy
+def _grown_trees(toy, new: bool, seed: int, **backend_options) -> list[list]:
+    """Node token ids of entropy trees grown for six questions, on the path before issue #62
+    (``new`` False) or after it."""
     cfg = toy.cfg.rollout
-    questions = [row["question"] for row in toy.rows[:6]]
-    trees = {}
-    for new in (False, True):
-        backend = make_backend(
-            toy.model,
-            toy.tokenizer,
-            cfg,
-            turn_stops(toy.template),
-            seed=1,
-            lean=new,
-            packed_prefill=new,
-            fused_prefill=new,
-        )
-        grown = rollout_trees(
-            toy.model,
-            toy.tokenizer,
-            toy.template,
-            toy.retriever,
-            questions,
-            None,
-            cfg,
-            expansion="entropy",
-            seed=1,
-            backend=backend,
-        )
-        trees[new] = [[n.token_ids for n in t.nodes] for t in grown]
-    assert trees[False] == trees[True]
+    backend = make_backend(
+        toy.model,
+        toy.tokenizer,
+        cfg,
+        turn_stops(toy.template),
+        seed=seed,
+        lean=new,
+        packed_prefill=new,
+        fused_prefill=new,
+        **backend_options,
+    )
+    grown = rollout_trees(
+        toy.model,
+        toy.tokenizer,
+        toy.template,
+        toy.retriever,
+        [row["question"] for row in toy.rows[:6]],
+        None,
+        cfg,
+        expansion="entropy",
+        seed=seed,
+        backend=backend,
+    )
+    return [[n.token_ids for n in t.nodes] for t in grown]
+
+
+def test_tree_rollout_before_and_after(smoke_toy):
+    assert _grown_trees(smoke_toy, False, seed=1) == _grown_trees(smoke_toy, True, seed=1)
 
 
 def test_token_costs_by_hand(model):
@@ -274,37 +276,9 @@ def test_attention_pairs_count_every_real_token_once(model, tokenizer, contexts)
 def test_round_sessions_join_in_chunks_without_changing_a_token(smoke_toy, greedy):
     """``decode_grouping = round``: the rows resumed together join in length-sorted chunks; the
     same trees, token for token, as one padded join."""
-    toy = smoke_toy
-    cfg = toy.cfg.rollout
-    questions = [row["question"] for row in toy.rows[:6]]
-    trees = {}
-    for new in (False, True):
-        backend = make_backend(
-            toy.model,
-            toy.tokenizer,
-            cfg,
-            turn_stops(toy.template),
-            seed=4,
-            greedy=greedy,
-            grouping="round",
-            lean=new,
-            packed_prefill=new,
-            fused_prefill=new,
-        )
-        grown = rollout_trees(
-            toy.model,
-            toy.tokenizer,
-            toy.template,
-            toy.retriever,
-            questions,
-            None,
-            cfg,
-            expansion="entropy",
-            seed=4,
-            backend=backend,
-        )
-        trees[new] = [[n.token_ids for n in t.nodes] for t in grown]
-    assert trees[False] == trees[True]
+    options = {"greedy": greedy, "grouping": "round"}
+    before = _grown_trees(smoke_toy, False, seed=4, **options)
+    assert before == _grown_trees(smoke_toy, True, seed=4, **options)
 
 
 def _session_turns(model, tokenizer, contexts, new: bool):
