@@ -216,6 +216,27 @@ def _bf16_copy(trainer):
     return copy
 
 
+def _divergence_gaps(
+    model, prompts: list[list[int]], engine: list[list[int]], hf: list[list[int]]
+) -> list[float]:
+    """For each row where the engine's greedy answer and the HF model's part, the HF model's
+    log-probability margin of its own token over the engine's at the first token they differ:
+    near 0 where the two kernels break a near-tie differently, large where the engine holds
+    other weights."""
+    import torch
+
+    gaps = []
+    for prompt, ours, theirs in zip(prompts, engine, hf):
+        if ours == theirs:
+            continue
+        j = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + theirs[:j]])).logits[0, -1].float()
+        logps = torch.log_softmax(logits, dim=-1)
+        gaps.append(float(logps[theirs[j]] - logps[ours[j]]))
+    return gaps
+
+
 def scenario_colocated(work: Path) -> dict:
     """TRL's colocated engine in the trainer (profile ``engines``; under ``accelerate launch``
     with a ZeRO config, on every rank): greedy answers of the engine and of the HF model before
@@ -272,6 +293,7 @@ def scenario_colocated(work: Path) -> dict:
     with trainer.policy_for_generation(sync=True):
         pass
     after = engine_greedy()
+    gaps = _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf)
     model = trainer.accelerator.unwrap_model(trainer.model)
     local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
     full = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
@@ -282,6 +304,7 @@ def scenario_colocated(work: Path) -> dict:
         "stale": stale,
         "after": after,
         "after_hf": after_hf,
+        "after_gaps": gaps,
         "global_step": trainer.state.global_step,
         "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
         "world_size": trainer.accelerator.num_processes,
