@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -235,10 +236,29 @@ def migrate_config(config: Path, results: Path, write: bool) -> str | None:
     return f"{config}: {old_hash} -> {new_hash} ({spec.method})"
 
 
+def records_in(results: Path, pattern: str) -> list[Path]:
+    """The files under ``results`` matching ``pattern`` that git would commit: what git ignores
+    there (notebooks' executed runs, a study's scratch) is no record. Outside a checkout, all."""
+    found = sorted(path for path in results.rglob(pattern) if path.is_file())
+    if not found:
+        return found
+    listing = subprocess.run(
+        ["git", "-C", str(results), "check-ignore", "--stdin", "-z"],
+        input="\0".join(str(path) for path in found),
+        capture_output=True,
+        text=True,
+    )
+    if listing.returncode not in (0, 1):  # 1: nothing ignored; 128: not a checkout
+        return found
+    ignored = set(filter(None, listing.stdout.split("\0")))
+    return [path for path in found if str(path) not in ignored]
+
+
 def migrate(results: Path, write: bool) -> tuple[list[str], list[str]]:
-    """(what changed or would change, runs left as they are) for every record in ``results``."""
+    """(what changed or would change, runs left as they are) for every record in ``results``
+    (:func:`records_in`)."""
     changed, refused = [], []
-    for config in sorted(results.rglob("config.yaml")):
+    for config in records_in(results, "config.yaml"):
         try:
             done = migrate_config(config, results, write)
         except ValueError as err:
@@ -246,8 +266,8 @@ def migrate(results: Path, write: bool) -> tuple[list[str], list[str]]:
             continue
         if done:
             changed.append(done)
-    for path in sorted(results.rglob("*")):
-        if not path.is_file() or path.suffix not in TEXT_SUFFIXES:
+    for path in records_in(results, "*"):
+        if path.suffix not in TEXT_SUFFIXES:
             continue
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
         new = migrated_text(path, results, text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -203,3 +204,20 @@ def test_a_block_run_keeps_its_config_and_its_staging_path_becomes_its_place(tmp
     for path in block.rglob("*"):
         if path.is_file():
             assert (copy / path.relative_to(block)).read_bytes() == path.read_bytes(), path
+
+
+def test_what_git_ignores_in_the_results_folder_is_no_record(tmp_path):
+    """A notebook's executed run (git-ignored) may hold this machine's paths; the script neither
+    reports nor rewrites it, and rewrites the committed file beside it."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("results/executed/\n")
+    results = tmp_path / "results"
+    executed = results / "executed" / "tiny" / "notes.md"
+    committed = results / "tiny" / "notes.md"
+    for path in (executed, committed):
+        path.parent.mkdir(parents=True)
+        path.write_text("trained from /work/elsewhere/results/tiny/warmstart\n")
+    changed, refused = migrate_records.migrate(results, write=True)
+    assert (changed, refused) == ([f"{committed}: machine paths made relative"], [])
+    assert committed.read_text() == "trained from results/tiny/warmstart\n"
+    assert executed.read_text() == "trained from /work/elsewhere/results/tiny/warmstart\n"
