@@ -96,7 +96,12 @@ from trl.models import unwrap_model_for_generation
 from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
 from ..method.loss import loss_diagnostics, policy_loss
-from ..policy.shared_prefix import PACKED_ATTENTION, scaled_logits, shared_prefix_logps
+from ..policy.shared_prefix import (
+    PACKED_ATTENTION,
+    label_log_probs,
+    scaled_logits,
+    shared_prefix_logps,
+)
 from ..rollout.backends import torch_threads
 from ..rollout.vllm_backend import colocated_engine
 from ..rollout.vllm_cpu import install_shims as install_vllm_shims
@@ -264,13 +269,12 @@ def policy_position_logps(
         r, j = torch.nonzero(scored[chunk, :width], as_tuple=True)  # (n,), (n,)
         states = hidden[r, prompt_width + j - 1]  # (n, H)
         logits = scaled_logits(head, states, temperature, head_fp32)  # (n, V)
-        log_norm = torch.logsumexp(logits, dim=-1)  # (n,)
         labels = ids[r, prompt_width + j]  # (n,)
-        logp_parts.append(logits.gather(1, labels[:, None]).squeeze(1) - log_norm)  # (n,)
-        if compute_entropy:
-            with torch.no_grad():
-                probs = torch.softmax(logits, dim=-1)  # (n, V)
-                entropy_parts.append(log_norm - (probs * logits).sum(-1))  # (n,)
+        every_state = torch.arange(labels.numel(), device=labels.device)  # (n,) one each
+        values, entropy = label_log_probs(logits, every_state, labels, compute_entropy)
+        logp_parts.append(values)  # (n,)
+        if entropy is not None:
+            entropy_parts.append(entropy)  # (n,)
         flat_index.append(chunk[r] * t + j)  # (n,) positions in the flattened (B, T)
     index = torch.cat(flat_index)  # (N,)
     values = torch.cat(logp_parts)  # (N,)
