@@ -8,6 +8,7 @@
 #   ./run_tests.sh -m stress      # long repeats of checks the plain run makes a few times
 #   ./run_tests.sh -k reward      # extra arguments go to pytest (a later -m replaces ours)
 #   ./run_tests.sh --lint         # ruff: the lint rules and the format check (pyproject.toml), no tests
+#   AT2PO_TEST_WORKERS=0 ./run_tests.sh   # one process (default: a pytest worker per core, at most 4)
 #   ./run_tests.sh --engines      # the paper path on vLLM's CPU build and DeepSpeed's CPU accelerator,
 #                                 # in a second environment (scripts/bootstrap_engines.sh, ~5 min once)
 # CI (.ci/run) runs the plain suite, then the marked checks.
@@ -41,7 +42,15 @@ fi
 # Checks that need the network or a browser, and long repeats of checks the plain run already
 # makes, run by their own command, not in every run.
 marked="not registry and not browser and not stress and not engines"
-if [ "$fast" = 1 ]; then
-    exec python -m pytest -m "not slow and $marked" "$@"
+# One pytest worker per core, at most 4 (pytest-xdist), each test file on one worker
+# (--dist loadfile: a module's fixtures are built once). AT2PO_TEST_WORKERS=0: one process.
+cores="$(python -c 'import os; print(len(os.sched_getaffinity(0)))')"
+workers="${AT2PO_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}"
+parallel=(-n "$workers" --dist loadfile)
+if [ "$workers" = 0 ] || [ "$workers" = 1 ]; then
+    parallel=(-p no:xdist)
 fi
-exec python -m pytest -m "$marked" "$@"
+if [ "$fast" = 1 ]; then
+    exec python -m pytest "${parallel[@]}" -m "not slow and $marked" "$@"
+fi
+exec python -m pytest "${parallel[@]}" -m "$marked" "$@"

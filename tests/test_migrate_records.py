@@ -212,8 +212,8 @@ def test_what_git_ignores_in_the_results_folder_is_no_record(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text("results/executed/\n")
     results = tmp_path / "results"
-    executed = results / "executed" / "tiny" / "notes.md"
-    committed = results / "tiny" / "notes.md"
+    executed = results / "executed" / "tiny" / "notes.txt"
+    committed = results / "tiny" / "notes.txt"
     for path in (executed, committed):
         path.parent.mkdir(parents=True)
         path.write_text("trained from /work/elsewhere/results/tiny/warmstart\n")
