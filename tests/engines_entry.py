@@ -151,7 +151,8 @@ def _trajectory(traj) -> dict:
 
 def scenario_rollout(work: Path, questions: int = 12) -> dict:
     """The tiny profile's shipped warm start (head_dim 32) answers the same test questions
-    greedily on the HF backend and on one vLLM engine (float32, as the profile): every turn."""
+    greedily on the HF backend and on one vLLM engine (float32, as the profile), there through
+    the rollout's queue and through one ``generate`` call per turn depth: every turn."""
     from dataclasses import replace
 
     from at2po_lib.config.profile import load_profile
@@ -176,17 +177,22 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     ]
     texts = [row["question"] for row in rows]
     hf = rollout_chains(model.eval(), tok, template, retriever, texts, cfg.rollout, greedy=True)
-    vllm_cfg = replace(cfg.rollout, backend="vllm")
     engine = build_engine(folder, cfg, enforce_eager=True, gpu_memory_utilization=0.05)
-    backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
-    vl = rollout_chains(
-        None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
-    )
-    return {
-        "hf": [_trajectory(t) for t in hf],
-        "vllm": [_trajectory(t) for t in vl],
-        "head_dim": cfg.policy.attention_head_dim(),
-    }
+    out = {"hf": [_trajectory(t) for t in hf], "head_dim": cfg.policy.attention_head_dim()}
+    # the queue (one per round, the default) and the old path (one generate a turn depth)
+    for name, grouping in (("vllm", "auto"), ("vllm_turn", "turn")):
+        vllm_cfg = replace(cfg.rollout, backend="vllm", decode_grouping=grouping)
+        backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
+        vl = rollout_chains(
+            None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
+        )
+        out[name] = [_trajectory(t) for t in vl]
+        out[f"{name}_calls"] = {
+            "grouping": backend.grouping,
+            "generate": backend.calls,
+            "queues": backend.sessions,
+        }
+    return out
 
 
 # ------------------------------------------------------------------------------ colocated
