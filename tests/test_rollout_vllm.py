@@ -252,3 +252,7 @@ def test_a_failed_round_aborts_the_requests_still_running(toy, monkeypatch):
             raise RuntimeError("boom")
     assert running >= 1 and not llm.llm_engine.running
     assert len(llm.llm_engine.aborted) == running
+    with pytest.raises(ValueError, match="max_new_tokens=0"):  # refused while being queued
+        with backend.open_session([TurnRequest(ids, 3), TurnRequest(ids, 0)]):
+            pass
+    assert not llm.llm_engine.running and len(llm.llm_engine.aborted) == running + 1

@@ -109,8 +109,12 @@ class QueueSession:
         self.pending: dict[str, int] = {}
         """Request id -> row, for every request the engine still runs."""
         self._waiting: set[int] = set()
-        for row, request in enumerate(requests):
-            self._submit(row, request.context, request.max_new_tokens)
+        try:
+            for row, request in enumerate(requests):
+                self._submit(row, request.context, request.max_new_tokens)
+        except BaseException:
+            self.abort()  # a request refused half-way: the ones added before it must not run on
+            raise
 
     # -- the agent's side -----------------------------------------------------------------------
 
