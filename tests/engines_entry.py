@@ -151,7 +151,8 @@ def _trajectory(traj) -> dict:
 
 def scenario_rollout(work: Path, questions: int = 12) -> dict:
     """The tiny profile's shipped warm start (head_dim 32) answers the same test questions
-    greedily on the HF backend and on one vLLM engine (float32, as the profile): every turn."""
+    greedily on the HF backend and on one vLLM engine (float32, as the profile), there through
+    the rollout's queue and through one ``generate`` call per turn depth: every turn."""
     from dataclasses import replace
 
     from at2po_lib.config.profile import load_profile
@@ -176,17 +177,50 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     ]
     texts = [row["question"] for row in rows]
     hf = rollout_chains(model.eval(), tok, template, retriever, texts, cfg.rollout, greedy=True)
-    vllm_cfg = replace(cfg.rollout, backend="vllm")
+    # vLLM's core in this process, one scheduler step a ``step`` call, as TRL's colocated
+    # engine runs it: the queue's rows then join at the same steps in every run (a spawned core
+    # runs ahead of the host, so a resumed row joins when its request arrives)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     engine = build_engine(folder, cfg, enforce_eager=True, gpu_memory_utilization=0.05)
-    backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
-    vl = rollout_chains(
-        None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
-    )
-    return {
-        "hf": [_trajectory(t) for t in hf],
-        "vllm": [_trajectory(t) for t in vl],
-        "head_dim": cfg.policy.attention_head_dim(),
-    }
+    out = {"hf": [_trajectory(t) for t in hf], "head_dim": cfg.policy.attention_head_dim()}
+    # the queue (one per round, the default) and the old path (one generate a turn depth)
+    for name, grouping in (("vllm", "auto"), ("vllm_turn", "turn")):
+        vllm_cfg = replace(cfg.rollout, backend="vllm", decode_grouping=grouping)
+        backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
+        vl = rollout_chains(
+            None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
+        )
+        out[name] = [_trajectory(t) for t in vl]
+        out[f"{name}_calls"] = {
+            "grouping": backend.grouping,
+            "generate": backend.calls,
+            "queues": backend.sessions,
+        }
+    out["sampled"] = _sampled_trees(engine, tok, template, retriever, texts[:4], cfg.rollout)
+    return out
+
+
+def _sampled_trees(engine, tok, template, retriever, texts, rollout_cfg) -> dict:
+    """Entropy trees sampled through the queue by a fresh backend, as the trainer makes one per
+    rollout step from its rollout seed: twice with seed 7, once with 8, the prefix cache reset
+    before each (as TRL's weight sync resets it). Each tree's node ids, per seed."""
+    from dataclasses import replace
+
+    from at2po_lib.rollout.agent import turn_stops
+    from at2po_lib.rollout.backends import make_backend
+    from at2po_lib.rollout.trees import rollout_trees
+
+    vllm_cfg = replace(rollout_cfg, backend="vllm")
+    grown = {}
+    for name, seed in (("first", 7), ("again", 7), ("other", 8)):
+        engine.reset_prefix_cache()
+        backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), seed=seed)
+        trees = rollout_trees(
+            None, tok, template, retriever, texts, None, vllm_cfg, expansion="entropy",
+            seed=seed, backend=backend,
+        )  # fmt: skip
+        grown[name] = [[node.token_ids for node in tree.nodes] for tree in trees]
+    return grown
 
 
 # ------------------------------------------------------------------------------ colocated

@@ -109,11 +109,23 @@ def test_each_cpu_shim_is_what_lets_the_colocated_engine_start_and_sync(tmp_path
 def test_vllm_rollout_equals_the_hf_backend_turn_by_turn(tmp_path):
     """The tiny warm start (head_dim 32, float32) answers 12 test questions greedily on both
     backends: the same token ids in every turn, the same actions (tool calls) and finish
-    reasons, log-probs within LOGP_TOLERANCE; and the rollout used the search tool."""
+    reasons, log-probs within LOGP_TOLERANCE; and the rollout used the search tool. On vLLM the
+    rollout's queue (one per round, no ``generate`` call) gives exactly the trajectories of the
+    old path (one ``generate`` call per turn depth) on the same engine; entropy trees sampled
+    through the queue repeat with their seed."""
     result = run_scenario("rollout", tmp_path, results=False)
     assert result["head_dim"] >= 32
     hf, vl = result["hf"], result["vllm"]
     assert len(hf) == len(vl) == 12
+    assert result["vllm_turn"] == vl  # ids, log-probs, actions, answers: greedy unchanged
+    queued, per_turn = result["vllm_calls"], result["vllm_turn_calls"]
+    assert (queued["grouping"], queued["generate"], queued["queues"]) == ("round", 0, 1)
+    depth = max(len(t["turns"]) for t in hf)
+    assert per_turn["grouping"] == "turn" and per_turn["generate"] >= depth > 1
+    # sampled trees through the queue repeat with their seed (a resumed step samples as the
+    # uninterrupted one did) and change with another
+    sampled = result["sampled"]
+    assert sampled["again"] == sampled["first"] != sampled["other"]
     worst = 0.0
     for a, b in zip(hf, vl):
         assert [t["ids"] for t in a["turns"]] == [t["ids"] for t in b["turns"]]

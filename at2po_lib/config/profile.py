@@ -274,9 +274,11 @@ class RolloutConfig:
     KV cache on a GPU when the weights are fp32, the weights' own dtype on a CPU), ``model`` (the
     weights as they are), or a dtype by name."""
     decode_grouping: str = "auto"
-    """HF backend: ``turn`` (one decode call per turn depth), ``round`` (one per expansion round,
-    every turn of it) or ``auto`` (``turn`` on a CPU, where the toy's records reproduce; ``round``
-    on a GPU); at2po_lib.rollout.decoding."""
+    """``turn`` (one decode call per turn depth), ``round`` (one per expansion round, every turn
+    of it) or ``auto``. HF backend: ``auto`` is ``turn`` on a CPU, where the toy's records
+    reproduce, ``round`` on a GPU; at2po_lib.rollout.decoding. vLLM backend: ``round`` is one
+    queue on the engine per round, which ``auto`` takes wherever the engine offers one (not a
+    tensor-parallel group); at2po_lib.rollout.vllm_queue."""
     decode_capture: str = "auto"
     """HF backend, ``round`` grouping: the decode step recorded once as a CUDA graph and replayed
     (``auto``: on a GPU; ``on``; ``off``); at2po_lib.rollout.capture."""

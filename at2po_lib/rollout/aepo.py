@@ -164,8 +164,16 @@ def rollout_aepo(
         raise ValueError(f"AEPO needs 1 <= initial ({initial}) <= budget ({budget})")
     env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
     backend = backend or make_backend(
-        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
+        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed, topk_logprobs=True
     )
+    if not getattr(backend, "records_topk", True):
+        # NaN entropies would make every branching probability NaN, and NaN < threshold is
+        # False: every chain would branch
+        raise ValueError(
+            "AEPO branches on top-k entropies, which this backend does not record: build it "
+            "with make_backend(..., topk_logprobs=True) (the vLLM backend asks the engine for "
+            "top-k log-probs only then)"
+        )
     trees = make_trees(env, questions, golden_answers, prompt_ids)
     state = init_state(backend, trees, share_prefixes)
     brancher = AEPOBrancher(

@@ -341,9 +341,9 @@ def run_chains(
 ) -> None:
     """Roll every chain out to a leaf, all chains' turns batched together.
 
-    A backend whose ``grouping`` is ``round`` (the HF backend on a GPU, :mod:`.decoding`) runs
-    every turn of every chain in one decode call (:func:`_run_in_one_call`); otherwise one
-    generation call per turn depth. ``on_round(continuing, results)`` (AEPO) sees the chains
+    A backend whose ``grouping`` is ``round`` (the HF backend on a GPU, :mod:`.decoding`; the
+    vLLM backend's queue, :mod:`.vllm_queue`) runs every turn of every chain in one decode call
+    (:func:`_run_in_one_call`); otherwise one generation call per turn depth. ``on_round(continuing, results)`` (AEPO) sees the chains
     that go on after each turn depth, with the results of their last generation call, and may
     return extra chains to add (it needs the turn depths: always per turn). A chain whose node
     already holds tokens goes on inside the same turn (a length stop, the tool-limit notice);
@@ -394,11 +394,12 @@ def _after_turns(env: SearchEnv, chains: list[Chain], results: list[TurnResult])
 
 
 def _run_in_one_call(backend, env: SearchEnv, chains: list[Chain], state: RolloutState) -> None:
-    """:func:`run_chains` in one decode call (``RoundSession``) per ``rollout.max_batch_rows``
-    chains: a chain whose turn ends is resumed with its next context while the others decode,
-    and closed at its leaf, when its box gets the chain's cache (for the branches of later
-    rounds)."""
-    size = backend.max_batch_size
+    """:func:`run_chains` in one decode call (``RoundSession``; vLLM: ``QueueSession``) per
+    ``backend.max_batch_size`` chains (HF: ``rollout.max_batch_rows``; vLLM: None, all of them,
+    its scheduler bounding the running rows): a chain whose turn ends is resumed with its next
+    context while the others decode, and closed at its leaf, when its box gets the chain's
+    cache (for the branches of later rounds)."""
+    size = backend.max_batch_size or len(chains)
     for start in range(0, len(chains), size):
         _run_session(backend, env, chains[start : start + size], state)
 

@@ -234,6 +234,8 @@ class _TurnLog:
 class HFBackend:
     """Batched turn sampling with a Hugging Face causal LM and reusable KV prefixes."""
 
+    records_topk = True  # AEPO's top-k entropy: one ``topk`` a step on the device
+
     def __init__(
         self,
         model,
@@ -665,10 +667,14 @@ def make_backend(
     seed: int = 0,
     greedy: bool = False,
     keep_cache: bool = True,
+    topk_logprobs: bool | None = None,
     **kwargs,
 ) -> TurnBackend:
     """The backend named by ``rollout_cfg.backend`` (``hf`` or ``vllm``). For ``vllm``,
-    ``model`` (or ``llm=``) is a ready engine: a backend never starts one."""
+    ``model`` (or ``llm=``) is a ready engine: a backend never starts one, and it asks the
+    engine for top-k log-probs only when ``topk_logprobs`` says so (None: for
+    ``rollout_cfg.expansion = aepo``, the one method that reads them); the HF backend records
+    them whatever it is told (they cost it one ``topk`` a step on the device)."""
     spec = SamplingSpec(
         temperature=0.0 if greedy else rollout_cfg.temperature,
         top_p=1.0 if greedy else rollout_cfg.top_p,
@@ -684,5 +690,16 @@ def make_backend(
     if rollout_cfg.backend == "vllm":
         # ``model`` is the engine itself (evaluation) unless it comes as ``llm`` (the trainer)
         engine = kwargs.pop("llm", None) or model
-        return VLLMBackend(engine, tokenizer, spec, stop_sequences, seed=seed, **kwargs)
+        if topk_logprobs is None:
+            topk_logprobs = rollout_cfg.expansion == "aepo"
+        kwargs.setdefault("grouping", rollout_cfg.decode_grouping)
+        return VLLMBackend(
+            engine,
+            tokenizer,
+            spec,
+            stop_sequences,
+            seed=seed,
+            topk_logprobs=topk_logprobs,
+            **kwargs,
+        )
     raise ValueError(f"rollout.backend={rollout_cfg.backend!r}; expected 'hf' or 'vllm'")

@@ -1,8 +1,8 @@
 r"""The turn backend on vLLM (paper scale): same interface as :class:`~.backends.HFBackend`.
 
 Written against vLLM's current offline API (``vllm.LLM.generate`` with ``TokensPrompt``
-inputs and per-request ``SamplingParams``); vLLM is imported only when this backend is built
-(it is not a dependency of the toy profiles).
+inputs and per-request ``SamplingParams``, and the step-level ``LLM.llm_engine`` under it);
+vLLM is imported only when this backend is built (it is not a dependency of the toy profiles).
 
 How it maps onto the rollout's needs:
 
@@ -19,20 +19,33 @@ How it maps onto the rollout's needs:
   ``log_softmax(logits / T)`` as the trainer recomputes it. With ``top_p < 1`` vLLM's
   processed values are renormalised over the nucleus (the HF backend records untruncated
   values); the paper samples with ``top_p = 1``, where both agree.
-- **Sampling seed.** Every request gets its own ``SamplingParams.seed``, a pure function of
-  the backend's ``seed`` (the trainer passes its rollout seed, itself a function of ``--seed``,
-  the rollout step, the dynamic-sampling round and the process: ``AT2POTrainer.rollout_seed``),
-  the number of ``generate_turns`` calls made so far and the request's position
-  (:func:`request_seeds`). Runs with different ``--seed`` therefore sample different streams, a
-  rerun repeats its stream, and a resumed run samples step N exactly as the uninterrupted run did
-  (the backend is made afresh for every rollout step). Identical contexts in one call (the M
-  chains of a root) get different seeds, so they are not copies of one another. Exact repeats
-  also need vLLM's batch-invariant kernels: the seed fixes the random draws, not the
-  floating-point order of a differently batched forward pass.
-- **Entropies.** vLLM returns the top-``k`` log-probs only (``k = topk_entropy_k``, 10 as in
-  the AEPO code), so the exact per-token entropy is not available (NaN; use
-  ``rollout.entropy_estimate = "sampled_nll"``, the authors' estimate) and AEPO's top-k
-  entropy is computed from those values, as the AEPO code does.
+- **Batching.** Every chain of an expansion round goes into one continuous queue on the engine
+  (:mod:`.vllm_queue`, ``rollout.decode_grouping`` ``auto``/``round``): a row whose turn ends
+  gets its observation and its next turn joins the running batch while the other rows go on,
+  so no row waits for the slowest turn of its depth. ``turn`` (and a tensor-parallel group,
+  whose ranks must submit identical requests, and AEPO, which branches between turn depths)
+  makes one ``generate`` call per turn depth instead (:meth:`VLLMBackend.generate_turns`).
+- **Sampling seed.** vLLM 0.31 has no seed per call (``LLM(seed=...)`` seeds the engine once;
+  an unseeded request draws at the batch position it lands in), so every *sampled* request
+  carries its own ``SamplingParams.seed``, a pure function of the backend's ``seed`` (the
+  trainer passes its rollout seed, itself a function of ``--seed``, the rollout step, the
+  dynamic-sampling round and the process: ``AT2POTrainer.rollout_seed``) and of the request's
+  place: its queue, row and turn (:func:`~.vllm_queue.turn_seed`), or with ``turn`` grouping the
+  number of ``generate_turns`` calls made so far and its position (:func:`request_seeds`). Runs
+  with different ``--seed`` therefore sample different streams, a rerun repeats its stream,
+  and a resumed run samples step N exactly as the uninterrupted run did (the backend is made
+  afresh for every rollout step). Identical contexts (the M chains of a root) get different
+  seeds, so they are not copies of one another. Greedy requests carry no seed: vLLM draws
+  nothing for them, and a seeded request costs vLLM's sampler a per-row step in Python.
+  Exact repeats also need vLLM's batch-invariant kernels: the seed fixes the random draws,
+  not the floating-point order of a differently batched forward pass.
+- **Entropies.** vLLM returns the top-``k`` log-probs only, so the exact per-token entropy is
+  not available (NaN; use ``rollout.entropy_estimate = "sampled_nll"``, the authors' estimate).
+  Only AEPO reads the top-``k`` entropy (:func:`~.aepo.aepo_turn_entropy`), so only an AEPO
+  rollout (``topk_logprobs=True``; ``make_backend`` sets it for ``rollout.expansion = aepo``)
+  asks for ``k = topk_entropy_k`` log-probs a token (10, as the AEPO code) and computes it from
+  them as the AEPO code does; the other methods ask for the sampled token's log-prob only and
+  record NaN top-``k`` entropies (vLLM then builds one log-prob entry a token, not eleven).
 
 - **One engine per policy, never one per call.** The backend never starts an engine: it is
   handed one, either the trainer's colocated engine (TRL's, whose weights it syncs from the
@@ -75,8 +88,10 @@ from ..policy.tokenizer import load_tokenizer
 from ..util.staging import staging_path, swap_in
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
+from .decoding import DECODE_GROUPINGS
 from .vllm_cpu import install_shims as install_vllm_shims
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
+from .vllm_queue import QueueSession, step_engine, turn_seed
 
 # Imported inside the functions that use them: peft; peft only for a LoRA checkpoint.
 # Imported inside the functions that use them: vllm; vLLM is optional, installed only in the GPU
@@ -213,7 +228,14 @@ class ColocatedEngine:
                 else torch.distributed.get_rank(group=generation.tp_group)
             )
         self.generate_calls = 0
-        """``llm.generate`` calls (several per rollout: one per turn, plus the drain's)."""
+        """``llm.generate`` calls (with TP: one per turn depth, plus the drain's)."""
+
+    @property
+    def step_engine(self) -> Any | None:
+        """vLLM's step-level engine for the rollout's queue (:mod:`.vllm_queue`) with one rank
+        per engine; None with TP, whose ranks submit identical requests only through
+        :meth:`generate` (a queue would gather the group's requests at every engine step)."""
+        return step_engine(self.llm) if self.tp_size == 1 else None
 
     def generate(
         self, prompts: Sequence[Any], sampling_params: Any = None, use_tqdm: bool = False
@@ -304,11 +326,33 @@ def request_seeds(seed: int, call: int, count: int) -> list[int]:
     return [int(x) & 0x7FFFFFFF for x in state]
 
 
+def queue_grouping(choice: str, can_queue: bool) -> str:
+    """``round`` (one queue per expansion round) or ``turn`` (one ``generate`` call per turn
+    depth) for ``rollout.decode_grouping = choice``; ``auto`` queues where the engine can."""
+    if choice not in DECODE_GROUPINGS:
+        raise ValueError(
+            f"rollout.decode_grouping={choice!r}; expected one of {', '.join(DECODE_GROUPINGS)}"
+        )
+    if choice == "round" and not can_queue:
+        raise ValueError(
+            "rollout.decode_grouping='round' queues turns on vLLM's step-level engine "
+            "(LLM.llm_engine), which this engine does not offer (a tensor-parallel group "
+            "submits through generate): use 'auto' or 'turn'"
+        )
+    if choice == "auto":
+        return "round" if can_queue else "turn"
+    return choice
+
+
 class VLLMBackend:
     """Batched turns with a ready vLLM engine (``vllm.LLM`` or anything with its ``generate``);
-    see the module docstring."""
+    see the module docstring.
+
+    ``topk_logprobs``: ask for the top-``k`` log-probs AEPO's entropy needs (else the sampled
+    token's only; :attr:`records_topk`). ``grouping``: ``rollout.decode_grouping``."""
 
     keeps_cache = False  # vLLM's prefix cache does the reuse inside the engine
+    max_batch_size = None  # the engine's scheduler bounds the running rows (max_num_seqs)
 
     def __init__(
         self,
@@ -317,6 +361,8 @@ class VLLMBackend:
         sampling: SamplingSpec,
         stop_sequences: Sequence[str],
         seed: int = 0,
+        topk_logprobs: bool = False,
+        grouping: str = "auto",
     ) -> None:
         if not is_engine(llm):
             raise TypeError(
@@ -327,12 +373,17 @@ class VLLMBackend:
             )
         self.tokenizer, self.sampling, self.seed = tokenizer, sampling, seed
         self.llm = llm
+        self.records_topk = topk_logprobs
+        self.queue = step_engine(llm)
+        self.grouping = queue_grouping(grouping, self.queue is not None)
         stop_ids, self.stop_strings = split_stop_sequences(tokenizer, stop_sequences)
         stop_ids |= eos_token_ids(None, tokenizer) | set(getattr(llm, "at2po_eos_ids", ()))
         self.stop_ids = sorted(stop_ids)
         self.stats = BackendStats()
         self.calls = 0
         """``generate_turns`` calls so far (the second input of :func:`request_seeds`)."""
+        self.sessions = 0
+        """Queues opened so far (the second input of :func:`~.vllm_queue.turn_seed`)."""
 
     def prefill(self, contexts: Sequence[list[int]]) -> list[KVPrefix | None]:
         return [None] * len(contexts)  # the engine's prefix cache shares prompts by itself
@@ -350,21 +401,43 @@ class VLLMBackend:
             stop=list(self.stop_strings) or None,
             stop_token_ids=list(self.stop_ids),
             include_stop_str_in_output=True,
-            logprobs=self.sampling.topk_entropy_k,
+            # 0: the sampled token's log-prob only (vLLM always adds the sampled token)
+            logprobs=self.sampling.topk_entropy_k if self.records_topk else 0,
             skip_special_tokens=False,
         )
 
+    def request_seed(self, session: int, row: int, turn: int) -> int | None:
+        """The seed of ``row``'s ``turn``-th turn in queue ``session``; None when greedy."""
+        return None if self.sampling.greedy else turn_seed(self.seed, session, row, turn)
+
+    @contextlib.contextmanager
+    def open_session(
+        self, requests: Sequence[TurnRequest], capacity: int = 0
+    ) -> Iterator[QueueSession]:
+        """One queue on the engine for ``requests`` (:class:`~.vllm_queue.QueueSession`);
+        ``capacity`` is the HF session's and unused here. Requests still running when the block
+        ends (an error) are aborted."""
+        session = QueueSession(self.queue, self, requests)
+        try:
+            yield session
+        finally:
+            session.abort()
+
     def generate_turns(self, requests: Sequence[TurnRequest]) -> list[TurnResult]:
+        """One ``generate`` call for ``requests`` (one turn each)."""
         from vllm.inputs import TokensPrompt
 
         if not requests:
             return []
         prompts = [TokensPrompt(prompt_token_ids=list(r.context)) for r in requests]
-        seeds = request_seeds(self.seed, self.calls, len(requests))
+        count = len(requests)
+        seeds = (
+            [None] * count if self.sampling.greedy else request_seeds(self.seed, self.calls, count)
+        )
         self.calls += 1
         params = [self.sampling_params(r.max_new_tokens, s) for r, s in zip(requests, seeds)]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-        results = [self._result(out.outputs[0]) for out in outputs]
+        results = [self.result(out.outputs[0]) for out in outputs]
         self.stats.turns += len(requests)
         self.stats.generated_tokens += sum(len(r.token_ids) for r in results)
         self.stats.prefill_tokens += sum(
@@ -372,7 +445,8 @@ class VLLMBackend:
         )  # upper bound: cache hits not seen
         return results
 
-    def _result(self, completion) -> TurnResult:
+    def result(self, completion) -> TurnResult:
+        """One finished request's ``CompletionOutput`` as a turn."""
         token_ids = list(completion.token_ids)
         steps = completion.logprobs or [{} for _ in token_ids]
         logps = [
@@ -380,11 +454,16 @@ class VLLMBackend:
             for tok, step in zip(token_ids, steps)
         ]
         k = self.sampling.topk_entropy_k
+        topk = (
+            [topk_entropy(step, k) for step in steps]
+            if self.records_topk
+            else [float("nan")] * len(token_ids)
+        )
         return TurnResult(
             token_ids=token_ids,
             logps=logps,
             entropies=[float("nan")] * len(token_ids),
-            topk_entropies=[topk_entropy(step, k) for step in steps],
+            topk_entropies=topk,
             stopped=completion.finish_reason == "stop",
             prefix=None,
         )
