@@ -271,9 +271,7 @@ def run_oracle(
     record.start()
     todo = [c for c in range((len(rows) + chunk - 1) // chunk) if c not in record.done()]
     if todo and measure is None:
-        measure = _rollout_measure(
-            cfg, rows, policy, chains=chains, resamples=resamples, seed=seed, chunk=chunk
-        )
+        measure = _rollout_measure(cfg, policy, chains, resamples, seed, chunk)
     start = time.perf_counter()
     for c in todo:
         first = c * chunk
@@ -294,17 +292,9 @@ def run_oracle(
     return load_oracle(out_csv)
 
 
-def _rollout_measure(
-    cfg,
-    rows: Sequence[dict[str, Any]],
-    policy: Path,
-    *,
-    chains: int,
-    resamples: int,
-    seed: int,
-    chunk: int,
-):
-    """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out."""
+def _rollout_measure(cfg, policy: Path, chains: int, resamples: int, seed: int, chunk: int):
+    """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out, chunk ``c`` (its
+    first prompt ``c * chunk``) with seed ``seed + c``."""
     rollout_cfg = replace(cfg.rollout, keep_cache=True)
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
     model, tokenizer = load_policy(policy, cfg.policy.dtype)
