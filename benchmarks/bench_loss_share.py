@@ -78,21 +78,19 @@ def main() -> None:
         calls[name] += 1
         return out
 
-    def forward_backward(loss_fn, logp, *rest, **options):
+    def forward_backward(loss_fn, logp, *rest, **inputs):
         x = logp.detach().clone().requires_grad_(True)
-        out = loss_fn(x, *rest, **options)
+        out = loss_fn(x, *rest, **inputs)
         loss = out[0] if isinstance(out, tuple) else out
         loss.backward()
         return out
 
     real = trainer_module.loss_and_diagnostics
 
-    def wrapper(logp, old_logp, advantages, mask, **options):
+    def wrapper(logp, *rest, **inputs):
         if torch.is_grad_enabled() and logp.requires_grad:  # the loss of an update
-            timed(
-                "loss", lambda: forward_backward(real, logp, old_logp, advantages, mask, **options)
-            )
-        return real(logp, old_logp, advantages, mask, **options)
+            timed("loss", lambda: forward_backward(real, logp, *rest, **inputs))
+        return real(logp, *rest, **inputs)
 
     trainer_module.loss_and_diagnostics = wrapper
     run = run_folder.run_dir(cfg.name, "bench_loss_share", 0)

@@ -49,15 +49,22 @@ from at2po_lib.method.credit import (
     forest_node_values,
 )
 from at2po_lib.method.examples import random_tree, synthetic_turn_rows
-from at2po_lib.method.loss import EPS_HIGH, EPS_LOW, loss_diagnostics, policy_loss
+from at2po_lib.method.loss import (
+    ATPO_LOSS,
+    EPS_HIGH,
+    EPS_LOW,
+    LossOptions,
+    loss_diagnostics,
+    policy_loss,
+)
 from at2po_lib.method.tree import Forest
 
 
-def trainer_loss(logp, old_logp, advantages, mask, **options):
+def trainer_loss(logp, old_logp, advantages, mask, options: LossOptions = ATPO_LOSS):
     """The loss and the logged statistics as the trainer computes them: ``policy_loss`` and,
     beside it, ``loss_diagnostics`` of the same inputs."""
-    loss = policy_loss(logp, old_logp, advantages, mask, **options)
-    return loss, loss_diagnostics(logp, old_logp, advantages, mask, **options)
+    loss = policy_loss(logp, old_logp, advantages, mask, options)
+    return loss, loss_diagnostics(logp, old_logp, advantages, mask, options)
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
@@ -150,7 +157,7 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
 
         return once
 
-    ours = run(lambda x: trainer_loss(x, old, data["advantages"], data["mask"], level="turn"))
+    ours = run(lambda x: trainer_loss(x, old, data["advantages"], data["mask"]))
     authors = run(lambda x: authors_turn_loss(x, old, data["advantages"], data["mask"]))
     a, b = ours(), authors()
     grad_diff = float((a[3] - b[3]).abs().max())
@@ -179,13 +186,14 @@ def compare_with_authors_loop(args: argparse.Namespace, data: dict) -> float:
 
 def time_loss(level: str, logits_leaf: bool, data: dict, vocab: int) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) of one forward + backward."""
+    options = LossOptions(level=level)
     start, start_cpu = time.perf_counter(), time.process_time()
     if logits_leaf:
         logits = data["logits"].detach().requires_grad_(True)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, data["ids"][..., None]).squeeze(-1)
     else:
         logits = logp = data["logp"].detach().requires_grad_(True)
-    loss, _ = trainer_loss(logp, data["old_logp"], data["advantages"], data["mask"], level=level)
+    loss, _ = trainer_loss(logp, data["old_logp"], data["advantages"], data["mask"], options)
     loss.backward()
     assert logits.grad is not None
     return time.perf_counter() - start, time.process_time() - start_cpu
@@ -301,9 +309,9 @@ def bench_loss_threads(args: argparse.Namespace) -> None:
             x = logp.clone().requires_grad_(True)
             start = time.perf_counter()
             if name.endswith(f"loss on {LOSS_THREADS}"):
-                loss, _ = loss_and_diagnostics(x, old, adv, mask, level="turn")
+                loss, _ = loss_and_diagnostics(x, old, adv, mask)
             else:
-                loss, _ = trainer_loss(x, old, adv, mask, level="turn")
+                loss, _ = trainer_loss(x, old, adv, mask)
             loss.backward()
             if i >= len(variants):  # the first of each: warm-up
                 times[name].append(time.perf_counter() - start)

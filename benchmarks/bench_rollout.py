@@ -36,7 +36,8 @@ from at2po_lib.config.profile import load_profile
 from at2po_lib.rollout.agent import STOP_SEQUENCES
 from at2po_lib.rollout.backends import make_backend
 from at2po_lib.rollout.export import tree_summary
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.agent import Sampler, SearchEnv
+from at2po_lib.rollout.trees import rollout
 
 
 def load_policy_and_world(profile: str, policy: str):
@@ -104,18 +105,12 @@ def run(
     )
     leaves = cfg.leaves_per_prompt("entropy")
     start, start_cpu = time.perf_counter(), time.process_time()
-    trees = rollout_trees(
-        model,
-        tokenizer,
-        template,
-        retriever,
+    trees = rollout(
+        Sampler(SearchEnv(tokenizer, template, retriever, cfg), backend, args.seed),
         questions,
         golden,
-        cfg,
         expansion=expansion,
-        num_chains=leaves,
-        seed=args.seed,
-        backend=backend,
+        num_leaves=leaves,
         share_prefixes=cache == "tree",
     )
     seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu

@@ -44,10 +44,10 @@ from at2po_lib.evaluation.greedy import load_eval_rows  # noqa: E402
 from at2po_lib.policy.model import load_policy  # noqa: E402
 from at2po_lib.protocol.prompts import get_template  # noqa: E402
 from at2po_lib.retrieval.indexes import build_retriever  # noqa: E402
-from at2po_lib.rollout.agent import rollout_chains, turn_stops  # noqa: E402
+from at2po_lib.rollout.agent import Sampler, SearchEnv, turn_stops  # noqa: E402
 from at2po_lib.rollout.backends import make_backend  # noqa: E402
 from at2po_lib.rollout.flops import matmul_rate, rollout_flops  # noqa: E402
-from at2po_lib.rollout.trees import rollout_trees  # noqa: E402
+from at2po_lib.rollout.trees import rollout, rollout_chains  # noqa: E402
 from at2po_lib.rollout.turns import BackendStats  # noqa: E402
 from at2po_lib.tinyworld.build import ensure_world, read_rows  # noqa: E402
 
@@ -111,22 +111,21 @@ def backend_for(setup: Setup, path: str, seed: int, greedy: bool = False):
     )
 
 
+def environment(setup: Setup) -> SearchEnv:
+    """The search environment of ``setup`` (its profile's rollout limits)."""
+    return SearchEnv(setup.tokenizer, setup.template, setup.retriever, setup.cfg.rollout)
+
+
 def tree_step(setup: Setup, path: str, expansion: str) -> tuple[BackendStats, list]:
     """One training step's rollout (``entropy``: AT2PO; ``chain``: GRPO's chains)."""
     backend = backend_for(setup, path, seed=0)
     chains = setup.cfg.rollout.chains if expansion == "chain" else None
-    trees = rollout_trees(
-        setup.model,
-        setup.tokenizer,
-        setup.template,
-        setup.retriever,
+    trees = rollout(
+        Sampler(environment(setup), backend, 0),
         [r["question"] for r in setup.train_rows],
         [list(r["golden_answers"]) for r in setup.train_rows],
-        setup.cfg.rollout,
         expansion=expansion,
-        num_chains=chains,
-        seed=0,
-        backend=backend,
+        num_leaves=chains,
     )
     return backend.stats, [n.token_ids for t in trees for n in t.nodes]
 
@@ -138,17 +137,8 @@ def sampled_metric(setup: Setup, path: str) -> tuple[BackendStats, list]:
     total, tokens = BackendStats(), []
     for start in range(0, len(questions), batch):
         backend = backend_for(setup, path, seed=start)
-        trajectories = rollout_chains(
-            setup.model,
-            setup.tokenizer,
-            setup.template,
-            setup.retriever,
-            questions[start : start + batch],
-            setup.cfg.rollout,
-            greedy=False,
-            seed=start,
-            backend=backend,
-        )
+        sampler = Sampler(environment(setup), backend, start)
+        trajectories = rollout_chains(sampler, questions[start : start + batch])
         tokens += [t.completion_ids for t in trajectories]
         for name in total.__dataclass_fields__:
             setattr(total, name, getattr(total, name) + getattr(backend.stats, name))

@@ -52,10 +52,10 @@ from at2po_lib.config.profile import load_profile  # noqa: E402 - after the envi
 from at2po_lib.policy.tokenizer import load_tokenizer  # noqa: E402
 from at2po_lib.protocol.prompts import get_template  # noqa: E402
 from at2po_lib.retrieval.indexes import build_retriever  # noqa: E402
-from at2po_lib.rollout.agent import turn_stops  # noqa: E402
+from at2po_lib.rollout.agent import Sampler, SearchEnv, turn_stops  # noqa: E402
 from at2po_lib.rollout.backends import make_backend  # noqa: E402
 from at2po_lib.rollout.sampling import SamplingSpec  # noqa: E402
-from at2po_lib.rollout.trees import rollout_trees  # noqa: E402
+from at2po_lib.rollout.trees import rollout  # noqa: E402
 from at2po_lib.rollout.vllm_backend import VLLMBackend, build_engine  # noqa: E402
 from at2po_lib.tinyworld.build import ensure_world, read_rows  # noqa: E402
 from at2po_lib.trainer.run import policy_path  # noqa: E402
@@ -122,18 +122,13 @@ def roll(variant: str, world: dict, seed: int, counter: StepCounter) -> Measure:
     backend = backend_for(variant, llm, world["tokenizer"], cfg.rollout, world["template"], seed)
     before = counter.count
     wall, cpu = time.perf_counter(), time.process_time()
-    rollout_trees(
-        None,
+    env = SearchEnv(
         world["tokenizer"],
         world["template"],
         world["retriever"],
-        world["questions"],
-        world["golden"],
         replace(cfg.rollout, backend="vllm"),
-        expansion="entropy",
-        seed=seed,
-        backend=backend,
     )
+    rollout(Sampler(env, backend, seed), world["questions"], world["golden"], expansion="entropy")
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return Measure(
         wall,

@@ -34,7 +34,8 @@ from at2po_lib.rollout.agent import STOP_SEQUENCES
 from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.export import training_rows, tree_summary
 from at2po_lib.rollout.sampling import SamplingSpec
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.agent import Sampler, SearchEnv
+from at2po_lib.rollout.trees import rollout
 from qwen3_shapes import QWEN3_VOCAB, SHAPES
 
 TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
@@ -151,14 +152,14 @@ def main(argv: list[str] | None = None) -> None:
     model = build_model(tokenizer, args.small, args.device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
-    rollout = cfg.rollout
-    leaves = rollout.leaves_per_prompt("entropy")
+    rollout_cfg = cfg.rollout
+    leaves = rollout_cfg.leaves_per_prompt("entropy")
     print(f"device: {device_name} ({args.device}), dtype {dtype}, torch {torch.__version__}")
     print(f"model: random Qwen3, {n_params / 1e6:.1f}M parameters, vocab {model.config.vocab_size}")
     print(
         f"workload: profile {args.profile}, {args.prompts} prompts x {leaves} leaves "
-        f"(M={rollout.tree_m}, L={rollout.tree_l}, K={rollout.tree_k}), entropy expansion, "
-        f"temperature {rollout.temperature}, retriever {kind}"
+        f"(M={rollout_cfg.tree_m}, L={rollout_cfg.tree_l}, K={rollout_cfg.tree_k}), entropy expansion, "
+        f"temperature {rollout_cfg.temperature}, retriever {kind}"
     )
 
     questions = [r["question"] for r in rows[: args.prompts]]
@@ -166,31 +167,20 @@ def main(argv: list[str] | None = None) -> None:
     backend = HFBackend(
         model,
         tokenizer,
-        SamplingSpec(rollout.temperature),
+        SamplingSpec(rollout_cfg.temperature),
         STOP_SEQUENCES,
         seed=0,
-        max_batch_size=rollout.max_batch_rows,
+        max_batch_size=rollout_cfg.max_batch_rows,
     )
-    rollout_trees(
-        model, tokenizer, template, retriever, questions[:2], golden[:2], rollout, backend=backend
-    )  # warm-up
+    env = SearchEnv(tokenizer, template, retriever, rollout_cfg)
+    rollout(Sampler(env, backend), questions[:2], golden[:2])  # warm-up
     for repeat in range(args.repeats):
         backend.stats.reset()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        trees = rollout_trees(
-            model,
-            tokenizer,
-            template,
-            retriever,
-            questions,
-            golden,
-            rollout,
-            backend=backend,
-            seed=repeat,
-        )
+        trees = rollout(Sampler(env, backend, repeat), questions, golden)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -207,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{st.prefill_tokens} prefill tokens ({st.prefill_tokens / seconds:.0f} tok/s), "
             f"{s['nodes_per_tree']:.1f} nodes/tree, {st.forward_calls} forward calls{peak}"
         )
-    gap = recompute_gap(model, training_rows(trees), rollout.temperature, args.device)
+    gap = recompute_gap(model, training_rows(trees), rollout_cfg.temperature, args.device)
     print(f"max |recorded - recomputed| log-prob over 4 rows: {gap:.2e}")
     print(f"load average {os.getloadavg()[0]:.1f}")
     summary = {

@@ -160,8 +160,8 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     from at2po_lib.policy.model import load_policy
     from at2po_lib.protocol.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
-    from at2po_lib.rollout.agent import rollout_chains, turn_stops
-    from at2po_lib.rollout.backends import make_backend
+    from at2po_lib.rollout.agent import Sampler, SearchEnv
+    from at2po_lib.rollout.trees import rollout_chains
     from at2po_lib.rollout.vllm_backend import build_engine
     from at2po_lib.trainer.run import policy_path
 
@@ -176,7 +176,8 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
         for row in load_eval_rows(cfg, name, questions // 3)
     ]
     texts = [row["question"] for row in rows]
-    hf = rollout_chains(model.eval(), tok, template, retriever, texts, cfg.rollout, greedy=True)
+    env = SearchEnv(tok, template, retriever, cfg.rollout)
+    hf = rollout_chains(Sampler.from_model(model.eval(), env, greedy=True), texts)
     # vLLM's core in this process, one scheduler step a ``step`` call, as TRL's colocated
     # engine runs it: the queue's rows then join at the same steps in every run (a spawned core
     # runs ahead of the host, so a resumed row joins when its request arrives)
@@ -186,10 +187,11 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     # the queue (one per round, the default) and the old path (one generate a turn depth)
     for name, grouping in (("vllm", "auto"), ("vllm_turn", "turn")):
         vllm_cfg = replace(cfg.rollout, backend="vllm", decode_grouping=grouping)
-        backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), greedy=True)
-        vl = rollout_chains(
-            None, tok, template, retriever, texts, vllm_cfg, greedy=True, backend=backend
+        sampler = Sampler.from_model(
+            engine, SearchEnv(tok, template, retriever, vllm_cfg), greedy=True
         )
+        backend = sampler.backend
+        vl = rollout_chains(sampler, texts)
         out[name] = [_trajectory(t) for t in vl]
         out[f"{name}_calls"] = {
             "grouping": backend.grouping,
@@ -206,19 +208,14 @@ def _sampled_trees(engine, tok, template, retriever, texts, rollout_cfg) -> dict
     before each (as TRL's weight sync resets it). Each tree's node ids, per seed."""
     from dataclasses import replace
 
-    from at2po_lib.rollout.agent import turn_stops
-    from at2po_lib.rollout.backends import make_backend
-    from at2po_lib.rollout.trees import rollout_trees
+    from at2po_lib.rollout.agent import Sampler, SearchEnv
+    from at2po_lib.rollout.trees import rollout
 
-    vllm_cfg = replace(rollout_cfg, backend="vllm")
+    env = SearchEnv(tok, template, retriever, replace(rollout_cfg, backend="vllm"))
     grown = {}
     for name, seed in (("first", 7), ("again", 7), ("other", 8)):
         engine.reset_prefix_cache()
-        backend = make_backend(engine, tok, vllm_cfg, turn_stops(template), seed=seed)
-        trees = rollout_trees(
-            None, tok, template, retriever, texts, None, vllm_cfg, expansion="entropy",
-            seed=seed, backend=backend,
-        )  # fmt: skip
+        trees = rollout(Sampler.from_model(engine, env, seed), texts, None, expansion="entropy")
         grown[name] = [[node.token_ids for node in tree.nodes] for tree in trees]
     return grown
 

@@ -182,8 +182,9 @@ def test_a_demo_is_exactly_what_the_rollout_produces_for_the_same_turns(world):
     observations, and the final answer followed by EOS, trained (mask 1)."""
     import dataclasses
 
+    from at2po_lib.rollout.agent import Sampler, SearchEnv
     from at2po_lib.rollout.stand_ins import ScriptedBackend
-    from at2po_lib.rollout.trees import rollout_trees
+    from at2po_lib.rollout.trees import rollout
 
     tok, row, retriever = world["tok"], world["rows"][0], world["retriever"]
     (demo,) = script_demos([row], "tiny", retriever, topk=retriever.default_topk)
@@ -197,17 +198,9 @@ def test_a_demo_is_exactly_what_the_rollout_produces_for_the_same_turns(world):
     cfg = dataclasses.replace(
         world["cfg"].rollout, max_response_tokens=4000, max_prompt_tokens=1000
     )
-    (tree,) = rollout_trees(
-        None,
-        tok,
-        "tiny",
-        world["retriever"],
-        [row["question"]],
-        [row["golden_answers"]],
-        cfg,
-        expansion="chain",
-        num_chains=1,
-        backend=ScriptedBackend(tok, script),
+    sampler = Sampler(SearchEnv(tok, "tiny", world["retriever"], cfg), ScriptedBackend(tok, script))
+    (tree,) = rollout(
+        sampler, [row["question"]], [row["golden_answers"]], expansion="chain", num_leaves=1
     )
     traj = tree.trajectory(tree.leaves()[0], tok.decode, lambda text: None)
     example = tokenize_demo(demo, tok)

@@ -45,17 +45,7 @@ def test_flip_probability_of_a_scripted_policy_is_known(toy):
     cfg = dataclasses.replace(toy.cfg.rollout, max_response_tokens=600, max_tool_calls=3)
     backend = ScriptedBackend(toy.tokenizer, search_then_guess(gold, 0.3), seed=3)
     records = measure_chunk(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        [row],
-        cfg,
-        chains=4,
-        resamples=300,
-        seed=0,
-        first_prompt=0,
-        backend=backend,
+        toy.sampler(cfg, backend), [row], chains=4, resamples=300, first_prompt=0
     )
     frame = pd.DataFrame(records)
     assert len(frame) == 4  # the four search turns; the answers are leaves

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from at2po_lib.analysis.policy_change import clip_fraction_by_level, simulate_policy_change
 from at2po_lib.method.loss import (
     AGGREGATIONS,
+    LossOptions,
     importance_ratios,
     loss_diagnostics,
     policy_loss,
@@ -23,10 +24,15 @@ from at2po_lib.method.loss import (
 )
 
 
-def loss_and_stats(*args, **kwargs):
+def loss_and_stats(logp, old, adv, mask, turn_ids=None, ref_logp=None, token_entropy=None, **kw):
     """(loss, diagnostics) as the trainer computes them: ``policy_loss`` and, beside it,
-    ``loss_diagnostics`` of the same arguments."""
-    return policy_loss(*args, **kwargs), loss_diagnostics(*args, **kwargs)
+    ``loss_diagnostics`` of the same inputs, with ``kw`` as the :class:`LossOptions`."""
+    options = LossOptions(**kw)
+    inputs = dict(turn_ids=turn_ids, ref_logp=ref_logp, token_entropy=token_entropy)
+    return (
+        policy_loss(logp, old, adv, mask, options, **inputs),
+        loss_diagnostics(logp, old, adv, mask, options, **inputs),
+    )
 
 
 LOSSES = {"definition": loss_and_stats}

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.rollout.aepo import aepo_turn_entropy, branch_probability, rollout_aepo
+from at2po_lib.rollout.aepo import aepo_turn_entropy, branch_probability
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.structures import Node
 from at2po_lib.rollout.stand_ins import ScriptedBackend, random_action_script
+from at2po_lib.rollout.trees import rollout
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +52,16 @@ def test_exactly_budget_leaves_and_branches_are_siblings(
 ):
     initial = max(1, round(initial_frac * budget))
     cfg = dataclasses.replace(
-        toy.cfg.rollout, aepo_beam=beam, max_response_tokens=600, max_tool_calls=3
+        toy.cfg.rollout,
+        aepo_beam=beam,
+        aepo_initial=initial,
+        max_response_tokens=600,
+        max_tool_calls=3,
     )
     questions, golden = toy.questions(3)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_aepo(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        budget=budget,
-        initial=initial,
-        seed=seed,
-        backend=backend,
-    )
+    sampler = toy.sampler(cfg, backend, seed=seed)
+    trees = rollout(sampler, questions, golden, expansion="aepo", num_leaves=budget)
     calls = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == budget
@@ -92,9 +86,7 @@ def test_exactly_budget_leaves_and_branches_are_siblings(
 def test_real_model_aepo(toy):
     questions, golden = toy.questions(3)
     cfg = toy.cfg.rollout
-    trees = rollout_aepo(
-        toy.model, toy.tokenizer, toy.template, toy.retriever, questions, golden, cfg, seed=0
-    )
+    trees = rollout(toy.sampler(cfg, seed=0), questions, golden, expansion="aepo")
     assert all(len(t.leaves()) == cfg.aepo_budget for t in trees)
     assert all(not math.isnan(t.nodes[i].reward) for t in trees for i in t.leaves())
 
@@ -102,22 +94,12 @@ def test_real_model_aepo(toy):
 def test_branches_grow_from_inner_nodes(toy):
     """Chains that keep searching give AEPO branching points: some inner node gets a second
     child (a branch), and the budget is still met exactly."""
-    cfg = dataclasses.replace(toy.cfg.rollout, max_response_tokens=900, max_tool_calls=3)
+    cfg = dataclasses.replace(
+        toy.cfg.rollout, aepo_initial=2, max_response_tokens=900, max_tool_calls=3
+    )
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(0.9, 0.1), seed=0)
-    trees = rollout_aepo(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        budget=8,
-        initial=2,
-        seed=0,
-        backend=backend,
-    )
+    trees = rollout(toy.sampler(cfg, backend), questions, golden, expansion="aepo", num_leaves=8)
     assert all(len(t.leaves()) == 8 for t in trees)
     branched = [n for t in trees for n in t.nodes[1:] if len(n.children) > 1]
     assert branched and all(

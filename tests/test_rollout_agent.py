@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from at2po_lib.protocol.prompts import invalid_action_message, render_observation, tool_limit_notice
-from at2po_lib.rollout.agent import SearchEnv, rollout_chains
+from at2po_lib.rollout.agent import SearchEnv
 from at2po_lib.rollout.backends import HFBackend
 from at2po_lib.rollout.turns import TurnResult
 from at2po_lib.rollout.export import training_rows, tree_arrays
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.stand_ins import ScriptedBackend, ToySetup
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.trees import rollout, rollout_chains
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +38,7 @@ def run_script(toy, script, n=1, **changes):
 def run_script_with(toy, backend, n=1, **changes):
     cfg = cfg_with(toy, **changes)
     questions, golden = toy.questions(n)
-    trees = rollout_trees(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        expansion="chain",
-        num_chains=1,
-        backend=backend,
-    )
+    trees = rollout(toy.sampler(cfg, backend), questions, golden, expansion="chain", num_leaves=1)
     return trees, backend
 
 
@@ -205,18 +194,8 @@ def test_queries_lose_their_double_quotes(toy):
     def env_script(ctx, rng):
         return '<search> "capital" city </search>' if not seen else f"<answer> x </answer>{EOS}"
 
-    rollout_trees(
-        None,
-        toy.tokenizer,
-        toy.template,
-        Recording(),
-        questions,
-        golden,
-        cfg,
-        expansion="chain",
-        num_chains=1,
-        backend=ScriptedBackend(toy.tokenizer, env_script),
-    )
+    sampler = toy.sampler(cfg, ScriptedBackend(toy.tokenizer, env_script), retriever=Recording())
+    rollout(sampler, questions, golden, expansion="chain", num_leaves=1)
     assert seen == ["capital city"]
 
 
@@ -347,17 +326,7 @@ def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
     backend = RecordingBackend(
         toy.model, toy.tokenizer, SamplingSpec(temperature=1.0), ("</search>",), seed=0
     )
-    trees = rollout_trees(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        backend=backend,
-        seed=0,
-    )
+    trees = rollout(toy.sampler(cfg, backend), questions, golden)
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, cfg)
     # Observations hold the profile's top-k (smoke inherits tiny's 2), as the demonstrations do.
     assert env.topk == toy.cfg.retrieval.topk == 2
@@ -392,9 +361,8 @@ def test_ids_are_sampled_ids_plus_observation_ids_never_retokenised(toy):
 
 def test_greedy_chains_are_deterministic_and_complete(toy):
     questions, golden = toy.questions(3)
-    args = (toy.model, toy.tokenizer, toy.template, toy.retriever, questions, toy.cfg.rollout)
-    a = rollout_chains(*args, greedy=True, golden_answers=golden)
-    b = rollout_chains(*args, greedy=True)
+    a = rollout_chains(toy.sampler(greedy=True), questions, golden_answers=golden)
+    b = rollout_chains(toy.sampler(greedy=True), questions)
     assert [t.completion_ids for t in a] == [t.completion_ids for t in b]
     for t in a:
         assert t.num_turns == len(t.turns) and t.finish_reason

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from at2po_lib.rollout.agent import rollout_chains, turn_stops
+from at2po_lib.rollout.agent import turn_stops
 from at2po_lib.rollout.backends import GROUPED_ATTENTION, HFBackend, grouped_attention
 from at2po_lib.rollout.backends import attention_implementation, make_backend
 from at2po_lib.rollout.kvcache import BatchCache
@@ -18,7 +18,7 @@ from at2po_lib.rollout.lean import lean_forward_for
 from at2po_lib.rollout.packing import CHUNK_TOKENS, chunk_cost, plan_chunks, unique_rows
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.stand_ins import tag_biased_policy
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.trees import rollout, rollout_chains
 from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.policy.tokenizer import train_tokenizer
 
@@ -177,16 +177,7 @@ def _answers(toy, new: bool, greedy: bool, repeat: int = 1):
         packed_prefill=new,
         fused_prefill=new,
     )
-    trajectories = rollout_chains(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        cfg,
-        greedy=greedy,
-        backend=backend,
-    )
+    trajectories = rollout_chains(toy.sampler(cfg, backend), questions)
     return [t.completion_ids for t in trajectories]
 
 
@@ -212,17 +203,11 @@ def _grown_trees(toy, new: bool, seed: int, **backend_options) -> list[list]:
         fused_prefill=new,
         **backend_options,
     )
-    grown = rollout_trees(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
+    grown = rollout(
+        toy.sampler(cfg, backend, seed=seed),
         [row["question"] for row in toy.rows[:6]],
         None,
-        cfg,
         expansion="entropy",
-        seed=seed,
-        backend=backend,
     )
     return [[n.token_ids for n in t.nodes] for t in grown]
 

@@ -19,7 +19,7 @@ from at2po_lib.rollout.backends import HFBackend, make_backend
 from at2po_lib.rollout.export import training_rows
 from at2po_lib.rollout.kvcache import RowCache
 from at2po_lib.rollout.sampling import SamplingSpec
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.trees import rollout
 from at2po_lib.rollout.turns import TurnRequest
 
 
@@ -116,18 +116,7 @@ def grow(
     )
     assert backend.grouping == grouping
     questions, golden = toy.questions(n)
-    trees = rollout_trees(
-        model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        expansion=expansion,
-        seed=seed,
-        backend=backend,
-    )
+    trees = rollout(toy.sampler(cfg, backend, seed=seed), questions, golden, expansion=expansion)
     return trees, backend
 
 

@@ -25,7 +25,7 @@ from at2po_lib.method.expansion import (
     sibling_counts,
     top_k_cycled,
 )
-from at2po_lib.rollout.trees import equalize_leaves, rollout_trees, tree_grpo_shape
+from at2po_lib.rollout.trees import equalize_leaves, rollout, tree_grpo_shape
 
 
 @pytest.fixture(scope="module")
@@ -226,18 +226,7 @@ def test_entropy_tree_invariants_over_many_shapes(toy, m, l_rounds, k, seed, p_s
     )
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_trees(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        expansion="entropy",
-        seed=seed,
-        backend=backend,
-    )
+    trees = rollout(toy.sampler(cfg, backend, seed=seed), questions, golden, expansion="entropy")
     context_of = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
     for tree in trees:
         assert len(tree.leaves()) == m + l_rounds * k
@@ -279,18 +268,12 @@ def test_random_expansion_is_tree_grpo(toy, trees_per_prompt, l_rounds, n, seed,
     assert tree_grpo_shape(cfg) == (trees_per_prompt, l_rounds, n)
     questions, golden = toy.questions(2)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(p_search, 0.3), seed=seed)
-    trees = rollout_trees(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
+    trees = rollout(
+        toy.sampler(cfg, backend, seed=seed),
         questions,
         golden,
-        cfg,
         expansion="random",
-        seed=seed,
         prompt_ids=[10, 20],
-        backend=backend,
     )
     assert [t.prompt_index for t in trees] == [10] * trees_per_prompt + [20] * trees_per_prompt
     context_of = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
@@ -330,17 +313,7 @@ def test_real_model_tree_rows_match_a_full_recompute(toy):
     # more than once in some paths, which this test needs.
     cfg = dataclasses.replace(toy.cfg.rollout, temperature=1.0)
     questions, golden = toy.questions(3)
-    trees = rollout_trees(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        expansion="entropy",
-        seed=1,
-    )
+    trees = rollout(toy.sampler(cfg, seed=1), questions, golden, expansion="entropy")
     assert all(len(t.leaves()) == cfg.tree_m + cfg.tree_l * cfg.tree_k for t in trees)
     assert max(n.depth for t in trees for n in t.nodes) >= 2, "want some multi-turn paths"
     rows = training_rows(trees)
@@ -351,16 +324,7 @@ def test_entropy_estimate_choice_changes_the_exported_entropy(toy):
     from at2po_lib.rollout.export import tree_arrays
 
     questions, golden = toy.questions(1)
-    (tree,) = rollout_trees(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        toy.cfg.rollout,
-        seed=2,
-    )
+    (tree,) = rollout(toy.sampler(seed=2), questions, golden)
     nll, exact = tree_arrays(tree, "sampled_nll"), tree_arrays(tree, "exact")
     assert nll.entropy[0] == exact.entropy[0] == 0.0
     assert np.allclose(nll.entropy, nll.node_arrays["entropy_nll"])
@@ -385,18 +349,7 @@ def test_prefill_is_shared_by_the_chains_of_a_prompt(toy):
             toy.cfg.rollout,
             max_response_tokens=1,  # every chain: one token, one turn
         )
-        rollout_trees(
-            toy.model,
-            toy.tokenizer,
-            toy.template,
-            toy.retriever,
-            questions,
-            golden,
-            cfg,
-            expansion="chain",
-            num_chains=5,
-            backend=backend,
-        )
+        rollout(toy.sampler(cfg, backend), questions, golden, expansion="chain", num_leaves=5)
         counts[keep] = backend.stats.prefill_tokens
     # reuse: prompt[:-1] once per prompt + the last prompt token once per chain
     assert counts[True] == (prompt_tokens - 2) + 2 * 5
@@ -418,17 +371,8 @@ def test_random_siblings_rollout_adds_k_siblings_per_round(toy):
     )
     questions, golden = toy.questions(3)
     backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=1)
-    trees = rollout_trees(
-        None,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        cfg,
-        expansion="random_siblings",
-        backend=backend,
-        seed=1,
+    trees = rollout(
+        toy.sampler(cfg, backend, seed=1), questions, golden, expansion="random_siblings"
     )
     assert len(trees) == len(questions)
     calls = [(list(q.context), r.token_ids) for q, r in zip(backend.requests, backend.results)]
@@ -456,17 +400,8 @@ def test_random_siblings_is_reproducible(toy):
 
     def grow(expansion, seed):
         backend = ScriptedBackend(toy.tokenizer, random_action_script(0.7, 0.3), seed=5)
-        trees = rollout_trees(
-            None,
-            toy.tokenizer,
-            toy.template,
-            toy.retriever,
-            questions,
-            golden,
-            cfg,
-            expansion=expansion,
-            backend=backend,
-            seed=seed,
+        trees = rollout(
+            toy.sampler(cfg, backend, seed=seed), questions, golden, expansion=expansion
         )
         return [[(n.parent, tuple(n.token_ids)) for n in t.nodes] for t in trees]
 

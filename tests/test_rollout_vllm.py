@@ -12,10 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 import vllm_standin
-from at2po_lib.rollout.agent import rollout_chains, turn_stops
-from at2po_lib.rollout.aepo import rollout_aepo
+from at2po_lib.rollout.agent import Sampler, SearchEnv, turn_stops
 from at2po_lib.rollout.backends import make_backend
-from at2po_lib.rollout.trees import rollout_trees
+from at2po_lib.rollout.trees import rollout, rollout_chains
 from at2po_lib.rollout.turns import TurnRequest
 from at2po_lib.rollout.vllm_backend import (
     ColocatedEngine,
@@ -158,10 +157,8 @@ def test_the_queue_answers_greedily_as_one_generate_call_per_turn_depth(tiny, mo
     for grouping in ("auto", "turn"):
         llm = _engine(tiny, monkeypatch)
         backend, cfg = _backend(tiny, llm, grouping, greedy=True)
-        trajectories = rollout_chains(
-            None, tiny.tokenizer, tiny.template, tiny.retriever, tiny.questions, cfg, greedy=True,
-            golden_answers=tiny.golden, backend=backend,
-        )  # fmt: skip
+        env = SearchEnv(tiny.tokenizer, tiny.template, tiny.retriever, cfg)
+        trajectories = rollout_chains(Sampler(env, backend), tiny.questions, tiny.golden)
         runs[backend.grouping] = (trajectories, llm, backend)
     (queued, llm, backend), (per_turn, old_llm, _) = runs["round"], runs["turn"]
     for a, b in zip(queued, per_turn):
@@ -189,10 +186,9 @@ def test_sampled_queue_trees_repeat_with_their_seed_and_change_with_another(toy,
     def grow(seed: int):
         llm = _engine(toy, monkeypatch)
         backend, cfg = _backend(toy, llm, seed=seed)
-        trees = rollout_trees(
-            None, toy.tokenizer, toy.template, toy.retriever, questions, golden, cfg,
-            expansion="entropy", seed=seed, backend=backend,
-        )  # fmt: skip
+        trees = rollout(
+            toy.sampler(cfg, backend, seed=seed), questions, golden, expansion="entropy"
+        )
         return [[n.token_ids for n in t.nodes] for t in trees], llm, backend, cfg
 
     first, llm, backend, cfg = grow(3)
@@ -218,10 +214,7 @@ def test_topk_logprobs_are_asked_for_aepo_only(toy, monkeypatch):
     assert all(math.isfinite(v) for v in turn.logps)
     questions, golden = toy.questions(1)
     with pytest.raises(ValueError, match="top-k entropies"):
-        rollout_aepo(
-            None, toy.tokenizer, toy.template, toy.retriever, questions, golden, toy.cfg.rollout,
-            backend=tree,
-        )  # fmt: skip
+        rollout(toy.sampler(backend=tree), questions, golden, expansion="aepo")
 
 
 def test_a_tensor_parallel_group_keeps_one_generate_call_per_turn_depth(toy, monkeypatch):

@@ -126,18 +126,7 @@ def _grown(toy, rollout_cfg) -> list:
     from at2po_lib.rollout.trees import rollout
 
     questions, golden = toy.questions(2)
-    trees = rollout(
-        toy.model,
-        toy.tokenizer,
-        toy.template,
-        toy.retriever,
-        questions,
-        golden,
-        rollout_cfg,
-        expansion=rollout_cfg.expansion,
-        seed=1,
-        prompt_ids=[0, 1],
-    )
+    trees = rollout(toy.sampler(rollout_cfg, seed=1), questions, golden, prompt_ids=[0, 1])
     rows = [
         {k: v for k, v in row.items() if not k.startswith("entrop")} for row in training_rows(trees)
     ]

@@ -76,21 +76,10 @@ def _loss(cfg, delta, advantage=1.0):
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
     logp = (old + torch.tensor([delta], dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
-    options = dict(
-        level=cfg.loss_level,
-        eps_low=cfg.epsilon,
-        eps_high=cfg.epsilon_high,
-        agg=cfg.loss_aggregation,
-        ref_logp=old,
-        beta=cfg.beta,
-        entropy_balanced_clip=cfg.loss_entropy_balanced_clip,
-        token_entropy=torch.ones_like(old),
-        entropy_aware_adv=cfg.loss_entropy_aware_adv,
-        turn_ratio=cfg.loss_turn_ratio,
-    )
+    options, inputs = cfg.loss_options(), dict(ref_logp=old, token_entropy=torch.ones_like(old))
     advantages = torch.tensor([advantage], dtype=torch.float64)
-    loss = one_thread_loss(lambda x: policy_loss(x, old, advantages, mask, **options), logp)
-    stats = loss_diagnostics(logp, old, advantages, mask, **options)
+    loss = one_thread_loss(lambda x: policy_loss(x, old, advantages, mask, options, **inputs), logp)
+    stats = loss_diagnostics(logp, old, advantages, mask, options, **inputs)
     loss.backward()
     return loss, stats, logp.grad[0]
 
@@ -672,14 +661,14 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
         return out
 
     direct = logp.clone().requires_grad_(True)
-    expected = real(direct, old, adv, mask, level="turn")
+    expected = real(direct, old, adv, mask)
     expected.backward()
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         trainer_module.policy_loss = watched
         x = logp.clone().requires_grad_(True)
-        loss, stats = trainer_module.loss_and_diagnostics(x, old, adv, mask, level="turn")
+        loss, stats = trainer_module.loss_and_diagnostics(x, old, adv, mask)
         loss.backward()
         assert torch.get_num_threads() == 2
     finally:
@@ -689,10 +678,10 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
     assert loss.item() == expected.item()
     assert torch.equal(x.grad, direct.grad)
     own = {k: v for k, v in stats.items() if not k.endswith("_eps0.2")}
-    assert own == method_loss.loss_diagnostics(logp, old, adv, mask, level="turn")
+    assert own == method_loss.loss_diagnostics(logp, old, adv, mask)
     # the clipped shares had the range been GRPO's 0.2 (issue #48), beside the run's own range
     at_reference = method_loss.loss_diagnostics(
-        logp, old, adv, mask, level="turn", eps_low=0.2, eps_high=0.2
+        logp, old, adv, mask, method_loss.LossOptions(eps_low=0.2, eps_high=0.2)
     )
     assert stats["clip_frac_token_eps0.2"] == at_reference["clip_frac_token"]
     assert stats["clip_frac_turn_eps0.2"] == at_reference["clip_frac_turn"]

@@ -62,16 +62,8 @@ from scipy import stats
 from ..policy.model import load_policy
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
-from ..rollout.agent import (
-    SearchEnv,
-    init_state,
-    make_trees,
-    run_chains,
-    score_trees,
-    start_chain,
-    turn_stops,
-)
-from ..rollout.backends import make_backend
+from ..rollout.agent import Forest, Sampler, SearchEnv, score_trees
+from ..rollout.trees import resample_turns
 from ..rollout.export import tree_arrays, with_decisions
 from ..rollout.structures import ROOT, RolloutTree
 from ..util.errors import RecordError
@@ -120,25 +112,16 @@ def chain_leaf(tree: RolloutTree, node: int) -> int:
     return node
 
 
-def resample_candidates(
-    backend, env: SearchEnv, trees: list[RolloutTree], state, resamples: int
-) -> dict[tuple[int, int], list[int]]:
-    """Re-sample every candidate's turn ``resamples`` times (all trees in one batched round);
-    returns (tree index, candidate) → the new chains' first nodes."""
-    chains, owner = [], []
-    for i, tree in enumerate(trees):
-        for n in candidates(tree):
-            for _ in range(resamples):
-                chain = start_chain(
-                    tree, i, tree.nodes[n].parent, 1, state.box_for_context_of(i, n)
-                )
-                chain.node.resampled_from = n
-                chains.append(chain)
-                owner.append((i, n, chain.node.id))
-    run_chains(backend, env, chains, state)
+def resample_candidates(forest: Forest, resamples: int) -> dict[tuple[int, int], list[int]]:
+    """Re-sample every candidate's turn ``resamples`` times, as one expansion round of the
+    rollout does (:func:`at2po_lib.rollout.trees.resample_turns`; all trees in one batched
+    round); returns (tree index, candidate) → the new chains' first nodes."""
+    picks = [[n for n in candidates(tree) for _ in range(resamples)] for tree in forest.trees]
+    firsts = iter(resample_turns(forest, picks, 1))
     out: dict[tuple[int, int], list[int]] = {}
-    for i, n, first in owner:
-        out.setdefault((i, n), []).append(first)
+    for i, nodes in enumerate(picks):
+        for n in nodes:
+            out.setdefault((i, n), []).append(next(firsts))
     return out
 
 
@@ -187,48 +170,27 @@ def sibling_counts_before(tree: RolloutTree, firsts: dict[int, list[int]]) -> li
 
 
 def measure_chunk(
-    model,
-    tokenizer,
-    template,
-    retriever,
+    sampler: Sampler,
     rows: Sequence[dict[str, Any]],
-    rollout_cfg,
     *,
     chains: int,
     resamples: int,
-    seed: int,
     first_prompt: int,
-    backend=None,
 ) -> list[dict[str, Any]]:
-    """Grow ``chains`` chains for each row, re-sample every candidate ``resamples`` times,
-    score all leaves and return one record per candidate. ``backend``: a turn backend to use
-    instead of ``model``'s (tests script one)."""
-    env = SearchEnv(tokenizer, template, retriever, rollout_cfg, None)
-    backend = backend or make_backend(
-        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
-    )
-    trees = make_trees(
-        env,
+    """Grow ``chains`` chains for each row (an AT2PO tree's first round), re-sample every
+    candidate ``resamples`` times, score all leaves and return one record per candidate."""
+    forest = Forest.plant(
+        sampler,
         [r["question"] for r in rows],
         [list(r["golden_answers"]) for r in rows],
         list(range(first_prompt, first_prompt + len(rows))),
     )
-    state = init_state(backend, trees, True)
-    run_chains(
-        backend,
-        env,
-        [
-            start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-            for i, t in enumerate(trees)
-            for _ in range(chains)
-        ],
-        state,
-    )
-    firsts = resample_candidates(backend, env, trees, state, resamples)
-    score_trees(env, trees)
-    rng = np.random.default_rng([seed, first_prompt])
+    forest.grow(forest.from_roots(chains))
+    firsts = resample_candidates(forest, resamples)
+    score_trees(sampler.env, forest.trees)
+    rng = np.random.default_rng([sampler.seed, first_prompt])
     out = []
-    for i, (tree, row) in enumerate(zip(trees, rows)):
+    for i, (tree, row) in enumerate(zip(forest.trees, rows)):
         mine = {n: f for (j, n), f in firsts.items() if j == i}
         out += candidate_rows(tree, row, mine, rng)
     return out
@@ -309,9 +271,7 @@ def run_oracle(
     record.start()
     todo = [c for c in range((len(rows) + chunk - 1) // chunk) if c not in record.done()]
     if todo and measure is None:
-        measure = _rollout_measure(
-            cfg, rows, policy, chains=chains, resamples=resamples, seed=seed, chunk=chunk
-        )
+        measure = _rollout_measure(cfg, policy, chains, resamples, seed, chunk)
     start = time.perf_counter()
     for c in todo:
         first = c * chunk
@@ -332,36 +292,18 @@ def run_oracle(
     return load_oracle(out_csv)
 
 
-def _rollout_measure(
-    cfg,
-    rows: Sequence[dict[str, Any]],
-    policy: Path,
-    *,
-    chains: int,
-    resamples: int,
-    seed: int,
-    chunk: int,
-):
-    """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out."""
+def _rollout_measure(cfg, policy: Path, chains: int, resamples: int, seed: int, chunk: int):
+    """``measure(first, part)`` for :func:`run_oracle`: the policy rolled out, chunk ``c`` (its
+    first prompt ``c * chunk``) with seed ``seed + c``."""
     rollout_cfg = replace(cfg.rollout, keep_cache=True)
     torch.set_num_threads(max(rollout_cfg.num_threads, 1))
     model, tokenizer = load_policy(policy, cfg.policy.dtype)
     template = get_template(cfg.policy.template)
-    retriever = build_retriever(cfg, build=False)
+    env = SearchEnv(tokenizer, template, build_retriever(cfg, build=False), rollout_cfg)
 
     def measure(first: int, part: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return measure_chunk(
-            model,
-            tokenizer,
-            template,
-            retriever,
-            part,
-            rollout_cfg,
-            chains=chains,
-            resamples=resamples,
-            seed=seed + first // chunk,
-            first_prompt=first,
-        )
+        sampler = Sampler.from_model(model, env, seed=seed + first // chunk)
+        return measure_chunk(sampler, part, chains=chains, resamples=resamples, first_prompt=first)
 
     return measure
 

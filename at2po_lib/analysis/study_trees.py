@@ -41,6 +41,7 @@ from ..policy.warmstart_cache import (
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
+from ..rollout.agent import Sampler, SearchEnv
 from ..rollout.trees import rollout
 from ..protocol.tree_files import load_trees, load_trees_meta, save_trees
 from ..util.errors import ProfileError, RecordError
@@ -149,21 +150,17 @@ def grow_trees(
     model, tokenizer = load_policy(policy, cfg.policy.dtype)
     template = get_template(cfg.policy.template)
     retriever = build_retriever(cfg, build=False)
+    env = SearchEnv(tokenizer, template, retriever, rollout_cfg)
     trees: list[TreeArrays] = []
     start = time.perf_counter()
     for c, first in enumerate(range(0, len(rows), chunk)):
         part = rows[first : first + chunk]
         grown = rollout(
-            model,
-            tokenizer,
-            template,
-            retriever,
+            Sampler.from_model(model, env, seed=seed + c),
             [r["question"] for r in part],
             [list(r["golden_answers"]) for r in part],
-            rollout_cfg,
             expansion=expansion,
             num_leaves=num_chains,
-            seed=seed + c,
             prompt_ids=list(range(first, first + len(part))),
         )
         arrays = [

@@ -38,7 +38,8 @@ from ..policy.model import load_policy
 from ..policy.tokenizer import load_tokenizer
 from ..protocol.prompts import get_template
 from ..protocol.reward import exact_match, f1_score
-from ..rollout.agent import rollout_chains
+from ..rollout.agent import Sampler, SearchEnv
+from ..rollout.trees import rollout_chains
 from ..rollout.decoding import HALF_DTYPES, decode_dtype
 from ..rollout.vllm_backend import build_engine, is_engine
 from ..tinyworld.build import ensure_world
@@ -210,23 +211,16 @@ def greedy_answers(
     batch_size: int = 32,
     backend: Any = None,
 ) -> list[Any]:
-    """One greedy chain per question (``rollout_chains(..., greedy=True)``), in batches of
-    ``batch_size`` (0: as many as memory allows, :func:`batch_rows_for`). ``backend``: a turn
-    backend to reuse (the trainer's vLLM engine); None builds one."""
+    """One greedy chain per question (:func:`~at2po_lib.rollout.trees.rollout_chains`), in
+    batches of ``batch_size`` (0: as many as memory allows, :func:`batch_rows_for`).
+    ``backend``: a turn backend to reuse (the trainer's vLLM engine); None builds one a batch."""
     questions = [row["question"] for row in rows]
     batch_size = batch_rows_for(model, rollout_cfg, batch_size, len(questions))
+    env = SearchEnv(tokenizer, template, retriever, rollout_cfg)
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch_size):
-        trajectories += rollout_chains(
-            model,
-            tokenizer,
-            template,
-            retriever,
-            questions[start : start + batch_size],
-            rollout_cfg,
-            greedy=True,
-            backend=backend,
-        )
+        sampler = Sampler(env, backend) if backend else Sampler.from_model(model, env, greedy=True)
+        trajectories += rollout_chains(sampler, questions[start : start + batch_size])
     return trajectories
 
 
@@ -281,18 +275,11 @@ def sampled_em(
     template = get_template(profile_cfg.policy.template)
     questions = [row["question"] for row in rows for _ in range(k)]
     batch = batch_rows_for(model, profile_cfg.rollout, profile_cfg.eval.batch_size, len(questions))
+    env = SearchEnv(tokenizer, template, retriever, profile_cfg.rollout)
     trajectories: list[Any] = []
     for start in range(0, len(questions), batch):
-        trajectories += rollout_chains(
-            model,
-            tokenizer,
-            template,
-            retriever,
-            questions[start : start + batch],
-            profile_cfg.rollout,
-            greedy=False,
-            seed=seed + start,
-        )
+        sampler = Sampler.from_model(model, env, seed=seed + start)
+        trajectories += rollout_chains(sampler, questions[start : start + batch])
     hits = np.array(
         [
             exact_match(traj.answer, row["golden_answers"])

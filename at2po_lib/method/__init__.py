@@ -9,8 +9,9 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
   (``VALUE_MODES``, ``ADVANTAGE_MODES``); the outcome baselines it is compared with (GRPO,
   Tree-GRPO, ``OUTCOME_ADVANTAGES``) are in :mod:`.outcome`.
 - :mod:`.loss`: the ATPO loss on one screen, a clipped surrogate whose importance ratio is per
-  token, per sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``);
-  the trainer calls it as it is, with ``loss_diagnostics`` (what it logs) beside it.
+  token, per sequence or per turn (``LEVELS``), aggregated as verl names it (``AGGREGATIONS``),
+  a method's choices one ``LossOptions``; the trainer calls it as it is, with
+  ``loss_diagnostics`` (what it logs) beside it.
 - :mod:`.presets`: every trained row of the paper's Tables 1-3 as a named preset.
 
 Demo trees for notebooks and tests are in :mod:`.examples`; tree files in

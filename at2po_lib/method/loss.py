@@ -5,8 +5,9 @@ model tokens of a batch, and the trainer calls it as it is; :func:`loss_diagnost
 it, gives what the trainer logs of the same update (clip shares, at this level and at the token
 and the turn level, approximate KL, the turn-KL entropy) from the same inputs, without
 recomputing the loss. (A fused form with a hand-written backward saved nothing measurable: the
-loss is under 1% of a tiny RL step, benchmarks/README.md, issue #49.) One function covers the
-paper's methods:
+loss is under 1% of a tiny RL step, benchmarks/README.md, issue #49.) Both take the method's
+choices as one :class:`LossOptions` (the trainer builds it once from its config). One function
+covers the paper's methods (the options column: :class:`LossOptions` fields):
 
 =========  ===========  ============================  ==================================
 method     ``level``    clip (eps_low / eps_high)      other options
@@ -32,6 +33,8 @@ it); verl's dual clip (c = 3 on negative advantages) is not offered (TRL does no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 LEVELS = ("token", "sequence", "turn")
@@ -47,6 +50,51 @@ LOG_RATIO_CLAMP = 10.0
 """Sequence and turn log-ratios are clamped here (no gradient beyond), as GSPO's code does."""
 KL_CLAMP = 10.0
 """verl's per-token bound on the k3 KL (``low_var_kl``)."""
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    r"""A method's choices of the loss (docs/method.md §7–§8); the defaults are ATPO's. The
+    trainer builds them once from its config (``AT2POConfig.loss_options``), where the
+    method presets set them (:mod:`.presets`)."""
+
+    level: str = "turn"
+    """The ratio unit k(t) (:data:`LEVELS`): each token (GRPO, DAPO), its row (GSPO) or its turn
+    (ATPO, §7 "Turn ratio")."""
+    eps_low: float = EPS_LOW
+    """ε_low of clip(s_t, 1 − ε_low, 1 + ε_high) (§7 "Clipped objective per token")."""
+    eps_high: float = EPS_HIGH
+    """ε_high of the same clip (DAPO's clip-higher: ε_high > ε_low, §8)."""
+    agg: str = "seq-mean-token-mean"
+    """How the per-token losses ℓ_t become one number (:data:`AGGREGATIONS`, verl's
+    ``loss_agg_mode``): Σ_t ℓ_t / N, or the mean over rows of each row's mean (§7
+    "Aggregation")."""
+    turn_ratio: str = "geometric"
+    """log s_k = (1/|y_k|) Σ_{t∈k} r_t (geometric, the authors' code) or Σ_{t∈k} r_t (product,
+    the paper's ρ^turn) for a turn unit (:data:`TURN_RATIOS`, §7)."""
+    beta: float = 0.0
+    """β of the penalty ℓ_t += β KL_t(π_θ ‖ π_ref), verl's k3 ``low_var_kl`` (GRPO,
+    Tree-GRPO: 1e-3, §8); > 0 needs ``ref_logp``."""
+    entropy_balanced_clip: bool = False
+    """AEPO's entropy-balanced clipping: above 1 + ε_high the clipped ratio
+    (1 + ε_high) s_t / sg(s_t) keeps a gradient (§8)."""
+    entropy_aware_adv: float = 0.0
+    """γ of AEPO's entropy-aware advantage A_t (1 + γ z(H_t)) (§8); > 0 needs
+    ``token_entropy``."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("level", LEVELS),
+            ("agg", AGGREGATIONS),
+            ("turn_ratio", TURN_RATIOS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+
+ATPO_LOSS = LossOptions()
+"""ATPO's loss: turn ratio, clip 1 − 3e-3 … 1 + 4e-3, seq-mean-token-mean (the ``at2po``
+preset's)."""
 
 
 def ratio_units(
@@ -103,49 +151,33 @@ def policy_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    level: str = "turn",
-    eps_low: float = EPS_LOW,
-    eps_high: float = EPS_HIGH,
-    agg: str = "seq-mean-token-mean",
+    options: LossOptions = ATPO_LOSS,
+    *,
     turn_ids: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
-    beta: float = 0.0,
-    entropy_balanced_clip: bool = False,
     token_entropy: torch.Tensor | None = None,
-    entropy_aware_adv: float = 0.0,
-    turn_ratio: str = "geometric",
 ) -> torch.Tensor:
     r"""The clipped policy loss (scalar), differentiable in ``logp`` (B, T).
 
     ``old_logp`` (B, T) log π_old; ``advantages`` (B,) or (B, T); ``mask`` (B, T) 1 = model
-    token; ``turn_ids`` (B, T) optional; ``ref_logp`` (B, T) with ``beta`` > 0: k3 KL penalty;
-    ``token_entropy`` (B, T) with ``entropy_aware_adv`` γ > 0: AEPO's advantage.
+    token; ``options`` the method's (:class:`LossOptions`); ``turn_ids`` (B, T) optional;
+    ``ref_logp`` (B, T) with ``beta`` > 0: k3 KL penalty; ``token_entropy`` (B, T) with
+    ``entropy_aware_adv`` γ > 0: AEPO's advantage.
     """
+    o = options
     advantages = torch.as_tensor(advantages, device=logp.device)
-    check_loss_inputs(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        level,
-        agg,
-        turn_ratio,
-        turn_ids,
-        ref_logp,
-        beta,
-        token_entropy,
-        entropy_aware_adv,
-    )
+    check_loss_inputs(logp, old_logp, advantages, mask, o, turn_ids, ref_logp, token_entropy)
     is_tok = mask.bool()
-    a = token_advantages(advantages, mask, logp.dtype, token_entropy, entropy_aware_adv)  # (N,)
-    s = importance_ratios(logp, old_logp, mask, level, turn_ids, turn_ratio)  # (N,) s_t
-    clipped = s.clamp(1 - eps_low, 1 + eps_high)  # clip(s_t, 1 − ε_low, 1 + ε_high)
-    if entropy_balanced_clip:  # AEPO: the upper bound (1 + ε_high) s / sg(s) keeps a gradient
-        clipped = torch.where(s.detach() > 1 + eps_high, (1 + eps_high) * s / s.detach(), clipped)
+    a = token_advantages(advantages, mask, logp.dtype, token_entropy, o.entropy_aware_adv)  # (N,)
+    s = importance_ratios(logp, old_logp, mask, o.level, turn_ids, o.turn_ratio)  # (N,) s_t
+    clipped = s.clamp(1 - o.eps_low, 1 + o.eps_high)  # clip(s_t, 1 − ε_low, 1 + ε_high)
+    if o.entropy_balanced_clip:  # AEPO: the upper bound (1 + ε_high) s / sg(s) keeps a gradient
+        upper = 1 + o.eps_high
+        clipped = torch.where(s.detach() > upper, upper * s / s.detach(), clipped)
     per_token = torch.maximum(-a * s, -a * clipped)  # ℓ_t = max(−A_t s_t, −A_t clip(s_t, …))
-    if beta:  # ℓ_t += β KL_t(π_θ ‖ π_ref)
-        per_token = per_token + beta * low_var_kl(ref_logp[is_tok], logp[is_tok])
-    if agg == "token-mean":  # Σ_t ℓ_t / N
+    if o.beta:  # ℓ_t += β KL_t(π_θ ‖ π_ref)
+        per_token = per_token + o.beta * low_var_kl(ref_logp[is_tok], logp[is_tok])
+    if o.agg == "token-mean":  # Σ_t ℓ_t / N
         return per_token.sum() / max(per_token.numel(), 1)
     # seq-mean-token-mean: the mean, over rows with a model token, of the row's mean ℓ_t
     rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
@@ -179,17 +211,11 @@ def loss_diagnostics(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    level: str = "turn",
-    eps_low: float = EPS_LOW,
-    eps_high: float = EPS_HIGH,
-    agg: str = "seq-mean-token-mean",
+    options: LossOptions = ATPO_LOSS,
+    *,
     turn_ids: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
-    beta: float = 0.0,
-    entropy_balanced_clip: bool = False,
     token_entropy: torch.Tensor | None = None,
-    entropy_aware_adv: float = 0.0,
-    turn_ratio: str = "geometric",
 ) -> dict[str, float]:
     """What the trainer logs of the update :func:`policy_loss` makes with the same arguments
     (``agg`` and ``entropy_balanced_clip`` change no statistic), from the log-ratios alone, in
@@ -204,6 +230,7 @@ def loss_diagnostics(
     summed log-ratio, / log(#turns); 0 for a row of one turn or a zero sum; mean over rows);
     ``single_turn_rows`` (rows with at most one turn), ``mean_turns_per_row``; with ``beta``,
     ``ref_kl`` (mean k3 KL to the reference)."""
+    o = options
     is_tok = mask.bool()
     dtype = torch.promote_types(logp.dtype, torch.float32)
     r = (logp.detach().to(dtype) - old_logp.detach().to(dtype))[is_tok]  # (N,) log-ratios
@@ -212,9 +239,9 @@ def loss_diagnostics(
         mask,
         logp.dtype,
         token_entropy,
-        entropy_aware_adv,
+        o.entropy_aware_adv,
     )  # (N,)
-    lower, upper = 1 - eps_low, 1 + eps_high
+    lower, upper = 1 - o.eps_low, 1 + o.eps_high
     turn = ratio_units(mask, "turn", turn_ids)  # (N,) each token's turn
     turn_sum = r.new_zeros(int(turn.max()) + 1 if turn.numel() else 0).index_add(0, turn, r)
 
@@ -228,13 +255,13 @@ def loss_diagnostics(
             else r.new_zeros(int(unit.max()) + 1 if unit.numel() else 0).index_add(0, unit, r)
         )
         size = torch.bincount(unit, minlength=total.numel()).clamp(min=1)
-        log_s = total if at == "turn" and turn_ratio == "product" else total / size
+        log_s = total if at == "turn" and o.turn_ratio == "product" else total / size
         return torch.exp(log_s.clamp(max=LOG_RATIO_CLAMP))[unit]
 
     def binds(s: torch.Tensor) -> torch.Tensor:  # the clipped branch is the larger loss
         return -a * s.clamp(lower, upper) > -a * s
 
-    s = ratios(level)
+    s = ratios(o.level)
     bound = binds(s)
     count = max(r.numel(), 1)
     rows = torch.arange(is_tok.shape[0], device=mask.device)[:, None].expand_as(is_tok)[is_tok]
@@ -264,7 +291,7 @@ def loss_diagnostics(
         "single_turn_rows",
         "mean_turns_per_row",
     ]
-    if beta:
+    if o.beta:
         values.append(low_var_kl(ref_logp[is_tok], logp.detach()[is_tok]).sum() / count)
         names.append("ref_kl")
     stats = dict(
@@ -319,24 +346,13 @@ def check_loss_inputs(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    level: str,
-    agg: str,
-    turn_ratio: str,
+    options: LossOptions,
     turn_ids: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
-    beta: float,
     token_entropy: torch.Tensor | None,
-    entropy_aware_adv: float,
 ) -> None:
-    """Raise a ValueError naming the option or input that is wrong (shapes, choices, a mask of
-    0/1, the inputs an option needs)."""
-    for name, value, allowed in (
-        ("level", level, LEVELS),
-        ("agg", agg, AGGREGATIONS),
-        ("turn_ratio", turn_ratio, TURN_RATIOS),
-    ):
-        if value not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    """Raise a ValueError naming the input that is wrong (shapes, a mask of 0/1, the inputs an
+    option needs; the options' own choices are checked when they are made)."""
     if logp.ndim != 2:
         raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
     named = {
@@ -364,16 +380,16 @@ def check_loss_inputs(
         )
     if not only_01:
         raise ValueError("mask must hold only 0 and 1")
-    if beta and ref_logp is None:
+    if options.beta and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp")
-    if entropy_aware_adv and token_entropy is None:
+    if options.entropy_aware_adv and token_entropy is None:
         raise ValueError("entropy_aware_adv > 0 needs token_entropy")
     is_tok = mask.bool()
     named = {
         "logp": logp,
         "old_logp": old_logp,
         "advantages": advantages,
-        "ref_logp": ref_logp if beta else None,
+        "ref_logp": ref_logp if options.beta else None,
     }
     for name, x in named.items():  # only the model tokens' entries are read
         if x is None:

@@ -57,6 +57,7 @@ from ..policy.warmstart_cache import cached_warmstart
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
+from ..rollout.agent import Sampler, SearchEnv
 from ..rollout.trees import rollout, tree_grpo_shape
 from ..tinyworld.build import ensure_world, read_rows
 from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
@@ -286,17 +287,13 @@ class LiveRollout:
                 raise ValueError(self.note)
             cfg = replace(cfg, tree_grpo_trees=trees_per_prompt)
         leaves = cfg.leaves_per_prompt("entropy")
+        env = SearchEnv(self.tokenizer, self.template, self.retriever, cfg)
         grown = rollout(
-            self.model,
-            self.tokenizer,
-            self.template,
-            self.retriever,
+            Sampler.from_model(self.model, env, seed),
             [self.questions[question]],
             [self.golden[question]],
-            cfg,
             expansion=expansion,
             num_leaves=leaves if expansion in ("chain", "aepo") else None,
-            seed=seed,
             prompt_ids=[question],
         )
         trees = with_plans(

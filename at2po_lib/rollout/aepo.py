@@ -37,21 +37,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .agent import (
-    Chain,
-    RewardFn,
-    RolloutState,
-    init_state,
-    make_trees,
-    run_chains,
-    score_trees,
-    start_chain,
-    turn_stops,
-)
-from .agent import SearchEnv
-from .turns import TurnBackend, TurnResult
-from .backends import make_backend
+from .agent import Chain, Forest, RolloutState, Sampler, start_chain
 from .structures import ROOT, Node, RolloutTree
+from .turns import TurnResult
 
 
 def aepo_turn_entropy(node: Node, vocab_size: int, num_tokens: int = 20) -> float:
@@ -139,34 +127,14 @@ class AEPOBrancher:
         return new
 
 
-def rollout_aepo(
-    model,
-    tokenizer,
-    template,
-    retriever,
-    questions: Sequence[str],
-    golden_answers: Sequence[Sequence[str]] | None,
-    rollout_cfg,
-    *,
-    budget: int | None = None,
-    initial: int | None = None,
-    seed: int = 0,
-    prompt_ids: Sequence[int] | None = None,
-    backend: TurnBackend | None = None,
-    reward_fn: RewardFn | None = None,
-    share_prefixes: bool = True,
-) -> list[RolloutTree]:
-    """AEPO rollouts: exactly ``budget`` (default ``rollout_cfg.aepo_budget``) leaves per
-    question, grown by entropy-triggered branching from ``initial`` chains."""
-    budget = budget if budget is not None else rollout_cfg.aepo_budget
-    initial = initial if initial is not None else rollout_cfg.aepo_initial
-    if not 1 <= initial <= budget:
-        raise ValueError(f"AEPO needs 1 <= initial ({initial}) <= budget ({budget})")
-    env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(
-        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed, topk_logprobs=True
-    )
-    if not getattr(backend, "records_topk", True):
+def check_aepo(sampler: Sampler, budget: int | None) -> int:
+    """AEPO's budget (default ``rollout.aepo_budget``), once it is checked that it can be
+    grown: ``1 <= rollout.aepo_initial <= budget`` and a backend that records top-k entropies."""
+    cfg = sampler.env.cfg
+    budget = budget if budget is not None else cfg.aepo_budget
+    if not 1 <= cfg.aepo_initial <= budget:
+        raise ValueError(f"AEPO needs 1 <= initial ({cfg.aepo_initial}) <= budget ({budget})")
+    if not getattr(sampler.backend, "records_topk", True):
         # NaN entropies would make every branching probability NaN, and NaN < threshold is
         # False: every chain would branch
         raise ValueError(
@@ -174,23 +142,14 @@ def rollout_aepo(
             "with make_backend(..., topk_logprobs=True) (the vLLM backend asks the engine for "
             "top-k log-probs only then)"
         )
-    trees = make_trees(env, questions, golden_answers, prompt_ids)
-    state = init_state(backend, trees, share_prefixes)
-    brancher = AEPOBrancher(
-        trees,
-        state,
-        rollout_cfg,
-        len(tokenizer.get_vocab()),
-        budget,
-        initial,
-        np.random.default_rng(seed),
-    )
-    chains = [
-        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-        for i, t in enumerate(trees)
-        for _ in range(initial)
-    ]
-    run_chains(backend, env, chains, state, on_round=brancher)
-    if golden_answers is not None:
-        score_trees(env, trees)
-    return trees
+    return budget
+
+
+def grow_aepo(forest: Forest, budget: int, rng: np.random.Generator) -> list[RolloutTree]:
+    """AEPO rollouts: exactly ``budget`` leaves per question (:func:`check_aepo`), grown by
+    entropy-triggered branching from ``rollout.aepo_initial`` chains per question."""
+    cfg, initial = forest.sampler.env.cfg, forest.sampler.env.cfg.aepo_initial
+    vocab_size = len(forest.sampler.env.tokenizer.get_vocab())
+    brancher = AEPOBrancher(forest.trees, forest.state, cfg, vocab_size, budget, initial, rng)
+    forest.grow(forest.from_roots(initial), on_round=brancher)
+    return forest.trees

@@ -69,14 +69,15 @@ from ..protocol.reward import atpo_reward, exact_match, extract_prediction
 from .backends import make_backend
 from .kvcache import KVPrefix
 from .stops import StopMatcher
-from .structures import ROOT, Node, RolloutTree, Trajectory
+from .structures import ROOT, Node, RolloutTree
 from .turns import TurnBackend, TurnRequest, TurnResult
 
 __all__ = [
     "SearchEnv",
+    "Sampler",
+    "Forest",
     "Chain",
     "run_chains",
-    "rollout_chains",
     "default_reward_fn",
     "score_trees",
     "turn_stops",
@@ -488,32 +489,66 @@ def score_trees(env: SearchEnv, trees: Sequence[RolloutTree]) -> None:
             tree.nodes[leaf].reward = env.reward(traj.response_text, tree.golden_answers)
 
 
-def rollout_chains(
-    model,
-    tokenizer,
-    template,
-    retriever,
-    questions: Sequence[str],
-    rollout_cfg,
-    greedy: bool = True,
-    golden_answers: Sequence[Sequence[str]] | None = None,
-    seed: int = 0,
-    backend: TurnBackend | None = None,
-    reward_fn: RewardFn | None = None,
-) -> list[Trajectory]:
-    """One chain per question (greedy by default: validation, docs/method.md §5), batched.
+@dataclass(frozen=True)
+class Sampler:
+    """What a rollout runs on, built once: the environment (prompts, tools, reward), the
+    policy's turn generator, and the seed of both (the backend's sampling and the tree's picks).
+    Every rollout shape takes it (:func:`at2po_lib.rollout.trees.rollout`)."""
 
-    Returns one :class:`Trajectory` per question, in order; ``reward`` is filled when
-    ``golden_answers`` are given.
-    """
-    env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(
-        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed, greedy=greedy
-    )
-    trees = make_trees(env, questions, golden_answers)
-    state = init_state(backend, trees)
-    chains = [start_chain(t, i, ROOT, 0, state.root_boxes[i]) for i, t in enumerate(trees)]
-    run_chains(backend, env, chains, state)
-    if golden_answers is not None:
-        score_trees(env, trees)
-    return [t.trajectory(t.leaves()[0], env.decode, env.extract_answer) for t in trees]
+    env: SearchEnv
+    backend: TurnBackend
+    seed: int = 0
+
+    @classmethod
+    def from_model(cls, model, env: SearchEnv, seed: int = 0, greedy: bool = False) -> Sampler:
+        """The backend ``rollout.backend`` names around ``model`` (a Hugging Face model, or a
+        ready vLLM engine), stopping at the environment's template's stops."""
+        backend = make_backend(model, env.tokenizer, env.cfg, env.stops, seed=seed, greedy=greedy)
+        return cls(env, backend, seed)
+
+
+@dataclass
+class Forest:
+    """The trees of one rollout while they grow, and what grows them: every tree starts as its
+    prompt (the root), every prompt prefilled once (:func:`init_state`); chains are then started
+    (:func:`start_chain`) and rolled out together (:meth:`grow`)."""
+
+    sampler: Sampler
+    trees: list[RolloutTree]
+    state: RolloutState
+
+    @classmethod
+    def plant(
+        cls,
+        sampler: Sampler,
+        questions: Sequence[str],
+        golden_answers: Sequence[Sequence[str]] | None,
+        prompt_ids: Sequence[int] | None = None,
+        share_prefixes: bool = True,
+        copies: int = 1,
+    ) -> Forest:
+        """``copies`` empty trees per question, prompt-major (Tree-GRPO grows several), whose
+        roots share the question's one prefill."""
+        ids = list(prompt_ids) if prompt_ids is not None else list(range(len(questions)))
+        golden = golden_answers if golden_answers is not None else [[] for _ in questions]
+        trees = make_trees(
+            sampler.env,
+            [q for q in questions for _ in range(copies)],
+            [g for g in golden for _ in range(copies)],
+            [p for p in ids for _ in range(copies)],
+        )
+        state = init_state(sampler.backend, trees[::copies], share_prefixes)
+        state.root_boxes = {i: state.root_boxes[i // copies] for i in range(len(trees))}
+        return cls(sampler, trees, state)
+
+    def from_roots(self, per_tree: int) -> list[Chain]:
+        """``per_tree`` new chains from every root (a tree's first round)."""
+        return [
+            start_chain(t, i, ROOT, 0, self.state.box_for_context_of(i, ROOT))
+            for i, t in enumerate(self.trees)
+            for _ in range(per_tree)
+        ]
+
+    def grow(self, chains: list[Chain], on_round: OnRound | None = None) -> None:
+        """Roll ``chains`` out to their leaves (:func:`run_chains`)."""
+        run_chains(self.sampler.backend, self.sampler.env, chains, self.state, on_round)

@@ -23,7 +23,8 @@ from ..policy.tokenizer import train_tokenizer
 from ..protocol.prompts import get_template, template_texts
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world, read_corpus, read_rows
-from .turns import BackendStats, TurnRequest, TurnResult
+from .agent import Sampler, SearchEnv
+from .turns import BackendStats, TurnBackend, TurnRequest, TurnResult
 
 DEFAULT_TAG_BIAS = {"<search>": 4.5, "</search>": 4.0, "<answer>": 3.0, "</answer>": 3.0}
 
@@ -162,3 +163,24 @@ class ToySetup:
     def questions(self, n: int) -> tuple[list[str], list[list[str]]]:
         rows = self.rows[:n]
         return [r["question"] for r in rows], [list(r["golden_answers"]) for r in rows]
+
+    def sampler(
+        self,
+        rollout_cfg=None,
+        backend: TurnBackend | None = None,
+        seed: int = 0,
+        greedy: bool = False,
+        retriever=None,
+    ) -> Sampler:
+        """A sampler over this setup's environment (the profile's ``rollout`` section unless
+        ``rollout_cfg`` is given; its retriever unless ``retriever`` is): ``backend`` as given,
+        else the tag-biased policy's."""
+        env = SearchEnv(
+            self.tokenizer,
+            self.template,
+            retriever or self.retriever,
+            rollout_cfg or self.cfg.rollout,
+        )
+        if backend is not None:
+            return Sampler(env, backend, seed)
+        return Sampler.from_model(self.model, env, seed, greedy)

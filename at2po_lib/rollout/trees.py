@@ -61,23 +61,9 @@ from typing import Sequence
 import numpy as np
 
 from ..method.expansion import EXPANSIONS, select_entropy, select_random, select_random_siblings
-from .aepo import rollout_aepo
-from .agent import (
-    RewardFn,
-    SearchEnv,
-    init_state,
-    make_trees,
-    run_chains,
-    score_trees,
-    start_chain,
-    turn_stops,
-)
-from .backends import make_backend
-from .structures import ROOT, RolloutTree
-from .turns import TurnBackend
-
-GROWN_HERE = tuple(e for e in EXPANSIONS if e != "aepo")
-"""The expansions this module grows (chains and trees; AEPO's is :mod:`.aepo`)."""
+from .aepo import check_aepo, grow_aepo
+from .agent import Forest, Sampler, score_trees, start_chain
+from .structures import ROOT, RolloutTree, Trajectory
 
 
 # ----------------------------------------------------------------------------- selection
@@ -220,147 +206,117 @@ def _reindex(tree: RolloutTree, removed: set[int]) -> RolloutTree:
 # ----------------------------------------------------------------------------- rollout
 
 
-def rollout_trees(
-    model,
-    tokenizer,
-    template,
-    retriever,
+def rollout(
+    sampler: Sampler,
     questions: Sequence[str],
     golden_answers: Sequence[Sequence[str]] | None,
-    rollout_cfg,
     *,
     expansion: str | None = None,
-    num_chains: int | None = None,
-    seed: int = 0,
+    num_leaves: int | None = None,
     prompt_ids: Sequence[int] | None = None,
-    backend: TurnBackend | None = None,
-    reward_fn: RewardFn | None = None,
     share_prefixes: bool = True,
 ) -> list[RolloutTree]:
-    """Trees for every question; leaves scored with the reward function when golden answers
-    are given.
+    """Trees for every question, of every rollout shape; leaves scored with the environment's
+    reward function when golden answers are given. Convert with :func:`.export.tree_arrays` /
+    :func:`.export.training_rows`.
 
-    expansion: ``chain`` (``num_chains`` or ``rollout.chains`` independent chains, GRPO-style:
-    one tree per question), ``random`` (Tree-GRPO: ``rollout.tree_grpo_trees`` trees per question,
-    prompt-major), ``random_siblings`` (the authors' ablation: AT2PO's tree with uniform
-    picks) or ``entropy`` (AT2PO: one tree per question); default
-    ``rollout_cfg.expansion``. Every question ends with ``rollout_cfg.leaves_per_prompt()`` leaves
-    (``num_chains`` for ``chain`` when given).
+    expansion (default ``rollout.expansion``): ``chain`` (``num_leaves`` or ``rollout.chains``
+    independent chains, GRPO-style: one tree per question), ``random`` (Tree-GRPO:
+    ``rollout.tree_grpo_trees`` trees per question, prompt-major, sharing ``prompt_index``),
+    ``random_siblings`` (the authors' ablation: AT2PO's tree with uniform picks), ``entropy``
+    (AT2PO: one tree per question) or ``aepo`` (:mod:`.aepo`: ``num_leaves`` or
+    ``rollout.aepo_budget`` leaves). Tree expansions always give M + L*K leaves per question.
     prompt_ids: the caller's id of each question (``RolloutTree.prompt_index``).
     share_prefixes: start new chains from the cached prompt / ancestor context (default);
     False recomputes them (benchmarks compare the two).
     """
-    expansion = expansion or rollout_cfg.expansion
-    if expansion not in GROWN_HERE:
-        raise ValueError(
-            f"expansion={expansion!r}; expected one of {', '.join(GROWN_HERE)} "
-            "(AEPO lives in at2po_lib.rollout.aepo)"
-        )
-    env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
-    backend = backend or make_backend(
-        model, tokenizer, rollout_cfg, turn_stops(template), seed=seed
-    )
-    rng = np.random.default_rng(seed)
-    if expansion == "random":
-        trees = _grow_tree_grpo(
-            env, backend, questions, golden_answers, rollout_cfg, prompt_ids, rng, share_prefixes
-        )
+    cfg = sampler.env.cfg
+    expansion = expansion or cfg.expansion
+    if expansion not in EXPANSIONS:
+        raise ValueError(f"expansion={expansion!r}; expected one of {', '.join(EXPANSIONS)}")
+    if expansion == "aepo":
+        num_leaves = check_aepo(sampler, num_leaves)
+    copies = tree_grpo_shape(cfg)[0] if expansion == "random" else 1
+    forest = Forest.plant(sampler, questions, golden_answers, prompt_ids, share_prefixes, copies)
+    rng = np.random.default_rng(sampler.seed)
+    if expansion == "aepo":
+        trees = grow_aepo(forest, num_leaves, rng)
+    elif expansion == "random":
+        trees = _grow_tree_grpo(forest, rng)
     else:
-        trees = _grow_at2po(
-            env,
-            backend,
-            questions,
-            golden_answers,
-            rollout_cfg,
-            expansion,
-            num_chains,
-            prompt_ids,
-            rng,
-            share_prefixes,
-        )
+        trees = _grow_at2po(forest, expansion, num_leaves, rng)
     if golden_answers is not None:
-        score_trees(env, trees)
+        score_trees(sampler.env, trees)
     return trees
 
 
+def rollout_chains(
+    sampler: Sampler,
+    questions: Sequence[str],
+    golden_answers: Sequence[Sequence[str]] | None = None,
+) -> list[Trajectory]:
+    """One chain per question (validation samples greedily: ``Sampler.from_model(...,
+    greedy=True)``, docs/method.md §5), batched: one :class:`Trajectory` per question, in order;
+    ``reward`` is filled when ``golden_answers`` are given."""
+    trees = rollout(sampler, questions, golden_answers, expansion="chain", num_leaves=1)
+    env = sampler.env
+    return [t.trajectory(t.leaves()[0], env.decode, env.extract_answer) for t in trees]
+
+
+def resample_turns(forest: Forest, picks: Sequence[Sequence[int]], round_: int) -> list[int]:
+    """Re-sample every picked turn of every tree (``picks[i]``: node ids of tree ``i``, a node
+    as often as it is picked): a new child of its parent (for the root: of the root) -- the
+    turn drawn again from the same context -- rolled out to a leaf. Returns the re-samples'
+    first nodes, in the order of ``picks``."""
+    chains = []
+    for i, (tree, nodes) in enumerate(zip(forest.trees, picks)):
+        for n in nodes:
+            parent = n if n == ROOT else tree.nodes[n].parent
+            chain = start_chain(tree, i, parent, round_, forest.state.box_for_context_of(i, n))
+            chain.node.resampled_from = n
+            chains.append(chain)
+    firsts = [chain.node.id for chain in chains]
+    forest.grow(chains)
+    return firsts
+
+
 def _grow_at2po(
-    env: SearchEnv,
-    backend: TurnBackend,
-    questions,
-    golden_answers,
-    rollout_cfg,
-    expansion: str,
-    num_chains: int | None,
-    prompt_ids,
-    rng: np.random.Generator,
-    share_prefixes: bool,
+    forest: Forest, expansion: str, num_chains: int | None, rng: np.random.Generator
 ) -> list[RolloutTree]:
     """``chain``, ``entropy`` and ``random_siblings``: one tree per question (module docstring)."""
-    trees = make_trees(env, questions, golden_answers, prompt_ids)
-    state = init_state(backend, trees, share_prefixes)
+    cfg = forest.sampler.env.cfg
     target = (
         num_chains
         if expansion == "chain" and num_chains is not None
-        else rollout_cfg.leaves_per_prompt(expansion)
+        else cfg.leaves_per_prompt(expansion)
     )
-    first = target if expansion == "chain" else rollout_cfg.tree_m
-    chains = [
-        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT))
-        for i, t in enumerate(trees)
-        for _ in range(first)
-    ]
-    run_chains(backend, env, chains, state)
-    rounds = 0 if expansion == "chain" else rollout_cfg.tree_l
+    forest.grow(forest.from_roots(target if expansion == "chain" else cfg.tree_m))
+    rounds = 0 if expansion == "chain" else cfg.tree_l
     for round_ in range(1, rounds + 1):
-        chains = []
-        for i, tree in enumerate(trees):
-            for n in pick_nodes(
+        picks = [
+            pick_nodes(
                 tree,
-                rollout_cfg.tree_k,
-                rollout_cfg.tree_alpha,
-                rollout_cfg.entropy_estimate,
+                cfg.tree_k,
+                cfg.tree_alpha,
+                cfg.entropy_estimate,
                 rng if expansion == "random_siblings" else None,
-                rollout_cfg.turn_entropy,
-            ):
-                parent = n if n == ROOT else tree.nodes[n].parent
-                chain = start_chain(tree, i, parent, round_, state.box_for_context_of(i, n))
-                chain.node.resampled_from = n
-                chains.append(chain)
-        run_chains(backend, env, chains, state)
-    return [equalize_leaves(t, target, rng) for t in trees]
+                cfg.turn_entropy,
+            )
+            for tree in forest.trees
+        ]
+        resample_turns(forest, picks, round_)
+    return [equalize_leaves(t, target, rng) for t in forest.trees]
 
 
-def _grow_tree_grpo(
-    env: SearchEnv,
-    backend: TurnBackend,
-    questions,
-    golden_answers,
-    rollout_cfg,
-    prompt_ids,
-    rng: np.random.Generator,
-    share_prefixes: bool,
-) -> list[RolloutTree]:
-    """``random``: m separate trees per question, each expanded n times per round by
-    continuing after uniformly picked nodes (module docstring)."""
-    m, rounds, n = tree_grpo_shape(rollout_cfg)
-    ids = list(prompt_ids) if prompt_ids is not None else list(range(len(questions)))
-    golden = golden_answers if golden_answers is not None else [[] for _ in questions]
-    trees = make_trees(
-        env,
-        [q for q in questions for _ in range(m)],
-        [g for g in golden for _ in range(m)],
-        [p for p in ids for _ in range(m)],
-    )
-    # One prefill per question: its m trees share the prompt's cache.
-    state = init_state(backend, trees[::m], share_prefixes)
-    state.root_boxes = {i: state.root_boxes[i // m] for i in range(len(trees))}
-    chains = [
-        start_chain(t, i, ROOT, 0, state.box_for_context_of(i, ROOT)) for i, t in enumerate(trees)
-    ]
-    run_chains(backend, env, chains, state)
+def _grow_tree_grpo(forest: Forest, rng: np.random.Generator) -> list[RolloutTree]:
+    """``random``: m separate trees per question (planted as copies), each expanded n times
+    per round by continuing after uniformly picked nodes (module docstring)."""
+    _, rounds, n = tree_grpo_shape(forest.sampler.env.cfg)
+    state = forest.state
+    forest.grow(forest.from_roots(1))
     for round_ in range(1, rounds + 1):
         chains = []
-        for i, tree in enumerate(trees):
+        for i, tree in enumerate(forest.trees):
             is_leaf = np.array([node.is_leaf for node in tree.nodes])
             for picked in select_random(is_leaf, n, rng).tolist():
                 # Continue after the picked node: the new turn is its child, generated from
@@ -368,53 +324,5 @@ def _grow_tree_grpo(
                 chains.append(
                     start_chain(tree, i, picked, round_, state.box_for_context_of(i, picked))
                 )
-        run_chains(backend, env, chains, state)
-    return [equalize_leaves(t, 1 + rounds * n, rng) for t in trees]
-
-
-def rollout(
-    model,
-    tokenizer,
-    template,
-    retriever,
-    questions: Sequence[str],
-    golden_answers: Sequence[Sequence[str]] | None,
-    rollout_cfg,
-    *,
-    expansion: str | None = None,
-    num_leaves: int | None = None,
-    seed: int = 0,
-    **kwargs,
-) -> list[RolloutTree]:
-    """One entry point for every rollout shape: ``chain`` / ``random`` / ``entropy`` trees
-    (:func:`~.trees.rollout_trees`) or ``aepo``. ``num_leaves`` sets the number of chains
-    (``chain``) or AEPO's budget; tree expansions always give M + L*K leaves per question
-    (``random``: over ``rollout.tree_grpo_trees`` trees per question, grouped by
-    ``prompt_index``). Convert with :func:`.export.tree_arrays` / :func:`.export.training_rows`."""
-    expansion = expansion or rollout_cfg.expansion
-    if expansion == "aepo":
-        return rollout_aepo(
-            model,
-            tokenizer,
-            template,
-            retriever,
-            questions,
-            golden_answers,
-            rollout_cfg,
-            budget=num_leaves,
-            seed=seed,
-            **kwargs,
-        )
-    return rollout_trees(
-        model,
-        tokenizer,
-        template,
-        retriever,
-        questions,
-        golden_answers,
-        rollout_cfg,
-        expansion=expansion,
-        num_chains=num_leaves,
-        seed=seed,
-        **kwargs,
-    )
+        forest.grow(chains)
+    return [equalize_leaves(t, 1 + rounds * n, rng) for t in forest.trees]

@@ -6,7 +6,8 @@ they act on (docs/method.md §6–§8):
 
 - ``credit_*``: how leaf rewards become per-token advantages (:mod:`at2po_lib.method.credit`);
 - ``loss_*``: the ratio level, aggregation and AEPO's options of
-  :func:`at2po_lib.method.loss.policy_loss`, which the trainer calls;
+  :func:`at2po_lib.method.loss.policy_loss`, which the trainer calls with
+  :meth:`AT2POConfig.loss_options` (with TRL's ``epsilon``, ``epsilon_high`` and ``beta``);
 - ``dynamic_sampling*``: DAPO's refill of prompts whose leaves all share one reward.
 
 The rollout is not configured here: its shape (expansion, M, L, K, alpha, chains, AEPO's
@@ -39,7 +40,7 @@ from trl import GRPOConfig
 from ..util.hf_compat import checkpointing_field
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.outcome import OUTCOME_ADVANTAGES
-from ..method.loss import EPS_HIGH, EPS_LOW, LEVELS, TURN_RATIOS
+from ..method.loss import EPS_HIGH, EPS_LOW, LEVELS, TURN_RATIOS, LossOptions
 
 CREDIT_ADVANTAGES = (*ADVANTAGE_MODES, *OUTCOME_ADVANTAGES)
 LOGP_POSITIONS = ("auto", "policy", "all")
@@ -209,6 +210,20 @@ class AT2POConfig(GRPOConfig):
             # transformers < 5.18 (the GPU list's 5.17.0) reads only the older name
             self.gradient_checkpointing = True
         super().__post_init__()
+
+    def loss_options(self) -> LossOptions:
+        """The loss's options of this config: ``loss_*``, and TRL's clip range and KL weight as
+        TRL's trainer reads them (``epsilon_high`` None: ``epsilon``)."""
+        return LossOptions(
+            level=self.loss_level,
+            eps_low=self.epsilon,
+            eps_high=self.epsilon_high if self.epsilon_high is not None else self.epsilon,
+            agg=self.loss_aggregation,
+            turn_ratio=self.loss_turn_ratio,
+            beta=self.beta,
+            entropy_balanced_clip=self.loss_entropy_balanced_clip,
+            entropy_aware_adv=self.loss_entropy_aware_adv,
+        )
 
     # ------------------------------------------------------------------------------------
     def _trl_loss_type(self) -> str:

@@ -60,7 +60,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from ..config.profile import ProfileConfig, load_profile
 from ..protocol.qa_data import load_flashrag, read_flashrag_jsonl, to_trainer_rows
 from ..evaluation.greedy import (
-    evaluate,
+    evaluate_questions,
     load_eval_rows,
     load_evaluation_policy,
     score_datasets,
@@ -475,11 +475,17 @@ def _read_csv(path: Path):
 
 
 def _final_evaluation(
-    cfg: ProfileConfig, model, tokenizer, retriever, method: str, seed: int, run: run_folder.RunDir
-):
-    summary, details = evaluate(
-        cfg, model, tokenizer, retriever, label=method, seed=seed, return_details=True
-    )
+    cfg: ProfileConfig,
+    details: pd.DataFrame,
+    method: str,
+    seed: int,
+    run: run_folder.RunDir,
+    **meta: Any,
+) -> pd.DataFrame:
+    """The final evaluation's record from its per-question results, however they were
+    answered: ``outcomes.csv`` and ``final_eval.csv`` (the summary, returned) with its meta
+    (the turn distribution, and ``meta``)."""
+    summary = summarise(details, cfg.name, method, seed)
     write_outcomes(details, run.outcomes)
     write_eval(
         summary,
@@ -489,13 +495,15 @@ def _final_evaluation(
         None,
         method=method,
         turn_distribution=turn_distribution(details).to_dict("records"),
+        **meta,
     )
     return summary
 
 
 def _evaluate_warmstart(cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir):
     model, tokenizer = load_evaluation_policy(cfg, policy_path(cfg))  # vLLM: one engine
-    return _final_evaluation(cfg, model, tokenizer, build_retriever(cfg), method, seed, run)
+    details = evaluate_questions(cfg, model, tokenizer, build_retriever(cfg), seed=seed)
+    return _final_evaluation(cfg, details, method, seed, run)
 
 
 def check_optimizer_offload(environ=os.environ) -> None:
@@ -704,28 +712,29 @@ def _evaluate_trained(trainer, cfg: ProfileConfig, method: str, seed: int, run: 
     ZeRO); in one process on vLLM the colocated engine after a weight sync (the trained weights,
     no second engine); else the unwrapped model (LoRA merged)."""
     if trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled:
-        return _sharded_final_evaluation(trainer, cfg, method, seed, run)
+        details = _sharded_details(trainer, cfg, method, seed)
+        if not trainer.accelerator.is_main_process:
+            return None
+        processes = trainer.accelerator.num_processes
+        return _final_evaluation(cfg, details, method, seed, run, processes=processes)
+    tokenizer, retriever = trainer.processing_class, trainer.retriever
     if trainer.use_vllm:
         with trainer.policy_for_generation(sync=True) as engine:
-            return _final_evaluation(
-                cfg, engine, trainer.processing_class, trainer.retriever, method, seed, run
-            )
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    return _final_evaluation(
-        cfg, model.eval(), trainer.processing_class, trainer.retriever, method, seed, run
-    )
+            details = evaluate_questions(cfg, engine, tokenizer, retriever, seed=seed)
+    else:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        details = evaluate_questions(cfg, model.eval(), tokenizer, retriever, seed=seed)
+    return _final_evaluation(cfg, details, method, seed, run)
 
 
-def _sharded_final_evaluation(
-    trainer, cfg: ProfileConfig, method: str, seed: int, run: run_folder.RunDir
-):
-    """The final evaluation under several processes (or ZeRO): each process answers every
-    W-th question of each test set with the trainer's generation policy (weights gathered
-    under ZeRO-3), the per-question frames are gathered, and the main process writes
-    ``outcomes.csv`` and ``final_eval.csv``. The sampled metric (``eval.sampled_k``) is
-    single-process only: refused here rather than left out silently."""
+def _sharded_details(trainer, cfg: ProfileConfig, method: str, seed: int) -> pd.DataFrame:
+    """The final evaluation's per-question results under several processes (or ZeRO): each
+    process answers every W-th question of each test set with the trainer's generation policy
+    (weights gathered under ZeRO-3), and the frames are gathered on every process. The sampled
+    metric (``eval.sampled_k``) is single-process only: refused here rather than left out
+    silently."""
     if cfg.eval.sampled_k > 0:
         raise ProfileError(
             f"eval.sampled_k={cfg.eval.sampled_k}: the sampled metric runs in one "
@@ -735,22 +744,7 @@ def _sharded_final_evaluation(
     validator = Validator(
         trainer, cfg, trainer.retriever, cfg.eval.datasets, cfg.eval.max_questions, method, seed
     )
-    details = validator.details()
-    if not trainer.accelerator.is_main_process:
-        return None
-    summary = summarise(details, cfg.name, method, seed)
-    write_outcomes(details, run.outcomes)
-    write_eval(
-        summary,
-        run.final_eval,
-        cfg.name,
-        seed,
-        None,
-        method=method,
-        turn_distribution=turn_distribution(details).to_dict("records"),
-        processes=trainer.accelerator.num_processes,
-    )
-    return summary
+    return validator.details()
 
 
 def _peft_config(cfg: ProfileConfig):

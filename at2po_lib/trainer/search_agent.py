@@ -1,7 +1,7 @@
 r"""The trainer's view of the search agent: prompt groups in, a :class:`RolloutBatch` out.
 
-:class:`SearchAgent` binds the tokenizer, prompt template, retriever and the profile's rollout
-limits once; :meth:`SearchAgent.sample` runs one rollout round with the run's rollout
+:class:`SearchAgent` binds the search environment (tokenizer, prompt template, retriever, the
+profile's rollout limits, reward) once; :meth:`SearchAgent.sample` runs one rollout round with the run's rollout
 configuration through :func:`at2po_lib.rollout.trees.rollout` and converts the trees into
 training rows (:func:`at2po_lib.rollout.export.training_rows`) and credit arrays
 (:func:`at2po_lib.rollout.export.tree_arrays`: :class:`at2po_lib.method.tree.TreeArrays`).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..rollout.agent import turn_stops
+from ..rollout.agent import Sampler, SearchEnv, turn_stops
 from ..rollout.backends import make_backend
 from ..rollout.export import training_rows, tree_arrays, with_decisions
 from ..rollout.trees import rollout
@@ -29,43 +29,32 @@ class SearchAgent:
     """Rollouts for training: ``sample(policy, rows, args, seed) -> RolloutBatch``.
 
     ``rollout_cfg``: the run's resolved rollout configuration (``RunSpec.rollout``), whose
-    ``expansion`` and shape are the method's."""
+    ``expansion`` and shape are the method's; ``reward_fn(response_text, golden_answers) ->
+    float``, None: the rollout's default (the authors' format-checked EM for boxed templates,
+    plain EM otherwise)."""
 
     def __init__(self, tokenizer, template, retriever, rollout_cfg, reward_fn=None) -> None:
-        self.tokenizer = tokenizer
-        self.template = template
-        self.retriever = retriever
-        self.rollout_cfg = rollout_cfg
-        self.reward_fn = reward_fn
-        """``reward_fn(response_text, golden_answers) -> float``; None: the rollout's default
-        (the authors' format-checked EM for boxed templates, plain EM otherwise)."""
+        self.env = SearchEnv(tokenizer, template, retriever, rollout_cfg, reward_fn)
 
     def sample(
         self, policy, rows: Sequence[dict[str, Any]], args: AT2POConfig, seed: int
     ) -> RolloutBatch:
         """One tree (chains / random / entropy / AEPO) per row; one training row per leaf.
 
-        ``rows`` need ``question`` and ``golden_answers``; the returned rows are grouped by
-        prompt in the order of ``rows`` (``group`` = position in ``rows``). ``args`` (the
-        trainer's ``AT2POConfig``) must describe the same rollout: it is checked, not read.
+        ``policy``: the model, or the colocated vLLM engine. ``rows`` need ``question`` and
+        ``golden_answers``; the returned rows are grouped by prompt in the order of ``rows``
+        (``group`` = position in ``rows``). ``args`` (the trainer's ``AT2POConfig``) must
+        describe the same rollout: it is checked, not read.
         """
-        cfg = self.rollout_cfg
+        cfg = self.env.cfg
         _check_same_rollout(cfg, args)
         questions = [_field(row, "question", i) for i, row in enumerate(rows)]
         golden = [list(_field(row, "golden_answers", i)) for i, row in enumerate(rows)]
         trees = rollout(
-            policy,
-            self.tokenizer,
-            self.template,
-            self.retriever,
+            Sampler.from_model(policy, self.env, seed),
             questions,
             golden,
-            cfg,
-            expansion=cfg.expansion,
-            seed=seed,
             prompt_ids=list(range(len(rows))),
-            reward_fn=self.reward_fn,
-            backend=turn_backend(policy, self.tokenizer, cfg, seed, template=self.template),
         )
         batch = to_rollout_batch(trees, cfg.entropy_estimate, cfg.turn_entropy)
         # each node's decision label from its question's plan (the trees' records keep it)

@@ -85,6 +85,7 @@ import contextlib
 import textwrap
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -95,7 +96,7 @@ from trl.models import unwrap_model_for_generation
 
 from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
 from ..method.tree import as_tree_arrays
-from ..method.loss import loss_diagnostics, policy_loss
+from ..method.loss import ATPO_LOSS, LossOptions, loss_diagnostics, policy_loss
 from ..policy.shared_prefix import (
     PACKED_ATTENTION,
     label_log_probs,
@@ -197,25 +198,30 @@ def loss_and_diagnostics(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    **options: Any,
+    options: LossOptions = ATPO_LOSS,
+    **inputs: torch.Tensor | None,
 ) -> tuple[torch.Tensor, dict]:
     """What ``_compute_loss`` computes of a micro-batch: :func:`~at2po_lib.method.loss.
     policy_loss` (differentiable in ``logp``) and, beside it, its
     :func:`~at2po_lib.method.loss.loss_diagnostics`, both on :data:`LOSS_THREADS` CPU
-    threads; ``options`` are ``policy_loss``'s. Where the clip range is not
+    threads; ``options`` and ``inputs`` (``turn_ids``, ``ref_logp``, ``token_entropy``) are
+    ``policy_loss``'s. Where the clip range is not
     :data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`, the token- and turn-level clipped
     shares at that range too (``clip_frac_token_eps0.2``, ``clip_frac_turn_eps0.2``)."""
-    loss = one_thread_loss(lambda x: policy_loss(x, old_logp, advantages, mask, **options), logp)
+    loss = one_thread_loss(
+        lambda x: policy_loss(x, old_logp, advantages, mask, options, **inputs), logp
+    )
     with torch_threads(LOSS_THREADS if logp.device.type == "cpu" else 0):
-        stats = loss_diagnostics(logp, old_logp, advantages, mask, **options)
-        if (options.get("eps_low"), options.get("eps_high")) != (REFERENCE_CLIP, REFERENCE_CLIP):
+        stats = loss_diagnostics(logp, old_logp, advantages, mask, options, **inputs)
+        if (options.eps_low, options.eps_high) != (REFERENCE_CLIP, REFERENCE_CLIP):
             # The clipped shares had the range been GRPO's (issue #48), under their own names.
             at_reference = loss_diagnostics(
                 logp,
                 old_logp,
                 advantages,
                 mask,
-                **{**options, "eps_low": REFERENCE_CLIP, "eps_high": REFERENCE_CLIP, "beta": 0.0},
+                replace(options, eps_low=REFERENCE_CLIP, eps_high=REFERENCE_CLIP, beta=0.0),
+                **inputs,
             )
             stats.update(
                 {
@@ -366,6 +372,8 @@ class AT2POTrainer(GRPOTrainer):
             )
         self.logp_positions = self._resolve_logp_positions()
         self.old_logps_source = self._resolve_old_logps()
+        self.loss_options = args.loss_options()
+        """The method's loss options, built once (TRL's clip range and KL weight included)."""
 
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202 - transformers' hook
         """transformers' checkpoint save; a full disk is reported as ENOSPC with the folder
@@ -782,21 +790,15 @@ class AT2POTrainer(GRPOTrainer):
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
-        options = dict(
-            level=args.loss_level,
-            eps_low=self.epsilon_low,
-            eps_high=self.epsilon_high,
-            agg=args.loss_aggregation,
+        loss, stats = loss_and_diagnostics(
+            per_token_logps,
+            old_per_token_logps,
+            inputs["advantages"],
+            mask,
+            self.loss_options,
             turn_ids=inputs["turn_ids"],
             ref_logp=inputs.get("ref_per_token_logps"),
-            beta=self.beta,
-            entropy_balanced_clip=args.loss_entropy_balanced_clip,
             token_entropy=entropies,
-            entropy_aware_adv=args.loss_entropy_aware_adv,
-            turn_ratio=args.loss_turn_ratio,
-        )
-        loss, stats = loss_and_diagnostics(
-            per_token_logps, old_per_token_logps, inputs["advantages"], mask, **options
         )
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
