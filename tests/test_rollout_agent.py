@@ -285,6 +285,27 @@ def test_observation_that_does_not_fit_is_truncated_and_its_child_is_an_empty_le
     assert traj.finish_reason == "response_length"
 
 
+def test_a_continuation_after_a_node_whose_observation_filled_the_budget_is_an_empty_leaf(toy):
+    """Tree-GRPO continues after a picked inner node; the node whose observation was cut to
+    the budget is one (above). Its continuation asks for no tokens: an empty leaf at the
+    budget, as the chain's own child is, and no generation call of 0 tokens."""
+    backend = ScriptedBackend(toy.tokenizer, lambda ctx, rng: "<search> capital </search>")
+    cfg = cfg_with(toy, max_response_tokens=30)
+    questions, golden = toy.questions(1)
+    continued = 0
+    for seed in range(8):  # Tree-GRPO's random picks: the seeds that pick the full node
+        trees = rollout(toy.sampler(cfg, backend, seed=seed), questions, golden, expansion="random")
+        for tree in trees:
+            for node in tree.nodes[1:]:
+                parent = tree.nodes[node.parent]
+                if node.expansion_round > 0 and parent.end + len(parent.obs_ids) == 30:
+                    assert node.is_leaf and node.token_ids == []
+                    assert node.finish_reason == "response_length"
+                    continued += 1
+    assert continued > 0, "no seed picked a node whose observation filled the budget"
+    assert min(r.max_new_tokens for r in backend.requests) >= 1
+
+
 def test_prompt_longer_than_the_limit_is_an_error(toy):
     env = SearchEnv(toy.tokenizer, toy.template, toy.retriever, cfg_with(toy, max_prompt_tokens=5))
     with pytest.raises(ValueError, match="question 3"):

@@ -350,6 +350,7 @@ def run_chains(
     already holds tokens goes on inside the same turn (a length stop, the tool-limit notice);
     the others start a new turn after a tool result.
     """
+    chains = [chain for chain in chains if _budget_left(env, chain)]
     if on_round is None and getattr(backend, "grouping", "turn") == "round" and chains:
         _run_in_one_call(backend, env, chains, state)
         return
@@ -363,6 +364,17 @@ def run_chains(
             by_chain = {id(c): r for c, r in zip(active, results)}
             continuing += on_round(continuing, [by_chain[id(c)] for c in continuing])
         active = continuing
+
+
+def _budget_left(env: SearchEnv, chain: Chain) -> bool:
+    """Whether ``chain``'s first turn has a token to sample; if not, its node is an empty leaf
+    at the response budget. A node whose observation was cut to the budget stays a candidate
+    for expansion (:func:`_continue`), and Tree-GRPO continues *after* a picked node: that
+    continuation is such an empty leaf, as :func:`_continue` makes one."""
+    if _request(env, chain).max_new_tokens >= 1:
+        return True
+    _finish(chain.node, "response_length")
+    return False
 
 
 def _request(env: SearchEnv, chain: Chain) -> TurnRequest:
