@@ -414,6 +414,33 @@ def test_block_scores_read_each_block_on_its_own_by_hand():
     assert all(f.empty for f in block_scores("tiny", frame, "ablation"))
 
 
+def test_a_closed_set_projects_no_further_blocks():
+    """Issue #63: the headline set is closed at 15 blocks (the looks rule). Its block table
+    then has no "blocks for ±2" row and blocks_needed offers no count; at 14 blocks it is open."""
+    from at2po_lib.reporting.block_pairs import CLOSED_AT, closed_at, closed_sets
+
+    assert CLOSED_AT == {"headline": 15, "ablation": 9}  # docs/toy_study.md, the rule in force
+    rng = np.random.default_rng(0)
+    frame = pd.concat(
+        [
+            _outcome_rows(block, method, {MH: list(rng.integers(0, 2, 6))})
+            for block in range(15)
+            for method in ("at2po", "grpo")
+        ],
+        ignore_index=True,
+    )
+    assert closed_at(frame, "headline") == 15 and closed_sets(frame) == {"headline": 15}
+    _, display = block_scores("tiny", frame, "headline")
+    assert list(display.index)[-2:] == ["mean", "sd over 15 blocks"]
+    assert blocks_needed(frame, "headline", "at2po", "grpo") is None
+    fourteen = frame[frame["block"] < 14]
+    assert closed_at(fourteen, "headline") is None and closed_sets(fourteen) == {}
+    assert list(block_scores("tiny", fourteen, "headline")[1].index)[-1] == (
+        "blocks for ±2 at this sd"
+    )
+    assert blocks_needed(fourteen, "headline", "at2po", "grpo") is not None
+
+
 def test_the_headline_figure_draws_the_block_differences_and_the_growing_interval(headline):
     """The figure's numbers: each block's AT2PO minus each baseline (by hand from the outcomes),
     and the interval on the first n blocks, whose last is the claims' (all six blocks)."""

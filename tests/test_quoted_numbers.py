@@ -100,7 +100,7 @@ def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_
         if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")
     ]
     assert headings[-1] == "## What the toy says, and why"
-    assert "why_sentences" in "".join(cells[-1]["source"])
+    assert "why_for(profile" in "".join(cells[-1]["source"])  # the report's call (why.md)
 
 
 def test_03_says_what_its_figure_and_answer_3b_show():
