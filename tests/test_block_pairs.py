@@ -330,9 +330,9 @@ def test_table3_in_blocks_tests_each_cell_against_the_blocks_at2po_with_holm(abl
         rows.loc[["credit_child_mean_node_value", "credit_leaf_mean_diff_parent"], "p_holm"]
     ) == pytest.approx(list(stats.holm(ps)))
     assert (rows["family_size"].dropna() == 2).all()
-    assert display.loc["entropy_softmax", "node_value"].endswith("(5 blocks)")
-    assert "Δ" not in display.loc["entropy_softmax", "node_value"]
-    assert display.loc["entropy_linear", "node_value"] == "–"
+    assert display.loc["entropy-weighted children", "node value"].endswith("(5 blocks)")
+    assert "Δ" not in display.loc["entropy-weighted children", "node value"]
+    assert display.loc["linear entropy weights", "node value"] == "–"
     empty = table3_in_blocks("tiny", frame.iloc[:0])[1]
     assert empty.shape == (4, 4) and (empty == "–").all().all()
 
@@ -349,10 +349,10 @@ def test_one_ablation_block_gives_averages_but_no_paired_change(ablation):
     # one block is one seed: an interval there would hold the question term only
     assert not steps["toy avg [95% CI]"].str.contains(r"\[").any()
     _, cells = table3_in_blocks("tiny", one)
-    assert cells.loc["child_mean", "node_value"].endswith("(1 block)")
-    assert "[" not in cells.loc["child_mean", "node_value"]
-    assert "[" in table3_in_blocks("tiny", frame)[1].loc["entropy_softmax", "node_value"]
-    assert "Δ" not in cells.loc["child_mean", "node_value"]
+    assert cells.loc["child mean", "node value"].endswith("(1 block)")
+    assert "[" not in cells.loc["child mean", "node value"]
+    assert "[" in table3_in_blocks("tiny", frame)[1].loc["entropy-weighted children", "node value"]
+    assert "Δ" not in cells.loc["child mean", "node value"]
 
 
 def _outcome_rows(block: int, method: str, hits: dict[str, list[int]]) -> pd.DataFrame:

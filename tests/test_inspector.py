@@ -531,3 +531,33 @@ def test_a_wide_tree_scrolls_at_its_natural_size():
     ]
     assert len(boxes) == 1 and boxes[0].layout.overflow == "auto"
     assert inspector.credit_image.layout.max_width == "100%"  # the chart still fits the column
+
+
+def test_the_credit_views_name_each_rule_in_words():
+    """Issue #63: the credit chart and grids named the rules by the records' names
+    (``entropy_softmax/node_value``, ``tree_grpo``); they read as Table 3 does now."""
+    from at2po_lib.analysis.running_example import teaching_tree
+    from at2po_lib.reporting.node_credit import node_credit_grid, rule_label
+    from at2po_lib.reporting.node_views import baseline_frame, plot_node_credit
+
+    table = node_credit.credit_table(teaching_tree())
+    assert rule_label("entropy_softmax/node_value") == "entropy-weighted children, node value"
+    assert rule_label("leaf_mean/diff_global") == "leaf mean, difference to the root"
+    assert rule_label("tree_grpo") == "Tree-GRPO"
+    fig, ax = plot_node_credit(table, 2)
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ticks) == 16 + 3 and ticks[0] == "entropy-weighted children, node value"
+    assert ticks[-3:] == ["GRPO", "Tree-GRPO", "GiGPO-style step groups"]
+    assert not any("_" in t or "/" in t for t in ticks)
+    grid = node_credit_grid(table, 2)
+    assert list(grid.index) == [
+        "entropy-weighted children",
+        "linear entropy weights",
+        "child mean",
+        "leaf mean",
+    ]
+    assert (
+        grid.loc["child mean", "difference to the parent"] == table.loc[2, "child_mean/diff_parent"]
+    )
+    assert list(baseline_frame(table, 2).index) == ["GRPO", "Tree-GRPO", "GiGPO-style step groups"]
+    assert not any("tree_grpo" in n or "gigpo:" in n for n in table.attrs["notes"])
