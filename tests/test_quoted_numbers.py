@@ -159,3 +159,41 @@ def test_notebook_02s_oracle_sentence_names_scores_and_policies_in_words(tiny_ta
     for score in ESTIMATE_SCORES.values():
         sentence = flip_ratio_sentence(summaries, score)
         assert not re.search(r"\b[a-z]+_[a-z_]+\b", sentence), sentence
+
+
+def test_03_names_each_credit_mode_as_table_3_and_the_inspector_do():
+    """Issue #63: Table 3 and the inspector name the modes in words; notebook 03 introduces
+    each mode by its record name, so its tables give the words beside it, read from the same
+    labels (a renamed label must be renamed here too)."""
+    from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
+    from at2po_lib.reporting.labels import credit_words
+
+    rows = {
+        line.split("|")[1].strip(" `"): line.rstrip(" |").rsplit("|", 1)[1].strip()
+        for line in markdown_of("03_credit_assignment").splitlines()
+        if line.startswith("| `")
+    }
+    for mode in (*VALUE_MODES, *ADVANTAGE_MODES):
+        assert rows[mode] == credit_words(mode) != mode
+
+
+def test_notebooks_show_grown_trees_through_show_figure():
+    """Issue #63: a large tree was scaled into the column, its labels unreadable. Every cell of
+    02 and 03 that draws a tree of the notebook's own (its profile's, or a trees file's) shows it
+    with tree_drawings.show_figure (a wide one scrolls at its natural size), not plt.show."""
+    for notebook, cells_with in (
+        ("02_tree_rollout", ("example = trees[shown]",)),
+        (
+            "03_credit_assignment",
+            (
+                "hand = teaching_tree()",
+                "Node values V(n) of the shown",
+                "Advantages A(n) of the shown",
+            ),
+        ),
+    ):
+        cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+        sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+        for opening in cells_with:
+            source = next(s for s in sources if opening in s)
+            assert "show_figure(fig)" in source and "plt.show()" not in source, opening

@@ -71,7 +71,7 @@ from .node_views import (
     signal_note,
     tree_view,
 )
-from .tree_drawings import choose_example_tree
+from .tree_drawings import choose_example_tree, show_figure
 
 # Imported inside the functions that use them: IPython, ipywidgets; notebook-only packages, there
 # only inside Jupyter.
@@ -163,9 +163,8 @@ def _show_static(ins: Inspection) -> None:
     note = signal_note(ins.tree)
     if note:
         print(note)
-    for fig in ins.figures[:-1]:
-        display(fig)
-        plt.close(fig)
+    for fig in ins.figures[:-1]:  # the tree round by round: a wide one scrolls at its own size
+        show_figure(fig)
     print(describe_node(ins.tree, ins.credit, ins.ratios, ins.node))
     display(node_credit_grid(ins.credit, ins.node).round(4))
     display(baseline_frame(ins.credit, ins.node).round(4))
