@@ -154,11 +154,16 @@ def _chromium() -> str | None:
 @pytest.mark.browser
 def test_inspector_in_a_real_browser():
     """scripts/check_inspector_browser.py on the smoke profile: the widgets render in
-    JupyterLab, a node pick redraws, Grow rolls a tree out. Needs Playwright and Chromium
+    JupyterLab, a node pick redraws, Grow rolls a tree out; the reopen hint says Run All above
+    the dead widget of the restored notebook and above the live one, the α slider reads and
+    steps to exact values and the kernel grows with the profile's α, and a tree of M = 1,
+    L = 4, K = 8 scrolls at its natural size (issue #63). Needs Playwright and Chromium
     (`pip install -e '.[browser]'`, Debian's `chromium` or AT2PO_CHROMIUM)."""
     import subprocess
     import sys
     from pathlib import Path
+
+    from at2po_lib.config.profile import load_profile
 
     pytest.importorskip("playwright")
     chromium = _chromium()
@@ -190,6 +195,14 @@ def test_inspector_in_a_real_browser():
     assert done.stdout.count("M = 2, L = 3, K = 1: Grow is off") == 2
     assert done.stdout.count("not on the page under its closed fold, shown when opened") == 3 + 1
     assert done.stdout.count("git status --porcelain -- notebooks/ is empty") == 2
+    # issue #63: the reopen hint above the restored notebook's dead widget, then above the live
+    # one in both phases; the α slider in both phases; the wide tree in both phases
+    assert done.stdout.count("restored: reopen hint above 'Error displaying widget'") == 1
+    assert done.stdout.count("reopen hint above the live inspector; it says Run All") == 2
+    alpha = load_profile("smoke").rollout.tree_alpha
+    assert done.stdout.count(f"α slider starts on {alpha!r}; steps read") == 2
+    assert done.stdout.count(f"the kernel grew it with α = {alpha!r}") == 2
+    assert done.stdout.count("at its natural size in a box that scrolls sideways") == 2
 
 
 class FakeLive:
@@ -516,6 +529,30 @@ def test_the_alpha_slider_starts_on_the_profiles_alpha_exactly():
     assert inspector.alpha.value == load_profile("tiny").rollout.tree_alpha == 0.05
     assert 0.001 in inspector.alpha.options  # the exact-entropy variant's α
     assert insp.alpha_choices(0.07) == tuple(sorted((*insp.ALPHA_CHOICES, 0.07)))
+
+
+def test_grow_says_the_alpha_it_grew_with_as_the_kernel_read_it():
+    """Issue #63: the α slider landed on 0.0501. Grow's status line says the α the kernel
+    received, so the browser check can tell 0.05 from 0.0501 after moving the slider."""
+    pytest.importorskip("ipywidgets")
+    grown_with = []
+
+    class Recording(FakeLive):
+        def grow(self, question, expansion, m, l, k, alpha, seed=0):
+            grown_with.append(alpha)
+            return super().grow(question, expansion, m, l, k, alpha, seed)
+
+    inspector = insp.TreeInspector("tiny")
+    inspector.live = Recording()
+    options = list(inspector.alpha.options)
+    inspector.alpha.value = options[options.index(0.05) + 1]  # one step right: 0.1
+    inspector.alpha.value = options[options.index(0.1) - 1]  # and back
+    inspector._grow()
+    assert grown_with == [0.05]
+    assert "(entropy, α = 0.05)" in inspector.status.value
+    inspector.alpha.value = 0.001
+    inspector._grow()
+    assert grown_with[-1] == 0.001 and "(entropy, α = 0.001)" in inspector.status.value
 
 
 def test_a_wide_tree_scrolls_at_its_natural_size():

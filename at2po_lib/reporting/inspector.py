@@ -549,9 +549,9 @@ class TreeInspector:
                 )
                 return
             self.trees, self.highlight = trees, {}
-            self.origin = (
+            self.origin = (  # α as the kernel read it from the slider (0.05, never 0.0501)
                 f"grown: {len(trees)} tree(s) of question {self.question.value} "
-                f"({self.expansion.value})"
+                f"({self.expansion.value}, α = {float(self.alpha.value)!r})"
             )
             note = getattr(live, "note", "")  # a stand-in rollout (tests) may have none
             if note:
