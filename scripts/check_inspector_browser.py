@@ -70,11 +70,11 @@ screenshots (``<phase>_<step>.png``, plus the tree image and chart alone before 
 under ``results/executed/browser/``.
 
 What it saw goes to stderr as it happens, with seconds since the start (a step that hangs is the
-one after the last line), and to stdout at the end. Measured on 2 cores shared with a training
-run (tiny, Debian's Chromium 156, JupyterLab 4.6.6, Playwright 1.65; load average 3.7 at the
-start, 5.6 at the end): 468 s in all, exit 0; the clean phase 385 s (notebook 04 149 s, 01
-70 s, 02 26 s; the inspector shown 24 s after Run All), the restored phase 75 s.
-``--only-inspector``: 133 s, exit 0 (load average 2.4-3.6).
+one after the last line), and to stdout at the end. Measured on 2 cores shared with other
+work (tiny, Debian's Chromium 156, JupyterLab 4.6.6, Playwright 1.65; load average 4.9 at the
+start, 3.7 at the end), with issue #63's hint, α slider and wide-tree steps: 459 s in all,
+exit 0; the clean phase 390 s (notebook 04 119 s, 01 99 s, 05 26 s, 02 24 s; the inspector
+shown 21 s after Run All), the restored phase 60 s. ``--only-inspector``: 133 s, exit 0.
 
 Needs the notebooks' inputs (the profile's index, warm start): run ``./run_all.sh --profile
 PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``) first.
