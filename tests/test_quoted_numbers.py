@@ -197,3 +197,26 @@ def test_notebooks_show_grown_trees_through_show_figure():
         for opening in cells_with:
             source = next(s for s in sources if opening in s)
             assert "show_figure(fig)" in source and "plt.show()" not in source, opening
+
+
+def test_02_and_03_print_their_sentences_as_prose():
+    """Issue #63: long generated sentences printed as one monospace line, numbers wrapping
+    mid-number. Every print of a string in notebooks 02 and 03 goes through
+    ``reporting.output.prose`` (wrapped at words, a number never split); a print of another
+    value (an array, a dict) is left as it is."""
+    import ast
+
+    for notebook in ("02_tree_rollout", "03_credit_assignment"):
+        cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "print"):
+                    continue
+                (arg,) = node.args
+                stringy = isinstance(arg, (ast.JoinedStr, ast.BinOp)) or (
+                    isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                )
+                prosed = isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "prose"
+                assert prosed or not stringy, (notebook, ast.unparse(node)[:80])
