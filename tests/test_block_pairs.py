@@ -231,7 +231,7 @@ def test_the_blocks_overview_lists_finished_blocks_only(headline):
     record["resumed"] = [{"at": "2026-12-05T10:00:00+0000", "kept": ["at2po", "grpo"]}]
     record_path.write_text(json.dumps(record))
     overview = blocks_overview("tiny").set_index("block")
-    assert overview.loc[2, "kept across restarts"] == "at2po, grpo"
+    assert overview.loc[2, "kept across restarts"] == "AT2PO; GRPO"  # labels, not record names
 
 
 def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):

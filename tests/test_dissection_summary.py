@@ -370,6 +370,7 @@ def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_pat
     from at2po_lib.reporting.dissection_figure import (
         credit_temperature_figure,
         credit_temperature_rows,
+        credit_temperature_table,
     )
 
     import matplotlib
@@ -400,6 +401,18 @@ def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_pat
     assert len(ax.get_lines()) >= 2 and len(ax.get_legend().get_texts()) == 2
     fig.clf()
     assert credit_temperature_rows("smoke").empty
+    # what notebook 03 displays: the reader's columns, no record names (issue #63: delta_low)
+    shown = credit_temperature_table(rows)
+    assert list(shown.columns) == [
+        "credit AUC, AT2PO",
+        "AT2PO − GRPO [95% CI]",
+        "prompts",
+        "turns",
+    ]
+    assert shown.index.names == ["trees", "softmax temperature τ"]
+    first = shown.iloc[0]
+    assert first["AT2PO − GRPO [95% CI]"] == "-0.006 [-0.010, -0.002]"  # the τ = 0.01 row
+    assert first["credit AUC, AT2PO"] == "0.690" and first["prompts"] == 300
 
 
 def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path):

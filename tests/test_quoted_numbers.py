@@ -227,3 +227,20 @@ def test_02_to_05_print_their_sentences_as_prose():
                 )
                 prosed = isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "prose"
                 assert prosed or not stringy, (notebook, ast.unparse(node)[:80])
+
+
+def test_05_lists_runs_and_blocks_by_their_labels():
+    """Issue #63: 05 listed the runs, their revisions and the blocks' methods by record names
+    (``credit_child_mean_diff_parent``, ``grpo_tree_budget``); they read as the tables do."""
+    from at2po_lib.reporting.block_pairs import blocks_overview
+
+    cells = json.loads((NOTEBOOKS / "05_paper_tables_figures.ipynb").read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    runs = next(s for s in code if 'runs.groupby("method")' in s)
+    assert "rename(index=method_label" in runs
+    provenance = next(s for s in code if "run_provenance(" in s)
+    assert '"method": method_label(m)' in provenance and "blocks_overview(profile)" in provenance
+    if (ROOT / "results" / "blocks" / "tiny").is_dir():
+        methods = " ".join(blocks_overview("tiny")["methods"])
+        assert "Table 3: child mean, difference to the parent" in methods
+        assert "credit_" not in methods and "ablation_" not in methods

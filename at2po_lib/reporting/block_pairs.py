@@ -322,7 +322,8 @@ def blocks_overview(profile: str) -> pd.DataFrame:
     """One row per finished block of ``profile`` (every set): set, block, seed, revision and
     whether the checkout was clean, machine build, torch threads, the methods it trained, the
     runs an earlier process of it trained (``at2po study --keep-finished-runs``) and when it
-    finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
+    finished; read from the ``BLOCK.json`` records alone (no outcomes). Methods by their
+    labels (:func:`~.labels.method_label`), separated by semicolons (a label holds commas)."""
     rows = []
     for set_folder, block, record in _finished_records(profile):
         rows.append(
@@ -334,9 +335,11 @@ def blocks_overview(profile: str) -> pd.DataFrame:
                 "clean": record["clean"],
                 "build": record["build"],
                 "threads": record["torch_threads"],
-                "methods": ", ".join(record.get("runs", {})),
-                "kept across restarts": ", ".join(
-                    m for restart in record.get("resumed", []) for m in restart["kept"]
+                "methods": "; ".join(map(method_label, record.get("runs", {}))),
+                "kept across restarts": "; ".join(
+                    method_label(m)
+                    for restart in record.get("resumed", [])
+                    for m in restart["kept"]
                 )
                 or "–",
                 "finished": record.get("finished", ""),
