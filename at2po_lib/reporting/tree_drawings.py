@@ -36,6 +36,9 @@ Functions take data and return ``(fig, ax)`` (or tables); they never write files
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import textwrap
 from typing import Any, Mapping, Sequence
 
@@ -51,6 +54,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
+from PIL import Image
 
 from ..method.credit import VALUE_MODES, forest_node_values
 from ..method.tree import Forest, TreeArrays, node_depths
@@ -786,8 +790,6 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
 
 def figure_png(fig: Any) -> bytes:
     """``fig`` as the inline backend writes it: a PNG at ``fig.dpi``, cropped to its content."""
-    import io
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
     return buffer.getvalue()
@@ -809,18 +811,12 @@ def show_figure(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX, alt: str = "") 
     labels with it (issue #63: a tree of M = 1, L = 4, K = 8 drawn at 993 px from 2,914): such a
     figure is shown at its natural size in a box that scrolls sideways (:data:`SCROLL_BOX`),
     so its text keeps its size. Without IPython nothing is shown."""
-    import base64
-    import html
-    import io
-
-    from PIL import Image
-
     png = figure_png(fig)
     width, height = Image.open(io.BytesIO(png)).size
     scrolls = width > column_px
     smallest = displayed_text_px(fig, column_px=float("inf") if scrolls else column_px)
     try:
-        from IPython.display import HTML, Image as PngImage, display
+        from IPython.display import HTML, Image as PngImage, display  # a notebook's, only here
     except ImportError:  # pragma: no cover - IPython ships with the notebooks' environment
         close_figure(fig)
         return smallest
