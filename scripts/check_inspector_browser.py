@@ -29,13 +29,18 @@ What it does, and fails on (exit 1, naming the step):
    answers print inside ``at2po_lib.reporting.answers.answer_fold``), and hides again when
    closed; under ``tiny`` 02's must read ``[2 8 7 6]``;
 3. in notebook 03's inspector: the widgets render (no output of 03 opening with "Error
-   displaying widget"; the hint above the inspector quotes that message and is not one); both
+   displaying widget"; the hint above the inspector quotes that message and is not one); the
+   **reopen hint** (``inspector.REOPEN_HINT``) sits right above the live widget and says Run
+   All Cells, not "run the cell above" (issue #63: after a restart that raised NameError); both
    images (tree and credit chart) are shown at their natural size, not blank; picking another
    node shows the **busy sign** in words, "Busy: drawing node N …" for that node N, in the row
    of the node control, the controls disabled, while it updates, then clears it, and changes
    the node panel, the status line, **the tree image and the chart** (their pixels, not only
    text); **Grow** shows the busy sign beside Grow, rolls a new tree out ("grown: N tree(s)")
-   and the tree image's pixels change;
+   and the tree image's pixels change; before that Grow, the **α slider** (issue #63: it
+   landed on 0.0501) reads the profile's α exactly, one step right and left of it with the
+   keyboard (as a user can) read the neighbouring values of ``inspector.alpha_choices``
+   exactly and back, and the Grow's status says the kernel grew with that α ("α = 0.05");
    **random + L = 2** (issue #49): the ``random`` expansion chosen and L typed into its
    slider's readout, the line beside Grow says the sentence ``inspector.random_tree_count``
    has, if any, for the profile at L = 2 (``tiny``: "4 trees of 3 leaves", the profile's 2 do not split
@@ -43,7 +48,10 @@ What it does, and fails on (exit 1, naming the step):
    ... (random)", 4 in the tree list, the tree image changed, no "failed:") and the line is
    back beside Grow afterwards (where no count splits, Grow must be off and the line say why
    instead); then at M = 2, L = 3, K = 1, where no count splits, Grow is off and the line says
-   why, and choosing ``entropy`` turns Grow on and clears the line;
+   why, and choosing ``entropy`` turns Grow on and clears the line; then the **wide tree** of
+   issue #63, ``entropy`` at M = 1, L = 4, K = 8: Grow grows one tree whose image (tiny: 2,914
+   px) is wider than the column, shown at its natural width in a box that scrolls sideways,
+   and scrolling moves it;
 4. **save, then git status**: every open notebook is saved (File > Save, what autosave does)
    and ``git status --porcelain -- notebooks/`` must be empty, while the saved notebook on disk
    holds the run's outputs (the filter and the lab's post-save hook at work);
@@ -51,7 +59,10 @@ What it does, and fails on (exit 1, naming the step):
 *Restored workspace* (the same workspaces folder, JupyterLab restarted):
 5. JupyterLab reopens the six tabs and starts their kernels together; every kernel must reach
    "idle" within 120 s (a shared IPC socket once left 6 of 7 "starting");
-6. notebook 03 is run again and steps 3 and 4 repeated (with 03's computed answer).
+6. notebook 03, reopened with its saved outputs in its new kernel, shows the **reopen hint**
+   (Run All Cells, not "run the cell above") right above JupyterLab's "Error displaying
+   widget" where the inspector was; the check then does what the hint says (Run ▸ Run All
+   Cells, the menu's own item) and repeats steps 3 and 4 (with 03's computed answer).
 
 Each phase checks JupyterLab's log for kernel warnings and errors, a traceback (a widget
 callback that raised) and "Invalid Signature", and writes
@@ -59,11 +70,11 @@ screenshots (``<phase>_<step>.png``, plus the tree image and chart alone before 
 under ``results/executed/browser/``.
 
 What it saw goes to stderr as it happens, with seconds since the start (a step that hangs is the
-one after the last line), and to stdout at the end. Measured on 2 cores shared with a training
-run (tiny, Debian's Chromium 156, JupyterLab 4.6.6, Playwright 1.65; load average 3.7 at the
-start, 5.6 at the end): 468 s in all, exit 0; the clean phase 385 s (notebook 04 149 s, 01
-70 s, 02 26 s; the inspector shown 24 s after Run All), the restored phase 75 s.
-``--only-inspector``: 133 s, exit 0 (load average 2.4-3.6).
+one after the last line), and to stdout at the end. Measured on 2 cores shared with other
+work (tiny, Debian's Chromium 156, JupyterLab 4.6.6, Playwright 1.65; load average 4.9 at the
+start, 3.7 at the end), with issue #63's hint, α slider and wide-tree steps: 459 s in all,
+exit 0; the clean phase 390 s (notebook 04 119 s, 01 99 s, 05 26 s, 02 24 s; the inspector
+shown 21 s after Run All), the restored phase 60 s. ``--only-inspector``: 133 s, exit 0.
 
 Needs the notebooks' inputs (the profile's index, warm start): run ``./run_all.sh --profile
 PROFILE`` (or ``at2po run-notebooks --profile PROFILE --only 00,01,02``) first.
@@ -236,14 +247,18 @@ def wait_current(page, name: str, timeout_ms: int = 120_000) -> None:
 
 def run_all(page) -> None:
     """Run > Run All Cells, until a cell is seen queued or run (a click can land while the
-    freshly opened tab is still taking focus, or under JupyterLab's news pop-up)."""
+    freshly opened tab is still taking focus, or under JupyterLab's news pop-up). In a
+    restored notebook the saved prompts already read "[n]": the click itself must be the menu
+    item (its command), never text elsewhere on the page."""
     no = page.get_by_role("button", name="No", exact=True)
     if no.count() and no.first.is_visible():  # "... notified about official Jupyter news?"
         no.first.click()
     for _ in range(4):
         accept_kernel_dialog(page)
         page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
-        page.click("text=Run All Cells")
+        # the menu's own item: "text=Run All Cells" also matched the reopen hint's words in a
+        # restored notebook 03's saved output, and clicked the hint instead
+        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
         try:
             page.wait_for_function(
                 """() => { const panel = (() => { const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
@@ -452,20 +467,26 @@ def check_inspector(
     phase: str,
     timeout_s: float,
     random_l2: tuple[tuple[int | None, str], tuple[int | None, str]],
+    alpha: tuple[float, tuple[float, ...]],
 ) -> list[str]:
     """Step 3 of the module docstring on the active notebook 03 (``random_l2``: the two
-    expectations of :func:`check_random_l2`); returns what was seen."""
+    expectations of :func:`check_random_l2`; ``alpha``: the profile's α and the slider's
+    values, :func:`alpha_expectation`); returns what was seen."""
     seen = []
     start = time.time()
     try:
         grow = page.wait_for_selector("button:has-text('Grow')", timeout=timeout_s * 1000)
     except Exception as exc:
         page.screenshot(path=str(shots / f"{phase}_failed_run_all.png"))
-        raise Failed(f"{phase}: the inspector did not appear within {timeout_s:.0f} s") from exc
+        raise Failed(
+            f"{phase}: the inspector did not appear within {timeout_s:.0f} s "
+            f"({str(exc).splitlines()[0]})"
+        ) from exc
     seen.append(progress(f"{phase}: inspector rendered {time.time() - start:.0f} s after Run All"))
     page.wait_for_selector("text=/node \\d+ \\(parent/", timeout=60_000)
     if page.evaluate(WIDGET_ERRORS):
         raise Failed(f"{phase}: JupyterLab shows 'Error displaying widget'")
+    seen.append(progress(check_reopen_hint(page, phase, stale=False)))
     first = image_bytes(page, shots / f"{phase}_tree_before.png")
     chart = image_bytes(page, shots / f"{phase}_chart_before.png", "chart")
     for which, png in (("tree", first), ("chart", chart)):
@@ -513,12 +534,16 @@ def check_inspector(
     )
     page.screenshot(path=str(shots / f"{phase}_2_other_node.png"))
 
+    seen.append(progress(check_alpha_slider(page, phase, *alpha)))
     page.evaluate(WATCH_BUSY)
     page.click("button:has-text('Grow')")
     status = page.wait_for_selector("text=/grown: \\d+ tree|failed:/", timeout=timeout_s * 1000)
     text = status.inner_text()
     if not text.startswith("grown"):
         raise Failed(f"{phase}: Grow: {text}")
+    grown_with = f"(entropy, α = {alpha[0]!r})"  # what the kernel read from the slider
+    if grown_with not in text:
+        raise Failed(f"{phase}: after the α slider's moves Grow says {text!r}, not {grown_with!r}")
     seen.append(progress(busy_seen(page, phase, "Grow", timeout_s, BUSY, "Grow")))
     grown = image_bytes(page, shots / f"{phase}_tree_after_grow.png")
     check_not_blank(grown, phase, "tree")
@@ -530,10 +555,184 @@ def check_inspector(
     if grown == picked:
         raise Failed(f"{phase}: Grow said '{text}' but the tree image did not change")
     seen.append(
-        progress(f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes)")
+        progress(
+            f"{phase}: Grow: {text}; tree image changed ({len(picked)} -> {len(grown)} bytes); "
+            f"the kernel grew it with α = {alpha[0]!r}"
+        )
     )
     seen += check_random_l2(page, shots, phase, timeout_s, grown, *random_l2)
+    seen += check_wide_tree(page, shots, phase, timeout_s, alpha[0])
     return seen
+
+
+WIDE = {"M": 1, "L": 4, "K": 8}
+"""Issue #63's wide tree: one chain re-sampled 4 rounds × 8 times, 33 leaves (~2,900 px)."""
+TREE_BOX = """n => { const i = document.querySelectorAll('.widget-image')[n];
+    if (!i || !i.complete || !i.naturalWidth) return null;
+    const box = i.parentElement; const r = i.getBoundingClientRect();
+    const column = i.closest('.jp-OutputArea').getBoundingClientRect().width;
+    return {shown: r.width, natural: i.naturalWidth, column, box: box.clientWidth,
+            scroll: box.scrollWidth, overflow: getComputedStyle(box).overflowX}; }"""
+"""The tree image's shown and natural widths, the output column's, and its scrolling box's."""
+
+
+def check_wide_tree(page, shots: Path, phase: str, timeout_s: float, alpha: float) -> list[str]:
+    """Issue #63 (a grown tree of M = 1, L = 4, K = 8 was scaled from 2,914 to 993 px, its
+    labels unreadable): with ``entropy`` at :data:`WIDE`, Grow grows one tree whose image is
+    wider than the output column; it is shown at its natural width (not scaled down) in a box
+    that scrolls sideways, and scrolling it moves the view."""
+    page.locator(".jp-OutputArea button.widget-toggle-button:text-is('entropy')").click()
+    for label, value in WIDE.items():
+        set_slider(page, label, value)
+    before = image_bytes(page, shots / f"{phase}_tree_before_wide.png")
+    page.evaluate(WATCH_BUSY)
+    page.click(".jp-OutputArea button.jupyter-button:text-is('Grow')")
+    wanted = f"(entropy, α = {alpha!r})"
+    page.wait_for_function(
+        """wanted => [...document.querySelectorAll('.jp-OutputArea .widget-html')]
+           .some(e => e.textContent.includes('grown: 1 tree(s)') && e.textContent.includes(wanted)
+                      || e.textContent.includes('failed:'))""",
+        arg=wanted,
+        timeout=timeout_s * 1000,
+    )
+    failed = page.locator(".jp-OutputArea .widget-html", has_text="failed:")
+    if failed.count():
+        raise Failed(
+            f"{phase}: Grow at M, L, K = {tuple(WIDE.values())}: {failed.first.inner_text()}"
+        )
+    busy_seen(page, phase, f"Grow at M, L, K = {tuple(WIDE.values())}", timeout_s, BUSY, "Grow")
+    wide = image_bytes(page, shots / f"{phase}_tree_wide.png")
+    if wide == before:
+        raise Failed(f"{phase}: the wide tree's Grow left the tree image unchanged")
+    check_not_blank(wide, phase, "tree")
+    box = page.evaluate(TREE_BOX, IMAGES["tree"])
+    where = (
+        f"natural {box['natural']} px, shown {box['shown']:.0f} px, column {box['column']:.0f} px"
+    )
+    if box["natural"] <= box["column"]:
+        raise Failed(f"{phase}: the tree of M, L, K = {tuple(WIDE.values())} fits ({where})")
+    if abs(box["shown"] - box["natural"]) > 1:
+        raise Failed(f"{phase}: the wide tree is scaled, not scrolled ({where})")
+    if box["overflow"] not in ("auto", "scroll") or box["scroll"] <= box["box"]:
+        raise Failed(f"{phase}: the wide tree's box does not scroll sideways ({box})")
+    moved = page.evaluate(
+        """n => { const box = document.querySelectorAll('.widget-image')[n].parentElement;
+                  box.scrollLeft = box.scrollWidth; return box.scrollLeft; }""",
+        IMAGES["tree"],
+    )
+    if moved <= 0:
+        raise Failed(f"{phase}: the wide tree's box did not scroll ({box})")
+    image(page, "tree").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{phase}_8_wide_tree_scrolled.png"))
+    return [
+        progress(
+            f"{phase}: M, L, K = {tuple(WIDE.values())}: grown tree {where}: shown at its "
+            f"natural size in a box that scrolls sideways (scrolled {moved:.0f} px)"
+        )
+    ]
+
+
+HINT_OUTPUT = """hint => {
+    // The output of notebook 03 that holds the reopen hint, the output after it in its cell,
+    // and whether that one is a rendered widget or JupyterLab's "Error displaying widget".
+    const tab = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
+    const panel = tab ? document.getElementById(tab.dataset.id) : null;
+    if (!panel) return null;
+    const norm = t => (t || '').replace(/\\s+/g, ' ').trim();
+    for (const cell of panel.querySelectorAll('.jp-CodeCell')) {
+        const outs = [...cell.querySelectorAll('.jp-OutputArea-child')];
+        const at = outs.findIndex(o => norm(o.textContent).includes(hint));
+        if (at < 0) continue;
+        const next = outs[at + 1];
+        return {hint: norm(outs[at].textContent), after: next ? norm(next.textContent).slice(0, 120) : '',
+                widget: !!(next && next.querySelector('.jupyter-widgets .widget-button, button.jupyter-button')),
+                outputs: outs.length, at};
+    }
+    return null; }"""
+"""Where notebook 03's reopen hint (``inspector.REOPEN_HINT``) sits and what follows it."""
+
+
+def check_reopen_hint(page, phase: str, stale: bool, shot: Path | None = None) -> str:
+    """The line above the inspector (``inspector.REOPEN_HINT``, issue #63) is on the page, says
+    to run the notebook from the top (Run All: after a restart, running the inspector's cell
+    alone raised NameError), not "run the cell above", and sits right above the widget's
+    output. ``stale``: a notebook reopened after JupyterLab restarted, not yet run: that output
+    must be JupyterLab's "Error displaying widget" (the situation the hint is for); otherwise
+    the live inspector."""
+    from at2po_lib.reporting.inspector import REOPEN_HINT
+
+    hint = " ".join(REOPEN_HINT.split())
+    if stale:  # the saved widget output reads "Loading widget..." until the lab gives up on it
+        try:
+            page.wait_for_function(
+                f"hint => {{ const f = ({HINT_OUTPUT})(hint); "
+                "return f && !f.after.startsWith('Loading widget'); }",
+                arg=hint,
+                timeout=60_000,
+            )
+        except Exception:
+            pass  # said below, with what the output reads
+    found = page.evaluate(HINT_OUTPUT, hint)
+    if found is None:
+        raise Failed(f"{phase}: notebook 03 shows no reopen hint ({hint[:60]!r} ...)")
+    if shot is not None:
+        page.locator(
+            ".jp-OutputArea-output", has_text="Run All Cells"
+        ).first.scroll_into_view_if_needed()
+        page.screenshot(path=str(shot))
+    if "Run All Cells" not in found["hint"] or "run the cell above" in found["hint"].lower():
+        raise Failed(f"{phase}: the reopen hint reads {found['hint']!r}: it must say Run All")
+    if stale and not found["after"].startswith("Error displaying widget"):
+        raise Failed(
+            f"{phase}: under the hint of the reopened notebook: {found['after']!r}, not "
+            "JupyterLab's 'Error displaying widget' (nothing for the hint to explain)"
+        )
+    if not stale and not found["widget"]:
+        raise Failed(f"{phase}: the reopen hint is not right above the inspector: {found}")
+    under = "'Error displaying widget'; Run All next" if stale else "the live inspector"
+    return f"{phase}: reopen hint above {under}; it says Run All Cells, not 'run the cell above'"
+
+
+ALPHA_SLIDER = """() => {
+    const sliders = [...document.querySelectorAll('.jp-OutputArea .widget-hslider, .jp-OutputArea .widget-slider')]
+        .filter(s => { const l = s.querySelector('label.widget-label'); return l && l.textContent.trim() === 'α'; });
+    const readout = sliders.length ? sliders[0].querySelector('.widget-readout') : null;
+    return readout ? readout.textContent.trim() : null; }"""
+"""The α slider's readout (what the reader sees it set to), or null."""
+
+
+def check_alpha_slider(page, phase: str, alpha: float, choices: tuple[float, ...]) -> str:
+    """Issue #63 (the α slider landed on 0.0501): the slider labelled α reads the profile's α
+    exactly; one step right and one left of it (the keyboard on its handle, as a user can)
+    read the neighbouring values of ``choices`` (``inspector.alpha_choices``) exactly; and it
+    is left on the profile's α, which the next Grow must report as the α the kernel used."""
+    readout = page.evaluate(ALPHA_SLIDER)
+    if readout != str(alpha):
+        raise Failed(f"{phase}: the α slider reads {readout!r}, not the profile's {alpha!r}")
+    at = choices.index(alpha)
+    steps = [("ArrowRight", min(at + 1, len(choices) - 1)), ("ArrowLeft", at)]
+    steps += [("ArrowLeft", max(at - 1, 0)), ("ArrowRight", at)]
+    slider = page.locator(
+        ".jp-OutputArea .widget-hslider:has(label.widget-label:text-is('α')), "
+        ".jp-OutputArea .widget-slider:has(label.widget-label:text-is('α'))"
+    ).first
+    slider.scroll_into_view_if_needed()
+    handle = slider.locator(".noUi-handle").first
+    read = []
+    for key, index in steps:
+        handle.focus()
+        page.keyboard.press(key)
+        try:
+            page.wait_for_function(
+                f"want => ({ALPHA_SLIDER})() === want", arg=str(choices[index]), timeout=30_000
+            )
+        except Exception as exc:
+            raise Failed(
+                f"{phase}: the α slider after {key} reads {page.evaluate(ALPHA_SLIDER)!r}, "
+                f"not {str(choices[index])!r}"
+            ) from exc
+        read.append(str(choices[index]))
+    return f"{phase}: α slider starts on {alpha!r}; steps read {' -> '.join(read)}"
 
 
 GROW_LINE = """() => { const grow = [...document.querySelectorAll('.jp-OutputArea button.jupyter-button')]
@@ -617,7 +816,7 @@ def check_random_l2(
     page.evaluate(WATCH_BUSY)
     page.click(".jp-OutputArea button.jupyter-button:text-is('Grow')")
     status = page.wait_for_selector(
-        "text=/grown: \\d+ tree\\(s\\) of question \\d+ \\(random\\)|failed:/",
+        "text=/grown: \\d+ tree\\(s\\) of question \\d+ \\(random, α = |failed:/",
         timeout=timeout_s * 1000,
     )
     text = status.inner_text()
@@ -896,6 +1095,16 @@ def random_l2_expectation(profile: str) -> tuple[tuple[int | None, str], tuple[i
     )
 
 
+def alpha_expectation(profile: str) -> tuple[float, tuple[float, ...]]:
+    """The profile's α and the values the inspector's α slider offers
+    (``inspector.alpha_choices``, which the widget itself uses)."""
+    from at2po_lib.config.profile import load_profile
+    from at2po_lib.reporting.inspector import alpha_choices
+
+    alpha = float(load_profile(profile).rollout.tree_alpha)
+    return alpha, alpha_choices(alpha)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="tiny")
@@ -924,6 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.chdir(ROOT)
     args.random_l2 = random_l2_expectation(args.profile)
+    args.alpha = alpha_expectation(args.profile)
     shots = ROOT / SCRATCH
     shots.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(ROOT / WORKSPACES, ignore_errors=True)  # the clean phase starts clean
@@ -988,8 +1198,14 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
                         page.click(f"li.lm-TabBar-tab:has-text('{NOTEBOOK}')")
                         wait_current(page, NOTEBOOK, 30_000)
                         wait_idle(page)
+                        # JupyterLab restarted: the saved inspector is dead; the hint says
+                        # what brings it back, and the check does just that
+                        shot = shots / "restored_0_reopen_hint.png"
+                        seen.append(progress(check_reopen_hint(page, phase, True, shot)))
                         run_all(page)
-                    seen += check_inspector(page, shots, phase, args.timeout, args.random_l2)
+                    seen += check_inspector(
+                        page, shots, phase, args.timeout, args.random_l2, args.alpha
+                    )
                     # the inspector is checked as soon as it shows; the cells after it, too
                     seen.append(
                         progress(

@@ -231,7 +231,7 @@ def test_the_blocks_overview_lists_finished_blocks_only(headline):
     record["resumed"] = [{"at": "2026-12-05T10:00:00+0000", "kept": ["at2po", "grpo"]}]
     record_path.write_text(json.dumps(record))
     overview = blocks_overview("tiny").set_index("block")
-    assert overview.loc[2, "kept across restarts"] == "at2po, grpo"
+    assert overview.loc[2, "kept across restarts"] == "AT2PO; GRPO"  # labels, not record names
 
 
 def test_blocks_alone_make_the_claims_without_an_earlier_twin(headline):
@@ -330,9 +330,9 @@ def test_table3_in_blocks_tests_each_cell_against_the_blocks_at2po_with_holm(abl
         rows.loc[["credit_child_mean_node_value", "credit_leaf_mean_diff_parent"], "p_holm"]
     ) == pytest.approx(list(stats.holm(ps)))
     assert (rows["family_size"].dropna() == 2).all()
-    assert display.loc["entropy_softmax", "node_value"].endswith("(5 blocks)")
-    assert "Δ" not in display.loc["entropy_softmax", "node_value"]
-    assert display.loc["entropy_linear", "node_value"] == "–"
+    assert display.loc["entropy-weighted children", "node value"].endswith("(5 blocks)")
+    assert "Δ" not in display.loc["entropy-weighted children", "node value"]
+    assert display.loc["linear entropy weights", "node value"] == "–"
     empty = table3_in_blocks("tiny", frame.iloc[:0])[1]
     assert empty.shape == (4, 4) and (empty == "–").all().all()
 
@@ -349,10 +349,10 @@ def test_one_ablation_block_gives_averages_but_no_paired_change(ablation):
     # one block is one seed: an interval there would hold the question term only
     assert not steps["toy avg [95% CI]"].str.contains(r"\[").any()
     _, cells = table3_in_blocks("tiny", one)
-    assert cells.loc["child_mean", "node_value"].endswith("(1 block)")
-    assert "[" not in cells.loc["child_mean", "node_value"]
-    assert "[" in table3_in_blocks("tiny", frame)[1].loc["entropy_softmax", "node_value"]
-    assert "Δ" not in cells.loc["child_mean", "node_value"]
+    assert cells.loc["child mean", "node value"].endswith("(1 block)")
+    assert "[" not in cells.loc["child mean", "node value"]
+    assert "[" in table3_in_blocks("tiny", frame)[1].loc["entropy-weighted children", "node value"]
+    assert "Δ" not in cells.loc["child mean", "node value"]
 
 
 def _outcome_rows(block: int, method: str, hits: dict[str, list[int]]) -> pd.DataFrame:
@@ -412,6 +412,33 @@ def test_block_scores_read_each_block_on_its_own_by_hand():
     assert blocks_needed(frame[frame["block"] == 0], "headline", "at2po", "grpo") is None
     # a set with no finished block: nothing to show
     assert all(f.empty for f in block_scores("tiny", frame, "ablation"))
+
+
+def test_a_closed_set_projects_no_further_blocks():
+    """Issue #63: the headline set is closed at 15 blocks (the looks rule). Its block table
+    then has no "blocks for ±2" row and blocks_needed offers no count; at 14 blocks it is open."""
+    from at2po_lib.reporting.block_pairs import CLOSED_AT, closed_at, closed_sets
+
+    assert CLOSED_AT == {"headline": 15, "ablation": 9}  # docs/toy_study.md, the rule in force
+    rng = np.random.default_rng(0)
+    frame = pd.concat(
+        [
+            _outcome_rows(block, method, {MH: list(rng.integers(0, 2, 6))})
+            for block in range(15)
+            for method in ("at2po", "grpo")
+        ],
+        ignore_index=True,
+    )
+    assert closed_at(frame, "headline") == 15 and closed_sets(frame) == {"headline": 15}
+    _, display = block_scores("tiny", frame, "headline")
+    assert list(display.index)[-2:] == ["mean", "sd over 15 blocks"]
+    assert blocks_needed(frame, "headline", "at2po", "grpo") is None
+    fourteen = frame[frame["block"] < 14]
+    assert closed_at(fourteen, "headline") is None and closed_sets(fourteen) == {}
+    assert list(block_scores("tiny", fourteen, "headline")[1].index)[-1] == (
+        "blocks for ±2 at this sd"
+    )
+    assert blocks_needed(fourteen, "headline", "at2po", "grpo") is not None
 
 
 def test_the_headline_figure_draws_the_block_differences_and_the_growing_interval(headline):

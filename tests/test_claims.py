@@ -480,7 +480,13 @@ def test_study_presets_read_as_their_place_in_the_paper():
 
     assert method_label("at2po") == "AT2PO"
     assert method_label("ablation_random_tree_grpo") == "Table 2 step 1"
-    assert method_label("credit_leaf_mean_diff_parent") == "Table 3 leaf_mean / diff_parent"
+    # a Table 3 cell by its values and its advantage in words, not the records' names (#63)
+    assert method_label("credit_leaf_mean_diff_parent") == (
+        "Table 3: leaf mean, difference to the parent"
+    )
+    assert method_label("credit_entropy_linear_diff_localglobal") == (
+        "Table 3: linear entropy weights, differences to the root and the parent"
+    )
     assert method_label("not_a_preset") == "not_a_preset"
 
 

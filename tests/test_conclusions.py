@@ -279,15 +279,18 @@ def test_table3_conclusion_reads_each_cell_against_the_default(tmp_path, monkeyp
     )
     text = c.table3_conclusion("tiny")
     assert text.startswith(
-        "3 of the paper's 8 cells (value mode × node_value / diff_parent) "
-        "have toy runs, and 1 of the authors' code's other advantage modes."
+        "3 of the paper's 8 cells (values × node value or difference to the parent as the "
+        "advantage) have toy runs, and 1 of the authors' code's other advantage modes."
     )
-    assert "default (entropy_softmax / node_value, 5 seeds)" in text
-    assert "child_mean / node_value +2.0 [-2.0, +6.0] (3 seeds)" in text
+    # the cells in the reader's words (issue #63), values first, then the advantage
+    assert "default (entropy-weighted children, node value, 5 seeds)" in text
+    assert "child mean, node value +2.0 [-2.0, +6.0] (3 seeds)" in text
+    assert "child_mean" not in text and "diff_" not in text
     # below the default only where Holm's p agrees; the other cell off 0 cannot tell
     assert "1 cell reads below the default (the paper's finding) and 0 above it" in text
     assert (
-        "cannot tell for leaf_mean / diff_global: the interval excludes 0, but the permutation "
+        "cannot tell for leaf mean, difference to the root: the interval excludes 0, but the "
+        "permutation "
         "test does not agree (p = 0.200 after Holm's correction over the 3 cells)" in text
     )
     # without any cell outside 0 the sentence says the toy cannot rank them

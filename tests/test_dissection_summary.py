@@ -233,6 +233,19 @@ def test_why_sentences_name_every_oracle_cell_the_variant_and_what_the_toy_canno
     )
     two = why_sentences(claims, dissection_summary("tiny", claims)[0], ablation=(5, 3))
     assert "(Holm over its 3 cells) from 7; 5 are finished." in two[-1]  # 3 · 2/2^7 < 0.05
+    # issue #63: a set the looks rule closed is final; the sentence invites no more blocks
+    parts = dissection_summary("tiny", claims)[0]
+    closed = why_sentences(
+        claims, parts, blocks_needed=21, ablation=(9, 7), closed={"headline": 15, "ablation": 9}
+    )
+    assert "would narrow it" not in closed[-1] and "21 blocks" not in closed[-1]
+    assert "The headline set is closed at 15 blocks" in closed[-1]
+    assert "its verdicts are final and no block is added" in closed[-1]
+    assert "9 are finished, and the ablation set is closed there (9 blocks)." in closed[-1]
+    # only the ablation closed: the open headline keeps its projection, fixed before a look
+    open_head = why_sentences(claims, parts, blocks_needed=21, closed={"ablation": 9})
+    assert "about 21 blocks would narrow it" in open_head[-1]
+    assert "a count to fix before the next look" in open_head[-1]
     # seeds of the committed runs are not blocks: no block projection for them
     claims.loc[claims["key"] == "at2po_over_grpo", "seeds"] = "12 vs 21"
     unblocked = why_sentences(claims, dissection_summary("tiny", claims)[0], blocks_needed=21)
@@ -357,6 +370,7 @@ def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_pat
     from at2po_lib.reporting.dissection_figure import (
         credit_temperature_figure,
         credit_temperature_rows,
+        credit_temperature_table,
     )
 
     import matplotlib
@@ -387,6 +401,18 @@ def test_credit_temperature_rows_read_the_default_and_every_named_record(tmp_pat
     assert len(ax.get_lines()) >= 2 and len(ax.get_legend().get_texts()) == 2
     fig.clf()
     assert credit_temperature_rows("smoke").empty
+    # what notebook 03 displays: the reader's columns, no record names (issue #63: delta_low)
+    shown = credit_temperature_table(rows)
+    assert list(shown.columns) == [
+        "credit AUC, AT2PO",
+        "AT2PO − GRPO [95% CI]",
+        "prompts",
+        "turns",
+    ]
+    assert shown.index.names == ["trees", "softmax temperature τ"]
+    first = shown.iloc[0]
+    assert first["AT2PO − GRPO [95% CI]"] == "-0.006 [-0.010, -0.002]"  # the τ = 0.01 row
+    assert first["credit AUC, AT2PO"] == "0.690" and first["prompts"] == 300
 
 
 def test_clip_levels_figure_draws_a_dot_per_run_and_level_and_the_means(tmp_path):

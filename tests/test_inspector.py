@@ -154,11 +154,16 @@ def _chromium() -> str | None:
 @pytest.mark.browser
 def test_inspector_in_a_real_browser():
     """scripts/check_inspector_browser.py on the smoke profile: the widgets render in
-    JupyterLab, a node pick redraws, Grow rolls a tree out. Needs Playwright and Chromium
+    JupyterLab, a node pick redraws, Grow rolls a tree out; the reopen hint says Run All above
+    the dead widget of the restored notebook and above the live one, the α slider reads and
+    steps to exact values and the kernel grows with the profile's α, and a tree of M = 1,
+    L = 4, K = 8 scrolls at its natural size (issue #63). Needs Playwright and Chromium
     (`pip install -e '.[browser]'`, Debian's `chromium` or AT2PO_CHROMIUM)."""
     import subprocess
     import sys
     from pathlib import Path
+
+    from at2po_lib.config.profile import load_profile
 
     pytest.importorskip("playwright")
     chromium = _chromium()
@@ -190,6 +195,14 @@ def test_inspector_in_a_real_browser():
     assert done.stdout.count("M = 2, L = 3, K = 1: Grow is off") == 2
     assert done.stdout.count("not on the page under its closed fold, shown when opened") == 3 + 1
     assert done.stdout.count("git status --porcelain -- notebooks/ is empty") == 2
+    # issue #63: the reopen hint above the restored notebook's dead widget, then above the live
+    # one in both phases; the α slider in both phases; the wide tree in both phases
+    assert done.stdout.count("restored: reopen hint above 'Error displaying widget'") == 1
+    assert done.stdout.count("reopen hint above the live inspector; it says Run All") == 2
+    alpha = load_profile("smoke").rollout.tree_alpha
+    assert done.stdout.count(f"α slider starts on {alpha!r}; steps read") == 2
+    assert done.stdout.count(f"the kernel grew it with α = {alpha!r}") == 2
+    assert done.stdout.count("at its natural size in a box that scrolls sideways") == 2
 
 
 class FakeLive:
@@ -518,6 +531,30 @@ def test_the_alpha_slider_starts_on_the_profiles_alpha_exactly():
     assert insp.alpha_choices(0.07) == tuple(sorted((*insp.ALPHA_CHOICES, 0.07)))
 
 
+def test_grow_says_the_alpha_it_grew_with_as_the_kernel_read_it():
+    """Issue #63: the α slider landed on 0.0501. Grow's status line says the α the kernel
+    received, so the browser check can tell 0.05 from 0.0501 after moving the slider."""
+    pytest.importorskip("ipywidgets")
+    grown_with = []
+
+    class Recording(FakeLive):
+        def grow(self, question, expansion, m, l, k, alpha, seed=0):
+            grown_with.append(alpha)
+            return super().grow(question, expansion, m, l, k, alpha, seed)
+
+    inspector = insp.TreeInspector("tiny")
+    inspector.live = Recording()
+    options = list(inspector.alpha.options)
+    inspector.alpha.value = options[options.index(0.05) + 1]  # one step right: 0.1
+    inspector.alpha.value = options[options.index(0.1) - 1]  # and back
+    inspector._grow()
+    assert grown_with == [0.05]
+    assert "(entropy, α = 0.05)" in inspector.status.value
+    inspector.alpha.value = 0.001
+    inspector._grow()
+    assert grown_with[-1] == 0.001 and "(entropy, α = 0.001)" in inspector.status.value
+
+
 def test_a_wide_tree_scrolls_at_its_natural_size():
     """Issue #63: a grown tree of M = 1, L = 4, K = 8 (2,914 px) was scaled to a 993 px column,
     its labels unreadable. The tree image keeps its natural width in a box that scrolls."""
@@ -531,3 +568,33 @@ def test_a_wide_tree_scrolls_at_its_natural_size():
     ]
     assert len(boxes) == 1 and boxes[0].layout.overflow == "auto"
     assert inspector.credit_image.layout.max_width == "100%"  # the chart still fits the column
+
+
+def test_the_credit_views_name_each_rule_in_words():
+    """Issue #63: the credit chart and grids named the rules by the records' names
+    (``entropy_softmax/node_value``, ``tree_grpo``); they read as Table 3 does now."""
+    from at2po_lib.analysis.running_example import teaching_tree
+    from at2po_lib.reporting.node_credit import node_credit_grid, rule_label
+    from at2po_lib.reporting.node_views import baseline_frame, plot_node_credit
+
+    table = node_credit.credit_table(teaching_tree())
+    assert rule_label("entropy_softmax/node_value") == "entropy-weighted children, node value"
+    assert rule_label("leaf_mean/diff_global") == "leaf mean, difference to the root"
+    assert rule_label("tree_grpo") == "Tree-GRPO"
+    fig, ax = plot_node_credit(table, 2)
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ticks) == 16 + 3 and ticks[0] == "entropy-weighted children, node value"
+    assert ticks[-3:] == ["GRPO", "Tree-GRPO", "GiGPO-style step groups"]
+    assert not any("_" in t or "/" in t for t in ticks)
+    grid = node_credit_grid(table, 2)
+    assert list(grid.index) == [
+        "entropy-weighted children",
+        "linear entropy weights",
+        "child mean",
+        "leaf mean",
+    ]
+    assert (
+        grid.loc["child mean", "difference to the parent"] == table.loc[2, "child_mean/diff_parent"]
+    )
+    assert list(baseline_frame(table, 2).index) == ["GRPO", "Tree-GRPO", "GiGPO-style step groups"]
+    assert not any("tree_grpo" in n or "gigpo:" in n for n in table.attrs["notes"])

@@ -105,3 +105,57 @@ def test_a_four_panel_row_of_trees_fails_the_rule():
         draw_rollout_tree(tree, ax=ax)
     assert displayed_text_px(fig) < MIN_DISPLAYED_TEXT_PX
     plt.close(fig)
+
+
+def _shown(monkeypatch):
+    """What show_figure displays, captured instead of shown."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    return shown
+
+
+def test_a_wide_tree_is_shown_at_its_natural_size_in_a_box_that_scrolls(monkeypatch):
+    """Issue #63: a tree of M = 1, L = 4, K = 8 (33 leaves) drawn in notebook 03's panels grows
+    to ~2,150 px; scaled into a 900 px column its labels were ~3.5 px. show_figure keeps it at
+    its natural size in a sideways-scrolling box, its labels at their own size."""
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    from at2po_lib.method.credit import VALUE_MODES, node_values
+    from at2po_lib.reporting.tree_drawings import draw_tree, show_figure
+
+    shown = _shown(monkeypatch)
+    tree = random_tree(np.random.default_rng(0), num_chains=1, num_expansions=32, max_turns=4)
+    fig, axes = plt.subplots(4, 1, figsize=(7, 13))
+    for ax, mode in zip(axes, VALUE_MODES):
+        values = node_values(tree.parent, tree.entropy, tree.leaf_reward, mode=mode).numpy()
+        draw_tree(tree.parent, node_color=values, node_labels=[f"{v:.2f}" for v in values], ax=ax)
+    natural = fig.get_size_inches()[0] * fig.dpi
+    assert natural > 2 * NOTEBOOK_COLUMN_PX
+    assert displayed_text_px(fig) < MIN_DISPLAYED_TEXT_PX  # as the column would scale it
+    smallest = show_figure(fig)
+    assert smallest == pytest.approx(7.0 / 72 * fig.dpi)  # the 7 pt labels at 100 dpi: 9.7 px
+    assert smallest >= MIN_DISPLAYED_TEXT_PX
+    (box,) = shown
+    html = box.data
+    assert "overflow-x: auto" in html and "max-width: none" in html
+    width = int(re.search(r'width="(\d+)"', html).group(1))
+    png = base64.b64decode(re.search(r"base64,([^\"]+)", html).group(1))
+    assert Image.open(io.BytesIO(png)).size[0] == width > NOTEBOOK_COLUMN_PX
+    assert not plt.fignum_exists(fig.number)  # closed: the inline backend shows it once
+
+
+def test_a_tree_that_fits_the_column_is_shown_as_an_image(monkeypatch):
+    from at2po_lib.reporting.tree_drawings import show_figure
+
+    shown = _shown(monkeypatch)
+    fig, _ = draw_rollout_tree(teaching_tree())
+    smallest = show_figure(fig)
+    (image,) = shown
+    assert type(image).__name__ == "Image" and image.format == "png"
+    assert smallest == pytest.approx(displayed_text_px(fig))

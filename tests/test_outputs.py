@@ -240,6 +240,9 @@ def test_prose_wraps_a_long_sentence_at_words_and_never_splits_a_number():
     assert all(not line.endswith("-") for line in lines)  # no break at a minus sign
     assert wrapped.split() == sentence.split()  # words and numbers intact, in order
     assert prose("one\n\ntwo") == "one\n\ntwo"  # paragraphs stay paragraphs
+    # lines stay lines ("rule: ...\nhere: ..."), and an indented line wraps under its indent
+    assert prose("rule: a b\nhere: c d", width=9) == "rule: a b\nhere: c d"
+    assert prose("node 5\n  text: one two three", width=15) == "node 5\n  text: one two\n  three"
 
 
 def test_figure4s_turn_table_shows_names_not_record_columns():

@@ -100,7 +100,7 @@ def test_05_recap_makes_no_claim_the_generated_rows_contradict_and_05_ends_with_
         if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")
     ]
     assert headings[-1] == "## What the toy says, and why"
-    assert "why_sentences" in "".join(cells[-1]["source"])
+    assert "why_for(profile" in "".join(cells[-1]["source"])  # the report's call (why.md)
 
 
 def test_03_says_what_its_figure_and_answer_3b_show():
@@ -159,3 +159,88 @@ def test_notebook_02s_oracle_sentence_names_scores_and_policies_in_words(tiny_ta
     for score in ESTIMATE_SCORES.values():
         sentence = flip_ratio_sentence(summaries, score)
         assert not re.search(r"\b[a-z]+_[a-z_]+\b", sentence), sentence
+
+
+def test_03_names_each_credit_mode_as_table_3_and_the_inspector_do():
+    """Issue #63: Table 3 and the inspector name the modes in words; notebook 03 introduces
+    each mode by its record name, so its tables give the words beside it, read from the same
+    labels (a renamed label must be renamed here too)."""
+    from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
+    from at2po_lib.reporting.labels import credit_words
+
+    rows = {
+        line.split("|")[1].strip(" `"): line.rstrip(" |").rsplit("|", 1)[1].strip()
+        for line in markdown_of("03_credit_assignment").splitlines()
+        if line.startswith("| `")
+    }
+    for mode in (*VALUE_MODES, *ADVANTAGE_MODES):
+        assert rows[mode] == credit_words(mode) != mode
+
+
+def test_notebooks_show_grown_trees_through_show_figure():
+    """Issue #63: a large tree was scaled into the column, its labels unreadable. Every cell of
+    02 and 03 that draws a tree of the notebook's own (its profile's, or a trees file's) shows it
+    with tree_drawings.show_figure (a wide one scrolls at its natural size), not plt.show."""
+    for notebook, cells_with in (
+        ("02_tree_rollout", ("example = trees[shown]",)),
+        (
+            "03_credit_assignment",
+            (
+                "hand = teaching_tree()",
+                "Node values V(n) of the shown",
+                "Advantages A(n) of the shown",
+            ),
+        ),
+    ):
+        cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+        sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+        for opening in cells_with:
+            source = next(s for s in sources if opening in s)
+            assert "show_figure(fig)" in source and "plt.show()" not in source, opening
+
+
+def test_02_to_05_print_their_sentences_as_prose():
+    """Issue #63: long generated sentences printed as one monospace line, numbers wrapping
+    mid-number. Every print of a string in notebooks 02 to 05 goes through
+    ``reporting.output.prose`` (wrapped at words, a number never split); a print of another
+    value (an array) or of several (a row of 05's table of paths) is left as it is."""
+    import ast
+
+    for notebook in (
+        "02_tree_rollout",
+        "03_credit_assignment",
+        "04_at2po_training",
+        "05_paper_tables_figures",
+    ):
+        cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "print"):
+                    continue
+                if len(node.args) != 1:  # several values: a table's row (05's paths), not prose
+                    continue
+                (arg,) = node.args
+                stringy = isinstance(arg, (ast.JoinedStr, ast.BinOp)) or (
+                    isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                )
+                prosed = isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "prose"
+                assert prosed or not stringy, (notebook, ast.unparse(node)[:80])
+
+
+def test_05_lists_runs_and_blocks_by_their_labels():
+    """Issue #63: 05 listed the runs, their revisions and the blocks' methods by record names
+    (``credit_child_mean_diff_parent``, ``grpo_tree_budget``); they read as the tables do."""
+    from at2po_lib.reporting.block_pairs import blocks_overview
+
+    cells = json.loads((NOTEBOOKS / "05_paper_tables_figures.ipynb").read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    runs = next(s for s in code if 'runs.groupby("method")' in s)
+    assert "rename(index=method_label" in runs
+    provenance = next(s for s in code if "run_provenance(" in s)
+    assert '"method": method_label(m)' in provenance and "blocks_overview(profile)" in provenance
+    if (ROOT / "results" / "blocks" / "tiny").is_dir():
+        methods = " ".join(blocks_overview("tiny")["methods"])
+        assert "Table 3: child mean, difference to the parent" in methods
+        assert "credit_" not in methods and "ablation_" not in methods

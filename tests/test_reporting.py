@@ -260,14 +260,21 @@ def test_table3_fills_the_default_cell_with_at2po_and_diffs_against_it(results):
     outcomes = records.load_outcomes("smoke")
     tidy, display = table3.table3("smoke", outcomes)
     assert set(tidy["method"]) == {"at2po_exact", "credit_child_mean_diff_parent"}
-    assert display.loc["entropy_softmax", "node_value"].startswith(
+    # rows and columns in the reader's words (issue #63): values, then the advantage
+    assert display.index.name == "values ↓ / advantage →"
+    assert list(display.columns) == [
+        "node value",
+        "difference to the parent",
+        "difference to the root",
+        "differences to the root and the parent",
+    ]
+    assert display.loc["entropy-weighted children", "node value"].startswith(
         f"{100 * tidy.set_index('method').loc['at2po_exact', 'em']:.1f}"
     )
     other = tidy.set_index("method").loc["credit_child_mean_diff_parent"]
-    assert (
-        other["delta_against"] == "at2po_exact" and "Δ" in display.loc["child_mean", "diff_parent"]
-    )
-    assert display.loc["child_mean", "diff_parent"].endswith("(1 seed)")
+    cell = display.loc["child mean", "difference to the parent"]
+    assert other["delta_against"] == "at2po_exact" and "Δ" in cell
+    assert cell.endswith("(1 seed)")
 
 
 def test_figure3_draws_the_headline_pair_apart_from_the_rest():

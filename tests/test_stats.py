@@ -412,3 +412,20 @@ def test_max_t_sign_flip_matches_a_naive_loop_and_lies_between_raw_and_bonferron
     raw = [np.mean([t(np.array(s) * row) >= t(row) - 1e-9 for s in patterns]) for row in d]
     assert np.all(adjusted >= np.array(raw) - 1e-12)
     assert np.all(adjusted <= np.minimum(1, 3 * np.array(raw)) + 1e-12)
+
+
+def test_max_t_sign_flip_refuses_what_breaks_its_equal_budget():
+    """One critical |t| for every comparison shares the error budget equally only when each
+    pairs the same complete blocks: a missing block (NaN) or rows of unequal length are refused
+    (a NaN once read as p = 0)."""
+    with pytest.raises(ValueError, match="lacks a block"):
+        stats.max_t_sign_flip(np.array([[np.nan, 1.0, 2.0], [1.0, 2.0, 3.0]]))
+    with pytest.raises(ValueError, match="same n blocks"):
+        stats.max_t_sign_flip([[1.0, 2.0], [1.0, 2.0, 3.0]])
+
+
+def test_max_t_sign_flip_a_comparison_with_no_difference_reads_p_one():
+    # all differences 0: t = 0, and every sign pattern's maximum reaches it (it read 0 before)
+    p = stats.max_t_sign_flip(np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]))
+    assert p[0] == 1.0
+    assert p[1] == pytest.approx(0.25)  # (1, 2, 3) as by hand above: the zero row adds nothing

@@ -804,8 +804,30 @@ def max_t_sign_flip(
 
     exact over the 2^n patterns when there are at most ``exact_splits``, else ``draws`` random
     ones with a fixed seed. It holds the chance of any false reading in the family at the
-    level, like Holm, and is less conservative when the comparisons correlate."""
-    d = np.atleast_2d(np.asarray(differences, dtype=float))
+    level, like Holm, and is less conservative when the comparisons correlate.
+
+    **Equal budget.** Every comparison is held to one critical |t|, so the family's error
+    budget is shared equally among them only when their t statistics share one null
+    distribution: the same n blocks in every comparison (the same ν = n − 1), none missing. A
+    comparison on fewer blocks would have heavier tails and take more than its share. So every
+    row must hold one finite difference per block of the same blocks: rows of unequal length or
+    a missing (NaN) block are refused (ValueError); a family over different blocks is
+    corrected with :func:`holm` instead. A comparison whose differences are all 0 has t = 0
+    and p = 1."""
+    try:
+        d = np.atleast_2d(np.asarray(differences, dtype=float))
+    except ValueError as err:  # ragged rows: comparisons over different numbers of blocks
+        raise ValueError(
+            "max_t_sign_flip: every comparison must pair the same n blocks (equal budget); "
+            "the rows differ in length: use holm for such a family"
+        ) from err
+    if d.ndim != 2:
+        raise ValueError(f"max_t_sign_flip: differences must be (m, n), not {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError(
+            "max_t_sign_flip: a comparison lacks a block (NaN or inf): the joint test needs "
+            "every comparison on the same complete blocks (equal budget); use holm instead"
+        )
     m, n = d.shape
     if n < 2:
         return np.full(m, np.nan)
@@ -819,6 +841,7 @@ def max_t_sign_flip(
     with np.errstate(divide="ignore", invalid="ignore"):
         t_null = np.abs(means) / np.sqrt(variances / n)
         t_observed = np.abs(d.mean(axis=1)) / (d.std(axis=1, ddof=1) / np.sqrt(n))
+    t_observed = np.nan_to_num(t_observed, nan=0.0)  # all differences 0: t = 0, p = 1
     null_max = np.nan_to_num(t_null, nan=0.0, posinf=np.inf).max(axis=1)  # (S,)
     return (null_max[:, None] >= t_observed[None, :] - 1e-9).mean(axis=0)
 

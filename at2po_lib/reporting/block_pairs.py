@@ -32,7 +32,9 @@ import pandas as pd
 
 from ..evaluation import stats
 from ..trainer.block_records import (
+    ABLATION_SET,
     BLOCK_RECORD,
+    HEADLINE_SET,
     block_problems,
     blocks_dir,
     folder_block,
@@ -45,6 +47,33 @@ from .records import read_outcomes, run_fingerprints
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
 """What each block row carries from its ``BLOCK.json``."""
+
+CLOSED_AT = {HEADLINE_SET: 15, ABLATION_SET: 9}
+"""The looks rule now in force (docs/toy_study.md, "The looks the study took"): the toy study's
+headline set is closed at 15 blocks and its ablation set at 9. Once a set's finished blocks
+reach that count its verdicts are final: no block is added for its claims, and the report
+projects no further blocks for it. A set not listed here is open."""
+
+
+def finished_count(blocks: pd.DataFrame, block_set: str) -> int:
+    """How many blocks of ``block_set`` the rows of :func:`load_block_outcomes` hold."""
+    if blocks.empty:
+        return 0
+    return int(blocks.loc[blocks["block_set"] == block_set, "block"].nunique())
+
+
+def closed_sets(blocks: pd.DataFrame) -> dict[str, int]:
+    """{set: the count it is closed at} for every set whose finished blocks reached it."""
+    return {name: n for name in CLOSED_AT if (n := closed_at(blocks, name)) is not None}
+
+
+def closed_at(blocks: pd.DataFrame, block_set: str) -> int | None:
+    """The count ``block_set`` is closed at (:data:`CLOSED_AT`) once its finished blocks have
+    reached it, else None (an open set, or one still short of its count)."""
+    count = CLOSED_AT.get(block_set)
+    if count is None or finished_count(blocks, block_set) < count:
+        return None
+    return count
 
 
 def _finished_records(profile: str) -> Iterator[tuple[Path, int, dict]]:
@@ -194,9 +223,10 @@ def block_scores(
     the group's questions, each question once), and AT2PO minus each other method block by
     block, the differences the paired interval and the sign-flip test read
     (:func:`blocked_difference`); under them their mean and standard deviation over blocks,
-    and the blocks a difference would need for a ±``half_width`` interval if its block
-    differences kept that standard deviation (:func:`stats.blocks_for_half_width`, a rough
-    guide from the blocks so far).
+    and, while the set is open (:func:`closed_at`), the blocks a difference would need for a
+    ±``half_width`` interval if its block differences kept that standard deviation
+    (:func:`stats.blocks_for_half_width`, a rough guide from the blocks so far). A closed set
+    shows no such row: its count is final, and a projection would invite more blocks.
 
     ``(tidy, display)``; tidy: one row per (block, method), with the block's seed, revision
     and machine build. Both empty when the set has no finished block."""
@@ -219,25 +249,22 @@ def block_scores(
     sd = table.std(ddof=1)
     display = table.map(cell).astype(object)
     display[differences] = table[differences].map(_signed)
-    summary = pd.DataFrame(
-        [
-            {c: _signed(v) if c in differences else cell(v) for c, v in table.mean().items()},
-            {c: cell(v) for c, v in sd.items()},
+    rows = [
+        {c: _signed(v) if c in differences else cell(v) for c, v in table.mean().items()},
+        {c: cell(v) for c, v in sd.items()},
+    ]
+    labels = [("mean", "", "", ""), (f"sd over {len(table)} blocks", "", "", "")]
+    if closed_at(blocks, block_set) is None:  # open: how far its blocks would have to go
+        rows.append(
             {
                 c: _count(
                     stats.blocks_for_half_width(sd[c], half_width) if c in differences else None
                 )
                 for c in table.columns
-            },
-        ],
-        index=pd.MultiIndex.from_tuples(
-            [
-                ("mean", "", "", ""),
-                (f"sd over {len(table)} blocks", "", "", ""),
-                (f"blocks for ±{100 * half_width:.0f} at this sd", "", "", ""),
-            ]
-        ),
-    )
+            }
+        )
+        labels.append((f"blocks for ±{100 * half_width:.0f} at this sd", "", "", ""))
+    summary = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(labels))
     display = pd.concat([display, summary])
     display.index.names = keys
     display = display.reset_index(["seed", "commit", "build"])  # indexed by block
@@ -266,7 +293,10 @@ def blocks_needed(
 ) -> int | None:
     """The blocks A − B would need for a ±``half_width`` interval if its block differences
     kept the spread they have so far (:func:`stats.blocks_for_half_width`); None before two
-    blocks hold both methods."""
+    blocks hold both methods, and None once the set is closed (:func:`closed_at`): a closed
+    set's count is final, so no projection is offered for it."""
+    if closed_at(blocks, block_set) is not None:
+        return None
     averages = _block_averages(blocks, block_set, group)
     if averages.empty:
         return None
@@ -292,7 +322,8 @@ def blocks_overview(profile: str) -> pd.DataFrame:
     """One row per finished block of ``profile`` (every set): set, block, seed, revision and
     whether the checkout was clean, machine build, torch threads, the methods it trained, the
     runs an earlier process of it trained (``at2po study --keep-finished-runs``) and when it
-    finished; read from the ``BLOCK.json`` records alone (no outcomes)."""
+    finished; read from the ``BLOCK.json`` records alone (no outcomes). Methods by their
+    labels (:func:`~.labels.method_label`), separated by semicolons (a label holds commas)."""
     rows = []
     for set_folder, block, record in _finished_records(profile):
         rows.append(
@@ -304,9 +335,11 @@ def blocks_overview(profile: str) -> pd.DataFrame:
                 "clean": record["clean"],
                 "build": record["build"],
                 "threads": record["torch_threads"],
-                "methods": ", ".join(record.get("runs", {})),
-                "kept across restarts": ", ".join(
-                    m for restart in record.get("resumed", []) for m in restart["kept"]
+                "methods": "; ".join(map(method_label, record.get("runs", {}))),
+                "kept across restarts": "; ".join(
+                    method_label(m)
+                    for restart in record.get("resumed", [])
+                    for m in restart["kept"]
                 )
                 or "–",
                 "finished": record.get("finished", ""),

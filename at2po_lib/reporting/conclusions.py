@@ -20,7 +20,7 @@ import pandas as pd
 from ..method.credit import VALUE_MODES
 from ..util.paths import results_dir
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE
-from .labels import method_label
+from .labels import credit_cell_label, credit_words, method_label
 from .output import read_markdown_table
 
 
@@ -260,7 +260,7 @@ def _table2_earlier(profile: str) -> str:
 
 def table3_conclusion(profile: str) -> str:
     """The block readings (:func:`blocks_first`), then, in the committed runs: how many credit cells have runs, and each one's multi-hop difference to AT2PO's default
-    cell (entropy_softmax / node_value), read against the paper's finding that the default is
+    cell (entropy-weighted children, node value), read against the paper's finding that the default is
     best (a cell below it agrees)."""
     return blocks_first(profile, TABLE3_KEYS) + _table3_earlier(profile)
 
@@ -279,7 +279,8 @@ def _table3_earlier(profile: str) -> str:
     paper_grid = cells["advantage_mode"].isin(PAPER_ADVANTAGE_MODES)
     text = (
         f"{int(paper_grid.sum())} of the paper's {len(VALUE_MODES) * len(PAPER_ADVANTAGE_MODES)}"
-        f" cells (value mode × {' / '.join(PAPER_ADVANTAGE_MODES)}) have toy runs"
+        f" cells (values × {' or '.join(map(credit_words, PAPER_ADVANTAGE_MODES))} as the "
+        "advantage) have toy runs"
         + (
             f", and {int((~paper_grid).sum())} of the authors' code's other advantage modes"
             if (~paper_grid).any()
@@ -290,7 +291,8 @@ def _table3_earlier(profile: str) -> str:
     rows = [r for r in cells.itertuples() if _finite(r.delta, r.delta_low, r.delta_high)]
     if rows:
         parts = [
-            f"{r.value_mode} / {r.advantage_mode} {_ci(r.delta, r.delta_low, r.delta_high)} "
+            f"{credit_cell_label(r.value_mode, r.advantage_mode)} "
+            f"{_ci(r.delta, r.delta_low, r.delta_high)} "
             f"({int(r.n_seeds)} seeds)"
             for r in rows
         ]
@@ -315,14 +317,16 @@ def _table3_earlier(profile: str) -> str:
         above = readings.count("better")
         outside = sum(r.delta_high < 0 or r.delta_low > 0 for r in rows)
         text += (
-            " Each cell minus AT2PO's default (entropy_softmax / node_value"
+            " Each cell minus AT2PO's default "
+            f"({credit_cell_label('entropy_softmax', 'node_value')}"
             f"{default_seeds}), multi-hop EM points{_questions(cells)}, 95% CI: "
             + "; ".join(parts)
             + ". "
         )
         if outside:
             unread = [
-                f"{r.value_mode} / {r.advantage_mode}: {reading.removeprefix('cannot tell: ')}"
+                f"{credit_cell_label(r.value_mode, r.advantage_mode)}: "
+                f"{reading.removeprefix('cannot tell: ')}"
                 for r, reading in zip(rows, readings)
                 if reading not in ("better", "worse", "not distinguishable")
             ]
@@ -399,18 +403,6 @@ def fig4_conclusion(turns: "pd.DataFrame | None") -> str:
         else "No turn counts."
     )
 
-
-CREDIT_WORDS = {
-    "entropy_softmax": "entropy-weighted children",
-    "entropy_linear": "entropy-linear weights",
-    "child_mean": "child mean",
-    "leaf_mean": "leaf mean",
-    "node_value": "node value",
-    "diff_parent": "difference to the parent",
-    "diff_global": "difference to the tree mean",
-    "diff_localglobal": "local and global differences",
-}
-"""Value and advantage modes as a learner reads them (the records' names are internal)."""
 
 SUMMARY_ROWS = (
     # (label, credit_mode, value_mode, advantage_mode, rollout)
@@ -495,8 +487,7 @@ def credit_accuracy_conclusion(
     best_name = {"gigpo": "GiGPO-style step groups"}.get(
         best["credit_mode"], method_label(best["credit_mode"])
     ) + (
-        f" with {CREDIT_WORDS.get(best['value_mode'], best['value_mode'])} and "
-        f"{CREDIT_WORDS.get(best['advantage_mode'], best['advantage_mode'])}"
+        f" with {credit_words(best['value_mode'])} and {credit_words(best['advantage_mode'])}"
         if best["credit_mode"] == "at2po"
         else ""
     )

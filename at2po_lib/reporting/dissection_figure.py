@@ -211,6 +211,25 @@ def credit_temperature_rows(profile: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
+def credit_temperature_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`credit_temperature_rows` as a reader reads them: one row per record (``trees``)
+    and τ, AT2PO's credit AUC, its difference to GRPO's with the paired 95% interval over
+    prompts (``+0.002 [+0.000, +0.004]``), prompts and turns; no record columns."""
+    return pd.DataFrame(
+        {
+            "trees": rows["trees"],
+            "softmax temperature τ": rows["softmax_temperature"],
+            "credit AUC, AT2PO": rows["auc"].map(lambda v: f"{v:.3f}"),
+            "AT2PO − GRPO [95% CI]": [
+                f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                for d, lo, hi in zip(rows["delta_vs_grpo"], rows["delta_low"], rows["delta_high"])
+            ],
+            "prompts": rows["n_prompts"].astype(int),
+            "turns": rows["n_turns"].astype(int),
+        }
+    ).set_index(["trees", "softmax temperature τ"])
+
+
 def credit_temperature_figure(rows: pd.DataFrame):
     """``(fig, ax)``: AT2PO's credit AUC minus GRPO's against τ (log axis; τ = 1 is AT2PO as
     defined), one line per record with its paired 95% interval over prompts."""

@@ -32,7 +32,7 @@ row out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,7 @@ from ..analysis.expansion_oracle import (
     versus_uniform,
 )
 from ..evaluation.stats import PLANNING_HALF_WIDTH, fewest_pairs_for_direction
+from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .claims import ALPHA
@@ -602,11 +603,17 @@ def _resolution_sentence(
     claims: pd.DataFrame | None,
     blocks_needed: int | None = None,
     ablation: tuple[int, int] | None = None,
+    closed: Mapping[str, int] | None = None,
 ) -> str | None:
-    """The headline's width, what it can resolve, (from blocks) how many blocks would narrow
-    it to ±PLANNING_HALF_WIDTH at the spread its block differences have so far, and, given
-    ``ablation`` = (finished ablation blocks, Table 3 cells tested), how many ablation blocks
-    a Table 2 step and a Table 3 cell need before their tests can read a direction at all."""
+    """The headline's width, what it can resolve, and, given ``ablation`` = (finished ablation
+    blocks, Table 3 cells tested), how many ablation blocks a Table 2 step and a Table 3 cell
+    need before their tests can read a direction at all. ``closed``: {block set: the count it
+    is closed at} (:func:`at2po_lib.reporting.block_pairs.closed_sets`, the looks rule). A
+    closed headline set is said to be final, with no projection of further blocks; an open
+    one (blocked, not in ``closed``) gets ``blocks_needed``, how many blocks would narrow it
+    to ±PLANNING_HALF_WIDTH at the spread its block differences have so far, as a count to
+    fix before its next look."""
+    closed = dict(closed or {})
     head = _claim(claims, "at2po_over_grpo")
     if head is None:
         return None
@@ -637,11 +644,20 @@ def _resolution_sentence(
             f"({'; '.join(sorted({_rests_on(s) for s in measured}))})."
         )
     text += _detectable_text(head, steps)
-    if blocks_needed is not None and str(head["seeds"]).endswith("blocks"):
+    blocked = str(head["seeds"]).endswith("blocks")
+    if blocked and HEADLINE_SET in closed:
+        text += (
+            f" The headline set is closed at {closed[HEADLINE_SET]} blocks (the rule in force: "
+            'docs/toy_study.md, "The looks the study took"): its verdicts are final and no '
+            "block is added to narrow them; a narrower interval needs a new set, its block "
+            "count fixed before its first block."
+        )
+    elif blocked and blocks_needed is not None:
         text += (
             f" At the spread of the headline's block differences so far, about {blocks_needed} "
             f"blocks would narrow it to ±{100 * PLANNING_HALF_WIDTH:.0f} points (a rough guide: "
-            "the spread is measured on few blocks)."
+            "the spread is measured on few blocks; a count to fix before the next look, not "
+            "a reason to look again)."
         )
     if ablation is not None:
         finished, cells = ablation
@@ -650,7 +666,12 @@ def _resolution_sentence(
             f"read a direction from {fewest_pairs_for_direction(1, ALPHA)} ablation blocks on "
             f"and a Table 3 cell (Holm over its {cells} cells) from "
             f"{fewest_pairs_for_direction(cells, ALPHA)}; {finished} "
-            f"{'is' if finished == 1 else 'are'} finished."
+            f"{'is' if finished == 1 else 'are'} finished"
+            + (
+                f", and the ablation set is closed there ({closed[ABLATION_SET]} blocks)."
+                if ABLATION_SET in closed
+                else "."
+            )
         )
     return text
 
@@ -697,13 +718,15 @@ def why_sentences(
     folder: Path | None = None,
     blocks_needed: int | None = None,
     ablation: tuple[int, int] | None = None,
+    closed: Mapping[str, int] | None = None,
 ) -> list[str]:
     """The toy's result and the mechanisms behind it, one sentence each, every number read from
     ``claims`` (``claims.csv``) and ``parts`` (:func:`dissection_summary`'s tidy rows) with its
     seeds or prompts; ``blocks_needed``: the headline's projection from its blocks
     (:func:`at2po_lib.reporting.block_pairs.blocks_needed`); ``ablation``: the finished
-    ablation blocks and Table 3's cells tested in them. A sentence whose records are missing
-    is left out."""
+    ablation blocks and Table 3's cells tested in them; ``closed``: the sets closed by the looks
+    rule (:func:`at2po_lib.reporting.block_pairs.closed_sets`), for which no further block is
+    projected. A sentence whose records are missing is left out."""
     sentences = (
         _result_sentence(claims),
         _budget_sentence(claims),
@@ -712,7 +735,7 @@ def why_sentences(
         penalty_sentence(folder) if folder else None,
         _credit_sentence(parts, claims),
         _clip_sentence(claims),
-        _resolution_sentence(claims, blocks_needed, ablation),
+        _resolution_sentence(claims, blocks_needed, ablation, closed),
     )
     return [s for s in sentences if s is not None]
 

@@ -72,7 +72,8 @@ from .node_views import (
     signal_note,
     tree_view,
 )
-from .tree_drawings import choose_example_tree
+from .output import prose
+from .tree_drawings import choose_example_tree, show_figure
 
 # Imported inside the functions that use them: IPython, ipywidgets; notebook-only packages, there
 # only inside Jupyter.
@@ -157,21 +158,20 @@ def static_inspection(
 
 def _show_static(ins: Inspection) -> None:
     display = _display()
-    print(f"tree: {ins.why_tree}\nnode: {ins.why_node}")
+    print(prose(f"tree: {ins.why_tree}\nnode: {ins.why_node}"))  # wrapped: never one long line
     if ins.questions is not None and len(ins.questions) > 1:
         print("the questions of these trees (prompt = the trees' prompt id):")
         display(ins.questions)
     note = signal_note(ins.tree)
     if note:
-        print(note)
-    for fig in ins.figures[:-1]:
-        display(fig)
-        plt.close(fig)
-    print(describe_node(ins.tree, ins.credit, ins.ratios, ins.node))
+        print(prose(note))
+    for fig in ins.figures[:-1]:  # the tree round by round: a wide one scrolls at its own size
+        show_figure(fig)
+    print(prose(describe_node(ins.tree, ins.credit, ins.ratios, ins.node)))
     display(node_credit_grid(ins.credit, ins.node).round(4))
     display(baseline_frame(ins.credit, ins.node).round(4))
     for n in ins.credit.attrs.get("notes", []):
-        print(f"note: {n}")
+        print(prose(f"note: {n}"))
     display(ins.figures[-1])
     plt.close(ins.figures[-1])
 
@@ -547,9 +547,9 @@ class TreeInspector:
                 )
                 return
             self.trees, self.highlight = trees, {}
-            self.origin = (
+            self.origin = (  # α as the kernel read it from the slider (0.05, never 0.0501)
                 f"grown: {len(trees)} tree(s) of question {self.question.value} "
-                f"({self.expansion.value})"
+                f"({self.expansion.value}, α = {float(self.alpha.value)!r})"
             )
             note = getattr(live, "note", "")  # a stand-in rollout (tests) may have none
             if note:
@@ -655,11 +655,11 @@ class TreeInspector:
         node, tree, display = int(self.node.value), self.trees[self.index], _display()
         self.node_out.clear_output(wait=True)
         with self.node_out:
-            print(describe_node(tree, self.table, self.ratios, node))
+            print(prose(describe_node(tree, self.table, self.ratios, node)))
             display(node_credit_grid(self.table, node).round(4))
             display(baseline_frame(self.table, node).round(4))
             for n in self.table.attrs.get("notes", []):
-                print(f"note: {n}")
+                print(prose(f"note: {n}"))
         _show_png(self.credit_image, self.chart_png())
 
 

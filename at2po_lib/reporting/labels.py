@@ -32,6 +32,41 @@ METHOD_LABELS = {
 }
 """Project method names → the paper's row labels."""
 
+VALUE_MODE_LABELS = {
+    "entropy_softmax": "entropy-weighted children",
+    "entropy_linear": "linear entropy weights",
+    "child_mean": "child mean",
+    "leaf_mean": "leaf mean",
+}
+"""Table 3's value modes (docs/method.md §6) as the reader reads them: how a turn's value V_n
+is taken from its children (``entropy_softmax``: softmax(H) weights, the authors' code and
+AT2PO; ``entropy_linear``: weights H_c / Σ H, the paper's formula) or its leaves."""
+
+ADVANTAGE_MODE_LABELS = {
+    "node_value": "node value",
+    "diff_parent": "difference to the parent",
+    "diff_global": "difference to the root",
+    "diff_localglobal": "differences to the root and the parent",
+}
+"""Table 3's advantage modes (docs/method.md §6) as the reader reads them: A_n = V_n,
+V_n − V_parent, V_n − V_root, (V_n − V_root) + (V_n − V_parent)."""
+
+CREDIT_WORDS = {**VALUE_MODE_LABELS, **ADVANTAGE_MODE_LABELS}
+"""Every value and advantage mode by its reader-facing name (the records' names are internal)."""
+
+
+def credit_words(mode: str) -> str:
+    """A value or advantage mode as the reader reads it (:data:`CREDIT_WORDS`); an unknown
+    name as it is."""
+    return CREDIT_WORDS.get(mode, mode)
+
+
+def credit_cell_label(value_mode: str, advantage_mode: str) -> str:
+    """One Table 3 cell: ``child mean, difference to the parent`` (its values, then its
+    advantage), the order of Table 3's grid (rows, then columns)."""
+    return f"{credit_words(value_mode)}, {credit_words(advantage_mode)}"
+
+
 DATASET_LABELS = {
     "hotpotqa": "HotpotQA",
     "2wikimultihopqa": "2Wiki",
@@ -98,8 +133,9 @@ def signed_cell(diff: float, low: float, high: float) -> str:
 
 def method_label(method: str) -> str:
     """The paper's row label; a Table 2 step reads as its place (``Table 2 step 1``), since the
-    paper names those rows by what each step adds, and a Table 3 cell as its value and advantage
-    modes (``Table 3 child_mean / node_value``); any other name is shown as it is."""
+    paper names those rows by what each step adds, and a Table 3 cell as its values and its
+    advantage in words (``Table 3: child mean, node value``, :func:`credit_cell_label`); any
+    other name is shown as it is."""
     if method in METHOD_LABELS:
         return METHOD_LABELS[method]
 
@@ -108,10 +144,9 @@ def method_label(method: str) -> str:
         return method
     if preset.table.startswith("Table 2"):
         return preset.table
-    if preset.table == "Table 3":  # a credit cell: its value mode / advantage mode
-        return (
-            f"Table 3 {preset.overrides['credit_value']} / {preset.overrides['credit_advantage']}"
-        )
+    if preset.table == "Table 3":  # a credit cell: its values, then its advantage
+        value, advantage = preset.overrides["credit_value"], preset.overrides["credit_advantage"]
+        return f"Table 3: {credit_cell_label(value, advantage)}"
     return method
 
 

@@ -34,10 +34,23 @@ from ..analysis.credit_accuracy import gigpo_row_advantages
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES, forest_node_advantages, forest_node_values
 from ..method.outcome import grpo_advantages, tree_grpo_advantages
 from ..method.tree import Forest, TreeArrays, leaf_paths, node_depths
+from .labels import ADVANTAGE_MODE_LABELS, VALUE_MODE_LABELS, credit_cell_label
 
 BASELINES = ("grpo", "tree_grpo", "gigpo")
+BASELINE_LABELS = {"grpo": "GRPO", "tree_grpo": "Tree-GRPO", "gigpo": "GiGPO-style step groups"}
+"""The baselines' columns as the reader reads them."""
 DEFAULT_MODE = ("entropy_softmax", "node_value")
 """AT2PO's default credit (the authors' code): the advantage the clip check uses."""
+
+
+def rule_label(column: str) -> str:
+    """A credit rule's column of :func:`credit_table` as the reader reads it: an AT2PO rule
+    ``<value mode>/<advantage mode>`` as its values and advantage in words
+    (``entropy-weighted children, node value``), a baseline by its name (``Tree-GRPO``)."""
+    if "/" in column:
+        value, _, advantage = column.partition("/")
+        return credit_cell_label(value, advantage)
+    return BASELINE_LABELS.get(column, column)
 
 
 def _rows(forest: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,12 +132,12 @@ def credit_table(trees: Sequence[TreeArrays] | TreeArrays, index: int = 0) -> pd
         columns["tree_grpo"] = _mean_over_rows(pair_row, pair_node, tg, forest.num_nodes)[own]
         if len(trees) == 1:
             notes.append(
-                "tree_grpo on one tree: both of its terms are GRPO over the same "
+                "Tree-GRPO on one tree: both of its terms are GRPO over the same "
                 "leaves (Tree-GRPO grows several trees per prompt: expansion 'random')"
             )
     except ValueError as err:
         columns["tree_grpo"] = np.full(tree.num_nodes, np.nan)
-        notes.append(f"tree_grpo: {err}")
+        notes.append(f"Tree-GRPO: {err}")
     columns["gigpo"], note = _gigpo(forest, trees, leaf, pair_row, pair_node, own)
     if note:
         notes.append(note)
@@ -161,7 +174,7 @@ def _gigpo(
         ""
         if passages
         else (
-            "gigpo: anchor states from the queries searched before each "
+            "GiGPO-style step groups: anchor states from the queries searched before each "
             "turn (these trees carry no retrieved passage ids)"
         )
     )
@@ -169,15 +182,18 @@ def _gigpo(
 
 
 def node_credit_grid(table: pd.DataFrame, node: int) -> pd.DataFrame:
-    """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes),
-    with the node value V_n as the first column."""
+    """One node's AT2PO advantages as a grid (rows: value modes, columns: advantage modes,
+    both in words as Table 3 shows them), with the node value V_n as the first column."""
     row = table.loc[node]
     return pd.DataFrame(
         {
             "V_n": [row[f"V:{vm}"] for vm in VALUE_MODES],
-            **{am: [row[f"{vm}/{am}"] for vm in VALUE_MODES] for am in ADVANTAGE_MODES},
+            **{
+                ADVANTAGE_MODE_LABELS[am]: [row[f"{vm}/{am}"] for vm in VALUE_MODES]
+                for am in ADVANTAGE_MODES
+            },
         },
-        index=pd.Index(VALUE_MODES, name="value mode"),
+        index=pd.Index([VALUE_MODE_LABELS[vm] for vm in VALUE_MODES], name="values"),
     )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..method.tree import TreeArrays
-from .node_credit import BASELINES, DEFAULT_MODE
+from .node_credit import BASELINES, DEFAULT_MODE, rule_label
 from .tree_drawings import (
     CHOSEN_ROLE,
     close_figure,
@@ -54,7 +54,7 @@ def describe_node(tree: TreeArrays, table: pd.DataFrame, ratios: pd.DataFrame, n
         r = ratios.loc[node]
         binds = "binds (no gradient from this turn)" if r["turn_clipped"] else "does not bind"
         lines.append(
-            f"  AT2PO default advantage ({'/'.join(DEFAULT_MODE)}) {adv:+.4f}; "
+            f"  AT2PO default advantage ({rule_label('/'.join(DEFAULT_MODE))}) {adv:+.4f}; "
             f"turn ratio after one simulated update {r['turn_ratio']:.5f} over "
             f"{int(r['tokens'])} tokens; clip window [{lo:.4f}, {hi:.4f}]: the turn-level "
             f"clip {binds}; a token-level clip would bind on "
@@ -66,7 +66,7 @@ def describe_node(tree: TreeArrays, table: pd.DataFrame, ratios: pd.DataFrame, n
 def baseline_frame(table: pd.DataFrame, node: int) -> pd.DataFrame:
     return pd.DataFrame(
         {"advantage": [table.loc[node, b] for b in BASELINES]},
-        index=pd.Index(BASELINES, name="baseline"),
+        index=pd.Index([rule_label(b) for b in BASELINES], name="baseline"),
     )
 
 
@@ -127,7 +127,7 @@ def plot_node_credit(
     names = [c for c in table.columns if "/" in c] + list(BASELINES)
     vals = np.array([table.loc[node, c] for c in names], dtype=float)
     if ax is None:
-        fig, ax = new_figure((7.5, 0.24 * len(names) + 1.4), detached=True)
+        fig, ax = new_figure((9.0, 0.24 * len(names) + 1.4), detached=True)  # words for labels
     else:
         fig = ax.figure
     colours = ["C0" if "/" in n else "C3" for n in names]
@@ -135,7 +135,7 @@ def plot_node_credit(
     for i, v in enumerate(vals):
         if not np.isfinite(v):
             ax.text(0, i, " n/a", va="center", fontsize=8, color="0.4")
-    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_yticks(range(len(names)), [rule_label(n) for n in names], fontsize=8)
     ax.tick_params(axis="x", labelsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="0.3", lw=0.8)
@@ -143,8 +143,8 @@ def plot_node_credit(
         ax.set_xlim(-1, 1)
     ax.set_xlabel("advantage of the turn (baselines: mean over the rows through it)", fontsize=9)
     ax.set_title(
-        f"Advantage of node {node} under every credit rule\n(blue: AT2PO value/advantage "
-        "mode, red: baselines)",
+        f"Advantage of node {node} under every credit rule\n(blue: AT2PO, its values, then "
+        "its advantage; red: baselines)",
         fontsize=10,
     )
     if note:

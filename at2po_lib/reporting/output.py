@@ -138,8 +138,22 @@ PROSE_WIDTH = 100
 def prose(text: str, width: int = PROSE_WIDTH) -> str:
     """``text`` wrapped at word boundaries as prose, so a long generated sentence prints as a
     paragraph, not one line to scroll; a number is never split (no break inside a word or at
-    its minus sign)."""
-    return "\n\n".join(
-        textwrap.fill(part, width, break_long_words=False, break_on_hyphens=False)
-        for part in text.split("\n\n")
-    )
+    its minus sign). Each line wraps on its own: a line break, a blank line between
+    paragraphs and a line's leading indent (kept on its continuation lines) stay."""
+    out = []
+    for line in text.split("\n"):
+        words = line.lstrip()
+        indent = line[: len(line) - len(words)]
+        out.append(
+            textwrap.fill(
+                words,
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            if words
+            else ""
+        )
+    return "\n".join(out)

@@ -51,6 +51,7 @@ from .block_pairs import (
     blocks_needed,
     block_sources,
     block_times,
+    closed_sets,
     load_block_outcomes,
     provenance_table,
     run_provenance,
@@ -293,6 +294,26 @@ def _write_tables23_in_blocks(
             tidy, display, name, profile, {**meta_for((), build), **meta}, caption
         )
         report.tables[name] = display
+
+
+def why_for(
+    profile: str, claims: pd.DataFrame, parts: pd.DataFrame, blocks: pd.DataFrame | None = None
+) -> list[str]:
+    """The sentences of ``why.md`` (docs/toy_study.md's block ``tiny/why``) as the report writes
+    them, from ``claims`` (``claims.csv``), ``parts`` (the dissection summary's tidy rows) and
+    the study's finished ``blocks`` (read when not given): the headline's projection while its
+    set is open, the ablation's counts, and the sets the looks rule closed. Notebook 05 prints
+    the same."""
+    if blocks is None:
+        blocks = load_block_outcomes(profile)
+    return why_sentences(
+        claims,
+        parts,
+        results_dir(profile, "dissection"),
+        blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
+        ablation_blocks(blocks),
+        closed_sets(blocks),
+    )
 
 
 def ablation_blocks(blocks: pd.DataFrame) -> tuple[int, int] | None:
@@ -582,16 +603,7 @@ def _write_claims(
         why_path = tables_dir(profile) / "why.md"
         write_if_changed(
             why_path,
-            "\n\n".join(
-                why_sentences(
-                    tidy,
-                    parts,
-                    results_dir(profile, "dissection"),
-                    blocks_needed(blocks, HEADLINE_SET, "at2po", "grpo"),
-                    ablation_blocks(blocks),
-                )
-            )
-            + "\n",
+            "\n\n".join(why_for(profile, tidy, parts, blocks)) + "\n",
         )
         write_meta(
             why_path,

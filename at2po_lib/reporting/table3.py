@@ -30,9 +30,21 @@ from ..trainer.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .block_pairs import blocked_difference, set_rows
-from .labels import TABLE3_CELLS, cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
+from .labels import (
+    ADVANTAGE_MODE_LABELS,
+    TABLE3_CELLS,
+    VALUE_MODE_LABELS,
+    cell,
+    groups_of,
+    profile_at2po,
+    rows_with_outcomes,
+    signed_cell,
+)
 
 DEFAULT = credit_method("entropy_softmax", "node_value")
+GRID_INDEX = "values ↓ / advantage →"
+"""The header of Table 3's grid's first column: rows are how a turn's value is taken, columns
+the advantage made of it."""
 CREDIT_ACCURACY_FILE = "credit_accuracy.csv"
 CREDIT_WEIGHTS_FILE = "credit_weights.csv"
 
@@ -190,7 +202,9 @@ def _grid(
     rows: list[dict], unit: str, every_value_mode: bool = False
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of Table 3's cells: value modes × advantage modes, each ``avg [CI];
-    Δ [CI], p, Holm (n seeds)`` (``unit``: what ``n_seeds`` counts, seeds or blocks). A value
+    Δ [CI], p, Holm (n seeds)`` (``unit``: what ``n_seeds`` counts, seeds or blocks), rows and
+    columns by their reader-facing names (:data:`~.labels.VALUE_MODE_LABELS`,
+    :data:`~.labels.ADVANTAGE_MODE_LABELS`; the tidy rows keep the records' names). A value
     mode with no cell is left out, unless ``every_value_mode`` (a grid still to be trained
     shows its empty cells as "–")."""
     tidy = pd.DataFrame(rows)
@@ -209,11 +223,14 @@ def _grid(
     }
     display = pd.DataFrame(
         [
-            {"value mode": v, **{a: text.get((v, a), "–") for a in ADVANTAGE_MODES}}
+            {
+                GRID_INDEX: VALUE_MODE_LABELS[v],
+                **{ADVANTAGE_MODE_LABELS[a]: text.get((v, a), "–") for a in ADVANTAGE_MODES},
+            }
             for v in VALUE_MODES
             if every_value_mode or any((v, a) in text for a in ADVANTAGE_MODES)
         ]
-    ).set_index("value mode")
+    ).set_index(GRID_INDEX)
     return tidy, display
 
 

@@ -36,6 +36,9 @@ Functions take data and return ``(fig, ax)`` (or tables); they never write files
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import textwrap
 from typing import Any, Mapping, Sequence
 
@@ -51,6 +54,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
+from PIL import Image
 
 from ..method.credit import VALUE_MODES, forest_node_values
 from ..method.tree import Forest, TreeArrays, node_depths
@@ -782,6 +786,55 @@ def displayed_text_px(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX) -> float:
         return float("inf")
     scale = min(fig.dpi, column_px / fig.get_size_inches()[0])
     return float(min(sizes)) / 72.0 * scale
+
+
+def figure_png(fig: Any) -> bytes:
+    """``fig`` as the inline backend writes it: a PNG at ``fig.dpi``, cropped to its content."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=fig.dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+SCROLL_BOX = (
+    '<div style="overflow-x: auto; max-width: 100%;">'
+    '<img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+    'style="max-width: none; width: {width}px; height: {height}px;" alt="{alt}"></div>'
+)
+"""A PNG at its natural size in a box as wide as the output column that scrolls sideways (the
+inspector's widget does the same for its tree image)."""
+
+
+def show_figure(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX, alt: str = "") -> float:
+    """Show ``fig`` in a notebook, legibly, and close it; returns its smallest text in CSS
+    pixels as displayed. A figure as wide as the column or narrower is shown as the inline
+    backend shows it. JupyterLab scales a wider image down to the column, and a large tree's
+    labels with it (issue #63: a tree of M = 1, L = 4, K = 8 drawn at 993 px from 2,914): such a
+    figure is shown at its natural size in a box that scrolls sideways (:data:`SCROLL_BOX`),
+    so its text keeps its size. Without IPython nothing is shown."""
+    png = figure_png(fig)
+    width, height = Image.open(io.BytesIO(png)).size
+    scrolls = width > column_px
+    smallest = displayed_text_px(fig, column_px=float("inf") if scrolls else column_px)
+    try:
+        from IPython.display import HTML, Image as PngImage, display  # a notebook's, only here
+    except ImportError:  # pragma: no cover - IPython ships with the notebooks' environment
+        close_figure(fig)
+        return smallest
+    if scrolls:
+        display(
+            HTML(
+                SCROLL_BOX.format(
+                    data=base64.b64encode(png).decode("ascii"),
+                    width=width,
+                    height=height,
+                    alt=html.escape(alt or "a figure wider than the column: scroll sideways"),
+                )
+            )
+        )
+    else:
+        display(PngImage(data=png, format="png"))
+    close_figure(fig)
+    return smallest
 
 
 def _rollout_arrays(tree: Any, entropy_estimate: str) -> TreeArrays:
