@@ -23,13 +23,24 @@ from pathlib import Path
 
 from at2po_lib.util.process_group import process_group_left_at_end
 
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def emit(**result) -> None:
-    print("RESULT " + json.dumps(result), flush=True)
+    """The scenario's result as one ``RESULT {json}`` line on standard output, in one
+    ``write`` call: the ranks of a launch share the stream, and a line that ``print`` wrote
+    in pieces (the buffer's earlier text first) took the other rank's output before its end
+    once. One write of at most ``PIPE_BUF`` bytes (4,096 on Linux) to a pipe is never
+    interleaved (the 2-rank scenarios' lines are ~2.2 kB; a longer line of a one-process
+    scenario has no other writer)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    line = memoryview(("RESULT " + json.dumps(result) + "\n").encode())
+    while line:
+        line = line[os.write(sys.stdout.fileno(), line) :]
 
 
 # ----------------------------------------------------------------------------------- sync
