@@ -344,9 +344,9 @@ def run_chains(
 
     A backend whose ``grouping`` is ``round`` (the HF backend on a GPU, :mod:`.decoding`; the
     vLLM backend's queue, :mod:`.vllm_queue`) runs every turn of every chain in one decode call
-    (:func:`_run_in_one_call`); otherwise one generation call per turn depth. ``on_round(continuing, results)`` (AEPO) sees the chains
-    that go on after each turn depth, with the results of their last generation call, and may
-    return extra chains to add (it needs the turn depths: always per turn). A chain whose node
+    (:func:`_run_in_one_call`); otherwise one generation call per turn depth.
+    ``on_round(continuing, results)`` (AEPO) sees the chains that go on after each turn depth,
+    with the results of their last generation call, and may return extra chains to add (it needs the turn depths: always per turn). A chain whose node
     already holds tokens goes on inside the same turn (a length stop, the tool-limit notice);
     the others start a new turn after a tool result.
     """
@@ -371,7 +371,7 @@ def _budget_left(env: SearchEnv, chain: Chain) -> bool:
     at the response budget. A node whose observation was cut to the budget stays a candidate
     for expansion (:func:`_continue`), and Tree-GRPO continues *after* a picked node: that
     continuation is such an empty leaf, as :func:`_continue` makes one."""
-    if _request(env, chain).max_new_tokens >= 1:
+    if _turn_budget(env.cfg, len(chain.context) - len(chain.tree.prompt_ids)) >= 1:
         return True
     _finish(chain.node, "response_length")
     return False
