@@ -29,14 +29,24 @@ What changes, and only that (every other byte of every file is kept):
   reads none of them back (a warm start is found by its place, a policy by the command's
   option).
 
-A run of earlier code whose settings no current configuration reproduces is listed and left as
-it is (exit 1).
+- **A removed field** (:data:`REMOVED_PROFILE_FIELDS`) that a record of today's format still
+  holds at the value that does what the code does now (the study blocks' runs hold
+  ``rollout.turn_length_ends_branch: false``) leaves its ``settings``; the new hash replaces
+  the old one in ``config.yaml``, ``DONE.json``, ``meta.json`` and the ``BLOCK.json`` of its
+  block. The warm start's ``warmstart.json`` drops it from its recorded configuration and
+  records the cache key its configuration has without it
+  (:func:`at2po_lib.policy.warmstart_cache.cache_key`), so the shipped weights stay the warm
+  start of their profile.
+
+A run of earlier code whose settings no current configuration reproduces, or that holds a
+removed field at another value, is listed and left as it is (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import re
 import subprocess
 import sys
@@ -47,12 +57,12 @@ import yaml
 
 from at2po_lib.config.profile import (
     ADDED_PROFILE_FIELDS,
-    REMOVED_PROFILE_FIELDS,
     ProfileConfig,
     apply_overrides,
     load_profile,
 )
 from at2po_lib.method.presets import get_method
+from at2po_lib.policy.warmstart_cache import cache_key, write_record
 from at2po_lib.trainer import run_folder
 from at2po_lib.trainer.identity import (
     PROFILE_LABELS,
@@ -112,6 +122,14 @@ def migrated_text(path: Path, results: Path, text: str) -> str:
 
 
 # ------------------------------------------------------------- run records of earlier formats
+REMOVED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
+    ("rollout", "turn_length_ends_branch"): False,
+}
+"""Profile fields removed after runs were recorded and the warm start was shipped, with the value
+at which they did what the code does now: a record holding one at that value is the run without
+it; at another value, another configuration (docs/method.md §11, item 19, says what each did)."""
+
+
 def _drop_removed_fields(sections: dict[str, Any]) -> bool:
     """Drop each removed field holding its neutral value; False when one holds another."""
     for (section, name), neutral in REMOVED_PROFILE_FIELDS.items():
@@ -236,6 +254,119 @@ def migrate_config(config: Path, results: Path, write: bool) -> str | None:
     return f"{config}: {old_hash} -> {new_hash} ({spec.method})"
 
 
+def _holds_removed_field(settings: Any) -> bool:
+    return isinstance(settings, dict) and any(
+        isinstance(settings.get(section), dict) and name in settings[section]
+        for section, name in REMOVED_PROFILE_FIELDS
+    )
+
+
+def migrate_removed_fields(config: Path, write: bool) -> str | None:
+    """Drop from a today's-format ``config.yaml`` the removed fields it holds at their neutral
+    value, with the new hash in the run's records and its block's (module docstring); what was
+    done, None when nothing was to do. Raises ValueError for a field at another value."""
+    record = yaml.safe_load(config.read_text())
+    if not isinstance(record, dict) or not _holds_removed_field(record.get("settings")):
+        return None
+    settings = copy.deepcopy(record["settings"])
+    if not _drop_removed_fields(settings):
+        raise ValueError(f"{config}: a removed field holds a value the code no longer runs")
+    old_hash = record.pop("config_hash", None)
+    new_record = {**record, "settings": settings}
+    new_hash = run_folder.config_hash(new_record)
+    if write:
+        run_folder.write_config(
+            run_folder.RunDir(config.parent), {**new_record, "config_hash": new_hash}
+        )
+        block = next(
+            (p / BLOCK_RECORD for p in config.parents if (p / BLOCK_RECORD).is_file()), None
+        )
+        for path in (config.parent / "DONE.json", config.parent / "meta.json", block):
+            if path is not None and old_hash:
+                _replace_hash(path, old_hash, new_hash)
+    return f"{config}: removed field dropped, {old_hash} -> {new_hash}"
+
+
+def _recorded_profile(name: Any, config: dict[str, Any]) -> ProfileConfig | None:
+    """The profile ``name`` (``configs/`` or ``configs/pilots/``) with the recorded sections of
+    ``config`` set on it, or None when it cannot be loaded or does not hold every recorded
+    value as recorded (fields added since keep their defaults)."""
+    if not isinstance(name, str):
+        return None
+    sections = {k: v for k, v in config.items() if k not in PROFILE_LABELS}
+    for source in (name, repo_root() / "configs" / "pilots" / f"{name}.yaml"):
+        try:
+            profile = load_profile(str(source), sections)
+        except ProfileError:
+            continue
+        here = profile.to_dict()
+        if all(
+            here.get(section, {}).get(key) == value
+            for section, values in sections.items()
+            for key, value in values.items()
+        ):
+            return profile
+    return None
+
+
+def migrate_warmstart(record_path: Path, write: bool) -> str | None:
+    """A ``warmstart.json`` whose recorded configuration holds a removed field at its neutral
+    value: the field dropped, and the cache key of that configuration recorded (module
+    docstring). Raises ValueError for a field at another value."""
+    data = json.loads(record_path.read_text())
+    config = data.get("config") if isinstance(data, dict) else None
+    if not _holds_removed_field(config):
+        return None
+    trimmed = copy.deepcopy(config)
+    if not _drop_removed_fields(trimmed):
+        raise ValueError(f"{record_path}: a removed field holds a value the code no longer runs")
+    profile = _recorded_profile(data.get("profile"), trimmed)
+    if profile is None:
+        raise ValueError(f"{record_path}: no profile reproduces the configuration it records")
+    old_key, new_key = data.get("cache_key"), cache_key(profile)
+    if write:
+        write_record(record_path, {**data, "cache_key": new_key, "config": trimmed})
+    return f"{record_path}: removed field dropped, cache key {old_key} -> {new_key}"
+
+
+def _without_removed(value: Any) -> Any:
+    """``value`` with every removed field at its neutral value left out of any mapping that
+    holds it (a recorded rollout configuration, wherever the record nests it)."""
+    if isinstance(value, list):
+        return [_without_removed(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    neutral = {name: v for (_, name), v in REMOVED_PROFILE_FIELDS.items()}
+    return {
+        k: _without_removed(v)
+        for k, v in value.items()
+        if not (k in neutral and v == neutral[k] and type(v) is type(neutral[k]))
+    }
+
+
+def migrate_removed_lines(path: Path, write: bool) -> str | None:
+    """A JSON record (a result's ``.meta.json``) whose recorded configuration holds a removed
+    field at its neutral value: that line deleted, every other byte kept. Checked: the text
+    read back is the record less those fields, else the file is left alone (ValueError)."""
+    text = path.read_text()
+    names = [name for _, name in REMOVED_PROFILE_FIELDS]
+    if not any(f'"{name}"' in text for name in names):
+        return None
+    new = text
+    for (_, name), neutral in REMOVED_PROFILE_FIELDS.items():
+        line = re.compile(rf'^[ \t]*"{re.escape(name)}": {re.escape(json.dumps(neutral))},\n', re.M)
+        new = line.sub("", new)
+    try:
+        same = json.loads(new) == _without_removed(json.loads(text))
+    except json.JSONDecodeError:
+        same = False
+    if not same or any(f'"{name}"' in new for name in names):
+        raise ValueError(f"{path}: a removed field this script cannot take out line by line")
+    if write:
+        path.write_text(new)
+    return f"{path}: removed field dropped"
+
+
 def records_in(results: Path, pattern: str) -> list[Path]:
     """The files under ``results`` matching ``pattern`` that git would commit: what git ignores
     there (notebooks' executed runs, a study's scratch) is no record. Outside a checkout, all."""
@@ -261,6 +392,30 @@ def migrate(results: Path, write: bool) -> tuple[list[str], list[str]]:
     for config in records_in(results, "config.yaml"):
         try:
             done = migrate_config(config, results, write)
+        except ValueError as err:
+            refused.append(str(err))
+            continue
+        if done:
+            changed.append(done)
+    for config in records_in(results, "config.yaml"):
+        try:
+            done = migrate_removed_fields(config, write)
+        except ValueError as err:
+            refused.append(str(err))
+            continue
+        if done:
+            changed.append(done)
+    for record in records_in(results, "warmstart.json"):
+        try:
+            done = migrate_warmstart(record, write)
+        except ValueError as err:
+            refused.append(str(err))
+            continue
+        if done:
+            changed.append(done)
+    for meta in records_in(results, "*.meta.json"):
+        try:
+            done = migrate_removed_lines(meta, write)
         except ValueError as err:
             refused.append(str(err))
             continue

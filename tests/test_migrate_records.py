@@ -221,3 +221,78 @@ def test_what_git_ignores_in_the_results_folder_is_no_record(tmp_path):
     assert (changed, refused) == ([f"{committed}: machine paths made relative"], [])
     assert committed.read_text() == "trained from results/tiny/warmstart\n"
     assert executed.read_text() == "trained from /work/elsewhere/results/tiny/warmstart\n"
+
+
+def _put_back_removed_field(run: Path, block_record: Path) -> str:
+    """The run's config.yaml as the study wrote it before the field was removed: the field in
+    its rollout settings at ``false`` and that record's hash in its records and its block's.
+    Returns the hash."""
+    record = yaml.safe_load((run / "config.yaml").read_text())
+    today = record.pop("config_hash")
+    rollout = record["settings"]["rollout"]
+    at = list(rollout).index("max_turn_tokens") + 1
+    items = list(rollout.items())
+    record["settings"]["rollout"] = dict(
+        items[:at] + [("turn_length_ends_branch", False)] + items[at:]
+    )
+    old = run_folder.config_hash(record)
+    run_folder.write_config(run_folder.RunDir(run), {**record, "config_hash": old})
+    for path in (run / "DONE.json", run / "meta.json", block_record):
+        path.write_text(path.read_text().replace(f'"{today}"', f'"{old}"'))
+    return old
+
+
+def test_a_removed_field_leaves_a_block_run_and_its_hash_changes_in_every_record(tmp_path):
+    block = COMMITTED / "blocks" / "tiny" / "headline" / "block03"
+    results = tmp_path / "results"
+    copy_ = results / "blocks" / "tiny" / "headline" / "block03"
+    shutil.copytree(block, copy_)
+    run = copy_ / "at2po" / "seed103"
+    old = _put_back_removed_field(run, copy_ / "BLOCK.json")
+    assert old in (copy_ / "BLOCK.json").read_text()
+    changed, refused = migrate_records.migrate(results, write=True)
+    assert refused == [] and len(changed) == 1 and old in changed[0]
+    for path in block.rglob("*"):
+        if path.is_file():
+            assert (copy_ / path.relative_to(block)).read_bytes() == path.read_bytes(), path
+    # at the value of a rule the code no longer has, the run is left as it is
+    config = run / "config.yaml"
+    _put_back_removed_field(run, copy_ / "BLOCK.json")
+    config.write_text(config.read_text().replace("ends_branch: false", "ends_branch: true"))
+    before = config.read_bytes()
+    changed, refused = migrate_records.migrate(results, write=True)
+    assert len(refused) == 1 and str(config) in refused[0]
+    assert config.read_bytes() == before
+
+
+def test_a_removed_field_leaves_the_warm_starts_record_and_key(tmp_path):
+    from at2po_lib.policy.warmstart_cache import cache_key
+
+    shipped = COMMITTED / "tiny" / "warmstart" / "warmstart.json"
+    record = tmp_path / "results" / "tiny" / "warmstart" / "warmstart.json"
+    record.parent.mkdir(parents=True)
+    data = json.loads(shipped.read_text())
+    assert data["cache_key"] == cache_key(load_profile("tiny"))  # the profile finds it
+    rollout = list(data["config"]["rollout"].items())
+    data["config"]["rollout"] = dict(
+        rollout[:5] + [("turn_length_ends_branch", False)] + rollout[5:]
+    )
+    data["cache_key"] = "0123456789abcdef"
+    record.write_text(json.dumps(data, indent=1) + "\n")
+    changed, refused = migrate_records.migrate(tmp_path / "results", write=True)
+    assert (len(changed), refused) == (1, [])
+    assert record.read_bytes() == shipped.read_bytes()
+
+
+def test_a_removed_field_leaves_a_meta_line_by_line_or_not_at_all(tmp_path):
+    meta = tmp_path / "results" / "tiny" / "x.csv.meta.json"
+    meta.parent.mkdir(parents=True)
+    body = '{\n  "config": {\n    "max_turn_tokens": 0,\n%s    "top_p": 1.0\n  }\n}\n'
+    meta.write_text(body % '    "turn_length_ends_branch": false,\n')
+    changed, refused = migrate_records.migrate(tmp_path / "results", write=True)
+    assert (len(changed), refused) == (1, [])
+    assert meta.read_text() == body % ""
+    last = '{\n  "config": {\n    "top_p": 1.0,\n    "turn_length_ends_branch": false\n  }\n}\n'
+    meta.write_text(last)  # the last key: its line cannot go alone
+    changed, refused = migrate_records.migrate(tmp_path / "results", write=True)
+    assert len(refused) == 1 and meta.read_text() == last

@@ -428,14 +428,6 @@ that reproduces what those did: a run recorded without the field is the same run
 at that value (``scripts/migrate_records.py``), and a warm start's key leaves the field out at
 that value (:mod:`at2po_lib.policy.warmstart_cache`)."""
 
-REMOVED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
-    ("rollout", "turn_length_ends_branch"): False,
-}
-"""Profile fields removed after runs were recorded and the warm start was shipped, with the value
-at which they did what the code does now: a run that recorded the field at that value is the same
-run as one without it, a run that recorded another value is another configuration
-(:mod:`at2po_lib.trainer.identity`), and a warm start's key holds the field at that value as it
-did (:mod:`at2po_lib.policy.warmstart_cache`). docs/method.md §11, item 19, says what each one did."""
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config.profile import ADDED_PROFILE_FIELDS, REMOVED_PROFILE_FIELDS
+from ..config.profile import ADDED_PROFILE_FIELDS
 from ..protocol.prompts import get_template
 from ..util.paths import artifacts_dir, repo_root
 from .checkpoint_files import CheckpointError, check_digests, file_digests
@@ -37,10 +37,6 @@ _ROLLOUT_KEYS = (
     "invalid_action",
 )
 """Rollout settings that change greedy validation (and so the chosen checkpoint)."""
-_REMOVED_ROLLOUT_KEYS = ("turn_length_ends_branch",)
-"""Rollout settings the key held until they were removed; it still holds each at the value
-that does what the code does now (:data:`~at2po_lib.config.profile.REMOVED_PROFILE_FIELDS`), so
-a warm start trained before their removal keeps its key."""
 _RETRIEVAL_KEYS = (
     "method",
     "encoder",
@@ -96,8 +92,7 @@ def cache_key(profile_cfg: ProfileConfig) -> str:
         "policy": _policy_payload(profile_cfg.policy),
         "template": template_payload(profile_cfg.policy.template),
         "sft": asdict(profile_cfg.sft),
-        "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS}
-        | {k: REMOVED_PROFILE_FIELDS["rollout", k] for k in _REMOVED_ROLLOUT_KEYS},
+        "rollout": {k: rollout[k] for k in _ROLLOUT_KEYS},
     }
     initial = initial_policy(profile_cfg)
     if initial is not None:  # the starting weights, not just their folder's name

@@ -31,12 +31,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..config.profile import (
-    REMOVED_PROFILE_FIELDS,
-    ProfileConfig,
-    RolloutConfig,
-    load_profile,
-)
+from ..config.profile import ProfileConfig, RolloutConfig, load_profile
 from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import TREE_LEAVES
 from ..util.errors import ProfileError
@@ -131,32 +126,15 @@ def run_identity(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """What decides whether two recorded runs are one configuration: the profile's name, the
     seed and the effective settings (:meth:`RunSpec.settings`) of a ``config.yaml`` record. Not
     the method's name (two presets that resolve to the same settings are the same run) nor
-    where a setting came from. A field removed since (:data:`REMOVED_PROFILE_FIELDS`) is
-    dropped where it holds the value that does what the code does now: the study blocks'
-    records hold ``rollout.turn_length_ends_branch``, and their ``BLOCK.json`` names the hash
-    of the records as written.
+    where a setting came from.
 
-    None when the record cannot be read as a run of the current code (no effective settings,
-    a removed field at another value): such a run is another configuration."""
+    None when the record has no effective settings (not a record of today's format): such a
+    run is another configuration."""
     try:
         settings = copy.deepcopy(dict(record["settings"]))
-        if not _drop_removed_fields(settings):
-            return None
         return {"profile": record["profile"], "seed": record["seed"], "settings": settings}
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _drop_removed_fields(sections: dict[str, Any]) -> bool:
-    """Drop from ``sections`` (section → fields) each removed field that holds its neutral
-    value (:data:`REMOVED_PROFILE_FIELDS`); False when one holds another value (the run did
-    something the code no longer does)."""
-    for (section, name), neutral in REMOVED_PROFILE_FIELDS.items():
-        fields = sections.get(section)
-        if isinstance(fields, dict) and name in fields:
-            if fields.pop(name) != neutral:
-                return False
-    return True
 
 
 def recorded_identity(config_path: Path) -> dict[str, Any] | None:
@@ -174,8 +152,7 @@ def recorded_identity(config_path: Path) -> dict[str, Any] | None:
 def same_finished_run(run: RunDir, digest: str, identity: Mapping[str, Any]) -> bool:
     """Did ``run`` (a :class:`~at2po_lib.trainer.run_folder.RunDir`) finish with this
     configuration: its ``DONE.json`` holds ``digest``, or the ``config.yaml`` beside it has
-    this :func:`run_identity` (the same settings under another method's name, or with a
-    removed field at its neutral value)."""
+    this :func:`run_identity` (the same settings under another method's name)."""
     if is_finished(run, digest):
         return True
     return is_finished(run) and recorded_identity(run.config) == identity
