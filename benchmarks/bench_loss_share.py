@@ -50,8 +50,8 @@ def main() -> None:
 
     import at2po_lib.trainer.trainer as trainer_module
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import build_trainer
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import build_trainer
 
     overrides: dict = {
         "train": {

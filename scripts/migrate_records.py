@@ -53,8 +53,8 @@ from at2po_lib.config.profile import (
     load_profile,
 )
 from at2po_lib.method.presets import get_method
-from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.identity import (
+from at2po_lib.record import run_folder
+from at2po_lib.record.identity import (
     PROFILE_LABELS,
     method_rollout,
     rollout_settings,

@@ -205,6 +205,11 @@ USERS = (
     "util",
     "config",
     "protocol",
+    "record",
+    "plan",
+    "warmstart",
+    "study",
+    "lab",
 )
 
 
@@ -236,48 +241,25 @@ LAYERS = (
     ("protocol", "tinyworld", "retrieval"),
     ("method",),
     ("policy", "rollout"),
+    ("record", "plan"),
     ("trainer",),
     ("evaluation",),
+    ("warmstart",),
+    ("study",),
     ("analysis",),
     ("reporting",),
+    ("lab",),
     ("cli",),
 )
-"""The package's floors, lowest first (issue #64 item 3): a module imports its own floor and the
-floors below it, never one above. ``util`` is plumbing below every floor and imports only
-``util``."""
+"""The package's floors, lowest first: a module imports its own floor and the floors below it,
+never one above. ``util`` is plumbing below every floor and imports only ``util``. The run
+record (``record``) and the plan of a paper-scale run (``plan``) sit under the TRL glue
+(``trainer``); the warm start, which validates with the greedy evaluation, above
+``evaluation``; one run with its records and the study's runs (``study``) above the warm start;
+what the notebooks run beside reading records (``lab``) above ``reporting``."""
 PLUMBING = "util"
 
-_SHARED_NOW = "which other work edits now: moves once the parallel branches have merged"
-KNOWN_UPWARD = {
-    ("at2po_lib.config.checks", "at2po_lib.method.expansion"): (
-        f"EXPANSIONS: rollout/trees.py imports it from method.expansion, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.profile", "at2po_lib.method.expansion"): (
-        f"EXPANSIONS, TREE_EXPANSIONS: rollout/trees.py imports them from here, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.checks", "at2po_lib.rollout.decoding"): (
-        f"DECODE_DTYPES, DECODE_GROUPINGS, DECODE_CAPTURES live in rollout/decoding.py, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.checks", "at2po_lib.tinyworld.datasets"): (
-        f"TinyWorld's DATASETS: notebooks 00 and 01 import it from tinyworld.datasets, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.preflight", "at2po_lib.protocol.qa_data"): (
-        "the data preflight opens the datasets: it belongs above config (a module move)"
-    ),
-    ("at2po_lib.protocol.tree_files", "at2po_lib.method.tree"): (
-        "saved trees are the method's tree arrays: tree_files belongs above method (a module move)"
-    ),
-    ("at2po_lib.trainer.run", "at2po_lib.evaluation.greedy"): (
-        "a run's final evaluation: written once with the run record's own package (item 5)"
-    ),
-    ("at2po_lib.trainer.warmstart", "at2po_lib.evaluation.greedy"): (
-        "the warm start's validation: the warm start leaves trainer/ for a package of its own"
-    ),
-    ("at2po_lib.trainer.trainer", "at2po_lib.analysis.dissection"): (
-        f"REFERENCE_CLIP, sibling_spread: reporting/claims.py imports REFERENCE_CLIP from "
-        f"analysis.dissection, {_SHARED_NOW}"
-    ),
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 """Upward imports known today, each with why it is still there: the test fails on any other,
 and on one of these once it is gone (so the list only shrinks)."""
 
@@ -526,14 +508,14 @@ def test_each_registry_of_names_is_written_once():
     method lists are tuples of :mod:`at2po_lib.method`; every other module imports them."""
     from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
     from at2po_lib.method.outcome import OUTCOME_ADVANTAGES
-    from at2po_lib.method.expansion import EXPANSIONS, TREE_EXPANSIONS
+    from at2po_lib.config.choices import EXPANSIONS, TREE_EXPANSIONS
     from at2po_lib.method.loss import AGGREGATIONS, LEVELS
     from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
 
     registries = {
         "at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES)],
         "at2po_lib/method/outcome.py": [set(OUTCOME_ADVANTAGES)],
-        "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
+        "at2po_lib/config/choices.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
         "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
         "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"}, set(TABLE2_METHODS)],
     }

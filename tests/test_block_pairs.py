@@ -25,7 +25,7 @@ from at2po_lib.reporting.block_pairs import (
     run_provenance,
 )
 from at2po_lib.reporting.claims import claims_table
-from at2po_lib.trainer.block_records import SET_SEED_BASE, blocks_root, set_methods
+from at2po_lib.study.block_records import SET_SEED_BASE, blocks_root, set_methods
 from at2po_lib.util.errors import RecordError
 
 MH = "tiny_hotpotqa"

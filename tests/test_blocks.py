@@ -1,4 +1,4 @@
-"""Study blocks (at2po_lib/trainer/blocks.py): one seed of every method per block, finished or
+"""Study blocks (at2po_lib/study/blocks.py): one seed of every method per block, finished or
 re-run whole, one revision per set. Training is replaced by a stand-in that writes a run folder,
 so the bookkeeping is tested in seconds (a 2-step smoke block runs in the slow suite's place:
 ``at2po study --profile smoke --block-set headline --blocks 0 --set train.max_steps=2``)."""
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.cli.options import UsageError, int_list
-from at2po_lib.trainer import block_records, blocks, run_folder
+from at2po_lib.study import block_records, blocks
+from at2po_lib.record import run_folder
 from at2po_lib.util import provenance
 from at2po_lib.util.errors import ProfileError, RecordError
 from at2po_lib.util.locks import folder_lock, lock_path

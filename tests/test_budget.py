@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import save_trees
+from at2po_lib.record.tree_files import save_trees
 from at2po_lib.reporting.budget import budget_display, budget_table, generated_tokens_per_prompt
 
 

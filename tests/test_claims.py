@@ -501,7 +501,7 @@ def test_the_two_fragile_verdicts_of_the_committed_record_now_read_cannot_tell()
     from at2po_lib.method.presets import TABLE3_METHODS
     from at2po_lib.reporting import claims
     from at2po_lib.reporting.labels import groups_of
-    from at2po_lib.reporting.records import load_outcomes
+    from at2po_lib.record.reading import load_outcomes
 
     frame = load_outcomes("tiny", ["at2po", "at2po_exact", *TABLE3_METHODS])
     groups = groups_of(frame["dataset"].unique())

@@ -18,14 +18,14 @@ from at2po_lib.config.profile import ProfileError
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_MODULES = [
     "evaluation/greedy",
-    "trainer/run",
-    "trainer/study",
-    "trainer/blocks",
-    "trainer/warmstart",
+    "study/run",
+    "study/tables",
+    "study/blocks",
+    "warmstart/sft",
     "retrieval/indexes",
     "retrieval/server",
     "tinyworld/build",
-    "reporting/notebook_runner",
+    "lab/notebook_runner",
 ]
 
 
@@ -175,7 +175,7 @@ def test_report_writes_tables_of_finished_runs_without_training(tmp_path, monkey
 
     import pandas as pd
 
-    from at2po_lib.trainer import run_folder
+    from at2po_lib.record import run_folder
 
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path))
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
@@ -215,7 +215,7 @@ def test_study_rejects_an_unknown_method_before_training(capsys):
 
 
 def test_study_methods_expand_patterns_in_preset_order():
-    from at2po_lib.trainer.study import study_methods
+    from at2po_lib.study.tables import study_methods
 
     assert study_methods("3", ["credit_*_diff_global"]) == [
         "credit_entropy_softmax_diff_global",
@@ -249,7 +249,7 @@ def test_study_plan_reads_the_run_folders_and_trains_nothing(tmp_path, monkeypat
     import json
 
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer import run_folder
+    from at2po_lib.record import run_folder
     from at2po_lib.trainer.resolve import resolve_run
     from at2po_lib.util.staging import staging_path
 
@@ -359,7 +359,8 @@ def test_a_missing_vllm_is_named_before_anything_is_trained_or_written(
     argv, isolated_outputs, monkeypatch, capsys
 ):
     from at2po_lib.cli import options
-    from at2po_lib.trainer import blocks, run, study, warmstart
+    from at2po_lib.study import blocks, run, tables as study
+    from at2po_lib.warmstart import sft as warmstart
 
     def no_work(*args, **kwargs):
         raise AssertionError("work started before the engine was checked")

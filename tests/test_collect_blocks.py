@@ -191,7 +191,7 @@ class _TwoMachines:
     def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         from test_blocks import FakeTrain, _Kill  # the block tests' stand-in trainer
 
-        from at2po_lib.trainer import blocks
+        from at2po_lib.study import blocks
         from at2po_lib.util import provenance
 
         self.blocks, self.monkeypatch, self.fake = blocks, monkeypatch, FakeTrain

@@ -19,7 +19,7 @@ from at2po_lib.analysis.dissection import (
     paper_scale_weight_gap,
 )
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import save_trees
+from at2po_lib.record.tree_files import save_trees
 
 RUN = Path(__file__).resolve().parents[1] / "results" / "runs" / "tiny" / "at2po" / "seed0"
 

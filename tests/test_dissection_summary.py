@@ -283,7 +283,7 @@ def test_the_dissection_figure_draws_both_panels_from_records(tmp_path):
     import numpy as np
 
     from at2po_lib.method.tree import TreeArrays
-    from at2po_lib.protocol.tree_files import save_trees
+    from at2po_lib.record.tree_files import save_trees
     from at2po_lib.reporting.dissection_figure import dissection_figure
 
     run = tmp_path / "at2po" / "seed0"
@@ -460,7 +460,7 @@ def test_credit_spread_figure_has_a_panel_per_estimate(tmp_path):
 
     from at2po_lib.method.tree import TreeArrays
     from at2po_lib.reporting.dissection_figure import credit_spread_figure
-    from at2po_lib.protocol.tree_files import save_trees
+    from at2po_lib.record.tree_files import save_trees
 
     run = tmp_path / "at2po" / "seed0"
     (run / "trees").mkdir(parents=True)

@@ -183,7 +183,7 @@ def test_outcome_file_round_trip(tmp_path):
     sampled_em NaN where not measured; ids stay strings)."""
     import math
 
-    from at2po_lib.evaluation.greedy import read_outcomes, write_outcomes
+    from at2po_lib.record.outcomes import read_outcomes, write_outcomes
 
     details = pd.DataFrame(
         {

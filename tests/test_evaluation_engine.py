@@ -107,8 +107,8 @@ def test_evaluate_checkpoint_builds_one_engine_from_the_checkpoint(
 @pytest.mark.slow
 def test_react_evaluation_builds_one_engine_from_the_policy(two_policies, monkeypatch):
     """The ReAct row (the warm start evaluated as it is): one engine from ``policy.model``."""
-    from at2po_lib.trainer import run as run_module
-    from at2po_lib.trainer.run_folder import RunDir
+    from at2po_lib.study import run as run_module
+    from at2po_lib.record.run_folder import RunDir
 
     vllm_standin.install(monkeypatch)
     cfg = _vllm_profile(
@@ -153,8 +153,8 @@ def test_final_evaluation_in_one_process_uses_the_synced_colocated_engine(
     ``name_or_path`` (the hub name of the untrained weights)."""
     from at2po_lib.policy.tokenizer import load_tokenizer
     from at2po_lib.retrieval.indexes import build_retriever
-    from at2po_lib.trainer import run as run_module
-    from at2po_lib.trainer.run_folder import RunDir
+    from at2po_lib.study import run as run_module
+    from at2po_lib.record.run_folder import RunDir
 
     standin = vllm_standin.install(monkeypatch)
     cfg = _vllm_profile(
@@ -204,7 +204,7 @@ def test_a_lora_checkpoint_is_merged_once_for_the_engine(two_policies, monkeypat
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    from at2po_lib.trainer.cost_estimate import LORA_TARGETS
+    from at2po_lib.plan.cost_estimate import LORA_TARGETS
     from at2po_lib.policy.model import load_policy
     from at2po_lib.rollout.vllm_backend import build_engine
 

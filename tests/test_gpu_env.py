@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from at2po_lib.trainer.gpu_env import (
+from at2po_lib.plan.gpu_env import (
     GPU_LIST,
     REPLACED_BY_GPU_LIST,
     RETRIEVER_LIST,

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from at2po_lib.analysis.dissection import sibling_spread
+from at2po_lib.method.credit import sibling_spread
 from at2po_lib.config.profile import ProfileError, RolloutConfig, load_profile
 from at2po_lib.method.presets import EXACT_EXPANSION, METHODS, VARIANT_METHODS
-from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.identity import same_finished_run
+from at2po_lib.record import run_folder
+from at2po_lib.record.identity import same_finished_run
 from at2po_lib.trainer.resolve import check_fixed_rollout, resolve_run
-from at2po_lib.trainer.run import train
+from at2po_lib.study.run import train
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "runs" / "tiny"
 

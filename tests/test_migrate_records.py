@@ -19,7 +19,7 @@ import yaml
 
 from at2po_lib.config.profile import load_profile
 from at2po_lib.method.presets import get_method
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES
 from at2po_lib.trainer.resolve import resolve_run
 from at2po_lib.util.paths import repo_root

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "paper_scale.md").read_text()
@@ -56,7 +56,7 @@ def _flashrag_folder(tmp_path: Path, fixtures_dir: Path) -> Path:
 
 def test_data_local_dir_feeds_training_and_evaluation(tmp_path, fixtures_dir):
     from at2po_lib.evaluation.greedy import load_eval_rows
-    from at2po_lib.trainer.run import training_prompts
+    from at2po_lib.study.run import training_prompts
 
     folder = _flashrag_folder(tmp_path, fixtures_dir)
     cfg = load_profile("paper-qwen3-4b-nq", {"data": {"local_dir": str(folder)}})
@@ -93,7 +93,7 @@ def test_data_dir_flag_and_the_hash_that_ignores_where_data_lies(tmp_path):
     ],
 )
 def test_master_weights_are_fp32_unless_zero_keeps_them(dtype, deepspeed, expected):
-    from at2po_lib.trainer.run import master_weights_dtype
+    from at2po_lib.study.run import master_weights_dtype
 
     assert master_weights_dtype(dtype, deepspeed) == expected
 
@@ -101,7 +101,7 @@ def test_master_weights_are_fp32_unless_zero_keeps_them(dtype, deepspeed, expect
 def test_lora_loads_the_frozen_base_in_the_policy_dtype():
     """peft keeps the adapters in fp32; the frozen base needs no fp32 master copy (the plan's
     LoRA rows count it in bf16)."""
-    from at2po_lib.trainer.run import master_weights_dtype
+    from at2po_lib.study.run import master_weights_dtype
 
     assert master_weights_dtype("bfloat16", False, lora=True) == "bfloat16"
 
@@ -109,7 +109,7 @@ def test_lora_loads_the_frozen_base_in_the_policy_dtype():
 def test_uses_deepspeed_reads_accelerates_flag(monkeypatch):
     from types import SimpleNamespace
 
-    from at2po_lib.trainer.run import uses_deepspeed
+    from at2po_lib.study.run import uses_deepspeed
 
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
     assert not uses_deepspeed(SimpleNamespace(deepspeed=None))
@@ -227,7 +227,7 @@ def test_gpu_check_all_lists_its_checks_within_ten_minutes(capsys):
 
 def test_optimizer_offload_without_a_compiler_is_refused_naming_the_fix(tmp_path):
     from at2po_lib.config.profile import ProfileError
-    from at2po_lib.trainer.run import check_optimizer_offload
+    from at2po_lib.study.run import check_optimizer_offload
 
     bare = {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu", "PATH": str(tmp_path)}
     with pytest.raises(ProfileError, match="DS_BUILD_CPU_ADAM=1.*zero3_8gpu.yaml"):

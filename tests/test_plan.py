@@ -1,4 +1,4 @@
-"""``at2po plan``: the formulas of at2po_lib.trainer.cost_estimate against hand-computed cases."""
+"""``at2po plan``: the formulas of at2po_lib.plan.cost_estimate against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from at2po_lib.cli import plan as plan_cli
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer.cost_estimate import (
+from at2po_lib.plan.cost_estimate import (
     GIB,
     KNOWN_ARCHITECTURES,
     KNOWN_ENCODERS,
@@ -195,7 +195,7 @@ def test_lora_parameters_match_peft():
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from at2po_lib.trainer.cost_estimate import LORA_TARGETS
+    from at2po_lib.plan.cost_estimate import LORA_TARGETS
 
     arch = Architecture(64, 2, 4, 2, 16, 96, 300, True, qk_norm=True)
     model = Qwen3ForCausalLM(

@@ -188,7 +188,7 @@ def test_a_few_sft_steps_decrease_the_masked_loss(smoke_env, tmp_path):
         tokenizer_texts,
         world_sources,
     )
-    from at2po_lib.trainer.warmstart import make_trainer, masked_loss
+    from at2po_lib.warmstart.sft import make_trainer, masked_loss
 
     cfg = smoke_env
     aux = world_sources(cfg)[1]  # smoke: one auxiliary world
@@ -221,7 +221,7 @@ def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenize
 
     from at2po_lib.config.profile import PolicyConfig
     from at2po_lib.policy.model import build_policy
-    from at2po_lib.trainer.warmstart import targets_only_loss
+    from at2po_lib.warmstart.sft import targets_only_loss
 
     model = build_policy(
         PolicyConfig(hidden_size=32, num_hidden_layers=1, intermediate_size=64), tokenizer, seed=0
@@ -256,7 +256,7 @@ def test_targets_only_loss_equals_the_full_logits_loss_and_its_gradient(tokenize
 )
 @settings(max_examples=60, deadline=None)
 def test_shuffled_length_batches_cover_every_example_once(lengths, batch_size, group, seed):
-    from at2po_lib.trainer.warmstart import ShuffledLengthBatches
+    from at2po_lib.warmstart.sft import ShuffledLengthBatches
 
     sampler = ShuffledLengthBatches(lengths, batch_size, group, seed)
     for epoch in range(2):
@@ -273,7 +273,7 @@ def test_shuffled_length_batches_cover_every_example_once(lengths, batch_size, g
 
 def test_shuffled_length_batches_do_not_run_from_long_to_short():
     """The failure it replaces: runs of long batches, then runs of short ones."""
-    from at2po_lib.trainer.warmstart import ShuffledLengthBatches
+    from at2po_lib.warmstart.sft import ShuffledLengthBatches
 
     lengths = [100] * 400 + [300] * 400  # single-hop-like and multi-hop-like demonstrations
     batches = ShuffledLengthBatches(lengths, 16, 4, seed=0).batches(0)
@@ -285,7 +285,7 @@ def test_shuffled_length_batches_do_not_run_from_long_to_short():
 
 
 def test_choose_checkpoint_prefers_the_middle_of_the_band():
-    from at2po_lib.trainer.warmstart import choose_checkpoint
+    from at2po_lib.warmstart.sft import choose_checkpoint
 
     # Band [0.25, 0.75], middle 0.5 (dyadic numbers: exact in floating point).
     table = [
@@ -311,8 +311,8 @@ def test_choose_checkpoint_prefers_the_middle_of_the_band():
 @pytest.mark.slow  # trains the smoke warm start
 def test_warmstart_on_smoke_profile_is_cached(smoke_env):
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.policy.warmstart_cache import cache_key, read_warmstart_record, warmstart_dir
-    from at2po_lib.trainer.warmstart import ensure_warmstart
+    from at2po_lib.warmstart.cache import cache_key, read_warmstart_record, warmstart_dir
+    from at2po_lib.warmstart.sft import ensure_warmstart
 
     cfg = smoke_env
     path = ensure_warmstart(cfg)
@@ -331,7 +331,7 @@ def test_warmstart_on_smoke_profile_is_cached(smoke_env):
 
 def test_lm_mix_adds_fully_supervised_chunks_in_the_asked_share(tokenizer):
     from at2po_lib.config.profile import WarmStartConfig
-    from at2po_lib.trainer.warmstart import lm_examples
+    from at2po_lib.warmstart.sft import lm_examples
 
     sft = WarmStartConfig(lm_mix=0.25, pretrain_seq_len=8)
     chunks = lm_examples(CORPUS, tokenizer, sft, n_demos=30)

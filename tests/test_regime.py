@@ -1,4 +1,4 @@
-"""The regime gates (at2po_lib.reporting.regime_pilot) on hand-made run folders: a gain with its
+"""The regime gates (at2po_lib.lab.regime_pilot) on hand-made run folders: a gain with its
 interval from per-question outcomes, the zero-variance share and the reward's rise from
 metrics.jsonl."""
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from at2po_lib.reporting.regime_pilot import MULTI_HOP, em_gain, signal_and_reward
+from at2po_lib.lab.regime_pilot import MULTI_HOP, em_gain, signal_and_reward
 
 HEADER = "dataset,group,id,prediction,em,f1,num_turns,num_tool_calls,finish_reason,sampled_em\n"
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import load_trees, save_trees
+from at2po_lib.record.tree_files import load_trees, save_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "tiny" / "warmstart"
@@ -25,7 +25,7 @@ SHIPPED = ROOT / "results" / "tiny" / "warmstart"
 @pytest.fixture
 def shipped_copy(tmp_path, monkeypatch):
     """The shipped tiny warm start copied to a scratch folder that cached_warmstart finds."""
-    from at2po_lib.policy import warmstart_cache
+    from at2po_lib.warmstart import cache as warmstart_cache
 
     copy = tmp_path / "shipped" / "warmstart"
     shutil.copytree(SHIPPED, copy)
@@ -43,7 +43,7 @@ def test_the_shipped_record_lists_the_sha256_of_each_file():
 def test_a_same_size_corrupt_model_file_is_refused_at_load(shipped_copy):
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.warmstart.cache import cached_warmstart
 
     cfg = load_profile("tiny")
     assert cached_warmstart(cfg) == shipped_copy  # intact: found and verified
@@ -76,7 +76,7 @@ def _corrupt_weights(folder: Path) -> None:
 
 def _no_training(monkeypatch) -> None:
     """A refusal must not fall through to SFT (66 minutes at tiny scale)."""
-    from at2po_lib.trainer import warmstart
+    from at2po_lib.warmstart import sft as warmstart
 
     def refuse(cfg):
         raise AssertionError("the warm start was retrained")
@@ -89,7 +89,7 @@ def test_an_adapter_or_any_unlisted_entry_beside_the_weights_is_refused(shipped_
     recorded sha256 still matched): an entry the record does not list is refused."""
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.warmstart.cache import cached_warmstart
 
     cfg = load_profile("tiny")
     (shipped_copy / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}\n')
@@ -124,7 +124,7 @@ def test_a_record_listing_no_or_some_files_does_not_let_changed_weights_load(
 ):
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.warmstart.cache import cached_warmstart
 
     record_path = shipped_copy / "warmstart.json"
     record = json.loads(record_path.read_text())
@@ -152,7 +152,7 @@ def test_a_missing_or_damaged_shipped_record_is_refused_with_the_rebuild_command
 ):
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.trainer.warmstart import ensure_warmstart
+    from at2po_lib.warmstart.sft import ensure_warmstart
 
     _no_training(monkeypatch)
     record = shipped_copy / "warmstart.json"
@@ -183,8 +183,8 @@ def test_a_damaged_local_record_is_refused_not_retrained(shipped_copy, tmp_path,
     named with the local rebuild command; a record for another configuration is simply stale."""
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart_cache import cached_warmstart
-    from at2po_lib.trainer.warmstart import ensure_warmstart
+    from at2po_lib.warmstart.cache import cached_warmstart
+    from at2po_lib.warmstart.sft import ensure_warmstart
 
     _no_training(monkeypatch)
     cfg = load_profile("tiny")
@@ -273,7 +273,7 @@ def test_sft_init_from_is_verified_whole(tmp_path, damage, refusal):
     beside the weights or a folder without its record started SFT from another policy."""
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.checkpoint_files import CheckpointError
-    from at2po_lib.policy.warmstart_cache import initial_policy
+    from at2po_lib.warmstart.cache import initial_policy
 
     folder = _init_from_copy(tmp_path)
     cfg = load_profile("tiny", {"sft": {"init_from": str(folder)}})
@@ -394,7 +394,7 @@ def test_torch_save_on_a_full_disk_is_enospc_with_the_path(full_disk):
 
 
 def test_run_records_on_a_full_disk_are_enospc_with_the_path_and_the_old_file_kept(full_disk):
-    from at2po_lib.trainer.run_folder import append_jsonl
+    from at2po_lib.record.run_folder import append_jsonl
     from at2po_lib.util.storage import atomic_write
 
     done = full_disk / "DONE.json"
@@ -412,7 +412,7 @@ def test_run_records_on_a_full_disk_are_enospc_with_the_path_and_the_old_file_ke
 
 def test_the_command_line_reports_a_full_disk_in_one_line(full_disk, capsys, monkeypatch):
     from at2po_lib.cli.options import run_guarded
-    from at2po_lib.trainer.run_folder import append_jsonl
+    from at2po_lib.record.run_folder import append_jsonl
 
     _fill(full_disk)
     status = run_guarded(

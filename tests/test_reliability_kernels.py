@@ -91,7 +91,7 @@ def _lab_kernel_config(proc: subprocess.CompletedProcess):
 def test_lab_kernels_started_together_get_their_own_sockets(short_tmp):
     from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
-    from at2po_lib.reporting.notebook_runner import KERNEL_NAME
+    from at2po_lib.lab.notebook_runner import KERNEL_NAME
 
     proc = _lab_dry_run(short_tmp)
     assert proc.returncode == 0, proc.stderr
@@ -175,7 +175,7 @@ def test_run_notebooks_kernel_listens_on_no_tcp_port(tmp_path):
     and a forked child's output still reaches the notebook through it."""
     import nbformat
 
-    from at2po_lib.reporting.notebook_runner import run_notebooks
+    from at2po_lib.lab.notebook_runner import run_notebooks
 
     nbdir = tmp_path / "nbs"
     nbdir.mkdir()
@@ -240,7 +240,7 @@ def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd)
     import zmq
     from jupyter_client import KernelManager
 
-    from at2po_lib.reporting.notebook_runner import KERNEL_NAME, _local_kernel
+    from at2po_lib.lab.notebook_runner import KERNEL_NAME, _local_kernel
 
     with _local_kernel() as kernel_args:
         manager = KernelManager(kernel_name=KERNEL_NAME, config=kernel_args["config"])  # not
@@ -295,7 +295,7 @@ def test_a_lab_kernel_listens_on_loopback_only_and_drops_unkeyed_messages(capfd)
 def test_run_notebooks_accepts_a_venv_reached_through_a_symlink(
     tmp_path, monkeypatch, through_link
 ):
-    from at2po_lib.reporting.notebook_runner import KERNEL_NAME, check_kernel
+    from at2po_lib.lab.notebook_runner import KERNEL_NAME, check_kernel
 
     real = tmp_path / "real-venv" / "bin"
     real.mkdir(parents=True)

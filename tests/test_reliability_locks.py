@@ -103,7 +103,7 @@ def test_a_waiting_build_takes_the_lock_once_the_holder_is_done(tmp_path, holder
 
 def test_a_method_name_cannot_make_folders_outside_the_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("AT2PO_RESULTS", str(tmp_path / "results"))
-    from at2po_lib.trainer.run import train
+    from at2po_lib.study.run import train
 
     with pytest.raises(KeyError):
         train("tiny", "../../../outside", 0)

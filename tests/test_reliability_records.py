@@ -14,7 +14,7 @@ import yaml
 from at2po_lib.cli.report import main as report_main
 from at2po_lib.reporting import report
 from at2po_lib.reporting import table2 as report_table2
-from at2po_lib.reporting.records import (
+from at2po_lib.record.reading import (
     check_seeds,
     load_final_evals,
     load_outcomes,
@@ -140,7 +140,7 @@ def _record_provenance(
     profile: str = "smoke",
 ) -> None:
     """config.yaml, meta.json and DONE.json as the trainer writes them (hash of the config)."""
-    from at2po_lib.trainer.run_folder import config_hash
+    from at2po_lib.record.run_folder import config_hash
 
     config = {
         "method": method,
@@ -401,7 +401,7 @@ def test_a_backup_folder_is_no_run_for_the_report_or_dissect_runs(
     recorded, capsys, tmp_path, monkeypatch
 ):
     """b8f2d3f: a ``seed1.bak`` copy added a row to ``at2po dissect runs``'s clip levels."""
-    from at2po_lib.reporting.records import finished_run_folders
+    from at2po_lib.record.reading import finished_run_folders
 
     monkeypatch.setenv("AT2PO_FIGURES", str(tmp_path / "figures"))
     assert _report(capsys)[0] == 0

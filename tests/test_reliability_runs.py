@@ -149,7 +149,7 @@ def react_runs(isolated_outputs, monkeypatch):
     ``final_eval.csv`` (or raises), so only the run-folder handling is exercised."""
     import pandas as pd
 
-    from at2po_lib.trainer import run as run_module
+    from at2po_lib.study import run as run_module
 
     calls = {"fail": False}
 

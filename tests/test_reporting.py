@@ -17,7 +17,8 @@ import yaml  # noqa: E402
 
 from at2po_lib.config.profile import load_profile  # noqa: E402
 from at2po_lib.evaluation import stats  # noqa: E402
-from at2po_lib.reporting import labels, readme, records, report, table1, table2  # noqa: E402
+from at2po_lib.reporting import labels, readme, report, table1, table2  # noqa: E402
+from at2po_lib.record import reading as records
 from at2po_lib.trainer.resolve import resolve_run  # noqa: E402
 
 DATASETS = ("tiny_hotpotqa", "tiny_2wiki", "tiny_nq")

@@ -9,7 +9,7 @@ import numpy as np
 
 from at2po_lib.method import credit
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import load_trees, save_trees
+from at2po_lib.record.tree_files import load_trees, save_trees
 from at2po_lib.rollout.export import (
     training_rows,
     tree_arrays,

@@ -41,7 +41,7 @@ def tiny(tmp_path_factory):
     from at2po_lib.policy.model import load_policy
     from at2po_lib.protocol.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
-    from at2po_lib.trainer.run import policy_path
+    from at2po_lib.study.run import policy_path
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AT2PO_ARTIFACTS", str(tmp_path_factory.mktemp("artifacts")))

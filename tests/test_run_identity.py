@@ -1,4 +1,4 @@
-"""What a run is (at2po_lib.trainer.identity): its effective settings, recorded apart from where
+"""What a run is (at2po_lib.record.identity): its effective settings, recorded apart from where
 they came from (issue #49 item 1), and every committed run recognised by what it ran. Records of
 earlier formats are rewritten by scripts/migrate_records.py (tests/test_migrate_records.py)."""
 
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.identity import (
+from at2po_lib.record import run_folder
+from at2po_lib.record.identity import (
     ROLLOUT_READS,
     method_rollout,
     rollout_settings,

@@ -1,4 +1,4 @@
-"""Notebook 04's "try this" (at2po_lib.reporting.side_by_side): the paired difference and the
+"""Notebook 04's "try this" (at2po_lib.lab.side_by_side): the paired difference and the
 seeds' differences by hand, knobs refused before any process, and a real side-by-side
 retraining of two smoke runs in two processes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from at2po_lib.reporting.side_by_side import (
+from at2po_lib.lab.side_by_side import (
     load_side_by_side,
     paired_difference,
     retrain_side_by_side,

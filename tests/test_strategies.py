@@ -361,7 +361,7 @@ def test_expansion_flips_measure_three_expansions_on_the_same_prompts(tmp_path, 
     turns of the same prompts, and each ratio to uniform picks comes with its interval."""
     import torch
 
-    from at2po_lib.reporting.regime_pilot import expansion_flips
+    from at2po_lib.lab.regime_pilot import expansion_flips
     from at2po_lib.rollout.stand_ins import ToySetup
 
     monkeypatch.setenv("AT2PO_ARTIFACTS", str(tmp_path / "artifacts"))

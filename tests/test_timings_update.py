@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from at2po_lib.reporting.notebook_runner import record_timing
+from at2po_lib.lab.notebook_runner import record_timing
 from at2po_lib.util import timings as t
 
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from at2po_lib.cli.world import main
 from at2po_lib.config.profile import WorldConfig, load_profile
-from at2po_lib.tinyworld.datasets import BAMBOOGLE_TEST_SIZE, DATASETS
+from at2po_lib.config.choices import DATASETS
+from at2po_lib.tinyworld.datasets import BAMBOOGLE_TEST_SIZE
 from at2po_lib.tinyworld.bm25_check import bm25_recall
 from at2po_lib.tinyworld.build import (
     build_world,

@@ -17,13 +17,13 @@ import torch
 
 from at2po_lib.method import credit, outcome
 from at2po_lib.method.tree import Forest
-from at2po_lib.protocol.tree_files import load_trees
+from at2po_lib.record.tree_files import load_trees
 from at2po_lib.policy.strategies import TURN_LABELS
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 from at2po_lib.trainer.resolve import batch_geometry, resolve_run, trainer_fields
-from at2po_lib.trainer.run import build_trainer, train
+from at2po_lib.study.run import build_trainer, train
 
 # Marks per test: the arithmetic runs in the fast loop; the tests that build a trainer on
 # the smoke artefacts are integration tests, and those that train for > ~5 s are slow.
@@ -329,7 +329,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(outputs):
 def test_a_study_continues_a_killed_run_from_its_checkpoint(outputs):
     """`at2po study` is the multi-session command: a run killed at a session's end must resume,
     not start over (the study at revision 0c35b88 restarted it)."""
-    from at2po_lib.trainer.study import run_study, study_plan
+    from at2po_lib.study.tables import run_study, study_plan
 
     overrides = {
         "train": {
@@ -416,7 +416,7 @@ def test_study_cli_applies_set_overrides_to_every_run(outputs):
     import yaml
 
     from at2po_lib.cli import study
-    from at2po_lib.evaluation.greedy import read_outcomes
+    from at2po_lib.record.outcomes import read_outcomes
 
     assert (
         study.main(
@@ -470,7 +470,7 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(
     checkpoint's step equal the uninterrupted run's (an extra update used to follow). Both
     ways: the weights loaded without ``train()`` (one process, DDP), and through ``train()``
     (the DeepSpeed way, forced here: no DeepSpeed on CPU), where the epoch guard stops it."""
-    from at2po_lib.trainer import run as run_module
+    from at2po_lib.study import run as run_module
 
     if through_train_loop:
         monkeypatch.setattr(run_module, "_loads_without_training", lambda trainer: False)
@@ -523,7 +523,7 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_update(
 def test_a_study_resumes_a_run_killed_after_its_last_checkpoint_without_another_update(outputs):
     """`at2po study` resumes such a run itself (``resume=True``) and goes through the same
     path: it ends at max_steps (a study's grpo/seed1 used to end at step 5 of 4)."""
-    from at2po_lib.trainer.study import run_study, study_plan
+    from at2po_lib.study.tables import run_study, study_plan
 
     overrides = {
         "train": {

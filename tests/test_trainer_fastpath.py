@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.trainer.batch import group_has_signal
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
-from at2po_lib.trainer.run import build_trainer
+from at2po_lib.study.run import build_trainer
 from at2po_lib.trainer.trainer import policy_position_logps
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.method.presets import (
     METHODS,
     TABLE1_METHODS,
@@ -330,7 +330,7 @@ def test_recorder_keeps_every_logged_metric_under_its_logged_name(tmp_path):
 
 
 def test_committed_study_records_load_under_the_logged_names():
-    from at2po_lib.reporting.records import load_training_records
+    from at2po_lib.record.reading import load_training_records
 
     metrics, _ = load_training_records("tiny", ["grpo"], [0])
     if metrics.empty:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from at2po_lib.method.examples import example_tree, random_tree
 from at2po_lib.method.tree import TreeArrays
-from at2po_lib.protocol.tree_files import (
+from at2po_lib.record.tree_files import (
     UntrustedPickleError,
     load_trees,
     load_trees_meta,

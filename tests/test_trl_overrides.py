@@ -13,8 +13,8 @@ import torch
 from trl import GRPOTrainer
 
 from at2po_lib.config.profile import load_profile
-from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.run import build_trainer
+from at2po_lib.record import run_folder
+from at2po_lib.study.run import build_trainer
 from at2po_lib.trainer.trainer import AT2POTrainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -9,7 +9,7 @@ import pytest
 
 from at2po_lib.config.profile import load_profile
 from at2po_lib.util.paths import repo_root
-from at2po_lib.policy import warmstart_cache
+from at2po_lib.warmstart import cache as warmstart_cache
 from at2po_lib.policy.checkpoint_files import file_digests
 
 SHIPPED = repo_root() / "results" / "tiny" / "warmstart"
@@ -100,7 +100,8 @@ def test_shipped_warm_start_reproduces_its_committed_evaluation(fresh_clone_arti
     committed run) of two test sets gives the committed predictions and EM exactly."""
     import pandas as pd
 
-    from at2po_lib.evaluation.greedy import evaluate_questions, read_outcomes
+    from at2po_lib.evaluation.greedy import evaluate_questions
+    from at2po_lib.record.outcomes import read_outcomes
     from at2po_lib.policy.model import load_policy
     from at2po_lib.retrieval.indexes import build_retriever
 

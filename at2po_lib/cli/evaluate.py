@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..config.preflight import check_datasets
+from ..protocol.preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import recorded_paths_in, results_dir
 from .options import (
@@ -113,8 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         load_evaluation_policy,
         turn_distribution,
         write_eval,
-        write_outcomes,
     )
+    from ..record.outcomes import write_outcomes
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
@@ -128,8 +128,8 @@ def _run(args: argparse.Namespace) -> int:
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-        from ..policy.warmstart_cache import warmstart_summary
-        from ..trainer.warmstart import ensure_warmstart
+        from ..warmstart.cache import warmstart_summary
+        from ..warmstart.sft import ensure_warmstart
 
         checkpoint = str(ensure_warmstart(cfg))
         provenance["warmstart"] = warmstart_summary(cfg.name)

@@ -27,7 +27,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 - Group averages come in the paper's form, **sample-weighted** (micro average over every
   question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and
   **unweighted** (mean of the dataset means), side by side.
-- **In blocks** (:mod:`at2po_lib.trainer.blocks`: one seed of every method per block, on one
+- **In blocks** (:mod:`at2po_lib.study.blocks`: one seed of every method per block, on one
   machine at one revision) the difference is **paired over blocks** too: with
   d_{b,q} = y_{A,b,q} − y_{B,b,q} the (block × question) table of differences, it is the
   crossed t interval of one side on d (:func:`blocked_difference_interval`):

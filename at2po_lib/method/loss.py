@@ -46,6 +46,10 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 """verl's ``loss_agg_mode`` names of the per-token losses' aggregation."""
 EPS_LOW, EPS_HIGH = 3e-3, 4e-3
 """ATPO's turn-level clip range 1 − 3e-3 … 1 + 4e-3 (the paper's; the ``at2po`` preset's)."""
+REFERENCE_CLIP = 0.2
+"""GRPO's clip range: a run whose own range differs logs both levels' clipped share at it too
+(``clip_ratio/token_level_eps0.2``, ``clip_ratio/turn_level_eps0.2``; issue #48), so one run's
+updates are read at both ranges (:mod:`at2po_lib.analysis.dissection`)."""
 LOG_RATIO_CLAMP = 10.0
 """Sequence and turn log-ratios are clamped here (no gradient beyond), as GSPO's code does."""
 KL_CLAMP = 10.0

@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..trainer.block_records import HEADLINE_SET
+from ..study.block_records import HEADLINE_SET
 from .block_pairs import block_scores, blocked_difference, set_rows
 from .claims import published_avg
 from .labels import method_label

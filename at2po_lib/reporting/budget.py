@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..method.presets import METHODS
-from ..protocol.tree_files import load_trees
+from ..record.tree_files import load_trees
 from .labels import method_label
 
 TRAJECTORIES = "rollout/leaves_per_prompt"

@@ -62,10 +62,10 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation import stats
-from ..analysis.dissection import REFERENCE_CLIP
+from ..method.loss import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..evaluation.paper_reference import published_table1, published_table2
-from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from ..study.block_records import ABLATION_SET, HEADLINE_SET
 from .block_pairs import BlockedDifference, blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .output import markdown_table
@@ -831,7 +831,7 @@ def _clip_claim_at(
     at2po: "pd.DataFrame | None",
     block_clips: "pd.DataFrame | None" = None,
 ) -> Claim:
-    """The same at ε = 0.2 (:data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`): AT2PO's own
+    """The same at ε = 0.2 (:data:`~at2po_lib.method.loss.REFERENCE_CLIP`): AT2PO's own
     updates where its runs logged that range beside their own (the study's block runs,
     ``block_clips``, or the committed ones), else the updates of the runs trained at 0.2."""
     claim = (

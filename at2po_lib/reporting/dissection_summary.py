@@ -48,7 +48,7 @@ from ..analysis.expansion_oracle import (
     versus_uniform,
 )
 from ..evaluation.stats import PLANNING_HALF_WIDTH, fewest_pairs_for_direction
-from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from ..study.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .claims import ALPHA

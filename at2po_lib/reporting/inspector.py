@@ -49,11 +49,11 @@ from ..analysis.policy_change import simulated_turn_ratios
 from ..analysis.running_example import choose_running_example
 from ..analysis.study_trees import with_plans, with_retrievals
 from ..config.profile import load_profile
-from ..method.expansion import EXPANSIONS
+from ..config.choices import EXPANSIONS
 from ..method.loss import EPS_HIGH, EPS_LOW
 from ..method.tree import TreeArrays
 from ..policy.model import load_policy
-from ..policy.warmstart_cache import cached_warmstart
+from ..warmstart.cache import cached_warmstart
 from ..protocol.prompts import get_template
 from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays

@@ -25,7 +25,7 @@ import pandas as pd
 from ..evaluation import stats
 from ..method.presets import TABLE2_METHODS
 from ..evaluation.paper_reference import published_table2
-from ..trainer.block_records import ABLATION_SET
+from ..study.block_records import ABLATION_SET
 from .block_pairs import blocked_difference, set_rows
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 

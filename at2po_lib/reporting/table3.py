@@ -26,7 +26,7 @@ import pandas as pd
 from ..evaluation import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import TABLE3_METHODS, credit_method
-from ..trainer.block_records import ABLATION_SET
+from ..study.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .block_pairs import blocked_difference, set_rows

@@ -35,15 +35,8 @@ a graph records, eagerly: the tests compare it with the eager step); ``off`` nev
 
 from __future__ import annotations
 
-DECODE_DTYPES = ("auto", "model", "bfloat16", "float16", "float32")
-"""``rollout.decode_dtype``: ``auto`` (module docstring), ``model`` (the weights' own dtype), or
-a dtype by name."""
-DECODE_GROUPINGS = ("auto", "turn", "round")
-"""``rollout.decode_grouping``: ``auto`` (``turn`` on a CPU, ``round`` on a GPU), ``turn``,
-``round`` (module docstring)."""
-DECODE_CAPTURES = ("auto", "on", "off")
-"""``rollout.decode_capture``: ``auto`` (a CUDA graph on a GPU, eager on a CPU), ``on``, ``off``
-(module docstring)."""
+from ..config.choices import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
+
 HALF_DTYPES = ("bfloat16", "float16")
 
 

@@ -26,8 +26,8 @@ the agent loop needs). Everything downstream uses two things made here:
                ``decision`` where the caller knows the question's plan (:func:`with_decisions`)
       info: question, golden_answers, entropy_estimate
 
-  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.protocol.tree_files.
-  save_trees` / :func:`~at2po_lib.protocol.tree_files.load_trees` store them (``.npz`` + JSON, no pickle).
+  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.record.tree_files.
+  save_trees` / :func:`~at2po_lib.record.tree_files.load_trees` store them (``.npz`` + JSON, no pickle).
 - :func:`training_rows`: one row per leaf (its root→leaf path), the token ids the trainer needs::
 
       prompt_ids, completion_ids, sampled_mask (1 = sampled token), turn_node (node id per

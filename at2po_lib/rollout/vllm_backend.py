@@ -88,7 +88,7 @@ from ..policy.tokenizer import load_tokenizer
 from ..util.staging import staging_path, swap_in
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
-from .decoding import DECODE_GROUPINGS
+from ..config.choices import DECODE_GROUPINGS
 from .vllm_cpu import install_shims as install_vllm_shims
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 from .vllm_queue import QueueSession, step_engine, turn_seed

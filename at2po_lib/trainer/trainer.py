@@ -94,9 +94,9 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
+from ..method.credit import sibling_spread
 from ..method.tree import as_tree_arrays
-from ..method.loss import ATPO_LOSS, LossOptions, loss_diagnostics, policy_loss
+from ..method.loss import ATPO_LOSS, REFERENCE_CLIP, LossOptions, loss_diagnostics, policy_loss
 from ..policy.shared_prefix import (
     PACKED_ATTENTION,
     label_log_probs,
@@ -130,7 +130,7 @@ _GLOBAL_RNG_ROUND = 1_000
 
 def credit_spread_metrics(trees) -> dict[str, float]:
     """How far entropy-softmax credit weights sit from the plain child mean in this batch, under
-    both entropy estimates (:func:`at2po_lib.analysis.dissection.sibling_spread`): the mean over
+    both entropy estimates (:func:`at2po_lib.method.credit.sibling_spread`): the mean over
     sibling sets of mean |w - 1/n| and of the siblings' entropy range; empty for chains (no
     sibling sets)."""
     out: dict[str, float] = {}
@@ -206,7 +206,7 @@ def loss_and_diagnostics(
     :func:`~at2po_lib.method.loss.loss_diagnostics`, both on :data:`LOSS_THREADS` CPU
     threads; ``options`` and ``inputs`` (``turn_ids``, ``ref_logp``, ``token_entropy``) are
     ``policy_loss``'s. Where the clip range is not
-    :data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`, the token- and turn-level clipped
+    :data:`~at2po_lib.method.loss.REFERENCE_CLIP`, the token- and turn-level clipped
     shares at that range too (``clip_frac_token_eps0.2``, ``clip_frac_turn_eps0.2``)."""
     loss = one_thread_loss(
         lambda x: policy_loss(x, old_logp, advantages, mask, options, **inputs), logp
@@ -388,7 +388,7 @@ class AT2POTrainer(GRPOTrainer):
         transformers' loop checks the step limit only after an update, so ``train()`` resumed
         from the checkpoint of the last step (a run killed after it) would run update
         ``max_steps + 1`` and end with another model than the uninterrupted run's (issue #39).
-        ``at2po_lib.trainer.run`` loads such a checkpoint without ``train()`` where it can; this
+        ``at2po_lib.study.run`` loads such a checkpoint without ``train()`` where it can; this
         guard keeps the limit on the path that must go through ``train()`` (DeepSpeed, whose
         engine alone reads its checkpoint) and on any other caller of ``train()``."""
         if 0 < self.state.max_steps <= self.state.global_step:

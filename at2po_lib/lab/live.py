@@ -16,8 +16,8 @@ import pandas as pd
 from transformers import TrainerCallback
 
 from ..config.profile import load_profile
-from ..trainer.run import train
-from ..trainer.warmstart import ensure_warmstart
+from ..study.run import train
+from ..warmstart.sft import ensure_warmstart
 from ..util.paths import results_dir, results_moved_to
 
 LIVE_METRICS = ("reward", "entropy")
@@ -51,7 +51,7 @@ def live_run(
     profile: str, method: str, steps: int, seed: int = 0, overrides: Mapping[str, Any] | None = None
 ) -> tuple[Any, "Any"]:
     """Train ``method`` for ``steps`` steps (module docstring); returns the
-    :class:`~at2po_lib.trainer.run.TrainResult` and a DataFrame of the logged steps."""
+    :class:`~at2po_lib.study.run.TrainResult` and a DataFrame of the logged steps."""
     merged = {k: dict(v) for k, v in (overrides or {}).items()}
     policy = ensure_warmstart(load_profile(profile, merged or None))  # before the scratch folder
     merged.setdefault("train", {}).update(

@@ -1,6 +1,6 @@
 """What a command resolves before any work: every dataset it will read, every logger it starts.
 
-The range table (:mod:`.config_checks`) checks each value's form when a profile loads: a
+The range table (:mod:`at2po_lib.config.checks`) checks each value's form when a profile loads: a
 TinyWorld name must be one of TinyWorld's datasets, a ``report_to`` name one of transformers'
 loggers. What depends on this machine is resolved here, when a command that needs it starts:
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .checks import logger_problems
-from ..protocol.qa_data import DataError, HubUnreachableError, evaluation_split, flashrag_path
+from ..config.checks import logger_problems
+from .qa_data import DataError, HubUnreachableError, evaluation_split, flashrag_path
 from ..util.errors import ProfileError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .profile import ProfileConfig
+    from ..config.profile import ProfileConfig
 
 TINYWORLD_PREFIX = "tiny_"
 """TinyWorld's datasets are generated with the profile's world (their names are checked by the

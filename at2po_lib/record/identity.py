@@ -172,7 +172,7 @@ def recorded_identity(config_path: Path) -> dict[str, Any] | None:
 
 
 def same_finished_run(run: RunDir, digest: str, identity: Mapping[str, Any]) -> bool:
-    """Did ``run`` (a :class:`~at2po_lib.trainer.run_folder.RunDir`) finish with this
+    """Did ``run`` (a :class:`~at2po_lib.record.run_folder.RunDir`) finish with this
     configuration: its ``DONE.json`` holds ``digest``, or the ``config.yaml`` beside it has
     this :func:`run_identity` (the same settings under another method's name, or with a
     removed field at its neutral value)."""

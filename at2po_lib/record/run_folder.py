@@ -82,7 +82,7 @@ class RunDir:
 
     @property
     def outcomes(self) -> Path:
-        """Per-question outcomes of the final evaluation (:func:`evaluation.write_outcomes`)."""
+        """Per-question outcomes of the final evaluation (:func:`at2po_lib.record.outcomes.write_outcomes`)."""
         return self.root / "outcomes.csv"
 
     @property

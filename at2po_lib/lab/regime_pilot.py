@@ -11,7 +11,7 @@ A regime (world, demonstrations, warm start, RL settings) is worth a study only 
    (TRL's ``frac_reward_zero_std``) over the first ``window`` steps;
 3. **the outcome is decided at the turns**: among the warm start's failed greedy test
    trajectories, the share that failed at a decision (stopped early, repeated a query,
-   searched off the plan: :mod:`.decisions`) and the share that had the supporting answer in
+   searched off the plan: :mod:`at2po_lib.analysis.decisions`) and the share that had the supporting answer in
    context; and, on the same training prompts and leaf budget, the share of re-sampled turns
    whose branch ends with another reward than the branch they were re-sampled from, for
    entropy-guided picks and for uniform picks (the authors' ``random_siblings``), with the
@@ -51,7 +51,7 @@ from ..tinyworld.build import ensure_world, read_rows
 from ..util.paths import recorded_path, results_dir
 from ..util.provenance import run_metadata, write_meta
 from ..util.writing import save_figure
-from .records import load_outcomes, load_training_records
+from ..record.reading import load_outcomes, load_training_records
 
 # Imported inside the functions that use them: matplotlib; the pilot selects the Agg backend before
 # pyplot loads (it runs headless).
@@ -231,7 +231,7 @@ def run_regime_pilot(
         config=None,
         command=command,
         policy=recorded_path(folder),
-        writer="at2po_lib.reporting.regime_pilot:run_regime_pilot",
+        writer="at2po_lib.lab.regime_pilot:run_regime_pilot",
     )
     path = out / "regime.json"
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")

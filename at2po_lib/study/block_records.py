@@ -1,5 +1,5 @@
 r"""Where the study's blocks live and what state each is in, read without the trainer (the
-report reads them; :mod:`at2po_lib.trainer.blocks` trains them and says what a block is).
+report reads them; :mod:`at2po_lib.study.blocks` trains them and says what a block is).
 
     results/blocks/<profile>/<set>/block<BB>/BLOCK.json     a finished block's record
     results/blocks/<profile>/<set>/.block<BB>.staging/     a block being trained, or killed
@@ -25,7 +25,7 @@ MAX_BLOCKS = 100
 """Blocks per set (0-99): the sets' seed ranges stay apart."""
 HEADLINE_SET = "headline"
 """The block set of the headline: AT2PO, GRPO, GRPO at AT2PO's budget
-(:data:`at2po_lib.trainer.blocks.BLOCK_SETS`)."""
+(:data:`at2po_lib.study.blocks.BLOCK_SETS`)."""
 ABLATION_SET = "ablation"
 """The block set of Table 2's steps and Table 3's cells with AT2PO."""
 

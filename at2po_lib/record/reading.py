@@ -1,6 +1,6 @@
 r"""Read the run folders the trainer writes, as tidy frames.
 
-A run folder (``results/runs/<profile>/<method>/seed<S>/``, see :mod:`at2po_lib.trainer.run_folder`)
+A run folder (``results/runs/<profile>/<method>/seed<S>/``, see :mod:`at2po_lib.record.run_folder`)
 holds ``metrics.jsonl`` (one row per rollout step), ``eval.jsonl`` (validation EM per step and
 dataset), ``final_eval.csv`` (greedy EM per test set) and ``outcomes.csv`` (one row per test
 question: prediction, EM, F1, turns, searches, finish reason). Paper-scale runs made on a GPU
@@ -49,9 +49,9 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import yaml
 
-from ..evaluation.greedy import read_outcomes as read_outcome_file
-from ..trainer.identity import run_identity
-from ..trainer.run_folder import config_hash, read_jsonl, read_jsonl_lines
+from .identity import run_identity
+from .outcomes import read_outcomes as read_outcome_file
+from .run_folder import config_hash, read_jsonl, read_jsonl_lines
 from ..util.errors import RecordError
 from ..util.paths import results_dir
 
@@ -431,7 +431,7 @@ def load_outcomes(
 # ------------------------------------------------------- the settings runs recorded
 def recorded_rollout(profile: str, methods: Sequence[str]) -> dict[str, Any] | None:
     """The rollout settings the finished runs of ``methods`` recorded (their effective
-    settings: :func:`at2po_lib.trainer.identity.run_identity`), the most common among them
+    settings: :func:`at2po_lib.record.identity.run_identity`), the most common among them
     when they differ; None without a readable record."""
     found = []
     for _, _, path in _runs(profile, methods, None):
@@ -594,7 +594,7 @@ def _run_provenance(
 
 def _configuration_less_seed(config: dict) -> Any:
     """What the seeds of one method must share: the run's effective settings
-    (:func:`at2po_lib.trainer.identity.run_identity`; the record as written when it cannot be
+    (:func:`at2po_lib.record.identity.run_identity`; the record as written when it cannot be
     read as a current run), less the seed."""
     identity = run_identity(config)
     less_seed = json.loads(json.dumps(config if identity is None else identity, default=str))

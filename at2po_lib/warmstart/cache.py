@@ -2,7 +2,7 @@
 ``results/<profile>/warmstart/``), its cache key, its record (``warmstart.json``) and the check
 that a folder holds exactly the files its record lists.
 
-Reading a warm start needs only this module; training one is :mod:`at2po_lib.trainer.warmstart`
+Reading a warm start needs only this module; training one is :mod:`at2po_lib.warmstart.sft`
 (``ensure_warmstart``, ``at2po warmstart``).
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.profile import ADDED_PROFILE_FIELDS, REMOVED_PROFILE_FIELDS
 from ..protocol.prompts import get_template
 from ..util.paths import artifacts_dir, repo_root
-from .checkpoint_files import CheckpointError, check_digests, file_digests
+from ..policy.checkpoint_files import CheckpointError, check_digests, file_digests
 
 if TYPE_CHECKING:
     from ..config.profile import ProfileConfig

@@ -205,7 +205,7 @@ def run_notebooks(
 def _local_kernel() -> Iterator[dict]:
     """papermill arguments that make the kernel talk over Unix sockets in a private temporary
     folder (POSIX): the kernel opens no TCP port (its channels, and through
-    :mod:`.util.unix_kernel` ipykernel's pipe for forked subprocesses, are sockets in the
+    :mod:`at2po_lib.util.unix_kernel` ipykernel's pipe for forked subprocesses, are sockets in the
     folder), and ipykernel >= 7 has no unencrypted TCP traffic to warn about. nbclient still
     creates, owns and shuts down the kernel. Elsewhere: no arguments (papermill's default TCP
     kernel)."""

@@ -47,7 +47,7 @@ Sampling temperature: nothing here samples; the saved generation config is neutr
 recomputes.
 
 The cache (where a warm start lives, its key, its record and the check of its files) is
-:mod:`at2po_lib.policy.warmstart_cache`: reading a warm start needs no trainer.
+:mod:`at2po_lib.warmstart.cache`: reading a warm start needs no trainer.
 
 Outputs (``artifacts_dir(profile)/"policy"``): ``warmstart/`` (model + tokenizer, loadable with
 ``load_policy``), ``warmstart.json`` beside it (resolved config, cache key, wall times with the
@@ -95,7 +95,7 @@ from ..policy.sft_data import (
 )
 from ..policy.strategies import STRATEGIES
 from ..policy.tokenizer import train_tokenizer
-from ..policy.warmstart_cache import (
+from .cache import (
     cache_key,
     cached_warmstart,
     initial_policy,
@@ -109,7 +109,7 @@ from ..util.errors import ProfileError
 from ..util.paths import artifacts_dir, recorded_path
 from ..util.provenance import git_revision
 from ..util.quiet import hf_progress_bars_off
-from .callbacks import TrainingProgress, in_notebook
+from ..trainer.callbacks import TrainingProgress, in_notebook
 
 if TYPE_CHECKING:
     from ..config.profile import ProfileConfig

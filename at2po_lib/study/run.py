@@ -16,7 +16,7 @@ What a run does (:func:`train`):
    :class:`~at2po_lib.trainer.resolve.RunSpec` (the rollout configuration and the
    :class:`AT2POConfig` fields, from the same numbers);
    a finished run of the same configuration (its ``DONE.json`` carries this record's hash, or
-   its ``config.yaml`` the same effective settings: :mod:`.identity`) is skipped (``--force``
+   its ``config.yaml`` the same effective settings: :mod:`at2po_lib.record.identity`) is skipped (``--force``
    re-runs it); a finished run with *another* configuration is never replaced without
    ``--force`` (:class:`RunExistsError`);
 2. write ``config.yaml`` and ``meta.json`` into the staging folder
@@ -35,7 +35,7 @@ What a run does (:func:`train`):
 the same way.
 
 Periodic validation (:class:`Validator`) and the final evaluation run the greedy loop of
-:func:`at2po_lib.evaluation.greedy.score_datasets`. Batch geometry and the run spec: :mod:`.resolve`.
+:func:`at2po_lib.evaluation.greedy.score_datasets`. Batch geometry and the run spec: :mod:`at2po_lib.trainer.resolve`.
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ from ..evaluation.greedy import (
     turn_distribution,
     world_dataset_path,
     write_eval,
-    write_outcomes,
 )
 from ..method.presets import get_method
+from ..record.outcomes import write_outcomes
 from ..policy.model import torch_dtype
-from ..config.preflight import check_run_inputs
+from ..protocol.preflight import check_run_inputs
 from ..policy.tokenizer import load_tokenizer
 from ..retrieval.indexes import build_retriever
 from ..tinyworld.build import ensure_world
@@ -82,13 +82,20 @@ from ..util.paths import recorded_path
 from ..util.provenance import hardware, run_metadata
 from ..util.quiet import hf_progress_bars_off
 from ..util.staging import recover, staging_path, swap_in
-from . import rank_record, run_folder
-from .callbacks import CheckpointMarker, GreedyValidation, MetricsRecorder, StepProgress, TreeRecord
-from .identity import same_configuration, same_finished_run
-from .resolve import RunSpec, check_fixed_rollout, resolve_run
-from .search_agent import SearchAgent, turn_backend
-from .trainer import AT2POTrainer
-from .warmstart import ensure_warmstart
+from ..trainer import rank_record
+from ..record import run_folder
+from ..trainer.callbacks import (
+    CheckpointMarker,
+    GreedyValidation,
+    MetricsRecorder,
+    StepProgress,
+    TreeRecord,
+)
+from ..record.identity import same_configuration, same_finished_run
+from ..trainer.resolve import RunSpec, check_fixed_rollout, resolve_run
+from ..trainer.search_agent import SearchAgent, turn_backend
+from ..trainer.trainer import AT2POTrainer
+from ..warmstart.sft import ensure_warmstart
 
 # Imported inside the functions that use them: deepspeed; DeepSpeed is optional, installed only in
 # the GPU environment.
@@ -266,7 +273,7 @@ def _train_locked(
     resolved = spec.record()
     digest = run_folder.config_hash(resolved)
     # A run recorded under another hash is this run when it ran the same effective settings
-    # (at2po_lib.trainer.identity.run_identity: another preset's name, a removed field at its
+    # (at2po_lib.record.identity.run_identity: another preset's name, a removed field at its
     # neutral value); new runs record this one's hash.
     identity = spec.identity()
     # Under several processes (accelerate launch, torchrun) only the main process changes the

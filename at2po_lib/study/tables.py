@@ -7,7 +7,7 @@ r"""The toy study: the runs behind Tables 1–3, trained (or reused) for several
     at2po study --profile tiny --table 3 --seeds 0,1,2 \
         --methods 'credit_*_diff_global,credit_*_diff_localglobal'   # the code's other modes
 
-Each (method, seed) is one :func:`at2po_lib.trainer.run.train` call: a finished run with the
+Each (method, seed) is one :func:`at2po_lib.study.run.train` call: a finished run with the
 same configuration is reused, an interrupted one resumes from its last complete checkpoint,
 so a study can be stopped at any point and continued later (or split over machines by
 ``--methods``). ``react`` (the warm start evaluated as is; greedy decoding is deterministic)
@@ -35,9 +35,9 @@ from ..config.profile import load_profile
 from ..method.presets import METHODS, STUDY_TABLES, get_method
 from ..util.paths import results_dir
 from ..util.staging import staging_path
-from . import run_folder
-from .identity import same_finished_run
-from .resolve import resolve_run
+from ..record import run_folder
+from ..record.identity import same_finished_run
+from ..trainer.resolve import resolve_run
 from .run import train
 
 

@@ -19,7 +19,7 @@ cancels in its difference::
                               whether the checkout was clean, platform and machine build
                               (:func:`at2po_lib.util.provenance.machine_build`), torch threads,
                               the ``--set`` overrides, each run's config hash, status and time
-        <method>/seed<S>/     one run folder per method (:mod:`at2po_lib.trainer.run_folder`),
+        <method>/seed<S>/     one run folder per method (:mod:`at2po_lib.record.run_folder`),
                               whose ``meta.json`` carries the same block record
 
 The committed runs under ``results/runs/`` stay as they are: the earlier record, named by the
@@ -99,7 +99,7 @@ from ..util.provenance import (
     startup_hooks,
 )
 from ..util.staging import REPLACED_MARKER, discard, recover, staging_path, swap_in
-from . import run_folder
+from ..record import run_folder
 from .block_records import (
     ABLATION_SET,
     BLOCK_RECORD,
@@ -115,7 +115,7 @@ from .block_records import (
     set_methods,
     unfinished_dir,
 )
-from .resolve import check_fixed_rollout
+from ..trainer.resolve import check_fixed_rollout
 from .run import train
 
 AUTHORS_EXPANSION: Mapping[str, Any] = {

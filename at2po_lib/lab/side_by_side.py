@@ -32,9 +32,9 @@ from scipy import stats
 
 from ..config.profile import load_profile
 from ..util.paths import results_dir, results_moved_to
-from ..trainer.warmstart import ensure_warmstart
-from .curves import plot_training_curves, plot_validation_em
-from .records import load_outcomes, load_training_records
+from ..warmstart.sft import ensure_warmstart
+from ..reporting.curves import plot_training_curves, plot_validation_em
+from ..record.reading import load_outcomes, load_training_records
 
 POLL_SECONDS = 2.0
 """How often the progress bars read the runs' metrics."""
