@@ -6,9 +6,7 @@ Read with ``ast``, never by importing: every ``import``/``from ... import`` anyw
 counts — at module level, inside functions (the lazy imports that keep ``at2po --help`` and
 ``import at2po_lib`` fast) and under ``if TYPE_CHECKING:`` — relative ones resolved against the
 module's package. ``from package import name`` is an edge to the submodule ``package.name`` when
-there is one, else to the package; a package ``__init__`` that re-exports names lazily through
-an ``_EXPORTS = {name: ".module"}`` table (rollout, retrieval, trainer) routes the edge to the
-module that defines the name, which is what runs when the name is used.
+there is one, else to the package.
 """
 
 from __future__ import annotations
@@ -40,20 +38,6 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _lazy_exports(tree: ast.Module, package: str) -> dict[str, str]:
-    """``_EXPORTS = {"name": ".module"}`` of a package ``__init__`` → ``{name: full module}``."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
-        ):
-            table = ast.literal_eval(node.value)
-            return {
-                name: package + target if target.startswith(".") else target
-                for name, target in table.items()
-            }
-    return {}
-
-
 def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
     """The absolute name ``from <level dots><target>`` refers to inside ``module``."""
     if level == 0:
@@ -68,7 +52,6 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     paths = {_module_name(p, package): p for p in package.rglob("*.py")}
     trees = {name: parsed(path) for name, path in paths.items()}
     packages = {name for name, path in paths.items() if path.name == "__init__.py"}
-    exports = {name: _lazy_exports(trees[name], name) for name in packages}
     graph: dict[str, set[str]] = {}
     for name, tree in trees.items():
         edges: set[str] = set()
@@ -81,10 +64,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                     continue
                 for alias in node.names:
                     submodule = f"{base}.{alias.name}"
-                    if submodule in paths:
-                        edges.add(submodule)
-                    else:
-                        edges.add(exports.get(base, {}).get(alias.name, base))
+                    edges.add(submodule if submodule in paths else base)
         edges.discard(name)
         graph[name] = edges
     return graph
@@ -159,14 +139,14 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_graph_sees_function_level_relative_and_lazy_imports(tmp_path):
-    """The checker itself: a cycle hidden in a function, through a relative import and
-    through a lazily re-exported name, is found and named."""
+def test_graph_sees_function_level_relative_and_type_checking_imports(tmp_path):
+    """The checker itself: a cycle hidden in a function, through a relative import and under
+    ``if TYPE_CHECKING:``, is found and named."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("def f():\n    from .sub import thing\n")
-    (pkg / "sub" / "__init__.py").write_text('_EXPORTS = {"thing": ".b"}\n')
+    (pkg / "a.py").write_text("def f():\n    from .sub.b import thing\n")
+    (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "b.py").write_text("import pkg.c\nthing = 1\n")
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"

@@ -9,14 +9,13 @@ import dataclasses
 import pytest
 import torch
 from host_syncs import counted_syncs
-from gpu_check_rollout import recompute_gap
 
 from at2po_lib.config.profile import PolicyConfig
 from at2po_lib.policy.model import build_policy
 from at2po_lib.protocol.prompts import render_observation
 from at2po_lib.rollout.agent import SearchEnv, turn_stops
 from at2po_lib.rollout.backends import HFBackend, make_backend
-from at2po_lib.rollout.export import training_rows
+from at2po_lib.rollout.export import recompute_gap, training_rows
 from at2po_lib.rollout.kvcache import RowCache
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.trees import rollout

@@ -8,12 +8,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-from gpu_check_rollout import recompute_gap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from at2po_lib.rollout.agent import SearchEnv
-from at2po_lib.rollout.export import training_rows
+from at2po_lib.rollout.export import recompute_gap, training_rows
 from at2po_lib.rollout.structures import RolloutTree
 from at2po_lib.rollout.stand_ins import ScriptedBackend, random_action_script
 from at2po_lib.method.expansion import (

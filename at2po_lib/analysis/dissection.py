@@ -1,4 +1,4 @@
-r"""What each part of AT2PO does on the toy, read from the runs' own records (issue #35).
+r"""What each part of AT2PO does on the toy, read from the runs' own records.
 
 - **Credit** (:func:`credit_spread`, :func:`fit_spread_rule`). AT2PO's value of a node is
   Σ_c softmax(H)_c V_c over its children. The softmax is shift-invariant (softmax(H + a) =
@@ -10,7 +10,7 @@ r"""What each part of AT2PO does on the toy, read from the runs' own records (is
   with c set by how the entropies sit inside the range (c = 1/2 for two siblings). The fit
   reads c from every sibling set of the trees a run saved (``<run>/trees/step<S>.npz``: its
   first and last rollout step), per entropy estimate, with a bootstrap interval over trees.
-- **Loss** (:func:`clip_levels`). Each update of a run from revision f2386ba on logs the
+- **Loss** (:func:`clip_levels`). Each update of a run logs the
   share of model tokens whose clip binds under a token-level and under a turn-level ratio at
   the method's own clip range (``clip_ratio/token_level``, ``clip_ratio/turn_level``, the same
   update both ways); this reads their means per run.
@@ -172,12 +172,12 @@ CLIP_COLUMNS = [
 
 
 def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
-    """Per run with the both-level records (revision f2386ba on): the mean over its rollout
+    """Per run with the both-level records: the mean over its rollout
     steps of the clipped share of model tokens under a token-level and a turn-level ratio at
     its own clip range (``epsilon``, ``epsilon_high``: ``token_level``, ``turn_level``), the
     share its own loss clipped (``own``), and both at :data:`REFERENCE_CLIP` where the run
     logged them (``*_at_reference``; a run whose own range is 0.2 has them in ``token_level``
-    and ``turn_level``; NaN for runs recorded before issue #48)."""
+    and ``turn_level``; NaN for runs recorded before the reference range was logged)."""
     rows = []
     for root in run_roots:
         path = Path(root) / "metrics.jsonl"

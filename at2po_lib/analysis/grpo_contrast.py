@@ -1,4 +1,4 @@
-r"""GRPO's per-node credit beside AT2PO's on the same tree, and by how much they differ (issue #38).
+r"""GRPO's per-node credit beside AT2PO's on the same tree, and by how much they differ.
 
 GRPO gives every row (root→leaf path) its leaf's outcome advantage; a turn lies on every row
 below it and is trained once per row, so its *effective* advantage is the mean over those rows

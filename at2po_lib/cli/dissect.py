@@ -1,4 +1,4 @@
-"""``at2po dissect``: what each part of AT2PO does on a profile (issue #35).
+"""``at2po dissect``: what each part of AT2PO does on a profile.
 
     at2po dissect runs --profile tiny                        # credit spread + clip levels from the runs
     at2po dissect expansion --profile tiny --shape toy --prompts 600 --resamples 8

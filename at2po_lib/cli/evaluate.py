@@ -78,8 +78,8 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 def model_folder(text: str) -> str:
     """``--checkpoint``: a folder holding a model (its ``config.json``) or a hub name; an empty
     value, a folder without a model (an empty one, ``../../etc``, a run folder) or anything
-    else is a :class:`UsageError` naming it (b8f2d3f: ``''`` evaluated the warm start, the rest
-    ended in ``ValueError: Unrecognized model``)."""
+    else is a :class:`UsageError` naming it (unchecked, ``''`` would evaluate the warm start and
+    the rest end in ``ValueError: Unrecognized model``)."""
     if not text.strip():
         raise UsageError(
             "--checkpoint '': empty; give a model folder or a hub name (without "

@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog=PROG,
         description="Measure whether RL learns on a "
-        "profile and whether its turns decide the outcome (issue "
-        "#20's gates), from react/grpo runs and fresh rollouts.",
+        "profile and whether its turns decide the outcome (the gates of docs/regime.md), "
+        "from react/grpo runs and fresh rollouts.",
     )
     add_profile_options(parser, example="rollout.temperature=1.0")
     add_warm_start_sample_options(parser, "prompt draw and sampling seed of the flip measurement")

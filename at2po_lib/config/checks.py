@@ -405,7 +405,7 @@ RULES: dict[str, Rule] = {
     "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
     # "server" (a separate `trl vllm-serve`) is refused here, not after TRL's 240 s connection
     # wait: the agent generates turn by turn with per-request stops and seeds through the
-    # engine in the training process, which TRL's server client does not offer (issue #36).
+    # engine in the training process, which TRL's server client does not offer.
     "train.vllm_mode": (
         lambda v: v == "colocate",
         "colocate (the vLLM engine in the training processes; a vLLM server, "

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..protocol.qa_data import dataset_group, evaluation_split, load_flashrag, read_flashrag_jsonl
 from ..policy.model import load_policy
@@ -179,8 +180,6 @@ def free_device_bytes(model) -> float:
     host's available pages."""
     device = next(model.parameters()).device
     if device.type == "cuda":
-        import torch  # noqa: PLC0415 - torch is loaded already wherever a model is on a GPU
-
         return float(torch.cuda.mem_get_info(device)[0])
     return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 

@@ -9,7 +9,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 - A difference "method A − method B" is **paired over questions** (both answered the same test
   questions) and **unpaired over seeds** (seed ``s`` of A and seed ``s`` of B are different
   training runs that share nothing but a number). Its interval is a **crossed t interval**
-  (issue #35): seeds and questions are both random draws, so with r_s = Σ_q w_q y_{s,q} the
+ : seeds and questions are both random draws, so with r_s = Σ_q w_q y_{s,q} the
   run score of seed s, d_q = ȳ_{A,q} − ȳ_{B,q} the seed-averaged paired question difference
   and MS_e the residual mean square of a method's (seed × question) table,
 
@@ -38,7 +38,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 
   with Welch–Satterthwaite ν over (n − 1, Q − 1): a block's own effect (its machine build,
   revision, load) cancels in D_b. A simulation test checks its coverage.
-- **Permutation tests** back every directional reading (issue #48): the difference of the
+- **Permutation tests** back every directional reading: the difference of the
   run scores' means, against its distribution over every split of the pooled runs into the
   two sizes (:func:`permutation_test`; exact when there are at most :data:`EXACT_SPLITS`
   splits, else :data:`PERMUTATION_DRAWS` fixed-seed random splits, p = (1 + hits) / (1 +

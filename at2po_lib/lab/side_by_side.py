@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from scipy import stats
+from tqdm.auto import tqdm
 
 from ..config.profile import load_profile
 from ..util.paths import results_dir, results_moved_to
@@ -143,8 +144,6 @@ def retrain_side_by_side(
 
 
 def _progress_bars(methods: Sequence[str], steps: int) -> dict[str, Any]:
-    from tqdm.auto import tqdm  # only a retraining with progress bars draws them
-
     return {
         m: tqdm(total=steps, desc=f"{m} (seed, 1 core)", unit="step", position=i)
         for i, m in enumerate(methods)

@@ -8,7 +8,7 @@ resolves the result with pip's resolver (``at2po gpu-env requirements`` writes i
 ``at2po gpu-env summarize`` reads pip's ``--report``).
 
 ``requirements-retriever-gpu.txt`` is the GPU retrieval server's own environment: one process
-loads one CUDA runtime (issue #36), and faiss-gpu 1.15.1 is built for CUDA 12 while the
+loads one CUDA runtime, and faiss-gpu 1.15.1 is built for CUDA 12 while the
 training torch is CUDA 13. :func:`cuda_majors` reads the CUDA majors of a resolution and
 :func:`summarize_report` refuses one that mixes them.
 """

@@ -1,8 +1,8 @@
 """What a command resolves before any work: every dataset it will read, every logger it starts.
 
-The range table (:mod:`at2po_lib.config.checks`) checks each value's form when a profile loads: a
-TinyWorld name must be one of TinyWorld's datasets, a ``report_to`` name one of transformers'
-loggers. What depends on this machine is resolved here, when a command that needs it starts:
+The range table (:mod:`at2po_lib.config.checks`) checks each value's form when a profile
+loads: a TinyWorld name must be one of TinyWorld's datasets, a ``report_to`` name one of
+transformers' loggers. What depends on this machine is resolved here, when a command that needs it starts:
 
 - every FlashRAG dataset of ``train.train_datasets`` (its ``train`` split), ``eval.datasets``,
   ``eval.sampled_datasets`` and ``train.val_datasets`` (their evaluation split): its file under
@@ -10,9 +10,9 @@ loggers. What depends on this machine is resolved here, when a command that need
 - every ``train.report_to`` logger: its package is installed.
 
 A miss is a :class:`ProfileError` naming the key and the name, one line on the command line,
-before any model loads. b8f2d3f trained ``--set eval.datasets=[nonexistent_ds]`` to the end and
-failed at the final evaluation (a traceback), and ``--resume`` after the typo was fixed refused
-the checkpoint as another configuration: the training was lost.
+before any model loads. Unchecked, ``--set eval.datasets=[nonexistent_ds]`` would train to the
+end and fail at the final evaluation (a traceback), and ``--resume`` after the typo was fixed
+would refuse the checkpoint as another configuration: the training would be lost.
 """
 
 from __future__ import annotations

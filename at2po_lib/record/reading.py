@@ -100,7 +100,7 @@ def _run_folder(path: Path) -> re.Match | None:
     """The ``seed<N>`` match of a run folder; None for an entry that is no run (``seed1.bak``,
     a file). A link named ``seed<N>`` or a name that reads as a seed number without being
     ``seed<N>`` (``seed01``, ``seed١``) is a :class:`RecordError`: each would count a run a
-    second time (b8f2d3f counted a ``seed01`` copy as another seed 1)."""
+    second time (a ``seed01`` copy would count as another seed 1)."""
     match = _SEED_DIR.fullmatch(path.name)
     if match and path.is_symlink():
         raise RecordError(
@@ -485,7 +485,7 @@ def check_seeds(profile: str, methods: Sequence[str] | None = None) -> None:
 def _check_same_questions(method: str, runs: list[tuple[int, Path]]) -> None:
     """Every seed of ``method`` answered the same questions (``outcomes.csv``): a seed with an
     extra, a missing or a renamed question id is named with the first such id (the comparison
-    over seeds pairs questions; b8f2d3f failed late, naming the good seeds and no file)."""
+    over seeds pairs questions; unchecked, it fails late, naming the good seeds and no file)."""
     sets = {}
     for seed, path in runs:
         if (path / OUTCOMES_FILE).is_file():

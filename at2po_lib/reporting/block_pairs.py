@@ -1,4 +1,4 @@
-r"""The study's blocks read for the report, and methods paired within them (issue #48).
+r"""The study's blocks read for the report, and methods paired within them.
 
 ``at2po study --block-set`` (:mod:`at2po_lib.study.blocks`) trains one seed of every method of
 a set per block, on one machine, at one revision. Here the finished blocks' runs are read with
@@ -476,7 +476,7 @@ class BlockedDifference:
         }
 
     def rests_on(self) -> str:
-        """``12 blocks at 1a2b3c4 (build fc-v669 ×12; 1 thread)``."""
+        """``12 blocks at <revision> (build fc-v669 ×12; 1 thread)``."""
         builds = ", ".join(f"{b} ×{n}" for b, n in sorted(self.builds.items()))
         threads = "/".join(str(t) for t in self.threads)
         return (
@@ -555,7 +555,7 @@ def run_provenance(paths: Iterable[Path]) -> pd.DataFrame:
 
 
 def side_of(provenance: pd.DataFrame, method: str) -> str:
-    """``f2386ba (fc-v1045)`` or ``0c35b88 (fc-v973 ×15, fc-v669 ×6)``: the revisions and
+    """``<revision> (fc-v1045)`` or ``<revision> (fc-v973 ×15, fc-v669 ×6)``: the revisions and
     machine builds of a method's runs."""
     runs = provenance[provenance["method"] == method]
     if runs.empty:

@@ -330,7 +330,7 @@ def _natural_layout(w: Any) -> Any:
 def _scrolling_layout(w: Any) -> Any:
     """An image layout that keeps a PNG at its natural size even when wider than the column, for
     a box that scrolls it (:func:`_scroller`): a grown tree of M = 1, L = 4, K = 8 is 2,914 px
-    wide, and scaled to a 993 px column its labels could not be read (issue #63)."""
+    wide, and scaled to a 993 px column its labels could not be read."""
     return w.Layout(max_width="none", height="auto", align_self="flex-start", object_fit="contain")
 
 
@@ -670,8 +670,8 @@ REOPEN_HINT = (
     "the variables of the cells before it."
 )
 """Shown above the widget, so that a reopened notebook (whose saved output names a widget model
-its new kernel never made) says what to do (issue #49). Running the cell alone after a restart
-raised ``NameError: name 'profile' is not defined`` (issue #63): the hint says Run All."""
+its new kernel never made) says what to do. Running the cell alone after a restart
+raised ``NameError: name 'profile' is not defined``: the hint says Run All."""
 
 ALPHA_CHOICES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 """The α values the inspector's slider offers (the exact-entropy variant's 0.001 and the

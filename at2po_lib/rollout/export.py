@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..method.tree import TreeArrays
 from ..policy.strategies import label_tree_turns
@@ -156,6 +157,24 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def recompute_gap(model, rows, temperature: float, device: str, limit: int = 4) -> float:
+    """Largest |recorded logp - full-forward logp| over the model tokens of the first ``limit``
+    training rows (:func:`training_rows`): the rollout's recorded log-probabilities checked against
+    one forward pass of ``model`` over each whole row, at the sampling temperature."""
+    gap = 0.0
+    for row in rows[:limit]:
+        ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]], device=device)
+        with torch.no_grad():
+            lp = torch.log_softmax(model(ids).logits[0].float() / temperature, dim=-1)
+        p = len(row["prompt_ids"])
+        for t, (tok, m, old) in enumerate(
+            zip(row["completion_ids"], row["sampled_mask"], row["old_logps"])
+        ):
+            if m:
+                gap = max(gap, abs(lp[p + t - 1, tok].item() - old))
+    return gap
 
 
 def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:

@@ -1,9 +1,9 @@
 r"""Study blocks: one seed of every compared method, on one machine, at one revision, with the
-same torch threads (issue #48).
+same torch threads.
 
 Seeds trained at different revisions on different machine builds mix the method with the
-revision and the build: in the committed Table 1 record AT2PO ran at f2386ba on one build and
-GRPO at 0c35b88 on two others, and one seed trained again on another build lands elsewhere
+revision and the build: in the committed Table 1 record AT2PO ran at one revision on one build
+and GRPO at another on two others, and one seed trained again on another build lands elsewhere
 (``results/tiny/reproduction/``). A *block* takes that out of the comparison. Block b of a
 block set trains seed
 
@@ -122,7 +122,7 @@ AUTHORS_EXPANSION: Mapping[str, Any] = {
     key: getattr(RolloutConfig(), key) for key in ("entropy_estimate", "tree_alpha")
 }
 """The authors' expansion settings: ``at2po_lib/config/profile.py``'s rollout defaults (sampled-token
-NLL, alpha 0.05), which every tree preset of a profile shares (issue #49)."""
+NLL, alpha 0.05), which every tree preset of a profile shares."""
 
 KEPT_RUN_CONDITIONS = (
     "profile",

@@ -433,13 +433,3 @@ def build_training_args(
 ):
     """The :class:`AT2POConfig` of a run (``resolve_run(...).training_args(output_dir)``)."""
     return resolve_run(profile_cfg, method, seed, overrides).training_args(output_dir)
-
-
-def resolved_config(
-    profile_cfg: ProfileConfig,
-    method: str,
-    seed: int,
-    trainer_overrides: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Everything that determines a run's result (``resolve_run(...).record()``)."""
-    return resolve_run(profile_cfg, method, seed, trainer_overrides).record()

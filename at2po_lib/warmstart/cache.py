@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 WARMSTART_VERSION = 4
 """Bump when the recipe changes for an unchanged config (invalidates cached warm starts).
-4: the authors' trajectory format (issue #22): one system message, no stop at ``</answer>``,
+4: the authors' trajectory format: one system message, no stop at ``</answer>``,
 cleaned observations; the key also holds the template's content (:func:`template_payload`)."""
 _ROLLOUT_KEYS = (
     "max_tool_calls",
