@@ -332,7 +332,7 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     import torch
     from bench_losses import authors_turn_loss, multi_turn_mask
 
-    from at2po_lib.method.loss import LossOptions, loss_diagnostics, policy_loss
+    from at2po_lib.method.loss import LossBatch, LossOptions, loss_diagnostics, policy_loss
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows, tokens, turns = (8, 256, 3) if dry_run else (176, 4096, 6)
@@ -342,9 +342,9 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     old = logp + 3e-3 * torch.randn(rows, tokens, generator=g).to(device)
     adv = torch.randn(rows, generator=g).to(device)
     runs = {
-        "turn": lambda x: policy_loss(x, old, adv, mask, LossOptions(level="turn")),
+        "turn": lambda x: policy_loss(LossBatch(x, old, adv, mask), LossOptions(level="turn")),
         "authors loop turn": lambda x: authors_turn_loss(x, old, adv, mask)[0],
-        "token": lambda x: policy_loss(x, old, adv, mask, LossOptions(level="token")),
+        "token": lambda x: policy_loss(LossBatch(x, old, adv, mask), LossOptions(level="token")),
     }
 
     def sync() -> None:
@@ -363,7 +363,7 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     def diagnostics_once() -> float:
         sync()
         start = time.perf_counter()
-        loss_diagnostics(logp, old, adv, mask, LossOptions(level="turn"))
+        loss_diagnostics(LossBatch(logp, old, adv, mask), LossOptions(level="turn"))
         sync()
         return time.perf_counter() - start
 

@@ -18,6 +18,7 @@ from at2po_lib.method.loss import (
     AGGREGATIONS,
     LossOptions,
     importance_ratios,
+    LossBatch,
     loss_diagnostics,
     policy_loss,
     ratio_units,
@@ -28,11 +29,8 @@ def loss_and_stats(logp, old, adv, mask, turn_ids=None, ref_logp=None, token_ent
     """(loss, diagnostics) as the trainer computes them: ``policy_loss`` and, beside it,
     ``loss_diagnostics`` of the same inputs, with ``kw`` as the :class:`LossOptions`."""
     options = LossOptions(**kw)
-    inputs = dict(turn_ids=turn_ids, ref_logp=ref_logp, token_entropy=token_entropy)
-    return (
-        policy_loss(logp, old, adv, mask, options, **inputs),
-        loss_diagnostics(logp, old, adv, mask, options, **inputs),
-    )
+    batch = LossBatch(logp, old, adv, mask, turn_ids, ref_logp, token_entropy)
+    return policy_loss(batch, options), loss_diagnostics(batch, options)
 
 
 LOSSES = {"definition": loss_and_stats}
@@ -538,7 +536,8 @@ def test_turn_ids_out_of_order_give_the_same_loss():
     b, mb = loss_and_stats(logp, old, adv, mask, turn_ids=shuffled)
     assert a.item() == pytest.approx(b.item(), abs=1e-12)
     assert ma == pytest.approx(mb)
-    assert policy_loss(logp, old, adv, mask, turn_ids=shuffled).item() == pytest.approx(a.item())
+    batch = LossBatch(logp, old, adv, mask, turn_ids=shuffled)
+    assert policy_loss(batch).item() == pytest.approx(a.item())
 
 
 @pytest.mark.parametrize("level", ["token", "turn"])

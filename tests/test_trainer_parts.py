@@ -70,7 +70,7 @@ def _loss(cfg, delta, advantage=1.0):
     0-1 and 4-5, observation 2-3; log π − log π_old = ``delta``. Returns (loss, stats, ∇logp)."""
     import torch
 
-    from at2po_lib.method.loss import loss_diagnostics, policy_loss
+    from at2po_lib.method.loss import LossBatch, loss_diagnostics, policy_loss
     from at2po_lib.trainer.trainer import one_thread_loss
 
     old = torch.full((1, 6), -2.0, dtype=torch.float64)
@@ -78,8 +78,11 @@ def _loss(cfg, delta, advantage=1.0):
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
     options, inputs = cfg.loss_options(), dict(ref_logp=old, token_entropy=torch.ones_like(old))
     advantages = torch.tensor([advantage], dtype=torch.float64)
-    loss = one_thread_loss(lambda x: policy_loss(x, old, advantages, mask, options, **inputs), logp)
-    stats = loss_diagnostics(logp, old, advantages, mask, options, **inputs)
+    batch = LossBatch(logp, old, advantages, mask, **inputs)
+    loss = one_thread_loss(
+        lambda x: policy_loss(LossBatch(x, old, advantages, mask, **inputs), options), logp
+    )
+    stats = loss_diagnostics(batch, options)
     loss.backward()
     return loss, stats, logp.grad[0]
 
@@ -661,14 +664,14 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
         return out
 
     direct = logp.clone().requires_grad_(True)
-    expected = real(direct, old, adv, mask)
+    expected = real(method_loss.LossBatch(direct, old, adv, mask))
     expected.backward()
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         trainer_module.policy_loss = watched
         x = logp.clone().requires_grad_(True)
-        loss, stats = trainer_module.loss_and_diagnostics(x, old, adv, mask)
+        loss, stats = trainer_module.loss_and_diagnostics(method_loss.LossBatch(x, old, adv, mask))
         loss.backward()
         assert torch.get_num_threads() == 2
     finally:
@@ -678,10 +681,11 @@ def test_the_trainer_runs_the_loss_and_its_diagnostics_on_one_thread_with_the_sa
     assert loss.item() == expected.item()
     assert torch.equal(x.grad, direct.grad)
     own = {k: v for k, v in stats.items() if not k.endswith("_eps0.2")}
-    assert own == method_loss.loss_diagnostics(logp, old, adv, mask)
+    assert own == method_loss.loss_diagnostics(method_loss.LossBatch(logp, old, adv, mask))
     # the clipped shares had the range been GRPO's 0.2 (issue #48), beside the run's own range
     at_reference = method_loss.loss_diagnostics(
-        logp, old, adv, mask, method_loss.LossOptions(eps_low=0.2, eps_high=0.2)
+        method_loss.LossBatch(logp, old, adv, mask),
+        method_loss.LossOptions(eps_low=0.2, eps_high=0.2),
     )
     assert stats["clip_frac_token_eps0.2"] == at_reference["clip_frac_token"]
     assert stats["clip_frac_turn_eps0.2"] == at_reference["clip_frac_turn"]
