@@ -22,7 +22,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
   with Welch–Satterthwaite degrees of freedom ν over the three terms (n_A − 1, n_B − 1,
   Q − 1). At 3 seeds a side ν is ~4, so t ≈ 2.8, where a percentile bootstrap over 3 seeds
   behaves like z = 1.96 and is too narrow; a simulation test checks 95% coverage at 3, 5 and
-  21 seeds (``tests/test_stats.py``). A method evaluated once (the warm start: greedy
+  21 seeds (``tests/evaluation/test_stats.py``). A method evaluated once (the warm start: greedy
   decoding is deterministic) has no seed term: its one run is fixed.
 - Group averages come in the paper's form, **sample-weighted** (micro average over every
   question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and

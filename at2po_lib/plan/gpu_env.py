@@ -3,7 +3,7 @@
 ``requirements-gpu.txt`` (repository root) holds the GPU pins of the training processes.
 pyproject.toml's ``gpu`` extra repeats it line for line, and environment.yml's pip section reads
 it with ``-r`` and adds the project's other dependencies except those the GPU list replaces
-(``torch``, ``transformers``). tests/test_gpu_env.py checks both; ``scripts/check_gpu_env.sh``
+(``torch``, ``transformers``). tests/plan/test_gpu_env.py checks both; ``scripts/check_gpu_env.sh``
 resolves the result with pip's resolver (``at2po gpu-env requirements`` writes its input and
 ``at2po gpu-env summarize`` reads pip's ``--report``).
 

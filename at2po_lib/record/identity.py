@@ -84,7 +84,7 @@ ROLLOUT_READS: dict[str, tuple[str, ...]] = {
 }
 """The ``rollout`` settings each expansion reads beyond the ones every rollout reads (sampling,
 turn and token limits, the backend's). A test grows trees with every other setting changed and
-finds them unchanged (tests/test_run_identity.py)."""
+finds them unchanged (tests/record/test_run_identity.py)."""
 NODE_VALUE_READS = ("entropy_estimate", "turn_entropy")
 """What a run whose credit computes node values reads besides its expansion's: the turn
 entropies that weight the children (``entropy_softmax``, ``entropy_linear``)."""

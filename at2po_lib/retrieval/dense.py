@@ -69,7 +69,7 @@ from .ownership import (
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 # Imported inside the functions that use them: faiss; a BM25-only user never loads faiss
-# (tests/test_retrieval_build.py).
+# (tests/retrieval/test_retrieval_build.py).
 
 INDEX_FILE = "index.faiss"
 DEFAULT_HNSW_M = 64

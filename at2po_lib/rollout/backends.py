@@ -50,7 +50,7 @@ off giving the path before it:
 None of them changes which random number goes to which row and token: rows keep their order
 in every decode batch, only the prefill is regrouped. Chunks and the fused kernel round the
 last bits otherwise (log-probabilities within ~1e-5); greedy and seeded sampled rollouts are
-tested token for token against the old path (``tests/test_rollout_packing.py``).
+tested token for token against the old path (``tests/rollout/test_rollout_packing.py``).
 """
 
 from __future__ import annotations

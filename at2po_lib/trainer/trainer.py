@@ -66,7 +66,7 @@ Reproducibility: every rollout step seeds its sampler from ``(args.seed, step, p
 run resumed from a checkpoint samples exactly what the uninterrupted run sampled.
 
 Private methods it overrides (``trl==1.16.0``, ``transformers`` 5.17-5.24), each with the call
-order it relies on tested in ``tests/test_trl_overrides.py``:
+order it relies on tested in ``tests/trainer/test_trl_overrides.py``:
 
 - ``GRPOTrainer._generate_and_score_completions``: calls ``rollout_func`` (:meth:`_rollout`)
   from inside, once per generation batch;
