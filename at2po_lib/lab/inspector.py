@@ -60,8 +60,8 @@ from ..rollout.export import tree_arrays
 from ..rollout.agent import Sampler, SearchEnv
 from ..rollout.trees import rollout, tree_grpo_shape
 from ..tinyworld.build import ensure_world, read_rows
-from .node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
-from .node_views import (
+from ..reporting.node_credit import DEFAULT_MODE, credit_table, most_disputed_node, node_credit_grid
+from ..reporting.node_views import (
     baseline_frame,
     describe_node,
     draw_growth,
@@ -72,8 +72,8 @@ from .node_views import (
     signal_note,
     tree_view,
 )
-from .output import prose
-from .tree_drawings import choose_example_tree, show_figure
+from ..reporting.output import prose
+from ..reporting.tree_drawings import choose_example_tree, show_figure
 
 # Imported inside the functions that use them: IPython, ipywidgets; notebook-only packages, there
 # only inside Jupyter.

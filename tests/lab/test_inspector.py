@@ -1,4 +1,4 @@
-"""The tree and credit inspector (at2po_lib.reporting.inspector): credit under every rule by
+"""The tree and credit inspector (at2po_lib.lab.inspector): credit under every rule by
 hand, the simulated turn ratio and its clip, and the static fallback without a widget frontend."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from at2po_lib.analysis.policy_change import simulated_turn_ratios  # noqa: E402
 from at2po_lib.method.examples import example_tree
 from at2po_lib.method.tree import TreeArrays  # noqa: E402
-from at2po_lib.reporting import inspector as insp  # noqa: E402
+from at2po_lib.lab import inspector as insp  # noqa: E402
 from at2po_lib.reporting import node_credit, node_views  # noqa: E402
 
 nan = np.nan
@@ -219,7 +219,7 @@ class FakeLive:
         from dataclasses import replace
 
         from at2po_lib.method.examples import random_tree
-        from tests.test_notebook_figures import with_text
+        from tests.reporting.test_notebook_figures import with_text
 
         self.calls += 1
         count = 2 if expansion == "random" else 1
