@@ -20,6 +20,7 @@ tiny: 1); the load average is printed: the machine is shared.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -50,8 +51,8 @@ def main() -> None:
 
     import at2po_lib.trainer.trainer as trainer_module
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import build_trainer
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import build_trainer
 
     overrides: dict = {
         "train": {
@@ -78,19 +79,19 @@ def main() -> None:
         calls[name] += 1
         return out
 
-    def forward_backward(loss_fn, logp, *rest, **inputs):
-        x = logp.detach().clone().requires_grad_(True)
-        out = loss_fn(x, *rest, **inputs)
+    def forward_backward(loss_fn, batch, *rest):
+        x = batch.logp.detach().clone().requires_grad_(True)
+        out = loss_fn(dataclasses.replace(batch, logp=x), *rest)
         loss = out[0] if isinstance(out, tuple) else out
         loss.backward()
         return out
 
     real = trainer_module.loss_and_diagnostics
 
-    def wrapper(logp, *rest, **inputs):
-        if torch.is_grad_enabled() and logp.requires_grad:  # the loss of an update
-            timed("loss", lambda: forward_backward(real, logp, *rest, **inputs))
-        return real(logp, *rest, **inputs)
+    def wrapper(batch, *rest):
+        if torch.is_grad_enabled() and batch.logp.requires_grad:  # the loss of an update
+            timed("loss", lambda: forward_backward(real, batch, *rest))
+        return real(batch, *rest)
 
     trainer_module.loss_and_diagnostics = wrapper
     run = run_folder.run_dir(cfg.name, "bench_loss_share", 0)

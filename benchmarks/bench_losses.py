@@ -53,6 +53,7 @@ from at2po_lib.method.loss import (
     ATPO_LOSS,
     EPS_HIGH,
     EPS_LOW,
+    LossBatch,
     LossOptions,
     loss_diagnostics,
     policy_loss,
@@ -63,8 +64,8 @@ from at2po_lib.method.tree import Forest
 def trainer_loss(logp, old_logp, advantages, mask, options: LossOptions = ATPO_LOSS):
     """The loss and the logged statistics as the trainer computes them: ``policy_loss`` and,
     beside it, ``loss_diagnostics`` of the same inputs."""
-    loss = policy_loss(logp, old_logp, advantages, mask, options)
-    return loss, loss_diagnostics(logp, old_logp, advantages, mask, options)
+    batch = LossBatch(logp, old_logp, advantages, mask)
+    return policy_loss(batch, options), loss_diagnostics(batch, options)
 
 
 def multi_turn_mask(rows: int, tokens: int, turns: int, generator: torch.Generator) -> torch.Tensor:
@@ -309,7 +310,7 @@ def bench_loss_threads(args: argparse.Namespace) -> None:
             x = logp.clone().requires_grad_(True)
             start = time.perf_counter()
             if name.endswith(f"loss on {LOSS_THREADS}"):
-                loss, _ = loss_and_diagnostics(x, old, adv, mask)
+                loss, _ = loss_and_diagnostics(LossBatch(x, old, adv, mask))
             else:
                 loss, _ = trainer_loss(x, old, adv, mask)
             loss.backward()

@@ -18,7 +18,7 @@ import pandas as pd
 from at2po_lib.evaluation import stats
 from at2po_lib.method.presets import TABLE1_REPORTED
 from at2po_lib.reporting.labels import groups_of
-from at2po_lib.reporting.records import load_outcomes
+from at2po_lib.record.reading import load_outcomes
 
 
 def pivot_matrix(outcomes: pd.DataFrame, method: str, questions: pd.Index) -> np.ndarray:

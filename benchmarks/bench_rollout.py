@@ -43,7 +43,7 @@ from at2po_lib.rollout.trees import rollout
 def load_policy_and_world(profile: str, policy: str):
     """(model, tokenizer, template, retriever, rows, description)."""
     from at2po_lib.policy.model import load_policy
-    from at2po_lib.policy.warmstart_cache import cached_warmstart
+    from at2po_lib.warmstart.cache import cached_warmstart
     from at2po_lib.protocol.prompts import get_template
     from at2po_lib.retrieval.indexes import build_retriever
     from at2po_lib.rollout.stand_ins import ToySetup

@@ -184,8 +184,8 @@ def decoding_before_issue_62(active: bool) -> Iterator[None]:
 def run_step(cfg, method: str, trainer_overrides: dict, name: str) -> dict:
     from transformers import TrainerCallback
 
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import build_trainer
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import build_trainer
 
     run = run_folder.run_dir(cfg.name, name, 0)
     run_folder.clear_run(run)
@@ -249,7 +249,7 @@ def floors(counts: dict, costs: TokenCosts, beta: float, rate: float) -> dict[st
 
 def full_run(cfg_loader, method: str) -> None:
     """A whole tiny run (the profile's steps, validation and final evaluation) in CPU minutes."""
-    from at2po_lib.trainer.run import train
+    from at2po_lib.study.run import train
 
     cfg = cfg_loader({"train": {"progress_bar": False, "report_to": []}})
     start, wall = time.process_time(), time.perf_counter()

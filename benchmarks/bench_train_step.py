@@ -106,8 +106,8 @@ class _StepClock:
 def run_once(cfg, method: str, overrides: dict, name: str, update_threads: int):
     import torch
 
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import build_trainer
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import build_trainer
 
     run = run_folder.run_dir(cfg.name, name, 0)
     run_folder.clear_run(run)

@@ -58,7 +58,7 @@ from at2po_lib.rollout.sampling import SamplingSpec  # noqa: E402
 from at2po_lib.rollout.trees import rollout  # noqa: E402
 from at2po_lib.rollout.vllm_backend import VLLMBackend, build_engine  # noqa: E402
 from at2po_lib.tinyworld.build import ensure_world, read_rows  # noqa: E402
-from at2po_lib.trainer.run import policy_path  # noqa: E402
+from at2po_lib.study.run import policy_path  # noqa: E402
 
 VARIANTS = {
     # name: (rollout.decode_grouping, top-k log-probs, request seeds)

@@ -302,7 +302,7 @@ def build_qwen3(profile_cfg, shape: dict, vocab: int, dtype: str, out: Path):
 
 def model_check(check: Check, profile_cfg, shape: dict, vocab: int, dtype: str, out: Path) -> str:
     """A random Qwen3 of ``shape`` saved with save_pretrained; its size against the plan's."""
-    from at2po_lib.trainer.cost_estimate import architecture_of
+    from at2po_lib.plan.cost_estimate import architecture_of
 
     model, folder = build_qwen3(profile_cfg, shape, vocab, dtype, out / "policy")
     params = sum(p.numel() for p in model.parameters())
@@ -332,7 +332,7 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     import torch
     from bench_losses import authors_turn_loss, multi_turn_mask
 
-    from at2po_lib.method.loss import LossOptions, loss_diagnostics, policy_loss
+    from at2po_lib.method.loss import LossBatch, LossOptions, loss_diagnostics, policy_loss
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows, tokens, turns = (8, 256, 3) if dry_run else (176, 4096, 6)
@@ -342,9 +342,9 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     old = logp + 3e-3 * torch.randn(rows, tokens, generator=g).to(device)
     adv = torch.randn(rows, generator=g).to(device)
     runs = {
-        "turn": lambda x: policy_loss(x, old, adv, mask, LossOptions(level="turn")),
+        "turn": lambda x: policy_loss(LossBatch(x, old, adv, mask), LossOptions(level="turn")),
         "authors loop turn": lambda x: authors_turn_loss(x, old, adv, mask)[0],
-        "token": lambda x: policy_loss(x, old, adv, mask, LossOptions(level="token")),
+        "token": lambda x: policy_loss(LossBatch(x, old, adv, mask), LossOptions(level="token")),
     }
 
     def sync() -> None:
@@ -363,7 +363,7 @@ def loss_check(check: Check, dry_run: bool, repeats: int = 5) -> str:
     def diagnostics_once() -> float:
         sync()
         start = time.perf_counter()
-        loss_diagnostics(logp, old, adv, mask, LossOptions(level="turn"))
+        loss_diagnostics(LossBatch(logp, old, adv, mask), LossOptions(level="turn"))
         sync()
         return time.perf_counter() - start
 
@@ -431,7 +431,7 @@ def longest_prompt(profile: str, overrides: dict) -> int:
     from at2po_lib.config.profile import load_profile
     from at2po_lib.policy.tokenizer import load_tokenizer
     from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
-    from at2po_lib.trainer.run import training_prompts
+    from at2po_lib.study.run import training_prompts
 
     cfg = load_profile(profile, overrides)
     tokenizer = load_tokenizer(cfg.policy.model)
@@ -519,8 +519,8 @@ def outside_allocator_gib() -> float | None:
 def train_check(check: Check, profile: str, overrides: dict, steps: int) -> str:
     import torch
 
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import train
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import train
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -705,7 +705,7 @@ def plan_check(
     the updates (``update_peak_gib``), each plus the memory outside torch's allocator measured
     after the steps, where the plan has its 1 GiB context allowance."""
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer.cost_estimate import GIB, Hardware, plan
+    from at2po_lib.plan.cost_estimate import GIB, Hardware, plan
 
     cfg = load_profile(profile, overrides)
     result = plan(

@@ -32,7 +32,7 @@ import torch
 from at2po_lib.config.profile import load_profile
 from at2po_lib.rollout.agent import STOP_SEQUENCES
 from at2po_lib.rollout.backends import HFBackend
-from at2po_lib.rollout.export import training_rows, tree_summary
+from at2po_lib.rollout.export import recompute_gap, training_rows, tree_summary
 from at2po_lib.rollout.sampling import SamplingSpec
 from at2po_lib.rollout.agent import Sampler, SearchEnv
 from at2po_lib.rollout.trees import rollout
@@ -116,22 +116,6 @@ def build_model(tokenizer, small: bool, device: str, dtype: torch.dtype):
                 biased.bias[tokenizer.convert_tokens_to_ids(text)] = value
         model.lm_head = biased
     return model.to(dtype).eval()
-
-
-def recompute_gap(model, rows, temperature: float, device: str, limit: int = 4) -> float:
-    """Largest |recorded logp - full-forward logp| over the model tokens of a few rows."""
-    gap = 0.0
-    for row in rows[:limit]:
-        ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]], device=device)
-        with torch.no_grad():
-            lp = torch.log_softmax(model(ids).logits[0].float() / temperature, dim=-1)
-        p = len(row["prompt_ids"])
-        for t, (tok, m, old) in enumerate(
-            zip(row["completion_ids"], row["sampled_mask"], row["old_logps"])
-        ):
-            if m:
-                gap = max(gap, abs(lp[p + t - 1, tok].item() - old))
-    return gap
 
 
 def main(argv: list[str] | None = None) -> None:

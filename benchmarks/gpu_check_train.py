@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import train
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import train
 
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "none (CPU)"
     print(f"device: {args.device}; GPU: {gpu}; torch {torch.__version__}")

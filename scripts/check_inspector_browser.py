@@ -659,7 +659,7 @@ def check_reopen_hint(page, phase: str, stale: bool, shot: Path | None = None) -
     output. ``stale``: a notebook reopened after JupyterLab restarted, not yet run: that output
     must be JupyterLab's "Error displaying widget" (the situation the hint is for); otherwise
     the live inspector."""
-    from at2po_lib.reporting.inspector import REOPEN_HINT
+    from at2po_lib.lab.inspector import REOPEN_HINT
 
     hint = " ".join(REOPEN_HINT.split())
     if stale:  # the saved widget output reads "Loading widget..." until the lab gives up on it
@@ -1086,7 +1086,7 @@ def random_l2_expectation(profile: str) -> tuple[tuple[int | None, str], tuple[i
     from dataclasses import replace
 
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.reporting.inspector import random_tree_count
+    from at2po_lib.lab.inspector import random_tree_count
 
     rollout = load_profile(profile).rollout
     return (
@@ -1099,7 +1099,7 @@ def alpha_expectation(profile: str) -> tuple[float, tuple[float, ...]]:
     """The profile's α and the values the inspector's α slider offers
     (``inspector.alpha_choices``, which the widget itself uses)."""
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.reporting.inspector import alpha_choices
+    from at2po_lib.lab.inspector import alpha_choices
 
     alpha = float(load_profile(profile).rollout.tree_alpha)
     return alpha, alpha_choices(alpha)

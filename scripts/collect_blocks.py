@@ -23,7 +23,7 @@ checkout's ``results/``), leaving out what git does not keep (``checkpoints/``,
 into WORKTREE's ``.block<BB>.staging/`` where the worktree has neither the block nor a staging
 folder of it. ``at2po study --keep-finished-runs`` then keeps those runs when the machine build,
 revision, threads, overrides, Python and packages are the ones they were trained with, and
-otherwise says which differs and re-runs the block whole (``at2po_lib/trainer/blocks.py``).
+otherwise says which differs and re-runs the block whole (``at2po_lib/study/blocks.py``).
 
 Nothing is replaced silently:
 
@@ -56,7 +56,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from at2po_lib.trainer.block_records import (
+from at2po_lib.study.block_records import (
     BLOCK_RECORD,
     UNFINISHED,
     block_problems,
@@ -89,7 +89,7 @@ def _record(folder: Path) -> dict[str, Any] | None:
 
 def finished_blocks(results: Path) -> list[Path]:
     """Every ``blocks/<profile>/<set>/block<BB>/`` whose record says ``finished``
-    (:func:`at2po_lib.trainer.block_records.block_state`)."""
+    (:func:`at2po_lib.study.block_records.block_state`)."""
     found = []
     for record in sorted((results / "blocks").glob(f"*/*/block[0-9][0-9]/{BLOCK_RECORD}")):
         _record(record.parent)

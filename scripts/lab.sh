@@ -32,7 +32,7 @@ extra=()
 # restored workspace) never share a socket number. A shared prefix made 6 of 7 hang.
 # The one TCP listener a kernel has is ipykernel's IOPub pipe for forked subprocesses, on
 # 127.0.0.1 only, and it drops every message without the kernel's random 16-byte key
-# (tests/test_reliability_kernels.py).
+# (tests/lab/test_reliability_kernels.py).
 sockets="${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}/at2po-lab-kernels-$(id -u)"
 # A socket path has at most 107 bytes and each kernel adds 52 (kernel-<uuid>-ipc-N); a long
 # TMPDIR (macOS: /var/folders/...) would leave too few, so fall back to /tmp there.

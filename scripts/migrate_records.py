@@ -62,9 +62,8 @@ from at2po_lib.config.profile import (
     load_profile,
 )
 from at2po_lib.method.presets import get_method
-from at2po_lib.policy.warmstart_cache import cache_key, write_record
-from at2po_lib.trainer import run_folder
-from at2po_lib.trainer.identity import (
+from at2po_lib.record import run_folder
+from at2po_lib.record.identity import (
     PROFILE_LABELS,
     method_rollout,
     rollout_settings,
@@ -72,6 +71,7 @@ from at2po_lib.trainer.identity import (
 )
 from at2po_lib.trainer.resolve import RunSpec, resolve_run
 from at2po_lib.util.errors import ProfileError
+from at2po_lib.warmstart.cache import cache_key, write_record
 from at2po_lib.util.paths import (
     ABSOLUTE_PATH,
     ARTIFACTS_IN_RECORDS,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -13,8 +12,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# benchmarks/ holds checks the tests share (gpu_check_rollout.recompute_gap, the GPU check itself)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 @pytest.fixture(scope="session")

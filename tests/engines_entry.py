@@ -174,7 +174,7 @@ def scenario_rollout(work: Path, questions: int = 12) -> dict:
     from at2po_lib.rollout.agent import Sampler, SearchEnv
     from at2po_lib.rollout.trees import rollout_chains
     from at2po_lib.rollout.vllm_backend import build_engine
-    from at2po_lib.trainer.run import policy_path
+    from at2po_lib.study.run import policy_path
 
     cfg = load_profile("tiny")
     folder = policy_path(cfg)
@@ -288,8 +288,8 @@ def scenario_colocated(work: Path) -> dict:
     from at2po_lib.config.profile import load_profile
     from at2po_lib.evaluation.greedy import load_eval_rows
     from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
-    from at2po_lib.trainer import run_folder
-    from at2po_lib.trainer.run import build_trainer
+    from at2po_lib.record import run_folder
+    from at2po_lib.study.run import build_trainer
 
     cfg = load_profile(
         "engines",
@@ -409,7 +409,7 @@ def scenario_evaluate(work: Path) -> dict:
     from at2po_lib.cli import evaluate as evaluate_cli
     from at2po_lib.cli import train as train_cli
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.trainer.run import policy_path
+    from at2po_lib.study.run import policy_path
 
     starts: list[str] = []
     real = evaluation.build_engine

@@ -1,6 +1,6 @@
 """Run under ``accelerate launch`` by tests/test_rehearsal.py: the rehearsal's first part.
 
-The same ``at2po_lib.trainer.run.train`` that ``at2po train`` calls, with two test-only
+The same ``at2po_lib.study.run.train`` that ``at2po train`` calls, with two test-only
 additions ``at2po train`` cannot take: a reward that differs between the leaves of a random
 policy (so the first step has a gradient to all-reduce; the paper's reward gives every leaf of
 an untrained policy -1 and every advantage 0), and a crash (what ``--resume`` must continue):
@@ -24,7 +24,7 @@ import sys
 from transformers import TrainerCallback
 
 from at2po_lib.cli.train import split_overrides
-from at2po_lib.trainer.run import train
+from at2po_lib.study.run import train
 from at2po_lib.util.process_group import process_group_left_at_end
 
 

@@ -6,9 +6,7 @@ Read with ``ast``, never by importing: every ``import``/``from ... import`` anyw
 counts — at module level, inside functions (the lazy imports that keep ``at2po --help`` and
 ``import at2po_lib`` fast) and under ``if TYPE_CHECKING:`` — relative ones resolved against the
 module's package. ``from package import name`` is an edge to the submodule ``package.name`` when
-there is one, else to the package; a package ``__init__`` that re-exports names lazily through
-an ``_EXPORTS = {name: ".module"}`` table (rollout, retrieval, trainer) routes the edge to the
-module that defines the name, which is what runs when the name is used.
+there is one, else to the package.
 """
 
 from __future__ import annotations
@@ -40,20 +38,6 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _lazy_exports(tree: ast.Module, package: str) -> dict[str, str]:
-    """``_EXPORTS = {"name": ".module"}`` of a package ``__init__`` → ``{name: full module}``."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
-        ):
-            table = ast.literal_eval(node.value)
-            return {
-                name: package + target if target.startswith(".") else target
-                for name, target in table.items()
-            }
-    return {}
-
-
 def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
     """The absolute name ``from <level dots><target>`` refers to inside ``module``."""
     if level == 0:
@@ -68,7 +52,6 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     paths = {_module_name(p, package): p for p in package.rglob("*.py")}
     trees = {name: parsed(path) for name, path in paths.items()}
     packages = {name for name, path in paths.items() if path.name == "__init__.py"}
-    exports = {name: _lazy_exports(trees[name], name) for name in packages}
     graph: dict[str, set[str]] = {}
     for name, tree in trees.items():
         edges: set[str] = set()
@@ -81,10 +64,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                     continue
                 for alias in node.names:
                     submodule = f"{base}.{alias.name}"
-                    if submodule in paths:
-                        edges.add(submodule)
-                    else:
-                        edges.add(exports.get(base, {}).get(alias.name, base))
+                    edges.add(submodule if submodule in paths else base)
         edges.discard(name)
         graph[name] = edges
     return graph
@@ -159,14 +139,14 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_graph_sees_function_level_relative_and_lazy_imports(tmp_path):
-    """The checker itself: a cycle hidden in a function, through a relative import and
-    through a lazily re-exported name, is found and named."""
+def test_graph_sees_function_level_relative_and_type_checking_imports(tmp_path):
+    """The checker itself: a cycle hidden in a function, through a relative import and under
+    ``if TYPE_CHECKING:``, is found and named."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("def f():\n    from .sub import thing\n")
-    (pkg / "sub" / "__init__.py").write_text('_EXPORTS = {"thing": ".b"}\n')
+    (pkg / "a.py").write_text("def f():\n    from .sub.b import thing\n")
+    (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "b.py").write_text("import pkg.c\nthing = 1\n")
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
@@ -205,6 +185,11 @@ USERS = (
     "util",
     "config",
     "protocol",
+    "record",
+    "plan",
+    "warmstart",
+    "study",
+    "lab",
 )
 
 
@@ -236,48 +221,25 @@ LAYERS = (
     ("protocol", "tinyworld", "retrieval"),
     ("method",),
     ("policy", "rollout"),
+    ("record", "plan"),
     ("trainer",),
     ("evaluation",),
+    ("warmstart",),
+    ("study",),
     ("analysis",),
     ("reporting",),
+    ("lab",),
     ("cli",),
 )
-"""The package's floors, lowest first (issue #64 item 3): a module imports its own floor and the
-floors below it, never one above. ``util`` is plumbing below every floor and imports only
-``util``."""
+"""The package's floors, lowest first: a module imports its own floor and the floors below it,
+never one above. ``util`` is plumbing below every floor and imports only ``util``. The run
+record (``record``) and the plan of a paper-scale run (``plan``) sit under the TRL glue
+(``trainer``); the warm start, which validates with the greedy evaluation, above
+``evaluation``; one run with its records and the study's runs (``study``) above the warm start;
+what the notebooks run beside reading records (``lab``) above ``reporting``."""
 PLUMBING = "util"
 
-_SHARED_NOW = "which other work edits now: moves once the parallel branches have merged"
-KNOWN_UPWARD = {
-    ("at2po_lib.config.checks", "at2po_lib.method.expansion"): (
-        f"EXPANSIONS: rollout/trees.py imports it from method.expansion, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.profile", "at2po_lib.method.expansion"): (
-        f"EXPANSIONS, TREE_EXPANSIONS: rollout/trees.py imports them from here, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.checks", "at2po_lib.rollout.decoding"): (
-        f"DECODE_DTYPES, DECODE_GROUPINGS, DECODE_CAPTURES live in rollout/decoding.py, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.checks", "at2po_lib.tinyworld.datasets"): (
-        f"TinyWorld's DATASETS: notebooks 00 and 01 import it from tinyworld.datasets, {_SHARED_NOW}"
-    ),
-    ("at2po_lib.config.preflight", "at2po_lib.protocol.qa_data"): (
-        "the data preflight opens the datasets: it belongs above config (a module move)"
-    ),
-    ("at2po_lib.protocol.tree_files", "at2po_lib.method.tree"): (
-        "saved trees are the method's tree arrays: tree_files belongs above method (a module move)"
-    ),
-    ("at2po_lib.trainer.run", "at2po_lib.evaluation.greedy"): (
-        "a run's final evaluation: written once with the run record's own package (item 5)"
-    ),
-    ("at2po_lib.trainer.warmstart", "at2po_lib.evaluation.greedy"): (
-        "the warm start's validation: the warm start leaves trainer/ for a package of its own"
-    ),
-    ("at2po_lib.trainer.trainer", "at2po_lib.analysis.dissection"): (
-        f"REFERENCE_CLIP, sibling_spread: reporting/claims.py imports REFERENCE_CLIP from "
-        f"analysis.dissection, {_SHARED_NOW}"
-    ),
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 """Upward imports known today, each with why it is still there: the test fails on any other,
 and on one of these once it is gone (so the list only shrinks)."""
 
@@ -526,14 +488,14 @@ def test_each_registry_of_names_is_written_once():
     method lists are tuples of :mod:`at2po_lib.method`; every other module imports them."""
     from at2po_lib.method.credit import ADVANTAGE_MODES, VALUE_MODES
     from at2po_lib.method.outcome import OUTCOME_ADVANTAGES
-    from at2po_lib.method.expansion import EXPANSIONS, TREE_EXPANSIONS
+    from at2po_lib.config.choices import EXPANSIONS, TREE_EXPANSIONS
     from at2po_lib.method.loss import AGGREGATIONS, LEVELS
     from at2po_lib.method.presets import TABLE1_METHODS, TABLE2_METHODS
 
     registries = {
         "at2po_lib/method/credit.py": [set(VALUE_MODES), set(ADVANTAGE_MODES)],
         "at2po_lib/method/outcome.py": [set(OUTCOME_ADVANTAGES)],
-        "at2po_lib/method/expansion.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
+        "at2po_lib/config/choices.py": [set(EXPANSIONS), set(TREE_EXPANSIONS)],
         "at2po_lib/method/loss.py": [set(LEVELS), set(AGGREGATIONS)],
         "at2po_lib/method/presets.py": [set(TABLE1_METHODS) - {"react"}, set(TABLE2_METHODS)],
     }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from engines_guard import assert_synced, require_engine
 from test_engines_vllm import run_scenario
 from test_rehearsal import (

@@ -15,8 +15,9 @@ from at2po_lib.config.profile import load_profile
 from at2po_lib.policy.model import build_qwen3_config
 from at2po_lib.policy.tokenizer import train_tokenizer
 from at2po_lib.rollout import vllm_cpu
-from at2po_lib.trainer import run_folder, warmstart
-from at2po_lib.trainer.identity import recorded_identity, same_finished_run
+from at2po_lib.record import run_folder
+from at2po_lib.warmstart import sft as warmstart
+from at2po_lib.record.identity import recorded_identity, same_finished_run
 from at2po_lib.trainer.resolve import resolve_run
 from at2po_lib.util.errors import ProfileError
 from at2po_lib.util.paths import results_dir

@@ -7,7 +7,7 @@ missing vLLM fails the tier (``AT2PO_ENGINES=1``); elsewhere these tests skip, s
 run them.
 
 What the stand-ins still test that these cannot (they stay: tests/vllm_standin.py and
-tests/test_vllm_colocated.py): sleep mode (level-2 sleep and wake-up are CUDA-only in vLLM)
+tests/rollout/test_vllm_colocated.py): sleep mode (level-2 sleep and wake-up are CUDA-only in vLLM)
 and tensor parallelism over two engines' ranks (the CPU build runs one rank per engine here).
 """
 

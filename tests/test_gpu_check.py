@@ -137,7 +137,7 @@ def test_the_padded_tokenizer_has_qwen3s_vocabulary(tmp_path):
 
 
 def test_the_real_shapes_are_qwen3s():
-    from at2po_lib.trainer.cost_estimate import KNOWN_ARCHITECTURES
+    from at2po_lib.plan.cost_estimate import KNOWN_ARCHITECTURES
 
     shape = check.SHAPES["1.7b"]
     arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-1.7B"]
@@ -162,7 +162,7 @@ def test_the_real_shapes_are_qwen3s():
 def test_the_carried_wheels_are_listed_exactly():
     """Every carried wheel is pinned; only what the machine lacks travels (its torch,
     transformers and pyarrow stay); trl's pin is the GPU list's."""
-    from at2po_lib.trainer.gpu_env import gpu_pins
+    from at2po_lib.plan.gpu_env import gpu_pins
 
     lines = [
         line.split("#")[0].strip()

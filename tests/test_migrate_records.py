@@ -19,7 +19,7 @@ import yaml
 
 from at2po_lib.config.profile import load_profile
 from at2po_lib.method.presets import get_method
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.trainer.at2po_config import TRL_LOSS_TYPES
 from at2po_lib.trainer.resolve import resolve_run
 from at2po_lib.util.paths import repo_root
@@ -266,7 +266,7 @@ def test_a_removed_field_leaves_a_block_run_and_its_hash_changes_in_every_record
 
 
 def test_a_removed_field_leaves_the_warm_starts_record_and_key(tmp_path):
-    from at2po_lib.policy.warmstart_cache import cache_key
+    from at2po_lib.warmstart.cache import cache_key
 
     shipped = COMMITTED / "tiny" / "warmstart" / "warmstart.json"
     record = tmp_path / "results" / "tiny" / "warmstart" / "warmstart.json"

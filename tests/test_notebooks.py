@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from at2po_lib.reporting.notebook_runner import KERNEL_NAME, list_notebooks, run_notebooks
+from at2po_lib.lab.notebook_runner import KERNEL_NAME, list_notebooks, run_notebooks
 from at2po_lib.util.timings import (
     PROFILES,
     format_duration,

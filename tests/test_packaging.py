@@ -25,7 +25,7 @@ def _pyproject_requirements() -> dict[str, str]:
 
 def _conda_pip_requirements() -> dict[str, str]:
     """environment.yml's pip section, its ``-r requirements-gpu.txt`` expanded."""
-    from at2po_lib.trainer.gpu_env import environment_requirements
+    from at2po_lib.plan.gpu_env import environment_requirements
 
     return {_name(r): r.replace(" ", "") for r in environment_requirements(ROOT)}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from at2po_lib.reporting.notebook_runner import list_notebooks, run_notebooks
+from at2po_lib.lab.notebook_runner import list_notebooks, run_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_runs_in_order_then_skips_until_forced(two_notebooks, tmp_path, monkeypa
     # pin the library fingerprint: this test is about the stamps, not about source edits
     library = {"hash": "v1"}
     monkeypatch.setattr(
-        "at2po_lib.reporting.notebook_runner.library_fingerprint", lambda root: library["hash"]
+        "at2po_lib.lab.notebook_runner.library_fingerprint", lambda root: library["hash"]
     )
     out = tmp_path / "out"
     first = run_notebooks("smoke", notebooks_dir=two_notebooks, out_dir=out)

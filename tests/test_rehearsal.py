@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from at2po_lib.trainer import run_folder
+from at2po_lib.record import run_folder
 from at2po_lib.trainer.callbacks import WALL_TIME_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,7 +113,7 @@ def _rehearsal(tmp_path: Path, config: Path | None = None) -> Iterator[Rehearsal
     the body of the ``with``; results under ``tmp_path / "results"``; launches with the
     accelerate ``config`` file (None: DDP)."""
     from at2po_lib.cli import rehearsal as rehearsal_cli
-    from at2po_lib.trainer.rehearsal import RehearsalFiles
+    from at2po_lib.plan.rehearsal import RehearsalFiles
 
     assert rehearsal_cli.main(["--out", str(tmp_path / "files"), "--passages", "100"]) == 0
     files = RehearsalFiles(tmp_path / "files")

@@ -1,4 +1,4 @@
-r"""What each part of AT2PO does on the toy, read from the runs' own records (issue #35).
+r"""What each part of AT2PO does on the toy, read from the runs' own records.
 
 - **Credit** (:func:`credit_spread`, :func:`fit_spread_rule`). AT2PO's value of a node is
   Σ_c softmax(H)_c V_c over its children. The softmax is shift-invariant (softmax(H + a) =
@@ -10,7 +10,7 @@ r"""What each part of AT2PO does on the toy, read from the runs' own records (is
   with c set by how the entropies sit inside the range (c = 1/2 for two siblings). The fit
   reads c from every sibling set of the trees a run saved (``<run>/trees/step<S>.npz``: its
   first and last rollout step), per entropy estimate, with a bootstrap interval over trees.
-- **Loss** (:func:`clip_levels`). Each update of a run from revision f2386ba on logs the
+- **Loss** (:func:`clip_levels`). Each update of a run logs the
   share of model tokens whose clip binds under a token-level and under a turn-level ratio at
   the method's own clip range (``clip_ratio/token_level``, ``clip_ratio/turn_level``, the same
   update both ways); this reads their means per run.
@@ -31,16 +31,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 import yaml
 
-from ..method.credit import sibling_weights
+from ..method.credit import sibling_spread
+from ..method.loss import REFERENCE_CLIP
 from ..method.tree import TreeArrays
-from ..protocol.tree_files import load_trees
+from ..record.tree_files import load_trees
 
 ESTIMATES = {"nll": "entropy_nll", "exact": "entropy_exact"}
 """The two turn-entropy estimates, by the short names the records use, → node array."""
@@ -49,33 +48,6 @@ ESTIMATES = {"nll": "entropy_nll", "exact": "entropy_exact"}
 # --------------------------------------------------------------------------------------------
 # Credit
 # --------------------------------------------------------------------------------------------
-def sibling_spread(
-    parent: Any, entropy: Any, mode: str = "entropy_softmax"
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How far ``mode``'s weights are from the plain child mean, per sibling set of >= 2.
-
-    For every node p with n >= 2 children: the mean over its children of |w_c - 1/n|, the
-    range max_c H_c - min_c H_c of their entropies, and n. The softmax is shift-invariant
-    (softmax(H + c) = softmax(H)), so only the spread of the siblings' entropies can move
-    entropy_softmax away from the child mean; for small ranges |w - 1/n| ~ range / (3n)
-    (the dissection fits this). parent (N,) int, entropy (N,) float -> three (S,) arrays.
-    """
-    parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
-    entropy_t = torch.as_tensor(np.asarray(entropy, dtype=np.float64))
-    weights = sibling_weights(parent_t, entropy_t, mode).numpy()
-    parent_np, h = parent_t.numpy(), entropy_t.numpy()
-    kids = np.flatnonzero(parent_np >= 0)
-    sets, inverse, counts = np.unique(parent_np[kids], return_inverse=True, return_counts=True)
-    n = counts[inverse]  # (C,) siblings of each child
-    dev = np.bincount(inverse, np.abs(weights[kids] - 1.0 / n), len(sets)) / counts
-    hi = np.full(len(sets), -np.inf)
-    lo = np.full(len(sets), np.inf)
-    np.maximum.at(hi, inverse, h[kids])
-    np.minimum.at(lo, inverse, h[kids])
-    keep = counts >= 2
-    return dev[keep], (hi - lo)[keep], counts[keep]
-
-
 def credit_spread(trees: Sequence[TreeArrays]) -> pd.DataFrame:
     """One row per sibling set (a node with >= 2 children) per estimate: ``tree``,
     ``estimate``, ``dev`` = mean |w − 1/n| under entropy_softmax, ``range`` of the siblings'
@@ -184,10 +156,6 @@ def paper_scale_weight_gap(
 # Loss
 # --------------------------------------------------------------------------------------------
 CLIP_LEVELS = ("clip_ratio/token_level", "clip_ratio/turn_level")
-REFERENCE_CLIP = 0.2
-"""GRPO's clip range: a run whose own range differs logs both levels' clipped share at it too
-(``clip_ratio/token_level_eps0.2``, ``clip_ratio/turn_level_eps0.2``; issue #48), so one run's
-updates are read at both ranges."""
 CLIP_LEVELS_AT_REFERENCE = tuple(f"{name}_eps{REFERENCE_CLIP:g}" for name in CLIP_LEVELS)
 CLIP_COLUMNS = [
     "method",
@@ -204,12 +172,12 @@ CLIP_COLUMNS = [
 
 
 def clip_levels(run_roots: Iterable[Path]) -> pd.DataFrame:
-    """Per run with the both-level records (revision f2386ba on): the mean over its rollout
+    """Per run with the both-level records: the mean over its rollout
     steps of the clipped share of model tokens under a token-level and a turn-level ratio at
     its own clip range (``epsilon``, ``epsilon_high``: ``token_level``, ``turn_level``), the
     share its own loss clipped (``own``), and both at :data:`REFERENCE_CLIP` where the run
     logged them (``*_at_reference``; a run whose own range is 0.2 has them in ``token_level``
-    and ``turn_level``; NaN for runs recorded before issue #48)."""
+    and ``turn_level``; NaN for runs recorded before the reference range was logged)."""
     rows = []
     for root in run_roots:
         path = Path(root) / "metrics.jsonl"

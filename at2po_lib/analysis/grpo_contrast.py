@@ -1,4 +1,4 @@
-r"""GRPO's per-node credit beside AT2PO's on the same tree, and by how much they differ (issue #38).
+r"""GRPO's per-node credit beside AT2PO's on the same tree, and by how much they differ.
 
 GRPO gives every row (root→leaf path) its leaf's outcome advantage; a turn lies on every row
 below it and is trained once per row, so its *effective* advantage is the mean over those rows
@@ -22,7 +22,7 @@ times one constant per tree, √((N−1)/N) for ε → 0 (0.935 for N = 8). AT2P
   leaves, the others one), whose value ``node_value`` never uses but ``diff_parent`` (for the
   first turns) and ``diff_global`` subtract, and below the root only where two picks lie on
   one branch, the upper one below the first turn; more often with L ≥ 2
-  (tests/test_grpo_contrast.py).
+  (tests/analysis/test_grpo_contrast.py).
 - **mode part** = A(V_leaf_mean) − V_leaf_mean: zero for ``node_value``; the advantage rule's
   own change for ``diff_parent`` and the others.
 

@@ -32,7 +32,7 @@ from ..config.profile import load_profile
 from ..method.tree import TreeArrays
 from ..policy.checkpoint_files import CheckpointError, file_digests
 from ..policy.model import load_policy
-from ..policy.warmstart_cache import (
+from ..warmstart.cache import (
     cached_warmstart,
     rebuild_hint,
     shipped_warmstart_dir,
@@ -43,7 +43,7 @@ from ..retrieval.indexes import build_retriever
 from ..rollout.export import tree_arrays
 from ..rollout.agent import Sampler, SearchEnv
 from ..rollout.trees import rollout
-from ..protocol.tree_files import load_trees, load_trees_meta, save_trees
+from ..record.tree_files import load_trees, load_trees_meta, save_trees
 from ..util.errors import ProfileError, RecordError
 from ..util.paths import artifacts_dir
 

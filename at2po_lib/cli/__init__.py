@@ -5,8 +5,9 @@
           | rehearsal | gpu-env            (at2po <command> --help for each one's options)
 
 Each subcommand is a module of this package with ``build_parser()`` and ``main(argv) -> int``;
-the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``trainer.warmstart``,
-``evaluation``, ``trainer``, ``analysis``, ``notebook_runner``) and has no command line of its own.
+the stage it runs lives in the library (``tinyworld``, ``retrieval``, ``warmstart``,
+``evaluation``, ``study``, ``plan``, ``analysis``, ``reporting``, ``lab``) and has no command line
+of its own.
 Every command that reads a profile takes the same two options from :mod:`.options`:
 ``--profile NAME`` and ``--set SECTION.KEY=VALUE`` (repeatable), the one way to override a
 profile value; each key and value is checked against the config dataclasses before anything

@@ -1,4 +1,4 @@
-"""``at2po dissect``: what each part of AT2PO does on a profile (issue #35).
+"""``at2po dissect``: what each part of AT2PO does on a profile.
 
     at2po dissect runs --profile tiny                        # credit spread + clip levels from the runs
     at2po dissect expansion --profile tiny --shape toy --prompts 600 --resamples 8
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.what == "runs":
         # lazy: the stage pulls pandas, torch; `at2po dissect --help` stays instant
         from ..analysis.dissection import clip_levels, credit_from_runs
-        from ..reporting.records import finished_run_folders
+        from ..record.reading import finished_run_folders
 
         # the runs `at2po report` reads, checked as it checks them (seed<N> folders only)
         roots = finished_run_folders(cfg.name, comma_list(args.methods, "--methods"))

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..config.preflight import check_datasets
+from ..protocol.preflight import check_datasets
 from ..retrieval.indexes import build_retriever
 from ..util.paths import recorded_paths_in, results_dir
 from .options import (
@@ -78,8 +78,8 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 def model_folder(text: str) -> str:
     """``--checkpoint``: a folder holding a model (its ``config.json``) or a hub name; an empty
     value, a folder without a model (an empty one, ``../../etc``, a run folder) or anything
-    else is a :class:`UsageError` naming it (b8f2d3f: ``''`` evaluated the warm start, the rest
-    ended in ``ValueError: Unrecognized model``)."""
+    else is a :class:`UsageError` naming it (unchecked, ``''`` would evaluate the warm start and
+    the rest end in ``ValueError: Unrecognized model``)."""
     if not text.strip():
         raise UsageError(
             "--checkpoint '': empty; give a model folder or a hub name (without "
@@ -113,8 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         load_evaluation_policy,
         turn_distribution,
         write_eval,
-        write_outcomes,
     )
+    from ..record.outcomes import write_outcomes
 
     if args.data_dir is not None:
         args.overrides = [*args.overrides, f"data.local_dir={args.data_dir}"]
@@ -128,8 +128,8 @@ def _run(args: argparse.Namespace) -> int:
     provenance: dict[str, Any] = {}
     if checkpoint is None:
         # lazy: the stage pulls torch, transformers; `at2po evaluate --help` stays instant
-        from ..policy.warmstart_cache import warmstart_summary
-        from ..trainer.warmstart import ensure_warmstart
+        from ..warmstart.cache import warmstart_summary
+        from ..warmstart.sft import ensure_warmstart
 
         checkpoint = str(ensure_warmstart(cfg))
         provenance["warmstart"] = warmstart_summary(cfg.name)

@@ -1,5 +1,5 @@
 """``at2po gpu-env``: the GPU environment's pip input and the summary of pip's report
-(:mod:`at2po_lib.trainer.gpu_env`; scripts/check_gpu_env.sh calls both).
+(:mod:`at2po_lib.plan.gpu_env`; scripts/check_gpu_env.sh calls both).
 
     at2po gpu-env requirements > reqs.txt     # environment.yml's pip section, -r expanded
     at2po gpu-env requirements --list retriever   # the retrieval server's own environment
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..trainer.gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
+from ..plan.gpu_env import LISTS, environment_requirements, gpu_pins, summarize_report
 from ..util.paths import repo_root
 from .options import CommandParser, UsageError, run_guarded
 

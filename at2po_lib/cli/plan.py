@@ -7,7 +7,7 @@
 
 Memory per GPU with a verdict (fits, tight, does not fit), generated tokens and retrieval
 queries per step, the query rate the retrieval server must sustain and whether CPU faiss can:
-the formulas are in :mod:`at2po_lib.trainer.cost_estimate`. ``--cards`` gives the verdict for several card
+the formulas are in :mod:`at2po_lib.plan.cost_estimate`. ``--cards`` gives the verdict for several card
 sizes, as configured and with LoRA.
 """
 
@@ -17,7 +17,7 @@ import argparse
 import json
 
 from ..method.presets import get_method
-from ..trainer.cost_estimate import (
+from ..plan.cost_estimate import (
     DEFAULT_PLAN_METHOD,
     ZERO_STAGES,
     Hardware,

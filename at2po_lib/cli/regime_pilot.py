@@ -1,5 +1,5 @@
 """``at2po regime-pilot``: the gates of a toy regime, from its GRPO runs and fresh rollouts
-(:mod:`at2po_lib.reporting.regime_pilot`).
+(:mod:`at2po_lib.lab.regime_pilot`).
 
     at2po train --profile tiny --method react
     at2po train --profile tiny --method grpo --seed 0     # and --seed 1, ...
@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog=PROG,
         description="Measure whether RL learns on a "
-        "profile and whether its turns decide the outcome (issue "
-        "#20's gates), from react/grpo runs and fresh rollouts.",
+        "profile and whether its turns decide the outcome (the gates of docs/regime.md), "
+        "from react/grpo runs and fresh rollouts.",
     )
     add_profile_options(parser, example="rollout.temperature=1.0")
     add_warm_start_sample_options(parser, "prompt draw and sampling seed of the flip measurement")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     # lazy: the stage pulls pandas, torch, transformers; `at2po regime-pilot --help` stays instant
-    from ..reporting.regime_pilot import run_regime_pilot
+    from ..lab.regime_pilot import run_regime_pilot
 
     load_profile_args(args)
     seeds = int_list(args.seeds, "--seeds")

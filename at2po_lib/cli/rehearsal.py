@@ -1,4 +1,4 @@
-"""``at2po rehearsal``: write the ``rehearsal`` profile's stand-in files (:mod:`at2po_lib.trainer.rehearsal`).
+"""``at2po rehearsal``: write the ``rehearsal`` profile's stand-in files (:mod:`at2po_lib.plan.rehearsal`).
 
 at2po rehearsal --out artifacts/rehearsal      # policy/, corpus.jsonl, flashrag/ (seconds)
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..trainer.rehearsal import prepare
+from ..plan.rehearsal import prepare
 from .options import CommandParser, add_profile_options, bounded_int, load_profile_args, run_guarded
 
 PROG = "at2po rehearsal"

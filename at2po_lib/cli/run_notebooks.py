@@ -1,5 +1,5 @@
 """``at2po run-notebooks``: execute the numbered notebooks in order under one profile
-(:mod:`at2po_lib.reporting.notebook_runner`; ``./run_all.sh`` and ``./run_tests.sh`` call this).
+(:mod:`at2po_lib.lab.notebook_runner`; ``./run_all.sh`` and ``./run_tests.sh`` call this).
 
     at2po run-notebooks --profile tiny
     at2po run-notebooks --profile smoke --only 00,01 --force
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..reporting.notebook_runner import run_notebooks
+from ..lab.notebook_runner import run_notebooks
 from ..util.paths import repo_root
 from .options import CommandParser, SET_METAVAR, comma_list, parse_set, run_guarded
 

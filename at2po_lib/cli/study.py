@@ -1,5 +1,5 @@
 """``at2po study``: train (or reuse) the runs of one of the paper's tables for several seeds,
-then write every table and figure from the records (:mod:`at2po_lib.trainer.study`).
+then write every table and figure from the records (:mod:`at2po_lib.study.tables`).
 
     at2po study --profile tiny --table 1 --seeds 0,1,2,3,4
     at2po study --profile tiny --table 1 --seeds 0,1 --methods grpo,at2po   # a slice of it
@@ -8,7 +8,7 @@ then write every table and figure from the records (:mod:`at2po_lib.trainer.stud
 
 Resumable: finished runs are reused, interrupted ones continue from their last checkpoint.
 
-In blocks (:mod:`at2po_lib.trainer.blocks`): one seed of every method of a block set per block,
+In blocks (:mod:`at2po_lib.study.blocks`): one seed of every method of a block set per block,
 on one machine, at one revision, with the same torch threads; a block is finished or re-run
 whole, and its runs go to ``results/blocks/<profile>/<set>/`` apart from the committed record:
 
@@ -40,11 +40,11 @@ from .options import (
     quiet_openmp,
     run_guarded,
 )
-from ..trainer.block_records import MAX_BLOCKS
+from ..study.block_records import MAX_BLOCKS
 from ..util.provenance import code_mismatch
 
 if TYPE_CHECKING:
-    from ..trainer.blocks import TimeLeft
+    from ..study.blocks import TimeLeft
 
 PROG = "at2po study"
 
@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     seeds = int_list(args.seeds, "--seeds")  # bounded before anything is imported or read
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
-    from ..trainer.study import run_study, study_methods
+    from ..study.tables import run_study, study_methods
 
     overrides = parse_set(args.overrides) or None
     try:  # names and patterns checked (and patterns expanded) before any training
@@ -188,7 +188,7 @@ def _run_blocks(args: argparse.Namespace) -> int:
         )
     blocks = int_list(args.blocks, "--blocks", high=MAX_BLOCKS - 1)  # before any import
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
-    from ..trainer.blocks import (
+    from ..study.blocks import (
         DEFAULT_THREADS,
         block_plan,
         get_block_set,
@@ -273,7 +273,7 @@ def _verdicts_line(methods: Sequence[str]) -> str:
 
 def _time_left_line(left: TimeLeft) -> str:
     """The plan's last line: the runs left and, once a run of the set has finished, about how
-    long one process needs for them (:func:`at2po_lib.trainer.blocks.time_left`)."""
+    long one process needs for them (:func:`at2po_lib.study.blocks.time_left`)."""
     if not left.runs:
         return "left: nothing"
     head = f"left: {_count(left.runs, 'run')} in {_count(left.blocks, 'block')}"
@@ -300,7 +300,7 @@ def _print_plan(
     force: bool,
 ) -> int:
     # lazy: the stage pulls pandas, torch, transformers; `at2po study --help` stays instant
-    from ..trainer.study import study_plan
+    from ..study.tables import study_plan
 
     plan = study_plan(profile, table, seeds, methods, overrides)
     width = max(len(p.method) for p in plan) if plan else 0

@@ -1,5 +1,5 @@
 """``at2po train``: RL training of one method on one profile and seed
-(:func:`at2po_lib.trainer.run.train`).
+(:func:`at2po_lib.study.run.train`).
 
 Overrides go through ``--set`` only: ``--set SECTION.KEY=VALUE`` for a profile value and
 ``--set trainer.FIELD=VALUE`` for an ``AT2POConfig`` field the profile does not set (applied
@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     profile_overrides, trainer_overrides = split_overrides(override_texts(args))
     check_engine(load_profile(args.profile, profile_overrides or None), trainer_overrides)
     # lazy: the stage pulls pandas, torch, transformers; `at2po train --help` stays instant
-    from ..trainer.run import train
+    from ..study.run import train
 
     result = train(
         args.profile,

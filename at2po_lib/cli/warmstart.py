@@ -1,4 +1,4 @@
-"""``at2po warmstart``: the tiny policy's SFT warm start (:mod:`at2po_lib.trainer.warmstart`).
+"""``at2po warmstart``: the tiny policy's SFT warm start (:mod:`at2po_lib.warmstart.sft`).
 
 at2po warmstart --profile tiny            # cached: trains only when missing or stale
 at2po warmstart --profile smoke --force
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # lazy: the stage pulls torch, transformers; `at2po warmstart --help` stays instant
-    from ..policy.warmstart_cache import read_warmstart_record, ship_warmstart
-    from ..trainer.warmstart import ensure_warmstart
+    from ..warmstart.cache import read_warmstart_record, ship_warmstart
+    from ..warmstart.sft import ensure_warmstart
 
     cfg = load_profile_args(args)
     path = ensure_warmstart(cfg, force=args.force)

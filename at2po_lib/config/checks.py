@@ -24,10 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..method.expansion import EXPANSIONS
-from .choices import BUILTIN_TEMPLATES
-from ..tinyworld.datasets import DATASETS as TINY_DATASETS
-from ..rollout.decoding import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
+from .choices import (
+    BUILTIN_TEMPLATES,
+    DECODE_CAPTURES,
+    DECODE_DTYPES,
+    DECODE_GROUPINGS,
+    EXPANSIONS,
+)
+from .choices import DATASETS as TINY_DATASETS
 
 Rule = tuple[Callable[[Any], bool], str]
 """(predicate on the value, the allowed values in words); a predicate may raise
@@ -146,7 +150,7 @@ LOGGERS = {
 def _names(*, allow_empty: bool, train: bool = False) -> Rule:
     """Dataset names: plain names; a ``tiny_`` one must be a TinyWorld dataset (for training,
     one with a train split). Other names are FlashRAG datasets, resolved when a command starts
-    (:mod:`at2po_lib.config.preflight`)."""
+    (:mod:`at2po_lib.protocol.preflight`)."""
 
     def check(v: Any) -> bool:
         if not isinstance(v, list) or (not v and not allow_empty):
@@ -401,7 +405,7 @@ RULES: dict[str, Rule] = {
     "train.use_vllm": (lambda v: isinstance(v, bool), "true or false"),
     # "server" (a separate `trl vllm-serve`) is refused here, not after TRL's 240 s connection
     # wait: the agent generates turn by turn with per-request stops and seeds through the
-    # engine in the training process, which TRL's server client does not offer (issue #36).
+    # engine in the training process, which TRL's server client does not offer.
     "train.vllm_mode": (
         lambda v: v == "colocate",
         "colocate (the vLLM engine in the training processes; a vLLM server, "

@@ -29,7 +29,7 @@ import yaml
 
 from .checks import name_problem, problems, shown
 from .field_types import check_type
-from ..method.expansion import EXPANSIONS, TREE_EXPANSIONS
+from .choices import EXPANSIONS, TREE_EXPANSIONS
 from ..util.errors import ProfileError
 from ..util.paths import configs_dir
 from .yaml12 import load_yaml_text, read_yaml_text
@@ -153,7 +153,7 @@ class PolicyConfig:
 class WarmStartConfig:
     """Warm start by supervised fine-tuning on scripted demonstrations (TRL ``SFTTrainer``);
     the profile section ``sft:``. Named apart from TRL's ``SFTConfig``, the trainer arguments
-    :func:`at2po_lib.trainer.warmstart.trl_config` builds from it."""
+    :func:`at2po_lib.warmstart.sft.trl_config` builds from it."""
 
     seed: int = 0
     """Seeds the model's initial weights and the data order."""
@@ -426,8 +426,7 @@ ADDED_PROFILE_FIELDS: dict[tuple[str, str], Any] = {
 """Profile fields added after runs were recorded and the warm start was shipped, with the value
 that reproduces what those did: a run recorded without the field is the same run as one with it
 at that value (``scripts/migrate_records.py``), and a warm start's key leaves the field out at
-that value (:mod:`at2po_lib.policy.warmstart_cache`)."""
-
+that value (:mod:`at2po_lib.warmstart.cache`)."""
 
 
 @dataclass

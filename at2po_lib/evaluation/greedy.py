@@ -15,7 +15,7 @@ with extra rows ``dataset = "multihop avg"`` / ``"singlehop avg"`` from
 :func:`weighted_group_average`.
 
 :func:`score_datasets` is the one greedy evaluation loop: :func:`evaluate` and the trainer's
-periodic validation (:class:`at2po_lib.trainer.run.Validator`) both run it. On the vLLM backend
+periodic validation (:class:`at2po_lib.study.run.Validator`) both run it. On the vLLM backend
 the ``model`` every function here takes is the engine that holds the evaluated weights (one
 engine for the whole evaluation, greedy and sampled: :func:`load_evaluation_policy`, or the
 trainer's colocated engine after a weight sync), never a model object. The command line
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..protocol.qa_data import dataset_group, evaluation_split, load_flashrag, read_flashrag_jsonl
 from ..policy.model import load_policy
@@ -179,8 +180,6 @@ def free_device_bytes(model) -> float:
     host's available pages."""
     device = next(model.parameters()).device
     if device.type == "cuda":
-        import torch  # noqa: PLC0415 - torch is loaded already wherever a model is on a GPU
-
         return float(torch.cuda.mem_get_info(device)[0])
     return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
@@ -417,48 +416,6 @@ def evaluate(
     )
     summary = summarise(details, profile_cfg.name, label, seed)
     return (summary, details) if return_details else summary
-
-
-OUTCOME_COLUMNS = [
-    "dataset",
-    "group",
-    "id",
-    "prediction",
-    "em",
-    "f1",
-    "num_turns",
-    "num_tool_calls",
-    "finish_reason",
-    "sampled_em",
-]
-"""Columns of a per-question outcome file (``sampled_em`` only when it was measured)."""
-
-
-def write_outcomes(details: pd.DataFrame, path: str | Path) -> Path:
-    """Per-question outcomes (one row per test question: prediction, EM, F1, turns, searches,
-    finish reason, sampled EM) as CSV: the unit every confidence interval rests on
-    (:mod:`at2po_lib.evaluation.stats`). Question text and golden answers stay in the dataset files."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    columns = [c for c in OUTCOME_COLUMNS if c in details.columns]
-    details[columns].to_csv(path, index=False, float_format="%.4f", lineterminator="\n")
-    return path
-
-
-def read_outcomes(path: str | Path) -> pd.DataFrame:
-    """An outcome file back as written (ids and predictions as strings); a missing column is
-    an error naming the file."""
-    path = Path(path)
-    frame = pd.read_csv(
-        path,
-        dtype={"id": str, "prediction": str, "finish_reason": str},
-        keep_default_na=False,
-        na_values={"sampled_em": [""]},
-    )
-    missing = [c for c in OUTCOME_COLUMNS[:-1] if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: not an outcome file (missing columns {missing})")
-    return frame
 
 
 def write_eval(

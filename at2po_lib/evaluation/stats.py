@@ -9,7 +9,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 - A difference "method A − method B" is **paired over questions** (both answered the same test
   questions) and **unpaired over seeds** (seed ``s`` of A and seed ``s`` of B are different
   training runs that share nothing but a number). Its interval is a **crossed t interval**
-  (issue #35): seeds and questions are both random draws, so with r_s = Σ_q w_q y_{s,q} the
+ : seeds and questions are both random draws, so with r_s = Σ_q w_q y_{s,q} the
   run score of seed s, d_q = ȳ_{A,q} − ȳ_{B,q} the seed-averaged paired question difference
   and MS_e the residual mean square of a method's (seed × question) table,
 
@@ -22,12 +22,12 @@ Design of the resampling (docs/method.md §10 says what the tables are):
   with Welch–Satterthwaite degrees of freedom ν over the three terms (n_A − 1, n_B − 1,
   Q − 1). At 3 seeds a side ν is ~4, so t ≈ 2.8, where a percentile bootstrap over 3 seeds
   behaves like z = 1.96 and is too narrow; a simulation test checks 95% coverage at 3, 5 and
-  21 seeds (``tests/test_stats.py``). A method evaluated once (the warm start: greedy
+  21 seeds (``tests/evaluation/test_stats.py``). A method evaluated once (the warm start: greedy
   decoding is deterministic) has no seed term: its one run is fixed.
 - Group averages come in the paper's form, **sample-weighted** (micro average over every
   question of the group; the paper's "Avg" columns, checked in ``paper_reference``), and
   **unweighted** (mean of the dataset means), side by side.
-- **In blocks** (:mod:`at2po_lib.trainer.blocks`: one seed of every method per block, on one
+- **In blocks** (:mod:`at2po_lib.study.blocks`: one seed of every method per block, on one
   machine at one revision) the difference is **paired over blocks** too: with
   d_{b,q} = y_{A,b,q} − y_{B,b,q} the (block × question) table of differences, it is the
   crossed t interval of one side on d (:func:`blocked_difference_interval`):
@@ -38,7 +38,7 @@ Design of the resampling (docs/method.md §10 says what the tables are):
 
   with Welch–Satterthwaite ν over (n − 1, Q − 1): a block's own effect (its machine build,
   revision, load) cancels in D_b. A simulation test checks its coverage.
-- **Permutation tests** back every directional reading (issue #48): the difference of the
+- **Permutation tests** back every directional reading: the difference of the
   run scores' means, against its distribution over every split of the pooled runs into the
   two sizes (:func:`permutation_test`; exact when there are at most :data:`EXACT_SPLITS`
   splits, else :data:`PERMUTATION_DRAWS` fixed-seed random splits, p = (1 + hits) / (1 +

@@ -15,7 +15,7 @@ in five short modules, read top to bottom in this order (docs/method.md §5-§7)
 - :mod:`.presets`: every trained row of the paper's Tables 1-3 as a named preset.
 
 Demo trees for notebooks and tests are in :mod:`.examples`; tree files in
-:mod:`at2po_lib.protocol.tree_files`.
+:mod:`at2po_lib.record.tree_files`.
 
 Nothing here imports the engine that runs it (``rollout``, ``trainer``, ``reporting``, ``cli``;
 ``tests/test_architecture.py``): the method reads as the paper does, without the plumbing.

@@ -247,6 +247,33 @@ def sibling_weights(parent: torch.Tensor, entropy: torch.Tensor, mode: str) -> t
     return weights
 
 
+def sibling_spread(
+    parent: Any, entropy: Any, mode: str = "entropy_softmax"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How far ``mode``'s weights are from the plain child mean, per sibling set of >= 2.
+
+    For every node p with n >= 2 children: the mean over its children of |w_c - 1/n|, the
+    range max_c H_c - min_c H_c of their entropies, and n. The softmax is shift-invariant
+    (softmax(H + c) = softmax(H)), so only the spread of the siblings' entropies can move
+    entropy_softmax away from the child mean; for small ranges |w - 1/n| ~ range / (3n)
+    (the dissection fits this). parent (N,) int, entropy (N,) float -> three (S,) arrays.
+    """
+    parent_t = torch.as_tensor(np.asarray(parent), dtype=torch.long)
+    entropy_t = torch.as_tensor(np.asarray(entropy, dtype=np.float64))
+    weights = sibling_weights(parent_t, entropy_t, mode).numpy()
+    parent_np, h = parent_t.numpy(), entropy_t.numpy()
+    kids = np.flatnonzero(parent_np >= 0)
+    sets, inverse, counts = np.unique(parent_np[kids], return_inverse=True, return_counts=True)
+    n = counts[inverse]  # (C,) siblings of each child
+    dev = np.bincount(inverse, np.abs(weights[kids] - 1.0 / n), len(sets)) / counts
+    hi = np.full(len(sets), -np.inf)
+    lo = np.full(len(sets), np.inf)
+    np.maximum.at(hi, inverse, h[kids])
+    np.minimum.at(lo, inverse, h[kids])
+    keep = counts >= 2
+    return dev[keep], (hi - lo)[keep], counts[keep]
+
+
 def forest_node_advantages(
     forest: Forest, values: torch.Tensor, mode: str = "node_value"
 ) -> torch.Tensor:

@@ -28,15 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-TREE_EXPANSIONS = ("random", "random_siblings", "entropy")
-"""Expansions that grow trees of M + L·K leaves per prompt: Tree-GRPO's random expansion
-(:func:`select_random`), the authors' random-sibling ablation (:func:`select_random_siblings`)
-and AT2PO's entropy-guided expansion (:func:`select_entropy`)."""
-EXPANSIONS = ("chain", *TREE_EXPANSIONS, "aepo")
-"""Every ``rollout.expansion`` by name: independent chains (GRPO-style), the tree expansions
-above, and AEPO's online branching (``aepo_budget`` leaves; grown by
-:mod:`at2po_lib.rollout.aepo`)."""
-
 
 def sibling_counts(parent: np.ndarray) -> np.ndarray:
     """b(n) for every node: children of n's parent minus 1; for the root its own children - 1.

@@ -5,9 +5,10 @@ model tokens of a batch, and the trainer calls it as it is; :func:`loss_diagnost
 it, gives what the trainer logs of the same update (clip shares, at this level and at the token
 and the turn level, approximate KL, the turn-KL entropy) from the same inputs, without
 recomputing the loss. (A fused form with a hand-written backward saved nothing measurable: the
-loss is under 1% of a tiny RL step, benchmarks/README.md, issue #49.) Both take the method's
-choices as one :class:`LossOptions` (the trainer builds it once from its config). One function
-covers the paper's methods (the options column: :class:`LossOptions` fields):
+loss is under 1% of a tiny RL step, benchmarks/README.md.) Both take the update's tensors as one
+:class:`LossBatch` and the method's choices as one :class:`LossOptions` (the trainer builds it
+once from its config). One function covers the paper's methods (the options column:
+:class:`LossOptions` fields):
 
 =========  ===========  ============================  ==================================
 method     ``level``    clip (eps_low / eps_high)      other options
@@ -46,6 +47,10 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 """verl's ``loss_agg_mode`` names of the per-token losses' aggregation."""
 EPS_LOW, EPS_HIGH = 3e-3, 4e-3
 """ATPO's turn-level clip range 1 − 3e-3 … 1 + 4e-3 (the paper's; the ``at2po`` preset's)."""
+REFERENCE_CLIP = 0.2
+"""GRPO's clip range: a run whose own range differs logs both levels' clipped share at it too
+(``clip_ratio/token_level_eps0.2``, ``clip_ratio/turn_level_eps0.2``), so one run's
+updates are read at both ranges (:mod:`at2po_lib.analysis.dissection`)."""
 LOG_RATIO_CLAMP = 10.0
 """Sequence and turn log-ratios are clamped here (no gradient beyond), as GSPO's code does."""
 KL_CLAMP = 10.0
@@ -97,6 +102,27 @@ ATPO_LOSS = LossOptions()
 preset's)."""
 
 
+@dataclass(frozen=True)
+class LossBatch:
+    """The tensors of one update that :func:`policy_loss` and :func:`loss_diagnostics` read
+    (shapes: the module docstring)."""
+
+    logp: torch.Tensor
+    """(B, T) log π_θ; the loss is differentiable in it."""
+    old_logp: torch.Tensor
+    """(B, T) log π_old, the rollout's."""
+    advantages: torch.Tensor
+    """(B,) or (B, T) A."""
+    mask: torch.Tensor
+    """(B, T) 1 = model token."""
+    turn_ids: torch.Tensor | None = None
+    """(B, T) the turn of each model token, optional (maximal runs of mask 1 otherwise)."""
+    ref_logp: torch.Tensor | None = None
+    """(B, T) log π_ref: with ``beta`` > 0, the k3 KL penalty."""
+    token_entropy: torch.Tensor | None = None
+    """(B, T) H_t: with ``entropy_aware_adv`` γ > 0, AEPO's advantage."""
+
+
 def ratio_units(
     mask: torch.Tensor, level: str = "turn", turn_ids: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -146,37 +172,22 @@ def importance_ratios(
     return torch.exp(log_s_t if level == "token" else log_s_t.clamp(max=LOG_RATIO_CLAMP))
 
 
-def policy_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    options: LossOptions = ATPO_LOSS,
-    *,
-    turn_ids: torch.Tensor | None = None,
-    ref_logp: torch.Tensor | None = None,
-    token_entropy: torch.Tensor | None = None,
-) -> torch.Tensor:
-    r"""The clipped policy loss (scalar), differentiable in ``logp`` (B, T).
-
-    ``old_logp`` (B, T) log π_old; ``advantages`` (B,) or (B, T); ``mask`` (B, T) 1 = model
-    token; ``options`` the method's (:class:`LossOptions`); ``turn_ids`` (B, T) optional;
-    ``ref_logp`` (B, T) with ``beta`` > 0: k3 KL penalty; ``token_entropy`` (B, T) with
-    ``entropy_aware_adv`` γ > 0: AEPO's advantage.
-    """
-    o = options
-    advantages = torch.as_tensor(advantages, device=logp.device)
-    check_loss_inputs(logp, old_logp, advantages, mask, o, turn_ids, ref_logp, token_entropy)
+def policy_loss(batch: LossBatch, options: LossOptions = ATPO_LOSS) -> torch.Tensor:
+    r"""The clipped policy loss (scalar), differentiable in ``batch.logp`` (:class:`LossBatch`),
+    with the method's ``options`` (:class:`LossOptions`)."""
+    o, b, logp, mask = options, batch, batch.logp, batch.mask
+    advantages = torch.as_tensor(b.advantages, device=logp.device)
+    check_loss_inputs(b, o, advantages)
     is_tok = mask.bool()
-    a = token_advantages(advantages, mask, logp.dtype, token_entropy, o.entropy_aware_adv)  # (N,)
-    s = importance_ratios(logp, old_logp, mask, o.level, turn_ids, o.turn_ratio)  # (N,) s_t
+    a = token_advantages(advantages, mask, logp.dtype, b.token_entropy, o.entropy_aware_adv)  # (N,)
+    s = importance_ratios(logp, b.old_logp, mask, o.level, b.turn_ids, o.turn_ratio)  # (N,) s_t
     clipped = s.clamp(1 - o.eps_low, 1 + o.eps_high)  # clip(s_t, 1 − ε_low, 1 + ε_high)
     if o.entropy_balanced_clip:  # AEPO: the upper bound (1 + ε_high) s / sg(s) keeps a gradient
         upper = 1 + o.eps_high
         clipped = torch.where(s.detach() > upper, upper * s / s.detach(), clipped)
     per_token = torch.maximum(-a * s, -a * clipped)  # ℓ_t = max(−A_t s_t, −A_t clip(s_t, …))
     if o.beta:  # ℓ_t += β KL_t(π_θ ‖ π_ref)
-        per_token = per_token + o.beta * low_var_kl(ref_logp[is_tok], logp[is_tok])
+        per_token = per_token + o.beta * low_var_kl(b.ref_logp[is_tok], logp[is_tok])
     if o.agg == "token-mean":  # Σ_t ℓ_t / N
         return per_token.sum() / max(per_token.numel(), 1)
     # seq-mean-token-mean: the mean, over rows with a model token, of the row's mean ℓ_t
@@ -206,17 +217,7 @@ def token_advantages(
 
 
 @torch.no_grad()
-def loss_diagnostics(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    options: LossOptions = ATPO_LOSS,
-    *,
-    turn_ids: torch.Tensor | None = None,
-    ref_logp: torch.Tensor | None = None,
-    token_entropy: torch.Tensor | None = None,
-) -> dict[str, float]:
+def loss_diagnostics(batch: LossBatch, options: LossOptions = ATPO_LOSS) -> dict[str, float]:
     """What the trainer logs of the update :func:`policy_loss` makes with the same arguments
     (``agg`` and ``entropy_balanced_clip`` change no statistic), from the log-ratios alone, in
     one device sync. Shares are of the N model tokens:
@@ -230,15 +231,15 @@ def loss_diagnostics(
     summed log-ratio, / log(#turns); 0 for a row of one turn or a zero sum; mean over rows);
     ``single_turn_rows`` (rows with at most one turn), ``mean_turns_per_row``; with ``beta``,
     ``ref_kl`` (mean k3 KL to the reference)."""
-    o = options
+    o, logp, mask, turn_ids = options, batch.logp, batch.mask, batch.turn_ids
     is_tok = mask.bool()
     dtype = torch.promote_types(logp.dtype, torch.float32)
-    r = (logp.detach().to(dtype) - old_logp.detach().to(dtype))[is_tok]  # (N,) log-ratios
+    r = (logp.detach().to(dtype) - batch.old_logp.detach().to(dtype))[is_tok]  # (N,) log-ratios
     a = token_advantages(
-        torch.as_tensor(advantages, device=logp.device),
+        torch.as_tensor(batch.advantages, device=logp.device),
         mask,
         logp.dtype,
-        token_entropy,
+        batch.token_entropy,
         o.entropy_aware_adv,
     )  # (N,)
     lower, upper = 1 - o.eps_low, 1 + o.eps_high
@@ -292,7 +293,7 @@ def loss_diagnostics(
         "mean_turns_per_row",
     ]
     if o.beta:
-        values.append(low_var_kl(ref_logp[is_tok], logp.detach()[is_tok]).sum() / count)
+        values.append(low_var_kl(batch.ref_logp[is_tok], logp.detach()[is_tok]).sum() / count)
         names.append("ref_kl")
     stats = dict(
         zip(names, torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in values]).tolist())
@@ -341,18 +342,12 @@ def low_var_kl(ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(-KL_CLAMP, KL_CLAMP)
 
 
-def check_loss_inputs(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    options: LossOptions,
-    turn_ids: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    token_entropy: torch.Tensor | None,
-) -> None:
-    """Raise a ValueError naming the input that is wrong (shapes, a mask of 0/1, the inputs an
-    option needs; the options' own choices are checked when they are made)."""
+def check_loss_inputs(batch: LossBatch, options: LossOptions, advantages: torch.Tensor) -> None:
+    """Raise a ValueError naming the input of ``batch`` that is wrong (shapes, a mask of 0/1,
+    the inputs an option needs; the options' own choices are checked when they are made);
+    ``advantages`` are the batch's as a tensor."""
+    logp, old_logp, mask, ref_logp = batch.logp, batch.old_logp, batch.mask, batch.ref_logp
+    turn_ids, token_entropy = batch.turn_ids, batch.token_entropy
     if logp.ndim != 2:
         raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
     named = {

@@ -57,8 +57,7 @@ a turn's entropy is the mean NLL of its sampled tokens, their rollout's ``node.e
 ==================  ===========================================================================
 ``at2po_exact``     AT2PO with the exact entropy and α = 0.001 (:data:`EXACT_EXPANSION`, the
                     ``rollout`` settings it fixes over the profile's; its 21 study runs were
-                    trained as ``at2po`` when the ``tiny`` profile held these values, before
-                    issue #49)
+                    trained as ``at2po`` when the ``tiny`` profile held these values)
 ``grpo_tree_budget``  GRPO with as many chains per prompt as AT2PO's tree has leaves (M + L·K):
                     does the tree beat simply sampling as many chains?
 ==================  ===========================================================================
@@ -105,7 +104,7 @@ _GRPO_CREDIT = {"credit_advantage": "vanilla"}
 
 EXACT_EXPANSION: Mapping[str, Any] = {"entropy_estimate": "exact", "tree_alpha": 0.001}
 """What the ``at2po_exact`` variant changes: the exact entropy and α = 0.001 (the ``tiny``
-profile's settings before issue #49, chosen from measurements of an earlier, near-deterministic
+profile's earlier settings, chosen from measurements of an earlier, near-deterministic
 regime). AT2PO itself takes the profile's, the authors' (sampled-token NLL, α = 0.05)."""
 TREE_LEAVES = "M+L*K"
 """A ``rollout.chains`` value of a preset: as many chains as the profile's tree has leaves."""

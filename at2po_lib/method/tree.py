@@ -4,7 +4,7 @@ One rollout tree is a :class:`TreeArrays`: arrays over its nodes (node 0 is the 
 rollout stage makes them (:func:`at2po_lib.rollout.export.tree_arrays`, the one place where
 its growing ``RolloutTree`` becomes arrays), the trainer's :class:`~at2po_lib.trainer.batch.
 RolloutBatch` holds them, :mod:`at2po_lib.method.credit` computes on them,
-:mod:`at2po_lib.reporting.tree_drawings` draws them, and :mod:`at2po_lib.protocol.tree_files` stores
+:mod:`at2po_lib.reporting.tree_drawings` draws them, and :mod:`at2po_lib.record.tree_files` stores
 them. The credit math reads::
 
     parent[n]       int, parent id, parent[0] = -1; parent[n] < n is NOT assumed

@@ -1,6 +1,6 @@
 """Checks of a checkpoint folder's files that the model and tokenizer loaders share: JSON
 files parse, and the folder holds exactly the files its record lists, each with its sha256
-(:mod:`.warmstart`)."""
+(:mod:`at2po_lib.warmstart.sft`)."""
 
 from __future__ import annotations
 

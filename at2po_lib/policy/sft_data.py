@@ -26,7 +26,7 @@ only answer by copying from its search results.
 The evaluation world's passages join the tokenizer and pretraining text with
 ``sft.pretrain_eval_corpus`` (the tiny profile's choice): the toy counterpart of an LLM that has
 read Wikipedia. Then its names are whole tokens whose embeddings pretraining has trained; a
-big enough vocabulary matters (``policy.vocab_size``), see :mod:`.warmstart`.
+big enough vocabulary matters (``policy.vocab_size``), see :mod:`at2po_lib.warmstart.sft`.
 ``sft.main_world_demos: true`` adds the evaluation world's ``train`` split to the
 demonstrations (its corpus then joins the tokenizer text too). The evaluation world's ``dev``
 split is the validation set either way; its ``test`` split is never read here, and no

@@ -1,9 +1,9 @@
 r"""Reporting: the paper's tables and figures regenerated from stored run records.
 
-One module per table or figure; notebooks (04, 05) and ``at2po report`` only call them.
+One module per table or figure; notebooks (04, 05) and ``at2po report`` only call them. The
+run folders are read by :mod:`at2po_lib.record.reading`; what trains or grows trees for a
+notebook is :mod:`at2po_lib.lab`.
 
-- :mod:`.records`: read run folders (``results/runs/<profile>/<method>/seed<S>/``): training
-  curves, validation EM, final evaluations and per-question outcomes.
 - :mod:`.curves`: training curves over steps (reward, entropy, clip fractions, ...).
 - :mod:`.table1`, :mod:`.table2`, :mod:`.table3`: the paper's Tables 1–3 (toy or paper scale)
   with 95% intervals (:mod:`at2po_lib.evaluation.stats`) beside the published numbers.

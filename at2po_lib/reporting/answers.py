@@ -4,8 +4,8 @@ closed ``<details>`` block that the reader clicks open.
 The answer cells (source opening with ``# the answer``) are also stored with JupyterLab's
 ``source_hidden`` and ``outputs_hidden`` (scripts/strip_notebook_outputs.py), but JupyterLab 4
 unfolds a cell's outputs whenever the cell runs (``CodeCell.execute`` sets ``outputHidden`` to
-false): after *Run All* the printed answer showed under the closed input fold (issue #49,
-notebook 02's ``[2 8 7 6]``, seen in scripts/check_inspector_browser.py). Folded in the output
+false): after *Run All* the printed answer showed under the closed input fold
+(notebook 02's ``[2 8 7 6]``, seen in scripts/check_inspector_browser.py). Folded in the output
 itself, the answer stays closed in every frontend and after every run::
 
     with answer_fold():

@@ -1,6 +1,6 @@
-r"""The study's blocks read for the report, and methods paired within them (issue #48).
+r"""The study's blocks read for the report, and methods paired within them.
 
-``at2po study --block-set`` (:mod:`at2po_lib.trainer.blocks`) trains one seed of every method of
+``at2po study --block-set`` (:mod:`at2po_lib.study.blocks`) trains one seed of every method of
 a set per block, on one machine, at one revision. Here the finished blocks' runs are read with
 their block's record (:func:`load_block_outcomes`), and a difference A − B is paired within
 blocks: the interval over block differences crossed with the question term
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation import stats
-from ..trainer.block_records import (
+from ..study.block_records import (
     ABLATION_SET,
     BLOCK_RECORD,
     HEADLINE_SET,
@@ -43,7 +43,7 @@ from ..trainer.block_records import (
 from ..util.errors import RecordError
 from ..util.provenance import TIME_FORMAT, machine_build
 from .labels import cell, groups_of, method_label
-from .records import read_outcomes, run_fingerprints
+from ..record.reading import read_outcomes, run_fingerprints
 
 BLOCK_COLUMNS = ("block_set", "block", "commit", "clean", "build", "torch_threads", "overrides")
 """What each block row carries from its ``BLOCK.json``."""
@@ -99,7 +99,7 @@ def _checked_set(set_folder: Path) -> dict[int, dict]:
     file and the block) unless every entry named ``block…`` is a real ``block<BB>`` folder and
     every finished record agrees with its folder and its set: block number, set, seed, run
     names that are the set's methods, every method's run folder
-    (:func:`at2po_lib.trainer.block_records.block_problems`). A block never drops out, nor
+    (:func:`at2po_lib.study.block_records.block_problems`). A block never drops out, nor
     counts twice, without a word."""
     found = {}
     for folder in sorted(set_folder.iterdir()):
@@ -129,7 +129,7 @@ def load_block_outcomes(profile: str) -> pd.DataFrame:
     Refused, naming the file and the block: a run whose own records (``DONE.json``,
     ``meta.json``) name another config hash, seed, method, block or revision than its block
     records, and two runs with the same outcomes or training metrics (a copied run,
-    :func:`at2po_lib.reporting.records.run_fingerprints`)."""
+    :func:`at2po_lib.record.reading.run_fingerprints`)."""
     frames = []
     seen: dict[tuple[str, str], Path] = {}
     for set_folder, block, record in _finished_records(profile):
@@ -476,7 +476,7 @@ class BlockedDifference:
         }
 
     def rests_on(self) -> str:
-        """``12 blocks at 1a2b3c4 (build fc-v669 ×12; 1 thread)``."""
+        """``12 blocks at <revision> (build fc-v669 ×12; 1 thread)``."""
         builds = ", ".join(f"{b} ×{n}" for b, n in sorted(self.builds.items()))
         threads = "/".join(str(t) for t in self.threads)
         return (
@@ -555,7 +555,7 @@ def run_provenance(paths: Iterable[Path]) -> pd.DataFrame:
 
 
 def side_of(provenance: pd.DataFrame, method: str) -> str:
-    """``f2386ba (fc-v1045)`` or ``0c35b88 (fc-v973 ×15, fc-v669 ×6)``: the revisions and
+    """``<revision> (fc-v1045)`` or ``<revision> (fc-v973 ×15, fc-v669 ×6)``: the revisions and
     machine builds of a method's runs."""
     runs = provenance[provenance["method"] == method]
     if runs.empty:

@@ -1,4 +1,4 @@
-r"""The headline blocks in one picture (issue #48): the differences the paired interval reads.
+r"""The headline blocks in one picture: the differences the paired interval reads.
 
 - **Left, block by block.** In each headline block, AT2PO minus GRPO and AT2PO minus GRPO at
   AT2PO's budget on the multi-hop average (greedy EM × 100): one point per block and method.
@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..trainer.block_records import HEADLINE_SET
+from ..study.block_records import HEADLINE_SET
 from .block_pairs import block_scores, blocked_difference, set_rows
 from .claims import published_avg
 from .labels import method_label

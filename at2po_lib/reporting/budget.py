@@ -12,7 +12,7 @@ prompts (the profile's ``train.prompts_per_step``), for each run:
 - **generated tokens**: what the policy sampled. A chain generates each token once, so a chain
   method generates exactly what it trains. A tree generates a shared turn once: the sum of the
   policy tokens of its distinct nodes (``num_tokens`` where ``duplicate_of < 0``), read from the
-  trees a run saved (its first and last rollout step, revision f2386ba on); runs without saved
+  trees a run saved (its first and last rollout step); runs without saved
   trees leave it empty.
 
 Each number is the mean over the run's steps (generated tokens of a tree: over its saved steps),
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..method.presets import METHODS
-from ..protocol.tree_files import load_trees
+from ..record.tree_files import load_trees
 from .labels import method_label
 
 TRAJECTORIES = "rollout/leaves_per_prompt"

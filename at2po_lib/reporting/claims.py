@@ -14,7 +14,7 @@ it rests on, and a reading of the interval against the paper's direction:
 - ``agrees``: the interval lies on the paper's side of 0;
 - ``opposite``: it lies on the other side;
 - ``cannot tell``: it contains 0, or it excludes 0 but the permutation test over seed (or block)
-  labels does not agree at 0.05 (issue #48: the interval and the test must both say so);
+  labels does not agree at 0.05 (the interval and the test must both say so);
 - ``above 0`` / ``below 0``: a comparison the paper does not make (``published`` is
   "not in the paper", the variant rows) whose interval excludes 0 and whose test agrees:
   there is no paper's side to agree with;
@@ -34,13 +34,13 @@ scores allow, else 20,000 fixed-seed random splits; a fixed side or paired runs 
 Table 3's cells are one family: its two claims read the Holm-corrected p over every Table 3
 cell compared with AT2PO's (:func:`at2po_lib.reporting.table3.cell_tests`).
 
-**Blocks** (issue #48): where the study's blocks hold a pair (``at2po study --block-set``,
+**Blocks**: where the study's blocks hold a pair (``at2po study --block-set``,
 :mod:`.block_pairs`), the claim is the difference paired within blocks, and the committed
 runs' version of it stays beside it as ``<key>_earlier``, named by its revisions (the earlier
 record). Every row says what it rests on (``rests_on``: revisions and machine builds, or
 blocks).
 
-Every rival is fixed before the data (issue #35): "the strongest baseline" is AEPO, the
+Every rival is fixed before the data: "the strongest baseline" is AEPO, the
 paper's strongest; Table 3's claims compare AT2PO's cell with the child mean (node value) and
 with its own difference to the parent. (Picking the best rival on the scored questions made
 "opposite" readings 12-28% of the time when nothing differs.) Table 2's step 4 and Table 3's
@@ -62,10 +62,10 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation import stats
-from ..analysis.dissection import REFERENCE_CLIP
+from ..method.loss import REFERENCE_CLIP
 from ..method.presets import TABLE1_METHODS, TABLE2_METHODS, credit_method
 from ..evaluation.paper_reference import published_table1, published_table2
-from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from ..study.block_records import ABLATION_SET, HEADLINE_SET
 from .block_pairs import BlockedDifference, blocked_difference, crosses_revisions, rests_on
 from .figure4 import PAPER_MULTIHOP_MEAN_TURNS, PAPER_SINGLEHOP_ONE_TURN_SHARE, turn_summary
 from .output import markdown_table
@@ -648,7 +648,7 @@ FAMILIES = {
     "the strongest-baseline family": ("at2po_over_strongest", "at2po_over_strongest_sampled_em"),
     "Table 2's steps": ("ablation_step2", "ablation_step3", "ablation_step4"),
 }
-"""The families declared before reading (issue #63), each read at its corrected level: the
+"""The families declared before reading, each read at its corrected level: the
 headline pair on the greedy metric, on the sampled metric (secondary) and against GRPO at
 AT2PO's budget; AT2PO against AEPO on both metrics; Table 2's three steps. Table 3's cells are
 a family of their own (:data:`TABLE3_FAMILY`). Where a family's claims pair the same blocks, the
@@ -801,7 +801,7 @@ def _clip_claims(
     clips: "pd.DataFrame | None", block_clips: "pd.DataFrame | None" = None
 ) -> list[Claim]:
     """The turn-level minus the token-level clipped share of model tokens on the same updates,
-    one row per clip range (issue #48: the reading depends on it): AT2PO's own (3e-3 / 4e-3)
+    one row per clip range (the reading depends on it): AT2PO's own (3e-3 / 4e-3)
     and GRPO's 0.2, each with Student's t over runs and a sign-flip test; the paper says a
     turn-level ratio clips far fewer tokens (< 0). At 0.2 the row reads AT2PO's own updates
     where its runs logged that range (``*_at_reference``), else the updates of the runs
@@ -831,7 +831,7 @@ def _clip_claim_at(
     at2po: "pd.DataFrame | None",
     block_clips: "pd.DataFrame | None" = None,
 ) -> Claim:
-    """The same at ε = 0.2 (:data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`): AT2PO's own
+    """The same at ε = 0.2 (:data:`~at2po_lib.method.loss.REFERENCE_CLIP`): AT2PO's own
     updates where its runs logged that range beside their own (the study's block runs,
     ``block_clips``, or the committed ones), else the updates of the runs trained at 0.2."""
     claim = (

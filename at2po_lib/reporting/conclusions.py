@@ -99,7 +99,7 @@ def _side_of_zero(low: float, high: float) -> str:
 
 
 def _reading(low: float, high: float, p: float, family: str = "") -> str:
-    """A difference read by the study's rule (issue #48): "better" or "worse" only where its 95%
+    """A difference read by the study's rule: "better" or "worse" only where its 95%
     interval excludes 0 and the permutation test over seed (or block) labels agrees at 0.05
     (``p``: Holm's corrected p where the difference is one of a family, named by ``family``)."""
     if low <= 0 <= high:

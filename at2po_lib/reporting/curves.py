@@ -1,6 +1,6 @@
 r"""Training curves over rollout steps (notebook 04; Figure 3 builds on them).
 
-Plotting functions take the frames of :mod:`.records`, return ``(fig, axes)`` and write no
+Plotting functions take the frames of :mod:`at2po_lib.record.reading`, return ``(fig, axes)`` and write no
 files, so a notebook decides where (and whether) a figure is saved.
 
 - :func:`plot_training_curves`: reward, policy entropy, clip fractions... over steps.

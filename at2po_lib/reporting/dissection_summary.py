@@ -48,7 +48,7 @@ from ..analysis.expansion_oracle import (
     versus_uniform,
 )
 from ..evaluation.stats import PLANNING_HALF_WIDTH, fewest_pairs_for_direction
-from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from ..study.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .claims import ALPHA
@@ -403,7 +403,7 @@ def _result_sentence(claims: pd.DataFrame | None) -> str | None:
 def _against(head: pd.Series, verdict: str) -> str:
     """What a reading against the paper's number adds to "outside the interval": the verdict
     only where the sign-flip test of the block differences against that number agrees at
-    0.05, as every reading against 0 needs (issue #48)."""
+    0.05, as every reading against 0 needs."""
     p = float(head.get("p_vs_published", np.nan))
     if not np.isfinite(p):
         return " (no permutation test against it: the interval alone)"

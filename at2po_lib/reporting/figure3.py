@@ -6,7 +6,7 @@ early while AT2PO's stays stable" and "AT2PO's validation EM rises highest". The
 the t-interval of the mean over seeds (none under three seeds), clipped to what the metric can
 be (EM in [0, 1], entropy >= 0), so a reader can see whether the toy's curves separate at all;
 GRPO and AT2PO, the pair the claim is about, are drawn bold and alone with a band (eight bands
-overlapped into one grey field, issue #49); every other method is a thin line.
+overlapped into one grey field); every other method is a thin line.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Sequence
 from ..config.profile import load_profile
 from ..protocol.qa_data import GROUPS, dataset_group, paper_dataset
 from ..method.presets import METHODS, TABLE3_METHODS, credit_method, matching_at2po
-from ..trainer.block_records import ABLATION_SET, blocks_root, finished_blocks
-from .records import discover_runs, recorded_rollout
+from ..study.block_records import ABLATION_SET, blocks_root, finished_blocks
+from ..record.reading import discover_runs, recorded_rollout
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,5 +1,5 @@
 """The credit of every node of a tree under every rule, side by side (the inspector's tables,
-:mod:`at2po_lib.reporting.inspector`): AT2PO's 4 value modes × 4 advantage modes, GRPO,
+:mod:`at2po_lib.lab.inspector`): AT2PO's 4 value modes × 4 advantage modes, GRPO,
 Tree-GRPO and a GiGPO-style step grouping (:func:`credit_table`), one node's grid
 (:func:`node_credit_grid`) and the node the rules disagree on most (:func:`most_disputed_node`).
 

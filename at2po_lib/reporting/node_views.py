@@ -1,5 +1,5 @@
 """One node and one tree in words, tables and figures (the inspector's views,
-:mod:`at2po_lib.reporting.inspector`): a node's description (:func:`describe_node`), its
+:mod:`at2po_lib.lab.inspector`): a node's description (:func:`describe_node`), its
 advantage under every credit rule as bars (:func:`plot_node_credit`), the questions shown
 (:func:`questions_table`), the tree figure (:func:`tree_view`) round by round
 (:func:`draw_growth`) and one PNG per view (:func:`render_png`).

@@ -39,7 +39,7 @@ import pandas as pd
 from ..analysis.dissection import clip_levels
 from ..config.profile import load_profile
 from ..method.presets import TABLE1_REPORTED, TABLE2_METHODS
-from ..trainer.block_records import ABLATION_SET, HEADLINE_SET
+from ..study.block_records import ABLATION_SET, HEADLINE_SET
 from ..util.locks import folder_lock
 from ..util.paths import figures_dir, recorded_path, results_dir
 from ..util.provenance import write_meta
@@ -65,7 +65,7 @@ from .dissection_summary import dissection_summary, why_sentences
 from .labels import TABLE3_CELLS, method_label
 from .output import read_markdown_table, source_meta, tables_dir, write_figure, write_table
 from .readme import update_readme
-from .records import (
+from ..record.reading import (
     check_seeds,
     discover_runs,
     load_final_evals,
@@ -101,8 +101,8 @@ def write_report(
 ) -> Report:
     """Write every table and figure that the records of ``profile`` allow (see module doc).
 
-    All or none: every record is read and checked first (:mod:`.records`, :func:`.records.
-    check_seeds`), so a damaged or duplicated record is refused, naming its file, before
+    All or none: every record is read and checked first (:mod:`at2po_lib.record.reading`,
+    :func:`~at2po_lib.record.reading.check_seeds`), so a damaged or duplicated record is refused, naming its file, before
     anything is written; a failure while writing puts back every file already rewritten
     (:func:`at2po_lib.util.writing.all_or_none`). The study's blocks
     (``results/blocks/<profile>/``) are read beside the committed runs; ``allow_revisions``

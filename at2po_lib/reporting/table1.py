@@ -270,7 +270,7 @@ def group_test(
 ) -> float:
     """The two-sided permutation p of ``method`` − ``baseline`` over seed labels on a group's
     sample-weighted average (:func:`~at2po_lib.evaluation.stats.difference_test`), what a
-    reading of the difference needs besides its interval (issue #48). ReAct is one fixed
+    reading of the difference needs besides its interval. ReAct is one fixed
     model (the warm start, greedy), so a difference to it sign-flips the other side's runs."""
     if "react" in (method, baseline):
         trained = baseline if method == "react" else method

@@ -9,7 +9,7 @@ permutation test over seed labels a reading of it needs (:func:`~at2po_lib.evalu
 average and published change sit beside it (Qwen3-4B; the paper gives no per-dataset cells).
 
 :func:`table2_in_blocks` is the same table on the authors' configuration, read from the study's
-ablation blocks (``at2po study --block-set ablation``, issue #48): every step and AT2PO itself
+ablation blocks (``at2po study --block-set ablation``): every step and AT2PO itself
 trained once per block, each step's change paired within the blocks (the interval over block
 differences crossed with the question term, and the sign-flip test over blocks:
 :func:`at2po_lib.reporting.block_pairs.blocked_difference`). :func:`table2` stays the earlier
@@ -25,7 +25,7 @@ import pandas as pd
 from ..evaluation import stats
 from ..method.presets import TABLE2_METHODS
 from ..evaluation.paper_reference import published_table2
-from ..trainer.block_records import ABLATION_SET
+from ..study.block_records import ABLATION_SET
 from .block_pairs import blocked_difference, set_rows
 from .labels import cell, groups_of, profile_at2po, rows_with_outcomes, signed_cell
 

@@ -26,7 +26,7 @@ import pandas as pd
 from ..evaluation import stats
 from ..method.credit import ADVANTAGE_MODES, VALUE_MODES
 from ..method.presets import TABLE3_METHODS, credit_method
-from ..trainer.block_records import ABLATION_SET
+from ..study.block_records import ABLATION_SET
 from ..util.paths import results_dir
 from ..util.provenance import read_meta
 from .block_pairs import blocked_difference, set_rows
@@ -67,7 +67,7 @@ def cell_tests(
 ) -> dict[str, CellTest]:
     """Every Table 3 cell with outcomes against ``default`` (AT2PO's cell) on ``members``: the
     permutation test over seed labels (``blocked``: the sign-flip test within the ablation
-    blocks), and Holm's correction over the cells tested, one family (issue #48: the cells are
+    blocks), and Holm's correction over the cells tested, one family (the cells are
     read together, so a reading of one needs its corrected p)."""
     tests = {}
     for method in TABLE3_METHODS:
@@ -126,7 +126,7 @@ def table3_in_blocks(
     allow_revisions: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(tidy, display)`` of Table 3 on the authors' configuration, from the ablation blocks
-    (``at2po study --block-set ablation``, issue #48): every cell's multi-hop average over the
+    (``at2po study --block-set ablation``): every cell's multi-hop average over the
     blocks that trained it and its difference to the blocks' own AT2PO (the default cell),
     paired within blocks, with the sign-flip p and Holm's correction over the cells tested
     (:func:`cell_tests` with ``blocked``). A difference needs 2 blocks holding both runs; a

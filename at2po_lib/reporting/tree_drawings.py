@@ -808,7 +808,7 @@ def show_figure(fig: Any, column_px: float = NOTEBOOK_COLUMN_PX, alt: str = "") 
     """Show ``fig`` in a notebook, legibly, and close it; returns its smallest text in CSS
     pixels as displayed. A figure as wide as the column or narrower is shown as the inline
     backend shows it. JupyterLab scales a wider image down to the column, and a large tree's
-    labels with it (issue #63: a tree of M = 1, L = 4, K = 8 drawn at 993 px from 2,914): such a
+    labels with it (a tree of M = 1, L = 4, K = 8 drawn at 993 px from 2,914): such a
     figure is shown at its natural size in a box that scrolls sideways (:data:`SCROLL_BOX`),
     so its text keeps its size. Without IPython nothing is shown."""
     png = figure_png(fig)

@@ -46,7 +46,7 @@ from .ownership import (
 )
 
 # Imported inside the functions that use them: bm25s; retrieval.indexes imports this module, and
-# bm25s loads only when a BM25 index is built or searched (tests/test_retrieval_build.py).
+# bm25s loads only when a BM25 index is built or searched (tests/retrieval/test_retrieval_build.py).
 
 STOPWORDS = "en"
 

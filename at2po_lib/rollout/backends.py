@@ -33,7 +33,7 @@ matmuls, no key/value head repetition), which is several times faster than PyTor
 flash kernel for one-token queries; on GPU it uses ``sdpa``. Both get the same additive mask,
 so outputs agree to float precision (tested against a full recompute).
 
-Near the floor (issue #62; ``benchmarks/bench_rollout_floor.py`` prints each rollout against
+Near the floor (``benchmarks/bench_rollout_floor.py`` prints each rollout against
 the FLOPs of its real tokens, :mod:`.flops`). Three backend options, all on by default, all
 off giving the path before it:
 
@@ -50,7 +50,7 @@ off giving the path before it:
 None of them changes which random number goes to which row and token: rows keep their order
 in every decode batch, only the prefill is regrouped. Chunks and the fused kernel round the
 last bits otherwise (log-probabilities within ~1e-5); greedy and seeded sampled rollouts are
-tested token for token against the old path (``tests/test_rollout_packing.py``).
+tested token for token against the old path (``tests/rollout/test_rollout_packing.py``).
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ class HFBackend:
         self.packed_prefill = packed_prefill
         """Prefill each distinct context once and, on a CPU, in length-sorted chunks
         (:mod:`.packing`); False: one padded batch per ``max_batch_size`` rows in request order
-        (before issue #62)."""
+        (the earlier way)."""
         self.keeps_cache = keep_cache
         self.max_batch_size = max_batch_size
         self.compact_below = compact_below
@@ -655,7 +655,7 @@ class HFBackend:
 
 def _share(part: int, whole: int) -> float:
     """``part / whole`` as the float32 mean of a bool tensor gives it (what the compaction rule
-    compared before issue #47: the same rows are dropped at the same steps)."""
+    compared at first: the same rows are dropped at the same steps)."""
     return float(np.float32(part) / np.float32(whole))
 
 

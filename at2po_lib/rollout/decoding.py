@@ -8,8 +8,8 @@ step at Qwen3's 28 layers). ``auto`` decodes in bf16 on a GPU with bf16 support 
 are fp32: the rollout runs on a bf16 copy of the weights (made at the start of a decode call,
 freed at its end, the master weights untouched) with a bf16 KV cache. On a CPU, and for weights
 already in half precision, ``auto`` is the weights' own dtype: the toy's fp32 rollouts stay
-fp32 and reproduce. ``model`` always runs the weights as they are (the behaviour before
-issue #47). Sampling (log-softmax, entropies, the draw) stays in fp32 whatever the dtype: the
+fp32 and reproduce. ``model`` always runs the weights as they are (the earlier
+behaviour). Sampling (log-softmax, entropies, the draw) stays in fp32 whatever the dtype: the
 recorded log-probabilities are the importance ratio's denominator, and bf16's 8-bit mantissa
 would put ~0.02 nats of error on a log-probability of -5.
 
@@ -19,7 +19,7 @@ somewhere anyway; a copy costs ``2P`` bytes during the rollout only, where the u
 already holds ``4P`` of gradients and a ``2P`` autocast copy (``at2po plan``'s two phases).
 
 **Grouping.** ``turn``: one decode call per turn depth: every chain's next turn starts
-together, and the call lasts until its slowest row stops (the behaviour before issue #47).
+together, and the call lasts until its slowest row stops (the earlier behaviour).
 ``round``: one decode call per expansion round holds every node of the round (all prompts, all
 chains, all turns): a row whose turn stops gets its observation and goes on in the same call
 while the others keep decoding. Both sample every row each step from one generator, so the
@@ -35,15 +35,8 @@ a graph records, eagerly: the tests compare it with the eager step); ``off`` nev
 
 from __future__ import annotations
 
-DECODE_DTYPES = ("auto", "model", "bfloat16", "float16", "float32")
-"""``rollout.decode_dtype``: ``auto`` (module docstring), ``model`` (the weights' own dtype), or
-a dtype by name."""
-DECODE_GROUPINGS = ("auto", "turn", "round")
-"""``rollout.decode_grouping``: ``auto`` (``turn`` on a CPU, ``round`` on a GPU), ``turn``,
-``round`` (module docstring)."""
-DECODE_CAPTURES = ("auto", "on", "off")
-"""``rollout.decode_capture``: ``auto`` (a CUDA graph on a GPU, eager on a CPU), ``on``, ``off``
-(module docstring)."""
+from ..config.choices import DECODE_CAPTURES, DECODE_DTYPES, DECODE_GROUPINGS
+
 HALF_DTYPES = ("bfloat16", "float16")
 
 

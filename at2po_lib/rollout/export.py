@@ -26,8 +26,8 @@ the agent loop needs). Everything downstream uses two things made here:
                ``decision`` where the caller knows the question's plan (:func:`with_decisions`)
       info: question, golden_answers, entropy_estimate
 
-  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.protocol.tree_files.
-  save_trees` / :func:`~at2po_lib.protocol.tree_files.load_trees` store them (``.npz`` + JSON, no pickle).
+  ``is_leaf`` is :attr:`TreeArrays.is_leaf` (childless nodes). :func:`at2po_lib.record.tree_files.
+  save_trees` / :func:`~at2po_lib.record.tree_files.load_trees` store them (``.npz`` + JSON, no pickle).
 - :func:`training_rows`: one row per leaf (its root→leaf path), the token ids the trainer needs::
 
       prompt_ids, completion_ids, sampled_mask (1 = sampled token), turn_node (node id per
@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..method.tree import TreeArrays
 from ..policy.strategies import label_tree_turns
@@ -156,6 +157,24 @@ def training_rows(trees: Sequence[RolloutTree]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def recompute_gap(model, rows, temperature: float, device: str, limit: int = 4) -> float:
+    """Largest |recorded logp - full-forward logp| over the model tokens of the first ``limit``
+    training rows (:func:`training_rows`): the rollout's recorded log-probabilities checked against
+    one forward pass of ``model`` over each whole row, at the sampling temperature."""
+    gap = 0.0
+    for row in rows[:limit]:
+        ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]], device=device)
+        with torch.no_grad():
+            lp = torch.log_softmax(model(ids).logits[0].float() / temperature, dim=-1)
+        p = len(row["prompt_ids"])
+        for t, (tok, m, old) in enumerate(
+            zip(row["completion_ids"], row["sampled_mask"], row["old_logps"])
+        ):
+            if m:
+                gap = max(gap, abs(lp[p + t - 1, tok].item() - old))
+    return gap
 
 
 def tree_records(tree: RolloutTree, tree_id: int = 0) -> list[dict[str, Any]]:

@@ -110,7 +110,7 @@ def _padded_buffer(
     leaves empty before its right-aligned prefix are read by the attention (and masked), so they
     must be finite; the prefix columns are copied in and every later column is written by a
     forward before any forward reads it. Zeroing each row's whole turn budget (768 columns on
-    the tiny profile) was ~15% of a rollout's CPU time (issue #62)."""
+    the tiny profile) was ~15% of a rollout's CPU time."""
     buffer = torch.empty(shape, dtype=dtype, device=device)
     for row, length in enumerate(lengths):
         if length < width:

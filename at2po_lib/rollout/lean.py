@@ -3,7 +3,7 @@ r"""A lean forward for the rollout: a Qwen3 causal LM's own operators, called wi
 
 Why: the toy policy (4 layers, hidden 128) computes a decode step of ~30 rows in ~1 ms of matmuls,
 and ``model(...)`` adds Python around them: module ``__call__`` hooks, keyword plumbing, output
-capturing, mask and cache dispatch (issue #62: torch.profiler put the call's own self time at
+capturing, mask and cache dispatch (torch.profiler put the call's own self time at
 ~3.7 ms; timed without the profiler, this function saves 0.5-1 ms of a ~7 ms decode call). This function runs the same ATen operators in the same
 order on the same tensors (embedding, RMSNorm as Qwen3 writes it, q/k/v projections, per-head
 q/k norms, rotary embedding, the cache's ``update``, :func:`~.backends.grouped_attention`, the

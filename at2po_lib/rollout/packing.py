@@ -2,7 +2,7 @@ r"""Which rows of a prefill run together: length-sorted chunks instead of one pa
 
 A batched forward pads every row's new tokens to the longest row's and attends over the widest
 row's cached prefix. On the tiny profile's AT2PO step that was 14.0k positions for 10.6k real
-tokens (and 19.3k for 14.7k in issue #62's count), with attention over every row's padded
+tokens (and 19.3k for 14.7k in another count), with attention over every row's padded
 prefix. Rows are sorted by (new tokens, cached tokens), longest first, and cut into contiguous
 chunks that minimise the modelled cost
 

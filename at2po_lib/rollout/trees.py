@@ -60,7 +60,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..method.expansion import EXPANSIONS, select_entropy, select_random, select_random_siblings
+from ..config.choices import EXPANSIONS
+from ..method.expansion import select_entropy, select_random, select_random_siblings
 from .aepo import check_aepo, grow_aepo
 from .agent import Forest, Sampler, score_trees, start_chain
 from .structures import ROOT, RolloutTree, Trajectory

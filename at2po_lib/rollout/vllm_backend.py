@@ -53,11 +53,11 @@ How it maps onto the rollout's needs:
   evaluated, with the profile's share of the GPU (``train.vllm_gpu_memory_utilization``). A
   backend is a cheap view of that engine (its sampling settings and seeds), so evaluation makes
   one per batch without a second engine start; a model object (whose ``name_or_path`` may still
-  be the hub name of the untrained weights) is refused (issue #36).
+  be the hub name of the untrained weights) is refused.
 
 - **The colocated engine, driven as TRL drives it.** The trainer does not call the engine TRL
   built directly: :func:`colocated_engine` wraps TRL's ``VLLMGeneration`` with what its own
-  ``generate`` does around ``llm.generate`` (issue #36), over a whole rollout instead of one
+  ``generate`` does around ``llm.generate``, over a whole rollout instead of one
   call, because the agent generates turn by turn. *Sleep mode*
   (``vllm_enable_sleep_mode``): weights re-pushed from the training model if they were
   discarded (TRL's ``sync_weights``), the KV cache woken before the first turn, the engine
@@ -88,7 +88,7 @@ from ..policy.tokenizer import load_tokenizer
 from ..util.staging import staging_path, swap_in
 from .kvcache import KVPrefix
 from .sampling import SamplingSpec
-from .decoding import DECODE_GROUPINGS
+from ..config.choices import DECODE_GROUPINGS
 from .vllm_cpu import install_shims as install_vllm_shims
 from .turns import BackendStats, TurnRequest, TurnResult, eos_token_ids, split_stop_sequences
 from .vllm_queue import QueueSession, step_engine, turn_seed

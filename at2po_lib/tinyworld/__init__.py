@@ -7,7 +7,8 @@ the exact file formats of the real data, so every stage serves it unchanged:
 
 - ``corpus.jsonl``: wiki-18 rows ``{"id": "0", "contents": "\\"Title\\"\\ntext"}``;
 - ``datasets/<name>/<split>.jsonl``: FlashRAG rows ``{"id", "question", "golden_answers",
-  "metadata"}`` for seven datasets mirroring the paper's benchmarks (:data:`DATASETS`).
+  "metadata"}`` for seven datasets mirroring the paper's benchmarks
+  (:data:`at2po_lib.config.choices.DATASETS`).
 
 What it holds (``WorldConfig`` sets the sizes): countries, cities, universities, people,
 companies and films with invented, pronounceable, multi-word names and twenty functional
@@ -31,7 +32,7 @@ API::
     bm25_recall(files, k=3)                                # can BM25 find the supporting passages?
     load_world(files), read_rows(files, name, split), read_corpus(files)
     generate(cfg.world)                                    # everything in memory, no files
-    DATASETS                                               # name -> "multihop" | "singlehop"
+    DATASETS           # name -> "multihop" | "singlehop" (at2po_lib.config.choices)
 
 Each name is imported from the module that defines it (``from at2po_lib.tinyworld.build import
 build_world``). The command line is ``at2po world`` (:mod:`at2po_lib.cli.world`). With

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .build import WorldFiles, read_corpus, read_rows
-from .datasets import DATASETS
+from ..config.choices import DATASETS
 
 # Imported inside the functions that use them: bm25s; bm25s only for this check.
 

@@ -34,7 +34,8 @@ import pandas as pd
 
 from ..config.profile import load_profile
 from ..util.paths import artifacts_dir
-from .datasets import DATASETS, MIRRORS, make_split, split_sizes
+from ..config.choices import DATASETS
+from .datasets import MIRRORS, make_split, split_sizes
 from .entities import ENTITY_TYPES, POOLS, RELATIONS, build_entities
 from .passages import write_passages
 

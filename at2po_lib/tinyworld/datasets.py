@@ -28,17 +28,6 @@ from dataclasses import dataclass
 
 from . import questions as Q
 
-DATASETS: dict[str, str] = {
-    "tiny_hotpotqa": "multihop",
-    "tiny_2wiki": "multihop",
-    "tiny_musique": "multihop",
-    "tiny_bamboogle": "multihop",
-    "tiny_nq": "singlehop",
-    "tiny_triviaqa": "singlehop",
-    "tiny_popqa": "singlehop",
-}
-"""Dataset name → group, in the column order of the paper's Table 1."""
-
 MIRRORS: dict[str, str] = {
     "tiny_hotpotqa": "hotpotqa",
     "tiny_2wiki": "2wikimultihopqa",

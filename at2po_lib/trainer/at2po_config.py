@@ -160,7 +160,7 @@ class AT2POConfig(GRPOConfig):
             "rollout has rollout.num_threads); 0 = torch's default (one per core). "
             "Measured on the tiny step (benchmarks/bench_train_step.py --threads-study): one "
             "thread 4.3x faster at load ~5 on 2 cores; on a quiet machine one thread was "
-            "1.35-1.43x slower (issue #16)."
+            "1.35-1.43x slower."
         },
     )
     loss_old_logps: str = field(

@@ -33,8 +33,8 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from ..protocol.tree_files import save_trees
-from . import run_folder
+from ..record.tree_files import save_trees
+from ..record import run_folder
 
 # Imported inside the functions that use them: IPython; a notebook-only package, there only inside
 # Jupyter.
@@ -148,7 +148,7 @@ class GreedyValidation(TrainerCallback):
 
 class TreeRecord(TrainerCallback):
     """Save the trees of the rollout steps in ``steps`` (default: the first and the last) to
-    ``<folder>/step<S:04d>.npz`` (:func:`at2po_lib.protocol.tree_files.save_trees`; one file per
+    ``<folder>/step<S:04d>.npz`` (:func:`at2po_lib.record.tree_files.save_trees`; one file per
     process, ``.rank<R>`` added under several). Output only: nothing the run computes reads it,
     so the run's configuration and results do not depend on it."""
 

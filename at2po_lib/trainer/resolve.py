@@ -9,7 +9,7 @@ mini-batch 8 → 8 updates per step). TRL counts optimizer updates, so ``max_ste
 :func:`resolve_run` builds a run's :class:`RunSpec` once: the rollout configuration the
 sampler runs (the profile's ``rollout`` section with the preset's ``expansion`` and the
 settings it fixes) and the :class:`AT2POConfig` fields; what a run records of them, and how a
-recorded run is recognised, is :mod:`.identity`. The rollout's knobs (M, L, K, alpha, chains,
+recorded run is recognised, is :mod:`at2po_lib.record.identity`. The rollout's knobs (M, L, K, alpha, chains,
 AEPO's) live only in the rollout configuration; the trainer's only copy of them is TRL's
 ``num_generations``, set here once. Order of precedence for :class:`AT2POConfig` fields: the
 profile (``train`` section, and the rollout's ``temperature``/``top_p`` that TRL needs to recompute log-probs),
@@ -40,7 +40,7 @@ from ..method.outcome import OUTCOME_ADVANTAGES
 from ..method.presets import Method, get_method
 from ..util.errors import ProfileError
 from .at2po_config import AT2POConfig
-from .identity import (
+from ..record.identity import (
     PROFILE_LABELS,
     method_rollout,
     profile_set_values,
@@ -433,13 +433,3 @@ def build_training_args(
 ):
     """The :class:`AT2POConfig` of a run (``resolve_run(...).training_args(output_dir)``)."""
     return resolve_run(profile_cfg, method, seed, overrides).training_args(output_dir)
-
-
-def resolved_config(
-    profile_cfg: ProfileConfig,
-    method: str,
-    seed: int,
-    trainer_overrides: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Everything that determines a run's result (``resolve_run(...).record()``)."""
-    return resolve_run(profile_cfg, method, seed, trainer_overrides).record()

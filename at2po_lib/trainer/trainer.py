@@ -27,7 +27,7 @@ loss (§7)              override of ``_compute_loss``: per-token log-probs and e
                        (:data:`LOSS_THREADS`).
 =====================  =========================================================================
 
-Where the log-probabilities come from (issue #16; ``bench_train_step.py`` measures both paths):
+Where the log-probabilities come from (``bench_train_step.py`` measures both paths):
 
 - **Scored positions** (``args.loss_logp_positions``). ``"policy"``: only the tokens the policy
   sampled (``completion_mask * tool_mask``) go through the LM head (logits / T, as TRL's fused
@@ -66,7 +66,7 @@ Reproducibility: every rollout step seeds its sampler from ``(args.seed, step, p
 run resumed from a checkpoint samples exactly what the uninterrupted run sampled.
 
 Private methods it overrides (``trl==1.16.0``, ``transformers`` 5.17-5.24), each with the call
-order it relies on tested in ``tests/test_trl_overrides.py``:
+order it relies on tested in ``tests/trainer/test_trl_overrides.py``:
 
 - ``GRPOTrainer._generate_and_score_completions``: calls ``rollout_func`` (:meth:`_rollout`)
   from inside, once per generation batch;
@@ -94,9 +94,16 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from ..analysis.dissection import REFERENCE_CLIP, sibling_spread
+from ..method.credit import sibling_spread
 from ..method.tree import as_tree_arrays
-from ..method.loss import ATPO_LOSS, LossOptions, loss_diagnostics, policy_loss
+from ..method.loss import (
+    ATPO_LOSS,
+    REFERENCE_CLIP,
+    LossBatch,
+    LossOptions,
+    loss_diagnostics,
+    policy_loss,
+)
 from ..policy.shared_prefix import (
     PACKED_ATTENTION,
     label_log_probs,
@@ -130,7 +137,7 @@ _GLOBAL_RNG_ROUND = 1_000
 
 def credit_spread_metrics(trees) -> dict[str, float]:
     """How far entropy-softmax credit weights sit from the plain child mean in this batch, under
-    both entropy estimates (:func:`at2po_lib.analysis.dissection.sibling_spread`): the mean over
+    both entropy estimates (:func:`at2po_lib.method.credit.sibling_spread`): the mean over
     sibling sets of mean |w - 1/n| and of the siblings' entropy range; empty for chains (no
     sibling sets)."""
     out: dict[str, float] = {}
@@ -194,34 +201,21 @@ def one_thread_loss(loss_of, logp: torch.Tensor) -> torch.Tensor:
 
 
 def loss_and_diagnostics(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    options: LossOptions = ATPO_LOSS,
-    **inputs: torch.Tensor | None,
+    batch: LossBatch, options: LossOptions = ATPO_LOSS
 ) -> tuple[torch.Tensor, dict]:
     """What ``_compute_loss`` computes of a micro-batch: :func:`~at2po_lib.method.loss.
-    policy_loss` (differentiable in ``logp``) and, beside it, its
+    policy_loss` (differentiable in ``batch.logp``) and, beside it, its
     :func:`~at2po_lib.method.loss.loss_diagnostics`, both on :data:`LOSS_THREADS` CPU
-    threads; ``options`` and ``inputs`` (``turn_ids``, ``ref_logp``, ``token_entropy``) are
-    ``policy_loss``'s. Where the clip range is not
-    :data:`~at2po_lib.analysis.dissection.REFERENCE_CLIP`, the token- and turn-level clipped
+    threads; ``batch`` and ``options`` are ``policy_loss``'s. Where the clip range is not
+    :data:`~at2po_lib.method.loss.REFERENCE_CLIP`, the token- and turn-level clipped
     shares at that range too (``clip_frac_token_eps0.2``, ``clip_frac_turn_eps0.2``)."""
-    loss = one_thread_loss(
-        lambda x: policy_loss(x, old_logp, advantages, mask, options, **inputs), logp
-    )
-    with torch_threads(LOSS_THREADS if logp.device.type == "cpu" else 0):
-        stats = loss_diagnostics(logp, old_logp, advantages, mask, options, **inputs)
+    loss = one_thread_loss(lambda x: policy_loss(replace(batch, logp=x), options), batch.logp)
+    with torch_threads(LOSS_THREADS if batch.logp.device.type == "cpu" else 0):
+        stats = loss_diagnostics(batch, options)
         if (options.eps_low, options.eps_high) != (REFERENCE_CLIP, REFERENCE_CLIP):
-            # The clipped shares had the range been GRPO's (issue #48), under their own names.
+            # The clipped shares had the range been GRPO's, under their own names.
             at_reference = loss_diagnostics(
-                logp,
-                old_logp,
-                advantages,
-                mask,
-                replace(options, eps_low=REFERENCE_CLIP, eps_high=REFERENCE_CLIP, beta=0.0),
-                **inputs,
+                batch, replace(options, eps_low=REFERENCE_CLIP, eps_high=REFERENCE_CLIP, beta=0.0)
             )
             stats.update(
                 {
@@ -387,8 +381,8 @@ class AT2POTrainer(GRPOTrainer):
 
         transformers' loop checks the step limit only after an update, so ``train()`` resumed
         from the checkpoint of the last step (a run killed after it) would run update
-        ``max_steps + 1`` and end with another model than the uninterrupted run's (issue #39).
-        ``at2po_lib.trainer.run`` loads such a checkpoint without ``train()`` where it can; this
+        ``max_steps + 1`` and end with another model than the uninterrupted run's.
+        ``at2po_lib.study.run`` loads such a checkpoint without ``train()`` where it can; this
         guard keeps the limit on the path that must go through ``train()`` (DeepSpeed, whose
         engine alone reads its checkpoint) and on any other caller of ``train()``."""
         if 0 < self.state.max_steps <= self.state.global_step:
@@ -790,16 +784,16 @@ class AT2POTrainer(GRPOTrainer):
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()  # (B, T)
         args = self.args
-        loss, stats = loss_and_diagnostics(
+        batch = LossBatch(
             per_token_logps,
             old_per_token_logps,
             inputs["advantages"],
             mask,
-            self.loss_options,
             turn_ids=inputs["turn_ids"],
             ref_logp=inputs.get("ref_per_token_logps"),
             token_entropy=entropies,
         )
+        loss, stats = loss_and_diagnostics(batch, self.loss_options)
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         if args.loss_aggregation == "token-mean":
@@ -835,7 +829,7 @@ class AT2POTrainer(GRPOTrainer):
         if "ref_kl" in stats:
             values["kl"] = stats["ref_kl"]
         # The same update's clipped share at both ratio levels, at this method's clip range and
-        # at GRPO's 0.2 (issue #48: the reading depends on the range; the paper says a turn-level
+        # at GRPO's 0.2 (the reading depends on the range; the paper says a turn-level
         # ratio clips far fewer tokens than a token-level one), from the diagnostics of the
         # loss's own inputs: logged when the old log-probs are real (without them every ratio
         # is 1).

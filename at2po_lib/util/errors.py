@@ -11,5 +11,5 @@ class ProfileError(ValueError):
 
 class RecordError(ValueError):
     """A run record that cannot be trusted; the message names the file (and line). Raised by
-    :mod:`at2po_lib.reporting.records`; defined here so that every command can report it
+    :mod:`at2po_lib.record.reading`; defined here so that every command can report it
     without importing the reporting stack (the retrieval server's environment has no pandas)."""

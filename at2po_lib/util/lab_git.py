@@ -1,4 +1,4 @@
-r"""Saving a notebook in JupyterLab leaves ``git status`` clean (issue #38 item 5).
+r"""Saving a notebook in JupyterLab leaves ``git status`` clean.
 
 The notebooks are stored without outputs: a git clean filter strips them
 (``scripts/strip_notebook_outputs.py``, installed by ``scripts/bootstrap.sh``), so what git

@@ -1,6 +1,6 @@
 """The end of a multi-process launch: every process leaves its process group before Python exits.
 
-Why (issue #65): a gloo collective returns to Python before ``ProcessGroupGloo``'s worker thread
+Why: a gloo collective returns to Python before ``ProcessGroupGloo``'s worker thread
 (``pt_gloo_runloop``) has dropped its references to the collective's tensors. When that worker
 runs late -- a process that exits right after its last collective, as rank 1 does at the end of
 a run while rank 0 still writes the run's files, on a loaded machine -- the tensor's Python

@@ -10,7 +10,7 @@ notebook.
 
 ``python -m at2po_lib.util.unix_kernel -f CONNECTION_FILE`` is ipykernel's launcher with that
 one change; :class:`UnixKernelManager` starts it in place of ``ipykernel_launcher`` for an
-``ipc`` kernel (``at2po run-notebooks``: :func:`at2po_lib.reporting.notebook_runner._local_kernel`).
+``ipc`` kernel (``at2po run-notebooks``: :func:`at2po_lib.lab.notebook_runner._local_kernel`).
 """
 
 from __future__ import annotations
