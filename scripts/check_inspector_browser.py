@@ -232,6 +232,18 @@ def answer_kernel_dialogs(page) -> None:
     page.add_locator_handler(page.locator(KERNEL_DIALOG), accept)
 
 
+def open_browser(playwright, chromium: str | None):
+    """Chromium (``chromium``: its executable, None: Playwright's own) and a page in it that
+    accepts any "Select Kernel" dialog (:func:`answer_kernel_dialogs`)."""
+    launch = {"args": ["--no-sandbox"]}
+    if chromium:
+        launch["executable_path"] = chromium
+    browser = playwright.chromium.launch(**launch)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    answer_kernel_dialogs(page)
+    return browser, page
+
+
 CURRENT_TAB = """name => { const t = document.querySelector('#jp-main-dock-panel li.lm-TabBar-tab.lm-mod-current');
                          return !!t && t.textContent.includes(name); }"""
 """True when the current main-area tab is notebook ``name``."""
@@ -1169,12 +1181,7 @@ def check_phases(args, names, folder: Path, shots: Path, sync_playwright) -> int
         base = f"http://127.0.0.1:{port}"
         try:
             with sync_playwright() as playwright:
-                launch = {"args": ["--no-sandbox"]}
-                if args.chromium:
-                    launch["executable_path"] = args.chromium
-                browser = playwright.chromium.launch(**launch)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                answer_kernel_dialogs(page)
+                browser, page = open_browser(playwright, args.chromium)
                 try:
                     if phase == "clean":
                         seen += open_notebooks(

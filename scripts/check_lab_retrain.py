@@ -48,9 +48,9 @@ from check_inspector_browser import (  # noqa: E402
     ROOT,
     SCRATCH,
     Failed,
-    answer_kernel_dialogs,
     free_port,
     log_problems,
+    open_browser,
     progress,
     run_all,
     start_lab,
@@ -117,12 +117,7 @@ def check(args, sync_playwright) -> list[str]:
     progress(f"JupyterLab answers on port {port} (log: {SCRATCH / LOG})")
     try:
         with sync_playwright() as playwright:
-            launch = {"args": ["--no-sandbox"]}
-            if args.chromium:
-                launch["executable_path"] = args.chromium
-            browser = playwright.chromium.launch(**launch)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            answer_kernel_dialogs(page)
+            browser, page = open_browser(playwright, args.chromium)
             try:
                 page.goto(f"{base}/lab/tree/{SCRATCH.as_posix()}/{COPY}?token={token}")
                 page.wait_for_selector("div.lm-MenuBar-itemLabel:text-is('Run')", timeout=120_000)

@@ -389,38 +389,21 @@ def migrate(results: Path, write: bool) -> tuple[list[str], list[str]]:
     """(what changed or would change, runs left as they are) for every record in ``results``
     (:func:`records_in`)."""
     changed, refused = [], []
-    for config in records_in(results, "config.yaml"):
-        try:
-            done = migrate_config(config, results, write)
-        except ValueError as err:
-            refused.append(str(err))
-            continue
-        if done:
-            changed.append(done)
-    for config in records_in(results, "config.yaml"):
-        try:
-            done = migrate_removed_fields(config, write)
-        except ValueError as err:
-            refused.append(str(err))
-            continue
-        if done:
-            changed.append(done)
-    for record in records_in(results, "warmstart.json"):
-        try:
-            done = migrate_warmstart(record, write)
-        except ValueError as err:
-            refused.append(str(err))
-            continue
-        if done:
-            changed.append(done)
-    for meta in records_in(results, "*.meta.json"):
-        try:
-            done = migrate_removed_lines(meta, write)
-        except ValueError as err:
-            refused.append(str(err))
-            continue
-        if done:
-            changed.append(done)
+    steps = (
+        ("config.yaml", lambda path: migrate_config(path, results, write)),
+        ("config.yaml", lambda path: migrate_removed_fields(path, write)),
+        ("warmstart.json", lambda path: migrate_warmstart(path, write)),
+        ("*.meta.json", lambda path: migrate_removed_lines(path, write)),
+    )
+    for pattern, step in steps:
+        for path in records_in(results, pattern):
+            try:
+                done = step(path)
+            except ValueError as err:  # a record this script cannot migrate: left as it is
+                refused.append(str(err))
+                continue
+            if done:
+                changed.append(done)
     for path in records_in(results, "*"):
         if path.suffix not in TEXT_SUFFIXES:
             continue
