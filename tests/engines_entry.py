@@ -10,6 +10,8 @@ test reads.
         tests/engines_entry.py zero3-sync
     python tests/engines_entry.py evaluate
     python tests/engines_entry.py zero3-digest
+    accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
+        tests/engines_entry.py zero3-resume --crash none|mid-step|resume
 """
 
 from __future__ import annotations
@@ -279,15 +281,51 @@ def _divergence_gaps(
     return gaps
 
 
+def _greedy_prompts(cfg, tok) -> list[list[int]]:
+    """The prompt ids of 8 test questions (4 HotpotQA, 4 NQ) that the colocated scenarios
+    answer greedily."""
+    from at2po_lib.evaluation.greedy import load_eval_rows
+    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
+
+    template = get_template(cfg.policy.template)
+    rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
+    return [prompt_ids(tok, build_messages(template, row["question"])) for row in rows]
+
+
+def _engine_greedy(trainer, prompts: list[list[int]]) -> list[list[int]]:
+    """The colocated engine's greedy answers (8 tokens), its weights as they are (no sync)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    with trainer.policy_for_generation() as engine:
+        outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def _hf_greedy(copy, prompts: list[list[int]], pad_token_id: int) -> list[list[int]]:
+    """The greedy answers (8 tokens) of ``copy`` (:func:`_bf16_copy`), ``transformers``'
+    kernels."""
+    import torch
+
+    with torch.no_grad():
+        return [
+            copy.generate(
+                torch.tensor([p]),
+                max_new_tokens=8,
+                do_sample=False,
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                pad_token_id=pad_token_id,
+            )[0, len(p) :].tolist()
+            for p in prompts
+        ]
+
+
 def scenario_colocated(work: Path) -> dict:
     """TRL's colocated engine in the trainer (profile ``engines``; under ``accelerate launch``
     with a ZeRO config, on every rank): greedy answers of the engine and of the HF model before
     training, after one rollout step (the engine not yet synced: stale), and after the sync."""
-    import torch
-
     from at2po_lib.config.profile import load_profile
-    from at2po_lib.evaluation.greedy import load_eval_rows
-    from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
     from at2po_lib.trainer import run_folder
     from at2po_lib.trainer.run import build_trainer
 
@@ -300,41 +338,21 @@ def scenario_colocated(work: Path) -> dict:
     # GRPO's 3 chains of one prompt do not split over 2 processes; AT2PO's 2 + 1 x 2 leaves do
     method = "at2po" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "grpo"
     trainer = build_trainer(cfg, method, 0, run, reward_fn=_move_weights)
-    tok = trainer.processing_class
-    template = get_template(cfg.policy.template)
-    rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
-    prompts = [prompt_ids(tok, build_messages(template, row["question"])) for row in rows]
+    pad = trainer.processing_class.pad_token_id
+    prompts = _greedy_prompts(cfg, trainer.processing_class)
 
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    params = SamplingParams(temperature=0.0, max_tokens=8)
-
-    def engine_greedy() -> list[list[int]]:
-        with trainer.policy_for_generation() as engine:
-            outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
-        return [list(o.outputs[0].token_ids) for o in outs]
-
-    def hf_greedy() -> list[list[int]]:
-        copy = _bf16_copy(trainer)
-        with torch.no_grad():
-            return [
-                copy.generate(
-                    torch.tensor([p]),
-                    max_new_tokens=8,
-                    do_sample=False,
-                    attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                    pad_token_id=tok.pad_token_id,
-                )[0, len(p) :].tolist()
-                for p in prompts
-            ]
-
-    before, before_hf = engine_greedy(), hf_greedy()
+    before, before_hf = (
+        _engine_greedy(trainer, prompts),
+        _hf_greedy(_bf16_copy(trainer), prompts, pad),
+    )
     trainer.train()
-    stale, after_hf = engine_greedy(), hf_greedy()
+    stale, after_hf = (
+        _engine_greedy(trainer, prompts),
+        _hf_greedy(_bf16_copy(trainer), prompts, pad),
+    )
     with trainer.policy_for_generation(sync=True):
         pass
-    after = engine_greedy()
+    after = _engine_greedy(trainer, prompts)
     gaps = _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf)
     model = trainer.accelerator.unwrap_model(trainer.model)
     local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
@@ -355,6 +373,93 @@ def scenario_colocated(work: Path) -> dict:
         "local_numel": local,
         "full_numel": full,
     }
+
+
+# --------------------------------------------------------------------------- zero3-resume
+RESUME_OVERRIDES = {
+    "train": {"learning_rate": 5e-2, "eval_every": 0, "max_steps": 2, "final_eval": False}
+}
+"""The engines profile's run that ``zero3-resume`` trains, kills and resumes: 2 rollout steps
+of 2 updates (one prompt each, its 4 leaves 2 a process), a checkpoint after each, no
+validation or final evaluation; the colocated scenario's learning rate, so that one step moves
+the greedy answers."""
+
+
+def _engine_answers(work: Path, cfg, updates_per_step: int):
+    """A ``TrainerCallback`` (built here: ``transformers`` is imported by the scenario, after
+    what the other scenarios import first) that records the colocated engine around its first
+    sync of the second rollout step (the first sync after a resume from the first step's
+    checkpoint), on every process, to ``<work>/answers-rank<R>.json``: before that step's first
+    update (its rollout not yet run), the engine's greedy answers (``stale``: the weights of the
+    last sync) and those of a bf16 copy of the model (``model``: the checkpoint's weights,
+    gathered); after the update, the engine's (``after``: synced by the rollout) and, where
+    they part from the copy's, the copy's log-prob margin at the first difference
+    (``after_gaps``). Its ``trainer`` is set once the trainer is built."""
+    from transformers import TrainerCallback
+
+    class EngineAnswers(TrainerCallback):
+        trainer = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step != updates_per_step:
+                return
+            tok = self.trainer.processing_class
+            self.prompts = _greedy_prompts(cfg, tok)
+            self.copy = _bf16_copy(self.trainer)  # a collective: every process is here
+            self.answers = {
+                "stale": _engine_greedy(self.trainer, self.prompts),
+                "model": _hf_greedy(self.copy, self.prompts, tok.pad_token_id),
+            }
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step != updates_per_step + 1:
+                return
+            after = _engine_greedy(self.trainer, self.prompts)
+            self.answers["after"] = after
+            self.answers["after_gaps"] = _divergence_gaps(
+                self.copy, self.prompts, after, self.answers["model"]
+            )
+            rank = self.trainer.accelerator.process_index
+            (work / f"answers-rank{rank}.json").write_text(json.dumps(self.answers))
+
+    return EngineAnswers()
+
+
+def scenario_zero3_resume(work: Path, crash: str) -> dict:
+    """``at2po train``'s ``train`` on the engines profile (:data:`RESUME_OVERRIDES`), under a
+    ZeRO-3 launch with each process's colocated engine: ``--crash none`` runs it through,
+    ``--crash mid-step`` dies after the second step's first update (the first step's checkpoint
+    saved), ``--crash resume`` continues that run from its checkpoint. The engine's answers
+    around the second step's first sync: :func:`_engine_answers`."""
+    import at2po_lib.trainer.run as run_module
+    from rehearsal_entry import Crash, CrashAfterUpdate
+
+    from at2po_lib.config.profile import load_profile
+
+    updates = 2  # prompts_per_step 2 / mini_batch_prompts 1
+    recorder = _engine_answers(work, load_profile("engines", RESUME_OVERRIDES), updates)
+    build = run_module.build_trainer
+
+    def built(*args, **kwargs):  # hands the trainer to the recorder
+        recorder.trainer = build(*args, **kwargs)
+        return recorder.trainer
+
+    run_module.build_trainer = built
+    callbacks = [recorder] + ([CrashAfterUpdate(updates + 1)] if crash == "mid-step" else [])
+    try:
+        result = run_module.train(
+            "engines",
+            "at2po",
+            0,
+            force=crash != "resume",
+            resume=crash == "resume",
+            profile_overrides=RESUME_OVERRIDES,
+            reward_fn=_move_weights,
+            callbacks=callbacks,
+        )
+    except Crash as crashed:
+        return {"crashed": str(crashed)}
+    return {"crashed": None, "status": result.status}
 
 
 # --------------------------------------------------------------------------- zero3-digest
@@ -458,11 +563,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "scenario",
-        choices=["sync", "rollout", "colocated", "zero3-sync", "evaluate", "zero3-digest"],
+        choices=[
+            "sync",
+            "rollout",
+            "colocated",
+            "zero3-sync",
+            "evaluate",
+            "zero3-digest",
+            "zero3-resume",
+        ],
     )
     parser.add_argument("--shims", default="all", choices=["none", "kernel_scan", "all"])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--port", type=int, default=29517, help="zero3-digest: a free port")
+    parser.add_argument(
+        "--crash", default="none", choices=["none", "mid-step", "resume"], help="zero3-resume"
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     try:
@@ -472,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     emit(**result)
-    return 0
+    return 3 if result.get("crashed") else 0
 
 
 def run_scenario(args: argparse.Namespace) -> dict:
@@ -485,6 +601,8 @@ def run_scenario(args: argparse.Namespace) -> dict:
         return scenario_colocated(args.work)
     if args.scenario == "evaluate":
         return scenario_evaluate(args.work)
+    if args.scenario == "zero3-resume":  # under a ZeRO-3 launch
+        return scenario_zero3_resume(args.work, args.crash)
     return scenario_zero3_digest(args.port)
 
 
