@@ -6,8 +6,6 @@ test reads.
     python tests/engines_entry.py sync --shims none|kernel_scan|all
     python tests/engines_entry.py rollout
     python tests/engines_entry.py colocated
-    accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
-        tests/engines_entry.py zero3-sync
     python tests/engines_entry.py evaluate
     python tests/engines_entry.py zero3-digest
     accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
@@ -322,8 +320,8 @@ def _hf_greedy(copy, prompts: list[list[int]], pad_token_id: int) -> list[list[i
 
 
 def scenario_colocated(work: Path) -> dict:
-    """TRL's colocated engine in the trainer (profile ``engines``; under ``accelerate launch``
-    with a ZeRO config, on every rank): greedy answers of the engine and of the HF model before
+    """TRL's colocated engine in the trainer (profile ``engines``, one process; the 2-process
+    ZeRO-3 case is ``zero3-resume``'s): greedy answers of the engine and of the HF model before
     training, after one rollout step (the engine not yet synced: stale), and after the sync."""
     from at2po_lib.config.profile import load_profile
     from at2po_lib.trainer import run_folder
@@ -333,11 +331,9 @@ def scenario_colocated(work: Path) -> dict:
         "engines",
         {"train": {"learning_rate": 5e-2, "eval_every": 0, "max_steps": 1, "final_eval": False}},
     )
-    rank = int(os.environ.get("RANK", "0"))
-    run = run_folder.RunDir(work / f"run{rank}")
-    # GRPO's 3 chains of one prompt do not split over 2 processes; AT2PO's 2 + 1 x 2 leaves do
-    method = "at2po" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "grpo"
-    trainer = build_trainer(cfg, method, 0, run, reward_fn=_move_weights)
+    trainer = build_trainer(
+        cfg, "grpo", 0, run_folder.RunDir(work / "run"), reward_fn=_move_weights
+    )
     pad = trainer.processing_class.pad_token_id
     prompts = _greedy_prompts(cfg, trainer.processing_class)
 
@@ -353,26 +349,20 @@ def scenario_colocated(work: Path) -> dict:
     with trainer.policy_for_generation(sync=True):
         pass
     after = _engine_greedy(trainer, prompts)
-    gaps = _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf)
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
-    full = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
-    ds_config = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     return {
         "before": before,
         "before_hf": before_hf,
         "stale": stale,
         "after": after,
         "after_hf": after_hf,
-        "after_gaps": gaps,
+        "after_gaps": _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf),
         "global_step": trainer.state.global_step,
-        "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
-        "world_size": trainer.accelerator.num_processes,
-        "rank": rank,
-        "zero_stage": ds_config.zero_stage if ds_config is not None else None,
-        "local_numel": local,
-        "full_numel": full,
+        "engine_dtype": _engine_dtype(trainer),
     }
+
+
+def _engine_dtype(trainer) -> str:
+    return str(trainer.vllm_generation.llm.llm_engine.model_config.dtype)
 
 
 # --------------------------------------------------------------------------- zero3-resume
@@ -387,37 +377,65 @@ the greedy answers."""
 
 def _engine_answers(work: Path, cfg, updates_per_step: int):
     """A ``TrainerCallback`` (built here: ``transformers`` is imported by the scenario, after
-    what the other scenarios import first) that records the colocated engine around its first
-    sync of the second rollout step (the first sync after a resume from the first step's
-    checkpoint), on every process, to ``<work>/answers-rank<R>.json``: before that step's first
-    update (its rollout not yet run), the engine's greedy answers (``stale``: the weights of the
-    last sync) and those of a bf16 copy of the model (``model``: the checkpoint's weights,
-    gathered); after the update, the engine's (``after``: synced by the rollout) and, where
-    they part from the copy's, the copy's log-prob margin at the first difference
-    (``after_gaps``). Its ``trainer`` is set once the trainer is built."""
+    what the other scenarios import first) that records each process's colocated engine, to
+    ``<work>/answers-rank<R>.json``, with :func:`engines_guard.assert_synced`'s keys:
+
+    - at the start of a run from scratch, the engine's greedy answers and those of a bf16 copy
+      of the model (``before``, ``before_hf``: the initial weights);
+    - before the second rollout step's first update (its rollout, and so its sync, not yet
+      run), the engine's (``stale``: the weights of the last sync, the initial ones) and the
+      copy's (``after_hf``: the first step's weights, the checkpoint a resume starts from,
+      ZeRO-3 shards gathered), with this process's share of the parameters;
+    - after that update, the engine's (``after``: synced by the step's rollout, the first sync
+      after a resume) and, where they part from the copy's, the copy's log-prob margin at the
+      first difference (``after_gaps``).
+
+    Its ``trainer`` is set once the trainer is built."""
     from transformers import TrainerCallback
 
     class EngineAnswers(TrainerCallback):
         trainer = None
+        answers: dict = {}
+
+        def _prompts(self) -> list[list[int]]:
+            return _greedy_prompts(cfg, self.trainer.processing_class)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.global_step == 0:  # a run from scratch
+                pad = self.trainer.processing_class.pad_token_id
+                self.answers = {
+                    "before": _engine_greedy(self.trainer, self._prompts()),
+                    "before_hf": _hf_greedy(_bf16_copy(self.trainer), self._prompts(), pad),
+                }
 
         def on_step_begin(self, args, state, control, **kwargs):
             if state.global_step != updates_per_step:
                 return
-            tok = self.trainer.processing_class
-            self.prompts = _greedy_prompts(cfg, tok)
-            self.copy = _bf16_copy(self.trainer)  # a collective: every process is here
-            self.answers = {
-                "stale": _engine_greedy(self.trainer, self.prompts),
-                "model": _hf_greedy(self.copy, self.prompts, tok.pad_token_id),
-            }
+            trainer = self.trainer
+            self.copy = _bf16_copy(trainer)  # a collective: every process is here
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            ds_plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+            self.answers.update(
+                stale=_engine_greedy(trainer, self._prompts()),
+                after_hf=_hf_greedy(
+                    self.copy, self._prompts(), trainer.processing_class.pad_token_id
+                ),
+                engine_dtype=_engine_dtype(trainer),
+                world_size=trainer.accelerator.num_processes,
+                zero_stage=ds_plugin.zero_stage if ds_plugin is not None else None,
+                local_numel=sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters()),
+                full_numel=sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
+            )
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step != updates_per_step + 1:
                 return
-            after = _engine_greedy(self.trainer, self.prompts)
-            self.answers["after"] = after
-            self.answers["after_gaps"] = _divergence_gaps(
-                self.copy, self.prompts, after, self.answers["model"]
+            after = _engine_greedy(self.trainer, self._prompts())
+            self.answers.update(
+                after=after,
+                after_gaps=_divergence_gaps(
+                    self.copy, self._prompts(), after, self.answers["after_hf"]
+                ),
             )
             rank = self.trainer.accelerator.process_index
             (work / f"answers-rank{rank}.json").write_text(json.dumps(self.answers))
@@ -567,7 +585,6 @@ def main(argv: list[str] | None = None) -> int:
             "sync",
             "rollout",
             "colocated",
-            "zero3-sync",
             "evaluate",
             "zero3-digest",
             "zero3-resume",
@@ -582,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     try:
-        with process_group_left_at_end():  # zero3-sync: the launch's group, before exit
+        with process_group_left_at_end():  # zero3-resume: the launch's group, before exit
             result = run_scenario(args)
     except Exception:
         traceback.print_exc()
@@ -597,7 +614,7 @@ def run_scenario(args: argparse.Namespace) -> dict:
         return scenario_sync(args.shims, args.work)
     if args.scenario == "rollout":
         return scenario_rollout(args.work)
-    if args.scenario in ("colocated", "zero3-sync"):  # zero3-sync: under a ZeRO-3 launch
+    if args.scenario == "colocated":
         return scenario_colocated(args.work)
     if args.scenario == "evaluate":
         return scenario_evaluate(args.work)
