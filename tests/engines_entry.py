@@ -6,10 +6,10 @@ test reads.
     python tests/engines_entry.py sync --shims none|kernel_scan|all
     python tests/engines_entry.py rollout
     python tests/engines_entry.py colocated
-    accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
-        tests/engines_entry.py zero3-sync
     python tests/engines_entry.py evaluate
     python tests/engines_entry.py zero3-digest
+    accelerate launch --config_file configs/accelerate/zero3_cpu_2proc.yaml \
+        tests/engines_entry.py zero3-resume --crash none|mid-step|resume
 """
 
 from __future__ import annotations
@@ -279,15 +279,51 @@ def _divergence_gaps(
     return gaps
 
 
-def scenario_colocated(work: Path) -> dict:
-    """TRL's colocated engine in the trainer (profile ``engines``; under ``accelerate launch``
-    with a ZeRO config, on every rank): greedy answers of the engine and of the HF model before
-    training, after one rollout step (the engine not yet synced: stale), and after the sync."""
-    import torch
-
-    from at2po_lib.config.profile import load_profile
+def _greedy_prompts(cfg, tok) -> list[list[int]]:
+    """The prompt ids of 8 test questions (4 HotpotQA, 4 NQ) that the colocated scenarios
+    answer greedily."""
     from at2po_lib.evaluation.greedy import load_eval_rows
     from at2po_lib.protocol.prompts import build_messages, get_template, prompt_ids
+
+    template = get_template(cfg.policy.template)
+    rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
+    return [prompt_ids(tok, build_messages(template, row["question"])) for row in rows]
+
+
+def _engine_greedy(trainer, prompts: list[list[int]]) -> list[list[int]]:
+    """The colocated engine's greedy answers (8 tokens), its weights as they are (no sync)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    with trainer.policy_for_generation() as engine:
+        outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def _hf_greedy(copy, prompts: list[list[int]], pad_token_id: int) -> list[list[int]]:
+    """The greedy answers (8 tokens) of ``copy`` (:func:`_bf16_copy`), ``transformers``'
+    kernels."""
+    import torch
+
+    with torch.no_grad():
+        return [
+            copy.generate(
+                torch.tensor([p]),
+                max_new_tokens=8,
+                do_sample=False,
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                pad_token_id=pad_token_id,
+            )[0, len(p) :].tolist()
+            for p in prompts
+        ]
+
+
+def scenario_colocated(work: Path) -> dict:
+    """TRL's colocated engine in the trainer (profile ``engines``, one process; the 2-process
+    ZeRO-3 case is ``zero3-resume``'s): greedy answers of the engine and of the HF model before
+    training, after one rollout step (the engine not yet synced: stale), and after the sync."""
+    from at2po_lib.config.profile import load_profile
     from at2po_lib.record import run_folder
     from at2po_lib.study.run import build_trainer
 
@@ -295,66 +331,153 @@ def scenario_colocated(work: Path) -> dict:
         "engines",
         {"train": {"learning_rate": 5e-2, "eval_every": 0, "max_steps": 1, "final_eval": False}},
     )
-    rank = int(os.environ.get("RANK", "0"))
-    run = run_folder.RunDir(work / f"run{rank}")
-    # GRPO's 3 chains of one prompt do not split over 2 processes; AT2PO's 2 + 1 x 2 leaves do
-    method = "at2po" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "grpo"
-    trainer = build_trainer(cfg, method, 0, run, reward_fn=_move_weights)
-    tok = trainer.processing_class
-    template = get_template(cfg.policy.template)
-    rows = [row for name in ("tiny_hotpotqa", "tiny_nq") for row in load_eval_rows(cfg, name, 4)]
-    prompts = [prompt_ids(tok, build_messages(template, row["question"])) for row in rows]
+    trainer = build_trainer(
+        cfg, "grpo", 0, run_folder.RunDir(work / "run"), reward_fn=_move_weights
+    )
+    pad = trainer.processing_class.pad_token_id
+    prompts = _greedy_prompts(cfg, trainer.processing_class)
 
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    params = SamplingParams(temperature=0.0, max_tokens=8)
-
-    def engine_greedy() -> list[list[int]]:
-        with trainer.policy_for_generation() as engine:
-            outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
-        return [list(o.outputs[0].token_ids) for o in outs]
-
-    def hf_greedy() -> list[list[int]]:
-        copy = _bf16_copy(trainer)
-        with torch.no_grad():
-            return [
-                copy.generate(
-                    torch.tensor([p]),
-                    max_new_tokens=8,
-                    do_sample=False,
-                    attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                    pad_token_id=tok.pad_token_id,
-                )[0, len(p) :].tolist()
-                for p in prompts
-            ]
-
-    before, before_hf = engine_greedy(), hf_greedy()
+    before, before_hf = (
+        _engine_greedy(trainer, prompts),
+        _hf_greedy(_bf16_copy(trainer), prompts, pad),
+    )
     trainer.train()
-    stale, after_hf = engine_greedy(), hf_greedy()
+    stale, after_hf = (
+        _engine_greedy(trainer, prompts),
+        _hf_greedy(_bf16_copy(trainer), prompts, pad),
+    )
     with trainer.policy_for_generation(sync=True):
         pass
-    after = engine_greedy()
-    gaps = _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf)
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    local = sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters())
-    full = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
-    ds_config = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    after = _engine_greedy(trainer, prompts)
     return {
         "before": before,
         "before_hf": before_hf,
         "stale": stale,
         "after": after,
         "after_hf": after_hf,
-        "after_gaps": gaps,
+        "after_gaps": _divergence_gaps(_bf16_copy(trainer), prompts, after, after_hf),
         "global_step": trainer.state.global_step,
-        "engine_dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype),
-        "world_size": trainer.accelerator.num_processes,
-        "rank": rank,
-        "zero_stage": ds_config.zero_stage if ds_config is not None else None,
-        "local_numel": local,
-        "full_numel": full,
+        "engine_dtype": _engine_dtype(trainer),
     }
+
+
+def _engine_dtype(trainer) -> str:
+    return str(trainer.vllm_generation.llm.llm_engine.model_config.dtype)
+
+
+# --------------------------------------------------------------------------- zero3-resume
+RESUME_OVERRIDES = {
+    "train": {"learning_rate": 5e-2, "eval_every": 0, "max_steps": 2, "final_eval": False}
+}
+"""The engines profile's run that ``zero3-resume`` trains, kills and resumes: 2 rollout steps
+of 2 updates (one prompt each, its 4 leaves 2 a process), a checkpoint after each, no
+validation or final evaluation; the colocated scenario's learning rate, so that one step moves
+the greedy answers."""
+
+
+def _engine_answers(work: Path, cfg, updates_per_step: int):
+    """A ``TrainerCallback`` (built here: ``transformers`` is imported by the scenario, after
+    what the other scenarios import first) that records each process's colocated engine, to
+    ``<work>/answers-rank<R>.json``, with :func:`engines_guard.assert_synced`'s keys:
+
+    - at the start of a run from scratch, the engine's greedy answers and those of a bf16 copy
+      of the model (``before``, ``before_hf``: the initial weights);
+    - before the second rollout step's first update (its rollout, and so its sync, not yet
+      run), the engine's (``stale``: the weights of the last sync, the initial ones) and the
+      copy's (``after_hf``: the first step's weights, the checkpoint a resume starts from,
+      ZeRO-3 shards gathered), with this process's share of the parameters;
+    - after that update, the engine's (``after``: synced by the step's rollout, the first sync
+      after a resume) and, where they part from the copy's, the copy's log-prob margin at the
+      first difference (``after_gaps``).
+
+    Its ``trainer`` is set once the trainer is built."""
+    from transformers import TrainerCallback
+
+    class EngineAnswers(TrainerCallback):
+        trainer = None
+        answers: dict = {}
+
+        def _prompts(self) -> list[list[int]]:
+            return _greedy_prompts(cfg, self.trainer.processing_class)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.global_step == 0:  # a run from scratch
+                pad = self.trainer.processing_class.pad_token_id
+                self.answers = {
+                    "before": _engine_greedy(self.trainer, self._prompts()),
+                    "before_hf": _hf_greedy(_bf16_copy(self.trainer), self._prompts(), pad),
+                }
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step != updates_per_step:
+                return
+            trainer = self.trainer
+            self.copy = _bf16_copy(trainer)  # a collective: every process is here
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            ds_plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+            self.answers.update(
+                stale=_engine_greedy(trainer, self._prompts()),
+                after_hf=_hf_greedy(
+                    self.copy, self._prompts(), trainer.processing_class.pad_token_id
+                ),
+                engine_dtype=_engine_dtype(trainer),
+                world_size=trainer.accelerator.num_processes,
+                zero_stage=ds_plugin.zero_stage if ds_plugin is not None else None,
+                local_numel=sum(getattr(p, "ds_tensor", p).numel() for p in model.parameters()),
+                full_numel=sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
+            )
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step != updates_per_step + 1:
+                return
+            after = _engine_greedy(self.trainer, self._prompts())
+            self.answers.update(
+                after=after,
+                after_gaps=_divergence_gaps(
+                    self.copy, self._prompts(), after, self.answers["after_hf"]
+                ),
+            )
+            rank = self.trainer.accelerator.process_index
+            (work / f"answers-rank{rank}.json").write_text(json.dumps(self.answers))
+
+    return EngineAnswers()
+
+
+def scenario_zero3_resume(work: Path, crash: str) -> dict:
+    """``at2po train``'s ``train`` on the engines profile (:data:`RESUME_OVERRIDES`), under a
+    ZeRO-3 launch with each process's colocated engine: ``--crash none`` runs it through,
+    ``--crash mid-step`` dies after the second step's first update (the first step's checkpoint
+    saved), ``--crash resume`` continues that run from its checkpoint. The engine's answers
+    around the second step's first sync: :func:`_engine_answers`."""
+    import at2po_lib.study.run as run_module
+    from rehearsal_entry import Crash, CrashAfterUpdate
+
+    from at2po_lib.config.profile import load_profile
+
+    updates = 2  # prompts_per_step 2 / mini_batch_prompts 1
+    recorder = _engine_answers(work, load_profile("engines", RESUME_OVERRIDES), updates)
+    build = run_module.build_trainer
+
+    def built(*args, **kwargs):  # hands the trainer to the recorder
+        recorder.trainer = build(*args, **kwargs)
+        return recorder.trainer
+
+    run_module.build_trainer = built
+    callbacks = [recorder] + ([CrashAfterUpdate(updates + 1)] if crash == "mid-step" else [])
+    try:
+        result = run_module.train(
+            "engines",
+            "at2po",
+            0,
+            force=crash != "resume",
+            resume=crash == "resume",
+            profile_overrides=RESUME_OVERRIDES,
+            reward_fn=_move_weights,
+            callbacks=callbacks,
+        )
+    except Crash as crashed:
+        return {"crashed": str(crashed)}
+    return {"crashed": None, "status": result.status}
 
 
 # --------------------------------------------------------------------------- zero3-digest
@@ -458,21 +581,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "scenario",
-        choices=["sync", "rollout", "colocated", "zero3-sync", "evaluate", "zero3-digest"],
+        choices=[
+            "sync",
+            "rollout",
+            "colocated",
+            "evaluate",
+            "zero3-digest",
+            "zero3-resume",
+        ],
     )
     parser.add_argument("--shims", default="all", choices=["none", "kernel_scan", "all"])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--port", type=int, default=29517, help="zero3-digest: a free port")
+    parser.add_argument(
+        "--crash", default="none", choices=["none", "mid-step", "resume"], help="zero3-resume"
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     try:
-        with process_group_left_at_end():  # zero3-sync: the launch's group, before exit
+        with process_group_left_at_end():  # zero3-resume: the launch's group, before exit
             result = run_scenario(args)
     except Exception:
         traceback.print_exc()
         return 1
     emit(**result)
-    return 0
+    return 3 if result.get("crashed") else 0
 
 
 def run_scenario(args: argparse.Namespace) -> dict:
@@ -481,10 +614,12 @@ def run_scenario(args: argparse.Namespace) -> dict:
         return scenario_sync(args.shims, args.work)
     if args.scenario == "rollout":
         return scenario_rollout(args.work)
-    if args.scenario in ("colocated", "zero3-sync"):  # zero3-sync: under a ZeRO-3 launch
+    if args.scenario == "colocated":
         return scenario_colocated(args.work)
     if args.scenario == "evaluate":
         return scenario_evaluate(args.work)
+    if args.scenario == "zero3-resume":  # under a ZeRO-3 launch
+        return scenario_zero3_resume(args.work, args.crash)
     return scenario_zero3_digest(args.port)
 
 

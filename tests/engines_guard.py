@@ -44,6 +44,12 @@ def assert_synced(result: dict) -> None:
     assert changed, "the update changed no greedy answer: raise the learning rate"
     assert result["stale"] == result["before"]
     assert result["after"] != result["stale"], "the sync left the engine's answers as they were"
-    differing = sum(a != b for a, b in zip(result["after"], result["after_hf"]))
-    assert len(result["after_gaps"]) == differing
-    assert all(abs(gap) <= BF16_TIE_NATS for gap in result["after_gaps"]), result["after_gaps"]
+    assert_engine_holds(result["after"], result["after_hf"], result["after_gaps"])
+
+
+def assert_engine_holds(engine: list, model: list, gaps: list[float]) -> None:
+    """The engine's greedy answers are the model's (a bf16 copy's) except where the model's
+    own log-prob margin between the two tokens at their first difference (``gaps``, one per
+    differing row) is a bf16 near-tie (:data:`BF16_TIE_NATS`)."""
+    assert len(gaps) == sum(a != b for a, b in zip(engine, model))
+    assert all(abs(gap) <= BF16_TIE_NATS for gap in gaps), gaps

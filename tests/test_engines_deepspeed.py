@@ -1,8 +1,10 @@
 """The engines tier, DeepSpeed: ZeRO-2 and ZeRO-3 with 2 processes on DeepSpeed's CPU accelerator
 (``DS_ACCELERATOR=cpu``, gloo), for real: the rehearsal profile's paper path (the HTTP retrieval
-server, dense faiss Flat index, 8 updates a step) trains one rollout step, checkpoints, is killed
-after its last checkpoint and resumes to exactly the uninterrupted run; under ZeRO-3 the weights
-gathered from both shards are synced into each rank's colocated vLLM engine.
+server, dense faiss Flat index, 8 updates a step) trains, checkpoints, is killed after its last
+checkpoint or during a step and resumes to exactly the uninterrupted run; under ZeRO-3 with a
+colocated vLLM engine per rank (profile ``engines``) the weights gathered from both shards are
+synced into each rank's engine, and a run killed during a step resumes to exactly the
+uninterrupted run, its engine answering after the first sync as the uninterrupted run's does.
 
 Runs in the engines environment only: ``./run_tests.sh --engines`` (docs/setup.md).
 """
@@ -24,6 +26,7 @@ from test_engines_vllm import run_scenario
 from test_rehearsal import (
     ROOT,
     _assert_resumed_to_the_uninterrupted_run,
+    _checkpoint_steps,
     _free_port,
     _killed_during_a_step_and_resumed,
     _rehearsal,
@@ -124,11 +127,9 @@ def test_zero_run_killed_during_a_step_resumes_to_the_uninterrupted_run(tmp_path
     assert any("zero_pp_rank_1" in name and "optim" in name for name in shards)
 
 
-def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path):
-    """ZeRO-3 with colocated vLLM, 2 processes (profile ``engines``): each rank holds half of
-    the parameters; after one rollout step, TRL's sync gathers them into each rank's engine, whose
-    greedy answers then equal those of the gathered model (a bf16 copy, the engine's dtype),
-    where before the sync they were still the initial weights' (stale)."""
+def _engines_env(tmp_path: Path) -> dict:
+    """The environment of an engines-profile launch, with its warm start built in one process
+    first (inside a launch it is refused)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -139,7 +140,6 @@ def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path)
         "TOKENIZERS_PARALLELISM": "false",
         "DS_ACCELERATOR": "cpu",
     }
-    # the warm start is built in one process first: inside a launch it is refused
     warm = subprocess.run(
         [sys.executable, "-m", "at2po_lib.cli", "warmstart", "--profile", "engines"],
         cwd=ROOT,
@@ -149,6 +149,11 @@ def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path)
         timeout=600,
     )
     assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr[-4000:]
+    return env
+
+
+def _engines_launch(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """``tests/engines_entry.py`` under a 2-process ZeRO-3 launch."""
     command = [
         sys.executable,
         "-m",
@@ -158,19 +163,68 @@ def test_zero3_gathered_weights_are_synced_into_each_ranks_vllm_engine(tmp_path)
         "--main_process_port",
         str(_free_port()),
         str(ROOT / "tests" / "engines_entry.py"),
-        "zero3-sync",
-        "--work",
-        str(tmp_path / "z3"),
+        *args,
     ]
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    lines = [
-        json.loads(line[len("RESULT ") :])
-        for line in proc.stdout.splitlines()
-        if line.startswith("RESULT ")
-    ]
-    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-4000:] + proc.stderr[-6000:]
-    for result in lines:
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_zero3_colocated_vllm_run_killed_during_a_step_resumes_to_the_uninterrupted_run(
+    tmp_path,
+):
+    """ZeRO-3 with colocated vLLM, 2 processes (profile ``engines``: 2 rollout steps of 2
+    updates, a checkpoint after each), killed during the second step (after its first update,
+    the first step's checkpoint saved) and resumed.
+
+    The sync, in the uninterrupted run: each rank holds a shard of the parameters; TRL's sync
+    at the second step's rollout gathers them into each rank's engine, which then answers 8 test
+    questions greedily as the gathered model does (a bf16 copy, the engine's dtype, up to bf16
+    near-ties: :func:`engines_guard.assert_synced`), where before the sync it still gave the
+    initial weights' answers (stale).
+
+    The resume: the second step's logged loss and grad norm, each rank's gathered weights
+    after it, and the last checkpoint's DeepSpeed optimizer partitions (fp32 master weights,
+    Adam moments), scheduler, RNG states and trainer state equal the uninterrupted run's bit for
+    bit (tolerance 0: the same CPU kernels, one thread a process, in the same order; the
+    rollouts come from the same engine kernels on the same weights with the same per-request
+    seeds, so any difference is state the resume lost). The engine after the resume's first
+    sync (it starts from the initial weights) answers as the uninterrupted run's engine does at
+    that sync, token for token on both ranks (the same engine kernels on the same weights: no
+    tie can break otherwise), and the stale answers before it are the same too."""
+    env = {**_engines_env(tmp_path), "AT2PO_RANK_RECORDS": "1"}  # gathered weights' digests
+    run = run_folder.RunDir(tmp_path / "results" / "runs" / "engines" / "at2po" / "seed0")
+    straight = run_folder.RunDir(tmp_path / "uninterrupted")
+    launches = {}
+    for crash in ("none", "mid-step", "resume"):
+        work = tmp_path / crash
+        launches[crash] = proc = _engines_launch(
+            env, "zero3-resume", "--crash", crash, "--work", str(work)
+        )
+        output = proc.stdout[-4000:] + proc.stderr[-6000:]
+        if crash == "mid-step":
+            assert proc.returncode != 0, output
+            assert "crash during a step, after update 3" in proc.stdout, output
+            staging = run.root.with_name(".seed0.staging")
+            assert _checkpoint_steps(run_folder.RunDir(staging)) == [2]
+        else:
+            assert proc.returncode == 0, output
+        if crash == "none":
+            shutil.move(run.root, straight.root)
+    assert json.loads(run.done.read_text())["status"] == "resumed"
+    _assert_resumed_to_the_uninterrupted_run(run, straight, updates_per_step=2)
+
+    answers = {
+        crash: [
+            json.loads((tmp_path / crash / f"answers-rank{r}.json").read_text()) for r in (0, 1)
+        ]
+        for crash in ("none", "resume")
+    }
+    for result in answers["none"]:
         assert result["world_size"] == 2 and result["zero_stage"] == 3
         assert result["local_numel"] < result["full_numel"]  # this rank holds a shard only
+        assert result["engine_dtype"] == "torch.bfloat16"
         assert_synced(result)
-    assert lines[0]["after_hf"] == lines[1]["after_hf"]  # both ranks: the same model
+    assert answers["none"][0]["after_hf"] == answers["none"][1]["after_hf"]  # the same model
+    at_the_sync = ("stale", "after_hf", "after", "after_gaps", "local_numel", "full_numel")
+    for got, want in zip(answers["resume"], answers["none"]):
+        assert "before" not in got  # the resumed run starts at the checkpoint
+        assert {k: got[k] for k in at_the_sync} == {k: want[k] for k in at_the_sync}

@@ -329,12 +329,14 @@ def _killed_during_a_step_and_resumed(
 
 
 def _assert_resumed_to_the_uninterrupted_run(
-    run: run_folder.RunDir, straight: run_folder.RunDir
+    run: run_folder.RunDir, straight: run_folder.RunDir, updates_per_step: int = 8
 ) -> None:
-    """The resumed run's records and last checkpoint equal the uninterrupted run's."""
+    """The resumed run's records and last checkpoint equal the uninterrupted run's (2 rollout
+    steps of ``updates_per_step`` updates, resumed from the first one's checkpoint)."""
+    first, last_step = updates_per_step, 2 * updates_per_step
     meta = json.loads(run.meta.read_text())
-    assert meta["resumed_from"] == "checkpoints/checkpoint-8"
-    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [8, 16]
+    assert meta["resumed_from"] == f"checkpoints/checkpoint-{first}"
+    assert _checkpoint_steps(run) == _checkpoint_steps(straight) == [first, last_step]
     got = [_without_wall_time(r) for r in run_folder.read_jsonl(run.metrics)]
     want = [_without_wall_time(r) for r in run_folder.read_jsonl(straight.metrics)]
     assert [r["step"] for r in got] == [1, 2] and got[0]["grad_norm"] > 0
@@ -346,7 +348,8 @@ def _assert_resumed_to_the_uninterrupted_run(
         digests = [[row["weights_sha256"] for row in got_rows] for got_rows in rows]
         assert [row["rollout_step"] for row in rows[0]] == [1, 2]
         assert digests[0] == digests[1] and digests[0][0] != digests[0][1]  # step 2 moved them
-    last, want_last = run.checkpoints / "checkpoint-16", straight.checkpoints / "checkpoint-16"
+    last = run.checkpoints / f"checkpoint-{last_step}"
+    want_last = straight.checkpoints / f"checkpoint-{last_step}"
     assert _trainer_state(last) == _trainer_state(want_last)
     states = _torch_states(last)
     assert states.keys() == _torch_states(want_last).keys()
